@@ -1,0 +1,2 @@
+//! Codec benchmarks (filled in below).
+fn main() {}

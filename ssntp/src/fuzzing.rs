@@ -1,0 +1,1 @@
+//! Fuzz entry points (filled in below).

@@ -1,0 +1,30 @@
+//! SSNTP, the framed, role-authenticated protocol that cumulo's endpoints speak (wire contract:
+//! `docs/protocol.md`).
+//!
+//! This crate is the protocol's sans-IO core: roles ([`Role`]), frames and operands
+//! ([`frame`]), typed payloads ([`payload`]), the decoder ([`Decoder`]), the handshake state
+//! machines ([`handshake`]), the receiving rules of an established session ([`Session`]) and the
+//! one mapping of protocol errors to wire ERRORs ([`error`]). It does no IO: no sockets, no
+//! files, no clock; time is passed in. TLS, sockets and tasks live in the networked layer.
+#![forbid(unsafe_code)]
+
+pub mod authz;
+pub mod codec;
+pub mod error;
+pub mod frame;
+pub mod handshake;
+pub mod payload;
+mod role;
+pub mod session;
+
+#[cfg(any(test, fuzzing))]
+pub mod fuzzing;
+
+pub use codec::{Decoded, Decoder, FrameError, SliceFrame};
+pub use error::{ClientHandshakeError, HandshakeError, Violation};
+pub use frame::{Frame, Header, Operand, RawFrame};
+pub use handshake::{ClientHandshake, PeerCertificate, ServerHandshake, UuidBinding};
+pub use payload::Payload;
+pub use role::{Role, RoleParseError};
+pub use session::{Now, Received, Session, Side};
+pub use uuid::Uuid;

@@ -1,0 +1,166 @@
+//! Instance payloads: START, DELETE, ATTACH_VOLUME, INSTANCE_DELETED / INSTANCE_STOPPED.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use uuid::Uuid;
+
+use super::cbor;
+use super::types::{Cidr, MacAddr};
+
+/// What runs the instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VmType {
+    /// A virtual machine (libvirt + qemu).
+    Qemu,
+    /// A container.
+    Container,
+    /// A simulated instance (tests and scale runs).
+    Sim,
+}
+
+/// The firmware a VM boots with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FwType {
+    /// UEFI.
+    Efi,
+    /// Legacy BIOS.
+    Legacy,
+}
+
+/// START: create and boot an instance.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Start {
+    /// The new instance.
+    #[serde(with = "cbor::uuid_bytes")]
+    pub instance_uuid: Uuid,
+    /// Its tenant.
+    #[serde(with = "cbor::uuid_bytes")]
+    pub tenant_uuid: Uuid,
+    /// The workload it is made from.
+    #[serde(with = "cbor::uuid_bytes")]
+    pub workload_uuid: Uuid,
+    /// What runs it.
+    pub vm_type: VmType,
+    /// Its firmware.
+    pub fw_type: FwType,
+    /// The image name.
+    pub image: String,
+    /// What it needs of a node.
+    pub requirements: Requirements,
+    /// Its network attachment, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub networking: Option<Networking>,
+    /// Its disks, if any are named.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage: Option<Vec<Storage>>,
+    /// cloud-init user data.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_data: Option<String>,
+    /// cloud-init meta data.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub meta_data: Option<BTreeMap<String, String>>,
+    /// Whether this re-creates an exited instance (possibly elsewhere).
+    pub restart: bool,
+}
+
+/// What an instance needs of the node it is placed on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Requirements {
+    /// vCPUs.
+    pub vcpus: u32,
+    /// Memory, MiB.
+    pub mem_mb: u32,
+    /// Disk, MiB.
+    pub disk_mb: u32,
+    /// Must run on a network node (a CNCI).
+    pub network_node: bool,
+    /// Pin to the node with this session UUID.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "cbor::opt_uuid_bytes"
+    )]
+    pub node_id: Option<Uuid>,
+    /// Pin to the node with this host name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hostname: Option<String>,
+}
+
+/// An instance's virtual NIC on its tenant subnet.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Networking {
+    /// The NIC's MAC address.
+    #[serde(with = "cbor::text")]
+    pub vnic_mac: MacAddr,
+    /// The NIC's UUID.
+    #[serde(with = "cbor::uuid_bytes")]
+    pub vnic_uuid: Uuid,
+    /// The tenant subnet's CNCI.
+    #[serde(with = "cbor::uuid_bytes")]
+    pub concentrator_uuid: Uuid,
+    /// The CNCI's address (tunnel end point).
+    #[serde(with = "cbor::text")]
+    pub concentrator_ip: IpAddr,
+    /// The tenant subnet.
+    #[serde(with = "cbor::text")]
+    pub subnet: Cidr,
+    /// The tunnel key of the subnet.
+    pub subnet_key: u32,
+    /// The instance's private address.
+    #[serde(with = "cbor::text")]
+    pub private_ip: IpAddr,
+    /// Whether it wants a public IP.
+    pub public_ip: bool,
+}
+
+/// One disk of an instance.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Storage {
+    /// The volume.
+    #[serde(with = "cbor::uuid_bytes")]
+    pub id: Uuid,
+    /// Whether it is the boot disk.
+    pub boot: bool,
+    /// Its size, MiB.
+    pub size_mb: u32,
+    /// Whether it goes away with the instance.
+    pub ephemeral: bool,
+}
+
+/// DELETE: delete an instance, or stop it for a restart elsewhere.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Delete {
+    /// The instance.
+    #[serde(with = "cbor::uuid_bytes")]
+    pub instance_uuid: Uuid,
+    /// The node it runs on.
+    #[serde(with = "cbor::uuid_bytes")]
+    pub workload_agent_uuid: Uuid,
+    /// Stop rather than delete: the agent reports INSTANCE_STOPPED.
+    pub stop: bool,
+}
+
+/// ATTACH_VOLUME: attach a volume to a running instance.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttachVolume {
+    /// The instance.
+    #[serde(with = "cbor::uuid_bytes")]
+    pub instance_uuid: Uuid,
+    /// The volume.
+    #[serde(with = "cbor::uuid_bytes")]
+    pub volume_uuid: Uuid,
+    /// The node the instance runs on.
+    #[serde(with = "cbor::uuid_bytes")]
+    pub workload_agent_uuid: Uuid,
+}
+
+/// INSTANCE_DELETED, INSTANCE_STOPPED.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InstanceEvent {
+    /// The instance.
+    #[serde(with = "cbor::uuid_bytes")]
+    pub instance_uuid: Uuid,
+}

@@ -1,0 +1,142 @@
+//! Node payloads: READY (and READY-shaped FULL/MAINTENANCE/OFFLINE), STATS, NODE_* events.
+
+use serde::{Deserialize, Serialize};
+use std::net::IpAddr;
+use uuid::Uuid;
+
+use super::cbor;
+use super::types::MacAddr;
+
+/// READY: a node's identity and capacity. Also the optional body of FULL, MAINTENANCE, OFFLINE.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeStatus {
+    /// The node's UUID; must equal the session's.
+    #[serde(with = "cbor::uuid_bytes")]
+    pub node_uuid: Uuid,
+    /// The node's host name.
+    pub hostname: String,
+    /// Memory in all, MiB.
+    pub mem_total_mb: u32,
+    /// Memory free for instances, MiB.
+    pub mem_available_mb: u32,
+    /// Disk in all, MiB.
+    pub disk_total_mb: u32,
+    /// Disk free for instances, MiB.
+    pub disk_available_mb: u32,
+    /// vCPUs in all.
+    pub vcpus_total: u32,
+    /// vCPUs free for instances.
+    pub vcpus_available: u32,
+    /// One-minute load average × 100.
+    pub load: u32,
+    /// The node's network interfaces.
+    pub networks: Vec<NodeNetwork>,
+}
+
+/// One network interface of a node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeNetwork {
+    /// Its IP address.
+    #[serde(with = "cbor::text")]
+    pub ip: IpAddr,
+    /// Its MAC address.
+    #[serde(with = "cbor::text")]
+    pub mac: MacAddr,
+}
+
+/// The status word in STATS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum NodeState {
+    /// Taking work.
+    Ready,
+    /// Out of room.
+    Full,
+    /// In maintenance (evacuated).
+    Maintenance,
+    /// Going away.
+    Offline,
+}
+
+/// STATS: every READY field, the node's status, and its instances.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stats {
+    /// The node's figures, as in READY.
+    #[serde(flatten)]
+    pub node: NodeStatus,
+    /// The node's status.
+    pub status: NodeState,
+    /// Every instance on the node.
+    pub instances: Vec<InstanceStat>,
+}
+
+/// An instance's state as its agent sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InstanceState {
+    /// Being created or booting.
+    Pending,
+    /// Running.
+    Active,
+    /// Stopped.
+    Exited,
+    /// Being stopped.
+    Stopping,
+    /// Failed to stop.
+    ExitFailed,
+}
+
+/// One instance in STATS.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InstanceStat {
+    /// The instance.
+    #[serde(with = "cbor::uuid_bytes")]
+    pub instance_uuid: Uuid,
+    /// Its state.
+    pub state: InstanceState,
+    /// Where to reach it by SSH, if known.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "cbor::opt_text"
+    )]
+    pub ssh_ip: Option<IpAddr>,
+    /// The SSH port, if known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ssh_port: Option<u16>,
+    /// Memory in use, MiB.
+    pub memory_usage_mb: u32,
+    /// Disk in use, MiB.
+    pub disk_usage_mb: u32,
+    /// CPU use, 0–100 over its vCPUs, if known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_usage: Option<u32>,
+}
+
+/// The kind of node in NODE_CONNECTED / NODE_DISCONNECTED.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NodeType {
+    /// A compute node (AGENT session).
+    ComputeNode,
+    /// A network node (NETAGENT session).
+    NetworkNode,
+}
+
+/// NODE_CONNECTED, NODE_DISCONNECTED: a node arrived at or left the scheduler.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeEvent {
+    /// The node.
+    #[serde(with = "cbor::uuid_bytes")]
+    pub node_uuid: Uuid,
+    /// Which list it joined or left.
+    pub node_type: NodeType,
+}
+
+/// EVACUATE, RESTORE: commands to a whole node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeCommand {
+    /// The node (agent) to act on.
+    #[serde(with = "cbor::uuid_bytes")]
+    pub workload_agent_uuid: Uuid,
+}
