@@ -332,3 +332,512 @@ impl ClientHandshake {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frame::DEFAULT_MAX_FRAME;
+    use crate::payload::Reason;
+    use crate::testutil::{Clock, bytes_with, cbor, map, raw, raw_payload, raw_with};
+    use ciborium::Value;
+
+    const SERVER: Uuid = Uuid::from_bytes([0x5c; 16]);
+    const CLIENT: Uuid = Uuid::from_bytes([0x11; 16]);
+
+    fn server(peer_roles: Role, binding: UuidBinding, clock: Clock) -> ServerHandshake {
+        ServerHandshake::new(
+            (SERVER, Role::SCHEDULER),
+            ClusterConfig::default(),
+            PeerCertificate {
+                roles: peer_roles,
+                binding,
+            },
+            HandshakeConfig::default(),
+            clock.at(0),
+        )
+    }
+
+    fn connect(role: Role) -> RawFrame {
+        raw_payload(CLIENT, &Payload::Connect(Connect { role }))
+    }
+
+    fn connect_body(body: &[u8]) -> RawFrame {
+        raw_with(1, 0, Operand::Connect, CLIENT, body)
+    }
+
+    /// The outcome in short: `Ok(claimed role)`, or the ERROR operand the server answers with.
+    fn outcome(r: Result<ServerAccepted, Rejected>) -> Result<Role, Operand> {
+        match r {
+            Ok(a) => {
+                assert_eq!(a.reply.operand, Operand::Connected);
+                assert_eq!(a.reply.origin, SERVER);
+                Ok(a.session.peer_role())
+            }
+            Err(rej) => {
+                let reply = rej.reply();
+                assert_eq!(reply.origin, SERVER);
+                assert!(reply.operand.is_error());
+                // The reply carries a readable reason.
+                match reply.decode_payload().unwrap() {
+                    Payload::ConnectionAborted(r) | Payload::ConnectionFailure(r) => {
+                        assert!(!r.reason.is_empty())
+                    }
+                    other => panic!("unexpected reply {other:?}"),
+                }
+                Err(reply.operand)
+            }
+        }
+    }
+
+    #[test]
+    fn every_valid_claim_within_the_certificate_is_accepted() {
+        let clock = Clock::new();
+        let cases = [
+            (Role::CONTROLLER, Role::CONTROLLER),
+            (Role::AGENT, Role::AGENT),
+            (Role::NETAGENT, Role::NETAGENT),
+            (Role::DUAL, Role::DUAL),
+            (Role::DUAL, Role::AGENT),
+            (Role::DUAL, Role::NETAGENT),
+            (Role::CNCIAGENT, Role::CNCIAGENT),
+            (Role::all(), Role::CONTROLLER),
+        ];
+        for (cert, claim) in cases {
+            let hs = server(cert, UuidBinding::Unbound, clock);
+            let accepted = hs.handle_frame(clock.at(5), connect(claim)).unwrap();
+            let s = &accepted.session;
+            assert_eq!(
+                (
+                    s.side(),
+                    s.local_uuid(),
+                    s.local_role(),
+                    s.peer_uuid(),
+                    s.peer_role()
+                ),
+                (Side::Server, SERVER, Role::SCHEDULER, CLIENT, claim),
+                "cert {cert} claim {claim}"
+            );
+            let Payload::Connected(c) = accepted.reply.decode_payload().unwrap() else {
+                panic!("not CONNECTED")
+            };
+            assert_eq!(c.role, Role::SCHEDULER);
+            assert_eq!(c.client_uuid, CLIENT);
+            assert_eq!(c.config, ClusterConfig::default());
+        }
+    }
+
+    #[test]
+    fn handshake_outcome_table() {
+        let clock = Clock::new();
+        let other = Uuid::from_bytes([0x22; 16]);
+        let abort = Err(Operand::ConnectionAborted);
+        let fail = Err(Operand::ConnectionFailure);
+        // (certificate roles, binding, first frame, expected)
+        type Case = (
+            &'static str,
+            Role,
+            UuidBinding,
+            RawFrame,
+            Result<Role, Operand>,
+        );
+        let cases: Vec<Case> = vec![
+            (
+                "bound and matching",
+                Role::AGENT,
+                UuidBinding::Bound(CLIENT),
+                connect(Role::AGENT),
+                Ok(Role::AGENT),
+            ),
+            (
+                "bound to another",
+                Role::AGENT,
+                UuidBinding::Bound(other),
+                connect(Role::AGENT),
+                abort,
+            ),
+            (
+                "two bound UUIDs",
+                Role::AGENT,
+                UuidBinding::Ambiguous,
+                connect(Role::AGENT),
+                abort,
+            ),
+            (
+                "claim not in cert",
+                Role::AGENT,
+                UuidBinding::Unbound,
+                connect(Role::CONTROLLER),
+                abort,
+            ),
+            (
+                "dual claim, agent cert",
+                Role::AGENT,
+                UuidBinding::Unbound,
+                connect(Role::DUAL),
+                abort,
+            ),
+            (
+                "cert without roles",
+                Role::empty(),
+                UuidBinding::Unbound,
+                connect(Role::AGENT),
+                abort,
+            ),
+            (
+                "claim scheduler",
+                Role::all(),
+                UuidBinding::Unbound,
+                connect(Role::SCHEDULER),
+                abort,
+            ),
+            (
+                "claim server",
+                Role::all(),
+                UuidBinding::Unbound,
+                connect(Role::SERVER),
+                abort,
+            ),
+            (
+                "claim nothing",
+                Role::all(),
+                UuidBinding::Unbound,
+                connect(Role::empty()),
+                abort,
+            ),
+            (
+                "claim controller|agent",
+                Role::all(),
+                UuidBinding::Unbound,
+                connect(Role::CONTROLLER | Role::AGENT),
+                abort,
+            ),
+            (
+                "claim unknown bit",
+                Role::all(),
+                UuidBinding::Unbound,
+                connect(Role::from_bits_retain(0x104)),
+                abort,
+            ),
+            (
+                "heartbeat first",
+                Role::AGENT,
+                UuidBinding::Unbound,
+                raw_payload(CLIENT, &Payload::Heartbeat),
+                fail,
+            ),
+            (
+                "ready first",
+                Role::AGENT,
+                UuidBinding::Unbound,
+                raw_with(1, 0, Operand::Ready, CLIENT, &[]),
+                fail,
+            ),
+            (
+                "unknown operand first",
+                Role::AGENT,
+                UuidBinding::Unbound,
+                raw_with(1, 0, Operand::from_wire(0, 99), CLIENT, &[]),
+                fail,
+            ),
+            (
+                "minor 1",
+                Role::AGENT,
+                UuidBinding::Unbound,
+                raw_with(
+                    1,
+                    1,
+                    Operand::Connect,
+                    CLIENT,
+                    &cbor(&map(vec![("role", Value::from(4))])),
+                ),
+                fail,
+            ),
+            (
+                "no payload",
+                Role::AGENT,
+                UuidBinding::Unbound,
+                connect_body(&[]),
+                fail,
+            ),
+            (
+                "no role key",
+                Role::AGENT,
+                UuidBinding::Unbound,
+                connect_body(&cbor(&map(vec![("rol", Value::from(4))]))),
+                fail,
+            ),
+            (
+                "role negative",
+                Role::AGENT,
+                UuidBinding::Unbound,
+                connect_body(&cbor(&map(vec![("role", Value::from(-4))]))),
+                fail,
+            ),
+            (
+                "role over u32",
+                Role::AGENT,
+                UuidBinding::Unbound,
+                connect_body(&cbor(&map(vec![("role", Value::from(1u64 << 32))]))),
+                fail,
+            ),
+            (
+                "role as text",
+                Role::AGENT,
+                UuidBinding::Unbound,
+                connect_body(&cbor(&map(vec![("role", Value::from("agent"))]))),
+                fail,
+            ),
+            (
+                "payload an array",
+                Role::AGENT,
+                UuidBinding::Unbound,
+                connect_body(&cbor(&Value::Array(vec![Value::from(4)]))),
+                fail,
+            ),
+            (
+                "bytes after the map",
+                Role::AGENT,
+                UuidBinding::Unbound,
+                connect_body(&[0xa1, 0x64, b'r', b'o', b'l', b'e', 0x04, 0x00]),
+                fail,
+            ),
+            (
+                "truncated map",
+                Role::AGENT,
+                UuidBinding::Unbound,
+                connect_body(&[0xa1, 0x64, b'r', b'o']),
+                fail,
+            ),
+            (
+                "malformed trace",
+                Role::AGENT,
+                UuidBinding::Unbound,
+                raw_with(0x81, 0, Operand::Connect, CLIENT, &[0, 9, 1]),
+                fail,
+            ),
+            (
+                "extra keys ignored",
+                Role::AGENT,
+                UuidBinding::Unbound,
+                connect_body(&cbor(&map(vec![
+                    ("x", Value::from(1)),
+                    ("role", Value::from(4)),
+                ]))),
+                Ok(Role::AGENT),
+            ),
+        ];
+        for (name, roles, binding, frame, expected) in cases {
+            let got = outcome(server(roles, binding, clock).handle_frame(clock.at(1), frame));
+            assert_eq!(got, expected, "{name}");
+        }
+    }
+
+    #[test]
+    fn framing_errors_and_timeouts_are_connection_failures() {
+        let clock = Clock::new();
+        let hs = server(Role::AGENT, UuidBinding::Unbound, clock);
+        let decoder = HandshakeConfig::default().decoder();
+        // A wrong major version and an oversize body never reach handle_frame: the decoder
+        // refuses them, and the handshake turns that into CONNECTION_FAILURE.
+        for bytes in [
+            bytes_with(2, 0, Operand::Connect, CLIENT, &[]),
+            bytes_with(1, 0, Operand::Connect, CLIENT, &[]).slice(..8),
+        ] {
+            let mut buf = bytes::BytesMut::from(&bytes[..]);
+            if bytes.len() == 8 {
+                // Announce a body of max_frame + 1 bytes.
+                buf.extend_from_slice(&[0u8; 16]);
+                buf[4..8].copy_from_slice(&(DEFAULT_MAX_FRAME + 1).to_be_bytes());
+            }
+            let err = decoder.decode(&mut buf).unwrap_err();
+            let rej = hs.clone().handle_framing_error(err);
+            assert_eq!(rej.reply().operand, Operand::ConnectionFailure);
+            assert!(!rej.error.is_abort());
+        }
+        // Before the deadline the handshake keeps waiting; at the deadline it fails.
+        let hs = hs.handle_timeout(clock.at(9_999)).unwrap();
+        assert_eq!(hs.deadline(), clock.at(10_000));
+        let rej = hs.clone().handle_timeout(clock.at(10_000)).unwrap_err();
+        assert_eq!(rej.error, HandshakeError::Timeout);
+        assert_eq!(rej.reply().operand, Operand::ConnectionFailure);
+        // A CONNECT that arrives too late is refused the same way.
+        let late = hs
+            .handle_frame(clock.at(10_001), connect(Role::AGENT))
+            .unwrap_err();
+        assert_eq!(late.error, HandshakeError::Timeout);
+    }
+
+    fn client(
+        claim: Role,
+        server_roles: Role,
+        binding: UuidBinding,
+        clock: Clock,
+    ) -> ClientHandshake {
+        let (hs, connect) = ClientHandshake::start(
+            (CLIENT, Role::all()),
+            claim,
+            PeerCertificate {
+                roles: server_roles,
+                binding,
+            },
+            HandshakeConfig::default(),
+            clock.at(0),
+        )
+        .unwrap();
+        assert_eq!(connect.operand, Operand::Connect);
+        assert_eq!(connect.origin, CLIENT);
+        assert_eq!(
+            connect.decode_payload().unwrap(),
+            Payload::Connect(Connect { role: claim })
+        );
+        hs
+    }
+
+    fn connected(role: Role) -> RawFrame {
+        raw_payload(
+            SERVER,
+            &Payload::Connected(Connected {
+                role,
+                client_uuid: CLIENT,
+                config: ClusterConfig::default(),
+            }),
+        )
+    }
+
+    #[test]
+    fn client_accepts_a_server_role_within_its_certificate() {
+        let clock = Clock::new();
+        let hs = client(
+            Role::DUAL,
+            Role::SCHEDULER | Role::SERVER,
+            UuidBinding::Bound(SERVER),
+            clock,
+        );
+        let ok = hs
+            .handle_frame(clock.at(3), connected(Role::SCHEDULER))
+            .unwrap();
+        let s = ok.session;
+        assert_eq!(
+            (
+                s.side(),
+                s.local_uuid(),
+                s.local_role(),
+                s.peer_uuid(),
+                s.peer_role()
+            ),
+            (Side::Client, CLIENT, Role::DUAL, SERVER, Role::SCHEDULER)
+        );
+    }
+
+    #[test]
+    fn client_outcome_table() {
+        let clock = Clock::new();
+        let reason = |r: &str| Reason::new(r);
+        type Check = fn(&ClientHandshakeError) -> bool;
+        let cases: Vec<(&str, Role, UuidBinding, RawFrame, Check, bool)> = vec![
+            (
+                "role not in cert",
+                Role::SCHEDULER,
+                UuidBinding::Unbound,
+                connected(Role::SERVER),
+                |e| matches!(e, ClientHandshakeError::ServerRole { .. }),
+                false,
+            ),
+            (
+                "not a server role",
+                Role::all(),
+                UuidBinding::Unbound,
+                connected(Role::CONTROLLER),
+                |e| matches!(e, ClientHandshakeError::ServerRole { .. }),
+                false,
+            ),
+            (
+                "another identity",
+                Role::SCHEDULER,
+                UuidBinding::Bound(CLIENT),
+                connected(Role::SCHEDULER),
+                |e| matches!(e, ClientHandshakeError::ServerIdentity { .. }),
+                false,
+            ),
+            (
+                "ambiguous identity",
+                Role::SCHEDULER,
+                UuidBinding::Ambiguous,
+                connected(Role::SCHEDULER),
+                |e| matches!(e, ClientHandshakeError::ServerIdentity { .. }),
+                false,
+            ),
+            (
+                "aborted",
+                Role::SCHEDULER,
+                UuidBinding::Unbound,
+                raw_payload(SERVER, &Payload::ConnectionAborted(reason("no"))),
+                |e| matches!(e, ClientHandshakeError::Aborted(r) if r == "no"),
+                false,
+            ),
+            (
+                "failed",
+                Role::SCHEDULER,
+                UuidBinding::Unbound,
+                raw_payload(SERVER, &Payload::ConnectionFailure(reason("later"))),
+                |e| matches!(e, ClientHandshakeError::Failed(r) if r == "later"),
+                true,
+            ),
+            (
+                "heartbeat",
+                Role::SCHEDULER,
+                UuidBinding::Unbound,
+                raw_payload(SERVER, &Payload::Heartbeat),
+                |e| matches!(e, ClientHandshakeError::Unexpected(_)),
+                true,
+            ),
+            (
+                "bad CONNECTED",
+                Role::SCHEDULER,
+                UuidBinding::Unbound,
+                raw_with(1, 0, Operand::Connected, SERVER, &[0xa0]),
+                |e| matches!(e, ClientHandshakeError::Unexpected(_)),
+                true,
+            ),
+        ];
+        for (name, server_roles, binding, frame, check, retry) in cases {
+            let err = client(Role::AGENT, server_roles, binding, clock)
+                .handle_frame(clock.at(1), frame)
+                .unwrap_err();
+            assert!(check(&err), "{name}: {err:?}");
+            assert_eq!(err.is_retryable(), retry, "{name}");
+        }
+        let late = client(Role::AGENT, Role::SCHEDULER, UuidBinding::Unbound, clock);
+        assert!(late.clone().handle_timeout(clock.at(9_999)).is_ok());
+        assert_eq!(
+            late.handle_timeout(clock.at(10_000)).unwrap_err(),
+            ClientHandshakeError::Timeout
+        );
+    }
+
+    #[test]
+    fn client_refuses_to_claim_what_it_cannot() {
+        let server = PeerCertificate {
+            roles: Role::SCHEDULER,
+            binding: UuidBinding::Unbound,
+        };
+        let cfg = HandshakeConfig::default();
+        let now = Instant::now();
+        for (own, claim) in [
+            (Role::AGENT, Role::DUAL),
+            (Role::all(), Role::SCHEDULER),
+            (Role::all(), Role::empty()),
+        ] {
+            let err = ClientHandshake::start((CLIENT, own), claim, server, cfg, now).unwrap_err();
+            assert!(
+                matches!(err, ClientHandshakeError::BadClaim { .. }),
+                "{own} {claim}"
+            );
+            assert!(!err.is_retryable());
+        }
+        // The CONNECT it sends is the golden one.
+        let (_, frame) =
+            ClientHandshake::start((CLIENT, Role::DUAL), Role::DUAL, server, cfg, now).unwrap();
+        assert_eq!(raw(&frame).header.length, 7);
+    }
+}

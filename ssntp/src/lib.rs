@@ -19,6 +19,10 @@ pub mod session;
 
 #[cfg(any(test, fuzzing))]
 pub mod fuzzing;
+#[cfg(test)]
+mod golden;
+#[cfg(test)]
+mod testutil;
 
 pub use codec::{Decoded, Decoder, FrameError, SliceFrame};
 pub use error::{ClientHandshakeError, HandshakeError, Violation};

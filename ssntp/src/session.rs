@@ -283,3 +283,385 @@ impl Session {
         Ok(Received::Message(Box::new(Message { frame, payload })))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frame::Hop;
+    use crate::payload::*;
+    use crate::testutil::{Clock, cbor, map, raw, raw_payload, raw_with};
+    use ciborium::Value;
+
+    const SERVER: Uuid = Uuid::from_bytes([0x5c; 16]);
+    const PEER: Uuid = Uuid::from_bytes([0x11; 16]);
+    const INSTANCE: Uuid = Uuid::from_bytes([0x1a; 16]);
+
+    fn session(side: Side, peer_role: Role, clock: Clock) -> Session {
+        let (local, peer) = match side {
+            Side::Server => ((SERVER, Role::SCHEDULER), (PEER, peer_role)),
+            Side::Client => ((PEER, peer_role), (SERVER, Role::SCHEDULER)),
+        };
+        Session::new(side, local, peer, SessionConfig::default(), clock.at(0))
+    }
+
+    fn rejected(r: Received) -> (Violation, Option<Payload>) {
+        match r {
+            Received::Rejected { violation, reply } => {
+                let reply = reply.map(|f| {
+                    assert!([SERVER, PEER].contains(&f.origin), "replies come from us");
+                    f.decode_payload().unwrap()
+                });
+                (violation, reply)
+            }
+            other => panic!("not rejected: {other:?}"),
+        }
+    }
+
+    fn ready(node: Uuid) -> Payload {
+        Payload::Ready(NodeStatus {
+            node_uuid: node,
+            hostname: "n".into(),
+            mem_total_mb: 1,
+            mem_available_mb: 1,
+            disk_total_mb: 1,
+            disk_available_mb: 1,
+            vcpus_total: 1,
+            vcpus_available: 1,
+            load: 0,
+            networks: vec![],
+        })
+    }
+
+    #[test]
+    fn allowed_frames_are_delivered_typed() {
+        let clock = Clock::new();
+        let mut s = session(Side::Server, Role::AGENT, clock);
+        let got = s.handle_raw(clock.now(1), raw_payload(PEER, &ready(PEER)));
+        let Received::Message(m) = got else {
+            panic!("{got:?}")
+        };
+        assert_eq!(m.payload, ready(PEER));
+        assert_eq!(m.frame.origin, PEER);
+        assert_eq!(
+            s.handle_raw(clock.now(2), raw_payload(PEER, &Payload::Heartbeat)),
+            Received::Heartbeat
+        );
+    }
+
+    #[test]
+    fn unknown_operands_get_invalid_frame_type_except_errors() {
+        let clock = Clock::new();
+        let mut s = session(Side::Server, Role::CONTROLLER, clock);
+        for (ty, op) in [(0, 11), (1, 6), (3, 10), (4, 0), (255, 255)] {
+            let (v, reply) = rejected(s.handle_raw(
+                clock.now(1),
+                raw_with(1, 0, Operand::from_wire(ty, op), PEER, &[1, 2]),
+            ));
+            assert!(matches!(v, Violation::UnknownOperand(_)));
+            assert!(
+                matches!(reply, Some(Payload::InvalidFrameType(_))),
+                "{ty}/{op}"
+            );
+            assert!(!v.closes_session());
+        }
+        let (_, reply) = rejected(s.handle_raw(
+            clock.now(1),
+            raw_with(1, 0, Operand::from_wire(2, 77), PEER, &[]),
+        ));
+        assert_eq!(reply, None, "an ERROR is never answered");
+    }
+
+    #[test]
+    fn frames_outside_the_table_get_protocol_violation_except_errors() {
+        let clock = Clock::new();
+        let mut agent = session(Side::Server, Role::AGENT, clock);
+        let start = raw_with(1, 0, Operand::Start, PEER, &[]);
+        let (v, reply) = rejected(agent.handle_raw(clock.now(1), start));
+        assert_eq!(
+            v,
+            Violation::NotAllowed {
+                role: Role::AGENT,
+                operand: Operand::Start
+            }
+        );
+        assert!(matches!(reply, Some(Payload::ProtocolViolation(_))));
+        // An agent sending an ERROR nobody may send: dropped without an answer.
+        let aborted = raw_payload(PEER, &Payload::ConnectionAborted(Reason::new("x")));
+        let (_, reply) = rejected(agent.handle_raw(clock.now(1), aborted));
+        assert_eq!(reply, None);
+        // CONNECT after the handshake.
+        let connect = raw_payload(PEER, &Payload::Connect(Connect { role: Role::AGENT }));
+        assert!(matches!(
+            rejected(agent.handle_raw(clock.now(1), connect)).1,
+            Some(Payload::ProtocolViolation(_))
+        ));
+        // A client refuses CONNECTED after the handshake too.
+        let mut c = session(Side::Client, Role::AGENT, clock);
+        let connected = raw_payload(
+            SERVER,
+            &Payload::Connected(Connected {
+                role: Role::SCHEDULER,
+                client_uuid: PEER,
+                config: ClusterConfig::default(),
+            }),
+        );
+        assert!(matches!(
+            rejected(c.handle_raw(clock.now(1), connected)).0,
+            Violation::NotAllowed { .. }
+        ));
+    }
+
+    #[test]
+    fn bad_bodies_get_the_operands_own_failure() {
+        let clock = Clock::new();
+        let with_instance = cbor(&map(vec![
+            ("instance_uuid", Value::Bytes(INSTANCE.as_bytes().to_vec())),
+            ("x", Value::from(1)),
+        ]));
+        let bad_instance = cbor(&map(vec![("instance_uuid", Value::Bytes(vec![1, 2, 3]))]));
+        let mut s = session(Side::Server, Role::CONTROLLER, clock);
+        let mut reply = |op: Operand, body: &[u8]| {
+            rejected(s.handle_raw(clock.now(1), raw_with(1, 0, op, PEER, body))).1
+        };
+        assert_eq!(
+            reply(Operand::Start, &with_instance),
+            Some(Payload::StartFailure(StartFailure {
+                instance_uuid: INSTANCE,
+                node_uuid: None,
+                reason: StartFailureReason::InvalidPayload,
+                restart: false
+            }))
+        );
+        for body in [
+            &bad_instance[..],
+            &[0xff, 0x00],
+            &[],
+            &cbor(&Value::from(3)),
+        ] {
+            let Some(Payload::StartFailure(f)) = reply(Operand::Start, body) else {
+                panic!()
+            };
+            assert_eq!(f.instance_uuid, Uuid::nil());
+        }
+        let Some(Payload::DeleteFailure(f)) = reply(Operand::Delete, &with_instance) else {
+            panic!()
+        };
+        assert_eq!(
+            (f.instance_uuid, f.node_uuid, f.reason),
+            (INSTANCE, None, DeleteFailureReason::InvalidPayload)
+        );
+        let Some(Payload::AttachVolumeFailure(f)) = reply(Operand::AttachVolume, &with_instance)
+        else {
+            panic!()
+        };
+        assert_eq!((f.instance_uuid, f.volume_uuid), (INSTANCE, Uuid::nil()));
+        let Some(Payload::AssignPublicIpFailure(f)) =
+            reply(Operand::AssignPublicIp, &with_instance)
+        else {
+            panic!()
+        };
+        assert_eq!(
+            (f.instance_uuid, f.reason),
+            (INSTANCE, PublicIpFailureReason::InvalidPayload)
+        );
+        assert!(matches!(
+            reply(Operand::ReleasePublicIp, &[]),
+            Some(Payload::UnassignPublicIpFailure(_))
+        ));
+        assert!(matches!(
+            reply(Operand::Evacuate, &with_instance),
+            Some(Payload::ProtocolViolation(_))
+        ));
+        assert!(matches!(
+            reply(Operand::Configure, &[0xa0, 0xa0]),
+            Some(Payload::ProtocolViolation(_))
+        ));
+        // An ERROR with a bad body is dropped without an answer.
+        assert_eq!(reply(Operand::DeliveryFailure, &[0xa0]), None);
+
+        // A node answers with its own node UUID.
+        let mut agent = session(Side::Client, Role::AGENT, clock);
+        let r = rejected(agent.handle_raw(
+            clock.now(1),
+            raw_with(1, 0, Operand::Start, SERVER, &with_instance),
+        ))
+        .1;
+        let Some(Payload::StartFailure(f)) = r else {
+            panic!()
+        };
+        assert_eq!(f.node_uuid, Some(PEER));
+    }
+
+    #[test]
+    fn malformed_trace_blocks_are_body_errors() {
+        let clock = Clock::new();
+        let mut s = session(Side::Server, Role::CONTROLLER, clock);
+        let hops_not_list = cbor(&map(vec![("hops", Value::from(1))]));
+        let mut traced = vec![0, hops_not_list.len() as u8];
+        traced.extend_from_slice(&hops_not_list);
+        for body in [vec![], vec![0], vec![0, 5, 0xa0], vec![0, 1, 0x01], traced] {
+            let (v, reply) = rejected(
+                s.handle_raw(clock.now(1), raw_with(0x81, 0, Operand::Start, PEER, &body)),
+            );
+            assert!(matches!(v, Violation::BadTrace { .. }), "{body:?}: {v:?}");
+            assert!(matches!(reply, Some(Payload::StartFailure(_))));
+        }
+    }
+
+    #[test]
+    fn node_status_must_name_the_session() {
+        let clock = Clock::new();
+        let mut s = session(Side::Server, Role::AGENT, clock);
+        let other = Uuid::from_bytes([0x99; 16]);
+        let (v, reply) = rejected(s.handle_raw(clock.now(1), raw_payload(PEER, &ready(other))));
+        assert!(
+            matches!(v, Violation::NodeMismatch { named, session, .. } if named == other && session == PEER)
+        );
+        assert!(matches!(reply, Some(Payload::ProtocolViolation(_))));
+        let Payload::Ready(n) = ready(other) else {
+            unreachable!()
+        };
+        let (v, _) =
+            rejected(s.handle_raw(clock.now(1), raw_payload(PEER, &Payload::Full(Some(n)))));
+        assert!(matches!(v, Violation::NodeMismatch { .. }));
+        assert!(matches!(
+            s.handle_raw(clock.now(1), raw_payload(PEER, &Payload::Full(None))),
+            Received::Message(_)
+        ));
+    }
+
+    #[test]
+    fn other_minor_versions_are_handled_and_kept() {
+        let clock = Clock::new();
+        let mut s = session(Side::Server, Role::AGENT, clock);
+        let body = Payload::Heartbeat.encode();
+        assert_eq!(
+            s.handle_raw(
+                clock.now(1),
+                raw_with(1, 7, Operand::Heartbeat, PEER, &body)
+            ),
+            Received::Heartbeat
+        );
+        let r = s.handle_raw(
+            clock.now(1),
+            raw_with(
+                1,
+                7,
+                Operand::InstanceDeleted,
+                PEER,
+                &Payload::InstanceDeleted(InstanceEvent {
+                    instance_uuid: INSTANCE,
+                })
+                .encode(),
+            ),
+        );
+        let Received::Message(m) = r else { panic!() };
+        assert_eq!(m.frame.minor, 7);
+    }
+
+    #[test]
+    fn framing_errors_close_with_protocol_violation() {
+        let clock = Clock::new();
+        let mut s = session(Side::Server, Role::AGENT, clock);
+        let (v, reply) = s.handle_framing_error(FrameError::TooLarge { length: 5, max: 4 });
+        assert!(v.closes_session());
+        assert!(matches!(
+            reply.unwrap().decode_payload().unwrap(),
+            Payload::ProtocolViolation(_)
+        ));
+    }
+
+    #[test]
+    fn received_traces_get_their_rx_stamp() {
+        let clock = Clock::new();
+        let mut s = session(Side::Client, Role::AGENT, clock);
+        let frame = Frame::new(
+            SERVER,
+            &Payload::Delete(Delete {
+                instance_uuid: INSTANCE,
+                workload_agent_uuid: PEER,
+                stop: false,
+            }),
+        )
+        .with_trace(Trace::new("l", SERVER, Role::SCHEDULER, 7));
+        let Received::Message(m) = s.handle_raw(clock.now(3), raw(&frame)) else {
+            panic!()
+        };
+        let trace = m.frame.trace.unwrap();
+        assert_eq!(
+            trace.hops,
+            vec![Hop {
+                uuid: SERVER,
+                role: Role::SCHEDULER,
+                tx_ns: 7,
+                rx_ns: clock.now(3).unix_ns
+            }]
+        );
+        let made = s.traced_frame(&Payload::Heartbeat, "x", 42);
+        assert_eq!(
+            made.trace.unwrap().hops[0],
+            Hop {
+                uuid: PEER,
+                role: Role::AGENT,
+                tx_ns: 42,
+                rx_ns: 0
+            }
+        );
+    }
+
+    #[test]
+    fn client_sees_the_server_close() {
+        let clock = Clock::new();
+        let mut c = session(Side::Client, Role::AGENT, clock);
+        let r = c.handle_raw(
+            clock.now(1),
+            raw_payload(SERVER, &Payload::ConnectionAborted(Reason::new("replaced"))),
+        );
+        assert_eq!(
+            r,
+            Received::PeerClosed {
+                aborted: true,
+                reason: "replaced".into()
+            }
+        );
+        let r = c.handle_raw(
+            clock.now(1),
+            raw_with(1, 0, Operand::ConnectionFailure, SERVER, &[0xff]),
+        );
+        assert_eq!(
+            r,
+            Received::PeerClosed {
+                aborted: false,
+                reason: String::new()
+            }
+        );
+    }
+
+    #[test]
+    fn liveness_heartbeats_and_idle_timeout() {
+        let clock = Clock::new();
+        let mut s = session(Side::Server, Role::AGENT, clock);
+        // idle 30 s: heartbeat due 10 s after the last write, idle 30 s after the last receive.
+        assert_eq!(s.deadline(), clock.at(10_000));
+        assert_eq!(s.poll(clock.at(9_999)), None);
+        let Some(Tick::Heartbeat(hb)) = s.poll(clock.at(10_000)) else {
+            panic!()
+        };
+        assert_eq!((hb.operand, hb.origin), (Operand::Heartbeat, SERVER));
+        assert_eq!(s.deadline(), clock.at(20_000));
+        s.on_write(clock.at(15_000));
+        assert_eq!(s.deadline(), clock.at(25_000));
+        // Something received pushes the idle deadline.
+        s.handle_raw(clock.now(20_000), raw_payload(PEER, &Payload::Heartbeat));
+        s.on_write(clock.at(45_000));
+        assert_eq!(s.deadline(), clock.at(50_000));
+        assert_eq!(s.poll(clock.at(49_999)), None);
+        let Some(Tick::Idle(err)) = s.poll(clock.at(50_000)) else {
+            panic!()
+        };
+        assert_eq!(
+            err.decode_payload().unwrap(),
+            Payload::ConnectionFailure(Reason::new("idle timeout"))
+        );
+    }
+}

@@ -60,14 +60,73 @@ pub enum NodeState {
 
 /// STATS: every READY field, the node's status, and its instances.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "StatsWire", into = "StatsWire")]
 pub struct Stats {
     /// The node's figures, as in READY.
-    #[serde(flatten)]
     pub node: NodeStatus,
     /// The node's status.
     pub status: NodeState,
     /// Every instance on the node.
     pub instances: Vec<InstanceStat>,
+}
+
+/// STATS as it is on the wire: one flat map.
+#[derive(Clone, Serialize, Deserialize)]
+struct StatsWire {
+    #[serde(with = "cbor::uuid_bytes")]
+    node_uuid: Uuid,
+    hostname: String,
+    mem_total_mb: u32,
+    mem_available_mb: u32,
+    disk_total_mb: u32,
+    disk_available_mb: u32,
+    vcpus_total: u32,
+    vcpus_available: u32,
+    load: u32,
+    networks: Vec<NodeNetwork>,
+    status: NodeState,
+    instances: Vec<InstanceStat>,
+}
+
+impl From<StatsWire> for Stats {
+    fn from(w: StatsWire) -> Stats {
+        Stats {
+            node: NodeStatus {
+                node_uuid: w.node_uuid,
+                hostname: w.hostname,
+                mem_total_mb: w.mem_total_mb,
+                mem_available_mb: w.mem_available_mb,
+                disk_total_mb: w.disk_total_mb,
+                disk_available_mb: w.disk_available_mb,
+                vcpus_total: w.vcpus_total,
+                vcpus_available: w.vcpus_available,
+                load: w.load,
+                networks: w.networks,
+            },
+            status: w.status,
+            instances: w.instances,
+        }
+    }
+}
+
+impl From<Stats> for StatsWire {
+    fn from(s: Stats) -> StatsWire {
+        let n = s.node;
+        StatsWire {
+            node_uuid: n.node_uuid,
+            hostname: n.hostname,
+            mem_total_mb: n.mem_total_mb,
+            mem_available_mb: n.mem_available_mb,
+            disk_total_mb: n.disk_total_mb,
+            disk_available_mb: n.disk_available_mb,
+            vcpus_total: n.vcpus_total,
+            vcpus_available: n.vcpus_available,
+            load: n.load,
+            networks: n.networks,
+            status: s.status,
+            instances: s.instances,
+        }
+    }
 }
 
 /// An instance's state as its agent sees it.
