@@ -133,12 +133,31 @@ pub mod role_bits {
 /// A value written as text with `Display` and read back with `FromStr` (addresses, CIDRs, MACs).
 pub mod text {
     use super::*;
-    use serde::Deserialize;
+    use std::marker::PhantomData;
     use std::str::FromStr;
 
     /// Serialises with `Display`.
     pub fn serialize<T: fmt::Display, S: Serializer>(v: &T, s: S) -> Result<S::Ok, S::Error> {
         s.collect_str(v)
+    }
+
+    struct ParseVisitor<T>(PhantomData<T>);
+
+    impl<T> Visitor<'_> for ParseVisitor<T>
+    where
+        T: FromStr,
+        T::Err: fmt::Display,
+    {
+        type Value = T;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("text")
+        }
+
+        // Parses the decoder's borrowed text: no allocation on this path.
+        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<T, E> {
+            v.parse().map_err(|e| E::custom(format!("{v:?}: {e}")))
+        }
     }
 
     /// Deserialises text with `FromStr`.
@@ -148,9 +167,7 @@ pub mod text {
         T::Err: fmt::Display,
         D: Deserializer<'de>,
     {
-        let s = String::deserialize(d)?;
-        s.parse()
-            .map_err(|e| D::Error::custom(format!("{s:?}: {e}")))
+        d.deserialize_str(ParseVisitor(PhantomData))
     }
 }
 

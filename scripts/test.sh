@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# cumulo's whole test suite: the README's test command, and what CI (.ci/run) runs.
+# Installs what is missing, then: format, lints, docs, tests, licence policy, fuzz smoke.
+# FUZZ_SECONDS (default 20) sets the fuzz smoke run per target.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/deps.sh
+install_deps
+
+step() { printf '\n== %s\n' "$*"; }
+
+step "format"
+cargo fmt --all -- --check
+
+step "clippy"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+step "docs"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked --quiet
+
+step "tests"
+cargo test --workspace --locked
+
+if cargo deny --version >/dev/null 2>&1; then
+    step "licences, bans, sources (cargo deny)"
+    cargo deny --offline check licenses bans sources
+fi
+
+step "fuzz smoke (${FUZZ_SECONDS:-20}s per target)"
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+for target in $(cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz list); do
+    mkdir -p "$scratch/$target"
+    log="$scratch/$target.log"
+    # New inputs go to the scratch corpus; the committed seeds are only read.
+    if ! (cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz run "$target" "$scratch/$target" "corpus/$target" \
+        -- -max_total_time="${FUZZ_SECONDS:-20}") >"$log" 2>&1; then
+        tail -n 60 "$log"
+        echo "fuzz target $target failed: see fuzz/artifacts/$target" >&2
+        exit 1
+    fi
+    echo "$target: $(grep -E '^Done' "$log" || echo 'ran')"
+done
+echo "fuzz smoke: every target ran clean"
