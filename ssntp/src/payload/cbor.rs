@@ -1,23 +1,19 @@
 //! CBOR helpers: one-item decoding with no trailing bytes, and the serde shapes the contract
 //! fixes (UUIDs as 16-byte byte strings, roles as `u32`, addresses as text).
 
-use serde::de::{DeserializeOwned, Error as _, Visitor};
-use serde::{Deserializer, Serialize, Serializer};
+use serde::de::{Error as _, Visitor};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 use uuid::Uuid;
 
 use super::PayloadError;
 
 /// Decodes exactly one CBOR data item of type `T` from `bytes`; bytes after it are an error.
-pub fn decode_one<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, PayloadError> {
-    let mut rest = bytes;
-    let mut scratch = [0u8; 512];
-    let value = ciborium::de::from_reader_with_buffer(&mut rest, &mut scratch)
-        .map_err(|e| PayloadError::Cbor(cbor_error_text(&e)))?;
-    if !rest.is_empty() {
-        return Err(PayloadError::TrailingBytes(rest.len()));
-    }
-    Ok(value)
+pub fn decode_one<'de, T: Deserialize<'de>>(bytes: &'de [u8]) -> Result<T, PayloadError> {
+    super::de::from_slice(bytes).map_err(|e| match e {
+        super::de::ErrorOrTrailing::Error(e) => PayloadError::Cbor(e.to_string()),
+        super::de::ErrorOrTrailing::Trailing(n) => PayloadError::TrailingBytes(n),
+    })
 }
 
 /// Encodes one value as CBOR, appending to `out`.
@@ -32,18 +28,6 @@ pub fn encode_into<T: Serialize>(value: &T, out: &mut Vec<u8>) {
 fn unreachable_encode(e: &dyn fmt::Display) {
     // Only a bug in a payload type could reach this; keep it visible in debug builds.
     debug_assert!(false, "CBOR encoding of a payload failed: {e}");
-}
-
-fn cbor_error_text<E: fmt::Debug>(e: &ciborium::de::Error<E>) -> String {
-    match e {
-        ciborium::de::Error::Io(_) => "truncated CBOR".to_string(),
-        ciborium::de::Error::Syntax(at) => format!("malformed CBOR at byte {at}"),
-        ciborium::de::Error::Semantic(at, msg) => match at {
-            Some(at) => format!("{msg} (at byte {at})"),
-            None => msg.clone(),
-        },
-        ciborium::de::Error::RecursionLimitExceeded => "CBOR nested too deeply".to_string(),
-    }
 }
 
 struct UuidVisitor;

@@ -5,6 +5,7 @@
 //! missing required keys, wrong types, more than one CBOR item, or a non-map are errors.
 
 pub mod cbor;
+mod de;
 mod failure;
 mod handshake;
 mod instance;
