@@ -9,6 +9,7 @@
 #![forbid(unsafe_code)]
 
 pub mod authz;
+pub mod cert;
 pub mod codec;
 pub mod error;
 pub mod frame;
