@@ -18,6 +18,9 @@ pub mod payload;
 mod role;
 pub mod session;
 
+#[cfg(feature = "net")]
+pub mod net;
+
 #[cfg(any(test, fuzzing))]
 pub mod fuzzing;
 #[cfg(test)]

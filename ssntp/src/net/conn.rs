@@ -1,0 +1,408 @@
+//! One established session on a byte stream: a writer task that coalesces queued frames into few
+//! writes, and the session loop that reads, applies the receiving rules, keeps the session alive
+//! and hands messages to a dispatcher. Shared by the client and the server.
+
+use bytes::{Bytes, BytesMut};
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::codec::{Decoded, Decoder};
+use crate::frame::{EncodeError, Frame};
+use crate::session::{Message, Now, Received, Session, Tick};
+
+/// Limits of one connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnConfig {
+    /// Frames queued for a peer before senders get [`SendError::Busy`] (default 4096).
+    pub queue_frames: usize,
+    /// Bytes gathered into one write when several frames are queued (default 64 KiB).
+    pub coalesce_bytes: usize,
+    /// Initial read buffer (default 64 KiB).
+    pub read_buffer: usize,
+}
+
+impl Default for ConnConfig {
+    fn default() -> ConnConfig {
+        ConnConfig {
+            queue_frames: 4096,
+            coalesce_bytes: 64 << 10,
+            read_buffer: 64 << 10,
+        }
+    }
+}
+
+/// Why a frame was not queued for a peer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SendError {
+    /// The peer's outbound queue is full: it is not reading fast enough.
+    #[error("the peer's queue is full")]
+    Busy,
+    /// The session is closed (or was never open).
+    #[error("not connected")]
+    NotConnected,
+    /// The frame cannot be encoded within the size limit.
+    #[error("{0}")]
+    Encode(#[from] EncodeError),
+}
+
+/// The sending side of one session: a bounded queue to its writer. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Outbox {
+    tx: mpsc::Sender<Bytes>,
+    max_frame: u32,
+    close: CancellationToken,
+}
+
+impl Outbox {
+    /// Encodes `frame` and queues it; never waits.
+    pub fn send(&self, frame: &Frame) -> Result<(), SendError> {
+        self.send_encoded(frame.to_bytes(self.max_frame)?)
+    }
+
+    /// Queues an already encoded frame (one encoding shared by many recipients); never waits.
+    pub fn send_encoded(&self, bytes: Bytes) -> Result<(), SendError> {
+        self.tx.try_send(bytes).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(_) => SendError::Busy,
+            mpsc::error::TrySendError::Closed(_) => SendError::NotConnected,
+        })
+    }
+
+    /// The largest body this session sends.
+    pub fn max_frame(&self) -> u32 {
+        self.max_frame
+    }
+
+    /// Asks the session to close: queued frames are written first, then TLS is shut down.
+    pub fn close(&self) {
+        self.close.cancel();
+    }
+
+    /// Whether the session has been asked to close (or has closed).
+    pub fn is_closed(&self) -> bool {
+        self.close.is_cancelled() || self.tx.is_closed()
+    }
+}
+
+/// Where a session's messages go. The loop awaits it: a slow dispatcher slows this peer only.
+pub(crate) trait Dispatch: Send + 'static {
+    /// Handles one message; `false` ends the session.
+    fn dispatch(
+        &mut self,
+        session: &Session,
+        message: Message,
+    ) -> impl Future<Output = bool> + Send;
+}
+
+/// How a session ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Ended {
+    /// Closed on our side (close requested or shutdown).
+    Local,
+    /// The peer closed the stream, or reading failed.
+    PeerGone(String),
+    /// A framing violation or the idle timeout.
+    Violation(String),
+    /// The server sent CONNECTION_ABORTED (`aborted`) or CONNECTION_FAILURE.
+    ServerClosed {
+        /// Do not reconnect.
+        aborted: bool,
+        /// The server's reason.
+        reason: String,
+    },
+}
+
+/// Milliseconds of monotonic time since a fixed start, for the writer to report its last write.
+#[derive(Debug)]
+pub(crate) struct WriteClock {
+    epoch: Instant,
+    last_ms: AtomicU64,
+}
+
+impl WriteClock {
+    fn new(epoch: Instant) -> WriteClock {
+        WriteClock {
+            epoch,
+            last_ms: AtomicU64::new(0),
+        }
+    }
+
+    fn record(&self, now: Instant) {
+        let ms = now.saturating_duration_since(self.epoch).as_millis() as u64;
+        self.last_ms.fetch_max(ms, Ordering::Relaxed);
+    }
+
+    fn last(&self) -> Instant {
+        self.epoch + Duration::from_millis(self.last_ms.load(Ordering::Relaxed))
+    }
+}
+
+/// The current time, monotonic (tokio's clock, virtual in tests) and wall clock.
+pub(crate) fn now() -> Now {
+    let unix_ns = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    Now {
+        instant: tokio::time::Instant::now().into_std(),
+        unix_ns,
+    }
+}
+
+/// Writes queued frames, coalescing what is already queued into one write; on close, writes
+/// what is left and shuts the stream down.
+async fn write_loop<W: AsyncWrite + Unpin>(
+    mut w: W,
+    mut rx: mpsc::Receiver<Bytes>,
+    close: CancellationToken,
+    clock: Arc<WriteClock>,
+    coalesce: usize,
+) {
+    let mut buf = BytesMut::with_capacity(coalesce);
+    loop {
+        let first = tokio::select! {
+            biased;
+            b = rx.recv() => b,
+            _ = close.cancelled() => None,
+        };
+        let Some(first) = first else { break };
+        buf.extend_from_slice(&first);
+        while buf.len() < coalesce {
+            match rx.try_recv() {
+                Ok(b) => buf.extend_from_slice(&b),
+                Err(_) => break,
+            }
+        }
+        if w.write_all(&buf).await.is_err() || w.flush().await.is_err() {
+            close.cancel();
+            return;
+        }
+        buf.clear();
+        clock.record(tokio::time::Instant::now().into_std());
+    }
+    // Closing: what was queued before the close still goes out, then close_notify and FIN.
+    rx.close();
+    while let Ok(b) = rx.try_recv() {
+        buf.extend_from_slice(&b);
+    }
+    if !buf.is_empty() {
+        let _ = w.write_all(&buf).await;
+    }
+    let _ = w.flush().await;
+    let _ = w.shutdown().await;
+}
+
+/// A session whose writer runs and whose reader has not started yet: the owner can register
+/// the outbox (and report the session) before the first message is dispatched.
+pub(crate) struct Opened<R> {
+    reader: R,
+    outbox: Outbox,
+    close: CancellationToken,
+    clock: Arc<WriteClock>,
+}
+
+/// Splits `stream`, starts its writer, and returns the outbox with the reader still idle.
+pub(crate) fn open<S>(
+    stream: S,
+    max_frame: u32,
+    config: ConnConfig,
+    tracker: &tokio_util::task::TaskTracker,
+) -> Opened<tokio::io::ReadHalf<S>>
+where
+    S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+{
+    let (r, w) = tokio::io::split(stream);
+    let (tx, rx) = mpsc::channel(config.queue_frames.max(1));
+    let close = CancellationToken::new();
+    let clock = Arc::new(WriteClock::new(now().instant));
+    let outbox = Outbox {
+        tx,
+        max_frame,
+        close: close.clone(),
+    };
+    tracker.spawn(write_loop(
+        w,
+        rx,
+        close.clone(),
+        clock.clone(),
+        config.coalesce_bytes,
+    ));
+    Opened {
+        reader: r,
+        outbox,
+        close,
+        clock,
+    }
+}
+
+impl<R: AsyncRead + Unpin + Send + 'static> Opened<R> {
+    /// The session's outbox.
+    pub fn outbox(&self) -> &Outbox {
+        &self.outbox
+    }
+
+    /// Starts the session loop; `leftover` holds bytes read past the handshake frame.
+    pub fn run<D: Dispatch>(
+        self,
+        session: Session,
+        leftover: BytesMut,
+        read_buffer: usize,
+        dispatch: D,
+        tracker: &tokio_util::task::TaskTracker,
+    ) -> tokio::task::JoinHandle<Ended> {
+        let reader = ReadLoop {
+            session,
+            outbox: self.outbox,
+            close: self.close,
+            clock: self.clock,
+            dispatch,
+        };
+        tracker.spawn(reader.run(self.reader, leftover, read_buffer))
+    }
+}
+
+struct ReadLoop<D> {
+    session: Session,
+    outbox: Outbox,
+    close: CancellationToken,
+    clock: Arc<WriteClock>,
+    dispatch: D,
+}
+
+impl<D: Dispatch> ReadLoop<D> {
+    async fn run<R: AsyncRead + Unpin>(mut self, mut r: R, mut buf: BytesMut, cap: usize) -> Ended {
+        let decoder = Decoder::new(self.session.config().max_frame);
+        buf.reserve(cap);
+        let ended = loop {
+            // Frames already buffered first (the handshake may have read past its frame).
+            if let Some(ended) = self.drain(&decoder, &mut buf).await {
+                break ended;
+            }
+            let deadline = tokio::time::Instant::from_std(self.session.deadline());
+            tokio::select! {
+                biased;
+                _ = self.close.cancelled() => break Ended::Local,
+                read = r.read_buf(&mut buf) => match read {
+                    Ok(0) => break Ended::PeerGone("the peer closed the connection".into()),
+                    Ok(_) => {}
+                    Err(e) => break Ended::PeerGone(e.to_string()),
+                },
+                _ = tokio::time::sleep_until(deadline) => {
+                    self.session.on_write(self.clock.last());
+                    match self.session.poll(now().instant) {
+                        Some(Tick::Heartbeat(f)) => { let _ = self.outbox.send(&f); }
+                        Some(Tick::Idle(f)) => {
+                            let _ = self.outbox.send(&f);
+                            break Ended::Violation("idle timeout".into());
+                        }
+                        None => {}
+                    }
+                }
+            }
+            if buf.capacity() - buf.len() < 4096 {
+                buf.reserve(cap);
+            }
+        };
+        // Whatever the reason, the writer flushes what is queued and closes the stream.
+        self.close.cancel();
+        ended
+    }
+
+    /// Handles every whole frame in `buf`; `Some` when the session must end.
+    async fn drain(&mut self, decoder: &Decoder, buf: &mut BytesMut) -> Option<Ended> {
+        loop {
+            let raw = match decoder.decode(buf) {
+                Ok(Decoded::Frame(raw)) => raw,
+                Ok(Decoded::NeedMore(_)) => return None,
+                Err(e) => {
+                    let (violation, reply) = self.session.handle_framing_error(e);
+                    if let Some(reply) = reply {
+                        let _ = self.outbox.send(&reply);
+                    }
+                    return Some(Ended::Violation(violation.to_string()));
+                }
+            };
+            match self.session.handle_raw(now(), raw) {
+                Received::Message(m) => {
+                    if !self.dispatch.dispatch(&self.session, *m).await {
+                        return Some(Ended::Local);
+                    }
+                }
+                Received::Heartbeat => {}
+                Received::Rejected { violation, reply } => {
+                    tracing::debug!(peer = %self.session.peer_uuid(), %violation, "frame refused");
+                    if let Some(reply) = reply {
+                        // A peer that does not read its errors loses them, not our memory.
+                        let _ = self.outbox.send(&reply);
+                    }
+                    if violation.closes_session() {
+                        return Some(Ended::Violation(violation.to_string()));
+                    }
+                }
+                Received::PeerClosed { aborted, reason } => {
+                    return Some(Ended::ServerClosed { aborted, reason });
+                }
+            }
+        }
+    }
+}
+
+/// Why the first frame of a handshake did not arrive.
+#[derive(Debug)]
+pub(crate) enum FirstFrame {
+    /// It arrived.
+    Frame(crate::frame::RawFrame),
+    /// The stream cannot be framed.
+    Framing(crate::codec::FrameError),
+    /// The deadline passed.
+    Timeout,
+    /// The stream closed or failed.
+    Io(String),
+}
+
+/// Reads one frame (for the handshake) before `deadline`; bytes read past it stay in `buf`.
+pub(crate) async fn read_first<R: AsyncRead + Unpin>(
+    r: &mut R,
+    buf: &mut BytesMut,
+    decoder: &Decoder,
+    deadline: Instant,
+) -> FirstFrame {
+    let deadline = tokio::time::Instant::from_std(deadline);
+    loop {
+        match decoder.decode(buf) {
+            Ok(Decoded::Frame(raw)) => return FirstFrame::Frame(raw),
+            Ok(Decoded::NeedMore(n)) => buf.reserve(n.min(64 << 10)),
+            Err(e) => return FirstFrame::Framing(e),
+        }
+        tokio::select! {
+            read = r.read_buf(buf) => match read {
+                Ok(0) => return FirstFrame::Io("the peer closed the connection".into()),
+                Ok(_) => {}
+                Err(e) => return FirstFrame::Io(e.to_string()),
+            },
+            _ = tokio::time::sleep_until(deadline) => return FirstFrame::Timeout,
+        }
+    }
+}
+
+/// Writes one frame now (handshake replies), bounded by `deadline`.
+pub(crate) async fn write_now<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    frame: &Frame,
+    max_frame: u32,
+    deadline: Instant,
+) -> Result<(), String> {
+    let bytes = frame.to_bytes(max_frame).map_err(|e| e.to_string())?;
+    let write = async {
+        w.write_all(&bytes).await?;
+        w.flush().await
+    };
+    match tokio::time::timeout_at(tokio::time::Instant::from_std(deadline), write).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err("write timed out".into()),
+    }
+}

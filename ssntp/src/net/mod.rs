@@ -1,0 +1,27 @@
+//! The networked half of SSNTP on tokio and rustls: TLS configurations, the session driver
+//! (one reader and one writer task per connection, bounded queues, coalesced writes), the
+//! server with its forwarding rules, the reconnecting client, and endpoint identity.
+
+pub mod client;
+pub mod conn;
+pub mod forward;
+pub mod identity;
+pub mod server;
+pub mod tls;
+
+pub use client::{Client, ClientConfig, ClientError, ClientEvent, ClientHandle};
+pub use conn::{ConnConfig, Outbox, SendError};
+pub use forward::{Directory, Route, Routes};
+pub use server::{Server, ServerConfig, ServerError, ServerEvent, ServerHandle};
+pub use tls::{TlsError, TlsIdentity};
+
+use std::time::Duration;
+
+/// Socket options for every SSNTP connection: no Nagle delay, TCP keepalive on.
+fn tune(tcp: &tokio::net::TcpStream) {
+    let _ = tcp.set_nodelay(true);
+    let keepalive = socket2::TcpKeepalive::new()
+        .with_time(Duration::from_secs(30))
+        .with_interval(Duration::from_secs(10));
+    let _ = socket2::SockRef::from(tcp).set_tcp_keepalive(&keepalive);
+}

@@ -1,0 +1,531 @@
+//! The SSNTP server: accepts TLS connections, runs the handshake, keeps a registry of sessions,
+//! forwards frames by rule, and hands the application a bounded stream of typed events.
+
+use bytes::BytesMut;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Semaphore, mpsc};
+use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use uuid::Uuid;
+
+use super::conn::{self, ConnConfig, Dispatch, FirstFrame, Outbox, SendError};
+use super::forward::{Directory, Route, Routes};
+use super::tls::{self, TlsError, TlsIdentity};
+use crate::frame::Frame;
+use crate::handshake::{HandshakeConfig, PeerCertificate, ServerHandshake, UuidBinding};
+use crate::payload::{ClusterConfig, DeliveryFailure, DeliveryFailureReason, Payload, Reason};
+use crate::role::Role;
+use crate::session::{Message, Session};
+
+/// How a server runs.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// CA, certificate and key.
+    pub tls: TlsIdentity,
+    /// Our UUID (the one bound in our certificate, when it binds one).
+    pub uuid: Uuid,
+    /// The cluster configuration sent in CONNECTED.
+    pub cluster: ClusterConfig,
+    /// Handshake and session limits.
+    pub handshake: HandshakeConfig,
+    /// Per-connection limits.
+    pub conn: ConnConfig,
+    /// Connections beyond this many are closed at once (default 16,384).
+    pub max_connections: usize,
+    /// Events queued for the application before readers wait (default 8,192).
+    pub event_queue: usize,
+    /// How long a shutdown waits for sessions to drain (default 3 s).
+    pub grace: Duration,
+    /// Forwarding rules.
+    pub routes: Routes,
+}
+
+impl ServerConfig {
+    /// A configuration with the defaults.
+    pub fn new(tls: TlsIdentity, uuid: Uuid) -> ServerConfig {
+        ServerConfig {
+            tls,
+            uuid,
+            cluster: ClusterConfig::default(),
+            handshake: HandshakeConfig::default(),
+            conn: ConnConfig::default(),
+            max_connections: 16_384,
+            event_queue: 8_192,
+            grace: Duration::from_secs(3),
+            routes: Routes::new(),
+        }
+    }
+}
+
+/// Why a server cannot start or run.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// The TLS material is unusable.
+    #[error("{0}")]
+    Tls(#[from] TlsError),
+    /// Our certificate does not carry a server role.
+    #[error("the certificate's roles ({0}) include neither server nor scheduler")]
+    NotAServer(Role),
+    /// Our UUID is not the one our certificate binds.
+    #[error("the certificate binds UUID {bound}, not {configured}")]
+    Identity {
+        /// The certificate's.
+        bound: Uuid,
+        /// The configured one.
+        configured: Uuid,
+    },
+}
+
+/// What the application hears from the server.
+#[derive(Debug)]
+pub enum ServerEvent {
+    /// A session was established.
+    Connected {
+        /// The peer.
+        uuid: Uuid,
+        /// Its claimed role.
+        role: Role,
+    },
+    /// A session ended (also when replaced by a newer one with the same UUID).
+    Disconnected {
+        /// The peer.
+        uuid: Uuid,
+        /// Its claimed role.
+        role: Role,
+    },
+    /// A message routed to the application.
+    Frame {
+        /// The sender.
+        uuid: Uuid,
+        /// Its claimed role.
+        role: Role,
+        /// The message.
+        message: Box<Message>,
+    },
+}
+
+struct Entry {
+    role: Role,
+    outbox: Outbox,
+    generation: u64,
+}
+
+struct Shared {
+    uuid: Uuid,
+    roles: Role,
+    max_frame: u32,
+    registry: RwLock<HashMap<Uuid, Entry>>,
+    generation: AtomicU64,
+}
+
+struct Registry<'a>(&'a HashMap<Uuid, Entry>);
+
+impl Directory for Registry<'_> {
+    fn role_of(&self, uuid: Uuid) -> Option<Role> {
+        self.0.get(&uuid).map(|e| e.role)
+    }
+}
+
+impl Shared {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<Uuid, Entry>> {
+        self.registry.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<Uuid, Entry>> {
+        self.registry.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn outbox(&self, uuid: Uuid) -> Option<Outbox> {
+        self.read().get(&uuid).map(|e| e.outbox.clone())
+    }
+}
+
+/// Sends to and asks about the server's sessions. Cheap to clone.
+#[derive(Clone)]
+pub struct ServerHandle {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for ServerHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerHandle")
+            .field("uuid", &self.shared.uuid)
+            .finish()
+    }
+}
+
+impl ServerHandle {
+    /// The server's UUID.
+    pub fn uuid(&self) -> Uuid {
+        self.shared.uuid
+    }
+
+    /// The server's roles (its certificate's).
+    pub fn roles(&self) -> Role {
+        self.shared.roles
+    }
+
+    /// Queues a frame for one session.
+    pub fn send(&self, uuid: Uuid, frame: &Frame) -> Result<(), SendError> {
+        self.shared
+            .outbox(uuid)
+            .ok_or(SendError::NotConnected)?
+            .send(frame)
+    }
+
+    /// Queues a frame made by the server itself.
+    pub fn send_payload(&self, uuid: Uuid, payload: &Payload) -> Result<(), SendError> {
+        self.send(uuid, &Frame::new(self.shared.uuid, payload))
+    }
+
+    /// Queues a frame for every session whose role intersects `role`; returns how many took it.
+    pub fn broadcast(&self, role: Role, frame: &Frame) -> Result<usize, SendError> {
+        let bytes = frame.to_bytes(self.shared.max_frame)?;
+        let registry = self.shared.read();
+        Ok(registry
+            .values()
+            .filter(|e| e.role.intersects(role))
+            .filter(|e| e.outbox.send_encoded(bytes.clone()).is_ok())
+            .count())
+    }
+
+    /// The claimed role of a connected peer.
+    pub fn client_role(&self, uuid: Uuid) -> Option<Role> {
+        self.shared.read().get(&uuid).map(|e| e.role)
+    }
+
+    /// Every connected peer and its role.
+    pub fn sessions(&self) -> Vec<(Uuid, Role)> {
+        self.shared
+            .read()
+            .iter()
+            .map(|(u, e)| (*u, e.role))
+            .collect()
+    }
+
+    /// Closes a peer's session (after its queued frames); `false` if it is not connected.
+    pub fn disconnect(&self, uuid: Uuid) -> bool {
+        self.shared.outbox(uuid).map(|o| o.close()).is_some()
+    }
+}
+
+/// The server. Build it with [`Server::new`], run it with [`Server::run`].
+pub struct Server {
+    config: ServerConfig,
+    acceptor: TlsAcceptor,
+    shared: Arc<Shared>,
+    events: mpsc::Sender<ServerEvent>,
+}
+
+impl Server {
+    /// Checks the configuration; returns the server, a handle, and the application's events.
+    pub fn new(
+        config: ServerConfig,
+    ) -> Result<(Server, ServerHandle, mpsc::Receiver<ServerEvent>), ServerError> {
+        let own = config.tls.own();
+        if !own.roles.intersects(Role::SERVER | Role::SCHEDULER) {
+            return Err(ServerError::NotAServer(own.roles));
+        }
+        if let UuidBinding::Bound(bound) = own.binding
+            && bound != config.uuid
+        {
+            return Err(ServerError::Identity {
+                bound,
+                configured: config.uuid,
+            });
+        }
+        let acceptor = TlsAcceptor::from(config.tls.server_config()?);
+        let shared = Arc::new(Shared {
+            uuid: config.uuid,
+            roles: own.roles,
+            max_frame: config.handshake.session.max_frame,
+            registry: RwLock::new(HashMap::new()),
+            generation: AtomicU64::new(0),
+        });
+        let (tx, rx) = mpsc::channel(config.event_queue.max(1));
+        let handle = ServerHandle {
+            shared: shared.clone(),
+        };
+        Ok((
+            Server {
+                config,
+                acceptor,
+                shared,
+                events: tx,
+            },
+            handle,
+            rx,
+        ))
+    }
+
+    /// Accepts on `listener` until `shutdown`; then stops accepting, closes every session
+    /// (queued frames are written, TLS is shut down) and waits up to the grace period.
+    pub async fn run(self, listener: TcpListener, shutdown: CancellationToken) {
+        let tracker = TaskTracker::new();
+        let limit = Arc::new(Semaphore::new(self.config.max_connections));
+        let this = Arc::new(self);
+        loop {
+            let accepted = tokio::select! {
+                _ = shutdown.cancelled() => break,
+                a = listener.accept() => a,
+            };
+            let tcp = match accepted {
+                Ok((tcp, _)) => tcp,
+                Err(e) => {
+                    // Out of descriptors and the like: keep serving the sessions we have.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            let Ok(permit) = limit.clone().try_acquire_owned() else {
+                tracing::warn!("connection limit reached; closing a new connection");
+                continue;
+            };
+            super::tune(&tcp);
+            let this = this.clone();
+            let inner = tracker.clone();
+            let stop = shutdown.clone();
+            tracker.spawn(async move {
+                this.connection(tcp, &inner, stop).await;
+                drop(permit);
+            });
+        }
+        drop(listener);
+        for entry in this.shared.read().values() {
+            entry.outbox.close();
+        }
+        tracker.close();
+        let _ = tokio::time::timeout(this.config.grace, tracker.wait()).await;
+    }
+
+    async fn connection(&self, tcp: TcpStream, tracker: &TaskTracker, shutdown: CancellationToken) {
+        let start = conn::now().instant;
+        let deadline = start + self.config.handshake.handshake_timeout;
+        let tls_deadline = tokio::time::Instant::from_std(deadline);
+        let mut stream =
+            match tokio::time::timeout_at(tls_deadline, self.acceptor.accept(tcp)).await {
+                Ok(Ok(s)) => s,
+                Ok(Err(e)) => return tracing::debug!(error = %e, "TLS handshake failed"),
+                Err(_) => return tracing::debug!("TLS handshake timed out"),
+            };
+        let peer = tls::peer_of(stream.get_ref().1).unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "unreadable peer certificate: no roles");
+            PeerCertificate {
+                roles: Role::empty(),
+                binding: UuidBinding::Unbound,
+            }
+        });
+        let hs = ServerHandshake::new(
+            (self.shared.uuid, self.shared.roles),
+            self.config.cluster.clone(),
+            peer,
+            self.config.handshake,
+            start,
+        );
+        let decoder = self.config.handshake.decoder();
+        let mut buf = BytesMut::with_capacity(4096);
+        let max = self.shared.max_frame;
+        let outcome = match conn::read_first(&mut stream, &mut buf, &decoder, hs.deadline()).await {
+            FirstFrame::Frame(raw) => hs.handle_frame(conn::now().instant, raw),
+            FirstFrame::Framing(e) => Err(hs.handle_framing_error(e)),
+            FirstFrame::Timeout => match hs.handle_timeout(deadline) {
+                Err(rejected) => Err(rejected),
+                Ok(_) => return, // cannot happen: the deadline is the handshake's own
+            },
+            FirstFrame::Io(e) => return tracing::debug!(error = %e, "closed before CONNECT"),
+        };
+        let accepted = match outcome {
+            Ok(a) => a,
+            Err(rejected) => {
+                tracing::info!(error = %rejected.error, "connection refused");
+                let _ = conn::write_now(&mut stream, &rejected.reply(), max, deadline).await;
+                let _ = stream.shutdown().await;
+                return;
+            }
+        };
+        if conn::write_now(&mut stream, &accepted.reply, max, deadline)
+            .await
+            .is_err()
+        {
+            return;
+        }
+        let session = accepted.session;
+        let (uuid, role) = (session.peer_uuid(), session.peer_role());
+        let opened = conn::open(stream, max, self.config.conn, tracker);
+        let generation = self.register(uuid, role, opened.outbox().clone()).await;
+        if self
+            .events
+            .send(ServerEvent::Connected { uuid, role })
+            .await
+            .is_err()
+        {
+            opened.outbox().close();
+        }
+        let dispatch = ServerDispatch {
+            shared: self.shared.clone(),
+            routes: self.config.routes.clone(),
+            events: self.events.clone(),
+        };
+        let done = opened.run(
+            session,
+            buf,
+            self.config.conn.read_buffer,
+            dispatch,
+            tracker,
+        );
+        let ended = tokio::select! {
+            e = done => e.ok(),
+            _ = shutdown.cancelled() => None,
+        };
+        tracing::debug!(%uuid, %role, ?ended, "session ended");
+        if self.deregister(uuid, generation) {
+            let _ = self
+                .events
+                .send(ServerEvent::Disconnected { uuid, role })
+                .await;
+        }
+    }
+
+    /// Adds a session; a live one with the same UUID is told it is replaced, closed, and
+    /// reported disconnected first.
+    async fn register(&self, uuid: Uuid, role: Role, outbox: Outbox) -> u64 {
+        let generation = self.shared.generation.fetch_add(1, Ordering::Relaxed);
+        let old = self.shared.write().insert(
+            uuid,
+            Entry {
+                role,
+                outbox,
+                generation,
+            },
+        );
+        if let Some(old) = old {
+            let replaced = Payload::ConnectionAborted(Reason::new("replaced"));
+            let _ = old.outbox.send(&Frame::new(self.shared.uuid, &replaced));
+            old.outbox.close();
+            let _ = self
+                .events
+                .send(ServerEvent::Disconnected {
+                    uuid,
+                    role: old.role,
+                })
+                .await;
+        }
+        generation
+    }
+
+    /// Removes a session unless a newer one took its place; `true` if it was removed.
+    fn deregister(&self, uuid: Uuid, generation: u64) -> bool {
+        let mut registry = self.shared.write();
+        match registry.get(&uuid) {
+            Some(e) if e.generation == generation => {
+                registry.remove(&uuid);
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+struct ServerDispatch {
+    shared: Arc<Shared>,
+    routes: Routes,
+    events: mpsc::Sender<ServerEvent>,
+}
+
+impl ServerDispatch {
+    /// Sends a frame on to `targets` (never back to the sender), with a trace hop for us.
+    fn forward(&self, session: &Session, message: Message, targets: Vec<(Uuid, Outbox)>) {
+        let mut frame = message.frame;
+        let now = conn::now();
+        if let Some(trace) = &mut frame.trace {
+            trace.push_hop(self.shared.uuid, self.shared.roles, now.unix_ns);
+        }
+        let bytes = match frame.to_bytes(self.shared.max_frame) {
+            Ok(b) => b,
+            Err(_) => {
+                let target = (targets.len() == 1).then(|| targets[0].0);
+                return self.fail(session, &frame, DeliveryFailureReason::TooLarge, target);
+            }
+        };
+        for (uuid, outbox) in targets {
+            if uuid == session.peer_uuid() {
+                continue;
+            }
+            if let Err(e) = outbox.send_encoded(bytes.clone()) {
+                tracing::warn!(to = %uuid, operand = %frame.operand, error = %e, "frame not forwarded");
+            }
+        }
+    }
+
+    /// DELIVERY_FAILURE to the sender.
+    fn fail(
+        &self,
+        session: &Session,
+        frame: &Frame,
+        reason: DeliveryFailureReason,
+        target: Option<Uuid>,
+    ) {
+        let (operand_type, operand) = frame.operand.to_wire();
+        let failure = Payload::DeliveryFailure(DeliveryFailure {
+            operand_type,
+            operand,
+            target_uuid: target,
+            reason,
+        });
+        if let Some(outbox) = self.shared.outbox(session.peer_uuid()) {
+            let _ = outbox.send(&Frame::new(self.shared.uuid, &failure));
+        }
+    }
+}
+
+impl Dispatch for ServerDispatch {
+    async fn dispatch(&mut self, session: &Session, message: Message) -> bool {
+        let route = {
+            let registry = self.shared.read();
+            let route = self.routes.route(&message, &Registry(&registry));
+            let targets: Vec<(Uuid, Outbox)> = match &route {
+                Route::Role(role) => registry
+                    .iter()
+                    .filter(|(_, e)| e.role.intersects(*role))
+                    .map(|(u, e)| (*u, e.outbox.clone()))
+                    .collect(),
+                Route::To(uuid) => registry
+                    .get(uuid)
+                    .map(|e| vec![(*uuid, e.outbox.clone())])
+                    .unwrap_or_default(),
+                _ => Vec::new(),
+            };
+            (route, targets)
+        };
+        match route {
+            (Route::App, _) => {
+                let event = ServerEvent::Frame {
+                    uuid: session.peer_uuid(),
+                    role: session.peer_role(),
+                    message: Box::new(message),
+                };
+                return self.events.send(event).await.is_ok();
+            }
+            (Route::Role(_), targets) => self.forward(session, message, targets),
+            (Route::To(uuid), targets) if targets.is_empty() => self.fail(
+                session,
+                &message.frame,
+                DeliveryFailureReason::NodeUnavailable,
+                Some(uuid),
+            ),
+            (Route::To(_), targets) => self.forward(session, message, targets),
+            (Route::Discard, _) => {}
+            (Route::Fail { reason, target }, _) => {
+                self.fail(session, &message.frame, reason, target)
+            }
+        }
+        true
+    }
+}

@@ -1,0 +1,505 @@
+//! The networked layer over real TLS on loopback: handshakes, round trips, forwarding, liveness,
+//! replacement, reconnection. No sleeps: every wait has a deadline.
+
+use ssntp::frame::{Frame, Trace};
+use ssntp::net::{
+    Client, ClientConfig, ClientEvent, ClientHandle, Route, Routes, SendError, Server,
+    ServerConfig, ServerEvent, ServerHandle,
+};
+use ssntp::payload::*;
+use ssntp::{Operand, Payload, Role, Uuid};
+use std::time::Duration;
+use testkit::{TestPki, recv_within, wait_until};
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+const T: Duration = Duration::from_secs(10);
+
+struct TestServer {
+    handle: ServerHandle,
+    events: mpsc::Receiver<ServerEvent>,
+    addr: String,
+    stop: CancellationToken,
+    done: tokio::task::JoinHandle<()>,
+}
+
+async fn server_with(
+    pki: &TestPki,
+    uuid: Uuid,
+    routes: Routes,
+    tune: impl FnOnce(&mut ServerConfig),
+) -> TestServer {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    server_on(pki, uuid, routes, listener, tune)
+}
+
+fn server_on(
+    pki: &TestPki,
+    uuid: Uuid,
+    routes: Routes,
+    listener: TcpListener,
+    tune: impl FnOnce(&mut ServerConfig),
+) -> TestServer {
+    let addr = format!("localhost:{}", listener.local_addr().unwrap().port());
+    let mut config = ServerConfig::new(pki.identity(Role::SCHEDULER, Some(uuid)), uuid);
+    config.routes = routes;
+    tune(&mut config);
+    let (server, handle, events) = Server::new(config).unwrap();
+    let stop = CancellationToken::new();
+    let done = tokio::spawn(server.run(listener, stop.clone()));
+    TestServer {
+        handle,
+        events,
+        addr,
+        stop,
+        done,
+    }
+}
+
+struct TestClient {
+    handle: ClientHandle,
+    events: mpsc::Receiver<ClientEvent>,
+}
+
+fn client_with(
+    pki: &TestPki,
+    cert_roles: Role,
+    claim: Role,
+    uuid: Uuid,
+    addr: &str,
+    tune: impl FnOnce(&mut ClientConfig),
+) -> TestClient {
+    let mut config = ClientConfig::new(
+        pki.identity(cert_roles, Some(uuid)),
+        uuid,
+        claim,
+        vec![addr.to_string()],
+    );
+    config.backoff.initial = Duration::from_millis(50);
+    config.backoff.max = Duration::from_millis(400);
+    tune(&mut config);
+    let (handle, events) = Client::start(config).unwrap();
+    TestClient { handle, events }
+}
+
+fn client(pki: &TestPki, role: Role, uuid: Uuid, addr: &str) -> TestClient {
+    client_with(pki, role, role, uuid, addr, |_| {})
+}
+
+async fn connected(c: &mut TestClient) -> (Uuid, Role) {
+    loop {
+        match recv_within(&mut c.events, T).await {
+            ClientEvent::Connected {
+                server_uuid,
+                server_role,
+                ..
+            } => return (server_uuid, server_role),
+            ClientEvent::Disconnected { .. } => continue,
+            other => panic!("expected Connected, got {other:?}"),
+        }
+    }
+}
+
+async fn server_connected(s: &mut TestServer) -> (Uuid, Role) {
+    match recv_within(&mut s.events, T).await {
+        ServerEvent::Connected { uuid, role } => (uuid, role),
+        other => panic!("expected Connected, got {other:?}"),
+    }
+}
+
+async fn server_frame(s: &mut TestServer) -> (Uuid, Box<ssntp::session::Message>) {
+    loop {
+        match recv_within(&mut s.events, T).await {
+            ServerEvent::Frame { uuid, message, .. } => return (uuid, message),
+            ServerEvent::Connected { .. } | ServerEvent::Disconnected { .. } => continue,
+        }
+    }
+}
+
+async fn client_frame(c: &mut TestClient) -> Box<ssntp::session::Message> {
+    loop {
+        match recv_within(&mut c.events, T).await {
+            ClientEvent::Frame(m) => return m,
+            ClientEvent::Connected { .. } => continue,
+            other => panic!("expected a frame, got {other:?}"),
+        }
+    }
+}
+
+fn u(n: u8) -> Uuid {
+    Uuid::from_bytes([n; 16])
+}
+
+fn instance_deleted(n: u8) -> Payload {
+    Payload::InstanceDeleted(InstanceEvent {
+        instance_uuid: u(n),
+    })
+}
+
+#[tokio::test]
+async fn every_role_connects_and_the_server_knows_it() {
+    let pki = TestPki::new();
+    let mut s = server_with(&pki, u(0x5c), Routes::new(), |_| {}).await;
+    let cases = [
+        (Role::CONTROLLER, Role::CONTROLLER),
+        (Role::AGENT, Role::AGENT),
+        (Role::NETAGENT, Role::NETAGENT),
+        (Role::DUAL, Role::DUAL),
+        (Role::DUAL, Role::AGENT),
+        (Role::CNCIAGENT, Role::CNCIAGENT),
+    ];
+    let mut clients = Vec::new();
+    for (i, (cert, claim)) in cases.into_iter().enumerate() {
+        let id = u(i as u8 + 1);
+        let mut c = client_with(&pki, cert, claim, id, &s.addr, |_| {});
+        assert_eq!(connected(&mut c).await, (u(0x5c), Role::SCHEDULER));
+        assert_eq!(server_connected(&mut s).await, (id, claim));
+        assert_eq!(s.handle.client_role(id), Some(claim));
+        assert!(c.handle.is_connected());
+        clients.push(c);
+    }
+    assert_eq!(s.handle.client_role(u(4)), Some(Role::DUAL));
+    assert_eq!(s.handle.sessions().len(), 6);
+}
+
+#[tokio::test]
+async fn frames_of_every_type_round_trip() {
+    let pki = TestPki::new();
+    let mut s = server_with(&pki, u(0x5c), Routes::new(), |_| {}).await;
+    let mut agent = client(&pki, Role::AGENT, u(1), &s.addr);
+    connected(&mut agent).await;
+    server_connected(&mut s).await;
+    // EVENT and ERROR from the agent, STATUS too.
+    let sent = [
+        instance_deleted(9),
+        Payload::DeleteFailure(DeleteFailure {
+            instance_uuid: u(9),
+            node_uuid: Some(u(1)),
+            reason: DeleteFailureReason::NoInstance,
+        }),
+        Payload::Full(None),
+    ];
+    for p in &sent {
+        agent.handle.send_payload(p).unwrap();
+    }
+    for p in &sent {
+        let (from, m) = server_frame(&mut s).await;
+        assert_eq!((from, &m.payload, m.frame.origin), (u(1), p, u(1)));
+    }
+    // A COMMAND from the server.
+    let delete = Payload::Delete(Delete {
+        instance_uuid: u(9),
+        workload_agent_uuid: u(1),
+        stop: true,
+    });
+    s.handle.send_payload(u(1), &delete).unwrap();
+    let m = client_frame(&mut agent).await;
+    assert_eq!((m.payload.clone(), m.frame.origin), (delete, u(0x5c)));
+}
+
+#[tokio::test]
+async fn ten_thousand_frames_arrive_in_order() {
+    let pki = TestPki::new();
+    let mut s = server_with(&pki, u(0x5c), Routes::new(), |_| {}).await;
+    let mut agent = client_with(&pki, Role::AGENT, Role::AGENT, u(1), &s.addr, |c| {
+        c.conn.queue_frames = 20_000
+    });
+    connected(&mut agent).await;
+    server_connected(&mut s).await;
+    for i in 0..10_000u32 {
+        let p = Payload::TraceReport(TraceReport {
+            frames: vec![FrameTrace {
+                label: i.to_string(),
+                operand_type: 0,
+                operand: 0,
+                start_ns: 0,
+                end_ns: 0,
+                hops: vec![],
+            }],
+        });
+        agent.handle.send_payload(&p).unwrap();
+    }
+    for i in 0..10_000u32 {
+        let (_, m) = server_frame(&mut s).await;
+        let Payload::TraceReport(r) = m.payload else {
+            panic!()
+        };
+        assert_eq!(r.frames[0].label, i.to_string());
+    }
+}
+
+#[tokio::test]
+async fn forwarding_reaches_the_right_sessions_only() {
+    let pki = TestPki::new();
+    let routes = Routes::new()
+        .to_role(Operand::InstanceDeleted, Role::CONTROLLER)
+        .dynamic(Operand::Delete, |m, dir| match &m.payload {
+            Payload::Delete(d) => match dir.role_of(d.workload_agent_uuid) {
+                Some(r) if r.intersects(Role::AGENT | Role::NETAGENT) => {
+                    Route::To(d.workload_agent_uuid)
+                }
+                _ => Route::Fail {
+                    reason: DeliveryFailureReason::NodeUnavailable,
+                    target: Some(d.workload_agent_uuid),
+                },
+            },
+            _ => Route::Discard,
+        });
+    let mut s = server_with(&pki, u(0x5c), routes, |_| {}).await;
+    let mut c1 = client(&pki, Role::CONTROLLER, u(0xc1), &s.addr);
+    let mut c2 = client(&pki, Role::CONTROLLER, u(0xc2), &s.addr);
+    let mut a1 = client(&pki, Role::AGENT, u(0xa1), &s.addr);
+    let mut a2 = client(&pki, Role::AGENT, u(0xa2), &s.addr);
+    for c in [&mut c1, &mut c2, &mut a1, &mut a2] {
+        connected(c).await;
+    }
+    for _ in 0..4 {
+        server_connected(&mut s).await;
+    }
+    // Static: an agent's INSTANCE_DELETED reaches both controllers, origin kept, not the agents.
+    a1.handle.send_payload(&instance_deleted(7)).unwrap();
+    for c in [&mut c1, &mut c2] {
+        let m = client_frame(c).await;
+        assert_eq!(
+            (m.frame.origin, m.payload.clone()),
+            (u(0xa1), instance_deleted(7))
+        );
+    }
+    // Dynamic: DELETE goes to its agent only.
+    let delete = Payload::Delete(Delete {
+        instance_uuid: u(7),
+        workload_agent_uuid: u(0xa2),
+        stop: false,
+    });
+    c1.handle.send_payload(&delete).unwrap();
+    let m = client_frame(&mut a2).await;
+    assert_eq!((m.frame.origin, m.payload.clone()), (u(0xc1), delete));
+    // To an unknown target: DELIVERY_FAILURE to the sender.
+    let lost = Payload::Delete(Delete {
+        instance_uuid: u(7),
+        workload_agent_uuid: u(0xee),
+        stop: false,
+    });
+    c2.handle.send_payload(&lost).unwrap();
+    let m = client_frame(&mut c2).await;
+    let Payload::DeliveryFailure(f) = m.payload else {
+        panic!("{:?}", m.payload)
+    };
+    assert_eq!(
+        (f.operand_type, f.operand, f.target_uuid, f.reason),
+        (0, 4, Some(u(0xee)), DeliveryFailureReason::NodeUnavailable)
+    );
+    // Nothing else arrived anywhere: a marker from the server is the next frame everyone gets.
+    let marker = Payload::Heartbeat;
+    let _ = marker;
+    for (id, c) in [(u(0xc1), &mut c1), (u(0xa1), &mut a1), (u(0xa2), &mut a2)] {
+        s.handle
+            .send_payload(
+                id,
+                &Payload::NodeConnected(NodeEvent {
+                    node_uuid: id,
+                    node_type: NodeType::ComputeNode,
+                }),
+            )
+            .unwrap();
+        let m = client_frame(c).await;
+        assert_eq!(m.frame.operand, Operand::NodeConnected, "{id}");
+    }
+}
+
+#[tokio::test]
+async fn a_traced_frame_has_three_hops_client_server_client() {
+    let pki = TestPki::new();
+    let routes = Routes::new().to_role(Operand::InstanceDeleted, Role::CONTROLLER);
+    let mut s = server_with(&pki, u(0x5c), routes, |_| {}).await;
+    let mut c = client(&pki, Role::CONTROLLER, u(0xc1), &s.addr);
+    let mut a = client(&pki, Role::AGENT, u(0xa1), &s.addr);
+    connected(&mut c).await;
+    connected(&mut a).await;
+    server_connected(&mut s).await;
+    server_connected(&mut s).await;
+    a.handle.send_traced(&instance_deleted(3), "t").unwrap();
+    let m = client_frame(&mut c).await;
+    let trace: Trace = m.frame.trace.clone().unwrap();
+    assert_eq!(trace.label, "t");
+    let hops: Vec<_> = trace.hops.iter().map(|h| (h.uuid, h.role)).collect();
+    assert_eq!(
+        hops,
+        vec![(u(0xa1), Role::AGENT), (u(0x5c), Role::SCHEDULER)]
+    );
+    assert!(
+        trace.hops.iter().all(|h| h.rx_ns >= h.tx_ns && h.tx_ns > 0),
+        "{trace:?}"
+    );
+    assert_eq!(m.payload, instance_deleted(3));
+    // And back: the controller traces a DELETE-like frame to the server app and answers... the
+    // contract's three-hop case is client → server → client; with the hop the receiver stamps,
+    // the last hop is the server's, received by the controller.
+    let _ = Frame::new(u(1), &Payload::Heartbeat);
+}
+
+#[tokio::test]
+async fn a_claim_outside_the_certificate_is_aborted_and_not_retried() {
+    let pki = TestPki::new();
+    let mut s = server_with(&pki, u(0x5c), Routes::new(), |_| {}).await;
+    // Our client refuses to claim what its certificate lacks before dialling...
+    let config = ClientConfig::new(
+        pki.identity(Role::AGENT, Some(u(1))),
+        u(1),
+        Role::CONTROLLER,
+        vec![s.addr.clone()],
+    );
+    assert!(Client::start(config).is_err());
+    // ...and a certificate without roles can claim nothing.
+    let config = ClientConfig::new(
+        pki.identity(Role::empty(), Some(u(2))),
+        u(2),
+        Role::AGENT,
+        vec![s.addr.clone()],
+    );
+    assert!(Client::start(config).is_err());
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), s.events.recv())
+            .await
+            .is_err()
+    );
+    assert!(s.handle.sessions().is_empty());
+}
+
+#[tokio::test]
+async fn certificates_from_another_ca_or_expired_are_refused() {
+    let pki = TestPki::new();
+    let other = TestPki::new();
+    let mut s = server_with(&pki, u(0x5c), Routes::new(), |_| {}).await;
+    let foreign = ClientConfig::new(
+        other.identity(Role::AGENT, Some(u(1))),
+        u(1),
+        Role::AGENT,
+        vec![s.addr.clone()],
+    );
+    let expired = ClientConfig::new(
+        pki.expired(Role::AGENT, Some(u(2))).identity(),
+        u(2),
+        Role::AGENT,
+        vec![s.addr.clone()],
+    );
+    let (h1, _e1) = Client::start(foreign).unwrap();
+    let (h2, _e2) = Client::start(expired).unwrap();
+    // Both keep failing the TLS handshake: the server never sees a session.
+    assert!(
+        tokio::time::timeout(Duration::from_millis(800), s.events.recv())
+            .await
+            .is_err()
+    );
+    assert!(!h1.is_connected() && !h2.is_connected());
+    h1.close();
+    h2.close();
+}
+
+#[tokio::test]
+async fn a_second_connect_with_a_live_uuid_replaces_the_session() {
+    let pki = TestPki::new();
+    let mut s = server_with(&pki, u(0x5c), Routes::new(), |_| {}).await;
+    let mut first = client(&pki, Role::AGENT, u(1), &s.addr);
+    connected(&mut first).await;
+    assert_eq!(server_connected(&mut s).await, (u(1), Role::AGENT));
+    let mut second = client_with(&pki, Role::DUAL, Role::DUAL, u(1), &s.addr, |_| {});
+    connected(&mut second).await;
+    // The old session is reported disconnected before the new one connected.
+    match recv_within(&mut s.events, T).await {
+        ServerEvent::Disconnected { uuid, role } => assert_eq!((uuid, role), (u(1), Role::AGENT)),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(server_connected(&mut s).await, (u(1), Role::DUAL));
+    // The first client was told it was replaced and does not come back.
+    loop {
+        match recv_within(&mut first.events, T).await {
+            ClientEvent::Disconnected { reason } => {
+                assert!(reason.contains("replaced"), "{reason}")
+            }
+            ClientEvent::Stopped(e) => {
+                assert!(e.to_string().contains("replaced"), "{e}");
+                break;
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(s.handle.client_role(u(1)), Some(Role::DUAL));
+}
+
+#[tokio::test]
+async fn server_stop_and_restart_bring_clients_back_with_the_same_uuid() {
+    let pki = TestPki::new();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let s = server_on(&pki, u(0x5c), Routes::new(), listener, |_| {});
+    let mut clients: Vec<TestClient> = (1..=5)
+        .map(|i| client(&pki, Role::AGENT, u(i), &s.addr))
+        .collect();
+    for c in &mut clients {
+        connected(c).await;
+    }
+    s.stop.cancel();
+    for c in &mut clients {
+        match recv_within(&mut c.events, Duration::from_secs(3)).await {
+            ClientEvent::Disconnected { .. } => {}
+            other => panic!("{other:?}"),
+        }
+    }
+    s.done.await.unwrap();
+    let listener = TcpListener::bind(("127.0.0.1", port)).await.unwrap();
+    let s2 = server_on(&pki, u(0x5c), Routes::new(), listener, |_| {});
+    for c in &mut clients {
+        connected(c).await;
+    }
+    wait_until(T, "five sessions", || async {
+        s2.handle.sessions().len() == 5
+    })
+    .await;
+    let mut ids: Vec<Uuid> = s2.handle.sessions().into_iter().map(|(u, _)| u).collect();
+    ids.sort();
+    assert_eq!(ids, (1..=5).map(u).collect::<Vec<_>>());
+}
+
+#[tokio::test]
+async fn idle_sessions_are_closed_and_busy_peers_get_busy() {
+    let pki = TestPki::new();
+    let mut s = server_with(&pki, u(0x5c), Routes::new(), |c| {
+        c.handshake.session.idle_timeout = Duration::from_millis(600);
+    })
+    .await;
+    // A client with heartbeats keeps its session past several idle timeouts...
+    let mut live = client_with(&pki, Role::AGENT, Role::AGENT, u(1), &s.addr, |c| {
+        c.handshake.session.idle_timeout = Duration::from_millis(600);
+        c.conn.queue_frames = 4;
+    });
+    connected(&mut live).await;
+    server_connected(&mut s).await;
+    let start = tokio::time::Instant::now();
+    wait_until(T, "two idle timeouts", || async move {
+        start.elapsed() > Duration::from_millis(1500)
+    })
+    .await;
+    assert!(live.handle.is_connected());
+    assert!(s.handle.client_role(u(1)).is_some());
+    // ...and a full queue answers Busy instead of growing.
+    let big = Payload::TraceReport(TraceReport {
+        frames: vec![FrameTrace {
+            label: "x".repeat(60_000),
+            operand_type: 0,
+            operand: 0,
+            start_ns: 0,
+            end_ns: 0,
+            hops: vec![],
+        }],
+    });
+    let mut busy = false;
+    for _ in 0..10_000 {
+        if live.handle.send_payload(&big) == Err(SendError::Busy) {
+            busy = true;
+            break;
+        }
+    }
+    assert!(busy, "the queue never filled");
+}

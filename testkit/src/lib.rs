@@ -1,0 +1,13 @@
+//! Test helpers for cumulo's crates (a dev-dependency only, never in a binary).
+//!
+//! - [`TestPki`]: a cluster CA and role certificates made at test time (no files committed),
+//!   also expired ones and ones from another CA.
+//! - [`wait_until`] and [`recv_within`]: wait for a condition or a message with a deadline,
+//!   instead of sleeping.
+#![forbid(unsafe_code)]
+
+mod pki;
+mod wait;
+
+pub use pki::{Leaf, TestPki};
+pub use wait::{recv_within, wait_until};
