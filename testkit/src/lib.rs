@@ -2,12 +2,15 @@
 //!
 //! - [`TestPki`]: a cluster CA and role certificates made at test time (no files committed),
 //!   also expired ones and ones from another CA.
+//! - [`RawPeer`]: real TLS, then any bytes: for the frames well-behaved endpoints never send.
 //! - [`wait_until`] and [`recv_within`]: wait for a condition or a message with a deadline,
 //!   instead of sleeping.
 #![forbid(unsafe_code)]
 
 mod pki;
+mod raw;
 mod wait;
 
 pub use pki::{Leaf, TestPki};
+pub use raw::RawPeer;
 pub use wait::{recv_within, wait_until};

@@ -2,6 +2,7 @@
 //! the payloads, and the networked layer over loopback TLS.
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] functions
 
+mod hostile;
 mod net;
 mod properties;
 mod strategies;

@@ -1,7 +1,7 @@
 //! The networked layer over real TLS on loopback: handshakes, round trips, forwarding, liveness,
 //! replacement, reconnection. No sleeps: every wait has a deadline.
 
-use ssntp::frame::{Frame, Trace};
+use ssntp::frame::Trace;
 use ssntp::net::{
     Client, ClientConfig, ClientEvent, ClientHandle, Route, Routes, SendError, Server,
     ServerConfig, ServerEvent, ServerHandle,
@@ -14,17 +14,17 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-const T: Duration = Duration::from_secs(10);
+pub(crate) const T: Duration = Duration::from_secs(10);
 
-struct TestServer {
-    handle: ServerHandle,
-    events: mpsc::Receiver<ServerEvent>,
-    addr: String,
-    stop: CancellationToken,
-    done: tokio::task::JoinHandle<()>,
+pub(crate) struct TestServer {
+    pub handle: ServerHandle,
+    pub events: mpsc::Receiver<ServerEvent>,
+    pub addr: String,
+    pub stop: CancellationToken,
+    pub done: tokio::task::JoinHandle<()>,
 }
 
-async fn server_with(
+pub(crate) async fn server_with(
     pki: &TestPki,
     uuid: Uuid,
     routes: Routes,
@@ -34,7 +34,7 @@ async fn server_with(
     server_on(pki, uuid, routes, listener, tune)
 }
 
-fn server_on(
+pub(crate) fn server_on(
     pki: &TestPki,
     uuid: Uuid,
     routes: Routes,
@@ -57,12 +57,12 @@ fn server_on(
     }
 }
 
-struct TestClient {
-    handle: ClientHandle,
-    events: mpsc::Receiver<ClientEvent>,
+pub(crate) struct TestClient {
+    pub handle: ClientHandle,
+    pub events: mpsc::Receiver<ClientEvent>,
 }
 
-fn client_with(
+pub(crate) fn client_with(
     pki: &TestPki,
     cert_roles: Role,
     claim: Role,
@@ -83,11 +83,11 @@ fn client_with(
     TestClient { handle, events }
 }
 
-fn client(pki: &TestPki, role: Role, uuid: Uuid, addr: &str) -> TestClient {
+pub(crate) fn client(pki: &TestPki, role: Role, uuid: Uuid, addr: &str) -> TestClient {
     client_with(pki, role, role, uuid, addr, |_| {})
 }
 
-async fn connected(c: &mut TestClient) -> (Uuid, Role) {
+pub(crate) async fn connected(c: &mut TestClient) -> (Uuid, Role) {
     loop {
         match recv_within(&mut c.events, T).await {
             ClientEvent::Connected {
@@ -101,14 +101,14 @@ async fn connected(c: &mut TestClient) -> (Uuid, Role) {
     }
 }
 
-async fn server_connected(s: &mut TestServer) -> (Uuid, Role) {
+pub(crate) async fn server_connected(s: &mut TestServer) -> (Uuid, Role) {
     match recv_within(&mut s.events, T).await {
         ServerEvent::Connected { uuid, role } => (uuid, role),
         other => panic!("expected Connected, got {other:?}"),
     }
 }
 
-async fn server_frame(s: &mut TestServer) -> (Uuid, Box<ssntp::session::Message>) {
+pub(crate) async fn server_frame(s: &mut TestServer) -> (Uuid, Box<ssntp::session::Message>) {
     loop {
         match recv_within(&mut s.events, T).await {
             ServerEvent::Frame { uuid, message, .. } => return (uuid, message),
@@ -117,7 +117,7 @@ async fn server_frame(s: &mut TestServer) -> (Uuid, Box<ssntp::session::Message>
     }
 }
 
-async fn client_frame(c: &mut TestClient) -> Box<ssntp::session::Message> {
+pub(crate) async fn client_frame(c: &mut TestClient) -> Box<ssntp::session::Message> {
     loop {
         match recv_within(&mut c.events, T).await {
             ClientEvent::Frame(m) => return m,
@@ -127,7 +127,7 @@ async fn client_frame(c: &mut TestClient) -> Box<ssntp::session::Message> {
     }
 }
 
-fn u(n: u8) -> Uuid {
+pub(crate) fn u(n: u8) -> Uuid {
     Uuid::from_bytes([n; 16])
 }
 
@@ -291,8 +291,6 @@ async fn forwarding_reaches_the_right_sessions_only() {
         (0, 4, Some(u(0xee)), DeliveryFailureReason::NodeUnavailable)
     );
     // Nothing else arrived anywhere: a marker from the server is the next frame everyone gets.
-    let marker = Payload::Heartbeat;
-    let _ = marker;
     for (id, c) in [(u(0xc1), &mut c1), (u(0xa1), &mut a1), (u(0xa2), &mut a2)] {
         s.handle
             .send_payload(
@@ -309,7 +307,7 @@ async fn forwarding_reaches_the_right_sessions_only() {
 }
 
 #[tokio::test]
-async fn a_traced_frame_has_three_hops_client_server_client() {
+async fn a_traced_frame_carries_one_hop_per_sender() {
     let pki = TestPki::new();
     let routes = Routes::new().to_role(Operand::InstanceDeleted, Role::CONTROLLER);
     let mut s = server_with(&pki, u(0x5c), routes, |_| {}).await;
@@ -333,10 +331,8 @@ async fn a_traced_frame_has_three_hops_client_server_client() {
         "{trace:?}"
     );
     assert_eq!(m.payload, instance_deleted(3));
-    // And back: the controller traces a DELETE-like frame to the server app and answers... the
-    // contract's three-hop case is client → server → client; with the hop the receiver stamps,
-    // the last hop is the server's, received by the controller.
-    let _ = Frame::new(u(1), &Payload::Heartbeat);
+    // PROTOCOL.md §6: a hop is a sender, so agent → scheduler → controller makes two hops (the
+    // issue's "three hops" counted the receiver too); both are stamped on receipt.
 }
 
 #[tokio::test]

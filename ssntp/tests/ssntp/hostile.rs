@@ -1,0 +1,216 @@
+//! Peers that break the rules, over real TLS: the server refuses them and only them.
+
+use ssntp::frame::{DEFAULT_MAX_FRAME, Frame};
+use ssntp::net::{Routes, ServerEvent};
+use ssntp::payload::*;
+use ssntp::{Operand, Payload, Role, Uuid};
+use std::time::Duration;
+use testkit::{RawPeer, TestPki, recv_within};
+
+use crate::net::{T, client, connected, server_connected, server_with, u};
+
+fn connect_frame(origin: Uuid, role: Role) -> Frame {
+    Frame::new(origin, &Payload::Connect(Connect { role }))
+}
+
+async fn reply_operand(peer: &mut RawPeer) -> Operand {
+    peer.recv(T)
+        .await
+        .expect("a reply before the close")
+        .operand
+}
+
+#[tokio::test]
+async fn identity_binding_and_claims_are_enforced_by_the_server() {
+    let pki = TestPki::new();
+    let mut s = server_with(&pki, u(0x5c), Routes::new(), |_| {}).await;
+    // Bound to 0x01, claims to be 0x02.
+    let mut liar = RawPeer::connect(&s.addr, &pki.identity(Role::AGENT, Some(u(1))))
+        .await
+        .unwrap();
+    liar.send(&connect_frame(u(2), Role::AGENT)).await.unwrap();
+    assert_eq!(reply_operand(&mut liar).await, Operand::ConnectionAborted);
+    assert!(liar.closed_within(T).await);
+    // An agent certificate claiming CONTROLLER.
+    let mut climber = RawPeer::connect(&s.addr, &pki.identity(Role::AGENT, Some(u(3))))
+        .await
+        .unwrap();
+    climber
+        .send(&connect_frame(u(3), Role::CONTROLLER))
+        .await
+        .unwrap();
+    assert_eq!(
+        reply_operand(&mut climber).await,
+        Operand::ConnectionAborted
+    );
+    // A certificate without roles.
+    let mut nobody = RawPeer::connect(&s.addr, &pki.identity(Role::empty(), None))
+        .await
+        .unwrap();
+    nobody
+        .send(&connect_frame(u(4), Role::AGENT))
+        .await
+        .unwrap();
+    assert_eq!(reply_operand(&mut nobody).await, Operand::ConnectionAborted);
+    // HEARTBEAT first: CONNECTION_FAILURE (may retry).
+    let mut early = RawPeer::connect(&s.addr, &pki.identity(Role::AGENT, None))
+        .await
+        .unwrap();
+    early
+        .send(&Frame::new(u(5), &Payload::Heartbeat))
+        .await
+        .unwrap();
+    assert_eq!(reply_operand(&mut early).await, Operand::ConnectionFailure);
+    // The honest one with the right UUID gets in.
+    let mut honest = RawPeer::connect(&s.addr, &pki.identity(Role::AGENT, Some(u(1))))
+        .await
+        .unwrap();
+    honest
+        .send(&connect_frame(u(1), Role::AGENT))
+        .await
+        .unwrap();
+    assert_eq!(reply_operand(&mut honest).await, Operand::Connected);
+    assert_eq!(server_connected(&mut s).await, (u(1), Role::AGENT));
+    assert_eq!(s.handle.sessions(), vec![(u(1), Role::AGENT)]);
+}
+
+#[tokio::test]
+async fn silence_before_connect_fails_at_the_handshake_timeout() {
+    let pki = TestPki::new();
+    let s = server_with(&pki, u(0x5c), Routes::new(), |c| {
+        c.handshake.handshake_timeout = Duration::from_millis(300);
+    })
+    .await;
+    let mut slow = RawPeer::connect(&s.addr, &pki.identity(Role::AGENT, None))
+        .await
+        .unwrap();
+    let reply = slow.recv(Duration::from_secs(3)).await.expect("an answer");
+    assert_eq!(reply.operand, Operand::ConnectionFailure);
+    assert!(slow.closed_within(T).await);
+}
+
+async fn joined(pki: &TestPki, addr: &str, id: Uuid) -> RawPeer {
+    let mut peer = RawPeer::connect(addr, &pki.identity(Role::AGENT, Some(id)))
+        .await
+        .unwrap();
+    peer.send(&connect_frame(id, Role::AGENT)).await.unwrap();
+    assert_eq!(reply_operand(&mut peer).await, Operand::Connected);
+    peer
+}
+
+#[tokio::test]
+async fn oversize_and_truncated_frames_close_only_their_session() {
+    let pki = TestPki::new();
+    let mut s = server_with(&pki, u(0x5c), Routes::new(), |_| {}).await;
+    let mut bystander = client(&pki, Role::AGENT, u(9), &s.addr);
+    connected(&mut bystander).await;
+    server_connected(&mut s).await;
+
+    // A header announcing 1 MiB + 1: PROTOCOL_VIOLATION, then closed.
+    let mut big = joined(&pki, &s.addr, u(1)).await;
+    server_connected(&mut s).await;
+    let mut header = vec![1u8, 0, 3, 2];
+    header.extend_from_slice(&(DEFAULT_MAX_FRAME + 1).to_be_bytes());
+    header.extend_from_slice(u(1).as_bytes());
+    big.send_bytes(&header).await.unwrap();
+    assert_eq!(reply_operand(&mut big).await, Operand::ProtocolViolation);
+    assert!(big.closed_within(T).await);
+    match recv_within(&mut s.events, T).await {
+        ServerEvent::Disconnected { uuid, .. } => assert_eq!(uuid, u(1)),
+        other => panic!("{other:?}"),
+    }
+
+    // A frame cut short, then the connection closed: that session ends, nothing is delivered.
+    let mut cut = joined(&pki, &s.addr, u(2)).await;
+    server_connected(&mut s).await;
+    let whole = Frame::new(
+        u(2),
+        &Payload::InstanceDeleted(InstanceEvent {
+            instance_uuid: u(7),
+        }),
+    )
+    .to_bytes(DEFAULT_MAX_FRAME)
+    .unwrap();
+    cut.send_bytes(&whole[..whole.len() - 3]).await.unwrap();
+    drop(cut);
+    match recv_within(&mut s.events, T).await {
+        ServerEvent::Disconnected { uuid, .. } => assert_eq!(uuid, u(2)),
+        other => panic!("{other:?}"),
+    }
+
+    // Unauthorized and unknown frames: answered, session kept.
+    let mut rude = joined(&pki, &s.addr, u(3)).await;
+    server_connected(&mut s).await;
+    let start = Payload::Start(Start {
+        instance_uuid: u(7),
+        tenant_uuid: u(8),
+        workload_uuid: u(8),
+        vm_type: VmType::Sim,
+        fw_type: FwType::Legacy,
+        image: "x".into(),
+        requirements: Requirements {
+            vcpus: 1,
+            mem_mb: 1,
+            disk_mb: 1,
+            network_node: false,
+            node_id: None,
+            hostname: None,
+        },
+        networking: None,
+        storage: None,
+        user_data: None,
+        meta_data: None,
+        restart: false,
+    });
+    rude.send(&Frame::new(u(3), &start)).await.unwrap();
+    assert_eq!(reply_operand(&mut rude).await, Operand::ProtocolViolation);
+    let mut unknown = Frame::new(u(3), &Payload::Heartbeat);
+    unknown.operand = Operand::from_wire(3, 42);
+    rude.send(&unknown).await.unwrap();
+    assert_eq!(reply_operand(&mut rude).await, Operand::InvalidFrameType);
+    assert!(s.handle.client_role(u(3)).is_some());
+
+    // The bystander never noticed.
+    assert!(bystander.handle.is_connected());
+    bystander
+        .handle
+        .send_payload(&Payload::InstanceDeleted(InstanceEvent {
+            instance_uuid: u(1),
+        }))
+        .unwrap();
+    let (from, _) = crate::net::server_frame(&mut s).await;
+    assert_eq!(from, u(9));
+}
+
+#[tokio::test]
+async fn a_silent_session_is_closed_at_the_idle_timeout() {
+    let pki = TestPki::new();
+    let mut s = server_with(&pki, u(0x5c), Routes::new(), |c| {
+        c.handshake.session.idle_timeout = Duration::from_millis(400);
+    })
+    .await;
+    let mut quiet = joined(&pki, &s.addr, u(1)).await;
+    server_connected(&mut s).await;
+    // The server heartbeats, then gives up on a peer that never speaks.
+    let mut saw_heartbeat = false;
+    loop {
+        match quiet.recv(Duration::from_secs(5)).await {
+            Some(f) if f.operand == Operand::Heartbeat => saw_heartbeat = true,
+            Some(f) => {
+                assert_eq!(f.operand, Operand::ConnectionFailure);
+                assert_eq!(
+                    f.decode_payload().unwrap(),
+                    Payload::ConnectionFailure(Reason::new("idle timeout"))
+                );
+                break;
+            }
+            None => panic!("closed without saying why"),
+        }
+    }
+    assert!(saw_heartbeat);
+    assert!(quiet.closed_within(T).await);
+    match recv_within(&mut s.events, T).await {
+        ServerEvent::Disconnected { uuid, .. } => assert_eq!(uuid, u(1)),
+        other => panic!("{other:?}"),
+    }
+}
