@@ -43,15 +43,15 @@ pub fn vectors() -> Vec<(&'static str, Frame, &'static str)> {
     let connect = Frame::new(AGENT, &Payload::Connect(Connect { role: Role::DUAL }));
     let connected = Frame::new(
         SCHEDULER,
-        &Payload::Connected(Connected {
+        &Payload::Connected(Box::new(Connected {
             role: Role::SCHEDULER,
             client_uuid: AGENT,
             config: ClusterConfig::default(),
-        }),
+        })),
     );
     let start = Frame::new(
         CONTROLLER,
-        &Payload::Start(Start {
+        &Payload::Start(Box::new(Start {
             instance_uuid: INSTANCE,
             tenant_uuid: TENANT,
             workload_uuid: WORKLOAD,
@@ -71,12 +71,12 @@ pub fn vectors() -> Vec<(&'static str, Frame, &'static str)> {
             user_data: None,
             meta_data: Some(BTreeMap::from([("hostname".into(), "vm1".into())])),
             restart: false,
-        }),
+        })),
     );
     let ready = Frame::new(AGENT, &Payload::Ready(node_status()));
     let stats = Frame::new(
         AGENT,
-        &Payload::Stats(Stats {
+        &Payload::Stats(Box::new(Stats {
             node: node_status(),
             status: NodeState::Ready,
             instances: vec![InstanceStat {
@@ -88,7 +88,7 @@ pub fn vectors() -> Vec<(&'static str, Frame, &'static str)> {
                 disk_usage_mb: 300,
                 cpu_usage: Some(3),
             }],
-        }),
+        })),
     );
     let start_failure = Frame::new(
         SCHEDULER,

@@ -198,11 +198,11 @@ impl ServerHandshake {
         );
         let reply = Frame::new(
             self.local_uuid,
-            &Payload::Connected(Connected {
+            &Payload::Connected(Box::new(Connected {
                 role: self.local_roles,
                 client_uuid: origin,
                 config: self.cluster.clone(),
-            }),
+            })),
         );
         Ok(ServerAccepted { session, reply })
     }
@@ -696,11 +696,11 @@ mod tests {
     fn connected(role: Role) -> RawFrame {
         raw_payload(
             SERVER,
-            &Payload::Connected(Connected {
+            &Payload::Connected(Box::new(Connected {
                 role,
                 client_uuid: CLIENT,
                 config: ClusterConfig::default(),
-            }),
+            })),
         )
     }
 

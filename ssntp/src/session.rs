@@ -399,11 +399,11 @@ mod tests {
         let mut c = session(Side::Client, Role::AGENT, clock);
         let connected = raw_payload(
             SERVER,
-            &Payload::Connected(Connected {
+            &Payload::Connected(Box::new(Connected {
                 role: Role::SCHEDULER,
                 client_uuid: PEER,
                 config: ClusterConfig::default(),
-            }),
+            })),
         );
         assert!(matches!(
             rejected(c.handle_raw(clock.now(1), connected)).0,

@@ -70,7 +70,7 @@ impl RawFrame {
             }
             let block = body.split_to(2 + len);
             let trace: Trace = cbor::decode_one(&block[2..]).map_err(BodyError::TraceMalformed)?;
-            Some(trace)
+            Some(Box::new(trace))
         } else {
             None
         };
@@ -93,8 +93,8 @@ pub struct Frame {
     pub minor: u8,
     /// The UUID of the endpoint that created the frame.
     pub origin: Uuid,
-    /// The trace block, when the frame is traced.
-    pub trace: Option<Trace>,
+    /// The trace block, when the frame is traced (boxed: most frames have none).
+    pub trace: Option<Box<Trace>>,
     /// The payload: empty, or one CBOR map.
     pub payload: Bytes,
 }
@@ -113,7 +113,7 @@ impl Frame {
 
     /// The same frame with a trace block.
     pub fn with_trace(mut self, trace: Trace) -> Frame {
-        self.trace = Some(trace);
+        self.trace = Some(Box::new(trace));
         self
     }
 

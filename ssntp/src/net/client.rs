@@ -137,8 +137,8 @@ pub enum ClientEvent {
         /// Why.
         reason: String,
     },
-    /// A message from the server.
-    Frame(Box<Message>),
+    /// Messages from the server, in order (those that arrived together come as one batch).
+    Frames(Vec<Message>),
     /// The client gave up for good.
     Stopped(ClientError),
 }
@@ -200,6 +200,12 @@ impl ClientHandle {
             .outbox()
             .ok_or(SendError::NotConnected)?
             .send(frame)
+    }
+
+    /// Queues a frame on the current session, waiting while its queue is full.
+    pub async fn send_wait(&self, frame: &Frame) -> Result<(), SendError> {
+        let outbox = self.shared.outbox().ok_or(SendError::NotConnected)?;
+        outbox.send_wait(frame).await
     }
 
     /// Queues a frame of ours carrying `payload`.
@@ -421,6 +427,7 @@ impl Client {
         }
         let dispatch = ClientDispatch {
             events: self.events.clone(),
+            pending: Vec::new(),
         };
         let done = opened.run(
             session,
@@ -461,12 +468,22 @@ fn server_name(server: &str) -> Result<ServerName<'static>, String> {
 
 struct ClientDispatch {
     events: mpsc::Sender<ClientEvent>,
+    pending: Vec<Message>,
 }
 
 impl Dispatch for ClientDispatch {
-    async fn dispatch(&mut self, _session: &Session, message: Message) -> bool {
+    fn dispatch(&mut self, _session: &Session, message: Message) -> bool {
+        self.pending.push(message);
+        true
+    }
+
+    async fn flush(&mut self, _session: &Session) -> bool {
+        if self.pending.is_empty() {
+            return true;
+        }
+        let messages = std::mem::take(&mut self.pending);
         self.events
-            .send(ClientEvent::Frame(Box::new(message)))
+            .send(ClientEvent::Frames(messages))
             .await
             .is_ok()
     }

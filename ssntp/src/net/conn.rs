@@ -72,6 +72,15 @@ impl Outbox {
         })
     }
 
+    /// Encodes `frame` and queues it, waiting while the queue is full (backpressure).
+    pub async fn send_wait(&self, frame: &Frame) -> Result<(), SendError> {
+        let bytes = frame.to_bytes(self.max_frame)?;
+        self.tx
+            .send(bytes)
+            .await
+            .map_err(|_| SendError::NotConnected)
+    }
+
     /// The largest body this session sends.
     pub fn max_frame(&self) -> u32 {
         self.max_frame
@@ -90,12 +99,11 @@ impl Outbox {
 
 /// Where a session's messages go. The loop awaits it: a slow dispatcher slows this peer only.
 pub(crate) trait Dispatch: Send + 'static {
-    /// Handles one message; `false` ends the session.
-    fn dispatch(
-        &mut self,
-        session: &Session,
-        message: Message,
-    ) -> impl Future<Output = bool> + Send;
+    /// Takes one message (it may hold it until [`Dispatch::flush`]); `false` ends the session.
+    fn dispatch(&mut self, session: &Session, message: Message) -> bool;
+
+    /// Delivers what [`Dispatch::dispatch`] held, once per read; `false` ends the session.
+    fn flush(&mut self, session: &Session) -> impl Future<Output = bool> + Send;
 }
 
 /// How a session ended.
@@ -311,8 +319,19 @@ impl<D: Dispatch> ReadLoop<D> {
         ended
     }
 
-    /// Handles every whole frame in `buf`; `Some` when the session must end.
+    /// Handles every whole frame in `buf`, then flushes the dispatcher; `Some` when the session
+    /// must end.
     async fn drain(&mut self, decoder: &Decoder, buf: &mut BytesMut) -> Option<Ended> {
+        let ended = self.drain_frames(decoder, buf);
+        if !self.dispatch.flush(&self.session).await {
+            return Some(Ended::Local);
+        }
+        ended
+    }
+
+    fn drain_frames(&mut self, decoder: &Decoder, buf: &mut BytesMut) -> Option<Ended> {
+        // One clock reading per read: frames that arrived together share it.
+        let now = now();
         loop {
             let raw = match decoder.decode(buf) {
                 Ok(Decoded::Frame(raw)) => raw,
@@ -325,9 +344,9 @@ impl<D: Dispatch> ReadLoop<D> {
                     return Some(Ended::Violation(violation.to_string()));
                 }
             };
-            match self.session.handle_raw(now(), raw) {
+            match self.session.handle_raw(now, raw) {
                 Received::Message(m) => {
-                    if !self.dispatch.dispatch(&self.session, *m).await {
+                    if !self.dispatch.dispatch(&self.session, *m) {
                         return Some(Ended::Local);
                     }
                 }

@@ -81,6 +81,11 @@ impl Routes {
         self
     }
 
+    /// Whether `operand` has a rule (without one, messages go to the application).
+    pub fn has_rule(&self, operand: Operand) -> bool {
+        self.rules.contains_key(&operand)
+    }
+
     /// The route of a message.
     pub fn route(&self, message: &Message, directory: &dyn Directory) -> Route {
         match self.rules.get(&message.frame.operand) {

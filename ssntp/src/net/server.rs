@@ -99,14 +99,15 @@ pub enum ServerEvent {
         /// Its claimed role.
         role: Role,
     },
-    /// A message routed to the application.
-    Frame {
+    /// Messages routed to the application, in the order the peer sent them (those that arrived
+    /// together come as one batch).
+    Frames {
         /// The sender.
         uuid: Uuid,
         /// Its claimed role.
         role: Role,
-        /// The message.
-        message: Box<Message>,
+        /// The messages.
+        messages: Vec<Message>,
     },
 }
 
@@ -372,6 +373,7 @@ impl Server {
             shared: self.shared.clone(),
             routes: self.config.routes.clone(),
             events: self.events.clone(),
+            pending: Vec::new(),
         };
         let done = opened.run(
             session,
@@ -437,6 +439,8 @@ struct ServerDispatch {
     shared: Arc<Shared>,
     routes: Routes,
     events: mpsc::Sender<ServerEvent>,
+    /// Messages for the application, delivered at the next flush.
+    pending: Vec<Message>,
 }
 
 impl ServerDispatch {
@@ -486,8 +490,12 @@ impl ServerDispatch {
 }
 
 impl Dispatch for ServerDispatch {
-    async fn dispatch(&mut self, session: &Session, message: Message) -> bool {
-        let route = {
+    fn dispatch(&mut self, session: &Session, message: Message) -> bool {
+        if !self.routes.has_rule(message.frame.operand) {
+            self.pending.push(message);
+            return true;
+        }
+        let (route, targets) = {
             let registry = self.shared.read();
             let route = self.routes.route(&message, &Registry(&registry));
             let targets: Vec<(Uuid, Outbox)> = match &route {
@@ -505,27 +513,30 @@ impl Dispatch for ServerDispatch {
             (route, targets)
         };
         match route {
-            (Route::App, _) => {
-                let event = ServerEvent::Frame {
-                    uuid: session.peer_uuid(),
-                    role: session.peer_role(),
-                    message: Box::new(message),
-                };
-                return self.events.send(event).await.is_ok();
-            }
-            (Route::Role(_), targets) => self.forward(session, message, targets),
-            (Route::To(uuid), targets) if targets.is_empty() => self.fail(
+            Route::App => self.pending.push(message),
+            Route::Role(_) => self.forward(session, message, targets),
+            Route::To(uuid) if targets.is_empty() => self.fail(
                 session,
                 &message.frame,
                 DeliveryFailureReason::NodeUnavailable,
                 Some(uuid),
             ),
-            (Route::To(_), targets) => self.forward(session, message, targets),
-            (Route::Discard, _) => {}
-            (Route::Fail { reason, target }, _) => {
-                self.fail(session, &message.frame, reason, target)
-            }
+            Route::To(_) => self.forward(session, message, targets),
+            Route::Discard => {}
+            Route::Fail { reason, target } => self.fail(session, &message.frame, reason, target),
         }
         true
+    }
+
+    async fn flush(&mut self, session: &Session) -> bool {
+        if self.pending.is_empty() {
+            return true;
+        }
+        let event = ServerEvent::Frames {
+            uuid: session.peer_uuid(),
+            role: session.peer_role(),
+            messages: std::mem::take(&mut self.pending),
+        };
+        self.events.send(event).await.is_ok()
     }
 }

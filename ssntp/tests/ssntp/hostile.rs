@@ -141,7 +141,7 @@ async fn oversize_and_truncated_frames_close_only_their_session() {
     // Unauthorized and unknown frames: answered, session kept.
     let mut rude = joined(&pki, &s.addr, u(3)).await;
     server_connected(&mut s).await;
-    let start = Payload::Start(Start {
+    let start = Payload::Start(Box::new(Start {
         instance_uuid: u(7),
         tenant_uuid: u(8),
         workload_uuid: u(8),
@@ -161,7 +161,7 @@ async fn oversize_and_truncated_frames_close_only_their_session() {
         user_data: None,
         meta_data: None,
         restart: false,
-    });
+    }));
     rude.send(&Frame::new(u(3), &start)).await.unwrap();
     assert_eq!(reply_operand(&mut rude).await, Operand::ProtocolViolation);
     let mut unknown = Frame::new(u(3), &Payload::Heartbeat);

@@ -22,6 +22,8 @@ pub(crate) struct TestServer {
     pub addr: String,
     pub stop: CancellationToken,
     pub done: tokio::task::JoinHandle<()>,
+    /// Messages received in a batch and not yet looked at.
+    pub pending: std::collections::VecDeque<(Uuid, ssntp::session::Message)>,
 }
 
 pub(crate) async fn server_with(
@@ -54,12 +56,15 @@ pub(crate) fn server_on(
         addr,
         stop,
         done,
+        pending: Default::default(),
     }
 }
 
 pub(crate) struct TestClient {
     pub handle: ClientHandle,
     pub events: mpsc::Receiver<ClientEvent>,
+    /// Messages received in a batch and not yet looked at.
+    pub pending: std::collections::VecDeque<ssntp::session::Message>,
 }
 
 pub(crate) fn client_with(
@@ -80,7 +85,11 @@ pub(crate) fn client_with(
     config.backoff.max = Duration::from_millis(400);
     tune(&mut config);
     let (handle, events) = Client::start(config).unwrap();
-    TestClient { handle, events }
+    TestClient {
+        handle,
+        events,
+        pending: Default::default(),
+    }
 }
 
 pub(crate) fn client(pki: &TestPki, role: Role, uuid: Uuid, addr: &str) -> TestClient {
@@ -110,8 +119,13 @@ pub(crate) async fn server_connected(s: &mut TestServer) -> (Uuid, Role) {
 
 pub(crate) async fn server_frame(s: &mut TestServer) -> (Uuid, Box<ssntp::session::Message>) {
     loop {
+        if let Some((uuid, m)) = s.pending.pop_front() {
+            return (uuid, Box::new(m));
+        }
         match recv_within(&mut s.events, T).await {
-            ServerEvent::Frame { uuid, message, .. } => return (uuid, message),
+            ServerEvent::Frames { uuid, messages, .. } => {
+                s.pending.extend(messages.into_iter().map(|m| (uuid, m)))
+            }
             ServerEvent::Connected { .. } | ServerEvent::Disconnected { .. } => continue,
         }
     }
@@ -119,8 +133,11 @@ pub(crate) async fn server_frame(s: &mut TestServer) -> (Uuid, Box<ssntp::sessio
 
 pub(crate) async fn client_frame(c: &mut TestClient) -> Box<ssntp::session::Message> {
     loop {
+        if let Some(m) = c.pending.pop_front() {
+            return Box::new(m);
+        }
         match recv_within(&mut c.events, T).await {
-            ClientEvent::Frame(m) => return m,
+            ClientEvent::Frames(messages) => c.pending.extend(messages),
             ClientEvent::Connected { .. } => continue,
             other => panic!("expected a frame, got {other:?}"),
         }
@@ -319,7 +336,7 @@ async fn a_traced_frame_carries_one_hop_per_sender() {
     server_connected(&mut s).await;
     a.handle.send_traced(&instance_deleted(3), "t").unwrap();
     let m = client_frame(&mut c).await;
-    let trace: Trace = m.frame.trace.clone().unwrap();
+    let trace: Trace = *m.frame.trace.clone().unwrap();
     assert_eq!(trace.label, "t");
     let hops: Vec<_> = trace.hops.iter().map(|h| (h.uuid, h.role)).collect();
     assert_eq!(

@@ -377,8 +377,8 @@ pub fn payload() -> impl Strategy<Value = Payload> {
     };
     let commands = prop_oneof![
         role().prop_map(|role| Payload::Connect(Connect { role })),
-        start().prop_map(Payload::Start),
-        stats().prop_map(Payload::Stats),
+        start().prop_map(|s| Payload::Start(Box::new(s))),
+        stats().prop_map(|s| Payload::Stats(Box::new(s))),
         node_cmd().prop_map(Payload::Evacuate),
         (uuid(), uuid(), any::<bool>()).prop_map(|(i, a, stop)| Payload::Delete(Delete {
             instance_uuid: i,
@@ -387,7 +387,7 @@ pub fn payload() -> impl Strategy<Value = Payload> {
         })),
         public_ip_command().prop_map(Payload::AssignPublicIp),
         public_ip_command().prop_map(Payload::ReleasePublicIp),
-        cluster_config().prop_map(Payload::Configure),
+        cluster_config().prop_map(|c| Payload::Configure(Box::new(c))),
         (uuid(), uuid(), uuid()).prop_map(|(i, v, a)| Payload::AttachVolume(AttachVolume {
             instance_uuid: i,
             volume_uuid: v,
@@ -411,11 +411,11 @@ pub fn payload() -> impl Strategy<Value = Payload> {
     ];
     let statuses = prop_oneof![
         (role(), uuid(), cluster_config()).prop_map(|(role, client_uuid, config)| {
-            Payload::Connected(Connected {
+            Payload::Connected(Box::new(Connected {
                 role,
                 client_uuid,
                 config,
-            })
+            }))
         }),
         node_status().prop_map(Payload::Ready),
         option::of(node_status()).prop_map(Payload::Full),
@@ -531,7 +531,7 @@ pub fn frame() -> impl Strategy<Value = (Frame, Payload)> {
     (payload(), uuid(), 0u8..4, option::of(trace())).prop_map(|(p, origin, minor, trace)| {
         let mut f = Frame::new(origin, &p);
         f.minor = minor;
-        f.trace = trace;
+        f.trace = trace.map(Box::new);
         (f, p)
     })
 }

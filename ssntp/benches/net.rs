@@ -1,0 +1,422 @@
+//! Benchmarks of SSNTP over loopback TLS 1.3 (run: `cargo bench -p ssntp --bench net -- <case>`):
+//!
+//! - `throughput [frames]`: one agent sends 64-byte-payload frames to the server, which receives
+//!   them as typed events; beside it, in the same run, a bare tokio-rustls stream moves the same
+//!   bytes (read and discarded) as the baseline.
+//! - `rtt [n]`: request/response round trips (client → server app → client), p50 and p99.
+//! - `handshakes [n] [concurrency]`: full TCP + mutual TLS + SSNTP handshakes per second.
+//! - `idle [sessions]`: that many idle sessions to one server process: its RSS, then a server
+//!   restart and the time until every client is back.
+#![allow(clippy::unwrap_used, clippy::print_stdout, missing_docs)]
+
+use bytes::BytesMut;
+use ssntp::frame::{DEFAULT_MAX_FRAME, Frame};
+use ssntp::net::{
+    Client, ClientConfig, ClientEvent, Routes, Server, ServerConfig, ServerEvent, TlsIdentity,
+};
+use ssntp::payload::{Connect, Reason};
+use ssntp::{Payload, Role, Uuid};
+use std::time::{Duration, Instant};
+use testkit::TestPki;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_rustls::rustls::pki_types::ServerName;
+use tokio_util::sync::CancellationToken;
+
+const SERVER: Uuid = Uuid::from_bytes([0x5c; 16]);
+
+/// A PROTOCOL_VIOLATION whose CBOR payload is exactly 64 bytes (any role may send it).
+fn payload64() -> Payload {
+    let p = Payload::ProtocolViolation(Reason::new("x".repeat(54)));
+    assert_eq!(p.encode().len(), 64);
+    p
+}
+
+async fn start_server(
+    pki: &TestPki,
+    routes: Routes,
+    tune: impl FnOnce(&mut ServerConfig),
+) -> (
+    String,
+    tokio::sync::mpsc::Receiver<ServerEvent>,
+    ssntp::net::ServerHandle,
+    CancellationToken,
+) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = format!("localhost:{}", listener.local_addr().unwrap().port());
+    let mut config = ServerConfig::new(pki.identity(Role::SCHEDULER, Some(SERVER)), SERVER);
+    config.routes = routes;
+    tune(&mut config);
+    let (server, handle, events) = Server::new(config).unwrap();
+    let stop = CancellationToken::new();
+    tokio::spawn(server.run(listener, stop.clone()));
+    (addr, events, handle, stop)
+}
+
+async fn start_client(
+    identity: TlsIdentity,
+    uuid: Uuid,
+    role: Role,
+    addr: &str,
+) -> (
+    ssntp::net::ClientHandle,
+    tokio::sync::mpsc::Receiver<ClientEvent>,
+) {
+    let mut config = ClientConfig::new(identity, uuid, role, vec![addr.to_string()]);
+    config.conn.queue_frames = 65_536;
+    let (handle, mut events) = Client::start(config).unwrap();
+    loop {
+        if let Some(ClientEvent::Connected { .. }) = events.recv().await {
+            return (handle, events);
+        }
+    }
+}
+
+async fn throughput(frames: usize) {
+    let pki = TestPki::new();
+    // Typed events through the full stack.
+    let (addr, mut events, _h, stop) =
+        start_server(&pki, Routes::new(), |c| c.event_queue = 65_536).await;
+    let (client, _ce) = start_client(
+        pki.identity(Role::AGENT, Some(Uuid::from_bytes([1; 16]))),
+        Uuid::from_bytes([1; 16]),
+        Role::AGENT,
+        &addr,
+    )
+    .await;
+    let _ = events.recv().await; // Connected
+    let frame = Frame::new(client.uuid(), &payload64());
+    let start = Instant::now();
+    let sender = tokio::spawn(async move {
+        for _ in 0..frames {
+            client.send_wait(&frame).await.unwrap();
+        }
+        client
+    });
+    let mut got = 0usize;
+    let mut batch = Vec::with_capacity(1024);
+    while got < frames {
+        batch.clear();
+        if events.recv_many(&mut batch, 1024).await == 0 {
+            break;
+        }
+        for e in &batch {
+            if let ServerEvent::Frames { messages, .. } = e {
+                got += messages
+                    .iter()
+                    .filter(|m| matches!(m.payload, Payload::ProtocolViolation(_)))
+                    .count();
+            }
+        }
+    }
+    let typed = start.elapsed();
+    let _client = sender.await.unwrap();
+    stop.cancel();
+
+    // Baseline: the same bytes over a bare tokio-rustls stream, read and discarded.
+    let bytes_per_frame = Frame::new(SERVER, &payload64())
+        .to_bytes(DEFAULT_MAX_FRAME)
+        .unwrap()
+        .len();
+    let total = bytes_per_frame * frames;
+    let server_id = pki.identity(Role::SCHEDULER, Some(SERVER));
+    let client_id = pki.identity(Role::AGENT, None);
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let acceptor = tokio_rustls::TlsAcceptor::from(server_id.server_config().unwrap());
+    let reader = tokio::spawn(async move {
+        let (tcp, _) = listener.accept().await.unwrap();
+        let mut tls = acceptor.accept(tcp).await.unwrap();
+        let mut buf = BytesMut::with_capacity(64 << 10);
+        let mut n = 0usize;
+        let start = Instant::now();
+        while n < total {
+            buf.clear();
+            let r = tls.read_buf(&mut buf).await.unwrap();
+            if r == 0 {
+                break;
+            }
+            n += r;
+        }
+        start.elapsed()
+    });
+    let connector = tokio_rustls::TlsConnector::from(client_id.client_config().unwrap());
+    let tcp = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    tcp.set_nodelay(true).unwrap();
+    let mut tls = connector
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .unwrap();
+    let one = Frame::new(SERVER, &payload64())
+        .to_bytes(DEFAULT_MAX_FRAME)
+        .unwrap();
+    let chunk: Vec<u8> = one.iter().copied().cycle().take(one.len() * 700).collect();
+    let mut sent = 0;
+    while sent < total {
+        let n = chunk.len().min(total - sent);
+        tls.write_all(&chunk[..n]).await.unwrap();
+        sent += n;
+    }
+    tls.flush().await.unwrap();
+    let bare = reader.await.unwrap();
+    let typed_rate = got as f64 / typed.as_secs_f64();
+    let bare_rate = frames as f64 / bare.as_secs_f64();
+    println!("throughput: {got} frames of 64-byte payload ({bytes_per_frame} bytes on the wire)");
+    println!(
+        "  ssntp, typed events: {:.2} M frames/s ({typed:?})",
+        typed_rate / 1e6
+    );
+    println!(
+        "  bare tokio-rustls:   {:.2} M frames/s ({bare:?})",
+        bare_rate / 1e6
+    );
+    println!("  ratio: {:.0} %", 100.0 * typed_rate / bare_rate);
+}
+
+async fn rtt(n: usize) {
+    let pki = TestPki::new();
+    let (addr, mut events, handle, stop) = start_server(&pki, Routes::new(), |_| {}).await;
+    let echo = tokio::spawn(async move {
+        while let Some(e) = events.recv().await {
+            if let ServerEvent::Frames { uuid, messages, .. } = e {
+                for m in messages {
+                    let _ = handle.send(uuid, &Frame::new(SERVER, &m.payload));
+                }
+            }
+        }
+    });
+    let id = Uuid::from_bytes([2; 16]);
+    let (client, mut ce) =
+        start_client(pki.identity(Role::AGENT, Some(id)), id, Role::AGENT, &addr).await;
+    let frame = Frame::new(id, &payload64());
+    let mut samples = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        client.send(&frame).unwrap();
+        loop {
+            if let Some(ClientEvent::Frames(_)) = ce.recv().await {
+                break;
+            }
+        }
+        samples.push(t.elapsed());
+    }
+    samples.sort();
+    let p = |q: f64| samples[((samples.len() as f64 * q) as usize).min(samples.len() - 1)];
+    println!(
+        "rtt over {n} round trips: p50 {:?}, p99 {:?}, max {:?}",
+        p(0.50),
+        p(0.99),
+        samples[n - 1]
+    );
+    stop.cancel();
+    echo.abort();
+}
+
+/// One full handshake: TCP, mutual TLS 1.3, CONNECT → CONNECTED.
+async fn one_handshake(connector: &tokio_rustls::TlsConnector, port: u16, id: Uuid) {
+    let tcp = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    tcp.set_nodelay(true).unwrap();
+    let mut tls = connector
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .unwrap();
+    let connect = Frame::new(id, &Payload::Connect(Connect { role: Role::AGENT }))
+        .to_bytes(DEFAULT_MAX_FRAME)
+        .unwrap();
+    tls.write_all(&connect).await.unwrap();
+    tls.flush().await.unwrap();
+    let mut buf = [0u8; 24];
+    tls.read_exact(&mut buf).await.unwrap();
+    assert_eq!(buf[3], 0, "CONNECTED");
+    let _ = tls.shutdown().await;
+}
+
+async fn handshakes(n: usize, concurrency: usize) {
+    let pki = TestPki::new();
+    let (addr, mut events, _h, stop) = start_server(&pki, Routes::new(), |_| {}).await;
+    tokio::spawn(async move { while events.recv().await.is_some() {} });
+    let port: u16 = addr.rsplit_once(':').unwrap().1.parse().unwrap();
+    let identity = pki.identity(Role::AGENT, None);
+    let connector = tokio_rustls::TlsConnector::from(identity.client_config().unwrap());
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for w in 0..concurrency {
+        let connector = connector.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in (w..n).step_by(concurrency) {
+                one_handshake(&connector, port, Uuid::from_u128(i as u128 + 1)).await;
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let e = start.elapsed();
+    println!(
+        "handshakes: {n} full mutual-TLS + SSNTP handshakes, {concurrency} at a time: {:.0}/s ({e:?})",
+        n as f64 / e.as_secs_f64()
+    );
+    stop.cancel();
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// `idle` runs three roles: the coordinator (this), a server process, a clients process.
+async fn idle(sessions: usize) {
+    let dir = std::env::temp_dir().join(format!("ssntp-idle-{}", std::process::id()));
+    let pki = TestPki::new();
+    let server_leaf = pki.leaf(Role::SCHEDULER, Some(SERVER));
+    let agent_leaf = pki.leaf(Role::AGENT, None);
+    server_leaf.write(&dir, "server");
+    agent_leaf.write(&dir, "agent");
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let exe = std::env::current_exe().unwrap();
+    let spawn_server = || {
+        std::process::Command::new(&exe)
+            .args([
+                "idle-server",
+                &dir.to_string_lossy(),
+                &port.to_string(),
+                &sessions.to_string(),
+            ])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let read_line = |child: &mut std::process::Child| {
+        use std::io::BufRead;
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.as_mut().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        line
+    };
+    let mut server = spawn_server();
+    let mut clients = std::process::Command::new(&exe)
+        .args([
+            "idle-clients",
+            &dir.to_string_lossy(),
+            &port.to_string(),
+            &sessions.to_string(),
+        ])
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    let line = read_line(&mut server);
+    println!(
+        "idle: {sessions} sessions up after {:?} ({})",
+        t.elapsed(),
+        line.trim()
+    );
+    let rss = rss_kib(server.id());
+    println!(
+        "idle: server RSS with {sessions} idle sessions: {:.1} MiB",
+        rss as f64 / 1024.0
+    );
+    server.kill().unwrap();
+    server.wait().unwrap();
+    let t = Instant::now();
+    let mut server = spawn_server();
+    let line = read_line(&mut server);
+    println!(
+        "idle: after a server restart, all {sessions} back in {:?} ({})",
+        t.elapsed(),
+        line.trim()
+    );
+    server.kill().unwrap();
+    clients.kill().unwrap();
+    let _ = server.wait();
+    let _ = clients.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+async fn idle_server(dir: &str, port: u16, sessions: usize) {
+    let dir = std::path::Path::new(dir);
+    let tls = TlsIdentity::load(
+        &dir.join("ca.pem"),
+        &dir.join("server.pem"),
+        &dir.join("server.key"),
+    )
+    .unwrap();
+    let mut config = ServerConfig::new(tls, SERVER);
+    config.max_connections = sessions + 100;
+    config.conn.read_buffer = 4096;
+    config.conn.queue_frames = 64;
+    let (server, handle, mut events) = Server::new(config).unwrap();
+    let listener = TcpListener::bind(("127.0.0.1", port)).await.unwrap();
+    tokio::spawn(server.run(listener, CancellationToken::new()));
+    tokio::spawn(async move { while events.recv().await.is_some() {} });
+    let t = Instant::now();
+    while handle.sessions().len() < sessions {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    println!("{} sessions in {:?}", handle.sessions().len(), t.elapsed());
+    std::future::pending::<()>().await;
+}
+
+async fn idle_clients(dir: &str, port: u16, sessions: usize) {
+    let dir = std::path::Path::new(dir);
+    let tls = TlsIdentity::load(
+        &dir.join("ca.pem"),
+        &dir.join("agent.pem"),
+        &dir.join("agent.key"),
+    )
+    .unwrap();
+    let mut handles = Vec::with_capacity(sessions);
+    for i in 0..sessions {
+        let mut config = ClientConfig::new(
+            tls.clone(),
+            Uuid::from_u128(i as u128 + 1),
+            Role::AGENT,
+            vec![format!("localhost:{port}")],
+        );
+        config.conn.read_buffer = 4096;
+        config.conn.queue_frames = 16;
+        config.event_queue = 16;
+        let (h, mut ev) = Client::start(config).unwrap();
+        tokio::spawn(async move { while ev.recv().await.is_some() {} });
+        handles.push(h);
+        if i % 64 == 63 {
+            tokio::task::yield_now().await;
+        }
+    }
+    std::future::pending::<()>().await;
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
+    let arg =
+        |i: usize, default: usize| args.get(i).and_then(|s| s.parse().ok()).unwrap_or(default);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    match args.first().map(String::as_str) {
+        Some("throughput") => rt.block_on(throughput(arg(1, 2_000_000))),
+        Some("rtt") => rt.block_on(rtt(arg(1, 20_000))),
+        Some("handshakes") => rt.block_on(handshakes(arg(1, 4_000), arg(2, 16))),
+        Some("idle") => rt.block_on(idle(arg(1, 10_000))),
+        Some("idle-server") => rt.block_on(idle_server(&args[1], arg(2, 0) as u16, arg(3, 10_000))),
+        Some("idle-clients") => {
+            rt.block_on(idle_clients(&args[1], arg(2, 0) as u16, arg(3, 10_000)))
+        }
+        _ => {
+            rt.block_on(throughput(2_000_000));
+            rt.block_on(rtt(20_000));
+            rt.block_on(handshakes(4_000, 16));
+        }
+    }
+}
