@@ -350,8 +350,6 @@ async fn idle_server(dir: &str, port: u16, sessions: usize) {
     .unwrap();
     let mut config = ServerConfig::new(tls, SERVER);
     config.max_connections = sessions + 100;
-    config.conn.read_buffer = 4096;
-    config.conn.queue_frames = 64;
     let (server, handle, mut events) = Server::new(config).unwrap();
     let listener = TcpListener::bind(("127.0.0.1", port)).await.unwrap();
     tokio::spawn(server.run(listener, CancellationToken::new()));

@@ -22,7 +22,7 @@ pub struct ConnConfig {
     pub queue_frames: usize,
     /// Bytes gathered into one write when several frames are queued (default 64 KiB).
     pub coalesce_bytes: usize,
-    /// Initial read buffer (default 64 KiB).
+    /// Room kept free in the read buffer before each read (default 16 KiB, a TLS record).
     pub read_buffer: usize,
 }
 
@@ -169,7 +169,8 @@ async fn write_loop<W: AsyncWrite + Unpin>(
     clock: Arc<WriteClock>,
     coalesce: usize,
 ) {
-    let mut buf = BytesMut::with_capacity(coalesce);
+    // Grown on demand: an idle session holds no write buffer to speak of.
+    let mut buf = BytesMut::new();
     loop {
         let first = tokio::select! {
             biased;
