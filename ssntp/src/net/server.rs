@@ -145,6 +145,86 @@ impl Shared {
     fn outbox(&self, uuid: Uuid) -> Option<Outbox> {
         self.read().get(&uuid).map(|e| e.outbox.clone())
     }
+
+    /// The sessions a target names.
+    fn targets(&self, target: Target) -> Vec<(Uuid, Outbox)> {
+        let registry = self.read();
+        match target {
+            Target::Role(role) => registry
+                .iter()
+                .filter(|(_, e)| e.role.intersects(role))
+                .map(|(u, e)| (*u, e.outbox.clone()))
+                .collect(),
+            Target::Session(uuid) => registry
+                .get(&uuid)
+                .map(|e| vec![(uuid, e.outbox.clone())])
+                .unwrap_or_default(),
+        }
+    }
+
+    /// Sends `frame` from `from` on to `targets` (never back to `from`): byte for byte, with our
+    /// hop appended to its trace. Too large with the hop: DELIVERY_FAILURE `too_large` to `from`.
+    fn forward(
+        &self,
+        from: Uuid,
+        frame: &Frame,
+        targets: Vec<(Uuid, Outbox)>,
+    ) -> Result<usize, SendError> {
+        let bytes = match &frame.trace {
+            None => frame.to_bytes(self.max_frame),
+            Some(trace) => {
+                let mut traced = frame.clone();
+                let mut trace = trace.clone();
+                trace.push_hop(self.uuid, self.roles, conn::now().unix_ns);
+                traced.trace = Some(trace);
+                traced.to_bytes(self.max_frame)
+            }
+        };
+        let bytes = match bytes {
+            Ok(b) => b,
+            Err(e) => {
+                let target = (targets.len() == 1).then(|| targets[0].0);
+                self.fail(from, frame, DeliveryFailureReason::TooLarge, target);
+                return Err(e.into());
+            }
+        };
+        let mut sent = 0;
+        for (uuid, outbox) in targets {
+            if uuid == from {
+                continue;
+            }
+            match outbox.send_encoded(bytes.clone()) {
+                Ok(()) => sent += 1,
+                Err(e) => {
+                    tracing::warn!(to = %uuid, operand = %frame.operand, error = %e, "frame not forwarded")
+                }
+            }
+        }
+        Ok(sent)
+    }
+
+    /// DELIVERY_FAILURE to `to` about `frame`.
+    fn fail(&self, to: Uuid, frame: &Frame, reason: DeliveryFailureReason, target: Option<Uuid>) {
+        let (operand_type, operand) = frame.operand.to_wire();
+        let failure = Payload::DeliveryFailure(DeliveryFailure {
+            operand_type,
+            operand,
+            target_uuid: target,
+            reason,
+        });
+        if let Some(outbox) = self.outbox(to) {
+            let _ = outbox.send(&Frame::new(self.uuid, &failure));
+        }
+    }
+}
+
+/// Whom a frame is forwarded to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// Every session whose role intersects this one.
+    Role(Role),
+    /// One session.
+    Session(Uuid),
 }
 
 /// Sends to and asks about the server's sessions. Cheap to clone.
@@ -194,6 +274,25 @@ impl ServerHandle {
             .filter(|e| e.role.intersects(role))
             .filter(|e| e.outbox.send_encoded(bytes.clone()).is_ok())
             .count())
+    }
+
+    /// Forwards a frame received from `from` to `to` (never back to `from`): byte for byte, with
+    /// the server's hop appended to its trace. Returns how many sessions took it; a frame its hop
+    /// pushes over the size limit goes nowhere and `from` gets DELIVERY_FAILURE `too_large`.
+    pub fn forward(&self, from: Uuid, frame: &Frame, to: Target) -> Result<usize, SendError> {
+        let targets = self.shared.targets(to);
+        self.shared.forward(from, frame, targets)
+    }
+
+    /// DELIVERY_FAILURE to `to` about `frame`, which could not reach `target`.
+    pub fn delivery_failure(
+        &self,
+        to: Uuid,
+        frame: &Frame,
+        reason: DeliveryFailureReason,
+        target: Option<Uuid>,
+    ) {
+        self.shared.fail(to, frame, reason, target);
     }
 
     /// The claimed role of a connected peer.
@@ -443,87 +542,36 @@ struct ServerDispatch {
     pending: Vec<Message>,
 }
 
-impl ServerDispatch {
-    /// Sends a frame on to `targets` (never back to the sender), with a trace hop for us.
-    fn forward(&self, session: &Session, message: Message, targets: Vec<(Uuid, Outbox)>) {
-        let mut frame = message.frame;
-        let now = conn::now();
-        if let Some(trace) = &mut frame.trace {
-            trace.push_hop(self.shared.uuid, self.shared.roles, now.unix_ns);
-        }
-        let bytes = match frame.to_bytes(self.shared.max_frame) {
-            Ok(b) => b,
-            Err(_) => {
-                let target = (targets.len() == 1).then(|| targets[0].0);
-                return self.fail(session, &frame, DeliveryFailureReason::TooLarge, target);
-            }
-        };
-        for (uuid, outbox) in targets {
-            if uuid == session.peer_uuid() {
-                continue;
-            }
-            if let Err(e) = outbox.send_encoded(bytes.clone()) {
-                tracing::warn!(to = %uuid, operand = %frame.operand, error = %e, "frame not forwarded");
-            }
-        }
-    }
-
-    /// DELIVERY_FAILURE to the sender.
-    fn fail(
-        &self,
-        session: &Session,
-        frame: &Frame,
-        reason: DeliveryFailureReason,
-        target: Option<Uuid>,
-    ) {
-        let (operand_type, operand) = frame.operand.to_wire();
-        let failure = Payload::DeliveryFailure(DeliveryFailure {
-            operand_type,
-            operand,
-            target_uuid: target,
-            reason,
-        });
-        if let Some(outbox) = self.shared.outbox(session.peer_uuid()) {
-            let _ = outbox.send(&Frame::new(self.shared.uuid, &failure));
-        }
-    }
-}
-
 impl Dispatch for ServerDispatch {
     fn dispatch(&mut self, session: &Session, message: Message) -> bool {
+        let from = session.peer_uuid();
         if !self.routes.has_rule(message.frame.operand) {
             self.pending.push(message);
             return true;
         }
-        let (route, targets) = {
-            let registry = self.shared.read();
-            let route = self.routes.route(&message, &Registry(&registry));
-            let targets: Vec<(Uuid, Outbox)> = match &route {
-                Route::Role(role) => registry
-                    .iter()
-                    .filter(|(_, e)| e.role.intersects(*role))
-                    .map(|(u, e)| (*u, e.outbox.clone()))
-                    .collect(),
-                Route::To(uuid) => registry
-                    .get(uuid)
-                    .map(|e| vec![(*uuid, e.outbox.clone())])
-                    .unwrap_or_default(),
-                _ => Vec::new(),
-            };
-            (route, targets)
+        let route = self.routes.route(&message, &Registry(&self.shared.read()));
+        let target = match route {
+            Route::App => {
+                self.pending.push(message);
+                return true;
+            }
+            Route::Role(role) => Target::Role(role),
+            Route::To(uuid) => Target::Session(uuid),
+            Route::Discard => return true,
+            Route::Fail { reason, target } => {
+                self.shared.fail(from, &message.frame, reason, target);
+                return true;
+            }
         };
-        match route {
-            Route::App => self.pending.push(message),
-            Route::Role(_) => self.forward(session, message, targets),
-            Route::To(uuid) if targets.is_empty() => self.fail(
-                session,
-                &message.frame,
-                DeliveryFailureReason::NodeUnavailable,
-                Some(uuid),
-            ),
-            Route::To(_) => self.forward(session, message, targets),
-            Route::Discard => {}
-            Route::Fail { reason, target } => self.fail(session, &message.frame, reason, target),
+        let targets = self.shared.targets(target);
+        match target {
+            Target::Session(uuid) if targets.is_empty() => {
+                let reason = DeliveryFailureReason::NodeUnavailable;
+                self.shared.fail(from, &message.frame, reason, Some(uuid));
+            }
+            _ => {
+                let _ = self.shared.forward(from, &message.frame, targets);
+            }
         }
         true
     }
