@@ -1,0 +1,502 @@
+//! The scheduler's cluster state, as a pure state machine: session events and messages in,
+//! actions (frames to send or forward, sessions to drop) out. The driver in `lib.rs` feeds it
+//! from the SSNTP server and carries out what it returns; tests drive it directly.
+
+use ssntp::frame::Frame;
+use ssntp::net::Target;
+use ssntp::payload::{ClusterConfig, NodeEvent, NodeState, NodeType, Start, StartFailure};
+use ssntp::session::Message;
+use ssntp::{Payload, Role, Uuid};
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use crate::metrics::Metrics;
+use crate::placement::Placement;
+
+/// What the driver must do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Send a frame the scheduler made.
+    Send {
+        /// The recipient.
+        to: Uuid,
+        /// The frame.
+        frame: Frame,
+    },
+    /// Forward a received frame as it is (with the scheduler's trace hop).
+    Forward {
+        /// Who sent it.
+        from: Uuid,
+        /// The frame.
+        frame: Frame,
+        /// Where it goes.
+        to: Target,
+    },
+    /// Close a session (a dead node).
+    Disconnect(Uuid),
+}
+
+/// What the scheduler knows of a node's session.
+#[derive(Debug, Clone, Copy)]
+struct Session {
+    role: Role,
+    last_seen: Instant,
+}
+
+/// The cluster as the scheduler sees it: soft state, rebuilt from the agents after a restart.
+#[derive(Debug)]
+pub struct Cluster {
+    uuid: Uuid,
+    placement: Placement,
+    /// Connected controllers, in connection order.
+    controllers: Vec<Uuid>,
+    nodes: HashMap<Uuid, Session>,
+    dead_after: Duration,
+    config: ClusterConfig,
+    /// Counters for the metrics endpoint and the heartbeat line.
+    pub metrics: Metrics,
+}
+
+fn node_types(role: Role) -> impl Iterator<Item = NodeType> {
+    let compute = role.contains(Role::AGENT).then_some(NodeType::ComputeNode);
+    let network = role
+        .contains(Role::NETAGENT)
+        .then_some(NodeType::NetworkNode);
+    compute.into_iter().chain(network)
+}
+
+impl Cluster {
+    /// An empty cluster for the scheduler `uuid`; a node silent for `dead_after` is dropped.
+    pub fn new(uuid: Uuid, dead_after: Duration) -> Cluster {
+        Cluster {
+            uuid,
+            placement: Placement::new(),
+            controllers: Vec::new(),
+            nodes: HashMap::new(),
+            dead_after,
+            config: ClusterConfig::default(),
+            metrics: Metrics::default(),
+        }
+    }
+
+    /// The placement state (for inspection).
+    pub fn placement(&self) -> &Placement {
+        &self.placement
+    }
+
+    /// Connected controllers.
+    pub fn controllers(&self) -> &[Uuid] {
+        &self.controllers
+    }
+
+    /// The last cluster configuration a controller sent (CONFIGURE).
+    pub fn config(&self) -> &ClusterConfig {
+        &self.config
+    }
+
+    fn to_controllers(&self, payload: &Payload) -> Vec<Action> {
+        let frame = Frame::new(self.uuid, payload);
+        self.controllers
+            .iter()
+            .map(|c| Action::Send {
+                to: *c,
+                frame: frame.clone(),
+            })
+            .collect()
+    }
+
+    fn node_events(&self, uuid: Uuid, role: Role, connected: bool) -> Vec<Action> {
+        node_types(role)
+            .flat_map(|node_type| {
+                let event = NodeEvent {
+                    node_uuid: uuid,
+                    node_type,
+                };
+                let payload = if connected {
+                    Payload::NodeConnected(event)
+                } else {
+                    Payload::NodeDisconnected(event)
+                };
+                self.to_controllers(&payload)
+            })
+            .collect()
+    }
+
+    /// A session was established.
+    pub fn connected(&mut self, uuid: Uuid, role: Role, now: Instant) -> Vec<Action> {
+        if role.contains(Role::CONTROLLER) {
+            self.controllers.retain(|c| *c != uuid);
+            self.controllers.push(uuid);
+            // Catch up: one NODE_CONNECTED per node (two for a dual-role node).
+            let mut nodes: Vec<(Uuid, Role)> =
+                self.nodes.iter().map(|(u, s)| (*u, s.role)).collect();
+            nodes.sort();
+            let me = self.uuid;
+            return nodes
+                .into_iter()
+                .flat_map(|(node, role)| {
+                    node_types(role).map(move |node_type| Action::Send {
+                        to: uuid,
+                        frame: Frame::new(
+                            me,
+                            &Payload::NodeConnected(NodeEvent {
+                                node_uuid: node,
+                                node_type,
+                            }),
+                        ),
+                    })
+                })
+                .collect();
+        }
+        if !role.intersects(Role::AGENT | Role::NETAGENT) {
+            return Vec::new(); // CNCI agents are instances, not nodes.
+        }
+        self.nodes.insert(
+            uuid,
+            Session {
+                role,
+                last_seen: now,
+            },
+        );
+        self.placement.add(
+            uuid,
+            role.contains(Role::AGENT),
+            role.contains(Role::NETAGENT),
+        );
+        self.node_events(uuid, role, true)
+    }
+
+    /// A session ended.
+    pub fn disconnected(&mut self, uuid: Uuid, role: Role) -> Vec<Action> {
+        if role.contains(Role::CONTROLLER) {
+            self.controllers.retain(|c| *c != uuid);
+            return Vec::new();
+        }
+        match self.nodes.remove(&uuid) {
+            Some(session) => {
+                self.placement.remove(uuid);
+                self.node_events(uuid, session.role, false)
+            }
+            // Already dropped as dead, or never a node.
+            None => Vec::new(),
+        }
+    }
+
+    /// A message routed to the scheduler (the rest is forwarded by the SSNTP server's rules).
+    pub fn message(
+        &mut self,
+        from: Uuid,
+        role: Role,
+        message: Message,
+        now: Instant,
+    ) -> Vec<Action> {
+        self.metrics.frame_in(message.frame.operand);
+        if let Some(node) = self.nodes.get_mut(&from) {
+            node.last_seen = now;
+        }
+        let update = match &message.payload {
+            Payload::Ready(n) => Some((NodeState::Ready, Some(n))),
+            Payload::Full(n) => Some((NodeState::Full, n.as_ref())),
+            Payload::Maintenance(n) => Some((NodeState::Maintenance, n.as_ref())),
+            Payload::Offline(n) => Some((NodeState::Offline, n.as_ref())),
+            _ => None,
+        };
+        if let Some((state, figures)) = update {
+            self.placement.update(from, state, figures);
+            return Vec::new();
+        }
+        match message.payload {
+            Payload::Stats(_) => vec![Action::Forward {
+                from,
+                frame: message.frame,
+                to: Target::Role(Role::CONTROLLER),
+            }],
+            Payload::Start(start) if role.contains(Role::CONTROLLER) => {
+                self.start(from, *start, message.frame)
+            }
+            Payload::Configure(config) => {
+                self.config = *config;
+                Vec::new()
+            }
+            other => {
+                tracing::debug!(%from, operand = %other.operand(), "consumed");
+                Vec::new()
+            }
+        }
+    }
+
+    fn start(&mut self, from: Uuid, start: Start, frame: Frame) -> Vec<Action> {
+        let timer = Instant::now();
+        let placed = self.placement.place(&start.requirements);
+        self.metrics.placed(&placed, timer.elapsed());
+        match placed {
+            Ok(node) => vec![Action::Forward {
+                from,
+                frame,
+                to: Target::Session(node),
+            }],
+            Err(reason) => {
+                let failure = StartFailure {
+                    instance_uuid: start.instance_uuid,
+                    node_uuid: None,
+                    reason,
+                    restart: start.restart,
+                };
+                vec![Action::Send {
+                    to: from,
+                    frame: Frame::new(self.uuid, &Payload::StartFailure(failure)),
+                }]
+            }
+        }
+    }
+
+    /// Drops nodes that sent nothing for the dead-node timeout.
+    pub fn tick(&mut self, now: Instant) -> Vec<Action> {
+        let dead: Vec<(Uuid, Role)> = self
+            .nodes
+            .iter()
+            .filter(|(_, s)| now.saturating_duration_since(s.last_seen) >= self.dead_after)
+            .map(|(u, s)| (*u, s.role))
+            .collect();
+        let mut actions = Vec::new();
+        for (uuid, role) in dead {
+            tracing::warn!(%uuid, "node silent for {:?}: dropped", self.dead_after);
+            self.metrics.dead_nodes += 1;
+            actions.push(Action::Disconnect(uuid));
+            actions.extend(self.disconnected(uuid, role));
+        }
+        actions
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ssntp::payload::{FwType, NodeStatus, Requirements, StartFailureReason, VmType};
+    use ssntp::session::Message;
+
+    const SCHED: Uuid = Uuid::from_bytes([0x5c; 16]);
+
+    fn u(n: u8) -> Uuid {
+        Uuid::from_bytes([n; 16])
+    }
+
+    fn msg(from: Uuid, payload: Payload) -> Message {
+        Message {
+            frame: Frame::new(from, &payload),
+            payload,
+        }
+    }
+
+    fn ready(node: Uuid, mem: u32) -> Payload {
+        Payload::Ready(NodeStatus {
+            node_uuid: node,
+            hostname: format!("h{}", node.as_bytes()[0]),
+            mem_total_mb: mem,
+            mem_available_mb: mem,
+            disk_total_mb: 1000,
+            disk_available_mb: 1000,
+            vcpus_total: 8,
+            vcpus_available: 8,
+            load: 0,
+            networks: vec![],
+        })
+    }
+
+    fn start(instance: u8, network_node: bool) -> Payload {
+        Payload::Start(Box::new(Start {
+            instance_uuid: u(instance),
+            tenant_uuid: u(0x7e),
+            workload_uuid: u(0x3a),
+            vm_type: VmType::Sim,
+            fw_type: FwType::Legacy,
+            image: "tiny".into(),
+            requirements: Requirements {
+                vcpus: 1,
+                mem_mb: 100,
+                disk_mb: 1,
+                network_node,
+                node_id: None,
+                hostname: None,
+            },
+            networking: None,
+            storage: None,
+            user_data: None,
+            meta_data: None,
+            restart: true,
+        }))
+    }
+
+    fn sent_payloads(actions: &[Action]) -> Vec<(Uuid, Payload)> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Send { to, frame } => Some((*to, frame.decode_payload().unwrap())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn controllers_hear_of_nodes_and_late_ones_catch_up() {
+        let now = Instant::now();
+        let mut c = Cluster::new(SCHED, Duration::from_secs(15));
+        assert!(c.connected(u(0xc1), Role::CONTROLLER, now).is_empty());
+        let events = sent_payloads(&c.connected(u(1), Role::DUAL, now));
+        assert_eq!(
+            events,
+            vec![
+                (
+                    u(0xc1),
+                    Payload::NodeConnected(NodeEvent {
+                        node_uuid: u(1),
+                        node_type: NodeType::ComputeNode
+                    })
+                ),
+                (
+                    u(0xc1),
+                    Payload::NodeConnected(NodeEvent {
+                        node_uuid: u(1),
+                        node_type: NodeType::NetworkNode
+                    })
+                ),
+            ]
+        );
+        c.connected(u(2), Role::AGENT, now);
+        assert!(
+            c.connected(u(0x20), Role::CNCIAGENT, now).is_empty(),
+            "CNCIs are not nodes"
+        );
+        // A late controller gets one NODE_CONNECTED per list membership.
+        let catch_up = sent_payloads(&c.connected(u(0xc2), Role::CONTROLLER, now));
+        assert_eq!(catch_up.len(), 3);
+        assert!(catch_up.iter().all(|(to, _)| *to == u(0xc2)));
+        // A node leaving is reported to both controllers, every frame from the scheduler.
+        let gone = c.disconnected(u(2), Role::AGENT);
+        let gone = sent_payloads(&gone);
+        assert_eq!(gone.len(), 2);
+        assert!(
+            gone.iter()
+                .all(|(_, p)| matches!(p, Payload::NodeDisconnected(e) if e.node_uuid == u(2)))
+        );
+    }
+
+    #[test]
+    fn start_is_forwarded_to_the_placed_node_or_refused_with_its_restart_flag() {
+        let now = Instant::now();
+        let mut c = Cluster::new(SCHED, Duration::from_secs(15));
+        c.connected(u(0xc1), Role::CONTROLLER, now);
+        let refused = sent_payloads(&c.message(
+            u(0xc1),
+            Role::CONTROLLER,
+            msg(u(0xc1), start(9, false)),
+            now,
+        ));
+        assert_eq!(
+            refused,
+            vec![(
+                u(0xc1),
+                Payload::StartFailure(StartFailure {
+                    instance_uuid: u(9),
+                    node_uuid: None,
+                    reason: StartFailureReason::NoCn,
+                    restart: true
+                })
+            )]
+        );
+        c.connected(u(1), Role::AGENT, now);
+        let no_ready = sent_payloads(&c.message(
+            u(0xc1),
+            Role::CONTROLLER,
+            msg(u(0xc1), start(9, false)),
+            now,
+        ));
+        assert!(
+            matches!(&no_ready[0].1, Payload::StartFailure(f) if f.reason == StartFailureReason::FullCloud)
+        );
+        let net =
+            sent_payloads(&c.message(u(0xc1), Role::CONTROLLER, msg(u(0xc1), start(9, true)), now));
+        assert!(
+            matches!(&net[0].1, Payload::StartFailure(f) if f.reason == StartFailureReason::NoNetCn)
+        );
+        c.message(u(1), Role::AGENT, msg(u(1), ready(u(1), 1000)), now);
+        let placed = c.message(
+            u(0xc1),
+            Role::CONTROLLER,
+            msg(u(0xc1), start(9, false)),
+            now,
+        );
+        assert!(
+            matches!(&placed[..], [Action::Forward { from, to: Target::Session(n), .. }] if *from == u(0xc1) && *n == u(1))
+        );
+        // An agent may not place work.
+        assert!(
+            c.message(u(1), Role::AGENT, msg(u(1), start(9, false)), now)
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn silent_nodes_are_dropped_on_virtual_time() {
+        let t0 = Instant::now();
+        let mut c = Cluster::new(SCHED, Duration::from_secs(15));
+        c.connected(u(0xc1), Role::CONTROLLER, t0);
+        c.connected(u(1), Role::AGENT, t0);
+        c.connected(u(2), Role::AGENT, t0);
+        // Node 2 keeps talking; node 1 falls silent.
+        c.message(
+            u(2),
+            Role::AGENT,
+            msg(u(2), ready(u(2), 1000)),
+            t0 + Duration::from_secs(10),
+        );
+        assert!(c.tick(t0 + Duration::from_secs(14)).is_empty());
+        let actions = c.tick(t0 + Duration::from_secs(15));
+        assert_eq!(actions[0], Action::Disconnect(u(1)));
+        assert!(
+            matches!(&sent_payloads(&actions)[..], [(_, Payload::NodeDisconnected(e))] if e.node_uuid == u(1))
+        );
+        assert!(c.placement().node(u(1)).is_none());
+        // The session's own end, reported later, says nothing twice.
+        assert!(c.disconnected(u(1), Role::AGENT).is_empty());
+        assert!(c.tick(t0 + Duration::from_secs(24)).is_empty());
+        assert_eq!(
+            c.tick(t0 + Duration::from_secs(25))[0],
+            Action::Disconnect(u(2))
+        );
+    }
+
+    #[test]
+    fn stats_go_to_controllers_and_configure_is_kept() {
+        let now = Instant::now();
+        let mut c = Cluster::new(SCHED, Duration::from_secs(15));
+        let Payload::Ready(n) = ready(u(1), 5) else {
+            unreachable!()
+        };
+        let stats = Payload::Stats(Box::new(ssntp::payload::Stats {
+            node: n,
+            status: NodeState::Ready,
+            instances: vec![],
+        }));
+        let out = c.message(u(1), Role::AGENT, msg(u(1), stats), now);
+        assert!(
+            matches!(&out[..], [Action::Forward { to: Target::Role(r), .. }] if *r == Role::CONTROLLER)
+        );
+        let config = ClusterConfig {
+            scheduler: Some(ssntp::payload::SchedulerConfig {
+                stats_interval_s: Some(7),
+            }),
+            ..ClusterConfig::default()
+        };
+        assert!(
+            c.message(
+                u(0xc1),
+                Role::CONTROLLER,
+                msg(u(0xc1), Payload::Configure(Box::new(config.clone()))),
+                now
+            )
+            .is_empty()
+        );
+        assert_eq!(c.config(), &config);
+    }
+}

@@ -1,0 +1,179 @@
+//! cumulo-scheduler: the cluster's SSNTP server. It places START requests on compute nodes (and
+//! CNCIs on network nodes), routes every other frame by role (PROTOCOL.md §8), tells controllers
+//! about nodes, and drops nodes that fall silent. It keeps soft state only: after a restart it
+//! rebuilds everything from the agents' reconnects and READYs.
+//!
+//! [`placement`] is pure; [`cluster`] is the owner's state machine (events in, actions out);
+//! [`routes`] are the rules the SSNTP readers apply without the owner; [`run`] wires them to an
+//! `ssntp::net::Server`. [`config`] parses the command line.
+#![forbid(unsafe_code)]
+
+pub mod cluster;
+pub mod config;
+pub mod http;
+pub mod metrics;
+pub mod placement;
+pub mod routes;
+
+use ssntp::net::{Server, ServerConfig, ServerError, ServerEvent, ServerHandle, TlsIdentity};
+use ssntp::payload::NodeState;
+use ssntp::{Role, Uuid};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use cluster::{Action, Cluster};
+
+/// How the scheduler runs.
+#[derive(Debug, Clone)]
+pub struct SchedulerConfig {
+    /// CA, certificate (with the SCHEDULER role) and key.
+    pub tls: TlsIdentity,
+    /// The scheduler's UUID (the one its certificate binds, when it binds one).
+    pub uuid: Uuid,
+    /// Agents' STATS interval: a node silent for three of them is dropped.
+    pub stats_interval: Duration,
+    /// SSNTP limits.
+    pub handshake: ssntp::handshake::HandshakeConfig,
+    /// The cluster configuration sent in CONNECTED.
+    pub cluster: ssntp::payload::ClusterConfig,
+    /// Print one summary line a second.
+    pub heartbeat: bool,
+}
+
+/// A snapshot for the heartbeat line and the metrics endpoint.
+#[derive(Debug, Clone, Default)]
+pub struct Summary {
+    /// The Prometheus exposition.
+    pub metrics: String,
+    /// One line: controllers, nodes by state, placements.
+    pub line: String,
+}
+
+/// Why the scheduler cannot run.
+#[derive(Debug, thiserror::Error)]
+pub enum SchedulerError {
+    /// The certificate lacks the SCHEDULER role.
+    #[error(
+        "the certificate's roles ({0}) lack scheduler: make one with `cumulo-cert --role scheduler`"
+    )]
+    NotAScheduler(Role),
+    /// The SSNTP server refused its configuration.
+    #[error("{0}")]
+    Server(#[from] ServerError),
+}
+
+fn summarize(cluster: &Cluster, handle: &ServerHandle, queue_depth: usize) -> Summary {
+    let sessions = handle.sessions();
+    let count = |r: Role| {
+        sessions
+            .iter()
+            .filter(|(_, role)| role.intersects(r))
+            .count()
+    };
+    let by_role = [
+        ("controller", count(Role::CONTROLLER)),
+        ("agent", count(Role::AGENT)),
+        ("netagent", count(Role::NETAGENT)),
+        ("cnciagent", count(Role::CNCIAGENT)),
+    ];
+    let state = |s: Option<NodeState>| {
+        cluster
+            .placement()
+            .nodes()
+            .filter(|n| n.status == s)
+            .count()
+    };
+    let by_state = [
+        ("pending", state(None)),
+        ("ready", state(Some(NodeState::Ready))),
+        ("full", state(Some(NodeState::Full))),
+        ("maintenance", state(Some(NodeState::Maintenance))),
+        ("offline", state(Some(NodeState::Offline))),
+    ];
+    let m = &cluster.metrics;
+    let line = format!(
+        "controllers {} nodes {} (ready {} full {} maintenance {} offline {} pending {}) placements {} failures {}",
+        by_role[0].1,
+        cluster.placement().len(),
+        by_state[1].1,
+        by_state[2].1,
+        by_state[3].1,
+        by_state[4].1,
+        by_state[0].1,
+        m.placements,
+        m.failures.values().sum::<u64>(),
+    );
+    Summary {
+        metrics: m.render(&by_role, &by_state, queue_depth),
+        line,
+    }
+}
+
+fn apply(handle: &ServerHandle, actions: Vec<Action>) {
+    for action in actions {
+        let result = match &action {
+            Action::Send { to, frame } => handle.send(*to, frame).map(|_| 1),
+            Action::Forward { from, frame, to } => handle.forward(*from, frame, *to),
+            Action::Disconnect(uuid) => {
+                handle.disconnect(*uuid);
+                Ok(1)
+            }
+        };
+        if let Err(e) = result {
+            tracing::warn!(?action, error = %e, "not delivered");
+        }
+    }
+}
+
+/// Runs the scheduler on `listener` until `shutdown`. `summary` is refreshed every second.
+pub async fn run(
+    config: SchedulerConfig,
+    listener: TcpListener,
+    shutdown: CancellationToken,
+    summary: Arc<Mutex<Summary>>,
+) -> Result<(), SchedulerError> {
+    let roles = config.tls.own().roles;
+    if !roles.contains(Role::SCHEDULER) {
+        return Err(SchedulerError::NotAScheduler(roles));
+    }
+    let mut server_config = ServerConfig::new(config.tls.clone(), config.uuid);
+    server_config.handshake = config.handshake;
+    server_config.cluster = config.cluster.clone();
+    server_config.routes = routes::routes();
+    let (server, handle, mut events) = Server::new(server_config)?;
+    let server_task = tokio::spawn(server.run(listener, shutdown.clone()));
+    let mut cluster = Cluster::new(config.uuid, config.stats_interval * 3);
+    let mut check = tokio::time::interval(config.stats_interval.min(Duration::from_secs(1)));
+    check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            event = events.recv() => {
+                let now = tokio::time::Instant::now().into_std();
+                let actions = match event {
+                    None => break,
+                    Some(ServerEvent::Connected { uuid, role }) => cluster.connected(uuid, role, now),
+                    Some(ServerEvent::Disconnected { uuid, role }) => cluster.disconnected(uuid, role),
+                    Some(ServerEvent::Frames { uuid, role, messages }) => messages
+                        .into_iter()
+                        .flat_map(|m| cluster.message(uuid, role, m, now))
+                        .collect(),
+                };
+                apply(&handle, actions);
+            }
+            _ = check.tick() => {
+                let now = tokio::time::Instant::now().into_std();
+                apply(&handle, cluster.tick(now));
+                let s = summarize(&cluster, &handle, events.len());
+                if config.heartbeat {
+                    tracing::info!(target: "heartbeat", "{}", s.line);
+                }
+                *summary.lock().unwrap_or_else(|p| p.into_inner()) = s;
+            }
+        }
+    }
+    let _ = server_task.await;
+    Ok(())
+}

@@ -1,0 +1,377 @@
+//! Placement of START requests on nodes: pure code, no IO, no clock.
+//!
+//! Nodes live in a slab; the compute list and the network list hold slab indices in connection
+//! order, so a dual-role node is in both lists with one resource account. Each list remembers
+//! its most recently used node; a search starts just after it and wraps, and takes the first
+//! node that fits (first fit with rotation: identical requests spread over identical nodes). A
+//! placement reserves the request's memory, disk and vCPUs until the node's next READY replaces
+//! its figures.
+
+use ssntp::Uuid;
+use ssntp::payload::{NodeState, NodeStatus, Requirements, StartFailureReason};
+use std::collections::HashMap;
+
+/// A node's free resources.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Capacity {
+    /// Memory, MiB.
+    pub mem_mb: u32,
+    /// Disk, MiB.
+    pub disk_mb: u32,
+    /// vCPUs.
+    pub vcpus: u32,
+}
+
+/// What placement knows of a node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Node {
+    /// The node's session UUID.
+    pub uuid: Uuid,
+    /// Its host name (from READY).
+    pub hostname: String,
+    /// Its last status; `None` until its first READY.
+    pub status: Option<NodeState>,
+    /// Free resources: the last READY's figures less what was placed since.
+    pub free: Capacity,
+    /// Whether it is in the compute list.
+    pub compute: bool,
+    /// Whether it is in the network list.
+    pub network: bool,
+}
+
+impl Node {
+    fn fits(&self, req: &Requirements) -> bool {
+        self.status == Some(NodeState::Ready)
+            && self.free.mem_mb >= req.mem_mb
+            && self.free.disk_mb >= req.disk_mb
+            && self.free.vcpus >= req.vcpus
+            && req.hostname.as_ref().is_none_or(|h| *h == self.hostname)
+    }
+}
+
+#[derive(Debug, Default)]
+struct List {
+    /// Slab indices, in connection order.
+    order: Vec<usize>,
+    /// Position in `order` of the most recently used node.
+    mru: Option<usize>,
+}
+
+impl List {
+    fn remove(&mut self, idx: usize) {
+        if let Some(pos) = self.order.iter().position(|&i| i == idx) {
+            self.order.remove(pos);
+            self.mru = match self.mru {
+                // The MRU node left: the next search starts from the start of the list.
+                Some(m) if m == pos => None,
+                Some(m) if m > pos => Some(m - 1),
+                other => other,
+            };
+        }
+    }
+}
+
+/// The nodes and their two lists.
+#[derive(Debug, Default)]
+pub struct Placement {
+    slab: Vec<Option<Node>>,
+    free_slots: Vec<usize>,
+    index: HashMap<Uuid, usize>,
+    compute: List,
+    network: List,
+}
+
+impl Placement {
+    /// No nodes.
+    pub fn new() -> Placement {
+        Placement::default()
+    }
+
+    /// How many nodes there are.
+    pub fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    /// Whether there are no nodes.
+    pub fn is_empty(&self) -> bool {
+        self.index.is_empty()
+    }
+
+    /// A node by UUID.
+    pub fn node(&self, uuid: Uuid) -> Option<&Node> {
+        self.index.get(&uuid).and_then(|&i| self.slab[i].as_ref())
+    }
+
+    /// Every node, compute list order first, then network-only nodes.
+    pub fn nodes(&self) -> impl Iterator<Item = &Node> {
+        self.slab.iter().flatten()
+    }
+
+    /// Adds a node that just connected (no READY yet), at the end of its lists. A node already
+    /// there is removed first: a reconnecting node joins at the end.
+    pub fn add(&mut self, uuid: Uuid, compute: bool, network: bool) {
+        self.remove(uuid);
+        let node = Node {
+            uuid,
+            hostname: String::new(),
+            status: None,
+            free: Capacity::default(),
+            compute,
+            network,
+        };
+        let idx = match self.free_slots.pop() {
+            Some(i) => {
+                self.slab[i] = Some(node);
+                i
+            }
+            None => {
+                self.slab.push(Some(node));
+                self.slab.len() - 1
+            }
+        };
+        self.index.insert(uuid, idx);
+        if compute {
+            self.compute.order.push(idx);
+        }
+        if network {
+            self.network.order.push(idx);
+        }
+    }
+
+    /// Removes a node; `false` if it was not there.
+    pub fn remove(&mut self, uuid: Uuid) -> bool {
+        let Some(idx) = self.index.remove(&uuid) else {
+            return false;
+        };
+        self.compute.remove(idx);
+        self.network.remove(idx);
+        self.slab[idx] = None;
+        self.free_slots.push(idx);
+        true
+    }
+
+    /// A status from the node (READY, FULL, MAINTENANCE, OFFLINE); READY-shaped figures, when
+    /// given, replace the node's free resources (and with them every reservation).
+    pub fn update(&mut self, uuid: Uuid, status: NodeState, figures: Option<&NodeStatus>) -> bool {
+        let Some(node) = self.index.get(&uuid).and_then(|&i| self.slab[i].as_mut()) else {
+            return false;
+        };
+        node.status = Some(status);
+        if let Some(f) = figures {
+            node.hostname.clone_from(&f.hostname);
+            node.free = Capacity {
+                mem_mb: f.mem_available_mb,
+                disk_mb: f.disk_available_mb,
+                vcpus: f.vcpus_available,
+            };
+        }
+        true
+    }
+
+    /// Picks a node for a START and reserves its requirements there.
+    pub fn place(&mut self, req: &Requirements) -> Result<Uuid, StartFailureReason> {
+        let list = if req.network_node {
+            &mut self.network
+        } else {
+            &mut self.compute
+        };
+        if list.order.is_empty() {
+            return Err(if req.network_node {
+                StartFailureReason::NoNetCn
+            } else {
+                StartFailureReason::NoCn
+            });
+        }
+        let n = list.order.len();
+        let chosen = if let Some(pin) = req.node_id {
+            // Pinned: that node, if it is in this list and fits.
+            let idx = self.index.get(&pin).copied();
+            idx.and_then(|idx| list.order.iter().position(|&i| i == idx))
+                .filter(|&pos| {
+                    self.slab[list.order[pos]]
+                        .as_ref()
+                        .is_some_and(|node| node.fits(req))
+                })
+        } else {
+            let start = list.mru.map_or(0, |m| m + 1);
+            (0..n).map(|k| (start + k) % n).find(|&pos| {
+                self.slab[list.order[pos]]
+                    .as_ref()
+                    .is_some_and(|node| node.fits(req))
+            })
+        };
+        let pos = chosen.ok_or(StartFailureReason::FullCloud)?;
+        list.mru = Some(pos);
+        let node = self.slab[list.order[pos]]
+            .as_mut()
+            .ok_or(StartFailureReason::FullCloud)?;
+        node.free.mem_mb -= req.mem_mb;
+        node.free.disk_mb -= req.disk_mb;
+        node.free.vcpus -= req.vcpus;
+        Ok(node.uuid)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn u(n: u16) -> Uuid {
+        Uuid::from_u128(u128::from(n) + 1)
+    }
+
+    fn ready(uuid: Uuid, host: &str, mem: u32, disk: u32, vcpus: u32) -> NodeStatus {
+        NodeStatus {
+            node_uuid: uuid,
+            hostname: host.into(),
+            mem_total_mb: mem,
+            mem_available_mb: mem,
+            disk_total_mb: disk,
+            disk_available_mb: disk,
+            vcpus_total: vcpus,
+            vcpus_available: vcpus,
+            load: 0,
+            networks: vec![],
+        }
+    }
+
+    fn req(mem: u32, disk: u32, vcpus: u32) -> Requirements {
+        Requirements {
+            vcpus,
+            mem_mb: mem,
+            disk_mb: disk,
+            network_node: false,
+            node_id: None,
+            hostname: None,
+        }
+    }
+
+    fn cluster(n: u16) -> Placement {
+        let mut p = Placement::new();
+        for i in 0..n {
+            p.add(u(i), true, false);
+            p.update(
+                u(i),
+                NodeState::Ready,
+                Some(&ready(u(i), &format!("n{i}"), 1000, 1000, 4)),
+            );
+        }
+        p
+    }
+
+    #[test]
+    fn empty_lists_say_which() {
+        let mut p = Placement::new();
+        assert_eq!(p.place(&req(1, 1, 1)), Err(StartFailureReason::NoCn));
+        let mut net = req(1, 1, 1);
+        net.network_node = true;
+        assert_eq!(p.place(&net), Err(StartFailureReason::NoNetCn));
+        p.add(u(0), true, false);
+        assert_eq!(p.place(&net), Err(StartFailureReason::NoNetCn));
+        // Connected but no READY yet: nothing fits.
+        assert_eq!(p.place(&req(1, 1, 1)), Err(StartFailureReason::FullCloud));
+    }
+
+    #[test]
+    fn identical_requests_spread_over_identical_nodes() {
+        let mut p = cluster(4);
+        let picks: Vec<Uuid> = (0..8).map(|_| p.place(&req(10, 10, 1)).unwrap()).collect();
+        assert_eq!(picks, vec![u(0), u(1), u(2), u(3), u(0), u(1), u(2), u(3)]);
+    }
+
+    #[test]
+    fn reservations_prevent_over_commit_until_the_next_ready() {
+        let mut p = cluster(2);
+        for _ in 0..4 {
+            p.place(&req(500, 10, 1)).unwrap();
+        }
+        // Both nodes are now at 0 MiB free: nothing more fits.
+        assert_eq!(p.place(&req(1, 1, 1)), Err(StartFailureReason::FullCloud));
+        // A READY replaces the figures.
+        p.update(
+            u(1),
+            NodeState::Ready,
+            Some(&ready(u(1), "n1", 600, 1000, 4)),
+        );
+        assert_eq!(p.place(&req(500, 1, 1)), Ok(u(1)));
+        // vCPUs count too.
+        let mut p = cluster(1);
+        for _ in 0..4 {
+            p.place(&req(1, 1, 1)).unwrap();
+        }
+        assert_eq!(p.place(&req(1, 1, 1)), Err(StartFailureReason::FullCloud));
+    }
+
+    #[test]
+    fn only_ready_nodes_take_work() {
+        let mut p = cluster(3);
+        p.update(u(0), NodeState::Full, None);
+        p.update(u(1), NodeState::Maintenance, None);
+        for _ in 0..3 {
+            assert_eq!(p.place(&req(1, 1, 1)), Ok(u(2)));
+        }
+        p.update(u(2), NodeState::Offline, None);
+        assert_eq!(p.place(&req(1, 1, 1)), Err(StartFailureReason::FullCloud));
+        // A READY brings a node back.
+        p.update(u(1), NodeState::Ready, None);
+        assert_eq!(p.place(&req(1, 1, 1)), Ok(u(1)));
+    }
+
+    #[test]
+    fn pinning_by_node_id_and_hostname() {
+        let mut p = cluster(3);
+        let mut pinned = req(1, 1, 1);
+        pinned.node_id = Some(u(2));
+        for _ in 0..3 {
+            assert_eq!(p.place(&pinned), Ok(u(2)));
+        }
+        pinned.node_id = Some(u(99));
+        assert_eq!(p.place(&pinned), Err(StartFailureReason::FullCloud));
+        let mut by_host = req(1, 1, 1);
+        by_host.hostname = Some("n1".into());
+        assert_eq!(p.place(&by_host), Ok(u(1)));
+        assert_eq!(p.place(&by_host), Ok(u(1)));
+        by_host.hostname = Some("nowhere".into());
+        assert_eq!(p.place(&by_host), Err(StartFailureReason::FullCloud));
+    }
+
+    #[test]
+    fn a_dual_node_serves_both_lists_from_one_account() {
+        let mut p = Placement::new();
+        p.add(u(0), true, true);
+        p.update(
+            u(0),
+            NodeState::Ready,
+            Some(&ready(u(0), "dual", 1000, 1000, 4)),
+        );
+        let mut cnci = req(600, 1, 1);
+        cnci.network_node = true;
+        assert_eq!(p.place(&cnci), Ok(u(0)));
+        // The compute list sees the same account: 400 MiB left.
+        assert_eq!(p.place(&req(500, 1, 1)), Err(StartFailureReason::FullCloud));
+        assert_eq!(p.place(&req(400, 1, 1)), Ok(u(0)));
+    }
+
+    #[test]
+    fn rotation_survives_nodes_leaving_and_reconnecting() {
+        let mut p = cluster(4);
+        assert_eq!(p.place(&req(1, 1, 1)), Ok(u(0)));
+        assert_eq!(p.place(&req(1, 1, 1)), Ok(u(1)));
+        // The MRU node leaves: the next search starts from the start of the list.
+        p.remove(u(1));
+        assert_eq!(p.place(&req(1, 1, 1)), Ok(u(0)));
+        assert_eq!(p.place(&req(1, 1, 1)), Ok(u(2)));
+        // A node that reconnects joins at the end and has no READY yet.
+        p.add(u(0), true, false);
+        assert_eq!(p.place(&req(1, 1, 1)), Ok(u(3)));
+        assert_eq!(p.place(&req(1, 1, 1)), Ok(u(2)));
+        p.update(
+            u(0),
+            NodeState::Ready,
+            Some(&ready(u(0), "n0", 1000, 1000, 4)),
+        );
+        assert_eq!(p.place(&req(1, 1, 1)), Ok(u(3)));
+        assert_eq!(p.place(&req(1, 1, 1)), Ok(u(0)));
+        assert_eq!(p.len(), 3);
+    }
+}

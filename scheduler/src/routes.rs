@@ -1,0 +1,87 @@
+//! The scheduler's forwarding rules (PROTOCOL.md §8), run by the SSNTP server's readers so that
+//! routed frames never wait for the cluster owner. What is not routed here (START, node statuses,
+//! STATS, CONFIGURE, replies) goes to the cluster owner.
+
+use ssntp::net::{Directory, Route, Routes};
+use ssntp::payload::DeliveryFailureReason;
+use ssntp::{Operand, Payload, Role, Uuid};
+
+/// The node or CNCI a frame is addressed to, by its payload.
+fn addressee(payload: &Payload) -> Option<(Uuid, bool)> {
+    Some(match payload {
+        Payload::Delete(d) => (d.workload_agent_uuid, false),
+        Payload::Evacuate(n) | Payload::Restore(n) => (n.workload_agent_uuid, false),
+        Payload::AttachVolume(a) => (a.workload_agent_uuid, false),
+        Payload::AssignPublicIp(p) | Payload::ReleasePublicIp(p) => (p.concentrator_uuid, true),
+        Payload::TenantAdded(t) | Payload::TenantRemoved(t) => (t.concentrator_uuid, true),
+        Payload::RefreshCnci(r) => (r.cnci_uuid, true),
+        _ => return None,
+    })
+}
+
+/// To the addressed session if it is connected under a role that takes the frame (agent frames
+/// need an AGENT or NETAGENT session, CNCI frames a CNCIAGENT one); DELIVERY_FAILURE otherwise.
+fn to_addressee(payload: &Payload, directory: &dyn Directory) -> Route {
+    let Some((target, cnci)) = addressee(payload) else {
+        return Route::Discard;
+    };
+    let (needs, reason) = if cnci {
+        (Role::CNCIAGENT, DeliveryFailureReason::CnciUnavailable)
+    } else {
+        (
+            Role::AGENT | Role::NETAGENT,
+            DeliveryFailureReason::NodeUnavailable,
+        )
+    };
+    match directory.role_of(target) {
+        Some(role) if role.intersects(needs) => Route::To(target),
+        _ => Route::Fail {
+            reason,
+            target: Some(target),
+        },
+    }
+}
+
+/// Every rule of §8 that the readers can apply alone.
+pub fn routes() -> Routes {
+    let to_controllers = [
+        Operand::TraceReport,
+        Operand::InstanceDeleted,
+        Operand::InstanceStopped,
+        Operand::ConcentratorInstanceAdded,
+        Operand::PublicIpAssigned,
+        Operand::PublicIpUnassigned,
+        Operand::StartFailure,
+        Operand::DeleteFailure,
+        Operand::AttachVolumeFailure,
+        Operand::AssignPublicIpFailure,
+        Operand::UnassignPublicIpFailure,
+    ];
+    let addressed = [
+        Operand::Delete,
+        Operand::Evacuate,
+        Operand::Restore,
+        Operand::AttachVolume,
+        Operand::AssignPublicIp,
+        Operand::ReleasePublicIp,
+        Operand::TenantAdded,
+        Operand::TenantRemoved,
+        Operand::RefreshCnci,
+    ];
+    let mut routes = Routes::new();
+    for op in to_controllers {
+        routes = routes.to_role(op, Role::CONTROLLER);
+    }
+    for op in addressed {
+        routes = routes.dynamic(op, |m, dir| to_addressee(&m.payload, dir));
+    }
+    // Replies to the scheduler's own frames are logged by the session and go no further.
+    for op in [
+        Operand::InvalidFrameType,
+        Operand::ProtocolViolation,
+        Operand::DeliveryFailure,
+    ] {
+        routes = routes.dynamic(op, |_, _| Route::Discard);
+    }
+    routes
+}
