@@ -3,7 +3,7 @@
 //! from the SSNTP server and carries out what it returns; tests drive it directly.
 
 use ssntp::frame::Frame;
-use ssntp::net::Target;
+use ssntp::net::{Directory, Route, Target};
 use ssntp::payload::{ClusterConfig, NodeEvent, NodeState, NodeType, Start, StartFailure};
 use ssntp::session::Message;
 use ssntp::{Payload, Role, Uuid};
@@ -31,6 +31,17 @@ pub enum Action {
         frame: Frame,
         /// Where it goes.
         to: Target,
+    },
+    /// Tell `to` that `frame` could not be delivered.
+    Fail {
+        /// The sender of the undeliverable frame.
+        to: Uuid,
+        /// The frame.
+        frame: Frame,
+        /// Why.
+        reason: ssntp::payload::DeliveryFailureReason,
+        /// The intended recipient.
+        target: Option<Uuid>,
     },
     /// Close a session (a dead node).
     Disconnect(Uuid),
@@ -182,13 +193,15 @@ impl Cluster {
         }
     }
 
-    /// A message routed to the scheduler (the rest is forwarded by the SSNTP server's rules).
+    /// A message routed to the scheduler (the rest is forwarded by the SSNTP server's rules);
+    /// `directory` says who is connected, for frames addressed to a node or a CNCI.
     pub fn message(
         &mut self,
         from: Uuid,
         role: Role,
         message: Message,
         now: Instant,
+        directory: &dyn Directory,
     ) -> Vec<Action> {
         self.metrics.frame_in(message.frame.operand);
         if let Some(node) = self.nodes.get_mut(&from) {
@@ -205,12 +218,29 @@ impl Cluster {
             self.placement.update(from, state, figures);
             return Vec::new();
         }
+        if role.contains(Role::CONTROLLER) && crate::routes::addressee(&message.payload).is_some() {
+            return match crate::routes::to_addressee(&message.payload, directory) {
+                Route::To(target) => {
+                    vec![Action::Forward {
+                        from,
+                        frame: message.frame,
+                        to: Target::Session(target),
+                    }]
+                }
+                Route::Fail { reason, target } => {
+                    vec![Action::Fail {
+                        to: from,
+                        frame: message.frame,
+                        reason,
+                        target,
+                    }]
+                }
+                _ => Vec::new(),
+            };
+        }
         match message.payload {
-            Payload::Stats(_) => vec![Action::Forward {
-                from,
-                frame: message.frame,
-                to: Target::Role(Role::CONTROLLER),
-            }],
+            // Forwarded to controllers by the readers already; here it only shows life.
+            Payload::Stats(_) => Vec::new(),
             Payload::Start(start) if role.contains(Role::CONTROLLER) => {
                 self.start(from, *start, message.frame)
             }
@@ -276,6 +306,19 @@ mod tests {
     use ssntp::session::Message;
 
     const SCHED: Uuid = Uuid::from_bytes([0x5c; 16]);
+
+    fn msg_in(c: &mut Cluster, from: Uuid, role: Role, m: Message, now: Instant) -> Vec<Action> {
+        c.message(from, role, m, now, &NoOne)
+    }
+
+    /// Nobody is connected (for frames that need no directory).
+    struct NoOne;
+
+    impl Directory for NoOne {
+        fn role_of(&self, _: Uuid) -> Option<Role> {
+            None
+        }
+    }
 
     fn u(n: u8) -> Uuid {
         Uuid::from_bytes([n; 16])
@@ -386,7 +429,8 @@ mod tests {
         let now = Instant::now();
         let mut c = Cluster::new(SCHED, Duration::from_secs(15));
         c.connected(u(0xc1), Role::CONTROLLER, now);
-        let refused = sent_payloads(&c.message(
+        let refused = sent_payloads(&msg_in(
+            &mut c,
             u(0xc1),
             Role::CONTROLLER,
             msg(u(0xc1), start(9, false)),
@@ -405,7 +449,8 @@ mod tests {
             )]
         );
         c.connected(u(1), Role::AGENT, now);
-        let no_ready = sent_payloads(&c.message(
+        let no_ready = sent_payloads(&msg_in(
+            &mut c,
             u(0xc1),
             Role::CONTROLLER,
             msg(u(0xc1), start(9, false)),
@@ -414,13 +459,19 @@ mod tests {
         assert!(
             matches!(&no_ready[0].1, Payload::StartFailure(f) if f.reason == StartFailureReason::FullCloud)
         );
-        let net =
-            sent_payloads(&c.message(u(0xc1), Role::CONTROLLER, msg(u(0xc1), start(9, true)), now));
+        let net = sent_payloads(&msg_in(
+            &mut c,
+            u(0xc1),
+            Role::CONTROLLER,
+            msg(u(0xc1), start(9, true)),
+            now,
+        ));
         assert!(
             matches!(&net[0].1, Payload::StartFailure(f) if f.reason == StartFailureReason::NoNetCn)
         );
-        c.message(u(1), Role::AGENT, msg(u(1), ready(u(1), 1000)), now);
-        let placed = c.message(
+        msg_in(&mut c, u(1), Role::AGENT, msg(u(1), ready(u(1), 1000)), now);
+        let placed = msg_in(
+            &mut c,
             u(0xc1),
             Role::CONTROLLER,
             msg(u(0xc1), start(9, false)),
@@ -430,10 +481,7 @@ mod tests {
             matches!(&placed[..], [Action::Forward { from, to: Target::Session(n), .. }] if *from == u(0xc1) && *n == u(1))
         );
         // An agent may not place work.
-        assert!(
-            c.message(u(1), Role::AGENT, msg(u(1), start(9, false)), now)
-                .is_empty()
-        );
+        assert!(msg_in(&mut c, u(1), Role::AGENT, msg(u(1), start(9, false)), now).is_empty());
     }
 
     #[test]
@@ -444,7 +492,8 @@ mod tests {
         c.connected(u(1), Role::AGENT, t0);
         c.connected(u(2), Role::AGENT, t0);
         // Node 2 keeps talking; node 1 falls silent.
-        c.message(
+        msg_in(
+            &mut c,
             u(2),
             Role::AGENT,
             msg(u(2), ready(u(2), 1000)),
@@ -467,7 +516,7 @@ mod tests {
     }
 
     #[test]
-    fn stats_go_to_controllers_and_configure_is_kept() {
+    fn stats_show_life_deletes_need_a_node_and_configure_is_kept() {
         let now = Instant::now();
         let mut c = Cluster::new(SCHED, Duration::from_secs(15));
         let Payload::Ready(n) = ready(u(1), 5) else {
@@ -478,9 +527,17 @@ mod tests {
             status: NodeState::Ready,
             instances: vec![],
         }));
-        let out = c.message(u(1), Role::AGENT, msg(u(1), stats), now);
+        // The readers forward STATS; the owner only counts it as a sign of life.
+        assert!(msg_in(&mut c, u(1), Role::AGENT, msg(u(1), stats), now).is_empty());
+        // A DELETE for a node nobody knows: DELIVERY_FAILURE to the controller.
+        let delete = Payload::Delete(ssntp::payload::Delete {
+            instance_uuid: u(9),
+            workload_agent_uuid: u(3),
+            stop: false,
+        });
+        let out = msg_in(&mut c, u(0xc1), Role::CONTROLLER, msg(u(0xc1), delete), now);
         assert!(
-            matches!(&out[..], [Action::Forward { to: Target::Role(r), .. }] if *r == Role::CONTROLLER)
+            matches!(&out[..], [Action::Fail { to, target: Some(t), .. }] if *to == u(0xc1) && *t == u(3))
         );
         let config = ClusterConfig {
             scheduler: Some(ssntp::payload::SchedulerConfig {
@@ -489,7 +546,8 @@ mod tests {
             ..ClusterConfig::default()
         };
         assert!(
-            c.message(
+            msg_in(
+                &mut c,
                 u(0xc1),
                 Role::CONTROLLER,
                 msg(u(0xc1), Payload::Configure(Box::new(config.clone()))),

@@ -116,6 +116,15 @@ fn apply(handle: &ServerHandle, actions: Vec<Action>) {
         let result = match &action {
             Action::Send { to, frame } => handle.send(*to, frame).map(|_| 1),
             Action::Forward { from, frame, to } => handle.forward(*from, frame, *to),
+            Action::Fail {
+                to,
+                frame,
+                reason,
+                target,
+            } => {
+                handle.delivery_failure(*to, frame, *reason, *target);
+                Ok(1)
+            }
             Action::Disconnect(uuid) => {
                 handle.disconnect(*uuid);
                 Ok(1)
@@ -158,7 +167,7 @@ pub async fn run(
                     Some(ServerEvent::Disconnected { uuid, role }) => cluster.disconnected(uuid, role),
                     Some(ServerEvent::Frames { uuid, role, messages }) => messages
                         .into_iter()
-                        .flat_map(|m| cluster.message(uuid, role, m, now))
+                        .flat_map(|m| cluster.message(uuid, role, m, now, &handle))
                         .collect(),
                 };
                 apply(&handle, actions);

@@ -1,13 +1,17 @@
-//! The scheduler's forwarding rules (PROTOCOL.md §8), run by the SSNTP server's readers so that
-//! routed frames never wait for the cluster owner. What is not routed here (START, node statuses,
-//! STATS, CONFIGURE, replies) goes to the cluster owner.
+//! The scheduler's forwarding rules (PROTOCOL.md §8).
+//!
+//! Frames from agents and CNCIs are forwarded by the SSNTP server's readers, so they never wait
+//! for the cluster owner; STATS is also handed to the owner, which counts it as a sign of life.
+//! Every frame from a controller goes to the owner, which places STARTs and forwards the rest
+//! itself: one path per sender keeps each session's order end to end (a DELETE never overtakes
+//! the START before it).
 
 use ssntp::net::{Directory, Route, Routes};
 use ssntp::payload::DeliveryFailureReason;
 use ssntp::{Operand, Payload, Role, Uuid};
 
-/// The node or CNCI a frame is addressed to, by its payload.
-fn addressee(payload: &Payload) -> Option<(Uuid, bool)> {
+/// The node or CNCI a frame is addressed to, by its payload (`true`: a CNCI).
+pub fn addressee(payload: &Payload) -> Option<(Uuid, bool)> {
     Some(match payload {
         Payload::Delete(d) => (d.workload_agent_uuid, false),
         Payload::Evacuate(n) | Payload::Restore(n) => (n.workload_agent_uuid, false),
@@ -21,7 +25,7 @@ fn addressee(payload: &Payload) -> Option<(Uuid, bool)> {
 
 /// To the addressed session if it is connected under a role that takes the frame (agent frames
 /// need an AGENT or NETAGENT session, CNCI frames a CNCIAGENT one); DELIVERY_FAILURE otherwise.
-fn to_addressee(payload: &Payload, directory: &dyn Directory) -> Route {
+pub fn to_addressee(payload: &Payload, directory: &dyn Directory) -> Route {
     let Some((target, cnci)) = addressee(payload) else {
         return Route::Discard;
     };
@@ -57,18 +61,9 @@ pub fn routes() -> Routes {
         Operand::AssignPublicIpFailure,
         Operand::UnassignPublicIpFailure,
     ];
-    let addressed = [
-        Operand::Delete,
-        Operand::Evacuate,
-        Operand::Restore,
-        Operand::AttachVolume,
-        Operand::AssignPublicIp,
-        Operand::ReleasePublicIp,
-        Operand::TenantAdded,
-        Operand::TenantRemoved,
-        Operand::RefreshCnci,
-    ];
-    let mut routes = Routes::new();
+    // Agents' frames addressed to a CNCI (controllers' addressed frames go through the owner).
+    let addressed = [Operand::TenantAdded, Operand::TenantRemoved];
+    let mut routes = Routes::new().to_role_and_app(Operand::Stats, Role::CONTROLLER);
     for op in to_controllers {
         routes = routes.to_role(op, Role::CONTROLLER);
     }

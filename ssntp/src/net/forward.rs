@@ -23,6 +23,9 @@ pub enum Route {
     App,
     /// To every session whose role intersects this one (never back to the sender).
     Role(Role),
+    /// To every session whose role intersects this one, and to the application too (which then
+    /// sees it for its own bookkeeping, not to forward it again).
+    Tee(Role),
     /// To one session.
     To(Uuid),
     /// Nowhere.
@@ -42,6 +45,7 @@ pub type DynamicRule = Arc<dyn Fn(&Message, &dyn Directory) -> Route + Send + Sy
 #[derive(Clone)]
 enum Rule {
     Role(Role),
+    Tee(Role),
     Dynamic(DynamicRule),
 }
 
@@ -71,6 +75,12 @@ impl Routes {
         self
     }
 
+    /// Forwards `operand` to every session with `role` and delivers it to the application too.
+    pub fn to_role_and_app(mut self, operand: Operand, role: Role) -> Routes {
+        self.rules.insert(operand, Rule::Tee(role));
+        self
+    }
+
     /// Routes `operand` with a function of the message.
     pub fn dynamic(
         mut self,
@@ -91,6 +101,7 @@ impl Routes {
         match self.rules.get(&message.frame.operand) {
             None => Route::App,
             Some(Rule::Role(role)) => Route::Role(*role),
+            Some(Rule::Tee(role)) => Route::Tee(*role),
             Some(Rule::Dynamic(rule)) => rule(message, directory),
         }
     }

@@ -315,6 +315,12 @@ impl ServerHandle {
     }
 }
 
+impl Directory for ServerHandle {
+    fn role_of(&self, uuid: Uuid) -> Option<Role> {
+        self.client_role(uuid)
+    }
+}
+
 /// The server. Build it with [`Server::new`], run it with [`Server::run`].
 pub struct Server {
     config: ServerConfig,
@@ -474,7 +480,8 @@ impl Server {
             events: self.events.clone(),
             pending: Vec::new(),
         };
-        let done = opened.run(
+        let outbox = opened.outbox().clone();
+        let mut done = opened.run(
             session,
             buf,
             self.config.conn.read_buffer,
@@ -482,8 +489,12 @@ impl Server {
             tracker,
         );
         let ended = tokio::select! {
-            e = done => e.ok(),
-            _ = shutdown.cancelled() => None,
+            e = &mut done => e.ok(),
+            _ = shutdown.cancelled() => {
+                // Shutting down: queued frames go out, then close_notify; the session then ends.
+                outbox.close();
+                done.await.ok()
+            }
         };
         tracing::debug!(%uuid, %role, ?ended, "session ended");
         if self.deregister(uuid, generation) {
@@ -556,6 +567,12 @@ impl Dispatch for ServerDispatch {
                 return true;
             }
             Route::Role(role) => Target::Role(role),
+            Route::Tee(role) => {
+                let targets = self.shared.targets(Target::Role(role));
+                let _ = self.shared.forward(from, &message.frame, targets);
+                self.pending.push(message);
+                return true;
+            }
             Route::To(uuid) => Target::Session(uuid),
             Route::Discard => return true,
             Route::Fail { reason, target } => {
