@@ -15,8 +15,9 @@ pub mod metrics;
 pub mod placement;
 pub mod routes;
 
+use ssntp::net::Target;
 use ssntp::net::{Server, ServerConfig, ServerError, ServerEvent, ServerHandle, TlsIdentity};
-use ssntp::payload::NodeState;
+use ssntp::payload::{DeliveryFailureReason, NodeState};
 use ssntp::{Role, Uuid};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -115,7 +116,23 @@ fn apply(handle: &ServerHandle, actions: Vec<Action>) {
     for action in actions {
         let result = match &action {
             Action::Send { to, frame } => handle.send(*to, frame).map(|_| 1),
-            Action::Forward { from, frame, to } => handle.forward(*from, frame, *to),
+            Action::Forward { from, frame, to } => match handle.forward(*from, frame, *to) {
+                // A node whose queue is full (or that just left) did not get it: say so.
+                Ok(0) if matches!(to, Target::Session(_)) => {
+                    let target = match to {
+                        Target::Session(t) => Some(*t),
+                        Target::Role(_) => None,
+                    };
+                    handle.delivery_failure(
+                        *from,
+                        frame,
+                        DeliveryFailureReason::NodeUnavailable,
+                        target,
+                    );
+                    Ok(0)
+                }
+                other => other,
+            },
             Action::Fail {
                 to,
                 frame,
