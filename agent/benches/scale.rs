@@ -1,0 +1,2 @@
+//! Scale bench (written next).
+fn main() {}
