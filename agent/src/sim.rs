@@ -285,11 +285,14 @@ impl Backend for SimBackend {
 
     async fn delete(&self, instance: Uuid) -> Result<(), BackendError> {
         self.injected(Op::Delete)?;
-        if self.lock().instances.remove(&instance).is_some()
-            && let Some(path) = self.path(instance)
-            && let Err(e) = std::fs::remove_file(&path)
-        {
-            tracing::warn!(path = %path.display(), error = %e, "sim: removing an instance");
+        let removed = self.lock().instances.remove(&instance);
+        if let Some(i) = removed {
+            i.running.send_replace(false);
+            if let Some(path) = self.path(instance)
+                && let Err(e) = std::fs::remove_file(&path)
+            {
+                tracing::warn!(path = %path.display(), error = %e, "sim: removing an instance");
+            }
         }
         Ok(())
     }
@@ -322,5 +325,125 @@ impl Backend for SimBackend {
                 running: *i.running.borrow(),
             })
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Firmware, VmKind};
+
+    fn spec(n: u128, image: &str) -> InstanceSpec {
+        InstanceSpec {
+            instance: Uuid::from_u128(n),
+            tenant: Uuid::nil(),
+            workload: Uuid::nil(),
+            kind: VmKind::Sim,
+            firmware: Firmware::Efi,
+            image: image.into(),
+            resources: Resources {
+                vcpus: 2,
+                mem_mb: 1_000,
+                disk_mb: 400,
+            },
+            nic: None,
+            disks: Vec::new(),
+            user_data: None,
+            meta_data: Default::default(),
+            restart: false,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn boots_take_the_boot_delay_and_exits_are_seen() {
+        let sim = SimBackend::new(SimConfig {
+            boot_delay: Duration::from_secs(4),
+            ..SimConfig::default()
+        })
+        .unwrap();
+        let id = Uuid::from_u128(1);
+        sim.create(&spec(1, "debian")).await.unwrap();
+        assert_eq!(sim.status(id), Some(false));
+        let t0 = tokio::time::Instant::now();
+        sim.start(id).await.unwrap();
+        assert_eq!(t0.elapsed(), Duration::from_secs(4));
+        assert_eq!(sim.status(id), Some(true));
+        let stats = sim.stats().await;
+        assert_eq!(stats.len(), 1);
+        assert_eq!((stats[0].1.mem_mb, stats[0].1.disk_mb), (250, 100));
+        sim.kill(id);
+        sim.wait_exit(id).await;
+        assert!(sim.stats().await.is_empty());
+        assert_eq!(
+            sim.create(&spec(1, "debian")).await,
+            Err(BackendError::Exists)
+        );
+        sim.delete(id).await.unwrap();
+        sim.wait_exit(id).await;
+        assert_eq!(sim.counts(), (0, 0));
+    }
+
+    #[tokio::test]
+    async fn failures_by_image_and_by_call() {
+        let sim = SimBackend::new(SimConfig::default()).unwrap();
+        assert!(matches!(
+            sim.create(&spec(1, IMAGE_FAIL_IMAGE)).await,
+            Err(BackendError::Image(_))
+        ));
+        assert!(matches!(
+            sim.create(&spec(2, IMAGE_FAIL_NETWORK)).await,
+            Err(BackendError::Network(_))
+        ));
+        sim.create(&spec(3, IMAGE_FAIL_LAUNCH)).await.unwrap();
+        let id3 = Uuid::from_u128(3);
+        assert!(matches!(sim.start(id3).await, Err(BackendError::Launch(_))));
+        sim.create(&spec(4, IMAGE_FAIL_STOP)).await.unwrap();
+        let id4 = Uuid::from_u128(4);
+        sim.start(id4).await.unwrap();
+        assert!(sim.stop(id4).await.is_err());
+        sim.create(&spec(5, IMAGE_EXIT_AFTER_BOOT)).await.unwrap();
+        sim.start(Uuid::from_u128(5)).await.unwrap();
+        assert_eq!(sim.status(Uuid::from_u128(5)), Some(false));
+        sim.fail_next(Op::Delete, BackendError::Other("once".into()));
+        assert!(sim.delete(id3).await.is_err());
+        sim.delete(id3).await.unwrap();
+        assert_eq!(sim.start(id3).await, Err(BackendError::NotFound));
+    }
+
+    /// With a directory, instances outlive the process that made them (as VMs outlive a
+    /// killed agent): a new simulation over the same directory has them, as they were.
+    #[tokio::test]
+    async fn instances_in_a_directory_outlive_the_backend() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = SimConfig {
+            dir: Some(dir.path().to_owned()),
+            ..SimConfig::default()
+        };
+        let sim = SimBackend::new(config.clone()).unwrap();
+        for n in 1..=3 {
+            sim.create(&spec(n, "debian")).await.unwrap();
+        }
+        sim.start(Uuid::from_u128(1)).await.unwrap();
+        sim.start(Uuid::from_u128(2)).await.unwrap();
+        sim.kill(Uuid::from_u128(2));
+        sim.delete(Uuid::from_u128(3)).await.unwrap();
+        drop(sim);
+        std::fs::write(dir.path().join("not-an-instance"), b"x").unwrap();
+        let again = SimBackend::new(config).unwrap();
+        let mut listed = again.list().await.unwrap();
+        listed.sort_by_key(|e| e.instance);
+        assert_eq!(
+            listed,
+            vec![
+                Existing {
+                    instance: Uuid::from_u128(1),
+                    running: true
+                },
+                Existing {
+                    instance: Uuid::from_u128(2),
+                    running: false
+                },
+            ]
+        );
     }
 }
