@@ -48,6 +48,9 @@ pub enum CoreError {
     /// The backend could not list its instances.
     #[error("backend: {0}")]
     Backend(#[from] BackendError),
+    /// A start-up task panicked or was cancelled.
+    #[error("a start-up task failed: {0}")]
+    Task(String),
 }
 
 /// The node's report and every instance, as the core sees them now.
@@ -92,7 +95,7 @@ impl Core {
             Ok::<_, StoreError>((store, loaded))
         })
         .await
-        .map_err(|e| BackendError::Other(format!("loading the state directory: {e}")))??;
+        .map_err(|e| CoreError::Task(e.to_string()))??;
         let host = config.host.sample()?;
         let existing: HashMap<Uuid, bool> = backend
             .list()
