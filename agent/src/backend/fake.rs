@@ -1,0 +1,217 @@
+//! A recording fake [`Backend`] for tests: it records every call, keeps instances in memory,
+//! fails the calls a test scripts, can hold starts until released, and lets a test make an
+//! instance exit on its own.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use tokio::sync::watch;
+use uuid::Uuid;
+
+use super::{Backend, BackendError, Existing};
+use crate::model::{InstanceSpec, Usage};
+
+/// A backend operation, as recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Op {
+    /// [`Backend::create`].
+    Create,
+    /// [`Backend::start`].
+    Start,
+    /// [`Backend::stop`].
+    Stop,
+    /// [`Backend::delete`].
+    Delete,
+}
+
+/// One recorded call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Call {
+    /// What was called.
+    pub op: Op,
+    /// For which instance.
+    pub instance: Uuid,
+}
+
+#[derive(Default)]
+struct State {
+    calls: Vec<Call>,
+    lists: usize,
+    instances: HashMap<Uuid, watch::Sender<bool>>,
+    failures: HashMap<Op, VecDeque<BackendError>>,
+    usage: Usage,
+}
+
+/// The recording fake. Clones share one state.
+#[derive(Clone)]
+pub struct FakeBackend {
+    state: Arc<Mutex<State>>,
+    start_gate: watch::Sender<bool>,
+}
+
+impl Default for FakeBackend {
+    fn default() -> FakeBackend {
+        FakeBackend::new()
+    }
+}
+
+impl FakeBackend {
+    /// An empty fake whose calls all succeed.
+    pub fn new() -> FakeBackend {
+        FakeBackend {
+            state: Arc::new(Mutex::new(State::default())),
+            start_gate: watch::Sender::new(true),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Every call so far, in order.
+    pub fn calls(&self) -> Vec<Call> {
+        self.lock().calls.clone()
+    }
+
+    /// The calls so far for one instance, in order.
+    pub fn ops(&self, instance: Uuid) -> Vec<Op> {
+        let state = self.lock();
+        state
+            .calls
+            .iter()
+            .filter(|c| c.instance == instance)
+            .map(|c| c.op)
+            .collect()
+    }
+
+    /// How many times [`Backend::list`] was called.
+    pub fn lists(&self) -> usize {
+        self.lock().lists
+    }
+
+    /// Makes the next call of `op` (for any instance) fail with `error`. Several queue up.
+    pub fn fail_next(&self, op: Op, error: BackendError) {
+        self.lock().failures.entry(op).or_default().push_back(error);
+    }
+
+    /// Makes starts wait until [`FakeBackend::release_starts`].
+    pub fn hold_starts(&self) {
+        self.start_gate.send_replace(false);
+    }
+
+    /// Lets held starts (and later ones) go on.
+    pub fn release_starts(&self) {
+        self.start_gate.send_replace(true);
+    }
+
+    /// Puts an instance there as if it had been made before (`running` or not).
+    pub fn insert(&self, instance: Uuid, running: bool) {
+        self.lock()
+            .instances
+            .insert(instance, watch::Sender::new(running));
+    }
+
+    /// Makes a running instance exit on its own.
+    pub fn exit(&self, instance: Uuid) {
+        if let Some(tx) = self.lock().instances.get(&instance) {
+            tx.send_replace(false);
+        }
+    }
+
+    /// Whether the instance exists, and whether it runs.
+    pub fn status(&self, instance: Uuid) -> Option<bool> {
+        self.lock().instances.get(&instance).map(|tx| *tx.borrow())
+    }
+
+    /// What [`Backend::stats`] reports for each running instance.
+    pub fn set_usage(&self, usage: Usage) {
+        self.lock().usage = usage;
+    }
+
+    fn record(&self, op: Op, instance: Uuid) -> Result<(), BackendError> {
+        let mut state = self.lock();
+        state.calls.push(Call { op, instance });
+        match state.failures.get_mut(&op).and_then(VecDeque::pop_front) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Backend for FakeBackend {
+    async fn create(&self, spec: &InstanceSpec) -> Result<(), BackendError> {
+        self.record(Op::Create, spec.instance)?;
+        let mut state = self.lock();
+        if state.instances.contains_key(&spec.instance) {
+            return Err(BackendError::Exists);
+        }
+        state
+            .instances
+            .insert(spec.instance, watch::Sender::new(false));
+        Ok(())
+    }
+
+    async fn start(&self, instance: Uuid) -> Result<(), BackendError> {
+        let mut gate = self.start_gate.subscribe();
+        // The sender lives in `self`: waiting cannot fail.
+        let _ = gate.wait_for(|open| *open).await;
+        self.record(Op::Start, instance)?;
+        match self.lock().instances.get(&instance) {
+            Some(tx) => {
+                tx.send_replace(true);
+                Ok(())
+            }
+            None => Err(BackendError::NotFound),
+        }
+    }
+
+    async fn wait_exit(&self, instance: Uuid) {
+        let rx = self
+            .lock()
+            .instances
+            .get(&instance)
+            .map(watch::Sender::subscribe);
+        if let Some(mut rx) = rx {
+            // An error means the instance was removed: it does not run either way.
+            let _ = rx.wait_for(|running| !*running).await;
+        }
+    }
+
+    async fn stop(&self, instance: Uuid) -> Result<(), BackendError> {
+        self.record(Op::Stop, instance)?;
+        if let Some(tx) = self.lock().instances.get(&instance) {
+            tx.send_replace(false);
+        }
+        Ok(())
+    }
+
+    async fn delete(&self, instance: Uuid) -> Result<(), BackendError> {
+        self.record(Op::Delete, instance)?;
+        if let Some(tx) = self.lock().instances.remove(&instance) {
+            tx.send_replace(false);
+        }
+        Ok(())
+    }
+
+    async fn stats(&self) -> Vec<(Uuid, Usage)> {
+        let state = self.lock();
+        state
+            .instances
+            .iter()
+            .filter(|(_, tx)| *tx.borrow())
+            .map(|(id, _)| (*id, state.usage))
+            .collect()
+    }
+
+    async fn list(&self) -> Result<Vec<Existing>, BackendError> {
+        let mut state = self.lock();
+        state.lists += 1;
+        Ok(state
+            .instances
+            .iter()
+            .map(|(id, tx)| Existing {
+                instance: *id,
+                running: *tx.borrow(),
+            })
+            .collect())
+    }
+}

@@ -1,0 +1,72 @@
+//! The [`Backend`] trait: what runs instances (the `sim` backend here, libvirt later), and
+//! [`fake`], a recording fake for unit tests.
+//!
+//! The trait is narrow on purpose: make, start, stop and delete one instance, wait for one to
+//! exit on its own, measure all of them, and list what exists (for re-attaching after a
+//! restart). The core calls each instance's operations from that instance's own task, in
+//! order; different instances' operations run concurrently.
+
+pub mod fake;
+
+use std::future::Future;
+use uuid::Uuid;
+
+use crate::model::{InstanceSpec, Usage};
+
+/// A backend operation that failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BackendError {
+    /// The image is missing or broken (START_FAILURE `image_failure`).
+    #[error("image: {0}")]
+    Image(String),
+    /// The instance could not be launched (`launch_failure`).
+    #[error("launch: {0}")]
+    Launch(String),
+    /// The instance's network could not be set up (`network_failure`).
+    #[error("network: {0}")]
+    Network(String),
+    /// Something with this instance's UUID exists already (`instance_exists`).
+    #[error("leftovers of this instance exist")]
+    Exists,
+    /// The backend has no such instance.
+    #[error("no such instance")]
+    NotFound,
+    /// Anything else.
+    #[error("{0}")]
+    Other(String),
+}
+
+/// One instance a backend has, as listed for re-attaching.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Existing {
+    /// The instance.
+    pub instance: Uuid,
+    /// Whether it runs now.
+    pub running: bool,
+}
+
+/// What runs instances. Every method may be called concurrently for different instances.
+pub trait Backend: Send + Sync + 'static {
+    /// Makes what the instance needs (disk from its image, NIC, config) without running it.
+    /// `Exists` when anything with this UUID is already there.
+    fn create(&self, spec: &InstanceSpec) -> impl Future<Output = Result<(), BackendError>> + Send;
+
+    /// Boots a created instance; resolves once it runs.
+    fn start(&self, instance: Uuid) -> impl Future<Output = Result<(), BackendError>> + Send;
+
+    /// Resolves once the instance does not run: at once if it does not run now. The core
+    /// waits on this while an instance is active to learn that it died on its own.
+    fn wait_exit(&self, instance: Uuid) -> impl Future<Output = ()> + Send;
+
+    /// Powers the instance off (nothing to do if it does not run).
+    fn stop(&self, instance: Uuid) -> impl Future<Output = Result<(), BackendError>> + Send;
+
+    /// Removes everything of the instance (nothing to do if there is nothing).
+    fn delete(&self, instance: Uuid) -> impl Future<Output = Result<(), BackendError>> + Send;
+
+    /// What each instance uses now, for those the backend can measure.
+    fn stats(&self) -> impl Future<Output = Vec<(Uuid, Usage)>> + Send;
+
+    /// Every instance the backend has, running or not.
+    fn list(&self) -> impl Future<Output = Result<Vec<Existing>, BackendError>> + Send;
+}

@@ -1,0 +1,200 @@
+//! The core: an owner task that holds the node's accounting, and one task per instance.
+//!
+//! [`Core::spawn`] reads the state directory, lists what the backend has, re-attaches to the
+//! instances that still run, starts removing those that are lost (reported stopped) or were
+//! being removed, and starts the owner. The [`Core`] handle then takes commands: they are
+//! queued without waiting (a full queue is [`CoreError::Busy`]) and their outcome goes out
+//! through the [`Reporter`]. Commands for one instance run in order in its task; different
+//! instances run in parallel.
+
+mod accounting;
+mod instance;
+mod owner;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use tokio::sync::{mpsc, oneshot};
+use uuid::Uuid;
+
+pub use owner::Command;
+
+use crate::backend::{Backend, BackendError};
+use crate::config::{Config, ConfigError};
+use crate::host::HostError;
+use crate::model::{InstanceReport, InstanceSpec, InstanceState, NodeReport, StopCause};
+use crate::reporter::Reporter;
+use crate::store::{Desired, Store, StoreError};
+use instance::Job;
+use owner::{Owner, Request};
+
+/// The core failed to start, or refused a command.
+#[derive(Debug, thiserror::Error)]
+pub enum CoreError {
+    /// The command queue is full: the command was not taken.
+    #[error("the agent is busy: its command queue is full")]
+    Busy,
+    /// The core has stopped.
+    #[error("the agent core has stopped")]
+    Stopped,
+    /// The configuration is not valid.
+    #[error("configuration: {0}")]
+    Config(#[from] ConfigError),
+    /// The state directory could not be read.
+    #[error("state directory: {0}")]
+    Store(#[from] StoreError),
+    /// The host's figures could not be read.
+    #[error("host figures: {0}")]
+    Host(#[from] HostError),
+    /// The backend could not list its instances.
+    #[error("backend: {0}")]
+    Backend(#[from] BackendError),
+    /// A start-up task panicked or was cancelled.
+    #[error("a start-up task failed: {0}")]
+    Task(String),
+}
+
+/// The node's report and every instance, as the core sees them now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Snapshot {
+    /// The node's status and figures.
+    pub node: NodeReport,
+    /// Every instance, ordered by UUID.
+    pub instances: Vec<InstanceReport>,
+}
+
+impl Snapshot {
+    /// The state of one instance, if the core has it.
+    pub fn state(&self, instance: Uuid) -> Option<InstanceState> {
+        self.instances
+            .iter()
+            .find(|i| i.instance == instance)
+            .map(|i| i.state)
+    }
+}
+
+/// A handle on a running core. Clones share the core; it shuts down on
+/// [`Core::shutdown`] or once every handle is dropped.
+#[derive(Clone, Debug)]
+pub struct Core {
+    requests: mpsc::Sender<Request>,
+}
+
+impl Core {
+    /// Validates the configuration, recovers the state directory against what the backend
+    /// has, and starts the core. Must be called within a tokio runtime.
+    pub async fn spawn<B: Backend, R: Reporter>(
+        config: Config,
+        backend: Arc<B>,
+        reporter: R,
+    ) -> Result<Core, CoreError> {
+        config.validate()?;
+        let dir = config.state_dir.clone();
+        let (store, loaded) = tokio::task::spawn_blocking(move || {
+            let store = Store::open(&dir)?;
+            let loaded = store.load()?;
+            Ok::<_, StoreError>((store, loaded))
+        })
+        .await
+        .map_err(|e| CoreError::Task(e.to_string()))??;
+        let host = config.host.sample()?;
+        let existing: HashMap<Uuid, bool> = backend
+            .list()
+            .await?
+            .into_iter()
+            .map(|e| (e.instance, e.running))
+            .collect();
+        let requests_bound = config.command_queue;
+        let mut owner = Owner::new(config, backend, reporter, store, host);
+        owner.maintenance = loaded.maintenance;
+        for record in loaded.records {
+            let instance = record.spec.instance;
+            let spec = Some(record.spec);
+            match (record.desired, existing.get(&instance)) {
+                (Desired::Running, Some(true)) => {
+                    tracing::info!(%instance, "re-attached");
+                    owner.add(instance, spec, InstanceState::Active, Job::Watch);
+                }
+                (Desired::Running, _) => {
+                    tracing::warn!(%instance, "lost while the agent was away");
+                    let job = Job::Remove(Some(StopCause::Lost));
+                    owner.add(instance, spec, InstanceState::Exited, job);
+                }
+                (Desired::Removing { stop }, _) => {
+                    owner.add(instance, spec, InstanceState::Stopping, Job::Remove(stop));
+                }
+            }
+        }
+        for instance in loaded.unreadable {
+            owner.add(instance, None, InstanceState::ExitFailed, Job::Leftovers);
+        }
+        for instance in existing.keys() {
+            if !owner.entries.contains_key(instance) {
+                tracing::warn!(%instance, "the backend has an instance the agent has no record of");
+            }
+        }
+        if owner.maintenance {
+            // An evacuation cut short by a restart: finish it.
+            owner.stop_live(StopCause::Evacuated);
+        }
+        let (requests, rx) = mpsc::channel(requests_bound);
+        tokio::spawn(owner.run(rx));
+        Ok(Core { requests })
+    }
+
+    /// Queues a command without waiting. `Busy` when the queue is full.
+    pub fn submit(&self, command: Command) -> Result<(), CoreError> {
+        self.requests
+            .try_send(Request::Command(command))
+            .map_err(|e| match e {
+                mpsc::error::TrySendError::Full(_) => CoreError::Busy,
+                mpsc::error::TrySendError::Closed(_) => CoreError::Stopped,
+            })
+    }
+
+    /// START.
+    pub fn start(&self, spec: InstanceSpec) -> Result<(), CoreError> {
+        self.submit(Command::Start(Box::new(spec)))
+    }
+
+    /// DELETE (`stop`: report stopped rather than deleted).
+    pub fn delete(&self, instance: Uuid, stop: bool) -> Result<(), CoreError> {
+        self.submit(Command::Delete { instance, stop })
+    }
+
+    /// EVACUATE.
+    pub fn evacuate(&self) -> Result<(), CoreError> {
+        self.submit(Command::Evacuate)
+    }
+
+    /// RESTORE.
+    pub fn restore(&self) -> Result<(), CoreError> {
+        self.submit(Command::Restore)
+    }
+
+    /// The wiring (re)connected: report the status and stats now.
+    pub fn announce(&self) -> Result<(), CoreError> {
+        self.submit(Command::Announce)
+    }
+
+    /// The node and its instances now (waits for room in the queue).
+    pub async fn snapshot(&self) -> Result<Snapshot, CoreError> {
+        let (tx, rx) = oneshot::channel();
+        self.requests
+            .send(Request::Snapshot(tx))
+            .await
+            .map_err(|_| CoreError::Stopped)?;
+        rx.await.map_err(|_| CoreError::Stopped)
+    }
+
+    /// Stops the core: every instance task finishes its current command, then the core ends.
+    /// Instances keep running in the backend; a new core over the same state directory
+    /// re-attaches to them.
+    pub async fn shutdown(&self) -> Result<(), CoreError> {
+        let (tx, rx) = oneshot::channel();
+        self.requests
+            .send(Request::Shutdown(tx))
+            .await
+            .map_err(|_| CoreError::Stopped)?;
+        rx.await.map_err(|_| CoreError::Stopped)
+    }
+}

@@ -1,0 +1,30 @@
+//! cumulo-agent's core, as a library: the instance lifecycle (pending → active → exited, and
+//! stopping), START admission against memory/disk/vCPU watermarks, the node's accounting,
+//! instance records kept on disk and re-attached after a restart, EVACUATE/RESTORE, and
+//! reporting.
+//!
+//! IO sits behind two narrow traits: a [`Backend`] runs instances ([`sim`] here; libvirt
+//! later) and a [`Reporter`] sends what happens (SSNTP frames on a host; store writes off the
+//! host). The reporter speaks the agent's own types ([`model`]); [`wire`] maps them to SSNTP
+//! payloads and SSNTP commands to them, so the SSNTP wiring is a thin adapter. This crate opens
+//! no socket: the networking, the certificates and the command line live elsewhere.
+//!
+//! Tests use [`backend::fake::FakeBackend`] and [`reporter::RecordingReporter`], both
+//! recording fakes, with tokio's paused clock.
+#![forbid(unsafe_code)]
+
+pub mod backend;
+pub mod config;
+pub mod core;
+pub mod host;
+pub mod model;
+pub mod reporter;
+pub mod sim;
+pub mod store;
+pub mod wire;
+
+pub use backend::{Backend, BackendError};
+pub use config::{Config, ConfigError, Limit, Limits};
+pub use core::{Command, Core, CoreError, Snapshot};
+pub use host::{HostFigures, HostSource};
+pub use reporter::Reporter;

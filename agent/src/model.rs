@@ -1,0 +1,335 @@
+//! The agent's domain types: what an instance is made from, what the node and its instances
+//! report, and the events and refusals of the instance lifecycle.
+//!
+//! Nothing here is an SSNTP type: the [`Reporter`](crate::Reporter) speaks these, so that a
+//! store-writing reporter (off-host launching) needs no protocol. [`crate::wire`] maps them to
+//! SSNTP payloads.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use uuid::Uuid;
+
+/// What runs an instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VmKind {
+    /// A virtual machine.
+    Qemu,
+    /// A container.
+    Container,
+    /// A simulated instance.
+    Sim,
+}
+
+/// The firmware a VM boots with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Firmware {
+    /// UEFI.
+    Efi,
+    /// Legacy BIOS.
+    Legacy,
+}
+
+/// What an instance reserves on the node: the figures admission and accounting use.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Resources {
+    /// vCPUs.
+    pub vcpus: u32,
+    /// Memory, MiB.
+    pub mem_mb: u32,
+    /// Disk, MiB.
+    pub disk_mb: u32,
+}
+
+/// An instance's virtual NIC on its tenant subnet.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NicSpec {
+    /// The NIC's MAC address.
+    #[serde(with = "mac_text")]
+    pub mac: [u8; 6],
+    /// The NIC's UUID.
+    pub vnic_uuid: Uuid,
+    /// The tenant subnet's CNCI.
+    pub concentrator_uuid: Uuid,
+    /// The CNCI's tunnel end point.
+    pub concentrator_ip: IpAddr,
+    /// The tenant subnet's address.
+    pub subnet_addr: IpAddr,
+    /// The tenant subnet's prefix length.
+    pub subnet_prefix: u8,
+    /// The subnet's tunnel key.
+    pub subnet_key: u32,
+    /// The instance's private address.
+    pub private_ip: IpAddr,
+    /// Whether it wants a public IP.
+    pub public_ip: bool,
+}
+
+/// One disk of an instance.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DiskSpec {
+    /// The volume.
+    pub id: Uuid,
+    /// Whether it is the boot disk.
+    pub boot: bool,
+    /// Its size, MiB.
+    pub size_mb: u32,
+    /// Whether it goes away with the instance.
+    pub ephemeral: bool,
+}
+
+/// Everything a backend needs to make and run one instance; kept on disk while the instance
+/// lives on this node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InstanceSpec {
+    /// The instance.
+    pub instance: Uuid,
+    /// Its tenant.
+    pub tenant: Uuid,
+    /// The workload it is made from.
+    pub workload: Uuid,
+    /// What runs it.
+    pub kind: VmKind,
+    /// Its firmware.
+    pub firmware: Firmware,
+    /// The image name.
+    pub image: String,
+    /// What it reserves on the node.
+    pub resources: Resources,
+    /// Its NIC, if it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nic: Option<NicSpec>,
+    /// Its disks.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub disks: Vec<DiskSpec>,
+    /// cloud-init user data.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_data: Option<String>,
+    /// cloud-init meta data.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub meta_data: BTreeMap<String, String>,
+    /// Whether this re-creates an exited instance (echoed in a start failure).
+    pub restart: bool,
+}
+
+/// An instance's lifecycle state, as the agent sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InstanceState {
+    /// Admitted; being created or booting (or being re-attached after a restart).
+    Pending,
+    /// Running.
+    Active,
+    /// Being stopped and removed.
+    Stopping,
+    /// Stopped on its own; its leftovers are being removed.
+    Exited,
+    /// Stopping or removing it failed: leftovers remain until a DELETE succeeds.
+    ExitFailed,
+}
+
+impl InstanceState {
+    /// Whether the instance is (or is about to be) running: a START for it is a duplicate.
+    pub fn is_live(self) -> bool {
+        matches!(self, InstanceState::Pending | InstanceState::Active)
+    }
+}
+
+/// What an instance uses now, as its backend measures it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct Usage {
+    /// Memory in use, MiB.
+    pub mem_mb: u32,
+    /// Disk in use, MiB.
+    pub disk_mb: u32,
+    /// CPU use, 0–100 over its vCPUs, when known.
+    pub cpu_percent: Option<u32>,
+}
+
+/// The node's overall status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Availability {
+    /// Taking work.
+    Ready,
+    /// Below a high watermark (or at the instance limit): the scheduler should place elsewhere.
+    Full,
+    /// Evacuated: takes no work until restored.
+    Maintenance,
+}
+
+/// One network interface of the node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct NodeAddress {
+    /// Its IP address.
+    pub ip: IpAddr,
+    /// Its MAC address.
+    pub mac: [u8; 6],
+}
+
+/// The node's identity, status and figures: what READY/FULL/MAINTENANCE and STATS carry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeReport {
+    /// The node's UUID.
+    pub node: Uuid,
+    /// The node's host name.
+    pub hostname: String,
+    /// Its status.
+    pub availability: Availability,
+    /// Memory in all, MiB.
+    pub mem_total_mb: u32,
+    /// Memory free for new instances, MiB.
+    pub mem_available_mb: u32,
+    /// Disk in all, MiB.
+    pub disk_total_mb: u32,
+    /// Disk free for new instances, MiB.
+    pub disk_available_mb: u32,
+    /// vCPUs in all.
+    pub vcpus_total: u32,
+    /// vCPUs not reserved by instances.
+    pub vcpus_available: u32,
+    /// One-minute load average × 100.
+    pub load: u32,
+    /// The node's network interfaces.
+    pub networks: Vec<NodeAddress>,
+}
+
+/// One instance in a stats report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct InstanceReport {
+    /// The instance.
+    pub instance: Uuid,
+    /// Its state.
+    pub state: InstanceState,
+    /// What it uses (zero until the backend first measures it).
+    pub usage: Usage,
+}
+
+/// Why a START was refused or failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StartRefusal {
+    /// The node is in maintenance.
+    NodeMaintenance,
+    /// The node has no room (a low watermark, or the instance limit).
+    FullCn,
+    /// The instance already runs here.
+    AlreadyRunning,
+    /// Leftovers of an instance with this UUID exist here.
+    InstanceExists,
+    /// The image is missing or broken.
+    ImageFailure,
+    /// The instance failed to launch.
+    LaunchFailure,
+    /// Its network could not be set up.
+    NetworkFailure,
+    /// The START asks for something impossible (no vCPU, no memory).
+    InvalidData,
+}
+
+/// Why a DELETE failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DeleteRefusal {
+    /// The node has no such instance.
+    NoInstance,
+    /// The backend could not stop or remove it; its leftovers remain (state `exit_failed`).
+    BackendFailure,
+    /// The instance's command queue is full.
+    Busy,
+}
+
+/// Why an instance stopped and went away without being deleted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopCause {
+    /// A DELETE with `stop: true`.
+    Requested,
+    /// EVACUATE.
+    Evacuated,
+    /// It exited on its own.
+    Exited,
+    /// It was not running any more when the agent restarted.
+    Lost,
+}
+
+/// Something that happened to one instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum InstanceEvent {
+    /// Its state changed.
+    State {
+        /// The instance.
+        instance: Uuid,
+        /// Its new state.
+        state: InstanceState,
+    },
+    /// A START was refused or failed; nothing of the instance is left.
+    StartFailed {
+        /// The instance.
+        instance: Uuid,
+        /// Why.
+        reason: StartRefusal,
+        /// The START's `restart` flag.
+        restart: bool,
+    },
+    /// A DELETE failed.
+    DeleteFailed {
+        /// The instance.
+        instance: Uuid,
+        /// Why.
+        reason: DeleteRefusal,
+    },
+    /// Deleted: gone from this node.
+    Deleted {
+        /// The instance.
+        instance: Uuid,
+    },
+    /// Stopped and gone from this node (it may be restarted elsewhere).
+    Stopped {
+        /// The instance.
+        instance: Uuid,
+        /// Why.
+        cause: StopCause,
+    },
+}
+
+impl InstanceEvent {
+    /// The instance the event is about.
+    pub fn instance(&self) -> Uuid {
+        match *self {
+            InstanceEvent::State { instance, .. }
+            | InstanceEvent::StartFailed { instance, .. }
+            | InstanceEvent::DeleteFailed { instance, .. }
+            | InstanceEvent::Deleted { instance }
+            | InstanceEvent::Stopped { instance, .. } => instance,
+        }
+    }
+}
+
+/// A MAC address as `02:00:ac:10:00:05` text in the state files.
+mod mac_text {
+    use serde::{Deserialize, Deserializer, Serializer, de::Error};
+
+    pub(super) fn serialize<S: Serializer>(mac: &[u8; 6], s: S) -> Result<S::Ok, S::Error> {
+        let [a, b, c, d, e, f] = *mac;
+        s.collect_str(&format_args!(
+            "{a:02x}:{b:02x}:{c:02x}:{d:02x}:{e:02x}:{f:02x}"
+        ))
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<[u8; 6], D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        let mut out = [0u8; 6];
+        let mut parts = text.split(':');
+        for byte in &mut out {
+            let part = parts
+                .next()
+                .filter(|p| p.len() == 2)
+                .ok_or_else(|| D::Error::custom("not a MAC address"))?;
+            *byte = u8::from_str_radix(part, 16).map_err(D::Error::custom)?;
+        }
+        if parts.next().is_some() {
+            return Err(D::Error::custom("not a MAC address"));
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,449 @@
+//! The `sim` backend: simulated instances for tests and scale runs (ciao's `-simulation`).
+//! No privileges, no processes: an instance is an entry in a table (and, optionally, a small
+//! file, so that instances outlive the agent process like real VMs do).
+//!
+//! - Boot takes [`SimConfig::boot_delay`] (tokio time: virtual under a paused test clock).
+//! - Failure injection by image name: [`IMAGE_FAIL_IMAGE`] fails create with an image error,
+//!   [`IMAGE_FAIL_NETWORK`] with a network error, [`IMAGE_FAIL_LAUNCH`] fails boot,
+//!   [`IMAGE_FAIL_STOP`] fails every stop, [`IMAGE_EXIT_AFTER_BOOT`] boots and exits at once.
+//! - Failure injection per call: [`SimBackend::fail_next`]; an instance dies on its own with
+//!   [`SimBackend::kill`].
+//! - Usage: memory and disk are [`SimConfig::usage_percent`] of the reservation; CPU is a
+//!   fixed figure from the instance's UUID.
+
+use serde::{Deserialize, Serialize};
+use std::collections::{HashMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+use tokio::sync::watch;
+use uuid::Uuid;
+
+use crate::backend::fake::Op;
+use crate::backend::{Backend, BackendError, Existing};
+use crate::model::{InstanceSpec, Resources, Usage};
+
+/// An image whose create fails with an image error (`image_failure`).
+pub const IMAGE_FAIL_IMAGE: &str = "fail-image";
+/// An image whose create fails with a network error (`network_failure`).
+pub const IMAGE_FAIL_NETWORK: &str = "fail-network";
+/// An image whose boot fails (`launch_failure`).
+pub const IMAGE_FAIL_LAUNCH: &str = "fail-launch";
+/// An image whose instances cannot be stopped (they end `exit_failed` on DELETE).
+pub const IMAGE_FAIL_STOP: &str = "fail-stop";
+/// An image whose instances exit on their own as soon as they have booted.
+pub const IMAGE_EXIT_AFTER_BOOT: &str = "exit-after-boot";
+
+/// How the simulation behaves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SimConfig {
+    /// How long a boot takes.
+    pub boot_delay: Duration,
+    /// Memory and disk in use, as a percentage of what the instance reserved.
+    pub usage_percent: u32,
+    /// Where to keep one small file per instance so that instances survive the agent process
+    /// (`None`: in memory only, gone with the process).
+    pub dir: Option<PathBuf>,
+}
+
+impl Default for SimConfig {
+    fn default() -> SimConfig {
+        SimConfig {
+            boot_delay: Duration::ZERO,
+            usage_percent: 25,
+            dir: None,
+        }
+    }
+}
+
+/// A simulation backend call that failed to set up.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    /// The simulation's directory could not be read or made.
+    #[error("sim directory {path}: {source}")]
+    Dir {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// What the simulation keeps of one instance (also its file's content).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct SimFile {
+    image: String,
+    resources: Resources,
+    running: bool,
+}
+
+struct SimInstance {
+    image: String,
+    resources: Resources,
+    running: watch::Sender<bool>,
+}
+
+#[derive(Default)]
+struct State {
+    instances: HashMap<Uuid, SimInstance>,
+    failures: HashMap<Op, VecDeque<BackendError>>,
+}
+
+/// The simulation backend.
+pub struct SimBackend {
+    config: SimConfig,
+    state: Mutex<State>,
+}
+
+impl SimBackend {
+    /// A simulation; with a directory, the instances recorded there are back (as they were).
+    pub fn new(config: SimConfig) -> Result<SimBackend, SimError> {
+        let mut state = State::default();
+        if let Some(dir) = &config.dir {
+            let err = |source| SimError::Dir {
+                path: dir.clone(),
+                source,
+            };
+            std::fs::create_dir_all(dir).map_err(err)?;
+            for entry in std::fs::read_dir(dir).map_err(err)? {
+                let entry = entry.map_err(err)?;
+                let name = entry.file_name();
+                let Some(id) = name.to_str().and_then(|n| n.parse::<Uuid>().ok()) else {
+                    continue;
+                };
+                let Ok(bytes) = std::fs::read(entry.path()) else {
+                    continue;
+                };
+                if let Ok(f) = serde_json::from_slice::<SimFile>(&bytes) {
+                    state.instances.insert(
+                        id,
+                        SimInstance {
+                            image: f.image,
+                            resources: f.resources,
+                            running: watch::Sender::new(f.running),
+                        },
+                    );
+                }
+            }
+        }
+        Ok(SimBackend {
+            config,
+            state: Mutex::new(state),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Makes the next call of `op` fail with `error`. Several queue up.
+    pub fn fail_next(&self, op: Op, error: BackendError) {
+        self.lock().failures.entry(op).or_default().push_back(error);
+    }
+
+    /// Makes a running instance exit on its own (a crash, a shutdown from inside).
+    pub fn kill(&self, instance: Uuid) {
+        let mut state = self.lock();
+        if let Some(i) = state.instances.get_mut(&instance) {
+            i.running.send_replace(false);
+            self.save(instance, i);
+        }
+    }
+
+    /// How many instances the simulation has, and how many of them run.
+    pub fn counts(&self) -> (usize, usize) {
+        let state = self.lock();
+        let running = state
+            .instances
+            .values()
+            .filter(|i| *i.running.borrow())
+            .count();
+        (state.instances.len(), running)
+    }
+
+    /// Whether the instance exists, and whether it runs.
+    pub fn status(&self, instance: Uuid) -> Option<bool> {
+        self.lock()
+            .instances
+            .get(&instance)
+            .map(|i| *i.running.borrow())
+    }
+
+    fn injected(&self, op: Op) -> Result<(), BackendError> {
+        match self
+            .lock()
+            .failures
+            .get_mut(&op)
+            .and_then(VecDeque::pop_front)
+        {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    fn path(&self, instance: Uuid) -> Option<PathBuf> {
+        self.config
+            .dir
+            .as_deref()
+            .map(|d| d.join(instance.to_string()))
+    }
+
+    /// Writes the instance's file, if the simulation keeps files.
+    fn save(&self, instance: Uuid, i: &SimInstance) {
+        let Some(path) = self.path(instance) else {
+            return;
+        };
+        let file = SimFile {
+            image: i.image.clone(),
+            resources: i.resources,
+            running: *i.running.borrow(),
+        };
+        if let Err(e) = write_file(&path, &file) {
+            tracing::warn!(path = %path.display(), error = %e, "sim: saving an instance");
+        }
+    }
+}
+
+fn write_file(path: &Path, file: &SimFile) -> std::io::Result<()> {
+    let temp = path.with_extension("tmp");
+    std::fs::write(
+        &temp,
+        serde_json::to_vec(file).map_err(std::io::Error::other)?,
+    )?;
+    std::fs::rename(temp, path)
+}
+
+impl Backend for SimBackend {
+    async fn create(&self, spec: &InstanceSpec) -> Result<(), BackendError> {
+        self.injected(Op::Create)?;
+        match spec.image.as_str() {
+            IMAGE_FAIL_IMAGE => return Err(BackendError::Image("sim: image refused".into())),
+            IMAGE_FAIL_NETWORK => return Err(BackendError::Network("sim: no network".into())),
+            _ => {}
+        }
+        let mut state = self.lock();
+        if state.instances.contains_key(&spec.instance) {
+            return Err(BackendError::Exists);
+        }
+        let i = SimInstance {
+            image: spec.image.clone(),
+            resources: spec.resources,
+            running: watch::Sender::new(false),
+        };
+        self.save(spec.instance, &i);
+        state.instances.insert(spec.instance, i);
+        Ok(())
+    }
+
+    async fn start(&self, instance: Uuid) -> Result<(), BackendError> {
+        self.injected(Op::Start)?;
+        let image = match self.lock().instances.get(&instance) {
+            Some(i) => i.image.clone(),
+            None => return Err(BackendError::NotFound),
+        };
+        if image == IMAGE_FAIL_LAUNCH {
+            return Err(BackendError::Launch("sim: boot failed".into()));
+        }
+        if !self.config.boot_delay.is_zero() {
+            tokio::time::sleep(self.config.boot_delay).await;
+        }
+        let state = self.lock();
+        let i = state
+            .instances
+            .get(&instance)
+            .ok_or(BackendError::NotFound)?;
+        let running = image != IMAGE_EXIT_AFTER_BOOT;
+        i.running.send_replace(running);
+        self.save(instance, i);
+        Ok(())
+    }
+
+    async fn wait_exit(&self, instance: Uuid) {
+        let rx = self
+            .lock()
+            .instances
+            .get(&instance)
+            .map(|i| i.running.subscribe());
+        if let Some(mut rx) = rx {
+            // An error means the instance was deleted: it does not run either way.
+            let _ = rx.wait_for(|running| !*running).await;
+        }
+    }
+
+    async fn stop(&self, instance: Uuid) -> Result<(), BackendError> {
+        self.injected(Op::Stop)?;
+        let state = self.lock();
+        if let Some(i) = state.instances.get(&instance) {
+            if i.image == IMAGE_FAIL_STOP {
+                return Err(BackendError::Other("sim: stop refused".into()));
+            }
+            i.running.send_replace(false);
+            self.save(instance, i);
+        }
+        Ok(())
+    }
+
+    async fn delete(&self, instance: Uuid) -> Result<(), BackendError> {
+        self.injected(Op::Delete)?;
+        let removed = self.lock().instances.remove(&instance);
+        if let Some(i) = removed {
+            i.running.send_replace(false);
+            if let Some(path) = self.path(instance)
+                && let Err(e) = std::fs::remove_file(&path)
+            {
+                tracing::warn!(path = %path.display(), error = %e, "sim: removing an instance");
+            }
+        }
+        Ok(())
+    }
+
+    async fn stats(&self) -> Vec<(Uuid, Usage)> {
+        let pct = self.config.usage_percent.min(100);
+        let part = |v: u32| u32::try_from(u64::from(v) * u64::from(pct) / 100).unwrap_or(v);
+        self.lock()
+            .instances
+            .iter()
+            .filter(|(_, i)| *i.running.borrow())
+            .map(|(id, i)| {
+                let usage = Usage {
+                    mem_mb: part(i.resources.mem_mb),
+                    disk_mb: part(i.resources.disk_mb),
+                    cpu_percent: Some(u32::from(id.as_bytes()[15]) % 50),
+                };
+                (*id, usage)
+            })
+            .collect()
+    }
+
+    async fn list(&self) -> Result<Vec<Existing>, BackendError> {
+        Ok(self
+            .lock()
+            .instances
+            .iter()
+            .map(|(id, i)| Existing {
+                instance: *id,
+                running: *i.running.borrow(),
+            })
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Firmware, VmKind};
+
+    fn spec(n: u128, image: &str) -> InstanceSpec {
+        InstanceSpec {
+            instance: Uuid::from_u128(n),
+            tenant: Uuid::nil(),
+            workload: Uuid::nil(),
+            kind: VmKind::Sim,
+            firmware: Firmware::Efi,
+            image: image.into(),
+            resources: Resources {
+                vcpus: 2,
+                mem_mb: 1_000,
+                disk_mb: 400,
+            },
+            nic: None,
+            disks: Vec::new(),
+            user_data: None,
+            meta_data: Default::default(),
+            restart: false,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn boots_take_the_boot_delay_and_exits_are_seen() {
+        let sim = SimBackend::new(SimConfig {
+            boot_delay: Duration::from_secs(4),
+            ..SimConfig::default()
+        })
+        .unwrap();
+        let id = Uuid::from_u128(1);
+        sim.create(&spec(1, "debian")).await.unwrap();
+        assert_eq!(sim.status(id), Some(false));
+        let t0 = tokio::time::Instant::now();
+        sim.start(id).await.unwrap();
+        assert_eq!(t0.elapsed(), Duration::from_secs(4));
+        assert_eq!(sim.status(id), Some(true));
+        let stats = sim.stats().await;
+        assert_eq!(stats.len(), 1);
+        assert_eq!((stats[0].1.mem_mb, stats[0].1.disk_mb), (250, 100));
+        sim.kill(id);
+        sim.wait_exit(id).await;
+        assert!(sim.stats().await.is_empty());
+        assert_eq!(
+            sim.create(&spec(1, "debian")).await,
+            Err(BackendError::Exists)
+        );
+        sim.delete(id).await.unwrap();
+        sim.wait_exit(id).await;
+        assert_eq!(sim.counts(), (0, 0));
+    }
+
+    #[tokio::test]
+    async fn failures_by_image_and_by_call() {
+        let sim = SimBackend::new(SimConfig::default()).unwrap();
+        assert!(matches!(
+            sim.create(&spec(1, IMAGE_FAIL_IMAGE)).await,
+            Err(BackendError::Image(_))
+        ));
+        assert!(matches!(
+            sim.create(&spec(2, IMAGE_FAIL_NETWORK)).await,
+            Err(BackendError::Network(_))
+        ));
+        sim.create(&spec(3, IMAGE_FAIL_LAUNCH)).await.unwrap();
+        let id3 = Uuid::from_u128(3);
+        assert!(matches!(sim.start(id3).await, Err(BackendError::Launch(_))));
+        sim.create(&spec(4, IMAGE_FAIL_STOP)).await.unwrap();
+        let id4 = Uuid::from_u128(4);
+        sim.start(id4).await.unwrap();
+        assert!(sim.stop(id4).await.is_err());
+        sim.create(&spec(5, IMAGE_EXIT_AFTER_BOOT)).await.unwrap();
+        sim.start(Uuid::from_u128(5)).await.unwrap();
+        assert_eq!(sim.status(Uuid::from_u128(5)), Some(false));
+        sim.fail_next(Op::Delete, BackendError::Other("once".into()));
+        assert!(sim.delete(id3).await.is_err());
+        sim.delete(id3).await.unwrap();
+        assert_eq!(sim.start(id3).await, Err(BackendError::NotFound));
+    }
+
+    /// With a directory, instances outlive the process that made them (as VMs outlive a
+    /// killed agent): a new simulation over the same directory has them, as they were.
+    #[tokio::test]
+    async fn instances_in_a_directory_outlive_the_backend() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = SimConfig {
+            dir: Some(dir.path().to_owned()),
+            ..SimConfig::default()
+        };
+        let sim = SimBackend::new(config.clone()).unwrap();
+        for n in 1..=3 {
+            sim.create(&spec(n, "debian")).await.unwrap();
+        }
+        sim.start(Uuid::from_u128(1)).await.unwrap();
+        sim.start(Uuid::from_u128(2)).await.unwrap();
+        sim.kill(Uuid::from_u128(2));
+        sim.delete(Uuid::from_u128(3)).await.unwrap();
+        drop(sim);
+        std::fs::write(dir.path().join("not-an-instance"), b"x").unwrap();
+        let again = SimBackend::new(config).unwrap();
+        let mut listed = again.list().await.unwrap();
+        listed.sort_by_key(|e| e.instance);
+        assert_eq!(
+            listed,
+            vec![
+                Existing {
+                    instance: Uuid::from_u128(1),
+                    running: true
+                },
+                Existing {
+                    instance: Uuid::from_u128(2),
+                    running: false
+                },
+            ]
+        );
+    }
+}

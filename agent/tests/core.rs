@@ -1,0 +1,730 @@
+//! The agent core end to end, in process: commands in, reports out, over the recording fake
+//! backend or the sim backend, on tokio's paused clock (no sleeps, no network).
+// Helpers outside `#[test]` functions unwrap too: a failure there is a test failure.
+#![allow(clippy::unwrap_used)]
+
+use agent::backend::fake::{FakeBackend, Op};
+use agent::model::{
+    Availability, DeleteRefusal, Firmware, InstanceEvent, InstanceSpec, InstanceState, Resources,
+    StartRefusal, StopCause, Usage, VmKind,
+};
+use agent::reporter::{RecordingReporter, Report};
+use agent::sim::{self, SimBackend, SimConfig};
+use agent::store::{Desired, Record, Store};
+use agent::{Backend, BackendError, Config, Core, CoreError, HostFigures, HostSource, Snapshot};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+use uuid::Uuid;
+
+const NODE: Uuid = Uuid::from_u128(0xC0FFEE);
+const WAIT: Duration = Duration::from_secs(120);
+
+fn id(n: u128) -> Uuid {
+    Uuid::from_u128(n)
+}
+
+fn host(mem_mb: u64) -> HostFigures {
+    HostFigures {
+        mem_total_mb: mem_mb,
+        mem_available_mb: mem_mb,
+        disk_total_mb: 10_000_000,
+        disk_available_mb: 10_000_000,
+        vcpus: 4_096,
+        load: 17,
+    }
+}
+
+fn config(dir: &Path) -> Config {
+    Config::new(
+        NODE,
+        "cn-test",
+        HostSource::Fixed(host(1_000_000)),
+        dir.to_owned(),
+    )
+}
+
+fn spec(n: u128, image: &str) -> InstanceSpec {
+    InstanceSpec {
+        instance: id(n),
+        tenant: id(1_000),
+        workload: id(2_000),
+        kind: VmKind::Sim,
+        firmware: Firmware::Efi,
+        image: image.into(),
+        resources: Resources {
+            vcpus: 1,
+            mem_mb: 256,
+            disk_mb: 1_000,
+        },
+        nic: None,
+        disks: Vec::new(),
+        user_data: None,
+        meta_data: Default::default(),
+        restart: false,
+    }
+}
+
+fn sized(n: u128, mem_mb: u32) -> InstanceSpec {
+    let mut s = spec(n, "debian");
+    s.resources.mem_mb = mem_mb;
+    s
+}
+
+fn sim(boot: Duration) -> Arc<SimBackend> {
+    Arc::new(
+        SimBackend::new(SimConfig {
+            boot_delay: boot,
+            ..SimConfig::default()
+        })
+        .unwrap(),
+    )
+}
+
+async fn spawn<B: Backend>(dir: &Path, backend: &Arc<B>) -> (Core, RecordingReporter) {
+    spawn_with(config(dir), backend).await
+}
+
+async fn spawn_with<B: Backend>(config: Config, backend: &Arc<B>) -> (Core, RecordingReporter) {
+    let reporter = RecordingReporter::new();
+    let core = Core::spawn(config, Arc::clone(backend), reporter.clone())
+        .await
+        .unwrap();
+    (core, reporter)
+}
+
+/// The state of `instance` in a STATS report, if it is there.
+fn stats_state(report: &Report, instance: Uuid) -> Option<InstanceState> {
+    match report {
+        Report::Stats(_, instances) => instances
+            .iter()
+            .find(|i| i.instance == instance)
+            .map(|i| i.state),
+        _ => None,
+    }
+}
+
+async fn wait_stats(reporter: &RecordingReporter, instance: Uuid, state: InstanceState) {
+    reporter
+        .wait_for(WAIT, |rs| {
+            rs.iter()
+                .any(|r| stats_state(r, instance) == Some(state))
+                .then_some(())
+        })
+        .await
+        .unwrap();
+}
+
+async fn wait_event(reporter: &RecordingReporter, event: InstanceEvent) {
+    reporter.wait_event(WAIT, event).await.unwrap();
+}
+
+/// Polls `check` until it holds, for at most [`WAIT`] of (virtual) time.
+async fn wait_until(what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !check() {
+        assert!(tokio::time::Instant::now() < deadline, "timed out: {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Polls the core's snapshot until `check` holds, for at most [`WAIT`] of (virtual) time.
+async fn wait_snapshot(core: &Core, check: impl Fn(&Snapshot) -> bool) -> Snapshot {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let snap = core.snapshot().await.unwrap();
+        if check(&snap) {
+            return snap;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out: {snap:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+fn start_failed(n: u128, reason: StartRefusal) -> InstanceEvent {
+    InstanceEvent::StartFailed {
+        instance: id(n),
+        reason,
+        restart: false,
+    }
+}
+
+fn active(n: u128) -> InstanceEvent {
+    InstanceEvent::State {
+        instance: id(n),
+        state: InstanceState::Active,
+    }
+}
+
+fn last_status(reporter: &RecordingReporter) -> Option<Availability> {
+    last_status_in(&reporter.reports())
+}
+
+fn last_status_in(reports: &[Report]) -> Option<Availability> {
+    reports.iter().rev().find_map(|r| match r {
+        Report::Status(n) => Some(n.availability),
+        _ => None,
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn start_is_reported_pending_then_active_in_stats() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = sim(Duration::from_secs(3));
+    let (core, reporter) = spawn(dir.path(), &backend).await;
+    let t0 = tokio::time::Instant::now();
+    core.start(spec(1, "debian")).unwrap();
+    wait_stats(&reporter, id(1), InstanceState::Pending).await;
+    assert!(
+        t0.elapsed() < Duration::from_secs(3),
+        "pending while booting"
+    );
+    assert!(
+        reporter
+            .reports()
+            .iter()
+            .any(|r| matches!(r, Report::Status(n) if n.availability == Availability::Ready)),
+        "a status report follows the START"
+    );
+    wait_stats(&reporter, id(1), InstanceState::Active).await;
+    assert!(
+        t0.elapsed() >= Duration::from_secs(3),
+        "active after the boot delay"
+    );
+    let reports = reporter.reports();
+    let pending_at = reports
+        .iter()
+        .position(|r| stats_state(r, id(1)) == Some(InstanceState::Pending));
+    let active_at = reports
+        .iter()
+        .position(|r| stats_state(r, id(1)) == Some(InstanceState::Active));
+    assert!(pending_at < active_at);
+    // The record is on disk while the instance lives.
+    let records = Store::open(dir.path()).unwrap().load().unwrap().records;
+    assert_eq!(
+        records,
+        vec![Record::new(spec(1, "debian"), Desired::Running)]
+    );
+    let snap = core.snapshot().await.unwrap();
+    assert_eq!(snap.state(id(1)), Some(InstanceState::Active));
+    assert_eq!(snap.node.vcpus_available, 4_095);
+    assert_eq!(snap.node.mem_available_mb, 1_000_000 - 256);
+}
+
+#[tokio::test(start_paused = true)]
+async fn backend_failures_map_to_their_start_failure_reasons() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = sim(Duration::ZERO);
+    let (core, reporter) = spawn(dir.path(), &backend).await;
+    let cases = [
+        (1, sim::IMAGE_FAIL_IMAGE, StartRefusal::ImageFailure),
+        (2, sim::IMAGE_FAIL_LAUNCH, StartRefusal::LaunchFailure),
+        (3, sim::IMAGE_FAIL_NETWORK, StartRefusal::NetworkFailure),
+    ];
+    for (n, image, reason) in cases {
+        core.start(spec(n, image)).unwrap();
+        wait_event(&reporter, start_failed(n, reason)).await;
+    }
+    // Injected per call, too.
+    backend.fail_next(Op::Start, BackendError::Network("injected".into()));
+    core.start(spec(4, "debian")).unwrap();
+    wait_event(&reporter, start_failed(4, StartRefusal::NetworkFailure)).await;
+    // Nothing is left of any of them: no instance, no record, no reservation.
+    let snap = wait_snapshot(&core, |s| s.instances.is_empty()).await;
+    assert_eq!(snap.node.vcpus_available, 4_096);
+    assert_eq!(backend.counts(), (0, 0));
+    assert!(
+        Store::open(dir.path())
+            .unwrap()
+            .load()
+            .unwrap()
+            .records
+            .is_empty()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn admission_refusals() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = Arc::new(FakeBackend::new());
+    let (core, reporter) = spawn(dir.path(), &backend).await;
+
+    core.start(spec(1, "debian")).unwrap();
+    wait_event(&reporter, active(1)).await;
+    core.start(spec(1, "debian")).unwrap();
+    wait_event(&reporter, start_failed(1, StartRefusal::AlreadyRunning)).await;
+
+    // Leftovers the agent does not know of: the backend says they exist; they stay.
+    backend.insert(id(2), false);
+    core.start(spec(2, "debian")).unwrap();
+    wait_event(&reporter, start_failed(2, StartRefusal::InstanceExists)).await;
+    assert_eq!(backend.ops(id(2)), vec![Op::Create]);
+    assert_eq!(backend.status(id(2)), Some(false));
+
+    let mut zero = spec(3, "debian");
+    zero.resources.vcpus = 0;
+    core.start(zero).unwrap();
+    wait_event(&reporter, start_failed(3, StartRefusal::InvalidData)).await;
+
+    let mut huge = spec(4, "debian");
+    huge.resources.mem_mb = 2_000_000;
+    huge.restart = true;
+    core.start(huge).unwrap();
+    let refused = InstanceEvent::StartFailed {
+        instance: id(4),
+        reason: StartRefusal::FullCn,
+        restart: true,
+    };
+    wait_event(&reporter, refused).await;
+
+    core.evacuate().unwrap();
+    core.start(spec(5, "debian")).unwrap();
+    wait_event(&reporter, start_failed(5, StartRefusal::NodeMaintenance)).await;
+    assert!(backend.ops(id(4)).is_empty() && backend.ops(id(5)).is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn watermarks_report_full_and_refuse_below_the_low_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = Arc::new(FakeBackend::new());
+    let mut cfg = config(dir.path());
+    cfg.host = HostSource::Fixed(host(3_000));
+    // Memory: FULL below 1,000 MiB available, refuse below 512 (the defaults).
+    let (core, reporter) = spawn_with(cfg, &backend).await;
+    core.announce().unwrap();
+    reporter
+        .wait_for(WAIT, |rs| {
+            (last_status_in(rs) == Some(Availability::Ready)).then_some(())
+        })
+        .await
+        .unwrap();
+
+    core.start(sized(1, 1_500)).unwrap(); // 1,500 left: READY
+    wait_event(&reporter, active(1)).await;
+    assert_eq!(last_status(&reporter), Some(Availability::Ready));
+    core.start(sized(2, 1_000)).unwrap(); // would leave 500 < 512: refused
+    wait_event(&reporter, start_failed(2, StartRefusal::FullCn)).await;
+    core.start(sized(3, 800)).unwrap(); // 700 left: admitted, FULL
+    wait_event(&reporter, active(3)).await;
+    assert_eq!(last_status(&reporter), Some(Availability::Full));
+    core.start(sized(4, 100)).unwrap(); // 600 left: still admitted (hysteresis)
+    wait_event(&reporter, active(4)).await;
+    core.start(sized(5, 100)).unwrap(); // would leave 500: refused
+    wait_event(&reporter, start_failed(5, StartRefusal::FullCn)).await;
+    let snap = core.snapshot().await.unwrap();
+    assert_eq!(snap.node.availability, Availability::Full);
+    assert_eq!(snap.node.mem_available_mb, 600);
+    // Freeing memory makes it READY again.
+    core.delete(id(1), false).unwrap();
+    wait_event(&reporter, InstanceEvent::Deleted { instance: id(1) }).await;
+    assert_eq!(last_status(&reporter), Some(Availability::Ready));
+}
+
+#[tokio::test(start_paused = true)]
+async fn limits_can_be_turned_off_and_the_instance_limit_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = Arc::new(FakeBackend::new());
+    let mut cfg = config(dir.path());
+    cfg.host = HostSource::Fixed(host(100));
+    cfg.limits.mem.enabled = false;
+    cfg.max_instances = 2;
+    let (core, reporter) = spawn_with(cfg, &backend).await;
+    core.start(sized(1, 4_000)).unwrap();
+    wait_event(&reporter, active(1)).await;
+    assert_eq!(last_status(&reporter), Some(Availability::Ready));
+    core.start(sized(2, 4_000)).unwrap();
+    wait_event(&reporter, active(2)).await;
+    assert_eq!(last_status(&reporter), Some(Availability::Full));
+    core.start(sized(3, 1)).unwrap();
+    wait_event(&reporter, start_failed(3, StartRefusal::FullCn)).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn delete_stop_and_unknown() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = Arc::new(FakeBackend::new());
+    let (core, reporter) = spawn(dir.path(), &backend).await;
+    core.delete(id(9), false).unwrap();
+    let unknown = InstanceEvent::DeleteFailed {
+        instance: id(9),
+        reason: DeleteRefusal::NoInstance,
+    };
+    wait_event(&reporter, unknown).await;
+
+    core.start(spec(1, "debian")).unwrap();
+    core.start(spec(2, "debian")).unwrap();
+    wait_event(&reporter, active(1)).await;
+    wait_event(&reporter, active(2)).await;
+    core.delete(id(1), false).unwrap();
+    core.delete(id(2), true).unwrap();
+    wait_event(&reporter, InstanceEvent::Deleted { instance: id(1) }).await;
+    let stopped = InstanceEvent::Stopped {
+        instance: id(2),
+        cause: StopCause::Requested,
+    };
+    wait_event(&reporter, stopped).await;
+    for n in [1, 2] {
+        assert_eq!(
+            backend.ops(id(n)),
+            vec![Op::Create, Op::Start, Op::Stop, Op::Delete]
+        );
+        assert_eq!(backend.status(id(n)), None);
+    }
+    // Stopping was reported on the way, and neither event was doubled.
+    let events = reporter.events();
+    assert!(events.contains(&InstanceEvent::State {
+        instance: id(2),
+        state: InstanceState::Stopping
+    }));
+    assert_eq!(events.iter().filter(|e| **e == stopped).count(), 1);
+    wait_snapshot(&core, |s| s.instances.is_empty()).await;
+    assert!(
+        Store::open(dir.path())
+            .unwrap()
+            .load()
+            .unwrap()
+            .records
+            .is_empty()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_stop_leaves_exit_failed_leftovers_until_a_delete_succeeds() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = Arc::new(FakeBackend::new());
+    let (core, reporter) = spawn(dir.path(), &backend).await;
+    core.start(spec(1, "debian")).unwrap();
+    wait_event(&reporter, active(1)).await;
+    backend.fail_next(Op::Delete, BackendError::Other("disk busy".into()));
+    core.delete(id(1), false).unwrap();
+    let failed = InstanceEvent::DeleteFailed {
+        instance: id(1),
+        reason: DeleteRefusal::BackendFailure,
+    };
+    wait_event(&reporter, failed).await;
+    let snap = core.snapshot().await.unwrap();
+    assert_eq!(snap.state(id(1)), Some(InstanceState::ExitFailed));
+    assert_eq!(snap.node.vcpus_available, 4_095, "leftovers stay reserved");
+    core.start(spec(1, "debian")).unwrap();
+    wait_event(&reporter, start_failed(1, StartRefusal::InstanceExists)).await;
+    core.delete(id(1), false).unwrap();
+    wait_event(&reporter, InstanceEvent::Deleted { instance: id(1) }).await;
+    wait_snapshot(&core, |s| s.instances.is_empty()).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_instance_that_exits_on_its_own_is_reported_stopped() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = sim(Duration::from_secs(1));
+    let (core, reporter) = spawn(dir.path(), &backend).await;
+    core.start(spec(1, "debian")).unwrap();
+    core.start(spec(2, sim::IMAGE_EXIT_AFTER_BOOT)).unwrap();
+    wait_event(&reporter, active(1)).await;
+    backend.kill(id(1));
+    for n in [1, 2] {
+        let stopped = InstanceEvent::Stopped {
+            instance: id(n),
+            cause: StopCause::Exited,
+        };
+        wait_event(&reporter, stopped).await;
+    }
+    reporter
+        .wait_for(WAIT, |rs| {
+            matches!(rs.last(), Some(Report::Status(n)) if n.vcpus_available == 4_096).then_some(())
+        })
+        .await
+        .unwrap();
+    assert!(core.snapshot().await.unwrap().instances.is_empty());
+    assert_eq!(backend.counts(), (0, 0), "its leftovers are removed");
+}
+
+#[tokio::test(start_paused = true)]
+async fn evacuate_and_restore_survive_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = sim(Duration::ZERO);
+    let (core, reporter) = spawn(dir.path(), &backend).await;
+    for n in 1..=3 {
+        core.start(spec(n, "debian")).unwrap();
+        wait_event(&reporter, active(n)).await;
+    }
+    core.evacuate().unwrap();
+    for n in 1..=3 {
+        let stopped = InstanceEvent::Stopped {
+            instance: id(n),
+            cause: StopCause::Evacuated,
+        };
+        wait_event(&reporter, stopped).await;
+    }
+    assert_eq!(backend.counts(), (0, 0));
+    assert_eq!(last_status(&reporter), Some(Availability::Maintenance));
+    core.shutdown().await.unwrap();
+
+    let (core, reporter) = spawn(dir.path(), &backend).await;
+    core.announce().unwrap();
+    let snap = core.snapshot().await.unwrap();
+    assert_eq!(snap.node.availability, Availability::Maintenance);
+    core.start(spec(4, "debian")).unwrap();
+    wait_event(&reporter, start_failed(4, StartRefusal::NodeMaintenance)).await;
+    core.restore().unwrap();
+    core.shutdown().await.unwrap();
+
+    let (core, reporter) = spawn(dir.path(), &backend).await;
+    assert_eq!(
+        core.snapshot().await.unwrap().node.availability,
+        Availability::Ready
+    );
+    core.start(spec(4, "debian")).unwrap();
+    wait_event(&reporter, active(4)).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_restart_reattaches_what_runs_and_reports_what_is_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = sim(Duration::ZERO);
+    let (core, reporter) = spawn(dir.path(), &backend).await;
+    for n in 1..=3 {
+        core.start(spec(n, "debian")).unwrap();
+        wait_event(&reporter, active(n)).await;
+    }
+    core.shutdown().await.unwrap();
+    assert_eq!(backend.counts(), (3, 3), "instances outlive the core");
+    // While the agent is away: 2 dies, 3 vanishes altogether.
+    backend.kill(id(2));
+    backend.delete(id(3)).await.unwrap();
+
+    let (core, reporter) = spawn(dir.path(), &backend).await;
+    for n in [2, 3] {
+        let lost = InstanceEvent::Stopped {
+            instance: id(n),
+            cause: StopCause::Lost,
+        };
+        wait_event(&reporter, lost).await;
+    }
+    let snap = core.snapshot().await.unwrap();
+    assert_eq!(snap.instances.len(), 1);
+    assert_eq!(snap.state(id(1)), Some(InstanceState::Active));
+    assert_eq!(snap.node.vcpus_available, 4_095);
+    let records = Store::open(dir.path()).unwrap().load().unwrap().records;
+    assert_eq!(records.len(), 1);
+    // The re-attached instance is watched and commanded as before.
+    backend.kill(id(1));
+    let exited = InstanceEvent::Stopped {
+        instance: id(1),
+        cause: StopCause::Exited,
+    };
+    wait_event(&reporter, exited).await;
+    wait_until("removed", || backend.counts() == (0, 0)).await;
+    wait_snapshot(&core, |s| s.instances.is_empty()).await;
+}
+
+/// What a kill -9 at each step of an instance's life leaves behind, and how the next core
+/// finishes it: launching (record written, backend not yet running), removing (record says
+/// so, backend may or may not have removed it), and a record damaged outside the agent.
+#[tokio::test(start_paused = true)]
+async fn a_restart_finishes_what_a_crash_cut_short() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let backend = Arc::new(FakeBackend::new());
+    // Killed after the record, before the boot finished: created, not running.
+    store
+        .write(&Record::new(spec(1, "debian"), Desired::Running))
+        .unwrap();
+    backend.insert(id(1), false);
+    // Killed while deleting: the backend still has it.
+    store
+        .write(&Record::new(
+            spec(2, "debian"),
+            Desired::Removing { stop: None },
+        ))
+        .unwrap();
+    backend.insert(id(2), true);
+    // Killed while stopping for a restart elsewhere: the backend already removed it.
+    let stop = Desired::Removing {
+        stop: Some(StopCause::Requested),
+    };
+    store.write(&Record::new(spec(3, "debian"), stop)).unwrap();
+    // Damaged outside the agent.
+    std::fs::write(store.record_path(id(4)), b"{\"vers").unwrap();
+    backend.insert(id(4), true);
+
+    let (core, reporter) = spawn(dir.path(), &backend).await;
+    let lost = InstanceEvent::Stopped {
+        instance: id(1),
+        cause: StopCause::Lost,
+    };
+    wait_event(&reporter, lost).await;
+    wait_event(&reporter, InstanceEvent::Deleted { instance: id(2) }).await;
+    let stopped = InstanceEvent::Stopped {
+        instance: id(3),
+        cause: StopCause::Requested,
+    };
+    wait_event(&reporter, stopped).await;
+    for n in 1..=3 {
+        assert_eq!(backend.status(id(n)), None, "instance {n} removed");
+    }
+    // The unreadable one is kept as leftovers: visible, not startable, deletable.
+    let snap = core.snapshot().await.unwrap();
+    assert_eq!(snap.instances.len(), 1);
+    assert_eq!(snap.state(id(4)), Some(InstanceState::ExitFailed));
+    core.start(spec(4, "debian")).unwrap();
+    wait_event(&reporter, start_failed(4, StartRefusal::InstanceExists)).await;
+    core.delete(id(4), false).unwrap();
+    wait_event(&reporter, InstanceEvent::Deleted { instance: id(4) }).await;
+    assert_eq!(backend.status(id(4)), None);
+    let loaded = store.load().unwrap();
+    assert!(loaded.records.is_empty() && loaded.unreadable.is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn one_instance_in_order_many_in_parallel() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = Arc::new(FakeBackend::new());
+    let (core, reporter) = spawn(dir.path(), &backend).await;
+    backend.hold_starts();
+    core.start(spec(1, "debian")).unwrap();
+    core.start(spec(2, "debian")).unwrap();
+    core.delete(id(1), false).unwrap();
+    core.delete(id(1), false).unwrap(); // a repeat is answered by the first
+    wait_stats(&reporter, id(2), InstanceState::Pending).await;
+    wait_until("both created", || {
+        backend.ops(id(1)) == [Op::Create] && backend.ops(id(2)) == [Op::Create]
+    })
+    .await;
+    // Held in its start, 1 has not seen its delete yet; 2 is not held up by 1.
+    let snap = core.snapshot().await.unwrap();
+    assert_eq!(snap.state(id(1)), Some(InstanceState::Pending));
+    assert_eq!(snap.state(id(2)), Some(InstanceState::Pending));
+    backend.release_starts();
+    wait_event(&reporter, InstanceEvent::Deleted { instance: id(1) }).await;
+    wait_event(&reporter, active(2)).await;
+    assert_eq!(
+        backend.ops(id(1)),
+        vec![Op::Create, Op::Start, Op::Stop, Op::Delete]
+    );
+    let of_1: Vec<_> = reporter
+        .events()
+        .into_iter()
+        .filter(|e| e.instance() == id(1))
+        .collect();
+    assert_eq!(
+        of_1,
+        vec![
+            InstanceEvent::State {
+                instance: id(1),
+                state: InstanceState::Pending
+            },
+            active(1),
+            InstanceEvent::State {
+                instance: id(1),
+                state: InstanceState::Stopping
+            },
+            InstanceEvent::Deleted { instance: id(1) },
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn boots_run_in_parallel() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = sim(Duration::from_secs(10));
+    let (core, reporter) = spawn(dir.path(), &backend).await;
+    let t0 = tokio::time::Instant::now();
+    for n in 1..=100 {
+        core.start(spec(n, "debian")).unwrap();
+    }
+    reporter
+        .wait_for(WAIT, |rs| {
+            let actives = rs
+                .iter()
+                .filter(|r| {
+                    matches!(
+                        r,
+                        Report::Event(InstanceEvent::State {
+                            state: InstanceState::Active,
+                            ..
+                        })
+                    )
+                })
+                .count();
+            (actives == 100).then_some(())
+        })
+        .await
+        .unwrap();
+    assert!(t0.elapsed() < Duration::from_secs(11), "{:?}", t0.elapsed());
+}
+
+#[tokio::test(start_paused = true)]
+async fn stats_every_interval_with_usage_and_on_announce() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = Arc::new(FakeBackend::new());
+    backend.set_usage(Usage {
+        mem_mb: 100,
+        disk_mb: 10,
+        cpu_percent: Some(3),
+    });
+    let (core, reporter) = spawn(dir.path(), &backend).await;
+    core.announce().unwrap();
+    reporter
+        .wait_for(WAIT, |rs| {
+            matches!(rs, [Report::Status(_), Report::Stats(_, i)] if i.is_empty()).then_some(())
+        })
+        .await
+        .unwrap();
+    core.start(spec(1, "debian")).unwrap();
+    wait_event(&reporter, active(1)).await;
+    reporter.clear();
+    let t0 = tokio::time::Instant::now();
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let reports = reporter.reports();
+    let stats = reports
+        .iter()
+        .filter(|r| matches!(r, Report::Stats(..)))
+        .count();
+    assert!(
+        (11..=13).contains(&stats),
+        "{stats} stats in {:?}",
+        t0.elapsed()
+    );
+    let Some(Report::Stats(node, instances)) = reports
+        .iter()
+        .rev()
+        .find(|r| matches!(r, Report::Stats(..)))
+    else {
+        panic!()
+    };
+    assert_eq!(instances[0].usage.mem_mb, 100);
+    assert_eq!(instances[0].usage.cpu_percent, Some(3));
+    // 1,000,000 + min(100, 256) − 256.
+    assert_eq!(node.mem_available_mb, 1_000_000 - 156);
+    assert_eq!(
+        (node.hostname.as_str(), node.load, node.node),
+        ("cn-test", 17, NODE)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_full_command_queue_is_busy_not_growth() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = Arc::new(FakeBackend::new());
+    let mut cfg = config(dir.path());
+    cfg.command_queue = 3;
+    let (core, _reporter) = spawn_with(cfg, &backend).await;
+    // The owner runs only when this test yields: the queue fills.
+    let results: Vec<_> = (1..=5).map(|n| core.start(spec(n, "debian"))).collect();
+    assert!(results[..3].iter().all(Result::is_ok));
+    assert!(matches!(results[3], Err(CoreError::Busy)));
+    core.shutdown().await.unwrap();
+    assert!(matches!(core.announce(), Err(CoreError::Stopped)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn bad_configuration_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    cfg.command_queue = 0;
+    let r = Core::spawn(cfg, Arc::new(FakeBackend::new()), RecordingReporter::new()).await;
+    assert!(matches!(r, Err(CoreError::Config(_))));
+}
