@@ -5,10 +5,10 @@
 use bytes::{Bytes, BytesMut};
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::sync::mpsc;
+use tokio::sync::{Notify, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use crate::codec::{Decoded, Decoder};
@@ -18,8 +18,11 @@ use crate::session::{Message, Now, Received, Session, Tick};
 /// Limits of one connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConnConfig {
-    /// Frames queued for a peer before senders get [`SendError::Busy`] (default 4096).
+    /// Frames queued for a peer before senders get [`SendError::Busy`] (default 65,536).
     pub queue_frames: usize,
+    /// Bytes queued for a peer before senders get [`SendError::Busy`] (default 8 MiB); a frame
+    /// is always taken by an empty queue, whatever its size.
+    pub queue_bytes: usize,
     /// Bytes gathered into one write when several frames are queued (default 64 KiB).
     pub coalesce_bytes: usize,
     /// Room kept free in the read buffer before each read (default 16 KiB, a TLS record).
@@ -29,9 +32,10 @@ pub struct ConnConfig {
 impl Default for ConnConfig {
     fn default() -> ConnConfig {
         ConnConfig {
-            queue_frames: 4096,
+            queue_frames: 65_536,
+            queue_bytes: 8 << 20,
             coalesce_bytes: 64 << 10,
-            read_buffer: 64 << 10,
+            read_buffer: 16 << 10,
         }
     }
 }
@@ -50,12 +54,38 @@ pub enum SendError {
     Encode(#[from] EncodeError),
 }
 
-/// The sending side of one session: a bounded queue to its writer. Cheap to clone.
+/// The bytes queued for one writer, bounded.
+#[derive(Debug)]
+struct Budget {
+    queued: AtomicUsize,
+    max: usize,
+    freed: Notify,
+}
+
+impl Budget {
+    fn try_reserve(&self, len: usize) -> bool {
+        let before = self.queued.fetch_add(len, Ordering::AcqRel);
+        if before == 0 || before + len <= self.max {
+            return true;
+        }
+        self.queued.fetch_sub(len, Ordering::AcqRel);
+        false
+    }
+
+    fn release(&self, len: usize) {
+        self.queued.fetch_sub(len, Ordering::AcqRel);
+        self.freed.notify_waiters();
+    }
+}
+
+/// The sending side of one session: a queue to its writer, bounded in frames and in bytes.
+/// Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Outbox {
     tx: mpsc::Sender<Bytes>,
     max_frame: u32,
     close: CancellationToken,
+    budget: Arc<Budget>,
 }
 
 impl Outbox {
@@ -66,19 +96,46 @@ impl Outbox {
 
     /// Queues an already encoded frame (one encoding shared by many recipients); never waits.
     pub fn send_encoded(&self, bytes: Bytes) -> Result<(), SendError> {
-        self.tx.try_send(bytes).map_err(|e| match e {
-            mpsc::error::TrySendError::Full(_) => SendError::Busy,
-            mpsc::error::TrySendError::Closed(_) => SendError::NotConnected,
+        let len = bytes.len();
+        if !self.budget.try_reserve(len) {
+            return Err(if self.tx.is_closed() {
+                SendError::NotConnected
+            } else {
+                SendError::Busy
+            });
+        }
+        self.tx.try_send(bytes).map_err(|e| {
+            self.budget.release(len);
+            match e {
+                mpsc::error::TrySendError::Full(_) => SendError::Busy,
+                mpsc::error::TrySendError::Closed(_) => SendError::NotConnected,
+            }
         })
     }
 
     /// Encodes `frame` and queues it, waiting while the queue is full (backpressure).
     pub async fn send_wait(&self, frame: &Frame) -> Result<(), SendError> {
         let bytes = frame.to_bytes(self.max_frame)?;
-        self.tx
-            .send(bytes)
-            .await
-            .map_err(|_| SendError::NotConnected)
+        let len = bytes.len();
+        loop {
+            let freed = self.budget.freed.notified();
+            tokio::pin!(freed);
+            freed.as_mut().enable();
+            if self.budget.try_reserve(len) {
+                break;
+            }
+            if self.is_closed() {
+                return Err(SendError::NotConnected);
+            }
+            tokio::select! {
+                _ = freed => {}
+                _ = self.close.cancelled() => return Err(SendError::NotConnected),
+            }
+        }
+        self.tx.send(bytes).await.map_err(|_| {
+            self.budget.release(len);
+            SendError::NotConnected
+        })
     }
 
     /// The largest body this session sends.
@@ -167,6 +224,7 @@ async fn write_loop<W: AsyncWrite + Unpin>(
     mut rx: mpsc::Receiver<Bytes>,
     close: CancellationToken,
     clock: Arc<WriteClock>,
+    budget: Arc<Budget>,
     coalesce: usize,
 ) {
     // Grown on demand: an idle session holds no write buffer to speak of.
@@ -185,7 +243,9 @@ async fn write_loop<W: AsyncWrite + Unpin>(
                 Err(_) => break,
             }
         }
-        if w.write_all(&buf).await.is_err() || w.flush().await.is_err() {
+        let written = w.write_all(&buf).await.is_ok() && w.flush().await.is_ok();
+        budget.release(buf.len());
+        if !written {
             close.cancel();
             return;
         }
@@ -227,16 +287,23 @@ where
     let (tx, rx) = mpsc::channel(config.queue_frames.max(1));
     let close = CancellationToken::new();
     let clock = Arc::new(WriteClock::new(now().instant));
+    let budget = Arc::new(Budget {
+        queued: AtomicUsize::new(0),
+        max: config.queue_bytes,
+        freed: Notify::new(),
+    });
     let outbox = Outbox {
         tx,
         max_frame,
         close: close.clone(),
+        budget: budget.clone(),
     };
     tracker.spawn(write_loop(
         w,
         rx,
         close.clone(),
         clock.clone(),
+        budget,
         config.coalesce_bytes,
     ));
     Opened {
@@ -284,7 +351,11 @@ struct ReadLoop<D> {
 impl<D: Dispatch> ReadLoop<D> {
     async fn run<R: AsyncRead + Unpin>(mut self, mut r: R, mut buf: BytesMut, cap: usize) -> Ended {
         let decoder = Decoder::new(self.session.config().max_frame);
-        buf.reserve(cap);
+        // Small until traffic comes: a quiet session keeps 4 KiB, one whose reads fill the buffer
+        // grows to `cap`.
+        const QUIET: usize = 4096;
+        buf.reserve(QUIET);
+        let mut room = QUIET;
         let ended = loop {
             // Frames already buffered first (the handshake may have read past its frame).
             if let Some(ended) = self.drain(&decoder, &mut buf).await {
@@ -296,7 +367,7 @@ impl<D: Dispatch> ReadLoop<D> {
                 _ = self.close.cancelled() => break Ended::Local,
                 read = r.read_buf(&mut buf) => match read {
                     Ok(0) => break Ended::PeerGone("the peer closed the connection".into()),
-                    Ok(_) => {}
+                    Ok(n) => room = if n >= QUIET / 2 { cap.max(QUIET) } else { QUIET },
                     Err(e) => break Ended::PeerGone(e.to_string()),
                 },
                 _ = tokio::time::sleep_until(deadline) => {
@@ -311,8 +382,8 @@ impl<D: Dispatch> ReadLoop<D> {
                     }
                 }
             }
-            if buf.capacity() - buf.len() < 4096 {
-                buf.reserve(cap);
+            if buf.capacity() - buf.len() < room {
+                buf.reserve(room);
             }
         };
         // Whatever the reason, the writer flushes what is queued and closes the stream.
