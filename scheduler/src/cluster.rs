@@ -203,7 +203,6 @@ impl Cluster {
         now: Instant,
         directory: &dyn Directory,
     ) -> Vec<Action> {
-        self.metrics.frame_in(message.frame.operand);
         if let Some(node) = self.nodes.get_mut(&from) {
             node.last_seen = now;
         }

@@ -107,7 +107,7 @@ fn summarize(cluster: &Cluster, handle: &ServerHandle, queue_depth: usize) -> Su
         m.failures.values().sum::<u64>(),
     );
     Summary {
-        metrics: m.render(&by_role, &by_state, queue_depth),
+        metrics: m.render(&by_role, &by_state, &handle.frame_counts(), queue_depth),
         line,
     }
 }

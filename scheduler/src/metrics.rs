@@ -12,8 +12,6 @@ const LATENCY_BUCKETS_US: [u64; 8] = [1, 5, 10, 50, 100, 500, 1_000, 10_000];
 /// Counters kept by the cluster owner.
 #[derive(Debug, Default, Clone)]
 pub struct Metrics {
-    /// Frames that reached the scheduler's own logic, by operand name.
-    pub frames_in: BTreeMap<&'static str, u64>,
     /// STARTs placed.
     pub placements: u64,
     /// STARTs refused, by reason.
@@ -36,11 +34,6 @@ fn reason_name(r: StartFailureReason) -> &'static str {
 }
 
 impl Metrics {
-    /// Counts a frame handled by the scheduler.
-    pub fn frame_in(&mut self, operand: Operand) {
-        *self.frames_in.entry(operand.name()).or_default() += 1;
-    }
-
     /// Counts a placement decision and its latency.
     pub fn placed<T>(&mut self, outcome: &Result<T, StartFailureReason>, took: Duration) {
         match outcome {
@@ -56,11 +49,13 @@ impl Metrics {
         self.latency_sum_us += us;
     }
 
-    /// The Prometheus text exposition, with the gauges the driver knows.
+    /// The Prometheus text exposition, with what the driver knows: sessions by role, nodes by
+    /// state, frames in and out by operand (from the SSNTP server), the event queue depth.
     pub fn render(
         &self,
         sessions: &[(&str, usize)],
         nodes_by_state: &[(&str, usize)],
+        frames: &[(Operand, u64, u64)],
         queue_depth: usize,
     ) -> String {
         let mut out = String::new();
@@ -73,10 +68,19 @@ impl Metrics {
             let _ = writeln!(out, "cumulo_scheduler_nodes{{state=\"{state}\"}} {n}");
         }
         let _ = writeln!(out, "# TYPE cumulo_scheduler_frames_in_total counter");
-        for (op, n) in &self.frames_in {
+        for (op, n, _) in frames {
+            let name = op.name();
             let _ = writeln!(
                 out,
-                "cumulo_scheduler_frames_in_total{{operand=\"{op}\"}} {n}"
+                "cumulo_scheduler_frames_in_total{{operand=\"{name}\"}} {n}"
+            );
+        }
+        let _ = writeln!(out, "# TYPE cumulo_scheduler_frames_out_total counter");
+        for (op, _, n) in frames {
+            let name = op.name();
+            let _ = writeln!(
+                out,
+                "cumulo_scheduler_frames_out_total{{operand=\"{name}\"}} {n}"
             );
         }
         let _ = writeln!(out, "# TYPE cumulo_scheduler_placements_total counter");
@@ -124,14 +128,19 @@ mod tests {
     #[test]
     fn renders_counters_and_a_cumulative_histogram() {
         let mut m = Metrics::default();
-        m.frame_in(Operand::Ready);
         m.placed(&Ok::<(), _>(()), Duration::from_micros(3));
         m.placed(
             &Err::<(), _>(StartFailureReason::FullCloud),
             Duration::from_micros(70),
         );
-        let text = m.render(&[("agent", 2)], &[("ready", 2)], 0);
+        let text = m.render(
+            &[("agent", 2)],
+            &[("ready", 2)],
+            &[(Operand::Ready, 1, 0), (Operand::Start, 3, 2)],
+            0,
+        );
         assert!(text.contains("cumulo_scheduler_frames_in_total{operand=\"READY\"} 1"));
+        assert!(text.contains("cumulo_scheduler_frames_out_total{operand=\"START\"} 2"));
         assert!(text.contains("cumulo_scheduler_placements_total 1"));
         assert!(text.contains("cumulo_scheduler_start_failures_total{reason=\"full_cloud\"} 1"));
         assert!(text.contains("cumulo_scheduler_placement_seconds_bucket{le=\"0.000005\"} 1"));

@@ -117,7 +117,33 @@ struct Entry {
     generation: u64,
 }
 
+/// Frames in and out by operand (known operands only: type × 16 + operand).
+struct Counters {
+    frames_in: [AtomicU64; 64],
+    frames_out: [AtomicU64; 64],
+}
+
+impl Counters {
+    fn slot(operand: crate::frame::Operand) -> Option<usize> {
+        let (ty, op) = operand.to_wire();
+        (operand.is_known() && op < 16).then(|| usize::from(ty) * 16 + usize::from(op))
+    }
+
+    fn count_in(&self, operand: crate::frame::Operand) {
+        if let Some(i) = Counters::slot(operand) {
+            self.frames_in[i].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn count_out(&self, operand: crate::frame::Operand, n: usize) {
+        if let Some(i) = Counters::slot(operand) {
+            self.frames_out[i].fetch_add(n as u64, Ordering::Relaxed);
+        }
+    }
+}
+
 struct Shared {
+    counters: Counters,
     uuid: Uuid,
     roles: Role,
     max_frame: u32,
@@ -200,6 +226,7 @@ impl Shared {
                 }
             }
         }
+        self.counters.count_out(frame.operand, sent);
         Ok(sent)
     }
 
@@ -212,8 +239,11 @@ impl Shared {
             target_uuid: target,
             reason,
         });
-        if let Some(outbox) = self.outbox(to) {
-            let _ = outbox.send(&Frame::new(self.uuid, &failure));
+        if let Some(outbox) = self.outbox(to)
+            && outbox.send(&Frame::new(self.uuid, &failure)).is_ok()
+        {
+            self.counters
+                .count_out(crate::frame::Operand::DeliveryFailure, 1);
         }
     }
 }
@@ -254,10 +284,25 @@ impl ServerHandle {
 
     /// Queues a frame for one session.
     pub fn send(&self, uuid: Uuid, frame: &Frame) -> Result<(), SendError> {
-        self.shared
-            .outbox(uuid)
-            .ok_or(SendError::NotConnected)?
-            .send(frame)
+        let outbox = self.shared.outbox(uuid).ok_or(SendError::NotConnected)?;
+        outbox.send(frame)?;
+        self.shared.counters.count_out(frame.operand, 1);
+        Ok(())
+    }
+
+    /// Frames received (after the receiving rules) and sent (made or forwarded), by operand;
+    /// operands never seen are left out.
+    pub fn frame_counts(&self) -> Vec<(crate::frame::Operand, u64, u64)> {
+        let c = &self.shared.counters;
+        crate::frame::Operand::ALL
+            .iter()
+            .filter_map(|op| {
+                let i = Counters::slot(*op)?;
+                let fin = c.frames_in[i].load(Ordering::Relaxed);
+                let fout = c.frames_out[i].load(Ordering::Relaxed);
+                (fin + fout > 0).then_some((*op, fin, fout))
+            })
+            .collect()
     }
 
     /// Queues a frame made by the server itself.
@@ -269,11 +314,13 @@ impl ServerHandle {
     pub fn broadcast(&self, role: Role, frame: &Frame) -> Result<usize, SendError> {
         let bytes = frame.to_bytes(self.shared.max_frame)?;
         let registry = self.shared.read();
-        Ok(registry
+        let sent = registry
             .values()
             .filter(|e| e.role.intersects(role))
             .filter(|e| e.outbox.send_encoded(bytes.clone()).is_ok())
-            .count())
+            .count();
+        self.shared.counters.count_out(frame.operand, sent);
+        Ok(sent)
     }
 
     /// Forwards a frame received from `from` to `to` (never back to `from`): byte for byte, with
@@ -348,6 +395,10 @@ impl Server {
         }
         let acceptor = TlsAcceptor::from(config.tls.server_config()?);
         let shared = Arc::new(Shared {
+            counters: Counters {
+                frames_in: std::array::from_fn(|_| AtomicU64::new(0)),
+                frames_out: std::array::from_fn(|_| AtomicU64::new(0)),
+            },
             uuid: config.uuid,
             roles: own.roles,
             max_frame: config.handshake.session.max_frame,
@@ -556,6 +607,7 @@ struct ServerDispatch {
 impl Dispatch for ServerDispatch {
     fn dispatch(&mut self, session: &Session, message: Message) -> bool {
         let from = session.peer_uuid();
+        self.shared.counters.count_in(message.frame.operand);
         if !self.routes.has_rule(message.frame.operand) {
             self.pending.push(message);
             return true;

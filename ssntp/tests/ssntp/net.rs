@@ -516,3 +516,34 @@ async fn idle_sessions_are_closed_and_busy_peers_get_busy() {
     }
     assert!(busy, "the queue never filled");
 }
+
+#[tokio::test]
+async fn close_interrupts_a_dial_in_progress() {
+    let pki = TestPki::new();
+    // A server that accepts TCP and then says nothing: the TLS handshake hangs.
+    let mute = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = format!("localhost:{}", mute.local_addr().unwrap().port());
+    let held = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((tcp, _)) = mute.accept().await {
+            held.push(tcp);
+        }
+    });
+    let mut c = client_with(&pki, Role::AGENT, Role::AGENT, u(1), &addr, |c| {
+        c.handshake.handshake_timeout = Duration::from_secs(60);
+    });
+    // The client is stuck in its dial; close() ends it: its event stream closes.
+    assert!(
+        tokio::time::timeout(Duration::from_millis(200), c.events.recv())
+            .await
+            .is_err()
+    );
+    c.handle.close();
+    let end = tokio::time::timeout(Duration::from_secs(3), async {
+        while c.events.recv().await.is_some() {}
+    })
+    .await;
+    assert!(end.is_ok(), "the client did not stop");
+    assert!(!c.handle.is_connected());
+    held.abort();
+}
