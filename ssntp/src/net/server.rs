@@ -18,7 +18,9 @@ use super::conn::{self, ConnConfig, Dispatch, FirstFrame, Outbox, SendError};
 use super::forward::{Directory, Route, Routes};
 use super::tls::{self, TlsError, TlsIdentity};
 use crate::frame::Frame;
-use crate::handshake::{HandshakeConfig, PeerCertificate, ServerHandshake, UuidBinding};
+use crate::handshake::{
+    HandshakeConfig, PeerCertificate, ServerAccepted, ServerHandshake, UuidBinding,
+};
 use crate::payload::{ClusterConfig, DeliveryFailure, DeliveryFailureReason, Payload, Reason};
 use crate::role::Role;
 use crate::session::{Message, Session};
@@ -462,15 +464,29 @@ impl Server {
         let _ = tokio::time::timeout(this.config.grace, tracker.wait()).await;
     }
 
-    async fn connection(&self, tcp: TcpStream, tracker: &TaskTracker, shutdown: CancellationToken) {
+    /// TLS, then CONNECT → CONNECTED (or the refusal); `None` when there is no session.
+    async fn handshake(
+        &self,
+        tcp: TcpStream,
+    ) -> Option<(
+        tokio_rustls::server::TlsStream<TcpStream>,
+        ServerAccepted,
+        BytesMut,
+    )> {
         let start = conn::now().instant;
         let deadline = start + self.config.handshake.handshake_timeout;
         let tls_deadline = tokio::time::Instant::from_std(deadline);
         let mut stream =
             match tokio::time::timeout_at(tls_deadline, self.acceptor.accept(tcp)).await {
                 Ok(Ok(s)) => s,
-                Ok(Err(e)) => return tracing::debug!(error = %e, "TLS handshake failed"),
-                Err(_) => return tracing::debug!("TLS handshake timed out"),
+                Ok(Err(e)) => {
+                    tracing::debug!(error = %e, "TLS handshake failed");
+                    return None;
+                }
+                Err(_) => {
+                    tracing::debug!("TLS handshake timed out");
+                    return None;
+                }
             };
         let peer = tls::peer_of(stream.get_ref().1).unwrap_or_else(|e| {
             tracing::warn!(error = %e, "unreadable peer certificate: no roles");
@@ -494,9 +510,12 @@ impl Server {
             FirstFrame::Framing(e) => Err(hs.handle_framing_error(e)),
             FirstFrame::Timeout => match hs.handle_timeout(deadline) {
                 Err(rejected) => Err(rejected),
-                Ok(_) => return, // cannot happen: the deadline is the handshake's own
+                Ok(_) => return None, // cannot happen: the deadline is the handshake's own
             },
-            FirstFrame::Io(e) => return tracing::debug!(error = %e, "closed before CONNECT"),
+            FirstFrame::Io(e) => {
+                tracing::debug!(error = %e, "closed before CONNECT");
+                return None;
+            }
         };
         let accepted = match outcome {
             Ok(a) => a,
@@ -504,15 +523,22 @@ impl Server {
                 tracing::info!(error = %rejected.error, "connection refused");
                 let _ = conn::write_now(&mut stream, &rejected.reply(), max, deadline).await;
                 let _ = stream.shutdown().await;
-                return;
+                return None;
             }
         };
-        if conn::write_now(&mut stream, &accepted.reply, max, deadline)
+        conn::write_now(&mut stream, &accepted.reply, max, deadline)
             .await
-            .is_err()
-        {
+            .ok()?;
+        Some((stream, accepted, buf))
+    }
+
+    async fn connection(&self, tcp: TcpStream, tracker: &TaskTracker, shutdown: CancellationToken) {
+        // The handshake's state (TLS included) is boxed so that it is freed once the session
+        // runs: a long-lived connection task keeps only what the session needs.
+        let Some((stream, accepted, buf)) = Box::pin(self.handshake(tcp)).await else {
             return;
-        }
+        };
+        let max = self.shared.max_frame;
         let session = accepted.session;
         let (uuid, role) = (session.peer_uuid(), session.peer_role());
         let opened = conn::open(stream, max, self.config.conn, tracker);
