@@ -2,7 +2,7 @@
 # scripts/test.sh; safe to run again (only missing pieces are installed).
 
 # Debian packages the build and the tests need.
-CUMULO_DEBS=(build-essential pkg-config openssl ca-certificates)
+CUMULO_DEBS=(build-essential pkg-config openssl ca-certificates procps)
 
 install_debs() {
     local missing=()
