@@ -316,6 +316,20 @@ pub fn client_handshake(data: &[u8]) {
     }
 }
 
+/// The certificate reader on arbitrary DER: never panics, and where the full reading (for
+/// `--dump`) succeeds, the roles and binding it finds are what the endpoints' reading finds.
+/// (The endpoints' reading needs less of the certificate, so it may succeed alone.)
+pub fn cert(data: &[u8]) {
+    let peer = crate::cert::peer_certificate(data);
+    if let Ok(info) = crate::cert::CertInfo::parse(data) {
+        assert_eq!(
+            peer.as_ref().ok(),
+            Some(&info.peer()),
+            "two readings differ"
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -323,7 +337,8 @@ mod tests {
 
     type Target = fn(&[u8]);
 
-    const TARGETS: [(&str, Target); 5] = [
+    const TARGETS: [(&str, Target); 6] = [
+        ("cert", cert),
         ("frame_decode", frame_decode),
         ("chunked_decode", chunked_decode),
         ("payload", payload),
