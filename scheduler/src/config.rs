@@ -165,6 +165,7 @@ impl Args {
             handshake,
             cluster,
             heartbeat: self.heartbeat,
+            conn: ssntp::net::ConnConfig::default(),
         };
         Ok((config, lock))
     }

@@ -41,6 +41,8 @@ pub struct SchedulerConfig {
     pub cluster: ssntp::payload::ClusterConfig,
     /// Print one summary line a second.
     pub heartbeat: bool,
+    /// Per-session queue limits (defaults of `ssntp::net::ConnConfig`).
+    pub conn: ssntp::net::ConnConfig,
 }
 
 /// A snapshot for the heartbeat line and the metrics endpoint.
@@ -167,6 +169,7 @@ pub async fn run(
     let mut server_config = ServerConfig::new(config.tls.clone(), config.uuid);
     server_config.handshake = config.handshake;
     server_config.cluster = config.cluster.clone();
+    server_config.conn = config.conn;
     server_config.routes = routes::routes();
     let (server, handle, mut events) = Server::new(server_config)?;
     let server_task = tokio::spawn(server.run(listener, shutdown.clone()));

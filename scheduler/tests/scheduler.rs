@@ -30,6 +30,14 @@ struct Sched {
 }
 
 async fn scheduler(pki: &TestPki, listener: Option<TcpListener>) -> Sched {
+    scheduler_with(pki, listener, ssntp::net::ConnConfig::default()).await
+}
+
+async fn scheduler_with(
+    pki: &TestPki,
+    listener: Option<TcpListener>,
+    conn: ssntp::net::ConnConfig,
+) -> Sched {
     let listener = match listener {
         Some(l) => l,
         None => TcpListener::bind("127.0.0.1:0").await.unwrap(),
@@ -42,6 +50,7 @@ async fn scheduler(pki: &TestPki, listener: Option<TcpListener>) -> Sched {
         handshake: Default::default(),
         cluster: ClusterConfig::default(),
         heartbeat: false,
+        conn,
     };
     let stop = CancellationToken::new();
     let summary = Arc::new(Mutex::new(Summary::default()));
@@ -510,5 +519,79 @@ async fn after_a_restart_the_scheduler_rebuilds_from_the_agents() {
     // Both reconnect by themselves; the agent re-announces READY, the controller hears of it.
     nodes_seen(&mut c, 1).await;
     assert_eq!(place(&mut c, &mut [&mut a], start(2, 100)).await, Ok(0));
+    s.stop.cancel();
+}
+
+#[tokio::test]
+async fn an_agent_that_stops_reading_does_not_hold_up_the_others() {
+    let pki = TestPki::new();
+    let conn = ssntp::net::ConnConfig {
+        queue_bytes: 32 << 10,
+        ..Default::default()
+    };
+    let s = scheduler_with(&pki, None, conn).await;
+    let mut c = peer(&pki, Role::CONTROLLER, u(0xc1), &s.addr, None).await;
+    // The stuck agent: a raw peer that says CONNECT and READY, then never reads again.
+    let mut stuck = testkit::RawPeer::connect(&s.addr, &pki.identity(Role::AGENT, Some(u(1))))
+        .await
+        .unwrap();
+    stuck
+        .send(&Frame::new(
+            u(1),
+            &Payload::Connect(Connect { role: Role::AGENT }),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(stuck.recv(T).await.unwrap().operand, Operand::Connected);
+    let roomy = |uuid, host: &str| NodeStatus {
+        disk_total_mb: u32::MAX,
+        disk_available_mb: u32::MAX,
+        vcpus_total: u32::MAX,
+        vcpus_available: u32::MAX,
+        ..node_status(uuid, host, u32::MAX)
+    };
+    stuck
+        .send(&Frame::new(u(1), &Payload::Ready(roomy(u(1), "stuck"))))
+        .await
+        .unwrap();
+    let mut fine = peer(&pki, Role::AGENT, u(2), &s.addr, Some(roomy(u(2), "fine"))).await;
+    nodes_seen(&mut c, 2).await;
+    // Rotation sends every other START to the stuck agent; its queue (and the socket buffers)
+    // fill, and from then on the controller hears DELIVERY_FAILURE for those; the others go on.
+    let mut sent: u32 = 0;
+    let mut failed = false;
+    while !failed {
+        assert!(sent < 400_000, "the stuck agent's queue never filled");
+        for _ in 0..2_000 {
+            let mut st = start(0, 1);
+            st.instance_uuid = Uuid::from_u128(u128::from(sent) + 1);
+            c.handle
+                .send_wait(&Frame::new(u(0xc1), &Payload::Start(Box::new(st))))
+                .await
+                .unwrap();
+            sent += 1;
+        }
+        while let Ok(Some(event)) =
+            tokio::time::timeout(Duration::from_millis(100), c.events.recv()).await
+        {
+            if let ClientEvent::Frames(ms) = event {
+                for m in ms {
+                    if let Payload::DeliveryFailure(f) = m.payload {
+                        assert_eq!(
+                            (f.target_uuid, f.reason),
+                            (Some(u(1)), DeliveryFailureReason::NodeUnavailable)
+                        );
+                        failed = true;
+                    }
+                }
+            }
+        }
+    }
+    let mut fine_got = 0;
+    while fine_got < sent / 2 {
+        if fine.next_work().await.frame.operand == Operand::Start {
+            fine_got += 1;
+        }
+    }
     s.stop.cancel();
 }
