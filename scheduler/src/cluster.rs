@@ -45,6 +45,8 @@ pub enum Action {
     },
     /// Close a session (a dead node).
     Disconnect(Uuid),
+    /// Send this cluster configuration in CONNECTED from now on (CONFIGURE).
+    Configure(Box<ClusterConfig>),
 }
 
 /// What the scheduler knows of a node's session.
@@ -243,9 +245,9 @@ impl Cluster {
             Payload::Start(start) if role.contains(Role::CONTROLLER) => {
                 self.start(from, *start, message.frame)
             }
-            Payload::Configure(config) => {
-                self.config = *config;
-                Vec::new()
+            Payload::Configure(config) if role.contains(Role::CONTROLLER) => {
+                self.config = (*config).clone();
+                vec![Action::Configure(config)]
             }
             other => {
                 tracing::debug!(%from, operand = %other.operand(), "consumed");
@@ -544,16 +546,14 @@ mod tests {
             }),
             ..ClusterConfig::default()
         };
-        assert!(
-            msg_in(
-                &mut c,
-                u(0xc1),
-                Role::CONTROLLER,
-                msg(u(0xc1), Payload::Configure(Box::new(config.clone()))),
-                now
-            )
-            .is_empty()
+        let out = msg_in(
+            &mut c,
+            u(0xc1),
+            Role::CONTROLLER,
+            msg(u(0xc1), Payload::Configure(Box::new(config.clone()))),
+            now,
         );
+        assert_eq!(out, vec![Action::Configure(Box::new(config.clone()))]);
         assert_eq!(c.config(), &config);
     }
 }

@@ -148,6 +148,10 @@ fn apply(handle: &ServerHandle, actions: Vec<Action>) {
                 handle.disconnect(*uuid);
                 Ok(1)
             }
+            Action::Configure(config) => {
+                handle.set_cluster((**config).clone());
+                Ok(1)
+            }
         };
         if let Err(e) = result {
             tracing::warn!(?action, error = %e, "not delivered");

@@ -595,3 +595,43 @@ async fn an_agent_that_stops_reading_does_not_hold_up_the_others() {
     }
     s.stop.cancel();
 }
+
+#[tokio::test]
+async fn configure_sets_what_later_connections_are_told() {
+    let pki = TestPki::new();
+    let s = scheduler(&pki, None).await;
+    let c = peer(&pki, Role::CONTROLLER, u(0xc1), &s.addr, None).await;
+    let config = ClusterConfig {
+        scheduler: Some(ssntp::payload::SchedulerConfig {
+            stats_interval_s: Some(7),
+        }),
+        ..ClusterConfig::default()
+    };
+    c.send(&Payload::Configure(Box::new(config.clone())));
+    // The next session to connect is told the new configuration in CONNECTED.
+    let deadline = tokio::time::Instant::now() + T;
+    loop {
+        let mut cfg = ClientConfig::new(
+            pki.identity(Role::AGENT, Some(u(9))),
+            u(9),
+            Role::AGENT,
+            vec![s.addr.clone()],
+        );
+        cfg.backoff.initial = Duration::from_millis(50);
+        let (handle, mut events) = Client::start(cfg).unwrap();
+        let told = loop {
+            if let ClientEvent::Connected { cluster, .. } = recv_within(&mut events, T).await {
+                break cluster;
+            }
+        };
+        handle.close();
+        if told == config {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "CONFIGURE never took effect"
+        );
+    }
+    s.stop.cancel();
+}

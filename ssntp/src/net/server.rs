@@ -32,7 +32,8 @@ pub struct ServerConfig {
     pub tls: TlsIdentity,
     /// Our UUID (the one bound in our certificate, when it binds one).
     pub uuid: Uuid,
-    /// The cluster configuration sent in CONNECTED.
+    /// The cluster configuration sent in CONNECTED (changed later with
+    /// [`ServerHandle::set_cluster`]).
     pub cluster: ClusterConfig,
     /// Handshake and session limits.
     pub handshake: HandshakeConfig,
@@ -145,6 +146,8 @@ impl Counters {
 }
 
 struct Shared {
+    /// The cluster configuration sent in CONNECTED.
+    cluster: RwLock<ClusterConfig>,
     counters: Counters,
     uuid: Uuid,
     roles: Role,
@@ -344,6 +347,15 @@ impl ServerHandle {
         self.shared.fail(to, frame, reason, target);
     }
 
+    /// Replaces the cluster configuration that CONNECTED carries to sessions from now on.
+    pub fn set_cluster(&self, cluster: ClusterConfig) {
+        *self
+            .shared
+            .cluster
+            .write()
+            .unwrap_or_else(|p| p.into_inner()) = cluster;
+    }
+
     /// The claimed role of a connected peer.
     pub fn client_role(&self, uuid: Uuid) -> Option<Role> {
         self.shared.read().get(&uuid).map(|e| e.role)
@@ -397,6 +409,7 @@ impl Server {
         }
         let acceptor = TlsAcceptor::from(config.tls.server_config()?);
         let shared = Arc::new(Shared {
+            cluster: RwLock::new(config.cluster.clone()),
             counters: Counters {
                 frames_in: std::array::from_fn(|_| AtomicU64::new(0)),
                 frames_out: std::array::from_fn(|_| AtomicU64::new(0)),
@@ -497,7 +510,11 @@ impl Server {
         });
         let hs = ServerHandshake::new(
             (self.shared.uuid, self.shared.roles),
-            self.config.cluster.clone(),
+            self.shared
+                .cluster
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone(),
             peer,
             self.config.handshake,
             start,
