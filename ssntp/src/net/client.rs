@@ -196,10 +196,17 @@ impl ClientHandle {
 
     /// Queues a frame on the current session; never waits.
     pub fn send(&self, frame: &Frame) -> Result<(), SendError> {
-        self.shared
-            .outbox()
+        // Encode outside the lock; queue under it without cloning the outbox.
+        let bytes = frame.to_bytes(self.shared.max_frame)?;
+        let current = self
+            .shared
+            .current
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        current
+            .as_ref()
             .ok_or(SendError::NotConnected)?
-            .send(frame)
+            .send_encoded(bytes)
     }
 
     /// Queues a frame on the current session, waiting while its queue is full.
