@@ -1,0 +1,3 @@
+//! Store benchmarks (to come).
+
+fn main() {}
