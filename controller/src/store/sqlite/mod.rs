@@ -1,5 +1,5 @@
 //! [`SqliteStore`]: the embedded store, one SQLite file (bundled SQLite, WAL journal, foreign keys
-//! on, a busy timeout), with versioned migrations ([`schema`]).
+//! on, a busy timeout), with versioned migrations (`schema.rs`).
 //!
 //! Every write runs in a `BEGIN IMMEDIATE` transaction, which takes SQLite's single write lock at
 //! the start: read-check-write sequences (quota, address allocation, version compare) are
@@ -443,6 +443,94 @@ mod tests {
             )
             .unwrap();
         assert_eq!(tenants, 0, "migration 1 was rolled back");
+    }
+
+    #[test]
+    fn the_event_log_is_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open_with(dir.path().join("ev.db"), 5).unwrap();
+        for n in 0..12 {
+            store
+                .append_event(NewEvent {
+                    tenant: None,
+                    kind: EventKind::Info,
+                    message: format!("e{n}"),
+                })
+                .unwrap();
+        }
+        let kept: Vec<String> = store
+            .events(Scope::All, None, 100)
+            .unwrap()
+            .into_iter()
+            .map(|e| e.message)
+            .collect();
+        assert_eq!(kept, ["e7", "e8", "e9", "e10", "e11"]);
+    }
+
+    #[test]
+    fn two_stores_on_one_file_share_the_quota() {
+        // Two handles on one file, as two controller processes would have: the write lock of
+        // SQLite, not a lock in memory, keeps the quota.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("shared.db");
+        let first = SqliteStore::open(&path).unwrap();
+        let second = SqliteStore::open(&path).unwrap();
+        let tenant = first
+            .create_tenant(NewTenant {
+                name: "t".into(),
+                quota: Quota {
+                    instances: None,
+                    vcpus: Some(6),
+                    memory_mb: None,
+                },
+                subnet_prefix: 24,
+            })
+            .unwrap();
+        let flavor = first
+            .create_flavor(NewFlavor {
+                name: "two".into(),
+                vcpus: 2,
+                memory_mb: 64,
+                disk_gb: 1,
+            })
+            .unwrap();
+        let image = first
+            .create_image(NewImage {
+                owner: None,
+                name: "i".into(),
+                kind: ImageKind::Raw,
+                reference: "i.raw".into(),
+            })
+            .unwrap();
+        let workload = second
+            .create_workload(NewWorkload {
+                owner: None,
+                name: "w".into(),
+                flavor: flavor.id,
+                image: image.id,
+                user_data: String::new(),
+            })
+            .unwrap();
+        let new = || NewInstance {
+            tenant: tenant.id,
+            workload: workload.id,
+            name: "vm".into(),
+        };
+        let made: usize = std::thread::scope(|s| {
+            let handles: Vec<_> = [&first, &second, &first, &second]
+                .into_iter()
+                .map(|store| {
+                    s.spawn(move || {
+                        (0..4)
+                            .filter(|_| store.create_instance(new()).is_ok())
+                            .count()
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).sum()
+        });
+        assert_eq!(made, 3, "6 vCPUs hold three 2-vCPU instances");
+        assert_eq!(second.usage(tenant.id).unwrap().vcpus, 6);
     }
 
     #[test]
