@@ -1,0 +1,417 @@
+//! The controller's records: what the store keeps, and the inputs that create or change them.
+//!
+//! Every mutable record carries a `version`, starting at 1 and raised by one on every change.
+//! Updates name the version they were computed from (compare-and-swap), which maps onto both an
+//! SQLite `UPDATE ... WHERE version = ?` and an etcd transaction comparing a key's mod revision.
+
+use std::net::Ipv4Addr;
+use std::time::SystemTime;
+
+use ssntp::payload::{Cidr, MacAddr};
+use uuid::Uuid;
+
+/// Resource limits of a tenant; `None` is unlimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Quota {
+    /// Most instances the tenant may hold at once.
+    pub instances: Option<u32>,
+    /// Most vCPUs over all its instances.
+    pub vcpus: Option<u32>,
+    /// Most memory, in MiB, over all its instances.
+    pub memory_mb: Option<u64>,
+}
+
+/// What a tenant's instances hold now (the figures a [`Quota`] limits).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Usage {
+    /// Instances, in any state, that still have a record.
+    pub instances: u32,
+    /// Sum of their vCPUs.
+    pub vcpus: u32,
+    /// Sum of their memory, in MiB.
+    pub memory_mb: u64,
+}
+
+/// A tenant (an OpenStack project): owns instances, private images and workloads, subnets, CNCIs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tenant {
+    /// Its identifier.
+    pub id: Uuid,
+    /// Its unique name.
+    pub name: String,
+    /// Its limits.
+    pub quota: Quota,
+    /// Prefix length of each subnet carved for it from 172.16.0.0/12 (16..=30).
+    pub subnet_prefix: u8,
+    /// When it was created.
+    pub created: SystemTime,
+    /// Compare-and-swap counter.
+    pub version: u64,
+}
+
+/// Input of [`Store::create_tenant`](super::Store::create_tenant).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewTenant {
+    /// Unique name.
+    pub name: String,
+    /// Limits.
+    pub quota: Quota,
+    /// Subnet size as a prefix length (16..=30); 24 is the usual choice.
+    pub subnet_prefix: u8,
+}
+
+/// A change to a tenant; `None` fields are left alone. The subnet plan is fixed at creation.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TenantChange {
+    /// New name.
+    pub name: Option<String>,
+    /// New limits (lowering below the current usage is allowed; it only blocks new instances).
+    pub quota: Option<Quota>,
+}
+
+/// A user who logs in; what it may do comes from its [`Role`]s per tenant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct User {
+    /// Its identifier.
+    pub id: Uuid,
+    /// Its unique login name.
+    pub name: String,
+    /// Its password hash as a PHC string (made and checked by the auth module; never a password).
+    pub password_hash: String,
+    /// When it was created.
+    pub created: SystemTime,
+    /// Compare-and-swap counter.
+    pub version: u64,
+}
+
+/// Input of [`Store::create_user`](super::Store::create_user).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewUser {
+    /// Unique login name.
+    pub name: String,
+    /// PHC password hash.
+    pub password_hash: String,
+}
+
+/// A change to a user; `None` fields are left alone.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct UserChange {
+    /// New PHC password hash.
+    pub password_hash: Option<String>,
+}
+
+/// What a user may do in one tenant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Role {
+    /// Everything, including other tenants' objects and the cluster's nodes.
+    Admin,
+    /// The tenant's own objects.
+    Member,
+}
+
+/// One role of one user in one tenant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RoleAssignment {
+    /// The user.
+    pub user: Uuid,
+    /// The tenant.
+    pub tenant: Uuid,
+    /// The role.
+    pub role: Role,
+}
+
+/// A size of instance; flavors are global and immutable (as in OpenStack).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Flavor {
+    /// Its identifier.
+    pub id: Uuid,
+    /// Its unique name.
+    pub name: String,
+    /// Virtual CPUs.
+    pub vcpus: u32,
+    /// Memory in MiB.
+    pub memory_mb: u64,
+    /// Root disk in GiB.
+    pub disk_gb: u64,
+}
+
+/// Input of [`Store::create_flavor`](super::Store::create_flavor).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewFlavor {
+    /// Unique name.
+    pub name: String,
+    /// Virtual CPUs (at least 1).
+    pub vcpus: u32,
+    /// Memory in MiB (at least 1).
+    pub memory_mb: u64,
+    /// Root disk in GiB.
+    pub disk_gb: u64,
+}
+
+/// What an image is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ImageKind {
+    /// A qcow2 disk image.
+    Qcow2,
+    /// A raw disk image.
+    Raw,
+    /// An ISO image.
+    Iso,
+}
+
+/// A boot image: public (no owner) or private to a tenant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Image {
+    /// Its identifier.
+    pub id: Uuid,
+    /// The owning tenant; `None` is public.
+    pub owner: Option<Uuid>,
+    /// Its name (not unique).
+    pub name: String,
+    /// Its format.
+    pub kind: ImageKind,
+    /// Where the agents find it (a path or an image-store key).
+    pub reference: String,
+    /// When it was created.
+    pub created: SystemTime,
+}
+
+/// Input of [`Store::create_image`](super::Store::create_image).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewImage {
+    /// The owning tenant; `None` is public.
+    pub owner: Option<Uuid>,
+    /// Its name.
+    pub name: String,
+    /// Its format.
+    pub kind: ImageKind,
+    /// Where the agents find it.
+    pub reference: String,
+}
+
+/// What an instance runs: a flavor, an image and cloud-init user data.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Workload {
+    /// Its identifier.
+    pub id: Uuid,
+    /// The owning tenant; `None` is public.
+    pub owner: Option<Uuid>,
+    /// Its name.
+    pub name: String,
+    /// Its flavor.
+    pub flavor: Uuid,
+    /// Its image.
+    pub image: Uuid,
+    /// Cloud-init user data.
+    pub user_data: String,
+    /// Compare-and-swap counter.
+    pub version: u64,
+}
+
+/// Input of [`Store::create_workload`](super::Store::create_workload).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewWorkload {
+    /// The owning tenant; `None` is public.
+    pub owner: Option<Uuid>,
+    /// Its name.
+    pub name: String,
+    /// An existing flavor.
+    pub flavor: Uuid,
+    /// An existing image the owner can see.
+    pub image: Uuid,
+    /// Cloud-init user data.
+    pub user_data: String,
+}
+
+/// A change to a workload; `None` fields are left alone (running instances keep what they had).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct WorkloadChange {
+    /// New name.
+    pub name: Option<String>,
+    /// New user data.
+    pub user_data: Option<String>,
+}
+
+/// Where an instance is in its life.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum InstanceState {
+    /// Created, START sent or about to be; not yet reported running.
+    Pending,
+    /// Running.
+    Active,
+    /// STOP sent, not yet confirmed.
+    Stopping,
+    /// Stopped; may be started again.
+    Exited,
+    /// Delete sent; the record goes when the delete is confirmed.
+    Deleted,
+    /// A delete was not confirmed in time.
+    Hung,
+    /// Its node disconnected.
+    Missing,
+    /// It failed, with the reason.
+    Error(String),
+}
+
+/// One virtual machine of a tenant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Instance {
+    /// Its identifier (also its SSNTP instance UUID).
+    pub id: Uuid,
+    /// The owning tenant.
+    pub tenant: Uuid,
+    /// What it runs.
+    pub workload: Uuid,
+    /// Its name.
+    pub name: String,
+    /// vCPUs it counts against the quota (its flavor's at creation).
+    pub vcpus: u32,
+    /// Memory in MiB it counts against the quota.
+    pub memory_mb: u64,
+    /// The node it was placed on, once known.
+    pub node: Option<Uuid>,
+    /// Its state.
+    pub state: InstanceState,
+    /// Its tenant subnet.
+    pub subnet: Cidr,
+    /// Its private address in that subnet.
+    pub ip: Ipv4Addr,
+    /// Its MAC address, derived from the IP (`02:00:` then the four IPv4 bytes).
+    pub mac: MacAddr,
+    /// The subnet's CNCI, once there is one.
+    pub cnci: Option<Uuid>,
+    /// When it was created.
+    pub created: SystemTime,
+    /// When it last changed.
+    pub updated: SystemTime,
+    /// Compare-and-swap counter.
+    pub version: u64,
+}
+
+/// Input of [`Store::create_instance`](super::Store::create_instance).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewInstance {
+    /// The owning tenant.
+    pub tenant: Uuid,
+    /// A workload the tenant can see.
+    pub workload: Uuid,
+    /// Its name.
+    pub name: String,
+}
+
+/// A change to an instance; `None` fields are left alone.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct InstanceChange {
+    /// New state.
+    pub state: Option<InstanceState>,
+    /// New node (`Some(None)` clears it).
+    pub node: Option<Option<Uuid>>,
+    /// New CNCI (`Some(None)` clears it).
+    pub cnci: Option<Option<Uuid>>,
+    /// New name.
+    pub name: Option<String>,
+}
+
+/// Which instances a listing returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct InstanceFilter {
+    /// Only those on this node.
+    pub node: Option<Uuid>,
+}
+
+/// A tenant subnet carved from 172.16.0.0/12.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Subnet {
+    /// Its identifier.
+    pub id: Uuid,
+    /// The owning tenant.
+    pub tenant: Uuid,
+    /// Its block. The first host address is the gateway (the CNCI's side); instances get the rest.
+    pub cidr: Cidr,
+}
+
+/// Where a CNCI is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CnciState {
+    /// Launch requested, not yet added.
+    Pending,
+    /// Added (CONCENTRATOR_INSTANCE_ADDED seen).
+    Active,
+    /// It stopped; to be restarted.
+    Exited,
+    /// It could not be launched.
+    Failed,
+}
+
+/// The concentrator of one tenant subnet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cnci {
+    /// Its identifier (its instance UUID).
+    pub id: Uuid,
+    /// The owning tenant.
+    pub tenant: Uuid,
+    /// The subnet it serves (one CNCI per subnet).
+    pub subnet: Uuid,
+    /// That subnet's block.
+    pub cidr: Cidr,
+    /// Its state.
+    pub state: CnciState,
+    /// Its address as reported when added.
+    pub ip: Option<std::net::IpAddr>,
+    /// The network node it runs on.
+    pub node: Option<Uuid>,
+    /// When it was created.
+    pub created: SystemTime,
+    /// When it last changed.
+    pub updated: SystemTime,
+    /// Compare-and-swap counter.
+    pub version: u64,
+}
+
+/// A change to a CNCI; `None` fields are left alone.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct CnciChange {
+    /// New state.
+    pub state: Option<CnciState>,
+    /// New address (`Some(None)` clears it).
+    pub ip: Option<Option<std::net::IpAddr>>,
+    /// New node (`Some(None)` clears it).
+    pub node: Option<Option<Uuid>>,
+}
+
+/// How bad an event is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EventKind {
+    /// Something normal happened.
+    Info,
+    /// Something odd happened.
+    Warning,
+    /// Something failed.
+    Error,
+}
+
+/// One entry of the bounded event log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event {
+    /// Its position in the log (increasing).
+    pub seq: u64,
+    /// When it was recorded.
+    pub time: SystemTime,
+    /// The tenant it concerns; `None` for cluster events.
+    pub tenant: Option<Uuid>,
+    /// How bad it is.
+    pub kind: EventKind,
+    /// What happened.
+    pub message: String,
+}
+
+/// Input of [`Store::append_event`](super::Store::append_event).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewEvent {
+    /// The tenant it concerns; `None` for cluster events.
+    pub tenant: Option<Uuid>,
+    /// How bad it is.
+    pub kind: EventKind,
+    /// What happened.
+    pub message: String,
+}

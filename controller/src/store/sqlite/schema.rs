@@ -1,0 +1,167 @@
+//! The SQLite schema as an ordered list of migrations, and the code that applies them.
+//!
+//! Migration `n` (1-based) takes a database from schema version `n - 1` to `n`. The version is kept
+//! in `schema_version`; all pending migrations run in one transaction, so a failure leaves the
+//! database as it was. Migrations are append-only: a released one is never edited.
+
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
+
+use crate::store::{Result, StoreError};
+
+/// The migrations, oldest first.
+pub(crate) const MIGRATIONS: &[&str] = &[
+    // 1: the first schema.
+    r#"
+CREATE TABLE tenants (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL UNIQUE,
+    quota_instances INTEGER,
+    quota_vcpus INTEGER,
+    quota_memory_mb INTEGER,
+    subnet_prefix INTEGER NOT NULL,
+    created INTEGER NOT NULL,
+    version INTEGER NOT NULL
+);
+CREATE TABLE users (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL UNIQUE,
+    password_hash TEXT NOT NULL,
+    created INTEGER NOT NULL,
+    version INTEGER NOT NULL
+);
+CREATE TABLE roles (
+    user_id TEXT NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+    tenant_id TEXT NOT NULL REFERENCES tenants(id) ON DELETE CASCADE,
+    role TEXT NOT NULL,
+    PRIMARY KEY (user_id, tenant_id, role)
+);
+CREATE INDEX roles_tenant ON roles(tenant_id);
+CREATE TABLE flavors (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL UNIQUE,
+    vcpus INTEGER NOT NULL,
+    memory_mb INTEGER NOT NULL,
+    disk_gb INTEGER NOT NULL
+);
+CREATE TABLE images (
+    id TEXT PRIMARY KEY,
+    owner TEXT REFERENCES tenants(id) ON DELETE CASCADE,
+    name TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    reference TEXT NOT NULL,
+    created INTEGER NOT NULL
+);
+CREATE INDEX images_owner ON images(owner);
+CREATE TABLE workloads (
+    id TEXT PRIMARY KEY,
+    owner TEXT REFERENCES tenants(id) ON DELETE CASCADE,
+    name TEXT NOT NULL,
+    flavor_id TEXT NOT NULL REFERENCES flavors(id),
+    image_id TEXT NOT NULL REFERENCES images(id),
+    user_data TEXT NOT NULL,
+    version INTEGER NOT NULL
+);
+CREATE INDEX workloads_owner ON workloads(owner);
+CREATE INDEX workloads_flavor ON workloads(flavor_id);
+CREATE INDEX workloads_image ON workloads(image_id);
+CREATE TABLE subnets (
+    id TEXT PRIMARY KEY,
+    tenant_id TEXT NOT NULL REFERENCES tenants(id),
+    base INTEGER NOT NULL UNIQUE,
+    prefix INTEGER NOT NULL,
+    capacity INTEGER NOT NULL,
+    used INTEGER NOT NULL
+);
+CREATE INDEX subnets_tenant ON subnets(tenant_id, base);
+CREATE TABLE instances (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL UNIQUE,
+    tenant_id TEXT NOT NULL REFERENCES tenants(id),
+    workload_id TEXT NOT NULL REFERENCES workloads(id),
+    name TEXT NOT NULL,
+    vcpus INTEGER NOT NULL,
+    memory_mb INTEGER NOT NULL,
+    node TEXT,
+    state TEXT NOT NULL,
+    reason TEXT,
+    subnet_id TEXT NOT NULL REFERENCES subnets(id),
+    ip INTEGER NOT NULL UNIQUE,
+    cnci TEXT,
+    created INTEGER NOT NULL,
+    updated INTEGER NOT NULL,
+    version INTEGER NOT NULL
+);
+CREATE INDEX instances_tenant ON instances(tenant_id, seq);
+CREATE INDEX instances_subnet ON instances(subnet_id, ip);
+CREATE INDEX instances_node ON instances(node, seq);
+CREATE INDEX instances_workload ON instances(workload_id);
+CREATE TABLE cncis (
+    id TEXT PRIMARY KEY,
+    tenant_id TEXT NOT NULL REFERENCES tenants(id),
+    subnet_id TEXT NOT NULL UNIQUE REFERENCES subnets(id),
+    state TEXT NOT NULL,
+    ip TEXT,
+    node TEXT,
+    created INTEGER NOT NULL,
+    updated INTEGER NOT NULL,
+    version INTEGER NOT NULL
+);
+CREATE INDEX cncis_tenant ON cncis(tenant_id);
+CREATE TABLE events (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    time INTEGER NOT NULL,
+    tenant_id TEXT,
+    kind TEXT NOT NULL,
+    message TEXT NOT NULL
+);
+CREATE INDEX events_tenant ON events(tenant_id, seq);
+"#,
+];
+
+/// The newest schema version this code knows.
+pub(crate) fn known_version() -> u32 {
+    u32::try_from(MIGRATIONS.len()).unwrap_or(u32::MAX)
+}
+
+/// The schema version recorded in the database (0 for an empty file).
+pub(crate) fn current_version(conn: &Connection) -> Result<u32> {
+    let has_table: bool = conn.query_row(
+        "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version')",
+        [],
+        |row| row.get(0),
+    )?;
+    if !has_table {
+        return Ok(0);
+    }
+    let version: Option<i64> = conn
+        .query_row("SELECT MAX(version) FROM schema_version", [], |row| {
+            row.get(0)
+        })
+        .optional()?
+        .flatten();
+    Ok(u32::try_from(version.unwrap_or(0)).unwrap_or(u32::MAX))
+}
+
+/// Brings the database up to the newest schema in one transaction; refuses a newer one.
+pub(crate) fn migrate(conn: &mut Connection) -> Result<u32> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    tx.execute(
+        "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)",
+        [],
+    )?;
+    let found = current_version(&tx)?;
+    let known = known_version();
+    if found > known {
+        return Err(StoreError::SchemaTooNew { found, known });
+    }
+    for (index, sql) in MIGRATIONS.iter().enumerate().skip(found as usize) {
+        tx.execute_batch(sql)?;
+        tx.execute("DELETE FROM schema_version", [])?;
+        tx.execute(
+            "INSERT INTO schema_version (version) VALUES (?1)",
+            [index as i64 + 1],
+        )?;
+    }
+    tx.commit()?;
+    Ok(known)
+}

@@ -1,0 +1,858 @@
+//! The behaviour every [`Store`] must have, as test functions generic over a [`Fixture`]; an
+//! implementation runs them all with `crate::store_suite!(MyFixture);` in its test module.
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::HashSet;
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+
+use uuid::Uuid;
+
+use super::*;
+
+/// Makes stores over one fresh backing storage (a temp file, an etcd key prefix).
+pub(crate) trait Fixture {
+    /// The store under test.
+    type S: Store + 'static;
+    /// Fresh, empty storage.
+    fn new() -> Self;
+    /// A store over this storage; opening again after dropping sees the same data.
+    fn open(&self) -> Self::S;
+}
+
+/// Runs every test of the suite against `$fixture`, one `#[test]` each.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! store_suite {
+    ($fixture:ty) => {
+        $crate::store_suite!(@tests $fixture;
+            tenant_crud, user_and_role_crud, catalog_crud, instance_crud,
+            stale_versions_conflict, tenants_are_isolated, parallel_creates_respect_the_quota,
+            vcpu_and_memory_quotas, addresses_are_allocated_and_reused, subnets_run_out,
+            cnci_lifecycle, events_are_scoped, nothing_is_lost_on_reopen,
+            ten_thousand_instances_page_quickly);
+    };
+    (@tests $fixture:ty; $($name:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $name() {
+                $crate::store::suite::$name::<$fixture>();
+            }
+        )*
+    };
+}
+
+fn tenant_with(store: &dyn Store, name: &str, quota: Quota, prefix: u8) -> Tenant {
+    store
+        .create_tenant(NewTenant {
+            name: name.into(),
+            quota,
+            subnet_prefix: prefix,
+        })
+        .unwrap()
+}
+
+/// A tenant with a private workload of 1 vCPU and 512 MiB; returns both.
+fn tenant_and_workload(
+    store: &dyn Store,
+    name: &str,
+    quota: Quota,
+    prefix: u8,
+) -> (Tenant, Workload) {
+    let tenant = tenant_with(store, name, quota, prefix);
+    let flavor = match store
+        .flavors()
+        .unwrap()
+        .into_iter()
+        .find(|f| f.name == "small")
+    {
+        Some(f) => f,
+        None => store
+            .create_flavor(NewFlavor {
+                name: "small".into(),
+                vcpus: 1,
+                memory_mb: 512,
+                disk_gb: 10,
+            })
+            .unwrap(),
+    };
+    let image = store
+        .create_image(NewImage {
+            owner: Some(tenant.id),
+            name: "debian".into(),
+            kind: ImageKind::Qcow2,
+            reference: "images/debian.qcow2".into(),
+        })
+        .unwrap();
+    let workload = store
+        .create_workload(NewWorkload {
+            owner: Some(tenant.id),
+            name: "web".into(),
+            flavor: flavor.id,
+            image: image.id,
+            user_data: "#cloud-config\n".into(),
+        })
+        .unwrap();
+    (tenant, workload)
+}
+
+fn new_instance(tenant: &Tenant, workload: &Workload, name: &str) -> NewInstance {
+    NewInstance {
+        tenant: tenant.id,
+        workload: workload.id,
+        name: name.into(),
+    }
+}
+
+fn is_not_found<T: std::fmt::Debug>(r: Result<T>) -> bool {
+    matches!(r, Err(StoreError::NotFound { .. }))
+}
+
+pub(crate) fn tenant_crud<F: Fixture>() {
+    let fx = F::new();
+    let store = fx.open();
+    let quota = Quota {
+        instances: Some(10),
+        vcpus: None,
+        memory_mb: Some(4096),
+    };
+    let t = tenant_with(&store, "acme", quota, 24);
+    assert_eq!(t.version, 1);
+    assert_eq!(store.tenant(t.id).unwrap(), t);
+    assert!(matches!(
+        store.create_tenant(NewTenant {
+            name: "acme".into(),
+            quota,
+            subnet_prefix: 24
+        }),
+        Err(StoreError::Conflict(_))
+    ));
+    for bad in [15, 31] {
+        let r = store.create_tenant(NewTenant {
+            name: "x".into(),
+            quota,
+            subnet_prefix: bad,
+        });
+        assert!(matches!(r, Err(StoreError::Invalid(_))), "{bad}: {r:?}");
+    }
+    let changed = store
+        .update_tenant(
+            t.id,
+            1,
+            TenantChange {
+                name: Some("acme2".into()),
+                quota: Some(Quota::default()),
+            },
+        )
+        .unwrap();
+    assert_eq!((changed.name.as_str(), changed.version), ("acme2", 2));
+    assert_eq!(changed.quota, Quota::default());
+    assert_eq!(store.tenants().unwrap(), vec![changed.clone()]);
+    assert_eq!(store.usage(t.id).unwrap(), Usage::default());
+    store.delete_tenant(t.id).unwrap();
+    assert!(is_not_found(store.tenant(t.id)));
+    assert!(is_not_found(store.delete_tenant(t.id)));
+}
+
+pub(crate) fn user_and_role_crud<F: Fixture>() {
+    let fx = F::new();
+    let store = fx.open();
+    let t = tenant_with(&store, "acme", Quota::default(), 24);
+    let u = store
+        .create_user(NewUser {
+            name: "alice".into(),
+            password_hash: "$argon2id$v=19$m=19456,t=2,p=1$c2FsdA$aGFzaA".into(),
+        })
+        .unwrap();
+    assert_eq!(store.user(u.id).unwrap(), u);
+    assert_eq!(store.user_by_name("alice").unwrap(), u);
+    assert!(is_not_found(store.user_by_name("bob")));
+    assert!(matches!(
+        store.create_user(NewUser {
+            name: "alice".into(),
+            password_hash: "h".into()
+        }),
+        Err(StoreError::Conflict(_))
+    ));
+    let u2 = store
+        .update_user(
+            u.id,
+            1,
+            UserChange {
+                password_hash: Some("new".into()),
+            },
+        )
+        .unwrap();
+    assert_eq!((u2.password_hash.as_str(), u2.version), ("new", 2));
+    store.grant_role(u.id, t.id, Role::Member).unwrap();
+    store.grant_role(u.id, t.id, Role::Member).unwrap();
+    store.grant_role(u.id, t.id, Role::Admin).unwrap();
+    let roles = store.roles_of_user(u.id).unwrap();
+    assert_eq!(roles.len(), 2);
+    assert_eq!(store.roles_in_tenant(t.id).unwrap(), roles);
+    store.revoke_role(u.id, t.id, Role::Admin).unwrap();
+    assert!(is_not_found(store.revoke_role(u.id, t.id, Role::Admin)));
+    assert_eq!(
+        store.roles_of_user(u.id).unwrap(),
+        vec![RoleAssignment {
+            user: u.id,
+            tenant: t.id,
+            role: Role::Member
+        }]
+    );
+    assert!(is_not_found(store.grant_role(
+        Uuid::new_v4(),
+        t.id,
+        Role::Member
+    )));
+    assert_eq!(store.users().unwrap().len(), 1);
+    store.delete_user(u.id).unwrap();
+    assert!(store.roles_in_tenant(t.id).unwrap().is_empty());
+    assert!(is_not_found(store.delete_user(u.id)));
+}
+
+pub(crate) fn catalog_crud<F: Fixture>() {
+    let fx = F::new();
+    let store = fx.open();
+    let (t, w) = tenant_and_workload(&store, "acme", Quota::default(), 24);
+    let flavor = store.flavor(w.flavor).unwrap();
+    assert_eq!(
+        (flavor.vcpus, flavor.memory_mb, flavor.disk_gb),
+        (1, 512, 10)
+    );
+    assert!(matches!(
+        store.create_flavor(NewFlavor {
+            name: "zero".into(),
+            vcpus: 0,
+            memory_mb: 1,
+            disk_gb: 0
+        }),
+        Err(StoreError::Invalid(_))
+    ));
+    let public = store
+        .create_image(NewImage {
+            owner: None,
+            name: "alpine".into(),
+            kind: ImageKind::Raw,
+            reference: "images/alpine.raw".into(),
+        })
+        .unwrap();
+    let scope = Scope::Tenant(t.id);
+    let names: Vec<String> = store
+        .images(scope)
+        .unwrap()
+        .into_iter()
+        .map(|i| i.name)
+        .collect();
+    assert_eq!(names, ["alpine", "debian"]);
+    assert_eq!(store.image(scope, public.id).unwrap(), public);
+    // A tenant sees a public image but may not delete it.
+    assert!(is_not_found(store.delete_image(scope, public.id)));
+    assert_eq!(store.workload(scope, w.id).unwrap(), w);
+    let w2 = store
+        .update_workload(
+            scope,
+            w.id,
+            1,
+            WorkloadChange {
+                name: None,
+                user_data: Some("#cloud-config\nhostname: x\n".into()),
+            },
+        )
+        .unwrap();
+    assert_eq!(w2.version, 2);
+    assert_eq!(store.workloads(scope).unwrap(), vec![w2.clone()]);
+    // In use: the flavor and the image cannot go while the workload refers to them.
+    assert!(matches!(
+        store.delete_flavor(w.flavor),
+        Err(StoreError::Conflict(_))
+    ));
+    assert!(matches!(
+        store.delete_image(scope, w.image),
+        Err(StoreError::Conflict(_))
+    ));
+    // Unknown flavor or image for a workload.
+    let bad = store.create_workload(NewWorkload {
+        owner: Some(t.id),
+        name: "bad".into(),
+        flavor: Uuid::new_v4(),
+        image: public.id,
+        user_data: String::new(),
+    });
+    assert!(is_not_found(bad));
+    store.delete_workload(scope, w.id).unwrap();
+    store.delete_image(scope, w.image).unwrap();
+    store.delete_image(Scope::All, public.id).unwrap();
+    store.delete_flavor(w.flavor).unwrap();
+    assert!(store.flavors().unwrap().is_empty());
+    assert!(store.images(Scope::All).unwrap().is_empty());
+}
+
+pub(crate) fn instance_crud<F: Fixture>() {
+    let fx = F::new();
+    let store = fx.open();
+    let (t, w) = tenant_and_workload(&store, "acme", Quota::default(), 24);
+    let scope = Scope::Tenant(t.id);
+    let i = store.create_instance(new_instance(&t, &w, "vm-1")).unwrap();
+    assert_eq!(i.state, InstanceState::Pending);
+    assert_eq!((i.vcpus, i.memory_mb, i.version), (1, 512, 1));
+    assert_eq!(i.subnet.to_string(), "172.16.0.0/24");
+    assert_eq!(i.ip, Ipv4Addr::new(172, 16, 0, 2));
+    assert_eq!(i.mac, net::mac_for(i.ip));
+    assert_eq!(store.instance(scope, i.id).unwrap(), i);
+    assert_eq!(store.instance(Scope::All, i.id).unwrap(), i);
+    let node = Uuid::new_v4();
+    let active = store
+        .update_instance(
+            Scope::All,
+            i.id,
+            1,
+            InstanceChange {
+                state: Some(InstanceState::Active),
+                node: Some(Some(node)),
+                ..InstanceChange::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(
+        (active.state.clone(), active.node, active.version),
+        (InstanceState::Active, Some(node), 2)
+    );
+    let failed = store
+        .update_instance(
+            scope,
+            i.id,
+            2,
+            InstanceChange {
+                state: Some(InstanceState::Error("no such image".into())),
+                ..InstanceChange::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(store.instance(scope, i.id).unwrap(), failed);
+    assert_eq!(failed.state, InstanceState::Error("no such image".into()));
+    let on_node = store
+        .instances(
+            Scope::All,
+            InstanceFilter { node: Some(node) },
+            Page::first(10),
+        )
+        .unwrap();
+    assert_eq!(on_node.items, vec![failed.clone()]);
+    let elsewhere = InstanceFilter {
+        node: Some(Uuid::new_v4()),
+    };
+    assert!(
+        store
+            .instances(Scope::All, elsewhere, Page::first(10))
+            .unwrap()
+            .items
+            .is_empty()
+    );
+    assert_eq!(
+        store.usage(t.id).unwrap(),
+        Usage {
+            instances: 1,
+            vcpus: 1,
+            memory_mb: 512
+        }
+    );
+    assert!(matches!(
+        store.delete_tenant(t.id),
+        Err(StoreError::Conflict(_))
+    ));
+    assert!(matches!(
+        store.delete_workload(scope, w.id),
+        Err(StoreError::Conflict(_))
+    ));
+    store.delete_instance(scope, i.id).unwrap();
+    assert!(is_not_found(store.instance(scope, i.id)));
+    assert!(is_not_found(store.delete_instance(scope, i.id)));
+    assert_eq!(store.usage(t.id).unwrap(), Usage::default());
+    assert!(
+        store.subnets(Scope::All).unwrap().is_empty(),
+        "empty subnet freed"
+    );
+}
+
+pub(crate) fn stale_versions_conflict<F: Fixture>() {
+    let fx = F::new();
+    let store = fx.open();
+    let (t, w) = tenant_and_workload(&store, "acme", Quota::default(), 24);
+    let i = store.create_instance(new_instance(&t, &w, "vm")).unwrap();
+    let to = |state| InstanceChange {
+        state: Some(state),
+        ..InstanceChange::default()
+    };
+    store
+        .update_instance(Scope::All, i.id, 1, to(InstanceState::Active))
+        .unwrap();
+    let stale = store.update_instance(Scope::All, i.id, 1, to(InstanceState::Exited));
+    assert!(matches!(stale, Err(StoreError::Conflict(_))), "{stale:?}");
+    assert_eq!(
+        store.instance(Scope::All, i.id).unwrap().state,
+        InstanceState::Active
+    );
+    // Racing threads from one version: exactly one wins.
+    let store = Arc::new(store);
+    let winners: usize = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..8)
+            .map(|_| {
+                let store = Arc::clone(&store);
+                s.spawn(move || {
+                    store
+                        .update_instance(Scope::All, i.id, 2, to(InstanceState::Stopping))
+                        .is_ok()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| usize::from(h.join().unwrap()))
+            .sum()
+    });
+    assert_eq!(winners, 1);
+    assert_eq!(store.instance(Scope::All, i.id).unwrap().version, 3);
+    let tenant = store.tenant(t.id).unwrap();
+    assert!(matches!(
+        store.update_tenant(t.id, tenant.version + 1, TenantChange::default()),
+        Err(StoreError::Conflict(_))
+    ));
+    assert!(matches!(
+        store.update_workload(Scope::All, w.id, 7, WorkloadChange::default()),
+        Err(StoreError::Conflict(_))
+    ));
+}
+
+pub(crate) fn tenants_are_isolated<F: Fixture>() {
+    let fx = F::new();
+    let store = fx.open();
+    let (a, wa) = tenant_and_workload(&store, "a", Quota::default(), 24);
+    let (b, wb) = tenant_and_workload(&store, "b", Quota::default(), 24);
+    let ia = store
+        .create_instance(new_instance(&a, &wa, "a-vm"))
+        .unwrap();
+    let ib = store
+        .create_instance(new_instance(&b, &wb, "b-vm"))
+        .unwrap();
+    let sa = Scope::Tenant(a.id);
+    assert_ne!(ia.subnet, ib.subnet, "each tenant has its own subnet");
+    // b's instance, workload and image are invisible to a.
+    assert!(is_not_found(store.instance(sa, ib.id)));
+    assert!(is_not_found(store.update_instance(
+        sa,
+        ib.id,
+        1,
+        InstanceChange::default()
+    )));
+    assert!(is_not_found(store.delete_instance(sa, ib.id)));
+    assert!(is_not_found(store.workload(sa, wb.id)));
+    assert!(is_not_found(store.update_workload(
+        sa,
+        wb.id,
+        1,
+        WorkloadChange::default()
+    )));
+    assert!(is_not_found(store.delete_workload(sa, wb.id)));
+    assert!(is_not_found(store.image(sa, wb.image)));
+    assert!(is_not_found(store.delete_image(sa, wb.image)));
+    // a cannot start an instance of b's workload.
+    assert!(is_not_found(
+        store.create_instance(new_instance(&a, &wb, "x"))
+    ));
+    // a workload of a cannot use b's image.
+    let steal = store.create_workload(NewWorkload {
+        owner: Some(a.id),
+        name: "steal".into(),
+        flavor: wb.flavor,
+        image: wb.image,
+        user_data: String::new(),
+    });
+    assert!(is_not_found(steal));
+    let listed = store
+        .instances(sa, InstanceFilter::default(), Page::first(100))
+        .unwrap();
+    assert_eq!(listed.items, vec![ia.clone()]);
+    // b's instance as a page marker for a is unknown.
+    let marker = Page {
+        marker: Some(ib.id),
+        limit: 10,
+    };
+    assert!(matches!(
+        store.instances(sa, InstanceFilter::default(), marker),
+        Err(StoreError::Invalid(_))
+    ));
+    assert_eq!(store.images(sa).unwrap().len(), 1);
+    assert_eq!(store.workloads(sa).unwrap().len(), 1);
+    assert_eq!(store.subnets(sa).unwrap().len(), 1);
+    assert_eq!(store.subnets(Scope::All).unwrap().len(), 2);
+    let all = store
+        .instances(Scope::All, InstanceFilter::default(), Page::first(100))
+        .unwrap();
+    assert_eq!(all.items.len(), 2);
+    // b's instance is untouched.
+    assert_eq!(store.instance(Scope::Tenant(b.id), ib.id).unwrap(), ib);
+}
+
+pub(crate) fn parallel_creates_respect_the_quota<F: Fixture>() {
+    let fx = F::new();
+    let store = Arc::new(fx.open());
+    let quota = Quota {
+        instances: Some(10),
+        ..Quota::default()
+    };
+    let (t, w) = tenant_and_workload(store.as_ref(), "acme", quota, 24);
+    let results: Vec<Result<Instance>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..8)
+            .map(|n| {
+                let store = Arc::clone(&store);
+                let (t, w) = (t.clone(), w.clone());
+                s.spawn(move || {
+                    (0..5)
+                        .map(|k| {
+                            store.create_instance(new_instance(&t, &w, &format!("vm-{n}-{k}")))
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect()
+    });
+    let ok: Vec<&Instance> = results.iter().filter_map(|r| r.as_ref().ok()).collect();
+    assert_eq!(ok.len(), 10);
+    for r in &results {
+        if let Err(e) = r {
+            assert_eq!(
+                *e,
+                StoreError::QuotaExceeded {
+                    what: QuotaKind::Instances,
+                    limit: 10
+                }
+            );
+        }
+    }
+    let ips: HashSet<Ipv4Addr> = ok.iter().map(|i| i.ip).collect();
+    assert_eq!(ips.len(), 10, "no address given twice");
+    assert_eq!(store.usage(t.id).unwrap().instances, 10);
+}
+
+pub(crate) fn vcpu_and_memory_quotas<F: Fixture>() {
+    let fx = F::new();
+    let store = fx.open();
+    let vcpus = Quota {
+        vcpus: Some(2),
+        ..Quota::default()
+    };
+    let (t, w) = tenant_and_workload(&store, "cpu", vcpus, 24);
+    store.create_instance(new_instance(&t, &w, "1")).unwrap();
+    store.create_instance(new_instance(&t, &w, "2")).unwrap();
+    assert_eq!(
+        store.create_instance(new_instance(&t, &w, "3")),
+        Err(StoreError::QuotaExceeded {
+            what: QuotaKind::Vcpus,
+            limit: 2
+        })
+    );
+    let memory = Quota {
+        memory_mb: Some(1000),
+        ..Quota::default()
+    };
+    let (t, w) = tenant_and_workload(&store, "mem", memory, 24);
+    store.create_instance(new_instance(&t, &w, "1")).unwrap();
+    assert_eq!(
+        store.create_instance(new_instance(&t, &w, "2")),
+        Err(StoreError::QuotaExceeded {
+            what: QuotaKind::MemoryMb,
+            limit: 1000
+        })
+    );
+    // Raising the quota lets the next one in.
+    let tenant = store.tenant(t.id).unwrap();
+    store
+        .update_tenant(
+            t.id,
+            tenant.version,
+            TenantChange {
+                quota: Some(Quota::default()),
+                ..TenantChange::default()
+            },
+        )
+        .unwrap();
+    store.create_instance(new_instance(&t, &w, "2")).unwrap();
+}
+
+pub(crate) fn addresses_are_allocated_and_reused<F: Fixture>() {
+    let fx = F::new();
+    let store = fx.open();
+    // A /29 holds 8 addresses: network, gateway, 5 instances, broadcast.
+    let (t, w) = tenant_and_workload(&store, "small-net", Quota::default(), 29);
+    let made: Vec<Instance> = (0..7)
+        .map(|n| {
+            store
+                .create_instance(new_instance(&t, &w, &format!("vm{n}")))
+                .unwrap()
+        })
+        .collect();
+    let addrs: Vec<String> = made
+        .iter()
+        .map(|i| format!("{} {}", i.subnet, i.ip))
+        .collect();
+    assert_eq!(
+        addrs,
+        [
+            "172.16.0.0/29 172.16.0.2",
+            "172.16.0.0/29 172.16.0.3",
+            "172.16.0.0/29 172.16.0.4",
+            "172.16.0.0/29 172.16.0.5",
+            "172.16.0.0/29 172.16.0.6",
+            "172.16.0.8/29 172.16.0.10",
+            "172.16.0.8/29 172.16.0.11",
+        ]
+    );
+    for i in &made {
+        let [a, b, c, d] = i.ip.octets();
+        assert_eq!(i.mac.0, [0x02, 0x00, a, b, c, d]);
+    }
+    // Another tenant's subnet comes after.
+    let (t2, w2) = tenant_and_workload(&store, "other", Quota::default(), 24);
+    let other = store.create_instance(new_instance(&t2, &w2, "o")).unwrap();
+    assert_eq!(other.subnet.to_string(), "172.16.1.0/24");
+    // A freed address is given again, lowest first.
+    store.delete_instance(Scope::All, made[2].id).unwrap();
+    let again = store
+        .create_instance(new_instance(&t, &w, "again"))
+        .unwrap();
+    assert_eq!(again.ip, made[2].ip);
+    // A subnet emptied of instances is freed, and carved again.
+    store.delete_instance(Scope::All, made[5].id).unwrap();
+    store.delete_instance(Scope::All, made[6].id).unwrap();
+    assert_eq!(store.subnets(Scope::Tenant(t.id)).unwrap().len(), 1);
+    store.delete_instance(Scope::All, made[0].id).unwrap();
+    let refill = store
+        .create_instance(new_instance(&t, &w, "refill"))
+        .unwrap();
+    assert_eq!(
+        refill.ip, made[0].ip,
+        "room in the first subnet is used first"
+    );
+    let next = store.create_instance(new_instance(&t, &w, "next")).unwrap();
+    assert_eq!(next.subnet.to_string(), "172.16.0.8/29");
+}
+
+pub(crate) fn subnets_run_out<F: Fixture>() {
+    let fx = F::new();
+    let store = fx.open();
+    // A /16 tenant plan: the pool holds 16 such subnets; each /30 after them has none left.
+    let (big, wbig) = tenant_and_workload(&store, "big", Quota::default(), 16);
+    let first = store
+        .create_instance(new_instance(&big, &wbig, "b"))
+        .unwrap();
+    assert_eq!(first.subnet.to_string(), "172.16.0.0/16");
+    let (t, w) = tenant_and_workload(&store, "tiny", Quota::default(), 30);
+    let tiny = store.create_instance(new_instance(&t, &w, "t")).unwrap();
+    assert_eq!(tiny.subnet.to_string(), "172.17.0.0/30");
+    assert_eq!(tiny.ip, Ipv4Addr::new(172, 17, 0, 2));
+    // Fill the rest of the pool with /16 tenants.
+    for n in 0..14 {
+        let (tn, wn) = tenant_and_workload(&store, &format!("t{n}"), Quota::default(), 16);
+        store.create_instance(new_instance(&tn, &wn, "x")).unwrap();
+    }
+    let (last, wlast) = tenant_and_workload(&store, "last", Quota::default(), 16);
+    let r = store.create_instance(new_instance(&last, &wlast, "x"));
+    assert!(matches!(r, Err(StoreError::Exhausted(_))), "{r:?}");
+    assert_eq!(
+        store.usage(last.id).unwrap().instances,
+        0,
+        "nothing half-made"
+    );
+}
+
+pub(crate) fn cnci_lifecycle<F: Fixture>() {
+    let fx = F::new();
+    let store = fx.open();
+    let (t, w) = tenant_and_workload(&store, "acme", Quota::default(), 24);
+    let i = store.create_instance(new_instance(&t, &w, "vm")).unwrap();
+    let subnet = store.subnets(Scope::Tenant(t.id)).unwrap().remove(0);
+    let c = store.create_cnci(subnet.id).unwrap();
+    assert_eq!(
+        (c.tenant, c.cidr, c.state, c.version),
+        (t.id, subnet.cidr, CnciState::Pending, 1)
+    );
+    assert!(matches!(
+        store.create_cnci(subnet.id),
+        Err(StoreError::Conflict(_))
+    ));
+    assert!(is_not_found(store.create_cnci(Uuid::new_v4())));
+    let ip: std::net::IpAddr = "192.168.0.40".parse().unwrap();
+    let active = store
+        .update_cnci(
+            c.id,
+            1,
+            CnciChange {
+                state: Some(CnciState::Active),
+                ip: Some(Some(ip)),
+                node: Some(Some(Uuid::new_v4())),
+            },
+        )
+        .unwrap();
+    assert_eq!(
+        (active.state, active.ip, active.version),
+        (CnciState::Active, Some(ip), 2)
+    );
+    assert!(matches!(
+        store.update_cnci(c.id, 1, CnciChange::default()),
+        Err(StoreError::Conflict(_))
+    ));
+    assert_eq!(store.cnci(Scope::Tenant(t.id), c.id).unwrap(), active);
+    let (other, _) = tenant_and_workload(&store, "other", Quota::default(), 24);
+    assert!(is_not_found(store.cnci(Scope::Tenant(other.id), c.id)));
+    assert!(store.cncis(Scope::Tenant(other.id)).unwrap().is_empty());
+    assert_eq!(store.cncis(Scope::All).unwrap(), vec![active]);
+    // The subnet stays while its CNCI does, even with no instance left.
+    store.delete_instance(Scope::All, i.id).unwrap();
+    assert_eq!(store.subnets(Scope::All).unwrap(), vec![subnet]);
+    store.delete_cnci(c.id).unwrap();
+    assert!(store.subnets(Scope::All).unwrap().is_empty());
+    assert!(is_not_found(store.delete_cnci(c.id)));
+}
+
+pub(crate) fn events_are_scoped<F: Fixture>() {
+    let fx = F::new();
+    let store = fx.open();
+    let a = tenant_with(&store, "a", Quota::default(), 24);
+    let b = tenant_with(&store, "b", Quota::default(), 24);
+    let ev = |tenant, message: &str| NewEvent {
+        tenant,
+        kind: EventKind::Info,
+        message: message.into(),
+    };
+    let e1 = store.append_event(ev(Some(a.id), "a started")).unwrap();
+    store.append_event(ev(Some(b.id), "b started")).unwrap();
+    let e3 = store.append_event(ev(None, "node joined")).unwrap();
+    assert!(e1.seq < e3.seq);
+    let mine = store.events(Scope::Tenant(a.id), None, 100).unwrap();
+    assert_eq!(mine, vec![e1.clone()]);
+    assert_eq!(store.events(Scope::All, None, 100).unwrap().len(), 3);
+    assert_eq!(store.events(Scope::All, Some(e1.seq), 1).unwrap().len(), 1);
+    assert_eq!(store.clear_events(Scope::Tenant(a.id)).unwrap(), 1);
+    assert_eq!(store.events(Scope::All, None, 100).unwrap().len(), 2);
+    assert_eq!(store.clear_events(Scope::All).unwrap(), 2);
+}
+
+pub(crate) fn nothing_is_lost_on_reopen<F: Fixture>() {
+    let fx = F::new();
+    let (t, w, u, instances, cnci) = {
+        let store = fx.open();
+        let (t, w) = tenant_and_workload(&store, "acme", Quota::default(), 24);
+        let u = store
+            .create_user(NewUser {
+                name: "alice".into(),
+                password_hash: "hash".into(),
+            })
+            .unwrap();
+        store.grant_role(u.id, t.id, Role::Admin).unwrap();
+        let mut instances: Vec<Instance> = (0..5)
+            .map(|n| {
+                store
+                    .create_instance(new_instance(&t, &w, &format!("vm{n}")))
+                    .unwrap()
+            })
+            .collect();
+        instances[1] = store
+            .update_instance(
+                Scope::All,
+                instances[1].id,
+                1,
+                InstanceChange {
+                    state: Some(InstanceState::Active),
+                    ..InstanceChange::default()
+                },
+            )
+            .unwrap();
+        let subnet = store.subnets(Scope::All).unwrap().remove(0);
+        let cnci = store.create_cnci(subnet.id).unwrap();
+        store
+            .append_event(NewEvent {
+                tenant: Some(t.id),
+                kind: EventKind::Warning,
+                message: "kept".into(),
+            })
+            .unwrap();
+        (t, w, u, instances, cnci)
+    };
+    let store = fx.open();
+    assert_eq!(store.tenant(t.id).unwrap(), t);
+    assert_eq!(store.workload(Scope::All, w.id).unwrap(), w);
+    assert_eq!(store.user(u.id).unwrap(), u);
+    assert_eq!(store.roles_of_user(u.id).unwrap().len(), 1);
+    let listed = store
+        .instances(
+            Scope::Tenant(t.id),
+            InstanceFilter::default(),
+            Page::first(100),
+        )
+        .unwrap();
+    assert_eq!(listed.items, instances);
+    assert_eq!(store.cnci(Scope::All, cnci.id).unwrap(), cnci);
+    assert_eq!(
+        store.events(Scope::All, None, 10).unwrap()[0].message,
+        "kept"
+    );
+    // Allocation carries on from what is stored.
+    let more = store.create_instance(new_instance(&t, &w, "more")).unwrap();
+    assert_eq!(more.ip, Ipv4Addr::new(172, 16, 0, 7));
+}
+
+pub(crate) fn ten_thousand_instances_page_quickly<F: Fixture>() {
+    let fx = F::new();
+    let store = fx.open();
+    let (t, w) = tenant_and_workload(&store, "big", Quota::default(), 24);
+    let (other, wo) = tenant_and_workload(&store, "other", Quota::default(), 24);
+    for n in 0..10_000 {
+        store
+            .create_instance(new_instance(&t, &w, &format!("vm{n}")))
+            .unwrap();
+    }
+    store
+        .create_instance(new_instance(&other, &wo, "not-mine"))
+        .unwrap();
+    let scope = Scope::Tenant(t.id);
+    let started = std::time::Instant::now();
+    let mut page = Page::first(Page::MAX_LIMIT);
+    let mut seen = HashSet::new();
+    let mut pages = 0;
+    loop {
+        let got = store
+            .instances(scope, InstanceFilter::default(), page)
+            .unwrap();
+        pages += 1;
+        for i in &got.items {
+            assert_eq!(i.tenant, t.id);
+            assert!(seen.insert(i.id), "listed twice");
+        }
+        match got.next {
+            Some(marker) => page.marker = Some(marker),
+            None => break,
+        }
+    }
+    assert_eq!(seen.len(), 10_000);
+    assert_eq!(pages, 10);
+    // Generous bound for a debug build on a shared machine; the bench has the real figures.
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(matches!(
+        store.instances(scope, InstanceFilter::default(), Page::first(0)),
+        Err(StoreError::Invalid(_))
+    ));
+    assert_eq!(
+        store.subnets(scope).unwrap().len(),
+        10_000usize.div_ceil(253)
+    );
+}
