@@ -40,6 +40,17 @@ struct State {
     overflow: u64,
 }
 
+impl State {
+    /// Keeps an event for the next session; past [`BACKLOG`] events, the oldest goes.
+    fn keep(&mut self, payload: Payload) {
+        if self.backlog.len() >= BACKLOG {
+            self.backlog.pop_front();
+            self.overflow += 1;
+        }
+        self.backlog.push_back(payload);
+    }
+}
+
 /// What goes out first on the next connect: the latest status, then the events kept while
 /// disconnected. Clones share it.
 #[derive(Debug, Clone, Default)]
@@ -167,14 +178,7 @@ impl SsntpReporter {
             };
             match result {
                 Ok(()) => return,
-                Err(SendError::NotConnected) => {
-                    if state.backlog.len() >= BACKLOG {
-                        state.backlog.pop_front();
-                        state.overflow += 1;
-                    }
-                    state.backlog.push_back(payload);
-                    return;
-                }
+                Err(SendError::NotConnected) => return state.keep(payload),
                 Err(SendError::Busy) => {}
                 Err(e) => {
                     drop(state);
@@ -205,5 +209,52 @@ impl Reporter for SsntpReporter {
         if let Some(payload) = wire::event_payload(event, self.node) {
             self.send_event(payload).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ssntp::payload::{InstanceEvent as Event, NodeStatus};
+
+    fn stopped(n: u128) -> Payload {
+        Payload::InstanceStopped(Event {
+            instance_uuid: Uuid::from_u128(n),
+        })
+    }
+
+    #[test]
+    fn the_latest_status_then_the_newest_events_in_order_once() {
+        let outbound = Outbound::default();
+        assert!(outbound.announce().is_empty());
+        let ready = Payload::Ready(NodeStatus {
+            node_uuid: Uuid::from_u128(1),
+            hostname: "n".into(),
+            mem_total_mb: 1,
+            mem_available_mb: 1,
+            disk_total_mb: 1,
+            disk_available_mb: 1,
+            vcpus_total: 1,
+            vcpus_available: 1,
+            load: 0,
+            networks: vec![],
+        });
+        outbound.lock().latest = Some(ready.clone());
+        let extra = 5;
+        for n in 0..(BACKLOG as u128 + extra) {
+            outbound.lock().keep(stopped(n));
+        }
+        assert_eq!(outbound.backlog(), BACKLOG);
+        let first = outbound.announce();
+        assert_eq!(first.len(), BACKLOG + 1);
+        assert_eq!(first[0], ready, "the status first");
+        assert_eq!(first[1], stopped(extra), "the oldest events went");
+        assert_eq!(first[BACKLOG], stopped(BACKLOG as u128 + extra - 1));
+        assert_eq!(outbound.backlog(), 0);
+        assert_eq!(
+            outbound.announce(),
+            vec![ready],
+            "events go once; the status every time"
+        );
     }
 }
