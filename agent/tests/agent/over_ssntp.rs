@@ -453,32 +453,48 @@ impl Fake {
 
 // ---- the binary --------------------------------------------------------------------------------
 
-fn agent_binary(args: &[String], log: &Path) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_cumulo-agent"))
+/// An agent process; killed (SIGKILL) and reaped when dropped, so that a failing test leaves
+/// no agent behind.
+struct Process(Child);
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+impl Process {
+    fn signal(&self, signal: rustix::process::Signal) {
+        let pid = rustix::process::Pid::from_child(&self.0);
+        rustix::process::kill_process(pid, signal).unwrap();
+    }
+
+    /// Waits (polling, within [`T`]) for it to exit; its exit code.
+    async fn exit_code(&mut self) -> Option<i32> {
+        let deadline = Instant::now() + T;
+        loop {
+            if let Some(status) = self.0.try_wait().unwrap() {
+                return status.code();
+            }
+            assert!(Instant::now() < deadline, "the agent did not exit in time");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+fn agent_binary(args: &[String], log: &Path) -> Process {
+    let child = Command::new(env!("CARGO_BIN_EXE_cumulo-agent"))
         .args(args)
         .env("RUST_LOG", "info")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(log).unwrap())
         .spawn()
-        .unwrap()
-}
-
-/// Waits (polling, within [`T`]) for a child to exit; its exit code.
-async fn exit_code(child: &mut Child) -> Option<i32> {
-    let deadline = Instant::now() + T;
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status.code();
-        }
-        assert!(Instant::now() < deadline, "the agent did not exit in time");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
-fn signal(child: &Child, signal: rustix::process::Signal) {
-    let pid = rustix::process::Pid::from_child(child);
-    rustix::process::kill_process(pid, signal).unwrap();
+        .unwrap();
+    Process(child)
 }
 
 /// Runs the binary to its end; its exit code and stderr.
@@ -867,8 +883,8 @@ async fn after_kill_9_a_new_process_reattaches_its_instances() {
         c.send(&start_payload(start(i, "debian")));
     }
     c.stats(node, "all active", |s| all_active(s, &ids)).await;
-    signal(&first, rustix::process::Signal::KILL);
-    assert_eq!(exit_code(&mut first).await, None, "killed by a signal");
+    first.signal(rustix::process::Signal::KILL);
+    assert_eq!(first.exit_code().await, None, "killed by a signal");
 
     // Slow boots this time, to be killed in the middle of them.
     let slow = argv(
@@ -914,8 +930,8 @@ async fn after_kill_9_a_new_process_reattaches_its_instances() {
         async move { all }
     })
     .await;
-    signal(&second, rustix::process::Signal::KILL);
-    assert_eq!(exit_code(&mut second).await, None, "killed by a signal");
+    second.signal(rustix::process::Signal::KILL);
+    assert_eq!(second.exit_code().await, None, "killed by a signal");
 
     let mut third = agent_binary(&args, &dir.path().join("third.log"));
     let mut stopped = Vec::new();
@@ -937,8 +953,8 @@ async fn after_kill_9_a_new_process_reattaches_its_instances() {
             "{i} was booting when killed: reported stopped"
         );
     }
-    signal(&third, rustix::process::Signal::TERM);
-    assert_eq!(exit_code(&mut third).await, Some(0));
+    third.signal(rustix::process::Signal::TERM);
+    assert_eq!(third.exit_code().await, Some(0));
     sched.stop.cancel();
 }
 
