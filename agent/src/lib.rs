@@ -6,8 +6,11 @@
 //! IO sits behind two narrow traits: a [`Backend`] runs instances ([`sim`] here; libvirt
 //! later) and a [`Reporter`] sends what happens (SSNTP frames on a host; store writes off the
 //! host). The reporter speaks the agent's own types ([`model`]); [`wire`] maps them to SSNTP
-//! payloads and SSNTP commands to them, so the SSNTP wiring is a thin adapter. This crate opens
-//! no socket: the networking, the certificates and the command line live elsewhere.
+//! payloads and SSNTP commands to them, so the SSNTP wiring is a thin adapter.
+//!
+//! [`daemon`] is that adapter, the `cumulo-agent` binary's body: the command line, the SSNTP
+//! client, an SSNTP [`Reporter`] and the handling of the scheduler's frames. Everything else in
+//! the crate opens no socket. Tenant networking and the libvirt backend come later.
 //!
 //! Tests use [`backend::fake::FakeBackend`] and [`reporter::RecordingReporter`], both
 //! recording fakes, with tokio's paused clock.
@@ -16,6 +19,7 @@
 pub mod backend;
 pub mod config;
 pub mod core;
+pub mod daemon;
 pub mod host;
 pub mod model;
 pub mod reporter;

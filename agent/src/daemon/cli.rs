@@ -1,0 +1,333 @@
+//! `cumulo-agent`'s command line (flags, or `CUMULO_AGENT_*` environment variables), parsed once
+//! and checked into a [`DaemonConfig`]: the TLS files are loaded and the role that `--network`
+//! asks for is checked against the certificate here, before anything starts.
+
+use clap::builder::BoolishValueParser;
+use clap::{Parser, ValueEnum};
+use ssntp::Role;
+use ssntp::handshake::HandshakeConfig;
+use ssntp::net::TlsIdentity;
+use ssntp::net::client::Backoff;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::DaemonConfig;
+use crate::config::Limits;
+use crate::sim::SimConfig;
+
+/// A duration: `30s`, `500ms`, `2m`, `1h`, or bare seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(s.len());
+    let (number, unit) = s.split_at(split);
+    let n: f64 = number
+        .parse()
+        .map_err(|_| format!("{s:?}: not a duration (e.g. 5s, 500ms)"))?;
+    let secs = match unit {
+        "" | "s" => n,
+        "ms" => n / 1e3,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => return Err(format!("{s:?}: unknown unit {unit:?} (use ms, s, m or h)")),
+    };
+    if !(0.0..=1e9).contains(&secs) {
+        return Err(format!("{s:?}: out of range"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// What the node does in the cluster's networks, and so the SSNTP role it claims.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Network {
+    /// A compute node without tenant networking: claims AGENT.
+    None,
+    /// A compute node: claims AGENT.
+    Cn,
+    /// A network node (runs CNCIs): claims NETAGENT.
+    Nn,
+    /// Both: claims AGENT|NETAGENT.
+    Dual,
+}
+
+impl Network {
+    /// The role claimed in CONNECT.
+    pub fn role(self) -> Role {
+        match self {
+            Network::None | Network::Cn => Role::AGENT,
+            Network::Nn => Role::NETAGENT,
+            Network::Dual => Role::DUAL,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Network::None => "none",
+            Network::Cn => "cn",
+            Network::Nn => "nn",
+            Network::Dual => "dual",
+        }
+    }
+}
+
+/// What runs the instances.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BackendKind {
+    /// Simulated instances (no privileges; for tests and scale runs).
+    Sim,
+    /// Virtual machines through libvirt (not in this version).
+    Libvirt,
+}
+
+/// cumulo-agent: the launcher. Runs instances on this host for the cluster's scheduler.
+#[derive(Debug, Parser)]
+#[command(name = "cumulo-agent", version, args_override_self = true)]
+pub struct Args {
+    /// The cluster CA certificate (PEM).
+    #[arg(long, env = "CUMULO_AGENT_CA_CERT")]
+    pub ca_cert: PathBuf,
+    /// The agent's certificate (PEM, with the roles that --network claims).
+    #[arg(long, env = "CUMULO_AGENT_CERT")]
+    pub cert: PathBuf,
+    /// The agent's private key (PEM).
+    #[arg(long, env = "CUMULO_AGENT_KEY")]
+    pub key: PathBuf,
+    /// The scheduler(s), `host:port`, comma-separated: tried in order, again after a drop.
+    #[arg(
+        long,
+        env = "CUMULO_AGENT_SCHEDULER",
+        value_delimiter = ',',
+        required = true
+    )]
+    pub scheduler: Vec<String>,
+    /// The node's part in the networks: none and cn claim agent, nn netagent, dual both.
+    #[arg(long, env = "CUMULO_AGENT_NETWORK", value_enum)]
+    pub network: Network,
+    /// What runs the instances.
+    #[arg(long, env = "CUMULO_AGENT_BACKEND", value_enum)]
+    pub backend: BackendKind,
+    /// Where instance records, the maintenance flag and the agent's UUID are kept.
+    #[arg(long, env = "CUMULO_AGENT_STATE_DIR")]
+    pub state_dir: PathBuf,
+    /// How often the node's status and STATS are sent.
+    #[arg(long, env = "CUMULO_AGENT_STATS_INTERVAL", default_value = "5s", value_parser = parse_duration)]
+    pub stats_interval: Duration,
+    /// The shortest time between two STATS sent because instances changed state.
+    #[arg(long, env = "CUMULO_AGENT_CHANGE_REPORT_GAP", default_value = "50ms", value_parser = parse_duration)]
+    pub change_report_gap: Duration,
+    /// Refuse START when disk runs low (FULL below 80,000 MiB, refuse below 40,000 MiB); on
+    /// unless `--no-disk-limit`. The environment variable takes true or false.
+    #[arg(long, env = "CUMULO_AGENT_DISK_LIMIT", num_args = 0..=1, default_missing_value = "true",
+          value_parser = BoolishValueParser::new())]
+    pub disk_limit: Option<bool>,
+    /// Do not watch disk space (wins over --disk-limit and the environment).
+    #[arg(long)]
+    pub no_disk_limit: bool,
+    /// Refuse START when memory runs low (FULL below 1,000 MiB, refuse below 512 MiB); on
+    /// unless `--no-mem-limit`. The environment variable takes true or false.
+    #[arg(long, env = "CUMULO_AGENT_MEM_LIMIT", num_args = 0..=1, default_missing_value = "true",
+          value_parser = BoolishValueParser::new())]
+    pub mem_limit: Option<bool>,
+    /// Do not watch memory (wins over --mem-limit and the environment).
+    #[arg(long)]
+    pub no_mem_limit: bool,
+    /// vCPUs to offer instead of the host's count (more than the host has overcommits).
+    #[arg(long, env = "CUMULO_AGENT_VCPUS")]
+    pub vcpus: Option<u32>,
+    /// The host name to report (default: this host's).
+    #[arg(long, env = "CUMULO_AGENT_HOSTNAME")]
+    pub hostname: Option<String>,
+    /// sim backend: how long a simulated boot takes.
+    #[arg(long, env = "CUMULO_AGENT_SIM_BOOT_DELAY", default_value = "0s", value_parser = parse_duration)]
+    pub sim_boot_delay: Duration,
+    /// sim backend: where simulated instances are kept, so that they outlive the agent process
+    /// as VMs do (default: `sim/` in the state directory).
+    #[arg(long, env = "CUMULO_AGENT_SIM_DIR")]
+    pub sim_dir: Option<PathBuf>,
+    /// Log format.
+    #[arg(long, env = "CUMULO_AGENT_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
+    pub log_format: String,
+}
+
+/// Why the arguments do not make a configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum ArgsError {
+    /// TLS files.
+    #[error("{0}")]
+    Tls(#[from] ssntp::net::TlsError),
+    /// The certificate lacks a role that `--network` claims.
+    #[error(
+        "{cert}: --network {network} needs the {missing} role, which the certificate does not carry (it carries: {has})"
+    )]
+    MissingRole {
+        /// The certificate file.
+        cert: PathBuf,
+        /// The `--network` value.
+        network: &'static str,
+        /// The roles it lacks.
+        missing: Role,
+        /// The roles it has.
+        has: Role,
+    },
+    /// A backend this version does not have.
+    #[error(
+        "--backend libvirt is not available yet (it comes with the libvirt backend); use --backend sim"
+    )]
+    Backend,
+    /// A scheduler address that is not `host:port`.
+    #[error("--scheduler {0:?}: not host:port")]
+    Scheduler(String),
+    /// The host name is empty.
+    #[error("the host name is empty: give one with --hostname")]
+    Hostname,
+    /// The stats interval is zero.
+    #[error("--stats-interval must be longer than zero")]
+    StatsInterval,
+}
+
+/// This host's name, from the kernel; `None` if it cannot be read.
+fn host_name() -> Option<String> {
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname").ok()?;
+    let name = name.trim();
+    (!name.is_empty()).then(|| name.to_string())
+}
+
+impl Args {
+    /// Whether the disk watermarks apply.
+    pub fn disk_limits(&self) -> bool {
+        !self.no_disk_limit && self.disk_limit.unwrap_or(true)
+    }
+
+    /// Whether the memory watermarks apply.
+    pub fn mem_limits(&self) -> bool {
+        !self.no_mem_limit && self.mem_limit.unwrap_or(true)
+    }
+
+    /// Checks the arguments and loads the TLS files they name.
+    pub fn into_config(self) -> Result<DaemonConfig, ArgsError> {
+        if self.backend == BackendKind::Libvirt {
+            return Err(ArgsError::Backend);
+        }
+        let tls = TlsIdentity::load(&self.ca_cert, &self.cert, &self.key)?;
+        let claim = self.network.role();
+        let has = tls.own().roles;
+        if !has.contains(claim) {
+            return Err(ArgsError::MissingRole {
+                cert: self.cert,
+                network: self.network.name(),
+                missing: claim.difference(has),
+                has,
+            });
+        }
+        for server in &self.scheduler {
+            let ok = server
+                .rsplit_once(':')
+                .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+            if !ok {
+                return Err(ArgsError::Scheduler(server.clone()));
+            }
+        }
+        if self.stats_interval.is_zero() {
+            return Err(ArgsError::StatsInterval);
+        }
+        let mut limits = Limits::default();
+        limits.disk.enabled = self.disk_limits();
+        limits.mem.enabled = self.mem_limits();
+        let hostname = match self.hostname {
+            Some(h) => h,
+            None => host_name().unwrap_or_else(|| "localhost".into()),
+        };
+        if hostname.trim().is_empty() {
+            return Err(ArgsError::Hostname);
+        }
+        let sim_dir = self.sim_dir.unwrap_or_else(|| self.state_dir.join("sim"));
+        Ok(DaemonConfig {
+            tls,
+            claim,
+            servers: self.scheduler,
+            state_dir: self.state_dir,
+            hostname,
+            stats_interval: self.stats_interval,
+            change_report_gap: self.change_report_gap,
+            limits,
+            vcpus: self.vcpus,
+            sim: SimConfig {
+                boot_delay: self.sim_boot_delay,
+                dir: Some(sim_dir),
+                ..SimConfig::default()
+            },
+            handshake: HandshakeConfig::default(),
+            backoff: Backoff::default(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(extra: &[&str]) -> Args {
+        let mut argv = vec![
+            "cumulo-agent",
+            "--ca-cert",
+            "ca.pem",
+            "--cert",
+            "agent.pem",
+            "--key",
+            "agent.key",
+            "--scheduler",
+            "a:1,b:2",
+            "--network",
+            "dual",
+            "--backend",
+            "sim",
+            "--state-dir",
+            "/tmp/x",
+        ];
+        argv.extend_from_slice(extra);
+        Args::try_parse_from(argv).unwrap()
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("5s"), Ok(Duration::from_secs(5)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert!(parse_duration("5 parsecs").is_err());
+        assert!(parse_duration("-1s").is_err());
+    }
+
+    #[test]
+    fn networks_claim_their_roles() {
+        assert_eq!(Network::None.role(), Role::AGENT);
+        assert_eq!(Network::Cn.role(), Role::AGENT);
+        assert_eq!(Network::Nn.role(), Role::NETAGENT);
+        assert_eq!(Network::Dual.role(), Role::AGENT | Role::NETAGENT);
+    }
+
+    #[test]
+    fn flags_and_defaults() {
+        let a = parse(&[]);
+        assert_eq!(a.scheduler, vec!["a:1", "b:2"]);
+        assert_eq!(a.stats_interval, Duration::from_secs(5));
+        assert!(a.disk_limits() && a.mem_limits());
+        let a = parse(&["--no-disk-limit", "--mem-limit"]);
+        assert!(!a.disk_limits() && a.mem_limits());
+        let a = parse(&["--mem-limit", "--no-mem-limit", "--disk-limit=false"]);
+        assert!(!a.mem_limits(), "--no-mem-limit wins");
+        assert!(!a.disk_limits());
+        let a = parse(&["--stats-interval", "250ms", "--sim-boot-delay", "1s"]);
+        assert_eq!(a.stats_interval, Duration::from_millis(250));
+        assert_eq!(a.sim_boot_delay, Duration::from_secs(1));
+        assert!(Args::try_parse_from(["cumulo-agent", "--network", "cloud"]).is_err());
+    }
+
+    #[test]
+    fn libvirt_is_refused_before_anything_is_read() {
+        let mut a = parse(&[]);
+        a.backend = BackendKind::Libvirt;
+        assert!(matches!(a.into_config(), Err(ArgsError::Backend)));
+    }
+}

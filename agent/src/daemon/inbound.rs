@@ -1,0 +1,164 @@
+//! What the agent does with a frame from the scheduler, decided in one pure function.
+//!
+//! | frame | what the agent does |
+//! |---|---|
+//! | START | the core admits it (or answers START_FAILURE) |
+//! | DELETE, EVACUATE, RESTORE for this node | to the core |
+//! | DELETE for another node | DELETE_FAILURE `invalid_data` (the controller learns at once that the frame went astray, rather than waiting on an instance that will never go) |
+//! | EVACUATE, RESTORE for another node | ignored with a warning (they have no failure frame) |
+//! | ATTACH_VOLUME | ATTACH_VOLUME_FAILURE `not_supported` (no backend attaches volumes yet) |
+//! | CONFIGURE | logged: a running agent does not change its configuration yet |
+//! | DELIVERY_FAILURE and ERRORs from the scheduler | logged |
+//! | anything else | logged and dropped |
+//!
+//! Malformed frames never get here: the SSNTP session answers them (START_FAILURE or
+//! DELETE_FAILURE `invalid_payload`, with this node's UUID) and drops them.
+
+use ssntp::Payload;
+use ssntp::payload::{
+    AttachVolumeFailure, AttachVolumeFailureReason, DeleteFailure, DeleteFailureReason,
+};
+use uuid::Uuid;
+
+use crate::core::Command;
+use crate::wire;
+
+/// What to do with one inbound payload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Inbound {
+    /// Hand the command to the core.
+    Command(Command),
+    /// Answer the sender with this payload, without the core.
+    Reply(Payload),
+    /// Nothing to do but log (at warning level when `warn`).
+    Log {
+        /// Why nothing is done.
+        what: &'static str,
+        /// Whether it deserves a warning.
+        warn: bool,
+    },
+}
+
+/// Decides what the agent whose UUID is `node` does with `payload`.
+pub fn inbound(payload: &Payload, node: Uuid) -> Inbound {
+    let elsewhere = |target: Uuid| target != node;
+    match payload {
+        Payload::Delete(d) if elsewhere(d.workload_agent_uuid) => {
+            Inbound::Reply(Payload::DeleteFailure(DeleteFailure {
+                instance_uuid: d.instance_uuid,
+                node_uuid: Some(node),
+                reason: DeleteFailureReason::InvalidData,
+            }))
+        }
+        Payload::Evacuate(c) | Payload::Restore(c) if elsewhere(c.workload_agent_uuid) => {
+            Inbound::Log {
+                what: "a node command for another node: ignored",
+                warn: true,
+            }
+        }
+        Payload::AttachVolume(a) => {
+            Inbound::Reply(Payload::AttachVolumeFailure(AttachVolumeFailure {
+                instance_uuid: a.instance_uuid,
+                volume_uuid: a.volume_uuid,
+                node_uuid: Some(node),
+                reason: AttachVolumeFailureReason::NotSupported,
+            }))
+        }
+        Payload::Configure(_) => Inbound::Log {
+            what: "CONFIGURE: a running agent does not apply cluster configuration changes yet",
+            warn: false,
+        },
+        Payload::DeliveryFailure(_) => Inbound::Log {
+            what: "the scheduler could not deliver a frame of ours",
+            warn: true,
+        },
+        Payload::InvalidFrameType(_) | Payload::ProtocolViolation(_) => Inbound::Log {
+            what: "the scheduler refused a frame of ours",
+            warn: true,
+        },
+        other => match wire::command(other) {
+            Some(command) => Inbound::Command(command),
+            None => Inbound::Log {
+                what: "a frame the agent does not act on: dropped",
+                warn: false,
+            },
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ssntp::payload::{AttachVolume, Delete, NodeCommand, Reason};
+
+    const ME: Uuid = Uuid::from_u128(1);
+    const OTHER: Uuid = Uuid::from_u128(2);
+    const INSTANCE: Uuid = Uuid::from_u128(3);
+
+    fn delete(to: Uuid, stop: bool) -> Payload {
+        Payload::Delete(Delete {
+            instance_uuid: INSTANCE,
+            workload_agent_uuid: to,
+            stop,
+        })
+    }
+
+    #[test]
+    fn commands_for_this_node_go_to_the_core() {
+        assert_eq!(
+            inbound(&delete(ME, true), ME),
+            Inbound::Command(Command::Delete {
+                instance: INSTANCE,
+                stop: true
+            })
+        );
+        let me = NodeCommand {
+            workload_agent_uuid: ME,
+        };
+        assert_eq!(
+            inbound(&Payload::Evacuate(me.clone()), ME),
+            Inbound::Command(Command::Evacuate)
+        );
+        assert_eq!(
+            inbound(&Payload::Restore(me), ME),
+            Inbound::Command(Command::Restore)
+        );
+    }
+
+    #[test]
+    fn commands_for_another_node_are_refused_or_ignored() {
+        let Inbound::Reply(Payload::DeleteFailure(f)) = inbound(&delete(OTHER, false), ME) else {
+            panic!("a DELETE for another node is answered");
+        };
+        assert_eq!(
+            (f.instance_uuid, f.node_uuid, f.reason),
+            (INSTANCE, Some(ME), DeleteFailureReason::InvalidData)
+        );
+        let other = NodeCommand {
+            workload_agent_uuid: OTHER,
+        };
+        for p in [Payload::Evacuate(other.clone()), Payload::Restore(other)] {
+            assert!(matches!(inbound(&p, ME), Inbound::Log { warn: true, .. }));
+        }
+    }
+
+    #[test]
+    fn volumes_are_not_supported_and_the_rest_is_logged() {
+        let attach = Payload::AttachVolume(AttachVolume {
+            instance_uuid: INSTANCE,
+            volume_uuid: OTHER,
+            workload_agent_uuid: ME,
+        });
+        let Inbound::Reply(Payload::AttachVolumeFailure(f)) = inbound(&attach, ME) else {
+            panic!()
+        };
+        assert_eq!(f.reason, AttachVolumeFailureReason::NotSupported);
+        assert_eq!(f.node_uuid, Some(ME));
+        let violation = Payload::ProtocolViolation(Reason::new("no"));
+        assert!(matches!(inbound(&violation, ME), Inbound::Log { .. }));
+        assert!(matches!(
+            inbound(&Payload::Heartbeat, ME),
+            Inbound::Log { warn: false, .. }
+        ));
+    }
+}

@@ -1,0 +1,277 @@
+//! The launcher as a daemon: the core wired to SSNTP. [`run`] takes the state directory's lock,
+//! finds the node's UUID (bound in the certificate, else kept in the state directory), starts
+//! the sim backend, the SSNTP client and the core, and then hands the scheduler's frames to the
+//! core until it is told to stop.
+//!
+//! - Outbound: [`SsntpReporter`] turns the core's reports into frames ([`crate::wire`]).
+//! - On every connect the client first sends the latest status it knows (READY, FULL or
+//!   MAINTENANCE) and the instance events kept while there was no session ([`Outbound`]); then
+//!   the core is asked to announce, which sends a fresh status and STATS.
+//! - Inbound: [`inbound()`] decides what each frame is for; commands go to the core without
+//!   waiting, and a command the core has no room for is answered at once ([`wire::busy_reply`]).
+//! - Stopping: the core finishes what its instance tasks are doing and stops; instances keep
+//!   running in the backend, and the next run re-attaches to them. Then the session is closed
+//!   after its queued frames are written.
+//!
+//! [`cli`] parses the command line into a [`DaemonConfig`].
+
+pub mod cli;
+pub mod inbound;
+pub mod reporter;
+
+use ssntp::Role;
+use ssntp::handshake::HandshakeConfig;
+use ssntp::net::client::Backoff;
+use ssntp::net::identity::{IdentityError, endpoint_uuid};
+use ssntp::net::{Client, ClientConfig, ClientError, ClientEvent, ClientHandle, TlsIdentity};
+use std::fs::{File, OpenOptions};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+pub use inbound::{Inbound, inbound};
+pub use reporter::{Outbound, SsntpReporter};
+
+use crate::config::{Config, Limits};
+use crate::core::{Core, CoreError};
+use crate::host::HostSource;
+use crate::sim::{SimBackend, SimConfig, SimError};
+use crate::wire;
+
+/// How long a stopping agent waits for its last frames to be written.
+const CLOSE_GRACE: Duration = Duration::from_secs(3);
+
+/// Everything the daemon runs with, checked once ([`cli::Args::into_config`]).
+#[derive(Debug, Clone)]
+pub struct DaemonConfig {
+    /// CA, certificate and key.
+    pub tls: TlsIdentity,
+    /// The role claimed in CONNECT (within the certificate's roles).
+    pub claim: Role,
+    /// The schedulers, `host:port`, tried in order.
+    pub servers: Vec<String>,
+    /// Where instance records, the maintenance flag and a stored UUID live.
+    pub state_dir: PathBuf,
+    /// The host name reported.
+    pub hostname: String,
+    /// How often status and STATS are sent.
+    pub stats_interval: Duration,
+    /// The shortest time between two STATS sent because instances changed state.
+    pub change_report_gap: Duration,
+    /// Admission watermarks.
+    pub limits: Limits,
+    /// vCPUs offered instead of the host's count.
+    pub vcpus: Option<u32>,
+    /// The sim backend's settings.
+    pub sim: SimConfig,
+    /// SSNTP handshake and session limits.
+    pub handshake: HandshakeConfig,
+    /// Reconnection delays.
+    pub backoff: Backoff,
+}
+
+impl DaemonConfig {
+    /// The core's configuration for node `node`: host figures read from this host (disk: the
+    /// state directory's file system).
+    pub fn core_config(&self, node: Uuid) -> Config {
+        let host = HostSource::Probe {
+            disk_path: self.state_dir.clone(),
+        };
+        let mut config = Config::new(node, self.hostname.clone(), host, self.state_dir.clone());
+        config.stats_interval = self.stats_interval;
+        config.change_report_gap = self.change_report_gap;
+        config.limits = self.limits;
+        config.vcpus = self.vcpus;
+        config
+    }
+}
+
+/// Why the daemon could not run, or stopped on its own.
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    /// Another agent holds the state directory.
+    #[error("another cumulo-agent is using the state directory {0}")]
+    Locked(PathBuf),
+    /// The state directory cannot be made or locked.
+    #[error("state directory {path}: {source}")]
+    StateDir {
+        /// The path.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The node's UUID.
+    #[error("node UUID: {0}")]
+    Identity(#[from] IdentityError),
+    /// The sim backend's directory.
+    #[error("{0}")]
+    Sim(#[from] SimError),
+    /// The SSNTP client refused its configuration, or gave up for good (the scheduler aborted
+    /// the session: another agent took our UUID, or our role was refused).
+    #[error("ssntp: {0}")]
+    Client(#[from] ClientError),
+    /// The core could not start, or stopped.
+    #[error("{0}")]
+    Core(#[from] CoreError),
+}
+
+/// Holds `<state-dir>/agent.lock` while the daemon runs: one agent per state directory, whether
+/// or not its UUID is stored there.
+fn lock_state_dir(dir: &Path) -> Result<File, DaemonError> {
+    let err = |source| DaemonError::StateDir {
+        path: dir.to_owned(),
+        source,
+    };
+    std::fs::create_dir_all(dir).map_err(err)?;
+    let lock = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join("agent.lock"))
+        .map_err(err)?;
+    match lock.try_lock() {
+        Ok(()) => Ok(lock),
+        Err(std::fs::TryLockError::WouldBlock) => Err(DaemonError::Locked(dir.to_owned())),
+        Err(std::fs::TryLockError::Error(e)) => Err(err(e)),
+    }
+}
+
+/// Runs the agent until `shutdown` is cancelled (`Ok`), or until it cannot go on (`Err`).
+pub async fn run(config: DaemonConfig, shutdown: CancellationToken) -> Result<(), DaemonError> {
+    let _state_lock = lock_state_dir(&config.state_dir)?;
+    // One UUID per state directory, whichever role --network claims: the node stays the same
+    // node (with the same instances) if its role changes.
+    let own = config.tls.own();
+    let (node, _uuid_lock) = endpoint_uuid(&own, Some(&config.state_dir), Role::AGENT)?;
+    let sim = SimBackend::new(config.sim.clone())?;
+    let outbound = Outbound::default();
+    let mut client_config = ClientConfig::new(
+        config.tls.clone(),
+        node,
+        config.claim,
+        config.servers.clone(),
+    );
+    client_config.handshake = config.handshake;
+    client_config.backoff = config.backoff;
+    let first = outbound.clone();
+    client_config.announce = Some(Arc::new(move || first.announce()));
+    let (client, mut events) = Client::start(client_config)?;
+    let reporter = SsntpReporter::new(client.clone(), node, outbound.clone());
+    let core = match Core::spawn(config.core_config(node), Arc::new(sim), reporter).await {
+        Ok(core) => core,
+        Err(e) => {
+            close(&client, &mut events).await;
+            return Err(e.into());
+        }
+    };
+    tracing::info!(
+        %node,
+        role = %config.claim,
+        schedulers = ?config.servers,
+        "cumulo-agent running"
+    );
+    let ended = serve(&core, &client, &outbound, &mut events, node, &shutdown).await;
+    tracing::info!("stopping: instances keep running");
+    if let Err(e) = core.shutdown().await {
+        tracing::warn!(error = %e, "stopping the core");
+    }
+    close(&client, &mut events).await;
+    ended
+}
+
+/// Hands the client's events to the core until `shutdown`, or until the client or the core
+/// stops for good.
+async fn serve(
+    core: &Core,
+    client: &ClientHandle,
+    outbound: &Outbound,
+    events: &mut mpsc::Receiver<ClientEvent>,
+    node: Uuid,
+    shutdown: &CancellationToken,
+) -> Result<(), DaemonError> {
+    loop {
+        let event = tokio::select! {
+            _ = shutdown.cancelled() => return Ok(()),
+            event = events.recv() => event,
+        };
+        match event {
+            Some(ClientEvent::Connected { server_uuid, .. }) => {
+                tracing::info!(scheduler = %server_uuid, "connected");
+                // Events that joined the backlog after the client's announce hook ran.
+                outbound.flush(client);
+                match core.announce() {
+                    Ok(()) => {}
+                    // The next stats interval reports anyway.
+                    Err(CoreError::Busy) => {
+                        tracing::warn!("busy: the announce waits for the next interval")
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            Some(ClientEvent::Disconnected { reason }) => {
+                tracing::warn!(%reason, "disconnected; reconnecting");
+            }
+            Some(ClientEvent::Frames(messages)) => {
+                for message in messages {
+                    handle(core, client, node, &message.payload)?;
+                }
+            }
+            Some(ClientEvent::Stopped(e)) => return Err(e.into()),
+            None => return Err(CoreError::Stopped.into()),
+        }
+    }
+}
+
+/// One frame from the scheduler.
+fn handle(
+    core: &Core,
+    client: &ClientHandle,
+    node: Uuid,
+    payload: &ssntp::Payload,
+) -> Result<(), DaemonError> {
+    match inbound(payload, node) {
+        Inbound::Command(command) => match core.submit(command.clone()) {
+            Ok(()) => {}
+            Err(CoreError::Busy) => {
+                tracing::warn!(?command, "busy: command refused");
+                if let Some(reply) = wire::busy_reply(&command, node) {
+                    reply_to(client, &reply);
+                }
+            }
+            Err(e) => return Err(e.into()),
+        },
+        Inbound::Reply(reply) => {
+            tracing::info!(operand = %payload.operand(), answer = %reply.operand(), "answered without the core");
+            reply_to(client, &reply);
+        }
+        Inbound::Log { what, warn: true } => {
+            tracing::warn!(operand = %payload.operand(), ?payload, "{what}");
+        }
+        Inbound::Log { what, warn: false } => {
+            tracing::debug!(operand = %payload.operand(), "{what}");
+        }
+    }
+    Ok(())
+}
+
+fn reply_to(client: &ClientHandle, reply: &ssntp::Payload) {
+    if let Err(e) = client.send_payload(reply) {
+        tracing::warn!(operand = %reply.operand(), error = %e, "answer not sent");
+    }
+}
+
+/// Closes the client: queued frames are written, then the session is shut down; waits (at most
+/// [`CLOSE_GRACE`]) until the client has finished.
+async fn close(client: &ClientHandle, events: &mut mpsc::Receiver<ClientEvent>) {
+    client.close();
+    let drained = tokio::time::timeout(CLOSE_GRACE, async {
+        while events.recv().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!("the SSNTP client did not finish within {CLOSE_GRACE:?}");
+    }
+}

@@ -1,0 +1,6 @@
+//! The agent's integration tests, in one binary: the core in process ([`in_process`]: recording
+//! fakes, paused clock) and the daemon over real SSNTP ([`over_ssntp`]: loopback TLS, the real
+//! scheduler or a fake one, the `cumulo-agent` binary).
+
+mod in_process;
+mod over_ssntp;

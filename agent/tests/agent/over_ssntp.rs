@@ -1,0 +1,1050 @@
+//! cumulo-agent over real SSNTP, on loopback TLS with certificates made at test time: the
+//! daemon ([`agent::daemon::run`] in this process, or the `cumulo-agent` binary) against the
+//! real scheduler with a fake controller, or against a fake scheduler (an `ssntp::net::Server`
+//! in the test) where the test must speak to the agent directly. No sleeps: every wait is a
+//! receive with a deadline.
+// Helpers outside `#[test]` functions unwrap too: a failure there is a test failure.
+#![allow(clippy::unwrap_used)]
+
+use agent::backend::Backend;
+use agent::daemon::cli::Args;
+use agent::daemon::{self, DaemonConfig, DaemonError};
+use agent::sim::{self, SimBackend, SimConfig};
+use agent::wire;
+use clap::Parser;
+use scheduler::{SchedulerConfig, Summary};
+use ssntp::frame::Frame;
+use ssntp::net::client::Backoff;
+use ssntp::net::identity::IdentityError;
+use ssntp::net::{
+    Client, ClientConfig, ClientEvent, ClientHandle, Server, ServerConfig, ServerEvent,
+    ServerHandle,
+};
+use ssntp::payload::{
+    AttachVolume, AttachVolumeFailureReason, ClusterConfig, Delete, DeleteFailureReason, FwType,
+    InstanceState, NodeCommand, NodeState, Requirements, Start, StartFailure, StartFailureReason,
+    Stats, VmType,
+};
+use ssntp::session::Message;
+use ssntp::{Operand, Payload, Role, Uuid};
+use std::collections::{BTreeMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use testkit::TestPki;
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+/// The deadline of every wait (generous: two cores shared with builds).
+const T: Duration = Duration::from_secs(30);
+const SCHED: Uuid = Uuid::from_bytes([0x5c; 16]);
+const CONTROLLER: Uuid = Uuid::from_bytes([0xc1; 16]);
+
+fn u(n: u8) -> Uuid {
+    Uuid::from_bytes([n; 16])
+}
+
+// ---- the agent -------------------------------------------------------------------------------
+
+/// An agent's certificate files.
+struct Files {
+    ca: PathBuf,
+    cert: PathBuf,
+    key: PathBuf,
+}
+
+fn agent_files(pki: &TestPki, roles: Role, uuid: Option<Uuid>, dir: &Path) -> Files {
+    let (ca, cert, key) = pki.leaf(roles, uuid).write(dir, "agent");
+    Files { ca, cert, key }
+}
+
+/// The agent's command line: sim backend, no disk or memory watermarks (the build machine's
+/// free disk is below ciao's 80 GB), 64 vCPUs, and `extra`.
+fn argv(
+    files: &Files,
+    scheduler: &str,
+    state: &Path,
+    network: &str,
+    extra: &[&str],
+) -> Vec<String> {
+    let mut argv: Vec<String> = [
+        "--ca-cert",
+        files.ca.to_str().unwrap(),
+        "--cert",
+        files.cert.to_str().unwrap(),
+        "--key",
+        files.key.to_str().unwrap(),
+        "--scheduler",
+        scheduler,
+        "--network",
+        network,
+        "--backend",
+        "sim",
+        "--state-dir",
+        state.to_str().unwrap(),
+        "--no-disk-limit",
+        "--no-mem-limit",
+        "--vcpus",
+        "64",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    argv.extend(extra.iter().map(|s| s.to_string()));
+    argv
+}
+
+/// The daemon's configuration from that command line, reconnecting quickly.
+fn config(files: &Files, scheduler: &str, state: &Path, extra: &[&str]) -> DaemonConfig {
+    let mut args = vec!["cumulo-agent".to_string()];
+    args.extend(argv(files, scheduler, state, "cn", extra));
+    let mut config = Args::try_parse_from(args).unwrap().into_config().unwrap();
+    config.backoff = Backoff {
+        initial: Duration::from_millis(50),
+        max: Duration::from_millis(300),
+    };
+    config
+}
+
+/// An agent running in this process.
+struct Agent {
+    stop: CancellationToken,
+    done: JoinHandle<Result<(), DaemonError>>,
+}
+
+fn start_agent(config: DaemonConfig) -> Agent {
+    let stop = CancellationToken::new();
+    let token = stop.clone();
+    let done = tokio::spawn(async move {
+        let deadline = Instant::now() + T;
+        loop {
+            match daemon::run(config.clone(), token.clone()).await {
+                // A restart in this process: the previous run closed its lock file, but a child
+                // that another test forked meanwhile (to run the binary) holds a copy of the
+                // descriptor, and so the lock, until it execs. Separate agent processes never
+                // see this: the kernel releases a lock when its holder exits.
+                Err(DaemonError::Locked(_))
+                | Err(DaemonError::Identity(IdentityError::Locked(_)))
+                    if Instant::now() < deadline =>
+                {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                ended => {
+                    if let Err(e) = &ended {
+                        // Shown with the failing test's output: the wait that times out next
+                        // says what the test expected.
+                        eprintln!("the agent stopped: {e}");
+                    }
+                    return ended;
+                }
+            }
+        }
+    });
+    Agent { stop, done }
+}
+
+impl Agent {
+    /// Stops it as SIGTERM would, and checks that it stopped cleanly.
+    async fn stop(self) {
+        self.stop.cancel();
+        tokio::time::timeout(T, self.done)
+            .await
+            .expect("the agent stops in time")
+            .unwrap()
+            .unwrap();
+    }
+}
+
+fn start(instance: Uuid, image: &str) -> Start {
+    Start {
+        instance_uuid: instance,
+        tenant_uuid: u(0x7e),
+        workload_uuid: u(0x3a),
+        vm_type: VmType::Sim,
+        fw_type: FwType::Legacy,
+        image: image.into(),
+        requirements: Requirements {
+            vcpus: 1,
+            mem_mb: 64,
+            disk_mb: 100,
+            network_node: false,
+            node_id: None,
+            hostname: None,
+        },
+        networking: None,
+        storage: None,
+        user_data: None,
+        meta_data: None,
+        restart: false,
+    }
+}
+
+fn start_payload(s: Start) -> Payload {
+    Payload::Start(Box::new(s))
+}
+
+fn delete(instance: Uuid, node: Uuid, stop: bool) -> Payload {
+    Payload::Delete(Delete {
+        instance_uuid: instance,
+        workload_agent_uuid: node,
+        stop,
+    })
+}
+
+fn node_command(node: Uuid) -> NodeCommand {
+    NodeCommand {
+        workload_agent_uuid: node,
+    }
+}
+
+/// STATS from `node`, if `m` is one.
+fn stats_from(m: &Message, node: Uuid) -> Option<&Stats> {
+    match &m.payload {
+        Payload::Stats(s) if m.frame.origin == node && s.node.node_uuid == node => Some(s),
+        _ => None,
+    }
+}
+
+fn state_in(stats: &Stats, instance: Uuid) -> Option<InstanceState> {
+    stats
+        .instances
+        .iter()
+        .find(|i| i.instance_uuid == instance)
+        .map(|i| i.state)
+}
+
+fn all_active(stats: &Stats, instances: &[Uuid]) -> bool {
+    instances
+        .iter()
+        .all(|i| state_in(stats, *i) == Some(InstanceState::Active))
+}
+
+/// A START_FAILURE from `node`, if `m` is one.
+fn start_failure(m: &Message, node: Uuid) -> Option<StartFailure> {
+    match &m.payload {
+        Payload::StartFailure(f) if m.frame.origin == node => Some(f.clone()),
+        _ => None,
+    }
+}
+
+fn event_from(m: &Message, node: Uuid, operand: Operand, instance: Uuid) -> bool {
+    let about = match &m.payload {
+        Payload::InstanceDeleted(e) | Payload::InstanceStopped(e) => e.instance_uuid,
+        _ => return false,
+    };
+    m.frame.origin == node && m.frame.operand == operand && about == instance
+}
+
+/// Whether a message describes the node as it is now (STATS, a status): a newer one makes it
+/// stale.
+fn is_snapshot(m: &Message) -> bool {
+    matches!(
+        m.payload,
+        Payload::Stats(_) | Payload::Ready(_) | Payload::Full(_) | Payload::Maintenance(_)
+    )
+}
+
+/// Takes the first item of `queue` that `check` picks. The items before it that are snapshots
+/// are dropped (a wait for a state sees only what comes after the last thing taken); the
+/// others (events, failures: one answer each, in any order across instances) stay queued for
+/// later waits.
+fn take<T, R>(
+    queue: &mut VecDeque<T>,
+    snapshot: impl Fn(&T) -> bool,
+    check: &mut impl FnMut(&T) -> Option<R>,
+) -> Option<R> {
+    let mut kept = VecDeque::new();
+    let mut found = None;
+    while let Some(item) = queue.pop_front() {
+        if let Some(r) = check(&item) {
+            found = Some(r);
+            break;
+        }
+        if !snapshot(&item) {
+            kept.push_back(item);
+        }
+    }
+    kept.append(queue);
+    *queue = kept;
+    found
+}
+
+// ---- the real scheduler and a fake controller ------------------------------------------------
+
+struct Sched {
+    addr: String,
+    stop: CancellationToken,
+}
+
+async fn real_scheduler(pki: &TestPki) -> Sched {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = format!("localhost:{}", listener.local_addr().unwrap().port());
+    let config = SchedulerConfig {
+        tls: pki.identity(Role::SCHEDULER, Some(SCHED)),
+        uuid: SCHED,
+        stats_interval: Duration::from_secs(5),
+        handshake: Default::default(),
+        cluster: ClusterConfig::default(),
+        heartbeat: false,
+        conn: Default::default(),
+    };
+    let stop = CancellationToken::new();
+    let summary = Arc::new(Mutex::new(Summary::default()));
+    tokio::spawn(scheduler::run(config, listener, stop.clone(), summary));
+    Sched { addr, stop }
+}
+
+/// A controller: an SSNTP client that keeps what it receives.
+struct Controller {
+    handle: ClientHandle,
+    events: mpsc::Receiver<ClientEvent>,
+    pending: VecDeque<Message>,
+}
+
+async fn controller(pki: &TestPki, addr: &str) -> Controller {
+    let config = ClientConfig::new(
+        pki.identity(Role::CONTROLLER, Some(CONTROLLER)),
+        CONTROLLER,
+        Role::CONTROLLER,
+        vec![addr.to_string()],
+    );
+    let (handle, mut events) = Client::start(config).unwrap();
+    let deadline = Instant::now() + T;
+    loop {
+        match tokio::time::timeout_at(deadline, events.recv()).await {
+            Ok(Some(ClientEvent::Connected { .. })) => break,
+            Ok(Some(ClientEvent::Stopped(e))) => panic!("controller stopped: {e}"),
+            Ok(Some(_)) => {}
+            Ok(None) | Err(_) => panic!("the controller did not connect"),
+        }
+    }
+    Controller {
+        handle,
+        events,
+        pending: VecDeque::new(),
+    }
+}
+
+impl Controller {
+    fn send(&self, p: &Payload) {
+        self.handle.send_payload(p).unwrap();
+    }
+
+    /// Receives until `check` picks a message, within [`T`] ([`take`] says what becomes of the
+    /// ones passed over).
+    async fn expect<R>(&mut self, what: &str, mut check: impl FnMut(&Message) -> Option<R>) -> R {
+        let deadline = Instant::now() + T;
+        loop {
+            if let Some(found) = take(&mut self.pending, is_snapshot, &mut check) {
+                return found;
+            }
+            match tokio::time::timeout_at(deadline, self.events.recv()).await {
+                Ok(Some(ClientEvent::Frames(ms))) => self.pending.extend(ms),
+                Ok(Some(ClientEvent::Stopped(e))) => panic!("controller stopped: {e}"),
+                Ok(Some(_)) => {}
+                Ok(None) => panic!("the controller's client ended"),
+                Err(_) => panic!("timed out after {T:?} waiting for {what}"),
+            }
+        }
+    }
+
+    /// Receives until a STATS from `node` satisfies `check`.
+    async fn stats(&mut self, node: Uuid, what: &str, check: impl Fn(&Stats) -> bool) -> Stats {
+        self.expect(what, |m| stats_from(m, node).filter(|s| check(s)).cloned())
+            .await
+    }
+}
+
+// ---- a fake scheduler --------------------------------------------------------------------------
+
+/// What a fake scheduler sees.
+enum Seen {
+    Connected(Uuid),
+    Message(Message),
+}
+
+/// An SSNTP server standing in for the scheduler: the test talks to the agent directly.
+struct Fake {
+    handle: ServerHandle,
+    events: mpsc::Receiver<ServerEvent>,
+    seen: VecDeque<Seen>,
+    stop: CancellationToken,
+    done: JoinHandle<()>,
+}
+
+async fn fake_scheduler(pki: &TestPki, listener: TcpListener) -> Fake {
+    let config = ServerConfig::new(pki.identity(Role::SCHEDULER, Some(SCHED)), SCHED);
+    let (server, handle, events) = Server::new(config).unwrap();
+    let stop = CancellationToken::new();
+    let done = tokio::spawn(server.run(listener, stop.clone()));
+    Fake {
+        handle,
+        events,
+        seen: VecDeque::new(),
+        stop,
+        done,
+    }
+}
+
+impl Fake {
+    fn send(&self, to: Uuid, p: &Payload) {
+        self.handle.send_payload(to, p).unwrap();
+    }
+
+    /// Receives until `check` picks something, within [`T`] ([`take`] says what becomes of
+    /// what it passes over; a connect is a snapshot).
+    async fn expect<R>(&mut self, what: &str, mut check: impl FnMut(&Seen) -> Option<R>) -> R {
+        let deadline = Instant::now() + T;
+        loop {
+            let snapshot = |s: &Seen| match s {
+                Seen::Connected(_) => true,
+                Seen::Message(m) => is_snapshot(m),
+            };
+            if let Some(found) = take(&mut self.seen, snapshot, &mut check) {
+                return found;
+            }
+            match tokio::time::timeout_at(deadline, self.events.recv()).await {
+                Ok(Some(ServerEvent::Connected { uuid, .. })) => {
+                    self.seen.push_back(Seen::Connected(uuid))
+                }
+                Ok(Some(ServerEvent::Frames { messages, .. })) => {
+                    self.seen.extend(messages.into_iter().map(Seen::Message))
+                }
+                Ok(Some(ServerEvent::Disconnected { .. })) => {}
+                Ok(None) => panic!("the fake scheduler ended"),
+                Err(_) => panic!("timed out after {T:?} waiting for {what}"),
+            }
+        }
+    }
+
+    /// The next message, whatever it is.
+    async fn next_message(&mut self) -> Message {
+        self.expect("a message", |s| match s {
+            Seen::Message(m) => Some(m.clone()),
+            Seen::Connected(_) => None,
+        })
+        .await
+    }
+
+    async fn stats(&mut self, node: Uuid, what: &str, check: impl Fn(&Stats) -> bool) -> Stats {
+        self.expect(what, |s| match s {
+            Seen::Message(m) => stats_from(m, node).filter(|s| check(s)).cloned(),
+            Seen::Connected(_) => None,
+        })
+        .await
+    }
+
+    async fn message(&mut self, what: &str, check: impl Fn(&Message) -> bool) -> Message {
+        self.expect(what, |s| match s {
+            Seen::Message(m) if check(m) => Some(m.clone()),
+            _ => None,
+        })
+        .await
+    }
+
+    async fn shut(self) {
+        self.stop.cancel();
+        tokio::time::timeout(T, self.done).await.unwrap().unwrap();
+    }
+}
+
+// ---- the binary --------------------------------------------------------------------------------
+
+/// An agent process; killed (SIGKILL) and reaped when dropped, so that a failing test leaves
+/// no agent behind.
+struct Process(Child);
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+impl Process {
+    fn signal(&self, signal: rustix::process::Signal) {
+        let pid = rustix::process::Pid::from_child(&self.0);
+        rustix::process::kill_process(pid, signal).unwrap();
+    }
+
+    /// Waits (polling, within [`T`]) for it to exit; its exit code.
+    async fn exit_code(&mut self) -> Option<i32> {
+        let deadline = Instant::now() + T;
+        loop {
+            if let Some(status) = self.0.try_wait().unwrap() {
+                return status.code();
+            }
+            assert!(Instant::now() < deadline, "the agent did not exit in time");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+fn agent_binary(args: &[String], log: &Path) -> Process {
+    let child = Command::new(env!("CARGO_BIN_EXE_cumulo-agent"))
+        .args(args)
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap())
+        .spawn()
+        .unwrap();
+    Process(child)
+}
+
+/// Runs the binary to its end; its exit code and stderr.
+fn run_binary(args: &[String]) -> (Option<i32>, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_cumulo-agent"))
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    (out.status.code(), String::from_utf8(out.stderr).unwrap())
+}
+
+// ---- tests -------------------------------------------------------------------------------------
+
+/// START through the real scheduler: STATS (forwarded to the controller) shows the instance
+/// pending, then active; DELETE gets INSTANCE_DELETED, a DELETE of an unknown instance
+/// DELETE_FAILURE `no_instance`, and DELETE `stop: true` INSTANCE_STOPPED.
+#[tokio::test]
+async fn start_is_pending_then_active_and_deletes_are_answered() {
+    let pki = TestPki::new();
+    let dir = tempfile::tempdir().unwrap();
+    let sched = real_scheduler(&pki).await;
+    let node = u(1);
+    let files = agent_files(&pki, Role::AGENT, Some(node), dir.path());
+    let state = dir.path().join("state");
+    let mut c = controller(&pki, &sched.addr).await;
+    // A boot long enough for a STATS to catch the instance pending, even on a loaded machine.
+    let agent = start_agent(config(
+        &files,
+        &sched.addr,
+        &state,
+        &["--sim-boot-delay", "1s"],
+    ));
+    let first = c.stats(node, "the agent's first STATS", |_| true).await;
+    assert_eq!(first.status, NodeState::Ready);
+    assert!(first.instances.is_empty());
+
+    let a = u(0xa1);
+    c.send(&start_payload(start(a, "debian")));
+    c.stats(node, "a pending", |s| {
+        state_in(s, a) == Some(InstanceState::Pending)
+    })
+    .await;
+    let active = c
+        .stats(node, "a active", |s| {
+            state_in(s, a) == Some(InstanceState::Active)
+        })
+        .await;
+    assert_eq!(
+        active.node.vcpus_available, 63,
+        "the instance's vCPU is reserved"
+    );
+
+    c.send(&delete(a, node, false));
+    c.expect("INSTANCE_DELETED", |m| {
+        event_from(m, node, Operand::InstanceDeleted, a).then_some(())
+    })
+    .await;
+    c.stats(node, "a gone", |s| state_in(s, a).is_none()).await;
+
+    let ghost = u(0x9a);
+    c.send(&delete(ghost, node, false));
+    let f = c
+        .expect("DELETE_FAILURE", |m| match &m.payload {
+            Payload::DeleteFailure(f) if m.frame.origin == node => Some(f.clone()),
+            _ => None,
+        })
+        .await;
+    assert_eq!(
+        (f.instance_uuid, f.node_uuid, f.reason),
+        (ghost, Some(node), DeleteFailureReason::NoInstance)
+    );
+
+    let b = u(0xb1);
+    c.send(&start_payload(start(b, "debian")));
+    c.stats(node, "b active", |s| {
+        state_in(s, b) == Some(InstanceState::Active)
+    })
+    .await;
+    c.send(&delete(b, node, true));
+    c.expect("INSTANCE_STOPPED", |m| {
+        event_from(m, node, Operand::InstanceStopped, b).then_some(())
+    })
+    .await;
+    c.stats(node, "b gone", |s| s.instances.is_empty()).await;
+    agent.stop().await;
+    sched.stop.cancel();
+}
+
+/// Every START_FAILURE reason an agent gives reaches the sender over the wire, with the node's
+/// UUID and the START's `restart` flag; and what the agent answers without its core: a DELETE
+/// for another node (`invalid_data`), ATTACH_VOLUME (`not_supported`), EVACUATE/RESTORE for
+/// another node (ignored).
+#[tokio::test]
+async fn every_start_failure_reason_and_misaddressed_commands() {
+    let pki = TestPki::new();
+    let dir = tempfile::tempdir().unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = format!("localhost:{}", listener.local_addr().unwrap().port());
+    let mut fake = fake_scheduler(&pki, listener).await;
+    let node = u(2);
+    let files = agent_files(&pki, Role::AGENT, Some(node), dir.path());
+    let state = dir.path().join("state");
+    // Leftovers of an instance the agent has no record of, in the sim's directory.
+    let leftover = u(0x1e);
+    let sim_dir = state.join("sim");
+    let sim = SimBackend::new(SimConfig {
+        dir: Some(sim_dir),
+        ..SimConfig::default()
+    })
+    .unwrap();
+    sim.create(&wire::spec_from_start(&start(leftover, "debian")))
+        .await
+        .unwrap();
+    drop(sim);
+    let agent = start_agent(config(&files, &addr, &state, &["--vcpus", "8"]));
+    fake.stats(node, "the agent's first STATS", |_| true).await;
+
+    // Each START, and the failure it must get.
+    let mut cases: Vec<(Start, StartFailureReason)> = Vec::new();
+    let mut s = start(u(0x10), "debian");
+    s.requirements.vcpus = 0;
+    cases.push((s, StartFailureReason::InvalidData));
+    let mut s = start(u(0x11), "debian");
+    s.requirements.vcpus = 9;
+    cases.push((s, StartFailureReason::FullCn));
+    let s = start(u(0x12), sim::IMAGE_FAIL_IMAGE);
+    cases.push((s, StartFailureReason::ImageFailure));
+    let s = start(u(0x13), sim::IMAGE_FAIL_NETWORK);
+    cases.push((s, StartFailureReason::NetworkFailure));
+    let mut s = start(u(0x14), sim::IMAGE_FAIL_LAUNCH);
+    s.restart = true;
+    cases.push((s, StartFailureReason::LaunchFailure));
+    cases.push((
+        start(leftover, "debian"),
+        StartFailureReason::InstanceExists,
+    ));
+    // The same START twice: the second is a duplicate.
+    fake.send(node, &start_payload(start(u(0x17), "debian")));
+    cases.push((start(u(0x17), "debian"), StartFailureReason::AlreadyRunning));
+    let mut expected = BTreeMap::new();
+    for (s, reason) in cases {
+        expected.insert(s.instance_uuid, (reason, s.restart));
+        fake.send(node, &start_payload(s));
+    }
+    // A START whose payload holds nothing but its instance: refused by the agent's session.
+    let mut bad = Frame::new(SCHED, &Payload::Heartbeat);
+    bad.operand = Operand::Start;
+    let mut body = vec![0xa1, 0x60 + 13];
+    body.extend_from_slice(b"instance_uuid");
+    body.push(0x50);
+    body.extend_from_slice(u(0x18).as_bytes());
+    bad.payload = body.into();
+    fake.handle.send(node, &bad).unwrap();
+    expected.insert(u(0x18), (StartFailureReason::InvalidPayload, false));
+    // In maintenance.
+    fake.send(node, &Payload::Evacuate(node_command(node)));
+    fake.send(node, &start_payload(start(u(0x19), "debian")));
+    expected.insert(u(0x19), (StartFailureReason::NodeMaintenance, false));
+
+    let mut got = BTreeMap::new();
+    while got.len() < expected.len() {
+        let m = fake
+            .message("START_FAILUREs", |m| {
+                m.frame.operand == Operand::StartFailure
+            })
+            .await;
+        let f = start_failure(&m, node).expect("from the agent");
+        assert_eq!(f.node_uuid, Some(node));
+        assert!(
+            got.insert(f.instance_uuid, (f.reason, f.restart)).is_none(),
+            "one failure per START: {f:?}"
+        );
+    }
+    assert_eq!(got, expected);
+    // The duplicate's first START was taken, and EVACUATE stopped it.
+    fake.message("INSTANCE_STOPPED of the evacuated", |m| {
+        event_from(m, node, Operand::InstanceStopped, u(0x17))
+    })
+    .await;
+
+    // RESTORE for another node is ignored: still in maintenance.
+    fake.send(node, &Payload::Restore(node_command(u(0x99))));
+    fake.send(node, &start_payload(start(u(0x20), "debian")));
+    let m = fake
+        .message("START_FAILURE", |m| {
+            m.frame.operand == Operand::StartFailure
+        })
+        .await;
+    let f = start_failure(&m, node).unwrap();
+    assert_eq!(
+        (f.instance_uuid, f.reason),
+        (u(0x20), StartFailureReason::NodeMaintenance)
+    );
+    // RESTORE for this node; EVACUATE for another is ignored: a START runs.
+    fake.send(node, &Payload::Restore(node_command(node)));
+    fake.send(node, &Payload::Evacuate(node_command(u(0x99))));
+    fake.send(node, &start_payload(start(u(0x21), "debian")));
+    fake.stats(node, "0x21 active on a restored node", |s| {
+        s.status == NodeState::Ready && state_in(s, u(0x21)) == Some(InstanceState::Active)
+    })
+    .await;
+
+    // A DELETE for another node is refused; ATTACH_VOLUME is not supported yet.
+    fake.send(node, &delete(u(0x21), u(0x99), false));
+    let m = fake
+        .message("DELETE_FAILURE", |m| {
+            m.frame.operand == Operand::DeleteFailure
+        })
+        .await;
+    let Payload::DeleteFailure(f) = m.payload else {
+        unreachable!()
+    };
+    assert_eq!(
+        (f.instance_uuid, f.node_uuid, f.reason),
+        (u(0x21), Some(node), DeleteFailureReason::InvalidData)
+    );
+    fake.send(
+        node,
+        &Payload::AttachVolume(AttachVolume {
+            instance_uuid: u(0x21),
+            volume_uuid: u(0x50),
+            workload_agent_uuid: node,
+        }),
+    );
+    let m = fake
+        .message("ATTACH_VOLUME_FAILURE", |m| {
+            m.frame.operand == Operand::AttachVolumeFailure
+        })
+        .await;
+    let Payload::AttachVolumeFailure(f) = m.payload else {
+        unreachable!()
+    };
+    assert_eq!(
+        (f.instance_uuid, f.reason),
+        (u(0x21), AttachVolumeFailureReason::NotSupported)
+    );
+    agent.stop().await;
+    fake.shut().await;
+}
+
+/// EVACUATE stops every instance (INSTANCE_STOPPED) and puts the node in MAINTENANCE, which a
+/// restart keeps; RESTORE makes it take work again.
+#[tokio::test]
+async fn evacuate_and_restore_hold_across_a_restart() {
+    let pki = TestPki::new();
+    let dir = tempfile::tempdir().unwrap();
+    let sched = real_scheduler(&pki).await;
+    let node = u(3);
+    let files = agent_files(&pki, Role::DUAL, Some(node), dir.path());
+    let state = dir.path().join("state");
+    let mut c = controller(&pki, &sched.addr).await;
+    let agent = start_agent(config(&files, &sched.addr, &state, &[]));
+    c.stats(node, "the agent's first STATS", |_| true).await;
+    let (a, b) = (u(0xa3), u(0xb3));
+    c.send(&start_payload(start(a, "debian")));
+    c.send(&start_payload(start(b, "debian")));
+    c.stats(node, "a and b active", |s| all_active(s, &[a, b]))
+        .await;
+
+    c.send(&Payload::Evacuate(node_command(node)));
+    let mut stopped = Vec::new();
+    while stopped.len() < 2 {
+        let i = c
+            .expect("INSTANCE_STOPPED", |m| match &m.payload {
+                Payload::InstanceStopped(e) if m.frame.origin == node => Some(e.instance_uuid),
+                _ => None,
+            })
+            .await;
+        stopped.push(i);
+    }
+    stopped.sort();
+    assert_eq!(stopped, vec![a, b]);
+    c.stats(node, "MAINTENANCE, empty", |s| {
+        s.status == NodeState::Maintenance && s.instances.is_empty()
+    })
+    .await;
+
+    agent.stop().await;
+    let agent = start_agent(config(&files, &sched.addr, &state, &[]));
+    c.stats(node, "MAINTENANCE after the restart", |s| {
+        s.status == NodeState::Maintenance
+    })
+    .await;
+    // The scheduler does not place on a node in maintenance.
+    c.send(&start_payload(start(u(0xc3), "debian")));
+    let f = c
+        .expect("START_FAILURE from the scheduler", |m| match &m.payload {
+            Payload::StartFailure(f) if m.frame.origin == SCHED => Some(f.clone()),
+            _ => None,
+        })
+        .await;
+    assert_eq!(f.reason, StartFailureReason::FullCloud);
+
+    c.send(&Payload::Restore(node_command(node)));
+    c.stats(node, "READY after RESTORE", |s| {
+        s.status == NodeState::Ready
+    })
+    .await;
+    let d = u(0xd3);
+    c.send(&start_payload(start(d, "debian")));
+    c.stats(node, "d active", |s| all_active(s, &[d])).await;
+    agent.stop().await;
+    sched.stop.cancel();
+}
+
+/// An agent stopped and started again over the same state directory re-attaches to the sim
+/// instances that still run and reports the one lost meanwhile (INSTANCE_STOPPED). Its
+/// certificate binds no UUID: the one kept in the state directory comes back.
+#[tokio::test]
+async fn a_restarted_agent_reattaches_and_reports_what_was_lost() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter("debug,rustls=info")
+        .with_test_writer()
+        .try_init();
+    let pki = TestPki::new();
+    let dir = tempfile::tempdir().unwrap();
+    let sched = real_scheduler(&pki).await;
+    let files = agent_files(&pki, Role::AGENT, None, dir.path());
+    let state = dir.path().join("state");
+    let mut c = controller(&pki, &sched.addr).await;
+    let agent = start_agent(config(&files, &sched.addr, &state, &[]));
+    let node = c
+        .expect("the agent's first STATS", |m| match &m.payload {
+            Payload::Stats(s) => Some(s.node.node_uuid),
+            _ => None,
+        })
+        .await;
+    let ids = [u(0xa4), u(0xb4), u(0xc4)];
+    for i in ids {
+        c.send(&start_payload(start(i, "debian")));
+    }
+    c.stats(node, "all three active", |s| all_active(s, &ids))
+        .await;
+    agent.stop().await;
+
+    // While the agent is away, one instance goes (the others keep running, as VMs do).
+    let sim = SimBackend::new(SimConfig {
+        dir: Some(state.join("sim")),
+        ..SimConfig::default()
+    })
+    .unwrap();
+    assert_eq!(sim.counts(), (3, 3));
+    sim.delete(ids[2]).await.unwrap();
+    drop(sim);
+
+    let agent = start_agent(config(&files, &sched.addr, &state, &[]));
+    c.expect("INSTANCE_STOPPED of the lost one", |m| {
+        event_from(m, node, Operand::InstanceStopped, ids[2]).then_some(())
+    })
+    .await;
+    let stats = c
+        .stats(node, "the two re-attached, active", |s| {
+            all_active(s, &ids[..2]) && state_in(s, ids[2]).is_none()
+        })
+        .await;
+    assert_eq!(stats.instances.len(), 2);
+    c.send(&delete(ids[0], node, false));
+    c.expect("INSTANCE_DELETED of a re-attached instance", |m| {
+        event_from(m, node, Operand::InstanceDeleted, ids[0]).then_some(())
+    })
+    .await;
+    agent.stop().await;
+    sched.stop.cancel();
+}
+
+/// The binary, killed with SIGKILL while its instances run, started again: its STATS lists
+/// them (re-attached, active). Killed again in the middle of a burst of STARTs (records
+/// written, instances booting): the next process reads every record, reports the instances
+/// that never finished booting stopped, and keeps the others. A second process on the same
+/// state directory is refused; SIGTERM stops the agent cleanly (exit 0).
+#[tokio::test]
+async fn after_kill_9_a_new_process_reattaches_its_instances() {
+    let pki = TestPki::new();
+    let dir = tempfile::tempdir().unwrap();
+    let sched = real_scheduler(&pki).await;
+    let node = u(5);
+    let files = agent_files(&pki, Role::AGENT, Some(node), dir.path());
+    let state = dir.path().join("state");
+    let args = argv(&files, &sched.addr, &state, "cn", &[]);
+    let mut c = controller(&pki, &sched.addr).await;
+    let mut first = agent_binary(&args, &dir.path().join("first.log"));
+    c.stats(node, "the first process's STATS", |_| true).await;
+    let ids = [u(0xa5), u(0xb5), u(0xc5)];
+    for i in ids {
+        c.send(&start_payload(start(i, "debian")));
+    }
+    c.stats(node, "all active", |s| all_active(s, &ids)).await;
+    first.signal(rustix::process::Signal::KILL);
+    assert_eq!(first.exit_code().await, None, "killed by a signal");
+
+    // Slow boots this time, to be killed in the middle of them.
+    let slow = argv(
+        &files,
+        &sched.addr,
+        &state,
+        "cn",
+        &["--sim-boot-delay", "3s"],
+    );
+    let mut second = agent_binary(&slow, &dir.path().join("second.log"));
+    let stats = c
+        .stats(node, "the second process's STATS, all active", |s| {
+            all_active(s, &ids)
+        })
+        .await;
+    assert_eq!(stats.instances.len(), 3);
+
+    let (code, stderr) = run_binary(&args);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+    assert!(stderr.contains("another cumulo-agent"), "{stderr}");
+
+    c.send(&delete(ids[0], node, false));
+    c.expect("INSTANCE_DELETED", |m| {
+        event_from(m, node, Operand::InstanceDeleted, ids[0]).then_some(())
+    })
+    .await;
+    let burst: Vec<Uuid> = (0..20).map(|n| Uuid::from_u128(0xb0257 + n)).collect();
+    for i in &burst {
+        c.send(&start_payload(start(*i, "debian")));
+    }
+    // (Past the second process's earlier STATS: the third's are told apart by what they hold.)
+    c.stats(node, "the burst admitted", |s| {
+        burst.iter().all(|i| state_in(s, *i).is_some())
+    })
+    .await;
+    // Kill once every burst instance has its record (STATS shows an instance pending as soon
+    // as it is admitted, a moment before its record is durable): all of them are booting.
+    let records = state.join("instances");
+    let recorded = |i: &Uuid| records.join(format!("{i}.json")).exists();
+    testkit::wait_until(T, "the burst's records", || {
+        let all = burst.iter().all(recorded);
+        async move { all }
+    })
+    .await;
+    second.signal(rustix::process::Signal::KILL);
+    assert_eq!(second.exit_code().await, None, "killed by a signal");
+
+    let mut third = agent_binary(&args, &dir.path().join("third.log"));
+    let mut stopped = Vec::new();
+    let survivors = [ids[1], ids[2]];
+    c.expect(
+        "the third process's STATS: the survivors, nothing else",
+        |m| {
+            if let Payload::InstanceStopped(e) = &m.payload {
+                stopped.push(e.instance_uuid);
+            }
+            let s = stats_from(m, node)?;
+            (s.instances.len() == 2 && all_active(s, &survivors)).then_some(())
+        },
+    )
+    .await;
+    for i in &burst {
+        assert!(
+            stopped.contains(i),
+            "{i} was booting when killed: reported stopped"
+        );
+    }
+    third.signal(rustix::process::Signal::TERM);
+    assert_eq!(third.exit_code().await, Some(0));
+    sched.stop.cancel();
+}
+
+/// A certificate without the role `--network` claims: the binary exits at once, status 1, with
+/// one line naming the missing role; so does `--backend libvirt`. Usage errors exit 2.
+#[tokio::test]
+async fn a_certificate_without_the_claimed_role_is_refused_at_once() {
+    let pki = TestPki::new();
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    // Nothing listens there: the agent must not get as far as dialling.
+    let nowhere = "localhost:9";
+    for (roles, network, missing) in [
+        (Role::AGENT, "nn", "netagent"),
+        (Role::AGENT, "dual", "netagent"),
+        (Role::NETAGENT, "cn", "agent"),
+        (Role::NETAGENT, "none", "agent"),
+        (Role::CONTROLLER, "dual", "agent|netagent"),
+    ] {
+        let files = agent_files(&pki, roles, None, &dir.path().join(network));
+        let (code, stderr) = run_binary(&argv(&files, nowhere, &state, network, &[]));
+        assert_eq!(code, Some(1), "{roles} / {network}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+        assert!(
+            stderr.contains(&format!("needs the {missing} role")),
+            "{roles} / {network}: {stderr}"
+        );
+    }
+    assert!(
+        !state.exists(),
+        "a refused agent leaves nothing behind in the state directory"
+    );
+    let files = agent_files(&pki, Role::DUAL, None, dir.path());
+    for network in ["none", "cn", "nn", "dual"] {
+        let mut args = argv(&files, nowhere, &state, network, &[]);
+        let backend = args.iter().position(|a| a == "sim").unwrap();
+        args[backend] = "libvirt".into();
+        let (code, stderr) = run_binary(&args);
+        assert_eq!(code, Some(1), "{stderr}");
+        assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+        assert!(stderr.contains("libvirt"), "{stderr}");
+    }
+    let mut args = argv(&files, nowhere, &state, "cn", &[]);
+    args.push("--no-such-flag".into());
+    assert_eq!(run_binary(&args).0, Some(2));
+}
+
+/// The fake scheduler goes away and comes back on the same port: the agent reconnects and
+/// announces itself again, its status first, then STATS with its instances, without waiting
+/// for its stats interval (an hour here).
+#[tokio::test]
+async fn a_reconnect_re_announces_the_node_and_its_instances() {
+    let pki = TestPki::new();
+    let dir = tempfile::tempdir().unwrap();
+    // Two handles on one listening socket: the port stays ours between the two schedulers
+    // (freed, it could become another connection's source port before the second binds).
+    let socket = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    socket.set_nonblocking(true).unwrap();
+    let kept = socket.try_clone().unwrap();
+    let addr = format!("localhost:{}", socket.local_addr().unwrap().port());
+    let mut fake = fake_scheduler(&pki, TcpListener::from_std(socket).unwrap()).await;
+    let node = u(6);
+    let files = agent_files(&pki, Role::AGENT, Some(node), dir.path());
+    let state = dir.path().join("state");
+    let agent = start_agent(config(&files, &addr, &state, &["--stats-interval", "1h"]));
+    fake.expect("the agent connects", |s| {
+        matches!(s, Seen::Connected(u) if *u == node).then_some(())
+    })
+    .await;
+    fake.stats(node, "the agent's first STATS", |_| true).await;
+    let a = u(0xa6);
+    fake.send(node, &start_payload(start(a, "debian")));
+    fake.stats(node, "a active", |s| all_active(s, &[a])).await;
+    fake.shut().await;
+
+    // A new scheduler on the same port; meanwhile the agent's dials wait in the backlog.
+    let mut fake = fake_scheduler(&pki, TcpListener::from_std(kept).unwrap()).await;
+    fake.expect("the agent reconnects", |s| {
+        matches!(s, Seen::Connected(u) if *u == node).then_some(())
+    })
+    .await;
+    let m = fake.next_message().await;
+    assert_eq!(m.frame.origin, node);
+    let Payload::Ready(status) = m.payload else {
+        panic!("the first frame is the node's status, not {:?}", m.payload)
+    };
+    assert_eq!(status.node_uuid, node);
+    fake.stats(node, "a active, announced again", |s| all_active(s, &[a]))
+        .await;
+    agent.stop().await;
+    fake.shut().await;
+}
