@@ -50,7 +50,7 @@ pub struct Limit {
 pub struct Limits {
     /// Memory, MiB (defaults: FULL below 1,000, refuse below 512, as ciao did).
     pub mem: Limit,
-    /// Disk, MiB (defaults: FULL below 80,000, refuse below 40,000, as ciao did).
+    /// Disk, MiB (defaults: FULL below 8,000, refuse below 4,000; ciao used ten times more).
     pub disk: Limit,
     /// vCPUs not reserved (defaults: FULL when none is left, refuse a START that needs more
     /// than are left). Raise the configured vCPU count to overcommit.
@@ -65,10 +65,12 @@ impl Default for Limits {
                 full_below: 1_000,
                 refuse_below: 512,
             },
+            // ciao used 80,000 / 40,000 MB, which marks a developer's machine with 58 GB free
+            // FULL; 8 GB / 4 GB keeps the same hysteresis at a scale small hosts have.
             disk: Limit {
                 enabled: true,
-                full_below: 80_000,
-                refuse_below: 40_000,
+                full_below: 8_000,
+                refuse_below: 4_000,
             },
             vcpus: Limit {
                 enabled: true,

@@ -181,8 +181,8 @@ mod tests {
             disk_mb: 90_000,
             vcpus: 2,
         };
-        assert!(admits(a, 0, res(2, 1, 50_000), &limits, 10));
-        assert!(!admits(a, 0, res(2, 1, 50_001), &limits, 10));
+        assert!(admits(a, 0, res(2, 1, 86_000), &limits, 10));
+        assert!(!admits(a, 0, res(2, 1, 86_001), &limits, 10));
         assert!(!admits(a, 0, res(3, 1, 0), &limits, 10));
         assert!(!admits(a, 10, res(1, 1, 0), &limits, 10));
         assert_eq!(availability(false, a, 10, &limits, 10), Availability::Full);

@@ -116,7 +116,7 @@ pub struct Args {
     /// The shortest time between two STATS sent because instances changed state.
     #[arg(long, env = "CUMULO_AGENT_CHANGE_REPORT_GAP", default_value = "50ms", value_parser = parse_duration)]
     pub change_report_gap: Duration,
-    /// Refuse START when disk runs low (FULL below 80,000 MiB, refuse below 40,000 MiB); on
+    /// Refuse START when disk runs low (FULL below 8,000 MiB, refuse below 4,000 MiB); on
     /// unless `--no-disk-limit`. The environment variable takes true or false.
     #[arg(long, env = "CUMULO_AGENT_DISK_LIMIT", num_args = 0..=1, default_missing_value = "true",
           value_parser = BoolishValueParser::new())]
