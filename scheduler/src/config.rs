@@ -36,6 +36,14 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(secs))
 }
 
+/// A duration that must not be zero (intervals and timeouts).
+pub fn parse_positive_duration(s: &str) -> Result<Duration, String> {
+    match parse_duration(s)? {
+        d if d.is_zero() => Err(format!("{s:?}: must be more than zero")),
+        d => Ok(d),
+    }
+}
+
 /// A size in bytes: `1MiB`, `512KiB`, `16MiB`, or bare bytes.
 pub fn parse_size(s: &str) -> Result<u32, String> {
     let s = s.trim();
@@ -82,13 +90,13 @@ pub struct Args {
     #[arg(long, env = "CUMULO_SCHEDULER_CONFIG")]
     pub config: Option<PathBuf>,
     /// Agents' STATS interval; a node silent for three is dropped.
-    #[arg(long, env = "CUMULO_SCHEDULER_STATS_INTERVAL", default_value = "5s", value_parser = parse_duration)]
+    #[arg(long, env = "CUMULO_SCHEDULER_STATS_INTERVAL", default_value = "5s", value_parser = parse_positive_duration)]
     pub stats_interval: Duration,
     /// Close sessions silent for this long.
-    #[arg(long, env = "CUMULO_SCHEDULER_IDLE_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    #[arg(long, env = "CUMULO_SCHEDULER_IDLE_TIMEOUT", default_value = "30s", value_parser = parse_positive_duration)]
     pub idle_timeout: Duration,
     /// How long a client has to send CONNECT.
-    #[arg(long, env = "CUMULO_SCHEDULER_HANDSHAKE_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, env = "CUMULO_SCHEDULER_HANDSHAKE_TIMEOUT", default_value = "10s", value_parser = parse_positive_duration)]
     pub handshake_timeout: Duration,
     /// The largest frame body accepted.
     #[arg(long, env = "CUMULO_SCHEDULER_MAX_FRAME", default_value = "1MiB", value_parser = parse_size)]
@@ -183,6 +191,9 @@ mod tests {
         assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
         assert!(parse_duration("5 parsecs").is_err());
         assert!(parse_duration("").is_err());
+        assert_eq!(parse_duration("0s"), Ok(Duration::ZERO));
+        assert!(parse_positive_duration("0s").is_err());
+        assert!(parse_positive_duration("0").is_err());
         assert_eq!(parse_size("1MiB"), Ok(1 << 20));
         assert_eq!(parse_size("512KiB"), Ok(512 << 10));
         assert_eq!(parse_size("4096"), Ok(4096));

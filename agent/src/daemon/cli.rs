@@ -38,6 +38,14 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(secs))
 }
 
+/// A stats interval: a duration that is not zero.
+fn parse_interval(s: &str) -> Result<Duration, String> {
+    match parse_duration(s)? {
+        d if d.is_zero() => Err(format!("{s:?}: must be more than zero")),
+        d => Ok(d),
+    }
+}
+
 /// What the node does in the cluster's networks, and so the SSNTP role it claims.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Network {
@@ -111,7 +119,7 @@ pub struct Args {
     #[arg(long, env = "CUMULO_AGENT_STATE_DIR")]
     pub state_dir: PathBuf,
     /// How often the node's status and STATS are sent.
-    #[arg(long, env = "CUMULO_AGENT_STATS_INTERVAL", default_value = "5s", value_parser = parse_duration)]
+    #[arg(long, env = "CUMULO_AGENT_STATS_INTERVAL", default_value = "5s", value_parser = parse_interval)]
     pub stats_interval: Duration,
     /// The shortest time between two STATS sent because instances changed state.
     #[arg(long, env = "CUMULO_AGENT_CHANGE_REPORT_GAP", default_value = "50ms", value_parser = parse_duration)]

@@ -322,9 +322,18 @@ impl Client {
                 };
                 match attempt {
                     Ok(established) => {
-                        failures = 0;
+                        let began = tokio::time::Instant::now();
                         match self.serve(established).await {
-                            Ok(()) => continue 'outer,
+                            // A session that lasted resets the backoff; one that ended at once
+                            // counts as a failure, so a server that keeps closing is not hammered.
+                            Ok(())
+                                if began.elapsed()
+                                    >= self.config.handshake.session.idle_timeout =>
+                            {
+                                failures = 0;
+                                break;
+                            }
+                            Ok(()) => break,
                             Err(fatal) => {
                                 let _ = self.events.send(ClientEvent::Stopped(fatal)).await;
                                 break 'outer;
@@ -424,6 +433,10 @@ impl Client {
             }
         }
         self.shared.set(Some(outbox.clone()));
+        if self.shared.stop.is_cancelled() {
+            // close() came while we were connecting.
+            outbox.close();
+        }
         let connected = ClientEvent::Connected {
             server_uuid: session.peer_uuid(),
             server_role: session.peer_role(),

@@ -63,13 +63,14 @@ struct Budget {
 }
 
 impl Budget {
+    /// Reserves `len` bytes if they fit (an empty queue takes any frame); never over-counts,
+    /// so a failed attempt cannot make another sender fail.
     fn try_reserve(&self, len: usize) -> bool {
-        let before = self.queued.fetch_add(len, Ordering::AcqRel);
-        if before == 0 || before + len <= self.max {
-            return true;
-        }
-        self.queued.fetch_sub(len, Ordering::AcqRel);
-        false
+        self.queued
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |queued| {
+                (queued == 0 || queued + len <= self.max).then_some(queued + len)
+            })
+            .is_ok()
     }
 
     fn release(&self, len: usize) {
@@ -117,6 +118,12 @@ impl Outbox {
     pub async fn send_wait(&self, frame: &Frame) -> Result<(), SendError> {
         let bytes = frame.to_bytes(self.max_frame)?;
         let len = bytes.len();
+        // A slot in the queue first, then the bytes: cancelled at any await, nothing leaks (the
+        // permit returns its slot; the bytes are reserved only right before the send).
+        let permit = tokio::select! {
+            p = self.tx.reserve() => p.map_err(|_| SendError::NotConnected)?,
+            _ = self.close.cancelled() => return Err(SendError::NotConnected),
+        };
         loop {
             let freed = self.budget.freed.notified();
             tokio::pin!(freed);
@@ -132,10 +139,8 @@ impl Outbox {
                 _ = self.close.cancelled() => return Err(SendError::NotConnected),
             }
         }
-        self.tx.send(bytes).await.map_err(|_| {
-            self.budget.release(len);
-            SendError::NotConnected
-        })
+        permit.send(bytes);
+        Ok(())
     }
 
     /// The largest body this session sends.
@@ -243,7 +248,19 @@ async fn write_loop<W: AsyncWrite + Unpin>(
                 Err(_) => break,
             }
         }
-        let written = w.write_all(&buf).await.is_ok() && w.flush().await.is_ok();
+        // A peer that stops reading blocks this write; a close must not wait for it.
+        let written = tokio::select! {
+            biased;
+            r = async {
+                w.write_all(&buf).await?;
+                w.flush().await
+            } => r.is_ok(),
+            _ = close.cancelled() => {
+                budget.release(buf.len());
+                let _ = tokio::time::timeout(CLOSE_GRACE, w.shutdown()).await;
+                return;
+            }
+        };
         budget.release(buf.len());
         if !written {
             close.cancel();
@@ -252,17 +269,24 @@ async fn write_loop<W: AsyncWrite + Unpin>(
         buf.clear();
         clock.record(tokio::time::Instant::now().into_std());
     }
-    // Closing: what was queued before the close still goes out, then close_notify and FIN.
+    // Closing: what was queued before the close still goes out, then close_notify and FIN,
+    // within a grace period.
     rx.close();
     while let Ok(b) = rx.try_recv() {
         buf.extend_from_slice(&b);
     }
-    if !buf.is_empty() {
-        let _ = w.write_all(&buf).await;
-    }
-    let _ = w.flush().await;
-    let _ = w.shutdown().await;
+    let _ = tokio::time::timeout(CLOSE_GRACE, async {
+        if !buf.is_empty() {
+            w.write_all(&buf).await?;
+        }
+        w.flush().await?;
+        w.shutdown().await
+    })
+    .await;
 }
+
+/// How long a closing session may take to write what it still has queued.
+const CLOSE_GRACE: Duration = Duration::from_secs(2);
 
 /// A session whose writer runs and whose reader has not started yet: the owner can register
 /// the outbox (and report the session) before the first message is dispatched.
