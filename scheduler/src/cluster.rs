@@ -43,8 +43,13 @@ pub enum Action {
         /// The intended recipient.
         target: Option<Uuid>,
     },
-    /// Close a session (a dead node).
-    Disconnect(Uuid),
+    /// Close a session (a dead node), if it is still that session.
+    Disconnect {
+        /// The node.
+        uuid: Uuid,
+        /// The session judged dead.
+        generation: u64,
+    },
     /// Send this cluster configuration in CONNECTED from now on (CONFIGURE).
     Configure(Box<ClusterConfig>),
 }
@@ -54,6 +59,7 @@ pub enum Action {
 struct Session {
     role: Role,
     last_seen: Instant,
+    generation: u64,
 }
 
 /// The cluster as the scheduler sees it: soft state, rebuilt from the agents after a restart.
@@ -61,8 +67,8 @@ struct Session {
 pub struct Cluster {
     uuid: Uuid,
     placement: Placement,
-    /// Connected controllers, in connection order.
-    controllers: Vec<Uuid>,
+    /// Connected controllers, in connection order, with their session generation.
+    controllers: Vec<(Uuid, u64)>,
     nodes: HashMap<Uuid, Session>,
     dead_after: Duration,
     config: ClusterConfig,
@@ -97,9 +103,9 @@ impl Cluster {
         &self.placement
     }
 
-    /// Connected controllers.
-    pub fn controllers(&self) -> &[Uuid] {
-        &self.controllers
+    /// Connected controllers, in connection order.
+    pub fn controllers(&self) -> Vec<Uuid> {
+        self.controllers.iter().map(|(c, _)| *c).collect()
     }
 
     /// The last cluster configuration a controller sent (CONFIGURE).
@@ -111,7 +117,7 @@ impl Cluster {
         let frame = Frame::new(self.uuid, payload);
         self.controllers
             .iter()
-            .map(|c| Action::Send {
+            .map(|(c, _)| Action::Send {
                 to: *c,
                 frame: frame.clone(),
             })
@@ -135,11 +141,17 @@ impl Cluster {
             .collect()
     }
 
-    /// A session was established.
-    pub fn connected(&mut self, uuid: Uuid, role: Role, now: Instant) -> Vec<Action> {
+    /// A session was established (`generation` tells it from older sessions of the UUID).
+    pub fn connected(
+        &mut self,
+        uuid: Uuid,
+        role: Role,
+        generation: u64,
+        now: Instant,
+    ) -> Vec<Action> {
         if role.contains(Role::CONTROLLER) {
-            self.controllers.retain(|c| *c != uuid);
-            self.controllers.push(uuid);
+            self.controllers.retain(|(c, _)| *c != uuid);
+            self.controllers.push((uuid, generation));
             // Catch up: one NODE_CONNECTED per node (two for a dual-role node).
             let mut nodes: Vec<(Uuid, Role)> =
                 self.nodes.iter().map(|(u, s)| (*u, s.role)).collect();
@@ -169,6 +181,7 @@ impl Cluster {
             Session {
                 role,
                 last_seen: now,
+                generation,
             },
         );
         self.placement.add(
@@ -179,19 +192,22 @@ impl Cluster {
         self.node_events(uuid, role, true)
     }
 
-    /// A session ended.
-    pub fn disconnected(&mut self, uuid: Uuid, role: Role) -> Vec<Action> {
+    /// A session ended. An older session of a UUID that has a newer one changes nothing.
+    pub fn disconnected(&mut self, uuid: Uuid, role: Role, generation: u64) -> Vec<Action> {
         if role.contains(Role::CONTROLLER) {
-            self.controllers.retain(|c| *c != uuid);
+            self.controllers
+                .retain(|(c, g)| (*c, *g) != (uuid, generation));
             return Vec::new();
         }
-        match self.nodes.remove(&uuid) {
-            Some(session) => {
+        match self.nodes.get(&uuid) {
+            Some(session) if session.generation == generation => {
+                let role = session.role;
+                self.nodes.remove(&uuid);
                 self.placement.remove(uuid);
-                self.node_events(uuid, session.role, false)
+                self.node_events(uuid, role, false)
             }
-            // Already dropped as dead, or never a node.
-            None => Vec::new(),
+            // Already dropped as dead, a newer session took its place, or never a node.
+            _ => Vec::new(),
         }
     }
 
@@ -283,18 +299,18 @@ impl Cluster {
 
     /// Drops nodes that sent nothing for the dead-node timeout.
     pub fn tick(&mut self, now: Instant) -> Vec<Action> {
-        let dead: Vec<(Uuid, Role)> = self
+        let dead: Vec<(Uuid, Role, u64)> = self
             .nodes
             .iter()
             .filter(|(_, s)| now.saturating_duration_since(s.last_seen) >= self.dead_after)
-            .map(|(u, s)| (*u, s.role))
+            .map(|(u, s)| (*u, s.role, s.generation))
             .collect();
         let mut actions = Vec::new();
-        for (uuid, role) in dead {
+        for (uuid, role, generation) in dead {
             tracing::warn!(%uuid, "node silent for {:?}: dropped", self.dead_after);
             self.metrics.dead_nodes += 1;
-            actions.push(Action::Disconnect(uuid));
-            actions.extend(self.disconnected(uuid, role));
+            actions.push(Action::Disconnect { uuid, generation });
+            actions.extend(self.disconnected(uuid, role, generation));
         }
         actions
     }
@@ -385,8 +401,8 @@ mod tests {
     fn controllers_hear_of_nodes_and_late_ones_catch_up() {
         let now = Instant::now();
         let mut c = Cluster::new(SCHED, Duration::from_secs(15));
-        assert!(c.connected(u(0xc1), Role::CONTROLLER, now).is_empty());
-        let events = sent_payloads(&c.connected(u(1), Role::DUAL, now));
+        assert!(c.connected(u(0xc1), Role::CONTROLLER, 0, now).is_empty());
+        let events = sent_payloads(&c.connected(u(1), Role::DUAL, 0, now));
         assert_eq!(
             events,
             vec![
@@ -406,17 +422,17 @@ mod tests {
                 ),
             ]
         );
-        c.connected(u(2), Role::AGENT, now);
+        c.connected(u(2), Role::AGENT, 0, now);
         assert!(
-            c.connected(u(0x20), Role::CNCIAGENT, now).is_empty(),
+            c.connected(u(0x20), Role::CNCIAGENT, 0, now).is_empty(),
             "CNCIs are not nodes"
         );
         // A late controller gets one NODE_CONNECTED per list membership.
-        let catch_up = sent_payloads(&c.connected(u(0xc2), Role::CONTROLLER, now));
+        let catch_up = sent_payloads(&c.connected(u(0xc2), Role::CONTROLLER, 0, now));
         assert_eq!(catch_up.len(), 3);
         assert!(catch_up.iter().all(|(to, _)| *to == u(0xc2)));
         // A node leaving is reported to both controllers, every frame from the scheduler.
-        let gone = c.disconnected(u(2), Role::AGENT);
+        let gone = c.disconnected(u(2), Role::AGENT, 0);
         let gone = sent_payloads(&gone);
         assert_eq!(gone.len(), 2);
         assert!(
@@ -429,7 +445,7 @@ mod tests {
     fn start_is_forwarded_to_the_placed_node_or_refused_with_its_restart_flag() {
         let now = Instant::now();
         let mut c = Cluster::new(SCHED, Duration::from_secs(15));
-        c.connected(u(0xc1), Role::CONTROLLER, now);
+        c.connected(u(0xc1), Role::CONTROLLER, 0, now);
         let refused = sent_payloads(&msg_in(
             &mut c,
             u(0xc1),
@@ -449,7 +465,7 @@ mod tests {
                 })
             )]
         );
-        c.connected(u(1), Role::AGENT, now);
+        c.connected(u(1), Role::AGENT, 0, now);
         let no_ready = sent_payloads(&msg_in(
             &mut c,
             u(0xc1),
@@ -489,9 +505,9 @@ mod tests {
     fn silent_nodes_are_dropped_on_virtual_time() {
         let t0 = Instant::now();
         let mut c = Cluster::new(SCHED, Duration::from_secs(15));
-        c.connected(u(0xc1), Role::CONTROLLER, t0);
-        c.connected(u(1), Role::AGENT, t0);
-        c.connected(u(2), Role::AGENT, t0);
+        c.connected(u(0xc1), Role::CONTROLLER, 0, t0);
+        c.connected(u(1), Role::AGENT, 0, t0);
+        c.connected(u(2), Role::AGENT, 0, t0);
         // Node 2 keeps talking; node 1 falls silent.
         msg_in(
             &mut c,
@@ -502,17 +518,26 @@ mod tests {
         );
         assert!(c.tick(t0 + Duration::from_secs(14)).is_empty());
         let actions = c.tick(t0 + Duration::from_secs(15));
-        assert_eq!(actions[0], Action::Disconnect(u(1)));
+        assert_eq!(
+            actions[0],
+            Action::Disconnect {
+                uuid: u(1),
+                generation: 0
+            }
+        );
         assert!(
             matches!(&sent_payloads(&actions)[..], [(_, Payload::NodeDisconnected(e))] if e.node_uuid == u(1))
         );
         assert!(c.placement().node(u(1)).is_none());
         // The session's own end, reported later, says nothing twice.
-        assert!(c.disconnected(u(1), Role::AGENT).is_empty());
+        assert!(c.disconnected(u(1), Role::AGENT, 0).is_empty());
         assert!(c.tick(t0 + Duration::from_secs(24)).is_empty());
         assert_eq!(
             c.tick(t0 + Duration::from_secs(25))[0],
-            Action::Disconnect(u(2))
+            Action::Disconnect {
+                uuid: u(2),
+                generation: 0
+            }
         );
     }
 
@@ -555,5 +580,33 @@ mod tests {
         );
         assert_eq!(out, vec![Action::Configure(Box::new(config.clone()))]);
         assert_eq!(c.config(), &config);
+    }
+
+    #[test]
+    fn events_of_an_older_session_do_not_touch_the_newer_one() {
+        let now = Instant::now();
+        let mut c = Cluster::new(SCHED, Duration::from_secs(15));
+        c.connected(u(0xc1), Role::CONTROLLER, 1, now);
+        c.connected(u(1), Role::AGENT, 2, now);
+        // The node reconnects (generation 3) before its first session's end is reported.
+        c.connected(u(1), Role::AGENT, 3, now);
+        assert!(c.disconnected(u(1), Role::AGENT, 2).is_empty());
+        assert!(
+            c.placement().node(u(1)).is_some(),
+            "the live session's node stays"
+        );
+        // Dropping it as dead names the session it judged dead.
+        let t = now + Duration::from_secs(15);
+        assert_eq!(
+            c.tick(t)[0],
+            Action::Disconnect {
+                uuid: u(1),
+                generation: 3
+            }
+        );
+        // A controller's old session ending does not remove its new one.
+        c.connected(u(0xc1), Role::CONTROLLER, 4, t);
+        assert!(c.disconnected(u(0xc1), Role::CONTROLLER, 1).is_empty());
+        assert_eq!(c.controllers(), vec![u(0xc1)]);
     }
 }

@@ -144,8 +144,8 @@ fn apply(handle: &ServerHandle, actions: Vec<Action>) {
                 handle.delivery_failure(*to, frame, *reason, *target);
                 Ok(1)
             }
-            Action::Disconnect(uuid) => {
-                handle.disconnect(*uuid);
+            Action::Disconnect { uuid, generation } => {
+                handle.disconnect_session(*uuid, *generation);
                 Ok(1)
             }
             Action::Configure(config) => {
@@ -187,8 +187,12 @@ pub async fn run(
                 let now = tokio::time::Instant::now().into_std();
                 let actions = match event {
                     None => break,
-                    Some(ServerEvent::Connected { uuid, role }) => cluster.connected(uuid, role, now),
-                    Some(ServerEvent::Disconnected { uuid, role }) => cluster.disconnected(uuid, role),
+                    Some(ServerEvent::Connected { uuid, role, generation }) => {
+                        cluster.connected(uuid, role, generation, now)
+                    }
+                    Some(ServerEvent::Disconnected { uuid, role, generation }) => {
+                        cluster.disconnected(uuid, role, generation)
+                    }
                     Some(ServerEvent::Frames { uuid, role, messages }) => messages
                         .into_iter()
                         .flat_map(|m| cluster.message(uuid, role, m, now, &handle))

@@ -94,6 +94,9 @@ pub enum ServerEvent {
         uuid: Uuid,
         /// Its claimed role.
         role: Role,
+        /// Which session of this UUID it is (increasing): events about an older session of
+        /// the same UUID may still arrive after this one and must not be taken for it.
+        generation: u64,
     },
     /// A session ended (also when replaced by a newer one with the same UUID).
     Disconnected {
@@ -101,6 +104,8 @@ pub enum ServerEvent {
         uuid: Uuid,
         /// Its claimed role.
         role: Role,
+        /// Which session ended (see `Connected`).
+        generation: u64,
     },
     /// Messages routed to the application, in the order the peer sent them (those that arrived
     /// together come as one batch).
@@ -370,6 +375,19 @@ impl ServerHandle {
             .collect()
     }
 
+    /// Closes one session of a peer, if it is still the current one (a newer session with the
+    /// same UUID is left alone); `false` otherwise.
+    pub fn disconnect_session(&self, uuid: Uuid, generation: u64) -> bool {
+        let registry = self.shared.read();
+        match registry.get(&uuid) {
+            Some(e) if e.generation == generation => {
+                e.outbox.close();
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Closes a peer's session (after its queued frames); `false` if it is not connected.
     pub fn disconnect(&self, uuid: Uuid) -> bool {
         self.shared.outbox(uuid).map(|o| o.close()).is_some()
@@ -562,7 +580,11 @@ impl Server {
         let generation = self.register(uuid, role, opened.outbox().clone()).await;
         if self
             .events
-            .send(ServerEvent::Connected { uuid, role })
+            .send(ServerEvent::Connected {
+                uuid,
+                role,
+                generation,
+            })
             .await
             .is_err()
         {
@@ -594,7 +616,11 @@ impl Server {
         if self.deregister(uuid, generation) {
             let _ = self
                 .events
-                .send(ServerEvent::Disconnected { uuid, role })
+                .send(ServerEvent::Disconnected {
+                    uuid,
+                    role,
+                    generation,
+                })
                 .await;
         }
     }
@@ -620,6 +646,7 @@ impl Server {
                 .send(ServerEvent::Disconnected {
                     uuid,
                     role: old.role,
+                    generation: old.generation,
                 })
                 .await;
         }

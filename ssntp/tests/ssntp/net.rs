@@ -112,7 +112,7 @@ pub(crate) async fn connected(c: &mut TestClient) -> (Uuid, Role) {
 
 pub(crate) async fn server_connected(s: &mut TestServer) -> (Uuid, Role) {
     match recv_within(&mut s.events, T).await {
-        ServerEvent::Connected { uuid, role } => (uuid, role),
+        ServerEvent::Connected { uuid, role, .. } => (uuid, role),
         other => panic!("expected Connected, got {other:?}"),
     }
 }
@@ -421,7 +421,9 @@ async fn a_second_connect_with_a_live_uuid_replaces_the_session() {
     connected(&mut second).await;
     // The old session is reported disconnected before the new one connected.
     match recv_within(&mut s.events, T).await {
-        ServerEvent::Disconnected { uuid, role } => assert_eq!((uuid, role), (u(1), Role::AGENT)),
+        ServerEvent::Disconnected { uuid, role, .. } => {
+            assert_eq!((uuid, role), (u(1), Role::AGENT))
+        }
         other => panic!("{other:?}"),
     }
     assert_eq!(server_connected(&mut s).await, (u(1), Role::DUAL));
