@@ -4,6 +4,9 @@ use bytes::{Buf, BytesMut};
 
 use crate::frame::{DEFAULT_MAX_FRAME, HEADER_LEN, Header, MAJOR, MAX_FRAME_CEILING, RawFrame};
 
+/// How much room a partial frame's body is given at a time.
+const GROW: usize = 64 << 10;
+
 /// A stream that cannot be framed any further: the session must close (PROTOCOL.md §5 rule 1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum FrameError {
@@ -84,8 +87,8 @@ impl Decoder {
         Ok(())
     }
 
-    /// Takes one frame off the front of `buf`, or says how many more bytes it needs. The body's
-    /// room is reserved only after the length has been checked.
+    /// Takes one frame off the front of `buf`, or says how many more bytes it needs. Room for
+    /// the body is reserved only after the length has been checked, and then 64 KiB at a time.
     pub fn decode(&self, buf: &mut BytesMut) -> Result<Decoded, FrameError> {
         let Some(head) = buf.first_chunk::<HEADER_LEN>() else {
             return Ok(Decoded::NeedMore(HEADER_LEN - buf.len()));
@@ -94,7 +97,9 @@ impl Decoder {
         self.check(&header)?;
         let total = HEADER_LEN + header.length as usize;
         if buf.len() < total {
-            buf.reserve(total - buf.len());
+            // Room grows with what arrives (64 KiB at a time), so a peer that announces a large
+            // body and sends nothing more pins little memory.
+            buf.reserve((total - buf.len()).min(GROW));
             return Ok(Decoded::NeedMore(total - buf.len()));
         }
         buf.advance(HEADER_LEN);

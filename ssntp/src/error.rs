@@ -219,6 +219,11 @@ impl Violation {
         if self.operand().is_some_and(Operand::is_error) {
             return None;
         }
+        // After the handshake nobody may send CONNECTION_FAILURE to the server (§5): a client
+        // that gives up on a silent server just closes.
+        if matches!(self, Violation::IdleTimeout) && side == Side::Client {
+            return None;
+        }
         let reason = Reason::new(self.to_string());
         let payload = match self {
             Violation::Framing(_)

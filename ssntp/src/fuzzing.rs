@@ -209,7 +209,7 @@ fn drive_session(
             }
             Received::Heartbeat | Received::PeerClosed { .. } => {}
         }
-        if let Some(Tick::Heartbeat(f) | Tick::Idle(f)) = session.poll(now.instant) {
+        if let Some(Tick::Heartbeat(f) | Tick::Idle(Some(f))) = session.poll(now.instant) {
             assert_eq!(f.origin, session.local_uuid());
         }
     }

@@ -70,8 +70,9 @@ pub enum Received {
 pub enum Tick {
     /// Nothing was written for a third of the idle timeout: send this HEARTBEAT.
     Heartbeat(Frame),
-    /// Nothing was received for the idle timeout: send this ERROR, then close.
-    Idle(Frame),
+    /// Nothing was received for the idle timeout: send this ERROR (the server side only), then
+    /// close.
+    Idle(Option<Frame>),
 }
 
 /// The limits and timers of a session.
@@ -188,8 +189,9 @@ impl Session {
     /// What liveness requires at `now`, if anything. A heartbeat it returns counts as written.
     pub fn poll(&mut self, now: Instant) -> Option<Tick> {
         if now >= self.last_rx + self.config.idle_timeout {
-            let reply = Violation::IdleTimeout.reply(self.local_uuid, self.side);
-            return reply.map(Tick::Idle);
+            return Some(Tick::Idle(
+                Violation::IdleTimeout.reply(self.local_uuid, self.side),
+            ));
         }
         if now >= self.last_tx + self.heartbeat_interval() {
             self.last_tx = now;
@@ -656,12 +658,15 @@ mod tests {
         s.on_write(clock.at(45_000));
         assert_eq!(s.deadline(), clock.at(50_000));
         assert_eq!(s.poll(clock.at(49_999)), None);
-        let Some(Tick::Idle(err)) = s.poll(clock.at(50_000)) else {
+        let Some(Tick::Idle(Some(err))) = s.poll(clock.at(50_000)) else {
             panic!()
         };
         assert_eq!(
             err.decode_payload().unwrap(),
             Payload::ConnectionFailure(Reason::new("idle timeout"))
         );
+        // A client gives up on a silent server without an ERROR (nobody may send one to it).
+        let mut c = session(Side::Client, Role::AGENT, clock);
+        assert_eq!(c.poll(clock.at(30_000)), Some(Tick::Idle(None)));
     }
 }

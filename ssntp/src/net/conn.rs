@@ -399,7 +399,9 @@ impl<D: Dispatch> ReadLoop<D> {
                     match self.session.poll(now().instant) {
                         Some(Tick::Heartbeat(f)) => { let _ = self.outbox.send(&f); }
                         Some(Tick::Idle(f)) => {
-                            let _ = self.outbox.send(&f);
+                            if let Some(f) = f {
+                                let _ = self.outbox.send(&f);
+                            }
                             break Ended::Violation("idle timeout".into());
                         }
                         None => {}

@@ -91,6 +91,10 @@ fn the_size_cap_is_exact_and_checked_before_the_body_arrives() {
     // 1 MiB is accepted (needs the body), 1 MiB + 1 is refused from the header alone.
     let mut ok = BytesMut::from(&header(1 << 20)[..]);
     assert_eq!(decoder.decode(&mut ok), Ok(Decoded::NeedMore(1 << 20)));
+    assert!(
+        ok.capacity() <= 24 + (64 << 10),
+        "room grows with what arrives, not at once"
+    );
     let mut big = BytesMut::from(&header((1 << 20) + 1)[..]);
     let before = big.capacity();
     assert_eq!(
