@@ -297,6 +297,38 @@ impl Cluster {
         }
     }
 
+    /// A placed START its node could not take (its queue was full, or it just left): give the
+    /// reservation back and place it on another node, or answer `full_cloud`.
+    pub fn start_undelivered(&mut self, from: Uuid, node: Uuid, frame: Frame) -> Vec<Action> {
+        let Ok(Payload::Start(start)) = frame.decode_payload() else {
+            return Vec::new();
+        };
+        self.placement.release(node, &start.requirements);
+        match self
+            .placement
+            .place_excluding(&start.requirements, Some(node))
+        {
+            Ok(other) => vec![Action::Forward {
+                from,
+                frame,
+                to: Target::Session(other),
+            }],
+            Err(reason) => {
+                self.metrics.placed(&Err::<(), _>(reason), Duration::ZERO);
+                let failure = StartFailure {
+                    instance_uuid: start.instance_uuid,
+                    node_uuid: None,
+                    reason,
+                    restart: start.restart,
+                };
+                vec![Action::Send {
+                    to: from,
+                    frame: Frame::new(self.uuid, &Payload::StartFailure(failure)),
+                }]
+            }
+        }
+    }
+
     /// Drops nodes that sent nothing for the dead-node timeout.
     pub fn tick(&mut self, now: Instant) -> Vec<Action> {
         let dead: Vec<(Uuid, Role, u64)> = self

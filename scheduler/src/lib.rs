@@ -114,26 +114,28 @@ fn summarize(cluster: &Cluster, handle: &ServerHandle, queue_depth: usize) -> Su
     }
 }
 
-fn apply(handle: &ServerHandle, actions: Vec<Action>) {
-    for action in actions {
+/// How many other nodes a START that could not be delivered is tried on.
+const START_RETRIES: u8 = 3;
+
+fn apply(handle: &ServerHandle, cluster: &mut Cluster, actions: Vec<Action>) {
+    let mut queue: std::collections::VecDeque<(Action, u8)> =
+        actions.into_iter().map(|a| (a, 0)).collect();
+    while let Some((action, tries)) = queue.pop_front() {
         let result = match &action {
             Action::Send { to, frame } => handle.send(*to, frame).map(|_| 1),
-            Action::Forward { from, frame, to } => match handle.forward(*from, frame, *to) {
-                // A node whose queue is full (or that just left) did not get it: say so.
-                Ok(0) if matches!(to, Target::Session(_)) => {
-                    let target = match to {
-                        Target::Session(t) => Some(*t),
-                        Target::Role(_) => None,
-                    };
-                    handle.delivery_failure(
-                        *from,
-                        frame,
-                        DeliveryFailureReason::NodeUnavailable,
-                        target,
-                    );
+            Action::Forward { from, frame, to } => match (handle.forward(*from, frame, *to), to) {
+                // The node did not take it (queue full, or it just left).
+                (Ok(0), Target::Session(node)) => {
+                    if frame.operand == ssntp::Operand::Start && tries < START_RETRIES {
+                        let retry = cluster.start_undelivered(*from, *node, frame.clone());
+                        queue.extend(retry.into_iter().map(|a| (a, tries + 1)));
+                    } else {
+                        let reason = DeliveryFailureReason::NodeUnavailable;
+                        handle.delivery_failure(*from, frame, reason, Some(*node));
+                    }
                     Ok(0)
                 }
-                other => other,
+                (other, _) => other,
             },
             Action::Fail {
                 to,
@@ -198,11 +200,12 @@ pub async fn run(
                         .flat_map(|m| cluster.message(uuid, role, m, now, &handle))
                         .collect(),
                 };
-                apply(&handle, actions);
+                apply(&handle, &mut cluster, actions);
             }
             _ = check.tick() => {
                 let now = tokio::time::Instant::now().into_std();
-                apply(&handle, cluster.tick(now));
+                let actions = cluster.tick(now);
+                apply(&handle, &mut cluster, actions);
                 let s = summarize(&cluster, &handle, events.len());
                 if config.heartbeat {
                     tracing::info!(target: "heartbeat", "{}", s.line);

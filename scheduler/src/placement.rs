@@ -150,6 +150,15 @@ impl Placement {
         true
     }
 
+    /// Gives back what a placement reserved on `uuid` (the START never reached it).
+    pub fn release(&mut self, uuid: Uuid, req: &Requirements) {
+        if let Some(node) = self.index.get(&uuid).and_then(|&i| self.slab[i].as_mut()) {
+            node.free.mem_mb = node.free.mem_mb.saturating_add(req.mem_mb);
+            node.free.disk_mb = node.free.disk_mb.saturating_add(req.disk_mb);
+            node.free.vcpus = node.free.vcpus.saturating_add(req.vcpus);
+        }
+    }
+
     /// A status from the node (READY, FULL, MAINTENANCE, OFFLINE); READY-shaped figures, when
     /// given, replace the node's free resources (and with them every reservation).
     pub fn update(&mut self, uuid: Uuid, status: NodeState, figures: Option<&NodeStatus>) -> bool {
@@ -170,6 +179,15 @@ impl Placement {
 
     /// Picks a node for a START and reserves its requirements there.
     pub fn place(&mut self, req: &Requirements) -> Result<Uuid, StartFailureReason> {
+        self.place_excluding(req, None)
+    }
+
+    /// As [`Placement::place`], never choosing `exclude` (a node that could not take the START).
+    pub fn place_excluding(
+        &mut self,
+        req: &Requirements,
+        exclude: Option<Uuid>,
+    ) -> Result<Uuid, StartFailureReason> {
         let list = if req.network_node {
             &mut self.network
         } else {
@@ -190,14 +208,14 @@ impl Placement {
                 .filter(|&pos| {
                     self.slab[list.order[pos]]
                         .as_ref()
-                        .is_some_and(|node| node.fits(req))
+                        .is_some_and(|node| node.fits(req) && Some(node.uuid) != exclude)
                 })
         } else {
             let start = list.mru.map_or(0, |m| m + 1);
             (0..n).map(|k| (start + k) % n).find(|&pos| {
                 self.slab[list.order[pos]]
                     .as_ref()
-                    .is_some_and(|node| node.fits(req))
+                    .is_some_and(|node| node.fits(req) && Some(node.uuid) != exclude)
             })
         };
         let pos = chosen.ok_or(StartFailureReason::FullCloud)?;
@@ -257,6 +275,20 @@ mod tests {
             );
         }
         p
+    }
+
+    #[test]
+    fn an_undelivered_start_is_given_back_and_placed_elsewhere() {
+        let mut p = cluster(2);
+        let r = req(600, 1, 1);
+        assert_eq!(p.place(&r), Ok(u(0)));
+        p.release(u(0), &r);
+        assert_eq!(p.node(u(0)).unwrap().free.mem_mb, 1000);
+        assert_eq!(p.place_excluding(&r, Some(u(0))), Ok(u(1)));
+        assert_eq!(
+            p.place_excluding(&r, Some(u(0))),
+            Err(StartFailureReason::FullCloud)
+        );
     }
 
     #[test]
