@@ -283,17 +283,27 @@ impl Cluster {
                 to: Target::Session(node),
             }],
             Err(reason) => {
-                let failure = StartFailure {
-                    instance_uuid: start.instance_uuid,
-                    node_uuid: None,
-                    reason,
-                    restart: start.restart,
-                };
-                vec![Action::Send {
-                    to: from,
-                    frame: Frame::new(self.uuid, &Payload::StartFailure(failure)),
-                }]
+                vec![self.refuse(from, &start, reason)]
             }
+        }
+    }
+
+    /// The scheduler's own START_FAILURE for `start`, to the controller that sent it.
+    fn refuse(
+        &self,
+        from: Uuid,
+        start: &Start,
+        reason: ssntp::payload::StartFailureReason,
+    ) -> Action {
+        let failure = StartFailure {
+            instance_uuid: start.instance_uuid,
+            node_uuid: None,
+            reason,
+            restart: start.restart,
+        };
+        Action::Send {
+            to: from,
+            frame: Frame::new(self.uuid, &Payload::StartFailure(failure)),
         }
     }
 
@@ -315,16 +325,7 @@ impl Cluster {
             }],
             Err(reason) => {
                 self.metrics.placed(&Err::<(), _>(reason), Duration::ZERO);
-                let failure = StartFailure {
-                    instance_uuid: start.instance_uuid,
-                    node_uuid: None,
-                    reason,
-                    restart: start.restart,
-                };
-                vec![Action::Send {
-                    to: from,
-                    frame: Frame::new(self.uuid, &Payload::StartFailure(failure)),
-                }]
+                vec![self.refuse(from, &start, reason)]
             }
         }
     }

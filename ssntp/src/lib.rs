@@ -17,6 +17,7 @@ pub mod handshake;
 pub mod payload;
 mod role;
 pub mod session;
+pub mod units;
 
 #[cfg(feature = "net")]
 pub mod net;

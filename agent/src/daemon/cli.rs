@@ -8,43 +8,13 @@ use ssntp::Role;
 use ssntp::handshake::HandshakeConfig;
 use ssntp::net::TlsIdentity;
 use ssntp::net::client::Backoff;
+use ssntp::units::{parse_duration, parse_positive_duration};
 use std::path::PathBuf;
 use std::time::Duration;
 
 use super::DaemonConfig;
 use crate::config::Limits;
 use crate::sim::SimConfig;
-
-/// A duration: `30s`, `500ms`, `2m`, `1h`, or bare seconds.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let split = s
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .unwrap_or(s.len());
-    let (number, unit) = s.split_at(split);
-    let n: f64 = number
-        .parse()
-        .map_err(|_| format!("{s:?}: not a duration (e.g. 5s, 500ms)"))?;
-    let secs = match unit {
-        "" | "s" => n,
-        "ms" => n / 1e3,
-        "m" => n * 60.0,
-        "h" => n * 3600.0,
-        _ => return Err(format!("{s:?}: unknown unit {unit:?} (use ms, s, m or h)")),
-    };
-    if !(0.0..=1e9).contains(&secs) {
-        return Err(format!("{s:?}: out of range"));
-    }
-    Ok(Duration::from_secs_f64(secs))
-}
-
-/// A stats interval: a duration that is not zero.
-fn parse_interval(s: &str) -> Result<Duration, String> {
-    match parse_duration(s)? {
-        d if d.is_zero() => Err(format!("{s:?}: must be more than zero")),
-        d => Ok(d),
-    }
-}
 
 /// What the node does in the cluster's networks, and so the SSNTP role it claims.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -119,7 +89,7 @@ pub struct Args {
     #[arg(long, env = "CUMULO_AGENT_STATE_DIR")]
     pub state_dir: PathBuf,
     /// How often the node's status and STATS are sent.
-    #[arg(long, env = "CUMULO_AGENT_STATS_INTERVAL", default_value = "5s", value_parser = parse_interval)]
+    #[arg(long, env = "CUMULO_AGENT_STATS_INTERVAL", default_value = "5s", value_parser = parse_positive_duration)]
     pub stats_interval: Duration,
     /// The shortest time between two STATS sent because instances changed state.
     #[arg(long, env = "CUMULO_AGENT_CHANGE_REPORT_GAP", default_value = "50ms", value_parser = parse_duration)]
@@ -295,16 +265,6 @@ mod tests {
         ];
         argv.extend_from_slice(extra);
         Args::try_parse_from(argv).unwrap()
-    }
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("5s"), Ok(Duration::from_secs(5)));
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
-        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        assert!(parse_duration("5 parsecs").is_err());
-        assert!(parse_duration("-1s").is_err());
     }
 
     #[test]
