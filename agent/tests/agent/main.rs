@@ -4,3 +4,4 @@
 
 mod in_process;
 mod over_ssntp;
+mod support;
