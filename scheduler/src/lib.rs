@@ -214,6 +214,8 @@ pub async fn run(
             }
         }
     }
+    // Nobody reads events any more: readers waiting to hand one over end at once.
+    drop(events);
     let _ = server_task.await;
     Ok(())
 }

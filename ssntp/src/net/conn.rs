@@ -421,7 +421,12 @@ impl<D: Dispatch> ReadLoop<D> {
     /// must end.
     async fn drain(&mut self, decoder: &Decoder, buf: &mut BytesMut) -> Option<Ended> {
         let ended = self.drain_frames(decoder, buf);
-        if !self.dispatch.flush(&self.session).await {
+        // A slow application holds this peer back (backpressure), but never past a close.
+        let delivered = tokio::select! {
+            d = self.dispatch.flush(&self.session) => d,
+            _ = self.close.cancelled() => false,
+        };
+        if !delivered {
             return Some(Ended::Local);
         }
         ended
