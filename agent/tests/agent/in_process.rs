@@ -121,11 +121,7 @@ async fn wait_event(reporter: &RecordingReporter, event: InstanceEvent) {
 
 /// Polls `check` until it holds, for at most [`WAIT`] of (virtual) time.
 async fn wait_until(what: &str, mut check: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while !check() {
-        assert!(tokio::time::Instant::now() < deadline, "timed out: {what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    testkit::wait_until(WAIT, what, || std::future::ready(check())).await;
 }
 
 /// Polls the core's snapshot until `check` holds, for at most [`WAIT`] of (virtual) time.
