@@ -1,7 +1,7 @@
-//! cumulo-controller's library. For now: its [`store`], the durable record of tenants, users and
-//! roles, flavors, images, workloads, instances (with quota-checked creation and per-tenant
-//! address allocation), CNCIs and events. The REST API, the SSNTP client and the instance state
-//! machine come on top of it; none of that is here yet.
+//! cumulo-controller's library: its [`store`] (the durable record of tenants, users and roles,
+//! flavors, images, workloads, instances, CNCIs and events) and the [`cluster`] operations the
+//! REST API asks of the cluster (implemented over SSNTP by the engine).
 #![forbid(unsafe_code)]
 
+pub mod cluster;
 pub mod store;

@@ -1,0 +1,186 @@
+//! What the REST API asks of the cluster: the operations that change instances and nodes, which
+//! need both the store and the scheduler, behind one narrow trait.
+//!
+//! The SSNTP-backed implementation is the controller's engine; tests of the API may use a fake
+//! that only writes the store. Reads that need no cluster (tenants, flavors, images, workloads,
+//! instances, CNCIs, events, quotas) go to the [`Store`](crate::store::Store) directly.
+//!
+//! The trait is synchronous: every call is a few store transactions and a non-blocking queueing
+//! of frames. Async callers use `spawn_blocking`.
+
+use std::net::IpAddr;
+use std::time::SystemTime;
+use uuid::Uuid;
+
+use crate::store::{Instance, Scope, StoreError};
+
+/// What a launch asks for: `count` instances of a workload in a tenant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Launch {
+    /// The tenant the instances belong to (must be the scope's tenant unless the scope is `All`).
+    pub tenant: Uuid,
+    /// A workload the tenant can see.
+    pub workload: Uuid,
+    /// The instances' name (every instance of the launch gets it, as OpenStack does).
+    pub name: String,
+    /// How many (1..=[`Launch::MAX_COUNT`]).
+    pub count: u32,
+}
+
+impl Launch {
+    /// The most instances one launch may ask for.
+    pub const MAX_COUNT: u32 = 1000;
+}
+
+/// Why a cluster operation failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ClusterError {
+    /// The store refused (not found, quota, conflict, invalid input) or failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The instance is in a state that does not allow the operation (stop an exited instance).
+    #[error("instance {id} is {state}: cannot {operation}")]
+    InvalidState {
+        /// The instance.
+        id: Uuid,
+        /// Its state, as text.
+        state: String,
+        /// What was asked.
+        operation: &'static str,
+    },
+    /// No such node.
+    #[error("node {0} not found")]
+    NoNode(Uuid),
+    /// The request is not acceptable (a count of 0, an empty name).
+    #[error("invalid: {0}")]
+    Invalid(String),
+    /// The scheduler is not connected or the controller's outbound queue is full: try again.
+    #[error("cluster unavailable: {0}")]
+    Unavailable(String),
+}
+
+/// What a node is to the cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct NodeKinds {
+    /// It runs tenant instances (NODE_CONNECTED `compute_node`).
+    pub compute: bool,
+    /// It runs CNCIs (NODE_CONNECTED `network_node`). Both: a dual-role node.
+    pub network: bool,
+}
+
+/// A node's status as the controller knows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum NodeStatus {
+    /// Connected and taking work.
+    Ready,
+    /// Connected, out of room.
+    Full,
+    /// Connected, evacuated or in maintenance.
+    Maintenance,
+    /// Connected, going away.
+    Offline,
+    /// Not connected (it was, earlier).
+    Disconnected,
+}
+
+impl NodeStatus {
+    /// The status as lower-case text (`ready`, `full`, `maintenance`, `offline`, `disconnected`).
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            NodeStatus::Ready => "ready",
+            NodeStatus::Full => "full",
+            NodeStatus::Maintenance => "maintenance",
+            NodeStatus::Offline => "offline",
+            NodeStatus::Disconnected => "disconnected",
+        }
+    }
+}
+
+/// One node (compute, network or dual), from NODE_CONNECTED/DISCONNECTED and its latest STATS.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Node {
+    /// Its UUID (its SSNTP session's).
+    pub id: Uuid,
+    /// What it is.
+    pub kinds: NodeKinds,
+    /// Its status.
+    pub status: NodeStatus,
+    /// Its host name (empty until its first STATS).
+    pub hostname: String,
+    /// Memory in all, MiB.
+    pub mem_total_mb: u32,
+    /// Memory free, MiB.
+    pub mem_available_mb: u32,
+    /// Disk in all, MiB.
+    pub disk_total_mb: u32,
+    /// Disk free, MiB.
+    pub disk_available_mb: u32,
+    /// vCPUs in all.
+    pub vcpus_total: u32,
+    /// vCPUs free.
+    pub vcpus_available: u32,
+    /// One-minute load × 100.
+    pub load: u32,
+    /// Instances it reported in its latest STATS.
+    pub instances: u32,
+    /// Its addresses.
+    pub ips: Vec<IpAddr>,
+    /// When it (last) connected.
+    pub connected: SystemTime,
+    /// When its latest STATS arrived.
+    pub last_stats: Option<SystemTime>,
+}
+
+/// One finished frame trace (TRACE_REPORT), kept in a bounded ring.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Trace {
+    /// The trace's label.
+    pub label: String,
+    /// The frame's type byte and operand, as text (`COMMAND START`).
+    pub frame: String,
+    /// Nanoseconds from the creator's send to the final consumer.
+    pub total_ns: u64,
+    /// Each hop: the sender's UUID, role, and send/receive times (ns since the epoch).
+    pub hops: Vec<TraceHop>,
+}
+
+/// One hop of a [`Trace`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TraceHop {
+    /// The sender's UUID.
+    pub uuid: Uuid,
+    /// The sender's role, as text.
+    pub role: String,
+    /// When it was sent, ns since the epoch.
+    pub tx_ns: u64,
+    /// When the next hop received it, ns since the epoch (0 if unknown).
+    pub rx_ns: u64,
+}
+
+/// The cluster operations the API needs. See the module docs.
+pub trait Cluster: Send + Sync {
+    /// Creates `count` instances (each quota-checked, in state `pending`) and sends their STARTs.
+    /// A quota or address exhaustion part-way keeps the instances created before it and fails.
+    fn launch(&self, scope: Scope, launch: Launch) -> Result<Vec<Instance>, ClusterError>;
+    /// Stops an active instance (state `stopping`, then `exited` when the node confirms).
+    fn stop(&self, scope: Scope, id: Uuid) -> Result<Instance, ClusterError>;
+    /// Starts an exited (or errored, or missing) instance again, possibly on another node.
+    fn start(&self, scope: Scope, id: Uuid) -> Result<Instance, ClusterError>;
+    /// Restarts an active instance (stop, then start).
+    fn reboot(&self, scope: Scope, id: Uuid) -> Result<Instance, ClusterError>;
+    /// Deletes an instance: state `deleted` until its node confirms (`hung` if it never does);
+    /// an instance on no node (never placed, or failed) goes at once.
+    fn delete(&self, scope: Scope, id: Uuid) -> Result<(), ClusterError>;
+    /// Every node known since the controller started, by UUID.
+    fn nodes(&self) -> Vec<Node>;
+    /// One node.
+    fn node(&self, id: Uuid) -> Result<Node, ClusterError>;
+    /// Asks a node to evacuate (its instances stop and start elsewhere; it takes no new work).
+    fn evacuate(&self, id: Uuid) -> Result<(), ClusterError>;
+    /// Asks an evacuated node to take work again.
+    fn restore(&self, id: Uuid) -> Result<(), ClusterError>;
+    /// The most recent frame traces, newest last.
+    fn traces(&self) -> Vec<Trace>;
+    /// Whether the controller has a session with the scheduler now.
+    fn connected(&self) -> bool;
+}
