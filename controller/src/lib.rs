@@ -4,4 +4,5 @@
 #![forbid(unsafe_code)]
 
 pub mod cluster;
+pub mod engine;
 pub mod store;
