@@ -3,7 +3,7 @@
 //! SSNTP frames to the scheduler, and it drives the instance state machine from what the
 //! scheduler forwards (STATS, INSTANCE_STOPPED/DELETED, START_FAILURE, NODE_*, CNCI events).
 //!
-//! The engine is synchronous and owns no task: [`run`] drives it from an SSNTP client's events and
+//! The engine is synchronous and owns no task: [`run()`] drives it from an SSNTP client's events and
 //! a sweep timer; tests drive it directly with a recording [`Outbound`] and explicit times.
 //!
 //! Instance states (the store's [`InstanceState`]):
