@@ -4,5 +4,6 @@
 #![forbid(unsafe_code)]
 
 pub mod cluster;
+pub mod daemon;
 pub mod engine;
 pub mod store;
