@@ -1,0 +1,4 @@
+//! `cumulo`: see the library.
+#![forbid(unsafe_code)]
+
+fn main() {}

@@ -1,0 +1,96 @@
+//! Where `cumulo up` keeps a cluster: one directory with certificates, state, logs and PID files.
+
+use std::path::{Path, PathBuf};
+
+/// The scheduler's SSNTP address.
+pub const SCHEDULER_ADDR: &str = "127.0.0.1:8888";
+/// The controller's API address.
+pub const API_ADDR: &str = "127.0.0.1:8889";
+
+/// The files of one local cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layout {
+    /// The cluster's directory.
+    pub root: PathBuf,
+}
+
+impl Layout {
+    /// The layout under `root`.
+    pub fn new(root: impl Into<PathBuf>) -> Layout {
+        Layout { root: root.into() }
+    }
+
+    /// The default directory: `$XDG_DATA_HOME/cumulo`, else `~/.local/share/cumulo`.
+    pub fn default_root() -> PathBuf {
+        if let Some(data) = std::env::var_os("XDG_DATA_HOME").filter(|d| !d.is_empty()) {
+            return PathBuf::from(data).join("cumulo");
+        }
+        let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("."), PathBuf::from);
+        home.join(".local/share/cumulo")
+    }
+
+    /// The certificate set.
+    pub fn certs(&self) -> PathBuf {
+        self.root.join("certs")
+    }
+
+    /// A certificate of the set and its key (`ca`, `scheduler`, `controller`, `agent`, `admin`).
+    pub fn cert(&self, name: &str) -> (PathBuf, PathBuf) {
+        certtool::cluster::paths(&self.certs(), name)
+    }
+
+    /// The CA certificate.
+    pub fn ca(&self) -> PathBuf {
+        self.cert("ca").0
+    }
+
+    /// The logs.
+    pub fn logs(&self) -> PathBuf {
+        self.root.join("logs")
+    }
+
+    /// A service's log file.
+    pub fn log(&self, service: &str) -> PathBuf {
+        self.logs().join(format!("{service}.log"))
+    }
+
+    /// The PID files.
+    pub fn run(&self) -> PathBuf {
+        self.root.join("run")
+    }
+
+    /// A service's PID file.
+    pub fn pid_file(&self, service: &str) -> PathBuf {
+        self.run().join(format!("{service}.pid"))
+    }
+
+    /// A service's state directory.
+    pub fn state(&self, service: &str) -> PathBuf {
+        self.root.join(service)
+    }
+
+    /// The first admin's password.
+    pub fn admin_password(&self) -> PathBuf {
+        self.root.join("admin-password")
+    }
+
+    /// The demo user's password.
+    pub fn demo_password(&self) -> PathBuf {
+        self.root.join("demo-password")
+    }
+
+    /// The exports for the CLIs, written by `up`.
+    pub fn env_file(&self) -> PathBuf {
+        self.root.join("env")
+    }
+
+    /// `up`'s own lock, held while it starts the cluster.
+    pub fn lock(&self) -> PathBuf {
+        self.root.join("up.lock")
+    }
+
+    /// Whether `path` is inside the cluster's directory.
+    pub fn owns(&self, path: &Path) -> bool {
+        path.starts_with(&self.root)
+    }
+}
