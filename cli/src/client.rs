@@ -203,12 +203,16 @@ impl Connection {
 
     /// POST with a JSON body.
     pub fn post(&self, path: &str, body: &Value) -> Result<Value, ClientError> {
-        Ok(self.request("POST", path, Some(body))?.unwrap_or(Value::Null))
+        Ok(self
+            .request("POST", path, Some(body))?
+            .unwrap_or(Value::Null))
     }
 
     /// PUT with a JSON body.
     pub fn put(&self, path: &str, body: &Value) -> Result<Value, ClientError> {
-        Ok(self.request("PUT", path, Some(body))?.unwrap_or(Value::Null))
+        Ok(self
+            .request("PUT", path, Some(body))?
+            .unwrap_or(Value::Null))
     }
 
     /// DELETE.
@@ -245,7 +249,10 @@ mod tests {
 
     #[test]
     fn error_bodies_give_their_message() {
-        let e = api_error(404, r#"{"itemNotFound": {"code": 404, "message": "no such server"}}"#);
+        let e = api_error(
+            404,
+            r#"{"itemNotFound": {"code": 404, "message": "no such server"}}"#,
+        );
         assert_eq!(e.to_string(), "404: no such server");
         let e = api_error(400, r#"{"error": {"code": 400, "message": "bad"}}"#);
         assert_eq!(e.to_string(), "400: bad");

@@ -3,5 +3,8 @@
 //! manage the local cluster's processes.
 #![forbid(unsafe_code)]
 
+pub mod args;
 pub mod client;
+pub mod commands;
+pub mod routes;
 pub mod up;

@@ -65,9 +65,7 @@ pub fn spawn(spec: &Spec, log: &Path, pid_file: &Path) -> Result<Running, ProcEr
         .append(true)
         .open(log)
         .map_err(io(format!("{}", log.display())))?;
-    let err = out
-        .try_clone()
-        .map_err(io(format!("{}", log.display())))?;
+    let err = out.try_clone().map_err(io(format!("{}", log.display())))?;
     let child = Command::new(&spec.program)
         .args(&spec.args)
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
@@ -184,7 +182,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let pid_file = dir.path().join("x.pid");
         // This test process is alive, but it is not "cumulo-scheduler".
-        std::fs::write(&pid_file, format!("{} cumulo-scheduler\n", std::process::id())).unwrap();
+        std::fs::write(
+            &pid_file,
+            format!("{} cumulo-scheduler\n", std::process::id()),
+        )
+        .unwrap();
         assert_eq!(running(&pid_file), None);
         std::fs::write(&pid_file, "garbage").unwrap();
         assert_eq!(running(&pid_file), None);
