@@ -162,6 +162,7 @@ async fn tokens_validate_expire_and_cannot_be_forged() {
             "/v3/auth/projects",
             "/compute/v2.1/servers",
             "/image/v2/images",
+            "/cumulo/v1/instances",
         ] {
             let (status, headers, body) = c.send(Method::GET, path, Some(token), None).await;
             assert_eq!(status, StatusCode::UNAUTHORIZED, "{what} on {path}: {body}");

@@ -5,5 +5,7 @@
 
 mod compute;
 mod identity;
+mod native;
 mod openstack;
 mod support;
+mod tls;
