@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod compute;
+mod docs;
 mod identity;
 mod native;
 mod openstack;
