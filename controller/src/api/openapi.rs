@@ -69,6 +69,21 @@ fn object(fields: &[(&str, Value, bool)], closed: bool) -> Value {
     v
 }
 
+/// Forbids `public: true` together with a `tenant` (an object is one or the other).
+trait NotBoth {
+    fn merge_not_both(self) -> Value;
+}
+
+impl NotBoth for Value {
+    fn merge_not_both(mut self) -> Value {
+        self["not"] = json!({
+            "required": ["public", "tenant"],
+            "properties": {"public": {"enum": [true]}},
+        });
+        self
+    }
+}
+
 fn list_of(key: &str, item: &str) -> Value {
     object(
         &[(key, json!({"type": "array", "items": r(item)}), true)],
@@ -189,7 +204,7 @@ fn schemas() -> Value {
             ("reference", json!({"type": "string", "minLength": 1, "pattern": "\\S"}), true),
             ("public", json!({"type": "boolean"}), false),
             ("tenant", uuid(), false),
-        ], true),
+        ], true).merge_not_both(),
         "Workload": object(&[
             ("id", uuid(), true),
             ("name", string(), true),
@@ -206,7 +221,7 @@ fn schemas() -> Value {
             ("user_data", json!({"type": "string", "maxLength": 65535}), false),
             ("public", json!({"type": "boolean"}), false),
             ("tenant", uuid(), false),
-        ], true),
+        ], true).merge_not_both(),
         "WorkloadUpdate": object(&[
             ("name", name(), false),
             ("user_data", json!({"type": "string", "maxLength": 65535}), false),

@@ -334,7 +334,7 @@ async fn catalog_workloads_and_instances_with_cross_tenant_attempts() {
         "/cumulo/v1/workloads",
         &b,
         Some(json!({"name": "steal", "flavor": w.flavor.id, "image": image_id})),
-        400,
+        404,
     )
     .await;
 
@@ -458,7 +458,7 @@ async fn catalog_workloads_and_instances_with_cross_tenant_attempts() {
         "/cumulo/v1/instances",
         &b,
         Some(json!({"workload": wid, "name": "x"})),
-        400,
+        404,
     )
     .await;
     ok(
@@ -728,6 +728,12 @@ async fn native_bad_input() {
         (
             Method::POST,
             "/cumulo/v1/tenants",
+            json!({"name": "x", "quota": null}),
+            400,
+        ),
+        (
+            Method::POST,
+            "/cumulo/v1/tenants",
             json!({"name": "x", "subnet_prefix": 8}),
             400,
         ),
@@ -767,13 +773,13 @@ async fn native_bad_input() {
             Method::POST,
             "/cumulo/v1/workloads",
             json!({"name": "w", "flavor": uuid::Uuid::new_v4(), "image": w.image.id}),
-            400,
+            404,
         ),
         (
             Method::POST,
             "/cumulo/v1/instances",
             json!({"workload": uuid::Uuid::new_v4(), "name": "x"}),
-            400,
+            404,
         ),
         (
             Method::POST,

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use super::views;
-use crate::api::extract::{JsonBody, path_id};
+use crate::api::extract::{JsonBody, path_id, present};
 use crate::api::{ApiError, ApiState, Principal};
 use crate::store::{ImageKind, NewFlavor, NewImage};
 
@@ -91,7 +91,7 @@ pub struct CreateImage {
     reference: String,
     #[serde(default)]
     public: bool,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     tenant: Option<Uuid>,
 }
 

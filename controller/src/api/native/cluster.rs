@@ -91,7 +91,10 @@ pub async fn events(
     QueryParams(query): QueryParams<EventQuery>,
 ) -> Result<Json<Value>, ApiError> {
     let scope = caller.scope()?;
-    let limit = query.limit.unwrap_or(100).clamp(1, 1000);
+    let limit = query.limit.unwrap_or(100);
+    if !(1..=1000).contains(&limit) {
+        return Err(ApiError::BadRequest("limit must be from 1 to 1000".into()));
+    }
     let events = state
         .store(move |s| Ok(s.events(scope, query.after, limit)?))
         .await?;

@@ -11,7 +11,7 @@ use uuid::Uuid;
 
 use super::views;
 use crate::api::compute::headroom;
-use crate::api::extract::{JsonBody, QueryParams, path_id};
+use crate::api::extract::{JsonBody, QueryParams, path_id, present};
 use crate::api::{ApiError, ApiState, Principal};
 use crate::cluster::Launch;
 use crate::store::{InstanceFilter, Page, Scope, StoreError};
@@ -31,9 +31,9 @@ pub struct ListQuery {
 pub struct CreateInstances {
     workload: Uuid,
     name: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     count: Option<u32>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     tenant: Option<Uuid>,
 }
 
@@ -43,13 +43,27 @@ pub async fn list(
     QueryParams(query): QueryParams<ListQuery>,
 ) -> Result<Json<Value>, ApiError> {
     let scope = caller.scope()?;
+    let limit = query.limit.unwrap_or(100);
+    if !(1..=Page::MAX_LIMIT).contains(&limit) {
+        return Err(ApiError::BadRequest(format!(
+            "limit must be from 1 to {}",
+            Page::MAX_LIMIT
+        )));
+    }
     let page = Page {
         marker: query.marker,
-        limit: query.limit.unwrap_or(100).clamp(1, Page::MAX_LIMIT),
+        limit,
     };
     let filter = InstanceFilter { node: query.node };
     let paged = state
-        .store(move |s| Ok(s.instances(scope, filter, page)?))
+        .store(move |s| match s.instances(scope, filter, page) {
+            Ok(paged) => Ok(paged),
+            // The marker names no instance the caller sees.
+            Err(StoreError::Invalid(_)) if page.marker.is_some() => {
+                Err(ApiError::NotFound("the marker names no instance".into()))
+            }
+            Err(e) => Err(e.into()),
+        })
         .await?;
     let instances: Vec<Value> = paged.items.iter().map(views::instance).collect();
     Ok(Json(json!({"instances": instances, "next": paged.next})))
@@ -91,14 +105,8 @@ pub async fn create(
     }
     let instances = state
         .cluster(move |s, cluster| {
-            let bad = |e: StoreError| match e {
-                StoreError::NotFound { .. } => ApiError::BadRequest(e.to_string()),
-                other => other.into(),
-            };
-            s.tenant(tenant).map_err(bad)?;
-            let workload = s
-                .workload(Scope::Tenant(tenant), body.workload)
-                .map_err(bad)?;
+            s.tenant(tenant)?;
+            let workload = s.workload(Scope::Tenant(tenant), body.workload)?;
             let flavor = s.flavor(workload.flavor)?;
             if headroom(s, tenant, flavor.vcpus, flavor.memory_mb)? < u64::from(count) {
                 return Err(ApiError::OverLimit(format!(

@@ -5,8 +5,9 @@
 //!
 //! Authentication: the same bearer token as the OpenStack routes, or the admin client
 //! certificate. Admins see every tenant's objects; members their project's (another tenant's
-//! objects are 404). Request bodies deny unknown fields (400). An id in a path that is not a
-//! UUID names no object (404).
+//! objects are 404). Request bodies must be JSON objects and deny unknown fields and `null`s
+//! for optional fields (400). An id in a path that is not a UUID names no object (404), and so
+//! does an id in a body that names no object the caller may see (404).
 
 mod catalog;
 mod cluster;

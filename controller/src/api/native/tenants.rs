@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use super::views;
-use crate::api::extract::{JsonBody, path_id};
+use crate::api::extract::{JsonBody, path_id, present};
 use crate::api::{ApiError, ApiState, Principal};
 use crate::store::{NewTenant, Quota, TenantChange};
 
@@ -40,18 +40,18 @@ impl From<QuotaBody> for Quota {
 #[serde(deny_unknown_fields)]
 pub struct CreateTenant {
     name: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     quota: Option<QuotaBody>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     subnet_prefix: Option<u8>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct UpdateTenant {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     name: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     quota: Option<QuotaBody>,
 }
 

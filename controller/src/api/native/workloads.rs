@@ -11,9 +11,9 @@ use uuid::Uuid;
 
 use super::catalog::owner_for;
 use super::views;
-use crate::api::extract::{JsonBody, path_id};
+use crate::api::extract::{JsonBody, path_id, present};
 use crate::api::{ApiError, ApiState, Principal};
-use crate::store::{NewWorkload, Scope, StoreError, WorkloadChange};
+use crate::store::{NewWorkload, Scope, WorkloadChange};
 
 /// The most user data a workload holds.
 const MAX_USER_DATA: usize = 65_535;
@@ -28,16 +28,16 @@ pub struct CreateWorkload {
     user_data: String,
     #[serde(default)]
     public: bool,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     tenant: Option<Uuid>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct UpdateWorkload {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     name: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     user_data: Option<String>,
 }
 
@@ -88,10 +88,10 @@ pub async fn create(
     };
     let workload = state
         .store(move |s| {
-            // A flavor or image that is missing (or not the owner's to see) is bad input.
-            s.flavor(new.flavor).map_err(bad_reference)?;
+            // A flavor or image that is missing (or not the owner's to see): not found.
+            s.flavor(new.flavor)?;
             let seen_by = new.owner.map_or(Scope::All, Scope::Tenant);
-            let image = s.image(seen_by, new.image).map_err(bad_reference)?;
+            let image = s.image(seen_by, new.image)?;
             if new.owner.is_none() && image.owner.is_some() {
                 return Err(ApiError::BadRequest(
                     "a public workload needs a public image".into(),
@@ -101,13 +101,6 @@ pub async fn create(
         })
         .await?;
     Ok((StatusCode::CREATED, Json(views::workload(&workload))).into_response())
-}
-
-fn bad_reference(e: StoreError) -> ApiError {
-    match e {
-        StoreError::NotFound { .. } => ApiError::BadRequest(e.to_string()),
-        other => other.into(),
-    }
 }
 
 pub async fn update(
