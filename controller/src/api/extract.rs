@@ -34,15 +34,33 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for JsonBody<T> {
     }
 }
 
-/// Parses a JSON body; an empty or malformed body, or one of the wrong shape, is a 400.
+/// Parses a JSON body, which must be an object; an empty or malformed body, or one of the wrong
+/// shape, is a 400.
 pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Err(ApiError::BadRequest(
             "a JSON request body is required".into(),
         ));
     }
-    serde_json::from_slice(bytes)
-        .map_err(|e| ApiError::BadRequest(format!("malformed request body: {e}")))
+    let value: serde_json::Value = serde_json::from_slice(bytes)
+        .map_err(|e| ApiError::BadRequest(format!("malformed request body: {e}")))?;
+    if !value.is_object() {
+        return Err(ApiError::BadRequest(
+            "the request body must be a JSON object".into(),
+        ));
+    }
+    serde_json::from_value(value)
+        .map_err(|e| ApiError::BadRequest(format!("invalid request body: {e}")))
+}
+
+/// For optional body fields that may be absent but not `null`: with `#[serde(default,
+/// deserialize_with = "present")]`, absent is `None` and `null` is an error.
+pub fn present<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::Deserialize<'de>,
+{
+    T::deserialize(deserializer).map(Some)
 }
 
 /// A query string parsed into `T` (unknown parameters are ignored unless `T` denies them).
@@ -99,6 +117,23 @@ mod tests {
             let error = parse_json::<Strict>(bad).unwrap_err();
             assert_eq!(error.status(), StatusCode::BAD_REQUEST, "{bad:?}");
         }
+    }
+
+    #[derive(Debug, serde::Deserialize)]
+    struct Optional {
+        #[serde(default, deserialize_with = "present")]
+        count: Option<u32>,
+    }
+
+    #[test]
+    fn optional_fields_may_be_absent_but_not_null() {
+        assert_eq!(parse_json::<Optional>(b"{}").unwrap().count, None);
+        assert_eq!(
+            parse_json::<Optional>(br#"{"count":2}"#).unwrap().count,
+            Some(2)
+        );
+        assert!(parse_json::<Optional>(br#"{"count":null}"#).is_err());
+        assert!(parse_json::<Optional>(b"[1]").is_err());
     }
 
     #[test]

@@ -4,6 +4,9 @@
 #![allow(clippy::unwrap_used)]
 
 mod compute;
+mod docs;
 mod identity;
+mod native;
 mod openstack;
 mod support;
+mod tls;

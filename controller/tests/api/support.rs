@@ -230,6 +230,18 @@ impl Client {
         headers: &[(&str, &str)],
         body: Vec<u8>,
     ) -> (StatusCode, HeaderMap, Value) {
+        self.try_request(method, path, headers, body).await.unwrap()
+    }
+
+    /// As [`Client::request`], with connection and TLS failures as errors.
+    pub async fn try_request(
+        &self,
+        method: Method,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Vec<u8>,
+    ) -> Result<(StatusCode, HeaderMap, Value), String> {
+        let e = |e: &dyn std::fmt::Display| e.to_string();
         let mut request = Request::builder()
             .method(method)
             .uri(path)
@@ -239,37 +251,37 @@ impl Client {
             request = request.header(*name, *value);
         }
         let request = request.body(Full::new(Bytes::from(body))).unwrap();
-        let tcp = TcpStream::connect(self.addr).await.unwrap();
+        let tcp = TcpStream::connect(self.addr).await.map_err(|x| e(&x))?;
         let response = match &self.tls {
             None => {
                 let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
                     .await
-                    .unwrap();
+                    .map_err(|x| e(&x))?;
                 tokio::spawn(conn);
-                sender.send_request(request).await.unwrap()
+                sender.send_request(request).await.map_err(|x| e(&x))?
             }
             Some(config) => {
                 let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
                 let stream = tokio_rustls::TlsConnector::from(config.clone())
                     .connect(name, tcp)
                     .await
-                    .unwrap();
+                    .map_err(|x| e(&x))?;
                 let (mut sender, conn) =
                     hyper::client::conn::http1::handshake(TokioIo::new(stream))
                         .await
-                        .unwrap();
+                        .map_err(|x| e(&x))?;
                 tokio::spawn(conn);
-                sender.send_request(request).await.unwrap()
+                sender.send_request(request).await.map_err(|x| e(&x))?
             }
         };
         let (parts, body) = response.into_parts();
-        let bytes = body.collect().await.unwrap().to_bytes();
+        let bytes = body.collect().await.map_err(|x| e(&x))?.to_bytes();
         let value = if bytes.is_empty() {
             Value::Null
         } else {
             serde_json::from_slice(&bytes)
                 .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()))
         };
-        (parts.status, parts.headers, value)
+        Ok((parts.status, parts.headers, value))
     }
 }

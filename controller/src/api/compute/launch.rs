@@ -142,7 +142,12 @@ fn plan(server: ServerCreate) -> Result<Plan, ApiError> {
 }
 
 /// How many instances of `per` vCPUs and `mem` MiB the tenant's quota still allows.
-fn headroom(store: &dyn Store, tenant: Uuid, vcpus: u32, mem: u64) -> Result<u64, ApiError> {
+pub(crate) fn headroom(
+    store: &dyn Store,
+    tenant: Uuid,
+    vcpus: u32,
+    mem: u64,
+) -> Result<u64, ApiError> {
     let quota = store.tenant(tenant)?.quota;
     let used = store.usage(tenant)?;
     let mut room = u64::MAX;

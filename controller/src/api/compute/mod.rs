@@ -10,6 +10,8 @@ mod flavors;
 mod launch;
 mod servers;
 
+pub(crate) use launch::headroom;
+
 use axum::Json;
 use axum::Router;
 use axum::extract::{Request, State};
