@@ -26,7 +26,7 @@ mod rtnl;
 mod tests;
 
 pub use fake::FakeNetOps;
-pub use names::{Cidr, LinkRole, SubnetId, tap_name};
+pub use names::{Cidr, LinkRole, SubnetId, tap_mac, tap_name};
 pub use network::{
     Attached, Detached, NetConfig, NetError, Network, Rebuilt, Vnic, resolve_tunnel,
 };

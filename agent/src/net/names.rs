@@ -11,9 +11,9 @@
 //!
 //! The full logical identity of each link is its alias (IFLA_IFALIAS, up to 255 bytes), one
 //! line of `key=value` words after a version and a role, for example
-//! `cumulo/1 tap t=<tenant> s=10.0.0.0/24 k=7 c=<CNCI> cip=192.0.2.1 i=<instance> v=<VNIC>`
+//! `cumulo/1 tap t=<tenant> s=10.0.0.0/24 k=7 c=<CNCI> cip=192.0.2.1 i=<instance> m=<VM MAC>`
 //! (UUIDs in their 32-digit form, so that the longest alias, IPv6 everywhere, fits in 255
-//! bytes; a tap's MAC is the link's own address). Every alias carries the whole subnet identity, so that any one
+//! bytes). Every alias carries the whole subnet identity, so that any one
 //! surviving link is enough to rebuild (and repair) its subnet after a restart.
 
 use std::fmt;
@@ -162,8 +162,8 @@ pub enum LinkRole {
         subnet: SubnetId,
         /// The instance.
         instance: Uuid,
-        /// Its VNIC.
-        vnic: Uuid,
+        /// The instance's MAC (the START's; the tap's own address is [`tap_mac`] of it).
+        mac: [u8; 6],
     },
 }
 
@@ -202,12 +202,12 @@ impl LinkRole {
             LinkRole::Tap {
                 subnet,
                 instance,
-                vnic,
+                mac,
             } => format!(
-                "{ALIAS_VERSION} tap {} i={} v={}",
+                "{ALIAS_VERSION} tap {} i={} m={}",
                 subnet.words(),
                 instance.simple(),
-                vnic.simple()
+                mac_hex(mac)
             ),
         }
     }
@@ -236,7 +236,7 @@ impl LinkRole {
             "tap" => Some(LinkRole::Tap {
                 subnet,
                 instance: words.get("i")?.parse().ok()?,
-                vnic: words.get("v")?.parse().ok()?,
+                mac: parse_mac_hex(words.get("m")?)?,
             }),
             _ => None,
         }
@@ -251,24 +251,31 @@ impl<'a> Words<'a> {
     }
 }
 
-/// `02:00:ac:10:00:05`.
-pub fn mac_text(mac: &[u8; 6]) -> String {
-    let [a, b, c, d, e, f] = *mac;
-    format!("{a:02x}:{b:02x}:{c:02x}:{d:02x}:{e:02x}:{f:02x}")
+/// The address of the tap that carries a VM with this MAC: the same with the first octet
+/// `0xfe` (as libvirt does). The tap must not have the VM's own MAC: a bridge keeps its ports'
+/// addresses as its own, so frames for the VM would go up the bridge's stack instead of out of
+/// the tap. `0xfe` is a locally administered unicast octet.
+pub fn tap_mac(vm: &[u8; 6]) -> [u8; 6] {
+    let mut mac = *vm;
+    mac[0] = 0xfe;
+    mac
 }
 
-/// Reads `02:00:ac:10:00:05`.
-pub fn parse_mac(s: &str) -> Option<[u8; 6]> {
-    let mut mac = [0u8; 6];
-    let mut parts = s.split(':');
-    for byte in &mut mac {
-        let part = parts.next()?;
-        if part.len() != 2 {
-            return None;
-        }
-        *byte = u8::from_str_radix(part, 16).ok()?;
+/// `0200ac100005`: a MAC as 12 hex digits (the alias form).
+pub fn mac_hex(mac: &[u8; 6]) -> String {
+    mac.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Reads [`mac_hex`]'s form.
+pub fn parse_mac_hex(s: &str) -> Option<[u8; 6]> {
+    if s.len() != 12 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
     }
-    parts.next().is_none().then_some(mac)
+    let mut mac = [0u8; 6];
+    for (i, byte) in mac.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()?;
+    }
+    Some(mac)
 }
 
 #[cfg(test)]
@@ -338,7 +345,7 @@ mod tests {
             LinkRole::Tap {
                 subnet: s,
                 instance: Uuid::from_u128(u128::MAX),
-                vnic: Uuid::from_u128(u128::MAX - 1),
+                mac: [2, 0, 0xac, 0x10, 0, 5],
             },
         ];
         let v6 = SubnetId {
@@ -353,7 +360,7 @@ mod tests {
             LinkRole::Tap {
                 subnet: v6,
                 instance: Uuid::from_u128(u128::MAX),
-                vnic: Uuid::from_u128(u128::MAX),
+                mac: [0xff; 6],
             },
             LinkRole::Tunnel {
                 subnet: v6,
@@ -387,17 +394,13 @@ mod tests {
     }
 
     #[test]
-    fn macs_round_trip() {
+    fn macs_round_trip_and_taps_get_their_own() {
         let mac = [0x02, 0, 0xac, 0x10, 0, 0xff];
-        assert_eq!(parse_mac(&mac_text(&mac)), Some(mac));
-        for bad in [
-            "",
-            "02:00",
-            "02:00:ac:10:00:ff:00",
-            "2:00:ac:10:00:ff",
-            "zz:00:ac:10:00:ff",
-        ] {
-            assert_eq!(parse_mac(bad), None, "{bad}");
+        assert_eq!(mac_hex(&mac), "0200ac1000ff");
+        assert_eq!(parse_mac_hex(&mac_hex(&mac)), Some(mac));
+        for bad in ["", "0200", "0200ac1000ff00", "0200ac1000fg", "+200ac1000ff"] {
+            assert_eq!(parse_mac_hex(bad), None, "{bad}");
         }
+        assert_eq!(tap_mac(&mac), [0xfe, 0, 0xac, 0x10, 0, 0xff]);
     }
 }

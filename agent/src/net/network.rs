@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
 use uuid::Uuid;
 
-use super::names::{self, LinkRole, SubnetId, bridge_name, tap_name, tunnel_name};
+use super::names::{self, LinkRole, SubnetId, bridge_name, tap_mac, tap_name, tunnel_name};
 use super::ops::{Link, LinkKind, NetOps, OpsError, OpsErrorKind, TunnelSpec};
 use super::{TunnelChoice, TunnelKind};
 use crate::model::NicSpec;
@@ -65,9 +65,7 @@ pub enum NetError {
 pub struct Vnic {
     /// The instance.
     pub instance: Uuid,
-    /// Its VNIC.
-    pub vnic: Uuid,
-    /// The VNIC's MAC.
+    /// The VNIC's MAC: the VM's (its tap gets [`tap_mac`] of it).
     pub mac: [u8; 6],
     /// The subnet.
     pub subnet: SubnetId,
@@ -78,7 +76,6 @@ impl Vnic {
     pub fn of(instance: Uuid, tenant: Uuid, nic: &NicSpec) -> Vnic {
         Vnic {
             instance,
-            vnic: nic.vnic_uuid,
             mac: nic.mac,
             subnet: SubnetId {
                 tenant,
@@ -97,7 +94,7 @@ impl Vnic {
         LinkRole::Tap {
             subnet: self.subnet,
             instance: self.instance,
-            vnic: self.vnic,
+            mac: self.mac,
         }
     }
 }
@@ -391,7 +388,7 @@ impl<O: NetOps> Network<O> {
         let alias = vnic.role().alias();
         let mut state = found(links, &tap, &LinkKind::Tun, &alias);
         if matches!(state, Found::Same | Found::Bare)
-            && links.get(&tap).and_then(|l| l.mac) != Some(vnic.mac)
+            && links.get(&tap).and_then(|l| l.mac) != Some(tap_mac(&vnic.mac))
         {
             // The VM would get another MAC than the START's.
             state = match state {
@@ -419,11 +416,11 @@ impl<O: NetOps> Network<O> {
                 }
                 gone(self.ops.delete(&tap).await)?;
                 links.remove(&tap);
-                self.ops.create_tap(&tap, vnic.mac).await?;
+                self.ops.create_tap(&tap, tap_mac(&vnic.mac)).await?;
                 self.ops.set_alias(&tap, &alias).await?;
             }
             Found::Missing => {
-                self.ops.create_tap(&tap, vnic.mac).await?;
+                self.ops.create_tap(&tap, tap_mac(&vnic.mac)).await?;
                 self.ops.set_alias(&tap, &alias).await?;
             }
         }
@@ -544,14 +541,13 @@ impl<O: NetOps> Network<O> {
                 Some(LinkRole::Tap {
                     subnet,
                     instance,
-                    vnic,
+                    mac,
                 }) if right => {
                     // Taps decide a subnet's identity: they are the instances.
                     ids.insert(subnet.key, subnet);
                     taps.entry(subnet.key).or_default().push(Vnic {
                         instance,
-                        vnic,
-                        mac: link.mac.unwrap_or_default(),
+                        mac,
                         subnet,
                     });
                 }

@@ -5,7 +5,7 @@ use std::net::IpAddr;
 use uuid::Uuid;
 
 use super::fake::Call;
-use super::names::{Cidr, LinkRole, SubnetId, bridge_name, tap_name, tunnel_name};
+use super::names::{Cidr, LinkRole, SubnetId, bridge_name, tap_mac, tap_name, tunnel_name};
 use super::*;
 
 fn ip(s: &str) -> IpAddr {
@@ -37,7 +37,6 @@ fn vnic(n: u8, subnet: SubnetId) -> Vnic {
     Vnic {
         // Distinct in the first 12 hex digits, like random UUIDs.
         instance: Uuid::from_u128(u128::from(n) << 100 | 0xabc),
-        vnic: Uuid::from_u128(u128::from(n) << 64 | 0x77),
         mac: [2, 0, 0, 0, 0, n],
         subnet,
     }
@@ -84,7 +83,7 @@ async fn first_vnic_makes_bridge_vxlan_and_tap_and_says_first() {
                 remote: ip("198.18.0.100"),
                 port: 4789,
             }),
-            Call::CreateTap(a.tap.clone(), v.mac),
+            Call::CreateTap(a.tap.clone(), tap_mac(&v.mac)),
         ]
     );
     let links = fake.links_now();
@@ -98,7 +97,7 @@ async fn first_vnic_makes_bridge_vxlan_and_tap_and_says_first() {
         Some(LinkRole::Tap {
             subnet: s,
             instance: v.instance,
-            vnic: v.vnic,
+            mac: v.mac,
         })
     );
     assert_eq!(
@@ -112,7 +111,7 @@ async fn first_vnic_makes_bridge_vxlan_and_tap_and_says_first() {
     assert!(!b.first);
     assert_eq!(
         created(&fake.take_changes()),
-        vec![Call::CreateTap(b.tap, w.mac)]
+        vec![Call::CreateTap(b.tap, tap_mac(&w.mac))]
     );
 }
 
@@ -481,4 +480,23 @@ fn a_start_nic_becomes_a_vnic() {
     assert_eq!(v.subnet.subnet.to_string(), "10.250.0.0/24");
     assert_eq!(v.subnet.cnci, Uuid::from_u128(6));
     assert_eq!(v.mac, nic.mac);
+}
+
+#[tokio::test]
+async fn a_tap_gets_its_own_mac_and_a_new_vm_mac_makes_it_again() {
+    let fake = FakeNetOps::new();
+    let mut net = net(&fake, TunnelKind::Vxlan);
+    let mut v = vnic(1, subnet(1, 7));
+    let a = net.attach(&v).await.unwrap();
+    assert_eq!(fake.link(&a.tap).unwrap().mac, Some([0xfe, 0, 0, 0, 0, 1]));
+    fake.take_changes();
+    v.mac = [2, 0, 0, 0, 0, 0x42];
+    net.attach(&v).await.unwrap();
+    assert_eq!(
+        created(&fake.take_changes()),
+        vec![
+            Call::Delete(a.tap.clone()),
+            Call::CreateTap(a.tap.clone(), [0xfe, 0, 0, 0, 0, 0x42])
+        ]
+    );
 }
