@@ -13,10 +13,17 @@
 //!   kernel's links after a restart and repairs half-made state.
 //! - [`names`] names the links (a short prefix and an id, within IFNAMSIZ) and writes and reads
 //!   the logical identity each link carries in its alias (IFLA_IFALIAS).
+//! - [`NetBackend`] wraps any [`Backend`](crate::Backend): it plugs an instance's VNIC in
+//!   before the VM is made and unplugs it after the VM is deleted, and hands TENANT_ADDED and
+//!   TENANT_REMOVED ([`TenantChange`]) to the SSNTP wiring. [`NetArgs`] are the daemon's flags
+//!   (`--tunnel`, `--node-ip`, `--vxlan-port`).
 //!
-//! What this module does not do: addresses, routes, DHCP, NAT (the CNCI's job), or sending
-//! TENANT_ADDED/REMOVED (the caller does, from what `attach` and `detach` return).
+//! What this module does not do: addresses, routes, DHCP, NAT (the CNCI's job), or send
+//! frames (the wiring does, from [`TenantChange::payload`]). `docs/networking.md` has the
+//! whole picture.
 
+mod args;
+mod backend;
 pub mod fake;
 pub mod names;
 mod network;
@@ -25,6 +32,8 @@ mod rtnl;
 #[cfg(test)]
 mod tests;
 
+pub use args::{NetArgs, NetArgsError};
+pub use backend::{NetBackend, TenantChange};
 pub use fake::FakeNetOps;
 pub use names::{Cidr, LinkRole, SubnetId, tap_mac, tap_name};
 pub use network::{

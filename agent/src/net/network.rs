@@ -448,8 +448,21 @@ impl<O: NetOps> Network<O> {
             self.detach(vnic.instance).await?;
         }
         let mut links = self.snapshot().await?;
-        self.ensure_subnet(&mut links, &vnic.subnet).await?;
-        let tap = self.ensure_tap(&mut links, vnic).await?;
+        let made = match self.ensure_subnet(&mut links, &vnic.subnet).await {
+            Ok(_) => self.ensure_tap(&mut links, vnic).await,
+            Err(e) => Err(e),
+        };
+        let tap = match made {
+            Ok(tap) => tap,
+            Err(e) => {
+                // Leave no half-made subnet behind that no VNIC uses (and that the CNCI would
+                // never hear of); a subnet in use keeps its links.
+                if !self.subnets.contains_key(&key) {
+                    let _ = self.remove_subnet_links(key).await;
+                }
+                return Err(e);
+            }
+        };
 
         let subnet = self.subnets.entry(key).or_insert_with(|| SubnetState {
             id: vnic.subnet,

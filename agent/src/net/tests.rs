@@ -219,31 +219,49 @@ async fn repeated_attach_changes_nothing() {
 }
 
 #[tokio::test]
-async fn attach_after_a_failure_finishes_the_job_and_is_still_first() {
+async fn a_failed_attach_leaves_nothing_and_the_retry_is_still_first() {
     let fake = FakeNetOps::new();
     let mut net = net(&fake, TunnelKind::Vxlan);
     let v = vnic(1, subnet(1, 7));
     fake.fail_next("create tunnel");
     assert!(matches!(net.attach(&v).await, Err(NetError::Ops(_))));
     assert_eq!(net.vnics().count(), 0);
-    fake.take_changes();
-
-    let a = net.attach(&v).await.unwrap();
-    assert!(a.first, "TENANT_ADDED was never sent");
-    let made = created(&fake.take_changes());
+    assert!(fake.links_now().is_empty(), "{:#?}", fake.links_now());
     assert!(
-        !made.iter().any(|c| matches!(c, Call::CreateBridge(_))),
-        "{made:?}"
+        net.attach(&v).await.unwrap().first,
+        "TENANT_ADDED was never sent"
     );
-    assert_eq!(made.len(), 2, "tunnel and tap: {made:?}");
 
-    // A failure half way through setting an alias leaves a bare link: finished next time.
+    // A subnet in use keeps its links when another VNIC fails to plug in.
+    fake.fail_next("create tap");
+    assert!(net.attach(&vnic(2, subnet(1, 7))).await.is_err());
+    assert!(fake.link(&bridge_name(7)).is_some());
+    assert!(fake.link(&tap_name(v.instance)).is_some());
+}
+
+#[tokio::test]
+async fn attach_finishes_a_link_a_crash_left_unnamed() {
+    let fake = FakeNetOps::new();
+    fake.insert(Link {
+        name: bridge_name(8),
+        kind: LinkKind::Bridge,
+        alias: None,
+        master: None,
+        up: false,
+        mac: None,
+    });
+    let mut net = net(&fake, TunnelKind::Vxlan);
     let w = vnic(2, subnet(2, 8));
-    fake.fail_next("set alias");
-    assert!(net.attach(&w).await.is_err());
-    assert_eq!(fake.link("cb-00000008").unwrap().alias, None);
     assert!(net.attach(&w).await.unwrap().first);
-    assert!(fake.link("cb-00000008").unwrap().alias.is_some());
+    let changes = fake.take_changes();
+    assert!(
+        !changes.iter().any(|c| matches!(c, Call::CreateBridge(_))),
+        "{changes:?}"
+    );
+    assert_eq!(
+        fake.link(&bridge_name(8)).unwrap().alias,
+        Some(LinkRole::Bridge(w.subnet).alias())
+    );
 }
 
 #[tokio::test]
