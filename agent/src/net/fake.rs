@@ -25,6 +25,8 @@ pub enum Call {
     SetMaster(String, String),
     /// [`NetOps::set_up`].
     SetUp(String, bool),
+    /// [`NetOps::set_learning`].
+    SetLearning(String, bool),
     /// [`NetOps::set_alias`].
     SetAlias(String, String),
     /// [`NetOps::delete`].
@@ -61,6 +63,7 @@ fn op_name(call: &Call) -> &'static str {
         Call::CreateTap(..) => "create tap",
         Call::SetMaster(..) => "set master",
         Call::SetUp(..) => "set up",
+        Call::SetLearning(..) => "set learning",
         Call::SetAlias(..) => "set alias",
         Call::Delete(_) => "delete",
     }
@@ -116,6 +119,7 @@ impl FakeNetOps {
         for l in st.links.values_mut() {
             if l.master.as_deref() == Some(name) {
                 l.master = None;
+                l.learning = None;
             }
         }
     }
@@ -164,6 +168,7 @@ impl FakeNetOps {
                 master: None,
                 up: false,
                 mac,
+                learning: None,
             },
         );
         Ok(())
@@ -217,12 +222,27 @@ impl NetOps for FakeNetOps {
             return Err(not_found(bridge));
         }
         let link = st.links.get_mut(name).ok_or_else(|| not_found(name))?;
-        link.master = Some(bridge.to_string());
+        if link.master.as_deref() != Some(bridge) {
+            link.master = Some(bridge.to_string());
+            link.learning = Some(true);
+        }
         Ok(())
     }
 
     async fn set_up(&self, name: &str, up: bool) -> Result<(), OpsError> {
         self.change(Call::SetUp(name.into(), up), name, |l| l.up = up)
+    }
+
+    async fn set_learning(&self, name: &str, on: bool) -> Result<(), OpsError> {
+        let call = Call::SetLearning(name.into(), on);
+        let mut st = self.record(call, name)?;
+        let link = st
+            .links
+            .get_mut(name)
+            .filter(|l| l.master.is_some())
+            .ok_or_else(|| OpsError::new("set learning", name, OpsErrorKind::NotFound))?;
+        link.learning = Some(on);
+        Ok(())
     }
 
     async fn set_alias(&self, name: &str, alias: &str) -> Result<(), OpsError> {
@@ -239,6 +259,7 @@ impl NetOps for FakeNetOps {
         for l in st.links.values_mut() {
             if l.master.as_deref() == Some(name) {
                 l.master = None;
+                l.learning = None;
             }
         }
         Ok(())

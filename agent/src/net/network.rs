@@ -301,18 +301,25 @@ impl<O: NetOps> Network<O> {
             .collect())
     }
 
-    /// Makes sure a link is up and, if it is a port, on `bridge`.
+    /// Makes sure a link is up and, if it is a port, on `bridge` (learning there as `learn`
+    /// says, when given).
     async fn finish(
         &self,
         links: &Links,
         name: &str,
-        bridge: Option<&str>,
+        bridge: Option<(&str, Option<bool>)>,
     ) -> Result<(), NetError> {
         let now = links.get(name);
-        if let Some(bridge) = bridge
-            && now.and_then(|l| l.master.as_deref()) != Some(bridge)
-        {
-            self.ops.set_master(name, bridge).await?;
+        if let Some((bridge, learn)) = bridge {
+            let joined = now.and_then(|l| l.master.as_deref()) == Some(bridge);
+            if !joined {
+                self.ops.set_master(name, bridge).await?;
+            }
+            if let Some(learn) = learn
+                && !(joined && now.and_then(|l| l.learning) == Some(learn))
+            {
+                self.ops.set_learning(name, learn).await?;
+            }
         }
         if !now.is_some_and(|l| l.up) {
             self.ops.set_up(name, true).await?;
@@ -377,7 +384,12 @@ impl<O: NetOps> Network<O> {
                 made.push(tunnel.clone());
             }
         }
-        self.finish(links, &tunnel, Some(&bridge)).await?;
+        // No learning on the tunnel port: everything behind it is one destination anyway, and
+        // a CNCI that reflects a node's own broadcasts back to it (one VXLAN device for all
+        // its nodes, with hairpin) would otherwise teach the bridge that the node's own VMs
+        // are behind the tunnel, and cut them off.
+        self.finish(links, &tunnel, Some((&bridge, Some(false))))
+            .await?;
         Ok(made)
     }
 
@@ -424,7 +436,7 @@ impl<O: NetOps> Network<O> {
                 self.ops.set_alias(&tap, &alias).await?;
             }
         }
-        self.finish(links, &tap, Some(&bridge)).await?;
+        self.finish(links, &tap, Some((&bridge, None))).await?;
         Ok(tap)
     }
 
@@ -591,8 +603,12 @@ impl<O: NetOps> Network<O> {
             let made = self.ensure_subnet(&mut links, &id).await?;
             out.created.extend(made);
             for v in &vnics {
-                self.finish(&links, &tap_name(v.instance), Some(&bridge_name(key)))
-                    .await?;
+                self.finish(
+                    &links,
+                    &tap_name(v.instance),
+                    Some((&bridge_name(key), None)),
+                )
+                .await?;
             }
             let instances: BTreeSet<Uuid> = vnics.iter().map(|v| v.instance).collect();
             self.vnics.extend(vnics.iter().map(|v| (v.instance, *v)));

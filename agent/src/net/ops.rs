@@ -47,6 +47,8 @@ pub struct Link {
     pub up: bool,
     /// Its MAC address, if it has one.
     pub mac: Option<[u8; 6]>,
+    /// Whether the bridge learns addresses on it, if it is a bridge port.
+    pub learning: Option<bool>,
 }
 
 /// An overlay tunnel to make.
@@ -168,6 +170,13 @@ pub trait NetOps: Send + Sync + 'static {
         &self,
         name: &str,
         bridge: &str,
+    ) -> impl Future<Output = Result<(), OpsError>> + Send;
+
+    /// Sets whether the bridge a link is on learns addresses from it.
+    fn set_learning(
+        &self,
+        name: &str,
+        on: bool,
     ) -> impl Future<Output = Result<(), OpsError>> + Send;
 
     /// Sets a link up or down.

@@ -10,9 +10,10 @@
 
 use futures_util::TryStreamExt;
 use rtnetlink::packet_route::link::{
-    GreIOFlags, InfoKind, LinkAttribute, LinkFlags, LinkInfo, LinkMessage,
+    GreIOFlags, InfoBridgePort, InfoKind, InfoPortData, LinkAttribute, LinkFlags, LinkInfo,
+    LinkMessage,
 };
-use rtnetlink::{Handle, LinkBridge, LinkGre, LinkUnspec, LinkVxlan};
+use rtnetlink::{Handle, LinkBridge, LinkBridgePort, LinkGre, LinkUnspec, LinkVxlan};
 use std::collections::HashMap;
 use std::net::IpAddr;
 
@@ -99,6 +100,7 @@ fn link_of(msg: &LinkMessage, names: &HashMap<u32, String>) -> Option<Link> {
     let mut master = None;
     let mut mac = None;
     let mut kind = LinkKind::Other(String::new());
+    let mut learning = None;
     for attr in &msg.attributes {
         match attr {
             LinkAttribute::IfName(n) => name = Some(n.clone()),
@@ -107,6 +109,12 @@ fn link_of(msg: &LinkMessage, names: &HashMap<u32, String>) -> Option<Link> {
             LinkAttribute::Address(a) => mac = <[u8; 6]>::try_from(a.as_slice()).ok(),
             LinkAttribute::LinkInfo(infos) => {
                 for info in infos {
+                    if let LinkInfo::PortData(InfoPortData::BridgePort(port)) = info {
+                        learning = port.iter().find_map(|p| match p {
+                            InfoBridgePort::Learning(on) => Some(*on),
+                            _ => None,
+                        });
+                    }
                     if let LinkInfo::Kind(k) = info {
                         kind = match k {
                             InfoKind::Bridge => LinkKind::Bridge,
@@ -122,6 +130,7 @@ fn link_of(msg: &LinkMessage, names: &HashMap<u32, String>) -> Option<Link> {
             _ => {}
         }
     }
+    let learning = learning.filter(|_| master.is_some());
     Some(Link {
         name: name?,
         kind,
@@ -129,6 +138,7 @@ fn link_of(msg: &LinkMessage, names: &HashMap<u32, String>) -> Option<Link> {
         master,
         up: msg.header.flags.contains(LinkFlags::Up),
         mac,
+        learning,
     })
 }
 
@@ -242,6 +252,18 @@ impl NetOps for RtNetOps {
         let index = self.index("set master", bridge).await?;
         let msg = LinkUnspec::new_with_name(name).controller(index).build();
         self.set("set master", name, msg).await
+    }
+
+    async fn set_learning(&self, name: &str, on: bool) -> Result<(), OpsError> {
+        // Bridge port settings go in RTM_NEWLINK (IFLA_INFO_SLAVE_DATA), not RTM_SETLINK.
+        let index = self.index("set learning", name).await?;
+        let msg = LinkBridgePort::new(index).learning(on).build();
+        self.handle
+            .link()
+            .set_port(msg)
+            .execute()
+            .await
+            .map_err(fail("set learning", name))
     }
 
     async fn set_up(&self, name: &str, up: bool) -> Result<(), OpsError> {

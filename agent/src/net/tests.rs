@@ -90,6 +90,12 @@ async fn first_vnic_makes_bridge_vxlan_and_tap_and_says_first() {
     let tunnel = &links["cv-000afa00"];
     let tap = &links[&a.tap];
     assert_eq!(tunnel.master.as_deref(), Some("cb-000afa00"));
+    assert_eq!(
+        tunnel.learning,
+        Some(false),
+        "no learning on the tunnel port"
+    );
+    assert_eq!(links[&a.tap].learning, Some(true));
     assert_eq!(tap.master.as_deref(), Some("cb-000afa00"));
     assert!(links.values().all(|l| l.up), "{links:#?}");
     assert_eq!(
@@ -171,6 +177,7 @@ async fn auto_picks_gretap_only_where_the_kernel_has_it() {
         master: None,
         up: false,
         mac: None,
+        learning: None,
     });
     assert_eq!(
         resolve_tunnel(&left, TunnelChoice::Auto).await.unwrap(),
@@ -249,6 +256,7 @@ async fn attach_finishes_a_link_a_crash_left_unnamed() {
         master: None,
         up: false,
         mac: None,
+        learning: None,
     });
     let mut net = net(&fake, TunnelKind::Vxlan);
     let w = vnic(2, subnet(2, 8));
@@ -362,6 +370,7 @@ async fn rebuild_repairs_half_made_and_stale_links() {
         master: None,
         up: false,
         mac: None,
+        learning: None,
     };
     fake.insert(bare("ct-0123456789ab", LinkKind::Tun));
     let emptied = subnet(3, 99);

@@ -1,10 +1,12 @@
 //! Tenant networking for real: [`RtNetOps`] and [`Network`] in network namespaces these tests
-//! make (root only). Two "hosts" joined by a veth pair each make the bridge, overlay tunnel and
-//! tap of a tenant subnet; a "guest" namespace per instance, plugged into the host's bridge by
-//! a veth pair (standing in for the VM on the tap), pings across the overlay. Another tenant
-//! with the same subnet address and another key is cut off; an agent restart (a new
-//! `Network`, rebuilt from the links' aliases) keeps traffic flowing; the last detach removes
-//! everything.
+//! make (root only). Two compute "hosts" and a stand-in CNCI, joined by a switch namespace:
+//! each host makes the bridge, overlay tunnel (to the CNCI) and tap of a tenant subnet; the
+//! CNCI terminates both tunnels on one bridge (made here with `ip`: the real CNCI is
+//! `cumulo-cnci`'s job); a "guest" namespace per instance, plugged into its host's bridge by a
+//! veth pair (standing in for the VM on the tap), pings the other host's guest through the
+//! CNCI. Another tenant with the same subnet address and another key is cut off; an agent
+//! restart (a new `Network`, rebuilt from the links' aliases) keeps traffic flowing; the last
+//! detach removes everything.
 //!
 //! Without root or `ip`/`ping` the tests say why and pass, unless `CUMULO_REQUIRE_NETNS=1` (CI)
 //! makes that a failure. Every namespace is deleted by a guard, also when a test fails.
@@ -265,14 +267,72 @@ fn mac_text(mac: &[u8; 6]) -> String {
         .join(":")
 }
 
-/// Two hosts joined by a veth pair: 198.18.0.1 and 198.18.0.2.
-fn underlay(h1: &Netns, h2: &Netns) {
-    h1.ip(&[
-        "link", "add", "u1", "type", "veth", "peer", "name", "u2", "netns", &h2.name,
-    ]);
-    for (ns, dev, addr) in [(h1, "u1", "198.18.0.1/24"), (h2, "u2", "198.18.0.2/24")] {
-        ns.ip(&["addr", "add", addr, "dev", dev]);
-        ns.ip(&["link", "set", dev, "up"]);
+/// Namespaces joined by a bridge in a switch namespace, each with `u0` at its address.
+fn underlay(switch: &Netns, hosts: &[(&Netns, &str)]) {
+    switch.ip(&["link", "add", "sw", "type", "bridge"]);
+    switch.ip(&["link", "set", "sw", "up"]);
+    for (i, (ns, addr)) in hosts.iter().enumerate() {
+        let port = format!("p{i}");
+        switch.ip(&[
+            "link", "add", &port, "type", "veth", "peer", "name", "u0", "netns", &ns.name,
+        ]);
+        switch.ip(&["link", "set", &port, "master", "sw", "up"]);
+        ns.ip(&["addr", "add", &format!("{addr}/24"), "dev", "u0"]);
+        ns.ip(&["link", "set", "u0", "up"]);
+    }
+}
+
+const CNCI_IP: &str = "198.18.0.100";
+
+/// `bridge ARGS` in a namespace.
+fn bridge_cmd(ns: &Netns, args: &[&str]) {
+    run(Command::new("ip")
+        .args(["netns", "exec", &ns.name, "bridge"])
+        .args(args));
+}
+
+/// A stand-in CNCI for one subnet: the compute nodes' tunnels end on one bridge. VXLAN: one
+/// device per VNI (the kernel allows no second one in a namespace), flooding to every node,
+/// with hairpin so that node-to-node frames go back out of it. GRE-tap: one tunnel per node.
+fn cnci_subnet(cnci: &Netns, kind: TunnelKind, key: u32, nodes: &[&str]) {
+    let bridge = format!("sb{key:x}");
+    cnci.ip(&["link", "add", &bridge, "type", "bridge"]);
+    cnci.ip(&["link", "set", &bridge, "up"]);
+    let key_text = key.to_string();
+    match kind {
+        TunnelKind::Vxlan => {
+            let dev = format!("sv{key:x}");
+            cnci.ip(&[
+                "link", "add", &dev, "type", "vxlan", "id", &key_text, "local", CNCI_IP, "dstport",
+                "4789",
+            ]);
+            cnci.ip(&["link", "set", &dev, "master", &bridge, "up"]);
+            for node in nodes {
+                bridge_cmd(
+                    cnci,
+                    &[
+                        "fdb",
+                        "append",
+                        "00:00:00:00:00:00",
+                        "dev",
+                        &dev,
+                        "dst",
+                        node,
+                    ],
+                );
+            }
+            bridge_cmd(cnci, &["link", "set", "dev", &dev, "hairpin", "on"]);
+        }
+        TunnelKind::GreTap => {
+            for (i, node) in nodes.iter().enumerate() {
+                let dev = format!("sg{key:x}-{i}");
+                cnci.ip(&[
+                    "link", "add", &dev, "type", "gretap", "key", &key_text, "local", CNCI_IP,
+                    "remote", node,
+                ]);
+                cnci.ip(&["link", "set", &dev, "master", &bridge, "up"]);
+            }
+        }
     }
 }
 
@@ -300,18 +360,28 @@ fn two_hosts_overlay_isolation_restart_and_cleanup() {
     if !can_run("two_hosts_overlay_isolation_restart_and_cleanup") {
         return;
     }
-    let (h1, h2) = (Netns::new("h1"), Netns::new("h2"));
-    underlay(&h1, &h2);
+    let (switch, h1, h2, cnci) = (
+        Netns::new("sw"),
+        Netns::new("h1"),
+        Netns::new("h2"),
+        Netns::new("cnci"),
+    );
+    underlay(
+        &switch,
+        &[(&h1, "198.18.0.1"), (&h2, "198.18.0.2"), (&cnci, CNCI_IP)],
+    );
     let (host1, host2) = (Host::new(&h1), Host::new(&h2));
     let n1 = host1.network("198.18.0.1");
     let n2 = host2.network("198.18.0.2");
     let kind = host1.tunnel(&n1);
     eprintln!("tunnel kind here: {kind}");
+    for key in [KEY_A, KEY_B] {
+        cnci_subnet(&cnci, kind, key, &["198.18.0.1", "198.18.0.2"]);
+    }
 
-    // Tenant A: one instance on each host. Each host's tunnel goes to the other (standing in
-    // for the CNCI, which would join the two).
-    let a1 = vnic(1, subnet(TENANT_A, KEY_A, "198.18.0.2"));
-    let a2 = vnic(2, subnet(TENANT_A, KEY_A, "198.18.0.1"));
+    // Tenant A: one instance on each host.
+    let a1 = vnic(1, subnet(TENANT_A, KEY_A, CNCI_IP));
+    let a2 = vnic(2, subnet(TENANT_A, KEY_A, CNCI_IP));
     let at1 = host1.attach(&n1, a1);
     let at2 = host2.attach(&n2, a2);
     assert!(at1.first && at2.first);
@@ -327,11 +397,12 @@ fn two_hosts_overlay_isolation_restart_and_cleanup() {
         tunnel.contains(&format!("master {}", at1.bridge)),
         "{tunnel}"
     );
+    assert!(tunnel.contains("learning off"), "{tunnel}");
     match kind {
         TunnelKind::Vxlan => assert!(tunnel.contains(&format!("vxlan id {KEY_A}")), "{tunnel}"),
         TunnelKind::GreTap => assert!(tunnel.contains("gretap"), "{tunnel}"),
     }
-    assert!(tunnel.contains("remote 198.18.0.2"), "{tunnel}");
+    assert!(tunnel.contains(&format!("remote {CNCI_IP}")), "{tunnel}");
     let alias = tunnel
         .lines()
         .find_map(|l| l.trim().strip_prefix("alias "))
@@ -343,12 +414,16 @@ fn two_hosts_overlay_isolation_restart_and_cleanup() {
 
     let ga1 = guest(&h1, &at1.bridge, "vh-a1", &a1, "10.250.0.1/24");
     let ga2 = guest(&h2, &at2.bridge, "vh-a2", &a2, "10.250.0.2/24");
-    assert!(ga1.reaches("10.250.0.2"), "tenant A across the overlay");
+    assert!(
+        ga1.reaches("10.250.0.2"),
+        "tenant A across the overlay, through the CNCI"
+    );
+    assert!(ga2.reaches("10.250.0.1"), "and back");
     assert!(neighbour(&ga1, "10.250.0.2").contains(&mac_text(&a2.mac)));
 
     // Tenant B: the same subnet address, another key. b1 even has a1's address.
-    let b1 = vnic(3, subnet(TENANT_B, KEY_B, "198.18.0.2"));
-    let b2 = vnic(4, subnet(TENANT_B, KEY_B, "198.18.0.1"));
+    let b1 = vnic(3, subnet(TENANT_B, KEY_B, CNCI_IP));
+    let b2 = vnic(4, subnet(TENANT_B, KEY_B, CNCI_IP));
     let bt1 = host1.attach(&n1, b1);
     let bt2 = host2.attach(&n2, b2);
     assert!(bt1.first && bt2.first);
@@ -361,7 +436,7 @@ fn two_hosts_overlay_isolation_restart_and_cleanup() {
     assert!(ga2.cut_off_from("10.250.0.4"), "tenant A reaches tenant B");
 
     // A second instance of tenant A on host 1 is not the subnet's first.
-    let a3 = vnic(5, subnet(TENANT_A, KEY_A, "198.18.0.2"));
+    let a3 = vnic(5, subnet(TENANT_A, KEY_A, CNCI_IP));
     assert!(!host1.attach(&n1, a3).first);
 
     // Agent restart on host 1: a new Network, rebuilt from the links' aliases, changes nothing
