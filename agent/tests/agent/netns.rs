@@ -573,3 +573,75 @@ fn auto_tunnel_is_what_this_kernel_can_make() {
     }
     assert!(h.link("cg-probe").is_none(), "the probe is cleaned up");
 }
+
+#[test]
+fn net_backend_plugs_instances_in_and_out_for_real() {
+    if !can_run("net_backend_plugs_instances_in_and_out_for_real") {
+        return;
+    }
+    use agent::Backend;
+    use agent::backend::fake::FakeBackend;
+    use agent::model::{Firmware, InstanceSpec, NicSpec, Resources, VmKind};
+    use agent::net::{NetBackend, TenantChange};
+
+    let h = Netns::new("nb");
+    h.ip(&["addr", "add", "198.18.0.1/32", "dev", "lo"]);
+    let host = Host::new(&h);
+    let spec = InstanceSpec {
+        instance: Uuid::from_u128(0x5eed << 100),
+        tenant: Uuid::from_u128(TENANT_A),
+        workload: Uuid::from_u128(1),
+        kind: VmKind::Qemu,
+        firmware: Firmware::Legacy,
+        image: "tiny".into(),
+        resources: Resources::default(),
+        nic: Some(NicSpec {
+            mac: [2, 0, 0, 0, 0, 9],
+            vnic_uuid: Uuid::from_u128(9),
+            concentrator_uuid: Uuid::from_u128(0xc),
+            concentrator_ip: CNCI_IP.parse().unwrap(),
+            subnet_addr: "10.250.0.0".parse().unwrap(),
+            subnet_prefix: 24,
+            subnet_key: KEY_A,
+            private_ip: "10.250.0.9".parse().unwrap(),
+            public_ip: false,
+        }),
+        disks: Vec::new(),
+        user_data: None,
+        meta_data: Default::default(),
+        restart: false,
+    };
+    let instance = spec.instance;
+    let changes = host.run(async move {
+        let ops = RtNetOps::new().unwrap();
+        let args = agent::net::NetArgs {
+            tunnel: TunnelChoice::Auto,
+            node_ip: Some("198.18.0.1".parse().unwrap()),
+            vxlan_port: VXLAN_PORT,
+        };
+        let net = args.network(ops).await.unwrap();
+        let (tx, mut rx) = tokio::sync::mpsc::channel(8);
+        let backend = NetBackend::new(FakeBackend::new(), net, tx);
+        backend.rebuild().await.unwrap();
+        backend.create(&spec).await.unwrap();
+        let added = rx.try_recv().unwrap();
+        backend.delete(spec.instance).await.unwrap();
+        let removed = rx.try_recv().unwrap();
+        (added, removed)
+    });
+    assert!(
+        matches!(changes.0, TenantChange::Added(s) if s.key == KEY_A),
+        "{changes:?}"
+    );
+    assert!(
+        matches!(changes.1, TenantChange::Removed(s) if s.key == KEY_A),
+        "{changes:?}"
+    );
+    assert!(h.link(&tap_name(instance)).is_none());
+    let left: Vec<String> = h
+        .links()
+        .into_iter()
+        .filter(|n| names::is_ours(n))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
