@@ -134,6 +134,9 @@ pub struct Rebuilt {
     pub deleted: Vec<String>,
     /// Links made to complete a subnet (a lost bridge or tunnel).
     pub created: Vec<String>,
+    /// Taps left alone and not tracked: their alias names another (tenant, subnet, CNCI) for
+    /// a key that other taps use.
+    pub conflicts: Vec<String>,
 }
 
 /// Resolves `--tunnel`: `auto` is GRE-tap where the kernel has it, VXLAN otherwise. The probe
@@ -547,6 +550,7 @@ impl<O: NetOps> Network<O> {
 
         let mut ids: BTreeMap<u32, SubnetId> = BTreeMap::new();
         let mut taps: BTreeMap<u32, Vec<Vnic>> = BTreeMap::new();
+        let mut from_tap: BTreeSet<u32> = BTreeSet::new();
         let mut names: Vec<&String> = links.keys().filter(|n| names::is_ours(n)).collect();
         names.sort();
         let mut doomed = Vec::new();
@@ -568,8 +572,11 @@ impl<O: NetOps> Network<O> {
                     instance,
                     mac,
                 }) if right => {
-                    // Taps decide a subnet's identity: they are the instances.
-                    ids.insert(subnet.key, subnet);
+                    // Taps decide a subnet's identity (they are the instances); the first
+                    // tap of a key, if taps disagree.
+                    if from_tap.insert(subnet.key) {
+                        ids.insert(subnet.key, subnet);
+                    }
                     taps.entry(subnet.key).or_default().push(Vnic {
                         instance,
                         mac,
@@ -589,12 +596,13 @@ impl<O: NetOps> Network<O> {
         }
 
         for (key, id) in ids {
-            let vnics: Vec<Vnic> = taps
+            let (vnics, odd): (Vec<Vnic>, Vec<Vnic>) = taps
                 .remove(&key)
                 .unwrap_or_default()
                 .into_iter()
-                .filter(|v| v.subnet == id)
-                .collect();
+                .partition(|v| v.subnet == id);
+            out.conflicts
+                .extend(odd.iter().map(|v| tap_name(v.instance)));
             if vnics.is_empty() {
                 self.remove_subnet_links(key).await?;
                 out.removed.push(id);

@@ -104,10 +104,10 @@ pub enum OpsErrorKind {
     NotFound,
     /// A link of that name exists already (EEXIST).
     Exists,
-    /// The kernel does not have this kind of link (EOPNOTSUPP), or the request is not
-    /// supported (an IPv6 GRE-tap, a VNI over 24 bits).
+    /// The kernel does not have this kind of link (EOPNOTSUPP).
     Unsupported,
-    /// Anything else (permissions, a bad attribute, the netlink socket).
+    /// Anything else (permissions, a bad attribute, the netlink socket, a tunnel that cannot
+    /// be asked for: an IPv6 GRE-tap, a VNI over 24 bits, mixed address families).
     Other(String),
 }
 

@@ -47,7 +47,7 @@ fn fail(op: &'static str, link: &str) -> impl FnOnce(rtnetlink::Error) -> OpsErr
 
 /// The RTM_NEWLINK message that makes a tunnel.
 pub(crate) fn tunnel_message(spec: &TunnelSpec) -> Result<LinkMessage, OpsError> {
-    let unsupported = |why: &str| {
+    let refuse = |why: &str| {
         OpsError::new(
             "create tunnel",
             spec.name(),
@@ -63,13 +63,13 @@ pub(crate) fn tunnel_message(spec: &TunnelSpec) -> Result<LinkMessage, OpsError>
             port,
         } => {
             if *vni >= 1 << 24 {
-                return Err(unsupported("a VXLAN VNI has 24 bits"));
+                return Err(refuse("a VXLAN VNI has 24 bits"));
             }
             let b = LinkVxlan::new(name, *vni).port(*port);
             let b = match (local, remote) {
                 (IpAddr::V4(l), IpAddr::V4(r)) => b.local(*l).remote(*r),
                 (IpAddr::V6(l), IpAddr::V6(r)) => b.local6(*l).remote6(*r),
-                _ => return Err(unsupported("local and remote differ in family")),
+                _ => return Err(refuse("local and remote differ in family")),
             };
             Ok(b.build())
         }
@@ -87,9 +87,7 @@ pub(crate) fn tunnel_message(spec: &TunnelSpec) -> Result<LinkMessage, OpsError>
                 .ikey(*key)
                 .okey(*key)
                 .build()),
-            _ => Err(unsupported(
-                "GRE-tap over IPv6 (ip6gretap) is not made here",
-            )),
+            _ => Err(refuse("GRE-tap over IPv6 (ip6gretap) is not made here")),
         },
     }
 }

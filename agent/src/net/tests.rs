@@ -527,3 +527,34 @@ async fn a_tap_gets_its_own_mac_and_a_new_vm_mac_makes_it_again() {
         ]
     );
 }
+
+#[tokio::test]
+async fn rebuild_leaves_a_tap_of_another_subnet_identity_alone() {
+    let fake = FakeNetOps::new();
+    let mut before = net(&fake, TunnelKind::Vxlan);
+    let v = vnic(1, subnet(1, 7));
+    before.attach(&v).await.unwrap();
+    // Someone made a tap for key 7 that names another tenant.
+    let stray = vnic(2, subnet(2, 7));
+    fake.insert(Link {
+        name: tap_name(stray.instance),
+        kind: LinkKind::Tun,
+        alias: Some(
+            LinkRole::Tap {
+                subnet: stray.subnet,
+                instance: stray.instance,
+                mac: stray.mac,
+            }
+            .alias(),
+        ),
+        master: None,
+        up: false,
+        mac: Some(tap_mac(&stray.mac)),
+        learning: None,
+    });
+    let mut after = net(&fake, TunnelKind::Vxlan);
+    let r = after.rebuild().await.unwrap();
+    assert_eq!(r.conflicts, vec![tap_name(stray.instance)]);
+    assert_eq!(r.vnics[&7], [v.instance].into_iter().collect());
+    assert!(fake.link(&tap_name(stray.instance)).is_some());
+}
