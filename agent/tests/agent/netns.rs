@@ -463,6 +463,30 @@ fn two_hosts_overlay_isolation_restart_and_cleanup() {
         ifindexes(&before),
         ifindexes(&h1.ip(&["-o", "link", "show"]))
     );
+    // What RtNetOps reads back from the kernel is what the rebuild relies on.
+    let listed = host1.run(async {
+        use agent::net::NetOps;
+        RtNetOps::new().unwrap().links().await.unwrap()
+    });
+    let get = |name: &str| listed.iter().find(|l| l.name == name).unwrap().clone();
+    let (tun, tap, br) = (
+        get(&tunnel_name(kind, KEY_A)),
+        get(&tap_name(a1.instance)),
+        get(&bridge_name(KEY_A)),
+    );
+    assert_eq!(tun.kind, agent::net::LinkKind::of_tunnel(kind));
+    assert_eq!(tun.master.as_deref(), Some(at1.bridge.as_str()));
+    assert_eq!(tun.learning, Some(false));
+    assert_eq!(tap.kind, agent::net::LinkKind::Tun);
+    assert_eq!(tap.mac, Some(tap_mac(&a1.mac)));
+    assert_eq!(tap.learning, Some(true));
+    assert!(tap.up && tun.up && br.up);
+    assert_eq!(br.kind, agent::net::LinkKind::Bridge);
+    assert_eq!(br.learning, None);
+    assert_eq!(
+        br.alias.as_deref().and_then(LinkRole::parse),
+        Some(LinkRole::Bridge(a1.subnet))
+    );
     assert!(ga1.reaches("10.250.0.2"), "tenant A after the restart");
     assert!(gb1.reaches("10.250.0.4"), "tenant B after the restart");
 
