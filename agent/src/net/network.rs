@@ -47,6 +47,14 @@ pub enum NetError {
         /// The link name.
         name: String,
     },
+    /// The instance's VNIC is plugged into another subnet: detach it first.
+    #[error("instance {instance} is attached to subnet key {key}: detach it first")]
+    AttachedElsewhere {
+        /// The instance.
+        instance: Uuid,
+        /// The subnet key it is on.
+        key: u32,
+    },
     /// `--tunnel gretap` on a kernel without GRE-tap.
     #[error("this kernel has no {0} tunnels")]
     TunnelUnsupported(TunnelKind),
@@ -456,11 +464,14 @@ impl<O: NetOps> Network<O> {
                 want: Box::new(vnic.subnet),
             });
         }
-        if let Some(old) = self.vnics.get(&vnic.instance).copied()
+        if let Some(old) = self.vnics.get(&vnic.instance)
             && old.subnet.key != key
         {
-            // The instance moved to another subnet: unplug it from the old one first.
-            self.detach(vnic.instance).await?;
+            // Detaching it here would lose the old subnet's TENANT_REMOVED: the caller does.
+            return Err(NetError::AttachedElsewhere {
+                instance: vnic.instance,
+                key: old.subnet.key,
+            });
         }
         let mut links = self.snapshot().await?;
         let made = match self.ensure_subnet(&mut links, &vnic.subnet).await {

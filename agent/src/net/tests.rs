@@ -558,3 +558,24 @@ async fn rebuild_leaves_a_tap_of_another_subnet_identity_alone() {
     assert_eq!(r.vnics[&7], [v.instance].into_iter().collect());
     assert!(fake.link(&tap_name(stray.instance)).is_some());
 }
+
+#[tokio::test]
+async fn an_instance_on_one_subnet_is_not_silently_moved_to_another() {
+    let fake = FakeNetOps::new();
+    let mut net = net(&fake, TunnelKind::Vxlan);
+    let v = vnic(1, subnet(1, 7));
+    net.attach(&v).await.unwrap();
+    let moved = Vnic {
+        subnet: subnet(1, 8),
+        ..v
+    };
+    assert_eq!(
+        net.attach(&moved).await,
+        Err(NetError::AttachedElsewhere {
+            instance: v.instance,
+            key: 7
+        })
+    );
+    assert!(net.detach(v.instance).await.unwrap().unwrap().last);
+    assert!(net.attach(&moved).await.unwrap().first);
+}
