@@ -73,6 +73,8 @@ struct Netns {
 
 impl Netns {
     fn new(tag: &str) -> Netns {
+        static SWEEP: std::sync::Once = std::sync::Once::new();
+        SWEEP.call_once(sweep_stale);
         static N: AtomicUsize = AtomicUsize::new(0);
         let n = N.fetch_add(1, Ordering::Relaxed);
         let name = format!("cumulo-{}-{n}-{tag}", std::process::id());
@@ -127,6 +129,25 @@ impl Netns {
     /// No answer to two pings.
     fn cut_off_from(&self, to: &str) -> bool {
         !self.ping(to, 2, 1)
+    }
+}
+
+/// Deletes namespaces that an earlier run of these tests left behind when it was killed (their
+/// names carry the process ID of a process that is gone).
+fn sweep_stale() {
+    let out = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let name = line.split_whitespace().next().unwrap_or("");
+        let Some(pid) = name
+            .strip_prefix("cumulo-")
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|pid| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid != std::process::id() && !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = Command::new("ip").args(["netns", "del", name]).output();
+        }
     }
 }
 
