@@ -2,7 +2,9 @@
 # scripts/test.sh; safe to run again (only missing pieces are installed).
 
 # Debian packages the build and the tests need.
-CUMULO_DEBS=(build-essential pkg-config openssl ca-certificates procps)
+CUMULO_DEBS=(build-essential pkg-config openssl ca-certificates procps
+    # tenant networking tests (agent/tests: network namespaces, veth, ping)
+    iproute2 iputils-ping)
 
 install_debs() {
     local missing=()
