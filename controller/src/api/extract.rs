@@ -63,6 +63,23 @@ where
     T::deserialize(deserializer).map(Some)
 }
 
+/// As [`present`], for a nested object: anything but a JSON object (an array, `null`) is an
+/// error.
+pub fn present_object<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: DeserializeOwned,
+{
+    use serde::Deserialize;
+    let value = serde_json::Value::deserialize(deserializer)?;
+    if !value.is_object() {
+        return Err(serde::de::Error::custom("expected a JSON object"));
+    }
+    serde_json::from_value(value)
+        .map(Some)
+        .map_err(serde::de::Error::custom)
+}
+
 /// A query string parsed into `T` (unknown parameters are ignored unless `T` denies them).
 #[derive(Debug, Clone)]
 pub struct QueryParams<T>(pub T);
@@ -134,6 +151,29 @@ mod tests {
         );
         assert!(parse_json::<Optional>(br#"{"count":null}"#).is_err());
         assert!(parse_json::<Optional>(b"[1]").is_err());
+    }
+
+    #[derive(Debug, serde::Deserialize)]
+    struct Outer {
+        #[serde(default, deserialize_with = "present_object")]
+        inner: Option<Strict>,
+    }
+
+    #[test]
+    fn nested_objects_must_be_objects() {
+        assert!(
+            parse_json::<Outer>(br#"{"inner":{"name":"a"}}"#)
+                .unwrap()
+                .inner
+                .is_some()
+        );
+        for bad in [
+            &br#"{"inner":["a"]}"#[..],
+            br#"{"inner":null}"#,
+            br#"{"inner":{"name":"a","x":1}}"#,
+        ] {
+            assert!(parse_json::<Outer>(bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

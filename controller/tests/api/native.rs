@@ -193,6 +193,28 @@ async fn tenants_users_and_quotas() {
     )
     .await;
 
+    // An admin cannot lock itself out.
+    let me = w.api.admin;
+    for (method, path) in [
+        (Method::DELETE, format!("/cumulo/v1/users/{}", me.user)),
+        (
+            Method::DELETE,
+            format!("/cumulo/v1/users/{}/roles/{}/admin", me.user, me.project),
+        ),
+        (Method::DELETE, format!("/cumulo/v1/tenants/{}", me.project)),
+    ] {
+        ok(&c, method, &path, &admin, None, 409).await;
+    }
+    ok(
+        &c,
+        Method::POST,
+        "/cumulo/v1/tenants",
+        &admin,
+        Some(json!({"name": "q", "quota": [1]})),
+        400,
+    )
+    .await;
+
     // Members may not administer.
     for (method, path, body) in [
         (

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use super::views;
-use crate::api::extract::{JsonBody, path_id, present};
+use crate::api::extract::{JsonBody, path_id, present, present_object};
 use crate::api::{ApiError, ApiState, Principal};
 use crate::store::{NewTenant, Quota, TenantChange};
 
@@ -40,7 +40,7 @@ impl From<QuotaBody> for Quota {
 #[serde(deny_unknown_fields)]
 pub struct CreateTenant {
     name: String,
-    #[serde(default, deserialize_with = "present")]
+    #[serde(default, deserialize_with = "present_object")]
     quota: Option<QuotaBody>,
     #[serde(default, deserialize_with = "present")]
     subnet_prefix: Option<u8>,
@@ -51,7 +51,7 @@ pub struct CreateTenant {
 pub struct UpdateTenant {
     #[serde(default, deserialize_with = "present")]
     name: Option<String>,
-    #[serde(default, deserialize_with = "present")]
+    #[serde(default, deserialize_with = "present_object")]
     quota: Option<QuotaBody>,
 }
 
@@ -143,6 +143,11 @@ pub async fn delete(
 ) -> Result<StatusCode, ApiError> {
     let id = path_id("tenant", &id)?;
     caller.require_admin()?;
+    if caller.project == Some(id) {
+        return Err(ApiError::Conflict(
+            "the project of the token in use cannot be deleted".into(),
+        ));
+    }
     state.store(move |s| Ok(s.delete_tenant(id)?)).await?;
     Ok(StatusCode::NO_CONTENT)
 }

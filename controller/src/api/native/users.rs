@@ -137,6 +137,9 @@ pub async fn delete(
 ) -> Result<StatusCode, ApiError> {
     caller.require_admin()?;
     let id = path_id("user", &id)?;
+    if caller.user == Some(id) {
+        return Err(ApiError::Conflict("a user cannot delete itself".into()));
+    }
     state.store(move |s| Ok(s.delete_user(id)?)).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -181,6 +184,11 @@ pub async fn revoke(
     let id = path_id("user", &id)?;
     let tenant = path_id("tenant", &tenant)?;
     let role = parse_role(&role)?;
+    if caller.user == Some(id) && caller.project == Some(tenant) {
+        return Err(ApiError::Conflict(
+            "a user cannot revoke its own role in the project of its token".into(),
+        ));
+    }
     state
         .store(move |s| Ok(s.revoke_role(id, tenant, role)?))
         .await?;
