@@ -13,6 +13,9 @@ use uuid::Uuid;
 
 use super::error::ApiError;
 
+/// How long a client may take to send a body.
+const BODY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// A JSON body of type `T`.
 #[derive(Debug, Clone)]
 pub struct JsonBody<T>(pub T);
@@ -21,8 +24,10 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for JsonBody<T> {
     type Rejection = ApiError;
 
     async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
-        let bytes = Bytes::from_request(request, state)
+        let read = tokio::time::timeout(BODY_TIMEOUT, Bytes::from_request(request, state));
+        let bytes = read
             .await
+            .map_err(|_| ApiError::RequestTimeout("the request body came too slowly".into()))?
             .map_err(|rejection| {
                 if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
                     ApiError::PayloadTooLarge("the request body is too large".into())
