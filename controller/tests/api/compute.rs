@@ -446,3 +446,44 @@ async fn quotas_hold_under_parallel_creates() {
     assert_eq!(limits["limits"]["absolute"]["totalInstancesUsed"], 5);
     w.stop().await;
 }
+
+#[tokio::test]
+async fn an_unavailable_cluster_is_503() {
+    let w = World::start().await;
+    let a = w.token_a().await;
+    let id = w.server_a(&a, "s").await;
+    w.cluster.set_connected(false);
+    let c = w.client();
+    let (status, _, body) = c
+        .send(
+            Method::POST,
+            "/compute/v2.1/servers",
+            Some(&a),
+            Some(create_body("x", w.flavor.id, w.image.id)),
+        )
+        .await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(body["serviceUnavailable"].is_object(), "{body}");
+    let (status, _, _) = c
+        .send(
+            Method::POST,
+            &format!("/compute/v2.1/servers/{id}/action"),
+            Some(&a),
+            Some(json!({"os-stop": null})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    let (_, _, health) = c.send(Method::GET, "/cumulo/v1/healthz", None, None).await;
+    assert_eq!(health["scheduler"], false);
+    // Reads still work.
+    let (status, _, _) = c
+        .send(
+            Method::GET,
+            &format!("/compute/v2.1/servers/{id}"),
+            Some(&a),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    w.stop().await;
+}

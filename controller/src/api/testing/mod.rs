@@ -61,7 +61,8 @@ impl FakeCluster {
         self.auto_active.store(on, Ordering::SeqCst);
     }
 
-    /// Whether [`Cluster::connected`] says so.
+    /// Whether [`Cluster::connected`] says so; while not, every instance operation fails with
+    /// [`ClusterError::Unavailable`], as the engine's do without a scheduler.
     pub fn set_connected(&self, on: bool) {
         self.connected.store(on, Ordering::SeqCst);
     }
@@ -95,6 +96,16 @@ impl FakeCluster {
         )
     }
 
+    fn check_connected(&self) -> Result<(), ClusterError> {
+        if self.connected.load(Ordering::SeqCst) {
+            Ok(())
+        } else {
+            Err(ClusterError::Unavailable(
+                "the scheduler is not connected".into(),
+            ))
+        }
+    }
+
     fn transition(
         &self,
         scope: Scope,
@@ -103,6 +114,7 @@ impl FakeCluster {
         to: InstanceState,
         operation: &'static str,
     ) -> Result<Instance, ClusterError> {
+        self.check_connected()?;
         let instance = self.store.instance(scope, id)?;
         let allowed = from
             .iter()
@@ -136,6 +148,7 @@ impl FakeCluster {
 
 impl Cluster for FakeCluster {
     fn launch(&self, scope: Scope, launch: Launch) -> Result<Vec<Instance>, ClusterError> {
+        self.check_connected()?;
         if !scope.owns(Some(launch.tenant)) {
             return Err(StoreError::not_found("tenant", launch.tenant).into());
         }
@@ -192,6 +205,7 @@ impl Cluster for FakeCluster {
     }
 
     fn delete(&self, scope: Scope, id: Uuid) -> Result<(), ClusterError> {
+        self.check_connected()?;
         Ok(self.store.delete_instance(scope, id)?)
     }
 
