@@ -307,6 +307,20 @@ async fn another_tenant_sees_and_touches_nothing() {
         )
         .await;
     assert_eq!(all["servers"].as_array().unwrap().len(), 1);
+    // It may read A's server, but not change it through the compute API.
+    let (status, _, _) = c.send(Method::GET, &path, Some(&admin), None).await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, _, _) = c.send(Method::DELETE, &path, Some(&admin), None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _, _) = c
+        .send(
+            Method::POST,
+            &format!("{path}/action"),
+            Some(&admin),
+            Some(json!({"os-stop": null})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
     w.stop().await;
 }
 

@@ -6,6 +6,10 @@
 //! cluster to launch `max_count` instances of it, or as many as the quota leaves if that is at
 //! least `min_count` (Nova's rule); the store re-checks the quota per instance, so parallel
 //! creates never exceed it.
+//!
+//! Deletes and actions act in the token's project only, admins included (unlike Nova, where an
+//! admin may act on any project's server): another project's servers are changed through the
+//! native API.
 
 use axum::Json;
 use axum::extract::{Path, State};
@@ -266,7 +270,7 @@ pub async fn delete(
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
     let id = path_id("server", &id)?;
-    let scope = caller.project_scope(true)?;
+    let scope = caller.project_scope(false)?;
     state
         .cluster(move |_, cluster| Ok(cluster.delete(scope, id)?))
         .await?;
@@ -317,7 +321,7 @@ pub async fn action(
     JsonBody(body): JsonBody<Value>,
 ) -> Result<StatusCode, ApiError> {
     let id = path_id("server", &id)?;
-    let scope = caller.project_scope(true)?;
+    let scope = caller.project_scope(false)?;
     let action = parse_action(&body)?;
     state
         .cluster(move |_, cluster| {

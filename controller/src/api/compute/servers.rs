@@ -246,7 +246,8 @@ pub async fn detail(
     Ok(Json(body))
 }
 
-/// One server with its workload, for a single-object route: admins see any project's.
+/// One server with its workload, for `GET /servers/{id}`: admins may read any project's (as
+/// with `all_tenants` listings); changes stay in the token's project (see `launch.rs`).
 pub async fn lookup(
     state: &ApiState,
     caller: &Principal,

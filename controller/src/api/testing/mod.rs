@@ -5,7 +5,6 @@
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
 
 mod cli;
 
@@ -297,7 +296,7 @@ impl TestApi {
         .await
         .map_err(|e| e.to_string())?
         .map_err(|e| e.to_string())?;
-        let signer = TokenSigner::random(Duration::from_secs(3600)).map_err(|e| e.to_string())?;
+        let signer = TokenSigner::random(super::token::DEFAULT_TTL).map_err(|e| e.to_string())?;
         let state = ApiState::new(store, cluster, signer, config);
         let shutdown = CancellationToken::new();
         let task = tokio::spawn(serve(
