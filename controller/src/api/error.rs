@@ -138,7 +138,7 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     /// Renders in the standard dialect; the compute router re-renders in Nova's (see
-    /// [`renderer`]).
+    /// `renderer`).
     fn into_response(self) -> Response {
         self.render(Dialect::Standard)
     }
