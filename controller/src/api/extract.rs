@@ -108,6 +108,25 @@ fn serde_urlencoded_parse<T: DeserializeOwned>(query: &str) -> Result<T, ApiErro
     .map_err(|e| ApiError::BadRequest(format!("bad query string: {}", e.body_text())))
 }
 
+/// Path parameters; a path that cannot be read (not UTF-8) names no object (404).
+#[derive(Debug, Clone)]
+pub struct PathParams<T>(pub T);
+
+impl<T, S> FromRequestParts<S> for PathParams<T>
+where
+    T: DeserializeOwned + Send,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        axum::extract::Path::<T>::from_request_parts(parts, state)
+            .await
+            .map(|p| PathParams(p.0))
+            .map_err(|_| ApiError::NotFound(format!("no resource at {}", parts.uri.path())))
+    }
+}
+
 /// The object `id` of `kind` named in a path: a text that is not a UUID names no object (404,
 /// as Nova answers).
 pub fn path_id(kind: &str, id: &str) -> Result<Uuid, ApiError> {

@@ -4,7 +4,7 @@
 
 use axum::Json;
 use axum::Router;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -12,7 +12,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::clock::rfc3339;
-use super::extract::{QueryParams, path_id};
+use super::extract::{PathParams, QueryParams, path_id};
 use super::{ApiError, ApiState, Principal};
 use crate::store::{Image, ImageKind, Page};
 
@@ -168,7 +168,7 @@ async fn list(
 async fn show(
     State(state): State<ApiState>,
     caller: Principal,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
 ) -> Result<Json<Value>, ApiError> {
     let id = path_id("image", &id)?;
     let scope = caller.project_scope(true)?;

@@ -368,6 +368,7 @@ async fn bad_input_gets_clear_4xx_answers() {
     for path in [
         "/compute/v2.1/servers/not-a-uuid",
         "/compute/v2.1/servers/%00",
+        "/compute/v2.1/servers/%FF",
     ] {
         let (status, _, reply) = c.send(Method::GET, path, Some(&a), None).await;
         assert_eq!(status, StatusCode::NOT_FOUND, "{path}");

@@ -850,10 +850,21 @@ async fn native_bad_input() {
         "/cumulo/v1/workloads/x",
         "/cumulo/v1/tenants/..",
         "/cumulo/v1/nope",
+        "/cumulo/v1/instances/%FF",
     ] {
         let (status, _, _) = c.send(Method::GET, path, Some(&admin), None).await;
         assert_eq!(status, StatusCode::NOT_FOUND, "{path}");
     }
+    let (status, _, body) = c
+        .send(
+            Method::DELETE,
+            "/cumulo/v1/users/%C0/roles/x/y",
+            Some(&admin),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(body["error"]["code"], 404);
     let (status, _, _) = c
         .send(
             Method::GET,

@@ -12,7 +12,7 @@
 //! native API.
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use super::BASE;
-use crate::api::extract::{JsonBody, path_id};
+use crate::api::extract::{JsonBody, PathParams, path_id};
 use crate::api::{ApiError, ApiState, Principal};
 use crate::cluster::Launch;
 use crate::store::{NewWorkload, Scope, Store, StoreError};
@@ -267,7 +267,7 @@ pub async fn create(
 pub async fn delete(
     State(state): State<ApiState>,
     caller: Principal,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
 ) -> Result<StatusCode, ApiError> {
     let id = path_id("server", &id)?;
     let scope = caller.project_scope(false)?;
@@ -317,7 +317,7 @@ fn parse_action(body: &Value) -> Result<Action, ApiError> {
 pub async fn action(
     State(state): State<ApiState>,
     caller: Principal,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
     JsonBody(body): JsonBody<Value>,
 ) -> Result<StatusCode, ApiError> {
     let id = path_id("server", &id)?;
