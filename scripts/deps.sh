@@ -1,8 +1,11 @@
 # Installs what cumulo's build and tests need on a Debian/Ubuntu machine. Sourced by
 # scripts/test.sh; safe to run again (only missing pieces are installed).
 
-# Debian packages the build and the tests need.
-CUMULO_DEBS=(build-essential pkg-config openssl ca-certificates procps)
+# Debian packages the build and the tests need. etcd-server: the controller's etcd store tests
+# start their own etcd from PATH; protobuf-compiler and libprotobuf-dev: the etcd-client crate
+# compiles etcd's gRPC definitions at build time.
+CUMULO_DEBS=(build-essential pkg-config openssl ca-certificates procps
+    etcd-server protobuf-compiler libprotobuf-dev)
 
 install_debs() {
     local missing=()

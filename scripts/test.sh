@@ -19,7 +19,9 @@ step "docs"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked --quiet
 
 step "tests"
-cargo test --workspace --locked
+# The etcd store's tests start their own etcd (installed above); here a missing etcd is a failure,
+# not a skip.
+CUMULO_REQUIRE_ETCD=1 cargo test --workspace --locked
 
 if cargo deny --version >/dev/null 2>&1; then
     step "licences, bans, sources (cargo deny)"
