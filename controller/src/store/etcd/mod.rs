@@ -17,6 +17,11 @@
 //! - compare-and-swap updates check the record's version, then commit against its mod revision;
 //! - "still in use" checks read reference keys (`ref/...`) whose range is compared at commit.
 //!
+//! Limits: one transaction holds at most 128 compares and 128 writes (etcd's `--max-txn-ops`
+//! default), so deleting a tenant that still has more than about 40 private workloads, images and
+//! role assignments fails with `Backend` (delete some first); clearing a tenant's events is done
+//! in batches, each atomic, not as one transaction.
+//!
 //! Instances are listed in creation order: per tenant by a sequence number kept in the tenant's
 //! record (`order/<tenant>/<seq>` keys), across tenants by the etcd create revision.
 //!
@@ -216,14 +221,15 @@ impl EtcdStore {
 
     fn init_schema(&self) -> Result<()> {
         let key = self.keys.schema();
+        // The first request is the one that connects: an etcd that does not answer within the
+        // connect timeout is reported as unreachable.
+        let limit = self.options.connect_timeout;
+        let read = self.get_many_async(&[key]);
         let found = self
-            .timed(self.options.connect_timeout, self.get_many_async(&[key]))
-            .map_err(|e| match e {
-                StoreError::Backend(msg) if msg.contains("did not answer") => {
-                    unreachable_err(&self.endpoints, self.options.connect_timeout)
-                }
-                other => other,
-            })?;
+            .runtime()?
+            .block_on(async { tokio::time::timeout(limit, read).await })
+            .map_err(|_| unreachable_err(&self.endpoints, limit))?
+            .map_err(|e| StoreError::Backend(format!("etcd at {}: {e}", self.endpoints)))?;
         let known = SCHEMA_VERSION;
         match found.into_iter().next().flatten() {
             Some(kv) => {
@@ -255,12 +261,12 @@ impl EtcdStore {
             .ok_or_else(|| StoreError::Backend("the etcd store is closed".into()))
     }
 
-    /// Runs `fut` on the store's runtime within `limit`.
-    fn timed<T>(
+    /// Runs `fut` on the store's runtime within the call timeout.
+    fn call<T>(
         &self,
-        limit: Duration,
         fut: impl Future<Output = std::result::Result<T, etcd_client::Error>>,
     ) -> Result<T> {
+        let limit = self.options.call_timeout;
         let out = self
             .runtime()?
             .block_on(async { tokio::time::timeout(limit, fut).await });
@@ -275,13 +281,6 @@ impl EtcdStore {
                 self.endpoints
             ))),
         }
-    }
-
-    fn call<T>(
-        &self,
-        fut: impl Future<Output = std::result::Result<T, etcd_client::Error>>,
-    ) -> Result<T> {
-        self.timed(self.options.call_timeout, fut)
     }
 
     /// Reads `keys` in one round trip per [`MAX_TXN_OPS`] keys.

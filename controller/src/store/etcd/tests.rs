@@ -317,3 +317,85 @@ fn a_store_works_from_spawn_blocking() {
     });
     assert_eq!(tenants, 0);
 }
+
+#[test]
+fn admin_pages_follow_creation_order_across_tenants() {
+    let Some(fx) = fixture() else { return };
+    let store = fx.store_with(EtcdOptions::default());
+    let (a, wa) = tenant_and_workload(&store, Quota::default(), 1);
+    let b = store
+        .create_tenant(NewTenant {
+            name: "b".into(),
+            quota: Quota::default(),
+            subnet_prefix: 24,
+        })
+        .unwrap();
+    let mut made = Vec::new();
+    for n in 0..7 {
+        let tenant = if n % 2 == 0 { a.id } else { b.id };
+        made.push(
+            store
+                .create_instance(NewInstance {
+                    tenant,
+                    workload: wa.id,
+                    name: format!("vm{n}"),
+                })
+                .unwrap()
+                .id,
+        );
+    }
+    let mut seen = Vec::new();
+    let mut page = Page::first(3);
+    loop {
+        let got = store
+            .instances(Scope::All, InstanceFilter::default(), page)
+            .unwrap();
+        seen.extend(got.items.iter().map(|i| i.id));
+        match got.next {
+            Some(m) => page.marker = Some(m),
+            None => break,
+        }
+    }
+    assert_eq!(seen, made);
+    // A deleted marker is unknown.
+    store.delete_instance(Scope::All, made[2]).unwrap();
+    let gone = Page {
+        marker: Some(made[2]),
+        limit: 3,
+    };
+    assert!(matches!(
+        store.instances(Scope::All, InstanceFilter::default(), gone),
+        Err(StoreError::Invalid(_))
+    ));
+}
+
+#[test]
+fn calls_fail_with_backend_in_time_once_etcd_is_gone() {
+    if fixture().is_none() {
+        return;
+    }
+    // Its own etcd, to stop it under a connected store.
+    let server = EtcdServer::start().unwrap();
+    let store = EtcdStore::connect_with(
+        &[server.endpoint()],
+        "/cumulo/",
+        EtcdOptions {
+            call_timeout: Duration::from_secs(1),
+            ..EtcdOptions::default()
+        },
+    )
+    .unwrap();
+    assert!(store.tenants().unwrap().is_empty());
+    drop(server);
+    let started = Instant::now();
+    let err = store.tenants().unwrap_err();
+    assert!(
+        matches!(&err, StoreError::Backend(m) if m.contains("etcd at")),
+        "{err}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+}
