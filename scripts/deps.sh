@@ -1,10 +1,12 @@
 # Installs what cumulo's build and tests need on a Debian/Ubuntu machine. Sourced by
 # scripts/test.sh; safe to run again (only missing pieces are installed).
 
-# Debian packages the build and the tests need. etcd-server: the controller's etcd store tests
-# start their own etcd from PATH; protobuf-compiler and libprotobuf-dev: the etcd-client crate
-# compiles etcd's gRPC definitions at build time.
+# Debian packages the build and the tests need.
 CUMULO_DEBS=(build-essential pkg-config openssl ca-certificates procps
+    # tenant networking tests (agent/tests: network namespaces, veth, ping)
+    iproute2 iputils-ping
+    # the controller's etcd store: its tests start their own etcd from PATH (etcd-server); the
+    # etcd-client crate compiles etcd's gRPC definitions at build time (protoc and its includes)
     etcd-server protobuf-compiler libprotobuf-dev)
 
 install_debs() {

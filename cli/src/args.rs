@@ -103,6 +103,12 @@ pub struct UpArgs {
     /// Do not boot the first instance.
     #[arg(long)]
     pub no_instance: bool,
+    /// Where the scheduler listens (default 127.0.0.1:8888, or what the last `up` used).
+    #[arg(long)]
+    pub scheduler_listen: Option<String>,
+    /// Where the controller's API listens (default 127.0.0.1:8889, or what the last `up` used).
+    #[arg(long)]
+    pub api_listen: Option<String>,
 }
 
 /// `cumulo down`.

@@ -18,8 +18,15 @@ fn run(cli: Cli, stdout: &mut dyn Write) -> Result<ExitCode, String> {
     let text = |e: &dyn std::fmt::Display| e.to_string();
     match cli.command {
         Command::Up(args) => {
+            let mut at = layout(args.dir.dir);
+            if let Some(addr) = args.scheduler_listen {
+                at.scheduler = addr;
+            }
+            if let Some(addr) = args.api_listen {
+                at.api = addr;
+            }
             let options = UpOptions {
-                layout: layout(args.dir.dir),
+                layout: at,
                 backend: args.backend,
                 host: args.host.unwrap_or_else(up::default_host),
                 install_deps: args.install_deps,

@@ -50,7 +50,11 @@ pub struct Args {
     pub db: Option<PathBuf>,
     /// Where the REST API listens. Plain HTTP only on a loopback address; elsewhere give
     /// --api-cert and --api-key.
-    #[arg(long, env = "CUMULO_CONTROLLER_API_LISTEN", default_value = "127.0.0.1:8889")]
+    #[arg(
+        long,
+        env = "CUMULO_CONTROLLER_API_LISTEN",
+        default_value = "127.0.0.1:8889"
+    )]
     pub api_listen: SocketAddr,
     /// The API's HTTPS certificate (PEM; e.g. the controller's certificate from cumulo-cert).
     #[arg(long, env = "CUMULO_CONTROLLER_API_CERT", requires = "api_key")]
@@ -76,7 +80,12 @@ pub struct Args {
     #[arg(long, env = "CUMULO_CONTROLLER_TOKEN_TTL", default_value = "1h", value_parser = parse_positive_duration)]
     pub token_ttl: Duration,
     /// How tenant instances are networked.
-    #[arg(long, env = "CUMULO_CONTROLLER_TENANT_NETWORK", value_enum, default_value = "none")]
+    #[arg(
+        long,
+        env = "CUMULO_CONTROLLER_TENANT_NETWORK",
+        value_enum,
+        default_value = "none"
+    )]
     pub tenant_network: NetworkMode,
     /// The image CNCIs boot from.
     #[arg(long, env = "CUMULO_CONTROLLER_CNCI_IMAGE", default_value = "cnci")]

@@ -14,6 +14,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use crate::api::{self, ApiConfig, ApiState, TokenSigner};
 use crate::engine::{self, Engine, EngineConfig};
 use crate::store::{SqliteStore, Store, StoreError};
 
@@ -92,6 +93,7 @@ pub struct Controller {
     client: ClientHandle,
     stop: CancellationToken,
     driver: JoinHandle<()>,
+    api: Option<JoinHandle<()>>,
     _uuid_lock: Option<UuidLock>,
 }
 
@@ -156,13 +158,44 @@ impl Controller {
             client,
             stop,
             driver,
+            api: None,
             _uuid_lock: uuid_lock,
         })
     }
 
-    /// Stops the engine and closes the SSNTP session.
+    /// Serves the REST API over this controller's store and engine on `listener` (HTTPS with
+    /// `tls`; plain HTTP only on loopback) until the controller stops.
+    pub fn serve_api(
+        &mut self,
+        listener: tokio::net::TcpListener,
+        tls: Option<Arc<rustls::ServerConfig>>,
+        signer: TokenSigner,
+        config: ApiConfig,
+    ) {
+        let state = ApiState::new(self.store.clone(), self.engine.clone(), signer, config);
+        let router = api::router(state);
+        let stop = self.stop.clone();
+        self.api = Some(tokio::spawn(async move {
+            if let Err(e) = api::serve(listener, tls, router, stop.clone()).await {
+                tracing::error!("the API stopped: {e}");
+                stop.cancel();
+            }
+        }));
+    }
+
+    /// Resolves when the controller stops on its own (its API failed).
+    pub async fn stopped(&self) {
+        self.stop.cancelled().await;
+    }
+
+    /// Stops the API and the engine and closes the SSNTP session.
     pub async fn stop(self) {
         self.stop.cancel();
+        if let Some(api) = self.api
+            && let Err(e) = api.await
+        {
+            tracing::error!("API task: {e}");
+        }
         if let Err(e) = self.driver.await {
             tracing::error!("engine driver: {e}");
         }

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use super::UpOptions;
 use super::cluster::{Backend, UpError, password_file, wait_for};
-use super::layout::{API_ADDR, Layout};
+use super::layout::Layout;
 use crate::client::{Connection, Credentials};
 use crate::routes;
 
@@ -43,7 +43,7 @@ pub fn healthy(url: &str) -> bool {
 pub fn admin_login(layout: &Layout) -> Result<Connection, UpError> {
     let password = password_file(&layout.admin_password())?;
     Ok(Connection::login(&Credentials {
-        url: format!("http://{API_ADDR}"),
+        url: layout.api_url(),
         username: "admin".into(),
         password,
         project: "admin".into(),
@@ -195,7 +195,7 @@ pub fn seed(layout: &Layout, admin: &Connection, _backend: Backend) -> Result<Se
     )?;
     let user_id = id_of(&user)?;
     admin.put(&routes::role(&tenant_id, &user_id, "member"), &json!({}))?;
-    let url = format!("http://{API_ADDR}");
+    let url = layout.api_url();
     let demo = demo_login(&url, &demo_password)?;
     let flavors = admin.get(routes::FLAVORS)?;
     let tiny = routes::items(&flavors)

@@ -6,7 +6,7 @@ use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
-use super::layout::{API_ADDR, Layout, SCHEDULER_ADDR};
+use super::layout::Layout;
 use super::procs::{self, ProcError, Spec};
 
 /// The services of a local cluster, in start order (stopped in reverse).
@@ -170,13 +170,13 @@ pub fn specs(layout: &Layout, backend: Backend, host: &str) -> Result<Vec<Spec>,
             "--key",
             &sched_key,
             "--listen",
-            SCHEDULER_ADDR,
+            &layout.scheduler,
             "--state-dir",
             &layout.state("scheduler").display().to_string(),
         ]),
         env: vec![],
     };
-    let scheduler_at = format!("localhost:{}", port(SCHEDULER_ADDR));
+    let scheduler_at = format!("localhost:{}", port(&layout.scheduler));
     let controller = Spec {
         name: "controller".into(),
         program: binary("cumulo-controller")?,
@@ -192,7 +192,7 @@ pub fn specs(layout: &Layout, backend: Backend, host: &str) -> Result<Vec<Spec>,
             "--state-dir",
             &layout.state("controller").display().to_string(),
             "--api-listen",
-            API_ADDR,
+            &layout.api,
             "--admin-password-file",
             &layout.admin_password().display().to_string(),
         ]),

@@ -2,22 +2,50 @@
 
 use std::path::{Path, PathBuf};
 
-/// The scheduler's SSNTP address.
+/// The scheduler's default SSNTP address.
 pub const SCHEDULER_ADDR: &str = "127.0.0.1:8888";
-/// The controller's API address.
+/// The controller's default API address.
 pub const API_ADDR: &str = "127.0.0.1:8889";
 
-/// The files of one local cluster.
+/// The files of one local cluster, and where its services listen.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Layout {
     /// The cluster's directory.
     pub root: PathBuf,
+    /// The scheduler's SSNTP address (`127.0.0.1:8888`).
+    pub scheduler: String,
+    /// The controller's API address (`127.0.0.1:8889`).
+    pub api: String,
 }
 
 impl Layout {
-    /// The layout under `root`.
+    /// The layout under `root`, with the addresses a previous `up` recorded there (or the
+    /// defaults).
     pub fn new(root: impl Into<PathBuf>) -> Layout {
-        Layout { root: root.into() }
+        let root = root.into();
+        let recorded = std::fs::read_to_string(root.join("addresses")).unwrap_or_default();
+        let mut lines = recorded.lines().map(str::trim).filter(|l| !l.is_empty());
+        let scheduler = lines.next().unwrap_or(SCHEDULER_ADDR).to_string();
+        let api = lines.next().unwrap_or(API_ADDR).to_string();
+        Layout {
+            root,
+            scheduler,
+            api,
+        }
+    }
+
+    /// Records the addresses for later `status`, `down` and `up`.
+    pub fn save_addresses(&self) -> std::io::Result<()> {
+        std::fs::create_dir_all(&self.root)?;
+        std::fs::write(
+            self.root.join("addresses"),
+            format!("{}\n{}\n", self.scheduler, self.api),
+        )
+    }
+
+    /// The API's URL.
+    pub fn api_url(&self) -> String {
+        format!("http://{}", self.api)
     }
 
     /// The default directory: `$XDG_DATA_HOME/cumulo`, else `~/.local/share/cumulo`.

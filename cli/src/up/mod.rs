@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use cluster::{Backend, UpError, io_err};
-use layout::{API_ADDR, Layout, SCHEDULER_ADDR};
+use layout::Layout;
 
 /// What `up` was asked.
 #[derive(Debug, Clone)]
@@ -90,7 +90,7 @@ pub fn up(options: &UpOptions, out: &mut dyn Write) -> Result<(), UpError> {
         // Half a cluster (a crash, a kill): start afresh.
         cluster::stop_all(layout, GRACE)?;
     }
-    std::fs::create_dir_all(&layout.root).map_err(io_err(&layout.root))?;
+    layout.save_addresses().map_err(io_err(&layout.root))?;
     let mut progress = Progress {
         out,
         step: 0,
@@ -113,10 +113,10 @@ pub fn up(options: &UpOptions, out: &mut dyn Write) -> Result<(), UpError> {
             let log = layout.log(&name);
             let waited = match name.as_str() {
                 "scheduler" => cluster::wait_for(&name, &log, READY_WITHIN, || {
-                    cluster::listening(SCHEDULER_ADDR)
+                    cluster::listening(&layout.scheduler)
                 })?,
                 "controller" => cluster::wait_for(&name, &log, READY_WITHIN, || {
-                    bootstrap::healthy(&format!("http://{API_ADDR}"))
+                    bootstrap::healthy(&layout.api_url())
                 })?,
                 _ => Duration::ZERO,
             };
@@ -187,7 +187,7 @@ pub fn status(layout: &Layout, out: &mut dyn Write) -> Result<bool, UpError> {
             None => {}
         }
     }
-    let api = format!("http://{API_ADDR}");
+    let api = layout.api_url();
     let healthy = bootstrap::healthy(&api);
     let _ = writeln!(
         out,

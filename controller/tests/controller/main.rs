@@ -3,4 +3,5 @@
 #![allow(clippy::unwrap_used)]
 
 mod cluster;
+mod openstack;
 mod support;
