@@ -399,3 +399,135 @@ fn calls_fail_with_backend_in_time_once_etcd_is_gone() {
         started.elapsed()
     );
 }
+
+/// The environment a child process of [`three_processes_share_one_quota`] reads.
+const CHILD_ENV: &str = "CUMULO_ETCD_TEST_CHILD";
+
+#[test]
+#[ignore = "a child process of three_processes_share_one_quota"]
+fn child_creates_instances() {
+    let Ok(spec) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let parts: Vec<&str> = spec.split(' ').collect();
+    let [endpoint, prefix, tenant, workload] = parts[..] else {
+        panic!("bad {CHILD_ENV}: {spec}");
+    };
+    let store = EtcdStore::connect(&[endpoint.to_string()], prefix).unwrap();
+    let (tenant, workload) = (tenant.parse().unwrap(), workload.parse().unwrap());
+    // Start together with the parent and the other child: say ready, wait for its go.
+    println!("ready");
+    let mut go = String::new();
+    std::io::stdin().read_line(&mut go).unwrap();
+    let mut created = 0;
+    for n in 0..15 {
+        match store.create_instance(NewInstance {
+            tenant,
+            workload,
+            name: format!("child-{}-{n}", std::process::id()),
+        }) {
+            Ok(_) => created += 1,
+            Err(StoreError::QuotaExceeded { .. }) => {}
+            Err(e) => panic!("unexpected: {e}"),
+        }
+    }
+    println!("created={created}");
+}
+
+#[test]
+fn three_processes_share_one_quota() {
+    let Some(fx) = fixture() else { return };
+    let store = fx.store_with(EtcdOptions::default());
+    let quota = Quota {
+        instances: Some(20),
+        ..Quota::default()
+    };
+    let (tenant, workload) = tenant_and_workload(&store, quota, 1);
+    // Two more processes (this test binary again, running only the child test) and this one
+    // create 15 instances each against a quota of 20.
+    let spec = format!(
+        "{} {} {} {}",
+        fx.server.endpoint(),
+        fx.prefix,
+        tenant.id,
+        workload.id
+    );
+    let mut children: Vec<(
+        std::process::Child,
+        std::io::BufReader<std::process::ChildStdout>,
+    )> = (0..2)
+        .map(|_| {
+            let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+                .args([
+                    "--exact",
+                    "store::etcd::tests::child_creates_instances",
+                    "--ignored",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env(CHILD_ENV, &spec)
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+            (child, stdout)
+        })
+        .collect();
+    // A barrier without sleeps: every child has connected and said so before anyone creates.
+    for (_, stdout) in &mut children {
+        let mut line = String::new();
+        while !line.contains("ready") {
+            line.clear();
+            assert!(
+                std::io::BufRead::read_line(stdout, &mut line).unwrap() > 0,
+                "child ended"
+            );
+        }
+    }
+    for (child, _) in &mut children {
+        std::io::Write::write_all(child.stdin.as_mut().unwrap(), b"go\n").unwrap();
+    }
+    let mut created = (0..15)
+        .filter(|n| {
+            store
+                .create_instance(NewInstance {
+                    tenant: tenant.id,
+                    workload: workload.id,
+                    name: format!("parent-{n}"),
+                })
+                .is_ok()
+        })
+        .count();
+    for (mut child, mut stdout) in children {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut stdout, &mut text).unwrap();
+        let status = child.wait().unwrap();
+        assert!(status.success(), "child failed: {status} {text}");
+        // The harness writes the test's name on the same line, before the count.
+        let n: usize = text
+            .split("created=")
+            .nth(1)
+            .map(|rest| {
+                rest.chars()
+                    .take_while(char::is_ascii_digit)
+                    .collect::<String>()
+            })
+            .unwrap_or_else(|| panic!("no count from the child: {text}"))
+            .parse()
+            .unwrap();
+        eprintln!("child made {n}");
+        created += n;
+    }
+    assert_eq!(created, 20, "the quota is reached, never exceeded");
+    assert_eq!(store.usage(tenant.id).unwrap().instances, 20);
+    let listed = store
+        .instances(
+            Scope::Tenant(tenant.id),
+            InstanceFilter::default(),
+            Page::first(100),
+        )
+        .unwrap();
+    let ips: std::collections::HashSet<_> = listed.items.iter().map(|i| i.ip).collect();
+    assert_eq!((listed.items.len(), ips.len()), (20, 20));
+}
