@@ -4,7 +4,10 @@
 # Debian packages the build and the tests need.
 CUMULO_DEBS=(build-essential pkg-config openssl ca-certificates procps
     # tenant networking tests (agent/tests: network namespaces, veth, ping)
-    iproute2 iputils-ping)
+    iproute2 iputils-ping
+    # the controller's etcd store: its tests start their own etcd from PATH (etcd-server); the
+    # etcd-client crate compiles etcd's gRPC definitions at build time (protoc and its includes)
+    etcd-server protobuf-compiler libprotobuf-dev)
 
 install_debs() {
     local missing=()
