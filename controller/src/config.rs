@@ -45,9 +45,10 @@ pub struct Args {
     /// Where the controller keeps its UUID, token key and (by default) its database.
     #[arg(long, env = "CUMULO_CONTROLLER_STATE_DIR")]
     pub state_dir: PathBuf,
-    /// The SQLite database (default: controller.db in the state directory).
-    #[arg(long, env = "CUMULO_CONTROLLER_DB")]
-    pub db: Option<PathBuf>,
+    /// The store: an SQLite database file (default: controller.db in the state directory), or
+    /// `etcd://host:port[,host:port...][/prefix]` for a store shared by several controllers.
+    #[arg(long, env = "CUMULO_CONTROLLER_STORE")]
+    pub store: Option<String>,
     /// Where the REST API listens. Plain HTTP only on a loopback address; elsewhere give
     /// --api-cert and --api-key.
     #[arg(
@@ -144,8 +145,8 @@ impl Args {
             return Err(ConfigError::PlainHttp(self.api_listen));
         }
         let mut daemon = DaemonConfig::new(tls, self.scheduler, self.state_dir.clone());
-        if let Some(db) = self.db {
-            daemon.db = db;
+        if let Some(store) = self.store {
+            daemon.store = store;
         }
         daemon.engine.tenant_network = match self.tenant_network {
             NetworkMode::None => TenantNetwork::None,

@@ -16,7 +16,7 @@ use uuid::Uuid;
 
 use crate::api::{self, ApiConfig, ApiState, TokenSigner};
 use crate::engine::{self, Engine, EngineConfig};
-use crate::store::{SqliteStore, Store, StoreError};
+use crate::store::{Store, StoreError};
 
 /// Everything the controller runs with, checked once.
 #[derive(Debug, Clone)]
@@ -27,8 +27,8 @@ pub struct DaemonConfig {
     pub servers: Vec<String>,
     /// Where the controller keeps its UUID (when its certificate binds none) and its files.
     pub state_dir: PathBuf,
-    /// The SQLite database.
-    pub db: PathBuf,
+    /// The store: an SQLite file path, or `etcd://host:port[,host:port][/prefix]`.
+    pub store: String,
     /// The engine's settings (its `uuid` is filled in at start).
     pub engine: EngineConfig,
     /// How often the engine's timers are checked.
@@ -45,7 +45,7 @@ impl DaemonConfig {
         DaemonConfig {
             tls,
             servers,
-            db: state_dir.join("controller.db"),
+            store: state_dir.join("controller.db").display().to_string(),
             state_dir,
             engine: EngineConfig::new(Uuid::nil()),
             sweep_every: Duration::from_secs(1),
@@ -64,8 +64,8 @@ pub enum DaemonError {
     /// The store could not be opened (or its schema is too new).
     #[error("store {path}: {source}")]
     Store {
-        /// The database.
-        path: PathBuf,
+        /// The store's path or URL.
+        path: String,
         /// Why.
         source: StoreError,
     },
@@ -106,18 +106,18 @@ impl Controller {
         })?;
         let own = config.tls.own();
         let (uuid, uuid_lock) = endpoint_uuid(&own, Some(&config.state_dir), Role::CONTROLLER)?;
-        let db = config.db.clone();
-        let store: Arc<dyn Store> = tokio::task::spawn_blocking(move || SqliteStore::open(&db))
-            .await
-            .map_err(|e| DaemonError::Store {
-                path: config.db.clone(),
-                source: StoreError::Backend(e.to_string()),
-            })?
-            .map(Arc::new)
-            .map_err(|source| DaemonError::Store {
-                path: config.db.clone(),
-                source,
-            })?;
+        let location = config.store.clone();
+        let store: Arc<dyn Store> =
+            tokio::task::spawn_blocking(move || crate::store::open(&location))
+                .await
+                .map_err(|e| DaemonError::Store {
+                    path: config.store.clone(),
+                    source: StoreError::Backend(e.to_string()),
+                })?
+                .map_err(|source| DaemonError::Store {
+                    path: config.store.clone(),
+                    source,
+                })?;
         let mut client_config = ClientConfig::new(
             config.tls.clone(),
             uuid,
@@ -135,12 +135,12 @@ impl Controller {
             tokio::task::spawn_blocking(move || Engine::new(engine_store, out, engine_config))
                 .await
                 .map_err(|e| DaemonError::Store {
-                    path: config.db.clone(),
+                    path: config.store.clone(),
                     source: StoreError::Backend(e.to_string()),
                 })?
                 .map(Arc::new)
                 .map_err(|source| DaemonError::Store {
-                    path: config.db.clone(),
+                    path: config.store.clone(),
                     source,
                 })?;
         let stop = CancellationToken::new();
@@ -150,7 +150,7 @@ impl Controller {
             config.sweep_every,
             stop.clone(),
         ));
-        tracing::info!(%uuid, schedulers = ?config.servers, db = %config.db.display(), "cumulo-controller running");
+        tracing::info!(%uuid, schedulers = ?config.servers, store = %config.store, "cumulo-controller running");
         Ok(Controller {
             uuid,
             store,

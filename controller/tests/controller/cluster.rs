@@ -92,9 +92,11 @@ async fn a_restarted_controller_loses_nothing_and_reconciles() {
         controller.engine.nodes().iter().any(|n| n.instances == 5)
     })
     .await;
-    for id in &ids {
-        controller.engine.delete(Scope::All, *id).unwrap();
-    }
+    tokio::task::block_in_place(|| {
+        for id in &ids {
+            controller.engine.delete(Scope::All, *id).unwrap();
+        }
+    });
     wait_states(&controller, &ids, None, "deleted").await;
     controller.stop().await;
     agent.stop().await;
@@ -146,4 +148,42 @@ async fn no_compute_node_is_an_error_with_the_reason() {
     controller.engine.delete(Scope::All, ids[0]).unwrap();
     assert_eq!(states(&controller, &ids), vec![None]);
     controller.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_controller_over_etcd_runs_instances_and_a_second_one_sees_them() {
+    let Some(etcd) = testkit::etcd::shared() else {
+        return;
+    };
+    let pki = TestPki::new();
+    let dir = tempfile::tempdir().unwrap();
+    let sched = start_scheduler(&pki).await;
+    let agent = start_agent(&pki, &sched.addr, dir.path());
+    let prefix = format!("/test-{}", uuid::Uuid::new_v4().simple());
+    let mut config = controller_config(&pki, &sched.addr, dir.path());
+    config.store = format!("etcd://{}{prefix}", etcd.endpoint());
+    let controller = Controller::start(config.clone()).await.unwrap();
+    testkit::wait_until(T, "a node", || async {
+        !controller.engine.nodes().is_empty()
+    })
+    .await;
+    let (tenant, workload) = seed(&controller, Quota::default());
+    let ids = launch(&controller, tenant, workload, 3);
+    wait_states(&controller, &ids, Some(InstanceState::Active), "active").await;
+
+    // A second controller process on the same etcd (its own state directory, so its own UUID).
+    config.state_dir = dir.path().join("controller-2");
+    let second = Controller::start(config).await.unwrap();
+    assert_ne!(second.uuid, controller.uuid);
+    assert_eq!(states(&second, &ids), vec![Some(InstanceState::Active); 3]);
+    second.stop().await;
+
+    tokio::task::block_in_place(|| {
+        for id in &ids {
+            controller.engine.delete(Scope::All, *id).unwrap();
+        }
+    });
+    wait_states(&controller, &ids, None, "deleted").await;
+    controller.stop().await;
+    agent.stop().await;
 }

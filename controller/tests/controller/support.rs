@@ -126,8 +126,18 @@ pub(crate) fn controller_config(pki: &TestPki, scheduler: &str, dir: &Path) -> D
     config
 }
 
+/// Runs store work from an async test: the etcd store blocks on its own runtime, which may not
+/// happen on a runtime worker.
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    tokio::task::block_in_place(f)
+}
+
 /// A tenant with a workload; returns (tenant, workload).
 pub(crate) fn seed(controller: &Controller, quota: Quota) -> (Uuid, Uuid) {
+    blocking(|| seed_now(controller, quota))
+}
+
+fn seed_now(controller: &Controller, quota: Quota) -> (Uuid, Uuid) {
     let store = &controller.store;
     let tenant = store
         .create_tenant(NewTenant {

@@ -262,14 +262,24 @@ impl EtcdStore {
     }
 
     /// Runs `fut` on the store's runtime within the call timeout.
-    fn call<T>(
+    ///
+    /// Called from inside another runtime's task (where blocking on ours is not allowed), the
+    /// call runs on a scoped thread of its own: correct, if slower; async callers should still
+    /// prefer `spawn_blocking`.
+    fn call<T: Send>(
         &self,
-        fut: impl Future<Output = std::result::Result<T, etcd_client::Error>>,
+        fut: impl Future<Output = std::result::Result<T, etcd_client::Error>> + Send,
     ) -> Result<T> {
         let limit = self.options.call_timeout;
-        let out = self
-            .runtime()?
-            .block_on(async { tokio::time::timeout(limit, fut).await });
+        let runtime = self.runtime()?;
+        let run = move || runtime.block_on(async { tokio::time::timeout(limit, fut).await });
+        let out = if tokio::runtime::Handle::try_current().is_ok() {
+            std::thread::scope(|scope| scope.spawn(run).join()).map_err(|_| {
+                StoreError::Backend(format!("etcd at {}: the call panicked", self.endpoints))
+            })?
+        } else {
+            run()
+        };
         match out {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => Err(StoreError::Backend(format!(
