@@ -7,7 +7,9 @@ CUMULO_DEBS=(build-essential pkg-config openssl ca-certificates procps
     iproute2 iputils-ping
     # the controller's etcd store: its tests start their own etcd from PATH (etcd-server); the
     # etcd-client crate compiles etcd's gRPC definitions at build time (protoc and its includes)
-    etcd-server protobuf-compiler libprotobuf-dev)
+    etcd-server protobuf-compiler libprotobuf-dev
+    # the real `openstack` CLI, in a venv made by scripts/openstack-venv.sh
+    python3 python3-venv)
 
 install_debs() {
     local missing=()

@@ -24,6 +24,14 @@ if [ "${CI:-}" = true ]; then export CUMULO_REQUIRE_NETNS=1; fi
 # The etcd store's tests start their own etcd (installed above): a missing etcd is a failure here,
 # not a skip.
 export CUMULO_REQUIRE_ETCD=1
+# `cumulo up`'s end-to-end test runs the cluster's binaries: build them first, and fail (not skip)
+# if they are missing.
+cargo build --workspace --bins --locked
+export CUMULO_REQUIRE_BINS=1
+# The real `openstack` CLI (python-openstackclient in a venv outside the repository) against the
+# API: installed here, required by the tests.
+CUMULO_OPENSTACK=$(bash scripts/openstack-venv.sh)
+export CUMULO_OPENSTACK CUMULO_REQUIRE_OPENSTACK=1
 cargo test --workspace --locked
 
 if cargo deny --version >/dev/null 2>&1; then
