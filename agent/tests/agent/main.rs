@@ -1,7 +1,9 @@
 //! The agent's integration tests, in one binary: the core in process ([`in_process`]: recording
 //! fakes, paused clock) and the daemon over real SSNTP ([`over_ssntp`]: loopback TLS, the real
-//! scheduler or a fake one, the `cumulo-agent` binary).
+//! scheduler or a fake one, the `cumulo-agent` binary) and real VMs through the daemon
+//! ([`libvirt`]: skipped without `CUMULO_LIBVIRT_URI`).
 
 mod in_process;
+mod libvirt;
 mod over_ssntp;
 mod support;
