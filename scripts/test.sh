@@ -2,10 +2,21 @@
 # cumulo's whole test suite: the README's test command, and what CI (.ci/run) runs.
 # Installs what is missing, then: format, lints, docs, tests, licence policy, fuzz smoke.
 # FUZZ_SECONDS (default 20) sets the fuzz smoke run per target.
+# The libvirt backend's VM tests run against a libvirtd that this script starts (and stops, by
+# PID, even on failure) and the tiny test guest (built once, cached outside the repository);
+# here they must run: CUMULO_LIBVIRT_REQUIRED=1 makes a skipped VM test a failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/deps.sh
+source scripts/libvirt.sh
 install_deps
+
+scratch=""
+cleanup() {
+    libvirt_down
+    if [ -n "$scratch" ]; then rm -rf "$scratch"; fi
+}
+trap cleanup EXIT
 
 step() { printf '\n== %s\n' "$*"; }
 
@@ -18,8 +29,15 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 step "docs"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked --quiet
 
+step "libvirtd and the tiny guest (for the VM tests)"
+libvirt_up
+CUMULO_TINY_GUEST=$(bash scripts/tiny-guest.sh)
+export CUMULO_TINY_GUEST CUMULO_LIBVIRT_REQUIRED=1
+echo "tiny guest: $CUMULO_TINY_GUEST"
+
 step "tests"
 cargo test --workspace --locked
+libvirt_down
 
 if cargo deny --version >/dev/null 2>&1; then
     step "licences, bans, sources (cargo deny)"
@@ -28,7 +46,6 @@ fi
 
 step "fuzz smoke (${FUZZ_SECONDS:-20}s per target)"
 scratch=$(mktemp -d)
-trap 'rm -rf "$scratch"' EXIT
 for target in $(cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz list); do
     mkdir -p "$scratch/$target"
     log="$scratch/$target.log"

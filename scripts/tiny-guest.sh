@@ -18,7 +18,7 @@ set -euo pipefail
 
 # Bump when the guest's content changes: a new version is built beside the old one.
 VERSION=1
-cache=${CUMULO_TINY_GUEST_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/cumulo/tiny-guest}
+cache=${CUMULO_TINY_GUEST_CACHE:-${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/cumulo/tiny-guest}
 out="$cache/v$VERSION"
 if [ -s "$out/kernel" ] && [ -s "$out/initrd" ]; then
     echo "$out"
@@ -31,8 +31,15 @@ trap 'rm -rf "$work"' EXIT
 cd "$work"
 
 # The kernel package that the cloud kernel meta-package points at.
-kpkg=$(apt-cache depends linux-image-cloud-amd64 2>/dev/null |
-    awk '/Depends: linux-image-[0-9]/ { print $2; exit }')
+cloud_kernel() {
+    apt-cache depends linux-image-cloud-amd64 2>/dev/null |
+        awk '/Depends: linux-image-[0-9]/ { print $2; exit }'
+}
+kpkg=$(cloud_kernel)
+if [ -z "$kpkg" ] && [ "$(id -u)" -eq 0 ]; then
+    apt-get -o DPkg::Lock::Timeout=300 update -q >&2
+    kpkg=$(cloud_kernel)
+fi
 if [ -z "$kpkg" ]; then
     echo "tiny-guest: no linux-image-cloud-amd64 in the package lists (run apt-get update)" >&2
     exit 1
