@@ -143,7 +143,7 @@ fn failure_of(m: &Message, node: Uuid, instance: Uuid) -> Option<StartFailureRea
 /// The whole life of real VMs through the agent: a tiny guest boots, reaches active and shows
 /// its marker with its own UUID; a guest that powers itself off is reported stopped and
 /// removed; bad STARTs fail with their reasons (unknown image, a domain of someone else's with
-/// the same UUID, which is left alone); after an agent restart the running VM is re-attached
+/// the same UUID, which is left alone; an image whose kernel panics is reported stopped); after an agent restart the running VM is re-attached
 /// and one that vanished meanwhile is reported stopped; DELETE leaves nothing in libvirt or on
 /// disk.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -174,6 +174,15 @@ async fn real_vms_through_the_agent() {
     let b = Uuid::new_v4(); // boots, then vanishes while the agent is away
     let p = Uuid::new_v4(); // powers itself off
     let missing = Uuid::new_v4();
+    // An image that fails to boot: the kernel finds no init, panics and reboots, and the
+    // domain (on_reboot: destroy) stops.
+    let noinit = Uuid::new_v4();
+    let broken = state.join("images/noinit");
+    std::fs::create_dir_all(&broken).unwrap();
+    std::fs::copy(state.join("images/tiny/kernel"), broken.join("kernel")).unwrap();
+    let empty = agent::backend::libvirt::seed::Seed::new(noinit, None, &BTreeMap::new());
+    std::fs::write(broken.join("initrd"), empty.cpio()).unwrap();
+    c.send(&start_payload(vm(noinit, "noinit")));
     c.send(&start_payload(vm(a, "tiny")));
     c.send(&start_payload(vm(b, "tiny")));
     let mut off = vm(p, "tiny");
@@ -345,4 +354,83 @@ async fn the_backend_alone_boots_a_tiny_guest() {
     );
     assert!(!domain_exists(&uri, id).await);
     assert!(!b.instance_dir(id).exists());
+}
+
+/// A Unix socket that forwards to libvirtd's: closing it is libvirtd going away for the
+/// backend; opening it again is libvirtd coming back.
+struct Proxy {
+    path: PathBuf,
+    task: JoinHandle<()>,
+}
+
+impl Proxy {
+    fn start(path: &Path, target: &'static str) -> Proxy {
+        let _ = std::fs::remove_file(path);
+        let listener = tokio::net::UnixListener::bind(path).unwrap();
+        let task = tokio::spawn(async move {
+            let mut links = tokio::task::JoinSet::new();
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                links.spawn(async move {
+                    if let Ok(mut outbound) = tokio::net::UnixStream::connect(target).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+            }
+        });
+        Proxy {
+            path: path.to_owned(),
+            task,
+        }
+    }
+
+    /// Drops the listener and every forwarded connection.
+    async fn stop(self) {
+        self.task.abort();
+        let _ = self.task.await;
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// libvirtd going away mid-run and coming back: calls fail with typed errors meanwhile (a START
+/// would fail `launch_failure`), a defined instance is not taken for exited, and the backend
+/// reconnects by itself once libvirtd answers again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_backend_reconnects_when_libvirtd_returns() {
+    use agent::backend::libvirt::{Accel, LibvirtBackend, LibvirtConfig};
+    let Some(uri) = libvirt_uri() else { return };
+    if uri != "qemu:///system" {
+        eprintln!("SKIPPED: the reconnect test forwards qemu:///system's socket only");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let state = state_dir(dir.path());
+    let socket = dir.path().join("libvirt.sock");
+    let proxy = Proxy::start(&socket, "/run/libvirt/libvirt-sock");
+    let proxied = format!("qemu:///system?socket={}", socket.display());
+    let b = LibvirtBackend::new(LibvirtConfig::new(&proxied, Accel::Tcg, &state)).unwrap();
+    let id = Uuid::new_v4();
+    b.create(&wire::spec_from_start(&vm(id, "tiny")))
+        .await
+        .unwrap();
+    let listed = b.list().await.unwrap();
+    assert!(listed.iter().any(|e| e.instance == id && !e.running));
+
+    proxy.stop().await;
+    assert!(b.list().await.is_err(), "libvirtd is away");
+    let other = Uuid::new_v4();
+    let err = b
+        .create(&wire::spec_from_start(&vm(other, "tiny")))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, agent::BackendError::Launch(_)), "{err:?}");
+    assert!(!b.instance_dir(other).exists());
+    assert!(b.delete(id).await.is_err(), "nothing removed blind");
+    assert!(b.stats().await.is_empty());
+
+    let proxy = Proxy::start(&socket, "/run/libvirt/libvirt-sock");
+    let listed = b.list().await.unwrap();
+    assert!(listed.iter().any(|e| e.instance == id), "reconnected");
+    b.delete(id).await.unwrap();
+    assert!(!domain_exists(&uri, id).await);
+    proxy.stop().await;
 }
