@@ -1,7 +1,7 @@
 //! The libvirt backend: one libvirt domain per instance, named `cumulo-<uuid>` and with the
 //! instance's UUID, its vCPUs and memory from the START's requirements.
 //!
-//! - **Images** come from an [`ImageStore`](images::ImageStore): a disk image boots from a qcow2
+//! - **Images** come from an [`ImageStore`]: a disk image boots from a qcow2
 //!   overlay in the instance's directory; a kernel+initrd image boots directly, with the
 //!   instance's cloud-init data appended to its initrd. A missing or corrupt image is
 //!   [`BackendError::Image`] (START_FAILURE `image_failure`).
@@ -144,26 +144,30 @@ fn exists_error(e: &ConnError) -> bool {
     matches!(e, ConnError::Failed(m) if m.contains("already exists"))
 }
 
-/// Whether the domain carries our metadata.
-fn ours(d: &Domain) -> bool {
-    d.metadata(
-        virt::sys::VIR_DOMAIN_METADATA_ELEMENT as i32,
-        Some(xml::NAMESPACE),
-        0,
-    )
-    .is_ok()
+/// Whether the domain carries our metadata. Only libvirt's "no such metadata" says no: any
+/// other failure (the connection dropped) is an error, never a reason to leave a domain of ours
+/// behind.
+fn ours(d: &Domain) -> Result<bool, virt::error::Error> {
+    let kind = virt::sys::VIR_DOMAIN_METADATA_ELEMENT as i32;
+    match d.metadata(kind, Some(xml::NAMESPACE), 0) {
+        Ok(_) => Ok(true),
+        Err(e) if e.code().is(ErrorNumber::NoDomainMetadata) => Ok(false),
+        Err(e) => Err(e),
+    }
 }
 
 /// Our domain with this UUID: `None` when there is none, or when it is not ours.
 fn our_domain(c: &Connect, instance: Uuid) -> Result<Option<Domain>, virt::error::Error> {
-    match c.lookup_domain_by_uuid(instance) {
-        Ok(d) if ours(&d) => Ok(Some(d)),
-        Ok(_) => {
-            tracing::warn!(%instance, "a domain with this UUID is not ours: left alone");
-            Ok(None)
-        }
-        Err(e) if e.code().is(ErrorNumber::NoDomain) => Ok(None),
-        Err(e) => Err(e),
+    let d = match c.lookup_domain_by_uuid(instance) {
+        Ok(d) => d,
+        Err(e) if e.code().is(ErrorNumber::NoDomain) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    if ours(&d)? {
+        Ok(Some(d))
+    } else {
+        tracing::warn!(%instance, "a domain with this UUID is not ours: left alone");
+        Ok(None)
     }
 }
 
@@ -383,7 +387,8 @@ impl Inner {
             let flags = virt::sys::VIR_CONNECT_LIST_DOMAINS_ACTIVE;
             let mut out = Vec::new();
             for d in c.list_all_domains(flags)? {
-                if !ours(&d) {
+                // A domain that went away since the list has no metadata either.
+                if !ours(&d).unwrap_or(false) {
                     continue;
                 }
                 // A domain that stopped between the list and these calls is skipped.
@@ -544,12 +549,21 @@ impl Backend for LibvirtBackend {
             .run(|c| {
                 let mut out = Vec::new();
                 for d in c.list_all_domains(0)? {
-                    if !ours(&d) {
-                        continue;
+                    match ours(&d) {
+                        Ok(true) => {}
+                        Ok(false) => continue,
+                        // Undefined since the list: not there any more.
+                        Err(e) if e.code().is(ErrorNumber::NoDomain) => continue,
+                        Err(e) => return Err(e),
                     }
+                    let running = match d.is_active() {
+                        Ok(running) => running,
+                        Err(e) if e.code().is(ErrorNumber::NoDomain) => continue,
+                        Err(e) => return Err(e),
+                    };
                     out.push(Existing {
                         instance: d.uuid()?,
-                        running: d.is_active()?,
+                        running,
                     });
                 }
                 Ok(out)
