@@ -42,6 +42,8 @@ libvirt_up() {
     CUMULO_LIBVIRT_LOGS=$(mktemp -d /tmp/cumulo-libvirt-logs.XXXXXX)
     mkdir -p /run/libvirt /var/lib/libvirt/qemu /var/log/libvirt/qemu
     if ! pgrep -x virtlogd >/dev/null; then
+        # A socket left by a virtlogd that was killed would pass the readiness check at once.
+        rm -f /run/libvirt/virtlogd-sock /run/libvirt/virtlogd-admin-sock
         virtlogd >"$CUMULO_LIBVIRT_LOGS/virtlogd.log" 2>&1 &
         CUMULO_LIBVIRT_PIDS+=($!)
         libvirt_wait "test -S /run/libvirt/virtlogd-sock" 20 || {
