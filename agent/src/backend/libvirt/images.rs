@@ -1,7 +1,8 @@
 //! The image store: a directory of images, named as a START names them.
 //!
 //! - A **disk image** is a file `<name>.qcow2` or `<name>.raw`. Each instance boots from its own
-//!   qcow2 overlay on it ([`make_overlay`]), so the shared base is only ever read.
+//!   qcow2 overlay on it ([`make_overlay`]), so the shared base is only ever read; the overlay
+//!   is as large as the START's disk requirement when that is more than the base.
 //! - A **kernel+initrd image** is a directory `<name>/` holding `kernel` (a bzImage), `initrd`
 //!   and optionally `cmdline` (extra kernel arguments, one line). QEMU boots it directly; this
 //!   is what tests and `cumulo up` use.
@@ -189,32 +190,46 @@ impl ImageStore {
     }
 }
 
-/// Runs `qemu-img` with `args`; its stderr as the error.
-fn qemu_img(args: &[&std::ffi::OsStr]) -> Result<(), String> {
+/// Runs `qemu-img` with `args`; its stdout, or its stderr as the error.
+fn qemu_img(args: &[&std::ffi::OsStr]) -> Result<Vec<u8>, String> {
     let out = Command::new("qemu-img")
         .args(args)
         .output()
         .map_err(|e| format!("qemu-img: {e}"))?;
     if out.status.success() {
-        Ok(())
+        Ok(out.stdout)
     } else {
         Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
     }
 }
 
-/// `qemu-img info`: the header of a disk image parses as its format.
-fn qemu_img_info(path: &Path, format: DiskFormat) -> Result<(), String> {
-    qemu_img(&[
+/// `qemu-img info`: the header of a disk image parses as its format; its virtual size, bytes.
+fn qemu_img_info(path: &Path, format: DiskFormat) -> Result<u64, String> {
+    let out = qemu_img(&[
         "info".as_ref(),
+        "--output=json".as_ref(),
         "-f".as_ref(),
         format.name().as_ref(),
         path.as_os_str(),
-    ])
+    ])?;
+    let info: serde_json::Value =
+        serde_json::from_slice(&out).map_err(|e| format!("qemu-img info: {e}"))?;
+    info["virtual-size"]
+        .as_u64()
+        .ok_or_else(|| "qemu-img info: no virtual size".to_string())
 }
 
-/// Makes `overlay`, a qcow2 file whose backing file is `base` (never written through it).
-pub fn make_overlay(base: &Path, format: DiskFormat, overlay: &Path) -> Result<(), String> {
-    qemu_img(&[
+/// Makes `overlay`, a qcow2 file whose backing file is `base` (never written through it). Its
+/// disk is `size_mb` MiB when that is more than the base's; else the base's size.
+pub fn make_overlay(
+    base: &Path,
+    format: DiskFormat,
+    overlay: &Path,
+    size_mb: u32,
+) -> Result<(), String> {
+    let wanted = u64::from(size_mb) * 1024 * 1024;
+    let size = (wanted > qemu_img_info(base, format)?).then(|| format!("{size_mb}M"));
+    let mut args: Vec<&std::ffi::OsStr> = vec![
         "create".as_ref(),
         "-q".as_ref(),
         "-f".as_ref(),
@@ -224,7 +239,11 @@ pub fn make_overlay(base: &Path, format: DiskFormat, overlay: &Path) -> Result<(
         "-F".as_ref(),
         format.name().as_ref(),
         overlay.as_os_str(),
-    ])
+    ];
+    if let Some(size) = &size {
+        args.push(size.as_ref());
+    }
+    qemu_img(&args).map(|_| ())
 }
 
 #[cfg(test)]
@@ -312,15 +331,13 @@ pub(crate) mod tests {
         ));
 
         let base = dir.path().join("base.qcow2");
-        qemu_img(&[
-            "create".as_ref(),
-            "-q".as_ref(),
-            "-f".as_ref(),
-            "qcow2".as_ref(),
-            base.as_os_str(),
-            "16M".as_ref(),
-        ])
-        .unwrap();
+        let made = Command::new("qemu-img")
+            .args(["create", "-q", "-f", "qcow2"])
+            .arg(&base)
+            .arg("16M")
+            .status()
+            .unwrap();
+        assert!(made.success());
         let before = std::fs::read(&base).unwrap();
         let image = store.resolve("base").unwrap();
         let Image::Disk { path, format } = image else {
@@ -331,15 +348,26 @@ pub(crate) mod tests {
             (base.as_path(), DiskFormat::Qcow2)
         );
         let overlay = dir.path().join("overlay.qcow2");
-        make_overlay(&path, format, &overlay).unwrap();
-        let info = Command::new("qemu-img")
-            .args(["info", "--output=json"])
-            .arg(&overlay)
-            .output()
-            .unwrap();
-        let info: serde_json::Value = serde_json::from_slice(&info.stdout).unwrap();
-        assert_eq!(info["backing-filename"], base.to_str().unwrap());
-        assert_eq!(info["backing-filename-format"], "qcow2");
+        make_overlay(&path, format, &overlay, 8).unwrap();
+        let info = |file: &Path| {
+            let out = Command::new("qemu-img")
+                .args(["info", "--output=json"])
+                .arg(file)
+                .output()
+                .unwrap();
+            serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+        };
+        let got = info(&overlay);
+        assert_eq!(got["backing-filename"], base.to_str().unwrap());
+        assert_eq!(got["backing-filename-format"], "qcow2");
+        assert_eq!(got["virtual-size"], 16 << 20, "never smaller than the base");
+        let bigger = dir.path().join("bigger.qcow2");
+        make_overlay(&path, format, &bigger, 64).unwrap();
+        assert_eq!(
+            info(&bigger)["virtual-size"],
+            64 << 20,
+            "the START's disk size"
+        );
         assert_eq!(
             std::fs::read(&base).unwrap(),
             before,

@@ -296,15 +296,17 @@ impl Inner {
         let boot = match image {
             Image::Disk { path, format } => {
                 let overlay = dir.join("disk.qcow2");
-                images::make_overlay(path, *format, &overlay).map_err(|why| {
-                    BackendError::Image(
-                        ImageError::Corrupt {
-                            name: spec.image.clone(),
-                            why,
-                        }
-                        .to_string(),
-                    )
-                })?;
+                images::make_overlay(path, *format, &overlay, spec.resources.disk_mb).map_err(
+                    |why| {
+                        BackendError::Image(
+                            ImageError::Corrupt {
+                                name: spec.image.clone(),
+                                why,
+                            }
+                            .to_string(),
+                        )
+                    },
+                )?;
                 Boot::Disk { overlay }
             }
             Image::Kernel {
