@@ -1,11 +1,14 @@
 # Installs what cumulo's build and tests need on a Debian/Ubuntu machine. Sourced by
 # scripts/test.sh; safe to run again (only missing pieces are installed).
 
-# Debian packages the build and the tests need. The second line is the libvirt backend's: the
-# libvirt library to build against (libvirt-dev), libvirtd with its QEMU driver and QEMU (TCG)
-# for the VM tests, qemu-img for overlays, genisoimage for cloud-init seeds, and what
-# scripts/tiny-guest.sh builds the test guest with.
+# Debian packages the build and the tests need. The libvirt backend's: the libvirt library to
+# build against (libvirt-dev), libvirtd with its QEMU driver and QEMU (TCG) for the VM tests,
+# qemu-img for overlays, genisoimage for cloud-init seeds, and what scripts/tiny-guest.sh builds
+# the test guest with.
 CUMULO_DEBS=(build-essential pkg-config openssl ca-certificates procps
+    # tenant networking tests (agent/tests: network namespaces, veth, ping)
+    iproute2 iputils-ping
+    # the libvirt backend and its VM tests
     libvirt-dev libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients qemu-system-x86 qemu-utils
     genisoimage busybox-static cpio)
 

@@ -22,6 +22,7 @@ pub mod core;
 pub mod daemon;
 pub mod host;
 pub mod model;
+pub mod net;
 pub mod reporter;
 pub mod sim;
 pub mod store;

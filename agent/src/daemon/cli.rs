@@ -158,10 +158,6 @@ pub struct Args {
     /// libvirt backend: the image store (default: `images/` in the state directory).
     #[arg(long, env = "CUMULO_AGENT_IMAGE_DIR")]
     pub image_dir: Option<PathBuf>,
-    /// libvirt backend: a bridge that instances with a NIC are plugged into (default: none,
-    /// instances get no NIC).
-    #[arg(long, env = "CUMULO_AGENT_LIBVIRT_BRIDGE")]
-    pub libvirt_bridge: Option<String>,
     /// Log format.
     #[arg(long, env = "CUMULO_AGENT_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
     pub log_format: String,
@@ -256,7 +252,6 @@ impl Args {
             if let Some(dir) = self.image_dir {
                 l.images = dir;
             }
-            l.bridge = self.libvirt_bridge;
             l
         });
         Ok(DaemonConfig {

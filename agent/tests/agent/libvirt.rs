@@ -15,6 +15,7 @@
 use super::support::*;
 use std::os::unix::fs::PermissionsExt;
 use virt::connect::Connect;
+use virt::domain::Domain;
 
 /// One VM-heavy test at a time (two cores).
 static VMS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -116,8 +117,10 @@ async fn wait_marker(state: &Path, instance: Uuid, within: Duration) {
 async fn domain_exists(uri: &str, instance: Uuid) -> bool {
     let uri = uri.to_string();
     tokio::task::spawn_blocking(move || {
-        let c = Connect::open(Some(&uri)).unwrap();
-        c.lookup_domain_by_uuid(instance).is_ok()
+        let mut c = Connect::open(Some(&uri)).unwrap();
+        let found = Domain::lookup_by_uuid(&c, instance).is_ok();
+        c.close().unwrap();
+        found
     })
     .await
     .unwrap()
@@ -129,9 +132,14 @@ async fn with_libvirt<T: Send + 'static>(
     f: impl FnOnce(&Connect) -> Result<T, virt::error::Error> + Send + 'static,
 ) -> T {
     let uri = uri.to_string();
-    tokio::task::spawn_blocking(move || f(&Connect::open(Some(&uri)).unwrap()).unwrap())
-        .await
-        .unwrap()
+    tokio::task::spawn_blocking(move || {
+        let mut c = Connect::open(Some(&uri)).unwrap();
+        let out = f(&c).unwrap();
+        c.close().unwrap();
+        out
+    })
+    .await
+    .unwrap()
 }
 
 /// Removes the test's domains if the test fails half-way (QEMU outlives libvirtd: a failed
@@ -143,15 +151,16 @@ struct Leftovers {
 
 impl Drop for Leftovers {
     fn drop(&mut self) {
-        let Ok(c) = Connect::open(Some(&self.uri)) else {
+        let Ok(mut c) = Connect::open(Some(&self.uri)) else {
             return;
         };
         for id in &self.domains {
-            if let Ok(d) = c.lookup_domain_by_uuid(*id) {
+            if let Ok(d) = Domain::lookup_by_uuid(&c, *id) {
                 let _ = d.destroy();
                 let _ = d.undefine();
             }
         }
+        let _ = c.close();
     }
 }
 
@@ -189,7 +198,7 @@ async fn real_vms_through_the_agent() {
         "<domain type='qemu'><name>not-cumulo-{clash}</name><uuid>{clash}</uuid>\
          <memory unit='MiB'>64</memory><vcpu>1</vcpu><os><type arch='x86_64'>hvm</type></os></domain>"
     );
-    with_libvirt(&uri, move |c| c.define_domain_xml(&foreign).map(|_| ())).await;
+    with_libvirt(&uri, move |c| Domain::define_xml(c, &foreign).map(|_| ())).await;
 
     let a = Uuid::new_v4(); // boots and stays up
     let b = Uuid::new_v4(); // boots, then vanishes while the agent is away
@@ -255,7 +264,7 @@ async fn real_vms_through_the_agent() {
     // The agent goes away; b vanishes; a new agent re-attaches a and reports b stopped.
     agent.stop().await;
     with_libvirt(&uri, move |c| {
-        let d = c.lookup_domain_by_uuid(b)?;
+        let d = Domain::lookup_by_uuid(c, b)?;
         d.destroy()
     })
     .await;
@@ -288,8 +297,8 @@ async fn real_vms_through_the_agent() {
 
     // The foreign domain was never touched.
     let kept = with_libvirt(&uri, move |c| {
-        let d = c.lookup_domain_by_uuid(clash)?;
-        let name = d.name()?;
+        let d = Domain::lookup_by_uuid(c, clash)?;
+        let name = d.get_name()?;
         d.undefine()?;
         Ok(name)
     })

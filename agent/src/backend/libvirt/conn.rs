@@ -30,7 +30,7 @@ pub enum ConnError {
 impl ConnError {
     /// A libvirt error as a [`ConnError`] (the connection is alive).
     pub fn from_virt(e: &Error) -> ConnError {
-        if e.code().is(ErrorNumber::NoDomain) {
+        if e.code() == ErrorNumber::NoDomain {
             ConnError::NoDomain
         } else {
             ConnError::Failed(e.message().to_string())
@@ -38,11 +38,22 @@ impl ConnError {
     }
 }
 
+/// One reference on a libvirt connection, given back when dropped (virt 0.4's `Connect` does
+/// not close itself: every clone is a reference that must be closed).
+struct Owned(Connect);
+
+impl Drop for Owned {
+    fn drop(&mut self) {
+        // Closing a reference fails only for a connection that is gone already.
+        let _ = self.0.close();
+    }
+}
+
 /// A shared, self-healing libvirt connection.
 #[derive(Clone)]
 pub struct Conn {
     uri: Arc<str>,
-    current: Arc<Mutex<Option<Connect>>>,
+    current: Arc<Mutex<Option<Owned>>>,
 }
 
 impl std::fmt::Debug for Conn {
@@ -74,16 +85,17 @@ impl Conn {
         }
     }
 
-    /// The open connection, or a new one.
-    fn connect(&self) -> Result<Connect, ConnError> {
+    /// A reference on the open connection, or on a new one.
+    fn connect(&self) -> Result<Owned, ConnError> {
         let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(c) = current.as_ref() {
-            return Ok(c.clone());
+            return Ok(Owned(c.0.clone()));
         }
         let c = Connect::open(Some(&self.uri)).map_err(|e| self.unreachable(&e))?;
         tracing::info!(uri = %self.uri, "connected to libvirt");
-        *current = Some(c.clone());
-        Ok(c)
+        let mine = Owned(c.clone());
+        *current = Some(Owned(c));
+        Ok(mine)
     }
 
     /// Forgets the connection if it is dead; the error to return for `e`.
@@ -102,7 +114,7 @@ impl Conn {
     /// becomes a [`ConnError`]; a dead connection is dropped so that the next call reopens.
     pub fn call<T>(&self, f: impl FnOnce(&Connect) -> Result<T, Error>) -> Result<T, ConnError> {
         let c = self.connect()?;
-        f(&c).map_err(|e| self.check(&c, &e))
+        f(&c.0).map_err(|e| self.check(&c.0, &e))
     }
 
     /// [`Conn::call`] on tokio's blocking pool.
@@ -121,14 +133,15 @@ impl Conn {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use virt::domain::Domain;
 
     #[tokio::test]
     async fn test_driver_answers_and_a_missing_daemon_is_unreachable() {
         let conn = Conn::new("test:///default");
-        let name = conn.run(|c| c.driver_type()).await.unwrap();
+        let name = conn.run(|c| c.get_type()).await.unwrap();
         assert_eq!(name, "TEST");
         let err = conn
-            .run(|c| c.lookup_domain_by_name("cumulo-no-such-domain"))
+            .run(|c| Domain::lookup_by_name(c, "cumulo-no-such-domain"))
             .await
             .unwrap_err();
         assert_eq!(err, ConnError::NoDomain);
@@ -141,7 +154,7 @@ mod tests {
         );
         let down = Conn::new(&uri);
         for _ in 0..2 {
-            let err = down.run(|c| c.driver_type()).await.unwrap_err();
+            let err = down.run(|c| c.get_type()).await.unwrap_err();
             assert!(matches!(err, ConnError::Unreachable { .. }), "{err:?}");
         }
     }

@@ -6,6 +6,9 @@
 //!   instance's cloud-init data appended to its initrd. A missing or corrupt image is
 //!   [`BackendError::Image`] (START_FAILURE `image_failure`).
 //! - **cloud-init**: a NoCloud `cidata` ISO per instance ([`seed`]).
+//! - **NIC**: an instance with a NIC gets a virtio NIC with its MAC on the tap that tenant
+//!   networking made for it ([`crate::net::tap_name`], `<interface type='ethernet'>`, not
+//!   managed by libvirt).
 //! - **Files**: `<instances>/<uuid>/` holds the overlay or initrd, the seed, the domain XML
 //!   as defined, and `console.log`, the serial console.
 //! - **Lifecycle**: create defines the domain (persistent, so that a stopped one is still
@@ -96,8 +99,6 @@ pub struct LibvirtConfig {
     pub images: PathBuf,
     /// Where each instance's directory is made.
     pub instances: PathBuf,
-    /// A bridge that instances with a NIC are plugged into (none: instances get no NIC).
-    pub bridge: Option<String>,
     /// How often a running instance's state is polled.
     pub poll: Duration,
 }
@@ -110,7 +111,6 @@ impl LibvirtConfig {
             accel,
             images: state_dir.join("images"),
             instances: state_dir.join("libvirt").join("instances"),
-            bridge: None,
             poll: Duration::from_millis(500),
         }
     }
@@ -149,18 +149,18 @@ fn exists_error(e: &ConnError) -> bool {
 /// behind.
 fn ours(d: &Domain) -> Result<bool, virt::error::Error> {
     let kind = virt::sys::VIR_DOMAIN_METADATA_ELEMENT as i32;
-    match d.metadata(kind, Some(xml::NAMESPACE), 0) {
+    match d.get_metadata(kind, Some(xml::NAMESPACE), 0) {
         Ok(_) => Ok(true),
-        Err(e) if e.code().is(ErrorNumber::NoDomainMetadata) => Ok(false),
+        Err(e) if e.code() == ErrorNumber::NoDomainMetadata => Ok(false),
         Err(e) => Err(e),
     }
 }
 
 /// Our domain with this UUID: `None` when there is none, or when it is not ours.
 fn our_domain(c: &Connect, instance: Uuid) -> Result<Option<Domain>, virt::error::Error> {
-    let d = match c.lookup_domain_by_uuid(instance) {
+    let d = match Domain::lookup_by_uuid(c, instance) {
         Ok(d) => d,
-        Err(e) if e.code().is(ErrorNumber::NoDomain) => return Ok(None),
+        Err(e) if e.code() == ErrorNumber::NoDomain => return Ok(None),
         Err(e) => return Err(e),
     };
     if ours(&d)? {
@@ -246,14 +246,14 @@ impl Inner {
         let taken = self
             .conn
             .call(|c| {
-                let by_uuid = match c.lookup_domain_by_uuid(instance) {
+                let by_uuid = match Domain::lookup_by_uuid(c, instance) {
                     Ok(_) => true,
-                    Err(e) if e.code().is(ErrorNumber::NoDomain) => false,
+                    Err(e) if e.code() == ErrorNumber::NoDomain => false,
                     Err(e) => return Err(e),
                 };
-                let by_name = match c.lookup_domain_by_name(&name) {
+                let by_name = match Domain::lookup_by_name(c, &name) {
                     Ok(_) => true,
-                    Err(e) if e.code().is(ErrorNumber::NoDomain) => false,
+                    Err(e) if e.code() == ErrorNumber::NoDomain => false,
                     Err(e) => return Err(e),
                 };
                 Ok(by_uuid || by_name)
@@ -344,16 +344,23 @@ impl Inner {
             boot,
             seed: seed_iso,
             console: dir.join("console.log"),
-            nic: match (&self.config.bridge, &spec.nic) {
-                (Some(bridge), Some(nic)) => Some((bridge.clone(), nic.mac)),
-                _ => None,
-            },
+            nic: spec.nic.as_ref().and_then(|nic| {
+                let tap = crate::net::tap_name(instance);
+                if Path::new("/sys/class/net").join(&tap).exists() {
+                    Some((tap, nic.mac))
+                } else {
+                    // Tenant networking makes the tap before the VM (crate::net::NetBackend);
+                    // without it the VM has no NIC rather than failing to start.
+                    tracing::warn!(%instance, %tap, "no tap for the instance's NIC: started without one");
+                    None
+                }
+            }),
             tenant: spec.tenant,
             image: spec.image.clone(),
         };
         let text = domain.render();
         std::fs::write(dir.join("domain.xml"), &text).map_err(io)?;
-        match self.conn.call(|c| c.define_domain_xml(&text)) {
+        match self.conn.call(|c| Domain::define_xml(c, &text)) {
             Ok(_) => Ok(()),
             Err(e) if exists_error(&e) => Err(BackendError::Exists),
             Err(e) => Err(launch(e)),
@@ -394,7 +401,7 @@ impl Inner {
                     continue;
                 }
                 // A domain that stopped between the list and these calls is skipped.
-                let (Ok(id), Ok(info)) = (d.uuid(), d.info()) else {
+                let (Ok(id), Ok(info)) = (d.get_uuid(), d.get_info()) else {
                     continue;
                 };
                 out.push((id, info.cpu_time, info.nr_virt_cpu, info.memory));
@@ -555,16 +562,16 @@ impl Backend for LibvirtBackend {
                         Ok(true) => {}
                         Ok(false) => continue,
                         // Undefined since the list: not there any more.
-                        Err(e) if e.code().is(ErrorNumber::NoDomain) => continue,
+                        Err(e) if e.code() == ErrorNumber::NoDomain => continue,
                         Err(e) => return Err(e),
                     }
                     let running = match d.is_active() {
                         Ok(running) => running,
-                        Err(e) if e.code().is(ErrorNumber::NoDomain) => continue,
+                        Err(e) if e.code() == ErrorNumber::NoDomain => continue,
                         Err(e) => return Err(e),
                     };
                     out.push(Existing {
-                        instance: d.uuid()?,
+                        instance: d.get_uuid()?,
                         running,
                     });
                 }

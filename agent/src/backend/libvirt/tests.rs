@@ -114,7 +114,7 @@ async fn an_exit_of_its_own_is_seen() {
         tokio::spawn(async move { b.wait_exit(id).await })
     };
     b.0.conn
-        .run(move |c| c.lookup_domain_by_uuid(id)?.destroy())
+        .run(move |c| Domain::lookup_by_uuid(c, id)?.destroy())
         .await
         .unwrap();
     tokio::time::timeout(Duration::from_secs(5), waiter)
@@ -187,8 +187,8 @@ async fn domains_we_did_not_create_are_left_alone() {
     let xml = foreign(format!("theirs-{by_uuid}"), by_uuid);
     b.0.conn
         .run(move |c| {
-            let d = c.define_domain_xml(&xml)?;
-            d.create()
+            let d = Domain::define_xml(c, &xml)?;
+            d.create().map(|_| ())
         })
         .await
         .unwrap();
@@ -196,7 +196,7 @@ async fn domains_we_did_not_create_are_left_alone() {
     let by_name = fresh();
     let xml = foreign(xml::domain_name(by_name), fresh());
     b.0.conn
-        .run(move |c| c.define_domain_xml(&xml).map(|_| ()))
+        .run(move |c| Domain::define_xml(c, &xml).map(|_| ()))
         .await
         .unwrap();
 
@@ -217,8 +217,8 @@ async fn domains_we_did_not_create_are_left_alone() {
     let (active, name_kept) =
         b.0.conn
             .run(move |c| {
-                let d = c.lookup_domain_by_uuid(by_uuid)?;
-                let kept = c.lookup_domain_by_name(&xml::domain_name(by_name)).is_ok();
+                let d = Domain::lookup_by_uuid(c, by_uuid)?;
+                let kept = Domain::lookup_by_name(c, &xml::domain_name(by_name)).is_ok();
                 Ok((d.is_active()?, kept))
             })
             .await
@@ -228,7 +228,7 @@ async fn domains_we_did_not_create_are_left_alone() {
     // The driver's own domain is not ours either.
     let theirs =
         b.0.conn
-            .run(|c| c.lookup_domain_by_name("test")?.uuid())
+            .run(|c| Domain::lookup_by_name(c, "test")?.get_uuid())
             .await
             .unwrap();
     assert_eq!(listed(&b.list().await.unwrap(), theirs), None);

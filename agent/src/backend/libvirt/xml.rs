@@ -61,7 +61,8 @@ pub struct DomainSpec {
     pub seed: PathBuf,
     /// The file the serial console is written to.
     pub console: PathBuf,
-    /// A bridge for a virtio NIC with this MAC, if the instance has a NIC.
+    /// The instance's NIC, if it has one: a virtio NIC with this MAC on this tap (made by the
+    /// agent's tenant networking, `crate::net`).
     pub nic: Option<(String, [u8; 6])>,
     /// Recorded in our metadata: the tenant.
     pub tenant: Uuid,
@@ -154,12 +155,12 @@ impl DomainSpec {
             "    <disk type='file' device='cdrom'>\n      <driver name='qemu' type='raw'/>\n      <source file='{}'/>\n      <target dev='hdc' bus='ide'/>\n      <readonly/>\n    </disk>",
             path(&self.seed)
         );
-        if let Some((bridge, mac)) = &self.nic {
+        if let Some((tap, mac)) = &self.nic {
             let [a, b, c, d, e, f] = *mac;
             let _ = writeln!(
                 x,
-                "    <interface type='bridge'>\n      <source bridge='{}'/>\n      <mac address='{a:02x}:{b:02x}:{c:02x}:{d:02x}:{e:02x}:{f:02x}'/>\n      <model type='virtio'/>\n    </interface>",
-                escape(bridge)
+                "    <interface type='ethernet'>\n      <mac address='{a:02x}:{b:02x}:{c:02x}:{d:02x}:{e:02x}:{f:02x}'/>\n      <target dev='{}' managed='no'/>\n      <model type='virtio'/>\n    </interface>",
+                escape(tap)
             );
         }
         let _ = writeln!(
@@ -229,7 +230,7 @@ mod tests {
         spec.boot = Boot::Disk {
             overlay: "/state/libvirt/instances/x/disk.qcow2".into(),
         };
-        spec.nic = Some(("cbr-7".into(), [0x02, 0, 0xac, 0x10, 0, 5]));
+        spec.nic = Some(("cmt0123456789ab".into(), [0x02, 0, 0xac, 0x10, 0, 5]));
         spec.image = "debian-12".into();
         golden("disk-kvm-nic.xml", &spec.render());
     }

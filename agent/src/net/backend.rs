@@ -1,0 +1,360 @@
+//! [`NetBackend`]: tenant networking wrapped around any [`Backend`], so that neither the core
+//! nor the VM backend needs to know about bridges and tunnels.
+//!
+//! - `create` of an instance whose START has a NIC first plugs its VNIC in
+//!   ([`Network::attach`]); the inner backend then makes the VM with its NIC on the tap
+//!   [`tap_name`]`(instance)` with the START's MAC (libvirt: `<interface type='ethernet'>`,
+//!   `<target dev='…' managed='no'/>`, `<mac address='…'/>`). A failed attach is a
+//!   `network_failure`; a failed inner create unplugs the VNIC again.
+//! - `delete` removes the instance through the inner backend, then unplugs its VNIC.
+//! - The subnet's first VNIC on the node sends [`TenantChange::Added`], its last
+//!   [`TenantChange::Removed`], on a bounded channel the SSNTP wiring turns into
+//!   TENANT_ADDED/TENANT_REMOVED ([`TenantChange::payload`]). An Added is sent as soon as the
+//!   tunnel is up (before the VM is made), so a create that fails afterwards may send Added
+//!   then Removed: harmless for the CNCI, and no subnet is ever left unannounced.
+//! - [`NetBackend::rebuild`], at agent start, rebuilds the view from the kernel and unplugs the
+//!   VNICs of instances the inner backend no longer has.
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+use tokio::sync::{Mutex, mpsc};
+use uuid::Uuid;
+
+use super::SubnetId;
+use super::names::tap_name;
+use super::network::{NetError, Network, Rebuilt, Vnic};
+use super::ops::NetOps;
+use crate::backend::{Backend, BackendError, Existing};
+use crate::model::{InstanceSpec, Usage};
+
+/// A tenant subnet came to this node or left it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TenantChange {
+    /// The subnet's first VNIC on this node: TENANT_ADDED.
+    Added(SubnetId),
+    /// The subnet's last VNIC on this node is gone: TENANT_REMOVED.
+    Removed(SubnetId),
+}
+
+impl TenantChange {
+    /// The SSNTP event for the CNCI, from this node (`agent_ip`: its tunnel end point).
+    pub fn payload(&self, agent_uuid: Uuid, agent_ip: IpAddr) -> ssntp::Payload {
+        let (TenantChange::Added(s) | TenantChange::Removed(s)) = self;
+        let event = ssntp::payload::TenantEvent {
+            agent_uuid,
+            agent_ip,
+            tenant_uuid: s.tenant,
+            tenant_subnet: ssntp::payload::Cidr {
+                addr: s.subnet.addr,
+                prefix: s.subnet.prefix,
+            },
+            concentrator_uuid: s.cnci,
+            concentrator_ip: s.cnci_ip,
+            subnet_key: s.key,
+        };
+        match self {
+            TenantChange::Added(_) => ssntp::Payload::TenantAdded(event),
+            TenantChange::Removed(_) => ssntp::Payload::TenantRemoved(event),
+        }
+    }
+}
+
+/// A [`Backend`] with tenant networking. See the module documentation.
+pub struct NetBackend<B, O> {
+    inner: B,
+    net: Mutex<Network<O>>,
+    changes: mpsc::Sender<TenantChange>,
+}
+
+fn net_failure(e: NetError) -> BackendError {
+    BackendError::Network(e.to_string())
+}
+
+impl<B: Backend, O: NetOps> NetBackend<B, O> {
+    /// Wraps `inner`; tenant changes go to `changes` (a closed channel drops them).
+    pub fn new(inner: B, net: Network<O>, changes: mpsc::Sender<TenantChange>) -> NetBackend<B, O> {
+        NetBackend {
+            inner,
+            net: Mutex::new(net),
+            changes,
+        }
+    }
+
+    /// The inner backend.
+    pub fn inner(&self) -> &B {
+        &self.inner
+    }
+
+    async fn tell(&self, change: TenantChange) {
+        let _ = self.changes.send(change).await;
+    }
+
+    /// At start: rebuilds the view from the kernel, unplugs the VNICs of instances the inner
+    /// backend does not have, and sends TENANT_REMOVED for every subnet that is gone.
+    pub async fn rebuild(&self) -> Result<Rebuilt, BackendError> {
+        let have: BTreeSet<Uuid> = self
+            .inner
+            .list()
+            .await?
+            .into_iter()
+            .map(|e| e.instance)
+            .collect();
+        let mut net = self.net.lock().await;
+        let rebuilt = net.rebuild().await.map_err(net_failure)?;
+        let pruned = net
+            .prune(|i| have.contains(&i))
+            .await
+            .map_err(net_failure)?;
+        drop(net);
+        for s in &rebuilt.removed {
+            self.tell(TenantChange::Removed(*s)).await;
+        }
+        for d in pruned.into_iter().filter(|d| d.last) {
+            self.tell(TenantChange::Removed(d.subnet)).await;
+        }
+        Ok(rebuilt)
+    }
+
+    async fn unplug(&self, instance: Uuid) -> Result<(), BackendError> {
+        let detached = self
+            .net
+            .lock()
+            .await
+            .detach(instance)
+            .await
+            .map_err(net_failure)?;
+        if let Some(d) = detached.filter(|d| d.last) {
+            self.tell(TenantChange::Removed(d.subnet)).await;
+        }
+        Ok(())
+    }
+}
+
+impl<B: Backend, O: NetOps> Backend for NetBackend<B, O> {
+    async fn create(&self, spec: &InstanceSpec) -> Result<(), BackendError> {
+        let Some(nic) = &spec.nic else {
+            return self.inner.create(spec).await;
+        };
+        let vnic = Vnic::of(spec.instance, spec.tenant, nic);
+        let attached = self
+            .net
+            .lock()
+            .await
+            .attach(&vnic)
+            .await
+            .map_err(net_failure)?;
+        debug_assert_eq!(attached.tap, tap_name(spec.instance));
+        if attached.first {
+            self.tell(TenantChange::Added(vnic.subnet)).await;
+        }
+        match self.inner.create(spec).await {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                if let Err(undo) = self.unplug(spec.instance).await {
+                    tracing::warn!(instance = %spec.instance, error = %undo, "unplugging after a failed create");
+                }
+                Err(e)
+            }
+        }
+    }
+
+    async fn start(&self, instance: Uuid) -> Result<(), BackendError> {
+        self.inner.start(instance).await
+    }
+
+    async fn wait_exit(&self, instance: Uuid) {
+        self.inner.wait_exit(instance).await
+    }
+
+    async fn stop(&self, instance: Uuid) -> Result<(), BackendError> {
+        self.inner.stop(instance).await
+    }
+
+    async fn delete(&self, instance: Uuid) -> Result<(), BackendError> {
+        self.inner.delete(instance).await?;
+        self.unplug(instance).await
+    }
+
+    async fn stats(&self) -> Vec<(Uuid, Usage)> {
+        self.inner.stats().await
+    }
+
+    async fn list(&self) -> Result<Vec<Existing>, BackendError> {
+        self.inner.list().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::fake::{FakeBackend, Op};
+    use crate::model::{Firmware, NicSpec, Resources, VmKind};
+    use crate::net::{FakeNetOps, NetConfig, TunnelKind, VXLAN_PORT};
+    use std::collections::BTreeMap;
+
+    fn spec(n: u8, key: u32) -> InstanceSpec {
+        InstanceSpec {
+            instance: Uuid::from_u128(u128::from(n) << 100),
+            tenant: Uuid::from_u128(0xa),
+            workload: Uuid::from_u128(0xb),
+            kind: VmKind::Qemu,
+            firmware: Firmware::Legacy,
+            image: "tiny".into(),
+            resources: Resources::default(),
+            nic: Some(NicSpec {
+                mac: [2, 0, 0, 0, 0, n],
+                vnic_uuid: Uuid::from_u128(u128::from(n)),
+                concentrator_uuid: Uuid::from_u128(0xc),
+                concentrator_ip: "198.18.0.100".parse().unwrap(),
+                subnet_addr: "10.250.0.0".parse().unwrap(),
+                subnet_prefix: 24,
+                subnet_key: key,
+                private_ip: format!("10.250.0.{n}").parse().unwrap(),
+                public_ip: false,
+            }),
+            disks: Vec::new(),
+            user_data: None,
+            meta_data: BTreeMap::new(),
+            restart: false,
+        }
+    }
+
+    fn setup() -> (
+        NetBackend<FakeBackend, FakeNetOps>,
+        FakeBackend,
+        FakeNetOps,
+        mpsc::Receiver<TenantChange>,
+    ) {
+        let (backend, ops) = (FakeBackend::new(), FakeNetOps::new());
+        let cfg = NetConfig {
+            node_ip: "198.18.0.1".parse().unwrap(),
+            tunnel: TunnelKind::Vxlan,
+            vxlan_port: VXLAN_PORT,
+        };
+        let (tx, rx) = mpsc::channel(16);
+        let nb = NetBackend::new(backend.clone(), Network::new(ops.clone(), cfg), tx);
+        (nb, backend, ops, rx)
+    }
+
+    fn drain(rx: &mut mpsc::Receiver<TenantChange>) -> Vec<TenantChange> {
+        let mut out = Vec::new();
+        while let Ok(c) = rx.try_recv() {
+            out.push(c);
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn create_plugs_in_first_and_delete_unplugs_last() {
+        let (nb, backend, ops, mut rx) = setup();
+        let (s1, s2) = (spec(1, 7), spec(2, 7));
+        nb.create(&s1).await.unwrap();
+        assert!(ops.link(&tap_name(s1.instance)).is_some());
+        let added = drain(&mut rx);
+        assert!(
+            matches!(added[..], [TenantChange::Added(s)] if s.key == 7),
+            "{added:?}"
+        );
+        nb.create(&s2).await.unwrap();
+        assert_eq!(drain(&mut rx), vec![]);
+
+        nb.delete(s1.instance).await.unwrap();
+        assert_eq!(drain(&mut rx), vec![]);
+        assert!(ops.link(&tap_name(s1.instance)).is_none());
+        nb.delete(s2.instance).await.unwrap();
+        assert!(matches!(drain(&mut rx)[..], [TenantChange::Removed(s)] if s.key == 7));
+        assert!(ops.links_now().is_empty());
+        assert_eq!(backend.ops(s2.instance), vec![Op::Create, Op::Delete]);
+    }
+
+    #[tokio::test]
+    async fn instances_without_a_nic_are_left_alone() {
+        let (nb, _backend, ops, mut rx) = setup();
+        let mut s = spec(1, 7);
+        s.nic = None;
+        nb.create(&s).await.unwrap();
+        nb.delete(s.instance).await.unwrap();
+        assert!(ops.calls().is_empty());
+        assert_eq!(drain(&mut rx), vec![]);
+    }
+
+    #[tokio::test]
+    async fn a_failed_attach_is_a_network_failure_and_makes_no_vm() {
+        let (nb, backend, ops, mut rx) = setup();
+        ops.fail_next("create tap");
+        let s = spec(1, 7);
+        assert!(matches!(nb.create(&s).await, Err(BackendError::Network(_))));
+        assert!(backend.calls().is_empty());
+        // Nothing is announced, and nothing of the subnet is left half made.
+        assert_eq!(drain(&mut rx), vec![]);
+        assert!(ops.links_now().is_empty(), "{:#?}", ops.links_now());
+        nb.create(&s).await.unwrap();
+        assert!(matches!(drain(&mut rx)[..], [TenantChange::Added(_)]));
+    }
+
+    #[tokio::test]
+    async fn a_failed_create_unplugs_again() {
+        let (nb, backend, ops, mut rx) = setup();
+        backend.fail_next(Op::Create, BackendError::Launch("no".into()));
+        let s = spec(1, 7);
+        assert_eq!(nb.create(&s).await, Err(BackendError::Launch("no".into())));
+        assert!(ops.links_now().is_empty());
+        let changes = drain(&mut rx);
+        assert!(
+            matches!(changes[..], [TenantChange::Added(a), TenantChange::Removed(r)] if a == r),
+            "{changes:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn rebuild_unplugs_instances_the_backend_lost() {
+        let (nb, backend, ops, mut rx) = setup();
+        let (s1, s2) = (spec(1, 7), spec(2, 8));
+        nb.create(&s1).await.unwrap();
+        nb.create(&s2).await.unwrap();
+        drain(&mut rx);
+        // Restart: the backend still has instance 1 only.
+        backend.delete(s2.instance).await.unwrap();
+        let cfg = *nb.net.lock().await.config();
+        let (tx, mut rx) = mpsc::channel(16);
+        let again = NetBackend::new(backend.clone(), Network::new(ops.clone(), cfg), tx);
+        let r = again.rebuild().await.unwrap();
+        assert_eq!(r.vnics.len(), 2, "both were in the kernel");
+        let changes = drain(&mut rx);
+        assert!(
+            matches!(changes[..], [TenantChange::Removed(s)] if s.key == 8),
+            "{changes:?}"
+        );
+        assert!(ops.link(&tap_name(s1.instance)).is_some());
+        assert!(ops.link(&tap_name(s2.instance)).is_none());
+    }
+
+    #[test]
+    fn changes_become_tenant_events() {
+        let s = SubnetId {
+            tenant: Uuid::from_u128(1),
+            subnet: "10.250.0.0/24".parse().unwrap(),
+            key: 7,
+            cnci: Uuid::from_u128(2),
+            cnci_ip: "198.18.0.100".parse().unwrap(),
+        };
+        let agent = Uuid::from_u128(3);
+        let ip: IpAddr = "198.18.0.1".parse().unwrap();
+        let ssntp::Payload::TenantAdded(e) = TenantChange::Added(s).payload(agent, ip) else {
+            panic!("not TENANT_ADDED")
+        };
+        assert_eq!(
+            (e.agent_uuid, e.agent_ip, e.tenant_uuid, e.subnet_key),
+            (agent, ip, s.tenant, 7)
+        );
+        assert_eq!(e.tenant_subnet.to_string(), "10.250.0.0/24");
+        assert_eq!(
+            (e.concentrator_uuid, e.concentrator_ip),
+            (s.cnci, s.cnci_ip)
+        );
+        assert!(matches!(
+            TenantChange::Removed(s).payload(agent, ip),
+            ssntp::Payload::TenantRemoved(_)
+        ));
+    }
+}

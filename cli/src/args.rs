@@ -1,0 +1,361 @@
+//! `cumulo`'s command line.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::up::cluster::Backend;
+
+/// cumulo: run and use a cumulo cluster.
+#[derive(Debug, Parser)]
+#[command(name = "cumulo", version, args_override_self = true)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+    /// How to reach and log in to the controller.
+    #[command(flatten)]
+    pub login: Login,
+    /// Print JSON instead of tables.
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+/// Where the controller is and who logs in.
+#[derive(Debug, Clone, Args)]
+pub struct Login {
+    /// The controller's API URL.
+    #[arg(long, global = true, env = "CUMULO_CONTROLLER")]
+    pub controller: Option<String>,
+    /// The user name.
+    #[arg(long, global = true, env = "CUMULO_USERNAME")]
+    pub username: Option<String>,
+    /// The password.
+    #[arg(long, global = true, env = "CUMULO_PASSWORD", hide_env_values = true)]
+    pub password: Option<String>,
+    /// The project (tenant).
+    #[arg(long, global = true, env = "CUMULO_PROJECT")]
+    pub project: Option<String>,
+    /// The CA certificate of the controller's HTTPS certificate.
+    #[arg(long, global = true, env = "CUMULO_CA_CERT")]
+    pub ca_cert: Option<PathBuf>,
+}
+
+/// The commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Bring a whole cluster up on this host and boot a first instance.
+    Up(UpArgs),
+    /// Stop the local cluster (its state is kept unless --purge).
+    Down(DownArgs),
+    /// Show what of the local cluster runs.
+    Status(DirArg),
+    /// Instances.
+    #[command(subcommand)]
+    Instance(InstanceCmd),
+    /// Workloads (what instances run: flavor, image, user data).
+    #[command(subcommand)]
+    Workload(WorkloadCmd),
+    /// Flavors (sizes).
+    #[command(subcommand)]
+    Flavor(FlavorCmd),
+    /// Images.
+    #[command(subcommand)]
+    Image(ImageCmd),
+    /// Compute and network nodes.
+    #[command(subcommand)]
+    Node(NodeCmd),
+    /// Tenants (projects), their quotas and users.
+    #[command(subcommand)]
+    Tenant(TenantCmd),
+    /// Tenant network concentrators.
+    #[command(subcommand)]
+    Cnci(CnciCmd),
+    /// The event log.
+    Events(EventsArgs),
+    /// Recent SSNTP frame traces.
+    Trace,
+}
+
+/// The local cluster's directory.
+#[derive(Debug, Clone, Args)]
+pub struct DirArg {
+    /// The cluster's directory (default: $XDG_DATA_HOME/cumulo or ~/.local/share/cumulo).
+    #[arg(long, env = "CUMULO_DIR")]
+    pub dir: Option<PathBuf>,
+}
+
+/// `cumulo up`.
+#[derive(Debug, Clone, Args)]
+pub struct UpArgs {
+    /// What runs the instances (default libvirt; sim when libvirt cannot be had).
+    #[arg(long, value_enum, default_value = "libvirt")]
+    pub backend: Backend,
+    /// The cluster's directory.
+    #[command(flatten)]
+    pub dir: DirArg,
+    /// This host's name in the certificates (default: the host name).
+    #[arg(long)]
+    pub host: Option<String>,
+    /// Install missing system packages (libvirt, qemu) with apt-get even when not root.
+    #[arg(long)]
+    pub install_deps: bool,
+    /// Do not boot the first instance.
+    #[arg(long)]
+    pub no_instance: bool,
+    /// Where the scheduler listens (default 127.0.0.1:8888, or what the last `up` used).
+    #[arg(long)]
+    pub scheduler_listen: Option<String>,
+    /// Where the controller's API listens (default 127.0.0.1:8889, or what the last `up` used).
+    #[arg(long)]
+    pub api_listen: Option<String>,
+}
+
+/// `cumulo down`.
+#[derive(Debug, Clone, Args)]
+pub struct DownArgs {
+    /// The cluster's directory.
+    #[command(flatten)]
+    pub dir: DirArg,
+    /// Also remove the cluster's state, certificates and logs.
+    #[arg(long)]
+    pub purge: bool,
+}
+
+/// Instance commands.
+#[derive(Debug, Subcommand)]
+pub enum InstanceCmd {
+    /// Create instances of a workload.
+    Create {
+        /// The workload (name or UUID).
+        #[arg(long)]
+        workload: String,
+        /// The instances' name.
+        #[arg(long, default_value = "instance")]
+        name: String,
+        /// How many.
+        #[arg(long, default_value_t = 1)]
+        count: u32,
+        /// Wait until they are active.
+        #[arg(long)]
+        wait: bool,
+    },
+    /// List instances.
+    List,
+    /// Show one instance.
+    Show {
+        /// Its UUID.
+        id: String,
+    },
+    /// Delete an instance.
+    Delete {
+        /// Its UUID.
+        id: String,
+        /// Wait until it is gone.
+        #[arg(long)]
+        wait: bool,
+    },
+    /// Stop an instance.
+    Stop {
+        /// Its UUID.
+        id: String,
+    },
+    /// Start a stopped instance.
+    Start {
+        /// Its UUID.
+        id: String,
+    },
+    /// Restart (reboot) an instance.
+    Restart {
+        /// Its UUID.
+        id: String,
+    },
+    /// Show an instance's serial console log (local cluster only).
+    Console {
+        /// Its UUID.
+        id: String,
+        /// The local cluster's directory.
+        #[command(flatten)]
+        dir: DirArg,
+    },
+}
+
+/// Workload commands.
+#[derive(Debug, Subcommand)]
+pub enum WorkloadCmd {
+    /// List workloads.
+    List,
+    /// Show one.
+    Show {
+        /// Name or UUID.
+        id: String,
+    },
+    /// Create one.
+    Create {
+        /// Its name.
+        #[arg(long)]
+        name: String,
+        /// A flavor (name or UUID).
+        #[arg(long)]
+        flavor: String,
+        /// An image (name or UUID).
+        #[arg(long)]
+        image: String,
+        /// A file of cloud-init user data.
+        #[arg(long)]
+        user_data: Option<PathBuf>,
+        /// Public (admins only).
+        #[arg(long)]
+        public: bool,
+    },
+    /// Delete one.
+    Delete {
+        /// Name or UUID.
+        id: String,
+    },
+}
+
+/// Flavor commands.
+#[derive(Debug, Subcommand)]
+pub enum FlavorCmd {
+    /// List flavors.
+    List,
+    /// Create one (admins).
+    Create {
+        /// Its name.
+        #[arg(long)]
+        name: String,
+        /// vCPUs.
+        #[arg(long)]
+        vcpus: u32,
+        /// Memory, MiB.
+        #[arg(long)]
+        ram: u64,
+        /// Disk, GiB.
+        #[arg(long, default_value_t = 0)]
+        disk: u64,
+    },
+    /// Delete one (admins).
+    Delete {
+        /// Name or UUID.
+        id: String,
+    },
+}
+
+/// Image commands.
+#[derive(Debug, Subcommand)]
+pub enum ImageCmd {
+    /// List images.
+    List,
+    /// Show one.
+    Show {
+        /// Name or UUID.
+        id: String,
+    },
+    /// Register one.
+    Create {
+        /// Its name.
+        #[arg(long)]
+        name: String,
+        /// qcow2, raw or iso.
+        #[arg(long, default_value = "raw")]
+        kind: String,
+        /// Where the agents find it (their image store's name for it).
+        #[arg(long)]
+        reference: String,
+        /// Public (admins only).
+        #[arg(long)]
+        public: bool,
+    },
+    /// Delete one.
+    Delete {
+        /// Name or UUID.
+        id: String,
+    },
+}
+
+/// Node commands.
+#[derive(Debug, Subcommand)]
+pub enum NodeCmd {
+    /// List nodes.
+    List,
+    /// Show one.
+    Show {
+        /// Its UUID.
+        id: String,
+    },
+    /// Evacuate one.
+    Evacuate {
+        /// Its UUID.
+        id: String,
+    },
+    /// Let an evacuated node take work again.
+    Restore {
+        /// Its UUID.
+        id: String,
+    },
+}
+
+/// Tenant commands.
+#[derive(Debug, Subcommand)]
+pub enum TenantCmd {
+    /// List tenants.
+    List,
+    /// Show one.
+    Show {
+        /// Name or UUID.
+        id: String,
+    },
+    /// Create one (admins).
+    Create {
+        /// Its name.
+        #[arg(long)]
+        name: String,
+        /// Most instances.
+        #[arg(long)]
+        instances: Option<u32>,
+        /// Most vCPUs.
+        #[arg(long)]
+        vcpus: Option<u32>,
+        /// Most memory, MiB.
+        #[arg(long)]
+        ram: Option<u64>,
+    },
+    /// Delete one (admins).
+    Delete {
+        /// Name or UUID.
+        id: String,
+    },
+    /// Show (or, as admin, set) a tenant's quota and usage.
+    Quota {
+        /// Name or UUID.
+        id: String,
+        /// New instance limit.
+        #[arg(long)]
+        instances: Option<u32>,
+        /// New vCPU limit.
+        #[arg(long)]
+        vcpus: Option<u32>,
+        /// New memory limit, MiB.
+        #[arg(long)]
+        ram: Option<u64>,
+    },
+}
+
+/// CNCI commands.
+#[derive(Debug, Subcommand)]
+pub enum CnciCmd {
+    /// List CNCIs.
+    List,
+}
+
+/// `cumulo events`.
+#[derive(Debug, Clone, Args)]
+pub struct EventsArgs {
+    /// Only events after this sequence number.
+    #[arg(long)]
+    pub after: Option<u64>,
+    /// Delete the events (admins).
+    #[arg(long)]
+    pub clear: bool,
+}

@@ -1,0 +1,553 @@
+//! The user commands: each is a request or two to the native API, shown as a table (or JSON).
+
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::args::{
+    CnciCmd, EventsArgs, FlavorCmd, ImageCmd, InstanceCmd, Login, NodeCmd, TenantCmd, WorkloadCmd,
+};
+use crate::client::{ClientError, Connection, Credentials};
+use crate::routes::{self, item, items};
+use crate::up::layout::Layout;
+
+/// Why a command failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CommandError {
+    /// The API said no, or could not be reached.
+    #[error("{0}")]
+    Client(#[from] ClientError),
+    /// Bad input, or a wait that ran out.
+    #[error("{0}")]
+    Other(String),
+}
+
+/// Logs in with the flags and environment.
+pub fn connect(login: &Login) -> Result<Connection, CommandError> {
+    let need = |v: &Option<String>, what: &str| {
+        v.clone().ok_or_else(|| {
+            CommandError::Other(format!(
+                "no {what}: set CUMULO_{} or pass --{} (cumulo up prints the exports)",
+                what.to_uppercase(),
+                what
+            ))
+        })
+    };
+    Ok(Connection::login(&Credentials {
+        url: need(&login.controller, "controller")?,
+        username: need(&login.username, "username")?,
+        password: need(&login.password, "password")?,
+        project: need(&login.project, "project")?,
+        ca_cert: login.ca_cert.clone(),
+    })?)
+}
+
+/// How a command's answer is shown.
+pub struct Output<'a> {
+    /// Where.
+    pub out: &'a mut dyn Write,
+    /// JSON instead of tables.
+    pub json: bool,
+}
+
+impl Output<'_> {
+    /// A listing as a table of `columns` (header, key; `a.b` reaches into objects).
+    pub fn table(&mut self, answer: &Value, columns: &[(&str, &str)]) {
+        if self.json {
+            let _ = writeln!(self.out, "{}", pretty(answer));
+            return;
+        }
+        let rows: Vec<Vec<String>> = items(answer)
+            .iter()
+            .map(|o| columns.iter().map(|(_, key)| cell(o, key)).collect())
+            .collect();
+        let widths: Vec<usize> = columns
+            .iter()
+            .enumerate()
+            .map(|(i, (header, _))| {
+                rows.iter()
+                    .map(|r| r[i].chars().count())
+                    .chain([header.len()])
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
+        let line = |cells: Vec<String>| {
+            cells
+                .iter()
+                .zip(&widths)
+                .map(|(c, w)| format!("{c:<w$}"))
+                .collect::<Vec<_>>()
+                .join("  ")
+                .trim_end()
+                .to_string()
+        };
+        let _ = writeln!(
+            self.out,
+            "{}",
+            line(columns.iter().map(|(h, _)| h.to_string()).collect())
+        );
+        for row in rows {
+            let _ = writeln!(self.out, "{}", line(row));
+        }
+    }
+
+    /// One object as `key: value` lines.
+    pub fn object(&mut self, answer: Value) {
+        let object = item(answer);
+        if self.json {
+            let _ = writeln!(self.out, "{}", pretty(&object));
+            return;
+        }
+        match &object {
+            Value::Object(map) => {
+                let width = map.keys().map(String::len).max().unwrap_or(0);
+                for (k, v) in map {
+                    let _ = writeln!(self.out, "{k:<width$}  {}", text(v));
+                }
+            }
+            other => {
+                let _ = writeln!(self.out, "{}", text(other));
+            }
+        }
+    }
+
+    /// A one-line confirmation (or `{"ok": true, ...}` in JSON).
+    pub fn done(&mut self, message: &str, details: Value) {
+        if self.json {
+            let _ = writeln!(self.out, "{}", pretty(&details));
+        } else {
+            let _ = writeln!(self.out, "{message}");
+        }
+    }
+}
+
+fn pretty(v: &Value) -> String {
+    serde_json::to_string_pretty(v).unwrap_or_default()
+}
+
+fn text(v: &Value) -> String {
+    match v {
+        Value::Null => "-".into(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn cell(object: &Value, key: &str) -> String {
+    let mut v = object;
+    for part in key.split('.') {
+        v = &v[part];
+    }
+    text(v)
+}
+
+/// Resolves a name or UUID among a listing's objects.
+fn resolve(conn: &Connection, list: &str, name_or_id: &str) -> Result<String, CommandError> {
+    if uuid::Uuid::parse_str(name_or_id).is_ok() {
+        return Ok(name_or_id.to_string());
+    }
+    let listing = conn.get(list)?;
+    let matches: Vec<String> = items(&listing)
+        .into_iter()
+        .filter(|o| o["name"].as_str() == Some(name_or_id))
+        .filter_map(|o| o["id"].as_str().map(str::to_string))
+        .collect();
+    match matches.as_slice() {
+        [one] => Ok(one.clone()),
+        [] => Err(CommandError::Other(format!("no {name_or_id:?} found"))),
+        _ => Err(CommandError::Other(format!(
+            "{} objects are named {name_or_id:?}: give the UUID",
+            matches.len()
+        ))),
+    }
+}
+
+const INSTANCE_COLUMNS: &[(&str, &str)] = &[
+    ("ID", "id"),
+    ("NAME", "name"),
+    ("STATE", "state"),
+    ("IP", "ip"),
+    ("NODE", "node"),
+];
+
+/// Polls `done` every 200 ms for at most `within`, showing dots.
+fn wait(
+    out: &mut dyn Write,
+    what: &str,
+    within: Duration,
+    mut done: impl FnMut() -> Result<bool, CommandError>,
+) -> Result<(), CommandError> {
+    let start = Instant::now();
+    let _ = write!(out, "waiting for {what} ");
+    loop {
+        let finished = done().inspect_err(|_| {
+            let _ = writeln!(out);
+        })?;
+        if finished {
+            let _ = writeln!(out, " done ({:.1} s)", start.elapsed().as_secs_f64());
+            return Ok(());
+        }
+        if start.elapsed() >= within {
+            let _ = writeln!(out);
+            return Err(CommandError::Other(format!(
+                "{what}: not done after {within:?}"
+            )));
+        }
+        let _ = write!(out, ".");
+        let _ = out.flush();
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// `cumulo instance ...`.
+pub fn instance(
+    conn: &Connection,
+    cmd: InstanceCmd,
+    o: &mut Output<'_>,
+) -> Result<(), CommandError> {
+    match cmd {
+        InstanceCmd::List => o.table(&conn.get(routes::INSTANCES)?, INSTANCE_COLUMNS),
+        InstanceCmd::Show { id } => o.object(conn.get(&routes::instance(&id))?),
+        InstanceCmd::Create {
+            workload,
+            name,
+            count,
+            wait: wait_active,
+        } => {
+            let workload = resolve(conn, routes::WORKLOADS, &workload)?;
+            let made = conn.post(
+                routes::INSTANCES,
+                &json!({"workload": workload, "name": name, "count": count}),
+            )?;
+            let ids: Vec<String> = items(&made)
+                .iter()
+                .filter_map(|i| i["id"].as_str().map(str::to_string))
+                .collect();
+            if wait_active {
+                let mut out = std::io::stderr();
+                wait(&mut out, "active", Duration::from_secs(300), || {
+                    let mut all = true;
+                    for id in &ids {
+                        let state = item(conn.get(&routes::instance(id))?)["state"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .to_string();
+                        if state == "error" {
+                            return Err(CommandError::Other(format!("instance {id} failed")));
+                        }
+                        all &= state == "active";
+                    }
+                    Ok(all)
+                })?;
+                let listing = conn.get(routes::INSTANCES)?;
+                let now: Vec<Value> = items(&listing)
+                    .into_iter()
+                    .filter(|i| {
+                        i["id"]
+                            .as_str()
+                            .is_some_and(|id| ids.iter().any(|x| x == id))
+                    })
+                    .collect();
+                o.table(&Value::Array(now), INSTANCE_COLUMNS);
+            } else {
+                o.table(&made, INSTANCE_COLUMNS);
+            }
+        }
+        InstanceCmd::Delete {
+            id,
+            wait: wait_gone,
+        } => {
+            conn.delete(&routes::instance(&id))?;
+            if wait_gone {
+                let mut out = std::io::stderr();
+                wait(&mut out, "deleted", Duration::from_secs(300), || match conn
+                    .get(&routes::instance(&id))
+                {
+                    Err(ClientError::Api { status: 404, .. }) => Ok(true),
+                    Err(e) => Err(e.into()),
+                    Ok(_) => Ok(false),
+                })?;
+            }
+            o.done(&format!("instance {id} deleted"), json!({"deleted": id}));
+        }
+        InstanceCmd::Stop { id } => action(conn, &id, "stop", o)?,
+        InstanceCmd::Start { id } => action(conn, &id, "start", o)?,
+        InstanceCmd::Restart { id } => action(conn, &id, "restart", o)?,
+        InstanceCmd::Console { id, dir } => {
+            let layout = Layout::new(dir.dir.unwrap_or_else(Layout::default_root));
+            let path = console_path(&layout, &id);
+            match std::fs::read_to_string(&path) {
+                Ok(text) => {
+                    let _ = write!(o.out, "{text}");
+                }
+                Err(e) => {
+                    return Err(CommandError::Other(format!(
+                        "no console log at {} ({e}): consoles are read on the instance's host \
+                         (cumulo up's cluster)",
+                        path.display()
+                    )));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Where the local agent keeps an instance's serial console log.
+pub fn console_path(layout: &Layout, id: &str) -> std::path::PathBuf {
+    layout
+        .state("agent")
+        .join("instances")
+        .join(id)
+        .join("console.log")
+}
+
+fn action(
+    conn: &Connection,
+    id: &str,
+    action: &str,
+    o: &mut Output<'_>,
+) -> Result<(), CommandError> {
+    let answer = conn.post(&routes::instance_action(id, action), &json!({}))?;
+    o.done(&format!("instance {id}: {action} requested"), answer);
+    Ok(())
+}
+
+/// `cumulo workload ...`.
+pub fn workload(
+    conn: &Connection,
+    cmd: WorkloadCmd,
+    o: &mut Output<'_>,
+) -> Result<(), CommandError> {
+    let columns = &[
+        ("ID", "id"),
+        ("NAME", "name"),
+        ("FLAVOR", "flavor"),
+        ("IMAGE", "image"),
+    ];
+    match cmd {
+        WorkloadCmd::List => o.table(&conn.get(routes::WORKLOADS)?, columns),
+        WorkloadCmd::Show { id } => {
+            let id = resolve(conn, routes::WORKLOADS, &id)?;
+            o.object(conn.get(&format!("{}/{id}", routes::WORKLOADS))?);
+        }
+        WorkloadCmd::Create {
+            name,
+            flavor,
+            image,
+            user_data,
+            public,
+        } => {
+            let user_data = match user_data {
+                Some(path) => std::fs::read_to_string(&path)
+                    .map_err(|e| CommandError::Other(format!("{}: {e}", path.display())))?,
+                None => String::new(),
+            };
+            let body = json!({
+                "name": name,
+                "flavor": resolve(conn, routes::FLAVORS, &flavor)?,
+                "image": resolve(conn, routes::IMAGES, &image)?,
+                "user_data": user_data,
+                "public": public,
+            });
+            o.object(conn.post(routes::WORKLOADS, &body)?);
+        }
+        WorkloadCmd::Delete { id } => {
+            let id = resolve(conn, routes::WORKLOADS, &id)?;
+            conn.delete(&format!("{}/{id}", routes::WORKLOADS))?;
+            o.done(&format!("workload {id} deleted"), json!({"deleted": id}));
+        }
+    }
+    Ok(())
+}
+
+/// `cumulo flavor ...`.
+pub fn flavor(conn: &Connection, cmd: FlavorCmd, o: &mut Output<'_>) -> Result<(), CommandError> {
+    let columns = &[
+        ("ID", "id"),
+        ("NAME", "name"),
+        ("VCPUS", "vcpus"),
+        ("RAM (MiB)", "memory_mb"),
+        ("DISK (GiB)", "disk_gb"),
+    ];
+    match cmd {
+        FlavorCmd::List => o.table(&conn.get(routes::FLAVORS)?, columns),
+        FlavorCmd::Create {
+            name,
+            vcpus,
+            ram,
+            disk,
+        } => o.object(conn.post(
+            routes::FLAVORS,
+            &json!({"name": name, "vcpus": vcpus, "memory_mb": ram, "disk_gb": disk}),
+        )?),
+        FlavorCmd::Delete { id } => {
+            let id = resolve(conn, routes::FLAVORS, &id)?;
+            conn.delete(&format!("{}/{id}", routes::FLAVORS))?;
+            o.done(&format!("flavor {id} deleted"), json!({"deleted": id}));
+        }
+    }
+    Ok(())
+}
+
+/// `cumulo image ...`.
+pub fn image(conn: &Connection, cmd: ImageCmd, o: &mut Output<'_>) -> Result<(), CommandError> {
+    let columns = &[
+        ("ID", "id"),
+        ("NAME", "name"),
+        ("KIND", "kind"),
+        ("REFERENCE", "reference"),
+    ];
+    match cmd {
+        ImageCmd::List => o.table(&conn.get(routes::IMAGES)?, columns),
+        ImageCmd::Show { id } => {
+            let id = resolve(conn, routes::IMAGES, &id)?;
+            o.object(conn.get(&format!("{}/{id}", routes::IMAGES))?);
+        }
+        ImageCmd::Create {
+            name,
+            kind,
+            reference,
+            public,
+        } => o.object(conn.post(
+            routes::IMAGES,
+            &json!({"name": name, "kind": kind, "reference": reference, "public": public}),
+        )?),
+        ImageCmd::Delete { id } => {
+            let id = resolve(conn, routes::IMAGES, &id)?;
+            conn.delete(&format!("{}/{id}", routes::IMAGES))?;
+            o.done(&format!("image {id} deleted"), json!({"deleted": id}));
+        }
+    }
+    Ok(())
+}
+
+/// `cumulo node ...`.
+pub fn node(conn: &Connection, cmd: NodeCmd, o: &mut Output<'_>) -> Result<(), CommandError> {
+    let columns = &[
+        ("ID", "id"),
+        ("HOSTNAME", "hostname"),
+        ("STATUS", "status"),
+        ("COMPUTE", "compute"),
+        ("NETWORK", "network"),
+        ("INSTANCES", "instances"),
+        ("VCPUS FREE", "vcpus_available"),
+        ("MEM FREE (MiB)", "mem_available_mb"),
+    ];
+    match cmd {
+        NodeCmd::List => o.table(&conn.get(routes::NODES)?, columns),
+        NodeCmd::Show { id } => o.object(conn.get(&format!("{}/{id}", routes::NODES))?),
+        NodeCmd::Evacuate { id } => {
+            let answer = conn.post(&format!("{}/{id}/evacuate", routes::NODES), &json!({}))?;
+            o.done(&format!("node {id}: evacuation requested"), answer);
+        }
+        NodeCmd::Restore { id } => {
+            let answer = conn.post(&format!("{}/{id}/restore", routes::NODES), &json!({}))?;
+            o.done(&format!("node {id}: restore requested"), answer);
+        }
+    }
+    Ok(())
+}
+
+/// `cumulo tenant ...`.
+pub fn tenant(conn: &Connection, cmd: TenantCmd, o: &mut Output<'_>) -> Result<(), CommandError> {
+    let columns = &[("ID", "id"), ("NAME", "name")];
+    match cmd {
+        TenantCmd::List => o.table(&conn.get(routes::TENANTS)?, columns),
+        TenantCmd::Show { id } => {
+            let id = resolve(conn, routes::TENANTS, &id)?;
+            o.object(conn.get(&format!("{}/{id}", routes::TENANTS))?);
+        }
+        TenantCmd::Create {
+            name,
+            instances,
+            vcpus,
+            ram,
+        } => o.object(conn.post(
+            routes::TENANTS,
+            &json!({"name": name, "quota": quota_body(instances, vcpus, ram)}),
+        )?),
+        TenantCmd::Delete { id } => {
+            let id = resolve(conn, routes::TENANTS, &id)?;
+            conn.delete(&format!("{}/{id}", routes::TENANTS))?;
+            o.done(&format!("tenant {id} deleted"), json!({"deleted": id}));
+        }
+        TenantCmd::Quota {
+            id,
+            instances,
+            vcpus,
+            ram,
+        } => {
+            let id = resolve(conn, routes::TENANTS, &id)?;
+            if instances.is_some() || vcpus.is_some() || ram.is_some() {
+                conn.put(&routes::quota(&id), &quota_body(instances, vcpus, ram))?;
+            }
+            o.object(conn.get(&routes::quota(&id))?);
+        }
+    }
+    Ok(())
+}
+
+fn quota_body(instances: Option<u32>, vcpus: Option<u32>, ram: Option<u64>) -> Value {
+    routes::present(&[
+        ("instances", instances.map(Value::from)),
+        ("vcpus", vcpus.map(Value::from)),
+        ("memory_mb", ram.map(Value::from)),
+    ])
+}
+
+/// `cumulo cnci list`.
+pub fn cnci(conn: &Connection, cmd: CnciCmd, o: &mut Output<'_>) -> Result<(), CommandError> {
+    match cmd {
+        CnciCmd::List => o.table(
+            &conn.get(routes::CNCIS)?,
+            &[
+                ("ID", "id"),
+                ("TENANT", "tenant"),
+                ("SUBNET", "cidr"),
+                ("STATE", "state"),
+                ("IP", "ip"),
+                ("NODE", "node"),
+            ],
+        ),
+    }
+    Ok(())
+}
+
+/// `cumulo events`.
+pub fn events(conn: &Connection, args: EventsArgs, o: &mut Output<'_>) -> Result<(), CommandError> {
+    if args.clear {
+        conn.delete(routes::EVENTS)?;
+        o.done("events cleared", json!({"cleared": true}));
+        return Ok(());
+    }
+    let path = match args.after {
+        Some(after) => format!("{}?after={after}", routes::EVENTS),
+        None => routes::EVENTS.to_string(),
+    };
+    o.table(
+        &conn.get(&path)?,
+        &[
+            ("SEQ", "seq"),
+            ("TIME", "time"),
+            ("KIND", "kind"),
+            ("MESSAGE", "message"),
+        ],
+    );
+    Ok(())
+}
+
+/// `cumulo trace`.
+pub fn trace(conn: &Connection, o: &mut Output<'_>) -> Result<(), CommandError> {
+    o.table(
+        &conn.get(routes::TRACES)?,
+        &[
+            ("LABEL", "label"),
+            ("FRAME", "frame"),
+            ("TOTAL (ns)", "total_ns"),
+        ],
+    );
+    Ok(())
+}

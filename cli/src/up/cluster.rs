@@ -1,0 +1,288 @@
+//! Starting, finding and stopping the local cluster's services: certificates, the binaries,
+//! the scheduler, the controller and one dual-role agent, each a detached child process.
+
+use std::io::Write;
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime};
+
+use super::layout::Layout;
+use super::procs::{self, ProcError, Spec};
+
+/// The services of a local cluster, in start order (stopped in reverse).
+pub const SERVICES: [&str; 3] = ["scheduler", "controller", "agent"];
+
+/// What runs the instances.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Backend {
+    /// Real VMs through libvirt and qemu.
+    Libvirt,
+    /// Simulated instances.
+    Sim,
+}
+
+impl Backend {
+    /// The agent's `--backend` value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Backend::Libvirt => "libvirt",
+            Backend::Sim => "sim",
+        }
+    }
+}
+
+/// Why the cluster could not be brought up or down.
+#[derive(Debug, thiserror::Error)]
+pub enum UpError {
+    /// The certificates.
+    #[error("certificates: {0}")]
+    Certs(#[from] certtool::cluster::ClusterError),
+    /// A process.
+    #[error("{0}")]
+    Proc(#[from] ProcError),
+    /// A binary is missing.
+    #[error(
+        "{0} not found next to cumulo ({1}); build every binary first: cargo build --release --bins"
+    )]
+    NoBinary(String, String),
+    /// A service did not become ready.
+    #[error("{service} is not ready after {waited:?}; see its log: {log}")]
+    NotReady {
+        /// Which.
+        service: String,
+        /// How long we waited.
+        waited: Duration,
+        /// Its log.
+        log: String,
+    },
+    /// A file of the cluster's directory.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The API.
+    #[error("controller API: {0}")]
+    Api(#[from] crate::client::ClientError),
+    /// Something else, said in one line.
+    #[error("{0}")]
+    Other(String),
+}
+
+/// An I/O error about `path`.
+pub fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> UpError + '_ {
+    move |source| UpError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Where the cluster's binaries are: next to the running `cumulo` (cargo puts them together).
+pub fn binary(name: &str) -> Result<PathBuf, UpError> {
+    let exe = std::env::current_exe().map_err(|e| UpError::Other(format!("own path: {e}")))?;
+    let dir = exe.parent().map(Path::to_path_buf).unwrap_or_default();
+    // `cargo test` runs from target/<profile>/deps: the binaries are one level up.
+    for candidate in [dir.join(name), dir.join("..").join(name)] {
+        if candidate.is_file() {
+            return Ok(candidate);
+        }
+    }
+    Err(UpError::NoBinary(name.into(), dir.display().to_string()))
+}
+
+/// Makes (or keeps) the certificate set for `host`.
+pub fn certificates(layout: &Layout, host: &str) -> Result<bool, UpError> {
+    let spec = certtool::cluster::ClusterSpec {
+        directory: layout.certs(),
+        hosts: vec![host.to_string(), "localhost".into(), "127.0.0.1".into()]
+            .into_iter()
+            .fold(Vec::new(), |mut v, h| {
+                if !v.contains(&h) {
+                    v.push(h);
+                }
+                v
+            }),
+        ips: vec![],
+        organization: "cumulo".into(),
+        key_type: certtool::key::KeyType::default(),
+        days: 365,
+        force: false,
+    };
+    std::fs::create_dir_all(layout.certs()).map_err(io_err(&layout.certs()))?;
+    Ok(matches!(
+        certtool::cluster::cluster(&spec, SystemTime::now())?,
+        certtool::cluster::Outcome::Made(_)
+    ))
+}
+
+/// Makes a random password file (mode 0600) if there is none; returns the password.
+pub fn password_file(path: &Path) -> Result<String, UpError> {
+    if let Ok(text) = std::fs::read_to_string(path) {
+        let p = text.trim().to_string();
+        if !p.is_empty() {
+            return Ok(p);
+        }
+    }
+    let password: String = uuid::Uuid::new_v4().simple().to_string();
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .mode_0600()
+        .open(path)
+        .map_err(io_err(path))?;
+    writeln!(f, "{password}").map_err(io_err(path))?;
+    Ok(password)
+}
+
+trait Mode0600 {
+    fn mode_0600(&mut self) -> &mut Self;
+}
+
+impl Mode0600 for std::fs::OpenOptions {
+    fn mode_0600(&mut self) -> &mut Self {
+        use std::os::unix::fs::OpenOptionsExt;
+        self.mode(0o600)
+    }
+}
+
+/// The command line of each service.
+pub fn specs(layout: &Layout, backend: Backend, host: &str) -> Result<Vec<Spec>, UpError> {
+    let cert = |name: &str| {
+        let (c, k) = layout.cert(name);
+        (c.display().to_string(), k.display().to_string())
+    };
+    let ca = layout.ca().display().to_string();
+    let (sched_cert, sched_key) = cert("scheduler");
+    let (ctl_cert, ctl_key) = cert("controller");
+    let (agent_cert, agent_key) = cert("agent");
+    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<String>>();
+    let scheduler = Spec {
+        name: "scheduler".into(),
+        program: binary("cumulo-scheduler")?,
+        args: s(&[
+            "--ca-cert",
+            &ca,
+            "--cert",
+            &sched_cert,
+            "--key",
+            &sched_key,
+            "--listen",
+            &layout.scheduler,
+            "--state-dir",
+            &layout.state("scheduler").display().to_string(),
+        ]),
+        env: vec![],
+    };
+    let scheduler_at = format!("localhost:{}", port(&layout.scheduler));
+    let controller = Spec {
+        name: "controller".into(),
+        program: binary("cumulo-controller")?,
+        args: s(&[
+            "--ca-cert",
+            &ca,
+            "--cert",
+            &ctl_cert,
+            "--key",
+            &ctl_key,
+            "--scheduler",
+            &scheduler_at,
+            "--state-dir",
+            &layout.state("controller").display().to_string(),
+            "--api-listen",
+            &layout.api,
+            "--admin-password-file",
+            &layout.admin_password().display().to_string(),
+        ]),
+        env: vec![],
+    };
+    let mut agent_args = s(&[
+        "--ca-cert",
+        &ca,
+        "--cert",
+        &agent_cert,
+        "--key",
+        &agent_key,
+        "--scheduler",
+        &scheduler_at,
+        "--network",
+        "dual",
+        "--backend",
+        backend.as_str(),
+        "--state-dir",
+        &layout.state("agent").display().to_string(),
+        "--hostname",
+        host,
+    ]);
+    // One host plays the whole cloud: offer more vCPUs than it has (tiny guests mostly idle).
+    agent_args.extend(s(&["--vcpus", "32"]));
+    if backend == Backend::Sim {
+        // A developer's disk and memory are not a data centre's: no watermarks for sim.
+        agent_args.extend(s(&["--no-disk-limit", "--no-mem-limit"]));
+    }
+    let agent = Spec {
+        name: "agent".into(),
+        program: binary("cumulo-agent")?,
+        args: agent_args,
+        env: vec![],
+    };
+    Ok(vec![scheduler, controller, agent])
+}
+
+fn port(addr: &str) -> &str {
+    addr.rsplit(':').next().unwrap_or("8888")
+}
+
+/// Polls `ready` every 50 ms until it holds or `within` passes.
+pub fn wait_for(
+    service: &str,
+    log: &Path,
+    within: Duration,
+    mut ready: impl FnMut() -> bool,
+) -> Result<Duration, UpError> {
+    let start = Instant::now();
+    loop {
+        if ready() {
+            return Ok(start.elapsed());
+        }
+        if start.elapsed() >= within {
+            return Err(UpError::NotReady {
+                service: service.into(),
+                waited: within,
+                log: log.display().to_string(),
+            });
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Whether something accepts TCP connections at `addr`.
+pub fn listening(addr: &str) -> bool {
+    addr.parse()
+        .ok()
+        .and_then(|a| TcpStream::connect_timeout(&a, Duration::from_millis(200)).ok())
+        .is_some()
+}
+
+/// The services that run now, with their PIDs.
+pub fn running(layout: &Layout) -> Vec<(String, Option<procs::Running>)> {
+    SERVICES
+        .iter()
+        .chain(["libvirtd", "virtlogd"].iter())
+        .map(|s| (s.to_string(), procs::running(&layout.pid_file(s))))
+        .collect()
+}
+
+/// Stops every service (reverse start order), gracefully then forcefully; returns those that
+/// were running.
+pub fn stop_all(layout: &Layout, grace: Duration) -> Result<Vec<String>, UpError> {
+    let mut stopped = Vec::new();
+    for service in SERVICES.iter().rev().chain(["libvirtd", "virtlogd"].iter()) {
+        if procs::stop(service, &layout.pid_file(service), grace)? {
+            stopped.push(service.to_string());
+        }
+    }
+    Ok(stopped)
+}

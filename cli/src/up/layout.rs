@@ -1,0 +1,124 @@
+//! Where `cumulo up` keeps a cluster: one directory with certificates, state, logs and PID files.
+
+use std::path::{Path, PathBuf};
+
+/// The scheduler's default SSNTP address.
+pub const SCHEDULER_ADDR: &str = "127.0.0.1:8888";
+/// The controller's default API address.
+pub const API_ADDR: &str = "127.0.0.1:8889";
+
+/// The files of one local cluster, and where its services listen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layout {
+    /// The cluster's directory.
+    pub root: PathBuf,
+    /// The scheduler's SSNTP address (`127.0.0.1:8888`).
+    pub scheduler: String,
+    /// The controller's API address (`127.0.0.1:8889`).
+    pub api: String,
+}
+
+impl Layout {
+    /// The layout under `root`, with the addresses a previous `up` recorded there (or the
+    /// defaults).
+    pub fn new(root: impl Into<PathBuf>) -> Layout {
+        let root = root.into();
+        let recorded = std::fs::read_to_string(root.join("addresses")).unwrap_or_default();
+        let mut lines = recorded.lines().map(str::trim).filter(|l| !l.is_empty());
+        let scheduler = lines.next().unwrap_or(SCHEDULER_ADDR).to_string();
+        let api = lines.next().unwrap_or(API_ADDR).to_string();
+        Layout {
+            root,
+            scheduler,
+            api,
+        }
+    }
+
+    /// Records the addresses for later `status`, `down` and `up`.
+    pub fn save_addresses(&self) -> std::io::Result<()> {
+        std::fs::create_dir_all(&self.root)?;
+        std::fs::write(
+            self.root.join("addresses"),
+            format!("{}\n{}\n", self.scheduler, self.api),
+        )
+    }
+
+    /// The API's URL.
+    pub fn api_url(&self) -> String {
+        format!("http://{}", self.api)
+    }
+
+    /// The default directory: `$XDG_DATA_HOME/cumulo`, else `~/.local/share/cumulo`.
+    pub fn default_root() -> PathBuf {
+        if let Some(data) = std::env::var_os("XDG_DATA_HOME").filter(|d| !d.is_empty()) {
+            return PathBuf::from(data).join("cumulo");
+        }
+        let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("."), PathBuf::from);
+        home.join(".local/share/cumulo")
+    }
+
+    /// The certificate set.
+    pub fn certs(&self) -> PathBuf {
+        self.root.join("certs")
+    }
+
+    /// A certificate of the set and its key (`ca`, `scheduler`, `controller`, `agent`, `admin`).
+    pub fn cert(&self, name: &str) -> (PathBuf, PathBuf) {
+        certtool::cluster::paths(&self.certs(), name)
+    }
+
+    /// The CA certificate.
+    pub fn ca(&self) -> PathBuf {
+        self.cert("ca").0
+    }
+
+    /// The logs.
+    pub fn logs(&self) -> PathBuf {
+        self.root.join("logs")
+    }
+
+    /// A service's log file.
+    pub fn log(&self, service: &str) -> PathBuf {
+        self.logs().join(format!("{service}.log"))
+    }
+
+    /// The PID files.
+    pub fn run(&self) -> PathBuf {
+        self.root.join("run")
+    }
+
+    /// A service's PID file.
+    pub fn pid_file(&self, service: &str) -> PathBuf {
+        self.run().join(format!("{service}.pid"))
+    }
+
+    /// A service's state directory.
+    pub fn state(&self, service: &str) -> PathBuf {
+        self.root.join(service)
+    }
+
+    /// The first admin's password.
+    pub fn admin_password(&self) -> PathBuf {
+        self.root.join("admin-password")
+    }
+
+    /// The demo user's password.
+    pub fn demo_password(&self) -> PathBuf {
+        self.root.join("demo-password")
+    }
+
+    /// The exports for the CLIs, written by `up`.
+    pub fn env_file(&self) -> PathBuf {
+        self.root.join("env")
+    }
+
+    /// `up`'s own lock, held while it starts the cluster.
+    pub fn lock(&self) -> PathBuf {
+        self.root.join("up.lock")
+    }
+
+    /// Whether `path` is inside the cluster's directory.
+    pub fn owns(&self, path: &Path) -> bool {
+        path.starts_with(&self.root)
+    }
+}

@@ -1,0 +1,217 @@
+//! `cumulo up`, `down` and `status`: a whole cluster on this host.
+//!
+//! `up` makes (or reuses) the certificates, chooses the backend (libvirt when it can be had,
+//! else sim with a warning that says what to install), starts the scheduler, the controller and
+//! one dual-role agent as detached processes with logs and PID files in the cluster's directory,
+//! waits for each, seeds the cluster (flavors, the tiny image, a demo project and user) and boots
+//! a first instance, then prints the exports for `cumulo` and `openstack`.
+
+pub mod bootstrap;
+pub mod cluster;
+pub mod layout;
+pub mod procs;
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use cluster::{Backend, UpError, io_err};
+use layout::Layout;
+
+/// What `up` was asked.
+#[derive(Debug, Clone)]
+pub struct UpOptions {
+    /// The cluster's directory.
+    pub layout: Layout,
+    /// The backend asked for.
+    pub backend: Backend,
+    /// This host's name.
+    pub host: String,
+    /// Install missing packages even when not root.
+    pub install_deps: bool,
+    /// Boot a first instance.
+    pub first_instance: bool,
+}
+
+/// How long each service may take to come up.
+const READY_WITHIN: Duration = Duration::from_secs(60);
+/// How long `down` waits after SIGTERM.
+pub const GRACE: Duration = Duration::from_secs(10);
+
+/// One line of progress: "  what ... ok (1.2 s)".
+struct Progress<'a> {
+    out: &'a mut dyn Write,
+    step: usize,
+    steps: usize,
+}
+
+impl Progress<'_> {
+    fn run<T>(
+        &mut self,
+        what: &str,
+        f: impl FnOnce() -> Result<(T, String), UpError>,
+    ) -> Result<T, UpError> {
+        self.step += 1;
+        let _ = write!(self.out, "[{}/{}] {what} ... ", self.step, self.steps);
+        let _ = self.out.flush();
+        let start = Instant::now();
+        match f() {
+            Ok((value, note)) => {
+                let _ = writeln!(self.out, "{note} ({:.1} s)", start.elapsed().as_secs_f64());
+                Ok(value)
+            }
+            Err(e) => {
+                let _ = writeln!(self.out, "failed");
+                Err(e)
+            }
+        }
+    }
+}
+
+/// Brings the cluster up; progress and the final exports go to `out`. A cluster that already
+/// runs is reported and left alone.
+pub fn up(options: &UpOptions, out: &mut dyn Write) -> Result<(), UpError> {
+    let layout = &options.layout;
+    let up_now: Vec<String> = cluster::running(layout)
+        .into_iter()
+        .filter(|(name, p)| p.is_some() && cluster::SERVICES.contains(&name.as_str()))
+        .map(|(name, _)| name)
+        .collect();
+    if up_now.len() == cluster::SERVICES.len() {
+        let _ = writeln!(
+            out,
+            "cumulo is already up in {} ({}); `cumulo status` shows it, `cumulo down` stops it.",
+            layout.root.display(),
+            up_now.join(", ")
+        );
+        return Ok(());
+    }
+    if !up_now.is_empty() {
+        // Half a cluster (a crash, a kill): start afresh.
+        cluster::stop_all(layout, GRACE)?;
+    }
+    layout.save_addresses().map_err(io_err(&layout.root))?;
+    let mut progress = Progress {
+        out,
+        step: 0,
+        steps: 7 + usize::from(options.first_instance),
+    };
+    progress.run("certificates", || {
+        let made = cluster::certificates(layout, &options.host)?;
+        Ok(((), if made { "made" } else { "kept" }.to_string()))
+    })?;
+    let backend = progress.run("backend", || {
+        let (backend, note) = bootstrap::choose_backend(options)?;
+        Ok((backend, note))
+    })?;
+    cluster::password_file(&layout.admin_password())?;
+    let specs = cluster::specs(layout, backend, &options.host)?;
+    for spec in &specs {
+        let name = spec.name.clone();
+        progress.run(&format!("start {name}"), || {
+            let started = procs::spawn(spec, &layout.log(&name), &layout.pid_file(&name))?;
+            let log = layout.log(&name);
+            let waited = match name.as_str() {
+                "scheduler" => cluster::wait_for(&name, &log, READY_WITHIN, || {
+                    cluster::listening(&layout.scheduler)
+                })?,
+                "controller" => cluster::wait_for(&name, &log, READY_WITHIN, || {
+                    bootstrap::healthy(&layout.api_url())
+                })?,
+                _ => Duration::ZERO,
+            };
+            let _ = waited;
+            Ok(((), format!("pid {}", started.pid)))
+        })?;
+    }
+    let admin = bootstrap::admin_login(layout)?;
+    progress.run("agent joins", || {
+        let waited = cluster::wait_for("agent", &layout.log("agent"), READY_WITHIN, || {
+            bootstrap::node_ready(&admin)
+        })?;
+        Ok(((), format!("ready after {:.1} s", waited.as_secs_f64())))
+    })?;
+    let seeded = progress.run("flavors, image, demo project", || {
+        let seeded = bootstrap::seed(layout, &admin, backend)?;
+        Ok((seeded, "ok".to_string()))
+    })?;
+    if options.first_instance {
+        progress.run("first instance", || {
+            let id = bootstrap::first_instance(layout, &seeded, backend)?;
+            Ok(((), format!("{id} active")))
+        })?;
+    }
+    let exports = bootstrap::exports(layout, &seeded);
+    std::fs::write(layout.env_file(), &exports).map_err(io_err(&layout.env_file()))?;
+    let out = progress.out;
+    let _ = writeln!(
+        out,
+        "\ncumulo is up ({} backend). For the cumulo and openstack CLIs:\n\n{exports}\n\
+         (also in {}; `. {}` sets them)\nLogs: {}\nStop: cumulo down   (--purge removes the state)",
+        backend.as_str(),
+        layout.env_file().display(),
+        layout.env_file().display(),
+        layout.logs().display(),
+    );
+    Ok(())
+}
+
+/// Stops the local cluster; with `purge`, removes its directory.
+pub fn down(layout: &Layout, purge: bool, out: &mut dyn Write) -> Result<(), UpError> {
+    let stopped = cluster::stop_all(layout, GRACE)?;
+    if stopped.is_empty() {
+        let _ = writeln!(out, "nothing was running in {}", layout.root.display());
+    } else {
+        let _ = writeln!(out, "stopped {}", stopped.join(", "));
+    }
+    if purge && layout.root.exists() {
+        std::fs::remove_dir_all(&layout.root).map_err(io_err(&layout.root))?;
+        let _ = writeln!(out, "removed {}", layout.root.display());
+    }
+    Ok(())
+}
+
+/// Shows what runs. `Ok(true)`: the whole cluster runs.
+pub fn status(layout: &Layout, out: &mut dyn Write) -> Result<bool, UpError> {
+    let mut all = true;
+    for (name, process) in cluster::running(layout) {
+        let core = cluster::SERVICES.contains(&name.as_str());
+        match process {
+            Some(p) => {
+                let _ = writeln!(out, "{name:<11} running  pid {}", p.pid);
+            }
+            None if core => {
+                all = false;
+                let _ = writeln!(out, "{name:<11} stopped");
+            }
+            None => {}
+        }
+    }
+    let api = layout.api_url();
+    let healthy = bootstrap::healthy(&api);
+    let _ = writeln!(
+        out,
+        "api         {api} {}",
+        if healthy {
+            "answers"
+        } else {
+            "does not answer"
+        }
+    );
+    let _ = writeln!(out, "directory   {}", layout.root.display());
+    Ok(all && healthy)
+}
+
+/// The host name for certificates: `--host`, else the kernel's host name, else localhost.
+pub fn default_host() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty() && certtool::build::check_host(h).is_ok())
+        .unwrap_or_else(|| "localhost".into())
+}
+
+/// The repository's scripts directory (for the tiny guest), when cumulo runs from a checkout.
+pub fn scripts_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts")
+}

@@ -1,0 +1,141 @@
+//! Who is asking: the [`Principal`] extractor. A bearer token (`X-Auth-Token`, or
+//! `Authorization: Bearer`) is verified (signature, expiry), then its user's roles are read from
+//! the store, so a deleted user or a revoked role stops working at once. Without a token, a
+//! client certificate with no SSNTP role, verified against the cluster CA by the TLS layer (see
+//! [`ClientCertificate`](super::ClientCertificate)), makes the request a cluster admin's.
+
+use std::time::SystemTime;
+
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
+use uuid::Uuid;
+
+use super::serve::ClientCertificate;
+use super::token::{Claims, TokenError};
+use super::{ApiError, ApiState};
+use crate::store::{Role, Scope, StoreError};
+
+/// The header carrying a token (Keystone's).
+pub const TOKEN_HEADER: &str = "x-auth-token";
+
+/// An authenticated caller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Principal {
+    /// The user, for a token login.
+    pub user: Option<Uuid>,
+    /// The project the token is scoped to (none for a certificate login).
+    pub project: Option<Uuid>,
+    /// The user's roles in that project (a certificate login: `[Admin]`).
+    pub roles: Vec<Role>,
+    /// The token's claims, for a token login.
+    pub claims: Option<Claims>,
+}
+
+impl Principal {
+    /// Whether the caller is a cluster admin (the admin role in the token's project, or the
+    /// admin client certificate).
+    pub fn is_admin(&self) -> bool {
+        self.roles.contains(&Role::Admin)
+    }
+
+    /// Refuses callers that are not admins.
+    pub fn require_admin(&self) -> Result<(), ApiError> {
+        if self.is_admin() {
+            Ok(())
+        } else {
+            Err(ApiError::Forbidden("this needs the admin role".into()))
+        }
+    }
+
+    /// The project of a project-scoped token.
+    pub fn project(&self) -> Result<Uuid, ApiError> {
+        self.project.ok_or_else(|| {
+            ApiError::Forbidden("this needs a project-scoped token, not a certificate".into())
+        })
+    }
+
+    /// What the caller may see on the native API: everything for admins, else its project.
+    pub fn scope(&self) -> Result<Scope, ApiError> {
+        if self.is_admin() {
+            Ok(Scope::All)
+        } else {
+            self.project().map(Scope::Tenant)
+        }
+    }
+
+    /// The caller's project scope, as the OpenStack routes use it (admins too see only their
+    /// project unless they ask for all).
+    pub fn project_scope(&self, all_tenants: bool) -> Result<Scope, ApiError> {
+        if all_tenants && self.is_admin() {
+            Ok(Scope::All)
+        } else {
+            self.project().map(Scope::Tenant)
+        }
+    }
+}
+
+/// The token of a request, if it carries one.
+pub fn request_token(parts: &Parts) -> Option<&str> {
+    if let Some(value) = parts.headers.get(TOKEN_HEADER) {
+        return Some(value.to_str().unwrap_or(""));
+    }
+    let value = parts.headers.get(axum::http::header::AUTHORIZATION)?;
+    let text = value.to_str().unwrap_or("");
+    Some(text.strip_prefix("Bearer ").unwrap_or(""))
+}
+
+/// Checks `token` and builds its principal.
+pub async fn principal_of_token(state: &ApiState, token: &str) -> Result<Principal, ApiError> {
+    let claims = state
+        .signer
+        .verify(token, SystemTime::now())
+        .map_err(|e| match e {
+            TokenError::Expired => ApiError::Unauthorized("the token has expired".into()),
+            _ => ApiError::Unauthorized("the token is not valid".into()),
+        })?;
+    let (user, project) = (claims.user, claims.project);
+    let roles = state
+        .store(move |store| match store.roles_of_user(user) {
+            Ok(all) => Ok(all
+                .into_iter()
+                .filter(|a| a.tenant == project)
+                .map(|a| a.role)
+                .collect::<Vec<_>>()),
+            Err(StoreError::NotFound { .. }) => Ok(Vec::new()),
+            Err(e) => Err(e.into()),
+        })
+        .await?;
+    if roles.is_empty() {
+        return Err(ApiError::Unauthorized(
+            "the token's user no longer has a role in its project".into(),
+        ));
+    }
+    Ok(Principal {
+        user: Some(user),
+        project: Some(project),
+        roles,
+        claims: Some(claims),
+    })
+}
+
+impl FromRequestParts<ApiState> for Principal {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &ApiState) -> Result<Self, ApiError> {
+        if let Some(token) = request_token(parts) {
+            let token = token.to_string();
+            return principal_of_token(state, &token).await;
+        }
+        match parts.extensions.get::<ClientCertificate>() {
+            Some(ClientCertificate { admin: true }) => Ok(Principal {
+                user: None,
+                project: None,
+                roles: vec![Role::Admin],
+                claims: None,
+            }),
+            _ => Err(ApiError::Unauthorized(
+                "authentication required: send X-Auth-Token".into(),
+            )),
+        }
+    }
+}

@@ -1,0 +1,393 @@
+//! `POST /servers` (202), `DELETE /servers/{id}` (204) and `POST /servers/{id}/action` with
+//! `os-stop`, `os-start` or `reboot` (202).
+//!
+//! A create maps flavor + image + user data to a workload private to the project (reusing one the
+//! project owns with the same three, else making one named `server-<hash>`), then asks the
+//! cluster to launch `max_count` instances of it, or as many as the quota leaves if that is at
+//! least `min_count` (Nova's rule); the store re-checks the quota per instance, so parallel
+//! creates never exceed it.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use super::BASE;
+use crate::api::extract::{JsonBody, path_id};
+use crate::api::{ApiError, ApiState, Principal};
+use crate::cluster::Launch;
+use crate::store::{NewWorkload, Scope, Store, StoreError};
+
+/// The most user data accepted, decoded (Nova's limit).
+const MAX_USER_DATA: usize = 65_535;
+
+#[derive(Debug, Deserialize)]
+pub struct CreateRequest {
+    server: ServerCreate,
+}
+
+#[derive(Debug, Deserialize)]
+struct ServerCreate {
+    name: String,
+    #[serde(rename = "flavorRef")]
+    flavor_ref: Value,
+    #[serde(rename = "imageRef", default)]
+    image_ref: Option<Value>,
+    #[serde(default)]
+    user_data: Option<String>,
+    #[serde(default)]
+    min_count: Option<Value>,
+    #[serde(default)]
+    max_count: Option<Value>,
+}
+
+/// The id in a reference that may be a bare id or a URL ending in one.
+fn reference_id(what: &str, reference: &Value) -> Result<Uuid, ApiError> {
+    let text = match reference {
+        Value::String(s) => s.as_str(),
+        _ => return Err(ApiError::BadRequest(format!("{what} must be a string"))),
+    };
+    let last = text.trim_end_matches('/').rsplit('/').next().unwrap_or("");
+    Uuid::parse_str(last)
+        .map_err(|_| ApiError::BadRequest(format!("{what} {text} could not be found.")))
+}
+
+/// A count given as a number or a numeric string, at least 1.
+fn count(name: &str, value: &Option<Value>) -> Result<Option<u32>, ApiError> {
+    let bad = || {
+        ApiError::BadRequest(format!(
+            "{name} must be an integer from 1 to {}",
+            Launch::MAX_COUNT
+        ))
+    };
+    let n = match value {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::Number(n)) => n.as_u64().ok_or_else(bad)?,
+        Some(Value::String(s)) => s.trim().parse::<u64>().map_err(|_| bad())?,
+        Some(_) => return Err(bad()),
+    };
+    if n == 0 || n > u64::from(Launch::MAX_COUNT) {
+        return Err(bad());
+    }
+    u32::try_from(n).map(Some).map_err(|_| bad())
+}
+
+/// What a validated create asks for.
+struct Plan {
+    name: String,
+    flavor: Uuid,
+    image: Uuid,
+    user_data: String,
+    min: u32,
+    max: u32,
+}
+
+fn plan(server: ServerCreate) -> Result<Plan, ApiError> {
+    let name = server.name.trim().to_string();
+    if name.is_empty() || name.len() > 255 {
+        return Err(ApiError::BadRequest(
+            "name must have 1 to 255 characters".into(),
+        ));
+    }
+    let flavor = reference_id("Flavor", &server.flavor_ref)?;
+    let image = match &server.image_ref {
+        Some(r) if r.as_str() != Some("") => reference_id("Image", r)?,
+        _ => {
+            return Err(ApiError::BadRequest(
+                "imageRef is required (booting from volume is not supported)".into(),
+            ));
+        }
+    };
+    let user_data = match server.user_data {
+        None => String::new(),
+        Some(encoded) => {
+            let bytes = STANDARD
+                .decode(encoded.trim())
+                .map_err(|_| ApiError::BadRequest("user_data is not valid base64".into()))?;
+            if bytes.len() > MAX_USER_DATA {
+                return Err(ApiError::BadRequest(format!(
+                    "user_data is over {MAX_USER_DATA} bytes"
+                )));
+            }
+            String::from_utf8(bytes)
+                .map_err(|_| ApiError::BadRequest("user_data must be UTF-8 text".into()))?
+        }
+    };
+    let min = count("min_count", &server.min_count)?;
+    let max = count("max_count", &server.max_count)?;
+    let (min, max) = match (min, max) {
+        (None, None) => (1, 1),
+        (Some(m), None) => (m, m),
+        (None, Some(m)) => (1, m),
+        (Some(a), Some(b)) if a <= b => (a, b),
+        _ => {
+            return Err(ApiError::BadRequest(
+                "min_count must be <= max_count".into(),
+            ));
+        }
+    };
+    Ok(Plan {
+        name,
+        flavor,
+        image,
+        user_data,
+        min,
+        max,
+    })
+}
+
+/// How many instances of `per` vCPUs and `mem` MiB the tenant's quota still allows.
+pub(crate) fn headroom(
+    store: &dyn Store,
+    tenant: Uuid,
+    vcpus: u32,
+    mem: u64,
+) -> Result<u64, ApiError> {
+    let quota = store.tenant(tenant)?.quota;
+    let used = store.usage(tenant)?;
+    let mut room = u64::MAX;
+    if let Some(limit) = quota.instances {
+        room = room.min(u64::from(limit.saturating_sub(used.instances)));
+    }
+    if let Some(limit) = quota.vcpus {
+        room = room.min(u64::from(limit.saturating_sub(used.vcpus)) / u64::from(vcpus.max(1)));
+    }
+    if let Some(limit) = quota.memory_mb {
+        room = room.min(limit.saturating_sub(used.memory_mb) / mem.max(1));
+    }
+    Ok(room)
+}
+
+/// The project's workload for flavor + image + user data, made if it has none.
+pub fn workload_for(
+    store: &dyn Store,
+    tenant: Uuid,
+    flavor: Uuid,
+    image: Uuid,
+    user_data: &str,
+) -> Result<Uuid, ApiError> {
+    let existing = store
+        .workloads(Scope::Tenant(tenant))?
+        .into_iter()
+        .find(|w| {
+            w.owner == Some(tenant)
+                && w.flavor == flavor
+                && w.image == image
+                && w.user_data == user_data
+        });
+    if let Some(workload) = existing {
+        return Ok(workload.id);
+    }
+    let digest = ring::digest::digest(
+        &ring::digest::SHA256,
+        format!("{flavor}\n{image}\n{user_data}").as_bytes(),
+    );
+    let short: String = digest.as_ref()[..6]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let workload = store.create_workload(NewWorkload {
+        owner: Some(tenant),
+        name: format!("server-{short}"),
+        flavor,
+        image,
+        user_data: user_data.to_string(),
+    })?;
+    Ok(workload.id)
+}
+
+/// `POST /servers`.
+pub async fn create(
+    State(state): State<ApiState>,
+    caller: Principal,
+    JsonBody(request): JsonBody<CreateRequest>,
+) -> Result<Response, ApiError> {
+    let tenant = caller.project()?;
+    let plan = plan(request.server)?;
+    let instances = state
+        .cluster(move |store, cluster| {
+            let flavor = store.flavor(plan.flavor).map_err(|e| match e {
+                StoreError::NotFound { .. } => {
+                    ApiError::BadRequest(format!("Flavor {} could not be found.", plan.flavor))
+                }
+                other => other.into(),
+            })?;
+            store
+                .image(Scope::Tenant(tenant), plan.image)
+                .map_err(|e| match e {
+                    StoreError::NotFound { .. } => {
+                        ApiError::BadRequest(format!("Image {} could not be found.", plan.image))
+                    }
+                    other => other.into(),
+                })?;
+            let room = headroom(store, tenant, flavor.vcpus, flavor.memory_mb)?;
+            if room < u64::from(plan.min) {
+                return Err(ApiError::OverLimit(format!(
+                    "Quota exceeded: requested {} instance(s) of flavor {}, room for {room}",
+                    plan.min, flavor.name
+                )));
+            }
+            let count = u32::try_from(room.min(u64::from(plan.max))).unwrap_or(plan.max);
+            let workload = workload_for(store, tenant, flavor.id, plan.image, &plan.user_data)?;
+            let launch = Launch {
+                tenant,
+                workload,
+                name: plan.name,
+                count,
+            };
+            Ok(cluster.launch(Scope::Tenant(tenant), launch)?)
+        })
+        .await?;
+    let first = instances
+        .first()
+        .ok_or_else(|| ApiError::Internal("the cluster launched no instance".into()))?;
+    let base = &state.config.public_url;
+    let body = json!({"server": {
+        "id": first.id,
+        "links": [
+            {"rel": "self", "href": format!("{base}{BASE}/servers/{}", first.id)},
+            {"rel": "bookmark", "href": format!("{base}/compute/servers/{}", first.id)},
+        ],
+        "OS-DCF:diskConfig": "MANUAL",
+        "security_groups": [{"name": "default"}],
+    }});
+    Ok((StatusCode::ACCEPTED, Json(body)).into_response())
+}
+
+/// `DELETE /servers/{id}`.
+pub async fn delete(
+    State(state): State<ApiState>,
+    caller: Principal,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    let id = path_id("server", &id)?;
+    let scope = caller.project_scope(true)?;
+    state
+        .cluster(move |_, cluster| Ok(cluster.delete(scope, id)?))
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// The server actions implemented.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Action {
+    Stop,
+    Start,
+    Reboot,
+}
+
+fn parse_action(body: &Value) -> Result<Action, ApiError> {
+    let object = body
+        .as_object()
+        .ok_or_else(|| ApiError::BadRequest("an action body must be a JSON object".into()))?;
+    for (key, value) in object {
+        match key.as_str() {
+            "os-stop" => return Ok(Action::Stop),
+            "os-start" => return Ok(Action::Start),
+            "reboot" => {
+                let kind = value.get("type").and_then(Value::as_str);
+                return match kind {
+                    Some(k) if k.eq_ignore_ascii_case("soft") || k.eq_ignore_ascii_case("hard") => {
+                        Ok(Action::Reboot)
+                    }
+                    _ => Err(ApiError::BadRequest(
+                        "reboot needs a type of SOFT or HARD".into(),
+                    )),
+                };
+            }
+            _ => {}
+        }
+    }
+    let names: Vec<&String> = object.keys().collect();
+    Err(ApiError::BadRequest(format!(
+        "no supported action in {names:?}: os-stop, os-start and reboot are"
+    )))
+}
+
+/// `POST /servers/{id}/action`.
+pub async fn action(
+    State(state): State<ApiState>,
+    caller: Principal,
+    Path(id): Path<String>,
+    JsonBody(body): JsonBody<Value>,
+) -> Result<StatusCode, ApiError> {
+    let id = path_id("server", &id)?;
+    let scope = caller.project_scope(true)?;
+    let action = parse_action(&body)?;
+    state
+        .cluster(move |_, cluster| {
+            match action {
+                Action::Stop => cluster.stop(scope, id)?,
+                Action::Start => cluster.start(scope, id)?,
+                Action::Reboot => cluster.reboot(scope, id)?,
+            };
+            Ok(())
+        })
+        .await?;
+    Ok(StatusCode::ACCEPTED)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server(body: Value) -> Result<Plan, ApiError> {
+        plan(serde_json::from_value(body).unwrap())
+    }
+
+    #[test]
+    fn create_requests_are_validated() {
+        let f = Uuid::new_v4();
+        let i = Uuid::new_v4();
+        let ok = server(json!({"name": "a", "flavorRef": f.to_string(),
+            "imageRef": format!("http://x/images/{i}"), "user_data": STANDARD.encode("#cloud-config\n"),
+            "min_count": "2", "max_count": 3, "networks": "auto"}))
+        .unwrap();
+        assert_eq!((ok.flavor, ok.image, ok.min, ok.max), (f, i, 2, 3));
+        assert_eq!(ok.user_data, "#cloud-config\n");
+        for bad in [
+            json!({"name": "", "flavorRef": f.to_string(), "imageRef": i.to_string()}),
+            json!({"name": "a", "flavorRef": "small", "imageRef": i.to_string()}),
+            json!({"name": "a", "flavorRef": f.to_string()}),
+            json!({"name": "a", "flavorRef": f.to_string(), "imageRef": i.to_string(), "user_data": "!!"}),
+            json!({"name": "a", "flavorRef": f.to_string(), "imageRef": i.to_string(), "min_count": 0}),
+            json!({"name": "a", "flavorRef": f.to_string(), "imageRef": i.to_string(), "min_count": 3, "max_count": 2}),
+            json!({"name": "a", "flavorRef": 5, "imageRef": i.to_string()}),
+        ] {
+            assert_eq!(
+                server(bad.clone()).err().map(|e| e.status().as_u16()),
+                Some(400),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn actions_are_parsed() {
+        assert_eq!(
+            parse_action(&json!({"os-stop": null})).unwrap(),
+            Action::Stop
+        );
+        assert_eq!(
+            parse_action(&json!({"os-start": null})).unwrap(),
+            Action::Start
+        );
+        assert_eq!(
+            parse_action(&json!({"reboot": {"type": "SOFT"}})).unwrap(),
+            Action::Reboot
+        );
+        for bad in [
+            json!([]),
+            json!({"pause": null}),
+            json!({"reboot": {}}),
+            json!({}),
+        ] {
+            assert!(parse_action(&bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,280 @@
+//! `GET /servers`, `/servers/detail`, `/servers/{id}`: instances in Nova's shape.
+//!
+//! Status mapping: pending → BUILD, active → ACTIVE, stopping → ACTIVE (task `powering-off`),
+//! exited → SHUTOFF, deleted and hung → DELETED, missing → UNKNOWN, error → ERROR with
+//! `fault.message`. Listings leave out instances being deleted, as Nova does. The `name` filter
+//! matches a substring (Nova: a regular expression); `status` an exact status; admins may add
+//! `all_tenants`. `user_id` is empty: the store does not record who created an instance.
+
+use std::collections::HashMap;
+
+use axum::Json;
+use axum::extract::{Path, State};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use super::{BASE, flavors};
+use crate::api::clock::rfc3339;
+use crate::api::extract::{QueryParams, path_id};
+use crate::api::{ApiError, ApiState, Principal};
+use crate::store::{Instance, InstanceFilter, InstanceState, Page, Scope, Workload};
+
+/// Nova's status, vm_state, task_state and power_state of an instance state.
+pub fn nova_state(state: &InstanceState) -> (&'static str, &'static str, Option<&'static str>, u8) {
+    match state {
+        InstanceState::Pending => ("BUILD", "building", Some("spawning"), 0),
+        InstanceState::Active => ("ACTIVE", "active", None, 1),
+        InstanceState::Stopping => ("ACTIVE", "active", Some("powering-off"), 1),
+        InstanceState::Exited => ("SHUTOFF", "stopped", None, 4),
+        InstanceState::Deleted => ("DELETED", "deleted", Some("deleting"), 0),
+        InstanceState::Hung => ("DELETED", "deleted", None, 0),
+        InstanceState::Missing => ("UNKNOWN", "error", None, 0),
+        InstanceState::Error(_) => ("ERROR", "error", None, 0),
+    }
+}
+
+fn image_reference(base: &str, id: Uuid) -> Value {
+    json!({"id": id.to_string(), "links": [
+        {"rel": "bookmark", "href": format!("{base}/compute/images/{id}")}
+    ]})
+}
+
+fn links(base: &str, id: Uuid) -> Value {
+    json!([
+        {"rel": "self", "href": format!("{base}{BASE}/servers/{id}")},
+        {"rel": "bookmark", "href": format!("{base}/compute/servers/{id}")},
+    ])
+}
+
+/// A server in Nova's detailed shape.
+pub fn detailed(
+    base: &str,
+    instance: &Instance,
+    workload: Option<&Workload>,
+    admin: bool,
+) -> Value {
+    let (status, vm_state, task_state, power_state) = nova_state(&instance.state);
+    let image = workload.map_or(json!(""), |w| image_reference(base, w.image));
+    let flavor = workload.map_or(json!({}), |w| flavors::reference(base, w.flavor));
+    let mut body = json!({
+        "id": instance.id,
+        "name": instance.name,
+        "status": status,
+        "tenant_id": instance.tenant,
+        "user_id": "",
+        "metadata": {},
+        "hostId": instance.node.map(|n| n.simple().to_string()).unwrap_or_default(),
+        "image": image,
+        "flavor": flavor,
+        "created": rfc3339(instance.created),
+        "updated": rfc3339(instance.updated),
+        "addresses": {"private": [{
+            "version": 4,
+            "addr": instance.ip.to_string(),
+            "OS-EXT-IPS:type": "fixed",
+            "OS-EXT-IPS-MAC:mac_addr": instance.mac.to_string(),
+        }]},
+        "accessIPv4": "",
+        "accessIPv6": "",
+        "links": links(base, instance.id),
+        "key_name": null,
+        "config_drive": "",
+        "progress": 0,
+        "security_groups": [{"name": "default"}],
+        "OS-DCF:diskConfig": "MANUAL",
+        "OS-EXT-AZ:availability_zone": "nova",
+        "OS-EXT-STS:vm_state": vm_state,
+        "OS-EXT-STS:task_state": task_state,
+        "OS-EXT-STS:power_state": power_state,
+        "OS-SRV-USG:launched_at": rfc3339(instance.created),
+        "OS-SRV-USG:terminated_at": null,
+        "os-extended-volumes:volumes_attached": [],
+    });
+    if let InstanceState::Error(reason) = &instance.state {
+        body["fault"] = json!({
+            "code": 500,
+            "message": reason,
+            "created": rfc3339(instance.updated),
+        });
+    }
+    if admin {
+        let host = instance.node.map(|n| n.to_string());
+        body["OS-EXT-SRV-ATTR:host"] = json!(host);
+        body["OS-EXT-SRV-ATTR:hypervisor_hostname"] = json!(host);
+        body["OS-EXT-SRV-ATTR:instance_name"] = json!(format!("instance-{}", instance.id));
+    }
+    body
+}
+
+fn summary(base: &str, instance: &Instance) -> Value {
+    json!({"id": instance.id, "name": instance.name, "links": links(base, instance.id)})
+}
+
+/// The query of a server listing.
+#[derive(Debug, Default, Deserialize, serde::Serialize)]
+pub struct ServerQuery {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    status: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    all_tenants: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    limit: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    marker: Option<String>,
+}
+
+fn truthy(flag: &Option<String>) -> bool {
+    match flag.as_deref() {
+        None => false,
+        Some(v) => !matches!(
+            v.to_ascii_lowercase().as_str(),
+            "0" | "false" | "f" | "no" | "off"
+        ),
+    }
+}
+
+struct Listing {
+    instances: Vec<Instance>,
+    workloads: HashMap<Uuid, Workload>,
+    next: Option<Uuid>,
+}
+
+async fn listing(
+    state: &ApiState,
+    caller: &Principal,
+    query: &ServerQuery,
+) -> Result<Listing, ApiError> {
+    let scope = caller.project_scope(truthy(&query.all_tenants))?;
+    let limit = match query.limit.as_deref() {
+        None => Page::MAX_LIMIT,
+        Some(text) => text
+            .parse::<u32>()
+            .map_err(|_| ApiError::BadRequest("limit must be a whole number".into()))?
+            .clamp(1, Page::MAX_LIMIT),
+    };
+    let marker = match query.marker.as_deref() {
+        None => None,
+        Some(text) => Some(
+            Uuid::parse_str(text)
+                .map_err(|_| ApiError::BadRequest(format!("marker [{text}] not found")))?,
+        ),
+    };
+    let (name, status) = (query.name.clone(), query.status.clone());
+    state
+        .store(move |store| {
+            let page = store.instances(scope, InstanceFilter::default(), Page { marker, limit })?;
+            let workloads = store
+                .workloads(scope)?
+                .into_iter()
+                .map(|w| (w.id, w))
+                .collect();
+            let instances = page
+                .items
+                .into_iter()
+                .filter(|i| i.state != InstanceState::Deleted)
+                .filter(|i| name.as_ref().is_none_or(|n| i.name.contains(n.as_str())))
+                .filter(|i| {
+                    status
+                        .as_ref()
+                        .is_none_or(|s| s.eq_ignore_ascii_case(nova_state(&i.state).0))
+                })
+                .collect();
+            Ok(Listing {
+                instances,
+                workloads,
+                next: page.next,
+            })
+        })
+        .await
+}
+
+fn next_link(base: &str, path: &str, query: &ServerQuery, next: Option<Uuid>) -> Option<Value> {
+    let next = next?;
+    let mut pairs: Vec<(&str, String)> = Vec::new();
+    for (key, value) in [
+        ("name", &query.name),
+        ("status", &query.status),
+        ("all_tenants", &query.all_tenants),
+        ("limit", &query.limit),
+    ] {
+        if let Some(v) = value {
+            pairs.push((key, v.clone()));
+        }
+    }
+    pairs.push(("marker", next.to_string()));
+    let encoded = serde_urlencoded::to_string(&pairs).ok()?;
+    Some(json!([{"rel": "next", "href": format!("{base}{BASE}{path}?{encoded}")}]))
+}
+
+/// `GET /servers`.
+pub async fn list(
+    State(state): State<ApiState>,
+    caller: Principal,
+    QueryParams(query): QueryParams<ServerQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let listing = listing(&state, &caller, &query).await?;
+    let base = &state.config.public_url;
+    let servers: Vec<Value> = listing.instances.iter().map(|i| summary(base, i)).collect();
+    let mut body = json!({"servers": servers});
+    if let Some(links) = next_link(base, "/servers", &query, listing.next) {
+        body["servers_links"] = links;
+    }
+    Ok(Json(body))
+}
+
+/// `GET /servers/detail`.
+pub async fn detail(
+    State(state): State<ApiState>,
+    caller: Principal,
+    QueryParams(query): QueryParams<ServerQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let listing = listing(&state, &caller, &query).await?;
+    let base = &state.config.public_url;
+    let admin = caller.is_admin();
+    let servers: Vec<Value> = listing
+        .instances
+        .iter()
+        .map(|i| detailed(base, i, listing.workloads.get(&i.workload), admin))
+        .collect();
+    let mut body = json!({"servers": servers});
+    if let Some(links) = next_link(base, "/servers/detail", &query, listing.next) {
+        body["servers_links"] = links;
+    }
+    Ok(Json(body))
+}
+
+/// One server with its workload, for a single-object route: admins see any project's.
+pub async fn lookup(
+    state: &ApiState,
+    caller: &Principal,
+    id: Uuid,
+) -> Result<(Instance, Option<Workload>), ApiError> {
+    let scope = caller.project_scope(true)?;
+    state
+        .store(move |store| {
+            let instance = store.instance(scope, id)?;
+            let workload = store.workload(Scope::All, instance.workload).ok();
+            Ok((instance, workload))
+        })
+        .await
+}
+
+/// `GET /servers/{id}`.
+pub async fn show(
+    State(state): State<ApiState>,
+    caller: Principal,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let id = path_id("server", &id)?;
+    let (instance, workload) = lookup(&state, &caller, id).await?;
+    let body = detailed(
+        &state.config.public_url,
+        &instance,
+        workload.as_ref(),
+        caller.is_admin(),
+    );
+    Ok(Json(json!({"server": body})))
+}

@@ -1,0 +1,213 @@
+//! The API's one error type, [`ApiError`], and the one place where it becomes an HTTP response.
+//!
+//! Two body shapes, chosen by the route family (the [`Dialect`] a router layer sets):
+//! - identity, image and native routes: `{"error": {"code": 404, "title": "Not Found", "message": "..."}}`
+//!   (Keystone's shape);
+//! - compute routes: Nova's, keyed by the fault name: `{"itemNotFound": {"code": 404, "message": "..."}}`.
+//!
+//! Server faults (`Internal`) are logged with their detail and answered with a generic message.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use crate::cluster::ClusterError;
+use crate::store::StoreError;
+
+/// Why a request failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ApiError {
+    /// Malformed or invalid input (bad JSON, unknown field, unknown flavor or image).
+    #[error("{0}")]
+    BadRequest(String),
+    /// No credentials, or credentials that are expired, forged or no longer valid.
+    #[error("{0}")]
+    Unauthorized(String),
+    /// Authenticated, but not allowed.
+    #[error("{0}")]
+    Forbidden(String),
+    /// No such object, or not one the caller may see.
+    #[error("{0}")]
+    NotFound(String),
+    /// The route exists, the method does not.
+    #[error("{0}")]
+    MethodNotAllowed(String),
+    /// The requested microversion is not one this server implements.
+    #[error("{0}")]
+    NotAcceptable(String),
+    /// A stale version, a duplicate name, an object in use, or a state that forbids the action.
+    #[error("{0}")]
+    Conflict(String),
+    /// The body is larger than the configured limit.
+    #[error("{0}")]
+    PayloadTooLarge(String),
+    /// The tenant's quota would be exceeded (Nova answers 403).
+    #[error("{0}")]
+    OverLimit(String),
+    /// The cluster cannot take the request now (scheduler unreachable, addresses exhausted).
+    #[error("{0}")]
+    Unavailable(String),
+    /// A fault of the server; the detail is logged, never sent.
+    #[error("{0}")]
+    Internal(String),
+}
+
+/// Which error body shape a route family answers with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Dialect {
+    /// `{"error": {...}}`: identity, image, native.
+    #[default]
+    Standard,
+    /// Nova's fault names: compute.
+    Nova,
+}
+
+impl ApiError {
+    /// The HTTP status.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden(_) | ApiError::OverLimit(_) => StatusCode::FORBIDDEN,
+            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::NotAcceptable(_) => StatusCode::NOT_ACCEPTABLE,
+            ApiError::Conflict(_) => StatusCode::CONFLICT,
+            ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The message sent to the client (never the detail of an internal fault).
+    pub fn public_message(&self) -> String {
+        match self {
+            ApiError::Internal(_) => "internal error: see the controller's log".to_string(),
+            other => other.to_string(),
+        }
+    }
+
+    /// Nova's fault name for this error.
+    fn nova_key(&self) -> &'static str {
+        match self {
+            ApiError::BadRequest(_) => "badRequest",
+            ApiError::Unauthorized(_) => "unauthorized",
+            ApiError::Forbidden(_) => "forbidden",
+            ApiError::NotFound(_) => "itemNotFound",
+            ApiError::MethodNotAllowed(_) => "methodNotAllowed",
+            ApiError::NotAcceptable(_) => "notAcceptable",
+            ApiError::Conflict(_) => "conflictingRequest",
+            ApiError::PayloadTooLarge(_) | ApiError::OverLimit(_) => "overLimit",
+            ApiError::Unavailable(_) => "serviceUnavailable",
+            ApiError::Internal(_) => "computeFault",
+        }
+    }
+
+    /// The response in `dialect`.
+    pub fn render(&self, dialect: Dialect) -> Response {
+        let status = self.status();
+        if let ApiError::Internal(detail) = self {
+            tracing::error!(%detail, "internal error answering a request");
+        }
+        let message = self.public_message();
+        let code = status.as_u16();
+        let body = match dialect {
+            Dialect::Standard => json!({"error": {
+                "code": code,
+                "title": status.canonical_reason().unwrap_or("Error"),
+                "message": message,
+            }}),
+            Dialect::Nova => json!({ self.nova_key(): {"code": code, "message": message} }),
+        };
+        let mut response = (status, axum::Json(body)).into_response();
+        if status == StatusCode::UNAUTHORIZED {
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Keystone uri=\"/v3\""),
+            );
+        }
+        response.extensions_mut().insert(self.clone());
+        response
+    }
+}
+
+impl IntoResponse for ApiError {
+    /// Renders in the standard dialect; the compute router re-renders in Nova's (see
+    /// [`renderer`]).
+    fn into_response(self) -> Response {
+        self.render(Dialect::Standard)
+    }
+}
+
+/// A response mapper for a route family: re-renders errors in `dialect`.
+pub fn renderer(dialect: Dialect) -> impl Fn(Response) -> Response + Clone + Send + Sync + 'static {
+    move |response: Response| match response.extensions().get::<ApiError>() {
+        Some(error) if dialect != Dialect::Standard => error.render(dialect),
+        _ => response,
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(error: StoreError) -> ApiError {
+        match error {
+            StoreError::NotFound { .. } => ApiError::NotFound(error.to_string()),
+            StoreError::Conflict(_) => ApiError::Conflict(error.to_string()),
+            StoreError::QuotaExceeded { .. } => ApiError::OverLimit(error.to_string()),
+            StoreError::Exhausted(_) => ApiError::Unavailable(error.to_string()),
+            StoreError::Invalid(_) => ApiError::BadRequest(error.to_string()),
+            StoreError::SchemaTooNew { .. } | StoreError::Backend(_) => {
+                ApiError::Internal(error.to_string())
+            }
+        }
+    }
+}
+
+impl From<ClusterError> for ApiError {
+    fn from(error: ClusterError) -> ApiError {
+        match error {
+            ClusterError::Store(store) => store.into(),
+            ClusterError::InvalidState { .. } => ApiError::Conflict(error.to_string()),
+            ClusterError::NoNode(_) => ApiError::NotFound(error.to_string()),
+            ClusterError::Invalid(_) => ApiError::BadRequest(error.to_string()),
+            ClusterError::Unavailable(_) => ApiError::Unavailable(error.to_string()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn store_errors_map_to_statuses() {
+        let cases = [
+            (StoreError::not_found("instance", "x"), 404),
+            (StoreError::Conflict("dup".into()), 409),
+            (
+                StoreError::QuotaExceeded {
+                    what: crate::store::QuotaKind::Instances,
+                    limit: 5,
+                },
+                403,
+            ),
+            (StoreError::Exhausted("ips".into()), 503),
+            (StoreError::Invalid("bad".into()), 400),
+            (StoreError::Backend("disk on fire".into()), 500),
+        ];
+        for (error, status) in cases {
+            assert_eq!(ApiError::from(error).status().as_u16(), status);
+        }
+    }
+
+    #[test]
+    fn internal_detail_is_not_sent() {
+        let error = ApiError::from(StoreError::Backend("secret path /var/x".into()));
+        assert!(!error.public_message().contains("secret"));
+    }
+
+    #[test]
+    fn quota_is_nova_over_limit_with_403() {
+        let response = ApiError::OverLimit("quota".into()).render(Dialect::Nova);
+        assert_eq!(response.status(), StatusCode::FORBIDDEN);
+    }
+}

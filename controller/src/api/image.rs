@@ -1,0 +1,162 @@
+//! The OpenStack Image v2 subset at `/image`: version discovery and read-only listing of the
+//! images a project sees (public ones and its own), in Glance's shape. Images are registered
+//! through the native API (`/cumulo/v1/images`).
+
+use axum::Json;
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::clock::rfc3339;
+use super::extract::{QueryParams, path_id};
+use super::{ApiError, ApiState, Principal};
+use crate::store::{Image, ImageKind, Page};
+
+/// The image routes.
+pub fn routes() -> Router<ApiState> {
+    Router::new()
+        .route("/image", get(versions))
+        .route("/image/", get(versions))
+        .route("/image/versions", get(versions_ok))
+        .route("/image/v2", get(versions))
+        .route("/image/v2/", get(versions))
+        .route("/image/v2/images", get(list))
+        .route("/image/v2/images/{id}", get(show))
+}
+
+fn versions_body(base: &str) -> Value {
+    let version = |id: &str, status: &str| {
+        json!({"id": id, "status": status, "links": [
+            {"rel": "self", "href": format!("{base}/image/v2/")}
+        ]})
+    };
+    json!({"versions": [version("v2.16", "CURRENT"), version("v2.0", "SUPPORTED")]})
+}
+
+async fn versions(State(state): State<ApiState>) -> Response {
+    let body = versions_body(&state.config.public_url);
+    (StatusCode::MULTIPLE_CHOICES, Json(body)).into_response()
+}
+
+async fn versions_ok(State(state): State<ApiState>) -> Json<Value> {
+    Json(versions_body(&state.config.public_url))
+}
+
+/// Glance's disk format of an image kind.
+pub fn disk_format(kind: ImageKind) -> &'static str {
+    match kind {
+        ImageKind::Qcow2 => "qcow2",
+        ImageKind::Raw => "raw",
+        ImageKind::Iso => "iso",
+    }
+}
+
+fn body(image: &Image) -> Value {
+    let created = rfc3339(image.created);
+    json!({
+        "id": image.id,
+        "name": image.name,
+        "status": "active",
+        "visibility": if image.owner.is_none() { "public" } else { "private" },
+        "protected": false,
+        "os_hidden": false,
+        "owner": image.owner,
+        "disk_format": disk_format(image.kind),
+        "container_format": "bare",
+        "size": null,
+        "virtual_size": null,
+        "checksum": null,
+        "os_hash_algo": null,
+        "os_hash_value": null,
+        "min_disk": 0,
+        "min_ram": 0,
+        "tags": [],
+        "created_at": created,
+        "updated_at": created,
+        "self": format!("/v2/images/{}", image.id),
+        "file": format!("/v2/images/{}/file", image.id),
+        "schema": "/v2/schemas/image",
+    })
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct ImageQuery {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    visibility: Option<String>,
+    #[serde(default)]
+    limit: Option<String>,
+    #[serde(default)]
+    marker: Option<String>,
+}
+
+/// `GET /v2/images`: filters `name` (exact) and `visibility`; pages by `limit` and `marker`.
+async fn list(
+    State(state): State<ApiState>,
+    caller: Principal,
+    QueryParams(query): QueryParams<ImageQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let scope = caller.project_scope(false)?;
+    let limit = match query.limit.as_deref() {
+        None => Page::MAX_LIMIT as usize,
+        Some(text) => text
+            .parse::<usize>()
+            .map_err(|_| ApiError::BadRequest("limit must be a whole number".into()))?
+            .clamp(1, Page::MAX_LIMIT as usize),
+    };
+    let visibility = match query.visibility.as_deref() {
+        None | Some("all") => None,
+        Some(v @ ("public" | "private")) => Some(v == "public"),
+        Some(other) => {
+            return Err(ApiError::BadRequest(format!(
+                "visibility {other} is not one of public, private, all"
+            )));
+        }
+    };
+    let images = state.store(move |store| Ok(store.images(scope)?)).await?;
+    let start = match &query.marker {
+        None => 0,
+        Some(marker) => images
+            .iter()
+            .position(|i| i.id.to_string() == *marker)
+            .map(|i| i + 1)
+            .ok_or_else(|| ApiError::BadRequest(format!("marker {marker} not found")))?,
+    };
+    let matching: Vec<&Image> = images
+        .iter()
+        .skip(start)
+        .filter(|i| query.name.as_ref().is_none_or(|n| *n == i.name))
+        .filter(|i| visibility.is_none_or(|public| public == i.owner.is_none()))
+        .collect();
+    let page: Vec<Value> = matching.iter().take(limit).map(|i| body(i)).collect();
+    let mut response = json!({
+        "images": page,
+        "first": "/v2/images",
+        "schema": "/v2/schemas/images",
+    });
+    if matching.len() > limit
+        && let Some(last) = matching.get(limit - 1)
+    {
+        response["next"] = json!(format!("/v2/images?limit={limit}&marker={}", last.id));
+    }
+    Ok(Json(response))
+}
+
+/// `GET /v2/images/{id}`.
+async fn show(
+    State(state): State<ApiState>,
+    caller: Principal,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let id = path_id("image", &id)?;
+    let scope = caller.project_scope(true)?;
+    let image = state
+        .store(move |store| Ok(store.image(scope, id)?))
+        .await?;
+    Ok(Json(body(&image)))
+}

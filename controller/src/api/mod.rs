@@ -1,0 +1,189 @@
+//! cumulo-controller's REST API (axum): the OpenStack Identity v3, Compute v2.1 and Image v2
+//! subsets the standard `openstack` CLI needs, cumulo's native API under `/cumulo/v1`, an
+//! OpenAPI document of the native API, and Prometheus metrics.
+//!
+//! - [`router`] builds the routes over an [`ApiState`]; [`serve`] serves them on a bound
+//!   listener, over TLS (optionally with client certificates) or, on loopback only, plain HTTP.
+//! - Authentication: a bearer token from `POST /v3/auth/tokens` in `X-Auth-Token` (see
+//!   `token.rs`), or a client certificate with no SSNTP role signed by the cluster CA, which makes
+//!   the request a cluster admin's.
+//! - Errors: one [`ApiError`], rendered in Keystone's shape or, on compute routes, Nova's.
+//! - Store and cluster calls are blocking; handlers run them with `spawn_blocking`.
+//!
+//! See `docs/api.md` for the routes.
+
+mod auth;
+mod bootstrap;
+mod clock;
+mod compute;
+mod error;
+mod extract;
+mod identity;
+mod image;
+mod metrics;
+mod native;
+mod openapi;
+pub mod password;
+mod serve;
+pub mod testing;
+pub mod token;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::routing::get;
+
+use crate::cluster::Cluster;
+use crate::store::Store;
+
+pub use auth::Principal;
+pub use bootstrap::{Bootstrapped, bootstrap, bootstrap_with};
+pub use error::{ApiError, Dialect};
+pub use metrics::Metrics;
+pub use serve::{ClientCertificate, ServeError, check_plain_http, serve, server_tls_config};
+pub use token::{TokenError, TokenSigner};
+
+/// The API's settings.
+#[derive(Debug, Clone)]
+pub struct ApiConfig {
+    /// The URL clients reach this server at, without a trailing slash (`https://host:8889`):
+    /// the service catalog and the version documents point there.
+    pub public_url: String,
+    /// The largest request body accepted, in bytes (larger: 413).
+    pub body_limit: usize,
+    /// PBKDF2 rounds for new password hashes.
+    pub password_iterations: u32,
+}
+
+impl ApiConfig {
+    /// The default body limit: 1 MiB.
+    pub const DEFAULT_BODY_LIMIT: usize = 1 << 20;
+
+    /// Defaults for a server reachable at `public_url`.
+    pub fn new(public_url: impl Into<String>) -> ApiConfig {
+        ApiConfig {
+            public_url: public_url.into().trim_end_matches('/').to_string(),
+            body_limit: ApiConfig::DEFAULT_BODY_LIMIT,
+            password_iterations: password::DEFAULT_ITERATIONS,
+        }
+    }
+}
+
+/// What every handler shares. Cheap to clone.
+#[derive(Clone)]
+pub struct ApiState {
+    /// The store.
+    pub store: Arc<dyn Store>,
+    /// The cluster (the engine, or a fake in tests).
+    pub cluster: Arc<dyn Cluster>,
+    /// Issues and checks tokens.
+    pub signer: Arc<TokenSigner>,
+    /// Settings.
+    pub config: Arc<ApiConfig>,
+    /// Request counters.
+    pub metrics: Arc<Metrics>,
+}
+
+impl ApiState {
+    /// A state over these parts, with fresh metrics.
+    pub fn new(
+        store: Arc<dyn Store>,
+        cluster: Arc<dyn Cluster>,
+        signer: TokenSigner,
+        config: ApiConfig,
+    ) -> ApiState {
+        ApiState {
+            store,
+            cluster,
+            signer: Arc::new(signer),
+            config: Arc::new(config),
+            metrics: Arc::new(Metrics::default()),
+        }
+    }
+
+    /// Runs `f` with the store on the blocking pool.
+    pub(crate) async fn store<T, F>(&self, f: F) -> Result<T, ApiError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&dyn Store) -> Result<T, ApiError> + Send + 'static,
+    {
+        let store = self.store.clone();
+        tokio::task::spawn_blocking(move || f(store.as_ref()))
+            .await
+            .map_err(|e| ApiError::Internal(format!("store task failed: {e}")))?
+    }
+
+    /// Runs `f` with the store and the cluster on the blocking pool.
+    pub(crate) async fn cluster<T, F>(&self, f: F) -> Result<T, ApiError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&dyn Store, &dyn Cluster) -> Result<T, ApiError> + Send + 'static,
+    {
+        let (store, cluster) = (self.store.clone(), self.cluster.clone());
+        tokio::task::spawn_blocking(move || f(store.as_ref(), cluster.as_ref()))
+            .await
+            .map_err(|e| ApiError::Internal(format!("cluster task failed: {e}")))?
+    }
+}
+
+/// Every route of the API over `state`.
+pub fn router(state: ApiState) -> Router {
+    let limit = state.config.body_limit;
+    Router::new()
+        .merge(identity::routes())
+        .merge(compute::routes())
+        .merge(image::routes())
+        .merge(native::routes())
+        .route("/openapi.json", get(openapi::document))
+        .route("/metrics", get(metrics::render))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(limit))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            metrics::track,
+        ))
+        .with_state(state)
+}
+
+async fn not_found(uri: axum::http::Uri) -> ApiError {
+    ApiError::NotFound(format!("no resource at {}", uri.path()))
+}
+
+async fn method_not_allowed(method: axum::http::Method) -> ApiError {
+    ApiError::MethodNotAllowed(format!("method {method} is not allowed here"))
+}
+
+/// How many instances are in each state (for metrics), over every tenant.
+pub(crate) async fn servers_by_state(
+    state: &ApiState,
+) -> Result<std::collections::BTreeMap<&'static str, u64>, ApiError> {
+    use crate::store::{InstanceFilter, InstanceState, Page, Scope};
+    state
+        .store(|store| {
+            let mut counts = std::collections::BTreeMap::new();
+            let mut page = Page::first(Page::MAX_LIMIT);
+            loop {
+                let got = store.instances(Scope::All, InstanceFilter::default(), page)?;
+                for instance in &got.items {
+                    let name = match instance.state {
+                        InstanceState::Pending => "pending",
+                        InstanceState::Active => "active",
+                        InstanceState::Stopping => "stopping",
+                        InstanceState::Exited => "exited",
+                        InstanceState::Deleted => "deleted",
+                        InstanceState::Hung => "hung",
+                        InstanceState::Missing => "missing",
+                        InstanceState::Error(_) => "error",
+                    };
+                    *counts.entry(name).or_insert(0u64) += 1;
+                }
+                match got.next {
+                    Some(marker) => page.marker = Some(marker),
+                    None => return Ok(counts),
+                }
+            }
+        })
+        .await
+}

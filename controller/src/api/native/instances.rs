@@ -1,0 +1,193 @@
+//! Instances: list (paged), show, launch `count` instances of a workload (202), delete (202),
+//! stop, start and restart (202). Members act in their project; admins in any tenant.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use super::views;
+use crate::api::compute::headroom;
+use crate::api::extract::{JsonBody, QueryParams, path_id, present};
+use crate::api::{ApiError, ApiState, Principal};
+use crate::cluster::Launch;
+use crate::store::{InstanceFilter, Page, Scope, StoreError};
+
+#[derive(Debug, Default, Deserialize)]
+pub struct ListQuery {
+    #[serde(default)]
+    limit: Option<u32>,
+    #[serde(default)]
+    marker: Option<Uuid>,
+    #[serde(default)]
+    node: Option<Uuid>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateInstances {
+    workload: Uuid,
+    name: String,
+    #[serde(default, deserialize_with = "present")]
+    count: Option<u32>,
+    #[serde(default, deserialize_with = "present")]
+    tenant: Option<Uuid>,
+}
+
+pub async fn list(
+    State(state): State<ApiState>,
+    caller: Principal,
+    QueryParams(query): QueryParams<ListQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let scope = caller.scope()?;
+    let limit = query.limit.unwrap_or(100);
+    if !(1..=Page::MAX_LIMIT).contains(&limit) {
+        return Err(ApiError::BadRequest(format!(
+            "limit must be from 1 to {}",
+            Page::MAX_LIMIT
+        )));
+    }
+    let page = Page {
+        marker: query.marker,
+        limit,
+    };
+    let filter = InstanceFilter { node: query.node };
+    let paged = state
+        .store(move |s| match s.instances(scope, filter, page) {
+            Ok(paged) => Ok(paged),
+            // The marker names no instance the caller sees.
+            Err(StoreError::Invalid(_)) if page.marker.is_some() => {
+                Err(ApiError::NotFound("the marker names no instance".into()))
+            }
+            Err(e) => Err(e.into()),
+        })
+        .await?;
+    let instances: Vec<Value> = paged.items.iter().map(views::instance).collect();
+    Ok(Json(json!({"instances": instances, "next": paged.next})))
+}
+
+pub async fn show(
+    State(state): State<ApiState>,
+    caller: Principal,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let id = path_id("instance", &id)?;
+    let scope = caller.scope()?;
+    let instance = state.store(move |s| Ok(s.instance(scope, id)?)).await?;
+    Ok(Json(views::instance(&instance)))
+}
+
+pub async fn create(
+    State(state): State<ApiState>,
+    caller: Principal,
+    JsonBody(body): JsonBody<CreateInstances>,
+) -> Result<Response, ApiError> {
+    let tenant = match body.tenant {
+        Some(t) if caller.project == Some(t) => t,
+        Some(t) => {
+            caller.require_admin()?;
+            t
+        }
+        None => caller.project()?,
+    };
+    let count = body.count.unwrap_or(1);
+    if count == 0 || count > Launch::MAX_COUNT {
+        return Err(ApiError::BadRequest(format!(
+            "count must be from 1 to {}",
+            Launch::MAX_COUNT
+        )));
+    }
+    if body.name.trim().is_empty() {
+        return Err(ApiError::BadRequest("instances need a name".into()));
+    }
+    let instances = state
+        .cluster(move |s, cluster| {
+            s.tenant(tenant)?;
+            let workload = s.workload(Scope::Tenant(tenant), body.workload)?;
+            let flavor = s.flavor(workload.flavor)?;
+            if headroom(s, tenant, flavor.vcpus, flavor.memory_mb)? < u64::from(count) {
+                return Err(ApiError::OverLimit(format!(
+                    "quota exceeded: no room for {count} instance(s) of flavor {}",
+                    flavor.name
+                )));
+            }
+            let launch = Launch {
+                tenant,
+                workload: workload.id,
+                name: body.name,
+                count,
+            };
+            Ok(cluster.launch(Scope::Tenant(tenant), launch)?)
+        })
+        .await?;
+    let instances: Vec<Value> = instances.iter().map(views::instance).collect();
+    Ok((StatusCode::ACCEPTED, Json(json!({"instances": instances}))).into_response())
+}
+
+pub async fn delete(
+    State(state): State<ApiState>,
+    caller: Principal,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    let id = path_id("instance", &id)?;
+    let scope = caller.scope()?;
+    state
+        .cluster(move |_, cluster| Ok(cluster.delete(scope, id)?))
+        .await?;
+    Ok(StatusCode::ACCEPTED)
+}
+
+/// What `POST /instances/{id}/{action}` does.
+#[derive(Debug, Clone, Copy)]
+enum Action {
+    Stop,
+    Start,
+    Restart,
+}
+
+async fn act(
+    state: ApiState,
+    caller: Principal,
+    id: String,
+    action: Action,
+) -> Result<Response, ApiError> {
+    let id = path_id("instance", &id)?;
+    let scope = caller.scope()?;
+    let instance = state
+        .cluster(move |_, cluster| {
+            Ok(match action {
+                Action::Stop => cluster.stop(scope, id)?,
+                Action::Start => cluster.start(scope, id)?,
+                Action::Restart => cluster.reboot(scope, id)?,
+            })
+        })
+        .await?;
+    Ok((StatusCode::ACCEPTED, Json(views::instance(&instance))).into_response())
+}
+
+pub async fn stop(
+    State(state): State<ApiState>,
+    caller: Principal,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    act(state, caller, id, Action::Stop).await
+}
+
+pub async fn start(
+    State(state): State<ApiState>,
+    caller: Principal,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    act(state, caller, id, Action::Start).await
+}
+
+pub async fn restart(
+    State(state): State<ApiState>,
+    caller: Principal,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    act(state, caller, id, Action::Restart).await
+}

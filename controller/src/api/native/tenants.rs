@@ -1,0 +1,183 @@
+//! Tenants (admin: create, list, rename, delete; a member may read its own) and their quotas
+//! (`GET` limits and usage; admin `PUT`).
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use super::views;
+use crate::api::extract::{JsonBody, path_id, present};
+use crate::api::{ApiError, ApiState, Principal};
+use crate::store::{NewTenant, Quota, TenantChange};
+
+/// Limits in a request (`null` or absent: unlimited).
+#[derive(Debug, Default, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QuotaBody {
+    #[serde(default)]
+    instances: Option<u32>,
+    #[serde(default)]
+    vcpus: Option<u32>,
+    #[serde(default)]
+    memory_mb: Option<u64>,
+}
+
+impl From<QuotaBody> for Quota {
+    fn from(q: QuotaBody) -> Quota {
+        Quota {
+            instances: q.instances,
+            vcpus: q.vcpus,
+            memory_mb: q.memory_mb,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateTenant {
+    name: String,
+    #[serde(default, deserialize_with = "present")]
+    quota: Option<QuotaBody>,
+    #[serde(default, deserialize_with = "present")]
+    subnet_prefix: Option<u8>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateTenant {
+    #[serde(default, deserialize_with = "present")]
+    name: Option<String>,
+    #[serde(default, deserialize_with = "present")]
+    quota: Option<QuotaBody>,
+}
+
+/// Refuses a member asking about another tenant (as not found).
+fn own_or_admin(caller: &Principal, tenant: Uuid) -> Result<(), ApiError> {
+    if caller.is_admin() || caller.project == Some(tenant) {
+        Ok(())
+    } else {
+        Err(ApiError::NotFound(format!("tenant {tenant} not found")))
+    }
+}
+
+pub async fn list(
+    State(state): State<ApiState>,
+    caller: Principal,
+) -> Result<Json<Value>, ApiError> {
+    let tenants = match caller.is_admin() {
+        true => state.store(|s| Ok(s.tenants()?)).await?,
+        false => {
+            let own = caller.project()?;
+            vec![state.store(move |s| Ok(s.tenant(own)?)).await?]
+        }
+    };
+    let tenants: Vec<Value> = tenants.iter().map(views::tenant).collect();
+    Ok(Json(json!({"tenants": tenants})))
+}
+
+pub async fn create(
+    State(state): State<ApiState>,
+    caller: Principal,
+    JsonBody(body): JsonBody<CreateTenant>,
+) -> Result<Response, ApiError> {
+    caller.require_admin()?;
+    let prefix = body.subnet_prefix.unwrap_or(24);
+    if !(crate::store::net::MIN_SUBNET_PREFIX..=crate::store::net::MAX_SUBNET_PREFIX)
+        .contains(&prefix)
+    {
+        return Err(ApiError::BadRequest(format!(
+            "subnet_prefix must be from {} to {}",
+            crate::store::net::MIN_SUBNET_PREFIX,
+            crate::store::net::MAX_SUBNET_PREFIX
+        )));
+    }
+    let new = NewTenant {
+        name: body.name,
+        quota: body.quota.unwrap_or_default().into(),
+        subnet_prefix: prefix,
+    };
+    let tenant = state.store(move |s| Ok(s.create_tenant(new)?)).await?;
+    Ok((StatusCode::CREATED, Json(views::tenant(&tenant))).into_response())
+}
+
+pub async fn show(
+    State(state): State<ApiState>,
+    caller: Principal,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let id = path_id("tenant", &id)?;
+    own_or_admin(&caller, id)?;
+    let tenant = state.store(move |s| Ok(s.tenant(id)?)).await?;
+    Ok(Json(views::tenant(&tenant)))
+}
+
+pub async fn update(
+    State(state): State<ApiState>,
+    caller: Principal,
+    Path(id): Path<String>,
+    JsonBody(body): JsonBody<UpdateTenant>,
+) -> Result<Json<Value>, ApiError> {
+    let id = path_id("tenant", &id)?;
+    caller.require_admin()?;
+    let change = TenantChange {
+        name: body.name,
+        quota: body.quota.map(Quota::from),
+    };
+    let tenant = state
+        .store(move |s| {
+            let current = s.tenant(id)?;
+            Ok(s.update_tenant(id, current.version, change)?)
+        })
+        .await?;
+    Ok(Json(views::tenant(&tenant)))
+}
+
+pub async fn delete(
+    State(state): State<ApiState>,
+    caller: Principal,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    let id = path_id("tenant", &id)?;
+    caller.require_admin()?;
+    state.store(move |s| Ok(s.delete_tenant(id)?)).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+pub async fn quota(
+    State(state): State<ApiState>,
+    caller: Principal,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let id = path_id("tenant", &id)?;
+    own_or_admin(&caller, id)?;
+    let (tenant, usage) = state
+        .store(move |s| Ok((s.tenant(id)?, s.usage(id)?)))
+        .await?;
+    Ok(Json(views::quota_usage(&tenant, &usage)))
+}
+
+pub async fn set_quota(
+    State(state): State<ApiState>,
+    caller: Principal,
+    Path(id): Path<String>,
+    JsonBody(body): JsonBody<QuotaBody>,
+) -> Result<Json<Value>, ApiError> {
+    let id = path_id("tenant", &id)?;
+    caller.require_admin()?;
+    let (tenant, usage) = state
+        .store(move |s| {
+            let current = s.tenant(id)?;
+            let change = TenantChange {
+                quota: Some(body.into()),
+                ..TenantChange::default()
+            };
+            let tenant = s.update_tenant(id, current.version, change)?;
+            Ok((tenant, s.usage(id)?))
+        })
+        .await?;
+    Ok(Json(views::quota_usage(&tenant, &usage)))
+}

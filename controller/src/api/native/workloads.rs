@@ -1,0 +1,154 @@
+//! Workloads (flavor + image + cloud-init user data): the tenant's own and public ones are
+//! visible; members manage their tenant's, admins any and public ones.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use super::catalog::owner_for;
+use super::views;
+use crate::api::extract::{JsonBody, path_id, present};
+use crate::api::{ApiError, ApiState, Principal};
+use crate::store::{NewWorkload, Scope, WorkloadChange};
+
+/// The most user data a workload holds.
+const MAX_USER_DATA: usize = 65_535;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateWorkload {
+    name: String,
+    flavor: Uuid,
+    image: Uuid,
+    #[serde(default)]
+    user_data: String,
+    #[serde(default)]
+    public: bool,
+    #[serde(default, deserialize_with = "present")]
+    tenant: Option<Uuid>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateWorkload {
+    #[serde(default, deserialize_with = "present")]
+    name: Option<String>,
+    #[serde(default, deserialize_with = "present")]
+    user_data: Option<String>,
+}
+
+fn check_user_data(text: &str) -> Result<(), ApiError> {
+    if text.len() > MAX_USER_DATA {
+        Err(ApiError::BadRequest(format!(
+            "user_data is over {MAX_USER_DATA} bytes"
+        )))
+    } else {
+        Ok(())
+    }
+}
+
+pub async fn list(
+    State(state): State<ApiState>,
+    caller: Principal,
+) -> Result<Json<Value>, ApiError> {
+    let scope = caller.scope()?;
+    let workloads = state.store(move |s| Ok(s.workloads(scope)?)).await?;
+    let workloads: Vec<Value> = workloads.iter().map(views::workload).collect();
+    Ok(Json(json!({"workloads": workloads})))
+}
+
+pub async fn show(
+    State(state): State<ApiState>,
+    caller: Principal,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let id = path_id("workload", &id)?;
+    let scope = caller.scope()?;
+    let workload = state.store(move |s| Ok(s.workload(scope, id)?)).await?;
+    Ok(Json(views::workload(&workload)))
+}
+
+pub async fn create(
+    State(state): State<ApiState>,
+    caller: Principal,
+    JsonBody(body): JsonBody<CreateWorkload>,
+) -> Result<Response, ApiError> {
+    let owner = owner_for(&caller, body.public, body.tenant)?;
+    check_user_data(&body.user_data)?;
+    let new = NewWorkload {
+        owner,
+        name: body.name,
+        flavor: body.flavor,
+        image: body.image,
+        user_data: body.user_data,
+    };
+    let workload = state
+        .store(move |s| {
+            // A flavor or image that is missing (or not the owner's to see): not found.
+            s.flavor(new.flavor)?;
+            let seen_by = new.owner.map_or(Scope::All, Scope::Tenant);
+            let image = s.image(seen_by, new.image)?;
+            if new.owner.is_none() && image.owner.is_some() {
+                return Err(ApiError::BadRequest(
+                    "a public workload needs a public image".into(),
+                ));
+            }
+            Ok(s.create_workload(new)?)
+        })
+        .await?;
+    Ok((StatusCode::CREATED, Json(views::workload(&workload))).into_response())
+}
+
+pub async fn update(
+    State(state): State<ApiState>,
+    caller: Principal,
+    Path(id): Path<String>,
+    JsonBody(body): JsonBody<UpdateWorkload>,
+) -> Result<Json<Value>, ApiError> {
+    let id = path_id("workload", &id)?;
+    let scope = caller.scope()?;
+    if let Some(text) = &body.user_data {
+        check_user_data(text)?;
+    }
+    let change = WorkloadChange {
+        name: body.name,
+        user_data: body.user_data,
+    };
+    let workload = state
+        .store(move |s| {
+            let current = s.workload(scope, id)?;
+            if !scope.owns(current.owner) {
+                return Err(ApiError::Forbidden(
+                    "public workloads are the admins' to change".into(),
+                ));
+            }
+            Ok(s.update_workload(scope, id, current.version, change)?)
+        })
+        .await?;
+    Ok(Json(views::workload(&workload)))
+}
+
+pub async fn delete(
+    State(state): State<ApiState>,
+    caller: Principal,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    let id = path_id("workload", &id)?;
+    let scope = caller.scope()?;
+    state
+        .store(move |s| {
+            let current = s.workload(scope, id)?;
+            if !scope.owns(current.owner) {
+                return Err(ApiError::Forbidden(
+                    "public workloads are the admins' to delete".into(),
+                ));
+            }
+            Ok(s.delete_workload(scope, id)?)
+        })
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}

@@ -1,0 +1,313 @@
+//! Helpers for tests of the API, in this crate and beyond (the end-to-end tests reuse them):
+//! [`FakeCluster`], a [`Cluster`] that only writes the store, and [`TestApi`], the API served
+//! in-process on a loopback port with a bootstrapped admin.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+mod cli;
+
+pub use cli::{OpenStackCli, find_openstack};
+
+use rustls::ServerConfig;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use super::{
+    ApiConfig, ApiState, Bootstrapped, ServeError, TokenSigner, bootstrap_with, router, serve,
+};
+use crate::cluster::{Cluster, ClusterError, Launch, Node, NodeStatus, Trace};
+use crate::store::{
+    Instance, InstanceChange, InstanceState, NewInstance, Scope, Store, StoreError,
+};
+
+/// The bootstrapped admin's name.
+pub const ADMIN_NAME: &str = "admin";
+/// The bootstrapped admin's password.
+pub const ADMIN_PASSWORD: &str = "admin-secret";
+/// The bootstrapped admin's project.
+pub const ADMIN_PROJECT: &str = "admin";
+/// PBKDF2 rounds in tests (cheap; production uses the default).
+pub const TEST_ITERATIONS: u32 = 1000;
+
+/// A cluster that only writes the store: launched instances become active at once (unless
+/// turned off), stop makes them exited, delete removes them; nodes come from a list.
+pub struct FakeCluster {
+    store: Arc<dyn Store>,
+    auto_active: AtomicBool,
+    connected: AtomicBool,
+    nodes: Mutex<Vec<Node>>,
+    traces: Mutex<Vec<Trace>>,
+}
+
+impl FakeCluster {
+    /// A connected fake over `store` with no nodes, activating launched instances.
+    pub fn new(store: Arc<dyn Store>) -> FakeCluster {
+        FakeCluster {
+            store,
+            auto_active: AtomicBool::new(true),
+            connected: AtomicBool::new(true),
+            nodes: Mutex::new(Vec::new()),
+            traces: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Whether launched instances become active at once (else they stay pending).
+    pub fn set_auto_active(&self, on: bool) {
+        self.auto_active.store(on, Ordering::SeqCst);
+    }
+
+    /// Whether [`Cluster::connected`] says so.
+    pub fn set_connected(&self, on: bool) {
+        self.connected.store(on, Ordering::SeqCst);
+    }
+
+    /// Adds (or replaces) a node.
+    pub fn add_node(&self, node: Node) {
+        let mut nodes = self.nodes.lock().unwrap_or_else(PoisonError::into_inner);
+        nodes.retain(|n| n.id != node.id);
+        nodes.push(node);
+    }
+
+    /// Adds a trace.
+    pub fn add_trace(&self, trace: Trace) {
+        self.traces
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(trace);
+    }
+
+    /// Sets an instance's state, as an engine does when the cluster reports.
+    pub fn set_state(&self, id: Uuid, state: InstanceState) -> Result<Instance, StoreError> {
+        let instance = self.store.instance(Scope::All, id)?;
+        self.store.update_instance(
+            Scope::All,
+            id,
+            instance.version,
+            InstanceChange {
+                state: Some(state),
+                ..InstanceChange::default()
+            },
+        )
+    }
+
+    fn transition(
+        &self,
+        scope: Scope,
+        id: Uuid,
+        from: &[InstanceState],
+        to: InstanceState,
+        operation: &'static str,
+    ) -> Result<Instance, ClusterError> {
+        let instance = self.store.instance(scope, id)?;
+        let allowed = from
+            .iter()
+            .any(|s| std::mem::discriminant(s) == std::mem::discriminant(&instance.state));
+        if !allowed {
+            return Err(ClusterError::InvalidState {
+                id,
+                state: format!("{:?}", instance.state).to_lowercase(),
+                operation,
+            });
+        }
+        let change = InstanceChange {
+            state: Some(to),
+            ..InstanceChange::default()
+        };
+        Ok(self
+            .store
+            .update_instance(scope, id, instance.version, change)?)
+    }
+
+    fn set_node_status(&self, id: Uuid, status: NodeStatus) -> Result<(), ClusterError> {
+        let mut nodes = self.nodes.lock().unwrap_or_else(PoisonError::into_inner);
+        let node = nodes
+            .iter_mut()
+            .find(|n| n.id == id)
+            .ok_or(ClusterError::NoNode(id))?;
+        node.status = status;
+        Ok(())
+    }
+}
+
+impl Cluster for FakeCluster {
+    fn launch(&self, scope: Scope, launch: Launch) -> Result<Vec<Instance>, ClusterError> {
+        if !scope.owns(Some(launch.tenant)) {
+            return Err(StoreError::not_found("tenant", launch.tenant).into());
+        }
+        if launch.count == 0 || launch.count > Launch::MAX_COUNT {
+            return Err(ClusterError::Invalid(format!("count {}", launch.count)));
+        }
+        if launch.name.trim().is_empty() {
+            return Err(ClusterError::Invalid("an empty name".into()));
+        }
+        let mut made = Vec::new();
+        for _ in 0..launch.count {
+            let instance = self.store.create_instance(NewInstance {
+                tenant: launch.tenant,
+                workload: launch.workload,
+                name: launch.name.clone(),
+            })?;
+            let instance = if self.auto_active.load(Ordering::SeqCst) {
+                self.set_state(instance.id, InstanceState::Active)?
+            } else {
+                instance
+            };
+            made.push(instance);
+        }
+        Ok(made)
+    }
+
+    fn stop(&self, scope: Scope, id: Uuid) -> Result<Instance, ClusterError> {
+        self.transition(
+            scope,
+            id,
+            &[InstanceState::Active],
+            InstanceState::Exited,
+            "stop",
+        )
+    }
+
+    fn start(&self, scope: Scope, id: Uuid) -> Result<Instance, ClusterError> {
+        let from = [
+            InstanceState::Exited,
+            InstanceState::Missing,
+            InstanceState::Error(String::new()),
+        ];
+        self.transition(scope, id, &from, InstanceState::Active, "start")
+    }
+
+    fn reboot(&self, scope: Scope, id: Uuid) -> Result<Instance, ClusterError> {
+        self.transition(
+            scope,
+            id,
+            &[InstanceState::Active],
+            InstanceState::Active,
+            "reboot",
+        )
+    }
+
+    fn delete(&self, scope: Scope, id: Uuid) -> Result<(), ClusterError> {
+        Ok(self.store.delete_instance(scope, id)?)
+    }
+
+    fn nodes(&self) -> Vec<Node> {
+        self.nodes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn node(&self, id: Uuid) -> Result<Node, ClusterError> {
+        self.nodes()
+            .into_iter()
+            .find(|n| n.id == id)
+            .ok_or(ClusterError::NoNode(id))
+    }
+
+    fn evacuate(&self, id: Uuid) -> Result<(), ClusterError> {
+        self.set_node_status(id, NodeStatus::Maintenance)
+    }
+
+    fn restore(&self, id: Uuid) -> Result<(), ClusterError> {
+        self.set_node_status(id, NodeStatus::Ready)
+    }
+
+    fn traces(&self) -> Vec<Trace> {
+        self.traces
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn connected(&self) -> bool {
+        self.connected.load(Ordering::SeqCst)
+    }
+}
+
+/// The API served in-process on `127.0.0.1:<free port>`, with the admin bootstrapped
+/// ([`ADMIN_NAME`], [`ADMIN_PASSWORD`], [`ADMIN_PROJECT`]). Stop it with [`TestApi::stop`].
+pub struct TestApi {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    /// Its public URL (`http://127.0.0.1:PORT` or `https://...`).
+    pub url: String,
+    /// Its state (store, cluster, signer).
+    pub state: ApiState,
+    /// The admin user and project.
+    pub admin: Bootstrapped,
+    shutdown: CancellationToken,
+    task: JoinHandle<Result<(), ServeError>>,
+}
+
+impl TestApi {
+    /// Serves the API over `store` and `cluster`, over TLS when `tls` is given.
+    pub async fn start(
+        store: Arc<dyn Store>,
+        cluster: Arc<dyn Cluster>,
+        tls: Option<Arc<ServerConfig>>,
+    ) -> Result<TestApi, String> {
+        TestApi::start_with(store, cluster, tls, |_| {}).await
+    }
+
+    /// As [`TestApi::start`], letting `tune` change the configuration first.
+    pub async fn start_with(
+        store: Arc<dyn Store>,
+        cluster: Arc<dyn Cluster>,
+        tls: Option<Arc<ServerConfig>>,
+        tune: impl FnOnce(&mut ApiConfig),
+    ) -> Result<TestApi, String> {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .map_err(|e| e.to_string())?;
+        let addr = listener.local_addr().map_err(|e| e.to_string())?;
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let url = format!("{scheme}://127.0.0.1:{}", addr.port());
+        let mut config = ApiConfig::new(url.clone());
+        config.password_iterations = TEST_ITERATIONS;
+        tune(&mut config);
+        let boot_store = store.clone();
+        let admin = tokio::task::spawn_blocking(move || {
+            bootstrap_with(
+                boot_store.as_ref(),
+                ADMIN_NAME,
+                ADMIN_PASSWORD,
+                ADMIN_PROJECT,
+                TEST_ITERATIONS,
+            )
+        })
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())?;
+        let signer = TokenSigner::random(Duration::from_secs(3600)).map_err(|e| e.to_string())?;
+        let state = ApiState::new(store, cluster, signer, config);
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(serve(
+            listener,
+            tls,
+            router(state.clone()),
+            shutdown.clone(),
+        ));
+        Ok(TestApi {
+            addr,
+            url,
+            state,
+            admin,
+            shutdown,
+            task,
+        })
+    }
+
+    /// Stops serving and waits for the server to finish.
+    pub async fn stop(self) -> Result<(), String> {
+        self.shutdown.cancel();
+        self.task
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())
+    }
+}

@@ -1,0 +1,179 @@
+//! `cumulo-controller`'s command line (flags, or `CUMULO_CONTROLLER_*` environment variables),
+//! parsed once and checked into a [`DaemonConfig`] plus the API's settings.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+use ssntp::net::TlsIdentity;
+use ssntp::units::parse_positive_duration;
+
+use crate::daemon::DaemonConfig;
+use crate::engine::TenantNetwork;
+
+/// How tenant instances are networked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum NetworkMode {
+    /// No tenant network (addresses are allocated and shown, nothing is plumbed).
+    None,
+    /// One CNCI per tenant subnet on a network node.
+    Cnci,
+}
+
+/// cumulo-controller: the REST API and the cluster's state; an SSNTP client of the scheduler.
+#[derive(Debug, Parser)]
+#[command(name = "cumulo-controller", version, args_override_self = true)]
+pub struct Args {
+    /// The cluster CA certificate (PEM).
+    #[arg(long, env = "CUMULO_CONTROLLER_CA_CERT")]
+    pub ca_cert: PathBuf,
+    /// The controller's certificate (PEM, with the controller role).
+    #[arg(long, env = "CUMULO_CONTROLLER_CERT")]
+    pub cert: PathBuf,
+    /// The controller's private key (PEM).
+    #[arg(long, env = "CUMULO_CONTROLLER_KEY")]
+    pub key: PathBuf,
+    /// The scheduler(s), `host:port`, comma-separated: tried in order, again after a drop.
+    #[arg(
+        long,
+        env = "CUMULO_CONTROLLER_SCHEDULER",
+        value_delimiter = ',',
+        required = true
+    )]
+    pub scheduler: Vec<String>,
+    /// Where the controller keeps its UUID, token key and (by default) its database.
+    #[arg(long, env = "CUMULO_CONTROLLER_STATE_DIR")]
+    pub state_dir: PathBuf,
+    /// The SQLite database (default: controller.db in the state directory).
+    #[arg(long, env = "CUMULO_CONTROLLER_DB")]
+    pub db: Option<PathBuf>,
+    /// Where the REST API listens. Plain HTTP only on a loopback address; elsewhere give
+    /// --api-cert and --api-key.
+    #[arg(
+        long,
+        env = "CUMULO_CONTROLLER_API_LISTEN",
+        default_value = "127.0.0.1:8889"
+    )]
+    pub api_listen: SocketAddr,
+    /// The API's HTTPS certificate (PEM; e.g. the controller's certificate from cumulo-cert).
+    #[arg(long, env = "CUMULO_CONTROLLER_API_CERT", requires = "api_key")]
+    pub api_cert: Option<PathBuf>,
+    /// The API's HTTPS private key (PEM).
+    #[arg(long, env = "CUMULO_CONTROLLER_API_KEY", requires = "api_cert")]
+    pub api_key: Option<PathBuf>,
+    /// The URL clients reach the API at (service catalog, version documents); default from
+    /// --api-listen.
+    #[arg(long, env = "CUMULO_CONTROLLER_PUBLIC_URL")]
+    pub public_url: Option<String>,
+    /// The first admin user, made (with the admin project) if no user exists.
+    #[arg(long, env = "CUMULO_CONTROLLER_ADMIN_USER", default_value = "admin")]
+    pub admin_user: String,
+    /// The admin project.
+    #[arg(long, env = "CUMULO_CONTROLLER_ADMIN_PROJECT", default_value = "admin")]
+    pub admin_project: String,
+    /// A file holding the first admin's password (default: made up and written to
+    /// admin-password in the state directory, mode 0600).
+    #[arg(long, env = "CUMULO_CONTROLLER_ADMIN_PASSWORD_FILE")]
+    pub admin_password_file: Option<PathBuf>,
+    /// How long a token is valid.
+    #[arg(long, env = "CUMULO_CONTROLLER_TOKEN_TTL", default_value = "1h", value_parser = parse_positive_duration)]
+    pub token_ttl: Duration,
+    /// How tenant instances are networked.
+    #[arg(
+        long,
+        env = "CUMULO_CONTROLLER_TENANT_NETWORK",
+        value_enum,
+        default_value = "none"
+    )]
+    pub tenant_network: NetworkMode,
+    /// The image CNCIs boot from.
+    #[arg(long, env = "CUMULO_CONTROLLER_CNCI_IMAGE", default_value = "cnci")]
+    pub cnci_image: String,
+    /// How long a delete or stop may go unconfirmed (then the instance is hung or missing).
+    #[arg(long, env = "CUMULO_CONTROLLER_CONFIRM_TIMEOUT", default_value = "60s", value_parser = parse_positive_duration)]
+    pub confirm_timeout: Duration,
+    /// How long a launched CNCI may take to announce itself.
+    #[arg(long, env = "CUMULO_CONTROLLER_CNCI_TIMEOUT", default_value = "120s", value_parser = parse_positive_duration)]
+    pub cnci_timeout: Duration,
+    /// How long a CNCI stays after its subnet empties.
+    #[arg(long, env = "CUMULO_CONTROLLER_CNCI_LINGER", default_value = "60s", value_parser = parse_positive_duration)]
+    pub cnci_linger: Duration,
+    /// Log format: text or json.
+    #[arg(long, env = "CUMULO_CONTROLLER_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
+    pub log_format: String,
+}
+
+/// The API's settings from the command line.
+#[derive(Debug, Clone)]
+pub struct ApiArgs {
+    /// Where it listens.
+    pub listen: SocketAddr,
+    /// HTTPS certificate and key, if any.
+    pub tls: Option<(PathBuf, PathBuf)>,
+    /// The URL clients reach it at.
+    pub public_url: String,
+    /// The first admin user and project.
+    pub admin_user: String,
+    /// The admin project.
+    pub admin_project: String,
+    /// The first admin's password file (made up if absent).
+    pub admin_password_file: Option<PathBuf>,
+    /// Token lifetime.
+    pub token_ttl: Duration,
+}
+
+/// A configuration the controller cannot run with.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The TLS files.
+    #[error("{0}")]
+    Tls(#[from] ssntp::net::tls::TlsError),
+    /// Plain HTTP on a non-loopback address.
+    #[error(
+        "--api-listen {0} is not a loopback address: plain HTTP is refused there; give --api-cert and --api-key"
+    )]
+    PlainHttp(SocketAddr),
+}
+
+impl Args {
+    /// Loads the TLS files and checks the settings.
+    pub fn into_config(self) -> Result<(DaemonConfig, ApiArgs), ConfigError> {
+        let tls = TlsIdentity::load(&self.ca_cert, &self.cert, &self.key)?;
+        if self.api_cert.is_none() && !self.api_listen.ip().is_loopback() {
+            return Err(ConfigError::PlainHttp(self.api_listen));
+        }
+        let mut daemon = DaemonConfig::new(tls, self.scheduler, self.state_dir.clone());
+        if let Some(db) = self.db {
+            daemon.db = db;
+        }
+        daemon.engine.tenant_network = match self.tenant_network {
+            NetworkMode::None => TenantNetwork::None,
+            NetworkMode::Cnci => TenantNetwork::Cnci,
+        };
+        daemon.engine.cnci_image = self.cnci_image;
+        daemon.engine.confirm_timeout = self.confirm_timeout;
+        daemon.engine.cnci_timeout = self.cnci_timeout;
+        daemon.engine.cnci_linger = self.cnci_linger;
+        let scheme = if self.api_cert.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        let public_url = self
+            .public_url
+            .unwrap_or_else(|| format!("{scheme}://{}", self.api_listen))
+            .trim_end_matches('/')
+            .to_string();
+        let api = ApiArgs {
+            listen: self.api_listen,
+            tls: self.api_cert.zip(self.api_key),
+            public_url,
+            admin_user: self.admin_user,
+            admin_project: self.admin_project,
+            admin_password_file: self.admin_password_file,
+            token_ttl: self.token_ttl,
+        };
+        Ok((daemon, api))
+    }
+}

@@ -1,0 +1,204 @@
+//! cumulo-controller as a whole: the store, the SSNTP client (CONTROLLER role) and the engine it
+//! drives, and the REST API, started together and stopped together.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ssntp::Role;
+use ssntp::handshake::HandshakeConfig;
+use ssntp::net::client::{Backoff, Client, ClientConfig, ClientError, ClientHandle};
+use ssntp::net::identity::{IdentityError, UuidLock, endpoint_uuid};
+use ssntp::net::tls::TlsIdentity;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::api::{self, ApiConfig, ApiState, TokenSigner};
+use crate::engine::{self, Engine, EngineConfig};
+use crate::store::{SqliteStore, Store, StoreError};
+
+/// Everything the controller runs with, checked once.
+#[derive(Debug, Clone)]
+pub struct DaemonConfig {
+    /// CA, certificate and key (a certificate with the CONTROLLER role).
+    pub tls: TlsIdentity,
+    /// The schedulers, `host:port`, tried in order.
+    pub servers: Vec<String>,
+    /// Where the controller keeps its UUID (when its certificate binds none) and its files.
+    pub state_dir: PathBuf,
+    /// The SQLite database.
+    pub db: PathBuf,
+    /// The engine's settings (its `uuid` is filled in at start).
+    pub engine: EngineConfig,
+    /// How often the engine's timers are checked.
+    pub sweep_every: Duration,
+    /// SSNTP handshake and session limits.
+    pub handshake: HandshakeConfig,
+    /// Reconnection delays.
+    pub backoff: Backoff,
+}
+
+impl DaemonConfig {
+    /// The defaults for these certificates, scheduler and state directory (database inside it).
+    pub fn new(tls: TlsIdentity, servers: Vec<String>, state_dir: PathBuf) -> DaemonConfig {
+        DaemonConfig {
+            tls,
+            servers,
+            db: state_dir.join("controller.db"),
+            state_dir,
+            engine: EngineConfig::new(Uuid::nil()),
+            sweep_every: Duration::from_secs(1),
+            handshake: HandshakeConfig::default(),
+            backoff: Backoff::default(),
+        }
+    }
+}
+
+/// Why the controller could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    /// The controller's UUID.
+    #[error("controller UUID: {0}")]
+    Identity(#[from] IdentityError),
+    /// The store could not be opened (or its schema is too new).
+    #[error("store {path}: {source}")]
+    Store {
+        /// The database.
+        path: PathBuf,
+        /// Why.
+        source: StoreError,
+    },
+    /// The SSNTP client refused its configuration.
+    #[error("ssntp: {0}")]
+    Client(#[from] ClientError),
+    /// The state directory.
+    #[error("state directory {path}: {source}")]
+    StateDir {
+        /// The path.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// A running controller.
+pub struct Controller {
+    /// Its SSNTP UUID.
+    pub uuid: Uuid,
+    /// Its store.
+    pub store: Arc<dyn Store>,
+    /// Its engine (the [`Cluster`](crate::cluster::Cluster) the API uses).
+    pub engine: Arc<Engine>,
+    client: ClientHandle,
+    stop: CancellationToken,
+    driver: JoinHandle<()>,
+    api: Option<JoinHandle<()>>,
+    _uuid_lock: Option<UuidLock>,
+}
+
+impl Controller {
+    /// Opens the store, connects to the scheduler and starts the engine.
+    pub async fn start(config: DaemonConfig) -> Result<Controller, DaemonError> {
+        std::fs::create_dir_all(&config.state_dir).map_err(|source| DaemonError::StateDir {
+            path: config.state_dir.clone(),
+            source,
+        })?;
+        let own = config.tls.own();
+        let (uuid, uuid_lock) = endpoint_uuid(&own, Some(&config.state_dir), Role::CONTROLLER)?;
+        let db = config.db.clone();
+        let store: Arc<dyn Store> = tokio::task::spawn_blocking(move || SqliteStore::open(&db))
+            .await
+            .map_err(|e| DaemonError::Store {
+                path: config.db.clone(),
+                source: StoreError::Backend(e.to_string()),
+            })?
+            .map(Arc::new)
+            .map_err(|source| DaemonError::Store {
+                path: config.db.clone(),
+                source,
+            })?;
+        let mut client_config = ClientConfig::new(
+            config.tls.clone(),
+            uuid,
+            Role::CONTROLLER,
+            config.servers.clone(),
+        );
+        client_config.handshake = config.handshake;
+        client_config.backoff = config.backoff;
+        let (client, events) = Client::start(client_config)?;
+        let mut engine_config = config.engine.clone();
+        engine_config.uuid = uuid;
+        let engine_store = store.clone();
+        let out = Arc::new(client.clone());
+        let engine =
+            tokio::task::spawn_blocking(move || Engine::new(engine_store, out, engine_config))
+                .await
+                .map_err(|e| DaemonError::Store {
+                    path: config.db.clone(),
+                    source: StoreError::Backend(e.to_string()),
+                })?
+                .map(Arc::new)
+                .map_err(|source| DaemonError::Store {
+                    path: config.db.clone(),
+                    source,
+                })?;
+        let stop = CancellationToken::new();
+        let driver = tokio::spawn(engine::run(
+            engine.clone(),
+            events,
+            config.sweep_every,
+            stop.clone(),
+        ));
+        tracing::info!(%uuid, schedulers = ?config.servers, db = %config.db.display(), "cumulo-controller running");
+        Ok(Controller {
+            uuid,
+            store,
+            engine,
+            client,
+            stop,
+            driver,
+            api: None,
+            _uuid_lock: uuid_lock,
+        })
+    }
+
+    /// Serves the REST API over this controller's store and engine on `listener` (HTTPS with
+    /// `tls`; plain HTTP only on loopback) until the controller stops.
+    pub fn serve_api(
+        &mut self,
+        listener: tokio::net::TcpListener,
+        tls: Option<Arc<rustls::ServerConfig>>,
+        signer: TokenSigner,
+        config: ApiConfig,
+    ) {
+        let state = ApiState::new(self.store.clone(), self.engine.clone(), signer, config);
+        let router = api::router(state);
+        let stop = self.stop.clone();
+        self.api = Some(tokio::spawn(async move {
+            if let Err(e) = api::serve(listener, tls, router, stop.clone()).await {
+                tracing::error!("the API stopped: {e}");
+                stop.cancel();
+            }
+        }));
+    }
+
+    /// Resolves when the controller stops on its own (its API failed).
+    pub async fn stopped(&self) {
+        self.stop.cancelled().await;
+    }
+
+    /// Stops the API and the engine and closes the SSNTP session.
+    pub async fn stop(self) {
+        self.stop.cancel();
+        if let Some(api) = self.api
+            && let Err(e) = api.await
+        {
+            tracing::error!("API task: {e}");
+        }
+        if let Err(e) = self.driver.await {
+            tracing::error!("engine driver: {e}");
+        }
+        self.client.close();
+    }
+}

@@ -1,0 +1,318 @@
+//! The CNCI lifecycle: one concentrator per tenant subnet, launched on a network node when the
+//! subnet's first instance is created, awaited (CONCENTRATOR_INSTANCE_ADDED) with a timeout,
+//! restarted when it exits, removed a while after its subnet empties.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr};
+use std::time::SystemTime;
+
+use ssntp::Payload;
+use ssntp::payload::{
+    CnciPeer, ConcentratorAdded, FwType, Networking, RefreshCnci, Requirements, Start, VmType,
+};
+use uuid::Uuid;
+
+use super::start::subnet_key;
+use super::{Engine, TenantNetwork};
+use crate::cluster::ClusterError;
+use crate::store::{
+    Cnci, CnciChange, CnciState, EventKind, Instance, InstanceFilter, Scope, StoreError, net,
+};
+
+/// The gateway of a tenant subnet: its first host address (the CNCI's side).
+fn gateway(cidr: &ssntp::payload::Cidr) -> Ipv4Addr {
+    match cidr.addr {
+        IpAddr::V4(v4) => Ipv4Addr::from(u32::from(v4).wrapping_add(1)),
+        IpAddr::V6(_) => Ipv4Addr::UNSPECIFIED,
+    }
+}
+
+/// The START of a CNCI: a small instance on a network node that serves `cnci.cidr`.
+fn cnci_start(cnci: &Cnci, image: &str, restart: bool) -> Start {
+    let gw = gateway(&cnci.cidr);
+    let mut meta = BTreeMap::new();
+    meta.insert("instance-id".to_string(), cnci.id.to_string());
+    meta.insert("local-hostname".to_string(), format!("cnci-{}", cnci.id));
+    meta.insert("cumulo-role".to_string(), "cnci".to_string());
+    Start {
+        instance_uuid: cnci.id,
+        tenant_uuid: cnci.tenant,
+        workload_uuid: Uuid::nil(),
+        vm_type: VmType::Qemu,
+        fw_type: FwType::Legacy,
+        image: image.to_string(),
+        requirements: Requirements {
+            vcpus: 1,
+            mem_mb: 128,
+            disk_mb: 0,
+            network_node: true,
+            node_id: None,
+            hostname: None,
+        },
+        // The CNCI's own address on the compute network is not known until it announces
+        // itself: the unspecified address says so.
+        networking: Some(Networking {
+            vnic_mac: net::mac_for(gw),
+            vnic_uuid: cnci.id,
+            concentrator_uuid: cnci.id,
+            concentrator_ip: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            subnet: cnci.cidr,
+            subnet_key: subnet_key(&cnci.cidr),
+            private_ip: IpAddr::V4(gw),
+            public_ip: false,
+        }),
+        storage: None,
+        user_data: None,
+        meta_data: Some(meta),
+        restart,
+    }
+}
+
+impl Engine {
+    /// The CNCI of an instance's subnet, launched now if the subnet has none.
+    pub(super) fn cnci_for(&self, instance: &Instance) -> Result<Cnci, ClusterError> {
+        let scope = Scope::Tenant(instance.tenant);
+        let subnet = self
+            .store
+            .subnets(scope)?
+            .into_iter()
+            .find(|s| s.cidr == instance.subnet)
+            .ok_or_else(|| StoreError::not_found("subnet", instance.subnet))?;
+        self.state().idle_subnets.remove(&subnet.id);
+        if let Some(cnci) = self
+            .store
+            .cncis(scope)?
+            .into_iter()
+            .find(|c| c.subnet == subnet.id)
+        {
+            return Ok(cnci);
+        }
+        let cnci = match self.store.create_cnci(subnet.id) {
+            Ok(cnci) => cnci,
+            // Another launch of the same subnet won the race: use its CNCI.
+            Err(StoreError::Conflict(_)) => self
+                .store
+                .cncis(scope)?
+                .into_iter()
+                .find(|c| c.subnet == subnet.id)
+                .ok_or_else(|| StoreError::not_found("cnci of subnet", subnet.id))?,
+            Err(e) => return Err(e.into()),
+        };
+        self.launch_cnci(&cnci, false);
+        Ok(cnci)
+    }
+
+    /// Sends a CNCI's START; a START that cannot be queued fails the CNCI.
+    pub(super) fn launch_cnci(&self, cnci: &Cnci, restart: bool) {
+        let start = cnci_start(cnci, &self.config.cnci_image, restart);
+        self.event(
+            Some(cnci.tenant),
+            EventKind::Info,
+            format!("CNCI {} launched for subnet {}", cnci.id, cnci.cidr),
+        );
+        if let Err(e) = self.send(&Payload::Start(Box::new(start))) {
+            self.cnci_failed(cnci, &format!("START not sent: {e}"));
+        }
+    }
+
+    /// Marks a CNCI failed and fails the instances waiting for it.
+    pub(super) fn cnci_failed(&self, cnci: &Cnci, why: &str) {
+        self.event(
+            Some(cnci.tenant),
+            EventKind::Error,
+            format!("CNCI {} of subnet {} failed: {why}", cnci.id, cnci.cidr),
+        );
+        let changed = self.store.update_cnci(
+            cnci.id,
+            cnci.version,
+            CnciChange {
+                state: Some(CnciState::Failed),
+                ..CnciChange::default()
+            },
+        );
+        if let Err(e) = changed
+            .map_err(ClusterError::from)
+            .and_then(|c| self.fail_waiting(&c, &format!("the subnet's CNCI failed: {why}")))
+        {
+            tracing::warn!("CNCI {}: {e}", cnci.id);
+        }
+    }
+
+    /// CONCENTRATOR_INSTANCE_ADDED: the CNCI is up; its subnet's instances can start, and every
+    /// CNCI of the tenant learns of its siblings.
+    pub(super) fn cnci_added(&self, added: &ConcentratorAdded) -> Result<(), ClusterError> {
+        let cnci = match self.store.cnci(Scope::All, added.instance_uuid) {
+            Ok(cnci) => cnci,
+            Err(StoreError::NotFound { .. }) => {
+                self.event(
+                    Some(added.tenant_uuid),
+                    EventKind::Warning,
+                    format!("unknown CNCI {} announced itself", added.instance_uuid),
+                );
+                return Ok(());
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let cnci = self.store.update_cnci(
+            cnci.id,
+            cnci.version,
+            CnciChange {
+                state: Some(CnciState::Active),
+                ip: Some(Some(added.concentrator_ip)),
+                node: None,
+            },
+        )?;
+        self.event(
+            Some(cnci.tenant),
+            EventKind::Info,
+            format!(
+                "CNCI {} of subnet {} is up at {}",
+                cnci.id, cnci.cidr, added.concentrator_ip
+            ),
+        );
+        self.release_waiting(&cnci)?;
+        self.refresh_cncis(cnci.tenant)
+    }
+
+    /// Sends every active CNCI of `tenant` the list of all of them.
+    fn refresh_cncis(&self, tenant: Uuid) -> Result<(), ClusterError> {
+        let active: Vec<Cnci> = self
+            .store
+            .cncis(Scope::Tenant(tenant))?
+            .into_iter()
+            .filter(|c| c.state == CnciState::Active && c.ip.is_some())
+            .collect();
+        let peers: Vec<CnciPeer> = active
+            .iter()
+            .filter_map(|c| {
+                Some(CnciPeer {
+                    physical_ip: c.ip?,
+                    subnet: c.cidr,
+                    tunnel_ip: IpAddr::V4(gateway(&c.cidr)),
+                    tunnel_id: subnet_key(&c.cidr),
+                })
+            })
+            .collect();
+        for cnci in &active {
+            self.send(&Payload::RefreshCnci(RefreshCnci {
+                cnci_uuid: cnci.id,
+                cncis: peers.clone(),
+            }))?;
+        }
+        Ok(())
+    }
+
+    /// A CNCI's instance stopped or was deleted under us: it is started again.
+    pub(super) fn cnci_exited(&self, cnci: &Cnci) -> Result<(), ClusterError> {
+        let cnci = self.store.update_cnci(
+            cnci.id,
+            cnci.version,
+            CnciChange {
+                state: Some(CnciState::Exited),
+                ip: Some(None),
+                node: Some(None),
+            },
+        )?;
+        self.event(
+            Some(cnci.tenant),
+            EventKind::Warning,
+            format!("CNCI {} of subnet {} exited", cnci.id, cnci.cidr),
+        );
+        Ok(())
+    }
+
+    /// After an instance record went: if its subnet has no instance left, its CNCI goes after
+    /// the linger time.
+    pub(super) fn subnet_maybe_idle(&self, instance: &Instance) {
+        if self.config.tenant_network != TenantNetwork::Cnci {
+            return;
+        }
+        let scope = Scope::Tenant(instance.tenant);
+        let mut left = false;
+        let scanned = self.for_each_instance(scope, InstanceFilter::default(), |i| {
+            left |= i.subnet == instance.subnet;
+        });
+        let subnet = self.store.subnets(scope).map(|subnets| {
+            subnets
+                .into_iter()
+                .find(|s| s.cidr == instance.subnet)
+                .map(|s| s.id)
+        });
+        match (scanned, subnet) {
+            (Ok(()), Ok(Some(subnet))) if !left => {
+                self.state().idle_subnets.insert(subnet, SystemTime::now());
+            }
+            (Err(e), _) | (_, Err(e)) => tracing::warn!("subnet of {}: {e}", instance.id),
+            _ => {}
+        }
+    }
+
+    /// The sweep's CNCI work at `now`: time out launches, restart exited CNCIs, remove those
+    /// whose subnet stayed empty for the linger time.
+    pub(super) fn sweep_cncis(&self, now: SystemTime) -> Result<(), ClusterError> {
+        if self.config.tenant_network != TenantNetwork::Cnci {
+            return Ok(());
+        }
+        let idle: Vec<Uuid> = {
+            let state = self.state();
+            state
+                .idle_subnets
+                .iter()
+                .filter(|(_, since)| {
+                    now.duration_since(**since).unwrap_or_default() >= self.config.cnci_linger
+                })
+                .map(|(subnet, _)| *subnet)
+                .collect()
+        };
+        for cnci in self.store.cncis(Scope::All)? {
+            let age = now.duration_since(cnci.updated).unwrap_or_default();
+            if idle.contains(&cnci.subnet) {
+                self.remove_cnci(&cnci)?;
+                continue;
+            }
+            match cnci.state {
+                CnciState::Pending if age >= self.config.cnci_timeout => {
+                    self.cnci_failed(&cnci, "it did not announce itself in time");
+                }
+                CnciState::Exited => {
+                    let cnci = self.store.update_cnci(
+                        cnci.id,
+                        cnci.version,
+                        CnciChange {
+                            state: Some(CnciState::Pending),
+                            ..CnciChange::default()
+                        },
+                    )?;
+                    self.launch_cnci(&cnci, true);
+                }
+                _ => {}
+            }
+        }
+        let mut state = self.state();
+        for subnet in idle {
+            state.idle_subnets.remove(&subnet);
+        }
+        Ok(())
+    }
+
+    /// Removes an idle subnet's CNCI: DELETE to its node if it runs somewhere, and the record.
+    fn remove_cnci(&self, cnci: &Cnci) -> Result<(), ClusterError> {
+        if let Some(node) = cnci.node
+            && let Err(e) = self.send_delete(cnci.id, node, false)
+        {
+            tracing::warn!("DELETE of CNCI {} not sent: {e}", cnci.id);
+        }
+        match self.store.delete_cnci(cnci.id) {
+            Ok(()) | Err(StoreError::NotFound { .. }) => {}
+            // An instance arrived in the subnet meanwhile: keep the CNCI.
+            Err(StoreError::Conflict(_)) => return Ok(()),
+            Err(e) => return Err(e.into()),
+        }
+        self.event(
+            Some(cnci.tenant),
+            EventKind::Info,
+            format!("CNCI {} of idle subnet {} removed", cnci.id, cnci.cidr),
+        );
+        Ok(())
+    }
+}

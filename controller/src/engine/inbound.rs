@@ -1,0 +1,501 @@
+//! What the scheduler forwards to the controller, applied to the store and the node table.
+
+use std::collections::HashMap;
+use std::time::SystemTime;
+
+use ssntp::Payload;
+use ssntp::payload::{
+    DeleteFailure, DeleteFailureReason, DeliveryFailure, InstanceState as Reported, NodeEvent,
+    NodeState, NodeType, StartFailure, Stats, TraceReport,
+};
+use uuid::Uuid;
+
+use super::{Engine, state_name};
+use crate::cluster::{ClusterError, Node, NodeKinds, NodeStatus, Trace, TraceHop};
+use crate::store::{
+    CnciChange, EventKind, Instance, InstanceChange, InstanceFilter, InstanceState, Scope,
+    StoreError,
+};
+
+impl Engine {
+    /// Applies one frame from the scheduler. Errors are about the store; the frame is dropped.
+    pub fn handle(&self, payload: &Payload) -> Result<(), ClusterError> {
+        match payload {
+            Payload::Stats(stats) => self.on_stats(stats),
+            Payload::InstanceStopped(e) => self.on_stopped(e.instance_uuid),
+            Payload::InstanceDeleted(e) => self.on_deleted(e.instance_uuid),
+            Payload::StartFailure(f) => self.on_start_failure(f),
+            Payload::DeleteFailure(f) => self.on_delete_failure(f),
+            Payload::DeliveryFailure(f) => {
+                self.on_delivery_failure(f);
+                Ok(())
+            }
+            Payload::NodeConnected(e) => {
+                self.on_node(e, true);
+                Ok(())
+            }
+            Payload::NodeDisconnected(e) => {
+                self.on_node(e, false);
+                self.node_gone(e.node_uuid)
+            }
+            Payload::ConcentratorInstanceAdded(added) => self.cnci_added(added),
+            Payload::TraceReport(report) => {
+                self.on_traces(report);
+                Ok(())
+            }
+            Payload::PublicIpAssigned(e) | Payload::PublicIpUnassigned(e) => {
+                tracing::info!(
+                    "CNCI {}: public IP {} of instance {} {}",
+                    e.concentrator_uuid,
+                    e.public_ip,
+                    e.instance_uuid,
+                    if matches!(payload, Payload::PublicIpAssigned(_)) {
+                        "assigned"
+                    } else {
+                        "unassigned"
+                    }
+                );
+                Ok(())
+            }
+            other => {
+                tracing::debug!("ignored from the scheduler: {}", other.operand().name());
+                Ok(())
+            }
+        }
+    }
+
+    /// The controller's session with the scheduler ended: every node is unknown until the
+    /// scheduler sends NODE_CONNECTED again on the next session.
+    pub fn scheduler_disconnected(&self) {
+        for node in self.state().nodes.values_mut() {
+            node.status = NodeStatus::Disconnected;
+            node.kinds = NodeKinds::default();
+        }
+    }
+
+    fn on_node(&self, event: &NodeEvent, connected: bool) {
+        let mut state = self.state();
+        let node = state.nodes.entry(event.node_uuid).or_insert_with(|| Node {
+            id: event.node_uuid,
+            kinds: NodeKinds::default(),
+            status: NodeStatus::Disconnected,
+            hostname: String::new(),
+            mem_total_mb: 0,
+            mem_available_mb: 0,
+            disk_total_mb: 0,
+            disk_available_mb: 0,
+            vcpus_total: 0,
+            vcpus_available: 0,
+            load: 0,
+            instances: 0,
+            ips: Vec::new(),
+            connected: SystemTime::now(),
+            last_stats: None,
+        });
+        let was_connected = node.kinds != NodeKinds::default();
+        match event.node_type {
+            NodeType::ComputeNode => node.kinds.compute = connected,
+            NodeType::NetworkNode => node.kinds.network = connected,
+        }
+        if node.kinds == NodeKinds::default() {
+            node.status = NodeStatus::Disconnected;
+        } else if !was_connected {
+            node.status = NodeStatus::Ready;
+            node.connected = SystemTime::now();
+        }
+    }
+
+    /// After NODE_DISCONNECTED: if the node is gone altogether, what ran on it is missing.
+    fn node_gone(&self, node: Uuid) -> Result<(), ClusterError> {
+        let gone = self
+            .state()
+            .nodes
+            .get(&node)
+            .is_none_or(|n| n.status == NodeStatus::Disconnected);
+        if !gone {
+            return Ok(());
+        }
+        let mut affected = Vec::new();
+        self.for_each_instance(Scope::All, InstanceFilter { node: Some(node) }, |i| {
+            if matches!(
+                i.state,
+                InstanceState::Active | InstanceState::Pending | InstanceState::Stopping
+            ) {
+                affected.push((i.id, i.tenant));
+            }
+        })?;
+        for (id, tenant) in &affected {
+            self.set_state(*id, InstanceState::Missing, None)?;
+            self.state().restart_after_stop.remove(id);
+            self.event(
+                Some(*tenant),
+                EventKind::Warning,
+                format!("instance {id} is missing: its node {node} disconnected"),
+            );
+        }
+        Ok(())
+    }
+
+    fn on_stats(&self, stats: &Stats) -> Result<(), ClusterError> {
+        let node = stats.node.node_uuid;
+        {
+            let mut state = self.state();
+            if let Some(n) = state.nodes.get_mut(&node) {
+                let s = &stats.node;
+                n.hostname.clone_from(&s.hostname);
+                n.mem_total_mb = s.mem_total_mb;
+                n.mem_available_mb = s.mem_available_mb;
+                n.disk_total_mb = s.disk_total_mb;
+                n.disk_available_mb = s.disk_available_mb;
+                n.vcpus_total = s.vcpus_total;
+                n.vcpus_available = s.vcpus_available;
+                n.load = s.load;
+                n.instances = u32::try_from(stats.instances.len()).unwrap_or(u32::MAX);
+                n.ips = s.networks.iter().map(|net| net.ip).collect();
+                n.last_stats = Some(SystemTime::now());
+                if n.status != NodeStatus::Disconnected {
+                    n.status = match stats.status {
+                        NodeState::Ready => NodeStatus::Ready,
+                        NodeState::Full => NodeStatus::Full,
+                        NodeState::Maintenance => NodeStatus::Maintenance,
+                        NodeState::Offline => NodeStatus::Offline,
+                    };
+                }
+            }
+        }
+        // What the store places on this node, then what the node says.
+        let mut known: HashMap<Uuid, Instance> = HashMap::new();
+        self.for_each_instance(Scope::All, InstanceFilter { node: Some(node) }, |i| {
+            known.insert(i.id, i.clone());
+        })?;
+        for stat in &stats.instances {
+            let record = match known.remove(&stat.instance_uuid) {
+                Some(record) => record,
+                None => match self.store.instance(Scope::All, stat.instance_uuid) {
+                    Ok(record) => record,
+                    Err(StoreError::NotFound { .. }) => {
+                        self.unknown_instance(node, stat.instance_uuid, stat.state)?;
+                        continue;
+                    }
+                    Err(e) => return Err(e.into()),
+                },
+            };
+            self.reconcile(node, &record, stat.state)?;
+        }
+        // Placed here by the store, absent from the node's report.
+        for record in known.into_values() {
+            self.absent(node, &record)?;
+        }
+        Ok(())
+    }
+
+    /// A node reports an instance the store does not have: a CNCI, or a stranger (reported once).
+    fn unknown_instance(
+        &self,
+        node: Uuid,
+        id: Uuid,
+        reported: Reported,
+    ) -> Result<(), ClusterError> {
+        match self.store.cnci(Scope::All, id) {
+            Ok(cnci) => {
+                if reported == Reported::Exited {
+                    return self.cnci_exited(&cnci);
+                }
+                if cnci.node != Some(node) {
+                    self.store.update_cnci(
+                        cnci.id,
+                        cnci.version,
+                        CnciChange {
+                            node: Some(Some(node)),
+                            ..CnciChange::default()
+                        },
+                    )?;
+                }
+                return Ok(());
+            }
+            Err(StoreError::NotFound { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+        let first = {
+            let mut state = self.state();
+            if state.strangers.len() >= super::MAX_STRANGERS {
+                state.strangers.clear();
+            }
+            state.strangers.insert((node, id))
+        };
+        if first {
+            self.event(
+                None,
+                EventKind::Warning,
+                format!(
+                    "node {node} runs instance {id}, which this controller does not know; left alone"
+                ),
+            );
+        }
+        Ok(())
+    }
+
+    /// Brings a record in line with what its node reports.
+    fn reconcile(
+        &self,
+        node: Uuid,
+        record: &Instance,
+        reported: Reported,
+    ) -> Result<(), ClusterError> {
+        let here = Some(node);
+        let change = |state: InstanceState| InstanceChange {
+            state: Some(state),
+            node: Some(here),
+            ..InstanceChange::default()
+        };
+        let (change, note) = match (&record.state, reported) {
+            (InstanceState::Pending, Reported::Active) => (change(InstanceState::Active), None),
+            (InstanceState::Pending, _) if record.node != here => (
+                InstanceChange {
+                    node: Some(here),
+                    ..InstanceChange::default()
+                },
+                None,
+            ),
+            (InstanceState::Missing, Reported::Active) => (
+                change(InstanceState::Active),
+                Some(format!("instance {} is back on node {node}", record.id)),
+            ),
+            (InstanceState::Missing, Reported::Exited) => (
+                change(InstanceState::Exited),
+                Some(format!(
+                    "instance {} is back on node {node}, exited",
+                    record.id
+                )),
+            ),
+            (InstanceState::Active, Reported::Exited) => (
+                change(InstanceState::Exited),
+                Some(format!("instance {} exited on its own", record.id)),
+            ),
+            // Deleted before anyone knew where it ran: now the DELETE can go.
+            (InstanceState::Deleted | InstanceState::Hung, _) if record.node != here => {
+                self.send_delete(record.id, node, false)?;
+                (
+                    InstanceChange {
+                        node: Some(here),
+                        ..InstanceChange::default()
+                    },
+                    None,
+                )
+            }
+            _ => return Ok(()),
+        };
+        if let Some(note) = note {
+            self.event(Some(record.tenant), EventKind::Info, note);
+        }
+        self.cas(record, change)
+    }
+
+    /// An instance the store places on `node` that the node no longer reports.
+    fn absent(&self, node: Uuid, record: &Instance) -> Result<(), ClusterError> {
+        match record.state {
+            // Its INSTANCE_DELETED was lost: the delete is done.
+            InstanceState::Deleted | InstanceState::Hung => self.forget(record),
+            InstanceState::Active | InstanceState::Stopping => {
+                self.event(
+                    Some(record.tenant),
+                    EventKind::Warning,
+                    format!(
+                        "instance {} ({}) vanished from node {node}",
+                        record.id,
+                        state_name(&record.state)
+                    ),
+                );
+                self.state().restart_after_stop.remove(&record.id);
+                self.cas(
+                    record,
+                    InstanceChange {
+                        state: Some(InstanceState::Missing),
+                        ..InstanceChange::default()
+                    },
+                )
+            }
+            // Its node removed it (a stop): it no longer runs anywhere.
+            InstanceState::Exited => self.cas(
+                record,
+                InstanceChange {
+                    node: Some(None),
+                    ..InstanceChange::default()
+                },
+            ),
+            _ => Ok(()),
+        }
+    }
+
+    /// Writes `change` if `record` is still current; a record that moved meanwhile is left to
+    /// the next report.
+    fn cas(&self, record: &Instance, change: InstanceChange) -> Result<(), ClusterError> {
+        match self
+            .store
+            .update_instance(Scope::All, record.id, record.version, change)
+        {
+            Ok(_) | Err(StoreError::Conflict(_)) | Err(StoreError::NotFound { .. }) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn on_stopped(&self, id: Uuid) -> Result<(), ClusterError> {
+        let record = match self.store.instance(Scope::All, id) {
+            Ok(record) => record,
+            Err(StoreError::NotFound { .. }) => return self.cnci_gone(id),
+            Err(e) => return Err(e.into()),
+        };
+        self.state().unconfirmed.remove(&id);
+        if record.state == InstanceState::Deleted || record.state == InstanceState::Hung {
+            // Deleted while it stopped: the stop removed it from its node.
+            return self.forget(&record);
+        }
+        let restart = self.state().restart_after_stop.remove(&id);
+        let exited = self.set_state(id, InstanceState::Exited, Some(None))?;
+        if restart && let Some(exited) = exited {
+            let plan = self.plan(Scope::Tenant(exited.tenant), exited.workload)?;
+            let pending = self.set_state(id, InstanceState::Pending, None)?;
+            if let Some(pending) = pending {
+                self.dispatch(pending, &plan, true)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn on_deleted(&self, id: Uuid) -> Result<(), ClusterError> {
+        let record = match self.store.instance(Scope::All, id) {
+            Ok(record) => record,
+            Err(StoreError::NotFound { .. }) => return self.cnci_gone(id),
+            Err(e) => return Err(e.into()),
+        };
+        if matches!(record.state, InstanceState::Deleted | InstanceState::Hung) {
+            return self.forget(&record);
+        }
+        self.event(
+            Some(record.tenant),
+            EventKind::Warning,
+            format!(
+                "instance {id} was deleted by its node while {}",
+                state_name(&record.state)
+            ),
+        );
+        self.state().unconfirmed.remove(&id);
+        self.state().restart_after_stop.remove(&id);
+        self.set_state(id, InstanceState::Exited, Some(None))
+            .map(drop)
+    }
+
+    /// INSTANCE_STOPPED/DELETED of something that is not an instance record: a CNCI, or noise.
+    fn cnci_gone(&self, id: Uuid) -> Result<(), ClusterError> {
+        match self.store.cnci(Scope::All, id) {
+            Ok(cnci) => self.cnci_exited(&cnci),
+            Err(StoreError::NotFound { .. }) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn on_start_failure(&self, failure: &StartFailure) -> Result<(), ClusterError> {
+        let id = failure.instance_uuid;
+        let reason = serde_name(&failure.reason);
+        let record = match self.store.instance(Scope::All, id) {
+            Ok(record) => record,
+            Err(StoreError::NotFound { .. }) => {
+                if let Ok(cnci) = self.store.cnci(Scope::All, id) {
+                    self.cnci_failed(&cnci, &format!("START failed: {reason}"));
+                }
+                return Ok(());
+            }
+            Err(e) => return Err(e.into()),
+        };
+        if !failure.reason.is_fatal() {
+            tracing::info!("START of {id}: {reason} (not fatal)");
+            return Ok(());
+        }
+        if matches!(record.state, InstanceState::Deleted | InstanceState::Hung) {
+            return self.forget(&record);
+        }
+        self.event(
+            Some(record.tenant),
+            EventKind::Error,
+            format!("instance {id} failed to start: {reason}"),
+        );
+        self.cas(
+            &record,
+            InstanceChange {
+                state: Some(InstanceState::Error(reason)),
+                node: Some(None),
+                ..InstanceChange::default()
+            },
+        )
+    }
+
+    fn on_delete_failure(&self, failure: &DeleteFailure) -> Result<(), ClusterError> {
+        if failure.reason != DeleteFailureReason::NoInstance {
+            tracing::warn!(
+                "DELETE of {} failed: {}",
+                failure.instance_uuid,
+                serde_name(&failure.reason)
+            );
+            return Ok(());
+        }
+        let record = match self.store.instance(Scope::All, failure.instance_uuid) {
+            Ok(record) => record,
+            Err(StoreError::NotFound { .. }) => return Ok(()),
+            Err(e) => return Err(e.into()),
+        };
+        match record.state {
+            // Not there: nothing left to delete or stop.
+            InstanceState::Deleted | InstanceState::Hung => self.forget(&record),
+            InstanceState::Stopping => self.on_stopped(record.id),
+            _ => Ok(()),
+        }
+    }
+
+    fn on_delivery_failure(&self, failure: &DeliveryFailure) {
+        self.event(
+            None,
+            EventKind::Warning,
+            format!(
+                "the scheduler could not deliver {} to {}: {}",
+                ssntp::Operand::from_wire(failure.operand_type, failure.operand).name(),
+                failure
+                    .target_uuid
+                    .map_or_else(|| "?".to_string(), |u| u.to_string()),
+                serde_name(&failure.reason)
+            ),
+        );
+    }
+
+    fn on_traces(&self, report: &TraceReport) {
+        let mut state = self.state();
+        for frame in &report.frames {
+            let name = ssntp::Operand::from_wire(frame.operand_type, frame.operand).name();
+            state.traces.push_back(Trace {
+                label: frame.label.clone(),
+                frame: name.to_string(),
+                total_ns: frame.end_ns.saturating_sub(frame.start_ns),
+                hops: frame
+                    .hops
+                    .iter()
+                    .map(|h| TraceHop {
+                        uuid: h.uuid,
+                        role: h.role.to_string(),
+                        tx_ns: h.tx_ns,
+                        rx_ns: h.rx_ns,
+                    })
+                    .collect(),
+            });
+            while state.traces.len() > self.config.traces {
+                state.traces.pop_front();
+            }
+        }
+    }
+}
+
+/// The wire name of a serde enum value (`image_failure`).
+fn serde_name<T: serde::Serialize>(value: &T) -> String {
+    serde_json::to_value(value)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_else(|| "unknown".into())
+}

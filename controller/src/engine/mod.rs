@@ -1,0 +1,566 @@
+//! The engine: the controller's side of the cluster. It implements [`Cluster`] for the REST API
+//! (launch, stop, start, reboot, delete, nodes, evacuate, restore) by writing the store and sending
+//! SSNTP frames to the scheduler, and it drives the instance state machine from what the
+//! scheduler forwards (STATS, INSTANCE_STOPPED/DELETED, START_FAILURE, NODE_*, CNCI events).
+//!
+//! The engine is synchronous and owns no task: [`run()`] drives it from an SSNTP client's events and
+//! a sweep timer; tests drive it directly with a recording [`Outbound`] and explicit times.
+//!
+//! Instance states (the store's [`InstanceState`]):
+//! - `pending`: created, START sent (or waiting for the subnet's CNCI); → `active` when a STATS
+//!   lists it active; → `error` on a fatal START_FAILURE.
+//! - `active` → `stopping` (stop/reboot: DELETE with `stop`) → `exited` on INSTANCE_STOPPED (a
+//!   reboot or a start sends START again, `restart` set, possibly to another node).
+//! - any → `deleted` (DELETE sent) → the record goes on INSTANCE_DELETED (or a DELETE_FAILURE
+//!   `no_instance`, or a STATS of its node without it); → `hung` when not confirmed within
+//!   [`EngineConfig::confirm_timeout`].
+//! - `active`/`pending`/`stopping` → `missing` when its node disconnects (or it vanishes from its
+//!   node's STATS); → `active` again when its node reports it running.
+//!
+//! Instances that a node reports and the store does not know are reported as events once, never
+//! adopted or killed.
+
+mod cnci;
+mod inbound;
+pub mod run;
+mod start;
+mod sweep;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime};
+
+use ssntp::Payload;
+use ssntp::payload::{Delete, NodeCommand};
+use uuid::Uuid;
+
+use crate::cluster::{Cluster, ClusterError, Launch, Node, NodeStatus, Trace};
+use crate::store::{
+    EventKind, Instance, InstanceChange, InstanceFilter, InstanceState, NewEvent, NewInstance,
+    Page, Scope, Store, StoreError,
+};
+
+pub use run::run;
+
+/// How tenant instances are networked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum TenantNetwork {
+    /// No tenant network: STARTs carry no networking (addresses are still allocated and shown).
+    #[default]
+    None,
+    /// One CNCI per tenant subnet, launched on a network node before the subnet's instances.
+    Cnci,
+}
+
+/// The engine's settings.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// The controller's SSNTP UUID.
+    pub uuid: Uuid,
+    /// How tenant instances are networked.
+    pub tenant_network: TenantNetwork,
+    /// The image CNCIs boot from.
+    pub cnci_image: String,
+    /// How long a DELETE or a stop may go unconfirmed before the instance is `hung` (`missing`
+    /// for a stop).
+    pub confirm_timeout: Duration,
+    /// How long a launched CNCI may take to announce itself before it counts as failed.
+    pub cnci_timeout: Duration,
+    /// How long a CNCI stays after the last instance of its subnet went.
+    pub cnci_linger: Duration,
+    /// How many frame traces are kept.
+    pub traces: usize,
+}
+
+impl EngineConfig {
+    /// The defaults for a controller with this UUID.
+    pub fn new(uuid: Uuid) -> EngineConfig {
+        EngineConfig {
+            uuid,
+            tenant_network: TenantNetwork::None,
+            cnci_image: "cnci".into(),
+            confirm_timeout: Duration::from_secs(60),
+            cnci_timeout: Duration::from_secs(120),
+            cnci_linger: Duration::from_secs(60),
+            traces: 1000,
+        }
+    }
+}
+
+/// Why a frame could not be queued for the scheduler.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct SendFailure(pub String);
+
+/// Where the engine's frames go: the SSNTP client's current session with the scheduler.
+pub trait Outbound: Send + Sync {
+    /// Queues a frame, without waiting.
+    fn send(&self, payload: &Payload) -> Result<(), SendFailure>;
+    /// Whether a session with the scheduler is up.
+    fn connected(&self) -> bool;
+}
+
+impl Outbound for ssntp::net::client::ClientHandle {
+    fn send(&self, payload: &Payload) -> Result<(), SendFailure> {
+        self.send_payload(payload)
+            .map_err(|e| SendFailure(e.to_string()))
+    }
+
+    fn connected(&self) -> bool {
+        self.is_connected()
+    }
+}
+
+/// What the engine keeps in memory (rebuilt after a restart from the store and from what the
+/// scheduler sends).
+#[derive(Default)]
+struct State {
+    nodes: BTreeMap<Uuid, Node>,
+    /// Instances to start again once their stop is confirmed (reboot, or a start of an instance
+    /// that exited on its node).
+    restart_after_stop: HashSet<Uuid>,
+    /// Instances waiting for a confirmation (DELETE or stop), since when.
+    unconfirmed: HashMap<Uuid, SystemTime>,
+    /// (node, instance) pairs already reported as unknown.
+    strangers: HashSet<(Uuid, Uuid)>,
+    /// Subnets (by id) whose last instance went, since when: their CNCI goes after the linger.
+    idle_subnets: HashMap<Uuid, SystemTime>,
+    traces: VecDeque<Trace>,
+}
+
+/// At most this many unknown instances are remembered (then the set starts again).
+const MAX_STRANGERS: usize = 100_000;
+/// Retries of a compare-and-swap update that lost a race.
+const CAS_RETRIES: usize = 8;
+
+/// The engine. See the module docs.
+pub struct Engine {
+    store: Arc<dyn Store>,
+    out: Arc<dyn Outbound>,
+    config: EngineConfig,
+    state: Mutex<State>,
+}
+
+impl Engine {
+    /// An engine over `store`, sending through `out`. Instances left waiting for a confirmation
+    /// by a previous run get their timer started anew.
+    pub fn new(
+        store: Arc<dyn Store>,
+        out: Arc<dyn Outbound>,
+        config: EngineConfig,
+    ) -> Result<Engine, StoreError> {
+        let engine = Engine {
+            store,
+            out,
+            config,
+            state: Mutex::new(State::default()),
+        };
+        let now = SystemTime::now();
+        let mut waiting = Vec::new();
+        engine.for_each_instance(Scope::All, InstanceFilter::default(), |i| {
+            if matches!(i.state, InstanceState::Deleted | InstanceState::Stopping) {
+                waiting.push(i.id);
+            }
+        })?;
+        engine
+            .state()
+            .unconfirmed
+            .extend(waiting.into_iter().map(|id| (id, now)));
+        Ok(engine)
+    }
+
+    /// The store the engine writes.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Calls `f` for every instance visible in `scope` that matches `filter`, a page at a time.
+    fn for_each_instance(
+        &self,
+        scope: Scope,
+        filter: InstanceFilter,
+        mut f: impl FnMut(&Instance),
+    ) -> Result<(), StoreError> {
+        let mut page = Page::first(Page::MAX_LIMIT);
+        loop {
+            let paged = self.store.instances(scope, filter, page)?;
+            paged.items.iter().for_each(&mut f);
+            match paged.next {
+                Some(marker) => page.marker = Some(marker),
+                None => return Ok(()),
+            }
+        }
+    }
+
+    /// Reads an instance, asks `decide` what to change, and writes the change if its version
+    /// did not move meanwhile (reading again and asking again if it did). `Ok(None)`: `decide`
+    /// wanted no change.
+    fn transition<T>(
+        &self,
+        scope: Scope,
+        id: Uuid,
+        mut decide: impl FnMut(&Instance) -> Result<Option<(InstanceChange, T)>, ClusterError>,
+    ) -> Result<Option<(Instance, T)>, ClusterError> {
+        for _ in 0..CAS_RETRIES {
+            let current = self.store.instance(scope, id)?;
+            let Some((change, extra)) = decide(&current)? else {
+                return Ok(None);
+            };
+            match self
+                .store
+                .update_instance(scope, id, current.version, change)
+            {
+                Ok(updated) => return Ok(Some((updated, extra))),
+                Err(StoreError::Conflict(_)) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(StoreError::Conflict(format!("instance {id} keeps changing")).into())
+    }
+
+    /// Sets an instance's state (and node, when given), whatever it was.
+    fn set_state(
+        &self,
+        id: Uuid,
+        state: InstanceState,
+        node: Option<Option<Uuid>>,
+    ) -> Result<Option<Instance>, ClusterError> {
+        Ok(self
+            .transition(Scope::All, id, |_| {
+                Ok(Some((
+                    InstanceChange {
+                        state: Some(state.clone()),
+                        node,
+                        ..InstanceChange::default()
+                    },
+                    (),
+                )))
+            })?
+            .map(|(i, ())| i))
+    }
+
+    /// Records an event, logging (not failing) if the store refuses.
+    fn event(&self, tenant: Option<Uuid>, kind: EventKind, message: String) {
+        match kind {
+            EventKind::Info => tracing::info!(tenant = ?tenant, "{message}"),
+            EventKind::Warning => tracing::warn!(tenant = ?tenant, "{message}"),
+            EventKind::Error => tracing::error!(tenant = ?tenant, "{message}"),
+        }
+        if let Err(e) = self.store.append_event(NewEvent {
+            tenant,
+            kind,
+            message,
+        }) {
+            tracing::error!("cannot record an event: {e}");
+        }
+    }
+
+    fn send(&self, payload: &Payload) -> Result<(), ClusterError> {
+        self.out
+            .send(payload)
+            .map_err(|e| ClusterError::Unavailable(format!("scheduler: {e}")))
+    }
+
+    fn require_connected(&self) -> Result<(), ClusterError> {
+        if self.out.connected() {
+            Ok(())
+        } else {
+            Err(ClusterError::Unavailable(
+                "the controller is not connected to the scheduler".into(),
+            ))
+        }
+    }
+
+    fn send_delete(&self, instance: Uuid, node: Uuid, stop: bool) -> Result<(), ClusterError> {
+        self.send(&Payload::Delete(Delete {
+            instance_uuid: instance,
+            workload_agent_uuid: node,
+            stop,
+        }))
+    }
+
+    fn wait_confirmation(&self, id: Uuid) {
+        self.state().unconfirmed.insert(id, SystemTime::now());
+    }
+
+    /// Removes an instance's record (its delete is confirmed, or it never ran).
+    fn forget(&self, instance: &Instance) -> Result<(), ClusterError> {
+        {
+            let mut state = self.state();
+            state.unconfirmed.remove(&instance.id);
+            state.restart_after_stop.remove(&instance.id);
+        }
+        match self.store.delete_instance(Scope::All, instance.id) {
+            Ok(()) | Err(StoreError::NotFound { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+        self.subnet_maybe_idle(instance);
+        Ok(())
+    }
+}
+
+/// An instance state as lower-case text.
+pub fn state_name(state: &InstanceState) -> &'static str {
+    match state {
+        InstanceState::Pending => "pending",
+        InstanceState::Active => "active",
+        InstanceState::Stopping => "stopping",
+        InstanceState::Exited => "exited",
+        InstanceState::Deleted => "deleted",
+        InstanceState::Hung => "hung",
+        InstanceState::Missing => "missing",
+        InstanceState::Error(_) => "error",
+    }
+}
+
+fn invalid(instance: &Instance, operation: &'static str) -> ClusterError {
+    ClusterError::InvalidState {
+        id: instance.id,
+        state: state_name(&instance.state).into(),
+        operation,
+    }
+}
+
+impl Cluster for Engine {
+    fn launch(&self, scope: Scope, launch: Launch) -> Result<Vec<Instance>, ClusterError> {
+        if launch.count == 0 || launch.count > Launch::MAX_COUNT {
+            return Err(ClusterError::Invalid(format!(
+                "count must be 1 to {}",
+                Launch::MAX_COUNT
+            )));
+        }
+        if launch.name.trim().is_empty() {
+            return Err(ClusterError::Invalid("an instance needs a name".into()));
+        }
+        if !scope.owns(Some(launch.tenant)) {
+            return Err(StoreError::not_found("tenant", launch.tenant).into());
+        }
+        self.require_connected()?;
+        let tenant_scope = Scope::Tenant(launch.tenant);
+        let plan = self.plan(tenant_scope, launch.workload)?;
+        let mut created = Vec::with_capacity(launch.count as usize);
+        let mut failure = None;
+        for _ in 0..launch.count {
+            match self.store.create_instance(NewInstance {
+                tenant: launch.tenant,
+                workload: launch.workload,
+                name: launch.name.clone(),
+            }) {
+                Ok(instance) => created.push(instance),
+                Err(e) => {
+                    failure = Some(e);
+                    break;
+                }
+            }
+        }
+        let mut launched = Vec::with_capacity(created.len());
+        for instance in created {
+            launched.push(self.dispatch(instance, &plan, false)?);
+        }
+        match failure {
+            Some(e) if launched.is_empty() => Err(e.into()),
+            Some(e) => {
+                self.event(
+                    Some(launch.tenant),
+                    EventKind::Warning,
+                    format!(
+                        "launch of {} \"{}\" stopped after {}: {e}",
+                        launch.count,
+                        launch.name,
+                        launched.len()
+                    ),
+                );
+                Err(e.into())
+            }
+            None => Ok(launched),
+        }
+    }
+
+    fn stop(&self, scope: Scope, id: Uuid) -> Result<Instance, ClusterError> {
+        self.require_connected()?;
+        let (instance, node) = self
+            .transition(scope, id, |i| match (&i.state, i.node) {
+                (InstanceState::Active, Some(node)) => Ok(Some((
+                    InstanceChange {
+                        state: Some(InstanceState::Stopping),
+                        ..InstanceChange::default()
+                    },
+                    node,
+                ))),
+                _ => Err(invalid(i, "stop")),
+            })?
+            .ok_or_else(|| StoreError::not_found("instance", id))?;
+        self.wait_confirmation(id);
+        self.send_delete(id, node, true)?;
+        Ok(instance)
+    }
+
+    fn start(&self, scope: Scope, id: Uuid) -> Result<Instance, ClusterError> {
+        self.require_connected()?;
+        let current = self.store.instance(scope, id)?;
+        match (&current.state, current.node) {
+            // Exited on its node (it stopped on its own): clear it there first, then start.
+            (InstanceState::Exited, Some(_)) => self.stop_then_start(scope, id, "start"),
+            (InstanceState::Exited | InstanceState::Error(_), None) => {
+                let plan = self.plan(Scope::Tenant(current.tenant), current.workload)?;
+                let (instance, ()) = self
+                    .transition(scope, id, |i| match (&i.state, i.node) {
+                        (InstanceState::Exited | InstanceState::Error(_), None) => Ok(Some((
+                            InstanceChange {
+                                state: Some(InstanceState::Pending),
+                                cnci: Some(None),
+                                ..InstanceChange::default()
+                            },
+                            (),
+                        ))),
+                        _ => Err(invalid(i, "start")),
+                    })?
+                    .ok_or_else(|| StoreError::not_found("instance", id))?;
+                self.dispatch(instance, &plan, true)
+            }
+            _ => Err(invalid(&current, "start")),
+        }
+    }
+
+    fn reboot(&self, scope: Scope, id: Uuid) -> Result<Instance, ClusterError> {
+        self.require_connected()?;
+        self.stop_then_start(scope, id, "reboot")
+    }
+
+    fn delete(&self, scope: Scope, id: Uuid) -> Result<(), ClusterError> {
+        let current = self.store.instance(scope, id)?;
+        match (&current.state, current.node) {
+            // Never ran anywhere, or a delete that was never confirmed: the record goes now.
+            (InstanceState::Error(_) | InstanceState::Exited, None) | (InstanceState::Hung, _) => {
+                if current.state == InstanceState::Hung {
+                    self.event(
+                        Some(current.tenant),
+                        EventKind::Warning,
+                        format!(
+                            "instance {id} removed without its node's confirmation (it was hung)"
+                        ),
+                    );
+                }
+                self.forget(&current)
+            }
+            (InstanceState::Deleted, _) => Ok(()),
+            _ => {
+                let (instance, ()) = self
+                    .transition(scope, id, |_| {
+                        Ok(Some((
+                            InstanceChange {
+                                state: Some(InstanceState::Deleted),
+                                ..InstanceChange::default()
+                            },
+                            (),
+                        )))
+                    })?
+                    .ok_or_else(|| StoreError::not_found("instance", id))?;
+                self.wait_confirmation(id);
+                self.state().restart_after_stop.remove(&id);
+                // Not placed yet: the DELETE goes when a STATS shows where it landed (or its
+                // START fails and the record goes).
+                if let Some(node) = instance.node {
+                    // A scheduler that is down now: the sweep marks the instance hung, and the
+                    // node's next STATS (or its absence from it) settles it.
+                    if let Err(e) = self.send_delete(id, node, false) {
+                        tracing::warn!("DELETE of {id} not sent: {e}");
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn nodes(&self) -> Vec<Node> {
+        self.state().nodes.values().cloned().collect()
+    }
+
+    fn node(&self, id: Uuid) -> Result<Node, ClusterError> {
+        self.state()
+            .nodes
+            .get(&id)
+            .cloned()
+            .ok_or(ClusterError::NoNode(id))
+    }
+
+    fn evacuate(&self, id: Uuid) -> Result<(), ClusterError> {
+        self.node_command(id, true)
+    }
+
+    fn restore(&self, id: Uuid) -> Result<(), ClusterError> {
+        self.node_command(id, false)
+    }
+
+    fn traces(&self) -> Vec<Trace> {
+        self.state().traces.iter().cloned().collect()
+    }
+
+    fn connected(&self) -> bool {
+        self.out.connected()
+    }
+}
+
+impl Engine {
+    /// Stop (DELETE with `stop`) an active or exited-on-its-node instance, and start it again
+    /// when the stop is confirmed.
+    fn stop_then_start(
+        &self,
+        scope: Scope,
+        id: Uuid,
+        operation: &'static str,
+    ) -> Result<Instance, ClusterError> {
+        let (instance, node) = self
+            .transition(scope, id, |i| match (&i.state, i.node) {
+                (InstanceState::Active | InstanceState::Exited, Some(node)) => Ok(Some((
+                    InstanceChange {
+                        state: Some(InstanceState::Stopping),
+                        ..InstanceChange::default()
+                    },
+                    node,
+                ))),
+                _ => Err(invalid(i, operation)),
+            })?
+            .ok_or_else(|| StoreError::not_found("instance", id))?;
+        {
+            let mut state = self.state();
+            state.restart_after_stop.insert(id);
+            state.unconfirmed.insert(id, SystemTime::now());
+        }
+        self.send_delete(id, node, true)?;
+        Ok(instance)
+    }
+
+    fn node_command(&self, id: Uuid, evacuate: bool) -> Result<(), ClusterError> {
+        let status = self.node(id)?.status;
+        if status == NodeStatus::Disconnected {
+            return Err(ClusterError::Unavailable(format!(
+                "node {id} is not connected"
+            )));
+        }
+        self.require_connected()?;
+        let command = NodeCommand {
+            workload_agent_uuid: id,
+        };
+        self.send(&if evacuate {
+            Payload::Evacuate(command)
+        } else {
+            Payload::Restore(command)
+        })?;
+        self.event(
+            None,
+            EventKind::Info,
+            format!(
+                "node {id}: {} requested",
+                if evacuate { "evacuation" } else { "restore" }
+            ),
+        );
+        Ok(())
+    }
+}

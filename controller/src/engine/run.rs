@@ -1,0 +1,68 @@
+//! Drives an [`Engine`] from its SSNTP client's events and a sweep timer, until shutdown.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use ssntp::net::client::ClientEvent;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::Engine;
+
+/// Applies the client's events to the engine, in order, and sweeps every `sweep_every`, until
+/// `shutdown` or the client stops. Store work runs on the blocking pool.
+pub async fn run(
+    engine: Arc<Engine>,
+    mut events: mpsc::Receiver<ClientEvent>,
+    sweep_every: Duration,
+    shutdown: CancellationToken,
+) {
+    let mut sweep = tokio::time::interval(sweep_every);
+    sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            _ = sweep.tick() => {
+                let engine = engine.clone();
+                let swept = tokio::task::spawn_blocking(move || engine.sweep(SystemTime::now())).await;
+                match swept {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => tracing::warn!("sweep: {e}"),
+                    Err(e) => tracing::error!("sweep task: {e}"),
+                }
+            }
+            event = events.recv() => match event {
+                None => return,
+                Some(ClientEvent::Connected { server_uuid, .. }) => {
+                    tracing::info!("connected to the scheduler {server_uuid}");
+                }
+                Some(ClientEvent::Disconnected { reason }) => {
+                    tracing::warn!("disconnected from the scheduler: {reason}");
+                    engine.scheduler_disconnected();
+                }
+                Some(ClientEvent::Stopped(e)) => {
+                    tracing::error!("the SSNTP client stopped: {e}");
+                    engine.scheduler_disconnected();
+                    return;
+                }
+                Some(ClientEvent::Frames(messages)) => {
+                    let engine = engine.clone();
+                    let handled = tokio::task::spawn_blocking(move || {
+                        for message in &messages {
+                            if let Err(e) = engine.handle(&message.payload) {
+                                tracing::warn!(
+                                    "{} from the scheduler not applied: {e}",
+                                    message.payload.operand().name()
+                                );
+                            }
+                        }
+                    })
+                    .await;
+                    if let Err(e) = handled {
+                        tracing::error!("event task: {e}");
+                    }
+                }
+            }
+        }
+    }
+}

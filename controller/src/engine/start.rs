@@ -1,0 +1,224 @@
+//! Building and sending an instance's START: flavor + image + user data + the tenant's network
+//! plan.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use ssntp::Payload;
+use ssntp::payload::{FwType, Networking, Requirements, Start, VmType};
+
+use super::{Engine, TenantNetwork};
+use crate::cluster::ClusterError;
+use crate::store::{
+    Cnci, CnciState, EventKind, Flavor, Image, Instance, InstanceChange, InstanceState, Scope,
+    Workload,
+};
+
+/// What an instance is made from, read once per launch.
+#[derive(Debug, Clone)]
+pub(super) struct Plan {
+    pub(super) workload: Workload,
+    pub(super) flavor: Flavor,
+    pub(super) image: Image,
+}
+
+/// The tunnel key of a tenant subnet: its block's address above the pool's /12, so unique in
+/// the pool and within VXLAN's 24 bits.
+pub(super) fn subnet_key(cidr: &ssntp::payload::Cidr) -> u32 {
+    match cidr.addr {
+        IpAddr::V4(v4) => (u32::from(v4) >> 8) & 0x00ff_ffff,
+        IpAddr::V6(_) => 0,
+    }
+}
+
+/// A host name made of the instance's name: letters, digits and dashes, at most 63.
+fn hostname(name: &str) -> String {
+    let cleaned: String = name
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .take(63)
+        .collect();
+    let trimmed = cleaned.trim_matches('-');
+    if trimmed.is_empty() {
+        "instance".into()
+    } else {
+        trimmed.to_ascii_lowercase()
+    }
+}
+
+/// The START of `instance`, with `networking` if its subnet's CNCI is known.
+pub(super) fn start_payload(
+    instance: &Instance,
+    plan: &Plan,
+    networking: Option<Networking>,
+    restart: bool,
+) -> Start {
+    let hostname = hostname(&instance.name);
+    let mut meta = BTreeMap::new();
+    meta.insert("instance-id".to_string(), instance.id.to_string());
+    meta.insert("local-hostname".to_string(), hostname.clone());
+    meta.insert("hostname".to_string(), hostname);
+    Start {
+        instance_uuid: instance.id,
+        tenant_uuid: instance.tenant,
+        workload_uuid: instance.workload,
+        vm_type: VmType::Qemu,
+        fw_type: FwType::Legacy,
+        image: plan.image.reference.clone(),
+        requirements: Requirements {
+            vcpus: instance.vcpus,
+            mem_mb: u32::try_from(instance.memory_mb).unwrap_or(u32::MAX),
+            disk_mb: u32::try_from(plan.flavor.disk_gb.saturating_mul(1024)).unwrap_or(u32::MAX),
+            network_node: false,
+            node_id: None,
+            hostname: None,
+        },
+        networking,
+        storage: None,
+        user_data: (!plan.workload.user_data.is_empty()).then(|| plan.workload.user_data.clone()),
+        meta_data: Some(meta),
+        restart,
+    }
+}
+
+/// The networking of `instance` behind an active CNCI.
+pub(super) fn networking(instance: &Instance, cnci: &Cnci) -> Option<Networking> {
+    Some(Networking {
+        vnic_mac: instance.mac,
+        vnic_uuid: instance.id,
+        concentrator_uuid: cnci.id,
+        concentrator_ip: cnci.ip?,
+        subnet: instance.subnet,
+        subnet_key: subnet_key(&instance.subnet),
+        private_ip: IpAddr::V4(instance.ip),
+        public_ip: false,
+    })
+}
+
+impl Engine {
+    /// Reads what instances of `workload` are made from, as seen by the tenant.
+    pub(super) fn plan(&self, scope: Scope, workload: uuid::Uuid) -> Result<Plan, ClusterError> {
+        let workload = self.store.workload(scope, workload)?;
+        let flavor = self.store.flavor(workload.flavor)?;
+        let image = self.store.image(scope, workload.image)?;
+        Ok(Plan {
+            workload,
+            flavor,
+            image,
+        })
+    }
+
+    /// Sends the START of a pending instance, or, with CNCI networking, makes sure its subnet's
+    /// CNCI is coming and leaves the instance pending until it is up. A START that cannot be
+    /// queued puts the instance in `error`.
+    pub(super) fn dispatch(
+        &self,
+        instance: Instance,
+        plan: &Plan,
+        restart: bool,
+    ) -> Result<Instance, ClusterError> {
+        let networking = match self.config.tenant_network {
+            TenantNetwork::None => None,
+            TenantNetwork::Cnci => {
+                let cnci = self.cnci_for(&instance)?;
+                match (cnci.state, networking(&instance, &cnci)) {
+                    (CnciState::Active, Some(net)) => Some(net),
+                    // Sent when the CNCI announces itself.
+                    _ => return Ok(instance),
+                }
+            }
+        };
+        let cnci = networking.as_ref().map(|n| n.concentrator_uuid);
+        let start = start_payload(&instance, plan, networking, restart);
+        match self.send(&Payload::Start(Box::new(start))) {
+            Ok(()) if cnci.is_none() => Ok(instance),
+            Ok(()) => Ok(self
+                .transition(Scope::All, instance.id, |_| {
+                    Ok(Some((
+                        InstanceChange {
+                            cnci: Some(cnci),
+                            ..InstanceChange::default()
+                        },
+                        (),
+                    )))
+                })?
+                .map_or(instance, |(i, ())| i)),
+            Err(e) => {
+                self.event(
+                    Some(instance.tenant),
+                    EventKind::Error,
+                    format!("START of instance {} not sent: {e}", instance.id),
+                );
+                Ok(self
+                    .set_state(
+                        instance.id,
+                        InstanceState::Error(format!("dispatch_failure: {e}")),
+                        None,
+                    )?
+                    .unwrap_or(instance))
+            }
+        }
+    }
+
+    /// Sends the START of every instance of the CNCI's subnet that waits for it.
+    pub(super) fn release_waiting(&self, cnci: &Cnci) -> Result<(), ClusterError> {
+        let mut waiting = Vec::new();
+        self.for_each_instance(
+            Scope::Tenant(cnci.tenant),
+            crate::store::InstanceFilter::default(),
+            |i| {
+                if i.subnet == cnci.cidr && i.state == InstanceState::Pending && i.cnci.is_none() {
+                    waiting.push(i.clone());
+                }
+            },
+        )?;
+        for instance in waiting {
+            let plan = self.plan(Scope::Tenant(instance.tenant), instance.workload)?;
+            self.dispatch(instance, &plan, false)?;
+        }
+        Ok(())
+    }
+
+    /// Puts every instance waiting for the CNCI's subnet in `error`.
+    pub(super) fn fail_waiting(&self, cnci: &Cnci, why: &str) -> Result<(), ClusterError> {
+        let mut waiting = Vec::new();
+        self.for_each_instance(
+            Scope::Tenant(cnci.tenant),
+            crate::store::InstanceFilter::default(),
+            |i| {
+                if i.subnet == cnci.cidr && i.state == InstanceState::Pending && i.cnci.is_none() {
+                    waiting.push(i.id);
+                }
+            },
+        )?;
+        for id in waiting {
+            self.set_state(
+                id,
+                InstanceState::Error(format!("network_failure: {why}")),
+                None,
+            )?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_names_are_cleaned() {
+        assert_eq!(hostname("web 1"), "web-1");
+        assert_eq!(hostname("--"), "instance");
+        assert_eq!(hostname("Db_Primary"), "db-primary");
+        assert_eq!(hostname(&"x".repeat(100)).len(), 63);
+    }
+
+    #[test]
+    fn subnet_keys_are_the_block_above_the_pool() {
+        let a: ssntp::payload::Cidr = "172.16.0.0/24".parse().unwrap();
+        let b: ssntp::payload::Cidr = "172.16.1.0/24".parse().unwrap();
+        assert_ne!(subnet_key(&a), subnet_key(&b));
+        assert!(subnet_key(&b) < 1 << 24);
+    }
+}

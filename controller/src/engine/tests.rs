@@ -1,0 +1,786 @@
+//! The instance state machine on every event, with a recording outbound and an in-memory store.
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, SystemTime};
+
+use ssntp::payload::{
+    ConcentratorAdded, InstanceEvent, InstanceStat, InstanceState as Reported, MacAddr,
+    NodeStatus as Ready, NodeType, StartFailureReason,
+};
+
+use super::*;
+use crate::store::{
+    CnciState, ImageKind, NewFlavor, NewImage, NewTenant, NewWorkload, Quota, SqliteStore,
+};
+
+/// Records what the engine sends; can be "disconnected".
+#[derive(Default)]
+struct Recorder {
+    sent: Mutex<Vec<Payload>>,
+    down: AtomicBool,
+}
+
+impl Outbound for Recorder {
+    fn send(&self, payload: &Payload) -> Result<(), SendFailure> {
+        if self.down.load(Ordering::SeqCst) {
+            return Err(SendFailure("not connected".into()));
+        }
+        self.sent.lock().unwrap().push(payload.clone());
+        Ok(())
+    }
+
+    fn connected(&self) -> bool {
+        !self.down.load(Ordering::SeqCst)
+    }
+}
+
+impl Recorder {
+    fn take(&self) -> Vec<Payload> {
+        std::mem::take(&mut *self.sent.lock().unwrap())
+    }
+}
+
+struct World {
+    engine: Engine,
+    out: Arc<Recorder>,
+    tenant: Uuid,
+    workload: Uuid,
+    _dir: tempfile::TempDir,
+}
+
+const NODE: Uuid = Uuid::from_bytes([0xaa; 16]);
+const NET_NODE: Uuid = Uuid::from_bytes([0xbb; 16]);
+
+fn world_with(network: TenantNetwork, quota: Quota) -> World {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path().join("db")).unwrap());
+    let tenant = store
+        .create_tenant(NewTenant {
+            name: "acme".into(),
+            quota,
+            subnet_prefix: 24,
+        })
+        .unwrap();
+    let flavor = store
+        .create_flavor(NewFlavor {
+            name: "small".into(),
+            vcpus: 1,
+            memory_mb: 256,
+            disk_gb: 1,
+        })
+        .unwrap();
+    let image = store
+        .create_image(NewImage {
+            owner: None,
+            name: "tiny".into(),
+            kind: ImageKind::Raw,
+            reference: "tiny-ref".into(),
+        })
+        .unwrap();
+    let workload = store
+        .create_workload(NewWorkload {
+            owner: Some(tenant.id),
+            name: "web".into(),
+            flavor: flavor.id,
+            image: image.id,
+            user_data: "#cloud-config\n".into(),
+        })
+        .unwrap();
+    let out = Arc::new(Recorder::default());
+    let mut config = EngineConfig::new(Uuid::from_bytes([0xc0; 16]));
+    config.tenant_network = network;
+    let engine = Engine::new(store, out.clone(), config).unwrap();
+    World {
+        engine,
+        out,
+        tenant: tenant.id,
+        workload: workload.id,
+        _dir: dir,
+    }
+}
+
+fn world() -> World {
+    world_with(TenantNetwork::None, Quota::default())
+}
+
+impl World {
+    fn launch(&self, count: u32) -> Vec<Instance> {
+        self.engine
+            .launch(
+                Scope::Tenant(self.tenant),
+                Launch {
+                    tenant: self.tenant,
+                    workload: self.workload,
+                    name: "web".into(),
+                    count,
+                },
+            )
+            .unwrap()
+    }
+
+    fn instance(&self, id: Uuid) -> Instance {
+        self.engine.store().instance(Scope::All, id).unwrap()
+    }
+
+    fn state(&self, id: Uuid) -> InstanceState {
+        self.instance(id).state
+    }
+
+    fn gone(&self, id: Uuid) -> bool {
+        matches!(
+            self.engine.store().instance(Scope::All, id),
+            Err(StoreError::NotFound { .. })
+        )
+    }
+
+    fn node_connected(&self, node: Uuid, node_type: NodeType) {
+        self.engine
+            .handle(&Payload::NodeConnected(ssntp::payload::NodeEvent {
+                node_uuid: node,
+                node_type,
+            }))
+            .unwrap();
+    }
+
+    fn stats(&self, node: Uuid, instances: &[(Uuid, Reported)]) {
+        let stats = ssntp::payload::Stats {
+            node: Ready {
+                node_uuid: node,
+                hostname: "host".into(),
+                mem_total_mb: 4096,
+                mem_available_mb: 2048,
+                disk_total_mb: 10_000,
+                disk_available_mb: 5_000,
+                vcpus_total: 8,
+                vcpus_available: 6,
+                load: 12,
+                networks: vec![],
+            },
+            status: ssntp::payload::NodeState::Ready,
+            instances: instances
+                .iter()
+                .map(|(id, state)| InstanceStat {
+                    instance_uuid: *id,
+                    state: *state,
+                    ssh_ip: None,
+                    ssh_port: None,
+                    memory_usage_mb: 10,
+                    disk_usage_mb: 10,
+                    cpu_usage: None,
+                })
+                .collect(),
+        };
+        self.engine
+            .handle(&Payload::Stats(Box::new(stats)))
+            .unwrap();
+    }
+
+    fn event(&self, payload: Payload) {
+        self.engine.handle(&payload).unwrap();
+    }
+
+    /// Launches one instance and makes it active on NODE.
+    fn active(&self) -> Uuid {
+        self.node_connected(NODE, NodeType::ComputeNode);
+        let id = self.launch(1)[0].id;
+        self.out.take();
+        self.stats(NODE, &[(id, Reported::Active)]);
+        assert_eq!(self.state(id), InstanceState::Active);
+        id
+    }
+
+    fn events(&self) -> Vec<String> {
+        self.engine
+            .store()
+            .events(Scope::All, None, 1000)
+            .unwrap()
+            .into_iter()
+            .map(|e| e.message)
+            .collect()
+    }
+}
+
+fn starts(sent: &[Payload]) -> Vec<&Start> {
+    sent.iter()
+        .filter_map(|p| match p {
+            Payload::Start(s) => Some(&**s),
+            _ => None,
+        })
+        .collect()
+}
+
+fn deletes(sent: &[Payload]) -> Vec<&Delete> {
+    sent.iter()
+        .filter_map(|p| match p {
+            Payload::Delete(d) => Some(d),
+            _ => None,
+        })
+        .collect()
+}
+
+use ssntp::payload::Start;
+
+#[test]
+fn launch_sends_a_start_built_from_the_workload() {
+    let w = world();
+    let made = w.launch(3);
+    assert_eq!(made.len(), 3);
+    let sent = w.out.take();
+    let starts = starts(&sent);
+    assert_eq!(starts.len(), 3);
+    let s = starts[0];
+    assert_eq!(s.instance_uuid, made[0].id);
+    assert_eq!(s.tenant_uuid, w.tenant);
+    assert_eq!(s.workload_uuid, w.workload);
+    assert_eq!(s.image, "tiny-ref");
+    assert_eq!(s.requirements.vcpus, 1);
+    assert_eq!(s.requirements.mem_mb, 256);
+    assert_eq!(s.requirements.disk_mb, 1024);
+    assert!(!s.requirements.network_node);
+    assert!(!s.restart);
+    assert_eq!(s.user_data.as_deref(), Some("#cloud-config\n"));
+    let meta = s.meta_data.as_ref().unwrap();
+    assert_eq!(meta["instance-id"], made[0].id.to_string());
+    assert_eq!(meta["local-hostname"], "web");
+    assert!(s.networking.is_none());
+    assert!(made.iter().all(|i| i.state == InstanceState::Pending));
+}
+
+#[test]
+fn stats_make_pending_instances_active_on_their_node() {
+    let w = world();
+    w.node_connected(NODE, NodeType::ComputeNode);
+    let id = w.launch(1)[0].id;
+    w.stats(NODE, &[(id, Reported::Pending)]);
+    assert_eq!(w.state(id), InstanceState::Pending);
+    assert_eq!(w.instance(id).node, Some(NODE));
+    w.stats(NODE, &[(id, Reported::Active)]);
+    assert_eq!(w.state(id), InstanceState::Active);
+    let node = w.engine.node(NODE).unwrap();
+    assert_eq!(node.instances, 1);
+    assert_eq!(node.vcpus_available, 6);
+    assert_eq!(node.status, NodeStatus::Ready);
+}
+
+#[test]
+fn stop_then_start_goes_through_exited() {
+    let w = world();
+    let id = w.active();
+    let stopping = w.engine.stop(Scope::Tenant(w.tenant), id).unwrap();
+    assert_eq!(stopping.state, InstanceState::Stopping);
+    let sent = w.out.take();
+    let d = deletes(&sent);
+    assert_eq!(d.len(), 1);
+    assert!(d[0].stop);
+    assert_eq!(d[0].workload_agent_uuid, NODE);
+    // Stopping twice is refused.
+    assert!(matches!(
+        w.engine.stop(Scope::Tenant(w.tenant), id),
+        Err(ClusterError::InvalidState { .. })
+    ));
+    w.event(Payload::InstanceStopped(InstanceEvent {
+        instance_uuid: id,
+    }));
+    let exited = w.instance(id);
+    assert_eq!(exited.state, InstanceState::Exited);
+    assert_eq!(exited.node, None);
+    // Its node no longer lists it: nothing changes.
+    w.stats(NODE, &[]);
+    assert_eq!(w.state(id), InstanceState::Exited);
+
+    let started = w.engine.start(Scope::Tenant(w.tenant), id).unwrap();
+    assert_eq!(started.state, InstanceState::Pending);
+    let sent = w.out.take();
+    let s = starts(&sent);
+    assert_eq!(s.len(), 1);
+    assert!(s[0].restart);
+    w.stats(NODE, &[(id, Reported::Active)]);
+    assert_eq!(w.state(id), InstanceState::Active);
+}
+
+#[test]
+fn reboot_stops_and_starts_again() {
+    let w = world();
+    let id = w.active();
+    w.engine.reboot(Scope::Tenant(w.tenant), id).unwrap();
+    assert_eq!(deletes(&w.out.take()).len(), 1);
+    w.event(Payload::InstanceStopped(InstanceEvent {
+        instance_uuid: id,
+    }));
+    let sent = w.out.take();
+    let s = starts(&sent);
+    assert_eq!(s.len(), 1);
+    assert!(s[0].restart);
+    assert_eq!(w.state(id), InstanceState::Pending);
+}
+
+#[test]
+fn an_instance_that_exits_on_its_own_is_cleared_before_it_starts_again() {
+    let w = world();
+    let id = w.active();
+    w.stats(NODE, &[(id, Reported::Exited)]);
+    assert_eq!(w.state(id), InstanceState::Exited);
+    assert_eq!(w.instance(id).node, Some(NODE));
+    assert!(w.events().iter().any(|e| e.contains("exited on its own")));
+    w.engine.start(Scope::Tenant(w.tenant), id).unwrap();
+    let sent = w.out.take();
+    assert!(deletes(&sent)[0].stop);
+    assert!(starts(&sent).is_empty());
+    w.event(Payload::InstanceStopped(InstanceEvent {
+        instance_uuid: id,
+    }));
+    assert_eq!(starts(&w.out.take()).len(), 1);
+}
+
+#[test]
+fn delete_is_confirmed_by_the_node() {
+    let w = world();
+    let id = w.active();
+    w.engine.delete(Scope::Tenant(w.tenant), id).unwrap();
+    assert_eq!(w.state(id), InstanceState::Deleted);
+    let sent = w.out.take();
+    let d = deletes(&sent);
+    assert!(!d[0].stop);
+    // Deleting again is idempotent and sends nothing.
+    w.engine.delete(Scope::Tenant(w.tenant), id).unwrap();
+    assert!(w.out.take().is_empty());
+    w.event(Payload::InstanceDeleted(InstanceEvent {
+        instance_uuid: id,
+    }));
+    assert!(w.gone(id));
+}
+
+#[test]
+fn a_lost_instance_deleted_is_settled_by_the_next_stats() {
+    let w = world();
+    let id = w.active();
+    w.engine.delete(Scope::Tenant(w.tenant), id).unwrap();
+    w.stats(NODE, &[]);
+    assert!(w.gone(id));
+}
+
+#[test]
+fn deleting_an_unplaced_instance_waits_to_learn_its_node() {
+    let w = world();
+    w.node_connected(NODE, NodeType::ComputeNode);
+    let id = w.launch(1)[0].id;
+    w.out.take();
+    w.engine.delete(Scope::Tenant(w.tenant), id).unwrap();
+    assert!(w.out.take().is_empty());
+    // It lands on NODE after all: the DELETE goes there.
+    w.stats(NODE, &[(id, Reported::Active)]);
+    let sent = w.out.take();
+    assert_eq!(deletes(&sent)[0].workload_agent_uuid, NODE);
+    assert_eq!(w.state(id), InstanceState::Deleted);
+    w.event(Payload::InstanceDeleted(InstanceEvent {
+        instance_uuid: id,
+    }));
+    assert!(w.gone(id));
+}
+
+#[test]
+fn deleting_while_pending_and_then_failing_to_start_removes_the_record() {
+    let w = world();
+    let id = w.launch(1)[0].id;
+    w.engine.delete(Scope::Tenant(w.tenant), id).unwrap();
+    w.event(Payload::StartFailure(ssntp::payload::StartFailure {
+        instance_uuid: id,
+        node_uuid: None,
+        reason: StartFailureReason::FullCloud,
+        restart: false,
+    }));
+    assert!(w.gone(id));
+}
+
+#[test]
+fn fatal_start_failures_are_errors_with_the_reason() {
+    let w = world();
+    let made = w.launch(2);
+    w.event(Payload::StartFailure(ssntp::payload::StartFailure {
+        instance_uuid: made[0].id,
+        node_uuid: Some(NODE),
+        reason: StartFailureReason::ImageFailure,
+        restart: false,
+    }));
+    assert_eq!(
+        w.state(made[0].id),
+        InstanceState::Error("image_failure".into())
+    );
+    // Not fatal: nothing changes.
+    w.event(Payload::StartFailure(ssntp::payload::StartFailure {
+        instance_uuid: made[1].id,
+        node_uuid: Some(NODE),
+        reason: StartFailureReason::AlreadyRunning,
+        restart: false,
+    }));
+    assert_eq!(w.state(made[1].id), InstanceState::Pending);
+    // An errored instance is deleted at once, and may be started again.
+    w.engine.start(Scope::All, made[0].id).unwrap();
+    assert_eq!(w.state(made[0].id), InstanceState::Pending);
+    w.event(Payload::StartFailure(ssntp::payload::StartFailure {
+        instance_uuid: made[0].id,
+        node_uuid: None,
+        reason: StartFailureReason::NoCn,
+        restart: true,
+    }));
+    w.engine.delete(Scope::All, made[0].id).unwrap();
+    assert!(w.gone(made[0].id));
+}
+
+#[test]
+fn a_node_that_leaves_makes_its_instances_missing_until_it_reports_them() {
+    let w = world();
+    let id = w.active();
+    w.event(Payload::NodeDisconnected(ssntp::payload::NodeEvent {
+        node_uuid: NODE,
+        node_type: NodeType::ComputeNode,
+    }));
+    assert_eq!(w.state(id), InstanceState::Missing);
+    assert_eq!(
+        w.engine.node(NODE).unwrap().status,
+        NodeStatus::Disconnected
+    );
+    // Starting a missing instance elsewhere could run it twice: refused.
+    assert!(matches!(
+        w.engine.start(Scope::All, id),
+        Err(ClusterError::InvalidState { .. })
+    ));
+    w.node_connected(NODE, NodeType::ComputeNode);
+    w.stats(NODE, &[(id, Reported::Active)]);
+    assert_eq!(w.state(id), InstanceState::Active);
+    assert!(w.events().iter().any(|e| e.contains("is back")));
+}
+
+#[test]
+fn a_dual_node_is_gone_only_when_both_kinds_left() {
+    let w = world();
+    let id = w.active();
+    w.node_connected(NODE, NodeType::NetworkNode);
+    let node = w.engine.node(NODE).unwrap();
+    assert!(node.kinds.compute && node.kinds.network);
+    w.event(Payload::NodeDisconnected(ssntp::payload::NodeEvent {
+        node_uuid: NODE,
+        node_type: NodeType::NetworkNode,
+    }));
+    assert_eq!(w.state(id), InstanceState::Active);
+    w.event(Payload::NodeDisconnected(ssntp::payload::NodeEvent {
+        node_uuid: NODE,
+        node_type: NodeType::ComputeNode,
+    }));
+    assert_eq!(w.state(id), InstanceState::Missing);
+}
+
+#[test]
+fn an_active_instance_that_vanishes_from_its_node_is_missing() {
+    let w = world();
+    let id = w.active();
+    w.stats(NODE, &[]);
+    assert_eq!(w.state(id), InstanceState::Missing);
+}
+
+#[test]
+fn unconfirmed_deletes_become_hung_and_can_be_removed() {
+    let w = world();
+    let id = w.active();
+    w.engine.delete(Scope::All, id).unwrap();
+    w.engine.sweep(SystemTime::now()).unwrap();
+    assert_eq!(w.state(id), InstanceState::Deleted);
+    w.engine
+        .sweep(SystemTime::now() + Duration::from_secs(61))
+        .unwrap();
+    assert_eq!(w.state(id), InstanceState::Hung);
+    w.engine.delete(Scope::All, id).unwrap();
+    assert!(w.gone(id));
+    assert!(w.events().iter().any(|e| e.contains("hung")));
+}
+
+#[test]
+fn unconfirmed_stops_become_missing() {
+    let w = world();
+    let id = w.active();
+    w.engine.stop(Scope::All, id).unwrap();
+    w.engine
+        .sweep(SystemTime::now() + Duration::from_secs(61))
+        .unwrap();
+    assert_eq!(w.state(id), InstanceState::Missing);
+}
+
+#[test]
+fn unknown_instances_are_reported_once_and_left_alone() {
+    let w = world();
+    w.node_connected(NODE, NodeType::ComputeNode);
+    let stranger = Uuid::from_bytes([0x55; 16]);
+    w.stats(NODE, &[(stranger, Reported::Active)]);
+    w.stats(NODE, &[(stranger, Reported::Active)]);
+    let reports = w
+        .events()
+        .into_iter()
+        .filter(|e| e.contains("does not know"))
+        .count();
+    assert_eq!(reports, 1);
+    assert!(w.out.take().is_empty());
+    assert!(w.gone(stranger));
+}
+
+#[test]
+fn nothing_is_created_while_the_scheduler_is_unreachable() {
+    let w = world();
+    w.out.down.store(true, Ordering::SeqCst);
+    let refused = w.engine.launch(
+        Scope::Tenant(w.tenant),
+        Launch {
+            tenant: w.tenant,
+            workload: w.workload,
+            name: "x".into(),
+            count: 1,
+        },
+    );
+    assert!(matches!(refused, Err(ClusterError::Unavailable(_))));
+    assert!(
+        w.engine
+            .store()
+            .instances(Scope::All, InstanceFilter::default(), Page::first(10))
+            .unwrap()
+            .items
+            .is_empty()
+    );
+}
+
+#[test]
+fn another_tenant_sees_nothing() {
+    let w = world();
+    let id = w.active();
+    let other = Scope::Tenant(Uuid::from_bytes([0x99; 16]));
+    for result in [
+        w.engine.stop(other, id).map(drop),
+        w.engine.start(other, id).map(drop),
+        w.engine.reboot(other, id).map(drop),
+        w.engine.delete(other, id),
+    ] {
+        assert!(matches!(
+            result,
+            Err(ClusterError::Store(StoreError::NotFound { .. }))
+        ));
+    }
+    let launch = w.engine.launch(
+        other,
+        Launch {
+            tenant: w.tenant,
+            workload: w.workload,
+            name: "x".into(),
+            count: 1,
+        },
+    );
+    assert!(matches!(
+        launch,
+        Err(ClusterError::Store(StoreError::NotFound { .. }))
+    ));
+    assert_eq!(w.state(id), InstanceState::Active);
+}
+
+#[test]
+fn a_launch_past_the_quota_keeps_what_fitted() {
+    let w = world_with(
+        TenantNetwork::None,
+        Quota {
+            instances: Some(2),
+            ..Quota::default()
+        },
+    );
+    let refused = w.engine.launch(
+        Scope::Tenant(w.tenant),
+        Launch {
+            tenant: w.tenant,
+            workload: w.workload,
+            name: "x".into(),
+            count: 3,
+        },
+    );
+    assert!(matches!(
+        refused,
+        Err(ClusterError::Store(StoreError::QuotaExceeded { .. }))
+    ));
+    assert_eq!(starts(&w.out.take()).len(), 2);
+}
+
+#[test]
+fn bad_launches_are_refused() {
+    let w = world();
+    for (count, name) in [(0, "x"), (Launch::MAX_COUNT + 1, "x"), (1, "  ")] {
+        let refused = w.engine.launch(
+            Scope::All,
+            Launch {
+                tenant: w.tenant,
+                workload: w.workload,
+                name: name.into(),
+                count,
+            },
+        );
+        assert!(matches!(refused, Err(ClusterError::Invalid(_))));
+    }
+}
+
+#[test]
+fn evacuate_and_restore_go_to_connected_nodes_only() {
+    let w = world();
+    assert!(matches!(
+        w.engine.evacuate(NODE),
+        Err(ClusterError::NoNode(_))
+    ));
+    w.node_connected(NODE, NodeType::ComputeNode);
+    w.engine.evacuate(NODE).unwrap();
+    w.engine.restore(NODE).unwrap();
+    let sent = w.out.take();
+    assert!(matches!(&sent[0], Payload::Evacuate(c) if c.workload_agent_uuid == NODE));
+    assert!(matches!(&sent[1], Payload::Restore(c) if c.workload_agent_uuid == NODE));
+}
+
+#[test]
+fn traces_are_kept_in_a_bounded_ring() {
+    let w = world();
+    let frames = (0..1100)
+        .map(|i| ssntp::payload::FrameTrace {
+            label: format!("t{i}"),
+            operand_type: 0,
+            operand: 1,
+            start_ns: 10,
+            end_ns: 110,
+            hops: vec![],
+        })
+        .collect();
+    w.event(Payload::TraceReport(ssntp::payload::TraceReport { frames }));
+    let traces = w.engine.traces();
+    assert_eq!(traces.len(), 1000);
+    assert_eq!(traces.last().unwrap().label, "t1099");
+    assert_eq!(traces[0].total_ns, 100);
+    assert_eq!(traces[0].frame, "START");
+}
+
+// ---- CNCIs --------------------------------------------------------------------------------
+
+fn added(cnci: &crate::store::Cnci) -> Payload {
+    Payload::ConcentratorInstanceAdded(ConcentratorAdded {
+        instance_uuid: cnci.id,
+        tenant_uuid: cnci.tenant,
+        concentrator_ip: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 7)),
+        concentrator_mac: MacAddr([2, 0, 10, 0, 0, 7]),
+    })
+}
+
+#[test]
+fn the_first_instance_of_a_subnet_launches_its_cnci_and_waits_for_it() {
+    let w = world_with(TenantNetwork::Cnci, Quota::default());
+    let made = w.launch(2);
+    let sent = w.out.take();
+    let s = starts(&sent);
+    assert_eq!(s.len(), 1, "only the CNCI starts first");
+    assert!(s[0].requirements.network_node);
+    let cncis = w.engine.store().cncis(Scope::All).unwrap();
+    assert_eq!(cncis.len(), 1);
+    assert_eq!(cncis[0].state, CnciState::Pending);
+    assert_eq!(s[0].instance_uuid, cncis[0].id);
+
+    w.event(added(&cncis[0]));
+    let sent = w.out.take();
+    let s = starts(&sent);
+    assert_eq!(s.len(), 2);
+    let net = s[0].networking.as_ref().unwrap();
+    assert_eq!(net.concentrator_uuid, cncis[0].id);
+    assert_eq!(net.concentrator_ip, IpAddr::V4(Ipv4Addr::new(10, 0, 0, 7)));
+    assert_eq!(net.vnic_mac, made[0].mac);
+    assert_eq!(net.private_ip, IpAddr::V4(made[0].ip));
+    assert!(
+        sent.iter()
+            .any(|p| matches!(p, Payload::RefreshCnci(r) if r.cnci_uuid == cncis[0].id))
+    );
+    assert_eq!(w.instance(made[0].id).cnci, Some(cncis[0].id));
+
+    // A later instance of the same subnet starts at once.
+    w.launch(1);
+    let sent = w.out.take();
+    assert_eq!(starts(&sent).len(), 1);
+    assert!(starts(&sent)[0].networking.is_some());
+}
+
+#[test]
+fn a_cnci_that_never_comes_fails_its_instances() {
+    let w = world_with(TenantNetwork::Cnci, Quota::default());
+    let made = w.launch(1);
+    w.engine
+        .sweep(SystemTime::now() + Duration::from_secs(121))
+        .unwrap();
+    assert_eq!(
+        w.engine.store().cncis(Scope::All).unwrap()[0].state,
+        CnciState::Failed
+    );
+    assert!(
+        matches!(w.state(made[0].id), InstanceState::Error(r) if r.starts_with("network_failure"))
+    );
+}
+
+#[test]
+fn an_exited_cnci_is_started_again_and_an_idle_one_removed() {
+    let w = world_with(TenantNetwork::Cnci, Quota::default());
+    let made = w.launch(1);
+    let cnci = w.engine.store().cncis(Scope::All).unwrap().remove(0);
+    w.event(added(&cnci));
+    w.node_connected(NET_NODE, NodeType::NetworkNode);
+    w.stats(NET_NODE, &[(cnci.id, Reported::Active)]);
+    assert_eq!(
+        w.engine.store().cnci(Scope::All, cnci.id).unwrap().node,
+        Some(NET_NODE)
+    );
+    w.out.take();
+    w.event(Payload::InstanceStopped(InstanceEvent {
+        instance_uuid: cnci.id,
+    }));
+    assert_eq!(
+        w.engine.store().cnci(Scope::All, cnci.id).unwrap().state,
+        CnciState::Exited
+    );
+    w.engine.sweep(SystemTime::now()).unwrap();
+    let sent = w.out.take();
+    let s = starts(&sent);
+    assert_eq!(s.len(), 1);
+    assert!(s[0].restart && s[0].requirements.network_node);
+
+    // The subnet empties: the CNCI goes after the linger time.
+    w.event(added(&cnci));
+    w.stats(NET_NODE, &[(cnci.id, Reported::Active)]);
+    w.node_connected(NODE, NodeType::ComputeNode);
+    w.stats(NODE, &[(made[0].id, Reported::Active)]);
+    w.engine.delete(Scope::All, made[0].id).unwrap();
+    w.event(Payload::InstanceDeleted(InstanceEvent {
+        instance_uuid: made[0].id,
+    }));
+    assert!(w.gone(made[0].id));
+    w.engine.sweep(SystemTime::now()).unwrap();
+    assert_eq!(w.engine.store().cncis(Scope::All).unwrap().len(), 1);
+    w.out.take();
+    w.engine
+        .sweep(SystemTime::now() + Duration::from_secs(61))
+        .unwrap();
+    assert!(w.engine.store().cncis(Scope::All).unwrap().is_empty());
+    let sent = w.out.take();
+    assert_eq!(deletes(&sent)[0].instance_uuid, cnci.id);
+}
+
+#[test]
+fn a_restarted_engine_keeps_waiting_for_confirmations() {
+    let w = world();
+    let id = w.active();
+    w.engine.delete(Scope::All, id).unwrap();
+    let again = Engine::new(
+        w.engine.store().clone(),
+        w.out.clone(),
+        EngineConfig::new(Uuid::nil()),
+    )
+    .unwrap();
+    again
+        .sweep(SystemTime::now() + Duration::from_secs(61))
+        .unwrap();
+    assert_eq!(w.state(id), InstanceState::Hung);
+}

@@ -1,0 +1,131 @@
+//! `cumulo-controller`: parses the command line, starts the controller (store, SSNTP client,
+//! engine) and its REST API, and runs until SIGTERM or SIGINT. A configuration it cannot run
+//! with is one line on stderr and exit status 1 (clap's own usage errors exit 2).
+#![forbid(unsafe_code)]
+
+use std::io::Write;
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::Parser;
+use controller::api::{self, ApiConfig, TokenSigner};
+use controller::config::{ApiArgs, Args};
+use controller::daemon::Controller;
+use tokio_util::sync::CancellationToken;
+
+/// The first admin's password: from the file given, else from (or made up into)
+/// `admin-password` in the state directory.
+fn admin_password(api: &ApiArgs, state_dir: &Path) -> Result<String, String> {
+    let path = api
+        .admin_password_file
+        .clone()
+        .unwrap_or_else(|| state_dir.join("admin-password"));
+    match std::fs::read_to_string(&path) {
+        Ok(text) if !text.trim().is_empty() => return Ok(text.trim().to_string()),
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(format!("{}: {e}", path.display())),
+    }
+    let password = uuid::Uuid::new_v4().simple().to_string();
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    options
+        .open(&path)
+        .and_then(|mut f| writeln!(f, "{password}"))
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    tracing::info!("the admin password is in {}", path.display());
+    Ok(password)
+}
+
+fn api_tls(api: &ApiArgs, ca: &Path) -> Result<Option<Arc<rustls::ServerConfig>>, String> {
+    let Some((cert, key)) = &api.tls else {
+        return Ok(None);
+    };
+    let read = |p: &Path| std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()));
+    api::server_tls_config(&read(ca)?, &read(cert)?, &read(key)?)
+        .map(Some)
+        .map_err(|e| e.to_string())
+}
+
+async fn run(args: Args, shutdown: CancellationToken) -> Result<(), String> {
+    let ca = args.ca_cert.clone();
+    let (config, api) = args.into_config().map_err(|e| e.to_string())?;
+    let state_dir = config.state_dir.clone();
+    std::fs::create_dir_all(&state_dir).map_err(|e| format!("{}: {e}", state_dir.display()))?;
+    let tls = api_tls(&api, &ca)?;
+    let listener = tokio::net::TcpListener::bind(api.listen)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", api.listen))?;
+    let signer = TokenSigner::from_key_file(&state_dir.join("token.key"), api.token_ttl)
+        .map_err(|e| e.to_string())?;
+    let mut controller = Controller::start(config).await.map_err(|e| e.to_string())?;
+    let password = admin_password(&api, &state_dir)?;
+    let store = controller.store.clone();
+    let (user, project) = (api.admin_user.clone(), api.admin_project.clone());
+    tokio::task::spawn_blocking(move || api::bootstrap(store.as_ref(), &user, &password, &project))
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| format!("making the admin user: {e}"))?;
+    controller.serve_api(
+        listener,
+        tls,
+        signer,
+        ApiConfig::new(api.public_url.clone()),
+    );
+    tracing::info!(api = %api.public_url, "API listening");
+    tokio::select! {
+        () = shutdown.cancelled() => {}
+        () = controller.stopped() => {}
+    }
+    controller.stop().await;
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if args.log_format == "json" {
+        logs.json().init();
+    } else {
+        logs.init();
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("cumulo-controller: cannot start the runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    runtime.block_on(async move {
+        let shutdown = CancellationToken::new();
+        let stop = shutdown.clone();
+        tokio::spawn(async move {
+            use tokio::signal::unix::{SignalKind, signal};
+            let Ok(mut term) = signal(SignalKind::terminate()) else {
+                return;
+            };
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+            tracing::info!("signal: shutting down");
+            stop.cancel();
+        });
+        match run(args, shutdown).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("cumulo-controller: {e}");
+                ExitCode::from(1)
+            }
+        }
+    })
+}

@@ -1,0 +1,448 @@
+//! Compute v2.1: versions, microversions, flavors, servers and actions; cross-tenant attempts,
+//! bad input, unknown flavor or image, quotas (and a quota race), Nova's error shapes.
+
+use axum::http::{Method, StatusCode};
+use controller::store::{ImageKind, InstanceState, NewImage, Quota, Scope, TenantChange};
+use serde_json::{Value, json};
+
+use crate::support::World;
+
+fn create_body(name: &str, flavor: impl ToString, image: impl ToString) -> Value {
+    json!({"server": {"name": name, "flavorRef": flavor.to_string(), "imageRef": image.to_string()}})
+}
+
+#[tokio::test]
+async fn versions_and_microversions() {
+    let w = World::start().await;
+    let c = w.client();
+    let (status, _, body) = c.send(Method::GET, "/compute/", None, None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body["versions"][0]["version"], "2.1");
+    let (status, headers, body) = c.send(Method::GET, "/compute/v2.1", None, None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body["version"]["min_version"], "2.1");
+    assert_eq!(headers["openstack-api-version"], "compute 2.1");
+
+    let a = w.token_a().await;
+    for (header, value, expected) in [
+        ("openstack-api-version", "compute 2.1", 200),
+        ("openstack-api-version", "compute latest", 200),
+        ("x-openstack-nova-api-version", "2.1", 200),
+        ("openstack-api-version", "compute 2.90", 406),
+        ("x-openstack-nova-api-version", "bogus", 400),
+    ] {
+        let (status, _, body) = c
+            .send_with(
+                Method::GET,
+                "/compute/v2.1/flavors",
+                &[("x-auth-token", &a), (header, value)],
+                None,
+            )
+            .await;
+        assert_eq!(status.as_u16(), expected, "{header}: {value}: {body}");
+    }
+    w.stop().await;
+}
+
+#[tokio::test]
+async fn flavors() {
+    let w = World::start().await;
+    let c = w.client();
+    let a = w.token_a().await;
+    let (status, _, body) = c
+        .send(Method::GET, "/compute/v2.1/flavors", Some(&a), None)
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body["flavors"][0]["name"], "m1.tiny");
+    let (_, _, body) = c
+        .send(Method::GET, "/compute/v2.1/flavors/detail", Some(&a), None)
+        .await;
+    assert_eq!(body["flavors"][0]["ram"], 128);
+    let path = format!("/compute/v2.1/flavors/{}", w.flavor.id);
+    let (status, _, body) = c.send(Method::GET, &path, Some(&a), None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body["flavor"]["vcpus"], 1);
+    for missing in [
+        "/compute/v2.1/flavors/m1.tiny",
+        &format!("/compute/v2.1/flavors/{}", uuid::Uuid::new_v4()),
+    ] {
+        let (status, _, body) = c.send(Method::GET, missing, Some(&a), None).await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+        assert_eq!(body["itemNotFound"]["code"], 404, "{body}");
+    }
+    let (status, _, body) = c
+        .send(Method::GET, "/compute/v2.1/flavors", None, None)
+        .await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert!(body["unauthorized"].is_object(), "{body}");
+    let (status, _, _) = c
+        .send(Method::GET, "/compute/v2.1/flavors?limit=x", Some(&a), None)
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    w.stop().await;
+}
+
+#[tokio::test]
+async fn server_lifecycle() {
+    let w = World::start().await;
+    let c = w.client();
+    let a = w.token_a().await;
+    let user_data = base64_of("#cloud-config\n");
+    let body = json!({"server": {"name": "web", "flavorRef": w.flavor.id.to_string(),
+        "imageRef": w.image.id.to_string(), "user_data": user_data, "networks": "auto",
+        "min_count": 2, "max_count": 2}});
+    let (status, _, created) = c
+        .send(Method::POST, "/compute/v2.1/servers", Some(&a), Some(body))
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{created}");
+    let id = created["server"]["id"].as_str().unwrap().to_string();
+
+    let (_, _, list) = c
+        .send(Method::GET, "/compute/v2.1/servers", Some(&a), None)
+        .await;
+    assert_eq!(list["servers"].as_array().unwrap().len(), 2);
+    let (_, _, detail) = c
+        .send(
+            Method::GET,
+            "/compute/v2.1/servers/detail?name=we",
+            Some(&a),
+            None,
+        )
+        .await;
+    let first = &detail["servers"][0];
+    assert_eq!(first["status"], "ACTIVE");
+    assert_eq!(first["flavor"]["id"], w.flavor.id.to_string());
+    assert_eq!(first["image"]["id"], w.image.id.to_string());
+    assert_eq!(first["tenant_id"], w.a.id.to_string());
+    assert!(
+        first["addresses"]["private"][0]["addr"]
+            .as_str()
+            .unwrap()
+            .starts_with("172.")
+    );
+    let (_, _, paged) = c
+        .send(
+            Method::GET,
+            "/compute/v2.1/servers/detail?limit=1",
+            Some(&a),
+            None,
+        )
+        .await;
+    assert_eq!(paged["servers"].as_array().unwrap().len(), 1);
+    assert!(
+        paged["servers_links"][0]["href"]
+            .as_str()
+            .unwrap()
+            .contains("marker=")
+    );
+
+    let path = format!("/compute/v2.1/servers/{id}");
+    let action = format!("{path}/action");
+    let (status, _, _) = c
+        .send(
+            Method::POST,
+            &action,
+            Some(&a),
+            Some(json!({"os-stop": null})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let (_, _, shown) = c.send(Method::GET, &path, Some(&a), None).await;
+    assert_eq!(shown["server"]["status"], "SHUTOFF");
+    // Stopping a stopped server is a conflict.
+    let (status, _, body) = c
+        .send(
+            Method::POST,
+            &action,
+            Some(&a),
+            Some(json!({"os-stop": null})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert!(body["conflictingRequest"].is_object(), "{body}");
+    let (status, _, _) = c
+        .send(
+            Method::POST,
+            &action,
+            Some(&a),
+            Some(json!({"os-start": null})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let (status, _, _) = c
+        .send(
+            Method::POST,
+            &action,
+            Some(&a),
+            Some(json!({"reboot": {"type": "SOFT"}})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let (status, _, _) = c
+        .send(
+            Method::POST,
+            &action,
+            Some(&a),
+            Some(json!({"pause": null})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+
+    // An errored instance shows its fault.
+    w.cluster
+        .set_state(id.parse().unwrap(), InstanceState::Error("no room".into()))
+        .unwrap();
+    let (_, _, shown) = c.send(Method::GET, &path, Some(&a), None).await;
+    assert_eq!(shown["server"]["status"], "ERROR");
+    assert_eq!(shown["server"]["fault"]["message"], "no room");
+
+    let (status, _, _) = c.send(Method::DELETE, &path, Some(&a), None).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (status, _, _) = c.send(Method::GET, &path, Some(&a), None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    // The second server reused the same workload.
+    let workloads = w.store.workloads(Scope::Tenant(w.a.id)).unwrap();
+    assert_eq!(
+        workloads.iter().filter(|x| x.owner == Some(w.a.id)).count(),
+        1
+    );
+    assert_eq!(workloads[0].user_data, "#cloud-config\n");
+    w.stop().await;
+}
+
+fn base64_of(text: &str) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(text)
+}
+
+#[tokio::test]
+async fn another_tenant_sees_and_touches_nothing() {
+    let w = World::start().await;
+    let c = w.client();
+    let a = w.token_a().await;
+    let b = w.token_b().await;
+    let id = w.server_a(&a, "secret-server").await;
+    let path = format!("/compute/v2.1/servers/{id}");
+    for list in [
+        "/compute/v2.1/servers",
+        "/compute/v2.1/servers/detail",
+        "/compute/v2.1/servers/detail?all_tenants=1",
+    ] {
+        let (status, _, body) = c.send(Method::GET, list, Some(&b), None).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(body["servers"], json!([]), "{list}");
+    }
+    let (status, _, body) = c.send(Method::GET, &path, Some(&b), None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert!(!body.to_string().contains("secret-server"));
+    for action in [
+        json!({"os-stop": null}),
+        json!({"os-start": null}),
+        json!({"reboot": {"type": "HARD"}}),
+    ] {
+        let (status, _, _) = c
+            .send(
+                Method::POST,
+                &format!("{path}/action"),
+                Some(&b),
+                Some(action),
+            )
+            .await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+    }
+    let (status, _, _) = c.send(Method::DELETE, &path, Some(&b), None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    // A's server is untouched.
+    let (_, _, shown) = c.send(Method::GET, &path, Some(&a), None).await;
+    assert_eq!(shown["server"]["status"], "ACTIVE");
+
+    // B's private image is invisible to A: a create with it is a bad request.
+    let private = w
+        .store
+        .create_image(NewImage {
+            owner: Some(w.b.id),
+            name: "b-only".into(),
+            kind: ImageKind::Raw,
+            reference: "/b".into(),
+        })
+        .unwrap();
+    let (status, _, body) = c
+        .send(
+            Method::POST,
+            "/compute/v2.1/servers",
+            Some(&a),
+            Some(create_body("x", w.flavor.id, private.id)),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    let (_, _, images) = c
+        .send(Method::GET, "/image/v2/images", Some(&a), None)
+        .await;
+    assert!(!images.to_string().contains("b-only"));
+    let (status, _, _) = c
+        .send(
+            Method::GET,
+            &format!("/image/v2/images/{}", private.id),
+            Some(&a),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (_, _, images) = c
+        .send(Method::GET, "/image/v2/images", Some(&b), None)
+        .await;
+    assert_eq!(images["images"].as_array().unwrap().len(), 2);
+    // The admin's project scope does not include A's servers unless it asks for all.
+    let admin = w.admin_token().await;
+    let (_, _, mine) = c
+        .send(Method::GET, "/compute/v2.1/servers", Some(&admin), None)
+        .await;
+    assert_eq!(mine["servers"], json!([]));
+    let (_, _, all) = c
+        .send(
+            Method::GET,
+            "/compute/v2.1/servers/detail?all_tenants=True",
+            Some(&admin),
+            None,
+        )
+        .await;
+    assert_eq!(all["servers"].as_array().unwrap().len(), 1);
+    w.stop().await;
+}
+
+#[tokio::test]
+async fn bad_input_gets_clear_4xx_answers() {
+    let w = World::start_with(None, |config| config.body_limit = 8 * 1024).await;
+    let c = w.client();
+    let a = w.token_a().await;
+    let servers = "/compute/v2.1/servers";
+    let cases = [
+        (
+            create_body("x", uuid::Uuid::new_v4(), w.image.id),
+            400,
+            "badRequest",
+        ),
+        (
+            create_body("x", w.flavor.id, uuid::Uuid::new_v4()),
+            400,
+            "badRequest",
+        ),
+        (create_body("x", "small", w.image.id), 400, "badRequest"),
+        (create_body("", w.flavor.id, w.image.id), 400, "badRequest"),
+        (json!({"server": {"name": "x"}}), 400, "badRequest"),
+        (json!({"servers": {}}), 400, "badRequest"),
+        (
+            json!({"server": {"name": "x", "flavorRef": w.flavor.id, "imageRef": w.image.id, "user_data": "%%%"}}),
+            400,
+            "badRequest",
+        ),
+    ];
+    for (body, expected, key) in cases {
+        let (status, _, reply) = c
+            .send(Method::POST, servers, Some(&a), Some(body.clone()))
+            .await;
+        assert_eq!(status.as_u16(), expected, "{body}: {reply}");
+        assert!(reply[key].is_object(), "{reply}");
+    }
+    for raw in [&b"{"[..], b"", b"null", b"[1,2]", b"\xff\xfe"] {
+        let (status, _, reply) = c.raw(Method::POST, servers, Some(&a), raw.to_vec()).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{raw:?}: {reply}");
+    }
+    let big = json!({"server": {"name": "x".repeat(10_000)}});
+    let (status, _, reply) = c.send(Method::POST, servers, Some(&a), Some(big)).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{reply}");
+    for path in [
+        "/compute/v2.1/servers/not-a-uuid",
+        "/compute/v2.1/servers/%00",
+    ] {
+        let (status, _, reply) = c.send(Method::GET, path, Some(&a), None).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{path}");
+        assert!(reply["itemNotFound"].is_object());
+    }
+    let (status, _, _) = c
+        .send(
+            Method::POST,
+            "/compute/v2.1/servers/nope/action",
+            Some(&a),
+            Some(json!({"os-stop": null})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _, _) = c.send(Method::PUT, servers, Some(&a), None).await;
+    assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+    let (status, _, _) = c
+        .send(
+            Method::GET,
+            "/compute/v2.1/servers?marker=zzz",
+            Some(&a),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    w.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quotas_hold_under_parallel_creates() {
+    let w = World::start().await;
+    let quota = Quota {
+        instances: Some(5),
+        vcpus: None,
+        memory_mb: None,
+    };
+    let tenant = w.store.tenant(w.a.id).unwrap();
+    w.store
+        .update_tenant(
+            tenant.id,
+            tenant.version,
+            TenantChange {
+                quota: Some(quota),
+                ..TenantChange::default()
+            },
+        )
+        .unwrap();
+    let a = w.token_a().await;
+    let mut tasks = Vec::new();
+    for i in 0..20 {
+        let (c, a, body) = (
+            w.client(),
+            a.clone(),
+            create_body(&format!("r{i}"), w.flavor.id, w.image.id),
+        );
+        tasks.push(tokio::spawn(async move {
+            let (status, _, reply) = c
+                .send(Method::POST, "/compute/v2.1/servers", Some(&a), Some(body))
+                .await;
+            (status, reply)
+        }));
+    }
+    let mut accepted = 0;
+    for task in tasks {
+        let (status, reply) = task.await.unwrap();
+        match status {
+            StatusCode::ACCEPTED => accepted += 1,
+            StatusCode::FORBIDDEN => assert!(reply["overLimit"].is_object(), "{reply}"),
+            other => panic!("unexpected {other}: {reply}"),
+        }
+    }
+    assert_eq!(accepted, 5);
+    assert_eq!(w.store.usage(w.a.id).unwrap().instances, 5);
+    // A count that does not fit is refused whole; min_count takes what fits.
+    let (status, _, _) = w
+        .client()
+        .send(
+            Method::POST,
+            "/compute/v2.1/servers",
+            Some(&a),
+            Some(create_body("more", w.flavor.id, w.image.id)),
+        )
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let (_, _, limits) = w
+        .client()
+        .send(Method::GET, "/compute/v2.1/limits", Some(&a), None)
+        .await;
+    assert_eq!(limits["limits"]["absolute"]["maxTotalInstances"], 5);
+    assert_eq!(limits["limits"]["absolute"]["totalInstancesUsed"], 5);
+    w.stop().await;
+}

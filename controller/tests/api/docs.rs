@@ -1,0 +1,76 @@
+//! `/openapi.json` describes routes that exist (every path and method answers something other
+//! than "no such route" or 405), and `/metrics` counts requests by route and status class.
+
+use axum::http::{Method, StatusCode};
+
+use crate::support::World;
+
+#[tokio::test]
+async fn every_documented_route_exists() {
+    let w = World::start().await;
+    let c = w.client();
+    let admin = w.admin_token().await;
+    let (status, _, doc) = c.send(Method::GET, "/openapi.json", None, None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(doc["openapi"], "3.0.3");
+    assert_eq!(doc["servers"][0]["url"], w.api.url);
+    let paths = doc["paths"].as_object().unwrap();
+    assert!(paths.len() >= 25, "{}", paths.len());
+    for (path, item) in paths {
+        let concrete = path
+            .replace("{role}", "member")
+            .replace("{id}", &uuid::Uuid::new_v4().to_string())
+            .replace("{tenant}", &uuid::Uuid::new_v4().to_string());
+        for (method, op) in item.as_object().unwrap() {
+            assert!(op["responses"].is_object());
+            let method: Method = method.to_uppercase().parse().unwrap();
+            let body = op.get("requestBody").map(|_| serde_json::json!({}));
+            let (status, _, reply) = c.send(method.clone(), &concrete, Some(&admin), body).await;
+            assert_ne!(
+                status,
+                StatusCode::METHOD_NOT_ALLOWED,
+                "{method} {concrete}"
+            );
+            assert!(
+                !reply.to_string().contains("no resource at"),
+                "{method} {concrete} is documented but not routed"
+            );
+            assert!(status.as_u16() < 500, "{method} {concrete}: {reply}");
+        }
+    }
+    w.stop().await;
+}
+
+#[tokio::test]
+async fn metrics_count_requests() {
+    let w = World::start().await;
+    let c = w.client();
+    let a = w.token_a().await;
+    w.server_a(&a, "m").await;
+    c.send(Method::GET, "/compute/v2.1/servers/nope", Some(&a), None)
+        .await;
+    let (status, headers, text) = c.send(Method::GET, "/metrics", None, None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        headers["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/plain")
+    );
+    let text = text.as_str().unwrap();
+    assert!(
+        text.contains(
+            "cumulo_api_requests_total{method=\"POST\",route=\"/v3/auth/tokens\",status=\"2xx\"} 1"
+        ),
+        "{text}"
+    );
+    assert!(text.contains(
+        "cumulo_api_requests_total{method=\"GET\",route=\"/compute/v2.1/servers/{id}\",status=\"4xx\"} 1"
+    ), "{text}");
+    assert!(text.contains("cumulo_api_request_seconds_count{route=\"/compute/v2.1/servers\"} 1"));
+    assert!(
+        text.contains("cumulo_instances{state=\"active\"} 1"),
+        "{text}"
+    );
+    w.stop().await;
+}

@@ -1,0 +1,255 @@
+//! Identity v3: discovery, login, token validation, expiry, forgery, projects and users.
+
+use std::time::{Duration, SystemTime};
+
+use axum::http::{Method, StatusCode};
+use controller::store::Role;
+use serde_json::json;
+
+use crate::support::{PASSWORD, World, login_body};
+
+#[tokio::test]
+async fn version_discovery() {
+    let w = World::start().await;
+    let (status, _, body) = w.client().send(Method::GET, "/", None, None).await;
+    assert_eq!(status, StatusCode::MULTIPLE_CHOICES);
+    assert_eq!(body["versions"]["values"][0]["id"], "v3.14");
+    let (status, _, body) = w.client().send(Method::GET, "/v3", None, None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        body["version"]["links"][0]["href"],
+        format!("{}/v3/", w.api.url)
+    );
+    w.stop().await;
+}
+
+#[tokio::test]
+async fn login_gives_a_scoped_token_and_a_catalog() {
+    let w = World::start().await;
+    let body = login_body(&w.a.user_name, PASSWORD, &w.a.name);
+    let (status, headers, token) = w
+        .client()
+        .send(Method::POST, "/v3/auth/tokens", None, Some(body))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{token}");
+    assert!(headers.contains_key("x-subject-token"));
+    let token = &token["token"];
+    assert_eq!(token["project"]["id"], w.a.id.to_string());
+    assert_eq!(token["user"]["id"], w.a.user.to_string());
+    assert_eq!(token["roles"][0]["name"], "member");
+    assert!(token["expires_at"].as_str().unwrap().ends_with('Z'));
+    let catalog = token["catalog"].to_string();
+    for kind in ["identity", "compute", "image"] {
+        assert!(
+            catalog.contains(&format!("\"type\":\"{kind}\"")),
+            "{catalog}"
+        );
+    }
+    assert!(catalog.contains(&format!("{}/compute/v2.1", w.api.url)));
+
+    // Login by ids works too.
+    let by_id = json!({"auth": {"identity": {"methods": ["password"], "password": {"user": {
+        "id": w.a.user, "password": PASSWORD}}}, "scope": {"project": {"id": w.a.id}}}});
+    let (status, _, _) = w
+        .client()
+        .send(Method::POST, "/v3/auth/tokens", None, Some(by_id))
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    w.stop().await;
+}
+
+#[tokio::test]
+async fn bad_logins_are_refused() {
+    let w = World::start().await;
+    let c = w.client();
+    let cases = [
+        // Wrong password, unknown user, unknown project, another tenant's project.
+        (login_body(&w.a.user_name, "wrong", &w.a.name), 401),
+        (login_body("nobody", PASSWORD, &w.a.name), 401),
+        (login_body(&w.a.user_name, PASSWORD, "no-such-project"), 401),
+        (login_body(&w.a.user_name, PASSWORD, &w.b.name), 401),
+        // Another domain.
+        (
+            json!({"auth": {"identity": {"methods": ["password"], "password": {"user": {
+            "name": w.a.user_name, "domain": {"name": "Other"}, "password": PASSWORD}}},
+            "scope": {"project": {"name": w.a.name, "domain": {"name": "Default"}}}}}),
+            401,
+        ),
+        // Another method; no scope; no user; wrong shapes.
+        (
+            json!({"auth": {"identity": {"methods": ["token"], "token": {"id": "x"}}}}),
+            401,
+        ),
+        (
+            json!({"auth": {"identity": {"methods": ["password"], "password": {"user": {
+            "name": w.a.user_name, "password": PASSWORD}}}}}),
+            400,
+        ),
+        (
+            json!({"auth": {"identity": {"methods": ["password"]}}}),
+            400,
+        ),
+        (json!({"auth": 5}), 400),
+        (json!([]), 400),
+    ];
+    for (body, expected) in cases {
+        let (status, _, reply) = c
+            .send(Method::POST, "/v3/auth/tokens", None, Some(body.clone()))
+            .await;
+        assert_eq!(status.as_u16(), expected, "{body} -> {reply}");
+        assert_eq!(reply["error"]["code"], expected, "{reply}");
+    }
+    let (status, _, _) = c
+        .raw(Method::POST, "/v3/auth/tokens", None, b"{not json".to_vec())
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    w.stop().await;
+}
+
+#[tokio::test]
+async fn tokens_validate_expire_and_cannot_be_forged() {
+    let w = World::start().await;
+    let c = w.client();
+    let a = w.token_a().await;
+    let b = w.token_b().await;
+    let validate = |caller: String, subject: String| {
+        let c = w.client();
+        async move {
+            c.send_with(
+                Method::GET,
+                "/v3/auth/tokens",
+                &[("x-auth-token", &caller), ("x-subject-token", &subject)],
+                None,
+            )
+            .await
+        }
+    };
+    let (status, headers, body) = validate(a.clone(), a.clone()).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(headers["x-subject-token"], a.as_str());
+    assert_eq!(body["token"]["project"]["name"], w.a.name);
+    // A member may not validate another user's token; an admin may.
+    let (status, _, _) = validate(b.clone(), a.clone()).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let (status, _, _) = validate(w.admin_token().await, a.clone()).await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, _, _) = validate(a.clone(), format!("{a}x")).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+
+    // Expired: issued two hours ago with a one-hour life.
+    let (expired, _) = w
+        .api
+        .state
+        .signer
+        .issue(
+            w.a.user,
+            w.a.id,
+            SystemTime::now() - Duration::from_secs(7200),
+        )
+        .unwrap();
+    // Forged: the claims of A's token signed with another key.
+    let other = controller::api::TokenSigner::random(Duration::from_secs(3600)).unwrap();
+    let (forged, _) = other.issue(w.a.user, w.a.id, SystemTime::now()).unwrap();
+    let tampered = format!("{}A", &a[..a.len() - 1]);
+    for (token, what) in [
+        (expired.as_str(), "expired"),
+        (forged.as_str(), "forged"),
+        (tampered.as_str(), "tampered"),
+        ("", "empty"),
+        ("garbage", "garbage"),
+    ] {
+        for path in [
+            "/v3/auth/projects",
+            "/compute/v2.1/servers",
+            "/image/v2/images",
+            "/cumulo/v1/instances",
+        ] {
+            let (status, headers, body) = c.send(Method::GET, path, Some(token), None).await;
+            assert_eq!(status, StatusCode::UNAUTHORIZED, "{what} on {path}: {body}");
+            assert!(headers.contains_key("www-authenticate"));
+        }
+    }
+    let (status, _, _) = c.send(Method::GET, "/v3/auth/projects", None, None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+
+    // A revoked role ends the token at once.
+    w.store.revoke_role(w.a.user, w.a.id, Role::Member).unwrap();
+    let (status, _, _) = c
+        .send(Method::GET, "/v3/auth/projects", Some(&a), None)
+        .await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    // Revocation answers 204 (tokens are stateless; see docs/api.md).
+    let (status, _, _) = c
+        .send_with(
+            Method::DELETE,
+            "/v3/auth/tokens",
+            &[("x-auth-token", &b), ("x-subject-token", &b)],
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    w.stop().await;
+}
+
+#[tokio::test]
+async fn projects_and_users_are_scoped() {
+    let w = World::start().await;
+    let c = w.client();
+    let a = w.token_a().await;
+    let admin = w.admin_token().await;
+    for path in [
+        "/v3/projects",
+        "/v3/auth/projects",
+        &format!("/v3/users/{}/projects", w.a.user),
+    ] {
+        let (status, _, body) = c.send(Method::GET, path, Some(&a), None).await;
+        assert_eq!(status, StatusCode::OK, "{path}");
+        let names: Vec<_> = body["projects"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["name"].clone())
+            .collect();
+        assert_eq!(names, [json!(w.a.name)], "{path}");
+    }
+    let (_, _, body) = c
+        .send(Method::GET, "/v3/projects", Some(&admin), None)
+        .await;
+    assert_eq!(body["projects"].as_array().unwrap().len(), 3);
+    let (_, _, body) = c
+        .send(
+            Method::GET,
+            &format!("/v3/projects?name={}", w.b.name),
+            Some(&admin),
+            None,
+        )
+        .await;
+    assert_eq!(body["projects"][0]["id"], w.b.id.to_string());
+
+    // Tenant A's user sees neither B's project nor B's user.
+    for path in [
+        format!("/v3/projects/{}", w.b.id),
+        format!("/v3/users/{}", w.b.user),
+        format!("/v3/users/{}/projects", w.b.user),
+        "/v3/projects/not-a-uuid".to_string(),
+    ] {
+        let (status, _, body) = c.send(Method::GET, &path, Some(&a), None).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{path}: {body}");
+        assert!(!body.to_string().contains(&w.b.name), "{body}");
+    }
+    let (status, _, _) = c.send(Method::GET, "/v3/users", Some(&a), None).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let (status, _, body) = c.send(Method::GET, "/v3/users", Some(&admin), None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body["users"].as_array().unwrap().len(), 3);
+    let (status, _, _) = c
+        .send(
+            Method::GET,
+            &format!("/v3/projects/{}", w.a.id),
+            Some(&a),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    w.stop().await;
+}

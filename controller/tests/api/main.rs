@@ -1,0 +1,12 @@
+//! The controller's API tests: real HTTP (and HTTPS) over loopback against the API served
+//! in-process over an SQLite store and the fake cluster; and the real `openstack` CLI.
+// Test code: unwrap on fixtures is the clearest failure report.
+#![allow(clippy::unwrap_used)]
+
+mod compute;
+mod docs;
+mod identity;
+mod native;
+mod openstack;
+mod support;
+mod tls;

@@ -1,0 +1,153 @@
+//! The real `openstack` CLI against the API with the fake cluster. Skipped with a message when
+//! the CLI is not installed (`scripts/openstack-venv.sh` installs it), unless
+//! `CUMULO_REQUIRE_OPENSTACK=1`, which makes a missing CLI a failure (CI sets it).
+
+use std::sync::Arc;
+
+use controller::api::testing::{
+    ADMIN_NAME, ADMIN_PASSWORD, ADMIN_PROJECT, OpenStackCli, find_openstack,
+};
+use serde_json::Value;
+
+use crate::support::{PASSWORD, World};
+
+/// The CLI, or `None` (with a message) when the test should be skipped.
+pub fn openstack_or_skip() -> Option<std::path::PathBuf> {
+    let found = find_openstack();
+    if found.is_none() {
+        if std::env::var("CUMULO_REQUIRE_OPENSTACK").as_deref() == Ok("1") {
+            panic!(
+                "CUMULO_REQUIRE_OPENSTACK=1 but no openstack CLI: run scripts/openstack-venv.sh"
+            );
+        }
+        eprintln!(
+            "SKIPPED: no openstack CLI (run scripts/openstack-venv.sh, or set CUMULO_OPENSTACK)"
+        );
+    }
+    found
+}
+
+/// Runs a CLI command on the blocking pool, as JSON.
+async fn json(cli: &Arc<OpenStackCli>, args: &[&str]) -> Value {
+    let (cli, args): (_, Vec<String>) = (cli.clone(), args.iter().map(|s| s.to_string()).collect());
+    tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        cli.json(&args)
+    })
+    .await
+    .unwrap()
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
+async fn ok(cli: &Arc<OpenStackCli>, args: &[&str]) -> String {
+    let (cli, args): (_, Vec<String>) = (cli.clone(), args.iter().map(|s| s.to_string()).collect());
+    tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        cli.ok(&args)
+    })
+    .await
+    .unwrap()
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn names(list: &Value) -> Vec<String> {
+    list.as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["Name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_openstack_cli_drives_the_api() {
+    let Some(bin) = openstack_or_skip() else {
+        return;
+    };
+    let world = World::start().await;
+    let debug = std::env::var("CUMULO_OPENSTACK_DEBUG").is_ok();
+    let mut alice = OpenStackCli::new(
+        bin.clone(),
+        &world.api.url,
+        &world.a.user_name,
+        PASSWORD,
+        &world.a.name,
+    );
+    alice.debug = debug;
+    let alice = Arc::new(alice);
+
+    let token = json(&alice, &["token", "issue"]).await;
+    assert_eq!(token["project_id"], world.a.id.to_string());
+    assert_eq!(token["user_id"], world.a.user.to_string());
+    assert!(token["id"].as_str().unwrap().starts_with("cu1."));
+
+    let flavors = json(&alice, &["flavor", "list"]).await;
+    assert_eq!(names(&flavors), ["m1.tiny"]);
+    let images = json(&alice, &["image", "list"]).await;
+    assert_eq!(names(&images), ["cirros"]);
+
+    let dir = tempfile::tempdir().unwrap();
+    let user_data = dir.path().join("user-data.yaml");
+    std::fs::write(&user_data, "#cloud-config\nhostname: vm1\n").unwrap();
+    let created = json(
+        &alice,
+        &[
+            "server",
+            "create",
+            "--flavor",
+            "m1.tiny",
+            "--image",
+            "cirros",
+            "--user-data",
+            user_data.to_str().unwrap(),
+            "--wait",
+            "vm1",
+        ],
+    )
+    .await;
+    assert_eq!(created["status"], "ACTIVE", "{created}");
+    assert_eq!(created["name"], "vm1");
+    let id = created["id"].as_str().unwrap().to_string();
+
+    let list = json(&alice, &["server", "list"]).await;
+    assert_eq!(names(&list), ["vm1"]);
+    assert_eq!(list[0]["Status"], "ACTIVE");
+
+    let shown = json(&alice, &["server", "show", "vm1"]).await;
+    assert_eq!(shown["id"], id);
+    assert!(shown["addresses"].to_string().contains("172."), "{shown}");
+
+    ok(&alice, &["server", "stop", "vm1"]).await;
+    let shown = json(&alice, &["server", "show", &id]).await;
+    assert_eq!(shown["status"], "SHUTOFF");
+    ok(&alice, &["server", "start", &id]).await;
+    let shown = json(&alice, &["server", "show", &id]).await;
+    assert_eq!(shown["status"], "ACTIVE");
+
+    // Tenant B's user sees none of it.
+    let bob = Arc::new(OpenStackCli::new(
+        bin.clone(),
+        &world.api.url,
+        &world.b.user_name,
+        PASSWORD,
+        &world.b.name,
+    ));
+    assert_eq!(json(&bob, &["server", "list"]).await, Value::Array(vec![]));
+
+    ok(&alice, &["server", "delete", "vm1"]).await;
+    assert_eq!(
+        json(&alice, &["server", "list"]).await,
+        Value::Array(vec![])
+    );
+
+    let admin = Arc::new(OpenStackCli::new(
+        bin,
+        &world.api.url,
+        ADMIN_NAME,
+        ADMIN_PASSWORD,
+        ADMIN_PROJECT,
+    ));
+    let mut projects = names(&json(&admin, &["project", "list"]).await);
+    projects.sort();
+    assert_eq!(projects, ["admin", "alpha", "beta"]);
+    world.stop().await;
+}

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Makes (once) a Python venv holding the standard `openstack` CLI, outside the repository, and
+# prints the path of its `openstack` binary. The controller's OpenStack CLI test
+# (controller/tests/openstack_cli.rs) uses it: set CUMULO_OPENSTACK to that path, or let the test
+# find the venv at its default place.
+#
+#   CUMULO_OPENSTACK_VENV   where the venv goes (default: ${XDG_CACHE_HOME:-$HOME/.cache}/cumulo/openstack-venv)
+#
+# Needs python3 with the venv module (on Debian: the python3-venv package) and pip access to PyPI.
+set -euo pipefail
+
+OSC_VERSION="10.5.0"
+venv="${CUMULO_OPENSTACK_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/cumulo/openstack-venv}"
+stamp="$venv/.cumulo-osc-$OSC_VERSION"
+
+if [ ! -x "$venv/bin/openstack" ] || [ ! -e "$stamp" ]; then
+    python="${PYTHON:-python3}"
+    command -v "$python" >/dev/null || { echo "python3 not found" >&2; exit 1; }
+    rm -rf "$venv"
+    mkdir -p "$(dirname "$venv")"
+    "$python" -m venv "$venv" >&2 || {
+        echo "could not make a venv: on Debian install python3-venv" >&2
+        exit 1
+    }
+    "$venv/bin/pip" install --quiet --disable-pip-version-check "python-openstackclient==$OSC_VERSION" >&2
+    "$venv/bin/openstack" --version >&2
+    touch "$stamp"
+fi
+echo "$venv/bin/openstack"
