@@ -8,6 +8,9 @@
 CUMULO_DEBS=(build-essential pkg-config openssl ca-certificates procps
     # tenant networking tests (agent/tests: network namespaces, veth, ping)
     iproute2 iputils-ping
+    # the controller's etcd store: its tests start their own etcd from PATH (etcd-server); the
+    # etcd-client crate compiles etcd's gRPC definitions at build time (protoc and its includes)
+    etcd-server protobuf-compiler libprotobuf-dev
     # the libvirt backend and its VM tests
     libvirt-dev libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients qemu-system-x86 qemu-utils
     genisoimage busybox-static cpio)

@@ -44,6 +44,9 @@ if [ "${CI:-}" = true ]; then export CUMULO_LIBVIRT_REQUIRED=1; fi
 step "tests"
 # CI runs as root: the network-namespace tests (agent/tests/agent/netns.rs) must run there, not skip.
 if [ "${CI:-}" = true ]; then export CUMULO_REQUIRE_NETNS=1; fi
+# The etcd store's tests start their own etcd (installed above): a missing etcd is a failure here,
+# not a skip.
+export CUMULO_REQUIRE_ETCD=1
 cargo test --workspace --locked
 libvirt_down
 

@@ -5,8 +5,10 @@
 //! - [`RawPeer`]: real TLS, then any bytes: for the frames well-behaved endpoints never send.
 //! - [`wait_until`] and [`recv_within`]: wait for a condition or a message with a deadline,
 //!   instead of sleeping.
+//! - [`etcd`]: a real etcd started from `PATH` for the store's tests, stopped by PID.
 #![forbid(unsafe_code)]
 
+pub mod etcd;
 mod pki;
 mod raw;
 mod wait;

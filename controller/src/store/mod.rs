@@ -1,5 +1,6 @@
 //! The controller's store: one [`Store`] trait, implemented by [`SqliteStore`] (embedded, the
-//! default) and later by an etcd store shared by several controllers.
+//! default) and [`EtcdStore`] (etcd v3, shared by several controllers); [`open()`] picks one from
+//! a path or an `etcd://` URL.
 //!
 //! Every operation is one transaction. Tenant-owned objects are read and changed through a
 //! [`Scope`]: [`Scope::Tenant`] never sees another tenant's objects (they are `NotFound`), and
@@ -9,13 +10,17 @@
 //!
 //! The store is synchronous; async callers use `spawn_blocking`.
 
+pub mod etcd;
 mod model;
 pub mod net;
+mod open;
 pub mod sqlite;
 #[cfg(test)]
 pub(crate) mod suite;
 
+pub use etcd::EtcdStore;
 pub use model::*;
+pub use open::open;
 pub use sqlite::SqliteStore;
 
 use uuid::Uuid;

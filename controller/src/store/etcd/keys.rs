@@ -1,0 +1,198 @@
+//! The key layout under the store's prefix. Every key is text; identifiers are hyphenated UUIDs,
+//! sequence numbers and subnet bases fixed-width lowercase hex so that key order is number order.
+//!
+//! ```text
+//! <prefix>schema                                 {"version": n}
+//! <prefix>tenant/<id>                            tenant
+//! <prefix>net/<tenant>                           the tenant's usage, subnets and address bitmaps
+//! <prefix>block/<base:08x>                       a carved subnet (global: no two overlap)
+//! <prefix>name/{tenant,user,flavor}/<name>       unique-name index -> id
+//! <prefix>user/<id>                              user
+//! <prefix>role/user/<user>/<tenant>/<role>       role assignment, by user
+//! <prefix>role/tenant/<tenant>/<user>/<role>     the same, by tenant
+//! <prefix>flavor/<id> | image/<id> | workload/<id>
+//! <prefix>ref/{flavor,image}/<id>/<workload>     "this workload uses it"
+//! <prefix>ref/workload/<id>/<instance>           "this instance uses it"
+//! <prefix>instance/<id>                          instance
+//! <prefix>order/<tenant>/<seq:016x>              instance id, in the tenant's creation order
+//! <prefix>cnci/<id>                              CNCI
+//! <prefix>event/<seq:016x>                       event
+//! <prefix>counter/event                          the last event sequence number
+//! ```
+
+use std::fmt::Display;
+
+use uuid::Uuid;
+
+/// The keys of one store, all under one prefix (which ends with `/`).
+#[derive(Debug, Clone)]
+pub(super) struct Keys {
+    root: String,
+}
+
+impl Keys {
+    /// The layout under `prefix` (a `/` is added if it does not end with one).
+    pub(super) fn new(prefix: &str) -> Keys {
+        let mut root = prefix.to_string();
+        if !root.ends_with('/') {
+            root.push('/');
+        }
+        Keys { root }
+    }
+
+    /// The prefix every key starts with.
+    pub(super) fn root(&self) -> &str {
+        &self.root
+    }
+
+    fn key(&self, parts: &[&dyn Display]) -> String {
+        let mut key = self.root.clone();
+        for (n, part) in parts.iter().enumerate() {
+            if n > 0 {
+                key.push('/');
+            }
+            key.push_str(&part.to_string());
+        }
+        key
+    }
+
+    pub(super) fn schema(&self) -> String {
+        self.key(&[&"schema"])
+    }
+    pub(super) fn tenant(&self, id: Uuid) -> String {
+        self.key(&[&"tenant", &id])
+    }
+    pub(super) fn tenants(&self) -> String {
+        self.key(&[&"tenant", &""])
+    }
+    pub(super) fn net(&self, tenant: Uuid) -> String {
+        self.key(&[&"net", &tenant])
+    }
+    pub(super) fn block(&self, base: u32) -> String {
+        self.key(&[&"block", &format_args!("{base:08x}")])
+    }
+    pub(super) fn blocks(&self) -> String {
+        self.key(&[&"block", &""])
+    }
+    /// The unique-name index of `kind` (`tenant`, `user`, `flavor`).
+    pub(super) fn name(&self, kind: &str, name: &str) -> String {
+        self.key(&[&"name", &kind, &name])
+    }
+    pub(super) fn user(&self, id: Uuid) -> String {
+        self.key(&[&"user", &id])
+    }
+    pub(super) fn users(&self) -> String {
+        self.key(&[&"user", &""])
+    }
+    pub(super) fn role_by_user(&self, user: Uuid, tenant: Uuid, role: &str) -> String {
+        self.key(&[&"role", &"user", &user, &tenant, &role])
+    }
+    pub(super) fn roles_of_user(&self, user: Uuid) -> String {
+        self.key(&[&"role", &"user", &user, &""])
+    }
+    pub(super) fn role_by_tenant(&self, tenant: Uuid, user: Uuid, role: &str) -> String {
+        self.key(&[&"role", &"tenant", &tenant, &user, &role])
+    }
+    pub(super) fn roles_in_tenant(&self, tenant: Uuid) -> String {
+        self.key(&[&"role", &"tenant", &tenant, &""])
+    }
+    pub(super) fn flavor(&self, id: Uuid) -> String {
+        self.key(&[&"flavor", &id])
+    }
+    pub(super) fn flavors(&self) -> String {
+        self.key(&[&"flavor", &""])
+    }
+    pub(super) fn image(&self, id: Uuid) -> String {
+        self.key(&[&"image", &id])
+    }
+    pub(super) fn images(&self) -> String {
+        self.key(&[&"image", &""])
+    }
+    pub(super) fn workload(&self, id: Uuid) -> String {
+        self.key(&[&"workload", &id])
+    }
+    pub(super) fn workloads(&self) -> String {
+        self.key(&[&"workload", &""])
+    }
+    /// "`user` (a workload or an instance) refers to `kind` `id`".
+    pub(super) fn reference(&self, kind: &str, id: Uuid, user: Uuid) -> String {
+        self.key(&[&"ref", &kind, &id, &user])
+    }
+    /// Every reference to `kind` `id`.
+    pub(super) fn references(&self, kind: &str, id: Uuid) -> String {
+        self.key(&[&"ref", &kind, &id, &""])
+    }
+    pub(super) fn instance(&self, id: Uuid) -> String {
+        self.key(&[&"instance", &id])
+    }
+    pub(super) fn instances(&self) -> String {
+        self.key(&[&"instance", &""])
+    }
+    pub(super) fn order(&self, tenant: Uuid, seq: u64) -> String {
+        self.key(&[&"order", &tenant, &format_args!("{seq:016x}")])
+    }
+    pub(super) fn orders(&self, tenant: Uuid) -> String {
+        self.key(&[&"order", &tenant, &""])
+    }
+    pub(super) fn cnci(&self, id: Uuid) -> String {
+        self.key(&[&"cnci", &id])
+    }
+    pub(super) fn cncis(&self) -> String {
+        self.key(&[&"cnci", &""])
+    }
+    pub(super) fn event(&self, seq: u64) -> String {
+        self.key(&[&"event", &format_args!("{seq:016x}")])
+    }
+    pub(super) fn events(&self) -> String {
+        self.key(&[&"event", &""])
+    }
+    pub(super) fn event_counter(&self) -> String {
+        self.key(&[&"counter", &"event"])
+    }
+}
+
+/// The first key after every key that starts with `prefix` (etcd's range end for a prefix).
+pub(super) fn prefix_end(prefix: &str) -> Vec<u8> {
+    let mut end = prefix.as_bytes().to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    // Every byte was 0xff: the range runs to the end of the key space.
+    vec![0]
+}
+
+/// The text after `prefix` in `key`, if `key` starts with it.
+pub(super) fn suffix<'k>(key: &'k str, prefix: &str) -> Option<&'k str> {
+    key.strip_prefix(prefix)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_sit_under_the_prefix_in_number_order() {
+        let keys = Keys::new("/cumulo");
+        assert_eq!(keys.root(), "/cumulo/");
+        assert_eq!(keys.schema(), "/cumulo/schema");
+        assert!(keys.event(9) < keys.event(10));
+        assert!(keys.block(0xac10_ff00) < keys.block(0xac11_0000));
+        let t = Uuid::nil();
+        assert_eq!(
+            keys.order(t, 255),
+            format!("/cumulo/order/{t}/00000000000000ff")
+        );
+        assert!(keys.order(t, 1).starts_with(&keys.orders(t)));
+        assert_eq!(keys.name("user", "a/b"), "/cumulo/name/user/a/b");
+    }
+
+    #[test]
+    fn a_prefix_range_ends_after_its_last_key() {
+        assert_eq!(prefix_end("/a/"), b"/a0".to_vec());
+        assert_eq!(prefix_end("ab\u{7f}"), b"ab\x80".to_vec());
+        assert_eq!(suffix("/a/b", "/a/"), Some("b"));
+    }
+}
