@@ -1,31 +1,61 @@
 # Installs what cumulo's build and tests need on a Debian/Ubuntu machine. Sourced by
 # scripts/test.sh; safe to run again (only missing pieces are installed).
 
-# Debian packages the build and the tests need.
+# Debian packages the build and the tests need. The libvirt backend's: the libvirt library to
+# build against (libvirt-dev), libvirtd with its QEMU driver and QEMU (TCG) for the VM tests,
+# qemu-img for overlays, genisoimage for cloud-init seeds, and what scripts/tiny-guest.sh builds
+# the test guest with.
 CUMULO_DEBS=(build-essential pkg-config openssl ca-certificates procps
     # tenant networking tests (agent/tests: network namespaces, veth, ping)
     iproute2 iputils-ping
     # the controller's etcd store: its tests start their own etcd from PATH (etcd-server); the
     # etcd-client crate compiles etcd's gRPC definitions at build time (protoc and its includes)
     etcd-server protobuf-compiler libprotobuf-dev
+    # the libvirt backend and its VM tests
+    libvirt-dev libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients qemu-system-x86 qemu-utils
+    genisoimage busybox-static cpio
     # the real `openstack` CLI, in a venv made by scripts/openstack-venv.sh
     python3 python3-venv)
 
+# The version of a package that is installed, else empty.
+deb_version() {
+    dpkg-query -W -f='${Status} ${Version}' "$1" 2>/dev/null | sed -n 's/^install ok installed //p'
+}
+
 install_debs() {
-    local missing=()
+    local missing=() p
+    # qemu-img must come from the same QEMU as qemu-system-x86: some machines ship a newer
+    # qemu-utils (from backports) that the distribution's qemu-system-x86 does not go with.
+    # The pair is installed at one version (the one qemu-system-x86 has or would get),
+    # downgrading qemu-utils if need be.
+    local qemu_version pair=0
+    qemu_version=$(deb_version qemu-system-x86)
+    if [ -z "$qemu_version" ] || [ "$(deb_version qemu-utils)" != "$qemu_version" ]; then
+        pair=1
+    fi
     for p in "${CUMULO_DEBS[@]}"; do
-        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+        case "$p" in qemu-system-x86 | qemu-utils) continue ;; esac
+        [ -n "$(deb_version "$p")" ] || missing+=("$p")
     done
-    [ ${#missing[@]} -eq 0 ] && return 0
+    [ ${#missing[@]} -eq 0 ] && [ $pair -eq 0 ] && return 0
     local sudo=""
     if [ "$(id -u)" -ne 0 ]; then
         command -v sudo >/dev/null || { echo "need root to install: ${missing[*]}" >&2; return 1; }
         sudo="sudo"
     fi
-    echo "installing: ${missing[*]}"
-    $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -q
-    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
-        -o Dpkg::Options::=--force-confold "${missing[@]}"
+    local apt=($sudo env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300)
+    local install=(install -y -q --no-install-recommends -o Dpkg::Options::=--force-confold)
+    "${apt[@]}" update -q
+    if [ $pair -eq 1 ]; then
+        local v
+        v=$(apt-cache policy qemu-system-x86 | sed -n 's/^ *Candidate: //p')
+        echo "installing: qemu-system-x86 and qemu-utils $v"
+        "${apt[@]}" "${install[@]}" --allow-downgrades "qemu-system-x86=$v" "qemu-utils=$v"
+    fi
+    if [ ${#missing[@]} -gt 0 ]; then
+        echo "installing: ${missing[*]}"
+        "${apt[@]}" "${install[@]}" "${missing[@]}"
+    fi
 }
 
 install_cargo_tools() {

@@ -2,10 +2,21 @@
 # cumulo's whole test suite: the README's test command, and what CI (.ci/run) runs.
 # Installs what is missing, then: format, lints, docs, tests, licence policy, fuzz smoke.
 # FUZZ_SECONDS (default 20) sets the fuzz smoke run per target.
+# The libvirt backend's VM tests run against a libvirtd that this script starts as root (and
+# stops, by PID, even on failure) and the tiny test guest (built once, cached outside the
+# repository); in CI (CI=true) they must run: CUMULO_LIBVIRT_REQUIRED=1 makes a skip a failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/deps.sh
+source scripts/libvirt.sh
 install_deps
+
+scratch=""
+cleanup() {
+    libvirt_down
+    if [ -n "$scratch" ]; then rm -rf "$scratch"; fi
+}
+trap cleanup EXIT
 
 step() { printf '\n== %s\n' "$*"; }
 
@@ -17,6 +28,18 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 
 step "docs"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked --quiet
+
+step "libvirtd and the tiny guest (for the VM tests)"
+if [ "$(id -u)" -eq 0 ]; then
+    libvirt_up
+    CUMULO_TINY_GUEST=$(bash scripts/tiny-guest.sh)
+    export CUMULO_TINY_GUEST
+    echo "tiny guest: $CUMULO_TINY_GUEST"
+else
+    echo "not root: no libvirtd started, the VM tests skip (CI runs as root)"
+fi
+# In CI the VM tests must run, not skip.
+if [ "${CI:-}" = true ]; then export CUMULO_LIBVIRT_REQUIRED=1; fi
 
 step "tests"
 # CI runs as root: the network-namespace tests (agent/tests/agent/netns.rs) must run there, not skip.
@@ -33,6 +56,7 @@ export CUMULO_REQUIRE_BINS=1
 CUMULO_OPENSTACK=$(bash scripts/openstack-venv.sh)
 export CUMULO_OPENSTACK CUMULO_REQUIRE_OPENSTACK=1
 cargo test --workspace --locked
+libvirt_down
 
 if cargo deny --version >/dev/null 2>&1; then
     step "licences, bans, sources (cargo deny)"
@@ -41,7 +65,6 @@ fi
 
 step "fuzz smoke (${FUZZ_SECONDS:-20}s per target)"
 scratch=$(mktemp -d)
-trap 'rm -rf "$scratch"' EXIT
 for target in $(cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz list); do
     mkdir -p "$scratch/$target"
     log="$scratch/$target.log"

@@ -3,14 +3,14 @@
 //! instance records kept on disk and re-attached after a restart, EVACUATE/RESTORE, and
 //! reporting.
 //!
-//! IO sits behind two narrow traits: a [`Backend`] runs instances ([`sim`] here; libvirt
-//! later) and a [`Reporter`] sends what happens (SSNTP frames on a host; store writes off the
-//! host). The reporter speaks the agent's own types ([`model`]); [`wire`] maps them to SSNTP
+//! IO sits behind two narrow traits: a [`Backend`] runs instances ([`sim`], or real VMs with
+//! [`backend::libvirt`]) and a [`Reporter`] sends what happens (SSNTP frames on a host; store
+//! writes off the host). The reporter speaks the agent's own types ([`model`]); [`wire`] maps them to SSNTP
 //! payloads and SSNTP commands to them, so the SSNTP wiring is a thin adapter.
 //!
 //! [`daemon`] is that adapter, the `cumulo-agent` binary's body: the command line, the SSNTP
 //! client, an SSNTP [`Reporter`] and the handling of the scheduler's frames. Everything else in
-//! the crate opens no socket. Tenant networking and the libvirt backend come later.
+//! the crate opens no socket. Tenant networking comes later.
 //!
 //! Tests use [`backend::fake::FakeBackend`] and [`reporter::RecordingReporter`], both
 //! recording fakes, with tokio's paused clock.

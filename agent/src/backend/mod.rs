@@ -1,4 +1,4 @@
-//! The [`Backend`] trait: what runs instances (the `sim` backend here, libvirt later), and
+//! The [`Backend`] trait: what runs instances (the `sim` backend, [`libvirt`] for real VMs), and
 //! [`fake`], a recording fake for unit tests.
 //!
 //! The trait is narrow on purpose: make, start, stop and delete one instance, wait for one to
@@ -7,6 +7,7 @@
 //! order; different instances' operations run concurrently.
 
 pub mod fake;
+pub mod libvirt;
 
 use std::future::Future;
 use uuid::Uuid;

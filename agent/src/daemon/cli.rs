@@ -13,6 +13,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::DaemonConfig;
+use crate::backend::libvirt::{Accel, LibvirtConfig};
 use crate::config::Limits;
 use crate::sim::SimConfig;
 
@@ -54,8 +55,29 @@ impl Network {
 pub enum BackendKind {
     /// Simulated instances (no privileges; for tests and scale runs).
     Sim,
-    /// Virtual machines through libvirt (not in this version).
+    /// Virtual machines through libvirt.
     Libvirt,
+}
+
+/// The accelerator of libvirt domains.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum AccelArg {
+    /// KVM where it really works (usable /dev/kvm, not a nested VM), else TCG.
+    Auto,
+    /// KVM.
+    Kvm,
+    /// QEMU's emulation (TCG).
+    Tcg,
+}
+
+impl AccelArg {
+    fn accel(self) -> Accel {
+        match self {
+            AccelArg::Auto => Accel::Auto,
+            AccelArg::Kvm => Accel::Kvm,
+            AccelArg::Tcg => Accel::Tcg,
+        }
+    }
 }
 
 /// cumulo-agent: the launcher. Runs instances on this host for the cluster's scheduler.
@@ -123,6 +145,19 @@ pub struct Args {
     /// as VMs do (default: `sim/` in the state directory).
     #[arg(long, env = "CUMULO_AGENT_SIM_DIR")]
     pub sim_dir: Option<PathBuf>,
+    /// libvirt backend: the libvirt URI.
+    #[arg(
+        long,
+        env = "CUMULO_AGENT_LIBVIRT_URI",
+        default_value = "qemu:///system"
+    )]
+    pub libvirt_uri: String,
+    /// libvirt backend: the accelerator.
+    #[arg(long, env = "CUMULO_AGENT_ACCEL", value_enum, default_value = "auto")]
+    pub accel: AccelArg,
+    /// libvirt backend: the image store (default: `images/` in the state directory).
+    #[arg(long, env = "CUMULO_AGENT_IMAGE_DIR")]
+    pub image_dir: Option<PathBuf>,
     /// Log format.
     #[arg(long, env = "CUMULO_AGENT_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
     pub log_format: String,
@@ -148,11 +183,6 @@ pub enum ArgsError {
         /// The roles it has.
         has: Role,
     },
-    /// A backend this version does not have.
-    #[error(
-        "--backend libvirt is not available yet (it comes with the libvirt backend); use --backend sim"
-    )]
-    Backend,
     /// A scheduler address that is not `host:port`.
     #[error("--scheduler {0:?}: not host:port")]
     Scheduler(String),
@@ -184,9 +214,6 @@ impl Args {
 
     /// Checks the arguments and loads the TLS files they name.
     pub fn into_config(self) -> Result<DaemonConfig, ArgsError> {
-        if self.backend == BackendKind::Libvirt {
-            return Err(ArgsError::Backend);
-        }
         let tls = TlsIdentity::load(&self.ca_cert, &self.cert, &self.key)?;
         let claim = self.network.role();
         let has = tls.own().roles;
@@ -220,6 +247,13 @@ impl Args {
             return Err(ArgsError::Hostname);
         }
         let sim_dir = self.sim_dir.unwrap_or_else(|| self.state_dir.join("sim"));
+        let libvirt = (self.backend == BackendKind::Libvirt).then(|| {
+            let mut l = LibvirtConfig::new(&self.libvirt_uri, self.accel.accel(), &self.state_dir);
+            if let Some(dir) = self.image_dir {
+                l.images = dir;
+            }
+            l
+        });
         Ok(DaemonConfig {
             tls,
             claim,
@@ -235,6 +269,7 @@ impl Args {
                 dir: Some(sim_dir),
                 ..SimConfig::default()
             },
+            libvirt,
             handshake: HandshakeConfig::default(),
             backoff: Backoff::default(),
         })
@@ -293,9 +328,23 @@ mod tests {
     }
 
     #[test]
-    fn libvirt_is_refused_before_anything_is_read() {
-        let mut a = parse(&[]);
-        a.backend = BackendKind::Libvirt;
-        assert!(matches!(a.into_config(), Err(ArgsError::Backend)));
+    fn libvirt_flags() {
+        let a = parse(&[]);
+        assert_eq!(a.libvirt_uri, "qemu:///system");
+        assert_eq!(a.accel, AccelArg::Auto);
+        let a = parse(&[
+            "--backend",
+            "libvirt",
+            "--libvirt-uri",
+            "test:///default",
+            "--accel",
+            "tcg",
+            "--image-dir",
+            "/srv/images",
+        ]);
+        assert_eq!(a.backend, BackendKind::Libvirt);
+        assert_eq!(a.accel.accel(), Accel::Tcg);
+        assert_eq!(a.image_dir, Some(PathBuf::from("/srv/images")));
+        assert!(Args::try_parse_from(["cumulo-agent", "--accel", "hvf"]).is_err());
     }
 }

@@ -1,6 +1,6 @@
 //! The launcher as a daemon: the core wired to SSNTP. [`run`] takes the state directory's lock,
 //! finds the node's UUID (bound in the certificate, else kept in the state directory), starts
-//! the sim backend, the SSNTP client and the core, and then hands the scheduler's frames to the
+//! the backend (sim or libvirt), the SSNTP client and the core, and then hands the scheduler's frames to the
 //! core until it is told to stop.
 //!
 //! - Outbound: [`SsntpReporter`] turns the core's reports into frames ([`crate::wire`]).
@@ -35,6 +35,8 @@ use uuid::Uuid;
 pub use inbound::{Inbound, inbound};
 pub use reporter::{Outbound, SsntpReporter};
 
+use crate::backend::Backend;
+use crate::backend::libvirt::{LibvirtBackend, LibvirtConfig, LibvirtError};
 use crate::config::{Config, Limits};
 use crate::core::{Core, CoreError};
 use crate::host::HostSource;
@@ -67,6 +69,8 @@ pub struct DaemonConfig {
     pub vcpus: Option<u32>,
     /// The sim backend's settings.
     pub sim: SimConfig,
+    /// The libvirt backend's settings, when it runs the instances (`--backend libvirt`).
+    pub libvirt: Option<LibvirtConfig>,
     /// SSNTP handshake and session limits.
     pub handshake: HandshakeConfig,
     /// Reconnection delays.
@@ -109,6 +113,9 @@ pub enum DaemonError {
     /// The sim backend's directory.
     #[error("{0}")]
     Sim(#[from] SimError),
+    /// The libvirt backend could not be set up.
+    #[error("{0}")]
+    Libvirt(#[from] LibvirtError),
     /// The SSNTP client refused its configuration, or gave up for good (the scheduler aborted
     /// the session: another agent took our UUID, or our role was refused).
     #[error("ssntp: {0}")]
@@ -146,7 +153,25 @@ pub async fn run(config: DaemonConfig, shutdown: CancellationToken) -> Result<()
     // node (with the same instances) if its role changes.
     let own = config.tls.own();
     let (node, _uuid_lock) = endpoint_uuid(&own, Some(&config.state_dir), Role::AGENT)?;
-    let sim = SimBackend::new(config.sim.clone())?;
+    match &config.libvirt {
+        Some(l) => {
+            let backend = LibvirtBackend::new(l.clone())?;
+            run_with(&config, node, backend, shutdown).await
+        }
+        None => {
+            let backend = SimBackend::new(config.sim.clone())?;
+            run_with(&config, node, backend, shutdown).await
+        }
+    }
+}
+
+/// Runs the agent over `backend`, as [`run`] says.
+async fn run_with<B: Backend>(
+    config: &DaemonConfig,
+    node: Uuid,
+    backend: B,
+    shutdown: CancellationToken,
+) -> Result<(), DaemonError> {
     let outbound = Outbound::default();
     let mut client_config = ClientConfig::new(
         config.tls.clone(),
@@ -160,7 +185,7 @@ pub async fn run(config: DaemonConfig, shutdown: CancellationToken) -> Result<()
     client_config.announce = Some(Arc::new(move || first.announce()));
     let (client, mut events) = Client::start(client_config)?;
     let reporter = SsntpReporter::new(client.clone(), node, outbound.clone());
-    let core = match Core::spawn(config.core_config(node), Arc::new(sim), reporter).await {
+    let core = match Core::spawn(config.core_config(node), Arc::new(backend), reporter).await {
         Ok(core) => core,
         Err(e) => {
             close(&client, &mut events).await;

@@ -1,9 +1,11 @@
 //! The agent's integration tests, in one binary: the core in process ([`in_process`]: recording
 //! fakes, paused clock) and the daemon over real SSNTP ([`over_ssntp`]: loopback TLS, the real
-//! scheduler or a fake one, the `cumulo-agent` binary), and tenant networking in network namespaces
-//! ([`netns`]: root; real bridges, tunnels, taps and pings).
+//! scheduler or a fake one, the `cumulo-agent` binary), tenant networking in network namespaces
+//! ([`netns`]: root; real bridges, tunnels, taps and pings), and real VMs through the daemon
+//! ([`libvirt`]: skipped without `CUMULO_LIBVIRT_URI`).
 
 mod in_process;
+mod libvirt;
 mod netns;
 mod over_ssntp;
 mod support;

@@ -1,0 +1,386 @@
+//! The image store: a directory of images, named as a START names them.
+//!
+//! - A **disk image** is a file `<name>.qcow2` or `<name>.raw`. Each instance boots from its own
+//!   qcow2 overlay on it ([`make_overlay`]), so the shared base is only ever read; the overlay
+//!   is as large as the START's disk requirement when that is more than the base.
+//! - A **kernel+initrd image** is a directory `<name>/` holding `kernel` (a bzImage), `initrd`
+//!   and optionally `cmdline` (extra kernel arguments, one line). QEMU boots it directly; this
+//!   is what tests and `cumulo up` use.
+//!
+//! A name that is not a plain file name, an image that is not there, or one whose content is
+//! not what its kind says (checked by magic numbers; qcow2 and raw also with `qemu-img info`)
+//! is an [`ImageError`]: START_FAILURE `image_failure`.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The format of a disk image.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DiskFormat {
+    /// qcow2.
+    Qcow2,
+    /// Raw bytes.
+    Raw,
+}
+
+impl DiskFormat {
+    /// The name `qemu-img` and libvirt use.
+    pub fn name(self) -> &'static str {
+        match self {
+            DiskFormat::Qcow2 => "qcow2",
+            DiskFormat::Raw => "raw",
+        }
+    }
+}
+
+/// An image found in the store, checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Image {
+    /// A disk to overlay.
+    Disk {
+        /// The base file.
+        path: PathBuf,
+        /// Its format.
+        format: DiskFormat,
+    },
+    /// A kernel and initrd to boot directly.
+    Kernel {
+        /// The kernel.
+        kernel: PathBuf,
+        /// The initrd.
+        initrd: PathBuf,
+        /// Extra kernel arguments.
+        cmdline: String,
+    },
+}
+
+/// Why an image cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ImageError {
+    /// Not a plain name (empty, too long, a path, a hidden file).
+    #[error("{0:?} is not a valid image name")]
+    BadName(String),
+    /// Not in the store.
+    #[error("no image {name:?} in {dir}")]
+    Missing {
+        /// The name.
+        name: String,
+        /// The store.
+        dir: PathBuf,
+    },
+    /// There, but not what its kind says.
+    #[error("image {name:?} is corrupt: {why}")]
+    Corrupt {
+        /// The name.
+        name: String,
+        /// What is wrong.
+        why: String,
+    },
+    /// It could not be read, or an overlay could not be made.
+    #[error("image {name:?}: {why}")]
+    Io {
+        /// The name.
+        name: String,
+        /// What failed.
+        why: String,
+    },
+}
+
+/// The image store.
+#[derive(Debug, Clone)]
+pub struct ImageStore {
+    dir: PathBuf,
+}
+
+/// Whether `name` is usable as a file name in the store.
+fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 128
+        && !name.starts_with('.')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+/// The first `n` bytes of a file (fewer if it is shorter).
+fn head(path: &Path, n: usize) -> std::io::Result<Vec<u8>> {
+    let mut buf = Vec::with_capacity(n);
+    std::fs::File::open(path)?
+        .take(n as u64)
+        .read_to_end(&mut buf)?;
+    Ok(buf)
+}
+
+impl ImageStore {
+    /// A store over `dir` (made on first use by whoever fills it).
+    pub fn new(dir: impl Into<PathBuf>) -> ImageStore {
+        ImageStore { dir: dir.into() }
+    }
+
+    /// The store's directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Finds and checks the image called `name`.
+    pub fn resolve(&self, name: &str) -> Result<Image, ImageError> {
+        if !valid_name(name) {
+            return Err(ImageError::BadName(name.to_string()));
+        }
+        let corrupt = |why: &str| ImageError::Corrupt {
+            name: name.to_string(),
+            why: why.to_string(),
+        };
+        let io = |e: std::io::Error| ImageError::Io {
+            name: name.to_string(),
+            why: e.to_string(),
+        };
+        let kernel_dir = self.dir.join(name);
+        if kernel_dir.is_dir() {
+            let kernel = kernel_dir.join("kernel");
+            let initrd = kernel_dir.join("initrd");
+            let k = head(&kernel, 0x210).map_err(|e| corrupt(&format!("kernel: {e}")))?;
+            // A bzImage has "HdrS" at 0x202 (the x86 boot protocol header).
+            if k.get(0x202..0x206) != Some(b"HdrS".as_slice()) {
+                return Err(corrupt("kernel is not a bzImage"));
+            }
+            let i = head(&initrd, 6).map_err(|e| corrupt(&format!("initrd: {e}")))?;
+            let known = [
+                b"070701".as_slice(), // cpio newc
+                b"070702".as_slice(), // cpio newc with CRC
+                &[0x1f, 0x8b],        // gzip
+                &[0x28, 0xb5, 0x2f, 0xfd],
+                &[0xfd, b'7', b'z', b'X', b'Z'],
+                &[0x02, 0x21, 0x4c, 0x18], // lz4
+            ];
+            if !known.iter().any(|m| i.starts_with(m)) {
+                return Err(corrupt("initrd is neither cpio nor compressed cpio"));
+            }
+            let cmdline = match std::fs::read_to_string(kernel_dir.join("cmdline")) {
+                Ok(text) => text.lines().next().unwrap_or("").trim().to_string(),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+                Err(e) => return Err(io(e)),
+            };
+            return Ok(Image::Kernel {
+                kernel,
+                initrd,
+                cmdline,
+            });
+        }
+        for (ext, format) in [("qcow2", DiskFormat::Qcow2), ("raw", DiskFormat::Raw)] {
+            let path = self.dir.join(format!("{name}.{ext}"));
+            if !path.is_file() {
+                continue;
+            }
+            let magic = head(&path, 4).map_err(io)?;
+            if format == DiskFormat::Qcow2 && magic != b"QFI\xfb" {
+                return Err(corrupt("not a qcow2 file"));
+            }
+            if format == DiskFormat::Raw && magic.is_empty() {
+                return Err(corrupt("empty"));
+            }
+            qemu_img_info(&path, format).map_err(|why| corrupt(&why))?;
+            return Ok(Image::Disk { path, format });
+        }
+        Err(ImageError::Missing {
+            name: name.to_string(),
+            dir: self.dir.clone(),
+        })
+    }
+}
+
+/// Runs `qemu-img` with `args`; its stdout, or its stderr as the error.
+fn qemu_img(args: &[&std::ffi::OsStr]) -> Result<Vec<u8>, String> {
+    let out = Command::new("qemu-img")
+        .args(args)
+        .output()
+        .map_err(|e| format!("qemu-img: {e}"))?;
+    if out.status.success() {
+        Ok(out.stdout)
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
+    }
+}
+
+/// `qemu-img info`: the header of a disk image parses as its format; its virtual size, bytes.
+fn qemu_img_info(path: &Path, format: DiskFormat) -> Result<u64, String> {
+    let out = qemu_img(&[
+        "info".as_ref(),
+        "--output=json".as_ref(),
+        "-f".as_ref(),
+        format.name().as_ref(),
+        path.as_os_str(),
+    ])?;
+    let info: serde_json::Value =
+        serde_json::from_slice(&out).map_err(|e| format!("qemu-img info: {e}"))?;
+    info["virtual-size"]
+        .as_u64()
+        .ok_or_else(|| "qemu-img info: no virtual size".to_string())
+}
+
+/// Makes `overlay`, a qcow2 file whose backing file is `base` (never written through it). Its
+/// disk is `size_mb` MiB when that is more than the base's; else the base's size.
+pub fn make_overlay(
+    base: &Path,
+    format: DiskFormat,
+    overlay: &Path,
+    size_mb: u32,
+) -> Result<(), String> {
+    let wanted = u64::from(size_mb) * 1024 * 1024;
+    let size = (wanted > qemu_img_info(base, format)?).then(|| format!("{size_mb}M"));
+    let mut args: Vec<&std::ffi::OsStr> = vec![
+        "create".as_ref(),
+        "-q".as_ref(),
+        "-f".as_ref(),
+        "qcow2".as_ref(),
+        "-b".as_ref(),
+        base.as_os_str(),
+        "-F".as_ref(),
+        format.name().as_ref(),
+        overlay.as_os_str(),
+    ];
+    if let Some(size) = &size {
+        args.push(size.as_ref());
+    }
+    qemu_img(&args).map(|_| ())
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A file that passes for a bzImage.
+    pub(crate) fn fake_kernel() -> Vec<u8> {
+        let mut k = vec![0u8; 0x400];
+        k[0x202..0x206].copy_from_slice(b"HdrS");
+        k
+    }
+
+    /// A kernel+initrd image `name` in `dir`.
+    pub(crate) fn put_kernel_image(dir: &Path, name: &str) {
+        let d = dir.join(name);
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("kernel"), fake_kernel()).unwrap();
+        std::fs::write(d.join("initrd"), b"070701rest-of-a-cpio").unwrap();
+    }
+
+    #[test]
+    fn names_are_plain_file_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ImageStore::new(dir.path());
+        for bad in ["", "../etc", "a/b", ".hidden", "sp ace", &"x".repeat(129)] {
+            assert!(
+                matches!(store.resolve(bad), Err(ImageError::BadName(_))),
+                "{bad:?}"
+            );
+        }
+        assert!(matches!(
+            store.resolve("debian-12.1_x"),
+            Err(ImageError::Missing { .. })
+        ));
+    }
+
+    #[test]
+    fn kernel_images_are_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ImageStore::new(dir.path());
+        put_kernel_image(dir.path(), "tiny");
+        std::fs::write(dir.path().join("tiny/cmdline"), "quiet loglevel=3\n").unwrap();
+        assert_eq!(
+            store.resolve("tiny").unwrap(),
+            Image::Kernel {
+                kernel: dir.path().join("tiny/kernel"),
+                initrd: dir.path().join("tiny/initrd"),
+                cmdline: "quiet loglevel=3".into(),
+            }
+        );
+        put_kernel_image(dir.path(), "bad-kernel");
+        std::fs::write(dir.path().join("bad-kernel/kernel"), b"not a kernel").unwrap();
+        assert!(matches!(
+            store.resolve("bad-kernel"),
+            Err(ImageError::Corrupt { .. })
+        ));
+        put_kernel_image(dir.path(), "bad-initrd");
+        std::fs::write(dir.path().join("bad-initrd/initrd"), b"garbage").unwrap();
+        assert!(matches!(
+            store.resolve("bad-initrd"),
+            Err(ImageError::Corrupt { .. })
+        ));
+        std::fs::create_dir(dir.path().join("empty")).unwrap();
+        assert!(matches!(
+            store.resolve("empty"),
+            Err(ImageError::Corrupt { .. })
+        ));
+    }
+
+    #[test]
+    fn disk_images_get_overlays_and_corrupt_ones_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ImageStore::new(dir.path());
+        std::fs::write(dir.path().join("junk.qcow2"), b"this is no qcow2").unwrap();
+        assert!(matches!(
+            store.resolve("junk"),
+            Err(ImageError::Corrupt { .. })
+        ));
+        // A qcow2 header with nothing behind it: the magic is right, qemu-img says no.
+        std::fs::write(dir.path().join("cut.qcow2"), b"QFI\xfb\0\0\0\x03").unwrap();
+        assert!(matches!(
+            store.resolve("cut"),
+            Err(ImageError::Corrupt { .. })
+        ));
+
+        let base = dir.path().join("base.qcow2");
+        let made = Command::new("qemu-img")
+            .args(["create", "-q", "-f", "qcow2"])
+            .arg(&base)
+            .arg("16M")
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let before = std::fs::read(&base).unwrap();
+        let image = store.resolve("base").unwrap();
+        let Image::Disk { path, format } = image else {
+            panic!("a disk image")
+        };
+        assert_eq!(
+            (path.as_path(), format),
+            (base.as_path(), DiskFormat::Qcow2)
+        );
+        let overlay = dir.path().join("overlay.qcow2");
+        make_overlay(&path, format, &overlay, 8).unwrap();
+        let info = |file: &Path| {
+            let out = Command::new("qemu-img")
+                .args(["info", "--output=json"])
+                .arg(file)
+                .output()
+                .unwrap();
+            serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+        };
+        let got = info(&overlay);
+        assert_eq!(got["backing-filename"], base.to_str().unwrap());
+        assert_eq!(got["backing-filename-format"], "qcow2");
+        assert_eq!(got["virtual-size"], 16 << 20, "never smaller than the base");
+        let bigger = dir.path().join("bigger.qcow2");
+        make_overlay(&path, format, &bigger, 64).unwrap();
+        assert_eq!(
+            info(&bigger)["virtual-size"],
+            64 << 20,
+            "the START's disk size"
+        );
+        assert_eq!(
+            std::fs::read(&base).unwrap(),
+            before,
+            "the base is not written"
+        );
+
+        std::fs::write(dir.path().join("plain.raw"), vec![0u8; 4096]).unwrap();
+        assert!(matches!(
+            store.resolve("plain").unwrap(),
+            Image::Disk {
+                format: DiskFormat::Raw,
+                ..
+            }
+        ));
+    }
+}

@@ -1,0 +1,586 @@
+//! The libvirt backend: one libvirt domain per instance, named `cumulo-<uuid>` and with the
+//! instance's UUID, its vCPUs and memory from the START's requirements.
+//!
+//! - **Images** come from an [`ImageStore`]: a disk image boots from a qcow2
+//!   overlay in the instance's directory; a kernel+initrd image boots directly, with the
+//!   instance's cloud-init data appended to its initrd. A missing or corrupt image is
+//!   [`BackendError::Image`] (START_FAILURE `image_failure`).
+//! - **cloud-init**: a NoCloud `cidata` ISO per instance ([`seed`]).
+//! - **NIC**: an instance with a NIC gets a virtio NIC with its MAC on the tap that tenant
+//!   networking made for it ([`crate::net::tap_name`], `<interface type='ethernet'>`, not
+//!   managed by libvirt).
+//! - **Files**: `<instances>/<uuid>/` holds the overlay or initrd, the seed, the domain XML
+//!   as defined, and `console.log`, the serial console.
+//! - **Lifecycle**: create defines the domain (persistent, so that a stopped one is still
+//!   listed after an agent restart), start boots it, stop destroys it (power off), delete
+//!   undefines it and removes its directory. An exit of its own is seen by **polling** the
+//!   domain's state every [`LibvirtConfig::poll`] (libvirt's lifecycle events need an event
+//!   loop thread driven through the C API; polling one cheap call per running instance does
+//!   the same here).
+//! - **Ours only**: every domain we define carries `<metadata>` in our namespace
+//!   ([`xml::NAMESPACE`]). A domain without it is never listed, stopped or undefined; a START
+//!   whose name or UUID is taken by one is refused (`instance_exists`).
+//! - **libvirt going away**: calls fail with a typed error (START_FAILURE `launch_failure`,
+//!   DELETE_FAILURE), running instances are not reported as exited while libvirt cannot be
+//!   asked, and the next call reconnects ([`conn`]).
+
+pub mod conn;
+pub mod images;
+pub mod seed;
+pub mod xml;
+
+use std::collections::HashMap;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use uuid::Uuid;
+use virt::connect::Connect;
+use virt::domain::Domain;
+use virt::error::ErrorNumber;
+
+use crate::backend::{Backend, BackendError, Existing};
+use crate::model::{InstanceSpec, Usage, VmKind};
+use conn::{Conn, ConnError};
+use images::{Image, ImageError, ImageStore};
+use seed::Seed;
+use xml::{Boot, DomainSpec, DomainType};
+
+/// Which accelerator domains run under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Accel {
+    /// KVM where it really works (`/dev/kvm` usable and the host is not itself a VM: nested
+    /// KVM is left to an explicit `kvm`), else TCG.
+    Auto,
+    /// KVM.
+    Kvm,
+    /// QEMU's emulation (TCG).
+    Tcg,
+}
+
+impl Accel {
+    /// The domain type this accelerator means on this host.
+    pub fn resolve(self) -> DomainType {
+        match self {
+            Accel::Kvm => DomainType::Kvm,
+            Accel::Tcg => DomainType::Qemu,
+            Accel::Auto => {
+                let kvm = std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open("/dev/kvm")
+                    .is_ok();
+                let nested = std::fs::read_to_string("/proc/cpuinfo")
+                    .map(|c| {
+                        c.lines().any(|l| {
+                            l.starts_with("flags")
+                                && l.split_whitespace().any(|f| f == "hypervisor")
+                        })
+                    })
+                    .unwrap_or(true);
+                if kvm && !nested {
+                    DomainType::Kvm
+                } else {
+                    DomainType::Qemu
+                }
+            }
+        }
+    }
+}
+
+/// The libvirt backend's settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LibvirtConfig {
+    /// The libvirt URI (`qemu:///system`; `test:///default` in unit tests).
+    pub uri: String,
+    /// The accelerator.
+    pub accel: Accel,
+    /// The image store.
+    pub images: PathBuf,
+    /// Where each instance's directory is made.
+    pub instances: PathBuf,
+    /// How often a running instance's state is polled.
+    pub poll: Duration,
+}
+
+impl LibvirtConfig {
+    /// Defaults under the agent's state directory: `images/` and `libvirt/instances/`.
+    pub fn new(uri: &str, accel: Accel, state_dir: &Path) -> LibvirtConfig {
+        LibvirtConfig {
+            uri: uri.to_string(),
+            accel,
+            images: state_dir.join("images"),
+            instances: state_dir.join("libvirt").join("instances"),
+            poll: Duration::from_millis(500),
+        }
+    }
+}
+
+/// The backend could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum LibvirtError {
+    /// Its directories could not be made.
+    #[error("libvirt backend directory {path}: {source}")]
+    Dir {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// The backend's state, shared with its blocking calls.
+struct Inner {
+    conn: Conn,
+    config: LibvirtConfig,
+    store: ImageStore,
+    kind: DomainType,
+    /// The last CPU time seen of each instance, for CPU %.
+    cpu: Mutex<HashMap<Uuid, (Instant, u64)>>,
+}
+
+/// Whether libvirt's error says the domain is there already.
+fn exists_error(e: &ConnError) -> bool {
+    matches!(e, ConnError::Failed(m) if m.contains("already exists"))
+}
+
+/// Whether the domain carries our metadata. Only libvirt's "no such metadata" says no: any
+/// other failure (the connection dropped) is an error, never a reason to leave a domain of ours
+/// behind.
+fn ours(d: &Domain) -> Result<bool, virt::error::Error> {
+    let kind = virt::sys::VIR_DOMAIN_METADATA_ELEMENT as i32;
+    match d.get_metadata(kind, Some(xml::NAMESPACE), 0) {
+        Ok(_) => Ok(true),
+        Err(e) if e.code() == ErrorNumber::NoDomainMetadata => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Our domain with this UUID: `None` when there is none, or when it is not ours.
+fn our_domain(c: &Connect, instance: Uuid) -> Result<Option<Domain>, virt::error::Error> {
+    let d = match Domain::lookup_by_uuid(c, instance) {
+        Ok(d) => d,
+        Err(e) if e.code() == ErrorNumber::NoDomain => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    if ours(&d)? {
+        Ok(Some(d))
+    } else {
+        tracing::warn!(%instance, "a domain with this UUID is not ours: left alone");
+        Ok(None)
+    }
+}
+
+/// Powers the domain off if it runs (a domain that stopped meanwhile is fine).
+fn power_off(d: &Domain) -> Result<(), virt::error::Error> {
+    if !d.is_active()? {
+        return Ok(());
+    }
+    match d.destroy() {
+        Ok(()) => Ok(()),
+        Err(_) if !d.is_active()? => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Bytes a file or directory tree takes on disk.
+fn disk_bytes(path: &Path) -> u64 {
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return 0;
+    };
+    let own = meta.blocks() * 512;
+    if !meta.is_dir() {
+        return own;
+    }
+    let children = std::fs::read_dir(path)
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .map(|e| disk_bytes(&e.path()))
+                .sum()
+        })
+        .unwrap_or(0);
+    own + children
+}
+
+fn launch(e: ConnError) -> BackendError {
+    BackendError::Launch(e.to_string())
+}
+
+impl Inner {
+    fn new(config: LibvirtConfig) -> Result<Inner, LibvirtError> {
+        for dir in [&config.images, &config.instances] {
+            std::fs::create_dir_all(dir).map_err(|source| LibvirtError::Dir {
+                path: dir.clone(),
+                source,
+            })?;
+        }
+        let kind = config.accel.resolve();
+        tracing::info!(uri = %config.uri, accel = ?kind, images = %config.images.display(), "libvirt backend");
+        Ok(Inner {
+            conn: Conn::new(&config.uri),
+            store: ImageStore::new(&config.images),
+            kind,
+            config,
+            cpu: Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn instance_dir(&self, instance: Uuid) -> PathBuf {
+        self.config.instances.join(instance.to_string())
+    }
+
+    /// Create, on the calling thread (blocking).
+    fn create_blocking(&self, spec: &InstanceSpec) -> Result<(), BackendError> {
+        let instance = spec.instance;
+        if spec.kind == VmKind::Container {
+            return Err(BackendError::Launch(
+                "the libvirt backend runs VMs, not containers".into(),
+            ));
+        }
+        let image = self
+            .store
+            .resolve(&spec.image)
+            .map_err(|e| BackendError::Image(e.to_string()))?;
+        let name = xml::domain_name(instance);
+        let taken = self
+            .conn
+            .call(|c| {
+                let by_uuid = match Domain::lookup_by_uuid(c, instance) {
+                    Ok(_) => true,
+                    Err(e) if e.code() == ErrorNumber::NoDomain => false,
+                    Err(e) => return Err(e),
+                };
+                let by_name = match Domain::lookup_by_name(c, &name) {
+                    Ok(_) => true,
+                    Err(e) if e.code() == ErrorNumber::NoDomain => false,
+                    Err(e) => return Err(e),
+                };
+                Ok(by_uuid || by_name)
+            })
+            .map_err(launch)?;
+        if taken {
+            return Err(BackendError::Exists);
+        }
+        let dir = self.instance_dir(instance);
+        // Files without a domain: ours, from a create cut short. Start again.
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir).map_err(|e| BackendError::Other(e.to_string()))?;
+        }
+        let result = self.make(spec, &image, &dir, &name);
+        if result.is_err()
+            && let Err(e) = std::fs::remove_dir_all(&dir)
+        {
+            tracing::warn!(%instance, error = %e, "removing a failed instance's files");
+        }
+        result
+    }
+
+    /// Makes the instance's files and defines its domain.
+    fn make(
+        &self,
+        spec: &InstanceSpec,
+        image: &Image,
+        dir: &Path,
+        name: &str,
+    ) -> Result<(), BackendError> {
+        let instance = spec.instance;
+        let io = |e: std::io::Error| BackendError::Launch(format!("{}: {e}", dir.display()));
+        std::fs::create_dir_all(dir).map_err(io)?;
+        // QEMU runs as another user under qemu:///system: it must be able to reach the files
+        // (libvirt gives it the files themselves).
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).map_err(io)?;
+        let seed = Seed::new(instance, spec.user_data.as_deref(), &spec.meta_data);
+        let seed_iso = dir.join("seed.iso");
+        seed.write_iso(&seed_iso).map_err(BackendError::Launch)?;
+        let boot = match image {
+            Image::Disk { path, format } => {
+                let overlay = dir.join("disk.qcow2");
+                images::make_overlay(path, *format, &overlay, spec.resources.disk_mb).map_err(
+                    |why| {
+                        BackendError::Image(
+                            ImageError::Corrupt {
+                                name: spec.image.clone(),
+                                why,
+                            }
+                            .to_string(),
+                        )
+                    },
+                )?;
+                Boot::Disk { overlay }
+            }
+            Image::Kernel {
+                kernel,
+                initrd,
+                cmdline,
+            } => {
+                let mut bytes = std::fs::read(initrd).map_err(|e| {
+                    BackendError::Image(format!("image {:?}: initrd: {e}", spec.image))
+                })?;
+                while !bytes.len().is_multiple_of(4) {
+                    bytes.push(0);
+                }
+                bytes.extend_from_slice(&seed.cpio());
+                let own = dir.join("initrd");
+                std::fs::write(&own, bytes).map_err(io)?;
+                let mut line = format!("console=ttyS0 panic=1 cumulo.instance={instance}");
+                if !cmdline.is_empty() {
+                    line.push(' ');
+                    line.push_str(cmdline);
+                }
+                Boot::Kernel {
+                    kernel: kernel.clone(),
+                    initrd: own,
+                    cmdline: line,
+                }
+            }
+        };
+        let domain = DomainSpec {
+            name: name.to_string(),
+            uuid: instance,
+            kind: self.kind,
+            vcpus: spec.resources.vcpus.max(1),
+            mem_mb: spec.resources.mem_mb.max(16),
+            boot,
+            seed: seed_iso,
+            console: dir.join("console.log"),
+            nic: spec.nic.as_ref().and_then(|nic| {
+                let tap = crate::net::tap_name(instance);
+                if Path::new("/sys/class/net").join(&tap).exists() {
+                    Some((tap, nic.mac))
+                } else {
+                    // Tenant networking makes the tap before the VM (crate::net::NetBackend);
+                    // without it the VM has no NIC rather than failing to start.
+                    tracing::warn!(%instance, %tap, "no tap for the instance's NIC: started without one");
+                    None
+                }
+            }),
+            tenant: spec.tenant,
+            image: spec.image.clone(),
+        };
+        let text = domain.render();
+        std::fs::write(dir.join("domain.xml"), &text).map_err(io)?;
+        match self.conn.call(|c| Domain::define_xml(c, &text)) {
+            Ok(_) => Ok(()),
+            Err(e) if exists_error(&e) => Err(BackendError::Exists),
+            Err(e) => Err(launch(e)),
+        }
+    }
+
+    /// Stop and undefine our domain, then remove the instance's files (blocking).
+    fn delete_blocking(&self, instance: Uuid) -> Result<(), BackendError> {
+        self.conn
+            .call(|c| {
+                if let Some(d) = our_domain(c, instance)? {
+                    power_off(&d)?;
+                    d.undefine()?;
+                }
+                Ok(())
+            })
+            .map_err(|e| BackendError::Other(e.to_string()))?;
+        self.cpu
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&instance);
+        let dir = self.instance_dir(instance);
+        match std::fs::remove_dir_all(&dir) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(BackendError::Other(format!("{}: {e}", dir.display()))),
+        }
+    }
+
+    /// Our running domains' CPU time, vCPUs and memory (blocking).
+    fn sample(&self) -> Result<Vec<(Uuid, u64, u32, u64)>, ConnError> {
+        self.conn.call(|c| {
+            let flags = virt::sys::VIR_CONNECT_LIST_DOMAINS_ACTIVE;
+            let mut out = Vec::new();
+            for d in c.list_all_domains(flags)? {
+                // A domain that went away since the list has no metadata either.
+                if !ours(&d).unwrap_or(false) {
+                    continue;
+                }
+                // A domain that stopped between the list and these calls is skipped.
+                let (Ok(id), Ok(info)) = (d.get_uuid(), d.get_info()) else {
+                    continue;
+                };
+                out.push((id, info.cpu_time, info.nr_virt_cpu, info.memory));
+            }
+            Ok(out)
+        })
+    }
+
+    async fn blocking<T: Send + 'static>(
+        self: &Arc<Self>,
+        f: impl FnOnce(&Inner) -> T + Send + 'static,
+    ) -> Result<T, BackendError> {
+        let me = Arc::clone(self);
+        tokio::task::spawn_blocking(move || f(&me))
+            .await
+            .map_err(|e| BackendError::Other(format!("libvirt task: {e}")))
+    }
+}
+
+/// The libvirt backend. Clones share it.
+#[derive(Clone)]
+pub struct LibvirtBackend(Arc<Inner>);
+
+impl LibvirtBackend {
+    /// The backend: makes its directories; connects to libvirt on first use.
+    pub fn new(config: LibvirtConfig) -> Result<LibvirtBackend, LibvirtError> {
+        Ok(LibvirtBackend(Arc::new(Inner::new(config)?)))
+    }
+
+    /// The directory of an instance's files.
+    pub fn instance_dir(&self, instance: Uuid) -> PathBuf {
+        self.0.instance_dir(instance)
+    }
+
+    /// The serial console log of an instance.
+    pub fn console_path(&self, instance: Uuid) -> PathBuf {
+        self.instance_dir(instance).join("console.log")
+    }
+
+    /// The domain type instances get.
+    pub fn domain_type(&self) -> DomainType {
+        self.0.kind
+    }
+}
+
+impl Backend for LibvirtBackend {
+    async fn create(&self, spec: &InstanceSpec) -> Result<(), BackendError> {
+        let spec = spec.clone();
+        self.0.blocking(move |b| b.create_blocking(&spec)).await?
+    }
+
+    async fn start(&self, instance: Uuid) -> Result<(), BackendError> {
+        let result = self
+            .0
+            .conn
+            .run(move |c| match our_domain(c, instance)? {
+                Some(d) => d.create().map(|_| true),
+                None => Ok(false),
+            })
+            .await;
+        match result {
+            Ok(true) => Ok(()),
+            Ok(false) | Err(ConnError::NoDomain) => Err(BackendError::NotFound),
+            Err(e) => Err(launch(e)),
+        }
+    }
+
+    async fn wait_exit(&self, instance: Uuid) {
+        loop {
+            let state = self
+                .0
+                .conn
+                .run(move |c| match our_domain(c, instance)? {
+                    Some(d) => d.is_active(),
+                    None => Ok(false),
+                })
+                .await;
+            match state {
+                Ok(false) | Err(ConnError::NoDomain) => return,
+                // Running, or libvirt cannot be asked now: not an exit.
+                Ok(true) | Err(_) => tokio::time::sleep(self.0.config.poll).await,
+            }
+        }
+    }
+
+    async fn stop(&self, instance: Uuid) -> Result<(), BackendError> {
+        self.0
+            .conn
+            .run(move |c| match our_domain(c, instance)? {
+                Some(d) => power_off(&d),
+                None => Ok(()),
+            })
+            .await
+            .map_err(|e| BackendError::Other(e.to_string()))
+    }
+
+    async fn delete(&self, instance: Uuid) -> Result<(), BackendError> {
+        self.0
+            .blocking(move |b| b.delete_blocking(instance))
+            .await?
+    }
+
+    async fn stats(&self) -> Vec<(Uuid, Usage)> {
+        let sampled = self
+            .0
+            .blocking(|b| {
+                let samples = b.sample()?;
+                Ok::<_, ConnError>(
+                    samples
+                        .into_iter()
+                        .map(|s| (s, disk_bytes(&b.instance_dir(s.0))))
+                        .collect::<Vec<_>>(),
+                )
+            })
+            .await;
+        let samples = match sampled {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "no stats from libvirt");
+                return Vec::new();
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "no stats from libvirt");
+                return Vec::new();
+            }
+        };
+        let now = Instant::now();
+        let mut cpu = self.0.cpu.lock().unwrap_or_else(|e| e.into_inner());
+        let mut out = Vec::with_capacity(samples.len());
+        for ((id, cpu_ns, vcpus, mem_kib), disk) in samples {
+            let percent = cpu.get(&id).and_then(|(then, before)| {
+                let wall = now.duration_since(*then).as_nanos();
+                let used = u128::from(cpu_ns.checked_sub(*before)?);
+                let capacity = wall * u128::from(vcpus.max(1));
+                (capacity > 0)
+                    .then(|| u32::try_from((used * 100 / capacity).min(100)).unwrap_or(100))
+            });
+            cpu.insert(id, (now, cpu_ns));
+            out.push((
+                id,
+                Usage {
+                    mem_mb: u32::try_from(mem_kib / 1024).unwrap_or(u32::MAX),
+                    disk_mb: u32::try_from(disk / (1024 * 1024)).unwrap_or(u32::MAX),
+                    cpu_percent: percent,
+                },
+            ));
+        }
+        out
+    }
+
+    async fn list(&self) -> Result<Vec<Existing>, BackendError> {
+        self.0
+            .conn
+            .run(|c| {
+                let mut out = Vec::new();
+                for d in c.list_all_domains(0)? {
+                    match ours(&d) {
+                        Ok(true) => {}
+                        Ok(false) => continue,
+                        // Undefined since the list: not there any more.
+                        Err(e) if e.code() == ErrorNumber::NoDomain => continue,
+                        Err(e) => return Err(e),
+                    }
+                    let running = match d.is_active() {
+                        Ok(running) => running,
+                        Err(e) if e.code() == ErrorNumber::NoDomain => continue,
+                        Err(e) => return Err(e),
+                    };
+                    out.push(Existing {
+                        instance: d.get_uuid()?,
+                        running,
+                    });
+                }
+                Ok(out)
+            })
+            .await
+            .map_err(|e| BackendError::Other(e.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests;

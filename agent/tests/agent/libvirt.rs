@@ -1,0 +1,495 @@
+//! Real VMs through the agent: the daemon with `--backend libvirt` against a real libvirtd
+//! (QEMU, TCG), driven over SSNTP by a fake controller through the real scheduler. The guest is
+//! the tiny test guest (`scripts/tiny-guest.sh`), which prints `CUMULO-GUEST-UP <uuid>` on its
+//! serial console.
+//!
+//! These tests need `CUMULO_LIBVIRT_URI` (e.g. `qemu:///system`, with libvirtd running:
+//! `scripts/libvirt.sh` starts one). Without it they print why and pass, unless
+//! `CUMULO_LIBVIRT_REQUIRED=1` (CI sets it): then they fail. `CUMULO_TINY_GUEST` may name a
+//! directory with the guest's `kernel` and `initrd`; else the script builds (or finds) it.
+//!
+//! `libvirt_boot_figures` (ignored; run with `--ignored --nocapture`) prints boot times.
+// Helpers outside `#[test]` functions unwrap too: a failure there is a test failure.
+#![allow(clippy::unwrap_used)]
+
+use super::support::*;
+use std::os::unix::fs::PermissionsExt;
+use virt::connect::Connect;
+use virt::domain::Domain;
+
+/// One VM-heavy test at a time (two cores).
+static VMS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The libvirt URI to test against, or `None` (after saying why) when the tests are skipped.
+fn libvirt_uri() -> Option<String> {
+    match std::env::var("CUMULO_LIBVIRT_URI") {
+        Ok(uri) if !uri.is_empty() => Some(uri),
+        _ => {
+            let required = std::env::var("CUMULO_LIBVIRT_REQUIRED").is_ok_and(|v| v == "1");
+            assert!(
+                !required,
+                "CUMULO_LIBVIRT_REQUIRED=1 but CUMULO_LIBVIRT_URI is not set: start libvirtd \
+                 (scripts/libvirt.sh) and set it"
+            );
+            eprintln!(
+                "SKIPPED: the libvirt tests need CUMULO_LIBVIRT_URI (e.g. qemu:///system with \
+                 libvirtd running; see scripts/libvirt.sh)"
+            );
+            None
+        }
+    }
+}
+
+/// The tiny guest's directory (`kernel`, `initrd`).
+fn tiny_guest() -> PathBuf {
+    if let Ok(dir) = std::env::var("CUMULO_TINY_GUEST") {
+        return PathBuf::from(dir);
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/tiny-guest.sh");
+    let out = Command::new("bash").arg(&script).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}: {}",
+        script.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+}
+
+/// A state directory QEMU (another user under qemu:///system) can reach, with the tiny guest
+/// as image `tiny`.
+fn state_dir(dir: &Path) -> PathBuf {
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let state = dir.join("state");
+    let image = state.join("images").join("tiny");
+    std::fs::create_dir_all(&image).unwrap();
+    let guest = tiny_guest();
+    for f in ["kernel", "initrd"] {
+        std::fs::copy(guest.join(f), image.join(f)).unwrap();
+    }
+    state
+}
+
+fn libvirt_args(uri: &str) -> Vec<String> {
+    [
+        "--backend",
+        "libvirt",
+        "--libvirt-uri",
+        uri,
+        "--accel",
+        "tcg",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+fn vm(instance: Uuid, image: &str) -> Start {
+    let mut s = start(instance, image);
+    s.vm_type = VmType::Qemu;
+    s.requirements.mem_mb = 256;
+    s
+}
+
+fn console(state: &Path, instance: Uuid) -> PathBuf {
+    state
+        .join("libvirt/instances")
+        .join(instance.to_string())
+        .join("console.log")
+}
+
+/// Whether the instance's console shows the guest's marker with its own UUID.
+fn marker_seen(state: &Path, instance: Uuid) -> bool {
+    std::fs::read_to_string(console(state, instance))
+        .is_ok_and(|log| log.contains(&format!("CUMULO-GUEST-UP {instance}")))
+}
+
+async fn wait_marker(state: &Path, instance: Uuid, within: Duration) {
+    let state = state.to_owned();
+    testkit::wait_until(within, "the guest's marker on its console", || {
+        let seen = marker_seen(&state, instance);
+        async move { seen }
+    })
+    .await;
+}
+
+/// Whether libvirt has a domain with this UUID.
+async fn domain_exists(uri: &str, instance: Uuid) -> bool {
+    let uri = uri.to_string();
+    tokio::task::spawn_blocking(move || {
+        let mut c = Connect::open(Some(&uri)).unwrap();
+        let found = Domain::lookup_by_uuid(&c, instance).is_ok();
+        c.close().unwrap();
+        found
+    })
+    .await
+    .unwrap()
+}
+
+/// Runs `f` on a fresh connection (blocking pool).
+async fn with_libvirt<T: Send + 'static>(
+    uri: &str,
+    f: impl FnOnce(&Connect) -> Result<T, virt::error::Error> + Send + 'static,
+) -> T {
+    let uri = uri.to_string();
+    tokio::task::spawn_blocking(move || {
+        let mut c = Connect::open(Some(&uri)).unwrap();
+        let out = f(&c).unwrap();
+        c.close().unwrap();
+        out
+    })
+    .await
+    .unwrap()
+}
+
+/// Removes the test's domains if the test fails half-way (QEMU outlives libvirtd: a failed
+/// run would leave VMs running). Nothing to do after a test that passed.
+struct Leftovers {
+    uri: String,
+    domains: Vec<Uuid>,
+}
+
+impl Drop for Leftovers {
+    fn drop(&mut self) {
+        let Ok(mut c) = Connect::open(Some(&self.uri)) else {
+            return;
+        };
+        for id in &self.domains {
+            if let Ok(d) = Domain::lookup_by_uuid(&c, *id) {
+                let _ = d.destroy();
+                let _ = d.undefine();
+            }
+        }
+        let _ = c.close();
+    }
+}
+
+fn failure_of(m: &Message, node: Uuid, instance: Uuid) -> Option<StartFailureReason> {
+    start_failure(m, node)
+        .filter(|f| f.instance_uuid == instance)
+        .map(|f| f.reason)
+}
+
+/// The whole life of real VMs through the agent: a tiny guest boots, reaches active and shows
+/// its marker with its own UUID; a guest that powers itself off is reported stopped and
+/// removed; bad STARTs fail with their reasons (unknown image, a domain of someone else's with
+/// the same UUID, which is left alone; an image whose kernel panics is reported stopped); after an agent restart the running VM is re-attached
+/// and one that vanished meanwhile is reported stopped; DELETE leaves nothing in libvirt or on
+/// disk.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_vms_through_the_agent() {
+    let Some(uri) = libvirt_uri() else { return };
+    let _one_at_a_time = VMS.lock().await;
+    let pki = TestPki::new();
+    let dir = tempfile::tempdir().unwrap();
+    let state = state_dir(dir.path());
+    let sched = real_scheduler(&pki).await;
+    let node = u(0x41);
+    let files = agent_files(&pki, Role::AGENT, Some(node), dir.path());
+    let mut c = controller(&pki, &sched.addr).await;
+    let extra = libvirt_args(&uri);
+    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+    let agent = start_agent(config(&files, &sched.addr, &state, &extra));
+    c.stats(node, "the agent's first STATS", |_| true).await;
+
+    // Someone else's domain with the UUID of an instance we are asked to start.
+    let clash = Uuid::new_v4();
+    let foreign = format!(
+        "<domain type='qemu'><name>not-cumulo-{clash}</name><uuid>{clash}</uuid>\
+         <memory unit='MiB'>64</memory><vcpu>1</vcpu><os><type arch='x86_64'>hvm</type></os></domain>"
+    );
+    with_libvirt(&uri, move |c| Domain::define_xml(c, &foreign).map(|_| ())).await;
+
+    let a = Uuid::new_v4(); // boots and stays up
+    let b = Uuid::new_v4(); // boots, then vanishes while the agent is away
+    let p = Uuid::new_v4(); // powers itself off
+    let missing = Uuid::new_v4();
+    // An image that fails to boot: the kernel finds no init, panics and reboots, and the
+    // domain (on_reboot: destroy) stops.
+    let noinit = Uuid::new_v4();
+    let broken = state.join("images/noinit");
+    std::fs::create_dir_all(&broken).unwrap();
+    std::fs::copy(state.join("images/tiny/kernel"), broken.join("kernel")).unwrap();
+    let empty = agent::backend::libvirt::seed::Seed::new(noinit, None, &BTreeMap::new());
+    std::fs::write(broken.join("initrd"), empty.cpio()).unwrap();
+    let _leftovers = Leftovers {
+        uri: uri.clone(),
+        domains: vec![a, b, p, noinit, clash],
+    };
+    c.send(&start_payload(vm(noinit, "noinit")));
+    c.send(&start_payload(vm(a, "tiny")));
+    c.send(&start_payload(vm(b, "tiny")));
+    let mut off = vm(p, "tiny");
+    off.user_data = Some("cumulo-test: poweroff\n".into());
+    c.send(&start_payload(off));
+    c.send(&start_payload(vm(missing, "no-such-image")));
+    c.send(&start_payload(vm(clash, "tiny")));
+
+    let reason = c
+        .expect("image_failure", |m| failure_of(m, node, missing))
+        .await;
+    assert_eq!(reason, StartFailureReason::ImageFailure);
+    let reason = c
+        .expect("instance_exists", |m| failure_of(m, node, clash))
+        .await;
+    assert_eq!(reason, StartFailureReason::InstanceExists);
+
+    c.expect("INSTANCE_STOPPED of the guest that powered off", |m| {
+        event_from(m, node, Operand::InstanceStopped, p).then_some(())
+    })
+    .await;
+    c.expect("INSTANCE_STOPPED of the guest that could not boot", |m| {
+        event_from(m, node, Operand::InstanceStopped, noinit).then_some(())
+    })
+    .await;
+    c.stats(node, "a and b active", |s| all_active(s, &[a, b]))
+        .await;
+    wait_marker(&state, a, Duration::from_secs(90)).await;
+    wait_marker(&state, b, Duration::from_secs(90)).await;
+    // An instance that exited is reported first, then removed.
+    for gone in [p, noinit] {
+        let dir = state.join("libvirt/instances").join(gone.to_string());
+        let uri = uri.clone();
+        testkit::wait_until(
+            T,
+            "an exited instance's domain and files removed",
+            move || {
+                let (uri, dir) = (uri.clone(), dir.clone());
+                async move { !dir.exists() && !domain_exists(&uri, gone).await }
+            },
+        )
+        .await;
+    }
+
+    // The agent goes away; b vanishes; a new agent re-attaches a and reports b stopped.
+    agent.stop().await;
+    with_libvirt(&uri, move |c| {
+        let d = Domain::lookup_by_uuid(c, b)?;
+        d.destroy()
+    })
+    .await;
+    let agent = start_agent(config(&files, &sched.addr, &state, &extra));
+    c.expect("INSTANCE_STOPPED of the VM that vanished", |m| {
+        event_from(m, node, Operand::InstanceStopped, b).then_some(())
+    })
+    .await;
+    c.stats(node, "a re-attached", |s| {
+        state_in(s, a) == Some(InstanceState::Active) && state_in(s, b).is_none()
+    })
+    .await;
+    assert!(!domain_exists(&uri, b).await);
+
+    c.send(&delete(a, node, false));
+    c.expect("INSTANCE_DELETED", |m| {
+        event_from(m, node, Operand::InstanceDeleted, a).then_some(())
+    })
+    .await;
+    assert!(
+        !domain_exists(&uri, a).await,
+        "nothing of a left in libvirt"
+    );
+    let instances = state.join("libvirt/instances");
+    let left: Vec<_> = std::fs::read_dir(&instances)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(left.is_empty(), "nothing left on disk: {left:?}");
+
+    // The foreign domain was never touched.
+    let kept = with_libvirt(&uri, move |c| {
+        let d = Domain::lookup_by_uuid(c, clash)?;
+        let name = d.get_name()?;
+        d.undefine()?;
+        Ok(name)
+    })
+    .await;
+    assert_eq!(kept, format!("not-cumulo-{clash}"));
+    agent.stop().await;
+    sched.stop.cancel();
+}
+
+/// Boot figures (not assertions): START → active and START → guest marker for one tiny guest,
+/// then for five started at once. `cargo test -p agent --test agent -- --ignored --nocapture
+/// libvirt_boot_figures` with `CUMULO_LIBVIRT_URI` set.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "prints figures; needs libvirtd"]
+async fn libvirt_boot_figures() {
+    let Some(uri) = libvirt_uri() else { return };
+    let _one_at_a_time = VMS.lock().await;
+    let pki = TestPki::new();
+    let dir = tempfile::tempdir().unwrap();
+    let state = state_dir(dir.path());
+    let sched = real_scheduler(&pki).await;
+    let node = u(0x42);
+    let files = agent_files(&pki, Role::AGENT, Some(node), dir.path());
+    let mut c = controller(&pki, &sched.addr).await;
+    let extra = libvirt_args(&uri);
+    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+    let agent = start_agent(config(&files, &sched.addr, &state, &extra));
+    c.stats(node, "the agent's first STATS", |_| true).await;
+
+    for count in [1usize, 1, 5] {
+        let ids: Vec<Uuid> = (0..count).map(|_| Uuid::new_v4()).collect();
+        let _leftovers = Leftovers {
+            uri: uri.clone(),
+            domains: ids.clone(),
+        };
+        let t0 = Instant::now();
+        for id in &ids {
+            c.send(&start_payload(vm(*id, "tiny")));
+        }
+        let mut active = None;
+        let mut markers: Vec<Option<Duration>> = vec![None; count];
+        let deadline = t0 + Duration::from_secs(180);
+        while markers.iter().any(Option::is_none) && Instant::now() < deadline {
+            if active.is_none() {
+                let got = tokio::time::timeout(Duration::from_millis(100), c.events.recv()).await;
+                if let Ok(Some(ClientEvent::Frames(ms))) = got
+                    && ms
+                        .iter()
+                        .any(|m| stats_from(m, node).is_some_and(|s| all_active(s, &ids)))
+                {
+                    active = Some(t0.elapsed());
+                }
+            } else {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            for (i, id) in ids.iter().enumerate() {
+                if markers[i].is_none() && marker_seen(&state, *id) {
+                    markers[i] = Some(t0.elapsed());
+                }
+            }
+        }
+        let worst = markers.iter().flatten().max().copied();
+        eprintln!(
+            "FIGURES: {count} tiny guest(s) at once (TCG): START -> all active {active:?}, \
+             START -> marker per guest {markers:?}, slowest {worst:?}"
+        );
+        for id in &ids {
+            c.send(&delete(*id, node, false));
+        }
+        for id in &ids {
+            let id = *id;
+            c.expect("INSTANCE_DELETED", move |m| {
+                event_from(m, node, Operand::InstanceDeleted, id).then_some(())
+            })
+            .await;
+        }
+    }
+    agent.stop().await;
+    sched.stop.cancel();
+}
+
+/// The backend alone against the real libvirtd: create, start, marker, delete.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_backend_alone_boots_a_tiny_guest() {
+    use agent::backend::libvirt::{Accel, LibvirtBackend, LibvirtConfig};
+    let Some(uri) = libvirt_uri() else { return };
+    let _one_at_a_time = VMS.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let state = state_dir(dir.path());
+    let b = LibvirtBackend::new(LibvirtConfig::new(&uri, Accel::Tcg, &state)).unwrap();
+    let id = Uuid::new_v4();
+    let _leftovers = Leftovers {
+        uri: uri.clone(),
+        domains: vec![id],
+    };
+    let spec = wire::spec_from_start(&vm(id, "tiny"));
+    let t0 = Instant::now();
+    b.create(&spec).await.unwrap();
+    let created = t0.elapsed();
+    b.start(id).await.unwrap();
+    let started = t0.elapsed();
+    wait_marker(&state, id, Duration::from_secs(90)).await;
+    let marker = t0.elapsed();
+    b.delete(id).await.unwrap();
+    eprintln!(
+        "the backend alone: created {created:?}, started {started:?}, marker {marker:?}, deleted {:?}",
+        t0.elapsed()
+    );
+    assert!(!domain_exists(&uri, id).await);
+    assert!(!b.instance_dir(id).exists());
+}
+
+/// A Unix socket that forwards to libvirtd's: closing it is libvirtd going away for the
+/// backend; opening it again is libvirtd coming back.
+struct Proxy {
+    path: PathBuf,
+    task: JoinHandle<()>,
+}
+
+impl Proxy {
+    fn start(path: &Path, target: &'static str) -> Proxy {
+        let _ = std::fs::remove_file(path);
+        let listener = tokio::net::UnixListener::bind(path).unwrap();
+        let task = tokio::spawn(async move {
+            let mut links = tokio::task::JoinSet::new();
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                links.spawn(async move {
+                    if let Ok(mut outbound) = tokio::net::UnixStream::connect(target).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+            }
+        });
+        Proxy {
+            path: path.to_owned(),
+            task,
+        }
+    }
+
+    /// Drops the listener and every forwarded connection.
+    async fn stop(self) {
+        self.task.abort();
+        let _ = self.task.await;
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// libvirtd going away mid-run and coming back: calls fail with typed errors meanwhile (a START
+/// would fail `launch_failure`), a defined instance is not taken for exited, and the backend
+/// reconnects by itself once libvirtd answers again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_backend_reconnects_when_libvirtd_returns() {
+    use agent::backend::libvirt::{Accel, LibvirtBackend, LibvirtConfig};
+    let Some(uri) = libvirt_uri() else { return };
+    if uri != "qemu:///system" {
+        eprintln!("SKIPPED: the reconnect test forwards qemu:///system's socket only");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let state = state_dir(dir.path());
+    let socket = dir.path().join("libvirt.sock");
+    let proxy = Proxy::start(&socket, "/run/libvirt/libvirt-sock");
+    let proxied = format!("qemu:///system?socket={}", socket.display());
+    let b = LibvirtBackend::new(LibvirtConfig::new(&proxied, Accel::Tcg, &state)).unwrap();
+    let id = Uuid::new_v4();
+    let _leftovers = Leftovers {
+        uri: uri.clone(),
+        domains: vec![id],
+    };
+    b.create(&wire::spec_from_start(&vm(id, "tiny")))
+        .await
+        .unwrap();
+    let listed = b.list().await.unwrap();
+    assert!(listed.iter().any(|e| e.instance == id && !e.running));
+
+    proxy.stop().await;
+    assert!(b.list().await.is_err(), "libvirtd is away");
+    let other = Uuid::new_v4();
+    let err = b
+        .create(&wire::spec_from_start(&vm(other, "tiny")))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, agent::BackendError::Launch(_)), "{err:?}");
+    assert!(!b.instance_dir(other).exists());
+    assert!(b.delete(id).await.is_err(), "nothing removed blind");
+    assert!(b.stats().await.is_empty());
+
+    let proxy = Proxy::start(&socket, "/run/libvirt/libvirt-sock");
+    let listed = b.list().await.unwrap();
+    assert!(listed.iter().any(|e| e.instance == id), "reconnected");
+    b.delete(id).await.unwrap();
+    assert!(!domain_exists(&uri, id).await);
+    proxy.stop().await;
+}

@@ -1,0 +1,76 @@
+# Starts virtlogd and libvirtd by hand (no systemd on the build machines) and stops them by PID.
+# Sourced by scripts/test.sh; also usable by hand:
+#   source scripts/libvirt.sh && libvirt_up && ... && libvirt_down
+# libvirt_up exports CUMULO_LIBVIRT_URI=qemu:///system when the daemon answers. A libvirtd that
+# already answers is used as it is and left running (only what this script started is stopped).
+
+CUMULO_LIBVIRT_PIDS=()
+CUMULO_LIBVIRT_LOGS=""
+
+# The QEMU driver refuses to load without these (Debian's packages make them under systemd).
+libvirt_accounts() {
+    getent group kvm >/dev/null || groupadd --system kvm
+    getent group libvirt-qemu >/dev/null || groupadd --system libvirt-qemu
+    getent passwd libvirt-qemu >/dev/null ||
+        useradd --system --gid libvirt-qemu --groups kvm --home-dir /var/lib/libvirt \
+            --no-create-home --shell /usr/sbin/nologin libvirt-qemu
+    # What udev does on a Debian host: /dev/kvm for group kvm. Without it libvirtd probes QEMU
+    # as root (KVM found), then finds KVM unusable for the qemu user, judges its capability
+    # cache stale and probes again on every domain definition (~40 s each on 2 busy cores).
+    # Domains still run under TCG when the agent says so (--accel tcg, or auto on a VM).
+    if [ -c /dev/kvm ] && [ "$(stat -c %G /dev/kvm)" = root ]; then
+        chgrp kvm /dev/kvm && chmod 660 /dev/kvm
+    fi
+}
+
+# Polls `what` (a command) until it succeeds, for at most $2 seconds.
+libvirt_wait() {
+    local what=$1 limit=$2 start=$SECONDS
+    until eval "$what" >/dev/null 2>&1; do
+        if [ $((SECONDS - start)) -ge "$limit" ]; then return 1; fi
+        sleep 0.2
+    done
+}
+
+libvirt_up() {
+    if virsh -c qemu:///system version >/dev/null 2>&1; then
+        echo "libvirtd already answers: using it"
+        export CUMULO_LIBVIRT_URI=qemu:///system
+        return 0
+    fi
+    libvirt_accounts
+    CUMULO_LIBVIRT_LOGS=$(mktemp -d /tmp/cumulo-libvirt-logs.XXXXXX)
+    mkdir -p /run/libvirt /var/lib/libvirt/qemu /var/log/libvirt/qemu
+    if ! pgrep -x virtlogd >/dev/null; then
+        # A socket left by a virtlogd that was killed would pass the readiness check at once.
+        rm -f /run/libvirt/virtlogd-sock /run/libvirt/virtlogd-admin-sock
+        virtlogd >"$CUMULO_LIBVIRT_LOGS/virtlogd.log" 2>&1 &
+        CUMULO_LIBVIRT_PIDS+=($!)
+        libvirt_wait "test -S /run/libvirt/virtlogd-sock" 20 || {
+            echo "virtlogd did not start: $CUMULO_LIBVIRT_LOGS/virtlogd.log" >&2
+            return 1
+        }
+    fi
+    libvirtd >"$CUMULO_LIBVIRT_LOGS/libvirtd.log" 2>&1 &
+    CUMULO_LIBVIRT_PIDS+=($!)
+    if ! libvirt_wait "virsh -c qemu:///system version" 60; then
+        echo "libvirtd did not answer within 60 s:" >&2
+        tail -n 30 "$CUMULO_LIBVIRT_LOGS/libvirtd.log" >&2
+        return 1
+    fi
+    echo "libvirtd up (pids ${CUMULO_LIBVIRT_PIDS[*]}, logs in $CUMULO_LIBVIRT_LOGS)"
+    export CUMULO_LIBVIRT_URI=qemu:///system
+}
+
+# Stops what libvirt_up started, by PID, newest first.
+libvirt_down() {
+    local i pid
+    for ((i = ${#CUMULO_LIBVIRT_PIDS[@]} - 1; i >= 0; i--)); do
+        pid=${CUMULO_LIBVIRT_PIDS[$i]}
+        kill "$pid" 2>/dev/null || continue
+        for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+        kill -9 "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+    done
+    CUMULO_LIBVIRT_PIDS=()
+}

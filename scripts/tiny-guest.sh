@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# Builds the tiny test guest once and caches it outside the repository; prints the directory
+# that holds it (`kernel`, `initrd`: a kernel+initrd image for the agent's libvirt backend).
+#
+# The guest is Debian's cloud kernel and a busybox initramfs, both unpacked from Debian packages
+# fetched with `apt-get download` (no root needed). Its /init:
+# - mounts proc, sys and dev, loads the virtio network modules if it finds them, brings eth0 up
+#   if there is one;
+# - reads its instance UUID from the cloud-init meta-data that the agent appends to the initrd
+#   (`/cumulo/meta-data`, `instance-id: <uuid>`), else from the kernel command line
+#   (`cumulo.instance=<uuid>`), and prints `CUMULO-GUEST-UP <uuid>` on the serial console;
+# - if its user-data has a line `cumulo-test: poweroff`, powers off (an instance that stops on
+#   its own); otherwise stays up.
+#
+# Cache: ${CUMULO_TINY_GUEST_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/cumulo/tiny-guest}/v<N>.
+# Needs: apt-get (with package lists), dpkg-deb. Safe to run again and from several processes.
+set -euo pipefail
+
+# Bump when the guest's content changes: a new version is built beside the old one.
+VERSION=1
+cache=${CUMULO_TINY_GUEST_CACHE:-${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/cumulo/tiny-guest}
+out="$cache/v$VERSION"
+if [ -s "$out/kernel" ] && [ -s "$out/initrd" ]; then
+    echo "$out"
+    exit 0
+fi
+
+work=$(mktemp -d)
+chmod 755 "$work" # apt-get download drops privileges to _apt where it can
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+
+# The kernel package that the cloud kernel meta-package points at.
+cloud_kernel() {
+    apt-cache depends linux-image-cloud-amd64 2>/dev/null |
+        awk '/Depends: linux-image-[0-9]/ { print $2; exit }'
+}
+kpkg=$(cloud_kernel)
+if [ -z "$kpkg" ] && [ "$(id -u)" -eq 0 ]; then
+    apt-get -o DPkg::Lock::Timeout=300 update -q >&2
+    kpkg=$(cloud_kernel)
+fi
+if [ -z "$kpkg" ]; then
+    echo "tiny-guest: no linux-image-cloud-amd64 in the package lists (run apt-get update)" >&2
+    exit 1
+fi
+apt-get download -q "$kpkg" busybox-static >&2
+dpkg-deb -x "$(ls "$kpkg"_*.deb)" kernel-pkg
+dpkg-deb -x "$(ls busybox-static_*.deb)" busybox-pkg
+vmlinuz=$(ls kernel-pkg/boot/vmlinuz-*)
+kver=${vmlinuz##*/vmlinuz-}
+
+root=initramfs
+mkdir -p "$root"/{bin,dev,proc,sys,etc,cumulo,lib/modules}
+cp busybox-pkg/bin/busybox "$root/bin/busybox"
+# The virtio network driver and what it needs, in load order (built-in ones are simply absent).
+for m in virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci failover \
+    net_failover virtio_net; do
+    f=$(find "kernel-pkg/lib/modules/$kver" -name "$m.ko*" | head -n 1)
+    if [ -n "$f" ]; then
+        case "$f" in
+        *.ko.xz) xz -dc "$f" >"$root/lib/modules/$m.ko" ;;
+        *.ko.zst) zstd -qdc "$f" >"$root/lib/modules/$m.ko" ;;
+        *) cp "$f" "$root/lib/modules/$m.ko" ;;
+        esac
+        echo "$m" >>"$root/lib/modules/order"
+    fi
+done
+
+cat >"$root/init" <<'INIT'
+#!/bin/busybox sh
+/bin/busybox --install -s /bin
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mount -t devtmpfs dev /dev 2>/dev/null
+exec </dev/console >/dev/console 2>&1
+if [ -f /lib/modules/order ]; then
+    while read -r m; do insmod "/lib/modules/$m.ko" 2>/dev/null; done </lib/modules/order
+fi
+if [ -e /sys/class/net/eth0 ]; then
+    ip link set eth0 up && echo "CUMULO-GUEST-NET eth0 up"
+fi
+id=""
+if [ -f /cumulo/meta-data ]; then
+    id=$(sed -n 's/^instance-id: *//p' /cumulo/meta-data | head -n 1)
+    host=$(sed -n 's/^local-hostname: *//p' /cumulo/meta-data | head -n 1)
+    [ -n "$host" ] && hostname "$host"
+fi
+if [ -z "$id" ]; then
+    id=$(tr ' ' '\n' </proc/cmdline | sed -n 's/^cumulo.instance=//p' | head -n 1)
+fi
+echo "CUMULO-GUEST-UP ${id:-unknown}"
+if [ -f /cumulo/user-data ] && grep -q '^cumulo-test: poweroff' /cumulo/user-data; then
+    echo "CUMULO-GUEST-POWEROFF ${id:-unknown}"
+    poweroff -f
+fi
+while true; do sleep 3600; done
+INIT
+chmod 755 "$root/init"
+
+(cd "$root" && find . | "$work/busybox-pkg/bin/busybox" cpio -o -H newc 2>/dev/null | gzip -9) >initrd
+mkdir -p "$cache"
+tmp=$(mktemp -d "$cache/.build.XXXXXX")
+cp "$vmlinuz" "$tmp/kernel"
+cp initrd "$tmp/initrd"
+echo "$kpkg" >"$tmp/kernel-package"
+# Another process may have finished first: keep whichever landed.
+mv -T "$tmp" "$out" 2>/dev/null || rm -rf "$tmp"
+echo "$out"
