@@ -285,7 +285,7 @@ pub fn instance(
                 Err(e) => {
                     return Err(CommandError::Other(format!(
                         "no console log at {} ({e}): consoles are read on the instance's host \
-                         (cumulo up's cluster)",
+                         (cumulo up's cluster), and only VMs (the libvirt backend) have one",
                         path.display()
                     )));
                 }
@@ -295,13 +295,9 @@ pub fn instance(
     Ok(())
 }
 
-/// Where the local agent keeps an instance's serial console log.
+/// Where the local agent keeps an instance's serial console log (VMs only).
 pub fn console_path(layout: &Layout, id: &str) -> std::path::PathBuf {
-    layout
-        .state("agent")
-        .join("instances")
-        .join(id)
-        .join("console.log")
+    crate::up::libvirt::console_path(layout, id)
 }
 
 fn action(

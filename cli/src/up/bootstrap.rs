@@ -2,15 +2,14 @@
 //! node, the seed objects (flavors, the tiny image, a demo project and user, a workload), the
 //! first instance; and the backend choice before anything starts.
 
-use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::UpOptions;
 use super::cluster::{Backend, UpError, password_file, wait_for};
 use super::layout::Layout;
+use super::{UpOptions, libvirt};
 use crate::client::{Connection, Credentials};
 use crate::routes;
 
@@ -114,24 +113,27 @@ pub fn choose_backend(options: &UpOptions) -> Result<(Backend, String), UpError>
             ),
         ));
     }
-    if !libvirt_answers() {
+    if libvirt::answers() {
+        return Ok((Backend::Libvirt, "libvirt (qemu:///system)".into()));
+    }
+    if !is_root() {
         return Ok((
             Backend::Sim,
             "sim — WARNING: no libvirt daemon answers at qemu:///system; start libvirtd \
-             (scripts/libvirt.sh start, as root) for real VMs"
+             (or run cumulo up as root, which starts a private one) for real VMs"
                 .into(),
         ));
     }
-    Ok((Backend::Libvirt, "libvirt (qemu:///system)".into()))
-}
-
-fn libvirt_answers() -> bool {
-    Command::new("virsh")
-        .args(["-c", "qemu:///system", "version"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
+    match libvirt::start_private(&options.layout) {
+        Ok(()) => Ok((
+            Backend::Libvirt,
+            "libvirt (a private libvirtd started; cumulo down stops it)".into(),
+        )),
+        Err(e) => Ok((
+            Backend::Sim,
+            format!("sim — WARNING: libvirtd could not be started ({e})"),
+        )),
+    }
 }
 
 /// Finds an object by name in a listing, or makes it with `create`.
@@ -237,15 +239,37 @@ fn demo_login(url: &str, password: &str) -> Result<Connection, UpError> {
 pub fn first_instance(
     layout: &Layout,
     seeded: &Seeded,
-    _backend: Backend,
+    backend: Backend,
 ) -> Result<String, UpError> {
     let demo = demo_login(&seeded.url, &seeded.demo_password)?;
     let listing = demo.get(routes::INSTANCES)?;
-    let id = match routes::items(&listing)
+    let existing = routes::items(&listing)
         .into_iter()
-        .find(|i| i["name"].as_str() == Some(FIRST))
-    {
-        Some(existing) => id_of(&existing)?,
+        .find(|i| i["name"].as_str() == Some(FIRST));
+    // A console log left by an earlier boot does not count: only what is written from now on.
+    let console_seen =
+        |id: &str| std::fs::metadata(libvirt::console_path(layout, id)).map_or(0, |m| m.len());
+    let mut skip = 0;
+    let id = match existing {
+        Some(existing) => {
+            let id = id_of(&existing)?;
+            skip = console_seen(&id);
+            match existing["state"].as_str() {
+                // Stopped by `cumulo down`: start it again.
+                Some("exited") => {
+                    demo.post(&routes::instance_action(&id, "start"), &json!({}))?;
+                }
+                Some("error") => {
+                    return Err(UpError::Other(format!(
+                        "the first instance {id} is in error ({}); delete it with \
+                         `cumulo instance delete {id}` and run up again",
+                        existing["error"].as_str().unwrap_or("no reason given")
+                    )));
+                }
+                _ => {}
+            }
+            id
+        }
         None => {
             let made = demo.post(
                 routes::INSTANCES,
@@ -269,6 +293,21 @@ pub fn first_instance(
                 .is_ok_and(|i| i["state"].as_str() == Some("active"))
         },
     )?;
+    if backend == Backend::Libvirt {
+        let console = libvirt::console_path(layout, &id);
+        let marker = format!("CUMULO-GUEST-UP {id}");
+        wait_for(
+            "the guest's boot",
+            &console,
+            Duration::from_secs(120),
+            || {
+                std::fs::read(&console).is_ok_and(|bytes| {
+                    let from = usize::try_from(skip).unwrap_or(0);
+                    String::from_utf8_lossy(bytes.get(from..).unwrap_or_default()).contains(&marker)
+                })
+            },
+        )?;
+    }
     Ok(id)
 }
 
@@ -284,9 +323,4 @@ pub fn exports(layout: &Layout, seeded: &Seeded) -> String {
         url = seeded.url,
         pw = seeded.demo_password,
     )
-}
-
-/// Whether `path` holds a console log with the guest's marker for `id`.
-pub fn console_shows(path: &Path, id: &str) -> bool {
-    std::fs::read_to_string(path).is_ok_and(|text| text.contains(id))
 }

@@ -9,6 +9,7 @@
 pub mod bootstrap;
 pub mod cluster;
 pub mod layout;
+pub mod libvirt;
 pub mod procs;
 
 use std::io::Write;
@@ -94,7 +95,9 @@ pub fn up(options: &UpOptions, out: &mut dyn Write) -> Result<(), UpError> {
     let mut progress = Progress {
         out,
         step: 0,
-        steps: 7 + usize::from(options.first_instance),
+        steps: 7
+            + usize::from(options.first_instance)
+            + usize::from(options.backend == Backend::Libvirt),
     };
     progress.run("certificates", || {
         let made = cluster::certificates(layout, &options.host)?;
@@ -104,6 +107,12 @@ pub fn up(options: &UpOptions, out: &mut dyn Write) -> Result<(), UpError> {
         let (backend, note) = bootstrap::choose_backend(options)?;
         Ok((backend, note))
     })?;
+    if backend == Backend::Libvirt {
+        progress.run("tiny guest image", || {
+            let image = libvirt::install_tiny_guest(layout, &scripts_dir())?;
+            Ok(((), format!("{}", image.display())))
+        })?;
+    }
     cluster::password_file(&layout.admin_password())?;
     let specs = cluster::specs(layout, backend, &options.host)?;
     for spec in &specs {
@@ -138,7 +147,12 @@ pub fn up(options: &UpOptions, out: &mut dyn Write) -> Result<(), UpError> {
     if options.first_instance {
         progress.run("first instance", || {
             let id = bootstrap::first_instance(layout, &seeded, backend)?;
-            Ok(((), format!("{id} active")))
+            let how = if backend == Backend::Libvirt {
+                "active, booted"
+            } else {
+                "active"
+            };
+            Ok(((), format!("{id} {how}")))
         })?;
     }
     let exports = bootstrap::exports(layout, &seeded);
@@ -158,6 +172,11 @@ pub fn up(options: &UpOptions, out: &mut dyn Write) -> Result<(), UpError> {
 
 /// Stops the local cluster; with `purge`, removes its directory.
 pub fn down(layout: &Layout, purge: bool, out: &mut dyn Write) -> Result<(), UpError> {
+    // The cluster's VMs first, while the agent still runs (it reports them stopped).
+    let vms = libvirt::stop_vms(layout, purge);
+    if vms > 0 {
+        let _ = writeln!(out, "powered off {vms} VM(s)");
+    }
     let stopped = cluster::stop_all(layout, GRACE)?;
     if stopped.is_empty() {
         let _ = writeln!(out, "nothing was running in {}", layout.root.display());
