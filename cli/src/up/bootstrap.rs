@@ -68,9 +68,13 @@ fn is_root() -> bool {
     rustix::process::geteuid().is_root()
 }
 
+/// Whether `program` is installed: on `PATH`, or in the system directories (daemons live in
+/// /usr/sbin, which a user's `PATH` may lack).
 fn have(program: &str) -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(program).is_file()))
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/sbin", "/usr/bin", "/sbin", "/bin"].map(std::path::PathBuf::from))
+        .any(|dir| dir.join(program).is_file())
 }
 
 /// The Debian packages the libvirt backend needs.
