@@ -10,7 +10,8 @@
 //!
 //! [`daemon`] is that adapter, the `cumulo-agent` binary's body: the command line, the SSNTP
 //! client, an SSNTP [`Reporter`] and the handling of the scheduler's frames. Everything else in
-//! the crate opens no socket. Tenant networking comes later.
+//! the crate opens no socket. Tenant networking ([`net`]) wraps the libvirt backend when the
+//! node is a compute node (`--network cn|dual`).
 //!
 //! Tests use [`backend::fake::FakeBackend`] and [`reporter::RecordingReporter`], both
 //! recording fakes, with tokio's paused clock.
