@@ -47,7 +47,7 @@ fn missing() -> Option<String> {
 }
 
 /// Whether to run; says why not on stderr, or fails under `CUMULO_REQUIRE_NETNS=1`.
-fn can_run(test: &str) -> bool {
+pub(crate) fn can_run(test: &str) -> bool {
     let Some(why) = missing() else { return true };
     if std::env::var("CUMULO_REQUIRE_NETNS").as_deref() == Ok("1") {
         panic!("{test}: CUMULO_REQUIRE_NETNS=1 but {why}");
@@ -56,7 +56,7 @@ fn can_run(test: &str) -> bool {
     false
 }
 
-fn run(cmd: &mut Command) -> Output {
+pub(crate) fn run(cmd: &mut Command) -> Output {
     let out = cmd.output().unwrap();
     assert!(
         out.status.success(),
@@ -67,12 +67,12 @@ fn run(cmd: &mut Command) -> Output {
 }
 
 /// A network namespace, deleted on drop.
-struct Netns {
-    name: String,
+pub(crate) struct Netns {
+    pub(crate) name: String,
 }
 
 impl Netns {
-    fn new(tag: &str) -> Netns {
+    pub(crate) fn new(tag: &str) -> Netns {
         static SWEEP: std::sync::Once = std::sync::Once::new();
         SWEEP.call_once(sweep_stale);
         static N: AtomicUsize = AtomicUsize::new(0);
@@ -85,7 +85,7 @@ impl Netns {
     }
 
     /// `ip -n NS ARGS`, which must succeed; its stdout.
-    fn ip(&self, args: &[&str]) -> String {
+    pub(crate) fn ip(&self, args: &[&str]) -> String {
         let out = run(Command::new("ip").args(["-n", &self.name]).args(args));
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
@@ -100,7 +100,7 @@ impl Netns {
     }
 
     /// `ip -d link show NAME`, or `None` if there is no such link.
-    fn link(&self, name: &str) -> Option<String> {
+    pub(crate) fn link(&self, name: &str) -> Option<String> {
         let out = Command::new("ip")
             .args(["-n", &self.name, "-d", "link", "show", "dev", name])
             .output()
