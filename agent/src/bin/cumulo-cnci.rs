@@ -1,4 +1,4 @@
-//! `cumulo-cnci`: parses the command line and runs [`agent::cnci::run`] until SIGTERM or
+//! `cumulo-cnci`: parses the command line and runs [`agent::cnci::run()`] until SIGTERM or
 //! SIGINT. A configuration it cannot run with is one line on stderr and exit status 1 (clap's
 //! own usage errors exit 2).
 #![forbid(unsafe_code)]

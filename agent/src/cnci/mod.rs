@@ -1,5 +1,5 @@
 //! `cumulo-cnci`, the tenant network's concentrator (CNCI), as a library: an SSNTP client with
-//! the CNCIAGENT role whose UUID is its instance UUID ([`run`]). It announces itself with
+//! the CNCIAGENT role whose UUID is its instance UUID ([`run()`]). It announces itself with
 //! CONCENTRATOR_INSTANCE_ADDED and ends the compute nodes' tunnels of its tenant's subnets on one
 //! bridge per subnet as TENANT_ADDED and TENANT_REMOVED come ([`Hub`]: a VXLAN hub with a flood
 //! entry per node and hairpin, or a GRE-tap per node; `docs/networking.md`, "What the CNCI must
