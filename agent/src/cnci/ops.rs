@@ -233,9 +233,56 @@ impl CnciOps for RtCnciOps {
     }
 
     async fn flood_del(&self, dev: &str, dst: IpAddr) -> Result<(), OpsError> {
-        let index = self.index("remove flood entry", dev).await?;
-        let msg = RouteNetlinkMessage::DelNeighbour(flood_message(index, dst));
-        self.neighbour("remove flood entry", dev, msg, 0).await
+        const OP: &str = "remove flood entry";
+        let index = self.index(OP, dev).await?;
+        let octets = match dst {
+            IpAddr::V4(a) => a.octets().to_vec(),
+            IpAddr::V6(a) => a.octets().to_vec(),
+        };
+        // Bridge-family dumps carry the destination as bytes (`Other`).
+        let towards = |a: &NeighbourAttribute| match a {
+            NeighbourAttribute::Destination(NeighbourAddress::Other(b)) => *b == octets,
+            NeighbourAttribute::Destination(NeighbourAddress::Inet(v4)) => dst == IpAddr::V4(*v4),
+            NeighbourAttribute::Destination(NeighbourAddress::Inet6(v6)) => dst == IpAddr::V6(*v6),
+            _ => false,
+        };
+        // The hub's entries towards the node: the all-zeros one and the learnt ones.
+        let macs: Vec<Vec<u8>> = self
+            .handle
+            .neighbours()
+            .get()
+            .set_address_family(AddressFamily::Bridge)
+            .execute()
+            .try_filter_map(|m| {
+                let mine = m.header.ifindex == index && m.attributes.iter().any(towards);
+                let mac = m.attributes.iter().find_map(|a| match a {
+                    NeighbourAttribute::LinkLayerAddress(mac) => Some(mac.clone()),
+                    _ => None,
+                });
+                futures_util::future::ready(Ok(mac.filter(|_| mine)))
+            })
+            .try_collect()
+            .await
+            .map_err(fail(OP, dev))?;
+        if macs.is_empty() {
+            return Err(OpsError::new(OP, dev, OpsErrorKind::NotFound));
+        }
+        for mac in macs {
+            let mut m = flood_message(index, dst);
+            for a in &mut m.attributes {
+                if let NeighbourAttribute::LinkLayerAddress(l) = a {
+                    l.clone_from(&mac);
+                }
+            }
+            match self
+                .neighbour(OP, dev, RouteNetlinkMessage::DelNeighbour(m), 0)
+                .await
+            {
+                Err(e) if e.kind == OpsErrorKind::NotFound => {}
+                other => other?,
+            }
+        }
+        Ok(())
     }
 
     async fn delete(&self, name: &str) -> Result<(), OpsError> {
