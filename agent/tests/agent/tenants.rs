@@ -130,3 +130,69 @@ async fn the_first_vnic_adds_the_tenant_and_the_last_delete_removes_it() {
         .unwrap();
     fake.shut().await;
 }
+
+/// A subnet whose last detach was cut short (a bridge left, no tap) is removed by the rebuild at
+/// start, before there is a session: its TENANT_REMOVED waits in the backlog and reaches the
+/// scheduler once connected.
+#[tokio::test]
+async fn a_subnet_left_half_removed_is_reported_removed_at_start() {
+    use agent::net::names::{LinkRole, bridge_name};
+    use agent::net::{Link, LinkKind, SubnetId};
+    let pki = TestPki::new();
+    let dir = tempfile::tempdir().unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = format!("localhost:{}", listener.local_addr().unwrap().port());
+    let mut fake = fake_scheduler(&pki, listener).await;
+    let node = u(4);
+    let files = agent_files(&pki, Role::AGENT, Some(node), dir.path());
+    let config = config(&files, &addr, &dir.path().join("state"), &[]);
+    let backend = SimBackend::new(config.sim.clone()).unwrap();
+    let ops = FakeNetOps::without_gretap();
+    let left = SubnetId {
+        tenant: u(0x7e),
+        subnet: "10.250.0.0/24".parse().unwrap(),
+        key: 0x7002,
+        cnci: CNCI,
+        cnci_ip: "198.18.0.100".parse().unwrap(),
+    };
+    ops.insert(Link {
+        name: bridge_name(left.key),
+        kind: LinkKind::Bridge,
+        alias: Some(LinkRole::Bridge(left).alias()),
+        master: None,
+        up: true,
+        mac: None,
+        learning: None,
+    });
+    let network = Network::new(
+        ops.clone(),
+        NetConfig {
+            node_ip: "198.18.0.1".parse().unwrap(),
+            tunnel: TunnelKind::Vxlan,
+            vxlan_port: VXLAN_PORT,
+        },
+    );
+    let stop = CancellationToken::new();
+    let done = tokio::spawn(daemon::run_networked(
+        config,
+        backend,
+        network,
+        stop.clone(),
+    ));
+    let removed = fake
+        .message("TENANT_REMOVED", |m| tenant_event(m, node, false).is_some())
+        .await;
+    let removed = tenant_event(&removed, node, false).unwrap();
+    assert_eq!(
+        (removed.subnet_key, removed.concentrator_uuid),
+        (0x7002, CNCI)
+    );
+    assert!(ops.links_now().is_empty(), "{:#?}", ops.links_now());
+    stop.cancel();
+    tokio::time::timeout(T, done)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    fake.shut().await;
+}
