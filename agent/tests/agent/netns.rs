@@ -122,7 +122,7 @@ impl Netns {
     }
 
     /// Pings until one answer comes (the first may wait for ARP and bridge learning).
-    fn reaches(&self, to: &str) -> bool {
+    pub(crate) fn reaches(&self, to: &str) -> bool {
         (0..10).any(|_| self.ping(to, 1, 1))
     }
 
@@ -281,7 +281,7 @@ fn vnic(n: u8, subnet: SubnetId) -> Vnic {
     }
 }
 
-fn mac_text(mac: &[u8; 6]) -> String {
+pub(crate) fn mac_text(mac: &[u8; 6]) -> String {
     mac.iter()
         .map(|b| format!("{b:02x}"))
         .collect::<Vec<_>>()
@@ -289,7 +289,7 @@ fn mac_text(mac: &[u8; 6]) -> String {
 }
 
 /// Namespaces joined by a bridge in a switch namespace, each with `u0` at its address.
-fn underlay(switch: &Netns, hosts: &[(&Netns, &str)]) {
+pub(crate) fn underlay(switch: &Netns, hosts: &[(&Netns, &str)]) {
     switch.ip(&["link", "add", "sw", "type", "bridge"]);
     switch.ip(&["link", "set", "sw", "up"]);
     for (i, (ns, addr)) in hosts.iter().enumerate() {
@@ -359,7 +359,7 @@ fn cnci_subnet(cnci: &Netns, kind: TunnelKind, key: u32, nodes: &[&str]) {
 
 /// A guest namespace standing in for the VM of `vnic`: a veth pair from the host's bridge,
 /// the guest end with the VM's MAC and address.
-fn guest(host: &Netns, bridge: &str, port: &str, vnic: &Vnic, addr: &str) -> Netns {
+pub(crate) fn guest(host: &Netns, bridge: &str, port: &str, vnic: &Vnic, addr: &str) -> Netns {
     let g = Netns::new(port);
     host.ip(&[
         "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", &g.name,
