@@ -182,7 +182,7 @@ pub async fn run(config: DaemonConfig, shutdown: CancellationToken) -> Result<()
         (Some(l), Some(net)) if net.node_ip.is_some() => {
             let backend = LibvirtBackend::new(l.clone())?;
             let network = net.network(RtNetOps::new()?).await?;
-            run_with(&config, node, networked(backend, network, net), shutdown).await
+            run_with(&config, node, networked(backend, network), shutdown).await
         }
         (Some(l), net) => {
             if net.is_some() {
@@ -208,12 +208,7 @@ pub async fn run_networked<B: Backend, O: NetOps>(
     shutdown: CancellationToken,
 ) -> Result<(), DaemonError> {
     let (_locks, node) = claim(&config)?;
-    let args = NetArgs {
-        tunnel: crate::net::TunnelChoice::Fixed(network.config().tunnel),
-        node_ip: Some(network.config().node_ip),
-        vxlan_port: network.config().vxlan_port,
-    };
-    run_with(&config, node, networked(backend, network, &args), shutdown).await
+    run_with(&config, node, networked(backend, network), shutdown).await
 }
 
 /// The state directory's lock and the node's UUID (with its lock).
@@ -240,13 +235,9 @@ fn ready<B: Backend>(backend: B) -> Prepare<B> {
 
 /// `backend` wrapped in tenant networking: the tenant changes are forwarded as events, then
 /// the networks are rebuilt from the kernel.
-fn networked<B: Backend, O: NetOps>(
-    backend: B,
-    network: Network<O>,
-    args: &NetArgs,
-) -> Prepare<NetBackend<B, O>> {
+fn networked<B: Backend, O: NetOps>(backend: B, network: Network<O>) -> Prepare<NetBackend<B, O>> {
     let node_ip = network.config().node_ip;
-    tracing::info!(node_ip = %node_ip, tunnel = %network.config().tunnel, requested = %args.tunnel, "tenant networking on");
+    tracing::info!(node_ip = %node_ip, tunnel = %network.config().tunnel, "tenant networking on");
     Box::new(move |events, node| {
         Box::pin(async move {
             let (tx, rx) = mpsc::channel(TENANT_CHANGES);
