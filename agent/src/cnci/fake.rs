@@ -6,7 +6,7 @@ use std::net::IpAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::ops::{CnciOps, HubSpec};
-use crate::net::{OpsError, OpsErrorKind, TunnelSpec};
+use crate::net::{Link, LinkKind, OpsError, OpsErrorKind, TunnelSpec};
 
 /// One link of the fake namespace.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,6 +19,8 @@ pub struct FakeLink {
     pub up: bool,
     /// Hairpin on.
     pub hairpin: bool,
+    /// Its alias.
+    pub alias: Option<String>,
 }
 
 #[derive(Debug, Default)]
@@ -90,6 +92,7 @@ impl FakeCnciOps {
                 master: None,
                 up: false,
                 hairpin: false,
+                alias: None,
             },
         );
         Ok(())
@@ -113,6 +116,48 @@ impl FakeCnciOps {
 }
 
 impl CnciOps for FakeCnciOps {
+    async fn links(&self) -> Result<Vec<Link>, OpsError> {
+        let s = self.call("links", "")?;
+        Ok(s.links
+            .iter()
+            .map(|(name, l)| Link {
+                name: name.clone(),
+                kind: match l.kind.split(' ').next() {
+                    Some("bridge") => LinkKind::Bridge,
+                    Some("vxlan") => LinkKind::Vxlan,
+                    Some("gretap") => LinkKind::GreTap,
+                    other => LinkKind::Other(other.unwrap_or("").to_string()),
+                },
+                alias: l.alias.clone(),
+                master: l.master.clone(),
+                up: l.up,
+                mac: None,
+                learning: None,
+            })
+            .collect())
+    }
+
+    async fn set_alias(&self, name: &str, alias: &str) -> Result<(), OpsError> {
+        let alias = alias.to_string();
+        self.with_link("set alias", name, |l| l.alias = Some(alias))
+    }
+
+    async fn flood_list(&self, dev: &str) -> Result<Vec<IpAddr>, OpsError> {
+        let s = self.call("list flood entries", dev)?;
+        if !s.links.contains_key(dev) {
+            return Err(OpsError::new(
+                "list flood entries",
+                dev,
+                OpsErrorKind::NotFound,
+            ));
+        }
+        Ok(s.flood
+            .iter()
+            .filter(|(d, _)| d == dev)
+            .map(|(_, ip)| *ip)
+            .collect())
+    }
+
     async fn create_bridge(&self, name: &str) -> Result<(), OpsError> {
         self.create("create bridge", name, "bridge")
     }

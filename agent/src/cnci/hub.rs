@@ -16,9 +16,15 @@
 //!
 //! Every step changes the kernel first and the view after; a link or entry that is already
 //! there is taken as made, one that is already gone as removed, so a repeated event changes
-//! nothing. What this does not do yet: rebuild its view from the kernel after a restart.
+//! nothing.
+//!
+//! Restart: the subnet's bridge carries its identity in its alias (`cumulo-cnci/1 bridge
+//! t=<tenant> s=<subnet> k=<key>`), a GRE-tap its node (`cumulo-cnci/1 gretap k=<key>
+//! n=<node>`); [`Hub::rebuild`] reads them, and the hubs' flood entries, back. The ends found
+//! there are known by address only until the node's next TENANT_ADDED names it; a
+//! TENANT_REMOVED for an unnamed end removes it by its address.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use uuid::Uuid;
 
@@ -132,6 +138,61 @@ struct Subnet {
     subnet: Cidr,
     /// Compute node → its tunnel end.
     nodes: BTreeMap<Uuid, IpAddr>,
+    /// Ends found in the kernel at start whose node has not been named since.
+    unnamed: BTreeSet<IpAddr>,
+}
+
+impl Subnet {
+    fn is_empty(&self) -> bool {
+        self.nodes.is_empty() && self.unnamed.is_empty()
+    }
+}
+
+/// The alias of a subnet's bridge.
+pub fn bridge_alias(tenant: Uuid, subnet: Cidr, key: u32) -> String {
+    format!(
+        "cumulo-cnci/1 bridge t={} s={subnet} k={key}",
+        tenant.simple()
+    )
+}
+
+/// The alias of a GRE-tap to a node.
+pub fn gretap_alias(key: u32, node: IpAddr) -> String {
+    format!("cumulo-cnci/1 gretap k={key} n={node}")
+}
+
+/// The `key=value` words of an alias with this role, if it is one.
+fn words<'a>(alias: &'a str, role: &str) -> Option<BTreeMap<&'a str, &'a str>> {
+    let mut w = alias.split_whitespace();
+    if w.next()? != "cumulo-cnci/1" || w.next()? != role {
+        return None;
+    }
+    w.map(|kv| kv.split_once('=')).collect()
+}
+
+/// (tenant, subnet, key) from a bridge's alias.
+pub fn parse_bridge_alias(alias: &str) -> Option<(Uuid, Cidr, u32)> {
+    let w = words(alias, "bridge")?;
+    Some((
+        w.get("t")?.parse().ok()?,
+        w.get("s")?.parse().ok()?,
+        w.get("k")?.parse().ok()?,
+    ))
+}
+
+/// (key, node) from a GRE-tap's alias.
+pub fn parse_gretap_alias(alias: &str) -> Option<(u32, IpAddr)> {
+    let w = words(alias, "gretap")?;
+    Some((w.get("k")?.parse().ok()?, w.get("n")?.parse().ok()?))
+}
+
+/// What [`Hub::rebuild`] found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Rebuilt {
+    /// Subnet key → the addresses of its tunnel ends.
+    pub subnets: BTreeMap<u32, BTreeSet<IpAddr>>,
+    /// Links deleted: unreadable, or of a subnet with no end left.
+    pub deleted: Vec<String>,
 }
 
 /// The concentrator's tunnel ends. See the module documentation.
@@ -191,10 +252,18 @@ impl<O: CnciOps> Hub<O> {
                 });
             }
             Some(s) if s.nodes.get(&n.node) == Some(&n.node_ip) => return Ok(Outcome::Unchanged),
+            Some(s) if s.unnamed.contains(&n.node_ip) && !s.nodes.contains_key(&n.node) => {
+                // An end found at start: now it has its node.
+                if let Some(s) = self.subnets.get_mut(&n.key) {
+                    s.unnamed.remove(&n.node_ip);
+                    s.nodes.insert(n.node, n.node_ip);
+                }
+                return Ok(Outcome::Unchanged);
+            }
             Some(_) => false,
             None => true,
         };
-        if first && let Err(e) = self.make_subnet(n.key).await {
+        if first && let Err(e) = self.make_subnet(n.key, n.tenant, n.subnet).await {
             self.unmake_subnet(n.key).await;
             return Err(e.into());
         }
@@ -216,6 +285,7 @@ impl<O: CnciOps> Hub<O> {
             tenant: n.tenant,
             subnet: n.subnet,
             nodes: BTreeMap::new(),
+            unnamed: BTreeSet::new(),
         });
         subnet.nodes.insert(n.node, n.node_ip);
         Ok(Outcome::Added { first })
@@ -224,18 +294,22 @@ impl<O: CnciOps> Hub<O> {
     /// TENANT_REMOVED: the node's tunnel end (and the subnet's bridge and hub after its last
     /// node).
     pub async fn remove(&mut self, n: &NodeSubnet) -> Result<Outcome, HubError> {
-        let Some(ip) = self
-            .subnets
-            .get(&n.key)
-            .and_then(|s| s.nodes.get(&n.node).copied())
-        else {
+        let Some(s) = self.subnets.get(&n.key) else {
             return Ok(Outcome::Unchanged);
+        };
+        let ip = match s.nodes.get(&n.node) {
+            Some(ip) => *ip,
+            // An end found at start, never named since: by its address.
+            None if s.unnamed.contains(&n.node_ip) => n.node_ip,
+            None => return Ok(Outcome::Unchanged),
         };
         self.remove_end(n.key, n.node, ip).await?;
         let last = match self.subnets.get_mut(&n.key) {
             Some(s) => {
-                s.nodes.remove(&n.node);
-                s.nodes.is_empty()
+                if s.nodes.remove(&n.node).is_none() {
+                    s.unnamed.remove(&ip);
+                }
+                s.is_empty()
             }
             None => false,
         };
@@ -250,9 +324,89 @@ impl<O: CnciOps> Hub<O> {
         Ok(Outcome::Removed { last })
     }
 
-    async fn make_subnet(&self, key: u32) -> Result<(), OpsError> {
+    /// At start: rebuilds the view from the kernel's links (see the module documentation),
+    /// repairs a subnet whose hub was lost, and deletes links it cannot read and subnets with no
+    /// end left (a restart in the middle of the last TENANT_REMOVED).
+    pub async fn rebuild(&mut self) -> Result<Rebuilt, HubError> {
+        let links = self.ops.links().await?;
+        let mut rebuilt = Rebuilt::default();
+        let mut found: BTreeMap<u32, (Uuid, Cidr)> = BTreeMap::new();
+        let mut gretaps: Vec<(String, Option<(u32, IpAddr)>)> = Vec::new();
+        let mut strays = Vec::new();
+        for l in &links {
+            let alias = l.alias.as_deref().unwrap_or("");
+            if l.name.starts_with("kb-") {
+                match parse_bridge_alias(alias) {
+                    Some((t, s, k)) if l.name == bridge_name(k) => {
+                        found.insert(k, (t, s));
+                    }
+                    _ => strays.push(l.name.clone()),
+                }
+            } else if l.name.starts_with("kg-") {
+                gretaps.push((l.name.clone(), parse_gretap_alias(alias)));
+            }
+        }
+        // Hubs without a readable bridge go.
+        for l in &links {
+            let known = found.keys().any(|k| hub_name(*k) == l.name);
+            if l.name.starts_with("kv-") && !known {
+                strays.push(l.name.clone());
+            }
+        }
+        for (name, end) in &gretaps {
+            let known =
+                end.is_some_and(|(k, ip)| found.contains_key(&k) && *name == gretap_name(k, ip));
+            if !known {
+                strays.push(name.clone());
+            }
+        }
+        for name in strays {
+            gone(self.ops.delete(&name).await)?;
+            rebuilt.deleted.push(name);
+        }
+        for (key, (tenant, subnet)) in found {
+            let ends: BTreeSet<IpAddr> = match self.config.tunnel {
+                TunnelKind::Vxlan => match self.ops.flood_list(&hub_name(key)).await {
+                    Ok(ends) => ends.into_iter().collect(),
+                    Err(e) if e.kind == OpsErrorKind::NotFound => BTreeSet::new(),
+                    Err(e) => return Err(e.into()),
+                },
+                TunnelKind::GreTap => gretaps
+                    .iter()
+                    .filter_map(|(_, end)| end.filter(|(k, _)| *k == key).map(|(_, ip)| ip))
+                    .collect(),
+            };
+            if ends.is_empty() {
+                for name in [hub_name(key), bridge_name(key)] {
+                    if links.iter().any(|l| l.name == name) {
+                        gone(self.ops.delete(&name).await)?;
+                        rebuilt.deleted.push(name);
+                    }
+                }
+                continue;
+            }
+            // Makes only what is missing (a lost hub), and sets it up again.
+            self.make_subnet(key, tenant, subnet).await?;
+            rebuilt.subnets.insert(key, ends.clone());
+            self.subnets.insert(
+                key,
+                Subnet {
+                    tenant,
+                    subnet,
+                    nodes: BTreeMap::new(),
+                    unnamed: ends,
+                },
+            );
+        }
+        Ok(rebuilt)
+    }
+
+    async fn make_subnet(&self, key: u32, tenant: Uuid, subnet: Cidr) -> Result<(), OpsError> {
         let bridge = bridge_name(key);
         made(self.ops.create_bridge(&bridge).await)?;
+        self.ops
+            .set_alias(&bridge, &bridge_alias(tenant, subnet, key))
+            .await?;
         self.ops.set_up(&bridge).await?;
         if self.config.tunnel == TunnelKind::Vxlan {
             let hub = HubSpec {
@@ -289,6 +443,9 @@ impl<O: CnciOps> Hub<O> {
                     remote: node_ip,
                 };
                 made(self.ops.create_tunnel(&spec).await)?;
+                self.ops
+                    .set_alias(spec.name(), &gretap_alias(key, node_ip))
+                    .await?;
                 self.ops.set_master(spec.name(), &bridge_name(key)).await?;
                 self.ops.set_up(spec.name()).await
             }

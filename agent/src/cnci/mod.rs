@@ -11,7 +11,7 @@
 //!
 //! Not done yet: DHCP with fixed leases, routing between the tenant's subnets (REFRESH_CNCI is
 //! logged), outbound NAT, public IPs (ASSIGN/RELEASE_PUBLIC_IP are answered with their
-//! failure), and rebuilding the view from the kernel after a restart.
+//! failure).
 
 pub mod cli;
 pub mod fake;
@@ -22,6 +22,6 @@ pub mod run;
 mod tests;
 
 pub use fake::FakeCnciOps;
-pub use hub::{Hub, HubConfig, HubError, NodeSubnet, Outcome};
+pub use hub::{Hub, HubConfig, HubError, NodeSubnet, Outcome, Rebuilt};
 pub use ops::{CnciOps, HubSpec, RtCnciOps};
 pub use run::{CnciConfig, CnciError, run, run_with};

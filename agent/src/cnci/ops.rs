@@ -19,7 +19,7 @@ use rtnetlink::{Handle, LinkBridgePort, LinkVxlan};
 use std::future::Future;
 use std::net::IpAddr;
 
-use crate::net::{NetOps, OpsError, OpsErrorKind, RtNetOps, TunnelSpec};
+use crate::net::{Link, NetOps, OpsError, OpsErrorKind, RtNetOps, TunnelSpec};
 
 /// A VXLAN device that ends the tunnels of every compute node of one subnet: no remote, the
 /// compute nodes are its flood entries.
@@ -38,6 +38,16 @@ pub struct HubSpec {
 /// The concentrator's kernel side. Every call is about one link, by name, in the namespace the
 /// implementation was made in.
 pub trait CnciOps: Send + Sync + 'static {
+    /// Every link of the namespace.
+    fn links(&self) -> impl Future<Output = Result<Vec<Link>, OpsError>> + Send;
+    /// Sets a link's alias (IFLA_IFALIAS).
+    fn set_alias(
+        &self,
+        name: &str,
+        alias: &str,
+    ) -> impl Future<Output = Result<(), OpsError>> + Send;
+    /// The flood destinations of a VXLAN hub (its all-zeros forwarding entries).
+    fn flood_list(&self, dev: &str) -> impl Future<Output = Result<Vec<IpAddr>, OpsError>> + Send;
     /// Makes a bridge (down).
     fn create_bridge(&self, name: &str) -> impl Future<Output = Result<(), OpsError>> + Send;
     /// Makes a VXLAN hub (down).
@@ -181,7 +191,71 @@ impl RtCnciOps {
     }
 }
 
+impl RtCnciOps {
+    /// The hub's forwarding entries as (MAC, destination), where the destination is an address.
+    async fn entries(
+        &self,
+        op: &'static str,
+        dev: &str,
+    ) -> Result<Vec<(Vec<u8>, IpAddr)>, OpsError> {
+        let index = self.index(op, dev).await?;
+        self.handle
+            .neighbours()
+            .get()
+            .set_address_family(AddressFamily::Bridge)
+            .execute()
+            .try_filter_map(|m| {
+                let mut mac = None;
+                let mut dst = None;
+                for a in &m.attributes {
+                    match a {
+                        NeighbourAttribute::LinkLayerAddress(l) => mac = Some(l.clone()),
+                        // Bridge-family dumps carry the destination as bytes (`Other`).
+                        NeighbourAttribute::Destination(d) => dst = address(d),
+                        _ => {}
+                    }
+                }
+                let entry = (m.header.ifindex == index).then_some(()).and(mac.zip(dst));
+                futures_util::future::ready(Ok(entry))
+            })
+            .try_collect()
+            .await
+            .map_err(fail(op, dev))
+    }
+}
+
+/// A neighbour destination as an address.
+fn address(d: &NeighbourAddress) -> Option<IpAddr> {
+    match d {
+        NeighbourAddress::Inet(a) => Some(IpAddr::V4(*a)),
+        NeighbourAddress::Inet6(a) => Some(IpAddr::V6(*a)),
+        NeighbourAddress::Other(b) => match b.len() {
+            4 => <[u8; 4]>::try_from(b.as_slice()).ok().map(IpAddr::from),
+            16 => <[u8; 16]>::try_from(b.as_slice()).ok().map(IpAddr::from),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
 impl CnciOps for RtCnciOps {
+    async fn links(&self) -> Result<Vec<Link>, OpsError> {
+        self.links.links().await
+    }
+
+    async fn set_alias(&self, name: &str, alias: &str) -> Result<(), OpsError> {
+        self.links.set_alias(name, alias).await
+    }
+
+    async fn flood_list(&self, dev: &str) -> Result<Vec<IpAddr>, OpsError> {
+        let entries = self.entries("list flood entries", dev).await?;
+        Ok(entries
+            .into_iter()
+            .filter(|(mac, _)| mac.iter().all(|b| *b == 0))
+            .map(|(_, dst)| dst)
+            .collect())
+    }
+
     async fn create_bridge(&self, name: &str) -> Result<(), OpsError> {
         self.links.create_bridge(name).await
     }
@@ -235,35 +309,14 @@ impl CnciOps for RtCnciOps {
     async fn flood_del(&self, dev: &str, dst: IpAddr) -> Result<(), OpsError> {
         const OP: &str = "remove flood entry";
         let index = self.index(OP, dev).await?;
-        let octets = match dst {
-            IpAddr::V4(a) => a.octets().to_vec(),
-            IpAddr::V6(a) => a.octets().to_vec(),
-        };
-        // Bridge-family dumps carry the destination as bytes (`Other`).
-        let towards = |a: &NeighbourAttribute| match a {
-            NeighbourAttribute::Destination(NeighbourAddress::Other(b)) => *b == octets,
-            NeighbourAttribute::Destination(NeighbourAddress::Inet(v4)) => dst == IpAddr::V4(*v4),
-            NeighbourAttribute::Destination(NeighbourAddress::Inet6(v6)) => dst == IpAddr::V6(*v6),
-            _ => false,
-        };
         // The hub's entries towards the node: the all-zeros one and the learnt ones.
         let macs: Vec<Vec<u8>> = self
-            .handle
-            .neighbours()
-            .get()
-            .set_address_family(AddressFamily::Bridge)
-            .execute()
-            .try_filter_map(|m| {
-                let mine = m.header.ifindex == index && m.attributes.iter().any(towards);
-                let mac = m.attributes.iter().find_map(|a| match a {
-                    NeighbourAttribute::LinkLayerAddress(mac) => Some(mac.clone()),
-                    _ => None,
-                });
-                futures_util::future::ready(Ok(mac.filter(|_| mine)))
-            })
-            .try_collect()
-            .await
-            .map_err(fail(OP, dev))?;
+            .entries(OP, dev)
+            .await?
+            .into_iter()
+            .filter(|(_, d)| *d == dst)
+            .map(|(mac, _)| mac)
+            .collect();
         if macs.is_empty() {
             return Err(OpsError::new(OP, dev, OpsErrorKind::NotFound));
         }

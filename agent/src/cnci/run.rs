@@ -4,7 +4,8 @@
 //!
 //! REFRESH_CNCI is logged (routing between the tenant's subnets comes later);
 //! ASSIGN_PUBLIC_IP and RELEASE_PUBLIC_IP are answered with their failure (public IPs come
-//! later). Events for another CNCI or another tenant are refused with a warning.
+//! later). Events for another CNCI or another tenant are refused with a warning. At start the
+//! hub's view is rebuilt from the kernel ([`Hub::rebuild`]).
 
 use ssntp::Payload;
 use ssntp::Role;
@@ -63,6 +64,9 @@ pub enum CnciError {
     /// The tunnel kind cannot be had here.
     #[error("{0}")]
     Tunnel(#[from] NetError),
+    /// The view could not be rebuilt from the kernel at start.
+    #[error("rebuilding from the kernel: {0}")]
+    Rebuild(#[from] super::hub::HubError),
     /// The SSNTP client refused its configuration, or gave up for good.
     #[error("ssntp: {0}")]
     Client(#[from] ClientError),
@@ -101,6 +105,9 @@ pub async fn run_with<O: CnciOps>(
     mut hub: Hub<O>,
     shutdown: CancellationToken,
 ) -> Result<(), CnciError> {
+    // Before any event: what a previous run left in the kernel.
+    let rebuilt = hub.rebuild().await?;
+    tracing::info!(subnets = ?rebuilt.subnets, deleted = ?rebuilt.deleted, "rebuilt from the kernel");
     let mut client_config = ClientConfig::new(
         config.tls.clone(),
         config.uuid,

@@ -1,6 +1,7 @@
 //! The hub over the fake kernel, and the concentrator over SSNTP with a fake scheduler.
 
 use super::*;
+use crate::cnci::ops::CnciOps;
 use crate::net::{Cidr, TunnelKind, VXLAN_PORT};
 use std::net::IpAddr;
 use uuid::Uuid;
@@ -114,4 +115,57 @@ async fn a_node_that_moves_leaves_its_old_end() {
     hub.add(&moved).await.unwrap();
     let flood: Vec<_> = ops.flood().into_iter().map(|(_, ip)| ip).collect();
     assert_eq!(flood, vec![moved.node_ip]);
+}
+
+#[tokio::test]
+async fn a_restart_rebuilds_from_aliases_and_flood_entries() {
+    for kind in [TunnelKind::Vxlan, TunnelKind::GreTap] {
+        let (mut before, ops) = hub(kind);
+        let (a, b) = (node(1), node(2));
+        before.add(&a).await.unwrap();
+        before.add(&b).await.unwrap();
+        let links = ops.links();
+        let mut after = Hub::new(ops.clone(), *before.config());
+        let r = after.rebuild().await.unwrap();
+        assert_eq!(
+            r.subnets[&KEY],
+            [a.node_ip, b.node_ip].into_iter().collect(),
+            "{kind}"
+        );
+        assert!(r.deleted.is_empty(), "{r:?}");
+        assert_eq!(ops.links(), links, "nothing changed in the kernel");
+        // A repeat names an end; a removal of an unnamed one goes by its address.
+        assert_eq!(after.add(&a).await, Ok(Outcome::Unchanged));
+        assert_eq!(after.nodes(KEY), vec![(a.node, a.node_ip)]);
+        assert_eq!(after.remove(&b).await, Ok(Outcome::Removed { last: false }));
+        assert_eq!(after.remove(&a).await, Ok(Outcome::Removed { last: true }));
+        assert!(ops.links().is_empty() && ops.flood().is_empty(), "{kind}");
+        // Another tenant's subnet with the key is still refused after a restart.
+        after.add(&a).await.unwrap();
+        let mut again = Hub::new(ops.clone(), *before.config());
+        again.rebuild().await.unwrap();
+        let mut other = node(3);
+        other.tenant = Uuid::from_u128(0xb);
+        assert!(matches!(
+            again.add(&other).await,
+            Err(HubError::Conflict { .. })
+        ));
+        again.remove(&a).await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_restart_deletes_what_it_cannot_read_and_subnets_with_no_end() {
+    let (mut before, ops) = hub(TunnelKind::Vxlan);
+    let a = node(1);
+    before.add(&a).await.unwrap();
+    // A crash in the middle of the last removal: the flood entry went, the links stayed.
+    ops.flood_del(&hub::hub_name(KEY), a.node_ip).await.unwrap();
+    // A bridge made but never named.
+    ops.create_bridge(&hub::bridge_name(9)).await.unwrap();
+    let mut after = Hub::new(ops.clone(), *before.config());
+    let r = after.rebuild().await.unwrap();
+    assert!(r.subnets.is_empty(), "{r:?}");
+    assert_eq!(r.deleted.len(), 3, "{r:?}");
+    assert!(ops.links().is_empty(), "{:#?}", ops.links());
 }

@@ -2,7 +2,8 @@
 //! scheduler in process (on that namespace's loopback: the test certificates name localhost),
 //! a fake controller that sees the CNCI's CONCENTRATOR_INSTANCE_ADDED, and two fake compute
 //! nodes whose TENANT_ADDED and TENANT_REMOVED make and remove their tunnel ends: a VXLAN hub on
-//! the subnet's bridge with hairpin, and a flood entry per node.
+//! the subnet's bridge with hairpin, and a flood entry per node; a restarted CNCI rebuilds its
+//! view from the kernel and still removes them.
 //!
 //! Skipped like [`crate::netns`] without root or `ip` (a failure under
 //! `CUMULO_REQUIRE_NETNS=1`).
@@ -85,21 +86,30 @@ async fn scenario(ns: String, dir: PathBuf) {
     let mut c = controller(&pki, &sched.addr).await;
     let (ca, cert, key) = pki.leaf(Role::CNCIAGENT, Some(CNCI)).write(&dir, "cnci");
     let log = dir.join("cnci.log");
-    let child = Command::new("ip")
-        .args(["netns", "exec", &ns, env!("CARGO_BIN_EXE_cumulo-cnci")])
-        .args(["--ca-cert", ca.to_str().unwrap()])
-        .args(["--cert", cert.to_str().unwrap()])
-        .args(["--key", key.to_str().unwrap()])
-        .args(["--scheduler", &sched.addr])
-        .args(["--uuid", &CNCI.to_string(), "--tenant", &TENANT.to_string()])
-        .args(["--ip", CNCI_IP, "--mac", CNCI_MAC, "--tunnel", "vxlan"])
-        .env("RUST_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    let mut cnci = Process(child);
+    let spawn = || {
+        let child = Command::new("ip")
+            .args(["netns", "exec", &ns, env!("CARGO_BIN_EXE_cumulo-cnci")])
+            .args(["--ca-cert", ca.to_str().unwrap()])
+            .args(["--cert", cert.to_str().unwrap()])
+            .args(["--key", key.to_str().unwrap()])
+            .args(["--scheduler", &sched.addr])
+            .args(["--uuid", &CNCI.to_string(), "--tenant", &TENANT.to_string()])
+            .args(["--ip", CNCI_IP, "--mac", CNCI_MAC, "--tunnel", "vxlan"])
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(&log)
+                    .unwrap(),
+            )
+            .spawn()
+            .unwrap();
+        Process(child)
+    };
+    let mut cnci = spawn();
     let logs = || std::fs::read_to_string(&log).unwrap_or_default();
 
     let hello = c
@@ -139,6 +149,18 @@ async fn scenario(ns: String, dir: PathBuf) {
     assert!(link.contains("hairpin on"), "{link}");
     assert!(netns.link(&bridge).is_some());
 
+    // A restart of the CNCI: it announces itself again and rebuilds its view from the kernel,
+    // which it leaves as it is; a node's TENANT_REMOVED still finds that node's end.
+    let index = |l: &str| l.split(':').next().unwrap_or("").to_string();
+    let hub_index = index(&link);
+    cnci.signal(rustix::process::Signal::TERM);
+    assert_eq!(cnci.exit_code().await, Some(0), "{}", logs());
+    cnci = spawn();
+    c.expect("CONCENTRATOR_INSTANCE_ADDED again", |m| {
+        matches!(m.payload, Payload::ConcentratorInstanceAdded(_)).then_some(())
+    })
+    .await;
+    assert_eq!(index(&netns.link(&hub).unwrap()), hub_index);
     n1.send_payload(&Payload::TenantRemoved(tenant_event(a1, "198.18.0.1")))
         .unwrap();
     until("node 1's flood entry gone", || {
