@@ -46,9 +46,10 @@ pub struct Args {
     /// Its address on the compute network: the end of the compute nodes' tunnels.
     #[arg(long, env = "CUMULO_CNCI_IP")]
     pub ip: IpAddr,
-    /// Its MAC address on the compute network (announced to the controller).
+    /// Its MAC address on the compute network (announced to the controller; default: the MAC
+    /// of the link that holds `--ip`).
     #[arg(long, env = "CUMULO_CNCI_MAC")]
-    pub mac: MacAddr,
+    pub mac: Option<MacAddr>,
     /// Tunnel kind: auto (GRE-tap where the kernel has it, VXLAN otherwise), gretap or vxlan.
     /// The compute nodes must use the same.
     #[arg(long, env = "CUMULO_CNCI_TUNNEL", default_value = "auto")]
@@ -142,7 +143,7 @@ mod tests {
         ];
         let a = Args::try_parse_from(argv).unwrap();
         assert_eq!(a.uuid, Uuid::from_u128(0xcc));
-        assert_eq!(a.mac, MacAddr([2, 0, 0xc6, 0x12, 0, 0x64]));
+        assert_eq!(a.mac, Some(MacAddr([2, 0, 0xc6, 0x12, 0, 0x64])));
         assert_eq!(a.tunnel, TunnelChoice::Auto);
         assert_eq!(a.vxlan_port, 4789);
         let mut more = argv.to_vec();
@@ -150,6 +151,8 @@ mod tests {
         let a = Args::try_parse_from(more).unwrap();
         assert_eq!(a.tunnel, TunnelChoice::Fixed(TunnelKind::Vxlan));
         assert_eq!(a.vxlan_port, 8472);
+        let a = Args::try_parse_from(&argv[..argv.len() - 2]).unwrap();
+        assert_eq!(a.mac, None);
         let mut bad = argv.to_vec();
         bad.extend(["--mac", "nope"]);
         assert!(Args::try_parse_from(bad).is_err());

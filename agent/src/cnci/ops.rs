@@ -192,6 +192,31 @@ impl RtCnciOps {
 }
 
 impl RtCnciOps {
+    /// The MAC address of the link that holds `ip`, if a link holds it.
+    pub async fn mac_of(&self, ip: IpAddr) -> Result<Option<[u8; 6]>, OpsError> {
+        const OP: &str = "find the link of";
+        let what = ip.to_string();
+        let mut addrs = self.handle.address().get().set_address_filter(ip).execute();
+        let Some(addr) = addrs.try_next().await.map_err(fail(OP, &what))? else {
+            return Ok(None);
+        };
+        let mut links = self
+            .handle
+            .link()
+            .get()
+            .match_index(addr.header.index)
+            .execute();
+        let Some(link) = links.try_next().await.map_err(fail(OP, &what))? else {
+            return Ok(None);
+        };
+        Ok(link.attributes.iter().find_map(|a| match a {
+            rtnetlink::packet_route::link::LinkAttribute::Address(m) => {
+                <[u8; 6]>::try_from(m.as_slice()).ok()
+            }
+            _ => None,
+        }))
+    }
+
     /// The hub's forwarding entries as (MAC, destination), where the destination is an address.
     async fn entries(
         &self,

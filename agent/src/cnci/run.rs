@@ -43,8 +43,8 @@ pub struct CnciConfig {
     pub servers: Vec<String>,
     /// Its address on the compute network (the tunnels' end).
     pub ip: IpAddr,
-    /// Its MAC on the compute network.
-    pub mac: MacAddr,
+    /// Its MAC on the compute network (`None`: [`run`] finds that of the link holding `ip`).
+    pub mac: Option<MacAddr>,
     /// The tunnel kind (`auto` probes the kernel at start).
     pub tunnel: TunnelChoice,
     /// The VXLAN port.
@@ -58,6 +58,9 @@ pub struct CnciConfig {
 /// Why the concentrator could not run, or stopped on its own.
 #[derive(Debug, thiserror::Error)]
 pub enum CnciError {
+    /// No `--mac`, and no link holds `--ip`.
+    #[error("no link holds {0}: give the MAC with --mac")]
+    NoMac(IpAddr),
     /// Netlink could not be opened.
     #[error("{0}")]
     Ops(#[from] OpsError),
@@ -81,15 +84,23 @@ pub fn announcement(config: &CnciConfig) -> Payload {
         instance_uuid: config.uuid,
         tenant_uuid: config.tenant,
         concentrator_ip: config.ip,
-        concentrator_mac: config.mac,
+        concentrator_mac: config.mac.unwrap_or(MacAddr([0; 6])),
     })
 }
 
 /// Runs the concentrator over the kernel of this thread's network namespace until `shutdown`.
-pub async fn run(config: CnciConfig, shutdown: CancellationToken) -> Result<(), CnciError> {
+pub async fn run(mut config: CnciConfig, shutdown: CancellationToken) -> Result<(), CnciError> {
     let tunnel = resolve_tunnel(&RtNetOps::new()?, config.tunnel).await?;
+    let ops = RtCnciOps::new()?;
+    if config.mac.is_none() {
+        let mac = ops
+            .mac_of(config.ip)
+            .await?
+            .ok_or(CnciError::NoMac(config.ip))?;
+        config.mac = Some(MacAddr(mac));
+    }
     let hub = Hub::new(
-        RtCnciOps::new()?,
+        ops,
         HubConfig {
             local: config.ip,
             tunnel,

@@ -247,14 +247,8 @@ fn two_hosts_ping_through_a_cnci_over_ssntp() {
                 .args(["--key", key.to_str().unwrap()])
                 .args(["--scheduler", &format!("localhost:{}", ports[2])])
                 .args(["--uuid", &CNCI.to_string(), "--tenant", &TENANT.to_string()])
-                .args([
-                    "--ip",
-                    CNCI_IP,
-                    "--mac",
-                    "02:00:c6:12:00:64",
-                    "--tunnel",
-                    "vxlan",
-                ])
+                // No --mac: the CNCI finds that of the link holding --ip.
+                .args(["--ip", CNCI_IP, "--tunnel", "vxlan"])
                 .env("RUST_LOG", "info")
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
@@ -263,10 +257,26 @@ fn two_hosts_ping_through_a_cnci_over_ssntp() {
                 .unwrap();
             let mut cnci_process = Process(child);
             let logs = || std::fs::read_to_string(&log).unwrap_or_default();
-            c.expect("CONCENTRATOR_INSTANCE_ADDED", |m| {
-                matches!(m.payload, Payload::ConcentratorInstanceAdded(_)).then_some(())
-            })
-            .await;
+            let hello = c
+                .expect("CONCENTRATOR_INSTANCE_ADDED", |m| match &m.payload {
+                    Payload::ConcentratorInstanceAdded(a) => Some(a.clone()),
+                    _ => None,
+                })
+                .await;
+            let u0 = Netns {
+                name: cnci_name.clone(),
+            };
+            let shown = u0.ip(&["link", "show", "u0"]);
+            std::mem::forget(u0);
+            let text = hello
+                .concentrator_mac
+                .0
+                .map(|b| format!("{b:02x}"))
+                .join(":");
+            assert!(
+                shown.contains(&format!("link/ether {text}")),
+                "{text}: {shown}"
+            );
             for n in [n1, n2] {
                 c.stats(n, "the agent's first STATS", |_| true).await;
             }
