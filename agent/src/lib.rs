@@ -10,13 +10,18 @@
 //!
 //! [`daemon`] is that adapter, the `cumulo-agent` binary's body: the command line, the SSNTP
 //! client, an SSNTP [`Reporter`] and the handling of the scheduler's frames. Everything else in
-//! the crate opens no socket. Tenant networking comes later.
+//! the crate opens no socket. Tenant networking ([`net`]) wraps the libvirt backend when the
+//! node is a compute node (`--network cn|dual`).
+//!
+//! [`cnci`] is the tenant network concentrator's body (the `cumulo-cnci` binary): it shares
+//! [`net`]'s kernel interface and names nothing of the agent's core.
 //!
 //! Tests use [`backend::fake::FakeBackend`] and [`reporter::RecordingReporter`], both
 //! recording fakes, with tokio's paused clock.
 #![forbid(unsafe_code)]
 
 pub mod backend;
+pub mod cnci;
 pub mod config;
 pub mod core;
 pub mod daemon;

@@ -15,6 +15,7 @@ use std::time::Duration;
 use super::DaemonConfig;
 use crate::backend::libvirt::{Accel, LibvirtConfig};
 use crate::config::Limits;
+use crate::net::NetArgs;
 use crate::sim::SimConfig;
 
 /// What the node does in the cluster's networks, and so the SSNTP role it claims.
@@ -158,6 +159,9 @@ pub struct Args {
     /// libvirt backend: the image store (default: `images/` in the state directory).
     #[arg(long, env = "CUMULO_AGENT_IMAGE_DIR")]
     pub image_dir: Option<PathBuf>,
+    /// Tenant networking (with `--network cn|dual` and `--backend libvirt`).
+    #[command(flatten)]
+    pub net: NetArgs,
     /// Log format.
     #[arg(long, env = "CUMULO_AGENT_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
     pub log_format: String,
@@ -254,7 +258,12 @@ impl Args {
             }
             l
         });
+        // Tenant networking plumbs VMs: with the sim backend (no NICs) and with --network none
+        // or nn (no VNICs of instances here) there is nothing to plumb.
+        let tenant_net = matches!(self.network, Network::Cn | Network::Dual)
+            && self.backend == BackendKind::Libvirt;
         Ok(DaemonConfig {
+            net: tenant_net.then_some(self.net),
             tls,
             claim,
             servers: self.scheduler,
@@ -325,6 +334,14 @@ mod tests {
         assert_eq!(a.stats_interval, Duration::from_millis(250));
         assert_eq!(a.sim_boot_delay, Duration::from_secs(1));
         assert!(Args::try_parse_from(["cumulo-agent", "--network", "cloud"]).is_err());
+    }
+
+    #[test]
+    fn tenant_network_flags() {
+        let a = parse(&["--tunnel", "vxlan", "--node-ip", "198.18.0.1"]);
+        assert_eq!(a.net.node_ip, Some("198.18.0.1".parse().unwrap()));
+        assert_eq!(a.net.vxlan_port, crate::net::VXLAN_PORT);
+        assert!(Args::try_parse_from(["cumulo-agent", "--tunnel", "geneve"]).is_err());
     }
 
     #[test]

@@ -13,6 +13,13 @@
 //!   running in the backend, and the next run re-attaches to them. Then the session is closed
 //!   after its queued frames are written.
 //!
+//! - Tenant networking (`--network cn|dual` with the libvirt backend): the backend is wrapped in
+//!   a [`NetBackend`] over [`RtNetOps`]; its [`NetBackend::rebuild`] runs before the core
+//!   re-attaches the instances, and every [`TenantChange`] becomes TENANT_ADDED or
+//!   TENANT_REMOVED, sent like an instance event (kept in the backlog while disconnected:
+//!   [`EventSender`]). `--network none` and `nn`, and the sim backend, plumb nothing.
+//!   [`run_networked`] runs any backend with any [`NetOps`] (tests use a fake).
+//!
 //! [`cli`] parses the command line into a [`DaemonConfig`].
 
 pub mod cli;
@@ -25,7 +32,10 @@ use ssntp::net::client::Backoff;
 use ssntp::net::identity::{IdentityError, endpoint_uuid};
 use ssntp::net::{Client, ClientConfig, ClientError, ClientEvent, ClientHandle, TlsIdentity};
 use std::fs::{File, OpenOptions};
+use std::future::Future;
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -33,15 +43,21 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 pub use inbound::{Inbound, inbound};
-pub use reporter::{Outbound, SsntpReporter};
+pub use reporter::{EventSender, Outbound, SsntpReporter};
 
-use crate::backend::Backend;
 use crate::backend::libvirt::{LibvirtBackend, LibvirtConfig, LibvirtError};
+use crate::backend::{Backend, BackendError};
 use crate::config::{Config, Limits};
 use crate::core::{Core, CoreError};
 use crate::host::HostSource;
+use crate::net::{
+    NetArgs, NetArgsError, NetBackend, NetOps, Network, OpsError, RtNetOps, TenantChange,
+};
 use crate::sim::{SimBackend, SimConfig, SimError};
 use crate::wire;
+
+/// How many tenant changes may wait for the SSNTP side.
+const TENANT_CHANGES: usize = 64;
 
 /// How long a stopping agent waits for its last frames to be written.
 const CLOSE_GRACE: Duration = Duration::from_secs(3);
@@ -71,6 +87,9 @@ pub struct DaemonConfig {
     pub sim: SimConfig,
     /// The libvirt backend's settings, when it runs the instances (`--backend libvirt`).
     pub libvirt: Option<LibvirtConfig>,
+    /// Tenant networking's flags, when instances here get VNICs: `--network cn|dual` with the
+    /// libvirt backend. `None`: no bridges, tunnels or taps (a START's NIC is ignored).
+    pub net: Option<NetArgs>,
     /// SSNTP handshake and session limits.
     pub handshake: HandshakeConfig,
     /// Reconnection delays.
@@ -116,6 +135,16 @@ pub enum DaemonError {
     /// The libvirt backend could not be set up.
     #[error("{0}")]
     Libvirt(#[from] LibvirtError),
+    /// Tenant networking's flags do not make a network (no `--node-ip`, a tunnel kind the
+    /// kernel lacks).
+    #[error("tenant networking: {0}")]
+    NetArgs(#[from] NetArgsError),
+    /// Netlink could not be opened.
+    #[error("tenant networking: {0}")]
+    NetOps(#[from] OpsError),
+    /// The tenant networks could not be rebuilt from the kernel at start.
+    #[error("tenant networking: rebuilding at start: {0}")]
+    NetRebuild(BackendError),
     /// The SSNTP client refused its configuration, or gave up for good (the scheduler aborted
     /// the session: another agent took our UUID, or our role was refused).
     #[error("ssntp: {0}")]
@@ -148,28 +177,101 @@ fn lock_state_dir(dir: &Path) -> Result<File, DaemonError> {
 
 /// Runs the agent until `shutdown` is cancelled (`Ok`), or until it cannot go on (`Err`).
 pub async fn run(config: DaemonConfig, shutdown: CancellationToken) -> Result<(), DaemonError> {
-    let _state_lock = lock_state_dir(&config.state_dir)?;
-    // One UUID per state directory, whichever role --network claims: the node stays the same
-    // node (with the same instances) if its role changes.
-    let own = config.tls.own();
-    let (node, _uuid_lock) = endpoint_uuid(&own, Some(&config.state_dir), Role::AGENT)?;
-    match &config.libvirt {
-        Some(l) => {
+    let (_locks, node) = claim(&config)?;
+    match (&config.libvirt, &config.net) {
+        (Some(l), Some(net)) if net.node_ip.is_some() => {
             let backend = LibvirtBackend::new(l.clone())?;
-            run_with(&config, node, backend, shutdown).await
+            let network = net.network(RtNetOps::new()?).await?;
+            run_with(&config, node, networked(backend, network), shutdown).await
         }
-        None => {
+        (Some(l), net) => {
+            if net.is_some() {
+                tracing::warn!("no --node-ip: tenant networking off (VMs start without a NIC)");
+            }
+            let backend = LibvirtBackend::new(l.clone())?;
+            run_with(&config, node, ready(backend), shutdown).await
+        }
+        (None, _) => {
             let backend = SimBackend::new(config.sim.clone())?;
-            run_with(&config, node, backend, shutdown).await
+            run_with(&config, node, ready(backend), shutdown).await
         }
     }
 }
 
-/// Runs the agent over `backend`, as [`run`] says.
+/// Runs the agent as [`run`] does, over `backend` with tenant networking on `network` (its
+/// node address and tunnel kind; [`NetArgs::network`] makes one). `config.net` and
+/// `config.libvirt` are not looked at.
+pub async fn run_networked<B: Backend, O: NetOps>(
+    config: DaemonConfig,
+    backend: B,
+    network: Network<O>,
+    shutdown: CancellationToken,
+) -> Result<(), DaemonError> {
+    let (_locks, node) = claim(&config)?;
+    run_with(&config, node, networked(backend, network), shutdown).await
+}
+
+/// The state directory's lock and the node's UUID (with its lock).
+fn claim(config: &DaemonConfig) -> Result<((File, impl Sized), Uuid), DaemonError> {
+    let state_lock = lock_state_dir(&config.state_dir)?;
+    // One UUID per state directory, whichever role --network claims: the node stays the same
+    // node (with the same instances) if its role changes.
+    let own = config.tls.own();
+    let (node, uuid_lock) = endpoint_uuid(&own, Some(&config.state_dir), Role::AGENT)?;
+    Ok(((state_lock, uuid_lock), node))
+}
+
+/// Makes the backend once the SSNTP client runs, given the sender of events: for a backend
+/// that must do something (send, look at the kernel) before the core re-attaches instances.
+type Prepare<B> = Box<
+    dyn FnOnce(EventSender, Uuid) -> Pin<Box<dyn Future<Output = Result<B, DaemonError>> + Send>>
+        + Send,
+>;
+
+/// A backend with nothing to prepare.
+fn ready<B: Backend>(backend: B) -> Prepare<B> {
+    Box::new(move |_, _| Box::pin(async move { Ok(backend) }))
+}
+
+/// `backend` wrapped in tenant networking: the tenant changes are forwarded as events, then
+/// the networks are rebuilt from the kernel.
+fn networked<B: Backend, O: NetOps>(backend: B, network: Network<O>) -> Prepare<NetBackend<B, O>> {
+    let node_ip = network.config().node_ip;
+    tracing::info!(node_ip = %node_ip, tunnel = %network.config().tunnel, "tenant networking on");
+    Box::new(move |events, node| {
+        Box::pin(async move {
+            let (tx, rx) = mpsc::channel(TENANT_CHANGES);
+            tokio::spawn(forward_tenant_changes(rx, events, node, node_ip));
+            let backend = NetBackend::new(backend, network, tx);
+            let rebuilt = backend.rebuild().await.map_err(DaemonError::NetRebuild)?;
+            tracing::info!(
+                vnics = rebuilt.vnics.len(),
+                gone = rebuilt.removed.len(),
+                "tenant networks rebuilt"
+            );
+            Ok(backend)
+        })
+    })
+}
+
+/// Sends every tenant change as TENANT_ADDED or TENANT_REMOVED, until the backend is gone.
+async fn forward_tenant_changes(
+    mut changes: mpsc::Receiver<TenantChange>,
+    events: EventSender,
+    node: Uuid,
+    node_ip: IpAddr,
+) {
+    while let Some(change) = changes.recv().await {
+        tracing::info!(?change, "tenant change");
+        events.send(change.payload(node, node_ip)).await;
+    }
+}
+
+/// Runs the agent over the backend `prepare` makes, as [`run`] says.
 async fn run_with<B: Backend>(
     config: &DaemonConfig,
     node: Uuid,
-    backend: B,
+    prepare: Prepare<B>,
     shutdown: CancellationToken,
 ) -> Result<(), DaemonError> {
     let outbound = Outbound::default();
@@ -184,6 +286,14 @@ async fn run_with<B: Backend>(
     let first = outbound.clone();
     client_config.announce = Some(Arc::new(move || first.announce()));
     let (client, mut events) = Client::start(client_config)?;
+    let sender = EventSender::new(client.clone(), node, outbound.clone());
+    let backend = match prepare(sender, node).await {
+        Ok(backend) => backend,
+        Err(e) => {
+            close(&client, &mut events).await;
+            return Err(e);
+        }
+    };
     let reporter = SsntpReporter::new(client.clone(), node, outbound.clone());
     let core = match Core::spawn(config.core_config(node), Arc::new(backend), reporter).await {
         Ok(core) => core,

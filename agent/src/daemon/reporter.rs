@@ -165,10 +165,53 @@ impl SsntpReporter {
         }
     }
 
+    /// Queues an event after the backlog ([`EventSender::send`]).
+    async fn send_event(&mut self, payload: Payload) {
+        if let Err((payload, e)) = self.events().send_inner(payload).await {
+            self.dropped(&payload, &e);
+        }
+    }
+
+    fn events(&self) -> EventSender {
+        EventSender {
+            client: self.client.clone(),
+            node: self.node,
+            outbound: self.outbound.clone(),
+        }
+    }
+}
+
+/// Sends events (frames that must not be lost to a short disconnection) the way
+/// [`SsntpReporter`] sends instance events: after the backlog, into the backlog while there is
+/// no session. The daemon uses it for TENANT_ADDED and TENANT_REMOVED.
+#[derive(Clone)]
+pub struct EventSender {
+    client: ClientHandle,
+    node: Uuid,
+    outbound: Outbound,
+}
+
+impl EventSender {
+    /// A sender on `client`'s sessions as node `node`, sharing `outbound` (and so its backlog)
+    /// with the [`SsntpReporter`].
+    pub fn new(client: ClientHandle, node: Uuid, outbound: Outbound) -> EventSender {
+        EventSender {
+            client,
+            node,
+            outbound,
+        }
+    }
+
     /// Queues an event after the backlog. While disconnected, or while the backlog cannot be
     /// sent, it joins the backlog (order kept); when only its own frame finds the queue full,
-    /// it waits at most [`EVENT_WAIT`] for room.
-    async fn send_event(&mut self, payload: Payload) {
+    /// it waits at most [`EVENT_WAIT`] for room, and is dropped (with a warning) after that.
+    pub async fn send(&self, payload: Payload) {
+        if let Err((payload, e)) = self.send_inner(payload).await {
+            tracing::warn!(operand = %payload.operand(), error = %e, "event not sent");
+        }
+    }
+
+    async fn send_inner(&self, payload: Payload) -> Result<(), (Payload, SendError)> {
         let frame = Frame::new(self.node, &payload);
         {
             let mut state = self.outbound.lock();
@@ -177,19 +220,19 @@ impl SsntpReporter {
                 Err(_) => Err(SendError::NotConnected),
             };
             match result {
-                Ok(()) => return,
-                Err(SendError::NotConnected) => return state.keep(payload),
-                Err(SendError::Busy) => {}
-                Err(e) => {
-                    drop(state);
-                    return self.dropped(&payload, &e);
+                Ok(()) => return Ok(()),
+                Err(SendError::NotConnected) => {
+                    state.keep(payload);
+                    return Ok(());
                 }
+                Err(SendError::Busy) => {}
+                Err(e) => return Err((payload, e)),
             }
         }
         let waited = tokio::time::timeout(EVENT_WAIT, self.client.send_wait(&frame)).await;
-        let result = waited.unwrap_or(Err(SendError::Busy));
-        if let Err(e) = result {
-            self.dropped(&payload, &e);
+        match waited.unwrap_or(Err(SendError::Busy)) {
+            Ok(()) => Ok(()),
+            Err(e) => Err((payload, e)),
         }
     }
 }

@@ -2,10 +2,15 @@
 //! fakes, paused clock) and the daemon over real SSNTP ([`over_ssntp`]: loopback TLS, the real
 //! scheduler or a fake one, the `cumulo-agent` binary), tenant networking in network namespaces
 //! ([`netns`]: root; real bridges, tunnels, taps and pings), and real VMs through the daemon
-//! ([`libvirt`]: skipped without `CUMULO_LIBVIRT_URI`).
+//! ([`libvirt`]: skipped without `CUMULO_LIBVIRT_URI`), and the daemon with tenant networking
+//! over a fake kernel ([`tenants`]), `cumulo-cnci` in a network namespace ([`cnci`]: root),
+//! and two hosts' agents pinging through a CNCI over SSNTP ([`overlay`]: root).
 
+mod cnci;
 mod in_process;
 mod libvirt;
 mod netns;
 mod over_ssntp;
+mod overlay;
 mod support;
+mod tenants;

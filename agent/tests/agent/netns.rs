@@ -47,7 +47,7 @@ fn missing() -> Option<String> {
 }
 
 /// Whether to run; says why not on stderr, or fails under `CUMULO_REQUIRE_NETNS=1`.
-fn can_run(test: &str) -> bool {
+pub(crate) fn can_run(test: &str) -> bool {
     let Some(why) = missing() else { return true };
     if std::env::var("CUMULO_REQUIRE_NETNS").as_deref() == Ok("1") {
         panic!("{test}: CUMULO_REQUIRE_NETNS=1 but {why}");
@@ -56,7 +56,7 @@ fn can_run(test: &str) -> bool {
     false
 }
 
-fn run(cmd: &mut Command) -> Output {
+pub(crate) fn run(cmd: &mut Command) -> Output {
     let out = cmd.output().unwrap();
     assert!(
         out.status.success(),
@@ -67,12 +67,12 @@ fn run(cmd: &mut Command) -> Output {
 }
 
 /// A network namespace, deleted on drop.
-struct Netns {
-    name: String,
+pub(crate) struct Netns {
+    pub(crate) name: String,
 }
 
 impl Netns {
-    fn new(tag: &str) -> Netns {
+    pub(crate) fn new(tag: &str) -> Netns {
         static SWEEP: std::sync::Once = std::sync::Once::new();
         SWEEP.call_once(sweep_stale);
         static N: AtomicUsize = AtomicUsize::new(0);
@@ -85,7 +85,7 @@ impl Netns {
     }
 
     /// `ip -n NS ARGS`, which must succeed; its stdout.
-    fn ip(&self, args: &[&str]) -> String {
+    pub(crate) fn ip(&self, args: &[&str]) -> String {
         let out = run(Command::new("ip").args(["-n", &self.name]).args(args));
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
@@ -100,7 +100,7 @@ impl Netns {
     }
 
     /// `ip -d link show NAME`, or `None` if there is no such link.
-    fn link(&self, name: &str) -> Option<String> {
+    pub(crate) fn link(&self, name: &str) -> Option<String> {
         let out = Command::new("ip")
             .args(["-n", &self.name, "-d", "link", "show", "dev", name])
             .output()
@@ -122,7 +122,7 @@ impl Netns {
     }
 
     /// Pings until one answer comes (the first may wait for ARP and bridge learning).
-    fn reaches(&self, to: &str) -> bool {
+    pub(crate) fn reaches(&self, to: &str) -> bool {
         (0..10).any(|_| self.ping(to, 1, 1))
     }
 
@@ -281,7 +281,7 @@ fn vnic(n: u8, subnet: SubnetId) -> Vnic {
     }
 }
 
-fn mac_text(mac: &[u8; 6]) -> String {
+pub(crate) fn mac_text(mac: &[u8; 6]) -> String {
     mac.iter()
         .map(|b| format!("{b:02x}"))
         .collect::<Vec<_>>()
@@ -289,7 +289,7 @@ fn mac_text(mac: &[u8; 6]) -> String {
 }
 
 /// Namespaces joined by a bridge in a switch namespace, each with `u0` at its address.
-fn underlay(switch: &Netns, hosts: &[(&Netns, &str)]) {
+pub(crate) fn underlay(switch: &Netns, hosts: &[(&Netns, &str)]) {
     switch.ip(&["link", "add", "sw", "type", "bridge"]);
     switch.ip(&["link", "set", "sw", "up"]);
     for (i, (ns, addr)) in hosts.iter().enumerate() {
@@ -359,7 +359,7 @@ fn cnci_subnet(cnci: &Netns, kind: TunnelKind, key: u32, nodes: &[&str]) {
 
 /// A guest namespace standing in for the VM of `vnic`: a veth pair from the host's bridge,
 /// the guest end with the VM's MAC and address.
-fn guest(host: &Netns, bridge: &str, port: &str, vnic: &Vnic, addr: &str) -> Netns {
+pub(crate) fn guest(host: &Netns, bridge: &str, port: &str, vnic: &Vnic, addr: &str) -> Netns {
     let g = Netns::new(port);
     host.ip(&[
         "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", &g.name,
@@ -689,4 +689,124 @@ fn net_backend_plugs_instances_in_and_out_for_real() {
         .filter(|n| names::is_ours(n))
         .collect();
     assert!(left.is_empty(), "{left:?}");
+}
+
+/// The concentrator's side made by `cumulo-cnci`'s [`Hub`](agent::cnci::Hub) over
+/// [`RtCnciOps`](agent::cnci::RtCnciOps) (not the stand-in above): guests on two hosts reach
+/// each other through it, another tenant with the same addresses does not, and a node whose
+/// TENANT_REMOVED came is cut off from the subnet while the others are not touched.
+#[test]
+fn two_hosts_ping_through_the_cnci_hub() {
+    use agent::cnci::{Hub, HubConfig, NodeSubnet, Outcome, RtCnciOps};
+    if !can_run("two_hosts_ping_through_the_cnci_hub") {
+        return;
+    }
+    let (switch, h1, h2, cnci) = (
+        Netns::new("sw"),
+        Netns::new("h1"),
+        Netns::new("h2"),
+        Netns::new("cnci"),
+    );
+    underlay(
+        &switch,
+        &[(&h1, "198.18.0.1"), (&h2, "198.18.0.2"), (&cnci, CNCI_IP)],
+    );
+    let (host1, host2, concentrator) = (Host::new(&h1), Host::new(&h2), Host::new(&cnci));
+    let n1 = host1.network("198.18.0.1");
+    let n2 = host2.network("198.18.0.2");
+    let kind = host1.tunnel(&n1);
+    let hub = concentrator.run(async move {
+        let hub = Hub::new(
+            RtCnciOps::new().unwrap(),
+            HubConfig {
+                local: CNCI_IP.parse().unwrap(),
+                tunnel: kind,
+                vxlan_port: VXLAN_PORT,
+            },
+        );
+        Arc::new(tokio::sync::Mutex::new(hub))
+    });
+    // What TENANT_ADDED / TENANT_REMOVED from host `n` for `subnet` carry.
+    let event = |n: u8, s: SubnetId| NodeSubnet {
+        node: Uuid::from_u128(u128::from(n)),
+        node_ip: format!("198.18.0.{n}").parse().unwrap(),
+        tenant: s.tenant,
+        subnet: s.subnet,
+        key: s.key,
+    };
+    let tell = |e: NodeSubnet, added: bool| {
+        let hub = hub.clone();
+        concentrator
+            .run(async move {
+                let mut hub = hub.lock().await;
+                if added {
+                    hub.add(&e).await
+                } else {
+                    hub.remove(&e).await
+                }
+            })
+            .unwrap()
+    };
+
+    let a1 = vnic(1, subnet(TENANT_A, KEY_A, CNCI_IP));
+    let a2 = vnic(2, subnet(TENANT_A, KEY_A, CNCI_IP));
+    let b1 = vnic(3, subnet(TENANT_B, KEY_B, CNCI_IP));
+    let b2 = vnic(4, subnet(TENANT_B, KEY_B, CNCI_IP));
+    let (at1, at2) = (host1.attach(&n1, a1), host2.attach(&n2, a2));
+    let (bt1, bt2) = (host1.attach(&n1, b1), host2.attach(&n2, b2));
+    for (n, v) in [(1, a1), (2, a2), (1, b1), (2, b2)] {
+        assert!(matches!(
+            tell(event(n, v.subnet), true),
+            Outcome::Added { .. }
+        ));
+    }
+    let ga1 = guest(&h1, &at1.bridge, "vh-a1", &a1, "10.250.0.1/24");
+    let ga2 = guest(&h2, &at2.bridge, "vh-a2", &a2, "10.250.0.2/24");
+    let gb1 = guest(&h1, &bt1.bridge, "vh-b1", &b1, "10.250.0.1/24");
+    let _gb2 = guest(&h2, &bt2.bridge, "vh-b2", &b2, "10.250.0.4/24");
+    assert!(ga1.reaches("10.250.0.2"), "tenant A through the CNCI's hub");
+    assert!(ga2.reaches("10.250.0.1"), "and back");
+    assert!(gb1.reaches("10.250.0.4"), "tenant B through its own hub");
+    assert!(gb1.cut_off_from("10.250.0.2"), "tenant B reaches tenant A");
+    assert!(ga1.cut_off_from("10.250.0.4"), "tenant A reaches tenant B");
+
+    // The CNCI's hub of subnet A floods to both hosts and has learnt a2's MAC behind host 2.
+    let hub_a = agent::cnci::hub::hub_name(KEY_A);
+    let fdb = || {
+        let out = run(Command::new("ip")
+            .args(["netns", "exec", &cnci.name, "bridge", "fdb", "show", "dev"])
+            .arg(&hub_a));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let to_host2 = |fdb: &str| {
+        fdb.lines()
+            .filter(|l| l.contains("dst 198.18.0.2"))
+            .map(|l| l.split(' ').next().unwrap_or("").to_string())
+            .collect::<Vec<_>>()
+    };
+    let before = fdb();
+    assert!(
+        to_host2(&before).contains(&"00:00:00:00:00:00".to_string()),
+        "{before}"
+    );
+    assert!(to_host2(&before).contains(&mac_text(&a2.mac)), "{before}");
+    // Host 2 leaves subnet A (TENANT_REMOVED once its last VNIC of A is gone): every entry
+    // towards it goes, the flood entry and what was learnt; host 1's and subnet B's stay.
+    let d = host2.detach(&n2, a2.instance).unwrap();
+    assert!(d.last);
+    assert_eq!(
+        tell(event(2, a2.subnet), false),
+        Outcome::Removed { last: false }
+    );
+    let after = fdb();
+    assert!(to_host2(&after).is_empty(), "{after}");
+    assert!(after.contains("dst 198.18.0.1"), "{after}");
+    assert!(gb1.reaches("10.250.0.4"), "tenant B untouched");
+    // The last node: the CNCI's bridge and hub of the subnet go.
+    assert_eq!(
+        tell(event(1, a1.subnet), false),
+        Outcome::Removed { last: true }
+    );
+    assert!(cnci.link(&agent::cnci::hub::bridge_name(KEY_A)).is_none());
+    assert!(cnci.link(&agent::cnci::hub::bridge_name(KEY_B)).is_some());
 }

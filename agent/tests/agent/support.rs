@@ -475,7 +475,7 @@ impl Fake {
 
 /// An agent process; killed (SIGKILL) and reaped when dropped, so that a failing test leaves
 /// no agent behind.
-pub(crate) struct Process(Child);
+pub(crate) struct Process(pub(crate) Child);
 
 impl Drop for Process {
     fn drop(&mut self) {

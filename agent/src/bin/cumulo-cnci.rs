@@ -1,0 +1,63 @@
+//! `cumulo-cnci`: parses the command line and runs [`agent::cnci::run()`] until SIGTERM or
+//! SIGINT. A configuration it cannot run with is one line on stderr and exit status 1 (clap's
+//! own usage errors exit 2).
+#![forbid(unsafe_code)]
+
+use agent::cnci::{self, cli::Args};
+use clap::Parser;
+use std::process::ExitCode;
+use tokio_util::sync::CancellationToken;
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if args.log_format == "json" {
+        logs.json().init();
+    } else {
+        logs.init();
+    }
+    let config = match args.into_config() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("cumulo-cnci: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("cumulo-cnci: cannot start the runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    runtime.block_on(async move {
+        let shutdown = CancellationToken::new();
+        let stop = shutdown.clone();
+        tokio::spawn(async move {
+            use tokio::signal::unix::{SignalKind, signal};
+            let Ok(mut term) = signal(SignalKind::terminate()) else {
+                return;
+            };
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+            tracing::info!("signal: shutting down");
+            stop.cancel();
+        });
+        match cnci::run(config, shutdown).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("cumulo-cnci: {e}");
+                ExitCode::from(1)
+            }
+        }
+    })
+}

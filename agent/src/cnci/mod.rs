@@ -1,0 +1,27 @@
+//! `cumulo-cnci`, the tenant network's concentrator (CNCI), as a library: an SSNTP client with
+//! the CNCIAGENT role whose UUID is its instance UUID ([`run()`]). It announces itself with
+//! CONCENTRATOR_INSTANCE_ADDED and ends the compute nodes' tunnels of its tenant's subnets on one
+//! bridge per subnet as TENANT_ADDED and TENANT_REMOVED come ([`Hub`]: a VXLAN hub with a flood
+//! entry per node and hairpin, or a GRE-tap per node; `docs/networking.md`, "What the CNCI must
+//! do").
+//!
+//! The kernel is behind [`CnciOps`] ([`RtCnciOps`] over rtnetlink, [`FakeCnciOps`] for tests).
+//! The same binary runs inside a CNCI VM or, where no VMs are wanted, as a process in its own
+//! network namespace on a network node.
+//!
+//! Not done yet: DHCP with fixed leases, routing between the tenant's subnets (REFRESH_CNCI is
+//! logged), outbound NAT, public IPs (ASSIGN/RELEASE_PUBLIC_IP are answered with their
+//! failure).
+
+pub mod cli;
+pub mod fake;
+pub mod hub;
+pub mod ops;
+pub mod run;
+#[cfg(test)]
+mod tests;
+
+pub use fake::FakeCnciOps;
+pub use hub::{Hub, HubConfig, HubError, NodeSubnet, Outcome, Rebuilt};
+pub use ops::{CnciOps, HubSpec, RtCnciOps};
+pub use run::{CnciConfig, CnciError, run, run_with};
