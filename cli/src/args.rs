@@ -257,7 +257,7 @@ pub enum ImageCmd {
         /// Its name.
         #[arg(long)]
         name: String,
-        /// qcow2, raw, iso or kernel.
+        /// qcow2, raw or iso.
         #[arg(long, default_value = "raw")]
         kind: String,
         /// Where the agents find it (their image store's name for it).

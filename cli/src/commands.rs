@@ -182,7 +182,10 @@ fn wait(
     let start = Instant::now();
     let _ = write!(out, "waiting for {what} ");
     loop {
-        if done()? {
+        let finished = done().inspect_err(|_| {
+            let _ = writeln!(out);
+        })?;
+        if finished {
             let _ = writeln!(out, " done ({:.1} s)", start.elapsed().as_secs_f64());
             return Ok(());
         }
@@ -427,7 +430,8 @@ pub fn node(conn: &Connection, cmd: NodeCmd, o: &mut Output<'_>) -> Result<(), C
         ("ID", "id"),
         ("HOSTNAME", "hostname"),
         ("STATUS", "status"),
-        ("KINDS", "kinds"),
+        ("COMPUTE", "compute"),
+        ("NETWORK", "network"),
         ("INSTANCES", "instances"),
         ("VCPUS FREE", "vcpus_available"),
         ("MEM FREE (MiB)", "mem_available_mb"),
@@ -463,7 +467,7 @@ pub fn tenant(conn: &Connection, cmd: TenantCmd, o: &mut Output<'_>) -> Result<(
             ram,
         } => o.object(conn.post(
             routes::TENANTS,
-            &json!({"name": name, "quota": {"instances": instances, "vcpus": vcpus, "memory_mb": ram}}),
+            &json!({"name": name, "quota": quota_body(instances, vcpus, ram)}),
         )?),
         TenantCmd::Delete { id } => {
             let id = resolve(conn, routes::TENANTS, &id)?;
@@ -478,15 +482,20 @@ pub fn tenant(conn: &Connection, cmd: TenantCmd, o: &mut Output<'_>) -> Result<(
         } => {
             let id = resolve(conn, routes::TENANTS, &id)?;
             if instances.is_some() || vcpus.is_some() || ram.is_some() {
-                conn.put(
-                    &routes::quota(&id),
-                    &json!({"instances": instances, "vcpus": vcpus, "memory_mb": ram}),
-                )?;
+                conn.put(&routes::quota(&id), &quota_body(instances, vcpus, ram))?;
             }
             o.object(conn.get(&routes::quota(&id))?);
         }
     }
     Ok(())
+}
+
+fn quota_body(instances: Option<u32>, vcpus: Option<u32>, ram: Option<u64>) -> Value {
+    routes::present(&[
+        ("instances", instances.map(Value::from)),
+        ("vcpus", vcpus.map(Value::from)),
+        ("memory_mb", ram.map(Value::from)),
+    ])
 }
 
 /// `cumulo cnci list`.

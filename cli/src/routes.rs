@@ -37,9 +37,20 @@ pub fn instance_action(id: &str, action: &str) -> String {
     format!("{INSTANCES}/{id}/{action}")
 }
 
-/// A role of a user in a tenant.
-pub fn role(tenant: &str, user: &str, role: &str) -> String {
-    format!("{TENANTS}/{tenant}/users/{user}/roles/{role}")
+/// A user's roles (POST `{"tenant": .., "role": ..}` grants one).
+pub fn roles(user: &str) -> String {
+    format!("{USERS}/{user}/roles")
+}
+
+/// A JSON object of the fields that are set: the native API refuses `null` for an optional
+/// field (absent means "not set").
+pub fn present(fields: &[(&str, Option<Value>)]) -> Value {
+    Value::Object(
+        fields
+            .iter()
+            .filter_map(|(k, v)| v.clone().map(|v| (k.to_string(), v)))
+            .collect(),
+    )
 }
 
 /// A tenant's quota.

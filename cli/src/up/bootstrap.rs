@@ -194,7 +194,10 @@ pub fn seed(layout: &Layout, admin: &Connection, _backend: Backend) -> Result<Se
         &json!({"name": DEMO, "password": demo_password}),
     )?;
     let user_id = id_of(&user)?;
-    admin.put(&routes::role(&tenant_id, &user_id, "member"), &json!({}))?;
+    admin.post(
+        &routes::roles(&user_id),
+        &json!({"tenant": tenant_id, "role": "member"}),
+    )?;
     let url = layout.api_url();
     let demo = demo_login(&url, &demo_password)?;
     let flavors = admin.get(routes::FLAVORS)?;

@@ -216,6 +216,8 @@ pub fn specs(layout: &Layout, backend: Backend, host: &str) -> Result<Vec<Spec>,
         "--hostname",
         host,
     ]);
+    // One host plays the whole cloud: offer more vCPUs than it has (tiny guests mostly idle).
+    agent_args.extend(s(&["--vcpus", "32"]));
     if backend == Backend::Sim {
         // A developer's disk and memory are not a data centre's: no watermarks for sim.
         agent_args.extend(s(&["--no-disk-limit", "--no-mem-limit"]));

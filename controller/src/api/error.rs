@@ -38,6 +38,9 @@ pub enum ApiError {
     /// A stale version, a duplicate name, an object in use, or a state that forbids the action.
     #[error("{0}")]
     Conflict(String),
+    /// The client took too long to send the body.
+    #[error("{0}")]
+    RequestTimeout(String),
     /// The body is larger than the configured limit.
     #[error("{0}")]
     PayloadTooLarge(String),
@@ -73,6 +76,7 @@ impl ApiError {
             ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::NotAcceptable(_) => StatusCode::NOT_ACCEPTABLE,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
+            ApiError::RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -97,6 +101,7 @@ impl ApiError {
             ApiError::MethodNotAllowed(_) => "methodNotAllowed",
             ApiError::NotAcceptable(_) => "notAcceptable",
             ApiError::Conflict(_) => "conflictingRequest",
+            ApiError::RequestTimeout(_) => "requestTimeout",
             ApiError::PayloadTooLarge(_) | ApiError::OverLimit(_) => "overLimit",
             ApiError::Unavailable(_) => "serviceUnavailable",
             ApiError::Internal(_) => "computeFault",
@@ -133,7 +138,7 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     /// Renders in the standard dialect; the compute router re-renders in Nova's (see
-    /// [`renderer`]).
+    /// `renderer`).
     fn into_response(self) -> Response {
         self.render(Dialect::Standard)
     }

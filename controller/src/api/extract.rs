@@ -13,6 +13,9 @@ use uuid::Uuid;
 
 use super::error::ApiError;
 
+/// How long a client may take to send a body.
+const BODY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// A JSON body of type `T`.
 #[derive(Debug, Clone)]
 pub struct JsonBody<T>(pub T);
@@ -21,8 +24,10 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for JsonBody<T> {
     type Rejection = ApiError;
 
     async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
-        let bytes = Bytes::from_request(request, state)
+        let read = tokio::time::timeout(BODY_TIMEOUT, Bytes::from_request(request, state));
+        let bytes = read
             .await
+            .map_err(|_| ApiError::RequestTimeout("the request body came too slowly".into()))?
             .map_err(|rejection| {
                 if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
                     ApiError::PayloadTooLarge("the request body is too large".into())
@@ -63,6 +68,23 @@ where
     T::deserialize(deserializer).map(Some)
 }
 
+/// As [`present`], for a nested object: anything but a JSON object (an array, `null`) is an
+/// error.
+pub fn present_object<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: DeserializeOwned,
+{
+    use serde::Deserialize;
+    let value = serde_json::Value::deserialize(deserializer)?;
+    if !value.is_object() {
+        return Err(serde::de::Error::custom("expected a JSON object"));
+    }
+    serde_json::from_value(value)
+        .map(Some)
+        .map_err(serde::de::Error::custom)
+}
+
 /// A query string parsed into `T` (unknown parameters are ignored unless `T` denies them).
 #[derive(Debug, Clone)]
 pub struct QueryParams<T>(pub T);
@@ -84,6 +106,25 @@ fn serde_urlencoded_parse<T: DeserializeOwned>(query: &str) -> Result<T, ApiErro
     )
     .map(|q| q.0)
     .map_err(|e| ApiError::BadRequest(format!("bad query string: {}", e.body_text())))
+}
+
+/// Path parameters; a path that cannot be read (not UTF-8) names no object (404).
+#[derive(Debug, Clone)]
+pub struct PathParams<T>(pub T);
+
+impl<T, S> FromRequestParts<S> for PathParams<T>
+where
+    T: DeserializeOwned + Send,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        axum::extract::Path::<T>::from_request_parts(parts, state)
+            .await
+            .map(|p| PathParams(p.0))
+            .map_err(|_| ApiError::NotFound(format!("no resource at {}", parts.uri.path())))
+    }
 }
 
 /// The object `id` of `kind` named in a path: a text that is not a UUID names no object (404,
@@ -134,6 +175,29 @@ mod tests {
         );
         assert!(parse_json::<Optional>(br#"{"count":null}"#).is_err());
         assert!(parse_json::<Optional>(b"[1]").is_err());
+    }
+
+    #[derive(Debug, serde::Deserialize)]
+    struct Outer {
+        #[serde(default, deserialize_with = "present_object")]
+        inner: Option<Strict>,
+    }
+
+    #[test]
+    fn nested_objects_must_be_objects() {
+        assert!(
+            parse_json::<Outer>(br#"{"inner":{"name":"a"}}"#)
+                .unwrap()
+                .inner
+                .is_some()
+        );
+        for bad in [
+            &br#"{"inner":["a"]}"#[..],
+            br#"{"inner":null}"#,
+            br#"{"inner":{"name":"a","x":1}}"#,
+        ] {
+            assert!(parse_json::<Outer>(bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

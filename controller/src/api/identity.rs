@@ -10,7 +10,7 @@ use std::time::SystemTime;
 
 use axum::Json;
 use axum::Router;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -20,7 +20,7 @@ use uuid::Uuid;
 
 use super::auth::principal_of_token;
 use super::clock::rfc3339_micro;
-use super::extract::{JsonBody, QueryParams, path_id};
+use super::extract::{JsonBody, PathParams, QueryParams, path_id};
 use super::token::Claims;
 use super::{ApiError, ApiState, Principal, password};
 use crate::store::{Role, Store, StoreError, Tenant, User};
@@ -467,7 +467,7 @@ async fn list_projects(
 async fn show_project(
     State(state): State<ApiState>,
     caller: Principal,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
 ) -> Result<Json<Value>, ApiError> {
     let id = path_id("project", &id)?;
     let tenant = state
@@ -520,7 +520,7 @@ fn self_or_admin(caller: &Principal, user: Uuid) -> Result<(), ApiError> {
 async fn show_user(
     State(state): State<ApiState>,
     caller: Principal,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
 ) -> Result<Json<Value>, ApiError> {
     let id = path_id("user", &id)?;
     self_or_admin(&caller, id)?;
@@ -533,7 +533,7 @@ async fn show_user(
 async fn user_projects(
     State(state): State<ApiState>,
     caller: Principal,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
 ) -> Result<Json<Value>, ApiError> {
     let id = path_id("user", &id)?;
     self_or_admin(&caller, id)?;

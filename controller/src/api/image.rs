@@ -4,7 +4,7 @@
 
 use axum::Json;
 use axum::Router;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -12,7 +12,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::clock::rfc3339;
-use super::extract::{QueryParams, path_id};
+use super::extract::{PathParams, QueryParams, path_id};
 use super::{ApiError, ApiState, Principal};
 use crate::store::{Image, ImageKind, Page};
 
@@ -86,6 +86,8 @@ fn body(image: &Image) -> Value {
 #[derive(Debug, Default, Deserialize)]
 struct ImageQuery {
     #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
     name: Option<String>,
     #[serde(default)]
     visibility: Option<String>,
@@ -95,7 +97,16 @@ struct ImageQuery {
     marker: Option<String>,
 }
 
-/// `GET /v2/images`: filters `name` (exact) and `visibility`; pages by `limit` and `marker`.
+/// Whether `id` passes an `id` filter: one id, or `in:a,b,c`.
+fn id_matches(filter: &str, id: &str) -> bool {
+    match filter.strip_prefix("in:") {
+        Some(list) => list.split(',').any(|x| x.trim() == id),
+        None => filter == id,
+    }
+}
+
+/// `GET /v2/images`: filters `id` (one, or `in:a,b`), `name` (exact) and `visibility`; pages by
+/// `limit` and `marker`.
 async fn list(
     State(state): State<ApiState>,
     caller: Principal,
@@ -131,6 +142,12 @@ async fn list(
         .iter()
         .skip(start)
         .filter(|i| query.name.as_ref().is_none_or(|n| *n == i.name))
+        .filter(|i| {
+            query
+                .id
+                .as_ref()
+                .is_none_or(|f| id_matches(f, &i.id.to_string()))
+        })
         .filter(|i| visibility.is_none_or(|public| public == i.owner.is_none()))
         .collect();
     let page: Vec<Value> = matching.iter().take(limit).map(|i| body(i)).collect();
@@ -151,7 +168,7 @@ async fn list(
 async fn show(
     State(state): State<ApiState>,
     caller: Principal,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
 ) -> Result<Json<Value>, ApiError> {
     let id = path_id("image", &id)?;
     let scope = caller.project_scope(true)?;
@@ -159,4 +176,17 @@ async fn show(
         .store(move |store| Ok(store.image(scope, id)?))
         .await?;
     Ok(Json(body(&image)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn id_filters() {
+        assert!(id_matches("a", "a"));
+        assert!(id_matches("in:b,a", "a"));
+        assert!(!id_matches("in:b,c", "a"));
+        assert!(!id_matches("b", "a"));
+    }
 }

@@ -24,6 +24,8 @@ use tower::ServiceExt;
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a client may take to send a request's headers.
 const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
+/// The most connections served at once; more wait in the listener's backlog.
+const MAX_CONNECTIONS: usize = 1024;
 /// How long shutdown waits for in-flight requests.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -102,7 +104,15 @@ pub async fn serve(
     }
     let acceptor = tls.map(TlsAcceptor::from);
     let tracker = TaskTracker::new();
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
+        let slot = tokio::select! {
+            () = shutdown.cancelled() => break,
+            slot = slots.clone().acquire_owned() => match slot {
+                Ok(slot) => slot,
+                Err(_) => break,
+            },
+        };
         let (stream, peer) = tokio::select! {
             () = shutdown.cancelled() => break,
             accepted = listener.accept() => match accepted {
@@ -118,6 +128,7 @@ pub async fn serve(
         let _ = stream.set_nodelay(true);
         let (router, shutdown, acceptor) = (router.clone(), shutdown.clone(), acceptor.clone());
         tracker.spawn(async move {
+            let _slot = slot;
             match acceptor {
                 None => connection(stream, None, router, shutdown).await,
                 Some(acceptor) => {

@@ -21,6 +21,8 @@ use uuid::Uuid;
 use super::clock::{from_unix_secs, unix_secs};
 
 const PREFIX: &str = "cu1.";
+/// The usual lifetime of a token: one hour.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(3600);
 /// The length of a signing key.
 pub const KEY_LEN: usize = 32;
 /// The longest token text looked at.

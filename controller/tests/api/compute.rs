@@ -307,6 +307,20 @@ async fn another_tenant_sees_and_touches_nothing() {
         )
         .await;
     assert_eq!(all["servers"].as_array().unwrap().len(), 1);
+    // It may read A's server, but not change it through the compute API.
+    let (status, _, _) = c.send(Method::GET, &path, Some(&admin), None).await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, _, _) = c.send(Method::DELETE, &path, Some(&admin), None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _, _) = c
+        .send(
+            Method::POST,
+            &format!("{path}/action"),
+            Some(&admin),
+            Some(json!({"os-stop": null})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
     w.stop().await;
 }
 
@@ -354,6 +368,7 @@ async fn bad_input_gets_clear_4xx_answers() {
     for path in [
         "/compute/v2.1/servers/not-a-uuid",
         "/compute/v2.1/servers/%00",
+        "/compute/v2.1/servers/%FF",
     ] {
         let (status, _, reply) = c.send(Method::GET, path, Some(&a), None).await;
         assert_eq!(status, StatusCode::NOT_FOUND, "{path}");
@@ -444,5 +459,46 @@ async fn quotas_hold_under_parallel_creates() {
         .await;
     assert_eq!(limits["limits"]["absolute"]["maxTotalInstances"], 5);
     assert_eq!(limits["limits"]["absolute"]["totalInstancesUsed"], 5);
+    w.stop().await;
+}
+
+#[tokio::test]
+async fn an_unavailable_cluster_is_503() {
+    let w = World::start().await;
+    let a = w.token_a().await;
+    let id = w.server_a(&a, "s").await;
+    w.cluster.set_connected(false);
+    let c = w.client();
+    let (status, _, body) = c
+        .send(
+            Method::POST,
+            "/compute/v2.1/servers",
+            Some(&a),
+            Some(create_body("x", w.flavor.id, w.image.id)),
+        )
+        .await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(body["serviceUnavailable"].is_object(), "{body}");
+    let (status, _, _) = c
+        .send(
+            Method::POST,
+            &format!("/compute/v2.1/servers/{id}/action"),
+            Some(&a),
+            Some(json!({"os-stop": null})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    let (_, _, health) = c.send(Method::GET, "/cumulo/v1/healthz", None, None).await;
+    assert_eq!(health["scheduler"], false);
+    // Reads still work.
+    let (status, _, _) = c
+        .send(
+            Method::GET,
+            &format!("/compute/v2.1/servers/{id}"),
+            Some(&a),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
     w.stop().await;
 }

@@ -193,6 +193,28 @@ async fn tenants_users_and_quotas() {
     )
     .await;
 
+    // An admin cannot lock itself out.
+    let me = w.api.admin;
+    for (method, path) in [
+        (Method::DELETE, format!("/cumulo/v1/users/{}", me.user)),
+        (
+            Method::DELETE,
+            format!("/cumulo/v1/users/{}/roles/{}/admin", me.user, me.project),
+        ),
+        (Method::DELETE, format!("/cumulo/v1/tenants/{}", me.project)),
+    ] {
+        ok(&c, method, &path, &admin, None, 409).await;
+    }
+    ok(
+        &c,
+        Method::POST,
+        "/cumulo/v1/tenants",
+        &admin,
+        Some(json!({"name": "q", "quota": [1]})),
+        400,
+    )
+    .await;
+
     // Members may not administer.
     for (method, path, body) in [
         (
@@ -828,10 +850,21 @@ async fn native_bad_input() {
         "/cumulo/v1/workloads/x",
         "/cumulo/v1/tenants/..",
         "/cumulo/v1/nope",
+        "/cumulo/v1/instances/%FF",
     ] {
         let (status, _, _) = c.send(Method::GET, path, Some(&admin), None).await;
         assert_eq!(status, StatusCode::NOT_FOUND, "{path}");
     }
+    let (status, _, body) = c
+        .send(
+            Method::DELETE,
+            "/cumulo/v1/users/%C0/roles/x/y",
+            Some(&admin),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(body["error"]["code"], 404);
     let (status, _, _) = c
         .send(
             Method::GET,

@@ -151,3 +151,44 @@ async fn the_openstack_cli_drives_the_api() {
     assert_eq!(projects, ["admin", "alpha", "beta"]);
     world.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_openstack_cli_over_https() {
+    let Some(bin) = openstack_or_skip() else {
+        return;
+    };
+    let pki = testkit::TestPki::new();
+    let server = pki.leaf(ssntp::Role::CONTROLLER, Some(uuid::Uuid::new_v4()));
+    let tls = controller::api::server_tls_config(
+        server.ca_pem.as_bytes(),
+        server.cert_pem.as_bytes(),
+        server.key_pem.as_bytes(),
+    )
+    .unwrap();
+    let world = World::start_tls(Some(tls)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, &server.ca_pem).unwrap();
+    let mut cli = OpenStackCli::new(
+        bin,
+        &world.api.url,
+        &world.a.user_name,
+        PASSWORD,
+        &world.a.name,
+    );
+    cli.cacert = Some(ca);
+    let cli = Arc::new(cli);
+    let token = json(&cli, &["token", "issue"]).await;
+    assert_eq!(token["project_id"], world.a.id.to_string());
+    let created = json(
+        &cli,
+        &[
+            "server", "create", "--flavor", "m1.tiny", "--image", "cirros", "--wait", "tls-vm",
+        ],
+    )
+    .await;
+    assert_eq!(created["status"], "ACTIVE");
+    assert_eq!(names(&json(&cli, &["server", "list"]).await), ["tls-vm"]);
+    ok(&cli, &["server", "delete", "tls-vm"]).await;
+    world.stop().await;
+}

@@ -2,12 +2,12 @@
 //! Every flavor is public. `limit` and `marker` page through them by name.
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::BASE;
-use crate::api::extract::{QueryParams, path_id};
+use crate::api::extract::{PathParams, QueryParams, path_id};
 use crate::api::{ApiError, ApiState, Principal};
 use crate::store::{Flavor, Page};
 
@@ -118,7 +118,7 @@ pub async fn detail(
 pub async fn show(
     State(state): State<ApiState>,
     _caller: Principal,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
 ) -> Result<Json<Value>, ApiError> {
     let id = path_id("flavor", &id)?;
     let flavor = state.store(move |store| Ok(store.flavor(id)?)).await?;
@@ -131,7 +131,7 @@ pub async fn show(
 pub async fn extra_specs(
     State(state): State<ApiState>,
     _caller: Principal,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
 ) -> Result<Json<Value>, ApiError> {
     let id = path_id("flavor", &id)?;
     state.store(move |store| Ok(store.flavor(id)?)).await?;

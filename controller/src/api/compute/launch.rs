@@ -6,9 +6,13 @@
 //! cluster to launch `max_count` instances of it, or as many as the quota leaves if that is at
 //! least `min_count` (Nova's rule); the store re-checks the quota per instance, so parallel
 //! creates never exceed it.
+//!
+//! Deletes and actions act in the token's project only, admins included (unlike Nova, where an
+//! admin may act on any project's server): another project's servers are changed through the
+//! native API.
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
@@ -18,7 +22,7 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use super::BASE;
-use crate::api::extract::{JsonBody, path_id};
+use crate::api::extract::{JsonBody, PathParams, path_id};
 use crate::api::{ApiError, ApiState, Principal};
 use crate::cluster::Launch;
 use crate::store::{NewWorkload, Scope, Store, StoreError};
@@ -263,10 +267,10 @@ pub async fn create(
 pub async fn delete(
     State(state): State<ApiState>,
     caller: Principal,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
 ) -> Result<StatusCode, ApiError> {
     let id = path_id("server", &id)?;
-    let scope = caller.project_scope(true)?;
+    let scope = caller.project_scope(false)?;
     state
         .cluster(move |_, cluster| Ok(cluster.delete(scope, id)?))
         .await?;
@@ -313,11 +317,11 @@ fn parse_action(body: &Value) -> Result<Action, ApiError> {
 pub async fn action(
     State(state): State<ApiState>,
     caller: Principal,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
     JsonBody(body): JsonBody<Value>,
 ) -> Result<StatusCode, ApiError> {
     let id = path_id("server", &id)?;
-    let scope = caller.project_scope(true)?;
+    let scope = caller.project_scope(false)?;
     let action = parse_action(&body)?;
     state
         .cluster(move |_, cluster| {

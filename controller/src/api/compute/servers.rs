@@ -9,14 +9,14 @@
 use std::collections::HashMap;
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
 use super::{BASE, flavors};
 use crate::api::clock::rfc3339;
-use crate::api::extract::{QueryParams, path_id};
+use crate::api::extract::{PathParams, QueryParams, path_id};
 use crate::api::{ApiError, ApiState, Principal};
 use crate::store::{Instance, InstanceFilter, InstanceState, Page, Scope, Workload};
 
@@ -246,7 +246,8 @@ pub async fn detail(
     Ok(Json(body))
 }
 
-/// One server with its workload, for a single-object route: admins see any project's.
+/// One server with its workload, for `GET /servers/{id}`: admins may read any project's (as
+/// with `all_tenants` listings); changes stay in the token's project (see `launch.rs`).
 pub async fn lookup(
     state: &ApiState,
     caller: &Principal,
@@ -266,7 +267,7 @@ pub async fn lookup(
 pub async fn show(
     State(state): State<ApiState>,
     caller: Principal,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
 ) -> Result<Json<Value>, ApiError> {
     let id = path_id("server", &id)?;
     let (instance, workload) = lookup(&state, &caller, id).await?;

@@ -2,7 +2,7 @@
 //! own; members register private images of their tenant, admins public ones or any tenant's).
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use super::views;
-use crate::api::extract::{JsonBody, path_id, present};
+use crate::api::extract::{JsonBody, PathParams, path_id, present};
 use crate::api::{ApiError, ApiState, Principal};
 use crate::store::{ImageKind, NewFlavor, NewImage};
 
@@ -36,7 +36,7 @@ pub async fn list_flavors(
 pub async fn show_flavor(
     State(state): State<ApiState>,
     _caller: Principal,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
 ) -> Result<Json<Value>, ApiError> {
     let id = path_id("flavor", &id)?;
     let flavor = state.store(move |s| Ok(s.flavor(id)?)).await?;
@@ -67,7 +67,7 @@ pub async fn create_flavor(
 pub async fn delete_flavor(
     State(state): State<ApiState>,
     caller: Principal,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
 ) -> Result<StatusCode, ApiError> {
     caller.require_admin()?;
     let id = path_id("flavor", &id)?;
@@ -132,7 +132,7 @@ pub async fn list_images(
 pub async fn show_image(
     State(state): State<ApiState>,
     caller: Principal,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
 ) -> Result<Json<Value>, ApiError> {
     let id = path_id("image", &id)?;
     let scope = caller.scope()?;
@@ -166,7 +166,7 @@ pub async fn create_image(
 pub async fn delete_image(
     State(state): State<ApiState>,
     caller: Principal,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
 ) -> Result<StatusCode, ApiError> {
     let id = path_id("image", &id)?;
     let scope = caller.scope()?;

@@ -3,13 +3,13 @@
 //! traces (admin).
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::views;
-use crate::api::extract::{QueryParams, path_id};
+use crate::api::extract::{PathParams, QueryParams, path_id};
 use crate::api::{ApiError, ApiState, Principal};
 use crate::store::Scope;
 
@@ -26,7 +26,7 @@ pub async fn nodes(
 pub async fn node(
     State(state): State<ApiState>,
     caller: Principal,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
 ) -> Result<Json<Value>, ApiError> {
     caller.require_admin()?;
     let id = path_id("node", &id)?;
@@ -37,7 +37,7 @@ pub async fn node(
 pub async fn evacuate(
     State(state): State<ApiState>,
     caller: Principal,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
 ) -> Result<StatusCode, ApiError> {
     caller.require_admin()?;
     let id = path_id("node", &id)?;
@@ -48,7 +48,7 @@ pub async fn evacuate(
 pub async fn restore(
     State(state): State<ApiState>,
     caller: Principal,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
 ) -> Result<StatusCode, ApiError> {
     caller.require_admin()?;
     let id = path_id("node", &id)?;
@@ -69,7 +69,7 @@ pub async fn cncis(
 pub async fn cnci(
     State(state): State<ApiState>,
     caller: Principal,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
 ) -> Result<Json<Value>, ApiError> {
     let id = path_id("cnci", &id)?;
     let scope = caller.scope()?;

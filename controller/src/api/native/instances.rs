@@ -2,7 +2,7 @@
 //! stop, start and restart (202). Members act in their project; admins in any tenant.
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
@@ -11,7 +11,7 @@ use uuid::Uuid;
 
 use super::views;
 use crate::api::compute::headroom;
-use crate::api::extract::{JsonBody, QueryParams, path_id, present};
+use crate::api::extract::{JsonBody, PathParams, QueryParams, path_id, present};
 use crate::api::{ApiError, ApiState, Principal};
 use crate::cluster::Launch;
 use crate::store::{InstanceFilter, Page, Scope, StoreError};
@@ -72,7 +72,7 @@ pub async fn list(
 pub async fn show(
     State(state): State<ApiState>,
     caller: Principal,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
 ) -> Result<Json<Value>, ApiError> {
     let id = path_id("instance", &id)?;
     let scope = caller.scope()?;
@@ -130,7 +130,7 @@ pub async fn create(
 pub async fn delete(
     State(state): State<ApiState>,
     caller: Principal,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
 ) -> Result<StatusCode, ApiError> {
     let id = path_id("instance", &id)?;
     let scope = caller.scope()?;
@@ -171,7 +171,7 @@ async fn act(
 pub async fn stop(
     State(state): State<ApiState>,
     caller: Principal,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
 ) -> Result<Response, ApiError> {
     act(state, caller, id, Action::Stop).await
 }
@@ -179,7 +179,7 @@ pub async fn stop(
 pub async fn start(
     State(state): State<ApiState>,
     caller: Principal,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
 ) -> Result<Response, ApiError> {
     act(state, caller, id, Action::Start).await
 }
@@ -187,7 +187,7 @@ pub async fn start(
 pub async fn restart(
     State(state): State<ApiState>,
     caller: Principal,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
 ) -> Result<Response, ApiError> {
     act(state, caller, id, Action::Restart).await
 }

@@ -2,7 +2,7 @@
 //! (`GET` limits and usage; admin `PUT`).
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use super::views;
-use crate::api::extract::{JsonBody, path_id, present};
+use crate::api::extract::{JsonBody, PathParams, path_id, present, present_object};
 use crate::api::{ApiError, ApiState, Principal};
 use crate::store::{NewTenant, Quota, TenantChange};
 
@@ -40,7 +40,7 @@ impl From<QuotaBody> for Quota {
 #[serde(deny_unknown_fields)]
 pub struct CreateTenant {
     name: String,
-    #[serde(default, deserialize_with = "present")]
+    #[serde(default, deserialize_with = "present_object")]
     quota: Option<QuotaBody>,
     #[serde(default, deserialize_with = "present")]
     subnet_prefix: Option<u8>,
@@ -51,7 +51,7 @@ pub struct CreateTenant {
 pub struct UpdateTenant {
     #[serde(default, deserialize_with = "present")]
     name: Option<String>,
-    #[serde(default, deserialize_with = "present")]
+    #[serde(default, deserialize_with = "present_object")]
     quota: Option<QuotaBody>,
 }
 
@@ -107,7 +107,7 @@ pub async fn create(
 pub async fn show(
     State(state): State<ApiState>,
     caller: Principal,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
 ) -> Result<Json<Value>, ApiError> {
     let id = path_id("tenant", &id)?;
     own_or_admin(&caller, id)?;
@@ -118,7 +118,7 @@ pub async fn show(
 pub async fn update(
     State(state): State<ApiState>,
     caller: Principal,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
     JsonBody(body): JsonBody<UpdateTenant>,
 ) -> Result<Json<Value>, ApiError> {
     let id = path_id("tenant", &id)?;
@@ -139,10 +139,15 @@ pub async fn update(
 pub async fn delete(
     State(state): State<ApiState>,
     caller: Principal,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
 ) -> Result<StatusCode, ApiError> {
     let id = path_id("tenant", &id)?;
     caller.require_admin()?;
+    if caller.project == Some(id) {
+        return Err(ApiError::Conflict(
+            "the project of the token in use cannot be deleted".into(),
+        ));
+    }
     state.store(move |s| Ok(s.delete_tenant(id)?)).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -150,7 +155,7 @@ pub async fn delete(
 pub async fn quota(
     State(state): State<ApiState>,
     caller: Principal,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
 ) -> Result<Json<Value>, ApiError> {
     let id = path_id("tenant", &id)?;
     own_or_admin(&caller, id)?;
@@ -163,7 +168,7 @@ pub async fn quota(
 pub async fn set_quota(
     State(state): State<ApiState>,
     caller: Principal,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
     JsonBody(body): JsonBody<QuotaBody>,
 ) -> Result<Json<Value>, ApiError> {
     let id = path_id("tenant", &id)?;

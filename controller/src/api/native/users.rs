@@ -2,14 +2,14 @@
 //! delete; grant and revoke roles in tenants.
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::views;
-use crate::api::extract::{JsonBody, path_id};
+use crate::api::extract::{JsonBody, PathParams, path_id};
 use crate::api::{ApiError, ApiState, Principal, password};
 use crate::store::{NewUser, Role, UserChange};
 
@@ -97,7 +97,7 @@ pub async fn create(
 pub async fn show(
     State(state): State<ApiState>,
     caller: Principal,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
 ) -> Result<Json<Value>, ApiError> {
     caller.require_admin()?;
     let id = path_id("user", &id)?;
@@ -112,7 +112,7 @@ pub async fn show(
 pub async fn update(
     State(state): State<ApiState>,
     caller: Principal,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
     JsonBody(body): JsonBody<UpdateUser>,
 ) -> Result<Json<Value>, ApiError> {
     caller.require_admin()?;
@@ -133,10 +133,13 @@ pub async fn update(
 pub async fn delete(
     State(state): State<ApiState>,
     caller: Principal,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
 ) -> Result<StatusCode, ApiError> {
     caller.require_admin()?;
     let id = path_id("user", &id)?;
+    if caller.user == Some(id) {
+        return Err(ApiError::Conflict("a user cannot delete itself".into()));
+    }
     state.store(move |s| Ok(s.delete_user(id)?)).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -144,7 +147,7 @@ pub async fn delete(
 pub async fn roles(
     State(state): State<ApiState>,
     caller: Principal,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
 ) -> Result<Json<Value>, ApiError> {
     caller.require_admin()?;
     let id = path_id("user", &id)?;
@@ -161,7 +164,7 @@ pub async fn roles(
 pub async fn grant(
     State(state): State<ApiState>,
     caller: Principal,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
     JsonBody(body): JsonBody<Grant>,
 ) -> Result<StatusCode, ApiError> {
     caller.require_admin()?;
@@ -175,12 +178,17 @@ pub async fn grant(
 pub async fn revoke(
     State(state): State<ApiState>,
     caller: Principal,
-    Path((id, tenant, role)): Path<(String, String, String)>,
+    PathParams((id, tenant, role)): PathParams<(String, String, String)>,
 ) -> Result<StatusCode, ApiError> {
     caller.require_admin()?;
     let id = path_id("user", &id)?;
     let tenant = path_id("tenant", &tenant)?;
     let role = parse_role(&role)?;
+    if caller.user == Some(id) && caller.project == Some(tenant) {
+        return Err(ApiError::Conflict(
+            "a user cannot revoke its own role in the project of its token".into(),
+        ));
+    }
     state
         .store(move |s| Ok(s.revoke_role(id, tenant, role)?))
         .await?;

@@ -2,7 +2,7 @@
 //! visible; members manage their tenant's, admins any and public ones.
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
@@ -11,7 +11,7 @@ use uuid::Uuid;
 
 use super::catalog::owner_for;
 use super::views;
-use crate::api::extract::{JsonBody, path_id, present};
+use crate::api::extract::{JsonBody, PathParams, path_id, present};
 use crate::api::{ApiError, ApiState, Principal};
 use crate::store::{NewWorkload, Scope, WorkloadChange};
 
@@ -64,7 +64,7 @@ pub async fn list(
 pub async fn show(
     State(state): State<ApiState>,
     caller: Principal,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
 ) -> Result<Json<Value>, ApiError> {
     let id = path_id("workload", &id)?;
     let scope = caller.scope()?;
@@ -106,7 +106,7 @@ pub async fn create(
 pub async fn update(
     State(state): State<ApiState>,
     caller: Principal,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
     JsonBody(body): JsonBody<UpdateWorkload>,
 ) -> Result<Json<Value>, ApiError> {
     let id = path_id("workload", &id)?;
@@ -135,7 +135,7 @@ pub async fn update(
 pub async fn delete(
     State(state): State<ApiState>,
     caller: Principal,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
 ) -> Result<StatusCode, ApiError> {
     let id = path_id("workload", &id)?;
     let scope = caller.scope()?;

@@ -5,7 +5,6 @@
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
 
 mod cli;
 
@@ -61,7 +60,8 @@ impl FakeCluster {
         self.auto_active.store(on, Ordering::SeqCst);
     }
 
-    /// Whether [`Cluster::connected`] says so.
+    /// Whether [`Cluster::connected`] says so; while not, every instance operation fails with
+    /// [`ClusterError::Unavailable`], as the engine's do without a scheduler.
     pub fn set_connected(&self, on: bool) {
         self.connected.store(on, Ordering::SeqCst);
     }
@@ -95,6 +95,16 @@ impl FakeCluster {
         )
     }
 
+    fn check_connected(&self) -> Result<(), ClusterError> {
+        if self.connected.load(Ordering::SeqCst) {
+            Ok(())
+        } else {
+            Err(ClusterError::Unavailable(
+                "the scheduler is not connected".into(),
+            ))
+        }
+    }
+
     fn transition(
         &self,
         scope: Scope,
@@ -103,6 +113,7 @@ impl FakeCluster {
         to: InstanceState,
         operation: &'static str,
     ) -> Result<Instance, ClusterError> {
+        self.check_connected()?;
         let instance = self.store.instance(scope, id)?;
         let allowed = from
             .iter()
@@ -136,6 +147,7 @@ impl FakeCluster {
 
 impl Cluster for FakeCluster {
     fn launch(&self, scope: Scope, launch: Launch) -> Result<Vec<Instance>, ClusterError> {
+        self.check_connected()?;
         if !scope.owns(Some(launch.tenant)) {
             return Err(StoreError::not_found("tenant", launch.tenant).into());
         }
@@ -192,6 +204,7 @@ impl Cluster for FakeCluster {
     }
 
     fn delete(&self, scope: Scope, id: Uuid) -> Result<(), ClusterError> {
+        self.check_connected()?;
         Ok(self.store.delete_instance(scope, id)?)
     }
 
@@ -283,7 +296,7 @@ impl TestApi {
         .await
         .map_err(|e| e.to_string())?
         .map_err(|e| e.to_string())?;
-        let signer = TokenSigner::random(Duration::from_secs(3600)).map_err(|e| e.to_string())?;
+        let signer = TokenSigner::random(super::token::DEFAULT_TTL).map_err(|e| e.to_string())?;
         let state = ApiState::new(store, cluster, signer, config);
         let shutdown = CancellationToken::new();
         let task = tokio::spawn(serve(
