@@ -15,6 +15,7 @@
 //! <prefix>ref/workload/<id>/<instance>           "this instance uses it"
 //! <prefix>instance/<id>                          instance
 //! <prefix>order/<tenant>/<seq:016x>              instance id, in the tenant's creation order
+//! <prefix>node/<node>/<instance>                 "this instance is on this node"
 //! <prefix>cnci/<id>                              CNCI
 //! <prefix>event/<seq:016x>                       event
 //! <prefix>counter/event                          the last event sequence number
@@ -133,6 +134,12 @@ impl Keys {
     }
     pub(super) fn orders(&self, tenant: Uuid) -> String {
         self.key(&[&"order", &tenant, &""])
+    }
+    pub(super) fn on_node(&self, node: Uuid, instance: Uuid) -> String {
+        self.key(&[&"node", &node, &instance])
+    }
+    pub(super) fn on_nodes(&self, node: Uuid) -> String {
+        self.key(&[&"node", &node, &""])
     }
     pub(super) fn cnci(&self, id: Uuid) -> String {
         self.key(&[&"cnci", &id])

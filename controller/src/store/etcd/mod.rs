@@ -23,7 +23,9 @@
 //! in batches, each atomic, not as one transaction.
 //!
 //! Instances are listed in creation order: per tenant by a sequence number kept in the tenant's
-//! record (`order/<tenant>/<seq>` keys), across tenants by the etcd create revision.
+//! record (`order/<tenant>/<seq>` keys), across tenants by the etcd create revision (which etcd
+//! sorts over every instance key, so an admin page costs more as instances grow); a listing by
+//! node reads that node's index (`node/<node>/<instance>`, kept in each instance's transaction).
 //!
 //! The [`Store`] trait is synchronous and etcd-client is async: the store owns a small tokio
 //! runtime (one worker thread) and blocks on it. Call it from plain threads or from

@@ -642,3 +642,83 @@ fn three_apis_on_one_etcd_serve_the_same_state() {
         }
     });
 }
+
+#[test]
+fn listing_by_node_follows_moves_and_deletes() {
+    let Some(fx) = fixture() else { return };
+    let store = fx.store_with(EtcdOptions::default());
+    let (t, w) = tenant_and_workload(&store, Quota::default(), 1);
+    let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
+    let mut on_a = Vec::new();
+    for n in 0..7 {
+        let i = store
+            .create_instance(NewInstance {
+                tenant: t.id,
+                workload: w.id,
+                name: format!("vm{n}"),
+            })
+            .unwrap();
+        let node = if n % 3 == 2 { b } else { a };
+        let placed = store
+            .update_instance(
+                Scope::All,
+                i.id,
+                1,
+                InstanceChange {
+                    node: Some(Some(node)),
+                    ..InstanceChange::default()
+                },
+            )
+            .unwrap();
+        if node == a {
+            on_a.push(placed);
+        }
+    }
+    // Move the first of a's to b, delete the second.
+    let moved = store
+        .update_instance(
+            Scope::All,
+            on_a[0].id,
+            2,
+            InstanceChange {
+                node: Some(Some(b)),
+                ..InstanceChange::default()
+            },
+        )
+        .unwrap();
+    store.delete_instance(Scope::All, on_a[1].id).unwrap();
+    let expected: Vec<Uuid> = on_a[2..].iter().map(|i| i.id).collect();
+    for scope in [Scope::All, Scope::Tenant(t.id)] {
+        let mut seen = Vec::new();
+        let mut page = Page::first(2);
+        loop {
+            let got = store
+                .instances(scope, InstanceFilter { node: Some(a) }, page)
+                .unwrap();
+            assert!(got.items.iter().all(|i| i.node == Some(a)));
+            seen.extend(got.items.iter().map(|i| i.id));
+            match got.next {
+                Some(m) => page.marker = Some(m),
+                None => break,
+            }
+        }
+        assert_eq!(seen, expected, "{scope:?}");
+    }
+    let on_b = store
+        .instances(
+            Scope::All,
+            InstanceFilter { node: Some(b) },
+            Page::first(10),
+        )
+        .unwrap();
+    assert_eq!(on_b.items.len(), 3);
+    assert_eq!(on_b.items[0], moved, "creation order, not placement order");
+    let other = Scope::Tenant(Uuid::new_v4());
+    assert!(
+        store
+            .instances(other, InstanceFilter { node: Some(b) }, Page::first(10))
+            .unwrap()
+            .items
+            .is_empty()
+    );
+}
