@@ -19,6 +19,14 @@
 //! <prefix>cnci/<id>                              CNCI
 //! <prefix>event/<seq:016x>                       event
 //! <prefix>counter/event                          the last event sequence number
+//! <prefix>rhost/<id>                            off-host host
+//! <prefix>name/rhost/<name>                      its unique-name index -> id
+//! <prefix>op/<id>                                operation (its mod revision while claimed is
+//!                                                the claim's fencing token)
+//! <prefix>opq/<seq:016x>                         operation id, while queued or claimed, in order
+//! <prefix>lease/<op>                             the claim's owner and lease end, while claimed
+//! <prefix>ophost/<host>/<op>                     "this unfinished operation is for this host"
+//! <prefix>counter/op                             the last operation sequence number
 //! ```
 
 use std::fmt::Display;
@@ -155,6 +163,39 @@ impl Keys {
     }
     pub(super) fn event_counter(&self) -> String {
         self.key(&[&"counter", &"event"])
+    }
+    pub(super) fn remote_host(&self, id: Uuid) -> String {
+        self.key(&[&"rhost", &id])
+    }
+    pub(super) fn remote_hosts(&self) -> String {
+        self.key(&[&"rhost", &""])
+    }
+    pub(super) fn operation(&self, id: Uuid) -> String {
+        self.key(&[&"op", &id])
+    }
+    pub(super) fn operations(&self) -> String {
+        self.key(&[&"op", &""])
+    }
+    pub(super) fn queued(&self, seq: u64) -> String {
+        self.key(&[&"opq", &format_args!("{seq:016x}")])
+    }
+    pub(super) fn queue(&self) -> String {
+        self.key(&[&"opq", &""])
+    }
+    pub(super) fn lease(&self, op: Uuid) -> String {
+        self.key(&[&"lease", &op])
+    }
+    pub(super) fn leases(&self) -> String {
+        self.key(&[&"lease", &""])
+    }
+    pub(super) fn pending_on(&self, host: Uuid, op: Uuid) -> String {
+        self.key(&[&"ophost", &host, &op])
+    }
+    pub(super) fn pending_on_host(&self, host: Uuid) -> String {
+        self.key(&[&"ophost", &host, &""])
+    }
+    pub(super) fn op_counter(&self) -> String {
+        self.key(&[&"counter", &"op"])
     }
 }
 

@@ -722,3 +722,78 @@ fn listing_by_node_follows_moves_and_deletes() {
             .is_empty()
     );
 }
+
+#[test]
+fn two_clients_on_one_etcd_claim_each_operation_once() {
+    let Some(fx) = fixture() else { return };
+    // Two stores are two etcd clients, as two `cumulo-agent --remote` replicas would have.
+    let first = fx.store_with(EtcdOptions::default());
+    let second = fx.store_with(EtcdOptions::default());
+    let host = first
+        .create_remote_host(NewRemoteHost {
+            name: "edge".into(),
+            libvirt_uri: "qemu+tcp://127.0.0.1/system".into(),
+        })
+        .unwrap();
+    let total = 30;
+    for n in 0..total {
+        let store = if n % 2 == 0 { &first } else { &second };
+        store
+            .enqueue_operation(NewOperation {
+                host: host.id,
+                instance: Uuid::new_v4(),
+                kind: OperationKind::Start,
+                payload: vec![u8::try_from(n).unwrap()],
+            })
+            .unwrap();
+    }
+    let lease = Duration::from_secs(3600);
+    let claims: Vec<(usize, Operation)> = std::thread::scope(|s| {
+        let handles: Vec<_> = [&first, &second, &first, &second]
+            .into_iter()
+            .enumerate()
+            .map(|(n, store)| {
+                s.spawn(move || {
+                    let owner = format!("replica-{n}");
+                    let mut mine = Vec::new();
+                    while let Some(op) = store.claim_operation(&owner, lease).unwrap() {
+                        mine.push((n, op));
+                    }
+                    mine
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect()
+    });
+    assert_eq!(claims.len(), total);
+    let ids: std::collections::HashSet<Uuid> = claims.iter().map(|(_, op)| op.id).collect();
+    assert_eq!(ids.len(), total, "no operation claimed twice");
+    let mut tokens: Vec<u64> = claims
+        .iter()
+        .map(|(_, op)| op.claim.as_ref().unwrap().token)
+        .collect();
+    tokens.sort_unstable();
+    tokens.dedup();
+    assert_eq!(tokens.len(), total, "every claim has its own token");
+    // Each finishes through the other client; the token, not the connection, is what counts.
+    for (n, op) in &claims {
+        let other = if n % 2 == 0 { &second } else { &first };
+        let token = op.claim.as_ref().unwrap().token;
+        other.complete_operation(op.id, token, "ok").unwrap();
+        assert!(matches!(
+            other.complete_operation(op.id, token, "again"),
+            Err(StoreError::Fenced { .. })
+        ));
+    }
+    let done = first
+        .operations(OperationFilter {
+            state: Some(OperationState::Done),
+            host: None,
+        })
+        .unwrap();
+    assert_eq!(done.len(), total);
+    assert_eq!(first.claim_operation("late", lease).unwrap(), None);
+}
