@@ -15,6 +15,7 @@ mod model;
 pub mod net;
 mod open;
 mod queue;
+mod reservations;
 pub mod sqlite;
 #[cfg(test)]
 pub(crate) mod suite;
@@ -23,6 +24,7 @@ pub use etcd::EtcdStore;
 pub use model::*;
 pub use open::open;
 pub use queue::*;
+pub use reservations::{MemoryReservations, Reservation, ReservationStore};
 pub use sqlite::SqliteStore;
 
 use std::time::Duration;

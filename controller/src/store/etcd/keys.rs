@@ -27,6 +27,8 @@
 //! <prefix>lease/<op>                             the claim's owner and lease end, while claimed
 //! <prefix>ophost/<host>/<op>                     "this unfinished operation is for this host"
 //! <prefix>counter/op                             the last operation sequence number
+//! <prefix>resv/<pool>/<key>                     reservation -> owner
+//! <prefix>resvowner/<owner>/<pool>/<key>         the same, by owner (crash cleanup)
 //! ```
 
 use std::fmt::Display;
@@ -196,6 +198,18 @@ impl Keys {
     }
     pub(super) fn op_counter(&self) -> String {
         self.key(&[&"counter", &"op"])
+    }
+    pub(super) fn reservation(&self, pool: &str, key: &str) -> String {
+        self.key(&[&"resv", &pool, &key])
+    }
+    pub(super) fn reservations(&self, pool: &str) -> String {
+        self.key(&[&"resv", &pool, &""])
+    }
+    pub(super) fn reserved_by(&self, owner: &str, pool: &str, key: &str) -> String {
+        self.key(&[&"resvowner", &owner, &pool, &key])
+    }
+    pub(super) fn all_reserved_by(&self, owner: &str) -> String {
+        self.key(&[&"resvowner", &owner, &""])
     }
 }
 

@@ -39,6 +39,7 @@ mod instances;
 mod keys;
 mod queue;
 mod records;
+mod reservations;
 #[cfg(test)]
 mod tests;
 

@@ -797,3 +797,40 @@ fn two_clients_on_one_etcd_claim_each_operation_once() {
     assert_eq!(done.len(), total);
     assert_eq!(first.claim_operation("late", lease).unwrap(), None);
 }
+
+#[test]
+fn reservations_behave_over_etcd() {
+    let Some(fx) = fixture() else { return };
+    crate::store::reservations::suite::reservations_behave(&fx.store_with(EtcdOptions::default()));
+}
+
+#[test]
+fn two_clients_on_one_etcd_reserve_each_key_once() {
+    let Some(fx) = fixture() else { return };
+    let first = fx.store_with(EtcdOptions::default());
+    let second = fx.store_with(EtcdOptions::default());
+    let won: Vec<(usize, u32)> = std::thread::scope(|s| {
+        let handles: Vec<_> = [&first, &second, &first, &second]
+            .into_iter()
+            .enumerate()
+            .map(|(n, store)| {
+                s.spawn(move || {
+                    (0..10u32)
+                        .filter(|k| {
+                            store
+                                .reserve("vni", &k.to_string(), &format!("r{n}"))
+                                .is_ok()
+                        })
+                        .map(|k| (n, k))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect()
+    });
+    assert_eq!(won.len(), 10, "each key reserved exactly once: {won:?}");
+    assert_eq!(second.reservations("vni").unwrap().len(), 10);
+}
