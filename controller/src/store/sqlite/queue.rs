@@ -176,7 +176,7 @@ pub(super) fn claim(
     let found: Option<String> = tx
         .query_row(
             "SELECT o.id FROM operations o
-             WHERE (o.state = 'queued' OR (o.state = 'claimed' AND o.expires <= ?1))
+             WHERE o.state IN ('queued', 'claimed') AND (o.state = 'queued' OR o.expires <= ?1)
                AND NOT EXISTS (SELECT 1 FROM operations p
                                WHERE p.instance_id = o.instance_id AND p.seq < o.seq
                                  AND p.state IN ('queued', 'claimed'))
