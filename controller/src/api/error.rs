@@ -156,7 +156,9 @@ impl From<StoreError> for ApiError {
     fn from(error: StoreError) -> ApiError {
         match error {
             StoreError::NotFound { .. } => ApiError::NotFound(error.to_string()),
-            StoreError::Conflict(_) => ApiError::Conflict(error.to_string()),
+            StoreError::Conflict(_) | StoreError::Fenced { .. } => {
+                ApiError::Conflict(error.to_string())
+            }
             StoreError::QuotaExceeded { .. } => ApiError::OverLimit(error.to_string()),
             StoreError::Exhausted(_) => ApiError::Unavailable(error.to_string()),
             StoreError::Invalid(_) => ApiError::BadRequest(error.to_string()),

@@ -14,6 +14,8 @@ pub mod etcd;
 mod model;
 pub mod net;
 mod open;
+mod queue;
+mod reservations;
 pub mod sqlite;
 #[cfg(test)]
 pub(crate) mod suite;
@@ -21,7 +23,11 @@ pub(crate) mod suite;
 pub use etcd::EtcdStore;
 pub use model::*;
 pub use open::open;
+pub use queue::*;
+pub use reservations::{MemoryReservations, Reservation, ReservationStore};
 pub use sqlite::SqliteStore;
+
+use std::time::Duration;
 
 use uuid::Uuid;
 
@@ -84,6 +90,16 @@ pub enum StoreError {
         found: u32,
         /// The newest version this code knows.
         known: u32,
+    },
+    /// A write about an operation named a fencing token that is no longer its claim's: another
+    /// replica took the operation over, or it is finished. The writer has lost the operation and
+    /// must drop its work on it (never retry with the same token).
+    #[error("operation {id}: fencing token {token} is stale")]
+    Fenced {
+        /// The operation.
+        id: String,
+        /// The stale token.
+        token: u64,
     },
     /// The backend failed (I/O, corruption, a lock held too long).
     #[error("store backend: {0}")]
@@ -290,4 +306,36 @@ pub trait Store: Send + Sync {
     fn events(&self, scope: Scope, after: Option<u64>, limit: u32) -> Result<Vec<Event>>;
     /// Deletes the events visible in `scope`; returns how many.
     fn clear_events(&self, scope: Scope) -> Result<u64>;
+
+    // --- off-host hosts and their operation queue (see the `queue` records) ---
+    /// Records a host reached through a libvirt URI (`Conflict` on a duplicate name).
+    fn create_remote_host(&self, new: NewRemoteHost) -> Result<RemoteHost>;
+    /// One off-host host.
+    fn remote_host(&self, id: Uuid) -> Result<RemoteHost>;
+    /// All off-host hosts, by name.
+    fn remote_hosts(&self) -> Result<Vec<RemoteHost>>;
+    /// Deletes a host with no queued or claimed operation (`Conflict` otherwise); its finished
+    /// operations stay.
+    fn delete_remote_host(&self, id: Uuid) -> Result<()>;
+    /// Queues an operation for an existing host, behind every operation queued before it.
+    fn enqueue_operation(&self, new: NewOperation) -> Result<Operation>;
+    /// One operation.
+    fn operation(&self, id: Uuid) -> Result<Operation>;
+    /// The operations that pass `filter`, oldest first.
+    fn operations(&self, filter: OperationFilter) -> Result<Vec<Operation>>;
+    /// Atomically claims, for `owner` and `lease`, the oldest operation that is queued, or claimed
+    /// with its lease run out, and whose instance has no older unfinished operation; `None` when
+    /// there is none. The returned operation's `claim` holds the new fencing token, larger than
+    /// every token handed out before in the store: each claim goes to exactly one caller.
+    fn claim_operation(&self, owner: &str, lease: Duration) -> Result<Option<Operation>>;
+    /// Extends the claim `token` of operation `id` to `lease` from now ([`StoreError::Fenced`]
+    /// if `token` is not its current claim). A claim whose lease ran out but that nobody took
+    /// over may still be renewed.
+    fn renew_claim(&self, id: Uuid, token: u64, lease: Duration) -> Result<Operation>;
+    /// Marks operation `id` done with `result`, if `token` is its current claim
+    /// ([`StoreError::Fenced`] otherwise, and for a second completion).
+    fn complete_operation(&self, id: Uuid, token: u64, result: &str) -> Result<Operation>;
+    /// Marks operation `id` failed with `reason`, if `token` is its current claim
+    /// ([`StoreError::Fenced`] otherwise).
+    fn fail_operation(&self, id: Uuid, token: u64, reason: &str) -> Result<Operation>;
 }

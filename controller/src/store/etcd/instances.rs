@@ -198,31 +198,54 @@ pub(super) fn list(
                 })?,
         ),
     };
-    let keep = |i: &InstanceRec| filter.node.is_none_or(|n| i.node == Some(n));
     let mut items: Vec<InstanceRec> = Vec::new();
+    if let Some(node) = filter.node {
+        // The node's index, in creation (revision) order: as many keys as instances on the node.
+        let prefix = store.keys.on_nodes(node);
+        let (_, on_node) = store.range(&prefix, &prefix_end(&prefix), 0, |o| o.with_keys_only())?;
+        let ids = on_node
+            .iter()
+            .map(|kv| {
+                let id = kv.key.strip_prefix(prefix.as_str()).unwrap_or_default();
+                Uuid::parse_str(id)
+                    .map(|id| store.keys.instance(id))
+                    .map_err(|e| StoreError::Backend(format!("bad key {}: {e}", kv.key)))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let after = marker.as_ref().map_or(0, |(_, kv)| kv.create_rev);
+        let mut found: Vec<(i64, InstanceRec)> = Vec::new();
+        for kv in store.get_many(&ids)?.into_iter().flatten() {
+            let rec: InstanceRec = kv.decode()?;
+            if kv.create_rev > after && rec.node == Some(node) && scope.sees(Some(rec.tenant)) {
+                found.push((kv.create_rev, rec));
+            }
+        }
+        found.sort_by_key(|(rev, _)| *rev);
+        items.extend(found.into_iter().take(want).map(|(_, rec)| rec));
+        return paged(items, page.limit);
+    }
     match scope {
         Scope::Tenant(t) => {
-            // The tenant's order keys from after the marker, in batches, until the page is full.
+            // The tenant's order keys from after the marker, then their instances.
             let prefix = store.keys.orders(t);
             let end = prefix_end(&prefix);
             let mut from = store
                 .keys
                 .order(t, marker.as_ref().map_or(0, |(m, _)| m.seq + 1));
-            let batch = if filter.node.is_some() { 500 } else { want };
             loop {
-                let (_, order) = store.range(&from, &end, batch, |o| o)?;
+                let room = want - items.len();
+                let (_, order) = store.range(&from, &end, room, |o| o)?;
                 let ids = order
                     .iter()
                     .map(|kv| Ok(store.keys.instance(parse_id(kv)?)))
                     .collect::<Result<Vec<_>>>()?;
                 for kv in store.get_many(&ids)?.into_iter().flatten() {
-                    let rec: InstanceRec = kv.decode()?;
-                    if keep(&rec) {
-                        items.push(rec);
-                    }
+                    items.push(kv.decode()?);
                 }
                 match order.last() {
-                    Some(last) if order.len() == batch && items.len() < want => {
+                    // A full batch, yet the page is short: an instance was deleted between the
+                    // two reads. Read on.
+                    Some(last) if order.len() == room && items.len() < want => {
                         from = format!("{}\0", last.key);
                     }
                     _ => break,
@@ -233,17 +256,18 @@ pub(super) fn list(
             // Every instance key in creation (revision) order from after the marker.
             let prefix = store.keys.instances();
             let after = marker.as_ref().map_or(0, |(_, kv)| kv.create_rev);
-            let limit = if filter.node.is_some() { 0 } else { want };
-            for kv in store.range_by_creation(&prefix, &prefix_end(&prefix), after, limit)? {
-                let rec: InstanceRec = kv.decode()?;
-                if keep(&rec) {
-                    items.push(rec);
-                }
+            for kv in store.range_by_creation(&prefix, &prefix_end(&prefix), after, want)? {
+                items.push(kv.decode()?);
             }
         }
     }
-    let more = items.len() > page.limit as usize;
-    items.truncate(page.limit as usize);
+    paged(items, page.limit)
+}
+
+/// The page of at most `limit` of `items` (which hold one more when there is a next page).
+fn paged(mut items: Vec<InstanceRec>, limit: u32) -> Result<Paged<Instance>> {
+    let more = items.len() > limit as usize;
+    items.truncate(limit as usize);
     let next = if more {
         items.last().map(|i| i.id)
     } else {
@@ -282,7 +306,16 @@ pub(super) fn update(
             i.state = text.into();
             i.reason = reason;
         }
-        if let Some(node) = change.node {
+        let keys = tx.keys();
+        if let Some(node) = change.node
+            && node != i.node
+        {
+            if let Some(old) = i.node {
+                tx.delete(&keys.on_node(old, id));
+            }
+            if let Some(new) = node {
+                tx.put_text(&keys.on_node(new, id), "");
+            }
             i.node = node;
         }
         if let Some(cnci) = change.cnci {
@@ -290,7 +323,7 @@ pub(super) fn update(
         }
         i.version += 1;
         i.updated_ms = millis(now());
-        let key = tx.keys().instance(id);
+        let key = keys.instance(id);
         tx.put(&key, &i)?;
         i.model()
     })
@@ -321,6 +354,9 @@ pub(super) fn delete(store: &EtcdStore, scope: Scope, id: Uuid) -> Result<()> {
         tx.delete(&keys.instance(id));
         tx.delete(&keys.order(i.tenant, i.seq));
         tx.delete(&keys.reference("workload", i.workload, id));
+        if let Some(node) = i.node {
+            tx.delete(&keys.on_node(node, id));
+        }
         Ok(())
     })
 }

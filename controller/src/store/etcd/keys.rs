@@ -15,9 +15,20 @@
 //! <prefix>ref/workload/<id>/<instance>           "this instance uses it"
 //! <prefix>instance/<id>                          instance
 //! <prefix>order/<tenant>/<seq:016x>              instance id, in the tenant's creation order
+//! <prefix>node/<node>/<instance>                 "this instance is on this node"
 //! <prefix>cnci/<id>                              CNCI
 //! <prefix>event/<seq:016x>                       event
 //! <prefix>counter/event                          the last event sequence number
+//! <prefix>rhost/<id>                            off-host host
+//! <prefix>name/rhost/<name>                      its unique-name index -> id
+//! <prefix>op/<id>                                operation (its mod revision while claimed is
+//!                                                the claim's fencing token)
+//! <prefix>opq/<seq:016x>                         operation id, while queued or claimed, in order
+//! <prefix>lease/<op>                             the claim's owner and lease end, while claimed
+//! <prefix>ophost/<host>/<op>                     "this unfinished operation is for this host"
+//! <prefix>counter/op                             the last operation sequence number
+//! <prefix>resv/<pool>/<key>                     reservation -> owner
+//! <prefix>resvowner/<owner>/<pool>/<key>         the same, by owner (crash cleanup)
 //! ```
 
 use std::fmt::Display;
@@ -134,6 +145,12 @@ impl Keys {
     pub(super) fn orders(&self, tenant: Uuid) -> String {
         self.key(&[&"order", &tenant, &""])
     }
+    pub(super) fn on_node(&self, node: Uuid, instance: Uuid) -> String {
+        self.key(&[&"node", &node, &instance])
+    }
+    pub(super) fn on_nodes(&self, node: Uuid) -> String {
+        self.key(&[&"node", &node, &""])
+    }
     pub(super) fn cnci(&self, id: Uuid) -> String {
         self.key(&[&"cnci", &id])
     }
@@ -148,6 +165,51 @@ impl Keys {
     }
     pub(super) fn event_counter(&self) -> String {
         self.key(&[&"counter", &"event"])
+    }
+    pub(super) fn remote_host(&self, id: Uuid) -> String {
+        self.key(&[&"rhost", &id])
+    }
+    pub(super) fn remote_hosts(&self) -> String {
+        self.key(&[&"rhost", &""])
+    }
+    pub(super) fn operation(&self, id: Uuid) -> String {
+        self.key(&[&"op", &id])
+    }
+    pub(super) fn operations(&self) -> String {
+        self.key(&[&"op", &""])
+    }
+    pub(super) fn queued(&self, seq: u64) -> String {
+        self.key(&[&"opq", &format_args!("{seq:016x}")])
+    }
+    pub(super) fn queue(&self) -> String {
+        self.key(&[&"opq", &""])
+    }
+    pub(super) fn lease(&self, op: Uuid) -> String {
+        self.key(&[&"lease", &op])
+    }
+    pub(super) fn leases(&self) -> String {
+        self.key(&[&"lease", &""])
+    }
+    pub(super) fn pending_on(&self, host: Uuid, op: Uuid) -> String {
+        self.key(&[&"ophost", &host, &op])
+    }
+    pub(super) fn pending_on_host(&self, host: Uuid) -> String {
+        self.key(&[&"ophost", &host, &""])
+    }
+    pub(super) fn op_counter(&self) -> String {
+        self.key(&[&"counter", &"op"])
+    }
+    pub(super) fn reservation(&self, pool: &str, key: &str) -> String {
+        self.key(&[&"resv", &pool, &key])
+    }
+    pub(super) fn reservations(&self, pool: &str) -> String {
+        self.key(&[&"resv", &pool, &""])
+    }
+    pub(super) fn reserved_by(&self, owner: &str, pool: &str, key: &str) -> String {
+        self.key(&[&"resvowner", &owner, &pool, &key])
+    }
+    pub(super) fn all_reserved_by(&self, owner: &str) -> String {
+        self.key(&[&"resvowner", &owner, &""])
     }
 }
 

@@ -23,7 +23,9 @@
 //! in batches, each atomic, not as one transaction.
 //!
 //! Instances are listed in creation order: per tenant by a sequence number kept in the tenant's
-//! record (`order/<tenant>/<seq>` keys), across tenants by the etcd create revision.
+//! record (`order/<tenant>/<seq>` keys), across tenants by the etcd create revision (which etcd
+//! sorts over every instance key, so an admin page costs more as instances grow); a listing by
+//! node reads that node's index (`node/<node>/<instance>`, kept in each instance's transaction).
 //!
 //! The [`Store`] trait is synchronous and etcd-client is async: the store owns a small tokio
 //! runtime (one worker thread) and blocks on it. Call it from plain threads or from
@@ -35,7 +37,9 @@ mod catalog;
 mod events;
 mod instances;
 mod keys;
+mod queue;
 mod records;
+mod reservations;
 #[cfg(test)]
 mod tests;
 
@@ -332,7 +336,8 @@ impl EtcdStore {
     }
 
     /// Reads the keys in `[start, end)` (at most `limit`, 0 for all) with `opts` applied, in
-    /// batches of [`RANGE_BATCH`] at one revision; returns that revision and the keys.
+    /// batches of [`RANGE_BATCH`] at one revision (the current one unless `opts` pins another);
+    /// returns the current revision and the keys.
     fn range(
         &self,
         start: &str,
@@ -349,8 +354,13 @@ impl EtcdStore {
             } else {
                 RANGE_BATCH.min(i64::try_from(limit - out.len()).unwrap_or(RANGE_BATCH))
             };
-            let options = opts(GetOptions::new().with_range(end.to_vec()).with_limit(want))
-                .with_revision(revision);
+            // `opts` may pin a revision of its own (it then holds for every batch).
+            let options = opts(
+                GetOptions::new()
+                    .with_range(end.to_vec())
+                    .with_limit(want)
+                    .with_revision(revision),
+            );
             let mut kv = self.client.kv_client();
             let key = from.clone();
             let resp = self.call(async move { kv.get(key, Some(options)).await })?;
@@ -414,8 +424,9 @@ impl EtcdStore {
         }
     }
 
-    /// Commits `ops` if every compare holds; `false` if one did not.
-    fn commit(&self, compares: Vec<Compare>, ops: Vec<TxnOp>) -> Result<bool> {
+    /// Commits `ops` if every compare holds, returning the revision of the commit; `None` if a
+    /// compare did not hold.
+    fn commit(&self, compares: Vec<Compare>, ops: Vec<TxnOp>) -> Result<Option<i64>> {
         if compares.len() > MAX_TXN_OPS || ops.len() > MAX_TXN_OPS {
             return Err(StoreError::Backend(format!(
                 "change too large for one etcd transaction ({} compares, {} writes; at most \
@@ -427,18 +438,36 @@ impl EtcdStore {
         let mut kv = self.client.kv_client();
         let txn = Txn::new().when(compares).and_then(ops);
         let resp = self.call(async move { kv.txn(txn).await })?;
-        Ok(resp.succeeded())
+        if !resp.succeeded() {
+            return Ok(None);
+        }
+        resp.header().map(|h| Some(h.revision())).ok_or_else(|| {
+            StoreError::Backend("etcd answered a transaction without a header".into())
+        })
     }
 
     /// Runs `f` and commits what it wrote if nothing it read has changed meanwhile; runs it again
     /// (from its reads) when something has, at most [`MAX_TRIES`] times. An error from `f` ends
     /// the operation with nothing written.
-    fn atomically<T>(&self, what: &str, mut f: impl FnMut(&mut Tx<'_>) -> Result<T>) -> Result<T> {
+    fn atomically<T>(&self, what: &str, f: impl FnMut(&mut Tx<'_>) -> Result<T>) -> Result<T> {
+        self.atomically_at(what, f).map(|(out, _)| out)
+    }
+
+    /// As [`EtcdStore::atomically`], also returning the revision of the commit (`None` when `f`
+    /// wrote nothing): every key written has it as its mod revision.
+    fn atomically_at<T>(
+        &self,
+        what: &str,
+        mut f: impl FnMut(&mut Tx<'_>) -> Result<T>,
+    ) -> Result<(T, Option<i64>)> {
         for attempt in 0..MAX_TRIES {
             let mut tx = Tx::new(self);
             let out = f(&mut tx)?;
-            if tx.ops.is_empty() || self.commit(tx.compares, tx.ops)? {
-                return Ok(out);
+            if tx.ops.is_empty() {
+                return Ok((out, None));
+            }
+            if let Some(revision) = self.commit(tx.compares, tx.ops)? {
+                return Ok((out, Some(revision)));
             }
             pause(attempt);
         }
@@ -729,5 +758,39 @@ impl Store for EtcdStore {
     }
     fn clear_events(&self, scope: Scope) -> Result<u64> {
         events::clear(self, scope)
+    }
+
+    fn create_remote_host(&self, new: NewRemoteHost) -> Result<RemoteHost> {
+        queue::create_host(self, new)
+    }
+    fn remote_host(&self, id: Uuid) -> Result<RemoteHost> {
+        queue::host(self, id)
+    }
+    fn remote_hosts(&self) -> Result<Vec<RemoteHost>> {
+        queue::hosts(self)
+    }
+    fn delete_remote_host(&self, id: Uuid) -> Result<()> {
+        queue::delete_host(self, id)
+    }
+    fn enqueue_operation(&self, new: NewOperation) -> Result<Operation> {
+        queue::enqueue(self, new)
+    }
+    fn operation(&self, id: Uuid) -> Result<Operation> {
+        queue::get(self, id)
+    }
+    fn operations(&self, filter: OperationFilter) -> Result<Vec<Operation>> {
+        queue::list(self, filter)
+    }
+    fn claim_operation(&self, owner: &str, lease: Duration) -> Result<Option<Operation>> {
+        queue::claim(self, owner, lease)
+    }
+    fn renew_claim(&self, id: Uuid, token: u64, lease: Duration) -> Result<Operation> {
+        queue::renew(self, id, token, lease)
+    }
+    fn complete_operation(&self, id: Uuid, token: u64, result: &str) -> Result<Operation> {
+        queue::finish(self, id, token, OperationState::Done, result)
+    }
+    fn fail_operation(&self, id: Uuid, token: u64, reason: &str) -> Result<Operation> {
+        queue::finish(self, id, token, OperationState::Failed, reason)
     }
 }

@@ -512,6 +512,113 @@ impl EventRec {
     }
 }
 
+/// An off-host host.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct RemoteHostRec {
+    pub(super) id: Uuid,
+    pub(super) name: String,
+    pub(super) libvirt_uri: String,
+    pub(super) created_ms: i64,
+}
+
+impl RemoteHostRec {
+    pub(super) fn model(&self) -> RemoteHost {
+        RemoteHost {
+            id: self.id,
+            name: self.name.clone(),
+            libvirt_uri: self.libvirt_uri.clone(),
+            created: from_millis(self.created_ms),
+        }
+    }
+}
+
+/// The lease of a claimed operation (its own key, so that renewing it leaves the operation's
+/// mod revision, the fencing token, as it is).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct LeaseRec {
+    pub(super) owner: String,
+    pub(super) expires_ms: i64,
+}
+
+/// The last claim of a finished operation, as it was when it finished.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct ClaimRec {
+    pub(super) owner: String,
+    pub(super) token: u64,
+    pub(super) expires_ms: i64,
+}
+
+/// An operation. While it is claimed its claim is the lease key plus the record's mod revision;
+/// once finished, `claim` keeps the last one.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct OperationRec {
+    pub(super) id: Uuid,
+    pub(super) seq: u64,
+    pub(super) host: Uuid,
+    pub(super) instance: Uuid,
+    pub(super) kind: String,
+    #[serde(with = "hex_bits")]
+    pub(super) payload: Vec<u8>,
+    pub(super) state: String,
+    pub(super) claim: Option<ClaimRec>,
+    pub(super) result: Option<String>,
+    pub(super) created_ms: i64,
+    pub(super) updated_ms: i64,
+}
+
+impl OperationRec {
+    /// The state as the model's.
+    pub(super) fn state(&self) -> Result<OperationState> {
+        OperationState::parse(&self.state).ok_or_else(|| {
+            StoreError::Backend(format!(
+                "operation {}: unknown state {:?}",
+                self.id, self.state
+            ))
+        })
+    }
+
+    /// The model, given the record's mod revision and its lease (if claimed).
+    pub(super) fn model(&self, mod_rev: i64, lease: Option<&LeaseRec>) -> Result<Operation> {
+        let state = self.state()?;
+        let kind = OperationKind::parse(&self.kind).ok_or_else(|| {
+            StoreError::Backend(format!(
+                "operation {}: unknown kind {:?}",
+                self.id, self.kind
+            ))
+        })?;
+        let claim = match (state, lease) {
+            (OperationState::Claimed, Some(lease)) => Some(Claim {
+                owner: lease.owner.clone(),
+                token: u64::try_from(mod_rev).unwrap_or(0),
+                expires: from_millis(lease.expires_ms),
+            }),
+            (OperationState::Claimed, None) => {
+                return Err(StoreError::Backend(format!(
+                    "claimed operation {} has no lease",
+                    self.id
+                )));
+            }
+            _ => self.claim.as_ref().map(|c| Claim {
+                owner: c.owner.clone(),
+                token: c.token,
+                expires: from_millis(c.expires_ms),
+            }),
+        };
+        Ok(Operation {
+            id: self.id,
+            host: self.host,
+            instance: self.instance,
+            kind,
+            payload: self.payload.clone(),
+            state,
+            claim,
+            result: self.result.clone(),
+            created: from_millis(self.created_ms),
+            updated: from_millis(self.updated_ms),
+        })
+    }
+}
+
 /// Bitmaps as lowercase hex text (a /24 is 64 characters, a /16 16 KiB).
 mod hex_bits {
     use serde::{Deserialize, Deserializer, Serializer, de::Error};

@@ -642,3 +642,195 @@ fn three_apis_on_one_etcd_serve_the_same_state() {
         }
     });
 }
+
+#[test]
+fn listing_by_node_follows_moves_and_deletes() {
+    let Some(fx) = fixture() else { return };
+    let store = fx.store_with(EtcdOptions::default());
+    let (t, w) = tenant_and_workload(&store, Quota::default(), 1);
+    let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
+    let mut on_a = Vec::new();
+    for n in 0..7 {
+        let i = store
+            .create_instance(NewInstance {
+                tenant: t.id,
+                workload: w.id,
+                name: format!("vm{n}"),
+            })
+            .unwrap();
+        let node = if n % 3 == 2 { b } else { a };
+        let placed = store
+            .update_instance(
+                Scope::All,
+                i.id,
+                1,
+                InstanceChange {
+                    node: Some(Some(node)),
+                    ..InstanceChange::default()
+                },
+            )
+            .unwrap();
+        if node == a {
+            on_a.push(placed);
+        }
+    }
+    // Move the first of a's to b, delete the second.
+    let moved = store
+        .update_instance(
+            Scope::All,
+            on_a[0].id,
+            2,
+            InstanceChange {
+                node: Some(Some(b)),
+                ..InstanceChange::default()
+            },
+        )
+        .unwrap();
+    store.delete_instance(Scope::All, on_a[1].id).unwrap();
+    let expected: Vec<Uuid> = on_a[2..].iter().map(|i| i.id).collect();
+    for scope in [Scope::All, Scope::Tenant(t.id)] {
+        let mut seen = Vec::new();
+        let mut page = Page::first(2);
+        loop {
+            let got = store
+                .instances(scope, InstanceFilter { node: Some(a) }, page)
+                .unwrap();
+            assert!(got.items.iter().all(|i| i.node == Some(a)));
+            seen.extend(got.items.iter().map(|i| i.id));
+            match got.next {
+                Some(m) => page.marker = Some(m),
+                None => break,
+            }
+        }
+        assert_eq!(seen, expected, "{scope:?}");
+    }
+    let on_b = store
+        .instances(
+            Scope::All,
+            InstanceFilter { node: Some(b) },
+            Page::first(10),
+        )
+        .unwrap();
+    assert_eq!(on_b.items.len(), 3);
+    assert_eq!(on_b.items[0], moved, "creation order, not placement order");
+    let other = Scope::Tenant(Uuid::new_v4());
+    assert!(
+        store
+            .instances(other, InstanceFilter { node: Some(b) }, Page::first(10))
+            .unwrap()
+            .items
+            .is_empty()
+    );
+}
+
+#[test]
+fn two_clients_on_one_etcd_claim_each_operation_once() {
+    let Some(fx) = fixture() else { return };
+    // Two stores are two etcd clients, as two `cumulo-agent --remote` replicas would have.
+    let first = fx.store_with(EtcdOptions::default());
+    let second = fx.store_with(EtcdOptions::default());
+    let host = first
+        .create_remote_host(NewRemoteHost {
+            name: "edge".into(),
+            libvirt_uri: "qemu+tcp://127.0.0.1/system".into(),
+        })
+        .unwrap();
+    let total = 30;
+    for n in 0..total {
+        let store = if n % 2 == 0 { &first } else { &second };
+        store
+            .enqueue_operation(NewOperation {
+                host: host.id,
+                instance: Uuid::new_v4(),
+                kind: OperationKind::Start,
+                payload: vec![u8::try_from(n).unwrap()],
+            })
+            .unwrap();
+    }
+    let lease = Duration::from_secs(3600);
+    let claims: Vec<(usize, Operation)> = std::thread::scope(|s| {
+        let handles: Vec<_> = [&first, &second, &first, &second]
+            .into_iter()
+            .enumerate()
+            .map(|(n, store)| {
+                s.spawn(move || {
+                    let owner = format!("replica-{n}");
+                    let mut mine = Vec::new();
+                    while let Some(op) = store.claim_operation(&owner, lease).unwrap() {
+                        mine.push((n, op));
+                    }
+                    mine
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect()
+    });
+    assert_eq!(claims.len(), total);
+    let ids: std::collections::HashSet<Uuid> = claims.iter().map(|(_, op)| op.id).collect();
+    assert_eq!(ids.len(), total, "no operation claimed twice");
+    let mut tokens: Vec<u64> = claims
+        .iter()
+        .map(|(_, op)| op.claim.as_ref().unwrap().token)
+        .collect();
+    tokens.sort_unstable();
+    tokens.dedup();
+    assert_eq!(tokens.len(), total, "every claim has its own token");
+    // Each finishes through the other client; the token, not the connection, is what counts.
+    for (n, op) in &claims {
+        let other = if n % 2 == 0 { &second } else { &first };
+        let token = op.claim.as_ref().unwrap().token;
+        other.complete_operation(op.id, token, "ok").unwrap();
+        assert!(matches!(
+            other.complete_operation(op.id, token, "again"),
+            Err(StoreError::Fenced { .. })
+        ));
+    }
+    let done = first
+        .operations(OperationFilter {
+            state: Some(OperationState::Done),
+            host: None,
+        })
+        .unwrap();
+    assert_eq!(done.len(), total);
+    assert_eq!(first.claim_operation("late", lease).unwrap(), None);
+}
+
+#[test]
+fn reservations_behave_over_etcd() {
+    let Some(fx) = fixture() else { return };
+    crate::store::reservations::suite::reservations_behave(&fx.store_with(EtcdOptions::default()));
+}
+
+#[test]
+fn two_clients_on_one_etcd_reserve_each_key_once() {
+    let Some(fx) = fixture() else { return };
+    let first = fx.store_with(EtcdOptions::default());
+    let second = fx.store_with(EtcdOptions::default());
+    let won: Vec<(usize, u32)> = std::thread::scope(|s| {
+        let handles: Vec<_> = [&first, &second, &first, &second]
+            .into_iter()
+            .enumerate()
+            .map(|(n, store)| {
+                s.spawn(move || {
+                    (0..10u32)
+                        .filter(|k| {
+                            store
+                                .reserve("vni", &k.to_string(), &format!("r{n}"))
+                                .is_ok()
+                        })
+                        .map(|k| (n, k))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect()
+    });
+    assert_eq!(won.len(), 10, "each key reserved exactly once: {won:?}");
+    assert_eq!(second.reservations("vni").unwrap().len(), 10);
+}

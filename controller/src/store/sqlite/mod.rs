@@ -11,6 +11,7 @@
 
 mod catalog;
 mod instances;
+mod queue;
 mod schema;
 
 use std::path::{Path, PathBuf};
@@ -356,6 +357,40 @@ impl Store for SqliteStore {
     fn clear_events(&self, scope: Scope) -> Result<u64> {
         self.write(|tx| instances::clear_events(tx, scope))
     }
+
+    fn create_remote_host(&self, new: NewRemoteHost) -> Result<RemoteHost> {
+        self.write(|tx| queue::create_host(tx, new))
+    }
+    fn remote_host(&self, id: Uuid) -> Result<RemoteHost> {
+        self.read(|tx| queue::host(tx, id))
+    }
+    fn remote_hosts(&self) -> Result<Vec<RemoteHost>> {
+        self.read(queue::hosts)
+    }
+    fn delete_remote_host(&self, id: Uuid) -> Result<()> {
+        self.write(|tx| queue::delete_host(tx, id))
+    }
+    fn enqueue_operation(&self, new: NewOperation) -> Result<Operation> {
+        self.write(|tx| queue::enqueue(tx, new))
+    }
+    fn operation(&self, id: Uuid) -> Result<Operation> {
+        self.read(|tx| queue::get(tx, id))
+    }
+    fn operations(&self, filter: OperationFilter) -> Result<Vec<Operation>> {
+        self.read(|tx| queue::list(tx, filter))
+    }
+    fn claim_operation(&self, owner: &str, lease: Duration) -> Result<Option<Operation>> {
+        self.write(|tx| queue::claim(tx, owner, lease))
+    }
+    fn renew_claim(&self, id: Uuid, token: u64, lease: Duration) -> Result<Operation> {
+        self.write(|tx| queue::renew(tx, id, token, lease))
+    }
+    fn complete_operation(&self, id: Uuid, token: u64, result: &str) -> Result<Operation> {
+        self.write(|tx| queue::finish(tx, id, token, OperationState::Done, result))
+    }
+    fn fail_operation(&self, id: Uuid, token: u64, reason: &str) -> Result<Operation> {
+        self.write(|tx| queue::finish(tx, id, token, OperationState::Failed, reason))
+    }
 }
 
 #[cfg(test)]
@@ -396,6 +431,50 @@ mod tests {
         assert_eq!(
             store.schema_version().unwrap(),
             SqliteStore::known_schema_version()
+        );
+    }
+
+    #[test]
+    fn a_version_1_database_gains_the_operation_queue() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v1.db");
+        let conn = Connection::open(&path).unwrap();
+        conn.execute_batch(schema::MIGRATIONS[0]).unwrap();
+        conn.execute_batch(
+            "CREATE TABLE schema_version (version INTEGER NOT NULL);
+             INSERT INTO schema_version (version) VALUES (1);",
+        )
+        .unwrap();
+        drop(conn);
+        let store = SqliteStore::open(&path).unwrap();
+        assert_eq!(store.schema_version().unwrap(), 2);
+        assert_eq!(
+            store.claim_operation("r", Duration::from_secs(1)).unwrap(),
+            None
+        );
+        let host = store
+            .create_remote_host(NewRemoteHost {
+                name: "edge".into(),
+                libvirt_uri: "qemu+tcp://127.0.0.1/system".into(),
+            })
+            .unwrap();
+        let op = store
+            .enqueue_operation(NewOperation {
+                host: host.id,
+                instance: Uuid::new_v4(),
+                kind: OperationKind::Start,
+                payload: b"start".to_vec(),
+            })
+            .unwrap();
+        let claimed = store
+            .claim_operation("r", Duration::from_secs(60))
+            .unwrap()
+            .unwrap();
+        assert_eq!(claimed.id, op.id);
+        assert_eq!(
+            claimed.claim.unwrap().token,
+            1,
+            "the first token of a store"
         );
     }
 

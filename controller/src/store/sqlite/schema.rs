@@ -116,6 +116,36 @@ CREATE TABLE events (
 );
 CREATE INDEX events_tenant ON events(tenant_id, seq);
 "#,
+    // 2: off-host hosts and the operation queue; `fencing` holds the last fencing token handed
+    // out, raised in each claim's transaction.
+    r#"
+CREATE TABLE remote_hosts (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL UNIQUE,
+    libvirt_uri TEXT NOT NULL,
+    created INTEGER NOT NULL
+);
+CREATE TABLE operations (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL UNIQUE,
+    host_id TEXT NOT NULL,
+    instance_id TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    payload BLOB NOT NULL,
+    state TEXT NOT NULL,
+    owner TEXT,
+    token INTEGER,
+    expires INTEGER,
+    result TEXT,
+    created INTEGER NOT NULL,
+    updated INTEGER NOT NULL
+);
+CREATE INDEX operations_state ON operations(state, seq);
+CREATE INDEX operations_host ON operations(host_id, seq);
+CREATE INDEX operations_instance ON operations(instance_id, seq);
+CREATE TABLE fencing (last INTEGER NOT NULL);
+INSERT INTO fencing (last) VALUES (0);
+"#,
 ];
 
 /// The newest schema version this code knows.
