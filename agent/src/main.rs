@@ -6,7 +6,6 @@
 use agent::daemon::{self, cli::Args};
 use clap::Parser;
 use std::process::ExitCode;
-use tokio_util::sync::CancellationToken;
 
 fn main() -> ExitCode {
     let args = Args::parse();
@@ -27,37 +26,5 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("cumulo-agent: cannot start the runtime: {e}");
-            return ExitCode::from(1);
-        }
-    };
-    runtime.block_on(async move {
-        let shutdown = CancellationToken::new();
-        let stop = shutdown.clone();
-        tokio::spawn(async move {
-            use tokio::signal::unix::{SignalKind, signal};
-            let Ok(mut term) = signal(SignalKind::terminate()) else {
-                return;
-            };
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = tokio::signal::ctrl_c() => {}
-            }
-            tracing::info!("signal: shutting down");
-            stop.cancel();
-        });
-        match daemon::run(config, shutdown).await {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("cumulo-agent: {e}");
-                ExitCode::from(1)
-            }
-        }
-    })
+    ssntp::net::daemon::run_until_signal("cumulo-agent", |shutdown| daemon::run(config, shutdown))
 }

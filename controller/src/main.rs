@@ -95,37 +95,5 @@ fn main() -> ExitCode {
     } else {
         logs.init();
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("cumulo-controller: cannot start the runtime: {e}");
-            return ExitCode::from(1);
-        }
-    };
-    runtime.block_on(async move {
-        let shutdown = CancellationToken::new();
-        let stop = shutdown.clone();
-        tokio::spawn(async move {
-            use tokio::signal::unix::{SignalKind, signal};
-            let Ok(mut term) = signal(SignalKind::terminate()) else {
-                return;
-            };
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = tokio::signal::ctrl_c() => {}
-            }
-            tracing::info!("signal: shutting down");
-            stop.cancel();
-        });
-        match run(args, shutdown).await {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("cumulo-controller: {e}");
-                ExitCode::from(1)
-            }
-        }
-    })
+    ssntp::net::daemon::run_until_signal("cumulo-controller", |shutdown| run(args, shutdown))
 }

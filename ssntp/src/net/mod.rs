@@ -4,6 +4,7 @@
 
 pub mod client;
 pub mod conn;
+pub mod daemon;
 pub mod forward;
 pub mod identity;
 pub mod server;
