@@ -190,6 +190,17 @@ pub enum Violation {
         /// The session's peer UUID.
         session: Uuid,
     },
+    /// §3: a client's frame carries another origin than the session's UUID (the endpoint that
+    /// creates a frame is its origin, and a client creates every frame it sends).
+    #[error("{operand} from session {session} claims origin {origin}")]
+    OriginMismatch {
+        /// The frame's operand.
+        operand: Operand,
+        /// The origin the frame claims.
+        origin: Uuid,
+        /// The session's peer UUID.
+        session: Uuid,
+    },
     /// Liveness: nothing received for the idle timeout; the session closes.
     #[error("idle timeout")]
     IdleTimeout,
@@ -208,7 +219,8 @@ impl Violation {
             Violation::NotAllowed { operand, .. }
             | Violation::BadTrace { operand, .. }
             | Violation::BadPayload { operand, .. }
-            | Violation::NodeMismatch { operand, .. } => Some(*operand),
+            | Violation::NodeMismatch { operand, .. }
+            | Violation::OriginMismatch { operand, .. } => Some(*operand),
             Violation::Framing(_) | Violation::IdleTimeout => None,
         }
     }
@@ -228,7 +240,8 @@ impl Violation {
         let payload = match self {
             Violation::Framing(_)
             | Violation::NotAllowed { .. }
-            | Violation::NodeMismatch { .. } => Payload::ProtocolViolation(reason),
+            | Violation::NodeMismatch { .. }
+            | Violation::OriginMismatch { .. } => Payload::ProtocolViolation(reason),
             Violation::IdleTimeout => Payload::ConnectionFailure(reason),
             Violation::UnknownOperand(_) => Payload::InvalidFrameType(reason),
             Violation::BadTrace {

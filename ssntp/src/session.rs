@@ -234,6 +234,13 @@ impl Session {
                 operand,
             });
         }
+        if self.side == Side::Server && raw.header.origin != self.peer_uuid {
+            return Err(Violation::OriginMismatch {
+                operand,
+                origin: raw.header.origin,
+                session: self.peer_uuid,
+            });
+        }
         if self.side == Side::Client
             && matches!(
                 operand,
@@ -508,6 +515,32 @@ mod tests {
             assert!(matches!(v, Violation::BadTrace { .. }), "{body:?}: {v:?}");
             assert!(matches!(reply, Some(Payload::StartFailure(_))));
         }
+    }
+
+    #[test]
+    fn a_client_frame_must_carry_the_session_origin() {
+        let clock = Clock::new();
+        let mut s = session(Side::Server, Role::AGENT, clock);
+        let other = Uuid::from_bytes([0x99; 16]);
+        let deleted = Payload::InstanceDeleted(InstanceEvent {
+            instance_uuid: INSTANCE,
+        });
+        let (v, reply) = rejected(s.handle_raw(clock.now(1), raw_payload(other, &deleted)));
+        assert!(
+            matches!(v, Violation::OriginMismatch { origin, session, .. } if origin == other && session == PEER)
+        );
+        assert!(matches!(reply, Some(Payload::ProtocolViolation(_))));
+        assert!(!v.closes_session());
+        assert!(matches!(
+            s.handle_raw(clock.now(2), raw_payload(PEER, &deleted)),
+            Received::Message(_)
+        ));
+        // The client side takes forwarded frames from anyone.
+        let mut c = session(Side::Client, Role::SERVER, clock);
+        assert!(matches!(
+            c.handle_raw(clock.now(3), raw_payload(other, &deleted)),
+            Received::Message(_)
+        ));
     }
 
     #[test]
