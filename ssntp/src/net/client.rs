@@ -453,6 +453,7 @@ impl Client {
             session,
             leftover,
             self.config.conn.read_buffer,
+            None,
             dispatch,
             &self.tracker,
         );

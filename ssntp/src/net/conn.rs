@@ -15,6 +15,61 @@ use crate::codec::{Decoded, Decoder};
 use crate::frame::{EncodeError, Frame};
 use crate::session::{Message, Now, Received, Session, Tick};
 
+/// A session's read budget: a token bucket over the bytes read, each frame counting
+/// [`ReadRate::FRAME_COST`] bytes besides its own. A peer that sends faster is read more slowly
+/// (TCP pushes back on it); nothing it sent is dropped and nothing closes. This keeps one
+/// flooding peer from taking the reader's CPU from the others.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadRate {
+    /// Bytes per second, sustained.
+    pub bytes_per_sec: u64,
+    /// Bytes that may be read at once after a quiet spell.
+    pub burst: u64,
+}
+
+impl ReadRate {
+    /// What each frame costs besides its bytes (a frame's handling costs more than its size).
+    pub const FRAME_COST: u64 = 512;
+}
+
+impl Default for ReadRate {
+    /// 512 KiB/s sustained, bursts of 4 MiB: an agent's STATS every few seconds, or a burst
+    /// of thousands of instance events, fit easily.
+    fn default() -> ReadRate {
+        ReadRate {
+            bytes_per_sec: 512 << 10,
+            burst: 4 << 20,
+        }
+    }
+}
+
+/// The token bucket of a [`ReadRate`].
+#[derive(Debug)]
+struct Bucket {
+    rate: ReadRate,
+    tokens: f64,
+    last: tokio::time::Instant,
+}
+
+impl Bucket {
+    fn new(rate: ReadRate, now: tokio::time::Instant) -> Bucket {
+        Bucket {
+            rate,
+            tokens: rate.burst as f64,
+            last: now,
+        }
+    }
+
+    /// Spends `cost`; when the bucket is overdrawn, the instant reading may resume.
+    fn spend(&mut self, cost: u64, now: tokio::time::Instant) -> Option<tokio::time::Instant> {
+        let per_sec = self.rate.bytes_per_sec.max(1) as f64;
+        let elapsed = now.saturating_duration_since(self.last).as_secs_f64();
+        self.last = now;
+        self.tokens = (self.tokens + elapsed * per_sec).min(self.rate.burst as f64) - cost as f64;
+        (self.tokens < 0.0).then(|| now + Duration::from_secs_f64(-self.tokens / per_sec))
+    }
+}
+
 /// Limits of one connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConnConfig {
@@ -344,12 +399,14 @@ impl<R: AsyncRead + Unpin + Send + 'static> Opened<R> {
         &self.outbox
     }
 
-    /// Starts the session loop; `leftover` holds bytes read past the handshake frame.
+    /// Starts the session loop; `leftover` holds bytes read past the handshake frame; `rate`,
+    /// when given, is the peer's read budget.
     pub fn run<D: Dispatch>(
         self,
         session: Session,
         leftover: BytesMut,
         read_buffer: usize,
+        rate: Option<ReadRate>,
         dispatch: D,
         tracker: &tokio_util::task::TaskTracker,
     ) -> tokio::task::JoinHandle<Ended> {
@@ -359,6 +416,8 @@ impl<R: AsyncRead + Unpin + Send + 'static> Opened<R> {
             close: self.close,
             clock: self.clock,
             dispatch,
+            bucket: rate.map(|r| Bucket::new(r, tokio::time::Instant::now())),
+            frames: 0,
         };
         tracker.spawn(reader.run(self.reader, leftover, read_buffer))
     }
@@ -370,6 +429,10 @@ struct ReadLoop<D> {
     close: CancellationToken,
     clock: Arc<WriteClock>,
     dispatch: D,
+    /// The peer's read budget, if it has one.
+    bucket: Option<Bucket>,
+    /// Frames handled since the budget was last charged.
+    frames: u64,
 }
 
 impl<D: Dispatch> ReadLoop<D> {
@@ -380,18 +443,28 @@ impl<D: Dispatch> ReadLoop<D> {
         const QUIET: usize = 4096;
         buf.reserve(QUIET);
         let mut room = QUIET;
+        // While the peer is over its read budget: when reading resumes.
+        let mut paused: Option<tokio::time::Instant> = None;
         let ended = loop {
             // Frames already buffered first (the handshake may have read past its frame).
             if let Some(ended) = self.drain(&decoder, &mut buf).await {
                 break ended;
             }
             let deadline = tokio::time::Instant::from_std(self.session.deadline());
+            let resume = paused.unwrap_or(deadline);
             tokio::select! {
                 biased;
                 _ = self.close.cancelled() => break Ended::Local,
-                read = r.read_buf(&mut buf) => match read {
+                _ = tokio::time::sleep_until(resume), if paused.is_some() => paused = None,
+                read = r.read_buf(&mut buf), if paused.is_none() => match read {
                     Ok(0) => break Ended::PeerGone("the peer closed the connection".into()),
-                    Ok(n) => room = if n >= QUIET / 2 { cap.max(QUIET) } else { QUIET },
+                    Ok(n) => {
+                        room = if n >= QUIET / 2 { cap.max(QUIET) } else { QUIET };
+                        if let Some(bucket) = &mut self.bucket {
+                            let cost = n as u64 + std::mem::take(&mut self.frames) * ReadRate::FRAME_COST;
+                            paused = bucket.spend(cost, tokio::time::Instant::now());
+                        }
+                    }
                     Err(e) => break Ended::PeerGone(e.to_string()),
                 },
                 _ = tokio::time::sleep_until(deadline) => {
@@ -447,6 +520,7 @@ impl<D: Dispatch> ReadLoop<D> {
                     return Some(Ended::Violation(violation.to_string()));
                 }
             };
+            self.frames += 1;
             match self.session.handle_raw(now, raw) {
                 Received::Message(m) => {
                     if !self.dispatch.dispatch(&self.session, *m) {
@@ -526,5 +600,27 @@ pub(crate) async fn write_now<W: AsyncWrite + Unpin>(
         Ok(Ok(())) => Ok(()),
         Ok(Err(e)) => Err(e.to_string()),
         Err(_) => Err("write timed out".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_read_budget_refills_and_pauses_an_overdrawn_peer() {
+        let rate = ReadRate {
+            bytes_per_sec: 1000,
+            burst: 2000,
+        };
+        let t0 = tokio::time::Instant::now();
+        let mut b = Bucket::new(rate, t0);
+        assert_eq!(b.spend(2000, t0), None, "the burst is there at once");
+        let resume = b.spend(500, t0).expect("overdrawn");
+        assert_eq!(resume - t0, Duration::from_millis(500));
+        // A second later the debt is paid and 500 bytes are back; never more than the burst.
+        assert_eq!(b.spend(500, t0 + Duration::from_secs(1)), None);
+        assert_eq!(b.spend(2000, t0 + Duration::from_secs(100)), None);
+        assert!(b.spend(1, t0 + Duration::from_secs(100)).is_some());
     }
 }

@@ -11,7 +11,7 @@ pub mod server;
 pub mod tls;
 
 pub use client::{Client, ClientConfig, ClientError, ClientEvent, ClientHandle};
-pub use conn::{ConnConfig, Outbox, SendError};
+pub use conn::{ConnConfig, Outbox, ReadRate, SendError};
 pub use forward::{Directory, Route, Routes};
 pub use server::{Server, ServerConfig, ServerError, ServerEvent, ServerHandle, Target};
 pub use tls::{TlsError, TlsIdentity};

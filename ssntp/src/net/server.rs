@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
-use super::conn::{self, ConnConfig, Dispatch, FirstFrame, Outbox, SendError};
+use super::conn::{self, ConnConfig, Dispatch, FirstFrame, Outbox, ReadRate, SendError};
 use super::forward::{Directory, Route, Routes};
 use super::tls::{self, TlsError, TlsIdentity};
 use crate::frame::Frame;
@@ -47,6 +47,9 @@ pub struct ServerConfig {
     pub grace: Duration,
     /// Forwarding rules.
     pub routes: Routes,
+    /// The read budget of every session but a controller's (default [`ReadRate::default`];
+    /// `None`: unlimited).
+    pub peer_read_rate: Option<ReadRate>,
 }
 
 impl ServerConfig {
@@ -62,6 +65,7 @@ impl ServerConfig {
             event_queue: 8_192,
             grace: Duration::from_secs(3),
             routes: Routes::new(),
+            peer_read_rate: Some(ReadRate::default()),
         }
     }
 }
@@ -601,6 +605,9 @@ impl Server {
             session,
             buf,
             self.config.conn.read_buffer,
+            (!role.contains(Role::CONTROLLER))
+                .then_some(self.config.peer_read_rate)
+                .flatten(),
             dispatch,
             tracker,
         );
