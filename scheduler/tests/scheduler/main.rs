@@ -16,6 +16,8 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+mod hostile;
+
 const T: Duration = Duration::from_secs(10);
 const SCHED: Uuid = Uuid::from_bytes([0x5c; 16]);
 
@@ -38,20 +40,30 @@ async fn scheduler_with(
     listener: Option<TcpListener>,
     conn: ssntp::net::ConnConfig,
 ) -> Sched {
+    scheduler_tuned(pki, listener, |c| c.conn = conn).await
+}
+
+/// The scheduler in process, with `tune` applied to its configuration first.
+async fn scheduler_tuned(
+    pki: &TestPki,
+    listener: Option<TcpListener>,
+    tune: impl FnOnce(&mut SchedulerConfig),
+) -> Sched {
     let listener = match listener {
         Some(l) => l,
         None => TcpListener::bind("127.0.0.1:0").await.unwrap(),
     };
     let addr = format!("localhost:{}", listener.local_addr().unwrap().port());
-    let config = SchedulerConfig {
+    let mut config = SchedulerConfig {
         tls: pki.identity(Role::SCHEDULER, Some(SCHED)),
         uuid: SCHED,
         stats_interval: Duration::from_secs(5),
         handshake: Default::default(),
         cluster: ClusterConfig::default(),
         heartbeat: false,
-        conn,
+        conn: Default::default(),
     };
+    tune(&mut config);
     let stop = CancellationToken::new();
     let summary = Arc::new(Mutex::new(Summary::default()));
     let s = stop.clone();
