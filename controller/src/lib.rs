@@ -8,4 +8,6 @@ pub mod cluster;
 pub mod config;
 pub mod daemon;
 pub mod engine;
+#[cfg(any(test, fuzzing))]
+pub mod fuzzing;
 pub mod store;
