@@ -21,6 +21,8 @@ pub struct FakeLink {
     pub hairpin: bool,
     /// Its alias.
     pub alias: Option<String>,
+    /// Its addresses (address, prefix length).
+    pub addresses: BTreeSet<(IpAddr, u8)>,
 }
 
 #[derive(Debug, Default)]
@@ -43,6 +45,22 @@ impl FakeCnciOps {
 
     fn lock(&self) -> MutexGuard<'_, State> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Adds a link that the hub does not make (the concentrator's uplink, say).
+    pub fn add_link(&self, name: &str, kind: &str) {
+        let mut s = self.lock();
+        s.links.insert(
+            name.to_string(),
+            FakeLink {
+                kind: kind.to_string(),
+                master: None,
+                up: true,
+                hairpin: false,
+                alias: None,
+                addresses: BTreeSet::new(),
+            },
+        );
     }
 
     /// The links now.
@@ -93,6 +111,7 @@ impl FakeCnciOps {
                 up: false,
                 hairpin: false,
                 alias: None,
+                addresses: BTreeSet::new(),
             },
         );
         Ok(())
@@ -230,5 +249,33 @@ impl CnciOps for FakeCnciOps {
             }
         }
         Ok(())
+    }
+
+    async fn add_address(&self, name: &str, ip: IpAddr, prefix: u8) -> Result<(), OpsError> {
+        const OP: &str = "add address";
+        let mut s = self.call(OP, name)?;
+        let l = s
+            .links
+            .get_mut(name)
+            .ok_or_else(|| OpsError::new(OP, name, OpsErrorKind::NotFound))?;
+        if l.addresses.insert((ip, prefix)) {
+            Ok(())
+        } else {
+            Err(OpsError::new(OP, name, OpsErrorKind::Exists))
+        }
+    }
+
+    async fn del_address(&self, name: &str, ip: IpAddr, prefix: u8) -> Result<(), OpsError> {
+        const OP: &str = "remove address";
+        let mut s = self.call(OP, name)?;
+        let removed = s
+            .links
+            .get_mut(name)
+            .is_some_and(|l| l.addresses.remove(&(ip, prefix)));
+        if removed {
+            Ok(())
+        } else {
+            Err(OpsError::new(OP, name, OpsErrorKind::NotFound))
+        }
     }
 }

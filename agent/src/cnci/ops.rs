@@ -80,6 +80,20 @@ pub trait CnciOps: Send + Sync + 'static {
     ) -> impl Future<Output = Result<(), OpsError>> + Send;
     /// Deletes a link (`NotFound` if there is none).
     fn delete(&self, name: &str) -> impl Future<Output = Result<(), OpsError>> + Send;
+    /// Adds an address to a link (`Exists` if it has it).
+    fn add_address(
+        &self,
+        name: &str,
+        ip: IpAddr,
+        prefix: u8,
+    ) -> impl Future<Output = Result<(), OpsError>> + Send;
+    /// Removes an address from a link (`NotFound` if it does not have it).
+    fn del_address(
+        &self,
+        name: &str,
+        ip: IpAddr,
+        prefix: u8,
+    ) -> impl Future<Output = Result<(), OpsError>> + Send;
 }
 
 /// The RTM_NEWLINK message of a hub: VNI, local end, port, no remote.
@@ -117,6 +131,17 @@ pub(crate) fn flood_message(index: u32, dst: IpAddr) -> NeighbourMessage {
             IpAddr::V6(a) => NeighbourAddress::Inet6(a),
         }));
     m
+}
+
+/// The concentrator's link on the compute network.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Uplink {
+    /// Its name.
+    pub name: String,
+    /// Its MAC.
+    pub mac: Option<[u8; 6]>,
+    /// Its MTU.
+    pub mtu: Option<u32>,
 }
 
 /// The real [`CnciOps`]: [`RtNetOps`] for what it shares with a compute node, its own netlink
@@ -192,8 +217,9 @@ impl RtCnciOps {
 }
 
 impl RtCnciOps {
-    /// The MAC address of the link that holds `ip`, if a link holds it.
-    pub async fn mac_of(&self, ip: IpAddr) -> Result<Option<[u8; 6]>, OpsError> {
+    /// The link that holds `ip` (the concentrator's uplink), if a link holds it.
+    pub async fn uplink_of(&self, ip: IpAddr) -> Result<Option<Uplink>, OpsError> {
+        use rtnetlink::packet_route::link::LinkAttribute;
         const OP: &str = "find the link of";
         let what = ip.to_string();
         let mut addrs = self.handle.address().get().set_address_filter(ip).execute();
@@ -209,12 +235,20 @@ impl RtCnciOps {
         let Some(link) = links.try_next().await.map_err(fail(OP, &what))? else {
             return Ok(None);
         };
-        Ok(link.attributes.iter().find_map(|a| match a {
-            rtnetlink::packet_route::link::LinkAttribute::Address(m) => {
-                <[u8; 6]>::try_from(m.as_slice()).ok()
+        let mut up = Uplink {
+            name: String::new(),
+            mac: None,
+            mtu: None,
+        };
+        for a in &link.attributes {
+            match a {
+                LinkAttribute::IfName(n) => up.name.clone_from(n),
+                LinkAttribute::Address(m) => up.mac = <[u8; 6]>::try_from(m.as_slice()).ok(),
+                LinkAttribute::Mtu(m) => up.mtu = Some(*m),
+                _ => {}
             }
-            _ => None,
-        }))
+        }
+        Ok(Some(up))
     }
 
     /// The hub's forwarding entries as (MAC, destination), where the destination is an address.
@@ -365,6 +399,42 @@ impl CnciOps for RtCnciOps {
 
     async fn delete(&self, name: &str) -> Result<(), OpsError> {
         self.links.delete(name).await
+    }
+
+    async fn add_address(&self, name: &str, ip: IpAddr, prefix: u8) -> Result<(), OpsError> {
+        const OP: &str = "add address";
+        let index = self.index(OP, name).await?;
+        self.handle
+            .address()
+            .add(index, ip, prefix)
+            .execute()
+            .await
+            .map_err(fail(OP, name))
+    }
+
+    async fn del_address(&self, name: &str, ip: IpAddr, prefix: u8) -> Result<(), OpsError> {
+        const OP: &str = "remove address";
+        let index = self.index(OP, name).await?;
+        let found = self
+            .handle
+            .address()
+            .get()
+            .set_link_index_filter(index)
+            .set_address_filter(ip)
+            .set_prefix_length_filter(prefix)
+            .execute()
+            .try_next()
+            .await
+            .map_err(fail(OP, name))?;
+        let Some(msg) = found else {
+            return Err(OpsError::new(OP, name, OpsErrorKind::NotFound));
+        };
+        self.handle
+            .address()
+            .del(msg)
+            .execute()
+            .await
+            .map_err(fail(OP, name))
     }
 }
 

@@ -1,0 +1,447 @@
+//! The CNCI's edge for real (root only), on the topology of [`crate::overlay`]: two hosts with
+//! agent daemons, `cumulo-cnci` in a namespace of its own, the real scheduler and a controller,
+//! plus an "outside" namespace on the compute network. Instances' guests (veths with the
+//! START's MAC, no address) get their addresses from the CNCI's DHCP server with busybox
+//! `udhcpc` and ping each other through the overlay; they reach the outside through the CNCI's
+//! outbound NAT while the outside cannot reach them; ASSIGN_PUBLIC_IP makes one reachable from
+//! the outside at its public IP (also after a CNCI restart), RELEASE_PUBLIC_IP cuts it off
+//! again; deleting the instances removes the subnet from the CNCI.
+//!
+//! Skipped like [`crate::netns`] without root, `ip`, `ping`, `nft` or `busybox` (a failure
+//! under `CUMULO_REQUIRE_NETNS=1`).
+// Helpers outside `#[test]` functions unwrap too: a failure there is a test failure.
+#![allow(clippy::unwrap_used)]
+
+use crate::netns::{Netns, can_run, mac_text, underlay};
+use crate::overlay::{HostAgent, enter, fdb, listen_in, proxy, until};
+use crate::support::*;
+use agent::net::names::bridge_name;
+use ssntp::payload::{Cidr, MacAddr, Networking, PublicIpCommand, PublicIpFailureReason};
+
+const CNCI: Uuid = Uuid::from_bytes([0xcd; 16]);
+const TENANT: Uuid = Uuid::from_bytes([0x7f; 16]);
+const KEY: u32 = 0x7004;
+const CNCI_IP: &str = "198.18.0.100";
+const OUTSIDE_IP: &str = "198.18.0.200";
+const PUBLIC_IP: &str = "203.0.113.10";
+
+/// The controller's plan: the MAC carries the private address (`02:00` + its four bytes).
+fn mac(n: u8) -> [u8; 6] {
+    [2, 0, 10, 250, 0, n]
+}
+
+fn networking(n: u8) -> Networking {
+    Networking {
+        vnic_mac: MacAddr(mac(n)),
+        vnic_uuid: u(0x50 + n),
+        concentrator_uuid: CNCI,
+        concentrator_ip: CNCI_IP.parse().unwrap(),
+        subnet: Cidr {
+            addr: "10.250.0.0".parse().unwrap(),
+            prefix: 24,
+        },
+        subnet_key: KEY,
+        private_ip: format!("10.250.0.{n}").parse().unwrap(),
+        public_ip: false,
+    }
+}
+
+/// Why this test cannot run here beyond [`can_run`]'s reasons.
+fn tools_missing() -> Option<String> {
+    for tool in ["nft", "busybox"] {
+        let found = Command::new("sh")
+            .args(["-c", &format!("command -v {tool}")])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !found {
+            return Some(format!(
+                "`{tool}` is not installed (scripts/deps.sh installs it)"
+            ));
+        }
+    }
+    None
+}
+
+/// The udhcpc script: configures the interface from the lease and writes what it got to
+/// `<dir>/<interface>.lease` as `ip mask router mtu`.
+fn dhcp_script(dir: &Path) -> PathBuf {
+    let path = dir.join("udhcpc.sh");
+    let lease = dir.join("$interface.lease");
+    std::fs::write(
+        &path,
+        format!(
+            "#!/bin/sh\n\
+             case \"$1\" in\n\
+             bound|renew)\n\
+             \tip addr flush dev \"$interface\"\n\
+             \tip addr add \"$ip/$mask\" dev \"$interface\"\n\
+             \t[ -n \"$mtu\" ] && ip link set dev \"$interface\" mtu \"$mtu\"\n\
+             \t[ -n \"$router\" ] && ip route replace default via \"${{router%% *}}\" dev \"$interface\"\n\
+             \techo \"$ip $mask $router $mtu\" > \"{}\"\n\
+             \t;;\n\
+             esac\n",
+            lease.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
+/// A guest namespace for an instance: a veth from the host's bridge, the guest end (named
+/// `g<n>`, so that the lease files differ) with the instance's MAC and no address.
+fn bare_guest(host: &Netns, bridge: &str, n: u8) -> Netns {
+    let g = Netns::new(&format!("g{n}"));
+    let (port, dev) = (format!("vh-{n}"), format!("g{n}"));
+    host.ip(&[
+        "link", "add", &port, "type", "veth", "peer", "name", &dev, "netns", &g.name,
+    ]);
+    host.ip(&["link", "set", &port, "master", bridge, "up"]);
+    g.ip(&["link", "set", &dev, "address", &mac_text(&mac(n))]);
+    g.ip(&["link", "set", &dev, "up"]);
+    g
+}
+
+/// Runs busybox udhcpc once in the guest (up to 10 discovers a second apart); whether it got
+/// a lease.
+fn dhcp(g: &Netns, n: u8, script: &Path) -> bool {
+    let dev = format!("g{n}");
+    Command::new("ip")
+        .args(["netns", "exec", &g.name, "busybox", "udhcpc", "-i", &dev])
+        .args(["-f", "-q", "-n", "-t", "10", "-T", "1", "-s"])
+        .arg(script)
+        .output()
+        .unwrap()
+        .status
+        .success()
+}
+
+fn command(n: u8, public: &str) -> PublicIpCommand {
+    PublicIpCommand {
+        concentrator_uuid: CNCI,
+        tenant_uuid: TENANT,
+        instance_uuid: u(0xa0 + n),
+        public_ip: public.parse().unwrap(),
+        private_ip: format!("10.250.0.{n}").parse().unwrap(),
+        vnic_mac: MacAddr(mac(n)),
+    }
+}
+
+/// Runs a blocking check on the blocking pool.
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    tokio::task::spawn_blocking(f).await.unwrap()
+}
+
+#[test]
+fn guests_get_leases_reach_outside_and_a_public_ip_maps_and_unmaps() {
+    let name = "guests_get_leases_reach_outside_and_a_public_ip_maps_and_unmaps";
+    if !can_run(name) {
+        return;
+    }
+    if let Some(why) = tools_missing() {
+        assert!(
+            std::env::var("CUMULO_REQUIRE_NETNS").as_deref() != Ok("1"),
+            "{name}: CUMULO_REQUIRE_NETNS=1 but {why}"
+        );
+        eprintln!("skipping {name}: {why}");
+        return;
+    }
+    let (switch, h1, h2, cnci, ctl, outside) = (
+        Netns::new("sw"),
+        Netns::new("h1"),
+        Netns::new("h2"),
+        Netns::new("cnci"),
+        Netns::new("ctl"),
+        Netns::new("out"),
+    );
+    underlay(
+        &switch,
+        &[
+            (&h1, "198.18.0.1"),
+            (&h2, "198.18.0.2"),
+            (&cnci, CNCI_IP),
+            (&outside, OUTSIDE_IP),
+        ],
+    );
+    let listeners = [
+        listen_in(&h1.name),
+        listen_in(&h2.name),
+        listen_in(&cnci.name),
+    ];
+    let ports: Vec<u16> = listeners
+        .iter()
+        .map(|l| l.local_addr().unwrap().port())
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let pki = TestPki::new();
+    let (n1, n2) = (u(1), u(2));
+    let mut agents = Vec::new();
+    for (i, (ns, ip)) in [(&h1, "198.18.0.1"), (&h2, "198.18.0.2")]
+        .into_iter()
+        .enumerate()
+    {
+        let node = [n1, n2][i];
+        let files = agent_files(
+            &pki,
+            Role::AGENT,
+            Some(node),
+            &dir.path().join(format!("a{i}")),
+        );
+        let state = dir.path().join(format!("state{i}"));
+        let cfg = config(&files, &format!("localhost:{}", ports[i]), &state, &[]);
+        agents.push((ns.name.clone(), ip.to_string(), cfg));
+    }
+    let names = (
+        ctl.name.clone(),
+        cnci.name.clone(),
+        h1.name.clone(),
+        h2.name.clone(),
+        outside.name.clone(),
+    );
+    let dir_path = dir.path().to_owned();
+    let test = std::thread::spawn(move || {
+        let (ctl_name, cnci_name, h1_name, h2_name, out_name) = names;
+        enter(&ctl_name);
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let sched = real_scheduler(&pki).await;
+            let [l1, l2, l3] = listeners;
+            for l in [l1, l2, l3] {
+                proxy(l, sched.addr.replace("localhost", "127.0.0.1"));
+            }
+            let mut c = controller(&pki, &sched.addr).await;
+            let running: Vec<HostAgent> = agents
+                .into_iter()
+                .map(|(ns, ip, cfg)| HostAgent::start(&ns, &ip, cfg))
+                .collect();
+            let (ca, cert, key) = pki
+                .leaf(Role::CNCIAGENT, Some(CNCI))
+                .write(&dir_path, "cnci");
+            let log = dir_path.join("cnci.log");
+            let spawn = || {
+                let child = Command::new("ip")
+                    .args(["netns", "exec", &cnci_name])
+                    .arg(env!("CARGO_BIN_EXE_cumulo-cnci"))
+                    .args(["--ca-cert", ca.to_str().unwrap()])
+                    .args(["--cert", cert.to_str().unwrap()])
+                    .args(["--key", key.to_str().unwrap()])
+                    .args(["--scheduler", &format!("localhost:{}", ports[2])])
+                    .args(["--uuid", &CNCI.to_string(), "--tenant", &TENANT.to_string()])
+                    .args(["--ip", CNCI_IP, "--tunnel", "vxlan"])
+                    .env("RUST_LOG", "info")
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .stderr(
+                        std::fs::OpenOptions::new()
+                            .create(true)
+                            .append(true)
+                            .open(&log)
+                            .unwrap(),
+                    )
+                    .spawn()
+                    .unwrap();
+                Process(child)
+            };
+            let mut cnci_process = spawn();
+            let logs = || std::fs::read_to_string(&log).unwrap_or_default();
+            c.expect("CONCENTRATOR_INSTANCE_ADDED", |m| {
+                matches!(m.payload, Payload::ConcentratorInstanceAdded(_)).then_some(())
+            })
+            .await;
+            for n in [n1, n2] {
+                c.stats(n, "the agent's first STATS", |_| true).await;
+            }
+
+            // One instance on each host, with the controller's MAC → IP plan.
+            let (i1, i2) = (u(0xa7), u(0xa8));
+            for (i, node, k) in [(i1, n1, 7), (i2, n2, 8)] {
+                let mut s = start(i, "debian");
+                s.tenant_uuid = TENANT;
+                s.requirements.node_id = Some(node);
+                s.networking = Some(networking(k));
+                c.send(&start_payload(s));
+                c.stats(node, "active", |s| {
+                    state_in(s, i) == Some(InstanceState::Active)
+                })
+                .await;
+            }
+            let hub = format!("kv-{KEY:08x}");
+            let cnci_bridge = format!("kb-{KEY:08x}");
+            let cn = Netns {
+                name: cnci_name.clone(),
+            };
+            until("both hosts at the CNCI, its gateway address up", || {
+                let f = fdb(&cnci_name, &hub);
+                f.contains("dst 198.18.0.1")
+                    && f.contains("dst 198.18.0.2")
+                    && cn.ip(&["-o", "addr", "show"]).contains(&format!(
+                        "10.250.0.1/24 brd 10.250.0.255 scope global {cnci_bridge}"
+                    ))
+            })
+            .await;
+            until("the CNCI's DHCP server", || {
+                logs().contains("subnet served")
+            })
+            .await;
+
+            // DHCP: each guest gets the address the plan gives its MAC, the gateway as router,
+            // the overlay's MTU.
+            let bridge = bridge_name(KEY);
+            let h1 = Netns { name: h1_name };
+            let h2 = Netns { name: h2_name };
+            let g1 = bare_guest(&h1, &bridge, 7);
+            let g2 = bare_guest(&h2, &bridge, 8);
+            let script = dhcp_script(&dir_path);
+            let (g1, g2, leased) = {
+                let script = script.clone();
+                blocking(move || {
+                    let ok = dhcp(&g1, 7, &script) && dhcp(&g2, 8, &script);
+                    (g1, g2, ok)
+                })
+                .await
+            };
+            assert!(leased, "no DHCP lease\n{}", logs());
+            for n in [7, 8] {
+                let lease = std::fs::read_to_string(dir_path.join(format!("g{n}.lease"))).unwrap();
+                assert_eq!(lease.trim(), format!("10.250.0.{n} 24 10.250.0.1 1450"));
+            }
+            assert!(
+                g1.ip(&["addr", "show", "g7"])
+                    .contains("inet 10.250.0.7/24")
+            );
+            assert!(g1.ip(&["link", "show", "g7"]).contains("mtu 1450"));
+
+            // Between the guests through the overlay, and out through the CNCI's NAT.
+            let out = Netns { name: out_name };
+            let (g1, g2, out, ok) = blocking(move || {
+                let ok = g1.reaches("10.250.0.8") && g2.reaches("10.250.0.7");
+                let nat = g1.reaches(OUTSIDE_IP) && g2.reaches(OUTSIDE_IP);
+                (g1, g2, out, [ok, nat])
+            })
+            .await;
+            assert!(ok[0], "guest to guest through the CNCI\n{}", logs());
+            assert!(ok[1], "guests to the outside through NAT\n{}", logs());
+            // The outside cannot reach a private address, even with a route to it.
+            out.ip(&["route", "add", "10.250.0.0/24", "via", CNCI_IP]);
+            out.ip(&["route", "add", "203.0.113.0/24", "dev", "u0"]);
+            let (out, cut) = blocking(move || {
+                let cut = out.cut_off_from("10.250.0.7");
+                (out, cut)
+            })
+            .await;
+            assert!(cut, "the outside reaches a private address");
+
+            // A public IP: mapped, then refused for another instance, then invalid data.
+            c.send(&Payload::AssignPublicIp(command(7, PUBLIC_IP)));
+            let done = c
+                .expect("PUBLIC_IP_ASSIGNED", |m| match &m.payload {
+                    Payload::PublicIpAssigned(e) => Some(e.clone()),
+                    Payload::AssignPublicIpFailure(f) => panic!("{f:?}\n{}", logs()),
+                    _ => None,
+                })
+                .await;
+            assert_eq!(
+                (done.concentrator_uuid, done.instance_uuid, done.public_ip),
+                (CNCI, u(0xa7), PUBLIC_IP.parse().unwrap())
+            );
+            c.send(&Payload::AssignPublicIp(command(8, PUBLIC_IP)));
+            let refused = c
+                .expect("ASSIGN_PUBLIC_IP_FAILURE", |m| match &m.payload {
+                    Payload::AssignPublicIpFailure(f) => Some(f.reason),
+                    _ => None,
+                })
+                .await;
+            assert_eq!(refused, PublicIpFailureReason::AssignFailure);
+            let mut v6 = command(8, PUBLIC_IP);
+            v6.public_ip = "2001:db8::1".parse().unwrap();
+            c.send(&Payload::AssignPublicIp(v6));
+            let refused = c
+                .expect("ASSIGN_PUBLIC_IP_FAILURE", |m| match &m.payload {
+                    Payload::AssignPublicIpFailure(f) => Some(f.reason),
+                    _ => None,
+                })
+                .await;
+            assert_eq!(refused, PublicIpFailureReason::InvalidData);
+            let (out, reached) = blocking(move || {
+                let ok = out.reaches(PUBLIC_IP);
+                (out, ok)
+            })
+            .await;
+            assert!(reached, "the outside to the public IP\n{}", logs());
+
+            // A CNCI restart keeps the mapping (it reads it back from nftables).
+            cnci_process.signal(rustix::process::Signal::TERM);
+            assert_eq!(cnci_process.exit_code().await, Some(0), "{}", logs());
+            cnci_process = spawn();
+            c.expect("CONCENTRATOR_INSTANCE_ADDED again", |m| {
+                matches!(m.payload, Payload::ConcentratorInstanceAdded(_)).then_some(())
+            })
+            .await;
+            let (out, reached) = blocking(move || {
+                let ok = out.reaches(PUBLIC_IP);
+                (out, ok)
+            })
+            .await;
+            assert!(reached, "the public IP after a CNCI restart\n{}", logs());
+
+            // Released: the outside no longer reaches it. A repeat is answered the same.
+            for _ in 0..2 {
+                c.send(&Payload::ReleasePublicIp(command(7, PUBLIC_IP)));
+                c.expect("PUBLIC_IP_UNASSIGNED", |m| match &m.payload {
+                    Payload::PublicIpUnassigned(e) => Some(e.clone()),
+                    Payload::UnassignPublicIpFailure(f) => panic!("{f:?}\n{}", logs()),
+                    _ => None,
+                })
+                .await;
+            }
+            let (out, cut) = blocking(move || {
+                let cut = out.cut_off_from(PUBLIC_IP);
+                (out, cut)
+            })
+            .await;
+            assert!(cut, "the outside still reaches a released public IP");
+            assert!(!cn.ip(&["addr", "show", "u0"]).contains(PUBLIC_IP));
+
+            // Deleting both instances removes the subnet from the CNCI: bridge, hub, NAT.
+            for (i, node) in [(i1, n1), (i2, n2)] {
+                c.send(&delete(i, node, false));
+            }
+            until("the subnet gone from the CNCI", || {
+                cn.link(&cnci_bridge).is_none() && cn.link(&hub).is_none()
+            })
+            .await;
+            until("the subnet gone from NAT", || {
+                let o = Command::new("ip")
+                    .args(["netns", "exec", &cnci_name, "nft", "list", "set", "ip"])
+                    .args(["cumulo_cnci", "subnets"])
+                    .output()
+                    .unwrap();
+                !String::from_utf8_lossy(&o.stdout).contains("10.250.0.0/24")
+            })
+            .await;
+            // The namespaces are the main thread's to delete.
+            std::mem::forget((h1, h2, cn, out));
+            drop((g1, g2));
+
+            cnci_process.signal(rustix::process::Signal::TERM);
+            assert_eq!(cnci_process.exit_code().await, Some(0), "{}", logs());
+            blocking(move || {
+                for a in running {
+                    a.stop();
+                }
+            })
+            .await;
+            sched.stop.cancel();
+        });
+    });
+    let result = test.join();
+    drop((switch, h1, h2, cnci, ctl, outside));
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+}
