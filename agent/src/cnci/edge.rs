@@ -3,6 +3,10 @@
 //! and the public IPs (ASSIGN/RELEASE_PUBLIC_IP: a 1:1 mapping in [`NatOps`] and the public
 //! address on the uplink, so that the compute network's ARP finds it).
 //!
+//! REFRESH_CNCI ([`Edge::refresh`]) routes the tenant's other subnets via their concentrators'
+//! addresses on the compute network (routes marked with [`super::ops::ROUTE_PROTOCOL`], so that a
+//! restart finds them) and exempts them from NAT.
+//!
 //! [`Edge::reconcile`] follows the hub after every event: a subnet that appeared gets its DHCP
 //! server and NAT entry, one that went loses them. Public IPs are checked against what the
 //! concentrator holds: the same mapping again is a success (a repeated command), a public or
@@ -14,7 +18,7 @@ use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
 use tokio_util::sync::CancellationToken;
 
-use ssntp::payload::{PublicIpCommand, PublicIpFailureReason};
+use ssntp::payload::{PublicIpCommand, PublicIpFailureReason, RefreshCnci};
 
 use super::dhcp::{self, Plan};
 use super::hub::Hub;
@@ -49,8 +53,13 @@ pub struct Edge<N> {
     served: BTreeMap<u32, Served>,
     /// Public → private.
     public: BTreeMap<Ipv4Addr, Ipv4Addr>,
+    /// The tenant's other subnets (network, prefix) → their concentrator.
+    siblings: BTreeMap<(Ipv4Addr, u8), Ipv4Addr>,
     nat_ready: bool,
 }
+
+/// The most sibling concentrators a REFRESH_CNCI is taken with.
+pub const MAX_SIBLINGS: usize = 4096;
 
 impl<N: NatOps> Edge<N> {
     /// Nothing served yet.
@@ -60,6 +69,7 @@ impl<N: NatOps> Edge<N> {
             config,
             served: BTreeMap::new(),
             public: BTreeMap::new(),
+            siblings: BTreeMap::new(),
             nat_ready: false,
         }
     }
@@ -67,6 +77,11 @@ impl<N: NatOps> Edge<N> {
     /// The public mappings now (public → private).
     pub fn public(&self) -> &BTreeMap<Ipv4Addr, Ipv4Addr> {
         &self.public
+    }
+
+    /// The sibling subnets routed now: (network, prefix) → their concentrator.
+    pub fn siblings(&self) -> &BTreeMap<(Ipv4Addr, u8), Ipv4Addr> {
+        &self.siblings
     }
 
     /// The subnets served now (key → subnet).
@@ -77,6 +92,9 @@ impl<N: NatOps> Edge<N> {
     /// Sets up NAT (keeping the public IPs a previous run mapped, whose addresses go on the
     /// uplink again). Without an uplink there is nothing to set up.
     pub async fn start<O: CnciOps>(&mut self, ops: &O) -> Result<(), OpsError> {
+        for (net, prefix, via) in ops.routes().await? {
+            self.siblings.insert((net, prefix), via);
+        }
         let Some(uplink) = self.config.uplink.clone() else {
             tracing::warn!("no uplink: no outbound NAT and no public IPs");
             return Ok(());
@@ -89,6 +107,61 @@ impl<N: NatOps> Edge<N> {
         }
         if !self.public.is_empty() {
             tracing::info!(public = ?self.public, "public IPs kept from the previous run");
+        }
+        self.nat.set_siblings(&self.sibling_cidrs()).await
+    }
+
+    fn sibling_cidrs(&self) -> Vec<Cidr> {
+        self.siblings
+            .keys()
+            .map(|(net, prefix)| Cidr {
+                addr: IpAddr::V4(*net),
+                prefix: *prefix,
+            })
+            .collect()
+    }
+
+    /// REFRESH_CNCI: routes to the tenant's other subnets via their concentrators, none to the
+    /// ones no longer listed. Entries for its own address or subnets, and IPv6 ones, are
+    /// skipped.
+    pub async fn refresh<O: CnciOps>(&mut self, ops: &O, r: &RefreshCnci) -> Result<(), OpsError> {
+        let own: Vec<(Ipv4Addr, u8)> = self
+            .served
+            .values()
+            .filter_map(|s| network(&s.subnet))
+            .collect();
+        let mut want = BTreeMap::new();
+        for peer in r.cncis.iter().take(MAX_SIBLINGS) {
+            let subnet = Cidr {
+                addr: peer.subnet.addr,
+                prefix: peer.subnet.prefix,
+            };
+            let (Some(net), IpAddr::V4(via)) = (network(&subnet), peer.physical_ip) else {
+                continue;
+            };
+            if via == self.config.uplink_ip || own.contains(&net) || via.is_unspecified() {
+                continue;
+            }
+            want.insert(net, via);
+        }
+        let stale: Vec<_> = self
+            .siblings
+            .iter()
+            .filter(|(k, v)| want.get(*k) != Some(*v))
+            .map(|(k, v)| (*k, *v))
+            .collect();
+        for ((net, prefix), via) in stale {
+            gone_ok(ops.del_route(net, prefix, via).await)?;
+            self.siblings.remove(&(net, prefix));
+        }
+        for ((net, prefix), via) in want {
+            if self.siblings.get(&(net, prefix)) != Some(&via) {
+                ops.add_route(net, prefix, via).await?;
+                self.siblings.insert((net, prefix), via);
+            }
+        }
+        if self.nat_ready {
+            self.nat.set_siblings(&self.sibling_cidrs()).await?;
         }
         Ok(())
     }
@@ -227,6 +300,17 @@ impl<N: NatOps> Edge<N> {
                 stop.cancel();
             }
         }
+    }
+}
+
+/// The network address and prefix of an IPv4 subnet.
+fn network(c: &Cidr) -> Option<(Ipv4Addr, u8)> {
+    match c.addr {
+        IpAddr::V4(a) if c.prefix <= 32 => {
+            let mask = u32::MAX.checked_shl(32 - u32::from(c.prefix)).unwrap_or(0);
+            Some((Ipv4Addr::from(u32::from(a) & mask), c.prefix))
+        }
+        _ => None,
     }
 }
 

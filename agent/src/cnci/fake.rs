@@ -2,7 +2,7 @@
 //! a namespace's, every call recorded, a call that fails once on demand.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::ops::{CnciOps, HubSpec};
@@ -29,6 +29,7 @@ pub struct FakeLink {
 struct State {
     links: BTreeMap<String, FakeLink>,
     flood: BTreeSet<(String, IpAddr)>,
+    routes: BTreeMap<(Ipv4Addr, u8), Ipv4Addr>,
     calls: Vec<String>,
     fail: Option<&'static str>,
 }
@@ -61,6 +62,11 @@ impl FakeCnciOps {
                 addresses: BTreeSet::new(),
             },
         );
+    }
+
+    /// The concentrator's routes now: (destination, prefix) → via.
+    pub fn routes(&self) -> BTreeMap<(Ipv4Addr, u8), Ipv4Addr> {
+        self.lock().routes.clone()
     }
 
     /// The links now.
@@ -263,6 +269,27 @@ impl CnciOps for FakeCnciOps {
         } else {
             Err(OpsError::new(OP, name, OpsErrorKind::Exists))
         }
+    }
+
+    async fn routes(&self) -> Result<Vec<(Ipv4Addr, u8, Ipv4Addr)>, OpsError> {
+        let s = self.call("list routes", "")?;
+        Ok(s.routes.iter().map(|((d, p), v)| (*d, *p, *v)).collect())
+    }
+
+    async fn add_route(&self, dst: Ipv4Addr, prefix: u8, via: Ipv4Addr) -> Result<(), OpsError> {
+        let mut s = self.call("add route", &format!("{dst}/{prefix}"))?;
+        s.routes.insert((dst, prefix), via);
+        Ok(())
+    }
+
+    async fn del_route(&self, dst: Ipv4Addr, prefix: u8, via: Ipv4Addr) -> Result<(), OpsError> {
+        let what = format!("{dst}/{prefix}");
+        let mut s = self.call("remove route", &what)?;
+        if s.routes.get(&(dst, prefix)) != Some(&via) {
+            return Err(OpsError::new("remove route", &what, OpsErrorKind::NotFound));
+        }
+        s.routes.remove(&(dst, prefix));
+        Ok(())
     }
 
     async fn del_address(&self, name: &str, ip: IpAddr, prefix: u8) -> Result<(), OpsError> {

@@ -11,9 +11,7 @@
 //!
 //! Every subnet also gets the gateway address on its bridge, a DHCP server with fixed leases
 //! ([`dhcp`]) and outbound NAT; ASSIGN/RELEASE_PUBLIC_IP map public IPs 1:1 ([`edge`], [`nat`]:
-//! nftables).
-//!
-//! Not done yet: routing between the tenant's subnets (REFRESH_CNCI is logged).
+//! nftables); REFRESH_CNCI routes the tenant's other subnets via their concentrators.
 
 pub mod cli;
 pub mod dhcp;

@@ -4,14 +4,16 @@
 //!
 //! One nftables table, `ip cumulo_cnci`, in the concentrator's namespace:
 //!
-//! - set `subnets` (intervals): the tenant subnets it serves;
+//! - set `subnets` (intervals): the tenant subnets it serves; set `siblings`: the tenant's
+//!   subnets that its other concentrators serve (REFRESH_CNCI);
 //! - maps `public_in` (public → private) and `public_out` (private → public);
 //! - chain `cnci_pre` (nat prerouting): `dnat to ip daddr map @public_in`;
-//! - chain `cnci_post` (nat postrouting), leaving by the uplink only: `snat to ip saddr map
-//!   @public_out`, then `ip saddr @subnets snat to <its address>` (outbound NAT);
-//! - chain `cnci_fwd` (filter forward): replies and mapped (DNATed) connections pass; anything
-//!   else from outside the subnets to the subnets is dropped, so a private address is reached
-//!   from outside only through a public IP.
+//! - chain `cnci_post` (nat postrouting), leaving by the uplink only: nothing towards a
+//!   sibling subnet (routed as it is), then `snat to ip saddr map @public_out`, then `ip saddr
+//!   @subnets snat to <its address>` (outbound NAT);
+//! - chain `cnci_fwd` (filter forward): replies, mapped (DNATed) connections and the sibling
+//!   subnets' traffic pass; anything else from outside the subnets to the subnets is dropped,
+//!   so a private address is reached from outside only through a public IP.
 //!
 //! [`NftNat::setup`] makes the table if it is missing and rewrites its chains, keeping the
 //! maps: a restarted concentrator keeps its public IPs and reads them back.
@@ -42,6 +44,8 @@ pub trait NatOps: Send + Sync + 'static {
     fn add_subnet(&self, subnet: Cidr) -> impl Future<Output = Result<(), OpsError>> + Send;
     /// Removes a subnet (`NotFound` if it is not there).
     fn del_subnet(&self, subnet: Cidr) -> impl Future<Output = Result<(), OpsError>> + Send;
+    /// Sets the sibling subnets (routed between, not translated).
+    fn set_siblings(&self, siblings: &[Cidr]) -> impl Future<Output = Result<(), OpsError>> + Send;
     /// Maps a public address to a private one, both ways (`Exists` if either is mapped).
     fn map(
         &self,
@@ -65,6 +69,7 @@ pub fn setup_script(uplink: &str, uplink_ip: Ipv4Addr) -> String {
         format!("add map {t} public_out {{ type ipv4_addr : ipv4_addr; }}"),
         format!("add set {t} subnets {{ type ipv4_addr; flags interval; }}"),
         format!("flush set {t} subnets"),
+        format!("add set {t} siblings {{ type ipv4_addr; flags interval; }}"),
         format!(
             "add chain {t} cnci_pre {{ type nat hook prerouting priority dstnat; policy accept; }}"
         ),
@@ -78,10 +83,12 @@ pub fn setup_script(uplink: &str, uplink_ip: Ipv4Addr) -> String {
         format!("flush chain {t} cnci_post"),
         format!("flush chain {t} cnci_fwd"),
         format!("add rule {t} cnci_pre dnat to ip daddr map @public_in"),
+        format!("add rule {t} cnci_post oifname {uplink:?} ip daddr @siblings return"),
         format!("add rule {t} cnci_post oifname {uplink:?} snat to ip saddr map @public_out"),
         format!("add rule {t} cnci_post oifname {uplink:?} ip saddr @subnets snat to {uplink_ip}"),
         format!("add rule {t} cnci_fwd ct state established,related accept"),
         format!("add rule {t} cnci_fwd ct status dnat accept"),
+        format!("add rule {t} cnci_fwd ip saddr @siblings ip daddr @subnets accept"),
         format!("add rule {t} cnci_fwd ip daddr @subnets ip saddr != @subnets drop"),
     ]
     .join("\n")
@@ -222,6 +229,20 @@ impl NatOps for NftNat {
         .map(drop)
     }
 
+    async fn set_siblings(&self, siblings: &[Cidr]) -> Result<(), OpsError> {
+        let mut s = format!("flush set ip {TABLE} siblings\n");
+        if !siblings.is_empty() {
+            let list: Vec<String> = siblings.iter().map(ToString::to_string).collect();
+            s += &format!(
+                "add element ip {TABLE} siblings {{ {} }}\n",
+                list.join(", ")
+            );
+        }
+        nft_async("set sibling subnets", String::new(), &["-f", "-"], Some(s))
+            .await
+            .map(drop)
+    }
+
     async fn map(&self, public: Ipv4Addr, private: Ipv4Addr) -> Result<(), OpsError> {
         // One transaction: both directions or neither. `create` fails on an existing key.
         let s = format!(
@@ -248,6 +269,7 @@ impl NatOps for NftNat {
 struct FakeState {
     uplink: Option<(String, Ipv4Addr)>,
     subnets: Vec<Cidr>,
+    siblings: Vec<Cidr>,
     public: BTreeMap<Ipv4Addr, Ipv4Addr>,
     fail: Option<&'static str>,
 }
@@ -269,6 +291,11 @@ impl FakeNat {
     /// The subnets now.
     pub fn subnets(&self) -> Vec<Cidr> {
         self.lock().subnets.clone()
+    }
+
+    /// The sibling subnets now.
+    pub fn siblings(&self) -> Vec<Cidr> {
+        self.lock().siblings.clone()
     }
 
     /// The uplink it was set up for.
@@ -327,6 +354,13 @@ impl NatOps for FakeNat {
                 OpsErrorKind::NotFound,
             ));
         }
+        Ok(())
+    }
+
+    async fn set_siblings(&self, siblings: &[Cidr]) -> Result<(), OpsError> {
+        let mut s = self.lock();
+        FakeNat::check(&mut s, "set siblings")?;
+        s.siblings = siblings.to_vec();
         Ok(())
     }
 

@@ -17,7 +17,7 @@ use rtnetlink::packet_route::neighbour::{
 use rtnetlink::packet_route::{AddressFamily, RouteNetlinkMessage};
 use rtnetlink::{Handle, LinkBridgePort, LinkVxlan};
 use std::future::Future;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr};
 
 use crate::net::{Link, NetOps, OpsError, OpsErrorKind, RtNetOps, TunnelSpec};
 
@@ -94,6 +94,43 @@ pub trait CnciOps: Send + Sync + 'static {
         ip: IpAddr,
         prefix: u8,
     ) -> impl Future<Output = Result<(), OpsError>> + Send;
+    /// The routes the concentrator made (protocol [`ROUTE_PROTOCOL`]): (destination, via).
+    fn routes(
+        &self,
+    ) -> impl Future<Output = Result<Vec<(Ipv4Addr, u8, Ipv4Addr)>, OpsError>> + Send;
+    /// Adds (or replaces) the route to `dst`/`prefix` via `via`, marked as the concentrator's.
+    fn add_route(
+        &self,
+        dst: Ipv4Addr,
+        prefix: u8,
+        via: Ipv4Addr,
+    ) -> impl Future<Output = Result<(), OpsError>> + Send;
+    /// Removes the concentrator's route to `dst`/`prefix` (`NotFound` if there is none).
+    fn del_route(
+        &self,
+        dst: Ipv4Addr,
+        prefix: u8,
+        via: Ipv4Addr,
+    ) -> impl Future<Output = Result<(), OpsError>> + Send;
+}
+
+/// The route protocol number that marks the concentrator's routes to its sibling subnets (so
+/// that a restart finds them).
+pub const ROUTE_PROTOCOL: u8 = 0xcc;
+
+/// The RTM_NEWROUTE / RTM_DELROUTE message of a route to a sibling subnet.
+pub(crate) fn route_message(
+    dst: Ipv4Addr,
+    prefix: u8,
+    via: Ipv4Addr,
+) -> rtnetlink::packet_route::route::RouteMessage {
+    rtnetlink::RouteMessageBuilder::<Ipv4Addr>::new()
+        .destination_prefix(dst, prefix)
+        .gateway(via)
+        .protocol(rtnetlink::packet_route::route::RouteProtocol::Other(
+            ROUTE_PROTOCOL,
+        ))
+        .build()
 }
 
 /// The RTM_NEWLINK message of a hub: VNI, local end, port, no remote.
@@ -410,6 +447,53 @@ impl CnciOps for RtCnciOps {
             .execute()
             .await
             .map_err(fail(OP, name))
+    }
+
+    async fn routes(&self) -> Result<Vec<(Ipv4Addr, u8, Ipv4Addr)>, OpsError> {
+        use rtnetlink::packet_route::route::{RouteAddress, RouteAttribute, RouteProtocol};
+        let all: Vec<_> = self
+            .handle
+            .route()
+            .get(rtnetlink::RouteMessageBuilder::<Ipv4Addr>::new().build())
+            .execute()
+            .try_collect()
+            .await
+            .map_err(fail("list routes", ""))?;
+        Ok(all
+            .into_iter()
+            .filter(|m| m.header.protocol == RouteProtocol::Other(ROUTE_PROTOCOL))
+            .filter_map(|m| {
+                let mut dst = None;
+                let mut via = None;
+                for a in &m.attributes {
+                    match a {
+                        RouteAttribute::Destination(RouteAddress::Inet(d)) => dst = Some(*d),
+                        RouteAttribute::Gateway(RouteAddress::Inet(g)) => via = Some(*g),
+                        _ => {}
+                    }
+                }
+                Some((dst?, m.header.destination_prefix_length, via?))
+            })
+            .collect())
+    }
+
+    async fn add_route(&self, dst: Ipv4Addr, prefix: u8, via: Ipv4Addr) -> Result<(), OpsError> {
+        self.handle
+            .route()
+            .add(route_message(dst, prefix, via))
+            .replace()
+            .execute()
+            .await
+            .map_err(fail("add route", &format!("{dst}/{prefix}")))
+    }
+
+    async fn del_route(&self, dst: Ipv4Addr, prefix: u8, via: Ipv4Addr) -> Result<(), OpsError> {
+        self.handle
+            .route()
+            .del(route_message(dst, prefix, via))
+            .execute()
+            .await
+            .map_err(fail("remove route", &format!("{dst}/{prefix}")))
     }
 
     async fn del_address(&self, name: &str, ip: IpAddr, prefix: u8) -> Result<(), OpsError> {

@@ -4,8 +4,8 @@
 //!
 //! Every subnet the hub serves gets a DHCP server and outbound NAT ([`Edge`]);
 //! ASSIGN_PUBLIC_IP and RELEASE_PUBLIC_IP map and unmap public IPs and are answered with
-//! PUBLIC_IP_ASSIGNED / PUBLIC_IP_UNASSIGNED or their failure. REFRESH_CNCI is logged (routing
-//! between the tenant's subnets is not done yet). Events for another CNCI or another tenant are
+//! PUBLIC_IP_ASSIGNED / PUBLIC_IP_UNASSIGNED or their failure; REFRESH_CNCI routes the
+//! tenant's other subnets via their concentrators. Events for another CNCI or another tenant are
 //! refused with a warning. At start the hub's view is rebuilt from the kernel
 //! ([`Hub::rebuild`]), and NAT keeps the public IPs of the previous run.
 
@@ -250,10 +250,14 @@ async fn handle<O: CnciOps, N: NatOps>(
             edge.reconcile(hub).await;
         }
         Payload::RefreshCnci(r) => {
-            tracing::info!(
-                cncis = r.cncis.len(),
-                "REFRESH_CNCI: routing between subnets is not done yet"
-            );
+            if r.cnci_uuid != config.uuid {
+                tracing::warn!(cnci = %r.cnci_uuid, "REFRESH_CNCI for another CNCI: ignored");
+                return;
+            }
+            match edge.refresh(hub.ops(), r).await {
+                Ok(()) => tracing::info!(siblings = ?edge.siblings(), "REFRESH_CNCI: routes set"),
+                Err(e) => tracing::error!(error = %e, "REFRESH_CNCI: routes not set"),
+            }
         }
         Payload::AssignPublicIp(c) | Payload::ReleasePublicIp(c) => {
             let assign = matches!(payload, Payload::AssignPublicIp(_));

@@ -321,4 +321,50 @@ mod edge {
             Err(PublicIpFailureReason::ReleaseFailure)
         );
     }
+
+    fn peer(physical: &str, subnet: &str) -> ssntp::payload::CnciPeer {
+        ssntp::payload::CnciPeer {
+            physical_ip: ip(physical),
+            subnet: subnet.parse().unwrap(),
+            tunnel_ip: ip("10.0.0.1"),
+            tunnel_id: 1,
+        }
+    }
+
+    #[tokio::test]
+    async fn refresh_routes_the_siblings_and_a_restart_finds_them() {
+        let ops = FakeCnciOps::new();
+        ops.add_link("u0", "veth");
+        let nat = FakeNat::default();
+        let mut e = edge(&nat);
+        e.start(&ops).await.unwrap();
+        let refresh = |cncis| ssntp::payload::RefreshCnci {
+            cnci_uuid: Uuid::from_u128(0xcc),
+            cncis,
+        };
+        let r = refresh(vec![
+            peer("198.18.0.100", "10.250.0.0/24"), // itself
+            peer("198.18.0.101", "10.250.1.0/24"),
+            peer("198.18.0.102", "10.250.2.9/24"), // not a network address: normalised
+            peer("fd00::1", "10.250.3.0/24"),      // skipped
+        ]);
+        e.refresh(&ops, &r).await.unwrap();
+        let routes = ops.routes();
+        assert_eq!(routes.len(), 2, "{routes:?}");
+        assert_eq!(routes[&(v4("10.250.1.0"), 24)], v4("198.18.0.101"));
+        assert_eq!(routes[&(v4("10.250.2.0"), 24)], v4("198.18.0.102"));
+        assert_eq!(nat.siblings().len(), 2);
+        // A restart reads them back; the next refresh drops the gone sibling and moves one.
+        let mut after = edge(&nat);
+        after.start(&ops).await.unwrap();
+        assert_eq!(after.siblings().len(), 2);
+        let r = refresh(vec![peer("198.18.0.103", "10.250.1.0/24")]);
+        after.refresh(&ops, &r).await.unwrap();
+        let routes = ops.routes();
+        assert_eq!(
+            routes.into_iter().collect::<Vec<_>>(),
+            vec![((v4("10.250.1.0"), 24), v4("198.18.0.103"))]
+        );
+        assert_eq!(nat.siblings(), vec!["10.250.1.0/24".parse().unwrap()]);
+    }
 }

@@ -16,7 +16,9 @@ use crate::netns::{Netns, can_run, mac_text, underlay};
 use crate::overlay::{HostAgent, enter, fdb, listen_in, proxy, until};
 use crate::support::*;
 use agent::net::names::bridge_name;
-use ssntp::payload::{Cidr, MacAddr, Networking, PublicIpCommand, PublicIpFailureReason};
+use ssntp::payload::{
+    Cidr, CnciPeer, MacAddr, Networking, PublicIpCommand, PublicIpFailureReason, RefreshCnci,
+};
 
 const CNCI: Uuid = Uuid::from_bytes([0xcd; 16]);
 const TENANT: Uuid = Uuid::from_bytes([0x7f; 16]);
@@ -91,14 +93,14 @@ fn dhcp_script(dir: &Path) -> PathBuf {
 
 /// A guest namespace for an instance: a veth from the host's bridge, the guest end (named
 /// `g<n>`, so that the lease files differ) with the instance's MAC and no address.
-fn bare_guest(host: &Netns, bridge: &str, n: u8) -> Netns {
+fn bare_guest(host: &Netns, bridge: &str, n: u8, mac: [u8; 6]) -> Netns {
     let g = Netns::new(&format!("g{n}"));
     let (port, dev) = (format!("vh-{n}"), format!("g{n}"));
     host.ip(&[
         "link", "add", &port, "type", "veth", "peer", "name", &dev, "netns", &g.name,
     ]);
     host.ip(&["link", "set", &port, "master", bridge, "up"]);
-    g.ip(&["link", "set", &dev, "address", &mac_text(&mac(n))]);
+    g.ip(&["link", "set", &dev, "address", &mac_text(&mac)]);
     g.ip(&["link", "set", &dev, "up"]);
     g
 }
@@ -126,6 +128,39 @@ fn command(n: u8, public: &str) -> PublicIpCommand {
         private_ip: format!("10.250.0.{n}").parse().unwrap(),
         vnic_mac: MacAddr(mac(n)),
     }
+}
+
+/// `cumulo-cnci` in namespace `ns`, its log appended to `log`.
+fn spawn_cnci(
+    ns: &str,
+    uuid: Uuid,
+    ip: &str,
+    port: u16,
+    (ca, cert, key): &(PathBuf, PathBuf, PathBuf),
+    log: &Path,
+) -> Process {
+    let child = Command::new("ip")
+        .args(["netns", "exec", ns])
+        .arg(env!("CARGO_BIN_EXE_cumulo-cnci"))
+        .args(["--ca-cert", ca.to_str().unwrap()])
+        .args(["--cert", cert.to_str().unwrap()])
+        .args(["--key", key.to_str().unwrap()])
+        .args(["--scheduler", &format!("localhost:{port}")])
+        .args(["--uuid", &uuid.to_string(), "--tenant", &TENANT.to_string()])
+        .args(["--ip", ip, "--tunnel", "vxlan"])
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(log)
+                .unwrap(),
+        )
+        .spawn()
+        .unwrap();
+    Process(child)
 }
 
 /// Runs a blocking check on the blocking pool.
@@ -223,30 +258,8 @@ fn guests_get_leases_reach_outside_and_a_public_ip_maps_and_unmaps() {
                 .leaf(Role::CNCIAGENT, Some(CNCI))
                 .write(&dir_path, "cnci");
             let log = dir_path.join("cnci.log");
-            let spawn = || {
-                let child = Command::new("ip")
-                    .args(["netns", "exec", &cnci_name])
-                    .arg(env!("CARGO_BIN_EXE_cumulo-cnci"))
-                    .args(["--ca-cert", ca.to_str().unwrap()])
-                    .args(["--cert", cert.to_str().unwrap()])
-                    .args(["--key", key.to_str().unwrap()])
-                    .args(["--scheduler", &format!("localhost:{}", ports[2])])
-                    .args(["--uuid", &CNCI.to_string(), "--tenant", &TENANT.to_string()])
-                    .args(["--ip", CNCI_IP, "--tunnel", "vxlan"])
-                    .env("RUST_LOG", "info")
-                    .stdin(Stdio::null())
-                    .stdout(Stdio::null())
-                    .stderr(
-                        std::fs::OpenOptions::new()
-                            .create(true)
-                            .append(true)
-                            .open(&log)
-                            .unwrap(),
-                    )
-                    .spawn()
-                    .unwrap();
-                Process(child)
-            };
+            let files = (ca, cert, key);
+            let spawn = || spawn_cnci(&cnci_name, CNCI, CNCI_IP, ports[2], &files, &log);
             let mut cnci_process = spawn();
             let logs = || std::fs::read_to_string(&log).unwrap_or_default();
             c.expect("CONCENTRATOR_INSTANCE_ADDED", |m| {
@@ -294,8 +307,8 @@ fn guests_get_leases_reach_outside_and_a_public_ip_maps_and_unmaps() {
             let bridge = bridge_name(KEY);
             let h1 = Netns { name: h1_name };
             let h2 = Netns { name: h2_name };
-            let g1 = bare_guest(&h1, &bridge, 7);
-            let g2 = bare_guest(&h2, &bridge, 8);
+            let g1 = bare_guest(&h1, &bridge, 7, mac(7));
+            let g2 = bare_guest(&h2, &bridge, 8, mac(8));
             let script = dhcp_script(&dir_path);
             let (g1, g2, leased) = {
                 let script = script.clone();
@@ -441,6 +454,251 @@ fn guests_get_leases_reach_outside_and_a_public_ip_maps_and_unmaps() {
     });
     let result = test.join();
     drop((switch, h1, h2, cnci, ctl, outside));
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+/// A second subnet of the tenant, with its own CNCI.
+const CNCI_B: Uuid = Uuid::from_bytes([0xce; 16]);
+const CNCI_B_IP: &str = "198.18.0.101";
+const KEY_A: u32 = 0x7006;
+const KEY_B: u32 = 0x7007;
+
+/// Instance `n` of subnet `10.250.<third>.0/24`, served by `cnci` at `cnci_ip` with `key`.
+fn networking_in(cnci: Uuid, cnci_ip: &str, third: u8, key: u32, n: u8) -> Networking {
+    Networking {
+        vnic_mac: MacAddr([2, 0, 10, 250, third, n]),
+        vnic_uuid: u(0x60 + n),
+        concentrator_uuid: cnci,
+        concentrator_ip: cnci_ip.parse().unwrap(),
+        subnet: Cidr {
+            addr: format!("10.250.{third}.0").parse().unwrap(),
+            prefix: 24,
+        },
+        subnet_key: key,
+        private_ip: format!("10.250.{third}.{n}").parse().unwrap(),
+        public_ip: false,
+    }
+}
+
+fn peer(ip: &str, third: u8, key: u32) -> CnciPeer {
+    CnciPeer {
+        physical_ip: ip.parse().unwrap(),
+        subnet: Cidr {
+            addr: format!("10.250.{third}.0").parse().unwrap(),
+            prefix: 24,
+        },
+        tunnel_ip: format!("10.250.{third}.1").parse().unwrap(),
+        tunnel_id: key,
+    }
+}
+
+#[test]
+fn two_subnets_of_a_tenant_route_through_their_cncis() {
+    let name = "two_subnets_of_a_tenant_route_through_their_cncis";
+    if !can_run(name) {
+        return;
+    }
+    if let Some(why) = tools_missing() {
+        assert!(
+            std::env::var("CUMULO_REQUIRE_NETNS").as_deref() != Ok("1"),
+            "{name}: CUMULO_REQUIRE_NETNS=1 but {why}"
+        );
+        eprintln!("skipping {name}: {why}");
+        return;
+    }
+    let (switch, h1, ca_ns, cb_ns, ctl) = (
+        Netns::new("sw"),
+        Netns::new("h1"),
+        Netns::new("cnci-a"),
+        Netns::new("cnci-b"),
+        Netns::new("ctl"),
+    );
+    underlay(
+        &switch,
+        &[(&h1, "198.18.0.1"), (&ca_ns, CNCI_IP), (&cb_ns, CNCI_B_IP)],
+    );
+    let listeners = [
+        listen_in(&h1.name),
+        listen_in(&ca_ns.name),
+        listen_in(&cb_ns.name),
+    ];
+    let ports: Vec<u16> = listeners
+        .iter()
+        .map(|l| l.local_addr().unwrap().port())
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let pki = TestPki::new();
+    let n1 = u(1);
+    let files = agent_files(&pki, Role::AGENT, Some(n1), &dir.path().join("a0"));
+    let cfg = config(
+        &files,
+        &format!("localhost:{}", ports[0]),
+        &dir.path().join("state0"),
+        &[],
+    );
+    let names = (
+        ctl.name.clone(),
+        ca_ns.name.clone(),
+        cb_ns.name.clone(),
+        h1.name.clone(),
+    );
+    let dir_path = dir.path().to_owned();
+    let test = std::thread::spawn(move || {
+        let (ctl_name, ca_name, cb_name, h1_name) = names;
+        enter(&ctl_name);
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let sched = real_scheduler(&pki).await;
+            let [l1, l2, l3] = listeners;
+            for l in [l1, l2, l3] {
+                proxy(l, sched.addr.replace("localhost", "127.0.0.1"));
+            }
+            let mut c = controller(&pki, &sched.addr).await;
+            let agent = HostAgent::start(&h1_name, "198.18.0.1", cfg);
+            let mut cncis = Vec::new();
+            for (i, (ns, uuid, ip)) in [(&ca_name, CNCI, CNCI_IP), (&cb_name, CNCI_B, CNCI_B_IP)]
+                .into_iter()
+                .enumerate()
+            {
+                let files = pki
+                    .leaf(Role::CNCIAGENT, Some(uuid))
+                    .write(&dir_path, &format!("cnci{i}"));
+                let log = dir_path.join(format!("cnci{i}.log"));
+                cncis.push((spawn_cnci(ns, uuid, ip, ports[1 + i], &files, &log), log));
+            }
+            let logs = || {
+                cncis
+                    .iter()
+                    .map(|(_, l)| std::fs::read_to_string(l).unwrap_or_default())
+                    .collect::<Vec<_>>()
+                    .join("\n----\n")
+            };
+            let mut announced = Vec::new();
+            while announced.len() < 2 {
+                let a = c
+                    .expect("CONCENTRATOR_INSTANCE_ADDED", |m| match &m.payload {
+                        Payload::ConcentratorInstanceAdded(a) => Some(a.instance_uuid),
+                        _ => None,
+                    })
+                    .await;
+                if !announced.contains(&a) {
+                    announced.push(a);
+                }
+            }
+            c.stats(n1, "the agent's first STATS", |_| true).await;
+
+            // One instance in each subnet, both on the one host.
+            let (ia, ib) = (u(0xb7), u(0xb9));
+            for (i, net) in [
+                (ia, networking_in(CNCI, CNCI_IP, 0, KEY_A, 7)),
+                (ib, networking_in(CNCI_B, CNCI_B_IP, 1, KEY_B, 9)),
+            ] {
+                let mut s = start(i, "debian");
+                s.tenant_uuid = TENANT;
+                s.requirements.node_id = Some(n1);
+                s.networking = Some(net);
+                c.send(&start_payload(s));
+                c.stats(n1, "active", |s| {
+                    state_in(s, i) == Some(InstanceState::Active)
+                })
+                .await;
+            }
+            let (na, nb) = (
+                Netns {
+                    name: ca_name.clone(),
+                },
+                Netns {
+                    name: cb_name.clone(),
+                },
+            );
+            until("both CNCIs serving their subnet", || {
+                na.ip(&["-o", "addr", "show"]).contains("10.250.0.1/24")
+                    && nb.ip(&["-o", "addr", "show"]).contains("10.250.1.1/24")
+                    && logs().matches("subnet served").count() >= 2
+            })
+            .await;
+            let h1 = Netns { name: h1_name };
+            let ga = bare_guest(&h1, &bridge_name(KEY_A), 7, [2, 0, 10, 250, 0, 7]);
+            let gb = bare_guest(&h1, &bridge_name(KEY_B), 9, [2, 0, 10, 250, 1, 9]);
+            let script = dhcp_script(&dir_path);
+            let (ga, gb, leased) = blocking(move || {
+                let ok = dhcp(&ga, 7, &script) && dhcp(&gb, 9, &script);
+                (ga, gb, ok)
+            })
+            .await;
+            assert!(leased, "no DHCP lease\n{}", logs());
+            let (ga, cut) = blocking(move || {
+                let cut = ga.cut_off_from("10.250.1.9");
+                (ga, cut)
+            })
+            .await;
+            assert!(cut, "subnets routed before any REFRESH_CNCI");
+
+            // REFRESH_CNCI: each CNCI routes the other's subnet via it, untranslated.
+            let all = vec![peer(CNCI_IP, 0, KEY_A), peer(CNCI_B_IP, 1, KEY_B)];
+            for cnci in [CNCI, CNCI_B] {
+                c.send(&Payload::RefreshCnci(RefreshCnci {
+                    cnci_uuid: cnci,
+                    cncis: all.clone(),
+                }));
+            }
+            until("the routes to the sibling subnets", || {
+                na.ip(&["route", "show", "10.250.1.0/24"])
+                    .contains(&format!("via {CNCI_B_IP}"))
+                    && nb
+                        .ip(&["route", "show", "10.250.0.0/24"])
+                        .contains(&format!("via {CNCI_IP}"))
+            })
+            .await;
+            let (ga, gb, ok) = blocking(move || {
+                let ok = ga.reaches("10.250.1.9") && gb.reaches("10.250.0.7");
+                (ga, gb, ok)
+            })
+            .await;
+            assert!(ok, "between the tenant's subnets\n{}", logs());
+
+            // A refresh without the sibling takes its route away.
+            c.send(&Payload::RefreshCnci(RefreshCnci {
+                cnci_uuid: CNCI,
+                cncis: vec![peer(CNCI_IP, 0, KEY_A)],
+            }));
+            until("the route gone", || {
+                na.ip(&["route", "show", "10.250.1.0/24"]).is_empty()
+            })
+            .await;
+            let (ga, cut) = blocking(move || {
+                let cut = ga.cut_off_from("10.250.1.9");
+                (ga, cut)
+            })
+            .await;
+            assert!(cut, "still routed after the sibling went");
+
+            for i in [ia, ib] {
+                c.send(&delete(i, n1, false));
+            }
+            until("both subnets gone from their CNCIs", || {
+                na.link(&format!("kb-{KEY_A:08x}")).is_none()
+                    && nb.link(&format!("kb-{KEY_B:08x}")).is_none()
+            })
+            .await;
+            std::mem::forget((h1, na, nb));
+            drop((ga, gb));
+            for (mut p, _) in cncis {
+                p.signal(rustix::process::Signal::TERM);
+                assert_eq!(p.exit_code().await, Some(0));
+            }
+            blocking(move || agent.stop()).await;
+            sched.stop.cancel();
+        });
+    });
+    let result = test.join();
+    drop((switch, h1, ca_ns, cb_ns, ctl));
     if let Err(panic) = result {
         std::panic::resume_unwind(panic);
     }
