@@ -703,3 +703,252 @@ fn two_subnets_of_a_tenant_route_through_their_cncis() {
         std::panic::resume_unwind(panic);
     }
 }
+
+/// Counts what a TCP peer sends to `port` in namespace `ns` until it closes: (bytes, seconds
+/// from the first byte to the close).
+fn tcp_sink(ns: &str, port: u16) -> std::thread::JoinHandle<(u64, f64)> {
+    let ns = ns.to_string();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let t = std::thread::spawn(move || {
+        use std::io::Read;
+        enter(&ns);
+        let l = std::net::TcpListener::bind(("0.0.0.0", port)).unwrap();
+        ready_tx.send(()).unwrap();
+        let (mut conn, _) = l.accept().unwrap();
+        let mut buf = vec![0u8; 256 * 1024];
+        let mut total = 0u64;
+        let mut first = None;
+        loop {
+            let n = conn.read(&mut buf).unwrap();
+            if n == 0 {
+                break;
+            }
+            first.get_or_insert_with(std::time::Instant::now);
+            total += n as u64;
+        }
+        let secs = first.map_or(0.0, |f| f.elapsed().as_secs_f64());
+        (total, secs)
+    });
+    ready_rx.recv().unwrap();
+    t
+}
+
+/// Sends to `to` from namespace `ns` for `secs` seconds, then closes.
+fn tcp_source(ns: &str, to: &str, secs: u64) {
+    use std::io::Write;
+    let (ns, to) = (ns.to_string(), to.to_string());
+    std::thread::spawn(move || {
+        enter(&ns);
+        let mut conn = std::net::TcpStream::connect(&to).unwrap();
+        let buf = vec![0x5au8; 128 * 1024];
+        let end = std::time::Instant::now() + Duration::from_secs(secs);
+        while std::time::Instant::now() < end {
+            conn.write_all(&buf).unwrap();
+        }
+    })
+    .join()
+    .unwrap();
+}
+
+/// TCP throughput from `from` to `to_ip` (in `to_ns`), in Gbit/s, over `secs` seconds.
+fn throughput(from: &str, to_ns: &str, to_ip: &str, secs: u64) -> f64 {
+    let sink = tcp_sink(to_ns, 5201);
+    tcp_source(from, &format!("{to_ip}:5201"), secs);
+    let (bytes, elapsed) = sink.join().unwrap();
+    bytes as f64 * 8.0 / elapsed / 1e9
+}
+
+/// The figures of `docs/benchmarks.md` ("Tenant networking through the CNCI"): START to the
+/// first ping through the CNCI, and TCP throughput between two instances over the overlay next
+/// to a plain veth pair in the same run. Not a pass/fail test: run it with
+/// `CUMULO_REQUIRE_NETNS=1 cargo test -p agent --test agent edge::numbers -- --ignored
+/// --nocapture`.
+#[test]
+#[ignore = "measures; prints figures for docs/benchmarks.md"]
+fn numbers() {
+    if !can_run("numbers") || tools_missing().is_some() {
+        return;
+    }
+    let (switch, h1, h2, cnci, ctl) = (
+        Netns::new("sw"),
+        Netns::new("h1"),
+        Netns::new("h2"),
+        Netns::new("cnci"),
+        Netns::new("ctl"),
+    );
+    underlay(
+        &switch,
+        &[(&h1, "198.18.0.1"), (&h2, "198.18.0.2"), (&cnci, CNCI_IP)],
+    );
+    // The baseline: two namespaces joined by one veth pair.
+    let (va, vb) = (Netns::new("va"), Netns::new("vb"));
+    va.ip(&[
+        "link", "add", "v0", "type", "veth", "peer", "name", "v0", "netns", &vb.name,
+    ]);
+    for (ns, a) in [(&va, "192.0.2.1/24"), (&vb, "192.0.2.2/24")] {
+        ns.ip(&["addr", "add", a, "dev", "v0"]);
+        ns.ip(&["link", "set", "v0", "up"]);
+    }
+    let listeners = [
+        listen_in(&h1.name),
+        listen_in(&h2.name),
+        listen_in(&cnci.name),
+    ];
+    let ports: Vec<u16> = listeners
+        .iter()
+        .map(|l| l.local_addr().unwrap().port())
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let pki = TestPki::new();
+    let (n1, n2) = (u(1), u(2));
+    let mut agents = Vec::new();
+    for (i, (ns, ip)) in [(&h1, "198.18.0.1"), (&h2, "198.18.0.2")]
+        .into_iter()
+        .enumerate()
+    {
+        let node = [n1, n2][i];
+        let files = agent_files(
+            &pki,
+            Role::AGENT,
+            Some(node),
+            &dir.path().join(format!("a{i}")),
+        );
+        let state = dir.path().join(format!("state{i}"));
+        let cfg = config(&files, &format!("localhost:{}", ports[i]), &state, &[]);
+        agents.push((ns.name.clone(), ip.to_string(), cfg));
+    }
+    let names = (
+        ctl.name.clone(),
+        cnci.name.clone(),
+        h1.name.clone(),
+        h2.name.clone(),
+        va.name.clone(),
+        vb.name.clone(),
+    );
+    let dir_path = dir.path().to_owned();
+    let test = std::thread::spawn(move || {
+        let (ctl_name, cnci_name, h1_name, h2_name, va_name, vb_name) = names;
+        enter(&ctl_name);
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let sched = real_scheduler(&pki).await;
+            let [l1, l2, l3] = listeners;
+            for l in [l1, l2, l3] {
+                proxy(l, sched.addr.replace("localhost", "127.0.0.1"));
+            }
+            let mut c = controller(&pki, &sched.addr).await;
+            let running: Vec<HostAgent> = agents
+                .into_iter()
+                .map(|(ns, ip, cfg)| HostAgent::start(&ns, &ip, cfg))
+                .collect();
+            let files = pki
+                .leaf(Role::CNCIAGENT, Some(CNCI))
+                .write(&dir_path, "cnci");
+            let log = dir_path.join("cnci.log");
+            let mut cnci_process = spawn_cnci(&cnci_name, CNCI, CNCI_IP, ports[2], &files, &log);
+            c.expect("CONCENTRATOR_INSTANCE_ADDED", |m| {
+                matches!(m.payload, Payload::ConcentratorInstanceAdded(_)).then_some(())
+            })
+            .await;
+            for n in [n1, n2] {
+                c.stats(n, "the agent's first STATS", |_| true).await;
+            }
+            let script = dhcp_script(&dir_path);
+            let (h1, h2) = (Netns { name: h1_name }, Netns { name: h2_name });
+            let bridge = bridge_name(KEY);
+            // Instance 8 on host 2: the peer every later instance pings.
+            let mut s = start(u(0xa8), "debian");
+            s.tenant_uuid = TENANT;
+            s.requirements.node_id = Some(n2);
+            s.networking = Some(networking(8));
+            c.send(&start_payload(s));
+            until("host 2's tap", || {
+                h2.link(&agent::net::tap_name(u(0xa8))).is_some()
+            })
+            .await;
+            let g8 = bare_guest(&h2, &bridge, 8, mac(8));
+            let sc = script.clone();
+            let g8 = blocking(move || {
+                assert!(dhcp(&g8, 8, &sc));
+                g8
+            })
+            .await;
+
+            // START to the first ping, for instances on host 1 (the first makes the subnet
+            // there and its TENANT_ADDED reaches the CNCI).
+            let mut guests = Vec::new();
+            println!("run  START→tap(ms)  START→lease(ms)  START→first ping(ms)");
+            for (run, n) in (10u8..16).enumerate() {
+                let i = u(0xb0 + n);
+                let t0 = std::time::Instant::now();
+                let mut s = start(i, "debian");
+                s.tenant_uuid = TENANT;
+                s.requirements.node_id = Some(n1);
+                s.networking = Some(networking(n));
+                c.send(&start_payload(s));
+                let tap = agent::net::tap_name(i);
+                let deadline = Instant::now() + T;
+                while h1.link(&tap).is_none() {
+                    assert!(Instant::now() < deadline, "no tap");
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+                let t_tap = t0.elapsed();
+                let g = bare_guest(&h1, &bridge, n, mac(n));
+                let sc = script.clone();
+                let (g, t_lease, t_ping) = blocking(move || {
+                    assert!(dhcp(&g, n, &sc));
+                    let t_lease = t0.elapsed();
+                    assert!(g.reaches("10.250.0.8"));
+                    (g, t_lease, t0.elapsed())
+                })
+                .await;
+                println!(
+                    "{run:>3}  {:>13.1}  {:>15.1}  {:>20.1}",
+                    t_tap.as_secs_f64() * 1e3,
+                    t_lease.as_secs_f64() * 1e3,
+                    t_ping.as_secs_f64() * 1e3
+                );
+                guests.push(g);
+            }
+
+            // Throughput: overlay (host 1 → CNCI → host 2) and a plain veth pair, alternated.
+            let from = guests[0].name.clone();
+            let g8_name = g8.name.clone();
+            let results = blocking(move || {
+                let mut r = Vec::new();
+                for _ in 0..3 {
+                    let o = throughput(&from, &g8_name, "10.250.0.8", 5);
+                    let v = throughput(&va_name, &vb_name, "192.0.2.2", 5);
+                    r.push((o, v));
+                }
+                r
+            })
+            .await;
+            for (o, v) in results {
+                println!(
+                    "TCP 5 s: overlay through the CNCI {o:.2} Gbit/s, plain veth {v:.2} Gbit/s"
+                );
+            }
+            std::mem::forget((h1, h2));
+            drop((guests, g8));
+            cnci_process.signal(rustix::process::Signal::TERM);
+            assert_eq!(cnci_process.exit_code().await, Some(0));
+            blocking(move || {
+                for a in running {
+                    a.stop();
+                }
+            })
+            .await;
+            sched.stop.cancel();
+        });
+    });
+    let result = test.join();
+    drop((switch, h1, h2, cnci, ctl, va, vb));
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+}
