@@ -18,6 +18,7 @@ pub mod dhcp;
 pub mod edge;
 pub mod fake;
 pub mod hub;
+pub mod launch;
 pub mod nat;
 pub mod ops;
 pub mod run;

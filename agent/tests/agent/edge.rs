@@ -19,6 +19,7 @@ use agent::net::names::bridge_name;
 use ssntp::payload::{
     Cidr, CnciPeer, MacAddr, Networking, PublicIpCommand, PublicIpFailureReason, RefreshCnci,
 };
+use std::net::IpAddr;
 
 const CNCI: Uuid = Uuid::from_bytes([0xcd; 16]);
 const TENANT: Uuid = Uuid::from_bytes([0x7f; 16]);
@@ -948,6 +949,286 @@ fn numbers() {
     });
     let result = test.join();
     drop((switch, h1, h2, cnci, ctl, va, vb));
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+/// An agent daemon ([`daemon::run`]: sim backend, CNCIs as processes) in a namespace, on its
+/// own thread and runtime.
+struct NodeAgent {
+    stop: CancellationToken,
+    thread: Option<std::thread::JoinHandle<Result<(), DaemonError>>>,
+}
+
+impl NodeAgent {
+    fn start(ns: &str, config: DaemonConfig) -> NodeAgent {
+        let ns = ns.to_string();
+        let stop = CancellationToken::new();
+        let token = stop.clone();
+        let thread = std::thread::spawn(move || {
+            enter(&ns);
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(daemon::run(config, token))
+        });
+        NodeAgent {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    fn stop(mut self) {
+        self.stop.cancel();
+        self.thread.take().unwrap().join().unwrap().unwrap();
+    }
+}
+
+impl Drop for NodeAgent {
+    fn drop(&mut self) {
+        self.stop.cancel();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The START the controller sends for a CNCI (`controller::engine::cnci`): a small instance on
+/// a network node, `cumulo-role: cnci`, its address on the compute network not known yet.
+fn cnci_start(cnci: Uuid) -> Start {
+    let mut s = start(cnci, "cnci");
+    s.tenant_uuid = TENANT;
+    s.vm_type = ssntp::payload::VmType::Qemu;
+    s.requirements.network_node = true;
+    s.requirements.mem_mb = 128;
+    s.requirements.disk_mb = 0;
+    s.meta_data = Some(
+        [("cumulo-role".to_string(), "cnci".to_string())]
+            .into_iter()
+            .collect(),
+    );
+    let mut net = networking(1);
+    net.vnic_mac = MacAddr([2, 0, 10, 250, 0, 1]);
+    net.concentrator_uuid = cnci;
+    net.concentrator_ip = "0.0.0.0".parse().unwrap();
+    net.private_ip = "10.250.0.1".parse().unwrap();
+    s.networking = Some(net);
+    s
+}
+
+#[test]
+fn a_network_node_runs_the_cnci_its_instances_get_leases_and_ping() {
+    let name = "a_network_node_runs_the_cnci_its_instances_get_leases_and_ping";
+    if !can_run(name) {
+        return;
+    }
+    if let Some(why) = tools_missing() {
+        assert!(
+            std::env::var("CUMULO_REQUIRE_NETNS").as_deref() != Ok("1"),
+            "{name}: CUMULO_REQUIRE_NETNS=1 but {why}"
+        );
+        eprintln!("skipping {name}: {why}");
+        return;
+    }
+    let (switch, h1, h2, nn, ctl) = (
+        Netns::new("sw"),
+        Netns::new("h1"),
+        Netns::new("h2"),
+        Netns::new("nn"),
+        Netns::new("ctl"),
+    );
+    underlay(
+        &switch,
+        &[
+            (&h1, "198.18.0.1"),
+            (&h2, "198.18.0.2"),
+            (&nn, "198.18.0.3"),
+        ],
+    );
+    let listeners = [
+        listen_in(&h1.name),
+        listen_in(&h2.name),
+        listen_in(&nn.name),
+    ];
+    let ports: Vec<u16> = listeners
+        .iter()
+        .map(|l| l.local_addr().unwrap().port())
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let pki = TestPki::new();
+    let (n1, n2, n3) = (u(1), u(2), u(3));
+    let mut agents = Vec::new();
+    for (i, (ns, ip)) in [(&h1, "198.18.0.1"), (&h2, "198.18.0.2")]
+        .into_iter()
+        .enumerate()
+    {
+        let node = [n1, n2][i];
+        let files = agent_files(
+            &pki,
+            Role::AGENT,
+            Some(node),
+            &dir.path().join(format!("a{i}")),
+        );
+        let state = dir.path().join(format!("state{i}"));
+        let cfg = config(&files, &format!("localhost:{}", ports[i]), &state, &[]);
+        agents.push((ns.name.clone(), ip.to_string(), cfg));
+    }
+    // The network node: NETAGENT, and a certificate for the CNCIs it runs.
+    let files = agent_files(&pki, Role::NETAGENT, Some(n3), &dir.path().join("nn"));
+    let (_, cnci_cert, cnci_key) = pki
+        .leaf(Role::CNCIAGENT, None)
+        .write(&dir.path().join("nn"), "cncis");
+    let mut argv = vec!["cumulo-agent".to_string()];
+    argv.extend(crate::support::argv(
+        &files,
+        &format!("localhost:{}", ports[2]),
+        &dir.path().join("state-nn"),
+        "nn",
+        &[
+            "--cnci-cert",
+            cnci_cert.to_str().unwrap(),
+            "--cnci-key",
+            cnci_key.to_str().unwrap(),
+            "--cnci-uplink",
+            "u0",
+            "--cnci-addresses",
+            "198.18.0.128/25",
+            "--cnci-binary",
+            env!("CARGO_BIN_EXE_cumulo-cnci"),
+            "--tunnel",
+            "vxlan",
+        ],
+    ));
+    let mut nn_config = Args::try_parse_from(argv).unwrap().into_config().unwrap();
+    nn_config.backoff = Backoff {
+        initial: Duration::from_millis(50),
+        max: Duration::from_millis(300),
+    };
+    let names = (
+        ctl.name.clone(),
+        nn.name.clone(),
+        h1.name.clone(),
+        h2.name.clone(),
+    );
+    let dir_path = dir.path().to_owned();
+    let test = std::thread::spawn(move || {
+        let (ctl_name, nn_name, h1_name, h2_name) = names;
+        enter(&ctl_name);
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let sched = real_scheduler(&pki).await;
+            let [l1, l2, l3] = listeners;
+            for l in [l1, l2, l3] {
+                proxy(l, sched.addr.replace("localhost", "127.0.0.1"));
+            }
+            let mut c = controller(&pki, &sched.addr).await;
+            let running: Vec<HostAgent> = agents
+                .into_iter()
+                .map(|(ns, ip, cfg)| HostAgent::start(&ns, &ip, cfg))
+                .collect();
+            let network_node = NodeAgent::start(&nn_name, nn_config);
+            for n in [n1, n2, n3] {
+                c.stats(n, "the agent's first STATS", |_| true).await;
+            }
+
+            // The controller's START for the CNCI goes to the network node, which runs it.
+            let cnci = u(0xcf);
+            c.send(&start_payload(cnci_start(cnci)));
+            let hello = c
+                .expect("the CNCI's CONCENTRATOR_INSTANCE_ADDED", |m| {
+                    match &m.payload {
+                        Payload::ConcentratorInstanceAdded(a) => Some(a.clone()),
+                        Payload::StartFailure(f) => panic!("{f:?}"),
+                        _ => None,
+                    }
+                })
+                .await;
+            assert_eq!((hello.instance_uuid, hello.tenant_uuid), (cnci, TENANT));
+            assert_eq!(
+                hello.concentrator_ip,
+                "198.18.0.129".parse::<IpAddr>().unwrap()
+            );
+            let ns = agent::cnci::launch::ns_name(cnci);
+            let cn = Netns { name: ns.clone() };
+            assert!(cn.ip(&["addr", "show", "u0"]).contains("198.18.0.129/24"));
+            c.stats(n3, "the CNCI active", |s| {
+                state_in(s, cnci) == Some(InstanceState::Active)
+            })
+            .await;
+
+            // Two instances of the tenant, on two compute nodes, served by that CNCI.
+            let (i1, i2) = (u(0xa7), u(0xa8));
+            for (i, node, k) in [(i1, n1, 7), (i2, n2, 8)] {
+                let mut s = start(i, "debian");
+                s.tenant_uuid = TENANT;
+                s.requirements.node_id = Some(node);
+                let mut net = networking(k);
+                net.concentrator_uuid = cnci;
+                net.concentrator_ip = hello.concentrator_ip;
+                s.networking = Some(net);
+                c.send(&start_payload(s));
+                c.stats(node, "active", |s| {
+                    state_in(s, i) == Some(InstanceState::Active)
+                })
+                .await;
+            }
+            let hub = format!("kv-{KEY:08x}");
+            until("both hosts at the CNCI", || {
+                let f = fdb(&ns, &hub);
+                f.contains("dst 198.18.0.1") && f.contains("dst 198.18.0.2")
+            })
+            .await;
+            let bridge = bridge_name(KEY);
+            let (h1, h2) = (Netns { name: h1_name }, Netns { name: h2_name });
+            let g1 = bare_guest(&h1, &bridge, 7, mac(7));
+            let g2 = bare_guest(&h2, &bridge, 8, mac(8));
+            let script = dhcp_script(&dir_path);
+            let (g1, g2, ok) = blocking(move || {
+                let leased = dhcp(&g1, 7, &script) && dhcp(&g2, 8, &script);
+                let ping = leased && g1.reaches("10.250.0.8") && g2.reaches("10.250.0.7");
+                (g1, g2, [leased, ping])
+            })
+            .await;
+            assert!(ok[0], "no DHCP lease from the network node's CNCI");
+            assert!(ok[1], "no ping through the network node's CNCI");
+
+            // Delete everything: the instances, then the CNCI (its process and namespace).
+            for (i, node) in [(i1, n1), (i2, n2)] {
+                c.send(&delete(i, node, false));
+            }
+            until("the subnet gone from the CNCI", || cn.link(&hub).is_none()).await;
+            c.send(&delete(cnci, n3, false));
+            c.expect("INSTANCE_DELETED of the CNCI", |m| match &m.payload {
+                Payload::InstanceDeleted(d) if d.instance_uuid == cnci => Some(()),
+                _ => None,
+            })
+            .await;
+            let listed = Command::new("ip").args(["netns", "list"]).output().unwrap();
+            assert!(
+                !String::from_utf8_lossy(&listed.stdout).contains(&ns),
+                "the CNCI's namespace is left"
+            );
+            std::mem::forget((h1, h2, cn));
+            drop((g1, g2));
+            blocking(move || {
+                network_node.stop();
+                for a in running {
+                    a.stop();
+                }
+            })
+            .await;
+            sched.stop.cancel();
+        });
+    });
+    let result = test.join();
+    drop((switch, h1, h2, nn, ctl));
     if let Err(panic) = result {
         std::panic::resume_unwind(panic);
     }
