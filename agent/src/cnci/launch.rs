@@ -5,10 +5,13 @@
 //! A START is a CNCI's when its meta data says `cumulo-role: cnci` (what the controller's CNCI
 //! START carries). For one:
 //!
-//! - **create**: a namespace `cumulo-cnci-<12 hex of the UUID>` with loopback up and a macvlan
-//!   (bridge mode) on the node's uplink moved into it as `u0`, holding the lowest address of
-//!   `--cnci-addresses` no other CNCI of this node holds, with the compute network's prefix
-//!   length; a record in `<state>/cnci/<uuid>.json` (tenant, namespace, address).
+//! - **create**: a namespace `cumulo-cnci-<12 hex of the UUID>` with loopback up and a veth
+//!   pair, `u0` inside holding the lowest address of `--cnci-addresses` no other CNCI of this
+//!   node holds (with the compute network's prefix length), `cn<12 hex>` on the node with a
+//!   `/32` route to that address; the node forwards and answers ARP for it on its uplink and
+//!   for the compute network on the veth (`ip_forward`, `proxy_arp` on both), so the CNCI is
+//!   reached from the other nodes and from the node itself (a dual node's own tunnels); a
+//!   record in `<state>/cnci/<uuid>.json` (tenant, namespace, address).
 //! - **start**: a loopback relay in the namespace to the agent's schedulers (so that the CNCI
 //!   reaches them whatever routes its namespace has: TLS goes through the relay end to end, to
 //!   `localhost:<port>` as the certificates name it), then `ip netns exec <ns> cumulo-cnci
@@ -17,7 +20,7 @@
 //!   every CNCI of the node), tunnel kind and VXLAN port; its log goes to
 //!   `<state>/cnci/<uuid>.log`.
 //! - **wait_exit** resolves when the process exits; **stop** sends SIGTERM (SIGKILL after
-//!   10 s); **delete** stops it, deletes the namespace (its macvlan goes with it) and the
+//!   10 s); **delete** stops it, deletes the namespace (the veth pair and its route go with it) and the
 //!   record.
 //! - **list** (an agent restart): a CNCI with a record is listed as not running, a process of
 //!   it that an earlier run left is stopped first; the core then starts it again.
@@ -49,7 +52,7 @@ pub struct LaunchConfig {
     pub cert: PathBuf,
     /// Its key.
     pub key: PathBuf,
-    /// The node's link on the compute network (the macvlans' parent).
+    /// The node's link on the compute network (where it answers ARP for its CNCIs).
     pub uplink: String,
     /// The addresses CNCIs take (IPv4).
     pub addresses: Cidr,
@@ -110,6 +113,11 @@ pub fn ns_name(instance: Uuid) -> String {
 
 fn launch(e: impl std::fmt::Display) -> BackendError {
     BackendError::Launch(e.to_string())
+}
+
+/// The node's end of a CNCI's veth pair.
+pub fn host_end(instance: Uuid) -> String {
+    format!("cn{}", &instance.simple().to_string()[..12])
 }
 
 /// Runs `ip ARGS`; its stderr as the error.
@@ -300,13 +308,24 @@ impl<B: Backend> CnciLauncher<B> {
         self.lock().records.insert(id, record.clone());
         let made = async {
             ip(&["netns", "add", &ns]).await?;
-            let mv = format!("cm{}", &id.simple().to_string()[..12]);
+            // A veth pair: `u0` in the CNCI's namespace, `cn<12 hex>` here, routed and
+            // proxy-ARPed (so the node itself, e.g. a dual node's own tunnels, reaches the CNCI
+            // as well as the rest of the compute network does).
+            let host = host_end(id);
             ip(&[
-                "link", "add", "link", &c.uplink, "name", &mv, "type", "macvlan", "mode", "bridge",
+                "link", "add", &host, "type", "veth", "peer", "name", "u0", "netns", &ns,
             ])
             .await?;
-            ip(&["link", "set", &mv, "netns", &ns]).await?;
-            ip(&["-n", &ns, "link", "set", &mv, "name", "u0"]).await?;
+            ip(&["link", "set", &host, "up"]).await?;
+            for knob in [
+                "ip_forward".to_string(),
+                format!("conf/{host}/proxy_arp"),
+                format!("conf/{}/proxy_arp", c.uplink),
+            ] {
+                std::fs::write(format!("/proc/sys/net/ipv4/{knob}"), "1")
+                    .map_err(|e| BackendError::Network(format!("sysctl {knob}: {e}")))?;
+            }
+            ip(&["route", "replace", &format!("{addr}/32"), "dev", &host]).await?;
             let cidr = format!("{addr}/{}", c.prefix);
             ip(&["-n", &ns, "addr", "add", &cidr, "dev", "u0"]).await?;
             ip(&["-n", &ns, "link", "set", "u0", "up"]).await?;

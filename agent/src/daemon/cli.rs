@@ -165,13 +165,14 @@ pub struct Args {
     pub net: NetArgs,
     /// Network nodes (`--network nn|dual`): the CNCIs' certificate (PEM, the cnciagent role,
     /// no UUID bound). With it the CNCIs placed here run as `cumulo-cnci` processes, each in a
-    /// network namespace of its own on a macvlan of `--cnci-uplink`.
+    /// network namespace of its own, reached through this node (a veth pair, proxy ARP on
+    /// `--cnci-uplink`).
     #[arg(long, env = "CUMULO_AGENT_CNCI_CERT")]
     pub cnci_cert: Option<PathBuf>,
     /// The CNCIs' private key (PEM).
     #[arg(long, env = "CUMULO_AGENT_CNCI_KEY")]
     pub cnci_key: Option<PathBuf>,
-    /// The node's link on the compute network, on which each CNCI gets a macvlan.
+    /// The node's link on the compute network, where it answers ARP for its CNCIs.
     #[arg(long, env = "CUMULO_AGENT_CNCI_UPLINK")]
     pub cnci_uplink: Option<String>,
     /// The addresses the CNCIs take (IPv4 CIDR; network nodes need disjoint ranges).

@@ -208,8 +208,8 @@ pub async fn run(config: DaemonConfig, shutdown: CancellationToken) -> Result<()
 }
 
 /// Runs the agent as [`run`] does, over `backend` with tenant networking on `network` (its
-/// node address and tunnel kind; [`NetArgs::network`] makes one). `config.net` and
-/// `config.libvirt` are not looked at.
+/// node address and tunnel kind; [`NetArgs::network`] makes one), and the CNCIs of
+/// `config.cnci` as processes. `config.net` and `config.libvirt` are not looked at.
 pub async fn run_networked<B: Backend, O: NetOps>(
     config: DaemonConfig,
     backend: B,
@@ -217,7 +217,8 @@ pub async fn run_networked<B: Backend, O: NetOps>(
     shutdown: CancellationToken,
 ) -> Result<(), DaemonError> {
     let (_locks, node) = claim(&config)?;
-    run_with(&config, node, networked(backend, network), shutdown).await
+    let prepare = with_cncis(networked(backend, network), config.cnci.clone());
+    run_with(&config, node, prepare, shutdown).await
 }
 
 /// The state directory's lock and the node's UUID (with its lock).

@@ -954,48 +954,6 @@ fn numbers() {
     }
 }
 
-/// An agent daemon ([`daemon::run`]: sim backend, CNCIs as processes) in a namespace, on its
-/// own thread and runtime.
-struct NodeAgent {
-    stop: CancellationToken,
-    thread: Option<std::thread::JoinHandle<Result<(), DaemonError>>>,
-}
-
-impl NodeAgent {
-    fn start(ns: &str, config: DaemonConfig) -> NodeAgent {
-        let ns = ns.to_string();
-        let stop = CancellationToken::new();
-        let token = stop.clone();
-        let thread = std::thread::spawn(move || {
-            enter(&ns);
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(1)
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(daemon::run(config, token))
-        });
-        NodeAgent {
-            stop,
-            thread: Some(thread),
-        }
-    }
-
-    fn stop(mut self) {
-        self.stop.cancel();
-        self.thread.take().unwrap().join().unwrap().unwrap();
-    }
-}
-
-impl Drop for NodeAgent {
-    fn drop(&mut self) {
-        self.stop.cancel();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
 /// The START the controller sends for a CNCI (`controller::engine::cnci`): a small instance on
 /// a network node, `cumulo-role: cnci`, its address on the compute network not known yet.
 fn cnci_start(cnci: Uuid) -> Start {
@@ -1020,8 +978,8 @@ fn cnci_start(cnci: Uuid) -> Start {
 }
 
 #[test]
-fn a_network_node_runs_the_cnci_its_instances_get_leases_and_ping() {
-    let name = "a_network_node_runs_the_cnci_its_instances_get_leases_and_ping";
+fn a_dual_node_runs_the_cnci_its_instances_get_leases_and_ping() {
+    let name = "a_dual_node_runs_the_cnci_its_instances_get_leases_and_ping";
     if !can_run(name) {
         return;
     }
@@ -1033,60 +991,45 @@ fn a_network_node_runs_the_cnci_its_instances_get_leases_and_ping() {
         eprintln!("skipping {name}: {why}");
         return;
     }
-    let (switch, h1, h2, nn, ctl) = (
+    // Host 1 is a compute node; the network node is dual: it runs the CNCI and an instance.
+    let (switch, h1, nn, ctl) = (
         Netns::new("sw"),
         Netns::new("h1"),
-        Netns::new("h2"),
         Netns::new("nn"),
         Netns::new("ctl"),
     );
-    underlay(
-        &switch,
-        &[
-            (&h1, "198.18.0.1"),
-            (&h2, "198.18.0.2"),
-            (&nn, "198.18.0.3"),
-        ],
-    );
-    let listeners = [
-        listen_in(&h1.name),
-        listen_in(&h2.name),
-        listen_in(&nn.name),
-    ];
+    underlay(&switch, &[(&h1, "198.18.0.1"), (&nn, "198.18.0.3")]);
+    let listeners = [listen_in(&h1.name), listen_in(&nn.name)];
     let ports: Vec<u16> = listeners
         .iter()
         .map(|l| l.local_addr().unwrap().port())
         .collect();
     let dir = tempfile::tempdir().unwrap();
     let pki = TestPki::new();
-    let (n1, n2, n3) = (u(1), u(2), u(3));
-    let mut agents = Vec::new();
-    for (i, (ns, ip)) in [(&h1, "198.18.0.1"), (&h2, "198.18.0.2")]
-        .into_iter()
-        .enumerate()
-    {
-        let node = [n1, n2][i];
-        let files = agent_files(
-            &pki,
-            Role::AGENT,
-            Some(node),
-            &dir.path().join(format!("a{i}")),
-        );
-        let state = dir.path().join(format!("state{i}"));
-        let cfg = config(&files, &format!("localhost:{}", ports[i]), &state, &[]);
-        agents.push((ns.name.clone(), ip.to_string(), cfg));
-    }
-    // The network node: NETAGENT, and a certificate for the CNCIs it runs.
-    let files = agent_files(&pki, Role::NETAGENT, Some(n3), &dir.path().join("nn"));
+    let (n1, n3) = (u(1), u(3));
+    let files = agent_files(&pki, Role::AGENT, Some(n1), &dir.path().join("a0"));
+    let h1_config = config(
+        &files,
+        &format!("localhost:{}", ports[0]),
+        &dir.path().join("state0"),
+        &[],
+    );
+    // The network node: AGENT and NETAGENT, and a certificate for the CNCIs it runs.
+    let files = agent_files(
+        &pki,
+        Role::AGENT | Role::NETAGENT,
+        Some(n3),
+        &dir.path().join("nn"),
+    );
     let (_, cnci_cert, cnci_key) = pki
         .leaf(Role::CNCIAGENT, None)
         .write(&dir.path().join("nn"), "cncis");
     let mut argv = vec!["cumulo-agent".to_string()];
     argv.extend(crate::support::argv(
         &files,
-        &format!("localhost:{}", ports[2]),
+        &format!("localhost:{}", ports[1]),
         &dir.path().join("state-nn"),
-        "nn",
+        "dual",
         &[
             "--cnci-cert",
             cnci_cert.to_str().unwrap(),
@@ -1107,15 +1050,10 @@ fn a_network_node_runs_the_cnci_its_instances_get_leases_and_ping() {
         initial: Duration::from_millis(50),
         max: Duration::from_millis(300),
     };
-    let names = (
-        ctl.name.clone(),
-        nn.name.clone(),
-        h1.name.clone(),
-        h2.name.clone(),
-    );
+    let names = (ctl.name.clone(), nn.name.clone(), h1.name.clone());
     let dir_path = dir.path().to_owned();
     let test = std::thread::spawn(move || {
-        let (ctl_name, nn_name, h1_name, h2_name) = names;
+        let (ctl_name, nn_name, h1_name) = names;
         enter(&ctl_name);
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -1124,17 +1062,15 @@ fn a_network_node_runs_the_cnci_its_instances_get_leases_and_ping() {
             .unwrap();
         rt.block_on(async move {
             let sched = real_scheduler(&pki).await;
-            let [l1, l2, l3] = listeners;
-            for l in [l1, l2, l3] {
+            let [l1, l2] = listeners;
+            for l in [l1, l2] {
                 proxy(l, sched.addr.replace("localhost", "127.0.0.1"));
             }
             let mut c = controller(&pki, &sched.addr).await;
-            let running: Vec<HostAgent> = agents
-                .into_iter()
-                .map(|(ns, ip, cfg)| HostAgent::start(&ns, &ip, cfg))
-                .collect();
-            let network_node = NodeAgent::start(&nn_name, nn_config);
-            for n in [n1, n2, n3] {
+            let host1 = HostAgent::start(&h1_name, "198.18.0.1", h1_config);
+            // The dual node's agent: tenant networking on its own address, and the launcher.
+            let network_node = HostAgent::start(&nn_name, "198.18.0.3", nn_config);
+            for n in [n1, n3] {
                 c.stats(n, "the agent's first STATS", |_| true).await;
             }
 
@@ -1163,9 +1099,10 @@ fn a_network_node_runs_the_cnci_its_instances_get_leases_and_ping() {
             })
             .await;
 
-            // Two instances of the tenant, on two compute nodes, served by that CNCI.
+            // Two instances of the tenant, on host 1 and on the network node itself (whose
+            // tunnel reaches its own CNCI through the veth), served by that CNCI.
             let (i1, i2) = (u(0xa7), u(0xa8));
-            for (i, node, k) in [(i1, n1, 7), (i2, n2, 8)] {
+            for (i, node, k) in [(i1, n1, 7), (i2, n3, 8)] {
                 let mut s = start(i, "debian");
                 s.tenant_uuid = TENANT;
                 s.requirements.node_id = Some(node);
@@ -1182,11 +1119,11 @@ fn a_network_node_runs_the_cnci_its_instances_get_leases_and_ping() {
             let hub = format!("kv-{KEY:08x}");
             until("both hosts at the CNCI", || {
                 let f = fdb(&ns, &hub);
-                f.contains("dst 198.18.0.1") && f.contains("dst 198.18.0.2")
+                f.contains("dst 198.18.0.1") && f.contains("dst 198.18.0.3")
             })
             .await;
             let bridge = bridge_name(KEY);
-            let (h1, h2) = (Netns { name: h1_name }, Netns { name: h2_name });
+            let (h1, h2) = (Netns { name: h1_name }, Netns { name: nn_name });
             let g1 = bare_guest(&h1, &bridge, 7, mac(7));
             let g2 = bare_guest(&h2, &bridge, 8, mac(8));
             let script = dhcp_script(&dir_path);
@@ -1200,7 +1137,7 @@ fn a_network_node_runs_the_cnci_its_instances_get_leases_and_ping() {
             assert!(ok[1], "no ping through the network node's CNCI");
 
             // Delete everything: the instances, then the CNCI (its process and namespace).
-            for (i, node) in [(i1, n1), (i2, n2)] {
+            for (i, node) in [(i1, n1), (i2, n3)] {
                 c.send(&delete(i, node, false));
             }
             until("the subnet gone from the CNCI", || cn.link(&hub).is_none()).await;
@@ -1215,20 +1152,21 @@ fn a_network_node_runs_the_cnci_its_instances_get_leases_and_ping() {
                 !String::from_utf8_lossy(&listed.stdout).contains(&ns),
                 "the CNCI's namespace is left"
             );
+            let host_end = agent::cnci::launch::host_end(cnci);
+            // The kernel dismantles a deleted namespace (and the veth pair) in the background.
+            until("the CNCI's veth gone", || h2.link(&host_end).is_none()).await;
             std::mem::forget((h1, h2, cn));
             drop((g1, g2));
             blocking(move || {
                 network_node.stop();
-                for a in running {
-                    a.stop();
-                }
+                host1.stop();
             })
             .await;
             sched.stop.cancel();
         });
     });
     let result = test.join();
-    drop((switch, h1, h2, nn, ctl));
+    drop((switch, h1, nn, ctl));
     if let Err(panic) = result {
         std::panic::resume_unwind(panic);
     }
