@@ -307,6 +307,8 @@ impl<B: Backend> CnciLauncher<B> {
         // Held before the kernel is touched: a concurrent create takes another address.
         self.lock().records.insert(id, record.clone());
         let made = async {
+            // A namespace of this instance without a record is a crash's leftover.
+            let _ = ip(&["netns", "del", &ns]).await;
             ip(&["netns", "add", &ns]).await?;
             // A veth pair: `u0` in the CNCI's namespace, `cn<12 hex>` here, routed and
             // proxy-ARPed (so the node itself, e.g. a dual node's own tunnels, reaches the CNCI
@@ -511,6 +513,28 @@ impl<B: Backend> Backend for CnciLauncher<B> {
             });
         }
         Ok(all)
+    }
+}
+
+/// Stops every CNCI process recorded under `dir` (a network node's `<state>/cnci`) and deletes
+/// their namespaces: for tests that must not leave them behind when they fail.
+pub fn clean_up(dir: &std::path::Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let Some(r) = std::fs::read(e.path())
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Record>(&b).ok())
+        else {
+            continue;
+        };
+        if let Some(pid) = r.pid.filter(|p| alive(*p)) {
+            signal(pid, rustix::process::Signal::KILL);
+        }
+        let _ = std::process::Command::new("ip")
+            .args(["netns", "del", &r.ns])
+            .output();
     }
 }
 

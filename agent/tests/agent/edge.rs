@@ -1166,6 +1166,8 @@ fn a_dual_node_runs_the_cnci_its_instances_get_leases_and_ping() {
         });
     });
     let result = test.join();
+    // Whatever happened, no CNCI process or namespace stays behind.
+    agent::cnci::launch::clean_up(&dir.path().join("state-nn/cnci"));
     drop((switch, h1, nn, ctl));
     if let Err(panic) = result {
         std::panic::resume_unwind(panic);
