@@ -6,8 +6,9 @@
 # qemu-img for overlays, genisoimage for cloud-init seeds, and what scripts/tiny-guest.sh builds
 # the test guest with.
 CUMULO_DEBS=(build-essential pkg-config openssl ca-certificates procps
-    # tenant networking tests (agent/tests: network namespaces, veth, ping)
-    iproute2 iputils-ping
+    # tenant networking tests (agent/tests: network namespaces, veth, ping); the CNCI's NAT and
+    # public IPs (nft; the CNCI's DHCP tests use busybox-static's udhcpc, below)
+    iproute2 iputils-ping nftables
     # the controller's etcd store: its tests start their own etcd from PATH (etcd-server); the
     # etcd-client crate compiles etcd's gRPC definitions at build time (protoc and its includes)
     etcd-server protobuf-compiler libprotobuf-dev

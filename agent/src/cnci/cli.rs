@@ -57,6 +57,10 @@ pub struct Args {
     /// The VXLAN port.
     #[arg(long, env = "CUMULO_CNCI_VXLAN_PORT", default_value_t = VXLAN_PORT)]
     pub vxlan_port: u16,
+    /// The MTU DHCP gives the instances (default: the uplink's less the tunnel's overhead, 1450
+    /// for VXLAN over a 1500 link).
+    #[arg(long, env = "CUMULO_CNCI_MTU", value_parser = clap::value_parser!(u16).range(576..))]
+    pub mtu: Option<u16>,
     /// Log format.
     #[arg(long, env = "CUMULO_CNCI_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
     pub log_format: String,
@@ -109,6 +113,7 @@ impl Args {
             mac: self.mac,
             tunnel: self.tunnel,
             vxlan_port: self.vxlan_port,
+            mtu: self.mtu,
             handshake: HandshakeConfig::default(),
             backoff: Backoff::default(),
         })

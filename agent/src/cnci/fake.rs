@@ -2,7 +2,7 @@
 //! a namespace's, every call recorded, a call that fails once on demand.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::ops::{CnciOps, HubSpec};
@@ -21,12 +21,15 @@ pub struct FakeLink {
     pub hairpin: bool,
     /// Its alias.
     pub alias: Option<String>,
+    /// Its addresses (address, prefix length).
+    pub addresses: BTreeSet<(IpAddr, u8)>,
 }
 
 #[derive(Debug, Default)]
 struct State {
     links: BTreeMap<String, FakeLink>,
     flood: BTreeSet<(String, IpAddr)>,
+    routes: BTreeMap<(Ipv4Addr, u8), Ipv4Addr>,
     calls: Vec<String>,
     fail: Option<&'static str>,
 }
@@ -43,6 +46,27 @@ impl FakeCnciOps {
 
     fn lock(&self) -> MutexGuard<'_, State> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Adds a link that the hub does not make (the concentrator's uplink, say).
+    pub fn add_link(&self, name: &str, kind: &str) {
+        let mut s = self.lock();
+        s.links.insert(
+            name.to_string(),
+            FakeLink {
+                kind: kind.to_string(),
+                master: None,
+                up: true,
+                hairpin: false,
+                alias: None,
+                addresses: BTreeSet::new(),
+            },
+        );
+    }
+
+    /// The concentrator's routes now: (destination, prefix) → via.
+    pub fn routes(&self) -> BTreeMap<(Ipv4Addr, u8), Ipv4Addr> {
+        self.lock().routes.clone()
     }
 
     /// The links now.
@@ -93,6 +117,7 @@ impl FakeCnciOps {
                 up: false,
                 hairpin: false,
                 alias: None,
+                addresses: BTreeSet::new(),
             },
         );
         Ok(())
@@ -230,5 +255,54 @@ impl CnciOps for FakeCnciOps {
             }
         }
         Ok(())
+    }
+
+    async fn add_address(&self, name: &str, ip: IpAddr, prefix: u8) -> Result<(), OpsError> {
+        const OP: &str = "add address";
+        let mut s = self.call(OP, name)?;
+        let l = s
+            .links
+            .get_mut(name)
+            .ok_or_else(|| OpsError::new(OP, name, OpsErrorKind::NotFound))?;
+        if l.addresses.insert((ip, prefix)) {
+            Ok(())
+        } else {
+            Err(OpsError::new(OP, name, OpsErrorKind::Exists))
+        }
+    }
+
+    async fn routes(&self) -> Result<Vec<(Ipv4Addr, u8, Ipv4Addr)>, OpsError> {
+        let s = self.call("list routes", "")?;
+        Ok(s.routes.iter().map(|((d, p), v)| (*d, *p, *v)).collect())
+    }
+
+    async fn add_route(&self, dst: Ipv4Addr, prefix: u8, via: Ipv4Addr) -> Result<(), OpsError> {
+        let mut s = self.call("add route", &format!("{dst}/{prefix}"))?;
+        s.routes.insert((dst, prefix), via);
+        Ok(())
+    }
+
+    async fn del_route(&self, dst: Ipv4Addr, prefix: u8, via: Ipv4Addr) -> Result<(), OpsError> {
+        let what = format!("{dst}/{prefix}");
+        let mut s = self.call("remove route", &what)?;
+        if s.routes.get(&(dst, prefix)) != Some(&via) {
+            return Err(OpsError::new("remove route", &what, OpsErrorKind::NotFound));
+        }
+        s.routes.remove(&(dst, prefix));
+        Ok(())
+    }
+
+    async fn del_address(&self, name: &str, ip: IpAddr, prefix: u8) -> Result<(), OpsError> {
+        const OP: &str = "remove address";
+        let mut s = self.call(OP, name)?;
+        let removed = s
+            .links
+            .get_mut(name)
+            .is_some_and(|l| l.addresses.remove(&(ip, prefix)));
+        if removed {
+            Ok(())
+        } else {
+            Err(OpsError::new(OP, name, OpsErrorKind::NotFound))
+        }
     }
 }

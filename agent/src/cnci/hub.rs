@@ -228,9 +228,19 @@ impl<O: CnciOps> Hub<O> {
         }
     }
 
+    /// Its kernel interface.
+    pub fn ops(&self) -> &O {
+        &self.ops
+    }
+
     /// Its configuration.
     pub fn config(&self) -> &HubConfig {
         &self.config
+    }
+
+    /// The subnets it serves now: key → subnet.
+    pub fn subnets(&self) -> BTreeMap<u32, Cidr> {
+        self.subnets.iter().map(|(k, s)| (*k, s.subnet)).collect()
     }
 
     /// The compute nodes of a subnet, by key.
@@ -407,6 +417,14 @@ impl<O: CnciOps> Hub<O> {
         self.ops
             .set_alias(&bridge, &bridge_alias(tenant, subnet, key))
             .await?;
+        // The concentrator's own address on the subnet: the instances' router and DHCP server.
+        if let Some(gw) = super::dhcp::gateway(&subnet) {
+            made(
+                self.ops
+                    .add_address(&bridge, IpAddr::V4(gw), subnet.prefix)
+                    .await,
+            )?;
+        }
         self.ops.set_up(&bridge).await?;
         if self.config.tunnel == TunnelKind::Vxlan {
             let hub = HubSpec {

@@ -9,13 +9,17 @@
 //! The same binary runs inside a CNCI VM or, where no VMs are wanted, as a process in its own
 //! network namespace on a network node.
 //!
-//! Not done yet: DHCP with fixed leases, routing between the tenant's subnets (REFRESH_CNCI is
-//! logged), outbound NAT, public IPs (ASSIGN/RELEASE_PUBLIC_IP are answered with their
-//! failure).
+//! Every subnet also gets the gateway address on its bridge, a DHCP server with fixed leases
+//! ([`dhcp`]) and outbound NAT; ASSIGN/RELEASE_PUBLIC_IP map public IPs 1:1 ([`edge`], [`nat`]:
+//! nftables); REFRESH_CNCI routes the tenant's other subnets via their concentrators.
 
 pub mod cli;
+pub mod dhcp;
+pub mod edge;
 pub mod fake;
 pub mod hub;
+pub mod launch;
+pub mod nat;
 pub mod ops;
 pub mod run;
 #[cfg(test)]

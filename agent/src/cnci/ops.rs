@@ -17,7 +17,7 @@ use rtnetlink::packet_route::neighbour::{
 use rtnetlink::packet_route::{AddressFamily, RouteNetlinkMessage};
 use rtnetlink::{Handle, LinkBridgePort, LinkVxlan};
 use std::future::Future;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr};
 
 use crate::net::{Link, NetOps, OpsError, OpsErrorKind, RtNetOps, TunnelSpec};
 
@@ -80,6 +80,57 @@ pub trait CnciOps: Send + Sync + 'static {
     ) -> impl Future<Output = Result<(), OpsError>> + Send;
     /// Deletes a link (`NotFound` if there is none).
     fn delete(&self, name: &str) -> impl Future<Output = Result<(), OpsError>> + Send;
+    /// Adds an address to a link (`Exists` if it has it).
+    fn add_address(
+        &self,
+        name: &str,
+        ip: IpAddr,
+        prefix: u8,
+    ) -> impl Future<Output = Result<(), OpsError>> + Send;
+    /// Removes an address from a link (`NotFound` if it does not have it).
+    fn del_address(
+        &self,
+        name: &str,
+        ip: IpAddr,
+        prefix: u8,
+    ) -> impl Future<Output = Result<(), OpsError>> + Send;
+    /// The routes the concentrator made (protocol [`ROUTE_PROTOCOL`]): (destination, via).
+    fn routes(
+        &self,
+    ) -> impl Future<Output = Result<Vec<(Ipv4Addr, u8, Ipv4Addr)>, OpsError>> + Send;
+    /// Adds (or replaces) the route to `dst`/`prefix` via `via`, marked as the concentrator's.
+    fn add_route(
+        &self,
+        dst: Ipv4Addr,
+        prefix: u8,
+        via: Ipv4Addr,
+    ) -> impl Future<Output = Result<(), OpsError>> + Send;
+    /// Removes the concentrator's route to `dst`/`prefix` (`NotFound` if there is none).
+    fn del_route(
+        &self,
+        dst: Ipv4Addr,
+        prefix: u8,
+        via: Ipv4Addr,
+    ) -> impl Future<Output = Result<(), OpsError>> + Send;
+}
+
+/// The route protocol number that marks the concentrator's routes to its sibling subnets (so
+/// that a restart finds them).
+pub const ROUTE_PROTOCOL: u8 = 0xcc;
+
+/// The RTM_NEWROUTE / RTM_DELROUTE message of a route to a sibling subnet.
+pub(crate) fn route_message(
+    dst: Ipv4Addr,
+    prefix: u8,
+    via: Ipv4Addr,
+) -> rtnetlink::packet_route::route::RouteMessage {
+    rtnetlink::RouteMessageBuilder::<Ipv4Addr>::new()
+        .destination_prefix(dst, prefix)
+        .gateway(via)
+        .protocol(rtnetlink::packet_route::route::RouteProtocol::Other(
+            ROUTE_PROTOCOL,
+        ))
+        .build()
 }
 
 /// The RTM_NEWLINK message of a hub: VNI, local end, port, no remote.
@@ -117,6 +168,17 @@ pub(crate) fn flood_message(index: u32, dst: IpAddr) -> NeighbourMessage {
             IpAddr::V6(a) => NeighbourAddress::Inet6(a),
         }));
     m
+}
+
+/// The concentrator's link on the compute network.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Uplink {
+    /// Its name.
+    pub name: String,
+    /// Its MAC.
+    pub mac: Option<[u8; 6]>,
+    /// Its MTU.
+    pub mtu: Option<u32>,
 }
 
 /// The real [`CnciOps`]: [`RtNetOps`] for what it shares with a compute node, its own netlink
@@ -192,8 +254,9 @@ impl RtCnciOps {
 }
 
 impl RtCnciOps {
-    /// The MAC address of the link that holds `ip`, if a link holds it.
-    pub async fn mac_of(&self, ip: IpAddr) -> Result<Option<[u8; 6]>, OpsError> {
+    /// The link that holds `ip` (the concentrator's uplink), if a link holds it.
+    pub async fn uplink_of(&self, ip: IpAddr) -> Result<Option<Uplink>, OpsError> {
+        use rtnetlink::packet_route::link::LinkAttribute;
         const OP: &str = "find the link of";
         let what = ip.to_string();
         let mut addrs = self.handle.address().get().set_address_filter(ip).execute();
@@ -209,12 +272,20 @@ impl RtCnciOps {
         let Some(link) = links.try_next().await.map_err(fail(OP, &what))? else {
             return Ok(None);
         };
-        Ok(link.attributes.iter().find_map(|a| match a {
-            rtnetlink::packet_route::link::LinkAttribute::Address(m) => {
-                <[u8; 6]>::try_from(m.as_slice()).ok()
+        let mut up = Uplink {
+            name: String::new(),
+            mac: None,
+            mtu: None,
+        };
+        for a in &link.attributes {
+            match a {
+                LinkAttribute::IfName(n) => up.name.clone_from(n),
+                LinkAttribute::Address(m) => up.mac = <[u8; 6]>::try_from(m.as_slice()).ok(),
+                LinkAttribute::Mtu(m) => up.mtu = Some(*m),
+                _ => {}
             }
-            _ => None,
-        }))
+        }
+        Ok(Some(up))
     }
 
     /// The hub's forwarding entries as (MAC, destination), where the destination is an address.
@@ -365,6 +436,89 @@ impl CnciOps for RtCnciOps {
 
     async fn delete(&self, name: &str) -> Result<(), OpsError> {
         self.links.delete(name).await
+    }
+
+    async fn add_address(&self, name: &str, ip: IpAddr, prefix: u8) -> Result<(), OpsError> {
+        const OP: &str = "add address";
+        let index = self.index(OP, name).await?;
+        self.handle
+            .address()
+            .add(index, ip, prefix)
+            .execute()
+            .await
+            .map_err(fail(OP, name))
+    }
+
+    async fn routes(&self) -> Result<Vec<(Ipv4Addr, u8, Ipv4Addr)>, OpsError> {
+        use rtnetlink::packet_route::route::{RouteAddress, RouteAttribute, RouteProtocol};
+        let all: Vec<_> = self
+            .handle
+            .route()
+            .get(rtnetlink::RouteMessageBuilder::<Ipv4Addr>::new().build())
+            .execute()
+            .try_collect()
+            .await
+            .map_err(fail("list routes", ""))?;
+        Ok(all
+            .into_iter()
+            .filter(|m| m.header.protocol == RouteProtocol::Other(ROUTE_PROTOCOL))
+            .filter_map(|m| {
+                let mut dst = None;
+                let mut via = None;
+                for a in &m.attributes {
+                    match a {
+                        RouteAttribute::Destination(RouteAddress::Inet(d)) => dst = Some(*d),
+                        RouteAttribute::Gateway(RouteAddress::Inet(g)) => via = Some(*g),
+                        _ => {}
+                    }
+                }
+                Some((dst?, m.header.destination_prefix_length, via?))
+            })
+            .collect())
+    }
+
+    async fn add_route(&self, dst: Ipv4Addr, prefix: u8, via: Ipv4Addr) -> Result<(), OpsError> {
+        self.handle
+            .route()
+            .add(route_message(dst, prefix, via))
+            .replace()
+            .execute()
+            .await
+            .map_err(fail("add route", &format!("{dst}/{prefix}")))
+    }
+
+    async fn del_route(&self, dst: Ipv4Addr, prefix: u8, via: Ipv4Addr) -> Result<(), OpsError> {
+        self.handle
+            .route()
+            .del(route_message(dst, prefix, via))
+            .execute()
+            .await
+            .map_err(fail("remove route", &format!("{dst}/{prefix}")))
+    }
+
+    async fn del_address(&self, name: &str, ip: IpAddr, prefix: u8) -> Result<(), OpsError> {
+        const OP: &str = "remove address";
+        let index = self.index(OP, name).await?;
+        let found = self
+            .handle
+            .address()
+            .get()
+            .set_link_index_filter(index)
+            .set_address_filter(ip)
+            .set_prefix_length_filter(prefix)
+            .execute()
+            .try_next()
+            .await
+            .map_err(fail(OP, name))?;
+        let Some(msg) = found else {
+            return Err(OpsError::new(OP, name, OpsErrorKind::NotFound));
+        };
+        self.handle
+            .address()
+            .del(msg)
+            .execute()
+            .await
+            .map_err(fail(OP, name))
     }
 }
 

@@ -2,10 +2,12 @@
 //! itself with CONCENTRATOR_INSTANCE_ADDED on every connect and turns TENANT_ADDED and
 //! TENANT_REMOVED into tunnel ends ([`Hub`]).
 //!
-//! REFRESH_CNCI is logged (routing between the tenant's subnets comes later);
-//! ASSIGN_PUBLIC_IP and RELEASE_PUBLIC_IP are answered with their failure (public IPs come
-//! later). Events for another CNCI or another tenant are refused with a warning. At start the
-//! hub's view is rebuilt from the kernel ([`Hub::rebuild`]).
+//! Every subnet the hub serves gets a DHCP server and outbound NAT ([`Edge`]);
+//! ASSIGN_PUBLIC_IP and RELEASE_PUBLIC_IP map and unmap public IPs and are answered with
+//! PUBLIC_IP_ASSIGNED / PUBLIC_IP_UNASSIGNED or their failure; REFRESH_CNCI routes the
+//! tenant's other subnets via their concentrators. Events for another CNCI or another tenant are
+//! refused with a warning. At start the hub's view is rebuilt from the kernel
+//! ([`Hub::rebuild`]), and NAT keeps the public IPs of the previous run.
 
 use ssntp::Payload;
 use ssntp::Role;
@@ -13,19 +15,21 @@ use ssntp::handshake::HandshakeConfig;
 use ssntp::net::client::Backoff;
 use ssntp::net::{Client, ClientConfig, ClientError, ClientEvent, ClientHandle, TlsIdentity};
 use ssntp::payload::{
-    ConcentratorAdded, MacAddr, PublicIpCommand, PublicIpFailure, PublicIpFailureReason,
-    TenantEvent,
+    ConcentratorAdded, MacAddr, PublicIpCommand, PublicIpEvent, PublicIpFailure,
+    PublicIpFailureReason, TenantEvent,
 };
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use super::edge::{Edge, EdgeConfig};
 use super::hub::{Hub, HubConfig, NodeSubnet, Outcome};
+use super::nat::{NatOps, NftNat};
 use super::ops::{CnciOps, RtCnciOps};
-use crate::net::{NetError, OpsError, RtNetOps, TunnelChoice, resolve_tunnel};
+use crate::net::{NetError, OpsError, RtNetOps, TunnelChoice, TunnelKind, resolve_tunnel};
 
 /// How long a stopping concentrator waits for its last frames to be written.
 const CLOSE_GRACE: Duration = Duration::from_secs(3);
@@ -49,6 +53,8 @@ pub struct CnciConfig {
     pub tunnel: TunnelChoice,
     /// The VXLAN port.
     pub vxlan_port: u16,
+    /// The MTU DHCP gives the instances (`None`: the uplink's less the tunnel's overhead).
+    pub mtu: Option<u16>,
     /// SSNTP handshake and session limits.
     pub handshake: HandshakeConfig,
     /// Reconnection delays.
@@ -88,17 +94,51 @@ pub fn announcement(config: &CnciConfig) -> Payload {
     })
 }
 
+/// The overhead of a tunnel over IPv4: outer IP, UDP or GRE with key, inner Ethernet.
+pub fn tunnel_overhead(kind: TunnelKind) -> u16 {
+    match kind {
+        TunnelKind::Vxlan => 20 + 8 + 8 + 14,
+        TunnelKind::GreTap => 20 + 8 + 14,
+    }
+}
+
 /// Runs the concentrator over the kernel of this thread's network namespace until `shutdown`.
 pub async fn run(mut config: CnciConfig, shutdown: CancellationToken) -> Result<(), CnciError> {
     let tunnel = resolve_tunnel(&RtNetOps::new()?, config.tunnel).await?;
     let ops = RtCnciOps::new()?;
+    let uplink = ops.uplink_of(config.ip).await?;
     if config.mac.is_none() {
-        let mac = ops
-            .mac_of(config.ip)
-            .await?
+        let mac = uplink
+            .as_ref()
+            .and_then(|u| u.mac)
             .ok_or(CnciError::NoMac(config.ip))?;
         config.mac = Some(MacAddr(mac));
     }
+    let mtu = config.mtu.unwrap_or_else(|| {
+        let under = uplink
+            .as_ref()
+            .and_then(|u| u.mtu)
+            .and_then(|m| u16::try_from(m).ok())
+            .unwrap_or(1500);
+        under.saturating_sub(tunnel_overhead(tunnel))
+    });
+    // The concentrator routes: between its subnets and its uplink.
+    if let Err(e) = std::fs::write("/proc/sys/net/ipv4/ip_forward", "1") {
+        tracing::warn!(error = %e, "IPv4 forwarding not turned on");
+    }
+    let uplink_ip = match config.ip {
+        IpAddr::V4(a) => a,
+        IpAddr::V6(_) => Ipv4Addr::UNSPECIFIED,
+    };
+    let edge = Edge::new(
+        NftNat,
+        EdgeConfig {
+            uplink: uplink.map(|u| u.name).filter(|_| config.ip.is_ipv4()),
+            uplink_ip,
+            mtu,
+            dhcp: true,
+        },
+    );
     let hub = Hub::new(
         ops,
         HubConfig {
@@ -107,18 +147,23 @@ pub async fn run(mut config: CnciConfig, shutdown: CancellationToken) -> Result<
             vxlan_port: config.vxlan_port,
         },
     );
-    run_with(&config, hub, shutdown).await
+    run_with(&config, hub, edge, shutdown).await
 }
 
-/// Runs the concentrator over `hub` until `shutdown`.
-pub async fn run_with<O: CnciOps>(
+/// Runs the concentrator over `hub` and `edge` until `shutdown`.
+pub async fn run_with<O: CnciOps, N: NatOps>(
     config: &CnciConfig,
     mut hub: Hub<O>,
+    mut edge: Edge<N>,
     shutdown: CancellationToken,
 ) -> Result<(), CnciError> {
     // Before any event: what a previous run left in the kernel.
     let rebuilt = hub.rebuild().await?;
     tracing::info!(subnets = ?rebuilt.subnets, deleted = ?rebuilt.deleted, "rebuilt from the kernel");
+    if let Err(e) = edge.start(hub.ops()).await {
+        tracing::error!(error = %e, "NAT not set up: no outbound NAT and no public IPs");
+    }
+    edge.reconcile(&hub).await;
     let mut client_config = ClientConfig::new(
         config.tls.clone(),
         config.uuid,
@@ -152,21 +197,23 @@ pub async fn run_with<O: CnciOps>(
             }
             Some(ClientEvent::Frames(messages)) => {
                 for m in messages {
-                    handle(config, &mut hub, &client, &m.payload).await;
+                    handle(config, &mut hub, &mut edge, &client, &m.payload).await;
                 }
             }
             Some(ClientEvent::Stopped(e)) => break Err(e.into()),
             None => break Err(CnciError::Stopped),
         }
     };
+    edge.stop();
     close(&client, &mut events).await;
     ended
 }
 
 /// One frame from the scheduler.
-async fn handle<O: CnciOps>(
+async fn handle<O: CnciOps, N: NatOps>(
     config: &CnciConfig,
     hub: &mut Hub<O>,
+    edge: &mut Edge<N>,
     client: &ClientHandle,
     payload: &Payload,
 ) {
@@ -200,18 +247,48 @@ async fn handle<O: CnciOps>(
                     tracing::error!(operand = %payload.operand(), node = %n.node, error = %e, "tunnel end not changed")
                 }
             }
+            edge.reconcile(hub).await;
         }
         Payload::RefreshCnci(r) => {
-            tracing::info!(
-                cncis = r.cncis.len(),
-                "REFRESH_CNCI: routing between subnets is not done yet"
-            );
+            if r.cnci_uuid != config.uuid {
+                tracing::warn!(cnci = %r.cnci_uuid, "REFRESH_CNCI for another CNCI: ignored");
+                return;
+            }
+            match edge.refresh(hub.ops(), r).await {
+                Ok(()) => tracing::info!(siblings = ?edge.siblings(), "REFRESH_CNCI: routes set"),
+                Err(e) => tracing::error!(error = %e, "REFRESH_CNCI: routes not set"),
+            }
         }
-        Payload::AssignPublicIp(c) => {
-            refuse(client, c, PublicIpFailureReason::AssignFailure, true);
-        }
-        Payload::ReleasePublicIp(c) => {
-            refuse(client, c, PublicIpFailureReason::ReleaseFailure, false);
+        Payload::AssignPublicIp(c) | Payload::ReleasePublicIp(c) => {
+            let assign = matches!(payload, Payload::AssignPublicIp(_));
+            let done = if c.concentrator_uuid != config.uuid || c.tenant_uuid != config.tenant {
+                tracing::warn!(operand = %payload.operand(), "for another CNCI or tenant");
+                Err(PublicIpFailureReason::InvalidData)
+            } else if assign {
+                edge.assign(hub.ops(), c).await
+            } else {
+                edge.release(hub.ops(), c).await
+            };
+            let reply = match done {
+                Ok(()) => {
+                    tracing::info!(operand = %payload.operand(), public_ip = %c.public_ip, private_ip = %c.private_ip, "done");
+                    let r = PublicIpEvent {
+                        concentrator_uuid: config.uuid,
+                        instance_uuid: c.instance_uuid,
+                        public_ip: c.public_ip,
+                        private_ip: c.private_ip,
+                    };
+                    if assign {
+                        Payload::PublicIpAssigned(r)
+                    } else {
+                        Payload::PublicIpUnassigned(r)
+                    }
+                }
+                Err(reason) => failure(c, reason, assign),
+            };
+            if let Err(e) = client.send_payload(&reply) {
+                tracing::warn!(error = %e, "answer not sent");
+            }
         }
         other => tracing::debug!(operand = %other.operand(), "ignored"),
     }
@@ -228,9 +305,9 @@ fn misaddressed(config: &CnciConfig, e: &TenantEvent) -> Option<&'static str> {
     }
 }
 
-/// Answers a public IP command with its failure: public IPs are not mapped yet.
-fn refuse(client: &ClientHandle, c: &PublicIpCommand, reason: PublicIpFailureReason, assign: bool) {
-    tracing::warn!(instance = %c.instance_uuid, public_ip = %c.public_ip, "public IPs are not mapped yet: refused");
+/// The failure answer to a public IP command.
+fn failure(c: &PublicIpCommand, reason: PublicIpFailureReason, assign: bool) -> Payload {
+    tracing::warn!(instance = %c.instance_uuid, public_ip = %c.public_ip, ?reason, "public IP command failed");
     let failure = PublicIpFailure {
         concentrator_uuid: Some(c.concentrator_uuid),
         tenant_uuid: Some(c.tenant_uuid),
@@ -240,13 +317,10 @@ fn refuse(client: &ClientHandle, c: &PublicIpCommand, reason: PublicIpFailureRea
         vnic_mac: Some(c.vnic_mac),
         reason,
     };
-    let reply = if assign {
+    if assign {
         Payload::AssignPublicIpFailure(failure)
     } else {
         Payload::UnassignPublicIpFailure(failure)
-    };
-    if let Err(e) = client.send_payload(&reply) {
-        tracing::warn!(error = %e, "answer not sent");
     }
 }
 

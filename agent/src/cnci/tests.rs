@@ -169,3 +169,202 @@ async fn a_restart_deletes_what_it_cannot_read_and_subnets_with_no_end() {
     assert_eq!(r.deleted.len(), 3, "{r:?}");
     assert!(ops.links().is_empty(), "{:#?}", ops.links());
 }
+
+mod edge {
+    use super::*;
+    use crate::cnci::edge::{Edge, EdgeConfig};
+    use crate::cnci::nat::FakeNat;
+    use ssntp::payload::{MacAddr, PublicIpCommand, PublicIpFailureReason};
+    use std::net::Ipv4Addr;
+
+    fn edge(nat: &FakeNat) -> Edge<FakeNat> {
+        Edge::new(
+            nat.clone(),
+            EdgeConfig {
+                uplink: Some("u0".into()),
+                uplink_ip: Ipv4Addr::new(198, 18, 0, 100),
+                mtu: 1450,
+                dhcp: false,
+            },
+        )
+    }
+
+    fn cmd(public: &str, private: &str) -> PublicIpCommand {
+        PublicIpCommand {
+            concentrator_uuid: Uuid::from_u128(0xcc),
+            tenant_uuid: Uuid::from_u128(0x7e),
+            instance_uuid: Uuid::from_u128(7),
+            public_ip: ip(public),
+            private_ip: ip(private),
+            vnic_mac: MacAddr([2, 0, 10, 250, 0, 7]),
+        }
+    }
+
+    fn v4(s: &str) -> Ipv4Addr {
+        s.parse().unwrap()
+    }
+
+    #[tokio::test]
+    async fn subnets_get_a_gateway_address_and_nat_and_lose_them() {
+        let (mut hub, ops) = hub(TunnelKind::Vxlan);
+        let nat = FakeNat::default();
+        let mut e = edge(&nat);
+        e.start(&ops).await.unwrap();
+        assert_eq!(nat.uplink(), Some(("u0".into(), v4("198.18.0.100"))));
+        hub.add(&node(1)).await.unwrap();
+        e.reconcile(&hub).await;
+        let subnet = node(1).subnet;
+        assert_eq!(nat.subnets(), vec![subnet]);
+        assert_eq!(e.subnets().get(&KEY), Some(&subnet));
+        let bridge = &ops.links()[&hub::bridge_name(KEY)];
+        assert!(bridge.addresses.contains(&(ip("10.250.0.1"), 24)));
+        hub.remove(&node(1)).await.unwrap();
+        e.reconcile(&hub).await;
+        assert!(nat.subnets().is_empty() && e.subnets().is_empty());
+    }
+
+    #[tokio::test]
+    async fn public_ips_map_one_to_one_and_refuse_what_conflicts() {
+        let ops = FakeCnciOps::new();
+        ops.add_link("u0", "veth");
+        let nat = FakeNat::default();
+        let mut e = edge(&nat);
+        e.start(&ops).await.unwrap();
+        let a = cmd("203.0.113.10", "10.250.0.7");
+        assert_eq!(e.assign(&ops, &a).await, Ok(()));
+        assert_eq!(e.assign(&ops, &a).await, Ok(()), "a repeat");
+        assert_eq!(
+            nat.public().get(&v4("203.0.113.10")),
+            Some(&v4("10.250.0.7"))
+        );
+        assert!(
+            ops.links()["u0"]
+                .addresses
+                .contains(&(ip("203.0.113.10"), 32))
+        );
+        // The public IP of another instance, another public IP for the same instance.
+        for c in [
+            cmd("203.0.113.10", "10.250.0.8"),
+            cmd("203.0.113.11", "10.250.0.7"),
+        ] {
+            assert_eq!(
+                e.assign(&ops, &c).await,
+                Err(PublicIpFailureReason::AssignFailure)
+            );
+        }
+        for c in [
+            cmd("2001:db8::1", "10.250.0.8"),
+            cmd("255.255.255.255", "10.250.0.8"),
+        ] {
+            assert_eq!(
+                e.assign(&ops, &c).await,
+                Err(PublicIpFailureReason::InvalidData)
+            );
+        }
+        nat.fail_next("map");
+        assert_eq!(
+            e.assign(&ops, &cmd("203.0.113.12", "10.250.0.9")).await,
+            Err(PublicIpFailureReason::AssignFailure)
+        );
+        assert_eq!(nat.public().len(), 1);
+        // Release: the wrong private address is refused; a repeat is a success.
+        assert_eq!(
+            e.release(&ops, &cmd("203.0.113.10", "10.250.0.8")).await,
+            Err(PublicIpFailureReason::ReleaseFailure)
+        );
+        assert_eq!(e.release(&ops, &a).await, Ok(()));
+        assert_eq!(e.release(&ops, &a).await, Ok(()));
+        assert!(nat.public().is_empty());
+        assert!(ops.links()["u0"].addresses.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_restart_keeps_the_public_ips() {
+        let ops = FakeCnciOps::new();
+        ops.add_link("u0", "veth");
+        let nat = FakeNat::default();
+        let mut before = edge(&nat);
+        before.start(&ops).await.unwrap();
+        let a = cmd("203.0.113.10", "10.250.0.7");
+        before.assign(&ops, &a).await.unwrap();
+        let mut after = edge(&nat);
+        after.start(&ops).await.unwrap();
+        assert_eq!(
+            after.public().get(&v4("203.0.113.10")),
+            Some(&v4("10.250.0.7"))
+        );
+        assert_eq!(after.release(&ops, &a).await, Ok(()));
+        assert!(nat.public().is_empty());
+    }
+
+    #[tokio::test]
+    async fn without_an_uplink_public_ips_fail() {
+        let ops = FakeCnciOps::new();
+        let nat = FakeNat::default();
+        let mut e = Edge::new(
+            nat.clone(),
+            EdgeConfig {
+                uplink: None,
+                uplink_ip: Ipv4Addr::UNSPECIFIED,
+                mtu: 1450,
+                dhcp: false,
+            },
+        );
+        e.start(&ops).await.unwrap();
+        let a = cmd("203.0.113.10", "10.250.0.7");
+        assert_eq!(
+            e.assign(&ops, &a).await,
+            Err(PublicIpFailureReason::AssignFailure)
+        );
+        assert_eq!(
+            e.release(&ops, &a).await,
+            Err(PublicIpFailureReason::ReleaseFailure)
+        );
+    }
+
+    fn peer(physical: &str, subnet: &str) -> ssntp::payload::CnciPeer {
+        ssntp::payload::CnciPeer {
+            physical_ip: ip(physical),
+            subnet: subnet.parse().unwrap(),
+            tunnel_ip: ip("10.0.0.1"),
+            tunnel_id: 1,
+        }
+    }
+
+    #[tokio::test]
+    async fn refresh_routes_the_siblings_and_a_restart_finds_them() {
+        let ops = FakeCnciOps::new();
+        ops.add_link("u0", "veth");
+        let nat = FakeNat::default();
+        let mut e = edge(&nat);
+        e.start(&ops).await.unwrap();
+        let refresh = |cncis| ssntp::payload::RefreshCnci {
+            cnci_uuid: Uuid::from_u128(0xcc),
+            cncis,
+        };
+        let r = refresh(vec![
+            peer("198.18.0.100", "10.250.0.0/24"), // itself
+            peer("198.18.0.101", "10.250.1.0/24"),
+            peer("198.18.0.102", "10.250.2.9/24"), // not a network address: normalised
+            peer("fd00::1", "10.250.3.0/24"),      // skipped
+        ]);
+        e.refresh(&ops, &r).await.unwrap();
+        let routes = ops.routes();
+        assert_eq!(routes.len(), 2, "{routes:?}");
+        assert_eq!(routes[&(v4("10.250.1.0"), 24)], v4("198.18.0.101"));
+        assert_eq!(routes[&(v4("10.250.2.0"), 24)], v4("198.18.0.102"));
+        assert_eq!(nat.siblings().len(), 2);
+        // A restart reads them back; the next refresh drops the gone sibling and moves one.
+        let mut after = edge(&nat);
+        after.start(&ops).await.unwrap();
+        assert_eq!(after.siblings().len(), 2);
+        let r = refresh(vec![peer("198.18.0.103", "10.250.1.0/24")]);
+        after.refresh(&ops, &r).await.unwrap();
+        let routes = ops.routes();
+        assert_eq!(
+            routes.into_iter().collect::<Vec<_>>(),
+            vec![((v4("10.250.1.0"), 24), v4("198.18.0.103"))]
+        );
+        assert_eq!(nat.siblings(), vec!["10.250.1.0/24".parse().unwrap()]);
+    }
+}

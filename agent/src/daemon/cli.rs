@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use super::DaemonConfig;
 use crate::backend::libvirt::{Accel, LibvirtConfig};
+use crate::cnci::launch::LaunchConfig;
 use crate::config::Limits;
 use crate::net::NetArgs;
 use crate::sim::SimConfig;
@@ -162,6 +163,27 @@ pub struct Args {
     /// Tenant networking (with `--network cn|dual` and `--backend libvirt`).
     #[command(flatten)]
     pub net: NetArgs,
+    /// Network nodes (`--network nn|dual`): the CNCIs' certificate (PEM, the cnciagent role,
+    /// no UUID bound). With it the CNCIs placed here run as `cumulo-cnci` processes, each in a
+    /// network namespace of its own, reached through this node (a veth pair, proxy ARP on
+    /// `--cnci-uplink`).
+    #[arg(long, env = "CUMULO_AGENT_CNCI_CERT")]
+    pub cnci_cert: Option<PathBuf>,
+    /// The CNCIs' private key (PEM).
+    #[arg(long, env = "CUMULO_AGENT_CNCI_KEY")]
+    pub cnci_key: Option<PathBuf>,
+    /// The node's link on the compute network, where it answers ARP for its CNCIs.
+    #[arg(long, env = "CUMULO_AGENT_CNCI_UPLINK")]
+    pub cnci_uplink: Option<String>,
+    /// The addresses the CNCIs take (IPv4 CIDR; network nodes need disjoint ranges).
+    #[arg(long, env = "CUMULO_AGENT_CNCI_ADDRESSES", value_parser = parse_cidr)]
+    pub cnci_addresses: Option<crate::net::Cidr>,
+    /// The compute network's prefix length (the CNCIs' addresses get it).
+    #[arg(long, env = "CUMULO_AGENT_CNCI_PREFIX", default_value_t = 24, value_parser = clap::value_parser!(u8).range(1..=30))]
+    pub cnci_prefix: u8,
+    /// The `cumulo-cnci` binary (default: the one next to this program).
+    #[arg(long, env = "CUMULO_AGENT_CNCI_BINARY")]
+    pub cnci_binary: Option<PathBuf>,
     /// Log format.
     #[arg(long, env = "CUMULO_AGENT_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
     pub log_format: String,
@@ -193,9 +215,17 @@ pub enum ArgsError {
     /// The host name is empty.
     #[error("the host name is empty: give one with --hostname")]
     Hostname,
+    /// CNCI flags that do not go together.
+    #[error("{0}")]
+    Cnci(String),
     /// The stats interval is zero.
     #[error("--stats-interval must be longer than zero")]
     StatsInterval,
+}
+
+/// An `ADDR/PREFIX` flag.
+fn parse_cidr(s: &str) -> Result<crate::net::Cidr, String> {
+    s.parse().map_err(|_| format!("{s:?}: not ADDRESS/PREFIX"))
 }
 
 /// This host's name, from the kernel; `None` if it cannot be read.
@@ -262,6 +292,48 @@ impl Args {
         // or nn (no VNICs of instances here) there is nothing to plumb.
         let tenant_net = matches!(self.network, Network::Cn | Network::Dual)
             && self.backend == BackendKind::Libvirt;
+        let cnci = match (&self.cnci_cert, self.network) {
+            (None, _) => None,
+            (Some(_), Network::None | Network::Cn) => {
+                return Err(ArgsError::Cnci(
+                    "--cnci-cert: only network nodes (--network nn or dual) run CNCIs".into(),
+                ));
+            }
+            (Some(cert), Network::Nn | Network::Dual) => {
+                let missing = |f: &str| ArgsError::Cnci(format!("--cnci-cert needs {f}"));
+                let key = self.cnci_key.clone().ok_or_else(|| missing("--cnci-key"))?;
+                let uplink = self
+                    .cnci_uplink
+                    .clone()
+                    .ok_or_else(|| missing("--cnci-uplink"))?;
+                let addresses = self
+                    .cnci_addresses
+                    .ok_or_else(|| missing("--cnci-addresses"))?;
+                if !addresses.addr.is_ipv4() {
+                    return Err(ArgsError::Cnci("--cnci-addresses: IPv4 only".into()));
+                }
+                let binary = match &self.cnci_binary {
+                    Some(b) => b.clone(),
+                    None => std::env::current_exe()
+                        .ok()
+                        .and_then(|e| e.parent().map(|d| d.join("cumulo-cnci")))
+                        .unwrap_or_else(|| PathBuf::from("cumulo-cnci")),
+                };
+                Some(LaunchConfig {
+                    binary,
+                    ca_cert: self.ca_cert.clone(),
+                    cert: cert.clone(),
+                    key,
+                    uplink,
+                    addresses,
+                    prefix: self.cnci_prefix,
+                    servers: self.scheduler.clone(),
+                    tunnel: self.net.tunnel.to_string(),
+                    vxlan_port: self.net.vxlan_port,
+                    dir: self.state_dir.join("cnci"),
+                })
+            }
+        };
         Ok(DaemonConfig {
             net: tenant_net.then_some(self.net),
             tls,
@@ -279,6 +351,7 @@ impl Args {
                 ..SimConfig::default()
             },
             libvirt,
+            cnci,
             handshake: HandshakeConfig::default(),
             backoff: Backoff::default(),
         })

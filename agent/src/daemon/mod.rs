@@ -47,6 +47,7 @@ pub use reporter::{EventSender, Outbound, SsntpReporter};
 
 use crate::backend::libvirt::{LibvirtBackend, LibvirtConfig, LibvirtError};
 use crate::backend::{Backend, BackendError};
+use crate::cnci::launch::{CnciLauncher, LaunchConfig};
 use crate::config::{Config, Limits};
 use crate::core::{Core, CoreError};
 use crate::host::HostSource;
@@ -90,6 +91,9 @@ pub struct DaemonConfig {
     /// Tenant networking's flags, when instances here get VNICs: `--network cn|dual` with the
     /// libvirt backend. `None`: no bridges, tunnels or taps (a START's NIC is ignored).
     pub net: Option<NetArgs>,
+    /// How this node runs CNCIs (`--network nn|dual` with `--cnci-cert`): `None`, it runs
+    /// none.
+    pub cnci: Option<LaunchConfig>,
     /// SSNTP handshake and session limits.
     pub handshake: HandshakeConfig,
     /// Reconnection delays.
@@ -145,6 +149,9 @@ pub enum DaemonError {
     /// The tenant networks could not be rebuilt from the kernel at start.
     #[error("tenant networking: rebuilding at start: {0}")]
     NetRebuild(BackendError),
+    /// The CNCI launcher could not read its records.
+    #[error("CNCI launcher: {0}")]
+    Cnci(BackendError),
     /// The SSNTP client refused its configuration, or gave up for good (the scheduler aborted
     /// the session: another agent took our UUID, or our role was refused).
     #[error("ssntp: {0}")]
@@ -178,29 +185,31 @@ fn lock_state_dir(dir: &Path) -> Result<File, DaemonError> {
 /// Runs the agent until `shutdown` is cancelled (`Ok`), or until it cannot go on (`Err`).
 pub async fn run(config: DaemonConfig, shutdown: CancellationToken) -> Result<(), DaemonError> {
     let (_locks, node) = claim(&config)?;
+    let cnci = config.cnci.clone();
     match (&config.libvirt, &config.net) {
         (Some(l), Some(net)) if net.node_ip.is_some() => {
             let backend = LibvirtBackend::new(l.clone())?;
             let network = net.network(RtNetOps::new()?).await?;
-            run_with(&config, node, networked(backend, network), shutdown).await
+            let prepare = with_cncis(networked(backend, network), cnci);
+            run_with(&config, node, prepare, shutdown).await
         }
         (Some(l), net) => {
             if net.is_some() {
                 tracing::warn!("no --node-ip: tenant networking off (VMs start without a NIC)");
             }
             let backend = LibvirtBackend::new(l.clone())?;
-            run_with(&config, node, ready(backend), shutdown).await
+            run_with(&config, node, with_cncis(ready(backend), cnci), shutdown).await
         }
         (None, _) => {
             let backend = SimBackend::new(config.sim.clone())?;
-            run_with(&config, node, ready(backend), shutdown).await
+            run_with(&config, node, with_cncis(ready(backend), cnci), shutdown).await
         }
     }
 }
 
 /// Runs the agent as [`run`] does, over `backend` with tenant networking on `network` (its
-/// node address and tunnel kind; [`NetArgs::network`] makes one). `config.net` and
-/// `config.libvirt` are not looked at.
+/// node address and tunnel kind; [`NetArgs::network`] makes one), and the CNCIs of
+/// `config.cnci` as processes. `config.net` and `config.libvirt` are not looked at.
 pub async fn run_networked<B: Backend, O: NetOps>(
     config: DaemonConfig,
     backend: B,
@@ -208,7 +217,8 @@ pub async fn run_networked<B: Backend, O: NetOps>(
     shutdown: CancellationToken,
 ) -> Result<(), DaemonError> {
     let (_locks, node) = claim(&config)?;
-    run_with(&config, node, networked(backend, network), shutdown).await
+    let prepare = with_cncis(networked(backend, network), config.cnci.clone());
+    run_with(&config, node, prepare, shutdown).await
 }
 
 /// The state directory's lock and the node's UUID (with its lock).
@@ -227,6 +237,23 @@ type Prepare<B> = Box<
     dyn FnOnce(EventSender, Uuid) -> Pin<Box<dyn Future<Output = Result<B, DaemonError>> + Send>>
         + Send,
 >;
+
+/// The prepared backend wrapped in a [`CnciLauncher`]: a network node runs the CNCIs placed
+/// on it as processes (`cnci` set), every other instance in the backend.
+fn with_cncis<B: Backend>(
+    prepare: Prepare<B>,
+    cnci: Option<LaunchConfig>,
+) -> Prepare<CnciLauncher<B>> {
+    Box::new(move |events, node| {
+        Box::pin(async move {
+            let backend = prepare(events, node).await?;
+            if let Some(c) = &cnci {
+                tracing::info!(uplink = %c.uplink, addresses = %c.addresses, "CNCIs run here as processes");
+            }
+            CnciLauncher::new(backend, cnci).map_err(DaemonError::Cnci)
+        })
+    })
+}
 
 /// A backend with nothing to prepare.
 fn ready<B: Backend>(backend: B) -> Prepare<B> {

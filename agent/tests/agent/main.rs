@@ -4,9 +4,11 @@
 //! ([`netns`]: root; real bridges, tunnels, taps and pings), and real VMs through the daemon
 //! ([`libvirt`]: skipped without `CUMULO_LIBVIRT_URI`), and the daemon with tenant networking
 //! over a fake kernel ([`tenants`]), `cumulo-cnci` in a network namespace ([`cnci`]: root),
-//! and two hosts' agents pinging through a CNCI over SSNTP ([`overlay`]: root).
+//! two hosts' agents pinging through a CNCI over SSNTP ([`overlay`]: root), and the CNCI's DHCP,
+//! outbound NAT and public IPs for those hosts' guests ([`edge`]: root).
 
 mod cnci;
+mod edge;
 mod in_process;
 mod libvirt;
 mod netns;

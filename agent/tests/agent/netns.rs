@@ -127,7 +127,7 @@ impl Netns {
     }
 
     /// No answer to two pings.
-    fn cut_off_from(&self, to: &str) -> bool {
+    pub(crate) fn cut_off_from(&self, to: &str) -> bool {
         !self.ping(to, 2, 1)
     }
 }

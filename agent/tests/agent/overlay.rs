@@ -24,7 +24,7 @@ const KEY: u32 = 0x7003;
 const CNCI_IP: &str = "198.18.0.100";
 
 /// Moves the calling thread into a namespace.
-fn enter(ns: &str) {
+pub(crate) fn enter(ns: &str) {
     let file = std::fs::File::open(format!("/run/netns/{ns}")).unwrap();
     rustix::thread::move_into_link_name_space(
         std::os::fd::AsFd::as_fd(&file),
@@ -34,7 +34,7 @@ fn enter(ns: &str) {
 }
 
 /// A listener on a namespace's loopback.
-fn listen_in(ns: &str) -> std::net::TcpListener {
+pub(crate) fn listen_in(ns: &str) -> std::net::TcpListener {
     let ns = ns.to_string();
     std::thread::spawn(move || {
         enter(&ns);
@@ -47,7 +47,7 @@ fn listen_in(ns: &str) -> std::net::TcpListener {
 }
 
 /// Forwards every connection to `listener` to `to` (connected from this runtime's namespace).
-fn proxy(listener: std::net::TcpListener, to: String) {
+pub(crate) fn proxy(listener: std::net::TcpListener, to: String) {
     let listener = TcpListener::from_std(listener).unwrap();
     tokio::spawn(async move {
         while let Ok((mut inbound, _)) = listener.accept().await {
@@ -62,7 +62,7 @@ fn proxy(listener: std::net::TcpListener, to: String) {
 }
 
 /// `bridge fdb show dev DEV` in a namespace.
-fn fdb(ns: &str, dev: &str) -> String {
+pub(crate) fn fdb(ns: &str, dev: &str) -> String {
     let out = Command::new("ip")
         .args(["netns", "exec", ns, "bridge", "fdb", "show", "dev", dev])
         .output()
@@ -71,7 +71,7 @@ fn fdb(ns: &str, dev: &str) -> String {
 }
 
 /// Polls `check` (every 20 ms) until it holds, for at most [`T`].
-async fn until(what: &str, mut check: impl FnMut() -> bool) {
+pub(crate) async fn until(what: &str, mut check: impl FnMut() -> bool) {
     let deadline = Instant::now() + T;
     while !check() {
         assert!(
@@ -83,13 +83,13 @@ async fn until(what: &str, mut check: impl FnMut() -> bool) {
 }
 
 /// An agent daemon in a host's namespace, on its own thread and runtime.
-struct HostAgent {
+pub(crate) struct HostAgent {
     stop: CancellationToken,
     thread: Option<std::thread::JoinHandle<Result<(), DaemonError>>>,
 }
 
 impl HostAgent {
-    fn start(ns: &str, node_ip: &str, config: DaemonConfig) -> HostAgent {
+    pub(crate) fn start(ns: &str, node_ip: &str, config: DaemonConfig) -> HostAgent {
         let (ns, node_ip) = (ns.to_string(), node_ip.parse().unwrap());
         let stop = CancellationToken::new();
         let token = stop.clone();
@@ -118,7 +118,7 @@ impl HostAgent {
         }
     }
 
-    fn stop(mut self) {
+    pub(crate) fn stop(mut self) {
         self.stop.cancel();
         self.thread.take().unwrap().join().unwrap().unwrap();
     }

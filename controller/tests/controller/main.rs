@@ -5,3 +5,4 @@
 mod cluster;
 mod openstack;
 mod support;
+mod tenant_net;

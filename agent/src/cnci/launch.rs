@@ -1,0 +1,612 @@
+//! [`CnciLauncher`]: a network node's agent runs the CNCIs placed on it as `cumulo-cnci`
+//! processes, each in a network namespace of its own, wrapping the node's [`Backend`] (which
+//! runs every other instance).
+//!
+//! A START is a CNCI's when its meta data says `cumulo-role: cnci` (what the controller's CNCI
+//! START carries). For one:
+//!
+//! - **create**: a namespace `cumulo-cnci-<12 hex of the UUID>` with loopback up and a veth
+//!   pair, `u0` inside holding the lowest address of `--cnci-addresses` no other CNCI of this
+//!   node holds (with the compute network's prefix length), `cn<12 hex>` on the node with a
+//!   `/32` route to that address; the node forwards and answers ARP for it on its uplink and
+//!   for the compute network on the veth (`ip_forward`, `proxy_arp` on both), so the CNCI is
+//!   reached from the other nodes and from the node itself (a dual node's own tunnels); a
+//!   record in `<state>/cnci/<uuid>.json` (tenant, namespace, address).
+//! - **start**: a loopback relay in the namespace to the agent's schedulers (so that the CNCI
+//!   reaches them whatever routes its namespace has: TLS goes through the relay end to end, to
+//!   `localhost:<port>` as the certificates name it), then `ip netns exec <ns> cumulo-cnci
+//!   --uuid <instance> --tenant <tenant> --ip <address> --scheduler localhost:<relay>` with the
+//!   node's CNCI certificate (`--cnci-cert`: the CNCIAGENT role, no UUID bound, so it serves
+//!   every CNCI of the node), tunnel kind and VXLAN port; its log goes to
+//!   `<state>/cnci/<uuid>.log`.
+//! - **wait_exit** resolves when the process exits; **stop** sends SIGTERM (SIGKILL after
+//!   10 s); **delete** stops it, deletes the namespace (the veth pair and its route go with it) and the
+//!   record.
+//! - **list** (an agent restart): a CNCI with a record is listed as not running, a process of
+//!   it that an earlier run left is stopped first; the core then starts it again.
+//!
+//! Namespaces and links are made with the `ip` binary (iproute2).
+
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::backend::{Backend, BackendError, Existing};
+use crate::model::{InstanceSpec, Usage};
+use crate::net::Cidr;
+
+/// How a network node runs its CNCIs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaunchConfig {
+    /// `cumulo-cnci`.
+    pub binary: PathBuf,
+    /// The cluster CA (PEM).
+    pub ca_cert: PathBuf,
+    /// The CNCIs' certificate (CNCIAGENT, no UUID bound) and key.
+    pub cert: PathBuf,
+    /// Its key.
+    pub key: PathBuf,
+    /// The node's link on the compute network (where it answers ARP for its CNCIs).
+    pub uplink: String,
+    /// The addresses CNCIs take (IPv4).
+    pub addresses: Cidr,
+    /// The compute network's prefix length (the CNCIs' addresses get it).
+    pub prefix: u8,
+    /// The schedulers, `host:port`, as the agent reaches them.
+    pub servers: Vec<String>,
+    /// `--tunnel` for the CNCIs.
+    pub tunnel: String,
+    /// `--vxlan-port` for the CNCIs.
+    pub vxlan_port: u16,
+    /// Where records live (`<state>/cnci`).
+    pub dir: PathBuf,
+}
+
+/// What is kept of a CNCI.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Record {
+    /// Its tenant.
+    pub tenant: Uuid,
+    /// Its namespace.
+    pub ns: String,
+    /// Its address on the compute network.
+    pub ip: Ipv4Addr,
+    /// The process of its last start.
+    #[serde(default)]
+    pub pid: Option<i32>,
+}
+
+struct Running {
+    pid: i32,
+    exited: watch::Receiver<bool>,
+    relay: CancellationToken,
+}
+
+#[derive(Default)]
+struct State {
+    records: BTreeMap<Uuid, Record>,
+    running: BTreeMap<Uuid, Running>,
+}
+
+/// See the module documentation.
+pub struct CnciLauncher<B> {
+    inner: B,
+    config: Option<LaunchConfig>,
+    state: Arc<Mutex<State>>,
+}
+
+/// Whether a START's spec is a CNCI's.
+pub fn is_cnci(spec: &InstanceSpec) -> bool {
+    spec.meta_data.get("cumulo-role").map(String::as_str) == Some("cnci")
+}
+
+/// The namespace of a CNCI.
+pub fn ns_name(instance: Uuid) -> String {
+    format!("cumulo-cnci-{}", &instance.simple().to_string()[..12])
+}
+
+fn launch(e: impl std::fmt::Display) -> BackendError {
+    BackendError::Launch(e.to_string())
+}
+
+/// The node's end of a CNCI's veth pair.
+pub fn host_end(instance: Uuid) -> String {
+    format!("cn{}", &instance.simple().to_string()[..12])
+}
+
+/// Runs `ip ARGS`; its stderr as the error.
+async fn ip(args: &[&str]) -> Result<(), BackendError> {
+    let out = tokio::process::Command::new("ip")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .map_err(|e| BackendError::Network(format!("ip: {e}")))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(BackendError::Network(format!(
+            "ip {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )))
+    }
+}
+
+/// Whether process `pid` runs (and is not a zombie).
+fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .map(|(_, rest)| rest.trim_start().chars().next())
+        })
+        .flatten()
+        .is_some_and(|state| state != 'Z' && state != 'X')
+}
+
+fn signal(pid: i32, sig: rustix::process::Signal) {
+    if let Some(p) = rustix::process::Pid::from_raw(pid) {
+        let _ = rustix::process::kill_process(p, sig);
+    }
+}
+
+/// A listener on the loopback of namespace `ns` (bound from a thread moved there).
+fn listen_in(ns: &str) -> std::io::Result<std::net::TcpListener> {
+    let path = format!("/run/netns/{ns}");
+    std::thread::spawn(move || {
+        let file = std::fs::File::open(&path)?;
+        rustix::thread::move_into_link_name_space(
+            std::os::fd::AsFd::as_fd(&file),
+            Some(rustix::thread::LinkNameSpaceType::Network),
+        )?;
+        let l = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
+        l.set_nonblocking(true)?;
+        Ok(l)
+    })
+    .join()
+    .unwrap_or_else(|_| Err(std::io::Error::other("the relay's thread panicked")))
+}
+
+/// Forwards every connection to `listener` to the first of `servers` that answers, until
+/// `stop`.
+fn relay(listener: std::net::TcpListener, servers: Vec<String>, stop: CancellationToken) {
+    let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
+        return;
+    };
+    tokio::spawn(async move {
+        loop {
+            let accepted = tokio::select! {
+                _ = stop.cancelled() => break,
+                a = listener.accept() => a,
+            };
+            let Ok((mut inbound, _)) = accepted else {
+                continue;
+            };
+            let servers = servers.clone();
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                for s in &servers {
+                    if let Ok(mut out) = tokio::net::TcpStream::connect(s).await {
+                        tokio::select! {
+                            _ = stop.cancelled() => {}
+                            _ = tokio::io::copy_bidirectional(&mut inbound, &mut out) => {}
+                        }
+                        return;
+                    }
+                }
+            });
+        }
+    });
+}
+
+impl<B: Backend> CnciLauncher<B> {
+    /// Wraps `inner`; reads the records of an earlier run. Without a configuration every call
+    /// goes to `inner` (a node that runs no CNCIs).
+    pub fn new(inner: B, config: Option<LaunchConfig>) -> Result<CnciLauncher<B>, BackendError> {
+        let mut state = State::default();
+        let Some(config) = config else {
+            return Ok(CnciLauncher {
+                inner,
+                config: None,
+                state: Arc::new(Mutex::new(state)),
+            });
+        };
+        std::fs::create_dir_all(&config.dir).map_err(launch)?;
+        for entry in std::fs::read_dir(&config.dir).map_err(launch)? {
+            let path = entry.map_err(launch)?.path();
+            if path.extension().and_then(|e| e.to_str()) != Some("json") {
+                continue;
+            }
+            let id = path
+                .file_stem()
+                .and_then(|s| s.to_str())
+                .and_then(|s| s.parse::<Uuid>().ok());
+            let record = std::fs::read(&path)
+                .ok()
+                .and_then(|b| serde_json::from_slice::<Record>(&b).ok());
+            match (id, record) {
+                (Some(id), Some(r)) => {
+                    state.records.insert(id, r);
+                }
+                _ => tracing::warn!(path = %path.display(), "unreadable CNCI record: ignored"),
+            }
+        }
+        Ok(CnciLauncher {
+            inner,
+            config: Some(config),
+            state: Arc::new(Mutex::new(state)),
+        })
+    }
+
+    fn config(&self) -> Result<&LaunchConfig, BackendError> {
+        self.config
+            .as_ref()
+            .ok_or_else(|| BackendError::Launch("this node runs no CNCIs".into()))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn record_path(&self, id: Uuid) -> Result<PathBuf, BackendError> {
+        Ok(self.config()?.dir.join(format!("{id}.json")))
+    }
+
+    fn save(&self, id: Uuid, r: &Record) -> Result<(), BackendError> {
+        let bytes = serde_json::to_vec(r).map_err(launch)?;
+        let path = self.record_path(id)?;
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, bytes).map_err(launch)?;
+        std::fs::rename(&tmp, &path).map_err(launch)
+    }
+
+    fn is_ours(&self, id: Uuid) -> bool {
+        self.lock().records.contains_key(&id)
+    }
+
+    /// The lowest free address of the pool (not its network or broadcast address).
+    fn allocate(&self) -> Result<Ipv4Addr, BackendError> {
+        let pool = self.config()?.addresses;
+        let std::net::IpAddr::V4(base) = pool.addr else {
+            return Err(BackendError::Network(
+                "--cnci-addresses must be IPv4".into(),
+            ));
+        };
+        let prefix = u32::from(pool.prefix.min(32));
+        let size = 1u64 << (32 - prefix);
+        let start = u32::from(base) & u32::MAX.checked_shl(32 - prefix).unwrap_or(0);
+        let used: Vec<Ipv4Addr> = self.lock().records.values().map(|r| r.ip).collect();
+        (1..size.saturating_sub(1))
+            .filter_map(|i| u32::try_from(i).ok())
+            .map(|i| Ipv4Addr::from(start.wrapping_add(i)))
+            .find(|a| !used.contains(a))
+            .ok_or_else(|| BackendError::Network("no free CNCI address".into()))
+    }
+
+    async fn make(&self, spec: &InstanceSpec) -> Result<(), BackendError> {
+        let c = self.config()?;
+        let id = spec.instance;
+        if self.is_ours(id) {
+            return Err(BackendError::Exists);
+        }
+        let addr = self.allocate()?;
+        let ns = ns_name(id);
+        let record = Record {
+            tenant: spec.tenant,
+            ns: ns.clone(),
+            ip: addr,
+            pid: None,
+        };
+        // Held before the kernel is touched: a concurrent create takes another address.
+        self.lock().records.insert(id, record.clone());
+        let made = async {
+            // A namespace of this instance without a record is a crash's leftover.
+            let _ = ip(&["netns", "del", &ns]).await;
+            ip(&["netns", "add", &ns]).await?;
+            // A veth pair: `u0` in the CNCI's namespace, `cn<12 hex>` here, routed and
+            // proxy-ARPed (so the node itself, e.g. a dual node's own tunnels, reaches the CNCI
+            // as well as the rest of the compute network does).
+            let host = host_end(id);
+            ip(&[
+                "link", "add", &host, "type", "veth", "peer", "name", "u0", "netns", &ns,
+            ])
+            .await?;
+            ip(&["link", "set", &host, "up"]).await?;
+            for knob in [
+                "ip_forward".to_string(),
+                format!("conf/{host}/proxy_arp"),
+                format!("conf/{}/proxy_arp", c.uplink),
+            ] {
+                std::fs::write(format!("/proc/sys/net/ipv4/{knob}"), "1")
+                    .map_err(|e| BackendError::Network(format!("sysctl {knob}: {e}")))?;
+            }
+            ip(&["route", "replace", &format!("{addr}/32"), "dev", &host]).await?;
+            let cidr = format!("{addr}/{}", c.prefix);
+            ip(&["-n", &ns, "addr", "add", &cidr, "dev", "u0"]).await?;
+            ip(&["-n", &ns, "link", "set", "u0", "up"]).await?;
+            ip(&["-n", &ns, "link", "set", "lo", "up"]).await?;
+            self.save(id, &record)
+        };
+        if let Err(e) = made.await {
+            let _ = ip(&["netns", "del", &ns]).await;
+            self.lock().records.remove(&id);
+            return Err(e);
+        }
+        tracing::info!(cnci = %id, tenant = %spec.tenant, ip = %addr, %ns, "CNCI namespace made");
+        Ok(())
+    }
+
+    async fn launch(&self, id: Uuid) -> Result<(), BackendError> {
+        let Some(mut record) = self.lock().records.get(&id).cloned() else {
+            return Err(BackendError::NotFound);
+        };
+        if self.lock().running.contains_key(&id) {
+            return Ok(());
+        }
+        let c = self.config()?;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(c.dir.join(format!("{id}.log")))
+            .map_err(launch)?;
+        let listener = listen_in(&record.ns).map_err(launch)?;
+        let port = listener.local_addr().map_err(launch)?.port();
+        let stop_relay = CancellationToken::new();
+        relay(listener, c.servers.clone(), stop_relay.clone());
+        let spawned = tokio::process::Command::new("ip")
+            .args(["netns", "exec", &record.ns])
+            .arg(&c.binary)
+            .arg("--ca-cert")
+            .arg(&c.ca_cert)
+            .arg("--cert")
+            .arg(&c.cert)
+            .arg("--key")
+            .arg(&c.key)
+            .args(["--scheduler", &format!("localhost:{port}")])
+            .args(["--uuid", &id.to_string()])
+            .args(["--tenant", &record.tenant.to_string()])
+            .args(["--ip", &record.ip.to_string()])
+            .args(["--tunnel", &c.tunnel])
+            .args(["--vxlan-port", &c.vxlan_port.to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .kill_on_drop(false)
+            .spawn();
+        let mut child = match spawned {
+            Ok(c) => c,
+            Err(e) => {
+                stop_relay.cancel();
+                return Err(launch(format!("{}: {e}", c.binary.display())));
+            }
+        };
+        let pid = child
+            .id()
+            .and_then(|p| i32::try_from(p).ok())
+            .ok_or_else(|| launch("the CNCI exited at once"))?;
+        let (tx, rx) = watch::channel(false);
+        let relay_stop = stop_relay.clone();
+        tokio::spawn(async move {
+            let status = child.wait().await;
+            tracing::info!(cnci = %id, ?status, "CNCI process exited");
+            relay_stop.cancel();
+            let _ = tx.send(true);
+        });
+        record.pid = Some(pid);
+        self.save(id, &record)?;
+        let mut s = self.lock();
+        s.records.insert(id, record);
+        s.running.insert(
+            id,
+            Running {
+                pid,
+                exited: rx,
+                relay: stop_relay,
+            },
+        );
+        tracing::info!(cnci = %id, pid, "CNCI process started");
+        Ok(())
+    }
+
+    async fn halt(&self, id: Uuid) {
+        let running = self.lock().running.remove(&id);
+        let Some(r) = running else {
+            return;
+        };
+        signal(r.pid, rustix::process::Signal::TERM);
+        let mut exited = r.exited.clone();
+        let waited = tokio::time::timeout(Duration::from_secs(10), exited.wait_for(|e| *e))
+            .await
+            .is_ok();
+        if !waited {
+            tracing::warn!(cnci = %id, "CNCI did not stop within 10 s: killed");
+            signal(r.pid, rustix::process::Signal::KILL);
+            let _ = tokio::time::timeout(Duration::from_secs(5), exited.wait_for(|e| *e)).await;
+        }
+        r.relay.cancel();
+    }
+}
+
+impl<B: Backend> Backend for CnciLauncher<B> {
+    async fn create(&self, spec: &InstanceSpec) -> Result<(), BackendError> {
+        if is_cnci(spec) {
+            self.make(spec).await
+        } else {
+            self.inner.create(spec).await
+        }
+    }
+
+    async fn start(&self, instance: Uuid) -> Result<(), BackendError> {
+        if self.is_ours(instance) {
+            self.launch(instance).await
+        } else {
+            self.inner.start(instance).await
+        }
+    }
+
+    async fn wait_exit(&self, instance: Uuid) {
+        if !self.is_ours(instance) {
+            return self.inner.wait_exit(instance).await;
+        }
+        let rx = self.lock().running.get(&instance).map(|r| r.exited.clone());
+        if let Some(mut rx) = rx {
+            let _ = rx.wait_for(|e| *e).await;
+        }
+    }
+
+    async fn stop(&self, instance: Uuid) -> Result<(), BackendError> {
+        if self.is_ours(instance) {
+            self.halt(instance).await;
+            Ok(())
+        } else {
+            self.inner.stop(instance).await
+        }
+    }
+
+    async fn delete(&self, instance: Uuid) -> Result<(), BackendError> {
+        let Some(record) = self.lock().records.get(&instance).cloned() else {
+            return self.inner.delete(instance).await;
+        };
+        self.halt(instance).await;
+        if let Err(e) = ip(&["netns", "del", &record.ns]).await {
+            tracing::warn!(cnci = %instance, error = %e, "CNCI namespace not deleted");
+        }
+        match std::fs::remove_file(self.record_path(instance)?) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(launch(e)),
+            _ => {}
+        }
+        let _ = std::fs::remove_file(self.config()?.dir.join(format!("{instance}.log")));
+        self.lock().records.remove(&instance);
+        tracing::info!(cnci = %instance, "CNCI deleted");
+        Ok(())
+    }
+
+    async fn stats(&self) -> Vec<(Uuid, Usage)> {
+        self.inner.stats().await
+    }
+
+    async fn list(&self) -> Result<Vec<Existing>, BackendError> {
+        let mut all = self.inner.list().await?;
+        let records: Vec<(Uuid, Record)> = self
+            .lock()
+            .records
+            .iter()
+            .map(|(k, v)| (*k, v.clone()))
+            .collect();
+        for (id, r) in records {
+            let running = self.lock().running.contains_key(&id);
+            if !running && let Some(pid) = r.pid.filter(|p| alive(*p)) {
+                // An earlier run's process: stopped, to be started again by the core.
+                tracing::info!(cnci = %id, pid, "stopping a CNCI an earlier run left");
+                signal(pid, rustix::process::Signal::TERM);
+            }
+            all.push(Existing {
+                instance: id,
+                running,
+            });
+        }
+        Ok(all)
+    }
+}
+
+/// Stops every CNCI process recorded under `dir` (a network node's `<state>/cnci`) and deletes
+/// their namespaces: for tests that must not leave them behind when they fail.
+pub fn clean_up(dir: &std::path::Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let Some(r) = std::fs::read(e.path())
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Record>(&b).ok())
+        else {
+            continue;
+        };
+        if let Some(pid) = r.pid.filter(|p| alive(*p)) {
+            signal(pid, rustix::process::Signal::KILL);
+        }
+        let _ = std::process::Command::new("ip")
+            .args(["netns", "del", &r.ns])
+            .output();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::fake::FakeBackend;
+
+    fn config(dir: &std::path::Path) -> LaunchConfig {
+        LaunchConfig {
+            binary: "cumulo-cnci".into(),
+            ca_cert: "ca.pem".into(),
+            cert: "c.pem".into(),
+            key: "c.key".into(),
+            uplink: "u0".into(),
+            addresses: "198.18.0.128/30".parse().unwrap(),
+            prefix: 24,
+            servers: vec!["localhost:8888".into()],
+            tunnel: "vxlan".into(),
+            vxlan_port: 4789,
+            dir: dir.to_owned(),
+        }
+    }
+
+    #[test]
+    fn addresses_are_the_lowest_free_hosts_of_the_pool_and_records_are_read_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let l = CnciLauncher::new(FakeBackend::default(), Some(config(dir.path()))).unwrap();
+        assert_eq!(l.allocate().unwrap(), Ipv4Addr::new(198, 18, 0, 129));
+        let r = Record {
+            tenant: Uuid::from_u128(1),
+            ns: ns_name(Uuid::from_u128(7)),
+            ip: Ipv4Addr::new(198, 18, 0, 129),
+            pid: None,
+        };
+        l.save(Uuid::from_u128(7), &r).unwrap();
+        l.lock().records.insert(Uuid::from_u128(7), r.clone());
+        assert_eq!(l.allocate().unwrap(), Ipv4Addr::new(198, 18, 0, 130));
+        let mut full = r.clone();
+        full.ip = Ipv4Addr::new(198, 18, 0, 130);
+        l.lock().records.insert(Uuid::from_u128(8), full);
+        assert!(
+            matches!(l.allocate(), Err(BackendError::Network(_))),
+            "a /30 has two hosts"
+        );
+        std::fs::write(dir.path().join("junk.json"), b"{").unwrap();
+        std::fs::write(dir.path().join("x.log"), b"log").unwrap();
+        let again = CnciLauncher::new(FakeBackend::default(), Some(config(dir.path()))).unwrap();
+        assert_eq!(again.lock().records.get(&Uuid::from_u128(7)), Some(&r));
+        assert_eq!(again.lock().records.len(), 1);
+        assert!(ns_name(Uuid::from_u128(7)).len() <= 24);
+    }
+
+    #[test]
+    fn only_cnci_starts_are_intercepted() {
+        let mut meta = BTreeMap::new();
+        meta.insert("cumulo-role".to_string(), "cnci".to_string());
+        let spec = |meta_data| InstanceSpec {
+            instance: Uuid::from_u128(7),
+            tenant: Uuid::from_u128(1),
+            workload: Uuid::nil(),
+            kind: crate::model::VmKind::Sim,
+            firmware: crate::model::Firmware::Legacy,
+            image: "x".into(),
+            resources: crate::model::Resources::default(),
+            nic: None,
+            disks: Vec::new(),
+            user_data: None,
+            meta_data,
+            restart: false,
+        };
+        assert!(is_cnci(&spec(meta)));
+        assert!(!is_cnci(&spec(BTreeMap::new())));
+    }
+}

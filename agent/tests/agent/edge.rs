@@ -1,0 +1,1175 @@
+//! The CNCI's edge for real (root only), on the topology of [`crate::overlay`]: two hosts with
+//! agent daemons, `cumulo-cnci` in a namespace of its own, the real scheduler and a controller,
+//! plus an "outside" namespace on the compute network. Instances' guests (veths with the
+//! START's MAC, no address) get their addresses from the CNCI's DHCP server with busybox
+//! `udhcpc` and ping each other through the overlay; they reach the outside through the CNCI's
+//! outbound NAT while the outside cannot reach them; ASSIGN_PUBLIC_IP makes one reachable from
+//! the outside at its public IP (also after a CNCI restart), RELEASE_PUBLIC_IP cuts it off
+//! again; deleting the instances removes the subnet from the CNCI.
+//!
+//! Skipped like [`crate::netns`] without root, `ip`, `ping`, `nft` or `busybox` (a failure
+//! under `CUMULO_REQUIRE_NETNS=1`).
+// Helpers outside `#[test]` functions unwrap too: a failure there is a test failure.
+#![allow(clippy::unwrap_used)]
+
+use crate::netns::{Netns, can_run, mac_text, underlay};
+use crate::overlay::{HostAgent, enter, fdb, listen_in, proxy, until};
+use crate::support::*;
+use agent::net::names::bridge_name;
+use ssntp::payload::{
+    Cidr, CnciPeer, MacAddr, Networking, PublicIpCommand, PublicIpFailureReason, RefreshCnci,
+};
+use std::net::IpAddr;
+
+const CNCI: Uuid = Uuid::from_bytes([0xcd; 16]);
+const TENANT: Uuid = Uuid::from_bytes([0x7f; 16]);
+const KEY: u32 = 0x7004;
+const CNCI_IP: &str = "198.18.0.100";
+const OUTSIDE_IP: &str = "198.18.0.200";
+const PUBLIC_IP: &str = "203.0.113.10";
+
+/// The controller's plan: the MAC carries the private address (`02:00` + its four bytes).
+fn mac(n: u8) -> [u8; 6] {
+    [2, 0, 10, 250, 0, n]
+}
+
+fn networking(n: u8) -> Networking {
+    Networking {
+        vnic_mac: MacAddr(mac(n)),
+        vnic_uuid: u(0x50 + n),
+        concentrator_uuid: CNCI,
+        concentrator_ip: CNCI_IP.parse().unwrap(),
+        subnet: Cidr {
+            addr: "10.250.0.0".parse().unwrap(),
+            prefix: 24,
+        },
+        subnet_key: KEY,
+        private_ip: format!("10.250.0.{n}").parse().unwrap(),
+        public_ip: false,
+    }
+}
+
+/// Why this test cannot run here beyond [`can_run`]'s reasons.
+fn tools_missing() -> Option<String> {
+    for tool in ["nft", "busybox"] {
+        let found = Command::new("sh")
+            .args(["-c", &format!("command -v {tool}")])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !found {
+            return Some(format!(
+                "`{tool}` is not installed (scripts/deps.sh installs it)"
+            ));
+        }
+    }
+    None
+}
+
+/// The udhcpc script: configures the interface from the lease and writes what it got to
+/// `<dir>/<interface>.lease` as `ip mask router mtu`.
+fn dhcp_script(dir: &Path) -> PathBuf {
+    let path = dir.join("udhcpc.sh");
+    let lease = dir.join("$interface.lease");
+    std::fs::write(
+        &path,
+        format!(
+            "#!/bin/sh\n\
+             case \"$1\" in\n\
+             bound|renew)\n\
+             \tip addr flush dev \"$interface\"\n\
+             \tip addr add \"$ip/$mask\" dev \"$interface\"\n\
+             \t[ -n \"$mtu\" ] && ip link set dev \"$interface\" mtu \"$mtu\"\n\
+             \t[ -n \"$router\" ] && ip route replace default via \"${{router%% *}}\" dev \"$interface\"\n\
+             \techo \"$ip $mask $router $mtu\" > \"{}\"\n\
+             \t;;\n\
+             esac\n",
+            lease.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
+/// A guest namespace for an instance: a veth from the host's bridge, the guest end (named
+/// `g<n>`, so that the lease files differ) with the instance's MAC and no address.
+fn bare_guest(host: &Netns, bridge: &str, n: u8, mac: [u8; 6]) -> Netns {
+    let g = Netns::new(&format!("g{n}"));
+    let (port, dev) = (format!("vh-{n}"), format!("g{n}"));
+    host.ip(&[
+        "link", "add", &port, "type", "veth", "peer", "name", &dev, "netns", &g.name,
+    ]);
+    host.ip(&["link", "set", &port, "master", bridge, "up"]);
+    g.ip(&["link", "set", &dev, "address", &mac_text(&mac)]);
+    g.ip(&["link", "set", &dev, "up"]);
+    g
+}
+
+/// Runs busybox udhcpc once in the guest (up to 10 discovers a second apart); whether it got
+/// a lease.
+fn dhcp(g: &Netns, n: u8, script: &Path) -> bool {
+    let dev = format!("g{n}");
+    Command::new("ip")
+        .args(["netns", "exec", &g.name, "busybox", "udhcpc", "-i", &dev])
+        .args(["-f", "-q", "-n", "-t", "10", "-T", "1", "-s"])
+        .arg(script)
+        .output()
+        .unwrap()
+        .status
+        .success()
+}
+
+fn command(n: u8, public: &str) -> PublicIpCommand {
+    PublicIpCommand {
+        concentrator_uuid: CNCI,
+        tenant_uuid: TENANT,
+        instance_uuid: u(0xa0 + n),
+        public_ip: public.parse().unwrap(),
+        private_ip: format!("10.250.0.{n}").parse().unwrap(),
+        vnic_mac: MacAddr(mac(n)),
+    }
+}
+
+/// `cumulo-cnci` in namespace `ns`, its log appended to `log`.
+fn spawn_cnci(
+    ns: &str,
+    uuid: Uuid,
+    ip: &str,
+    port: u16,
+    (ca, cert, key): &(PathBuf, PathBuf, PathBuf),
+    log: &Path,
+) -> Process {
+    let child = Command::new("ip")
+        .args(["netns", "exec", ns])
+        .arg(env!("CARGO_BIN_EXE_cumulo-cnci"))
+        .args(["--ca-cert", ca.to_str().unwrap()])
+        .args(["--cert", cert.to_str().unwrap()])
+        .args(["--key", key.to_str().unwrap()])
+        .args(["--scheduler", &format!("localhost:{port}")])
+        .args(["--uuid", &uuid.to_string(), "--tenant", &TENANT.to_string()])
+        .args(["--ip", ip, "--tunnel", "vxlan"])
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(log)
+                .unwrap(),
+        )
+        .spawn()
+        .unwrap();
+    Process(child)
+}
+
+/// Runs a blocking check on the blocking pool.
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    tokio::task::spawn_blocking(f).await.unwrap()
+}
+
+#[test]
+fn guests_get_leases_reach_outside_and_a_public_ip_maps_and_unmaps() {
+    let name = "guests_get_leases_reach_outside_and_a_public_ip_maps_and_unmaps";
+    if !can_run(name) {
+        return;
+    }
+    if let Some(why) = tools_missing() {
+        assert!(
+            std::env::var("CUMULO_REQUIRE_NETNS").as_deref() != Ok("1"),
+            "{name}: CUMULO_REQUIRE_NETNS=1 but {why}"
+        );
+        eprintln!("skipping {name}: {why}");
+        return;
+    }
+    let (switch, h1, h2, cnci, ctl, outside) = (
+        Netns::new("sw"),
+        Netns::new("h1"),
+        Netns::new("h2"),
+        Netns::new("cnci"),
+        Netns::new("ctl"),
+        Netns::new("out"),
+    );
+    underlay(
+        &switch,
+        &[
+            (&h1, "198.18.0.1"),
+            (&h2, "198.18.0.2"),
+            (&cnci, CNCI_IP),
+            (&outside, OUTSIDE_IP),
+        ],
+    );
+    let listeners = [
+        listen_in(&h1.name),
+        listen_in(&h2.name),
+        listen_in(&cnci.name),
+    ];
+    let ports: Vec<u16> = listeners
+        .iter()
+        .map(|l| l.local_addr().unwrap().port())
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let pki = TestPki::new();
+    let (n1, n2) = (u(1), u(2));
+    let mut agents = Vec::new();
+    for (i, (ns, ip)) in [(&h1, "198.18.0.1"), (&h2, "198.18.0.2")]
+        .into_iter()
+        .enumerate()
+    {
+        let node = [n1, n2][i];
+        let files = agent_files(
+            &pki,
+            Role::AGENT,
+            Some(node),
+            &dir.path().join(format!("a{i}")),
+        );
+        let state = dir.path().join(format!("state{i}"));
+        let cfg = config(&files, &format!("localhost:{}", ports[i]), &state, &[]);
+        agents.push((ns.name.clone(), ip.to_string(), cfg));
+    }
+    let names = (
+        ctl.name.clone(),
+        cnci.name.clone(),
+        h1.name.clone(),
+        h2.name.clone(),
+        outside.name.clone(),
+    );
+    let dir_path = dir.path().to_owned();
+    let test = std::thread::spawn(move || {
+        let (ctl_name, cnci_name, h1_name, h2_name, out_name) = names;
+        enter(&ctl_name);
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let sched = real_scheduler(&pki).await;
+            let [l1, l2, l3] = listeners;
+            for l in [l1, l2, l3] {
+                proxy(l, sched.addr.replace("localhost", "127.0.0.1"));
+            }
+            let mut c = controller(&pki, &sched.addr).await;
+            let running: Vec<HostAgent> = agents
+                .into_iter()
+                .map(|(ns, ip, cfg)| HostAgent::start(&ns, &ip, cfg))
+                .collect();
+            let (ca, cert, key) = pki
+                .leaf(Role::CNCIAGENT, Some(CNCI))
+                .write(&dir_path, "cnci");
+            let log = dir_path.join("cnci.log");
+            let files = (ca, cert, key);
+            let spawn = || spawn_cnci(&cnci_name, CNCI, CNCI_IP, ports[2], &files, &log);
+            let mut cnci_process = spawn();
+            let logs = || std::fs::read_to_string(&log).unwrap_or_default();
+            c.expect("CONCENTRATOR_INSTANCE_ADDED", |m| {
+                matches!(m.payload, Payload::ConcentratorInstanceAdded(_)).then_some(())
+            })
+            .await;
+            for n in [n1, n2] {
+                c.stats(n, "the agent's first STATS", |_| true).await;
+            }
+
+            // One instance on each host, with the controller's MAC → IP plan.
+            let (i1, i2) = (u(0xa7), u(0xa8));
+            for (i, node, k) in [(i1, n1, 7), (i2, n2, 8)] {
+                let mut s = start(i, "debian");
+                s.tenant_uuid = TENANT;
+                s.requirements.node_id = Some(node);
+                s.networking = Some(networking(k));
+                c.send(&start_payload(s));
+                c.stats(node, "active", |s| {
+                    state_in(s, i) == Some(InstanceState::Active)
+                })
+                .await;
+            }
+            let hub = format!("kv-{KEY:08x}");
+            let cnci_bridge = format!("kb-{KEY:08x}");
+            let cn = Netns {
+                name: cnci_name.clone(),
+            };
+            until("both hosts at the CNCI, its gateway address up", || {
+                let f = fdb(&cnci_name, &hub);
+                f.contains("dst 198.18.0.1")
+                    && f.contains("dst 198.18.0.2")
+                    && cn.ip(&["-o", "addr", "show"]).contains(&format!(
+                        "10.250.0.1/24 brd 10.250.0.255 scope global {cnci_bridge}"
+                    ))
+            })
+            .await;
+            until("the CNCI's DHCP server", || {
+                logs().contains("subnet served")
+            })
+            .await;
+
+            // DHCP: each guest gets the address the plan gives its MAC, the gateway as router,
+            // the overlay's MTU.
+            let bridge = bridge_name(KEY);
+            let h1 = Netns { name: h1_name };
+            let h2 = Netns { name: h2_name };
+            let g1 = bare_guest(&h1, &bridge, 7, mac(7));
+            let g2 = bare_guest(&h2, &bridge, 8, mac(8));
+            let script = dhcp_script(&dir_path);
+            let (g1, g2, leased) = {
+                let script = script.clone();
+                blocking(move || {
+                    let ok = dhcp(&g1, 7, &script) && dhcp(&g2, 8, &script);
+                    (g1, g2, ok)
+                })
+                .await
+            };
+            assert!(leased, "no DHCP lease\n{}", logs());
+            for n in [7, 8] {
+                let lease = std::fs::read_to_string(dir_path.join(format!("g{n}.lease"))).unwrap();
+                assert_eq!(lease.trim(), format!("10.250.0.{n} 24 10.250.0.1 1450"));
+            }
+            assert!(
+                g1.ip(&["addr", "show", "g7"])
+                    .contains("inet 10.250.0.7/24")
+            );
+            assert!(g1.ip(&["link", "show", "g7"]).contains("mtu 1450"));
+
+            // Between the guests through the overlay, and out through the CNCI's NAT.
+            let out = Netns { name: out_name };
+            let (g1, g2, out, ok) = blocking(move || {
+                let ok = g1.reaches("10.250.0.8") && g2.reaches("10.250.0.7");
+                let nat = g1.reaches(OUTSIDE_IP) && g2.reaches(OUTSIDE_IP);
+                (g1, g2, out, [ok, nat])
+            })
+            .await;
+            assert!(ok[0], "guest to guest through the CNCI\n{}", logs());
+            assert!(ok[1], "guests to the outside through NAT\n{}", logs());
+            // The outside cannot reach a private address, even with a route to it.
+            out.ip(&["route", "add", "10.250.0.0/24", "via", CNCI_IP]);
+            out.ip(&["route", "add", "203.0.113.0/24", "dev", "u0"]);
+            let (out, cut) = blocking(move || {
+                let cut = out.cut_off_from("10.250.0.7");
+                (out, cut)
+            })
+            .await;
+            assert!(cut, "the outside reaches a private address");
+
+            // A public IP: mapped, then refused for another instance, then invalid data.
+            c.send(&Payload::AssignPublicIp(command(7, PUBLIC_IP)));
+            let done = c
+                .expect("PUBLIC_IP_ASSIGNED", |m| match &m.payload {
+                    Payload::PublicIpAssigned(e) => Some(e.clone()),
+                    Payload::AssignPublicIpFailure(f) => panic!("{f:?}\n{}", logs()),
+                    _ => None,
+                })
+                .await;
+            assert_eq!(
+                (done.concentrator_uuid, done.instance_uuid, done.public_ip),
+                (CNCI, u(0xa7), PUBLIC_IP.parse().unwrap())
+            );
+            c.send(&Payload::AssignPublicIp(command(8, PUBLIC_IP)));
+            let refused = c
+                .expect("ASSIGN_PUBLIC_IP_FAILURE", |m| match &m.payload {
+                    Payload::AssignPublicIpFailure(f) => Some(f.reason),
+                    _ => None,
+                })
+                .await;
+            assert_eq!(refused, PublicIpFailureReason::AssignFailure);
+            let mut v6 = command(8, PUBLIC_IP);
+            v6.public_ip = "2001:db8::1".parse().unwrap();
+            c.send(&Payload::AssignPublicIp(v6));
+            let refused = c
+                .expect("ASSIGN_PUBLIC_IP_FAILURE", |m| match &m.payload {
+                    Payload::AssignPublicIpFailure(f) => Some(f.reason),
+                    _ => None,
+                })
+                .await;
+            assert_eq!(refused, PublicIpFailureReason::InvalidData);
+            let (out, reached) = blocking(move || {
+                let ok = out.reaches(PUBLIC_IP);
+                (out, ok)
+            })
+            .await;
+            assert!(reached, "the outside to the public IP\n{}", logs());
+
+            // A CNCI restart keeps the mapping (it reads it back from nftables).
+            cnci_process.signal(rustix::process::Signal::TERM);
+            assert_eq!(cnci_process.exit_code().await, Some(0), "{}", logs());
+            cnci_process = spawn();
+            c.expect("CONCENTRATOR_INSTANCE_ADDED again", |m| {
+                matches!(m.payload, Payload::ConcentratorInstanceAdded(_)).then_some(())
+            })
+            .await;
+            let (out, reached) = blocking(move || {
+                let ok = out.reaches(PUBLIC_IP);
+                (out, ok)
+            })
+            .await;
+            assert!(reached, "the public IP after a CNCI restart\n{}", logs());
+
+            // Released: the outside no longer reaches it. A repeat is answered the same.
+            for _ in 0..2 {
+                c.send(&Payload::ReleasePublicIp(command(7, PUBLIC_IP)));
+                c.expect("PUBLIC_IP_UNASSIGNED", |m| match &m.payload {
+                    Payload::PublicIpUnassigned(e) => Some(e.clone()),
+                    Payload::UnassignPublicIpFailure(f) => panic!("{f:?}\n{}", logs()),
+                    _ => None,
+                })
+                .await;
+            }
+            let (out, cut) = blocking(move || {
+                let cut = out.cut_off_from(PUBLIC_IP);
+                (out, cut)
+            })
+            .await;
+            assert!(cut, "the outside still reaches a released public IP");
+            assert!(!cn.ip(&["addr", "show", "u0"]).contains(PUBLIC_IP));
+
+            // Deleting both instances removes the subnet from the CNCI: bridge, hub, NAT.
+            for (i, node) in [(i1, n1), (i2, n2)] {
+                c.send(&delete(i, node, false));
+            }
+            until("the subnet gone from the CNCI", || {
+                cn.link(&cnci_bridge).is_none() && cn.link(&hub).is_none()
+            })
+            .await;
+            until("the subnet gone from NAT", || {
+                let o = Command::new("ip")
+                    .args(["netns", "exec", &cnci_name, "nft", "list", "set", "ip"])
+                    .args(["cumulo_cnci", "subnets"])
+                    .output()
+                    .unwrap();
+                !String::from_utf8_lossy(&o.stdout).contains("10.250.0.0/24")
+            })
+            .await;
+            // The namespaces are the main thread's to delete.
+            std::mem::forget((h1, h2, cn, out));
+            drop((g1, g2));
+
+            cnci_process.signal(rustix::process::Signal::TERM);
+            assert_eq!(cnci_process.exit_code().await, Some(0), "{}", logs());
+            blocking(move || {
+                for a in running {
+                    a.stop();
+                }
+            })
+            .await;
+            sched.stop.cancel();
+        });
+    });
+    let result = test.join();
+    drop((switch, h1, h2, cnci, ctl, outside));
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+/// A second subnet of the tenant, with its own CNCI.
+const CNCI_B: Uuid = Uuid::from_bytes([0xce; 16]);
+const CNCI_B_IP: &str = "198.18.0.101";
+const KEY_A: u32 = 0x7006;
+const KEY_B: u32 = 0x7007;
+
+/// Instance `n` of subnet `10.250.<third>.0/24`, served by `cnci` at `cnci_ip` with `key`.
+fn networking_in(cnci: Uuid, cnci_ip: &str, third: u8, key: u32, n: u8) -> Networking {
+    Networking {
+        vnic_mac: MacAddr([2, 0, 10, 250, third, n]),
+        vnic_uuid: u(0x60 + n),
+        concentrator_uuid: cnci,
+        concentrator_ip: cnci_ip.parse().unwrap(),
+        subnet: Cidr {
+            addr: format!("10.250.{third}.0").parse().unwrap(),
+            prefix: 24,
+        },
+        subnet_key: key,
+        private_ip: format!("10.250.{third}.{n}").parse().unwrap(),
+        public_ip: false,
+    }
+}
+
+fn peer(ip: &str, third: u8, key: u32) -> CnciPeer {
+    CnciPeer {
+        physical_ip: ip.parse().unwrap(),
+        subnet: Cidr {
+            addr: format!("10.250.{third}.0").parse().unwrap(),
+            prefix: 24,
+        },
+        tunnel_ip: format!("10.250.{third}.1").parse().unwrap(),
+        tunnel_id: key,
+    }
+}
+
+#[test]
+fn two_subnets_of_a_tenant_route_through_their_cncis() {
+    let name = "two_subnets_of_a_tenant_route_through_their_cncis";
+    if !can_run(name) {
+        return;
+    }
+    if let Some(why) = tools_missing() {
+        assert!(
+            std::env::var("CUMULO_REQUIRE_NETNS").as_deref() != Ok("1"),
+            "{name}: CUMULO_REQUIRE_NETNS=1 but {why}"
+        );
+        eprintln!("skipping {name}: {why}");
+        return;
+    }
+    let (switch, h1, ca_ns, cb_ns, ctl) = (
+        Netns::new("sw"),
+        Netns::new("h1"),
+        Netns::new("cnci-a"),
+        Netns::new("cnci-b"),
+        Netns::new("ctl"),
+    );
+    underlay(
+        &switch,
+        &[(&h1, "198.18.0.1"), (&ca_ns, CNCI_IP), (&cb_ns, CNCI_B_IP)],
+    );
+    let listeners = [
+        listen_in(&h1.name),
+        listen_in(&ca_ns.name),
+        listen_in(&cb_ns.name),
+    ];
+    let ports: Vec<u16> = listeners
+        .iter()
+        .map(|l| l.local_addr().unwrap().port())
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let pki = TestPki::new();
+    let n1 = u(1);
+    let files = agent_files(&pki, Role::AGENT, Some(n1), &dir.path().join("a0"));
+    let cfg = config(
+        &files,
+        &format!("localhost:{}", ports[0]),
+        &dir.path().join("state0"),
+        &[],
+    );
+    let names = (
+        ctl.name.clone(),
+        ca_ns.name.clone(),
+        cb_ns.name.clone(),
+        h1.name.clone(),
+    );
+    let dir_path = dir.path().to_owned();
+    let test = std::thread::spawn(move || {
+        let (ctl_name, ca_name, cb_name, h1_name) = names;
+        enter(&ctl_name);
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let sched = real_scheduler(&pki).await;
+            let [l1, l2, l3] = listeners;
+            for l in [l1, l2, l3] {
+                proxy(l, sched.addr.replace("localhost", "127.0.0.1"));
+            }
+            let mut c = controller(&pki, &sched.addr).await;
+            let agent = HostAgent::start(&h1_name, "198.18.0.1", cfg);
+            let mut cncis = Vec::new();
+            for (i, (ns, uuid, ip)) in [(&ca_name, CNCI, CNCI_IP), (&cb_name, CNCI_B, CNCI_B_IP)]
+                .into_iter()
+                .enumerate()
+            {
+                let files = pki
+                    .leaf(Role::CNCIAGENT, Some(uuid))
+                    .write(&dir_path, &format!("cnci{i}"));
+                let log = dir_path.join(format!("cnci{i}.log"));
+                cncis.push((spawn_cnci(ns, uuid, ip, ports[1 + i], &files, &log), log));
+            }
+            let logs = || {
+                cncis
+                    .iter()
+                    .map(|(_, l)| std::fs::read_to_string(l).unwrap_or_default())
+                    .collect::<Vec<_>>()
+                    .join("\n----\n")
+            };
+            let mut announced = Vec::new();
+            while announced.len() < 2 {
+                let a = c
+                    .expect("CONCENTRATOR_INSTANCE_ADDED", |m| match &m.payload {
+                        Payload::ConcentratorInstanceAdded(a) => Some(a.instance_uuid),
+                        _ => None,
+                    })
+                    .await;
+                if !announced.contains(&a) {
+                    announced.push(a);
+                }
+            }
+            c.stats(n1, "the agent's first STATS", |_| true).await;
+
+            // One instance in each subnet, both on the one host.
+            let (ia, ib) = (u(0xb7), u(0xb9));
+            for (i, net) in [
+                (ia, networking_in(CNCI, CNCI_IP, 0, KEY_A, 7)),
+                (ib, networking_in(CNCI_B, CNCI_B_IP, 1, KEY_B, 9)),
+            ] {
+                let mut s = start(i, "debian");
+                s.tenant_uuid = TENANT;
+                s.requirements.node_id = Some(n1);
+                s.networking = Some(net);
+                c.send(&start_payload(s));
+                c.stats(n1, "active", |s| {
+                    state_in(s, i) == Some(InstanceState::Active)
+                })
+                .await;
+            }
+            let (na, nb) = (
+                Netns {
+                    name: ca_name.clone(),
+                },
+                Netns {
+                    name: cb_name.clone(),
+                },
+            );
+            until("both CNCIs serving their subnet", || {
+                na.ip(&["-o", "addr", "show"]).contains("10.250.0.1/24")
+                    && nb.ip(&["-o", "addr", "show"]).contains("10.250.1.1/24")
+                    && logs().matches("subnet served").count() >= 2
+            })
+            .await;
+            let h1 = Netns { name: h1_name };
+            let ga = bare_guest(&h1, &bridge_name(KEY_A), 7, [2, 0, 10, 250, 0, 7]);
+            let gb = bare_guest(&h1, &bridge_name(KEY_B), 9, [2, 0, 10, 250, 1, 9]);
+            let script = dhcp_script(&dir_path);
+            let (ga, gb, leased) = blocking(move || {
+                let ok = dhcp(&ga, 7, &script) && dhcp(&gb, 9, &script);
+                (ga, gb, ok)
+            })
+            .await;
+            assert!(leased, "no DHCP lease\n{}", logs());
+            let (ga, cut) = blocking(move || {
+                let cut = ga.cut_off_from("10.250.1.9");
+                (ga, cut)
+            })
+            .await;
+            assert!(cut, "subnets routed before any REFRESH_CNCI");
+
+            // REFRESH_CNCI: each CNCI routes the other's subnet via it, untranslated.
+            let all = vec![peer(CNCI_IP, 0, KEY_A), peer(CNCI_B_IP, 1, KEY_B)];
+            for cnci in [CNCI, CNCI_B] {
+                c.send(&Payload::RefreshCnci(RefreshCnci {
+                    cnci_uuid: cnci,
+                    cncis: all.clone(),
+                }));
+            }
+            until("the routes to the sibling subnets", || {
+                na.ip(&["route", "show", "10.250.1.0/24"])
+                    .contains(&format!("via {CNCI_B_IP}"))
+                    && nb
+                        .ip(&["route", "show", "10.250.0.0/24"])
+                        .contains(&format!("via {CNCI_IP}"))
+            })
+            .await;
+            let (ga, gb, ok) = blocking(move || {
+                let ok = ga.reaches("10.250.1.9") && gb.reaches("10.250.0.7");
+                (ga, gb, ok)
+            })
+            .await;
+            assert!(ok, "between the tenant's subnets\n{}", logs());
+
+            // A refresh without the sibling takes its route away.
+            c.send(&Payload::RefreshCnci(RefreshCnci {
+                cnci_uuid: CNCI,
+                cncis: vec![peer(CNCI_IP, 0, KEY_A)],
+            }));
+            until("the route gone", || {
+                na.ip(&["route", "show", "10.250.1.0/24"]).is_empty()
+            })
+            .await;
+            let (ga, cut) = blocking(move || {
+                let cut = ga.cut_off_from("10.250.1.9");
+                (ga, cut)
+            })
+            .await;
+            assert!(cut, "still routed after the sibling went");
+
+            for i in [ia, ib] {
+                c.send(&delete(i, n1, false));
+            }
+            until("both subnets gone from their CNCIs", || {
+                na.link(&format!("kb-{KEY_A:08x}")).is_none()
+                    && nb.link(&format!("kb-{KEY_B:08x}")).is_none()
+            })
+            .await;
+            std::mem::forget((h1, na, nb));
+            drop((ga, gb));
+            for (mut p, _) in cncis {
+                p.signal(rustix::process::Signal::TERM);
+                assert_eq!(p.exit_code().await, Some(0));
+            }
+            blocking(move || agent.stop()).await;
+            sched.stop.cancel();
+        });
+    });
+    let result = test.join();
+    drop((switch, h1, ca_ns, cb_ns, ctl));
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+/// Counts what a TCP peer sends to `port` in namespace `ns` until it closes: (bytes, seconds
+/// from the first byte to the close).
+fn tcp_sink(ns: &str, port: u16) -> std::thread::JoinHandle<(u64, f64)> {
+    let ns = ns.to_string();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let t = std::thread::spawn(move || {
+        use std::io::Read;
+        enter(&ns);
+        let l = std::net::TcpListener::bind(("0.0.0.0", port)).unwrap();
+        ready_tx.send(()).unwrap();
+        let (mut conn, _) = l.accept().unwrap();
+        let mut buf = vec![0u8; 256 * 1024];
+        let mut total = 0u64;
+        let mut first = None;
+        loop {
+            let n = conn.read(&mut buf).unwrap();
+            if n == 0 {
+                break;
+            }
+            first.get_or_insert_with(std::time::Instant::now);
+            total += n as u64;
+        }
+        let secs = first.map_or(0.0, |f| f.elapsed().as_secs_f64());
+        (total, secs)
+    });
+    ready_rx.recv().unwrap();
+    t
+}
+
+/// Sends to `to` from namespace `ns` for `secs` seconds, then closes.
+fn tcp_source(ns: &str, to: &str, secs: u64) {
+    use std::io::Write;
+    let (ns, to) = (ns.to_string(), to.to_string());
+    std::thread::spawn(move || {
+        enter(&ns);
+        let mut conn = std::net::TcpStream::connect(&to).unwrap();
+        let buf = vec![0x5au8; 128 * 1024];
+        let end = std::time::Instant::now() + Duration::from_secs(secs);
+        while std::time::Instant::now() < end {
+            conn.write_all(&buf).unwrap();
+        }
+    })
+    .join()
+    .unwrap();
+}
+
+/// TCP throughput from `from` to `to_ip` (in `to_ns`), in Gbit/s, over `secs` seconds.
+fn throughput(from: &str, to_ns: &str, to_ip: &str, secs: u64) -> f64 {
+    let sink = tcp_sink(to_ns, 5201);
+    tcp_source(from, &format!("{to_ip}:5201"), secs);
+    let (bytes, elapsed) = sink.join().unwrap();
+    bytes as f64 * 8.0 / elapsed / 1e9
+}
+
+/// The figures of `docs/benchmarks.md` ("Tenant networking through the CNCI"): START to the
+/// first ping through the CNCI, and TCP throughput between two instances over the overlay next
+/// to a plain veth pair in the same run. Not a pass/fail test: run it with
+/// `CUMULO_REQUIRE_NETNS=1 cargo test -p agent --test agent edge::numbers -- --ignored
+/// --nocapture`.
+#[test]
+#[ignore = "measures; prints figures for docs/benchmarks.md"]
+fn numbers() {
+    if !can_run("numbers") || tools_missing().is_some() {
+        return;
+    }
+    let (switch, h1, h2, cnci, ctl) = (
+        Netns::new("sw"),
+        Netns::new("h1"),
+        Netns::new("h2"),
+        Netns::new("cnci"),
+        Netns::new("ctl"),
+    );
+    underlay(
+        &switch,
+        &[(&h1, "198.18.0.1"), (&h2, "198.18.0.2"), (&cnci, CNCI_IP)],
+    );
+    // The baseline: two namespaces joined by one veth pair.
+    let (va, vb) = (Netns::new("va"), Netns::new("vb"));
+    va.ip(&[
+        "link", "add", "v0", "type", "veth", "peer", "name", "v0", "netns", &vb.name,
+    ]);
+    for (ns, a) in [(&va, "192.0.2.1/24"), (&vb, "192.0.2.2/24")] {
+        ns.ip(&["addr", "add", a, "dev", "v0"]);
+        ns.ip(&["link", "set", "v0", "up"]);
+    }
+    let listeners = [
+        listen_in(&h1.name),
+        listen_in(&h2.name),
+        listen_in(&cnci.name),
+    ];
+    let ports: Vec<u16> = listeners
+        .iter()
+        .map(|l| l.local_addr().unwrap().port())
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let pki = TestPki::new();
+    let (n1, n2) = (u(1), u(2));
+    let mut agents = Vec::new();
+    for (i, (ns, ip)) in [(&h1, "198.18.0.1"), (&h2, "198.18.0.2")]
+        .into_iter()
+        .enumerate()
+    {
+        let node = [n1, n2][i];
+        let files = agent_files(
+            &pki,
+            Role::AGENT,
+            Some(node),
+            &dir.path().join(format!("a{i}")),
+        );
+        let state = dir.path().join(format!("state{i}"));
+        let cfg = config(&files, &format!("localhost:{}", ports[i]), &state, &[]);
+        agents.push((ns.name.clone(), ip.to_string(), cfg));
+    }
+    let names = (
+        ctl.name.clone(),
+        cnci.name.clone(),
+        h1.name.clone(),
+        h2.name.clone(),
+        va.name.clone(),
+        vb.name.clone(),
+    );
+    let dir_path = dir.path().to_owned();
+    let test = std::thread::spawn(move || {
+        let (ctl_name, cnci_name, h1_name, h2_name, va_name, vb_name) = names;
+        enter(&ctl_name);
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let sched = real_scheduler(&pki).await;
+            let [l1, l2, l3] = listeners;
+            for l in [l1, l2, l3] {
+                proxy(l, sched.addr.replace("localhost", "127.0.0.1"));
+            }
+            let mut c = controller(&pki, &sched.addr).await;
+            let running: Vec<HostAgent> = agents
+                .into_iter()
+                .map(|(ns, ip, cfg)| HostAgent::start(&ns, &ip, cfg))
+                .collect();
+            let files = pki
+                .leaf(Role::CNCIAGENT, Some(CNCI))
+                .write(&dir_path, "cnci");
+            let log = dir_path.join("cnci.log");
+            let mut cnci_process = spawn_cnci(&cnci_name, CNCI, CNCI_IP, ports[2], &files, &log);
+            c.expect("CONCENTRATOR_INSTANCE_ADDED", |m| {
+                matches!(m.payload, Payload::ConcentratorInstanceAdded(_)).then_some(())
+            })
+            .await;
+            for n in [n1, n2] {
+                c.stats(n, "the agent's first STATS", |_| true).await;
+            }
+            let script = dhcp_script(&dir_path);
+            let (h1, h2) = (Netns { name: h1_name }, Netns { name: h2_name });
+            let bridge = bridge_name(KEY);
+            // Instance 8 on host 2: the peer every later instance pings.
+            let mut s = start(u(0xa8), "debian");
+            s.tenant_uuid = TENANT;
+            s.requirements.node_id = Some(n2);
+            s.networking = Some(networking(8));
+            c.send(&start_payload(s));
+            until("host 2's tap", || {
+                h2.link(&agent::net::tap_name(u(0xa8))).is_some()
+            })
+            .await;
+            let g8 = bare_guest(&h2, &bridge, 8, mac(8));
+            let sc = script.clone();
+            let g8 = blocking(move || {
+                assert!(dhcp(&g8, 8, &sc));
+                g8
+            })
+            .await;
+
+            // START to the first ping, for instances on host 1 (the first makes the subnet
+            // there and its TENANT_ADDED reaches the CNCI).
+            let mut guests = Vec::new();
+            println!("run  START→tap(ms)  START→lease(ms)  START→first ping(ms)");
+            for (run, n) in (10u8..16).enumerate() {
+                let i = u(0xb0 + n);
+                let t0 = std::time::Instant::now();
+                let mut s = start(i, "debian");
+                s.tenant_uuid = TENANT;
+                s.requirements.node_id = Some(n1);
+                s.networking = Some(networking(n));
+                c.send(&start_payload(s));
+                let tap = agent::net::tap_name(i);
+                let deadline = Instant::now() + T;
+                while h1.link(&tap).is_none() {
+                    assert!(Instant::now() < deadline, "no tap");
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+                let t_tap = t0.elapsed();
+                let g = bare_guest(&h1, &bridge, n, mac(n));
+                let sc = script.clone();
+                let (g, t_lease, t_ping) = blocking(move || {
+                    assert!(dhcp(&g, n, &sc));
+                    let t_lease = t0.elapsed();
+                    assert!(g.reaches("10.250.0.8"));
+                    (g, t_lease, t0.elapsed())
+                })
+                .await;
+                println!(
+                    "{run:>3}  {:>13.1}  {:>15.1}  {:>20.1}",
+                    t_tap.as_secs_f64() * 1e3,
+                    t_lease.as_secs_f64() * 1e3,
+                    t_ping.as_secs_f64() * 1e3
+                );
+                guests.push(g);
+            }
+
+            // Throughput: overlay (host 1 → CNCI → host 2) and a plain veth pair, alternated.
+            let from = guests[0].name.clone();
+            let g8_name = g8.name.clone();
+            let results = blocking(move || {
+                let mut r = Vec::new();
+                for _ in 0..3 {
+                    let o = throughput(&from, &g8_name, "10.250.0.8", 5);
+                    let v = throughput(&va_name, &vb_name, "192.0.2.2", 5);
+                    r.push((o, v));
+                }
+                r
+            })
+            .await;
+            for (o, v) in results {
+                println!(
+                    "TCP 5 s: overlay through the CNCI {o:.2} Gbit/s, plain veth {v:.2} Gbit/s"
+                );
+            }
+            std::mem::forget((h1, h2));
+            drop((guests, g8));
+            cnci_process.signal(rustix::process::Signal::TERM);
+            assert_eq!(cnci_process.exit_code().await, Some(0));
+            blocking(move || {
+                for a in running {
+                    a.stop();
+                }
+            })
+            .await;
+            sched.stop.cancel();
+        });
+    });
+    let result = test.join();
+    drop((switch, h1, h2, cnci, ctl, va, vb));
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+/// The START the controller sends for a CNCI (`controller::engine::cnci`): a small instance on
+/// a network node, `cumulo-role: cnci`, its address on the compute network not known yet.
+fn cnci_start(cnci: Uuid) -> Start {
+    let mut s = start(cnci, "cnci");
+    s.tenant_uuid = TENANT;
+    s.vm_type = ssntp::payload::VmType::Qemu;
+    s.requirements.network_node = true;
+    s.requirements.mem_mb = 128;
+    s.requirements.disk_mb = 0;
+    s.meta_data = Some(
+        [("cumulo-role".to_string(), "cnci".to_string())]
+            .into_iter()
+            .collect(),
+    );
+    let mut net = networking(1);
+    net.vnic_mac = MacAddr([2, 0, 10, 250, 0, 1]);
+    net.concentrator_uuid = cnci;
+    net.concentrator_ip = "0.0.0.0".parse().unwrap();
+    net.private_ip = "10.250.0.1".parse().unwrap();
+    s.networking = Some(net);
+    s
+}
+
+#[test]
+fn a_dual_node_runs_the_cnci_its_instances_get_leases_and_ping() {
+    let name = "a_dual_node_runs_the_cnci_its_instances_get_leases_and_ping";
+    if !can_run(name) {
+        return;
+    }
+    if let Some(why) = tools_missing() {
+        assert!(
+            std::env::var("CUMULO_REQUIRE_NETNS").as_deref() != Ok("1"),
+            "{name}: CUMULO_REQUIRE_NETNS=1 but {why}"
+        );
+        eprintln!("skipping {name}: {why}");
+        return;
+    }
+    // Host 1 is a compute node; the network node is dual: it runs the CNCI and an instance.
+    let (switch, h1, nn, ctl) = (
+        Netns::new("sw"),
+        Netns::new("h1"),
+        Netns::new("nn"),
+        Netns::new("ctl"),
+    );
+    underlay(&switch, &[(&h1, "198.18.0.1"), (&nn, "198.18.0.3")]);
+    let listeners = [listen_in(&h1.name), listen_in(&nn.name)];
+    let ports: Vec<u16> = listeners
+        .iter()
+        .map(|l| l.local_addr().unwrap().port())
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let pki = TestPki::new();
+    let (n1, n3) = (u(1), u(3));
+    let files = agent_files(&pki, Role::AGENT, Some(n1), &dir.path().join("a0"));
+    let h1_config = config(
+        &files,
+        &format!("localhost:{}", ports[0]),
+        &dir.path().join("state0"),
+        &[],
+    );
+    // The network node: AGENT and NETAGENT, and a certificate for the CNCIs it runs.
+    let files = agent_files(
+        &pki,
+        Role::AGENT | Role::NETAGENT,
+        Some(n3),
+        &dir.path().join("nn"),
+    );
+    let (_, cnci_cert, cnci_key) = pki
+        .leaf(Role::CNCIAGENT, None)
+        .write(&dir.path().join("nn"), "cncis");
+    let mut argv = vec!["cumulo-agent".to_string()];
+    argv.extend(crate::support::argv(
+        &files,
+        &format!("localhost:{}", ports[1]),
+        &dir.path().join("state-nn"),
+        "dual",
+        &[
+            "--cnci-cert",
+            cnci_cert.to_str().unwrap(),
+            "--cnci-key",
+            cnci_key.to_str().unwrap(),
+            "--cnci-uplink",
+            "u0",
+            "--cnci-addresses",
+            "198.18.0.128/25",
+            "--cnci-binary",
+            env!("CARGO_BIN_EXE_cumulo-cnci"),
+            "--tunnel",
+            "vxlan",
+        ],
+    ));
+    let mut nn_config = Args::try_parse_from(argv).unwrap().into_config().unwrap();
+    nn_config.backoff = Backoff {
+        initial: Duration::from_millis(50),
+        max: Duration::from_millis(300),
+    };
+    let names = (ctl.name.clone(), nn.name.clone(), h1.name.clone());
+    let dir_path = dir.path().to_owned();
+    let test = std::thread::spawn(move || {
+        let (ctl_name, nn_name, h1_name) = names;
+        enter(&ctl_name);
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let sched = real_scheduler(&pki).await;
+            let [l1, l2] = listeners;
+            for l in [l1, l2] {
+                proxy(l, sched.addr.replace("localhost", "127.0.0.1"));
+            }
+            let mut c = controller(&pki, &sched.addr).await;
+            let host1 = HostAgent::start(&h1_name, "198.18.0.1", h1_config);
+            // The dual node's agent: tenant networking on its own address, and the launcher.
+            let network_node = HostAgent::start(&nn_name, "198.18.0.3", nn_config);
+            for n in [n1, n3] {
+                c.stats(n, "the agent's first STATS", |_| true).await;
+            }
+
+            // The controller's START for the CNCI goes to the network node, which runs it.
+            let cnci = u(0xcf);
+            c.send(&start_payload(cnci_start(cnci)));
+            let hello = c
+                .expect("the CNCI's CONCENTRATOR_INSTANCE_ADDED", |m| {
+                    match &m.payload {
+                        Payload::ConcentratorInstanceAdded(a) => Some(a.clone()),
+                        Payload::StartFailure(f) => panic!("{f:?}"),
+                        _ => None,
+                    }
+                })
+                .await;
+            assert_eq!((hello.instance_uuid, hello.tenant_uuid), (cnci, TENANT));
+            assert_eq!(
+                hello.concentrator_ip,
+                "198.18.0.129".parse::<IpAddr>().unwrap()
+            );
+            let ns = agent::cnci::launch::ns_name(cnci);
+            let cn = Netns { name: ns.clone() };
+            assert!(cn.ip(&["addr", "show", "u0"]).contains("198.18.0.129/24"));
+            c.stats(n3, "the CNCI active", |s| {
+                state_in(s, cnci) == Some(InstanceState::Active)
+            })
+            .await;
+
+            // Two instances of the tenant, on host 1 and on the network node itself (whose
+            // tunnel reaches its own CNCI through the veth), served by that CNCI.
+            let (i1, i2) = (u(0xa7), u(0xa8));
+            for (i, node, k) in [(i1, n1, 7), (i2, n3, 8)] {
+                let mut s = start(i, "debian");
+                s.tenant_uuid = TENANT;
+                s.requirements.node_id = Some(node);
+                let mut net = networking(k);
+                net.concentrator_uuid = cnci;
+                net.concentrator_ip = hello.concentrator_ip;
+                s.networking = Some(net);
+                c.send(&start_payload(s));
+                c.stats(node, "active", |s| {
+                    state_in(s, i) == Some(InstanceState::Active)
+                })
+                .await;
+            }
+            let hub = format!("kv-{KEY:08x}");
+            until("both hosts at the CNCI", || {
+                let f = fdb(&ns, &hub);
+                f.contains("dst 198.18.0.1") && f.contains("dst 198.18.0.3")
+            })
+            .await;
+            let bridge = bridge_name(KEY);
+            let (h1, h2) = (Netns { name: h1_name }, Netns { name: nn_name });
+            let g1 = bare_guest(&h1, &bridge, 7, mac(7));
+            let g2 = bare_guest(&h2, &bridge, 8, mac(8));
+            let script = dhcp_script(&dir_path);
+            let (g1, g2, ok) = blocking(move || {
+                let leased = dhcp(&g1, 7, &script) && dhcp(&g2, 8, &script);
+                let ping = leased && g1.reaches("10.250.0.8") && g2.reaches("10.250.0.7");
+                (g1, g2, [leased, ping])
+            })
+            .await;
+            assert!(ok[0], "no DHCP lease from the network node's CNCI");
+            assert!(ok[1], "no ping through the network node's CNCI");
+
+            // Delete everything: the instances, then the CNCI (its process and namespace).
+            for (i, node) in [(i1, n1), (i2, n3)] {
+                c.send(&delete(i, node, false));
+            }
+            until("the subnet gone from the CNCI", || cn.link(&hub).is_none()).await;
+            c.send(&delete(cnci, n3, false));
+            c.expect("INSTANCE_DELETED of the CNCI", |m| match &m.payload {
+                Payload::InstanceDeleted(d) if d.instance_uuid == cnci => Some(()),
+                _ => None,
+            })
+            .await;
+            let listed = Command::new("ip").args(["netns", "list"]).output().unwrap();
+            assert!(
+                !String::from_utf8_lossy(&listed.stdout).contains(&ns),
+                "the CNCI's namespace is left"
+            );
+            let host_end = agent::cnci::launch::host_end(cnci);
+            // The kernel dismantles a deleted namespace (and the veth pair) in the background.
+            until("the CNCI's veth gone", || h2.link(&host_end).is_none()).await;
+            std::mem::forget((h1, h2, cn));
+            drop((g1, g2));
+            blocking(move || {
+                network_node.stop();
+                host1.stop();
+            })
+            .await;
+            sched.stop.cancel();
+        });
+    });
+    let result = test.join();
+    // Whatever happened, no CNCI process or namespace stays behind.
+    agent::cnci::launch::clean_up(&dir.path().join("state-nn/cnci"));
+    drop((switch, h1, nn, ctl));
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+}
