@@ -11,6 +11,7 @@
 //! The store is synchronous; async callers use `spawn_blocking`.
 
 pub mod etcd;
+mod mask;
 mod model;
 pub mod net;
 mod open;
@@ -21,6 +22,7 @@ pub mod sqlite;
 pub(crate) mod suite;
 
 pub use etcd::EtcdStore;
+pub use mask::{FieldMask, InstanceFacts, InstanceWrite, Placement};
 pub use model::*;
 pub use open::open;
 pub use queue::*;
@@ -338,4 +340,16 @@ pub trait Store: Send + Sync {
     /// Marks operation `id` failed with `reason`, if `token` is its current claim
     /// ([`StoreError::Fenced`] otherwise).
     fn fail_operation(&self, id: Uuid, token: u64, reason: &str) -> Result<Operation>;
+    /// A launcher's report about operation `id`, if `token` is its current claim
+    /// ([`StoreError::Fenced`] otherwise), in one transaction: `write` applies to the operation's
+    /// instance (the masked fields of an [`InstanceWrite::Update`]; a [`InstanceWrite::Remove`]
+    /// of an instance already gone is fine), then `finish`, when given, finishes the operation
+    /// (done or failed, with its result). Returns the operation as it is after the write.
+    fn fenced_write(
+        &self,
+        id: Uuid,
+        token: u64,
+        write: &InstanceWrite,
+        finish: Option<(OperationState, &str)>,
+    ) -> Result<Operation>;
 }

@@ -793,4 +793,13 @@ impl Store for EtcdStore {
     fn fail_operation(&self, id: Uuid, token: u64, reason: &str) -> Result<Operation> {
         queue::finish(self, id, token, OperationState::Failed, reason)
     }
+    fn fenced_write(
+        &self,
+        id: Uuid,
+        token: u64,
+        write: &InstanceWrite,
+        finish: Option<(OperationState, &str)>,
+    ) -> Result<Operation> {
+        queue::fenced_write(self, id, token, write, finish)
+    }
 }

@@ -285,8 +285,48 @@ pub(super) fn finish(
     state: OperationState,
     result: &str,
 ) -> Result<Operation> {
-    let rec = store.atomically("finishing an operation", |tx| {
+    fenced_write(
+        store,
+        id,
+        token,
+        &InstanceWrite::Nothing,
+        Some((state, result)),
+    )
+}
+
+/// A launcher's write about operation `id` under claim `token`: the instance change and the
+/// finish commit in one transaction that compares the operation's key as `held` read it, so a
+/// takeover (or a finish) in between makes it run again and be refused with `Fenced`.
+pub(super) fn fenced_write(
+    store: &EtcdStore,
+    id: Uuid,
+    token: u64,
+    write: &InstanceWrite,
+    finish: Option<(OperationState, &str)>,
+) -> Result<Operation> {
+    let (rec, lease) = store.atomically("a fenced write", |tx| {
         let (mut rec, lease) = held(tx, id, token)?;
+        match write {
+            InstanceWrite::Nothing => {}
+            InstanceWrite::Update(mask, facts) => {
+                super::instances::update_in(
+                    tx,
+                    Scope::All,
+                    rec.instance,
+                    None,
+                    &mask.change(facts),
+                )?;
+            }
+            InstanceWrite::Remove => {
+                match super::instances::delete_in(tx, Scope::All, rec.instance) {
+                    Ok(()) | Err(StoreError::NotFound { .. }) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        let Some((state, result)) = finish else {
+            return Ok((rec, Some(lease)));
+        };
         rec.state = state.as_str().into();
         rec.claim = Some(ClaimRec {
             owner: lease.owner,
@@ -300,7 +340,11 @@ pub(super) fn finish(
         tx.delete(&keys.lease(id));
         tx.delete(&keys.queued(rec.seq));
         tx.delete(&keys.pending_on(rec.host, id));
-        Ok(rec)
+        Ok((rec, None))
     })?;
-    rec.model(0, None)
+    match lease {
+        // Still claimed: its token is the claim's revision (the instance write did not touch it).
+        Some(lease) => rec.model(i64::try_from(token).unwrap_or(i64::MAX), Some(&lease)),
+        None => rec.model(0, None),
+    }
 }

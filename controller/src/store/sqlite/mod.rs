@@ -391,6 +391,15 @@ impl Store for SqliteStore {
     fn fail_operation(&self, id: Uuid, token: u64, reason: &str) -> Result<Operation> {
         self.write(|tx| queue::finish(tx, id, token, OperationState::Failed, reason))
     }
+    fn fenced_write(
+        &self,
+        id: Uuid,
+        token: u64,
+        write: &InstanceWrite,
+        finish: Option<(OperationState, &str)>,
+    ) -> Result<Operation> {
+        self.write(|tx| queue::fenced_write(tx, id, token, write, finish))
+    }
 }
 
 #[cfg(test)]

@@ -240,3 +240,36 @@ pub(super) fn finish(
     )?;
     get(tx, id)
 }
+
+/// A launcher's write about operation `id` under claim `token`, in the caller's transaction:
+/// refused with `Fenced` unless `token` is the current claim.
+pub(super) fn fenced_write(
+    tx: &Transaction<'_>,
+    id: Uuid,
+    token: u64,
+    write: &InstanceWrite,
+    finish_with: Option<(OperationState, &str)>,
+) -> Result<Operation> {
+    let op = held(tx, id, token)?;
+    match write {
+        InstanceWrite::Nothing => {}
+        InstanceWrite::Update(mask, facts) => {
+            let current = super::instances::get(tx, Scope::All, op.instance)?;
+            super::instances::update(
+                tx,
+                Scope::All,
+                op.instance,
+                current.version,
+                mask.change(facts),
+            )?;
+        }
+        InstanceWrite::Remove => match super::instances::delete(tx, Scope::All, op.instance) {
+            Ok(()) | Err(StoreError::NotFound { .. }) => {}
+            Err(e) => return Err(e),
+        },
+    }
+    match finish_with {
+        Some((state, result)) => finish(tx, id, token, state, result),
+        None => Ok(op),
+    }
+}
