@@ -329,7 +329,17 @@ pub trait Store: Send + Sync {
     /// with its lease run out, and whose instance has no older unfinished operation; `None` when
     /// there is none. The returned operation's `claim` holds the new fencing token, larger than
     /// every token handed out before in the store: each claim goes to exactly one caller.
-    fn claim_operation(&self, owner: &str, lease: Duration) -> Result<Option<Operation>>;
+    fn claim_operation(&self, owner: &str, lease: Duration) -> Result<Option<Operation>> {
+        self.claim_operation_on(owner, lease, None)
+    }
+    /// As [`Store::claim_operation`], taking only operations for `host` when it is given (a
+    /// replica serving one off-host host).
+    fn claim_operation_on(
+        &self,
+        owner: &str,
+        lease: Duration,
+        host: Option<Uuid>,
+    ) -> Result<Option<Operation>>;
     /// Extends the claim `token` of operation `id` to `lease` from now ([`StoreError::Fenced`]
     /// if `token` is not its current claim). A claim whose lease ran out but that nobody took
     /// over may still be renewed.

@@ -781,8 +781,13 @@ impl Store for EtcdStore {
     fn operations(&self, filter: OperationFilter) -> Result<Vec<Operation>> {
         queue::list(self, filter)
     }
-    fn claim_operation(&self, owner: &str, lease: Duration) -> Result<Option<Operation>> {
-        queue::claim(self, owner, lease)
+    fn claim_operation_on(
+        &self,
+        owner: &str,
+        lease: Duration,
+        host: Option<Uuid>,
+    ) -> Result<Option<Operation>> {
+        queue::claim(self, owner, lease, host)
     }
     fn renew_claim(&self, id: Uuid, token: u64, lease: Duration) -> Result<Operation> {
         queue::renew(self, id, token, lease)

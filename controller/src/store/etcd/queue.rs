@@ -206,7 +206,12 @@ fn unfinished(store: &EtcdStore) -> Result<Vec<Candidate>> {
     Ok(out)
 }
 
-pub(super) fn claim(store: &EtcdStore, owner: &str, lease: Duration) -> Result<Option<Operation>> {
+pub(super) fn claim(
+    store: &EtcdStore,
+    owner: &str,
+    lease: Duration,
+    host: Option<Uuid>,
+) -> Result<Option<Operation>> {
     check_owner(owner)?;
     let (chosen, revision) = store.atomically_at("claiming an operation", |tx| {
         let now_ms = millis(now());
@@ -224,7 +229,8 @@ pub(super) fn claim(store: &EtcdStore, owner: &str, lease: Duration) -> Result<O
                 OperationState::Claimed => expired,
                 OperationState::Done | OperationState::Failed => false,
             };
-            if first_of_instance && free {
+            let wanted = host.is_none_or(|h| h == c.rec.host);
+            if first_of_instance && free && wanted {
                 chosen = Some(c);
                 break;
             }

@@ -379,8 +379,13 @@ impl Store for SqliteStore {
     fn operations(&self, filter: OperationFilter) -> Result<Vec<Operation>> {
         self.read(|tx| queue::list(tx, filter))
     }
-    fn claim_operation(&self, owner: &str, lease: Duration) -> Result<Option<Operation>> {
-        self.write(|tx| queue::claim(tx, owner, lease))
+    fn claim_operation_on(
+        &self,
+        owner: &str,
+        lease: Duration,
+        host: Option<Uuid>,
+    ) -> Result<Option<Operation>> {
+        self.write(|tx| queue::claim(tx, owner, lease, host))
     }
     fn renew_claim(&self, id: Uuid, token: u64, lease: Duration) -> Result<Operation> {
         self.write(|tx| queue::renew(tx, id, token, lease))

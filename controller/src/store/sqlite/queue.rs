@@ -169,19 +169,22 @@ pub(super) fn claim(
     tx: &Transaction<'_>,
     owner: &str,
     lease: Duration,
+    host: Option<Uuid>,
 ) -> Result<Option<Operation>> {
     check_owner(owner)?;
     let now_ms = millis(now());
+    let host = host.map(|h| h.to_string());
     // The oldest queued (or expired) operation with no older unfinished one on its instance.
     let found: Option<String> = tx
         .query_row(
             "SELECT o.id FROM operations o
              WHERE o.state IN ('queued', 'claimed') AND (o.state = 'queued' OR o.expires <= ?1)
+               AND (?2 IS NULL OR o.host_id = ?2)
                AND NOT EXISTS (SELECT 1 FROM operations p
                                WHERE p.instance_id = o.instance_id AND p.seq < o.seq
                                  AND p.state IN ('queued', 'claimed'))
              ORDER BY o.seq LIMIT 1",
-            [now_ms],
+            params![now_ms, host],
             |r| r.get(0),
         )
         .optional()?;
