@@ -132,7 +132,8 @@ pub(crate) async fn workload(ctl: &Ctl, image: &str) -> Uuid {
             .create_flavor(NewFlavor {
                 name: "tiny".into(),
                 vcpus: 1,
-                memory_mb: 64,
+                // What the tiny guest's kernel needs to boot.
+                memory_mb: 256,
                 disk_gb: 1,
             })
             .unwrap();
@@ -445,4 +446,150 @@ async fn replicas_run_instances_through_the_api_and_a_killed_one_is_fenced() {
         .unwrap()
         .unwrap();
     assert_eq!(after, done, "the operation completed once");
+}
+
+/// The libvirt URI reached over TCP on loopback (`scripts/libvirt.sh` exports it), or `None`
+/// (after saying why) when the test is skipped.
+fn tcp_uri() -> Option<String> {
+    match std::env::var("CUMULO_LIBVIRT_TCP_URI") {
+        Ok(uri) if !uri.is_empty() => Some(uri),
+        _ => {
+            let required = std::env::var("CUMULO_LIBVIRT_REQUIRED").is_ok_and(|v| v == "1");
+            assert!(
+                !required,
+                "CUMULO_LIBVIRT_REQUIRED=1 but CUMULO_LIBVIRT_TCP_URI is not set (scripts/libvirt.sh)"
+            );
+            eprintln!(
+                "SKIPPED: the off-host libvirt test needs CUMULO_LIBVIRT_TCP_URI (a libvirtd \
+                 listening on loopback TCP; see scripts/libvirt.sh)"
+            );
+            None
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_boot_a_real_vm_over_a_remote_libvirt_uri_and_fence_the_domain() {
+    use agent::backend::Backend;
+    use agent::backend::libvirt::{Accel, LibvirtBackend, LibvirtConfig};
+    use agent::remote::fence::Fenced;
+
+    let Some(uri) = tcp_uri() else {
+        return;
+    };
+    let Some((_etcd, url)) = etcd_url().await else {
+        return;
+    };
+    let _vms = super::libvirt::VMS.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    // Both replicas keep the instance files in one directory (the remote host must see the
+    // same paths: here it is this machine).
+    let state = super::libvirt::state_dir(dir.path());
+    let ctls = controllers(&url, 2).await;
+    let host = register(&ctls[0], "edge-tcp", &uri).await;
+    let workload = workload(&ctls[0], "tiny").await;
+    let args = [
+        "--backend",
+        "libvirt",
+        "--accel",
+        "tcg",
+        "--lease",
+        "5s",
+        "--state-dir",
+        state.to_str().unwrap(),
+    ];
+    let _r1 = Replica::start(&url, &uri, "r1", dir.path(), &args);
+    let _r2 = Replica::start(&url, &uri, "r2", dir.path(), &args);
+
+    let id = create(&ctls[0], workload, "vm").await;
+    let instance = Uuid::parse_str(&id).unwrap();
+    wait_state(&ctls, &id, "active", Duration::from_secs(120)).await;
+    let (_, body) = state_of(&ctls[1], &id).await.unwrap();
+    assert_eq!(body["node"], host.as_str());
+    // The guest boots (its console says so).
+    let console = state
+        .join("libvirt")
+        .join("instances")
+        .join(&id)
+        .join("console.log");
+    testkit::wait_until(Duration::from_secs(120), "the guest's marker", || async {
+        std::fs::read_to_string(&console)
+            .is_ok_and(|log| log.contains(&format!("CUMULO-GUEST-UP {id}")))
+    })
+    .await;
+    // The domain carries the token of the claim that started it.
+    let store = ctls[0].store.clone();
+    let op = tokio::task::spawn_blocking(move || {
+        store
+            .operations(OperationFilter::default())
+            .unwrap()
+            .into_iter()
+            .find(|o| o.instance == instance)
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let token = op.claim.clone().unwrap().token;
+    let backend =
+        Arc::new(LibvirtBackend::new(LibvirtConfig::new(&uri, Accel::Tcg, &state)).unwrap());
+    assert_eq!(backend.fence_token(instance).await.unwrap(), Some(token));
+    // A replica with an older claim cannot touch it: stop and delete are refused, it runs on.
+    let stale = Fenced::new(backend.clone(), token - 1);
+    let refused = stale.stop(instance).await.unwrap_err();
+    assert!(refused.to_string().contains("fenced"), "{refused}");
+    assert!(stale.delete(instance).await.is_err());
+    assert_eq!(backend.fence_token(instance).await.unwrap(), Some(token));
+    assert!(
+        backend
+            .list()
+            .await
+            .unwrap()
+            .iter()
+            .any(|e| e.instance == instance && e.running)
+    );
+
+    // Stop, start, delete through the API.
+    let (status, body) = call(
+        &ctls[1],
+        "POST",
+        &format!("/cumulo/v1/instances/{id}/stop"),
+        None,
+    )
+    .await;
+    assert!(status < 300, "stop: {status} {body}");
+    wait_state(&ctls, &id, "exited", Duration::from_secs(120)).await;
+    assert!(
+        !backend
+            .list()
+            .await
+            .unwrap()
+            .iter()
+            .any(|e| e.instance == instance && e.running)
+    );
+    let (status, body) = call(
+        &ctls[0],
+        "POST",
+        &format!("/cumulo/v1/instances/{id}/start"),
+        None,
+    )
+    .await;
+    assert!(status < 300, "start: {status} {body}");
+    wait_state(&ctls, &id, "active", Duration::from_secs(120)).await;
+    let (status, body) = call(
+        &ctls[1],
+        "DELETE",
+        &format!("/cumulo/v1/instances/{id}"),
+        None,
+    )
+    .await;
+    assert!(status < 300, "delete: {status} {body}");
+    wait_gone(&ctls, &id, Duration::from_secs(120)).await;
+    assert!(
+        !backend
+            .list()
+            .await
+            .unwrap()
+            .iter()
+            .any(|e| e.instance == instance)
+    );
 }
