@@ -70,6 +70,10 @@ pub struct RemoteArgs {
     /// default: `sim/` in the state directory).
     #[arg(long, env = "CUMULO_AGENT_SIM_DIR")]
     pub sim_dir: Option<PathBuf>,
+    /// Keep the host's launcher credentials (issued by the controller, read from the store)
+    /// in this directory, for a `qemu+tls://...?pkipath=DIR` URI.
+    #[arg(long, env = "CUMULO_AGENT_TLS_PKI")]
+    pub tls_pki: Option<PathBuf>,
     /// The remote host's memory, MiB (admission).
     #[arg(long, default_value = "65536")]
     pub mem_mb: u64,
@@ -106,6 +110,7 @@ impl RemoteArgs {
             poll: self.poll,
             op_timeout: self.op_timeout,
             work_dir: self.state_dir.join("ops"),
+            pki_dir: self.tls_pki.clone(),
             figures: HostFigures {
                 mem_total_mb: self.mem_mb,
                 mem_available_mb: self.mem_mb,

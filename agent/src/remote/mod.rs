@@ -25,7 +25,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use controller::store::{Operation, OperationKind, OperationState, RemoteHost, Store, StoreError};
+use controller::store::{
+    LauncherCreds, Operation, OperationKind, OperationState, RemoteHost, Store, StoreError,
+};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
@@ -54,6 +56,64 @@ pub struct RemoteConfig {
     pub work_dir: PathBuf,
     /// The figures the core admits against (the remote host's, as the operator states them).
     pub figures: HostFigures,
+    /// Where the host's launcher credentials (from the store) are kept for libvirt, in its
+    /// `pkipath` layout (`cacert.pem`, `clientcert.pem`, `clientkey.pem`); `None`: not kept.
+    pub pki_dir: Option<PathBuf>,
+}
+
+/// Writes launcher credentials into `dir` in libvirt's `pkipath` layout, each file replaced
+/// atomically, the key readable by its owner only.
+pub fn write_creds(dir: &std::path::Path, creds: &LauncherCreds) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::create_dir_all(dir)?;
+    for (name, text, mode) in [
+        ("cacert.pem", &creds.ca_pem, 0o644),
+        ("clientcert.pem", &creds.cert_pem, 0o644),
+        ("clientkey.pem", &creds.key_pem, 0o600),
+    ] {
+        let tmp = dir.join(format!(".{name}.tmp"));
+        let _ = std::fs::remove_file(&tmp);
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(&tmp)?;
+        file.write_all(text.as_bytes())?;
+        file.sync_all()?;
+        std::fs::rename(&tmp, dir.join(name))?;
+    }
+    Ok(())
+}
+
+/// Copies the host's credentials from the store when they differ from `written` (the
+/// certificate last written); returns the certificate now on disk.
+async fn sync_creds(
+    store: &Arc<dyn Store>,
+    host: uuid::Uuid,
+    dir: &std::path::Path,
+    written: Option<String>,
+) -> Option<String> {
+    let s = store.clone();
+    match blocking(move || s.launcher_creds(host)).await {
+        Ok(creds) if written.as_deref() != Some(creds.cert_pem.as_str()) => {
+            match write_creds(dir, &creds) {
+                Ok(()) => {
+                    tracing::info!(dir = %dir.display(), "launcher credentials updated");
+                    Some(creds.cert_pem)
+                }
+                Err(e) => {
+                    tracing::warn!(dir = %dir.display(), "cannot write launcher credentials: {e}");
+                    written
+                }
+            }
+        }
+        Ok(_) | Err(StoreError::NotFound { .. }) => written,
+        Err(e) => {
+            tracing::warn!("cannot read launcher credentials: {e}");
+            written
+        }
+    }
 }
 
 /// Why a replica stopped.
@@ -100,7 +160,16 @@ pub async fn run<B: FenceMarks>(
         .map_err(|e| RemoteError::WorkDir(format!("{}: {e}", config.work_dir.display())))?;
     let host = host_of(&store, &config.uri).await?;
     tracing::info!(host = %host.id, uri = %config.uri, owner = %config.owner, "serving an off-host host");
+    let mut creds_written = None;
+    let mut creds_next = tokio::time::Instant::now();
+    let creds_every = config.lease.min(Duration::from_secs(5));
     loop {
+        if let Some(dir) = &config.pki_dir
+            && tokio::time::Instant::now() >= creds_next
+        {
+            creds_written = sync_creds(&store, host.id, dir, creds_written.take()).await;
+            creds_next = tokio::time::Instant::now() + creds_every;
+        }
         let (s, owner, lease) = (store.clone(), config.owner.clone(), config.lease);
         let claimed = tokio::select! {
             _ = shutdown.cancelled() => return Ok(()),

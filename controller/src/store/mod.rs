@@ -350,6 +350,10 @@ pub trait Store: Send + Sync {
     /// Marks operation `id` failed with `reason`, if `token` is its current claim
     /// ([`StoreError::Fenced`] otherwise).
     fn fail_operation(&self, id: Uuid, token: u64, reason: &str) -> Result<Operation>;
+    /// Stores (replacing) the launcher credentials of an existing off-host host.
+    fn put_launcher_creds(&self, creds: LauncherCreds) -> Result<()>;
+    /// The launcher credentials of an off-host host (`NotFound` if none were issued).
+    fn launcher_creds(&self, host: Uuid) -> Result<LauncherCreds>;
     /// A launcher's report about operation `id`, if `token` is its current claim
     /// ([`StoreError::Fenced`] otherwise), in one transaction: `write` applies to the operation's
     /// instance (the masked fields of an [`InstanceWrite::Update`]; a [`InstanceWrite::Remove`]

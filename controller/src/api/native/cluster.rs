@@ -77,6 +77,35 @@ pub async fn register(
     Ok((StatusCode::CREATED, Json(views::remote_host(&host))).into_response())
 }
 
+/// `POST /nodes/{id}/credentials`: issues new launcher credentials for an off-host host now
+/// (the key never leaves the store through the API).
+pub async fn renew_credentials(
+    State(state): State<ApiState>,
+    caller: Principal,
+    PathParams(id): PathParams<String>,
+) -> Result<Json<Value>, ApiError> {
+    caller.require_admin()?;
+    let id = path_id("node", &id)?;
+    let Some(issuer) = state.config.launcher_creds.clone() else {
+        return Err(ApiError::Conflict(
+            "this controller holds no launcher CA key (--launcher-ca-key)".into(),
+        ));
+    };
+    let creds = state
+        .store(move |s| {
+            crate::creds::renew(s, &issuer, id, std::time::SystemTime::now()).map_err(|e| match e {
+                crate::creds::CredsError::Store(e) => e.into(),
+                other => ApiError::Internal(other.to_string()),
+            })
+        })
+        .await?;
+    Ok(Json(json!({
+        "node": creds.host,
+        "issued": crate::api::clock::rfc3339(creds.issued),
+        "not_after": crate::api::clock::rfc3339(creds.not_after),
+    })))
+}
+
 /// `DELETE /nodes/{id}`: forgets an off-host host with no unfinished operation.
 pub async fn unregister(
     State(state): State<ApiState>,

@@ -86,6 +86,7 @@ pub fn routes() -> Router<ApiState> {
             "/nodes/{id}",
             get(cluster::node).delete(cluster::unregister),
         )
+        .route("/nodes/{id}/credentials", post(cluster::renew_credentials))
         .route("/nodes/{id}/evacuate", post(cluster::evacuate))
         .route("/nodes/{id}/restore", post(cluster::restore))
         .route("/cncis", get(cluster::cncis))

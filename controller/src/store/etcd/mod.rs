@@ -798,6 +798,12 @@ impl Store for EtcdStore {
     fn fail_operation(&self, id: Uuid, token: u64, reason: &str) -> Result<Operation> {
         queue::finish(self, id, token, OperationState::Failed, reason)
     }
+    fn put_launcher_creds(&self, creds: LauncherCreds) -> Result<()> {
+        queue::put_creds(self, &creds)
+    }
+    fn launcher_creds(&self, host: Uuid) -> Result<LauncherCreds> {
+        queue::creds(self, host)
+    }
     fn fenced_write(
         &self,
         id: Uuid,

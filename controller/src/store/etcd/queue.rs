@@ -15,10 +15,10 @@ use std::time::Duration;
 use uuid::Uuid;
 
 use super::keys::prefix_end;
-use super::records::{ClaimRec, LeaseRec, OperationRec, RemoteHostRec};
+use super::records::{ClaimRec, CredsRec, LeaseRec, OperationRec, RemoteHostRec};
 use super::{EtcdStore, Kv, Tx};
-use crate::store::queue::{check_owner, check_remote_host, fenced};
-use crate::store::sqlite::{millis, now};
+use crate::store::queue::{check_creds, check_owner, check_remote_host, fenced};
+use crate::store::sqlite::{from_millis, millis, now};
 use crate::store::*;
 
 /// Milliseconds since the epoch at which a lease taken now ends.
@@ -82,6 +82,7 @@ pub(super) fn delete_host(store: &EtcdStore, id: Uuid) -> Result<()> {
         }
         tx.delete(&keys.name("rhost", &host.name));
         tx.delete(&keys.remote_host(id));
+        tx.delete(&keys.creds(id));
         Ok(())
     })
 }
@@ -353,4 +354,37 @@ pub(super) fn fenced_write(
         Some(lease) => rec.model(i64::try_from(token).unwrap_or(i64::MAX), Some(&lease)),
         None => rec.model(0, None),
     }
+}
+
+pub(super) fn put_creds(store: &EtcdStore, creds: &LauncherCreds) -> Result<()> {
+    check_creds(creds)?;
+    let rec = CredsRec {
+        cert: creds.cert_pem.clone(),
+        key: creds.key_pem.clone(),
+        ca: creds.ca_pem.clone(),
+        not_after_ms: millis(creds.not_after),
+        issued_ms: millis(creds.issued),
+    };
+    store.atomically("storing launcher credentials", |tx| {
+        host_in(tx, creds.host)?;
+        let key = tx.keys().creds(creds.host);
+        tx.put(&key, &rec)
+    })
+}
+
+pub(super) fn creds(store: &EtcdStore, host: Uuid) -> Result<LauncherCreds> {
+    let rec: CredsRec = store
+        .read(|tx| {
+            let key = tx.keys().creds(host);
+            tx.get_json(&key)
+        })?
+        .ok_or_else(|| StoreError::not_found("launcher credentials", host))?;
+    Ok(LauncherCreds {
+        host,
+        cert_pem: rec.cert,
+        key_pem: rec.key,
+        ca_pem: rec.ca,
+        not_after: from_millis(rec.not_after_ms),
+        issued: from_millis(rec.issued_ms),
+    })
 }

@@ -396,6 +396,12 @@ impl Store for SqliteStore {
     fn fail_operation(&self, id: Uuid, token: u64, reason: &str) -> Result<Operation> {
         self.write(|tx| queue::finish(tx, id, token, OperationState::Failed, reason))
     }
+    fn put_launcher_creds(&self, creds: LauncherCreds) -> Result<()> {
+        self.write(|tx| queue::put_creds(tx, &creds))
+    }
+    fn launcher_creds(&self, host: Uuid) -> Result<LauncherCreds> {
+        self.write(|tx| queue::creds(tx, host))
+    }
     fn fenced_write(
         &self,
         id: Uuid,
@@ -461,7 +467,7 @@ mod tests {
         .unwrap();
         drop(conn);
         let store = SqliteStore::open(&path).unwrap();
-        assert_eq!(store.schema_version().unwrap(), 2);
+        assert_eq!(store.schema_version().unwrap(), schema::known_version());
         assert_eq!(
             store.claim_operation("r", Duration::from_secs(1)).unwrap(),
             None

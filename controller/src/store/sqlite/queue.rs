@@ -9,7 +9,7 @@ use rusqlite::{OptionalExtension, Row, Transaction, params};
 use uuid::Uuid;
 
 use super::{bad_column, from_millis, millis, now, u64_at, uuid_at};
-use crate::store::queue::{check_owner, check_remote_host, fenced};
+use crate::store::queue::{check_creds, check_owner, check_remote_host, fenced};
 use crate::store::*;
 
 const HOST_COLS: &str = "id, name, libvirt_uri, created";
@@ -118,6 +118,10 @@ pub(super) fn delete_host(tx: &Transaction<'_>, id: Uuid) -> Result<()> {
         )));
     }
     tx.execute("DELETE FROM remote_hosts WHERE id = ?1", [id.to_string()])?;
+    tx.execute(
+        "DELETE FROM launcher_creds WHERE host_id = ?1",
+        [id.to_string()],
+    )?;
     Ok(())
 }
 
@@ -275,4 +279,43 @@ pub(super) fn fenced_write(
         Some((state, result)) => finish(tx, id, token, state, result),
         None => Ok(op),
     }
+}
+
+pub(super) fn put_creds(tx: &Transaction<'_>, creds: &LauncherCreds) -> Result<()> {
+    check_creds(creds)?;
+    host(tx, creds.host)?;
+    tx.execute(
+        "INSERT INTO launcher_creds (host_id, cert, key, ca, not_after, issued)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+         ON CONFLICT (host_id) DO UPDATE SET cert = ?2, key = ?3, ca = ?4, not_after = ?5,
+             issued = ?6",
+        params![
+            creds.host.to_string(),
+            creds.cert_pem,
+            creds.key_pem,
+            creds.ca_pem,
+            millis(creds.not_after),
+            millis(creds.issued)
+        ],
+    )?;
+    Ok(())
+}
+
+pub(super) fn creds(tx: &Transaction<'_>, host: Uuid) -> Result<LauncherCreds> {
+    tx.query_row(
+        "SELECT cert, key, ca, not_after, issued FROM launcher_creds WHERE host_id = ?1",
+        [host.to_string()],
+        |r| {
+            Ok(LauncherCreds {
+                host,
+                cert_pem: r.get(0)?,
+                key_pem: r.get(1)?,
+                ca_pem: r.get(2)?,
+                not_after: from_millis(r.get(3)?),
+                issued: from_millis(r.get(4)?),
+            })
+        },
+    )
+    .optional()?
+    .ok_or_else(|| StoreError::not_found("launcher credentials", host))
 }
