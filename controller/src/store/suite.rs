@@ -1277,4 +1277,16 @@ pub(crate) fn fenced_writes_apply_masked_fields_and_refuse_stale_tokens<F: Fixtu
         )
         .unwrap();
     assert_eq!(gone.state, OperationState::Done);
+    // A replica of one host takes only that host's operations.
+    let other = remote_host(&store, "other");
+    let theirs = enqueue(&store, other.id, Uuid::new_v4(), OperationKind::Start);
+    assert_eq!(
+        store.claim_operation_on("r", LONG, Some(host.id)).unwrap(),
+        None
+    );
+    let got = store
+        .claim_operation_on("r", LONG, Some(other.id))
+        .unwrap()
+        .unwrap();
+    assert_eq!(got.id, theirs.id);
 }
