@@ -182,6 +182,9 @@ pub fn remote_host(h: &RemoteHost) -> Value {
     json!({
         "id": h.id,
         "name": h.name,
+        // What the node list's columns show for it.
+        "hostname": h.name,
+        "status": "off-host",
         "launcher_on_host": false,
         "libvirt_uri": h.libvirt_uri,
         "created": rfc3339(h.created),

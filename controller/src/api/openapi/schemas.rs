@@ -309,6 +309,8 @@ pub(super) fn schemas() -> Value {
         "RemoteNode": object(&[
             ("id", uuid(), true),
             ("name", string(), true),
+            ("hostname", string(), true),
+            ("status", json!({"type": "string", "enum": ["off-host"]}), true),
             ("launcher_on_host", json!({"type": "boolean", "enum": [false]}), true),
             ("libvirt_uri", string(), true),
             ("created", time(), true),
