@@ -1,11 +1,15 @@
 # Starts virtlogd and libvirtd by hand (no systemd on the build machines) and stops them by PID.
 # Sourced by scripts/test.sh; also usable by hand:
 #   source scripts/libvirt.sh && libvirt_up && ... && libvirt_down
-# libvirt_up exports CUMULO_LIBVIRT_URI=qemu:///system when the daemon answers. A libvirtd that
-# already answers is used as it is and left running (only what this script started is stopped).
+# libvirt_up exports CUMULO_LIBVIRT_URI=qemu:///system when the daemon answers, and
+# CUMULO_LIBVIRT_TCP_URI=qemu+tcp://127.0.0.1:$CUMULO_LIBVIRT_TCP_PORT/system: the daemon it starts
+# also listens on TCP, on loopback only, without authentication (the off-host launching tests
+# reach it as a remote host). A libvirtd that already answers is used as it is and left running
+# (only what this script started is stopped); the TCP URI is exported only if it answers too.
 
 CUMULO_LIBVIRT_PIDS=()
 CUMULO_LIBVIRT_LOGS=""
+CUMULO_LIBVIRT_TCP_PORT=${CUMULO_LIBVIRT_TCP_PORT:-16519}
 
 # The QEMU driver refuses to load without these (Debian's packages make them under systemd).
 libvirt_accounts() {
@@ -33,9 +37,13 @@ libvirt_wait() {
 }
 
 libvirt_up() {
+    local tcp="qemu+tcp://127.0.0.1:$CUMULO_LIBVIRT_TCP_PORT/system"
     if virsh -c qemu:///system version >/dev/null 2>&1; then
         echo "libvirtd already answers: using it"
         export CUMULO_LIBVIRT_URI=qemu:///system
+        if virsh -c "$tcp" version >/dev/null 2>&1; then
+            export CUMULO_LIBVIRT_TCP_URI=$tcp
+        fi
         return 0
     fi
     libvirt_accounts
@@ -51,15 +59,25 @@ libvirt_up() {
             return 1
         }
     fi
-    libvirtd >"$CUMULO_LIBVIRT_LOGS/libvirtd.log" 2>&1 &
+    # TCP on loopback only, no authentication: for the off-host tests (qemu+tcp URIs).
+    printf '%s\n' 'listen_tls = 0' 'listen_tcp = 1' 'listen_addr = "127.0.0.1"' \
+        "tcp_port = \"$CUMULO_LIBVIRT_TCP_PORT\"" 'auth_tcp = "none"' \
+        >"$CUMULO_LIBVIRT_LOGS/libvirtd.conf"
+    libvirtd --listen --config "$CUMULO_LIBVIRT_LOGS/libvirtd.conf" \
+        >"$CUMULO_LIBVIRT_LOGS/libvirtd.log" 2>&1 &
     CUMULO_LIBVIRT_PIDS+=($!)
     if ! libvirt_wait "virsh -c qemu:///system version" 60; then
         echo "libvirtd did not answer within 60 s:" >&2
         tail -n 30 "$CUMULO_LIBVIRT_LOGS/libvirtd.log" >&2
         return 1
     fi
-    echo "libvirtd up (pids ${CUMULO_LIBVIRT_PIDS[*]}, logs in $CUMULO_LIBVIRT_LOGS)"
+    echo "libvirtd up (pids ${CUMULO_LIBVIRT_PIDS[*]}, logs in $CUMULO_LIBVIRT_LOGS, TCP $tcp)"
     export CUMULO_LIBVIRT_URI=qemu:///system
+    if libvirt_wait "virsh -c $tcp version" 20; then
+        export CUMULO_LIBVIRT_TCP_URI=$tcp
+    else
+        echo "libvirtd does not answer on $tcp" >&2
+    fi
 }
 
 # Stops what libvirt_up started, by PID, newest first.

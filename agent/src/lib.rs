@@ -28,6 +28,7 @@ pub mod daemon;
 pub mod host;
 pub mod model;
 pub mod net;
+pub mod remote;
 pub mod reporter;
 pub mod sim;
 pub mod store;

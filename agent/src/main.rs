@@ -8,17 +8,12 @@ use clap::Parser;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    let args = Args::parse();
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let logs = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    if args.log_format == "json" {
-        logs.json().init();
-    } else {
-        logs.init();
+    let argv: Vec<String> = std::env::args().collect();
+    if agent::remote::cli::wanted(&argv) {
+        return remote();
     }
+    let args = Args::parse();
+    init_logs(&args.log_format);
     let config = match args.into_config() {
         Ok(c) => c,
         Err(e) => {
@@ -27,4 +22,26 @@ fn main() -> ExitCode {
         }
     };
     ssntp::net::daemon::run_until_signal("cumulo-agent", |shutdown| daemon::run(config, shutdown))
+}
+
+/// `cumulo-agent --remote`: an off-host launcher replica.
+fn remote() -> ExitCode {
+    let args = agent::remote::cli::RemoteArgs::parse();
+    init_logs(&args.log_format);
+    ssntp::net::daemon::run_until_signal("cumulo-agent --remote", |shutdown| {
+        agent::remote::cli::run(args, shutdown)
+    })
+}
+
+fn init_logs(format: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if format == "json" {
+        logs.json().init();
+    } else {
+        logs.init();
+    }
 }

@@ -132,6 +132,11 @@ impl SimBackend {
         })
     }
 
+    /// Its directory, if it keeps one.
+    pub fn dir(&self) -> Option<&std::path::Path> {
+        self.config.dir.as_deref()
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }

@@ -100,6 +100,13 @@ pub struct Args {
     /// How long a CNCI stays after its subnet empties.
     #[arg(long, env = "CUMULO_CONTROLLER_CNCI_LINGER", default_value = "60s", value_parser = parse_positive_duration)]
     pub cnci_linger: Duration,
+    /// The CA key (PEM) of `--ca-cert`: with it the controller issues and renews short-lived
+    /// TLS client certificates for the off-host launchers.
+    #[arg(long, env = "CUMULO_CONTROLLER_LAUNCHER_CA_KEY")]
+    pub launcher_ca_key: Option<PathBuf>,
+    /// How long a launcher certificate is valid (renewed in its last third).
+    #[arg(long, env = "CUMULO_CONTROLLER_LAUNCHER_CERT_LIFETIME", default_value = "1h", value_parser = parse_positive_duration)]
+    pub launcher_cert_lifetime: Duration,
     /// Log format: text or json.
     #[arg(long, env = "CUMULO_CONTROLLER_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
     pub log_format: String,
@@ -135,6 +142,9 @@ pub enum ConfigError {
         "--api-listen {0} is not a loopback address: plain HTTP is refused there; give --api-cert and --api-key"
     )]
     PlainHttp(SocketAddr),
+    /// The launcher CA cannot be used.
+    #[error("--launcher-ca-key: {0}")]
+    LauncherCa(String),
 }
 
 impl Args {
@@ -156,6 +166,19 @@ impl Args {
         daemon.engine.confirm_timeout = self.confirm_timeout;
         daemon.engine.cnci_timeout = self.cnci_timeout;
         daemon.engine.cnci_linger = self.cnci_linger;
+        if let Some(key) = &self.launcher_ca_key {
+            let read = |p: &PathBuf| {
+                std::fs::read_to_string(p)
+                    .map_err(|e| ConfigError::LauncherCa(format!("{}: {e}", p.display())))
+            };
+            let issuer = crate::creds::CredsIssuer::from_pem(
+                &read(&self.ca_cert)?,
+                &read(key)?,
+                self.launcher_cert_lifetime,
+            )
+            .map_err(|e| ConfigError::LauncherCa(e.to_string()))?;
+            daemon.launcher_creds = Some(std::sync::Arc::new(issuer));
+        }
         let scheme = if self.api_cert.is_some() {
             "https"
         } else {

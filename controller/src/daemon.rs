@@ -37,6 +37,8 @@ pub struct DaemonConfig {
     pub handshake: HandshakeConfig,
     /// Reconnection delays.
     pub backoff: Backoff,
+    /// The issuer of off-host launchers' credentials (renewed periodically when set).
+    pub launcher_creds: Option<Arc<crate::creds::CredsIssuer>>,
 }
 
 impl DaemonConfig {
@@ -51,6 +53,7 @@ impl DaemonConfig {
             sweep_every: Duration::from_secs(1),
             handshake: HandshakeConfig::default(),
             backoff: Backoff::default(),
+            launcher_creds: None,
         }
     }
 }
@@ -94,6 +97,7 @@ pub struct Controller {
     stop: CancellationToken,
     driver: JoinHandle<()>,
     api: Option<JoinHandle<()>>,
+    launcher_creds: Option<Arc<crate::creds::CredsIssuer>>,
     _uuid_lock: Option<UuidLock>,
 }
 
@@ -150,6 +154,9 @@ impl Controller {
             config.sweep_every,
             stop.clone(),
         ));
+        if let Some(issuer) = config.launcher_creds.clone() {
+            tokio::spawn(renew_creds(store.clone(), issuer, stop.clone()));
+        }
         tracing::info!(%uuid, schedulers = ?config.servers, store = %config.store, "cumulo-controller running");
         Ok(Controller {
             uuid,
@@ -159,6 +166,7 @@ impl Controller {
             stop,
             driver,
             api: None,
+            launcher_creds: config.launcher_creds.clone(),
             _uuid_lock: uuid_lock,
         })
     }
@@ -170,8 +178,11 @@ impl Controller {
         listener: tokio::net::TcpListener,
         tls: Option<Arc<rustls::ServerConfig>>,
         signer: TokenSigner,
-        config: ApiConfig,
+        mut config: ApiConfig,
     ) {
+        if config.launcher_creds.is_none() {
+            config.launcher_creds = self.launcher_creds.clone();
+        }
         let state = ApiState::new(self.store.clone(), self.engine.clone(), signer, config);
         let router = api::router(state);
         let stop = self.stop.clone();
@@ -200,5 +211,33 @@ impl Controller {
             tracing::error!("engine driver: {e}");
         }
         self.client.close();
+    }
+}
+
+/// Renews the off-host launchers' credentials that are missing or due, at start and then every
+/// tenth of their lifetime (between 1 s and 5 min), until `stop`. Several controllers may run
+/// it: a renewal another one just made is not due, and two racing renewals both store valid
+/// credentials (the last one stays).
+async fn renew_creds(
+    store: Arc<dyn Store>,
+    issuer: Arc<crate::creds::CredsIssuer>,
+    stop: CancellationToken,
+) {
+    let every = (issuer.lifetime() / 10).clamp(Duration::from_secs(1), Duration::from_secs(300));
+    loop {
+        let (s, i) = (store.clone(), issuer.clone());
+        match tokio::task::spawn_blocking(move || {
+            crate::creds::renew_due(s.as_ref(), &i, std::time::SystemTime::now())
+        })
+        .await
+        {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => tracing::warn!("launcher credentials: {e}"),
+            Err(e) => tracing::warn!("launcher credentials task: {e}"),
+        }
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(every) => {}
+        }
     }
 }

@@ -6,6 +6,7 @@
 pub mod api;
 pub mod cluster;
 pub mod config;
+pub mod creds;
 pub mod daemon;
 pub mod engine;
 #[cfg(any(test, fuzzing))]

@@ -73,7 +73,8 @@ pub enum AccelArg {
 }
 
 impl AccelArg {
-    fn accel(self) -> Accel {
+    /// The accelerator this choice means.
+    pub fn accel(self) -> Accel {
         match self {
             AccelArg::Auto => Accel::Auto,
             AccelArg::Kvm => Accel::Kvm,

@@ -18,7 +18,7 @@ use virt::connect::Connect;
 use virt::domain::Domain;
 
 /// One VM-heavy test at a time (two cores).
-static VMS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+pub(crate) static VMS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// The libvirt URI to test against, or `None` (after saying why) when the tests are skipped.
 fn libvirt_uri() -> Option<String> {
@@ -58,7 +58,7 @@ fn tiny_guest() -> PathBuf {
 
 /// A state directory QEMU (another user under qemu:///system) can reach, with the tiny guest
 /// as image `tiny`.
-fn state_dir(dir: &Path) -> PathBuf {
+pub(crate) fn state_dir(dir: &Path) -> PathBuf {
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
     let state = dir.join("state");
     let image = state.join("images").join("tiny");

@@ -14,5 +14,6 @@ mod libvirt;
 mod netns;
 mod over_ssntp;
 mod overlay;
+mod remote;
 mod support;
 mod tenants;

@@ -54,6 +54,9 @@ pub struct ApiConfig {
     pub body_limit: usize,
     /// PBKDF2 rounds for new password hashes.
     pub password_iterations: u32,
+    /// The issuer of off-host launchers' credentials, if the controller holds the CA key
+    /// (`POST /cumulo/v1/nodes/{id}/credentials` renews them on demand).
+    pub launcher_creds: Option<std::sync::Arc<crate::creds::CredsIssuer>>,
 }
 
 impl ApiConfig {
@@ -66,6 +69,7 @@ impl ApiConfig {
             public_url: public_url.into().trim_end_matches('/').to_string(),
             body_limit: ApiConfig::DEFAULT_BODY_LIMIT,
             password_iterations: password::DEFAULT_ITERATIONS,
+            launcher_creds: None,
         }
     }
 }

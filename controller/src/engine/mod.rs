@@ -22,6 +22,7 @@
 
 mod cnci;
 mod inbound;
+pub mod offhost;
 pub mod run;
 mod start;
 mod sweep;
@@ -39,7 +40,7 @@ use uuid::Uuid;
 use crate::cluster::{Cluster, ClusterError, Launch, Node, NodeStatus, Trace};
 use crate::store::{
     EventKind, Instance, InstanceChange, InstanceFilter, InstanceState, NewEvent, NewInstance,
-    Page, Scope, Store, StoreError,
+    OperationKind, Page, Scope, Store, StoreError,
 };
 
 pub use run::run;
@@ -341,7 +342,9 @@ impl Cluster for Engine {
         if !scope.owns(Some(launch.tenant)) {
             return Err(StoreError::not_found("tenant", launch.tenant).into());
         }
-        self.require_connected()?;
+        if self.store.remote_hosts()?.is_empty() {
+            self.require_connected()?;
+        }
         let tenant_scope = Scope::Tenant(launch.tenant);
         let plan = self.plan(tenant_scope, launch.workload)?;
         let mut created = Vec::with_capacity(launch.count as usize);
@@ -383,6 +386,20 @@ impl Cluster for Engine {
     }
 
     fn stop(&self, scope: Scope, id: Uuid) -> Result<Instance, ClusterError> {
+        let current = self.store.instance(scope, id)?;
+        if let Some(host) = self.remote_of(&current)? {
+            return self.off_host_change(
+                scope,
+                &current,
+                &host,
+                offhost::Step {
+                    to: InstanceState::Stopping,
+                    from: |s| *s == InstanceState::Active,
+                    operation: "stop",
+                    queue: &[(OperationKind::Stop, false)],
+                },
+            );
+        }
         self.require_connected()?;
         let (instance, node) = self
             .transition(scope, id, |i| match (&i.state, i.node) {
@@ -402,8 +419,24 @@ impl Cluster for Engine {
     }
 
     fn start(&self, scope: Scope, id: Uuid) -> Result<Instance, ClusterError> {
-        self.require_connected()?;
         let current = self.store.instance(scope, id)?;
+        if let Some(host) = self.remote_of(&current)? {
+            // Exited on its off-host host: clear it there, then start it again.
+            return self.off_host_change(
+                scope,
+                &current,
+                &host,
+                offhost::Step {
+                    to: InstanceState::Stopping,
+                    from: |s| *s == InstanceState::Exited,
+                    operation: "start",
+                    queue: &[(OperationKind::Stop, false), (OperationKind::Start, true)],
+                },
+            );
+        }
+        if self.store.remote_hosts()?.is_empty() {
+            self.require_connected()?;
+        }
         match (&current.state, current.node) {
             // Exited on its node (it stopped on its own): clear it there first, then start.
             (InstanceState::Exited, Some(_)) => self.stop_then_start(scope, id, "start"),
@@ -429,6 +462,20 @@ impl Cluster for Engine {
     }
 
     fn reboot(&self, scope: Scope, id: Uuid) -> Result<Instance, ClusterError> {
+        let current = self.store.instance(scope, id)?;
+        if let Some(host) = self.remote_of(&current)? {
+            return self.off_host_change(
+                scope,
+                &current,
+                &host,
+                offhost::Step {
+                    to: InstanceState::Stopping,
+                    from: |s| matches!(s, InstanceState::Active | InstanceState::Exited),
+                    operation: "reboot",
+                    queue: &[(OperationKind::Stop, false), (OperationKind::Start, true)],
+                },
+            );
+        }
         self.require_connected()?;
         self.stop_then_start(scope, id, "reboot")
     }
@@ -450,6 +497,23 @@ impl Cluster for Engine {
                 self.forget(&current)
             }
             (InstanceState::Deleted, _) => Ok(()),
+            _ if self.remote_of(&current)?.is_some() => {
+                let host = self
+                    .remote_of(&current)?
+                    .ok_or_else(|| StoreError::not_found("node", id))?;
+                self.off_host_change(
+                    scope,
+                    &current,
+                    &host,
+                    offhost::Step {
+                        to: InstanceState::Deleted,
+                        from: |_| true,
+                        operation: "delete",
+                        queue: &[(OperationKind::Delete, false)],
+                    },
+                )?;
+                Ok(())
+            }
             _ => {
                 let (instance, ()) = self
                     .transition(scope, id, |_| {

@@ -117,6 +117,9 @@ impl Engine {
         plan: &Plan,
         restart: bool,
     ) -> Result<Instance, ClusterError> {
+        if let Some(host) = self.off_host_target(instance.id)? {
+            return self.dispatch_off_host(instance, plan, restart, &host);
+        }
         let networking = match self.config.tenant_network {
             TenantNetwork::None => None,
             TenantNetwork::Cnci => {

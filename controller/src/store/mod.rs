@@ -11,6 +11,7 @@
 //! The store is synchronous; async callers use `spawn_blocking`.
 
 pub mod etcd;
+mod mask;
 mod model;
 pub mod net;
 mod open;
@@ -21,6 +22,7 @@ pub mod sqlite;
 pub(crate) mod suite;
 
 pub use etcd::EtcdStore;
+pub use mask::{FieldMask, InstanceFacts, InstanceWrite, Placement};
 pub use model::*;
 pub use open::open;
 pub use queue::*;
@@ -327,7 +329,17 @@ pub trait Store: Send + Sync {
     /// with its lease run out, and whose instance has no older unfinished operation; `None` when
     /// there is none. The returned operation's `claim` holds the new fencing token, larger than
     /// every token handed out before in the store: each claim goes to exactly one caller.
-    fn claim_operation(&self, owner: &str, lease: Duration) -> Result<Option<Operation>>;
+    fn claim_operation(&self, owner: &str, lease: Duration) -> Result<Option<Operation>> {
+        self.claim_operation_on(owner, lease, None)
+    }
+    /// As [`Store::claim_operation`], taking only operations for `host` when it is given (a
+    /// replica serving one off-host host).
+    fn claim_operation_on(
+        &self,
+        owner: &str,
+        lease: Duration,
+        host: Option<Uuid>,
+    ) -> Result<Option<Operation>>;
     /// Extends the claim `token` of operation `id` to `lease` from now ([`StoreError::Fenced`]
     /// if `token` is not its current claim). A claim whose lease ran out but that nobody took
     /// over may still be renewed.
@@ -338,4 +350,20 @@ pub trait Store: Send + Sync {
     /// Marks operation `id` failed with `reason`, if `token` is its current claim
     /// ([`StoreError::Fenced`] otherwise).
     fn fail_operation(&self, id: Uuid, token: u64, reason: &str) -> Result<Operation>;
+    /// Stores (replacing) the launcher credentials of an existing off-host host.
+    fn put_launcher_creds(&self, creds: LauncherCreds) -> Result<()>;
+    /// The launcher credentials of an off-host host (`NotFound` if none were issued).
+    fn launcher_creds(&self, host: Uuid) -> Result<LauncherCreds>;
+    /// A launcher's report about operation `id`, if `token` is its current claim
+    /// ([`StoreError::Fenced`] otherwise), in one transaction: `write` applies to the operation's
+    /// instance (the masked fields of an [`InstanceWrite::Update`]; a [`InstanceWrite::Remove`]
+    /// of an instance already gone is fine), then `finish`, when given, finishes the operation
+    /// (done or failed, with its result). Returns the operation as it is after the write.
+    fn fenced_write(
+        &self,
+        id: Uuid,
+        token: u64,
+        write: &InstanceWrite,
+        finish: Option<(OperationState, &str)>,
+    ) -> Result<Operation>;
 }

@@ -27,6 +27,43 @@ pub struct RemoteHost {
     pub created: SystemTime,
 }
 
+/// The TLS client credentials the launchers of an off-host host present to its libvirtd
+/// (issued and renewed by the controller, [`crate::creds`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LauncherCreds {
+    /// The host.
+    pub host: Uuid,
+    /// The client certificate (PEM).
+    pub cert_pem: String,
+    /// Its private key (PEM).
+    pub key_pem: String,
+    /// The CA certificate (PEM).
+    pub ca_pem: String,
+    /// When the certificate ends.
+    pub not_after: SystemTime,
+    /// When it was issued.
+    pub issued: SystemTime,
+}
+
+/// Most bytes of one credential's PEM text.
+pub(crate) const MAX_PEM: usize = 64 * 1024;
+
+/// Checks credentials before they are stored (shared by the stores).
+pub(crate) fn check_creds(creds: &LauncherCreds) -> super::Result<()> {
+    for (what, pem) in [
+        ("certificate", &creds.cert_pem),
+        ("key", &creds.key_pem),
+        ("CA", &creds.ca_pem),
+    ] {
+        if !pem.contains("-----BEGIN ") || pem.len() > MAX_PEM {
+            return Err(super::StoreError::Invalid(format!(
+                "launcher {what} must be PEM of at most {MAX_PEM} bytes"
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Input of [`Store::create_remote_host`](super::Store::create_remote_host).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewRemoteHost {

@@ -40,7 +40,8 @@ macro_rules! store_suite {
             ten_thousand_instances_page_quickly, remote_host_crud,
             operations_are_claimed_in_fifo_order, parallel_claims_take_each_operation_once,
             an_expired_claim_is_taken_over_and_the_old_token_fenced,
-            a_renewed_claim_is_kept, one_operation_per_instance_at_a_time);
+            a_renewed_claim_is_kept, one_operation_per_instance_at_a_time,
+            fenced_writes_apply_masked_fields_and_refuse_stale_tokens);
     };
     (@tests $fixture:ty; $($name:ident),* $(,)?) => {
         $(
@@ -1163,4 +1164,129 @@ pub(crate) fn one_operation_per_instance_at_a_time<F: Fixture>() {
         .unwrap();
     let third = store.claim_operation("r", LONG).unwrap().unwrap();
     assert_eq!(third.id, delete_x.id);
+}
+
+pub(crate) fn fenced_writes_apply_masked_fields_and_refuse_stale_tokens<F: Fixture>() {
+    let fx = F::new();
+    let store = fx.open();
+    let host = remote_host(&store, "h");
+    let (tenant, workload) = tenant_and_workload(&store, "t", Quota::default(), 24);
+    let instance = store
+        .create_instance(new_instance(&tenant, &workload, "vm"))
+        .unwrap();
+    let cnci = Uuid::new_v4();
+    store
+        .update_instance(
+            Scope::All,
+            instance.id,
+            instance.version,
+            InstanceChange {
+                cnci: Some(Some(cnci)),
+                ..InstanceChange::default()
+            },
+        )
+        .unwrap();
+    let op = enqueue(&store, host.id, instance.id, OperationKind::Start);
+    let slow = store
+        .claim_operation("slow", Duration::ZERO)
+        .unwrap()
+        .unwrap();
+    let old = token_of(&slow);
+    // A masked update: only the state and the node; the CNCI stays.
+    let facts = InstanceFacts {
+        state: InstanceState::Active,
+        placement: Placement {
+            node: Some(host.id),
+            cnci: None,
+        },
+    };
+    let mask = FieldMask::of(["state", "placement.node"]).unwrap();
+    let still = store
+        .fenced_write(
+            op.id,
+            old,
+            &InstanceWrite::Update(mask.clone(), facts.clone()),
+            None,
+        )
+        .unwrap();
+    assert_eq!(still.state, OperationState::Claimed);
+    assert_eq!(token_of(&still), old);
+    let now = store.instance(Scope::All, instance.id).unwrap();
+    assert_eq!(now.state, InstanceState::Active);
+    assert_eq!(now.node, Some(host.id));
+    assert_eq!(now.cnci, Some(cnci), "a field outside the mask is kept");
+    // Another replica takes the operation over (the lease ran out).
+    let fast = store.claim_operation("fast", LONG).unwrap().unwrap();
+    let new = token_of(&fast);
+    let exited = InstanceFacts {
+        state: InstanceState::Exited,
+        placement: Placement::default(),
+    };
+    // The stale replica's late write changes nothing.
+    let late = InstanceWrite::Update(FieldMask::all(), exited.clone());
+    assert!(is_fenced(store.fenced_write(
+        op.id,
+        old,
+        &late,
+        Some((OperationState::Done, "late"))
+    )));
+    assert!(is_fenced(store.fenced_write(
+        op.id,
+        old,
+        &InstanceWrite::Remove,
+        None
+    )));
+    assert_eq!(store.instance(Scope::All, instance.id).unwrap(), now);
+    // The parent field means the whole sub-record: placement cleared, node and CNCI.
+    let parent = FieldMask::of(["state", "placement"]).unwrap();
+    let done = store
+        .fenced_write(
+            op.id,
+            new,
+            &InstanceWrite::Update(parent, exited),
+            Some((OperationState::Done, "stopped")),
+        )
+        .unwrap();
+    assert_eq!(done.state, OperationState::Done);
+    assert_eq!(done.result.as_deref(), Some("stopped"));
+    let after = store.instance(Scope::All, instance.id).unwrap();
+    assert_eq!(after.state, InstanceState::Exited);
+    assert_eq!((after.node, after.cnci), (None, None));
+    // Finished: even the right token is refused now.
+    assert!(is_fenced(store.fenced_write(
+        op.id,
+        new,
+        &InstanceWrite::Nothing,
+        None
+    )));
+    // A removal under a live claim takes the record; a second one (instance gone) is fine.
+    let del = enqueue(&store, host.id, instance.id, OperationKind::Delete);
+    let claim = store.claim_operation("fast", LONG).unwrap().unwrap();
+    assert_eq!(claim.id, del.id);
+    let t = token_of(&claim);
+    store
+        .fenced_write(del.id, t, &InstanceWrite::Remove, None)
+        .unwrap();
+    assert!(is_not_found(store.instance(Scope::All, instance.id)));
+    let gone = store
+        .fenced_write(
+            del.id,
+            t,
+            &InstanceWrite::Remove,
+            Some((OperationState::Done, "deleted")),
+        )
+        .unwrap();
+    assert_eq!(gone.state, OperationState::Done);
+    // A replica of one host takes only that host's operations.
+    let other = remote_host(&store, "other");
+    let theirs = enqueue(&store, other.id, Uuid::new_v4(), OperationKind::Start);
+    assert_eq!(
+        store.claim_operation_on("r", LONG, Some(host.id)).unwrap(),
+        None
+    );
+    let got = store
+        .claim_operation_on("r", LONG, Some(other.id))
+        .unwrap()
+        .unwrap();
+    assert_eq!(got.id, theirs.id);
 }

@@ -81,8 +81,12 @@ pub fn routes() -> Router<ApiState> {
         .route("/instances/{id}/stop", post(instances::stop))
         .route("/instances/{id}/start", post(instances::start))
         .route("/instances/{id}/restart", post(instances::restart))
-        .route("/nodes", get(cluster::nodes))
-        .route("/nodes/{id}", get(cluster::node))
+        .route("/nodes", get(cluster::nodes).post(cluster::register))
+        .route(
+            "/nodes/{id}",
+            get(cluster::node).delete(cluster::unregister),
+        )
+        .route("/nodes/{id}/credentials", post(cluster::renew_credentials))
         .route("/nodes/{id}/evacuate", post(cluster::evacuate))
         .route("/nodes/{id}/restore", post(cluster::restore))
         .route("/cncis", get(cluster::cncis))

@@ -7,8 +7,8 @@ use crate::api::clock::rfc3339;
 use crate::api::image::disk_format;
 use crate::cluster::{Node, Trace};
 use crate::store::{
-    Cnci, CnciState, Event, EventKind, Flavor, Image, Instance, InstanceState, Quota, Role,
-    RoleAssignment, Tenant, Usage, User, Workload,
+    Cnci, CnciState, Event, EventKind, Flavor, Image, Instance, InstanceState, Quota, RemoteHost,
+    Role, RoleAssignment, Tenant, Usage, User, Workload,
 };
 
 /// A quota's limits (`null`: unlimited).
@@ -174,6 +174,20 @@ pub fn node(n: &Node) -> Value {
         "ips": n.ips.iter().map(ToString::to_string).collect::<Vec<_>>(),
         "connected": rfc3339(n.connected),
         "last_stats": n.last_stats.map(rfc3339),
+    })
+}
+
+/// An off-host host (its launcher runs beside the controller).
+pub fn remote_host(h: &RemoteHost) -> Value {
+    json!({
+        "id": h.id,
+        "name": h.name,
+        // What the node list's columns show for it.
+        "hostname": h.name,
+        "status": "off-host",
+        "launcher_on_host": false,
+        "libvirt_uri": h.libvirt_uri,
+        "created": rfc3339(h.created),
     })
 }
 

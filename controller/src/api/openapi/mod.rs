@@ -435,16 +435,49 @@ fn paths() -> Vec<(&'static str, Vec<(&'static str, Op)>)> {
         ),
         (
             "/nodes",
-            vec![(
-                "get",
-                op("List nodes", "nodes", Success("200", Some("Nodes"))),
-            )],
+            vec![
+                (
+                    "get",
+                    op(
+                        "List nodes (SSNTP nodes and off-host hosts)",
+                        "nodes",
+                        Success("200", Some("Nodes")),
+                    ),
+                ),
+                (
+                    "post",
+                    op(
+                        "Register an off-host host",
+                        "nodes",
+                        Success("201", Some("RemoteNode")),
+                    )
+                    .body("RemoteNodeCreate"),
+                ),
+            ],
         ),
         (
             "/nodes/{id}",
+            vec![
+                (
+                    "get",
+                    op("Show a node", "nodes", Success("200", Some("Node"))).id("id"),
+                ),
+                (
+                    "delete",
+                    op("Forget an off-host host", "nodes", Success("204", None)).id("id"),
+                ),
+            ],
+        ),
+        (
+            "/nodes/{id}/credentials",
             vec![(
-                "get",
-                op("Show a node", "nodes", Success("200", Some("Node"))).id("id"),
+                "post",
+                op(
+                    "Renew an off-host host's launcher credentials",
+                    "nodes",
+                    Success("200", Some("LauncherCredentials")),
+                )
+                .id("id"),
             )],
         ),
         (

@@ -113,7 +113,7 @@ pub(super) fn schemas() -> Value {
     let kind = json!({"type": "string", "enum": ["qcow2", "raw", "iso"]});
     let state = json!({"type": "string", "enum":
         ["pending", "active", "stopping", "exited", "deleted", "hung", "missing", "error"]});
-    json!({
+    let mut all = json!({
         "Error": object(&[("error", object(&[
             ("code", int(400, Some(599)), true),
             ("title", string(), true),
@@ -303,5 +303,31 @@ pub(super) fn schemas() -> Value {
         "Events": list_of("events", "Event"),
         "Traces": list_of("traces", "Trace"),
         "Cleared": object(&[("deleted", int(0, None), true)], false),
-    })
+    });
+    // Off-host hosts (issue 11), outside the macro above (its recursion limit).
+    let off_host = json!({
+        "RemoteNode": object(&[
+            ("id", uuid(), true),
+            ("name", string(), true),
+            ("hostname", string(), true),
+            ("status", json!({"type": "string", "enum": ["off-host"]}), true),
+            ("launcher_on_host", json!({"type": "boolean", "enum": [false]}), true),
+            ("libvirt_uri", string(), true),
+            ("created", time(), true),
+        ], false),
+        "RemoteNodeCreate": object(&[
+            ("name", string(), true),
+            ("launcher_on_host", json!({"type": "boolean", "enum": [false]}), true),
+            ("libvirt_uri", string(), true),
+        ], true),
+        "LauncherCredentials": object(&[
+            ("node", uuid(), true),
+            ("issued", time(), true),
+            ("not_after", time(), true),
+        ], false),
+    });
+    if let (Some(all), Some(more)) = (all.as_object_mut(), off_host.as_object()) {
+        all.extend(more.clone());
+    }
+    all
 }

@@ -295,8 +295,23 @@ pub(super) fn update(
     change: InstanceChange,
 ) -> Result<Instance> {
     store.atomically("updating an instance", |tx| {
+        update_in(tx, scope, id, Some(expected), &change)
+    })
+}
+
+/// Applies `change` to instance `id` in `tx` (checking its version when `expected` is given).
+pub(super) fn update_in(
+    tx: &mut Tx<'_>,
+    scope: Scope,
+    id: Uuid,
+    expected: Option<u64>,
+    change: &InstanceChange,
+) -> Result<Instance> {
+    {
         let (mut i, _) = instance_in(tx, scope, id)?;
-        check_version("instance", id, i.version, expected)?;
+        if let Some(expected) = expected {
+            check_version("instance", id, i.version, expected)?;
+        }
         if let Some(name) = &change.name {
             check_name("instance", name)?;
             i.name = name.clone();
@@ -326,7 +341,7 @@ pub(super) fn update(
         let key = keys.instance(id);
         tx.put(&key, &i)?;
         i.model()
-    })
+    }
 }
 
 /// Drops subnet `at` of `net` (and its block key) if neither an instance nor a CNCI is left in it.
@@ -339,7 +354,12 @@ fn release_if_empty(tx: &mut Tx<'_>, net: &mut NetRec, at: usize) {
 }
 
 pub(super) fn delete(store: &EtcdStore, scope: Scope, id: Uuid) -> Result<()> {
-    store.atomically("deleting an instance", |tx| {
+    store.atomically("deleting an instance", |tx| delete_in(tx, scope, id))
+}
+
+/// Removes instance `id`'s record in `tx`.
+pub(super) fn delete_in(tx: &mut Tx<'_>, scope: Scope, id: Uuid) -> Result<()> {
+    {
         let (i, _) = instance_in(tx, scope, id)?;
         let mut net = net_in(tx, i.tenant)?;
         let keys = tx.keys();
@@ -358,7 +378,7 @@ pub(super) fn delete(store: &EtcdStore, scope: Scope, id: Uuid) -> Result<()> {
             tx.delete(&keys.on_node(node, id));
         }
         Ok(())
-    })
+    }
 }
 
 pub(super) fn subnets(store: &EtcdStore, scope: Scope) -> Result<Vec<Subnet>> {

@@ -184,6 +184,9 @@ impl Keys {
     pub(super) fn queue(&self) -> String {
         self.key(&[&"opq", &""])
     }
+    pub(super) fn creds(&self, host: Uuid) -> String {
+        self.key(&[&"creds", &host])
+    }
     pub(super) fn lease(&self, op: Uuid) -> String {
         self.key(&[&"lease", &op])
     }

@@ -781,8 +781,13 @@ impl Store for EtcdStore {
     fn operations(&self, filter: OperationFilter) -> Result<Vec<Operation>> {
         queue::list(self, filter)
     }
-    fn claim_operation(&self, owner: &str, lease: Duration) -> Result<Option<Operation>> {
-        queue::claim(self, owner, lease)
+    fn claim_operation_on(
+        &self,
+        owner: &str,
+        lease: Duration,
+        host: Option<Uuid>,
+    ) -> Result<Option<Operation>> {
+        queue::claim(self, owner, lease, host)
     }
     fn renew_claim(&self, id: Uuid, token: u64, lease: Duration) -> Result<Operation> {
         queue::renew(self, id, token, lease)
@@ -792,5 +797,20 @@ impl Store for EtcdStore {
     }
     fn fail_operation(&self, id: Uuid, token: u64, reason: &str) -> Result<Operation> {
         queue::finish(self, id, token, OperationState::Failed, reason)
+    }
+    fn put_launcher_creds(&self, creds: LauncherCreds) -> Result<()> {
+        queue::put_creds(self, &creds)
+    }
+    fn launcher_creds(&self, host: Uuid) -> Result<LauncherCreds> {
+        queue::creds(self, host)
+    }
+    fn fenced_write(
+        &self,
+        id: Uuid,
+        token: u64,
+        write: &InstanceWrite,
+        finish: Option<(OperationState, &str)>,
+    ) -> Result<Operation> {
+        queue::fenced_write(self, id, token, write, finish)
     }
 }

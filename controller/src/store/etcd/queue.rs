@@ -15,10 +15,10 @@ use std::time::Duration;
 use uuid::Uuid;
 
 use super::keys::prefix_end;
-use super::records::{ClaimRec, LeaseRec, OperationRec, RemoteHostRec};
+use super::records::{ClaimRec, CredsRec, LeaseRec, OperationRec, RemoteHostRec};
 use super::{EtcdStore, Kv, Tx};
-use crate::store::queue::{check_owner, check_remote_host, fenced};
-use crate::store::sqlite::{millis, now};
+use crate::store::queue::{check_creds, check_owner, check_remote_host, fenced};
+use crate::store::sqlite::{from_millis, millis, now};
 use crate::store::*;
 
 /// Milliseconds since the epoch at which a lease taken now ends.
@@ -82,6 +82,7 @@ pub(super) fn delete_host(store: &EtcdStore, id: Uuid) -> Result<()> {
         }
         tx.delete(&keys.name("rhost", &host.name));
         tx.delete(&keys.remote_host(id));
+        tx.delete(&keys.creds(id));
         Ok(())
     })
 }
@@ -206,7 +207,12 @@ fn unfinished(store: &EtcdStore) -> Result<Vec<Candidate>> {
     Ok(out)
 }
 
-pub(super) fn claim(store: &EtcdStore, owner: &str, lease: Duration) -> Result<Option<Operation>> {
+pub(super) fn claim(
+    store: &EtcdStore,
+    owner: &str,
+    lease: Duration,
+    host: Option<Uuid>,
+) -> Result<Option<Operation>> {
     check_owner(owner)?;
     let (chosen, revision) = store.atomically_at("claiming an operation", |tx| {
         let now_ms = millis(now());
@@ -224,7 +230,8 @@ pub(super) fn claim(store: &EtcdStore, owner: &str, lease: Duration) -> Result<O
                 OperationState::Claimed => expired,
                 OperationState::Done | OperationState::Failed => false,
             };
-            if first_of_instance && free {
+            let wanted = host.is_none_or(|h| h == c.rec.host);
+            if first_of_instance && free && wanted {
                 chosen = Some(c);
                 break;
             }
@@ -285,8 +292,48 @@ pub(super) fn finish(
     state: OperationState,
     result: &str,
 ) -> Result<Operation> {
-    let rec = store.atomically("finishing an operation", |tx| {
+    fenced_write(
+        store,
+        id,
+        token,
+        &InstanceWrite::Nothing,
+        Some((state, result)),
+    )
+}
+
+/// A launcher's write about operation `id` under claim `token`: the instance change and the
+/// finish commit in one transaction that compares the operation's key as `held` read it, so a
+/// takeover (or a finish) in between makes it run again and be refused with `Fenced`.
+pub(super) fn fenced_write(
+    store: &EtcdStore,
+    id: Uuid,
+    token: u64,
+    write: &InstanceWrite,
+    finish: Option<(OperationState, &str)>,
+) -> Result<Operation> {
+    let (rec, lease) = store.atomically("a fenced write", |tx| {
         let (mut rec, lease) = held(tx, id, token)?;
+        match write {
+            InstanceWrite::Nothing => {}
+            InstanceWrite::Update(mask, facts) => {
+                super::instances::update_in(
+                    tx,
+                    Scope::All,
+                    rec.instance,
+                    None,
+                    &mask.change(facts),
+                )?;
+            }
+            InstanceWrite::Remove => {
+                match super::instances::delete_in(tx, Scope::All, rec.instance) {
+                    Ok(()) | Err(StoreError::NotFound { .. }) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        let Some((state, result)) = finish else {
+            return Ok((rec, Some(lease)));
+        };
         rec.state = state.as_str().into();
         rec.claim = Some(ClaimRec {
             owner: lease.owner,
@@ -300,7 +347,44 @@ pub(super) fn finish(
         tx.delete(&keys.lease(id));
         tx.delete(&keys.queued(rec.seq));
         tx.delete(&keys.pending_on(rec.host, id));
-        Ok(rec)
+        Ok((rec, None))
     })?;
-    rec.model(0, None)
+    match lease {
+        // Still claimed: its token is the claim's revision (the instance write did not touch it).
+        Some(lease) => rec.model(i64::try_from(token).unwrap_or(i64::MAX), Some(&lease)),
+        None => rec.model(0, None),
+    }
+}
+
+pub(super) fn put_creds(store: &EtcdStore, creds: &LauncherCreds) -> Result<()> {
+    check_creds(creds)?;
+    let rec = CredsRec {
+        cert: creds.cert_pem.clone(),
+        key: creds.key_pem.clone(),
+        ca: creds.ca_pem.clone(),
+        not_after_ms: millis(creds.not_after),
+        issued_ms: millis(creds.issued),
+    };
+    store.atomically("storing launcher credentials", |tx| {
+        host_in(tx, creds.host)?;
+        let key = tx.keys().creds(creds.host);
+        tx.put(&key, &rec)
+    })
+}
+
+pub(super) fn creds(store: &EtcdStore, host: Uuid) -> Result<LauncherCreds> {
+    let rec: CredsRec = store
+        .read(|tx| {
+            let key = tx.keys().creds(host);
+            tx.get_json(&key)
+        })?
+        .ok_or_else(|| StoreError::not_found("launcher credentials", host))?;
+    Ok(LauncherCreds {
+        host,
+        cert_pem: rec.cert,
+        key_pem: rec.key,
+        ca_pem: rec.ca,
+        not_after: from_millis(rec.not_after_ms),
+        issued: from_millis(rec.issued_ms),
+    })
 }

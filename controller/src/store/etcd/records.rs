@@ -512,6 +512,16 @@ impl EventRec {
     }
 }
 
+/// The launcher credentials of an off-host host.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct CredsRec {
+    pub(super) cert: String,
+    pub(super) key: String,
+    pub(super) ca: String,
+    pub(super) not_after_ms: i64,
+    pub(super) issued_ms: i64,
+}
+
 /// An off-host host.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(super) struct RemoteHostRec {

@@ -379,8 +379,13 @@ impl Store for SqliteStore {
     fn operations(&self, filter: OperationFilter) -> Result<Vec<Operation>> {
         self.read(|tx| queue::list(tx, filter))
     }
-    fn claim_operation(&self, owner: &str, lease: Duration) -> Result<Option<Operation>> {
-        self.write(|tx| queue::claim(tx, owner, lease))
+    fn claim_operation_on(
+        &self,
+        owner: &str,
+        lease: Duration,
+        host: Option<Uuid>,
+    ) -> Result<Option<Operation>> {
+        self.write(|tx| queue::claim(tx, owner, lease, host))
     }
     fn renew_claim(&self, id: Uuid, token: u64, lease: Duration) -> Result<Operation> {
         self.write(|tx| queue::renew(tx, id, token, lease))
@@ -390,6 +395,21 @@ impl Store for SqliteStore {
     }
     fn fail_operation(&self, id: Uuid, token: u64, reason: &str) -> Result<Operation> {
         self.write(|tx| queue::finish(tx, id, token, OperationState::Failed, reason))
+    }
+    fn put_launcher_creds(&self, creds: LauncherCreds) -> Result<()> {
+        self.write(|tx| queue::put_creds(tx, &creds))
+    }
+    fn launcher_creds(&self, host: Uuid) -> Result<LauncherCreds> {
+        self.write(|tx| queue::creds(tx, host))
+    }
+    fn fenced_write(
+        &self,
+        id: Uuid,
+        token: u64,
+        write: &InstanceWrite,
+        finish: Option<(OperationState, &str)>,
+    ) -> Result<Operation> {
+        self.write(|tx| queue::fenced_write(tx, id, token, write, finish))
     }
 }
 
@@ -447,7 +467,7 @@ mod tests {
         .unwrap();
         drop(conn);
         let store = SqliteStore::open(&path).unwrap();
-        assert_eq!(store.schema_version().unwrap(), 2);
+        assert_eq!(store.schema_version().unwrap(), schema::known_version());
         assert_eq!(
             store.claim_operation("r", Duration::from_secs(1)).unwrap(),
             None

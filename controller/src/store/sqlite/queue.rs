@@ -9,7 +9,7 @@ use rusqlite::{OptionalExtension, Row, Transaction, params};
 use uuid::Uuid;
 
 use super::{bad_column, from_millis, millis, now, u64_at, uuid_at};
-use crate::store::queue::{check_owner, check_remote_host, fenced};
+use crate::store::queue::{check_creds, check_owner, check_remote_host, fenced};
 use crate::store::*;
 
 const HOST_COLS: &str = "id, name, libvirt_uri, created";
@@ -118,6 +118,10 @@ pub(super) fn delete_host(tx: &Transaction<'_>, id: Uuid) -> Result<()> {
         )));
     }
     tx.execute("DELETE FROM remote_hosts WHERE id = ?1", [id.to_string()])?;
+    tx.execute(
+        "DELETE FROM launcher_creds WHERE host_id = ?1",
+        [id.to_string()],
+    )?;
     Ok(())
 }
 
@@ -169,19 +173,22 @@ pub(super) fn claim(
     tx: &Transaction<'_>,
     owner: &str,
     lease: Duration,
+    host: Option<Uuid>,
 ) -> Result<Option<Operation>> {
     check_owner(owner)?;
     let now_ms = millis(now());
+    let host = host.map(|h| h.to_string());
     // The oldest queued (or expired) operation with no older unfinished one on its instance.
     let found: Option<String> = tx
         .query_row(
             "SELECT o.id FROM operations o
              WHERE o.state IN ('queued', 'claimed') AND (o.state = 'queued' OR o.expires <= ?1)
+               AND (?2 IS NULL OR o.host_id = ?2)
                AND NOT EXISTS (SELECT 1 FROM operations p
                                WHERE p.instance_id = o.instance_id AND p.seq < o.seq
                                  AND p.state IN ('queued', 'claimed'))
              ORDER BY o.seq LIMIT 1",
-            [now_ms],
+            params![now_ms, host],
             |r| r.get(0),
         )
         .optional()?;
@@ -239,4 +246,76 @@ pub(super) fn finish(
         params![id.to_string(), state.as_str(), result, millis(now())],
     )?;
     get(tx, id)
+}
+
+/// A launcher's write about operation `id` under claim `token`, in the caller's transaction:
+/// refused with `Fenced` unless `token` is the current claim.
+pub(super) fn fenced_write(
+    tx: &Transaction<'_>,
+    id: Uuid,
+    token: u64,
+    write: &InstanceWrite,
+    finish_with: Option<(OperationState, &str)>,
+) -> Result<Operation> {
+    let op = held(tx, id, token)?;
+    match write {
+        InstanceWrite::Nothing => {}
+        InstanceWrite::Update(mask, facts) => {
+            let current = super::instances::get(tx, Scope::All, op.instance)?;
+            super::instances::update(
+                tx,
+                Scope::All,
+                op.instance,
+                current.version,
+                mask.change(facts),
+            )?;
+        }
+        InstanceWrite::Remove => match super::instances::delete(tx, Scope::All, op.instance) {
+            Ok(()) | Err(StoreError::NotFound { .. }) => {}
+            Err(e) => return Err(e),
+        },
+    }
+    match finish_with {
+        Some((state, result)) => finish(tx, id, token, state, result),
+        None => Ok(op),
+    }
+}
+
+pub(super) fn put_creds(tx: &Transaction<'_>, creds: &LauncherCreds) -> Result<()> {
+    check_creds(creds)?;
+    host(tx, creds.host)?;
+    tx.execute(
+        "INSERT INTO launcher_creds (host_id, cert, key, ca, not_after, issued)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+         ON CONFLICT (host_id) DO UPDATE SET cert = ?2, key = ?3, ca = ?4, not_after = ?5,
+             issued = ?6",
+        params![
+            creds.host.to_string(),
+            creds.cert_pem,
+            creds.key_pem,
+            creds.ca_pem,
+            millis(creds.not_after),
+            millis(creds.issued)
+        ],
+    )?;
+    Ok(())
+}
+
+pub(super) fn creds(tx: &Transaction<'_>, host: Uuid) -> Result<LauncherCreds> {
+    tx.query_row(
+        "SELECT cert, key, ca, not_after, issued FROM launcher_creds WHERE host_id = ?1",
+        [host.to_string()],
+        |r| {
+            Ok(LauncherCreds {
+                host,
+                cert_pem: r.get(0)?,
+                key_pem: r.get(1)?,
+                ca_pem: r.get(2)?,
+                not_after: from_millis(r.get(3)?),
+                issued: from_millis(r.get(4)?),
+            })
+        },
+    )
+    .optional()?
+    .ok_or_else(|| StoreError::not_found("launcher credentials", host))
 }

@@ -146,6 +146,17 @@ CREATE INDEX operations_instance ON operations(instance_id, seq);
 CREATE TABLE fencing (last INTEGER NOT NULL);
 INSERT INTO fencing (last) VALUES (0);
 "#,
+    // 3: the launcher credentials of off-host hosts (short-lived TLS client certificates).
+    r#"
+CREATE TABLE launcher_creds (
+    host_id TEXT PRIMARY KEY,
+    cert TEXT NOT NULL,
+    key TEXT NOT NULL,
+    ca TEXT NOT NULL,
+    not_after INTEGER NOT NULL,
+    issued INTEGER NOT NULL
+);
+"#,
 ];
 
 /// The newest schema version this code knows.

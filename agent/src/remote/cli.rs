@@ -1,0 +1,164 @@
+//! The command line of `cumulo-agent --remote` and the replica's body.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+use controller::store::Store;
+use ssntp::units::parse_positive_duration;
+use tokio_util::sync::CancellationToken;
+
+use super::{RemoteConfig, RemoteError};
+use crate::backend::libvirt::{LibvirtBackend, LibvirtConfig};
+use crate::host::HostFigures;
+use crate::sim::{SimBackend, SimConfig};
+
+/// What runs the off-host host's instances.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RemoteBackend {
+    /// libvirt at the `--remote` URI.
+    Libvirt,
+    /// Simulated instances in this process (benchmarks of the queue).
+    Sim,
+}
+
+/// cumulo-agent --remote: an off-host launcher replica. Takes the operations of the off-host host
+/// registered with this libvirt URI from the shared store and runs them against it.
+#[derive(Debug, Parser)]
+#[command(name = "cumulo-agent", version, args_override_self = true)]
+pub struct RemoteArgs {
+    /// The libvirt URI of the off-host host (as registered: `POST /cumulo/v1/nodes`).
+    #[arg(long, env = "CUMULO_AGENT_REMOTE")]
+    pub remote: String,
+    /// The controller's store (`etcd://host:port[,..][/prefix]`).
+    #[arg(long, env = "CUMULO_AGENT_STORE")]
+    pub store: String,
+    /// The replica's name in its claims (default: host name and process id).
+    #[arg(long, env = "CUMULO_AGENT_REPLICA")]
+    pub replica: Option<String>,
+    /// What runs the instances.
+    #[arg(
+        long,
+        env = "CUMULO_AGENT_BACKEND",
+        value_enum,
+        default_value = "libvirt"
+    )]
+    pub backend: RemoteBackend,
+    /// Where per-operation state and the libvirt backend's files go.
+    #[arg(long, env = "CUMULO_AGENT_STATE_DIR")]
+    pub state_dir: PathBuf,
+    /// libvirt backend: the image store (default: `images/` in the state directory).
+    #[arg(long, env = "CUMULO_AGENT_IMAGE_DIR")]
+    pub image_dir: Option<PathBuf>,
+    /// libvirt backend: the accelerator.
+    #[arg(long, env = "CUMULO_AGENT_ACCEL", value_enum, default_value = "auto")]
+    pub accel: crate::daemon::cli::AccelArg,
+    /// The lease of a claim (renewed every third of it while the operation runs).
+    #[arg(long, env = "CUMULO_AGENT_LEASE", default_value = "10s", value_parser = parse_positive_duration)]
+    pub lease: Duration,
+    /// How often an empty queue is polled.
+    #[arg(long, env = "CUMULO_AGENT_POLL", default_value = "200ms", value_parser = parse_positive_duration)]
+    pub poll: Duration,
+    /// The longest one operation may take.
+    #[arg(long, env = "CUMULO_AGENT_OP_TIMEOUT", default_value = "300s", value_parser = parse_positive_duration)]
+    pub op_timeout: Duration,
+    /// sim backend: how long a simulated boot takes.
+    #[arg(long, env = "CUMULO_AGENT_SIM_BOOT_DELAY", default_value = "0s", value_parser = ssntp::units::parse_duration)]
+    pub sim_boot_delay: Duration,
+    /// sim backend: the simulated host's directory (replicas that share it share the host;
+    /// default: `sim/` in the state directory).
+    #[arg(long, env = "CUMULO_AGENT_SIM_DIR")]
+    pub sim_dir: Option<PathBuf>,
+    /// Keep the host's launcher credentials (issued by the controller, read from the store)
+    /// in this directory, for a `qemu+tls://...?pkipath=DIR` URI.
+    #[arg(long, env = "CUMULO_AGENT_TLS_PKI")]
+    pub tls_pki: Option<PathBuf>,
+    /// The remote host's memory, MiB (admission).
+    #[arg(long, default_value = "65536")]
+    pub mem_mb: u64,
+    /// The remote host's disk, MiB (admission).
+    #[arg(long, default_value = "1048576")]
+    pub disk_mb: u64,
+    /// The remote host's vCPUs (admission).
+    #[arg(long, default_value = "64")]
+    pub vcpus: u32,
+    /// Log format.
+    #[arg(long, env = "CUMULO_AGENT_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
+    pub log_format: String,
+}
+
+/// Whether the command line asks for a remote replica.
+pub fn wanted(args: &[String]) -> bool {
+    args.iter()
+        .any(|a| a == "--remote" || a.starts_with("--remote="))
+}
+
+impl RemoteArgs {
+    /// The replica's configuration.
+    pub fn config(&self) -> RemoteConfig {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_string())
+            .unwrap_or_else(|_| "replica".into());
+        RemoteConfig {
+            owner: self
+                .replica
+                .clone()
+                .unwrap_or_else(|| format!("{host}-{}", std::process::id())),
+            uri: self.remote.clone(),
+            lease: self.lease,
+            poll: self.poll,
+            op_timeout: self.op_timeout,
+            work_dir: self.state_dir.join("ops"),
+            pki_dir: self.tls_pki.clone(),
+            figures: HostFigures {
+                mem_total_mb: self.mem_mb,
+                mem_available_mb: self.mem_mb,
+                disk_total_mb: self.disk_mb,
+                disk_available_mb: self.disk_mb,
+                vcpus: self.vcpus,
+                load: 0,
+            },
+        }
+    }
+}
+
+/// Opens the store, makes the backend, and runs the replica until `shutdown`.
+pub async fn run(args: RemoteArgs, shutdown: CancellationToken) -> Result<(), RemoteError> {
+    let config = args.config();
+    let location = args.store.clone();
+    let store: Arc<dyn Store> =
+        tokio::task::spawn_blocking(move || controller::store::open(&location))
+            .await
+            .map_err(|e| RemoteError::WorkDir(format!("store task: {e}")))??;
+    match args.backend {
+        RemoteBackend::Libvirt => {
+            let mut l = LibvirtConfig::new(&args.remote, args.accel.accel(), &args.state_dir);
+            if let Some(dir) = &args.image_dir {
+                l.images = dir.clone();
+            }
+            let backend = Arc::new(
+                LibvirtBackend::new(l)
+                    .map_err(|e| RemoteError::WorkDir(format!("libvirt backend: {e}")))?,
+            );
+            super::run(store, move || Ok(backend.clone()), config, shutdown).await
+        }
+        RemoteBackend::Sim => {
+            let dir = args
+                .sim_dir
+                .clone()
+                .unwrap_or_else(|| args.state_dir.join("sim"));
+            let boot_delay = args.sim_boot_delay;
+            let make = move || {
+                SimBackend::new(SimConfig {
+                    boot_delay,
+                    dir: Some(dir.clone()),
+                    ..SimConfig::default()
+                })
+                .map(Arc::new)
+                .map_err(|e| e.to_string())
+            };
+            super::run(store, make, config, shutdown).await
+        }
+    }
+}

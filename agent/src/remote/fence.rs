@@ -1,0 +1,172 @@
+//! Fencing on the infrastructure: the claim's token is written into the domain (libvirt
+//! metadata in [`FENCE_NAMESPACE`]) and checked before every change, so that a replica that lost
+//! its claim (a pause, a partition) cannot undo the work of the replica that took over.
+//!
+//! libvirt has no compare-and-swap on metadata: the check and the change are two calls, so this
+//! is best effort against a replica that resumes between them. The store's fencing (every write
+//! back carries the token) is the hard guarantee; this one keeps the domain itself from being
+//! destroyed or re-created by a stale replica in all but that window.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use uuid::Uuid;
+
+use crate::backend::libvirt::LibvirtBackend;
+use crate::backend::{Backend, BackendError, Existing};
+use crate::model::{InstanceSpec, Usage};
+use crate::sim::SimBackend;
+
+/// The metadata namespace of the fencing token on a domain.
+pub const FENCE_NAMESPACE: &str = "urn:x-cumulo:fence:1";
+
+/// A backend that can keep a fencing token on an instance.
+pub trait FenceMarks: Backend {
+    /// The token recorded on the instance (`None`: no instance, or none recorded).
+    fn fence_token(
+        &self,
+        instance: Uuid,
+    ) -> impl Future<Output = Result<Option<u64>, BackendError>> + Send;
+
+    /// Records `token` on the instance (it must exist).
+    fn set_fence_token(
+        &self,
+        instance: Uuid,
+        token: u64,
+    ) -> impl Future<Output = Result<(), BackendError>> + Send;
+}
+
+impl FenceMarks for LibvirtBackend {
+    async fn fence_token(&self, instance: Uuid) -> Result<Option<u64>, BackendError> {
+        LibvirtBackend::fence_token(self, instance).await
+    }
+
+    async fn set_fence_token(&self, instance: Uuid, token: u64) -> Result<(), BackendError> {
+        LibvirtBackend::set_fence_token(self, instance, token).await
+    }
+}
+
+/// The simulation keeps the token beside its instance's file (`.fence-<uuid>` in its directory,
+/// which replicas share as they would share a remote host); without a directory its instances
+/// live in one process and there is nothing to fence.
+impl FenceMarks for SimBackend {
+    async fn fence_token(&self, instance: Uuid) -> Result<Option<u64>, BackendError> {
+        let (Some(dir), Some(_)) = (self.dir(), self.status(instance)) else {
+            return Ok(None);
+        };
+        match std::fs::read_to_string(dir.join(format!(".fence-{instance}"))) {
+            Ok(text) => Ok(parse_token(&text)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(BackendError::Other(format!("fencing token: {e}"))),
+        }
+    }
+
+    async fn set_fence_token(&self, instance: Uuid, token: u64) -> Result<(), BackendError> {
+        let Some(dir) = self.dir() else {
+            return Ok(());
+        };
+        std::fs::write(dir.join(format!(".fence-{instance}")), token_element(token))
+            .map_err(|e| BackendError::Other(format!("fencing token: {e}")))
+    }
+}
+
+/// The token in a metadata element such as `<fence token="12"/>` (any prefix or quotes).
+pub fn parse_token(element: &str) -> Option<u64> {
+    let at = element.find("token=")? + "token=".len();
+    let rest = element.get(at..)?;
+    let quote = rest.chars().next().filter(|c| *c == '"' || *c == '\'')?;
+    let inner = rest.get(1..)?;
+    let end = inner.find(quote)?;
+    inner.get(..end)?.parse().ok()
+}
+
+/// The element that records `token`.
+pub fn token_element(token: u64) -> String {
+    format!("<fence token='{token}'/>")
+}
+
+/// `inner`, with every change checked against and stamped with the claim's `token`.
+pub struct Fenced<B> {
+    inner: Arc<B>,
+    token: u64,
+}
+
+impl<B: FenceMarks> Fenced<B> {
+    /// Wraps `inner` for a claim with `token`.
+    pub fn new(inner: Arc<B>, token: u64) -> Fenced<B> {
+        Fenced { inner, token }
+    }
+
+    /// `Err` when the instance carries a newer token than ours: another replica holds it now.
+    /// Returns the token found.
+    async fn check(&self, instance: Uuid) -> Result<Option<u64>, BackendError> {
+        let found = self.inner.fence_token(instance).await?;
+        match found {
+            Some(theirs) if theirs > self.token => Err(BackendError::Other(format!(
+                "fenced: the instance carries token {theirs}, this claim's is {}",
+                self.token
+            ))),
+            _ => Ok(found),
+        }
+    }
+}
+
+impl<B: FenceMarks> Backend for Fenced<B> {
+    async fn create(&self, spec: &InstanceSpec) -> Result<(), BackendError> {
+        // Leftovers of an older claim of the same operation (its replica died part-way): ours
+        // now, so they go before the instance is made again.
+        if let Some(older) = self.check(spec.instance).await? {
+            tracing::info!(instance = %spec.instance, older, token = self.token, "taking over an older claim's instance");
+            self.inner.delete(spec.instance).await?;
+        }
+        self.inner.create(spec).await?;
+        self.inner.set_fence_token(spec.instance, self.token).await
+    }
+
+    async fn start(&self, instance: Uuid) -> Result<(), BackendError> {
+        self.check(instance).await?;
+        self.inner.set_fence_token(instance, self.token).await?;
+        self.inner.start(instance).await
+    }
+
+    async fn wait_exit(&self, instance: Uuid) {
+        self.inner.wait_exit(instance).await;
+    }
+
+    async fn stop(&self, instance: Uuid) -> Result<(), BackendError> {
+        if self.check(instance).await?.is_some() {
+            self.inner.set_fence_token(instance, self.token).await?;
+        }
+        self.inner.stop(instance).await
+    }
+
+    async fn delete(&self, instance: Uuid) -> Result<(), BackendError> {
+        self.check(instance).await?;
+        self.inner.delete(instance).await
+    }
+
+    async fn stats(&self) -> Vec<(Uuid, Usage)> {
+        self.inner.stats().await
+    }
+
+    async fn list(&self) -> Result<Vec<Existing>, BackendError> {
+        self.inner.list().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_are_read_back_whatever_the_quoting() {
+        assert_eq!(parse_token(&token_element(42)), Some(42));
+        assert_eq!(
+            parse_token("<cf:fence xmlns:cf=\"urn:x-cumulo:fence:1\" token=\"7\"/>"),
+            Some(7)
+        );
+        assert_eq!(parse_token("<fence/>"), None);
+        assert_eq!(parse_token("<fence token='x'/>"), None);
+        assert_eq!(parse_token("<fence token='1"), None);
+    }
+}

@@ -1,0 +1,312 @@
+//! Off-host launching (issue 11): `cumulo-agent --remote <libvirt URI> --store etcd://...`.
+//!
+//! Any number of replicas serve one off-host host (registered in the store with that libvirt
+//! URI). Each polls the store's operation queue, [claims](controller::store::Store::claim_operation_on)
+//! the oldest operation of its host for a lease and gets a fencing token, then runs it with the
+//! same agent [`Core`] and backend an on-host agent uses, over the remote URI:
+//! - the core gets a fresh state directory per operation; for a stop or a delete it is seeded
+//!   with the instance's record (rebuilt from the START the operation carries), so the core
+//!   re-attaches to the domain as an on-host agent does after a restart;
+//! - the backend is wrapped in [`fence::Fenced`]: the token is recorded on the domain and checked
+//!   before every change;
+//! - the core reports through [`reporter::StoreReporter`], which writes the instance's new state
+//!   with a field mask and finishes the operation in one fenced transaction;
+//! - the lease is renewed every third of its length while the operation runs; a renewal refused
+//!   as `Fenced` means another replica took over: the work is dropped.
+//!
+//! A replica that dies leaves its claim to run out; the next claim (by any replica) gets a larger
+//! token and redoes the operation; the dead one's writes, should they ever arrive, are refused.
+
+pub mod cli;
+pub mod fence;
+pub mod reporter;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use controller::store::{
+    LauncherCreds, Operation, OperationKind, OperationState, RemoteHost, Store, StoreError,
+};
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::core::Core;
+use crate::host::{HostFigures, HostSource};
+use crate::model::InstanceSpec;
+use crate::store::{Desired, Record};
+use fence::{FenceMarks, Fenced};
+use reporter::{Outcome, StoreReporter};
+
+/// What a replica needs.
+#[derive(Debug, Clone)]
+pub struct RemoteConfig {
+    /// The replica's name in its claims.
+    pub owner: String,
+    /// The libvirt URI of the host it serves (as registered).
+    pub uri: String,
+    /// The lease of a claim.
+    pub lease: Duration,
+    /// How often the queue is polled when it was empty.
+    pub poll: Duration,
+    /// The longest an operation may take before it is given up (and left to run out).
+    pub op_timeout: Duration,
+    /// Where per-operation state directories go.
+    pub work_dir: PathBuf,
+    /// The figures the core admits against (the remote host's, as the operator states them).
+    pub figures: HostFigures,
+    /// Where the host's launcher credentials (from the store) are kept for libvirt, in its
+    /// `pkipath` layout (`cacert.pem`, `clientcert.pem`, `clientkey.pem`); `None`: not kept.
+    pub pki_dir: Option<PathBuf>,
+}
+
+/// Writes launcher credentials into `dir` in libvirt's `pkipath` layout, each file replaced
+/// atomically, the key readable by its owner only.
+pub fn write_creds(dir: &std::path::Path, creds: &LauncherCreds) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::create_dir_all(dir)?;
+    for (name, text, mode) in [
+        ("cacert.pem", &creds.ca_pem, 0o644),
+        ("clientcert.pem", &creds.cert_pem, 0o644),
+        ("clientkey.pem", &creds.key_pem, 0o600),
+    ] {
+        let tmp = dir.join(format!(".{name}.tmp"));
+        let _ = std::fs::remove_file(&tmp);
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(&tmp)?;
+        file.write_all(text.as_bytes())?;
+        file.sync_all()?;
+        std::fs::rename(&tmp, dir.join(name))?;
+    }
+    Ok(())
+}
+
+/// Copies the host's credentials from the store when they differ from `written` (the
+/// certificate last written); returns the certificate now on disk.
+async fn sync_creds(
+    store: &Arc<dyn Store>,
+    host: uuid::Uuid,
+    dir: &std::path::Path,
+    written: Option<String>,
+) -> Option<String> {
+    let s = store.clone();
+    match blocking(move || s.launcher_creds(host)).await {
+        Ok(creds) if written.as_deref() != Some(creds.cert_pem.as_str()) => {
+            match write_creds(dir, &creds) {
+                Ok(()) => {
+                    tracing::info!(dir = %dir.display(), "launcher credentials updated");
+                    Some(creds.cert_pem)
+                }
+                Err(e) => {
+                    tracing::warn!(dir = %dir.display(), "cannot write launcher credentials: {e}");
+                    written
+                }
+            }
+        }
+        Ok(_) | Err(StoreError::NotFound { .. }) => written,
+        Err(e) => {
+            tracing::warn!("cannot read launcher credentials: {e}");
+            written
+        }
+    }
+}
+
+/// Why a replica stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum RemoteError {
+    /// The store failed or refused.
+    #[error("store: {0}")]
+    Store(#[from] StoreError),
+    /// No off-host host is registered with the URI.
+    #[error("no off-host host is registered with libvirt URI {0}")]
+    NoHost(String),
+    /// The work directory cannot be used.
+    #[error("work directory: {0}")]
+    WorkDir(String),
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
+) -> Result<T, StoreError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| StoreError::Backend(format!("store task: {e}")))?
+}
+
+/// The off-host host registered with `uri`.
+pub async fn host_of(store: &Arc<dyn Store>, uri: &str) -> Result<RemoteHost, RemoteError> {
+    let s = store.clone();
+    blocking(move || s.remote_hosts())
+        .await?
+        .into_iter()
+        .find(|h| h.libvirt_uri == uri)
+        .ok_or_else(|| RemoteError::NoHost(uri.to_string()))
+}
+
+/// Runs the replica until `shutdown`. `backend` gives the backend for each operation (the same
+/// one each time for libvirt; a fresh view of the shared directory for the simulation).
+pub async fn run<B: FenceMarks>(
+    store: Arc<dyn Store>,
+    backend: impl Fn() -> Result<Arc<B>, String>,
+    config: RemoteConfig,
+    shutdown: CancellationToken,
+) -> Result<(), RemoteError> {
+    std::fs::create_dir_all(&config.work_dir)
+        .map_err(|e| RemoteError::WorkDir(format!("{}: {e}", config.work_dir.display())))?;
+    let host = host_of(&store, &config.uri).await?;
+    tracing::info!(host = %host.id, uri = %config.uri, owner = %config.owner, "serving an off-host host");
+    let mut creds_written = None;
+    let mut creds_next = tokio::time::Instant::now();
+    let creds_every = config.lease.min(Duration::from_secs(5));
+    loop {
+        if let Some(dir) = &config.pki_dir
+            && tokio::time::Instant::now() >= creds_next
+        {
+            creds_written = sync_creds(&store, host.id, dir, creds_written.take()).await;
+            creds_next = tokio::time::Instant::now() + creds_every;
+        }
+        let (s, owner, lease) = (store.clone(), config.owner.clone(), config.lease);
+        let claimed = tokio::select! {
+            _ = shutdown.cancelled() => return Ok(()),
+            c = blocking(move || s.claim_operation_on(&owner, lease, Some(host.id))) => c,
+        };
+        match claimed {
+            Ok(Some(op)) => {
+                let id = op.id;
+                let ran = match backend() {
+                    Ok(backend) => {
+                        run_operation(&store, &backend, &config, &host, op, &shutdown).await
+                    }
+                    Err(e) => Err(format!("backend: {e}")),
+                };
+                match ran {
+                    Ok(outcome) => tracing::info!(operation = %id, ?outcome, "operation ended"),
+                    Err(e) => tracing::warn!(operation = %id, "operation dropped: {e}"),
+                }
+            }
+            Ok(None) => {
+                tokio::select! {
+                    _ = shutdown.cancelled() => return Ok(()),
+                    _ = tokio::time::sleep(config.poll) => {}
+                }
+            }
+            Err(e) => {
+                tracing::warn!("cannot claim: {e}");
+                tokio::select! {
+                    _ = shutdown.cancelled() => return Ok(()),
+                    _ = tokio::time::sleep(config.poll) => {}
+                }
+            }
+        }
+    }
+}
+
+/// Runs one claimed operation to its outcome (or until its claim is lost).
+pub async fn run_operation<B: FenceMarks>(
+    store: &Arc<dyn Store>,
+    backend: &Arc<B>,
+    config: &RemoteConfig,
+    host: &RemoteHost,
+    op: Operation,
+    shutdown: &CancellationToken,
+) -> Result<Outcome, String> {
+    let token = op
+        .claim
+        .as_ref()
+        .map(|c| c.token)
+        .ok_or("a claimed operation has no claim")?;
+    tracing::info!(operation = %op.id, instance = %op.instance, kind = op.kind.as_str(), token, "claimed");
+    let spec = match spec_of(&op) {
+        Ok(spec) => spec,
+        Err(why) => {
+            let (s, id) = (store.clone(), op.id);
+            let why2 = why.clone();
+            blocking(move || s.fail_operation(id, token, &why2))
+                .await
+                .map_err(|e| e.to_string())?;
+            return Ok(Outcome::Finished(OperationState::Failed, why));
+        }
+    };
+    let dir = config.work_dir.join(format!("op-{}-{token}", op.id));
+    let _ = std::fs::remove_dir_all(&dir);
+    if matches!(op.kind, OperationKind::Stop | OperationKind::Delete) {
+        let records = crate::store::Store::open(&dir).map_err(|e| e.to_string())?;
+        records
+            .write(&Record::new(spec.clone(), Desired::Running))
+            .map_err(|e| e.to_string())?;
+    }
+    let mut core_config = Config::new(
+        host.id,
+        host.name.clone(),
+        HostSource::Fixed(config.figures),
+        dir.clone(),
+    );
+    // Nothing reads the node's reports off-host: report rarely.
+    core_config.stats_interval = Duration::from_secs(3600);
+    let (done_tx, done_rx) = oneshot::channel();
+    let reporter = StoreReporter::new(store.clone(), op.clone(), token, done_tx);
+    let fenced = Arc::new(Fenced::new(backend.clone(), token));
+    let core = Core::spawn(core_config, fenced, reporter)
+        .await
+        .map_err(|e| e.to_string())?;
+    let submitted = match op.kind {
+        OperationKind::Start => core.start(spec),
+        OperationKind::Stop => core.delete(op.instance, true),
+        OperationKind::Delete => core.delete(op.instance, false),
+    };
+    let outcome = match submitted {
+        Err(e) => Err(e.to_string()),
+        Ok(()) => watch(store, config, &op, token, done_rx, shutdown).await,
+    };
+    if let Err(e) = core.shutdown().await {
+        tracing::warn!("core shutdown: {e}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    outcome
+}
+
+/// Waits for the outcome, renewing the lease meanwhile.
+async fn watch(
+    store: &Arc<dyn Store>,
+    config: &RemoteConfig,
+    op: &Operation,
+    token: u64,
+    mut done: oneshot::Receiver<Outcome>,
+    shutdown: &CancellationToken,
+) -> Result<Outcome, String> {
+    let deadline = tokio::time::Instant::now() + config.op_timeout;
+    let every = (config.lease / 3).max(Duration::from_millis(10));
+    loop {
+        tokio::select! {
+            outcome = &mut done => return outcome.map_err(|_| "the reporter went away".to_string()),
+            _ = shutdown.cancelled() => return Err("shutting down".into()),
+            _ = tokio::time::sleep_until(deadline) => return Err("timed out".into()),
+            _ = tokio::time::sleep(every) => {
+                let (s, id, lease) = (store.clone(), op.id, config.lease);
+                match blocking(move || s.renew_claim(id, token, lease)).await {
+                    Ok(_) => {}
+                    Err(StoreError::Fenced { .. }) => return Ok(Outcome::Fenced),
+                    Err(e) => tracing::warn!(operation = %id, "cannot renew: {e}"),
+                }
+            }
+        }
+    }
+}
+
+/// The instance an operation is about, from the START it carries.
+pub fn spec_of(op: &Operation) -> Result<InstanceSpec, String> {
+    let start = match ssntp::Payload::decode(ssntp::Operand::Start, &op.payload) {
+        Ok(ssntp::Payload::Start(start)) => start,
+        Ok(_) => return Err("the operation carries no START".into()),
+        Err(e) => return Err(format!("the operation's START is unreadable: {e}")),
+    };
+    if start.instance_uuid != op.instance {
+        return Err("the operation's START is for another instance".into());
+    }
+    Ok(crate::wire::spec_from_start(&start))
+}

@@ -1,0 +1,170 @@
+//! The store-writing [`Reporter`] of an off-host replica (the edge platform's InfoSender): what
+//! the core reports about the claimed operation's instance becomes a field-masked write to the
+//! controller's store, carrying the claim's fencing token, so a replica that lost its claim
+//! writes nothing.
+
+use std::sync::Arc;
+
+use controller::store::{
+    FieldMask, InstanceFacts, InstanceState as StoreState, InstanceWrite, Operation, OperationKind,
+    OperationState, Placement, Store, StoreError,
+};
+use tokio::sync::oneshot;
+use uuid::Uuid;
+
+use crate::model::{DeleteRefusal, InstanceEvent, InstanceReport, InstanceState, NodeReport};
+use crate::reporter::Reporter;
+
+/// How an operation ended, as written (or refused) in the store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Written: the operation is finished in this state, with this result.
+    Finished(OperationState, String),
+    /// The store refused the write: the claim was lost.
+    Fenced,
+    /// The store failed.
+    Store(String),
+}
+
+/// What a report means for the operation: the instance write, and how the operation ends
+/// (`None`: it goes on).
+pub fn decide(
+    kind: OperationKind,
+    host: Uuid,
+    event: &InstanceEvent,
+) -> Option<(InstanceWrite, Option<(OperationState, String)>)> {
+    let masked = |paths: &[&str], facts: InstanceFacts| {
+        FieldMask::of(paths.iter().copied())
+            .map(|mask| InstanceWrite::Update(mask, facts))
+            .ok()
+    };
+    let exited = InstanceFacts {
+        state: StoreState::Exited,
+        placement: Placement::default(),
+    };
+    let done = |text: &str| Some((OperationState::Done, text.to_string()));
+    let failed = |text: String| Some((OperationState::Failed, text));
+    match (kind, event) {
+        (OperationKind::Start, InstanceEvent::State { state, .. }) => match state {
+            InstanceState::Active => Some((
+                masked(
+                    &["state", "placement.node"],
+                    InstanceFacts {
+                        state: StoreState::Active,
+                        placement: Placement {
+                            node: Some(host),
+                            cnci: None,
+                        },
+                    },
+                )?,
+                done("running"),
+            )),
+            // Pending: a partial update of the state alone.
+            InstanceState::Pending => Some((
+                masked(
+                    &["state"],
+                    InstanceFacts {
+                        state: StoreState::Pending,
+                        placement: Placement::default(),
+                    },
+                )?,
+                None,
+            )),
+            _ => None,
+        },
+        (OperationKind::Start, InstanceEvent::StartFailed { reason, .. }) => {
+            let why = format!("{reason:?}");
+            Some((
+                // The parent field: the whole placement goes (it runs nowhere).
+                masked(
+                    &["state", "placement"],
+                    InstanceFacts {
+                        state: StoreState::Error(format!("start_failure: {why}")),
+                        placement: Placement::default(),
+                    },
+                )?,
+                failed(why),
+            ))
+        }
+        (OperationKind::Stop, InstanceEvent::Stopped { .. })
+        | (
+            OperationKind::Stop,
+            InstanceEvent::DeleteFailed {
+                reason: DeleteRefusal::NoInstance,
+                ..
+            },
+        ) => Some((masked(&["state", "placement"], exited)?, done("stopped"))),
+        (OperationKind::Delete, InstanceEvent::Deleted { .. } | InstanceEvent::Stopped { .. })
+        | (
+            OperationKind::Delete,
+            InstanceEvent::DeleteFailed {
+                reason: DeleteRefusal::NoInstance,
+                ..
+            },
+        ) => Some((InstanceWrite::Remove, done("deleted"))),
+        (
+            OperationKind::Stop | OperationKind::Delete,
+            InstanceEvent::DeleteFailed { reason, .. },
+        ) => Some((InstanceWrite::Nothing, failed(format!("{reason:?}")))),
+        _ => None,
+    }
+}
+
+/// The reporter of one claimed operation.
+pub struct StoreReporter {
+    store: Arc<dyn Store>,
+    op: Operation,
+    token: u64,
+    done: Option<oneshot::Sender<Outcome>>,
+}
+
+impl StoreReporter {
+    /// A reporter for `op` under claim `token`; the outcome goes to `done` once.
+    pub fn new(
+        store: Arc<dyn Store>,
+        op: Operation,
+        token: u64,
+        done: oneshot::Sender<Outcome>,
+    ) -> StoreReporter {
+        StoreReporter {
+            store,
+            op,
+            token,
+            done: Some(done),
+        }
+    }
+}
+
+impl Reporter for StoreReporter {
+    // The host's figures are not kept in the store: only what the operation changes is written.
+    async fn status(&mut self, _node: &NodeReport) {}
+
+    async fn stats(&mut self, _node: &NodeReport, _instances: &[InstanceReport]) {}
+
+    async fn event(&mut self, event: &InstanceEvent) {
+        if event.instance() != self.op.instance || self.done.is_none() {
+            return;
+        }
+        let Some((write, finish)) = decide(self.op.kind, self.op.host, event) else {
+            return;
+        };
+        let (store, id, token) = (self.store.clone(), self.op.id, self.token);
+        let finishing = finish.is_some();
+        let written = tokio::task::spawn_blocking(move || {
+            let finish = finish.as_ref().map(|(s, t)| (*s, t.as_str()));
+            store.fenced_write(id, token, &write, finish)
+        })
+        .await;
+        let outcome = match written {
+            Ok(Ok(op)) if finishing => Outcome::Finished(op.state, op.result.unwrap_or_default()),
+            Ok(Ok(_)) => return,
+            Ok(Err(StoreError::Fenced { .. })) => Outcome::Fenced,
+            Ok(Err(e)) => Outcome::Store(e.to_string()),
+            Err(e) => Outcome::Store(format!("store task: {e}")),
+        };
+        if let Some(done) = self.done.take() {
+            // The runner may have given up on the operation already: nobody to tell.
+            let _ = done.send(outcome);
+        }
+    }
+}

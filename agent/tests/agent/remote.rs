@@ -1,0 +1,703 @@
+//! Off-host launching (issue 11) against a real etcd: three controllers (engine + REST API each)
+//! on one etcd prefix, `cumulo-agent --remote` replicas as real processes (sim backend here;
+//! [`super::libvirt`] has the libvirt one), instances created, stopped, started and deleted
+//! through the API, a replica SIGKILLed in the middle of an operation and its late write refused.
+
+// Helpers outside #[test] functions unwrap too: a failure there is a failed test.
+#![allow(clippy::unwrap_used)]
+
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use controller::api::testing::{ADMIN_NAME, ADMIN_PASSWORD, ADMIN_PROJECT, TestApi};
+use controller::engine::{Engine, EngineConfig, Outbound, SendFailure};
+use controller::store::{
+    FieldMask, ImageKind, InstanceFacts, InstanceState, InstanceWrite, NewFlavor, NewImage,
+    NewWorkload, OperationFilter, OperationState, Placement, Store, StoreError,
+};
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+/// The deadline of every wait (generous: two cores shared with builds).
+pub(crate) const T: Duration = Duration::from_secs(60);
+
+/// A controller with no scheduler: only off-host hosts take its instances.
+struct NoScheduler;
+
+impl Outbound for NoScheduler {
+    fn send(&self, _payload: &ssntp::Payload) -> Result<(), SendFailure> {
+        Err(SendFailure("no scheduler in this test".into()))
+    }
+
+    fn connected(&self) -> bool {
+        false
+    }
+}
+
+/// One controller: its own store handle on the shared etcd prefix, its engine and API.
+pub(crate) struct Ctl {
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) api: TestApi,
+    pub(crate) token: String,
+}
+
+fn http() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into()
+}
+
+/// A request to `ctl`'s API; returns the status and the JSON body (`null` when empty).
+pub(crate) async fn call(ctl: &Ctl, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+    let url = format!("{}{path}", ctl.api.url);
+    let token = ctl.token.clone();
+    let method = method.to_string();
+    tokio::task::spawn_blocking(move || {
+        let agent = http();
+        let mut response = match (method.as_str(), body) {
+            ("GET", _) => agent.get(&url).header("X-Auth-Token", &token).call(),
+            ("DELETE", _) => agent.delete(&url).header("X-Auth-Token", &token).call(),
+            (_, Some(b)) => agent
+                .post(&url)
+                .header("X-Auth-Token", &token)
+                .send_json(&b),
+            (_, None) => agent.post(&url).header("X-Auth-Token", &token).send_empty(),
+        }
+        .unwrap();
+        let status = response.status().as_u16();
+        let text = response.body_mut().read_to_string().unwrap_or_default();
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    })
+    .await
+    .unwrap()
+}
+
+async fn login(url: &str) -> String {
+    let url = format!("{url}/v3/auth/tokens");
+    tokio::task::spawn_blocking(move || {
+        let body = json!({"auth": {
+            "identity": {"methods": ["password"], "password": {"user": {
+                "name": ADMIN_NAME, "domain": {"name": "Default"}, "password": ADMIN_PASSWORD}}},
+            "scope": {"project": {"name": ADMIN_PROJECT, "domain": {"name": "Default"}}}}});
+        let response = http().post(&url).send_json(&body).unwrap();
+        assert_eq!(response.status().as_u16(), 201);
+        response.headers()["x-subject-token"]
+            .to_str()
+            .unwrap()
+            .to_string()
+    })
+    .await
+    .unwrap()
+}
+
+/// `n` controllers on the etcd prefix `url`.
+pub(crate) async fn controllers(url: &str, n: usize) -> Vec<Ctl> {
+    let mut out = Vec::new();
+    for _ in 0..n {
+        let location = url.to_string();
+        let store: Arc<dyn Store> =
+            tokio::task::spawn_blocking(move || controller::store::open(&location))
+                .await
+                .unwrap()
+                .unwrap();
+        let engine_store = store.clone();
+        let engine = tokio::task::spawn_blocking(move || {
+            Engine::new(
+                engine_store,
+                Arc::new(NoScheduler),
+                EngineConfig::new(Uuid::new_v4()),
+            )
+        })
+        .await
+        .unwrap()
+        .unwrap();
+        let api = TestApi::start(store.clone(), Arc::new(engine), None)
+            .await
+            .unwrap();
+        let token = login(&api.url).await;
+        out.push(Ctl { store, api, token });
+    }
+    out
+}
+
+/// A flavor, a public image and a workload of the admin project; returns the workload.
+pub(crate) async fn workload(ctl: &Ctl, image: &str) -> Uuid {
+    let store = ctl.store.clone();
+    let project = ctl.api.admin.project;
+    let image = image.to_string();
+    tokio::task::spawn_blocking(move || {
+        let flavor = store
+            .create_flavor(NewFlavor {
+                name: "tiny".into(),
+                vcpus: 1,
+                // What the tiny guest's kernel needs to boot.
+                memory_mb: 256,
+                disk_gb: 1,
+            })
+            .unwrap();
+        let image = store
+            .create_image(NewImage {
+                owner: Some(project),
+                name: "tiny".into(),
+                kind: ImageKind::Raw,
+                reference: image,
+            })
+            .unwrap();
+        store
+            .create_workload(NewWorkload {
+                owner: Some(project),
+                name: "tiny".into(),
+                flavor: flavor.id,
+                image: image.id,
+                user_data: String::new(),
+            })
+            .unwrap()
+            .id
+    })
+    .await
+    .unwrap()
+}
+
+/// A `cumulo-agent --remote` replica process; SIGKILLed (by its PID) when dropped.
+pub(crate) struct Replica {
+    child: Child,
+}
+
+impl Replica {
+    pub(crate) fn start(
+        store_url: &str,
+        uri: &str,
+        name: &str,
+        dir: &std::path::Path,
+        extra: &[&str],
+    ) -> Replica {
+        let state = dir.join(name);
+        let sim = dir.join("sim-host");
+        let child = Command::new(env!("CARGO_BIN_EXE_cumulo-agent"))
+            .args([
+                "--remote",
+                uri,
+                "--store",
+                store_url,
+                "--replica",
+                name,
+                "--state-dir",
+                state.to_str().unwrap(),
+                "--poll",
+                "20ms",
+                "--sim-dir",
+                sim.to_str().unwrap(),
+            ])
+            .args(extra)
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap();
+        Replica { child }
+    }
+
+    /// SIGKILL, and reap.
+    pub(crate) fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// The instance's state as `ctl`'s API shows it (`None`: 404).
+pub(crate) async fn state_of(ctl: &Ctl, id: &str) -> Option<(String, Value)> {
+    let (status, body) = call(ctl, "GET", &format!("/cumulo/v1/instances/{id}"), None).await;
+    match status {
+        404 => None,
+        200 => Some((body["state"].as_str().unwrap_or("").to_string(), body)),
+        other => panic!("GET instance: {other} {body}"),
+    }
+}
+
+pub(crate) async fn wait_state(ctls: &[Ctl], id: &str, want: &str, within: Duration) {
+    testkit::wait_until(
+        within,
+        &format!("{id} {want} on every controller"),
+        || async {
+            for ctl in ctls {
+                match state_of(ctl, id).await {
+                    Some((s, _)) if s == want => {}
+                    _ => return false,
+                }
+            }
+            true
+        },
+    )
+    .await;
+}
+
+pub(crate) async fn wait_gone(ctls: &[Ctl], id: &str, within: Duration) {
+    testkit::wait_until(
+        within,
+        &format!("{id} gone on every controller"),
+        || async {
+            for ctl in ctls {
+                if state_of(ctl, id).await.is_some() {
+                    return false;
+                }
+            }
+            true
+        },
+    )
+    .await;
+}
+
+pub(crate) async fn etcd_url() -> Option<(Arc<testkit::etcd::EtcdServer>, String)> {
+    let etcd = testkit::etcd::shared()?;
+    let url = format!(
+        "etcd://{}/offhost-{}",
+        etcd.endpoint(),
+        Uuid::new_v4().simple()
+    );
+    Some((etcd, url))
+}
+
+/// Registers an off-host host through `ctl`'s API; returns its id.
+pub(crate) async fn register(ctl: &Ctl, name: &str, uri: &str) -> String {
+    let (status, body) = call(
+        ctl,
+        "POST",
+        "/cumulo/v1/nodes",
+        Some(json!({"name": name, "launcher_on_host": false, "libvirt_uri": uri})),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(body["launcher_on_host"], false);
+    body["id"].as_str().unwrap().to_string()
+}
+
+pub(crate) async fn create(ctl: &Ctl, workload: Uuid, name: &str) -> String {
+    let (status, body) = call(
+        ctl,
+        "POST",
+        "/cumulo/v1/instances",
+        Some(json!({"workload": workload, "name": name})),
+    )
+    .await;
+    assert!(status == 201 || status == 202, "create: {status} {body}");
+    let list = body["instances"].as_array().cloned().unwrap_or_default();
+    let first = list.first().cloned().unwrap_or(body);
+    first["id"].as_str().unwrap().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_run_instances_through_the_api_and_a_killed_one_is_fenced() {
+    let Some((_etcd, url)) = etcd_url().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let ctls = controllers(&url, 3).await;
+    let uri = "sim+tcp://edge-1/system";
+    let host = register(&ctls[0], "edge-1", uri).await;
+    // Every controller lists it.
+    for ctl in &ctls {
+        let (status, body) = call(ctl, "GET", "/cumulo/v1/nodes", None).await;
+        assert_eq!(status, 200);
+        assert!(
+            body["nodes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|n| n["id"] == host.as_str()),
+            "{body}"
+        );
+    }
+    let workload = workload(&ctls[0], "tiny").await;
+    let sim = ["--backend", "sim", "--lease", "2s"];
+    let mut r1 = Replica::start(&url, uri, "r1", dir.path(), &sim);
+    let mut r2 = Replica::start(&url, uri, "r2", dir.path(), &sim);
+
+    // Create on one controller, watch all three; stop, start, delete through others.
+    let id = create(&ctls[0], workload, "vm1").await;
+    wait_state(&ctls, &id, "active", T).await;
+    let (_, body) = state_of(&ctls[2], &id).await.unwrap();
+    assert_eq!(body["node"], host.as_str(), "{body}");
+    let (status, body) = call(
+        &ctls[1],
+        "POST",
+        &format!("/cumulo/v1/instances/{id}/stop"),
+        None,
+    )
+    .await;
+    assert!(status < 300, "stop: {status} {body}");
+    wait_state(&ctls, &id, "exited", T).await;
+    let (status, body) = call(
+        &ctls[2],
+        "POST",
+        &format!("/cumulo/v1/instances/{id}/start"),
+        None,
+    )
+    .await;
+    assert!(status < 300, "start: {status} {body}");
+    wait_state(&ctls, &id, "active", T).await;
+    let (status, body) = call(
+        &ctls[0],
+        "DELETE",
+        &format!("/cumulo/v1/instances/{id}"),
+        None,
+    )
+    .await;
+    assert!(status < 300, "delete: {status} {body}");
+    wait_gone(&ctls, &id, T).await;
+    // Every operation finished once, done.
+    let store = ctls[0].store.clone();
+    let ops = tokio::task::spawn_blocking(move || store.operations(OperationFilter::default()))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(ops.len(), 4, "{ops:#?}");
+    assert!(
+        ops.iter().all(|o| o.state == OperationState::Done),
+        "{ops:#?}"
+    );
+
+    // A replica dies in the middle of an operation. Only a slow one (its boots never end)
+    // runs when the instance is created, so it is the one that claims the start.
+    r1.kill();
+    r2.kill();
+    let mut slow = Replica::start(
+        &url,
+        uri,
+        "slow",
+        dir.path(),
+        &[
+            "--backend",
+            "sim",
+            "--lease",
+            "1s",
+            "--sim-boot-delay",
+            "3600s",
+        ],
+    );
+    let id = create(&ctls[1], workload, "vm2").await;
+    let instance = Uuid::parse_str(&id).unwrap();
+    let store = ctls[0].store.clone();
+    let claimed = {
+        let store = store.clone();
+        move || {
+            let store = store.clone();
+            async move {
+                tokio::task::spawn_blocking(move || {
+                    store
+                        .operations(OperationFilter::default())
+                        .unwrap()
+                        .into_iter()
+                        .find(|o| o.instance == instance)
+                })
+                .await
+                .unwrap()
+            }
+        }
+    };
+    testkit::wait_until(T, "the slow replica's claim", || {
+        let claimed = claimed.clone();
+        async move {
+            claimed()
+                .await
+                .is_some_and(|o| o.state == OperationState::Claimed)
+        }
+    })
+    .await;
+    let op = claimed().await.unwrap();
+    let old = op.claim.clone().unwrap();
+    assert_eq!(old.owner, "slow");
+    // The other replica is up while the slow one holds the claim (and renews it).
+    let _fast = Replica::start(&url, uri, "fast", dir.path(), &sim);
+    slow.kill();
+    wait_state(&ctls, &id, "active", T).await;
+    let done = claimed().await.unwrap();
+    assert_eq!(done.id, op.id);
+    assert_eq!(done.state, OperationState::Done);
+    let new = done.claim.clone().unwrap();
+    assert_eq!(new.owner, "fast");
+    assert!(new.token > old.token, "{} > {}", new.token, old.token);
+    // The dead replica's late write, forced with its old token, is refused and changes nothing.
+    let before = state_of(&ctls[0], &id).await.unwrap().1;
+    let late = tokio::task::spawn_blocking(move || {
+        let exited = InstanceFacts {
+            state: InstanceState::Error("late".into()),
+            placement: Placement::default(),
+        };
+        store.fenced_write(
+            op.id,
+            old.token,
+            &InstanceWrite::Update(FieldMask::all(), exited),
+            Some((OperationState::Failed, "late")),
+        )
+    })
+    .await
+    .unwrap();
+    assert!(matches!(late, Err(StoreError::Fenced { .. })), "{late:?}");
+    assert_eq!(state_of(&ctls[2], &id).await.unwrap().1, before);
+    let store = ctls[1].store.clone();
+    let after = tokio::task::spawn_blocking(move || store.operation(done.id))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(after, done, "the operation completed once");
+}
+
+/// The libvirt URI reached over TCP on loopback (`scripts/libvirt.sh` exports it), or `None`
+/// (after saying why) when the test is skipped.
+fn tcp_uri() -> Option<String> {
+    match std::env::var("CUMULO_LIBVIRT_TCP_URI") {
+        Ok(uri) if !uri.is_empty() => Some(uri),
+        _ => {
+            let required = std::env::var("CUMULO_LIBVIRT_REQUIRED").is_ok_and(|v| v == "1");
+            assert!(
+                !required,
+                "CUMULO_LIBVIRT_REQUIRED=1 but CUMULO_LIBVIRT_TCP_URI is not set (scripts/libvirt.sh)"
+            );
+            eprintln!(
+                "SKIPPED: the off-host libvirt test needs CUMULO_LIBVIRT_TCP_URI (a libvirtd \
+                 listening on loopback TCP; see scripts/libvirt.sh)"
+            );
+            None
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_boot_a_real_vm_over_a_remote_libvirt_uri_and_fence_the_domain() {
+    use agent::backend::Backend;
+    use agent::backend::libvirt::{Accel, LibvirtBackend, LibvirtConfig};
+    use agent::remote::fence::Fenced;
+
+    let Some(uri) = tcp_uri() else {
+        return;
+    };
+    let Some((_etcd, url)) = etcd_url().await else {
+        return;
+    };
+    let _vms = super::libvirt::VMS.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    // Both replicas keep the instance files in one directory (the remote host must see the
+    // same paths: here it is this machine).
+    let state = super::libvirt::state_dir(dir.path());
+    let ctls = controllers(&url, 2).await;
+    let host = register(&ctls[0], "edge-tcp", &uri).await;
+    let workload = workload(&ctls[0], "tiny").await;
+    let args = [
+        "--backend",
+        "libvirt",
+        "--accel",
+        "tcg",
+        "--lease",
+        "5s",
+        "--state-dir",
+        state.to_str().unwrap(),
+    ];
+    let _r1 = Replica::start(&url, &uri, "r1", dir.path(), &args);
+    let _r2 = Replica::start(&url, &uri, "r2", dir.path(), &args);
+
+    let id = create(&ctls[0], workload, "vm").await;
+    let instance = Uuid::parse_str(&id).unwrap();
+    wait_state(&ctls, &id, "active", Duration::from_secs(120)).await;
+    let (_, body) = state_of(&ctls[1], &id).await.unwrap();
+    assert_eq!(body["node"], host.as_str());
+    // The guest boots (its console says so).
+    let console = state
+        .join("libvirt")
+        .join("instances")
+        .join(&id)
+        .join("console.log");
+    testkit::wait_until(Duration::from_secs(120), "the guest's marker", || async {
+        std::fs::read_to_string(&console)
+            .is_ok_and(|log| log.contains(&format!("CUMULO-GUEST-UP {id}")))
+    })
+    .await;
+    // The domain carries the token of the claim that started it.
+    let store = ctls[0].store.clone();
+    let op = tokio::task::spawn_blocking(move || {
+        store
+            .operations(OperationFilter::default())
+            .unwrap()
+            .into_iter()
+            .find(|o| o.instance == instance)
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let token = op.claim.clone().unwrap().token;
+    let backend =
+        Arc::new(LibvirtBackend::new(LibvirtConfig::new(&uri, Accel::Tcg, &state)).unwrap());
+    assert_eq!(backend.fence_token(instance).await.unwrap(), Some(token));
+    // A replica with an older claim cannot touch it: stop and delete are refused, it runs on.
+    let stale = Fenced::new(backend.clone(), token - 1);
+    let refused = stale.stop(instance).await.unwrap_err();
+    assert!(refused.to_string().contains("fenced"), "{refused}");
+    assert!(stale.delete(instance).await.is_err());
+    assert_eq!(backend.fence_token(instance).await.unwrap(), Some(token));
+    assert!(
+        backend
+            .list()
+            .await
+            .unwrap()
+            .iter()
+            .any(|e| e.instance == instance && e.running)
+    );
+
+    // Stop, start, delete through the API.
+    let (status, body) = call(
+        &ctls[1],
+        "POST",
+        &format!("/cumulo/v1/instances/{id}/stop"),
+        None,
+    )
+    .await;
+    assert!(status < 300, "stop: {status} {body}");
+    wait_state(&ctls, &id, "exited", Duration::from_secs(120)).await;
+    assert!(
+        !backend
+            .list()
+            .await
+            .unwrap()
+            .iter()
+            .any(|e| e.instance == instance && e.running)
+    );
+    let (status, body) = call(
+        &ctls[0],
+        "POST",
+        &format!("/cumulo/v1/instances/{id}/start"),
+        None,
+    )
+    .await;
+    assert!(status < 300, "start: {status} {body}");
+    wait_state(&ctls, &id, "active", Duration::from_secs(120)).await;
+    let (status, body) = call(
+        &ctls[1],
+        "DELETE",
+        &format!("/cumulo/v1/instances/{id}"),
+        None,
+    )
+    .await;
+    assert!(status < 300, "delete: {status} {body}");
+    wait_gone(&ctls, &id, Duration::from_secs(120)).await;
+    assert!(
+        !backend
+            .list()
+            .await
+            .unwrap()
+            .iter()
+            .any(|e| e.instance == instance)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn launcher_credentials_are_renewed_on_demand_and_replicas_pick_them_up() {
+    use controller::creds::CredsIssuer;
+    use std::os::unix::fs::PermissionsExt;
+
+    let Some((_etcd, url)) = etcd_url().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    // The controller's CA (made here).
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::default();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "test cluster CA");
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params.key_usages = vec![rcgen::KeyUsagePurpose::KeyCertSign];
+    let ca_pem = params.self_signed(&ca_key).unwrap().pem();
+    let issuer = Arc::new(
+        CredsIssuer::from_pem(&ca_pem, &ca_key.serialize_pem(), Duration::from_secs(3600)).unwrap(),
+    );
+    // One controller without the CA key, one with it.
+    let mut ctls = controllers(&url, 1).await;
+    let location = url.clone();
+    let store: Arc<dyn Store> =
+        tokio::task::spawn_blocking(move || controller::store::open(&location))
+            .await
+            .unwrap()
+            .unwrap();
+    let engine_store = store.clone();
+    let engine = tokio::task::spawn_blocking(move || {
+        Engine::new(
+            engine_store,
+            Arc::new(NoScheduler),
+            EngineConfig::new(Uuid::new_v4()),
+        )
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    let with_key = issuer.clone();
+    let api = TestApi::start_with(store.clone(), Arc::new(engine), None, move |c| {
+        c.launcher_creds = Some(with_key);
+    })
+    .await
+    .unwrap();
+    let token = login(&api.url).await;
+    ctls.push(Ctl { store, api, token });
+
+    let uri = "qemu+tls://edge-tls/system";
+    let host = register(&ctls[0], "edge-tls", uri).await;
+    let path = format!("/cumulo/v1/nodes/{host}/credentials");
+    let (status, body) = call(&ctls[0], "POST", &path, None).await;
+    assert_eq!(status, 409, "no CA key on this controller: {body}");
+    let pki = dir.path().join("pki");
+    let _replica = Replica::start(
+        &url,
+        uri,
+        "r1",
+        dir.path(),
+        &[
+            "--backend",
+            "sim",
+            "--lease",
+            "1s",
+            "--tls-pki",
+            pki.to_str().unwrap(),
+        ],
+    );
+    let host_id = Uuid::parse_str(&host).unwrap();
+    for round in 0..2 {
+        let (status, body) = call(&ctls[1], "POST", &path, None).await;
+        assert_eq!(status, 200, "{body}");
+        assert!(
+            body.get("key").is_none() && body["not_after"].is_string(),
+            "{body}"
+        );
+        let store = ctls[0].store.clone();
+        let creds = tokio::task::spawn_blocking(move || store.launcher_creds(host_id))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(creds.cert_pem.contains("BEGIN CERTIFICATE"));
+        assert_eq!(creds.ca_pem, ca_pem);
+        let (cert, key) = (pki.join("clientcert.pem"), pki.join("clientkey.pem"));
+        testkit::wait_until(T, &format!("round {round}: the replica's copy"), || async {
+            std::fs::read_to_string(&cert).is_ok_and(|c| c == creds.cert_pem)
+                && std::fs::read_to_string(&key).is_ok_and(|k| k == creds.key_pem)
+        })
+        .await;
+        assert_eq!(
+            std::fs::read_to_string(pki.join("cacert.pem")).unwrap(),
+            ca_pem
+        );
+        let mode = std::fs::metadata(&key).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+    }
+    // Unknown host: 404.
+    let (status, _) = call(
+        &ctls[1],
+        "POST",
+        &format!("/cumulo/v1/nodes/{}/credentials", Uuid::new_v4()),
+        None,
+    )
+    .await;
+    assert_eq!(status, 404);
+}

@@ -1,0 +1,265 @@
+//! Credentials for off-host launchers (issue 11): short-lived TLS client certificates that the
+//! `cumulo-agent --remote` replicas present to an off-host host's libvirtd (`qemu+tls://`).
+//!
+//! The controller holds the CA key; it issues one client certificate and key per off-host host
+//! (CN `cumulo-launcher <host name>`, extended key usage clientAuth only, valid for
+//! [`CredsIssuer::lifetime`] from a minute before now), and keeps them in the store, where every
+//! replica reads them. [`renew_due`] renews every host whose credentials are missing or have less
+//! than a third of their lifetime left: the controller calls it periodically (its sweep) and
+//! [`renew`] on demand (`POST /cumulo/v1/nodes/{id}/credentials`). Nothing long-lived leaves the
+//! controller: the remote host keeps only its own libvirtd server certificate and the CA
+//! certificate; replicas hold a key that expires within the lifetime.
+
+use std::time::{Duration, SystemTime};
+
+use rcgen::{
+    CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose,
+};
+use uuid::Uuid;
+
+use crate::store::{LauncherCreds, RemoteHost, Store, StoreError};
+
+/// Why credentials could not be issued.
+#[derive(Debug, thiserror::Error)]
+pub enum CredsError {
+    /// The CA certificate or key is unusable.
+    #[error("launcher CA: {0}")]
+    Ca(String),
+    /// Making the certificate failed.
+    #[error("issuing a launcher certificate: {0}")]
+    Issue(String),
+    /// The store failed or refused.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Issues launcher client certificates from the controller's CA.
+pub struct CredsIssuer {
+    ca_pem: String,
+    issuer: Issuer<'static, KeyPair>,
+    lifetime: Duration,
+}
+
+impl std::fmt::Debug for CredsIssuer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CredsIssuer")
+            .field("lifetime", &self.lifetime)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CredsIssuer {
+    /// The shortest lifetime accepted.
+    pub const MIN_LIFETIME: Duration = Duration::from_secs(60);
+
+    /// An issuer from the CA's certificate and key (PEM), issuing certificates valid for
+    /// `lifetime` (at least [`CredsIssuer::MIN_LIFETIME`]).
+    pub fn from_pem(
+        ca_pem: &str,
+        ca_key_pem: &str,
+        lifetime: Duration,
+    ) -> Result<CredsIssuer, CredsError> {
+        if lifetime < CredsIssuer::MIN_LIFETIME {
+            return Err(CredsError::Ca(format!(
+                "a lifetime of {lifetime:?} is shorter than {:?}",
+                CredsIssuer::MIN_LIFETIME
+            )));
+        }
+        let key = KeyPair::from_pem(ca_key_pem).map_err(|e| CredsError::Ca(e.to_string()))?;
+        let issuer =
+            Issuer::from_ca_cert_pem(ca_pem, key).map_err(|e| CredsError::Ca(e.to_string()))?;
+        Ok(CredsIssuer {
+            ca_pem: ca_pem.to_string(),
+            issuer,
+            lifetime,
+        })
+    }
+
+    /// How long issued certificates are valid.
+    pub fn lifetime(&self) -> Duration {
+        self.lifetime
+    }
+
+    /// A new key and client certificate for `host`, valid from a minute before `now`.
+    pub fn issue(&self, host: &RemoteHost, now: SystemTime) -> Result<LauncherCreds, CredsError> {
+        let issue = |e: rcgen::Error| CredsError::Issue(e.to_string());
+        // Whole seconds, as the certificate says them (and as the stores keep them).
+        let secs = now
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_err(|e| CredsError::Issue(e.to_string()))?
+            .as_secs();
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(secs);
+        let key = KeyPair::generate().map_err(issue)?;
+        let mut params = CertificateParams::default();
+        let mut dn = DistinguishedName::new();
+        dn.push(DnType::CommonName, format!("cumulo-launcher {}", host.name));
+        dn.push(DnType::OrganizationName, "cumulo");
+        params.distinguished_name = dn;
+        let from = now.checked_sub(Duration::from_secs(60)).unwrap_or(now);
+        let until = now + self.lifetime;
+        params.not_before = to_offset(from)?;
+        params.not_after = to_offset(until)?;
+        params.is_ca = IsCa::ExplicitNoCa;
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        params.use_authority_key_identifier_extension = true;
+        let mut serial = *Uuid::new_v4().as_bytes();
+        // A positive DER INTEGER.
+        serial[0] &= 0x7f;
+        params.serial_number = Some(rcgen::SerialNumber::from_slice(&serial));
+        let cert = params.signed_by(&key, &self.issuer).map_err(issue)?;
+        Ok(LauncherCreds {
+            host: host.id,
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+            ca_pem: self.ca_pem.clone(),
+            not_after: until,
+            issued: now,
+        })
+    }
+}
+
+fn to_offset(t: SystemTime) -> Result<time::OffsetDateTime, CredsError> {
+    let secs = t
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_err(|e| CredsError::Issue(e.to_string()))?
+        .as_secs();
+    let secs = i64::try_from(secs).map_err(|e| CredsError::Issue(e.to_string()))?;
+    time::OffsetDateTime::from_unix_timestamp(secs).map_err(|e| CredsError::Issue(e.to_string()))
+}
+
+/// Whether credentials issued at `issued`, ending at `not_after`, are due for renewal at `now`
+/// (less than a third of their lifetime left).
+pub fn due(creds: &LauncherCreds, now: SystemTime) -> bool {
+    let lifetime = creds
+        .not_after
+        .duration_since(creds.issued)
+        .unwrap_or_default();
+    match creds.not_after.duration_since(now) {
+        Ok(left) => left < lifetime / 3,
+        Err(_) => true,
+    }
+}
+
+/// Issues new credentials for host `id` now and stores them.
+pub fn renew(
+    store: &dyn Store,
+    issuer: &CredsIssuer,
+    id: Uuid,
+    now: SystemTime,
+) -> Result<LauncherCreds, CredsError> {
+    let host = store.remote_host(id)?;
+    let creds = issuer.issue(&host, now)?;
+    store.put_launcher_creds(creds.clone())?;
+    tracing::info!(host = %host.id, name = %host.name, "launcher credentials renewed");
+    Ok(creds)
+}
+
+/// Renews the credentials of every off-host host that has none or whose are due at `now`;
+/// returns the hosts renewed.
+pub fn renew_due(
+    store: &dyn Store,
+    issuer: &CredsIssuer,
+    now: SystemTime,
+) -> Result<Vec<Uuid>, CredsError> {
+    let mut renewed = Vec::new();
+    for host in store.remote_hosts()? {
+        let needed = match store.launcher_creds(host.id) {
+            Ok(creds) => due(&creds, now),
+            Err(StoreError::NotFound { .. }) => true,
+            Err(e) => return Err(e.into()),
+        };
+        if needed {
+            renew(store, issuer, host.id, now)?;
+            renewed.push(host.id);
+        }
+    }
+    Ok(renewed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{NewRemoteHost, SqliteStore};
+    use rustls::pki_types::pem::PemObject;
+
+    /// A CA made here: its certificate and key (PEM).
+    fn ca() -> (String, String) {
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::default();
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "test launcher CA");
+        params.is_ca = IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params.key_usages = vec![KeyUsagePurpose::KeyCertSign];
+        let cert = params.self_signed(&key).unwrap();
+        (cert.pem(), key.serialize_pem())
+    }
+
+    #[test]
+    fn certificates_are_short_lived_client_certificates_of_the_ca() {
+        let (ca_pem, ca_key) = ca();
+        let issuer = CredsIssuer::from_pem(&ca_pem, &ca_key, Duration::from_secs(3600)).unwrap();
+        let host = RemoteHost {
+            id: Uuid::new_v4(),
+            name: "edge-1".into(),
+            libvirt_uri: "qemu+tls://edge-1/system".into(),
+            created: SystemTime::now(),
+        };
+        let now = SystemTime::now();
+        let creds = issuer.issue(&host, now).unwrap();
+        let der =
+            rustls::pki_types::CertificateDer::from_pem_slice(creds.cert_pem.as_bytes()).unwrap();
+        let info = ssntp::cert::CertInfo::parse(&der).unwrap();
+        assert_eq!(info.common_name.as_deref(), Some("cumulo-launcher edge-1"));
+        assert!(!info.is_ca);
+        let ca_der = rustls::pki_types::CertificateDer::from_pem_slice(ca_pem.as_bytes()).unwrap();
+        let ca_info = ssntp::cert::CertInfo::parse(&ca_der).unwrap();
+        assert_eq!(info.issuer, ca_info.subject);
+        let secs = |t: SystemTime| {
+            i64::try_from(t.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs()).unwrap()
+        };
+        assert_eq!(info.not_after, secs(now) + 3600);
+        assert!(info.not_before <= secs(now));
+        assert!(creds.key_pem.contains("PRIVATE KEY"));
+        // Too short a lifetime, or a key that is not the CA's, is refused.
+        assert!(CredsIssuer::from_pem(&ca_pem, &ca_key, Duration::from_secs(1)).is_err());
+        assert!(CredsIssuer::from_pem(&ca_pem, "not a key", Duration::from_secs(3600)).is_err());
+    }
+
+    #[test]
+    fn credentials_are_renewed_when_missing_or_in_their_last_third() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path().join("c.db")).unwrap();
+        let (ca_pem, ca_key) = ca();
+        let issuer = CredsIssuer::from_pem(&ca_pem, &ca_key, Duration::from_secs(3000)).unwrap();
+        let host = store
+            .create_remote_host(NewRemoteHost {
+                name: "edge".into(),
+                libvirt_uri: "qemu+tls://edge/system".into(),
+            })
+            .unwrap();
+        let t0 = SystemTime::now();
+        assert_eq!(renew_due(&store, &issuer, t0).unwrap(), vec![host.id]);
+        let first = store.launcher_creds(host.id).unwrap();
+        // Fresh: nothing to do, later in the first two thirds neither.
+        assert!(renew_due(&store, &issuer, t0).unwrap().is_empty());
+        let t1 = t0 + Duration::from_secs(1900);
+        assert!(renew_due(&store, &issuer, t1).unwrap().is_empty());
+        // In the last third: a new key and certificate.
+        let t2 = t0 + Duration::from_secs(2100);
+        assert_eq!(renew_due(&store, &issuer, t2).unwrap(), vec![host.id]);
+        let second = store.launcher_creds(host.id).unwrap();
+        assert_ne!(second.key_pem, first.key_pem);
+        assert_ne!(second.cert_pem, first.cert_pem);
+        assert!(second.not_after > first.not_after);
+        // On demand, at any time.
+        let third = renew(&store, &issuer, host.id, t2).unwrap();
+        assert_eq!(store.launcher_creds(host.id).unwrap(), third);
+        assert!(matches!(
+            renew(&store, &issuer, Uuid::new_v4(), t2),
+            Err(CredsError::Store(StoreError::NotFound { .. }))
+        ));
+    }
+}
