@@ -306,6 +306,33 @@ impl Cluster {
         cluster
     }
 
+    /// Switches the cluster's instances to a flavor that needs no disk (64 MiB, one vCPU):
+    /// for agents whose state directory is a small file system.
+    pub fn use_diskless_workload(&mut self) {
+        let flavor = routes::item(
+            self.admin
+                .post(
+                    routes::FLAVORS,
+                    &json!({"name": "nodisk", "vcpus": 1, "memory_mb": 64, "disk_gb": 0}),
+                )
+                .unwrap(),
+        );
+        let images = self.admin.get(routes::IMAGES).unwrap();
+        let image = routes::items(&images)
+            .into_iter()
+            .find(|i| i["name"] == "tiny")
+            .unwrap();
+        let workload = routes::item(
+            self.demo
+                .post(
+                    routes::WORKLOADS,
+                    &json!({"name": "nodisk", "flavor": flavor["id"], "image": image["id"], "user_data": ""}),
+                )
+                .unwrap(),
+        );
+        self.workload = workload["id"].as_str().unwrap().to_string();
+    }
+
     pub fn root(&self) -> &Path {
         self.dir.path()
     }
