@@ -75,12 +75,16 @@ struct SimFile {
     image: String,
     resources: Resources,
     running: bool,
+    /// How many times it was booted (a test's check that nothing starts twice).
+    #[serde(default)]
+    boots: u32,
 }
 
 struct SimInstance {
     image: String,
     resources: Resources,
     running: watch::Sender<bool>,
+    boots: u32,
 }
 
 #[derive(Default)]
@@ -121,6 +125,7 @@ impl SimBackend {
                             image: f.image,
                             resources: f.resources,
                             running: watch::Sender::new(f.running),
+                            boots: f.boots,
                         },
                     );
                 }
@@ -151,8 +156,13 @@ impl SimBackend {
         let mut state = self.lock();
         if let Some(i) = state.instances.get_mut(&instance) {
             i.running.send_replace(false);
-            self.save(instance, i);
+            let _ = self.save(instance, i);
         }
+    }
+
+    /// How many times `instance` was booted, if the simulation has it.
+    pub fn boots(&self, instance: Uuid) -> Option<u32> {
+        self.lock().instances.get(&instance).map(|i| i.boots)
     }
 
     /// How many instances the simulation has, and how many of them run.
@@ -193,28 +203,35 @@ impl SimBackend {
             .map(|d| d.join(instance.to_string()))
     }
 
-    /// Writes the instance's file, if the simulation keeps files.
-    fn save(&self, instance: Uuid, i: &SimInstance) {
+    /// Writes the instance's file, if the simulation keeps files. A simulated VM that cannot
+    /// be written (a full disk) fails the call, as a real one that cannot be made would.
+    fn save(&self, instance: Uuid, i: &SimInstance) -> Result<(), BackendError> {
         let Some(path) = self.path(instance) else {
-            return;
+            return Ok(());
         };
         let file = SimFile {
             image: i.image.clone(),
             resources: i.resources,
             running: *i.running.borrow(),
+            boots: i.boots,
         };
-        if let Err(e) = write_file(&path, &file) {
+        write_file(&path, &file).map_err(|e| {
             tracing::warn!(path = %path.display(), error = %e, "sim: saving an instance");
-        }
+            BackendError::Other(format!("sim: saving {}: {e}", path.display()))
+        })
     }
 }
 
 fn write_file(path: &Path, file: &SimFile) -> std::io::Result<()> {
     let temp = path.with_extension("tmp");
-    std::fs::write(
+    let written = std::fs::write(
         &temp,
         serde_json::to_vec(file).map_err(std::io::Error::other)?,
-    )?;
+    );
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&temp);
+        return Err(e);
+    }
     std::fs::rename(temp, path)
 }
 
@@ -234,8 +251,9 @@ impl Backend for SimBackend {
             image: spec.image.clone(),
             resources: spec.resources,
             running: watch::Sender::new(false),
+            boots: 0,
         };
-        self.save(spec.instance, &i);
+        self.save(spec.instance, &i)?;
         state.instances.insert(spec.instance, i);
         Ok(())
     }
@@ -252,14 +270,19 @@ impl Backend for SimBackend {
         if !self.config.boot_delay.is_zero() {
             tokio::time::sleep(self.config.boot_delay).await;
         }
-        let state = self.lock();
+        let mut state = self.lock();
         let i = state
             .instances
-            .get(&instance)
+            .get_mut(&instance)
             .ok_or(BackendError::NotFound)?;
+        i.boots = i.boots.saturating_add(1);
         let running = image != IMAGE_EXIT_AFTER_BOOT;
         i.running.send_replace(running);
-        self.save(instance, i);
+        if let Err(e) = self.save(instance, i) {
+            i.boots = i.boots.saturating_sub(1);
+            i.running.send_replace(false);
+            return Err(e);
+        }
         Ok(())
     }
 
@@ -283,7 +306,8 @@ impl Backend for SimBackend {
                 return Err(BackendError::Other("sim: stop refused".into()));
             }
             i.running.send_replace(false);
-            self.save(instance, i);
+            // Stopped either way; a file that still says running is corrected at the next save.
+            let _ = self.save(instance, i);
         }
         Ok(())
     }
@@ -435,6 +459,8 @@ mod tests {
         drop(sim);
         std::fs::write(dir.path().join("not-an-instance"), b"x").unwrap();
         let again = SimBackend::new(config).unwrap();
+        assert_eq!(again.boots(Uuid::from_u128(1)), Some(1));
+        assert_eq!(again.boots(Uuid::from_u128(2)), Some(1));
         let mut listed = again.list().await.unwrap();
         listed.sort_by_key(|e| e.instance);
         assert_eq!(
@@ -450,5 +476,33 @@ mod tests {
                 },
             ]
         );
+    }
+
+    /// A simulated VM whose file cannot be written (a full disk, a vanished directory) is not
+    /// made: create fails with a clear error instead of a VM that would not survive a restart.
+    #[tokio::test]
+    async fn an_unwritable_directory_fails_create_and_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let sim_dir = dir.path().join("sim");
+        let sim = SimBackend::new(SimConfig {
+            dir: Some(sim_dir.clone()),
+            ..SimConfig::default()
+        })
+        .unwrap();
+        sim.create(&spec(1, "debian")).await.unwrap();
+        std::fs::remove_dir_all(&sim_dir).unwrap();
+        let err = sim.create(&spec(2, "debian")).await.unwrap_err();
+        assert!(
+            matches!(&err, BackendError::Other(m) if m.contains("sim: saving")),
+            "{err}"
+        );
+        assert_eq!(sim.counts(), (1, 0));
+        assert!(sim.start(Uuid::from_u128(1)).await.is_err());
+        assert_eq!(sim.boots(Uuid::from_u128(1)), Some(0));
+        assert_eq!(sim.status(Uuid::from_u128(1)), Some(false));
+        // Space is back: it boots.
+        std::fs::create_dir_all(&sim_dir).unwrap();
+        sim.start(Uuid::from_u128(1)).await.unwrap();
+        assert_eq!(sim.boots(Uuid::from_u128(1)), Some(1));
     }
 }

@@ -79,6 +79,9 @@ pub enum BuildError {
     /// No validity days.
     #[error("--days must be between 1 and {MAX_DAYS}")]
     Days,
+    /// An end of validity that is not after the start.
+    #[error("--not-after must be later than now")]
+    NotAfter,
     /// The system's random generator failed.
     #[error("the system random generator failed")]
     Random,
@@ -315,7 +318,27 @@ pub fn issue_leaf(
     anchor: &Anchor,
     now: SystemTime,
 ) -> Result<Issued, BuildError> {
+    issue_leaf_until(profile, key, anchor, now, None)
+}
+
+/// [`issue_leaf`], valid until `not_after` instead of for `profile.days` when it is given (a
+/// certificate that must expire soon, e.g. to test expiry). `not_after` must be later than
+/// `now`; it is cut to the CA's end as well.
+pub fn issue_leaf_until(
+    profile: &LeafProfile,
+    key: &KeyPair,
+    anchor: &Anchor,
+    now: SystemTime,
+    not_after: Option<SystemTime>,
+) -> Result<Issued, BuildError> {
     let mut params = base_params(&profile.names, profile.days, now)?;
+    if let Some(end) = not_after {
+        if unix(end) <= unix(now) {
+            return Err(BuildError::NotAfter);
+        }
+        params.not_after =
+            OffsetDateTime::from_unix_timestamp(unix(end)).map_err(|_| BuildError::NotAfter)?;
+    }
     let ca_end =
         OffsetDateTime::from_unix_timestamp(anchor.info.not_after).map_err(|_| BuildError::Days)?;
     params.not_after = params.not_after.min(ca_end);

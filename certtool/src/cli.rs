@@ -96,6 +96,10 @@ struct MakeArgs {
     /// Validity in days [default: 365 for a role certificate, 3650 for a CA].
     #[arg(long, value_parser = parse_days)]
     days: Option<u32>,
+    /// A role certificate's end of validity instead of --days: RFC 3339 (2030-01-31T12:00:00Z)
+    /// or +DURATION from now (+90s, +10m, +2h).
+    #[arg(long, value_name = "TIME", value_parser = parse_not_after, conflicts_with_all = ["days", "anchor"])]
+    not_after: Option<NotAfter>,
     /// Key type: p256, p384, ed25519 or rsa2048.
     #[arg(long, value_name = "TYPE", default_value = "p256", value_parser = parse_key_type)]
     key_type: KeyType,
@@ -151,6 +155,10 @@ struct RenewArgs {
     /// Validity in days.
     #[arg(long, default_value = "365", value_parser = parse_days)]
     days: u32,
+    /// The end of validity instead of --days: RFC 3339 (2030-01-31T12:00:00Z) or +DURATION
+    /// from now (+90s, +10m, +2h).
+    #[arg(long, value_name = "TIME", value_parser = parse_not_after, conflicts_with = "days")]
+    not_after: Option<NotAfter>,
     /// The new key's type [default: the old key's].
     #[arg(long, value_name = "TYPE", value_parser = parse_key_type)]
     key_type: Option<KeyType>,
@@ -188,6 +196,39 @@ fn parse_days(s: &str) -> Result<u32, String> {
             build::MAX_DAYS
         )),
     }
+}
+
+/// `--not-after`: a point in time, or a span from the command's `now`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum NotAfter {
+    At(SystemTime),
+    In(std::time::Duration),
+}
+
+impl NotAfter {
+    fn at(self, now: SystemTime) -> SystemTime {
+        match self {
+            NotAfter::At(t) => t,
+            NotAfter::In(d) => now + d,
+        }
+    }
+}
+
+fn parse_not_after(s: &str) -> Result<NotAfter, String> {
+    let bad = || {
+        "give an RFC 3339 time (2030-01-31T12:00:00Z) or +DURATION (+90s, +10m, +2h)".to_string()
+    };
+    if let Some(span) = s.strip_prefix('+') {
+        return ssntp::units::parse_positive_duration(span)
+            .map(NotAfter::In)
+            .map_err(|_| bad());
+    }
+    let t = time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339)
+        .map_err(|_| bad())?;
+    let secs = u64::try_from(t.unix_timestamp()).map_err(|_| bad())?;
+    Ok(NotAfter::At(
+        SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(secs),
+    ))
 }
 
 fn parse_key_type(s: &str) -> Result<KeyType, String> {
@@ -457,7 +498,8 @@ fn run_leaf(
         days: args.days.unwrap_or(build::LEAF_DAYS),
     };
     let key = args.key_type.generate()?;
-    let cert = build::issue_leaf(&profile, &key, &anchor, now)?;
+    let until = args.not_after.map(|n| n.at(now));
+    let cert = build::issue_leaf_until(&profile, &key, &anchor, now, until)?;
     let info = if args.verify {
         verify::verify(&cert.der, anchor.der(), roles, now).map_err(|source| CliError::Verify {
             path: pem_path.clone(),
@@ -574,11 +616,17 @@ fn run_renew(args: RenewArgs, now: SystemTime, out: &mut dyn Write) -> Result<()
     }
     let anchor = load_anchor(&args.anchor_cert, args.anchor_key.as_ref(), now)?;
     let old = files::read_certs(&args.cert)?.swap_remove(0);
-    let renewed = renew::renew(&old, &anchor, args.key_type, args.days, now).map_err(|source| {
-        CliError::Renew {
-            path: args.cert.clone(),
-            source,
-        }
+    let renewed = renew::renew(
+        &old,
+        &anchor,
+        args.key_type,
+        args.days,
+        args.not_after.map(|n| n.at(now)),
+        now,
+    )
+    .map_err(|source| CliError::Renew {
+        path: args.cert.clone(),
+        source,
     })?;
     let chain = format!("{}{}", renewed.cert.pem, anchor.pem());
     files::write_all(

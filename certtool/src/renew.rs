@@ -63,12 +63,13 @@ pub struct Renewed {
 }
 
 /// Renews `old` with `anchor`: see the module documentation. `key_type` overrides the old key's
-/// type; `days` is the new validity.
+/// type; `days` is the new validity, or `not_after` its end when given.
 pub fn renew(
     old: &CertificateDer<'_>,
     anchor: &Anchor,
     key_type: Option<KeyType>,
     days: u32,
+    not_after: Option<SystemTime>,
     now: SystemTime,
 ) -> Result<Renewed, RenewError> {
     let info = CertInfo::parse(old)?;
@@ -108,7 +109,7 @@ pub fn renew(
         days,
     };
     let key = key_type.generate()?;
-    let cert = build::issue_leaf(&profile, &key, anchor, now)?;
+    let cert = build::issue_leaf_until(&profile, &key, anchor, now, not_after)?;
     let info =
         verify::verify(&cert.der, anchor.der(), profile.roles, now).map_err(RenewError::Check)?;
     Ok(Renewed { cert, key, info })
@@ -152,7 +153,7 @@ mod tests {
 
         // Two days later the old one has expired; renewal still works.
         let now = then + Duration::from_secs(2 * 86400);
-        let new = renew(&old.der, &ca, None, 30, now).unwrap();
+        let new = renew(&old.der, &ca, None, 30, None, now).unwrap();
         assert_eq!(new.info.roles, Role::DUAL);
         assert_eq!(new.info.binding, UuidBinding::Bound(uuid));
         assert_eq!(new.info.alt_names, old_info.alt_names);
@@ -162,7 +163,17 @@ mod tests {
         assert_ne!(new.info.serial, old_info.serial);
         assert_eq!(new.info.not_after - new.info.not_before, 30 * 86400);
 
-        let p384 = renew(&old.der, &ca, Some(KeyType::P384), 30, now).unwrap();
+        // An end of validity instead of days: exactly that end.
+        let until = now + Duration::from_secs(90);
+        let short = renew(&old.der, &ca, None, 30, Some(until), now).unwrap();
+        assert_eq!(short.info.not_after, crate::build::unix(until));
+        assert_eq!(short.info.binding, UuidBinding::Bound(uuid));
+        assert!(matches!(
+            renew(&old.der, &ca, None, 30, Some(now), now),
+            Err(RenewError::Build(BuildError::NotAfter))
+        ));
+
+        let p384 = renew(&old.der, &ca, Some(KeyType::P384), 30, None, now).unwrap();
         assert_eq!(KeyType::of(&p384.info.key), Some(KeyType::P384));
     }
 
@@ -171,7 +182,7 @@ mod tests {
         let now = SystemTime::now();
         let ca = anchor(now);
         assert!(matches!(
-            renew(ca.der(), &ca, None, 1, now),
+            renew(ca.der(), &ca, None, 1, None, now),
             Err(RenewError::IsCa)
         ));
         let other = anchor(now);
@@ -183,7 +194,7 @@ mod tests {
         };
         let key = KeyType::P256.generate().unwrap();
         let cert = issue_leaf(&profile, &key, &other, now).unwrap();
-        let err = renew(&cert.der, &ca, None, 1, now).unwrap_err();
+        let err = renew(&cert.der, &ca, None, 1, None, now).unwrap_err();
         assert!(matches!(err, RenewError::OtherIssuer(_)), "{err}");
     }
 }

@@ -94,6 +94,10 @@ pub struct Args {
     /// How long a delete or stop may go unconfirmed (then the instance is hung or missing).
     #[arg(long, env = "CUMULO_CONTROLLER_CONFIRM_TIMEOUT", default_value = "60s", value_parser = parse_positive_duration)]
     pub confirm_timeout: Duration,
+    /// Close the scheduler session when nothing was received for this long; a heartbeat goes
+    /// out after a third of it without a write. Keep it at or below the scheduler's.
+    #[arg(long, env = "CUMULO_CONTROLLER_IDLE_TIMEOUT", default_value = "30s", value_parser = parse_positive_duration)]
+    pub idle_timeout: Duration,
     /// How long a launched CNCI may take to announce itself.
     #[arg(long, env = "CUMULO_CONTROLLER_CNCI_TIMEOUT", default_value = "120s", value_parser = parse_positive_duration)]
     pub cnci_timeout: Duration,
@@ -164,6 +168,7 @@ impl Args {
         };
         daemon.engine.cnci_image = self.cnci_image;
         daemon.engine.confirm_timeout = self.confirm_timeout;
+        daemon.handshake.session.idle_timeout = self.idle_timeout;
         daemon.engine.cnci_timeout = self.cnci_timeout;
         daemon.engine.cnci_linger = self.cnci_linger;
         if let Some(key) = &self.launcher_ca_key {

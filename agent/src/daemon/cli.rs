@@ -116,6 +116,10 @@ pub struct Args {
     /// How often the node's status and STATS are sent.
     #[arg(long, env = "CUMULO_AGENT_STATS_INTERVAL", default_value = "5s", value_parser = parse_positive_duration)]
     pub stats_interval: Duration,
+    /// Close the scheduler session when nothing was received for this long; a heartbeat goes
+    /// out after a third of it without a write. Keep it at or below the scheduler's.
+    #[arg(long, env = "CUMULO_AGENT_IDLE_TIMEOUT", default_value = "30s", value_parser = parse_positive_duration)]
+    pub idle_timeout: Duration,
     /// The shortest time between two STATS sent because instances changed state.
     #[arg(long, env = "CUMULO_AGENT_CHANGE_REPORT_GAP", default_value = "50ms", value_parser = parse_duration)]
     pub change_report_gap: Duration,
@@ -353,7 +357,13 @@ impl Args {
             },
             libvirt,
             cnci,
-            handshake: HandshakeConfig::default(),
+            handshake: HandshakeConfig {
+                session: ssntp::session::SessionConfig {
+                    idle_timeout: self.idle_timeout,
+                    ..ssntp::session::SessionConfig::default()
+                },
+                ..HandshakeConfig::default()
+            },
             backoff: Backoff::default(),
         })
     }

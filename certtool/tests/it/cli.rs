@@ -523,3 +523,62 @@ fn renew_keeps_identity_in_place() {
     let key = certtool::key::load_key(&fs::read(d.join("node.key")).unwrap()).unwrap();
     assert!(certtool::key::matches(&key, &new));
 }
+
+#[test]
+fn not_after_sets_the_end_of_a_role_certificate_and_of_a_renewal() {
+    let dir = with_ca();
+    let d = dir.path();
+    ok(d, &leaf_args(&["--role", "agent", "--not-after", "+90s"]));
+    let short = first_cert(&d.join("node.pem"));
+    assert!(
+        (85..=95).contains(&(short.not_after - short.not_before)),
+        "{short:?}"
+    );
+    ok(
+        d,
+        &[
+            "renew",
+            "node.pem",
+            "--anchor-cert",
+            "ca.pem",
+            "--not-after",
+            "2030-01-31T12:00:00Z",
+        ],
+    );
+    let renewed = first_cert(&d.join("node.pem"));
+    assert_eq!(renewed.not_after, 1_896_091_200);
+    assert_eq!(renewed.binding, short.binding);
+    fails(
+        d,
+        &leaf_args(&["--role", "agent", "--not-after", "yesterday", "--force"]),
+        2,
+        "RFC 3339",
+    );
+    fails(
+        d,
+        &leaf_args(&[
+            "--role",
+            "agent",
+            "--not-after",
+            "+1h",
+            "--days",
+            "3",
+            "--force",
+        ]),
+        2,
+        "--days",
+    );
+    fails(
+        d,
+        &[
+            "renew",
+            "node.pem",
+            "--anchor-cert",
+            "ca.pem",
+            "--not-after",
+            "2001-01-01T00:00:00Z",
+        ],
+        1,
+        "--not-after must be later than now",
+    );
+}

@@ -160,7 +160,9 @@ impl From<StoreError> for ApiError {
                 ApiError::Conflict(error.to_string())
             }
             StoreError::QuotaExceeded { .. } => ApiError::OverLimit(error.to_string()),
-            StoreError::Exhausted(_) => ApiError::Unavailable(error.to_string()),
+            StoreError::Exhausted(_) | StoreError::Full(_) => {
+                ApiError::Unavailable(error.to_string())
+            }
             StoreError::Invalid(_) => ApiError::BadRequest(error.to_string()),
             StoreError::SchemaTooNew { .. } | StoreError::Backend(_) => {
                 ApiError::Internal(error.to_string())
@@ -198,6 +200,7 @@ mod tests {
                 403,
             ),
             (StoreError::Exhausted("ips".into()), 503),
+            (StoreError::Full("database or disk is full".into()), 503),
             (StoreError::Invalid("bad".into()), 400),
             (StoreError::Backend("disk on fire".into()), 500),
         ];

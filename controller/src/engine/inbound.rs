@@ -125,7 +125,17 @@ impl Engine {
             }
         })?;
         for (id, tenant) in &affected {
-            self.set_state(*id, InstanceState::Missing, None)?;
+            // Unless a DELETE (or anything else) moved it since it was read.
+            let moved = self.set_state_if(*id, InstanceState::Missing, |i| {
+                i.node == Some(node)
+                    && matches!(
+                        i.state,
+                        InstanceState::Active | InstanceState::Pending | InstanceState::Stopping
+                    )
+            })?;
+            if moved.is_none() {
+                continue;
+            }
             self.state().restart_after_stop.remove(id);
             self.event(
                 Some(*tenant),
@@ -257,6 +267,18 @@ impl Engine {
                 },
                 None,
             ),
+            // Its START was given up for lost, yet here it is.
+            (InstanceState::Error(reason), Reported::Active)
+                if reason.starts_with(super::START_LOST) =>
+            {
+                (
+                    change(InstanceState::Active),
+                    Some(format!(
+                        "instance {} is on node {node} after all",
+                        record.id
+                    )),
+                )
+            }
             (InstanceState::Missing, Reported::Active) => (
                 change(InstanceState::Active),
                 Some(format!("instance {} is back on node {node}", record.id)),
@@ -282,6 +304,17 @@ impl Engine {
                     },
                     None,
                 )
+            }
+            // Deleted (or hung), and its node still has it: the DELETE was lost (a scheduler
+            // or controller that died, a scheduler that was down when it was asked). Again.
+            (InstanceState::Deleted | InstanceState::Hung, _) => {
+                if self.delete_due(record.id, SystemTime::now()) {
+                    tracing::info!(instance = %record.id, %node, "DELETE sent again: the node still reports the instance");
+                    if let Err(e) = self.send_delete(record.id, node, false) {
+                        tracing::warn!("DELETE of {} not sent: {e}", record.id);
+                    }
+                }
+                return Ok(());
             }
             _ => return Ok(()),
         };
@@ -311,6 +344,26 @@ impl Engine {
                     record,
                     InstanceChange {
                         state: Some(InstanceState::Missing),
+                        ..InstanceChange::default()
+                    },
+                )
+            }
+            // Its node is back without it (the agent died before it kept a record of it, or
+            // the VM is gone): it runs nowhere. Exited, so that a `start` can boot it again.
+            InstanceState::Missing => {
+                self.event(
+                    Some(record.tenant),
+                    EventKind::Warning,
+                    format!(
+                        "instance {} is not on node {node} any more: exited",
+                        record.id
+                    ),
+                );
+                self.cas(
+                    record,
+                    InstanceChange {
+                        state: Some(InstanceState::Exited),
+                        node: Some(None),
                         ..InstanceChange::default()
                     },
                 )

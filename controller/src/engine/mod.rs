@@ -124,6 +124,13 @@ struct State {
     restart_after_stop: HashSet<Uuid>,
     /// Instances waiting for a confirmation (DELETE or stop), since when.
     unconfirmed: HashMap<Uuid, SystemTime>,
+    /// When this engine last sent each deleted instance's DELETE (to send it again, at most
+    /// every [`DELETE_RESEND`], while its node still reports it).
+    delete_sent: HashMap<Uuid, SystemTime>,
+    /// Pending instances whose START went to the scheduler, since when: one that no node has
+    /// reported within [`EngineConfig::confirm_timeout`] was lost (a scheduler or an agent that
+    /// died with it) and becomes an `error` (`start_lost`).
+    dispatched: HashMap<Uuid, SystemTime>,
     /// (node, instance) pairs already reported as unknown.
     strangers: HashSet<(Uuid, Uuid)>,
     /// Subnets (by id) whose last instance went, since when: their CNCI goes after the linger.
@@ -133,6 +140,11 @@ struct State {
 
 /// At most this many unknown instances are remembered (then the set starts again).
 const MAX_STRANGERS: usize = 100_000;
+/// The reason of an instance in `error` because its START was lost.
+pub const START_LOST: &str = "start_lost";
+/// How long a DELETE may go unanswered before a node that still reports the instance gets it
+/// again (it was lost with a scheduler, a controller or a connection that died).
+const DELETE_RESEND: Duration = Duration::from_secs(10);
 /// Retries of a compare-and-swap update that lost a race.
 const CAS_RETRIES: usize = 8;
 
@@ -160,15 +172,24 @@ impl Engine {
         };
         let now = SystemTime::now();
         let mut waiting = Vec::new();
+        let mut unplaced = Vec::new();
         engine.for_each_instance(Scope::All, InstanceFilter::default(), |i| {
             if matches!(i.state, InstanceState::Deleted | InstanceState::Stopping) {
                 waiting.push(i.id);
             }
+            if i.state == InstanceState::Pending && i.node.is_none() {
+                unplaced.push(i.id);
+            }
         })?;
-        engine
-            .state()
-            .unconfirmed
-            .extend(waiting.into_iter().map(|id| (id, now)));
+        {
+            let mut state = engine.state();
+            state
+                .unconfirmed
+                .extend(waiting.into_iter().map(|id| (id, now)));
+            state
+                .dispatched
+                .extend(unplaced.into_iter().map(|id| (id, now)));
+        }
         Ok(engine)
     }
 
@@ -223,6 +244,33 @@ impl Engine {
             }
         }
         Err(StoreError::Conflict(format!("instance {id} keeps changing")).into())
+    }
+
+    /// Sets an instance's state if `still` holds for the record as it is when written (checked
+    /// again under the compare-and-swap): a change decided on an older read (a node that left,
+    /// a timer) never overwrites what happened meanwhile (a DELETE, a STATS).
+    fn set_state_if(
+        &self,
+        id: Uuid,
+        state: InstanceState,
+        still: impl Fn(&Instance) -> bool,
+    ) -> Result<Option<Instance>, ClusterError> {
+        let changed = self.transition(Scope::All, id, |i| {
+            Ok(still(i).then(|| {
+                (
+                    InstanceChange {
+                        state: Some(state.clone()),
+                        ..InstanceChange::default()
+                    },
+                    (),
+                )
+            }))
+        });
+        match changed {
+            Ok(changed) => Ok(changed.map(|(i, ())| i)),
+            Err(ClusterError::Store(StoreError::NotFound { .. })) => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     /// Sets an instance's state (and node, when given), whatever it was.
@@ -283,7 +331,21 @@ impl Engine {
             instance_uuid: instance,
             workload_agent_uuid: node,
             stop,
-        }))
+        }))?;
+        if !stop {
+            self.state().delete_sent.insert(instance, SystemTime::now());
+        }
+        Ok(())
+    }
+
+    /// Whether a deleted instance that its node still reports should get its DELETE again:
+    /// none was sent by this engine (a restart, or the scheduler was down), or the last one is
+    /// older than [`DELETE_RESEND`].
+    fn delete_due(&self, instance: Uuid, now: SystemTime) -> bool {
+        self.state()
+            .delete_sent
+            .get(&instance)
+            .is_none_or(|sent| now.duration_since(*sent).unwrap_or_default() >= DELETE_RESEND)
     }
 
     fn wait_confirmation(&self, id: Uuid) {
@@ -296,6 +358,8 @@ impl Engine {
             let mut state = self.state();
             state.unconfirmed.remove(&instance.id);
             state.restart_after_stop.remove(&instance.id);
+            state.delete_sent.remove(&instance.id);
+            state.dispatched.remove(&instance.id);
         }
         match self.store.delete_instance(Scope::All, instance.id) {
             Ok(()) | Err(StoreError::NotFound { .. }) => {}

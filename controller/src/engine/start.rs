@@ -133,7 +133,13 @@ impl Engine {
         };
         let cnci = networking.as_ref().map(|n| n.concentrator_uuid);
         let start = start_payload(&instance, plan, networking, restart);
-        match self.send(&Payload::Start(Box::new(start))) {
+        let sent = self.send(&Payload::Start(Box::new(start)));
+        if sent.is_ok() {
+            self.state()
+                .dispatched
+                .insert(instance.id, std::time::SystemTime::now());
+        }
+        match sent {
             Ok(()) if cnci.is_none() => Ok(instance),
             Ok(()) => Ok(self
                 .transition(Scope::All, instance.id, |_| {

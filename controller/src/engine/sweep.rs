@@ -4,9 +4,9 @@ use std::time::SystemTime;
 
 use uuid::Uuid;
 
-use super::Engine;
+use super::{Engine, START_LOST};
 use crate::cluster::ClusterError;
-use crate::store::{EventKind, InstanceState, Scope, StoreError};
+use crate::store::{EventKind, Instance, InstanceState, Scope, StoreError};
 
 impl Engine {
     /// Applies the timers at `now`: a DELETE unconfirmed for [`confirm_timeout`] makes the
@@ -38,6 +38,20 @@ impl Engine {
                 Err(e) => return Err(e.into()),
             };
             let (state, what) = match record.state {
+                // Never placed anywhere this controller heard of (its START was lost): there
+                // is nothing to delete.
+                InstanceState::Deleted if record.node.is_none() => {
+                    self.event(
+                        Some(record.tenant),
+                        EventKind::Warning,
+                        format!(
+                            "instance {id}: deleted, and no node reported it within {:?}; forgotten",
+                            self.config.confirm_timeout
+                        ),
+                    );
+                    self.forget(&record)?;
+                    continue;
+                }
                 InstanceState::Deleted => (InstanceState::Hung, "delete"),
                 InstanceState::Stopping => (InstanceState::Missing, "stop"),
                 _ => continue,
@@ -50,8 +64,59 @@ impl Engine {
                     self.config.confirm_timeout
                 ),
             );
-            self.set_state(id, state, None)?;
+            let was = record.state.clone();
+            self.set_state_if(id, state, |i| i.state == was)?;
         }
+        self.sweep_lost_starts(now)?;
         self.sweep_cncis(now)
+    }
+
+    /// Pending instances whose START no node reported within the confirmation timeout: lost
+    /// with a scheduler or an agent that died; `error` (`start_lost`), `active` again if a node
+    /// reports them after all.
+    fn sweep_lost_starts(&self, now: SystemTime) -> Result<(), ClusterError> {
+        let overdue: Vec<Uuid> = {
+            let mut state = self.state();
+            let overdue: Vec<Uuid> = state
+                .dispatched
+                .iter()
+                .filter(|(_, since)| {
+                    now.duration_since(**since).unwrap_or_default() >= self.config.confirm_timeout
+                })
+                .map(|(id, _)| *id)
+                .collect();
+            for id in &overdue {
+                state.dispatched.remove(id);
+            }
+            overdue
+        };
+        for id in overdue {
+            let record = match self.store.instance(Scope::All, id) {
+                Ok(record) => record,
+                Err(StoreError::NotFound { .. }) => continue,
+                Err(e) => return Err(e.into()),
+            };
+            let unplaced = |i: &Instance| i.state == InstanceState::Pending && i.node.is_none();
+            if !unplaced(&record) {
+                continue;
+            }
+            self.event(
+                Some(record.tenant),
+                EventKind::Error,
+                format!(
+                    "instance {id}: no node reported it within {:?} of its START; the START was lost",
+                    self.config.confirm_timeout
+                ),
+            );
+            self.set_state_if(
+                id,
+                InstanceState::Error(format!(
+                    "{START_LOST}: no node reported it within {:?}",
+                    self.config.confirm_timeout
+                )),
+                unplaced,
+            )?;
+        }
+        Ok(())
     }
 }

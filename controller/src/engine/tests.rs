@@ -362,6 +362,113 @@ fn a_lost_instance_deleted_is_settled_by_the_next_stats() {
     assert!(w.gone(id));
 }
 
+/// A DELETE lost with a scheduler that was down (or died) is sent again when the node's STATS
+/// still shows the instance (found by the kill -9 fault test: the instance stayed deleted,
+/// then hung, and ran on).
+#[test]
+fn a_lost_delete_is_sent_again_while_the_node_reports_the_instance() {
+    let w = world();
+    let id = w.active();
+    w.out.down.store(true, Ordering::SeqCst);
+    w.engine.delete(Scope::Tenant(w.tenant), id).unwrap();
+    assert_eq!(w.state(id), InstanceState::Deleted);
+    w.out.down.store(false, Ordering::SeqCst);
+    assert!(w.out.take().is_empty());
+    w.stats(NODE, &[(id, Reported::Active)]);
+    let sent = w.out.take();
+    assert_eq!(deletes(&sent).len(), 1, "{sent:?}");
+    assert_eq!(deletes(&sent)[0].instance_uuid, id);
+    // Not again at every STATS.
+    w.stats(NODE, &[(id, Reported::Active)]);
+    assert!(deletes(&w.out.take()).is_empty());
+    // A hung one too, and a restarted engine (which sent nothing yet) sends it at once.
+    w.engine
+        .sweep(SystemTime::now() + Duration::from_secs(61))
+        .unwrap();
+    assert_eq!(w.state(id), InstanceState::Hung);
+    let again = Engine::new(
+        w.engine.store().clone(),
+        w.out.clone(),
+        EngineConfig::new(Uuid::nil()),
+    )
+    .unwrap();
+    let stats = |e: &Engine| {
+        e.handle(&Payload::Stats(Box::new(ssntp::payload::Stats {
+            node: Ready {
+                node_uuid: NODE,
+                hostname: "host".into(),
+                mem_total_mb: 4096,
+                mem_available_mb: 2048,
+                disk_total_mb: 10_000,
+                disk_available_mb: 5_000,
+                vcpus_total: 8,
+                vcpus_available: 6,
+                load: 12,
+                networks: vec![],
+            },
+            status: ssntp::payload::NodeState::Ready,
+            instances: vec![InstanceStat {
+                instance_uuid: id,
+                state: Reported::Active,
+                ssh_ip: None,
+                ssh_port: None,
+                memory_usage_mb: 10,
+                disk_usage_mb: 10,
+                cpu_usage: None,
+            }],
+        })))
+        .unwrap();
+    };
+    stats(&again);
+    assert_eq!(deletes(&w.out.take()).len(), 1);
+    again
+        .handle(&Payload::InstanceDeleted(InstanceEvent {
+            instance_uuid: id,
+        }))
+        .unwrap();
+    assert!(w.gone(id));
+}
+
+/// A START lost with a scheduler or an agent that died (found by the kill -9 fault test: the
+/// instance stayed pending for ever, and once deleted, hung for ever).
+#[test]
+fn a_start_no_node_reports_is_lost_and_its_delete_forgotten() {
+    let w = world();
+    w.node_connected(NODE, NodeType::ComputeNode);
+    let lost = w.launch(2);
+    let (a, b) = (lost[0].id, lost[1].id);
+    w.out.take();
+    w.engine.sweep(SystemTime::now()).unwrap();
+    assert_eq!(w.state(a), InstanceState::Pending);
+    w.engine.delete(Scope::All, b).unwrap();
+    let later = SystemTime::now() + Duration::from_secs(61);
+    w.engine.sweep(later).unwrap();
+    assert!(
+        matches!(w.state(a), InstanceState::Error(ref r) if r.starts_with(START_LOST)),
+        "{:?}",
+        w.state(a)
+    );
+    assert!(
+        w.gone(b),
+        "a deleted instance no node ever had is forgotten"
+    );
+    // It shows up after all: active.
+    w.stats(NODE, &[(a, Reported::Active)]);
+    assert_eq!(w.state(a), InstanceState::Active);
+    // A restarted engine times out the pending instances of the last run too.
+    let c = w.launch(1)[0].id;
+    let again = Engine::new(
+        w.engine.store().clone(),
+        w.out.clone(),
+        EngineConfig::new(Uuid::nil()),
+    )
+    .unwrap();
+    again
+        .sweep(SystemTime::now() + Duration::from_secs(61))
+        .unwrap();
+    assert!(matches!(w.state(c), InstanceState::Error(_)));
+}
+
 #[test]
 fn deleting_an_unplaced_instance_waits_to_learn_its_node() {
     let w = world();
@@ -452,6 +559,26 @@ fn a_node_that_leaves_makes_its_instances_missing_until_it_reports_them() {
     w.stats(NODE, &[(id, Reported::Active)]);
     assert_eq!(w.state(id), InstanceState::Active);
     assert!(w.events().iter().any(|e| e.contains("is back")));
+}
+
+/// A node that comes back without a missing instance (its agent died before it kept a record
+/// of it): the instance is exited, not missing for ever (found by the kill -9 fault test).
+#[test]
+fn a_node_back_without_a_missing_instance_makes_it_exited() {
+    let w = world();
+    let id = w.active();
+    let other = w.active();
+    w.event(Payload::NodeDisconnected(ssntp::payload::NodeEvent {
+        node_uuid: NODE,
+        node_type: NodeType::ComputeNode,
+    }));
+    assert_eq!(w.state(id), InstanceState::Missing);
+    w.node_connected(NODE, NodeType::ComputeNode);
+    w.stats(NODE, &[(other, Reported::Active)]);
+    assert_eq!(w.state(other), InstanceState::Active);
+    assert_eq!(w.state(id), InstanceState::Exited);
+    assert_eq!(w.instance(id).node, None);
+    assert!(w.events().iter().any(|e| e.contains("not on node")));
 }
 
 #[test]

@@ -103,6 +103,11 @@ pub enum StoreError {
         /// The stale token.
         token: u64,
     },
+    /// The backend's disk is full: nothing was written; retry once space is freed.
+    #[error(
+        "the store's disk is full, nothing was written (free space under the store and retry): {0}"
+    )]
+    Full(String),
     /// The backend failed (I/O, corruption, a lock held too long).
     #[error("store backend: {0}")]
     Backend(String),

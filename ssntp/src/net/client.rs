@@ -341,7 +341,7 @@ impl Client {
                         }
                     }
                     Err(e) if e.is_retryable() => {
-                        tracing::debug!(%server, error = %e, "connect failed")
+                        tracing::warn!(%server, error = %e, "cannot connect to the server (retrying)")
                     }
                     Err(e) => {
                         let _ = self.events.send(ClientEvent::Stopped(e.into())).await;

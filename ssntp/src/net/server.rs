@@ -511,18 +511,24 @@ impl Server {
         let start = conn::now().instant;
         let deadline = start + self.config.handshake.handshake_timeout;
         let tls_deadline = tokio::time::Instant::from_std(deadline);
-        let mut stream =
-            match tokio::time::timeout_at(tls_deadline, self.acceptor.accept(tcp)).await {
-                Ok(Ok(s)) => s,
-                Ok(Err(e)) => {
+        let mut stream = match tokio::time::timeout_at(tls_deadline, self.acceptor.accept(tcp))
+            .await
+        {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => {
+                if refused_certificate(&e) {
+                    // An operator's problem (an expired or foreign certificate), not noise.
+                    tracing::info!(error = %e, "TLS handshake failed: peer certificate refused");
+                } else {
                     tracing::debug!(error = %e, "TLS handshake failed");
-                    return None;
                 }
-                Err(_) => {
-                    tracing::debug!("TLS handshake timed out");
-                    return None;
-                }
-            };
+                return None;
+            }
+            Err(_) => {
+                tracing::debug!("TLS handshake timed out");
+                return None;
+            }
+        };
         let peer = tls::peer_of(stream.get_ref().1).unwrap_or_else(|e| {
             tracing::warn!(error = %e, "unreadable peer certificate: no roles");
             PeerCertificate {
@@ -733,4 +739,12 @@ impl Dispatch for ServerDispatch {
         };
         self.events.send(event).await.is_ok()
     }
+}
+
+/// Whether a failed TLS accept refused the peer's certificate (expired, not yet valid, not
+/// signed by the cluster's CA, ...), as opposed to a peer that spoke no TLS or went away.
+fn refused_certificate(e: &std::io::Error) -> bool {
+    e.get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        .is_some_and(|r| matches!(r, rustls::Error::InvalidCertificate(_)))
 }

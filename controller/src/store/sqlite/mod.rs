@@ -119,6 +119,7 @@ impl From<rusqlite::Error> for StoreError {
     fn from(err: rusqlite::Error) -> StoreError {
         match err.sqlite_error_code() {
             Some(ErrorCode::ConstraintViolation) => StoreError::Conflict(err.to_string()),
+            Some(ErrorCode::DiskFull) => StoreError::Full(err.to_string()),
             _ => StoreError::Backend(err.to_string()),
         }
     }

@@ -1,0 +1,673 @@
+//! Faults over real processes (issue 12, docs/reliability.md): a local sim cluster made by
+//! `cumulo up`, more agents beside it, and
+//!
+//! - `kill9_mid_create_and_delete`: kill -9 of the scheduler, an agent and the controller while
+//!   instances are created and deleted through the REST API; after a restart with the same
+//!   command line, no instance record lost or duplicated, every instance active on the agent the
+//!   API names (the sim agent's files), none booted twice, none leaked;
+//! - `partitioned_agent_is_missing_then_back`: an agent in its own network namespace whose
+//!   veth goes down for longer than the dead-node (idle) timeout: its instances go `missing`,
+//!   then `active` again when the link is back, none booted twice (root);
+//! - `stopped_agent_does_not_slow_the_others`: a SIGSTOPped agent; START→ACTIVE on the healthy
+//!   agents with and without it (figures printed, not judged);
+//! - `disk_full_under_store_and_agent`: a full tmpfs under the controller's store (503 with a
+//!   clear message, no corruption, service back when space is) and under an agent's state
+//!   directory (the START fails and says so; back when space is) (root);
+//! - `expired_agent_certificate_refused_then_renewed`: an agent certificate that expires is
+//!   refused at the next connect; `cumulo-cert renew` and a restart bring the node back with
+//!   the same UUID.
+//!
+//! The binaries must be built (`cargo build --bins`): without them each test is skipped with a
+//! message, unless `CUMULO_REQUIRE_BINS=1`. The root-only tests skip without root unless
+//! `CUMULO_REQUIRE_NETNS=1`. `CUMULO_FAULTS_ROUNDS=N` repeats the kill rounds (CI: 1).
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
+#[path = "faults/harness.rs"]
+mod harness;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+use cumulo::client::ClientError;
+use cumulo::routes;
+use harness::{Cluster, Options, alive, binaries_or_skip, root_or_skip, wait_for};
+use rustix::process::Signal;
+
+/// What the API acknowledged, to compare with what it lists after the faults.
+#[derive(Debug, Default)]
+struct Ledger {
+    /// Instances whose create was acknowledged, by id, with their batch name.
+    created: HashMap<String, String>,
+    /// Batches whose create may or may not have happened (the controller died mid-request):
+    /// name → count.
+    unsure_batches: HashMap<String, usize>,
+    /// Deletes acknowledged.
+    deleted: HashSet<String>,
+    /// Deletes that may or may not have happened.
+    unsure_deletes: HashSet<String>,
+    /// Requests refused with an HTTP error (status, message).
+    refused: Vec<(u16, String)>,
+}
+
+/// Whether a failed request certainly did nothing: an HTTP error answer, or a connection
+/// refused (nothing listened).
+fn certainly_not_done(e: &ClientError) -> bool {
+    match e {
+        ClientError::Api { .. } => true,
+        ClientError::Unreachable { detail, .. } => detail.to_lowercase().contains("refused"),
+        _ => false,
+    }
+}
+
+/// Creates and deletes instances until `stop`; counts attempts in `attempts`.
+fn churn(
+    cluster: &Cluster,
+    tag: &str,
+    ledger: &Mutex<Ledger>,
+    attempts: &AtomicUsize,
+    stop: &AtomicBool,
+) {
+    let mut n = 0usize;
+    while !stop.load(Ordering::SeqCst) {
+        n += 1;
+        // Keep about ten alive: create below, delete above.
+        let victim = {
+            let l = ledger.lock().unwrap();
+            let live: Vec<&String> = l
+                .created
+                .keys()
+                .filter(|id| !l.deleted.contains(*id) && !l.unsure_deletes.contains(*id))
+                .collect();
+            let delete = live.len() > 12 || (live.len() > 8 && n.is_multiple_of(2));
+            delete.then(|| live.into_iter().min().cloned()).flatten()
+        };
+        if let Some(id) = victim {
+            let result = cluster.demo.delete(&routes::instance(&id));
+            let mut l = ledger.lock().unwrap();
+            match result {
+                Ok(()) => {
+                    l.deleted.insert(id);
+                }
+                Err(ClientError::Api { status, message }) => {
+                    l.refused.push((status, message));
+                    // A 409 (not deletable now) or 503: it stays.
+                    if status >= 500 && status != 503 {
+                        l.unsure_deletes.insert(id);
+                    }
+                }
+                Err(e) if certainly_not_done(&e) => {}
+                Err(_) => {
+                    l.unsure_deletes.insert(id);
+                }
+            }
+        } else {
+            let name = format!("{tag}-{n}");
+            let result = cluster.create(&name, 2);
+            let mut l = ledger.lock().unwrap();
+            match result {
+                Ok(ids) => {
+                    assert_eq!(ids.len(), 2, "{name}");
+                    for id in ids {
+                        l.created.insert(id, name.clone());
+                    }
+                }
+                Err(ClientError::Api { status, message }) => {
+                    if status >= 500 && status != 503 {
+                        l.unsure_batches.insert(name, 2);
+                    }
+                    l.refused.push((status, message));
+                }
+                Err(e) if certainly_not_done(&e) => {}
+                Err(_) => {
+                    l.unsure_batches.insert(name, 2);
+                }
+            }
+        }
+        attempts.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// Compares the API's list with the ledger and with the agents' sim files; `Err` says what
+/// does not hold (yet).
+fn consistent(cluster: &Cluster, ledger: &Ledger) -> Result<(usize, usize), String> {
+    let listed = cluster.instances().map_err(|e| e.to_string())?;
+    let mut seen = HashSet::new();
+    for i in &listed {
+        let id = i["id"].as_str().unwrap();
+        if !seen.insert(id.to_string()) {
+            return Err(format!("instance {id} is listed twice"));
+        }
+    }
+    for (id, batch) in &ledger.created {
+        let expected = !ledger.deleted.contains(id) && !ledger.unsure_deletes.contains(id);
+        if expected && !seen.contains(id) {
+            return Err(format!("acknowledged instance {id} ({batch}) is lost"));
+        }
+        if ledger.deleted.contains(id) && seen.contains(id) {
+            return Err(format!("deleted instance {id} is still listed"));
+        }
+    }
+    let mut per_batch: HashMap<&str, usize> = HashMap::new();
+    for i in &listed {
+        let id = i["id"].as_str().unwrap();
+        let name = i["name"].as_str().unwrap();
+        if !ledger.created.contains_key(id) {
+            if !ledger.unsure_batches.contains_key(name) {
+                return Err(format!("instance {id} ({name}) was never acknowledged"));
+            }
+            *per_batch.entry(name).or_default() += 1;
+        }
+    }
+    for (name, n) in per_batch {
+        if n > ledger.unsure_batches[name] {
+            return Err(format!("batch {name} has {n} instances"));
+        }
+    }
+    let hosts = cluster.hosts();
+    let reality = cluster.sim_reality();
+    let mut failed = 0;
+    for i in &listed {
+        let id = i["id"].as_str().unwrap();
+        let state = i["state"].as_str().unwrap();
+        let error = i["error"].as_str().unwrap_or_default();
+        // Accepted: an instance that failed to start because of the fault and says so, and
+        // that nothing runs (checked here): its START could not be sent (the scheduler had
+        // just died: `dispatch_failure`), was lost with a killed process (`start_lost`), or
+        // found no node (`full_cloud`: the agents had not yet rejoined a restarted scheduler).
+        if state == "error" {
+            if let Some(agent) = reality.get(id) {
+                return Err(format!(
+                    "instance {id} is in error ({error}) but {agent:?} has it"
+                ));
+            }
+            failed += 1;
+            continue;
+        }
+        // Accepted when the agent died between making the instance and booting it: the
+        // restarted agent finds it not running ("lost while the agent was away"), removes it
+        // and reports it stopped. Nothing runs it (checked here); a `start` boots it.
+        if state == "exited" && i["node"].is_null() {
+            if let Some(agent) = reality.get(id) {
+                return Err(format!("instance {id} is exited but {agent:?} has it"));
+            }
+            failed += 1;
+            continue;
+        }
+        if state != "active" {
+            return Err(format!("instance {id} is {state} {error}"));
+        }
+        let node = i["node"].as_str().unwrap_or_default();
+        let Some((host, running, boots)) = reality.get(id) else {
+            return Err(format!("active instance {id} runs on no agent"));
+        };
+        if hosts.get(node) != Some(host) || !running {
+            return Err(format!(
+                "instance {id}: API says active on {:?}, the agent {host} has it running={running}",
+                hosts.get(node)
+            ));
+        }
+        assert_eq!(*boots, 1, "instance {id} was booted {boots} times");
+    }
+    for id in reality.keys() {
+        if !seen.contains(id.as_str()) {
+            return Err(format!(
+                "agent holds instance {id} the API does not list (leaked)"
+            ));
+        }
+    }
+    Ok((listed.len(), failed))
+}
+
+fn settle(cluster: &Cluster, ledger: &Mutex<Ledger>, within: Duration) -> (usize, usize) {
+    let start = Instant::now();
+    loop {
+        let last = match consistent(cluster, &ledger.lock().unwrap()) {
+            Ok(n) => return n,
+            Err(e) => e,
+        };
+        assert!(
+            start.elapsed() < within,
+            "not consistent after {within:?}: {last}\nlogs in {}",
+            cluster.root().display()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn kill9_mid_create_and_delete() {
+    if !binaries_or_skip() {
+        return;
+    }
+    let rounds: usize = std::env::var("CUMULO_FAULTS_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    // Lost STARTs and DELETEs are given up after 10 s instead of 60.
+    let cluster = Cluster::up(&Options {
+        env: vec![("CUMULO_CONTROLLER_CONFIRM_TIMEOUT".into(), "10s".into())],
+        ..Options::default()
+    });
+    cluster.add_agent("a2", None, &[]);
+    cluster.node_ready("a2");
+    let ledger = Mutex::new(Ledger::default());
+    let mut figures = Vec::new();
+    for round in 0..rounds {
+        for victim in ["scheduler", "agent", "controller", "a2"] {
+            let attempts = AtomicUsize::new(0);
+            let stop = AtomicBool::new(false);
+            let tag = format!("r{round}-{victim}");
+            let started = Instant::now();
+            std::thread::scope(|s| {
+                let worker = s.spawn(|| churn(&cluster, &tag, &ledger, &attempts, &stop));
+                let at = |n: usize, what: &str| {
+                    wait_for(what, Duration::from_secs(60), || {
+                        (attempts.load(Ordering::SeqCst) >= n || worker.is_finished()).then_some(())
+                    });
+                };
+                at(4, "4 requests before the kill");
+                // kill -9 in the middle of the churn, restart after two more requests.
+                cluster.kill9(victim);
+                let now = attempts.load(Ordering::SeqCst);
+                at(now + 2, "2 requests while it is down");
+                cluster.restart(victim);
+                at(
+                    attempts.load(Ordering::SeqCst) + 6,
+                    "6 requests after the restart",
+                );
+                stop.store(true, Ordering::SeqCst);
+                worker.join().unwrap();
+            });
+            let n = settle(&cluster, &ledger, Duration::from_secs(90));
+            let l = ledger.lock().unwrap();
+            let bad: Vec<_> = l
+                .refused
+                .iter()
+                .filter(|(status, _)| *status >= 500 && *status != 503)
+                .collect();
+            assert!(bad.is_empty(), "errors other than 503: {bad:?}");
+            let mut statuses: std::collections::BTreeMap<u16, usize> = Default::default();
+            for (status, _) in &l.refused {
+                *statuses.entry(*status).or_default() += 1;
+            }
+            figures.push(format!(
+                "{tag}: {} requests in {:.1} s to consistency, {} instances listed ({} failed to start or lost mid-boot), refused so far by status {statuses:?}, unsure creates {} deletes {}",
+                attempts.load(Ordering::SeqCst),
+                started.elapsed().as_secs_f64(),
+                n.0,
+                n.1,
+                l.unsure_batches.len(),
+                l.unsure_deletes.len(),
+            ));
+        }
+    }
+    for f in &figures {
+        eprintln!("FIGURE kill9 {f}");
+    }
+}
+
+/// Fast liveness for the tests that wait for a dead node: 3 s idle timeout everywhere (a
+/// heartbeat each second), STATS every second.
+fn short_timeouts() -> Vec<(String, String)> {
+    [
+        ("CUMULO_SCHEDULER_IDLE_TIMEOUT", "3s"),
+        ("CUMULO_CONTROLLER_IDLE_TIMEOUT", "3s"),
+        ("CUMULO_AGENT_IDLE_TIMEOUT", "3s"),
+        ("CUMULO_AGENT_STATS_INTERVAL", "1s"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect()
+}
+
+/// The ids of `ids` the API places on `node`.
+fn on_node(cluster: &Cluster, ids: &[String], node: &str) -> Vec<String> {
+    cluster
+        .instances()
+        .unwrap()
+        .iter()
+        .filter(|i| i["node"] == node && ids.iter().any(|id| i["id"] == id.as_str()))
+        .map(|i| i["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn assert_booted_once(cluster: &Cluster, ids: &[String]) {
+    let reality = cluster.sim_reality();
+    for id in ids {
+        let (host, running, boots) = &reality[id];
+        assert!(*running, "{id} does not run on {host}");
+        assert_eq!(*boots, 1, "{id} was booted {boots} times on {host}");
+    }
+}
+
+#[test]
+fn partitioned_agent_is_missing_then_back() {
+    if !binaries_or_skip() || !root_or_skip("CUMULO_REQUIRE_NETNS", "a network partition") {
+        return;
+    }
+    let net = 200 + u8::try_from(std::process::id() % 50).unwrap();
+    let gateway = format!("10.{net}.0.1");
+    let cluster = Cluster::up(&Options {
+        env: short_timeouts(),
+        host: Some(gateway.clone()),
+        scheduler_on_all: true,
+        ..Options::default()
+    });
+    let (ns, veth) = cluster.netns(net);
+    let scheduler = format!("{gateway}:{}", cluster.scheduler_port);
+    cluster.add_agent("part", Some(&ns), &["--scheduler", &scheduler]);
+    let part = cluster.node_ready("part");
+    let ids = cluster.create("p", 4).unwrap();
+    cluster.wait_states(&ids, "active", Duration::from_secs(60));
+    let cut = on_node(&cluster, &ids, &part);
+    assert!(
+        !cut.is_empty(),
+        "placement put nothing on the partitioned agent"
+    );
+    let kept: Vec<String> = ids.iter().filter(|i| !cut.contains(i)).cloned().collect();
+
+    let down = Instant::now();
+    let link = |state: &str| {
+        let out = std::process::Command::new("ip")
+            .args(["link", "set", &veth, state])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+    };
+    link("down");
+    cluster.wait_states(&cut, "missing", Duration::from_secs(60));
+    let missing_after = down.elapsed();
+    // The others are untouched.
+    cluster.wait_states(&kept, "active", Duration::from_secs(5));
+    let node = cluster.node("part").unwrap();
+    assert_eq!(node["status"], "disconnected", "{node}");
+    link("up");
+    let healed = Instant::now();
+    cluster.wait_states(&cut, "active", Duration::from_secs(90));
+    let back_after = healed.elapsed();
+    assert_eq!(
+        cluster.node_ready("part"),
+        part,
+        "the node came back as another"
+    );
+    assert_booted_once(&cluster, &ids);
+    let listed = cluster.instances().unwrap();
+    assert_eq!(listed.len(), ids.len(), "{listed:?}");
+    eprintln!(
+        "FIGURE partition: {} of {} instances missing {:.1} s after the link went down (idle timeout 3 s), active again {:.1} s after it came back",
+        cut.len(),
+        ids.len(),
+        missing_after.as_secs_f64(),
+        back_after.as_secs_f64()
+    );
+}
+
+/// Creates one instance at a time, `n` times, each waited for until it is active or `budget`
+/// passed (one on a stopped agent stays pending; the budget only ends the measurement).
+/// Returns (id, milliseconds from the POST to active, if it went active within the budget).
+fn timed_starts(
+    cluster: &Cluster,
+    tag: &str,
+    n: usize,
+    budget: Duration,
+) -> Vec<(String, Option<f64>)> {
+    let mut figures = Vec::new();
+    for k in 0..n {
+        let start = Instant::now();
+        let id = cluster.create(&format!("{tag}-{k}"), 1).unwrap().remove(0);
+        let mut took = None;
+        while start.elapsed() < budget {
+            let i = routes::item(cluster.demo.get(&routes::instance(&id)).unwrap());
+            if i["state"] == "active" {
+                took = Some(start.elapsed().as_secs_f64() * 1000.0);
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        figures.push((id, took));
+    }
+    figures
+}
+
+fn summary(ms: &mut [f64]) -> String {
+    ms.sort_by(f64::total_cmp);
+    let at = |q: f64| {
+        let i = ((ms.len() as f64 - 1.0) * q).round() as usize;
+        ms[i]
+    };
+    format!(
+        "n={} p50={:.0} ms p90={:.0} ms max={:.0} ms",
+        ms.len(),
+        at(0.5),
+        at(0.9),
+        at(1.0)
+    )
+}
+
+#[test]
+fn stopped_agent_does_not_slow_the_others() {
+    if !binaries_or_skip() {
+        return;
+    }
+    let cluster = Cluster::up(&Options::default());
+    cluster.add_agent("h2", None, &[]);
+    cluster.node_ready("h2");
+    let n = 12;
+    let budget = Duration::from_secs(3);
+    let quiet = timed_starts(&cluster, "quiet", n, Duration::from_secs(60));
+    let mut quiet: Vec<f64> = quiet.iter().map(|(_, t)| t.unwrap()).collect();
+
+    cluster.add_agent("slow", None, &[]);
+    let slow = cluster.node_ready("slow");
+    cluster.signal("slow", Signal::STOP);
+    let timed = timed_starts(&cluster, "slow", 9, budget);
+    cluster.signal("slow", Signal::CONT);
+    // Everything placed, on the slow agent too, goes active once it runs again.
+    let all: Vec<String> = cluster
+        .instances()
+        .unwrap()
+        .iter()
+        .map(|i| i["id"].as_str().unwrap().to_string())
+        .collect();
+    cluster.wait_states(&all, "active", Duration::from_secs(60));
+    assert_booted_once(&cluster, &all);
+    let on_slow = on_node(&cluster, &all, &slow);
+    let mut with_slow = Vec::new();
+    let mut over_budget = 0;
+    for (id, took) in &timed {
+        if on_slow.contains(id) {
+            continue;
+        }
+        // A figure, not a verdict: one over the budget is counted, not failed.
+        match took {
+            Some(ms) => with_slow.push(*ms),
+            None => over_budget += 1,
+        }
+    }
+    assert!(
+        !on_slow.is_empty(),
+        "placement put nothing on the stopped agent"
+    );
+    eprintln!(
+        "FIGURE slow agent: POST to active on healthy agents, 2 healthy agents: {}",
+        summary(&mut quiet)
+    );
+    eprintln!(
+        "FIGURE slow agent: POST to active on healthy agents, plus one SIGSTOPped agent ({} of {} placed on it): {}, {over_budget} over {budget:?}",
+        on_slow.len(),
+        timed.len(),
+        summary(&mut with_slow)
+    );
+}
+
+/// Fills the file system under `dir` with a file `dir/filler`, until it is full.
+fn fill(dir: &std::path::Path) -> std::path::PathBuf {
+    use std::io::Write;
+    let path = dir.join("filler");
+    let mut f = std::fs::File::create(&path).unwrap();
+    let chunk = vec![0u8; 64 * 1024];
+    loop {
+        if f.write_all(&chunk).is_err() {
+            break;
+        }
+    }
+    // What is left of the last block too.
+    let small = [0u8; 512];
+    while f.write_all(&small).is_ok() {}
+    let _ = f.sync_all();
+    path
+}
+
+#[test]
+fn disk_full_under_store_and_agent() {
+    if !binaries_or_skip() || !root_or_skip("CUMULO_REQUIRE_NETNS", "tmpfs mounts") {
+        return;
+    }
+    let mut cluster = Cluster::up(&Options {
+        tmpfs: vec![("controller", 16), ("agent", 16)],
+        ..Options::default()
+    });
+    // The agent's 16 MiB could not hold a 1 GiB disk: placement would refuse (full_cloud)
+    // before the agent saw a START. The agent's own failure is what is tested here.
+    cluster.use_diskless_workload();
+    let before = cluster.create("before", 2).unwrap();
+    cluster.wait_states(&before, "active", Duration::from_secs(60));
+
+    // The controller's store.
+    let filler = fill(&cluster.root().join("controller"));
+    let mut made_while_full = Vec::new();
+    let mut refusal = None;
+    for k in 0..200 {
+        match cluster.create(&format!("full-{k}"), 1) {
+            Ok(ids) => made_while_full.extend(ids),
+            Err(ClientError::Api { status, message }) => {
+                refusal = Some((status, message));
+                break;
+            }
+            Err(e) => panic!("create on a full store: {e}"),
+        }
+    }
+    let (status, message) = refusal.expect("a full store never refused a create");
+    assert_eq!(status, 503, "{message}");
+    assert!(message.contains("disk is full"), "{message}");
+    // Reads still work, nothing is lost.
+    let listed = cluster.instances().unwrap();
+    for id in &before {
+        assert!(listed.iter().any(|i| i["id"] == id.as_str()), "{id} lost");
+    }
+    assert!(alive(cluster.proc("controller").pid), "the controller died");
+    std::fs::remove_file(&filler).unwrap();
+    let after = wait_for(
+        "a create once space is back",
+        Duration::from_secs(30),
+        || cluster.create("after", 1).ok(),
+    );
+    let mut everything: Vec<String> = before.clone();
+    everything.extend(made_while_full.iter().cloned());
+    everything.extend(after);
+    cluster.wait_states(&everything, "active", Duration::from_secs(60));
+    let db = cluster.root().join("controller").join("controller.db");
+    let conn =
+        rusqlite::Connection::open_with_flags(&db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .unwrap();
+    let check: String = conn
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(check, "ok");
+
+    // The agent's state directory.
+    let filler = fill(&cluster.root().join("agent"));
+    let failed = cluster.create("agent-full", 2).unwrap();
+    cluster.wait_states(&failed, "error", Duration::from_secs(60));
+    for id in &failed {
+        let shown = routes::item(cluster.demo.get(&routes::instance(id)).unwrap());
+        let error = shown["error"].as_str().unwrap_or_default();
+        assert!(!error.is_empty(), "{shown}");
+    }
+    assert!(alive(cluster.proc("agent").pid), "the agent died");
+    std::fs::remove_file(&filler).unwrap();
+    let again = cluster.create("agent-back", 2).unwrap();
+    cluster.wait_states(&again, "active", Duration::from_secs(60));
+    everything.extend(again);
+    cluster.wait_states(&everything, "active", Duration::from_secs(10));
+    assert_booted_once(&cluster, &everything);
+    for id in &failed {
+        cluster.demo.delete(&routes::instance(id)).unwrap();
+    }
+    wait_for(
+        "the failed instances to go",
+        Duration::from_secs(60),
+        || {
+            let listed = cluster.instances().ok()?;
+            (!listed
+                .iter()
+                .any(|i| failed.iter().any(|f| i["id"] == f.as_str())))
+            .then_some(())
+        },
+    );
+    eprintln!(
+        "FIGURE disk full: {} creates accepted on the full store before the 503 ({message})",
+        made_while_full.len()
+    );
+}
+
+#[test]
+fn expired_agent_certificate_refused_then_renewed() {
+    if !binaries_or_skip() {
+        return;
+    }
+    let cluster = Cluster::up(&Options::default());
+    let made = SystemTime::now();
+    let valid = Duration::from_secs(15);
+    let (cert, _key) = cluster.agent_cert("short", &["--not-after", "+15s"]);
+    cluster.add_agent("short", None, &[]);
+    let node = cluster.node_ready("short");
+    let ids = cluster.create("c", 2).unwrap();
+    cluster.wait_states(&ids, "active", Duration::from_secs(60));
+
+    // Past its end, the next connect is refused.
+    wait_for(
+        "the certificate to expire",
+        valid + Duration::from_secs(60),
+        || (made.elapsed().unwrap_or_default() > valid + Duration::from_secs(1)).then_some(()),
+    );
+    cluster.kill9("short");
+    cluster.restart("short");
+    let log = cluster.proc("short").log;
+    wait_for(
+        "the agent to log the refusal",
+        Duration::from_secs(30),
+        || {
+            let text = std::fs::read_to_string(&log).ok()?;
+            text.lines()
+                .any(|l| l.contains("cannot connect") && l.to_lowercase().contains("expired"))
+                .then_some(())
+        },
+    );
+    let scheduler_log = std::fs::read_to_string(cluster.proc("scheduler").log).unwrap();
+    assert!(
+        scheduler_log.contains("peer certificate refused"),
+        "{scheduler_log}"
+    );
+    let shown = cluster.node("short").unwrap();
+    assert_ne!(shown["status"], "ready", "{shown}");
+
+    // Renewed (same UUID, roles, names), restarted: back as the same node.
+    let certs = cluster.root().join("certs");
+    let out = std::process::Command::new(harness::bin("cumulo-cert"))
+        .arg("renew")
+        .arg(&cert)
+        .arg("--anchor-cert")
+        .arg(certs.join("ca.pem"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    cluster.kill9("short");
+    cluster.restart("short");
+    assert_eq!(cluster.node_ready("short"), node);
+    cluster.wait_states(&ids, "active", Duration::from_secs(60));
+    assert_booted_once(&cluster, &ids);
+}
