@@ -129,14 +129,15 @@ token=$(cat "$work/token")
 
 echo "schemathesis $ST_VERSION against $url/openapi.json (${SCHEMATHESIS_MAX_EXAMPLES:-25} examples per operation)"
 status=0
-"$venv/bin/schemathesis" --config-file "$work/schemathesis.toml" run "$url/openapi.json" \
+# From the scratch directory: schemathesis keeps a cache (.schemathesis/) in its working directory.
+(cd "$work" && "$venv/bin/schemathesis" --config-file "$work/schemathesis.toml" run "$url/openapi.json" \
     --header "X-Auth-Token: $token" \
     --checks not_a_server_error,status_code_conformance,content_type_conformance,response_headers_conformance,response_schema_conformance \
     --max-examples "${SCHEMATHESIS_MAX_EXAMPLES:-25}" \
     --seed "${SCHEMATHESIS_SEED:-12}" \
     --generation-database none \
     --no-color \
-    ${tls[@]:+"${tls[@]}"} || status=$?
+    ${tls[@]:+"${tls[@]}"}) || status=$?
 if [ "$status" -ne 0 ]; then
     tail -n 40 "$cluster"/logs/controller*.log 2>/dev/null || true
     echo "schemathesis found failures (above)" >&2
