@@ -145,6 +145,22 @@ pub struct Outbox {
 }
 
 impl Outbox {
+    /// An outbox no writer reads (unit tests of what holds outboxes).
+    #[cfg(test)]
+    pub(crate) fn detached() -> Outbox {
+        let (tx, _rx) = mpsc::channel(1);
+        Outbox {
+            tx,
+            max_frame: 1024,
+            close: CancellationToken::new(),
+            budget: Arc::new(Budget {
+                queued: AtomicUsize::new(0),
+                max: 1024,
+                freed: Notify::new(),
+            }),
+        }
+    }
+
     /// Encodes `frame` and queues it; never waits.
     pub fn send(&self, frame: &Frame) -> Result<(), SendError> {
         self.send_encoded(frame.to_bytes(self.max_frame)?)

@@ -2,7 +2,7 @@
 //! forwards frames by rule, and hands the application a bounded stream of typed events.
 
 use bytes::BytesMut;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -161,11 +161,67 @@ struct Shared {
     uuid: Uuid,
     roles: Role,
     max_frame: u32,
-    registry: RwLock<HashMap<Uuid, Entry>>,
+    registry: RwLock<Sessions>,
     generation: AtomicU64,
 }
 
-struct Registry<'a>(&'a HashMap<Uuid, Entry>);
+/// The live sessions by UUID, and their UUIDs by claimed role: a frame for a role (STATS to the
+/// controllers, say) finds its few targets without walking every agent's session.
+#[derive(Default)]
+struct Sessions {
+    by_uuid: HashMap<Uuid, Entry>,
+    by_role: HashMap<Role, HashSet<Uuid>>,
+}
+
+impl Sessions {
+    fn get(&self, uuid: &Uuid) -> Option<&Entry> {
+        self.by_uuid.get(uuid)
+    }
+
+    fn values(&self) -> impl Iterator<Item = &Entry> {
+        self.by_uuid.values()
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&Uuid, &Entry)> {
+        self.by_uuid.iter()
+    }
+
+    fn insert(&mut self, uuid: Uuid, entry: Entry) -> Option<Entry> {
+        let role = entry.role;
+        let old = self.by_uuid.insert(uuid, entry);
+        if let Some(old) = &old {
+            self.unindex(uuid, old.role);
+        }
+        self.by_role.entry(role).or_default().insert(uuid);
+        old
+    }
+
+    fn remove(&mut self, uuid: &Uuid) -> Option<Entry> {
+        let old = self.by_uuid.remove(uuid)?;
+        self.unindex(*uuid, old.role);
+        Some(old)
+    }
+
+    fn unindex(&mut self, uuid: Uuid, role: Role) {
+        if let Some(set) = self.by_role.get_mut(&role) {
+            set.remove(&uuid);
+            if set.is_empty() {
+                self.by_role.remove(&role);
+            }
+        }
+    }
+
+    /// The sessions whose role intersects `role`: one lookup per distinct role claimed.
+    fn with_role(&self, role: Role) -> impl Iterator<Item = (&Uuid, &Entry)> {
+        self.by_role
+            .iter()
+            .filter(move |(r, _)| r.intersects(role))
+            .flat_map(|(_, uuids)| uuids.iter())
+            .filter_map(|u| self.by_uuid.get_key_value(u))
+    }
+}
+
+struct Registry<'a>(&'a Sessions);
 
 impl Directory for Registry<'_> {
     fn role_of(&self, uuid: Uuid) -> Option<Role> {
@@ -174,11 +230,11 @@ impl Directory for Registry<'_> {
 }
 
 impl Shared {
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<Uuid, Entry>> {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Sessions> {
         self.registry.read().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<Uuid, Entry>> {
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Sessions> {
         self.registry.write().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -191,8 +247,7 @@ impl Shared {
         let registry = self.read();
         match target {
             Target::Role(role) => registry
-                .iter()
-                .filter(|(_, e)| e.role.intersects(role))
+                .with_role(role)
                 .map(|(u, e)| (*u, e.outbox.clone()))
                 .collect(),
             Target::Session(uuid) => registry
@@ -329,9 +384,8 @@ impl ServerHandle {
         let bytes = frame.to_bytes(self.shared.max_frame)?;
         let registry = self.shared.read();
         let sent = registry
-            .values()
-            .filter(|e| e.role.intersects(role))
-            .filter(|e| e.outbox.send_encoded(bytes.clone()).is_ok())
+            .with_role(role)
+            .filter(|(_, e)| e.outbox.send_encoded(bytes.clone()).is_ok())
             .count();
         self.shared.counters.count_out(frame.operand, sent);
         Ok(sent)
@@ -439,7 +493,7 @@ impl Server {
             uuid: config.uuid,
             roles: own.roles,
             max_frame: config.handshake.session.max_frame,
-            registry: RwLock::new(HashMap::new()),
+            registry: RwLock::new(Sessions::default()),
             generation: AtomicU64::new(0),
         });
         let (tx, rx) = mpsc::channel(config.event_queue.max(1));
@@ -747,4 +801,49 @@ fn refused_certificate(e: &std::io::Error) -> bool {
     e.get_ref()
         .and_then(|inner| inner.downcast_ref::<rustls::Error>())
         .is_some_and(|r| matches!(r, rustls::Error::InvalidCertificate(_)))
+}
+
+#[cfg(test)]
+mod sessions_tests {
+    use super::*;
+
+    fn entry(role: Role, generation: u64) -> Entry {
+        Entry {
+            role,
+            outbox: Outbox::detached(),
+            generation,
+        }
+    }
+
+    fn with_role(s: &Sessions, role: Role) -> Vec<Uuid> {
+        let mut v: Vec<Uuid> = s.with_role(role).map(|(u, _)| *u).collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn the_role_index_follows_inserts_replacements_and_removals() {
+        let mut s = Sessions::default();
+        let (a, b, c) = (Uuid::from_u128(1), Uuid::from_u128(2), Uuid::from_u128(3));
+        assert!(s.insert(a, entry(Role::AGENT, 0)).is_none());
+        assert!(
+            s.insert(b, entry(Role::AGENT | Role::NETAGENT, 1))
+                .is_none()
+        );
+        assert!(s.insert(c, entry(Role::CONTROLLER, 2)).is_none());
+        assert_eq!(with_role(&s, Role::CONTROLLER), vec![c]);
+        assert_eq!(with_role(&s, Role::AGENT), vec![a, b]);
+        assert_eq!(with_role(&s, Role::NETAGENT | Role::CONTROLLER), vec![b, c]);
+        // The same UUID back under another role: indexed under the new role only.
+        let old = s.insert(a, entry(Role::CONTROLLER, 3)).unwrap();
+        assert_eq!(old.generation, 0);
+        assert_eq!(with_role(&s, Role::AGENT), vec![b]);
+        assert_eq!(with_role(&s, Role::CONTROLLER), vec![a, c]);
+        assert_eq!(s.remove(&c).map(|e| e.generation), Some(2));
+        assert!(s.remove(&c).is_none());
+        assert_eq!(with_role(&s, Role::CONTROLLER), vec![a]);
+        s.remove(&a);
+        s.remove(&b);
+        assert!(s.by_role.is_empty() && s.by_uuid.is_empty());
+    }
 }

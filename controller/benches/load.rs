@@ -1,0 +1,816 @@
+//! The whole control plane under load: the real `cumulo-scheduler` and `cumulo-controller`
+//! binaries (SQLite store, plain HTTP API on loopback), a child process of simulated agents
+//! (in-process SSNTP clients that READY with room for everything, answer each START by running
+//! the instance and report their instances, active, in STATS every `--stats-interval` seconds,
+//! default 10, also the scheduler's setting), instances created
+//! through the native REST API (`POST /cumulo/v1/instances`, 1,000 per request), then a steady
+//! state held for a while, sampled every `--sample` seconds:
+//!
+//! - CPU (share of one core) and RSS of the scheduler and the controller;
+//! - frames/s in and out of the scheduler (its `/metrics`);
+//! - p50/p99 of API `GET`s (a page of 100 instances at a random place, one instance) issued
+//!   by a client thread all along.
+//!
+//! At the end: the API lists exactly the instances created, all `active`; the agents hold the
+//! same number; RSS growth from the sample nearest two minutes into the steady state to the end.
+//!
+//! ```text
+//! cargo bench -p controller --bench load -- --agents 10000 --instances 100000 --seconds 600
+//! cargo bench -p controller --bench load -- --agents 500 --instances 5000 --seconds 60
+//! ```
+//!
+//! Figures: docs/benchmarks.md and docs/reliability.md (## Load). Exit status 1 if anything was
+//! lost or a daemon died.
+// A bench binary prints its figures and fails loudly.
+#![allow(clippy::unwrap_used, clippy::print_stdout, clippy::print_stderr)]
+
+use std::collections::HashSet;
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use ssntp::net::{Client, ClientConfig, ClientEvent, TlsIdentity};
+use ssntp::payload::{InstanceStat, InstanceState, NodeState, NodeStatus, Stats};
+use ssntp::{Payload, Role, Uuid};
+use testkit::TestPki;
+
+const SCHED: Uuid = Uuid::from_bytes([0x5c; 16]);
+/// Agents started at once (each batch connects before the next starts).
+const BATCH: usize = 100;
+
+struct Opts {
+    agents: usize,
+    instances: usize,
+    seconds: u64,
+    sample: u64,
+    stats: u64,
+}
+
+fn parse_opts(args: &[String]) -> Opts {
+    let mut o = Opts {
+        agents: 10_000,
+        instances: 100_000,
+        seconds: 600,
+        sample: 10,
+        stats: 10,
+    };
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut v = || {
+            it.next()
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or_else(|| panic!("{a} wants a number"))
+        };
+        match a.as_str() {
+            "--agents" => o.agents = v() as usize,
+            "--instances" => o.instances = v() as usize,
+            "--seconds" => o.seconds = v(),
+            "--sample" => o.sample = v().max(1),
+            "--stats-interval" => o.stats = v().max(1),
+            other => panic!("unknown argument {other}"),
+        }
+    }
+    o
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// utime + stime of a process, in clock ticks (1/100 s).
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after = stat.rsplit_once(')').map(|(_, a)| a).unwrap_or("");
+    let f: Vec<&str> = after.split_whitespace().collect();
+    f.get(11).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
+        + f.get(12).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
+}
+
+fn rss_mib(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
+        .unwrap_or(0.0)
+        / 1024.0
+}
+
+fn identity(dir: &Path, name: &str) -> TlsIdentity {
+    TlsIdentity::load(
+        &dir.join("ca.pem"),
+        &dir.join(format!("{name}.pem")),
+        &dir.join(format!("{name}.key")),
+    )
+    .unwrap()
+}
+
+fn node_status(uuid: Uuid, i: usize) -> NodeStatus {
+    NodeStatus {
+        node_uuid: uuid,
+        hostname: format!("load-{i}"),
+        mem_total_mb: u32::MAX,
+        mem_available_mb: u32::MAX,
+        disk_total_mb: u32::MAX,
+        disk_available_mb: u32::MAX,
+        vcpus_total: u32::MAX,
+        vcpus_available: u32::MAX,
+        load: 0,
+        networks: vec![],
+    }
+}
+
+/// Child process: `n` simulated agents. Prints `ready` once all are connected, then
+/// `instances <total> connected <n> drops <sessions lost>` every second.
+async fn agents(dir: PathBuf, port: u16, n: usize, interval: u64) {
+    let tls = identity(&dir, "agent");
+    let connected = Arc::new(AtomicU64::new(0));
+    let total = Arc::new(AtomicU64::new(0));
+    let drops = Arc::new(AtomicU64::new(0));
+    for i in 0..n {
+        let uuid = Uuid::from_u128(0xa9e0_0000_0000 + i as u128);
+        let status = node_status(uuid, i);
+        let mut config = ClientConfig::new(
+            tls.clone(),
+            uuid,
+            Role::AGENT,
+            vec![format!("localhost:{port}")],
+        );
+        config.conn.read_buffer = 4096;
+        config.announce = Some(Arc::new(move || vec![Payload::Ready(status.clone())]));
+        let (handle, mut events) = Client::start(config).unwrap();
+        let (up, total, drops) = (connected.clone(), total.clone(), drops.clone());
+        tokio::spawn(async move {
+            let connected = up;
+            let mut running: Vec<Uuid> = Vec::new();
+            let mut dirty = false;
+            // STATS every `interval` from the first connection (spread over the agents);
+            // within a second of a change.
+            loop {
+                match events.recv().await {
+                    Some(ClientEvent::Connected { .. }) => break,
+                    Some(_) => {}
+                    None => return,
+                }
+            }
+            connected.fetch_add(1, Ordering::Relaxed);
+            let spread = (i as u64 * 7919) % (interval * 1000);
+            let first = tokio::time::Instant::now() + Duration::from_millis(spread);
+            let mut tick = tokio::time::interval_at(first, Duration::from_secs(interval));
+            let mut soon = tokio::time::interval_at(first, Duration::from_secs(1));
+            loop {
+                let send = tokio::select! {
+                    e = events.recv() => match e {
+                        Some(ClientEvent::Connected { .. }) => {
+                            connected.fetch_add(1, Ordering::Relaxed);
+                            false
+                        }
+                        Some(ClientEvent::Disconnected { .. }) => {
+                            connected.fetch_sub(1, Ordering::Relaxed);
+                            drops.fetch_add(1, Ordering::Relaxed);
+                            false
+                        }
+                        Some(ClientEvent::Frames(frames)) => {
+                            for f in frames {
+                                match f.payload {
+                                    Payload::Start(s) if !running.contains(&s.instance_uuid) => {
+                                        running.push(s.instance_uuid);
+                                        total.fetch_add(1, Ordering::Relaxed);
+                                        dirty = true;
+                                    }
+                                    Payload::Delete(d) => {
+                                        if let Some(at) = running.iter().position(|u| *u == d.instance_uuid) {
+                                            running.swap_remove(at);
+                                            total.fetch_sub(1, Ordering::Relaxed);
+                                            dirty = true;
+                                        }
+                                    }
+                                    _ => {}
+                                }
+                            }
+                            false
+                        }
+                        Some(_) => false,
+                        None => return,
+                    },
+                    _ = tick.tick() => true,
+                    _ = soon.tick() => std::mem::take(&mut dirty),
+                };
+                if send {
+                    let stats = Payload::Stats(Box::new(Stats {
+                        node: node_status(handle.uuid(), i),
+                        status: NodeState::Ready,
+                        instances: running
+                            .iter()
+                            .map(|u| InstanceStat {
+                                instance_uuid: *u,
+                                state: InstanceState::Active,
+                                ssh_ip: None,
+                                ssh_port: None,
+                                memory_usage_mb: 1,
+                                disk_usage_mb: 0,
+                                cpu_usage: Some(1),
+                            })
+                            .collect(),
+                    }));
+                    let _ = handle.send_payload(&stats);
+                }
+            }
+        });
+        // Paced: a batch at a time, each connected before the next starts (an unpaced storm of
+        // 10,000 TLS handshakes in the debug build starves the STATS of the connected agents,
+        // which are then dropped as silent and reconnect: see docs/reliability.md).
+        if i % BATCH == BATCH - 1 || i == n - 1 {
+            while connected.load(Ordering::Relaxed) < i as u64 + 1 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+    println!("ready");
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        println!(
+            "instances {} connected {} drops {}",
+            total.load(Ordering::Relaxed),
+            connected.load(Ordering::Relaxed),
+            drops.load(Ordering::Relaxed)
+        );
+    }
+}
+
+struct Daemon {
+    child: Child,
+    name: &'static str,
+}
+
+impl Daemon {
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn http() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(120)))
+        .build()
+        .into()
+}
+
+struct Api {
+    url: String,
+    token: String,
+    agent: ureq::Agent,
+}
+
+impl Api {
+    fn get(&self, path: &str) -> (u16, Value) {
+        let mut r = self
+            .agent
+            .get(&format!("{}{path}", self.url))
+            .header("X-Auth-Token", &self.token)
+            .call()
+            .unwrap();
+        let status = r.status().as_u16();
+        let body = r.body_mut().read_json::<Value>().unwrap_or(Value::Null);
+        (status, body)
+    }
+
+    fn send(&self, method: &str, path: &str, body: &Value) -> (u16, Value) {
+        let url = format!("{}{path}", self.url);
+        let req = match method {
+            "PUT" => self.agent.put(&url),
+            _ => self.agent.post(&url),
+        };
+        let mut r = req
+            .header("X-Auth-Token", &self.token)
+            .send_json(body)
+            .unwrap();
+        let status = r.status().as_u16();
+        let body = r.body_mut().read_json::<Value>().unwrap_or(Value::Null);
+        (status, body)
+    }
+}
+
+fn metric_sum(text: &str, name: &str, label: Option<&str>) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| l.starts_with(name))
+        .filter(|l| {
+            let rest = &l[name.len()..];
+            rest.starts_with(' ') || rest.starts_with('{')
+        })
+        .filter(|l| label.is_none_or(|lab| l.contains(lab)))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum()
+}
+
+fn scrape(agent: &ureq::Agent, url: &str) -> String {
+    agent
+        .get(url)
+        .call()
+        .ok()
+        .and_then(|mut r| r.body_mut().read_to_string().ok())
+        .unwrap_or_default()
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)].as_secs_f64() * 1000.0
+}
+
+fn wait_for(what: &str, deadline: Duration, mut f: impl FnMut() -> bool) {
+    let t = Instant::now();
+    while !f() {
+        assert!(t.elapsed() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn bin(name: &str) -> PathBuf {
+    // target/debug/cumulo-controller is this package's; the scheduler's binary sits beside it.
+    Path::new(env!("CARGO_BIN_EXE_cumulo-controller"))
+        .parent()
+        .unwrap()
+        .join(name)
+}
+
+#[derive(Clone, Copy)]
+struct Row {
+    t: f64,
+    sched_cpu: f64,
+    sched_rss: f64,
+    ctl_cpu: f64,
+    ctl_rss: f64,
+    frames_in: f64,
+    frames_out: f64,
+    gets: usize,
+    p50: f64,
+    p99: f64,
+}
+
+fn run(o: &Opts) -> bool {
+    let dir = std::env::temp_dir().join(format!("cumulo-load-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pki = TestPki::new();
+    pki.leaf(Role::SCHEDULER, Some(SCHED))
+        .write(&dir, "scheduler");
+    pki.leaf(Role::CONTROLLER, None).write(&dir, "controller");
+    pki.leaf(Role::AGENT, None).write(&dir, "agent");
+    std::fs::write(dir.join("admin-password"), "load-bench-password\n").unwrap();
+    let (sport, mport, aport) = (free_port(), free_port(), free_port());
+    let log = |name: &str| std::fs::File::create(dir.join(format!("{name}.log"))).unwrap();
+    let p = |f: &str| dir.join(f).to_string_lossy().into_owned();
+
+    let mut sched = Daemon {
+        name: "scheduler",
+        child: Command::new(bin("cumulo-scheduler"))
+            .args(["--ca-cert", &p("ca.pem"), "--cert", &p("scheduler.pem")])
+            .args(["--key", &p("scheduler.key")])
+            .args(["--listen", &format!("127.0.0.1:{sport}")])
+            .args(["--metrics-listen", &format!("127.0.0.1:{mport}")])
+            .args(["--stats-interval", &format!("{}s", o.stats)])
+            .env("RUST_LOG", "warn")
+            .stdout(log("scheduler"))
+            .stderr(log("scheduler"))
+            .spawn()
+            .unwrap(),
+    };
+    std::fs::create_dir_all(dir.join("controller-state")).unwrap();
+    let mut ctl = Daemon {
+        name: "controller",
+        child: Command::new(env!("CARGO_BIN_EXE_cumulo-controller"))
+            .args(["--ca-cert", &p("ca.pem"), "--cert", &p("controller.pem")])
+            .args(["--key", &p("controller.key")])
+            .args(["--scheduler", &format!("localhost:{sport}")])
+            .args(["--state-dir", &p("controller-state")])
+            .args(["--api-listen", &format!("127.0.0.1:{aport}")])
+            .args(["--admin-password-file", &p("admin-password")])
+            .env("RUST_LOG", "warn")
+            .stdout(log("controller"))
+            .stderr(log("controller"))
+            .spawn()
+            .unwrap(),
+    };
+    let url = format!("http://127.0.0.1:{aport}");
+    let metrics_url = format!("http://127.0.0.1:{mport}/metrics");
+    let agent = http();
+    wait_for(
+        "the controller's API and its scheduler",
+        Duration::from_secs(60),
+        || {
+            agent
+                .get(&format!("{url}/cumulo/v1/healthz"))
+                .call()
+                .ok()
+                .and_then(|mut r| r.body_mut().read_json::<Value>().ok())
+                .is_some_and(|v| {
+                    v["scheduler"] == "connected"
+                        || v["scheduler"] == "ok"
+                        || v["scheduler"] == true
+                })
+        },
+    );
+
+    // The simulated agents.
+    let t = Instant::now();
+    let mut agents = Daemon {
+        name: "agents",
+        child: Command::new(std::env::current_exe().unwrap())
+            .args(["agents", &dir.to_string_lossy(), &sport.to_string()])
+            .arg(o.agents.to_string())
+            .arg(o.stats.to_string())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    };
+    let agent_count = Arc::new(AtomicU64::new(0));
+    let agent_connected = Arc::new(AtomicU64::new(0));
+    let agent_drops = Arc::new(AtomicU64::new(0));
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    {
+        let out = agents.child.stdout.take().unwrap();
+        let (count, connected, drops) = (
+            agent_count.clone(),
+            agent_connected.clone(),
+            agent_drops.clone(),
+        );
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(out).lines() {
+                let Ok(line) = line else { return };
+                if line == "ready" {
+                    let _ = ready_tx.send(());
+                }
+                let w: Vec<&str> = line.split_whitespace().collect();
+                if let ["instances", n, "connected", c, "drops", d] = w[..] {
+                    count.store(n.parse().unwrap_or(0), Ordering::Relaxed);
+                    connected.store(c.parse().unwrap_or(0), Ordering::Relaxed);
+                    drops.store(d.parse().unwrap_or(0), Ordering::Relaxed);
+                }
+            }
+        });
+    }
+    ready_rx.recv_timeout(Duration::from_secs(600)).unwrap();
+    let connect_time = t.elapsed();
+    println!(
+        "load: {} agents connected and READY in {connect_time:.1?}",
+        o.agents
+    );
+
+    // Admin login, a flavor, an image and a workload; no quota on the admin project.
+    let body = json!({"auth": {
+        "identity": {"methods": ["password"], "password": {"user": {
+            "name": "admin", "domain": {"name": "Default"}, "password": "load-bench-password"}}},
+        "scope": {"project": {"name": "admin", "domain": {"name": "Default"}}}}});
+    let r = agent
+        .post(&format!("{url}/v3/auth/tokens"))
+        .send_json(&body)
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 201);
+    let token = r.headers()["x-subject-token"].to_str().unwrap().to_string();
+    let api = Api {
+        url: url.clone(),
+        token,
+        agent: agent.clone(),
+    };
+    let (s, projects) = api.get("/cumulo/v1/tenants");
+    assert_eq!(s, 200, "{projects}");
+    let tenant = projects["tenants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "admin")
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (s, v) = api.send(
+        "PUT",
+        &format!("/cumulo/v1/tenants/{tenant}/quota"),
+        &json!({"instances": null, "vcpus": null, "memory_mb": null}),
+    );
+    assert_eq!(s, 200, "quota: {v}");
+    let (s, flavor) = api.send(
+        "POST",
+        "/cumulo/v1/flavors",
+        &json!({"name": "load", "vcpus": 1, "memory_mb": 64, "disk_gb": 0}),
+    );
+    assert_eq!(s, 201, "flavor: {flavor}");
+    let (s, image) = api.send(
+        "POST",
+        "/cumulo/v1/images",
+        &json!({"name": "load", "kind": "raw", "reference": "load", "public": true}),
+    );
+    assert_eq!(s, 201, "image: {image}");
+    let (s, workload) = api.send(
+        "POST",
+        "/cumulo/v1/workloads",
+        &json!({"name": "load", "flavor": flavor["id"], "image": image["id"], "public": true}),
+    );
+    assert_eq!(s, 201, "workload: {workload}");
+
+    // The instances, 1,000 per request, one request in flight beyond what is active.
+    let active = |agent: &ureq::Agent| {
+        metric_sum(
+            &scrape(agent, &format!("{url}/metrics")),
+            "cumulo_instances",
+            Some("state=\"active\""),
+        ) as usize
+    };
+    let t = Instant::now();
+    let mut left = o.instances;
+    let mut n = 0;
+    while left > 0 {
+        let created = o.instances - left;
+        let t = Instant::now();
+        while active(&agent) + 1000 < created && t.elapsed() < Duration::from_secs(120) {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let count = left.min(1000);
+        let (s, v) = api.send(
+            "POST",
+            "/cumulo/v1/instances",
+            &json!({"workload": workload["id"], "name": format!("load-{n}"), "count": count}),
+        );
+        assert_eq!(s, 202, "create: {v}");
+        left -= count;
+        n += 1;
+    }
+    let posted = t.elapsed();
+    wait_for("every instance active", Duration::from_secs(900), || {
+        active(&agent) >= o.instances
+    });
+    let all_active = t.elapsed();
+    println!(
+        "load: {} instances: POSTs in {posted:.1?} ({:.0}/s), all active in {all_active:.1?} ({:.0}/s)",
+        o.instances,
+        o.instances as f64 / posted.as_secs_f64(),
+        o.instances as f64 / all_active.as_secs_f64()
+    );
+
+    // Instance ids for the `GET /instances/{id}` probes.
+    let (s, first) = api.get("/cumulo/v1/instances?limit=1000");
+    assert_eq!(s, 200);
+    let ids: Vec<String> = first["instances"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["id"].as_str().unwrap().to_string())
+        .collect();
+
+    // Steady state: a client issuing GETs all along, samples every `sample` seconds.
+    let stop = Arc::new(AtomicBool::new(false));
+    let lat: Arc<Mutex<Vec<Duration>>> = Arc::default();
+    let errors = Arc::new(AtomicU64::new(0));
+    let prober = {
+        let (stop, lat, errors) = (stop.clone(), lat.clone(), errors.clone());
+        let api = Api {
+            url: url.clone(),
+            token: api.token.clone(),
+            agent: http(),
+        };
+        std::thread::spawn(move || {
+            let mut k = 0usize;
+            while !stop.load(Ordering::Relaxed) {
+                let id = &ids[(k * 7919) % ids.len()];
+                let path = if k.is_multiple_of(2) {
+                    format!("/cumulo/v1/instances?limit=100&marker={id}")
+                } else {
+                    format!("/cumulo/v1/instances/{id}")
+                };
+                let t = Instant::now();
+                let (s, _) = api.get(&path);
+                let d = t.elapsed();
+                if s != 200 {
+                    errors.fetch_add(1, Ordering::Relaxed);
+                }
+                lat.lock().unwrap().push(d);
+                k += 1;
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        })
+    };
+
+    println!(
+        "\n{:>6} | {:>9} {:>9} | {:>9} {:>9} | {:>9} {:>9} | {:>5} {:>8} {:>8}",
+        "t (s)",
+        "sched CPU",
+        "sched RSS",
+        "ctl CPU",
+        "ctl RSS",
+        "frames in",
+        "out /s",
+        "GETs",
+        "p50 ms",
+        "p99 ms"
+    );
+    let mut rows: Vec<Row> = Vec::new();
+    let mut all_lat: Vec<Duration> = Vec::new();
+    let start = Instant::now();
+    let mut last = (
+        Instant::now(),
+        cpu_ticks(sched.pid()),
+        cpu_ticks(ctl.pid()),
+        scrape(&agent, &metrics_url),
+    );
+    let mut died = None;
+    while start.elapsed() < Duration::from_secs(o.seconds) {
+        std::thread::sleep(Duration::from_secs(o.sample));
+        for d in [&mut sched, &mut ctl, &mut agents] {
+            if !d.alive() {
+                died = Some(d.name);
+            }
+        }
+        if died.is_some() {
+            break;
+        }
+        let now = Instant::now();
+        let (sc, cc, text) = (
+            cpu_ticks(sched.pid()),
+            cpu_ticks(ctl.pid()),
+            scrape(&agent, &metrics_url),
+        );
+        let dt = now.duration_since(last.0).as_secs_f64();
+        let fin = metric_sum(&text, "cumulo_scheduler_frames_in_total", None)
+            - metric_sum(&last.3, "cumulo_scheduler_frames_in_total", None);
+        let fout = metric_sum(&text, "cumulo_scheduler_frames_out_total", None)
+            - metric_sum(&last.3, "cumulo_scheduler_frames_out_total", None);
+        let mut l = std::mem::take(&mut *lat.lock().unwrap());
+        l.sort_unstable();
+        let row = Row {
+            t: start.elapsed().as_secs_f64(),
+            sched_cpu: 100.0 * (sc - last.1) as f64 / 100.0 / dt,
+            sched_rss: rss_mib(sched.pid()),
+            ctl_cpu: 100.0 * (cc - last.2) as f64 / 100.0 / dt,
+            ctl_rss: rss_mib(ctl.pid()),
+            frames_in: fin / dt,
+            frames_out: fout / dt,
+            gets: l.len(),
+            p50: percentile(&l, 0.5),
+            p99: percentile(&l, 0.99),
+        };
+        all_lat.extend(l);
+        println!(
+            "{:>6.0} | {:>8.1}% {:>5.0} MiB | {:>8.1}% {:>5.0} MiB | {:>9.0} {:>9.0} | {:>5} {:>8.1} {:>8.1}",
+            row.t,
+            row.sched_cpu,
+            row.sched_rss,
+            row.ctl_cpu,
+            row.ctl_rss,
+            row.frames_in,
+            row.frames_out,
+            row.gets,
+            row.p50,
+            row.p99
+        );
+        rows.push(row);
+        last = (now, sc, cc, text);
+    }
+    stop.store(true, Ordering::Relaxed);
+    let _ = prober.join();
+    all_lat.sort_unstable();
+
+    if let Some(name) = died {
+        println!(
+            "load: FAILED: the {name} process died (logs in {})",
+            dir.display()
+        );
+        return false;
+    }
+
+    // Nothing lost: every instance listed once, all active, and the agents hold as many.
+    let mut seen = HashSet::new();
+    let mut not_active = 0usize;
+    let mut marker: Option<String> = None;
+    loop {
+        let path = match &marker {
+            Some(m) => format!("/cumulo/v1/instances?limit=1000&marker={m}"),
+            None => "/cumulo/v1/instances?limit=1000".to_string(),
+        };
+        let (s, v) = api.get(&path);
+        assert_eq!(s, 200, "{v}");
+        let page = v["instances"].as_array().unwrap();
+        for i in page {
+            seen.insert(i["id"].as_str().unwrap().to_string());
+            if i["state"] != "active" {
+                not_active += 1;
+            }
+        }
+        if page.len() < 1000 {
+            break;
+        }
+        marker = page.last().map(|i| i["id"].as_str().unwrap().to_string());
+    }
+    let held = agent_count.load(Ordering::Relaxed) as usize;
+    let connected = agent_connected.load(Ordering::Relaxed) as usize;
+    let drops = agent_drops.load(Ordering::Relaxed);
+    let dead = metric_sum(
+        &scrape(&agent, &metrics_url),
+        "cumulo_scheduler_dead_nodes_total",
+        None,
+    );
+
+    let mean = |f: fn(&Row) -> f64| rows.iter().map(f).sum::<f64>() / rows.len().max(1) as f64;
+    let at2 = rows.iter().find(|r| r.t >= 120.0).or(rows.first()).copied();
+    let end = rows.last().copied();
+    println!(
+        "\nload: {} agents (STATS every {} s), {} instances, {} s steady state (samples every {} s)",
+        o.agents, o.stats, o.instances, o.seconds, o.sample
+    );
+    println!(
+        "load: agents connected in {connect_time:.1?}; instances all active {all_active:.1?} after the first POST"
+    );
+    println!(
+        "load: mean CPU: scheduler {:.1}%, controller {:.1}% of one core; frames/s in {:.0}, out {:.0}",
+        mean(|r| r.sched_cpu),
+        mean(|r| r.ctl_cpu),
+        mean(|r| r.frames_in),
+        mean(|r| r.frames_out)
+    );
+    println!(
+        "load: API GETs during the run: {} (errors {}), p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+        all_lat.len(),
+        errors.load(Ordering::Relaxed),
+        percentile(&all_lat, 0.5),
+        percentile(&all_lat, 0.99),
+        percentile(&all_lat, 1.0)
+    );
+    let mut ok = true;
+    if let (Some(a), Some(e)) = (at2, end) {
+        println!(
+            "load: RSS from t={:.0} s to the end: scheduler {:.0} → {:.0} MiB ({:+.1}%), controller {:.0} → {:.0} MiB ({:+.1}%)",
+            a.t,
+            a.sched_rss,
+            e.sched_rss,
+            100.0 * (e.sched_rss - a.sched_rss) / a.sched_rss,
+            a.ctl_rss,
+            e.ctl_rss,
+            100.0 * (e.ctl_rss - a.ctl_rss) / a.ctl_rss
+        );
+    }
+    println!(
+        "load: at the end the API lists {} instances ({} not active); the agents hold {held}, {connected} agents connected, {drops} agent sessions lost over the whole run, {dead} nodes dropped as silent by the scheduler",
+        seen.len(),
+        not_active
+    );
+    if seen.len() != o.instances || not_active != 0 || held != o.instances {
+        println!("load: FAILED: instances lost or not active");
+        ok = false;
+    }
+    if errors.load(Ordering::Relaxed) != 0 {
+        println!("load: FAILED: API GETs answered other than 200");
+        ok = false;
+    }
+    if ok {
+        let _ = std::fs::remove_dir_all(&dir);
+    } else {
+        println!("load: logs kept in {}", dir.display());
+    }
+    ok
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
+    if args.first().map(String::as_str) == Some("agents") {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(agents(
+            PathBuf::from(&args[1]),
+            args[2].parse().unwrap(),
+            args[3].parse().unwrap(),
+            args[4].parse().unwrap(),
+        ));
+        return;
+    }
+    let o = parse_opts(&args);
+    if !run(&o) {
+        std::process::exit(1);
+    }
+}
