@@ -170,7 +170,16 @@ mod tests {
         };
         let pid_file = dir.path().join("run/sleeper.pid");
         let started = spawn(&spec, &dir.path().join("logs/sleeper.log"), &pid_file).unwrap();
-        assert_eq!(running(&pid_file), Some(started.clone()));
+        // spawn returns once the kernel has begun the exec; /proc/PID/cmdline shows the new
+        // program's arguments a moment later.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while running(&pid_file).as_ref() != Some(&started) {
+            assert!(
+                Instant::now() < deadline,
+                "{started:?} never showed in /proc"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
         assert!(stop("sleeper", &pid_file, Duration::from_secs(5)).unwrap());
         assert!(!alive(started.pid, "sleep"));
         assert!(!pid_file.exists());
