@@ -421,10 +421,22 @@ fn instances_of_a_tenant_reach_each_other_through_their_cnci() {
             config.engine.tenant_network = TenantNetwork::Cnci;
             config.engine.cnci_linger = Duration::from_millis(500);
             let controller = Controller::start(config).await.unwrap();
+            // NODE_CONNECTED comes with the session, before the node's READY: wait for a STATS
+            // from each node (it follows its READY on the same session), or the CNCI's START may
+            // meet a network node the scheduler cannot place on yet (full_cloud).
             testkit::wait_until(T, "two compute nodes and a network node", || async {
                 let nodes = controller.engine.nodes();
-                nodes.iter().filter(|n| n.kinds.compute).count() == 2
-                    && nodes.iter().any(|n| n.kinds.network)
+                let reported = |n: &&controller::cluster::Node| n.last_stats.is_some();
+                nodes
+                    .iter()
+                    .filter(|n| n.kinds.compute)
+                    .filter(reported)
+                    .count()
+                    == 2
+                    && nodes
+                        .iter()
+                        .filter(|n| n.kinds.network)
+                        .any(|n| reported(&n))
             })
             .await;
 
