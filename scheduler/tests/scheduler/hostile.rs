@@ -264,29 +264,79 @@ async fn a_reconnect_storm_leaves_one_session_per_uuid() {
     s.stop.cancel();
 }
 
-/// Latency of `n` STARTs sent one after the other by `c`, each timed until an honest agent has
-/// it (the agents' drains report arrivals on `arrived`).
-async fn start_latencies(
-    c: &Peer,
-    arrived: &mut mpsc::UnboundedReceiver<(Uuid, Instant)>,
-    first: u128,
-    n: u128,
-) -> Vec<Duration> {
-    let mut out = Vec::new();
-    for i in first..first + n {
-        let mut st = start(0, 1);
-        st.instance_uuid = Uuid::from_u128(i);
-        let sent = Instant::now();
-        c.send(&Payload::Start(Box::new(st)));
-        let (got, at) = tokio::time::timeout(T, arrived.recv())
-            .await
-            .expect("an honest agent to get the START")
-            .unwrap();
-        assert_eq!(got, Uuid::from_u128(i), "STARTs arrive in order, none lost");
-        out.push(at - sent);
+/// What the honest side sees: STARTs reaching the honest agents (`arrived`, from their drains)
+/// and START_FAILUREs reaching the controller (`failed`, from its watcher).
+struct Honest {
+    arrived: mpsc::UnboundedReceiver<(Uuid, Instant)>,
+    failed: mpsc::UnboundedReceiver<StartFailure>,
+}
+
+impl Honest {
+    /// Where the START for `instance` went: the time an honest agent had it, or the failure.
+    async fn outcome(&mut self, instance: Uuid) -> Result<Instant, StartFailureReason> {
+        let got = tokio::time::timeout(T, async {
+            tokio::select! {
+                a = self.arrived.recv() => a.map(Ok),
+                f = self.failed.recv() => f.map(Err),
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("no answer to START {instance} within {T:?}"))
+        .expect("the honest side's channels stay open");
+        match got {
+            Ok((uuid, at)) => {
+                assert_eq!(uuid, instance, "STARTs arrive in order, none lost");
+                Ok(at)
+            }
+            Err(f) => {
+                assert_eq!(f.instance_uuid, instance, "the failure is this START's");
+                Err(f.reason)
+            }
+        }
     }
-    out.sort();
-    out
+
+    /// Waits until each honest agent in `nodes` takes a START pinned to it: the scheduler
+    /// announces a node when it connects, and places on it once its READY is in, so until then a
+    /// START meets `full_cloud` and is tried again.
+    async fn placeable(&mut self, c: &Peer, nodes: &[Uuid]) {
+        let deadline = Instant::now() + T;
+        let mut probe = 0xf000u128;
+        for node in nodes {
+            loop {
+                probe += 1;
+                let mut st = start(0, 1);
+                st.instance_uuid = Uuid::from_u128(probe);
+                st.requirements.node_id = Some(*node);
+                c.send(&Payload::Start(Box::new(st)));
+                match self.outcome(Uuid::from_u128(probe)).await {
+                    Ok(_) => break,
+                    Err(StartFailureReason::FullCloud) => {
+                        assert!(Instant::now() < deadline, "{node} never became placeable");
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                    Err(other) => panic!("a probe START failed: {other:?}"),
+                }
+            }
+        }
+    }
+
+    /// Latency of `n` STARTs sent one after the other by `c`, each timed until an honest agent
+    /// has it; none may fail.
+    async fn start_latencies(&mut self, c: &Peer, first: u128, n: u128) -> Vec<Duration> {
+        let mut out = Vec::new();
+        for i in first..first + n {
+            let mut st = start(0, 1);
+            st.instance_uuid = Uuid::from_u128(i);
+            let sent = Instant::now();
+            c.send(&Payload::Start(Box::new(st)));
+            match self.outcome(Uuid::from_u128(i)).await {
+                Ok(at) => out.push(at - sent),
+                Err(reason) => panic!("an honest START failed: {reason:?}"),
+            }
+        }
+        out.sort();
+        out
+    }
 }
 
 fn pct(sorted: &[Duration], p: usize) -> Duration {
@@ -431,7 +481,7 @@ async fn under_attack(n: u128, kinds: &[Kind]) {
         vcpus_available: u32::MAX,
         ..node_status(uuid, "honest", u32::MAX)
     };
-    let (tx, mut arrived) = mpsc::unbounded_channel();
+    let (tx, arrived) = mpsc::unbounded_channel();
     for id in [1, 2] {
         let mut a = peer(&pki, Role::AGENT, u(id), &s.addr, Some(roomy(u(id)))).await;
         let tx = tx.clone();
@@ -452,9 +502,15 @@ async fn under_attack(n: u128, kinds: &[Kind]) {
     let spoofed = Arc::new(AtomicU64::new(0));
     let mut events = std::mem::replace(&mut c.events, mpsc::channel(1).1);
     let seen = spoofed.clone();
+    let (failures, failed) = mpsc::unbounded_channel();
     let watch = tokio::spawn(async move {
         while let Some(e) = events.recv().await {
             if let ClientEvent::Frames(ms) = e {
+                for m in &ms {
+                    if let Payload::StartFailure(f) = &m.payload {
+                        let _ = failures.send(f.clone());
+                    }
+                }
                 let n = ms
                     .iter()
                     .filter(|m| m.frame.operand == Operand::InstanceDeleted)
@@ -463,7 +519,9 @@ async fn under_attack(n: u128, kinds: &[Kind]) {
             }
         }
     });
-    let quiet = start_latencies(&c, &mut arrived, 1, n).await;
+    let mut honest = Honest { arrived, failed };
+    honest.placeable(&c, &[u(1), u(2)]).await;
+    let quiet = honest.start_latencies(&c, 1, n).await;
     let stop = Arc::new(AtomicBool::new(false));
     let frames = Arc::new(AtomicU64::new(0));
     let attackers = attack(&pki, &s, kinds, stop.clone(), frames.clone());
@@ -479,7 +537,7 @@ async fn under_attack(n: u128, kinds: &[Kind]) {
     })
     .await;
     let began = Instant::now();
-    let loud = start_latencies(&c, &mut arrived, 1 + n, n).await;
+    let loud = honest.start_latencies(&c, 1 + n, n).await;
     let hostile = frames.load(Ordering::Relaxed);
     let secs = began.elapsed().as_secs_f64();
     stop.store(true, Ordering::Relaxed);
