@@ -37,6 +37,11 @@ pub struct Args {
         required = true
     )]
     pub scheduler: Vec<String>,
+    /// Reach the schedulers through this TCP relay (`host:port`): what a CNCI in a namespace
+    /// or VM of its own uses. TLS still checks each scheduler's certificate against its name
+    /// in `--scheduler`.
+    #[arg(long, env = "CUMULO_CNCI_VIA")]
+    pub via: Option<String>,
     /// The concentrator's instance UUID (also its SSNTP UUID).
     #[arg(long, env = "CUMULO_CNCI_UUID")]
     pub uuid: Uuid,
@@ -96,7 +101,7 @@ impl Args {
                 has,
             });
         }
-        for server in &self.scheduler {
+        for server in self.scheduler.iter().chain(&self.via) {
             let ok = server
                 .rsplit_once(':')
                 .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
@@ -109,6 +114,7 @@ impl Args {
             uuid: self.uuid,
             tenant: self.tenant,
             servers: self.scheduler,
+            via: self.via,
             ip: self.ip,
             mac: self.mac,
             tunnel: self.tunnel,

@@ -45,6 +45,8 @@ pub struct CnciConfig {
     pub tenant: Uuid,
     /// The schedulers, `host:port`, tried in order.
     pub servers: Vec<String>,
+    /// A TCP relay to reach them through (`host:port`; TLS still checks their names).
+    pub via: Option<String>,
     /// Its address on the compute network (the tunnels' end).
     pub ip: IpAddr,
     /// Its MAC on the compute network (`None`: [`run`] finds that of the link holding `ip`).
@@ -172,6 +174,7 @@ pub async fn run_with<O: CnciOps, N: NatOps>(
     );
     client_config.handshake = config.handshake;
     client_config.backoff = config.backoff;
+    client_config.via = config.via.clone();
     let hello = announcement(config);
     client_config.announce = Some(Arc::new(move || vec![hello.clone()]));
     let (client, mut events) = Client::start(client_config)?;
@@ -181,6 +184,7 @@ pub async fn run_with<O: CnciOps, N: NatOps>(
         ip = %config.ip,
         tunnel = %hub.config().tunnel,
         schedulers = ?config.servers,
+        via = ?config.via,
         "cumulo-cnci running"
     );
     let ended = loop {

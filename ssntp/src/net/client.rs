@@ -74,6 +74,10 @@ pub struct ClientConfig {
     pub backoff: Backoff,
     /// Frames sent first after each connect.
     pub announce: Option<Announce>,
+    /// A TCP relay (`host:port`) to reach every server through: TCP goes there, TLS still
+    /// checks the server's certificate against its name in `servers` (for a peer that cannot
+    /// reach the servers itself, such as a CNCI in its own namespace or VM).
+    pub via: Option<String>,
 }
 
 impl std::fmt::Debug for ClientConfig {
@@ -82,6 +86,7 @@ impl std::fmt::Debug for ClientConfig {
             .field("uuid", &self.uuid)
             .field("claim", &self.claim)
             .field("servers", &self.servers)
+            .field("via", &self.via)
             .finish_non_exhaustive()
     }
 }
@@ -99,6 +104,7 @@ impl ClientConfig {
             event_queue: 8_192,
             backoff: Backoff::default(),
             announce: None,
+            via: None,
         }
     }
 }
@@ -369,7 +375,8 @@ impl Client {
         let deadline = start + self.config.handshake.handshake_timeout;
         let at = tokio::time::Instant::from_std(deadline);
         let name = server_name(server).map_err(|e| failed("server name", &e))?;
-        let tcp = match tokio::time::timeout_at(at, TcpStream::connect(server)).await {
+        let target = self.config.via.as_deref().unwrap_or(server);
+        let tcp = match tokio::time::timeout_at(at, TcpStream::connect(target)).await {
             Ok(Ok(tcp)) => tcp,
             Ok(Err(e)) => return Err(failed("connect", &e)),
             Err(_) => return Err(ClientHandshakeError::Timeout),

@@ -549,3 +549,35 @@ async fn close_interrupts_a_dial_in_progress() {
     assert!(!c.handle.is_connected());
     held.abort();
 }
+
+#[tokio::test]
+async fn a_client_reaches_the_server_through_a_relay_and_still_checks_its_name() {
+    let pki = TestPki::new();
+    let mut s = server_with(&pki, u(0x5c), Routes::new(), |_| {}).await;
+    let port = s.addr.rsplit_once(':').unwrap().1.to_string();
+    let relay = format!("127.0.0.1:{port}");
+    // The name the certificate carries, on a port nothing listens on: TCP goes to the relay.
+    let mut c = client_with(&pki, Role::AGENT, Role::AGENT, u(1), "localhost:1", |c| {
+        c.via = Some(relay.clone());
+    });
+    assert_eq!(connected(&mut c).await, (u(0x5c), Role::SCHEDULER));
+    assert_eq!(server_connected(&mut s).await, (u(1), Role::AGENT));
+    // A name the server's certificate does not carry is refused, relay or not.
+    let wrong = client_with(
+        &pki,
+        Role::AGENT,
+        Role::AGENT,
+        u(2),
+        &format!("elsewhere.invalid:{port}"),
+        |c| c.via = Some(relay.clone()),
+    );
+    assert!(
+        tokio::time::timeout(Duration::from_millis(800), s.events.recv())
+            .await
+            .is_err(),
+        "a server under another name got a session"
+    );
+    assert!(!wrong.handle.is_connected());
+    wrong.handle.close();
+    c.handle.close();
+}
