@@ -1,29 +1,40 @@
-//! [`CnciLauncher`]: a network node's agent runs the CNCIs placed on it as `cumulo-cnci`
-//! processes, each in a network namespace of its own, wrapping the node's [`Backend`] (which
-//! runs every other instance).
+//! [`CnciLauncher`]: a network node's agent runs the CNCIs placed on it, each in a network
+//! namespace of its own, as `cumulo-cnci` processes or (with a CNCI image,
+//! [`LaunchConfig::vm_image`]) as VMs booted from the CNCI guest (`scripts/cnci-guest.sh`: the
+//! tiny guest with the same `cumulo-cnci` inside), wrapping the node's [`Backend`] (which runs
+//! every other instance).
 //!
 //! A START is a CNCI's when its meta data says `cumulo-role: cnci` (what the controller's CNCI
 //! START carries). For one:
 //!
 //! - **create**: a namespace `cumulo-cnci-<12 hex of the UUID>` with loopback up and a veth
-//!   pair, `u0` inside holding the lowest address of `--cnci-addresses` no other CNCI of this
-//!   node holds (with the compute network's prefix length), `cn<12 hex>` on the node with a
-//!   `/32` route to that address; the node forwards and answers ARP for it on its uplink and
-//!   for the compute network on the veth (`ip_forward`, `proxy_arp` on both), so the CNCI is
-//!   reached from the other nodes and from the node itself (a dual node's own tunnels); a
-//!   record in `<state>/cnci/<uuid>.json` (tenant, namespace, address).
-//! - **start**: a loopback relay in the namespace to the agent's schedulers (so that the CNCI
-//!   reaches them whatever routes its namespace has: TLS goes through the relay end to end, to
-//!   `localhost:<port>` as the certificates name it), then `ip netns exec <ns> cumulo-cnci
-//!   --uuid <instance> --tenant <tenant> --ip <address> --scheduler localhost:<relay>` with the
-//!   node's CNCI certificate (`--cnci-cert`: the CNCIAGENT role, no UUID bound, so it serves
-//!   every CNCI of the node), tunnel kind and VXLAN port; its log goes to
-//!   `<state>/cnci/<uuid>.log`.
-//! - **wait_exit** resolves when the process exits; **stop** sends SIGTERM (SIGKILL after
-//!   10 s); **delete** stops it, deletes the namespace (the veth pair and its route go with it) and the
+//!   pair, `u0` inside, `cn<12 hex>` on the node with a `/32` route to the CNCI's address (the
+//!   lowest address of `--cnci-addresses` no other CNCI of this node holds); the node forwards
+//!   and answers ARP for it on its uplink and for the compute network on the veth
+//!   (`ip_forward`, `proxy_arp` on both), so the CNCI is reached from the other nodes and from
+//!   the node itself (a dual node's own tunnels); a record in `<state>/cnci/<uuid>.json`
+//!   (tenant, namespace, address, process or VM). A process CNCI's address (with the compute
+//!   network's prefix length) goes on `u0`. For a VM, `u0` goes on a bridge `cb0` that also
+//!   holds the relay's link-local address, and the domain is defined from the CNCI image with
+//!   its settings and credentials in its user data ([`vm_user_data`]) and one NIC
+//!   ([`vm_mac`]) on the instance's tap.
+//! - **start**: a relay in the namespace to the agent's schedulers (so that the CNCI reaches
+//!   them whatever routes its namespace has; TLS goes through it end to end and still checks
+//!   each scheduler's name: `cumulo-cnci --scheduler <the agent's> --via <relay>`). A process:
+//!   the relay on the namespace's loopback, then `ip netns exec <ns> cumulo-cnci --uuid
+//!   <instance> --tenant <tenant> --ip <address> ...` with the node's CNCI certificate
+//!   (`--cnci-cert`: the CNCIAGENT role, no UUID bound, so it serves every CNCI of the node),
+//!   tunnel kind and VXLAN port, its log in `<state>/cnci/<uuid>.log`. A VM: the tap is made
+//!   where libvirt's QEMU runs (`--cnci-tap-netns`, default here), the relay listens on
+//!   `169.254.0.1` on `cb0`, the domain boots, and the tap moves onto `cb0` in the namespace.
+//! - **wait_exit** resolves when the process exits or the VM stops; **stop** sends SIGTERM
+//!   (SIGKILL after 10 s) or powers the VM off (and removes its tap); **delete** stops it,
+//!   undefines a VM, deletes the namespace (the veth pair and its route go with it) and the
 //!   record.
-//! - **list** (an agent restart): a CNCI with a record is listed as not running, a process of
-//!   it that an earlier run left is stopped first; the core then starts it again.
+//! - **list** (an agent restart): a CNCI with a record is listed as not running; a process or
+//!   running VM that an earlier run left is stopped first (the relay it used died with that
+//!   run); the core then starts it again. A CNCI VM is a domain of the node's libvirt backend
+//!   too: it is listed once, as a CNCI.
 //!
 //! Namespaces and links are made with the `ip` binary (iproute2).
 
@@ -37,6 +48,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use crate::backend::libvirt::{LibvirtBackend, Tap};
 use crate::backend::{Backend, BackendError, Existing};
 use crate::model::{InstanceSpec, Usage};
 use crate::net::Cidr;
@@ -66,6 +78,12 @@ pub struct LaunchConfig {
     pub vxlan_port: u16,
     /// Where records live (`<state>/cnci`).
     pub dir: PathBuf,
+    /// CNCIs run as VMs booted from this image (the libvirt backend's image store), not as
+    /// processes.
+    pub vm_image: Option<String>,
+    /// The network namespace libvirt's QEMU runs in (`None`: ours), where a CNCI VM's tap is
+    /// made.
+    pub tap_netns: Option<PathBuf>,
 }
 
 /// What is kept of a CNCI.
@@ -80,10 +98,14 @@ pub struct Record {
     /// The process of its last start.
     #[serde(default)]
     pub pid: Option<i32>,
+    /// Whether it runs as a VM (else as a process).
+    #[serde(default)]
+    pub vm: bool,
 }
 
 struct Running {
-    pid: i32,
+    /// The process (`None`: a VM).
+    pid: Option<i32>,
     exited: watch::Receiver<bool>,
     relay: CancellationToken,
 }
@@ -99,6 +121,8 @@ pub struct CnciLauncher<B> {
     inner: B,
     config: Option<LaunchConfig>,
     state: Arc<Mutex<State>>,
+    /// What runs CNCIs as VMs (with [`LaunchConfig::vm_image`]).
+    vms: Option<LibvirtBackend>,
 }
 
 /// Whether a START's spec is a CNCI's.
@@ -122,21 +146,98 @@ pub fn host_end(instance: Uuid) -> String {
 
 /// Runs `ip ARGS`; its stderr as the error.
 async fn ip(args: &[&str]) -> Result<(), BackendError> {
-    let out = tokio::process::Command::new("ip")
+    ip_in(None, args).await
+}
+
+/// Where a CNCI VM's relay to the schedulers listens, on the bridge in its namespace.
+const RELAY_ADDR: Ipv4Addr = Ipv4Addr::new(169, 254, 0, 1);
+/// The CNCI VM's own link-local address, beside its compute network address.
+const GUEST_LINK_ADDR: Ipv4Addr = Ipv4Addr::new(169, 254, 0, 2);
+/// The link-local network's prefix length.
+const LINK_PREFIX: u8 = 24;
+/// The relay's port.
+const RELAY_PORT: u16 = 8443;
+/// The bridge in a CNCI VM's namespace (its tap and `u0`).
+const VM_BRIDGE: &str = "cb0";
+
+/// A CNCI VM's MAC: `02:cc` and its IPv4 address.
+pub fn vm_mac(addr: Ipv4Addr) -> [u8; 6] {
+    let [a, b, c, d] = addr.octets();
+    [2, 0xcc, a, b, c, d]
+}
+
+/// Runs `ip ARGS` in network namespace `netns` (a path, entered with `nsenter`; `None`:
+/// ours); its stderr as the error.
+async fn ip_in(netns: Option<&std::path::Path>, args: &[&str]) -> Result<(), BackendError> {
+    let mut cmd = match netns {
+        Some(ns) => {
+            let mut c = tokio::process::Command::new("nsenter");
+            c.arg(format!("--net={}", ns.display())).arg("ip");
+            c
+        }
+        None => tokio::process::Command::new("ip"),
+    };
+    let out = cmd
         .args(args)
         .stdin(Stdio::null())
         .output()
         .await
         .map_err(|e| BackendError::Network(format!("ip: {e}")))?;
     if out.status.success() {
-        Ok(())
-    } else {
-        Err(BackendError::Network(format!(
-            "ip {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        )))
+        return Ok(());
     }
+    let place = netns.map(|ns| format!(" (in {})", ns.display()));
+    Err(BackendError::Network(format!(
+        "ip {}{}: {}",
+        args.join(" "),
+        place.unwrap_or_default(),
+        String::from_utf8_lossy(&out.stderr).trim()
+    )))
+}
+
+/// What a CNCI VM's guest reads from its user data (`scripts/cnci-guest.sh` documents the
+/// format): `#cumulo-cnci`, then `KEY=value` lines for `cumulo-cnci`'s environment and the
+/// guest's addresses, then the CA, certificate and key as `--- file NAME` sections.
+pub fn vm_user_data(c: &LaunchConfig, id: Uuid, r: &Record) -> Result<String, BackendError> {
+    let read = |p: &std::path::Path| {
+        std::fs::read_to_string(p).map_err(|e| launch(format!("{}: {e}", p.display())))
+    };
+    let mut out = String::from("#cumulo-cnci\n");
+    let vars = [
+        ("CUMULO_CNCI_UUID", id.to_string()),
+        ("CUMULO_CNCI_TENANT", r.tenant.to_string()),
+        ("CUMULO_CNCI_IP", r.ip.to_string()),
+        ("CUMULO_CNCI_PREFIX", c.prefix.to_string()),
+        (
+            "CUMULO_CNCI_LINK_ADDR",
+            format!("{GUEST_LINK_ADDR}/{LINK_PREFIX}"),
+        ),
+        ("CUMULO_CNCI_SCHEDULER", c.servers.join(",")),
+        ("CUMULO_CNCI_VIA", format!("{RELAY_ADDR}:{RELAY_PORT}")),
+        ("CUMULO_CNCI_TUNNEL", c.tunnel.clone()),
+        ("CUMULO_CNCI_VXLAN_PORT", c.vxlan_port.to_string()),
+    ];
+    for (k, v) in vars {
+        // The guest takes only plain values (it checks again).
+        if !v
+            .chars()
+            .all(|ch| ch.is_ascii_alphanumeric() || ".:,/-_[]".contains(ch))
+        {
+            return Err(launch(format!("{k}: {v:?} is not a plain value")));
+        }
+        out.push_str(&format!("{k}={v}\n"));
+    }
+    for (name, path) in [
+        ("ca.pem", &c.ca_cert),
+        ("cert.pem", &c.cert),
+        ("key.pem", &c.key),
+    ] {
+        out.push_str(&format!("--- file {name}\n"));
+        let text = read(path)?;
+        out.push_str(text.trim_end());
+        out.push('\n');
+    }
+    Ok(out)
 }
 
 /// Whether process `pid` runs (and is not a zombie).
@@ -157,8 +258,8 @@ fn signal(pid: i32, sig: rustix::process::Signal) {
     }
 }
 
-/// A listener on the loopback of namespace `ns` (bound from a thread moved there).
-fn listen_in(ns: &str) -> std::io::Result<std::net::TcpListener> {
+/// A listener on `at` in namespace `ns` (bound from a thread moved there).
+fn listen_in(ns: &str, at: (Ipv4Addr, u16)) -> std::io::Result<std::net::TcpListener> {
     let path = format!("/run/netns/{ns}");
     std::thread::spawn(move || {
         let file = std::fs::File::open(&path)?;
@@ -166,7 +267,7 @@ fn listen_in(ns: &str) -> std::io::Result<std::net::TcpListener> {
             std::os::fd::AsFd::as_fd(&file),
             Some(rustix::thread::LinkNameSpaceType::Network),
         )?;
-        let l = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
+        let l = std::net::TcpListener::bind(at)?;
         l.set_nonblocking(true)?;
         Ok(l)
     })
@@ -189,6 +290,9 @@ fn relay(listener: std::net::TcpListener, servers: Vec<String>, stop: Cancellati
             let Ok((mut inbound, _)) = accepted else {
                 continue;
             };
+            // Closed with a reset, never left in FIN_WAIT towards a peer that is gone (a
+            // stopped VM): such a socket would keep the CNCI's namespace alive for minutes.
+            let _ = inbound.set_zero_linger();
             let servers = servers.clone();
             let stop = stop.clone();
             tokio::spawn(async move {
@@ -206,6 +310,18 @@ fn relay(listener: std::net::TcpListener, servers: Vec<String>, stop: Cancellati
     });
 }
 
+/// Watches a CNCI VM until it stops, then stops its relay: `true` on the channel then.
+fn watch_vm(vms: LibvirtBackend, id: Uuid, relay: CancellationToken) -> watch::Receiver<bool> {
+    let (tx, rx) = watch::channel(false);
+    tokio::spawn(async move {
+        vms.wait_exit(id).await;
+        tracing::info!(cnci = %id, "CNCI VM stopped");
+        relay.cancel();
+        let _ = tx.send(true);
+    });
+    rx
+}
+
 impl<B: Backend> CnciLauncher<B> {
     /// Wraps `inner`; reads the records of an earlier run. Without a configuration every call
     /// goes to `inner` (a node that runs no CNCIs).
@@ -216,6 +332,7 @@ impl<B: Backend> CnciLauncher<B> {
                 inner,
                 config: None,
                 state: Arc::new(Mutex::new(state)),
+                vms: None,
             });
         };
         std::fs::create_dir_all(&config.dir).map_err(launch)?;
@@ -242,7 +359,26 @@ impl<B: Backend> CnciLauncher<B> {
             inner,
             config: Some(config),
             state: Arc::new(Mutex::new(state)),
+            vms: None,
         })
+    }
+
+    /// CNCIs run as VMs through `vms` (the node's libvirt backend, also inside `inner`) when
+    /// the configuration names a VM image.
+    pub fn with_vms(mut self, vms: LibvirtBackend) -> CnciLauncher<B> {
+        self.vms = Some(vms);
+        self
+    }
+
+    /// The VM backend and image when CNCIs run as VMs here.
+    fn vm_mode(&self) -> Result<Option<(&LibvirtBackend, &str)>, BackendError> {
+        let Some(image) = self.config()?.vm_image.as_deref() else {
+            return Ok(None);
+        };
+        let vms = self.vms.as_ref().ok_or_else(|| {
+            launch("--cnci-image: CNCIs run as VMs only with the libvirt backend")
+        })?;
+        Ok(Some((vms, image)))
     }
 
     fn config(&self) -> Result<&LaunchConfig, BackendError> {
@@ -296,6 +432,7 @@ impl<B: Backend> CnciLauncher<B> {
         if self.is_ours(id) {
             return Err(BackendError::Exists);
         }
+        let vm = self.vm_mode()?;
         let addr = self.allocate()?;
         let ns = ns_name(id);
         let record = Record {
@@ -303,6 +440,7 @@ impl<B: Backend> CnciLauncher<B> {
             ns: ns.clone(),
             ip: addr,
             pid: None,
+            vm: vm.is_some(),
         };
         // Held before the kernel is touched: a concurrent create takes another address.
         self.lock().records.insert(id, record.clone());
@@ -328,6 +466,27 @@ impl<B: Backend> CnciLauncher<B> {
                     .map_err(|e| BackendError::Network(format!("sysctl {knob}: {e}")))?;
             }
             ip(&["route", "replace", &format!("{addr}/32"), "dev", &host]).await?;
+            if let Some((vms, image)) = vm {
+                // The VM holds the address: `u0` and its tap (once it runs) on a bridge, the
+                // relay to the schedulers on a link-local address of the bridge.
+                let relay = format!("{RELAY_ADDR}/{LINK_PREFIX}");
+                ip(&["-n", &ns, "link", "add", VM_BRIDGE, "type", "bridge"]).await?;
+                ip(&["-n", &ns, "link", "set", "u0", "master", VM_BRIDGE]).await?;
+                ip(&["-n", &ns, "addr", "add", &relay, "dev", VM_BRIDGE]).await?;
+                ip(&["-n", &ns, "link", "set", VM_BRIDGE, "up"]).await?;
+                ip(&["-n", &ns, "link", "set", "u0", "up"]).await?;
+                ip(&["-n", &ns, "link", "set", "lo", "up"]).await?;
+                self.save(id, &record)?;
+                let mut guest = spec.clone();
+                guest.image = image.to_string();
+                guest.nic = None;
+                guest.user_data = Some(vm_user_data(c, id, &record)?);
+                let tap = Tap {
+                    name: crate::net::tap_name(id),
+                    mac: vm_mac(addr),
+                };
+                return vms.create_on_tap(&guest, tap).await;
+            }
             let cidr = format!("{addr}/{}", c.prefix);
             ip(&["-n", &ns, "addr", "add", &cidr, "dev", "u0"]).await?;
             ip(&["-n", &ns, "link", "set", "u0", "up"]).await?;
@@ -336,6 +495,7 @@ impl<B: Backend> CnciLauncher<B> {
         };
         if let Err(e) = made.await {
             let _ = ip(&["netns", "del", &ns]).await;
+            let _ = std::fs::remove_file(self.record_path(id)?);
             self.lock().records.remove(&id);
             return Err(e);
         }
@@ -350,13 +510,16 @@ impl<B: Backend> CnciLauncher<B> {
         if self.lock().running.contains_key(&id) {
             return Ok(());
         }
+        if record.vm {
+            return self.launch_vm(id, &record).await;
+        }
         let c = self.config()?;
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(c.dir.join(format!("{id}.log")))
             .map_err(launch)?;
-        let listener = listen_in(&record.ns).map_err(launch)?;
+        let listener = listen_in(&record.ns, (Ipv4Addr::LOCALHOST, 0)).map_err(launch)?;
         let port = listener.local_addr().map_err(launch)?.port();
         let stop_relay = CancellationToken::new();
         relay(listener, c.servers.clone(), stop_relay.clone());
@@ -369,7 +532,8 @@ impl<B: Backend> CnciLauncher<B> {
             .arg(&c.cert)
             .arg("--key")
             .arg(&c.key)
-            .args(["--scheduler", &format!("localhost:{port}")])
+            .args(["--scheduler", &c.servers.join(",")])
+            .args(["--via", &format!("127.0.0.1:{port}")])
             .args(["--uuid", &id.to_string()])
             .args(["--tenant", &record.tenant.to_string()])
             .args(["--ip", &record.ip.to_string()])
@@ -406,7 +570,7 @@ impl<B: Backend> CnciLauncher<B> {
         s.running.insert(
             id,
             Running {
-                pid,
+                pid: Some(pid),
                 exited: rx,
                 relay: stop_relay,
             },
@@ -415,19 +579,101 @@ impl<B: Backend> CnciLauncher<B> {
         Ok(())
     }
 
+    /// Starts a CNCI VM: its tap where QEMU opens it, the relay, the domain; then the tap
+    /// moves onto the bridge in the CNCI's namespace (before the guest has booted far enough
+    /// to send anything).
+    async fn launch_vm(&self, id: Uuid, record: &Record) -> Result<(), BackendError> {
+        let c = self.config()?;
+        let Some((vms, _)) = self.vm_mode()? else {
+            return Err(launch(
+                "a CNCI VM's record, but CNCIs do not run as VMs here",
+            ));
+        };
+        let tap = crate::net::tap_name(id);
+        let netns = c.tap_netns.as_deref();
+        // A tap of an earlier start, where QEMU runs or in the CNCI's namespace.
+        let _ = ip_in(netns, &["link", "del", &tap]).await;
+        let _ = ip(&["-n", &record.ns, "link", "del", &tap]).await;
+        ip_in(netns, &["tuntap", "add", "dev", &tap, "mode", "tap"]).await?;
+        let listener = listen_in(&record.ns, (RELAY_ADDR, RELAY_PORT)).map_err(launch)?;
+        let stop_relay = CancellationToken::new();
+        relay(listener, c.servers.clone(), stop_relay.clone());
+        let started = async {
+            vms.start(id).await?;
+            ip_in(netns, &["link", "set", &tap, "netns", &record.ns]).await?;
+            ip(&["-n", &record.ns, "link", "set", &tap, "master", VM_BRIDGE]).await?;
+            ip(&["-n", &record.ns, "link", "set", &tap, "up"]).await
+        };
+        if let Err(e) = started.await {
+            stop_relay.cancel();
+            let _ = vms.stop(id).await;
+            let _ = ip_in(netns, &["link", "del", &tap]).await;
+            return Err(e);
+        }
+        let exited = watch_vm(vms.clone(), id, stop_relay.clone());
+        self.lock().running.insert(
+            id,
+            Running {
+                pid: None,
+                exited,
+                relay: stop_relay,
+            },
+        );
+        tracing::info!(cnci = %id, ns = %record.ns, %tap, "CNCI VM started");
+        Ok(())
+    }
+
+    /// Takes over a CNCI VM an earlier run of the agent started: its relay again, and a
+    /// watcher of its end.
+    fn reattach_vm(&self, id: Uuid, record: &Record) -> Result<(), BackendError> {
+        let c = self.config()?;
+        let Some((vms, _)) = self.vm_mode()? else {
+            return Err(launch("CNCIs do not run as VMs here"));
+        };
+        let listener = listen_in(&record.ns, (RELAY_ADDR, RELAY_PORT)).map_err(launch)?;
+        let stop_relay = CancellationToken::new();
+        relay(listener, c.servers.clone(), stop_relay.clone());
+        let exited = watch_vm(vms.clone(), id, stop_relay.clone());
+        self.lock().running.insert(
+            id,
+            Running {
+                pid: None,
+                exited,
+                relay: stop_relay,
+            },
+        );
+        tracing::info!(cnci = %id, "CNCI VM re-attached");
+        Ok(())
+    }
+
     async fn halt(&self, id: Uuid) {
         let running = self.lock().running.remove(&id);
         let Some(r) = running else {
             return;
         };
-        signal(r.pid, rustix::process::Signal::TERM);
+        let Some(pid) = r.pid else {
+            // A VM: the relay closed, the VM powered off, its tap (made by us, so it outlives
+            // QEMU) removed.
+            r.relay.cancel();
+            if let Some(vms) = &self.vms
+                && let Err(e) = vms.stop(id).await
+            {
+                tracing::warn!(cnci = %id, error = %e, "CNCI VM not stopped");
+            }
+            let ns = self.lock().records.get(&id).map(|r| r.ns.clone());
+            if let Some(ns) = ns {
+                let _ = ip(&["-n", &ns, "link", "del", &crate::net::tap_name(id)]).await;
+            }
+            return;
+        };
+        signal(pid, rustix::process::Signal::TERM);
         let mut exited = r.exited.clone();
         let waited = tokio::time::timeout(Duration::from_secs(10), exited.wait_for(|e| *e))
             .await
             .is_ok();
         if !waited {
             tracing::warn!(cnci = %id, "CNCI did not stop within 10 s: killed");
-            signal(r.pid, rustix::process::Signal::KILL);
+            signal(pid, rustix::process::Signal::KILL);
             let _ = tokio::time::timeout(Duration::from_secs(5), exited.wait_for(|e| *e)).await;
         }
         r.relay.cancel();
@@ -475,6 +721,14 @@ impl<B: Backend> Backend for CnciLauncher<B> {
             return self.inner.delete(instance).await;
         };
         self.halt(instance).await;
+        if record.vm {
+            match &self.vms {
+                Some(vms) => vms.delete(instance).await?,
+                None => {
+                    tracing::warn!(cnci = %instance, "a CNCI VM's record, but no VM backend: its domain is left")
+                }
+            }
+        }
         if let Err(e) = ip(&["netns", "del", &record.ns]).await {
             tracing::warn!(cnci = %instance, error = %e, "CNCI namespace not deleted");
         }
@@ -500,10 +754,30 @@ impl<B: Backend> Backend for CnciLauncher<B> {
             .iter()
             .map(|(k, v)| (*k, v.clone()))
             .collect();
+        // A CNCI VM is a domain of the node's libvirt backend too: listed once, as ours.
+        let vm_left_running: Vec<Uuid> = all
+            .iter()
+            .filter(|e| e.running && records.iter().any(|(id, r)| r.vm && *id == e.instance))
+            .map(|e| e.instance)
+            .collect();
+        all.retain(|e| !records.iter().any(|(id, _)| *id == e.instance));
         for (id, r) in records {
-            let running = self.lock().running.contains_key(&id);
+            let mut running = self.lock().running.contains_key(&id);
+            if !running && vm_left_running.contains(&id) {
+                // An earlier run's VM: re-attached with a new relay (its cumulo-cnci
+                // reconnects through it), or powered off if that fails.
+                match self.reattach_vm(id, &r) {
+                    Ok(()) => running = true,
+                    Err(e) => {
+                        tracing::warn!(cnci = %id, error = %e, "CNCI VM not re-attached: stopped");
+                        if let Some(vms) = &self.vms {
+                            let _ = vms.stop(id).await;
+                        }
+                    }
+                }
+            }
             if !running && let Some(pid) = r.pid.filter(|p| alive(*p)) {
-                // An earlier run's process: stopped, to be started again by the core.
+                // An earlier run's process, whose relay died with that run: stopped.
                 tracing::info!(cnci = %id, pid, "stopping a CNCI an earlier run left");
                 signal(pid, rustix::process::Signal::TERM);
             }
@@ -556,6 +830,8 @@ mod tests {
             tunnel: "vxlan".into(),
             vxlan_port: 4789,
             dir: dir.to_owned(),
+            vm_image: None,
+            tap_netns: None,
         }
     }
 
@@ -569,6 +845,7 @@ mod tests {
             ns: ns_name(Uuid::from_u128(7)),
             ip: Ipv4Addr::new(198, 18, 0, 129),
             pid: None,
+            vm: false,
         };
         l.save(Uuid::from_u128(7), &r).unwrap();
         l.lock().records.insert(Uuid::from_u128(7), r.clone());
@@ -586,6 +863,50 @@ mod tests {
         assert_eq!(again.lock().records.get(&Uuid::from_u128(7)), Some(&r));
         assert_eq!(again.lock().records.len(), 1);
         assert!(ns_name(Uuid::from_u128(7)).len() <= 24);
+    }
+
+    #[test]
+    fn a_vm_gets_its_settings_and_credentials_in_its_user_data() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = config(dir.path());
+        for (name, text) in [("ca.pem", "CA\n"), ("c.pem", "CERT"), ("c.key", "KEY\n\n")] {
+            std::fs::write(dir.path().join(name), text).unwrap();
+        }
+        c.ca_cert = dir.path().join("ca.pem");
+        c.cert = dir.path().join("c.pem");
+        c.key = dir.path().join("c.key");
+        let r = Record {
+            tenant: Uuid::from_u128(1),
+            ns: ns_name(Uuid::from_u128(7)),
+            ip: Ipv4Addr::new(198, 18, 0, 129),
+            pid: None,
+            vm: true,
+        };
+        let text = vm_user_data(&c, Uuid::from_u128(7), &r).unwrap();
+        assert_eq!(
+            text,
+            "#cumulo-cnci\n\
+             CUMULO_CNCI_UUID=00000000-0000-0000-0000-000000000007\n\
+             CUMULO_CNCI_TENANT=00000000-0000-0000-0000-000000000001\n\
+             CUMULO_CNCI_IP=198.18.0.129\n\
+             CUMULO_CNCI_PREFIX=24\n\
+             CUMULO_CNCI_LINK_ADDR=169.254.0.2/24\n\
+             CUMULO_CNCI_SCHEDULER=localhost:8888\n\
+             CUMULO_CNCI_VIA=169.254.0.1:8443\n\
+             CUMULO_CNCI_TUNNEL=vxlan\n\
+             CUMULO_CNCI_VXLAN_PORT=4789\n\
+             --- file ca.pem\nCA\n--- file cert.pem\nCERT\n--- file key.pem\nKEY\n"
+        );
+        assert_eq!(vm_mac(r.ip), [2, 0xcc, 198, 18, 0, 129]);
+        // A value the guest's shell would have to quote is refused, not passed on.
+        c.servers = vec!["localhost:8888; reboot".into()];
+        assert!(matches!(
+            vm_user_data(&c, Uuid::from_u128(7), &r),
+            Err(BackendError::Launch(_))
+        ));
+        c.servers = vec!["localhost:8888".into()];
+        c.key = dir.path().join("missing.key");
+        assert!(vm_user_data(&c, Uuid::from_u128(7), &r).is_err());
     }
 
     #[test]

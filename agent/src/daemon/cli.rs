@@ -189,6 +189,16 @@ pub struct Args {
     /// The `cumulo-cnci` binary (default: the one next to this program).
     #[arg(long, env = "CUMULO_AGENT_CNCI_BINARY")]
     pub cnci_binary: Option<PathBuf>,
+    /// Run the CNCIs as VMs booted from this kernel+initrd image of the image store (made by
+    /// `scripts/cnci-guest.sh`: the tiny guest with `cumulo-cnci` inside) instead of as
+    /// processes. Needs `--backend libvirt`.
+    #[arg(long, env = "CUMULO_AGENT_CNCI_IMAGE")]
+    pub cnci_image: Option<String>,
+    /// With `--cnci-image`: the network namespace (a path such as `/proc/1/ns/net`) that
+    /// libvirt's QEMU runs in, where a CNCI VM's tap is made before it moves into the CNCI's
+    /// namespace. Default: this agent's own (where libvirtd normally runs too).
+    #[arg(long, env = "CUMULO_AGENT_CNCI_TAP_NETNS")]
+    pub cnci_tap_netns: Option<PathBuf>,
     /// Log format.
     #[arg(long, env = "CUMULO_AGENT_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
     pub log_format: String,
@@ -317,6 +327,11 @@ impl Args {
                 if !addresses.addr.is_ipv4() {
                     return Err(ArgsError::Cnci("--cnci-addresses: IPv4 only".into()));
                 }
+                if self.cnci_image.is_some() && self.backend != BackendKind::Libvirt {
+                    return Err(ArgsError::Cnci(
+                        "--cnci-image: CNCIs run as VMs with --backend libvirt only".into(),
+                    ));
+                }
                 let binary = match &self.cnci_binary {
                     Some(b) => b.clone(),
                     None => std::env::current_exe()
@@ -336,6 +351,8 @@ impl Args {
                     tunnel: self.net.tunnel.to_string(),
                     vxlan_port: self.net.vxlan_port,
                     dir: self.state_dir.join("cnci"),
+                    vm_image: self.cnci_image.clone(),
+                    tap_netns: self.cnci_tap_netns.clone(),
                 })
             }
         };

@@ -189,8 +189,9 @@ pub async fn run(config: DaemonConfig, shutdown: CancellationToken) -> Result<()
     match (&config.libvirt, &config.net) {
         (Some(l), Some(net)) if net.node_ip.is_some() => {
             let backend = LibvirtBackend::new(l.clone())?;
+            let vms = Some(backend.clone());
             let network = net.network(RtNetOps::new()?).await?;
-            let prepare = with_cncis(networked(backend, network), cnci);
+            let prepare = with_cncis(networked(backend, network), cnci, vms);
             run_with(&config, node, prepare, shutdown).await
         }
         (Some(l), net) => {
@@ -198,11 +199,24 @@ pub async fn run(config: DaemonConfig, shutdown: CancellationToken) -> Result<()
                 tracing::warn!("no --node-ip: tenant networking off (VMs start without a NIC)");
             }
             let backend = LibvirtBackend::new(l.clone())?;
-            run_with(&config, node, with_cncis(ready(backend), cnci), shutdown).await
+            let vms = Some(backend.clone());
+            run_with(
+                &config,
+                node,
+                with_cncis(ready(backend), cnci, vms),
+                shutdown,
+            )
+            .await
         }
         (None, _) => {
             let backend = SimBackend::new(config.sim.clone())?;
-            run_with(&config, node, with_cncis(ready(backend), cnci), shutdown).await
+            run_with(
+                &config,
+                node,
+                with_cncis(ready(backend), cnci, None),
+                shutdown,
+            )
+            .await
         }
     }
 }
@@ -217,7 +231,7 @@ pub async fn run_networked<B: Backend, O: NetOps>(
     shutdown: CancellationToken,
 ) -> Result<(), DaemonError> {
     let (_locks, node) = claim(&config)?;
-    let prepare = with_cncis(networked(backend, network), config.cnci.clone());
+    let prepare = with_cncis(networked(backend, network), config.cnci.clone(), None);
     run_with(&config, node, prepare, shutdown).await
 }
 
@@ -239,18 +253,28 @@ type Prepare<B> = Box<
 >;
 
 /// The prepared backend wrapped in a [`CnciLauncher`]: a network node runs the CNCIs placed
-/// on it as processes (`cnci` set), every other instance in the backend.
+/// on it (`cnci` set) as processes, or as VMs through `vms` with a CNCI image; every other
+/// instance in the backend.
 fn with_cncis<B: Backend>(
     prepare: Prepare<B>,
     cnci: Option<LaunchConfig>,
+    vms: Option<LibvirtBackend>,
 ) -> Prepare<CnciLauncher<B>> {
     Box::new(move |events, node| {
         Box::pin(async move {
             let backend = prepare(events, node).await?;
             if let Some(c) = &cnci {
-                tracing::info!(uplink = %c.uplink, addresses = %c.addresses, "CNCIs run here as processes");
+                let how = match &c.vm_image {
+                    Some(image) => format!("VMs of image {image}"),
+                    None => "processes".into(),
+                };
+                tracing::info!(uplink = %c.uplink, addresses = %c.addresses, "CNCIs run here as {how}");
             }
-            CnciLauncher::new(backend, cnci).map_err(DaemonError::Cnci)
+            let launcher = CnciLauncher::new(backend, cnci).map_err(DaemonError::Cnci)?;
+            Ok(match vms {
+                Some(vms) => launcher.with_vms(vms),
+                None => launcher,
+            })
         })
     })
 }

@@ -22,18 +22,18 @@ use ssntp::payload::{
 use std::net::IpAddr;
 
 const CNCI: Uuid = Uuid::from_bytes([0xcd; 16]);
-const TENANT: Uuid = Uuid::from_bytes([0x7f; 16]);
-const KEY: u32 = 0x7004;
+pub(crate) const TENANT: Uuid = Uuid::from_bytes([0x7f; 16]);
+pub(crate) const KEY: u32 = 0x7004;
 const CNCI_IP: &str = "198.18.0.100";
 const OUTSIDE_IP: &str = "198.18.0.200";
 const PUBLIC_IP: &str = "203.0.113.10";
 
 /// The controller's plan: the MAC carries the private address (`02:00` + its four bytes).
-fn mac(n: u8) -> [u8; 6] {
+pub(crate) fn mac(n: u8) -> [u8; 6] {
     [2, 0, 10, 250, 0, n]
 }
 
-fn networking(n: u8) -> Networking {
+pub(crate) fn networking(n: u8) -> Networking {
     Networking {
         vnic_mac: MacAddr(mac(n)),
         vnic_uuid: u(0x50 + n),
@@ -65,9 +65,26 @@ fn tools_missing() -> Option<String> {
     None
 }
 
+/// Whether test `name` can run here ([`can_run`], and the tools [`tools_missing`] looks for);
+/// a failure under `CUMULO_REQUIRE_NETNS=1` when it cannot.
+pub(crate) fn can_run_edge(name: &str) -> bool {
+    if !can_run(name) {
+        return false;
+    }
+    if let Some(why) = tools_missing() {
+        assert!(
+            std::env::var("CUMULO_REQUIRE_NETNS").as_deref() != Ok("1"),
+            "{name}: CUMULO_REQUIRE_NETNS=1 but {why}"
+        );
+        eprintln!("skipping {name}: {why}");
+        return false;
+    }
+    true
+}
+
 /// The udhcpc script: configures the interface from the lease and writes what it got to
 /// `<dir>/<interface>.lease` as `ip mask router mtu`.
-fn dhcp_script(dir: &Path) -> PathBuf {
+pub(crate) fn dhcp_script(dir: &Path) -> PathBuf {
     let path = dir.join("udhcpc.sh");
     let lease = dir.join("$interface.lease");
     std::fs::write(
@@ -94,7 +111,7 @@ fn dhcp_script(dir: &Path) -> PathBuf {
 
 /// A guest namespace for an instance: a veth from the host's bridge, the guest end (named
 /// `g<n>`, so that the lease files differ) with the instance's MAC and no address.
-fn bare_guest(host: &Netns, bridge: &str, n: u8, mac: [u8; 6]) -> Netns {
+pub(crate) fn bare_guest(host: &Netns, bridge: &str, n: u8, mac: [u8; 6]) -> Netns {
     let g = Netns::new(&format!("g{n}"));
     let (port, dev) = (format!("vh-{n}"), format!("g{n}"));
     host.ip(&[
@@ -108,7 +125,7 @@ fn bare_guest(host: &Netns, bridge: &str, n: u8, mac: [u8; 6]) -> Netns {
 
 /// Runs busybox udhcpc once in the guest (up to 10 discovers a second apart); whether it got
 /// a lease.
-fn dhcp(g: &Netns, n: u8, script: &Path) -> bool {
+pub(crate) fn dhcp(g: &Netns, n: u8, script: &Path) -> bool {
     let dev = format!("g{n}");
     Command::new("ip")
         .args(["netns", "exec", &g.name, "busybox", "udhcpc", "-i", &dev])
@@ -165,22 +182,14 @@ fn spawn_cnci(
 }
 
 /// Runs a blocking check on the blocking pool.
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+pub(crate) async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
     tokio::task::spawn_blocking(f).await.unwrap()
 }
 
 #[test]
 fn guests_get_leases_reach_outside_and_a_public_ip_maps_and_unmaps() {
     let name = "guests_get_leases_reach_outside_and_a_public_ip_maps_and_unmaps";
-    if !can_run(name) {
-        return;
-    }
-    if let Some(why) = tools_missing() {
-        assert!(
-            std::env::var("CUMULO_REQUIRE_NETNS").as_deref() != Ok("1"),
-            "{name}: CUMULO_REQUIRE_NETNS=1 but {why}"
-        );
-        eprintln!("skipping {name}: {why}");
+    if !can_run_edge(name) {
         return;
     }
     let (switch, h1, h2, cnci, ctl, outside) = (
@@ -498,15 +507,7 @@ fn peer(ip: &str, third: u8, key: u32) -> CnciPeer {
 #[test]
 fn two_subnets_of_a_tenant_route_through_their_cncis() {
     let name = "two_subnets_of_a_tenant_route_through_their_cncis";
-    if !can_run(name) {
-        return;
-    }
-    if let Some(why) = tools_missing() {
-        assert!(
-            std::env::var("CUMULO_REQUIRE_NETNS").as_deref() != Ok("1"),
-            "{name}: CUMULO_REQUIRE_NETNS=1 but {why}"
-        );
-        eprintln!("skipping {name}: {why}");
+    if !can_run_edge(name) {
         return;
     }
     let (switch, h1, ca_ns, cb_ns, ctl) = (
@@ -956,7 +957,7 @@ fn numbers() {
 
 /// The START the controller sends for a CNCI (`controller::engine::cnci`): a small instance on
 /// a network node, `cumulo-role: cnci`, its address on the compute network not known yet.
-fn cnci_start(cnci: Uuid) -> Start {
+pub(crate) fn cnci_start(cnci: Uuid) -> Start {
     let mut s = start(cnci, "cnci");
     s.tenant_uuid = TENANT;
     s.vm_type = ssntp::payload::VmType::Qemu;
@@ -980,15 +981,7 @@ fn cnci_start(cnci: Uuid) -> Start {
 #[test]
 fn a_dual_node_runs_the_cnci_its_instances_get_leases_and_ping() {
     let name = "a_dual_node_runs_the_cnci_its_instances_get_leases_and_ping";
-    if !can_run(name) {
-        return;
-    }
-    if let Some(why) = tools_missing() {
-        assert!(
-            std::env::var("CUMULO_REQUIRE_NETNS").as_deref() != Ok("1"),
-            "{name}: CUMULO_REQUIRE_NETNS=1 but {why}"
-        );
-        eprintln!("skipping {name}: {why}");
+    if !can_run_edge(name) {
         return;
     }
     // Host 1 is a compute node; the network node is dual: it runs the CNCI and an instance.

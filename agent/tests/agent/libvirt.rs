@@ -21,7 +21,7 @@ use virt::domain::Domain;
 pub(crate) static VMS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// The libvirt URI to test against, or `None` (after saying why) when the tests are skipped.
-fn libvirt_uri() -> Option<String> {
+pub(crate) fn libvirt_uri() -> Option<String> {
     match std::env::var("CUMULO_LIBVIRT_URI") {
         Ok(uri) if !uri.is_empty() => Some(uri),
         _ => {
@@ -70,7 +70,7 @@ pub(crate) fn state_dir(dir: &Path) -> PathBuf {
     state
 }
 
-fn libvirt_args(uri: &str) -> Vec<String> {
+pub(crate) fn libvirt_args(uri: &str) -> Vec<String> {
     [
         "--backend",
         "libvirt",

@@ -8,6 +8,7 @@
 //! outbound NAT and public IPs for those hosts' guests ([`edge`]: root).
 
 mod cnci;
+mod cnci_vm;
 mod edge;
 mod in_process;
 mod libvirt;

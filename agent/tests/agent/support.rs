@@ -336,9 +336,19 @@ impl Controller {
     pub(crate) async fn expect<R>(
         &mut self,
         what: &str,
+        check: impl FnMut(&Message) -> Option<R>,
+    ) -> R {
+        self.expect_within(T, what, check).await
+    }
+
+    /// As [`Controller::expect`], within `within`.
+    pub(crate) async fn expect_within<R>(
+        &mut self,
+        within: Duration,
+        what: &str,
         mut check: impl FnMut(&Message) -> Option<R>,
     ) -> R {
-        let deadline = Instant::now() + T;
+        let deadline = Instant::now() + within;
         loop {
             if let Some(found) = take(&mut self.pending, is_snapshot, &mut check) {
                 return found;
@@ -348,7 +358,7 @@ impl Controller {
                 Ok(Some(ClientEvent::Stopped(e))) => panic!("controller stopped: {e}"),
                 Ok(Some(_)) => {}
                 Ok(None) => panic!("the controller's client ended"),
-                Err(_) => panic!("timed out after {T:?} waiting for {what}"),
+                Err(_) => panic!("timed out after {within:?} waiting for {what}"),
             }
         }
     }

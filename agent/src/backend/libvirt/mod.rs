@@ -30,7 +30,7 @@ pub mod seed;
 pub mod xml;
 
 use std::collections::HashMap;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -231,7 +231,7 @@ impl Inner {
     }
 
     /// Create, on the calling thread (blocking).
-    fn create_blocking(&self, spec: &InstanceSpec) -> Result<(), BackendError> {
+    fn create_blocking(&self, spec: &InstanceSpec, tap: Option<Tap>) -> Result<(), BackendError> {
         let instance = spec.instance;
         if spec.kind == VmKind::Container {
             return Err(BackendError::Launch(
@@ -267,7 +267,7 @@ impl Inner {
         if dir.exists() {
             std::fs::remove_dir_all(&dir).map_err(|e| BackendError::Other(e.to_string()))?;
         }
-        let result = self.make(spec, &image, &dir, &name);
+        let result = self.make(spec, &image, &dir, &name, tap);
         if result.is_err()
             && let Err(e) = std::fs::remove_dir_all(&dir)
         {
@@ -283,6 +283,7 @@ impl Inner {
         image: &Image,
         dir: &Path,
         name: &str,
+        tap: Option<Tap>,
     ) -> Result<(), BackendError> {
         let instance = spec.instance;
         let io = |e: std::io::Error| BackendError::Launch(format!("{}: {e}", dir.display()));
@@ -322,7 +323,16 @@ impl Inner {
                 }
                 bytes.extend_from_slice(&seed.cpio());
                 let own = dir.join("initrd");
-                std::fs::write(&own, bytes).map_err(io)?;
+                // The user data may hold secrets (a CNCI's key): for root only; libvirt hands
+                // the file to QEMU's user while the domain runs.
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .create(true)
+                    .truncate(true)
+                    .mode(0o600)
+                    .open(&own)
+                    .and_then(|mut f| std::io::Write::write_all(&mut f, &bytes))
+                    .map_err(io)?;
                 let mut line = format!("console=ttyS0 panic=1 cumulo.instance={instance}");
                 if !cmdline.is_empty() {
                     line.push(' ');
@@ -344,7 +354,7 @@ impl Inner {
             boot,
             seed: seed_iso,
             console: dir.join("console.log"),
-            nic: spec.nic.as_ref().and_then(|nic| {
+            nic: tap.map(|t| (t.name, t.mac)).or_else(|| spec.nic.as_ref().and_then(|nic| {
                 let tap = crate::net::tap_name(instance);
                 if Path::new("/sys/class/net").join(&tap).exists() {
                     Some((tap, nic.mac))
@@ -354,7 +364,7 @@ impl Inner {
                     tracing::warn!(%instance, %tap, "no tap for the instance's NIC: started without one");
                     None
                 }
-            }),
+            })),
             tenant: spec.tenant,
             image: spec.image.clone(),
         };
@@ -507,10 +517,33 @@ impl LibvirtBackend {
     }
 }
 
+impl LibvirtBackend {
+    /// As [`Backend::create`], with the NIC on `tap`, a tap the caller makes before each start
+    /// (named as it will exist where libvirt's QEMU runs), instead of the instance's tenant
+    /// NIC: how a network node runs a CNCI as a VM.
+    pub async fn create_on_tap(&self, spec: &InstanceSpec, tap: Tap) -> Result<(), BackendError> {
+        let spec = spec.clone();
+        self.0
+            .blocking(move |b| b.create_blocking(&spec, Some(tap)))
+            .await?
+    }
+}
+
+/// A tap made by the caller for a VM's one NIC ([`LibvirtBackend::create_on_tap`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tap {
+    /// The tap's name.
+    pub name: String,
+    /// The NIC's MAC address.
+    pub mac: [u8; 6],
+}
+
 impl Backend for LibvirtBackend {
     async fn create(&self, spec: &InstanceSpec) -> Result<(), BackendError> {
         let spec = spec.clone();
-        self.0.blocking(move |b| b.create_blocking(&spec)).await?
+        self.0
+            .blocking(move |b| b.create_blocking(&spec, None))
+            .await?
     }
 
     async fn start(&self, instance: Uuid) -> Result<(), BackendError> {
