@@ -5,7 +5,8 @@
 //! ([`libvirt`]: skipped without `CUMULO_LIBVIRT_URI`), and the daemon with tenant networking
 //! over a fake kernel ([`tenants`]), `cumulo-cnci` in a network namespace ([`cnci`]: root),
 //! two hosts' agents pinging through a CNCI over SSNTP ([`overlay`]: root), and the CNCI's DHCP,
-//! outbound NAT and public IPs for those hosts' guests ([`edge`]: root).
+//! outbound NAT and public IPs for those hosts' guests ([`edge`]: root), and the CNCI as a real
+//! VM on a network node ([`cnci_vm`]: root and libvirtd).
 
 mod cnci;
 mod cnci_vm;
