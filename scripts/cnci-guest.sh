@@ -16,7 +16,8 @@
 #                            values are plain (letters, digits, . : , / - _ [ ]), else refused
 #   --- file NAME            then NAME's lines, up to the next `--- file` or the end: ca.pem,
 #                            cert.pem, key.pem (any other name is dropped)
-# puts CUMULO_CNCI_IP/PREFIX and the link-local address on eth0, prints CUMULO-CNCI-START and
+# puts CUMULO_CNCI_IP/PREFIX and the link-local address on eth0 with a default route out of it
+# (the network node proxy-ARPs for what it routes), prints CUMULO-CNCI-START and
 # runs cumulo-cnci (again after it exits, a second later).
 #
 # The kernel modules come from the same Debian kernel package as the tiny guest's kernel; they
@@ -151,6 +152,8 @@ if [ -f /cumulo/user-data ] && [ "$(head -n 1 /cumulo/user-data)" = "#cumulo-cnc
     done </cumulo/user-data
     ip addr add "$CUMULO_CNCI_IP/$CUMULO_CNCI_PREFIX" dev eth0
     ip addr add "$CUMULO_CNCI_LINK_ADDR" dev eth0
+    # Everything else through the network node, which answers ARP for what it routes.
+    ip route add default dev eth0
     unset CUMULO_CNCI_PREFIX CUMULO_CNCI_LINK_ADDR
     export CUMULO_CNCI_CA_CERT=/cnci/ca.pem CUMULO_CNCI_CERT=/cnci/cert.pem
     export CUMULO_CNCI_KEY=/cnci/key.pem RUST_LOG=info PATH=/bin
