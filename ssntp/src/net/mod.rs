@@ -6,6 +6,7 @@ pub mod client;
 pub mod conn;
 pub mod daemon;
 pub mod forward;
+pub mod handshaker;
 pub mod identity;
 pub mod server;
 pub mod tls;

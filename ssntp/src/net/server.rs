@@ -16,6 +16,7 @@ use uuid::Uuid;
 
 use super::conn::{self, ConnConfig, Dispatch, FirstFrame, Outbox, ReadRate, SendError};
 use super::forward::{Directory, Route, Routes};
+use super::handshaker::{Handshaker, HandshakerConfig, Rehomed};
 use super::tls::{self, TlsError, TlsIdentity};
 use crate::frame::Frame;
 use crate::handshake::{
@@ -50,6 +51,9 @@ pub struct ServerConfig {
     /// The read budget of every session but a controller's (default [`ReadRate::default`];
     /// `None`: unlimited).
     pub peer_read_rate: Option<ReadRate>,
+    /// Where handshakes run: a thread of their own ([`super::handshaker`], the default), or
+    /// `None`: on the sessions' runtime.
+    pub handshakes: Option<HandshakerConfig>,
 }
 
 impl ServerConfig {
@@ -66,6 +70,7 @@ impl ServerConfig {
             grace: Duration::from_secs(3),
             routes: Routes::new(),
             peer_read_rate: Some(ReadRate::default()),
+            handshakes: Some(HandshakerConfig::default()),
         }
     }
 }
@@ -458,6 +463,14 @@ impl Directory for ServerHandle {
     }
 }
 
+/// An established connection: TLS, the CONNECT's outcome (its CONNECTED not sent yet), and what
+/// was read past it.
+type Handshaken = (
+    tokio_rustls::server::TlsStream<Rehomed>,
+    ServerAccepted,
+    BytesMut,
+);
+
 /// The server. Build it with [`Server::new`], run it with [`Server::run`].
 pub struct Server {
     config: ServerConfig,
@@ -517,6 +530,13 @@ impl Server {
     pub async fn run(self, listener: TcpListener, shutdown: CancellationToken) {
         let tracker = TaskTracker::new();
         let limit = Arc::new(Semaphore::new(self.config.max_connections));
+        let handshaker = self.config.handshakes.and_then(|c| {
+            Handshaker::start(c)
+                .inspect_err(|e| {
+                    tracing::warn!(error = %e, "no handshake thread: handshakes run with the sessions");
+                })
+                .ok()
+        });
         let this = Arc::new(self);
         loop {
             let accepted = tokio::select! {
@@ -540,8 +560,10 @@ impl Server {
             let this = this.clone();
             let inner = tracker.clone();
             let stop = shutdown.clone();
+            let handshaker = handshaker.clone();
             tracker.spawn(async move {
-                this.connection(tcp, &inner, stop).await;
+                this.connection(tcp, handshaker.as_ref(), &inner, stop)
+                    .await;
                 drop(permit);
             });
         }
@@ -554,14 +576,7 @@ impl Server {
     }
 
     /// TLS, then CONNECT → CONNECTED (or the refusal); `None` when there is no session.
-    async fn handshake(
-        &self,
-        tcp: TcpStream,
-    ) -> Option<(
-        tokio_rustls::server::TlsStream<TcpStream>,
-        ServerAccepted,
-        BytesMut,
-    )> {
+    async fn handshake(&self, tcp: Rehomed) -> Option<Handshaken> {
         let start = conn::now().instant;
         let deadline = start + self.config.handshake.handshake_timeout;
         let tls_deadline = tokio::time::Instant::from_std(deadline);
@@ -625,22 +640,55 @@ impl Server {
                 return None;
             }
         };
-        conn::write_now(&mut stream, &accepted.reply, max, deadline)
-            .await
-            .ok()?;
+        // CONNECTED goes out through the session's outbox once the session is registered: a
+        // peer told it is connected can be reached at once.
         Some((stream, accepted, buf))
     }
 
-    async fn connection(&self, tcp: TcpStream, tracker: &TaskTracker, shutdown: CancellationToken) {
-        // The handshake's state (TLS included) is boxed so that it is freed once the session
-        // runs: a long-lived connection task keeps only what the session needs.
-        let Some((stream, accepted, buf)) = Box::pin(self.handshake(tcp)).await else {
+    /// [`Server::handshake`] on the handshake thread when there is one: the socket goes there
+    /// and comes back established (or not at all).
+    async fn handshaken(
+        self: &Arc<Self>,
+        tcp: TcpStream,
+        handshaker: Option<&Handshaker>,
+    ) -> Option<Handshaken> {
+        let Some(h) = handshaker else {
+            // The handshake's state (TLS included) is boxed so that it is freed once the
+            // session runs: a long-lived connection task keeps only what the session needs.
+            return Box::pin(self.handshake(Rehomed::new(tcp))).await;
+        };
+        let std = tcp.into_std().ok()?;
+        let this = self.clone();
+        let (mut stream, accepted, buf, std) = h
+            .run(async move {
+                let there = Rehomed::new(TcpStream::from_std(std).ok()?);
+                let (mut stream, accepted, buf) = Box::pin(this.handshake(there)).await?;
+                let std = stream.get_mut().0.detach().ok()?;
+                Some((stream, accepted, buf, std))
+            })
+            .await??;
+        stream.get_mut().0.attach(std).ok()?;
+        Some((stream, accepted, buf))
+    }
+
+    async fn connection(
+        self: &Arc<Self>,
+        tcp: TcpStream,
+        handshaker: Option<&Handshaker>,
+        tracker: &TaskTracker,
+        shutdown: CancellationToken,
+    ) {
+        let Some((stream, accepted, buf)) = self.handshaken(tcp, handshaker).await else {
             return;
         };
         let max = self.shared.max_frame;
         let session = accepted.session;
         let (uuid, role) = (session.peer_uuid(), session.peer_role());
         let opened = conn::open(stream, max, self.config.conn, tracker);
+        // First in the outbox, before anyone can find the session and queue a frame for it.
+        if opened.outbox().send(&accepted.reply).is_err() {
+            return;
+        }
         let generation = self.register(uuid, role, opened.outbox().clone()).await;
         if self
             .events
