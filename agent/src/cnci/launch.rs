@@ -11,7 +11,10 @@
 //!   `/32` route to that address; the node forwards and answers ARP for it on its uplink and
 //!   for the compute network on the veth (`ip_forward`, `proxy_arp` on both), so the CNCI is
 //!   reached from the other nodes and from the node itself (a dual node's own tunnels); a
-//!   record in `<state>/cnci/<uuid>.json` (tenant, namespace, address).
+//!   default route in the namespace out of `u0`, on link, so that the node's end (which
+//!   answers ARP for whatever the node routes elsewhere) is the next hop to every network
+//!   beyond the compute network's prefix (the CNCI's outbound NAT and public IPs reach what
+//!   the node reaches); a record in `<state>/cnci/<uuid>.json` (tenant, namespace, address).
 //! - **start**: a loopback relay in the namespace to the agent's schedulers (so that the CNCI
 //!   reaches them whatever routes its namespace has: TLS goes through the relay end to end, to
 //!   `localhost:<port>` as the certificates name it), then `ip netns exec <ns> cumulo-cnci
@@ -332,6 +335,9 @@ impl<B: Backend> CnciLauncher<B> {
             ip(&["-n", &ns, "addr", "add", &cidr, "dev", "u0"]).await?;
             ip(&["-n", &ns, "link", "set", "u0", "up"]).await?;
             ip(&["-n", &ns, "link", "set", "lo", "up"]).await?;
+            // Beyond the compute network: the node's end of the pair, which proxy-ARPs for
+            // every address the node routes out of another link.
+            ip(&["-n", &ns, "route", "replace", "default", "dev", "u0"]).await?;
             self.save(id, &record)
         };
         if let Err(e) = made.await {
