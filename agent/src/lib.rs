@@ -25,6 +25,8 @@ pub mod cnci;
 pub mod config;
 pub mod core;
 pub mod daemon;
+#[cfg(any(test, fuzzing))]
+pub mod fuzzing;
 pub mod host;
 pub mod model;
 pub mod net;

@@ -98,7 +98,8 @@ pub struct Args {
     /// out after a third of it without a write. Keep it at or below the scheduler's.
     #[arg(long, env = "CUMULO_CONTROLLER_IDLE_TIMEOUT", default_value = "30s", value_parser = parse_positive_duration)]
     pub idle_timeout: Duration,
-    /// How long a launched CNCI may take to announce itself.
+    /// How long a launched CNCI may take to announce itself; its START is sent again (200 ms,
+    /// doubling to 2 s, apart) while the cluster answers `full_cloud` or `no_net_cn` until then.
     #[arg(long, env = "CUMULO_CONTROLLER_CNCI_TIMEOUT", default_value = "120s", value_parser = parse_positive_duration)]
     pub cnci_timeout: Duration,
     /// How long a CNCI stays after its subnet empties.

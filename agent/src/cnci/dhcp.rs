@@ -327,6 +327,25 @@ impl Plan {
     }
 }
 
+/// A client's request as a DHCP client sends it (BOOTREQUEST, Ethernet, transaction ID
+/// `01020304`, the broadcast flag): message type `kind`, MAC `mac`, then the options in
+/// `extra` (each code, length, value) and the end option. For tests and the fuzz seeds.
+#[cfg(any(test, fuzzing))]
+pub fn request_packet(kind: u8, mac: [u8; 6], extra: &[u8]) -> Vec<u8> {
+    let mut p = vec![0u8; OPTIONS_AT];
+    p[0] = 1;
+    p[1] = 1;
+    p[2] = 6;
+    p[4..8].copy_from_slice(&[1, 2, 3, 4]);
+    p[10] = 0x80;
+    p[28..34].copy_from_slice(&mac);
+    p[236..240].copy_from_slice(&MAGIC);
+    p.extend_from_slice(&[0, 0, 53, 1, kind]);
+    p.extend_from_slice(extra);
+    p.push(255);
+    p
+}
+
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
 #[error("DHCP on {bridge}: {error}")]
@@ -404,20 +423,7 @@ mod tests {
         Plan::of(&"10.250.0.0/24".parse().unwrap(), 1450).unwrap()
     }
 
-    fn request(kind: u8, mac: [u8; 6], extra: &[u8]) -> Vec<u8> {
-        let mut p = vec![0u8; OPTIONS_AT];
-        p[0] = 1;
-        p[1] = 1;
-        p[2] = 6;
-        p[4..8].copy_from_slice(&[1, 2, 3, 4]);
-        p[10] = 0x80;
-        p[28..34].copy_from_slice(&mac);
-        p[236..240].copy_from_slice(&MAGIC);
-        p.extend_from_slice(&[0, 0, 53, 1, kind]);
-        p.extend_from_slice(extra);
-        p.push(255);
-        p
-    }
+    use super::request_packet as request;
 
     /// The options of a reply, as (code, value).
     fn options(p: &[u8]) -> Vec<(u8, Vec<u8>)> {

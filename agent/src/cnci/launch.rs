@@ -14,7 +14,10 @@
 //!   (`ip_forward`, `proxy_arp` on both), so the CNCI is reached from the other nodes and from
 //!   the node itself (a dual node's own tunnels); a record in `<state>/cnci/<uuid>.json`
 //!   (tenant, namespace, address, process or VM). A process CNCI's address (with the compute
-//!   network's prefix length) goes on `u0`. For a VM, `u0` goes on a bridge `cb0` that also
+//!   network's prefix length) goes on `u0`, with a default route out of `u0`, on link: the
+//!   node's end (which answers ARP for whatever the node routes elsewhere) is the next hop to
+//!   every network beyond the compute network's prefix (the CNCI's outbound NAT and public IPs
+//!   reach what the node reaches); a VM's guest sets the same route out of its NIC. For a VM, `u0` goes on a bridge `cb0` that also
 //!   holds the relay's link-local address, and the domain is defined from the CNCI image with
 //!   its settings and credentials in its user data ([`vm_user_data`]) and one NIC
 //!   ([`vm_mac`]) on the instance's tap.
@@ -31,10 +34,12 @@
 //!   (SIGKILL after 10 s) or powers the VM off (and removes its tap); **delete** stops it,
 //!   undefines a VM, deletes the namespace (the veth pair and its route go with it) and the
 //!   record.
-//! - **list** (an agent restart): a CNCI with a record is listed as not running; a process or
-//!   running VM that an earlier run left is stopped first (the relay it used died with that
-//!   run); the core then starts it again. A CNCI VM is a domain of the node's libvirt backend
-//!   too: it is listed once, as a CNCI.
+//! - **list** (an agent restart): a CNCI VM that an earlier run left running is re-attached (a
+//!   new relay; its `cumulo-cnci` reconnects through it) and listed as running; a process that
+//!   an earlier run left is stopped (the relay it used died with that run) and listed as not
+//!   running, as is every other CNCI with a record (the core reports those lost, and the
+//!   controller starts them again). A CNCI VM is a domain of the node's libvirt backend too:
+//!   it is listed once, as a CNCI.
 //!
 //! Namespaces and links are made with the `ip` binary (iproute2).
 
@@ -491,6 +496,9 @@ impl<B: Backend> CnciLauncher<B> {
             ip(&["-n", &ns, "addr", "add", &cidr, "dev", "u0"]).await?;
             ip(&["-n", &ns, "link", "set", "u0", "up"]).await?;
             ip(&["-n", &ns, "link", "set", "lo", "up"]).await?;
+            // Beyond the compute network: the node's end of the pair, which proxy-ARPs for
+            // every address the node routes out of another link.
+            ip(&["-n", &ns, "route", "replace", "default", "dev", "u0"]).await?;
             self.save(id, &record)
         };
         if let Err(e) = made.await {

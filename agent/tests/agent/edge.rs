@@ -992,6 +992,17 @@ fn a_dual_node_runs_the_cnci_its_instances_get_leases_and_ping() {
         Netns::new("ctl"),
     );
     underlay(&switch, &[(&h1, "198.18.0.1"), (&nn, "198.18.0.3")]);
+    // A network beyond the compute network's prefix, that only the network node routes to
+    // (and that has no route to the tenant's subnet): reached through the CNCI's NAT.
+    let out = Netns::new("out");
+    nn.ip(&[
+        "link", "add", "xo", "type", "veth", "peer", "name", "u0", "netns", &out.name,
+    ]);
+    nn.ip(&["addr", "add", "192.0.2.1/24", "dev", "xo"]);
+    nn.ip(&["link", "set", "xo", "up"]);
+    out.ip(&["addr", "add", "192.0.2.2/24", "dev", "u0"]);
+    out.ip(&["link", "set", "u0", "up"]);
+    out.ip(&["route", "add", "default", "via", "192.0.2.1"]);
     let listeners = [listen_in(&h1.name), listen_in(&nn.name)];
     let ports: Vec<u16> = listeners
         .iter()
@@ -1087,6 +1098,9 @@ fn a_dual_node_runs_the_cnci_its_instances_get_leases_and_ping() {
             let ns = agent::cnci::launch::ns_name(cnci);
             let cn = Netns { name: ns.clone() };
             assert!(cn.ip(&["addr", "show", "u0"]).contains("198.18.0.129/24"));
+            // Its default route: out of u0, to the node's end of the pair.
+            let default = cn.ip(&["route", "show", "default"]);
+            assert!(default.contains("default dev u0"), "{default}");
             c.stats(n3, "the CNCI active", |s| {
                 state_in(s, cnci) == Some(InstanceState::Active)
             })
@@ -1120,14 +1134,23 @@ fn a_dual_node_runs_the_cnci_its_instances_get_leases_and_ping() {
             let g1 = bare_guest(&h1, &bridge, 7, mac(7));
             let g2 = bare_guest(&h2, &bridge, 8, mac(8));
             let script = dhcp_script(&dir_path);
+            let cn_ns = cn.name.clone();
             let (g1, g2, ok) = blocking(move || {
                 let leased = dhcp(&g1, 7, &script) && dhcp(&g2, 8, &script);
                 let ping = leased && g1.reaches("10.250.0.8") && g2.reaches("10.250.0.7");
-                (g1, g2, [leased, ping])
+                // Beyond the compute network: the CNCI itself, and a guest through its NAT.
+                let probe = Netns { name: cn_ns };
+                let beyond = probe.reaches("192.0.2.2");
+                // Not ours to delete (the agent does).
+                std::mem::forget(probe);
+                let natted = leased && g1.reaches("192.0.2.2");
+                (g1, g2, [leased, ping, beyond, natted])
             })
             .await;
             assert!(ok[0], "no DHCP lease from the network node's CNCI");
             assert!(ok[1], "no ping through the network node's CNCI");
+            assert!(ok[2], "the CNCI does not reach beyond the compute network");
+            assert!(ok[3], "a guest does not reach beyond the compute network");
 
             // Delete everything: the instances, then the CNCI (its process and namespace).
             for (i, node) in [(i1, n1), (i2, n3)] {
@@ -1161,7 +1184,7 @@ fn a_dual_node_runs_the_cnci_its_instances_get_leases_and_ping() {
     let result = test.join();
     // Whatever happened, no CNCI process or namespace stays behind.
     agent::cnci::launch::clean_up(&dir.path().join("state-nn/cnci"));
-    drop((switch, h1, nn, ctl));
+    drop((switch, h1, nn, ctl, out));
     if let Err(panic) = result {
         std::panic::resume_unwind(panic);
     }

@@ -1,14 +1,20 @@
 //! The CNCI lifecycle: one concentrator per tenant subnet, launched on a network node when the
 //! subnet's first instance is created, awaited (CONCENTRATOR_INSTANCE_ADDED) with a timeout,
 //! restarted when it exits, removed a while after its subnet empties.
+//!
+//! A CNCI's START that meets a cluster with no room for it (`full_cloud`, `no_net_cn`) is sent
+//! again, with a backoff, until the CNCI timeout: the scheduler places nothing on a network node
+//! until its READY arrived, so a CNCI launched right after a network node connected (or before
+//! it did, in a cluster whose network node comes up after the controller) meets those at first.
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use ssntp::Payload;
 use ssntp::payload::{
-    CnciPeer, ConcentratorAdded, FwType, Networking, RefreshCnci, Requirements, Start, VmType,
+    CnciPeer, ConcentratorAdded, FwType, Networking, RefreshCnci, Requirements, Start,
+    StartFailure, StartFailureReason, VmType,
 };
 use uuid::Uuid;
 
@@ -18,6 +24,33 @@ use crate::cluster::ClusterError;
 use crate::store::{
     Cnci, CnciChange, CnciState, EventKind, Instance, InstanceFilter, Scope, StoreError, net,
 };
+
+/// The first wait before a CNCI's START goes again after `full_cloud` / `no_net_cn`.
+pub(super) const RETRY_FIRST: Duration = Duration::from_millis(200);
+/// The longest wait between two of a CNCI's STARTs (the wait doubles up to it).
+pub(super) const RETRY_MAX: Duration = Duration::from_secs(2);
+
+/// A CNCI whose START met a cluster with no room for it yet.
+#[derive(Debug, Clone)]
+pub(super) struct Retry {
+    /// When its START goes again; `None`: it went, and no answer came yet.
+    due: Option<SystemTime>,
+    /// The wait before `due`; the next one is twice as long (at most [`RETRY_MAX`]).
+    delay: Duration,
+    /// The START's `restart` flag.
+    restart: bool,
+    /// The last START_FAILURE's reason.
+    reason: String,
+}
+
+/// Whether a CNCI's START that failed with `reason` is worth sending again: the cluster had no
+/// network node with room yet (one may connect, or its READY arrive, in a moment).
+fn worth_retrying(reason: StartFailureReason) -> bool {
+    matches!(
+        reason,
+        StartFailureReason::FullCloud | StartFailureReason::NoNetCn
+    )
+}
 
 /// The gateway of a tenant subnet: its first host address (the CNCI's side).
 fn gateway(cidr: &ssntp::payload::Cidr) -> Ipv4Addr {
@@ -104,19 +137,107 @@ impl Engine {
 
     /// Sends a CNCI's START; a START that cannot be queued fails the CNCI.
     pub(super) fn launch_cnci(&self, cnci: &Cnci, restart: bool) {
-        let start = cnci_start(cnci, &self.config.cnci_image, restart);
         self.event(
             Some(cnci.tenant),
             EventKind::Info,
             format!("CNCI {} launched for subnet {}", cnci.id, cnci.cidr),
         );
+        self.send_cnci_start(cnci, restart);
+    }
+
+    fn send_cnci_start(&self, cnci: &Cnci, restart: bool) {
+        let start = cnci_start(cnci, &self.config.cnci_image, restart);
         if let Err(e) = self.send(&Payload::Start(Box::new(start))) {
             self.cnci_failed(cnci, &format!("START not sent: {e}"));
         }
     }
 
+    /// A CNCI's START_FAILURE at `now`: `full_cloud` / `no_net_cn` on a pending CNCI within its
+    /// timeout → its START goes again after a backoff; anything else fails the CNCI (and the
+    /// instances waiting for it).
+    pub(super) fn cnci_start_failed(&self, cnci: &Cnci, failure: &StartFailure, now: SystemTime) {
+        let reason = super::inbound::serde_name(&failure.reason);
+        let deadline = cnci.updated + self.config.cnci_timeout;
+        if !worth_retrying(failure.reason) || cnci.state != CnciState::Pending || now >= deadline {
+            self.cnci_failed(cnci, &format!("START failed: {reason}"));
+            return;
+        }
+        let (delay, first) = {
+            let mut state = self.state();
+            let retry = state.cnci_retries.entry(cnci.id).or_insert(Retry {
+                due: None,
+                delay: Duration::ZERO,
+                restart: failure.restart,
+                reason: String::new(),
+            });
+            let first = retry.delay.is_zero();
+            retry.delay = if first {
+                RETRY_FIRST
+            } else {
+                retry.delay.saturating_mul(2).min(RETRY_MAX)
+            };
+            retry.due = Some(now + retry.delay);
+            retry.restart = failure.restart;
+            retry.reason.clone_from(&reason);
+            (retry.delay, first)
+        };
+        let message = format!(
+            "CNCI {} of subnet {}: START failed ({reason}); sent again in {delay:?}, until {:?} after its launch",
+            cnci.id, cnci.cidr, self.config.cnci_timeout
+        );
+        if first {
+            // One event per CNCI: the retries themselves are logged.
+            self.event(Some(cnci.tenant), EventKind::Warning, message);
+        } else {
+            tracing::info!("{message}");
+        }
+    }
+
+    /// When the next CNCI START is due to go again, if any is.
+    pub fn next_cnci_retry(&self) -> Option<SystemTime> {
+        self.state()
+            .cnci_retries
+            .values()
+            .filter_map(|r| r.due)
+            .min()
+    }
+
+    /// Sends again the CNCI STARTs due at `now` (of CNCIs still pending).
+    pub fn retry_cncis(&self, now: SystemTime) -> Result<(), ClusterError> {
+        let due: Vec<(Uuid, bool)> = {
+            let mut state = self.state();
+            state
+                .cnci_retries
+                .iter_mut()
+                .filter(|(_, r)| r.due.is_some_and(|due| due <= now))
+                .map(|(id, r)| {
+                    r.due = None;
+                    (*id, r.restart)
+                })
+                .collect()
+        };
+        for (id, restart) in due {
+            let cnci = match self.store.cnci(Scope::All, id) {
+                Ok(cnci) => cnci,
+                Err(StoreError::NotFound { .. }) => {
+                    self.state().cnci_retries.remove(&id);
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            };
+            if cnci.state != CnciState::Pending {
+                self.state().cnci_retries.remove(&id);
+                continue;
+            }
+            tracing::info!("CNCI {id}: START sent again");
+            self.send_cnci_start(&cnci, restart);
+        }
+        Ok(())
+    }
+
     /// Marks a CNCI failed and fails the instances waiting for it.
     pub(super) fn cnci_failed(&self, cnci: &Cnci, why: &str) {
+        self.state().cnci_retries.remove(&cnci.id);
         self.event(
             Some(cnci.tenant),
             EventKind::Error,
@@ -153,6 +274,7 @@ impl Engine {
             }
             Err(e) => return Err(e.into()),
         };
+        self.state().cnci_retries.remove(&cnci.id);
         let cnci = self.store.update_cnci(
             cnci.id,
             cnci.version,
@@ -204,6 +326,7 @@ impl Engine {
 
     /// A CNCI's instance stopped or was deleted under us: it is started again.
     pub(super) fn cnci_exited(&self, cnci: &Cnci) -> Result<(), ClusterError> {
+        self.state().cnci_retries.remove(&cnci.id);
         let cnci = self.store.update_cnci(
             cnci.id,
             cnci.version,
@@ -272,7 +395,16 @@ impl Engine {
             }
             match cnci.state {
                 CnciState::Pending if age >= self.config.cnci_timeout => {
-                    self.cnci_failed(&cnci, "it did not announce itself in time");
+                    // Still waiting to send its START again: it never found room.
+                    let unplaced = self
+                        .state()
+                        .cnci_retries
+                        .get(&cnci.id)
+                        .and_then(|r| r.due.map(|_| r.reason.clone()));
+                    match unplaced {
+                        Some(reason) => self.cnci_failed(&cnci, &format!("START failed: {reason}")),
+                        None => self.cnci_failed(&cnci, "it did not announce itself in time"),
+                    }
                 }
                 CnciState::Exited => {
                     let cnci = self.store.update_cnci(
@@ -288,15 +420,18 @@ impl Engine {
                 _ => {}
             }
         }
-        let mut state = self.state();
-        for subnet in idle {
-            state.idle_subnets.remove(&subnet);
+        {
+            let mut state = self.state();
+            for subnet in idle {
+                state.idle_subnets.remove(&subnet);
+            }
         }
-        Ok(())
+        self.retry_cncis(now)
     }
 
     /// Removes an idle subnet's CNCI: DELETE to its node if it runs somewhere, and the record.
     fn remove_cnci(&self, cnci: &Cnci) -> Result<(), ClusterError> {
+        self.state().cnci_retries.remove(&cnci.id);
         if let Some(node) = cnci.node
             && let Err(e) = self.send_delete(cnci.id, node, false)
         {

@@ -20,11 +20,17 @@ use crate::store::{
 impl Engine {
     /// Applies one frame from the scheduler. Errors are about the store; the frame is dropped.
     pub fn handle(&self, payload: &Payload) -> Result<(), ClusterError> {
+        self.handle_at(payload, SystemTime::now())
+    }
+
+    /// [`Engine::handle`], for a frame that arrived at `now` (the time the timers it starts
+    /// count from).
+    pub fn handle_at(&self, payload: &Payload, now: SystemTime) -> Result<(), ClusterError> {
         match payload {
             Payload::Stats(stats) => self.on_stats(stats),
             Payload::InstanceStopped(e) => self.on_stopped(e.instance_uuid),
             Payload::InstanceDeleted(e) => self.on_deleted(e.instance_uuid),
-            Payload::StartFailure(f) => self.on_start_failure(f),
+            Payload::StartFailure(f) => self.on_start_failure(f, now),
             Payload::DeleteFailure(f) => self.on_delete_failure(f),
             Payload::DeliveryFailure(f) => {
                 self.on_delivery_failure(f);
@@ -447,14 +453,18 @@ impl Engine {
         }
     }
 
-    fn on_start_failure(&self, failure: &StartFailure) -> Result<(), ClusterError> {
+    fn on_start_failure(
+        &self,
+        failure: &StartFailure,
+        now: SystemTime,
+    ) -> Result<(), ClusterError> {
         let id = failure.instance_uuid;
         let reason = serde_name(&failure.reason);
         let record = match self.store.instance(Scope::All, id) {
             Ok(record) => record,
             Err(StoreError::NotFound { .. }) => {
                 if let Ok(cnci) = self.store.cnci(Scope::All, id) {
-                    self.cnci_failed(&cnci, &format!("START failed: {reason}"));
+                    self.cnci_start_failed(&cnci, failure, now);
                 }
                 return Ok(());
             }
@@ -546,7 +556,7 @@ impl Engine {
 }
 
 /// The wire name of a serde enum value (`image_failure`).
-fn serde_name<T: serde::Serialize>(value: &T) -> String {
+pub(super) fn serde_name<T: serde::Serialize>(value: &T) -> String {
     serde_json::to_value(value)
         .ok()
         .and_then(|v| v.as_str().map(str::to_string))

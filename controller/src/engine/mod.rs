@@ -67,7 +67,8 @@ pub struct EngineConfig {
     /// How long a DELETE or a stop may go unconfirmed before the instance is `hung` (`missing`
     /// for a stop).
     pub confirm_timeout: Duration,
-    /// How long a launched CNCI may take to announce itself before it counts as failed.
+    /// How long a launched CNCI may take to announce itself before it counts as failed; until
+    /// then a START refused for want of room (`full_cloud`, `no_net_cn`) is sent again.
     pub cnci_timeout: Duration,
     /// How long a CNCI stays after the last instance of its subnet went.
     pub cnci_linger: Duration,
@@ -135,6 +136,8 @@ struct State {
     strangers: HashSet<(Uuid, Uuid)>,
     /// Subnets (by id) whose last instance went, since when: their CNCI goes after the linger.
     idle_subnets: HashMap<Uuid, SystemTime>,
+    /// CNCIs whose START met a cluster with no room for them yet, by CNCI id.
+    cnci_retries: HashMap<Uuid, cnci::Retry>,
     traces: VecDeque<Trace>,
 }
 

@@ -10,7 +10,8 @@ use tokio_util::sync::CancellationToken;
 use super::Engine;
 
 /// Applies the client's events to the engine, in order, and sweeps every `sweep_every`, until
-/// `shutdown` or the client stops. Store work runs on the blocking pool.
+/// `shutdown` or the client stops; a CNCI START due to go again sooner than the next sweep
+/// (see [`Engine::next_cnci_retry`]) goes when due. Store work runs on the blocking pool.
 pub async fn run(
     engine: Arc<Engine>,
     mut events: mpsc::Receiver<ClientEvent>,
@@ -20,8 +21,23 @@ pub async fn run(
     let mut sweep = tokio::time::interval(sweep_every);
     sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
+        let retry_at = engine.next_cnci_retry();
+        let retry_in = retry_at
+            .map(|at| at.duration_since(SystemTime::now()).unwrap_or_default())
+            .unwrap_or_default();
         tokio::select! {
             () = shutdown.cancelled() => return,
+            () = tokio::time::sleep(retry_in), if retry_at.is_some() => {
+                let engine = engine.clone();
+                // The time slept until, should the wall clock lag the timer.
+                let now = retry_at.map_or_else(SystemTime::now, |at| SystemTime::now().max(at));
+                let retried = tokio::task::spawn_blocking(move || engine.retry_cncis(now)).await;
+                match retried {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => tracing::warn!("CNCI retries: {e}"),
+                    Err(e) => tracing::error!("CNCI retry task: {e}"),
+                }
+            }
             _ = sweep.tick() => {
                 let engine = engine.clone();
                 let swept = tokio::task::spawn_blocking(move || engine.sweep(SystemTime::now())).await;
