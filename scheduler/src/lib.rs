@@ -20,8 +20,9 @@ use ssntp::net::{Server, ServerConfig, ServerError, ServerEvent, ServerHandle, T
 use ssntp::payload::{DeliveryFailureReason, NodeState};
 use ssntp::{Role, Uuid};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use cluster::{Action, Cluster};
@@ -161,6 +162,50 @@ fn apply(handle: &ServerHandle, cluster: &mut Cluster, actions: Vec<Action>) {
     }
 }
 
+/// One event from the server: the cluster's state changes, its actions are carried out.
+fn handle_event(cluster: &mut Cluster, handle: &ServerHandle, event: ServerEvent, now: Instant) {
+    let actions = match event {
+        ServerEvent::Connected {
+            uuid,
+            role,
+            generation,
+        } => cluster.connected(uuid, role, generation, now),
+        ServerEvent::Disconnected {
+            uuid,
+            role,
+            generation,
+        } => cluster.disconnected(uuid, role, generation),
+        ServerEvent::Frames {
+            uuid,
+            role,
+            messages,
+        } => messages
+            .into_iter()
+            .flat_map(|m| cluster.message(uuid, role, m, now, handle))
+            .collect(),
+    };
+    apply(handle, cluster, actions);
+}
+
+/// The periodic check, after the events queued so far: a node whose frames wait in the queue
+/// (the main task fell behind: a burst, a stall) is not taken for silent. Events queued while
+/// this runs wait for the loop.
+fn tick_after_queued(
+    cluster: &mut Cluster,
+    handle: &ServerHandle,
+    events: &mut mpsc::Receiver<ServerEvent>,
+    now: Instant,
+) {
+    for _ in 0..events.len() {
+        match events.try_recv() {
+            Ok(event) => handle_event(cluster, handle, event, now),
+            Err(_) => break,
+        }
+    }
+    let actions = cluster.tick(now);
+    apply(handle, cluster, actions);
+}
+
 /// Runs the scheduler on `listener` until `shutdown`. `summary` is refreshed every second.
 pub async fn run(
     config: SchedulerConfig,
@@ -186,26 +231,13 @@ pub async fn run(
         tokio::select! {
             _ = shutdown.cancelled() => break,
             event = events.recv() => {
+                let Some(event) = event else { break };
                 let now = tokio::time::Instant::now().into_std();
-                let actions = match event {
-                    None => break,
-                    Some(ServerEvent::Connected { uuid, role, generation }) => {
-                        cluster.connected(uuid, role, generation, now)
-                    }
-                    Some(ServerEvent::Disconnected { uuid, role, generation }) => {
-                        cluster.disconnected(uuid, role, generation)
-                    }
-                    Some(ServerEvent::Frames { uuid, role, messages }) => messages
-                        .into_iter()
-                        .flat_map(|m| cluster.message(uuid, role, m, now, &handle))
-                        .collect(),
-                };
-                apply(&handle, &mut cluster, actions);
+                handle_event(&mut cluster, &handle, event, now);
             }
             _ = check.tick() => {
                 let now = tokio::time::Instant::now().into_std();
-                let actions = cluster.tick(now);
-                apply(&handle, &mut cluster, actions);
+                tick_after_queued(&mut cluster, &handle, &mut events, now);
                 let s = summarize(&cluster, &handle, events.len());
                 if config.heartbeat {
                     tracing::info!(target: "heartbeat", "{}", s.line);
@@ -218,4 +250,51 @@ pub async fn run(
     drop(events);
     let _ = server_task.await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ssntp::frame::Frame;
+    use ssntp::payload::Payload;
+    use ssntp::session::Message;
+
+    #[tokio::test]
+    async fn frames_queued_behind_a_stall_count_before_the_silence_check() {
+        let pki = testkit::TestPki::new();
+        let me = Uuid::from_bytes([0x5c; 16]);
+        let config = ServerConfig::new(pki.identity(Role::SCHEDULER, Some(me)), me);
+        let (_server, handle, _events) = Server::new(config).unwrap();
+        let dead_after = Duration::from_secs(15);
+        let mut cluster = Cluster::new(me, dead_after);
+        let (quiet, busy) = (Uuid::from_u128(1), Uuid::from_u128(2));
+        let t0 = Instant::now();
+        for node in [quiet, busy] {
+            let connected = ServerEvent::Connected {
+                uuid: node,
+                role: Role::AGENT,
+                generation: 0,
+            };
+            handle_event(&mut cluster, &handle, connected, t0);
+        }
+        // The busy node's HEARTBEAT came in time but waits in the queue: the main task stalled
+        // past the dead-node timeout. The quiet node sent nothing.
+        let (tx, mut events) = mpsc::channel(8);
+        let heartbeat = Message {
+            frame: Frame::new(busy, &Payload::Heartbeat),
+            payload: Payload::Heartbeat,
+        };
+        tx.try_send(ServerEvent::Frames {
+            uuid: busy,
+            role: Role::AGENT,
+            messages: vec![heartbeat],
+        })
+        .unwrap();
+        let late = t0 + dead_after + Duration::from_secs(1);
+        tick_after_queued(&mut cluster, &handle, &mut events, late);
+        let left: Vec<Uuid> = cluster.placement().nodes().map(|n| n.uuid).collect();
+        assert_eq!(left, vec![busy], "only the silent node is dropped");
+        assert_eq!(cluster.metrics.dead_nodes, 1);
+        assert!(events.is_empty());
+    }
 }
