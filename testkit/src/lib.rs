@@ -6,10 +6,12 @@
 //! - [`wait_until`] and [`recv_within`]: wait for a condition or a message with a deadline,
 //!   instead of sleeping.
 //! - [`etcd`]: a real etcd started from `PATH` for the store's tests, stopped by PID.
+//! - [`procfs`]: a free port, a process's CPU time and memory, for the benchmarks.
 #![forbid(unsafe_code)]
 
 pub mod etcd;
 mod pki;
+pub mod procfs;
 mod raw;
 mod wait;
 
