@@ -1,0 +1,370 @@
+//! `cumulo up --backend sim --tenant-network cnci` inside a network namespace this test makes
+//! (so nothing touches the machine's own network): a tenant's instance through the CLI, its
+//! subnet's CNCI active (a `cumulo-cnci` process in a namespace of its own, on the compute
+//! network link `up` made) and the instance active; the instance deleted; `cumulo down` leaves
+//! no CNCI namespace, no link, no process. And `--tenant-network cnci` refused without root.
+//!
+//! Needs root, `ip`, and the cluster's binaries (`cargo build --bins`, `cumulo-cnci` included):
+//! without them the test is skipped with a message, unless `CUMULO_REQUIRE_NETNS=1` (root) or
+//! `CUMULO_REQUIRE_BINS=1` (the binaries) make that a failure (CI sets both).
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const CUMULO: &str = env!("CARGO_BIN_EXE_cumulo");
+
+fn binaries_or_skip() -> bool {
+    let dir = Path::new(CUMULO).parent().unwrap();
+    let missing: Vec<&str> = [
+        "cumulo-scheduler",
+        "cumulo-controller",
+        "cumulo-agent",
+        "cumulo-cnci",
+    ]
+    .into_iter()
+    .filter(|b| !dir.join(b).is_file())
+    .collect();
+    if missing.is_empty() {
+        return true;
+    }
+    assert!(
+        std::env::var("CUMULO_REQUIRE_BINS").as_deref() != Ok("1"),
+        "CUMULO_REQUIRE_BINS=1 but {missing:?} are not built: cargo build --bins"
+    );
+    eprintln!("SKIPPED: {missing:?} not built (cargo build --bins)");
+    false
+}
+
+fn is_root() -> bool {
+    rustix::process::geteuid().is_root()
+}
+
+fn have_ip() -> bool {
+    Command::new("ip")
+        .arg("-V")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+fn netns_or_skip() -> bool {
+    let why = if !is_root() {
+        "not root"
+    } else if !have_ip() {
+        "no ip binary (iproute2)"
+    } else {
+        return true;
+    };
+    assert!(
+        std::env::var("CUMULO_REQUIRE_NETNS").as_deref() != Ok("1"),
+        "CUMULO_REQUIRE_NETNS=1 but {why}"
+    );
+    eprintln!("SKIPPED: {why}: cumulo up --tenant-network cnci needs root and network namespaces");
+    false
+}
+
+fn ip(args: &[&str]) -> Output {
+    Command::new("ip").args(args).output().unwrap()
+}
+
+/// The global list of network namespace names.
+fn namespaces() -> Vec<String> {
+    std::fs::read_dir("/run/netns")
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Whether `pid` is a live process (zombies count as gone).
+fn alive(pid: i32) -> bool {
+    let stat = PathBuf::from(format!("/proc/{pid}/stat"));
+    std::fs::read_to_string(stat).is_ok_and(|s| {
+        s.rfind(')')
+            .and_then(|i| s[i + 1..].split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X")
+    })
+}
+
+/// Polls `ready` every 100 ms until it gives a value, or fails after `within` saying `what`.
+fn poll<T>(what: &str, within: Duration, mut ready: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(v) = ready() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "{what}: not within {within:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A cluster in a network namespace of its own. Dropped (also when the test fails): its logs
+/// shown on failure, `cumulo down`, the namespace deleted.
+struct Cluster {
+    ns: String,
+    dir: tempfile::TempDir,
+    env: HashMap<String, String>,
+}
+
+impl Cluster {
+    fn new() -> Cluster {
+        let ns = format!("cumulo-up-test-{}", std::process::id());
+        let _ = ip(&["netns", "del", &ns]);
+        let made = ip(&["netns", "add", &ns]);
+        assert!(made.status.success(), "ip netns add: {made:?}");
+        let cluster = Cluster {
+            ns,
+            dir: tempfile::tempdir().unwrap(),
+            env: HashMap::new(),
+        };
+        let lo = cluster.in_ns("ip", &["link", "set", "lo", "up"]);
+        assert!(lo.status.success(), "{lo:?}");
+        cluster
+    }
+
+    fn root(&self) -> String {
+        self.dir.path().to_str().unwrap().to_string()
+    }
+
+    /// `program ARGS` inside the cluster's namespace.
+    fn in_ns(&self, program: &str, args: &[&str]) -> Output {
+        Command::new("ip")
+            .args(["netns", "exec", &self.ns, program])
+            .args(args)
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .envs(&self.env)
+            .output()
+            .unwrap()
+    }
+
+    /// A `cumulo` command that must succeed; its stdout.
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.in_ns(CUMULO, args);
+        assert!(
+            out.status.success(),
+            "cumulo {args:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    fn json(&self, args: &[&str]) -> Value {
+        let mut all = vec!["--json"];
+        all.extend_from_slice(args);
+        let text = self.ok(&all);
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{args:?}: {e}: {text}"))
+    }
+
+    fn pids(&self) -> Vec<(i32, String)> {
+        let run = self.dir.path().join("run");
+        std::fs::read_dir(&run)
+            .map(|entries| {
+                entries
+                    .filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
+                    .filter_map(|text| {
+                        let mut words = text.split_whitespace();
+                        Some((words.next()?.parse().ok()?, words.next()?.to_string()))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// The agent's CNCI records: (namespace, pid).
+    fn cnci_records(&self) -> Vec<(String, Option<i64>)> {
+        let dir = self.dir.path().join("agent/cnci");
+        std::fs::read_dir(dir)
+            .map(|d| {
+                d.flatten()
+                    .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
+                    .filter_map(|e| std::fs::read(e.path()).ok())
+                    .filter_map(|b| serde_json::from_slice::<Value>(&b).ok())
+                    .map(|r| {
+                        (
+                            r["ns"].as_str().unwrap_or("").to_string(),
+                            r["pid"].as_i64(),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            for log in ["agent", "controller", "scheduler"] {
+                let path = self.dir.path().join(format!("logs/{log}.log"));
+                let text = std::fs::read_to_string(&path).unwrap_or_default();
+                let tail: Vec<&str> = text.lines().rev().take(40).collect();
+                eprintln!("--- {} (last lines)", path.display());
+                for line in tail.iter().rev() {
+                    eprintln!("{line}");
+                }
+            }
+        }
+        let root = self.root();
+        let _ = self.in_ns(CUMULO, &["down", "--dir", &root]);
+        let _ = ip(&["netns", "del", &self.ns]);
+    }
+}
+
+#[test]
+fn up_with_tenant_networks_through_cncis_in_a_namespace() {
+    if !binaries_or_skip() || !netns_or_skip() {
+        return;
+    }
+    let mut cluster = Cluster::new();
+    let root = cluster.root();
+    let started = Instant::now();
+    let shown = cluster.ok(&[
+        "up",
+        "--backend",
+        "sim",
+        "--tenant-network",
+        "cnci",
+        "--no-instance",
+        "--dir",
+        &root,
+    ]);
+    eprintln!(
+        "cumulo up --tenant-network cnci: {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    assert!(shown.contains("cumulo is up (sim backend)"), "{shown}");
+    assert!(shown.contains("Tenant networks: through CNCIs"), "{shown}");
+    assert!(
+        shown.contains("compute network 198.18.255.1/24 (cumulo0; CNCIs take 198.18.255.128/25)"),
+        "{shown}"
+    );
+    // The compute network's link, in the test's namespace only.
+    let link = cluster.in_ns("ip", &["-4", "-o", "addr", "show", "dev", "cumulo0"]);
+    assert!(
+        String::from_utf8_lossy(&link.stdout).contains("198.18.255.1/24"),
+        "{link:?}"
+    );
+    // Not in the machine's own namespace.
+    let outside = ip(&["-4", "-o", "addr", "show", "dev", "cumulo0"]);
+    assert!(
+        !String::from_utf8_lossy(&outside.stdout).contains("198.18.255.1/24"),
+        "{outside:?}"
+    );
+    let env = std::fs::read_to_string(cluster.dir.path().join("env")).unwrap();
+    for line in env.lines() {
+        if let Some((k, v)) = line.trim_start_matches("export ").split_once('=') {
+            cluster.env.insert(k.to_string(), v.to_string());
+        }
+    }
+    let services = cluster.pids();
+    assert_eq!(services.len(), 3, "{services:?}");
+
+    // A tenant's instance: its subnet's CNCI is launched, announces itself, and the instance
+    // is released to it.
+    let made = cluster.json(&[
+        "instance",
+        "create",
+        "--workload",
+        "tiny",
+        "--name",
+        "net",
+        "--wait",
+    ]);
+    let made = made.as_array().unwrap();
+    assert_eq!(made.len(), 1, "{made:?}");
+    assert_eq!(made[0]["state"], "active");
+    let id = made[0]["id"].as_str().unwrap().to_string();
+    let cnci = poll("an active CNCI", Duration::from_secs(60), || {
+        let list = cluster.json(&["cnci", "list"]);
+        list["cncis"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["state"] == "active").cloned())
+    });
+    let cnci_ip = cnci["ip"].as_str().unwrap();
+    assert!(cnci_ip.starts_with("198.18.255."), "{cnci}");
+    let last: u8 = cnci_ip.rsplit('.').next().unwrap().parse().unwrap();
+    assert!(last >= 128, "the CNCIs take the upper half: {cnci}");
+    let cnci_id = cnci["id"].as_str().unwrap().replace('-', "");
+    let ns = format!("cumulo-cnci-{}", &cnci_id[..12]);
+    assert!(namespaces().contains(&ns), "{ns} not in {:?}", namespaces());
+    let records = cluster.cnci_records();
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records[0].0, ns);
+    let cnci_pid = i32::try_from(records[0].1.unwrap()).unwrap();
+    assert!(alive(cnci_pid), "the CNCI process {cnci_pid}");
+    // The host reaches its CNCI over the compute network (the veth pair and proxy ARP).
+    let ping = cluster.in_ns("ping", &["-c", "1", "-W", "5", cnci_ip]);
+    assert!(ping.status.success(), "{ping:?}");
+    let shown = cluster.json(&["instance", "show", &id]);
+    assert_eq!(shown["state"], "active");
+
+    cluster.ok(&["instance", "delete", "--wait", &id]);
+
+    // The controller removes an idle subnet's CNCI only after a while (--cnci-linger, 60 s):
+    // it is still there, and `down` deletes what the agent leaves of it.
+    let lingering = !cluster.cnci_records().is_empty();
+    let down = cluster.ok(&["down", "--dir", &root]);
+    assert!(down.contains("deleted link cumulo0"), "{down}");
+    if lingering {
+        assert!(
+            down.contains(&format!("deleted CNCI namespace(s) {ns}")),
+            "{down}"
+        );
+    }
+    for (pid, program) in &services {
+        assert!(!alive(*pid), "{program} (pid {pid}) still runs after down");
+    }
+    assert!(
+        !alive(cnci_pid),
+        "the CNCI (pid {cnci_pid}) still runs after down"
+    );
+    let left: Vec<String> = namespaces()
+        .into_iter()
+        .filter(|n| n.starts_with("cumulo-cnci-"))
+        .collect();
+    assert!(!left.contains(&ns), "{ns} left after down: {left:?}");
+    let link = cluster.in_ns("ip", &["link", "show", "dev", "cumulo0"]);
+    assert!(!link.status.success(), "cumulo0 left after down");
+    assert!(cluster.cnci_records().is_empty());
+    // A second down has nothing to do.
+    let again = cluster.ok(&["down", "--dir", &root]);
+    assert!(!again.contains("deleted"), "{again}");
+}
+
+#[test]
+fn tenant_networks_through_cncis_need_root() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().to_str().unwrap().to_string();
+    let args = ["up", "--tenant-network", "cnci", "--dir", &root];
+    let out = if is_root() {
+        // As nobody: the refusal comes before anything is made.
+        let Ok(o) = Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", CUMULO])
+            .args(args)
+            .output()
+        else {
+            eprintln!("SKIPPED: no setpriv (util-linux) to drop root");
+            return;
+        };
+        o
+    } else {
+        Command::new(CUMULO).args(args).output().unwrap()
+    };
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.starts_with("cumulo: --tenant-network cnci needs root"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(!dir.path().join("certs").exists());
+}
