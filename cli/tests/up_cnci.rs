@@ -114,8 +114,9 @@ struct Cluster {
 }
 
 impl Cluster {
-    fn new() -> Cluster {
-        let ns = format!("cumulo-up-test-{}", std::process::id());
+    /// A cluster in namespace `cumulo-up-<tag>-<pid>` (one tag per test: they run in parallel).
+    fn new(tag: &str) -> Cluster {
+        let ns = format!("cumulo-up-{tag}-{}", std::process::id());
         let _ = ip(&["netns", "del", &ns]);
         let made = ip(&["netns", "add", &ns]);
         assert!(made.status.success(), "ip netns add: {made:?}");
@@ -162,6 +163,53 @@ impl Cluster {
         all.extend_from_slice(args);
         let text = self.ok(&all);
         serde_json::from_str(&text).unwrap_or_else(|e| panic!("{args:?}: {e}: {text}"))
+    }
+
+    /// `cumulo up --backend sim --tenant-network cnci --no-instance`, then the exports it wrote
+    /// for the CLI; returns what `up` printed.
+    fn up(&mut self) -> String {
+        let root = self.root();
+        let shown = self.ok(&[
+            "up",
+            "--backend",
+            "sim",
+            "--tenant-network",
+            "cnci",
+            "--no-instance",
+            "--dir",
+            &root,
+        ]);
+        let env = std::fs::read_to_string(self.dir.path().join("env")).unwrap();
+        for line in env.lines() {
+            if let Some((k, v)) = line.trim_start_matches("export ").split_once('=') {
+                self.env.insert(k.to_string(), v.to_string());
+            }
+        }
+        shown
+    }
+
+    /// Creates an instance and waits until it and its subnet's CNCI are active; returns the
+    /// instance and the CNCI as the API shows them.
+    fn instance_and_cnci(&self, name: &str) -> (Value, Value) {
+        let made = self.json(&[
+            "instance",
+            "create",
+            "--workload",
+            "tiny",
+            "--name",
+            name,
+            "--wait",
+        ]);
+        let made = made.as_array().unwrap();
+        assert_eq!(made.len(), 1, "{made:?}");
+        assert_eq!(made[0]["state"], "active");
+        let cnci = poll("an active CNCI", Duration::from_secs(60), || {
+            let list = self.json(&["cnci", "list"]);
+            list["cncis"]
+                .as_array()
+                .and_then(|c| c.iter().find(|c| c["state"] == "active").cloned())
+        });
+        (made[0].clone(), cnci)
     }
 
     fn pids(&self) -> Vec<(i32, String)> {
@@ -224,19 +272,10 @@ fn up_with_tenant_networks_through_cncis_in_a_namespace() {
     if !binaries_or_skip() || !netns_or_skip() {
         return;
     }
-    let mut cluster = Cluster::new();
+    let mut cluster = Cluster::new("cnci");
     let root = cluster.root();
     let started = Instant::now();
-    let shown = cluster.ok(&[
-        "up",
-        "--backend",
-        "sim",
-        "--tenant-network",
-        "cnci",
-        "--no-instance",
-        "--dir",
-        &root,
-    ]);
+    let shown = cluster.up();
     eprintln!(
         "cumulo up --tenant-network cnci: {:.1} s",
         started.elapsed().as_secs_f64()
@@ -259,36 +298,13 @@ fn up_with_tenant_networks_through_cncis_in_a_namespace() {
         !String::from_utf8_lossy(&outside.stdout).contains("198.18.255.1/24"),
         "{outside:?}"
     );
-    let env = std::fs::read_to_string(cluster.dir.path().join("env")).unwrap();
-    for line in env.lines() {
-        if let Some((k, v)) = line.trim_start_matches("export ").split_once('=') {
-            cluster.env.insert(k.to_string(), v.to_string());
-        }
-    }
     let services = cluster.pids();
     assert_eq!(services.len(), 3, "{services:?}");
 
     // A tenant's instance: its subnet's CNCI is launched, announces itself, and the instance
     // is released to it.
-    let made = cluster.json(&[
-        "instance",
-        "create",
-        "--workload",
-        "tiny",
-        "--name",
-        "net",
-        "--wait",
-    ]);
-    let made = made.as_array().unwrap();
-    assert_eq!(made.len(), 1, "{made:?}");
-    assert_eq!(made[0]["state"], "active");
-    let id = made[0]["id"].as_str().unwrap().to_string();
-    let cnci = poll("an active CNCI", Duration::from_secs(60), || {
-        let list = cluster.json(&["cnci", "list"]);
-        list["cncis"]
-            .as_array()
-            .and_then(|c| c.iter().find(|c| c["state"] == "active").cloned())
-    });
+    let (instance, cnci) = cluster.instance_and_cnci("net");
+    let id = instance["id"].as_str().unwrap().to_string();
     let cnci_ip = cnci["ip"].as_str().unwrap();
     assert!(cnci_ip.starts_with("198.18.255."), "{cnci}");
     let last: u8 = cnci_ip.rsplit('.').next().unwrap().parse().unwrap();
@@ -341,14 +357,65 @@ fn up_with_tenant_networks_through_cncis_in_a_namespace() {
 }
 
 #[test]
+fn down_after_the_agent_was_killed_leaves_no_cnci() {
+    if !binaries_or_skip() || !netns_or_skip() {
+        return;
+    }
+    let mut cluster = Cluster::new("kill");
+    let root = cluster.root();
+    cluster.up();
+    let (_, cnci) = cluster.instance_and_cnci("net");
+    let cnci_id = cnci["id"].as_str().unwrap().replace('-', "");
+    let ns = format!("cumulo-cnci-{}", &cnci_id[..12]);
+    let records = cluster.cnci_records();
+    assert_eq!(records.len(), 1, "{records:?}");
+    let cnci_pid = i32::try_from(records[0].1.unwrap()).unwrap();
+    // kill -9: the agent cleans nothing up; its CNCI process and namespace stay.
+    let agent: Vec<i32> = cluster
+        .pids()
+        .into_iter()
+        .filter(|(_, program)| program == "cumulo-agent")
+        .map(|(pid, _)| pid)
+        .collect();
+    assert_eq!(agent.len(), 1);
+    let pid = rustix::process::Pid::from_raw(agent[0]).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::KILL).unwrap();
+    poll("the agent gone", Duration::from_secs(10), || {
+        (!alive(agent[0])).then_some(())
+    });
+    assert!(namespaces().contains(&ns));
+
+    let down = cluster.ok(&["down", "--dir", &root]);
+    assert!(
+        down.contains(&format!("deleted CNCI namespace(s) {ns}")),
+        "{down}"
+    );
+    assert!(down.contains("deleted link cumulo0"), "{down}");
+    assert!(
+        !alive(cnci_pid),
+        "the CNCI (pid {cnci_pid}) still runs after down"
+    );
+    assert!(!namespaces().contains(&ns));
+    assert!(cluster.cnci_records().is_empty());
+}
+
+#[test]
 fn tenant_networks_through_cncis_need_root() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().to_str().unwrap().to_string();
     let args = ["up", "--tenant-network", "cnci", "--dir", &root];
     let out = if is_root() {
-        // As nobody: the refusal comes before anything is made.
+        // As nobody: the refusal comes before anything is made. A copy of cumulo in a directory
+        // nobody may enter (the checkout may be under a private home).
+        use std::os::unix::fs::PermissionsExt;
+        let bin = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(bin.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let copy = bin.path().join("cumulo");
+        std::fs::copy(CUMULO, &copy).unwrap();
+        std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
         let Ok(o) = Command::new("setpriv")
-            .args(["--reuid=65534", "--regid=65534", "--clear-groups", CUMULO])
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(&copy)
             .args(args)
             .output()
         else {
