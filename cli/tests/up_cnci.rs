@@ -2,7 +2,9 @@
 //! (so nothing touches the machine's own network): a tenant's instance through the CLI, its
 //! subnet's CNCI active (a `cumulo-cnci` process in a namespace of its own, on the compute
 //! network link `up` made) and the instance active; the instance deleted; `cumulo down` leaves
-//! no CNCI namespace, no link, no process. And `--tenant-network cnci` refused without root.
+//! no CNCI namespace, no link, no process. `down` after the agent was killed with SIGKILL (its
+//! CNCI left running); a `cumulo0` that `up` did not make, refused and left alone; and
+//! `--tenant-network cnci` refused without root.
 //!
 //! Needs root, `ip`, and the cluster's binaries (`cargo build --bins`, `cumulo-cnci` included):
 //! without them the test is skipped with a message, unless `CUMULO_REQUIRE_NETNS=1` (root) or
@@ -397,6 +399,40 @@ fn down_after_the_agent_was_killed_leaves_no_cnci() {
     );
     assert!(!namespaces().contains(&ns));
     assert!(cluster.cnci_records().is_empty());
+}
+
+#[test]
+fn a_cumulo0_that_up_did_not_make_is_left_alone() {
+    if !binaries_or_skip() || !netns_or_skip() {
+        return;
+    }
+    let cluster = Cluster::new("taken");
+    let root = cluster.root();
+    let made = cluster.in_ns("ip", &["link", "add", "cumulo0", "type", "bridge"]);
+    assert!(made.status.success(), "{made:?}");
+    let up = cluster.in_ns(
+        CUMULO,
+        &[
+            "up",
+            "--backend",
+            "sim",
+            "--tenant-network",
+            "cnci",
+            "--dir",
+            &root,
+        ],
+    );
+    assert_eq!(up.status.code(), Some(1), "{up:?}");
+    let err = String::from_utf8_lossy(&up.stderr);
+    assert!(
+        err.contains("a link cumulo0 exists that cumulo up did not make"),
+        "{err}"
+    );
+    assert!(cluster.pids().is_empty(), "nothing started");
+    let down = cluster.ok(&["down", "--dir", &root]);
+    assert!(!down.contains("deleted"), "{down}");
+    let link = cluster.in_ns("ip", &["link", "show", "dev", "cumulo0"]);
+    assert!(link.status.success(), "the link is still there");
 }
 
 #[test]

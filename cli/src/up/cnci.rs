@@ -159,6 +159,8 @@ pub fn make_uplink(layout: &Layout, net: ComputeNet) -> Result<String, UpError> 
         if !ours {
             return Err(UpError::LinkTaken(UPLINK.to_string()));
         }
+        // Ours: only this run's address on it (an earlier `up` may have had another).
+        ip(&["addr", "flush", "dev", UPLINK]).map_err(link_err)?;
         "kept".to_string()
     } else {
         // Recorded before it is made: a crash in between leaves a record `down` clears.
@@ -193,9 +195,21 @@ pub fn remove_uplink(layout: &Layout) -> Option<String> {
     if name != UPLINK {
         return None;
     }
-    let deleted = link_exists(&name) && ip(&["link", "del", "dev", &name]).is_ok();
-    let _ = std::fs::remove_file(&path);
-    deleted.then_some(name)
+    if !link_exists(&name) {
+        let _ = std::fs::remove_file(&path);
+        return None;
+    }
+    match ip(&["link", "del", "dev", &name]) {
+        Ok(()) => {
+            let _ = std::fs::remove_file(&path);
+            Some(name)
+        }
+        // Kept on record for a `down` that may (root).
+        Err(e) => {
+            warn(&format!("the compute network link is left: {e}"));
+            None
+        }
+    }
 }
 
 /// What the agent records of a CNCI (`<agent state>/cnci/<uuid>.json`): what `down` needs.
