@@ -13,8 +13,9 @@
 #![allow(clippy::unwrap_used)]
 
 use std::collections::HashMap;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -113,6 +114,8 @@ struct Cluster {
     ns: String,
     dir: tempfile::TempDir,
     env: HashMap<String, String>,
+    /// With a private /run: a process that holds the namespaces every command enters.
+    holder: Option<Child>,
 }
 
 impl Cluster {
@@ -126,9 +129,44 @@ impl Cluster {
             ns,
             dir: tempfile::tempdir().unwrap(),
             env: HashMap::new(),
+            holder: None,
         };
         let lo = cluster.in_ns("ip", &["link", "set", "lo", "up"]);
         assert!(lo.status.success(), "{lo:?}");
+        cluster
+    }
+
+    /// A cluster in its own network namespace and a mount namespace with a private `/run`, so
+    /// that the libvirtd `cumulo up` starts there (as root, when none answers) is its own: its
+    /// sockets, its QEMUs' taps in the cluster's network namespace. The CNCIs' namespaces are
+    /// named under that `/run` too. Commands enter both namespaces of a holder process.
+    fn with_private_run(tag: &str) -> Cluster {
+        let mut cluster = Cluster::new(tag);
+        // QEMU runs as another user: it must reach the images under the cluster's directory.
+        std::fs::set_permissions(cluster.dir.path(), std::fs::Permissions::from_mode(0o755))
+            .unwrap();
+        let holder = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &cluster.ns,
+                "unshare",
+                "-m",
+                "--propagation",
+                "private",
+            ])
+            .args(["sh", "-c", "mount -t tmpfs tmpfs /run && exec sleep 3600"])
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap();
+        let pid = holder.id();
+        cluster.holder = Some(holder);
+        // Ready once it runs `sleep`, after the mount (every step execs in the same process).
+        poll("the namespace holder", Duration::from_secs(10), || {
+            std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|c| c.trim() == "sleep")
+                .then_some(())
+        });
         cluster
     }
 
@@ -136,13 +174,27 @@ impl Cluster {
         self.dir.path().to_str().unwrap().to_string()
     }
 
-    /// `program ARGS` inside the cluster's namespace.
+    /// `program ARGS` inside the cluster's namespace(s).
     fn in_ns(&self, program: &str, args: &[&str]) -> Output {
-        Command::new("ip")
-            .args(["netns", "exec", &self.ns, program])
+        let mut command = match &self.holder {
+            Some(holder) => {
+                let mut c = Command::new("nsenter");
+                c.args(["-t", &holder.id().to_string(), "-m", "-n", "--"]);
+                c
+            }
+            None => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", &self.ns]);
+                c
+            }
+        };
+        command
+            .arg(program)
             .args(args)
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
+            // Where the guest images' caches are (`scripts/tiny-guest.sh`).
+            .envs(cache_env())
             .envs(&self.env)
             .output()
             .unwrap()
@@ -264,9 +316,56 @@ impl Drop for Cluster {
             }
         }
         let root = self.root();
-        let _ = self.in_ns(CUMULO, &["down", "--dir", &root]);
+        // --purge: a VM's domain is undefined too.
+        let _ = self.in_ns(CUMULO, &["down", "--dir", &root, "--purge"]);
+        if let Some(mut holder) = self.holder.take() {
+            let _ = holder.kill();
+            let _ = holder.wait();
+        }
         let _ = ip(&["netns", "del", &self.ns]);
     }
+}
+
+/// The environment that says where the guest images' caches are.
+fn cache_env() -> Vec<(String, String)> {
+    ["HOME", "XDG_CACHE_HOME", "CUMULO_TINY_GUEST_CACHE"]
+        .into_iter()
+        .filter_map(|k| Some((k.to_string(), std::env::var(k).ok()?)))
+        .collect()
+}
+
+/// Whether the libvirt tests may run here: `CUMULO_LIBVIRT_URI` says the machine is set up for
+/// them (`scripts/test.sh`), and the tools are there. Else skipped with the reason, or failed
+/// under `CUMULO_LIBVIRT_REQUIRED=1`.
+fn libvirt_or_skip() -> bool {
+    let tools = [
+        "libvirtd",
+        "virtlogd",
+        "virsh",
+        "qemu-system-x86_64",
+        "nsenter",
+        "unshare",
+    ];
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let have = |t: &str| {
+        std::env::split_paths(&path)
+            .chain(["/usr/sbin", "/usr/bin"].map(PathBuf::from))
+            .any(|d| d.join(t).is_file())
+    };
+    let missing: Vec<&str> = tools.into_iter().filter(|t| !have(t)).collect();
+    let why = if std::env::var_os("CUMULO_LIBVIRT_URI").is_none() {
+        "CUMULO_LIBVIRT_URI is not set (scripts/test.sh sets it up)".to_string()
+    } else if !missing.is_empty() {
+        format!("{missing:?} not installed")
+    } else {
+        return true;
+    };
+    assert!(
+        std::env::var("CUMULO_LIBVIRT_REQUIRED").as_deref() != Ok("1"),
+        "CUMULO_LIBVIRT_REQUIRED=1 but {why}"
+    );
+    eprintln!("SKIPPED: {why}");
+    false
 }
 
 #[test]
@@ -436,6 +535,134 @@ fn a_cumulo0_that_up_did_not_make_is_left_alone() {
 }
 
 #[test]
+fn up_libvirt_with_cnci_vms_in_a_namespace() {
+    if !binaries_or_skip() || !netns_or_skip() || !libvirt_or_skip() {
+        return;
+    }
+    // The CNCI guest once out here, where its packages can be fetched (the first time): `up`
+    // builds it again inside the namespace, from the cache.
+    let scripts = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts");
+    let warm = tempfile::tempdir().unwrap();
+    let cnci_bin = Path::new(CUMULO).parent().unwrap().join("cumulo-cnci");
+    let built = Command::new("bash")
+        .arg(scripts.join("cnci-guest.sh"))
+        .arg(&cnci_bin)
+        .arg(warm.path().join("cnci"))
+        .output()
+        .unwrap();
+    assert!(built.status.success(), "cnci-guest.sh: {built:?}");
+    let mut cluster = Cluster::with_private_run("vm");
+    let root = cluster.root();
+    let started = Instant::now();
+    let shown = cluster.ok(&[
+        "up",
+        "--backend",
+        "libvirt",
+        "--tenant-network",
+        "cnci",
+        "--dir",
+        &root,
+    ]);
+    eprintln!(
+        "cumulo up --backend libvirt --tenant-network cnci: {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    // The first instance booted (its console said so): its CNCI, a VM, came up first.
+    assert!(shown.contains("cumulo is up (libvirt backend)"), "{shown}");
+    assert!(shown.contains("a private libvirtd started"), "{shown}");
+    assert!(shown.contains("CNCI guest image"), "{shown}");
+    assert!(shown.contains("active, booted"), "{shown}");
+    assert!(shown.contains("Tenant networks: through CNCIs"), "{shown}");
+    let env = std::fs::read_to_string(cluster.dir.path().join("env")).unwrap();
+    for line in env.lines() {
+        if let Some((k, v)) = line.trim_start_matches("export ").split_once('=') {
+            cluster.env.insert(k.to_string(), v.to_string());
+        }
+    }
+    let services = cluster.pids();
+    let cncis = cluster.json(&["cnci", "list"]);
+    let cnci = cncis["cncis"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["state"] == "active").cloned())
+        .unwrap_or_else(|| panic!("no active CNCI: {cncis}"));
+    assert!(
+        cnci["ip"].as_str().unwrap().starts_with("198.18.255."),
+        "{cnci}"
+    );
+    let records = cluster.cnci_records();
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records[0].1, None, "a VM, not a process: {records:?}");
+
+    // The tenant's data path: a stand-in guest on the subnet's bridge (where the instance's tap
+    // is) reaches the CNCI VM, its gateway, over the VXLAN tunnel.
+    let cidr = cnci["cidr"].as_str().unwrap();
+    let (net, _) = cidr.split_once('/').unwrap();
+    let base: std::net::Ipv4Addr = net.parse().unwrap();
+    let gateway = std::net::Ipv4Addr::from(u32::from(base) + 1).to_string();
+    let guest_ip = format!("{}/{}", std::net::Ipv4Addr::from(u32::from(base) + 250), 24);
+    let links = cluster.in_ns("ip", &["-o", "link", "show", "type", "bridge"]);
+    let links = String::from_utf8_lossy(&links.stdout).into_owned();
+    let bridge = links
+        .split_whitespace()
+        .map(|w| w.trim_end_matches(':'))
+        .find(|w| w.starts_with("cb-"))
+        .unwrap_or_else(|| panic!("no tenant bridge: {links}"))
+        .to_string();
+    let guest = format!("cumulo-up-guest-{}", std::process::id());
+    for step in [
+        vec!["netns", "add", &guest],
+        vec![
+            "link", "add", "gv0", "type", "veth", "peer", "name", "gv1", "netns", &guest,
+        ],
+        vec!["link", "set", "gv0", "master", &bridge, "up"],
+        vec!["-n", &guest, "link", "set", "gv1", "up"],
+        vec!["-n", &guest, "addr", "add", &guest_ip, "dev", "gv1"],
+    ] {
+        let out = cluster.in_ns("ip", &step);
+        assert!(out.status.success(), "ip {step:?}: {out:?}");
+    }
+    poll("the CNCI VM answers ping", Duration::from_secs(60), || {
+        cluster
+            .in_ns(
+                "ip",
+                &[
+                    "netns", "exec", &guest, "ping", "-c", "1", "-W", "2", &gateway,
+                ],
+            )
+            .status
+            .success()
+            .then_some(())
+    });
+    let _ = cluster.in_ns("ip", &["netns", "del", &guest]);
+
+    let down = cluster.ok(&["down", "--dir", &root, "--purge"]);
+    assert!(down.contains("powered off 2 VM(s)"), "{down}");
+    assert!(down.contains("deleted link cumulo0"), "{down}");
+    for (pid, program) in &services {
+        assert!(!alive(*pid), "{program} (pid {pid}) still runs after down");
+    }
+    // No QEMU of the cluster's left (a CNCI stopped while the controller ran would have been
+    // started again).
+    let domain = format!("guest=cumulo-{}", cnci["id"].as_str().unwrap());
+    let qemus: Vec<String> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .filter(|c| c.contains(&domain))
+        .collect();
+    assert!(
+        qemus.is_empty(),
+        "the CNCI's QEMU runs after down: {qemus:?}"
+    );
+    let listed = cluster.in_ns("ip", &["netns", "list"]);
+    let listed = String::from_utf8_lossy(&listed.stdout).into_owned();
+    assert!(!listed.contains("cumulo-cnci-"), "{listed}");
+    let link = cluster.in_ns("ip", &["link", "show", "dev", "cumulo0"]);
+    assert!(!link.status.success(), "cumulo0 left after down");
+}
+
+#[test]
 fn tenant_networks_through_cncis_need_root() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().to_str().unwrap().to_string();
@@ -443,7 +670,6 @@ fn tenant_networks_through_cncis_need_root() {
     let out = if is_root() {
         // As nobody: the refusal comes before anything is made. A copy of cumulo in a directory
         // nobody may enter (the checkout may be under a private home).
-        use std::os::unix::fs::PermissionsExt;
         let bin = tempfile::tempdir().unwrap();
         std::fs::set_permissions(bin.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         let copy = bin.path().join("cumulo");

@@ -321,16 +321,30 @@ pub fn listening(addr: &str) -> bool {
 pub fn running(layout: &Layout) -> Vec<(String, Option<procs::Running>)> {
     SERVICES
         .iter()
-        .chain(["libvirtd", "virtlogd"].iter())
+        .chain(DAEMONS.iter())
         .map(|s| (s.to_string(), procs::running(&layout.pid_file(s))))
         .collect()
 }
 
-/// Stops every service (reverse start order), gracefully then forcefully; returns those that
-/// were running.
+/// The daemons `up` may start for the libvirt backend, stopped after the services.
+pub const DAEMONS: [&str; 2] = ["libvirtd", "virtlogd"];
+
+/// Stops every service (reverse start order), then the libvirt daemons `up` started,
+/// gracefully then forcefully; returns those that were running.
 pub fn stop_all(layout: &Layout, grace: Duration) -> Result<Vec<String>, UpError> {
+    let mut stopped = stop(layout, SERVICES.iter().rev(), grace)?;
+    stopped.extend(stop(layout, DAEMONS.iter(), grace)?);
+    Ok(stopped)
+}
+
+/// Stops `services` in this order; returns those that were running.
+pub fn stop<'a>(
+    layout: &Layout,
+    services: impl Iterator<Item = &'a &'a str>,
+    grace: Duration,
+) -> Result<Vec<String>, UpError> {
     let mut stopped = Vec::new();
-    for service in SERVICES.iter().rev().chain(["libvirtd", "virtlogd"].iter()) {
+    for service in services {
         if procs::stop(service, &layout.pid_file(service), grace)? {
             stopped.push(service.to_string());
         }

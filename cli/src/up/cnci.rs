@@ -225,6 +225,20 @@ pub fn records_dir(layout: &Layout) -> PathBuf {
     layout.state("agent").join("cnci")
 }
 
+/// The instance UUIDs of the CNCIs the agent has records of.
+pub fn recorded(layout: &Layout) -> Vec<String> {
+    std::fs::read_dir(records_dir(layout))
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.path())
+                .filter(|p| p.extension().and_then(|e| e.to_str()) == Some("json"))
+                .filter_map(|p| p.file_stem()?.to_str().map(str::to_string))
+                .filter(|stem| uuid::Uuid::parse_str(stem).is_ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// Stops the CNCI processes the agent left and deletes their namespaces and records (the agent
 /// is stopped first: it would start them again). Returns the namespaces deleted.
 pub fn clean_up(layout: &Layout) -> Vec<String> {

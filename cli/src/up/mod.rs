@@ -208,22 +208,28 @@ pub fn up(options: &UpOptions, out: &mut dyn Write) -> Result<(), UpError> {
 
 /// Stops the local cluster; with `purge`, removes its directory.
 pub fn down(layout: &Layout, purge: bool, out: &mut dyn Write) -> Result<(), UpError> {
-    // The cluster's VMs first, while the agent still runs (it reports them stopped).
-    let vms = libvirt::stop_vms(layout, purge);
+    // The cluster's VMs first, while the agent still runs (it reports them stopped); not the
+    // CNCIs' VMs: the controller would start a stopped CNCI again.
+    let cncis = cnci::recorded(layout);
+    let mut vms = libvirt::stop_vms(layout, purge, &cncis);
+    let mut stopped = cluster::stop(layout, cluster::SERVICES.iter().rev(), GRACE)?;
+    // Nothing starts them again now: the CNCIs' VMs, then what the agent leaves of its CNCIs
+    // (processes, namespaces, records), while libvirtd still runs.
+    vms += libvirt::stop_vms(layout, purge, &[]);
     if vms > 0 {
         let _ = writeln!(out, "powered off {vms} VM(s)");
     }
-    let stopped = cluster::stop_all(layout, GRACE)?;
+    let namespaces = cnci::clean_up(layout);
+    stopped.extend(cluster::stop(layout, cluster::DAEMONS.iter(), GRACE)?);
     if stopped.is_empty() {
         let _ = writeln!(out, "nothing was running in {}", layout.root.display());
     } else {
         let _ = writeln!(out, "stopped {}", stopped.join(", "));
     }
-    // What the agent leaves of its CNCIs, then the link `up` made (both only if there are).
-    let namespaces = cnci::clean_up(layout);
     if !namespaces.is_empty() {
         let _ = writeln!(out, "deleted CNCI namespace(s) {}", namespaces.join(", "));
     }
+    // The link `up` made, if it did.
     if let Some(link) = cnci::remove_uplink(layout) {
         let _ = writeln!(out, "deleted link {link}");
     }
