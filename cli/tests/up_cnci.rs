@@ -425,6 +425,13 @@ fn up_with_tenant_networks_through_cncis_in_a_namespace() {
     assert_eq!(shown["state"], "active");
 
     cluster.ok(&["instance", "delete", "--wait", &id]);
+    // A second `up` without the flag finds it running, and says how it runs.
+    let again = cluster.ok(&["up", "--backend", "sim", "--dir", &root]);
+    assert!(again.contains("already up"), "{again}");
+    assert!(
+        again.contains("It runs with tenant networks through CNCIs"),
+        "{again}"
+    );
 
     // The controller removes an idle subnet's CNCI only after a while (--cnci-linger, 60 s):
     // it is still there, and `down` deletes what the agent leaves of it.

@@ -153,7 +153,7 @@ fn link_exists(name: &str) -> bool {
 /// made) and brings it up. Returns the link's kind, for the progress line.
 pub fn make_uplink(layout: &Layout, net: ComputeNet) -> Result<String, UpError> {
     let path = record(layout);
-    let ours = std::fs::read_to_string(&path).is_ok_and(|r| r.trim() == UPLINK);
+    let ours = uplink_recorded(layout);
     let link_err = |e: String| UpError::Other(format!("the compute network link: {e}"));
     let kind = if link_exists(UPLINK) {
         if !ours {
@@ -185,6 +185,11 @@ pub fn make_uplink(layout: &Layout, net: ComputeNet) -> Result<String, UpError> 
         return Err(link_err(e));
     }
     Ok(format!("{UPLINK} {address} ({kind})"))
+}
+
+/// Whether `up` made the compute network link (and `down` has not deleted it yet).
+pub fn uplink_recorded(layout: &Layout) -> bool {
+    std::fs::read_to_string(record(layout)).is_ok_and(|r| r.trim() == UPLINK)
 }
 
 /// Deletes the link `up` made (by the name it recorded); `Some(name)` when there was one.

@@ -95,6 +95,14 @@ pub fn up(options: &UpOptions, out: &mut dyn Write) -> Result<(), UpError> {
             layout.root.display(),
             up_now.join(", ")
         );
+        if with_cnci != cnci::uplink_recorded(layout) {
+            let _ = writeln!(
+                out,
+                "It runs {} tenant networks through CNCIs: `cumulo down`, then `cumulo up` again \
+                 to change that.",
+                if with_cnci { "without" } else { "with" }
+            );
+        }
         return Ok(());
     }
     if !up_now.is_empty() {
