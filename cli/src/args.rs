@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 use crate::up::cluster::Backend;
+use crate::up::cnci::{ComputeNet, TenantNetwork};
 
 /// cumulo: run and use a cumulo cluster.
 #[derive(Debug, Parser)]
@@ -109,6 +110,15 @@ pub struct UpArgs {
     /// Where the controller's API listens (default 127.0.0.1:8889, or what the last `up` used).
     #[arg(long)]
     pub api_listen: Option<String>,
+    /// How tenant instances are networked: none (the controller's default), or cnci: one CNCI
+    /// per tenant subnet, run by this host's agent in a network namespace of its own (root
+    /// only; the host gets a compute-network link, cumulo0, that `cumulo down` deletes).
+    #[arg(long, value_enum, default_value = "none")]
+    pub tenant_network: TenantNetwork,
+    /// With --tenant-network cnci: this host's address on its compute network, with the
+    /// network's prefix length (put on cumulo0; the CNCIs take the upper half).
+    #[arg(long, default_value = crate::up::cnci::DEFAULT_ADDRESS)]
+    pub compute_address: ComputeNet,
 }
 
 /// `cumulo down`.

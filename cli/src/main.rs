@@ -31,6 +31,8 @@ fn run(cli: Cli, stdout: &mut dyn Write) -> Result<ExitCode, String> {
                 host: args.host.unwrap_or_else(up::default_host),
                 install_deps: args.install_deps,
                 first_instance: !args.no_instance,
+                tenant_network: args.tenant_network,
+                compute: args.compute_address,
             };
             up::up(&options, stdout).map_err(|e| text(&e))?;
             Ok(ExitCode::SUCCESS)

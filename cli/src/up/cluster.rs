@@ -6,6 +6,7 @@ use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
+use super::cnci::{CNCI_IMAGE, ComputeNet, TenantNetwork, UPLINK};
 use super::layout::Layout;
 use super::procs::{self, ProcError, Spec};
 
@@ -66,6 +67,19 @@ pub enum UpError {
     /// The API.
     #[error("controller API: {0}")]
     Api(#[from] crate::client::ClientError),
+    /// Tenant networks through CNCIs need root.
+    #[error(
+        "--tenant-network cnci needs root: the CNCIs run in network namespaces of their own and \
+         the host gets a compute-network link ({0}); run cumulo up as root, or without \
+         --tenant-network cnci"
+    )]
+    NotRoot(&'static str),
+    /// The compute-network link's name is taken by a link `up` did not make.
+    #[error(
+        "a link {0} exists that cumulo up did not make: it is left alone; delete it \
+         (ip link del {0}) or run without --tenant-network cnci"
+    )]
+    LinkTaken(String),
     /// Something else, said in one line.
     #[error("{0}")]
     Other(String),
@@ -148,8 +162,14 @@ impl Mode0600 for std::fs::OpenOptions {
     }
 }
 
-/// The command line of each service.
-pub fn specs(layout: &Layout, backend: Backend, host: &str) -> Result<Vec<Spec>, UpError> {
+/// The command line of each service; with `cnci` (the host's compute-network address),
+/// tenant networks go through CNCIs that the agent runs.
+pub fn specs(
+    layout: &Layout,
+    backend: Backend,
+    host: &str,
+    cnci: Option<ComputeNet>,
+) -> Result<Vec<Spec>, UpError> {
     let cert = |name: &str| {
         let (c, k) = layout.cert(name);
         (c.display().to_string(), k.display().to_string())
@@ -177,25 +197,32 @@ pub fn specs(layout: &Layout, backend: Backend, host: &str) -> Result<Vec<Spec>,
         env: vec![],
     };
     let scheduler_at = format!("localhost:{}", port(&layout.scheduler));
+    let mut controller_args = s(&[
+        "--ca-cert",
+        &ca,
+        "--cert",
+        &ctl_cert,
+        "--key",
+        &ctl_key,
+        "--scheduler",
+        &scheduler_at,
+        "--state-dir",
+        &layout.state("controller").display().to_string(),
+        "--api-listen",
+        &layout.api,
+        "--admin-password-file",
+        &layout.admin_password().display().to_string(),
+    ]);
+    let tenant_network = if cnci.is_some() {
+        TenantNetwork::Cnci
+    } else {
+        TenantNetwork::None
+    };
+    controller_args.extend(s(&["--tenant-network", tenant_network.as_str()]));
     let controller = Spec {
         name: "controller".into(),
         program: binary("cumulo-controller")?,
-        args: s(&[
-            "--ca-cert",
-            &ca,
-            "--cert",
-            &ctl_cert,
-            "--key",
-            &ctl_key,
-            "--scheduler",
-            &scheduler_at,
-            "--state-dir",
-            &layout.state("controller").display().to_string(),
-            "--api-listen",
-            &layout.api,
-            "--admin-password-file",
-            &layout.admin_password().display().to_string(),
-        ]),
+        args: controller_args,
         env: vec![],
     };
     let mut agent_args = s(&[
@@ -221,6 +248,30 @@ pub fn specs(layout: &Layout, backend: Backend, host: &str) -> Result<Vec<Spec>,
     if backend == Backend::Sim {
         // A developer's disk and memory are not a data centre's: no watermarks for sim.
         agent_args.extend(s(&["--no-disk-limit", "--no-mem-limit"]));
+    }
+    if let Some(net) = cnci {
+        let (cnci_cert, cnci_key) = cert("cnciagent");
+        agent_args.extend(s(&[
+            "--node-ip",
+            &net.address.to_string(),
+            "--tunnel",
+            "vxlan",
+            "--cnci-cert",
+            &cnci_cert,
+            "--cnci-key",
+            &cnci_key,
+            "--cnci-uplink",
+            UPLINK,
+            "--cnci-addresses",
+            &net.cnci_addresses(),
+            "--cnci-prefix",
+            &net.prefix.to_string(),
+            "--cnci-binary",
+            &binary("cumulo-cnci")?.display().to_string(),
+        ]));
+        if backend == Backend::Libvirt {
+            agent_args.extend(s(&["--cnci-image", CNCI_IMAGE]));
+        }
     }
     let agent = Spec {
         name: "agent".into(),
@@ -270,16 +321,30 @@ pub fn listening(addr: &str) -> bool {
 pub fn running(layout: &Layout) -> Vec<(String, Option<procs::Running>)> {
     SERVICES
         .iter()
-        .chain(["libvirtd", "virtlogd"].iter())
+        .chain(DAEMONS.iter())
         .map(|s| (s.to_string(), procs::running(&layout.pid_file(s))))
         .collect()
 }
 
-/// Stops every service (reverse start order), gracefully then forcefully; returns those that
-/// were running.
+/// The daemons `up` may start for the libvirt backend, stopped after the services.
+pub const DAEMONS: [&str; 2] = ["libvirtd", "virtlogd"];
+
+/// Stops every service (reverse start order), then the libvirt daemons `up` started,
+/// gracefully then forcefully; returns those that were running.
 pub fn stop_all(layout: &Layout, grace: Duration) -> Result<Vec<String>, UpError> {
+    let mut stopped = stop(layout, SERVICES.iter().rev(), grace)?;
+    stopped.extend(stop(layout, DAEMONS.iter(), grace)?);
+    Ok(stopped)
+}
+
+/// Stops `services` in this order; returns those that were running.
+pub fn stop<'a>(
+    layout: &Layout,
+    services: impl Iterator<Item = &'a &'a str>,
+    grace: Duration,
+) -> Result<Vec<String>, UpError> {
     let mut stopped = Vec::new();
-    for service in SERVICES.iter().rev().chain(["libvirtd", "virtlogd"].iter()) {
+    for service in services {
         if procs::stop(service, &layout.pid_file(service), grace)? {
             stopped.push(service.to_string());
         }

@@ -146,8 +146,9 @@ pub fn console_path(layout: &Layout, instance: &str) -> PathBuf {
 }
 
 /// Powers off (and with `undefine`, removes) the VMs of the local agent: the domains of the
-/// instance directories in its state, and no other. Returns how many were running.
-pub fn stop_vms(layout: &Layout, undefine: bool) -> usize {
+/// instance directories in its state, and no other, except those of `skip` (instance UUIDs).
+/// Returns how many were running.
+pub fn stop_vms(layout: &Layout, undefine: bool, skip: &[String]) -> usize {
     let dir = layout.state("agent").join("libvirt").join("instances");
     let Ok(entries) = std::fs::read_dir(&dir) else {
         return 0;
@@ -158,7 +159,7 @@ pub fn stop_vms(layout: &Layout, undefine: bool) -> usize {
     let mut stopped = 0;
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
-        if uuid::Uuid::parse_str(&name).is_err() {
+        if uuid::Uuid::parse_str(&name).is_err() || skip.contains(&name) {
             continue;
         }
         let domain = format!("cumulo-{name}");

@@ -8,6 +8,7 @@
 
 pub mod bootstrap;
 pub mod cluster;
+pub mod cnci;
 pub mod layout;
 pub mod libvirt;
 pub mod procs;
@@ -17,6 +18,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use cluster::{Backend, UpError, io_err};
+use cnci::{ComputeNet, TenantNetwork};
 use layout::Layout;
 
 /// What `up` was asked.
@@ -32,6 +34,10 @@ pub struct UpOptions {
     pub install_deps: bool,
     /// Boot a first instance.
     pub first_instance: bool,
+    /// How tenant instances are networked.
+    pub tenant_network: TenantNetwork,
+    /// With CNCIs: the host's address on its compute network (on the link `up` makes).
+    pub compute: ComputeNet,
 }
 
 /// How long each service may take to come up.
@@ -73,6 +79,10 @@ impl Progress<'_> {
 /// runs is reported and left alone.
 pub fn up(options: &UpOptions, out: &mut dyn Write) -> Result<(), UpError> {
     let layout = &options.layout;
+    let with_cnci = options.tenant_network == TenantNetwork::Cnci;
+    if with_cnci && !cnci::is_root() {
+        return Err(UpError::NotRoot(cnci::UPLINK));
+    }
     let up_now: Vec<String> = cluster::running(layout)
         .into_iter()
         .filter(|(name, p)| p.is_some() && cluster::SERVICES.contains(&name.as_str()))
@@ -85,6 +95,14 @@ pub fn up(options: &UpOptions, out: &mut dyn Write) -> Result<(), UpError> {
             layout.root.display(),
             up_now.join(", ")
         );
+        if with_cnci != cnci::uplink_recorded(layout) {
+            let _ = writeln!(
+                out,
+                "It runs {} tenant networks through CNCIs: `cumulo down`, then `cumulo up` again \
+                 to change that.",
+                if with_cnci { "without" } else { "with" }
+            );
+        }
         return Ok(());
     }
     if !up_now.is_empty() {
@@ -97,7 +115,9 @@ pub fn up(options: &UpOptions, out: &mut dyn Write) -> Result<(), UpError> {
         step: 0,
         steps: 7
             + usize::from(options.first_instance)
-            + usize::from(options.backend == Backend::Libvirt),
+            + usize::from(options.backend == Backend::Libvirt)
+            + usize::from(with_cnci)
+            + usize::from(with_cnci && options.backend == Backend::Libvirt),
     };
     progress.run("certificates", || {
         let made = cluster::certificates(layout, &options.host)?;
@@ -112,9 +132,22 @@ pub fn up(options: &UpOptions, out: &mut dyn Write) -> Result<(), UpError> {
             let image = libvirt::install_tiny_guest(layout, &scripts_dir())?;
             Ok(((), format!("{}", image.display())))
         })?;
+        if with_cnci {
+            progress.run("CNCI guest image", || {
+                let cnci_binary = cluster::binary("cumulo-cnci")?;
+                let image = cnci::install_cnci_guest(layout, &scripts_dir(), &cnci_binary)?;
+                Ok(((), format!("{}", image.display())))
+            })?;
+        }
+    }
+    if with_cnci {
+        progress.run("compute network link", || {
+            Ok(((), cnci::make_uplink(layout, options.compute)?))
+        })?;
     }
     cluster::password_file(&layout.admin_password())?;
-    let specs = cluster::specs(layout, backend, &options.host)?;
+    let compute = with_cnci.then_some(options.compute);
+    let specs = cluster::specs(layout, backend, &options.host, compute)?;
     for spec in &specs {
         let name = spec.name.clone();
         progress.run(&format!("start {name}"), || {
@@ -158,10 +191,21 @@ pub fn up(options: &UpOptions, out: &mut dyn Write) -> Result<(), UpError> {
     let exports = bootstrap::exports(layout, &seeded);
     std::fs::write(layout.env_file(), &exports).map_err(io_err(&layout.env_file()))?;
     let out = progress.out;
+    let networks = match compute {
+        Some(net) => format!(
+            "Tenant networks: through CNCIs, one per tenant subnet (`cumulo cnci list`), on the \
+             compute network {net} ({}; CNCIs take {})\n",
+            cnci::UPLINK,
+            net.cnci_addresses()
+        ),
+        None => "Tenant networks: none (addresses are allocated, nothing is plumbed; \
+                 --tenant-network cnci for CNCIs)\n"
+            .to_string(),
+    };
     let _ = writeln!(
         out,
         "\ncumulo is up ({} backend). For the cumulo and openstack CLIs:\n\n{exports}\n\
-         (also in {}; `. {}` sets them)\nLogs: {}\nStop: cumulo down   (--purge removes the state)",
+         (also in {}; `. {}` sets them)\n{networks}Logs: {}\nStop: cumulo down   (--purge removes the state)",
         backend.as_str(),
         layout.env_file().display(),
         layout.env_file().display(),
@@ -172,16 +216,30 @@ pub fn up(options: &UpOptions, out: &mut dyn Write) -> Result<(), UpError> {
 
 /// Stops the local cluster; with `purge`, removes its directory.
 pub fn down(layout: &Layout, purge: bool, out: &mut dyn Write) -> Result<(), UpError> {
-    // The cluster's VMs first, while the agent still runs (it reports them stopped).
-    let vms = libvirt::stop_vms(layout, purge);
+    // The cluster's VMs first, while the agent still runs (it reports them stopped); not the
+    // CNCIs' VMs: the controller would start a stopped CNCI again.
+    let cncis = cnci::recorded(layout);
+    let mut vms = libvirt::stop_vms(layout, purge, &cncis);
+    let mut stopped = cluster::stop(layout, cluster::SERVICES.iter().rev(), GRACE)?;
+    // Nothing starts them again now: the CNCIs' VMs, then what the agent leaves of its CNCIs
+    // (processes, namespaces, records), while libvirtd still runs.
+    vms += libvirt::stop_vms(layout, purge, &[]);
     if vms > 0 {
         let _ = writeln!(out, "powered off {vms} VM(s)");
     }
-    let stopped = cluster::stop_all(layout, GRACE)?;
+    let namespaces = cnci::clean_up(layout);
+    stopped.extend(cluster::stop(layout, cluster::DAEMONS.iter(), GRACE)?);
     if stopped.is_empty() {
         let _ = writeln!(out, "nothing was running in {}", layout.root.display());
     } else {
         let _ = writeln!(out, "stopped {}", stopped.join(", "));
+    }
+    if !namespaces.is_empty() {
+        let _ = writeln!(out, "deleted CNCI namespace(s) {}", namespaces.join(", "));
+    }
+    // The link `up` made, if it did.
+    if let Some(link) = cnci::remove_uplink(layout) {
+        let _ = writeln!(out, "deleted link {link}");
     }
     if purge && layout.root.exists() {
         std::fs::remove_dir_all(&layout.root).map_err(io_err(&layout.root))?;

@@ -126,18 +126,23 @@ pub fn stop(name: &str, pid_file: &Path, grace: Duration) -> Result<bool, ProcEr
         let _ = std::fs::remove_file(pid_file);
         return Ok(false);
     };
+    let stopped = stop_process(name, &process, grace)?;
+    let _ = std::fs::remove_file(pid_file);
+    Ok(stopped)
+}
+
+/// Stops `process` (SIGTERM, then SIGKILL after `grace`). `Ok(false)`: not a valid PID.
+pub fn stop_process(name: &str, process: &Running, grace: Duration) -> Result<bool, ProcError> {
     let Some(pid) = Pid::from_raw(process.pid) else {
-        let _ = std::fs::remove_file(pid_file);
         return Ok(false);
     };
     let _ = kill_process(pid, Signal::TERM);
-    if !wait_gone(&process, grace) {
+    if !wait_gone(process, grace) {
         let _ = kill_process(pid, Signal::KILL);
-        if !wait_gone(&process, Duration::from_secs(5)) {
+        if !wait_gone(process, Duration::from_secs(5)) {
             return Err(ProcError::Stuck(name.to_string(), process.pid));
         }
     }
-    let _ = std::fs::remove_file(pid_file);
     Ok(true)
 }
 

@@ -1,0 +1,376 @@
+//! `cumulo up --tenant-network cnci`: tenant networks through CNCIs on the one host.
+//!
+//! The host gets an address on a compute network of its own: a link [`UPLINK`] that `up` makes
+//! (a dummy where the kernel has one, else an empty bridge: either only holds the address) and
+//! records in the cluster's directory, so that `down` deletes that link, by name, and only when
+//! `up` made it. The agent runs as a network node too: each CNCI is a `cumulo-cnci` process (or
+//! with the libvirt backend a VM booted from the CNCI guest) in a network namespace of its own,
+//! with an address from the upper half of the compute network, reached through the host (a veth
+//! pair, proxy ARP on [`UPLINK`]). `down` stops what the agent leaves behind: the CNCI processes
+//! and their namespaces, as the agent's records under `<agent state>/cnci` name them.
+
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::str::FromStr;
+
+use super::cluster::{UpError, io_err};
+use super::layout::Layout;
+use super::procs;
+
+/// How tenant instances are networked (the controller's `--tenant-network`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum TenantNetwork {
+    /// No tenant network: addresses are allocated and shown, nothing is plumbed.
+    #[default]
+    None,
+    /// One CNCI per tenant subnet, run by the host's agent (root only).
+    Cnci,
+}
+
+impl TenantNetwork {
+    /// The controller's `--tenant-network` value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TenantNetwork::None => "none",
+            TenantNetwork::Cnci => "cnci",
+        }
+    }
+}
+
+/// The link `up` makes for the host's compute-network address.
+pub const UPLINK: &str = "cumulo0";
+/// The default compute-network address of the host.
+pub const DEFAULT_ADDRESS: &str = "198.18.255.1/24";
+/// The image name of the CNCI guest in the agent's image store (the controller's default
+/// `--cnci-image`).
+pub const CNCI_IMAGE: &str = "cnci";
+/// The prefix of the CNCIs' namespaces (the agent's naming).
+const NS_PREFIX: &str = "cumulo-cnci-";
+
+/// The host's address on its compute network, with the network's prefix length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ComputeNet {
+    /// The host's address (the tunnels' local end).
+    pub address: Ipv4Addr,
+    /// The compute network's prefix length.
+    pub prefix: u8,
+}
+
+/// Why an `ADDRESS/PREFIX` is not a compute network for `up`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ComputeNetError {
+    /// Not `A.B.C.D/N`.
+    #[error("{0:?}: not IPV4-ADDRESS/PREFIX")]
+    Syntax(String),
+    /// The prefix leaves too few addresses, or too many.
+    #[error("prefix /{0}: must be 8 to 29 (the CNCIs take the upper half of the network)")]
+    Prefix(u8),
+    /// The host's address is where the CNCIs' addresses are, or not a host address.
+    #[error(
+        "{0}: the host's address must be a host address in the lower half of its network \
+         (the CNCIs take the upper half)"
+    )]
+    Address(String),
+}
+
+impl FromStr for ComputeNet {
+    type Err = ComputeNetError;
+
+    fn from_str(s: &str) -> Result<ComputeNet, ComputeNetError> {
+        let syntax = || ComputeNetError::Syntax(s.to_string());
+        let (addr, prefix) = s.split_once('/').ok_or_else(syntax)?;
+        let address: Ipv4Addr = addr.parse().map_err(|_| syntax())?;
+        let prefix: u8 = prefix.parse().map_err(|_| syntax())?;
+        if !(8..=29).contains(&prefix) {
+            return Err(ComputeNetError::Prefix(prefix));
+        }
+        let net = ComputeNet { address, prefix };
+        let a = u32::from(address);
+        let network = u32::from(net.network());
+        let half = 1u32 << (31 - u32::from(prefix));
+        if a == network || a >= network + half || address.is_loopback() || address.is_multicast() {
+            return Err(ComputeNetError::Address(s.to_string()));
+        }
+        Ok(net)
+    }
+}
+
+impl ComputeNet {
+    /// The network's address.
+    pub fn network(self) -> Ipv4Addr {
+        let mask = u32::MAX << (32 - u32::from(self.prefix));
+        Ipv4Addr::from(u32::from(self.address) & mask)
+    }
+
+    /// The CNCIs' addresses (the agent's `--cnci-addresses`): the upper half of the network.
+    pub fn cnci_addresses(self) -> String {
+        let half = 1u32 << (31 - u32::from(self.prefix));
+        let upper = Ipv4Addr::from(u32::from(self.network()) + half);
+        format!("{upper}/{}", self.prefix + 1)
+    }
+}
+
+impl std::fmt::Display for ComputeNet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.address, self.prefix)
+    }
+}
+
+/// Whether this process runs as root (CNCIs need namespaces, links and sysctls).
+pub fn is_root() -> bool {
+    rustix::process::geteuid().is_root()
+}
+
+/// Where `up` records the link it made.
+fn record(layout: &Layout) -> PathBuf {
+    layout.root.join("uplink")
+}
+
+/// Runs `ip ARGS`; its stderr as the error.
+fn ip(args: &[&str]) -> Result<(), String> {
+    let out = Command::new("ip")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("ip: {e} (install iproute2)"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "ip {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+fn link_exists(name: &str) -> bool {
+    Path::new("/sys/class/net").join(name).exists() || ip(&["link", "show", "dev", name]).is_ok()
+}
+
+/// Makes [`UPLINK`] with the host's compute-network address (or keeps the one an earlier `up`
+/// made) and brings it up. Returns the link's kind, for the progress line.
+pub fn make_uplink(layout: &Layout, net: ComputeNet) -> Result<String, UpError> {
+    let path = record(layout);
+    let ours = uplink_recorded(layout);
+    let link_err = |e: String| UpError::Other(format!("the compute network link: {e}"));
+    let kind = if link_exists(UPLINK) {
+        if !ours {
+            return Err(UpError::LinkTaken(UPLINK.to_string()));
+        }
+        // Ours: only this run's address on it (an earlier `up` may have had another).
+        ip(&["addr", "flush", "dev", UPLINK]).map_err(link_err)?;
+        "kept".to_string()
+    } else {
+        // Recorded before it is made: a crash in between leaves a record `down` clears.
+        std::fs::write(&path, format!("{UPLINK}\n")).map_err(io_err(&path))?;
+        // A dummy where the kernel has one; an empty bridge holds an address just as well.
+        let made = ip(&["link", "add", UPLINK, "type", "dummy"])
+            .map(|()| "dummy")
+            .or_else(|_| ip(&["link", "add", UPLINK, "type", "bridge"]).map(|()| "bridge"));
+        match made {
+            Ok(kind) => kind.to_string(),
+            Err(e) => {
+                let _ = std::fs::remove_file(&path);
+                return Err(link_err(e));
+            }
+        }
+    };
+    let address = net.to_string();
+    let set_up = ip(&["addr", "replace", &address, "dev", UPLINK])
+        .and_then(|()| ip(&["link", "set", UPLINK, "up"]));
+    if let Err(e) = set_up {
+        remove_uplink(layout);
+        return Err(link_err(e));
+    }
+    Ok(format!("{UPLINK} {address} ({kind})"))
+}
+
+/// Whether `up` made the compute network link (and `down` has not deleted it yet).
+pub fn uplink_recorded(layout: &Layout) -> bool {
+    std::fs::read_to_string(record(layout)).is_ok_and(|r| r.trim() == UPLINK)
+}
+
+/// Deletes the link `up` made (by the name it recorded); `Some(name)` when there was one.
+pub fn remove_uplink(layout: &Layout) -> Option<String> {
+    let path = record(layout);
+    let name = std::fs::read_to_string(&path).ok()?.trim().to_string();
+    // Only the name `up` uses: a record edited to name another link is not obeyed.
+    if name != UPLINK {
+        return None;
+    }
+    if !link_exists(&name) {
+        let _ = std::fs::remove_file(&path);
+        return None;
+    }
+    match ip(&["link", "del", "dev", &name]) {
+        Ok(()) => {
+            let _ = std::fs::remove_file(&path);
+            Some(name)
+        }
+        // Kept on record for a `down` that may (root).
+        Err(e) => {
+            warn(&format!("the compute network link is left: {e}"));
+            None
+        }
+    }
+}
+
+/// What the agent records of a CNCI (`<agent state>/cnci/<uuid>.json`): what `down` needs.
+#[derive(Debug, serde::Deserialize)]
+struct CnciRecord {
+    ns: String,
+    #[serde(default)]
+    pid: Option<i32>,
+}
+
+/// The agent's CNCI records.
+pub fn records_dir(layout: &Layout) -> PathBuf {
+    layout.state("agent").join("cnci")
+}
+
+/// The instance UUIDs of the CNCIs the agent has records of.
+pub fn recorded(layout: &Layout) -> Vec<String> {
+    std::fs::read_dir(records_dir(layout))
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.path())
+                .filter(|p| p.extension().and_then(|e| e.to_str()) == Some("json"))
+                .filter_map(|p| p.file_stem()?.to_str().map(str::to_string))
+                .filter(|stem| uuid::Uuid::parse_str(stem).is_ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Stops the CNCI processes the agent left and deletes their namespaces and records (the agent
+/// is stopped first: it would start them again). Returns the namespaces deleted.
+pub fn clean_up(layout: &Layout) -> Vec<String> {
+    let dir = records_dir(layout);
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return Vec::new();
+    };
+    let mut deleted = Vec::new();
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.extension().and_then(|e| e.to_str()) != Some("json") {
+            continue;
+        }
+        // The agent's records are small; anything large or unreadable is not one.
+        let Some(r) = std::fs::metadata(&path)
+            .ok()
+            .filter(|m| m.len() <= 64 * 1024)
+            .and_then(|_| std::fs::read(&path).ok())
+            .and_then(|b| serde_json::from_slice::<CnciRecord>(&b).ok())
+        else {
+            continue;
+        };
+        if let Some(pid) = r.pid.filter(|p| procs::alive(*p, "cumulo-cnci")) {
+            let process = procs::Running {
+                pid,
+                program: "cumulo-cnci".into(),
+            };
+            if let Err(e) = procs::stop_process("CNCI", &process, super::GRACE) {
+                warn(&format!("{e}"));
+            }
+        }
+        // Only the agent's namespaces.
+        let valid = r.ns.strip_prefix(NS_PREFIX).is_some_and(|hex| {
+            !hex.is_empty() && hex.len() <= 32 && hex.chars().all(|c| c.is_ascii_hexdigit())
+        });
+        if valid
+            && Path::new("/run/netns").join(&r.ns).exists()
+            && ip(&["netns", "del", &r.ns]).is_ok()
+        {
+            deleted.push(r.ns);
+        }
+        let _ = std::fs::remove_file(&path);
+    }
+    deleted
+}
+
+/// `down` has no logger: a warning goes to stderr.
+fn warn(what: &str) {
+    eprintln!("cumulo: warning: {what}");
+}
+
+/// Builds the CNCI guest (`scripts/cnci-guest.sh` with the `cumulo-cnci` next to cumulo) into
+/// the agent's image store as [`CNCI_IMAGE`].
+pub fn install_cnci_guest(
+    layout: &Layout,
+    scripts: &Path,
+    cnci: &Path,
+) -> Result<PathBuf, UpError> {
+    let script = scripts.join("cnci-guest.sh");
+    let image = layout.state("agent").join("images").join(CNCI_IMAGE);
+    std::fs::create_dir_all(&image).map_err(io_err(&image))?;
+    let out = Command::new("bash")
+        .arg(&script)
+        .arg(cnci)
+        .arg(&image)
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .status()
+        .map_err(io_err(&script))?;
+    if !out.success() {
+        return Err(UpError::Other(format!(
+            "{} failed: the CNCI guest could not be built",
+            script.display()
+        )));
+    }
+    Ok(image)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cncis_take_the_upper_half_of_the_compute_network() {
+        let net: ComputeNet = DEFAULT_ADDRESS.parse().unwrap();
+        assert_eq!(net.address, Ipv4Addr::new(198, 18, 255, 1));
+        assert_eq!(net.prefix, 24);
+        assert_eq!(net.cnci_addresses(), "198.18.255.128/25");
+        assert_eq!(net.to_string(), DEFAULT_ADDRESS);
+        let wide: ComputeNet = "10.20.0.7/16".parse().unwrap();
+        assert_eq!(wide.cnci_addresses(), "10.20.128.0/17");
+        let small: ComputeNet = "192.168.3.9/29".parse().unwrap();
+        assert_eq!(small.cnci_addresses(), "192.168.3.12/30");
+    }
+
+    #[test]
+    fn bad_compute_networks_are_refused_with_the_reason() {
+        for bad in [
+            "",
+            "198.18.255.1",
+            "198.18.255.1/",
+            "x/24",
+            "198.18.255.1/x",
+            "::1/64",
+        ] {
+            assert!(
+                matches!(bad.parse::<ComputeNet>(), Err(ComputeNetError::Syntax(_))),
+                "{bad}"
+            );
+        }
+        for bad in ["10.0.0.1/7", "10.0.0.1/30", "10.0.0.1/32", "10.0.0.1/255"] {
+            assert!(
+                matches!(bad.parse::<ComputeNet>(), Err(ComputeNetError::Prefix(_))),
+                "{bad}"
+            );
+        }
+        // The network's own address, an address where the CNCIs go, loopback.
+        for bad in [
+            "198.18.255.0/24",
+            "198.18.255.128/24",
+            "198.18.255.200/24",
+            "127.0.0.1/8",
+        ] {
+            assert!(
+                matches!(bad.parse::<ComputeNet>(), Err(ComputeNetError::Address(_))),
+                "{bad}"
+            );
+        }
+    }
+}

@@ -1,0 +1,706 @@
+//! `cumulo up --backend sim --tenant-network cnci` inside a network namespace this test makes
+//! (so nothing touches the machine's own network): a tenant's instance through the CLI, its
+//! subnet's CNCI active (a `cumulo-cnci` process in a namespace of its own, on the compute
+//! network link `up` made) and the instance active; the instance deleted; `cumulo down` leaves
+//! no CNCI namespace, no link, no process. `down` after the agent was killed with SIGKILL (its
+//! CNCI left running); a `cumulo0` that `up` did not make, refused and left alone; and
+//! `--tenant-network cnci` refused without root.
+//!
+//! Needs root, `ip`, and the cluster's binaries (`cargo build --bins`, `cumulo-cnci` included):
+//! without them the test is skipped with a message, unless `CUMULO_REQUIRE_NETNS=1` (root) or
+//! `CUMULO_REQUIRE_BINS=1` (the binaries) make that a failure (CI sets both).
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::HashMap;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const CUMULO: &str = env!("CARGO_BIN_EXE_cumulo");
+
+fn binaries_or_skip() -> bool {
+    let dir = Path::new(CUMULO).parent().unwrap();
+    let missing: Vec<&str> = [
+        "cumulo-scheduler",
+        "cumulo-controller",
+        "cumulo-agent",
+        "cumulo-cnci",
+    ]
+    .into_iter()
+    .filter(|b| !dir.join(b).is_file())
+    .collect();
+    if missing.is_empty() {
+        return true;
+    }
+    assert!(
+        std::env::var("CUMULO_REQUIRE_BINS").as_deref() != Ok("1"),
+        "CUMULO_REQUIRE_BINS=1 but {missing:?} are not built: cargo build --bins"
+    );
+    eprintln!("SKIPPED: {missing:?} not built (cargo build --bins)");
+    false
+}
+
+fn is_root() -> bool {
+    rustix::process::geteuid().is_root()
+}
+
+fn have_ip() -> bool {
+    Command::new("ip")
+        .arg("-V")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+fn netns_or_skip() -> bool {
+    let why = if !is_root() {
+        "not root"
+    } else if !have_ip() {
+        "no ip binary (iproute2)"
+    } else {
+        return true;
+    };
+    assert!(
+        std::env::var("CUMULO_REQUIRE_NETNS").as_deref() != Ok("1"),
+        "CUMULO_REQUIRE_NETNS=1 but {why}"
+    );
+    eprintln!("SKIPPED: {why}: cumulo up --tenant-network cnci needs root and network namespaces");
+    false
+}
+
+fn ip(args: &[&str]) -> Output {
+    Command::new("ip").args(args).output().unwrap()
+}
+
+/// The global list of network namespace names.
+fn namespaces() -> Vec<String> {
+    std::fs::read_dir("/run/netns")
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Whether `pid` is a live process (zombies count as gone).
+fn alive(pid: i32) -> bool {
+    let stat = PathBuf::from(format!("/proc/{pid}/stat"));
+    std::fs::read_to_string(stat).is_ok_and(|s| {
+        s.rfind(')')
+            .and_then(|i| s[i + 1..].split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X")
+    })
+}
+
+/// Polls `ready` every 100 ms until it gives a value, or fails after `within` saying `what`.
+fn poll<T>(what: &str, within: Duration, mut ready: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(v) = ready() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "{what}: not within {within:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A cluster in a network namespace of its own. Dropped (also when the test fails): its logs
+/// shown on failure, `cumulo down`, the namespace deleted.
+struct Cluster {
+    ns: String,
+    dir: tempfile::TempDir,
+    env: HashMap<String, String>,
+    /// With a private /run: a process that holds the namespaces every command enters.
+    holder: Option<Child>,
+}
+
+impl Cluster {
+    /// A cluster in namespace `cumulo-up-<tag>-<pid>` (one tag per test: they run in parallel).
+    fn new(tag: &str) -> Cluster {
+        let ns = format!("cumulo-up-{tag}-{}", std::process::id());
+        let _ = ip(&["netns", "del", &ns]);
+        let made = ip(&["netns", "add", &ns]);
+        assert!(made.status.success(), "ip netns add: {made:?}");
+        let cluster = Cluster {
+            ns,
+            dir: tempfile::tempdir().unwrap(),
+            env: HashMap::new(),
+            holder: None,
+        };
+        let lo = cluster.in_ns("ip", &["link", "set", "lo", "up"]);
+        assert!(lo.status.success(), "{lo:?}");
+        cluster
+    }
+
+    /// A cluster in its own network namespace and a mount namespace with a private `/run`, so
+    /// that the libvirtd `cumulo up` starts there (as root, when none answers) is its own: its
+    /// sockets, its QEMUs' taps in the cluster's network namespace. The CNCIs' namespaces are
+    /// named under that `/run` too. Commands enter both namespaces of a holder process.
+    fn with_private_run(tag: &str) -> Cluster {
+        let mut cluster = Cluster::new(tag);
+        // QEMU runs as another user: it must reach the images under the cluster's directory.
+        std::fs::set_permissions(cluster.dir.path(), std::fs::Permissions::from_mode(0o755))
+            .unwrap();
+        let holder = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &cluster.ns,
+                "unshare",
+                "-m",
+                "--propagation",
+                "private",
+            ])
+            .args(["sh", "-c", "mount -t tmpfs tmpfs /run && exec sleep 3600"])
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap();
+        let pid = holder.id();
+        cluster.holder = Some(holder);
+        // Ready once it runs `sleep`, after the mount (every step execs in the same process).
+        poll("the namespace holder", Duration::from_secs(10), || {
+            std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|c| c.trim() == "sleep")
+                .then_some(())
+        });
+        cluster
+    }
+
+    fn root(&self) -> String {
+        self.dir.path().to_str().unwrap().to_string()
+    }
+
+    /// `program ARGS` inside the cluster's namespace(s).
+    fn in_ns(&self, program: &str, args: &[&str]) -> Output {
+        let mut command = match &self.holder {
+            Some(holder) => {
+                let mut c = Command::new("nsenter");
+                c.args(["-t", &holder.id().to_string(), "-m", "-n", "--"]);
+                c
+            }
+            None => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", &self.ns]);
+                c
+            }
+        };
+        command
+            .arg(program)
+            .args(args)
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            // Where the guest images' caches are (`scripts/tiny-guest.sh`).
+            .envs(cache_env())
+            .envs(&self.env)
+            .output()
+            .unwrap()
+    }
+
+    /// A `cumulo` command that must succeed; its stdout.
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.in_ns(CUMULO, args);
+        assert!(
+            out.status.success(),
+            "cumulo {args:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    fn json(&self, args: &[&str]) -> Value {
+        let mut all = vec!["--json"];
+        all.extend_from_slice(args);
+        let text = self.ok(&all);
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{args:?}: {e}: {text}"))
+    }
+
+    /// `cumulo up --backend sim --tenant-network cnci --no-instance`, then the exports it wrote
+    /// for the CLI; returns what `up` printed.
+    fn up(&mut self) -> String {
+        let root = self.root();
+        let shown = self.ok(&[
+            "up",
+            "--backend",
+            "sim",
+            "--tenant-network",
+            "cnci",
+            "--no-instance",
+            "--dir",
+            &root,
+        ]);
+        let env = std::fs::read_to_string(self.dir.path().join("env")).unwrap();
+        for line in env.lines() {
+            if let Some((k, v)) = line.trim_start_matches("export ").split_once('=') {
+                self.env.insert(k.to_string(), v.to_string());
+            }
+        }
+        shown
+    }
+
+    /// Creates an instance and waits until it and its subnet's CNCI are active; returns the
+    /// instance and the CNCI as the API shows them.
+    fn instance_and_cnci(&self, name: &str) -> (Value, Value) {
+        let made = self.json(&[
+            "instance",
+            "create",
+            "--workload",
+            "tiny",
+            "--name",
+            name,
+            "--wait",
+        ]);
+        let made = made.as_array().unwrap();
+        assert_eq!(made.len(), 1, "{made:?}");
+        assert_eq!(made[0]["state"], "active");
+        let cnci = poll("an active CNCI", Duration::from_secs(60), || {
+            let list = self.json(&["cnci", "list"]);
+            list["cncis"]
+                .as_array()
+                .and_then(|c| c.iter().find(|c| c["state"] == "active").cloned())
+        });
+        (made[0].clone(), cnci)
+    }
+
+    fn pids(&self) -> Vec<(i32, String)> {
+        let run = self.dir.path().join("run");
+        std::fs::read_dir(&run)
+            .map(|entries| {
+                entries
+                    .filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
+                    .filter_map(|text| {
+                        let mut words = text.split_whitespace();
+                        Some((words.next()?.parse().ok()?, words.next()?.to_string()))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// The agent's CNCI records: (namespace, pid).
+    fn cnci_records(&self) -> Vec<(String, Option<i64>)> {
+        let dir = self.dir.path().join("agent/cnci");
+        std::fs::read_dir(dir)
+            .map(|d| {
+                d.flatten()
+                    .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
+                    .filter_map(|e| std::fs::read(e.path()).ok())
+                    .filter_map(|b| serde_json::from_slice::<Value>(&b).ok())
+                    .map(|r| {
+                        (
+                            r["ns"].as_str().unwrap_or("").to_string(),
+                            r["pid"].as_i64(),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            for log in ["agent", "controller", "scheduler"] {
+                let path = self.dir.path().join(format!("logs/{log}.log"));
+                let text = std::fs::read_to_string(&path).unwrap_or_default();
+                let tail: Vec<&str> = text.lines().rev().take(40).collect();
+                eprintln!("--- {} (last lines)", path.display());
+                for line in tail.iter().rev() {
+                    eprintln!("{line}");
+                }
+            }
+        }
+        let root = self.root();
+        // --purge: a VM's domain is undefined too.
+        let _ = self.in_ns(CUMULO, &["down", "--dir", &root, "--purge"]);
+        if let Some(mut holder) = self.holder.take() {
+            let _ = holder.kill();
+            let _ = holder.wait();
+        }
+        let _ = ip(&["netns", "del", &self.ns]);
+    }
+}
+
+/// The environment that says where the guest images' caches are.
+fn cache_env() -> Vec<(String, String)> {
+    ["HOME", "XDG_CACHE_HOME", "CUMULO_TINY_GUEST_CACHE"]
+        .into_iter()
+        .filter_map(|k| Some((k.to_string(), std::env::var(k).ok()?)))
+        .collect()
+}
+
+/// Whether the libvirt tests may run here: `CUMULO_LIBVIRT_URI` says the machine is set up for
+/// them (`scripts/test.sh`), and the tools are there. Else skipped with the reason, or failed
+/// under `CUMULO_LIBVIRT_REQUIRED=1`.
+fn libvirt_or_skip() -> bool {
+    let tools = [
+        "libvirtd",
+        "virtlogd",
+        "virsh",
+        "qemu-system-x86_64",
+        "nsenter",
+        "unshare",
+    ];
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let have = |t: &str| {
+        std::env::split_paths(&path)
+            .chain(["/usr/sbin", "/usr/bin"].map(PathBuf::from))
+            .any(|d| d.join(t).is_file())
+    };
+    let missing: Vec<&str> = tools.into_iter().filter(|t| !have(t)).collect();
+    let why = if std::env::var_os("CUMULO_LIBVIRT_URI").is_none() {
+        "CUMULO_LIBVIRT_URI is not set (scripts/test.sh sets it up)".to_string()
+    } else if !missing.is_empty() {
+        format!("{missing:?} not installed")
+    } else {
+        return true;
+    };
+    assert!(
+        std::env::var("CUMULO_LIBVIRT_REQUIRED").as_deref() != Ok("1"),
+        "CUMULO_LIBVIRT_REQUIRED=1 but {why}"
+    );
+    eprintln!("SKIPPED: {why}");
+    false
+}
+
+#[test]
+fn up_with_tenant_networks_through_cncis_in_a_namespace() {
+    if !binaries_or_skip() || !netns_or_skip() {
+        return;
+    }
+    let mut cluster = Cluster::new("cnci");
+    let root = cluster.root();
+    let started = Instant::now();
+    let shown = cluster.up();
+    eprintln!(
+        "cumulo up --tenant-network cnci: {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    assert!(shown.contains("cumulo is up (sim backend)"), "{shown}");
+    assert!(shown.contains("Tenant networks: through CNCIs"), "{shown}");
+    assert!(
+        shown.contains("compute network 198.18.255.1/24 (cumulo0; CNCIs take 198.18.255.128/25)"),
+        "{shown}"
+    );
+    // The compute network's link, in the test's namespace only.
+    let link = cluster.in_ns("ip", &["-4", "-o", "addr", "show", "dev", "cumulo0"]);
+    assert!(
+        String::from_utf8_lossy(&link.stdout).contains("198.18.255.1/24"),
+        "{link:?}"
+    );
+    // Not in the machine's own namespace.
+    let outside = ip(&["-4", "-o", "addr", "show", "dev", "cumulo0"]);
+    assert!(
+        !String::from_utf8_lossy(&outside.stdout).contains("198.18.255.1/24"),
+        "{outside:?}"
+    );
+    let services = cluster.pids();
+    assert_eq!(services.len(), 3, "{services:?}");
+
+    // A tenant's instance: its subnet's CNCI is launched, announces itself, and the instance
+    // is released to it.
+    let (instance, cnci) = cluster.instance_and_cnci("net");
+    let id = instance["id"].as_str().unwrap().to_string();
+    let cnci_ip = cnci["ip"].as_str().unwrap();
+    assert!(cnci_ip.starts_with("198.18.255."), "{cnci}");
+    let last: u8 = cnci_ip.rsplit('.').next().unwrap().parse().unwrap();
+    assert!(last >= 128, "the CNCIs take the upper half: {cnci}");
+    let cnci_id = cnci["id"].as_str().unwrap().replace('-', "");
+    let ns = format!("cumulo-cnci-{}", &cnci_id[..12]);
+    assert!(namespaces().contains(&ns), "{ns} not in {:?}", namespaces());
+    let records = cluster.cnci_records();
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records[0].0, ns);
+    let cnci_pid = i32::try_from(records[0].1.unwrap()).unwrap();
+    assert!(alive(cnci_pid), "the CNCI process {cnci_pid}");
+    // The host reaches its CNCI over the compute network (the veth pair and proxy ARP).
+    let ping = cluster.in_ns("ping", &["-c", "1", "-W", "5", cnci_ip]);
+    assert!(ping.status.success(), "{ping:?}");
+    let shown = cluster.json(&["instance", "show", &id]);
+    assert_eq!(shown["state"], "active");
+
+    cluster.ok(&["instance", "delete", "--wait", &id]);
+    // A second `up` without the flag finds it running, and says how it runs.
+    let again = cluster.ok(&["up", "--backend", "sim", "--dir", &root]);
+    assert!(again.contains("already up"), "{again}");
+    assert!(
+        again.contains("It runs with tenant networks through CNCIs"),
+        "{again}"
+    );
+
+    // The controller removes an idle subnet's CNCI only after a while (--cnci-linger, 60 s):
+    // it is still there, and `down` deletes what the agent leaves of it.
+    let lingering = !cluster.cnci_records().is_empty();
+    let down = cluster.ok(&["down", "--dir", &root]);
+    assert!(down.contains("deleted link cumulo0"), "{down}");
+    if lingering {
+        assert!(
+            down.contains(&format!("deleted CNCI namespace(s) {ns}")),
+            "{down}"
+        );
+    }
+    for (pid, program) in &services {
+        assert!(!alive(*pid), "{program} (pid {pid}) still runs after down");
+    }
+    assert!(
+        !alive(cnci_pid),
+        "the CNCI (pid {cnci_pid}) still runs after down"
+    );
+    let left: Vec<String> = namespaces()
+        .into_iter()
+        .filter(|n| n.starts_with("cumulo-cnci-"))
+        .collect();
+    assert!(!left.contains(&ns), "{ns} left after down: {left:?}");
+    let link = cluster.in_ns("ip", &["link", "show", "dev", "cumulo0"]);
+    assert!(!link.status.success(), "cumulo0 left after down");
+    assert!(cluster.cnci_records().is_empty());
+    // A second down has nothing to do.
+    let again = cluster.ok(&["down", "--dir", &root]);
+    assert!(!again.contains("deleted"), "{again}");
+}
+
+#[test]
+fn down_after_the_agent_was_killed_leaves_no_cnci() {
+    if !binaries_or_skip() || !netns_or_skip() {
+        return;
+    }
+    let mut cluster = Cluster::new("kill");
+    let root = cluster.root();
+    cluster.up();
+    let (_, cnci) = cluster.instance_and_cnci("net");
+    let cnci_id = cnci["id"].as_str().unwrap().replace('-', "");
+    let ns = format!("cumulo-cnci-{}", &cnci_id[..12]);
+    let records = cluster.cnci_records();
+    assert_eq!(records.len(), 1, "{records:?}");
+    let cnci_pid = i32::try_from(records[0].1.unwrap()).unwrap();
+    // kill -9: the agent cleans nothing up; its CNCI process and namespace stay.
+    let agent: Vec<i32> = cluster
+        .pids()
+        .into_iter()
+        .filter(|(_, program)| program == "cumulo-agent")
+        .map(|(pid, _)| pid)
+        .collect();
+    assert_eq!(agent.len(), 1);
+    let pid = rustix::process::Pid::from_raw(agent[0]).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::KILL).unwrap();
+    poll("the agent gone", Duration::from_secs(10), || {
+        (!alive(agent[0])).then_some(())
+    });
+    assert!(namespaces().contains(&ns));
+
+    let down = cluster.ok(&["down", "--dir", &root]);
+    assert!(
+        down.contains(&format!("deleted CNCI namespace(s) {ns}")),
+        "{down}"
+    );
+    assert!(down.contains("deleted link cumulo0"), "{down}");
+    assert!(
+        !alive(cnci_pid),
+        "the CNCI (pid {cnci_pid}) still runs after down"
+    );
+    assert!(!namespaces().contains(&ns));
+    assert!(cluster.cnci_records().is_empty());
+}
+
+#[test]
+fn a_cumulo0_that_up_did_not_make_is_left_alone() {
+    if !binaries_or_skip() || !netns_or_skip() {
+        return;
+    }
+    let cluster = Cluster::new("taken");
+    let root = cluster.root();
+    let made = cluster.in_ns("ip", &["link", "add", "cumulo0", "type", "bridge"]);
+    assert!(made.status.success(), "{made:?}");
+    let up = cluster.in_ns(
+        CUMULO,
+        &[
+            "up",
+            "--backend",
+            "sim",
+            "--tenant-network",
+            "cnci",
+            "--dir",
+            &root,
+        ],
+    );
+    assert_eq!(up.status.code(), Some(1), "{up:?}");
+    let err = String::from_utf8_lossy(&up.stderr);
+    assert!(
+        err.contains("a link cumulo0 exists that cumulo up did not make"),
+        "{err}"
+    );
+    assert!(cluster.pids().is_empty(), "nothing started");
+    let down = cluster.ok(&["down", "--dir", &root]);
+    assert!(!down.contains("deleted"), "{down}");
+    let link = cluster.in_ns("ip", &["link", "show", "dev", "cumulo0"]);
+    assert!(link.status.success(), "the link is still there");
+}
+
+#[test]
+fn up_libvirt_with_cnci_vms_in_a_namespace() {
+    if !binaries_or_skip() || !netns_or_skip() || !libvirt_or_skip() {
+        return;
+    }
+    // The CNCI guest once out here, where its packages can be fetched (the first time): `up`
+    // builds it again inside the namespace, from the cache.
+    let scripts = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts");
+    let warm = tempfile::tempdir().unwrap();
+    let cnci_bin = Path::new(CUMULO).parent().unwrap().join("cumulo-cnci");
+    let built = Command::new("bash")
+        .arg(scripts.join("cnci-guest.sh"))
+        .arg(&cnci_bin)
+        .arg(warm.path().join("cnci"))
+        .output()
+        .unwrap();
+    assert!(built.status.success(), "cnci-guest.sh: {built:?}");
+    let mut cluster = Cluster::with_private_run("vm");
+    let root = cluster.root();
+    let started = Instant::now();
+    let shown = cluster.ok(&[
+        "up",
+        "--backend",
+        "libvirt",
+        "--tenant-network",
+        "cnci",
+        "--dir",
+        &root,
+    ]);
+    eprintln!(
+        "cumulo up --backend libvirt --tenant-network cnci: {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    // The first instance booted (its console said so): its CNCI, a VM, came up first.
+    assert!(shown.contains("cumulo is up (libvirt backend)"), "{shown}");
+    assert!(shown.contains("a private libvirtd started"), "{shown}");
+    assert!(shown.contains("CNCI guest image"), "{shown}");
+    assert!(shown.contains("active, booted"), "{shown}");
+    assert!(shown.contains("Tenant networks: through CNCIs"), "{shown}");
+    let env = std::fs::read_to_string(cluster.dir.path().join("env")).unwrap();
+    for line in env.lines() {
+        if let Some((k, v)) = line.trim_start_matches("export ").split_once('=') {
+            cluster.env.insert(k.to_string(), v.to_string());
+        }
+    }
+    let services = cluster.pids();
+    let cncis = cluster.json(&["cnci", "list"]);
+    let cnci = cncis["cncis"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["state"] == "active").cloned())
+        .unwrap_or_else(|| panic!("no active CNCI: {cncis}"));
+    assert!(
+        cnci["ip"].as_str().unwrap().starts_with("198.18.255."),
+        "{cnci}"
+    );
+    let records = cluster.cnci_records();
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records[0].1, None, "a VM, not a process: {records:?}");
+
+    // The tenant's data path: a stand-in guest on the subnet's bridge (where the instance's tap
+    // is) reaches the CNCI VM, its gateway, over the VXLAN tunnel.
+    let cidr = cnci["cidr"].as_str().unwrap();
+    let (net, _) = cidr.split_once('/').unwrap();
+    let base: std::net::Ipv4Addr = net.parse().unwrap();
+    let gateway = std::net::Ipv4Addr::from(u32::from(base) + 1).to_string();
+    let guest_ip = format!("{}/{}", std::net::Ipv4Addr::from(u32::from(base) + 250), 24);
+    let links = cluster.in_ns("ip", &["-o", "link", "show", "type", "bridge"]);
+    let links = String::from_utf8_lossy(&links.stdout).into_owned();
+    let bridge = links
+        .split_whitespace()
+        .map(|w| w.trim_end_matches(':'))
+        .find(|w| w.starts_with("cb-"))
+        .unwrap_or_else(|| panic!("no tenant bridge: {links}"))
+        .to_string();
+    let guest = format!("cumulo-up-guest-{}", std::process::id());
+    for step in [
+        vec!["netns", "add", &guest],
+        vec![
+            "link", "add", "gv0", "type", "veth", "peer", "name", "gv1", "netns", &guest,
+        ],
+        vec!["link", "set", "gv0", "master", &bridge, "up"],
+        vec!["-n", &guest, "link", "set", "gv1", "up"],
+        vec!["-n", &guest, "addr", "add", &guest_ip, "dev", "gv1"],
+    ] {
+        let out = cluster.in_ns("ip", &step);
+        assert!(out.status.success(), "ip {step:?}: {out:?}");
+    }
+    poll("the CNCI VM answers ping", Duration::from_secs(60), || {
+        cluster
+            .in_ns(
+                "ip",
+                &[
+                    "netns", "exec", &guest, "ping", "-c", "1", "-W", "2", &gateway,
+                ],
+            )
+            .status
+            .success()
+            .then_some(())
+    });
+    let _ = cluster.in_ns("ip", &["netns", "del", &guest]);
+
+    let down = cluster.ok(&["down", "--dir", &root, "--purge"]);
+    assert!(down.contains("powered off 2 VM(s)"), "{down}");
+    assert!(down.contains("deleted link cumulo0"), "{down}");
+    for (pid, program) in &services {
+        assert!(!alive(*pid), "{program} (pid {pid}) still runs after down");
+    }
+    // No QEMU of the cluster's left (a CNCI stopped while the controller ran would have been
+    // started again).
+    let domain = format!("guest=cumulo-{}", cnci["id"].as_str().unwrap());
+    let qemus: Vec<String> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .filter(|c| c.contains(&domain))
+        .collect();
+    assert!(
+        qemus.is_empty(),
+        "the CNCI's QEMU runs after down: {qemus:?}"
+    );
+    let listed = cluster.in_ns("ip", &["netns", "list"]);
+    let listed = String::from_utf8_lossy(&listed.stdout).into_owned();
+    assert!(!listed.contains("cumulo-cnci-"), "{listed}");
+    let link = cluster.in_ns("ip", &["link", "show", "dev", "cumulo0"]);
+    assert!(!link.status.success(), "cumulo0 left after down");
+}
+
+#[test]
+fn tenant_networks_through_cncis_need_root() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().to_str().unwrap().to_string();
+    let args = ["up", "--tenant-network", "cnci", "--dir", &root];
+    let out = if is_root() {
+        // As nobody: the refusal comes before anything is made. A copy of cumulo in a directory
+        // nobody may enter (the checkout may be under a private home).
+        let bin = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(bin.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let copy = bin.path().join("cumulo");
+        std::fs::copy(CUMULO, &copy).unwrap();
+        std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let Ok(o) = Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(&copy)
+            .args(args)
+            .output()
+        else {
+            eprintln!("SKIPPED: no setpriv (util-linux) to drop root");
+            return;
+        };
+        o
+    } else {
+        Command::new(CUMULO).args(args).output().unwrap()
+    };
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.starts_with("cumulo: --tenant-network cnci needs root"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(!dir.path().join("certs").exists());
+}
