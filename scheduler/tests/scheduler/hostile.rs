@@ -382,14 +382,20 @@ const ALL: [Kind; 6] = [
 /// Makes a flood's frame from the flooder's UUID.
 type MakeFrame = fn(Uuid) -> Frame;
 
-/// The attackers' runtime: two threads at nice 19. On this 2-core machine they stand in for
-/// other machines: at the same priority their own TLS and encryption work would take the CPU the
-/// scheduler needs, which real remote attackers do not.
+/// The attackers' runtime: two threads at nice 19 (`CUMULO_ATTACKER_NICE` to change it). On
+/// this 2-core machine they stand in for other machines: at the same priority their own TLS and
+/// encryption work would take the CPU the scheduler needs, which real remote attackers do not.
 fn attackers_runtime() -> tokio::runtime::Runtime {
+    let nice = std::env::var("CUMULO_ATTACKER_NICE")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(19);
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
-        .on_thread_start(|| {
-            let _ = ssntp::net::handshaker::nice_this_thread(19);
+        .on_thread_start(move || {
+            if nice != 0 {
+                let _ = ssntp::net::handshaker::nice_this_thread(nice);
+            }
         })
         .enable_all()
         .build()
