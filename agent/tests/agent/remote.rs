@@ -96,30 +96,39 @@ async fn login(url: &str) -> String {
 pub(crate) async fn controllers(url: &str, n: usize) -> Vec<Ctl> {
     let mut out = Vec::new();
     for _ in 0..n {
-        let location = url.to_string();
-        let store: Arc<dyn Store> =
-            tokio::task::spawn_blocking(move || controller::store::open(&location))
-                .await
-                .unwrap()
-                .unwrap();
-        let engine_store = store.clone();
-        let engine = tokio::task::spawn_blocking(move || {
-            Engine::new(
-                engine_store,
-                Arc::new(NoScheduler),
-                EngineConfig::new(Uuid::new_v4()),
-            )
-        })
-        .await
-        .unwrap()
-        .unwrap();
-        let api = TestApi::start(store.clone(), Arc::new(engine), None)
-            .await
-            .unwrap();
-        let token = login(&api.url).await;
-        out.push(Ctl { store, api, token });
+        out.push(controller_with(url, |_| {}).await);
     }
     out
+}
+
+/// A controller (store, engine without a scheduler, API, an admin token) on the etcd prefix
+/// `url`, its API configuration changed by `tune` first.
+pub(crate) async fn controller_with(
+    url: &str,
+    tune: impl FnOnce(&mut controller::api::ApiConfig),
+) -> Ctl {
+    let location = url.to_string();
+    let store: Arc<dyn Store> =
+        tokio::task::spawn_blocking(move || controller::store::open(&location))
+            .await
+            .unwrap()
+            .unwrap();
+    let engine_store = store.clone();
+    let engine = tokio::task::spawn_blocking(move || {
+        Engine::new(
+            engine_store,
+            Arc::new(NoScheduler),
+            EngineConfig::new(Uuid::new_v4()),
+        )
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    let api = TestApi::start_with(store.clone(), Arc::new(engine), None, tune)
+        .await
+        .unwrap();
+    let token = login(&api.url).await;
+    Ctl { store, api, token }
 }
 
 /// A flavor, a public image and a workload of the admin project; returns the workload.
@@ -617,31 +626,13 @@ async fn launcher_credentials_are_renewed_on_demand_and_replicas_pick_them_up() 
     );
     // One controller without the CA key, one with it.
     let mut ctls = controllers(&url, 1).await;
-    let location = url.clone();
-    let store: Arc<dyn Store> =
-        tokio::task::spawn_blocking(move || controller::store::open(&location))
-            .await
-            .unwrap()
-            .unwrap();
-    let engine_store = store.clone();
-    let engine = tokio::task::spawn_blocking(move || {
-        Engine::new(
-            engine_store,
-            Arc::new(NoScheduler),
-            EngineConfig::new(Uuid::new_v4()),
-        )
-    })
-    .await
-    .unwrap()
-    .unwrap();
     let with_key = issuer.clone();
-    let api = TestApi::start_with(store.clone(), Arc::new(engine), None, move |c| {
-        c.launcher_creds = Some(with_key);
-    })
-    .await
-    .unwrap();
-    let token = login(&api.url).await;
-    ctls.push(Ctl { store, api, token });
+    ctls.push(
+        controller_with(&url, move |c| {
+            c.launcher_creds = Some(with_key);
+        })
+        .await,
+    );
 
     let uri = "qemu+tls://edge-tls/system";
     let host = register(&ctls[0], "edge-tls", uri).await;
