@@ -59,12 +59,18 @@ fn replica(url: &str, uri: &str, name: &str, dir: &std::path::Path, extra: &[&st
             "20ms",
         ])
         .args(extra)
-        .env("RUST_LOG", "warn")
+        .env("RUST_LOG", "info")
         .stdin(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(dir.join(format!("{name}.log"))).unwrap())
         .spawn()
         .unwrap();
     Replica(child)
+}
+
+/// Whether replica `name` (started in `dir`) has reached its loop of claims (its log says so).
+fn serving(dir: &std::path::Path, name: &str) -> bool {
+    std::fs::read_to_string(dir.join(format!("{name}.log")))
+        .is_ok_and(|log| log.contains("serving an off-host host"))
 }
 
 /// A store on a fresh prefix with one off-host host and a workload; and an engine over it.
@@ -236,8 +242,9 @@ fn main() {
             claimed().is_some_and(|(_, owner)| owner == "slow")
         });
         let _fast = replica(&url, &uri, "fast", dir.path(), &["--lease", &lease]);
-        // Let the fast replica reach its polling loop before the kill.
-        std::thread::sleep(Duration::from_millis(500));
+        wait_for("the fast replica's loop", Duration::from_secs(60), || {
+            serving(dir.path(), "fast")
+        });
         let killed = Instant::now();
         drop(slow);
         wait_for("the takeover", Duration::from_secs(60), || {
