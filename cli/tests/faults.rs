@@ -27,6 +27,7 @@
 mod harness;
 
 use std::collections::{HashMap, HashSet};
+use std::path::Path;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime};
@@ -527,19 +528,73 @@ fn poll_fast<T>(what: &str, within: Duration, mut f: impl FnMut() -> Option<T>) 
     }
 }
 
-/// What libvirt has of `id` now, in words.
-fn domain_phase(cluster: &Cluster, id: &str) -> &'static str {
-    match cluster.domains().get(id) {
+/// Where the libvirt agent stands with an instance: what libvirt, its instance directory and
+/// its record hold, in words.
+fn vm_phase(cluster: &Cluster, state: &Path, id: &str) -> String {
+    let domain = match cluster.domains().get(id) {
         None => "no domain",
         Some(false) => "domain defined, not running",
         Some(true) => "domain running",
-    }
+    };
+    let files = if state.join("libvirt").join("instances").join(id).is_dir() {
+        "files"
+    } else {
+        "no files"
+    };
+    let record = match std::fs::read_to_string(state.join("instances").join(format!("{id}.json"))) {
+        Ok(text) if text.contains("\"removing\"") => "record: removing",
+        Ok(_) => "record: running",
+        Err(_) => "no record",
+    };
+    format!("{domain}, {files}, {record}")
 }
 
-/// Creates one instance and kills its agent with SIGKILL the moment the agent has written its
-/// domain's definition (the domain is being defined or started), then starts the agent again.
-/// Returns a figure line.
-fn kill_agent_mid_create(cluster: &Cluster, ledger: &Mutex<Ledger>, tag: &str) -> String {
+/// libvirtd's own marks of a domain (read only): its persistent definition, and the PID file
+/// of its running QEMU.
+fn libvirt_defined(id: &str) -> bool {
+    Path::new("/etc/libvirt/qemu")
+        .join(format!("cumulo-{id}.xml"))
+        .exists()
+}
+
+fn libvirt_running(id: &str) -> bool {
+    Path::new("/run/libvirt/qemu")
+        .join(format!("cumulo-{id}.pid"))
+        .exists()
+}
+
+/// The moments of a create at which the agent is killed.
+#[derive(Debug, Clone, Copy)]
+enum CreatePoint {
+    /// Its record is written (nothing made yet).
+    Record,
+    /// Its instance directory is made (the VM's files are being written).
+    Files,
+    /// The domain's definition is written (the domain is being defined or started).
+    Definition,
+    /// QEMU runs (the agent may not have reported it active yet).
+    Started,
+}
+
+/// The moments of a delete at which the agent is killed.
+#[derive(Debug, Clone, Copy)]
+enum DeletePoint {
+    /// The removal is recorded (the domain is about to be powered off).
+    Recorded,
+    /// The domain is powered off (about to be undefined).
+    PoweredOff,
+    /// The domain is undefined (its files are about to be removed).
+    Undefined,
+}
+
+/// Creates one instance and kills its agent with SIGKILL at `point`, then starts the agent
+/// again and waits until everything is consistent. Returns a figure line.
+fn kill_agent_mid_create(
+    cluster: &Cluster,
+    ledger: &Mutex<Ledger>,
+    tag: &str,
+    point: CreatePoint,
+) -> String {
     let id = cluster.create(tag, 1).unwrap().remove(0);
     ledger
         .lock()
@@ -547,68 +602,82 @@ fn kill_agent_mid_create(cluster: &Cluster, ledger: &Mutex<Ledger>, tag: &str) -
         .created
         .insert(id.clone(), tag.to_string());
     let dirs = cluster.agent_dirs();
-    let host = poll_fast(
-        "an agent to write the VM's definition",
+    let (host, state) = poll_fast(
+        &format!("an agent to reach {point:?} for {id}"),
         Duration::from_secs(60),
         || {
             dirs.iter().find_map(|(host, state)| {
-                let xml = state
-                    .join("libvirt")
-                    .join("instances")
-                    .join(&id)
-                    .join("domain.xml");
-                xml.exists().then(|| host.clone())
+                let files = state.join("libvirt").join("instances").join(&id);
+                let reached = match point {
+                    CreatePoint::Record => {
+                        state.join("instances").join(format!("{id}.json")).exists()
+                    }
+                    CreatePoint::Files => files.is_dir(),
+                    CreatePoint::Definition => files.join("domain.xml").exists(),
+                    CreatePoint::Started => files.is_dir() && libvirt_running(&id),
+                };
+                reached.then(|| (host.clone(), state.clone()))
             })
         },
     );
     let victim = agent_of(cluster, &host);
     cluster.kill9(&victim);
-    let phase = domain_phase(cluster, &id);
+    let phase = vm_phase(cluster, &state, &id);
     cluster.restart(&victim);
     let n = settle_with(cluster, ledger, Duration::from_secs(90), vms_consistent);
     let shown = routes::item(cluster.demo.get(&routes::instance(&id)).unwrap());
     format!(
-        "{tag}: {victim} killed with its definition written, at kill time: {phase}; then {} ({}); {} instances listed",
+        "{tag}: {victim} killed mid-create at {point:?}, then: {phase}; after the restart {} ({}); {} instances listed",
         shown["state"],
         shown["error"].as_str().unwrap_or("no error"),
         n.0
     )
 }
 
-/// Deletes an active instance and kills its agent with SIGKILL the moment the agent has
-/// recorded the removal (the domain is being powered off or undefined), then starts it again.
-/// Returns a figure line.
-fn kill_agent_mid_delete(cluster: &Cluster, ledger: &Mutex<Ledger>, tag: &str) -> String {
+/// Deletes an active instance and kills its agent with SIGKILL at `point` of the removal (or
+/// as soon as the removal is seen to be over, if it went faster than the poll), then starts
+/// it again and waits until everything is consistent. Returns a figure line.
+fn kill_agent_mid_delete(
+    cluster: &Cluster,
+    ledger: &Mutex<Ledger>,
+    tag: &str,
+    point: DeletePoint,
+) -> String {
     let hosts = cluster.hosts();
     let listed = cluster.instances().unwrap();
-    let victim_instance = listed
+    let target = listed
         .iter()
         .find(|i| i["state"] == "active" && hosts.contains_key(i["node"].as_str().unwrap_or("")))
         .expect("an active instance to delete");
-    let id = victim_instance["id"].as_str().unwrap().to_string();
-    let host = hosts[victim_instance["node"].as_str().unwrap()].clone();
+    let id = target["id"].as_str().unwrap().to_string();
+    let host = hosts[target["node"].as_str().unwrap()].clone();
     let victim = agent_of(cluster, &host);
-    let record = cluster.agent_dirs()[&host]
-        .join("instances")
-        .join(format!("{id}.json"));
+    let state = cluster.agent_dirs()[&host].clone();
+    let record = state.join("instances").join(format!("{id}.json"));
     cluster.demo.delete(&routes::instance(&id)).unwrap();
     ledger.lock().unwrap().deleted.insert(id.clone());
     let when = poll_fast(
-        "the agent to record the removal",
+        &format!("the agent to reach {point:?} removing {id}"),
         Duration::from_secs(60),
-        || match std::fs::read_to_string(&record) {
-            Ok(text) if text.contains("\"removing\"") => Some("removal recorded"),
-            Ok(_) => None,
-            // Removed already: the delete finished before the poll saw it.
-            Err(_) => Some("delete already done"),
+        || {
+            let Ok(text) = std::fs::read_to_string(&record) else {
+                return Some("late: the delete was over");
+            };
+            let reached = text.contains("\"removing\"")
+                && match point {
+                    DeletePoint::Recorded => true,
+                    DeletePoint::PoweredOff => !libvirt_running(&id),
+                    DeletePoint::Undefined => !libvirt_defined(&id),
+                };
+            reached.then_some("on time")
         },
     );
     cluster.kill9(&victim);
-    let phase = domain_phase(cluster, &id);
+    let phase = vm_phase(cluster, &state, &id);
     cluster.restart(&victim);
     let n = settle_with(cluster, ledger, Duration::from_secs(90), vms_consistent);
     format!(
-        "{tag}: {victim} killed mid-delete ({when}), at kill time: {phase}; {} instances listed after",
+        "{tag}: {victim} killed mid-delete at {point:?} ({when}), then: {phase}; {} instances listed after the restart",
         n.0
     )
 }
@@ -634,7 +703,7 @@ fn kill9_libvirt_mid_create_and_delete() {
     cluster.node_ready("a2");
     let up_took = began.elapsed();
     let ledger = Mutex::new(Ledger::default());
-    let first = cluster.create("seed", 3).unwrap();
+    let first = cluster.create("seed", 4).unwrap();
     ledger
         .lock()
         .unwrap()
@@ -642,7 +711,7 @@ fn kill9_libvirt_mid_create_and_delete() {
         .extend(first.iter().map(|id| (id.clone(), "seed".to_string())));
     settle_with(&cluster, &ledger, Duration::from_secs(90), vms_consistent);
     let mut figures = vec![format!(
-        "cluster up with two libvirt agents in {:.1} s, 3 VMs active after {:.1} s",
+        "cluster up with two libvirt agents in {:.1} s, 4 VMs active after {:.1} s",
         up_took.as_secs_f64(),
         began.elapsed().as_secs_f64()
     )];
@@ -651,12 +720,27 @@ fn kill9_libvirt_mid_create_and_delete() {
         figures.push(f);
     };
     for round in 0..rounds {
-        let at = Instant::now();
-        let f = kill_agent_mid_create(&cluster, &ledger, &format!("r{round}-mid-create"));
-        figure(format!("{f} ({:.1} s)", at.elapsed().as_secs_f64()));
-        let at = Instant::now();
-        let f = kill_agent_mid_delete(&cluster, &ledger, &format!("r{round}-mid-delete"));
-        figure(format!("{f} ({:.1} s)", at.elapsed().as_secs_f64()));
+        for point in [
+            CreatePoint::Record,
+            CreatePoint::Files,
+            CreatePoint::Definition,
+            CreatePoint::Started,
+        ] {
+            let at = Instant::now();
+            let tag = format!("r{round}-create-{point:?}");
+            let f = kill_agent_mid_create(&cluster, &ledger, &tag, point);
+            figure(format!("{f} ({:.1} s)", at.elapsed().as_secs_f64()));
+        }
+        for point in [
+            DeletePoint::Recorded,
+            DeletePoint::PoweredOff,
+            DeletePoint::Undefined,
+        ] {
+            let at = Instant::now();
+            let tag = format!("r{round}-delete-{point:?}");
+            let f = kill_agent_mid_delete(&cluster, &ledger, &tag, point);
+            figure(format!("{f} ({:.1} s)", at.elapsed().as_secs_f64()));
+        }
         for victim in ["scheduler", "agent", "controller", "a2"] {
             let tag = format!("r{round}-churn-{victim}");
             figure(kill_amid_churn(
