@@ -753,6 +753,35 @@ fn kill9_libvirt_mid_create_and_delete() {
             ));
         }
     }
+    // What the faults left exited (lost mid-create) or in error boots on a `start`, once.
+    let stopped: Vec<String> = cluster
+        .instances()
+        .unwrap()
+        .iter()
+        .filter(|i| i["state"] == "exited" || i["state"] == "error")
+        .map(|i| i["id"].as_str().unwrap().to_string())
+        .collect();
+    let at = Instant::now();
+    for id in &stopped {
+        cluster
+            .demo
+            .post(
+                &routes::instance_action(id, "start"),
+                &serde_json::json!({}),
+            )
+            .unwrap();
+    }
+    cluster.wait_states(&stopped, "active", Duration::from_secs(90));
+    let n = settle_with(&cluster, &ledger, Duration::from_secs(60), vms_consistent);
+    assert_eq!(
+        n.1, 0,
+        "instances still exited or in error after their start"
+    );
+    figure(format!(
+        "{} instances exited or in error after the faults, all active on a start within {:.1} s",
+        stopped.len(),
+        at.elapsed().as_secs_f64()
+    ));
     let domains = cluster.domains();
     let (created, deleted) = {
         let l = ledger.lock().unwrap();
