@@ -5,6 +5,13 @@
 //!   instances are created and deleted through the REST API; after a restart with the same
 //!   command line, no instance record lost or duplicated, every instance active on the agent the
 //!   API names (the sim agent's files), none booted twice, none leaked;
+//! - `kill9_libvirt_mid_create_and_delete`: the same with real VMs (`up --backend libvirt`,
+//!   two libvirt agents on one libvirtd, TCG): the agent killed at four points of a create and
+//!   three of a delete, then the churn with the four processes killed; reality is libvirt's
+//!   domains of this cluster (their definitions point into its directory; no other domain is
+//!   touched) and the agents' instance directories, records and taps. Needs root and
+//!   `CUMULO_LIBVIRT_URI=qemu:///system` with libvirtd running (`scripts/libvirt.sh`); skipped
+//!   otherwise, unless `CUMULO_LIBVIRT_REQUIRED=1` (CI) or `CUMULO_REQUIRE_LIBVIRT=1`;
 //! - `partitioned_agent_is_missing_then_back`: an agent in its own network namespace whose
 //!   veth goes down for longer than the dead-node (idle) timeout: its instances go `missing`,
 //!   then `active` again when the link is back, none booted twice (root);
