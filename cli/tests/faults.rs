@@ -7,7 +7,8 @@
 //!   API names (the sim agent's files), none booted twice, none leaked;
 //! - `kill9_libvirt_mid_create_and_delete`: the same with real VMs (`up --backend libvirt`,
 //!   two libvirt agents on one libvirtd, TCG): the agent killed at four points of a create and
-//!   three of a delete, then the churn with the four processes killed; reality is libvirt's
+//!   three of a delete, then the churn with the four processes killed, then STARTs that reach
+//!   stopped agents after their records went (they must be deleted); reality is libvirt's
 //!   domains of this cluster (their definitions point into its directory; no other domain is
 //!   touched) and the agents' instance directories, records and taps. Needs root and
 //!   `CUMULO_LIBVIRT_URI=qemu:///system` with libvirtd running (`scripts/libvirt.sh`); skipped
@@ -689,6 +690,72 @@ fn kill_agent_mid_delete(
     )
 }
 
+/// STARTs that reach their agent only after the controller gave them up (fix 9 in
+/// docs/reliability.md): both agents are SIGSTOPped; two instances are created; one is deleted
+/// at once (pending, no node: forgotten after the confirmation timeout), the other becomes
+/// `error` (`start_lost`) and is deleted then (removed at once). The agents run again, get the
+/// STARTs and boot the VMs: the controller must have them deleted, none may be left.
+fn late_starts_after_the_records_went(cluster: &Cluster, ledger: &Mutex<Ledger>) -> String {
+    let started = Instant::now();
+    for agent in ["agent", "a2"] {
+        cluster.signal(agent, Signal::STOP);
+    }
+    let ids = cluster.create("late", 2).unwrap();
+    let (forgotten, errored) = (ids[0].clone(), ids[1].clone());
+    {
+        let mut l = ledger.lock().unwrap();
+        for id in &ids {
+            l.created.insert(id.clone(), "late".to_string());
+        }
+    }
+    cluster.demo.delete(&routes::instance(&forgotten)).unwrap();
+    ledger.lock().unwrap().deleted.insert(forgotten.clone());
+    cluster.wait_states(
+        std::slice::from_ref(&errored),
+        "error",
+        Duration::from_secs(60),
+    );
+    wait_for(
+        "the deleted pending instance to be forgotten",
+        Duration::from_secs(60),
+        || {
+            let listed = cluster.instances().ok()?;
+            (!listed.iter().any(|i| i["id"] == forgotten.as_str())).then_some(())
+        },
+    );
+    cluster.demo.delete(&routes::instance(&errored)).unwrap();
+    ledger.lock().unwrap().deleted.insert(errored.clone());
+    let gave_up = started.elapsed();
+    for agent in ["agent", "a2"] {
+        cluster.signal(agent, Signal::CONT);
+    }
+    // The VMs come (the agents take the STARTs they were sent) and must go again.
+    let n = settle_with(cluster, ledger, Duration::from_secs(90), vms_consistent);
+    let log = std::fs::read_to_string(cluster.proc("controller").log).unwrap();
+    let redeleted: Vec<&String> = ids
+        .iter()
+        .filter(|id| {
+            log.lines().any(|l| {
+                l.contains(id.as_str()) && l.contains("deleted before any node reported it")
+            })
+        })
+        .collect();
+    // Both STARTs were delivered: both VMs were booted, reported, and deleted on the
+    // controller's DELETE.
+    assert_eq!(
+        redeleted.len(),
+        2,
+        "the late VMs were not deleted by the controller"
+    );
+    format!(
+        "late STARTs: both records gone {:.1} s after the create (agents stopped), no VM left {:.1} s after the agents ran again ({} of 2 booted late and deleted on the controller's DELETE); {} instances listed",
+        gave_up.as_secs_f64(),
+        started.elapsed().as_secs_f64() - gave_up.as_secs_f64(),
+        redeleted.len(),
+        n.0
+    )
+}
+
 #[test]
 fn kill9_libvirt_mid_create_and_delete() {
     let Some(uri) = libvirt_or_skip() else {
@@ -760,6 +827,7 @@ fn kill9_libvirt_mid_create_and_delete() {
             ));
         }
     }
+    figure(late_starts_after_the_records_went(&cluster, &ledger));
     // What the faults left exited (lost mid-create) or in error boots on a `start`, once.
     let stopped: Vec<String> = cluster
         .instances()
