@@ -18,7 +18,8 @@
 //!   node's STATS); → `active` again when its node reports it running.
 //!
 //! Instances that a node reports and the store does not know are reported as events once, never
-//! adopted or killed.
+//! adopted or killed, unless this engine removed their record (deleted by the user): those get
+//! a DELETE, since their START reached the node after the controller had given it up.
 
 mod cnci;
 mod inbound;
