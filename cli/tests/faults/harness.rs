@@ -179,6 +179,9 @@ pub struct Options {
     pub scheduler_on_all: bool,
     /// Service state directories to mount a tmpfs of this many MiB on before `up`.
     pub tmpfs: Vec<(&'static str, u32)>,
+    /// Real VMs: `up --backend libvirt` against the libvirtd at this URI (which must answer);
+    /// the agents run their domains under TCG. `None`: the sim backend.
+    pub libvirt: Option<String>,
 }
 
 /// A running cluster.
@@ -192,6 +195,8 @@ pub struct Cluster {
     children: Mutex<Vec<Child>>,
     mounts: Vec<PathBuf>,
     netns: Mutex<Vec<String>>,
+    /// The libvirt URI, for a cluster of real VMs.
+    libvirt: Option<String>,
 }
 
 impl Cluster {
@@ -208,7 +213,13 @@ impl Cluster {
             children: Mutex::new(Vec::new()),
             mounts: Vec::new(),
             netns: Mutex::new(Vec::new()),
+            libvirt: options.libvirt.clone(),
         };
+        if options.libvirt.is_some() {
+            // QEMU runs as another user under qemu:///system: it must reach the agents' files.
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
         for (service, mib) in &options.tmpfs {
             let at = root.join(service);
             std::fs::create_dir_all(&at).unwrap();
@@ -225,10 +236,15 @@ impl Cluster {
             format!("127.0.0.1:{}", cluster.scheduler_port)
         };
         let api = format!("127.0.0.1:{}", free_port());
+        let backend = if options.libvirt.is_some() {
+            "libvirt"
+        } else {
+            "sim"
+        };
         let mut args = vec![
             "up",
             "--backend",
-            "sim",
+            backend,
             "--no-instance",
             "--dir",
             root.to_str().unwrap(),
@@ -240,9 +256,14 @@ impl Cluster {
         if let Some(host) = &options.host {
             args.extend(["--host", host.as_str()]);
         }
+        let mut env = options.env.clone();
+        if let Some(uri) = &options.libvirt {
+            env.push(("CUMULO_AGENT_LIBVIRT_URI".into(), uri.clone()));
+            env.push(("CUMULO_AGENT_ACCEL".into(), "tcg".into()));
+        }
         let out = Command::new(CUMULO)
             .args(&args)
-            .envs(options.env.iter().map(|(k, v)| (k, v)))
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .output()
             .unwrap();
         assert!(
@@ -251,6 +272,9 @@ impl Cluster {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
+        let said = String::from_utf8_lossy(&out.stdout);
+        let wanted = format!("cumulo is up ({backend} backend)");
+        assert!(said.contains(&wanted), "cumulo up fell back: {said}");
         for service in ["scheduler", "controller", "agent"] {
             let pid: i32 = std::fs::read_to_string(root.join("run").join(format!("{service}.pid")))
                 .unwrap()
@@ -594,6 +618,127 @@ impl Cluster {
             .collect()
     }
 
+    /// Runs `virsh -c <uri> <args>` for a libvirt cluster; its stdout when it succeeds.
+    fn virsh(&self, args: &[&str]) -> Option<String> {
+        let uri = self.libvirt.as_deref()?;
+        let out = Command::new("virsh")
+            .args(["-q", "-c", uri])
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .ok()?;
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// The libvirt domains of this cluster: those named `cumulo-<uuid>` whose definition points
+    /// into this cluster's directory (the agents put each instance's files there). Domains of
+    /// anyone else on the same libvirtd are not listed (and never touched). Instance UUID →
+    /// running. Retried until two listings in a row agree (a domain may go between the list
+    /// and its definition).
+    pub fn domains(&self) -> HashMap<String, bool> {
+        let root = self.root().display().to_string();
+        let once = || -> Option<HashMap<String, bool>> {
+            let all = self.virsh(&["list", "--all", "--name"])?;
+            let running = self.virsh(&["list", "--state-running", "--name"])?;
+            let running: Vec<&str> = running.lines().map(str::trim).collect();
+            let mut found = HashMap::new();
+            for name in all.lines().map(str::trim) {
+                let Some(id) = name.strip_prefix("cumulo-") else {
+                    continue;
+                };
+                if id.parse::<uuid::Uuid>().is_err() {
+                    continue;
+                }
+                // Undefined since the list: gone.
+                let Some(xml) = self.virsh(&["dumpxml", "--inactive", name]) else {
+                    continue;
+                };
+                if xml.contains(&root) {
+                    found.insert(id.to_string(), running.contains(&name));
+                }
+            }
+            Some(found)
+        };
+        wait_for(
+            "two equal listings of libvirt's domains",
+            Duration::from_secs(30),
+            || {
+                let first = once()?;
+                (once()? == first).then_some(first)
+            },
+        )
+    }
+
+    /// The agents' state directories: host name → state directory.
+    pub fn agent_dirs(&self) -> BTreeMap<String, PathBuf> {
+        self.procs
+            .lock()
+            .unwrap()
+            .values()
+            .filter_map(|p| Some((p.flag("--hostname")?, PathBuf::from(p.flag("--state-dir")?))))
+            .collect()
+    }
+
+    /// What the libvirt agents hold on disk: instance → (host name, has an instance directory
+    /// with its VM's files, has an agent record, times the guest's boot marker is on its
+    /// console).
+    pub fn vm_files(&self) -> HashMap<String, Vec<(String, bool, bool, usize)>> {
+        let mut found: HashMap<String, Vec<(String, bool, bool, usize)>> = HashMap::new();
+        for (host, state) in self.agent_dirs() {
+            let mut ids: std::collections::BTreeSet<String> = Default::default();
+            let vms = state.join("libvirt").join("instances");
+            let records = state.join("instances");
+            for dir in [&vms, &records] {
+                for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+                    let name = entry.file_name().to_string_lossy().into_owned();
+                    let id = name.strip_suffix(".json").unwrap_or(&name);
+                    if id.parse::<uuid::Uuid>().is_ok() {
+                        ids.insert(id.to_string());
+                    }
+                }
+            }
+            for id in ids {
+                let console = vms.join(&id).join("console.log");
+                let marker = format!("CUMULO-GUEST-UP {id}");
+                let boots = std::fs::read_to_string(&console)
+                    .map(|log| log.matches(&marker).count())
+                    .unwrap_or(0);
+                found.entry(id.clone()).or_default().push((
+                    host.clone(),
+                    vms.join(&id).is_dir(),
+                    records.join(format!("{id}.json")).is_file(),
+                    boots,
+                ));
+            }
+        }
+        found
+    }
+
+    /// Destroys and undefines this cluster's domains (see [`Cluster::domains`]) and no other.
+    fn remove_domains(&self) {
+        if self.libvirt.is_none() {
+            return;
+        }
+        let root = self.root().display().to_string();
+        let Some(all) = self.virsh(&["list", "--all", "--name"]) else {
+            return;
+        };
+        for name in all.lines().map(str::trim) {
+            let ours = name
+                .strip_prefix("cumulo-")
+                .is_some_and(|id| id.parse::<uuid::Uuid>().is_ok())
+                && self
+                    .virsh(&["dumpxml", "--inactive", name])
+                    .is_some_and(|xml| xml.contains(&root));
+            if ours {
+                let _ = self.virsh(&["destroy", name]);
+                let _ = self.virsh(&["undefine", name]);
+            }
+        }
+    }
+
     /// Makes a network namespace with a veth to it: `10.<net>.0.1/30` here, `.2` there.
     /// Returns (namespace, the veth's name here).
     pub fn netns(&self, net: u8) -> (String, String) {
@@ -643,6 +788,9 @@ impl Drop for Cluster {
                 let _ = child.wait();
             }
         }
+        // With every agent gone: whatever VMs are left of this cluster (`down` only powers off
+        // the first agent's, and undefines none).
+        self.remove_domains();
         for ns in self.netns.lock().map(|n| n.clone()).unwrap_or_default() {
             let _ = Command::new("ip").args(["netns", "delete", &ns]).output();
         }

@@ -232,6 +232,24 @@ impl Engine {
             Err(StoreError::NotFound { .. }) => {}
             Err(e) => return Err(e.into()),
         }
+        // Deleted here, yet a node runs it: its START got there after all (after the record
+        // went). Nothing stands for it but the node's VM: delete it (again at most every
+        // DELETE_RESEND while the node still reports it).
+        if self.state().deleted.contains(&id) {
+            if self.delete_due(id, SystemTime::now()) {
+                self.event(
+                    None,
+                    EventKind::Warning,
+                    format!(
+                        "node {node} runs instance {id}, which was deleted before any node reported it; DELETE sent"
+                    ),
+                );
+                if let Err(e) = self.send_delete(id, node, false) {
+                    tracing::warn!("DELETE of {id} not sent: {e}");
+                }
+            }
+            return Ok(());
+        }
         let first = {
             let mut state = self.state();
             if state.strangers.len() >= super::MAX_STRANGERS {
@@ -424,7 +442,11 @@ impl Engine {
     fn on_deleted(&self, id: Uuid) -> Result<(), ClusterError> {
         let record = match self.store.instance(Scope::All, id) {
             Ok(record) => record,
-            Err(StoreError::NotFound { .. }) => return self.cnci_gone(id),
+            Err(StoreError::NotFound { .. }) => {
+                // A removed instance's late VM is gone now.
+                self.state().delete_sent.remove(&id);
+                return self.cnci_gone(id);
+            }
             Err(e) => return Err(e.into()),
         };
         if matches!(record.state, InstanceState::Deleted | InstanceState::Hung) {

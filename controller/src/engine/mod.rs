@@ -18,7 +18,8 @@
 //!   node's STATS); → `active` again when its node reports it running.
 //!
 //! Instances that a node reports and the store does not know are reported as events once, never
-//! adopted or killed.
+//! adopted or killed, unless this engine removed their record (deleted by the user): those get
+//! a DELETE, since their START reached the node after the controller had given it up.
 
 mod cnci;
 mod inbound;
@@ -134,6 +135,12 @@ struct State {
     dispatched: HashMap<Uuid, SystemTime>,
     /// (node, instance) pairs already reported as unknown.
     strangers: HashSet<(Uuid, Uuid)>,
+    /// Instances whose record this engine removed (deleted by the user). A node that reports
+    /// one of them later gets its DELETE: a START that no node had reported when the record
+    /// went (its delete was forgotten after the confirmation timeout, or it was deleted in
+    /// `error` `start_lost`) may still have reached an agent, which then runs a VM that no
+    /// record stands for.
+    deleted: HashSet<Uuid>,
     /// Subnets (by id) whose last instance went, since when: their CNCI goes after the linger.
     idle_subnets: HashMap<Uuid, SystemTime>,
     /// CNCIs whose START met a cluster with no room for them yet, by CNCI id.
@@ -143,6 +150,8 @@ struct State {
 
 /// At most this many unknown instances are remembered (then the set starts again).
 const MAX_STRANGERS: usize = 100_000;
+/// At most this many removed instances are remembered (then the set starts again).
+const MAX_DELETED: usize = 100_000;
 /// The reason of an instance in `error` because its START was lost.
 pub const START_LOST: &str = "start_lost";
 /// How long a DELETE may go unanswered before a node that still reports the instance gets it
@@ -363,6 +372,10 @@ impl Engine {
             state.restart_after_stop.remove(&instance.id);
             state.delete_sent.remove(&instance.id);
             state.dispatched.remove(&instance.id);
+            if state.deleted.len() >= MAX_DELETED {
+                state.deleted.clear();
+            }
+            state.deleted.insert(instance.id);
         }
         match self.store.delete_instance(Scope::All, instance.id) {
             Ok(()) | Err(StoreError::NotFound { .. }) => {}

@@ -469,6 +469,54 @@ fn a_start_no_node_reports_is_lost_and_its_delete_forgotten() {
     assert!(matches!(w.state(c), InstanceState::Error(_)));
 }
 
+/// Found by the libvirt kill -9 fault test (cli/tests/faults.rs): an instance deleted while
+/// pending, before any node reported it, was forgotten after the confirmation timeout; its
+/// START had reached a slow agent, which booted it afterwards, and the VM ran on with no record
+/// ("left alone"). A node that reports an instance this engine removed now gets its DELETE.
+#[test]
+fn a_forgotten_instance_that_a_node_runs_after_all_is_deleted_there() {
+    let w = world();
+    w.node_connected(NODE, NodeType::ComputeNode);
+    let ids = w.launch(2);
+    let (late, errored) = (ids[0].id, ids[1].id);
+    w.engine.delete(Scope::All, late).unwrap();
+    let later = SystemTime::now() + Duration::from_secs(61);
+    w.engine.sweep(later).unwrap();
+    assert!(w.gone(late), "deleted and never reported: forgotten");
+    // The other's START is given up for lost; the user deletes the `error` instance.
+    assert!(matches!(w.state(errored), InstanceState::Error(_)));
+    w.engine.delete(Scope::All, errored).unwrap();
+    assert!(w.gone(errored));
+    w.out.take();
+    // Both STARTs got to NODE after all: it runs them.
+    w.stats(
+        NODE,
+        &[(late, Reported::Active), (errored, Reported::Active)],
+    );
+    let sent = w.out.take();
+    let mut deleted: Vec<Uuid> = deletes(&sent).iter().map(|d| d.instance_uuid).collect();
+    deleted.sort();
+    let mut want = vec![late, errored];
+    want.sort();
+    assert_eq!(deleted, want);
+    assert!(
+        deletes(&sent)
+            .iter()
+            .all(|d| d.workload_agent_uuid == NODE && !d.stop)
+    );
+    assert!(w.events().iter().any(|e| e.contains("DELETE sent")));
+    assert!(!w.events().iter().any(|e| e.contains("does not know")));
+    // Not again at once while the node still reports it (again after DELETE_RESEND).
+    w.stats(NODE, &[(late, Reported::Active)]);
+    assert!(deletes(&w.out.take()).is_empty());
+    // Gone from the node: nothing more, and neither is adopted.
+    w.event(Payload::InstanceDeleted(InstanceEvent {
+        instance_uuid: late,
+    }));
+    w.stats(NODE, &[]);
+    assert!(w.gone(late) && w.gone(errored));
+}
+
 #[test]
 fn deleting_an_unplaced_instance_waits_to_learn_its_node() {
     let w = world();
