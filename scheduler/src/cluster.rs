@@ -60,6 +60,9 @@ struct Session {
     role: Role,
     last_seen: Instant,
     generation: u64,
+    /// Whether its first status (READY, FULL, MAINTENANCE or OFFLINE) came: only then is it
+    /// placeable, and only then are controllers told of it (NODE_CONNECTED).
+    announced: bool,
 }
 
 /// The cluster as the scheduler sees it: soft state, rebuilt from the agents after a restart.
@@ -152,9 +155,14 @@ impl Cluster {
         if role.contains(Role::CONTROLLER) {
             self.controllers.retain(|(c, _)| *c != uuid);
             self.controllers.push((uuid, generation));
-            // Catch up: one NODE_CONNECTED per node (two for a dual-role node).
-            let mut nodes: Vec<(Uuid, Role)> =
-                self.nodes.iter().map(|(u, s)| (*u, s.role)).collect();
+            // Catch up: one NODE_CONNECTED per node that has announced itself (two for a
+            // dual-role node).
+            let mut nodes: Vec<(Uuid, Role)> = self
+                .nodes
+                .iter()
+                .filter(|(_, s)| s.announced)
+                .map(|(u, s)| (*u, s.role))
+                .collect();
             nodes.sort();
             let me = self.uuid;
             return nodes
@@ -182,6 +190,7 @@ impl Cluster {
                 role,
                 last_seen: now,
                 generation,
+                announced: false,
             },
         );
         self.placement.add(
@@ -189,7 +198,8 @@ impl Cluster {
             role.contains(Role::AGENT),
             role.contains(Role::NETAGENT),
         );
-        self.node_events(uuid, role, true)
+        // Controllers hear of it with its first status (see `message`).
+        Vec::new()
     }
 
     /// A session ended. An older session of a UUID that has a newer one changes nothing.
@@ -201,10 +211,14 @@ impl Cluster {
         }
         match self.nodes.get(&uuid) {
             Some(session) if session.generation == generation => {
-                let role = session.role;
+                let (role, announced) = (session.role, session.announced);
                 self.nodes.remove(&uuid);
                 self.placement.remove(uuid);
-                self.node_events(uuid, role, false)
+                if announced {
+                    self.node_events(uuid, role, false)
+                } else {
+                    Vec::new()
+                }
             }
             // Already dropped as dead, a newer session took its place, or never a node.
             _ => Vec::new(),
@@ -221,8 +235,21 @@ impl Cluster {
         now: Instant,
         directory: &dyn Directory,
     ) -> Vec<Action> {
+        let mut first_status = None;
         if let Some(node) = self.nodes.get_mut(&from) {
             node.last_seen = now;
+            if !node.announced
+                && matches!(
+                    message.payload,
+                    Payload::Ready(_)
+                        | Payload::Full(_)
+                        | Payload::Maintenance(_)
+                        | Payload::Offline(_)
+                )
+            {
+                node.announced = true;
+                first_status = Some(node.role);
+            }
         }
         let update = match &message.payload {
             Payload::Ready(n) => Some((NodeState::Ready, Some(n))),
@@ -233,7 +260,9 @@ impl Cluster {
         };
         if let Some((state, figures)) = update {
             self.placement.update(from, state, figures);
-            return Vec::new();
+            // A node is announced to the controllers once it can be placed on (or is known
+            // not to take work): a controller that hears of it can send it work at once.
+            return first_status.map_or_else(Vec::new, |role| self.node_events(from, role, true));
         }
         if role.contains(Role::CONTROLLER) && crate::routes::addressee(&message.payload).is_some() {
             return match crate::routes::to_addressee(&message.payload, directory) {
@@ -435,7 +464,11 @@ mod tests {
         let now = Instant::now();
         let mut c = Cluster::new(SCHED, Duration::from_secs(15));
         assert!(c.connected(u(0xc1), Role::CONTROLLER, 0, now).is_empty());
-        let events = sent_payloads(&c.connected(u(1), Role::DUAL, 0, now));
+        // A node is announced with its first status, not when it connects: from then on it can
+        // be placed on.
+        assert!(c.connected(u(1), Role::DUAL, 0, now).is_empty());
+        let ready1 = msg(u(1), ready(u(1), 1000));
+        let events = sent_payloads(&msg_in(&mut c, u(1), Role::DUAL, ready1, now));
         assert_eq!(
             events,
             vec![
@@ -455,12 +488,21 @@ mod tests {
                 ),
             ]
         );
+        let again = msg(u(1), ready(u(1), 900));
+        assert!(
+            msg_in(&mut c, u(1), Role::DUAL, again, now).is_empty(),
+            "announced once per session"
+        );
         c.connected(u(2), Role::AGENT, 0, now);
+        let full = msg(u(2), Payload::Full(None));
+        assert_eq!(msg_in(&mut c, u(2), Role::AGENT, full, now).len(), 1);
         assert!(
             c.connected(u(0x20), Role::CNCIAGENT, 0, now).is_empty(),
             "CNCIs are not nodes"
         );
-        // A late controller gets one NODE_CONNECTED per list membership.
+        // Connected, never announced: not told, and its end is not told either.
+        c.connected(u(3), Role::AGENT, 0, now);
+        // A late controller gets one NODE_CONNECTED per list membership of announced nodes.
         let catch_up = sent_payloads(&c.connected(u(0xc2), Role::CONTROLLER, 0, now));
         assert_eq!(catch_up.len(), 3);
         assert!(catch_up.iter().all(|(to, _)| *to == u(0xc2)));
@@ -472,6 +514,7 @@ mod tests {
             gone.iter()
                 .all(|(_, p)| matches!(p, Payload::NodeDisconnected(e) if e.node_uuid == u(2)))
         );
+        assert!(c.disconnected(u(3), Role::AGENT, 0).is_empty());
     }
 
     #[test]
@@ -541,6 +584,7 @@ mod tests {
         c.connected(u(0xc1), Role::CONTROLLER, 0, t0);
         c.connected(u(1), Role::AGENT, 0, t0);
         c.connected(u(2), Role::AGENT, 0, t0);
+        msg_in(&mut c, u(1), Role::AGENT, msg(u(1), ready(u(1), 1000)), t0);
         // Node 2 keeps talking; node 1 falls silent.
         msg_in(
             &mut c,
