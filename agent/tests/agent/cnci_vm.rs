@@ -23,7 +23,7 @@ use crate::edge::{
 };
 use crate::libvirt::{VMS, libvirt_args, libvirt_uri, state_dir};
 use crate::netns::{Netns, underlay};
-use crate::overlay::{HostAgent, enter, listen_in, proxy, until};
+use crate::overlay::{HostAgent, enter, listen_in, proxy, run_in, until};
 use crate::support::*;
 use agent::net::names::bridge_name;
 use std::net::IpAddr;
@@ -196,154 +196,145 @@ fn a_network_node_runs_the_cnci_as_a_vm() {
     let names = (ctl.name.clone(), nn.name.clone(), h1.name.clone());
     let dir_path = dir.path().to_owned();
     let test_uri = uri.clone();
-    let test = std::thread::spawn(move || {
-        let (ctl_name, nn_name, h1_name) = names;
-        enter(&ctl_name);
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let uri = test_uri;
-            let sched = real_scheduler(&pki).await;
-            let [l1, l2] = listeners;
-            for l in [l1, l2] {
-                proxy(l, sched.addr.replace("localhost", "127.0.0.1"));
-            }
-            let mut c = controller(&pki, &sched.addr).await;
-            let host1 = HostAgent::start(&h1_name, "198.18.0.1", h1_config);
-            let network_node = NsDaemon::start(&nn_name, nn_config);
-            for n in [n1, n3] {
-                c.stats(n, "the agent's first STATS", |_| true).await;
-            }
+    let result = run_in(&names.0.clone(), async move {
+        let (_, nn_name, h1_name) = names;
+        let uri = test_uri;
+        let sched = real_scheduler(&pki).await;
+        let [l1, l2] = listeners;
+        for l in [l1, l2] {
+            proxy(l, sched.addr.replace("localhost", "127.0.0.1"));
+        }
+        let mut c = controller(&pki, &sched.addr).await;
+        let host1 = HostAgent::start(&h1_name, "198.18.0.1", h1_config);
+        let network_node = NsDaemon::start(&nn_name, nn_config);
+        for n in [n1, n3] {
+            c.stats(n, "the agent's first STATS", |_| true).await;
+        }
 
-            // The controller's START for the CNCI: the network node boots it as a VM.
-            // A UUID no other test uses: the CNCI's namespace and tap are named by it.
-            let cnci = u(0xc9);
-            let began = Instant::now();
-            c.send(&start_payload(cnci_start(cnci)));
-            let hello = c
-                .expect_within(
-                    BOOT,
-                    "the CNCI VM's CONCENTRATOR_INSTANCE_ADDED",
-                    |m| match &m.payload {
-                        Payload::ConcentratorInstanceAdded(a) => Some(a.clone()),
-                        Payload::StartFailure(f) => panic!("{f:?}"),
-                        _ => None,
-                    },
-                )
-                .await;
-            eprintln!(
-                "CNCI VM: START to CONCENTRATOR_INSTANCE_ADDED in {:?}",
-                began.elapsed()
-            );
-            assert_eq!((hello.instance_uuid, hello.tenant_uuid), (cnci, TENANT));
-            assert_eq!(
-                hello.concentrator_ip,
-                "198.18.0.129".parse::<IpAddr>().unwrap()
-            );
-            assert_eq!(
-                hello.concentrator_mac.0,
-                agent::cnci::launch::vm_mac("198.18.0.129".parse().unwrap())
-            );
-            let domain = format!("cumulo-{cnci}");
-            assert!(domain_exists(&uri, &domain), "no domain {domain}");
-            let ns = agent::cnci::launch::ns_name(cnci);
-            let cn = Netns { name: ns.clone() };
-            let tap = agent::net::tap_name(cnci);
-            let link = cn.link(&tap);
-            assert!(
-                link.as_deref().is_some_and(|l| l.contains("master cb0")),
-                "the VM's tap is not on the CNCI namespace's bridge: {link:?}"
-            );
-
-            // An instance of the tenant on host 1, served by the CNCI VM.
-            let i1 = u(0xa7);
-            let mut s = start(i1, "debian");
-            s.tenant_uuid = TENANT;
-            s.requirements.node_id = Some(n1);
-            let mut net = networking(7);
-            net.concentrator_uuid = cnci;
-            net.concentrator_ip = hello.concentrator_ip;
-            s.networking = Some(net);
-            c.send(&start_payload(s));
-            c.stats(n1, "active", |s| {
-                state_in(s, i1) == Some(InstanceState::Active)
-            })
-            .await;
-            let bridge = bridge_name(KEY);
-            let h1 = Netns { name: h1_name };
-            let g1 = bare_guest(&h1, &bridge, 7, mac(7));
-            let script = dhcp_script(&dir_path);
-            let (g1, ok) = blocking(move || {
-                let leased = dhcp(&g1, 7, &script);
-                let gateway = leased && g1.reaches("10.250.0.1");
-                let outside = gateway && g1.reaches("198.18.0.200");
-                (g1, [leased, gateway, outside])
-            })
-            .await;
-            assert!(ok[0], "no DHCP lease from the CNCI VM");
-            assert!(ok[1], "no ping to the gateway (the CNCI VM)");
-            assert!(ok[2], "no ping to the outside through the CNCI VM's NAT");
-
-            // The network node's agent restarts: the VM the earlier run left (its relay gone
-            // with that run) is powered off and booted again, and serves the subnet again.
-            blocking(move || network_node.stop()).await;
-            let network_node = NsDaemon::start(&nn_name, nn_again);
-            c.expect_within(
+        // The controller's START for the CNCI: the network node boots it as a VM.
+        // A UUID no other test uses: the CNCI's namespace and tap are named by it.
+        let cnci = u(0xc9);
+        let began = Instant::now();
+        c.send(&start_payload(cnci_start(cnci)));
+        let hello = c
+            .expect_within(
                 BOOT,
-                "the CNCI VM's announcement after a restart",
+                "the CNCI VM's CONCENTRATOR_INSTANCE_ADDED",
                 |m| match &m.payload {
-                    Payload::ConcentratorInstanceAdded(a) if a.instance_uuid == cnci => Some(()),
+                    Payload::ConcentratorInstanceAdded(a) => Some(a.clone()),
+                    Payload::StartFailure(f) => panic!("{f:?}"),
                     _ => None,
                 },
             )
             .await;
-            let (g1, again) = blocking(move || {
-                let ok = g1.reaches("10.250.0.1");
-                (g1, ok)
-            })
-            .await;
-            assert!(again, "no ping to the CNCI VM after the agent's restart");
+        eprintln!(
+            "CNCI VM: START to CONCENTRATOR_INSTANCE_ADDED in {:?}",
+            began.elapsed()
+        );
+        assert_eq!((hello.instance_uuid, hello.tenant_uuid), (cnci, TENANT));
+        assert_eq!(
+            hello.concentrator_ip,
+            "198.18.0.129".parse::<IpAddr>().unwrap()
+        );
+        assert_eq!(
+            hello.concentrator_mac.0,
+            agent::cnci::launch::vm_mac("198.18.0.129".parse().unwrap())
+        );
+        let domain = format!("cumulo-{cnci}");
+        assert!(domain_exists(&uri, &domain), "no domain {domain}");
+        let ns = agent::cnci::launch::ns_name(cnci);
+        let cn = Netns { name: ns.clone() };
+        let tap = agent::net::tap_name(cnci);
+        let link = cn.link(&tap);
+        assert!(
+            link.as_deref().is_some_and(|l| l.contains("master cb0")),
+            "the VM's tap is not on the CNCI namespace's bridge: {link:?}"
+        );
 
-            // Delete the instance, then the CNCI: domain, tap and namespace go.
-            c.send(&delete(i1, n1, false));
-            c.expect("INSTANCE_DELETED of the instance", |m| match &m.payload {
-                Payload::InstanceDeleted(d) if d.instance_uuid == i1 => Some(()),
+        // An instance of the tenant on host 1, served by the CNCI VM.
+        let i1 = u(0xa7);
+        let mut s = start(i1, "debian");
+        s.tenant_uuid = TENANT;
+        s.requirements.node_id = Some(n1);
+        let mut net = networking(7);
+        net.concentrator_uuid = cnci;
+        net.concentrator_ip = hello.concentrator_ip;
+        s.networking = Some(net);
+        c.send(&start_payload(s));
+        c.stats(n1, "active", |s| {
+            state_in(s, i1) == Some(InstanceState::Active)
+        })
+        .await;
+        let bridge = bridge_name(KEY);
+        let h1 = Netns { name: h1_name };
+        let g1 = bare_guest(&h1, &bridge, 7, mac(7));
+        let script = dhcp_script(&dir_path);
+        let (g1, ok) = blocking(move || {
+            let leased = dhcp(&g1, 7, &script);
+            let gateway = leased && g1.reaches("10.250.0.1");
+            let outside = gateway && g1.reaches("198.18.0.200");
+            (g1, [leased, gateway, outside])
+        })
+        .await;
+        assert!(ok[0], "no DHCP lease from the CNCI VM");
+        assert!(ok[1], "no ping to the gateway (the CNCI VM)");
+        assert!(ok[2], "no ping to the outside through the CNCI VM's NAT");
+
+        // The network node's agent restarts: the VM the earlier run left (its relay gone
+        // with that run) is powered off and booted again, and serves the subnet again.
+        blocking(move || network_node.stop()).await;
+        let network_node = NsDaemon::start(&nn_name, nn_again);
+        c.expect_within(
+            BOOT,
+            "the CNCI VM's announcement after a restart",
+            |m| match &m.payload {
+                Payload::ConcentratorInstanceAdded(a) if a.instance_uuid == cnci => Some(()),
                 _ => None,
-            })
-            .await;
-            c.send(&delete(cnci, n3, false));
-            c.expect("INSTANCE_DELETED of the CNCI", |m| match &m.payload {
-                Payload::InstanceDeleted(d) if d.instance_uuid == cnci => Some(()),
-                _ => None,
-            })
-            .await;
-            assert!(!domain_exists(&uri, &domain), "the CNCI's domain is left");
-            let listed = Command::new("ip").args(["netns", "list"]).output().unwrap();
-            assert!(
-                !String::from_utf8_lossy(&listed.stdout).contains(&ns),
-                "the CNCI's namespace is left"
-            );
-            let nn = Netns { name: nn_name };
-            let host_end = agent::cnci::launch::host_end(cnci);
-            until("the CNCI's veth gone", || nn.link(&host_end).is_none()).await;
-            assert!(
-                !Path::new("/sys/class/net").join(&tap).exists(),
-                "the VM's tap is left where QEMU ran"
-            );
-            std::mem::forget((h1, nn, cn));
-            drop(g1);
-            blocking(move || {
-                network_node.stop();
-                host1.stop();
-            })
-            .await;
-            sched.stop.cancel();
-        });
+            },
+        )
+        .await;
+        let (g1, again) = blocking(move || {
+            let ok = g1.reaches("10.250.0.1");
+            (g1, ok)
+        })
+        .await;
+        assert!(again, "no ping to the CNCI VM after the agent's restart");
+
+        // Delete the instance, then the CNCI: domain, tap and namespace go.
+        c.send(&delete(i1, n1, false));
+        c.expect("INSTANCE_DELETED of the instance", |m| match &m.payload {
+            Payload::InstanceDeleted(d) if d.instance_uuid == i1 => Some(()),
+            _ => None,
+        })
+        .await;
+        c.send(&delete(cnci, n3, false));
+        c.expect("INSTANCE_DELETED of the CNCI", |m| match &m.payload {
+            Payload::InstanceDeleted(d) if d.instance_uuid == cnci => Some(()),
+            _ => None,
+        })
+        .await;
+        assert!(!domain_exists(&uri, &domain), "the CNCI's domain is left");
+        let listed = Command::new("ip").args(["netns", "list"]).output().unwrap();
+        assert!(
+            !String::from_utf8_lossy(&listed.stdout).contains(&ns),
+            "the CNCI's namespace is left"
+        );
+        let nn = Netns { name: nn_name };
+        let host_end = agent::cnci::launch::host_end(cnci);
+        until("the CNCI's veth gone", || nn.link(&host_end).is_none()).await;
+        assert!(
+            !Path::new("/sys/class/net").join(&tap).exists(),
+            "the VM's tap is left where QEMU ran"
+        );
+        std::mem::forget((h1, nn, cn));
+        drop(g1);
+        blocking(move || {
+            network_node.stop();
+            host1.stop();
+        })
+        .await;
+        sched.stop.cancel();
     });
-    let result = test.join();
     // Whatever happened, no CNCI domain, namespace or tap stays behind.
     agent::cnci::launch::clean_up(&state.join("cnci"));
     remove_domain(&uri, &format!("cumulo-{}", u(0xc9)));

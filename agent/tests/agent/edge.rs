@@ -13,7 +13,7 @@
 #![allow(clippy::unwrap_used)]
 
 use crate::netns::{Netns, can_run, mac_text, underlay};
-use crate::overlay::{HostAgent, enter, fdb, listen_in, proxy, until};
+use crate::overlay::{HostAgent, enter, fdb, listen_in, proxy, run_in, until};
 use crate::support::*;
 use agent::net::names::bridge_name;
 use ssntp::payload::{
@@ -245,224 +245,215 @@ fn guests_get_leases_reach_outside_and_a_public_ip_maps_and_unmaps() {
         outside.name.clone(),
     );
     let dir_path = dir.path().to_owned();
-    let test = std::thread::spawn(move || {
-        let (ctl_name, cnci_name, h1_name, h2_name, out_name) = names;
-        enter(&ctl_name);
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let sched = real_scheduler(&pki).await;
-            let [l1, l2, l3] = listeners;
-            for l in [l1, l2, l3] {
-                proxy(l, sched.addr.replace("localhost", "127.0.0.1"));
-            }
-            let mut c = controller(&pki, &sched.addr).await;
-            let running: Vec<HostAgent> = agents
-                .into_iter()
-                .map(|(ns, ip, cfg)| HostAgent::start(&ns, &ip, cfg))
-                .collect();
-            let (ca, cert, key) = pki
-                .leaf(Role::CNCIAGENT, Some(CNCI))
-                .write(&dir_path, "cnci");
-            let log = dir_path.join("cnci.log");
-            let files = (ca, cert, key);
-            let spawn = || spawn_cnci(&cnci_name, CNCI, CNCI_IP, ports[2], &files, &log);
-            let mut cnci_process = spawn();
-            let logs = || std::fs::read_to_string(&log).unwrap_or_default();
-            c.expect("CONCENTRATOR_INSTANCE_ADDED", |m| {
-                matches!(m.payload, Payload::ConcentratorInstanceAdded(_)).then_some(())
-            })
-            .await;
-            for n in [n1, n2] {
-                c.stats(n, "the agent's first STATS", |_| true).await;
-            }
+    let result = run_in(&names.0.clone(), async move {
+        let (_, cnci_name, h1_name, h2_name, out_name) = names;
+        let sched = real_scheduler(&pki).await;
+        let [l1, l2, l3] = listeners;
+        for l in [l1, l2, l3] {
+            proxy(l, sched.addr.replace("localhost", "127.0.0.1"));
+        }
+        let mut c = controller(&pki, &sched.addr).await;
+        let running: Vec<HostAgent> = agents
+            .into_iter()
+            .map(|(ns, ip, cfg)| HostAgent::start(&ns, &ip, cfg))
+            .collect();
+        let (ca, cert, key) = pki
+            .leaf(Role::CNCIAGENT, Some(CNCI))
+            .write(&dir_path, "cnci");
+        let log = dir_path.join("cnci.log");
+        let files = (ca, cert, key);
+        let spawn = || spawn_cnci(&cnci_name, CNCI, CNCI_IP, ports[2], &files, &log);
+        let mut cnci_process = spawn();
+        let logs = || std::fs::read_to_string(&log).unwrap_or_default();
+        c.expect("CONCENTRATOR_INSTANCE_ADDED", |m| {
+            matches!(m.payload, Payload::ConcentratorInstanceAdded(_)).then_some(())
+        })
+        .await;
+        for n in [n1, n2] {
+            c.stats(n, "the agent's first STATS", |_| true).await;
+        }
 
-            // One instance on each host, with the controller's MAC → IP plan.
-            let (i1, i2) = (u(0xa7), u(0xa8));
-            for (i, node, k) in [(i1, n1, 7), (i2, n2, 8)] {
-                let mut s = start(i, "debian");
-                s.tenant_uuid = TENANT;
-                s.requirements.node_id = Some(node);
-                s.networking = Some(networking(k));
-                c.send(&start_payload(s));
-                c.stats(node, "active", |s| {
-                    state_in(s, i) == Some(InstanceState::Active)
-                })
-                .await;
-            }
-            let hub = format!("kv-{KEY:08x}");
-            let cnci_bridge = format!("kb-{KEY:08x}");
-            let cn = Netns {
-                name: cnci_name.clone(),
-            };
-            until("both hosts at the CNCI, its gateway address up", || {
-                let f = fdb(&cnci_name, &hub);
-                f.contains("dst 198.18.0.1")
-                    && f.contains("dst 198.18.0.2")
-                    && cn.ip(&["-o", "addr", "show"]).contains(&format!(
-                        "10.250.0.1/24 brd 10.250.0.255 scope global {cnci_bridge}"
-                    ))
+        // One instance on each host, with the controller's MAC → IP plan.
+        let (i1, i2) = (u(0xa7), u(0xa8));
+        for (i, node, k) in [(i1, n1, 7), (i2, n2, 8)] {
+            let mut s = start(i, "debian");
+            s.tenant_uuid = TENANT;
+            s.requirements.node_id = Some(node);
+            s.networking = Some(networking(k));
+            c.send(&start_payload(s));
+            c.stats(node, "active", |s| {
+                state_in(s, i) == Some(InstanceState::Active)
             })
             .await;
-            until("the CNCI's DHCP server", || {
-                logs().contains("subnet served")
-            })
-            .await;
+        }
+        let hub = format!("kv-{KEY:08x}");
+        let cnci_bridge = format!("kb-{KEY:08x}");
+        let cn = Netns {
+            name: cnci_name.clone(),
+        };
+        until("both hosts at the CNCI, its gateway address up", || {
+            let f = fdb(&cnci_name, &hub);
+            f.contains("dst 198.18.0.1")
+                && f.contains("dst 198.18.0.2")
+                && cn.ip(&["-o", "addr", "show"]).contains(&format!(
+                    "10.250.0.1/24 brd 10.250.0.255 scope global {cnci_bridge}"
+                ))
+        })
+        .await;
+        until("the CNCI's DHCP server", || {
+            logs().contains("subnet served")
+        })
+        .await;
 
-            // DHCP: each guest gets the address the plan gives its MAC, the gateway as router,
-            // the overlay's MTU.
-            let bridge = bridge_name(KEY);
-            let h1 = Netns { name: h1_name };
-            let h2 = Netns { name: h2_name };
-            let g1 = bare_guest(&h1, &bridge, 7, mac(7));
-            let g2 = bare_guest(&h2, &bridge, 8, mac(8));
-            let script = dhcp_script(&dir_path);
-            let (g1, g2, leased) = {
-                let script = script.clone();
-                blocking(move || {
-                    let ok = dhcp(&g1, 7, &script) && dhcp(&g2, 8, &script);
-                    (g1, g2, ok)
-                })
-                .await
-            };
-            assert!(leased, "no DHCP lease\n{}", logs());
-            for n in [7, 8] {
-                let lease = std::fs::read_to_string(dir_path.join(format!("g{n}.lease"))).unwrap();
-                assert_eq!(lease.trim(), format!("10.250.0.{n} 24 10.250.0.1 1450"));
-            }
-            assert!(
-                g1.ip(&["addr", "show", "g7"])
-                    .contains("inet 10.250.0.7/24")
-            );
-            assert!(g1.ip(&["link", "show", "g7"]).contains("mtu 1450"));
-
-            // Between the guests through the overlay, and out through the CNCI's NAT.
-            let out = Netns { name: out_name };
-            let (g1, g2, out, ok) = blocking(move || {
-                let ok = g1.reaches("10.250.0.8") && g2.reaches("10.250.0.7");
-                let nat = g1.reaches(OUTSIDE_IP) && g2.reaches(OUTSIDE_IP);
-                (g1, g2, out, [ok, nat])
-            })
-            .await;
-            assert!(ok[0], "guest to guest through the CNCI\n{}", logs());
-            assert!(ok[1], "guests to the outside through NAT\n{}", logs());
-            // The outside cannot reach a private address, even with a route to it.
-            out.ip(&["route", "add", "10.250.0.0/24", "via", CNCI_IP]);
-            out.ip(&["route", "add", "203.0.113.0/24", "dev", "u0"]);
-            let (out, cut) = blocking(move || {
-                let cut = out.cut_off_from("10.250.0.7");
-                (out, cut)
-            })
-            .await;
-            assert!(cut, "the outside reaches a private address");
-
-            // A public IP: mapped, then refused for another instance, then invalid data.
-            c.send(&Payload::AssignPublicIp(command(7, PUBLIC_IP)));
-            let done = c
-                .expect("PUBLIC_IP_ASSIGNED", |m| match &m.payload {
-                    Payload::PublicIpAssigned(e) => Some(e.clone()),
-                    Payload::AssignPublicIpFailure(f) => panic!("{f:?}\n{}", logs()),
-                    _ => None,
-                })
-                .await;
-            assert_eq!(
-                (done.concentrator_uuid, done.instance_uuid, done.public_ip),
-                (CNCI, u(0xa7), PUBLIC_IP.parse().unwrap())
-            );
-            c.send(&Payload::AssignPublicIp(command(8, PUBLIC_IP)));
-            let refused = c
-                .expect("ASSIGN_PUBLIC_IP_FAILURE", |m| match &m.payload {
-                    Payload::AssignPublicIpFailure(f) => Some(f.reason),
-                    _ => None,
-                })
-                .await;
-            assert_eq!(refused, PublicIpFailureReason::AssignFailure);
-            let mut v6 = command(8, PUBLIC_IP);
-            v6.public_ip = "2001:db8::1".parse().unwrap();
-            c.send(&Payload::AssignPublicIp(v6));
-            let refused = c
-                .expect("ASSIGN_PUBLIC_IP_FAILURE", |m| match &m.payload {
-                    Payload::AssignPublicIpFailure(f) => Some(f.reason),
-                    _ => None,
-                })
-                .await;
-            assert_eq!(refused, PublicIpFailureReason::InvalidData);
-            let (out, reached) = blocking(move || {
-                let ok = out.reaches(PUBLIC_IP);
-                (out, ok)
-            })
-            .await;
-            assert!(reached, "the outside to the public IP\n{}", logs());
-
-            // A CNCI restart keeps the mapping (it reads it back from nftables).
-            cnci_process.signal(rustix::process::Signal::TERM);
-            assert_eq!(cnci_process.exit_code().await, Some(0), "{}", logs());
-            cnci_process = spawn();
-            c.expect("CONCENTRATOR_INSTANCE_ADDED again", |m| {
-                matches!(m.payload, Payload::ConcentratorInstanceAdded(_)).then_some(())
-            })
-            .await;
-            let (out, reached) = blocking(move || {
-                let ok = out.reaches(PUBLIC_IP);
-                (out, ok)
-            })
-            .await;
-            assert!(reached, "the public IP after a CNCI restart\n{}", logs());
-
-            // Released: the outside no longer reaches it. A repeat is answered the same.
-            for _ in 0..2 {
-                c.send(&Payload::ReleasePublicIp(command(7, PUBLIC_IP)));
-                c.expect("PUBLIC_IP_UNASSIGNED", |m| match &m.payload {
-                    Payload::PublicIpUnassigned(e) => Some(e.clone()),
-                    Payload::UnassignPublicIpFailure(f) => panic!("{f:?}\n{}", logs()),
-                    _ => None,
-                })
-                .await;
-            }
-            let (out, cut) = blocking(move || {
-                let cut = out.cut_off_from(PUBLIC_IP);
-                (out, cut)
-            })
-            .await;
-            assert!(cut, "the outside still reaches a released public IP");
-            assert!(!cn.ip(&["addr", "show", "u0"]).contains(PUBLIC_IP));
-
-            // Deleting both instances removes the subnet from the CNCI: bridge, hub, NAT.
-            for (i, node) in [(i1, n1), (i2, n2)] {
-                c.send(&delete(i, node, false));
-            }
-            until("the subnet gone from the CNCI", || {
-                cn.link(&cnci_bridge).is_none() && cn.link(&hub).is_none()
-            })
-            .await;
-            until("the subnet gone from NAT", || {
-                let o = Command::new("ip")
-                    .args(["netns", "exec", &cnci_name, "nft", "list", "set", "ip"])
-                    .args(["cumulo_cnci", "subnets"])
-                    .output()
-                    .unwrap();
-                !String::from_utf8_lossy(&o.stdout).contains("10.250.0.0/24")
-            })
-            .await;
-            // The namespaces are the main thread's to delete.
-            std::mem::forget((h1, h2, cn, out));
-            drop((g1, g2));
-
-            cnci_process.signal(rustix::process::Signal::TERM);
-            assert_eq!(cnci_process.exit_code().await, Some(0), "{}", logs());
+        // DHCP: each guest gets the address the plan gives its MAC, the gateway as router,
+        // the overlay's MTU.
+        let bridge = bridge_name(KEY);
+        let h1 = Netns { name: h1_name };
+        let h2 = Netns { name: h2_name };
+        let g1 = bare_guest(&h1, &bridge, 7, mac(7));
+        let g2 = bare_guest(&h2, &bridge, 8, mac(8));
+        let script = dhcp_script(&dir_path);
+        let (g1, g2, leased) = {
+            let script = script.clone();
             blocking(move || {
-                for a in running {
-                    a.stop();
-                }
+                let ok = dhcp(&g1, 7, &script) && dhcp(&g2, 8, &script);
+                (g1, g2, ok)
+            })
+            .await
+        };
+        assert!(leased, "no DHCP lease\n{}", logs());
+        for n in [7, 8] {
+            let lease = std::fs::read_to_string(dir_path.join(format!("g{n}.lease"))).unwrap();
+            assert_eq!(lease.trim(), format!("10.250.0.{n} 24 10.250.0.1 1450"));
+        }
+        assert!(
+            g1.ip(&["addr", "show", "g7"])
+                .contains("inet 10.250.0.7/24")
+        );
+        assert!(g1.ip(&["link", "show", "g7"]).contains("mtu 1450"));
+
+        // Between the guests through the overlay, and out through the CNCI's NAT.
+        let out = Netns { name: out_name };
+        let (g1, g2, out, ok) = blocking(move || {
+            let ok = g1.reaches("10.250.0.8") && g2.reaches("10.250.0.7");
+            let nat = g1.reaches(OUTSIDE_IP) && g2.reaches(OUTSIDE_IP);
+            (g1, g2, out, [ok, nat])
+        })
+        .await;
+        assert!(ok[0], "guest to guest through the CNCI\n{}", logs());
+        assert!(ok[1], "guests to the outside through NAT\n{}", logs());
+        // The outside cannot reach a private address, even with a route to it.
+        out.ip(&["route", "add", "10.250.0.0/24", "via", CNCI_IP]);
+        out.ip(&["route", "add", "203.0.113.0/24", "dev", "u0"]);
+        let (out, cut) = blocking(move || {
+            let cut = out.cut_off_from("10.250.0.7");
+            (out, cut)
+        })
+        .await;
+        assert!(cut, "the outside reaches a private address");
+
+        // A public IP: mapped, then refused for another instance, then invalid data.
+        c.send(&Payload::AssignPublicIp(command(7, PUBLIC_IP)));
+        let done = c
+            .expect("PUBLIC_IP_ASSIGNED", |m| match &m.payload {
+                Payload::PublicIpAssigned(e) => Some(e.clone()),
+                Payload::AssignPublicIpFailure(f) => panic!("{f:?}\n{}", logs()),
+                _ => None,
             })
             .await;
-            sched.stop.cancel();
-        });
+        assert_eq!(
+            (done.concentrator_uuid, done.instance_uuid, done.public_ip),
+            (CNCI, u(0xa7), PUBLIC_IP.parse().unwrap())
+        );
+        c.send(&Payload::AssignPublicIp(command(8, PUBLIC_IP)));
+        let refused = c
+            .expect("ASSIGN_PUBLIC_IP_FAILURE", |m| match &m.payload {
+                Payload::AssignPublicIpFailure(f) => Some(f.reason),
+                _ => None,
+            })
+            .await;
+        assert_eq!(refused, PublicIpFailureReason::AssignFailure);
+        let mut v6 = command(8, PUBLIC_IP);
+        v6.public_ip = "2001:db8::1".parse().unwrap();
+        c.send(&Payload::AssignPublicIp(v6));
+        let refused = c
+            .expect("ASSIGN_PUBLIC_IP_FAILURE", |m| match &m.payload {
+                Payload::AssignPublicIpFailure(f) => Some(f.reason),
+                _ => None,
+            })
+            .await;
+        assert_eq!(refused, PublicIpFailureReason::InvalidData);
+        let (out, reached) = blocking(move || {
+            let ok = out.reaches(PUBLIC_IP);
+            (out, ok)
+        })
+        .await;
+        assert!(reached, "the outside to the public IP\n{}", logs());
+
+        // A CNCI restart keeps the mapping (it reads it back from nftables).
+        cnci_process.signal(rustix::process::Signal::TERM);
+        assert_eq!(cnci_process.exit_code().await, Some(0), "{}", logs());
+        cnci_process = spawn();
+        c.expect("CONCENTRATOR_INSTANCE_ADDED again", |m| {
+            matches!(m.payload, Payload::ConcentratorInstanceAdded(_)).then_some(())
+        })
+        .await;
+        let (out, reached) = blocking(move || {
+            let ok = out.reaches(PUBLIC_IP);
+            (out, ok)
+        })
+        .await;
+        assert!(reached, "the public IP after a CNCI restart\n{}", logs());
+
+        // Released: the outside no longer reaches it. A repeat is answered the same.
+        for _ in 0..2 {
+            c.send(&Payload::ReleasePublicIp(command(7, PUBLIC_IP)));
+            c.expect("PUBLIC_IP_UNASSIGNED", |m| match &m.payload {
+                Payload::PublicIpUnassigned(e) => Some(e.clone()),
+                Payload::UnassignPublicIpFailure(f) => panic!("{f:?}\n{}", logs()),
+                _ => None,
+            })
+            .await;
+        }
+        let (out, cut) = blocking(move || {
+            let cut = out.cut_off_from(PUBLIC_IP);
+            (out, cut)
+        })
+        .await;
+        assert!(cut, "the outside still reaches a released public IP");
+        assert!(!cn.ip(&["addr", "show", "u0"]).contains(PUBLIC_IP));
+
+        // Deleting both instances removes the subnet from the CNCI: bridge, hub, NAT.
+        for (i, node) in [(i1, n1), (i2, n2)] {
+            c.send(&delete(i, node, false));
+        }
+        until("the subnet gone from the CNCI", || {
+            cn.link(&cnci_bridge).is_none() && cn.link(&hub).is_none()
+        })
+        .await;
+        until("the subnet gone from NAT", || {
+            let o = Command::new("ip")
+                .args(["netns", "exec", &cnci_name, "nft", "list", "set", "ip"])
+                .args(["cumulo_cnci", "subnets"])
+                .output()
+                .unwrap();
+            !String::from_utf8_lossy(&o.stdout).contains("10.250.0.0/24")
+        })
+        .await;
+        // The namespaces are the main thread's to delete.
+        std::mem::forget((h1, h2, cn, out));
+        drop((g1, g2));
+
+        cnci_process.signal(rustix::process::Signal::TERM);
+        assert_eq!(cnci_process.exit_code().await, Some(0), "{}", logs());
+        blocking(move || {
+            for a in running {
+                a.stop();
+            }
+        })
+        .await;
+        sched.stop.cancel();
     });
-    let result = test.join();
     drop((switch, h1, h2, cnci, ctl, outside));
     if let Err(panic) = result {
         std::panic::resume_unwind(panic);
@@ -547,159 +538,150 @@ fn two_subnets_of_a_tenant_route_through_their_cncis() {
         h1.name.clone(),
     );
     let dir_path = dir.path().to_owned();
-    let test = std::thread::spawn(move || {
-        let (ctl_name, ca_name, cb_name, h1_name) = names;
-        enter(&ctl_name);
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let sched = real_scheduler(&pki).await;
-            let [l1, l2, l3] = listeners;
-            for l in [l1, l2, l3] {
-                proxy(l, sched.addr.replace("localhost", "127.0.0.1"));
-            }
-            let mut c = controller(&pki, &sched.addr).await;
-            let agent = HostAgent::start(&h1_name, "198.18.0.1", cfg);
-            let mut cncis = Vec::new();
-            for (i, (ns, uuid, ip)) in [(&ca_name, CNCI, CNCI_IP), (&cb_name, CNCI_B, CNCI_B_IP)]
-                .into_iter()
-                .enumerate()
-            {
-                let files = pki
-                    .leaf(Role::CNCIAGENT, Some(uuid))
-                    .write(&dir_path, &format!("cnci{i}"));
-                let log = dir_path.join(format!("cnci{i}.log"));
-                cncis.push((spawn_cnci(ns, uuid, ip, ports[1 + i], &files, &log), log));
-            }
-            let logs = || {
-                cncis
-                    .iter()
-                    .map(|(_, l)| std::fs::read_to_string(l).unwrap_or_default())
-                    .collect::<Vec<_>>()
-                    .join("\n----\n")
-            };
-            let mut announced = Vec::new();
-            while announced.len() < 2 {
-                let a = c
-                    .expect("CONCENTRATOR_INSTANCE_ADDED", |m| match &m.payload {
-                        Payload::ConcentratorInstanceAdded(a) => Some(a.instance_uuid),
-                        _ => None,
-                    })
-                    .await;
-                if !announced.contains(&a) {
-                    announced.push(a);
-                }
-            }
-            c.stats(n1, "the agent's first STATS", |_| true).await;
-
-            // One instance in each subnet, both on the one host.
-            let (ia, ib) = (u(0xb7), u(0xb9));
-            for (i, net) in [
-                (ia, networking_in(CNCI, CNCI_IP, 0, KEY_A, 7)),
-                (ib, networking_in(CNCI_B, CNCI_B_IP, 1, KEY_B, 9)),
-            ] {
-                let mut s = start(i, "debian");
-                s.tenant_uuid = TENANT;
-                s.requirements.node_id = Some(n1);
-                s.networking = Some(net);
-                c.send(&start_payload(s));
-                c.stats(n1, "active", |s| {
-                    state_in(s, i) == Some(InstanceState::Active)
+    let result = run_in(&names.0.clone(), async move {
+        let (_, ca_name, cb_name, h1_name) = names;
+        let sched = real_scheduler(&pki).await;
+        let [l1, l2, l3] = listeners;
+        for l in [l1, l2, l3] {
+            proxy(l, sched.addr.replace("localhost", "127.0.0.1"));
+        }
+        let mut c = controller(&pki, &sched.addr).await;
+        let agent = HostAgent::start(&h1_name, "198.18.0.1", cfg);
+        let mut cncis = Vec::new();
+        for (i, (ns, uuid, ip)) in [(&ca_name, CNCI, CNCI_IP), (&cb_name, CNCI_B, CNCI_B_IP)]
+            .into_iter()
+            .enumerate()
+        {
+            let files = pki
+                .leaf(Role::CNCIAGENT, Some(uuid))
+                .write(&dir_path, &format!("cnci{i}"));
+            let log = dir_path.join(format!("cnci{i}.log"));
+            cncis.push((spawn_cnci(ns, uuid, ip, ports[1 + i], &files, &log), log));
+        }
+        let logs = || {
+            cncis
+                .iter()
+                .map(|(_, l)| std::fs::read_to_string(l).unwrap_or_default())
+                .collect::<Vec<_>>()
+                .join("\n----\n")
+        };
+        let mut announced = Vec::new();
+        while announced.len() < 2 {
+            let a = c
+                .expect("CONCENTRATOR_INSTANCE_ADDED", |m| match &m.payload {
+                    Payload::ConcentratorInstanceAdded(a) => Some(a.instance_uuid),
+                    _ => None,
                 })
                 .await;
+            if !announced.contains(&a) {
+                announced.push(a);
             }
-            let (na, nb) = (
-                Netns {
-                    name: ca_name.clone(),
-                },
-                Netns {
-                    name: cb_name.clone(),
-                },
-            );
-            until("both CNCIs serving their subnet", || {
-                na.ip(&["-o", "addr", "show"]).contains("10.250.0.1/24")
-                    && nb.ip(&["-o", "addr", "show"]).contains("10.250.1.1/24")
-                    && logs().matches("subnet served").count() >= 2
-            })
-            .await;
-            let h1 = Netns { name: h1_name };
-            let ga = bare_guest(&h1, &bridge_name(KEY_A), 7, [2, 0, 10, 250, 0, 7]);
-            let gb = bare_guest(&h1, &bridge_name(KEY_B), 9, [2, 0, 10, 250, 1, 9]);
-            let script = dhcp_script(&dir_path);
-            let (ga, gb, leased) = blocking(move || {
-                let ok = dhcp(&ga, 7, &script) && dhcp(&gb, 9, &script);
-                (ga, gb, ok)
-            })
-            .await;
-            assert!(leased, "no DHCP lease\n{}", logs());
-            let (ga, cut) = blocking(move || {
-                let cut = ga.cut_off_from("10.250.1.9");
-                (ga, cut)
-            })
-            .await;
-            assert!(cut, "subnets routed before any REFRESH_CNCI");
+        }
+        c.stats(n1, "the agent's first STATS", |_| true).await;
 
-            // REFRESH_CNCI: each CNCI routes the other's subnet via it, untranslated.
-            let all = vec![peer(CNCI_IP, 0, KEY_A), peer(CNCI_B_IP, 1, KEY_B)];
-            for cnci in [CNCI, CNCI_B] {
-                c.send(&Payload::RefreshCnci(RefreshCnci {
-                    cnci_uuid: cnci,
-                    cncis: all.clone(),
-                }));
-            }
-            until("the routes to the sibling subnets", || {
-                na.ip(&["route", "show", "10.250.1.0/24"])
-                    .contains(&format!("via {CNCI_B_IP}"))
-                    && nb
-                        .ip(&["route", "show", "10.250.0.0/24"])
-                        .contains(&format!("via {CNCI_IP}"))
+        // One instance in each subnet, both on the one host.
+        let (ia, ib) = (u(0xb7), u(0xb9));
+        for (i, net) in [
+            (ia, networking_in(CNCI, CNCI_IP, 0, KEY_A, 7)),
+            (ib, networking_in(CNCI_B, CNCI_B_IP, 1, KEY_B, 9)),
+        ] {
+            let mut s = start(i, "debian");
+            s.tenant_uuid = TENANT;
+            s.requirements.node_id = Some(n1);
+            s.networking = Some(net);
+            c.send(&start_payload(s));
+            c.stats(n1, "active", |s| {
+                state_in(s, i) == Some(InstanceState::Active)
             })
             .await;
-            let (ga, gb, ok) = blocking(move || {
-                let ok = ga.reaches("10.250.1.9") && gb.reaches("10.250.0.7");
-                (ga, gb, ok)
-            })
-            .await;
-            assert!(ok, "between the tenant's subnets\n{}", logs());
+        }
+        let (na, nb) = (
+            Netns {
+                name: ca_name.clone(),
+            },
+            Netns {
+                name: cb_name.clone(),
+            },
+        );
+        until("both CNCIs serving their subnet", || {
+            na.ip(&["-o", "addr", "show"]).contains("10.250.0.1/24")
+                && nb.ip(&["-o", "addr", "show"]).contains("10.250.1.1/24")
+                && logs().matches("subnet served").count() >= 2
+        })
+        .await;
+        let h1 = Netns { name: h1_name };
+        let ga = bare_guest(&h1, &bridge_name(KEY_A), 7, [2, 0, 10, 250, 0, 7]);
+        let gb = bare_guest(&h1, &bridge_name(KEY_B), 9, [2, 0, 10, 250, 1, 9]);
+        let script = dhcp_script(&dir_path);
+        let (ga, gb, leased) = blocking(move || {
+            let ok = dhcp(&ga, 7, &script) && dhcp(&gb, 9, &script);
+            (ga, gb, ok)
+        })
+        .await;
+        assert!(leased, "no DHCP lease\n{}", logs());
+        let (ga, cut) = blocking(move || {
+            let cut = ga.cut_off_from("10.250.1.9");
+            (ga, cut)
+        })
+        .await;
+        assert!(cut, "subnets routed before any REFRESH_CNCI");
 
-            // A refresh without the sibling takes its route away.
+        // REFRESH_CNCI: each CNCI routes the other's subnet via it, untranslated.
+        let all = vec![peer(CNCI_IP, 0, KEY_A), peer(CNCI_B_IP, 1, KEY_B)];
+        for cnci in [CNCI, CNCI_B] {
             c.send(&Payload::RefreshCnci(RefreshCnci {
-                cnci_uuid: CNCI,
-                cncis: vec![peer(CNCI_IP, 0, KEY_A)],
+                cnci_uuid: cnci,
+                cncis: all.clone(),
             }));
-            until("the route gone", || {
-                na.ip(&["route", "show", "10.250.1.0/24"]).is_empty()
-            })
-            .await;
-            let (ga, cut) = blocking(move || {
-                let cut = ga.cut_off_from("10.250.1.9");
-                (ga, cut)
-            })
-            .await;
-            assert!(cut, "still routed after the sibling went");
+        }
+        until("the routes to the sibling subnets", || {
+            na.ip(&["route", "show", "10.250.1.0/24"])
+                .contains(&format!("via {CNCI_B_IP}"))
+                && nb
+                    .ip(&["route", "show", "10.250.0.0/24"])
+                    .contains(&format!("via {CNCI_IP}"))
+        })
+        .await;
+        let (ga, gb, ok) = blocking(move || {
+            let ok = ga.reaches("10.250.1.9") && gb.reaches("10.250.0.7");
+            (ga, gb, ok)
+        })
+        .await;
+        assert!(ok, "between the tenant's subnets\n{}", logs());
 
-            for i in [ia, ib] {
-                c.send(&delete(i, n1, false));
-            }
-            until("both subnets gone from their CNCIs", || {
-                na.link(&format!("kb-{KEY_A:08x}")).is_none()
-                    && nb.link(&format!("kb-{KEY_B:08x}")).is_none()
-            })
-            .await;
-            std::mem::forget((h1, na, nb));
-            drop((ga, gb));
-            for (mut p, _) in cncis {
-                p.signal(rustix::process::Signal::TERM);
-                assert_eq!(p.exit_code().await, Some(0));
-            }
-            blocking(move || agent.stop()).await;
-            sched.stop.cancel();
-        });
+        // A refresh without the sibling takes its route away.
+        c.send(&Payload::RefreshCnci(RefreshCnci {
+            cnci_uuid: CNCI,
+            cncis: vec![peer(CNCI_IP, 0, KEY_A)],
+        }));
+        until("the route gone", || {
+            na.ip(&["route", "show", "10.250.1.0/24"]).is_empty()
+        })
+        .await;
+        let (ga, cut) = blocking(move || {
+            let cut = ga.cut_off_from("10.250.1.9");
+            (ga, cut)
+        })
+        .await;
+        assert!(cut, "still routed after the sibling went");
+
+        for i in [ia, ib] {
+            c.send(&delete(i, n1, false));
+        }
+        until("both subnets gone from their CNCIs", || {
+            na.link(&format!("kb-{KEY_A:08x}")).is_none()
+                && nb.link(&format!("kb-{KEY_B:08x}")).is_none()
+        })
+        .await;
+        std::mem::forget((h1, na, nb));
+        drop((ga, gb));
+        for (mut p, _) in cncis {
+            p.signal(rustix::process::Signal::TERM);
+            assert_eq!(p.exit_code().await, Some(0));
+        }
+        blocking(move || agent.stop()).await;
+        sched.stop.cancel();
     });
-    let result = test.join();
     drop((switch, h1, ca_ns, cb_ns, ctl));
     if let Err(panic) = result {
         std::panic::resume_unwind(panic);
@@ -828,127 +810,116 @@ fn numbers() {
         vb.name.clone(),
     );
     let dir_path = dir.path().to_owned();
-    let test = std::thread::spawn(move || {
-        let (ctl_name, cnci_name, h1_name, h2_name, va_name, vb_name) = names;
-        enter(&ctl_name);
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let sched = real_scheduler(&pki).await;
-            let [l1, l2, l3] = listeners;
-            for l in [l1, l2, l3] {
-                proxy(l, sched.addr.replace("localhost", "127.0.0.1"));
-            }
-            let mut c = controller(&pki, &sched.addr).await;
-            let running: Vec<HostAgent> = agents
-                .into_iter()
-                .map(|(ns, ip, cfg)| HostAgent::start(&ns, &ip, cfg))
-                .collect();
-            let files = pki
-                .leaf(Role::CNCIAGENT, Some(CNCI))
-                .write(&dir_path, "cnci");
-            let log = dir_path.join("cnci.log");
-            let mut cnci_process = spawn_cnci(&cnci_name, CNCI, CNCI_IP, ports[2], &files, &log);
-            c.expect("CONCENTRATOR_INSTANCE_ADDED", |m| {
-                matches!(m.payload, Payload::ConcentratorInstanceAdded(_)).then_some(())
-            })
-            .await;
-            for n in [n1, n2] {
-                c.stats(n, "the agent's first STATS", |_| true).await;
-            }
-            let script = dhcp_script(&dir_path);
-            let (h1, h2) = (Netns { name: h1_name }, Netns { name: h2_name });
-            let bridge = bridge_name(KEY);
-            // Instance 8 on host 2: the peer every later instance pings.
-            let mut s = start(u(0xa8), "debian");
+    let result = run_in(&names.0.clone(), async move {
+        let (_, cnci_name, h1_name, h2_name, va_name, vb_name) = names;
+        let sched = real_scheduler(&pki).await;
+        let [l1, l2, l3] = listeners;
+        for l in [l1, l2, l3] {
+            proxy(l, sched.addr.replace("localhost", "127.0.0.1"));
+        }
+        let mut c = controller(&pki, &sched.addr).await;
+        let running: Vec<HostAgent> = agents
+            .into_iter()
+            .map(|(ns, ip, cfg)| HostAgent::start(&ns, &ip, cfg))
+            .collect();
+        let files = pki
+            .leaf(Role::CNCIAGENT, Some(CNCI))
+            .write(&dir_path, "cnci");
+        let log = dir_path.join("cnci.log");
+        let mut cnci_process = spawn_cnci(&cnci_name, CNCI, CNCI_IP, ports[2], &files, &log);
+        c.expect("CONCENTRATOR_INSTANCE_ADDED", |m| {
+            matches!(m.payload, Payload::ConcentratorInstanceAdded(_)).then_some(())
+        })
+        .await;
+        for n in [n1, n2] {
+            c.stats(n, "the agent's first STATS", |_| true).await;
+        }
+        let script = dhcp_script(&dir_path);
+        let (h1, h2) = (Netns { name: h1_name }, Netns { name: h2_name });
+        let bridge = bridge_name(KEY);
+        // Instance 8 on host 2: the peer every later instance pings.
+        let mut s = start(u(0xa8), "debian");
+        s.tenant_uuid = TENANT;
+        s.requirements.node_id = Some(n2);
+        s.networking = Some(networking(8));
+        c.send(&start_payload(s));
+        until("host 2's tap", || {
+            h2.link(&agent::net::tap_name(u(0xa8))).is_some()
+        })
+        .await;
+        let g8 = bare_guest(&h2, &bridge, 8, mac(8));
+        let sc = script.clone();
+        let g8 = blocking(move || {
+            assert!(dhcp(&g8, 8, &sc));
+            g8
+        })
+        .await;
+
+        // START to the first ping, for instances on host 1 (the first makes the subnet
+        // there and its TENANT_ADDED reaches the CNCI).
+        let mut guests = Vec::new();
+        println!("run  START→tap(ms)  START→lease(ms)  START→first ping(ms)");
+        for (run, n) in (10u8..16).enumerate() {
+            let i = u(0xb0 + n);
+            let t0 = std::time::Instant::now();
+            let mut s = start(i, "debian");
             s.tenant_uuid = TENANT;
-            s.requirements.node_id = Some(n2);
-            s.networking = Some(networking(8));
+            s.requirements.node_id = Some(n1);
+            s.networking = Some(networking(n));
             c.send(&start_payload(s));
-            until("host 2's tap", || {
-                h2.link(&agent::net::tap_name(u(0xa8))).is_some()
-            })
-            .await;
-            let g8 = bare_guest(&h2, &bridge, 8, mac(8));
+            let tap = agent::net::tap_name(i);
+            let deadline = Instant::now() + T;
+            while h1.link(&tap).is_none() {
+                assert!(Instant::now() < deadline, "no tap");
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            let t_tap = t0.elapsed();
+            let g = bare_guest(&h1, &bridge, n, mac(n));
             let sc = script.clone();
-            let g8 = blocking(move || {
-                assert!(dhcp(&g8, 8, &sc));
-                g8
+            let (g, t_lease, t_ping) = blocking(move || {
+                assert!(dhcp(&g, n, &sc));
+                let t_lease = t0.elapsed();
+                assert!(g.reaches("10.250.0.8"));
+                (g, t_lease, t0.elapsed())
             })
             .await;
+            println!(
+                "{run:>3}  {:>13.1}  {:>15.1}  {:>20.1}",
+                t_tap.as_secs_f64() * 1e3,
+                t_lease.as_secs_f64() * 1e3,
+                t_ping.as_secs_f64() * 1e3
+            );
+            guests.push(g);
+        }
 
-            // START to the first ping, for instances on host 1 (the first makes the subnet
-            // there and its TENANT_ADDED reaches the CNCI).
-            let mut guests = Vec::new();
-            println!("run  START→tap(ms)  START→lease(ms)  START→first ping(ms)");
-            for (run, n) in (10u8..16).enumerate() {
-                let i = u(0xb0 + n);
-                let t0 = std::time::Instant::now();
-                let mut s = start(i, "debian");
-                s.tenant_uuid = TENANT;
-                s.requirements.node_id = Some(n1);
-                s.networking = Some(networking(n));
-                c.send(&start_payload(s));
-                let tap = agent::net::tap_name(i);
-                let deadline = Instant::now() + T;
-                while h1.link(&tap).is_none() {
-                    assert!(Instant::now() < deadline, "no tap");
-                    tokio::time::sleep(Duration::from_millis(2)).await;
-                }
-                let t_tap = t0.elapsed();
-                let g = bare_guest(&h1, &bridge, n, mac(n));
-                let sc = script.clone();
-                let (g, t_lease, t_ping) = blocking(move || {
-                    assert!(dhcp(&g, n, &sc));
-                    let t_lease = t0.elapsed();
-                    assert!(g.reaches("10.250.0.8"));
-                    (g, t_lease, t0.elapsed())
-                })
-                .await;
-                println!(
-                    "{run:>3}  {:>13.1}  {:>15.1}  {:>20.1}",
-                    t_tap.as_secs_f64() * 1e3,
-                    t_lease.as_secs_f64() * 1e3,
-                    t_ping.as_secs_f64() * 1e3
-                );
-                guests.push(g);
+        // Throughput: overlay (host 1 → CNCI → host 2) and a plain veth pair, alternated.
+        let from = guests[0].name.clone();
+        let g8_name = g8.name.clone();
+        let results = blocking(move || {
+            let mut r = Vec::new();
+            for _ in 0..3 {
+                let o = throughput(&from, &g8_name, "10.250.0.8", 5);
+                let v = throughput(&va_name, &vb_name, "192.0.2.2", 5);
+                r.push((o, v));
             }
-
-            // Throughput: overlay (host 1 → CNCI → host 2) and a plain veth pair, alternated.
-            let from = guests[0].name.clone();
-            let g8_name = g8.name.clone();
-            let results = blocking(move || {
-                let mut r = Vec::new();
-                for _ in 0..3 {
-                    let o = throughput(&from, &g8_name, "10.250.0.8", 5);
-                    let v = throughput(&va_name, &vb_name, "192.0.2.2", 5);
-                    r.push((o, v));
-                }
-                r
-            })
-            .await;
-            for (o, v) in results {
-                println!(
-                    "TCP 5 s: overlay through the CNCI {o:.2} Gbit/s, plain veth {v:.2} Gbit/s"
-                );
+            r
+        })
+        .await;
+        for (o, v) in results {
+            println!("TCP 5 s: overlay through the CNCI {o:.2} Gbit/s, plain veth {v:.2} Gbit/s");
+        }
+        std::mem::forget((h1, h2));
+        drop((guests, g8));
+        cnci_process.signal(rustix::process::Signal::TERM);
+        assert_eq!(cnci_process.exit_code().await, Some(0));
+        blocking(move || {
+            for a in running {
+                a.stop();
             }
-            std::mem::forget((h1, h2));
-            drop((guests, g8));
-            cnci_process.signal(rustix::process::Signal::TERM);
-            assert_eq!(cnci_process.exit_code().await, Some(0));
-            blocking(move || {
-                for a in running {
-                    a.stop();
-                }
-            })
-            .await;
-            sched.stop.cancel();
-        });
+        })
+        .await;
+        sched.stop.cancel();
     });
-    let result = test.join();
     drop((switch, h1, h2, cnci, ctl, va, vb));
     if let Err(panic) = result {
         std::panic::resume_unwind(panic);
@@ -1056,132 +1027,123 @@ fn a_dual_node_runs_the_cnci_its_instances_get_leases_and_ping() {
     };
     let names = (ctl.name.clone(), nn.name.clone(), h1.name.clone());
     let dir_path = dir.path().to_owned();
-    let test = std::thread::spawn(move || {
-        let (ctl_name, nn_name, h1_name) = names;
-        enter(&ctl_name);
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let sched = real_scheduler(&pki).await;
-            let [l1, l2] = listeners;
-            for l in [l1, l2] {
-                proxy(l, sched.addr.replace("localhost", "127.0.0.1"));
-            }
-            let mut c = controller(&pki, &sched.addr).await;
-            let host1 = HostAgent::start(&h1_name, "198.18.0.1", h1_config);
-            // The dual node's agent: tenant networking on its own address, and the launcher.
-            let network_node = HostAgent::start(&nn_name, "198.18.0.3", nn_config);
-            for n in [n1, n3] {
-                c.stats(n, "the agent's first STATS", |_| true).await;
-            }
+    let result = run_in(&names.0.clone(), async move {
+        let (_, nn_name, h1_name) = names;
+        let sched = real_scheduler(&pki).await;
+        let [l1, l2] = listeners;
+        for l in [l1, l2] {
+            proxy(l, sched.addr.replace("localhost", "127.0.0.1"));
+        }
+        let mut c = controller(&pki, &sched.addr).await;
+        let host1 = HostAgent::start(&h1_name, "198.18.0.1", h1_config);
+        // The dual node's agent: tenant networking on its own address, and the launcher.
+        let network_node = HostAgent::start(&nn_name, "198.18.0.3", nn_config);
+        for n in [n1, n3] {
+            c.stats(n, "the agent's first STATS", |_| true).await;
+        }
 
-            // The controller's START for the CNCI goes to the network node, which runs it.
-            let cnci = u(0xcf);
-            c.send(&start_payload(cnci_start(cnci)));
-            let hello = c
-                .expect("the CNCI's CONCENTRATOR_INSTANCE_ADDED", |m| {
-                    match &m.payload {
-                        Payload::ConcentratorInstanceAdded(a) => Some(a.clone()),
-                        Payload::StartFailure(f) => panic!("{f:?}"),
-                        _ => None,
-                    }
-                })
-                .await;
-            assert_eq!((hello.instance_uuid, hello.tenant_uuid), (cnci, TENANT));
-            assert_eq!(
-                hello.concentrator_ip,
-                "198.18.0.129".parse::<IpAddr>().unwrap()
-            );
-            let ns = agent::cnci::launch::ns_name(cnci);
-            let cn = Netns { name: ns.clone() };
-            assert!(cn.ip(&["addr", "show", "u0"]).contains("198.18.0.129/24"));
-            // Its default route: out of u0, to the node's end of the pair.
-            let default = cn.ip(&["route", "show", "default"]);
-            assert!(default.contains("default dev u0"), "{default}");
-            c.stats(n3, "the CNCI active", |s| {
-                state_in(s, cnci) == Some(InstanceState::Active)
+        // The controller's START for the CNCI goes to the network node, which runs it.
+        let cnci = u(0xcf);
+        c.send(&start_payload(cnci_start(cnci)));
+        let hello = c
+            .expect("the CNCI's CONCENTRATOR_INSTANCE_ADDED", |m| {
+                match &m.payload {
+                    Payload::ConcentratorInstanceAdded(a) => Some(a.clone()),
+                    Payload::StartFailure(f) => panic!("{f:?}"),
+                    _ => None,
+                }
             })
             .await;
+        assert_eq!((hello.instance_uuid, hello.tenant_uuid), (cnci, TENANT));
+        assert_eq!(
+            hello.concentrator_ip,
+            "198.18.0.129".parse::<IpAddr>().unwrap()
+        );
+        let ns = agent::cnci::launch::ns_name(cnci);
+        let cn = Netns { name: ns.clone() };
+        assert!(cn.ip(&["addr", "show", "u0"]).contains("198.18.0.129/24"));
+        // Its default route: out of u0, to the node's end of the pair.
+        let default = cn.ip(&["route", "show", "default"]);
+        assert!(default.contains("default dev u0"), "{default}");
+        c.stats(n3, "the CNCI active", |s| {
+            state_in(s, cnci) == Some(InstanceState::Active)
+        })
+        .await;
 
-            // Two instances of the tenant, on host 1 and on the network node itself (whose
-            // tunnel reaches its own CNCI through the veth), served by that CNCI.
-            let (i1, i2) = (u(0xa7), u(0xa8));
-            for (i, node, k) in [(i1, n1, 7), (i2, n3, 8)] {
-                let mut s = start(i, "debian");
-                s.tenant_uuid = TENANT;
-                s.requirements.node_id = Some(node);
-                let mut net = networking(k);
-                net.concentrator_uuid = cnci;
-                net.concentrator_ip = hello.concentrator_ip;
-                s.networking = Some(net);
-                c.send(&start_payload(s));
-                c.stats(node, "active", |s| {
-                    state_in(s, i) == Some(InstanceState::Active)
-                })
-                .await;
-            }
-            let hub = format!("kv-{KEY:08x}");
-            until("both hosts at the CNCI", || {
-                let f = fdb(&ns, &hub);
-                f.contains("dst 198.18.0.1") && f.contains("dst 198.18.0.3")
+        // Two instances of the tenant, on host 1 and on the network node itself (whose
+        // tunnel reaches its own CNCI through the veth), served by that CNCI.
+        let (i1, i2) = (u(0xa7), u(0xa8));
+        for (i, node, k) in [(i1, n1, 7), (i2, n3, 8)] {
+            let mut s = start(i, "debian");
+            s.tenant_uuid = TENANT;
+            s.requirements.node_id = Some(node);
+            let mut net = networking(k);
+            net.concentrator_uuid = cnci;
+            net.concentrator_ip = hello.concentrator_ip;
+            s.networking = Some(net);
+            c.send(&start_payload(s));
+            c.stats(node, "active", |s| {
+                state_in(s, i) == Some(InstanceState::Active)
             })
             .await;
-            let bridge = bridge_name(KEY);
-            let (h1, h2) = (Netns { name: h1_name }, Netns { name: nn_name });
-            let g1 = bare_guest(&h1, &bridge, 7, mac(7));
-            let g2 = bare_guest(&h2, &bridge, 8, mac(8));
-            let script = dhcp_script(&dir_path);
-            let cn_ns = cn.name.clone();
-            let (g1, g2, ok) = blocking(move || {
-                let leased = dhcp(&g1, 7, &script) && dhcp(&g2, 8, &script);
-                let ping = leased && g1.reaches("10.250.0.8") && g2.reaches("10.250.0.7");
-                // Beyond the compute network: the CNCI itself, and a guest through its NAT.
-                let probe = Netns { name: cn_ns };
-                let beyond = probe.reaches("192.0.2.2");
-                // Not ours to delete (the agent does).
-                std::mem::forget(probe);
-                let natted = leased && g1.reaches("192.0.2.2");
-                (g1, g2, [leased, ping, beyond, natted])
-            })
-            .await;
-            assert!(ok[0], "no DHCP lease from the network node's CNCI");
-            assert!(ok[1], "no ping through the network node's CNCI");
-            assert!(ok[2], "the CNCI does not reach beyond the compute network");
-            assert!(ok[3], "a guest does not reach beyond the compute network");
+        }
+        let hub = format!("kv-{KEY:08x}");
+        until("both hosts at the CNCI", || {
+            let f = fdb(&ns, &hub);
+            f.contains("dst 198.18.0.1") && f.contains("dst 198.18.0.3")
+        })
+        .await;
+        let bridge = bridge_name(KEY);
+        let (h1, h2) = (Netns { name: h1_name }, Netns { name: nn_name });
+        let g1 = bare_guest(&h1, &bridge, 7, mac(7));
+        let g2 = bare_guest(&h2, &bridge, 8, mac(8));
+        let script = dhcp_script(&dir_path);
+        let cn_ns = cn.name.clone();
+        let (g1, g2, ok) = blocking(move || {
+            let leased = dhcp(&g1, 7, &script) && dhcp(&g2, 8, &script);
+            let ping = leased && g1.reaches("10.250.0.8") && g2.reaches("10.250.0.7");
+            // Beyond the compute network: the CNCI itself, and a guest through its NAT.
+            let probe = Netns { name: cn_ns };
+            let beyond = probe.reaches("192.0.2.2");
+            // Not ours to delete (the agent does).
+            std::mem::forget(probe);
+            let natted = leased && g1.reaches("192.0.2.2");
+            (g1, g2, [leased, ping, beyond, natted])
+        })
+        .await;
+        assert!(ok[0], "no DHCP lease from the network node's CNCI");
+        assert!(ok[1], "no ping through the network node's CNCI");
+        assert!(ok[2], "the CNCI does not reach beyond the compute network");
+        assert!(ok[3], "a guest does not reach beyond the compute network");
 
-            // Delete everything: the instances, then the CNCI (its process and namespace).
-            for (i, node) in [(i1, n1), (i2, n3)] {
-                c.send(&delete(i, node, false));
-            }
-            until("the subnet gone from the CNCI", || cn.link(&hub).is_none()).await;
-            c.send(&delete(cnci, n3, false));
-            c.expect("INSTANCE_DELETED of the CNCI", |m| match &m.payload {
-                Payload::InstanceDeleted(d) if d.instance_uuid == cnci => Some(()),
-                _ => None,
-            })
-            .await;
-            let listed = Command::new("ip").args(["netns", "list"]).output().unwrap();
-            assert!(
-                !String::from_utf8_lossy(&listed.stdout).contains(&ns),
-                "the CNCI's namespace is left"
-            );
-            let host_end = agent::cnci::launch::host_end(cnci);
-            // The kernel dismantles a deleted namespace (and the veth pair) in the background.
-            until("the CNCI's veth gone", || h2.link(&host_end).is_none()).await;
-            std::mem::forget((h1, h2, cn));
-            drop((g1, g2));
-            blocking(move || {
-                network_node.stop();
-                host1.stop();
-            })
-            .await;
-            sched.stop.cancel();
-        });
+        // Delete everything: the instances, then the CNCI (its process and namespace).
+        for (i, node) in [(i1, n1), (i2, n3)] {
+            c.send(&delete(i, node, false));
+        }
+        until("the subnet gone from the CNCI", || cn.link(&hub).is_none()).await;
+        c.send(&delete(cnci, n3, false));
+        c.expect("INSTANCE_DELETED of the CNCI", |m| match &m.payload {
+            Payload::InstanceDeleted(d) if d.instance_uuid == cnci => Some(()),
+            _ => None,
+        })
+        .await;
+        let listed = Command::new("ip").args(["netns", "list"]).output().unwrap();
+        assert!(
+            !String::from_utf8_lossy(&listed.stdout).contains(&ns),
+            "the CNCI's namespace is left"
+        );
+        let host_end = agent::cnci::launch::host_end(cnci);
+        // The kernel dismantles a deleted namespace (and the veth pair) in the background.
+        until("the CNCI's veth gone", || h2.link(&host_end).is_none()).await;
+        std::mem::forget((h1, h2, cn));
+        drop((g1, g2));
+        blocking(move || {
+            network_node.stop();
+            host1.stop();
+        })
+        .await;
+        sched.stop.cancel();
     });
-    let result = test.join();
     // Whatever happened, no CNCI process or namespace stays behind.
     agent::cnci::launch::clean_up(&dir.path().join("state-nn/cnci"));
     drop((switch, h1, nn, ctl, out));

@@ -33,6 +33,26 @@ pub(crate) fn enter(ns: &str) {
     .unwrap();
 }
 
+/// Runs `test` to its end on a thread moved into namespace `ns`, on a two-thread runtime made
+/// there (its threads start in `ns` too); the thread's outcome (a panic in `test` as `Err`).
+pub(crate) fn run_in<F>(ns: &str, test: F) -> std::thread::Result<F::Output>
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let ns = ns.to_string();
+    std::thread::spawn(move || {
+        enter(&ns);
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(test)
+    })
+    .join()
+}
+
 /// A listener on a namespace's loopback.
 pub(crate) fn listen_in(ns: &str) -> std::net::TcpListener {
     let ns = ns.to_string();
@@ -212,134 +232,125 @@ fn two_hosts_ping_through_a_cnci_over_ssntp() {
     let dir_path = dir.path().to_owned();
     let h1_name = h1.name.clone();
     let h2_name = h2.name.clone();
-    let test = std::thread::spawn(move || {
-        enter(&ctl_name);
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
+    let result = run_in(&ctl_name, async move {
+        let sched = real_scheduler(&pki).await;
+        let [l1, l2, l3] = listeners;
+        for l in [l1, l2, l3] {
+            let to = sched.addr.replace("localhost", "127.0.0.1");
+            proxy(l, to);
+        }
+        let mut c = controller(&pki, &sched.addr).await;
+        let running: Vec<HostAgent> = agents
+            .into_iter()
+            .map(|(ns, ip, cfg)| HostAgent::start(&ns, &ip, cfg))
+            .collect();
+        let (ca, cert, key) = pki
+            .leaf(Role::CNCIAGENT, Some(CNCI))
+            .write(&dir_path, "cnci");
+        let log = dir_path.join("cnci.log");
+        let child = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &cnci_name,
+                env!("CARGO_BIN_EXE_cumulo-cnci"),
+            ])
+            .args(["--ca-cert", ca.to_str().unwrap()])
+            .args(["--cert", cert.to_str().unwrap()])
+            .args(["--key", key.to_str().unwrap()])
+            .args(["--scheduler", &format!("localhost:{}", ports[2])])
+            .args(["--uuid", &CNCI.to_string(), "--tenant", &TENANT.to_string()])
+            // No --mac: the CNCI finds that of the link holding --ip.
+            .args(["--ip", CNCI_IP, "--tunnel", "vxlan"])
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
             .unwrap();
-        rt.block_on(async move {
-            let sched = real_scheduler(&pki).await;
-            let [l1, l2, l3] = listeners;
-            for l in [l1, l2, l3] {
-                let to = sched.addr.replace("localhost", "127.0.0.1");
-                proxy(l, to);
-            }
-            let mut c = controller(&pki, &sched.addr).await;
-            let running: Vec<HostAgent> = agents
-                .into_iter()
-                .map(|(ns, ip, cfg)| HostAgent::start(&ns, &ip, cfg))
-                .collect();
-            let (ca, cert, key) = pki
-                .leaf(Role::CNCIAGENT, Some(CNCI))
-                .write(&dir_path, "cnci");
-            let log = dir_path.join("cnci.log");
-            let child = Command::new("ip")
-                .args([
-                    "netns",
-                    "exec",
-                    &cnci_name,
-                    env!("CARGO_BIN_EXE_cumulo-cnci"),
-                ])
-                .args(["--ca-cert", ca.to_str().unwrap()])
-                .args(["--cert", cert.to_str().unwrap()])
-                .args(["--key", key.to_str().unwrap()])
-                .args(["--scheduler", &format!("localhost:{}", ports[2])])
-                .args(["--uuid", &CNCI.to_string(), "--tenant", &TENANT.to_string()])
-                // No --mac: the CNCI finds that of the link holding --ip.
-                .args(["--ip", CNCI_IP, "--tunnel", "vxlan"])
-                .env("RUST_LOG", "info")
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(std::fs::File::create(&log).unwrap())
-                .spawn()
-                .unwrap();
-            let mut cnci_process = Process(child);
-            let logs = || std::fs::read_to_string(&log).unwrap_or_default();
-            let hello = c
-                .expect("CONCENTRATOR_INSTANCE_ADDED", |m| match &m.payload {
-                    Payload::ConcentratorInstanceAdded(a) => Some(a.clone()),
-                    _ => None,
-                })
-                .await;
-            let u0 = Netns {
-                name: cnci_name.clone(),
-            };
-            let shown = u0.ip(&["link", "show", "u0"]);
-            std::mem::forget(u0);
-            let text = hello
-                .concentrator_mac
-                .0
-                .map(|b| format!("{b:02x}"))
-                .join(":");
-            assert!(
-                shown.contains(&format!("link/ether {text}")),
-                "{text}: {shown}"
-            );
-            for n in [n1, n2] {
-                c.stats(n, "the agent's first STATS", |_| true).await;
-            }
-
-            // One instance of the tenant on each host, pinned there.
-            let (i1, i2) = (u(0xa1), u(0xa2));
-            for (i, node, k) in [(i1, n1, 1), (i2, n2, 2)] {
-                let mut s = start(i, "debian");
-                s.tenant_uuid = TENANT;
-                s.requirements.node_id = Some(node);
-                s.networking = Some(networking(k));
-                c.send(&start_payload(s));
-                c.stats(node, "active", |s| {
-                    state_in(s, i) == Some(InstanceState::Active)
-                })
-                .await;
-            }
-            let hub = format!("kv-{KEY:08x}");
-            until("both hosts at the CNCI", || {
-                let f = fdb(&cnci_name, &hub);
-                f.contains("dst 198.18.0.1") && f.contains("dst 198.18.0.2")
+        let mut cnci_process = Process(child);
+        let logs = || std::fs::read_to_string(&log).unwrap_or_default();
+        let hello = c
+            .expect("CONCENTRATOR_INSTANCE_ADDED", |m| match &m.payload {
+                Payload::ConcentratorInstanceAdded(a) => Some(a.clone()),
+                _ => None,
             })
             .await;
-            let bridge = bridge_name(KEY);
-            let (v1, v2) = (stand_in(1), stand_in(2));
-            let h1 = Netns { name: h1_name };
-            let h2 = Netns { name: h2_name };
-            let g1 = guest(&h1, &bridge, "vh-1", &v1, "10.250.0.1/24");
-            let g2 = guest(&h2, &bridge, "vh-2", &v2, "10.250.0.2/24");
-            let reached = tokio::task::spawn_blocking(move || {
-                let ok = g1.reaches("10.250.0.2") && g2.reaches("10.250.0.1");
-                (ok, g1, g2)
-            })
-            .await
-            .unwrap();
-            assert!(reached.0, "host 1 to host 2 through the CNCI\n{}", logs());
-            drop(reached);
+        let u0 = Netns {
+            name: cnci_name.clone(),
+        };
+        let shown = u0.ip(&["link", "show", "u0"]);
+        std::mem::forget(u0);
+        let text = hello
+            .concentrator_mac
+            .0
+            .map(|b| format!("{b:02x}"))
+            .join(":");
+        assert!(
+            shown.contains(&format!("link/ether {text}")),
+            "{text}: {shown}"
+        );
+        for n in [n1, n2] {
+            c.stats(n, "the agent's first STATS", |_| true).await;
+        }
 
-            // The delete of host 2's instance: its TENANT_REMOVED takes it off the hub.
-            c.send(&delete(i2, n2, false));
-            until("host 2 gone from the CNCI", || {
-                let f = fdb(&cnci_name, &hub);
-                !f.contains("dst 198.18.0.2") && f.contains("dst 198.18.0.1")
+        // One instance of the tenant on each host, pinned there.
+        let (i1, i2) = (u(0xa1), u(0xa2));
+        for (i, node, k) in [(i1, n1, 1), (i2, n2, 2)] {
+            let mut s = start(i, "debian");
+            s.tenant_uuid = TENANT;
+            s.requirements.node_id = Some(node);
+            s.networking = Some(networking(k));
+            c.send(&start_payload(s));
+            c.stats(node, "active", |s| {
+                state_in(s, i) == Some(InstanceState::Active)
             })
             .await;
-            assert!(h2.link(&bridge).is_none(), "host 2's subnet is gone");
-            // The namespaces are the main thread's to delete.
-            std::mem::forget(h1);
-            std::mem::forget(h2);
+        }
+        let hub = format!("kv-{KEY:08x}");
+        until("both hosts at the CNCI", || {
+            let f = fdb(&cnci_name, &hub);
+            f.contains("dst 198.18.0.1") && f.contains("dst 198.18.0.2")
+        })
+        .await;
+        let bridge = bridge_name(KEY);
+        let (v1, v2) = (stand_in(1), stand_in(2));
+        let h1 = Netns { name: h1_name };
+        let h2 = Netns { name: h2_name };
+        let g1 = guest(&h1, &bridge, "vh-1", &v1, "10.250.0.1/24");
+        let g2 = guest(&h2, &bridge, "vh-2", &v2, "10.250.0.2/24");
+        let reached = tokio::task::spawn_blocking(move || {
+            let ok = g1.reaches("10.250.0.2") && g2.reaches("10.250.0.1");
+            (ok, g1, g2)
+        })
+        .await
+        .unwrap();
+        assert!(reached.0, "host 1 to host 2 through the CNCI\n{}", logs());
+        drop(reached);
 
-            cnci_process.signal(rustix::process::Signal::TERM);
-            assert_eq!(cnci_process.exit_code().await, Some(0), "{}", logs());
-            tokio::task::spawn_blocking(move || {
-                for a in running {
-                    a.stop();
-                }
-            })
-            .await
-            .unwrap();
-            sched.stop.cancel();
-        });
+        // The delete of host 2's instance: its TENANT_REMOVED takes it off the hub.
+        c.send(&delete(i2, n2, false));
+        until("host 2 gone from the CNCI", || {
+            let f = fdb(&cnci_name, &hub);
+            !f.contains("dst 198.18.0.2") && f.contains("dst 198.18.0.1")
+        })
+        .await;
+        assert!(h2.link(&bridge).is_none(), "host 2's subnet is gone");
+        // The namespaces are the main thread's to delete.
+        std::mem::forget(h1);
+        std::mem::forget(h2);
+
+        cnci_process.signal(rustix::process::Signal::TERM);
+        assert_eq!(cnci_process.exit_code().await, Some(0), "{}", logs());
+        tokio::task::spawn_blocking(move || {
+            for a in running {
+                a.stop();
+            }
+        })
+        .await
+        .unwrap();
+        sched.stop.cancel();
     });
-    let result = test.join();
     drop((switch, h1, h2, cnci, ctl));
     if let Err(panic) = result {
         std::panic::resume_unwind(panic);
