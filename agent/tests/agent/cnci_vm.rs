@@ -253,18 +253,10 @@ fn a_network_node_runs_the_cnci_as_a_vm() {
 
         // An instance of the tenant on host 1, served by the CNCI VM.
         let i1 = u(0xa7);
-        let mut s = start(i1, "debian");
-        s.tenant_uuid = TENANT;
-        s.requirements.node_id = Some(n1);
         let mut net = networking(7);
         net.concentrator_uuid = cnci;
         net.concentrator_ip = hello.concentrator_ip;
-        s.networking = Some(net);
-        c.send(&start_payload(s));
-        c.stats(n1, "active", |s| {
-            state_in(s, i1) == Some(InstanceState::Active)
-        })
-        .await;
+        start_active(&mut c, i1, n1, TENANT, net).await;
         let bridge = bridge_name(KEY);
         let h1 = Netns { name: h1_name };
         let g1 = bare_guest(&h1, &bridge, 7, mac(7));

@@ -276,15 +276,7 @@ fn guests_get_leases_reach_outside_and_a_public_ip_maps_and_unmaps() {
         // One instance on each host, with the controller's MAC → IP plan.
         let (i1, i2) = (u(0xa7), u(0xa8));
         for (i, node, k) in [(i1, n1, 7), (i2, n2, 8)] {
-            let mut s = start(i, "debian");
-            s.tenant_uuid = TENANT;
-            s.requirements.node_id = Some(node);
-            s.networking = Some(networking(k));
-            c.send(&start_payload(s));
-            c.stats(node, "active", |s| {
-                state_in(s, i) == Some(InstanceState::Active)
-            })
-            .await;
+            start_active(&mut c, i, node, TENANT, networking(k)).await;
         }
         let hub = format!("kv-{KEY:08x}");
         let cnci_bridge = format!("kb-{KEY:08x}");
@@ -585,15 +577,7 @@ fn two_subnets_of_a_tenant_route_through_their_cncis() {
             (ia, networking_in(CNCI, CNCI_IP, 0, KEY_A, 7)),
             (ib, networking_in(CNCI_B, CNCI_B_IP, 1, KEY_B, 9)),
         ] {
-            let mut s = start(i, "debian");
-            s.tenant_uuid = TENANT;
-            s.requirements.node_id = Some(n1);
-            s.networking = Some(net);
-            c.send(&start_payload(s));
-            c.stats(n1, "active", |s| {
-                state_in(s, i) == Some(InstanceState::Active)
-            })
-            .await;
+            start_active(&mut c, i, n1, TENANT, net).await;
         }
         let (na, nb) = (
             Netns {
@@ -838,11 +822,7 @@ fn numbers() {
         let (h1, h2) = (Netns { name: h1_name }, Netns { name: h2_name });
         let bridge = bridge_name(KEY);
         // Instance 8 on host 2: the peer every later instance pings.
-        let mut s = start(u(0xa8), "debian");
-        s.tenant_uuid = TENANT;
-        s.requirements.node_id = Some(n2);
-        s.networking = Some(networking(8));
-        c.send(&start_payload(s));
+        c.send(&pinned_start(u(0xa8), n2, TENANT, networking(8)));
         until("host 2's tap", || {
             h2.link(&agent::net::tap_name(u(0xa8))).is_some()
         })
@@ -862,11 +842,7 @@ fn numbers() {
         for (run, n) in (10u8..16).enumerate() {
             let i = u(0xb0 + n);
             let t0 = std::time::Instant::now();
-            let mut s = start(i, "debian");
-            s.tenant_uuid = TENANT;
-            s.requirements.node_id = Some(n1);
-            s.networking = Some(networking(n));
-            c.send(&start_payload(s));
+            c.send(&pinned_start(i, n1, TENANT, networking(n)));
             let tap = agent::net::tap_name(i);
             let deadline = Instant::now() + T;
             while h1.link(&tap).is_none() {
@@ -1074,18 +1050,10 @@ fn a_dual_node_runs_the_cnci_its_instances_get_leases_and_ping() {
         // tunnel reaches its own CNCI through the veth), served by that CNCI.
         let (i1, i2) = (u(0xa7), u(0xa8));
         for (i, node, k) in [(i1, n1, 7), (i2, n3, 8)] {
-            let mut s = start(i, "debian");
-            s.tenant_uuid = TENANT;
-            s.requirements.node_id = Some(node);
             let mut net = networking(k);
             net.concentrator_uuid = cnci;
             net.concentrator_ip = hello.concentrator_ip;
-            s.networking = Some(net);
-            c.send(&start_payload(s));
-            c.stats(node, "active", |s| {
-                state_in(s, i) == Some(InstanceState::Active)
-            })
-            .await;
+            start_active(&mut c, i, node, TENANT, net).await;
         }
         let hub = format!("kv-{KEY:08x}");
         until("both hosts at the CNCI", || {

@@ -297,15 +297,7 @@ fn two_hosts_ping_through_a_cnci_over_ssntp() {
         // One instance of the tenant on each host, pinned there.
         let (i1, i2) = (u(0xa1), u(0xa2));
         for (i, node, k) in [(i1, n1, 1), (i2, n2, 2)] {
-            let mut s = start(i, "debian");
-            s.tenant_uuid = TENANT;
-            s.requirements.node_id = Some(node);
-            s.networking = Some(networking(k));
-            c.send(&start_payload(s));
-            c.stats(node, "active", |s| {
-                state_in(s, i) == Some(InstanceState::Active)
-            })
-            .await;
+            start_active(&mut c, i, node, TENANT, networking(k)).await;
         }
         let hub = format!("kv-{KEY:08x}");
         until("both hosts at the CNCI", || {

@@ -375,6 +375,36 @@ impl Controller {
     }
 }
 
+/// A tenant instance's START with `net`, pinned to `node` and sent by `c`: the sim instance of
+/// `start(instance, "debian")`.
+pub(crate) fn pinned_start(
+    instance: Uuid,
+    node: Uuid,
+    tenant: Uuid,
+    net: ssntp::payload::Networking,
+) -> Payload {
+    let mut s = start(instance, "debian");
+    s.tenant_uuid = tenant;
+    s.requirements.node_id = Some(node);
+    s.networking = Some(net);
+    start_payload(s)
+}
+
+/// Sends [`pinned_start`] and waits until `node`'s STATS show the instance active.
+pub(crate) async fn start_active(
+    c: &mut Controller,
+    instance: Uuid,
+    node: Uuid,
+    tenant: Uuid,
+    net: ssntp::payload::Networking,
+) {
+    c.send(&pinned_start(instance, node, tenant, net));
+    c.stats(node, "active", |s| {
+        state_in(s, instance) == Some(InstanceState::Active)
+    })
+    .await;
+}
+
 // ---- a fake scheduler --------------------------------------------------------------------------
 
 /// What a fake scheduler sees.
