@@ -23,7 +23,7 @@ use crate::edge::{
 };
 use crate::libvirt::{VMS, libvirt_args, libvirt_uri, state_dir};
 use crate::netns::{Netns, underlay};
-use crate::overlay::{HostAgent, enter, listen_in, proxy, run_in, until};
+use crate::overlay::{HostAgent, compute_config, enter, listen_in, ports, proxy, run_in, until};
 use crate::support::*;
 use agent::net::names::bridge_name;
 use std::net::IpAddr;
@@ -137,20 +137,11 @@ fn a_network_node_runs_the_cnci_as_a_vm() {
         ],
     );
     let listeners = [listen_in(&h1.name), listen_in(&nn.name)];
-    let ports: Vec<u16> = listeners
-        .iter()
-        .map(|l| l.local_addr().unwrap().port())
-        .collect();
+    let ports = ports(&listeners);
     let dir = tempfile::tempdir().unwrap();
     let pki = TestPki::new();
     let (n1, n3) = (u(1), u(3));
-    let files = agent_files(&pki, Role::AGENT, Some(n1), &dir.path().join("a0"));
-    let h1_config = config(
-        &files,
-        &format!("localhost:{}", ports[0]),
-        &dir.path().join("state0"),
-        &[],
-    );
+    let h1_config = compute_config(&pki, dir.path(), 0, n1, ports[0]);
     // The network node: NETAGENT only, libvirt, and the CNCI image in its image store.
     let files = agent_files(&pki, Role::NETAGENT, Some(n3), &dir.path().join("nn"));
     let (_, cnci_cert, cnci_key) = pki

@@ -13,7 +13,9 @@
 #![allow(clippy::unwrap_used)]
 
 use crate::netns::{Netns, can_run, mac_text, underlay};
-use crate::overlay::{HostAgent, enter, fdb, listen_in, proxy, run_in, until};
+use crate::overlay::{
+    HostAgent, compute_config, enter, fdb, listen_in, ports, proxy, run_in, until,
+};
 use crate::support::*;
 use agent::net::names::bridge_name;
 use ssntp::payload::{
@@ -214,10 +216,7 @@ fn guests_get_leases_reach_outside_and_a_public_ip_maps_and_unmaps() {
         listen_in(&h2.name),
         listen_in(&cnci.name),
     ];
-    let ports: Vec<u16> = listeners
-        .iter()
-        .map(|l| l.local_addr().unwrap().port())
-        .collect();
+    let ports = ports(&listeners);
     let dir = tempfile::tempdir().unwrap();
     let pki = TestPki::new();
     let (n1, n2) = (u(1), u(2));
@@ -226,15 +225,7 @@ fn guests_get_leases_reach_outside_and_a_public_ip_maps_and_unmaps() {
         .into_iter()
         .enumerate()
     {
-        let node = [n1, n2][i];
-        let files = agent_files(
-            &pki,
-            Role::AGENT,
-            Some(node),
-            &dir.path().join(format!("a{i}")),
-        );
-        let state = dir.path().join(format!("state{i}"));
-        let cfg = config(&files, &format!("localhost:{}", ports[i]), &state, &[]);
+        let cfg = compute_config(&pki, dir.path(), i, [n1, n2][i], ports[i]);
         agents.push((ns.name.clone(), ip.to_string(), cfg));
     }
     let names = (
@@ -509,20 +500,11 @@ fn two_subnets_of_a_tenant_route_through_their_cncis() {
         listen_in(&ca_ns.name),
         listen_in(&cb_ns.name),
     ];
-    let ports: Vec<u16> = listeners
-        .iter()
-        .map(|l| l.local_addr().unwrap().port())
-        .collect();
+    let ports = ports(&listeners);
     let dir = tempfile::tempdir().unwrap();
     let pki = TestPki::new();
     let n1 = u(1);
-    let files = agent_files(&pki, Role::AGENT, Some(n1), &dir.path().join("a0"));
-    let cfg = config(
-        &files,
-        &format!("localhost:{}", ports[0]),
-        &dir.path().join("state0"),
-        &[],
-    );
+    let cfg = compute_config(&pki, dir.path(), 0, n1, ports[0]);
     let names = (
         ctl.name.clone(),
         ca_ns.name.clone(),
@@ -762,10 +744,7 @@ fn numbers() {
         listen_in(&h2.name),
         listen_in(&cnci.name),
     ];
-    let ports: Vec<u16> = listeners
-        .iter()
-        .map(|l| l.local_addr().unwrap().port())
-        .collect();
+    let ports = ports(&listeners);
     let dir = tempfile::tempdir().unwrap();
     let pki = TestPki::new();
     let (n1, n2) = (u(1), u(2));
@@ -774,15 +753,7 @@ fn numbers() {
         .into_iter()
         .enumerate()
     {
-        let node = [n1, n2][i];
-        let files = agent_files(
-            &pki,
-            Role::AGENT,
-            Some(node),
-            &dir.path().join(format!("a{i}")),
-        );
-        let state = dir.path().join(format!("state{i}"));
-        let cfg = config(&files, &format!("localhost:{}", ports[i]), &state, &[]);
+        let cfg = compute_config(&pki, dir.path(), i, [n1, n2][i], ports[i]);
         agents.push((ns.name.clone(), ip.to_string(), cfg));
     }
     let names = (
@@ -951,20 +922,11 @@ fn a_dual_node_runs_the_cnci_its_instances_get_leases_and_ping() {
     out.ip(&["link", "set", "u0", "up"]);
     out.ip(&["route", "add", "default", "via", "192.0.2.1"]);
     let listeners = [listen_in(&h1.name), listen_in(&nn.name)];
-    let ports: Vec<u16> = listeners
-        .iter()
-        .map(|l| l.local_addr().unwrap().port())
-        .collect();
+    let ports = ports(&listeners);
     let dir = tempfile::tempdir().unwrap();
     let pki = TestPki::new();
     let (n1, n3) = (u(1), u(3));
-    let files = agent_files(&pki, Role::AGENT, Some(n1), &dir.path().join("a0"));
-    let h1_config = config(
-        &files,
-        &format!("localhost:{}", ports[0]),
-        &dir.path().join("state0"),
-        &[],
-    );
+    let h1_config = compute_config(&pki, dir.path(), 0, n1, ports[0]);
     // The network node: AGENT and NETAGENT, and a certificate for the CNCIs it runs.
     let files = agent_files(
         &pki,

@@ -53,6 +53,28 @@ where
     .join()
 }
 
+/// The ports `listeners` listen on.
+pub(crate) fn ports(listeners: &[std::net::TcpListener]) -> Vec<u16> {
+    listeners
+        .iter()
+        .map(|l| l.local_addr().unwrap().port())
+        .collect()
+}
+
+/// Compute node `node`'s agent configuration: its certificate under `<dir>/a<i>`, its state in
+/// `<dir>/state<i>`, the scheduler at `localhost:<port>` (a relay in its namespace).
+pub(crate) fn compute_config(
+    pki: &TestPki,
+    dir: &std::path::Path,
+    i: usize,
+    node: Uuid,
+    port: u16,
+) -> DaemonConfig {
+    let files = agent_files(pki, Role::AGENT, Some(node), &dir.join(format!("a{i}")));
+    let state = dir.join(format!("state{i}"));
+    config(&files, &format!("localhost:{port}"), &state, &[])
+}
+
 /// A listener on a namespace's loopback.
 pub(crate) fn listen_in(ns: &str) -> std::net::TcpListener {
     let ns = ns.to_string();
@@ -208,24 +230,16 @@ fn two_hosts_ping_through_a_cnci_over_ssntp() {
         listen_in(&h2.name),
         listen_in(&cnci.name),
     ];
-    let ports: Vec<u16> = listeners
-        .iter()
-        .map(|l| l.local_addr().unwrap().port())
-        .collect();
+    let ports = ports(&listeners);
     let dir = tempfile::tempdir().unwrap();
     let pki = TestPki::new();
     let (n1, n2) = (u(1), u(2));
     let mut agents = Vec::new();
-    for (n, (ns, ip)) in [(n1, (&h1, "198.18.0.1")), (n2, (&h2, "198.18.0.2"))] {
-        let i = usize::from(n.as_bytes()[0] - 1);
-        let files = agent_files(
-            &pki,
-            Role::AGENT,
-            Some(n),
-            &dir.path().join(format!("a{i}")),
-        );
-        let state = dir.path().join(format!("state{i}"));
-        let cfg = config(&files, &format!("localhost:{}", ports[i]), &state, &[]);
+    for (i, (n, (ns, ip))) in [(n1, (&h1, "198.18.0.1")), (n2, (&h2, "198.18.0.2"))]
+        .into_iter()
+        .enumerate()
+    {
+        let cfg = compute_config(&pki, dir.path(), i, n, ports[i]);
         agents.push((ns.name.clone(), ip.to_string(), cfg));
     }
     let (ctl_name, cnci_name) = (ctl.name.clone(), cnci.name.clone());
