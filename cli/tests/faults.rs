@@ -31,6 +31,7 @@
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]
 
+mod common;
 #[path = "faults/harness.rs"]
 mod harness;
 

@@ -8,38 +8,15 @@
 #![allow(clippy::unwrap_used)]
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
+
+mod common;
 
 use serde_json::Value;
 
 const CUMULO: &str = env!("CARGO_BIN_EXE_cumulo");
-
-fn binaries_or_skip() -> bool {
-    let dir = Path::new(CUMULO).parent().unwrap();
-    let missing: Vec<&str> = ["cumulo-scheduler", "cumulo-controller", "cumulo-agent"]
-        .into_iter()
-        .filter(|b| !dir.join(b).is_file())
-        .collect();
-    if missing.is_empty() {
-        return true;
-    }
-    assert!(
-        std::env::var("CUMULO_REQUIRE_BINS").as_deref() != Ok("1"),
-        "CUMULO_REQUIRE_BINS=1 but {missing:?} are not built: cargo build --bins"
-    );
-    eprintln!("SKIPPED: {missing:?} not built (cargo build --bins)");
-    false
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 struct Cluster {
     dir: tempfile::TempDir,
@@ -126,7 +103,7 @@ fn alive(pid: i32) -> bool {
 
 #[test]
 fn up_drive_and_down() {
-    if !binaries_or_skip() {
+    if !common::binaries_or_skip(&["cumulo-scheduler", "cumulo-controller", "cumulo-agent"]) {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -135,8 +112,8 @@ fn up_drive_and_down() {
         env: HashMap::new(),
     };
     let root = cluster.dir.path().to_str().unwrap().to_string();
-    let sched = format!("127.0.0.1:{}", free_port());
-    let api = format!("127.0.0.1:{}", free_port());
+    let sched = format!("127.0.0.1:{}", testkit::procfs::free_port());
+    let api = format!("127.0.0.1:{}", testkit::procfs::free_port());
     let up = [
         "up",
         "--backend",

@@ -18,31 +18,19 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+mod common;
+
 use serde_json::Value;
 
-const CUMULO: &str = env!("CARGO_BIN_EXE_cumulo");
+/// What these tests run.
+const BINS: &[&str] = &[
+    "cumulo-scheduler",
+    "cumulo-controller",
+    "cumulo-agent",
+    "cumulo-cnci",
+];
 
-fn binaries_or_skip() -> bool {
-    let dir = Path::new(CUMULO).parent().unwrap();
-    let missing: Vec<&str> = [
-        "cumulo-scheduler",
-        "cumulo-controller",
-        "cumulo-agent",
-        "cumulo-cnci",
-    ]
-    .into_iter()
-    .filter(|b| !dir.join(b).is_file())
-    .collect();
-    if missing.is_empty() {
-        return true;
-    }
-    assert!(
-        std::env::var("CUMULO_REQUIRE_BINS").as_deref() != Ok("1"),
-        "CUMULO_REQUIRE_BINS=1 but {missing:?} are not built: cargo build --bins"
-    );
-    eprintln!("SKIPPED: {missing:?} not built (cargo build --bins)");
-    false
-}
+const CUMULO: &str = env!("CARGO_BIN_EXE_cumulo");
 
 fn is_root() -> bool {
     rustix::process::geteuid().is_root()
@@ -370,7 +358,7 @@ fn libvirt_or_skip() -> bool {
 
 #[test]
 fn up_with_tenant_networks_through_cncis_in_a_namespace() {
-    if !binaries_or_skip() || !netns_or_skip() {
+    if !common::binaries_or_skip(BINS) || !netns_or_skip() {
         return;
     }
     let mut cluster = Cluster::new("cnci");
@@ -466,7 +454,7 @@ fn up_with_tenant_networks_through_cncis_in_a_namespace() {
 
 #[test]
 fn down_after_the_agent_was_killed_leaves_no_cnci() {
-    if !binaries_or_skip() || !netns_or_skip() {
+    if !common::binaries_or_skip(BINS) || !netns_or_skip() {
         return;
     }
     let mut cluster = Cluster::new("kill");
@@ -509,7 +497,7 @@ fn down_after_the_agent_was_killed_leaves_no_cnci() {
 
 #[test]
 fn a_cumulo0_that_up_did_not_make_is_left_alone() {
-    if !binaries_or_skip() || !netns_or_skip() {
+    if !common::binaries_or_skip(BINS) || !netns_or_skip() {
         return;
     }
     let cluster = Cluster::new("taken");
@@ -543,7 +531,7 @@ fn a_cumulo0_that_up_did_not_make_is_left_alone() {
 
 #[test]
 fn up_libvirt_with_cnci_vms_in_a_namespace() {
-    if !binaries_or_skip() || !netns_or_skip() || !libvirt_or_skip() {
+    if !common::binaries_or_skip(BINS) || !netns_or_skip() || !libvirt_or_skip() {
         return;
     }
     // The CNCI guest once out here, where its packages can be fetched (the first time): `up`

@@ -26,27 +26,14 @@ pub fn bin(name: &str) -> PathBuf {
     Path::new(CUMULO).parent().unwrap().join(name)
 }
 
-/// Whether the cluster's binaries are built; without them a test is skipped (with a message)
-/// unless `CUMULO_REQUIRE_BINS=1`.
+/// Whether the cluster's binaries are built ([`crate::common::binaries_or_skip`]).
 pub fn binaries_or_skip() -> bool {
-    let missing: Vec<&str> = [
+    crate::common::binaries_or_skip(&[
         "cumulo-scheduler",
         "cumulo-controller",
         "cumulo-agent",
         "cumulo-cert",
-    ]
-    .into_iter()
-    .filter(|b| !bin(b).is_file())
-    .collect();
-    if missing.is_empty() {
-        return true;
-    }
-    assert!(
-        std::env::var("CUMULO_REQUIRE_BINS").as_deref() != Ok("1"),
-        "CUMULO_REQUIRE_BINS=1 but {missing:?} are not built: cargo build --bins"
-    );
-    eprintln!("SKIPPED: {missing:?} not built (cargo build --bins)");
-    false
+    ])
 }
 
 /// Whether this process is root (for mounts and network namespaces); without root the test is
@@ -63,13 +50,7 @@ pub fn root_or_skip(require: &str, what: &str) -> bool {
     false
 }
 
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+pub use testkit::procfs::free_port;
 
 /// Polls `f` every 50 ms until it returns `Some`, or panics with `what` after `within`.
 pub fn wait_for<T>(what: &str, within: Duration, mut f: impl FnMut() -> Option<T>) -> T {
