@@ -186,7 +186,12 @@ fn lock_state_dir(dir: &Path) -> Result<File, DaemonError> {
 pub async fn run(config: DaemonConfig, shutdown: CancellationToken) -> Result<(), DaemonError> {
     let (_locks, node) = claim(&config)?;
     let cnci = config.cnci.clone();
-    match (&config.libvirt, &config.net) {
+    // The node's domains are marked as its own: other agents on the same libvirt leave them be.
+    let libvirt = config.libvirt.clone().map(|l| LibvirtConfig {
+        owner: Some(node),
+        ..l
+    });
+    match (&libvirt, &config.net) {
         (Some(l), Some(net)) if net.node_ip.is_some() => {
             let backend = LibvirtBackend::new(l.clone())?;
             let vms = Some(backend.clone());

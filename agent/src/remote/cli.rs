@@ -137,6 +137,8 @@ pub async fn run(args: RemoteArgs, shutdown: CancellationToken) -> Result<(), Re
             if let Some(dir) = &args.image_dir {
                 l.images = dir.clone();
             }
+            // The host's domains are the host's, whichever replica made them.
+            l.owner = Some(super::host_of(&store, &args.remote).await?.id);
             let backend = Arc::new(
                 LibvirtBackend::new(l)
                     .map_err(|e| RemoteError::WorkDir(format!("libvirt backend: {e}")))?,

@@ -616,11 +616,20 @@ impl Cluster {
     /// The libvirt domains of this cluster: those named `cumulo-<uuid>` whose definition points
     /// into this cluster's directory (the agents put each instance's files there). Domains of
     /// anyone else on the same libvirtd are not listed (and never touched). Instance UUID →
-    /// running. Retried until two listings in a row agree (a domain may go between the list
-    /// and its definition).
+    /// running.
     pub fn domains(&self) -> HashMap<String, bool> {
+        self.domain_owners()
+            .into_iter()
+            .map(|(id, (running, _))| (id, running))
+            .collect()
+    }
+
+    /// As [`Cluster::domains`], with the node each domain's metadata names as its owner
+    /// (`<cumulo:node>`). Retried until two listings in a row agree (a domain may go between
+    /// the list and its definition).
+    pub fn domain_owners(&self) -> HashMap<String, (bool, Option<String>)> {
         let root = self.root().display().to_string();
-        let once = || -> Option<HashMap<String, bool>> {
+        let once = || -> Option<HashMap<String, (bool, Option<String>)>> {
             let all = self.virsh(&["list", "--all", "--name"])?;
             let running = self.virsh(&["list", "--state-running", "--name"])?;
             let running: Vec<&str> = running.lines().map(str::trim).collect();
@@ -637,7 +646,11 @@ impl Cluster {
                     continue;
                 };
                 if xml.contains(&root) {
-                    found.insert(id.to_string(), running.contains(&name));
+                    let node = xml
+                        .split_once("<cumulo:node>")
+                        .and_then(|(_, rest)| rest.split_once('<'))
+                        .map(|(node, _)| node.trim().to_string());
+                    found.insert(id.to_string(), (running.contains(&name), node));
                 }
             }
             Some(found)

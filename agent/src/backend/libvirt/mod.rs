@@ -18,8 +18,11 @@
 //!   loop thread driven through the C API; polling one cheap call per running instance does
 //!   the same here).
 //! - **Ours only**: every domain we define carries `<metadata>` in our namespace
-//!   ([`xml::NAMESPACE`]). A domain without it is never listed, stopped or undefined; a START
-//!   whose name or UUID is taken by one is refused (`instance_exists`).
+//!   ([`xml::NAMESPACE`]) naming its owner ([`LibvirtConfig::owner`]: the node). A domain
+//!   without it, or another node's (two agents may share one libvirt), is never listed,
+//!   measured, stopped or undefined; a START whose name or UUID is taken by one is refused
+//!   (`instance_exists`). A domain of ours that names no owner (made before owners were
+//!   recorded) is taken by any backend, as it was then.
 //! - **libvirt going away**: calls fail with a typed error (START_FAILURE `launch_failure`,
 //!   DELETE_FAILURE), running instances are not reported as exited while libvirt cannot be
 //!   asked, and the next call reconnects ([`conn`]).
@@ -101,6 +104,10 @@ pub struct LibvirtConfig {
     pub instances: PathBuf,
     /// How often a running instance's state is polled.
     pub poll: Duration,
+    /// The node whose domains these are, recorded on each domain defined: the agent's UUID,
+    /// or the off-host host's for its replicas. `None`: none recorded, and every domain of ours
+    /// is taken as this backend's (one backend per libvirt).
+    pub owner: Option<Uuid>,
 }
 
 impl LibvirtConfig {
@@ -112,6 +119,7 @@ impl LibvirtConfig {
             images: state_dir.join("images"),
             instances: state_dir.join("libvirt").join("instances"),
             poll: Duration::from_millis(500),
+            owner: None,
         }
     }
 }
@@ -144,26 +152,34 @@ fn exists_error(e: &ConnError) -> bool {
     matches!(e, ConnError::Failed(m) if m.contains("already exists"))
 }
 
-/// Whether the domain carries our metadata. Only libvirt's "no such metadata" says no: any
-/// other failure (the connection dropped) is an error, never a reason to leave a domain of ours
-/// behind.
-fn ours(d: &Domain) -> Result<bool, virt::error::Error> {
+/// Whether the domain carries our metadata and, when `owner` is given, names that owner (or
+/// none). Only libvirt's "no such metadata" says no: any other failure (the connection
+/// dropped) is an error, never a reason to leave a domain of ours behind.
+fn ours(d: &Domain, owner: Option<Uuid>) -> Result<bool, virt::error::Error> {
     let kind = virt::sys::VIR_DOMAIN_METADATA_ELEMENT as i32;
     match d.get_metadata(kind, Some(xml::NAMESPACE), 0) {
-        Ok(_) => Ok(true),
+        Ok(text) => Ok(match (owner, xml::owner_of(&text)) {
+            (Some(me), Some(its)) => me == its,
+            _ => true,
+        }),
         Err(e) if e.code() == ErrorNumber::NoDomainMetadata => Ok(false),
         Err(e) => Err(e),
     }
 }
 
-/// Our domain with this UUID: `None` when there is none, or when it is not ours.
-fn our_domain(c: &Connect, instance: Uuid) -> Result<Option<Domain>, virt::error::Error> {
+/// Our domain with this UUID: `None` when there is none, or when it is not ours (or
+/// another owner's).
+fn our_domain(
+    c: &Connect,
+    instance: Uuid,
+    owner: Option<Uuid>,
+) -> Result<Option<Domain>, virt::error::Error> {
     let d = match Domain::lookup_by_uuid(c, instance) {
         Ok(d) => d,
         Err(e) if e.code() == ErrorNumber::NoDomain => return Ok(None),
         Err(e) => return Err(e),
     };
-    if ours(&d)? {
+    if ours(&d, owner)? {
         Ok(Some(d))
     } else {
         tracing::warn!(%instance, "a domain with this UUID is not ours: left alone");
@@ -367,6 +383,7 @@ impl Inner {
             })),
             tenant: spec.tenant,
             image: spec.image.clone(),
+            owner: self.config.owner,
         };
         let text = domain.render();
         std::fs::write(dir.join("domain.xml"), &text).map_err(io)?;
@@ -379,9 +396,10 @@ impl Inner {
 
     /// Stop and undefine our domain, then remove the instance's files (blocking).
     fn delete_blocking(&self, instance: Uuid) -> Result<(), BackendError> {
+        let owner = self.config.owner;
         self.conn
             .call(|c| {
-                if let Some(d) = our_domain(c, instance)? {
+                if let Some(d) = our_domain(c, instance, owner)? {
                     power_off(&d)?;
                     d.undefine()?;
                 }
@@ -402,12 +420,13 @@ impl Inner {
 
     /// Our running domains' CPU time, vCPUs and memory (blocking).
     fn sample(&self) -> Result<Vec<(Uuid, u64, u32, u64)>, ConnError> {
+        let owner = self.config.owner;
         self.conn.call(|c| {
             let flags = virt::sys::VIR_CONNECT_LIST_DOMAINS_ACTIVE;
             let mut out = Vec::new();
             for d in c.list_all_domains(flags)? {
                 // A domain that went away since the list has no metadata either.
-                if !ours(&d).unwrap_or(false) {
+                if !ours(&d, owner).unwrap_or(false) {
                     continue;
                 }
                 // A domain that stopped between the list and these calls is skipped.
@@ -459,12 +478,13 @@ impl LibvirtBackend {
     /// The fencing token recorded on the instance's domain (off-host launching,
     /// [`crate::remote::fence`]); `None` when there is no domain of ours or no token on it.
     pub async fn fence_token(&self, instance: Uuid) -> Result<Option<u64>, BackendError> {
+        let owner = self.0.config.owner;
         let kind = virt::sys::VIR_DOMAIN_METADATA_ELEMENT as i32;
         let found = self
             .0
             .conn
             .run(move |c| {
-                let Some(d) = our_domain(c, instance)? else {
+                let Some(d) = our_domain(c, instance, owner)? else {
                     return Ok(None);
                 };
                 match d.get_metadata(kind, Some(crate::remote::fence::FENCE_NAMESPACE), 0) {
@@ -486,13 +506,14 @@ impl LibvirtBackend {
     /// Records the fencing token on the instance's domain (its persistent definition, and the
     /// running domain too when it runs).
     pub async fn set_fence_token(&self, instance: Uuid, token: u64) -> Result<(), BackendError> {
+        let owner = self.0.config.owner;
         let kind = virt::sys::VIR_DOMAIN_METADATA_ELEMENT as i32;
         let element = crate::remote::fence::token_element(token);
         let done = self
             .0
             .conn
             .run(move |c| {
-                let Some(d) = our_domain(c, instance)? else {
+                let Some(d) = our_domain(c, instance, owner)? else {
                     return Ok(false);
                 };
                 let mut flags = virt::sys::VIR_DOMAIN_AFFECT_CONFIG;
@@ -547,10 +568,11 @@ impl Backend for LibvirtBackend {
     }
 
     async fn start(&self, instance: Uuid) -> Result<(), BackendError> {
+        let owner = self.0.config.owner;
         let result = self
             .0
             .conn
-            .run(move |c| match our_domain(c, instance)? {
+            .run(move |c| match our_domain(c, instance, owner)? {
                 Some(d) => d.create().map(|_| true),
                 None => Ok(false),
             })
@@ -563,11 +585,12 @@ impl Backend for LibvirtBackend {
     }
 
     async fn wait_exit(&self, instance: Uuid) {
+        let owner = self.0.config.owner;
         loop {
             let state = self
                 .0
                 .conn
-                .run(move |c| match our_domain(c, instance)? {
+                .run(move |c| match our_domain(c, instance, owner)? {
                     Some(d) => d.is_active(),
                     None => Ok(false),
                 })
@@ -581,9 +604,10 @@ impl Backend for LibvirtBackend {
     }
 
     async fn stop(&self, instance: Uuid) -> Result<(), BackendError> {
+        let owner = self.0.config.owner;
         self.0
             .conn
-            .run(move |c| match our_domain(c, instance)? {
+            .run(move |c| match our_domain(c, instance, owner)? {
                 Some(d) => power_off(&d),
                 None => Ok(()),
             })
@@ -646,12 +670,13 @@ impl Backend for LibvirtBackend {
     }
 
     async fn list(&self) -> Result<Vec<Existing>, BackendError> {
+        let owner = self.0.config.owner;
         self.0
             .conn
-            .run(|c| {
+            .run(move |c| {
                 let mut out = Vec::new();
                 for d in c.list_all_domains(0)? {
-                    match ours(&d) {
+                    match ours(&d, owner) {
                         Ok(true) => {}
                         Ok(false) => continue,
                         // Undefined since the list: not there any more.

@@ -234,6 +234,75 @@ async fn domains_we_did_not_create_are_left_alone() {
     assert_eq!(listed(&b.list().await.unwrap(), theirs), None);
 }
 
+/// Two agents on one libvirt: each lists, measures, stops and deletes only the domains it
+/// made (its node's); a domain of ours that names no owner is anybody's, as before owners.
+#[tokio::test]
+async fn another_nodes_domains_are_left_alone() {
+    let owned = |dir: &Path, owner: Option<Uuid>| {
+        let mut config = LibvirtConfig::new("test:///default", Accel::Tcg, dir);
+        config.owner = owner;
+        let b = LibvirtBackend::new(config).unwrap();
+        images::tests::put_kernel_image(&dir.join("images"), "tiny");
+        b
+    };
+    let (da, db, dl) = (
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+    );
+    let (node_a, node_b) = (fresh(), fresh());
+    let a = owned(da.path(), Some(node_a));
+    let b = owned(db.path(), Some(node_b));
+    let legacy = owned(dl.path(), None);
+    let (ia, ib, il) = (fresh(), fresh(), fresh());
+    a.create(&spec(ia, "tiny")).await.unwrap();
+    b.create(&spec(ib, "tiny")).await.unwrap();
+    legacy.create(&spec(il, "tiny")).await.unwrap();
+    for id in [ia, ib, il] {
+        let by = [(ia, &a), (ib, &b), (il, &legacy)];
+        by.iter()
+            .find(|(i, _)| *i == id)
+            .unwrap()
+            .1
+            .start(id)
+            .await
+            .unwrap();
+    }
+    let xml = std::fs::read_to_string(a.instance_dir(ia).join("domain.xml")).unwrap();
+    assert!(xml.contains(&format!("<cumulo:node>{node_a}</cumulo:node>")));
+
+    let (la, lb) = (a.list().await.unwrap(), b.list().await.unwrap());
+    assert_eq!(listed(&la, ia), Some(true));
+    assert_eq!(listed(&la, ib), None, "b's domain is not a's");
+    assert_eq!(listed(&lb, ib), Some(true));
+    assert_eq!(listed(&lb, ia), None, "a's domain is not b's");
+    // An owner-less domain of ours is everybody's; a backend without an owner takes all.
+    assert_eq!(listed(&la, il), Some(true));
+    let ll = legacy.list().await.unwrap();
+    assert!([ia, ib, il].iter().all(|i| listed(&ll, *i) == Some(true)));
+    let measured: Vec<Uuid> = a.stats().await.into_iter().map(|(i, _)| i).collect();
+    assert!(measured.contains(&ia) && !measured.contains(&ib));
+
+    // b cannot stop, start, delete or fence a's domain.
+    b.stop(ia).await.unwrap();
+    b.delete(ia).await.unwrap();
+    assert_eq!(b.start(ia).await, Err(BackendError::NotFound));
+    assert_eq!(b.fence_token(ia).await, Ok(None));
+    assert_eq!(b.set_fence_token(ia, 3).await, Err(BackendError::NotFound));
+    assert_eq!(b.create(&spec(ia, "tiny")).await, Err(BackendError::Exists));
+    assert_eq!(
+        listed(&a.list().await.unwrap(), ia),
+        Some(true),
+        "still a's, running"
+    );
+    assert!(a.instance_dir(ia).is_dir());
+
+    for (id, owner) in [(ia, &a), (ib, &b), (il, &legacy)] {
+        owner.delete(id).await.unwrap();
+        assert_eq!(listed(&legacy.list().await.unwrap(), id), None);
+    }
+}
+
 /// libvirt that does not answer: typed failures, no panic, no exit reported.
 #[tokio::test]
 async fn an_unreachable_libvirt_fails_calls_but_reports_no_exit() {

@@ -3,7 +3,9 @@
 //! rewrites them after a deliberate change).
 //!
 //! Every domain we make carries our mark: a `<metadata>` element in our own namespace
-//! ([`NAMESPACE`]). The backend lists, stops and removes only domains that carry it.
+//! ([`NAMESPACE`]), naming the node that owns it (`<cumulo:node>`: the agent's UUID, or the
+//! off-host host's). The backend lists, stops and removes only domains that carry it, and of
+//! those only its own node's ([`owner_of`]): several agents may share one libvirt.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -68,6 +70,28 @@ pub struct DomainSpec {
     pub tenant: Uuid,
     /// Recorded in our metadata: the image name.
     pub image: String,
+    /// Recorded in our metadata: the node that owns the domain (`None`: not recorded).
+    pub owner: Option<Uuid>,
+}
+
+/// Whose a domain is, from our metadata element's text (as libvirt gives it back, whatever
+/// prefix it chose): `Some(node)` when it names its node, `None` when it names none (a domain
+/// made before owners were recorded) or the name is not a UUID.
+pub fn owner_of(metadata: &str) -> Option<Uuid> {
+    // The first element whose local name is `node`: `<cumulo:node>` or `<node>`.
+    let mut rest = metadata;
+    while let Some(at) = rest.find('<') {
+        rest = &rest[at + 1..];
+        let end = rest.find('>')?;
+        let tag = &rest[..end];
+        let local = tag.rsplit(':').next().unwrap_or(tag);
+        if local == "node" {
+            let body = &rest[end + 1..];
+            let text = &body[..body.find('<')?];
+            return Uuid::parse_str(text.trim()).ok();
+        }
+    }
+    None
 }
 
 /// The name of an instance's domain.
@@ -108,12 +132,21 @@ impl DomainSpec {
         let _ = writeln!(x, "  <name>{}</name>", escape(&self.name));
         let _ = writeln!(x, "  <uuid>{}</uuid>", self.uuid);
         x.push_str("  <metadata>\n");
+        let _ = writeln!(x, "    <{PREFIX}:instance xmlns:{PREFIX}='{NAMESPACE}'>");
         let _ = writeln!(
             x,
-            "    <{PREFIX}:instance xmlns:{PREFIX}='{NAMESPACE}'>\n      <{PREFIX}:tenant>{}</{PREFIX}:tenant>\n      <{PREFIX}:image>{}</{PREFIX}:image>\n    </{PREFIX}:instance>",
-            self.tenant,
+            "      <{PREFIX}:tenant>{}</{PREFIX}:tenant>",
+            self.tenant
+        );
+        let _ = writeln!(
+            x,
+            "      <{PREFIX}:image>{}</{PREFIX}:image>",
             escape(&self.image)
         );
+        if let Some(owner) = self.owner {
+            let _ = writeln!(x, "      <{PREFIX}:node>{owner}</{PREFIX}:node>");
+        }
+        let _ = writeln!(x, "    </{PREFIX}:instance>");
         x.push_str("  </metadata>\n");
         let _ = writeln!(x, "  <memory unit='MiB'>{}</memory>", self.mem_mb);
         let _ = writeln!(x, "  <vcpu>{}</vcpu>", self.vcpus);
@@ -213,6 +246,7 @@ mod tests {
             nic: None,
             tenant: Uuid::from_u128(7),
             image: "tiny".into(),
+            owner: None,
         }
     }
 
@@ -232,7 +266,52 @@ mod tests {
         };
         spec.nic = Some(("cmt0123456789ab".into(), [0x02, 0, 0xac, 0x10, 0, 5]));
         spec.image = "debian-12".into();
+        spec.owner = Some(Uuid::from_u128(0xa9));
         golden("disk-kvm-nic.xml", &spec.render());
+    }
+
+    #[test]
+    fn the_owner_is_read_back_whatever_the_prefix() {
+        let node = Uuid::from_u128(0xa9);
+        let mut spec = base();
+        spec.owner = Some(node);
+        let xml = spec.render();
+        let start = xml.find("<cumulo:instance").unwrap();
+        let end = xml.find("</cumulo:instance>").unwrap() + "</cumulo:instance>".len();
+        assert_eq!(owner_of(&xml[start..end]), Some(node));
+        // libvirt may give the element back with another prefix, or none.
+        let other = format!(
+            "<x:instance xmlns:x=\"{NAMESPACE}\">\n  <x:tenant>t</x:tenant>\n  <x:node> {node} </x:node>\n</x:instance>"
+        );
+        assert_eq!(owner_of(&other), Some(node));
+        let bare = format!("<instance xmlns=\"{NAMESPACE}\"><node>{node}</node></instance>");
+        assert_eq!(owner_of(&bare), Some(node));
+        // None recorded (a domain from before owners), or garbage: no owner.
+        assert_eq!(
+            owner_of(
+                &{
+                    let mut s = base();
+                    s.owner = None;
+                    s
+                }
+                .render()
+            ),
+            None
+        );
+        for bad in [
+            "",
+            "<",
+            "<cumulo:node>",
+            "<cumulo:node>nope</cumulo:node>",
+            "<node>1<",
+        ] {
+            assert_eq!(owner_of(bad), None, "{bad:?}");
+        }
+        // Another element whose name ends in "node" is not it.
+        assert_eq!(
+            owner_of(&format!("<cumulo:nodes>{node}</cumulo:nodes>")),
+            None
+        );
     }
 
     #[test]
