@@ -119,7 +119,17 @@ impl<B: FenceMarks> Backend for Fenced<B> {
             tracing::info!(instance = %spec.instance, older, token = self.token, "taking over an older claim's instance");
             self.inner.delete(spec.instance).await?;
         }
-        self.inner.create(spec).await?;
+        match self.inner.create(spec).await {
+            // Made by an older claim that died before it could stamp its token (between the
+            // two calls): ours now, as above. A domain that is not ours at all is not deleted
+            // by the backend, and the second create says so again.
+            Err(BackendError::Exists) => {
+                tracing::info!(instance = %spec.instance, token = self.token, "taking over an unstamped instance");
+                self.inner.delete(spec.instance).await?;
+                self.inner.create(spec).await?;
+            }
+            other => other?,
+        }
         self.inner.set_fence_token(spec.instance, self.token).await
     }
 
@@ -157,6 +167,56 @@ impl<B: FenceMarks> Backend for Fenced<B> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sim::SimConfig;
+
+    fn spec(instance: Uuid) -> InstanceSpec {
+        InstanceSpec {
+            instance,
+            tenant: Uuid::from_u128(7),
+            workload: Uuid::nil(),
+            kind: crate::model::VmKind::Qemu,
+            firmware: crate::model::Firmware::Legacy,
+            image: "tiny".into(),
+            resources: crate::model::Resources {
+                vcpus: 1,
+                mem_mb: 64,
+                disk_mb: 10,
+            },
+            nic: None,
+            disks: Vec::new(),
+            user_data: None,
+            meta_data: Default::default(),
+            restart: false,
+        }
+    }
+
+    /// A replica that died between making the instance and stamping its token left an
+    /// unstamped instance: the next claim takes it over; a newer claim's is refused.
+    #[tokio::test]
+    async fn an_older_claims_leftovers_are_taken_over_a_newer_ones_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let sim = Arc::new(
+            SimBackend::new(SimConfig {
+                dir: Some(dir.path().to_path_buf()),
+                ..SimConfig::default()
+            })
+            .unwrap(),
+        );
+        let id = Uuid::from_u128(0xf1);
+        // The dead replica's create, never stamped.
+        sim.create(&spec(id)).await.unwrap();
+        assert_eq!(sim.fence_token(id).await, Ok(None));
+        Fenced::new(sim.clone(), 5).create(&spec(id)).await.unwrap();
+        assert_eq!(sim.fence_token(id).await, Ok(Some(5)));
+        // Stamped by an older claim: taken over too.
+        Fenced::new(sim.clone(), 6).create(&spec(id)).await.unwrap();
+        assert_eq!(sim.fence_token(id).await, Ok(Some(6)));
+        // A stale claim changes nothing.
+        let stale = Fenced::new(sim.clone(), 4);
+        assert!(stale.create(&spec(id)).await.is_err());
+        assert!(stale.delete(id).await.is_err());
+        assert_eq!(sim.fence_token(id).await, Ok(Some(6)));
+    }
 
     #[test]
     fn tokens_are_read_back_whatever_the_quoting() {

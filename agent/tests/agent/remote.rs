@@ -1,7 +1,8 @@
 //! Off-host launching (issue 11) against a real etcd: three controllers (engine + REST API each)
-//! on one etcd prefix, `cumulo-agent --remote` replicas as real processes (sim backend here;
-//! [`super::libvirt`] has the libvirt one), instances created, stopped, started and deleted
-//! through the API, a replica SIGKILLed in the middle of an operation and its late write refused.
+//! on one etcd prefix, `cumulo-agent --remote` replicas as real processes (sim backend, and the
+//! libvirt backend over a libvirt remote URI), instances created, stopped, started and deleted
+//! through the API, a replica SIGKILLed in the middle of an operation (with each backend) and its
+//! late write refused.
 
 // Helpers outside #[test] functions unwrap too: a failure there is a failed test.
 #![allow(clippy::unwrap_used)]
@@ -332,32 +333,11 @@ async fn replicas_run_instances_through_the_api_and_a_killed_one_is_fenced() {
     wait_state(&ctls, &id, "active", T).await;
     let (_, body) = state_of(&ctls[2], &id).await.unwrap();
     assert_eq!(body["node"], host.as_str(), "{body}");
-    let (status, body) = call(
-        &ctls[1],
-        "POST",
-        &format!("/cumulo/v1/instances/{id}/stop"),
-        None,
-    )
-    .await;
-    assert!(status < 300, "stop: {status} {body}");
+    act(&ctls[1], &id, "stop").await;
     wait_state(&ctls, &id, "exited", T).await;
-    let (status, body) = call(
-        &ctls[2],
-        "POST",
-        &format!("/cumulo/v1/instances/{id}/start"),
-        None,
-    )
-    .await;
-    assert!(status < 300, "start: {status} {body}");
+    act(&ctls[2], &id, "start").await;
     wait_state(&ctls, &id, "active", T).await;
-    let (status, body) = call(
-        &ctls[0],
-        "DELETE",
-        &format!("/cumulo/v1/instances/{id}"),
-        None,
-    )
-    .await;
-    assert!(status < 300, "delete: {status} {body}");
+    act(&ctls[0], &id, "delete").await;
     wait_gone(&ctls, &id, T).await;
     // Every operation finished once, done.
     let store = ctls[0].store.clone();
@@ -507,8 +487,8 @@ async fn replicas_boot_a_real_vm_over_a_remote_libvirt_uri_and_fence_the_domain(
         "--state-dir",
         state.to_str().unwrap(),
     ];
-    let _r1 = Replica::start(&url, &uri, "r1", dir.path(), &args);
-    let _r2 = Replica::start(&url, &uri, "r2", dir.path(), &args);
+    let mut r1 = Replica::start(&url, &uri, "r1", dir.path(), &args);
+    let mut r2 = Replica::start(&url, &uri, "r2", dir.path(), &args);
 
     let id = create(&ctls[0], workload, "vm").await;
     let instance = Uuid::parse_str(&id).unwrap();
@@ -548,59 +528,138 @@ async fn replicas_boot_a_real_vm_over_a_remote_libvirt_uri_and_fence_the_domain(
     assert!(refused.to_string().contains("fenced"), "{refused}");
     assert!(stale.delete(instance).await.is_err());
     assert_eq!(backend.fence_token(instance).await.unwrap(), Some(token));
-    assert!(
-        backend
-            .list()
-            .await
-            .unwrap()
-            .iter()
-            .any(|e| e.instance == instance && e.running)
-    );
+    assert_eq!(domain_of(&backend, instance).await, Some(true));
 
     // Stop, start, delete through the API.
-    let (status, body) = call(
-        &ctls[1],
-        "POST",
-        &format!("/cumulo/v1/instances/{id}/stop"),
-        None,
-    )
-    .await;
-    assert!(status < 300, "stop: {status} {body}");
+    act(&ctls[1], &id, "stop").await;
     wait_state(&ctls, &id, "exited", Duration::from_secs(120)).await;
-    assert!(
-        !backend
-            .list()
-            .await
-            .unwrap()
-            .iter()
-            .any(|e| e.instance == instance && e.running)
-    );
-    let (status, body) = call(
-        &ctls[0],
-        "POST",
-        &format!("/cumulo/v1/instances/{id}/start"),
-        None,
-    )
-    .await;
-    assert!(status < 300, "start: {status} {body}");
+    assert_ne!(domain_of(&backend, instance).await, Some(true));
+    act(&ctls[0], &id, "start").await;
     wait_state(&ctls, &id, "active", Duration::from_secs(120)).await;
-    let (status, body) = call(
-        &ctls[1],
-        "DELETE",
-        &format!("/cumulo/v1/instances/{id}"),
-        None,
-    )
-    .await;
-    assert!(status < 300, "delete: {status} {body}");
+    act(&ctls[1], &id, "delete").await;
     wait_gone(&ctls, &id, Duration::from_secs(120)).await;
-    assert!(
-        !backend
-            .list()
-            .await
-            .unwrap()
-            .iter()
-            .any(|e| e.instance == instance)
+    assert_eq!(domain_of(&backend, instance).await, None);
+
+    // A replica SIGKILLed in the middle of a start, once it has defined the domain: the other
+    // takes the operation over with a larger token, remakes the domain, and the guest boots.
+    r1.kill();
+    r2.kill();
+    let short = [
+        "--backend",
+        "libvirt",
+        "--accel",
+        "tcg",
+        "--lease",
+        "2s",
+        "--state-dir",
+        state.to_str().unwrap(),
+    ];
+    let (instance, op, old) = {
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let mut victim = Replica::start(&url, &uri, "victim", dir.path(), &short);
+            let id = create(&ctls[0], workload, &format!("taken-over-{tries}")).await;
+            let instance = Uuid::parse_str(&id).unwrap();
+            testkit::wait_until(Duration::from_secs(120), "the victim's domain", || async {
+                backend
+                    .list()
+                    .await
+                    .is_ok_and(|l| l.iter().any(|e| e.instance == instance))
+            })
+            .await;
+            victim.kill();
+            let op = operation_of(&ctls[0], instance).await;
+            // The victim may have finished in the instant between the definition and the
+            // kill (a loaded machine): then it was not in the middle; try again.
+            if op.state == OperationState::Claimed {
+                let old = op.claim.clone().unwrap();
+                assert_eq!(old.owner, "victim");
+                break (instance, op, old);
+            }
+            assert!(
+                tries < 3,
+                "the victim finished its start {tries} times before its kill"
+            );
+            act(&ctls[0], &id, "delete").await;
+            let _heir = Replica::start(&url, &uri, "cleaner", dir.path(), &short);
+            wait_gone(&ctls, &id, Duration::from_secs(120)).await;
+        }
+    };
+    let id = instance.to_string();
+    let _heir = Replica::start(&url, &uri, "heir", dir.path(), &short);
+    wait_state(&ctls, &id, "active", Duration::from_secs(120)).await;
+    let done = operation_of(&ctls[1], instance).await;
+    assert_eq!((done.id, done.state), (op.id, OperationState::Done));
+    let new = done.claim.clone().unwrap();
+    assert_eq!(new.owner, "heir");
+    assert!(new.token > old.token, "{} > {}", new.token, old.token);
+    assert_eq!(
+        backend.fence_token(instance).await.unwrap(),
+        Some(new.token)
     );
+    let console = state
+        .join("libvirt")
+        .join("instances")
+        .join(&id)
+        .join("console.log");
+    let marker = format!("CUMULO-GUEST-UP {id}");
+    testkit::wait_until(Duration::from_secs(120), "the guest's marker", || async {
+        std::fs::read_to_string(&console).is_ok_and(|log| log.contains(&marker))
+    })
+    .await;
+    // One domain, running, and the dead replica's stale claim can no longer touch it.
+    let listed = backend.list().await.unwrap();
+    assert_eq!(listed.iter().filter(|e| e.instance == instance).count(), 1);
+    assert_eq!(domain_of(&backend, instance).await, Some(true));
+    assert!(
+        Fenced::new(backend.clone(), old.token)
+            .stop(instance)
+            .await
+            .is_err()
+    );
+    act(&ctls[1], &id, "delete").await;
+    wait_gone(&ctls, &id, Duration::from_secs(120)).await;
+    assert_eq!(domain_of(&backend, instance).await, None);
+}
+
+/// Asks `ctl` to `action` ("stop", "start" or "delete") the instance; asserts it was accepted.
+async fn act(ctl: &Ctl, id: &str, action: &str) {
+    let (method, path) = match action {
+        "delete" => ("DELETE", format!("/cumulo/v1/instances/{id}")),
+        _ => ("POST", format!("/cumulo/v1/instances/{id}/{action}")),
+    };
+    let (status, body) = call(ctl, method, &path, None).await;
+    assert!(status < 300, "{action}: {status} {body}");
+}
+
+/// The instance's domain as `backend` lists it: `Some(running)`, `None` when there is none.
+async fn domain_of(
+    backend: &agent::backend::libvirt::LibvirtBackend,
+    instance: Uuid,
+) -> Option<bool> {
+    use agent::backend::Backend;
+    let listed = backend.list().await.unwrap();
+    listed
+        .iter()
+        .find(|e| e.instance == instance)
+        .map(|e| e.running)
+}
+
+/// The operation about `instance` with the newest claim.
+async fn operation_of(ctl: &Ctl, instance: Uuid) -> controller::store::Operation {
+    let store = ctl.store.clone();
+    tokio::task::spawn_blocking(move || {
+        store
+            .operations(OperationFilter::default())
+            .unwrap()
+            .into_iter()
+            .filter(|o| o.instance == instance)
+            .max_by_key(|o| o.claim.as_ref().map_or(0, |c| c.token))
+            .unwrap()
+    })
+    .await
+    .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
