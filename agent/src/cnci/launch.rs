@@ -57,6 +57,10 @@ use crate::backend::libvirt::{LibvirtBackend, Tap};
 use crate::backend::{Backend, BackendError, Existing};
 use crate::model::{InstanceSpec, Usage};
 use crate::net::Cidr;
+use controller::store::{MemoryReservations, ReservationStore, StoreError};
+
+/// The reservation pool of CNCI addresses (keys: the address; owners: the CNCI's UUID).
+pub const ADDRESS_POOL: &str = "cnci-ip";
 
 /// How a network node runs its CNCIs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -128,6 +132,9 @@ pub struct CnciLauncher<B> {
     state: Arc<Mutex<State>>,
     /// What runs CNCIs as VMs (with [`LaunchConfig::vm_image`]).
     vms: Option<LibvirtBackend>,
+    /// Where CNCI addresses are reserved ([`ADDRESS_POOL`]): in memory on the node by
+    /// default ([`CnciLauncher::with_reservations`] for a shared one).
+    reservations: Arc<dyn ReservationStore>,
 }
 
 /// Whether a START's spec is a CNCI's.
@@ -338,6 +345,7 @@ impl<B: Backend> CnciLauncher<B> {
                 config: None,
                 state: Arc::new(Mutex::new(state)),
                 vms: None,
+                reservations: Arc::new(MemoryReservations::new()),
             });
         };
         std::fs::create_dir_all(&config.dir).map_err(launch)?;
@@ -360,12 +368,44 @@ impl<B: Backend> CnciLauncher<B> {
                 _ => tracing::warn!(path = %path.display(), "unreadable CNCI record: ignored"),
             }
         }
-        Ok(CnciLauncher {
+        let memory: Arc<dyn ReservationStore> = Arc::new(MemoryReservations::new());
+        CnciLauncher {
             inner,
             config: Some(config),
             state: Arc::new(Mutex::new(state)),
             vms: None,
-        })
+            reservations: memory.clone(),
+        }
+        .with_reservations(memory)
+    }
+
+    /// Reserves CNCI addresses in `reservations` (a store shared by several launchers: an
+    /// etcd store off the host), holding there the addresses of the CNCIs recorded here.
+    pub fn with_reservations(
+        mut self,
+        reservations: Arc<dyn ReservationStore>,
+    ) -> Result<CnciLauncher<B>, BackendError> {
+        let held: Vec<(Uuid, Ipv4Addr)> = self
+            .lock()
+            .records
+            .iter()
+            .map(|(id, r)| (*id, r.ip))
+            .collect();
+        for (id, ip) in held {
+            reservations
+                .reserve(ADDRESS_POOL, &ip.to_string(), &id.to_string())
+                .map_err(|e| BackendError::Network(format!("CNCI {id}'s address {ip}: {e}")))?;
+        }
+        self.reservations = reservations;
+        Ok(self)
+    }
+
+    /// Frees whatever `id` holds in the reservations (a deleted CNCI, or one whose start
+    /// failed part-way).
+    fn release(&self, id: Uuid) {
+        if let Err(e) = self.reservations.release_owner(&id.to_string()) {
+            tracing::warn!(cnci = %id, error = %e, "CNCI address not released");
+        }
     }
 
     /// CNCIs run as VMs through `vms` (the node's libvirt backend, also inside `inner`) when
@@ -412,8 +452,9 @@ impl<B: Backend> CnciLauncher<B> {
         self.lock().records.contains_key(&id)
     }
 
-    /// The lowest free address of the pool (not its network or broadcast address).
-    fn allocate(&self) -> Result<Ipv4Addr, BackendError> {
+    /// The lowest free address of the pool (not its network or broadcast address), reserved
+    /// for `id`.
+    fn allocate(&self, id: Uuid) -> Result<Ipv4Addr, BackendError> {
         let pool = self.config()?.addresses;
         let std::net::IpAddr::V4(base) = pool.addr else {
             return Err(BackendError::Network(
@@ -423,12 +464,25 @@ impl<B: Backend> CnciLauncher<B> {
         let prefix = u32::from(pool.prefix.min(32));
         let size = 1u64 << (32 - prefix);
         let start = u32::from(base) & u32::MAX.checked_shl(32 - prefix).unwrap_or(0);
-        let used: Vec<Ipv4Addr> = self.lock().records.values().map(|r| r.ip).collect();
-        (1..size.saturating_sub(1))
+        let owner = id.to_string();
+        for addr in (1..size.saturating_sub(1))
             .filter_map(|i| u32::try_from(i).ok())
             .map(|i| Ipv4Addr::from(start.wrapping_add(i)))
-            .find(|a| !used.contains(a))
-            .ok_or_else(|| BackendError::Network("no free CNCI address".into()))
+        {
+            match self
+                .reservations
+                .reserve(ADDRESS_POOL, &addr.to_string(), &owner)
+            {
+                Ok(()) => return Ok(addr),
+                Err(StoreError::Conflict(_)) => continue,
+                Err(e) => {
+                    return Err(BackendError::Network(format!(
+                        "reserving a CNCI address: {e}"
+                    )));
+                }
+            }
+        }
+        Err(BackendError::Network("no free CNCI address".into()))
     }
 
     async fn make(&self, spec: &InstanceSpec) -> Result<(), BackendError> {
@@ -438,7 +492,7 @@ impl<B: Backend> CnciLauncher<B> {
             return Err(BackendError::Exists);
         }
         let vm = self.vm_mode()?;
-        let addr = self.allocate()?;
+        let addr = self.allocate(id)?;
         let ns = ns_name(id);
         let record = Record {
             tenant: spec.tenant,
@@ -505,6 +559,7 @@ impl<B: Backend> CnciLauncher<B> {
             let _ = ip(&["netns", "del", &ns]).await;
             let _ = std::fs::remove_file(self.record_path(id)?);
             self.lock().records.remove(&id);
+            self.release(id);
             return Err(e);
         }
         tracing::info!(cnci = %id, tenant = %spec.tenant, ip = %addr, %ns, "CNCI namespace made");
@@ -746,6 +801,7 @@ impl<B: Backend> Backend for CnciLauncher<B> {
         }
         let _ = std::fs::remove_file(self.config()?.dir.join(format!("{instance}.log")));
         self.lock().records.remove(&instance);
+        self.release(instance);
         tracing::info!(cnci = %instance, "CNCI deleted");
         Ok(())
     }
@@ -847,30 +903,114 @@ mod tests {
     fn addresses_are_the_lowest_free_hosts_of_the_pool_and_records_are_read_back() {
         let dir = tempfile::tempdir().unwrap();
         let l = CnciLauncher::new(FakeBackend::default(), Some(config(dir.path()))).unwrap();
-        assert_eq!(l.allocate().unwrap(), Ipv4Addr::new(198, 18, 0, 129));
+        let (a, b, c) = (Uuid::from_u128(7), Uuid::from_u128(8), Uuid::from_u128(9));
+        assert_eq!(l.allocate(a).unwrap(), Ipv4Addr::new(198, 18, 0, 129));
+        // Reserved for its owner: asking again for it gives it again, another gets the next.
+        assert_eq!(l.allocate(a).unwrap(), Ipv4Addr::new(198, 18, 0, 129));
         let r = Record {
             tenant: Uuid::from_u128(1),
-            ns: ns_name(Uuid::from_u128(7)),
+            ns: ns_name(a),
             ip: Ipv4Addr::new(198, 18, 0, 129),
             pid: None,
             vm: false,
         };
-        l.save(Uuid::from_u128(7), &r).unwrap();
-        l.lock().records.insert(Uuid::from_u128(7), r.clone());
-        assert_eq!(l.allocate().unwrap(), Ipv4Addr::new(198, 18, 0, 130));
-        let mut full = r.clone();
-        full.ip = Ipv4Addr::new(198, 18, 0, 130);
-        l.lock().records.insert(Uuid::from_u128(8), full);
+        l.save(a, &r).unwrap();
+        l.lock().records.insert(a, r.clone());
+        assert_eq!(l.allocate(b).unwrap(), Ipv4Addr::new(198, 18, 0, 130));
         assert!(
-            matches!(l.allocate(), Err(BackendError::Network(_))),
+            matches!(l.allocate(c), Err(BackendError::Network(_))),
             "a /30 has two hosts"
         );
+        // A released owner's address is free again.
+        l.release(b);
+        assert_eq!(l.allocate(c).unwrap(), Ipv4Addr::new(198, 18, 0, 130));
         std::fs::write(dir.path().join("junk.json"), b"{").unwrap();
         std::fs::write(dir.path().join("x.log"), b"log").unwrap();
         let again = CnciLauncher::new(FakeBackend::default(), Some(config(dir.path()))).unwrap();
-        assert_eq!(again.lock().records.get(&Uuid::from_u128(7)), Some(&r));
+        assert_eq!(again.lock().records.get(&a), Some(&r));
         assert_eq!(again.lock().records.len(), 1);
-        assert!(ns_name(Uuid::from_u128(7)).len() <= 24);
+        // The recorded CNCI's address is held again after the restart.
+        assert_eq!(again.allocate(b).unwrap(), Ipv4Addr::new(198, 18, 0, 130));
+        assert!(ns_name(a).len() <= 24);
+    }
+
+    /// Two launchers sharing one reservation store (as off-host launchers share etcd) never
+    /// hand out one address twice; a launcher whose recorded address another holds refuses
+    /// to start.
+    #[test]
+    fn launchers_sharing_reservations_never_take_one_address_twice() {
+        let shared: Arc<dyn ReservationStore> = Arc::new(MemoryReservations::new());
+        let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let l1 = CnciLauncher::new(FakeBackend::default(), Some(config(d1.path())))
+            .unwrap()
+            .with_reservations(shared.clone())
+            .unwrap();
+        let l2 = CnciLauncher::new(FakeBackend::default(), Some(config(d2.path())))
+            .unwrap()
+            .with_reservations(shared.clone())
+            .unwrap();
+        let first = l1.allocate(Uuid::from_u128(1)).unwrap();
+        let second = l2.allocate(Uuid::from_u128(2)).unwrap();
+        assert_ne!(first, second);
+        assert!(l1.allocate(Uuid::from_u128(3)).is_err(), "the /30 is full");
+        let held = shared.reservations(ADDRESS_POOL).unwrap();
+        assert_eq!(held.len(), 2);
+        // A record of d1 whose address is held by another owner in the shared store.
+        let r = Record {
+            tenant: Uuid::from_u128(1),
+            ns: ns_name(Uuid::from_u128(4)),
+            ip: second,
+            pid: None,
+            vm: false,
+        };
+        std::fs::write(
+            d1.path().join(format!("{}.json", Uuid::from_u128(4))),
+            serde_json::to_vec(&r).unwrap(),
+        )
+        .unwrap();
+        let clash = CnciLauncher::new(FakeBackend::default(), Some(config(d1.path())))
+            .unwrap()
+            .with_reservations(shared);
+        assert!(matches!(clash, Err(BackendError::Network(_))));
+    }
+
+    /// The same over a real etcd (skipped without one unless `CUMULO_REQUIRE_ETCD=1`): every
+    /// reservation is an etcd transaction, so launchers in different processes agree too.
+    #[test]
+    fn launchers_sharing_an_etcd_store_never_take_one_address_twice() {
+        let Some(etcd) = testkit::etcd::shared() else {
+            return;
+        };
+        let prefix = format!("cnci-{}", Uuid::new_v4().simple());
+        let open = || -> Arc<dyn ReservationStore> {
+            Arc::new(controller::store::EtcdStore::connect(&[etcd.endpoint()], &prefix).unwrap())
+        };
+        let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+        let launchers: Vec<_> = dirs
+            .iter()
+            .map(|d| {
+                CnciLauncher::new(FakeBackend::default(), Some(config(d.path())))
+                    .unwrap()
+                    .with_reservations(open())
+                    .unwrap()
+            })
+            .collect();
+        let got: Vec<_> = std::thread::scope(|s| {
+            let handles: Vec<_> = launchers
+                .iter()
+                .enumerate()
+                .map(|(n, l)| s.spawn(move || l.allocate(Uuid::from_u128(n as u128 + 1))))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap().unwrap())
+                .collect()
+        });
+        assert_ne!(got[0], got[1]);
+        let held = open().reservations(ADDRESS_POOL).unwrap();
+        assert_eq!(held.len(), 2);
+        launchers[0].release(Uuid::from_u128(1));
+        assert_eq!(open().reservations(ADDRESS_POOL).unwrap().len(), 1);
     }
 
     #[test]
