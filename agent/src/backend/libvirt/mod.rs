@@ -13,10 +13,10 @@
 //!   as defined, and `console.log`, the serial console.
 //! - **Lifecycle**: create defines the domain (persistent, so that a stopped one is still
 //!   listed after an agent restart), start boots it, stop destroys it (power off), delete
-//!   undefines it and removes its directory. An exit of its own is seen by **polling** the
-//!   domain's state every [`LibvirtConfig::poll`] (libvirt's lifecycle events need an event
-//!   loop thread driven through the C API; polling one cheap call per running instance does
-//!   the same here).
+//!   undefines it, then powers it off, and removes its directory. An exit of its own is seen
+//!   by **polling** the domain's state every [`LibvirtConfig::poll`] (libvirt's lifecycle
+//!   events need an event loop thread driven through the C API; polling one cheap call per
+//!   running instance does the same here).
 //! - **Ours only**: every domain we define carries `<metadata>` in our namespace
 //!   ([`xml::NAMESPACE`]) naming its owner ([`LibvirtConfig::owner`]: the node). A domain
 //!   without it, or another node's (two agents may share one libvirt), is never listed,
@@ -196,6 +196,27 @@ fn power_off(d: &Domain) -> Result<(), virt::error::Error> {
         Ok(()) => Ok(()),
         Err(_) if !d.is_active()? => Ok(()),
         Err(e) => Err(e),
+    }
+}
+
+/// Removes the domain: undefined first, then powered off. In this order a start still in
+/// progress (from an agent killed mid-start, say; libvirt finishes it before the undefine gets
+/// the domain) leaves a transient running domain that the power-off ends; the other order would
+/// leave it running with no definition. A transient domain (a removal cut short between the
+/// two) is only powered off; one gone meanwhile is fine.
+fn remove_domain(d: &Domain) -> Result<(), virt::error::Error> {
+    let gone = |e: &virt::error::Error| e.code() == ErrorNumber::NoDomain;
+    match d
+        .is_persistent()
+        .and_then(|p| if p { d.undefine() } else { Ok(()) })
+    {
+        Ok(()) => {}
+        Err(e) if gone(&e) => return Ok(()),
+        Err(e) => return Err(e),
+    }
+    match power_off(d) {
+        Err(e) if gone(&e) => Ok(()),
+        other => other,
     }
 }
 
@@ -400,8 +421,7 @@ impl Inner {
         self.conn
             .call(|c| {
                 if let Some(d) = our_domain(c, instance, owner)? {
-                    power_off(&d)?;
-                    d.undefine()?;
+                    remove_domain(&d)?;
                 }
                 Ok(())
             })

@@ -234,6 +234,37 @@ async fn domains_we_did_not_create_are_left_alone() {
     assert_eq!(listed(&b.list().await.unwrap(), theirs), None);
 }
 
+/// A removal cut short after the undefine (the agent killed in between) leaves a transient
+/// running domain: it is still listed as ours, and the next delete powers it off.
+#[tokio::test]
+async fn a_transient_domain_left_by_a_cut_removal_is_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = backend(dir.path());
+    let id = fresh();
+    b.create(&spec(id, "tiny")).await.unwrap();
+    b.start(id).await.unwrap();
+    b.0.conn
+        .run(move |c| Domain::lookup_by_uuid(c, id)?.undefine())
+        .await
+        .unwrap();
+    assert_eq!(
+        listed(&b.list().await.unwrap(), id),
+        Some(true),
+        "running, transient"
+    );
+    b.delete(id).await.unwrap();
+    assert_eq!(listed(&b.list().await.unwrap(), id), None);
+    assert!(!b.instance_dir(id).exists());
+    let gone =
+        b.0.conn
+            .run(move |c| Ok(Domain::lookup_by_uuid(c, id).is_err()))
+            .await
+            .unwrap();
+    assert!(gone);
+    // Deleting what is gone is fine.
+    b.delete(id).await.unwrap();
+}
+
 /// Two agents on one libvirt: each lists, measures, stops and deletes only the domains it
 /// made (its node's); a domain of ours that names no owner is anybody's, as before owners.
 #[tokio::test]
