@@ -12,6 +12,9 @@ fn main() -> ExitCode {
     if agent::remote::cli::wanted(&argv) {
         return remote();
     }
+    if argv.get(1).map(String::as_str) == Some(CLEAN_UP) {
+        return clean_up();
+    }
     let args = Args::parse();
     init_logs(&args.log_format);
     let config = match args.into_config() {
@@ -22,6 +25,34 @@ fn main() -> ExitCode {
         }
     };
     ssntp::net::daemon::run_until_signal("cumulo-agent", |shutdown| daemon::run(config, shutdown))
+}
+
+/// `cumulo-agent clean-up-cncis --state-dir DIR`: what a node that goes for good leaves of its
+/// CNCIs (processes, namespaces, records; `agent::cnci::launch::clean_up`), the agent stopped
+/// first. Prints each namespace deleted on a line of its own.
+const CLEAN_UP: &str = "clean-up-cncis";
+
+#[derive(clap::Parser)]
+#[command(name = "cumulo-agent clean-up-cncis")]
+struct CleanUpArgs {
+    /// The stopped agent's state directory.
+    #[arg(long, env = "CUMULO_AGENT_STATE_DIR")]
+    state_dir: std::path::PathBuf,
+    /// How long a CNCI process gets to stop after SIGTERM before SIGKILL.
+    #[arg(long, default_value = "5s", value_parser = ssntp::units::parse_duration)]
+    grace: std::time::Duration,
+}
+
+fn clean_up() -> ExitCode {
+    let args = CleanUpArgs::parse_from(std::env::args().skip(1));
+    let dir = args.state_dir.join("cnci");
+    let mut out = std::io::stdout().lock();
+    for ns in agent::cnci::launch::clean_up(&dir, args.grace) {
+        if std::io::Write::write_all(&mut out, format!("{ns}\n").as_bytes()).is_err() {
+            return ExitCode::from(1);
+        }
+    }
+    ExitCode::SUCCESS
 }
 
 /// `cumulo-agent --remote`: an off-host launcher replica.

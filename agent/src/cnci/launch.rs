@@ -854,26 +854,66 @@ impl<B: Backend> Backend for CnciLauncher<B> {
     }
 }
 
-/// Stops every CNCI process recorded under `dir` (a network node's `<state>/cnci`) and deletes
-/// their namespaces: for tests that must not leave them behind when they fail.
-pub fn clean_up(dir: &std::path::Path) {
+/// What a node leaves of its CNCIs when it goes for good (`cumulo down`, a test's end): every
+/// CNCI recorded in `dir` (the launcher's records, [`LaunchConfig::dir`]) has its process
+/// stopped (SIGTERM, SIGKILL after `grace`; only a live `cumulo-cnci`), its namespace deleted
+/// (only one named as this launcher names them) and its record and log removed. The agent must
+/// be stopped first: it would start them again. Returns the namespaces deleted. CNCI VMs are
+/// the libvirt backend's domains, stopped and undefined with the node's other domains.
+pub fn clean_up(dir: &std::path::Path, grace: Duration) -> Vec<String> {
     let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
+        return Vec::new();
     };
-    for e in entries.flatten() {
-        let Some(r) = std::fs::read(e.path())
+    let mut deleted = Vec::new();
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let id = path
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .and_then(|s| s.parse::<Uuid>().ok());
+        let (Some(id), Some("json")) = (id, path.extension().and_then(|e| e.to_str())) else {
+            continue;
+        };
+        // Records are small; anything large or unreadable is not one.
+        let Some(r) = std::fs::metadata(&path)
             .ok()
+            .filter(|m| m.len() <= 64 * 1024)
+            .and_then(|_| std::fs::read(&path).ok())
             .and_then(|b| serde_json::from_slice::<Record>(&b).ok())
         else {
             continue;
         };
-        if let Some(pid) = r.pid.filter(|p| alive(*p)) {
-            signal(pid, rustix::process::Signal::KILL);
+        if let Some(pid) = r.pid.filter(|p| is_cnci_process(*p)) {
+            signal(pid, rustix::process::Signal::TERM);
+            let until = std::time::Instant::now() + grace;
+            while alive(pid) && std::time::Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            if alive(pid) {
+                signal(pid, rustix::process::Signal::KILL);
+            }
         }
-        let _ = std::process::Command::new("ip")
-            .args(["netns", "del", &r.ns])
-            .output();
+        if r.ns == ns_name(id)
+            && std::path::Path::new("/run/netns").join(&r.ns).exists()
+            && std::process::Command::new("ip")
+                .args(["netns", "del", &r.ns])
+                .stdin(Stdio::null())
+                .output()
+                .is_ok_and(|o| o.status.success())
+        {
+            deleted.push(r.ns);
+        }
+        let _ = std::fs::remove_file(&path);
+        let _ = std::fs::remove_file(dir.join(format!("{id}.log")));
     }
+    deleted
+}
+
+/// Whether `pid` is a live `cumulo-cnci` (a recorded PID may have been reused since).
+fn is_cnci_process(pid: i32) -> bool {
+    alive(pid)
+        && std::fs::read_to_string(format!("/proc/{pid}/comm"))
+            .is_ok_and(|comm| comm.trim() == "cumulo-cnci")
 }
 
 #[cfg(test)]
@@ -972,6 +1012,44 @@ mod tests {
             .unwrap()
             .with_reservations(shared);
         assert!(matches!(clash, Err(BackendError::Network(_))));
+    }
+
+    /// The clean-up removes the records and logs, but signals only a live `cumulo-cnci` and
+    /// deletes only a namespace named as the launcher names them.
+    #[test]
+    fn the_clean_up_touches_only_what_the_records_name_as_ours() {
+        let dir = tempfile::tempdir().unwrap();
+        let id = Uuid::from_u128(0xc1);
+        // A live process that is not a CNCI under the recorded PID (reused since).
+        let mut other = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let r = Record {
+            tenant: Uuid::from_u128(1),
+            // Not this CNCI's namespace name: never deleted.
+            ns: "not-ours".into(),
+            ip: Ipv4Addr::new(198, 18, 0, 129),
+            pid: Some(i32::try_from(other.id()).unwrap()),
+            vm: false,
+        };
+        let record = dir.path().join(format!("{id}.json"));
+        std::fs::write(&record, serde_json::to_vec(&r).unwrap()).unwrap();
+        std::fs::write(dir.path().join(format!("{id}.log")), b"log").unwrap();
+        // Not records: left alone.
+        let big = dir.path().join(format!("{}.json", Uuid::from_u128(0xc2)));
+        std::fs::write(&big, vec![b' '; 100 * 1024]).unwrap();
+        std::fs::write(dir.path().join("notes.json"), b"{}").unwrap();
+        assert_eq!(
+            clean_up(dir.path(), Duration::from_millis(100)),
+            Vec::<String>::new()
+        );
+        assert!(!record.exists() && !dir.path().join(format!("{id}.log")).exists());
+        assert!(big.exists() && dir.path().join("notes.json").exists());
+        assert_eq!(other.try_wait().unwrap(), None, "not a CNCI: not signalled");
+        other.kill().unwrap();
+        other.wait().unwrap();
+        assert!(clean_up(&dir.path().join("missing"), Duration::ZERO).is_empty());
     }
 
     /// The same over a real etcd (skipped without one unless `CUMULO_REQUIRE_ETCD=1`): every

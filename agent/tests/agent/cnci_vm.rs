@@ -319,7 +319,7 @@ fn a_network_node_runs_the_cnci_as_a_vm() {
         sched.stop.cancel();
     });
     // Whatever happened, no CNCI domain, namespace or tap stays behind.
-    agent::cnci::launch::clean_up(&state.join("cnci"));
+    agent::cnci::launch::clean_up(&state.join("cnci"), Duration::from_secs(5));
     remove_domain(&uri, &format!("cumulo-{}", u(0xc9)));
     let _ = Command::new("ip")
         .args(["link", "del", &agent::net::tap_name(u(0xc9))])

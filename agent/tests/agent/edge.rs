@@ -1075,7 +1075,7 @@ fn a_dual_node_runs_the_cnci_its_instances_get_leases_and_ping() {
         sched.stop.cancel();
     });
     // Whatever happened, no CNCI process or namespace stays behind.
-    agent::cnci::launch::clean_up(&dir.path().join("state-nn/cnci"));
+    agent::cnci::launch::clean_up(&dir.path().join("state-nn/cnci"), Duration::from_secs(5));
     drop((switch, h1, nn, ctl, out));
     if let Err(panic) = result {
         std::panic::resume_unwind(panic);

@@ -16,7 +16,6 @@ use std::str::FromStr;
 
 use super::cluster::{UpError, io_err};
 use super::layout::Layout;
-use super::procs;
 
 /// How tenant instances are networked (the controller's `--tenant-network`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -45,8 +44,6 @@ pub const DEFAULT_ADDRESS: &str = "198.18.255.1/24";
 /// The image name of the CNCI guest in the agent's image store (the controller's default
 /// `--cnci-image`).
 pub const CNCI_IMAGE: &str = "cnci";
-/// The prefix of the CNCIs' namespaces (the agent's naming).
-const NS_PREFIX: &str = "cumulo-cnci-";
 
 /// The host's address on its compute network, with the network's prefix length.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -217,14 +214,6 @@ pub fn remove_uplink(layout: &Layout) -> Option<String> {
     }
 }
 
-/// What the agent records of a CNCI (`<agent state>/cnci/<uuid>.json`): what `down` needs.
-#[derive(Debug, serde::Deserialize)]
-struct CnciRecord {
-    ns: String,
-    #[serde(default)]
-    pid: Option<i32>,
-}
-
 /// The agent's CNCI records.
 pub fn records_dir(layout: &Layout) -> PathBuf {
     layout.state("agent").join("cnci")
@@ -245,49 +234,48 @@ pub fn recorded(layout: &Layout) -> Vec<String> {
 }
 
 /// Stops the CNCI processes the agent left and deletes their namespaces and records (the agent
-/// is stopped first: it would start them again). Returns the namespaces deleted.
+/// is stopped first: it would start them again), through `cumulo-agent clean-up-cncis`: the
+/// agent knows its records. Returns the namespaces deleted.
 pub fn clean_up(layout: &Layout) -> Vec<String> {
-    let dir = records_dir(layout);
-    let Ok(entries) = std::fs::read_dir(&dir) else {
+    if recorded(layout).is_empty() {
         return Vec::new();
-    };
-    let mut deleted = Vec::new();
-    for entry in entries.flatten() {
-        let path = entry.path();
-        if path.extension().and_then(|e| e.to_str()) != Some("json") {
-            continue;
-        }
-        // The agent's records are small; anything large or unreadable is not one.
-        let Some(r) = std::fs::metadata(&path)
-            .ok()
-            .filter(|m| m.len() <= 64 * 1024)
-            .and_then(|_| std::fs::read(&path).ok())
-            .and_then(|b| serde_json::from_slice::<CnciRecord>(&b).ok())
-        else {
-            continue;
-        };
-        if let Some(pid) = r.pid.filter(|p| procs::alive(*p, "cumulo-cnci")) {
-            let process = procs::Running {
-                pid,
-                program: "cumulo-cnci".into(),
-            };
-            if let Err(e) = procs::stop_process("CNCI", &process, super::GRACE) {
-                warn(&format!("{e}"));
-            }
-        }
-        // Only the agent's namespaces.
-        let valid = r.ns.strip_prefix(NS_PREFIX).is_some_and(|hex| {
-            !hex.is_empty() && hex.len() <= 32 && hex.chars().all(|c| c.is_ascii_hexdigit())
-        });
-        if valid
-            && Path::new("/run/netns").join(&r.ns).exists()
-            && ip(&["netns", "del", &r.ns]).is_ok()
-        {
-            deleted.push(r.ns);
-        }
-        let _ = std::fs::remove_file(&path);
     }
-    deleted
+    let program = match super::cluster::binary("cumulo-agent") {
+        Ok(p) => p,
+        Err(e) => {
+            warn(&format!("CNCIs not cleaned up: {e}"));
+            return Vec::new();
+        }
+    };
+    let grace = format!("{}ms", super::GRACE.as_millis());
+    let state = layout.state("agent");
+    let out = std::process::Command::new(&program)
+        .arg("clean-up-cncis")
+        .arg("--state-dir")
+        .arg(&state)
+        .args(["--grace", &grace])
+        .stdin(std::process::Stdio::null())
+        .output();
+    match out {
+        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .map(str::to_string)
+            .collect(),
+        Ok(o) => {
+            warn(&format!(
+                "{} clean-up-cncis: {}",
+                program.display(),
+                String::from_utf8_lossy(&o.stderr).trim()
+            ));
+            Vec::new()
+        }
+        Err(e) => {
+            warn(&format!("{}: {e}", program.display()));
+            Vec::new()
+        }
+    }
 }
 
 /// `down` has no logger: a warning goes to stderr.

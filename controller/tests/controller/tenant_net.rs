@@ -580,7 +580,7 @@ fn instances_of_a_tenant_reach_each_other_through_their_cnci() {
     });
     let result = test.join();
     // Whatever happened, no CNCI process or namespace stays behind.
-    agent::cnci::launch::clean_up(&dir.path().join("nn/state/cnci"));
+    agent::cnci::launch::clean_up(&dir.path().join("nn/state/cnci"), Duration::from_secs(5));
     drop((switch, h1, h2, nn, ctl));
     if let Err(panic) = result {
         std::panic::resume_unwind(panic);
