@@ -53,7 +53,17 @@ pub fn root_or_skip(require: &str, what: &str) -> bool {
 pub use testkit::procfs::free_port;
 
 /// Polls `f` every 50 ms until it returns `Some`, or panics with `what` after `within`.
-pub fn wait_for<T>(what: &str, within: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+pub fn wait_for<T>(what: &str, within: Duration, f: impl FnMut() -> Option<T>) -> T {
+    poll_every(Duration::from_millis(50), what, within, f)
+}
+
+/// Polls `f` every `every` until it returns `Some`, or panics with `what` after `within`.
+pub fn poll_every<T>(
+    every: Duration,
+    what: &str,
+    within: Duration,
+    mut f: impl FnMut() -> Option<T>,
+) -> T {
     let deadline = Instant::now() + within;
     loop {
         if let Some(v) = f() {
@@ -63,7 +73,7 @@ pub fn wait_for<T>(what: &str, within: Duration, mut f: impl FnMut() -> Option<T
             Instant::now() < deadline,
             "timed out after {within:?}: {what}"
         );
-        std::thread::sleep(Duration::from_millis(50));
+        std::thread::sleep(every);
     }
 }
 
