@@ -4,12 +4,35 @@
 # libvirt_up exports CUMULO_LIBVIRT_URI=qemu:///system when the daemon answers, and
 # CUMULO_LIBVIRT_TCP_URI=qemu+tcp://127.0.0.1:$CUMULO_LIBVIRT_TCP_PORT/system: the daemon it starts
 # also listens on TCP, on loopback only, without authentication (the off-host launching tests
-# reach it as a remote host). A libvirtd that already answers is used as it is and left running
-# (only what this script started is stopped); the TCP URI is exported only if it answers too.
+# reach it as a remote host), and with TLS on loopback (CUMULO_LIBVIRT_TLS_URI, port
+# $CUMULO_LIBVIRT_TLS_PORT): its certificate and the CA that signs it and that it trusts for
+# clients are made here (CUMULO_LIBVIRT_TLS_CA, CUMULO_LIBVIRT_TLS_CA_KEY: the tests' controller
+# issues the off-host launchers' client certificates with that CA). A libvirtd that already
+# answers is used as it is and left running (only what this script started is stopped); the TCP
+# and TLS URIs are exported only if they answer too.
 
 CUMULO_LIBVIRT_PIDS=()
 CUMULO_LIBVIRT_LOGS=""
 CUMULO_LIBVIRT_TCP_PORT=${CUMULO_LIBVIRT_TCP_PORT:-16519}
+CUMULO_LIBVIRT_TLS_PORT=${CUMULO_LIBVIRT_TLS_PORT:-16520}
+
+# A throwaway CA (EC P-256, 2 days) and a server certificate for 127.0.0.1 signed by it, in $1.
+libvirt_tls_files() {
+    local d=$1
+    mkdir -p "$d" && chmod 700 "$d" || return 1
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
+        -subj "/CN=cumulo test launcher CA" -keyout "$d/cakey.pem" -out "$d/cacert.pem" \
+        -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" \
+        >/dev/null 2>&1 || return 1
+    openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+        -subj "/CN=127.0.0.1" -keyout "$d/serverkey.pem" -out "$d/server.csr" >/dev/null 2>&1 ||
+        return 1
+    printf '%s\n' 'subjectAltName=IP:127.0.0.1' 'basicConstraints=CA:FALSE' \
+        'keyUsage=critical,digitalSignature,keyEncipherment' 'extendedKeyUsage=serverAuth' \
+        >"$d/server.ext"
+    openssl x509 -req -in "$d/server.csr" -CA "$d/cacert.pem" -CAkey "$d/cakey.pem" \
+        -CAcreateserial -days 2 -extfile "$d/server.ext" -out "$d/servercert.pem" >/dev/null 2>&1
+}
 
 # The QEMU driver refuses to load without these (Debian's packages make them under systemd).
 libvirt_accounts() {
@@ -59,10 +82,21 @@ libvirt_up() {
             return 1
         }
     fi
-    # TCP on loopback only, no authentication: for the off-host tests (qemu+tcp URIs).
-    printf '%s\n' 'listen_tls = 0' 'listen_tcp = 1' 'listen_addr = "127.0.0.1"' \
+    # TCP on loopback only, no authentication, and TLS on loopback with client certificates:
+    # for the off-host tests (qemu+tcp and qemu+tls URIs).
+    printf '%s\n' 'listen_tcp = 1' 'listen_addr = "127.0.0.1"' \
         "tcp_port = \"$CUMULO_LIBVIRT_TCP_PORT\"" 'auth_tcp = "none"' \
         >"$CUMULO_LIBVIRT_LOGS/libvirtd.conf"
+    local pki="$CUMULO_LIBVIRT_LOGS/tls" tls=""
+    if libvirt_tls_files "$pki"; then
+        tls="qemu+tls://127.0.0.1:$CUMULO_LIBVIRT_TLS_PORT/system"
+        printf '%s\n' 'listen_tls = 1' "tls_port = \"$CUMULO_LIBVIRT_TLS_PORT\"" 'auth_tls = "none"' \
+            "key_file = \"$pki/serverkey.pem\"" "cert_file = \"$pki/servercert.pem\"" \
+            "ca_file = \"$pki/cacert.pem\"" >>"$CUMULO_LIBVIRT_LOGS/libvirtd.conf"
+    else
+        echo "no TLS for libvirtd: its certificates could not be made (openssl)" >&2
+        echo 'listen_tls = 0' >>"$CUMULO_LIBVIRT_LOGS/libvirtd.conf"
+    fi
     libvirtd --listen --config "$CUMULO_LIBVIRT_LOGS/libvirtd.conf" \
         >"$CUMULO_LIBVIRT_LOGS/libvirtd.log" 2>&1 &
     CUMULO_LIBVIRT_PIDS+=($!)
@@ -78,6 +112,27 @@ libvirt_up() {
     else
         echo "libvirtd does not answer on $tcp" >&2
     fi
+    # virsh as a TLS client needs a client certificate: one from the same CA, for the check.
+    if [ -n "$tls" ] && libvirt_tls_client "$pki" "$pki/client" &&
+        libvirt_wait "virsh -c '$tls?pkipath=$pki/client' version" 20; then
+        export CUMULO_LIBVIRT_TLS_URI=$tls CUMULO_LIBVIRT_TLS_CA=$pki/cacert.pem \
+            CUMULO_LIBVIRT_TLS_CA_KEY=$pki/cakey.pem
+    elif [ -n "$tls" ]; then
+        echo "libvirtd does not answer on $tls" >&2
+    fi
+}
+
+# A client certificate from the CA in $1, in libvirt's pkipath layout in $2.
+libvirt_tls_client() {
+    local ca=$1 d=$2
+    mkdir -p "$d" && cp "$ca/cacert.pem" "$d/cacert.pem" || return 1
+    openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+        -subj "/CN=cumulo test client" -keyout "$d/clientkey.pem" -out "$d/client.csr" \
+        >/dev/null 2>&1 || return 1
+    printf '%s\n' 'basicConstraints=CA:FALSE' 'keyUsage=critical,digitalSignature,keyEncipherment' \
+        'extendedKeyUsage=clientAuth' >"$d/client.ext"
+    openssl x509 -req -in "$d/client.csr" -CA "$ca/cacert.pem" -CAkey "$ca/cakey.pem" \
+        -CAcreateserial -days 2 -extfile "$d/client.ext" -out "$d/clientcert.pem" >/dev/null 2>&1
 }
 
 # Stops what libvirt_up started, by PID, newest first.

@@ -101,7 +101,11 @@ impl CredsIssuer {
         params.not_before = to_offset(from)?;
         params.not_after = to_offset(until)?;
         params.is_ca = IsCa::ExplicitNoCa;
-        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        // libvirt refuses a client certificate whose (critical) key usage lacks either.
+        params.key_usages = vec![
+            KeyUsagePurpose::DigitalSignature,
+            KeyUsagePurpose::KeyEncipherment,
+        ];
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
         params.use_authority_key_identifier_extension = true;
         let mut serial = *Uuid::new_v4().as_bytes();

@@ -477,16 +477,7 @@ async fn replicas_boot_a_real_vm_over_a_remote_libvirt_uri_and_fence_the_domain(
     let ctls = controllers(&url, 2).await;
     let host = register(&ctls[0], "edge-tcp", &uri).await;
     let workload = workload(&ctls[0], "tiny").await;
-    let args = [
-        "--backend",
-        "libvirt",
-        "--accel",
-        "tcg",
-        "--lease",
-        "5s",
-        "--state-dir",
-        state.to_str().unwrap(),
-    ];
+    let args = vm_args(state.to_str().unwrap(), "5s");
     let mut r1 = Replica::start(&url, &uri, "r1", dir.path(), &args);
     let mut r2 = Replica::start(&url, &uri, "r2", dir.path(), &args);
 
@@ -544,16 +535,7 @@ async fn replicas_boot_a_real_vm_over_a_remote_libvirt_uri_and_fence_the_domain(
     // takes the operation over with a larger token, remakes the domain, and the guest boots.
     r1.kill();
     r2.kill();
-    let short = [
-        "--backend",
-        "libvirt",
-        "--accel",
-        "tcg",
-        "--lease",
-        "2s",
-        "--state-dir",
-        state.to_str().unwrap(),
-    ];
+    let short = vm_args(state.to_str().unwrap(), "2s");
     let (instance, op, old) = {
         let mut tries = 0;
         loop {
@@ -660,6 +642,110 @@ async fn operation_of(ctl: &Ctl, instance: Uuid) -> controller::store::Operation
     })
     .await
     .unwrap()
+}
+
+/// A libvirt replica's arguments: TCG, a `lease`, the instances' files under `state`.
+fn vm_args<'a>(state: &'a str, lease: &'a str) -> [&'a str; 8] {
+    [
+        "--backend",
+        "libvirt",
+        "--accel",
+        "tcg",
+        "--lease",
+        lease,
+        "--state-dir",
+        state,
+    ]
+}
+
+/// The TLS libvirt URI and the CA behind it (`scripts/libvirt.sh` exports them when it starts
+/// libvirtd): (URI, CA certificate PEM, CA key PEM), or `None` (after saying why) when the test
+/// is skipped.
+fn tls_uri() -> Option<(String, String, String)> {
+    let var = |v: &str| std::env::var(v).ok().filter(|s| !s.is_empty());
+    let found = (|| {
+        let uri = var("CUMULO_LIBVIRT_TLS_URI")?;
+        let ca = std::fs::read_to_string(var("CUMULO_LIBVIRT_TLS_CA")?).ok()?;
+        let key = std::fs::read_to_string(var("CUMULO_LIBVIRT_TLS_CA_KEY")?).ok()?;
+        Some((uri, ca, key))
+    })();
+    if found.is_none() {
+        let required = std::env::var("CUMULO_LIBVIRT_REQUIRED").is_ok_and(|v| v == "1");
+        assert!(
+            !required,
+            "CUMULO_LIBVIRT_REQUIRED=1 but CUMULO_LIBVIRT_TLS_URI, _CA and _CA_KEY are not set \
+             (scripts/libvirt.sh exports them when it starts libvirtd)"
+        );
+        eprintln!(
+            "SKIPPED: the libvirt TLS test needs CUMULO_LIBVIRT_TLS_URI, CUMULO_LIBVIRT_TLS_CA and \
+             CUMULO_LIBVIRT_TLS_CA_KEY (scripts/libvirt.sh)"
+        );
+    }
+    found
+}
+
+/// A replica reaches a libvirtd that only lets in clients with a certificate from its CA,
+/// with no credentials of its own: the controller holding that CA's key issues the host's
+/// launcher certificate, the replica copies it into its pki directory, and runs a VM through
+/// that TLS connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_reaches_a_tls_libvirt_with_the_credentials_the_controller_issues() {
+    use controller::creds::CredsIssuer;
+
+    let Some((tls, ca_pem, ca_key)) = tls_uri() else {
+        return;
+    };
+    let Some((_etcd, url)) = etcd_url().await else {
+        return;
+    };
+    let _vms = super::libvirt::VMS.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let state = super::libvirt::state_dir(dir.path());
+    let pki = dir.path().join("pki");
+    // libvirt's client finds its certificate, key and CA in `pkipath`.
+    let uri = format!("{tls}?pkipath={}", pki.display());
+    let issuer =
+        Arc::new(CredsIssuer::from_pem(&ca_pem, &ca_key, Duration::from_secs(3600)).unwrap());
+    let ctl = controller_with(&url, move |c| c.launcher_creds = Some(issuer)).await;
+    let host = register(&ctl, "edge-tls", &uri).await;
+    let workload = workload(&ctl, "tiny").await;
+    let (status, body) = call(
+        &ctl,
+        "POST",
+        &format!("/cumulo/v1/nodes/{host}/credentials"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let _replica = Replica::start(
+        &url,
+        &uri,
+        "r1",
+        dir.path(),
+        &[
+            &vm_args(state.to_str().unwrap(), "5s")[..],
+            &["--tls-pki", pki.to_str().unwrap()],
+        ]
+        .concat(),
+    );
+    let id = create(&ctl, workload, "over-tls").await;
+    let ctls = [ctl];
+    wait_state(&ctls, &id, "active", Duration::from_secs(120)).await;
+    // The replica's connection was TLS with the issued certificate: it is what sits in pki.
+    let cert = std::fs::read_to_string(pki.join("clientcert.pem")).unwrap();
+    assert!(cert.contains("BEGIN CERTIFICATE"));
+    let instance = Uuid::parse_str(&id).unwrap();
+    let backend =
+        agent::backend::libvirt::LibvirtBackend::new(agent::backend::libvirt::LibvirtConfig::new(
+            &uri,
+            agent::backend::libvirt::Accel::Tcg,
+            &state,
+        ))
+        .unwrap();
+    assert_eq!(domain_of(&backend, instance).await, Some(true));
+    act(&ctls[0], &id, "delete").await;
+    wait_gone(&ctls, &id, Duration::from_secs(120)).await;
+    assert_eq!(domain_of(&backend, instance).await, None);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
