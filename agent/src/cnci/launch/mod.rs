@@ -9,7 +9,8 @@
 //!
 //! - **create**: a namespace `cumulo-cnci-<12 hex of the UUID>` with loopback up and a veth
 //!   pair, `u0` inside, `cn<12 hex>` on the node with a `/32` route to the CNCI's address (the
-//!   lowest address of `--cnci-addresses` no other CNCI of this node holds); the node forwards
+//!   lowest address of `--cnci-addresses` that no other CNCI holds in the launcher's
+//!   reservations, [`ADDRESS_POOL`]); the node forwards
 //!   and answers ARP for it on its uplink and for the compute network on the veth
 //!   (`ip_forward`, `proxy_arp` on both), so the CNCI is reached from the other nodes and from
 //!   the node itself (a dual node's own tunnels); a record in `<state>/cnci/<uuid>.json`
@@ -58,6 +59,14 @@ use crate::backend::{Backend, BackendError, Existing};
 use crate::model::{InstanceSpec, Usage};
 use crate::net::Cidr;
 use controller::store::{MemoryReservations, ReservationStore, StoreError};
+
+mod process;
+mod vm;
+
+pub use process::clean_up;
+use process::{alive, signal};
+use vm::{LINK_PREFIX, VM_BRIDGE};
+pub use vm::{vm_mac, vm_user_data};
 
 /// The reservation pool of CNCI addresses (keys: the address; owners: the CNCI's UUID).
 pub const ADDRESS_POOL: &str = "cnci-ip";
@@ -163,21 +172,8 @@ async fn ip(args: &[&str]) -> Result<(), BackendError> {
 
 /// Where a CNCI VM's relay to the schedulers listens, on the bridge in its namespace.
 const RELAY_ADDR: Ipv4Addr = Ipv4Addr::new(169, 254, 0, 1);
-/// The CNCI VM's own link-local address, beside its compute network address.
-const GUEST_LINK_ADDR: Ipv4Addr = Ipv4Addr::new(169, 254, 0, 2);
-/// The link-local network's prefix length.
-const LINK_PREFIX: u8 = 24;
 /// The relay's port.
 const RELAY_PORT: u16 = 8443;
-/// The bridge in a CNCI VM's namespace (its tap and `u0`).
-const VM_BRIDGE: &str = "cb0";
-
-/// A CNCI VM's MAC: `02:cc` and its IPv4 address.
-pub fn vm_mac(addr: Ipv4Addr) -> [u8; 6] {
-    let [a, b, c, d] = addr.octets();
-    [2, 0xcc, a, b, c, d]
-}
-
 /// Runs `ip ARGS` in network namespace `netns` (a path, entered with `nsenter`; `None`:
 /// ours); its stderr as the error.
 async fn ip_in(netns: Option<&std::path::Path>, args: &[&str]) -> Result<(), BackendError> {
@@ -205,69 +201,6 @@ async fn ip_in(netns: Option<&std::path::Path>, args: &[&str]) -> Result<(), Bac
         place.unwrap_or_default(),
         String::from_utf8_lossy(&out.stderr).trim()
     )))
-}
-
-/// What a CNCI VM's guest reads from its user data (`scripts/cnci-guest.sh` documents the
-/// format): `#cumulo-cnci`, then `KEY=value` lines for `cumulo-cnci`'s environment and the
-/// guest's addresses, then the CA, certificate and key as `--- file NAME` sections.
-pub fn vm_user_data(c: &LaunchConfig, id: Uuid, r: &Record) -> Result<String, BackendError> {
-    let read = |p: &std::path::Path| {
-        std::fs::read_to_string(p).map_err(|e| launch(format!("{}: {e}", p.display())))
-    };
-    let mut out = String::from("#cumulo-cnci\n");
-    let vars = [
-        ("CUMULO_CNCI_UUID", id.to_string()),
-        ("CUMULO_CNCI_TENANT", r.tenant.to_string()),
-        ("CUMULO_CNCI_IP", r.ip.to_string()),
-        ("CUMULO_CNCI_PREFIX", c.prefix.to_string()),
-        (
-            "CUMULO_CNCI_LINK_ADDR",
-            format!("{GUEST_LINK_ADDR}/{LINK_PREFIX}"),
-        ),
-        ("CUMULO_CNCI_SCHEDULER", c.servers.join(",")),
-        ("CUMULO_CNCI_VIA", format!("{RELAY_ADDR}:{RELAY_PORT}")),
-        ("CUMULO_CNCI_TUNNEL", c.tunnel.clone()),
-        ("CUMULO_CNCI_VXLAN_PORT", c.vxlan_port.to_string()),
-    ];
-    for (k, v) in vars {
-        // The guest takes only plain values (it checks again).
-        if !v
-            .chars()
-            .all(|ch| ch.is_ascii_alphanumeric() || ".:,/-_[]".contains(ch))
-        {
-            return Err(launch(format!("{k}: {v:?} is not a plain value")));
-        }
-        out.push_str(&format!("{k}={v}\n"));
-    }
-    for (name, path) in [
-        ("ca.pem", &c.ca_cert),
-        ("cert.pem", &c.cert),
-        ("key.pem", &c.key),
-    ] {
-        out.push_str(&format!("--- file {name}\n"));
-        let text = read(path)?;
-        out.push_str(text.trim_end());
-        out.push('\n');
-    }
-    Ok(out)
-}
-
-/// Whether process `pid` runs (and is not a zombie).
-fn alive(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| {
-            s.rsplit_once(')')
-                .map(|(_, rest)| rest.trim_start().chars().next())
-        })
-        .flatten()
-        .is_some_and(|state| state != 'Z' && state != 'X')
-}
-
-fn signal(pid: i32, sig: rustix::process::Signal) {
-    if let Some(p) = rustix::process::Pid::from_raw(pid) {
-        let _ = rustix::process::kill_process(p, sig);
-    }
 }
 
 /// A listener on `at` in namespace `ns` (bound from a thread moved there).
@@ -320,18 +253,6 @@ fn relay(listener: std::net::TcpListener, servers: Vec<String>, stop: Cancellati
             });
         }
     });
-}
-
-/// Watches a CNCI VM until it stops, then stops its relay: `true` on the channel then.
-fn watch_vm(vms: LibvirtBackend, id: Uuid, relay: CancellationToken) -> watch::Receiver<bool> {
-    let (tx, rx) = watch::channel(false);
-    tokio::spawn(async move {
-        vms.wait_exit(id).await;
-        tracing::info!(cnci = %id, "CNCI VM stopped");
-        relay.cancel();
-        let _ = tx.send(true);
-    });
-    rx
 }
 
 impl<B: Backend> CnciLauncher<B> {
@@ -566,149 +487,6 @@ impl<B: Backend> CnciLauncher<B> {
         Ok(())
     }
 
-    async fn launch(&self, id: Uuid) -> Result<(), BackendError> {
-        let Some(mut record) = self.lock().records.get(&id).cloned() else {
-            return Err(BackendError::NotFound);
-        };
-        if self.lock().running.contains_key(&id) {
-            return Ok(());
-        }
-        if record.vm {
-            return self.launch_vm(id, &record).await;
-        }
-        let c = self.config()?;
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(c.dir.join(format!("{id}.log")))
-            .map_err(launch)?;
-        let listener = listen_in(&record.ns, (Ipv4Addr::LOCALHOST, 0)).map_err(launch)?;
-        let port = listener.local_addr().map_err(launch)?.port();
-        let stop_relay = CancellationToken::new();
-        relay(listener, c.servers.clone(), stop_relay.clone());
-        let spawned = tokio::process::Command::new("ip")
-            .args(["netns", "exec", &record.ns])
-            .arg(&c.binary)
-            .arg("--ca-cert")
-            .arg(&c.ca_cert)
-            .arg("--cert")
-            .arg(&c.cert)
-            .arg("--key")
-            .arg(&c.key)
-            .args(["--scheduler", &c.servers.join(",")])
-            .args(["--via", &format!("127.0.0.1:{port}")])
-            .args(["--uuid", &id.to_string()])
-            .args(["--tenant", &record.tenant.to_string()])
-            .args(["--ip", &record.ip.to_string()])
-            .args(["--tunnel", &c.tunnel])
-            .args(["--vxlan-port", &c.vxlan_port.to_string()])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .kill_on_drop(false)
-            .spawn();
-        let mut child = match spawned {
-            Ok(c) => c,
-            Err(e) => {
-                stop_relay.cancel();
-                return Err(launch(format!("{}: {e}", c.binary.display())));
-            }
-        };
-        let pid = child
-            .id()
-            .and_then(|p| i32::try_from(p).ok())
-            .ok_or_else(|| launch("the CNCI exited at once"))?;
-        let (tx, rx) = watch::channel(false);
-        let relay_stop = stop_relay.clone();
-        tokio::spawn(async move {
-            let status = child.wait().await;
-            tracing::info!(cnci = %id, ?status, "CNCI process exited");
-            relay_stop.cancel();
-            let _ = tx.send(true);
-        });
-        record.pid = Some(pid);
-        self.save(id, &record)?;
-        let mut s = self.lock();
-        s.records.insert(id, record);
-        s.running.insert(
-            id,
-            Running {
-                pid: Some(pid),
-                exited: rx,
-                relay: stop_relay,
-            },
-        );
-        tracing::info!(cnci = %id, pid, "CNCI process started");
-        Ok(())
-    }
-
-    /// Starts a CNCI VM: its tap where QEMU opens it, the relay, the domain; then the tap
-    /// moves onto the bridge in the CNCI's namespace (before the guest has booted far enough
-    /// to send anything).
-    async fn launch_vm(&self, id: Uuid, record: &Record) -> Result<(), BackendError> {
-        let c = self.config()?;
-        let Some((vms, _)) = self.vm_mode()? else {
-            return Err(launch(
-                "a CNCI VM's record, but CNCIs do not run as VMs here",
-            ));
-        };
-        let tap = crate::net::tap_name(id);
-        let netns = c.tap_netns.as_deref();
-        // A tap of an earlier start, where QEMU runs or in the CNCI's namespace.
-        let _ = ip_in(netns, &["link", "del", &tap]).await;
-        let _ = ip(&["-n", &record.ns, "link", "del", &tap]).await;
-        ip_in(netns, &["tuntap", "add", "dev", &tap, "mode", "tap"]).await?;
-        let listener = listen_in(&record.ns, (RELAY_ADDR, RELAY_PORT)).map_err(launch)?;
-        let stop_relay = CancellationToken::new();
-        relay(listener, c.servers.clone(), stop_relay.clone());
-        let started = async {
-            vms.start(id).await?;
-            ip_in(netns, &["link", "set", &tap, "netns", &record.ns]).await?;
-            ip(&["-n", &record.ns, "link", "set", &tap, "master", VM_BRIDGE]).await?;
-            ip(&["-n", &record.ns, "link", "set", &tap, "up"]).await
-        };
-        if let Err(e) = started.await {
-            stop_relay.cancel();
-            let _ = vms.stop(id).await;
-            let _ = ip_in(netns, &["link", "del", &tap]).await;
-            return Err(e);
-        }
-        let exited = watch_vm(vms.clone(), id, stop_relay.clone());
-        self.lock().running.insert(
-            id,
-            Running {
-                pid: None,
-                exited,
-                relay: stop_relay,
-            },
-        );
-        tracing::info!(cnci = %id, ns = %record.ns, %tap, "CNCI VM started");
-        Ok(())
-    }
-
-    /// Takes over a CNCI VM an earlier run of the agent started: its relay again, and a
-    /// watcher of its end.
-    fn reattach_vm(&self, id: Uuid, record: &Record) -> Result<(), BackendError> {
-        let c = self.config()?;
-        let Some((vms, _)) = self.vm_mode()? else {
-            return Err(launch("CNCIs do not run as VMs here"));
-        };
-        let listener = listen_in(&record.ns, (RELAY_ADDR, RELAY_PORT)).map_err(launch)?;
-        let stop_relay = CancellationToken::new();
-        relay(listener, c.servers.clone(), stop_relay.clone());
-        let exited = watch_vm(vms.clone(), id, stop_relay.clone());
-        self.lock().running.insert(
-            id,
-            Running {
-                pid: None,
-                exited,
-                relay: stop_relay,
-            },
-        );
-        tracing::info!(cnci = %id, "CNCI VM re-attached");
-        Ok(())
-    }
-
     async fn halt(&self, id: Uuid) {
         let running = self.lock().running.remove(&id);
         let Some(r) = running else {
@@ -854,306 +632,5 @@ impl<B: Backend> Backend for CnciLauncher<B> {
     }
 }
 
-/// What a node leaves of its CNCIs when it goes for good (`cumulo down`, a test's end): every
-/// CNCI recorded in `dir` (the launcher's records, [`LaunchConfig::dir`]) has its process
-/// stopped (SIGTERM, SIGKILL after `grace`; only a live `cumulo-cnci`), its namespace deleted
-/// (only one named as this launcher names them) and its record and log removed. The agent must
-/// be stopped first: it would start them again. Returns the namespaces deleted. CNCI VMs are
-/// the libvirt backend's domains, stopped and undefined with the node's other domains.
-pub fn clean_up(dir: &std::path::Path, grace: Duration) -> Vec<String> {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return Vec::new();
-    };
-    let mut deleted = Vec::new();
-    for entry in entries.flatten() {
-        let path = entry.path();
-        let id = path
-            .file_stem()
-            .and_then(|s| s.to_str())
-            .and_then(|s| s.parse::<Uuid>().ok());
-        let (Some(id), Some("json")) = (id, path.extension().and_then(|e| e.to_str())) else {
-            continue;
-        };
-        // Records are small; anything large or unreadable is not one.
-        let Some(r) = std::fs::metadata(&path)
-            .ok()
-            .filter(|m| m.len() <= 64 * 1024)
-            .and_then(|_| std::fs::read(&path).ok())
-            .and_then(|b| serde_json::from_slice::<Record>(&b).ok())
-        else {
-            continue;
-        };
-        if let Some(pid) = r.pid.filter(|p| is_cnci_process(*p)) {
-            signal(pid, rustix::process::Signal::TERM);
-            let until = std::time::Instant::now() + grace;
-            while alive(pid) && std::time::Instant::now() < until {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            if alive(pid) {
-                signal(pid, rustix::process::Signal::KILL);
-            }
-        }
-        if r.ns == ns_name(id)
-            && std::path::Path::new("/run/netns").join(&r.ns).exists()
-            && std::process::Command::new("ip")
-                .args(["netns", "del", &r.ns])
-                .stdin(Stdio::null())
-                .output()
-                .is_ok_and(|o| o.status.success())
-        {
-            deleted.push(r.ns);
-        }
-        let _ = std::fs::remove_file(&path);
-        let _ = std::fs::remove_file(dir.join(format!("{id}.log")));
-    }
-    deleted
-}
-
-/// Whether `pid` is a live `cumulo-cnci` (a recorded PID may have been reused since).
-fn is_cnci_process(pid: i32) -> bool {
-    alive(pid)
-        && std::fs::read_to_string(format!("/proc/{pid}/comm"))
-            .is_ok_and(|comm| comm.trim() == "cumulo-cnci")
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::backend::fake::FakeBackend;
-
-    fn config(dir: &std::path::Path) -> LaunchConfig {
-        LaunchConfig {
-            binary: "cumulo-cnci".into(),
-            ca_cert: "ca.pem".into(),
-            cert: "c.pem".into(),
-            key: "c.key".into(),
-            uplink: "u0".into(),
-            addresses: "198.18.0.128/30".parse().unwrap(),
-            prefix: 24,
-            servers: vec!["localhost:8888".into()],
-            tunnel: "vxlan".into(),
-            vxlan_port: 4789,
-            dir: dir.to_owned(),
-            vm_image: None,
-            tap_netns: None,
-        }
-    }
-
-    #[test]
-    fn addresses_are_the_lowest_free_hosts_of_the_pool_and_records_are_read_back() {
-        let dir = tempfile::tempdir().unwrap();
-        let l = CnciLauncher::new(FakeBackend::default(), Some(config(dir.path()))).unwrap();
-        let (a, b, c) = (Uuid::from_u128(7), Uuid::from_u128(8), Uuid::from_u128(9));
-        assert_eq!(l.allocate(a).unwrap(), Ipv4Addr::new(198, 18, 0, 129));
-        // Reserved for its owner: asking again for it gives it again, another gets the next.
-        assert_eq!(l.allocate(a).unwrap(), Ipv4Addr::new(198, 18, 0, 129));
-        let r = Record {
-            tenant: Uuid::from_u128(1),
-            ns: ns_name(a),
-            ip: Ipv4Addr::new(198, 18, 0, 129),
-            pid: None,
-            vm: false,
-        };
-        l.save(a, &r).unwrap();
-        l.lock().records.insert(a, r.clone());
-        assert_eq!(l.allocate(b).unwrap(), Ipv4Addr::new(198, 18, 0, 130));
-        assert!(
-            matches!(l.allocate(c), Err(BackendError::Network(_))),
-            "a /30 has two hosts"
-        );
-        // A released owner's address is free again.
-        l.release(b);
-        assert_eq!(l.allocate(c).unwrap(), Ipv4Addr::new(198, 18, 0, 130));
-        std::fs::write(dir.path().join("junk.json"), b"{").unwrap();
-        std::fs::write(dir.path().join("x.log"), b"log").unwrap();
-        let again = CnciLauncher::new(FakeBackend::default(), Some(config(dir.path()))).unwrap();
-        assert_eq!(again.lock().records.get(&a), Some(&r));
-        assert_eq!(again.lock().records.len(), 1);
-        // The recorded CNCI's address is held again after the restart.
-        assert_eq!(again.allocate(b).unwrap(), Ipv4Addr::new(198, 18, 0, 130));
-        assert!(ns_name(a).len() <= 24);
-    }
-
-    /// Two launchers sharing one reservation store (as off-host launchers share etcd) never
-    /// hand out one address twice; a launcher whose recorded address another holds refuses
-    /// to start.
-    #[test]
-    fn launchers_sharing_reservations_never_take_one_address_twice() {
-        let shared: Arc<dyn ReservationStore> = Arc::new(MemoryReservations::new());
-        let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-        let l1 = CnciLauncher::new(FakeBackend::default(), Some(config(d1.path())))
-            .unwrap()
-            .with_reservations(shared.clone())
-            .unwrap();
-        let l2 = CnciLauncher::new(FakeBackend::default(), Some(config(d2.path())))
-            .unwrap()
-            .with_reservations(shared.clone())
-            .unwrap();
-        let first = l1.allocate(Uuid::from_u128(1)).unwrap();
-        let second = l2.allocate(Uuid::from_u128(2)).unwrap();
-        assert_ne!(first, second);
-        assert!(l1.allocate(Uuid::from_u128(3)).is_err(), "the /30 is full");
-        let held = shared.reservations(ADDRESS_POOL).unwrap();
-        assert_eq!(held.len(), 2);
-        // A record of d1 whose address is held by another owner in the shared store.
-        let r = Record {
-            tenant: Uuid::from_u128(1),
-            ns: ns_name(Uuid::from_u128(4)),
-            ip: second,
-            pid: None,
-            vm: false,
-        };
-        std::fs::write(
-            d1.path().join(format!("{}.json", Uuid::from_u128(4))),
-            serde_json::to_vec(&r).unwrap(),
-        )
-        .unwrap();
-        let clash = CnciLauncher::new(FakeBackend::default(), Some(config(d1.path())))
-            .unwrap()
-            .with_reservations(shared);
-        assert!(matches!(clash, Err(BackendError::Network(_))));
-    }
-
-    /// The clean-up removes the records and logs, but signals only a live `cumulo-cnci` and
-    /// deletes only a namespace named as the launcher names them.
-    #[test]
-    fn the_clean_up_touches_only_what_the_records_name_as_ours() {
-        let dir = tempfile::tempdir().unwrap();
-        let id = Uuid::from_u128(0xc1);
-        // A live process that is not a CNCI under the recorded PID (reused since).
-        let mut other = std::process::Command::new("sleep")
-            .arg("30")
-            .spawn()
-            .unwrap();
-        let r = Record {
-            tenant: Uuid::from_u128(1),
-            // Not this CNCI's namespace name: never deleted.
-            ns: "not-ours".into(),
-            ip: Ipv4Addr::new(198, 18, 0, 129),
-            pid: Some(i32::try_from(other.id()).unwrap()),
-            vm: false,
-        };
-        let record = dir.path().join(format!("{id}.json"));
-        std::fs::write(&record, serde_json::to_vec(&r).unwrap()).unwrap();
-        std::fs::write(dir.path().join(format!("{id}.log")), b"log").unwrap();
-        // Not records: left alone.
-        let big = dir.path().join(format!("{}.json", Uuid::from_u128(0xc2)));
-        std::fs::write(&big, vec![b' '; 100 * 1024]).unwrap();
-        std::fs::write(dir.path().join("notes.json"), b"{}").unwrap();
-        assert_eq!(
-            clean_up(dir.path(), Duration::from_millis(100)),
-            Vec::<String>::new()
-        );
-        assert!(!record.exists() && !dir.path().join(format!("{id}.log")).exists());
-        assert!(big.exists() && dir.path().join("notes.json").exists());
-        assert_eq!(other.try_wait().unwrap(), None, "not a CNCI: not signalled");
-        other.kill().unwrap();
-        other.wait().unwrap();
-        assert!(clean_up(&dir.path().join("missing"), Duration::ZERO).is_empty());
-    }
-
-    /// The same over a real etcd (skipped without one unless `CUMULO_REQUIRE_ETCD=1`): every
-    /// reservation is an etcd transaction, so launchers in different processes agree too.
-    #[test]
-    fn launchers_sharing_an_etcd_store_never_take_one_address_twice() {
-        let Some(etcd) = testkit::etcd::shared() else {
-            return;
-        };
-        let prefix = format!("cnci-{}", Uuid::new_v4().simple());
-        let open = || -> Arc<dyn ReservationStore> {
-            Arc::new(controller::store::EtcdStore::connect(&[etcd.endpoint()], &prefix).unwrap())
-        };
-        let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
-        let launchers: Vec<_> = dirs
-            .iter()
-            .map(|d| {
-                CnciLauncher::new(FakeBackend::default(), Some(config(d.path())))
-                    .unwrap()
-                    .with_reservations(open())
-                    .unwrap()
-            })
-            .collect();
-        let got: Vec<_> = std::thread::scope(|s| {
-            let handles: Vec<_> = launchers
-                .iter()
-                .enumerate()
-                .map(|(n, l)| s.spawn(move || l.allocate(Uuid::from_u128(n as u128 + 1))))
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().unwrap().unwrap())
-                .collect()
-        });
-        assert_ne!(got[0], got[1]);
-        let held = open().reservations(ADDRESS_POOL).unwrap();
-        assert_eq!(held.len(), 2);
-        launchers[0].release(Uuid::from_u128(1));
-        assert_eq!(open().reservations(ADDRESS_POOL).unwrap().len(), 1);
-    }
-
-    #[test]
-    fn a_vm_gets_its_settings_and_credentials_in_its_user_data() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut c = config(dir.path());
-        for (name, text) in [("ca.pem", "CA\n"), ("c.pem", "CERT"), ("c.key", "KEY\n\n")] {
-            std::fs::write(dir.path().join(name), text).unwrap();
-        }
-        c.ca_cert = dir.path().join("ca.pem");
-        c.cert = dir.path().join("c.pem");
-        c.key = dir.path().join("c.key");
-        let r = Record {
-            tenant: Uuid::from_u128(1),
-            ns: ns_name(Uuid::from_u128(7)),
-            ip: Ipv4Addr::new(198, 18, 0, 129),
-            pid: None,
-            vm: true,
-        };
-        let text = vm_user_data(&c, Uuid::from_u128(7), &r).unwrap();
-        assert_eq!(
-            text,
-            "#cumulo-cnci\n\
-             CUMULO_CNCI_UUID=00000000-0000-0000-0000-000000000007\n\
-             CUMULO_CNCI_TENANT=00000000-0000-0000-0000-000000000001\n\
-             CUMULO_CNCI_IP=198.18.0.129\n\
-             CUMULO_CNCI_PREFIX=24\n\
-             CUMULO_CNCI_LINK_ADDR=169.254.0.2/24\n\
-             CUMULO_CNCI_SCHEDULER=localhost:8888\n\
-             CUMULO_CNCI_VIA=169.254.0.1:8443\n\
-             CUMULO_CNCI_TUNNEL=vxlan\n\
-             CUMULO_CNCI_VXLAN_PORT=4789\n\
-             --- file ca.pem\nCA\n--- file cert.pem\nCERT\n--- file key.pem\nKEY\n"
-        );
-        assert_eq!(vm_mac(r.ip), [2, 0xcc, 198, 18, 0, 129]);
-        // A value the guest's shell would have to quote is refused, not passed on.
-        c.servers = vec!["localhost:8888; reboot".into()];
-        assert!(matches!(
-            vm_user_data(&c, Uuid::from_u128(7), &r),
-            Err(BackendError::Launch(_))
-        ));
-        c.servers = vec!["localhost:8888".into()];
-        c.key = dir.path().join("missing.key");
-        assert!(vm_user_data(&c, Uuid::from_u128(7), &r).is_err());
-    }
-
-    #[test]
-    fn only_cnci_starts_are_intercepted() {
-        let mut meta = BTreeMap::new();
-        meta.insert("cumulo-role".to_string(), "cnci".to_string());
-        let spec = |meta_data| InstanceSpec {
-            instance: Uuid::from_u128(7),
-            tenant: Uuid::from_u128(1),
-            workload: Uuid::nil(),
-            kind: crate::model::VmKind::Sim,
-            firmware: crate::model::Firmware::Legacy,
-            image: "x".into(),
-            resources: crate::model::Resources::default(),
-            nic: None,
-            disks: Vec::new(),
-            user_data: None,
-            meta_data,
-            restart: false,
-        };
-        assert!(is_cnci(&spec(meta)));
-        assert!(!is_cnci(&spec(BTreeMap::new())));
-    }
-}
+mod tests;
