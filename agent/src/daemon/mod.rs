@@ -182,6 +182,18 @@ fn lock_state_dir(dir: &Path) -> Result<File, DaemonError> {
     }
 }
 
+/// Says in the log at start-up when QEMU cannot reach the instances' files (every START would
+/// fail, each with the same cause in its fault), and gives the backend's directories to QEMU's
+/// group before the first START needs them.
+fn check_reach(backend: &LibvirtBackend) {
+    let backend = backend.clone();
+    tokio::task::spawn_blocking(move || {
+        if let Err(e) = backend.check_reach() {
+            tracing::error!(error = %e, "the libvirt backend cannot run VMs yet");
+        }
+    });
+}
+
 /// Runs the agent until `shutdown` is cancelled (`Ok`), or until it cannot go on (`Err`).
 pub async fn run(config: DaemonConfig, shutdown: CancellationToken) -> Result<(), DaemonError> {
     let (_locks, node) = claim(&config)?;
@@ -194,6 +206,7 @@ pub async fn run(config: DaemonConfig, shutdown: CancellationToken) -> Result<()
     match (&libvirt, &config.net) {
         (Some(l), Some(net)) if net.node_ip.is_some() => {
             let backend = LibvirtBackend::new(l.clone())?;
+            check_reach(&backend);
             let vms = Some(backend.clone());
             let network = net.network(RtNetOps::new()?).await?;
             let prepare = with_cncis(networked(backend, network), cnci, vms);
@@ -204,6 +217,7 @@ pub async fn run(config: DaemonConfig, shutdown: CancellationToken) -> Result<()
                 tracing::warn!("no --node-ip: tenant networking off (VMs start without a NIC)");
             }
             let backend = LibvirtBackend::new(l.clone())?;
+            check_reach(&backend);
             let vms = Some(backend.clone());
             run_with(
                 &config,

@@ -27,6 +27,7 @@
 //!   DELETE_FAILURE), running instances are not reported as exited while libvirt cannot be
 //!   asked, and the next call reconnects ([`conn`]).
 
+pub mod access;
 pub mod conn;
 pub mod images;
 pub mod seed;
@@ -35,7 +36,7 @@ pub mod xml;
 use std::collections::HashMap;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 use uuid::Uuid;
 use virt::connect::Connect;
@@ -44,6 +45,7 @@ use virt::error::ErrorNumber;
 
 use crate::backend::{Backend, BackendError, Existing};
 use crate::model::{InstanceSpec, Usage, VmKind};
+use access::QemuUser;
 use conn::{Conn, ConnError};
 use images::{Image, ImageError, ImageStore};
 use seed::Seed;
@@ -108,6 +110,10 @@ pub struct LibvirtConfig {
     /// or the off-host host's for its replicas. `None`: none recorded, and every domain of ours
     /// is taken as this backend's (one backend per libvirt).
     pub owner: Option<Uuid>,
+    /// The directory that `images` and `instances` are in (the agent's state directory). Under
+    /// a local `qemu:///system`, it and the directories below it on the way to them are given
+    /// to QEMU's group with mode 0710 ([`access`]), so that QEMU can reach the instances' files.
+    pub top: Option<PathBuf>,
 }
 
 impl LibvirtConfig {
@@ -120,6 +126,7 @@ impl LibvirtConfig {
             instances: state_dir.join("libvirt").join("instances"),
             poll: Duration::from_millis(500),
             owner: None,
+            top: Some(state_dir.to_path_buf()),
         }
     }
 }
@@ -145,6 +152,9 @@ struct Inner {
     kind: DomainType,
     /// The last CPU time seen of each instance, for CPU %.
     cpu: Mutex<HashMap<Uuid, (Instant, u64)>>,
+    /// Who QEMU runs as under a local `qemu:///system` (read from libvirt once it answers;
+    /// `None` inside when QEMU runs as root).
+    qemu: OnceLock<Option<QemuUser>>,
 }
 
 /// Whether libvirt's error says the domain is there already.
@@ -240,6 +250,11 @@ fn disk_bytes(path: &Path) -> u64 {
     own + children
 }
 
+/// Makes a file readable and writable by its owner alone.
+fn private(path: &Path) -> std::io::Result<()> {
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+}
+
 fn launch(e: ConnError) -> BackendError {
     BackendError::Launch(e.to_string())
 }
@@ -260,7 +275,61 @@ impl Inner {
             kind,
             config,
             cpu: Mutex::new(HashMap::new()),
+            qemu: OnceLock::new(),
         })
+    }
+
+    /// Under a local `qemu:///system` with the agent as root: who QEMU runs as (read from
+    /// libvirt the first time, when the backend's own directories are also given to its group),
+    /// and an error naming the directory that keeps it from any of `paths`. `None` where QEMU
+    /// runs as the agent's own user or as root (blocking).
+    fn reach(&self, paths: &[&Path]) -> Result<Option<&QemuUser>, BackendError> {
+        if !access::is_local_system(&self.config.uri) || !rustix::process::geteuid().is_root() {
+            return Ok(None);
+        }
+        let user = match self.qemu.get() {
+            Some(user) => user.as_ref(),
+            None => {
+                let caps = self.conn.call(|c| c.get_capabilities()).map_err(launch)?;
+                let user = QemuUser::from_host(&caps).filter(|u| u.uid != 0);
+                if let (Some(user), Some(top)) = (&user, &self.config.top) {
+                    let mut dirs = access::chain(top, &self.config.instances);
+                    for dir in access::chain(top, &self.config.images) {
+                        if !dirs.contains(&dir) {
+                            dirs.push(dir);
+                        }
+                    }
+                    access::open_to(&dirs, user.gid, access::SEARCH_ONLY).map_err(|e| {
+                        BackendError::Launch(format!(
+                            "opening {} to QEMU's group {}: {e}",
+                            top.display(),
+                            user.gid
+                        ))
+                    })?;
+                }
+                let _ = self.qemu.set(user);
+                self.qemu.get().and_then(Option::as_ref)
+            }
+        };
+        let Some(user) = user else {
+            return Ok(None);
+        };
+        for path in paths {
+            if let Some(blocked) = user.blocked(path) {
+                return Err(BackendError::Launch(format!(
+                    "QEMU runs as uid {} (gid {}) under {} and cannot reach {}: {blocked} does \
+                     not let it through. Keep the agent's state and images where QEMU can reach \
+                     them (cumulo up's default as root is /var/lib/cumulo), or let it through \
+                     that directory (chmod o+x {})",
+                    user.uid,
+                    user.gid,
+                    self.config.uri,
+                    path.display(),
+                    blocked.dir.display()
+                )));
+            }
+        }
+        Ok(Some(user))
     }
 
     fn instance_dir(&self, instance: Uuid) -> PathBuf {
@@ -324,13 +393,28 @@ impl Inner {
     ) -> Result<(), BackendError> {
         let instance = spec.instance;
         let io = |e: std::io::Error| BackendError::Launch(format!("{}: {e}", dir.display()));
+        let image_files: Vec<&Path> = match image {
+            Image::Disk { path, .. } => vec![path],
+            Image::Kernel { kernel, initrd, .. } => vec![kernel, initrd],
+        };
+        let mut reached = image_files;
+        reached.push(&self.config.instances);
+        let qemu = self.reach(&reached)?;
         std::fs::create_dir_all(dir).map_err(io)?;
         // QEMU runs as another user under qemu:///system: it must be able to reach the files
-        // (libvirt gives it the files themselves).
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).map_err(io)?;
+        // (libvirt gives it the files themselves). Where it is known, only its group may;
+        // elsewhere (a remote URI) anyone may search the directory.
+        match qemu {
+            Some(user) => access::open_to(&[dir.to_path_buf()], user.gid, access::INSTANCE_DIR),
+            None => std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)),
+        }
+        .map_err(io)?;
         let seed = Seed::new(instance, spec.user_data.as_deref(), &spec.meta_data);
         let seed_iso = dir.join("seed.iso");
         seed.write_iso(&seed_iso).map_err(BackendError::Launch)?;
+        // The user data may hold secrets: for root only; libvirt gives the files it hands QEMU
+        // (seed, disks, kernel and initrd) to QEMU's user while the domain runs.
+        private(&seed_iso).map_err(io)?;
         let boot = match image {
             Image::Disk { path, format } => {
                 let overlay = dir.join("disk.qcow2");
@@ -345,6 +429,7 @@ impl Inner {
                         )
                     },
                 )?;
+                private(&overlay).map_err(io)?;
                 Boot::Disk { overlay }
             }
             Image::Kernel {
@@ -360,8 +445,7 @@ impl Inner {
                 }
                 bytes.extend_from_slice(&seed.cpio());
                 let own = dir.join("initrd");
-                // The user data may hold secrets (a CNCI's key): for root only; libvirt hands
-                // the file to QEMU's user while the domain runs.
+                // The user data may hold secrets (a CNCI's key): for root only, as the seed.
                 std::fs::OpenOptions::new()
                     .write(true)
                     .create(true)
@@ -407,7 +491,10 @@ impl Inner {
             owner: self.config.owner,
         };
         let text = domain.render();
-        std::fs::write(dir.join("domain.xml"), &text).map_err(io)?;
+        let xml_file = dir.join("domain.xml");
+        std::fs::write(&xml_file, &text)
+            .and_then(|()| private(&xml_file))
+            .map_err(io)?;
         match self.conn.call(|c| Domain::define_xml(c, &text)) {
             Ok(_) => Ok(()),
             Err(e) if exists_error(&e) => Err(BackendError::Exists),
@@ -488,6 +575,17 @@ impl LibvirtBackend {
     /// The serial console log of an instance.
     pub fn console_path(&self, instance: Uuid) -> PathBuf {
         self.instance_dir(instance).join("console.log")
+    }
+
+    /// Checks before any instance that QEMU will reach the instances' and images' directories,
+    /// giving the backend's own to its group ([`access`]; blocking: libvirt is asked who QEMU
+    /// runs as). `Ok(Some(user))` under a local `qemu:///system` as root; `Ok(None)` where QEMU
+    /// runs as the agent's own user or as root; the error says which directory keeps it out.
+    pub fn check_reach(&self) -> Result<Option<QemuUser>, BackendError> {
+        let inner = &self.0;
+        inner
+            .reach(&[&inner.config.instances, &inner.config.images])
+            .map(Option::<&QemuUser>::cloned)
     }
 
     /// The domain type instances get.
