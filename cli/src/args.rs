@@ -81,7 +81,8 @@ pub enum Command {
 /// The local cluster's directory.
 #[derive(Debug, Clone, Args)]
 pub struct DirArg {
-    /// The cluster's directory (default: $XDG_DATA_HOME/cumulo or ~/.local/share/cumulo).
+    /// The cluster's directory (default: /var/lib/cumulo as root; otherwise
+    /// $XDG_DATA_HOME/cumulo, else ~/.local/share/cumulo).
     #[arg(long, env = "CUMULO_DIR")]
     pub dir: Option<PathBuf>,
 }

@@ -88,6 +88,20 @@ pub fn item(answer: Value) -> Value {
     }
 }
 
+/// What an instance in `error` failed with, in one line: its fault's reason and message (the
+/// native view's `fault`), else the reason alone.
+pub fn fault_text(instance: &Value) -> String {
+    let fault = &instance["fault"];
+    let reason = fault["reason"]
+        .as_str()
+        .or_else(|| instance["error"].as_str())
+        .unwrap_or("no reason given");
+    match fault["message"].as_str().filter(|m| !m.is_empty()) {
+        Some(message) => format!("{reason}: {message}"),
+        None => reason.to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

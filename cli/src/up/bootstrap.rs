@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::cluster::{Backend, UpError, password_file, wait_for};
-use super::layout::Layout;
+use super::layout::{Layout, SESSION_URI, SYSTEM_URI};
 use super::{UpOptions, libvirt};
 use crate::client::{Connection, Credentials};
 use crate::routes;
@@ -81,11 +81,33 @@ fn have(program: &str) -> bool {
 pub const LIBVIRT_PACKAGES: &str = "libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients \
      qemu-system-x86 qemu-utils busybox-static cpio";
 
+/// What `up` runs instances with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Chosen {
+    /// The backend.
+    pub backend: Backend,
+    /// With libvirt: the URI the agent uses.
+    pub uri: Option<&'static str>,
+    /// One line on the choice, for the progress line.
+    pub note: String,
+}
+
+fn sim(note: String) -> Chosen {
+    Chosen {
+        backend: Backend::Sim,
+        uri: None,
+        note,
+    }
+}
+
 /// Chooses the backend: libvirt if asked and it can be had (installing it when allowed), else
-/// sim, with a note that says why and what to install.
-pub fn choose_backend(options: &UpOptions) -> Result<(Backend, String), UpError> {
+/// sim, with a note that says why and what to install. As root libvirt's system daemon
+/// (`qemu:///system`; a private one is started when none answers); as another user a daemon of
+/// the user's own (`qemu:///session`), so that QEMU runs as the user and reaches the user's
+/// files.
+pub fn choose_backend(options: &UpOptions) -> Result<Chosen, UpError> {
     if options.backend == Backend::Sim {
-        return Ok((Backend::Sim, "sim (asked)".into()));
+        return Ok(sim("sim (asked)".into()));
     }
     let missing = || !(have("virsh") && have("libvirtd") && have("qemu-system-x86_64"));
     if missing() && (is_root() || options.install_deps) {
@@ -101,43 +123,50 @@ pub fn choose_backend(options: &UpOptions) -> Result<(Backend, String), UpError>
             .status()
             .is_ok_and(|s| s.success());
         if !installed {
-            return Ok((
-                Backend::Sim,
-                format!("sim: installing libvirt failed; try: {script}"),
-            ));
+            return Ok(sim(format!(
+                "sim: installing libvirt failed; try: {script}"
+            )));
         }
     }
     if missing() {
-        return Ok((
-            Backend::Sim,
-            format!(
-                "sim — WARNING: libvirt/qemu are not installed; for real VMs run: \
-                 sudo apt-get install --no-install-recommends {LIBVIRT_PACKAGES} \
-                 (or cumulo up --install-deps)"
-            ),
-        ));
+        return Ok(sim(format!(
+            "sim — WARNING: libvirt/qemu are not installed; for real VMs run: \
+             sudo apt-get install --no-install-recommends {LIBVIRT_PACKAGES} \
+             (or cumulo up --install-deps)"
+        )));
     }
-    if libvirt::answers() {
-        return Ok((Backend::Libvirt, "libvirt (qemu:///system)".into()));
-    }
+    let libvirt = |uri, note: &str| Chosen {
+        backend: Backend::Libvirt,
+        uri: Some(uri),
+        note: note.to_string(),
+    };
     if !is_root() {
-        return Ok((
-            Backend::Sim,
-            "sim — WARNING: no libvirt daemon answers at qemu:///system; start libvirtd \
-             (or run cumulo up as root, which starts a private one) for real VMs"
-                .into(),
-        ));
+        if libvirt::answers(SESSION_URI) {
+            return Ok(libvirt(SESSION_URI, "libvirt (qemu:///session)"));
+        }
+        return Ok(match libvirt::start_session(&options.layout) {
+            Ok(()) => libvirt(
+                SESSION_URI,
+                "libvirt (qemu:///session: this user's libvirtd started; cumulo down stops it)",
+            ),
+            Err(e) => sim(format!(
+                "sim — WARNING: this user's libvirtd (qemu:///session) could not be started \
+                 ({e}); run cumulo up as root for the system's"
+            )),
+        });
     }
-    match libvirt::start_private(&options.layout) {
-        Ok(()) => Ok((
-            Backend::Libvirt,
-            "libvirt (a private libvirtd started; cumulo down stops it)".into(),
-        )),
-        Err(e) => Ok((
-            Backend::Sim,
-            format!("sim — WARNING: libvirtd could not be started ({e})"),
-        )),
+    if libvirt::answers(SYSTEM_URI) {
+        return Ok(libvirt(SYSTEM_URI, "libvirt (qemu:///system)"));
     }
+    Ok(match libvirt::start_private(&options.layout) {
+        Ok(()) => libvirt(
+            SYSTEM_URI,
+            "libvirt (a private libvirtd started; cumulo down stops it)",
+        ),
+        Err(e) => sim(format!(
+            "sim — WARNING: libvirtd could not be started ({e})"
+        )),
+    })
 }
 
 /// Finds an object by name in a listing, or makes it with `create`.
@@ -267,7 +296,7 @@ pub fn first_instance(
                     return Err(UpError::Other(format!(
                         "the first instance {id} is in error ({}); delete it with \
                          `cumulo instance delete {id}` and run up again",
-                        existing["error"].as_str().unwrap_or("no reason given")
+                        routes::fault_text(&existing)
                     )));
                 }
                 _ => {}
@@ -287,31 +316,58 @@ pub fn first_instance(
         }
     };
     let path = routes::instance(&id);
-    wait_for(
+    let console = libvirt::console_path(layout, &id);
+    let marker = format!("CUMULO-GUEST-UP {id}");
+    let booted = || {
+        std::fs::read(&console).is_ok_and(|bytes| {
+            let from = usize::try_from(skip).unwrap_or(0);
+            String::from_utf8_lossy(bytes.get(from..).unwrap_or_default()).contains(&marker)
+        })
+    };
+    // Done when it is active (for a VM: and its console shows that it booted); an instance in
+    // error, or a VM that stopped before it booted, ends the wait at once with its cause.
+    let mut failed = None;
+    // A start asked of an exited instance shows `exited` until the agent takes it.
+    let mut left_exited = false;
+    let waited = wait_for(
         "first instance",
         &layout.log("agent"),
-        Duration::from_secs(120),
+        Duration::from_secs(240),
+        None,
         || {
-            demo.get(&path)
-                .map(routes::item)
-                .is_ok_and(|i| i["state"].as_str() == Some("active"))
+            let Ok(instance) = demo.get(&path).map(routes::item) else {
+                return false;
+            };
+            let state = instance["state"].as_str();
+            left_exited |= state != Some("exited");
+            match state {
+                Some("active") => backend == Backend::Sim || booted(),
+                Some("error") => {
+                    failed = Some(routes::fault_text(&instance));
+                    true
+                }
+                Some("exited") if backend == Backend::Libvirt && left_exited => {
+                    failed = Some(format!(
+                        "the VM stopped before its console showed that it booted; the end of \
+                         its console ({}):\n{}",
+                        console.display(),
+                        super::cluster::tail(&console, 10)
+                    ));
+                    true
+                }
+                _ => false,
+            }
         },
-    )?;
-    if backend == Backend::Libvirt {
-        let console = libvirt::console_path(layout, &id);
-        let marker = format!("CUMULO-GUEST-UP {id}");
-        wait_for(
-            "the guest's boot",
-            &console,
-            Duration::from_secs(120),
-            || {
-                std::fs::read(&console).is_ok_and(|bytes| {
-                    let from = usize::try_from(skip).unwrap_or(0);
-                    String::from_utf8_lossy(bytes.get(from..).unwrap_or_default()).contains(&marker)
-                })
-            },
-        )?;
+    );
+    if let Some(cause) = failed {
+        return Err(UpError::InstanceFailed {
+            what: "the first instance".into(),
+            id,
+            cause,
+            log: layout.log("agent").display().to_string(),
+        });
     }
+    waited?;
     Ok(id)
 }
 

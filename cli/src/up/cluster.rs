@@ -46,6 +46,31 @@ pub enum UpError {
         "{0} not found next to cumulo ({1}); build every binary first: cargo build --release --bins"
     )]
     NoBinary(String, String),
+    /// A service ended while it was waited for.
+    #[error("{service} exited while starting; the end of its log ({log}):\n{tail}")]
+    Exited {
+        /// Which.
+        service: String,
+        /// Its log.
+        log: String,
+        /// The last lines of its log.
+        tail: String,
+    },
+    /// An instance failed.
+    #[error(
+        "{what} {id} failed: {cause}\nSee the agent's log: {log}\n(`cumulo down` stops what \
+         this `up` started)"
+    )]
+    InstanceFailed {
+        /// Which instance ("the first instance").
+        what: String,
+        /// Its UUID.
+        id: String,
+        /// Its fault: reason and message.
+        cause: String,
+        /// The agent's log.
+        log: String,
+    },
     /// A service did not become ready.
     #[error("{service} is not ready after {waited:?}; see its log: {log}")]
     NotReady {
@@ -151,6 +176,21 @@ pub fn password_file(path: &Path) -> Result<String, UpError> {
     Ok(password)
 }
 
+/// Writes `text` to `path`, readable by this user alone (it holds a password).
+pub fn write_private(path: &Path, text: &str) -> Result<(), UpError> {
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .mode_0600()
+        .open(path)
+        .map_err(io_err(path))?;
+    f.write_all(text.as_bytes()).map_err(io_err(path))?;
+    // An older file keeps its mode when opened: make sure.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(io_err(path))
+}
+
 trait Mode0600 {
     fn mode_0600(&mut self) -> &mut Self;
 }
@@ -194,7 +234,7 @@ pub fn specs(
             "--state-dir",
             &layout.state("scheduler").display().to_string(),
         ]),
-        env: vec![],
+        env: plain_logs(),
     };
     let scheduler_at = format!("localhost:{}", port(&layout.scheduler));
     let mut controller_args = s(&[
@@ -223,7 +263,7 @@ pub fn specs(
         name: "controller".into(),
         program: binary("cumulo-controller")?,
         args: controller_args,
-        env: vec![],
+        env: plain_logs(),
     };
     let mut agent_args = s(&[
         "--ca-cert",
@@ -245,6 +285,9 @@ pub fn specs(
     ]);
     // One host plays the whole cloud: offer more vCPUs than it has (tiny guests mostly idle).
     agent_args.extend(s(&["--vcpus", "32"]));
+    if backend == Backend::Libvirt {
+        agent_args.extend(s(&["--libvirt-uri", &layout.libvirt_uri()]));
+    }
     if backend == Backend::Sim {
         // A developer's disk and memory are not a data centre's: no watermarks for sim.
         agent_args.extend(s(&["--no-disk-limit", "--no-mem-limit"]));
@@ -277,26 +320,42 @@ pub fn specs(
         name: "agent".into(),
         program: binary("cumulo-agent")?,
         args: agent_args,
-        env: vec![],
+        env: plain_logs(),
     };
     Ok(vec![scheduler, controller, agent])
+}
+
+/// Logs written to files are read by people and tools: no terminal colour codes.
+fn plain_logs() -> Vec<(String, String)> {
+    vec![("NO_COLOR".into(), "1".into())]
 }
 
 fn port(addr: &str) -> &str {
     addr.rsplit(':').next().unwrap_or("8888")
 }
 
-/// Polls `ready` every 50 ms until it holds or `within` passes.
+/// Polls `ready` every 50 ms until it holds or `within` passes; when `process` is given and
+/// ends meanwhile, fails at once with the end of its log.
 pub fn wait_for(
     service: &str,
     log: &Path,
     within: Duration,
+    process: Option<&procs::Running>,
     mut ready: impl FnMut() -> bool,
 ) -> Result<Duration, UpError> {
     let start = Instant::now();
     loop {
         if ready() {
             return Ok(start.elapsed());
+        }
+        if let Some(p) = process
+            && procs::ended(p.pid)
+        {
+            return Err(UpError::Exited {
+                service: service.into(),
+                log: log.display().to_string(),
+                tail: tail(log, 15),
+            });
         }
         if start.elapsed() >= within {
             return Err(UpError::NotReady {
@@ -307,6 +366,36 @@ pub fn wait_for(
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// The last `lines` lines of a log, indented, without terminal colour codes.
+pub fn tail(log: &Path, lines: usize) -> String {
+    let text = std::fs::read(log).unwrap_or_default();
+    let text = String::from_utf8_lossy(&text);
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..]
+        .iter()
+        .map(|l| format!("  {}", strip_ansi(l)))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// `line` without ANSI escape sequences (`ESC [ ... letter`).
+fn strip_ansi(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for d in chars.by_ref() {
+                if d.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// Whether something accepts TCP connections at `addr`.

@@ -6,6 +6,17 @@ use std::path::{Path, PathBuf};
 pub const SCHEDULER_ADDR: &str = "127.0.0.1:8888";
 /// The controller's default API address.
 pub const API_ADDR: &str = "127.0.0.1:8889";
+/// The default directory as root.
+pub const SYSTEM_ROOT: &str = "/var/lib/cumulo";
+/// libvirt's system daemon (as root): QEMU runs as libvirt's own user.
+pub const SYSTEM_URI: &str = "qemu:///system";
+/// The user's own libvirt daemon (not root): QEMU runs as the user.
+pub const SESSION_URI: &str = "qemu:///session";
+
+fn set_mode(path: &Path, mode: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+}
 
 /// The files of one local cluster, and where its services listen.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,13 +59,61 @@ impl Layout {
         format!("http://{}", self.api)
     }
 
-    /// The default directory: `$XDG_DATA_HOME/cumulo`, else `~/.local/share/cumulo`.
+    /// The default directory: as root, `/var/lib/cumulo` (where system services keep their
+    /// state, and where QEMU, which libvirt runs as another user, can reach the instances'
+    /// files); otherwise `$XDG_DATA_HOME/cumulo`, else `~/.local/share/cumulo`.
     pub fn default_root() -> PathBuf {
+        if rustix::process::geteuid().is_root() {
+            return PathBuf::from(SYSTEM_ROOT);
+        }
         if let Some(data) = std::env::var_os("XDG_DATA_HOME").filter(|d| !d.is_empty()) {
             return PathBuf::from(data).join("cumulo");
         }
         let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("."), PathBuf::from);
         home.join(".local/share/cumulo")
+    }
+
+    /// Makes the cluster's directory and its private parts, each with the mode its content
+    /// needs: the directory itself searchable by others but not listable (0711: QEMU, which
+    /// runs as another user, goes through it to the agent's instance files, which the agent
+    /// opens to QEMU's group alone), certificates, logs, PID files and the controller's and
+    /// scheduler's state for this user alone (0700). A non-root cluster is this user's alone.
+    pub fn make_dirs(&self) -> std::io::Result<()> {
+        let root_mode = if rustix::process::geteuid().is_root() {
+            0o711
+        } else {
+            0o700
+        };
+        let made = !self.root.exists();
+        std::fs::create_dir_all(&self.root)?;
+        if made {
+            set_mode(&self.root, root_mode)?;
+        }
+        for dir in [
+            self.certs(),
+            self.logs(),
+            self.run(),
+            self.state("controller"),
+            self.state("scheduler"),
+        ] {
+            std::fs::create_dir_all(&dir)?;
+            set_mode(&dir, 0o700)?;
+        }
+        Ok(())
+    }
+
+    /// The libvirt URI the cluster's agent uses (recorded by `up`; `qemu:///system` if none).
+    pub fn libvirt_uri(&self) -> String {
+        std::fs::read_to_string(self.root.join("libvirt-uri"))
+            .ok()
+            .map(|u| u.trim().to_string())
+            .filter(|u| !u.is_empty())
+            .unwrap_or_else(|| SYSTEM_URI.to_string())
+    }
+
+    /// Records the libvirt URI for `down`, `status` and `cumulo instance console`.
+    pub fn save_libvirt_uri(&self, uri: &str) -> std::io::Result<()> {
+        std::fs::write(self.root.join("libvirt-uri"), format!("{uri}\n"))
     }
 
     /// The certificate set.

@@ -1,25 +1,35 @@
-//! What the libvirt backend needs on this host: a libvirt daemon (a private one started when
-//! none answers and we are root), and the tiny guest in the agent's image store.
+//! What the libvirt backend needs on this host: a libvirt daemon (as root, a private system
+//! daemon started when none answers; otherwise a daemon of the user's own for
+//! `qemu:///session`), QEMU able to reach the agent's files, and the tiny guest in the agent's
+//! image store.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use super::cluster::{UpError, io_err, wait_for};
-use super::layout::Layout;
+use super::cluster::{UpError, binary, io_err, wait_for};
+use super::layout::{Layout, SESSION_URI, SYSTEM_URI};
 use super::procs::{self, Spec};
 
 /// The image name the tiny guest gets in the agent's image store.
 pub const TINY: &str = "tiny";
 
-/// Whether `virsh` reaches a libvirt daemon at `qemu:///system`.
-pub fn answers() -> bool {
-    quiet("virsh", &["-c", "qemu:///system", "version"])
+/// Whether `virsh` reaches a libvirt daemon at `uri` (without starting one: a session URI
+/// would otherwise start a daemon of its own).
+pub fn answers(uri: &str) -> bool {
+    Command::new("virsh")
+        .args(["-c", uri, "version"])
+        .env("LIBVIRT_AUTOSTART", "0")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 fn quiet(program: &str, args: &[&str]) -> bool {
     Command::new(program)
         .args(args)
+        .env("LIBVIRT_AUTOSTART", "0")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()
@@ -54,6 +64,25 @@ fn accounts() {
     }
 }
 
+/// What udev does on a Debian host: `/dev/kvm` for group `kvm` (mode 0660). Without it the
+/// private libvirtd probes QEMU as root (KVM found), then finds KVM unusable for QEMU's user,
+/// judges its capability cache stale and probes QEMU again on every domain definition (about
+/// 4 s a probe, a dozen probes per definition: the first instance took a minute). Domains still
+/// run under TCG where the agent says so (`--accel auto` on a VM).
+fn kvm_device() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let dev = Path::new("/dev/kvm");
+    let Ok(meta) = std::fs::metadata(dev) else {
+        return;
+    };
+    if meta.gid() != 0 {
+        return;
+    }
+    if quiet("chgrp", &["kvm", "/dev/kvm"]) {
+        let _ = std::fs::set_permissions(dev, std::fs::Permissions::from_mode(0o660));
+    }
+}
+
 fn program(name: &str) -> PathBuf {
     for dir in ["/usr/sbin", "/usr/bin", "/sbin", "/bin"] {
         let p = Path::new(dir).join(name);
@@ -64,10 +93,39 @@ fn program(name: &str) -> PathBuf {
     PathBuf::from(name)
 }
 
-/// Starts virtlogd and libvirtd as the cluster's own services (PID files in the cluster's
-/// directory, stopped by `cumulo down`) and waits until libvirtd answers.
+/// Starts `spec` as one of the cluster's daemons (PID file in the cluster's directory, stopped
+/// by `cumulo down`) and waits until `ready`; a daemon that exits meanwhile is an error at once.
+fn start_daemon(
+    layout: &Layout,
+    spec: &Spec,
+    within: Duration,
+    ready: impl FnMut() -> bool,
+) -> Result<(), UpError> {
+    let started = procs::spawn(spec, &layout.log(&spec.name), &layout.pid_file(&spec.name))?;
+    wait_for(
+        &spec.name,
+        &layout.log(&spec.name),
+        within,
+        Some(&started),
+        ready,
+    )?;
+    Ok(())
+}
+
+fn daemon(name: &str) -> Spec {
+    Spec {
+        name: name.into(),
+        program: program(name),
+        args: vec![],
+        env: vec![],
+    }
+}
+
+/// Starts virtlogd and libvirtd as the cluster's own system daemons (root) and waits until
+/// libvirtd answers at `qemu:///system`.
 pub fn start_private(layout: &Layout) -> Result<(), UpError> {
     accounts();
+    kvm_device();
     for dir in [
         "/run/libvirt",
         "/var/lib/libvirt/qemu",
@@ -79,34 +137,72 @@ pub fn start_private(layout: &Layout) -> Result<(), UpError> {
         // A socket left by a virtlogd that was killed would look ready at once.
         let _ = std::fs::remove_file("/run/libvirt/virtlogd-sock");
         let _ = std::fs::remove_file("/run/libvirt/virtlogd-admin-sock");
-        let spec = Spec {
-            name: "virtlogd".into(),
-            program: program("virtlogd"),
-            args: vec![],
-            env: vec![],
-        };
-        procs::spawn(&spec, &layout.log("virtlogd"), &layout.pid_file("virtlogd"))?;
-        wait_for(
-            "virtlogd",
-            &layout.log("virtlogd"),
-            Duration::from_secs(20),
-            || Path::new("/run/libvirt/virtlogd-sock").exists(),
-        )?;
+        start_daemon(layout, &daemon("virtlogd"), Duration::from_secs(20), || {
+            Path::new("/run/libvirt/virtlogd-sock").exists()
+        })?;
     }
-    let spec = Spec {
-        name: "libvirtd".into(),
-        program: program("libvirtd"),
-        args: vec![],
-        env: vec![],
-    };
-    procs::spawn(&spec, &layout.log("libvirtd"), &layout.pid_file("libvirtd"))?;
-    wait_for(
-        "libvirtd",
-        &layout.log("libvirtd"),
-        Duration::from_secs(90),
-        answers,
-    )?;
-    Ok(())
+    start_daemon(layout, &daemon("libvirtd"), Duration::from_secs(90), || {
+        answers(SYSTEM_URI)
+    })
+}
+
+/// Where a user's libvirt daemons put their sockets: `$XDG_RUNTIME_DIR/libvirt`, else
+/// `$XDG_CACHE_HOME/libvirt`, else `~/.cache/libvirt` (as libvirt itself decides).
+fn session_runtime_dir() -> PathBuf {
+    let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
+    if let Some(run) = var("XDG_RUNTIME_DIR") {
+        return PathBuf::from(run).join("libvirt");
+    }
+    if let Some(cache) = var("XDG_CACHE_HOME") {
+        return PathBuf::from(cache).join("libvirt");
+    }
+    var("HOME")
+        .map_or_else(|| PathBuf::from("."), PathBuf::from)
+        .join(".cache/libvirt")
+}
+
+/// Starts virtlogd and libvirtd as this (non-root) user's own daemons, the cluster's (stopped
+/// by `cumulo down`), and waits until libvirtd answers at `qemu:///session`: QEMU then runs as
+/// this user and reaches the cluster's files in the user's own directories.
+pub fn start_session(layout: &Layout) -> Result<(), UpError> {
+    let run = session_runtime_dir();
+    let socket = run.join("virtlogd-sock");
+    if procs::running(&layout.pid_file("virtlogd")).is_none() {
+        let _ = std::fs::remove_file(&socket);
+        let _ = std::fs::remove_file(run.join("virtlogd-admin-sock"));
+        start_daemon(layout, &daemon("virtlogd"), Duration::from_secs(20), || {
+            socket.exists()
+        })?;
+    }
+    start_daemon(layout, &daemon("libvirtd"), Duration::from_secs(90), || {
+        answers(SESSION_URI)
+    })
+}
+
+/// Asks the agent whether QEMU will reach its files under `uri` (`cumulo-agent
+/// check-libvirt`, which also gives the agent's directories to QEMU's group): the cause and
+/// what to change when it will not. Returns the agent's one line ("QEMU runs as ...").
+pub fn check_reach(layout: &Layout, uri: &str) -> Result<String, UpError> {
+    let agent = binary("cumulo-agent")?;
+    let state = layout.state("agent");
+    let out = Command::new(&agent)
+        .arg("check-libvirt")
+        .arg("--state-dir")
+        .arg(&state)
+        .args(["--libvirt-uri", uri])
+        .output()
+        .map_err(io_err(&agent))?;
+    let text = |b: &[u8]| String::from_utf8_lossy(b).trim().to_string();
+    if out.status.success() {
+        return Ok(text(&out.stdout));
+    }
+    let why = text(&out.stderr);
+    Err(UpError::Other(
+        why.strip_prefix("cumulo-agent: ")
+            .unwrap_or(&why)
+            .trim_start_matches("launch: ")
+            .to_string(),
+    ))
 }
 
 /// Builds (or finds in its cache) the tiny guest with the repository's script, and puts it in
@@ -153,7 +249,8 @@ pub fn stop_vms(layout: &Layout, undefine: bool, skip: &[String]) -> usize {
     let Ok(entries) = std::fs::read_dir(&dir) else {
         return 0;
     };
-    if !answers() {
+    let uri = layout.libvirt_uri();
+    if !answers(&uri) {
         return 0;
     }
     let mut stopped = 0;
@@ -163,11 +260,11 @@ pub fn stop_vms(layout: &Layout, undefine: bool, skip: &[String]) -> usize {
             continue;
         }
         let domain = format!("cumulo-{name}");
-        if quiet("virsh", &["-c", "qemu:///system", "destroy", &domain]) {
+        if quiet("virsh", &["-c", &uri, "destroy", &domain]) {
             stopped += 1;
         }
         if undefine {
-            quiet("virsh", &["-c", "qemu:///system", "undefine", &domain]);
+            quiet("virsh", &["-c", &uri, "undefine", &domain]);
         }
     }
     stopped

@@ -109,13 +109,14 @@ pub fn up(options: &UpOptions, out: &mut dyn Write) -> Result<(), UpError> {
         // Half a cluster (a crash, a kill): start afresh.
         cluster::stop_all(layout, GRACE)?;
     }
+    layout.make_dirs().map_err(io_err(&layout.root))?;
     layout.save_addresses().map_err(io_err(&layout.root))?;
     let mut progress = Progress {
         out,
         step: 0,
         steps: 7
             + usize::from(options.first_instance)
-            + usize::from(options.backend == Backend::Libvirt)
+            + 2 * usize::from(options.backend == Backend::Libvirt)
             + usize::from(with_cnci)
             + usize::from(with_cnci && options.backend == Backend::Libvirt),
     };
@@ -123,10 +124,19 @@ pub fn up(options: &UpOptions, out: &mut dyn Write) -> Result<(), UpError> {
         let made = cluster::certificates(layout, &options.host)?;
         Ok(((), if made { "made" } else { "kept" }.to_string()))
     })?;
-    let backend = progress.run("backend", || {
-        let (backend, note) = bootstrap::choose_backend(options)?;
-        Ok((backend, note))
+    let chosen = progress.run("backend", || {
+        let chosen = bootstrap::choose_backend(options)?;
+        let note = chosen.note.clone();
+        Ok((chosen, note))
     })?;
+    let backend = chosen.backend;
+    if let Some(uri) = chosen.uri {
+        layout.save_libvirt_uri(uri).map_err(io_err(&layout.root))?;
+        // Before anything else starts: QEMU must reach the agent's files.
+        progress.run("QEMU can reach the agent's files", || {
+            Ok(((), libvirt::check_reach(layout, uri)?))
+        })?;
+    }
     if backend == Backend::Libvirt {
         progress.run("tiny guest image", || {
             let image = libvirt::install_tiny_guest(layout, &scripts_dir())?;
@@ -153,22 +163,20 @@ pub fn up(options: &UpOptions, out: &mut dyn Write) -> Result<(), UpError> {
         progress.run(&format!("start {name}"), || {
             let started = procs::spawn(spec, &layout.log(&name), &layout.pid_file(&name))?;
             let log = layout.log(&name);
-            let waited = match name.as_str() {
-                "scheduler" => cluster::wait_for(&name, &log, READY_WITHIN, || {
-                    cluster::listening(&layout.scheduler)
-                })?,
-                "controller" => cluster::wait_for(&name, &log, READY_WITHIN, || {
-                    bootstrap::healthy(&layout.api_url())
-                })?,
-                _ => Duration::ZERO,
+            let ready: Box<dyn FnMut() -> bool> = match name.as_str() {
+                "scheduler" => Box::new(|| cluster::listening(&layout.scheduler)),
+                "controller" => Box::new(|| bootstrap::healthy(&layout.api_url())),
+                _ => Box::new(|| true),
             };
-            let _ = waited;
+            cluster::wait_for(&name, &log, READY_WITHIN, Some(&started), ready)?;
             Ok(((), format!("pid {}", started.pid)))
         })?;
     }
     let admin = bootstrap::admin_login(layout)?;
+    let agent = procs::running(&layout.pid_file("agent"));
     progress.run("agent joins", || {
-        let waited = cluster::wait_for("agent", &layout.log("agent"), READY_WITHIN, || {
+        let log = layout.log("agent");
+        let waited = cluster::wait_for("agent", &log, READY_WITHIN, agent.as_ref(), || {
             bootstrap::node_ready(&admin)
         })?;
         Ok(((), format!("ready after {:.1} s", waited.as_secs_f64())))
@@ -189,7 +197,7 @@ pub fn up(options: &UpOptions, out: &mut dyn Write) -> Result<(), UpError> {
         })?;
     }
     let exports = bootstrap::exports(layout, &seeded);
-    std::fs::write(layout.env_file(), &exports).map_err(io_err(&layout.env_file()))?;
+    cluster::write_private(&layout.env_file(), &exports)?;
     let out = progress.out;
     let networks = match compute {
         Some(net) => format!(

@@ -119,6 +119,19 @@ pub fn alive(pid: i32, program: &str) -> bool {
     file_name(Path::new(argv0.as_ref())) == program
 }
 
+/// Whether the process `pid` (a child of ours, not waited for) has ended: gone, or a zombie.
+/// Unlike [`alive`], it does not look at the program, which a child that is still starting
+/// has not yet exec'd.
+pub fn ended(pid: i32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return true;
+    };
+    let state = stat
+        .rfind(')')
+        .and_then(|i| stat[i + 1..].split_whitespace().next());
+    matches!(state, Some("Z" | "X"))
+}
+
 /// Stops the process of `pid_file` (SIGTERM, then SIGKILL after `grace`) and removes the file.
 /// `Ok(false)`: it was not running.
 pub fn stop(name: &str, pid_file: &Path, grace: Duration) -> Result<bool, ProcError> {
