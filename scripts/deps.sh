@@ -72,3 +72,9 @@ install_deps() {
     install_debs
     install_cargo_tools
 }
+
+# Run as a script (`bash scripts/deps.sh`): install the packages the build needs.
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then
+    set -euo pipefail
+    install_debs
+fi

@@ -51,6 +51,9 @@ pub enum Command {
     Down(DownArgs),
     /// Show what of the local cluster runs.
     Status(DirArg),
+    /// Print the local cluster's exports for the cumulo and openstack CLIs (for
+    /// `eval "$(cumulo env)"`).
+    Env(DirArg),
     /// Instances.
     #[command(subcommand)]
     Instance(InstanceCmd),

@@ -41,6 +41,10 @@ fn run(cli: Cli, stdout: &mut dyn Write) -> Result<ExitCode, String> {
             up::down(&layout(args.dir.dir), args.purge, stdout).map_err(|e| text(&e))?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Env(dir) => {
+            up::env(&layout(dir.dir), stdout).map_err(|e| text(&e))?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Status(dir) => {
             let all = up::status(&layout(dir.dir), stdout).map_err(|e| text(&e))?;
             Ok(if all {
@@ -65,7 +69,7 @@ fn run(cli: Cli, stdout: &mut dyn Write) -> Result<ExitCode, String> {
                 Command::Cnci(c) => commands::cnci(&conn, c, &mut o),
                 Command::Events(a) => commands::events(&conn, a, &mut o),
                 Command::Trace => commands::trace(&conn, &mut o),
-                Command::Up(_) | Command::Down(_) | Command::Status(_) => Ok(()),
+                Command::Up(_) | Command::Down(_) | Command::Status(_) | Command::Env(_) => Ok(()),
             };
             done.map_err(|e| text(&e))?;
             Ok(ExitCode::SUCCESS)

@@ -256,6 +256,18 @@ pub fn down(layout: &Layout, purge: bool, out: &mut dyn Write) -> Result<(), UpE
     Ok(())
 }
 
+/// Prints the exports `up` wrote for the cluster's CLIs.
+pub fn env(layout: &Layout, out: &mut dyn Write) -> Result<(), UpError> {
+    let path = layout.env_file();
+    let text = std::fs::read_to_string(&path).map_err(|e| {
+        UpError::Other(format!(
+            "{}: {e} (is a cluster up there? `cumulo up` makes it)",
+            path.display()
+        ))
+    })?;
+    out.write_all(text.as_bytes()).map_err(io_err(&path))
+}
+
 /// Shows what runs. `Ok(true)`: the whole cluster runs.
 pub fn status(layout: &Layout, out: &mut dyn Write) -> Result<bool, UpError> {
     let mut all = true;
@@ -296,7 +308,13 @@ pub fn default_host() -> String {
         .unwrap_or_else(|| "localhost".into())
 }
 
-/// The repository's scripts directory (for the tiny guest), when cumulo runs from a checkout.
+/// The scripts directory (for the tiny guest): `CUMULO_SCRIPTS_DIR`, else the repository's,
+/// where cumulo was built from a checkout.
 pub fn scripts_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts")
+    std::env::var_os("CUMULO_SCRIPTS_DIR")
+        .filter(|d| !d.is_empty())
+        .map_or_else(
+            || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts"),
+            PathBuf::from,
+        )
 }
