@@ -155,6 +155,9 @@ fn apply(handle: &ServerHandle, cluster: &mut Cluster, actions: Vec<Action>) {
                 handle.set_cluster((**config).clone());
                 Ok(1)
             }
+            Action::Replay { from, frame, to } => {
+                handle.forward(*from, frame, Target::Session(*to))
+            }
         };
         if let Err(e) = result {
             tracing::warn!(?action, error = %e, "not delivered");

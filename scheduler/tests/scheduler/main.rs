@@ -710,3 +710,34 @@ async fn a_node_is_announced_before_the_stats_it_sends_after_its_first_status() 
     );
     s.stop.cancel();
 }
+
+#[tokio::test]
+async fn a_late_controller_gets_each_nodes_latest_stats_after_its_node_connected() {
+    let pki = TestPki::new();
+    let s = scheduler(&pki, None).await;
+    let mut early = peer(&pki, Role::CONTROLLER, u(0xc1), &s.addr, None).await;
+    let mut a = agent(&pki, u(1), &s.addr, 1000).await;
+    nodes_seen(&mut early, 1).await;
+    let latest = Frame::new(u(1), &stats_of(node_status(u(1), "host1", 900)));
+    a.send(&stats_of(node_status(u(1), "host1", 1000)));
+    a.handle.send(&latest).unwrap();
+    // Then FULL: once a START is refused for it, the scheduler has handled both STATS too.
+    a.send(&Payload::Full(None));
+    while place(&mut early, &mut [&mut a], start(1, 1)).await.is_ok() {}
+    // A controller that connects now (a restarted one) hears of the node and gets its figures
+    // at once, not a STATS interval later.
+    let mut late = peer(&pki, Role::CONTROLLER, u(0xc2), &s.addr, None).await;
+    let m = late.next().await;
+    assert_eq!(
+        (m.payload, m.frame.origin),
+        (
+            Payload::NodeConnected(NodeEvent {
+                node_uuid: u(1),
+                node_type: NodeType::ComputeNode
+            }),
+            SCHED
+        )
+    );
+    assert_eq!(late.next().await.frame, latest, "as the agent sent it");
+    s.stop.cancel();
+}
