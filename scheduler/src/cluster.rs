@@ -52,10 +52,21 @@ pub enum Action {
     },
     /// Send this cluster configuration in CONNECTED from now on (CONFIGURE).
     Configure(Box<ClusterConfig>),
+    /// Forward a frame a node sent earlier (its latest STATS) to one controller, as it was
+    /// received (with the scheduler's trace hop); if the controller does not take it, the next
+    /// one does the job.
+    Replay {
+        /// The node that sent it.
+        from: Uuid,
+        /// The frame.
+        frame: Frame,
+        /// The controller.
+        to: Uuid,
+    },
 }
 
 /// What the scheduler knows of a node's session.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Session {
     role: Role,
     last_seen: Instant,
@@ -63,6 +74,9 @@ struct Session {
     /// Whether its first status (READY, FULL, MAINTENANCE or OFFLINE) came: only then is it
     /// placeable, and only then are controllers told of it (NODE_CONNECTED).
     announced: bool,
+    /// Its latest STATS, as received: a controller that connects late gets it after the node's
+    /// NODE_CONNECTED, and has its figures without waiting a STATS interval.
+    stats: Option<Frame>,
 }
 
 /// The cluster as the scheduler sees it: soft state, rebuilt from the agents after a restart.
@@ -77,6 +91,13 @@ pub struct Cluster {
     config: ClusterConfig,
     /// Counters for the metrics endpoint and the heartbeat line.
     pub metrics: Metrics,
+}
+
+/// `frame` with a payload of its own: a received payload may share a larger read buffer, which
+/// a frame kept for long must not hold on to.
+fn kept(mut frame: Frame) -> Frame {
+    frame.payload = frame.payload.to_vec().into();
+    frame
 }
 
 fn node_types(role: Role) -> impl Iterator<Item = NodeType> {
@@ -156,30 +177,34 @@ impl Cluster {
             self.controllers.retain(|(c, _)| *c != uuid);
             self.controllers.push((uuid, generation));
             // Catch up: one NODE_CONNECTED per node that has announced itself (two for a
-            // dual-role node).
-            let mut nodes: Vec<(Uuid, Role)> = self
+            // dual-role node), each node's followed by its latest STATS.
+            let mut nodes: Vec<(Uuid, &Session)> = self
                 .nodes
                 .iter()
                 .filter(|(_, s)| s.announced)
-                .map(|(u, s)| (*u, s.role))
+                .map(|(u, s)| (*u, s))
                 .collect();
-            nodes.sort();
+            nodes.sort_by_key(|(u, _)| *u);
             let me = self.uuid;
-            return nodes
-                .into_iter()
-                .flat_map(|(node, role)| {
-                    node_types(role).map(move |node_type| Action::Send {
-                        to: uuid,
-                        frame: Frame::new(
-                            me,
-                            &Payload::NodeConnected(NodeEvent {
-                                node_uuid: node,
-                                node_type,
-                            }),
-                        ),
-                    })
-                })
-                .collect();
+            let mut actions = Vec::new();
+            for (node, session) in nodes {
+                actions.extend(node_types(session.role).map(|node_type| Action::Send {
+                    to: uuid,
+                    frame: Frame::new(
+                        me,
+                        &Payload::NodeConnected(NodeEvent {
+                            node_uuid: node,
+                            node_type,
+                        }),
+                    ),
+                }));
+                actions.extend(session.stats.clone().map(|frame| Action::Replay {
+                    from: node,
+                    frame,
+                    to: uuid,
+                }));
+            }
+            return actions;
         }
         if !role.intersects(Role::AGENT | Role::NETAGENT) {
             return Vec::new(); // CNCI agents are instances, not nodes.
@@ -191,6 +216,7 @@ impl Cluster {
                 last_seen: now,
                 generation,
                 announced: false,
+                stats: None,
             },
         );
         self.placement.add(
@@ -285,8 +311,14 @@ impl Cluster {
             };
         }
         match message.payload {
-            // Forwarded to controllers by the readers already; here it only shows life.
-            Payload::Stats(_) => Vec::new(),
+            // Forwarded to controllers by the readers already; here it shows life, and is kept
+            // for controllers that connect later.
+            Payload::Stats(_) => {
+                if let Some(node) = self.nodes.get_mut(&from) {
+                    node.stats = Some(kept(message.frame));
+                }
+                Vec::new()
+            }
             Payload::Start(start) if role.contains(Role::CONTROLLER) => {
                 self.start(from, *start, message.frame)
             }
@@ -518,6 +550,66 @@ mod tests {
     }
 
     #[test]
+    fn a_late_controller_gets_each_nodes_latest_stats_after_its_node_connected() {
+        let now = Instant::now();
+        let mut c = Cluster::new(SCHED, Duration::from_secs(15));
+        let stats = |node: Uuid, mem: u32| {
+            let Payload::Ready(n) = ready(node, mem) else {
+                unreachable!()
+            };
+            msg(
+                node,
+                Payload::Stats(Box::new(ssntp::payload::Stats {
+                    node: n,
+                    status: NodeState::Ready,
+                    instances: vec![],
+                })),
+            )
+        };
+        c.connected(u(1), Role::DUAL, 0, now);
+        msg_in(&mut c, u(1), Role::DUAL, msg(u(1), ready(u(1), 1000)), now);
+        msg_in(&mut c, u(1), Role::DUAL, stats(u(1), 1000), now);
+        let latest = stats(u(1), 900);
+        msg_in(&mut c, u(1), Role::DUAL, latest.clone(), now);
+        // Announced, no STATS yet: NODE_CONNECTED only.
+        c.connected(u(2), Role::AGENT, 0, now);
+        msg_in(&mut c, u(2), Role::AGENT, msg(u(2), ready(u(2), 1000)), now);
+        // Never announced: nothing, not even its STATS.
+        c.connected(u(3), Role::AGENT, 0, now);
+        msg_in(&mut c, u(3), Role::AGENT, stats(u(3), 1000), now);
+        let catch_up = c.connected(u(0xc1), Role::CONTROLLER, 0, now);
+        let connected = |node, node_type| Action::Send {
+            to: u(0xc1),
+            frame: Frame::new(
+                SCHED,
+                &Payload::NodeConnected(NodeEvent {
+                    node_uuid: node,
+                    node_type,
+                }),
+            ),
+        };
+        assert_eq!(
+            catch_up,
+            vec![
+                connected(u(1), NodeType::ComputeNode),
+                connected(u(1), NodeType::NetworkNode),
+                Action::Replay {
+                    from: u(1),
+                    frame: latest.frame,
+                    to: u(0xc1)
+                },
+                connected(u(2), NodeType::ComputeNode),
+            ]
+        );
+        // A new session of the node starts without STATS.
+        c.disconnected(u(1), Role::DUAL, 0);
+        c.connected(u(1), Role::AGENT, 1, now);
+        msg_in(&mut c, u(1), Role::AGENT, msg(u(1), ready(u(1), 1000)), now);
+        let catch_up = c.connected(u(0xc2), Role::CONTROLLER, 0, now);
+        assert!(!catch_up.iter().any(|a| matches!(a, Action::Replay { .. })));
+    }
+
+    #[test]
     fn start_is_forwarded_to_the_placed_node_or_refused_with_its_restart_flag() {
         let now = Instant::now();
         let mut c = Cluster::new(SCHED, Duration::from_secs(15));
@@ -630,7 +722,7 @@ mod tests {
             status: NodeState::Ready,
             instances: vec![],
         }));
-        // The readers forward STATS; the owner only counts it as a sign of life.
+        // The readers forward STATS; the owner counts it as a sign of life, and keeps it.
         assert!(msg_in(&mut c, u(1), Role::AGENT, msg(u(1), stats), now).is_empty());
         // A DELETE for a node nobody knows: DELIVERY_FAILURE to the controller.
         let delete = Payload::Delete(ssntp::payload::Delete {

@@ -155,6 +155,9 @@ fn apply(handle: &ServerHandle, cluster: &mut Cluster, actions: Vec<Action>) {
                 handle.set_cluster((**config).clone());
                 Ok(1)
             }
+            Action::Replay { from, frame, to } => {
+                handle.forward(*from, frame, Target::Session(*to))
+            }
         };
         if let Err(e) = result {
             tracing::warn!(?action, error = %e, "not delivered");
@@ -179,10 +182,19 @@ fn handle_event(cluster: &mut Cluster, handle: &ServerHandle, event: ServerEvent
             uuid,
             role,
             messages,
-        } => messages
-            .into_iter()
-            .flat_map(|m| cluster.message(uuid, role, m, now, handle))
-            .collect(),
+            handled,
+        } => {
+            let actions = messages
+                .into_iter()
+                .flat_map(|m| cluster.message(uuid, role, m, now, handle))
+                .collect();
+            apply(handle, cluster, actions);
+            // A node's first status: its NODE_CONNECTED is queued, its reader may go on.
+            if let Some(handled) = handled {
+                handled.done();
+            }
+            return;
+        }
     };
     apply(handle, cluster, actions);
 }
@@ -288,6 +300,7 @@ mod tests {
             uuid: busy,
             role: Role::AGENT,
             messages: vec![heartbeat],
+            handled: None,
         })
         .unwrap();
         let late = t0 + dead_after + Duration::from_secs(1);

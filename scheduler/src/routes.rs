@@ -5,6 +5,13 @@
 //! Every frame from a controller goes to the owner, which places STARTs and forwards the rest
 //! itself: one path per sender keeps each session's order end to end (a DELETE never overtakes
 //! the START before it).
+//!
+//! A node's first status is a barrier: its reader forwards nothing more from that session until
+//! the owner has handled the status, and so queued NODE_CONNECTED to the controllers. A
+//! controller thus hears of a node before it gets any STATS the node sent after that status (a
+//! controller takes figures only from nodes it knows: a STATS that overtook NODE_CONNECTED was
+//! lost, and the node had no figures for a whole STATS interval). The readers wait for the owner
+//! once per session, at its start.
 
 use ssntp::net::{Directory, Route, Routes};
 use ssntp::payload::DeliveryFailureReason;
@@ -63,7 +70,15 @@ pub fn routes() -> Routes {
     ];
     // Agents' frames addressed to a CNCI (controllers' addressed frames go through the owner).
     let addressed = [Operand::TenantAdded, Operand::TenantRemoved];
-    let mut routes = Routes::new().to_role_and_app(Operand::Stats, Role::CONTROLLER);
+    let statuses = [
+        Operand::Ready,
+        Operand::Full,
+        Operand::Maintenance,
+        Operand::Offline,
+    ];
+    let mut routes = Routes::new()
+        .barrier_on_first(statuses)
+        .to_role_and_app(Operand::Stats, Role::CONTROLLER);
     for op in to_controllers {
         routes = routes.to_role(op, Role::CONTROLLER);
     }

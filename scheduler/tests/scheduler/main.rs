@@ -145,6 +145,18 @@ async fn peer(
     addr: &str,
     ready: Option<NodeStatus>,
 ) -> Peer {
+    let announce = ready.map(Payload::Ready).into_iter().collect();
+    peer_announcing(pki, role, uuid, addr, announce).await
+}
+
+/// A peer that sends `announce` first on every connect (as the agent's announce hook does).
+async fn peer_announcing(
+    pki: &TestPki,
+    role: Role,
+    uuid: Uuid,
+    addr: &str,
+    announce: Vec<Payload>,
+) -> Peer {
     let mut config = ClientConfig::new(
         pki.identity(role, Some(uuid)),
         uuid,
@@ -153,8 +165,8 @@ async fn peer(
     );
     config.backoff.initial = Duration::from_millis(50);
     config.backoff.max = Duration::from_millis(300);
-    if let Some(ready) = ready {
-        config.announce = Some(Arc::new(move || vec![Payload::Ready(ready.clone())]));
+    if !announce.is_empty() {
+        config.announce = Some(Arc::new(move || announce.clone()));
     }
     let (handle, events) = Client::start(config).unwrap();
     let mut p = Peer {
@@ -660,5 +672,72 @@ async fn configure_sets_what_later_connections_are_told() {
             "CONFIGURE never took effect"
         );
     }
+    s.stop.cancel();
+}
+
+fn stats_of(node: NodeStatus) -> Payload {
+    Payload::Stats(Box::new(Stats {
+        node,
+        status: NodeState::Ready,
+        instances: vec![],
+    }))
+}
+
+#[tokio::test]
+async fn a_node_is_announced_before_the_stats_it_sends_after_its_first_status() {
+    let pki = TestPki::new();
+    let s = scheduler(&pki, None).await;
+    let mut c = peer(&pki, Role::CONTROLLER, u(0xc1), &s.addr, None).await;
+    // As an agent does on connect: its status, then its STATS at once.
+    let status = node_status(u(1), "dual", 1000);
+    let stats = stats_of(status.clone());
+    let announce = vec![Payload::Ready(status), stats.clone()];
+    let _dual = peer_announcing(&pki, Role::DUAL, u(1), &s.addr, announce).await;
+    // A controller takes figures only from nodes it has heard of: the STATS must not overtake
+    // the NODE_CONNECTED its status made, or the node has no figures for a whole interval.
+    let mut got = Vec::new();
+    for _ in 0..3 {
+        let m = c.next().await;
+        got.push((m.frame.operand, m.frame.origin));
+    }
+    assert_eq!(
+        got,
+        vec![
+            (Operand::NodeConnected, SCHED),
+            (Operand::NodeConnected, SCHED),
+            (Operand::Stats, u(1)),
+        ]
+    );
+    s.stop.cancel();
+}
+
+#[tokio::test]
+async fn a_late_controller_gets_each_nodes_latest_stats_after_its_node_connected() {
+    let pki = TestPki::new();
+    let s = scheduler(&pki, None).await;
+    let mut early = peer(&pki, Role::CONTROLLER, u(0xc1), &s.addr, None).await;
+    let mut a = agent(&pki, u(1), &s.addr, 1000).await;
+    nodes_seen(&mut early, 1).await;
+    let latest = Frame::new(u(1), &stats_of(node_status(u(1), "host1", 900)));
+    a.send(&stats_of(node_status(u(1), "host1", 1000)));
+    a.handle.send(&latest).unwrap();
+    // Then FULL: once a START is refused for it, the scheduler has handled both STATS too.
+    a.send(&Payload::Full(None));
+    while place(&mut early, &mut [&mut a], start(1, 1)).await.is_ok() {}
+    // A controller that connects now (a restarted one) hears of the node and gets its figures
+    // at once, not a STATS interval later.
+    let mut late = peer(&pki, Role::CONTROLLER, u(0xc2), &s.addr, None).await;
+    let m = late.next().await;
+    assert_eq!(
+        (m.payload, m.frame.origin),
+        (
+            Payload::NodeConnected(NodeEvent {
+                node_uuid: u(1),
+                node_type: NodeType::ComputeNode
+            }),
+            SCHED
+        )
+    );
+    assert_eq!(late.next().await.frame, latest, "as the agent sent it");
     s.stop.cancel();
 }

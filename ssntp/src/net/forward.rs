@@ -1,7 +1,8 @@
 //! Forwarding rules at the server: by operand, a static rule (every session with a role) or a
-//! dynamic one (a function of the typed message), as PROTOCOL.md §8 needs.
+//! dynamic one (a function of the typed message), as PROTOCOL.md §8 needs; and barriers, which
+//! keep what the application sends in answer to a message ahead of what the peer sent after it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use uuid::Uuid;
 
@@ -53,12 +54,15 @@ enum Rule {
 #[derive(Clone, Default)]
 pub struct Routes {
     rules: HashMap<Operand, Rule>,
+    /// Operands whose first message in a session is a barrier.
+    barriers: HashSet<Operand>,
 }
 
 impl std::fmt::Debug for Routes {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Routes")
             .field("operands", &self.rules.keys().collect::<Vec<_>>())
+            .field("barriers", &self.barriers)
             .finish()
     }
 }
@@ -89,6 +93,27 @@ impl Routes {
     ) -> Routes {
         self.rules.insert(operand, Rule::Dynamic(Arc::new(rule)));
         self
+    }
+
+    /// Makes the first message of each session whose operand is one of `operands` a barrier: it
+    /// goes to the application (whatever its rule), in a [`ServerEvent::Frames`] that carries a
+    /// [`Handled`], and the frames the session sends after it are routed only once the
+    /// application has dropped that [`Handled`]. What the application sends in answer (the
+    /// scheduler's NODE_CONNECTED for a node's first status) is thus queued to every peer
+    /// before anything that session sent later is forwarded. Once per session: later messages
+    /// with these operands are routed as usual, and a reader never waits for the application
+    /// again.
+    ///
+    /// [`ServerEvent::Frames`]: super::ServerEvent::Frames
+    /// [`Handled`]: super::Handled
+    pub fn barrier_on_first(mut self, operands: impl IntoIterator<Item = Operand>) -> Routes {
+        self.barriers.extend(operands);
+        self
+    }
+
+    /// Whether the first message of a session with `operand` is a barrier.
+    pub fn is_barrier(&self, operand: Operand) -> bool {
+        self.barriers.contains(&operand)
     }
 
     /// Whether `operand` has a rule (without one, messages go to the application).

@@ -14,7 +14,7 @@ pub mod tls;
 pub use client::{Client, ClientConfig, ClientError, ClientEvent, ClientHandle};
 pub use conn::{ConnConfig, Outbox, ReadRate, SendError};
 pub use forward::{Directory, Route, Routes};
-pub use server::{Server, ServerConfig, ServerError, ServerEvent, ServerHandle, Target};
+pub use server::{Handled, Server, ServerConfig, ServerError, ServerEvent, ServerHandle, Target};
 pub use tls::{TlsError, TlsIdentity};
 
 use std::time::Duration;

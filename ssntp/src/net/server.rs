@@ -8,7 +8,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -125,7 +125,24 @@ pub enum ServerEvent {
         role: Role,
         /// The messages.
         messages: Vec<Message>,
+        /// Set when the first message is a barrier ([`Routes::barrier_on_first`]): the
+        /// session's later frames wait until it is dropped.
+        handled: Option<Handled>,
     },
+}
+
+/// The application's word that it has handled a barrier ([`Routes::barrier_on_first`]): the
+/// session's later frames are routed once this is dropped. Drop it (or call
+/// [`Handled::done`]) after acting on the messages and queuing what goes out in answer; the
+/// reader waits until then (or until the session closes), so do not keep it longer.
+#[derive(Debug)]
+pub struct Handled(oneshot::Sender<()>);
+
+impl Handled {
+    /// The messages are handled: the session's later frames may be routed.
+    pub fn done(self) {
+        let _ = self.0.send(());
+    }
 }
 
 struct Entry {
@@ -707,6 +724,8 @@ impl Server {
             routes: self.config.routes.clone(),
             events: self.events.clone(),
             pending: Vec::new(),
+            barrier_seen: false,
+            held: None,
         };
         let outbox = opened.outbox().clone();
         let mut done = opened.run(
@@ -787,34 +806,38 @@ struct ServerDispatch {
     events: mpsc::Sender<ServerEvent>,
     /// Messages for the application, delivered at the next flush.
     pending: Vec<Message>,
+    /// Whether this session's barrier ([`Routes::barrier_on_first`]) has come.
+    barrier_seen: bool,
+    /// From the barrier until the application has handled it: the messages read after it,
+    /// routed at the flush (at most one read's worth).
+    held: Option<Vec<Message>>,
 }
 
-impl Dispatch for ServerDispatch {
-    fn dispatch(&mut self, session: &Session, message: Message) -> bool {
-        let from = session.peer_uuid();
-        self.shared.counters.count_in(message.frame.operand);
+impl ServerDispatch {
+    /// Routes one message: forwarded at once, or held for the application's next batch.
+    fn route(&mut self, from: Uuid, message: Message) {
         if !self.routes.has_rule(message.frame.operand) {
             self.pending.push(message);
-            return true;
+            return;
         }
         let route = self.routes.route(&message, &Registry(&self.shared.read()));
         let target = match route {
             Route::App => {
                 self.pending.push(message);
-                return true;
+                return;
             }
             Route::Role(role) => Target::Role(role),
             Route::Tee(role) => {
                 let targets = self.shared.targets(Target::Role(role));
                 let _ = self.shared.forward(from, &message.frame, targets);
                 self.pending.push(message);
-                return true;
+                return;
             }
             Route::To(uuid) => Target::Session(uuid),
-            Route::Discard => return true,
+            Route::Discard => return,
             Route::Fail { reason, target } => {
                 self.shared.fail(from, &message.frame, reason, target);
-                return true;
+                return;
             }
         };
         let targets = self.shared.targets(target);
@@ -827,19 +850,51 @@ impl Dispatch for ServerDispatch {
                 let _ = self.shared.forward(from, &message.frame, targets);
             }
         }
-        true
     }
 
-    async fn flush(&mut self, session: &Session) -> bool {
-        if self.pending.is_empty() {
+    /// Hands the application what is pending (with `handled` when it ends a barrier's batch).
+    async fn deliver(&mut self, session: &Session, handled: Option<Handled>) -> bool {
+        if self.pending.is_empty() && handled.is_none() {
             return true;
         }
         let event = ServerEvent::Frames {
             uuid: session.peer_uuid(),
             role: session.peer_role(),
             messages: std::mem::take(&mut self.pending),
+            handled,
         };
         self.events.send(event).await.is_ok()
+    }
+}
+
+impl Dispatch for ServerDispatch {
+    fn dispatch(&mut self, session: &Session, message: Message) -> bool {
+        self.shared.counters.count_in(message.frame.operand);
+        if let Some(held) = &mut self.held {
+            held.push(message);
+        } else if !self.barrier_seen && self.routes.is_barrier(message.frame.operand) {
+            self.barrier_seen = true;
+            self.pending.push(message);
+            self.held = Some(Vec::new());
+        } else {
+            self.route(session.peer_uuid(), message);
+        }
+        true
+    }
+
+    async fn flush(&mut self, session: &Session) -> bool {
+        if let Some(held) = self.held.take() {
+            let (handled, done) = oneshot::channel();
+            if !self.deliver(session, Some(Handled(handled))).await {
+                return false;
+            }
+            // Sent or dropped, the application is done with the barrier's batch.
+            let _ = done.await;
+            for message in held {
+                self.route(session.peer_uuid(), message);
+            }
+        }
+        self.deliver(session, None).await
     }
 }
 

@@ -324,6 +324,67 @@ async fn forwarding_reaches_the_right_sessions_only() {
 }
 
 #[tokio::test]
+async fn frames_after_a_barrier_wait_until_the_application_has_handled_it() {
+    let pki = TestPki::new();
+    let routes = Routes::new()
+        .barrier_on_first([Operand::Ready])
+        .to_role(Operand::InstanceDeleted, Role::CONTROLLER);
+    let mut s = server_with(&pki, u(0x5c), routes, |_| {}).await;
+    let mut c = client(&pki, Role::CONTROLLER, u(0xc1), &s.addr);
+    let mut a = client(&pki, Role::AGENT, u(0xa1), &s.addr);
+    connected(&mut c).await;
+    connected(&mut a).await;
+    server_connected(&mut s).await;
+    server_connected(&mut s).await;
+    let ready = Payload::Ready(NodeStatus {
+        node_uuid: u(0xa1),
+        hostname: "a".into(),
+        mem_total_mb: 1,
+        mem_available_mb: 1,
+        disk_total_mb: 1,
+        disk_available_mb: 1,
+        vcpus_total: 1,
+        vcpus_available: 1,
+        load: 0,
+        networks: vec![],
+    });
+    let marker = Payload::NodeConnected(NodeEvent {
+        node_uuid: u(0xa1),
+        node_type: NodeType::ComputeNode,
+    });
+    // The first READY is a barrier: what the application sends before it lets go (here a
+    // marker) reaches the controller before what the agent sent after the READY. The second
+    // READY is not.
+    for (round, barrier) in [(1, true), (2, false)] {
+        a.handle.send_payload(&ready).unwrap();
+        a.handle.send_payload(&instance_deleted(round)).unwrap();
+        let handled = match recv_within(&mut s.events, T).await {
+            ServerEvent::Frames {
+                uuid,
+                messages,
+                handled,
+                ..
+            } => {
+                assert_eq!((uuid, &messages[0].payload), (u(0xa1), &ready));
+                handled
+            }
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(handled.is_some(), barrier, "round {round}");
+        if let Some(handled) = handled {
+            s.handle.send_payload(u(0xc1), &marker).unwrap();
+            handled.done();
+            assert_eq!(client_frame(&mut c).await.payload, marker);
+        }
+        let m = client_frame(&mut c).await;
+        assert_eq!(
+            (m.frame.origin, m.payload.clone()),
+            (u(0xa1), instance_deleted(round))
+        );
+    }
+}
+
+#[tokio::test]
 async fn a_traced_frame_carries_one_hop_per_sender() {
     let pki = TestPki::new();
     let routes = Routes::new().to_role(Operand::InstanceDeleted, Role::CONTROLLER);
