@@ -46,6 +46,7 @@ struct State {
 pub struct FakeBackend {
     state: Arc<Mutex<State>>,
     start_gate: watch::Sender<bool>,
+    stats_gate: watch::Sender<bool>,
 }
 
 impl Default for FakeBackend {
@@ -60,6 +61,7 @@ impl FakeBackend {
         FakeBackend {
             state: Arc::new(Mutex::new(State::default())),
             start_gate: watch::Sender::new(true),
+            stats_gate: watch::Sender::new(true),
         }
     }
 
@@ -101,6 +103,17 @@ impl FakeBackend {
     /// Lets held starts (and later ones) go on.
     pub fn release_starts(&self) {
         self.start_gate.send_replace(true);
+    }
+
+    /// Makes [`Backend::stats`] wait until [`FakeBackend::release_stats`] (a backend whose
+    /// daemon is slow to answer).
+    pub fn hold_stats(&self) {
+        self.stats_gate.send_replace(false);
+    }
+
+    /// Lets held stats calls (and later ones) go on.
+    pub fn release_stats(&self) {
+        self.stats_gate.send_replace(true);
     }
 
     /// Puts an instance there as if it had been made before (`running` or not).
@@ -193,6 +206,9 @@ impl Backend for FakeBackend {
     }
 
     async fn stats(&self) -> Vec<(Uuid, Usage)> {
+        let mut gate = self.stats_gate.subscribe();
+        // The sender lives in `self`: waiting cannot fail.
+        let _ = gate.wait_for(|open| *open).await;
         let state = self.lock();
         state
             .instances

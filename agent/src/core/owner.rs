@@ -73,6 +73,8 @@ pub(crate) struct Owner<B, R> {
     pub updates_tx: mpsc::Sender<Update>,
     pub updates: mpsc::Receiver<Update>,
     last_stats: Option<Instant>,
+    /// How many times the backend did not measure its instances within half an interval.
+    slow_stats: u64,
     stats_due: Option<Instant>,
 }
 
@@ -98,6 +100,7 @@ impl<B: Backend, R: Reporter> Owner<B, R> {
             updates_tx,
             updates,
             last_stats: None,
+            slow_stats: 0,
             stats_due: None,
         }
     }
@@ -357,9 +360,26 @@ impl<B: Backend, R: Reporter> Owner<B, R> {
                 Err(e) => tracing::warn!(error = %e, "reading the host's figures"),
             }
         }
-        for (instance, usage) in self.backend.stats().await {
-            if let Some(entry) = self.entries.get_mut(&instance) {
-                entry.usage = usage;
+        // A backend slow to answer (libvirtd busy probing QEMU, say) must not silence the node:
+        // past half an interval the report goes out with the figures measured last time.
+        let wait = self.config.stats_interval / 2;
+        match tokio::time::timeout(wait, self.backend.stats()).await {
+            Ok(measured) => {
+                for (instance, usage) in measured {
+                    if let Some(entry) = self.entries.get_mut(&instance) {
+                        entry.usage = usage;
+                    }
+                }
+            }
+            Err(_) => {
+                self.slow_stats += 1;
+                if self.slow_stats.is_power_of_two() {
+                    tracing::warn!(
+                        ?wait,
+                        times = self.slow_stats,
+                        "the backend did not measure its instances in time: last figures reported"
+                    );
+                }
             }
         }
         self.report_all(true).await;

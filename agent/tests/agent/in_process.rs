@@ -701,6 +701,45 @@ async fn stats_every_interval_with_usage_and_on_announce() {
     );
 }
 
+/// A backend slow to measure (libvirtd busy re-probing QEMU for a minute, as it did on a host
+/// where /dev/kvm was root's alone) must not silence the node: the scheduler drops a node that
+/// sends no STATS for three intervals. The reports go on with the last figures, and commands
+/// are still carried out.
+#[tokio::test(start_paused = true)]
+async fn a_backend_slow_to_measure_does_not_silence_the_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = Arc::new(FakeBackend::new());
+    backend.set_usage(Usage {
+        mem_mb: 100,
+        disk_mb: 10,
+        cpu_percent: Some(3),
+    });
+    let (core, reporter) = spawn(dir.path(), &backend).await;
+    core.start(spec(1, "debian")).unwrap();
+    wait_event(&reporter, active(1)).await;
+    // One interval with the figures measured.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    backend.hold_stats();
+    reporter.clear();
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let stats: Vec<_> = reporter
+        .reports()
+        .into_iter()
+        .filter_map(|r| match r {
+            Report::Stats(_, instances) => Some(instances),
+            _ => None,
+        })
+        .collect();
+    assert!(stats.len() >= 10, "{} stats in 60 s", stats.len());
+    assert!(
+        stats.iter().all(|i| i[0].usage.mem_mb == 100),
+        "the last figures are reported"
+    );
+    core.start(spec(2, "debian")).unwrap();
+    wait_event(&reporter, active(2)).await;
+    backend.release_stats();
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_full_command_queue_is_busy_not_growth() {
     let dir = tempfile::tempdir().unwrap();
