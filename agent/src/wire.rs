@@ -198,6 +198,7 @@ pub fn event_payload(event: &InstanceEvent, node: Uuid) -> Option<Payload> {
             node_uuid: Some(node),
             reason: start_failure_reason(reason),
             restart,
+            message: None,
         })),
         InstanceEvent::DeleteFailed { instance, reason } => {
             Some(Payload::DeleteFailure(DeleteFailure {

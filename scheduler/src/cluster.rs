@@ -329,6 +329,7 @@ impl Cluster {
             node_uuid: None,
             reason,
             restart: start.restart,
+            message: None,
         };
         Action::Send {
             to: from,
@@ -537,7 +538,8 @@ mod tests {
                     instance_uuid: u(9),
                     node_uuid: None,
                     reason: StartFailureReason::NoCn,
-                    restart: true
+                    restart: true,
+                    message: None,
                 })
             )]
         );

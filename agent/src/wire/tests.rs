@@ -244,6 +244,7 @@ fn every_start_refusal_has_its_reason() {
                 node_uuid: Some(Uuid::from_u128(0xA)),
                 reason,
                 restart: true,
+                message: None,
             })
         );
     }

@@ -546,6 +546,7 @@ fn deleting_while_pending_and_then_failing_to_start_removes_the_record() {
         node_uuid: None,
         reason: StartFailureReason::FullCloud,
         restart: false,
+        message: None,
     }));
     assert!(w.gone(id));
 }
@@ -559,6 +560,7 @@ fn fatal_start_failures_are_errors_with_the_reason() {
         node_uuid: Some(NODE),
         reason: StartFailureReason::ImageFailure,
         restart: false,
+        message: None,
     }));
     assert_eq!(
         w.state(made[0].id),
@@ -570,6 +572,7 @@ fn fatal_start_failures_are_errors_with_the_reason() {
         node_uuid: Some(NODE),
         reason: StartFailureReason::AlreadyRunning,
         restart: false,
+        message: None,
     }));
     assert_eq!(w.state(made[1].id), InstanceState::Pending);
     // An errored instance is deleted at once, and may be started again.
@@ -580,6 +583,7 @@ fn fatal_start_failures_are_errors_with_the_reason() {
         node_uuid: None,
         reason: StartFailureReason::NoCn,
         restart: true,
+        message: None,
     }));
     w.engine.delete(Scope::All, made[0].id).unwrap();
     assert!(w.gone(made[0].id));
@@ -966,6 +970,7 @@ fn start_failure(id: Uuid, reason: StartFailureReason) -> Payload {
         node_uuid: None,
         reason,
         restart: false,
+        message: None,
     })
 }
 
