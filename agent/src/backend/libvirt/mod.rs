@@ -28,6 +28,7 @@
 //!   asked, and the next call reconnects ([`conn`]).
 
 pub mod conn;
+pub mod fault;
 pub mod images;
 pub mod seed;
 pub mod xml;
@@ -241,7 +242,7 @@ fn disk_bytes(path: &Path) -> u64 {
 }
 
 fn launch(e: ConnError) -> BackendError {
-    BackendError::Launch(e.to_string())
+    fault::launch(e)
 }
 
 impl Inner {
