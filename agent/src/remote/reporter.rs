@@ -41,6 +41,7 @@ pub fn decide(
     let exited = InstanceFacts {
         state: StoreState::Exited,
         placement: Placement::default(),
+        fault: None,
     };
     let done = |text: &str| Some((OperationState::Done, text.to_string()));
     let failed = |text: String| Some((OperationState::Failed, text));
@@ -55,6 +56,7 @@ pub fn decide(
                             node: Some(host),
                             cnci: None,
                         },
+                        fault: None,
                     },
                 )?,
                 done("running"),
@@ -66,6 +68,7 @@ pub fn decide(
                     InstanceFacts {
                         state: StoreState::Pending,
                         placement: Placement::default(),
+                        fault: None,
                     },
                 )?,
                 None,
@@ -81,6 +84,7 @@ pub fn decide(
                     InstanceFacts {
                         state: StoreState::Error(format!("start_failure: {why}")),
                         placement: Placement::default(),
+                        fault: None,
                     },
                 )?,
                 failed(why),
