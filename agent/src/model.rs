@@ -253,7 +253,7 @@ pub enum StopCause {
 }
 
 /// Something that happened to one instance.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum InstanceEvent {
     /// Its state changed.
     State {
@@ -270,6 +270,8 @@ pub enum InstanceEvent {
         reason: StartRefusal,
         /// The START's `restart` flag.
         restart: bool,
+        /// The cause in words, for the user (the backend's error, made short and readable).
+        message: Option<String>,
     },
     /// A DELETE failed.
     DeleteFailed {

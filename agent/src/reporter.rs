@@ -97,7 +97,7 @@ impl RecordingReporter {
         self.lock()
             .iter()
             .filter_map(|r| match r {
-                Report::Event(e) => Some(*e),
+                Report::Event(e) => Some(e.clone()),
                 _ => None,
             })
             .collect()
@@ -141,10 +141,9 @@ impl RecordingReporter {
         within: Duration,
         event: InstanceEvent,
     ) -> Result<(), WaitTimeout> {
-        self.wait_for(within, |reports| {
-            reports.contains(&Report::Event(event)).then_some(())
-        })
-        .await
+        let event = Report::Event(event);
+        self.wait_for(within, |reports| reports.contains(&event).then_some(()))
+            .await
     }
 }
 
@@ -158,6 +157,6 @@ impl Reporter for RecordingReporter {
     }
 
     async fn event(&mut self, event: &InstanceEvent) {
-        self.push(Report::Event(*event));
+        self.push(Report::Event(event.clone()));
     }
 }

@@ -4,7 +4,8 @@
 //!
 //! - Boot takes [`SimConfig::boot_delay`] (tokio time: virtual under a paused test clock).
 //! - Failure injection by image name: [`IMAGE_FAIL_IMAGE`] fails create with an image error,
-//!   [`IMAGE_FAIL_NETWORK`] with a network error, [`IMAGE_FAIL_LAUNCH`] fails boot,
+//!   [`IMAGE_FAIL_NETWORK`] with a network error, [`IMAGE_FAIL_LAUNCH`] fails boot (each with
+//!   a message that says it is simulated, which reaches the user as the START_FAILURE's),
 //!   [`IMAGE_FAIL_STOP`] fails every stop, [`IMAGE_EXIT_AFTER_BOOT`] boots and exits at once.
 //! - Failure injection per call: [`SimBackend::fail_next`]; an instance dies on its own with
 //!   [`SimBackend::kill`].
@@ -239,8 +240,16 @@ impl Backend for SimBackend {
     async fn create(&self, spec: &InstanceSpec) -> Result<(), BackendError> {
         self.injected(Op::Create)?;
         match spec.image.as_str() {
-            IMAGE_FAIL_IMAGE => return Err(BackendError::Image("sim: image refused".into())),
-            IMAGE_FAIL_NETWORK => return Err(BackendError::Network("sim: no network".into())),
+            IMAGE_FAIL_IMAGE => {
+                return Err(BackendError::Image(format!(
+                    "simulated: the image {IMAGE_FAIL_IMAGE} is refused"
+                )));
+            }
+            IMAGE_FAIL_NETWORK => {
+                return Err(BackendError::Network(
+                    "simulated: the instance's network could not be set up".into(),
+                ));
+            }
             _ => {}
         }
         let mut state = self.lock();
@@ -265,7 +274,9 @@ impl Backend for SimBackend {
             None => return Err(BackendError::NotFound),
         };
         if image == IMAGE_FAIL_LAUNCH {
-            return Err(BackendError::Launch("sim: boot failed".into()));
+            return Err(BackendError::Launch(format!(
+                "simulated: the image {IMAGE_FAIL_LAUNCH} never boots"
+            )));
         }
         if !self.config.boot_delay.is_zero() {
             tokio::time::sleep(self.config.boot_delay).await;
@@ -425,7 +436,13 @@ mod tests {
         ));
         sim.create(&spec(3, IMAGE_FAIL_LAUNCH)).await.unwrap();
         let id3 = Uuid::from_u128(3);
-        assert!(matches!(sim.start(id3).await, Err(BackendError::Launch(_))));
+        let failed = sim.start(id3).await.unwrap_err();
+        assert!(matches!(failed, BackendError::Launch(_)));
+        // The message the user reads says what failed and that it was simulated.
+        assert_eq!(
+            failed.message(),
+            "simulated: the image fail-launch never boots"
+        );
         sim.create(&spec(4, IMAGE_FAIL_STOP)).await.unwrap();
         let id4 = Uuid::from_u128(4);
         sim.start(id4).await.unwrap();

@@ -193,12 +193,15 @@ pub fn event_payload(event: &InstanceEvent, node: Uuid) -> Option<Payload> {
             instance,
             reason,
             restart,
-        } => Some(Payload::StartFailure(StartFailure {
-            instance_uuid: instance,
-            node_uuid: Some(node),
-            reason: start_failure_reason(reason),
-            restart,
-        })),
+            ref message,
+        } => {
+            let failure =
+                StartFailure::new(instance, Some(node), start_failure_reason(reason), restart);
+            Some(Payload::StartFailure(match message {
+                Some(message) => failure.with_message(message.as_str()),
+                None => failure,
+            }))
+        }
         InstanceEvent::DeleteFailed { instance, reason } => {
             Some(Payload::DeleteFailure(DeleteFailure {
                 instance_uuid: instance,
@@ -226,6 +229,7 @@ pub fn busy_reply(command: &Command, node: Uuid) -> Option<Payload> {
             instance: spec.instance,
             reason: StartRefusal::FullCn,
             restart: spec.restart,
+            message: Some("the node is busy: its command queue is full".into()),
         },
         Command::Delete { instance, .. } => InstanceEvent::DeleteFailed {
             instance: *instance,

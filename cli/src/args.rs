@@ -150,20 +150,20 @@ pub enum InstanceCmd {
         /// How many.
         #[arg(long, default_value_t = 1)]
         count: u32,
-        /// Wait until they are active.
+        /// Wait until they are active; fail (with the cause) as soon as one is in error.
         #[arg(long)]
         wait: bool,
     },
     /// List instances.
     List,
-    /// Show one instance.
+    /// Show one instance (with its fault when it is in error).
     Show {
-        /// Its UUID.
+        /// Its name or UUID.
         id: String,
     },
     /// Delete an instance.
     Delete {
-        /// Its UUID.
+        /// Its name or UUID.
         id: String,
         /// Wait until it is gone.
         #[arg(long)]
@@ -171,22 +171,25 @@ pub enum InstanceCmd {
     },
     /// Stop an instance.
     Stop {
-        /// Its UUID.
+        /// Its name or UUID.
         id: String,
     },
-    /// Start a stopped instance.
+    /// Start a stopped (or failed) instance.
     Start {
-        /// Its UUID.
+        /// Its name or UUID.
         id: String,
+        /// Wait until it is active; fail (with the cause) if it ends in error.
+        #[arg(long)]
+        wait: bool,
     },
     /// Restart (reboot) an instance.
     Restart {
-        /// Its UUID.
+        /// Its name or UUID.
         id: String,
     },
     /// Show an instance's serial console log (local cluster only).
     Console {
-        /// Its UUID.
+        /// Its name or UUID.
         id: String,
         /// The local cluster's directory.
         #[command(flatten)]

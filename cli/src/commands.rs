@@ -149,11 +149,45 @@ fn resolve(conn: &Connection, list: &str, name_or_id: &str) -> Result<String, Co
         return Ok(name_or_id.to_string());
     }
     let listing = conn.get(list)?;
-    let matches: Vec<String> = items(&listing)
+    one_named(name_or_id, named(&listing, name_or_id))
+}
+
+/// The ids of a listing's objects named `name`.
+fn named(listing: &Value, name: &str) -> Vec<String> {
+    items(listing)
         .into_iter()
-        .filter(|o| o["name"].as_str() == Some(name_or_id))
+        .filter(|o| o["name"].as_str() == Some(name))
         .filter_map(|o| o["id"].as_str().map(str::to_string))
-        .collect();
+        .collect()
+}
+
+/// Instances per page when looking one up by name (the API's largest page).
+const INSTANCE_PAGE: u32 = 1000;
+
+/// Resolves an instance's name or UUID, through every page of the instance listing.
+fn instance_id(conn: &Connection, name_or_id: &str) -> Result<String, CommandError> {
+    if uuid::Uuid::parse_str(name_or_id).is_ok() {
+        return Ok(name_or_id.to_string());
+    }
+    let mut matches = Vec::new();
+    let mut marker: Option<String> = None;
+    loop {
+        let mut path = format!("{}?limit={INSTANCE_PAGE}", routes::INSTANCES);
+        if let Some(marker) = &marker {
+            path.push_str(&format!("&marker={marker}"));
+        }
+        let page = conn.get(&path)?;
+        matches.extend(named(&page, name_or_id));
+        match page["next"].as_str() {
+            Some(next) if marker.as_deref() != Some(next) => marker = Some(next.to_string()),
+            _ => break,
+        }
+    }
+    one_named(name_or_id, matches)
+}
+
+/// The one id of the objects named `name_or_id`.
+fn one_named(name_or_id: &str, matches: Vec<String>) -> Result<String, CommandError> {
     match matches.as_slice() {
         [one] => Ok(one.clone()),
         [] => Err(CommandError::Other(format!("no {name_or_id:?} found"))),
@@ -171,6 +205,40 @@ const INSTANCE_COLUMNS: &[(&str, &str)] = &[
     ("IP", "ip"),
     ("NODE", "node"),
 ];
+
+/// An instance's fault as one line, `reason: message`: from its `fault`, else (a controller
+/// without faults) its `error`.
+pub fn fault_text(instance: &Value) -> Option<String> {
+    let fault = &instance["fault"];
+    match (fault["reason"].as_str(), fault["message"].as_str()) {
+        (Some(reason), Some(message)) => Some(format!("{reason}: {message}")),
+        _ => instance["error"].as_str().map(str::to_string),
+    }
+}
+
+/// The error of an instance that ended in `error` while a command waited for it.
+fn failed_error(instance: &Value, id: &str) -> CommandError {
+    let name = instance["name"].as_str().unwrap_or_default();
+    let why = fault_text(instance).unwrap_or_else(|| "no reason given".into());
+    CommandError::Other(format!("instance {id} ({name}) failed to start: {why}"))
+}
+
+/// Polls until every instance of `ids` is active; the first one in `error` ends the wait
+/// with its fault.
+fn wait_active(conn: &Connection, ids: &[String]) -> Result<(), CommandError> {
+    let mut out = std::io::stderr();
+    wait(&mut out, "active", Duration::from_secs(300), || {
+        let mut all = true;
+        for id in ids {
+            let instance = item(conn.get(&routes::instance(id))?);
+            match instance["state"].as_str().unwrap_or_default() {
+                "error" => return Err(failed_error(&instance, id)),
+                state => all &= state == "active",
+            }
+        }
+        Ok(all)
+    })
+}
 
 /// Polls `done` every 200 ms for at most `within`, showing dots.
 fn wait(
@@ -209,12 +277,22 @@ pub fn instance(
 ) -> Result<(), CommandError> {
     match cmd {
         InstanceCmd::List => o.table(&conn.get(routes::INSTANCES)?, INSTANCE_COLUMNS),
-        InstanceCmd::Show { id } => o.object(conn.get(&routes::instance(&id))?),
+        InstanceCmd::Show { id } => {
+            let id = instance_id(conn, &id)?;
+            let mut shown = item(conn.get(&routes::instance(&id))?);
+            if !o.json
+                && let Some(text) = fault_text(&shown).filter(|_| shown["fault"].is_object())
+            {
+                let at = shown["fault"]["created"].as_str().unwrap_or_default();
+                shown["fault"] = Value::String(format!("{text} ({at})"));
+            }
+            o.object(shown);
+        }
         InstanceCmd::Create {
             workload,
             name,
             count,
-            wait: wait_active,
+            wait: until_active,
         } => {
             let workload = resolve(conn, routes::WORKLOADS, &workload)?;
             let made = conn.post(
@@ -225,31 +303,12 @@ pub fn instance(
                 .iter()
                 .filter_map(|i| i["id"].as_str().map(str::to_string))
                 .collect();
-            if wait_active {
-                let mut out = std::io::stderr();
-                wait(&mut out, "active", Duration::from_secs(300), || {
-                    let mut all = true;
-                    for id in &ids {
-                        let state = item(conn.get(&routes::instance(id))?)["state"]
-                            .as_str()
-                            .unwrap_or_default()
-                            .to_string();
-                        if state == "error" {
-                            return Err(CommandError::Other(format!("instance {id} failed")));
-                        }
-                        all &= state == "active";
-                    }
-                    Ok(all)
-                })?;
-                let listing = conn.get(routes::INSTANCES)?;
-                let now: Vec<Value> = items(&listing)
-                    .into_iter()
-                    .filter(|i| {
-                        i["id"]
-                            .as_str()
-                            .is_some_and(|id| ids.iter().any(|x| x == id))
-                    })
-                    .collect();
+            if until_active {
+                wait_active(conn, &ids)?;
+                let mut now = Vec::new();
+                for id in &ids {
+                    now.push(item(conn.get(&routes::instance(id))?));
+                }
                 o.table(&Value::Array(now), INSTANCE_COLUMNS);
             } else {
                 o.table(&made, INSTANCE_COLUMNS);
@@ -259,6 +318,7 @@ pub fn instance(
             id,
             wait: wait_gone,
         } => {
+            let id = instance_id(conn, &id)?;
             conn.delete(&routes::instance(&id))?;
             if wait_gone {
                 let mut out = std::io::stderr();
@@ -272,10 +332,21 @@ pub fn instance(
             }
             o.done(&format!("instance {id} deleted"), json!({"deleted": id}));
         }
-        InstanceCmd::Stop { id } => action(conn, &id, "stop", o)?,
-        InstanceCmd::Start { id } => action(conn, &id, "start", o)?,
-        InstanceCmd::Restart { id } => action(conn, &id, "restart", o)?,
+        InstanceCmd::Stop { id } => action(conn, &instance_id(conn, &id)?, "stop", o)?,
+        InstanceCmd::Start { id, wait } => {
+            let id = instance_id(conn, &id)?;
+            if wait {
+                conn.post(&routes::instance_action(&id, "start"), &json!({}))?;
+                wait_active(conn, std::slice::from_ref(&id))?;
+                let now = item(conn.get(&routes::instance(&id))?);
+                o.table(&Value::Array(vec![now]), INSTANCE_COLUMNS);
+            } else {
+                action(conn, &id, "start", o)?;
+            }
+        }
+        InstanceCmd::Restart { id } => action(conn, &instance_id(conn, &id)?, "restart", o)?,
         InstanceCmd::Console { id, dir } => {
+            let id = instance_id(conn, &id)?;
             let layout = Layout::new(dir.dir.unwrap_or_else(Layout::default_root));
             let path = console_path(&layout, &id);
             match std::fs::read_to_string(&path) {
@@ -546,4 +617,32 @@ pub fn trace(conn: &Connection, o: &mut Output<'_>) -> Result<(), CommandError> 
         ],
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fault_reads_as_one_line() {
+        let failed = json!({"state": "error", "error": "launch_failure",
+            "fault": {"reason": "launch_failure", "message": "QEMU could not open /x: Permission denied",
+                      "created": "2026-12-01T15:23:31Z"}});
+        assert_eq!(
+            fault_text(&failed).as_deref(),
+            Some("launch_failure: QEMU could not open /x: Permission denied")
+        );
+        // A controller without faults: the error's reason.
+        let older = json!({"state": "error", "error": "image_failure"});
+        assert_eq!(fault_text(&older).as_deref(), Some("image_failure"));
+        assert_eq!(
+            fault_text(&json!({"state": "active", "fault": null, "error": null})),
+            None
+        );
+        let e = failed_error(&json!({"name": "web", "fault": failed["fault"]}), "u1");
+        assert_eq!(
+            e.to_string(),
+            "instance u1 (web) failed to start: launch_failure: QEMU could not open /x: Permission denied"
+        );
+    }
 }

@@ -361,6 +361,7 @@ impl Cluster {
             node_uuid: None,
             reason,
             restart: start.restart,
+            message: None,
         };
         Action::Send {
             to: from,
@@ -629,7 +630,8 @@ mod tests {
                     instance_uuid: u(9),
                     node_uuid: None,
                     reason: StartFailureReason::NoCn,
-                    restart: true
+                    restart: true,
+                    message: None,
                 })
             )]
         );

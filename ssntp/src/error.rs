@@ -277,6 +277,7 @@ fn body_failure(operand: Operand, s: &Salvage, node_uuid: Option<Uuid>) -> Optio
             node_uuid,
             reason: StartFailureReason::InvalidPayload,
             restart: false,
+            message: None,
         }),
         Operand::Delete => Payload::DeleteFailure(DeleteFailure {
             instance_uuid,

@@ -97,7 +97,20 @@ pub fn vectors() -> Vec<(&'static str, Frame, &'static str)> {
             node_uuid: None,
             reason: StartFailureReason::FullCloud,
             restart: false,
+            message: None,
         }),
+    );
+    let start_failure_message = Frame::new(
+        AGENT,
+        &Payload::StartFailure(
+            StartFailure::new(
+                INSTANCE,
+                Some(AGENT),
+                StartFailureReason::LaunchFailure,
+                false,
+            )
+            .with_message("QEMU could not open /x/seed.iso: Permission denied"),
+        ),
     );
     let traced = Frame::new(
         CONTROLLER,
@@ -148,6 +161,11 @@ pub fn vectors() -> Vec<(&'static str, Frame, &'static str)> {
             "START_FAILURE",
             start_failure,
             "010002010000003b5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5ca36d696e7374616e63655f75756964501a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a66726561736f6e6a66756c6c5f636c6f75646772657374617274f4",
+        ),
+        (
+            "START_FAILURE, with a message",
+            start_failure_message,
+            "010002010000009611111111111111111111111111111111a56d696e7374616e63655f75756964501a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a696e6f64655f75756964501111111111111111111111111111111166726561736f6e6e6c61756e63685f6661696c7572656772657374617274f4676d657373616765783251454d5520636f756c64206e6f74206f70656e202f782f736565642e69736f3a205065726d697373696f6e2064656e696564",
         ),
         (
             "DELETE, traced",

@@ -438,7 +438,8 @@ mod tests {
                 instance_uuid: INSTANCE,
                 node_uuid: None,
                 reason: StartFailureReason::InvalidPayload,
-                restart: false
+                restart: false,
+                message: None,
             }))
         );
         for body in [

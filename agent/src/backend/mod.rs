@@ -37,6 +37,21 @@ pub enum BackendError {
     Other(String),
 }
 
+impl BackendError {
+    /// The error in words for the user, without the kind (which the reason code gives): what a
+    /// START_FAILURE's `message` says.
+    pub fn message(&self) -> String {
+        match self {
+            BackendError::Image(m)
+            | BackendError::Launch(m)
+            | BackendError::Network(m)
+            | BackendError::Other(m) => m.clone(),
+            BackendError::Exists => "leftovers of this instance exist on the node".into(),
+            BackendError::NotFound => "the instance vanished from the node while starting".into(),
+        }
+    }
+}
+
 /// One instance a backend has, as listed for re-attaching.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Existing {

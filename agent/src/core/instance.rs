@@ -23,7 +23,7 @@ pub(crate) enum InstanceCommand {
 }
 
 /// What an instance task tells the owner, in the order it happened.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Update {
     /// The instance's state changed.
     State(Uuid, InstanceState),
@@ -160,13 +160,16 @@ impl<B: Backend> Task<B> {
             return Phase::Leftovers;
         };
         let restart = spec.restart;
-        let failed = |reason| InstanceEvent::StartFailed {
+        let failed = |reason, message: String| InstanceEvent::StartFailed {
             instance: self.instance,
             reason,
             restart,
+            message: Some(message),
         };
         if !self.write_record(Desired::Running).await {
-            self.event(failed(StartRefusal::LaunchFailure)).await;
+            let why = "the node could not record the instance (see the agent's log)";
+            self.event(failed(StartRefusal::LaunchFailure, why.into()))
+                .await;
             self.send(Update::Forget(self.instance)).await;
             return Phase::Gone;
         }
@@ -182,6 +185,7 @@ impl<B: Backend> Task<B> {
             Err(e) => e,
         };
         tracing::warn!(instance = %self.instance, error = %error, "start failed");
+        let message = error.message();
         let reason = match error {
             BackendError::Image(_) => StartRefusal::ImageFailure,
             BackendError::Network(_) => StartRefusal::NetworkFailure,
@@ -190,7 +194,7 @@ impl<B: Backend> Task<B> {
                 StartRefusal::LaunchFailure
             }
         };
-        self.event(failed(reason)).await;
+        self.event(failed(reason, message)).await;
         // Leftovers that were there before this START are not ours to remove.
         let cleaned = reason == StartRefusal::InstanceExists || self.clean().await;
         if cleaned {

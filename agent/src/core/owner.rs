@@ -265,6 +265,7 @@ impl<B: Backend, R: Reporter> Owner<B, R> {
                     instance,
                     reason,
                     restart: spec.restart,
+                    message: None,
                 };
                 self.reporter.event(&event).await;
             }

@@ -6,13 +6,15 @@
 use std::sync::Arc;
 
 use controller::store::{
-    FieldMask, InstanceFacts, InstanceState as StoreState, InstanceWrite, Operation, OperationKind,
-    OperationState, Placement, Store, StoreError,
+    Fault, FieldMask, InstanceFacts, InstanceState as StoreState, InstanceWrite, Operation,
+    OperationKind, OperationState, Placement, Store, StoreError,
 };
 use tokio::sync::oneshot;
 use uuid::Uuid;
 
-use crate::model::{DeleteRefusal, InstanceEvent, InstanceReport, InstanceState, NodeReport};
+use crate::model::{
+    DeleteRefusal, InstanceEvent, InstanceReport, InstanceState, NodeReport, StartRefusal,
+};
 use crate::reporter::Reporter;
 
 /// How an operation ended, as written (or refused) in the store.
@@ -41,6 +43,7 @@ pub fn decide(
     let exited = InstanceFacts {
         state: StoreState::Exited,
         placement: Placement::default(),
+        fault: None,
     };
     let done = |text: &str| Some((OperationState::Done, text.to_string()));
     let failed = |text: String| Some((OperationState::Failed, text));
@@ -55,6 +58,7 @@ pub fn decide(
                             node: Some(host),
                             cnci: None,
                         },
+                        fault: None,
                     },
                 )?,
                 done("running"),
@@ -66,21 +70,28 @@ pub fn decide(
                     InstanceFacts {
                         state: StoreState::Pending,
                         placement: Placement::default(),
+                        fault: None,
                     },
                 )?,
                 None,
             )),
             _ => None,
         },
-        (OperationKind::Start, InstanceEvent::StartFailed { reason, .. }) => {
+        (
+            OperationKind::Start,
+            InstanceEvent::StartFailed {
+                reason, message, ..
+            },
+        ) => {
             let why = format!("{reason:?}");
             Some((
                 // The parent field: the whole placement goes (it runs nowhere).
                 masked(
-                    &["state", "placement"],
+                    &["state", "placement", "fault"],
                     InstanceFacts {
                         state: StoreState::Error(format!("start_failure: {why}")),
                         placement: Placement::default(),
+                        fault: Some(start_fault(*reason, message.as_deref())),
                     },
                 )?,
                 failed(why),
@@ -108,6 +119,21 @@ pub fn decide(
         ) => Some((InstanceWrite::Nothing, failed(format!("{reason:?}")))),
         _ => None,
     }
+}
+
+/// The fault a failed start leaves on the instance: its START_FAILURE reason (as on the wire)
+/// and the backend's message, or what the reason means.
+fn start_fault(reason: StartRefusal, message: Option<&str>) -> Fault {
+    let wire = crate::wire::start_failure_reason(reason);
+    let code = serde_json::to_value(wire)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_else(|| "launch_failure".into());
+    let message = message.map_or_else(
+        || controller::engine::fault::describe(wire).to_string(),
+        str::to_string,
+    );
+    Fault::now(code, message)
 }
 
 /// The reporter of one claimed operation.
@@ -166,5 +192,44 @@ impl Reporter for StoreReporter {
             // The runner may have given up on the operation already: nobody to tell.
             let _ = done.send(outcome);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_start_writes_its_fault() {
+        let (host, instance) = (Uuid::from_u128(1), Uuid::from_u128(2));
+        let event = |message: Option<&str>| InstanceEvent::StartFailed {
+            instance,
+            reason: StartRefusal::LaunchFailure,
+            restart: false,
+            message: message.map(str::to_string),
+        };
+        let Some((InstanceWrite::Update(mask, facts), Some((OperationState::Failed, _)))) = decide(
+            OperationKind::Start,
+            host,
+            &event(Some("QEMU could not open /x")),
+        ) else {
+            panic!("not a failed start");
+        };
+        assert!(mask.has("fault") && mask.has("state") && mask.has("placement.node"));
+        let fault = facts.fault.unwrap();
+        assert_eq!(
+            (fault.reason.as_str(), fault.message.as_str()),
+            ("launch_failure", "QEMU could not open /x")
+        );
+        // Without a message, the reason in words.
+        let Some((InstanceWrite::Update(_, facts), _)) =
+            decide(OperationKind::Start, host, &event(None))
+        else {
+            panic!("not a failed start");
+        };
+        assert_eq!(
+            facts.fault.unwrap().message,
+            "the instance failed to launch"
+        );
     }
 }

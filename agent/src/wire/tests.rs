@@ -234,6 +234,7 @@ fn every_start_refusal_has_its_reason() {
             instance: Uuid::from_u128(1),
             reason: refusal,
             restart: true,
+            message: None,
         };
         let p = event_payload(&event, Uuid::from_u128(0xA)).unwrap();
         assert_eq!(round_trip(&p), p);
@@ -244,9 +245,36 @@ fn every_start_refusal_has_its_reason() {
                 node_uuid: Some(Uuid::from_u128(0xA)),
                 reason,
                 restart: true,
+                message: None,
             })
         );
     }
+}
+
+#[test]
+fn a_start_failure_carries_its_message_bounded() {
+    let event = |message: &str| InstanceEvent::StartFailed {
+        instance: Uuid::from_u128(1),
+        reason: StartRefusal::LaunchFailure,
+        restart: false,
+        message: Some(message.into()),
+    };
+    let p = event_payload(
+        &event("QEMU could not open /x: Permission denied"),
+        Uuid::nil(),
+    );
+    let Some(Payload::StartFailure(f)) = p.map(|p| round_trip(&p)) else {
+        panic!("not a START_FAILURE");
+    };
+    assert_eq!(
+        f.message.as_deref(),
+        Some("QEMU could not open /x: Permission denied")
+    );
+    let long = event(&"é".repeat(600));
+    let Some(Payload::StartFailure(f)) = event_payload(&long, Uuid::nil()) else {
+        panic!("not a START_FAILURE");
+    };
+    assert_eq!(f.message.unwrap(), "é".repeat(512));
 }
 
 #[test]

@@ -140,12 +140,28 @@ async fn wait_snapshot(core: &Core, check: impl Fn(&Snapshot) -> bool) -> Snapsh
     }
 }
 
-fn start_failed(n: u128, reason: StartRefusal) -> InstanceEvent {
-    InstanceEvent::StartFailed {
-        instance: id(n),
-        reason,
-        restart: false,
-    }
+/// Waits for START_FAILED of instance `n` with `reason` (and `restart` false); returns its
+/// message.
+async fn start_failed(
+    reporter: &RecordingReporter,
+    n: u128,
+    reason: StartRefusal,
+) -> Option<String> {
+    let wanted = (id(n), reason);
+    reporter
+        .wait_for(WAIT, |reports| {
+            reports.iter().find_map(|r| match r {
+                Report::Event(InstanceEvent::StartFailed {
+                    instance,
+                    reason,
+                    restart: false,
+                    message,
+                }) if (*instance, *reason) == wanted => Some(message.clone()),
+                _ => None,
+            })
+        })
+        .await
+        .unwrap()
 }
 
 fn active(n: u128) -> InstanceEvent {
@@ -222,12 +238,19 @@ async fn backend_failures_map_to_their_start_failure_reasons() {
     ];
     for (n, image, reason) in cases {
         core.start(spec(n, image)).unwrap();
-        wait_event(&reporter, start_failed(n, reason)).await;
+        // The backend's error is the failure's message, without its kind.
+        let message = start_failed(&reporter, n, reason).await.unwrap();
+        assert!(message.starts_with("simulated: "), "{message}");
     }
     // Injected per call, too.
     backend.fail_next(Op::Start, BackendError::Network("injected".into()));
     core.start(spec(4, "debian")).unwrap();
-    wait_event(&reporter, start_failed(4, StartRefusal::NetworkFailure)).await;
+    assert_eq!(
+        start_failed(&reporter, 4, StartRefusal::NetworkFailure)
+            .await
+            .as_deref(),
+        Some("injected")
+    );
     // Nothing is left of any of them: no instance, no record, no reservation.
     let snap = wait_snapshot(&core, |s| s.instances.is_empty()).await;
     assert_eq!(snap.node.vcpus_available, 4_096);
@@ -251,19 +274,19 @@ async fn admission_refusals() {
     core.start(spec(1, "debian")).unwrap();
     wait_event(&reporter, active(1)).await;
     core.start(spec(1, "debian")).unwrap();
-    wait_event(&reporter, start_failed(1, StartRefusal::AlreadyRunning)).await;
+    start_failed(&reporter, 1, StartRefusal::AlreadyRunning).await;
 
     // Leftovers the agent does not know of: the backend says they exist; they stay.
     backend.insert(id(2), false);
     core.start(spec(2, "debian")).unwrap();
-    wait_event(&reporter, start_failed(2, StartRefusal::InstanceExists)).await;
+    start_failed(&reporter, 2, StartRefusal::InstanceExists).await;
     assert_eq!(backend.ops(id(2)), vec![Op::Create]);
     assert_eq!(backend.status(id(2)), Some(false));
 
     let mut zero = spec(3, "debian");
     zero.resources.vcpus = 0;
     core.start(zero).unwrap();
-    wait_event(&reporter, start_failed(3, StartRefusal::InvalidData)).await;
+    start_failed(&reporter, 3, StartRefusal::InvalidData).await;
 
     let mut huge = spec(4, "debian");
     huge.resources.mem_mb = 2_000_000;
@@ -273,12 +296,13 @@ async fn admission_refusals() {
         instance: id(4),
         reason: StartRefusal::FullCn,
         restart: true,
+        message: None,
     };
     wait_event(&reporter, refused).await;
 
     core.evacuate().unwrap();
     core.start(spec(5, "debian")).unwrap();
-    wait_event(&reporter, start_failed(5, StartRefusal::NodeMaintenance)).await;
+    start_failed(&reporter, 5, StartRefusal::NodeMaintenance).await;
     assert!(backend.ops(id(4)).is_empty() && backend.ops(id(5)).is_empty());
 }
 
@@ -302,14 +326,14 @@ async fn watermarks_report_full_and_refuse_below_the_low_one() {
     wait_event(&reporter, active(1)).await;
     assert_eq!(last_status(&reporter), Some(Availability::Ready));
     core.start(sized(2, 1_000)).unwrap(); // would leave 500 < 512: refused
-    wait_event(&reporter, start_failed(2, StartRefusal::FullCn)).await;
+    start_failed(&reporter, 2, StartRefusal::FullCn).await;
     core.start(sized(3, 800)).unwrap(); // 700 left: admitted, FULL
     wait_event(&reporter, active(3)).await;
     assert_eq!(last_status(&reporter), Some(Availability::Full));
     core.start(sized(4, 100)).unwrap(); // 600 left: still admitted (hysteresis)
     wait_event(&reporter, active(4)).await;
     core.start(sized(5, 100)).unwrap(); // would leave 500: refused
-    wait_event(&reporter, start_failed(5, StartRefusal::FullCn)).await;
+    start_failed(&reporter, 5, StartRefusal::FullCn).await;
     let snap = core.snapshot().await.unwrap();
     assert_eq!(snap.node.availability, Availability::Full);
     assert_eq!(snap.node.mem_available_mb, 600);
@@ -335,7 +359,7 @@ async fn limits_can_be_turned_off_and_the_instance_limit_holds() {
     wait_event(&reporter, active(2)).await;
     assert_eq!(last_status(&reporter), Some(Availability::Full));
     core.start(sized(3, 1)).unwrap();
-    wait_event(&reporter, start_failed(3, StartRefusal::FullCn)).await;
+    start_failed(&reporter, 3, StartRefusal::FullCn).await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -361,7 +385,7 @@ async fn delete_stop_and_unknown() {
         instance: id(2),
         cause: StopCause::Requested,
     };
-    wait_event(&reporter, stopped).await;
+    wait_event(&reporter, stopped.clone()).await;
     for n in [1, 2] {
         assert_eq!(
             backend.ops(id(n)),
@@ -405,7 +429,7 @@ async fn a_failed_stop_leaves_exit_failed_leftovers_until_a_delete_succeeds() {
     assert_eq!(snap.state(id(1)), Some(InstanceState::ExitFailed));
     assert_eq!(snap.node.vcpus_available, 4_095, "leftovers stay reserved");
     core.start(spec(1, "debian")).unwrap();
-    wait_event(&reporter, start_failed(1, StartRefusal::InstanceExists)).await;
+    start_failed(&reporter, 1, StartRefusal::InstanceExists).await;
     core.delete(id(1), false).unwrap();
     wait_event(&reporter, InstanceEvent::Deleted { instance: id(1) }).await;
     wait_snapshot(&core, |s| s.instances.is_empty()).await;
@@ -425,7 +449,7 @@ async fn an_instance_that_exits_on_its_own_is_reported_stopped() {
             instance: id(n),
             cause: StopCause::Exited,
         };
-        wait_event(&reporter, stopped).await;
+        wait_event(&reporter, stopped.clone()).await;
     }
     reporter
         .wait_for(WAIT, |rs| {
@@ -452,7 +476,7 @@ async fn evacuate_and_restore_survive_a_restart() {
             instance: id(n),
             cause: StopCause::Evacuated,
         };
-        wait_event(&reporter, stopped).await;
+        wait_event(&reporter, stopped.clone()).await;
     }
     assert_eq!(backend.counts(), (0, 0));
     assert_eq!(last_status(&reporter), Some(Availability::Maintenance));
@@ -463,7 +487,7 @@ async fn evacuate_and_restore_survive_a_restart() {
     let snap = core.snapshot().await.unwrap();
     assert_eq!(snap.node.availability, Availability::Maintenance);
     core.start(spec(4, "debian")).unwrap();
-    wait_event(&reporter, start_failed(4, StartRefusal::NodeMaintenance)).await;
+    start_failed(&reporter, 4, StartRefusal::NodeMaintenance).await;
     core.restore().unwrap();
     core.shutdown().await.unwrap();
 
@@ -557,7 +581,7 @@ async fn a_restart_finishes_what_a_crash_cut_short() {
         instance: id(3),
         cause: StopCause::Requested,
     };
-    wait_event(&reporter, stopped).await;
+    wait_event(&reporter, stopped.clone()).await;
     for n in 1..=3 {
         assert_eq!(backend.status(id(n)), None, "instance {n} removed");
     }
@@ -566,7 +590,7 @@ async fn a_restart_finishes_what_a_crash_cut_short() {
     assert_eq!(snap.instances.len(), 1);
     assert_eq!(snap.state(id(4)), Some(InstanceState::ExitFailed));
     core.start(spec(4, "debian")).unwrap();
-    wait_event(&reporter, start_failed(4, StartRefusal::InstanceExists)).await;
+    start_failed(&reporter, 4, StartRefusal::InstanceExists).await;
     core.delete(id(4), false).unwrap();
     wait_event(&reporter, InstanceEvent::Deleted { instance: id(4) }).await;
     assert_eq!(backend.status(id(4)), None);

@@ -417,6 +417,7 @@ async fn replicas_run_instances_through_the_api_and_a_killed_one_is_fenced() {
         let exited = InstanceFacts {
             state: InstanceState::Error("late".into()),
             placement: Placement::default(),
+            fault: None,
         };
         store.fenced_write(
             op.id,

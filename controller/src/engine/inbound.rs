@@ -499,16 +499,18 @@ impl Engine {
         if matches!(record.state, InstanceState::Deleted | InstanceState::Hung) {
             return self.forget(&record);
         }
+        let fault = super::fault::of_start_failure(failure, &reason, now);
         self.event(
             Some(record.tenant),
             EventKind::Error,
-            format!("instance {id} failed to start: {reason}"),
+            format!("instance {id} failed to start: {reason}: {}", fault.message),
         );
         self.cas(
             &record,
             InstanceChange {
                 state: Some(InstanceState::Error(reason)),
                 node: Some(None),
+                fault: Some(Some(fault)),
                 ..InstanceChange::default()
             },
         )

@@ -22,6 +22,7 @@
 //! a DELETE, since their START reached the node after the controller had given it up.
 
 mod cnci;
+pub mod fault;
 mod inbound;
 pub mod offhost;
 pub mod run;
@@ -272,6 +273,7 @@ impl Engine {
                 (
                     InstanceChange {
                         state: Some(state.clone()),
+                        fault: error_fault(&state),
                         ..InstanceChange::default()
                     },
                     (),
@@ -298,6 +300,7 @@ impl Engine {
                     InstanceChange {
                         state: Some(state.clone()),
                         node,
+                        fault: error_fault(&state),
                         ..InstanceChange::default()
                     },
                     (),
@@ -383,6 +386,16 @@ impl Engine {
         }
         self.subnet_maybe_idle(instance);
         Ok(())
+    }
+}
+
+/// The fault that goes with an error state the engine sets itself (`None`: not an error).
+fn error_fault(state: &InstanceState) -> Option<Option<crate::store::Fault>> {
+    match state {
+        InstanceState::Error(reason) => {
+            Some(Some(fault::of_state_reason(reason, SystemTime::now())))
+        }
+        _ => None,
     }
 }
 

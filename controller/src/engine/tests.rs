@@ -452,9 +452,16 @@ fn a_start_no_node_reports_is_lost_and_its_delete_forgotten() {
         w.gone(b),
         "a deleted instance no node ever had is forgotten"
     );
-    // It shows up after all: active.
+    let fault = w.instance(a).fault.unwrap();
+    assert_eq!(fault.reason, START_LOST);
+    assert!(
+        fault.message.starts_with("no node reported it within"),
+        "{fault:?}"
+    );
+    // It shows up after all: active, and its fault goes.
     w.stats(NODE, &[(a, Reported::Active)]);
     assert_eq!(w.state(a), InstanceState::Active);
+    assert_eq!(w.instance(a).fault, None);
     // A restarted engine times out the pending instances of the last run too.
     let c = w.launch(1)[0].id;
     let again = Engine::new(
@@ -546,6 +553,7 @@ fn deleting_while_pending_and_then_failing_to_start_removes_the_record() {
         node_uuid: None,
         reason: StartFailureReason::FullCloud,
         restart: false,
+        message: None,
     }));
     assert!(w.gone(id));
 }
@@ -559,6 +567,7 @@ fn fatal_start_failures_are_errors_with_the_reason() {
         node_uuid: Some(NODE),
         reason: StartFailureReason::ImageFailure,
         restart: false,
+        message: None,
     }));
     assert_eq!(
         w.state(made[0].id),
@@ -570,6 +579,7 @@ fn fatal_start_failures_are_errors_with_the_reason() {
         node_uuid: Some(NODE),
         reason: StartFailureReason::AlreadyRunning,
         restart: false,
+        message: None,
     }));
     assert_eq!(w.state(made[1].id), InstanceState::Pending);
     // An errored instance is deleted at once, and may be started again.
@@ -580,9 +590,63 @@ fn fatal_start_failures_are_errors_with_the_reason() {
         node_uuid: None,
         reason: StartFailureReason::NoCn,
         restart: true,
+        message: None,
     }));
     w.engine.delete(Scope::All, made[0].id).unwrap();
     assert!(w.gone(made[0].id));
+}
+
+#[test]
+fn a_fatal_start_failure_leaves_a_fault_with_its_cause_until_started_again() {
+    let w = world();
+    let made = w.launch(2);
+    let (id, other) = (made[0].id, made[1].id);
+    let at = SystemTime::UNIX_EPOCH + Duration::from_millis(1_764_602_611_908);
+    let cause = "QEMU could not open /x/seed.iso: Permission denied";
+    let failure =
+        ssntp::payload::StartFailure::new(id, Some(NODE), StartFailureReason::LaunchFailure, false)
+            .with_message(cause);
+    w.engine
+        .handle_at(&Payload::StartFailure(failure), at)
+        .unwrap();
+    let failed = w.instance(id);
+    assert_eq!(failed.state, InstanceState::Error("launch_failure".into()));
+    assert_eq!(
+        failed.fault,
+        Some(crate::store::Fault {
+            reason: "launch_failure".into(),
+            message: cause.into(),
+            created: at,
+        })
+    );
+    // The event log says it with the cause.
+    assert!(
+        w.events().contains(&format!(
+            "instance {id} failed to start: launch_failure: {cause}"
+        )),
+        "{:?}",
+        w.events()
+    );
+    // The scheduler's own failure has no message: the controller says what it means.
+    w.event(start_failure(other, StartFailureReason::FullCloud));
+    let full = w.instance(other).fault.unwrap();
+    assert_eq!(
+        (full.reason.as_str(), full.message.as_str()),
+        ("full_cloud", "no compute node has room for the instance")
+    );
+    assert!(w.events().contains(&format!(
+        "instance {other} failed to start: full_cloud: no compute node has room for the instance"
+    )));
+    // Started again: pending, no fault; a second failure has its own.
+    w.engine.start(Scope::All, id).unwrap();
+    assert_eq!(w.state(id), InstanceState::Pending);
+    assert_eq!(w.instance(id).fault, None);
+    w.event(start_failure(id, StartFailureReason::NoCn));
+    let again = w.instance(id).fault.unwrap();
+    assert_eq!(
+        (again.reason.as_str(), again.message.as_str()),
+        ("no_cn", "there is no compute node in the cluster")
+    );
 }
 
 #[test]
@@ -966,6 +1030,7 @@ fn start_failure(id: Uuid, reason: StartFailureReason) -> Payload {
         node_uuid: None,
         reason,
         restart: false,
+        message: None,
     })
 }
 

@@ -11,7 +11,7 @@ use std::collections::BTreeSet;
 
 use uuid::Uuid;
 
-use super::{InstanceChange, InstanceState, StoreError};
+use super::{Fault, InstanceChange, InstanceState, StoreError};
 
 /// Where an instance runs, as its launcher says.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -29,6 +29,8 @@ pub struct InstanceFacts {
     pub state: InstanceState,
     /// Where it runs.
     pub placement: Placement,
+    /// Why it is in error (a failed start: the launcher's reason and message).
+    pub fault: Option<Fault>,
 }
 
 impl Default for InstanceFacts {
@@ -36,12 +38,19 @@ impl Default for InstanceFacts {
         InstanceFacts {
             state: InstanceState::Pending,
             placement: Placement::default(),
+            fault: None,
         }
     }
 }
 
 /// Every path a mask may name.
-pub const PATHS: [&str; 4] = ["state", "placement", "placement.node", "placement.cnci"];
+pub const PATHS: [&str; 5] = [
+    "state",
+    "placement",
+    "placement.node",
+    "placement.cnci",
+    "fault",
+];
 
 /// Most paths one mask holds (every known path fits).
 const MAX_PATHS: usize = 16;
@@ -120,6 +129,9 @@ impl FieldMask {
         if old.placement.cnci != new.placement.cnci {
             paths.extend(["placement", "placement.cnci"]);
         }
+        if old.fault != new.fault {
+            paths.push("fault");
+        }
         FieldMask {
             paths: paths.into_iter().map(str::to_string).collect(),
         }
@@ -136,6 +148,9 @@ impl FieldMask {
         if self.has("placement.cnci") {
             to.placement.cnci = from.placement.cnci;
         }
+        if self.has("fault") {
+            to.fault = from.fault.clone();
+        }
     }
 
     /// The instance change that writes the masked fields of `from` (what the stores apply).
@@ -145,6 +160,7 @@ impl FieldMask {
             node: self.has("placement.node").then_some(from.placement.node),
             cnci: self.has("placement.cnci").then_some(from.placement.cnci),
             name: None,
+            fault: self.has("fault").then(|| from.fault.clone()),
         }
     }
 }
@@ -168,6 +184,7 @@ mod tests {
         InstanceFacts {
             state,
             placement: Placement { node, cnci },
+            fault: None,
         }
     }
 
@@ -238,6 +255,13 @@ mod tests {
             (
                 facts(InstanceState::Active, Some(n1), Some(c1)),
                 facts(InstanceState::Error("x".into()), None, None),
+            ),
+            (
+                facts(InstanceState::Pending, Some(n1), None),
+                InstanceFacts {
+                    fault: Some(Fault::now("launch_failure", "QEMU could not open /x")),
+                    ..facts(InstanceState::Error("x".into()), None, None)
+                },
             ),
         ];
         for (old, new) in cases {

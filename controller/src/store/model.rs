@@ -253,6 +253,29 @@ pub enum InstanceState {
     Error(String),
 }
 
+/// Why an instance is in `error`, for the user: kept with the instance while it is in error.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Fault {
+    /// The failure's code: a START_FAILURE reason (`launch_failure`, `full_cloud`, ...) or
+    /// one of the controller's own (`dispatch_failure`, `start_lost`, `network_failure`).
+    pub reason: String,
+    /// The cause in words (an agent's START_FAILURE message, or the controller's).
+    pub message: String,
+    /// When it happened (the stores keep milliseconds).
+    pub created: SystemTime,
+}
+
+impl Fault {
+    /// A fault that happened now.
+    pub fn now(reason: impl Into<String>, message: impl Into<String>) -> Fault {
+        Fault {
+            reason: reason.into(),
+            message: message.into(),
+            created: SystemTime::now(),
+        }
+    }
+}
+
 /// One virtual machine of a tenant.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Instance {
@@ -280,6 +303,8 @@ pub struct Instance {
     pub mac: MacAddr,
     /// The subnet's CNCI, once there is one.
     pub cnci: Option<Uuid>,
+    /// Why it is in `error`; `None` in every other state.
+    pub fault: Option<Fault>,
     /// When it was created.
     pub created: SystemTime,
     /// When it last changed.
@@ -310,6 +335,21 @@ pub struct InstanceChange {
     pub cnci: Option<Option<Uuid>>,
     /// New name.
     pub name: Option<String>,
+    /// New fault (`Some(None)` clears it). A change that puts the instance in a state other
+    /// than `error` and names no fault clears it too: a fault is kept only while in error.
+    pub fault: Option<Option<Fault>>,
+}
+
+impl InstanceChange {
+    /// The fault an instance has after this change, from the one it had (`current`) and
+    /// whether it ends in `error`: what both stores write.
+    pub fn fault_after(&self, current: Option<Fault>, ends_in_error: bool) -> Option<Fault> {
+        match &self.fault {
+            Some(fault) => fault.clone(),
+            None if self.state.is_some() && !ends_in_error => None,
+            None => current,
+        }
+    }
 }
 
 /// Which instances a listing returns.

@@ -41,7 +41,8 @@ macro_rules! store_suite {
             operations_are_claimed_in_fifo_order, parallel_claims_take_each_operation_once,
             an_expired_claim_is_taken_over_and_the_old_token_fenced,
             a_renewed_claim_is_kept, one_operation_per_instance_at_a_time,
-            fenced_writes_apply_masked_fields_and_refuse_stale_tokens);
+            fenced_writes_apply_masked_fields_and_refuse_stale_tokens,
+            a_fault_is_kept_while_in_error);
     };
     (@tests $fixture:ty; $($name:ident),* $(,)?) => {
         $(
@@ -1199,6 +1200,7 @@ pub(crate) fn fenced_writes_apply_masked_fields_and_refuse_stale_tokens<F: Fixtu
             node: Some(host.id),
             cnci: None,
         },
+        fault: None,
     };
     let mask = FieldMask::of(["state", "placement.node"]).unwrap();
     let still = store
@@ -1221,6 +1223,7 @@ pub(crate) fn fenced_writes_apply_masked_fields_and_refuse_stale_tokens<F: Fixtu
     let exited = InstanceFacts {
         state: InstanceState::Exited,
         placement: Placement::default(),
+        fault: None,
     };
     // The stale replica's late write changes nothing.
     let late = InstanceWrite::Update(FieldMask::all(), exited.clone());
@@ -1289,4 +1292,99 @@ pub(crate) fn fenced_writes_apply_masked_fields_and_refuse_stale_tokens<F: Fixtu
         .unwrap()
         .unwrap();
     assert_eq!(got.id, theirs.id);
+}
+
+pub(crate) fn a_fault_is_kept_while_in_error<F: Fixture>() {
+    let fx = F::new();
+    let store = fx.open();
+    let (t, w) = tenant_and_workload(&store, "acme", Quota::default(), 24);
+    let i = store.create_instance(new_instance(&t, &w, "vm-1")).unwrap();
+    assert_eq!(i.fault, None);
+    // The stores keep milliseconds.
+    let fault = Fault {
+        reason: "launch_failure".into(),
+        message: "QEMU could not open /x/seed.iso: Permission denied".into(),
+        created: SystemTime::UNIX_EPOCH + Duration::from_millis(1_764_602_611_908),
+    };
+    let change = |state: Option<InstanceState>, fault: Option<Option<Fault>>| InstanceChange {
+        state,
+        fault,
+        ..InstanceChange::default()
+    };
+    let failed = store
+        .update_instance(
+            Scope::All,
+            i.id,
+            i.version,
+            change(
+                Some(InstanceState::Error("launch_failure".into())),
+                Some(Some(fault.clone())),
+            ),
+        )
+        .unwrap();
+    assert_eq!(failed.fault.as_ref(), Some(&fault));
+    assert_eq!(store.instance(Scope::All, i.id).unwrap(), failed);
+    // Changes that name no fault keep it while the instance stays in error.
+    let renamed = store
+        .update_instance(
+            Scope::All,
+            i.id,
+            failed.version,
+            InstanceChange {
+                name: Some("vm-2".into()),
+                node: Some(None),
+                ..InstanceChange::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(renamed.fault.as_ref(), Some(&fault));
+    let again = store
+        .update_instance(
+            Scope::All,
+            i.id,
+            renamed.version,
+            change(Some(InstanceState::Error("launch_failure".into())), None),
+        )
+        .unwrap();
+    assert_eq!(again.fault.as_ref(), Some(&fault));
+    // It survives a reopen, in listings too.
+    drop(store);
+    let store = fx.open();
+    let listed = store
+        .instances(Scope::All, InstanceFilter::default(), Page::first(10))
+        .unwrap();
+    assert_eq!(listed.items, vec![again.clone()]);
+    // Started again: the state leaves error and the fault goes with it.
+    let pending = store
+        .update_instance(
+            Scope::All,
+            i.id,
+            again.version,
+            change(Some(InstanceState::Pending), None),
+        )
+        .unwrap();
+    assert_eq!(pending.fault, None);
+    assert_eq!(store.instance(Scope::All, i.id).unwrap().fault, None);
+    // An explicit clear, and a fault from the controller's own reasons.
+    let own = Fault::now("start_lost", "no node reported the instance");
+    let lost = store
+        .update_instance(
+            Scope::All,
+            i.id,
+            pending.version,
+            change(
+                Some(InstanceState::Error("start_lost".into())),
+                Some(Some(own.clone())),
+            ),
+        )
+        .unwrap();
+    let kept = lost.fault.clone().unwrap();
+    assert_eq!((kept.reason, kept.message), (own.reason, own.message));
+    assert!(kept.created <= SystemTime::now());
+    assert_eq!(store.instance(Scope::All, i.id).unwrap(), lost);
+    let cleared = store
+        .update_instance(Scope::All, i.id, lost.version, change(None, Some(None)))
+        .unwrap();
+    assert_eq!(cleared.fault, None);
+    assert_eq!(cleared.state, InstanceState::Error("start_lost".into()));
 }

@@ -889,3 +889,96 @@ async fn native_bad_input() {
     assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
     w.stop().await;
 }
+
+/// An instance in `error` shows its fault (reason, message, time) in the native view and,
+/// in Nova's shape, in Compute's (`details` for admins only); the OpenAPI document describes
+/// every key; starting it again clears the fault.
+#[tokio::test]
+async fn an_instance_in_error_shows_its_fault() {
+    use controller::store::Fault;
+    use std::time::{Duration, UNIX_EPOCH};
+
+    let w = World::start().await;
+    let c = w.client();
+    let admin = w.admin_token().await;
+    let a = w.token_a().await;
+    let failed = w.server_a(&a, "broken").await;
+    let fine = w.server_a(&a, "fine").await;
+    let message = "QEMU could not open /x/seed.iso: Permission denied";
+    w.cluster
+        .fail(
+            failed.parse().unwrap(),
+            Fault {
+                reason: "launch_failure".into(),
+                message: message.into(),
+                created: UNIX_EPOCH + Duration::from_millis(1_764_602_611_908),
+            },
+        )
+        .unwrap();
+
+    let native = |id: &str| format!("/cumulo/v1/instances/{id}");
+    let shown = ok(&c, Method::GET, &native(&failed), &a, None, 200).await;
+    assert_eq!(shown["state"], "error");
+    assert_eq!(
+        shown["fault"],
+        json!({"reason": "launch_failure", "message": message, "created": "2025-12-01T15:23:31Z"})
+    );
+    let other = ok(&c, Method::GET, &native(&fine), &a, None, 200).await;
+    assert_eq!(other["fault"], Value::Null);
+
+    // The document knows every key of the view, the fault's included.
+    let (_, _, doc) = c.send(Method::GET, "/openapi.json", None, None).await;
+    let schema = &doc["components"]["schemas"]["Instance"];
+    for key in shown.as_object().unwrap().keys() {
+        assert!(schema["properties"][key].is_object(), "{key} undocumented");
+    }
+    let fault = &schema["properties"]["fault"];
+    assert_eq!(fault["nullable"], true);
+    for key in shown["fault"].as_object().unwrap().keys() {
+        assert!(
+            fault["properties"][key].is_object(),
+            "fault.{key} undocumented"
+        );
+    }
+
+    // Compute: Nova's fault, on ERROR only; details for admins.
+    let server = |id: &str| format!("/compute/v2.1/servers/{id}");
+    let (_, _, member) = c.send(Method::GET, &server(&failed), Some(&a), None).await;
+    assert_eq!(member["server"]["status"], "ERROR");
+    assert_eq!(
+        member["server"]["fault"],
+        json!({"code": 500, "message": message, "created": "2025-12-01T15:23:31Z"})
+    );
+    let (_, _, by_admin) = c
+        .send(Method::GET, &server(&failed), Some(&admin), None)
+        .await;
+    assert_eq!(by_admin["server"]["fault"]["details"], "launch_failure");
+    let (_, _, active) = c.send(Method::GET, &server(&fine), Some(&a), None).await;
+    assert!(active["server"].get("fault").is_none(), "{active}");
+    let (_, _, detail) = c
+        .send(Method::GET, "/compute/v2.1/servers/detail", Some(&a), None)
+        .await;
+    let servers = detail["servers"].as_array().unwrap();
+    let with_fault: Vec<&Value> = servers
+        .iter()
+        .filter(|s| s.get("fault").is_some())
+        .collect();
+    assert_eq!(with_fault.len(), 1, "{detail}");
+    assert_eq!(with_fault[0]["id"], failed.as_str());
+    assert_eq!(with_fault[0]["fault"]["message"], message);
+
+    // Started again: no fault any more.
+    ok(
+        &c,
+        Method::POST,
+        &format!("{}/start", native(&failed)),
+        &a,
+        None,
+        202,
+    )
+    .await;
+    let again = ok(&c, Method::GET, &native(&failed), &a, None, 200).await;
+    assert_eq!(again["state"], "active");
+    assert_eq!(again["fault"], Value::Null);
+    w.stop().await;
+}

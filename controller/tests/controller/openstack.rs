@@ -1,7 +1,8 @@
 //! The real `openstack` CLI against cumulo-controller's API, its engine, a real scheduler and a
-//! sim agent: log in, create a server, see it ACTIVE, stop, start, delete. Skipped with a
-//! message when the CLI is not installed (`scripts/openstack-venv.sh`), unless
-//! `CUMULO_REQUIRE_OPENSTACK=1` (CI), which makes a missing CLI a failure.
+//! sim agent: log in, create a server, see it ACTIVE, stop, start, delete; a server whose image
+//! does not boot shows ERROR and its fault. Skipped with a message when the CLI is not installed
+//! (`scripts/openstack-venv.sh`), unless `CUMULO_REQUIRE_OPENSTACK=1` (CI), which makes a
+//! missing CLI a failure.
 
 use std::sync::Arc;
 
@@ -111,6 +112,15 @@ async fn the_openstack_cli_runs_a_server_through_the_whole_cluster() {
                 reference: "tiny".into(),
             })
             .unwrap();
+        // An image the sim agent never boots.
+        store
+            .create_image(NewImage {
+                owner: None,
+                name: "broken".into(),
+                kind: ImageKind::Raw,
+                reference: agent::sim::IMAGE_FAIL_LAUNCH.into(),
+            })
+            .unwrap();
     })
     .await
     .unwrap();
@@ -155,6 +165,27 @@ async fn the_openstack_cli_runs_a_server_through_the_whole_cluster() {
     wait_status(&cli, &id, "ACTIVE").await;
     run(&cli, &["server", "reboot", &id], false).await;
     wait_status(&cli, &id, "ACTIVE").await;
+
+    // A server whose image does not boot: ERROR, and `server show` says why, with the agent's
+    // words.
+    let broken = run(
+        &cli,
+        &[
+            "server", "create", "--flavor", "m1.tiny", "--image", "broken", "vm2",
+        ],
+        true,
+    )
+    .await;
+    let broken = broken["id"].as_str().unwrap().to_string();
+    wait_status(&cli, &broken, "ERROR").await;
+    let shown = run(&cli, &["server", "show", &broken], true).await;
+    assert!(
+        shown["fault"]
+            .to_string()
+            .contains("simulated: the image fail-launch never boots"),
+        "{shown}"
+    );
+    run(&cli, &["server", "delete", "--wait", &broken], false).await;
 
     run(&cli, &["server", "delete", "--wait", &id], false).await;
     assert_eq!(

@@ -45,6 +45,8 @@ pub enum StartFailureReason {
     AlreadyRunning,
     /// Leftovers of the instance exist.
     InstanceExists,
+    /// A restart asked for an instance that the node does not hold.
+    InstanceMissing,
     /// The image is missing or broken.
     ImageFailure,
     /// The instance failed to launch.
@@ -66,7 +68,26 @@ impl StartFailureReason {
     }
 }
 
+/// Most bytes of a START_FAILURE's `message` (PROTOCOL.md §7: at most 1 KiB).
+pub const MAX_FAILURE_MESSAGE: usize = 1024;
+
+/// `text` cut at a character boundary to at most `max` bytes.
+pub fn truncate_text(mut text: String, max: usize) -> String {
+    if text.len() > max {
+        let mut end = max;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+    }
+    text
+}
+
 /// START_FAILURE.
+///
+/// `message` is bounded: a longer one is cut (at a character boundary) to
+/// [`MAX_FAILURE_MESSAGE`] bytes when it is encoded, and when it is decoded (a receiver never
+/// refuses a longer one).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StartFailure {
     /// The instance.
@@ -83,6 +104,58 @@ pub struct StartFailure {
     pub reason: StartFailureReason,
     /// The START's `restart` flag.
     pub restart: bool,
+    /// The cause in words, for the user (an agent's; absent when the scheduler answers).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "bounded_message"
+    )]
+    pub message: Option<String>,
+}
+
+impl StartFailure {
+    /// A START_FAILURE without a message.
+    pub fn new(
+        instance_uuid: Uuid,
+        node_uuid: Option<Uuid>,
+        reason: StartFailureReason,
+        restart: bool,
+    ) -> StartFailure {
+        StartFailure {
+            instance_uuid,
+            node_uuid,
+            reason,
+            restart,
+            message: None,
+        }
+    }
+
+    /// The same failure with `message`, cut to [`MAX_FAILURE_MESSAGE`] bytes.
+    pub fn with_message(mut self, message: impl Into<String>) -> StartFailure {
+        self.message = Some(truncate_text(message.into(), MAX_FAILURE_MESSAGE));
+        self
+    }
+}
+
+/// The optional `message` text, cut to [`MAX_FAILURE_MESSAGE`] bytes both ways.
+mod bounded_message {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    use super::{MAX_FAILURE_MESSAGE, truncate_text};
+
+    pub(super) fn serialize<S: Serializer>(m: &Option<String>, s: S) -> Result<S::Ok, S::Error> {
+        match m {
+            Some(m) if m.len() > MAX_FAILURE_MESSAGE => {
+                s.serialize_str(&truncate_text(m.clone(), MAX_FAILURE_MESSAGE))
+            }
+            Some(m) => s.serialize_str(m),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+        String::deserialize(d).map(|m| Some(truncate_text(m, MAX_FAILURE_MESSAGE)))
+    }
 }
 
 /// Why an instance could not be deleted.
@@ -260,4 +333,82 @@ pub struct DeliveryFailure {
     pub target_uuid: Option<Uuid>,
     /// Why.
     pub reason: DeliveryFailureReason,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frame::Operand;
+    use crate::payload::{Payload, cbor};
+
+    fn failure() -> StartFailure {
+        StartFailure::new(
+            Uuid::from_u128(1),
+            Some(Uuid::from_u128(2)),
+            StartFailureReason::LaunchFailure,
+            false,
+        )
+    }
+
+    fn decode(bytes: &[u8]) -> StartFailure {
+        match Payload::decode(Operand::StartFailure, bytes) {
+            Ok(Payload::StartFailure(f)) => f,
+            other => panic!("not a START_FAILURE: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_message_is_optional_and_absent_when_not_set() {
+        let bare = Payload::StartFailure(failure()).encode();
+        assert!(!bare.windows(7).any(|w| w == b"message"));
+        assert_eq!(decode(&bare).message, None);
+        let with = failure().with_message("QEMU could not open /x: Permission denied");
+        assert_eq!(decode(&Payload::StartFailure(with.clone()).encode()), with);
+    }
+
+    #[test]
+    fn a_sender_cuts_a_long_message_at_a_char_boundary() {
+        // 'é' is two bytes: 1023 ASCII bytes then 'é' would end at byte 1025.
+        let long = format!("{}é and more", "a".repeat(1023));
+        let cut = failure().with_message(long.clone());
+        assert_eq!(cut.message.as_deref(), Some("a".repeat(1023).as_str()));
+        // Set directly, it is still cut when encoded.
+        let mut direct = failure();
+        direct.message = Some(long);
+        let decoded = decode(&Payload::StartFailure(direct).encode());
+        assert_eq!(decoded.message, cut.message);
+    }
+
+    #[test]
+    fn a_receiver_takes_a_long_message_and_cuts_it() {
+        #[derive(Serialize)]
+        struct Raw {
+            #[serde(with = "cbor::uuid_bytes")]
+            instance_uuid: Uuid,
+            reason: &'static str,
+            restart: bool,
+            message: String,
+        }
+        let mut bytes = Vec::new();
+        cbor::encode_into(
+            &Raw {
+                instance_uuid: Uuid::from_u128(1),
+                reason: "instance_missing",
+                restart: true,
+                message: "ü".repeat(1000),
+            },
+            &mut bytes,
+        );
+        let f = decode(&bytes);
+        assert_eq!(f.reason, StartFailureReason::InstanceMissing);
+        let message = f.message.unwrap();
+        assert_eq!(message, "ü".repeat(512));
+        assert!(message.len() <= MAX_FAILURE_MESSAGE);
+    }
+
+    #[test]
+    fn instance_missing_is_fatal() {
+        assert!(StartFailureReason::InstanceMissing.is_fatal());
+        assert!(!StartFailureReason::InstanceExists.is_fatal());
+    }
 }

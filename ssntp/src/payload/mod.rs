@@ -16,8 +16,8 @@ mod types;
 
 pub use failure::{
     AttachVolumeFailure, AttachVolumeFailureReason, DeleteFailure, DeleteFailureReason,
-    DeliveryFailure, DeliveryFailureReason, PublicIpFailure, PublicIpFailureReason, Reason,
-    StartFailure, StartFailureReason,
+    DeliveryFailure, DeliveryFailureReason, MAX_FAILURE_MESSAGE, PublicIpFailure,
+    PublicIpFailureReason, Reason, StartFailure, StartFailureReason, truncate_text,
 };
 pub use handshake::{
     ClusterConfig, Connect, Connected, ControllerConfig, LauncherConfig, SchedulerConfig,

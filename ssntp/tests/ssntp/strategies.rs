@@ -336,6 +336,7 @@ fn start_failure_reason() -> impl Strategy<Value = StartFailureReason> {
         R::InvalidData,
         R::AlreadyRunning,
         R::InstanceExists,
+        R::InstanceMissing,
         R::ImageFailure,
         R::LaunchFailure,
         R::NetworkFailure,
@@ -466,16 +467,18 @@ pub fn payload() -> impl Strategy<Value = Payload> {
             uuid(),
             option::of(uuid()),
             start_failure_reason(),
-            any::<bool>()
+            any::<bool>(),
+            option::of(text())
         )
-            .prop_map(
-                |(i, n, reason, restart)| Payload::StartFailure(StartFailure {
+            .prop_map(|(i, n, reason, restart, message)| Payload::StartFailure(
+                StartFailure {
                     instance_uuid: i,
                     node_uuid: n,
                     reason,
-                    restart
-                })
-            ),
+                    restart,
+                    message,
+                }
+            )),
         reason().prop_map(Payload::ConnectionFailure),
         (
             uuid(),

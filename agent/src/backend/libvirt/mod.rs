@@ -29,6 +29,7 @@
 
 pub mod access;
 pub mod conn;
+pub mod fault;
 pub mod images;
 pub mod seed;
 pub mod xml;
@@ -256,7 +257,7 @@ fn private(path: &Path) -> std::io::Result<()> {
 }
 
 fn launch(e: ConnError) -> BackendError {
-    BackendError::Launch(e.to_string())
+    fault::launch(e)
 }
 
 impl Inner {

@@ -1,8 +1,9 @@
 //! `GET /servers`, `/servers/detail`, `/servers/{id}`: instances in Nova's shape.
 //!
 //! Status mapping: pending → BUILD, active → ACTIVE, stopping → ACTIVE (task `powering-off`),
-//! exited → SHUTOFF, deleted and hung → DELETED, missing → UNKNOWN, error → ERROR with
-//! `fault.message`. Listings leave out instances being deleted, as Nova does. The `name` filter
+//! exited → SHUTOFF, deleted and hung → DELETED, missing → UNKNOWN, error → ERROR with a
+//! `fault` (`code` 500, `message`: the cause, `created`; `details`, the failure's code, for
+//! admins). Listings leave out instances being deleted, as Nova does. The `name` filter
 //! matches a substring (Nova: a regular expression); `status` an exact status; admins may add
 //! `all_tenants`. `user_id` is empty: the store does not record who created an instance.
 
@@ -91,12 +92,17 @@ pub fn detailed(
         "OS-SRV-USG:terminated_at": null,
         "os-extended-volumes:volumes_attached": [],
     });
-    if let InstanceState::Error(reason) = &instance.state {
+    // Nova shows a fault on servers in ERROR: code 500 (what Nova records for a failed build),
+    // the cause in words, when it happened; the details (the failure's code) to admins only.
+    if let Some(fault) = crate::engine::fault::shown(instance) {
         body["fault"] = json!({
             "code": 500,
-            "message": reason,
-            "created": rfc3339(instance.updated),
+            "message": fault.message,
+            "created": rfc3339(fault.created),
         });
+        if admin {
+            body["fault"]["details"] = json!(fault.reason);
+        }
     }
     if admin {
         let host = instance.node.map(|n| n.to_string());

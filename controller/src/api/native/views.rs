@@ -119,6 +119,11 @@ pub fn instance(i: &Instance) -> Value {
         "mac": i.mac.to_string(),
         "subnet": i.subnet.to_string(),
         "cnci": i.cnci,
+        "fault": crate::engine::fault::shown(i).map(|f| json!({
+            "reason": f.reason,
+            "message": f.message,
+            "created": rfc3339(f.created),
+        })),
         "created": rfc3339(i.created),
         "updated": rfc3339(i.updated),
     })

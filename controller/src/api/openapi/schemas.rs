@@ -74,6 +74,25 @@ impl NotBoth for Value {
     }
 }
 
+/// An instance's fault: why it is in `error` (`null` in every other state).
+fn fault() -> Value {
+    let mut v = object(
+        &[
+            ("reason", string(), true),
+            ("message", string(), true),
+            ("created", time(), true),
+        ],
+        false,
+    );
+    v["nullable"] = json!(true);
+    v["description"] = json!(
+        "Why the instance is in error: the failure's code (a START_FAILURE reason such as \
+         launch_failure, or the controller's own), its cause in words, and when it happened. \
+         null unless the state is error."
+    );
+    v
+}
+
 pub(super) fn list_of(key: &str, item: &str) -> Value {
     object(
         &[(key, json!({"type": "array", "items": r(item)}), true)],
@@ -230,6 +249,7 @@ pub(super) fn schemas() -> Value {
             ("mac", string(), true),
             ("subnet", string(), true),
             ("cnci", nullable_uuid(), true),
+            ("fault", fault(), true),
             ("created", time(), true),
             ("updated", time(), true),
         ], false),

@@ -21,7 +21,7 @@ use super::{
 };
 use crate::cluster::{Cluster, ClusterError, Launch, Node, NodeStatus, Trace};
 use crate::store::{
-    Instance, InstanceChange, InstanceState, NewInstance, Scope, Store, StoreError,
+    Fault, Instance, InstanceChange, InstanceState, NewInstance, Scope, Store, StoreError,
 };
 
 /// The bootstrapped admin's name.
@@ -90,6 +90,23 @@ impl FakeCluster {
             instance.version,
             InstanceChange {
                 state: Some(state),
+                ..InstanceChange::default()
+            },
+        )
+    }
+
+    /// Puts an instance in `error` with `fault` (its reason is the state's), as a fatal
+    /// START_FAILURE does.
+    pub fn fail(&self, id: Uuid, fault: Fault) -> Result<Instance, StoreError> {
+        let instance = self.store.instance(Scope::All, id)?;
+        self.store.update_instance(
+            Scope::All,
+            id,
+            instance.version,
+            InstanceChange {
+                state: Some(InstanceState::Error(fault.reason.clone())),
+                node: Some(None),
+                fault: Some(Some(fault)),
                 ..InstanceChange::default()
             },
         )

@@ -146,6 +146,7 @@ pub(super) fn create(store: &EtcdStore, new: NewInstance) -> Result<Instance> {
             updated_ms: at,
             version: 1,
             seq,
+            fault: None,
         };
         tx.put(&keys.instance(id), &rec)?;
         tx.put_text(&keys.order(t.id, seq), &id.to_string());
@@ -316,6 +317,14 @@ pub(super) fn update_in(
             check_name("instance", name)?;
             i.name = name.clone();
         }
+        let in_error = match &change.state {
+            Some(state) => matches!(state, InstanceState::Error(_)),
+            None => i.state == "error",
+        };
+        i.fault = change
+            .fault_after(i.fault.as_ref().map(FaultRec::model), in_error)
+            .as_ref()
+            .map(FaultRec::from);
         if let Some(state) = &change.state {
             let (text, reason) = state_text(state);
             i.state = text.into();

@@ -343,6 +343,37 @@ pub(super) struct InstanceRec {
     pub(super) version: u64,
     /// Its place in the tenant's creation order.
     pub(super) seq: u64,
+    /// Why it is in error (added with issue 18: absent in older records).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) fault: Option<FaultRec>,
+}
+
+/// An instance's fault.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct FaultRec {
+    reason: String,
+    message: String,
+    created_ms: i64,
+}
+
+impl From<&Fault> for FaultRec {
+    fn from(f: &Fault) -> FaultRec {
+        FaultRec {
+            reason: f.reason.clone(),
+            message: f.message.clone(),
+            created_ms: millis(f.created),
+        }
+    }
+}
+
+impl FaultRec {
+    pub(super) fn model(&self) -> Fault {
+        Fault {
+            reason: self.reason.clone(),
+            message: self.message.clone(),
+            created: from_millis(self.created_ms),
+        }
+    }
 }
 
 /// An instance state as text and reason.
@@ -391,6 +422,7 @@ impl InstanceRec {
             ip,
             mac: net::mac_for(ip),
             cnci: self.cnci,
+            fault: self.fault.as_ref().map(FaultRec::model),
             created: from_millis(self.created_ms),
             updated: from_millis(self.updated_ms),
             version: self.version,

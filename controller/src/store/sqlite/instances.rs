@@ -14,7 +14,10 @@ use crate::store::net;
 use crate::store::*;
 
 const INSTANCE_COLS: &str = "i.id, i.tenant_id, i.workload_id, i.name, i.vcpus, i.memory_mb, \
-     i.node, i.state, i.reason, s.base, s.prefix, i.ip, i.cnci, i.created, i.updated, i.version";
+     i.node, i.state, i.reason, s.base, s.prefix, i.ip, i.cnci, i.created, i.updated, i.version, \
+     i.fault_reason, i.fault_message, i.fault_created";
+/// How many columns [`INSTANCE_COLS`] reads (a query may read more after them).
+const INSTANCE_NCOLS: usize = 19;
 const INSTANCE_FROM: &str = "instances i JOIN subnets s ON s.id = i.subnet_id";
 
 fn state_text(state: &InstanceState) -> (&'static str, Option<&str>) {
@@ -50,6 +53,14 @@ fn instance_row(row: &Row<'_>) -> rusqlite::Result<Instance> {
     };
     let prefix = u8::try_from(u32_at(row, 10)?).map_err(|e| bad_column(10, e.to_string()))?;
     let ip = Ipv4Addr::from(ipv4_at(row, 11)?);
+    let fault_reason: Option<String> = row.get(16)?;
+    let fault_message: Option<String> = row.get(17)?;
+    let fault_created: Option<i64> = row.get(18)?;
+    let fault = fault_reason.map(|reason| Fault {
+        reason,
+        message: fault_message.unwrap_or_default(),
+        created: from_millis(fault_created.unwrap_or_default()),
+    });
     Ok(Instance {
         id: uuid_at(row, 0)?,
         tenant: uuid_at(row, 1)?,
@@ -63,6 +74,7 @@ fn instance_row(row: &Row<'_>) -> rusqlite::Result<Instance> {
         ip,
         mac: net::mac_for(ip),
         cnci: opt_uuid_at(row, 12)?,
+        fault,
         created: from_millis(row.get(13)?),
         updated: from_millis(row.get(14)?),
         version: u64_at(row, 15)?,
@@ -177,6 +189,7 @@ pub(super) fn create(tx: &Transaction<'_>, new: NewInstance) -> Result<Instance>
         ip: Ipv4Addr::from(ip),
         mac: net::mac_for(Ipv4Addr::from(ip)),
         cnci: None,
+        fault: None,
         created: at,
         updated: at,
         version: 1,
@@ -223,7 +236,7 @@ fn with_subnet_id(tx: &Transaction<'_>, scope: Scope, id: Uuid) -> Result<(Insta
         "SELECT {INSTANCE_COLS}, i.subnet_id FROM {INSTANCE_FROM} WHERE i.id = ?{cond}"
     ))?
     .query_row(params_from_iter(args), |r| {
-        Ok((instance_row(r)?, uuid_at(r, 16)?))
+        Ok((instance_row(r)?, uuid_at(r, INSTANCE_NCOLS)?))
     })
     .optional()?
     .ok_or_else(|| StoreError::not_found("instance", id))
@@ -291,6 +304,11 @@ pub(super) fn update(
 ) -> Result<Instance> {
     let mut i = get(tx, scope, id)?;
     check_version("instance", id, i.version, expected)?;
+    let in_error = matches!(
+        change.state.as_ref().unwrap_or(&i.state),
+        InstanceState::Error(_)
+    );
+    i.fault = change.fault_after(i.fault.take(), in_error);
     if let Some(name) = change.name {
         super::check_name("instance", &name)?;
         i.name = name;
@@ -307,9 +325,11 @@ pub(super) fn update(
     i.version += 1;
     i.updated = now();
     let (state, reason) = state_text(&i.state);
+    let fault = i.fault.as_ref();
     tx.prepare_cached(
         "UPDATE instances SET name = ?2, state = ?3, reason = ?4, node = ?5, cnci = ?6,
-             updated = ?7, version = ?8 WHERE id = ?1",
+             updated = ?7, version = ?8, fault_reason = ?9, fault_message = ?10,
+             fault_created = ?11 WHERE id = ?1",
     )?
     .execute(params![
         id.to_string(),
@@ -319,8 +339,15 @@ pub(super) fn update(
         i.node.map(|n| n.to_string()),
         i.cnci.map(|c| c.to_string()),
         millis(i.updated),
-        int(i.version)?
+        int(i.version)?,
+        fault.map(|f| f.reason.as_str()),
+        fault.map(|f| f.message.as_str()),
+        fault.map(|f| millis(f.created)),
     ])?;
+    // What was written: times in milliseconds, as a read gives them back.
+    if let Some(f) = &mut i.fault {
+        f.created = from_millis(millis(f.created));
+    }
     Ok(i)
 }
 

@@ -157,6 +157,13 @@ CREATE TABLE launcher_creds (
     issued INTEGER NOT NULL
 );
 "#,
+    // 4: why an instance is in error (issue 18): the failure's code, its cause in words, and
+    // when it happened; NULL when it is not in error.
+    r#"
+ALTER TABLE instances ADD COLUMN fault_reason TEXT;
+ALTER TABLE instances ADD COLUMN fault_message TEXT;
+ALTER TABLE instances ADD COLUMN fault_created INTEGER;
+"#,
 ];
 
 /// The newest schema version this code knows.
@@ -205,4 +212,72 @@ pub(crate) fn migrate(conn: &mut Connection) -> Result<u32> {
     }
     tx.commit()?;
     Ok(known)
+}
+
+#[cfg(test)]
+mod tests {
+    // Test code: a failed unwrap is a failed test.
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::store::{Fault, InstanceChange, InstanceState, Scope, SqliteStore, Store};
+
+    /// A version 3 database with an instance in error: migration 4 gives it no fault, and the
+    /// instance can take one.
+    #[test]
+    fn a_version_3_database_gains_instance_faults() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v3.db");
+        let conn = Connection::open(&path).unwrap();
+        for sql in &MIGRATIONS[..3] {
+            conn.execute_batch(sql).unwrap();
+        }
+        let id = "00000000-0000-0000-0000-00000000000a";
+        conn.execute_batch(&format!(
+            "CREATE TABLE schema_version (version INTEGER NOT NULL);
+             INSERT INTO schema_version (version) VALUES (3);
+             INSERT INTO tenants VALUES ('00000000-0000-0000-0000-000000000001', 't', NULL, NULL,
+                 NULL, 24, 0, 1);
+             INSERT INTO flavors VALUES ('00000000-0000-0000-0000-000000000002', 'f', 1, 64, 1);
+             INSERT INTO images VALUES ('00000000-0000-0000-0000-000000000003', NULL, 'i', 'raw',
+                 'tiny', 0);
+             INSERT INTO workloads VALUES ('00000000-0000-0000-0000-000000000004', NULL, 'w',
+                 '00000000-0000-0000-0000-000000000002', '00000000-0000-0000-0000-000000000003',
+                 '', 1);
+             INSERT INTO subnets VALUES ('00000000-0000-0000-0000-000000000005',
+                 '00000000-0000-0000-0000-000000000001', 2886729728, 24, 253, 1);
+             INSERT INTO instances (id, tenant_id, workload_id, name, vcpus, memory_mb, node,
+                 state, reason, subnet_id, ip, cnci, created, updated, version)
+             VALUES ('{id}', '00000000-0000-0000-0000-000000000001',
+                 '00000000-0000-0000-0000-000000000004', 'vm', 1, 64, NULL, 'error',
+                 'image_failure', '00000000-0000-0000-0000-000000000005', 2886729730, NULL, 0, 0,
+                 1);"
+        ))
+        .unwrap();
+        drop(conn);
+        let store = SqliteStore::open(&path).unwrap();
+        assert_eq!(store.schema_version().unwrap(), known_version());
+        let id = id.parse().unwrap();
+        let old = store.instance(Scope::All, id).unwrap();
+        assert_eq!(old.state, InstanceState::Error("image_failure".into()));
+        assert_eq!(old.fault, None);
+        let fault = Fault {
+            reason: "image_failure".into(),
+            message: "the image is missing or broken".into(),
+            created: std::time::UNIX_EPOCH,
+        };
+        let changed = store
+            .update_instance(
+                Scope::All,
+                id,
+                old.version,
+                InstanceChange {
+                    fault: Some(Some(fault.clone())),
+                    ..InstanceChange::default()
+                },
+            )
+            .unwrap();
+        assert_eq!(changed.fault, Some(fault));
+        assert_eq!(store.instance(Scope::All, id).unwrap(), changed);
+    }
 }
