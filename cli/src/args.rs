@@ -173,6 +173,9 @@ pub enum InstanceCmd {
     Stop {
         /// Its name or UUID.
         id: String,
+        /// Wait until it is stopped (exited).
+        #[arg(long)]
+        wait: bool,
     },
     /// Start a stopped (or failed) instance.
     Start {

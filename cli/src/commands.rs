@@ -206,20 +206,10 @@ const INSTANCE_COLUMNS: &[(&str, &str)] = &[
     ("NODE", "node"),
 ];
 
-/// An instance's fault as one line, `reason: message`: from its `fault`, else (a controller
-/// without faults) its `error`.
-pub fn fault_text(instance: &Value) -> Option<String> {
-    let fault = &instance["fault"];
-    match (fault["reason"].as_str(), fault["message"].as_str()) {
-        (Some(reason), Some(message)) => Some(format!("{reason}: {message}")),
-        _ => instance["error"].as_str().map(str::to_string),
-    }
-}
-
 /// The error of an instance that ended in `error` while a command waited for it.
 fn failed_error(instance: &Value, id: &str) -> CommandError {
     let name = instance["name"].as_str().unwrap_or_default();
-    let why = fault_text(instance).unwrap_or_else(|| "no reason given".into());
+    let why = routes::fault_text(instance).unwrap_or_else(|| "no reason given".into());
     CommandError::Other(format!("instance {id} ({name}) failed to start: {why}"))
 }
 
@@ -281,7 +271,8 @@ pub fn instance(
             let id = instance_id(conn, &id)?;
             let mut shown = item(conn.get(&routes::instance(&id))?);
             if !o.json
-                && let Some(text) = fault_text(&shown).filter(|_| shown["fault"].is_object())
+                && let Some(text) =
+                    routes::fault_text(&shown).filter(|_| shown["fault"].is_object())
             {
                 let at = shown["fault"]["created"].as_str().unwrap_or_default();
                 shown["fault"] = Value::String(format!("{text} ({at})"));
@@ -332,7 +323,26 @@ pub fn instance(
             }
             o.done(&format!("instance {id} deleted"), json!({"deleted": id}));
         }
-        InstanceCmd::Stop { id } => action(conn, &instance_id(conn, &id)?, "stop", o)?,
+        InstanceCmd::Stop {
+            id,
+            wait: until_exited,
+        } => {
+            let id = instance_id(conn, &id)?;
+            action(conn, &id, "stop", o)?;
+            if until_exited {
+                let mut out = std::io::stderr();
+                wait(&mut out, "exited", Duration::from_secs(300), || {
+                    let instance = item(conn.get(&routes::instance(&id))?);
+                    match instance["state"].as_str().unwrap_or_default() {
+                        "error" => Err(CommandError::Other(format!(
+                            "instance {id} is in error: {}",
+                            routes::fault_text(&instance).unwrap_or_default()
+                        ))),
+                        state => Ok(state == "exited"),
+                    }
+                })?;
+            }
+        }
         InstanceCmd::Start { id, wait } => {
             let id = instance_id(conn, &id)?;
             if wait {
@@ -629,14 +639,14 @@ mod tests {
             "fault": {"reason": "launch_failure", "message": "QEMU could not open /x: Permission denied",
                       "created": "2026-12-01T15:23:31Z"}});
         assert_eq!(
-            fault_text(&failed).as_deref(),
+            routes::fault_text(&failed).as_deref(),
             Some("launch_failure: QEMU could not open /x: Permission denied")
         );
         // A controller without faults: the error's reason.
         let older = json!({"state": "error", "error": "image_failure"});
-        assert_eq!(fault_text(&older).as_deref(), Some("image_failure"));
+        assert_eq!(routes::fault_text(&older).as_deref(), Some("image_failure"));
         assert_eq!(
-            fault_text(&json!({"state": "active", "fault": null, "error": null})),
+            routes::fault_text(&json!({"state": "active", "fault": null, "error": null})),
             None
         );
         let e = failed_error(&json!({"name": "web", "fault": failed["fault"]}), "u1");

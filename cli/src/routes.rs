@@ -88,17 +88,13 @@ pub fn item(answer: Value) -> Value {
     }
 }
 
-/// What an instance in `error` failed with, in one line: its fault's reason and message (the
-/// native view's `fault`), else the reason alone.
-pub fn fault_text(instance: &Value) -> String {
+/// An instance's fault as one line, `reason: message`: from its `fault`, else (a controller
+/// without faults) its `error`.
+pub fn fault_text(instance: &Value) -> Option<String> {
     let fault = &instance["fault"];
-    let reason = fault["reason"]
-        .as_str()
-        .or_else(|| instance["error"].as_str())
-        .unwrap_or("no reason given");
-    match fault["message"].as_str().filter(|m| !m.is_empty()) {
-        Some(message) => format!("{reason}: {message}"),
-        None => reason.to_string(),
+    match (fault["reason"].as_str(), fault["message"].as_str()) {
+        (Some(reason), Some(message)) => Some(format!("{reason}: {message}")),
+        _ => instance["error"].as_str().map(str::to_string),
     }
 }
 

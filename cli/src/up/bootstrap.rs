@@ -296,7 +296,7 @@ pub fn first_instance(
                     return Err(UpError::Other(format!(
                         "the first instance {id} is in error ({}); delete it with \
                          `cumulo instance delete {id}` and run up again",
-                        routes::fault_text(&existing)
+                        routes::fault_text(&existing).unwrap_or_else(|| "no reason given".into())
                     )));
                 }
                 _ => {}
@@ -343,7 +343,9 @@ pub fn first_instance(
             match state {
                 Some("active") => backend == Backend::Sim || booted(),
                 Some("error") => {
-                    failed = Some(routes::fault_text(&instance));
+                    failed = Some(
+                        routes::fault_text(&instance).unwrap_or_else(|| "no reason given".into()),
+                    );
                     true
                 }
                 Some("exited") if backend == Backend::Libvirt && left_exited => {
