@@ -21,3 +21,35 @@ pub fn binaries_or_skip(bins: &[&str]) -> bool {
     eprintln!("SKIPPED: {missing:?} not built (cargo build --bins)");
     false
 }
+
+/// The libvirt URI for tests of `cumulo up --backend libvirt` (`CUMULO_LIBVIRT_URI`: a system
+/// libvirtd that answers, as root), or `None` after saying why the test is skipped; a failure
+/// instead under `CUMULO_LIBVIRT_REQUIRED=1` (CI) or `CUMULO_REQUIRE_LIBVIRT=1`.
+#[allow(dead_code)]
+pub fn system_libvirt_or_skip(test: &str) -> Option<String> {
+    let required = ["CUMULO_LIBVIRT_REQUIRED", "CUMULO_REQUIRE_LIBVIRT"]
+        .iter()
+        .any(|v| std::env::var(v).as_deref() == Ok("1"));
+    let why = match std::env::var("CUMULO_LIBVIRT_URI") {
+        Ok(uri) if !uri.is_empty() => {
+            if !rustix::process::geteuid().is_root() {
+                format!("{uri} for `cumulo up --backend libvirt` needs root")
+            } else if uri != "qemu:///system" {
+                format!("`cumulo up --backend libvirt` as root uses qemu:///system, not {uri}")
+            } else {
+                let answers = std::process::Command::new("virsh")
+                    .args(["-c", &uri, "version"])
+                    .output()
+                    .is_ok_and(|o| o.status.success());
+                if answers {
+                    return Some(uri);
+                }
+                format!("no libvirtd answers at {uri}")
+            }
+        }
+        _ => "CUMULO_LIBVIRT_URI is not set (start libvirtd: scripts/libvirt.sh)".to_string(),
+    };
+    assert!(!required, "CUMULO_LIBVIRT_REQUIRED=1 but {why}");
+    eprintln!("SKIPPED: {test}: {why}");
+    None
+}
