@@ -2,10 +2,11 @@
 # cumulo's whole test suite: the README's test command, and what CI (.ci/run) runs.
 # Installs what is missing, then: format, lints, docs, tests, licence policy, fuzz smoke.
 # FUZZ_SECONDS (default 20) sets the fuzz smoke run per target.
-# The libvirt backend's VM tests (agent/tests/agent/libvirt.rs, remote.rs, and the kill -9 fault
-# test with real VMs in cli/tests/faults/libvirt.rs) run against a libvirtd that this script starts as
-# root (and stops, by PID, even on failure) and the tiny test guest (built once, cached outside
-# the repository); in CI (CI=true) they must run: CUMULO_LIBVIRT_REQUIRED=1 makes a skip a failure.
+# The libvirt backend's VM tests (agent/tests/agent/libvirt.rs, systest/tests/system/remote.rs,
+# the kill -9 fault test with real VMs in cli/tests/faults/libvirt.rs) run against a libvirtd that
+# this script starts as root (and stops, by PID, even on failure) and the tiny test guest (built
+# once, cached outside the repository); in CI (CI=true) they must run: CUMULO_LIBVIRT_REQUIRED=1
+# makes a skip a failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/deps.sh

@@ -11,4 +11,4 @@ pub mod daemon;
 pub mod engine;
 #[cfg(any(test, fuzzing))]
 pub mod fuzzing;
-pub mod store;
+pub use store;

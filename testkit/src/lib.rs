@@ -7,9 +7,14 @@
 //!   instead of sleeping.
 //! - [`etcd`]: a real etcd started from `PATH` for the store's tests, stopped by PID.
 //! - [`procfs`]: a free port, a process's CPU time and memory, for the benchmarks.
+//! - [`libvirt`]: for the tests with real VMs: whether they run here, one at a time, the tiny
+//!   guest, a state directory QEMU can reach.
+//! - [`bins`]: the workspace's binaries, for tests outside the crate that builds them.
 #![forbid(unsafe_code)]
 
+pub mod bins;
 pub mod etcd;
+pub mod libvirt;
 mod pki;
 pub mod procfs;
 mod raw;

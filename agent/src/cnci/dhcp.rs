@@ -1,7 +1,7 @@
 //! The concentrator's DHCP server: fixed leases on each tenant subnet's bridge.
 //!
 //! The controller's plan is in the MACs: an instance's VNIC MAC is `02:00` followed by the four
-//! bytes of its private IPv4 address (`controller::store::net::mac_for`), so the lease of a
+//! bytes of its private IPv4 address (`store::net::mac_for`), so the lease of a
 //! MAC is that address when it lies in the subnet the request came in on and is none of the
 //! subnet's network, broadcast or gateway addresses. Nothing else answers: a MAC that is not
 //! the plan's gets no offer (another server, or none, may serve it).

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
-use controller::store::Store;
 use ssntp::units::parse_positive_duration;
+use store::Store;
 use tokio_util::sync::CancellationToken;
 
 use super::{RemoteConfig, RemoteError};
@@ -127,10 +127,9 @@ impl RemoteArgs {
 pub async fn run(args: RemoteArgs, shutdown: CancellationToken) -> Result<(), RemoteError> {
     let config = args.config();
     let location = args.store.clone();
-    let store: Arc<dyn Store> =
-        tokio::task::spawn_blocking(move || controller::store::open(&location))
-            .await
-            .map_err(|e| RemoteError::WorkDir(format!("store task: {e}")))??;
+    let store: Arc<dyn Store> = tokio::task::spawn_blocking(move || store::open(&location))
+        .await
+        .map_err(|e| RemoteError::WorkDir(format!("store task: {e}")))??;
     match args.backend {
         RemoteBackend::Libvirt => {
             let mut l = LibvirtConfig::new(&args.remote, args.accel.accel(), &args.state_dir);

@@ -1,7 +1,7 @@
 //! Off-host launching (issue 11): `cumulo-agent --remote <libvirt URI> --store etcd://...`.
 //!
 //! Any number of replicas serve one off-host host (registered in the store with that libvirt
-//! URI). Each polls the store's operation queue, [claims](controller::store::Store::claim_operation_on)
+//! URI). Each polls the store's operation queue, [claims](store::Store::claim_operation_on)
 //! the oldest operation of its host for a lease and gets a fencing token, then runs it with the
 //! same agent [`Core`] and backend an on-host agent uses, over the remote URI:
 //! - the core gets a fresh state directory per operation; for a stop or a delete it is seeded
@@ -25,7 +25,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use controller::store::{
+use store::{
     LauncherCreds, Operation, OperationKind, OperationState, RemoteHost, Store, StoreError,
 };
 use tokio::sync::oneshot;

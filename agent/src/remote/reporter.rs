@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use controller::store::{
+use store::{
     Fault, FieldMask, InstanceFacts, InstanceState as StoreState, InstanceWrite, Operation,
     OperationKind, OperationState, Placement, Store, StoreError,
 };
@@ -129,10 +129,7 @@ fn start_fault(reason: StartRefusal, message: Option<&str>) -> Fault {
         .ok()
         .and_then(|v| v.as_str().map(str::to_string))
         .unwrap_or_else(|| "launch_failure".into());
-    let message = message.map_or_else(
-        || controller::engine::fault::describe(wire).to_string(),
-        str::to_string,
-    );
+    let message = message.map_or_else(|| wire.meaning().to_string(), str::to_string);
     Fault::now(code, message)
 }
 

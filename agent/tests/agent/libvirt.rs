@@ -13,76 +13,10 @@
 #![allow(clippy::unwrap_used)]
 
 use super::support::*;
-use std::os::unix::fs::PermissionsExt;
 use virt::connect::Connect;
 use virt::domain::Domain;
 
-/// One VM-heavy test at a time (two cores).
-pub(crate) static VMS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-/// The libvirt URI to test against, or `None` (after saying why) when the tests are skipped.
-pub(crate) fn libvirt_uri() -> Option<String> {
-    match std::env::var("CUMULO_LIBVIRT_URI") {
-        Ok(uri) if !uri.is_empty() => Some(uri),
-        _ => {
-            let required = std::env::var("CUMULO_LIBVIRT_REQUIRED").is_ok_and(|v| v == "1");
-            assert!(
-                !required,
-                "CUMULO_LIBVIRT_REQUIRED=1 but CUMULO_LIBVIRT_URI is not set: start libvirtd \
-                 (scripts/libvirt.sh) and set it"
-            );
-            eprintln!(
-                "SKIPPED: the libvirt tests need CUMULO_LIBVIRT_URI (e.g. qemu:///system with \
-                 libvirtd running; see scripts/libvirt.sh)"
-            );
-            None
-        }
-    }
-}
-
-/// The tiny guest's directory (`kernel`, `initrd`).
-fn tiny_guest() -> PathBuf {
-    if let Ok(dir) = std::env::var("CUMULO_TINY_GUEST") {
-        return PathBuf::from(dir);
-    }
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/tiny-guest.sh");
-    let out = Command::new("bash").arg(&script).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}: {}",
-        script.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
-}
-
-/// A state directory QEMU (another user under qemu:///system) can reach, with the tiny guest
-/// as image `tiny`.
-pub(crate) fn state_dir(dir: &Path) -> PathBuf {
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let state = dir.join("state");
-    let image = state.join("images").join("tiny");
-    std::fs::create_dir_all(&image).unwrap();
-    let guest = tiny_guest();
-    for f in ["kernel", "initrd"] {
-        std::fs::copy(guest.join(f), image.join(f)).unwrap();
-    }
-    state
-}
-
-pub(crate) fn libvirt_args(uri: &str) -> Vec<String> {
-    [
-        "--backend",
-        "libvirt",
-        "--libvirt-uri",
-        uri,
-        "--accel",
-        "tcg",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect()
-}
+pub(crate) use testkit::libvirt::{VMS, libvirt_args, libvirt_uri, state_dir};
 
 fn vm(instance: Uuid, image: &str) -> Start {
     let mut s = start(instance, image);

@@ -16,6 +16,5 @@ mod libvirt;
 mod netns;
 mod over_ssntp;
 mod overlay;
-mod remote;
 mod support;
 mod tenants;

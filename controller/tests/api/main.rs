@@ -5,6 +5,7 @@
 
 mod compute;
 mod docs;
+mod etcd;
 mod identity;
 mod native;
 mod openstack;

@@ -59,6 +59,27 @@ pub enum StartFailureReason {
 }
 
 impl StartFailureReason {
+    /// What the reason means, in words for the user (when the failure says nothing more).
+    pub fn meaning(self) -> &'static str {
+        use StartFailureReason as R;
+        match self {
+            R::FullCloud => "no compute node has room for the instance",
+            R::FullCn => "the compute node has no room for the instance",
+            R::NodeMaintenance => "the compute node is in maintenance",
+            R::NoCn => "there is no compute node in the cluster",
+            R::NoNetCn => "there is no network node in the cluster",
+            R::InvalidPayload => "the node could not read the start request",
+            R::InvalidData => "the start request asks for something the node cannot give",
+            R::AlreadyRunning => "the instance already runs",
+            R::InstanceExists => "leftovers of the instance exist on the node",
+            R::InstanceMissing => "the node does not hold the instance (its disks are gone)",
+            R::ImageFailure => "the image is missing or broken",
+            R::LaunchFailure => "the instance failed to launch",
+            R::NetworkFailure => "the instance's network could not be set up",
+            R::Other => "the instance failed to start",
+        }
+    }
+
     /// Whether the controller should give up on the instance (all but the duplicate reasons).
     pub fn is_fatal(self) -> bool {
         !matches!(

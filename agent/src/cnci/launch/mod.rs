@@ -58,7 +58,7 @@ use crate::backend::libvirt::{LibvirtBackend, Tap};
 use crate::backend::{Backend, BackendError, Existing};
 use crate::model::{InstanceSpec, Usage};
 use crate::net::Cidr;
-use controller::store::{MemoryReservations, ReservationStore, StoreError};
+use store::{MemoryReservations, ReservationStore, StoreError};
 
 mod process;
 mod vm;

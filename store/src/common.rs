@@ -1,0 +1,68 @@
+//! What both implementations share: times as the stores keep them (milliseconds since the Unix
+//! epoch), the name rule, the event log's default size, and the quota check.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::{Quota, QuotaKind, Result, StoreError, Usage};
+
+/// How many events the event log keeps by default (the oldest go first).
+pub const DEFAULT_EVENT_CAPACITY: u64 = 10_000;
+
+/// Milliseconds since the Unix epoch.
+pub(crate) fn millis(t: SystemTime) -> i64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+/// The time `ms` milliseconds after the Unix epoch.
+pub(crate) fn from_millis(ms: i64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0))
+}
+
+/// The current time, truncated to what the stores keep.
+pub(crate) fn now() -> SystemTime {
+    from_millis(millis(SystemTime::now()))
+}
+
+/// A non-empty name of at most 255 bytes.
+pub(crate) fn check_name(what: &str, name: &str) -> Result<()> {
+    if name.trim().is_empty() || name.len() > 255 {
+        return Err(StoreError::Invalid(format!(
+            "{what} name must be 1 to 255 bytes and not blank"
+        )));
+    }
+    Ok(())
+}
+
+impl Quota {
+    /// Whether one more instance of `vcpus` and `memory_mb` fits beside `used`; the figure it
+    /// would exceed otherwise.
+    pub fn check(&self, used: &Usage, vcpus: u32, memory_mb: u64) -> Result<()> {
+        if let Some(limit) = self.instances
+            && u64::from(used.instances) + 1 > u64::from(limit)
+        {
+            return Err(StoreError::QuotaExceeded {
+                what: QuotaKind::Instances,
+                limit: u64::from(limit),
+            });
+        }
+        if let Some(limit) = self.vcpus
+            && u64::from(used.vcpus) + u64::from(vcpus) > u64::from(limit)
+        {
+            return Err(StoreError::QuotaExceeded {
+                what: QuotaKind::Vcpus,
+                limit: u64::from(limit),
+            });
+        }
+        if let Some(limit) = self.memory_mb
+            && used.memory_mb.saturating_add(memory_mb) > limit
+        {
+            return Err(StoreError::QuotaExceeded {
+                what: QuotaKind::MemoryMb,
+                limit,
+            });
+        }
+        Ok(())
+    }
+}

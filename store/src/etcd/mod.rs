@@ -1,0 +1,816 @@
+//! [`EtcdStore`]: the controller's store over etcd v3, shared by several controllers (and the
+//! off-host launchers) so that they serve one cluster state.
+//!
+//! Every record is a JSON value under one key prefix (`keys.rs` has the layout); the prefix also
+//! holds a schema version. Every change is one etcd transaction built optimistically: the
+//! operation reads what it needs, recording for each key read a compare (its mod revision as read,
+//! or `create_revision == 0` for a key that was absent) and for each range read "nothing in the
+//! range changed since", then commits its writes only if every compare still holds. A transaction
+//! that lost a race is run again from the reads (at most [`MAX_TRIES`] times, with a short random
+//! pause); a persistent loss is a [`StoreError::Conflict`]. No lock in memory is relied on, so any
+//! number of processes may share one etcd:
+//! - unique names are name-index keys created under a `create_revision == 0` compare;
+//! - quota checks and address allocation read and rewrite one per-tenant record (`net/<tenant>`:
+//!   usage, subnets and their address bitmaps) in the instance's own transaction, and carving a
+//!   subnet compares the whole block index, so two controllers never exceed a quota nor hand out
+//!   one address or block twice;
+//! - compare-and-swap updates check the record's version, then commit against its mod revision;
+//! - "still in use" checks read reference keys (`ref/...`) whose range is compared at commit.
+//!
+//! Limits: one transaction holds at most 128 compares and 128 writes (etcd's `--max-txn-ops`
+//! default), so deleting a tenant that still has more than about 40 private workloads, images and
+//! role assignments fails with `Backend` (delete some first); clearing a tenant's events is done
+//! in batches, each atomic, not as one transaction.
+//!
+//! Instances are listed in creation order: per tenant by a sequence number kept in the tenant's
+//! record (`order/<tenant>/<seq>` keys), across tenants by the etcd create revision (which etcd
+//! sorts over every instance key, so an admin page costs more as instances grow); a listing by
+//! node reads that node's index (`node/<node>/<instance>`, kept in each instance's transaction).
+//!
+//! The [`Store`] trait is synchronous and etcd-client is async: the store owns a small tokio
+//! runtime (one worker thread) and blocks on it. Call it from plain threads or from
+//! `tokio::task::spawn_blocking`, never from inside an async task (blocking there panics). Every
+//! call has a deadline ([`EtcdOptions::call_timeout`]); an unreachable etcd is a
+//! [`StoreError::Backend`] naming the endpoints.
+
+mod catalog;
+mod events;
+mod instances;
+mod keys;
+mod queue;
+mod records;
+mod reservations;
+#[cfg(test)]
+mod tests;
+
+use std::future::Future;
+use std::time::Duration;
+
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, GetOptions, SortOrder, SortTarget, Txn, TxnOp,
+    TxnOpResponse,
+};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use uuid::Uuid;
+
+use self::keys::{Keys, prefix_end};
+use self::records::{SCHEMA_VERSION, SchemaRec};
+use super::*;
+
+/// How many times a transaction that lost a race is tried before giving up with `Conflict`.
+pub const MAX_TRIES: u32 = 64;
+/// Most operations (and most compares) etcd takes in one transaction (its `--max-txn-ops`
+/// default).
+const MAX_TXN_OPS: usize = 128;
+/// Keys fetched per range request (keeps responses well under gRPC's 4 MiB message limit).
+const RANGE_BATCH: i64 = 500;
+
+/// Timeouts and limits of an [`EtcdStore`].
+#[derive(Debug, Clone)]
+pub struct EtcdOptions {
+    /// How long connecting (and the first request) may take.
+    pub connect_timeout: Duration,
+    /// How long one request to etcd may take.
+    pub call_timeout: Duration,
+    /// Events kept (at least 1).
+    pub event_capacity: u64,
+}
+
+impl Default for EtcdOptions {
+    fn default() -> EtcdOptions {
+        EtcdOptions {
+            connect_timeout: Duration::from_secs(5),
+            call_timeout: Duration::from_secs(10),
+            event_capacity: crate::common::DEFAULT_EVENT_CAPACITY,
+        }
+    }
+}
+
+/// The etcd store. Cheap to share between threads (`Arc<EtcdStore>`); see the module docs for the
+/// threads it may be called from.
+pub struct EtcdStore {
+    runtime: Option<tokio::runtime::Runtime>,
+    client: Client,
+    keys: Keys,
+    endpoints: String,
+    options: EtcdOptions,
+}
+
+impl std::fmt::Debug for EtcdStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdStore")
+            .field("endpoints", &self.endpoints)
+            .field("prefix", &self.keys.root())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for EtcdStore {
+    fn drop(&mut self) {
+        // Safe from any context, async or not.
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+/// One key as read.
+#[derive(Debug, Clone)]
+struct Kv {
+    key: String,
+    value: Vec<u8>,
+    create_rev: i64,
+    mod_rev: i64,
+}
+
+impl Kv {
+    /// The value as a JSON record.
+    fn decode<T: DeserializeOwned>(&self) -> Result<T> {
+        serde_json::from_slice(&self.value)
+            .map_err(|e| StoreError::Backend(format!("bad record at {}: {e}", self.key)))
+    }
+
+    /// The value as text.
+    fn text(&self) -> Result<&str> {
+        std::str::from_utf8(&self.value)
+            .map_err(|e| StoreError::Backend(format!("bad value at {}: {e}", self.key)))
+    }
+
+    fn from_etcd(kv: &etcd_client::KeyValue) -> Result<Kv> {
+        Ok(Kv {
+            key: kv
+                .key_str()
+                .map_err(|e| StoreError::Backend(format!("key is not UTF-8: {e}")))?
+                .to_string(),
+            value: kv.value().to_vec(),
+            create_rev: kv.create_revision(),
+            mod_rev: kv.mod_revision(),
+        })
+    }
+}
+
+impl EtcdStore {
+    /// Connects to etcd at `endpoints` (`host:port` or `http://host:port`) and keeps every key under
+    /// `prefix` (such as `/cumulo/`), writing the schema version there if the prefix is new. A
+    /// prefix written by a newer controller is refused with [`StoreError::SchemaTooNew`]; an
+    /// unreachable etcd is a [`StoreError::Backend`] after [`EtcdOptions::connect_timeout`].
+    pub fn connect(endpoints: &[String], prefix: &str) -> Result<EtcdStore> {
+        EtcdStore::connect_with(endpoints, prefix, EtcdOptions::default())
+    }
+
+    /// As [`EtcdStore::connect`], with explicit timeouts and event capacity.
+    pub fn connect_with(
+        endpoints: &[String],
+        prefix: &str,
+        options: EtcdOptions,
+    ) -> Result<EtcdStore> {
+        if endpoints.is_empty() {
+            return Err(StoreError::Invalid("no etcd endpoint given".into()));
+        }
+        if prefix.is_empty() {
+            return Err(StoreError::Invalid("empty etcd key prefix".into()));
+        }
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("cumulo-etcd")
+            .enable_all()
+            .build()
+            .map_err(|e| StoreError::Backend(format!("starting the etcd client runtime: {e}")))?;
+        let joined = endpoints.join(",");
+        let connect = ConnectOptions::new()
+            .with_connect_timeout(options.connect_timeout)
+            .with_timeout(options.call_timeout)
+            .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5));
+        let limit = options.connect_timeout;
+        let client = runtime
+            .block_on(async {
+                tokio::time::timeout(limit, Client::connect(endpoints, Some(connect))).await
+            })
+            .map_err(|_| unreachable_err(&joined, limit))?
+            .map_err(|e| StoreError::Backend(format!("etcd at {joined}: {e}")))?;
+        let store = EtcdStore {
+            runtime: Some(runtime),
+            client,
+            keys: Keys::new(prefix),
+            endpoints: joined,
+            options: EtcdOptions {
+                event_capacity: options.event_capacity.max(1),
+                ..options
+            },
+        };
+        store.init_schema()?;
+        Ok(store)
+    }
+
+    /// The key prefix of this store.
+    pub fn prefix(&self) -> &str {
+        self.keys.root()
+    }
+
+    /// The schema version recorded under the prefix.
+    pub fn schema_version(&self) -> Result<u32> {
+        let key = self.keys.schema();
+        let found = self.get_many(std::slice::from_ref(&key))?;
+        match found.into_iter().next().flatten() {
+            Some(kv) => Ok(kv.decode::<SchemaRec>()?.version),
+            None => Ok(0),
+        }
+    }
+
+    /// The newest schema version this code knows.
+    pub fn known_schema_version() -> u32 {
+        SCHEMA_VERSION
+    }
+
+    fn init_schema(&self) -> Result<()> {
+        let key = self.keys.schema();
+        // The first request is the one that connects: an etcd that does not answer within the
+        // connect timeout is reported as unreachable.
+        let limit = self.options.connect_timeout;
+        let read = self.get_many_async(&[key]);
+        let found = self
+            .runtime()?
+            .block_on(async { tokio::time::timeout(limit, read).await })
+            .map_err(|_| unreachable_err(&self.endpoints, limit))?
+            .map_err(|e| StoreError::Backend(format!("etcd at {}: {e}", self.endpoints)))?;
+        let known = SCHEMA_VERSION;
+        match found.into_iter().next().flatten() {
+            Some(kv) => {
+                let found = kv.decode::<SchemaRec>()?.version;
+                if found > known {
+                    return Err(StoreError::SchemaTooNew { found, known });
+                }
+                Ok(())
+            }
+            None => self.atomically("writing the schema version", |tx| {
+                let key = tx.keys().schema();
+                match tx.get(&key)? {
+                    Some(kv) => {
+                        let found = kv.decode::<SchemaRec>()?.version;
+                        if found > known {
+                            return Err(StoreError::SchemaTooNew { found, known });
+                        }
+                    }
+                    None => tx.put(&key, &SchemaRec { version: known })?,
+                }
+                Ok(())
+            }),
+        }
+    }
+
+    fn runtime(&self) -> Result<&tokio::runtime::Runtime> {
+        self.runtime
+            .as_ref()
+            .ok_or_else(|| StoreError::Backend("the etcd store is closed".into()))
+    }
+
+    /// Runs `fut` on the store's runtime within the call timeout.
+    ///
+    /// Called from inside another runtime's task (where blocking on ours is not allowed), the
+    /// call runs on a scoped thread of its own: correct, if slower; async callers should still
+    /// prefer `spawn_blocking`.
+    fn call<T: Send>(
+        &self,
+        fut: impl Future<Output = std::result::Result<T, etcd_client::Error>> + Send,
+    ) -> Result<T> {
+        let limit = self.options.call_timeout;
+        let runtime = self.runtime()?;
+        let run = move || runtime.block_on(async { tokio::time::timeout(limit, fut).await });
+        let out = if tokio::runtime::Handle::try_current().is_ok() {
+            std::thread::scope(|scope| scope.spawn(run).join()).map_err(|_| {
+                StoreError::Backend(format!("etcd at {}: the call panicked", self.endpoints))
+            })?
+        } else {
+            run()
+        };
+        match out {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(StoreError::Backend(format!(
+                "etcd at {}: {e}",
+                self.endpoints
+            ))),
+            Err(_) => Err(StoreError::Backend(format!(
+                "etcd at {} did not answer within {limit:?}",
+                self.endpoints
+            ))),
+        }
+    }
+
+    /// Reads `keys` in one round trip per [`MAX_TXN_OPS`] keys.
+    fn get_many_async(
+        &self,
+        keys: &[String],
+    ) -> impl Future<Output = std::result::Result<Vec<Option<Kv>>, etcd_client::Error>> + use<>
+    {
+        let mut kv = self.client.kv_client();
+        let chunks: Vec<Vec<String>> = keys.chunks(MAX_TXN_OPS).map(<[String]>::to_vec).collect();
+        async move {
+            let mut out = Vec::new();
+            for chunk in chunks {
+                let ops: Vec<TxnOp> = chunk.iter().map(|k| TxnOp::get(k.as_str(), None)).collect();
+                let resp = kv.txn(Txn::new().and_then(ops)).await?;
+                for op in resp.op_responses() {
+                    match op {
+                        TxnOpResponse::Get(get) => out.push(
+                            get.kvs()
+                                .first()
+                                .map(Kv::from_etcd)
+                                .transpose()
+                                .map_err(|e| etcd_client::Error::InvalidArgs(e.to_string()))?,
+                        ),
+                        _ => {
+                            return Err(etcd_client::Error::Internal(
+                                "unexpected response to a read".into(),
+                            ));
+                        }
+                    }
+                }
+            }
+            Ok(out)
+        }
+    }
+
+    fn get_many(&self, keys: &[String]) -> Result<Vec<Option<Kv>>> {
+        self.call(self.get_many_async(keys))
+    }
+
+    /// Reads the keys in `[start, end)` (at most `limit`, 0 for all) with `opts` applied, in
+    /// batches of [`RANGE_BATCH`] at one revision (the current one unless `opts` pins another);
+    /// returns the current revision and the keys.
+    fn range(
+        &self,
+        start: &str,
+        end: &[u8],
+        limit: usize,
+        opts: impl Fn(GetOptions) -> GetOptions,
+    ) -> Result<(i64, Vec<Kv>)> {
+        let mut out = Vec::new();
+        let mut from = start.as_bytes().to_vec();
+        let mut revision = 0;
+        loop {
+            let want = if limit == 0 {
+                RANGE_BATCH
+            } else {
+                RANGE_BATCH.min(i64::try_from(limit - out.len()).unwrap_or(RANGE_BATCH))
+            };
+            // `opts` may pin a revision of its own (it then holds for every batch).
+            let options = opts(
+                GetOptions::new()
+                    .with_range(end.to_vec())
+                    .with_limit(want)
+                    .with_revision(revision),
+            );
+            let mut kv = self.client.kv_client();
+            let key = from.clone();
+            let resp = self.call(async move { kv.get(key, Some(options)).await })?;
+            if revision == 0 {
+                revision = resp.header().map_or(0, |h| h.revision());
+            }
+            for item in resp.kvs() {
+                out.push(Kv::from_etcd(item)?);
+            }
+            let done = !resp.more() || resp.kvs().is_empty() || (limit > 0 && out.len() >= limit);
+            if done {
+                return Ok((revision, out));
+            }
+            let mut next = resp
+                .kvs()
+                .last()
+                .map(|kv| kv.key().to_vec())
+                .unwrap_or_default();
+            next.push(0);
+            from = next;
+        }
+    }
+
+    /// Reads keys in `[start, end)` in creation order, created after revision `after`: at most
+    /// `limit` (0 for all).
+    fn range_by_creation(
+        &self,
+        start: &str,
+        end: &[u8],
+        after: i64,
+        limit: usize,
+    ) -> Result<Vec<Kv>> {
+        let mut out: Vec<Kv> = Vec::new();
+        let mut min_rev = after + 1;
+        let mut revision = 0;
+        loop {
+            let want = if limit == 0 {
+                RANGE_BATCH
+            } else {
+                RANGE_BATCH.min(i64::try_from(limit - out.len()).unwrap_or(RANGE_BATCH))
+            };
+            let options = GetOptions::new()
+                .with_range(end.to_vec())
+                .with_sort(SortTarget::Create, SortOrder::Ascend)
+                .with_min_create_revision(min_rev)
+                .with_limit(want)
+                .with_revision(revision);
+            let mut kv = self.client.kv_client();
+            let key = start.to_string();
+            let resp = self.call(async move { kv.get(key, Some(options)).await })?;
+            if revision == 0 {
+                revision = resp.header().map_or(0, |h| h.revision());
+            }
+            for item in resp.kvs() {
+                out.push(Kv::from_etcd(item)?);
+            }
+            if !resp.more() || resp.kvs().is_empty() || (limit > 0 && out.len() >= limit) {
+                return Ok(out);
+            }
+            min_rev = out.last().map_or(min_rev, |kv| kv.create_rev + 1);
+        }
+    }
+
+    /// Commits `ops` if every compare holds, returning the revision of the commit; `None` if a
+    /// compare did not hold.
+    fn commit(&self, compares: Vec<Compare>, ops: Vec<TxnOp>) -> Result<Option<i64>> {
+        if compares.len() > MAX_TXN_OPS || ops.len() > MAX_TXN_OPS {
+            return Err(StoreError::Backend(format!(
+                "change too large for one etcd transaction ({} compares, {} writes; at most \
+                 {MAX_TXN_OPS} each)",
+                compares.len(),
+                ops.len()
+            )));
+        }
+        let mut kv = self.client.kv_client();
+        let txn = Txn::new().when(compares).and_then(ops);
+        let resp = self.call(async move { kv.txn(txn).await })?;
+        if !resp.succeeded() {
+            return Ok(None);
+        }
+        resp.header().map(|h| Some(h.revision())).ok_or_else(|| {
+            StoreError::Backend("etcd answered a transaction without a header".into())
+        })
+    }
+
+    /// Runs `f` and commits what it wrote if nothing it read has changed meanwhile; runs it again
+    /// (from its reads) when something has, at most [`MAX_TRIES`] times. An error from `f` ends
+    /// the operation with nothing written.
+    fn atomically<T>(&self, what: &str, f: impl FnMut(&mut Tx<'_>) -> Result<T>) -> Result<T> {
+        self.atomically_at(what, f).map(|(out, _)| out)
+    }
+
+    /// As [`EtcdStore::atomically`], also returning the revision of the commit (`None` when `f`
+    /// wrote nothing): every key written has it as its mod revision.
+    fn atomically_at<T>(
+        &self,
+        what: &str,
+        mut f: impl FnMut(&mut Tx<'_>) -> Result<T>,
+    ) -> Result<(T, Option<i64>)> {
+        for attempt in 0..MAX_TRIES {
+            let mut tx = Tx::new(self);
+            let out = f(&mut tx)?;
+            if tx.ops.is_empty() {
+                return Ok((out, None));
+            }
+            if let Some(revision) = self.commit(tx.compares, tx.ops)? {
+                return Ok((out, Some(revision)));
+            }
+            pause(attempt);
+        }
+        Err(StoreError::Conflict(format!(
+            "{what}: lost to concurrent changes {MAX_TRIES} times; try again"
+        )))
+    }
+
+    /// Runs the reads of `f` (it must write nothing).
+    fn read<T>(&self, f: impl FnOnce(&mut Tx<'_>) -> Result<T>) -> Result<T> {
+        let mut tx = Tx::new(self);
+        f(&mut tx)
+    }
+}
+
+fn unreachable_err(endpoints: &str, limit: Duration) -> StoreError {
+    StoreError::Backend(format!(
+        "cannot reach etcd at {endpoints} within {limit:?} (is it running?)"
+    ))
+}
+
+/// A short random pause before trying a lost transaction again, growing with the attempts.
+fn pause(attempt: u32) {
+    let ceiling_us = 500u128 * u128::from(attempt.min(10) + 1);
+    let jitter = Uuid::new_v4().as_u128() % ceiling_us;
+    std::thread::sleep(Duration::from_micros(u64::try_from(jitter).unwrap_or(0)));
+}
+
+/// One optimistic transaction being built: what was read (as compares) and what to write.
+struct Tx<'s> {
+    store: &'s EtcdStore,
+    compares: Vec<Compare>,
+    ops: Vec<TxnOp>,
+}
+
+impl<'s> Tx<'s> {
+    fn new(store: &'s EtcdStore) -> Tx<'s> {
+        Tx {
+            store,
+            compares: Vec::new(),
+            ops: Vec::new(),
+        }
+    }
+
+    fn keys(&self) -> &'s Keys {
+        &self.store.keys
+    }
+
+    fn watch(&mut self, key: &str, kv: Option<&Kv>) {
+        self.compares.push(match kv {
+            Some(kv) => Compare::mod_revision(key, CompareOp::Equal, kv.mod_rev),
+            None => Compare::create_revision(key, CompareOp::Equal, 0),
+        });
+    }
+
+    /// Reads one key; the commit requires it unchanged (or still absent).
+    fn get(&mut self, key: &str) -> Result<Option<Kv>> {
+        let mut found = self.get_many(&[key.to_string()])?;
+        Ok(found.pop().flatten())
+    }
+
+    /// Reads one key as a JSON record.
+    fn get_json<T: DeserializeOwned>(&mut self, key: &str) -> Result<Option<T>> {
+        self.get(key)?.map(|kv| kv.decode()).transpose()
+    }
+
+    /// Reads several keys in one round trip; the commit requires each unchanged.
+    fn get_many(&mut self, keys: &[String]) -> Result<Vec<Option<Kv>>> {
+        let found = self.store.get_many(keys)?;
+        for (key, kv) in keys.iter().zip(&found) {
+            self.watch(key, kv.as_ref());
+        }
+        Ok(found)
+    }
+
+    /// Reads every key under `prefix`; the commit requires that none was created or changed
+    /// since (a deletion in the range is not noticed).
+    fn range(&mut self, prefix: &str) -> Result<Vec<Kv>> {
+        let end = prefix_end(prefix);
+        let (revision, found) = self.store.range(prefix, &end, 0, |o| o)?;
+        self.compares
+            .push(Compare::mod_revision(prefix, CompareOp::Less, revision + 1).with_range(end));
+        Ok(found)
+    }
+
+    /// Reads whether any key is under `prefix`; the commit requires that none was created or
+    /// changed since.
+    fn any_under(&mut self, prefix: &str) -> Result<bool> {
+        let end = prefix_end(prefix);
+        let (revision, found) = self.store.range(prefix, &end, 1, |o| o.with_keys_only())?;
+        self.compares
+            .push(Compare::mod_revision(prefix, CompareOp::Less, revision + 1).with_range(end));
+        Ok(!found.is_empty())
+    }
+
+    /// Writes `value` as JSON at `key`.
+    fn put<T: Serialize>(&mut self, key: &str, value: &T) -> Result<()> {
+        let json = serde_json::to_vec(value)
+            .map_err(|e| StoreError::Backend(format!("encoding {key}: {e}")))?;
+        self.ops.push(TxnOp::put(key, json, None));
+        Ok(())
+    }
+
+    /// Writes `text` at `key`.
+    fn put_text(&mut self, key: &str, text: &str) {
+        self.ops.push(TxnOp::put(key, text, None));
+    }
+
+    /// Deletes `key`.
+    fn delete(&mut self, key: &str) {
+        self.ops.push(TxnOp::delete(key, None));
+    }
+
+    /// Deletes every key in `[start, end)`.
+    fn delete_range(&mut self, start: &str, end: Vec<u8>) {
+        self.ops.push(TxnOp::delete(
+            start,
+            Some(etcd_client::DeleteOptions::new().with_range(end)),
+        ));
+    }
+
+    /// Deletes every key under `prefix`.
+    fn delete_prefix(&mut self, prefix: &str) {
+        self.delete_range(prefix, prefix_end(prefix));
+    }
+}
+
+/// `Conflict` unless `found` is `expected`.
+fn check_version(kind: &str, id: Uuid, found: u64, expected: u64) -> Result<()> {
+    if found != expected {
+        return Err(StoreError::Conflict(format!(
+            "{kind} {id} is at version {found}, not {expected}"
+        )));
+    }
+    Ok(())
+}
+
+impl Store for EtcdStore {
+    fn create_tenant(&self, new: NewTenant) -> Result<Tenant> {
+        catalog::create_tenant(self, new)
+    }
+    fn tenant(&self, id: Uuid) -> Result<Tenant> {
+        catalog::tenant(self, id)
+    }
+    fn tenants(&self) -> Result<Vec<Tenant>> {
+        catalog::tenants(self)
+    }
+    fn update_tenant(&self, id: Uuid, expected: u64, change: TenantChange) -> Result<Tenant> {
+        catalog::update_tenant(self, id, expected, change)
+    }
+    fn delete_tenant(&self, id: Uuid) -> Result<()> {
+        catalog::delete_tenant(self, id)
+    }
+    fn usage(&self, tenant: Uuid) -> Result<Usage> {
+        instances::usage(self, tenant)
+    }
+
+    fn create_user(&self, new: NewUser) -> Result<User> {
+        catalog::create_user(self, new)
+    }
+    fn user(&self, id: Uuid) -> Result<User> {
+        catalog::user(self, id)
+    }
+    fn user_by_name(&self, name: &str) -> Result<User> {
+        catalog::user_by_name(self, name)
+    }
+    fn users(&self) -> Result<Vec<User>> {
+        catalog::users(self)
+    }
+    fn update_user(&self, id: Uuid, expected: u64, change: UserChange) -> Result<User> {
+        catalog::update_user(self, id, expected, change)
+    }
+    fn delete_user(&self, id: Uuid) -> Result<()> {
+        catalog::delete_user(self, id)
+    }
+    fn grant_role(&self, user: Uuid, tenant: Uuid, role: Role) -> Result<()> {
+        catalog::grant_role(self, user, tenant, role)
+    }
+    fn revoke_role(&self, user: Uuid, tenant: Uuid, role: Role) -> Result<()> {
+        catalog::revoke_role(self, user, tenant, role)
+    }
+    fn roles_of_user(&self, user: Uuid) -> Result<Vec<RoleAssignment>> {
+        catalog::roles_of_user(self, user)
+    }
+    fn roles_in_tenant(&self, tenant: Uuid) -> Result<Vec<RoleAssignment>> {
+        catalog::roles_in_tenant(self, tenant)
+    }
+
+    fn create_flavor(&self, new: NewFlavor) -> Result<Flavor> {
+        catalog::create_flavor(self, new)
+    }
+    fn flavor(&self, id: Uuid) -> Result<Flavor> {
+        catalog::flavor(self, id)
+    }
+    fn flavors(&self) -> Result<Vec<Flavor>> {
+        catalog::flavors(self)
+    }
+    fn delete_flavor(&self, id: Uuid) -> Result<()> {
+        catalog::delete_flavor(self, id)
+    }
+
+    fn create_image(&self, new: NewImage) -> Result<Image> {
+        catalog::create_image(self, new)
+    }
+    fn image(&self, scope: Scope, id: Uuid) -> Result<Image> {
+        catalog::image(self, scope, id)
+    }
+    fn images(&self, scope: Scope) -> Result<Vec<Image>> {
+        catalog::images(self, scope)
+    }
+    fn delete_image(&self, scope: Scope, id: Uuid) -> Result<()> {
+        catalog::delete_image(self, scope, id)
+    }
+
+    fn create_workload(&self, new: NewWorkload) -> Result<Workload> {
+        catalog::create_workload(self, new)
+    }
+    fn workload(&self, scope: Scope, id: Uuid) -> Result<Workload> {
+        catalog::workload(self, scope, id)
+    }
+    fn workloads(&self, scope: Scope) -> Result<Vec<Workload>> {
+        catalog::workloads(self, scope)
+    }
+    fn update_workload(
+        &self,
+        scope: Scope,
+        id: Uuid,
+        expected: u64,
+        change: WorkloadChange,
+    ) -> Result<Workload> {
+        catalog::update_workload(self, scope, id, expected, change)
+    }
+    fn delete_workload(&self, scope: Scope, id: Uuid) -> Result<()> {
+        catalog::delete_workload(self, scope, id)
+    }
+
+    fn create_instance(&self, new: NewInstance) -> Result<Instance> {
+        instances::create(self, new)
+    }
+    fn instance(&self, scope: Scope, id: Uuid) -> Result<Instance> {
+        instances::get(self, scope, id)
+    }
+    fn instances(
+        &self,
+        scope: Scope,
+        filter: InstanceFilter,
+        page: Page,
+    ) -> Result<Paged<Instance>> {
+        instances::list(self, scope, filter, page)
+    }
+    fn update_instance(
+        &self,
+        scope: Scope,
+        id: Uuid,
+        expected: u64,
+        change: InstanceChange,
+    ) -> Result<Instance> {
+        instances::update(self, scope, id, expected, change)
+    }
+    fn delete_instance(&self, scope: Scope, id: Uuid) -> Result<()> {
+        instances::delete(self, scope, id)
+    }
+
+    fn subnets(&self, scope: Scope) -> Result<Vec<Subnet>> {
+        instances::subnets(self, scope)
+    }
+    fn create_cnci(&self, subnet: Uuid) -> Result<Cnci> {
+        instances::create_cnci(self, subnet)
+    }
+    fn cnci(&self, scope: Scope, id: Uuid) -> Result<Cnci> {
+        instances::cnci(self, scope, id)
+    }
+    fn cncis(&self, scope: Scope) -> Result<Vec<Cnci>> {
+        instances::cncis(self, scope)
+    }
+    fn update_cnci(&self, id: Uuid, expected: u64, change: CnciChange) -> Result<Cnci> {
+        instances::update_cnci(self, id, expected, change)
+    }
+    fn delete_cnci(&self, id: Uuid) -> Result<()> {
+        instances::delete_cnci(self, id)
+    }
+
+    fn append_event(&self, new: NewEvent) -> Result<Event> {
+        events::append(self, new, self.options.event_capacity)
+    }
+    fn events(&self, scope: Scope, after: Option<u64>, limit: u32) -> Result<Vec<Event>> {
+        events::list(self, scope, after, limit)
+    }
+    fn clear_events(&self, scope: Scope) -> Result<u64> {
+        events::clear(self, scope)
+    }
+
+    fn create_remote_host(&self, new: NewRemoteHost) -> Result<RemoteHost> {
+        queue::create_host(self, new)
+    }
+    fn remote_host(&self, id: Uuid) -> Result<RemoteHost> {
+        queue::host(self, id)
+    }
+    fn remote_hosts(&self) -> Result<Vec<RemoteHost>> {
+        queue::hosts(self)
+    }
+    fn delete_remote_host(&self, id: Uuid) -> Result<()> {
+        queue::delete_host(self, id)
+    }
+    fn enqueue_operation(&self, new: NewOperation) -> Result<Operation> {
+        queue::enqueue(self, new)
+    }
+    fn operation(&self, id: Uuid) -> Result<Operation> {
+        queue::get(self, id)
+    }
+    fn operations(&self, filter: OperationFilter) -> Result<Vec<Operation>> {
+        queue::list(self, filter)
+    }
+    fn claim_operation_on(
+        &self,
+        owner: &str,
+        lease: Duration,
+        host: Option<Uuid>,
+    ) -> Result<Option<Operation>> {
+        queue::claim(self, owner, lease, host)
+    }
+    fn renew_claim(&self, id: Uuid, token: u64, lease: Duration) -> Result<Operation> {
+        queue::renew(self, id, token, lease)
+    }
+    fn complete_operation(&self, id: Uuid, token: u64, result: &str) -> Result<Operation> {
+        queue::finish(self, id, token, OperationState::Done, result)
+    }
+    fn fail_operation(&self, id: Uuid, token: u64, reason: &str) -> Result<Operation> {
+        queue::finish(self, id, token, OperationState::Failed, reason)
+    }
+    fn put_launcher_creds(&self, creds: LauncherCreds) -> Result<()> {
+        queue::put_creds(self, &creds)
+    }
+    fn launcher_creds(&self, host: Uuid) -> Result<LauncherCreds> {
+        queue::creds(self, host)
+    }
+    fn fenced_write(
+        &self,
+        id: Uuid,
+        token: u64,
+        write: &InstanceWrite,
+        finish: Option<(OperationState, &str)>,
+    ) -> Result<Operation> {
+        queue::fenced_write(self, id, token, write, finish)
+    }
+}

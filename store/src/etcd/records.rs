@@ -1,0 +1,719 @@
+//! The JSON records kept in etcd, and their conversions to and from the store's model types.
+//!
+//! Records are the schema: a field may be added with `#[serde(default)]`; anything else needs a
+//! new schema version. Times are milliseconds since the Unix epoch (as in the SQLite store).
+
+use std::net::{IpAddr, Ipv4Addr};
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::common::{from_millis, millis};
+use crate::net;
+use crate::*;
+
+/// The schema version this code writes and reads.
+pub(super) const SCHEMA_VERSION: u32 = 1;
+
+/// The value of the schema key.
+#[derive(Debug, Serialize, Deserialize)]
+pub(super) struct SchemaRec {
+    pub(super) version: u32,
+}
+
+/// A quota.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub(super) struct QuotaRec {
+    instances: Option<u32>,
+    vcpus: Option<u32>,
+    memory_mb: Option<u64>,
+}
+
+impl From<Quota> for QuotaRec {
+    fn from(q: Quota) -> QuotaRec {
+        QuotaRec {
+            instances: q.instances,
+            vcpus: q.vcpus,
+            memory_mb: q.memory_mb,
+        }
+    }
+}
+
+impl From<QuotaRec> for Quota {
+    fn from(q: QuotaRec) -> Quota {
+        Quota {
+            instances: q.instances,
+            vcpus: q.vcpus,
+            memory_mb: q.memory_mb,
+        }
+    }
+}
+
+/// A tenant.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct TenantRec {
+    pub(super) id: Uuid,
+    pub(super) name: String,
+    pub(super) quota: QuotaRec,
+    pub(super) subnet_prefix: u8,
+    pub(super) created_ms: i64,
+    pub(super) version: u64,
+}
+
+impl TenantRec {
+    pub(super) fn model(&self) -> Tenant {
+        Tenant {
+            id: self.id,
+            name: self.name.clone(),
+            quota: self.quota.into(),
+            subnet_prefix: self.subnet_prefix,
+            created: from_millis(self.created_ms),
+            version: self.version,
+        }
+    }
+}
+
+/// What a tenant's instances hold.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+pub(super) struct UsageRec {
+    pub(super) instances: u32,
+    pub(super) vcpus: u32,
+    pub(super) memory_mb: u64,
+}
+
+impl From<UsageRec> for Usage {
+    fn from(u: UsageRec) -> Usage {
+        Usage {
+            instances: u.instances,
+            vcpus: u.vcpus,
+            memory_mb: u.memory_mb,
+        }
+    }
+}
+
+/// One subnet of a tenant with its address bitmap (bit `n` is the address `base + n`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct SubnetRec {
+    pub(super) id: Uuid,
+    pub(super) base: u32,
+    pub(super) prefix: u8,
+    pub(super) used: u32,
+    pub(super) capacity: u32,
+    #[serde(with = "hex_bits")]
+    pub(super) taken: Vec<u8>,
+    pub(super) cnci: Option<Uuid>,
+}
+
+impl SubnetRec {
+    /// An empty subnet `base`/`prefix`.
+    pub(super) fn new(base: u32, prefix: u8) -> SubnetRec {
+        let (first, last) = net::instance_hosts(base, prefix);
+        let bits = usize::try_from(net::block_size(prefix)).unwrap_or(usize::MAX);
+        SubnetRec {
+            id: Uuid::new_v4(),
+            base,
+            prefix,
+            used: 0,
+            capacity: last.saturating_sub(first).saturating_add(1),
+            taken: vec![0; bits.div_ceil(8)],
+            cnci: None,
+        }
+    }
+
+    fn bit(&self, ip: u32) -> Option<(usize, u8)> {
+        let n = usize::try_from(ip.checked_sub(self.base)?).ok()?;
+        Some((n / 8, 1u8 << (n % 8)))
+    }
+
+    /// The lowest free instance address.
+    pub(super) fn first_free(&self) -> Option<u32> {
+        let (first, last) = net::instance_hosts(self.base, self.prefix);
+        (first..=last).find(|&ip| {
+            self.bit(ip)
+                .and_then(|(byte, mask)| self.taken.get(byte).map(|b| b & mask == 0))
+                .unwrap_or(false)
+        })
+    }
+
+    /// Marks `ip` taken (`true`) or free.
+    pub(super) fn mark(&mut self, ip: u32, taken: bool) {
+        if let Some((byte, mask)) = self.bit(ip)
+            && let Some(b) = self.taken.get_mut(byte)
+        {
+            let was = *b & mask != 0;
+            if taken && !was {
+                *b |= mask;
+                self.used += 1;
+            } else if !taken && was {
+                *b &= !mask;
+                self.used = self.used.saturating_sub(1);
+            }
+        }
+    }
+
+    pub(super) fn model(&self, tenant: Uuid) -> Subnet {
+        Subnet {
+            id: self.id,
+            tenant,
+            cidr: net::cidr(self.base, self.prefix),
+        }
+    }
+}
+
+/// A tenant's network and usage: updated in the same transaction as every instance it counts, so
+/// that the quota and the address allocation hold across controllers.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub(super) struct NetRec {
+    pub(super) usage: UsageRec,
+    /// The creation sequence number of the tenant's next instance.
+    pub(super) next_seq: u64,
+    /// Its subnets, by base address.
+    pub(super) subnets: Vec<SubnetRec>,
+}
+
+/// A carved block of the pool (one per subnet, keyed by base address).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct BlockRec {
+    pub(super) tenant: Uuid,
+    pub(super) subnet: Uuid,
+    pub(super) prefix: u8,
+}
+
+/// A user.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct UserRec {
+    pub(super) id: Uuid,
+    pub(super) name: String,
+    pub(super) password_hash: String,
+    pub(super) created_ms: i64,
+    pub(super) version: u64,
+}
+
+impl UserRec {
+    pub(super) fn model(&self) -> User {
+        User {
+            id: self.id,
+            name: self.name.clone(),
+            password_hash: self.password_hash.clone(),
+            created: from_millis(self.created_ms),
+            version: self.version,
+        }
+    }
+}
+
+/// The text of a role in keys.
+pub(super) fn role_text(role: Role) -> &'static str {
+    match role {
+        Role::Admin => "admin",
+        Role::Member => "member",
+    }
+}
+
+/// A role from its text.
+pub(super) fn role_from(text: &str) -> Option<Role> {
+    match text {
+        "admin" => Some(Role::Admin),
+        "member" => Some(Role::Member),
+        _ => None,
+    }
+}
+
+/// A flavor.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct FlavorRec {
+    pub(super) id: Uuid,
+    pub(super) name: String,
+    pub(super) vcpus: u32,
+    pub(super) memory_mb: u64,
+    pub(super) disk_gb: u64,
+}
+
+impl FlavorRec {
+    pub(super) fn model(&self) -> Flavor {
+        Flavor {
+            id: self.id,
+            name: self.name.clone(),
+            vcpus: self.vcpus,
+            memory_mb: self.memory_mb,
+            disk_gb: self.disk_gb,
+        }
+    }
+}
+
+/// An image format.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(super) enum KindRec {
+    Qcow2,
+    Raw,
+    Iso,
+}
+
+/// An image.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct ImageRec {
+    pub(super) id: Uuid,
+    pub(super) owner: Option<Uuid>,
+    pub(super) name: String,
+    pub(super) kind: KindRec,
+    pub(super) reference: String,
+    pub(super) created_ms: i64,
+}
+
+impl ImageRec {
+    pub(super) fn new(id: Uuid, new: NewImage, created: std::time::SystemTime) -> ImageRec {
+        ImageRec {
+            id,
+            owner: new.owner,
+            name: new.name,
+            kind: match new.kind {
+                ImageKind::Qcow2 => KindRec::Qcow2,
+                ImageKind::Raw => KindRec::Raw,
+                ImageKind::Iso => KindRec::Iso,
+            },
+            reference: new.reference,
+            created_ms: millis(created),
+        }
+    }
+
+    pub(super) fn model(&self) -> Image {
+        Image {
+            id: self.id,
+            owner: self.owner,
+            name: self.name.clone(),
+            kind: match self.kind {
+                KindRec::Qcow2 => ImageKind::Qcow2,
+                KindRec::Raw => ImageKind::Raw,
+                KindRec::Iso => ImageKind::Iso,
+            },
+            reference: self.reference.clone(),
+            created: from_millis(self.created_ms),
+        }
+    }
+}
+
+/// A workload, with its flavor's figures (flavors never change) so that creating an instance
+/// need not read the flavor.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct WorkloadRec {
+    pub(super) id: Uuid,
+    pub(super) owner: Option<Uuid>,
+    pub(super) name: String,
+    pub(super) flavor: Uuid,
+    pub(super) image: Uuid,
+    pub(super) user_data: String,
+    pub(super) version: u64,
+    pub(super) vcpus: u32,
+    pub(super) memory_mb: u64,
+}
+
+impl WorkloadRec {
+    pub(super) fn model(&self) -> Workload {
+        Workload {
+            id: self.id,
+            owner: self.owner,
+            name: self.name.clone(),
+            flavor: self.flavor,
+            image: self.image,
+            user_data: self.user_data.clone(),
+            version: self.version,
+        }
+    }
+}
+
+/// An instance.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct InstanceRec {
+    pub(super) id: Uuid,
+    pub(super) tenant: Uuid,
+    pub(super) workload: Uuid,
+    pub(super) name: String,
+    pub(super) vcpus: u32,
+    pub(super) memory_mb: u64,
+    pub(super) node: Option<Uuid>,
+    pub(super) state: String,
+    pub(super) reason: Option<String>,
+    pub(super) subnet: Uuid,
+    pub(super) base: u32,
+    pub(super) prefix: u8,
+    pub(super) ip: u32,
+    pub(super) cnci: Option<Uuid>,
+    pub(super) created_ms: i64,
+    pub(super) updated_ms: i64,
+    pub(super) version: u64,
+    /// Its place in the tenant's creation order.
+    pub(super) seq: u64,
+    /// Why it is in error (added with issue 18: absent in older records).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) fault: Option<FaultRec>,
+}
+
+/// An instance's fault.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct FaultRec {
+    reason: String,
+    message: String,
+    created_ms: i64,
+}
+
+impl From<&Fault> for FaultRec {
+    fn from(f: &Fault) -> FaultRec {
+        FaultRec {
+            reason: f.reason.clone(),
+            message: f.message.clone(),
+            created_ms: millis(f.created),
+        }
+    }
+}
+
+impl FaultRec {
+    pub(super) fn model(&self) -> Fault {
+        Fault {
+            reason: self.reason.clone(),
+            message: self.message.clone(),
+            created: from_millis(self.created_ms),
+        }
+    }
+}
+
+/// An instance state as text and reason.
+pub(super) fn state_text(state: &InstanceState) -> (&'static str, Option<String>) {
+    match state {
+        InstanceState::Pending => ("pending", None),
+        InstanceState::Active => ("active", None),
+        InstanceState::Stopping => ("stopping", None),
+        InstanceState::Exited => ("exited", None),
+        InstanceState::Deleted => ("deleted", None),
+        InstanceState::Hung => ("hung", None),
+        InstanceState::Missing => ("missing", None),
+        InstanceState::Error(reason) => ("error", Some(reason.clone())),
+    }
+}
+
+impl InstanceRec {
+    pub(super) fn model(&self) -> Result<Instance> {
+        let state = match self.state.as_str() {
+            "pending" => InstanceState::Pending,
+            "active" => InstanceState::Active,
+            "stopping" => InstanceState::Stopping,
+            "exited" => InstanceState::Exited,
+            "deleted" => InstanceState::Deleted,
+            "hung" => InstanceState::Hung,
+            "missing" => InstanceState::Missing,
+            "error" => InstanceState::Error(self.reason.clone().unwrap_or_default()),
+            other => {
+                return Err(StoreError::Backend(format!(
+                    "instance {}: unknown state {other:?}",
+                    self.id
+                )));
+            }
+        };
+        let ip = Ipv4Addr::from(self.ip);
+        Ok(Instance {
+            id: self.id,
+            tenant: self.tenant,
+            workload: self.workload,
+            name: self.name.clone(),
+            vcpus: self.vcpus,
+            memory_mb: self.memory_mb,
+            node: self.node,
+            state,
+            subnet: net::cidr(self.base, self.prefix),
+            ip,
+            mac: net::mac_for(ip),
+            cnci: self.cnci,
+            fault: self.fault.as_ref().map(FaultRec::model),
+            created: from_millis(self.created_ms),
+            updated: from_millis(self.updated_ms),
+            version: self.version,
+        })
+    }
+}
+
+/// A CNCI state.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(super) enum CnciStateRec {
+    Pending,
+    Active,
+    Exited,
+    Failed,
+}
+
+impl From<CnciState> for CnciStateRec {
+    fn from(s: CnciState) -> CnciStateRec {
+        match s {
+            CnciState::Pending => CnciStateRec::Pending,
+            CnciState::Active => CnciStateRec::Active,
+            CnciState::Exited => CnciStateRec::Exited,
+            CnciState::Failed => CnciStateRec::Failed,
+        }
+    }
+}
+
+impl From<CnciStateRec> for CnciState {
+    fn from(s: CnciStateRec) -> CnciState {
+        match s {
+            CnciStateRec::Pending => CnciState::Pending,
+            CnciStateRec::Active => CnciState::Active,
+            CnciStateRec::Exited => CnciState::Exited,
+            CnciStateRec::Failed => CnciState::Failed,
+        }
+    }
+}
+
+/// A CNCI.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct CnciRec {
+    pub(super) id: Uuid,
+    pub(super) tenant: Uuid,
+    pub(super) subnet: Uuid,
+    pub(super) base: u32,
+    pub(super) prefix: u8,
+    pub(super) state: CnciStateRec,
+    pub(super) ip: Option<IpAddr>,
+    pub(super) node: Option<Uuid>,
+    pub(super) created_ms: i64,
+    pub(super) updated_ms: i64,
+    pub(super) version: u64,
+}
+
+impl CnciRec {
+    pub(super) fn model(&self) -> Cnci {
+        Cnci {
+            id: self.id,
+            tenant: self.tenant,
+            subnet: self.subnet,
+            cidr: net::cidr(self.base, self.prefix),
+            state: self.state.into(),
+            ip: self.ip,
+            node: self.node,
+            created: from_millis(self.created_ms),
+            updated: from_millis(self.updated_ms),
+            version: self.version,
+        }
+    }
+}
+
+/// An event kind.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(super) enum EventKindRec {
+    Info,
+    Warning,
+    Error,
+}
+
+/// An event.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct EventRec {
+    pub(super) seq: u64,
+    pub(super) time_ms: i64,
+    pub(super) tenant: Option<Uuid>,
+    pub(super) kind: EventKindRec,
+    pub(super) message: String,
+}
+
+impl EventRec {
+    pub(super) fn new(seq: u64, time: std::time::SystemTime, new: NewEvent) -> EventRec {
+        EventRec {
+            seq,
+            time_ms: millis(time),
+            tenant: new.tenant,
+            kind: match new.kind {
+                EventKind::Info => EventKindRec::Info,
+                EventKind::Warning => EventKindRec::Warning,
+                EventKind::Error => EventKindRec::Error,
+            },
+            message: new.message,
+        }
+    }
+
+    pub(super) fn model(&self) -> Event {
+        Event {
+            seq: self.seq,
+            time: from_millis(self.time_ms),
+            tenant: self.tenant,
+            kind: match self.kind {
+                EventKindRec::Info => EventKind::Info,
+                EventKindRec::Warning => EventKind::Warning,
+                EventKindRec::Error => EventKind::Error,
+            },
+            message: self.message.clone(),
+        }
+    }
+}
+
+/// The launcher credentials of an off-host host.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct CredsRec {
+    pub(super) cert: String,
+    pub(super) key: String,
+    pub(super) ca: String,
+    pub(super) not_after_ms: i64,
+    pub(super) issued_ms: i64,
+}
+
+/// An off-host host.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct RemoteHostRec {
+    pub(super) id: Uuid,
+    pub(super) name: String,
+    pub(super) libvirt_uri: String,
+    pub(super) created_ms: i64,
+}
+
+impl RemoteHostRec {
+    pub(super) fn model(&self) -> RemoteHost {
+        RemoteHost {
+            id: self.id,
+            name: self.name.clone(),
+            libvirt_uri: self.libvirt_uri.clone(),
+            created: from_millis(self.created_ms),
+        }
+    }
+}
+
+/// The lease of a claimed operation (its own key, so that renewing it leaves the operation's
+/// mod revision, the fencing token, as it is).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct LeaseRec {
+    pub(super) owner: String,
+    pub(super) expires_ms: i64,
+}
+
+/// The last claim of a finished operation, as it was when it finished.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct ClaimRec {
+    pub(super) owner: String,
+    pub(super) token: u64,
+    pub(super) expires_ms: i64,
+}
+
+/// An operation. While it is claimed its claim is the lease key plus the record's mod revision;
+/// once finished, `claim` keeps the last one.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct OperationRec {
+    pub(super) id: Uuid,
+    pub(super) seq: u64,
+    pub(super) host: Uuid,
+    pub(super) instance: Uuid,
+    pub(super) kind: String,
+    #[serde(with = "hex_bits")]
+    pub(super) payload: Vec<u8>,
+    pub(super) state: String,
+    pub(super) claim: Option<ClaimRec>,
+    pub(super) result: Option<String>,
+    pub(super) created_ms: i64,
+    pub(super) updated_ms: i64,
+}
+
+impl OperationRec {
+    /// The state as the model's.
+    pub(super) fn state(&self) -> Result<OperationState> {
+        OperationState::parse(&self.state).ok_or_else(|| {
+            StoreError::Backend(format!(
+                "operation {}: unknown state {:?}",
+                self.id, self.state
+            ))
+        })
+    }
+
+    /// The model, given the record's mod revision and its lease (if claimed).
+    pub(super) fn model(&self, mod_rev: i64, lease: Option<&LeaseRec>) -> Result<Operation> {
+        let state = self.state()?;
+        let kind = OperationKind::parse(&self.kind).ok_or_else(|| {
+            StoreError::Backend(format!(
+                "operation {}: unknown kind {:?}",
+                self.id, self.kind
+            ))
+        })?;
+        let claim = match (state, lease) {
+            (OperationState::Claimed, Some(lease)) => Some(Claim {
+                owner: lease.owner.clone(),
+                token: u64::try_from(mod_rev).unwrap_or(0),
+                expires: from_millis(lease.expires_ms),
+            }),
+            (OperationState::Claimed, None) => {
+                return Err(StoreError::Backend(format!(
+                    "claimed operation {} has no lease",
+                    self.id
+                )));
+            }
+            _ => self.claim.as_ref().map(|c| Claim {
+                owner: c.owner.clone(),
+                token: c.token,
+                expires: from_millis(c.expires_ms),
+            }),
+        };
+        Ok(Operation {
+            id: self.id,
+            host: self.host,
+            instance: self.instance,
+            kind,
+            payload: self.payload.clone(),
+            state,
+            claim,
+            result: self.result.clone(),
+            created: from_millis(self.created_ms),
+            updated: from_millis(self.updated_ms),
+        })
+    }
+}
+
+/// Bitmaps as lowercase hex text (a /24 is 64 characters, a /16 16 KiB).
+mod hex_bits {
+    use serde::{Deserialize, Deserializer, Serializer, de::Error};
+
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+
+    pub(super) fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        let mut text = String::with_capacity(bytes.len() * 2);
+        for b in bytes {
+            text.push(char::from(DIGITS[usize::from(b >> 4)]));
+            text.push(char::from(DIGITS[usize::from(b & 0xf)]));
+        }
+        s.serialize_str(&text)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        let text = <&str>::deserialize(d)?;
+        if text.len() % 2 != 0 {
+            return Err(D::Error::custom("odd-length hex bitmap"));
+        }
+        let nibble = |c: u8| match c {
+            b'0'..=b'9' => Ok(c - b'0'),
+            b'a'..=b'f' => Ok(c - b'a' + 10),
+            _ => Err(D::Error::custom("bad hex digit in bitmap")),
+        };
+        text.as_bytes()
+            .chunks(2)
+            .map(|pair| Ok(nibble(pair[0])? << 4 | nibble(pair[1])?))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_subnet_bitmap_gives_the_lowest_free_address_and_round_trips() {
+        let base = u32::from(Ipv4Addr::new(172, 16, 0, 0));
+        let mut s = SubnetRec::new(base, 29);
+        assert_eq!(s.capacity, 5);
+        assert_eq!(s.first_free(), Some(base + 2));
+        for ip in base + 2..base + 7 {
+            s.mark(ip, true);
+        }
+        assert_eq!((s.first_free(), s.used), (None, 5));
+        s.mark(base + 4, false);
+        s.mark(base + 4, false);
+        assert_eq!((s.first_free(), s.used), (Some(base + 4), 4));
+        let json = serde_json::to_string(&s).unwrap();
+        assert!(json.contains("\"taken\":\"6c\""), "{json}");
+        let back: SubnetRec = serde_json::from_str(&json).unwrap();
+        assert_eq!(back.taken, s.taken);
+        assert!(serde_json::from_str::<SubnetRec>(&json.replace("6c", "6g")).is_err());
+    }
+}

@@ -1,0 +1,725 @@
+//! The store suite against a real etcd (started by the test binary, one key prefix per test), and
+//! what only a shared store has: several clients on one etcd.
+#![allow(clippy::unwrap_used)]
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use testkit::etcd::EtcdServer;
+use uuid::Uuid;
+
+use super::*;
+
+struct Fixture {
+    server: Arc<EtcdServer>,
+    prefix: String,
+}
+
+impl Fixture {
+    fn store_with(&self, options: EtcdOptions) -> EtcdStore {
+        EtcdStore::connect_with(&[self.server.endpoint()], &self.prefix, options).unwrap()
+    }
+}
+
+impl crate::suite::Fixture for Fixture {
+    type S = EtcdStore;
+    fn new() -> Fixture {
+        Fixture {
+            server: testkit::etcd::shared().expect("etcd is available"),
+            prefix: format!("/cumulo-test/{}/", Uuid::new_v4()),
+        }
+    }
+    fn open(&self) -> EtcdStore {
+        EtcdStore::connect(&[self.server.endpoint()], &self.prefix).unwrap()
+    }
+    fn available() -> bool {
+        testkit::etcd::shared().is_some()
+    }
+}
+
+crate::store_suite!(Fixture);
+
+/// A fixture, or `None` when etcd is missing (and not required).
+fn fixture() -> Option<Fixture> {
+    <Fixture as crate::suite::Fixture>::available().then(<Fixture as crate::suite::Fixture>::new)
+}
+
+/// A tenant with `quota` and a public workload of `vcpus` vCPUs.
+fn tenant_and_workload(store: &EtcdStore, quota: Quota, vcpus: u32) -> (Tenant, Workload) {
+    let tenant = store
+        .create_tenant(NewTenant {
+            name: "t".into(),
+            quota,
+            subnet_prefix: 24,
+        })
+        .unwrap();
+    let flavor = store
+        .create_flavor(NewFlavor {
+            name: format!("f{vcpus}"),
+            vcpus,
+            memory_mb: 64,
+            disk_gb: 1,
+        })
+        .unwrap();
+    let image = store
+        .create_image(NewImage {
+            owner: None,
+            name: "i".into(),
+            kind: ImageKind::Raw,
+            reference: "i.raw".into(),
+        })
+        .unwrap();
+    let workload = store
+        .create_workload(NewWorkload {
+            owner: None,
+            name: "w".into(),
+            flavor: flavor.id,
+            image: image.id,
+            user_data: String::new(),
+        })
+        .unwrap();
+    (tenant, workload)
+}
+
+#[test]
+fn two_clients_on_one_etcd_share_the_quota() {
+    let Some(fx) = fixture() else { return };
+    // Two stores are two etcd clients (two connections), as two controllers would have: only
+    // etcd's transactions stand between them.
+    let first = fx.store_with(EtcdOptions::default());
+    let second = fx.store_with(EtcdOptions::default());
+    let quota = Quota {
+        instances: Some(9),
+        vcpus: Some(14),
+        memory_mb: None,
+    };
+    let (tenant, workload) = tenant_and_workload(&first, quota, 2);
+    let new = |n: usize| NewInstance {
+        tenant: tenant.id,
+        workload: workload.id,
+        name: format!("vm{n}"),
+    };
+    let made: Vec<Instance> = std::thread::scope(|s| {
+        let handles: Vec<_> = [&first, &second, &first, &second, &first, &second]
+            .into_iter()
+            .enumerate()
+            .map(|(n, store)| {
+                s.spawn(move || {
+                    (0..4)
+                        .filter_map(|k| match store.create_instance(new(n * 10 + k)) {
+                            Ok(i) => Some(i),
+                            Err(StoreError::QuotaExceeded { .. }) => None,
+                            Err(e) => panic!("unexpected: {e}"),
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect()
+    });
+    assert_eq!(made.len(), 7, "14 vCPUs hold seven 2-vCPU instances");
+    let ips: std::collections::HashSet<_> = made.iter().map(|i| i.ip).collect();
+    assert_eq!(ips.len(), 7, "no address given twice");
+    assert_eq!(
+        second.usage(tenant.id).unwrap(),
+        Usage {
+            instances: 7,
+            vcpus: 14,
+            memory_mb: 7 * 64
+        }
+    );
+    let listed = first
+        .instances(
+            Scope::Tenant(tenant.id),
+            InstanceFilter::default(),
+            Page::first(100),
+        )
+        .unwrap();
+    assert_eq!(listed.items.len(), 7);
+}
+
+#[test]
+fn a_stale_version_from_one_client_is_refused_after_another_updated() {
+    let Some(fx) = fixture() else { return };
+    let a = fx.store_with(EtcdOptions::default());
+    let b = fx.store_with(EtcdOptions::default());
+    let (tenant, workload) = tenant_and_workload(&a, Quota::default(), 1);
+    let i = a
+        .create_instance(NewInstance {
+            tenant: tenant.id,
+            workload: workload.id,
+            name: "vm".into(),
+        })
+        .unwrap();
+    let seen_by_a = a.instance(Scope::All, i.id).unwrap();
+    let active = InstanceChange {
+        state: Some(InstanceState::Active),
+        ..InstanceChange::default()
+    };
+    b.update_instance(Scope::All, i.id, seen_by_a.version, active)
+        .unwrap();
+    let exited = InstanceChange {
+        state: Some(InstanceState::Exited),
+        ..InstanceChange::default()
+    };
+    let stale = a.update_instance(Scope::All, i.id, seen_by_a.version, exited);
+    assert!(matches!(stale, Err(StoreError::Conflict(_))), "{stale:?}");
+    let now = a.instance(Scope::All, i.id).unwrap();
+    assert_eq!((now.state, now.version), (InstanceState::Active, 2));
+    // The same for a tenant renamed by b.
+    b.update_tenant(
+        tenant.id,
+        1,
+        TenantChange {
+            name: Some("renamed".into()),
+            quota: None,
+        },
+    )
+    .unwrap();
+    assert!(matches!(
+        a.update_tenant(tenant.id, 1, TenantChange::default()),
+        Err(StoreError::Conflict(_))
+    ));
+    // The old name is free again; the new one is taken.
+    a.create_tenant(NewTenant {
+        name: "t".into(),
+        quota: Quota::default(),
+        subnet_prefix: 24,
+    })
+    .unwrap();
+    assert!(matches!(
+        a.create_tenant(NewTenant {
+            name: "renamed".into(),
+            quota: Quota::default(),
+            subnet_prefix: 24,
+        }),
+        Err(StoreError::Conflict(_))
+    ));
+}
+
+#[test]
+fn prefixes_do_not_see_each_other() {
+    let Some(fx) = fixture() else { return };
+    let a = fx.store_with(EtcdOptions::default());
+    let other =
+        EtcdStore::connect(&[fx.server.endpoint()], &format!("{}other", fx.prefix)).unwrap();
+    tenant_and_workload(&a, Quota::default(), 1);
+    assert_eq!(a.tenants().unwrap().len(), 1);
+    assert!(other.tenants().unwrap().is_empty());
+    assert_eq!(
+        a.schema_version().unwrap(),
+        EtcdStore::known_schema_version()
+    );
+}
+
+#[test]
+fn a_newer_schema_is_refused() {
+    let Some(fx) = fixture() else { return };
+    let store = fx.store_with(EtcdOptions::default());
+    store
+        .atomically("test", |tx| {
+            let key = tx.keys().schema();
+            tx.put(
+                &key,
+                &records::SchemaRec {
+                    version: SCHEMA_VERSION + 1,
+                },
+            )
+        })
+        .unwrap();
+    let err = EtcdStore::connect(&[fx.server.endpoint()], &fx.prefix).unwrap_err();
+    assert_eq!(
+        err,
+        StoreError::SchemaTooNew {
+            found: SCHEMA_VERSION + 1,
+            known: SCHEMA_VERSION
+        }
+    );
+}
+
+#[test]
+fn the_event_log_is_bounded() {
+    let Some(fx) = fixture() else { return };
+    let store = fx.store_with(EtcdOptions {
+        event_capacity: 5,
+        ..EtcdOptions::default()
+    });
+    for n in 0..12 {
+        store
+            .append_event(NewEvent {
+                tenant: None,
+                kind: EventKind::Info,
+                message: format!("e{n}"),
+            })
+            .unwrap();
+    }
+    let kept: Vec<String> = store
+        .events(Scope::All, None, 100)
+        .unwrap()
+        .into_iter()
+        .map(|e| e.message)
+        .collect();
+    assert_eq!(kept, ["e7", "e8", "e9", "e10", "e11"]);
+}
+
+#[test]
+fn an_unreachable_etcd_is_a_backend_error_in_time() {
+    // A loopback port nobody listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let started = Instant::now();
+    let err = EtcdStore::connect_with(
+        &[port.to_string()],
+        "/cumulo/",
+        EtcdOptions {
+            connect_timeout: Duration::from_millis(500),
+            ..EtcdOptions::default()
+        },
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&err, StoreError::Backend(m) if m.contains(&port.to_string())),
+        "{err}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(matches!(
+        EtcdStore::connect(&[], "/cumulo/"),
+        Err(StoreError::Invalid(_))
+    ));
+}
+
+#[test]
+fn a_store_works_from_spawn_blocking() {
+    let Some(fx) = fixture() else { return };
+    let store = Arc::new(fx.store_with(EtcdOptions::default()));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let tenants = rt.block_on(async move {
+        let inner = Arc::clone(&store);
+        let n = tokio::task::spawn_blocking(move || inner.tenants().unwrap().len())
+            .await
+            .unwrap();
+        // Dropping the last handle inside an async context must not panic.
+        drop(store);
+        n
+    });
+    assert_eq!(tenants, 0);
+}
+
+#[test]
+fn admin_pages_follow_creation_order_across_tenants() {
+    let Some(fx) = fixture() else { return };
+    let store = fx.store_with(EtcdOptions::default());
+    let (a, wa) = tenant_and_workload(&store, Quota::default(), 1);
+    let b = store
+        .create_tenant(NewTenant {
+            name: "b".into(),
+            quota: Quota::default(),
+            subnet_prefix: 24,
+        })
+        .unwrap();
+    let mut made = Vec::new();
+    for n in 0..7 {
+        let tenant = if n % 2 == 0 { a.id } else { b.id };
+        made.push(
+            store
+                .create_instance(NewInstance {
+                    tenant,
+                    workload: wa.id,
+                    name: format!("vm{n}"),
+                })
+                .unwrap()
+                .id,
+        );
+    }
+    let mut seen = Vec::new();
+    let mut page = Page::first(3);
+    loop {
+        let got = store
+            .instances(Scope::All, InstanceFilter::default(), page)
+            .unwrap();
+        seen.extend(got.items.iter().map(|i| i.id));
+        match got.next {
+            Some(m) => page.marker = Some(m),
+            None => break,
+        }
+    }
+    assert_eq!(seen, made);
+    // A deleted marker is unknown.
+    store.delete_instance(Scope::All, made[2]).unwrap();
+    let gone = Page {
+        marker: Some(made[2]),
+        limit: 3,
+    };
+    assert!(matches!(
+        store.instances(Scope::All, InstanceFilter::default(), gone),
+        Err(StoreError::Invalid(_))
+    ));
+}
+
+#[test]
+fn calls_fail_with_backend_in_time_once_etcd_is_gone() {
+    if fixture().is_none() {
+        return;
+    }
+    // Its own etcd, to stop it under a connected store.
+    let server = EtcdServer::start().unwrap();
+    let store = EtcdStore::connect_with(
+        &[server.endpoint()],
+        "/cumulo/",
+        EtcdOptions {
+            call_timeout: Duration::from_secs(1),
+            ..EtcdOptions::default()
+        },
+    )
+    .unwrap();
+    assert!(store.tenants().unwrap().is_empty());
+    drop(server);
+    let started = Instant::now();
+    let err = store.tenants().unwrap_err();
+    assert!(
+        matches!(&err, StoreError::Backend(m) if m.contains("etcd at")),
+        "{err}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+/// The environment a child process of [`three_processes_share_one_quota`] reads.
+const CHILD_ENV: &str = "CUMULO_ETCD_TEST_CHILD";
+
+#[test]
+#[ignore = "a child process of three_processes_share_one_quota"]
+fn child_creates_instances() {
+    let Ok(spec) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let parts: Vec<&str> = spec.split(' ').collect();
+    let [endpoint, prefix, tenant, workload] = parts[..] else {
+        panic!("bad {CHILD_ENV}: {spec}");
+    };
+    let store = EtcdStore::connect(&[endpoint.to_string()], prefix).unwrap();
+    let (tenant, workload) = (tenant.parse().unwrap(), workload.parse().unwrap());
+    // Start together with the parent and the other child: say ready, wait for its go.
+    println!("ready");
+    let mut go = String::new();
+    std::io::stdin().read_line(&mut go).unwrap();
+    let mut created = 0;
+    for n in 0..15 {
+        match store.create_instance(NewInstance {
+            tenant,
+            workload,
+            name: format!("child-{}-{n}", std::process::id()),
+        }) {
+            Ok(_) => created += 1,
+            Err(StoreError::QuotaExceeded { .. }) => {}
+            Err(e) => panic!("unexpected: {e}"),
+        }
+    }
+    println!("created={created}");
+}
+
+#[test]
+fn three_processes_share_one_quota() {
+    let Some(fx) = fixture() else { return };
+    let store = fx.store_with(EtcdOptions::default());
+    let quota = Quota {
+        instances: Some(20),
+        ..Quota::default()
+    };
+    let (tenant, workload) = tenant_and_workload(&store, quota, 1);
+    // Two more processes (this test binary again, running only the child test) and this one
+    // create 15 instances each against a quota of 20.
+    let spec = format!(
+        "{} {} {} {}",
+        fx.server.endpoint(),
+        fx.prefix,
+        tenant.id,
+        workload.id
+    );
+    let mut children: Vec<(
+        std::process::Child,
+        std::io::BufReader<std::process::ChildStdout>,
+    )> = (0..2)
+        .map(|_| {
+            let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+                .args([
+                    "--exact",
+                    "etcd::tests::child_creates_instances",
+                    "--ignored",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env(CHILD_ENV, &spec)
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+            (child, stdout)
+        })
+        .collect();
+    // A barrier without sleeps: every child has connected and said so before anyone creates.
+    for (_, stdout) in &mut children {
+        let mut line = String::new();
+        while !line.contains("ready") {
+            line.clear();
+            assert!(
+                std::io::BufRead::read_line(stdout, &mut line).unwrap() > 0,
+                "child ended"
+            );
+        }
+    }
+    for (child, _) in &mut children {
+        std::io::Write::write_all(child.stdin.as_mut().unwrap(), b"go\n").unwrap();
+    }
+    let mut created = (0..15)
+        .filter(|n| {
+            store
+                .create_instance(NewInstance {
+                    tenant: tenant.id,
+                    workload: workload.id,
+                    name: format!("parent-{n}"),
+                })
+                .is_ok()
+        })
+        .count();
+    for (mut child, mut stdout) in children {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut stdout, &mut text).unwrap();
+        let status = child.wait().unwrap();
+        assert!(status.success(), "child failed: {status} {text}");
+        // The harness writes the test's name on the same line, before the count.
+        let n: usize = text
+            .split("created=")
+            .nth(1)
+            .map(|rest| {
+                rest.chars()
+                    .take_while(char::is_ascii_digit)
+                    .collect::<String>()
+            })
+            .unwrap_or_else(|| panic!("no count from the child: {text}"))
+            .parse()
+            .unwrap();
+        eprintln!("child made {n}");
+        created += n;
+    }
+    assert_eq!(created, 20, "the quota is reached, never exceeded");
+    assert_eq!(store.usage(tenant.id).unwrap().instances, 20);
+    let listed = store
+        .instances(
+            Scope::Tenant(tenant.id),
+            InstanceFilter::default(),
+            Page::first(100),
+        )
+        .unwrap();
+    let ips: std::collections::HashSet<_> = listed.items.iter().map(|i| i.ip).collect();
+    assert_eq!((listed.items.len(), ips.len()), (20, 20));
+}
+
+/// The ids in a JSON list `key` of `body`, sorted.
+#[test]
+fn listing_by_node_follows_moves_and_deletes() {
+    let Some(fx) = fixture() else { return };
+    let store = fx.store_with(EtcdOptions::default());
+    let (t, w) = tenant_and_workload(&store, Quota::default(), 1);
+    let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
+    let mut on_a = Vec::new();
+    for n in 0..7 {
+        let i = store
+            .create_instance(NewInstance {
+                tenant: t.id,
+                workload: w.id,
+                name: format!("vm{n}"),
+            })
+            .unwrap();
+        let node = if n % 3 == 2 { b } else { a };
+        let placed = store
+            .update_instance(
+                Scope::All,
+                i.id,
+                1,
+                InstanceChange {
+                    node: Some(Some(node)),
+                    ..InstanceChange::default()
+                },
+            )
+            .unwrap();
+        if node == a {
+            on_a.push(placed);
+        }
+    }
+    // Move the first of a's to b, delete the second.
+    let moved = store
+        .update_instance(
+            Scope::All,
+            on_a[0].id,
+            2,
+            InstanceChange {
+                node: Some(Some(b)),
+                ..InstanceChange::default()
+            },
+        )
+        .unwrap();
+    store.delete_instance(Scope::All, on_a[1].id).unwrap();
+    let expected: Vec<Uuid> = on_a[2..].iter().map(|i| i.id).collect();
+    for scope in [Scope::All, Scope::Tenant(t.id)] {
+        let mut seen = Vec::new();
+        let mut page = Page::first(2);
+        loop {
+            let got = store
+                .instances(scope, InstanceFilter { node: Some(a) }, page)
+                .unwrap();
+            assert!(got.items.iter().all(|i| i.node == Some(a)));
+            seen.extend(got.items.iter().map(|i| i.id));
+            match got.next {
+                Some(m) => page.marker = Some(m),
+                None => break,
+            }
+        }
+        assert_eq!(seen, expected, "{scope:?}");
+    }
+    let on_b = store
+        .instances(
+            Scope::All,
+            InstanceFilter { node: Some(b) },
+            Page::first(10),
+        )
+        .unwrap();
+    assert_eq!(on_b.items.len(), 3);
+    assert_eq!(on_b.items[0], moved, "creation order, not placement order");
+    let other = Scope::Tenant(Uuid::new_v4());
+    assert!(
+        store
+            .instances(other, InstanceFilter { node: Some(b) }, Page::first(10))
+            .unwrap()
+            .items
+            .is_empty()
+    );
+}
+
+#[test]
+fn two_clients_on_one_etcd_claim_each_operation_once() {
+    let Some(fx) = fixture() else { return };
+    // Two stores are two etcd clients, as two `cumulo-agent --remote` replicas would have.
+    let first = fx.store_with(EtcdOptions::default());
+    let second = fx.store_with(EtcdOptions::default());
+    let host = first
+        .create_remote_host(NewRemoteHost {
+            name: "edge".into(),
+            libvirt_uri: "qemu+tcp://127.0.0.1/system".into(),
+        })
+        .unwrap();
+    let total = 30;
+    for n in 0..total {
+        let store = if n % 2 == 0 { &first } else { &second };
+        store
+            .enqueue_operation(NewOperation {
+                host: host.id,
+                instance: Uuid::new_v4(),
+                kind: OperationKind::Start,
+                payload: vec![u8::try_from(n).unwrap()],
+            })
+            .unwrap();
+    }
+    let lease = Duration::from_secs(3600);
+    let claims: Vec<(usize, Operation)> = std::thread::scope(|s| {
+        let handles: Vec<_> = [&first, &second, &first, &second]
+            .into_iter()
+            .enumerate()
+            .map(|(n, store)| {
+                s.spawn(move || {
+                    let owner = format!("replica-{n}");
+                    let mut mine = Vec::new();
+                    while let Some(op) = store.claim_operation(&owner, lease).unwrap() {
+                        mine.push((n, op));
+                    }
+                    mine
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect()
+    });
+    assert_eq!(claims.len(), total);
+    let ids: std::collections::HashSet<Uuid> = claims.iter().map(|(_, op)| op.id).collect();
+    assert_eq!(ids.len(), total, "no operation claimed twice");
+    let mut tokens: Vec<u64> = claims
+        .iter()
+        .map(|(_, op)| op.claim.as_ref().unwrap().token)
+        .collect();
+    tokens.sort_unstable();
+    tokens.dedup();
+    assert_eq!(tokens.len(), total, "every claim has its own token");
+    // Each finishes through the other client; the token, not the connection, is what counts.
+    for (n, op) in &claims {
+        let other = if n % 2 == 0 { &second } else { &first };
+        let token = op.claim.as_ref().unwrap().token;
+        other.complete_operation(op.id, token, "ok").unwrap();
+        assert!(matches!(
+            other.complete_operation(op.id, token, "again"),
+            Err(StoreError::Fenced { .. })
+        ));
+    }
+    let done = first
+        .operations(OperationFilter {
+            state: Some(OperationState::Done),
+            host: None,
+        })
+        .unwrap();
+    assert_eq!(done.len(), total);
+    assert_eq!(first.claim_operation("late", lease).unwrap(), None);
+}
+
+#[test]
+fn reservations_behave_over_etcd() {
+    let Some(fx) = fixture() else { return };
+    crate::reservations::suite::reservations_behave(&fx.store_with(EtcdOptions::default()));
+}
+
+#[test]
+fn two_clients_on_one_etcd_reserve_each_key_once() {
+    let Some(fx) = fixture() else { return };
+    let first = fx.store_with(EtcdOptions::default());
+    let second = fx.store_with(EtcdOptions::default());
+    let won: Vec<(usize, u32)> = std::thread::scope(|s| {
+        let handles: Vec<_> = [&first, &second, &first, &second]
+            .into_iter()
+            .enumerate()
+            .map(|(n, store)| {
+                s.spawn(move || {
+                    (0..10u32)
+                        .filter(|k| {
+                            store
+                                .reserve("vni", &k.to_string(), &format!("r{n}"))
+                                .is_ok()
+                        })
+                        .map(|k| (n, k))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect()
+    });
+    assert_eq!(won.len(), 10, "each key reserved exactly once: {won:?}");
+    assert_eq!(second.reservations("vni").unwrap().len(), 10);
+}

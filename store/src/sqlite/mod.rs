@@ -1,0 +1,623 @@
+//! [`SqliteStore`]: the embedded store, one SQLite file (bundled SQLite, WAL journal, foreign keys
+//! on, a busy timeout), with versioned migrations (`schema.rs`).
+//!
+//! Every write runs in a `BEGIN IMMEDIATE` transaction, which takes SQLite's single write lock at
+//! the start: read-check-write sequences (quota, address allocation, version compare) are
+//! serialised between threads and processes. Reads run in deferred transactions and see one
+//! snapshot. Connections come from a small pool so that readers do not wait for each other.
+//!
+//! Durability: `synchronous = NORMAL` in WAL mode, so a commit survives a process crash; after a
+//! power loss the last commits may be rolled back, never half-applied.
+
+mod catalog;
+mod instances;
+mod queue;
+mod schema;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use crate::common::DEFAULT_EVENT_CAPACITY;
+pub(crate) use crate::common::{check_name, from_millis, millis, now};
+
+use rusqlite::{Connection, ErrorCode, Transaction, TransactionBehavior};
+use uuid::Uuid;
+
+use super::*;
+
+/// How long a connection waits for another's write lock before failing with `Backend`.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+/// Idle connections kept in the pool.
+const POOL_KEEP: usize = 8;
+/// The SQLite store. Cheap to share between threads (`Arc<SqliteStore>`).
+#[derive(Debug)]
+pub struct SqliteStore {
+    path: PathBuf,
+    pool: Mutex<Vec<Connection>>,
+    event_capacity: u64,
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the database at `path` and migrates it to the newest schema.
+    /// A database written by a newer controller is refused with [`StoreError::SchemaTooNew`].
+    pub fn open(path: impl AsRef<Path>) -> Result<SqliteStore> {
+        SqliteStore::open_with(path, DEFAULT_EVENT_CAPACITY)
+    }
+
+    /// As [`SqliteStore::open`], keeping at most `event_capacity` events (at least 1).
+    pub fn open_with(path: impl AsRef<Path>, event_capacity: u64) -> Result<SqliteStore> {
+        let path = path.as_ref().to_path_buf();
+        let mut conn = connect(&path)?;
+        schema::migrate(&mut conn)?;
+        Ok(SqliteStore {
+            path,
+            pool: Mutex::new(vec![conn]),
+            event_capacity: event_capacity.max(1),
+        })
+    }
+
+    /// The schema version of the open database.
+    pub fn schema_version(&self) -> Result<u32> {
+        self.with_conn(|conn| schema::current_version(conn))
+    }
+
+    /// The newest schema version this code knows.
+    pub fn known_schema_version() -> u32 {
+        schema::known_version()
+    }
+
+    fn with_conn<T>(&self, f: impl FnOnce(&mut Connection) -> Result<T>) -> Result<T> {
+        let pooled = self
+            .pool
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop();
+        let mut conn = match pooled {
+            Some(conn) => conn,
+            None => connect(&self.path)?,
+        };
+        let result = f(&mut conn);
+        let mut pool = self.pool.lock().unwrap_or_else(PoisonError::into_inner);
+        if pool.len() < POOL_KEEP {
+            pool.push(conn);
+        }
+        result
+    }
+
+    /// Runs `f` in a write transaction (`BEGIN IMMEDIATE`), committed if `f` succeeds.
+    fn write<T>(&self, f: impl FnOnce(&Transaction<'_>) -> Result<T>) -> Result<T> {
+        self.with_conn(|conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let out = f(&tx)?;
+            tx.commit()?;
+            Ok(out)
+        })
+    }
+
+    /// Runs `f` in a read transaction (one snapshot).
+    fn read<T>(&self, f: impl FnOnce(&Transaction<'_>) -> Result<T>) -> Result<T> {
+        self.with_conn(|conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Deferred)?;
+            let out = f(&tx)?;
+            tx.finish()?;
+            Ok(out)
+        })
+    }
+}
+
+fn connect(path: &Path) -> Result<Connection> {
+    let conn = Connection::open(path)?;
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    Ok(conn)
+}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(err: rusqlite::Error) -> StoreError {
+        match err.sqlite_error_code() {
+            Some(ErrorCode::ConstraintViolation) => StoreError::Conflict(err.to_string()),
+            Some(ErrorCode::DiskFull) => StoreError::Full(err.to_string()),
+            _ => StoreError::Backend(err.to_string()),
+        }
+    }
+}
+
+// --- column conversions, shared by the submodules ---
+
+/// An unsigned figure as an SQLite integer (`Invalid` past `i64::MAX`).
+pub(crate) fn int(value: u64) -> Result<i64> {
+    i64::try_from(value).map_err(|_| StoreError::Invalid(format!("{value} is too large")))
+}
+
+/// A conversion failure for column `idx`.
+pub(crate) fn bad_column(idx: usize, what: impl Into<String>) -> rusqlite::Error {
+    rusqlite::Error::FromSqlConversionFailure(idx, rusqlite::types::Type::Text, what.into().into())
+}
+
+/// A UUID column.
+pub(crate) fn uuid_at(row: &rusqlite::Row<'_>, idx: usize) -> rusqlite::Result<Uuid> {
+    let text: String = row.get(idx)?;
+    Uuid::parse_str(&text).map_err(|e| bad_column(idx, e.to_string()))
+}
+
+/// A nullable UUID column.
+pub(crate) fn opt_uuid_at(row: &rusqlite::Row<'_>, idx: usize) -> rusqlite::Result<Option<Uuid>> {
+    let text: Option<String> = row.get(idx)?;
+    text.map(|t| Uuid::parse_str(&t).map_err(|e| bad_column(idx, e.to_string())))
+        .transpose()
+}
+
+/// An unsigned column.
+pub(crate) fn u64_at(row: &rusqlite::Row<'_>, idx: usize) -> rusqlite::Result<u64> {
+    let v: i64 = row.get(idx)?;
+    u64::try_from(v).map_err(|e| bad_column(idx, e.to_string()))
+}
+
+/// A 32-bit unsigned column.
+pub(crate) fn u32_at(row: &rusqlite::Row<'_>, idx: usize) -> rusqlite::Result<u32> {
+    let v: i64 = row.get(idx)?;
+    u32::try_from(v).map_err(|e| bad_column(idx, e.to_string()))
+}
+
+impl Store for SqliteStore {
+    fn create_tenant(&self, new: NewTenant) -> Result<Tenant> {
+        self.write(|tx| catalog::create_tenant(tx, new))
+    }
+    fn tenant(&self, id: Uuid) -> Result<Tenant> {
+        self.read(|tx| catalog::tenant(tx, id))
+    }
+    fn tenants(&self) -> Result<Vec<Tenant>> {
+        self.read(catalog::tenants)
+    }
+    fn update_tenant(&self, id: Uuid, expected: u64, change: TenantChange) -> Result<Tenant> {
+        self.write(|tx| catalog::update_tenant(tx, id, expected, change))
+    }
+    fn delete_tenant(&self, id: Uuid) -> Result<()> {
+        self.write(|tx| catalog::delete_tenant(tx, id))
+    }
+    fn usage(&self, tenant: Uuid) -> Result<Usage> {
+        self.read(|tx| {
+            catalog::tenant(tx, tenant)?;
+            instances::usage(tx, tenant)
+        })
+    }
+
+    fn create_user(&self, new: NewUser) -> Result<User> {
+        self.write(|tx| catalog::create_user(tx, new))
+    }
+    fn user(&self, id: Uuid) -> Result<User> {
+        self.read(|tx| catalog::user(tx, "id", &id.to_string()))
+    }
+    fn user_by_name(&self, name: &str) -> Result<User> {
+        self.read(|tx| catalog::user(tx, "name", name))
+    }
+    fn users(&self) -> Result<Vec<User>> {
+        self.read(catalog::users)
+    }
+    fn update_user(&self, id: Uuid, expected: u64, change: UserChange) -> Result<User> {
+        self.write(|tx| catalog::update_user(tx, id, expected, change))
+    }
+    fn delete_user(&self, id: Uuid) -> Result<()> {
+        self.write(|tx| catalog::delete_row(tx, "users", "user", id))
+    }
+    fn grant_role(&self, user: Uuid, tenant: Uuid, role: Role) -> Result<()> {
+        self.write(|tx| catalog::grant_role(tx, user, tenant, role))
+    }
+    fn revoke_role(&self, user: Uuid, tenant: Uuid, role: Role) -> Result<()> {
+        self.write(|tx| catalog::revoke_role(tx, user, tenant, role))
+    }
+    fn roles_of_user(&self, user: Uuid) -> Result<Vec<RoleAssignment>> {
+        self.read(|tx| catalog::roles(tx, "user_id", user))
+    }
+    fn roles_in_tenant(&self, tenant: Uuid) -> Result<Vec<RoleAssignment>> {
+        self.read(|tx| catalog::roles(tx, "tenant_id", tenant))
+    }
+
+    fn create_flavor(&self, new: NewFlavor) -> Result<Flavor> {
+        self.write(|tx| catalog::create_flavor(tx, new))
+    }
+    fn flavor(&self, id: Uuid) -> Result<Flavor> {
+        self.read(|tx| catalog::flavor(tx, id))
+    }
+    fn flavors(&self) -> Result<Vec<Flavor>> {
+        self.read(catalog::flavors)
+    }
+    fn delete_flavor(&self, id: Uuid) -> Result<()> {
+        self.write(|tx| catalog::delete_row(tx, "flavors", "flavor", id))
+    }
+
+    fn create_image(&self, new: NewImage) -> Result<Image> {
+        self.write(|tx| catalog::create_image(tx, new))
+    }
+    fn image(&self, scope: Scope, id: Uuid) -> Result<Image> {
+        self.read(|tx| catalog::image(tx, scope, id))
+    }
+    fn images(&self, scope: Scope) -> Result<Vec<Image>> {
+        self.read(|tx| catalog::images(tx, scope))
+    }
+    fn delete_image(&self, scope: Scope, id: Uuid) -> Result<()> {
+        self.write(|tx| {
+            let image = catalog::image(tx, scope, id)?;
+            if !scope.owns(image.owner) {
+                return Err(StoreError::not_found("image", id));
+            }
+            catalog::delete_row(tx, "images", "image", id)
+        })
+    }
+
+    fn create_workload(&self, new: NewWorkload) -> Result<Workload> {
+        self.write(|tx| catalog::create_workload(tx, new))
+    }
+    fn workload(&self, scope: Scope, id: Uuid) -> Result<Workload> {
+        self.read(|tx| catalog::workload(tx, scope, id))
+    }
+    fn workloads(&self, scope: Scope) -> Result<Vec<Workload>> {
+        self.read(|tx| catalog::workloads(tx, scope))
+    }
+    fn update_workload(
+        &self,
+        scope: Scope,
+        id: Uuid,
+        expected: u64,
+        change: WorkloadChange,
+    ) -> Result<Workload> {
+        self.write(|tx| catalog::update_workload(tx, scope, id, expected, change))
+    }
+    fn delete_workload(&self, scope: Scope, id: Uuid) -> Result<()> {
+        self.write(|tx| {
+            let workload = catalog::workload(tx, scope, id)?;
+            if !scope.owns(workload.owner) {
+                return Err(StoreError::not_found("workload", id));
+            }
+            catalog::delete_row(tx, "workloads", "workload", id)
+        })
+    }
+
+    fn create_instance(&self, new: NewInstance) -> Result<Instance> {
+        self.write(|tx| instances::create(tx, new))
+    }
+    fn instance(&self, scope: Scope, id: Uuid) -> Result<Instance> {
+        self.read(|tx| instances::get(tx, scope, id))
+    }
+    fn instances(
+        &self,
+        scope: Scope,
+        filter: InstanceFilter,
+        page: Page,
+    ) -> Result<Paged<Instance>> {
+        self.read(|tx| instances::list(tx, scope, filter, page))
+    }
+    fn update_instance(
+        &self,
+        scope: Scope,
+        id: Uuid,
+        expected: u64,
+        change: InstanceChange,
+    ) -> Result<Instance> {
+        self.write(|tx| instances::update(tx, scope, id, expected, change))
+    }
+    fn delete_instance(&self, scope: Scope, id: Uuid) -> Result<()> {
+        self.write(|tx| instances::delete(tx, scope, id))
+    }
+
+    fn subnets(&self, scope: Scope) -> Result<Vec<Subnet>> {
+        self.read(|tx| instances::subnets(tx, scope))
+    }
+    fn create_cnci(&self, subnet: Uuid) -> Result<Cnci> {
+        self.write(|tx| instances::create_cnci(tx, subnet))
+    }
+    fn cnci(&self, scope: Scope, id: Uuid) -> Result<Cnci> {
+        self.read(|tx| instances::cnci(tx, scope, id))
+    }
+    fn cncis(&self, scope: Scope) -> Result<Vec<Cnci>> {
+        self.read(|tx| instances::cncis(tx, scope))
+    }
+    fn update_cnci(&self, id: Uuid, expected: u64, change: CnciChange) -> Result<Cnci> {
+        self.write(|tx| instances::update_cnci(tx, id, expected, change))
+    }
+    fn delete_cnci(&self, id: Uuid) -> Result<()> {
+        self.write(|tx| instances::delete_cnci(tx, id))
+    }
+
+    fn append_event(&self, new: NewEvent) -> Result<Event> {
+        self.write(|tx| instances::append_event(tx, new, self.event_capacity))
+    }
+    fn events(&self, scope: Scope, after: Option<u64>, limit: u32) -> Result<Vec<Event>> {
+        self.read(|tx| instances::events(tx, scope, after, limit))
+    }
+    fn clear_events(&self, scope: Scope) -> Result<u64> {
+        self.write(|tx| instances::clear_events(tx, scope))
+    }
+
+    fn create_remote_host(&self, new: NewRemoteHost) -> Result<RemoteHost> {
+        self.write(|tx| queue::create_host(tx, new))
+    }
+    fn remote_host(&self, id: Uuid) -> Result<RemoteHost> {
+        self.read(|tx| queue::host(tx, id))
+    }
+    fn remote_hosts(&self) -> Result<Vec<RemoteHost>> {
+        self.read(queue::hosts)
+    }
+    fn delete_remote_host(&self, id: Uuid) -> Result<()> {
+        self.write(|tx| queue::delete_host(tx, id))
+    }
+    fn enqueue_operation(&self, new: NewOperation) -> Result<Operation> {
+        self.write(|tx| queue::enqueue(tx, new))
+    }
+    fn operation(&self, id: Uuid) -> Result<Operation> {
+        self.read(|tx| queue::get(tx, id))
+    }
+    fn operations(&self, filter: OperationFilter) -> Result<Vec<Operation>> {
+        self.read(|tx| queue::list(tx, filter))
+    }
+    fn claim_operation_on(
+        &self,
+        owner: &str,
+        lease: Duration,
+        host: Option<Uuid>,
+    ) -> Result<Option<Operation>> {
+        self.write(|tx| queue::claim(tx, owner, lease, host))
+    }
+    fn renew_claim(&self, id: Uuid, token: u64, lease: Duration) -> Result<Operation> {
+        self.write(|tx| queue::renew(tx, id, token, lease))
+    }
+    fn complete_operation(&self, id: Uuid, token: u64, result: &str) -> Result<Operation> {
+        self.write(|tx| queue::finish(tx, id, token, OperationState::Done, result))
+    }
+    fn fail_operation(&self, id: Uuid, token: u64, reason: &str) -> Result<Operation> {
+        self.write(|tx| queue::finish(tx, id, token, OperationState::Failed, reason))
+    }
+    fn put_launcher_creds(&self, creds: LauncherCreds) -> Result<()> {
+        self.write(|tx| queue::put_creds(tx, &creds))
+    }
+    fn launcher_creds(&self, host: Uuid) -> Result<LauncherCreds> {
+        self.write(|tx| queue::creds(tx, host))
+    }
+    fn fenced_write(
+        &self,
+        id: Uuid,
+        token: u64,
+        write: &InstanceWrite,
+        finish: Option<(OperationState, &str)>,
+    ) -> Result<Operation> {
+        self.write(|tx| queue::fenced_write(tx, id, token, write, finish))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Fixture {
+        dir: tempfile::TempDir,
+    }
+
+    impl crate::suite::Fixture for Fixture {
+        type S = SqliteStore;
+        fn new() -> Fixture {
+            Fixture {
+                dir: tempfile::tempdir().expect("temp dir"),
+            }
+        }
+        fn open(&self) -> SqliteStore {
+            SqliteStore::open(self.dir.path().join("store.db")).expect("open store")
+        }
+    }
+
+    crate::store_suite!(Fixture);
+
+    #[test]
+    fn an_empty_file_is_migrated_to_the_newest_schema() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("empty.db");
+        std::fs::File::create(&path).unwrap();
+        let store = SqliteStore::open(&path).unwrap();
+        assert_eq!(
+            store.schema_version().unwrap(),
+            SqliteStore::known_schema_version()
+        );
+        drop(store);
+        // Opening again applies nothing and keeps the version.
+        let store = SqliteStore::open(&path).unwrap();
+        assert_eq!(
+            store.schema_version().unwrap(),
+            SqliteStore::known_schema_version()
+        );
+    }
+
+    #[test]
+    fn a_version_1_database_gains_the_operation_queue() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v1.db");
+        let conn = Connection::open(&path).unwrap();
+        conn.execute_batch(schema::MIGRATIONS[0]).unwrap();
+        conn.execute_batch(
+            "CREATE TABLE schema_version (version INTEGER NOT NULL);
+             INSERT INTO schema_version (version) VALUES (1);",
+        )
+        .unwrap();
+        drop(conn);
+        let store = SqliteStore::open(&path).unwrap();
+        assert_eq!(store.schema_version().unwrap(), schema::known_version());
+        assert_eq!(
+            store.claim_operation("r", Duration::from_secs(1)).unwrap(),
+            None
+        );
+        let host = store
+            .create_remote_host(NewRemoteHost {
+                name: "edge".into(),
+                libvirt_uri: "qemu+tcp://127.0.0.1/system".into(),
+            })
+            .unwrap();
+        let op = store
+            .enqueue_operation(NewOperation {
+                host: host.id,
+                instance: Uuid::new_v4(),
+                kind: OperationKind::Start,
+                payload: b"start".to_vec(),
+            })
+            .unwrap();
+        let claimed = store
+            .claim_operation("r", Duration::from_secs(60))
+            .unwrap()
+            .unwrap();
+        assert_eq!(claimed.id, op.id);
+        assert_eq!(
+            claimed.claim.unwrap().token,
+            1,
+            "the first token of a store"
+        );
+    }
+
+    #[test]
+    fn a_newer_schema_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("newer.db");
+        drop(SqliteStore::open(&path).unwrap());
+        let conn = Connection::open(&path).unwrap();
+        let newer = i64::from(SqliteStore::known_schema_version()) + 1;
+        conn.execute("UPDATE schema_version SET version = ?1", [newer])
+            .unwrap();
+        drop(conn);
+        let err = SqliteStore::open(&path).unwrap_err();
+        assert_eq!(
+            err,
+            StoreError::SchemaTooNew {
+                found: SqliteStore::known_schema_version() + 1,
+                known: SqliteStore::known_schema_version(),
+            }
+        );
+        assert!(err.to_string().contains("newer"), "{err}");
+    }
+
+    #[test]
+    fn a_failed_migration_leaves_the_file_untouched() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("clash.db");
+        // A table in the way of migration 1 makes it fail half-way.
+        let conn = Connection::open(&path).unwrap();
+        conn.execute_batch("CREATE TABLE instances (x INTEGER);")
+            .unwrap();
+        drop(conn);
+        assert!(matches!(
+            SqliteStore::open(&path),
+            Err(StoreError::Backend(_))
+        ));
+        let conn = Connection::open(&path).unwrap();
+        assert_eq!(schema::current_version(&conn).unwrap(), 0);
+        let tenants: i64 = conn
+            .query_row(
+                "SELECT COUNT(*) FROM sqlite_master WHERE name = 'tenants'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(tenants, 0, "migration 1 was rolled back");
+    }
+
+    #[test]
+    fn the_event_log_is_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open_with(dir.path().join("ev.db"), 5).unwrap();
+        for n in 0..12 {
+            store
+                .append_event(NewEvent {
+                    tenant: None,
+                    kind: EventKind::Info,
+                    message: format!("e{n}"),
+                })
+                .unwrap();
+        }
+        let kept: Vec<String> = store
+            .events(Scope::All, None, 100)
+            .unwrap()
+            .into_iter()
+            .map(|e| e.message)
+            .collect();
+        assert_eq!(kept, ["e7", "e8", "e9", "e10", "e11"]);
+    }
+
+    #[test]
+    fn two_stores_on_one_file_share_the_quota() {
+        // Two handles on one file, as two controller processes would have: the write lock of
+        // SQLite, not a lock in memory, keeps the quota.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("shared.db");
+        let first = SqliteStore::open(&path).unwrap();
+        let second = SqliteStore::open(&path).unwrap();
+        let tenant = first
+            .create_tenant(NewTenant {
+                name: "t".into(),
+                quota: Quota {
+                    instances: None,
+                    vcpus: Some(6),
+                    memory_mb: None,
+                },
+                subnet_prefix: 24,
+            })
+            .unwrap();
+        let flavor = first
+            .create_flavor(NewFlavor {
+                name: "two".into(),
+                vcpus: 2,
+                memory_mb: 64,
+                disk_gb: 1,
+            })
+            .unwrap();
+        let image = first
+            .create_image(NewImage {
+                owner: None,
+                name: "i".into(),
+                kind: ImageKind::Raw,
+                reference: "i.raw".into(),
+            })
+            .unwrap();
+        let workload = second
+            .create_workload(NewWorkload {
+                owner: None,
+                name: "w".into(),
+                flavor: flavor.id,
+                image: image.id,
+                user_data: String::new(),
+            })
+            .unwrap();
+        let new = || NewInstance {
+            tenant: tenant.id,
+            workload: workload.id,
+            name: "vm".into(),
+        };
+        let made: usize = std::thread::scope(|s| {
+            let handles: Vec<_> = [&first, &second, &first, &second]
+                .into_iter()
+                .map(|store| {
+                    s.spawn(move || {
+                        (0..4)
+                            .filter(|_| store.create_instance(new()).is_ok())
+                            .count()
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).sum()
+        });
+        assert_eq!(made, 3, "6 vCPUs hold three 2-vCPU instances");
+        assert_eq!(second.usage(tenant.id).unwrap().vcpus, 6);
+    }
+
+    #[test]
+    fn connections_have_wal_and_foreign_keys() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path().join("p.db")).unwrap();
+        store
+            .with_conn(|conn| {
+                let mode: String = conn.query_row("PRAGMA journal_mode", [], |r| r.get(0))?;
+                let fk: i64 = conn.query_row("PRAGMA foreign_keys", [], |r| r.get(0))?;
+                assert_eq!(mode, "wal");
+                assert_eq!(fk, 1);
+                Ok(())
+            })
+            .unwrap();
+    }
+}

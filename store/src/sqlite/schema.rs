@@ -1,0 +1,283 @@
+//! The SQLite schema as an ordered list of migrations, and the code that applies them.
+//!
+//! Migration `n` (1-based) takes a database from schema version `n - 1` to `n`. The version is kept
+//! in `schema_version`; all pending migrations run in one transaction, so a failure leaves the
+//! database as it was. Migrations are append-only: a released one is never edited.
+
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
+
+use crate::{Result, StoreError};
+
+/// The migrations, oldest first.
+pub(crate) const MIGRATIONS: &[&str] = &[
+    // 1: the first schema.
+    r#"
+CREATE TABLE tenants (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL UNIQUE,
+    quota_instances INTEGER,
+    quota_vcpus INTEGER,
+    quota_memory_mb INTEGER,
+    subnet_prefix INTEGER NOT NULL,
+    created INTEGER NOT NULL,
+    version INTEGER NOT NULL
+);
+CREATE TABLE users (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL UNIQUE,
+    password_hash TEXT NOT NULL,
+    created INTEGER NOT NULL,
+    version INTEGER NOT NULL
+);
+CREATE TABLE roles (
+    user_id TEXT NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+    tenant_id TEXT NOT NULL REFERENCES tenants(id) ON DELETE CASCADE,
+    role TEXT NOT NULL,
+    PRIMARY KEY (user_id, tenant_id, role)
+);
+CREATE INDEX roles_tenant ON roles(tenant_id);
+CREATE TABLE flavors (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL UNIQUE,
+    vcpus INTEGER NOT NULL,
+    memory_mb INTEGER NOT NULL,
+    disk_gb INTEGER NOT NULL
+);
+CREATE TABLE images (
+    id TEXT PRIMARY KEY,
+    owner TEXT REFERENCES tenants(id) ON DELETE CASCADE,
+    name TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    reference TEXT NOT NULL,
+    created INTEGER NOT NULL
+);
+CREATE INDEX images_owner ON images(owner);
+CREATE TABLE workloads (
+    id TEXT PRIMARY KEY,
+    owner TEXT REFERENCES tenants(id) ON DELETE CASCADE,
+    name TEXT NOT NULL,
+    flavor_id TEXT NOT NULL REFERENCES flavors(id),
+    image_id TEXT NOT NULL REFERENCES images(id),
+    user_data TEXT NOT NULL,
+    version INTEGER NOT NULL
+);
+CREATE INDEX workloads_owner ON workloads(owner);
+CREATE INDEX workloads_flavor ON workloads(flavor_id);
+CREATE INDEX workloads_image ON workloads(image_id);
+CREATE TABLE subnets (
+    id TEXT PRIMARY KEY,
+    tenant_id TEXT NOT NULL REFERENCES tenants(id),
+    base INTEGER NOT NULL UNIQUE,
+    prefix INTEGER NOT NULL,
+    capacity INTEGER NOT NULL,
+    used INTEGER NOT NULL
+);
+CREATE INDEX subnets_tenant ON subnets(tenant_id, base);
+CREATE TABLE instances (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL UNIQUE,
+    tenant_id TEXT NOT NULL REFERENCES tenants(id),
+    workload_id TEXT NOT NULL REFERENCES workloads(id),
+    name TEXT NOT NULL,
+    vcpus INTEGER NOT NULL,
+    memory_mb INTEGER NOT NULL,
+    node TEXT,
+    state TEXT NOT NULL,
+    reason TEXT,
+    subnet_id TEXT NOT NULL REFERENCES subnets(id),
+    ip INTEGER NOT NULL UNIQUE,
+    cnci TEXT,
+    created INTEGER NOT NULL,
+    updated INTEGER NOT NULL,
+    version INTEGER NOT NULL
+);
+CREATE INDEX instances_tenant ON instances(tenant_id, seq);
+CREATE INDEX instances_subnet ON instances(subnet_id, ip);
+CREATE INDEX instances_node ON instances(node, seq);
+CREATE INDEX instances_workload ON instances(workload_id);
+CREATE TABLE cncis (
+    id TEXT PRIMARY KEY,
+    tenant_id TEXT NOT NULL REFERENCES tenants(id),
+    subnet_id TEXT NOT NULL UNIQUE REFERENCES subnets(id),
+    state TEXT NOT NULL,
+    ip TEXT,
+    node TEXT,
+    created INTEGER NOT NULL,
+    updated INTEGER NOT NULL,
+    version INTEGER NOT NULL
+);
+CREATE INDEX cncis_tenant ON cncis(tenant_id);
+CREATE TABLE events (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    time INTEGER NOT NULL,
+    tenant_id TEXT,
+    kind TEXT NOT NULL,
+    message TEXT NOT NULL
+);
+CREATE INDEX events_tenant ON events(tenant_id, seq);
+"#,
+    // 2: off-host hosts and the operation queue; `fencing` holds the last fencing token handed
+    // out, raised in each claim's transaction.
+    r#"
+CREATE TABLE remote_hosts (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL UNIQUE,
+    libvirt_uri TEXT NOT NULL,
+    created INTEGER NOT NULL
+);
+CREATE TABLE operations (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL UNIQUE,
+    host_id TEXT NOT NULL,
+    instance_id TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    payload BLOB NOT NULL,
+    state TEXT NOT NULL,
+    owner TEXT,
+    token INTEGER,
+    expires INTEGER,
+    result TEXT,
+    created INTEGER NOT NULL,
+    updated INTEGER NOT NULL
+);
+CREATE INDEX operations_state ON operations(state, seq);
+CREATE INDEX operations_host ON operations(host_id, seq);
+CREATE INDEX operations_instance ON operations(instance_id, seq);
+CREATE TABLE fencing (last INTEGER NOT NULL);
+INSERT INTO fencing (last) VALUES (0);
+"#,
+    // 3: the launcher credentials of off-host hosts (short-lived TLS client certificates).
+    r#"
+CREATE TABLE launcher_creds (
+    host_id TEXT PRIMARY KEY,
+    cert TEXT NOT NULL,
+    key TEXT NOT NULL,
+    ca TEXT NOT NULL,
+    not_after INTEGER NOT NULL,
+    issued INTEGER NOT NULL
+);
+"#,
+    // 4: why an instance is in error (issue 18): the failure's code, its cause in words, and
+    // when it happened; NULL when it is not in error.
+    r#"
+ALTER TABLE instances ADD COLUMN fault_reason TEXT;
+ALTER TABLE instances ADD COLUMN fault_message TEXT;
+ALTER TABLE instances ADD COLUMN fault_created INTEGER;
+"#,
+];
+
+/// The newest schema version this code knows.
+pub(crate) fn known_version() -> u32 {
+    u32::try_from(MIGRATIONS.len()).unwrap_or(u32::MAX)
+}
+
+/// The schema version recorded in the database (0 for an empty file).
+pub(crate) fn current_version(conn: &Connection) -> Result<u32> {
+    let has_table: bool = conn.query_row(
+        "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version')",
+        [],
+        |row| row.get(0),
+    )?;
+    if !has_table {
+        return Ok(0);
+    }
+    let version: Option<i64> = conn
+        .query_row("SELECT MAX(version) FROM schema_version", [], |row| {
+            row.get(0)
+        })
+        .optional()?
+        .flatten();
+    Ok(u32::try_from(version.unwrap_or(0)).unwrap_or(u32::MAX))
+}
+
+/// Brings the database up to the newest schema in one transaction; refuses a newer one.
+pub(crate) fn migrate(conn: &mut Connection) -> Result<u32> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    tx.execute(
+        "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)",
+        [],
+    )?;
+    let found = current_version(&tx)?;
+    let known = known_version();
+    if found > known {
+        return Err(StoreError::SchemaTooNew { found, known });
+    }
+    for (index, sql) in MIGRATIONS.iter().enumerate().skip(found as usize) {
+        tx.execute_batch(sql)?;
+        tx.execute("DELETE FROM schema_version", [])?;
+        tx.execute(
+            "INSERT INTO schema_version (version) VALUES (?1)",
+            [index as i64 + 1],
+        )?;
+    }
+    tx.commit()?;
+    Ok(known)
+}
+
+#[cfg(test)]
+mod tests {
+    // Test code: a failed unwrap is a failed test.
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::{Fault, InstanceChange, InstanceState, Scope, SqliteStore, Store};
+
+    /// A version 3 database with an instance in error: migration 4 gives it no fault, and the
+    /// instance can take one.
+    #[test]
+    fn a_version_3_database_gains_instance_faults() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v3.db");
+        let conn = Connection::open(&path).unwrap();
+        for sql in &MIGRATIONS[..3] {
+            conn.execute_batch(sql).unwrap();
+        }
+        let id = "00000000-0000-0000-0000-00000000000a";
+        conn.execute_batch(&format!(
+            "CREATE TABLE schema_version (version INTEGER NOT NULL);
+             INSERT INTO schema_version (version) VALUES (3);
+             INSERT INTO tenants VALUES ('00000000-0000-0000-0000-000000000001', 't', NULL, NULL,
+                 NULL, 24, 0, 1);
+             INSERT INTO flavors VALUES ('00000000-0000-0000-0000-000000000002', 'f', 1, 64, 1);
+             INSERT INTO images VALUES ('00000000-0000-0000-0000-000000000003', NULL, 'i', 'raw',
+                 'tiny', 0);
+             INSERT INTO workloads VALUES ('00000000-0000-0000-0000-000000000004', NULL, 'w',
+                 '00000000-0000-0000-0000-000000000002', '00000000-0000-0000-0000-000000000003',
+                 '', 1);
+             INSERT INTO subnets VALUES ('00000000-0000-0000-0000-000000000005',
+                 '00000000-0000-0000-0000-000000000001', 2886729728, 24, 253, 1);
+             INSERT INTO instances (id, tenant_id, workload_id, name, vcpus, memory_mb, node,
+                 state, reason, subnet_id, ip, cnci, created, updated, version)
+             VALUES ('{id}', '00000000-0000-0000-0000-000000000001',
+                 '00000000-0000-0000-0000-000000000004', 'vm', 1, 64, NULL, 'error',
+                 'image_failure', '00000000-0000-0000-0000-000000000005', 2886729730, NULL, 0, 0,
+                 1);"
+        ))
+        .unwrap();
+        drop(conn);
+        let store = SqliteStore::open(&path).unwrap();
+        assert_eq!(store.schema_version().unwrap(), known_version());
+        let id = id.parse().unwrap();
+        let old = store.instance(Scope::All, id).unwrap();
+        assert_eq!(old.state, InstanceState::Error("image_failure".into()));
+        assert_eq!(old.fault, None);
+        let fault = Fault {
+            reason: "image_failure".into(),
+            message: "the image is missing or broken".into(),
+            created: std::time::UNIX_EPOCH,
+        };
+        let changed = store
+            .update_instance(
+                Scope::All,
+                id,
+                old.version,
+                InstanceChange {
+                    fault: Some(Some(fault.clone())),
+                    ..InstanceChange::default()
+                },
+            )
+            .unwrap();
+        assert_eq!(changed.fault, Some(fault));
+        assert_eq!(store.instance(Scope::All, id).unwrap(), changed);
+    }
+}

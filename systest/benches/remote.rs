@@ -1,0 +1,264 @@
+//! Off-host launching through the etcd store (plain timing, no harness): operations per second
+//! with 1, 2 and 4 `cumulo-agent --remote` replicas (real processes, sim backend sharing one
+//! directory), and the time from a replica's death (SIGKILL) to the takeover of its operation.
+//!
+//! Run: `cargo bench --profile dev -p systest --bench remote [-- OPS [LEASE_MS]]` (OPS starts per
+//! round, default 200; the takeover's lease, default 1000 ms). It starts its own etcd from `PATH`.
+// A benchmark binary reports on stdout and may stop at the first failure.
+#![allow(clippy::print_stdout, clippy::unwrap_used)]
+
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use controller::cluster::{Cluster, Launch};
+use controller::engine::{Engine, EngineConfig, Outbound, SendFailure};
+use store::{
+    ImageKind, NewFlavor, NewImage, NewRemoteHost, NewTenant, NewWorkload, OperationFilter,
+    OperationState, Quota, Scope, Store, open,
+};
+use uuid::Uuid;
+
+struct NoScheduler;
+
+impl Outbound for NoScheduler {
+    fn send(&self, _payload: &ssntp::Payload) -> Result<(), SendFailure> {
+        Err(SendFailure("no scheduler".into()))
+    }
+
+    fn connected(&self) -> bool {
+        false
+    }
+}
+
+struct Replica(Child);
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn replica(url: &str, uri: &str, name: &str, dir: &std::path::Path, extra: &[&str]) -> Replica {
+    let child = Command::new(testkit::bins::path("cumulo-agent"))
+        .args([
+            "--remote",
+            uri,
+            "--store",
+            url,
+            "--replica",
+            name,
+            "--backend",
+            "sim",
+            "--state-dir",
+            dir.join(name).to_str().unwrap(),
+            "--sim-dir",
+            dir.join("sim").to_str().unwrap(),
+            "--poll",
+            "20ms",
+        ])
+        .args(extra)
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stderr(std::fs::File::create(dir.join(format!("{name}.log"))).unwrap())
+        .spawn()
+        .unwrap();
+    Replica(child)
+}
+
+/// Whether replica `name` (started in `dir`) has reached its loop of claims (its log says so).
+fn serving(dir: &std::path::Path, name: &str) -> bool {
+    std::fs::read_to_string(dir.join(format!("{name}.log")))
+        .is_ok_and(|log| log.contains("serving an off-host host"))
+}
+
+/// A store on a fresh prefix with one off-host host and a workload; and an engine over it.
+fn setup(endpoint: &str, uri: &str) -> (String, Arc<dyn Store>, Engine, Uuid, Uuid, Uuid) {
+    let url = format!("etcd://{endpoint}/bench-{}", Uuid::new_v4().simple());
+    let store: Arc<dyn Store> = open(&url).unwrap();
+    let host = store
+        .create_remote_host(NewRemoteHost {
+            name: "edge".into(),
+            libvirt_uri: uri.into(),
+        })
+        .unwrap();
+    let tenant = store
+        .create_tenant(NewTenant {
+            name: "bench".into(),
+            quota: Quota::default(),
+            subnet_prefix: 22,
+        })
+        .unwrap();
+    let flavor = store
+        .create_flavor(NewFlavor {
+            name: "tiny".into(),
+            vcpus: 1,
+            memory_mb: 64,
+            disk_gb: 1,
+        })
+        .unwrap();
+    let image = store
+        .create_image(NewImage {
+            owner: None,
+            name: "sim".into(),
+            kind: ImageKind::Raw,
+            reference: "sim".into(),
+        })
+        .unwrap();
+    let workload = store
+        .create_workload(NewWorkload {
+            owner: Some(tenant.id),
+            name: "w".into(),
+            flavor: flavor.id,
+            image: image.id,
+            user_data: String::new(),
+        })
+        .unwrap();
+    let engine = Engine::new(
+        store.clone(),
+        Arc::new(NoScheduler),
+        EngineConfig::new(Uuid::new_v4()),
+    )
+    .unwrap();
+    (url, store, engine, host.id, tenant.id, workload.id)
+}
+
+fn launch(engine: &Engine, tenant: Uuid, workload: Uuid, count: u32) {
+    engine
+        .launch(
+            Scope::All,
+            Launch {
+                tenant,
+                workload,
+                name: "vm".into(),
+                count,
+            },
+        )
+        .unwrap();
+}
+
+fn done(store: &dyn Store, host: Uuid) -> usize {
+    store
+        .operations(OperationFilter {
+            state: Some(OperationState::Done),
+            host: Some(host),
+        })
+        .unwrap()
+        .len()
+}
+
+fn wait_for(what: &str, within: Duration, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+fn main() {
+    let args: Vec<u64> = std::env::args()
+        .skip(1)
+        .filter_map(|a| a.parse().ok())
+        .collect();
+    let ops = args.first().copied().unwrap_or(200);
+    let lease_ms = args.get(1).copied().unwrap_or(1000);
+    let server = testkit::etcd::EtcdServer::start().expect("start etcd (etcd-server)");
+    let endpoint = server.endpoint();
+    println!("etcd at {endpoint}; {ops} starts per round");
+    for replicas in [1usize, 2, 4] {
+        let dir = tempfile::tempdir().unwrap();
+        let uri = format!("sim://edge-{replicas}/system");
+        let (url, store, engine, host, tenant, workload) = setup(&endpoint, &uri);
+        // Everything is queued first; the replicas then drain the queue. The rate is taken from
+        // the first claim to the last completion (process start-up left out).
+        let queued = Instant::now();
+        launch(&engine, tenant, workload, u32::try_from(ops).unwrap());
+        let enqueue = queued.elapsed();
+        let spawned = Instant::now();
+        let running: Vec<Replica> = (0..replicas)
+            .map(|i| {
+                replica(
+                    &url,
+                    &uri,
+                    &format!("r{i}"),
+                    dir.path(),
+                    &["--lease", "10s"],
+                )
+            })
+            .collect();
+        let any_claimed = || {
+            store
+                .operations(OperationFilter {
+                    state: Some(OperationState::Queued),
+                    host: Some(host),
+                })
+                .unwrap()
+                .len()
+                < usize::try_from(ops).unwrap()
+        };
+        wait_for("the first claim", Duration::from_secs(120), any_claimed);
+        let first = Instant::now();
+        wait_for("every start", Duration::from_secs(600), || {
+            done(store.as_ref(), host) == usize::try_from(ops).unwrap()
+        });
+        let took = first.elapsed();
+        println!(
+            "{replicas} replica(s): {ops} starts in {:.2} s from the first claim ({:.2} s from spawning the replicas; enqueued beforehand in {:.2} s) = {:.1} operations/s",
+            took.as_secs_f64(),
+            spawned.elapsed().as_secs_f64(),
+            enqueue.as_secs_f64(),
+            ops as f64 / took.as_secs_f64()
+        );
+        drop(running);
+    }
+
+    // Takeover: a replica whose boots never end holds a start; another is up; the first dies.
+    let lease = format!("{lease_ms}ms");
+    for round in 0..3 {
+        let dir = tempfile::tempdir().unwrap();
+        let uri = format!("sim://takeover-{round}/system");
+        let (url, store, engine, host, tenant, workload) = setup(&endpoint, &uri);
+        let slow = replica(
+            &url,
+            &uri,
+            "slow",
+            dir.path(),
+            &["--lease", &lease, "--sim-boot-delay", "3600s"],
+        );
+        launch(&engine, tenant, workload, 1);
+        let claimed = || {
+            store
+                .operations(OperationFilter {
+                    state: None,
+                    host: Some(host),
+                })
+                .unwrap()
+                .into_iter()
+                .next()
+                .and_then(|o| o.claim.map(|c| (o.state, c.owner)))
+        };
+        wait_for("the slow claim", Duration::from_secs(60), || {
+            claimed().is_some_and(|(_, owner)| owner == "slow")
+        });
+        let _fast = replica(&url, &uri, "fast", dir.path(), &["--lease", &lease]);
+        wait_for("the fast replica's loop", Duration::from_secs(60), || {
+            serving(dir.path(), "fast")
+        });
+        let killed = Instant::now();
+        drop(slow);
+        wait_for("the takeover", Duration::from_secs(60), || {
+            claimed().is_some_and(|(_, owner)| owner == "fast")
+        });
+        let taken = killed.elapsed();
+        wait_for("the start", Duration::from_secs(60), || {
+            claimed().is_some_and(|(state, _)| state == OperationState::Done)
+        });
+        let finished = killed.elapsed();
+        println!(
+            "takeover {round}: lease {lease_ms} ms: claimed by the other replica {:.0} ms after the SIGKILL, done after {:.0} ms",
+            taken.as_secs_f64() * 1000.0,
+            finished.as_secs_f64() * 1000.0
+        );
+    }
+}

@@ -1,0 +1,189 @@
+//! The instance lifecycle end to end: controller → scheduler → sim agent, and back.
+
+use controller::cluster::Cluster;
+use controller::daemon::Controller;
+use store::{InstanceState, Quota, Scope};
+use testkit::TestPki;
+
+use crate::support::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instances_go_through_their_whole_life() {
+    let pki = TestPki::new();
+    let dir = tempfile::tempdir().unwrap();
+    let sched = start_scheduler(&pki).await;
+    let agent = start_agent(&pki, &sched.addr, dir.path());
+    let controller = Controller::start(controller_config(&pki, &sched.addr, dir.path()))
+        .await
+        .unwrap();
+    testkit::wait_until(T, "a compute node", || async {
+        controller
+            .engine
+            .nodes()
+            .iter()
+            .any(|n| n.kinds.compute && n.kinds.network)
+    })
+    .await;
+    let (tenant, workload) = seed(&controller, Quota::default());
+    let ids = launch(&controller, tenant, workload, 3);
+    wait_states(&controller, &ids, Some(InstanceState::Active), "active").await;
+    let node = controller.engine.nodes()[0].id;
+    for id in &ids {
+        assert_eq!(
+            controller.store.instance(Scope::All, *id).unwrap().node,
+            Some(node)
+        );
+    }
+
+    let scope = Scope::Tenant(tenant);
+    controller.engine.stop(scope, ids[0]).unwrap();
+    wait_states(
+        &controller,
+        &ids[..1],
+        Some(InstanceState::Exited),
+        "exited",
+    )
+    .await;
+    controller.engine.start(scope, ids[0]).unwrap();
+    controller.engine.reboot(scope, ids[1]).unwrap();
+    wait_states(
+        &controller,
+        &ids[..2],
+        Some(InstanceState::Active),
+        "active again",
+    )
+    .await;
+
+    for id in &ids {
+        controller.engine.delete(scope, *id).unwrap();
+    }
+    wait_states(&controller, &ids, None, "deleted").await;
+    controller.stop().await;
+    agent.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_controller_loses_nothing_and_reconciles() {
+    let pki = TestPki::new();
+    let dir = tempfile::tempdir().unwrap();
+    let sched = start_scheduler(&pki).await;
+    let agent = start_agent(&pki, &sched.addr, dir.path());
+    let config = controller_config(&pki, &sched.addr, dir.path());
+    let controller = Controller::start(config.clone()).await.unwrap();
+    testkit::wait_until(T, "a node", || async {
+        !controller.engine.nodes().is_empty()
+    })
+    .await;
+    let (tenant, workload) = seed(&controller, Quota::default());
+    let ids = launch(&controller, tenant, workload, 5);
+    wait_states(&controller, &ids, Some(InstanceState::Active), "active").await;
+    let uuid = controller.uuid;
+    controller.stop().await;
+
+    // The agent keeps them running: the restarted controller finds all five (same UUID, same
+    // records) and the node's STATS agree with them.
+    let controller = Controller::start(config).await.unwrap();
+    assert_eq!(controller.uuid, uuid);
+    assert_eq!(
+        states(&controller, &ids),
+        vec![Some(InstanceState::Active); 5]
+    );
+    testkit::wait_until(T, "the node again", || async {
+        controller.engine.nodes().iter().any(|n| n.instances == 5)
+    })
+    .await;
+    tokio::task::block_in_place(|| {
+        for id in &ids {
+            controller.engine.delete(Scope::All, *id).unwrap();
+        }
+    });
+    wait_states(&controller, &ids, None, "deleted").await;
+    controller.stop().await;
+    agent.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_that_goes_away_leaves_missing_instances_that_come_back() {
+    let pki = TestPki::new();
+    let dir = tempfile::tempdir().unwrap();
+    let sched = start_scheduler(&pki).await;
+    let agent = start_agent(&pki, &sched.addr, dir.path());
+    let controller = Controller::start(controller_config(&pki, &sched.addr, dir.path()))
+        .await
+        .unwrap();
+    testkit::wait_until(T, "a node", || async {
+        !controller.engine.nodes().is_empty()
+    })
+    .await;
+    let (tenant, workload) = seed(&controller, Quota::default());
+    let ids = launch(&controller, tenant, workload, 2);
+    wait_states(&controller, &ids, Some(InstanceState::Active), "active").await;
+    agent.stop().await;
+    wait_states(&controller, &ids, Some(InstanceState::Missing), "missing").await;
+    // The sim instances outlive their agent (as VMs outlive a launcher restart).
+    let agent = start_agent(&pki, &sched.addr, dir.path());
+    wait_states(&controller, &ids, Some(InstanceState::Active), "back").await;
+    controller.stop().await;
+    agent.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_compute_node_is_an_error_with_the_reason() {
+    let pki = TestPki::new();
+    let dir = tempfile::tempdir().unwrap();
+    let sched = start_scheduler(&pki).await;
+    let controller = Controller::start(controller_config(&pki, &sched.addr, dir.path()))
+        .await
+        .unwrap();
+    testkit::wait_until(T, "connected", || async { controller.engine.connected() }).await;
+    let (tenant, workload) = seed(&controller, Quota::default());
+    let ids = launch(&controller, tenant, workload, 1);
+    wait_states(
+        &controller,
+        &ids,
+        Some(InstanceState::Error("no_cn".into())),
+        "error no_cn",
+    )
+    .await;
+    controller.engine.delete(Scope::All, ids[0]).unwrap();
+    assert_eq!(states(&controller, &ids), vec![None]);
+    controller.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_controller_over_etcd_runs_instances_and_a_second_one_sees_them() {
+    let Some(etcd) = testkit::etcd::shared() else {
+        return;
+    };
+    let pki = TestPki::new();
+    let dir = tempfile::tempdir().unwrap();
+    let sched = start_scheduler(&pki).await;
+    let agent = start_agent(&pki, &sched.addr, dir.path());
+    let prefix = format!("/test-{}", uuid::Uuid::new_v4().simple());
+    let mut config = controller_config(&pki, &sched.addr, dir.path());
+    config.store = format!("etcd://{}{prefix}", etcd.endpoint());
+    let controller = Controller::start(config.clone()).await.unwrap();
+    testkit::wait_until(T, "a node", || async {
+        !controller.engine.nodes().is_empty()
+    })
+    .await;
+    let (tenant, workload) = seed(&controller, Quota::default());
+    let ids = launch(&controller, tenant, workload, 3);
+    wait_states(&controller, &ids, Some(InstanceState::Active), "active").await;
+
+    // A second controller process on the same etcd (its own state directory, so its own UUID).
+    config.state_dir = dir.path().join("controller-2");
+    let second = Controller::start(config).await.unwrap();
+    assert_ne!(second.uuid, controller.uuid);
+    assert_eq!(states(&second, &ids), vec![Some(InstanceState::Active); 3]);
+    second.stop().await;
+
+    tokio::task::block_in_place(|| {
+        for id in &ids {
+            controller.engine.delete(Scope::All, *id).unwrap();
+        }
+    });
+    wait_states(&controller, &ids, None, "deleted").await;
+    controller.stop().await;
+    agent.stop().await;
+}

@@ -1,0 +1,230 @@
+//! A whole cluster in this process: scheduler, sim agents, controller.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use clap::Parser;
+use controller::cluster::{Cluster, Launch};
+use controller::daemon::{Controller, DaemonConfig};
+use scheduler::{SchedulerConfig, Summary};
+use ssntp::net::client::Backoff;
+use ssntp::payload::ClusterConfig;
+use ssntp::{Role, Uuid};
+use store::{ImageKind, InstanceState, NewFlavor, NewImage, NewTenant, NewWorkload, Quota, Scope};
+use testkit::TestPki;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// The deadline of every wait (generous: two cores shared with builds).
+pub(crate) const T: Duration = Duration::from_secs(60);
+
+const SCHED: Uuid = Uuid::from_bytes([0x5c; 16]);
+
+pub(crate) struct Sched {
+    pub(crate) addr: String,
+    stop: CancellationToken,
+}
+
+impl Drop for Sched {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+pub(crate) async fn start_scheduler(pki: &TestPki) -> Sched {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = format!("localhost:{}", listener.local_addr().unwrap().port());
+    let config = SchedulerConfig {
+        tls: pki.identity(Role::SCHEDULER, Some(SCHED)),
+        uuid: SCHED,
+        stats_interval: Duration::from_secs(5),
+        handshake: Default::default(),
+        cluster: ClusterConfig::default(),
+        heartbeat: false,
+        conn: Default::default(),
+    };
+    let stop = CancellationToken::new();
+    let summary = Arc::new(Mutex::new(Summary::default()));
+    tokio::spawn(scheduler::run(config, listener, stop.clone(), summary));
+    Sched { addr, stop }
+}
+
+/// A sim agent (dual role: compute and network) running in this process.
+pub(crate) struct Agent {
+    stop: CancellationToken,
+    done: JoinHandle<()>,
+}
+
+impl Agent {
+    pub(crate) async fn stop(self) {
+        self.stop.cancel();
+        tokio::time::timeout(T, self.done).await.unwrap().unwrap();
+    }
+}
+
+pub(crate) fn start_agent(pki: &TestPki, scheduler: &str, dir: &Path) -> Agent {
+    let (ca, cert, key) = pki
+        .leaf(Role::AGENT | Role::NETAGENT, None)
+        .write(dir, "agent");
+    let state = dir.join("agent-state");
+    let args = [
+        "cumulo-agent",
+        "--ca-cert",
+        ca.to_str().unwrap(),
+        "--cert",
+        cert.to_str().unwrap(),
+        "--key",
+        key.to_str().unwrap(),
+        "--scheduler",
+        scheduler,
+        "--network",
+        "dual",
+        "--backend",
+        "sim",
+        "--state-dir",
+        state.to_str().unwrap(),
+        "--no-disk-limit",
+        "--no-mem-limit",
+        "--vcpus",
+        "4096",
+        "--stats-interval",
+        "1s",
+    ];
+    let mut config = agent::daemon::cli::Args::try_parse_from(args)
+        .unwrap()
+        .into_config()
+        .unwrap();
+    config.backoff = Backoff {
+        initial: Duration::from_millis(50),
+        max: Duration::from_millis(300),
+    };
+    let stop = CancellationToken::new();
+    let token = stop.clone();
+    let done = tokio::spawn(async move {
+        if let Err(e) = agent::daemon::run(config, token).await {
+            eprintln!("the agent stopped: {e}");
+        }
+    });
+    Agent { stop, done }
+}
+
+pub(crate) fn controller_config(pki: &TestPki, scheduler: &str, dir: &Path) -> DaemonConfig {
+    let mut config = DaemonConfig::new(
+        pki.identity(Role::CONTROLLER, None),
+        vec![scheduler.to_string()],
+        dir.join("controller"),
+    );
+    config.backoff = Backoff {
+        initial: Duration::from_millis(50),
+        max: Duration::from_millis(300),
+    };
+    config.sweep_every = Duration::from_millis(100);
+    config
+}
+
+/// Runs store work from an async test: the etcd store blocks on its own runtime, which may not
+/// happen on a runtime worker.
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    tokio::task::block_in_place(f)
+}
+
+/// A tenant with a workload; returns (tenant, workload).
+pub(crate) fn seed(controller: &Controller, quota: Quota) -> (Uuid, Uuid) {
+    blocking(|| seed_now(controller, quota))
+}
+
+fn seed_now(controller: &Controller, quota: Quota) -> (Uuid, Uuid) {
+    let store = &controller.store;
+    let tenant = store
+        .create_tenant(NewTenant {
+            name: format!("t-{}", Uuid::new_v4()),
+            quota,
+            subnet_prefix: 20,
+        })
+        .unwrap();
+    let flavor = match store
+        .flavors()
+        .unwrap()
+        .into_iter()
+        .find(|f| f.name == "tiny")
+    {
+        Some(f) => f,
+        None => store
+            .create_flavor(NewFlavor {
+                name: "tiny".into(),
+                vcpus: 1,
+                memory_mb: 64,
+                disk_gb: 0,
+            })
+            .unwrap(),
+    };
+    let image = store
+        .create_image(NewImage {
+            owner: None,
+            name: "tiny".into(),
+            kind: ImageKind::Raw,
+            reference: "tiny".into(),
+        })
+        .unwrap();
+    let workload = store
+        .create_workload(NewWorkload {
+            owner: Some(tenant.id),
+            name: "w".into(),
+            flavor: flavor.id,
+            image: image.id,
+            user_data: String::new(),
+        })
+        .unwrap();
+    (tenant.id, workload.id)
+}
+
+pub(crate) fn launch(
+    controller: &Controller,
+    tenant: Uuid,
+    workload: Uuid,
+    count: u32,
+) -> Vec<Uuid> {
+    controller
+        .engine
+        .launch(
+            Scope::Tenant(tenant),
+            Launch {
+                tenant,
+                workload,
+                name: "vm".into(),
+                count,
+            },
+        )
+        .unwrap()
+        .into_iter()
+        .map(|i| i.id)
+        .collect()
+}
+
+/// The states of these instances (`None`: no record).
+pub(crate) fn states(controller: &Controller, ids: &[Uuid]) -> Vec<Option<InstanceState>> {
+    ids.iter()
+        .map(|id| {
+            controller
+                .store
+                .instance(Scope::All, *id)
+                .ok()
+                .map(|i| i.state)
+        })
+        .collect()
+}
+
+/// Waits until every instance is in `state` (`None`: gone).
+pub(crate) async fn wait_states(
+    controller: &Controller,
+    ids: &[Uuid],
+    state: Option<InstanceState>,
+    what: &str,
+) {
+    testkit::wait_until(T, what, || async {
+        states(controller, ids).iter().all(|s| *s == state)
+    })
+    .await;
+}
