@@ -288,9 +288,12 @@ pub fn specs(
     if backend == Backend::Libvirt {
         agent_args.extend(s(&["--libvirt-uri", &layout.libvirt_uri()]));
     }
+    // A developer's disk is not a data centre's: the agent's disk watermarks (full below 8 GB
+    // free) would refuse tiny guests on a laptop with a few GB left; a disk really full fails the
+    // start with its cause instead. Simulated instances use no memory either.
+    agent_args.push("--no-disk-limit".into());
     if backend == Backend::Sim {
-        // A developer's disk and memory are not a data centre's: no watermarks for sim.
-        agent_args.extend(s(&["--no-disk-limit", "--no-mem-limit"]));
+        agent_args.push("--no-mem-limit".into());
     }
     if let Some(net) = cnci {
         let (cnci_cert, cnci_key) = cert("cnciagent");
