@@ -27,7 +27,7 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    ssntp::net::daemon::run_until_signal("cumulo-agent", |shutdown| daemon::run(config, shutdown))
+    ssntp_net::daemon::run_until_signal("cumulo-agent", |shutdown| daemon::run(config, shutdown))
 }
 
 /// `cumulo-agent clean-up-cncis --state-dir DIR`: what a node that goes for good leaves of its
@@ -110,7 +110,7 @@ fn check_libvirt() -> ExitCode {
 fn remote() -> ExitCode {
     let args = agent::remote::cli::RemoteArgs::parse();
     init_logs(&args.log_format);
-    ssntp::net::daemon::run_until_signal("cumulo-agent --remote", |shutdown| {
+    ssntp_net::daemon::run_until_signal("cumulo-agent --remote", |shutdown| {
         agent::remote::cli::run(args, shutdown)
     })
 }

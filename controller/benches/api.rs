@@ -22,9 +22,9 @@ use controller::store::{
 };
 use scheduler::{SchedulerConfig, Summary};
 use serde_json::{Value, json};
-use ssntp::net::client::Backoff;
 use ssntp::payload::ClusterConfig;
 use ssntp::{Role as SsntpRole, Uuid};
+use ssntp_net::client::Backoff;
 use testkit::TestPki;
 use tokio_util::sync::CancellationToken;
 

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
-use ssntp::net::TlsIdentity;
 use ssntp::units::parse_positive_duration;
+use ssntp_net::TlsIdentity;
 
 use crate::daemon::DaemonConfig;
 use crate::engine::TenantNetwork;
@@ -141,7 +141,7 @@ pub struct ApiArgs {
 pub enum ConfigError {
     /// The TLS files.
     #[error("{0}")]
-    Tls(#[from] ssntp::net::tls::TlsError),
+    Tls(#[from] ssntp_net::tls::TlsError),
     /// Plain HTTP on a non-loopback address.
     #[error(
         "--api-listen {0} is not a loopback address: plain HTTP is refused there; give --api-cert and --api-key"

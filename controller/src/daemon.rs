@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use ssntp::Role;
 use ssntp::handshake::HandshakeConfig;
-use ssntp::net::client::{Backoff, Client, ClientConfig, ClientError, ClientHandle};
-use ssntp::net::identity::{IdentityError, UuidLock, endpoint_uuid};
-use ssntp::net::tls::TlsIdentity;
+use ssntp_net::client::{Backoff, Client, ClientConfig, ClientError, ClientHandle};
+use ssntp_net::identity::{IdentityError, UuidLock, endpoint_uuid};
+use ssntp_net::tls::TlsIdentity;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;

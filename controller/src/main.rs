@@ -95,5 +95,5 @@ fn main() -> ExitCode {
     } else {
         logs.init();
     }
-    ssntp::net::daemon::run_until_signal("cumulo-controller", |shutdown| run(args, shutdown))
+    ssntp_net::daemon::run_until_signal("cumulo-controller", |shutdown| run(args, shutdown))
 }

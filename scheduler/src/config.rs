@@ -4,10 +4,10 @@
 use clap::Parser;
 use ssntp::Role;
 use ssntp::handshake::HandshakeConfig;
-use ssntp::net::TlsIdentity;
-use ssntp::net::identity::{UuidLock, endpoint_uuid};
 use ssntp::payload::ClusterConfig;
 use ssntp::units::{parse_positive_duration, parse_size};
+use ssntp_net::TlsIdentity;
+use ssntp_net::identity::{UuidLock, endpoint_uuid};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -64,10 +64,10 @@ pub struct Args {
 pub enum ConfigError {
     /// TLS files.
     #[error("{0}")]
-    Tls(#[from] ssntp::net::TlsError),
+    Tls(#[from] ssntp_net::TlsError),
     /// The scheduler's UUID.
     #[error("{0}")]
-    Identity(#[from] ssntp::net::identity::IdentityError),
+    Identity(#[from] ssntp_net::identity::IdentityError),
     /// The cluster configuration file.
     #[error("{path}: {detail}")]
     ClusterConfig {
@@ -120,7 +120,7 @@ impl Args {
             handshake,
             cluster,
             heartbeat: self.heartbeat,
-            conn: ssntp::net::ConnConfig::default(),
+            conn: ssntp_net::ConnConfig::default(),
         };
         Ok((config, lock))
     }

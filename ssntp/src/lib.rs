@@ -4,8 +4,11 @@
 //! This crate is the protocol's sans-IO core: roles ([`Role`]), frames and operands
 //! ([`frame`]), typed payloads ([`payload`]), the decoder ([`Decoder`]), the handshake state
 //! machines ([`handshake`]), the receiving rules of an established session ([`Session`]) and the
-//! one mapping of protocol errors to wire ERRORs ([`error`]). It does no IO: no sockets, no
-//! files, no clock; time is passed in. TLS, sockets and tasks live in the networked layer.
+//! one mapping of protocol errors to wire ERRORs ([`error`]), the reading of roles and UUIDs
+//! from X.509 certificates ([`cert`]) and the authorisation rules ([`authz`]). It does no IO: no
+//! sockets, no files, no clock, no TLS; time is passed in. TLS, sockets and tasks live in the
+//! driver, the `ssntp-net` crate (tokio + rustls), which depends on this one and not the other
+//! way round.
 #![forbid(unsafe_code)]
 
 pub mod authz;
@@ -18,9 +21,6 @@ pub mod payload;
 mod role;
 pub mod session;
 pub mod units;
-
-#[cfg(feature = "net")]
-pub mod net;
 
 #[cfg(any(test, fuzzing))]
 pub mod fuzzing;

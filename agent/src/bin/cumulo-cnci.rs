@@ -26,5 +26,5 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    ssntp::net::daemon::run_until_signal("cumulo-cnci", |shutdown| cnci::run(config, shutdown))
+    ssntp_net::daemon::run_until_signal("cumulo-cnci", |shutdown| cnci::run(config, shutdown))
 }

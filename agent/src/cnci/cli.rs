@@ -5,9 +5,9 @@
 use clap::Parser;
 use ssntp::Role;
 use ssntp::handshake::HandshakeConfig;
-use ssntp::net::TlsIdentity;
-use ssntp::net::client::Backoff;
 use ssntp::payload::MacAddr;
+use ssntp_net::TlsIdentity;
+use ssntp_net::client::Backoff;
 use std::net::IpAddr;
 use std::path::PathBuf;
 use uuid::Uuid;
@@ -76,7 +76,7 @@ pub struct Args {
 pub enum ArgsError {
     /// TLS files.
     #[error("{0}")]
-    Tls(#[from] ssntp::net::TlsError),
+    Tls(#[from] ssntp_net::TlsError),
     /// The certificate lacks the CNCIAGENT role.
     #[error("{cert}: the certificate does not carry the cnciagent role (it carries: {has})")]
     MissingRole {

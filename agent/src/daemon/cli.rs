@@ -6,9 +6,9 @@ use clap::builder::BoolishValueParser;
 use clap::{Parser, ValueEnum};
 use ssntp::Role;
 use ssntp::handshake::HandshakeConfig;
-use ssntp::net::TlsIdentity;
-use ssntp::net::client::Backoff;
 use ssntp::units::{parse_duration, parse_positive_duration};
+use ssntp_net::TlsIdentity;
+use ssntp_net::client::Backoff;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -209,7 +209,7 @@ pub struct Args {
 pub enum ArgsError {
     /// TLS files.
     #[error("{0}")]
-    Tls(#[from] ssntp::net::TlsError),
+    Tls(#[from] ssntp_net::TlsError),
     /// The certificate lacks a role that `--network` claims.
     #[error(
         "{cert}: --network {network} needs the {missing} role, which the certificate does not carry (it carries: {has})"

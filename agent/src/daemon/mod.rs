@@ -28,9 +28,9 @@ pub mod reporter;
 
 use ssntp::Role;
 use ssntp::handshake::HandshakeConfig;
-use ssntp::net::client::Backoff;
-use ssntp::net::identity::{IdentityError, endpoint_uuid};
-use ssntp::net::{Client, ClientConfig, ClientError, ClientEvent, ClientHandle, TlsIdentity};
+use ssntp_net::client::Backoff;
+use ssntp_net::identity::{IdentityError, endpoint_uuid};
+use ssntp_net::{Client, ClientConfig, ClientError, ClientEvent, ClientHandle, TlsIdentity};
 use std::fs::{File, OpenOptions};
 use std::future::Future;
 use std::net::IpAddr;

@@ -1,6 +1,6 @@
 //! cumulo-agent over real SSNTP, on loopback TLS with certificates made at test time: the
 //! daemon ([`agent::daemon::run`] in this process, or the `cumulo-agent` binary) against the
-//! real scheduler with a fake controller, or against a fake scheduler (an `ssntp::net::Server`
+//! real scheduler with a fake controller, or against a fake scheduler (an `ssntp_net::Server`
 //! in the test) where the test must speak to the agent directly. No sleeps: every wait is a
 //! receive with a deadline.
 

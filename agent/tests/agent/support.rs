@@ -11,12 +11,6 @@ pub(crate) use agent::wire;
 pub(crate) use clap::Parser;
 pub(crate) use scheduler::{SchedulerConfig, Summary};
 pub(crate) use ssntp::frame::Frame;
-pub(crate) use ssntp::net::client::Backoff;
-pub(crate) use ssntp::net::identity::IdentityError;
-pub(crate) use ssntp::net::{
-    Client, ClientConfig, ClientEvent, ClientHandle, Server, ServerConfig, ServerEvent,
-    ServerHandle,
-};
 pub(crate) use ssntp::payload::{
     AttachVolume, AttachVolumeFailureReason, ClusterConfig, Delete, DeleteFailureReason, FwType,
     InstanceState, NodeCommand, NodeState, Requirements, Start, StartFailure, StartFailureReason,
@@ -24,6 +18,12 @@ pub(crate) use ssntp::payload::{
 };
 pub(crate) use ssntp::session::Message;
 pub(crate) use ssntp::{Operand, Payload, Role, Uuid};
+pub(crate) use ssntp_net::client::Backoff;
+pub(crate) use ssntp_net::identity::IdentityError;
+pub(crate) use ssntp_net::{
+    Client, ClientConfig, ClientEvent, ClientHandle, Server, ServerConfig, ServerEvent,
+    ServerHandle,
+};
 pub(crate) use std::collections::{BTreeMap, VecDeque};
 pub(crate) use std::path::{Path, PathBuf};
 pub(crate) use std::process::{Child, Command, Stdio};

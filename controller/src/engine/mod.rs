@@ -106,7 +106,7 @@ pub trait Outbound: Send + Sync {
     fn connected(&self) -> bool;
 }
 
-impl Outbound for ssntp::net::client::ClientHandle {
+impl Outbound for ssntp_net::client::ClientHandle {
     fn send(&self, payload: &Payload) -> Result<(), SendFailure> {
         self.send_payload(payload)
             .map_err(|e| SendFailure(e.to_string()))

@@ -1223,7 +1223,7 @@ async fn the_driver_sends_a_cnci_start_again_when_due() {
         frame: ssntp::Frame::new(NET_NODE, &failure),
         payload: failure,
     };
-    tx.send(ssntp::net::client::ClientEvent::Frames(vec![message]))
+    tx.send(ssntp_net::client::ClientEvent::Frames(vec![message]))
         .await
         .unwrap();
     let started = tokio::time::Instant::now();

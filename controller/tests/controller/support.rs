@@ -11,9 +11,9 @@ use controller::store::{
     ImageKind, InstanceState, NewFlavor, NewImage, NewTenant, NewWorkload, Quota, Scope,
 };
 use scheduler::{SchedulerConfig, Summary};
-use ssntp::net::client::Backoff;
 use ssntp::payload::ClusterConfig;
 use ssntp::{Role, Uuid};
+use ssntp_net::client::Backoff;
 use testkit::TestPki;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;

@@ -21,8 +21,8 @@ use controller::cluster::Cluster;
 use controller::daemon::Controller;
 use controller::engine::TenantNetwork;
 use controller::store::{InstanceState, Quota, Scope};
-use ssntp::net::client::Backoff;
 use ssntp::{Role, Uuid};
+use ssntp_net::client::Backoff;
 use testkit::TestPki;
 use tokio_util::sync::CancellationToken;
 

@@ -1,6 +1,12 @@
-//! The networked half of SSNTP on tokio and rustls: TLS configurations, the session driver
-//! (one reader and one writer task per connection, bounded queues, coalesced writes), the
-//! server with its forwarding rules, the reconnecting client, and endpoint identity.
+//! The networked half of SSNTP, the driver of the [`ssntp`] core on tokio and rustls (as quinn
+//! drives quinn-proto): TLS configurations ([`tls`]), the session driver ([`conn`]: one reader and
+//! one writer task per connection, bounded queues, coalesced writes), the server with its
+//! forwarding rules ([`server`], [`forward`]) and the thread its handshakes run on
+//! ([`handshaker`]), and the reconnecting client ([`client`]).
+//!
+//! The protocol's rules (frames, payloads, handshake, session) are the core's: this crate only
+//! moves bytes between sockets and the core's state machines, and reads the clock for them.
+#![forbid(unsafe_code)]
 
 pub mod client;
 pub mod conn;
