@@ -19,7 +19,7 @@ fn main() -> ExitCode {
         return check_libvirt();
     }
     let args = Args::parse();
-    init_logs(&args.log_format);
+    support::logs::init(args.log_format);
     let config = match args.into_config() {
         Ok(c) => c,
         Err(e) => {
@@ -27,7 +27,7 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    ssntp_net::daemon::run_until_signal("cumulo-agent", |shutdown| daemon::run(config, shutdown))
+    support::run_until_signal("cumulo-agent", |shutdown| daemon::run(config, shutdown))
 }
 
 /// `cumulo-agent clean-up-cncis --state-dir DIR`: what a node that goes for good leaves of its
@@ -42,7 +42,7 @@ struct CleanUpArgs {
     #[arg(long, env = "CUMULO_AGENT_STATE_DIR")]
     state_dir: std::path::PathBuf,
     /// How long a CNCI process gets to stop after SIGTERM before SIGKILL.
-    #[arg(long, default_value = "5s", value_parser = ssntp::units::parse_duration)]
+    #[arg(long, default_value = "5s", value_parser = support::units::parse_duration)]
     grace: std::time::Duration,
 }
 
@@ -109,21 +109,8 @@ fn check_libvirt() -> ExitCode {
 /// `cumulo-agent --remote`: an off-host launcher replica.
 fn remote() -> ExitCode {
     let args = agent::remote::cli::RemoteArgs::parse();
-    init_logs(&args.log_format);
-    ssntp_net::daemon::run_until_signal("cumulo-agent --remote", |shutdown| {
+    support::logs::init(args.log_format);
+    support::run_until_signal("cumulo-agent --remote", |shutdown| {
         agent::remote::cli::run(args, shutdown)
     })
-}
-
-fn init_logs(format: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let logs = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    if format == "json" {
-        logs.json().init();
-    } else {
-        logs.init();
-    }
 }

@@ -6,14 +6,13 @@
 //!
 //! The protocol's rules (frames, payloads, handshake, session) are the core's: this crate only
 //! moves bytes between sockets and the core's state machines, and reads the clock for them.
+//! Daemon plumbing (UUID files, runtime and signals, logging) is the `support` crate's.
 #![forbid(unsafe_code)]
 
 pub mod client;
 pub mod conn;
-pub mod daemon;
 pub mod forward;
 pub mod handshaker;
-pub mod identity;
 pub mod server;
 pub mod tls;
 

@@ -20,7 +20,6 @@ pub mod handshake;
 pub mod payload;
 mod role;
 pub mod session;
-pub mod units;
 
 #[cfg(any(test, fuzzing))]
 pub mod fuzzing;

@@ -67,8 +67,13 @@ pub struct Args {
     #[arg(long, env = "CUMULO_CNCI_MTU", value_parser = clap::value_parser!(u16).range(576..))]
     pub mtu: Option<u16>,
     /// Log format.
-    #[arg(long, env = "CUMULO_CNCI_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
-    pub log_format: String,
+    #[arg(
+        long,
+        env = "CUMULO_CNCI_LOG_FORMAT",
+        default_value = "text",
+        value_enum
+    )]
+    pub log_format: support::LogFormat,
 }
 
 /// Why the arguments do not make a configuration.

@@ -6,11 +6,11 @@ use clap::builder::BoolishValueParser;
 use clap::{Parser, ValueEnum};
 use ssntp::Role;
 use ssntp::handshake::HandshakeConfig;
-use ssntp::units::{parse_duration, parse_positive_duration};
 use ssntp_net::TlsIdentity;
 use ssntp_net::client::Backoff;
 use std::path::PathBuf;
 use std::time::Duration;
+use support::units::{parse_duration, parse_positive_duration};
 
 use super::DaemonConfig;
 use crate::backend::libvirt::{Accel, LibvirtConfig};
@@ -200,8 +200,13 @@ pub struct Args {
     #[arg(long, env = "CUMULO_AGENT_CNCI_TAP_NETNS")]
     pub cnci_tap_netns: Option<PathBuf>,
     /// Log format.
-    #[arg(long, env = "CUMULO_AGENT_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
-    pub log_format: String,
+    #[arg(
+        long,
+        env = "CUMULO_AGENT_LOG_FORMAT",
+        default_value = "text",
+        value_enum
+    )]
+    pub log_format: support::LogFormat,
 }
 
 /// Why the arguments do not make a configuration.

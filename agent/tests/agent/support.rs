@@ -3,6 +3,7 @@
 // Helpers outside `#[test]` functions unwrap too: a failure there is a test failure.
 #![allow(clippy::unwrap_used)]
 
+pub(crate) use ::support::identity::IdentityError;
 pub(crate) use agent::backend::Backend;
 pub(crate) use agent::daemon::cli::Args;
 pub(crate) use agent::daemon::{self, DaemonConfig, DaemonError};
@@ -19,7 +20,6 @@ pub(crate) use ssntp::payload::{
 pub(crate) use ssntp::session::Message;
 pub(crate) use ssntp::{Operand, Payload, Role, Uuid};
 pub(crate) use ssntp_net::client::Backoff;
-pub(crate) use ssntp_net::identity::IdentityError;
 pub(crate) use ssntp_net::{
     Client, ClientConfig, ClientEvent, ClientHandle, Server, ServerConfig, ServerEvent,
     ServerHandle,

@@ -394,7 +394,7 @@ fn attackers_runtime() -> tokio::runtime::Runtime {
         .worker_threads(2)
         .on_thread_start(move || {
             if nice != 0 {
-                let _ = ssntp_net::handshaker::nice_this_thread(nice);
+                let _ = support::thread::nice_this_thread(nice);
             }
         })
         .enable_all()
