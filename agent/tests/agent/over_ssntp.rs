@@ -455,6 +455,36 @@ async fn after_kill_9_a_new_process_reattaches_its_instances() {
     sched.stop.cancel();
 }
 
+/// `cumulo-agent --help` names the subcommands and `--remote`; a subcommand named first is
+/// parsed on its own (the daemon's environment variables, even broken ones, play no part).
+#[test]
+fn the_help_lists_the_subcommands_and_remote() {
+    let help = Command::new(env!("CARGO_BIN_EXE_cumulo-agent"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(help.status.success());
+    let help = String::from_utf8(help.stdout).unwrap();
+    for named in [
+        "clean-up-cncis",
+        "check-libvirt",
+        "--remote <URI>",
+        "--network",
+    ] {
+        assert!(help.contains(named), "{named} in: {help}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_cumulo-agent"))
+        .args(["clean-up-cncis", "--state-dir"])
+        .arg(dir.path())
+        .env("CUMULO_AGENT_NETWORK", "no-such-network")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(out.stdout.is_empty(), "{out:?}");
+}
+
 /// A certificate without the role `--network` claims: the binary exits at once, status 1, with
 /// one line naming the missing role; so does `--backend libvirt` with no libvirt to ask. Usage
 /// errors exit 2.
