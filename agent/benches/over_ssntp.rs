@@ -15,9 +15,9 @@
 #![allow(clippy::print_stdout, clippy::unwrap_used)]
 
 use scheduler::{SchedulerConfig, Summary};
-use ssntp::net::{Client, ClientConfig, ClientEvent, ClientHandle};
 use ssntp::payload::{ClusterConfig, FwType, InstanceState, Requirements, Start, Stats, VmType};
 use ssntp::{Payload, Role, Uuid};
+use ssntp_net::{Client, ClientConfig, ClientEvent, ClientHandle};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};

@@ -219,7 +219,7 @@ fn parse_not_after(s: &str) -> Result<NotAfter, String> {
         "give an RFC 3339 time (2030-01-31T12:00:00Z) or +DURATION (+90s, +10m, +2h)".to_string()
     };
     if let Some(span) = s.strip_prefix('+') {
-        return ssntp::units::parse_positive_duration(span)
+        return support::units::parse_positive_duration(span)
             .map(NotAfter::In)
             .map_err(|_| bad());
     }

@@ -34,9 +34,9 @@ use std::time::{Duration, Instant};
 use testkit::procfs::{cpu_ticks, free_port, rss_mib};
 
 use serde_json::{Value, json};
-use ssntp::net::{Client, ClientConfig, ClientEvent, TlsIdentity};
 use ssntp::payload::{InstanceStat, InstanceState, NodeState, NodeStatus, Stats};
 use ssntp::{Payload, Role, Uuid};
+use ssntp_net::{Client, ClientConfig, ClientEvent, TlsIdentity};
 use testkit::TestPki;
 
 const SCHED: Uuid = Uuid::from_bytes([0x5c; 16]);

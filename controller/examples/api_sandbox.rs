@@ -11,7 +11,7 @@ use std::time::SystemTime;
 
 use controller::api::testing::{ADMIN_NAME, ADMIN_PASSWORD, ADMIN_PROJECT, FakeCluster};
 use controller::api::{ApiConfig, ApiState, TokenSigner, bootstrap_with, router, serve};
-use controller::store::{ImageKind, NewFlavor, NewImage, SqliteStore, Store};
+use store::{ImageKind, NewFlavor, NewImage, SqliteStore, Store};
 use tokio_util::sync::CancellationToken;
 
 #[tokio::main]

@@ -3,7 +3,7 @@
 //!
 //! The SSNTP-backed implementation is the controller's engine; tests of the API may use a fake
 //! that only writes the store. Reads that need no cluster (tenants, flavors, images, workloads,
-//! instances, CNCIs, events, quotas) go to the [`Store`](crate::store::Store) directly.
+//! instances, CNCIs, events, quotas) go to the [`Store`](store::Store) directly.
 //!
 //! The trait is synchronous: every call is a few store transactions and a non-blocking queueing
 //! of frames. Async callers use `spawn_blocking`.
@@ -12,7 +12,7 @@ use std::net::IpAddr;
 use std::time::SystemTime;
 use uuid::Uuid;
 
-use crate::store::{Instance, Scope, StoreError};
+use store::{Instance, Scope, StoreError};
 
 /// What a launch asks for: `count` instances of a workload in a tenant.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
-use ssntp::net::TlsIdentity;
-use ssntp::units::parse_positive_duration;
+use ssntp_net::TlsIdentity;
+use support::units::parse_positive_duration;
 
 use crate::daemon::DaemonConfig;
 use crate::engine::TenantNetwork;
@@ -113,8 +113,13 @@ pub struct Args {
     #[arg(long, env = "CUMULO_CONTROLLER_LAUNCHER_CERT_LIFETIME", default_value = "1h", value_parser = parse_positive_duration)]
     pub launcher_cert_lifetime: Duration,
     /// Log format: text or json.
-    #[arg(long, env = "CUMULO_CONTROLLER_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
-    pub log_format: String,
+    #[arg(
+        long,
+        env = "CUMULO_CONTROLLER_LOG_FORMAT",
+        default_value = "text",
+        value_enum
+    )]
+    pub log_format: support::LogFormat,
 }
 
 /// The API's settings from the command line.
@@ -141,7 +146,7 @@ pub struct ApiArgs {
 pub enum ConfigError {
     /// The TLS files.
     #[error("{0}")]
-    Tls(#[from] ssntp::net::tls::TlsError),
+    Tls(#[from] ssntp_net::tls::TlsError),
     /// Plain HTTP on a non-loopback address.
     #[error(
         "--api-listen {0} is not a loopback address: plain HTTP is refused there; give --api-cert and --api-key"

@@ -18,7 +18,7 @@ use rcgen::{
 };
 use uuid::Uuid;
 
-use crate::store::{LauncherCreds, RemoteHost, Store, StoreError};
+use store::{LauncherCreds, RemoteHost, Store, StoreError};
 
 /// Why credentials could not be issued.
 #[derive(Debug, thiserror::Error)]
@@ -185,8 +185,8 @@ pub fn renew_due(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{NewRemoteHost, SqliteStore};
     use rustls::pki_types::pem::PemObject;
+    use store::{NewRemoteHost, SqliteStore};
 
     /// A CA made here: its certificate and key (PEM).
     fn ca() -> (String, String) {

@@ -7,16 +7,16 @@ use std::time::Duration;
 
 use ssntp::Role;
 use ssntp::handshake::HandshakeConfig;
-use ssntp::net::client::{Backoff, Client, ClientConfig, ClientError, ClientHandle};
-use ssntp::net::identity::{IdentityError, UuidLock, endpoint_uuid};
-use ssntp::net::tls::TlsIdentity;
+use ssntp_net::client::{Backoff, Client, ClientConfig, ClientError, ClientHandle};
+use ssntp_net::tls::TlsIdentity;
+use support::identity::{IdentityError, UuidLock, endpoint_uuid};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::api::{self, ApiConfig, ApiState, TokenSigner};
 use crate::engine::{self, Engine, EngineConfig};
-use crate::store::{Store, StoreError};
+use store::{Store, StoreError};
 
 /// Everything the controller runs with, checked once.
 #[derive(Debug, Clone)]
@@ -111,17 +111,16 @@ impl Controller {
         let own = config.tls.own();
         let (uuid, uuid_lock) = endpoint_uuid(&own, Some(&config.state_dir), Role::CONTROLLER)?;
         let location = config.store.clone();
-        let store: Arc<dyn Store> =
-            tokio::task::spawn_blocking(move || crate::store::open(&location))
-                .await
-                .map_err(|e| DaemonError::Store {
-                    path: config.store.clone(),
-                    source: StoreError::Backend(e.to_string()),
-                })?
-                .map_err(|source| DaemonError::Store {
-                    path: config.store.clone(),
-                    source,
-                })?;
+        let store: Arc<dyn Store> = tokio::task::spawn_blocking(move || store::open(&location))
+            .await
+            .map_err(|e| DaemonError::Store {
+                path: config.store.clone(),
+                source: StoreError::Backend(e.to_string()),
+            })?
+            .map_err(|source| DaemonError::Store {
+                path: config.store.clone(),
+                source,
+            })?;
         let mut client_config = ClientConfig::new(
             config.tls.clone(),
             uuid,

@@ -22,7 +22,7 @@ use uuid::Uuid;
 
 use crate::api::testing::FakeCluster;
 use crate::api::{ApiConfig, ApiState, TokenSigner, bootstrap_with, router};
-use crate::store::{SqliteStore, Store};
+use store::{SqliteStore, Store};
 
 /// The largest response body read back (the API's own answers are far smaller).
 const READ_LIMIT: usize = 16 << 20;

@@ -1,6 +1,7 @@
-//! cumulo-controller's library: its [`store`] (the durable record of tenants, users and roles,
-//! flavors, images, workloads, instances, CNCIs and events) and the [`cluster`] operations the
-//! REST API asks of the cluster (implemented over SSNTP by the engine), and the [`api`] itself.
+//! cumulo-controller's library: the [`api`] (REST), the [`cluster`] operations the API asks of
+//! the cluster, implemented over SSNTP by the [`engine`], and the daemon around them. The
+//! durable record of tenants, users, flavors, images, workloads, instances, CNCIs and events is
+//! the `store` crate's.
 #![forbid(unsafe_code)]
 
 pub mod api;
@@ -11,4 +12,3 @@ pub mod daemon;
 pub mod engine;
 #[cfg(any(test, fuzzing))]
 pub mod fuzzing;
-pub use store;

@@ -85,15 +85,6 @@ async fn run(args: Args, shutdown: CancellationToken) -> Result<(), String> {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let logs = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    if args.log_format == "json" {
-        logs.json().init();
-    } else {
-        logs.init();
-    }
-    ssntp::net::daemon::run_until_signal("cumulo-controller", |shutdown| run(args, shutdown))
+    support::logs::init(args.log_format);
+    support::run_until_signal("cumulo-controller", |shutdown| run(args, shutdown))
 }

@@ -9,9 +9,9 @@
 //! Run: `cargo bench -p scheduler --bench scale -- c1m` (or `-- fanin`).
 #![allow(clippy::unwrap_used, clippy::print_stdout, missing_docs)]
 
-use ssntp::net::{Client, ClientConfig, ClientEvent, TlsIdentity};
 use ssntp::payload::*;
 use ssntp::{Payload, Role, Uuid};
+use ssntp_net::{Client, ClientConfig, ClientEvent, TlsIdentity};
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

@@ -3,10 +3,10 @@
 //! from the SSNTP server and carries out what it returns; tests drive it directly.
 
 use ssntp::frame::Frame;
-use ssntp::net::{Directory, Route, Target};
 use ssntp::payload::{ClusterConfig, NodeEvent, NodeState, NodeType, Start, StartFailure};
 use ssntp::session::Message;
 use ssntp::{Payload, Role, Uuid};
+use ssntp_net::{Directory, Route, Target};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 

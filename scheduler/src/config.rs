@@ -4,13 +4,13 @@
 use clap::Parser;
 use ssntp::Role;
 use ssntp::handshake::HandshakeConfig;
-use ssntp::net::TlsIdentity;
-use ssntp::net::identity::{UuidLock, endpoint_uuid};
 use ssntp::payload::ClusterConfig;
-use ssntp::units::{parse_positive_duration, parse_size};
+use ssntp_net::TlsIdentity;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
+use support::identity::{UuidLock, endpoint_uuid};
+use support::units::{parse_positive_duration, parse_size};
 
 use crate::SchedulerConfig;
 
@@ -52,8 +52,13 @@ pub struct Args {
     #[arg(long, env = "CUMULO_SCHEDULER_METRICS_LISTEN")]
     pub metrics_listen: Option<SocketAddr>,
     /// Log format.
-    #[arg(long, env = "CUMULO_SCHEDULER_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
-    pub log_format: String,
+    #[arg(
+        long,
+        env = "CUMULO_SCHEDULER_LOG_FORMAT",
+        default_value = "text",
+        value_enum
+    )]
+    pub log_format: support::LogFormat,
     /// Print one summary line a second.
     #[arg(long, env = "CUMULO_SCHEDULER_HEARTBEAT")]
     pub heartbeat: bool,
@@ -64,10 +69,10 @@ pub struct Args {
 pub enum ConfigError {
     /// TLS files.
     #[error("{0}")]
-    Tls(#[from] ssntp::net::TlsError),
+    Tls(#[from] ssntp_net::TlsError),
     /// The scheduler's UUID.
     #[error("{0}")]
-    Identity(#[from] ssntp::net::identity::IdentityError),
+    Identity(#[from] support::identity::IdentityError),
     /// The cluster configuration file.
     #[error("{path}: {detail}")]
     ClusterConfig {
@@ -120,7 +125,7 @@ impl Args {
             handshake,
             cluster,
             heartbeat: self.heartbeat,
-            conn: ssntp::net::ConnConfig::default(),
+            conn: ssntp_net::ConnConfig::default(),
         };
         Ok((config, lock))
     }

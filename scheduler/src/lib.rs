@@ -5,7 +5,7 @@
 //!
 //! [`placement`] is pure; [`cluster`] is the owner's state machine (events in, actions out);
 //! [`routes`] are the rules the SSNTP readers apply without the owner; [`run`] wires them to an
-//! `ssntp::net::Server`. [`config`] parses the command line.
+//! `ssntp_net::Server`. [`config`] parses the command line.
 #![forbid(unsafe_code)]
 
 pub mod cluster;
@@ -15,10 +15,10 @@ pub mod metrics;
 pub mod placement;
 pub mod routes;
 
-use ssntp::net::Target;
-use ssntp::net::{Server, ServerConfig, ServerError, ServerEvent, ServerHandle, TlsIdentity};
 use ssntp::payload::{DeliveryFailureReason, NodeState};
 use ssntp::{Role, Uuid};
+use ssntp_net::Target;
+use ssntp_net::{Server, ServerConfig, ServerError, ServerEvent, ServerHandle, TlsIdentity};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
@@ -42,8 +42,8 @@ pub struct SchedulerConfig {
     pub cluster: ssntp::payload::ClusterConfig,
     /// Print one summary line a second.
     pub heartbeat: bool,
-    /// Per-session queue limits (defaults of `ssntp::net::ConnConfig`).
-    pub conn: ssntp::net::ConnConfig,
+    /// Per-session queue limits (defaults of `ssntp_net::ConnConfig`).
+    pub conn: ssntp_net::ConnConfig,
 }
 
 /// A snapshot for the heartbeat line and the metrics endpoint.

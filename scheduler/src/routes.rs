@@ -13,9 +13,9 @@
 //! lost, and the node had no figures for a whole STATS interval). The readers wait for the owner
 //! once per session, at its start.
 
-use ssntp::net::{Directory, Route, Routes};
 use ssntp::payload::DeliveryFailureReason;
 use ssntp::{Operand, Payload, Role, Uuid};
+use ssntp_net::{Directory, Route, Routes};
 
 /// The node or CNCI a frame is addressed to, by its payload (`true`: a CNCI).
 pub fn addressee(payload: &Payload) -> Option<(Uuid, bool)> {

@@ -14,8 +14,7 @@ use crate::payload::{
     PayloadError, PublicIpFailure, PublicIpFailureReason, Reason, Salvage, StartFailure,
     StartFailureReason,
 };
-use crate::role::Role;
-use crate::session::Side;
+use crate::role::{Role, Side};
 
 /// Why a server refused a connection during the handshake.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

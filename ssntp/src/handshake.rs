@@ -13,7 +13,8 @@ use crate::error::{ClientHandshakeError, HandshakeError};
 use crate::frame::{Frame, MINOR, Operand, RawFrame};
 use crate::payload::{ClusterConfig, Connect, Connected, Payload, PayloadError};
 use crate::role::Role;
-use crate::session::{Session, SessionConfig, Side};
+use crate::role::Side;
+use crate::session::{Session, SessionConfig};
 
 /// The UUID a peer certificate binds with its `urn:uuid:` URI names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -4,8 +4,11 @@
 //! This crate is the protocol's sans-IO core: roles ([`Role`]), frames and operands
 //! ([`frame`]), typed payloads ([`payload`]), the decoder ([`Decoder`]), the handshake state
 //! machines ([`handshake`]), the receiving rules of an established session ([`Session`]) and the
-//! one mapping of protocol errors to wire ERRORs ([`error`]). It does no IO: no sockets, no
-//! files, no clock; time is passed in. TLS, sockets and tasks live in the networked layer.
+//! one mapping of protocol errors to wire ERRORs ([`error`]), the reading of roles and UUIDs
+//! from X.509 certificates ([`cert`]) and the authorisation rules ([`authz`]). It does no IO: no
+//! sockets, no files, no clock, no TLS; time is passed in. TLS, sockets and tasks live in the
+//! driver, the `ssntp-net` crate (tokio + rustls), which depends on this one and not the other
+//! way round.
 #![forbid(unsafe_code)]
 
 pub mod authz;
@@ -14,13 +17,10 @@ pub mod codec;
 pub mod error;
 pub mod frame;
 pub mod handshake;
+mod operand;
 pub mod payload;
 mod role;
 pub mod session;
-pub mod units;
-
-#[cfg(feature = "net")]
-pub mod net;
 
 #[cfg(any(test, fuzzing))]
 pub mod fuzzing;
@@ -34,6 +34,6 @@ pub use error::{ClientHandshakeError, HandshakeError, Violation};
 pub use frame::{Frame, Header, Operand, RawFrame};
 pub use handshake::{ClientHandshake, PeerCertificate, ServerHandshake, UuidBinding};
 pub use payload::Payload;
-pub use role::{Role, RoleParseError};
-pub use session::{Now, Received, Session, Side};
+pub use role::{Role, RoleParseError, Side};
+pub use session::{Now, Received, Session};
 pub use uuid::Uuid;

@@ -1,4 +1,5 @@
-//! SSNTP roles: the bitmask a certificate proves and a session claims (PROTOCOL.md §2).
+//! SSNTP roles: the bitmask a certificate proves and a session claims (PROTOCOL.md §2), and the
+//! side of a connection an endpoint is on.
 
 use std::fmt;
 use std::str::FromStr;
@@ -20,6 +21,15 @@ bitflags::bitflags! {
         /// The agent inside a tenant's Compute Node Concentrator Instance.
         const CNCIAGENT = 0x20;
     }
+}
+
+/// Which end of the connection a session is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Side {
+    /// The end that dialled and sent CONNECT.
+    Client,
+    /// The end that accepted and sent CONNECTED.
+    Server,
 }
 
 /// The DER content bytes of the arc `2.25.15223806111904034722754700881208103483`, the prefix of

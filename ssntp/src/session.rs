@@ -14,15 +14,7 @@ use crate::error::Violation;
 use crate::frame::{Frame, Operand, RawFrame, Trace};
 use crate::payload::{Payload, Salvage};
 use crate::role::Role;
-
-/// Which end of the connection a session is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Side {
-    /// The end that dialled and sent CONNECT.
-    Client,
-    /// The end that accepted and sent CONNECTED.
-    Server,
-}
+pub use crate::role::Side;
 
 /// The time, as the driver reads it: a monotonic instant for timers, wall-clock ns for traces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

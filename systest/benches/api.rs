@@ -18,9 +18,9 @@ use controller::cluster::Cluster;
 use controller::daemon::{Controller, DaemonConfig};
 use scheduler::{SchedulerConfig, Summary};
 use serde_json::{Value, json};
-use ssntp::net::client::Backoff;
 use ssntp::payload::ClusterConfig;
 use ssntp::{Role as SsntpRole, Uuid};
+use ssntp_net::client::Backoff;
 use store::{
     ImageKind, InstanceChange, InstanceFilter, InstanceState, NewFlavor, NewImage, NewInstance,
     NewTenant, NewUser, NewWorkload, Page, Quota, Role, Scope,

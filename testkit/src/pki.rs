@@ -3,7 +3,7 @@
 use certtool::build::{Anchor, CaProfile, LeafProfile, Names, issue_ca, issue_leaf};
 use certtool::key::{KeyType, to_pem};
 use ssntp::Role;
-use ssntp::net::TlsIdentity;
+use ssntp_net::TlsIdentity;
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};

@@ -3,8 +3,8 @@
 
 use bytes::BytesMut;
 use ssntp::frame::{DEFAULT_MAX_FRAME, Frame};
-use ssntp::net::TlsIdentity;
 use ssntp::{Decoded, Decoder};
+use ssntp_net::TlsIdentity;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;

@@ -9,16 +9,7 @@ use std::process::ExitCode;
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let logs = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    if args.log_format == "json" {
-        logs.json().init();
-    } else {
-        logs.init();
-    }
+    support::logs::init(args.log_format);
     let config = match args.into_config() {
         Ok(c) => c,
         Err(e) => {
@@ -26,5 +17,5 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    ssntp::net::daemon::run_until_signal("cumulo-cnci", |shutdown| cnci::run(config, shutdown))
+    support::run_until_signal("cumulo-cnci", |shutdown| cnci::run(config, shutdown))
 }

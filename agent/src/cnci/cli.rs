@@ -5,9 +5,9 @@
 use clap::Parser;
 use ssntp::Role;
 use ssntp::handshake::HandshakeConfig;
-use ssntp::net::TlsIdentity;
-use ssntp::net::client::Backoff;
 use ssntp::payload::MacAddr;
+use ssntp_net::TlsIdentity;
+use ssntp_net::client::Backoff;
 use std::net::IpAddr;
 use std::path::PathBuf;
 use uuid::Uuid;
@@ -67,8 +67,13 @@ pub struct Args {
     #[arg(long, env = "CUMULO_CNCI_MTU", value_parser = clap::value_parser!(u16).range(576..))]
     pub mtu: Option<u16>,
     /// Log format.
-    #[arg(long, env = "CUMULO_CNCI_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
-    pub log_format: String,
+    #[arg(
+        long,
+        env = "CUMULO_CNCI_LOG_FORMAT",
+        default_value = "text",
+        value_enum
+    )]
+    pub log_format: support::LogFormat,
 }
 
 /// Why the arguments do not make a configuration.
@@ -76,7 +81,7 @@ pub struct Args {
 pub enum ArgsError {
     /// TLS files.
     #[error("{0}")]
-    Tls(#[from] ssntp::net::TlsError),
+    Tls(#[from] ssntp_net::TlsError),
     /// The certificate lacks the CNCIAGENT role.
     #[error("{cert}: the certificate does not carry the cnciagent role (it carries: {has})")]
     MissingRole {

@@ -12,12 +12,12 @@
 use ssntp::Payload;
 use ssntp::Role;
 use ssntp::handshake::HandshakeConfig;
-use ssntp::net::client::Backoff;
-use ssntp::net::{Client, ClientConfig, ClientError, ClientEvent, ClientHandle, TlsIdentity};
 use ssntp::payload::{
     ConcentratorAdded, MacAddr, PublicIpCommand, PublicIpEvent, PublicIpFailure,
     PublicIpFailureReason, TenantEvent,
 };
+use ssntp_net::client::Backoff;
+use ssntp_net::{Client, ClientConfig, ClientError, ClientEvent, ClientHandle, TlsIdentity};
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 use std::time::Duration;

@@ -6,11 +6,11 @@ use clap::builder::BoolishValueParser;
 use clap::{Parser, ValueEnum};
 use ssntp::Role;
 use ssntp::handshake::HandshakeConfig;
-use ssntp::net::TlsIdentity;
-use ssntp::net::client::Backoff;
-use ssntp::units::{parse_duration, parse_positive_duration};
+use ssntp_net::TlsIdentity;
+use ssntp_net::client::Backoff;
 use std::path::PathBuf;
 use std::time::Duration;
+use support::units::{parse_duration, parse_positive_duration};
 
 use super::DaemonConfig;
 use crate::backend::libvirt::{Accel, LibvirtConfig};
@@ -200,8 +200,13 @@ pub struct Args {
     #[arg(long, env = "CUMULO_AGENT_CNCI_TAP_NETNS")]
     pub cnci_tap_netns: Option<PathBuf>,
     /// Log format.
-    #[arg(long, env = "CUMULO_AGENT_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
-    pub log_format: String,
+    #[arg(
+        long,
+        env = "CUMULO_AGENT_LOG_FORMAT",
+        default_value = "text",
+        value_enum
+    )]
+    pub log_format: support::LogFormat,
 }
 
 /// Why the arguments do not make a configuration.
@@ -209,7 +214,7 @@ pub struct Args {
 pub enum ArgsError {
     /// TLS files.
     #[error("{0}")]
-    Tls(#[from] ssntp::net::TlsError),
+    Tls(#[from] ssntp_net::TlsError),
     /// The certificate lacks a role that `--network` claims.
     #[error(
         "{cert}: --network {network} needs the {missing} role, which the certificate does not carry (it carries: {has})"

@@ -16,7 +16,7 @@
 
 use ssntp::Payload;
 use ssntp::frame::Frame;
-use ssntp::net::{ClientHandle, SendError};
+use ssntp_net::{ClientHandle, SendError};
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
-use ssntp::units::parse_positive_duration;
 use store::Store;
+use support::units::parse_positive_duration;
 use tokio_util::sync::CancellationToken;
 
 use super::{RemoteConfig, RemoteError};
@@ -64,7 +64,7 @@ pub struct RemoteArgs {
     #[arg(long, env = "CUMULO_AGENT_OP_TIMEOUT", default_value = "300s", value_parser = parse_positive_duration)]
     pub op_timeout: Duration,
     /// sim backend: how long a simulated boot takes.
-    #[arg(long, env = "CUMULO_AGENT_SIM_BOOT_DELAY", default_value = "0s", value_parser = ssntp::units::parse_duration)]
+    #[arg(long, env = "CUMULO_AGENT_SIM_BOOT_DELAY", default_value = "0s", value_parser = support::units::parse_duration)]
     pub sim_boot_delay: Duration,
     /// sim backend: the simulated host's directory (replicas that share it share the host;
     /// default: `sim/` in the state directory).
@@ -84,8 +84,13 @@ pub struct RemoteArgs {
     #[arg(long, default_value = "64")]
     pub vcpus: u32,
     /// Log format.
-    #[arg(long, env = "CUMULO_AGENT_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
-    pub log_format: String,
+    #[arg(
+        long,
+        env = "CUMULO_AGENT_LOG_FORMAT",
+        default_value = "text",
+        value_enum
+    )]
+    pub log_format: support::LogFormat,
 }
 
 /// Whether the command line asks for a remote replica.

@@ -1,6 +1,6 @@
 //! cumulo-agent over real SSNTP, on loopback TLS with certificates made at test time: the
 //! daemon ([`agent::daemon::run`] in this process, or the `cumulo-agent` binary) against the
-//! real scheduler with a fake controller, or against a fake scheduler (an `ssntp::net::Server`
+//! real scheduler with a fake controller, or against a fake scheduler (an `ssntp_net::Server`
 //! in the test) where the test must speak to the agent directly. No sleeps: every wait is a
 //! receive with a deadline.
 
@@ -453,6 +453,36 @@ async fn after_kill_9_a_new_process_reattaches_its_instances() {
     third.signal(rustix::process::Signal::TERM);
     assert_eq!(third.exit_code().await, Some(0));
     sched.stop.cancel();
+}
+
+/// `cumulo-agent --help` names the subcommands and `--remote`; a subcommand named first is
+/// parsed on its own (the daemon's environment variables, even broken ones, play no part).
+#[test]
+fn the_help_lists_the_subcommands_and_remote() {
+    let help = Command::new(env!("CARGO_BIN_EXE_cumulo-agent"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(help.status.success());
+    let help = String::from_utf8(help.stdout).unwrap();
+    for named in [
+        "clean-up-cncis",
+        "check-libvirt",
+        "--remote <URI>",
+        "--network",
+    ] {
+        assert!(help.contains(named), "{named} in: {help}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_cumulo-agent"))
+        .args(["clean-up-cncis", "--state-dir"])
+        .arg(dir.path())
+        .env("CUMULO_AGENT_NETWORK", "no-such-network")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(out.stdout.is_empty(), "{out:?}");
 }
 
 /// A certificate without the role `--network` claims: the binary exits at once, status 1, with

@@ -3,6 +3,7 @@
 // Helpers outside `#[test]` functions unwrap too: a failure there is a test failure.
 #![allow(clippy::unwrap_used)]
 
+pub(crate) use ::support::identity::IdentityError;
 pub(crate) use agent::backend::Backend;
 pub(crate) use agent::daemon::cli::Args;
 pub(crate) use agent::daemon::{self, DaemonConfig, DaemonError};
@@ -11,12 +12,6 @@ pub(crate) use agent::wire;
 pub(crate) use clap::Parser;
 pub(crate) use scheduler::{SchedulerConfig, Summary};
 pub(crate) use ssntp::frame::Frame;
-pub(crate) use ssntp::net::client::Backoff;
-pub(crate) use ssntp::net::identity::IdentityError;
-pub(crate) use ssntp::net::{
-    Client, ClientConfig, ClientEvent, ClientHandle, Server, ServerConfig, ServerEvent,
-    ServerHandle,
-};
 pub(crate) use ssntp::payload::{
     AttachVolume, AttachVolumeFailureReason, ClusterConfig, Delete, DeleteFailureReason, FwType,
     InstanceState, NodeCommand, NodeState, Requirements, Start, StartFailure, StartFailureReason,
@@ -24,6 +19,11 @@ pub(crate) use ssntp::payload::{
 };
 pub(crate) use ssntp::session::Message;
 pub(crate) use ssntp::{Operand, Payload, Role, Uuid};
+pub(crate) use ssntp_net::client::Backoff;
+pub(crate) use ssntp_net::{
+    Client, ClientConfig, ClientEvent, ClientHandle, Server, ServerConfig, ServerEvent,
+    ServerHandle,
+};
 pub(crate) use std::collections::{BTreeMap, VecDeque};
 pub(crate) use std::path::{Path, PathBuf};
 pub(crate) use std::process::{Child, Command, Stdio};

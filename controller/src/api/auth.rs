@@ -13,7 +13,7 @@ use uuid::Uuid;
 use super::serve::ClientCertificate;
 use super::token::{Claims, TokenError};
 use super::{ApiError, ApiState};
-use crate::store::{Role, Scope, StoreError};
+use store::{Role, Scope, StoreError};
 
 /// The header carrying a token (Keystone's).
 pub const TOKEN_HEADER: &str = "x-auth-token";

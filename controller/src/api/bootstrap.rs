@@ -5,7 +5,7 @@
 use uuid::Uuid;
 
 use super::password;
-use crate::store::{NewTenant, NewUser, Quota, Role, Store, StoreError, UserChange};
+use store::{NewTenant, NewUser, Quota, Role, Store, StoreError, UserChange};
 
 /// What [`bootstrap`] made or found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,7 +92,7 @@ pub fn bootstrap_with(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::SqliteStore;
+    use store::SqliteStore;
 
     #[test]
     fn bootstrap_is_idempotent_and_resets_the_password() {

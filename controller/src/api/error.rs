@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
 use crate::cluster::ClusterError;
-use crate::store::StoreError;
+use store::StoreError;
 
 /// Why a request failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -194,7 +194,7 @@ mod tests {
             (StoreError::Conflict("dup".into()), 409),
             (
                 StoreError::QuotaExceeded {
-                    what: crate::store::QuotaKind::Instances,
+                    what: store::QuotaKind::Instances,
                     limit: 5,
                 },
                 403,

@@ -23,7 +23,7 @@ use super::clock::rfc3339_micro;
 use super::extract::{JsonBody, PathParams, QueryParams, path_id};
 use super::token::Claims;
 use super::{ApiError, ApiState, Principal, password};
-use crate::store::{Role, Store, StoreError, Tenant, User};
+use store::{Role, Store, StoreError, Tenant, User};
 
 /// The one domain.
 const DOMAIN_ID: &str = "default";

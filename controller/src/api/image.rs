@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use super::clock::rfc3339;
 use super::extract::{PathParams, QueryParams, path_id};
 use super::{ApiError, ApiState, Principal};
-use crate::store::{Image, ImageKind, Page};
+use store::{Image, ImageKind, Page};
 
 /// The image routes.
 pub fn routes() -> Router<ApiState> {

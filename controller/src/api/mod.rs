@@ -35,7 +35,7 @@ use axum::extract::DefaultBodyLimit;
 use axum::routing::get;
 
 use crate::cluster::Cluster;
-use crate::store::Store;
+use store::Store;
 
 pub use auth::Principal;
 pub use bootstrap::{Bootstrapped, bootstrap, bootstrap_with};
@@ -163,7 +163,7 @@ async fn method_not_allowed(method: axum::http::Method) -> ApiError {
 pub(crate) async fn servers_by_state(
     state: &ApiState,
 ) -> Result<std::collections::BTreeMap<&'static str, u64>, ApiError> {
-    use crate::store::{InstanceFilter, InstanceState, Page, Scope};
+    use store::{InstanceFilter, InstanceState, Page, Scope};
     state
         .store(|store| {
             let mut counts = std::collections::BTreeMap::new();

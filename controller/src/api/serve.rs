@@ -75,7 +75,7 @@ pub fn server_tls_config(
         .collect::<Result<_, _>>()
         .map_err(|e| tls(&e))?;
     let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| tls(&e))?;
-    let provider = ssntp::net::tls::provider();
+    let provider = ssntp_net::tls::provider();
     let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
         .allow_unauthenticated()
         .build()

@@ -21,7 +21,7 @@ use uuid::Uuid;
 use super::start::subnet_key;
 use super::{Engine, TenantNetwork};
 use crate::cluster::ClusterError;
-use crate::store::{
+use store::{
     Cnci, CnciChange, CnciState, EventKind, Instance, InstanceFilter, Scope, StoreError, net,
 };
 

@@ -10,7 +10,7 @@ use std::time::SystemTime;
 
 use ssntp::payload::{StartFailure, StartFailureReason};
 
-use crate::store::{Fault, Instance, InstanceState};
+use store::{Fault, Instance, InstanceState};
 
 /// What a START_FAILURE reason means, for the user (when the failure says nothing more).
 pub fn describe(reason: StartFailureReason) -> &'static str {

@@ -12,7 +12,7 @@ use uuid::Uuid;
 
 use super::{Engine, state_name};
 use crate::cluster::{ClusterError, Node, NodeKinds, NodeStatus, Trace, TraceHop};
-use crate::store::{
+use store::{
     CnciChange, EventKind, Instance, InstanceChange, InstanceFilter, InstanceState, Scope,
     StoreError,
 };

@@ -40,7 +40,7 @@ use ssntp::payload::{Delete, NodeCommand};
 use uuid::Uuid;
 
 use crate::cluster::{Cluster, ClusterError, Launch, Node, NodeStatus, Trace};
-use crate::store::{
+use store::{
     EventKind, Instance, InstanceChange, InstanceFilter, InstanceState, NewEvent, NewInstance,
     OperationKind, Page, Scope, Store, StoreError,
 };
@@ -106,7 +106,7 @@ pub trait Outbound: Send + Sync {
     fn connected(&self) -> bool;
 }
 
-impl Outbound for ssntp::net::client::ClientHandle {
+impl Outbound for ssntp_net::client::ClientHandle {
     fn send(&self, payload: &Payload) -> Result<(), SendFailure> {
         self.send_payload(payload)
             .map_err(|e| SendFailure(e.to_string()))
@@ -390,7 +390,7 @@ impl Engine {
 }
 
 /// The fault that goes with an error state the engine sets itself (`None`: not an error).
-fn error_fault(state: &InstanceState) -> Option<Option<crate::store::Fault>> {
+fn error_fault(state: &InstanceState) -> Option<Option<store::Fault>> {
     match state {
         InstanceState::Error(reason) => {
             Some(Some(fault::of_state_reason(reason, SystemTime::now())))

@@ -16,7 +16,7 @@ use uuid::Uuid;
 use super::Engine;
 use super::start::{Plan, start_payload};
 use crate::cluster::{ClusterError, NodeStatus};
-use crate::store::{
+use store::{
     Instance, InstanceChange, InstanceState, NewOperation, OperationKind, RemoteHost, Scope,
     StoreError,
 };

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use ssntp::net::client::ClientEvent;
+use ssntp_net::client::ClientEvent;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 

@@ -9,7 +9,7 @@ use ssntp::payload::{FwType, Networking, Requirements, Start, VmType};
 
 use super::{Engine, TenantNetwork};
 use crate::cluster::ClusterError;
-use crate::store::{
+use store::{
     Cnci, CnciState, EventKind, Flavor, Image, Instance, InstanceChange, InstanceState, Scope,
     Workload,
 };
@@ -174,7 +174,7 @@ impl Engine {
         let mut waiting = Vec::new();
         self.for_each_instance(
             Scope::Tenant(cnci.tenant),
-            crate::store::InstanceFilter::default(),
+            store::InstanceFilter::default(),
             |i| {
                 if i.subnet == cnci.cidr && i.state == InstanceState::Pending && i.cnci.is_none() {
                     waiting.push(i.clone());
@@ -193,7 +193,7 @@ impl Engine {
         let mut waiting = Vec::new();
         self.for_each_instance(
             Scope::Tenant(cnci.tenant),
-            crate::store::InstanceFilter::default(),
+            store::InstanceFilter::default(),
             |i| {
                 if i.subnet == cnci.cidr && i.state == InstanceState::Pending && i.cnci.is_none() {
                     waiting.push(i.id);

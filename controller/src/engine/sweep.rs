@@ -6,7 +6,7 @@ use uuid::Uuid;
 
 use super::{Engine, START_LOST};
 use crate::cluster::ClusterError;
-use crate::store::{EventKind, Instance, InstanceState, Scope, StoreError};
+use store::{EventKind, Instance, InstanceState, Scope, StoreError};
 
 impl Engine {
     /// Applies the timers at `now`: a DELETE unconfirmed for [`confirm_timeout`] makes the

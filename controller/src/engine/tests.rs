@@ -12,7 +12,7 @@ use ssntp::payload::{
 };
 
 use super::*;
-use crate::store::{
+use store::{
     CnciState, ImageKind, NewFlavor, NewImage, NewTenant, NewWorkload, Quota, SqliteStore,
 };
 
@@ -613,7 +613,7 @@ fn a_fatal_start_failure_leaves_a_fault_with_its_cause_until_started_again() {
     assert_eq!(failed.state, InstanceState::Error("launch_failure".into()));
     assert_eq!(
         failed.fault,
-        Some(crate::store::Fault {
+        Some(store::Fault {
             reason: "launch_failure".into(),
             message: cause.into(),
             created: at,
@@ -900,7 +900,7 @@ fn traces_are_kept_in_a_bounded_ring() {
 
 // ---- CNCIs --------------------------------------------------------------------------------
 
-fn added(cnci: &crate::store::Cnci) -> Payload {
+fn added(cnci: &store::Cnci) -> Payload {
     Payload::ConcentratorInstanceAdded(ConcentratorAdded {
         instance_uuid: cnci.id,
         tenant_uuid: cnci.tenant,
@@ -1223,7 +1223,7 @@ async fn the_driver_sends_a_cnci_start_again_when_due() {
         frame: ssntp::Frame::new(NET_NODE, &failure),
         payload: failure,
     };
-    tx.send(ssntp::net::client::ClientEvent::Frames(vec![message]))
+    tx.send(ssntp_net::client::ClientEvent::Frames(vec![message]))
         .await
         .unwrap();
     let started = tokio::time::Instant::now();

@@ -2,8 +2,8 @@
 //! bad input, unknown flavor or image, quotas (and a quota race), Nova's error shapes.
 
 use axum::http::{Method, StatusCode};
-use controller::store::{ImageKind, InstanceState, NewImage, Quota, Scope, TenantChange};
 use serde_json::{Value, json};
+use store::{ImageKind, InstanceState, NewImage, Quota, Scope, TenantChange};
 
 use crate::support::World;
 

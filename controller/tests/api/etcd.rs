@@ -4,11 +4,11 @@
 use std::sync::Arc;
 
 use controller::api::testing::{ADMIN_NAME, ADMIN_PASSWORD, ADMIN_PROJECT, FakeCluster, TestApi};
-use controller::store::{
+use serde_json::{Value, json};
+use store::{
     EtcdStore, ImageKind, NewFlavor, NewImage, NewTenant, NewWorkload, Quota, Store, Tenant,
     Workload,
 };
-use serde_json::{Value, json};
 use uuid::Uuid;
 
 /// A tenant with `quota` and a public workload of `vcpus` vCPUs.

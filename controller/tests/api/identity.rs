@@ -3,8 +3,8 @@
 use std::time::{Duration, SystemTime};
 
 use axum::http::{Method, StatusCode};
-use controller::store::Role;
 use serde_json::json;
+use store::Role;
 
 use crate::support::{PASSWORD, World, login_body};
 

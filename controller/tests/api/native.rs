@@ -6,8 +6,8 @@ use std::time::SystemTime;
 
 use axum::http::{Method, StatusCode};
 use controller::cluster::{Node, NodeKinds, NodeStatus, Trace};
-use controller::store::{EventKind, NewEvent};
 use serde_json::{Value, json};
+use store::{EventKind, NewEvent};
 
 use crate::support::{Client, World, login_body};
 
@@ -895,8 +895,8 @@ async fn native_bad_input() {
 /// every key; starting it again clears the fault.
 #[tokio::test]
 async fn an_instance_in_error_shows_its_fault() {
-    use controller::store::Fault;
     use std::time::{Duration, UNIX_EPOCH};
+    use store::Fault;
 
     let w = World::start().await;
     let c = w.client();

@@ -8,14 +8,14 @@ use std::sync::Arc;
 use axum::http::{HeaderMap, Method, Request, StatusCode};
 use controller::api::password;
 use controller::api::testing::{FakeCluster, TEST_ITERATIONS, TestApi};
-use controller::store::{
-    Flavor, Image, ImageKind, NewFlavor, NewImage, NewTenant, NewUser, Quota, Role, SqliteStore,
-    Store,
-};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
+use store::{
+    Flavor, Image, ImageKind, NewFlavor, NewImage, NewTenant, NewUser, Quota, Role, SqliteStore,
+    Store,
+};
 use tokio::net::TcpStream;
 use uuid::Uuid;
 

@@ -18,7 +18,7 @@ fn client_config(ca_pem: &str, cert: Option<&Leaf>) -> Arc<rustls::ClientConfig>
     for der in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
         roots.add(der.unwrap()).unwrap();
     }
-    let builder = rustls::ClientConfig::builder_with_provider(ssntp::net::tls::provider())
+    let builder = rustls::ClientConfig::builder_with_provider(ssntp_net::tls::provider())
         .with_protocol_versions(&[&rustls::version::TLS13])
         .unwrap()
         .with_root_certificates(roots);

@@ -6,7 +6,7 @@
 //! with every attack running at once (figures printed, not asserted: `docs/reliability.md`).
 
 use super::*;
-use ssntp::net::TlsIdentity;
+use ssntp_net::TlsIdentity;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use testkit::RawPeer;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -394,7 +394,7 @@ fn attackers_runtime() -> tokio::runtime::Runtime {
         .worker_threads(2)
         .on_thread_start(move || {
             if nice != 0 {
-                let _ = ssntp::net::handshaker::nice_this_thread(nice);
+                let _ = support::thread::nice_this_thread(nice);
             }
         })
         .enable_all()

@@ -4,10 +4,10 @@
 
 use scheduler::{SchedulerConfig, Summary};
 use ssntp::frame::Frame;
-use ssntp::net::{Client, ClientConfig, ClientEvent, ClientHandle};
 use ssntp::payload::*;
 use ssntp::session::Message;
 use ssntp::{Operand, Payload, Role, Uuid};
+use ssntp_net::{Client, ClientConfig, ClientEvent, ClientHandle};
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -32,13 +32,13 @@ struct Sched {
 }
 
 async fn scheduler(pki: &TestPki, listener: Option<TcpListener>) -> Sched {
-    scheduler_with(pki, listener, ssntp::net::ConnConfig::default()).await
+    scheduler_with(pki, listener, ssntp_net::ConnConfig::default()).await
 }
 
 async fn scheduler_with(
     pki: &TestPki,
     listener: Option<TcpListener>,
-    conn: ssntp::net::ConnConfig,
+    conn: ssntp_net::ConnConfig,
 ) -> Sched {
     scheduler_tuned(pki, listener, |c| c.conn = conn).await
 }
@@ -549,7 +549,7 @@ async fn after_a_restart_the_scheduler_rebuilds_from_the_agents() {
 #[tokio::test]
 async fn an_agent_that_stops_reading_does_not_hold_up_the_others() {
     let pki = TestPki::new();
-    let conn = ssntp::net::ConnConfig {
+    let conn = ssntp_net::ConnConfig {
         queue_bytes: 32 << 10,
         ..Default::default()
     };

@@ -2,7 +2,7 @@
 
 use uuid::Uuid;
 
-use super::Operand;
+use crate::operand::Operand;
 
 /// The header size in bytes.
 pub const HEADER_LEN: usize = 24;

@@ -6,14 +6,12 @@
 //! that a forwarder sends exactly what it received.
 
 mod header;
-mod operand;
-mod trace;
 
+pub use crate::operand::{FrameType, Operand};
+pub use crate::payload::trace::{Hop, Trace};
 pub use header::{
     DEFAULT_MAX_FRAME, HEADER_LEN, Header, MAJOR, MAX_FRAME_CEILING, MINOR, TRACE_FLAG,
 };
-pub use operand::{FrameType, Operand};
-pub use trace::{Hop, Trace};
 
 use bytes::{BufMut, Bytes, BytesMut};
 use uuid::Uuid;

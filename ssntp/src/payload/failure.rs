@@ -359,7 +359,7 @@ pub struct DeliveryFailure {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::frame::Operand;
+    use crate::operand::Operand;
     use crate::payload::{Payload, cbor};
 
     fn failure() -> StartFailure {

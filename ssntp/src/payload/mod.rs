@@ -3,6 +3,11 @@
 //! [`Payload`] has one variant per known operand; [`Payload::decode`] reads the CBOR body of a
 //! frame with a given operand, [`Payload::encode`] writes it back. Unknown keys are ignored;
 //! missing required keys, wrong types, more than one CBOR item, or a non-map are errors.
+//!
+//! The trace block's CBOR map (PROTOCOL.md §6, `trace`) is here too, beside the CBOR shapes it
+//! shares with the payloads and the TRACE_REPORT payload that lists its hops; frames carry it as
+//! [`frame::Trace`](crate::frame::Trace). Payloads know operands ([`Operand`]) but not frames:
+//! the arrow goes from [`frame`](crate::frame) to here only.
 
 pub mod cbor;
 mod de;
@@ -11,6 +16,7 @@ mod handshake;
 mod instance;
 mod network;
 mod node;
+pub(crate) mod trace;
 mod trace_report;
 mod types;
 
@@ -38,7 +44,7 @@ pub use types::{AddrParseError, Cidr, MacAddr};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::frame::Operand;
+use crate::operand::Operand;
 
 /// A payload that does not decode for its operand.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

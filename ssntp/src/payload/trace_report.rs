@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::frame::Hop;
+use super::trace::Hop;
 
 /// TRACE_REPORT: a batch of finished frame traces.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use super::BASE;
 use crate::api::extract::{PathParams, QueryParams, path_id};
 use crate::api::{ApiError, ApiState, Principal};
-use crate::store::{Flavor, Page};
+use store::{Flavor, Page};
 
 fn links(base: &str, id: impl std::fmt::Display) -> Value {
     json!([

@@ -25,7 +25,7 @@ use super::BASE;
 use crate::api::extract::{JsonBody, PathParams, path_id};
 use crate::api::{ApiError, ApiState, Principal};
 use crate::cluster::Launch;
-use crate::store::{NewWorkload, Scope, Store, StoreError};
+use store::{NewWorkload, Scope, Store, StoreError};
 
 /// The most user data accepted, decoded (Nova's limit).
 const MAX_USER_DATA: usize = 65_535;

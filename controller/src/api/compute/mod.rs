@@ -23,7 +23,7 @@ use serde_json::{Value, json};
 
 use super::error::{Dialect, renderer};
 use super::{ApiError, ApiState, Principal};
-use crate::store::Store;
+use store::Store;
 
 /// The base path.
 pub const BASE: &str = "/compute/v2.1";

@@ -19,7 +19,7 @@ use super::{BASE, flavors};
 use crate::api::clock::rfc3339;
 use crate::api::extract::{PathParams, QueryParams, path_id};
 use crate::api::{ApiError, ApiState, Principal};
-use crate::store::{Instance, InstanceFilter, InstanceState, Page, Scope, Workload};
+use store::{Instance, InstanceFilter, InstanceState, Page, Scope, Workload};
 
 /// Nova's status, vm_state, task_state and power_state of an instance state.
 pub fn nova_state(state: &InstanceState) -> (&'static str, &'static str, Option<&'static str>, u8) {

@@ -12,7 +12,7 @@ use uuid::Uuid;
 use super::views;
 use crate::api::extract::{JsonBody, PathParams, path_id, present};
 use crate::api::{ApiError, ApiState, Principal};
-use crate::store::{ImageKind, NewFlavor, NewImage};
+use store::{ImageKind, NewFlavor, NewImage};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

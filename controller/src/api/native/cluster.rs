@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use super::views;
 use crate::api::extract::{JsonBody, PathParams, QueryParams, path_id};
 use crate::api::{ApiError, ApiState, Principal};
-use crate::store::{NewRemoteHost, Scope, StoreError};
+use store::{NewRemoteHost, Scope, StoreError};
 
 pub async fn nodes(
     State(state): State<ApiState>,

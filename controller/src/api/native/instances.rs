@@ -14,7 +14,7 @@ use crate::api::compute::headroom;
 use crate::api::extract::{JsonBody, PathParams, QueryParams, path_id, present};
 use crate::api::{ApiError, ApiState, Principal};
 use crate::cluster::Launch;
-use crate::store::{InstanceFilter, Page, Scope, StoreError};
+use store::{InstanceFilter, Page, Scope, StoreError};
 
 #[derive(Debug, Default, Deserialize)]
 pub struct ListQuery {

@@ -12,7 +12,7 @@ use uuid::Uuid;
 use super::views;
 use crate::api::extract::{JsonBody, PathParams, path_id, present, present_object};
 use crate::api::{ApiError, ApiState, Principal};
-use crate::store::{NewTenant, Quota, TenantChange};
+use store::{NewTenant, Quota, TenantChange};
 
 /// Limits in a request (`null` or absent: unlimited).
 #[derive(Debug, Default, Clone, Copy, Deserialize)]
@@ -86,13 +86,11 @@ pub async fn create(
 ) -> Result<Response, ApiError> {
     caller.require_admin()?;
     let prefix = body.subnet_prefix.unwrap_or(24);
-    if !(crate::store::net::MIN_SUBNET_PREFIX..=crate::store::net::MAX_SUBNET_PREFIX)
-        .contains(&prefix)
-    {
+    if !(store::net::MIN_SUBNET_PREFIX..=store::net::MAX_SUBNET_PREFIX).contains(&prefix) {
         return Err(ApiError::BadRequest(format!(
             "subnet_prefix must be from {} to {}",
-            crate::store::net::MIN_SUBNET_PREFIX,
-            crate::store::net::MAX_SUBNET_PREFIX
+            store::net::MIN_SUBNET_PREFIX,
+            store::net::MAX_SUBNET_PREFIX
         )));
     }
     let new = NewTenant {

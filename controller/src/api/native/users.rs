@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use super::views;
 use crate::api::extract::{JsonBody, PathParams, path_id};
 use crate::api::{ApiError, ApiState, Principal, password};
-use crate::store::{NewUser, Role, UserChange};
+use store::{NewUser, Role, UserChange};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

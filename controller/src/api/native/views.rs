@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 use crate::api::clock::rfc3339;
 use crate::api::image::disk_format;
 use crate::cluster::{Node, Trace};
-use crate::store::{
+use store::{
     Cnci, CnciState, Event, EventKind, Flavor, Image, Instance, InstanceState, Quota, RemoteHost,
     Role, RoleAssignment, Tenant, Usage, User, Workload,
 };

@@ -13,7 +13,7 @@ use super::catalog::owner_for;
 use super::views;
 use crate::api::extract::{JsonBody, PathParams, path_id, present};
 use crate::api::{ApiError, ApiState, Principal};
-use crate::store::{NewWorkload, Scope, WorkloadChange};
+use store::{NewWorkload, Scope, WorkloadChange};
 
 /// The most user data a workload holds.
 const MAX_USER_DATA: usize = 65_535;

@@ -20,7 +20,7 @@ use super::{
     ApiConfig, ApiState, Bootstrapped, ServeError, TokenSigner, bootstrap_with, router, serve,
 };
 use crate::cluster::{Cluster, ClusterError, Launch, Node, NodeStatus, Trace};
-use crate::store::{
+use store::{
     Fault, Instance, InstanceChange, InstanceState, NewInstance, Scope, Store, StoreError,
 };
 

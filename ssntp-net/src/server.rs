@@ -18,13 +18,13 @@ use super::conn::{self, ConnConfig, Dispatch, FirstFrame, Outbox, ReadRate, Send
 use super::forward::{Directory, Route, Routes};
 use super::handshaker::{Handshaker, HandshakerConfig, Rehomed};
 use super::tls::{self, TlsError, TlsIdentity};
-use crate::frame::Frame;
-use crate::handshake::{
+use ssntp::Role;
+use ssntp::frame::Frame;
+use ssntp::handshake::{
     HandshakeConfig, PeerCertificate, ServerAccepted, ServerHandshake, UuidBinding,
 };
-use crate::payload::{ClusterConfig, DeliveryFailure, DeliveryFailureReason, Payload, Reason};
-use crate::role::Role;
-use crate::session::{Message, Session};
+use ssntp::payload::{ClusterConfig, DeliveryFailure, DeliveryFailureReason, Payload, Reason};
+use ssntp::session::{Message, Session};
 
 /// How a server runs.
 #[derive(Debug, Clone)]
@@ -158,18 +158,18 @@ struct Counters {
 }
 
 impl Counters {
-    fn slot(operand: crate::frame::Operand) -> Option<usize> {
+    fn slot(operand: ssntp::frame::Operand) -> Option<usize> {
         let (ty, op) = operand.to_wire();
         (operand.is_known() && op < 16).then(|| usize::from(ty) * 16 + usize::from(op))
     }
 
-    fn count_in(&self, operand: crate::frame::Operand) {
+    fn count_in(&self, operand: ssntp::frame::Operand) {
         if let Some(i) = Counters::slot(operand) {
             self.frames_in[i].fetch_add(1, Ordering::Relaxed);
         }
     }
 
-    fn count_out(&self, operand: crate::frame::Operand, n: usize) {
+    fn count_out(&self, operand: ssntp::frame::Operand, n: usize) {
         if let Some(i) = Counters::slot(operand) {
             self.frames_out[i].fetch_add(n as u64, Ordering::Relaxed);
         }
@@ -334,7 +334,7 @@ impl Shared {
             && outbox.send(&Frame::new(self.uuid, &failure)).is_ok()
         {
             self.counters
-                .count_out(crate::frame::Operand::DeliveryFailure, 1);
+                .count_out(ssntp::frame::Operand::DeliveryFailure, 1);
         }
     }
 }
@@ -383,9 +383,9 @@ impl ServerHandle {
 
     /// Frames received (after the receiving rules) and sent (made or forwarded), by operand;
     /// operands never seen are left out.
-    pub fn frame_counts(&self) -> Vec<(crate::frame::Operand, u64, u64)> {
+    pub fn frame_counts(&self) -> Vec<(ssntp::frame::Operand, u64, u64)> {
         let c = &self.shared.counters;
-        crate::frame::Operand::ALL
+        ssntp::frame::Operand::ALL
             .iter()
             .filter_map(|op| {
                 let i = Counters::slot(*op)?;

@@ -1,4 +1,4 @@
-//! Benchmarks of SSNTP over loopback TLS 1.3 (run: `cargo bench -p ssntp --bench net -- <case>`):
+//! Benchmarks of SSNTP over loopback TLS 1.3 (run: `cargo bench -p ssntp-net --bench net -- <case>`):
 //!
 //! - `throughput [frames]`: one agent sends 64-byte-payload frames to the server, which receives
 //!   them as typed events; beside it, in the same run, a bare tokio-rustls stream moves the same
@@ -11,11 +11,11 @@
 
 use bytes::BytesMut;
 use ssntp::frame::{DEFAULT_MAX_FRAME, Frame};
-use ssntp::net::{
-    Client, ClientConfig, ClientEvent, Routes, Server, ServerConfig, ServerEvent, TlsIdentity,
-};
 use ssntp::payload::{Connect, Reason};
 use ssntp::{Payload, Role, Uuid};
+use ssntp_net::{
+    Client, ClientConfig, ClientEvent, Routes, Server, ServerConfig, ServerEvent, TlsIdentity,
+};
 use std::time::{Duration, Instant};
 use testkit::TestPki;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -39,7 +39,7 @@ async fn start_server(
 ) -> (
     String,
     tokio::sync::mpsc::Receiver<ServerEvent>,
-    ssntp::net::ServerHandle,
+    ssntp_net::ServerHandle,
     CancellationToken,
 ) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -59,7 +59,7 @@ async fn start_client(
     role: Role,
     addr: &str,
 ) -> (
-    ssntp::net::ClientHandle,
+    ssntp_net::ClientHandle,
     tokio::sync::mpsc::Receiver<ClientEvent>,
 ) {
     let mut config = ClientConfig::new(identity, uuid, role, vec![addr.to_string()]);

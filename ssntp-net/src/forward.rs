@@ -6,10 +6,10 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use uuid::Uuid;
 
-use crate::frame::Operand;
-use crate::payload::DeliveryFailureReason;
-use crate::role::Role;
-use crate::session::Message;
+use ssntp::Role;
+use ssntp::frame::Operand;
+use ssntp::payload::DeliveryFailureReason;
+use ssntp::session::Message;
 
 /// Who is connected, as a dynamic rule sees it.
 pub trait Directory {

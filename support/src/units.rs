@@ -51,7 +51,7 @@ pub fn parse_size(s: &str) -> Result<u32, String> {
     let bytes = n
         .checked_mul(mult)
         .ok_or_else(|| format!("{s:?}: too large"))?;
-    if bytes == 0 || bytes > u64::from(crate::frame::MAX_FRAME_CEILING) {
+    if bytes == 0 || bytes > u64::from(ssntp::frame::MAX_FRAME_CEILING) {
         return Err(format!("{s:?}: must be between 1 byte and 16MiB"));
     }
     Ok(bytes as u32)

@@ -6,8 +6,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use uuid::Uuid;
 
-use crate::handshake::{PeerCertificate, UuidBinding};
-use crate::role::Role;
+use ssntp::Role;
+use ssntp::handshake::{PeerCertificate, UuidBinding};
 
 /// Why an endpoint has no usable UUID.
 #[derive(Debug, thiserror::Error)]

@@ -113,12 +113,6 @@ impl AsyncWrite for Rehomed {
 
 type Job = Pin<Box<dyn Future<Output = ()> + Send>>;
 
-/// Sets the calling thread's nice value (Linux: per thread).
-pub fn nice_this_thread(nice: i32) -> io::Result<()> {
-    let tid = rustix::thread::gettid();
-    rustix::process::setpriority_process(Some(tid), nice).map_err(io::Error::from)
-}
-
 /// A thread that runs handshakes (any future, really) on a runtime of its own.
 #[derive(Debug, Clone)]
 pub struct Handshaker {
@@ -151,7 +145,7 @@ impl Handshaker {
             .name("ssntp-handshakes".into())
             .spawn(move || {
                 if config.nice != 0
-                    && let Err(e) = nice_this_thread(config.nice)
+                    && let Err(e) = support::thread::nice_this_thread(config.nice)
                 {
                     tracing::warn!(error = %e, nice = config.nice, "handshake thread: nice not set");
                 }

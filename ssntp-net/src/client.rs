@@ -15,14 +15,14 @@ use uuid::Uuid;
 
 use super::conn::{self, ConnConfig, Dispatch, Ended, FirstFrame, Outbox, SendError};
 use super::tls::{self, TlsError, TlsIdentity};
-use crate::error::ClientHandshakeError;
-use crate::frame::Frame;
-use crate::handshake::{
+use ssntp::Role;
+use ssntp::error::ClientHandshakeError;
+use ssntp::frame::Frame;
+use ssntp::handshake::{
     ClientAccepted, ClientHandshake, HandshakeConfig, PeerCertificate, UuidBinding,
 };
-use crate::payload::{ClusterConfig, Payload};
-use crate::role::Role;
-use crate::session::{Message, Session};
+use ssntp::payload::{ClusterConfig, Payload};
+use ssntp::session::{Message, Session};
 
 /// Frames to send first after every (re)connect, before anything else (READY, for an agent).
 pub type Announce = Arc<dyn Fn() -> Vec<Payload> + Send + Sync>;
@@ -228,7 +228,7 @@ impl ClientHandle {
 
     /// Queues a traced frame of ours carrying `payload`.
     pub fn send_traced(&self, payload: &Payload, label: &str) -> Result<(), SendError> {
-        let trace = crate::frame::Trace::new(
+        let trace = ssntp::frame::Trace::new(
             label,
             self.shared.uuid,
             self.shared.claim,

@@ -1,13 +1,18 @@
-//! The networked half of SSNTP on tokio and rustls: TLS configurations, the session driver
-//! (one reader and one writer task per connection, bounded queues, coalesced writes), the
-//! server with its forwarding rules, the reconnecting client, and endpoint identity.
+//! The networked half of SSNTP, the driver of the [`ssntp`] core on tokio and rustls (as quinn
+//! drives quinn-proto): TLS configurations ([`tls`]), the session driver ([`conn`]: one reader and
+//! one writer task per connection, bounded queues, coalesced writes), the server with its
+//! forwarding rules ([`server`], [`forward`]) and the thread its handshakes run on
+//! ([`handshaker`]), and the reconnecting client ([`client`]).
+//!
+//! The protocol's rules (frames, payloads, handshake, session) are the core's: this crate only
+//! moves bytes between sockets and the core's state machines, and reads the clock for them.
+//! Daemon plumbing (UUID files, runtime and signals, logging) is the `support` crate's.
+#![forbid(unsafe_code)]
 
 pub mod client;
 pub mod conn;
-pub mod daemon;
 pub mod forward;
 pub mod handshaker;
-pub mod identity;
 pub mod server;
 pub mod tls;
 

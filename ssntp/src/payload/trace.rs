@@ -1,10 +1,11 @@
-//! The trace block (PROTOCOL.md §6): a label, a start time, and one hop per sender.
+//! The trace block (PROTOCOL.md §6): a label, a start time, and one hop per sender. Frames
+//! carry it ([`crate::frame::Trace`]); TRACE_REPORT payloads list its hops.
 
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::Role;
-use crate::payload::cbor;
+use super::cbor;
+use crate::role::Role;
 
 /// The trace block of a traced frame.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

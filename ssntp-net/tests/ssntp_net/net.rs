@@ -2,12 +2,12 @@
 //! replacement, reconnection. No sleeps: every wait has a deadline.
 
 use ssntp::frame::Trace;
-use ssntp::net::{
+use ssntp::payload::*;
+use ssntp::{Operand, Payload, Role, Uuid};
+use ssntp_net::{
     Client, ClientConfig, ClientEvent, ClientHandle, Route, Routes, SendError, Server,
     ServerConfig, ServerEvent, ServerHandle,
 };
-use ssntp::payload::*;
-use ssntp::{Operand, Payload, Role, Uuid};
 use std::time::Duration;
 use testkit::{TestPki, recv_within, wait_until};
 use tokio::net::TcpListener;

@@ -1,9 +1,9 @@
 //! Peers that break the rules, over real TLS: the server refuses them and only them.
 
 use ssntp::frame::{DEFAULT_MAX_FRAME, Frame};
-use ssntp::net::{Routes, ServerEvent};
 use ssntp::payload::*;
 use ssntp::{Operand, Payload, Role, Uuid};
+use ssntp_net::{Routes, ServerEvent};
 use std::time::Duration;
 use testkit::{RawPeer, TestPki, recv_within};
 

@@ -11,9 +11,9 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{Notify, mpsc};
 use tokio_util::sync::CancellationToken;
 
-use crate::codec::{Decoded, Decoder};
-use crate::frame::{EncodeError, Frame};
-use crate::session::{Message, Now, Received, Session, Tick};
+use ssntp::codec::{Decoded, Decoder};
+use ssntp::frame::{EncodeError, Frame};
+use ssntp::session::{Message, Now, Received, Session, Tick};
 
 /// A session's read budget: a token bucket over the bytes read, each frame counting
 /// [`ReadRate::FRAME_COST`] bytes besides its own. A peer that sends faster is read more slowly
@@ -566,9 +566,9 @@ impl<D: Dispatch> ReadLoop<D> {
 #[derive(Debug)]
 pub(crate) enum FirstFrame {
     /// It arrived.
-    Frame(crate::frame::RawFrame),
+    Frame(ssntp::frame::RawFrame),
     /// The stream cannot be framed.
-    Framing(crate::codec::FrameError),
+    Framing(ssntp::codec::FrameError),
     /// The deadline passed.
     Timeout,
     /// The stream closed or failed.

@@ -9,8 +9,8 @@ use rustls::{ClientConfig, RootCertStore, ServerConfig};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::cert::{CertError, peer_certificate};
-use crate::handshake::PeerCertificate;
+use ssntp::cert::{CertError, peer_certificate};
+use ssntp::handshake::PeerCertificate;
 
 /// Why TLS material could not be loaded or used.
 #[derive(Debug, thiserror::Error)]
