@@ -22,7 +22,8 @@ pub fn addressee(payload: &Payload) -> Option<(Uuid, bool)> {
     Some(match payload {
         Payload::Delete(d) => (d.workload_agent_uuid, false),
         Payload::Evacuate(n) | Payload::Restore(n) => (n.workload_agent_uuid, false),
-        Payload::AttachVolume(a) => (a.workload_agent_uuid, false),
+        Payload::AttachVolume(a) | Payload::DetachVolume(a) => (a.workload_agent_uuid, false),
+        Payload::InstanceAction(a) => (a.workload_agent_uuid, false),
         Payload::AssignPublicIp(p) | Payload::ReleasePublicIp(p) => (p.concentrator_uuid, true),
         Payload::TenantAdded(t) | Payload::TenantRemoved(t) => (t.concentrator_uuid, true),
         Payload::RefreshCnci(r) => (r.cnci_uuid, true),
@@ -65,6 +66,8 @@ pub fn routes() -> Routes {
         Operand::StartFailure,
         Operand::DeleteFailure,
         Operand::AttachVolumeFailure,
+        Operand::DetachVolumeFailure,
+        Operand::InstanceActionFailure,
         Operand::AssignPublicIpFailure,
         Operand::UnassignPublicIpFailure,
     ];

@@ -702,11 +702,21 @@ impl Server {
         let session = accepted.session;
         let (uuid, role) = (session.peer_uuid(), session.peer_role());
         let opened = conn::open(stream, max, self.config.conn, tracker);
-        // First in the outbox, before anyone can find the session and queue a frame for it.
-        if opened.outbox().send(&accepted.reply).is_err() {
+        let Some(generation) = self
+            .register(uuid, role, accepted.bound, &accepted.reply, opened.outbox())
+            .await
+        else {
+            // The UUID is a live session's and this certificate binds none: refused, and the
+            // live session is left alone (PROTOCOL.md §4 step 5).
+            tracing::warn!(%uuid, %role, "refused: a certificate that binds no UUID claimed a live session's");
+            let refused = Payload::ConnectionAborted(Reason::new("uuid in use"));
+            let _ = opened
+                .outbox()
+                .send(&Frame::new(self.shared.uuid, &refused));
+            // The writer sends what is queued, then closes the connection.
+            opened.outbox().close();
             return;
-        }
-        let generation = self.register(uuid, role, opened.outbox().clone()).await;
+        };
         if self
             .events
             .send(ServerEvent::Connected {
@@ -759,18 +769,34 @@ impl Server {
         }
     }
 
-    /// Adds a session; a live one with the same UUID is told it is replaced, closed, and
-    /// reported disconnected first.
-    async fn register(&self, uuid: Uuid, role: Role, outbox: Outbox) -> u64 {
+    /// Adds a session, with `reply` (CONNECTED) first in its outbox before anyone can find it and
+    /// queue a frame for it. A live session with the same UUID is told it is replaced, closed, and
+    /// reported disconnected first — when the new client's certificate binds that UUID
+    /// (`bound`); otherwise nothing is added and `None` is returned (PROTOCOL.md §4 step 5).
+    async fn register(
+        &self,
+        uuid: Uuid,
+        role: Role,
+        bound: bool,
+        reply: &Frame,
+        outbox: &Outbox,
+    ) -> Option<u64> {
         let generation = self.shared.generation.fetch_add(1, Ordering::Relaxed);
-        let old = self.shared.write().insert(
-            uuid,
-            Entry {
-                role,
-                outbox,
-                generation,
-            },
-        );
+        let old = {
+            let mut registry = self.shared.write();
+            if !bound && registry.get(&uuid).is_some() {
+                return None;
+            }
+            outbox.send(reply).ok()?;
+            registry.insert(
+                uuid,
+                Entry {
+                    role,
+                    outbox: outbox.clone(),
+                    generation,
+                },
+            )
+        };
         if let Some(old) = old {
             let replaced = Payload::ConnectionAborted(Reason::new("replaced"));
             let _ = old.outbox.send(&Frame::new(self.shared.uuid, &replaced));
@@ -784,7 +810,7 @@ impl Server {
                 })
                 .await;
         }
-        generation
+        Some(generation)
     }
 
     /// Removes a session unless a newer one took its place; `true` if it was removed.

@@ -22,6 +22,8 @@ pub fn client_may_send(role: Role, operand: Operand) -> bool {
         | O::Restore
         | O::Configure
         | O::AttachVolume
+        | O::DetachVolume
+        | O::InstanceAction
         | O::AssignPublicIp
         | O::ReleasePublicIp
         | O::RefreshCnci => role.contains(Role::CONTROLLER),
@@ -36,7 +38,9 @@ pub fn client_may_send(role: Role, operand: Operand) -> bool {
         | O::TenantRemoved
         | O::StartFailure
         | O::DeleteFailure
-        | O::AttachVolumeFailure => role.intersects(Role::AGENT | Role::NETAGENT),
+        | O::AttachVolumeFailure
+        | O::DetachVolumeFailure
+        | O::InstanceActionFailure => role.intersects(Role::AGENT | Role::NETAGENT),
         O::ConcentratorInstanceAdded
         | O::PublicIpAssigned
         | O::PublicIpUnassigned
@@ -75,6 +79,8 @@ mod tests {
             "RESTORE",
             "CONFIGURE",
             "ATTACH_VOLUME",
+            "DETACH_VOLUME",
+            "INSTANCE_ACTION",
             "ASSIGN_PUBLIC_IP",
             "RELEASE_PUBLIC_IP",
             "REFRESH_CNCI",
@@ -92,6 +98,8 @@ mod tests {
             "START_FAILURE",
             "DELETE_FAILURE",
             "ATTACH_VOLUME_FAILURE",
+            "DETACH_VOLUME_FAILURE",
+            "INSTANCE_ACTION_FAILURE",
         ];
         let cnci = [
             "CONCENTRATOR_INSTANCE_ADDED",

@@ -10,9 +10,9 @@ use uuid::Uuid;
 use crate::codec::FrameError;
 use crate::frame::{BodyError, Frame, Operand};
 use crate::payload::{
-    AttachVolumeFailure, AttachVolumeFailureReason, DeleteFailure, DeleteFailureReason, Payload,
-    PayloadError, PublicIpFailure, PublicIpFailureReason, Reason, Salvage, StartFailure,
-    StartFailureReason,
+    AttachVolumeFailure, AttachVolumeFailureReason, DeleteFailure, DeleteFailureReason,
+    InstanceActionFailure, InstanceActionFailureReason, Payload, PayloadError, PublicIpFailure,
+    PublicIpFailureReason, Reason, Salvage, StartFailure, StartFailureReason,
 };
 use crate::role::{Role, Side};
 
@@ -270,6 +270,12 @@ fn body_failure(operand: Operand, s: &Salvage, node_uuid: Option<Uuid>) -> Optio
         vnic_mac: None,
         reason: PublicIpFailureReason::InvalidPayload,
     };
+    let volume = || AttachVolumeFailure {
+        instance_uuid,
+        volume_uuid: s.volume_uuid.unwrap_or(Uuid::nil()),
+        node_uuid,
+        reason: AttachVolumeFailureReason::InvalidPayload,
+    };
     Some(match operand {
         Operand::Start => Payload::StartFailure(StartFailure {
             instance_uuid,
@@ -283,11 +289,13 @@ fn body_failure(operand: Operand, s: &Salvage, node_uuid: Option<Uuid>) -> Optio
             node_uuid,
             reason: DeleteFailureReason::InvalidPayload,
         }),
-        Operand::AttachVolume => Payload::AttachVolumeFailure(AttachVolumeFailure {
+        Operand::AttachVolume => Payload::AttachVolumeFailure(volume()),
+        Operand::DetachVolume => Payload::DetachVolumeFailure(volume()),
+        Operand::InstanceAction => Payload::InstanceActionFailure(InstanceActionFailure {
             instance_uuid,
-            volume_uuid: s.volume_uuid.unwrap_or(Uuid::nil()),
             node_uuid,
-            reason: AttachVolumeFailureReason::InvalidPayload,
+            action: None,
+            reason: InstanceActionFailureReason::InvalidPayload,
         }),
         Operand::AssignPublicIp => Payload::AssignPublicIpFailure(public_ip()),
         Operand::ReleasePublicIp => Payload::UnassignPublicIpFailure(public_ip()),

@@ -79,6 +79,9 @@ pub struct ServerAccepted {
     pub session: Session,
     /// CONNECTED.
     pub reply: Frame,
+    /// Whether the client's certificate binds its UUID (PROTOCOL.md §2). Only such a client may
+    /// take the UUID of a live session (§4 step 5): the server checks that against its sessions.
+    pub bound: bool,
 }
 
 /// The server refused: why; [`Rejected::reply`] is the ERROR to send before closing.
@@ -205,7 +208,11 @@ impl ServerHandshake {
                 config: self.cluster.clone(),
             })),
         );
-        Ok(ServerAccepted { session, reply })
+        Ok(ServerAccepted {
+            session,
+            reply,
+            bound: matches!(self.peer.binding, UuidBinding::Bound(_)),
+        })
     }
 }
 

@@ -89,7 +89,7 @@ operands! {
         Stats = 2 => "STATS",
         /// Put a node in maintenance and stop its instances.
         Evacuate = 3 => "EVACUATE",
-        /// Delete (or stop, for a restart elsewhere) an instance.
+        /// Delete an instance, or (`stop`) power it off and keep it on its node.
         Delete = 4 => "DELETE",
         /// Map a public IP to an instance (to a CNCI).
         AssignPublicIp = 5 => "ASSIGN_PUBLIC_IP",
@@ -103,6 +103,10 @@ operands! {
         Restore = 9 => "RESTORE",
         /// The list of sibling CNCIs of a tenant (to a CNCI).
         RefreshCnci = 10 => "REFRESH_CNCI",
+        /// Reboot, pause, unpause, suspend or resume a running instance (to its node).
+        InstanceAction = 11 => "INSTANCE_ACTION",
+        /// Detach a volume from an instance (to its node).
+        DetachVolume = 12 => "DETACH_VOLUME",
     }
     Status {
         /// Handshake: the server's answer.
@@ -163,6 +167,10 @@ operands! {
         ProtocolViolation = 9 => "PROTOCOL_VIOLATION",
         /// The scheduler could not deliver a routed frame.
         DeliveryFailure = 10 => "DELIVERY_FAILURE",
+        /// An action on an instance failed.
+        InstanceActionFailure = 11 => "INSTANCE_ACTION_FAILURE",
+        /// A volume could not be detached.
+        DetachVolumeFailure = 12 => "DETACH_VOLUME_FAILURE",
     }
 }
 
@@ -204,7 +212,11 @@ mod tests {
         assert_eq!(Operand::InstanceStopped.to_wire(), (3, 9));
         assert_eq!(Operand::DeliveryFailure.to_wire(), (2, 10));
         assert_eq!(Operand::ProtocolViolation.to_wire(), (2, 9));
-        assert_eq!(Operand::ALL.len(), 11 + 6 + 10 + 11);
+        assert_eq!(Operand::InstanceAction.to_wire(), (0, 11));
+        assert_eq!(Operand::DetachVolume.to_wire(), (0, 12));
+        assert_eq!(Operand::InstanceActionFailure.to_wire(), (2, 11));
+        assert_eq!(Operand::DetachVolumeFailure.to_wire(), (2, 12));
+        assert_eq!(Operand::ALL.len(), 13 + 6 + 10 + 13);
     }
 
     #[test]

@@ -353,7 +353,7 @@ mod tests {
     fn unknown_operands_get_invalid_frame_type_except_errors() {
         let clock = Clock::new();
         let mut s = session(Side::Server, Role::CONTROLLER, clock);
-        for (ty, op) in [(0, 11), (1, 6), (3, 10), (4, 0), (255, 255)] {
+        for (ty, op) in [(0, 13), (1, 6), (3, 10), (4, 0), (255, 255)] {
             let (v, reply) = rejected(s.handle_raw(
                 clock.now(1),
                 raw_with(1, 0, Operand::from_wire(ty, op), PEER, &[1, 2]),

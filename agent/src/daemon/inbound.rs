@@ -6,7 +6,8 @@
 //! | DELETE, EVACUATE, RESTORE for this node | to the core |
 //! | DELETE for another node | DELETE_FAILURE `invalid_data` (the controller learns at once that the frame went astray, rather than waiting on an instance that will never go) |
 //! | EVACUATE, RESTORE for another node | ignored with a warning (they have no failure frame) |
-//! | ATTACH_VOLUME | ATTACH_VOLUME_FAILURE `not_supported` (no backend attaches volumes yet) |
+//! | ATTACH_VOLUME, DETACH_VOLUME | ATTACH_VOLUME_FAILURE, DETACH_VOLUME_FAILURE `not_supported` (no backend attaches volumes yet) |
+//! | INSTANCE_ACTION | INSTANCE_ACTION_FAILURE: `invalid_data` for another node or an unknown action, `backend_failure` otherwise (no backend carries actions out yet) |
 //! | CONFIGURE | logged: a running agent does not change its configuration yet |
 //! | DELIVERY_FAILURE and ERRORs from the scheduler | logged |
 //! | anything else | logged and dropped |
@@ -16,7 +17,8 @@
 
 use ssntp::Payload;
 use ssntp::payload::{
-    AttachVolumeFailure, AttachVolumeFailureReason, DeleteFailure, DeleteFailureReason,
+    Action, AttachVolumeFailure, AttachVolumeFailureReason, DeleteFailure, DeleteFailureReason,
+    InstanceActionFailure, InstanceActionFailureReason,
 };
 use uuid::Uuid;
 
@@ -56,12 +58,30 @@ pub fn inbound(payload: &Payload, node: Uuid) -> Inbound {
                 warn: true,
             }
         }
-        Payload::AttachVolume(a) => {
-            Inbound::Reply(Payload::AttachVolumeFailure(AttachVolumeFailure {
+        Payload::AttachVolume(a) | Payload::DetachVolume(a) => {
+            let failure = AttachVolumeFailure {
                 instance_uuid: a.instance_uuid,
                 volume_uuid: a.volume_uuid,
                 node_uuid: Some(node),
                 reason: AttachVolumeFailureReason::NotSupported,
+            };
+            Inbound::Reply(if matches!(payload, Payload::AttachVolume(_)) {
+                Payload::AttachVolumeFailure(failure)
+            } else {
+                Payload::DetachVolumeFailure(failure)
+            })
+        }
+        Payload::InstanceAction(a) => {
+            let reason = if elsewhere(a.workload_agent_uuid) || a.action == Action::Other {
+                InstanceActionFailureReason::InvalidData
+            } else {
+                InstanceActionFailureReason::BackendFailure
+            };
+            Inbound::Reply(Payload::InstanceActionFailure(InstanceActionFailure {
+                instance_uuid: a.instance_uuid,
+                node_uuid: Some(node),
+                action: Some(a.action),
+                reason,
             }))
         }
         Payload::Configure(_) => Inbound::Log {
@@ -154,6 +174,15 @@ mod tests {
         };
         assert_eq!(f.reason, AttachVolumeFailureReason::NotSupported);
         assert_eq!(f.node_uuid, Some(ME));
+        let detach = Payload::DetachVolume(AttachVolume {
+            instance_uuid: INSTANCE,
+            volume_uuid: OTHER,
+            workload_agent_uuid: ME,
+        });
+        let Inbound::Reply(Payload::DetachVolumeFailure(f)) = inbound(&detach, ME) else {
+            panic!("a DETACH_VOLUME is answered with its own failure")
+        };
+        assert_eq!(f.reason, AttachVolumeFailureReason::NotSupported);
         let violation = Payload::ProtocolViolation(Reason::new("no"));
         assert!(matches!(inbound(&violation, ME), Inbound::Log { .. }));
         assert!(matches!(

@@ -505,6 +505,58 @@ async fn a_second_connect_with_a_live_uuid_replaces_the_session() {
 }
 
 #[tokio::test]
+async fn a_certificate_binding_no_uuid_cannot_take_a_live_sessions_uuid() {
+    let pki = TestPki::new();
+    let mut s = server_with(&pki, u(0x5c), Routes::new(), |_| {}).await;
+    let mut agent = client(&pki, Role::AGENT, u(1), &s.addr);
+    connected(&mut agent).await;
+    assert_eq!(server_connected(&mut s).await, (u(1), Role::AGENT));
+    // A CNCI certificate binds no UUID: it may not claim the agent's (PROTOCOL.md §4 step 5).
+    let config = ClientConfig::new(
+        pki.identity(Role::CNCIAGENT, None),
+        u(1),
+        Role::CNCIAGENT,
+        vec![s.addr.clone()],
+    );
+    let (thief, mut thief_events) = Client::start(config).unwrap();
+    loop {
+        match recv_within(&mut thief_events, T).await {
+            ClientEvent::Stopped(e) => {
+                assert!(e.to_string().contains("uuid in use"), "{e}");
+                break;
+            }
+            ClientEvent::Disconnected { reason } => {
+                assert!(reason.contains("uuid in use"), "{reason}")
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    thief.close();
+    // The live session is untouched: still registered, still the agent, still delivering.
+    assert_eq!(s.handle.client_role(u(1)), Some(Role::AGENT));
+    assert!(agent.handle.is_connected());
+    agent.handle.send_payload(&instance_deleted(7)).unwrap();
+    match recv_within(&mut s.events, T).await {
+        ServerEvent::Frames { uuid, .. } => assert_eq!(uuid, u(1)),
+        other => panic!("{other:?}"),
+    }
+    // The same unbound certificate may take a UUID nobody holds.
+    let config = ClientConfig::new(
+        pki.identity(Role::CNCIAGENT, None),
+        u(2),
+        Role::CNCIAGENT,
+        vec![s.addr.clone()],
+    );
+    let (cnci, mut cnci_events) = Client::start(config).unwrap();
+    match recv_within(&mut cnci_events, T).await {
+        ClientEvent::Connected { .. } => {}
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(server_connected(&mut s).await, (u(2), Role::CNCIAGENT));
+    cnci.close();
+}
+
+#[tokio::test]
 async fn server_stop_and_restart_bring_clients_back_with_the_same_uuid() {
     let pki = TestPki::new();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();

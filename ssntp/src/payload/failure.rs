@@ -211,13 +211,13 @@ pub struct DeleteFailure {
     pub reason: DeleteFailureReason,
 }
 
-/// Why a volume could not be attached.
+/// Why a volume could not be attached (or detached).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum AttachVolumeFailureReason {
     /// The node has no such instance.
     NoInstance,
-    /// The ATTACH_VOLUME could not be decoded.
+    /// The ATTACH_VOLUME (DETACH_VOLUME) could not be decoded.
     InvalidPayload,
     /// Its data is not valid.
     InvalidData,
@@ -236,7 +236,7 @@ pub enum AttachVolumeFailureReason {
     Other,
 }
 
-/// ATTACH_VOLUME_FAILURE.
+/// ATTACH_VOLUME_FAILURE and DETACH_VOLUME_FAILURE.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AttachVolumeFailure {
     /// The instance.
@@ -254,6 +254,48 @@ pub struct AttachVolumeFailure {
     pub node_uuid: Option<Uuid>,
     /// Why.
     pub reason: AttachVolumeFailureReason,
+}
+
+/// DETACH_VOLUME_FAILURE: the fields of ATTACH_VOLUME_FAILURE.
+pub type DetachVolumeFailure = AttachVolumeFailure;
+
+/// Why an INSTANCE_ACTION failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InstanceActionFailureReason {
+    /// The node has no such instance.
+    NoInstance,
+    /// The instance's state does not allow the action (pause a stopped instance).
+    InvalidState,
+    /// The INSTANCE_ACTION could not be decoded.
+    InvalidPayload,
+    /// Its data is not valid (an action the node does not know).
+    InvalidData,
+    /// The backend failed to carry it out.
+    BackendFailure,
+    /// A reason this version does not know.
+    #[serde(other)]
+    Other,
+}
+
+/// INSTANCE_ACTION_FAILURE.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InstanceActionFailure {
+    /// The instance.
+    #[serde(with = "cbor::uuid_bytes")]
+    pub instance_uuid: Uuid,
+    /// The node (absent when the scheduler answers).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "cbor::opt_uuid_bytes"
+    )]
+    pub node_uuid: Option<Uuid>,
+    /// The action asked, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action: Option<super::instance::Action>,
+    /// Why.
+    pub reason: InstanceActionFailureReason,
 }
 
 /// Why a public IP could not be assigned or released.

@@ -1,4 +1,5 @@
-//! Instance payloads: START, DELETE, ATTACH_VOLUME, INSTANCE_DELETED / INSTANCE_STOPPED.
+//! Instance payloads: START, DELETE, INSTANCE_ACTION, ATTACH_VOLUME / DETACH_VOLUME,
+//! INSTANCE_DELETED / INSTANCE_STOPPED.
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -130,7 +131,8 @@ pub struct Storage {
     pub ephemeral: bool,
 }
 
-/// DELETE: delete an instance, or stop it for a restart elsewhere.
+/// DELETE: delete an instance, or (`stop`) power it off and keep it on its node (its disks, its
+/// definition, its record) for a later START with `restart`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Delete {
     /// The instance.
@@ -139,13 +141,63 @@ pub struct Delete {
     /// The node it runs on.
     #[serde(with = "cbor::uuid_bytes")]
     pub workload_agent_uuid: Uuid,
-    /// Stop rather than delete: the agent reports INSTANCE_STOPPED.
+    /// Power off and keep rather than delete: the agent reports INSTANCE_STOPPED.
     pub stop: bool,
 }
 
-/// ATTACH_VOLUME: attach a volume to a running instance.
+/// What an INSTANCE_ACTION asks of a running instance. An action this version does not know
+/// reads as `Other` (the node answers INSTANCE_ACTION_FAILURE `invalid_data`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    /// An orderly reboot (ACPI), a reset if the guest does not react in time.
+    Reboot,
+    /// A reset.
+    RebootHard,
+    /// Freeze the instance in memory.
+    Pause,
+    /// Go on after a pause.
+    Unpause,
+    /// Save the instance's memory to its node's disk and stop it.
+    Suspend,
+    /// Go on from a suspend.
+    Resume,
+    /// An action this version does not know.
+    #[serde(other)]
+    Other,
+}
+
+impl Action {
+    /// The action's wire name (`reboot_hard`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Action::Reboot => "reboot",
+            Action::RebootHard => "reboot_hard",
+            Action::Pause => "pause",
+            Action::Unpause => "unpause",
+            Action::Suspend => "suspend",
+            Action::Resume => "resume",
+            Action::Other => "other",
+        }
+    }
+}
+
+/// INSTANCE_ACTION: an action on a running instance, to its node. Its new state shows in STATS.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct AttachVolume {
+pub struct InstanceAction {
+    /// The instance.
+    #[serde(with = "cbor::uuid_bytes")]
+    pub instance_uuid: Uuid,
+    /// The node it runs on.
+    #[serde(with = "cbor::uuid_bytes")]
+    pub workload_agent_uuid: Uuid,
+    /// What to do.
+    pub action: Action,
+}
+
+/// ATTACH_VOLUME and DETACH_VOLUME: attach a volume to an instance, or detach it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VolumeCommand {
     /// The instance.
     #[serde(with = "cbor::uuid_bytes")]
     pub instance_uuid: Uuid,
@@ -156,6 +208,9 @@ pub struct AttachVolume {
     #[serde(with = "cbor::uuid_bytes")]
     pub workload_agent_uuid: Uuid,
 }
+
+/// ATTACH_VOLUME (the name it had before DETACH_VOLUME shared its fields).
+pub type AttachVolume = VolumeCommand;
 
 /// INSTANCE_DELETED, INSTANCE_STOPPED.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

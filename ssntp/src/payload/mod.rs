@@ -22,14 +22,16 @@ mod types;
 
 pub use failure::{
     AttachVolumeFailure, AttachVolumeFailureReason, DeleteFailure, DeleteFailureReason,
-    DeliveryFailure, DeliveryFailureReason, MAX_FAILURE_MESSAGE, PublicIpFailure,
-    PublicIpFailureReason, Reason, StartFailure, StartFailureReason, truncate_text,
+    DeliveryFailure, DeliveryFailureReason, DetachVolumeFailure, InstanceActionFailure,
+    InstanceActionFailureReason, MAX_FAILURE_MESSAGE, PublicIpFailure, PublicIpFailureReason,
+    Reason, StartFailure, StartFailureReason, truncate_text,
 };
 pub use handshake::{
     ClusterConfig, Connect, Connected, ControllerConfig, LauncherConfig, SchedulerConfig,
 };
 pub use instance::{
-    AttachVolume, Delete, FwType, InstanceEvent, Networking, Requirements, Start, Storage, VmType,
+    Action, AttachVolume, Delete, FwType, InstanceAction, InstanceEvent, Networking, Requirements,
+    Start, Storage, VmType, VolumeCommand,
 };
 pub use network::{
     CnciPeer, ConcentratorAdded, PublicIpCommand, PublicIpEvent, RefreshCnci, TenantEvent,
@@ -151,6 +153,8 @@ payloads! {
         AttachVolume(AttachVolume),
         Restore(NodeCommand),
         RefreshCnci(RefreshCnci),
+        InstanceAction(InstanceAction),
+        DetachVolume(VolumeCommand),
         Connected(Box<Connected>),
         Ready(NodeStatus),
         TenantAdded(TenantEvent),
@@ -174,6 +178,8 @@ payloads! {
         UnassignPublicIpFailure(PublicIpFailure),
         ProtocolViolation(Reason),
         DeliveryFailure(DeliveryFailure),
+        InstanceActionFailure(InstanceActionFailure),
+        DetachVolumeFailure(DetachVolumeFailure),
     }
     optional_map {
         Full(NodeStatus),

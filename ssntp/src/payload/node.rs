@@ -143,6 +143,10 @@ pub enum InstanceState {
     Stopping,
     /// Failed to stop.
     ExitFailed,
+    /// Frozen in memory (INSTANCE_ACTION `pause`).
+    Paused,
+    /// Saved to its node's disk (INSTANCE_ACTION `suspend`).
+    Suspended,
 }
 
 /// One instance in STATS.

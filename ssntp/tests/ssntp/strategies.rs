@@ -65,6 +65,8 @@ fn instance_stat() -> impl Strategy<Value = InstanceStat> {
         Just(InstanceState::Exited),
         Just(InstanceState::Stopping),
         Just(InstanceState::ExitFailed),
+        Just(InstanceState::Paused),
+        Just(InstanceState::Suspended),
     ];
     (
         uuid(),
@@ -358,6 +360,28 @@ fn attach_reason() -> impl Strategy<Value = AttachVolumeFailureReason> {
     ])
 }
 
+fn action() -> impl Strategy<Value = Action> {
+    proptest::sample::select(vec![
+        Action::Reboot,
+        Action::RebootHard,
+        Action::Pause,
+        Action::Unpause,
+        Action::Suspend,
+        Action::Resume,
+    ])
+}
+
+fn action_reason() -> impl Strategy<Value = InstanceActionFailureReason> {
+    use InstanceActionFailureReason as R;
+    proptest::sample::select(vec![
+        R::NoInstance,
+        R::InvalidState,
+        R::InvalidPayload,
+        R::InvalidData,
+        R::BackendFailure,
+    ])
+}
+
 /// Any payload of any known operand.
 pub fn payload() -> impl Strategy<Value = Payload> {
     let node_cmd = || {
@@ -395,6 +419,18 @@ pub fn payload() -> impl Strategy<Value = Payload> {
             workload_agent_uuid: a
         })),
         node_cmd().prop_map(Payload::Restore),
+        (uuid(), uuid(), action()).prop_map(|(i, a, action)| Payload::InstanceAction(
+            InstanceAction {
+                instance_uuid: i,
+                workload_agent_uuid: a,
+                action
+            }
+        )),
+        (uuid(), uuid(), uuid()).prop_map(|(i, v, a)| Payload::DetachVolume(VolumeCommand {
+            instance_uuid: i,
+            volume_uuid: v,
+            workload_agent_uuid: a
+        })),
         (uuid(), vec((ip(), cidr(), ip(), any::<u32>()), 0..3)).prop_map(|(c, peers)| {
             Payload::RefreshCnci(RefreshCnci {
                 cnci_uuid: c,
@@ -504,6 +540,28 @@ pub fn payload() -> impl Strategy<Value = Payload> {
                 reason,
             })
         }),
+        (uuid(), uuid(), option::of(uuid()), attach_reason()).prop_map(|(i, v, n, reason)| {
+            Payload::DetachVolumeFailure(AttachVolumeFailure {
+                instance_uuid: i,
+                volume_uuid: v,
+                node_uuid: n,
+                reason,
+            })
+        }),
+        (
+            uuid(),
+            option::of(uuid()),
+            option::of(action()),
+            action_reason()
+        )
+            .prop_map(|(i, n, action, reason)| Payload::InstanceActionFailure(
+                InstanceActionFailure {
+                    instance_uuid: i,
+                    node_uuid: n,
+                    action,
+                    reason,
+                }
+            )),
         public_ip_failure().prop_map(Payload::AssignPublicIpFailure),
         public_ip_failure().prop_map(Payload::UnassignPublicIpFailure),
         reason().prop_map(Payload::ProtocolViolation),
