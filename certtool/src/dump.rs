@@ -4,21 +4,19 @@ use std::fmt::Write;
 
 use ssntp::UuidBinding;
 use ssntp::cert::{AltName, CertInfo};
+use time::format_description::BorrowedFormatItem;
+use time::macros::format_description;
+
+/// `2026-11-30 06:09:04 UTC`.
+const UTC: &[BorrowedFormatItem<'static>] =
+    format_description!("[year]-[month]-[day] [hour]:[minute]:[second] UTC");
 
 /// A time as `2026-11-30 06:09:04 UTC`.
 pub fn utc(unix: i64) -> String {
-    match time::OffsetDateTime::from_unix_timestamp(unix) {
-        Ok(t) => format!(
-            "{:04}-{:02}-{:02} {:02}:{:02}:{:02} UTC",
-            t.year(),
-            u8::from(t.month()),
-            t.day(),
-            t.hour(),
-            t.minute(),
-            t.second()
-        ),
-        Err(_) => format!("{unix} s after 1970"),
-    }
+    time::OffsetDateTime::from_unix_timestamp(unix)
+        .ok()
+        .and_then(|t| t.format(UTC).ok())
+        .unwrap_or_else(|| format!("{unix} s after 1970"))
 }
 
 /// The text `--dump` prints for one certificate, given the current time (Unix seconds).
@@ -130,6 +128,8 @@ mod tests {
     fn utc_formats() {
         assert_eq!(utc(0), "1970-01-01 00:00:00 UTC");
         assert_eq!(utc(1_796_000_000), "2026-11-30 00:53:20 UTC");
+        assert_eq!(utc(-1), "1969-12-31 23:59:59 UTC");
+        assert_eq!(utc(253_402_300_799), "9999-12-31 23:59:59 UTC");
         assert!(utc(i64::MAX).contains("after 1970"));
     }
 }

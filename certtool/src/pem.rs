@@ -1,36 +1,15 @@
-//! PEM encoding (RFC 7468) of DER bytes; decoding is rustls-pki-types'.
+//! PEM encoding (RFC 7468) of DER bytes, by the `pem` crate (rcgen's own); decoding is
+//! rustls-pki-types'.
 
-/// `-----BEGIN {label}-----`, the base64 of `der` in lines of 64, `-----END {label}-----`.
+use ::pem::{EncodeConfig, LineEnding, Pem};
+
+/// `-----BEGIN {label}-----`, the base64 of `der` in lines of 64, `-----END {label}-----`, each
+/// line ended by `\n` (what `cumulo-cert` has always written; the `pem` crate's default is CRLF).
 pub fn encode(label: &str, der: &[u8]) -> String {
-    let body = base64(der);
-    let mut out = format!("-----BEGIN {label}-----\n");
-    for line in body.as_bytes().chunks(64) {
-        out.push_str(&String::from_utf8_lossy(line));
-        out.push('\n');
-    }
-    out.push_str(&format!("-----END {label}-----\n"));
-    out
-}
-
-fn base64(data: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
-    for chunk in data.chunks(3) {
-        let b = [
-            chunk[0],
-            chunk.get(1).copied().unwrap_or(0),
-            chunk.get(2).copied().unwrap_or(0),
-        ];
-        let n = u32::from(b[0]) << 16 | u32::from(b[1]) << 8 | u32::from(b[2]);
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(char::from(ALPHABET[(n >> (18 - 6 * i) & 0x3f) as usize]));
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
+    ::pem::encode_config(
+        &Pem::new(label, der),
+        EncodeConfig::new().set_line_ending(LineEnding::LF),
+    )
 }
 
 #[cfg(test)]
@@ -39,11 +18,18 @@ mod tests {
 
     #[test]
     fn base64_padding() {
-        assert_eq!(base64(b""), "");
-        assert_eq!(base64(b"f"), "Zg==");
-        assert_eq!(base64(b"fo"), "Zm8=");
-        assert_eq!(base64(b"foo"), "Zm9v");
-        assert_eq!(base64(b"foobar"), "Zm9vYmFy");
+        let body = |der: &[u8]| {
+            encode("X", der)
+                .lines()
+                .nth(1)
+                .unwrap_or_default()
+                .to_string()
+        };
+        assert_eq!(encode("X", b""), "-----BEGIN X-----\n-----END X-----\n");
+        assert_eq!(body(b"f"), "Zg==");
+        assert_eq!(body(b"fo"), "Zm8=");
+        assert_eq!(body(b"foo"), "Zm9v");
+        assert_eq!(body(b"foobar"), "Zm9vYmFy");
     }
 
     #[test]
@@ -55,5 +41,19 @@ mod tests {
         assert_eq!(lines[2].len(), 64);
         assert_eq!(lines[3].len(), 136 - 128);
         assert_eq!(lines[4], "-----END X-----");
+    }
+
+    #[test]
+    fn byte_identical_to_what_cumulo_cert_always_wrote() {
+        let der: Vec<u8> = (0..100).collect();
+        assert_eq!(
+            encode("CERTIFICATE", &der),
+            "-----BEGIN CERTIFICATE-----\n\
+             AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8gISIjJCUmJygpKissLS4v\n\
+             MDEyMzQ1Njc4OTo7PD0+P0BBQkNERUZHSElKS0xNTk9QUVJTVFVWV1hZWltcXV5f\n\
+             YGFiYw==\n\
+             -----END CERTIFICATE-----\n"
+        );
+        assert_eq!(encode("X", b""), "-----BEGIN X-----\n-----END X-----\n");
     }
 }

@@ -403,7 +403,7 @@ impl Cluster {
         let mut actions = Vec::new();
         for (uuid, role, generation) in dead {
             tracing::warn!(%uuid, "node silent for {:?}: dropped", self.dead_after);
-            self.metrics.dead_nodes += 1;
+            self.metrics.node_dropped();
             actions.push(Action::Disconnect { uuid, generation });
             actions.extend(self.disconnected(uuid, role, generation));
         }

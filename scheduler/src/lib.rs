@@ -106,8 +106,8 @@ fn summarize(cluster: &Cluster, handle: &ServerHandle, queue_depth: usize) -> Su
         by_state[3].1,
         by_state[4].1,
         by_state[0].1,
-        m.placements,
-        m.failures.values().sum::<u64>(),
+        m.placements(),
+        m.failures(),
     );
     Summary {
         metrics: m.render(&by_role, &by_state, &handle.frame_counts(), queue_depth),
@@ -307,7 +307,7 @@ mod tests {
         tick_after_queued(&mut cluster, &handle, &mut events, late);
         let left: Vec<Uuid> = cluster.placement().nodes().map(|n| n.uuid).collect();
         assert_eq!(left, vec![busy], "only the silent node is dropped");
-        assert_eq!(cluster.metrics.dead_nodes, 1);
+        assert_eq!(cluster.metrics.dead_nodes(), 1);
         assert!(events.is_empty());
     }
 }

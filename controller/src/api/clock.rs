@@ -2,6 +2,11 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use time::OffsetDateTime;
+use time::format_description::BorrowedFormatItem;
+use time::format_description::well_known::Rfc3339;
+use time::macros::{datetime, format_description};
+
 /// Seconds since the Unix epoch (0 for times before it).
 pub fn unix_secs(time: SystemTime) -> u64 {
     time.duration_since(UNIX_EPOCH)
@@ -14,37 +19,33 @@ pub fn from_unix_secs(secs: u64) -> SystemTime {
     UNIX_EPOCH + Duration::from_secs(secs)
 }
 
-/// `time` as RFC 3339 UTC with whole seconds.
+/// `time` in UTC, whole seconds (`time` crate's value; the latest time RFC 3339 can write, the
+/// last second of 9999, for anything later).
+fn utc(time: SystemTime) -> OffsetDateTime {
+    i64::try_from(unix_secs(time))
+        .ok()
+        .and_then(|secs| OffsetDateTime::from_unix_timestamp(secs).ok())
+        .filter(|t| t.year() <= 9999)
+        .unwrap_or(LATEST)
+}
+
+/// 9999-12-31T23:59:59Z.
+const LATEST: OffsetDateTime = datetime!(9999-12-31 23:59:59 UTC);
+
+/// `2026-11-30T08:37:56.000000Z`: RFC 3339 with six digits of fraction, as Keystone writes them.
+const MICRO: &[BorrowedFormatItem<'static>] =
+    format_description!("[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:6]Z");
+
+/// `time` as RFC 3339 UTC with whole seconds (`2026-11-30T08:37:56Z`).
 pub fn rfc3339(time: SystemTime) -> String {
-    let secs = unix_secs(time);
-    let (days, rest) = (secs / 86_400, secs % 86_400);
-    let (year, month, day) = civil_from_days(days);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        rest / 3600,
-        rest % 3600 / 60,
-        rest % 60
-    )
+    // The `time` crate writes no fraction when it is zero, and `Z` for UTC.
+    utc(time).format(&Rfc3339).unwrap_or_default()
 }
 
-/// `time` as Keystone writes `expires_at`: RFC 3339 UTC with microseconds.
+/// `time` as Keystone writes `expires_at`: RFC 3339 UTC with microseconds (always `.000000`: our
+/// times are whole seconds).
 pub fn rfc3339_micro(time: SystemTime) -> String {
-    let base = rfc3339(time);
-    format!("{}.000000Z", base.trim_end_matches('Z'))
-}
-
-/// The proleptic Gregorian date of a day count since 1970-01-01 (Howard Hinnant's algorithm).
-fn civil_from_days(days: u64) -> (u64, u64, u64) {
-    let z = days + 719_468;
-    let era = z / 146_097;
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + u64::from(month <= 2);
-    (year, month, day)
+    utc(time).format(MICRO).unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -62,6 +63,42 @@ mod tests {
         assert_eq!(
             rfc3339_micro(from_unix_secs(0)),
             "1970-01-01T00:00:00.000000Z"
+        );
+    }
+
+    #[test]
+    fn whole_seconds_and_calendar_edges() {
+        let at = |secs: u64, nanos: u32| UNIX_EPOCH + Duration::new(secs, nanos);
+        // Fractions are dropped, not rounded.
+        assert_eq!(
+            rfc3339(at(946_684_799, 999_999_999)),
+            "1999-12-31T23:59:59Z"
+        );
+        assert_eq!(
+            rfc3339_micro(at(1_796_027_876, 500_000_000)),
+            "2026-11-30T08:37:56.000000Z"
+        );
+        assert_eq!(
+            rfc3339(from_unix_secs(1_709_210_096)),
+            "2024-02-29T12:34:56Z"
+        );
+        // 2100 is not a leap year.
+        assert_eq!(
+            rfc3339(from_unix_secs(4_107_542_400)),
+            "2100-03-01T00:00:00Z"
+        );
+        assert_eq!(
+            rfc3339(from_unix_secs(253_402_300_799)),
+            "9999-12-31T23:59:59Z"
+        );
+        // Before the epoch: the epoch (as `unix_secs`); past year 9999: its last second.
+        assert_eq!(
+            rfc3339(UNIX_EPOCH - Duration::from_secs(5)),
+            "1970-01-01T00:00:00Z"
+        );
+        assert_eq!(
+            rfc3339(from_unix_secs(u64::MAX / 4)),
+            "9999-12-31T23:59:59Z"
         );
     }
 }

@@ -1,15 +1,19 @@
 //! Request metrics in Prometheus text: requests by route and status class, a latency histogram
-//! by route, and instances by state (read from the store when scraped).
+//! by route, and instances by state (read from the store when scraped). Kept and written by
+//! `prometheus-client`, in the Prometheus text format 0.0.4.
 
-use std::collections::BTreeMap;
-use std::fmt::Write;
-use std::sync::{Mutex, PoisonError};
 use std::time::Instant;
 
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::{HeaderValue, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use prometheus_client::encoding::prometheus_text;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
 
 use super::ApiState;
 use super::servers_by_state;
@@ -17,25 +21,27 @@ use super::servers_by_state;
 /// Upper bounds of the latency buckets, in seconds.
 const BUCKETS: [f64; 10] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0];
 
+/// `method`, `route`, `status` (class), in that order.
+type RequestLabels = [(&'static str, String); 3];
+/// One label: `route`, or `state`.
+type Label = [(&'static str, String); 1];
+
 /// The request counters of one API.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Metrics {
-    inner: Mutex<Counters>,
-}
-
-#[derive(Debug, Default)]
-struct Counters {
     /// (method, route, status class) → count.
-    requests: BTreeMap<(String, String, &'static str), u64>,
+    requests: Family<RequestLabels, Counter>,
     /// route → latency histogram.
-    latency: BTreeMap<String, Histogram>,
+    latency: Family<Label, Histogram, fn() -> Histogram>,
 }
 
-#[derive(Debug, Default, Clone)]
-struct Histogram {
-    buckets: [u64; BUCKETS.len()],
-    count: u64,
-    sum: f64,
+impl Default for Metrics {
+    fn default() -> Metrics {
+        Metrics {
+            requests: Family::default(),
+            latency: Family::new_with_constructor(|| Histogram::new(BUCKETS)),
+        }
+    }
 }
 
 fn class(status: u16) -> &'static str {
@@ -51,68 +57,46 @@ fn class(status: u16) -> &'static str {
 impl Metrics {
     /// Counts one request.
     pub fn record(&self, method: &str, route: &str, status: u16, seconds: f64) {
-        let mut c = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
-        *c.requests
-            .entry((method.to_string(), route.to_string(), class(status)))
-            .or_default() += 1;
-        let h = c.latency.entry(route.to_string()).or_default();
-        h.count += 1;
-        h.sum += seconds;
-        for (i, bound) in BUCKETS.iter().enumerate() {
-            if seconds <= *bound {
-                h.buckets[i] += 1;
-            }
-        }
+        self.requests
+            .get_or_create(&[
+                ("method", method.to_string()),
+                ("route", route.to_string()),
+                ("status", class(status).to_string()),
+            ])
+            .inc();
+        self.latency
+            .get_or_create(&[("route", route.to_string())])
+            .observe(seconds);
+    }
+
+    /// A registry of the counters, to which the scrape adds what it reads from the store.
+    fn registry(&self) -> Registry {
+        let mut registry = Registry::default();
+        // A counter: the encoder adds `_total` to its name.
+        registry.register(
+            "cumulo_api_requests",
+            "API requests by route and status class",
+            self.requests.clone(),
+        );
+        registry.register(
+            "cumulo_api_request_seconds",
+            "API request latency by route",
+            self.latency.clone(),
+        );
+        registry
     }
 
     /// The counters in Prometheus text.
     pub fn text(&self) -> String {
-        let c = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut out = String::new();
-        out.push_str("# HELP cumulo_api_requests_total API requests by route and status class.\n");
-        out.push_str("# TYPE cumulo_api_requests_total counter\n");
-        for ((method, route, class), n) in &c.requests {
-            let _ = writeln!(
-                out,
-                "cumulo_api_requests_total{{method=\"{method}\",route=\"{}\",status=\"{class}\"}} {n}",
-                escape(route)
-            );
-        }
-        out.push_str("# HELP cumulo_api_request_seconds API request latency by route.\n");
-        out.push_str("# TYPE cumulo_api_request_seconds histogram\n");
-        for (route, h) in &c.latency {
-            let route = escape(route);
-            for (bound, n) in BUCKETS.iter().zip(h.buckets) {
-                let _ = writeln!(
-                    out,
-                    "cumulo_api_request_seconds_bucket{{route=\"{route}\",le=\"{bound}\"}} {n}"
-                );
-            }
-            let _ = writeln!(
-                out,
-                "cumulo_api_request_seconds_bucket{{route=\"{route}\",le=\"+Inf\"}} {}",
-                h.count
-            );
-            let _ = writeln!(
-                out,
-                "cumulo_api_request_seconds_sum{{route=\"{route}\"}} {}",
-                h.sum
-            );
-            let _ = writeln!(
-                out,
-                "cumulo_api_request_seconds_count{{route=\"{route}\"}} {}",
-                h.count
-            );
-        }
-        out
+        encode(&self.registry())
     }
 }
 
-fn escape(label: &str) -> String {
-    label
-        .replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
+fn encode(registry: &Registry) -> String {
+    let mut out = String::new();
+    // Writing to a String cannot fail.
+    let _ = prometheus_text::encode(&mut out, registry);
+    out
 }
 
 /// Middleware: times and counts every request by its matched route (`unmatched` otherwise).
@@ -135,18 +119,20 @@ pub async fn track(State(state): State<ApiState>, request: Request, next: Next) 
 
 /// `GET /metrics` (no authentication: counts only, no tenant data).
 pub async fn render(State(state): State<ApiState>) -> Response {
-    let mut text = state.metrics.text();
+    let mut registry = state.metrics.registry();
     if let Ok(by_state) = servers_by_state(&state).await {
-        text.push_str("# HELP cumulo_instances Instances by state.\n");
-        text.push_str("# TYPE cumulo_instances gauge\n");
+        let instances = Family::<Label, Gauge>::default();
         for (name, n) in by_state {
-            let _ = writeln!(text, "cumulo_instances{{state=\"{name}\"}} {n}");
+            instances
+                .get_or_create(&[("state", name.to_string())])
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
         }
+        registry.register("cumulo_instances", "Instances by state", instances);
     }
-    let mut response = text.into_response();
+    let mut response = encode(&registry).into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; version=0.0.4"),
+        HeaderValue::from_static(prometheus_text::CONTENT_TYPE),
     );
     response
 }
@@ -173,5 +159,26 @@ mod tests {
         );
         assert!(text.contains("cumulo_api_request_seconds_bucket{route=\"/v3\",le=\"0.0025\"} 1"));
         assert!(text.contains("cumulo_api_request_seconds_count{route=\"/v3\"} 2"));
+        assert!(text.contains("cumulo_api_request_seconds_bucket{route=\"/v3\",le=\"1\"} 2"));
+        assert!(text.contains("cumulo_api_request_seconds_bucket{route=\"/v3\",le=\"+Inf\"} 2"));
+        assert!(text.contains(
+            "# HELP cumulo_api_requests_total API requests by route and status class.\n"
+        ));
+        assert!(text.contains("# TYPE cumulo_api_requests_total counter\n"));
+        assert!(text.contains("# HELP cumulo_api_request_seconds API request latency by route.\n"));
+        assert!(text.contains("# TYPE cumulo_api_request_seconds histogram\n"));
+    }
+
+    #[test]
+    fn routes_are_escaped() {
+        let m = Metrics::default();
+        m.record("GET", "/a\"b\\c\nd", 500, 0.0);
+        let text = m.text();
+        assert!(
+            text.contains(
+                "cumulo_api_requests_total{method=\"GET\",route=\"/a\\\"b\\\\c\\nd\",status=\"5xx\"} 1"
+            ),
+            "{text}"
+        );
     }
 }

@@ -119,16 +119,12 @@ fn qemu_said(stderr: &str) -> Option<String> {
     })
 }
 
-/// `2026-12-01T15:23:31.908610Z rest` → `rest`.
+/// `2026-12-01T15:23:31.908610Z rest` → `rest` (QEMU stamps its log lines in RFC 3339 UTC).
 fn timestamped(line: &str) -> Option<&str> {
     let (stamp, rest) = line.split_once(' ')?;
-    let b = stamp.as_bytes();
-    let looks = b.len() >= 20
-        && b[..4].iter().all(u8::is_ascii_digit)
-        && b[4] == b'-'
-        && b[10] == b'T'
-        && stamp.ends_with('Z');
-    looks.then_some(rest)
+    time::OffsetDateTime::parse(stamp, &time::format_description::well_known::Rfc3339)
+        .is_ok()
+        .then_some(rest)
 }
 
 /// `qemu-system-x86_64: rest` (or `qemu-kvm: `) → `rest`.
