@@ -605,7 +605,7 @@ fn check_version(kind: &str, id: Uuid, found: u64, expected: u64) -> Result<()> 
     Ok(())
 }
 
-impl Store for EtcdStore {
+impl IdentityStore for EtcdStore {
     fn create_tenant(&self, new: NewTenant) -> Result<Tenant> {
         catalog::create_tenant(self, new)
     }
@@ -655,7 +655,9 @@ impl Store for EtcdStore {
     fn roles_in_tenant(&self, tenant: Uuid) -> Result<Vec<RoleAssignment>> {
         catalog::roles_in_tenant(self, tenant)
     }
+}
 
+impl CatalogStore for EtcdStore {
     fn create_flavor(&self, new: NewFlavor) -> Result<Flavor> {
         catalog::create_flavor(self, new)
     }
@@ -703,7 +705,9 @@ impl Store for EtcdStore {
     fn delete_workload(&self, scope: Scope, id: Uuid) -> Result<()> {
         catalog::delete_workload(self, scope, id)
     }
+}
 
+impl InstanceStore for EtcdStore {
     fn create_instance(&self, new: NewInstance) -> Result<Instance> {
         instances::create(self, new)
     }
@@ -749,7 +753,9 @@ impl Store for EtcdStore {
     fn delete_cnci(&self, id: Uuid) -> Result<()> {
         instances::delete_cnci(self, id)
     }
+}
 
+impl EventStore for EtcdStore {
     fn append_event(&self, new: NewEvent) -> Result<Event> {
         events::append(self, new, self.options.event_capacity)
     }
@@ -759,7 +765,9 @@ impl Store for EtcdStore {
     fn clear_events(&self, scope: Scope) -> Result<u64> {
         events::clear(self, scope)
     }
+}
 
+impl OperationQueue for EtcdStore {
     fn create_remote_host(&self, new: NewRemoteHost) -> Result<RemoteHost> {
         queue::create_host(self, new)
     }

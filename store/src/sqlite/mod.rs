@@ -162,7 +162,7 @@ pub(crate) fn u32_at(row: &rusqlite::Row<'_>, idx: usize) -> rusqlite::Result<u3
     u32::try_from(v).map_err(|e| bad_column(idx, e.to_string()))
 }
 
-impl Store for SqliteStore {
+impl IdentityStore for SqliteStore {
     fn create_tenant(&self, new: NewTenant) -> Result<Tenant> {
         self.write(|tx| catalog::create_tenant(tx, new))
     }
@@ -215,7 +215,9 @@ impl Store for SqliteStore {
     fn roles_in_tenant(&self, tenant: Uuid) -> Result<Vec<RoleAssignment>> {
         self.read(|tx| catalog::roles(tx, "tenant_id", tenant))
     }
+}
 
+impl CatalogStore for SqliteStore {
     fn create_flavor(&self, new: NewFlavor) -> Result<Flavor> {
         self.write(|tx| catalog::create_flavor(tx, new))
     }
@@ -275,7 +277,9 @@ impl Store for SqliteStore {
             catalog::delete_row(tx, "workloads", "workload", id)
         })
     }
+}
 
+impl InstanceStore for SqliteStore {
     fn create_instance(&self, new: NewInstance) -> Result<Instance> {
         self.write(|tx| instances::create(tx, new))
     }
@@ -321,7 +325,9 @@ impl Store for SqliteStore {
     fn delete_cnci(&self, id: Uuid) -> Result<()> {
         self.write(|tx| instances::delete_cnci(tx, id))
     }
+}
 
+impl EventStore for SqliteStore {
     fn append_event(&self, new: NewEvent) -> Result<Event> {
         self.write(|tx| instances::append_event(tx, new, self.event_capacity))
     }
@@ -331,7 +337,9 @@ impl Store for SqliteStore {
     fn clear_events(&self, scope: Scope) -> Result<u64> {
         self.write(|tx| instances::clear_events(tx, scope))
     }
+}
 
+impl OperationQueue for SqliteStore {
     fn create_remote_host(&self, new: NewRemoteHost) -> Result<RemoteHost> {
         self.write(|tx| queue::create_host(tx, new))
     }
