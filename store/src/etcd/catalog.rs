@@ -4,8 +4,8 @@ use uuid::Uuid;
 
 use super::keys::suffix;
 use super::records::*;
-use super::{EtcdStore, Kv, Tx, check_version};
-use crate::common::{check_name, millis, now};
+use super::{EtcdStore, Kv, Tx};
+use crate::common::{check_name, check_version, millis, now};
 use crate::net::{MAX_SUBNET_PREFIX, MIN_SUBNET_PREFIX};
 use crate::*;
 

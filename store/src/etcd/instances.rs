@@ -6,8 +6,8 @@ use uuid::Uuid;
 use super::catalog::tenant_in;
 use super::keys::prefix_end;
 use super::records::*;
-use super::{EtcdStore, Kv, Tx, check_version};
-use crate::common::{check_name, millis, now};
+use super::{EtcdStore, Kv, Tx};
+use crate::common::{check_name, check_version, millis, now};
 use crate::net;
 use crate::*;
 

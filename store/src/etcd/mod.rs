@@ -595,16 +595,6 @@ impl<'s> Tx<'s> {
     }
 }
 
-/// `Conflict` unless `found` is `expected`.
-fn check_version(kind: &str, id: Uuid, found: u64, expected: u64) -> Result<()> {
-    if found != expected {
-        return Err(StoreError::Conflict(format!(
-            "{kind} {id} is at version {found}, not {expected}"
-        )));
-    }
-    Ok(())
-}
-
 impl IdentityStore for EtcdStore {
     fn create_tenant(&self, new: NewTenant) -> Result<Tenant> {
         catalog::create_tenant(self, new)
