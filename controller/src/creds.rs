@@ -18,7 +18,7 @@ use rcgen::{
 };
 use uuid::Uuid;
 
-use store::{LauncherCreds, RemoteHost, Store, StoreError};
+use store::{LauncherCreds, OperationQueue, RemoteHost, StoreError};
 
 /// Why credentials could not be issued.
 #[derive(Debug, thiserror::Error)]
@@ -148,7 +148,7 @@ pub fn due(creds: &LauncherCreds, now: SystemTime) -> bool {
 
 /// Issues new credentials for host `id` now and stores them.
 pub fn renew(
-    store: &dyn Store,
+    store: &dyn OperationQueue,
     issuer: &CredsIssuer,
     id: Uuid,
     now: SystemTime,
@@ -163,7 +163,7 @@ pub fn renew(
 /// Renews the credentials of every off-host host that has none or whose are due at `now`;
 /// returns the hosts renewed.
 pub fn renew_due(
-    store: &dyn Store,
+    store: &dyn OperationQueue,
     issuer: &CredsIssuer,
     now: SystemTime,
 ) -> Result<Vec<Uuid>, CredsError> {

@@ -16,7 +16,7 @@ use uuid::Uuid;
 
 use crate::api::{self, ApiConfig, ApiState, TokenSigner};
 use crate::engine::{self, Engine, EngineConfig};
-use store::{Store, StoreError};
+use store::{OperationQueue, Store, StoreError};
 
 /// Everything the controller runs with, checked once.
 #[derive(Debug, Clone)]
@@ -218,7 +218,7 @@ impl Controller {
 /// it: a renewal another one just made is not due, and two racing renewals both store valid
 /// credentials (the last one stays).
 async fn renew_creds(
-    store: Arc<dyn Store>,
+    store: Arc<dyn OperationQueue>,
     issuer: Arc<crate::creds::CredsIssuer>,
     stop: CancellationToken,
 ) {

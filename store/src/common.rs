@@ -1,7 +1,10 @@
 //! What both implementations share: times as the stores keep them (milliseconds since the Unix
-//! epoch), the name rule, the event log's default size, and the quota check.
+//! epoch), the name rule, the version check of compare-and-swap updates, the event log's default
+//! size, and the quota check.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use uuid::Uuid;
 
 use crate::{Quota, QuotaKind, Result, StoreError, Usage};
 
@@ -30,6 +33,16 @@ pub(crate) fn check_name(what: &str, name: &str) -> Result<()> {
     if name.trim().is_empty() || name.len() > 255 {
         return Err(StoreError::Invalid(format!(
             "{what} name must be 1 to 255 bytes and not blank"
+        )));
+    }
+    Ok(())
+}
+
+/// `Conflict` unless `found` is `expected`.
+pub(crate) fn check_version(kind: &str, id: Uuid, found: u64, expected: u64) -> Result<()> {
+    if found != expected {
+        return Err(StoreError::Conflict(format!(
+            "{kind} {id} is at version {found}, not {expected}"
         )));
     }
     Ok(())

@@ -1,6 +1,8 @@
-//! The controller's store: one [`Store`] trait, implemented by [`SqliteStore`] (embedded, the
-//! default) and [`EtcdStore`] (etcd v3, shared by several controllers); [`open()`] picks one from
-//! a path or an `etcd://` URL.
+//! The controller's store: one trait per concern ([`IdentityStore`], [`CatalogStore`],
+//! [`InstanceStore`], [`EventStore`], [`OperationQueue`]; [`Store`] is all of them), implemented by
+//! [`SqliteStore`] (embedded, the default) and [`EtcdStore`] (etcd v3, shared by several
+//! controllers); [`open()`] picks one from a path or an `etcd://` URL. [`ReservationStore`] stands
+//! apart (in memory, or over etcd). `use store::prelude::*` brings every trait into scope.
 //!
 //! Every operation is one transaction. Tenant-owned objects are read and changed through a
 //! [`Scope`]: [`Scope::Tenant`] never sees another tenant's objects (they are `NotFound`), and
@@ -23,6 +25,7 @@ mod reservations;
 pub mod sqlite;
 #[cfg(test)]
 pub(crate) mod suite;
+mod traits;
 
 pub use common::DEFAULT_EVENT_CAPACITY;
 #[cfg(feature = "etcd")]
@@ -34,8 +37,16 @@ pub use queue::*;
 pub use reservations::{MemoryReservations, Reservation, ReservationStore};
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteStore;
+pub use traits::{CatalogStore, EventStore, IdentityStore, InstanceStore, OperationQueue, Store};
 
-use std::time::Duration;
+/// Every trait of the store, to call their methods on a concrete store (`SqliteStore`,
+/// `EtcdStore`): `use store::prelude::*`.
+pub mod prelude {
+    pub use crate::{
+        CatalogStore, EventStore, IdentityStore, InstanceStore, OperationQueue, ReservationStore,
+        Store,
+    };
+}
 
 use uuid::Uuid;
 
@@ -186,195 +197,4 @@ pub struct Paged<T> {
     pub items: Vec<T>,
     /// The marker of the next page, if there may be more.
     pub next: Option<Uuid>,
-}
-
-/// Everything the controller keeps. Every call is one transaction; see the module docs for scopes
-/// and versions. Implementations are shared between threads.
-pub trait Store: Send + Sync {
-    // --- tenants ---
-    /// Creates a tenant (`Conflict` on a duplicate name).
-    fn create_tenant(&self, new: NewTenant) -> Result<Tenant>;
-    /// One tenant.
-    fn tenant(&self, id: Uuid) -> Result<Tenant>;
-    /// All tenants, by name.
-    fn tenants(&self) -> Result<Vec<Tenant>>;
-    /// Changes a tenant if its version is still `expected_version`.
-    fn update_tenant(
-        &self,
-        id: Uuid,
-        expected_version: u64,
-        change: TenantChange,
-    ) -> Result<Tenant>;
-    /// Deletes a tenant with no instances, subnets or CNCIs left (`Conflict` otherwise); its
-    /// private images, workloads and role assignments go with it.
-    fn delete_tenant(&self, id: Uuid) -> Result<()>;
-    /// What the tenant's instances hold now.
-    fn usage(&self, tenant: Uuid) -> Result<Usage>;
-
-    // --- users and roles ---
-    /// Creates a user (`Conflict` on a duplicate name).
-    fn create_user(&self, new: NewUser) -> Result<User>;
-    /// One user.
-    fn user(&self, id: Uuid) -> Result<User>;
-    /// One user by login name.
-    fn user_by_name(&self, name: &str) -> Result<User>;
-    /// All users, by name.
-    fn users(&self) -> Result<Vec<User>>;
-    /// Changes a user if its version is still `expected_version`.
-    fn update_user(&self, id: Uuid, expected_version: u64, change: UserChange) -> Result<User>;
-    /// Deletes a user and its role assignments.
-    fn delete_user(&self, id: Uuid) -> Result<()>;
-    /// Gives `user` the `role` in `tenant` (idempotent).
-    fn grant_role(&self, user: Uuid, tenant: Uuid, role: Role) -> Result<()>;
-    /// Takes the role away (`NotFound` if it was not given).
-    fn revoke_role(&self, user: Uuid, tenant: Uuid, role: Role) -> Result<()>;
-    /// The roles of a user, in every tenant.
-    fn roles_of_user(&self, user: Uuid) -> Result<Vec<RoleAssignment>>;
-    /// The roles given in a tenant.
-    fn roles_in_tenant(&self, tenant: Uuid) -> Result<Vec<RoleAssignment>>;
-
-    // --- flavors (global) ---
-    /// Creates a flavor (`Conflict` on a duplicate name).
-    fn create_flavor(&self, new: NewFlavor) -> Result<Flavor>;
-    /// One flavor.
-    fn flavor(&self, id: Uuid) -> Result<Flavor>;
-    /// All flavors, by name.
-    fn flavors(&self) -> Result<Vec<Flavor>>;
-    /// Deletes a flavor no workload uses (`Conflict` otherwise).
-    fn delete_flavor(&self, id: Uuid) -> Result<()>;
-
-    // --- images ---
-    /// Creates an image (its owner, if any, must exist).
-    fn create_image(&self, new: NewImage) -> Result<Image>;
-    /// One image visible in `scope`.
-    fn image(&self, scope: Scope, id: Uuid) -> Result<Image>;
-    /// The images visible in `scope`, by name.
-    fn images(&self, scope: Scope) -> Result<Vec<Image>>;
-    /// Deletes an image owned in `scope` that no workload uses.
-    fn delete_image(&self, scope: Scope, id: Uuid) -> Result<()>;
-
-    // --- workloads ---
-    /// Creates a workload; its flavor must exist and its image be visible to its owner.
-    fn create_workload(&self, new: NewWorkload) -> Result<Workload>;
-    /// One workload visible in `scope`.
-    fn workload(&self, scope: Scope, id: Uuid) -> Result<Workload>;
-    /// The workloads visible in `scope`, by name.
-    fn workloads(&self, scope: Scope) -> Result<Vec<Workload>>;
-    /// Changes a workload owned in `scope` if its version is still `expected_version`.
-    fn update_workload(
-        &self,
-        scope: Scope,
-        id: Uuid,
-        expected_version: u64,
-        change: WorkloadChange,
-    ) -> Result<Workload>;
-    /// Deletes a workload owned in `scope` that no instance uses.
-    fn delete_workload(&self, scope: Scope, id: Uuid) -> Result<()>;
-
-    // --- instances ---
-    /// Creates an instance in state `Pending`, in one transaction: checks the tenant's quota
-    /// against its current usage plus the workload's flavor, picks the tenant's first subnet with a
-    /// free address (carving a new subnet when all are full), and takes the lowest free address
-    /// and its MAC. Parallel creations never exceed the quota.
-    fn create_instance(&self, new: NewInstance) -> Result<Instance>;
-    /// One instance visible in `scope`.
-    fn instance(&self, scope: Scope, id: Uuid) -> Result<Instance>;
-    /// A page of the instances visible in `scope`, in creation order.
-    fn instances(
-        &self,
-        scope: Scope,
-        filter: InstanceFilter,
-        page: Page,
-    ) -> Result<Paged<Instance>>;
-    /// Changes an instance if its version is still `expected_version` (`Conflict` otherwise).
-    fn update_instance(
-        &self,
-        scope: Scope,
-        id: Uuid,
-        expected_version: u64,
-        change: InstanceChange,
-    ) -> Result<Instance>;
-    /// Removes an instance's record, freeing its address; a subnet left with neither instances
-    /// nor a CNCI is freed too.
-    fn delete_instance(&self, scope: Scope, id: Uuid) -> Result<()>;
-
-    // --- subnets and CNCIs ---
-    /// The subnets visible in `scope`, by address.
-    fn subnets(&self, scope: Scope) -> Result<Vec<Subnet>>;
-    /// Records the CNCI of a subnet in state `Pending` (`Conflict` if it has one).
-    fn create_cnci(&self, subnet: Uuid) -> Result<Cnci>;
-    /// One CNCI visible in `scope`.
-    fn cnci(&self, scope: Scope, id: Uuid) -> Result<Cnci>;
-    /// The CNCIs visible in `scope`.
-    fn cncis(&self, scope: Scope) -> Result<Vec<Cnci>>;
-    /// Changes a CNCI if its version is still `expected_version`.
-    fn update_cnci(&self, id: Uuid, expected_version: u64, change: CnciChange) -> Result<Cnci>;
-    /// Removes a CNCI; its subnet goes too if no instance is left in it.
-    fn delete_cnci(&self, id: Uuid) -> Result<()>;
-
-    // --- events ---
-    /// Appends an event, dropping the oldest beyond the log's capacity.
-    fn append_event(&self, new: NewEvent) -> Result<Event>;
-    /// The events visible in `scope` (a tenant sees its own only), oldest first, after `after`.
-    fn events(&self, scope: Scope, after: Option<u64>, limit: u32) -> Result<Vec<Event>>;
-    /// Deletes the events visible in `scope`; returns how many.
-    fn clear_events(&self, scope: Scope) -> Result<u64>;
-
-    // --- off-host hosts and their operation queue (see the `queue` records) ---
-    /// Records a host reached through a libvirt URI (`Conflict` on a duplicate name).
-    fn create_remote_host(&self, new: NewRemoteHost) -> Result<RemoteHost>;
-    /// One off-host host.
-    fn remote_host(&self, id: Uuid) -> Result<RemoteHost>;
-    /// All off-host hosts, by name.
-    fn remote_hosts(&self) -> Result<Vec<RemoteHost>>;
-    /// Deletes a host with no queued or claimed operation (`Conflict` otherwise); its finished
-    /// operations stay.
-    fn delete_remote_host(&self, id: Uuid) -> Result<()>;
-    /// Queues an operation for an existing host, behind every operation queued before it.
-    fn enqueue_operation(&self, new: NewOperation) -> Result<Operation>;
-    /// One operation.
-    fn operation(&self, id: Uuid) -> Result<Operation>;
-    /// The operations that pass `filter`, oldest first.
-    fn operations(&self, filter: OperationFilter) -> Result<Vec<Operation>>;
-    /// Atomically claims, for `owner` and `lease`, the oldest operation that is queued, or claimed
-    /// with its lease run out, and whose instance has no older unfinished operation; `None` when
-    /// there is none. The returned operation's `claim` holds the new fencing token, larger than
-    /// every token handed out before in the store: each claim goes to exactly one caller.
-    fn claim_operation(&self, owner: &str, lease: Duration) -> Result<Option<Operation>> {
-        self.claim_operation_on(owner, lease, None)
-    }
-    /// As [`Store::claim_operation`], taking only operations for `host` when it is given (a
-    /// replica serving one off-host host).
-    fn claim_operation_on(
-        &self,
-        owner: &str,
-        lease: Duration,
-        host: Option<Uuid>,
-    ) -> Result<Option<Operation>>;
-    /// Extends the claim `token` of operation `id` to `lease` from now ([`StoreError::Fenced`]
-    /// if `token` is not its current claim). A claim whose lease ran out but that nobody took
-    /// over may still be renewed.
-    fn renew_claim(&self, id: Uuid, token: u64, lease: Duration) -> Result<Operation>;
-    /// Marks operation `id` done with `result`, if `token` is its current claim
-    /// ([`StoreError::Fenced`] otherwise, and for a second completion).
-    fn complete_operation(&self, id: Uuid, token: u64, result: &str) -> Result<Operation>;
-    /// Marks operation `id` failed with `reason`, if `token` is its current claim
-    /// ([`StoreError::Fenced`] otherwise).
-    fn fail_operation(&self, id: Uuid, token: u64, reason: &str) -> Result<Operation>;
-    /// Stores (replacing) the launcher credentials of an existing off-host host.
-    fn put_launcher_creds(&self, creds: LauncherCreds) -> Result<()>;
-    /// The launcher credentials of an off-host host (`NotFound` if none were issued).
-    fn launcher_creds(&self, host: Uuid) -> Result<LauncherCreds>;
-    /// A launcher's report about operation `id`, if `token` is its current claim
-    /// ([`StoreError::Fenced`] otherwise), in one transaction: `write` applies to the operation's
-    /// instance (the masked fields of an [`InstanceWrite::Update`]; a [`InstanceWrite::Remove`]
-    /// of an instance already gone is fine), then `finish`, when given, finishes the operation
-    /// (done or failed, with its result). Returns the operation as it is after the write.
-    fn fenced_write(
-        &self,
-        id: Uuid,
-        token: u64,
-        write: &InstanceWrite,
-        finish: Option<(OperationState, &str)>,
-    ) -> Result<Operation>;
 }

@@ -49,7 +49,7 @@ pub struct Tenant {
     pub version: u64,
 }
 
-/// Input of [`Store::create_tenant`](super::Store::create_tenant).
+/// Input of [`IdentityStore::create_tenant`](crate::IdentityStore::create_tenant).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewTenant {
     /// Unique name.
@@ -84,7 +84,7 @@ pub struct User {
     pub version: u64,
 }
 
-/// Input of [`Store::create_user`](super::Store::create_user).
+/// Input of [`IdentityStore::create_user`](crate::IdentityStore::create_user).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewUser {
     /// Unique login name.
@@ -135,7 +135,7 @@ pub struct Flavor {
     pub disk_gb: u64,
 }
 
-/// Input of [`Store::create_flavor`](super::Store::create_flavor).
+/// Input of [`CatalogStore::create_flavor`](crate::CatalogStore::create_flavor).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewFlavor {
     /// Unique name.
@@ -176,7 +176,7 @@ pub struct Image {
     pub created: SystemTime,
 }
 
-/// Input of [`Store::create_image`](super::Store::create_image).
+/// Input of [`CatalogStore::create_image`](crate::CatalogStore::create_image).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewImage {
     /// The owning tenant; `None` is public.
@@ -208,7 +208,7 @@ pub struct Workload {
     pub version: u64,
 }
 
-/// Input of [`Store::create_workload`](super::Store::create_workload).
+/// Input of [`CatalogStore::create_workload`](crate::CatalogStore::create_workload).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewWorkload {
     /// The owning tenant; `None` is public.
@@ -313,7 +313,7 @@ pub struct Instance {
     pub version: u64,
 }
 
-/// Input of [`Store::create_instance`](super::Store::create_instance).
+/// Input of [`InstanceStore::create_instance`](crate::InstanceStore::create_instance).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewInstance {
     /// The owning tenant.
@@ -445,7 +445,7 @@ pub struct Event {
     pub message: String,
 }
 
-/// Input of [`Store::append_event`](super::Store::append_event).
+/// Input of [`EventStore::append_event`](crate::EventStore::append_event).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewEvent {
     /// The tenant it concerns; `None` for cluster events.

@@ -1,14 +1,16 @@
 //! Off-host hosts and the operation queue (issue 11): the records through which the controller
 //! hands work to `cumulo-agent --remote` replicas instead of sending it over SSNTP.
 //!
-//! The controller [enqueues](super::Store::enqueue_operation) an [`Operation`] for a
-//! [`RemoteHost`]; any replica [claims](super::Store::claim_operation) the oldest one it may take
-//! for a lease, and gets a **fencing token** that is larger than every token handed out before in
-//! the store. Every later write about that operation ([renew](super::Store::renew_claim),
-//! [complete](super::Store::complete_operation), [fail](super::Store::fail_operation)) names the
-//! token and is refused with [`StoreError::Fenced`](super::StoreError::Fenced) once another
-//! replica has taken the operation over (after the lease ran out) or it is finished. Operations of
-//! one instance run one at a time, in the order they were enqueued.
+//! The controller [enqueues](crate::OperationQueue::enqueue_operation) an [`Operation`] for a
+//! [`RemoteHost`]; any replica [claims](crate::OperationQueue::claim_operation) the oldest one it
+//! may take for a lease, and gets a **fencing token** that is larger than every token handed out
+//! before in the store. Every later write about that operation
+//! ([renew](crate::OperationQueue::renew_claim),
+//! [complete](crate::OperationQueue::complete_operation),
+//! [fail](crate::OperationQueue::fail_operation)) names the token and is refused with
+//! [`StoreError::Fenced`](super::StoreError::Fenced) once another replica has taken the operation
+//! over (after the lease ran out) or it is finished. Operations of one instance run one at a
+//! time, in the order they were enqueued.
 
 use std::time::SystemTime;
 
@@ -64,7 +66,7 @@ pub(crate) fn check_creds(creds: &LauncherCreds) -> super::Result<()> {
     Ok(())
 }
 
-/// Input of [`Store::create_remote_host`](super::Store::create_remote_host).
+/// Input of [`OperationQueue::create_remote_host`](crate::OperationQueue::create_remote_host).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewRemoteHost {
     /// Unique name.
@@ -185,7 +187,7 @@ pub struct Operation {
     pub updated: SystemTime,
 }
 
-/// Input of [`Store::enqueue_operation`](super::Store::enqueue_operation).
+/// Input of [`OperationQueue::enqueue_operation`](crate::OperationQueue::enqueue_operation).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewOperation {
     /// The host (it must exist).
@@ -198,7 +200,8 @@ pub struct NewOperation {
     pub payload: Vec<u8>,
 }
 
-/// Which operations [`Store::operations`](super::Store::operations) lists; `None` fields match all.
+/// Which operations [`OperationQueue::operations`](crate::OperationQueue::operations) lists;
+/// `None` fields match all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct OperationFilter {
     /// Only in this state.

@@ -15,7 +15,7 @@ use controller::cluster::{Cluster, Launch};
 use controller::engine::{Engine, EngineConfig, Outbound, SendFailure};
 use store::{
     ImageKind, NewFlavor, NewImage, NewRemoteHost, NewTenant, NewWorkload, OperationFilter,
-    OperationState, Quota, Scope, Store, open,
+    OperationQueue, OperationState, Quota, Scope, Store, open,
 };
 use uuid::Uuid;
 
@@ -138,7 +138,7 @@ fn launch(engine: &Engine, tenant: Uuid, workload: Uuid, count: u32) {
         .unwrap();
 }
 
-fn done(store: &dyn Store, host: Uuid) -> usize {
+fn done(store: &dyn OperationQueue, host: Uuid) -> usize {
     store
         .operations(OperationFilter {
             state: Some(OperationState::Done),

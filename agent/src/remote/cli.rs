@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
-use store::Store;
+use store::OperationQueue;
 use support::units::parse_positive_duration;
 use tokio_util::sync::CancellationToken;
 
@@ -132,9 +132,10 @@ impl RemoteArgs {
 pub async fn run(args: RemoteArgs, shutdown: CancellationToken) -> Result<(), RemoteError> {
     let config = args.config();
     let location = args.store.clone();
-    let store: Arc<dyn Store> = tokio::task::spawn_blocking(move || store::open(&location))
-        .await
-        .map_err(|e| RemoteError::WorkDir(format!("store task: {e}")))??;
+    let store: Arc<dyn OperationQueue> =
+        tokio::task::spawn_blocking(move || store::open(&location))
+            .await
+            .map_err(|e| RemoteError::WorkDir(format!("store task: {e}")))??;
     match args.backend {
         RemoteBackend::Libvirt => {
             let mut l = LibvirtConfig::new(&args.remote, args.accel.accel(), &args.state_dir);

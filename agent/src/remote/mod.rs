@@ -1,9 +1,10 @@
 //! Off-host launching (issue 11): `cumulo-agent --remote <libvirt URI> --store etcd://...`.
 //!
 //! Any number of replicas serve one off-host host (registered in the store with that libvirt
-//! URI). Each polls the store's operation queue, [claims](store::Store::claim_operation_on)
-//! the oldest operation of its host for a lease and gets a fencing token, then runs it with the
-//! same agent [`Core`] and backend an on-host agent uses, over the remote URI:
+//! URI). Each polls the store's operation queue,
+//! [claims](store::OperationQueue::claim_operation_on) the oldest operation of its host for a
+//! lease and gets a fencing token, then runs it with the same agent [`Core`] and backend an
+//! on-host agent uses, over the remote URI:
 //! - the core gets a fresh state directory per operation; for a stop or a delete it is seeded
 //!   with the instance's record (rebuilt from the START the operation carries), so the core
 //!   re-attaches to the domain as an on-host agent does after a restart;
@@ -26,7 +27,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use store::{
-    LauncherCreds, Operation, OperationKind, OperationState, RemoteHost, Store, StoreError,
+    LauncherCreds, Operation, OperationKind, OperationQueue, OperationState, RemoteHost, StoreError,
 };
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
@@ -89,7 +90,7 @@ pub fn write_creds(dir: &std::path::Path, creds: &LauncherCreds) -> std::io::Res
 /// Copies the host's credentials from the store when they differ from `written` (the
 /// certificate last written); returns the certificate now on disk.
 async fn sync_creds(
-    store: &Arc<dyn Store>,
+    store: &Arc<dyn OperationQueue>,
     host: uuid::Uuid,
     dir: &std::path::Path,
     written: Option<String>,
@@ -139,7 +140,10 @@ async fn blocking<T: Send + 'static>(
 }
 
 /// The off-host host registered with `uri`.
-pub async fn host_of(store: &Arc<dyn Store>, uri: &str) -> Result<RemoteHost, RemoteError> {
+pub async fn host_of(
+    store: &Arc<dyn OperationQueue>,
+    uri: &str,
+) -> Result<RemoteHost, RemoteError> {
     let s = store.clone();
     blocking(move || s.remote_hosts())
         .await?
@@ -151,7 +155,7 @@ pub async fn host_of(store: &Arc<dyn Store>, uri: &str) -> Result<RemoteHost, Re
 /// Runs the replica until `shutdown`. `backend` gives the backend for each operation (the same
 /// one each time for libvirt; a fresh view of the shared directory for the simulation).
 pub async fn run<B: FenceMarks>(
-    store: Arc<dyn Store>,
+    store: Arc<dyn OperationQueue>,
     backend: impl Fn() -> Result<Arc<B>, String>,
     config: RemoteConfig,
     shutdown: CancellationToken,
@@ -208,7 +212,7 @@ pub async fn run<B: FenceMarks>(
 
 /// Runs one claimed operation to its outcome (or until its claim is lost).
 pub async fn run_operation<B: FenceMarks>(
-    store: &Arc<dyn Store>,
+    store: &Arc<dyn OperationQueue>,
     backend: &Arc<B>,
     config: &RemoteConfig,
     host: &RemoteHost,
@@ -272,7 +276,7 @@ pub async fn run_operation<B: FenceMarks>(
 
 /// Waits for the outcome, renewing the lease meanwhile.
 async fn watch(
-    store: &Arc<dyn Store>,
+    store: &Arc<dyn OperationQueue>,
     config: &RemoteConfig,
     op: &Operation,
     token: u64,

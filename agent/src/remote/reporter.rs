@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use store::{
     Fault, FieldMask, InstanceFacts, InstanceState as StoreState, InstanceWrite, Operation,
-    OperationKind, OperationState, Placement, Store, StoreError,
+    OperationKind, OperationQueue, OperationState, Placement, StoreError,
 };
 use tokio::sync::oneshot;
 use uuid::Uuid;
@@ -135,7 +135,7 @@ fn start_fault(reason: StartRefusal, message: Option<&str>) -> Fault {
 
 /// The reporter of one claimed operation.
 pub struct StoreReporter {
-    store: Arc<dyn Store>,
+    store: Arc<dyn OperationQueue>,
     op: Operation,
     token: u64,
     done: Option<oneshot::Sender<Outcome>>,
@@ -144,7 +144,7 @@ pub struct StoreReporter {
 impl StoreReporter {
     /// A reporter for `op` under claim `token`; the outcome goes to `done` once.
     pub fn new(
-        store: Arc<dyn Store>,
+        store: Arc<dyn OperationQueue>,
         op: Operation,
         token: u64,
         done: oneshot::Sender<Outcome>,

@@ -5,7 +5,7 @@
 use uuid::Uuid;
 
 use super::password;
-use store::{NewTenant, NewUser, Quota, Role, Store, StoreError, UserChange};
+use store::{IdentityStore, NewTenant, NewUser, Quota, Role, StoreError, UserChange};
 
 /// What [`bootstrap`] made or found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,7 +19,7 @@ pub struct Bootstrapped {
 /// Makes (or finds) the admin user `admin_name` with `admin_password`, the project
 /// `project_name` (no quota, /24 subnets) and gives the user the admin role there.
 pub fn bootstrap(
-    store: &dyn Store,
+    store: &dyn IdentityStore,
     admin_name: &str,
     admin_password: &str,
     project_name: &str,
@@ -35,7 +35,7 @@ pub fn bootstrap(
 
 /// As [`bootstrap`], hashing a new password with `iterations` PBKDF2 rounds.
 pub fn bootstrap_with(
-    store: &dyn Store,
+    store: &dyn IdentityStore,
     admin_name: &str,
     admin_password: &str,
     project_name: &str,

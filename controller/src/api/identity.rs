@@ -23,7 +23,7 @@ use super::clock::rfc3339_micro;
 use super::extract::{JsonBody, PathParams, QueryParams, path_id};
 use super::token::Claims;
 use super::{ApiError, ApiState, Principal, password};
-use store::{Role, Store, StoreError, Tenant, User};
+use store::{IdentityStore, Role, StoreError, Tenant, User};
 
 /// The one domain.
 const DOMAIN_ID: &str = "default";
@@ -213,7 +213,7 @@ fn default_domain(domain: Option<&DomainRef>) -> bool {
     })
 }
 
-fn find_user(store: &dyn Store, user: &UserRef) -> Result<Option<User>, ApiError> {
+fn find_user(store: &dyn IdentityStore, user: &UserRef) -> Result<Option<User>, ApiError> {
     let found = match (&user.id, &user.name) {
         (Some(id), _) => match Uuid::parse_str(id) {
             Ok(id) => store.user(id),
@@ -233,7 +233,7 @@ fn find_user(store: &dyn Store, user: &UserRef) -> Result<Option<User>, ApiError
     }
 }
 
-fn find_project(store: &dyn Store, scope: &Option<Value>) -> Result<Tenant, ApiError> {
+fn find_project(store: &dyn IdentityStore, scope: &Option<Value>) -> Result<Tenant, ApiError> {
     let project = scope
         .as_ref()
         .and_then(|s| s.get("project"))
@@ -310,7 +310,7 @@ async fn login(
     Ok(response)
 }
 
-fn roles_in(store: &dyn Store, user: Uuid, tenant: Uuid) -> Result<Vec<Role>, ApiError> {
+fn roles_in(store: &dyn IdentityStore, user: Uuid, tenant: Uuid) -> Result<Vec<Role>, ApiError> {
     let mut roles: Vec<Role> = store
         .roles_of_user(user)?
         .into_iter()
@@ -389,7 +389,7 @@ async fn catalog_route(State(state): State<ApiState>, _caller: Principal) -> Jso
 }
 
 /// The projects where `user` has a role.
-fn projects_of(store: &dyn Store, user: Uuid) -> Result<Vec<Tenant>, ApiError> {
+fn projects_of(store: &dyn IdentityStore, user: Uuid) -> Result<Vec<Tenant>, ApiError> {
     let mut ids: Vec<Uuid> = store
         .roles_of_user(user)?
         .into_iter()

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use controller::api::testing::{ADMIN_NAME, ADMIN_PASSWORD, ADMIN_PROJECT, FakeCluster, TestApi};
 use serde_json::{Value, json};
 use store::{
-    EtcdStore, ImageKind, NewFlavor, NewImage, NewTenant, NewWorkload, Quota, Store, Tenant,
-    Workload,
+    CatalogStore, EtcdStore, IdentityStore, ImageKind, NewFlavor, NewImage, NewTenant, NewWorkload,
+    Quota, Store, Tenant, Workload,
 };
 use uuid::Uuid;
 
@@ -90,7 +90,7 @@ fn three_apis_on_one_etcd_serve_the_same_state() {
             })
             .await
             .unwrap();
-            let cluster = Arc::new(FakeCluster::new(Arc::clone(&store)));
+            let cluster = Arc::new(FakeCluster::new(store.clone()));
             apis.push(TestApi::start(store, cluster, None).await.unwrap());
         }
         apis

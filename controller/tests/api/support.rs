@@ -13,8 +13,8 @@ use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 use store::{
-    Flavor, Image, ImageKind, NewFlavor, NewImage, NewTenant, NewUser, Quota, Role, SqliteStore,
-    Store,
+    Flavor, IdentityStore, Image, ImageKind, NewFlavor, NewImage, NewTenant, NewUser, Quota, Role,
+    SqliteStore, Store,
 };
 use tokio::net::TcpStream;
 use uuid::Uuid;
@@ -43,7 +43,7 @@ pub struct World {
     _dir: tempfile::TempDir,
 }
 
-pub fn tenant(store: &dyn Store, name: &str, quota: Quota) -> TestTenant {
+pub fn tenant(store: &dyn IdentityStore, name: &str, quota: Quota) -> TestTenant {
     let t = store
         .create_tenant(NewTenant {
             name: name.into(),

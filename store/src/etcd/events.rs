@@ -1,6 +1,6 @@
-//! The bounded event log over etcd: one key per event under a sequence number taken from a
-//! counter key in the same transaction; events beyond the capacity are deleted as they are pushed
-//! out.
+//! The bounded event log over etcd, [`EventStore`] for [`EtcdStore`]: one key per event under a
+//! sequence number taken from a counter key in the same transaction; events beyond the capacity
+//! are deleted as they are pushed out.
 
 use super::keys::prefix_end;
 use super::records::EventRec;
@@ -8,100 +8,98 @@ use super::{EtcdStore, Kv};
 use crate::common::now;
 use crate::*;
 
-pub(super) fn append(store: &EtcdStore, new: NewEvent, capacity: u64) -> Result<Event> {
-    store.atomically("appending an event", |tx| {
-        let keys = tx.keys();
-        let counter = keys.event_counter();
-        let last: u64 = match tx.get(&counter)? {
-            Some(kv) => kv
-                .text()?
-                .parse()
-                .map_err(|e| StoreError::Backend(format!("bad event counter: {e}")))?,
-            None => 0,
-        };
-        let seq = last + 1;
-        let rec = EventRec::new(seq, now(), new.clone());
-        tx.put_text(&counter, &seq.to_string());
-        tx.put(&keys.event(seq), &rec)?;
-        if seq > capacity {
-            // Every event at or below `seq - capacity` goes.
-            tx.delete_range(&keys.events(), keys.event(seq - capacity + 1).into_bytes());
-        }
-        Ok(rec.model())
-    })
-}
-
-pub(super) fn list(
-    store: &EtcdStore,
-    scope: Scope,
-    after: Option<u64>,
-    limit: u32,
-) -> Result<Vec<Event>> {
-    let limit = limit.min(Page::MAX_LIMIT) as usize;
-    if limit == 0 {
-        return Ok(Vec::new());
-    }
-    let prefix = store.keys.events();
-    let end = prefix_end(&prefix);
-    let mut from = store.keys.event(after.unwrap_or(0).saturating_add(1));
-    let mut out = Vec::new();
-    loop {
-        let batch = if matches!(scope, Scope::All) {
-            limit
-        } else {
-            500
-        };
-        let (_, kvs) = store.range(&from, &end, batch, |o| o)?;
-        for kv in &kvs {
-            let rec: EventRec = kv.decode()?;
-            let visible = match scope {
-                Scope::All => true,
-                Scope::Tenant(t) => rec.tenant == Some(t),
+impl EventStore for EtcdStore {
+    fn append_event(&self, new: NewEvent) -> Result<Event> {
+        let capacity = self.options.event_capacity;
+        self.atomically("appending an event", |tx| {
+            let keys = tx.keys();
+            let counter = keys.event_counter();
+            let last: u64 = match tx.get(&counter)? {
+                Some(kv) => kv
+                    .text()?
+                    .parse()
+                    .map_err(|e| StoreError::Backend(format!("bad event counter: {e}")))?,
+                None => 0,
             };
-            if visible {
-                out.push(rec.model());
-                if out.len() == limit {
-                    return Ok(out);
+            let seq = last + 1;
+            let rec = EventRec::new(seq, now(), new.clone());
+            tx.put_text(&counter, &seq.to_string());
+            tx.put(&keys.event(seq), &rec)?;
+            if seq > capacity {
+                // Every event at or below `seq - capacity` goes.
+                tx.delete_range(&keys.events(), keys.event(seq - capacity + 1).into_bytes());
+            }
+            Ok(rec.model())
+        })
+    }
+
+    fn events(&self, scope: Scope, after: Option<u64>, limit: u32) -> Result<Vec<Event>> {
+        let limit = limit.min(Page::MAX_LIMIT) as usize;
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let prefix = self.keys.events();
+        let end = prefix_end(&prefix);
+        let mut from = self.keys.event(after.unwrap_or(0).saturating_add(1));
+        let mut out = Vec::new();
+        loop {
+            let batch = if matches!(scope, Scope::All) {
+                limit
+            } else {
+                500
+            };
+            let (_, kvs) = self.range(&from, &end, batch, |o| o)?;
+            for kv in &kvs {
+                let rec: EventRec = kv.decode()?;
+                let visible = match scope {
+                    Scope::All => true,
+                    Scope::Tenant(t) => rec.tenant == Some(t),
+                };
+                if visible {
+                    out.push(rec.model());
+                    if out.len() == limit {
+                        return Ok(out);
+                    }
                 }
             }
-        }
-        match kvs.last() {
-            Some(last) if kvs.len() == batch => from = format!("{}\0", last.key),
-            _ => return Ok(out),
+            match kvs.last() {
+                Some(last) if kvs.len() == batch => from = format!("{}\0", last.key),
+                _ => return Ok(out),
+            }
         }
     }
-}
 
-pub(super) fn clear(store: &EtcdStore, scope: Scope) -> Result<u64> {
-    let prefix = store.keys.events();
-    match scope {
-        Scope::All => {
-            let mut kv = store.client.kv_client();
-            let options = etcd_client::DeleteOptions::new().with_prefix();
-            let resp = store.call(async move { kv.delete(prefix, Some(options)).await })?;
-            Ok(u64::try_from(resp.deleted()).unwrap_or(0))
-        }
-        Scope::Tenant(t) => {
-            // Not one transaction: the tenant's events go in batches (each batch is).
-            let (_, kvs) = store.range(&prefix, &prefix_end(&prefix), 0, |o| o)?;
-            let mine: Vec<&Kv> = kvs
-                .iter()
-                .filter(|kv| {
-                    kv.decode::<EventRec>()
-                        .is_ok_and(|rec| rec.tenant == Some(t))
-                })
-                .collect();
-            let mut deleted = 0u64;
-            for chunk in mine.chunks(100) {
-                store.atomically("clearing events", |tx| {
-                    for kv in chunk {
-                        tx.delete(&kv.key);
-                    }
-                    Ok(())
-                })?;
-                deleted += chunk.len() as u64;
+    fn clear_events(&self, scope: Scope) -> Result<u64> {
+        let prefix = self.keys.events();
+        match scope {
+            Scope::All => {
+                let mut kv = self.client.kv_client();
+                let options = etcd_client::DeleteOptions::new().with_prefix();
+                let resp = self.call(async move { kv.delete(prefix, Some(options)).await })?;
+                Ok(u64::try_from(resp.deleted()).unwrap_or(0))
             }
-            Ok(deleted)
+            Scope::Tenant(t) => {
+                // Not one transaction: the tenant's events go in batches (each batch is).
+                let (_, kvs) = self.range(&prefix, &prefix_end(&prefix), 0, |o| o)?;
+                let mine: Vec<&Kv> = kvs
+                    .iter()
+                    .filter(|kv| {
+                        kv.decode::<EventRec>()
+                            .is_ok_and(|rec| rec.tenant == Some(t))
+                    })
+                    .collect();
+                let mut deleted = 0u64;
+                for chunk in mine.chunks(100) {
+                    self.atomically("clearing events", |tx| {
+                        for kv in chunk {
+                            tx.delete(&kv.key);
+                        }
+                        Ok(())
+                    })?;
+                    deleted += chunk.len() as u64;
+                }
+                Ok(deleted)
+            }
         }
     }
 }

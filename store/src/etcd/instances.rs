@@ -1,27 +1,328 @@
-//! Instances, subnets and CNCIs over etcd. A tenant's usage, subnets and address bitmaps are one
-//! record (`net/<tenant>`) rewritten in the same transaction as every instance or CNCI it counts.
+//! Instances, subnets and CNCIs over etcd: [`InstanceStore`] for [`EtcdStore`]. A tenant's usage,
+//! subnets and address bitmaps are one record (`net/<tenant>`) rewritten in the same transaction as
+//! every instance or CNCI it counts.
 
 use uuid::Uuid;
 
-use super::catalog::tenant_in;
 use super::keys::prefix_end;
 use super::records::*;
-use super::{EtcdStore, Kv, Tx, check_version};
-use crate::common::{check_name, millis, now};
+use super::{EtcdStore, Kv, Tx};
+use crate::common::{check_name, check_version, millis, now};
 use crate::net;
 use crate::*;
 
-/// The tenant's network record, read in `tx`.
-fn net_in(tx: &mut Tx<'_>, tenant: Uuid) -> Result<NetRec> {
-    let key = tx.keys().net(tenant);
-    Ok(tx.get_json(&key)?.unwrap_or_default())
+impl InstanceStore for EtcdStore {
+    fn create_instance(&self, new: NewInstance) -> Result<Instance> {
+        check_name("instance", &new.name)?;
+        let id = Uuid::new_v4();
+        self.atomically("creating an instance", |tx| {
+            let keys = tx.keys();
+            let read = tx.get_many(&[
+                keys.tenant(new.tenant),
+                keys.workload(new.workload),
+                keys.net(new.tenant),
+            ])?;
+            let [t, w, n] = read.as_slice() else {
+                return Err(StoreError::Backend("short read".into()));
+            };
+            let t: TenantRec = t
+                .as_ref()
+                .ok_or_else(|| StoreError::not_found("tenant", new.tenant))?
+                .decode()?;
+            let w: WorkloadRec = w
+                .as_ref()
+                .map(Kv::decode::<WorkloadRec>)
+                .transpose()?
+                .filter(|w| Scope::Tenant(t.id).sees(w.owner))
+                .ok_or_else(|| StoreError::not_found("workload", new.workload))?;
+            let mut net: NetRec = n.as_ref().map(Kv::decode).transpose()?.unwrap_or_default();
+            Quota::from(t.quota).check(&Usage::from(net.usage), w.vcpus, w.memory_mb)?;
+            let at = subnet_with_room(tx, &t, &mut net)?;
+            let subnet = &mut net.subnets[at];
+            let ip = subnet.first_free().ok_or_else(|| {
+                StoreError::Backend(format!("subnet {} count is wrong", subnet.id))
+            })?;
+            subnet.mark(ip, true);
+            let (subnet_id, base, prefix) = (subnet.id, subnet.base, subnet.prefix);
+            let seq = net.next_seq;
+            net.next_seq += 1;
+            net.usage.instances += 1;
+            net.usage.vcpus = net.usage.vcpus.saturating_add(w.vcpus);
+            net.usage.memory_mb = net.usage.memory_mb.saturating_add(w.memory_mb);
+            let at = millis(now());
+            let rec = InstanceRec {
+                id,
+                tenant: t.id,
+                workload: w.id,
+                name: new.name.clone(),
+                vcpus: w.vcpus,
+                memory_mb: w.memory_mb,
+                node: None,
+                state: "pending".into(),
+                reason: None,
+                subnet: subnet_id,
+                base,
+                prefix,
+                ip,
+                cnci: None,
+                created_ms: at,
+                updated_ms: at,
+                version: 1,
+                seq,
+                fault: None,
+            };
+            tx.put(&keys.instance(id), &rec)?;
+            tx.put_text(&keys.order(t.id, seq), &id.to_string());
+            tx.put_text(&keys.reference("workload", w.id, id), "");
+            tx.put(&keys.net(t.id), &net)?;
+            rec.model()
+        })
+    }
+
+    fn instance(&self, scope: Scope, id: Uuid) -> Result<Instance> {
+        self.read(|tx| instance_in(tx, scope, id))?.0.model()
+    }
+
+    fn instances(
+        &self,
+        scope: Scope,
+        filter: InstanceFilter,
+        page: Page,
+    ) -> Result<Paged<Instance>> {
+        if page.limit == 0 || page.limit > Page::MAX_LIMIT {
+            return Err(StoreError::Invalid(format!(
+                "page limit must be 1 to {}",
+                Page::MAX_LIMIT
+            )));
+        }
+        let want = page.limit as usize + 1;
+        let marker = match page.marker {
+            None => None,
+            Some(m) => Some(
+                self.read(|tx| instance_in(tx, scope, m))
+                    .map_err(|e| match e {
+                        StoreError::NotFound { .. } => {
+                            StoreError::Invalid(format!("unknown marker {m}"))
+                        }
+                        other => other,
+                    })?,
+            ),
+        };
+        let mut items: Vec<InstanceRec> = Vec::new();
+        if let Some(node) = filter.node {
+            // The node's index, in creation (revision) order: as many keys as instances on the node.
+            let prefix = self.keys.on_nodes(node);
+            let (_, on_node) =
+                self.range(&prefix, &prefix_end(&prefix), 0, |o| o.with_keys_only())?;
+            let ids = on_node
+                .iter()
+                .map(|kv| {
+                    let id = kv.key.strip_prefix(prefix.as_str()).unwrap_or_default();
+                    Uuid::parse_str(id)
+                        .map(|id| self.keys.instance(id))
+                        .map_err(|e| StoreError::Backend(format!("bad key {}: {e}", kv.key)))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let after = marker.as_ref().map_or(0, |(_, kv)| kv.create_rev);
+            let mut found: Vec<(i64, InstanceRec)> = Vec::new();
+            for kv in self.get_many(&ids)?.into_iter().flatten() {
+                let rec: InstanceRec = kv.decode()?;
+                if kv.create_rev > after && rec.node == Some(node) && scope.sees(Some(rec.tenant)) {
+                    found.push((kv.create_rev, rec));
+                }
+            }
+            found.sort_by_key(|(rev, _)| *rev);
+            items.extend(found.into_iter().take(want).map(|(_, rec)| rec));
+            return paged(items, page.limit);
+        }
+        match scope {
+            Scope::Tenant(t) => {
+                // The tenant's order keys from after the marker, then their instances.
+                let prefix = self.keys.orders(t);
+                let end = prefix_end(&prefix);
+                let mut from = self
+                    .keys
+                    .order(t, marker.as_ref().map_or(0, |(m, _)| m.seq + 1));
+                loop {
+                    let room = want - items.len();
+                    let (_, order) = self.range(&from, &end, room, |o| o)?;
+                    let ids = order
+                        .iter()
+                        .map(|kv| Ok(self.keys.instance(parse_id(kv)?)))
+                        .collect::<Result<Vec<_>>>()?;
+                    for kv in self.get_many(&ids)?.into_iter().flatten() {
+                        items.push(kv.decode()?);
+                    }
+                    match order.last() {
+                        // A full batch, yet the page is short: an instance was deleted between the
+                        // two reads. Read on.
+                        Some(last) if order.len() == room && items.len() < want => {
+                            from = format!("{}\0", last.key);
+                        }
+                        _ => break,
+                    }
+                }
+            }
+            Scope::All => {
+                // Every instance key in creation (revision) order from after the marker.
+                let prefix = self.keys.instances();
+                let after = marker.as_ref().map_or(0, |(_, kv)| kv.create_rev);
+                for kv in self.range_by_creation(&prefix, &prefix_end(&prefix), after, want)? {
+                    items.push(kv.decode()?);
+                }
+            }
+        }
+        paged(items, page.limit)
+    }
+
+    fn update_instance(
+        &self,
+        scope: Scope,
+        id: Uuid,
+        expected: u64,
+        change: InstanceChange,
+    ) -> Result<Instance> {
+        self.atomically("updating an instance", |tx| {
+            update_in(tx, scope, id, Some(expected), &change)
+        })
+    }
+
+    fn delete_instance(&self, scope: Scope, id: Uuid) -> Result<()> {
+        self.atomically("deleting an instance", |tx| delete_in(tx, scope, id))
+    }
+
+    fn subnets(&self, scope: Scope) -> Result<Vec<Subnet>> {
+        self.read(|tx| match scope {
+            Scope::Tenant(t) => Ok(net_in(tx, t)?.subnets.iter().map(|s| s.model(t)).collect()),
+            Scope::All => {
+                let keys = tx.keys();
+                // Block keys are in base order.
+                tx.range(&keys.blocks())?
+                    .iter()
+                    .map(|kv| {
+                        let block: BlockRec = kv.decode()?;
+                        let base = kv
+                            .key
+                            .rsplit('/')
+                            .next()
+                            .and_then(|hex| u32::from_str_radix(hex, 16).ok())
+                            .ok_or_else(|| {
+                                StoreError::Backend(format!("bad block key {}", kv.key))
+                            })?;
+                        Ok(Subnet {
+                            id: block.subnet,
+                            tenant: block.tenant,
+                            cidr: net::cidr(base, block.prefix),
+                        })
+                    })
+                    .collect()
+            }
+        })
+    }
+
+    fn create_cnci(&self, subnet_id: Uuid) -> Result<Cnci> {
+        let id = Uuid::new_v4();
+        self.atomically("creating a CNCI", |tx| {
+            let keys = tx.keys();
+            let mut owner = None;
+            for kv in tx.range(&keys.blocks())? {
+                let block: BlockRec = kv.decode()?;
+                if block.subnet == subnet_id {
+                    owner = Some(block.tenant);
+                    break;
+                }
+            }
+            let tenant = owner.ok_or_else(|| StoreError::not_found("subnet", subnet_id))?;
+            let mut net = net_in(tx, tenant)?;
+            let subnet = net
+                .subnets
+                .iter_mut()
+                .find(|s| s.id == subnet_id)
+                .ok_or_else(|| StoreError::not_found("subnet", subnet_id))?;
+            if subnet.cnci.is_some() {
+                return Err(StoreError::Conflict(format!(
+                    "subnet {subnet_id} already has a CNCI"
+                )));
+            }
+            subnet.cnci = Some(id);
+            let at = millis(now());
+            let rec = CnciRec {
+                id,
+                tenant,
+                subnet: subnet_id,
+                base: subnet.base,
+                prefix: subnet.prefix,
+                state: CnciState::Pending.into(),
+                ip: None,
+                node: None,
+                created_ms: at,
+                updated_ms: at,
+                version: 1,
+            };
+            tx.put(&keys.net(tenant), &net)?;
+            tx.put(&keys.cnci(id), &rec)?;
+            Ok(rec.model())
+        })
+    }
+
+    fn cnci(&self, scope: Scope, id: Uuid) -> Result<Cnci> {
+        self.read(|tx| cnci_in(tx, scope, id)).map(|c| c.model())
+    }
+
+    fn cncis(&self, scope: Scope) -> Result<Vec<Cnci>> {
+        let mut all: Vec<CnciRec> = self.read(|tx| {
+            let prefix = tx.keys().cncis();
+            tx.range(&prefix)?
+                .iter()
+                .map(Kv::decode::<CnciRec>)
+                .collect::<Result<Vec<_>>>()
+        })?;
+        all.retain(|c| scope.sees(Some(c.tenant)));
+        all.sort_by_key(|c| c.base);
+        Ok(all.iter().map(CnciRec::model).collect())
+    }
+
+    fn update_cnci(&self, id: Uuid, expected: u64, change: CnciChange) -> Result<Cnci> {
+        self.atomically("updating a CNCI", |tx| {
+            let mut c = cnci_in(tx, Scope::All, id)?;
+            check_version("CNCI", id, c.version, expected)?;
+            if let Some(state) = change.state {
+                c.state = state.into();
+            }
+            if let Some(ip) = change.ip {
+                c.ip = ip;
+            }
+            if let Some(node) = change.node {
+                c.node = node;
+            }
+            c.version += 1;
+            c.updated_ms = millis(now());
+            let key = tx.keys().cnci(id);
+            tx.put(&key, &c)?;
+            Ok(c.model())
+        })
+    }
+
+    fn delete_cnci(&self, id: Uuid) -> Result<()> {
+        self.atomically("deleting a CNCI", |tx| {
+            let c = cnci_in(tx, Scope::All, id)?;
+            let mut net = net_in(tx, c.tenant)?;
+            if let Some(at) = net.subnets.iter().position(|s| s.id == c.subnet) {
+                net.subnets[at].cnci = None;
+                release_if_empty(tx, &mut net, at);
+            }
+            let keys = tx.keys();
+            tx.put(&keys.net(c.tenant), &net)?;
+            tx.delete(&keys.cnci(id));
+            Ok(())
+        })
+    }
 }
 
-pub(super) fn usage(store: &EtcdStore, tenant: Uuid) -> Result<Usage> {
-    store.read(|tx| {
-        tenant_in(tx, tenant)?;
-        Ok(net_in(tx, tenant)?.usage.into())
-    })
+/// The tenant's network record, read in `tx`.
+pub(super) fn net_in(tx: &mut Tx<'_>, tenant: Uuid) -> Result<NetRec> {
+    let key = tx.keys().net(tenant);
+    Ok(tx.get_json(&key)?.unwrap_or_default())
 }
 
 /// The index in `net.subnets` of a subnet with a free address, carving a new one (and writing
@@ -61,73 +362,6 @@ fn subnet_with_room(tx: &mut Tx<'_>, t: &TenantRec, net: &mut NetRec) -> Result<
     Ok(at)
 }
 
-pub(super) fn create(store: &EtcdStore, new: NewInstance) -> Result<Instance> {
-    check_name("instance", &new.name)?;
-    let id = Uuid::new_v4();
-    store.atomically("creating an instance", |tx| {
-        let keys = tx.keys();
-        let read = tx.get_many(&[
-            keys.tenant(new.tenant),
-            keys.workload(new.workload),
-            keys.net(new.tenant),
-        ])?;
-        let [t, w, n] = read.as_slice() else {
-            return Err(StoreError::Backend("short read".into()));
-        };
-        let t: TenantRec = t
-            .as_ref()
-            .ok_or_else(|| StoreError::not_found("tenant", new.tenant))?
-            .decode()?;
-        let w: WorkloadRec = w
-            .as_ref()
-            .map(Kv::decode::<WorkloadRec>)
-            .transpose()?
-            .filter(|w| Scope::Tenant(t.id).sees(w.owner))
-            .ok_or_else(|| StoreError::not_found("workload", new.workload))?;
-        let mut net: NetRec = n.as_ref().map(Kv::decode).transpose()?.unwrap_or_default();
-        Quota::from(t.quota).check(&Usage::from(net.usage), w.vcpus, w.memory_mb)?;
-        let at = subnet_with_room(tx, &t, &mut net)?;
-        let subnet = &mut net.subnets[at];
-        let ip = subnet
-            .first_free()
-            .ok_or_else(|| StoreError::Backend(format!("subnet {} count is wrong", subnet.id)))?;
-        subnet.mark(ip, true);
-        let (subnet_id, base, prefix) = (subnet.id, subnet.base, subnet.prefix);
-        let seq = net.next_seq;
-        net.next_seq += 1;
-        net.usage.instances += 1;
-        net.usage.vcpus = net.usage.vcpus.saturating_add(w.vcpus);
-        net.usage.memory_mb = net.usage.memory_mb.saturating_add(w.memory_mb);
-        let at = millis(now());
-        let rec = InstanceRec {
-            id,
-            tenant: t.id,
-            workload: w.id,
-            name: new.name.clone(),
-            vcpus: w.vcpus,
-            memory_mb: w.memory_mb,
-            node: None,
-            state: "pending".into(),
-            reason: None,
-            subnet: subnet_id,
-            base,
-            prefix,
-            ip,
-            cnci: None,
-            created_ms: at,
-            updated_ms: at,
-            version: 1,
-            seq,
-            fault: None,
-        };
-        tx.put(&keys.instance(id), &rec)?;
-        tx.put_text(&keys.order(t.id, seq), &id.to_string());
-        tx.put_text(&keys.reference("workload", w.id, id), "");
-        tx.put(&keys.net(t.id), &net)?;
-        rec.model()
-    })
-}
-
 /// The instance `id` if `scope` sees it, with its key as read.
 fn instance_in(tx: &mut Tx<'_>, scope: Scope, id: Uuid) -> Result<(InstanceRec, Kv)> {
     let key = tx.keys().instance(id);
@@ -139,102 +373,6 @@ fn instance_in(tx: &mut Tx<'_>, scope: Scope, id: Uuid) -> Result<(InstanceRec, 
         return Err(StoreError::not_found("instance", id));
     }
     Ok((rec, kv))
-}
-
-pub(super) fn get(store: &EtcdStore, scope: Scope, id: Uuid) -> Result<Instance> {
-    store.read(|tx| instance_in(tx, scope, id))?.0.model()
-}
-
-pub(super) fn list(
-    store: &EtcdStore,
-    scope: Scope,
-    filter: InstanceFilter,
-    page: Page,
-) -> Result<Paged<Instance>> {
-    if page.limit == 0 || page.limit > Page::MAX_LIMIT {
-        return Err(StoreError::Invalid(format!(
-            "page limit must be 1 to {}",
-            Page::MAX_LIMIT
-        )));
-    }
-    let want = page.limit as usize + 1;
-    let marker = match page.marker {
-        None => None,
-        Some(m) => Some(
-            store
-                .read(|tx| instance_in(tx, scope, m))
-                .map_err(|e| match e {
-                    StoreError::NotFound { .. } => {
-                        StoreError::Invalid(format!("unknown marker {m}"))
-                    }
-                    other => other,
-                })?,
-        ),
-    };
-    let mut items: Vec<InstanceRec> = Vec::new();
-    if let Some(node) = filter.node {
-        // The node's index, in creation (revision) order: as many keys as instances on the node.
-        let prefix = store.keys.on_nodes(node);
-        let (_, on_node) = store.range(&prefix, &prefix_end(&prefix), 0, |o| o.with_keys_only())?;
-        let ids = on_node
-            .iter()
-            .map(|kv| {
-                let id = kv.key.strip_prefix(prefix.as_str()).unwrap_or_default();
-                Uuid::parse_str(id)
-                    .map(|id| store.keys.instance(id))
-                    .map_err(|e| StoreError::Backend(format!("bad key {}: {e}", kv.key)))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let after = marker.as_ref().map_or(0, |(_, kv)| kv.create_rev);
-        let mut found: Vec<(i64, InstanceRec)> = Vec::new();
-        for kv in store.get_many(&ids)?.into_iter().flatten() {
-            let rec: InstanceRec = kv.decode()?;
-            if kv.create_rev > after && rec.node == Some(node) && scope.sees(Some(rec.tenant)) {
-                found.push((kv.create_rev, rec));
-            }
-        }
-        found.sort_by_key(|(rev, _)| *rev);
-        items.extend(found.into_iter().take(want).map(|(_, rec)| rec));
-        return paged(items, page.limit);
-    }
-    match scope {
-        Scope::Tenant(t) => {
-            // The tenant's order keys from after the marker, then their instances.
-            let prefix = store.keys.orders(t);
-            let end = prefix_end(&prefix);
-            let mut from = store
-                .keys
-                .order(t, marker.as_ref().map_or(0, |(m, _)| m.seq + 1));
-            loop {
-                let room = want - items.len();
-                let (_, order) = store.range(&from, &end, room, |o| o)?;
-                let ids = order
-                    .iter()
-                    .map(|kv| Ok(store.keys.instance(parse_id(kv)?)))
-                    .collect::<Result<Vec<_>>>()?;
-                for kv in store.get_many(&ids)?.into_iter().flatten() {
-                    items.push(kv.decode()?);
-                }
-                match order.last() {
-                    // A full batch, yet the page is short: an instance was deleted between the
-                    // two reads. Read on.
-                    Some(last) if order.len() == room && items.len() < want => {
-                        from = format!("{}\0", last.key);
-                    }
-                    _ => break,
-                }
-            }
-        }
-        Scope::All => {
-            // Every instance key in creation (revision) order from after the marker.
-            let prefix = store.keys.instances();
-            let after = marker.as_ref().map_or(0, |(_, kv)| kv.create_rev);
-            for kv in store.range_by_creation(&prefix, &prefix_end(&prefix), after, want)? {
-                items.push(kv.decode()?);
-            }
-        }
-    }
-    paged(items, page.limit)
 }
 
 /// The page of at most `limit` of `items` (which hold one more when there is a next page).
@@ -258,18 +396,6 @@ fn paged(mut items: Vec<InstanceRec>, limit: u32) -> Result<Paged<Instance>> {
 fn parse_id(kv: &Kv) -> Result<Uuid> {
     Uuid::parse_str(kv.text()?)
         .map_err(|e| StoreError::Backend(format!("bad id at {}: {e}", kv.key)))
-}
-
-pub(super) fn update(
-    store: &EtcdStore,
-    scope: Scope,
-    id: Uuid,
-    expected: u64,
-    change: InstanceChange,
-) -> Result<Instance> {
-    store.atomically("updating an instance", |tx| {
-        update_in(tx, scope, id, Some(expected), &change)
-    })
 }
 
 /// Applies `change` to instance `id` in `tx` (checking its version when `expected` is given).
@@ -334,10 +460,6 @@ fn release_if_empty(tx: &mut Tx<'_>, net: &mut NetRec, at: usize) {
     }
 }
 
-pub(super) fn delete(store: &EtcdStore, scope: Scope, id: Uuid) -> Result<()> {
-    store.atomically("deleting an instance", |tx| delete_in(tx, scope, id))
-}
-
 /// Removes instance `id`'s record in `tx`.
 pub(super) fn delete_in(tx: &mut Tx<'_>, scope: Scope, id: Uuid) -> Result<()> {
     {
@@ -362,139 +484,9 @@ pub(super) fn delete_in(tx: &mut Tx<'_>, scope: Scope, id: Uuid) -> Result<()> {
     }
 }
 
-pub(super) fn subnets(store: &EtcdStore, scope: Scope) -> Result<Vec<Subnet>> {
-    store.read(|tx| match scope {
-        Scope::Tenant(t) => Ok(net_in(tx, t)?.subnets.iter().map(|s| s.model(t)).collect()),
-        Scope::All => {
-            let keys = tx.keys();
-            // Block keys are in base order.
-            tx.range(&keys.blocks())?
-                .iter()
-                .map(|kv| {
-                    let block: BlockRec = kv.decode()?;
-                    let base = kv
-                        .key
-                        .rsplit('/')
-                        .next()
-                        .and_then(|hex| u32::from_str_radix(hex, 16).ok())
-                        .ok_or_else(|| StoreError::Backend(format!("bad block key {}", kv.key)))?;
-                    Ok(Subnet {
-                        id: block.subnet,
-                        tenant: block.tenant,
-                        cidr: net::cidr(base, block.prefix),
-                    })
-                })
-                .collect()
-        }
-    })
-}
-
-pub(super) fn create_cnci(store: &EtcdStore, subnet_id: Uuid) -> Result<Cnci> {
-    let id = Uuid::new_v4();
-    store.atomically("creating a CNCI", |tx| {
-        let keys = tx.keys();
-        let mut owner = None;
-        for kv in tx.range(&keys.blocks())? {
-            let block: BlockRec = kv.decode()?;
-            if block.subnet == subnet_id {
-                owner = Some(block.tenant);
-                break;
-            }
-        }
-        let tenant = owner.ok_or_else(|| StoreError::not_found("subnet", subnet_id))?;
-        let mut net = net_in(tx, tenant)?;
-        let subnet = net
-            .subnets
-            .iter_mut()
-            .find(|s| s.id == subnet_id)
-            .ok_or_else(|| StoreError::not_found("subnet", subnet_id))?;
-        if subnet.cnci.is_some() {
-            return Err(StoreError::Conflict(format!(
-                "subnet {subnet_id} already has a CNCI"
-            )));
-        }
-        subnet.cnci = Some(id);
-        let at = millis(now());
-        let rec = CnciRec {
-            id,
-            tenant,
-            subnet: subnet_id,
-            base: subnet.base,
-            prefix: subnet.prefix,
-            state: CnciState::Pending.into(),
-            ip: None,
-            node: None,
-            created_ms: at,
-            updated_ms: at,
-            version: 1,
-        };
-        tx.put(&keys.net(tenant), &net)?;
-        tx.put(&keys.cnci(id), &rec)?;
-        Ok(rec.model())
-    })
-}
-
 fn cnci_in(tx: &mut Tx<'_>, scope: Scope, id: Uuid) -> Result<CnciRec> {
     let key = tx.keys().cnci(id);
     tx.get_json::<CnciRec>(&key)?
         .filter(|c| scope.sees(Some(c.tenant)))
         .ok_or_else(|| StoreError::not_found("CNCI", id))
-}
-
-pub(super) fn cnci(store: &EtcdStore, scope: Scope, id: Uuid) -> Result<Cnci> {
-    store.read(|tx| cnci_in(tx, scope, id)).map(|c| c.model())
-}
-
-pub(super) fn cncis(store: &EtcdStore, scope: Scope) -> Result<Vec<Cnci>> {
-    let mut all: Vec<CnciRec> = store.read(|tx| {
-        let prefix = tx.keys().cncis();
-        tx.range(&prefix)?
-            .iter()
-            .map(Kv::decode::<CnciRec>)
-            .collect::<Result<Vec<_>>>()
-    })?;
-    all.retain(|c| scope.sees(Some(c.tenant)));
-    all.sort_by_key(|c| c.base);
-    Ok(all.iter().map(CnciRec::model).collect())
-}
-
-pub(super) fn update_cnci(
-    store: &EtcdStore,
-    id: Uuid,
-    expected: u64,
-    change: CnciChange,
-) -> Result<Cnci> {
-    store.atomically("updating a CNCI", |tx| {
-        let mut c = cnci_in(tx, Scope::All, id)?;
-        check_version("CNCI", id, c.version, expected)?;
-        if let Some(state) = change.state {
-            c.state = state.into();
-        }
-        if let Some(ip) = change.ip {
-            c.ip = ip;
-        }
-        if let Some(node) = change.node {
-            c.node = node;
-        }
-        c.version += 1;
-        c.updated_ms = millis(now());
-        let key = tx.keys().cnci(id);
-        tx.put(&key, &c)?;
-        Ok(c.model())
-    })
-}
-
-pub(super) fn delete_cnci(store: &EtcdStore, id: Uuid) -> Result<()> {
-    store.atomically("deleting a CNCI", |tx| {
-        let c = cnci_in(tx, Scope::All, id)?;
-        let mut net = net_in(tx, c.tenant)?;
-        if let Some(at) = net.subnets.iter().position(|s| s.id == c.subnet) {
-            net.subnets[at].cnci = None;
-            release_if_empty(tx, &mut net, at);
-        }
-        let keys = tx.keys();
-        tx.put(&keys.net(c.tenant), &net)?;
-        tx.delete(&keys.cnci(id));
-        Ok(())
-    })
 }

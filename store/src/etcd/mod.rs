@@ -32,9 +32,14 @@
 //! `tokio::task::spawn_blocking`, never from inside an async task (blocking there panics). Every
 //! call has a deadline ([`EtcdOptions::call_timeout`]); an unreachable etcd is a
 //! [`StoreError::Backend`] naming the endpoints.
+//!
+//! This file holds the connection, the reads and the optimistic transactions (`Tx`); each
+//! concern's trait is implemented in the file of that concern (`identity.rs`, `catalog.rs`,
+//! `instances.rs`, `events.rs`, `queue.rs`; `reservations.rs` for the [`ReservationStore`]).
 
 mod catalog;
 mod events;
+mod identity;
 mod instances;
 mod keys;
 mod queue;
@@ -595,222 +600,17 @@ impl<'s> Tx<'s> {
     }
 }
 
-/// `Conflict` unless `found` is `expected`.
-fn check_version(kind: &str, id: Uuid, found: u64, expected: u64) -> Result<()> {
-    if found != expected {
-        return Err(StoreError::Conflict(format!(
-            "{kind} {id} is at version {found}, not {expected}"
-        )));
-    }
-    Ok(())
+/// Decodes every record of `kvs`.
+fn decode_all<T: serde::de::DeserializeOwned>(kvs: &[Kv]) -> Result<Vec<T>> {
+    kvs.iter().map(Kv::decode).collect()
 }
 
-impl Store for EtcdStore {
-    fn create_tenant(&self, new: NewTenant) -> Result<Tenant> {
-        catalog::create_tenant(self, new)
-    }
-    fn tenant(&self, id: Uuid) -> Result<Tenant> {
-        catalog::tenant(self, id)
-    }
-    fn tenants(&self) -> Result<Vec<Tenant>> {
-        catalog::tenants(self)
-    }
-    fn update_tenant(&self, id: Uuid, expected: u64, change: TenantChange) -> Result<Tenant> {
-        catalog::update_tenant(self, id, expected, change)
-    }
-    fn delete_tenant(&self, id: Uuid) -> Result<()> {
-        catalog::delete_tenant(self, id)
-    }
-    fn usage(&self, tenant: Uuid) -> Result<Usage> {
-        instances::usage(self, tenant)
-    }
+/// Every record under `prefix`, read without a transaction.
+fn all<T: serde::de::DeserializeOwned>(store: &EtcdStore, prefix: &str) -> Result<Vec<T>> {
+    store.read(|tx| decode_all(&tx.range(prefix)?))
+}
 
-    fn create_user(&self, new: NewUser) -> Result<User> {
-        catalog::create_user(self, new)
-    }
-    fn user(&self, id: Uuid) -> Result<User> {
-        catalog::user(self, id)
-    }
-    fn user_by_name(&self, name: &str) -> Result<User> {
-        catalog::user_by_name(self, name)
-    }
-    fn users(&self) -> Result<Vec<User>> {
-        catalog::users(self)
-    }
-    fn update_user(&self, id: Uuid, expected: u64, change: UserChange) -> Result<User> {
-        catalog::update_user(self, id, expected, change)
-    }
-    fn delete_user(&self, id: Uuid) -> Result<()> {
-        catalog::delete_user(self, id)
-    }
-    fn grant_role(&self, user: Uuid, tenant: Uuid, role: Role) -> Result<()> {
-        catalog::grant_role(self, user, tenant, role)
-    }
-    fn revoke_role(&self, user: Uuid, tenant: Uuid, role: Role) -> Result<()> {
-        catalog::revoke_role(self, user, tenant, role)
-    }
-    fn roles_of_user(&self, user: Uuid) -> Result<Vec<RoleAssignment>> {
-        catalog::roles_of_user(self, user)
-    }
-    fn roles_in_tenant(&self, tenant: Uuid) -> Result<Vec<RoleAssignment>> {
-        catalog::roles_in_tenant(self, tenant)
-    }
-
-    fn create_flavor(&self, new: NewFlavor) -> Result<Flavor> {
-        catalog::create_flavor(self, new)
-    }
-    fn flavor(&self, id: Uuid) -> Result<Flavor> {
-        catalog::flavor(self, id)
-    }
-    fn flavors(&self) -> Result<Vec<Flavor>> {
-        catalog::flavors(self)
-    }
-    fn delete_flavor(&self, id: Uuid) -> Result<()> {
-        catalog::delete_flavor(self, id)
-    }
-
-    fn create_image(&self, new: NewImage) -> Result<Image> {
-        catalog::create_image(self, new)
-    }
-    fn image(&self, scope: Scope, id: Uuid) -> Result<Image> {
-        catalog::image(self, scope, id)
-    }
-    fn images(&self, scope: Scope) -> Result<Vec<Image>> {
-        catalog::images(self, scope)
-    }
-    fn delete_image(&self, scope: Scope, id: Uuid) -> Result<()> {
-        catalog::delete_image(self, scope, id)
-    }
-
-    fn create_workload(&self, new: NewWorkload) -> Result<Workload> {
-        catalog::create_workload(self, new)
-    }
-    fn workload(&self, scope: Scope, id: Uuid) -> Result<Workload> {
-        catalog::workload(self, scope, id)
-    }
-    fn workloads(&self, scope: Scope) -> Result<Vec<Workload>> {
-        catalog::workloads(self, scope)
-    }
-    fn update_workload(
-        &self,
-        scope: Scope,
-        id: Uuid,
-        expected: u64,
-        change: WorkloadChange,
-    ) -> Result<Workload> {
-        catalog::update_workload(self, scope, id, expected, change)
-    }
-    fn delete_workload(&self, scope: Scope, id: Uuid) -> Result<()> {
-        catalog::delete_workload(self, scope, id)
-    }
-
-    fn create_instance(&self, new: NewInstance) -> Result<Instance> {
-        instances::create(self, new)
-    }
-    fn instance(&self, scope: Scope, id: Uuid) -> Result<Instance> {
-        instances::get(self, scope, id)
-    }
-    fn instances(
-        &self,
-        scope: Scope,
-        filter: InstanceFilter,
-        page: Page,
-    ) -> Result<Paged<Instance>> {
-        instances::list(self, scope, filter, page)
-    }
-    fn update_instance(
-        &self,
-        scope: Scope,
-        id: Uuid,
-        expected: u64,
-        change: InstanceChange,
-    ) -> Result<Instance> {
-        instances::update(self, scope, id, expected, change)
-    }
-    fn delete_instance(&self, scope: Scope, id: Uuid) -> Result<()> {
-        instances::delete(self, scope, id)
-    }
-
-    fn subnets(&self, scope: Scope) -> Result<Vec<Subnet>> {
-        instances::subnets(self, scope)
-    }
-    fn create_cnci(&self, subnet: Uuid) -> Result<Cnci> {
-        instances::create_cnci(self, subnet)
-    }
-    fn cnci(&self, scope: Scope, id: Uuid) -> Result<Cnci> {
-        instances::cnci(self, scope, id)
-    }
-    fn cncis(&self, scope: Scope) -> Result<Vec<Cnci>> {
-        instances::cncis(self, scope)
-    }
-    fn update_cnci(&self, id: Uuid, expected: u64, change: CnciChange) -> Result<Cnci> {
-        instances::update_cnci(self, id, expected, change)
-    }
-    fn delete_cnci(&self, id: Uuid) -> Result<()> {
-        instances::delete_cnci(self, id)
-    }
-
-    fn append_event(&self, new: NewEvent) -> Result<Event> {
-        events::append(self, new, self.options.event_capacity)
-    }
-    fn events(&self, scope: Scope, after: Option<u64>, limit: u32) -> Result<Vec<Event>> {
-        events::list(self, scope, after, limit)
-    }
-    fn clear_events(&self, scope: Scope) -> Result<u64> {
-        events::clear(self, scope)
-    }
-
-    fn create_remote_host(&self, new: NewRemoteHost) -> Result<RemoteHost> {
-        queue::create_host(self, new)
-    }
-    fn remote_host(&self, id: Uuid) -> Result<RemoteHost> {
-        queue::host(self, id)
-    }
-    fn remote_hosts(&self) -> Result<Vec<RemoteHost>> {
-        queue::hosts(self)
-    }
-    fn delete_remote_host(&self, id: Uuid) -> Result<()> {
-        queue::delete_host(self, id)
-    }
-    fn enqueue_operation(&self, new: NewOperation) -> Result<Operation> {
-        queue::enqueue(self, new)
-    }
-    fn operation(&self, id: Uuid) -> Result<Operation> {
-        queue::get(self, id)
-    }
-    fn operations(&self, filter: OperationFilter) -> Result<Vec<Operation>> {
-        queue::list(self, filter)
-    }
-    fn claim_operation_on(
-        &self,
-        owner: &str,
-        lease: Duration,
-        host: Option<Uuid>,
-    ) -> Result<Option<Operation>> {
-        queue::claim(self, owner, lease, host)
-    }
-    fn renew_claim(&self, id: Uuid, token: u64, lease: Duration) -> Result<Operation> {
-        queue::renew(self, id, token, lease)
-    }
-    fn complete_operation(&self, id: Uuid, token: u64, result: &str) -> Result<Operation> {
-        queue::finish(self, id, token, OperationState::Done, result)
-    }
-    fn fail_operation(&self, id: Uuid, token: u64, reason: &str) -> Result<Operation> {
-        queue::finish(self, id, token, OperationState::Failed, reason)
-    }
-    fn put_launcher_creds(&self, creds: LauncherCreds) -> Result<()> {
-        queue::put_creds(self, &creds)
-    }
-    fn launcher_creds(&self, host: Uuid) -> Result<LauncherCreds> {
-        queue::creds(self, host)
-    }
-    fn fenced_write(
-        &self,
-        id: Uuid,
-        token: u64,
-        write: &InstanceWrite,
-        finish: Option<(OperationState, &str)>,
-    ) -> Result<Operation> {
-        queue::fenced_write(self, id, token, write, finish)
-    }
+/// `Conflict`: a `kind` named `name` exists.
+fn duplicate(kind: &str, name: &str) -> StoreError {
+    StoreError::Conflict(format!("{kind} {name:?} already exists"))
 }

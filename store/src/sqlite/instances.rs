@@ -1,6 +1,6 @@
-//! Instances, subnets, CNCIs and events in SQLite: each function runs inside the caller's
-//! transaction. Address allocation keeps a `used` count per subnet so that picking a subnet does
-//! not scan the tenant's instances.
+//! Instances, subnets and CNCIs in SQLite: [`InstanceStore`] for [`SqliteStore`], over the
+//! functions below, each of which runs inside the caller's transaction. Address allocation keeps
+//! a `used` count per subnet so that picking a subnet does not scan the tenant's instances.
 
 use std::net::{IpAddr, Ipv4Addr};
 
@@ -8,10 +8,60 @@ use rusqlite::types::Value;
 use rusqlite::{OptionalExtension, Row, Transaction, params, params_from_iter};
 use uuid::Uuid;
 
-use super::catalog::{check_version, tenant, workload};
-use super::{bad_column, from_millis, int, millis, now, opt_uuid_at, u32_at, u64_at, uuid_at};
+use super::catalog::{flavor, workload};
+use super::identity::tenant;
+use super::{SqliteStore, bad_column, int, opt_uuid_at, u32_at, u64_at, uuid_at};
+use crate::common::{check_name, check_version, from_millis, millis, now};
 use crate::net;
 use crate::*;
+
+impl InstanceStore for SqliteStore {
+    fn create_instance(&self, new: NewInstance) -> Result<Instance> {
+        self.write(|tx| create(tx, new))
+    }
+    fn instance(&self, scope: Scope, id: Uuid) -> Result<Instance> {
+        self.read(|tx| get(tx, scope, id))
+    }
+    fn instances(
+        &self,
+        scope: Scope,
+        filter: InstanceFilter,
+        page: Page,
+    ) -> Result<Paged<Instance>> {
+        self.read(|tx| list(tx, scope, filter, page))
+    }
+    fn update_instance(
+        &self,
+        scope: Scope,
+        id: Uuid,
+        expected: u64,
+        change: InstanceChange,
+    ) -> Result<Instance> {
+        self.write(|tx| update(tx, scope, id, expected, change))
+    }
+    fn delete_instance(&self, scope: Scope, id: Uuid) -> Result<()> {
+        self.write(|tx| delete(tx, scope, id))
+    }
+
+    fn subnets(&self, scope: Scope) -> Result<Vec<Subnet>> {
+        self.read(|tx| subnets(tx, scope))
+    }
+    fn create_cnci(&self, subnet: Uuid) -> Result<Cnci> {
+        self.write(|tx| create_cnci(tx, subnet))
+    }
+    fn cnci(&self, scope: Scope, id: Uuid) -> Result<Cnci> {
+        self.read(|tx| cnci(tx, scope, id))
+    }
+    fn cncis(&self, scope: Scope) -> Result<Vec<Cnci>> {
+        self.read(|tx| cncis(tx, scope))
+    }
+    fn update_cnci(&self, id: Uuid, expected: u64, change: CnciChange) -> Result<Cnci> {
+        self.write(|tx| update_cnci(tx, id, expected, change))
+    }
+    fn delete_cnci(&self, id: Uuid) -> Result<()> {
+        self.write(|tx| delete_cnci(tx, id))
+    }
+}
 
 const INSTANCE_COLS: &str = "i.id, i.tenant_id, i.workload_id, i.name, i.vcpus, i.memory_mb, \
      i.node, i.state, i.reason, s.base, s.prefix, i.ip, i.cnci, i.created, i.updated, i.version, \
@@ -130,10 +180,10 @@ fn subnet_with_room(tx: &Transaction<'_>, t: &Tenant) -> Result<(Uuid, u32, u8)>
 }
 
 pub(super) fn create(tx: &Transaction<'_>, new: NewInstance) -> Result<Instance> {
-    super::check_name("instance", &new.name)?;
+    check_name("instance", &new.name)?;
     let t = tenant(tx, new.tenant)?;
     let w = workload(tx, Scope::Tenant(t.id), new.workload)?;
-    let flavor = super::catalog::flavor(tx, w.flavor)?;
+    let flavor = flavor(tx, w.flavor)?;
     // The usage sums every instance of the tenant: skipped when nothing is limited, so a
     // tenant without a quota does not pay a scan of its instances per launch.
     if t.quota != Quota::default() {
@@ -191,7 +241,7 @@ pub(super) fn create(tx: &Transaction<'_>, new: NewInstance) -> Result<Instance>
 }
 
 /// The SQL condition (on `i.tenant_id`) and its parameter for `scope`.
-fn scope_cond(scope: Scope) -> (String, Option<Value>) {
+pub(super) fn scope_cond(scope: Scope) -> (String, Option<Value>) {
     match scope {
         Scope::All => (String::new(), None),
         Scope::Tenant(t) => (
@@ -283,7 +333,7 @@ pub(super) fn update(
     );
     i.fault = change.fault_after(i.fault.take(), in_error);
     if let Some(name) = change.name {
-        super::check_name("instance", &name)?;
+        check_name("instance", &name)?;
         i.name = name;
     }
     if let Some(state) = change.state {
@@ -508,80 +558,4 @@ pub(super) fn delete_cnci(tx: &Transaction<'_>, id: Uuid) -> Result<()> {
     let c = cnci(tx, Scope::All, id)?;
     tx.execute("DELETE FROM cncis WHERE id = ?1", [id.to_string()])?;
     release_subnet_if_empty(tx, c.subnet)
-}
-
-fn event_kind_text(kind: EventKind) -> &'static str {
-    match kind {
-        EventKind::Info => "info",
-        EventKind::Warning => "warning",
-        EventKind::Error => "error",
-    }
-}
-
-fn event_row(row: &Row<'_>) -> rusqlite::Result<Event> {
-    let kind: String = row.get(3)?;
-    Ok(Event {
-        seq: u64_at(row, 0)?,
-        time: from_millis(row.get(1)?),
-        tenant: opt_uuid_at(row, 2)?,
-        kind: match kind.as_str() {
-            "info" => EventKind::Info,
-            "warning" => EventKind::Warning,
-            "error" => EventKind::Error,
-            other => return Err(bad_column(3, format!("unknown event kind {other:?}"))),
-        },
-        message: row.get(4)?,
-    })
-}
-
-pub(super) fn append_event(tx: &Transaction<'_>, new: NewEvent, capacity: u64) -> Result<Event> {
-    let time = now();
-    tx.prepare_cached(
-        "INSERT INTO events (time, tenant_id, kind, message) VALUES (?1, ?2, ?3, ?4)",
-    )?
-    .execute(params![
-        millis(time),
-        new.tenant.map(|t| t.to_string()),
-        event_kind_text(new.kind),
-        new.message
-    ])?;
-    let seq = tx.last_insert_rowid();
-    tx.prepare_cached("DELETE FROM events WHERE seq <= ?1")?
-        .execute([seq - int(capacity)?])?;
-    Ok(Event {
-        seq: u64::try_from(seq).map_err(|e| StoreError::Backend(e.to_string()))?,
-        time,
-        tenant: new.tenant,
-        kind: new.kind,
-        message: new.message,
-    })
-}
-
-pub(super) fn events(
-    tx: &Transaction<'_>,
-    scope: Scope,
-    after: Option<u64>,
-    limit: u32,
-) -> Result<Vec<Event>> {
-    let (cond, param) = scope_cond(scope);
-    let cond = cond.replace("i.", "");
-    let mut args = vec![Value::Integer(int(after.unwrap_or(0))?)];
-    args.extend(param);
-    args.push(Value::Integer(i64::from(limit.min(Page::MAX_LIMIT))));
-    let mut stmt = tx.prepare_cached(&format!(
-        "SELECT seq, time, tenant_id, kind, message FROM events WHERE seq > ?{cond}
-         ORDER BY seq LIMIT ?"
-    ))?;
-    let rows = stmt.query_map(params_from_iter(args), event_row)?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
-}
-
-pub(super) fn clear_events(tx: &Transaction<'_>, scope: Scope) -> Result<u64> {
-    let n = match scope {
-        Scope::All => tx.execute("DELETE FROM events", [])?,
-        Scope::Tenant(t) => {
-            tx.execute("DELETE FROM events WHERE tenant_id = ?1", [t.to_string()])?
-        }
-    };
-    Ok(n as u64)
 }

@@ -8,8 +8,15 @@
 //!
 //! Durability: `synchronous = NORMAL` in WAL mode, so a commit survives a process crash; after a
 //! power loss the last commits may be rolled back, never half-applied.
+//!
+//! This file holds the connections and transactions; each concern's trait is implemented in the
+//! file of that concern (`identity.rs`, `catalog.rs`, `instances.rs`, `events.rs`, `queue.rs`),
+//! over functions that run inside a transaction given to them, so that one transaction may
+//! combine several (creating an instance reads its tenant and workload).
 
 mod catalog;
+mod events;
+mod identity;
 mod instances;
 mod queue;
 mod schema;
@@ -19,7 +26,6 @@ use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use crate::common::DEFAULT_EVENT_CAPACITY;
-pub(crate) use crate::common::{check_name, from_millis, millis, now};
 
 use rusqlite::{Connection, ErrorCode, Transaction, TransactionBehavior};
 use uuid::Uuid;
@@ -125,7 +131,7 @@ impl From<rusqlite::Error> for StoreError {
     }
 }
 
-// --- column conversions, shared by the submodules ---
+// --- column conversions and row helpers, shared by the submodules ---
 
 /// An unsigned figure as an SQLite integer (`Invalid` past `i64::MAX`).
 pub(crate) fn int(value: u64) -> Result<i64> {
@@ -162,229 +168,29 @@ pub(crate) fn u32_at(row: &rusqlite::Row<'_>, idx: usize) -> rusqlite::Result<u3
     u32::try_from(v).map_err(|e| bad_column(idx, e.to_string()))
 }
 
-impl Store for SqliteStore {
-    fn create_tenant(&self, new: NewTenant) -> Result<Tenant> {
-        self.write(|tx| catalog::create_tenant(tx, new))
+/// A unique-constraint failure as a readable `Conflict`.
+fn duplicate(err: rusqlite::Error, kind: &str, name: &str) -> StoreError {
+    match StoreError::from(err) {
+        StoreError::Conflict(_) => StoreError::Conflict(format!("{kind} {name:?} already exists")),
+        other => other,
     }
-    fn tenant(&self, id: Uuid) -> Result<Tenant> {
-        self.read(|tx| catalog::tenant(tx, id))
-    }
-    fn tenants(&self) -> Result<Vec<Tenant>> {
-        self.read(catalog::tenants)
-    }
-    fn update_tenant(&self, id: Uuid, expected: u64, change: TenantChange) -> Result<Tenant> {
-        self.write(|tx| catalog::update_tenant(tx, id, expected, change))
-    }
-    fn delete_tenant(&self, id: Uuid) -> Result<()> {
-        self.write(|tx| catalog::delete_tenant(tx, id))
-    }
-    fn usage(&self, tenant: Uuid) -> Result<Usage> {
-        self.read(|tx| {
-            catalog::tenant(tx, tenant)?;
-            instances::usage(tx, tenant)
-        })
-    }
+}
 
-    fn create_user(&self, new: NewUser) -> Result<User> {
-        self.write(|tx| catalog::create_user(tx, new))
+/// Deletes one row of `table` by id; `NotFound` if absent, `Conflict` if still referred to.
+fn delete_row(tx: &Transaction<'_>, table: &str, kind: &'static str, id: Uuid) -> Result<()> {
+    let n = tx
+        .execute(
+            &format!("DELETE FROM {table} WHERE id = ?1"),
+            [id.to_string()],
+        )
+        .map_err(|e| match StoreError::from(e) {
+            StoreError::Conflict(_) => StoreError::Conflict(format!("{kind} {id} is in use")),
+            other => other,
+        })?;
+    if n == 0 {
+        return Err(StoreError::not_found(kind, id));
     }
-    fn user(&self, id: Uuid) -> Result<User> {
-        self.read(|tx| catalog::user(tx, "id", &id.to_string()))
-    }
-    fn user_by_name(&self, name: &str) -> Result<User> {
-        self.read(|tx| catalog::user(tx, "name", name))
-    }
-    fn users(&self) -> Result<Vec<User>> {
-        self.read(catalog::users)
-    }
-    fn update_user(&self, id: Uuid, expected: u64, change: UserChange) -> Result<User> {
-        self.write(|tx| catalog::update_user(tx, id, expected, change))
-    }
-    fn delete_user(&self, id: Uuid) -> Result<()> {
-        self.write(|tx| catalog::delete_row(tx, "users", "user", id))
-    }
-    fn grant_role(&self, user: Uuid, tenant: Uuid, role: Role) -> Result<()> {
-        self.write(|tx| catalog::grant_role(tx, user, tenant, role))
-    }
-    fn revoke_role(&self, user: Uuid, tenant: Uuid, role: Role) -> Result<()> {
-        self.write(|tx| catalog::revoke_role(tx, user, tenant, role))
-    }
-    fn roles_of_user(&self, user: Uuid) -> Result<Vec<RoleAssignment>> {
-        self.read(|tx| catalog::roles(tx, "user_id", user))
-    }
-    fn roles_in_tenant(&self, tenant: Uuid) -> Result<Vec<RoleAssignment>> {
-        self.read(|tx| catalog::roles(tx, "tenant_id", tenant))
-    }
-
-    fn create_flavor(&self, new: NewFlavor) -> Result<Flavor> {
-        self.write(|tx| catalog::create_flavor(tx, new))
-    }
-    fn flavor(&self, id: Uuid) -> Result<Flavor> {
-        self.read(|tx| catalog::flavor(tx, id))
-    }
-    fn flavors(&self) -> Result<Vec<Flavor>> {
-        self.read(catalog::flavors)
-    }
-    fn delete_flavor(&self, id: Uuid) -> Result<()> {
-        self.write(|tx| catalog::delete_row(tx, "flavors", "flavor", id))
-    }
-
-    fn create_image(&self, new: NewImage) -> Result<Image> {
-        self.write(|tx| catalog::create_image(tx, new))
-    }
-    fn image(&self, scope: Scope, id: Uuid) -> Result<Image> {
-        self.read(|tx| catalog::image(tx, scope, id))
-    }
-    fn images(&self, scope: Scope) -> Result<Vec<Image>> {
-        self.read(|tx| catalog::images(tx, scope))
-    }
-    fn delete_image(&self, scope: Scope, id: Uuid) -> Result<()> {
-        self.write(|tx| {
-            let image = catalog::image(tx, scope, id)?;
-            if !scope.owns(image.owner) {
-                return Err(StoreError::not_found("image", id));
-            }
-            catalog::delete_row(tx, "images", "image", id)
-        })
-    }
-
-    fn create_workload(&self, new: NewWorkload) -> Result<Workload> {
-        self.write(|tx| catalog::create_workload(tx, new))
-    }
-    fn workload(&self, scope: Scope, id: Uuid) -> Result<Workload> {
-        self.read(|tx| catalog::workload(tx, scope, id))
-    }
-    fn workloads(&self, scope: Scope) -> Result<Vec<Workload>> {
-        self.read(|tx| catalog::workloads(tx, scope))
-    }
-    fn update_workload(
-        &self,
-        scope: Scope,
-        id: Uuid,
-        expected: u64,
-        change: WorkloadChange,
-    ) -> Result<Workload> {
-        self.write(|tx| catalog::update_workload(tx, scope, id, expected, change))
-    }
-    fn delete_workload(&self, scope: Scope, id: Uuid) -> Result<()> {
-        self.write(|tx| {
-            let workload = catalog::workload(tx, scope, id)?;
-            if !scope.owns(workload.owner) {
-                return Err(StoreError::not_found("workload", id));
-            }
-            catalog::delete_row(tx, "workloads", "workload", id)
-        })
-    }
-
-    fn create_instance(&self, new: NewInstance) -> Result<Instance> {
-        self.write(|tx| instances::create(tx, new))
-    }
-    fn instance(&self, scope: Scope, id: Uuid) -> Result<Instance> {
-        self.read(|tx| instances::get(tx, scope, id))
-    }
-    fn instances(
-        &self,
-        scope: Scope,
-        filter: InstanceFilter,
-        page: Page,
-    ) -> Result<Paged<Instance>> {
-        self.read(|tx| instances::list(tx, scope, filter, page))
-    }
-    fn update_instance(
-        &self,
-        scope: Scope,
-        id: Uuid,
-        expected: u64,
-        change: InstanceChange,
-    ) -> Result<Instance> {
-        self.write(|tx| instances::update(tx, scope, id, expected, change))
-    }
-    fn delete_instance(&self, scope: Scope, id: Uuid) -> Result<()> {
-        self.write(|tx| instances::delete(tx, scope, id))
-    }
-
-    fn subnets(&self, scope: Scope) -> Result<Vec<Subnet>> {
-        self.read(|tx| instances::subnets(tx, scope))
-    }
-    fn create_cnci(&self, subnet: Uuid) -> Result<Cnci> {
-        self.write(|tx| instances::create_cnci(tx, subnet))
-    }
-    fn cnci(&self, scope: Scope, id: Uuid) -> Result<Cnci> {
-        self.read(|tx| instances::cnci(tx, scope, id))
-    }
-    fn cncis(&self, scope: Scope) -> Result<Vec<Cnci>> {
-        self.read(|tx| instances::cncis(tx, scope))
-    }
-    fn update_cnci(&self, id: Uuid, expected: u64, change: CnciChange) -> Result<Cnci> {
-        self.write(|tx| instances::update_cnci(tx, id, expected, change))
-    }
-    fn delete_cnci(&self, id: Uuid) -> Result<()> {
-        self.write(|tx| instances::delete_cnci(tx, id))
-    }
-
-    fn append_event(&self, new: NewEvent) -> Result<Event> {
-        self.write(|tx| instances::append_event(tx, new, self.event_capacity))
-    }
-    fn events(&self, scope: Scope, after: Option<u64>, limit: u32) -> Result<Vec<Event>> {
-        self.read(|tx| instances::events(tx, scope, after, limit))
-    }
-    fn clear_events(&self, scope: Scope) -> Result<u64> {
-        self.write(|tx| instances::clear_events(tx, scope))
-    }
-
-    fn create_remote_host(&self, new: NewRemoteHost) -> Result<RemoteHost> {
-        self.write(|tx| queue::create_host(tx, new))
-    }
-    fn remote_host(&self, id: Uuid) -> Result<RemoteHost> {
-        self.read(|tx| queue::host(tx, id))
-    }
-    fn remote_hosts(&self) -> Result<Vec<RemoteHost>> {
-        self.read(queue::hosts)
-    }
-    fn delete_remote_host(&self, id: Uuid) -> Result<()> {
-        self.write(|tx| queue::delete_host(tx, id))
-    }
-    fn enqueue_operation(&self, new: NewOperation) -> Result<Operation> {
-        self.write(|tx| queue::enqueue(tx, new))
-    }
-    fn operation(&self, id: Uuid) -> Result<Operation> {
-        self.read(|tx| queue::get(tx, id))
-    }
-    fn operations(&self, filter: OperationFilter) -> Result<Vec<Operation>> {
-        self.read(|tx| queue::list(tx, filter))
-    }
-    fn claim_operation_on(
-        &self,
-        owner: &str,
-        lease: Duration,
-        host: Option<Uuid>,
-    ) -> Result<Option<Operation>> {
-        self.write(|tx| queue::claim(tx, owner, lease, host))
-    }
-    fn renew_claim(&self, id: Uuid, token: u64, lease: Duration) -> Result<Operation> {
-        self.write(|tx| queue::renew(tx, id, token, lease))
-    }
-    fn complete_operation(&self, id: Uuid, token: u64, result: &str) -> Result<Operation> {
-        self.write(|tx| queue::finish(tx, id, token, OperationState::Done, result))
-    }
-    fn fail_operation(&self, id: Uuid, token: u64, reason: &str) -> Result<Operation> {
-        self.write(|tx| queue::finish(tx, id, token, OperationState::Failed, reason))
-    }
-    fn put_launcher_creds(&self, creds: LauncherCreds) -> Result<()> {
-        self.write(|tx| queue::put_creds(tx, &creds))
-    }
-    fn launcher_creds(&self, host: Uuid) -> Result<LauncherCreds> {
-        self.write(|tx| queue::creds(tx, host))
-    }
-    fn fenced_write(
-        &self,
-        id: Uuid,
-        token: u64,
-        write: &InstanceWrite,
-        finish: Option<(OperationState, &str)>,
-    ) -> Result<Operation> {
-        self.write(|tx| queue::fenced_write(tx, id, token, write, finish))
-    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -1,5 +1,5 @@
-//! Off-host hosts and the operation queue in SQLite: each function runs inside the caller's
-//! transaction. A claim picks the oldest eligible row, raises the one-row `fencing` counter and
+//! Off-host hosts and the operation queue in SQLite: [`OperationQueue`] for [`SqliteStore`], over
+//! the functions below, each of which runs inside the caller's transaction. A claim picks the oldest eligible row, raises the one-row `fencing` counter and
 //! writes both in its `BEGIN IMMEDIATE` transaction, so claims are serialised and every token is
 //! larger than the one before, across threads and processes sharing the file.
 
@@ -8,9 +8,66 @@ use std::time::Duration;
 use rusqlite::{OptionalExtension, Row, Transaction, params};
 use uuid::Uuid;
 
-use super::{bad_column, from_millis, millis, now, u64_at, uuid_at};
+use super::{SqliteStore, bad_column, u64_at, uuid_at};
+use crate::common::{from_millis, millis, now};
 use crate::queue::{check_creds, check_owner, check_remote_host, fenced};
 use crate::*;
+
+impl OperationQueue for SqliteStore {
+    fn create_remote_host(&self, new: NewRemoteHost) -> Result<RemoteHost> {
+        self.write(|tx| create_host(tx, new))
+    }
+    fn remote_host(&self, id: Uuid) -> Result<RemoteHost> {
+        self.read(|tx| host(tx, id))
+    }
+    fn remote_hosts(&self) -> Result<Vec<RemoteHost>> {
+        self.read(hosts)
+    }
+    fn delete_remote_host(&self, id: Uuid) -> Result<()> {
+        self.write(|tx| delete_host(tx, id))
+    }
+    fn enqueue_operation(&self, new: NewOperation) -> Result<Operation> {
+        self.write(|tx| enqueue(tx, new))
+    }
+    fn operation(&self, id: Uuid) -> Result<Operation> {
+        self.read(|tx| get(tx, id))
+    }
+    fn operations(&self, filter: OperationFilter) -> Result<Vec<Operation>> {
+        self.read(|tx| list(tx, filter))
+    }
+    fn claim_operation_on(
+        &self,
+        owner: &str,
+        lease: Duration,
+        host: Option<Uuid>,
+    ) -> Result<Option<Operation>> {
+        self.write(|tx| claim(tx, owner, lease, host))
+    }
+    fn renew_claim(&self, id: Uuid, token: u64, lease: Duration) -> Result<Operation> {
+        self.write(|tx| renew(tx, id, token, lease))
+    }
+    fn complete_operation(&self, id: Uuid, token: u64, result: &str) -> Result<Operation> {
+        self.write(|tx| finish(tx, id, token, OperationState::Done, result))
+    }
+    fn fail_operation(&self, id: Uuid, token: u64, reason: &str) -> Result<Operation> {
+        self.write(|tx| finish(tx, id, token, OperationState::Failed, reason))
+    }
+    fn put_launcher_creds(&self, creds: LauncherCreds) -> Result<()> {
+        self.write(|tx| put_creds(tx, &creds))
+    }
+    fn launcher_creds(&self, host: Uuid) -> Result<LauncherCreds> {
+        self.write(|tx| creds(tx, host))
+    }
+    fn fenced_write(
+        &self,
+        id: Uuid,
+        token: u64,
+        write: &InstanceWrite,
+        finish: Option<(OperationState, &str)>,
+    ) -> Result<Operation> {
+        self.write(|tx| fenced_write(tx, id, token, write, finish))
+    }
+}
 
 const HOST_COLS: &str = "id, name, libvirt_uri, created";
 const OP_COLS: &str = "id, host_id, instance_id, kind, payload, state, owner, token, expires, \

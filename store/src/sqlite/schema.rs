@@ -220,7 +220,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
-    use crate::{Fault, InstanceChange, InstanceState, Scope, SqliteStore, Store};
+    use crate::{Fault, InstanceChange, InstanceState, InstanceStore, Scope, SqliteStore};
 
     /// A version 3 database with an instance in error: migration 4 gives it no fault, and the
     /// instance can take one.

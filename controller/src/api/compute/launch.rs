@@ -25,7 +25,7 @@ use super::BASE;
 use crate::api::extract::{JsonBody, PathParams, path_id};
 use crate::api::{ApiError, ApiState, Principal};
 use crate::cluster::Launch;
-use store::{NewWorkload, Scope, Store, StoreError};
+use store::{CatalogStore, IdentityStore, NewWorkload, Scope, StoreError};
 
 /// The most user data accepted, decoded (Nova's limit).
 const MAX_USER_DATA: usize = 65_535;
@@ -147,7 +147,7 @@ fn plan(server: ServerCreate) -> Result<Plan, ApiError> {
 
 /// How many instances of `per` vCPUs and `mem` MiB the tenant's quota still allows.
 pub(crate) fn headroom(
-    store: &dyn Store,
+    store: &dyn IdentityStore,
     tenant: Uuid,
     vcpus: u32,
     mem: u64,
@@ -169,7 +169,7 @@ pub(crate) fn headroom(
 
 /// The project's workload for flavor + image + user data, made if it has none.
 pub fn workload_for(
-    store: &dyn Store,
+    store: &dyn CatalogStore,
     tenant: Uuid,
     flavor: Uuid,
     image: Uuid,

@@ -21,7 +21,8 @@ use super::{
 };
 use crate::cluster::{Cluster, ClusterError, Launch, Node, NodeStatus, Trace};
 use store::{
-    Fault, Instance, InstanceChange, InstanceState, NewInstance, Scope, Store, StoreError,
+    Fault, Instance, InstanceChange, InstanceState, InstanceStore, NewInstance, Scope, Store,
+    StoreError,
 };
 
 /// The bootstrapped admin's name.
@@ -36,7 +37,7 @@ pub const TEST_ITERATIONS: u32 = 1000;
 /// A cluster that only writes the store: launched instances become active at once (unless
 /// turned off), stop makes them exited, delete removes them; nodes come from a list.
 pub struct FakeCluster {
-    store: Arc<dyn Store>,
+    store: Arc<dyn InstanceStore>,
     auto_active: AtomicBool,
     connected: AtomicBool,
     nodes: Mutex<Vec<Node>>,
@@ -45,7 +46,7 @@ pub struct FakeCluster {
 
 impl FakeCluster {
     /// A connected fake over `store` with no nodes, activating launched instances.
-    pub fn new(store: Arc<dyn Store>) -> FakeCluster {
+    pub fn new(store: Arc<dyn InstanceStore>) -> FakeCluster {
         FakeCluster {
             store,
             auto_active: AtomicBool::new(true),

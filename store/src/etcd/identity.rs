@@ -1,0 +1,293 @@
+//! Tenants (and their usage), users and role assignments over etcd: [`IdentityStore`] for
+//! [`EtcdStore`].
+
+use uuid::Uuid;
+
+use super::instances::net_in;
+use super::keys::suffix;
+use super::records::*;
+use super::{EtcdStore, Tx, all, decode_all, duplicate};
+use crate::common::{check_name, check_version, millis, now};
+use crate::net::{MAX_SUBNET_PREFIX, MIN_SUBNET_PREFIX};
+use crate::*;
+
+impl IdentityStore for EtcdStore {
+    // --- tenants ---
+    fn create_tenant(&self, new: NewTenant) -> Result<Tenant> {
+        check_name("tenant", &new.name)?;
+        if !(MIN_SUBNET_PREFIX..=MAX_SUBNET_PREFIX).contains(&new.subnet_prefix) {
+            return Err(StoreError::Invalid(format!(
+                "subnet prefix must be {MIN_SUBNET_PREFIX} to {MAX_SUBNET_PREFIX}"
+            )));
+        }
+        let rec = TenantRec {
+            id: Uuid::new_v4(),
+            name: new.name,
+            quota: new.quota.into(),
+            subnet_prefix: new.subnet_prefix,
+            created_ms: millis(now()),
+            version: 1,
+        };
+        self.atomically("creating a tenant", |tx| {
+            let keys = tx.keys();
+            let name_key = keys.name("tenant", &rec.name);
+            if tx.get(&name_key)?.is_some() {
+                return Err(duplicate("tenant", &rec.name));
+            }
+            tx.put_text(&name_key, &rec.id.to_string());
+            tx.put(&keys.tenant(rec.id), &rec)?;
+            tx.put(&keys.net(rec.id), &NetRec::default())?;
+            Ok(())
+        })?;
+        Ok(rec.model())
+    }
+
+    fn tenant(&self, id: Uuid) -> Result<Tenant> {
+        self.read(|tx| tenant_in(tx, id)).map(|t| t.model())
+    }
+
+    fn tenants(&self) -> Result<Vec<Tenant>> {
+        let mut all: Vec<Tenant> = all::<TenantRec>(self, &self.keys.tenants())?
+            .iter()
+            .map(TenantRec::model)
+            .collect();
+        all.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(all)
+    }
+
+    fn update_tenant(&self, id: Uuid, expected: u64, change: TenantChange) -> Result<Tenant> {
+        self.atomically("updating a tenant", |tx| {
+            let mut t = tenant_in(tx, id)?;
+            check_version("tenant", id, t.version, expected)?;
+            let keys = tx.keys();
+            if let Some(name) = &change.name {
+                check_name("tenant", name)?;
+                if *name != t.name {
+                    let new_key = keys.name("tenant", name);
+                    if tx.get(&new_key)?.is_some() {
+                        return Err(duplicate("tenant", name));
+                    }
+                    tx.delete(&keys.name("tenant", &t.name));
+                    tx.put_text(&new_key, &id.to_string());
+                    t.name = name.clone();
+                }
+            }
+            if let Some(quota) = change.quota {
+                t.quota = quota.into();
+            }
+            t.version += 1;
+            tx.put(&keys.tenant(id), &t)?;
+            Ok(t.model())
+        })
+    }
+
+    fn delete_tenant(&self, id: Uuid) -> Result<()> {
+        self.atomically("deleting a tenant", |tx| {
+            let t = tenant_in(tx, id)?;
+            let keys = tx.keys();
+            let net: NetRec = tx.get_json(&keys.net(id))?.unwrap_or_default();
+            if net.usage.instances > 0 || !net.subnets.is_empty() {
+                return Err(StoreError::Conflict(format!(
+                    "tenant {id} still has instances, subnets or CNCIs"
+                )));
+            }
+            // Private workloads and images go with the tenant (no other tenant can use them).
+            for w in decode_all::<WorkloadRec>(&tx.range(&keys.workloads())?)? {
+                if w.owner == Some(id) {
+                    tx.delete(&keys.workload(w.id));
+                    tx.delete(&keys.reference("flavor", w.flavor, w.id));
+                    tx.delete(&keys.reference("image", w.image, w.id));
+                    tx.delete_prefix(&keys.references("workload", w.id));
+                }
+            }
+            for i in decode_all::<ImageRec>(&tx.range(&keys.images())?)? {
+                if i.owner == Some(id) {
+                    tx.delete(&keys.image(i.id));
+                }
+            }
+            let by_tenant = keys.roles_in_tenant(id);
+            for kv in tx.range(&by_tenant)? {
+                let (user, role) = parse_role_key(&kv.key, &by_tenant)?;
+                tx.delete(&keys.role_by_user(user, id, role_text(role)));
+            }
+            tx.delete_prefix(&by_tenant);
+            tx.delete(&keys.name("tenant", &t.name));
+            tx.delete(&keys.net(id));
+            tx.delete(&keys.tenant(id));
+            Ok(())
+        })
+    }
+
+    fn usage(&self, id: Uuid) -> Result<Usage> {
+        self.read(|tx| {
+            tenant_in(tx, id)?;
+            Ok(net_in(tx, id)?.usage.into())
+        })
+    }
+
+    // --- users and roles ---
+    fn create_user(&self, new: NewUser) -> Result<User> {
+        check_name("user", &new.name)?;
+        if new.password_hash.is_empty() {
+            return Err(StoreError::Invalid("empty password hash".into()));
+        }
+        let rec = UserRec {
+            id: Uuid::new_v4(),
+            name: new.name,
+            password_hash: new.password_hash,
+            created_ms: millis(now()),
+            version: 1,
+        };
+        self.atomically("creating a user", |tx| {
+            let keys = tx.keys();
+            let name_key = keys.name("user", &rec.name);
+            if tx.get(&name_key)?.is_some() {
+                return Err(duplicate("user", &rec.name));
+            }
+            tx.put_text(&name_key, &rec.id.to_string());
+            tx.put(&keys.user(rec.id), &rec)
+        })?;
+        Ok(rec.model())
+    }
+
+    fn user(&self, id: Uuid) -> Result<User> {
+        self.read(|tx| user_in(tx, id)).map(|u| u.model())
+    }
+
+    fn user_by_name(&self, name: &str) -> Result<User> {
+        self.read(|tx| {
+            let key = tx.keys().name("user", name);
+            let id = match tx.get(&key)? {
+                Some(kv) => Uuid::parse_str(kv.text()?)
+                    .map_err(|e| StoreError::Backend(format!("bad user id at {key}: {e}")))?,
+                None => return Err(StoreError::not_found("user", name)),
+            };
+            // A user deleted between the two reads is not found either.
+            user_in(tx, id).map_err(|_| StoreError::not_found("user", name))
+        })
+        .map(|u| u.model())
+    }
+
+    fn users(&self) -> Result<Vec<User>> {
+        let mut all: Vec<User> = all::<UserRec>(self, &self.keys.users())?
+            .iter()
+            .map(UserRec::model)
+            .collect();
+        all.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(all)
+    }
+
+    fn update_user(&self, id: Uuid, expected: u64, change: UserChange) -> Result<User> {
+        self.atomically("updating a user", |tx| {
+            let mut u = user_in(tx, id)?;
+            check_version("user", id, u.version, expected)?;
+            if let Some(hash) = &change.password_hash {
+                if hash.is_empty() {
+                    return Err(StoreError::Invalid("empty password hash".into()));
+                }
+                u.password_hash = hash.clone();
+            }
+            u.version += 1;
+            let key = tx.keys().user(id);
+            tx.put(&key, &u)?;
+            Ok(u.model())
+        })
+    }
+
+    fn delete_user(&self, id: Uuid) -> Result<()> {
+        self.atomically("deleting a user", |tx| {
+            let u = user_in(tx, id)?;
+            let keys = tx.keys();
+            let by_user = keys.roles_of_user(id);
+            for kv in tx.range(&by_user)? {
+                let (tenant, role) = parse_role_key(&kv.key, &by_user)?;
+                tx.delete(&keys.role_by_tenant(tenant, id, role_text(role)));
+            }
+            tx.delete_prefix(&by_user);
+            tx.delete(&keys.name("user", &u.name));
+            tx.delete(&keys.user(id));
+            Ok(())
+        })
+    }
+
+    fn grant_role(&self, user: Uuid, tenant: Uuid, role: Role) -> Result<()> {
+        self.atomically("granting a role", |tx| {
+            user_in(tx, user)?;
+            tenant_in(tx, tenant)?;
+            let keys = tx.keys();
+            tx.put_text(&keys.role_by_user(user, tenant, role_text(role)), "");
+            tx.put_text(&keys.role_by_tenant(tenant, user, role_text(role)), "");
+            Ok(())
+        })
+    }
+
+    fn revoke_role(&self, user: Uuid, tenant: Uuid, role: Role) -> Result<()> {
+        self.atomically("revoking a role", |tx| {
+            let keys = tx.keys();
+            let by_user = keys.role_by_user(user, tenant, role_text(role));
+            if tx.get(&by_user)?.is_none() {
+                return Err(StoreError::not_found(
+                    "role assignment",
+                    format!("{user}/{tenant}"),
+                ));
+            }
+            tx.delete(&by_user);
+            tx.delete(&keys.role_by_tenant(tenant, user, role_text(role)));
+            Ok(())
+        })
+    }
+
+    fn roles_of_user(&self, user: Uuid) -> Result<Vec<RoleAssignment>> {
+        let prefix = self.keys.roles_of_user(user);
+        let mut out = self.read(|tx| {
+            tx.range(&prefix)?
+                .iter()
+                .map(|kv| {
+                    let (tenant, role) = parse_role_key(&kv.key, &prefix)?;
+                    Ok(RoleAssignment { user, tenant, role })
+                })
+                .collect::<Result<Vec<_>>>()
+        })?;
+        out.sort();
+        Ok(out)
+    }
+
+    fn roles_in_tenant(&self, tenant: Uuid) -> Result<Vec<RoleAssignment>> {
+        let prefix = self.keys.roles_in_tenant(tenant);
+        let mut out = self.read(|tx| {
+            tx.range(&prefix)?
+                .iter()
+                .map(|kv| {
+                    let (user, role) = parse_role_key(&kv.key, &prefix)?;
+                    Ok(RoleAssignment { user, tenant, role })
+                })
+                .collect::<Result<Vec<_>>>()
+        })?;
+        out.sort();
+        Ok(out)
+    }
+}
+
+/// The tenant record, read in `tx`.
+pub(super) fn tenant_in(tx: &mut Tx<'_>, id: Uuid) -> Result<TenantRec> {
+    let key = tx.keys().tenant(id);
+    tx.get_json(&key)?
+        .ok_or_else(|| StoreError::not_found("tenant", id))
+}
+
+fn user_in(tx: &mut Tx<'_>, id: Uuid) -> Result<UserRec> {
+    let key = tx.keys().user(id);
+    tx.get_json(&key)?
+        .ok_or_else(|| StoreError::not_found("user", id))
+}
+
+/// The other identifier and the role of a role key under `prefix` (`.../<id>/<role>`).
+fn parse_role_key(key: &str, prefix: &str) -> Result<(Uuid, Role)> {
+    let bad = || StoreError::Backend(format!("bad role key {key}"));
+    let rest = suffix(key, prefix).ok_or_else(bad)?;
+    let (id, role) = rest.split_once('/').ok_or_else(bad)?;
+    Ok((
+        Uuid::parse_str(id).map_err(|_| bad())?,
+        role_from(role).ok_or_else(bad)?,
+    ))
+}

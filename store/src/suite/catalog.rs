@@ -1,0 +1,82 @@
+//! The suite: flavors, images and workloads ([`CatalogStore`](crate::CatalogStore)).
+
+use uuid::Uuid;
+
+use super::*;
+
+pub(crate) fn catalog_crud<F: Fixture>() {
+    let fx = F::new();
+    let store = fx.open();
+    let (t, w) = tenant_and_workload(&store, "acme", Quota::default(), 24);
+    let flavor = store.flavor(w.flavor).unwrap();
+    assert_eq!(
+        (flavor.vcpus, flavor.memory_mb, flavor.disk_gb),
+        (1, 512, 10)
+    );
+    assert!(matches!(
+        store.create_flavor(NewFlavor {
+            name: "zero".into(),
+            vcpus: 0,
+            memory_mb: 1,
+            disk_gb: 0
+        }),
+        Err(StoreError::Invalid(_))
+    ));
+    let public = store
+        .create_image(NewImage {
+            owner: None,
+            name: "alpine".into(),
+            kind: ImageKind::Raw,
+            reference: "images/alpine.raw".into(),
+        })
+        .unwrap();
+    let scope = Scope::Tenant(t.id);
+    let names: Vec<String> = store
+        .images(scope)
+        .unwrap()
+        .into_iter()
+        .map(|i| i.name)
+        .collect();
+    assert_eq!(names, ["alpine", "debian"]);
+    assert_eq!(store.image(scope, public.id).unwrap(), public);
+    // A tenant sees a public image but may not delete it.
+    assert!(is_not_found(store.delete_image(scope, public.id)));
+    assert_eq!(store.workload(scope, w.id).unwrap(), w);
+    let w2 = store
+        .update_workload(
+            scope,
+            w.id,
+            1,
+            WorkloadChange {
+                name: None,
+                user_data: Some("#cloud-config\nhostname: x\n".into()),
+            },
+        )
+        .unwrap();
+    assert_eq!(w2.version, 2);
+    assert_eq!(store.workloads(scope).unwrap(), vec![w2.clone()]);
+    // In use: the flavor and the image cannot go while the workload refers to them.
+    assert!(matches!(
+        store.delete_flavor(w.flavor),
+        Err(StoreError::Conflict(_))
+    ));
+    assert!(matches!(
+        store.delete_image(scope, w.image),
+        Err(StoreError::Conflict(_))
+    ));
+    // Unknown flavor or image for a workload.
+    let bad = store.create_workload(NewWorkload {
+        owner: Some(t.id),
+        name: "bad".into(),
+        flavor: Uuid::new_v4(),
+        image: public.id,
+        user_data: String::new(),
+    });
+    assert!(is_not_found(bad));
+    store.delete_workload(scope, w.id).unwrap();
+    store.delete_image(scope, w.image).unwrap();
+    store.delete_image(Scope::All, public.id).unwrap();
+    store.delete_flavor(w.flavor).unwrap();
+    assert!(store.flavors().unwrap().is_empty());
+    assert!(store.images(Scope::All).unwrap().is_empty());
+}

@@ -1,0 +1,466 @@
+//! The suite: instances, their quotas and addresses, subnets, CNCIs and faults
+//! ([`InstanceStore`](crate::InstanceStore)).
+
+use std::collections::HashSet;
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use super::*;
+
+pub(crate) fn instance_crud<F: Fixture>() {
+    let fx = F::new();
+    let store = fx.open();
+    let (t, w) = tenant_and_workload(&store, "acme", Quota::default(), 24);
+    let scope = Scope::Tenant(t.id);
+    let i = store.create_instance(new_instance(&t, &w, "vm-1")).unwrap();
+    assert_eq!(i.state, InstanceState::Pending);
+    assert_eq!((i.vcpus, i.memory_mb, i.version), (1, 512, 1));
+    assert_eq!(i.subnet.to_string(), "172.16.0.0/24");
+    assert_eq!(i.ip, Ipv4Addr::new(172, 16, 0, 2));
+    assert_eq!(i.mac, net::mac_for(i.ip));
+    assert_eq!(store.instance(scope, i.id).unwrap(), i);
+    assert_eq!(store.instance(Scope::All, i.id).unwrap(), i);
+    let node = Uuid::new_v4();
+    let active = store
+        .update_instance(
+            Scope::All,
+            i.id,
+            1,
+            InstanceChange {
+                state: Some(InstanceState::Active),
+                node: Some(Some(node)),
+                ..InstanceChange::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(
+        (active.state.clone(), active.node, active.version),
+        (InstanceState::Active, Some(node), 2)
+    );
+    let failed = store
+        .update_instance(
+            scope,
+            i.id,
+            2,
+            InstanceChange {
+                state: Some(InstanceState::Error("no such image".into())),
+                ..InstanceChange::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(store.instance(scope, i.id).unwrap(), failed);
+    assert_eq!(failed.state, InstanceState::Error("no such image".into()));
+    let on_node = store
+        .instances(
+            Scope::All,
+            InstanceFilter { node: Some(node) },
+            Page::first(10),
+        )
+        .unwrap();
+    assert_eq!(on_node.items, vec![failed.clone()]);
+    let elsewhere = InstanceFilter {
+        node: Some(Uuid::new_v4()),
+    };
+    assert!(
+        store
+            .instances(Scope::All, elsewhere, Page::first(10))
+            .unwrap()
+            .items
+            .is_empty()
+    );
+    assert_eq!(
+        store.usage(t.id).unwrap(),
+        Usage {
+            instances: 1,
+            vcpus: 1,
+            memory_mb: 512
+        }
+    );
+    assert!(matches!(
+        store.delete_tenant(t.id),
+        Err(StoreError::Conflict(_))
+    ));
+    assert!(matches!(
+        store.delete_workload(scope, w.id),
+        Err(StoreError::Conflict(_))
+    ));
+    store.delete_instance(scope, i.id).unwrap();
+    assert!(is_not_found(store.instance(scope, i.id)));
+    assert!(is_not_found(store.delete_instance(scope, i.id)));
+    assert_eq!(store.usage(t.id).unwrap(), Usage::default());
+    assert!(
+        store.subnets(Scope::All).unwrap().is_empty(),
+        "empty subnet freed"
+    );
+}
+
+pub(crate) fn parallel_creates_respect_the_quota<F: Fixture>() {
+    let fx = F::new();
+    let store = Arc::new(fx.open());
+    let quota = Quota {
+        instances: Some(10),
+        ..Quota::default()
+    };
+    let (t, w) = tenant_and_workload(store.as_ref(), "acme", quota, 24);
+    let results: Vec<Result<Instance>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..8)
+            .map(|n| {
+                let store = Arc::clone(&store);
+                let (t, w) = (t.clone(), w.clone());
+                s.spawn(move || {
+                    (0..5)
+                        .map(|k| {
+                            store.create_instance(new_instance(&t, &w, &format!("vm-{n}-{k}")))
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect()
+    });
+    let ok: Vec<&Instance> = results.iter().filter_map(|r| r.as_ref().ok()).collect();
+    assert_eq!(ok.len(), 10);
+    for r in &results {
+        if let Err(e) = r {
+            assert_eq!(
+                *e,
+                StoreError::QuotaExceeded {
+                    what: QuotaKind::Instances,
+                    limit: 10
+                }
+            );
+        }
+    }
+    let ips: HashSet<Ipv4Addr> = ok.iter().map(|i| i.ip).collect();
+    assert_eq!(ips.len(), 10, "no address given twice");
+    assert_eq!(store.usage(t.id).unwrap().instances, 10);
+}
+
+pub(crate) fn vcpu_and_memory_quotas<F: Fixture>() {
+    let fx = F::new();
+    let store = fx.open();
+    let vcpus = Quota {
+        vcpus: Some(2),
+        ..Quota::default()
+    };
+    let (t, w) = tenant_and_workload(&store, "cpu", vcpus, 24);
+    store.create_instance(new_instance(&t, &w, "1")).unwrap();
+    store.create_instance(new_instance(&t, &w, "2")).unwrap();
+    assert_eq!(
+        store.create_instance(new_instance(&t, &w, "3")),
+        Err(StoreError::QuotaExceeded {
+            what: QuotaKind::Vcpus,
+            limit: 2
+        })
+    );
+    let memory = Quota {
+        memory_mb: Some(1000),
+        ..Quota::default()
+    };
+    let (t, w) = tenant_and_workload(&store, "mem", memory, 24);
+    store.create_instance(new_instance(&t, &w, "1")).unwrap();
+    assert_eq!(
+        store.create_instance(new_instance(&t, &w, "2")),
+        Err(StoreError::QuotaExceeded {
+            what: QuotaKind::MemoryMb,
+            limit: 1000
+        })
+    );
+    // Raising the quota lets the next one in.
+    let tenant = store.tenant(t.id).unwrap();
+    store
+        .update_tenant(
+            t.id,
+            tenant.version,
+            TenantChange {
+                quota: Some(Quota::default()),
+                ..TenantChange::default()
+            },
+        )
+        .unwrap();
+    store.create_instance(new_instance(&t, &w, "2")).unwrap();
+}
+
+pub(crate) fn addresses_are_allocated_and_reused<F: Fixture>() {
+    let fx = F::new();
+    let store = fx.open();
+    // A /29 holds 8 addresses: network, gateway, 5 instances, broadcast.
+    let (t, w) = tenant_and_workload(&store, "small-net", Quota::default(), 29);
+    let made: Vec<Instance> = (0..7)
+        .map(|n| {
+            store
+                .create_instance(new_instance(&t, &w, &format!("vm{n}")))
+                .unwrap()
+        })
+        .collect();
+    let addrs: Vec<String> = made
+        .iter()
+        .map(|i| format!("{} {}", i.subnet, i.ip))
+        .collect();
+    assert_eq!(
+        addrs,
+        [
+            "172.16.0.0/29 172.16.0.2",
+            "172.16.0.0/29 172.16.0.3",
+            "172.16.0.0/29 172.16.0.4",
+            "172.16.0.0/29 172.16.0.5",
+            "172.16.0.0/29 172.16.0.6",
+            "172.16.0.8/29 172.16.0.10",
+            "172.16.0.8/29 172.16.0.11",
+        ]
+    );
+    for i in &made {
+        let [a, b, c, d] = i.ip.octets();
+        assert_eq!(i.mac.0, [0x02, 0x00, a, b, c, d]);
+    }
+    // Another tenant's subnet comes after.
+    let (t2, w2) = tenant_and_workload(&store, "other", Quota::default(), 24);
+    let other = store.create_instance(new_instance(&t2, &w2, "o")).unwrap();
+    assert_eq!(other.subnet.to_string(), "172.16.1.0/24");
+    // A freed address is given again, lowest first.
+    store.delete_instance(Scope::All, made[2].id).unwrap();
+    let again = store
+        .create_instance(new_instance(&t, &w, "again"))
+        .unwrap();
+    assert_eq!(again.ip, made[2].ip);
+    // A subnet emptied of instances is freed, and carved again.
+    store.delete_instance(Scope::All, made[5].id).unwrap();
+    store.delete_instance(Scope::All, made[6].id).unwrap();
+    assert_eq!(store.subnets(Scope::Tenant(t.id)).unwrap().len(), 1);
+    store.delete_instance(Scope::All, made[0].id).unwrap();
+    let refill = store
+        .create_instance(new_instance(&t, &w, "refill"))
+        .unwrap();
+    assert_eq!(
+        refill.ip, made[0].ip,
+        "room in the first subnet is used first"
+    );
+    let next = store.create_instance(new_instance(&t, &w, "next")).unwrap();
+    assert_eq!(next.subnet.to_string(), "172.16.0.8/29");
+}
+
+pub(crate) fn subnets_run_out<F: Fixture>() {
+    let fx = F::new();
+    let store = fx.open();
+    // A /16 tenant plan: the pool holds 16 such subnets; each /30 after them has none left.
+    let (big, wbig) = tenant_and_workload(&store, "big", Quota::default(), 16);
+    let first = store
+        .create_instance(new_instance(&big, &wbig, "b"))
+        .unwrap();
+    assert_eq!(first.subnet.to_string(), "172.16.0.0/16");
+    let (t, w) = tenant_and_workload(&store, "tiny", Quota::default(), 30);
+    let tiny = store.create_instance(new_instance(&t, &w, "t")).unwrap();
+    assert_eq!(tiny.subnet.to_string(), "172.17.0.0/30");
+    assert_eq!(tiny.ip, Ipv4Addr::new(172, 17, 0, 2));
+    // Fill the rest of the pool with /16 tenants.
+    for n in 0..14 {
+        let (tn, wn) = tenant_and_workload(&store, &format!("t{n}"), Quota::default(), 16);
+        store.create_instance(new_instance(&tn, &wn, "x")).unwrap();
+    }
+    let (last, wlast) = tenant_and_workload(&store, "last", Quota::default(), 16);
+    let r = store.create_instance(new_instance(&last, &wlast, "x"));
+    assert!(matches!(r, Err(StoreError::Exhausted(_))), "{r:?}");
+    assert_eq!(
+        store.usage(last.id).unwrap().instances,
+        0,
+        "nothing half-made"
+    );
+}
+
+pub(crate) fn cnci_lifecycle<F: Fixture>() {
+    let fx = F::new();
+    let store = fx.open();
+    let (t, w) = tenant_and_workload(&store, "acme", Quota::default(), 24);
+    let i = store.create_instance(new_instance(&t, &w, "vm")).unwrap();
+    let subnet = store.subnets(Scope::Tenant(t.id)).unwrap().remove(0);
+    let c = store.create_cnci(subnet.id).unwrap();
+    assert_eq!(
+        (c.tenant, c.cidr, c.state, c.version),
+        (t.id, subnet.cidr, CnciState::Pending, 1)
+    );
+    assert!(matches!(
+        store.create_cnci(subnet.id),
+        Err(StoreError::Conflict(_))
+    ));
+    assert!(is_not_found(store.create_cnci(Uuid::new_v4())));
+    let ip: std::net::IpAddr = "192.168.0.40".parse().unwrap();
+    let active = store
+        .update_cnci(
+            c.id,
+            1,
+            CnciChange {
+                state: Some(CnciState::Active),
+                ip: Some(Some(ip)),
+                node: Some(Some(Uuid::new_v4())),
+            },
+        )
+        .unwrap();
+    assert_eq!(
+        (active.state, active.ip, active.version),
+        (CnciState::Active, Some(ip), 2)
+    );
+    assert!(matches!(
+        store.update_cnci(c.id, 1, CnciChange::default()),
+        Err(StoreError::Conflict(_))
+    ));
+    assert_eq!(store.cnci(Scope::Tenant(t.id), c.id).unwrap(), active);
+    let (other, _) = tenant_and_workload(&store, "other", Quota::default(), 24);
+    assert!(is_not_found(store.cnci(Scope::Tenant(other.id), c.id)));
+    assert!(store.cncis(Scope::Tenant(other.id)).unwrap().is_empty());
+    assert_eq!(store.cncis(Scope::All).unwrap(), vec![active]);
+    // The subnet stays while its CNCI does, even with no instance left.
+    store.delete_instance(Scope::All, i.id).unwrap();
+    assert_eq!(store.subnets(Scope::All).unwrap(), vec![subnet]);
+    store.delete_cnci(c.id).unwrap();
+    assert!(store.subnets(Scope::All).unwrap().is_empty());
+    assert!(is_not_found(store.delete_cnci(c.id)));
+}
+
+pub(crate) fn ten_thousand_instances_page_quickly<F: Fixture>() {
+    let fx = F::new();
+    let store = fx.open();
+    let (t, w) = tenant_and_workload(&store, "big", Quota::default(), 24);
+    let (other, wo) = tenant_and_workload(&store, "other", Quota::default(), 24);
+    for n in 0..10_000 {
+        store
+            .create_instance(new_instance(&t, &w, &format!("vm{n}")))
+            .unwrap();
+    }
+    store
+        .create_instance(new_instance(&other, &wo, "not-mine"))
+        .unwrap();
+    let scope = Scope::Tenant(t.id);
+    let started = std::time::Instant::now();
+    let mut page = Page::first(Page::MAX_LIMIT);
+    let mut seen = HashSet::new();
+    let mut pages = 0;
+    loop {
+        let got = store
+            .instances(scope, InstanceFilter::default(), page)
+            .unwrap();
+        pages += 1;
+        for i in &got.items {
+            assert_eq!(i.tenant, t.id);
+            assert!(seen.insert(i.id), "listed twice");
+        }
+        match got.next {
+            Some(marker) => page.marker = Some(marker),
+            None => break,
+        }
+    }
+    assert_eq!(seen.len(), 10_000);
+    assert_eq!(pages, 10);
+    // Generous bound for a debug build on a shared machine; the bench has the real figures.
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(matches!(
+        store.instances(scope, InstanceFilter::default(), Page::first(0)),
+        Err(StoreError::Invalid(_))
+    ));
+    assert_eq!(
+        store.subnets(scope).unwrap().len(),
+        10_000usize.div_ceil(253)
+    );
+}
+
+pub(crate) fn a_fault_is_kept_while_in_error<F: Fixture>() {
+    let fx = F::new();
+    let store = fx.open();
+    let (t, w) = tenant_and_workload(&store, "acme", Quota::default(), 24);
+    let i = store.create_instance(new_instance(&t, &w, "vm-1")).unwrap();
+    assert_eq!(i.fault, None);
+    // The stores keep milliseconds.
+    let fault = Fault {
+        reason: "launch_failure".into(),
+        message: "QEMU could not open /x/seed.iso: Permission denied".into(),
+        created: SystemTime::UNIX_EPOCH + Duration::from_millis(1_764_602_611_908),
+    };
+    let change = |state: Option<InstanceState>, fault: Option<Option<Fault>>| InstanceChange {
+        state,
+        fault,
+        ..InstanceChange::default()
+    };
+    let failed = store
+        .update_instance(
+            Scope::All,
+            i.id,
+            i.version,
+            change(
+                Some(InstanceState::Error("launch_failure".into())),
+                Some(Some(fault.clone())),
+            ),
+        )
+        .unwrap();
+    assert_eq!(failed.fault.as_ref(), Some(&fault));
+    assert_eq!(store.instance(Scope::All, i.id).unwrap(), failed);
+    // Changes that name no fault keep it while the instance stays in error.
+    let renamed = store
+        .update_instance(
+            Scope::All,
+            i.id,
+            failed.version,
+            InstanceChange {
+                name: Some("vm-2".into()),
+                node: Some(None),
+                ..InstanceChange::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(renamed.fault.as_ref(), Some(&fault));
+    let again = store
+        .update_instance(
+            Scope::All,
+            i.id,
+            renamed.version,
+            change(Some(InstanceState::Error("launch_failure".into())), None),
+        )
+        .unwrap();
+    assert_eq!(again.fault.as_ref(), Some(&fault));
+    // It survives a reopen, in listings too.
+    drop(store);
+    let store = fx.open();
+    let listed = store
+        .instances(Scope::All, InstanceFilter::default(), Page::first(10))
+        .unwrap();
+    assert_eq!(listed.items, vec![again.clone()]);
+    // Started again: the state leaves error and the fault goes with it.
+    let pending = store
+        .update_instance(
+            Scope::All,
+            i.id,
+            again.version,
+            change(Some(InstanceState::Pending), None),
+        )
+        .unwrap();
+    assert_eq!(pending.fault, None);
+    assert_eq!(store.instance(Scope::All, i.id).unwrap().fault, None);
+    // An explicit clear, and a fault from the controller's own reasons.
+    let own = Fault::now("start_lost", "no node reported the instance");
+    let lost = store
+        .update_instance(
+            Scope::All,
+            i.id,
+            pending.version,
+            change(
+                Some(InstanceState::Error("start_lost".into())),
+                Some(Some(own.clone())),
+            ),
+        )
+        .unwrap();
+    let kept = lost.fault.clone().unwrap();
+    assert_eq!((kept.reason, kept.message), (own.reason, own.message));
+    assert!(kept.created <= SystemTime::now());
+    assert_eq!(store.instance(Scope::All, i.id).unwrap(), lost);
+    let cleared = store
+        .update_instance(Scope::All, i.id, lost.version, change(None, Some(None)))
+        .unwrap();
+    assert_eq!(cleared.fault, None);
+    assert_eq!(cleared.state, InstanceState::Error("start_lost".into()));
+}

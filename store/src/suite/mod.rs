@@ -1,0 +1,129 @@
+//! The behaviour every [`Store`] must have, as test functions generic over a [`Fixture`], one
+//! module per concern (`identity`, `catalog`, `instances`, `events`, `queue`, and `guarantees`
+//! for what holds across them); an implementation runs them all with
+//! `crate::store_suite!(MyFixture);` in its test module.
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
+pub(crate) mod catalog;
+pub(crate) mod events;
+pub(crate) mod guarantees;
+pub(crate) mod identity;
+pub(crate) mod instances;
+pub(crate) mod queue;
+
+use super::*;
+
+/// Makes stores over one fresh backing storage (a temp file, an etcd key prefix).
+pub(crate) trait Fixture {
+    /// The store under test.
+    type S: Store + 'static;
+    /// Fresh, empty storage.
+    fn new() -> Self;
+    /// A store over this storage; opening again after dropping sees the same data.
+    fn open(&self) -> Self::S;
+    /// Whether the backend can run here (a test returns early, passing, when it cannot; the
+    /// fixture says why).
+    fn available() -> bool {
+        true
+    }
+}
+
+/// Runs every test of the suite against `$fixture`, one `#[test]` each, named as the test (the
+/// module of its concern is not part of the name).
+#[macro_export]
+#[doc(hidden)]
+macro_rules! store_suite {
+    ($fixture:ty) => {
+        $crate::store_suite!(@tests $fixture;
+            identity: tenant_crud, user_and_role_crud;
+            catalog: catalog_crud;
+            instances: instance_crud, parallel_creates_respect_the_quota, vcpu_and_memory_quotas,
+                addresses_are_allocated_and_reused, subnets_run_out, cnci_lifecycle,
+                ten_thousand_instances_page_quickly, a_fault_is_kept_while_in_error;
+            events: events_are_scoped;
+            queue: remote_host_crud, operations_are_claimed_in_fifo_order,
+                parallel_claims_take_each_operation_once,
+                an_expired_claim_is_taken_over_and_the_old_token_fenced, a_renewed_claim_is_kept,
+                one_operation_per_instance_at_a_time,
+                fenced_writes_apply_masked_fields_and_refuse_stale_tokens;
+            guarantees: stale_versions_conflict, tenants_are_isolated, nothing_is_lost_on_reopen);
+    };
+    (@tests $fixture:ty; $($module:ident: $($name:ident),+);+ $(;)?) => {
+        $($(
+            #[test]
+            fn $name() {
+                if !<$fixture as $crate::suite::Fixture>::available() {
+                    return;
+                }
+                $crate::suite::$module::$name::<$fixture>();
+            }
+        )+)+
+    };
+}
+
+fn tenant_with(store: &dyn Store, name: &str, quota: Quota, prefix: u8) -> Tenant {
+    store
+        .create_tenant(NewTenant {
+            name: name.into(),
+            quota,
+            subnet_prefix: prefix,
+        })
+        .unwrap()
+}
+
+/// A tenant with a private workload of 1 vCPU and 512 MiB; returns both.
+fn tenant_and_workload(
+    store: &dyn Store,
+    name: &str,
+    quota: Quota,
+    prefix: u8,
+) -> (Tenant, Workload) {
+    let tenant = tenant_with(store, name, quota, prefix);
+    let flavor = match store
+        .flavors()
+        .unwrap()
+        .into_iter()
+        .find(|f| f.name == "small")
+    {
+        Some(f) => f,
+        None => store
+            .create_flavor(NewFlavor {
+                name: "small".into(),
+                vcpus: 1,
+                memory_mb: 512,
+                disk_gb: 10,
+            })
+            .unwrap(),
+    };
+    let image = store
+        .create_image(NewImage {
+            owner: Some(tenant.id),
+            name: "debian".into(),
+            kind: ImageKind::Qcow2,
+            reference: "images/debian.qcow2".into(),
+        })
+        .unwrap();
+    let workload = store
+        .create_workload(NewWorkload {
+            owner: Some(tenant.id),
+            name: "web".into(),
+            flavor: flavor.id,
+            image: image.id,
+            user_data: "#cloud-config\n".into(),
+        })
+        .unwrap();
+    (tenant, workload)
+}
+
+fn new_instance(tenant: &Tenant, workload: &Workload, name: &str) -> NewInstance {
+    NewInstance {
+        tenant: tenant.id,
+        workload: workload.id,
+        name: name.into(),
+    }
+}
+
+fn is_not_found<T: std::fmt::Debug>(r: Result<T>) -> bool {
+    matches!(r, Err(StoreError::NotFound { .. }))
+}

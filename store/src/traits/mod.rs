@@ -1,0 +1,45 @@
+//! The store's traits, one per concern, and [`Store`], which is all of them.
+//!
+//! | trait | holds |
+//! |---|---|
+//! | [`IdentityStore`] | tenants and their usage, users, role assignments |
+//! | [`CatalogStore`] | flavors, images, workloads |
+//! | [`InstanceStore`] | instances, tenant subnets, CNCIs |
+//! | [`EventStore`] | the bounded event log |
+//! | [`OperationQueue`] | off-host hosts, their operations and claims, fenced writes, launcher creds |
+//!
+//! [`ReservationStore`](crate::ReservationStore) stands apart: it is not part of [`Store`]
+//! (SQLite does not implement it).
+//!
+//! [`SqliteStore`](crate::SqliteStore) and [`EtcdStore`](crate::EtcdStore) implement every
+//! concern, each in the file of that concern (`sqlite/catalog.rs`, `etcd/catalog.rs`, ...).
+//! Code that needs one concern takes that trait (`&dyn OperationQueue`); code that needs several
+//! takes a [`Store`], which converts to any of them (`Arc<dyn Store>` to
+//! `Arc<dyn OperationQueue>`). Calling a method on a concrete store needs its trait in scope:
+//! `use store::prelude::*`.
+
+mod catalog;
+mod events;
+mod identity;
+mod instances;
+mod queue;
+
+pub use catalog::CatalogStore;
+pub use events::EventStore;
+pub use identity::IdentityStore;
+pub use instances::InstanceStore;
+pub use queue::OperationQueue;
+
+/// Everything the controller keeps: every concern's trait. Every call is one transaction; see
+/// the crate docs for scopes and versions. Implementations are shared between threads.
+///
+/// Implemented for every type that implements all the concerns: implement those, never this.
+pub trait Store:
+    IdentityStore + CatalogStore + InstanceStore + EventStore + OperationQueue
+{
+}
+
+impl<T> Store for T where
+    T: IdentityStore + CatalogStore + InstanceStore + EventStore + OperationQueue + ?Sized
+{
+}
