@@ -122,18 +122,75 @@ pub enum InstanceState {
     Pending,
     /// Running.
     Active,
-    /// Being stopped and removed.
+    /// Being powered off (a stop) or removed (a delete).
     Stopping,
-    /// Stopped on its own; its leftovers are being removed.
+    /// Powered off and kept on the node, disks and all (stopped, exited on its own, or found
+    /// off after an agent restart): a START with `restart` boots it again.
     Exited,
-    /// Stopping or removing it failed: leftovers remain until a DELETE succeeds.
+    /// Removing it failed: leftovers remain until a DELETE succeeds.
     ExitFailed,
+    /// Frozen in memory (an INSTANCE_ACTION `pause`).
+    Paused,
+    /// Its memory saved to the node's disk and powered off (`suspend`); `resume` goes on.
+    Suspended,
 }
 
 impl InstanceState {
-    /// Whether the instance is (or is about to be) running: a START for it is a duplicate.
+    /// Whether the instance is (or is about to be) running, paused or suspended: a START for
+    /// it is a duplicate, and an evacuation stops it.
     pub fn is_live(self) -> bool {
-        matches!(self, InstanceState::Pending | InstanceState::Active)
+        matches!(
+            self,
+            InstanceState::Pending
+                | InstanceState::Active
+                | InstanceState::Paused
+                | InstanceState::Suspended
+        )
+    }
+}
+
+/// An action on an instance that exists (INSTANCE_ACTION).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    /// An orderly reboot, a reset if the guest does not go down in time.
+    Reboot,
+    /// A reset.
+    RebootHard,
+    /// Freeze it in memory.
+    Pause,
+    /// Go on after a pause.
+    Unpause,
+    /// Save its memory to disk and power it off.
+    Suspend,
+    /// Go on from a suspend.
+    Resume,
+}
+
+impl Action {
+    /// The action's name (`reboot_hard`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Action::Reboot => "reboot",
+            Action::RebootHard => "reboot_hard",
+            Action::Pause => "pause",
+            Action::Unpause => "unpause",
+            Action::Suspend => "suspend",
+            Action::Resume => "resume",
+        }
+    }
+
+    /// Whether an instance in `state` can take the action, and the state it is in after.
+    pub fn outcome(self, state: InstanceState) -> Option<InstanceState> {
+        use InstanceState as S;
+        match (self, state) {
+            (Action::Reboot | Action::RebootHard, S::Active) => Some(S::Active),
+            (Action::Pause, S::Active) => Some(S::Paused),
+            (Action::Unpause, S::Paused) => Some(S::Active),
+            (Action::Suspend, S::Active | S::Paused) => Some(S::Suspended),
+            (Action::Resume, S::Suspended) => Some(S::Active),
+            _ => None,
+        }
     }
 }
 
@@ -225,6 +282,8 @@ pub enum StartRefusal {
     NetworkFailure,
     /// The START asks for something impossible (no vCPU, no memory).
     InvalidData,
+    /// A restart of an instance this node does not hold.
+    InstanceMissing,
 }
 
 /// Why a DELETE failed.
@@ -238,7 +297,20 @@ pub enum DeleteRefusal {
     Busy,
 }
 
-/// Why an instance stopped and went away without being deleted.
+/// Why an INSTANCE_ACTION failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ActionRefusal {
+    /// The node has no such instance.
+    NoInstance,
+    /// The instance's state does not allow the action.
+    InvalidState,
+    /// The backend failed to carry it out.
+    BackendFailure,
+    /// The instance's command queue is full.
+    Busy,
+}
+
+/// Why an instance was powered off (and kept).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StopCause {
@@ -248,7 +320,7 @@ pub enum StopCause {
     Evacuated,
     /// It exited on its own.
     Exited,
-    /// It was not running any more when the agent restarted.
+    /// It was not running any more when the agent restarted (or was gone altogether).
     Lost,
 }
 
@@ -285,7 +357,18 @@ pub enum InstanceEvent {
         /// The instance.
         instance: Uuid,
     },
-    /// Stopped and gone from this node (it may be restarted elsewhere).
+    /// An INSTANCE_ACTION failed; the instance is as it was.
+    ActionFailed {
+        /// The instance.
+        instance: Uuid,
+        /// What was asked.
+        action: Action,
+        /// Why.
+        reason: ActionRefusal,
+        /// The cause in words, for the user.
+        message: Option<String>,
+    },
+    /// Powered off and kept on this node (for a START with `restart`), or, cause `lost`, gone.
     Stopped {
         /// The instance.
         instance: Uuid,
@@ -301,6 +384,7 @@ impl InstanceEvent {
             InstanceEvent::State { instance, .. }
             | InstanceEvent::StartFailed { instance, .. }
             | InstanceEvent::DeleteFailed { instance, .. }
+            | InstanceEvent::ActionFailed { instance, .. }
             | InstanceEvent::Deleted { instance }
             | InstanceEvent::Stopped { instance, .. } => instance,
         }

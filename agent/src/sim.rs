@@ -11,6 +11,10 @@
 //!   [`SimBackend::kill`].
 //! - Usage: memory and disk are [`SimConfig::usage_percent`] of the reservation; CPU is a
 //!   fixed figure from the instance's UUID.
+//! - Lifecycle as a VM's: a stop powers off and keeps the instance, its simulated disk
+//!   ([`SimBackend::write_disk`], [`SimBackend::disk`]: text that survives stops, actions and,
+//!   with a directory, the agent process) included; pause, suspend (saved), resume and reboots
+//!   change its power state; only delete removes it.
 
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, VecDeque};
@@ -21,8 +25,8 @@ use tokio::sync::watch;
 use uuid::Uuid;
 
 use crate::backend::fake::Op;
-use crate::backend::{Backend, BackendError, Existing};
-use crate::model::{InstanceSpec, Resources, Usage};
+use crate::backend::{Backend, BackendError, Existing, Power};
+use crate::model::{Action, InstanceSpec, Resources, Usage};
 
 /// An image whose create fails with an image error (`image_failure`).
 pub const IMAGE_FAIL_IMAGE: &str = "fail-image";
@@ -75,17 +79,25 @@ pub enum SimError {
 struct SimFile {
     image: String,
     resources: Resources,
+    /// Whether it runs (files written before `power` existed say only this).
+    #[serde(default)]
     running: bool,
+    #[serde(default)]
+    power: Option<Power>,
     /// How many times it was booted (a test's check that nothing starts twice).
     #[serde(default)]
     boots: u32,
+    /// What the simulated guest wrote to its disk.
+    #[serde(default)]
+    disk: String,
 }
 
 struct SimInstance {
     image: String,
     resources: Resources,
-    running: watch::Sender<bool>,
+    power: watch::Sender<Power>,
     boots: u32,
+    disk: String,
 }
 
 #[derive(Default)]
@@ -120,13 +132,19 @@ impl SimBackend {
                     continue;
                 };
                 if let Ok(f) = serde_json::from_slice::<SimFile>(&bytes) {
+                    let power = f.power.unwrap_or(if f.running {
+                        Power::Running
+                    } else {
+                        Power::Off
+                    });
                     state.instances.insert(
                         id,
                         SimInstance {
                             image: f.image,
                             resources: f.resources,
-                            running: watch::Sender::new(f.running),
+                            power: watch::Sender::new(power),
                             boots: f.boots,
+                            disk: f.disk,
                         },
                     );
                 }
@@ -156,9 +174,28 @@ impl SimBackend {
     pub fn kill(&self, instance: Uuid) {
         let mut state = self.lock();
         if let Some(i) = state.instances.get_mut(&instance) {
-            i.running.send_replace(false);
+            i.power.send_replace(Power::Off);
             let _ = self.save(instance, i);
         }
+    }
+
+    /// The simulated guest writes `text` to its disk (only while it runs, as a guest would).
+    pub fn write_disk(&self, instance: Uuid, text: &str) -> Result<(), BackendError> {
+        let mut state = self.lock();
+        let i = state
+            .instances
+            .get_mut(&instance)
+            .ok_or(BackendError::NotFound)?;
+        if *i.power.borrow() != Power::Running {
+            return Err(BackendError::Other("sim: the instance does not run".into()));
+        }
+        i.disk = text.to_string();
+        self.save(instance, i)
+    }
+
+    /// What is on the instance's simulated disk, if the simulation has it.
+    pub fn disk(&self, instance: Uuid) -> Option<String> {
+        self.lock().instances.get(&instance).map(|i| i.disk.clone())
     }
 
     /// How many times `instance` was booted, if the simulation has it.
@@ -172,17 +209,17 @@ impl SimBackend {
         let running = state
             .instances
             .values()
-            .filter(|i| *i.running.borrow())
+            .filter(|i| *i.power.borrow() == Power::Running)
             .count();
         (state.instances.len(), running)
     }
 
-    /// Whether the instance exists, and whether it runs.
-    pub fn status(&self, instance: Uuid) -> Option<bool> {
+    /// Whether the instance exists, and its power state.
+    pub fn status(&self, instance: Uuid) -> Option<Power> {
         self.lock()
             .instances
             .get(&instance)
-            .map(|i| *i.running.borrow())
+            .map(|i| *i.power.borrow())
     }
 
     fn injected(&self, op: Op) -> Result<(), BackendError> {
@@ -210,11 +247,14 @@ impl SimBackend {
         let Some(path) = self.path(instance) else {
             return Ok(());
         };
+        let power = *i.power.borrow();
         let file = SimFile {
             image: i.image.clone(),
             resources: i.resources,
-            running: *i.running.borrow(),
+            running: power == Power::Running,
+            power: Some(power),
             boots: i.boots,
+            disk: i.disk.clone(),
         };
         write_file(&path, &file).map_err(|e| {
             tracing::warn!(path = %path.display(), error = %e, "sim: saving an instance");
@@ -259,8 +299,9 @@ impl Backend for SimBackend {
         let i = SimInstance {
             image: spec.image.clone(),
             resources: spec.resources,
-            running: watch::Sender::new(false),
+            power: watch::Sender::new(Power::Off),
             boots: 0,
+            disk: String::new(),
         };
         self.save(spec.instance, &i)?;
         state.instances.insert(spec.instance, i);
@@ -286,12 +327,19 @@ impl Backend for SimBackend {
             .instances
             .get_mut(&instance)
             .ok_or(BackendError::NotFound)?;
-        i.boots = i.boots.saturating_add(1);
+        let before = *i.power.borrow();
+        // A resume goes on where the instance was: not a boot.
+        if before != Power::Saved {
+            i.boots = i.boots.saturating_add(1);
+        }
         let running = image != IMAGE_EXIT_AFTER_BOOT;
-        i.running.send_replace(running);
+        i.power
+            .send_replace(if running { Power::Running } else { Power::Off });
         if let Err(e) = self.save(instance, i) {
-            i.boots = i.boots.saturating_sub(1);
-            i.running.send_replace(false);
+            if before != Power::Saved {
+                i.boots = i.boots.saturating_sub(1);
+            }
+            i.power.send_replace(before);
             return Err(e);
         }
         Ok(())
@@ -302,10 +350,10 @@ impl Backend for SimBackend {
             .lock()
             .instances
             .get(&instance)
-            .map(|i| i.running.subscribe());
+            .map(|i| i.power.subscribe());
         if let Some(mut rx) = rx {
             // An error means the instance was deleted: it does not run either way.
-            let _ = rx.wait_for(|running| !*running).await;
+            let _ = rx.wait_for(|power| !power.is_active()).await;
         }
     }
 
@@ -316,9 +364,33 @@ impl Backend for SimBackend {
             if i.image == IMAGE_FAIL_STOP {
                 return Err(BackendError::Other("sim: stop refused".into()));
             }
-            i.running.send_replace(false);
+            i.power.send_replace(Power::Off);
             // Stopped either way; a file that still says running is corrected at the next save.
             let _ = self.save(instance, i);
+        }
+        Ok(())
+    }
+
+    async fn action(&self, instance: Uuid, action: Action) -> Result<(), BackendError> {
+        let mut state = self.lock();
+        let i = state
+            .instances
+            .get_mut(&instance)
+            .ok_or(BackendError::NotFound)?;
+        let before = *i.power.borrow();
+        let after = match action {
+            Action::Reboot | Action::RebootHard => {
+                i.boots = i.boots.saturating_add(1);
+                Power::Running
+            }
+            Action::Pause => Power::Paused,
+            Action::Unpause | Action::Resume => Power::Running,
+            Action::Suspend => Power::Saved,
+        };
+        i.power.send_replace(after);
+        if let Err(e) = self.save(instance, i) {
+            i.power.send_replace(before);
+            return Err(e);
         }
         Ok(())
     }
@@ -327,7 +399,7 @@ impl Backend for SimBackend {
         self.injected(Op::Delete)?;
         let removed = self.lock().instances.remove(&instance);
         if let Some(i) = removed {
-            i.running.send_replace(false);
+            i.power.send_replace(Power::Off);
             if let Some(path) = self.path(instance)
                 && let Err(e) = std::fs::remove_file(&path)
             {
@@ -343,7 +415,7 @@ impl Backend for SimBackend {
         self.lock()
             .instances
             .iter()
-            .filter(|(_, i)| *i.running.borrow())
+            .filter(|(_, i)| i.power.borrow().is_active())
             .map(|(id, i)| {
                 let usage = Usage {
                     mem_mb: part(i.resources.mem_mb),
@@ -362,7 +434,7 @@ impl Backend for SimBackend {
             .iter()
             .map(|(id, i)| Existing {
                 instance: *id,
-                running: *i.running.borrow(),
+                power: *i.power.borrow(),
             })
             .collect())
     }
@@ -403,11 +475,11 @@ mod tests {
         .unwrap();
         let id = Uuid::from_u128(1);
         sim.create(&spec(1, "debian")).await.unwrap();
-        assert_eq!(sim.status(id), Some(false));
+        assert_eq!(sim.status(id), Some(Power::Off));
         let t0 = tokio::time::Instant::now();
         sim.start(id).await.unwrap();
         assert_eq!(t0.elapsed(), Duration::from_secs(4));
-        assert_eq!(sim.status(id), Some(true));
+        assert_eq!(sim.status(id), Some(Power::Running));
         let stats = sim.stats().await;
         assert_eq!(stats.len(), 1);
         assert_eq!((stats[0].1.mem_mb, stats[0].1.disk_mb), (250, 100));
@@ -449,7 +521,7 @@ mod tests {
         assert!(sim.stop(id4).await.is_err());
         sim.create(&spec(5, IMAGE_EXIT_AFTER_BOOT)).await.unwrap();
         sim.start(Uuid::from_u128(5)).await.unwrap();
-        assert_eq!(sim.status(Uuid::from_u128(5)), Some(false));
+        assert_eq!(sim.status(Uuid::from_u128(5)), Some(Power::Off));
         sim.fail_next(Op::Delete, BackendError::Other("once".into()));
         assert!(sim.delete(id3).await.is_err());
         sim.delete(id3).await.unwrap();
@@ -485,11 +557,11 @@ mod tests {
             vec![
                 Existing {
                     instance: Uuid::from_u128(1),
-                    running: true
+                    power: Power::Running
                 },
                 Existing {
                     instance: Uuid::from_u128(2),
-                    running: false
+                    power: Power::Off
                 },
             ]
         );
@@ -516,7 +588,7 @@ mod tests {
         assert_eq!(sim.counts(), (1, 0));
         assert!(sim.start(Uuid::from_u128(1)).await.is_err());
         assert_eq!(sim.boots(Uuid::from_u128(1)), Some(0));
-        assert_eq!(sim.status(Uuid::from_u128(1)), Some(false));
+        assert_eq!(sim.status(Uuid::from_u128(1)), Some(Power::Off));
         // Space is back: it boots.
         std::fs::create_dir_all(&sim_dir).unwrap();
         sim.start(Uuid::from_u128(1)).await.unwrap();

@@ -57,9 +57,19 @@ fn io_err<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> S
 pub enum Desired {
     /// It should run here.
     Running,
-    /// It is being removed: deleted (`stop: None`) or stopped for a restart elsewhere.
+    /// It should stay here powered off, disks kept, until a START with `restart`.
+    Stopped {
+        /// Why it was powered off (a RESTORE boots those an EVACUATE stopped).
+        cause: StopCause,
+    },
+    /// It should stay frozen in memory.
+    Paused,
+    /// It should stay saved to disk until a resume.
+    Suspended,
+    /// It is being removed (`stop: None`; records written by agents before stops kept
+    /// instances may also say `stop` with a cause: those are finished the old way).
     Removing {
-        /// Why it is being stopped, when it is not a plain delete.
+        /// Why it was being stopped, when it is not a plain delete.
         stop: Option<StopCause>,
     },
 }

@@ -8,13 +8,15 @@
 //! | a node report with its instances | STATS |
 //! | [`InstanceEvent::StartFailed`] | START_FAILURE |
 //! | [`InstanceEvent::DeleteFailed`] | DELETE_FAILURE |
+//! | [`InstanceEvent::ActionFailed`] | INSTANCE_ACTION_FAILURE |
 //! | [`InstanceEvent::Deleted`] | INSTANCE_DELETED |
 //! | [`InstanceEvent::Stopped`] | INSTANCE_STOPPED |
 //! | [`InstanceEvent::State`] | nothing (STATS carries states) |
 
 use ssntp::Payload;
 use ssntp::payload::{
-    Delete, DeleteFailure, DeleteFailureReason, FwType, InstanceEvent as WireInstanceEvent,
+    Action as WireAction, Delete, DeleteFailure, DeleteFailureReason, FwType,
+    InstanceActionFailure, InstanceActionFailureReason, InstanceEvent as WireInstanceEvent,
     InstanceStat, InstanceState as WireState, MacAddr, NodeNetwork, NodeState, NodeStatus, Start,
     StartFailure, StartFailureReason, Stats, VmType,
 };
@@ -22,8 +24,9 @@ use uuid::Uuid;
 
 use crate::core::Command;
 use crate::model::{
-    Availability, DeleteRefusal, DiskSpec, Firmware, InstanceEvent, InstanceReport, InstanceSpec,
-    InstanceState, NicSpec, NodeReport, Resources, StartRefusal, VmKind,
+    Action, ActionRefusal, Availability, DeleteRefusal, DiskSpec, Firmware, InstanceEvent,
+    InstanceReport, InstanceSpec, InstanceState, NicSpec, NodeReport, Resources, StartRefusal,
+    VmKind,
 };
 
 /// The instance spec a START asks for.
@@ -75,8 +78,34 @@ pub fn spec_from_start(start: &Start) -> InstanceSpec {
     }
 }
 
-/// The command a payload asks the agent for: START, DELETE, EVACUATE, RESTORE; `None` for
-/// payloads the core does not act on.
+/// An INSTANCE_ACTION's action in the agent's terms (`None` for one this version does not
+/// know).
+pub fn action(action: WireAction) -> Option<Action> {
+    Some(match action {
+        WireAction::Reboot => Action::Reboot,
+        WireAction::RebootHard => Action::RebootHard,
+        WireAction::Pause => Action::Pause,
+        WireAction::Unpause => Action::Unpause,
+        WireAction::Suspend => Action::Suspend,
+        WireAction::Resume => Action::Resume,
+        WireAction::Other => return None,
+    })
+}
+
+/// An action as INSTANCE_ACTION(_FAILURE) writes it.
+pub fn wire_action(action: Action) -> WireAction {
+    match action {
+        Action::Reboot => WireAction::Reboot,
+        Action::RebootHard => WireAction::RebootHard,
+        Action::Pause => WireAction::Pause,
+        Action::Unpause => WireAction::Unpause,
+        Action::Suspend => WireAction::Suspend,
+        Action::Resume => WireAction::Resume,
+    }
+}
+
+/// The command a payload asks the agent for: START, DELETE, INSTANCE_ACTION, EVACUATE,
+/// RESTORE; `None` for payloads the core does not act on (and actions it does not know).
 pub fn command(payload: &Payload) -> Option<Command> {
     match payload {
         Payload::Start(start) => Some(Command::Start(Box::new(spec_from_start(start)))),
@@ -87,6 +116,10 @@ pub fn command(payload: &Payload) -> Option<Command> {
         }) => Some(Command::Delete {
             instance: *instance_uuid,
             stop: *stop,
+        }),
+        Payload::InstanceAction(a) => Some(Command::Action {
+            instance: a.instance_uuid,
+            action: action(a.action)?,
         }),
         Payload::Evacuate(_) => Some(Command::Evacuate),
         Payload::Restore(_) => Some(Command::Restore),
@@ -135,6 +168,8 @@ pub fn instance_state(state: InstanceState) -> WireState {
         InstanceState::Stopping => WireState::Stopping,
         InstanceState::Exited => WireState::Exited,
         InstanceState::ExitFailed => WireState::ExitFailed,
+        InstanceState::Paused => WireState::Paused,
+        InstanceState::Suspended => WireState::Suspended,
     }
 }
 
@@ -173,6 +208,19 @@ pub fn start_failure_reason(reason: StartRefusal) -> StartFailureReason {
         StartRefusal::LaunchFailure => StartFailureReason::LaunchFailure,
         StartRefusal::NetworkFailure => StartFailureReason::NetworkFailure,
         StartRefusal::InvalidData => StartFailureReason::InvalidData,
+        StartRefusal::InstanceMissing => StartFailureReason::InstanceMissing,
+    }
+}
+
+/// The INSTANCE_ACTION_FAILURE reason of a refusal (a full queue is a backend failure: the
+/// node could not carry it out now).
+pub fn action_failure_reason(reason: ActionRefusal) -> InstanceActionFailureReason {
+    match reason {
+        ActionRefusal::NoInstance => InstanceActionFailureReason::NoInstance,
+        ActionRefusal::InvalidState => InstanceActionFailureReason::InvalidState,
+        ActionRefusal::BackendFailure | ActionRefusal::Busy => {
+            InstanceActionFailureReason::BackendFailure
+        }
     }
 }
 
@@ -209,6 +257,17 @@ pub fn event_payload(event: &InstanceEvent, node: Uuid) -> Option<Payload> {
                 reason: delete_failure_reason(reason),
             }))
         }
+        InstanceEvent::ActionFailed {
+            instance,
+            action,
+            reason,
+            ..
+        } => Some(Payload::InstanceActionFailure(InstanceActionFailure {
+            instance_uuid: instance,
+            node_uuid: Some(node),
+            action: Some(wire_action(action)),
+            reason: action_failure_reason(reason),
+        })),
         InstanceEvent::Deleted { instance } => Some(Payload::InstanceDeleted(WireInstanceEvent {
             instance_uuid: instance,
         })),
@@ -234,6 +293,12 @@ pub fn busy_reply(command: &Command, node: Uuid) -> Option<Payload> {
         Command::Delete { instance, .. } => InstanceEvent::DeleteFailed {
             instance: *instance,
             reason: DeleteRefusal::Busy,
+        },
+        Command::Action { instance, action } => InstanceEvent::ActionFailed {
+            instance: *instance,
+            action: *action,
+            reason: ActionRefusal::Busy,
+            message: None,
         },
         Command::Evacuate | Command::Restore | Command::Announce => return None,
     };

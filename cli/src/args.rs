@@ -185,8 +185,31 @@ pub enum InstanceCmd {
         #[arg(long)]
         wait: bool,
     },
-    /// Restart (reboot) an instance.
+    /// Reboot an instance on its node (same disks): an orderly reboot, or a reset with --hard.
     Restart {
+        /// Its name or UUID.
+        id: String,
+        /// A reset rather than an orderly reboot.
+        #[arg(long)]
+        hard: bool,
+    },
+    /// Pause a running instance (frozen in memory).
+    Pause {
+        /// Its name or UUID.
+        id: String,
+    },
+    /// Unpause a paused instance.
+    Unpause {
+        /// Its name or UUID.
+        id: String,
+    },
+    /// Suspend a running or paused instance (its memory saved to its node's disk).
+    Suspend {
+        /// Its name or UUID.
+        id: String,
+    },
+    /// Resume a suspended instance.
+    Resume {
         /// Its name or UUID.
         id: String,
     },

@@ -213,8 +213,8 @@ fn failed_error(instance: &Value, id: &str) -> CommandError {
     CommandError::Other(format!("instance {id} ({name}) failed to start: {why}"))
 }
 
-/// Polls until every instance of `ids` is active; the first one in `error` ends the wait
-/// with its fault.
+/// Polls until every instance of `ids` is active; the first one in `error`, or back to
+/// `exited` with a fault (a start its node could not do), ends the wait with its fault.
 fn wait_active(conn: &Connection, ids: &[String]) -> Result<(), CommandError> {
     let mut out = std::io::stderr();
     wait(&mut out, "active", Duration::from_secs(300), || {
@@ -223,6 +223,9 @@ fn wait_active(conn: &Connection, ids: &[String]) -> Result<(), CommandError> {
             let instance = item(conn.get(&routes::instance(id))?);
             match instance["state"].as_str().unwrap_or_default() {
                 "error" => return Err(failed_error(&instance, id)),
+                "exited" if !instance["fault"].is_null() => {
+                    return Err(failed_error(&instance, id));
+                }
                 state => all &= state == "active",
             }
         }
@@ -354,7 +357,14 @@ pub fn instance(
                 action(conn, &id, "start", o)?;
             }
         }
-        InstanceCmd::Restart { id } => action(conn, &instance_id(conn, &id)?, "restart", o)?,
+        InstanceCmd::Restart { id, hard } => {
+            let verb = if hard { "reboot-hard" } else { "restart" };
+            action(conn, &instance_id(conn, &id)?, verb, o)?;
+        }
+        InstanceCmd::Pause { id } => action(conn, &instance_id(conn, &id)?, "pause", o)?,
+        InstanceCmd::Unpause { id } => action(conn, &instance_id(conn, &id)?, "unpause", o)?,
+        InstanceCmd::Suspend { id } => action(conn, &instance_id(conn, &id)?, "suspend", o)?,
+        InstanceCmd::Resume { id } => action(conn, &instance_id(conn, &id)?, "resume", o)?,
         InstanceCmd::Console { id, dir } => {
             let id = instance_id(conn, &id)?;
             let layout = Layout::new(dir.dir.unwrap_or_else(Layout::default_root));

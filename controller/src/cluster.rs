@@ -12,7 +12,7 @@ use std::net::IpAddr;
 use std::time::SystemTime;
 use uuid::Uuid;
 
-use store::{Instance, Scope, StoreError};
+use store::{Instance, InstanceState, Scope, StoreError};
 
 /// What a launch asks for: `count` instances of a workload in a tenant.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -157,6 +157,25 @@ pub struct TraceHop {
     pub rx_ns: u64,
 }
 
+pub use ssntp::payload::Action as InstanceAction;
+
+/// Whether an instance in `state` can take `action`: reboots and pause when active, unpause
+/// when paused, suspend when active or paused, resume when suspended.
+pub fn action_allowed(action: InstanceAction, state: &InstanceState) -> bool {
+    matches!(
+        (action, state),
+        (
+            InstanceAction::Reboot | InstanceAction::RebootHard | InstanceAction::Pause,
+            InstanceState::Active
+        ) | (InstanceAction::Unpause, InstanceState::Paused)
+            | (
+                InstanceAction::Suspend,
+                InstanceState::Active | InstanceState::Paused
+            )
+            | (InstanceAction::Resume, InstanceState::Suspended)
+    )
+}
+
 /// The cluster operations the API needs. See the module docs.
 pub trait Cluster: Send + Sync {
     /// Creates `count` instances (each quota-checked, in state `pending`) and sends their STARTs.
@@ -164,10 +183,18 @@ pub trait Cluster: Send + Sync {
     fn launch(&self, scope: Scope, launch: Launch) -> Result<Vec<Instance>, ClusterError>;
     /// Stops an active instance (state `stopping`, then `exited` when the node confirms).
     fn stop(&self, scope: Scope, id: Uuid) -> Result<Instance, ClusterError>;
-    /// Starts an exited (or errored, or missing) instance again, possibly on another node.
+    /// Starts an exited instance again: on the node that keeps it (from its disks), or, if
+    /// it is on no node (failed, never placed), wherever the scheduler places it.
     fn start(&self, scope: Scope, id: Uuid) -> Result<Instance, ClusterError>;
-    /// Restarts an active instance (stop, then start).
-    fn reboot(&self, scope: Scope, id: Uuid) -> Result<Instance, ClusterError>;
+    /// Reboots an active instance on its node (an orderly reboot; same disks).
+    fn reboot(&self, scope: Scope, id: Uuid) -> Result<Instance, ClusterError> {
+        self.act(scope, id, InstanceAction::Reboot)
+    }
+    /// Carries out an action on an instance on its node (reboot, hard reboot, pause, unpause,
+    /// suspend, resume), when its state allows it ([`action_allowed`]); its new state shows
+    /// once its node reports it.
+    fn act(&self, scope: Scope, id: Uuid, action: InstanceAction)
+    -> Result<Instance, ClusterError>;
     /// Deletes an instance: state `deleted` until its node confirms (`hung` if it never does);
     /// an instance on no node (never placed, or failed) goes at once.
     fn delete(&self, scope: Scope, id: Uuid) -> Result<(), ClusterError>;

@@ -251,6 +251,67 @@ pub enum InstanceState {
     Missing,
     /// It failed, with the reason.
     Error(String),
+    /// Frozen in memory on its node (pause).
+    Paused,
+    /// Its memory saved to its node's disk and powered off (suspend).
+    Suspended,
+}
+
+impl InstanceState {
+    /// Every state's name, as the stores write it and the native API shows it.
+    pub const NAMES: [&'static str; 10] = [
+        "pending",
+        "active",
+        "stopping",
+        "exited",
+        "deleted",
+        "hung",
+        "missing",
+        "error",
+        "paused",
+        "suspended",
+    ];
+
+    /// The state's name (`error` for every error; the reason is apart).
+    pub fn name(&self) -> &'static str {
+        match self {
+            InstanceState::Pending => "pending",
+            InstanceState::Active => "active",
+            InstanceState::Stopping => "stopping",
+            InstanceState::Exited => "exited",
+            InstanceState::Deleted => "deleted",
+            InstanceState::Hung => "hung",
+            InstanceState::Missing => "missing",
+            InstanceState::Error(_) => "error",
+            InstanceState::Paused => "paused",
+            InstanceState::Suspended => "suspended",
+        }
+    }
+
+    /// The state of a name, with `reason` for `error`; `None` for a name that is none.
+    pub fn from_name(name: &str, reason: Option<String>) -> Option<InstanceState> {
+        Some(match name {
+            "pending" => InstanceState::Pending,
+            "active" => InstanceState::Active,
+            "stopping" => InstanceState::Stopping,
+            "exited" => InstanceState::Exited,
+            "deleted" => InstanceState::Deleted,
+            "hung" => InstanceState::Hung,
+            "missing" => InstanceState::Missing,
+            "error" => InstanceState::Error(reason.unwrap_or_default()),
+            "paused" => InstanceState::Paused,
+            "suspended" => InstanceState::Suspended,
+            _ => return None,
+        })
+    }
+
+    /// Its name and, for an error, the reason: what the stores write.
+    pub fn text(&self) -> (&'static str, Option<&str>) {
+        match self {
+            InstanceState::Error(reason) => ("error", Some(reason)),
+            other => (other.name(), None),
+        }
+    }
 }
 
 /// Why an instance is in `error`, for the user: kept with the instance while it is in error.

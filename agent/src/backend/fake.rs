@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::watch;
 use uuid::Uuid;
 
-use super::{Backend, BackendError, Existing};
-use crate::model::{InstanceSpec, Usage};
+use super::{Backend, BackendError, Existing, Power};
+use crate::model::{Action, InstanceSpec, Usage};
 
 /// A backend operation, as recorded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -21,6 +21,8 @@ pub enum Op {
     Stop,
     /// [`Backend::delete`].
     Delete,
+    /// [`Backend::action`].
+    Act(Action),
 }
 
 /// One recorded call.
@@ -36,7 +38,7 @@ pub struct Call {
 struct State {
     calls: Vec<Call>,
     lists: usize,
-    instances: HashMap<Uuid, watch::Sender<bool>>,
+    instances: HashMap<Uuid, watch::Sender<Power>>,
     failures: HashMap<Op, VecDeque<BackendError>>,
     usage: Usage,
 }
@@ -116,22 +118,26 @@ impl FakeBackend {
         self.stats_gate.send_replace(true);
     }
 
-    /// Puts an instance there as if it had been made before (`running` or not).
-    pub fn insert(&self, instance: Uuid, running: bool) {
+    /// Puts an instance there as if it had been made before, in `power`.
+    pub fn insert(&self, instance: Uuid, power: Power) {
         self.lock()
             .instances
-            .insert(instance, watch::Sender::new(running));
+            .insert(instance, watch::Sender::new(power));
     }
 
     /// Makes a running instance exit on its own.
     pub fn exit(&self, instance: Uuid) {
+        self.set_power(instance, Power::Off);
+    }
+
+    fn set_power(&self, instance: Uuid, power: Power) {
         if let Some(tx) = self.lock().instances.get(&instance) {
-            tx.send_replace(false);
+            tx.send_replace(power);
         }
     }
 
-    /// Whether the instance exists, and whether it runs.
-    pub fn status(&self, instance: Uuid) -> Option<bool> {
+    /// Whether the instance exists, and its power state.
+    pub fn status(&self, instance: Uuid) -> Option<Power> {
         self.lock().instances.get(&instance).map(|tx| *tx.borrow())
     }
 
@@ -159,7 +165,7 @@ impl Backend for FakeBackend {
         }
         state
             .instances
-            .insert(spec.instance, watch::Sender::new(false));
+            .insert(spec.instance, watch::Sender::new(Power::Off));
         Ok(())
     }
 
@@ -170,7 +176,7 @@ impl Backend for FakeBackend {
         self.record(Op::Start, instance)?;
         match self.lock().instances.get(&instance) {
             Some(tx) => {
-                tx.send_replace(true);
+                tx.send_replace(Power::Running);
                 Ok(())
             }
             None => Err(BackendError::NotFound),
@@ -185,22 +191,38 @@ impl Backend for FakeBackend {
             .map(watch::Sender::subscribe);
         if let Some(mut rx) = rx {
             // An error means the instance was removed: it does not run either way.
-            let _ = rx.wait_for(|running| !*running).await;
+            let _ = rx.wait_for(|power| !power.is_active()).await;
         }
     }
 
     async fn stop(&self, instance: Uuid) -> Result<(), BackendError> {
         self.record(Op::Stop, instance)?;
-        if let Some(tx) = self.lock().instances.get(&instance) {
-            tx.send_replace(false);
-        }
+        self.set_power(instance, Power::Off);
         Ok(())
+    }
+
+    async fn action(&self, instance: Uuid, action: Action) -> Result<(), BackendError> {
+        self.record(Op::Act(action), instance)?;
+        let power = match action {
+            Action::Reboot | Action::RebootHard | Action::Unpause | Action::Resume => {
+                Power::Running
+            }
+            Action::Pause => Power::Paused,
+            Action::Suspend => Power::Saved,
+        };
+        match self.lock().instances.get(&instance) {
+            Some(tx) => {
+                tx.send_replace(power);
+                Ok(())
+            }
+            None => Err(BackendError::NotFound),
+        }
     }
 
     async fn delete(&self, instance: Uuid) -> Result<(), BackendError> {
         self.record(Op::Delete, instance)?;
         if let Some(tx) = self.lock().instances.remove(&instance) {
-            tx.send_replace(false);
+            tx.send_replace(Power::Off);
         }
         Ok(())
     }
@@ -213,7 +235,7 @@ impl Backend for FakeBackend {
         state
             .instances
             .iter()
-            .filter(|(_, tx)| *tx.borrow())
+            .filter(|(_, tx)| tx.borrow().is_active())
             .map(|(id, _)| (*id, state.usage))
             .collect()
     }
@@ -226,7 +248,7 @@ impl Backend for FakeBackend {
             .iter()
             .map(|(id, tx)| Existing {
                 instance: *id,
-                running: *tx.borrow(),
+                power: *tx.borrow(),
             })
             .collect())
     }

@@ -1,9 +1,10 @@
 //! The [`Backend`] trait: what runs instances (the `sim` backend, [`libvirt`] for real VMs), and
 //! [`fake`], a recording fake for unit tests.
 //!
-//! The trait is narrow on purpose: make, start, stop and delete one instance, wait for one to
-//! exit on its own, measure all of them, and list what exists (for re-attaching after a
-//! restart). The core calls each instance's operations from that instance's own task, in
+//! The trait is narrow on purpose: make, start, stop and delete one instance, act on a running
+//! one (reboot, pause, suspend, ...), wait for one to exit on its own, measure all of them, and
+//! list what exists with its power state (for re-attaching after a restart). A stop keeps
+//! everything of the instance: only delete removes its disks. The core calls each instance's operations from that instance's own task, in
 //! order; different instances' operations run concurrently.
 
 pub mod fake;
@@ -12,7 +13,7 @@ pub mod libvirt;
 use std::future::Future;
 use uuid::Uuid;
 
-use crate::model::{InstanceSpec, Usage};
+use crate::model::{Action, InstanceSpec, Usage};
 
 /// A backend operation that failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -52,13 +53,34 @@ impl BackendError {
     }
 }
 
+/// Whether an instance runs, as its backend sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Power {
+    /// It runs.
+    Running,
+    /// It is frozen in memory.
+    Paused,
+    /// It is powered off.
+    Off,
+    /// It is powered off with its memory saved (a suspend): a start resumes it.
+    Saved,
+}
+
+impl Power {
+    /// Whether it holds memory on the node (runs or is paused): not an exit.
+    pub fn is_active(self) -> bool {
+        matches!(self, Power::Running | Power::Paused)
+    }
+}
+
 /// One instance a backend has, as listed for re-attaching.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Existing {
     /// The instance.
     pub instance: Uuid,
     /// Whether it runs now.
-    pub running: bool,
+    pub power: Power,
 }
 
 /// What runs instances. Every method may be called concurrently for different instances.
@@ -67,15 +89,25 @@ pub trait Backend: Send + Sync + 'static {
     /// `Exists` when anything with this UUID is already there.
     fn create(&self, spec: &InstanceSpec) -> impl Future<Output = Result<(), BackendError>> + Send;
 
-    /// Boots a created instance; resolves once it runs.
+    /// Boots a created (or stopped) instance from its disks, or resumes a saved one; resolves
+    /// once it runs.
     fn start(&self, instance: Uuid) -> impl Future<Output = Result<(), BackendError>> + Send;
 
-    /// Resolves once the instance does not run: at once if it does not run now. The core
-    /// waits on this while an instance is active to learn that it died on its own.
+    /// Resolves once the instance neither runs nor is paused: at once if so now. The core waits
+    /// on this while an instance is active or paused to learn that it died on its own.
     fn wait_exit(&self, instance: Uuid) -> impl Future<Output = ()> + Send;
 
-    /// Powers the instance off (nothing to do if it does not run).
+    /// Powers the instance off, keeping its disks and definition (nothing to do if it does not
+    /// run); a saved memory image (a suspend) is discarded.
     fn stop(&self, instance: Uuid) -> impl Future<Output = Result<(), BackendError>> + Send;
+
+    /// Carries out an action on the instance. The core calls it only in a state that allows it
+    /// ([`Action::outcome`]); `resume` of a saved instance is a [`Backend::start`].
+    fn action(
+        &self,
+        instance: Uuid,
+        action: Action,
+    ) -> impl Future<Output = Result<(), BackendError>> + Send;
 
     /// Removes everything of the instance (nothing to do if there is nothing).
     fn delete(&self, instance: Uuid) -> impl Future<Output = Result<(), BackendError>> + Send;

@@ -1,6 +1,11 @@
-//! One task per instance: it runs that instance's commands in order (launch, remove), keeps
-//! its record on disk in step, watches it for an exit of its own, and tells the owner what
-//! happened through [`Update`]s. It never touches the node's accounting.
+//! One task per instance: it runs that instance's commands in order (launch, stop, boot,
+//! actions, remove), keeps its record on disk in step, watches it for an exit of its own while
+//! it runs, and tells the owner what happened through [`Update`]s. It never touches the node's
+//! accounting.
+//!
+//! A stop powers the instance off and keeps it (disks, definition, record): it stays `exited`
+//! until a START with `restart` boots it again, or a DELETE removes it. Only a delete (or a
+//! launch that failed) removes an instance's files.
 
 use std::sync::Arc;
 use tokio::sync::mpsc;
@@ -8,14 +13,24 @@ use uuid::Uuid;
 
 use crate::backend::{Backend, BackendError};
 use crate::model::{
-    DeleteRefusal, InstanceEvent, InstanceSpec, InstanceState, StartRefusal, StopCause,
+    Action, ActionRefusal, DeleteRefusal, InstanceEvent, InstanceSpec, InstanceState, StartRefusal,
+    StopCause,
 };
 use crate::store::{Desired, Record, Store};
 
 /// A command for one instance, queued in its task.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum InstanceCommand {
-    /// Stop it and remove it: deleted (`stop: None`) or stopped for `cause`.
+    /// Power it off and keep it, for `cause`.
+    Stop(StopCause),
+    /// Boot it from its kept disks (a START with `restart`).
+    Boot,
+    /// Boot it if an evacuation stopped it (RESTORE).
+    Restore,
+    /// Carry out an action.
+    Act(Action),
+    /// Stop it and remove everything of it: deleted (`stop: None`), or, for records of older
+    /// agents, stopped for `cause` and gone.
     Remove {
         /// Why it is stopped, when it is not a plain delete.
         stop: Option<StopCause>,
@@ -38,19 +53,14 @@ pub(crate) enum Update {
 pub(crate) enum Job {
     /// Create and boot it.
     Launch,
-    /// It runs already (re-attached after a restart): watch it.
-    Watch,
+    /// It is there already (re-attached after a restart) in this state: watch it if it runs.
+    Attach(InstanceState),
+    /// It was found powered off although it should run: keep it stopped, and say so.
+    Lost,
     /// Its leftovers stay until a remove succeeds.
     Leftovers,
-    /// Remove it (found being removed, or lost, after a restart).
+    /// Remove it (found being removed, or gone, after a restart).
     Remove(Option<StopCause>),
-}
-
-/// Where an instance task stands between commands.
-enum Phase {
-    Running,
-    Leftovers,
-    Gone,
 }
 
 /// What an instance task works with.
@@ -61,48 +71,89 @@ pub(crate) struct Task<B> {
     pub backend: Arc<B>,
     pub store: Store,
     pub updates: mpsc::Sender<Update>,
+    /// Why it was last powered off (`None` while it runs, or when unknown).
+    pub stopped_by: Option<StopCause>,
 }
+
+/// Where an instance stands between commands: its state, or gone.
+type Now = Option<InstanceState>;
 
 impl<B: Backend> Task<B> {
     /// Runs the instance's task until nothing of it is left or the owner goes away.
-    pub(crate) async fn run(self, job: Job, mut commands: mpsc::Receiver<InstanceCommand>) {
-        let mut phase = match job {
+    pub(crate) async fn run(mut self, job: Job, mut commands: mpsc::Receiver<InstanceCommand>) {
+        let mut now: Now = match job {
             Job::Launch => self.launch().await,
-            Job::Watch => Phase::Running,
-            Job::Leftovers => Phase::Leftovers,
+            Job::Attach(state) => Some(state),
+            Job::Lost => self.lost().await,
+            Job::Leftovers => Some(InstanceState::ExitFailed),
             Job::Remove(stop) => self.remove(stop).await,
         };
-        loop {
-            let command = match phase {
-                Phase::Gone => break,
-                Phase::Running => {
-                    tokio::select! {
-                        command = commands.recv() => command,
-                        () = self.backend.wait_exit(self.instance) => {
-                            phase = self.exited().await;
-                            continue;
-                        }
+        while let Some(state) = now {
+            let watch = matches!(state, InstanceState::Active | InstanceState::Paused);
+            let command = if watch {
+                tokio::select! {
+                    command = commands.recv() => command,
+                    () = self.backend.wait_exit(self.instance) => {
+                        now = self.exited().await;
+                        continue;
                     }
                 }
-                Phase::Leftovers => commands.recv().await,
+            } else {
+                commands.recv().await
             };
             // No command: the owner is shutting down; the instance stays as it is.
-            let Some(InstanceCommand::Remove { stop }) = command else {
-                return;
-            };
-            phase = self.remove(stop).await;
+            let Some(command) = command else { return };
+            now = self.command(state, command).await;
         }
         // Gone: commands queued behind the one that removed it find no instance.
         commands.close();
-        while let Ok(InstanceCommand::Remove { stop }) = commands.try_recv() {
-            if stop.is_none_or(|cause| cause == StopCause::Requested) {
-                self.event(InstanceEvent::DeleteFailed {
-                    instance: self.instance,
-                    reason: DeleteRefusal::NoInstance,
-                })
-                .await;
-            }
+        while let Ok(command) = commands.try_recv() {
+            self.refuse_gone(command).await;
         }
+    }
+
+    async fn command(&mut self, state: InstanceState, command: InstanceCommand) -> Now {
+        match command {
+            InstanceCommand::Remove { stop } => self.remove(stop).await,
+            InstanceCommand::Stop(cause) => self.stop(state, cause).await,
+            InstanceCommand::Boot => self.boot(state).await,
+            InstanceCommand::Restore => {
+                if state == InstanceState::Exited && self.stopped_by == Some(StopCause::Evacuated) {
+                    self.boot(state).await
+                } else {
+                    Some(state)
+                }
+            }
+            InstanceCommand::Act(action) => self.act(state, action).await,
+        }
+    }
+
+    /// The answer to a command that found the instance gone.
+    async fn refuse_gone(&self, command: InstanceCommand) {
+        let instance = self.instance;
+        let event = match command {
+            InstanceCommand::Remove {
+                stop: None | Some(StopCause::Requested),
+            }
+            | InstanceCommand::Stop(StopCause::Requested) => InstanceEvent::DeleteFailed {
+                instance,
+                reason: DeleteRefusal::NoInstance,
+            },
+            InstanceCommand::Boot => InstanceEvent::StartFailed {
+                instance,
+                reason: StartRefusal::InstanceMissing,
+                restart: true,
+                message: Some("the instance was removed from its node".into()),
+            },
+            InstanceCommand::Act(action) => InstanceEvent::ActionFailed {
+                instance,
+                action,
+                reason: ActionRefusal::NoInstance,
+                message: None,
+            },
+            _ => return,
+        };
+        self.event(event).await;
     }
 
     async fn send(&self, update: Update) {
@@ -155,9 +206,9 @@ impl<B: Backend> Task<B> {
     }
 
     /// Record first (so a restart knows of it), then create and boot.
-    async fn launch(&self) -> Phase {
+    async fn launch(&self) -> Now {
         let Some(spec) = &self.spec else {
-            return Phase::Leftovers;
+            return Some(InstanceState::ExitFailed);
         };
         let restart = spec.restart;
         let failed = |reason, message: String| InstanceEvent::StartFailed {
@@ -171,7 +222,7 @@ impl<B: Backend> Task<B> {
             self.event(failed(StartRefusal::LaunchFailure, why.into()))
                 .await;
             self.send(Update::Forget(self.instance)).await;
-            return Phase::Gone;
+            return None;
         }
         let result = match self.backend.create(spec).await {
             Ok(()) => self.backend.start(self.instance).await,
@@ -180,31 +231,24 @@ impl<B: Backend> Task<B> {
         let error = match result {
             Ok(()) => {
                 self.state(InstanceState::Active).await;
-                return Phase::Running;
+                return Some(InstanceState::Active);
             }
             Err(e) => e,
         };
         tracing::warn!(instance = %self.instance, error = %error, "start failed");
         let message = error.message();
-        let reason = match error {
-            BackendError::Image(_) => StartRefusal::ImageFailure,
-            BackendError::Network(_) => StartRefusal::NetworkFailure,
-            BackendError::Exists => StartRefusal::InstanceExists,
-            BackendError::Launch(_) | BackendError::NotFound | BackendError::Other(_) => {
-                StartRefusal::LaunchFailure
-            }
-        };
+        let reason = start_refusal(&error);
         self.event(failed(reason, message)).await;
         // Leftovers that were there before this START are not ours to remove.
         let cleaned = reason == StartRefusal::InstanceExists || self.clean().await;
         if cleaned {
             self.remove_record().await;
             self.send(Update::Forget(self.instance)).await;
-            Phase::Gone
+            None
         } else {
             self.state(InstanceState::ExitFailed).await;
             self.write_record(Desired::Removing { stop: None }).await;
-            Phase::Leftovers
+            Some(InstanceState::ExitFailed)
         }
     }
 
@@ -223,31 +267,162 @@ impl<B: Backend> Task<B> {
         }
     }
 
-    /// It stopped on its own: report it stopped, and remove what is left of it.
-    async fn exited(&self) -> Phase {
-        tracing::info!(instance = %self.instance, "exited on its own");
+    /// Marks it powered off and kept, for `cause`, and says so.
+    async fn stopped(&mut self, cause: StopCause) -> Now {
+        self.stopped_by = Some(cause);
+        self.write_record(Desired::Stopped { cause }).await;
         self.state(InstanceState::Exited).await;
         self.event(InstanceEvent::Stopped {
             instance: self.instance,
-            cause: StopCause::Exited,
+            cause,
         })
         .await;
-        self.write_record(Desired::Removing {
-            stop: Some(StopCause::Exited),
-        })
-        .await;
-        if self.clean().await {
-            self.remove_record().await;
-            self.send(Update::Forget(self.instance)).await;
-            Phase::Gone
-        } else {
-            self.state(InstanceState::ExitFailed).await;
-            Phase::Leftovers
+        Some(InstanceState::Exited)
+    }
+
+    /// It stopped on its own: it is kept, powered off.
+    async fn exited(&mut self) -> Now {
+        tracing::info!(instance = %self.instance, "exited on its own: kept, powered off");
+        self.stopped(StopCause::Exited).await
+    }
+
+    /// Found powered off after a restart although it should run: kept, powered off.
+    async fn lost(&mut self) -> Now {
+        tracing::warn!(instance = %self.instance, "found powered off after a restart: kept");
+        self.stopped(StopCause::Lost).await
+    }
+
+    /// Power it off and keep it.
+    async fn stop(&mut self, state: InstanceState, cause: StopCause) -> Now {
+        match state {
+            InstanceState::ExitFailed => {
+                if cause == StopCause::Requested {
+                    self.event(InstanceEvent::DeleteFailed {
+                        instance: self.instance,
+                        reason: DeleteRefusal::BackendFailure,
+                    })
+                    .await;
+                }
+                return Some(state);
+            }
+            // Already off: say so again (the controller may be waiting for it).
+            InstanceState::Exited => {
+                if cause == StopCause::Requested {
+                    self.event(InstanceEvent::Stopped {
+                        instance: self.instance,
+                        cause,
+                    })
+                    .await;
+                }
+                return Some(state);
+            }
+            _ => {}
+        }
+        self.state(InstanceState::Stopping).await;
+        match self.backend.stop(self.instance).await {
+            Ok(()) => self.stopped(cause).await,
+            Err(e) => {
+                tracing::warn!(instance = %self.instance, error = %e, "stop failed");
+                self.state(state).await;
+                if cause == StopCause::Requested {
+                    self.event(InstanceEvent::DeleteFailed {
+                        instance: self.instance,
+                        reason: DeleteRefusal::BackendFailure,
+                    })
+                    .await;
+                }
+                Some(state)
+            }
         }
     }
 
-    /// Stop and delete it, then report it deleted or stopped.
-    async fn remove(&self, stop: Option<StopCause>) -> Phase {
+    /// Boot it from its kept disks.
+    async fn boot(&mut self, state: InstanceState) -> Now {
+        let failed = |reason, message: Option<String>| InstanceEvent::StartFailed {
+            instance: self.instance,
+            reason,
+            restart: true,
+            message,
+        };
+        match state {
+            InstanceState::Exited => {}
+            s if s.is_live() => {
+                self.event(failed(StartRefusal::AlreadyRunning, None)).await;
+                return Some(state);
+            }
+            _ => {
+                let why = "the instance's leftovers are being removed from its node";
+                self.event(failed(StartRefusal::InstanceExists, Some(why.into())))
+                    .await;
+                return Some(state);
+            }
+        }
+        self.write_record(Desired::Running).await;
+        self.state(InstanceState::Pending).await;
+        match self.backend.start(self.instance).await {
+            Ok(()) => {
+                self.stopped_by = None;
+                self.state(InstanceState::Active).await;
+                Some(InstanceState::Active)
+            }
+            Err(e) => {
+                tracing::warn!(instance = %self.instance, error = %e, "restart failed");
+                let reason = match e {
+                    BackendError::NotFound => StartRefusal::InstanceMissing,
+                    ref other => start_refusal(other),
+                };
+                self.event(failed(reason, Some(e.message()))).await;
+                let cause = self.stopped_by.unwrap_or(StopCause::Requested);
+                self.write_record(Desired::Stopped { cause }).await;
+                self.state(InstanceState::Exited).await;
+                Some(InstanceState::Exited)
+            }
+        }
+    }
+
+    /// Carry out an action the instance's state allows.
+    async fn act(&mut self, state: InstanceState, action: Action) -> Now {
+        let refused = |reason, message: Option<String>| InstanceEvent::ActionFailed {
+            instance: self.instance,
+            action,
+            reason,
+            message,
+        };
+        let Some(after) = action.outcome(state) else {
+            let why = format!("cannot {} an instance that is {state:?}", action.name());
+            self.event(refused(
+                ActionRefusal::InvalidState,
+                Some(why.to_lowercase()),
+            ))
+            .await;
+            return Some(state);
+        };
+        let result = if action == Action::Resume {
+            self.backend.start(self.instance).await
+        } else {
+            self.backend.action(self.instance, action).await
+        };
+        if let Err(e) = result {
+            tracing::warn!(instance = %self.instance, action = action.name(), error = %e, "action failed");
+            self.event(refused(ActionRefusal::BackendFailure, Some(e.message())))
+                .await;
+            return Some(state);
+        }
+        tracing::info!(instance = %self.instance, action = action.name(), "done");
+        if after != state {
+            self.write_record(match after {
+                InstanceState::Paused => Desired::Paused,
+                InstanceState::Suspended => Desired::Suspended,
+                _ => Desired::Running,
+            })
+            .await;
+            self.state(after).await;
+        }
+        Some(after)
+    }
+
+    /// Stop and delete it, then report it deleted (or, for records of older agents, stopped).
+    async fn remove(&self, stop: Option<StopCause>) -> Now {
         let quiet = matches!(stop, Some(StopCause::Exited | StopCause::Lost));
         self.state(if quiet {
             InstanceState::Exited
@@ -265,7 +440,7 @@ impl<B: Backend> Task<B> {
                 })
                 .await;
             }
-            return Phase::Leftovers;
+            return Some(InstanceState::ExitFailed);
         }
         self.remove_record().await;
         let instance = self.instance;
@@ -275,6 +450,18 @@ impl<B: Backend> Task<B> {
         })
         .await;
         self.send(Update::Forget(instance)).await;
-        Phase::Gone
+        None
+    }
+}
+
+/// The START_FAILURE reason of a backend error.
+fn start_refusal(error: &BackendError) -> StartRefusal {
+    match error {
+        BackendError::Image(_) => StartRefusal::ImageFailure,
+        BackendError::Network(_) => StartRefusal::NetworkFailure,
+        BackendError::Exists => StartRefusal::InstanceExists,
+        BackendError::Launch(_) | BackendError::NotFound | BackendError::Other(_) => {
+            StartRefusal::LaunchFailure
+        }
     }
 }

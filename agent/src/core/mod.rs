@@ -1,8 +1,10 @@
 //! The core: an owner task that holds the node's accounting, and one task per instance.
 //!
-//! [`Core::spawn`] reads the state directory, lists what the backend has, re-attaches to the
-//! instances that still run, starts removing those that are lost (reported stopped) or were
-//! being removed, and starts the owner. The [`Core`] handle then takes commands: they are
+//! [`Core::spawn`] reads the state directory, lists what the backend has with its power state,
+//! re-attaches to every instance as its record and its backend say (running, paused, suspended,
+//! or stopped and kept), keeps those found off that should run as stopped (reported stopped),
+//! finishes removing those that were being removed, and starts the owner. A kill -9 of the
+//! agent changes nothing about a stopped, paused or suspended instance. The [`Core`] handle then takes commands: they are
 //! queued without waiting (a full queue is [`CoreError::Busy`]) and their outcome goes out
 //! through the [`Reporter`]. Commands for one instance run in order in its task; different
 //! instances run in parallel.
@@ -18,7 +20,7 @@ use uuid::Uuid;
 
 pub use owner::Command;
 
-use crate::backend::{Backend, BackendError};
+use crate::backend::{Backend, BackendError, Power};
 use crate::config::{Config, ConfigError};
 use crate::host::HostError;
 use crate::model::{InstanceReport, InstanceSpec, InstanceState, NodeReport, StopCause};
@@ -72,6 +74,33 @@ impl Snapshot {
     }
 }
 
+/// What becomes of an instance after a restart, from what its record wants and what its backend
+/// has: its state, its task's first job, and why it is off (when it is).
+fn recover(desired: Desired, power: Option<&Power>) -> (InstanceState, Job, Option<StopCause>) {
+    use InstanceState as S;
+    let attach = |state| (state, Job::Attach(state), None);
+    match (desired, power) {
+        (Desired::Removing { stop }, _) => (S::Stopping, Job::Remove(stop), None),
+        // Nothing of it is left: say it stopped, and forget it.
+        (_, None) => (S::Exited, Job::Remove(Some(StopCause::Lost)), None),
+        (Desired::Running | Desired::Paused | Desired::Suspended, Some(Power::Running)) => {
+            attach(S::Active)
+        }
+        (Desired::Running | Desired::Paused | Desired::Suspended, Some(Power::Paused)) => {
+            attach(S::Paused)
+        }
+        (Desired::Suspended, Some(Power::Saved)) => attach(S::Suspended),
+        (Desired::Running | Desired::Paused | Desired::Suspended, Some(_)) => {
+            (S::Exited, Job::Lost, Some(StopCause::Lost))
+        }
+        (Desired::Stopped { .. }, Some(Power::Running)) => attach(S::Active),
+        (Desired::Stopped { .. }, Some(Power::Paused)) => attach(S::Paused),
+        (Desired::Stopped { cause }, Some(Power::Off | Power::Saved)) => {
+            (S::Exited, Job::Attach(S::Exited), Some(cause))
+        }
+    }
+}
+
 /// A handle on a running core. Clones share the core; it shuts down on
 /// [`Core::shutdown`] or once every handle is dropped.
 #[derive(Clone, Debug)]
@@ -97,11 +126,11 @@ impl Core {
         .await
         .map_err(|e| CoreError::Task(e.to_string()))??;
         let host = config.host.sample()?;
-        let existing: HashMap<Uuid, bool> = backend
+        let existing: HashMap<Uuid, Power> = backend
             .list()
             .await?
             .into_iter()
-            .map(|e| (e.instance, e.running))
+            .map(|e| (e.instance, e.power))
             .collect();
         let requests_bound = config.command_queue;
         let mut owner = Owner::new(config, backend, reporter, store, host);
@@ -109,23 +138,18 @@ impl Core {
         for record in loaded.records {
             let instance = record.spec.instance;
             let spec = Some(record.spec);
-            match (record.desired, existing.get(&instance)) {
-                (Desired::Running, Some(true)) => {
-                    tracing::info!(%instance, "re-attached");
-                    owner.add(instance, spec, InstanceState::Active, Job::Watch);
-                }
-                (Desired::Running, _) => {
-                    tracing::warn!(%instance, "lost while the agent was away");
-                    let job = Job::Remove(Some(StopCause::Lost));
-                    owner.add(instance, spec, InstanceState::Exited, job);
-                }
-                (Desired::Removing { stop }, _) => {
-                    owner.add(instance, spec, InstanceState::Stopping, Job::Remove(stop));
-                }
-            }
+            let (state, job, stopped_by) = recover(record.desired, existing.get(&instance));
+            tracing::info!(%instance, ?state, ?job, "found after a restart");
+            owner.add(instance, spec, state, job, stopped_by);
         }
         for instance in loaded.unreadable {
-            owner.add(instance, None, InstanceState::ExitFailed, Job::Leftovers);
+            owner.add(
+                instance,
+                None,
+                InstanceState::ExitFailed,
+                Job::Leftovers,
+                None,
+            );
         }
         for instance in existing.keys() {
             if !owner.entries.contains_key(instance) {
@@ -156,9 +180,14 @@ impl Core {
         self.submit(Command::Start(Box::new(spec)))
     }
 
-    /// DELETE (`stop`: report stopped rather than deleted).
+    /// DELETE (`stop`: power off and keep rather than delete).
     pub fn delete(&self, instance: Uuid, stop: bool) -> Result<(), CoreError> {
         self.submit(Command::Delete { instance, stop })
+    }
+
+    /// INSTANCE_ACTION.
+    pub fn action(&self, instance: Uuid, action: crate::model::Action) -> Result<(), CoreError> {
+        self.submit(Command::Action { instance, action })
     }
 
     /// EVACUATE.

@@ -17,8 +17,8 @@ use crate::backend::Backend;
 use crate::config::Config;
 use crate::host::HostFigures;
 use crate::model::{
-    DeleteRefusal, InstanceEvent, InstanceReport, InstanceSpec, InstanceState, NodeReport,
-    Resources, StartRefusal, StopCause, Usage,
+    Action, ActionRefusal, DeleteRefusal, InstanceEvent, InstanceReport, InstanceSpec,
+    InstanceState, NodeReport, Resources, StartRefusal, StopCause, Usage,
 };
 use crate::reporter::Reporter;
 use crate::store::Store;
@@ -26,18 +26,25 @@ use crate::store::Store;
 /// A command to the node, as the wiring hands it over.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Command {
-    /// START: admit, create and boot an instance.
+    /// START: admit, create and boot an instance; with `restart`, boot one kept stopped here.
     Start(Box<InstanceSpec>),
-    /// DELETE: remove an instance; `stop` reports it stopped rather than deleted.
+    /// DELETE: remove an instance, or (`stop`) power it off and keep it.
     Delete {
         /// The instance.
         instance: Uuid,
-        /// Stop it for a restart elsewhere (INSTANCE_STOPPED) rather than delete it.
+        /// Power it off and keep it (INSTANCE_STOPPED) rather than delete it.
         stop: bool,
     },
-    /// EVACUATE: enter maintenance (persisted) and stop every instance.
+    /// INSTANCE_ACTION: reboot, pause, suspend, ... an instance.
+    Action {
+        /// The instance.
+        instance: Uuid,
+        /// What to do.
+        action: Action,
+    },
+    /// EVACUATE: enter maintenance (persisted) and stop every running instance, keeping it.
     Evacuate,
-    /// RESTORE: leave maintenance.
+    /// RESTORE: leave maintenance and boot what the evacuation stopped.
     Restore,
     /// The wiring (re)connected: report the status and stats now.
     Announce,
@@ -55,7 +62,7 @@ pub(crate) struct Entry {
     pub reserved: Resources,
     pub state: InstanceState,
     pub usage: Usage,
-    /// A remove is queued in its task: a second DELETE is answered by the first.
+    /// A remove (delete) is queued in its task: a second DELETE is answered by the first.
     pub removing: bool,
     pub commands: mpsc::Sender<InstanceCommand>,
 }
@@ -105,13 +112,15 @@ impl<B: Backend, R: Reporter> Owner<B, R> {
         }
     }
 
-    /// Adds an instance and starts its task with `job`.
+    /// Adds an instance and starts its task with `job` (`stopped_by`: why it is powered off,
+    /// when it is and that is known).
     pub(crate) fn add(
         &mut self,
         instance: Uuid,
         spec: Option<InstanceSpec>,
         state: InstanceState,
         job: Job,
+        stopped_by: Option<StopCause>,
     ) {
         let (commands, rx) = mpsc::channel(self.config.instance_queue);
         let reserved = spec.as_ref().map(|s| s.resources).unwrap_or_default();
@@ -132,6 +141,7 @@ impl<B: Backend, R: Reporter> Owner<B, R> {
             backend: Arc::clone(&self.backend),
             store: self.store.clone(),
             updates: self.updates_tx.clone(),
+            stopped_by,
         };
         self.tasks.spawn(task.run(job, rx));
     }
@@ -204,9 +214,28 @@ impl<B: Backend, R: Reporter> Owner<B, R> {
         match command {
             Command::Start(spec) => self.start(*spec).await,
             Command::Delete { instance, stop } => {
-                let stop = stop.then_some(StopCause::Requested);
-                if let Err(reason) = self.remove(instance, stop) {
+                let queued = if stop {
+                    self.queue(instance, InstanceCommand::Stop(StopCause::Requested))
+                } else {
+                    self.remove(instance)
+                };
+                if let Err(reason) = queued {
                     let event = InstanceEvent::DeleteFailed { instance, reason };
+                    self.reporter.event(&event).await;
+                }
+            }
+            Command::Action { instance, action } => {
+                if let Err(reason) = self.queue(instance, InstanceCommand::Act(action)) {
+                    let reason = match reason {
+                        DeleteRefusal::NoInstance => ActionRefusal::NoInstance,
+                        DeleteRefusal::Busy | DeleteRefusal::BackendFailure => ActionRefusal::Busy,
+                    };
+                    let event = InstanceEvent::ActionFailed {
+                        instance,
+                        action,
+                        reason,
+                        message: None,
+                    };
                     self.reporter.event(&event).await;
                 }
             }
@@ -247,11 +276,49 @@ impl<B: Backend, R: Reporter> Owner<B, R> {
         Ok(())
     }
 
+    /// A START with `restart`: boot the instance kept here, in its task.
+    fn restart(&mut self, spec: &InstanceSpec) -> Result<(), StartRefusal> {
+        if self.maintenance {
+            return Err(StartRefusal::NodeMaintenance);
+        }
+        match self.entries.get(&spec.instance) {
+            None => return Err(StartRefusal::InstanceMissing),
+            Some(entry) if entry.removing => return Err(StartRefusal::InstanceExists),
+            Some(_) => {}
+        }
+        self.queue(spec.instance, InstanceCommand::Boot)
+            .map_err(|reason| match reason {
+                DeleteRefusal::NoInstance => StartRefusal::InstanceMissing,
+                DeleteRefusal::Busy | DeleteRefusal::BackendFailure => StartRefusal::FullCn,
+            })
+    }
+
     async fn start(&mut self, spec: InstanceSpec) {
         let instance = spec.instance;
+        if spec.restart {
+            if let Err(reason) = self.restart(&spec) {
+                tracing::info!(%instance, ?reason, "restart refused");
+                let message = (reason == StartRefusal::InstanceMissing)
+                    .then(|| "the node does not hold this instance".to_string());
+                let event = InstanceEvent::StartFailed {
+                    instance,
+                    reason,
+                    restart: true,
+                    message,
+                };
+                self.reporter.event(&event).await;
+            }
+            return;
+        }
         match self.admission(&spec) {
             Ok(()) => {
-                self.add(instance, Some(spec), InstanceState::Pending, Job::Launch);
+                self.add(
+                    instance,
+                    Some(spec),
+                    InstanceState::Pending,
+                    Job::Launch,
+                    None,
+                );
                 let event = InstanceEvent::State {
                     instance,
                     state: InstanceState::Pending,
@@ -273,23 +340,29 @@ impl<B: Backend, R: Reporter> Owner<B, R> {
         self.report_status().await;
     }
 
-    /// Queues a remove in the instance's task.
-    fn remove(&mut self, instance: Uuid, stop: Option<StopCause>) -> Result<(), DeleteRefusal> {
+    /// Queues a command in the instance's task.
+    fn queue(&mut self, instance: Uuid, command: InstanceCommand) -> Result<(), DeleteRefusal> {
         let entry = self
             .entries
             .get_mut(&instance)
             .ok_or(DeleteRefusal::NoInstance)?;
-        if entry.removing {
-            return Ok(());
-        }
-        match entry.commands.try_send(InstanceCommand::Remove { stop }) {
-            Ok(()) => {
-                entry.removing = true;
-                Ok(())
-            }
+        match entry.commands.try_send(command) {
+            Ok(()) => Ok(()),
             Err(mpsc::error::TrySendError::Full(_)) => Err(DeleteRefusal::Busy),
             Err(mpsc::error::TrySendError::Closed(_)) => Err(DeleteRefusal::NoInstance),
         }
+    }
+
+    /// Queues a delete in the instance's task (once: a second is answered by the first).
+    fn remove(&mut self, instance: Uuid) -> Result<(), DeleteRefusal> {
+        if self.entries.get(&instance).is_some_and(|e| e.removing) {
+            return Ok(());
+        }
+        self.queue(instance, InstanceCommand::Remove { stop: None })?;
+        if let Some(entry) = self.entries.get_mut(&instance) {
+            entry.removing = true;
+        }
+        Ok(())
     }
 
     async fn set_maintenance(&mut self, on: bool) {
@@ -310,24 +383,37 @@ impl<B: Backend, R: Reporter> Owner<B, R> {
         self.report_status().await;
     }
 
-    /// Queues a stop of every pending or active instance.
+    /// Queues a stop (power off, keep) of every pending, active or paused instance.
     pub(crate) fn stop_live(&mut self, cause: StopCause) {
         let live: Vec<Uuid> = self
             .entries
             .iter()
-            .filter(|(_, e)| e.state.is_live())
+            .filter(|(_, e)| {
+                !e.removing
+                    && matches!(
+                        e.state,
+                        InstanceState::Pending | InstanceState::Active | InstanceState::Paused
+                    )
+            })
             .map(|(id, _)| *id)
             .collect();
         for instance in live {
-            if let Err(reason) = self.remove(instance, Some(cause)) {
+            if let Err(reason) = self.queue(instance, InstanceCommand::Stop(cause)) {
                 tracing::error!(%instance, ?reason, "cannot queue a stop");
             }
         }
     }
 
+    /// Leaves maintenance, and boots (in their tasks) the instances an evacuation stopped.
     async fn restore(&mut self) {
         tracing::info!("restoring");
         self.set_maintenance(false).await;
+        let all: Vec<Uuid> = self.entries.keys().copied().collect();
+        for instance in all {
+            if let Err(reason) = self.queue(instance, InstanceCommand::Restore) {
+                tracing::error!(%instance, ?reason, "cannot queue a restore");
+            }
+        }
         self.report_status().await;
     }
 

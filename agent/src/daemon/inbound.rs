@@ -7,7 +7,8 @@
 //! | DELETE for another node | DELETE_FAILURE `invalid_data` (the controller learns at once that the frame went astray, rather than waiting on an instance that will never go) |
 //! | EVACUATE, RESTORE for another node | ignored with a warning (they have no failure frame) |
 //! | ATTACH_VOLUME, DETACH_VOLUME | ATTACH_VOLUME_FAILURE, DETACH_VOLUME_FAILURE `not_supported` (no backend attaches volumes yet) |
-//! | INSTANCE_ACTION | INSTANCE_ACTION_FAILURE: `invalid_data` for another node or an unknown action, `backend_failure` otherwise (no backend carries actions out yet) |
+//! | INSTANCE_ACTION for this node | to the core |
+//! | INSTANCE_ACTION for another node, or an action this version does not know | INSTANCE_ACTION_FAILURE `invalid_data` |
 //! | CONFIGURE | logged: a running agent does not change its configuration yet |
 //! | DELIVERY_FAILURE and ERRORs from the scheduler | logged |
 //! | anything else | logged and dropped |
@@ -17,7 +18,7 @@
 
 use ssntp::Payload;
 use ssntp::payload::{
-    Action, AttachVolumeFailure, AttachVolumeFailureReason, DeleteFailure, DeleteFailureReason,
+    AttachVolumeFailure, AttachVolumeFailureReason, DeleteFailure, DeleteFailureReason,
     InstanceActionFailure, InstanceActionFailureReason,
 };
 use uuid::Uuid;
@@ -71,17 +72,14 @@ pub fn inbound(payload: &Payload, node: Uuid) -> Inbound {
                 Payload::DetachVolumeFailure(failure)
             })
         }
-        Payload::InstanceAction(a) => {
-            let reason = if elsewhere(a.workload_agent_uuid) || a.action == Action::Other {
-                InstanceActionFailureReason::InvalidData
-            } else {
-                InstanceActionFailureReason::BackendFailure
-            };
+        Payload::InstanceAction(a)
+            if elsewhere(a.workload_agent_uuid) || wire::action(a.action).is_none() =>
+        {
             Inbound::Reply(Payload::InstanceActionFailure(InstanceActionFailure {
                 instance_uuid: a.instance_uuid,
                 node_uuid: Some(node),
                 action: Some(a.action),
-                reason,
+                reason: InstanceActionFailureReason::InvalidData,
             }))
         }
         Payload::Configure(_) => Inbound::Log {

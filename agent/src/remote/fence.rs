@@ -14,7 +14,7 @@ use uuid::Uuid;
 
 use crate::backend::libvirt::LibvirtBackend;
 use crate::backend::{Backend, BackendError, Existing};
-use crate::model::{InstanceSpec, Usage};
+use crate::model::{Action, InstanceSpec, Usage};
 use crate::sim::SimBackend;
 
 /// The metadata namespace of the fencing token on a domain.
@@ -148,6 +148,11 @@ impl<B: FenceMarks> Backend for Fenced<B> {
             self.inner.set_fence_token(instance, self.token).await?;
         }
         self.inner.stop(instance).await
+    }
+
+    async fn action(&self, instance: Uuid, action: Action) -> Result<(), BackendError> {
+        self.check(instance).await?;
+        self.inner.action(instance, action).await
     }
 
     async fn delete(&self, instance: Uuid) -> Result<(), BackendError> {

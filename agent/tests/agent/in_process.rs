@@ -3,10 +3,11 @@
 // Helpers outside `#[test]` functions unwrap too: a failure there is a test failure.
 #![allow(clippy::unwrap_used)]
 
+use agent::backend::Power;
 use agent::backend::fake::{FakeBackend, Op};
 use agent::model::{
-    Availability, DeleteRefusal, Firmware, InstanceEvent, InstanceSpec, InstanceState, Resources,
-    StartRefusal, StopCause, Usage, VmKind,
+    Action, ActionRefusal, Availability, DeleteRefusal, Firmware, InstanceEvent, InstanceSpec,
+    InstanceState, Resources, StartRefusal, StopCause, Usage, VmKind,
 };
 use agent::reporter::{RecordingReporter, Report};
 use agent::sim::{self, SimBackend, SimConfig};
@@ -277,11 +278,11 @@ async fn admission_refusals() {
     start_failed(&reporter, 1, StartRefusal::AlreadyRunning).await;
 
     // Leftovers the agent does not know of: the backend says they exist; they stay.
-    backend.insert(id(2), false);
+    backend.insert(id(2), Power::Off);
     core.start(spec(2, "debian")).unwrap();
     start_failed(&reporter, 2, StartRefusal::InstanceExists).await;
     assert_eq!(backend.ops(id(2)), vec![Op::Create]);
-    assert_eq!(backend.status(id(2)), Some(false));
+    assert_eq!(backend.status(id(2)), Some(Power::Off));
 
     let mut zero = spec(3, "debian");
     zero.resources.vcpus = 0;
@@ -290,15 +291,18 @@ async fn admission_refusals() {
 
     let mut huge = spec(4, "debian");
     huge.resources.mem_mb = 2_000_000;
+    core.start(huge.clone()).unwrap();
+    start_failed(&reporter, 4, StartRefusal::FullCn).await;
+    // A restart of an instance the node does not hold.
     huge.restart = true;
     core.start(huge).unwrap();
-    let refused = InstanceEvent::StartFailed {
+    let missing = InstanceEvent::StartFailed {
         instance: id(4),
-        reason: StartRefusal::FullCn,
+        reason: StartRefusal::InstanceMissing,
         restart: true,
-        message: None,
+        message: Some("the node does not hold this instance".into()),
     };
-    wait_event(&reporter, refused).await;
+    wait_event(&reporter, missing).await;
 
     core.evacuate().unwrap();
     core.start(spec(5, "debian")).unwrap();
@@ -386,20 +390,55 @@ async fn delete_stop_and_unknown() {
         cause: StopCause::Requested,
     };
     wait_event(&reporter, stopped.clone()).await;
-    for n in [1, 2] {
-        assert_eq!(
-            backend.ops(id(n)),
-            vec![Op::Create, Op::Start, Op::Stop, Op::Delete]
-        );
-        assert_eq!(backend.status(id(n)), None);
-    }
-    // Stopping was reported on the way, and neither event was doubled.
+    assert_eq!(
+        backend.ops(id(1)),
+        vec![Op::Create, Op::Start, Op::Stop, Op::Delete]
+    );
+    assert_eq!(backend.status(id(1)), None);
+    // A stop powers off and keeps: no delete, the instance and its record stay, reserved.
+    assert_eq!(backend.ops(id(2)), vec![Op::Create, Op::Start, Op::Stop]);
+    assert_eq!(backend.status(id(2)), Some(Power::Off));
+    let snap = wait_snapshot(&core, |s| s.instances.len() == 1).await;
+    assert_eq!(snap.state(id(2)), Some(InstanceState::Exited));
+    assert_eq!(
+        snap.node.vcpus_available, 4_095,
+        "a stopped instance stays reserved"
+    );
+    let records = Store::open(dir.path()).unwrap().load().unwrap().records;
+    assert_eq!(
+        records.iter().map(|r| r.desired).collect::<Vec<_>>(),
+        vec![Desired::Stopped {
+            cause: StopCause::Requested
+        }]
+    );
+    // Stopping was reported on the way, and the event was not doubled.
     let events = reporter.events();
     assert!(events.contains(&InstanceEvent::State {
         instance: id(2),
         state: InstanceState::Stopping
     }));
     assert_eq!(events.iter().filter(|e| **e == stopped).count(), 1);
+    // A second stop of a stopped instance says stopped again; a plain START is refused; a
+    // START with `restart` boots the kept instance.
+    core.delete(id(2), true).unwrap();
+    reporter
+        .wait_for(WAIT, |_| {
+            (reporter.events().iter().filter(|e| **e == stopped).count() == 2).then_some(())
+        })
+        .await
+        .unwrap();
+    core.start(spec(2, "debian")).unwrap();
+    start_failed(&reporter, 2, StartRefusal::InstanceExists).await;
+    let mut again = spec(2, "debian");
+    again.restart = true;
+    core.start(again).unwrap();
+    wait_until("booted again", || {
+        backend.ops(id(2)) == vec![Op::Create, Op::Start, Op::Stop, Op::Start]
+    })
+    .await;
+    wait_snapshot(&core, |s| s.state(id(2)) == Some(InstanceState::Active)).await;
+    core.delete(id(2), false).unwrap();
+    wait_event(&reporter, InstanceEvent::Deleted { instance: id(2) }).await;
     wait_snapshot(&core, |s| s.instances.is_empty()).await;
     assert!(
         Store::open(dir.path())
@@ -451,14 +490,18 @@ async fn an_instance_that_exits_on_its_own_is_reported_stopped() {
         };
         wait_event(&reporter, stopped.clone()).await;
     }
-    reporter
-        .wait_for(WAIT, |rs| {
-            matches!(rs.last(), Some(Report::Status(n)) if n.vcpus_available == 4_096).then_some(())
-        })
-        .await
-        .unwrap();
-    assert!(core.snapshot().await.unwrap().instances.is_empty());
-    assert_eq!(backend.counts(), (0, 0), "its leftovers are removed");
+    // Both are kept, powered off, with their disks, and boot again on a restart.
+    let snap = wait_snapshot(&core, |s| {
+        s.instances.iter().all(|i| i.state == InstanceState::Exited)
+    })
+    .await;
+    assert_eq!(snap.instances.len(), 2);
+    assert_eq!(backend.counts(), (2, 0), "kept, not removed");
+    let mut again = spec(1, "debian");
+    again.restart = true;
+    core.start(again).unwrap();
+    wait_snapshot(&core, |s| s.state(id(1)) == Some(InstanceState::Active)).await;
+    assert_eq!(backend.boots(id(1)), Some(2));
 }
 
 #[tokio::test(start_paused = true)]
@@ -478,7 +521,7 @@ async fn evacuate_and_restore_survive_a_restart() {
         };
         wait_event(&reporter, stopped.clone()).await;
     }
-    assert_eq!(backend.counts(), (0, 0));
+    assert_eq!(backend.counts(), (3, 0), "stopped and kept");
     assert_eq!(last_status(&reporter), Some(Availability::Maintenance));
     core.shutdown().await.unwrap();
 
@@ -486,9 +529,16 @@ async fn evacuate_and_restore_survive_a_restart() {
     core.announce().unwrap();
     let snap = core.snapshot().await.unwrap();
     assert_eq!(snap.node.availability, Availability::Maintenance);
+    assert_eq!(snap.instances.len(), 3);
     core.start(spec(4, "debian")).unwrap();
     start_failed(&reporter, 4, StartRefusal::NodeMaintenance).await;
+    // Restore boots what the evacuation stopped, and only that.
     core.restore().unwrap();
+    wait_snapshot(&core, |s| {
+        s.instances.iter().all(|i| i.state == InstanceState::Active)
+    })
+    .await;
+    assert_eq!(backend.counts(), (3, 3));
     core.shutdown().await.unwrap();
 
     let (core, reporter) = spawn(dir.path(), &backend).await;
@@ -523,12 +573,13 @@ async fn a_restart_reattaches_what_runs_and_reports_what_is_lost() {
         };
         wait_event(&reporter, lost).await;
     }
-    let snap = core.snapshot().await.unwrap();
-    assert_eq!(snap.instances.len(), 1);
+    // 2 is kept powered off; 3, of which nothing is left, is forgotten.
+    let snap = wait_snapshot(&core, |s| s.instances.len() == 2).await;
     assert_eq!(snap.state(id(1)), Some(InstanceState::Active));
-    assert_eq!(snap.node.vcpus_available, 4_095);
+    assert_eq!(snap.state(id(2)), Some(InstanceState::Exited));
+    assert_eq!(snap.node.vcpus_available, 4_094);
     let records = Store::open(dir.path()).unwrap().load().unwrap().records;
-    assert_eq!(records.len(), 1);
+    assert_eq!(records.len(), 2);
     // The re-attached instance is watched and commanded as before.
     backend.kill(id(1));
     let exited = InstanceEvent::Stopped {
@@ -536,8 +587,8 @@ async fn a_restart_reattaches_what_runs_and_reports_what_is_lost() {
         cause: StopCause::Exited,
     };
     wait_event(&reporter, exited).await;
-    wait_until("removed", || backend.counts() == (0, 0)).await;
-    wait_snapshot(&core, |s| s.instances.is_empty()).await;
+    wait_snapshot(&core, |s| s.state(id(1)) == Some(InstanceState::Exited)).await;
+    assert_eq!(backend.counts(), (2, 0), "kept, powered off");
 }
 
 /// What a kill -9 at each step of an instance's life leaves behind, and how the next core
@@ -552,7 +603,7 @@ async fn a_restart_finishes_what_a_crash_cut_short() {
     store
         .write(&Record::new(spec(1, "debian"), Desired::Running))
         .unwrap();
-    backend.insert(id(1), false);
+    backend.insert(id(1), Power::Off);
     // Killed while deleting: the backend still has it.
     store
         .write(&Record::new(
@@ -560,7 +611,7 @@ async fn a_restart_finishes_what_a_crash_cut_short() {
             Desired::Removing { stop: None },
         ))
         .unwrap();
-    backend.insert(id(2), true);
+    backend.insert(id(2), Power::Running);
     // Killed while stopping for a restart elsewhere: the backend already removed it.
     let stop = Desired::Removing {
         stop: Some(StopCause::Requested),
@@ -568,7 +619,7 @@ async fn a_restart_finishes_what_a_crash_cut_short() {
     store.write(&Record::new(spec(3, "debian"), stop)).unwrap();
     // Damaged outside the agent.
     std::fs::write(store.record_path(id(4)), b"{\"vers").unwrap();
-    backend.insert(id(4), true);
+    backend.insert(id(4), Power::Running);
 
     let (core, reporter) = spawn(dir.path(), &backend).await;
     let lost = InstanceEvent::Stopped {
@@ -582,12 +633,14 @@ async fn a_restart_finishes_what_a_crash_cut_short() {
         cause: StopCause::Requested,
     };
     wait_event(&reporter, stopped.clone()).await;
-    for n in 1..=3 {
+    // 1 is kept powered off (a restart boots it); 2 and 3 are removed as their records said.
+    assert_eq!(backend.status(id(1)), Some(Power::Off));
+    for n in 2..=3 {
         assert_eq!(backend.status(id(n)), None, "instance {n} removed");
     }
     // The unreadable one is kept as leftovers: visible, not startable, deletable.
-    let snap = core.snapshot().await.unwrap();
-    assert_eq!(snap.instances.len(), 1);
+    let snap = wait_snapshot(&core, |s| s.instances.len() == 2).await;
+    assert_eq!(snap.state(id(1)), Some(InstanceState::Exited));
     assert_eq!(snap.state(id(4)), Some(InstanceState::ExitFailed));
     core.start(spec(4, "debian")).unwrap();
     start_failed(&reporter, 4, StartRefusal::InstanceExists).await;
@@ -595,7 +648,8 @@ async fn a_restart_finishes_what_a_crash_cut_short() {
     wait_event(&reporter, InstanceEvent::Deleted { instance: id(4) }).await;
     assert_eq!(backend.status(id(4)), None);
     let loaded = store.load().unwrap();
-    assert!(loaded.records.is_empty() && loaded.unreadable.is_empty());
+    assert_eq!(loaded.records.len(), 1);
+    assert!(loaded.unreadable.is_empty());
 }
 
 #[tokio::test(start_paused = true)]
@@ -786,4 +840,149 @@ async fn bad_configuration_is_refused() {
     cfg.command_queue = 0;
     let r = Core::spawn(cfg, Arc::new(FakeBackend::new()), RecordingReporter::new()).await;
     assert!(matches!(r, Err(CoreError::Config(_))));
+}
+
+/// Reboots, pause, suspend and their reverses act on the instance in place: its disk (what the
+/// guest wrote) is there after each, the states follow, and an action its state does not allow
+/// is refused without touching the backend.
+#[tokio::test(start_paused = true)]
+async fn actions_keep_the_instance_and_its_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim_dir = tempfile::tempdir().unwrap();
+    let backend = Arc::new(
+        SimBackend::new(SimConfig {
+            dir: Some(sim_dir.path().to_owned()),
+            ..SimConfig::default()
+        })
+        .unwrap(),
+    );
+    let (core, reporter) = spawn(dir.path(), &backend).await;
+    core.start(spec(1, "debian")).unwrap();
+    wait_event(&reporter, active(1)).await;
+    backend.write_disk(id(1), "marker").unwrap();
+    let state = |s| move |snap: &Snapshot| snap.state(id(1)) == Some(s);
+    let steps = [
+        (Action::Reboot, InstanceState::Active),
+        (Action::RebootHard, InstanceState::Active),
+        (Action::Pause, InstanceState::Paused),
+        (Action::Unpause, InstanceState::Active),
+        (Action::Pause, InstanceState::Paused),
+        (Action::Suspend, InstanceState::Suspended),
+        (Action::Resume, InstanceState::Active),
+    ];
+    for (action, after) in steps {
+        core.action(id(1), action).unwrap();
+        wait_stats(&reporter, id(1), after).await;
+        wait_snapshot(&core, state(after)).await;
+        assert_eq!(backend.disk(id(1)).as_deref(), Some("marker"), "{action:?}");
+    }
+    assert_eq!(backend.boots(id(1)), Some(3), "a boot and two reboots");
+
+    // Refused in the wrong state, and for an unknown instance.
+    for (action, reason) in [
+        (Action::Unpause, ActionRefusal::InvalidState),
+        (Action::Resume, ActionRefusal::InvalidState),
+    ] {
+        core.action(id(1), action).unwrap();
+        reporter
+            .wait_for(WAIT, |_| {
+                reporter
+                    .events()
+                    .iter()
+                    .any(|e| {
+                        matches!(e, InstanceEvent::ActionFailed { action: a, reason: r, .. }
+                            if *a == action && *r == reason)
+                    })
+                    .then_some(())
+            })
+            .await
+            .unwrap();
+    }
+    core.action(id(9), Action::Pause).unwrap();
+    let unknown = InstanceEvent::ActionFailed {
+        instance: id(9),
+        action: Action::Pause,
+        reason: ActionRefusal::NoInstance,
+        message: None,
+    };
+    wait_event(&reporter, unknown).await;
+
+    // Stopped: no pause; the disk is kept; a restart brings back the same disk.
+    core.delete(id(1), true).unwrap();
+    wait_snapshot(&core, state(InstanceState::Exited)).await;
+    core.action(id(1), Action::Pause).unwrap();
+    reporter
+        .wait_for(WAIT, |_| {
+            reporter
+                .events()
+                .iter()
+                .any(|e| {
+                    matches!(e, InstanceEvent::ActionFailed { action: Action::Pause, reason: ActionRefusal::InvalidState, instance, .. } if *instance == id(1))
+                })
+                .then_some(())
+        })
+        .await
+        .unwrap();
+    let mut again = spec(1, "debian");
+    again.restart = true;
+    core.start(again).unwrap();
+    wait_snapshot(&core, state(InstanceState::Active)).await;
+    assert_eq!(backend.disk(id(1)).as_deref(), Some("marker"));
+}
+
+/// A crash of the agent (a new core over the same state directory and backend) while one
+/// instance is stopped, one paused and one suspended changes nothing about them.
+#[tokio::test(start_paused = true)]
+async fn a_restart_keeps_stopped_paused_and_suspended_instances_as_they_are() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim_dir = tempfile::tempdir().unwrap();
+    let sim_config = SimConfig {
+        dir: Some(sim_dir.path().to_owned()),
+        ..SimConfig::default()
+    };
+    let backend = Arc::new(SimBackend::new(sim_config.clone()).unwrap());
+    let (core, reporter) = spawn(dir.path(), &backend).await;
+    for n in 1..=3 {
+        core.start(spec(n, "debian")).unwrap();
+        wait_event(&reporter, active(n)).await;
+        backend.write_disk(id(n), &format!("disk {n}")).unwrap();
+    }
+    core.delete(id(1), true).unwrap();
+    core.action(id(2), Action::Pause).unwrap();
+    core.action(id(3), Action::Suspend).unwrap();
+    let wanted = [
+        (id(1), InstanceState::Exited),
+        (id(2), InstanceState::Paused),
+        (id(3), InstanceState::Suspended),
+    ];
+    let as_wanted = |s: &Snapshot| wanted.iter().all(|(i, st)| s.state(*i) == Some(*st));
+    wait_snapshot(&core, as_wanted).await;
+    // As after a kill -9: no shutdown, a new backend over the same files, a new core.
+    drop(core);
+    let backend = Arc::new(SimBackend::new(sim_config).unwrap());
+    let (core, reporter) = spawn(dir.path(), &backend).await;
+    let snap = core.snapshot().await.unwrap();
+    assert!(as_wanted(&snap), "{:?}", snap.instances);
+    assert_eq!(backend.status(id(1)), Some(Power::Off));
+    assert_eq!(backend.status(id(2)), Some(Power::Paused));
+    assert_eq!(backend.status(id(3)), Some(Power::Saved));
+    assert!(
+        !reporter
+            .events()
+            .iter()
+            .any(|e| matches!(e, InstanceEvent::Stopped { .. })),
+        "nothing was lost"
+    );
+    for n in 1..=3 {
+        assert_eq!(backend.disk(id(n)), Some(format!("disk {n}")));
+    }
+    core.action(id(2), Action::Unpause).unwrap();
+    core.action(id(3), Action::Resume).unwrap();
+    let mut again = spec(1, "debian");
+    again.restart = true;
+    core.start(again).unwrap();
+    wait_snapshot(&core, |s| {
+        s.instances.iter().all(|i| i.state == InstanceState::Active)
+    })
+    .await;
 }

@@ -106,10 +106,10 @@ fn failure_of(m: &Message, node: Uuid, instance: Uuid) -> Option<StartFailureRea
 
 /// The whole life of real VMs through the agent: a tiny guest boots, reaches active and shows
 /// its marker with its own UUID; a guest that powers itself off is reported stopped and
-/// removed; bad STARTs fail with their reasons (unknown image, a domain of someone else's with
-/// the same UUID, which is left alone; an image whose kernel panics is reported stopped); after an agent restart the running VM is re-attached
-/// and one that vanished meanwhile is reported stopped; DELETE leaves nothing in libvirt or on
-/// disk.
+/// kept; bad STARTs fail with their reasons (unknown image, a domain of someone else's with
+/// the same UUID, which is left alone; an image whose kernel panics is reported stopped); after
+/// an agent restart the running VM is re-attached and one powered off meanwhile is reported
+/// stopped and kept; DELETE leaves nothing in libvirt or on disk.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn real_vms_through_the_agent() {
     let Some(uri) = libvirt_uri() else { return };
@@ -180,22 +180,25 @@ async fn real_vms_through_the_agent() {
         .await;
     wait_marker(&state, a, Duration::from_secs(90)).await;
     wait_marker(&state, b, Duration::from_secs(90)).await;
-    // An instance that exited is reported first, then removed.
-    for gone in [p, noinit] {
-        let dir = state.join("libvirt/instances").join(gone.to_string());
-        let uri = uri.clone();
-        testkit::wait_until(
-            T,
-            "an exited instance's domain and files removed",
-            move || {
-                let (uri, dir) = (uri.clone(), dir.clone());
-                async move { !dir.exists() && !domain_exists(&uri, gone).await }
-            },
-        )
-        .await;
+    // An instance that exited is kept, powered off: its domain and its files stay.
+    c.stats(node, "p and noinit kept, exited", |s| {
+        [p, noinit]
+            .iter()
+            .all(|i| state_in(s, *i) == Some(InstanceState::Exited))
+    })
+    .await;
+    for kept in [p, noinit] {
+        assert!(
+            state
+                .join("libvirt/instances")
+                .join(kept.to_string())
+                .exists()
+        );
+        assert!(domain_exists(&uri, kept).await);
     }
 
-    // The agent goes away; b vanishes; a new agent re-attaches a and reports b stopped.
+    // The agent goes away; b is powered off; a new agent re-attaches a and reports b stopped
+    // (kept).
     agent.stop().await;
     with_libvirt(&uri, move |c| {
         let d = Domain::lookup_by_uuid(c, b)?;
@@ -207,21 +210,24 @@ async fn real_vms_through_the_agent() {
         event_from(m, node, Operand::InstanceStopped, b).then_some(())
     })
     .await;
-    c.stats(node, "a re-attached", |s| {
-        state_in(s, a) == Some(InstanceState::Active) && state_in(s, b).is_none()
+    c.stats(node, "a re-attached, b kept", |s| {
+        state_in(s, a) == Some(InstanceState::Active)
+            && state_in(s, b) == Some(InstanceState::Exited)
     })
     .await;
-    assert!(!domain_exists(&uri, b).await);
+    assert!(domain_exists(&uri, b).await);
 
-    c.send(&delete(a, node, false));
-    c.expect("INSTANCE_DELETED", |m| {
-        event_from(m, node, Operand::InstanceDeleted, a).then_some(())
-    })
-    .await;
-    assert!(
-        !domain_exists(&uri, a).await,
-        "nothing of a left in libvirt"
-    );
+    for gone in [a, b, p, noinit] {
+        c.send(&delete(gone, node, false));
+        c.expect("INSTANCE_DELETED", |m| {
+            event_from(m, node, Operand::InstanceDeleted, gone).then_some(())
+        })
+        .await;
+        assert!(
+            !domain_exists(&uri, gone).await,
+            "nothing of {gone} left in libvirt"
+        );
+    }
     let instances = state.join("libvirt/instances");
     let left: Vec<_> = std::fs::read_dir(&instances)
         .unwrap()
@@ -406,7 +412,11 @@ async fn the_backend_reconnects_when_libvirtd_returns() {
         .await
         .unwrap();
     let listed = b.list().await.unwrap();
-    assert!(listed.iter().any(|e| e.instance == id && !e.running));
+    assert!(
+        listed
+            .iter()
+            .any(|e| e.instance == id && !e.power.is_active())
+    );
 
     proxy.stop().await;
     assert!(b.list().await.is_err(), "libvirtd is away");

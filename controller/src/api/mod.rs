@@ -163,7 +163,7 @@ async fn method_not_allowed(method: axum::http::Method) -> ApiError {
 pub(crate) async fn servers_by_state(
     state: &ApiState,
 ) -> Result<std::collections::BTreeMap<&'static str, u64>, ApiError> {
-    use store::{InstanceFilter, InstanceState, Page, Scope};
+    use store::{InstanceFilter, Page, Scope};
     state
         .store(|store| {
             let mut counts = std::collections::BTreeMap::new();
@@ -171,16 +171,7 @@ pub(crate) async fn servers_by_state(
             loop {
                 let got = store.instances(Scope::All, InstanceFilter::default(), page)?;
                 for instance in &got.items {
-                    let name = match instance.state {
-                        InstanceState::Pending => "pending",
-                        InstanceState::Active => "active",
-                        InstanceState::Stopping => "stopping",
-                        InstanceState::Exited => "exited",
-                        InstanceState::Deleted => "deleted",
-                        InstanceState::Hung => "hung",
-                        InstanceState::Missing => "missing",
-                        InstanceState::Error(_) => "error",
-                    };
+                    let name = instance.state.name();
                     *counts.entry(name).or_insert(0u64) += 1;
                 }
                 match got.next {

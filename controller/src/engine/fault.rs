@@ -32,10 +32,12 @@ pub fn of_start_failure(failure: &StartFailure, reason: &str, now: SystemTime) -
     }
 }
 
-/// The fault that an instance in `error` shows: the one kept with it, or (an error recorded
-/// before faults were kept) one read from its state's reason; `None` when not in error.
+/// The fault that an instance shows: in `error`, the one kept with it, or (an error recorded
+/// before faults were kept) one read from its state's reason; stopped (`exited`), the one kept
+/// with it when a start failed on its node; `None` otherwise.
 pub fn shown(instance: &Instance) -> Option<Fault> {
     match &instance.state {
+        InstanceState::Exited => instance.fault.clone(),
         InstanceState::Error(reason) => Some(
             instance
                 .fault

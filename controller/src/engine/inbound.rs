@@ -6,7 +6,7 @@ use std::time::SystemTime;
 use ssntp::Payload;
 use ssntp::payload::{
     DeleteFailure, DeleteFailureReason, DeliveryFailure, InstanceState as Reported, NodeEvent,
-    NodeState, NodeType, StartFailure, Stats, TraceReport,
+    NodeState, NodeType, StartFailure, StartFailureReason, Stats, TraceReport,
 };
 use uuid::Uuid;
 
@@ -60,6 +60,24 @@ impl Engine {
                     } else {
                         "unassigned"
                     }
+                );
+                Ok(())
+            }
+            Payload::InstanceActionFailure(f) => {
+                let tenant = self
+                    .store
+                    .instance(Scope::All, f.instance_uuid)
+                    .ok()
+                    .map(|i| i.tenant);
+                self.event(
+                    tenant,
+                    EventKind::Error,
+                    format!(
+                        "instance {}: {} failed on its node: {}",
+                        f.instance_uuid,
+                        f.action.map_or("action", |a| a.name()),
+                        serde_name(&f.reason)
+                    ),
                 );
                 Ok(())
             }
@@ -125,7 +143,11 @@ impl Engine {
         self.for_each_instance(Scope::All, InstanceFilter { node: Some(node) }, |i| {
             if matches!(
                 i.state,
-                InstanceState::Active | InstanceState::Pending | InstanceState::Stopping
+                InstanceState::Active
+                    | InstanceState::Pending
+                    | InstanceState::Stopping
+                    | InstanceState::Paused
+                    | InstanceState::Suspended
             ) {
                 affected.push((i.id, i.tenant));
             }
@@ -136,13 +158,16 @@ impl Engine {
                 i.node == Some(node)
                     && matches!(
                         i.state,
-                        InstanceState::Active | InstanceState::Pending | InstanceState::Stopping
+                        InstanceState::Active
+                            | InstanceState::Pending
+                            | InstanceState::Stopping
+                            | InstanceState::Paused
+                            | InstanceState::Suspended
                     )
             })?;
             if moved.is_none() {
                 continue;
             }
-            self.state().restart_after_stop.remove(id);
             self.event(
                 Some(*tenant),
                 EventKind::Warning,
@@ -314,9 +339,36 @@ impl Engine {
                     record.id
                 )),
             ),
-            (InstanceState::Active, Reported::Exited) => (
+            (InstanceState::Missing, Reported::Paused) => (
+                change(InstanceState::Paused),
+                Some(format!(
+                    "instance {} is back on node {node}, paused",
+                    record.id
+                )),
+            ),
+            (InstanceState::Missing, Reported::Suspended) => (
+                change(InstanceState::Suspended),
+                Some(format!(
+                    "instance {} is back on node {node}, suspended",
+                    record.id
+                )),
+            ),
+            (InstanceState::Active | InstanceState::Paused, Reported::Exited) => (
                 change(InstanceState::Exited),
                 Some(format!("instance {} exited on its own", record.id)),
+            ),
+            // An INSTANCE_ACTION done: paused, suspended, or back to running.
+            (InstanceState::Active, Reported::Paused) => (change(InstanceState::Paused), None),
+            (InstanceState::Active | InstanceState::Paused, Reported::Suspended) => {
+                (change(InstanceState::Suspended), None)
+            }
+            (InstanceState::Paused | InstanceState::Suspended, Reported::Active) => {
+                (change(InstanceState::Active), None)
+            }
+            // Booted by its node (a RESTORE boots what an EVACUATE stopped).
+            (InstanceState::Exited, Reported::Active) if record.node == here => (
+                change(InstanceState::Active),
+                Some(format!("instance {} runs again on node {node}", record.id)),
             ),
             // Deleted before anyone knew where it ran: now the DELETE can go.
             (InstanceState::Deleted | InstanceState::Hung, _) if record.node != here => {
@@ -353,7 +405,10 @@ impl Engine {
         match record.state {
             // Its INSTANCE_DELETED was lost: the delete is done.
             InstanceState::Deleted | InstanceState::Hung => self.forget(record),
-            InstanceState::Active | InstanceState::Stopping => {
+            InstanceState::Active
+            | InstanceState::Stopping
+            | InstanceState::Paused
+            | InstanceState::Suspended => {
                 self.event(
                     Some(record.tenant),
                     EventKind::Warning,
@@ -363,7 +418,6 @@ impl Engine {
                         state_name(&record.state)
                     ),
                 );
-                self.state().restart_after_stop.remove(&record.id);
                 self.cas(
                     record,
                     InstanceChange {
@@ -392,7 +446,8 @@ impl Engine {
                     },
                 )
             }
-            // Its node removed it (a stop): it no longer runs anywhere.
+            // Its node does not hold it (an agent that removed it, or found nothing of it
+            // after a restart): its disk is gone; a start builds it anew from its image.
             InstanceState::Exited => self.cas(
                 record,
                 InstanceChange {
@@ -427,16 +482,8 @@ impl Engine {
             // Deleted while it stopped: the stop removed it from its node.
             return self.forget(&record);
         }
-        let restart = self.state().restart_after_stop.remove(&id);
-        let exited = self.set_state(id, InstanceState::Exited, Some(None))?;
-        if restart && let Some(exited) = exited {
-            let plan = self.plan(Scope::Tenant(exited.tenant), exited.workload)?;
-            let pending = self.set_state(id, InstanceState::Pending, None)?;
-            if let Some(pending) = pending {
-                self.dispatch(pending, &plan, true)?;
-            }
-        }
-        Ok(())
+        // Powered off and kept on its node: it stays placed there for a start.
+        self.set_state(id, InstanceState::Exited, None).map(drop)
     }
 
     fn on_deleted(&self, id: Uuid) -> Result<(), ClusterError> {
@@ -461,7 +508,6 @@ impl Engine {
             ),
         );
         self.state().unconfirmed.remove(&id);
-        self.state().restart_after_stop.remove(&id);
         self.set_state(id, InstanceState::Exited, Some(None))
             .map(drop)
     }
@@ -505,6 +551,23 @@ impl Engine {
             EventKind::Error,
             format!("instance {id} failed to start: {reason}: {}", fault.message),
         );
+        // A restart of an instance kept on its node that the node could not boot (or the
+        // scheduler could not deliver there): still stopped and kept there, with the fault.
+        // Only a node that no longer holds it makes it an error.
+        if failure.restart
+            && record.state == InstanceState::Pending
+            && record.node.is_some()
+            && failure.reason != StartFailureReason::InstanceMissing
+        {
+            return self.cas(
+                &record,
+                InstanceChange {
+                    state: Some(InstanceState::Exited),
+                    fault: Some(Some(fault)),
+                    ..InstanceChange::default()
+                },
+            );
+        }
         self.cas(
             &record,
             InstanceChange {

@@ -28,6 +28,66 @@ pub mod offhost;
 pub mod run;
 mod start;
 mod sweep;
+
+impl Engine {
+    /// Sends an INSTANCE_ACTION to the instance's node when its state allows the action; the
+    /// instance's new state comes with its node's next STATS.
+    fn instance_action(
+        &self,
+        current: Instance,
+        action: InstanceAction,
+    ) -> Result<Instance, ClusterError> {
+        let operation = match action {
+            InstanceAction::Reboot | InstanceAction::RebootHard => "reboot",
+            InstanceAction::Pause => "pause",
+            InstanceAction::Unpause => "unpause",
+            InstanceAction::Suspend => "suspend",
+            InstanceAction::Resume => "resume",
+            InstanceAction::Other => {
+                return Err(ClusterError::Invalid("an unknown action".into()));
+            }
+        };
+        let node = match current.node {
+            Some(node) if action_allowed(action, &current.state) => node,
+            _ => return Err(invalid(&current, operation)),
+        };
+        self.require_connected()?;
+        self.send(&Payload::InstanceAction(InstanceActionCommand {
+            instance_uuid: current.id,
+            workload_agent_uuid: node,
+            action,
+        }))?;
+        self.event(
+            Some(current.tenant),
+            EventKind::Info,
+            format!("instance {}: {operation} sent to node {node}", current.id),
+        );
+        Ok(current)
+    }
+
+    fn reboot_instance(
+        &self,
+        scope: Scope,
+        current: Instance,
+        action: InstanceAction,
+    ) -> Result<Instance, ClusterError> {
+        if let Some(host) = self.remote_of(&current)? {
+            return self.off_host_change(
+                scope,
+                &current,
+                &host,
+                offhost::Step {
+                    to: InstanceState::Stopping,
+                    from: |s| matches!(s, InstanceState::Active | InstanceState::Exited),
+                    operation: "reboot",
+                    queue: &[(OperationKind::Stop, false), (OperationKind::Start, true)],
+                },
+            );
+        }
+        self.instance_action(current, action)
+    }
+}
+
 #[cfg(test)]
 mod tests;
 
@@ -36,10 +96,12 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
 use ssntp::Payload;
-use ssntp::payload::{Delete, NodeCommand};
+use ssntp::payload::{Delete, InstanceAction as InstanceActionCommand, NodeCommand};
 use uuid::Uuid;
 
-use crate::cluster::{Cluster, ClusterError, Launch, Node, NodeStatus, Trace};
+use crate::cluster::{
+    Cluster, ClusterError, InstanceAction, Launch, Node, NodeStatus, Trace, action_allowed,
+};
 use store::{
     EventKind, Instance, InstanceChange, InstanceFilter, InstanceState, NewEvent, NewInstance,
     OperationKind, Page, Scope, Store, StoreError,
@@ -122,9 +184,6 @@ impl Outbound for ssntp_net::client::ClientHandle {
 #[derive(Default)]
 struct State {
     nodes: BTreeMap<Uuid, Node>,
-    /// Instances to start again once their stop is confirmed (reboot, or a start of an instance
-    /// that exited on its node).
-    restart_after_stop: HashSet<Uuid>,
     /// Instances waiting for a confirmation (DELETE or stop), since when.
     unconfirmed: HashMap<Uuid, SystemTime>,
     /// When this engine last sent each deleted instance's DELETE (to send it again, at most
@@ -372,7 +431,6 @@ impl Engine {
         {
             let mut state = self.state();
             state.unconfirmed.remove(&instance.id);
-            state.restart_after_stop.remove(&instance.id);
             state.delete_sent.remove(&instance.id);
             state.dispatched.remove(&instance.id);
             if state.deleted.len() >= MAX_DELETED {
@@ -401,16 +459,7 @@ fn error_fault(state: &InstanceState) -> Option<Option<store::Fault>> {
 
 /// An instance state as lower-case text.
 pub fn state_name(state: &InstanceState) -> &'static str {
-    match state {
-        InstanceState::Pending => "pending",
-        InstanceState::Active => "active",
-        InstanceState::Stopping => "stopping",
-        InstanceState::Exited => "exited",
-        InstanceState::Deleted => "deleted",
-        InstanceState::Hung => "hung",
-        InstanceState::Missing => "missing",
-        InstanceState::Error(_) => "error",
-    }
+    state.name()
 }
 
 fn invalid(instance: &Instance, operation: &'static str) -> ClusterError {
@@ -531,8 +580,26 @@ impl Cluster for Engine {
             self.require_connected()?;
         }
         match (&current.state, current.node) {
-            // Exited on its node (it stopped on its own): clear it there first, then start.
-            (InstanceState::Exited, Some(_)) => self.stop_then_start(scope, id, "start"),
+            // Stopped and kept on its node: boot it there, from its disks (a START with
+            // `restart`, pinned to that node). If the node cannot, the start fails and the
+            // instance stays stopped there, with the fault: never a new VM elsewhere.
+            (InstanceState::Exited, Some(_)) => {
+                let plan = self.plan(Scope::Tenant(current.tenant), current.workload)?;
+                let (instance, ()) = self
+                    .transition(scope, id, |i| match (&i.state, i.node) {
+                        (InstanceState::Exited, Some(_)) => Ok(Some((
+                            InstanceChange {
+                                state: Some(InstanceState::Pending),
+                                fault: Some(None),
+                                ..InstanceChange::default()
+                            },
+                            (),
+                        ))),
+                        _ => Err(invalid(i, "start")),
+                    })?
+                    .ok_or_else(|| StoreError::not_found("instance", id))?;
+                self.dispatch(instance, &plan, true)
+            }
             (InstanceState::Exited | InstanceState::Error(_), None) => {
                 let plan = self.plan(Scope::Tenant(current.tenant), current.workload)?;
                 let (instance, ()) = self
@@ -548,29 +615,30 @@ impl Cluster for Engine {
                         _ => Err(invalid(i, "start")),
                     })?
                     .ok_or_else(|| StoreError::not_found("instance", id))?;
-                self.dispatch(instance, &plan, true)
+                // On no node: nothing is kept anywhere; a new VM from its image.
+                self.dispatch(instance, &plan, false)
             }
             _ => Err(invalid(&current, "start")),
         }
     }
 
-    fn reboot(&self, scope: Scope, id: Uuid) -> Result<Instance, ClusterError> {
+    fn act(
+        &self,
+        scope: Scope,
+        id: Uuid,
+        action: InstanceAction,
+    ) -> Result<Instance, ClusterError> {
         let current = self.store.instance(scope, id)?;
-        if let Some(host) = self.remote_of(&current)? {
-            return self.off_host_change(
-                scope,
-                &current,
-                &host,
-                offhost::Step {
-                    to: InstanceState::Stopping,
-                    from: |s| matches!(s, InstanceState::Active | InstanceState::Exited),
-                    operation: "reboot",
-                    queue: &[(OperationKind::Stop, false), (OperationKind::Start, true)],
-                },
-            );
+        if matches!(action, InstanceAction::Reboot | InstanceAction::RebootHard) {
+            return self.reboot_instance(scope, current, action);
         }
-        self.require_connected()?;
-        self.stop_then_start(scope, id, "reboot")
+        if self.remote_of(&current)?.is_some() {
+            return Err(ClusterError::Invalid(format!(
+                "an off-host instance cannot {}: stop, start, reboot and delete it",
+                action.name()
+            )));
+        }
+        self.instance_action(current, action)
     }
 
     fn delete(&self, scope: Scope, id: Uuid) -> Result<(), ClusterError> {
@@ -620,7 +688,6 @@ impl Cluster for Engine {
                     })?
                     .ok_or_else(|| StoreError::not_found("instance", id))?;
                 self.wait_confirmation(id);
-                self.state().restart_after_stop.remove(&id);
                 // Not placed yet: the DELETE goes when a STATS shows where it landed (or its
                 // START fails and the record goes).
                 if let Some(node) = instance.node {
@@ -667,33 +734,6 @@ impl Cluster for Engine {
 impl Engine {
     /// Stop (DELETE with `stop`) an active or exited-on-its-node instance, and start it again
     /// when the stop is confirmed.
-    fn stop_then_start(
-        &self,
-        scope: Scope,
-        id: Uuid,
-        operation: &'static str,
-    ) -> Result<Instance, ClusterError> {
-        let (instance, node) = self
-            .transition(scope, id, |i| match (&i.state, i.node) {
-                (InstanceState::Active | InstanceState::Exited, Some(node)) => Ok(Some((
-                    InstanceChange {
-                        state: Some(InstanceState::Stopping),
-                        ..InstanceChange::default()
-                    },
-                    node,
-                ))),
-                _ => Err(invalid(i, operation)),
-            })?
-            .ok_or_else(|| StoreError::not_found("instance", id))?;
-        {
-            let mut state = self.state();
-            state.restart_after_stop.insert(id);
-            state.unconfirmed.insert(id, SystemTime::now());
-        }
-        self.send_delete(id, node, true)?;
-        Ok(instance)
-    }
-
     fn node_command(&self, id: Uuid, evacuate: bool) -> Result<(), ClusterError> {
         let status = self.node(id)?.status;
         if status == NodeStatus::Disconnected {

@@ -30,7 +30,6 @@ impl Engine {
             {
                 let mut state = self.state();
                 state.unconfirmed.remove(&id);
-                state.restart_after_stop.remove(&id);
             }
             let record = match self.store.instance(Scope::All, id) {
                 Ok(record) => record,

@@ -7,8 +7,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
 use ssntp::payload::{
-    ConcentratorAdded, InstanceEvent, InstanceStat, InstanceState as Reported, MacAddr,
-    NodeStatus as Ready, NodeType, StartFailureReason,
+    ConcentratorAdded, InstanceActionFailure, InstanceActionFailureReason, InstanceEvent,
+    InstanceStat, InstanceState as Reported, MacAddr, NodeStatus as Ready, NodeType, StartFailure,
+    StartFailureReason,
 };
 
 use super::*;
@@ -266,7 +267,7 @@ fn stats_make_pending_instances_active_on_their_node() {
 }
 
 #[test]
-fn stop_then_start_goes_through_exited() {
+fn stop_keeps_the_instance_on_its_node_and_start_boots_it_there() {
     let w = world();
     let id = w.active();
     let stopping = w.engine.stop(Scope::Tenant(w.tenant), id).unwrap();
@@ -286,10 +287,21 @@ fn stop_then_start_goes_through_exited() {
     }));
     let exited = w.instance(id);
     assert_eq!(exited.state, InstanceState::Exited);
-    assert_eq!(exited.node, None);
-    // Its node no longer lists it: nothing changes.
-    w.stats(NODE, &[]);
+    assert_eq!(exited.node, Some(NODE), "kept on its node");
+    w.stats(NODE, &[(id, Reported::Exited)]);
     assert_eq!(w.state(id), InstanceState::Exited);
+    // No action on a stopped instance: nothing is sent.
+    for action in [
+        InstanceAction::Pause,
+        InstanceAction::Reboot,
+        InstanceAction::Resume,
+    ] {
+        assert!(matches!(
+            w.engine.act(Scope::Tenant(w.tenant), id, action),
+            Err(ClusterError::InvalidState { .. })
+        ));
+    }
+    assert!(w.out.take().is_empty());
 
     let started = w.engine.start(Scope::Tenant(w.tenant), id).unwrap();
     assert_eq!(started.state, InstanceState::Pending);
@@ -297,28 +309,101 @@ fn stop_then_start_goes_through_exited() {
     let s = starts(&sent);
     assert_eq!(s.len(), 1);
     assert!(s[0].restart);
+    assert_eq!(s[0].requirements.node_id, Some(NODE), "pinned to its node");
     w.stats(NODE, &[(id, Reported::Active)]);
     assert_eq!(w.state(id), InstanceState::Active);
 }
 
 #[test]
-fn reboot_stops_and_starts_again() {
+fn a_restart_its_node_cannot_do_leaves_it_stopped_there_with_the_fault() {
     let w = world();
     let id = w.active();
-    w.engine.reboot(Scope::Tenant(w.tenant), id).unwrap();
-    assert_eq!(deletes(&w.out.take()).len(), 1);
-    w.event(Payload::InstanceStopped(InstanceEvent {
-        instance_uuid: id,
-    }));
-    let sent = w.out.take();
-    let s = starts(&sent);
-    assert_eq!(s.len(), 1);
-    assert!(s[0].restart);
-    assert_eq!(w.state(id), InstanceState::Pending);
+    w.stats(NODE, &[(id, Reported::Exited)]);
+    assert_eq!(w.state(id), InstanceState::Exited);
+    w.engine.start(Scope::Tenant(w.tenant), id).unwrap();
+    w.out.take();
+    let mut failure = StartFailure::new(id, Some(NODE), StartFailureReason::FullCn, true);
+    failure = failure.with_message("the node is full");
+    w.event(Payload::StartFailure(failure));
+    let record = w.instance(id);
+    assert_eq!(record.state, InstanceState::Exited);
+    assert_eq!(record.node, Some(NODE));
+    assert_eq!(record.fault.map(|f| f.reason), Some("full_cn".into()));
+    // A node that no longer holds it: an error, placed nowhere.
+    w.engine.start(Scope::Tenant(w.tenant), id).unwrap();
+    w.out.take();
+    let gone = StartFailure::new(id, Some(NODE), StartFailureReason::InstanceMissing, true);
+    w.event(Payload::StartFailure(gone));
+    let record = w.instance(id);
+    assert_eq!(
+        record.state,
+        InstanceState::Error("instance_missing".into())
+    );
+    assert_eq!(record.node, None);
 }
 
 #[test]
-fn an_instance_that_exits_on_its_own_is_cleared_before_it_starts_again() {
+fn actions_go_to_the_node_and_states_follow_its_stats() {
+    let w = world();
+    let id = w.active();
+    let scope = Scope::Tenant(w.tenant);
+    let sent_action = |w: &World| {
+        let sent = w.out.take();
+        let actions: Vec<_> = sent
+            .iter()
+            .filter_map(|p| match p {
+                Payload::InstanceAction(a) => {
+                    Some((a.instance_uuid, a.workload_agent_uuid, a.action))
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(actions.len(), 1, "{sent:?}");
+        actions[0]
+    };
+    w.engine.reboot(scope, id).unwrap();
+    assert_eq!(sent_action(&w), (id, NODE, InstanceAction::Reboot));
+    w.engine.act(scope, id, InstanceAction::RebootHard).unwrap();
+    assert_eq!(sent_action(&w).2, InstanceAction::RebootHard);
+    assert_eq!(w.state(id), InstanceState::Active);
+    w.engine.act(scope, id, InstanceAction::Pause).unwrap();
+    assert_eq!(sent_action(&w).2, InstanceAction::Pause);
+    // Unpause before the node says paused: refused, nothing sent.
+    assert!(matches!(
+        w.engine.act(scope, id, InstanceAction::Unpause),
+        Err(ClusterError::InvalidState { .. })
+    ));
+    assert!(w.out.take().is_empty());
+    w.stats(NODE, &[(id, Reported::Paused)]);
+    assert_eq!(w.state(id), InstanceState::Paused);
+    w.engine.act(scope, id, InstanceAction::Suspend).unwrap();
+    assert_eq!(sent_action(&w).2, InstanceAction::Suspend);
+    w.stats(NODE, &[(id, Reported::Suspended)]);
+    assert_eq!(w.state(id), InstanceState::Suspended);
+    assert!(matches!(
+        w.engine.stop(scope, id),
+        Err(ClusterError::InvalidState { .. })
+    ));
+    w.engine.act(scope, id, InstanceAction::Resume).unwrap();
+    assert_eq!(sent_action(&w).2, InstanceAction::Resume);
+    w.stats(NODE, &[(id, Reported::Active)]);
+    assert_eq!(w.state(id), InstanceState::Active);
+    // A failure on the node is told as an event.
+    w.event(Payload::InstanceActionFailure(InstanceActionFailure {
+        instance_uuid: id,
+        node_uuid: Some(NODE),
+        action: Some(InstanceAction::Pause),
+        reason: InstanceActionFailureReason::BackendFailure,
+    }));
+    assert!(
+        w.events()
+            .iter()
+            .any(|e| e.contains("pause failed on its node"))
+    );
+}
+
+#[test]
+fn an_instance_that_exits_on_its_own_starts_again_on_its_node() {
     let w = world();
     let id = w.active();
     w.stats(NODE, &[(id, Reported::Exited)]);
@@ -327,12 +412,11 @@ fn an_instance_that_exits_on_its_own_is_cleared_before_it_starts_again() {
     assert!(w.events().iter().any(|e| e.contains("exited on its own")));
     w.engine.start(Scope::Tenant(w.tenant), id).unwrap();
     let sent = w.out.take();
-    assert!(deletes(&sent)[0].stop);
-    assert!(starts(&sent).is_empty());
-    w.event(Payload::InstanceStopped(InstanceEvent {
-        instance_uuid: id,
-    }));
-    assert_eq!(starts(&w.out.take()).len(), 1);
+    assert!(deletes(&sent).is_empty());
+    let s = starts(&sent);
+    assert_eq!(s.len(), 1);
+    assert!(s[0].restart);
+    assert_eq!(s[0].requirements.node_id, Some(NODE));
 }
 
 #[test]

@@ -178,6 +178,7 @@ async fn server_lifecycle() {
         )
         .await;
     assert_eq!(status, StatusCode::ACCEPTED);
+    // Pause, shown PAUSED; a second pause conflicts; unpause; an action cumulo lacks is a 400.
     let (status, _, _) = c
         .send(
             Method::POST,
@@ -186,7 +187,20 @@ async fn server_lifecycle() {
             Some(json!({"pause": null})),
         )
         .await;
-    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let (_, _, shown) = c.send(Method::GET, &path, Some(&a), None).await;
+    assert_eq!(shown["server"]["status"], "PAUSED");
+    assert_eq!(shown["server"]["OS-EXT-STS:power_state"], 3);
+    for (body, wanted) in [
+        (json!({"pause": null}), StatusCode::CONFLICT),
+        (json!({"unpause": null}), StatusCode::ACCEPTED),
+        (json!({"shelve": null}), StatusCode::BAD_REQUEST),
+    ] {
+        let (status, _, _) = c
+            .send(Method::POST, &action, Some(&a), Some(body.clone()))
+            .await;
+        assert_eq!(status, wanted, "{body}");
+    }
 
     // An errored instance shows its fault.
     w.cluster

@@ -378,36 +378,19 @@ impl FaultRec {
 
 /// An instance state as text and reason.
 pub(super) fn state_text(state: &InstanceState) -> (&'static str, Option<String>) {
-    match state {
-        InstanceState::Pending => ("pending", None),
-        InstanceState::Active => ("active", None),
-        InstanceState::Stopping => ("stopping", None),
-        InstanceState::Exited => ("exited", None),
-        InstanceState::Deleted => ("deleted", None),
-        InstanceState::Hung => ("hung", None),
-        InstanceState::Missing => ("missing", None),
-        InstanceState::Error(reason) => ("error", Some(reason.clone())),
-    }
+    let (name, reason) = state.text();
+    (name, reason.map(str::to_string))
 }
 
 impl InstanceRec {
     pub(super) fn model(&self) -> Result<Instance> {
-        let state = match self.state.as_str() {
-            "pending" => InstanceState::Pending,
-            "active" => InstanceState::Active,
-            "stopping" => InstanceState::Stopping,
-            "exited" => InstanceState::Exited,
-            "deleted" => InstanceState::Deleted,
-            "hung" => InstanceState::Hung,
-            "missing" => InstanceState::Missing,
-            "error" => InstanceState::Error(self.reason.clone().unwrap_or_default()),
-            other => {
-                return Err(StoreError::Backend(format!(
-                    "instance {}: unknown state {other:?}",
-                    self.id
-                )));
-            }
-        };
+        let state =
+            InstanceState::from_name(&self.state, self.reason.clone()).ok_or_else(|| {
+                StoreError::Backend(format!(
+                    "instance {}: unknown state {:?}",
+                    self.id, self.state
+                ))
+            })?;
         let ip = Ipv4Addr::from(self.ip);
         Ok(Instance {
             id: self.id,

@@ -71,16 +71,7 @@ const INSTANCE_NCOLS: usize = 19;
 const INSTANCE_FROM: &str = "instances i JOIN subnets s ON s.id = i.subnet_id";
 
 fn state_text(state: &InstanceState) -> (&'static str, Option<&str>) {
-    match state {
-        InstanceState::Pending => ("pending", None),
-        InstanceState::Active => ("active", None),
-        InstanceState::Stopping => ("stopping", None),
-        InstanceState::Exited => ("exited", None),
-        InstanceState::Deleted => ("deleted", None),
-        InstanceState::Hung => ("hung", None),
-        InstanceState::Missing => ("missing", None),
-        InstanceState::Error(reason) => ("error", Some(reason)),
-    }
+    state.text()
 }
 
 fn ipv4_at(row: &Row<'_>, idx: usize) -> rusqlite::Result<u32> {
@@ -90,17 +81,8 @@ fn ipv4_at(row: &Row<'_>, idx: usize) -> rusqlite::Result<u32> {
 fn instance_row(row: &Row<'_>) -> rusqlite::Result<Instance> {
     let state: String = row.get(7)?;
     let reason: Option<String> = row.get(8)?;
-    let state = match state.as_str() {
-        "pending" => InstanceState::Pending,
-        "active" => InstanceState::Active,
-        "stopping" => InstanceState::Stopping,
-        "exited" => InstanceState::Exited,
-        "deleted" => InstanceState::Deleted,
-        "hung" => InstanceState::Hung,
-        "missing" => InstanceState::Missing,
-        "error" => InstanceState::Error(reason.unwrap_or_default()),
-        other => return Err(bad_column(7, format!("unknown state {other:?}"))),
-    };
+    let state = InstanceState::from_name(&state, reason)
+        .ok_or_else(|| bad_column(7, format!("unknown state {state:?}")))?;
     let prefix = u8::try_from(u32_at(row, 10)?).map_err(|e| bad_column(10, e.to_string()))?;
     let ip = Ipv4Addr::from(ipv4_at(row, 11)?);
     let fault_reason: Option<String> = row.get(16)?;

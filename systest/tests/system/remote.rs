@@ -625,7 +625,7 @@ async fn domain_of(
     listed
         .iter()
         .find(|e| e.instance == instance)
-        .map(|e| e.running)
+        .map(|e| e.power.is_active())
 }
 
 /// The operation about `instance` with the newest claim.

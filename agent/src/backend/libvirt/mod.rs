@@ -44,8 +44,8 @@ use virt::connect::Connect;
 use virt::domain::Domain;
 use virt::error::ErrorNumber;
 
-use crate::backend::{Backend, BackendError, Existing};
-use crate::model::{InstanceSpec, Usage, VmKind};
+use crate::backend::{Backend, BackendError, Existing, Power};
+use crate::model::{Action, InstanceSpec, Usage, VmKind};
 use access::QemuUser;
 use conn::{Conn, ConnError};
 use images::{Image, ImageError, ImageStore};
@@ -107,6 +107,9 @@ pub struct LibvirtConfig {
     pub instances: PathBuf,
     /// How often a running instance's state is polled.
     pub poll: Duration,
+    /// How long a reboot waits for the guest to power off after the ACPI power button before it
+    /// resets the domain instead (a hard reboot).
+    pub reboot_timeout: Duration,
     /// The node whose domains these are, recorded on each domain defined: the agent's UUID,
     /// or the off-host host's for its replicas. `None`: none recorded, and every domain of ours
     /// is taken as this backend's (one backend per libvirt).
@@ -126,6 +129,7 @@ impl LibvirtConfig {
             images: state_dir.join("images"),
             instances: state_dir.join("libvirt").join("instances"),
             poll: Duration::from_millis(500),
+            reboot_timeout: Duration::from_secs(60),
             owner: None,
             top: Some(state_dir.to_path_buf()),
         }
@@ -210,6 +214,26 @@ fn power_off(d: &Domain) -> Result<(), virt::error::Error> {
     }
 }
 
+/// The domain's power state.
+fn power_of(d: &Domain) -> Result<Power, virt::error::Error> {
+    let (state, _) = d.get_state()?;
+    Ok(match state {
+        virt::sys::VIR_DOMAIN_PAUSED | virt::sys::VIR_DOMAIN_PMSUSPENDED => Power::Paused,
+        _ if d.is_active()? => Power::Running,
+        _ if d.has_managed_save(0)? => Power::Saved,
+        _ => Power::Off,
+    })
+}
+
+/// Powers the domain off and drops a saved memory image (a suspend): its disks stay.
+fn stop_domain(d: &Domain) -> Result<(), virt::error::Error> {
+    power_off(d)?;
+    if d.has_managed_save(0)? {
+        d.managed_save_remove(0)?;
+    }
+    Ok(())
+}
+
 /// Removes the domain: undefined first, then powered off. In this order a start still in
 /// progress (from an agent killed mid-start, say; libvirt finishes it before the undefine gets
 /// the domain) leaves a transient running domain that the power-off ends; the other order would
@@ -217,10 +241,13 @@ fn power_off(d: &Domain) -> Result<(), virt::error::Error> {
 /// two) is only powered off; one gone meanwhile is fine.
 fn remove_domain(d: &Domain) -> Result<(), virt::error::Error> {
     let gone = |e: &virt::error::Error| e.code() == ErrorNumber::NoDomain;
-    match d
-        .is_persistent()
-        .and_then(|p| if p { d.undefine() } else { Ok(()) })
-    {
+    match d.is_persistent().and_then(|p| {
+        if p {
+            d.undefine_flags(virt::sys::VIR_DOMAIN_UNDEFINE_MANAGED_SAVE)
+        } else {
+            Ok(())
+        }
+    }) {
         Ok(()) => {}
         Err(e) if gone(&e) => return Ok(()),
         Err(e) => return Err(e),
@@ -573,6 +600,62 @@ impl LibvirtBackend {
         self.0.instance_dir(instance)
     }
 
+    /// Calls `f` on our domain of `instance` (`NotFound` if there is none); `what` names the
+    /// call in the error.
+    async fn on_domain(
+        &self,
+        instance: Uuid,
+        what: &'static str,
+        f: fn(&Domain) -> Result<u32, virt::error::Error>,
+    ) -> Result<(), BackendError> {
+        let owner = self.0.config.owner;
+        let result = self
+            .0
+            .conn
+            .run(move |c| match our_domain(c, instance, owner)? {
+                Some(d) => f(&d).map(|_| true),
+                None => Ok(false),
+            })
+            .await;
+        match result {
+            Ok(true) => Ok(()),
+            Ok(false) | Err(ConnError::NoDomain) => Err(BackendError::NotFound),
+            Err(e) => Err(BackendError::Other(format!("{what}: {e}"))),
+        }
+    }
+
+    /// A reboot: the ACPI power button, a wait of up to `reboot_timeout` for the guest to power
+    /// off, a power-off if it did not, then a boot. The disks are the same throughout.
+    async fn reboot(&self, instance: Uuid) -> Result<(), BackendError> {
+        self.on_domain(instance, "reboot: shutdown", Domain::shutdown)
+            .await?;
+        let deadline = Instant::now() + self.0.config.reboot_timeout;
+        let owner = self.0.config.owner;
+        loop {
+            let active = self
+                .0
+                .conn
+                .run(move |c| match our_domain(c, instance, owner)? {
+                    Some(d) => d.is_active(),
+                    None => Ok(false),
+                })
+                .await
+                .map_err(|e| BackendError::Other(format!("reboot: {e}")))?;
+            if !active {
+                break;
+            }
+            if Instant::now() >= deadline {
+                tracing::info!(%instance, "the guest did not power off in time: reset");
+                self.on_domain(instance, "reboot: power off", |d| power_off(d).map(|()| 0))
+                    .await?;
+                break;
+            }
+            tokio::time::sleep(self.0.config.poll).await;
+        }
+        self.on_domain(instance, "reboot: boot", Domain::create)
+            .await
+    }
+
     /// The serial console log of an instance.
     pub fn console_path(&self, instance: Uuid) -> PathBuf {
         self.instance_dir(instance).join("console.log")
@@ -727,11 +810,25 @@ impl Backend for LibvirtBackend {
         self.0
             .conn
             .run(move |c| match our_domain(c, instance, owner)? {
-                Some(d) => power_off(&d),
+                Some(d) => stop_domain(&d),
                 None => Ok(()),
             })
             .await
             .map_err(|e| BackendError::Other(e.to_string()))
+    }
+
+    async fn action(&self, instance: Uuid, action: Action) -> Result<(), BackendError> {
+        match action {
+            Action::RebootHard => self.on_domain(instance, "reset", Domain::reset).await,
+            Action::Pause => self.on_domain(instance, "pause", Domain::suspend).await,
+            Action::Unpause => self.on_domain(instance, "unpause", Domain::resume).await,
+            Action::Suspend => {
+                self.on_domain(instance, "suspend", |d| d.managed_save(0))
+                    .await
+            }
+            Action::Resume => self.on_domain(instance, "resume", Domain::create).await,
+            Action::Reboot => self.reboot(instance).await,
+        }
     }
 
     async fn delete(&self, instance: Uuid) -> Result<(), BackendError> {
@@ -802,14 +899,14 @@ impl Backend for LibvirtBackend {
                         Err(e) if e.code() == ErrorNumber::NoDomain => continue,
                         Err(e) => return Err(e),
                     }
-                    let running = match d.is_active() {
-                        Ok(running) => running,
+                    let power = match power_of(&d) {
+                        Ok(power) => power,
                         Err(e) if e.code() == ErrorNumber::NoDomain => continue,
                         Err(e) => return Err(e),
                     };
                     out.push(Existing {
                         instance: d.get_uuid()?,
-                        running,
+                        power,
                     });
                 }
                 Ok(out)

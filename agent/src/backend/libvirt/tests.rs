@@ -44,7 +44,7 @@ fn fresh() -> Uuid {
 fn listed(list: &[Existing], instance: Uuid) -> Option<bool> {
     list.iter()
         .find(|e| e.instance == instance)
-        .map(|e| e.running)
+        .map(|e| e.power.is_active())
 }
 
 #[tokio::test]

@@ -55,8 +55,8 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::backend::libvirt::{LibvirtBackend, Tap};
-use crate::backend::{Backend, BackendError, Existing};
-use crate::model::{InstanceSpec, Usage};
+use crate::backend::{Backend, BackendError, Existing, Power};
+use crate::model::{Action, InstanceSpec, Usage};
 use crate::net::Cidr;
 use store::{MemoryReservations, ReservationStore, StoreError};
 
@@ -584,6 +584,17 @@ impl<B: Backend> Backend for CnciLauncher<B> {
         Ok(())
     }
 
+    async fn action(&self, instance: Uuid, action: Action) -> Result<(), BackendError> {
+        if self.is_ours(instance) {
+            Err(BackendError::Other(format!(
+                "a CNCI cannot {}: stop and start it instead",
+                action.name()
+            )))
+        } else {
+            self.inner.action(instance, action).await
+        }
+    }
+
     async fn stats(&self) -> Vec<(Uuid, Usage)> {
         self.inner.stats().await
     }
@@ -599,7 +610,9 @@ impl<B: Backend> Backend for CnciLauncher<B> {
         // A CNCI VM is a domain of the node's libvirt backend too: listed once, as ours.
         let vm_left_running: Vec<Uuid> = all
             .iter()
-            .filter(|e| e.running && records.iter().any(|(id, r)| r.vm && *id == e.instance))
+            .filter(|e| {
+                e.power.is_active() && records.iter().any(|(id, r)| r.vm && *id == e.instance)
+            })
             .map(|e| e.instance)
             .collect();
         all.retain(|e| !records.iter().any(|(id, _)| *id == e.instance));
@@ -625,7 +638,7 @@ impl<B: Backend> Backend for CnciLauncher<B> {
             }
             all.push(Existing {
                 instance: id,
-                running,
+                power: if running { Power::Running } else { Power::Off },
             });
         }
         Ok(all)

@@ -24,7 +24,7 @@ use uuid::Uuid;
 use super::BASE;
 use crate::api::extract::{JsonBody, PathParams, path_id};
 use crate::api::{ApiError, ApiState, Principal};
-use crate::cluster::Launch;
+use crate::cluster::{InstanceAction, Launch};
 use store::{CatalogStore, IdentityStore, NewWorkload, Scope, StoreError};
 
 /// The most user data accepted, decoded (Nova's limit).
@@ -282,7 +282,7 @@ pub async fn delete(
 enum Action {
     Stop,
     Start,
-    Reboot,
+    Node(InstanceAction),
 }
 
 fn parse_action(body: &Value) -> Result<Action, ApiError> {
@@ -293,11 +293,18 @@ fn parse_action(body: &Value) -> Result<Action, ApiError> {
         match key.as_str() {
             "os-stop" => return Ok(Action::Stop),
             "os-start" => return Ok(Action::Start),
+            "pause" => return Ok(Action::Node(InstanceAction::Pause)),
+            "unpause" => return Ok(Action::Node(InstanceAction::Unpause)),
+            "suspend" => return Ok(Action::Node(InstanceAction::Suspend)),
+            "resume" => return Ok(Action::Node(InstanceAction::Resume)),
             "reboot" => {
                 let kind = value.get("type").and_then(Value::as_str);
                 return match kind {
-                    Some(k) if k.eq_ignore_ascii_case("soft") || k.eq_ignore_ascii_case("hard") => {
-                        Ok(Action::Reboot)
+                    Some(k) if k.eq_ignore_ascii_case("soft") => {
+                        Ok(Action::Node(InstanceAction::Reboot))
+                    }
+                    Some(k) if k.eq_ignore_ascii_case("hard") => {
+                        Ok(Action::Node(InstanceAction::RebootHard))
                     }
                     _ => Err(ApiError::BadRequest(
                         "reboot needs a type of SOFT or HARD".into(),
@@ -309,7 +316,7 @@ fn parse_action(body: &Value) -> Result<Action, ApiError> {
     }
     let names: Vec<&String> = object.keys().collect();
     Err(ApiError::BadRequest(format!(
-        "no supported action in {names:?}: os-stop, os-start and reboot are"
+        "no supported action in {names:?}: os-stop, os-start, reboot, pause, unpause, suspend and resume are"
     )))
 }
 
@@ -328,7 +335,7 @@ pub async fn action(
             match action {
                 Action::Stop => cluster.stop(scope, id)?,
                 Action::Start => cluster.start(scope, id)?,
-                Action::Reboot => cluster.reboot(scope, id)?,
+                Action::Node(action) => cluster.act(scope, id, action)?,
             };
             Ok(())
         })
@@ -381,13 +388,22 @@ mod tests {
             parse_action(&json!({"os-start": null})).unwrap(),
             Action::Start
         );
-        assert_eq!(
-            parse_action(&json!({"reboot": {"type": "SOFT"}})).unwrap(),
-            Action::Reboot
-        );
+        for (body, action) in [
+            (json!({"reboot": {"type": "SOFT"}}), InstanceAction::Reboot),
+            (
+                json!({"reboot": {"type": "HARD"}}),
+                InstanceAction::RebootHard,
+            ),
+            (json!({"pause": null}), InstanceAction::Pause),
+            (json!({"unpause": null}), InstanceAction::Unpause),
+            (json!({"suspend": null}), InstanceAction::Suspend),
+            (json!({"resume": null}), InstanceAction::Resume),
+        ] {
+            assert_eq!(parse_action(&body).unwrap(), Action::Node(action), "{body}");
+        }
         for bad in [
             json!([]),
-            json!({"pause": null}),
+            json!({"shelve": null}),
             json!({"reboot": {}}),
             json!({}),
         ] {

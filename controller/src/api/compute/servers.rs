@@ -32,6 +32,8 @@ pub fn nova_state(state: &InstanceState) -> (&'static str, &'static str, Option<
         InstanceState::Hung => ("DELETED", "deleted", None, 0),
         InstanceState::Missing => ("UNKNOWN", "error", None, 0),
         InstanceState::Error(_) => ("ERROR", "error", None, 0),
+        InstanceState::Paused => ("PAUSED", "paused", None, 3),
+        InstanceState::Suspended => ("SUSPENDED", "suspended", None, 7),
     }
 }
 

@@ -13,7 +13,7 @@ use super::views;
 use crate::api::compute::headroom;
 use crate::api::extract::{JsonBody, PathParams, QueryParams, path_id, present};
 use crate::api::{ApiError, ApiState, Principal};
-use crate::cluster::Launch;
+use crate::cluster::{InstanceAction, Launch};
 use store::{InstanceFilter, Page, Scope, StoreError};
 
 #[derive(Debug, Default, Deserialize)]
@@ -145,7 +145,7 @@ pub async fn delete(
 enum Action {
     Stop,
     Start,
-    Restart,
+    Node(InstanceAction),
 }
 
 async fn act(
@@ -161,7 +161,7 @@ async fn act(
             Ok(match action {
                 Action::Stop => cluster.stop(scope, id)?,
                 Action::Start => cluster.start(scope, id)?,
-                Action::Restart => cluster.reboot(scope, id)?,
+                Action::Node(action) => cluster.act(scope, id, action)?,
             })
         })
         .await?;
@@ -184,10 +184,25 @@ pub async fn start(
     act(state, caller, id, Action::Start).await
 }
 
-pub async fn restart(
-    State(state): State<ApiState>,
-    caller: Principal,
-    PathParams(id): PathParams<String>,
-) -> Result<Response, ApiError> {
-    act(state, caller, id, Action::Restart).await
+/// `POST /instances/{id}/restart` (an orderly reboot), `/reboot-hard`, `/pause`, `/unpause`,
+/// `/suspend`, `/resume`: an INSTANCE_ACTION to its node.
+macro_rules! node_actions {
+    ($($name:ident => $action:ident),* $(,)?) => {$(
+        pub async fn $name(
+            State(state): State<ApiState>,
+            caller: Principal,
+            PathParams(id): PathParams<String>,
+        ) -> Result<Response, ApiError> {
+            act(state, caller, id, Action::Node(InstanceAction::$action)).await
+        }
+    )*};
+}
+
+node_actions! {
+    restart => Reboot,
+    reboot_hard => RebootHard,
+    pause => Pause,
+    unpause => Unpause,
+    suspend => Suspend,
+    resume => Resume,
 }

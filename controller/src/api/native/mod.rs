@@ -81,6 +81,11 @@ pub fn routes() -> Router<ApiState> {
         .route("/instances/{id}/stop", post(instances::stop))
         .route("/instances/{id}/start", post(instances::start))
         .route("/instances/{id}/restart", post(instances::restart))
+        .route("/instances/{id}/reboot-hard", post(instances::reboot_hard))
+        .route("/instances/{id}/pause", post(instances::pause))
+        .route("/instances/{id}/unpause", post(instances::unpause))
+        .route("/instances/{id}/suspend", post(instances::suspend))
+        .route("/instances/{id}/resume", post(instances::resume))
         .route("/nodes", get(cluster::nodes).post(cluster::register))
         .route(
             "/nodes/{id}",

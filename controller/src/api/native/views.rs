@@ -87,16 +87,7 @@ pub fn workload(w: &Workload) -> Value {
 
 /// An instance state's name.
 pub fn state_name(state: &InstanceState) -> &'static str {
-    match state {
-        InstanceState::Pending => "pending",
-        InstanceState::Active => "active",
-        InstanceState::Stopping => "stopping",
-        InstanceState::Exited => "exited",
-        InstanceState::Deleted => "deleted",
-        InstanceState::Hung => "hung",
-        InstanceState::Missing => "missing",
-        InstanceState::Error(_) => "error",
-    }
+    state.name()
 }
 
 /// An instance.

@@ -131,7 +131,7 @@ pub(super) fn schemas() -> Value {
     let role = json!({"type": "string", "enum": ["admin", "member"]});
     let kind = json!({"type": "string", "enum": ["qcow2", "raw", "iso"]});
     let state = json!({"type": "string", "enum":
-        ["pending", "active", "stopping", "exited", "deleted", "hung", "missing", "error"]});
+        store::InstanceState::NAMES});
     let mut all = json!({
         "Error": object(&[("error", object(&[
             ("code", int(400, Some(599)), true),

@@ -19,7 +19,7 @@ use uuid::Uuid;
 use super::{
     ApiConfig, ApiState, Bootstrapped, ServeError, TokenSigner, bootstrap_with, router, serve,
 };
-use crate::cluster::{Cluster, ClusterError, Launch, Node, NodeStatus, Trace};
+use crate::cluster::{Cluster, ClusterError, InstanceAction, Launch, Node, NodeStatus, Trace};
 use store::{
     Fault, Instance, InstanceChange, InstanceState, InstanceStore, NewInstance, Scope, Store,
     StoreError,
@@ -211,14 +211,27 @@ impl Cluster for FakeCluster {
         self.transition(scope, id, &from, InstanceState::Active, "start")
     }
 
-    fn reboot(&self, scope: Scope, id: Uuid) -> Result<Instance, ClusterError> {
-        self.transition(
-            scope,
-            id,
-            &[InstanceState::Active],
-            InstanceState::Active,
-            "reboot",
-        )
+    fn act(
+        &self,
+        scope: Scope,
+        id: Uuid,
+        action: InstanceAction,
+    ) -> Result<Instance, ClusterError> {
+        // As a node would report it after the action.
+        let (from, to): (&[InstanceState], InstanceState) = match action {
+            InstanceAction::Reboot | InstanceAction::RebootHard => {
+                (&[InstanceState::Active], InstanceState::Active)
+            }
+            InstanceAction::Pause => (&[InstanceState::Active], InstanceState::Paused),
+            InstanceAction::Unpause => (&[InstanceState::Paused], InstanceState::Active),
+            InstanceAction::Suspend => (
+                &[InstanceState::Active, InstanceState::Paused],
+                InstanceState::Suspended,
+            ),
+            InstanceAction::Resume => (&[InstanceState::Suspended], InstanceState::Active),
+            InstanceAction::Other => return Err(ClusterError::Invalid("unknown action".into())),
+        };
+        self.transition(scope, id, from, to, action.name())
     }
 
     fn delete(&self, scope: Scope, id: Uuid) -> Result<(), ClusterError> {
