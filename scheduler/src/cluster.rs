@@ -1,17 +1,42 @@
 //! The scheduler's cluster state, as a pure state machine: session events and messages in,
 //! actions (frames to send or forward, sessions to drop) out. The driver in `lib.rs` feeds it
 //! from the SSNTP server and carries out what it returns; tests drive it directly.
+//!
+//! A node is lost when nothing at all came from it for [`DEAD_AFTER_INTERVALS`] STATS intervals:
+//! every frame shows it alive, a HEARTBEAT included (PROTOCOL.md §5 rule 5). HEARTBEATs never
+//! reach the cluster as messages; [`Cluster::tick`] asks the driver's [`Liveness`] about a node
+//! before it judges it silent.
 
 use ssntp::frame::Frame;
-use ssntp::payload::{ClusterConfig, NodeEvent, NodeState, NodeType, Start, StartFailure};
+use ssntp::payload::{
+    ClusterConfig, NodeEvent, NodeState, NodeType, SchedulerConfig, Start, StartFailure,
+};
 use ssntp::session::Message;
 use ssntp::{Payload, Role, Uuid};
-use ssntp_net::{Directory, Route, Target};
+use ssntp_net::{Directory, Route, ServerHandle, Target};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use crate::metrics::Metrics;
 use crate::placement::Placement;
+
+/// How many STATS intervals of silence (no frame at all, HEARTBEAT included) make a node lost.
+pub const DEAD_AFTER_INTERVALS: u32 = 3;
+
+/// What the SSNTP driver saw of a node's session that the cluster's messages do not show: when it
+/// last received any frame from it, HEARTBEATs included (consumed by the driver) and frames not
+/// handed over yet.
+pub trait Liveness {
+    /// When the session `generation` of `node` last received a frame; `None` when that session
+    /// is not the node's current one.
+    fn last_received(&self, node: Uuid, generation: u64) -> Option<Instant>;
+}
+
+impl Liveness for ServerHandle {
+    fn last_received(&self, node: Uuid, generation: u64) -> Option<Instant> {
+        ServerHandle::last_received(self, node, generation)
+    }
+}
 
 /// What the driver must do.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,6 +112,9 @@ pub struct Cluster {
     /// Connected controllers, in connection order, with their session generation.
     controllers: Vec<(Uuid, u64)>,
     nodes: HashMap<Uuid, Session>,
+    /// The agents' STATS interval, in whole seconds: what CONNECTED tells them.
+    stats_interval_s: u32,
+    /// [`DEAD_AFTER_INTERVALS`] STATS intervals.
     dead_after: Duration,
     config: ClusterConfig,
     /// Counters for the metrics endpoint and the heartbeat line.
@@ -109,14 +137,17 @@ fn node_types(role: Role) -> impl Iterator<Item = NodeType> {
 }
 
 impl Cluster {
-    /// An empty cluster for the scheduler `uuid`; a node silent for `dead_after` is dropped.
-    pub fn new(uuid: Uuid, dead_after: Duration) -> Cluster {
+    /// An empty cluster for the scheduler `uuid`, whose agents send STATS every
+    /// `stats_interval_s` seconds: a node that sends nothing for [`DEAD_AFTER_INTERVALS`] of them
+    /// is dropped.
+    pub fn new(uuid: Uuid, stats_interval_s: u32) -> Cluster {
         Cluster {
             uuid,
             placement: Placement::new(),
             controllers: Vec::new(),
             nodes: HashMap::new(),
-            dead_after,
+            stats_interval_s,
+            dead_after: Duration::from_secs(u64::from(stats_interval_s)) * DEAD_AFTER_INTERVALS,
             config: ClusterConfig::default(),
             metrics: Metrics::default(),
         }
@@ -132,9 +163,33 @@ impl Cluster {
         self.controllers.iter().map(|(c, _)| *c).collect()
     }
 
-    /// The last cluster configuration a controller sent (CONFIGURE).
+    /// The last cluster configuration a controller sent (CONFIGURE), its `scheduler` section the
+    /// scheduler's own.
     pub fn config(&self) -> &ClusterConfig {
         &self.config
+    }
+
+    /// How long a node may send nothing at all before it is dropped.
+    pub fn dead_after(&self) -> Duration {
+        self.dead_after
+    }
+
+    /// `config` with the scheduler's own STATS interval: what the scheduler enforces is what
+    /// CONNECTED tells the agents, whatever a configuration asked.
+    pub fn told(&self, mut config: ClusterConfig) -> ClusterConfig {
+        let own = self.stats_interval_s;
+        let section = config
+            .scheduler
+            .get_or_insert_with(SchedulerConfig::default);
+        if let Some(asked) = section.stats_interval_s
+            && asked != own
+        {
+            tracing::warn!(
+                "a configuration asked for STATS every {asked} s; the scheduler keeps {own} s (fixed at its start)"
+            );
+        }
+        section.stats_interval_s = Some(own);
+        config
     }
 
     fn to_controllers(&self, payload: &Payload) -> Vec<Action> {
@@ -323,8 +378,8 @@ impl Cluster {
                 self.start(from, *start, message.frame)
             }
             Payload::Configure(config) if role.contains(Role::CONTROLLER) => {
-                self.config = (*config).clone();
-                vec![Action::Configure(config)]
+                self.config = self.told(*config);
+                vec![Action::Configure(Box::new(self.config.clone()))]
             }
             other => {
                 tracing::debug!(%from, operand = %other.operand(), "consumed");
@@ -392,17 +447,30 @@ impl Cluster {
         }
     }
 
-    /// Drops nodes that sent nothing for the dead-node timeout.
-    pub fn tick(&mut self, now: Instant) -> Vec<Action> {
-        let dead: Vec<(Uuid, Role, u64)> = self
-            .nodes
-            .iter()
-            .filter(|(_, s)| now.saturating_duration_since(s.last_seen) >= self.dead_after)
-            .map(|(u, s)| (*u, s.role, s.generation))
-            .collect();
+    /// Drops nodes that sent nothing at all for [`DEAD_AFTER_INTERVALS`] STATS intervals. A node
+    /// whose messages are that old is first looked up in `liveness`: a HEARTBEAT (or any frame
+    /// the driver has not handed over yet) keeps it. Only such nodes are looked up, so a cluster
+    /// whose nodes send STATS costs no look-up at all.
+    pub fn tick(&mut self, now: Instant, liveness: &dyn Liveness) -> Vec<Action> {
+        let mut dead: Vec<(Uuid, Role, u64)> = Vec::new();
+        for (uuid, session) in &mut self.nodes {
+            if now.saturating_duration_since(session.last_seen) < self.dead_after {
+                continue;
+            }
+            if let Some(at) = liveness.last_received(*uuid, session.generation) {
+                session.last_seen = session.last_seen.max(at);
+            }
+            if now.saturating_duration_since(session.last_seen) >= self.dead_after {
+                dead.push((*uuid, session.role, session.generation));
+            }
+        }
         let mut actions = Vec::new();
         for (uuid, role, generation) in dead {
-            tracing::warn!(%uuid, "node silent for {:?}: dropped", self.dead_after);
+            tracing::warn!(
+                %uuid,
+                "node sent nothing, not even a HEARTBEAT, for {:?} ({DEAD_AFTER_INTERVALS} STATS intervals): dropped",
+                self.dead_after
+            );
             self.metrics.node_dropped();
             actions.push(Action::Disconnect { uuid, generation });
             actions.extend(self.disconnected(uuid, role, generation));
@@ -428,6 +496,12 @@ mod tests {
 
     impl Directory for NoOne {
         fn role_of(&self, _: Uuid) -> Option<Role> {
+            None
+        }
+    }
+
+    impl Liveness for NoOne {
+        fn last_received(&self, _: Uuid, _: u64) -> Option<Instant> {
             None
         }
     }
@@ -495,7 +569,7 @@ mod tests {
     #[test]
     fn controllers_hear_of_nodes_and_late_ones_catch_up() {
         let now = Instant::now();
-        let mut c = Cluster::new(SCHED, Duration::from_secs(15));
+        let mut c = Cluster::new(SCHED, 5);
         assert!(c.connected(u(0xc1), Role::CONTROLLER, 0, now).is_empty());
         // A node is announced with its first status, not when it connects: from then on it can
         // be placed on.
@@ -553,7 +627,7 @@ mod tests {
     #[test]
     fn a_late_controller_gets_each_nodes_latest_stats_after_its_node_connected() {
         let now = Instant::now();
-        let mut c = Cluster::new(SCHED, Duration::from_secs(15));
+        let mut c = Cluster::new(SCHED, 5);
         let stats = |node: Uuid, mem: u32| {
             let Payload::Ready(n) = ready(node, mem) else {
                 unreachable!()
@@ -613,7 +687,7 @@ mod tests {
     #[test]
     fn start_is_forwarded_to_the_placed_node_or_refused_with_its_restart_flag() {
         let now = Instant::now();
-        let mut c = Cluster::new(SCHED, Duration::from_secs(15));
+        let mut c = Cluster::new(SCHED, 5);
         c.connected(u(0xc1), Role::CONTROLLER, 0, now);
         let refused = sent_payloads(&msg_in(
             &mut c,
@@ -671,10 +745,90 @@ mod tests {
         assert!(msg_in(&mut c, u(1), Role::AGENT, msg(u(1), start(9, false)), now).is_empty());
     }
 
+    /// The driver's view of the sessions: when each last received a frame.
+    #[derive(Default)]
+    struct Heard(HashMap<(Uuid, u64), Instant>);
+
+    impl Liveness for Heard {
+        fn last_received(&self, node: Uuid, generation: u64) -> Option<Instant> {
+            self.0.get(&(node, generation)).copied()
+        }
+    }
+
+    #[test]
+    fn heartbeats_alone_keep_a_node_and_three_silent_intervals_drop_one() {
+        let t0 = Instant::now();
+        let secs = Duration::from_secs;
+        let mut c = Cluster::new(SCHED, 5);
+        assert_eq!(c.dead_after(), secs(15));
+        c.connected(u(0xc1), Role::CONTROLLER, 0, t0);
+        // Both announce themselves; then node 1's session receives only HEARTBEATs (one every
+        // 10 s: a third of the 30 s idle timeout), node 2's nothing at all.
+        c.connected(u(1), Role::AGENT, 1, t0);
+        c.connected(u(2), Role::AGENT, 2, t0);
+        for node in [u(1), u(2)] {
+            msg_in(&mut c, node, Role::AGENT, msg(node, ready(node, 1000)), t0);
+        }
+        let mut heard = Heard::default();
+        // A HEARTBEAT of an older session of node 1 would not count.
+        heard.0.insert((u(1), 0), t0 + secs(1000));
+        let mut dropped = Vec::new();
+        for second in 1..=60 {
+            let now = t0 + secs(second);
+            if second % 10 == 0 {
+                heard.0.insert((u(1), 1), now);
+            }
+            for action in c.tick(now, &heard) {
+                dropped.push((second, action));
+            }
+        }
+        // Node 2 goes at the first check three intervals after its READY, and controllers hear
+        // of it; node 1 stays through four times the dead time.
+        let gone = Payload::NodeDisconnected(NodeEvent {
+            node_uuid: u(2),
+            node_type: NodeType::ComputeNode,
+        });
+        assert_eq!(
+            dropped,
+            vec![
+                (
+                    15,
+                    Action::Disconnect {
+                        uuid: u(2),
+                        generation: 2
+                    }
+                ),
+                (
+                    15,
+                    Action::Send {
+                        to: u(0xc1),
+                        frame: Frame::new(SCHED, &gone)
+                    }
+                ),
+            ]
+        );
+        assert!(c.placement().node(u(1)).is_some());
+        assert!(c.placement().node(u(2)).is_none());
+        assert_eq!(c.metrics.dead_nodes(), 1);
+        // Node 1's HEARTBEATs stop after the one at 60 s: it goes three intervals later.
+        assert!(c.tick(t0 + secs(74), &heard).is_empty());
+        let late = c.tick(t0 + secs(75), &heard);
+        assert_eq!(
+            late[0],
+            Action::Disconnect {
+                uuid: u(1),
+                generation: 1
+            }
+        );
+        assert!(
+            matches!(&sent_payloads(&late)[..], [(c1, Payload::NodeDisconnected(e))] if *c1 == u(0xc1) && e.node_uuid == u(1))
+        );
+    }
+
     #[test]
     fn silent_nodes_are_dropped_on_virtual_time() {
         let t0 = Instant::now();
-        let mut c = Cluster::new(SCHED, Duration::from_secs(15));
+        let mut c = Cluster::new(SCHED, 5);
         c.connected(u(0xc1), Role::CONTROLLER, 0, t0);
         c.connected(u(1), Role::AGENT, 0, t0);
         c.connected(u(2), Role::AGENT, 0, t0);
@@ -687,8 +841,8 @@ mod tests {
             msg(u(2), ready(u(2), 1000)),
             t0 + Duration::from_secs(10),
         );
-        assert!(c.tick(t0 + Duration::from_secs(14)).is_empty());
-        let actions = c.tick(t0 + Duration::from_secs(15));
+        assert!(c.tick(t0 + Duration::from_secs(14), &NoOne).is_empty());
+        let actions = c.tick(t0 + Duration::from_secs(15), &NoOne);
         assert_eq!(
             actions[0],
             Action::Disconnect {
@@ -702,9 +856,9 @@ mod tests {
         assert!(c.placement().node(u(1)).is_none());
         // The session's own end, reported later, says nothing twice.
         assert!(c.disconnected(u(1), Role::AGENT, 0).is_empty());
-        assert!(c.tick(t0 + Duration::from_secs(24)).is_empty());
+        assert!(c.tick(t0 + Duration::from_secs(24), &NoOne).is_empty());
         assert_eq!(
-            c.tick(t0 + Duration::from_secs(25))[0],
+            c.tick(t0 + Duration::from_secs(25), &NoOne)[0],
             Action::Disconnect {
                 uuid: u(2),
                 generation: 0
@@ -715,7 +869,7 @@ mod tests {
     #[test]
     fn stats_show_life_deletes_need_a_node_and_configure_is_kept() {
         let now = Instant::now();
-        let mut c = Cluster::new(SCHED, Duration::from_secs(15));
+        let mut c = Cluster::new(SCHED, 5);
         let Payload::Ready(n) = ready(u(1), 5) else {
             unreachable!()
         };
@@ -736,9 +890,14 @@ mod tests {
         assert!(
             matches!(&out[..], [Action::Fail { to, target: Some(t), .. }] if *to == u(0xc1) && *t == u(3))
         );
-        let config = ClusterConfig {
-            scheduler: Some(ssntp::payload::SchedulerConfig {
+        // CONFIGURE is kept, but the STATS interval stays the one the scheduler enforces.
+        let asked = ClusterConfig {
+            scheduler: Some(SchedulerConfig {
                 stats_interval_s: Some(7),
+            }),
+            controller: Some(ssntp::payload::ControllerConfig {
+                api_port: Some(8443),
+                ..Default::default()
             }),
             ..ClusterConfig::default()
         };
@@ -746,17 +905,30 @@ mod tests {
             &mut c,
             u(0xc1),
             Role::CONTROLLER,
-            msg(u(0xc1), Payload::Configure(Box::new(config.clone()))),
+            msg(u(0xc1), Payload::Configure(Box::new(asked.clone()))),
             now,
         );
-        assert_eq!(out, vec![Action::Configure(Box::new(config.clone()))]);
-        assert_eq!(c.config(), &config);
+        let kept = ClusterConfig {
+            scheduler: Some(SchedulerConfig {
+                stats_interval_s: Some(5),
+            }),
+            ..asked
+        };
+        assert_eq!(out, vec![Action::Configure(Box::new(kept.clone()))]);
+        assert_eq!(c.config(), &kept);
+        // A configuration without a scheduler section is told the interval too.
+        assert_eq!(
+            c.told(ClusterConfig::default()).scheduler,
+            Some(SchedulerConfig {
+                stats_interval_s: Some(5)
+            })
+        );
     }
 
     #[test]
     fn events_of_an_older_session_do_not_touch_the_newer_one() {
         let now = Instant::now();
-        let mut c = Cluster::new(SCHED, Duration::from_secs(15));
+        let mut c = Cluster::new(SCHED, 5);
         c.connected(u(0xc1), Role::CONTROLLER, 1, now);
         c.connected(u(1), Role::AGENT, 2, now);
         // The node reconnects (generation 3) before its first session's end is reported.
@@ -769,7 +941,7 @@ mod tests {
         // Dropping it as dead names the session it judged dead.
         let t = now + Duration::from_secs(15);
         assert_eq!(
-            c.tick(t)[0],
+            c.tick(t, &NoOne)[0],
             Action::Disconnect {
                 uuid: u(1),
                 generation: 3

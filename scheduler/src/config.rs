@@ -36,9 +36,11 @@ pub struct Args {
     /// The cluster configuration sent to every endpoint (TOML).
     #[arg(long, env = "CUMULO_SCHEDULER_CONFIG")]
     pub config: Option<PathBuf>,
-    /// Agents' STATS interval; a node silent for three is dropped.
-    #[arg(long, env = "CUMULO_SCHEDULER_STATS_INTERVAL", default_value = "5s", value_parser = parse_positive_duration)]
-    pub stats_interval: Duration,
+    /// Agents' STATS interval, whole seconds (default: the configuration file's
+    /// `stats_interval_s`, else 5s). A node that sends nothing at all, not even a HEARTBEAT, for
+    /// three intervals is dropped; CONNECTED tells agents the interval.
+    #[arg(long, env = "CUMULO_SCHEDULER_STATS_INTERVAL", value_parser = parse_positive_duration)]
+    pub stats_interval: Option<Duration>,
     /// Close sessions silent for this long.
     #[arg(long, env = "CUMULO_SCHEDULER_IDLE_TIMEOUT", default_value = "30s", value_parser = parse_positive_duration)]
     pub idle_timeout: Duration,
@@ -81,11 +83,38 @@ pub enum ConfigError {
         /// What is wrong.
         detail: String,
     },
+    /// The STATS interval: not whole seconds, or the flag and the file disagree.
+    #[error("{0}")]
+    StatsInterval(String),
     /// The certificate lacks the role.
     #[error(
         "{0}: the certificate's roles ({1}) lack scheduler; make one with `cumulo-cert --role scheduler`"
     )]
     Role(PathBuf, Role),
+}
+
+/// The STATS interval when neither the flag nor the configuration file names one.
+pub const DEFAULT_STATS_INTERVAL: Duration = Duration::from_secs(5);
+
+/// The agents' STATS interval from `--stats-interval` (`flag`) and the configuration file's
+/// `[scheduler] stats_interval_s` (`file`): either, the same when both, in whole seconds.
+pub fn stats_interval(flag: Option<Duration>, file: Option<u32>) -> Result<Duration, ConfigError> {
+    let interval = match (flag, file) {
+        (Some(flag), Some(secs)) if flag != Duration::from_secs(u64::from(secs)) => {
+            return Err(ConfigError::StatsInterval(format!(
+                "--stats-interval {flag:?} and the configuration's stats_interval_s = {secs} disagree"
+            )));
+        }
+        (Some(flag), _) => flag,
+        (None, Some(secs)) => Duration::from_secs(u64::from(secs)),
+        (None, None) => DEFAULT_STATS_INTERVAL,
+    };
+    match crate::whole_seconds(interval) {
+        Some(_) => Ok(interval),
+        None => Err(ConfigError::StatsInterval(format!(
+            "the STATS interval ({interval:?}) must be a whole number of seconds, at least one (agents are told it in seconds)"
+        ))),
+    }
 }
 
 impl Args {
@@ -111,6 +140,10 @@ impl Args {
                 })?
             }
         };
+        let stats_interval = stats_interval(
+            self.stats_interval,
+            cluster.scheduler.as_ref().and_then(|s| s.stats_interval_s),
+        )?;
         let handshake = HandshakeConfig {
             handshake_timeout: self.handshake_timeout,
             session: ssntp::session::SessionConfig {
@@ -121,12 +154,40 @@ impl Args {
         let config = SchedulerConfig {
             tls,
             uuid,
-            stats_interval: self.stats_interval,
+            stats_interval,
             handshake,
             cluster,
             heartbeat: self.heartbeat,
             conn: ssntp_net::ConnConfig::default(),
         };
         Ok((config, lock))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_stats_interval_comes_from_the_flag_or_the_file_in_whole_seconds() {
+        let secs = Duration::from_secs;
+        assert_eq!(stats_interval(None, None).unwrap(), secs(5));
+        assert_eq!(stats_interval(Some(secs(2)), None).unwrap(), secs(2));
+        assert_eq!(stats_interval(None, Some(7)).unwrap(), secs(7));
+        assert_eq!(stats_interval(Some(secs(7)), Some(7)).unwrap(), secs(7));
+        for (flag, file) in [
+            (Some(secs(5)), Some(7)),
+            (Some(Duration::from_millis(1500)), None),
+            (Some(Duration::from_millis(500)), None),
+            (None, Some(0)),
+        ] {
+            assert!(
+                matches!(
+                    stats_interval(flag, file),
+                    Err(ConfigError::StatsInterval(_))
+                ),
+                "{flag:?} {file:?}"
+            );
+        }
     }
 }

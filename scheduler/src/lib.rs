@@ -1,7 +1,8 @@
 //! cumulo-scheduler: the cluster's SSNTP server. It places START requests on compute nodes (and
 //! CNCIs on network nodes), routes every other frame by role (PROTOCOL.md §8), tells controllers
-//! about nodes, and drops nodes that fall silent. It keeps soft state only: after a restart it
-//! rebuilds everything from the agents' reconnects and READYs.
+//! about nodes, and drops nodes that fall silent: nothing at all, not even a HEARTBEAT, for three
+//! STATS intervals. It keeps soft state only: after a restart it rebuilds everything from the
+//! agents' reconnects and READYs.
 //!
 //! [`placement`] is pure; [`cluster`] is the owner's state machine (events in, actions out);
 //! [`routes`] are the rules the SSNTP readers apply without the owner; [`run`] wires them to an
@@ -34,7 +35,9 @@ pub struct SchedulerConfig {
     pub tls: TlsIdentity,
     /// The scheduler's UUID (the one its certificate binds, when it binds one).
     pub uuid: Uuid,
-    /// Agents' STATS interval: a node silent for three of them is dropped.
+    /// Agents' STATS interval, a whole number of seconds: a node that sends nothing at all
+    /// (HEARTBEATs count) for [`cluster::DEAD_AFTER_INTERVALS`] of them is dropped. CONNECTED
+    /// tells it in `cluster`'s `scheduler.stats_interval_s`, which it replaces.
     pub stats_interval: Duration,
     /// SSNTP limits.
     pub handshake: ssntp::handshake::HandshakeConfig,
@@ -63,9 +66,18 @@ pub enum SchedulerError {
         "the certificate's roles ({0}) lack scheduler: make one with `cumulo-cert --role scheduler`"
     )]
     NotAScheduler(Role),
+    /// The STATS interval is not a whole number of seconds (CONNECTED tells it in seconds).
+    #[error("the STATS interval ({0:?}) must be a whole number of seconds, at least one")]
+    StatsInterval(Duration),
     /// The SSNTP server refused its configuration.
     #[error("{0}")]
     Server(#[from] ServerError),
+}
+
+/// `interval` in whole seconds, if it is one (and not zero).
+pub fn whole_seconds(interval: Duration) -> Option<u32> {
+    let secs = u32::try_from(interval.as_secs()).ok()?;
+    (secs > 0 && interval.subsec_nanos() == 0).then_some(secs)
 }
 
 fn summarize(cluster: &Cluster, handle: &ServerHandle, queue_depth: usize) -> Summary {
@@ -214,7 +226,7 @@ fn tick_after_queued(
             Err(_) => break,
         }
     }
-    let actions = cluster.tick(now);
+    let actions = cluster.tick(now, handle);
     apply(handle, cluster, actions);
 }
 
@@ -229,15 +241,19 @@ pub async fn run(
     if !roles.contains(Role::SCHEDULER) {
         return Err(SchedulerError::NotAScheduler(roles));
     }
+    let stats_interval_s = whole_seconds(config.stats_interval)
+        .ok_or(SchedulerError::StatsInterval(config.stats_interval))?;
+    let mut cluster = Cluster::new(config.uuid, stats_interval_s);
     let mut server_config = ServerConfig::new(config.tls.clone(), config.uuid);
     server_config.handshake = config.handshake;
-    server_config.cluster = config.cluster.clone();
+    // Agents are told the interval the scheduler enforces.
+    server_config.cluster = cluster.told(config.cluster.clone());
     server_config.conn = config.conn;
     server_config.routes = routes::routes();
     let (server, handle, mut events) = Server::new(server_config)?;
     let server_task = tokio::spawn(server.run(listener, shutdown.clone()));
-    let mut cluster = Cluster::new(config.uuid, config.stats_interval * 3);
-    let mut check = tokio::time::interval(config.stats_interval.min(Duration::from_secs(1)));
+    // Once a second: the summary, and the dead-node check (intervals are whole seconds).
+    let mut check = tokio::time::interval(Duration::from_secs(1));
     check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
@@ -277,8 +293,8 @@ mod tests {
         let me = Uuid::from_bytes([0x5c; 16]);
         let config = ServerConfig::new(pki.identity(Role::SCHEDULER, Some(me)), me);
         let (_server, handle, _events) = Server::new(config).unwrap();
-        let dead_after = Duration::from_secs(15);
-        let mut cluster = Cluster::new(me, dead_after);
+        let mut cluster = Cluster::new(me, 5);
+        let dead_after = cluster.dead_after();
         let (quiet, busy) = (Uuid::from_u128(1), Uuid::from_u128(2));
         let t0 = Instant::now();
         for node in [quiet, busy] {

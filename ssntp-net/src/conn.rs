@@ -257,16 +257,17 @@ pub(crate) enum Ended {
     },
 }
 
-/// Milliseconds of monotonic time since a fixed start, for the writer to report its last write.
+/// An instant one task records and others read, as milliseconds of monotonic time since a
+/// fixed start (never going back): the writer's last write, the reader's last frame received.
 #[derive(Debug)]
-pub(crate) struct WriteClock {
+pub(crate) struct Stamp {
     epoch: Instant,
     last_ms: AtomicU64,
 }
 
-impl WriteClock {
-    fn new(epoch: Instant) -> WriteClock {
-        WriteClock {
+impl Stamp {
+    pub(crate) fn new(epoch: Instant) -> Stamp {
+        Stamp {
             epoch,
             last_ms: AtomicU64::new(0),
         }
@@ -277,7 +278,8 @@ impl WriteClock {
         self.last_ms.fetch_max(ms, Ordering::Relaxed);
     }
 
-    fn last(&self) -> Instant {
+    /// The instant recorded last (the start, before anything was recorded).
+    pub(crate) fn last(&self) -> Instant {
         self.epoch + Duration::from_millis(self.last_ms.load(Ordering::Relaxed))
     }
 }
@@ -299,7 +301,7 @@ async fn write_loop<W: AsyncWrite + Unpin>(
     mut w: W,
     mut rx: mpsc::Receiver<Bytes>,
     close: CancellationToken,
-    clock: Arc<WriteClock>,
+    clock: Arc<Stamp>,
     budget: Arc<Budget>,
     coalesce: usize,
 ) {
@@ -365,7 +367,8 @@ pub(crate) struct Opened<R> {
     reader: R,
     outbox: Outbox,
     close: CancellationToken,
-    clock: Arc<WriteClock>,
+    clock: Arc<Stamp>,
+    received: Arc<Stamp>,
 }
 
 /// Splits `stream`, starts its writer, and returns the outbox with the reader still idle.
@@ -381,7 +384,10 @@ where
     let (r, w) = tokio::io::split(stream);
     let (tx, rx) = mpsc::channel(config.queue_frames.max(1));
     let close = CancellationToken::new();
-    let clock = Arc::new(WriteClock::new(now().instant));
+    let opened_at = now().instant;
+    let clock = Arc::new(Stamp::new(opened_at));
+    // The handshake's frame was received just now.
+    let received = Arc::new(Stamp::new(opened_at));
     let budget = Arc::new(Budget {
         queued: AtomicUsize::new(0),
         max: config.queue_bytes,
@@ -406,6 +412,7 @@ where
         outbox,
         close,
         clock,
+        received,
     }
 }
 
@@ -413,6 +420,12 @@ impl<R: AsyncRead + Unpin + Send + 'static> Opened<R> {
     /// The session's outbox.
     pub fn outbox(&self) -> &Outbox {
         &self.outbox
+    }
+
+    /// When the session last received a frame, any frame (recorded by the reader once per read,
+    /// before the frames read are handed on).
+    pub fn received(&self) -> Arc<Stamp> {
+        self.received.clone()
     }
 
     /// Starts the session loop; `leftover` holds bytes read past the handshake frame; `rate`,
@@ -431,6 +444,7 @@ impl<R: AsyncRead + Unpin + Send + 'static> Opened<R> {
             outbox: self.outbox,
             close: self.close,
             clock: self.clock,
+            received: self.received,
             dispatch,
             bucket: rate.map(|r| Bucket::new(r, tokio::time::Instant::now())),
             frames: 0,
@@ -443,7 +457,9 @@ struct ReadLoop<D> {
     session: Session,
     outbox: Outbox,
     close: CancellationToken,
-    clock: Arc<WriteClock>,
+    clock: Arc<Stamp>,
+    /// The session's last receive, published for the application (the server's registry).
+    received: Arc<Stamp>,
     dispatch: D,
     /// The peer's read budget, if it has one.
     bucket: Option<Bucket>,
@@ -510,6 +526,8 @@ impl<D: Dispatch> ReadLoop<D> {
     /// must end.
     async fn drain(&mut self, decoder: &Decoder, buf: &mut BytesMut) -> Option<Ended> {
         let ended = self.drain_frames(decoder, buf);
+        // Every frame shows the peer alive, a HEARTBEAT included (which goes no further).
+        self.received.record(self.session.last_received());
         // A slow application holds this peer back (backpressure), but never past a close.
         let delivered = tokio::select! {
             d = self.dispatch.flush(&self.session) => d,

@@ -5,7 +5,7 @@ use bytes::BytesMut;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, mpsc, oneshot};
@@ -149,6 +149,8 @@ struct Entry {
     role: Role,
     outbox: Outbox,
     generation: u64,
+    /// When the session last received a frame (its reader records it).
+    received: Arc<conn::Stamp>,
 }
 
 /// Frames in and out by operand (known operands only: type × 16 + operand).
@@ -455,6 +457,16 @@ impl ServerHandle {
             .collect()
     }
 
+    /// When the session `generation` of `uuid` last received a frame, if it is still that peer's
+    /// session: every frame counts, a HEARTBEAT included (which the application never sees), as
+    /// does the CONNECT. The reader records it once per read, before it routes what it read; an
+    /// application that judges peers by their silence reads it instead of counting messages.
+    pub fn last_received(&self, uuid: Uuid, generation: u64) -> Option<Instant> {
+        let registry = self.shared.read();
+        let entry = registry.get(&uuid)?;
+        (entry.generation == generation).then(|| entry.received.last())
+    }
+
     /// Closes one session of a peer, if it is still the current one (a newer session with the
     /// same UUID is left alone); `false` otherwise.
     pub fn disconnect_session(&self, uuid: Uuid, generation: u64) -> bool {
@@ -703,7 +715,13 @@ impl Server {
         let (uuid, role) = (session.peer_uuid(), session.peer_role());
         let opened = conn::open(stream, max, self.config.conn, tracker);
         let Some(generation) = self
-            .register(uuid, role, accepted.bound, &accepted.reply, opened.outbox())
+            .register(
+                uuid,
+                role,
+                accepted.bound,
+                &accepted.reply,
+                (opened.outbox(), opened.received()),
+            )
             .await
         else {
             // The UUID is a live session's and this certificate binds none: refused, and the
@@ -779,7 +797,7 @@ impl Server {
         role: Role,
         bound: bool,
         reply: &Frame,
-        outbox: &Outbox,
+        (outbox, received): (&Outbox, Arc<conn::Stamp>),
     ) -> Option<u64> {
         let generation = self.shared.generation.fetch_add(1, Ordering::Relaxed);
         let old = {
@@ -794,6 +812,7 @@ impl Server {
                     role,
                     outbox: outbox.clone(),
                     generation,
+                    received,
                 },
             )
         };
@@ -941,6 +960,7 @@ mod sessions_tests {
             role,
             outbox: Outbox::detached(),
             generation,
+            received: Arc::new(conn::Stamp::new(Instant::now())),
         }
     }
 

@@ -164,6 +164,12 @@ impl Session {
         ))
     }
 
+    /// When a frame last came from the peer (the CONNECT counts): every frame shows it alive, a
+    /// HEARTBEAT and a refused frame included (PROTOCOL.md §5 rule 5).
+    pub fn last_received(&self) -> Instant {
+        self.last_rx
+    }
+
     /// Records that we wrote to the peer.
     pub fn on_write(&mut self, now: Instant) {
         self.last_tx = self.last_tx.max(now);
@@ -679,8 +685,12 @@ mod tests {
         assert_eq!(s.deadline(), clock.at(20_000));
         s.on_write(clock.at(15_000));
         assert_eq!(s.deadline(), clock.at(25_000));
-        // Something received pushes the idle deadline.
+        // Something received pushes the idle deadline: a HEARTBEAT, or a frame refused.
+        assert_eq!(s.last_received(), clock.at(0));
         s.handle_raw(clock.now(20_000), raw_payload(PEER, &Payload::Heartbeat));
+        assert_eq!(s.last_received(), clock.at(20_000));
+        s.handle_raw(clock.now(19_000), raw_payload(PEER, &Payload::Heartbeat));
+        assert_eq!(s.last_received(), clock.at(20_000), "never goes back");
         s.on_write(clock.at(45_000));
         assert_eq!(s.deadline(), clock.at(50_000));
         assert_eq!(s.poll(clock.at(49_999)), None);
@@ -694,5 +704,17 @@ mod tests {
         // A client gives up on a silent server without an ERROR (nobody may send one to it).
         let mut c = session(Side::Client, Role::AGENT, clock);
         assert_eq!(c.poll(clock.at(30_000)), Some(Tick::Idle(None)));
+    }
+
+    #[test]
+    fn a_refused_frame_shows_the_peer_alive_too() {
+        let clock = Clock::new();
+        let mut s = session(Side::Server, Role::AGENT, clock);
+        let r = s.handle_raw(
+            clock.now(7_000),
+            raw_payload(PEER, &Payload::Configure(Box::default())),
+        );
+        assert!(matches!(r, Received::Rejected { .. }));
+        assert_eq!(s.last_received(), clock.at(7_000));
     }
 }

@@ -378,7 +378,16 @@ async fn run_with<B: Backend>(
         schedulers = ?config.servers,
         "cumulo-agent running"
     );
-    let ended = serve(&core, &client, &outbound, &mut events, node, &shutdown).await;
+    let ended = serve(
+        &core,
+        &client,
+        &outbound,
+        &mut events,
+        node,
+        config,
+        &shutdown,
+    )
+    .await;
     tracing::info!("stopping: instances keep running");
     if let Err(e) = core.shutdown().await {
         tracing::warn!(error = %e, "stopping the core");
@@ -395,6 +404,7 @@ async fn serve(
     outbound: &Outbound,
     events: &mut mpsc::Receiver<ClientEvent>,
     node: Uuid,
+    config: &DaemonConfig,
     shutdown: &CancellationToken,
 ) -> Result<(), DaemonError> {
     loop {
@@ -403,8 +413,19 @@ async fn serve(
             event = events.recv() => event,
         };
         match event {
-            Some(ClientEvent::Connected { server_uuid, .. }) => {
+            Some(ClientEvent::Connected {
+                server_uuid,
+                cluster,
+                ..
+            }) => {
                 tracing::info!(scheduler = %server_uuid, "connected");
+                if let Some(warning) = slower_than_told(
+                    config.stats_interval,
+                    config.handshake.session.idle_timeout,
+                    &cluster,
+                ) {
+                    tracing::warn!("{warning}");
+                }
                 // Events that joined the backlog after the client's announce hook ran.
                 outbound.flush(client);
                 match core.announce() {
@@ -462,6 +483,34 @@ fn handle(
     Ok(())
 }
 
+/// What to tell the operator when this agent's STATS interval is longer than the one the
+/// scheduler counts (CONNECTED's `scheduler.stats_interval_s`). The scheduler loses a node that
+/// sends nothing at all for three of its intervals; this agent writes a STATS every
+/// `stats_interval`, and a HEARTBEAT when it has written nothing for a third of `idle_timeout`.
+fn slower_than_told(
+    stats_interval: Duration,
+    idle_timeout: Duration,
+    told: &ssntp::payload::ClusterConfig,
+) -> Option<String> {
+    let secs = told.scheduler.as_ref()?.stats_interval_s?;
+    let told = Duration::from_secs(u64::from(secs));
+    if stats_interval <= told {
+        return None;
+    }
+    let lost_after = told * 3;
+    let quiet = stats_interval.min(idle_timeout / 3);
+    let outcome = if quiet >= lost_after {
+        format!("it will be lost after {lost_after:?} without a frame")
+    } else {
+        "its HEARTBEATs keep it connected, but its figures are older than the scheduler expects"
+            .to_string()
+    };
+    Some(format!(
+        "the scheduler expects STATS every {told:?}, this agent sends them every \
+         {stats_interval:?}: {outcome}; set --stats-interval {secs}s"
+    ))
+}
+
 fn reply_to(client: &ClientHandle, reply: &ssntp::Payload) {
     if let Err(e) = client.send_payload(reply) {
         tracing::warn!(operand = %reply.operand(), error = %e, "answer not sent");
@@ -478,5 +527,41 @@ async fn close(client: &ClientHandle, events: &mut mpsc::Receiver<ClientEvent>) 
     .await;
     if drained.is_err() {
         tracing::warn!("the SSNTP client did not finish within {CLOSE_GRACE:?}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ssntp::payload::{ClusterConfig, SchedulerConfig};
+
+    fn told(secs: Option<u32>) -> ClusterConfig {
+        ClusterConfig {
+            scheduler: Some(SchedulerConfig {
+                stats_interval_s: secs,
+            }),
+            ..ClusterConfig::default()
+        }
+    }
+
+    #[test]
+    fn an_agent_slower_than_the_scheduler_expects_says_so() {
+        let secs = Duration::from_secs;
+        let idle = secs(30);
+        // Told nothing, or no slower than told: nothing to say.
+        assert_eq!(
+            slower_than_told(secs(5), idle, &ClusterConfig::default()),
+            None
+        );
+        assert_eq!(slower_than_told(secs(5), idle, &told(None)), None);
+        assert_eq!(slower_than_told(secs(5), idle, &told(Some(5))), None);
+        assert_eq!(slower_than_told(secs(1), idle, &told(Some(5))), None);
+        // Slower, but its HEARTBEATs (every 10 s at most) come within three intervals of 5 s.
+        let kept = slower_than_told(secs(20), idle, &told(Some(5))).unwrap();
+        assert!(kept.contains("HEARTBEATs keep it connected"), "{kept}");
+        // Quiet for 5 s against three intervals of 1 s: lost.
+        let lost = slower_than_told(secs(5), idle, &told(Some(1))).unwrap();
+        assert!(lost.contains("lost after 3s"), "{lost}");
+        assert!(lost.contains("--stats-interval 1s"), "{lost}");
     }
 }

@@ -129,7 +129,10 @@ impl Engine {
         }
     }
 
-    /// After NODE_DISCONNECTED: if the node is gone altogether, what ran on it is missing.
+    /// After NODE_DISCONNECTED: if the node is gone altogether (it closed its session, or the
+    /// scheduler lost it: nothing from it for three STATS intervals), what it holds is missing,
+    /// the instances it keeps exited included (they are on its disks), until its first STATS
+    /// after it comes back ([`Engine::reconcile`], [`Engine::absent`]).
     fn node_gone(&self, node: Uuid) -> Result<(), ClusterError> {
         let gone = self
             .state()
@@ -139,31 +142,27 @@ impl Engine {
         if !gone {
             return Ok(());
         }
-        let mut affected = Vec::new();
-        self.for_each_instance(Scope::All, InstanceFilter { node: Some(node) }, |i| {
-            if matches!(
-                i.state,
+        let held = |state: &InstanceState| {
+            matches!(
+                state,
                 InstanceState::Active
                     | InstanceState::Pending
                     | InstanceState::Stopping
+                    | InstanceState::Exited
                     | InstanceState::Paused
                     | InstanceState::Suspended
-            ) {
+            )
+        };
+        let mut affected = Vec::new();
+        self.for_each_instance(Scope::All, InstanceFilter { node: Some(node) }, |i| {
+            if held(&i.state) {
                 affected.push((i.id, i.tenant));
             }
         })?;
         for (id, tenant) in &affected {
             // Unless a DELETE (or anything else) moved it since it was read.
             let moved = self.set_state_if(*id, InstanceState::Missing, |i| {
-                i.node == Some(node)
-                    && matches!(
-                        i.state,
-                        InstanceState::Active
-                            | InstanceState::Pending
-                            | InstanceState::Stopping
-                            | InstanceState::Paused
-                            | InstanceState::Suspended
-                    )
+                i.node == Some(node) && held(&i.state)
             })?;
             if moved.is_none() {
                 continue;
@@ -177,11 +176,24 @@ impl Engine {
         Ok(())
     }
 
+    /// A node's STATS: its figures, and each instance it reports (or no longer reports)
+    /// reconciled with the store. The first STATS of a node that comes back after it was lost
+    /// settles its `missing` instances: `active` ones are active again, `exited` ones exited (on
+    /// it), absent ones exited with no node; in any other state they stay missing until a later
+    /// STATS shows them active or exited.
     fn on_stats(&self, stats: &Stats) -> Result<(), ClusterError> {
         let node = stats.node.node_uuid;
         {
             let mut state = self.state();
             if let Some(n) = state.nodes.get_mut(&node) {
+                if n.status == NodeStatus::Disconnected {
+                    // A lost node's last frames can trail its NODE_DISCONNECTED (forwarded as
+                    // the scheduler judged it dead). It is back when the scheduler says so
+                    // (NODE_CONNECTED, which comes before its STATS): until then its instances
+                    // stay missing.
+                    tracing::debug!(%node, "STATS of a disconnected node ignored");
+                    return Ok(());
+                }
                 let s = &stats.node;
                 n.hostname.clone_from(&s.hostname);
                 n.mem_total_mb = s.mem_total_mb;
@@ -194,14 +206,12 @@ impl Engine {
                 n.instances = u32::try_from(stats.instances.len()).unwrap_or(u32::MAX);
                 n.ips = s.networks.iter().map(|net| net.ip).collect();
                 n.last_stats = Some(SystemTime::now());
-                if n.status != NodeStatus::Disconnected {
-                    n.status = match stats.status {
-                        NodeState::Ready => NodeStatus::Ready,
-                        NodeState::Full => NodeStatus::Full,
-                        NodeState::Maintenance => NodeStatus::Maintenance,
-                        NodeState::Offline => NodeStatus::Offline,
-                    };
-                }
+                n.status = match stats.status {
+                    NodeState::Ready => NodeStatus::Ready,
+                    NodeState::Full => NodeStatus::Full,
+                    NodeState::Maintenance => NodeStatus::Maintenance,
+                    NodeState::Offline => NodeStatus::Offline,
+                };
             }
         }
         // What the store places on this node, then what the node says.

@@ -9,9 +9,10 @@ use ssntp::session::Message;
 use ssntp::{Operand, Payload, Role, Uuid};
 use ssntp_net::{Client, ClientConfig, ClientEvent, ClientHandle};
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use testkit::{TestPki, recv_within};
+use testkit::{RawPeer, TestPki, recv_within, wait_until};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -646,7 +647,21 @@ async fn configure_sets_what_later_connections_are_told() {
         }),
         ..ClusterConfig::default()
     };
+    let config = ClusterConfig {
+        controller: Some(ControllerConfig {
+            api_port: Some(8443),
+            ..Default::default()
+        }),
+        ..config
+    };
     c.send(&Payload::Configure(Box::new(config.clone())));
+    // The scheduler keeps the STATS interval it enforces (5 s here): that is what is told.
+    let config = ClusterConfig {
+        scheduler: Some(ssntp::payload::SchedulerConfig {
+            stats_interval_s: Some(5),
+        }),
+        ..config
+    };
     // The next session to connect is told the new configuration in CONNECTED.
     let deadline = tokio::time::Instant::now() + T;
     loop {
@@ -739,5 +754,94 @@ async fn a_late_controller_gets_each_nodes_latest_stats_after_its_node_connected
         )
     );
     assert_eq!(late.next().await.frame, latest, "as the agent sent it");
+    s.stop.cancel();
+}
+
+/// An agent speaking raw frames (it sends no HEARTBEAT of its own), past CONNECT and READY.
+async fn raw_agent(pki: &TestPki, addr: &str, uuid: Uuid) -> RawPeer {
+    let mut p = RawPeer::connect(addr, &pki.identity(Role::AGENT, Some(uuid)))
+        .await
+        .unwrap();
+    p.send(&Frame::new(
+        uuid,
+        &Payload::Connect(Connect { role: Role::AGENT }),
+    ))
+    .await
+    .unwrap();
+    assert_eq!(p.recv(T).await.unwrap().operand, Operand::Connected);
+    let ready = Payload::Ready(node_status(uuid, "raw", 1000));
+    p.send(&Frame::new(uuid, &ready)).await.unwrap();
+    p
+}
+
+/// The next NODE_CONNECTED (`true`) or NODE_DISCONNECTED (`false`) a controller hears, and its
+/// node.
+async fn node_event(c: &mut Peer) -> (bool, Uuid) {
+    loop {
+        match c.next().await.payload {
+            Payload::NodeConnected(e) => return (true, e.node_uuid),
+            Payload::NodeDisconnected(e) => return (false, e.node_uuid),
+            _ => {}
+        }
+    }
+}
+
+/// Issue 20: a node is lost only when nothing at all came from it for three STATS intervals;
+/// HEARTBEATs, which the scheduler never hands to its cluster state, count.
+#[tokio::test]
+async fn heartbeats_alone_keep_a_node_and_three_silent_intervals_drop_one() {
+    let pki = TestPki::new();
+    let s = scheduler_tuned(&pki, None, |c| c.stats_interval = Duration::from_secs(1)).await;
+    let mut c = peer(&pki, Role::CONTROLLER, u(0xc1), &s.addr, None).await;
+    let mut beating = raw_agent(&pki, &s.addr, u(1)).await;
+    assert_eq!(node_event(&mut c).await, (true, u(1)));
+    // From now on node 1 sends HEARTBEATs only, every quarter of a second.
+    let beats = Arc::new(AtomicU32::new(0));
+    let stop = CancellationToken::new();
+    let task = tokio::spawn({
+        let (beats, stop) = (beats.clone(), stop.clone());
+        async move {
+            let heartbeat = Frame::new(u(1), &Payload::Heartbeat);
+            let mut pace = tokio::time::interval(Duration::from_millis(250));
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => return beating,
+                    _ = pace.tick() => {
+                        beating.send(&heartbeat).await.unwrap();
+                        beats.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+        }
+    });
+    wait_until(T, "a second of HEARTBEATs", || {
+        let beats = beats.clone();
+        async move { beats.load(Ordering::Relaxed) >= 5 }
+    })
+    .await;
+    // Node 2 falls silent after its READY: three intervals later it is dropped, and controllers
+    // hear of it. Node 1 has sent nothing but HEARTBEATs for longer than that by then.
+    let mut silent = raw_agent(&pki, &s.addr, u(2)).await;
+    assert_eq!(node_event(&mut c).await, (true, u(2)));
+    assert_eq!(node_event(&mut c).await, (false, u(2)));
+    assert!(
+        silent.closed_within(T).await,
+        "the dropped node's session is closed"
+    );
+    stop.cancel();
+    let mut beating = task.await.unwrap();
+    // Node 1 is still there to place on.
+    c.send(&Payload::Start(Box::new(start(9, 100))));
+    loop {
+        let f = beating
+            .recv(T)
+            .await
+            .expect("the kept node's session is open");
+        if f.operand == Operand::Start {
+            break;
+        }
+    }
+    // Silent from now on, it goes in turn.
+    assert_eq!(node_event(&mut c).await, (false, u(1)));
     s.stop.cancel();
 }

@@ -182,6 +182,71 @@ async fn oversize_and_truncated_frames_close_only_their_session() {
     assert_eq!(from, u(9));
 }
 
+/// PROTOCOL.md §5 rule 5: a HEARTBEAT shows its sender alive. The server's handle tells when a
+/// session last received a frame, HEARTBEATs included, though they never reach the application.
+#[tokio::test]
+async fn heartbeats_show_a_peer_alive_without_reaching_the_application() {
+    let pki = TestPki::new();
+    let mut s = server_with(&pki, u(0x5c), Routes::new(), |_| {}).await;
+    let mut beating = joined(&pki, &s.addr, u(1)).await;
+    let generation = match recv_within(&mut s.events, T).await {
+        ServerEvent::Connected {
+            uuid, generation, ..
+        } => {
+            assert_eq!(uuid, u(1));
+            generation
+        }
+        other => panic!("{other:?}"),
+    };
+    let at_connect = s.handle.last_received(u(1), generation).unwrap();
+    assert_eq!(s.handle.last_received(u(1), generation + 1), None);
+    assert_eq!(s.handle.last_received(u(2), generation), None);
+    // HEARTBEATs alone, paced by the poll: each read moves the session's last receive.
+    let heartbeat = Frame::new(u(1), &Payload::Heartbeat);
+    let mut last = at_connect;
+    for _ in 0..3 {
+        let deadline = tokio::time::Instant::now() + T;
+        loop {
+            beating.send(&heartbeat).await.unwrap();
+            let seen = s.handle.last_received(u(1), generation).unwrap();
+            if seen > last {
+                last = seen;
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "a HEARTBEAT never showed"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    // The application heard none of them: the next thing it hears is the next message.
+    beating
+        .send(&Frame::new(
+            u(1),
+            &Payload::InstanceDeleted(InstanceEvent {
+                instance_uuid: u(7),
+            }),
+        ))
+        .await
+        .unwrap();
+    match recv_within(&mut s.events, T).await {
+        ServerEvent::Frames { uuid, messages, .. } => {
+            assert_eq!(uuid, u(1));
+            let operands: Vec<Operand> = messages.iter().map(|m| m.frame.operand).collect();
+            assert_eq!(operands, vec![Operand::InstanceDeleted]);
+        }
+        other => panic!("{other:?}"),
+    }
+    // Once the session has ended there is nothing to tell.
+    drop(beating);
+    match recv_within(&mut s.events, T).await {
+        ServerEvent::Disconnected { uuid, .. } => assert_eq!(uuid, u(1)),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(s.handle.last_received(u(1), generation), None);
+}
+
 #[tokio::test]
 async fn a_silent_session_is_closed_at_the_idle_timeout() {
     let pki = TestPki::new();
