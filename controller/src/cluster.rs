@@ -32,6 +32,17 @@ impl Launch {
     pub const MAX_COUNT: u32 = 1000;
 }
 
+/// Who asks the cluster to act on instances: recorded with the instance actions the request
+/// starts (see [`crate::actions`]). `Caller::default()` is nobody in particular: the admin
+/// client certificate, or the controller itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Caller {
+    /// The user, for a token login.
+    pub user: Option<Uuid>,
+    /// The project the user's token is scoped to.
+    pub project: Option<Uuid>,
+}
+
 /// Why a cluster operation failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ClusterError {
@@ -161,16 +172,25 @@ pub struct TraceHop {
 pub trait Cluster: Send + Sync {
     /// Creates `count` instances (each quota-checked, in state `pending`) and sends their STARTs.
     /// A quota or address exhaustion part-way keeps the instances created before it and fails.
-    fn launch(&self, scope: Scope, launch: Launch) -> Result<Vec<Instance>, ClusterError>;
-    /// Stops an active instance (state `stopping`, then `exited` when the node confirms).
-    fn stop(&self, scope: Scope, id: Uuid) -> Result<Instance, ClusterError>;
-    /// Starts an exited (or errored, or missing) instance again, possibly on another node.
-    fn start(&self, scope: Scope, id: Uuid) -> Result<Instance, ClusterError>;
-    /// Restarts an active instance (stop, then start).
-    fn reboot(&self, scope: Scope, id: Uuid) -> Result<Instance, ClusterError>;
+    /// Each instance gets a `create` action for `by`, all with one request identifier.
+    fn launch(
+        &self,
+        scope: Scope,
+        launch: Launch,
+        by: &Caller,
+    ) -> Result<Vec<Instance>, ClusterError>;
+    /// Stops an active instance (state `stopping`, then `exited` when the node confirms); a
+    /// `stop` action for `by`.
+    fn stop(&self, scope: Scope, id: Uuid, by: &Caller) -> Result<Instance, ClusterError>;
+    /// Starts an exited (or errored, or missing) instance again, possibly on another node; a
+    /// `start` action for `by`.
+    fn start(&self, scope: Scope, id: Uuid, by: &Caller) -> Result<Instance, ClusterError>;
+    /// Restarts an active instance (stop, then start); a `reboot` action for `by`.
+    fn reboot(&self, scope: Scope, id: Uuid, by: &Caller) -> Result<Instance, ClusterError>;
     /// Deletes an instance: state `deleted` until its node confirms (`hung` if it never does);
-    /// an instance on no node (never placed, or failed) goes at once.
-    fn delete(&self, scope: Scope, id: Uuid) -> Result<(), ClusterError>;
+    /// an instance on no node (never placed, or failed) goes at once. A `delete` action for
+    /// `by` (none when the instance is being deleted already).
+    fn delete(&self, scope: Scope, id: Uuid, by: &Caller) -> Result<(), ClusterError>;
     /// Every node known since the controller started, by UUID.
     fn nodes(&self) -> Vec<Node>;
     /// One node.

@@ -39,7 +39,8 @@ use ssntp::Payload;
 use ssntp::payload::{Delete, NodeCommand};
 use uuid::Uuid;
 
-use crate::cluster::{Cluster, ClusterError, Launch, Node, NodeStatus, Trace};
+use crate::actions::{self, ActionKind, ActionTicket};
+use crate::cluster::{Caller, Cluster, ClusterError, Launch, Node, NodeStatus, Trace};
 use store::{
     EventKind, Instance, InstanceChange, InstanceFilter, InstanceState, NewEvent, NewInstance,
     OperationKind, Page, Scope, Store, StoreError,
@@ -387,6 +388,26 @@ impl Engine {
         self.subnet_maybe_idle(instance);
         Ok(())
     }
+
+    /// Records that `by` asked `kind` of `instance`, in a new request, with the controller's
+    /// event started: call it once the instance's state allows the operation and before its
+    /// command goes out, then [`Engine::finish_action`] with how handing the command on went.
+    /// Never fails (a store error is logged); see [`crate::actions`] for the rule.
+    pub fn begin_action(&self, instance: Uuid, kind: ActionKind, by: &Caller) -> ActionTicket {
+        actions::begin(
+            self.store.as_ref(),
+            &actions::new_request_id(),
+            instance,
+            kind,
+            by,
+        )
+    }
+
+    /// Finishes the controller's event of a begun action: `Success` if `result` is `Ok`, else
+    /// `Error` with the error's text.
+    pub fn finish_action<T>(&self, ticket: &ActionTicket, result: &Result<T, ClusterError>) {
+        actions::finish(self.store.as_ref(), ticket, actions::outcome_of(result));
+    }
 }
 
 /// The fault that goes with an error state the engine sets itself (`None`: not an error).
@@ -422,7 +443,12 @@ fn invalid(instance: &Instance, operation: &'static str) -> ClusterError {
 }
 
 impl Cluster for Engine {
-    fn launch(&self, scope: Scope, launch: Launch) -> Result<Vec<Instance>, ClusterError> {
+    fn launch(
+        &self,
+        scope: Scope,
+        launch: Launch,
+        by: &Caller,
+    ) -> Result<Vec<Instance>, ClusterError> {
         if launch.count == 0 || launch.count > Launch::MAX_COUNT {
             return Err(ClusterError::Invalid(format!(
                 "count must be 1 to {}",
@@ -456,8 +482,18 @@ impl Cluster for Engine {
             }
         }
         let mut launched = Vec::with_capacity(created.len());
+        let request_id = actions::new_request_id();
         for instance in created {
-            launched.push(self.dispatch(instance, &plan, false)?);
+            let ticket = actions::begin(
+                self.store.as_ref(),
+                &request_id,
+                instance.id,
+                ActionKind::Create,
+                by,
+            );
+            let dispatched = self.dispatch(instance, &plan, false);
+            self.finish_action(&ticket, &dispatched);
+            launched.push(dispatched?);
         }
         match failure {
             Some(e) if launched.is_empty() => Err(e.into()),
@@ -478,7 +514,7 @@ impl Cluster for Engine {
         }
     }
 
-    fn stop(&self, scope: Scope, id: Uuid) -> Result<Instance, ClusterError> {
+    fn stop(&self, scope: Scope, id: Uuid, by: &Caller) -> Result<Instance, ClusterError> {
         let current = self.store.instance(scope, id)?;
         if let Some(host) = self.remote_of(&current)? {
             return self.off_host_change(
@@ -488,9 +524,10 @@ impl Cluster for Engine {
                 offhost::Step {
                     to: InstanceState::Stopping,
                     from: |s| *s == InstanceState::Active,
-                    operation: "stop",
+                    action: ActionKind::Stop,
                     queue: &[(OperationKind::Stop, false)],
                 },
+                by,
             );
         }
         self.require_connected()?;
@@ -507,11 +544,14 @@ impl Cluster for Engine {
             })?
             .ok_or_else(|| StoreError::not_found("instance", id))?;
         self.wait_confirmation(id);
-        self.send_delete(id, node, true)?;
+        let ticket = self.begin_action(id, ActionKind::Stop, by);
+        let sent = self.send_delete(id, node, true);
+        self.finish_action(&ticket, &sent);
+        sent?;
         Ok(instance)
     }
 
-    fn start(&self, scope: Scope, id: Uuid) -> Result<Instance, ClusterError> {
+    fn start(&self, scope: Scope, id: Uuid, by: &Caller) -> Result<Instance, ClusterError> {
         let current = self.store.instance(scope, id)?;
         if let Some(host) = self.remote_of(&current)? {
             // Exited on its off-host host: clear it there, then start it again.
@@ -522,9 +562,10 @@ impl Cluster for Engine {
                 offhost::Step {
                     to: InstanceState::Stopping,
                     from: |s| *s == InstanceState::Exited,
-                    operation: "start",
+                    action: ActionKind::Start,
                     queue: &[(OperationKind::Stop, false), (OperationKind::Start, true)],
                 },
+                by,
             );
         }
         if self.store.remote_hosts()?.is_empty() {
@@ -532,7 +573,9 @@ impl Cluster for Engine {
         }
         match (&current.state, current.node) {
             // Exited on its node (it stopped on its own): clear it there first, then start.
-            (InstanceState::Exited, Some(_)) => self.stop_then_start(scope, id, "start"),
+            (InstanceState::Exited, Some(_)) => {
+                self.stop_then_start(scope, id, ActionKind::Start, by)
+            }
             (InstanceState::Exited | InstanceState::Error(_), None) => {
                 let plan = self.plan(Scope::Tenant(current.tenant), current.workload)?;
                 let (instance, ()) = self
@@ -548,13 +591,16 @@ impl Cluster for Engine {
                         _ => Err(invalid(i, "start")),
                     })?
                     .ok_or_else(|| StoreError::not_found("instance", id))?;
-                self.dispatch(instance, &plan, true)
+                let ticket = self.begin_action(id, ActionKind::Start, by);
+                let dispatched = self.dispatch(instance, &plan, true);
+                self.finish_action(&ticket, &dispatched);
+                dispatched
             }
             _ => Err(invalid(&current, "start")),
         }
     }
 
-    fn reboot(&self, scope: Scope, id: Uuid) -> Result<Instance, ClusterError> {
+    fn reboot(&self, scope: Scope, id: Uuid, by: &Caller) -> Result<Instance, ClusterError> {
         let current = self.store.instance(scope, id)?;
         if let Some(host) = self.remote_of(&current)? {
             return self.off_host_change(
@@ -564,16 +610,17 @@ impl Cluster for Engine {
                 offhost::Step {
                     to: InstanceState::Stopping,
                     from: |s| matches!(s, InstanceState::Active | InstanceState::Exited),
-                    operation: "reboot",
+                    action: ActionKind::Reboot,
                     queue: &[(OperationKind::Stop, false), (OperationKind::Start, true)],
                 },
+                by,
             );
         }
         self.require_connected()?;
-        self.stop_then_start(scope, id, "reboot")
+        self.stop_then_start(scope, id, ActionKind::Reboot, by)
     }
 
-    fn delete(&self, scope: Scope, id: Uuid) -> Result<(), ClusterError> {
+    fn delete(&self, scope: Scope, id: Uuid, by: &Caller) -> Result<(), ClusterError> {
         let current = self.store.instance(scope, id)?;
         match (&current.state, current.node) {
             // Never ran anywhere, or a delete that was never confirmed: the record goes now.
@@ -587,7 +634,10 @@ impl Cluster for Engine {
                         ),
                     );
                 }
-                self.forget(&current)
+                let ticket = self.begin_action(id, ActionKind::Delete, by);
+                let forgotten = self.forget(&current);
+                self.finish_action(&ticket, &forgotten);
+                forgotten
             }
             (InstanceState::Deleted, _) => Ok(()),
             _ if self.remote_of(&current)?.is_some() => {
@@ -601,9 +651,10 @@ impl Cluster for Engine {
                     offhost::Step {
                         to: InstanceState::Deleted,
                         from: |_| true,
-                        operation: "delete",
+                        action: ActionKind::Delete,
                         queue: &[(OperationKind::Delete, false)],
                     },
+                    by,
                 )?;
                 Ok(())
             }
@@ -621,15 +672,19 @@ impl Cluster for Engine {
                     .ok_or_else(|| StoreError::not_found("instance", id))?;
                 self.wait_confirmation(id);
                 self.state().restart_after_stop.remove(&id);
+                let ticket = self.begin_action(id, ActionKind::Delete, by);
                 // Not placed yet: the DELETE goes when a STATS shows where it landed (or its
                 // START fails and the record goes).
+                let mut sent = Ok(());
                 if let Some(node) = instance.node {
                     // A scheduler that is down now: the sweep marks the instance hung, and the
                     // node's next STATS (or its absence from it) settles it.
-                    if let Err(e) = self.send_delete(id, node, false) {
+                    sent = self.send_delete(id, node, false);
+                    if let Err(e) = &sent {
                         tracing::warn!("DELETE of {id} not sent: {e}");
                     }
                 }
+                self.finish_action(&ticket, &sent);
                 Ok(())
             }
         }
@@ -671,7 +726,8 @@ impl Engine {
         &self,
         scope: Scope,
         id: Uuid,
-        operation: &'static str,
+        action: ActionKind,
+        by: &Caller,
     ) -> Result<Instance, ClusterError> {
         let (instance, node) = self
             .transition(scope, id, |i| match (&i.state, i.node) {
@@ -682,7 +738,7 @@ impl Engine {
                     },
                     node,
                 ))),
-                _ => Err(invalid(i, operation)),
+                _ => Err(invalid(i, action.as_str())),
             })?
             .ok_or_else(|| StoreError::not_found("instance", id))?;
         {
@@ -690,7 +746,10 @@ impl Engine {
             state.restart_after_stop.insert(id);
             state.unconfirmed.insert(id, SystemTime::now());
         }
-        self.send_delete(id, node, true)?;
+        let ticket = self.begin_action(id, action, by);
+        let sent = self.send_delete(id, node, true);
+        self.finish_action(&ticket, &sent);
+        sent?;
         Ok(instance)
     }
 

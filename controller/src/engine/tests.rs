@@ -117,6 +117,7 @@ impl World {
                     name: "web".into(),
                     count,
                 },
+                &Caller::default(),
             )
             .unwrap()
     }
@@ -269,7 +270,10 @@ fn stats_make_pending_instances_active_on_their_node() {
 fn stop_then_start_goes_through_exited() {
     let w = world();
     let id = w.active();
-    let stopping = w.engine.stop(Scope::Tenant(w.tenant), id).unwrap();
+    let stopping = w
+        .engine
+        .stop(Scope::Tenant(w.tenant), id, &Caller::default())
+        .unwrap();
     assert_eq!(stopping.state, InstanceState::Stopping);
     let sent = w.out.take();
     let d = deletes(&sent);
@@ -278,7 +282,8 @@ fn stop_then_start_goes_through_exited() {
     assert_eq!(d[0].workload_agent_uuid, NODE);
     // Stopping twice is refused.
     assert!(matches!(
-        w.engine.stop(Scope::Tenant(w.tenant), id),
+        w.engine
+            .stop(Scope::Tenant(w.tenant), id, &Caller::default()),
         Err(ClusterError::InvalidState { .. })
     ));
     w.event(Payload::InstanceStopped(InstanceEvent {
@@ -291,7 +296,10 @@ fn stop_then_start_goes_through_exited() {
     w.stats(NODE, &[]);
     assert_eq!(w.state(id), InstanceState::Exited);
 
-    let started = w.engine.start(Scope::Tenant(w.tenant), id).unwrap();
+    let started = w
+        .engine
+        .start(Scope::Tenant(w.tenant), id, &Caller::default())
+        .unwrap();
     assert_eq!(started.state, InstanceState::Pending);
     let sent = w.out.take();
     let s = starts(&sent);
@@ -305,7 +313,9 @@ fn stop_then_start_goes_through_exited() {
 fn reboot_stops_and_starts_again() {
     let w = world();
     let id = w.active();
-    w.engine.reboot(Scope::Tenant(w.tenant), id).unwrap();
+    w.engine
+        .reboot(Scope::Tenant(w.tenant), id, &Caller::default())
+        .unwrap();
     assert_eq!(deletes(&w.out.take()).len(), 1);
     w.event(Payload::InstanceStopped(InstanceEvent {
         instance_uuid: id,
@@ -325,7 +335,9 @@ fn an_instance_that_exits_on_its_own_is_cleared_before_it_starts_again() {
     assert_eq!(w.state(id), InstanceState::Exited);
     assert_eq!(w.instance(id).node, Some(NODE));
     assert!(w.events().iter().any(|e| e.contains("exited on its own")));
-    w.engine.start(Scope::Tenant(w.tenant), id).unwrap();
+    w.engine
+        .start(Scope::Tenant(w.tenant), id, &Caller::default())
+        .unwrap();
     let sent = w.out.take();
     assert!(deletes(&sent)[0].stop);
     assert!(starts(&sent).is_empty());
@@ -339,13 +351,17 @@ fn an_instance_that_exits_on_its_own_is_cleared_before_it_starts_again() {
 fn delete_is_confirmed_by_the_node() {
     let w = world();
     let id = w.active();
-    w.engine.delete(Scope::Tenant(w.tenant), id).unwrap();
+    w.engine
+        .delete(Scope::Tenant(w.tenant), id, &Caller::default())
+        .unwrap();
     assert_eq!(w.state(id), InstanceState::Deleted);
     let sent = w.out.take();
     let d = deletes(&sent);
     assert!(!d[0].stop);
     // Deleting again is idempotent and sends nothing.
-    w.engine.delete(Scope::Tenant(w.tenant), id).unwrap();
+    w.engine
+        .delete(Scope::Tenant(w.tenant), id, &Caller::default())
+        .unwrap();
     assert!(w.out.take().is_empty());
     w.event(Payload::InstanceDeleted(InstanceEvent {
         instance_uuid: id,
@@ -357,7 +373,9 @@ fn delete_is_confirmed_by_the_node() {
 fn a_lost_instance_deleted_is_settled_by_the_next_stats() {
     let w = world();
     let id = w.active();
-    w.engine.delete(Scope::Tenant(w.tenant), id).unwrap();
+    w.engine
+        .delete(Scope::Tenant(w.tenant), id, &Caller::default())
+        .unwrap();
     w.stats(NODE, &[]);
     assert!(w.gone(id));
 }
@@ -370,7 +388,9 @@ fn a_lost_delete_is_sent_again_while_the_node_reports_the_instance() {
     let w = world();
     let id = w.active();
     w.out.down.store(true, Ordering::SeqCst);
-    w.engine.delete(Scope::Tenant(w.tenant), id).unwrap();
+    w.engine
+        .delete(Scope::Tenant(w.tenant), id, &Caller::default())
+        .unwrap();
     assert_eq!(w.state(id), InstanceState::Deleted);
     w.out.down.store(false, Ordering::SeqCst);
     assert!(w.out.take().is_empty());
@@ -440,7 +460,7 @@ fn a_start_no_node_reports_is_lost_and_its_delete_forgotten() {
     w.out.take();
     w.engine.sweep(SystemTime::now()).unwrap();
     assert_eq!(w.state(a), InstanceState::Pending);
-    w.engine.delete(Scope::All, b).unwrap();
+    w.engine.delete(Scope::All, b, &Caller::default()).unwrap();
     let later = SystemTime::now() + Duration::from_secs(61);
     w.engine.sweep(later).unwrap();
     assert!(
@@ -486,13 +506,17 @@ fn a_forgotten_instance_that_a_node_runs_after_all_is_deleted_there() {
     w.node_connected(NODE, NodeType::ComputeNode);
     let ids = w.launch(2);
     let (late, errored) = (ids[0].id, ids[1].id);
-    w.engine.delete(Scope::All, late).unwrap();
+    w.engine
+        .delete(Scope::All, late, &Caller::default())
+        .unwrap();
     let later = SystemTime::now() + Duration::from_secs(61);
     w.engine.sweep(later).unwrap();
     assert!(w.gone(late), "deleted and never reported: forgotten");
     // The other's START is given up for lost; the user deletes the `error` instance.
     assert!(matches!(w.state(errored), InstanceState::Error(_)));
-    w.engine.delete(Scope::All, errored).unwrap();
+    w.engine
+        .delete(Scope::All, errored, &Caller::default())
+        .unwrap();
     assert!(w.gone(errored));
     w.out.take();
     // Both STARTs got to NODE after all: it runs them.
@@ -530,7 +554,9 @@ fn deleting_an_unplaced_instance_waits_to_learn_its_node() {
     w.node_connected(NODE, NodeType::ComputeNode);
     let id = w.launch(1)[0].id;
     w.out.take();
-    w.engine.delete(Scope::Tenant(w.tenant), id).unwrap();
+    w.engine
+        .delete(Scope::Tenant(w.tenant), id, &Caller::default())
+        .unwrap();
     assert!(w.out.take().is_empty());
     // It lands on NODE after all: the DELETE goes there.
     w.stats(NODE, &[(id, Reported::Active)]);
@@ -547,7 +573,9 @@ fn deleting_an_unplaced_instance_waits_to_learn_its_node() {
 fn deleting_while_pending_and_then_failing_to_start_removes_the_record() {
     let w = world();
     let id = w.launch(1)[0].id;
-    w.engine.delete(Scope::Tenant(w.tenant), id).unwrap();
+    w.engine
+        .delete(Scope::Tenant(w.tenant), id, &Caller::default())
+        .unwrap();
     w.event(Payload::StartFailure(ssntp::payload::StartFailure {
         instance_uuid: id,
         node_uuid: None,
@@ -583,7 +611,9 @@ fn fatal_start_failures_are_errors_with_the_reason() {
     }));
     assert_eq!(w.state(made[1].id), InstanceState::Pending);
     // An errored instance is deleted at once, and may be started again.
-    w.engine.start(Scope::All, made[0].id).unwrap();
+    w.engine
+        .start(Scope::All, made[0].id, &Caller::default())
+        .unwrap();
     assert_eq!(w.state(made[0].id), InstanceState::Pending);
     w.event(Payload::StartFailure(ssntp::payload::StartFailure {
         instance_uuid: made[0].id,
@@ -592,7 +622,9 @@ fn fatal_start_failures_are_errors_with_the_reason() {
         restart: true,
         message: None,
     }));
-    w.engine.delete(Scope::All, made[0].id).unwrap();
+    w.engine
+        .delete(Scope::All, made[0].id, &Caller::default())
+        .unwrap();
     assert!(w.gone(made[0].id));
 }
 
@@ -638,7 +670,7 @@ fn a_fatal_start_failure_leaves_a_fault_with_its_cause_until_started_again() {
         "instance {other} failed to start: full_cloud: no compute node has room for the instance"
     )));
     // Started again: pending, no fault; a second failure has its own.
-    w.engine.start(Scope::All, id).unwrap();
+    w.engine.start(Scope::All, id, &Caller::default()).unwrap();
     assert_eq!(w.state(id), InstanceState::Pending);
     assert_eq!(w.instance(id).fault, None);
     w.event(start_failure(id, StartFailureReason::NoCn));
@@ -664,7 +696,7 @@ fn a_node_that_leaves_makes_its_instances_missing_until_it_reports_them() {
     );
     // Starting a missing instance elsewhere could run it twice: refused.
     assert!(matches!(
-        w.engine.start(Scope::All, id),
+        w.engine.start(Scope::All, id, &Caller::default()),
         Err(ClusterError::InvalidState { .. })
     ));
     w.node_connected(NODE, NodeType::ComputeNode);
@@ -724,14 +756,14 @@ fn an_active_instance_that_vanishes_from_its_node_is_missing() {
 fn unconfirmed_deletes_become_hung_and_can_be_removed() {
     let w = world();
     let id = w.active();
-    w.engine.delete(Scope::All, id).unwrap();
+    w.engine.delete(Scope::All, id, &Caller::default()).unwrap();
     w.engine.sweep(SystemTime::now()).unwrap();
     assert_eq!(w.state(id), InstanceState::Deleted);
     w.engine
         .sweep(SystemTime::now() + Duration::from_secs(61))
         .unwrap();
     assert_eq!(w.state(id), InstanceState::Hung);
-    w.engine.delete(Scope::All, id).unwrap();
+    w.engine.delete(Scope::All, id, &Caller::default()).unwrap();
     assert!(w.gone(id));
     assert!(w.events().iter().any(|e| e.contains("hung")));
 }
@@ -740,7 +772,7 @@ fn unconfirmed_deletes_become_hung_and_can_be_removed() {
 fn unconfirmed_stops_become_missing() {
     let w = world();
     let id = w.active();
-    w.engine.stop(Scope::All, id).unwrap();
+    w.engine.stop(Scope::All, id, &Caller::default()).unwrap();
     w.engine
         .sweep(SystemTime::now() + Duration::from_secs(61))
         .unwrap();
@@ -776,6 +808,7 @@ fn nothing_is_created_while_the_scheduler_is_unreachable() {
             name: "x".into(),
             count: 1,
         },
+        &Caller::default(),
     );
     assert!(matches!(refused, Err(ClusterError::Unavailable(_))));
     assert!(
@@ -794,10 +827,10 @@ fn another_tenant_sees_nothing() {
     let id = w.active();
     let other = Scope::Tenant(Uuid::from_bytes([0x99; 16]));
     for result in [
-        w.engine.stop(other, id).map(drop),
-        w.engine.start(other, id).map(drop),
-        w.engine.reboot(other, id).map(drop),
-        w.engine.delete(other, id),
+        w.engine.stop(other, id, &Caller::default()).map(drop),
+        w.engine.start(other, id, &Caller::default()).map(drop),
+        w.engine.reboot(other, id, &Caller::default()).map(drop),
+        w.engine.delete(other, id, &Caller::default()),
     ] {
         assert!(matches!(
             result,
@@ -812,6 +845,7 @@ fn another_tenant_sees_nothing() {
             name: "x".into(),
             count: 1,
         },
+        &Caller::default(),
     );
     assert!(matches!(
         launch,
@@ -837,6 +871,7 @@ fn a_launch_past_the_quota_keeps_what_fitted() {
             name: "x".into(),
             count: 3,
         },
+        &Caller::default(),
     );
     assert!(matches!(
         refused,
@@ -857,6 +892,7 @@ fn bad_launches_are_refused() {
                 name: name.into(),
                 count,
             },
+            &Caller::default(),
         );
         assert!(matches!(refused, Err(ClusterError::Invalid(_))));
     }
@@ -991,7 +1027,9 @@ fn an_exited_cnci_is_started_again_and_an_idle_one_removed() {
     w.stats(NET_NODE, &[(cnci.id, Reported::Active)]);
     w.node_connected(NODE, NodeType::ComputeNode);
     w.stats(NODE, &[(made[0].id, Reported::Active)]);
-    w.engine.delete(Scope::All, made[0].id).unwrap();
+    w.engine
+        .delete(Scope::All, made[0].id, &Caller::default())
+        .unwrap();
     w.event(Payload::InstanceDeleted(InstanceEvent {
         instance_uuid: made[0].id,
     }));
@@ -1011,7 +1049,7 @@ fn an_exited_cnci_is_started_again_and_an_idle_one_removed() {
 fn a_restarted_engine_keeps_waiting_for_confirmations() {
     let w = world();
     let id = w.active();
-    w.engine.delete(Scope::All, id).unwrap();
+    w.engine.delete(Scope::All, id, &Caller::default()).unwrap();
     let again = Engine::new(
         w.engine.store().clone(),
         w.out.clone(),
@@ -1239,3 +1277,5 @@ async fn the_driver_sends_a_cnci_start_again_when_due() {
     stop.cancel();
     driver.await.unwrap();
 }
+
+mod actions;

@@ -93,6 +93,7 @@ pub async fn create(
         }
         None => caller.project()?,
     };
+    let by = caller.who();
     let count = body.count.unwrap_or(1);
     if count == 0 || count > Launch::MAX_COUNT {
         return Err(ApiError::BadRequest(format!(
@@ -120,7 +121,7 @@ pub async fn create(
                 name: body.name,
                 count,
             };
-            Ok(cluster.launch(Scope::Tenant(tenant), launch)?)
+            Ok(cluster.launch(Scope::Tenant(tenant), launch, &by)?)
         })
         .await?;
     let instances: Vec<Value> = instances.iter().map(views::instance).collect();
@@ -134,8 +135,9 @@ pub async fn delete(
 ) -> Result<StatusCode, ApiError> {
     let id = path_id("instance", &id)?;
     let scope = caller.scope()?;
+    let by = caller.who();
     state
-        .cluster(move |_, cluster| Ok(cluster.delete(scope, id)?))
+        .cluster(move |_, cluster| Ok(cluster.delete(scope, id, &by)?))
         .await?;
     Ok(StatusCode::ACCEPTED)
 }
@@ -156,12 +158,13 @@ async fn act(
 ) -> Result<Response, ApiError> {
     let id = path_id("instance", &id)?;
     let scope = caller.scope()?;
+    let by = caller.who();
     let instance = state
         .cluster(move |_, cluster| {
             Ok(match action {
-                Action::Stop => cluster.stop(scope, id)?,
-                Action::Start => cluster.start(scope, id)?,
-                Action::Restart => cluster.reboot(scope, id)?,
+                Action::Stop => cluster.stop(scope, id, &by)?,
+                Action::Start => cluster.start(scope, id, &by)?,
+                Action::Restart => cluster.reboot(scope, id, &by)?,
             })
         })
         .await?;
