@@ -1,5 +1,7 @@
 //! Instances: list (paged), show, launch `count` instances of a workload (202), delete (202),
-//! stop, start and restart (202). Members act in their project; admins in any tenant.
+//! stop, start and restart (202), and the actions log of one (newest first; a deleted
+//! instance's too, while the store keeps them). Members act in their project; admins in any
+//! tenant.
 
 use axum::Json;
 use axum::extract::State;
@@ -78,6 +80,20 @@ pub async fn show(
     let scope = caller.scope()?;
     let instance = state.store(move |s| Ok(s.instance(scope, id)?)).await?;
     Ok(Json(views::instance(&instance)))
+}
+
+pub async fn actions(
+    State(state): State<ApiState>,
+    caller: Principal,
+    PathParams(id): PathParams<String>,
+) -> Result<Json<Value>, ApiError> {
+    let id = path_id("instance", &id)?;
+    let scope = caller.scope()?;
+    let actions = state
+        .store(move |s| Ok(s.instance_actions(scope, id)?))
+        .await?;
+    let actions: Vec<Value> = actions.iter().map(views::instance_action).collect();
+    Ok(Json(json!({"actions": actions})))
 }
 
 pub async fn create(

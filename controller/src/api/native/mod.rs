@@ -1,6 +1,6 @@
 //! cumulo's native API under `/cumulo/v1` (JSON; errors as `{"error": {...}}`): tenants and
-//! quotas, users and roles, flavors, images, workloads, instances, nodes, CNCIs, events,
-//! traces, and an unauthenticated health check. The OpenAPI document (`/openapi.json`) describes
+//! quotas, users and roles, flavors, images, workloads, instances and their actions, nodes,
+//! CNCIs, events, traces, and an unauthenticated health check. The OpenAPI document (`/openapi.json`) describes
 //! every route.
 //!
 //! Authentication: the same bearer token as the OpenStack routes, or the admin client
@@ -81,6 +81,7 @@ pub fn routes() -> Router<ApiState> {
         .route("/instances/{id}/stop", post(instances::stop))
         .route("/instances/{id}/start", post(instances::start))
         .route("/instances/{id}/restart", post(instances::restart))
+        .route("/instances/{id}/actions", get(instances::actions))
         .route("/nodes", get(cluster::nodes).post(cluster::register))
         .route(
             "/nodes/{id}",
