@@ -213,6 +213,12 @@ pub enum InstanceCmd {
         /// Its name or UUID.
         id: String,
     },
+    /// What was asked of an instance, by whom and when, and how it went (newest first; a
+    /// deleted instance's too, by UUID).
+    Actions {
+        /// Its name or UUID.
+        id: String,
+    },
     /// Show an instance's serial console log (local cluster only).
     Console {
         /// Its name or UUID.

@@ -206,6 +206,15 @@ const INSTANCE_COLUMNS: &[(&str, &str)] = &[
     ("NODE", "node"),
 ];
 
+const ACTION_COLUMNS: &[(&str, &str)] = &[
+    ("REQUEST ID", "request_id"),
+    ("ACTION", "action"),
+    ("START", "start"),
+    ("RESULT", "result"),
+    ("USER", "user"),
+    ("DETAIL", "detail"),
+];
+
 /// The error of an instance that ended in `error` while a command waited for it.
 fn failed_error(instance: &Value, id: &str) -> CommandError {
     let name = instance["name"].as_str().unwrap_or_default();
@@ -365,6 +374,16 @@ pub fn instance(
         InstanceCmd::Unpause { id } => action(conn, &instance_id(conn, &id)?, "unpause", o)?,
         InstanceCmd::Suspend { id } => action(conn, &instance_id(conn, &id)?, "suspend", o)?,
         InstanceCmd::Resume { id } => action(conn, &instance_id(conn, &id)?, "resume", o)?,
+        InstanceCmd::Actions { id } => {
+            let id = instance_id(conn, &id)?;
+            let answer = conn.get(&routes::instance_actions(&id))?;
+            if o.json {
+                o.table(&answer, &[]);
+            } else {
+                let rows: Vec<Value> = items(&answer).iter().map(routes::action_row).collect();
+                o.table(&Value::Array(rows), ACTION_COLUMNS);
+            }
+        }
         InstanceCmd::Console { id, dir } => {
             let id = instance_id(conn, &id)?;
             let layout = Layout::new(dir.dir.unwrap_or_else(Layout::default_root));

@@ -37,6 +37,11 @@ pub fn instance_action(id: &str, action: &str) -> String {
     format!("{INSTANCES}/{id}/{action}")
 }
 
+/// An instance's actions log.
+pub fn instance_actions(id: &str) -> String {
+    format!("{INSTANCES}/{id}/actions")
+}
+
 /// A user's roles (POST `{"tenant": .., "role": ..}` grants one).
 pub fn roles(user: &str) -> String {
     format!("{USERS}/{user}/roles")
@@ -98,10 +103,63 @@ pub fn fault_text(instance: &Value) -> Option<String> {
     }
 }
 
+/// An instance action as one row: its fields, with `result` (`error` if an event failed,
+/// `in progress` while one is unfinished, else `success`) and `detail` (the failed events'
+/// `event: why`).
+pub fn action_row(action: &Value) -> Value {
+    let events = action["events"].as_array().cloned().unwrap_or_default();
+    let failed: Vec<String> = events
+        .iter()
+        .filter(|e| e["result"] == "error")
+        .map(|e| {
+            let name = e["name"].as_str().unwrap_or_default();
+            match e["detail"].as_str() {
+                Some(why) => format!("{name}: {why}"),
+                None => name.to_string(),
+            }
+        })
+        .collect();
+    let result = if !failed.is_empty() {
+        "error"
+    } else if events.iter().any(|e| e["finish"].is_null()) {
+        "in progress"
+    } else {
+        "success"
+    };
+    let mut row = action.clone();
+    row["result"] = Value::from(result);
+    row["detail"] = Value::from(failed.join("; "));
+    row
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn an_action_row_says_how_it_went() {
+        let event = |name: &str, finish: Value, result: Value, detail: Value| json!({"name": name, "finish": finish, "result": result, "detail": detail});
+        let done = event(
+            "controller_start",
+            json!("t"),
+            json!("success"),
+            Value::Null,
+        );
+        let open = event("node_start", Value::Null, Value::Null, Value::Null);
+        let failed = event("node_start", json!("t"), json!("error"), json!("no image"));
+        let row = action_row(&json!({"action": "start", "events": [done, open]}));
+        assert_eq!(
+            (&row["result"], &row["detail"]),
+            (&json!("in progress"), &json!(""))
+        );
+        let row = action_row(&json!({"action": "start", "events": [done, failed]}));
+        assert_eq!(row["result"], "error");
+        assert_eq!(row["detail"], "node_start: no image");
+        assert_eq!(row["action"], "start");
+        let row = action_row(&json!({"action": "stop", "events": [done]}));
+        assert_eq!(row["result"], "success");
+    }
 
     #[test]
     fn listings_and_items_are_unwrapped() {

@@ -224,12 +224,28 @@ fn consistent(cluster: &Cluster, ledger: &Ledger) -> Result<(usize, usize), Stri
             failed += 1;
             continue;
         }
-        // Accepted when the agent died between making the instance and booting it: the
-        // restarted agent finds it not running ("lost while the agent was away"), removes it
-        // and reports it stopped. Nothing runs it (checked here); a `start` boots it.
+        // Accepted when the agent died before its backend made anything of the instance: the
+        // restarted agent forgets it and reports it stopped; it is exited on no node. Nothing
+        // runs it (checked here); a `start` boots it anew.
         if state == "exited" && i["node"].is_null() {
             if let Some(agent) = reality.get(id) {
                 return Err(format!("instance {id} is exited but {agent:?} has it"));
+            }
+            failed += 1;
+            continue;
+        }
+        // The agent died between making the instance and booting it, after its backend made
+        // it: the restarted agent finds it not running and keeps it, stopped, on its node.
+        if state == "exited" {
+            let node = i["node"].as_str().unwrap_or_default();
+            match reality.get(id) {
+                Some((host, false, _)) if hosts.get(node) == Some(host) => {}
+                other => {
+                    return Err(format!(
+                        "instance {id} is exited on {:?}; the agents have {other:?}",
+                        hosts.get(node)
+                    ));
+                }
             }
             failed += 1;
             continue;

@@ -32,6 +32,17 @@ impl Launch {
     pub const MAX_COUNT: u32 = 1000;
 }
 
+/// Who asks the cluster to act on instances: recorded with the instance actions the request
+/// starts (see [`crate::actions`]). `Caller::default()` is nobody in particular: the admin
+/// client certificate, or the controller itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Caller {
+    /// The user, for a token login.
+    pub user: Option<Uuid>,
+    /// The project the user's token is scoped to.
+    pub project: Option<Uuid>,
+}
+
 /// Why a cluster operation failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ClusterError {
@@ -180,24 +191,39 @@ pub fn action_allowed(action: InstanceAction, state: &InstanceState) -> bool {
 pub trait Cluster: Send + Sync {
     /// Creates `count` instances (each quota-checked, in state `pending`) and sends their STARTs.
     /// A quota or address exhaustion part-way keeps the instances created before it and fails.
-    fn launch(&self, scope: Scope, launch: Launch) -> Result<Vec<Instance>, ClusterError>;
-    /// Stops an active instance (state `stopping`, then `exited` when the node confirms).
-    fn stop(&self, scope: Scope, id: Uuid) -> Result<Instance, ClusterError>;
+    /// Each instance gets a `create` action for `by`, all with one request identifier.
+    fn launch(
+        &self,
+        scope: Scope,
+        launch: Launch,
+        by: &Caller,
+    ) -> Result<Vec<Instance>, ClusterError>;
+    /// Stops an active instance (state `stopping`, then `exited` when the node confirms); a
+    /// `stop` action for `by`.
+    fn stop(&self, scope: Scope, id: Uuid, by: &Caller) -> Result<Instance, ClusterError>;
     /// Starts an exited instance again: on the node that keeps it (from its disks), or, if
-    /// it is on no node (failed, never placed), wherever the scheduler places it.
-    fn start(&self, scope: Scope, id: Uuid) -> Result<Instance, ClusterError>;
-    /// Reboots an active instance on its node (an orderly reboot; same disks).
-    fn reboot(&self, scope: Scope, id: Uuid) -> Result<Instance, ClusterError> {
-        self.act(scope, id, InstanceAction::Reboot)
+    /// it is on no node (failed, never placed), wherever the scheduler places it; a `start`
+    /// action for `by`.
+    fn start(&self, scope: Scope, id: Uuid, by: &Caller) -> Result<Instance, ClusterError>;
+    /// Reboots an active instance on its node (an orderly reboot; same disks); a `reboot`
+    /// action for `by`.
+    fn reboot(&self, scope: Scope, id: Uuid, by: &Caller) -> Result<Instance, ClusterError> {
+        self.act(scope, id, InstanceAction::Reboot, by)
     }
     /// Carries out an action on an instance on its node (reboot, hard reboot, pause, unpause,
     /// suspend, resume), when its state allows it ([`action_allowed`]); its new state shows
-    /// once its node reports it.
-    fn act(&self, scope: Scope, id: Uuid, action: InstanceAction)
-    -> Result<Instance, ClusterError>;
+    /// once its node reports it. An action of its name for `by`.
+    fn act(
+        &self,
+        scope: Scope,
+        id: Uuid,
+        action: InstanceAction,
+        by: &Caller,
+    ) -> Result<Instance, ClusterError>;
     /// Deletes an instance: state `deleted` until its node confirms (`hung` if it never does);
-    /// an instance on no node (never placed, or failed) goes at once.
-    fn delete(&self, scope: Scope, id: Uuid) -> Result<(), ClusterError>;
+    /// an instance on no node (never placed, or failed) goes at once. A `delete` action for
+    /// `by` (none when the instance is being deleted already).
+    fn delete(&self, scope: Scope, id: Uuid, by: &Caller) -> Result<(), ClusterError>;
     /// Every node known since the controller started, by UUID.
     fn nodes(&self) -> Vec<Node>;
     /// One node.

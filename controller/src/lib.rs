@@ -1,9 +1,11 @@
 //! cumulo-controller's library: the [`api`] (REST), the [`cluster`] operations the API asks of
-//! the cluster, implemented over SSNTP by the [`engine`], and the daemon around them. The
+//! the cluster, implemented over SSNTP by the [`engine`], the instance [`actions`] log they
+//! record, and the daemon around them. The
 //! durable record of tenants, users, flavors, images, workloads, instances, CNCIs and events is
 //! the `store` crate's.
 #![forbid(unsafe_code)]
 
+pub mod actions;
 pub mod api;
 pub mod cluster;
 pub mod config;

@@ -1,8 +1,9 @@
 //! The controller's store: one trait per concern ([`IdentityStore`], [`CatalogStore`],
-//! [`InstanceStore`], [`EventStore`], [`OperationQueue`]; [`Store`] is all of them), implemented by
-//! [`SqliteStore`] (embedded, the default) and [`EtcdStore`] (etcd v3, shared by several
-//! controllers); [`open()`] picks one from a path or an `etcd://` URL. [`ReservationStore`] stands
-//! apart (in memory, or over etcd). `use store::prelude::*` brings every trait into scope.
+//! [`InstanceStore`], [`EventStore`], [`ActionStore`], [`OperationQueue`]; [`Store`] is all of
+//! them), implemented by [`SqliteStore`] (embedded, the default) and [`EtcdStore`] (etcd v3,
+//! shared by several controllers); [`open()`] picks one from a path or an `etcd://` URL.
+//! [`ReservationStore`] stands apart (in memory, or over etcd). `use store::prelude::*` brings
+//! every trait into scope.
 //!
 //! Every operation is one transaction. Tenant-owned objects are read and changed through a
 //! [`Scope`]: [`Scope::Tenant`] never sees another tenant's objects (they are `NotFound`), and
@@ -12,6 +13,7 @@
 //!
 //! The store is synchronous; async callers use `spawn_blocking`.
 
+mod actions;
 mod common;
 #[cfg(feature = "etcd")]
 pub mod etcd;
@@ -27,6 +29,7 @@ pub mod sqlite;
 pub(crate) mod suite;
 mod traits;
 
+pub use actions::{ACTIONS_PER_INSTANCE, GONE_INSTANCES_KEPT};
 pub use common::DEFAULT_EVENT_CAPACITY;
 #[cfg(feature = "etcd")]
 pub use etcd::EtcdStore;
@@ -37,14 +40,16 @@ pub use queue::*;
 pub use reservations::{MemoryReservations, Reservation, ReservationStore};
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteStore;
-pub use traits::{CatalogStore, EventStore, IdentityStore, InstanceStore, OperationQueue, Store};
+pub use traits::{
+    ActionStore, CatalogStore, EventStore, IdentityStore, InstanceStore, OperationQueue, Store,
+};
 
 /// Every trait of the store, to call their methods on a concrete store (`SqliteStore`,
 /// `EtcdStore`): `use store::prelude::*`.
 pub mod prelude {
     pub use crate::{
-        CatalogStore, EventStore, IdentityStore, InstanceStore, OperationQueue, ReservationStore,
-        Store,
+        ActionStore, CatalogStore, EventStore, IdentityStore, InstanceStore, OperationQueue,
+        ReservationStore, Store,
     };
 }
 

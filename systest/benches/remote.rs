@@ -134,6 +134,7 @@ fn launch(engine: &Engine, tenant: Uuid, workload: Uuid, count: u32) {
                 name: "vm".into(),
                 count,
             },
+            &controller::cluster::Caller::default(),
         )
         .unwrap();
 }

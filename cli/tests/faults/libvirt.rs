@@ -63,13 +63,28 @@ fn vms_consistent(cluster: &Cluster, ledger: &Ledger) -> Result<(usize, usize), 
         let domain = domains.get(id);
         let held = files.get(id);
         // As for sim: failed to start because of the fault, or lost mid-boot with the agent
-        // (the restarted agent found its domain not running and removed it); nothing of it
-        // may be left.
+        // before anything of it was made (forgotten, exited on no node); nothing of it may be
+        // left.
         if state == "error" || (state == "exited" && i["node"].is_null()) {
             if domain.is_some() || held.is_some() {
                 return Err(format!(
                     "instance {id} is {state} ({error}) but its domain is {domain:?}, files {held:?}"
                 ));
+            }
+            failed += 1;
+            continue;
+        }
+        // Lost mid-boot with the agent, its domain already made: the restarted agent found it
+        // powered off and kept it, stopped, on its node (a `start` boots it there).
+        if state == "exited" {
+            let host = hosts.get(i["node"].as_str().unwrap_or_default());
+            match (domain, held.map(Vec::as_slice)) {
+                (Some(false), Some([(h, true, true, _)])) if Some(h) == host => {}
+                other => {
+                    return Err(format!(
+                        "instance {id} is exited on {host:?}; its domain (running) and the agents' (host, directory, record, boots) are {other:?}"
+                    ));
+                }
             }
             failed += 1;
             continue;

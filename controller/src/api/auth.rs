@@ -13,6 +13,7 @@ use uuid::Uuid;
 use super::serve::ClientCertificate;
 use super::token::{Claims, TokenError};
 use super::{ApiError, ApiState};
+use crate::cluster::Caller;
 use store::{Role, Scope, StoreError};
 
 /// The header carrying a token (Keystone's).
@@ -36,6 +37,14 @@ impl Principal {
     /// admin client certificate).
     pub fn is_admin(&self) -> bool {
         self.roles.contains(&Role::Admin)
+    }
+
+    /// Who the caller is, as the cluster records it in instance actions.
+    pub fn who(&self) -> Caller {
+        Caller {
+            user: self.user,
+            project: self.project,
+        }
     }
 
     /// Refuses callers that are not admins.

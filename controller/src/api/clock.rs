@@ -1,4 +1,5 @@
-//! Times as the APIs write them: RFC 3339 in UTC (`2026-11-30T08:37:56Z`) and Unix seconds.
+//! Times as the APIs write them: RFC 3339 in UTC (`2026-11-30T08:37:56Z`), Nova's instance
+//! action times (`2026-11-30T08:37:56.123000`, UTC) and Unix seconds.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -35,6 +36,24 @@ const LATEST: OffsetDateTime = datetime!(9999-12-31 23:59:59 UTC);
 /// `2026-11-30T08:37:56.000000Z`: RFC 3339 with six digits of fraction, as Keystone writes them.
 const MICRO: &[BorrowedFormatItem<'static>] =
     format_description!("[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:6]Z");
+
+/// Nova's instance action times: UTC with microseconds and no zone (`2026-11-30T08:37:56.123000`).
+const NOVA_MICRO: &[BorrowedFormatItem<'static>] =
+    format_description!("[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:6]");
+
+/// `time` as Nova writes instance action times: UTC, microseconds, no zone
+/// (`2026-11-30T08:37:56.123000`); the fraction is kept (the stores keep milliseconds).
+pub fn nova_micro(time: SystemTime) -> String {
+    let whole = utc(time);
+    let micros = time
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_micros());
+    whole
+        .replace_microsecond(micros)
+        .unwrap_or(whole)
+        .format(NOVA_MICRO)
+        .unwrap_or_default()
+}
 
 /// `time` as RFC 3339 UTC with whole seconds (`2026-11-30T08:37:56Z`).
 pub fn rfc3339(time: SystemTime) -> String {
@@ -100,5 +119,12 @@ mod tests {
             rfc3339(from_unix_secs(u64::MAX / 4)),
             "9999-12-31T23:59:59Z"
         );
+    }
+
+    #[test]
+    fn nova_action_times_keep_the_fraction() {
+        let at = UNIX_EPOCH + Duration::new(1_796_027_876, 123_456_789);
+        assert_eq!(nova_micro(at), "2026-11-30T08:37:56.123456");
+        assert_eq!(nova_micro(UNIX_EPOCH), "1970-01-01T00:00:00.000000");
     }
 }

@@ -11,10 +11,11 @@ use ssntp::payload::{
 use uuid::Uuid;
 
 use super::{Engine, state_name};
+use crate::actions;
 use crate::cluster::{ClusterError, Node, NodeKinds, NodeStatus, Trace, TraceHop};
 use store::{
-    CnciChange, EventKind, Instance, InstanceChange, InstanceFilter, InstanceState, Scope,
-    StoreError,
+    CnciChange, EventKind, EventOutcome, Instance, InstanceChange, InstanceFilter, InstanceState,
+    Scope, StoreError,
 };
 
 impl Engine {
@@ -318,7 +319,10 @@ impl Engine {
             ..InstanceChange::default()
         };
         let (change, note) = match (&record.state, reported) {
-            (InstanceState::Pending, Reported::Active) => (change(InstanceState::Active), None),
+            (InstanceState::Pending, Reported::Active) => {
+                actions::start_ended(self.store.as_ref(), record.id, EventOutcome::success());
+                (change(InstanceState::Active), None)
+            }
             (InstanceState::Pending, _) if record.node != here => (
                 InstanceChange {
                     node: Some(here),
@@ -552,10 +556,15 @@ impl Engine {
             tracing::info!("START of {id}: {reason} (not fatal)");
             return Ok(());
         }
+        let fault = super::fault::of_start_failure(failure, &reason, now);
+        actions::start_ended(
+            self.store.as_ref(),
+            id,
+            EventOutcome::error(format!("{}: {}", fault.reason, fault.message)),
+        );
         if matches!(record.state, InstanceState::Deleted | InstanceState::Hung) {
             return self.forget(&record);
         }
-        let fault = super::fault::of_start_failure(failure, &reason, now);
         self.event(
             Some(record.tenant),
             EventKind::Error,

@@ -36,6 +36,7 @@ impl Engine {
         &self,
         current: Instance,
         action: InstanceAction,
+        by: &Caller,
     ) -> Result<Instance, ClusterError> {
         let operation = match action {
             InstanceAction::Reboot | InstanceAction::RebootHard => "reboot",
@@ -52,11 +53,16 @@ impl Engine {
             _ => return Err(invalid(&current, operation)),
         };
         self.require_connected()?;
-        self.send(&Payload::InstanceAction(InstanceActionCommand {
+        let kind = ActionKind::of_instance_action(action)
+            .ok_or_else(|| ClusterError::Invalid("an unknown action".into()))?;
+        let ticket = self.begin_action(current.id, kind, by);
+        let sent = self.send(&Payload::InstanceAction(InstanceActionCommand {
             instance_uuid: current.id,
             workload_agent_uuid: node,
             action,
-        }))?;
+        }));
+        self.finish_action(&ticket, &sent);
+        sent?;
         self.event(
             Some(current.tenant),
             EventKind::Info,
@@ -70,6 +76,7 @@ impl Engine {
         scope: Scope,
         current: Instance,
         action: InstanceAction,
+        by: &Caller,
     ) -> Result<Instance, ClusterError> {
         if let Some(host) = self.remote_of(&current)? {
             return self.off_host_change(
@@ -79,12 +86,13 @@ impl Engine {
                 offhost::Step {
                     to: InstanceState::Stopping,
                     from: |s| matches!(s, InstanceState::Active | InstanceState::Exited),
-                    operation: "reboot",
+                    action: ActionKind::Reboot,
                     queue: &[(OperationKind::Stop, false), (OperationKind::Start, true)],
                 },
+                by,
             );
         }
-        self.instance_action(current, action)
+        self.instance_action(current, action, by)
     }
 }
 
@@ -99,8 +107,9 @@ use ssntp::Payload;
 use ssntp::payload::{Delete, InstanceAction as InstanceActionCommand, NodeCommand};
 use uuid::Uuid;
 
+use crate::actions::{self, ActionKind, ActionTicket};
 use crate::cluster::{
-    Cluster, ClusterError, InstanceAction, Launch, Node, NodeStatus, Trace, action_allowed,
+    Caller, Cluster, ClusterError, InstanceAction, Launch, Node, NodeStatus, Trace, action_allowed,
 };
 use store::{
     EventKind, Instance, InstanceChange, InstanceFilter, InstanceState, NewEvent, NewInstance,
@@ -445,6 +454,26 @@ impl Engine {
         self.subnet_maybe_idle(instance);
         Ok(())
     }
+
+    /// Records that `by` asked `kind` of `instance`, in a new request, with the controller's
+    /// event started: call it once the instance's state allows the operation and before its
+    /// command goes out, then [`Engine::finish_action`] with how handing the command on went.
+    /// Never fails (a store error is logged); see [`crate::actions`] for the rule.
+    pub fn begin_action(&self, instance: Uuid, kind: ActionKind, by: &Caller) -> ActionTicket {
+        actions::begin(
+            self.store.as_ref(),
+            &actions::new_request_id(),
+            instance,
+            kind,
+            by,
+        )
+    }
+
+    /// Finishes the controller's event of a begun action: `Success` if `result` is `Ok`, else
+    /// `Error` with the error's text.
+    pub fn finish_action<T>(&self, ticket: &ActionTicket, result: &Result<T, ClusterError>) {
+        actions::finish(self.store.as_ref(), ticket, actions::outcome_of(result));
+    }
 }
 
 /// The fault that goes with an error state the engine sets itself (`None`: not an error).
@@ -471,7 +500,12 @@ fn invalid(instance: &Instance, operation: &'static str) -> ClusterError {
 }
 
 impl Cluster for Engine {
-    fn launch(&self, scope: Scope, launch: Launch) -> Result<Vec<Instance>, ClusterError> {
+    fn launch(
+        &self,
+        scope: Scope,
+        launch: Launch,
+        by: &Caller,
+    ) -> Result<Vec<Instance>, ClusterError> {
         if launch.count == 0 || launch.count > Launch::MAX_COUNT {
             return Err(ClusterError::Invalid(format!(
                 "count must be 1 to {}",
@@ -505,8 +539,18 @@ impl Cluster for Engine {
             }
         }
         let mut launched = Vec::with_capacity(created.len());
+        let request_id = actions::new_request_id();
         for instance in created {
-            launched.push(self.dispatch(instance, &plan, false)?);
+            let ticket = actions::begin(
+                self.store.as_ref(),
+                &request_id,
+                instance.id,
+                ActionKind::Create,
+                by,
+            );
+            let dispatched = self.dispatch(instance, &plan, false);
+            self.finish_action(&ticket, &dispatched);
+            launched.push(dispatched?);
         }
         match failure {
             Some(e) if launched.is_empty() => Err(e.into()),
@@ -527,7 +571,7 @@ impl Cluster for Engine {
         }
     }
 
-    fn stop(&self, scope: Scope, id: Uuid) -> Result<Instance, ClusterError> {
+    fn stop(&self, scope: Scope, id: Uuid, by: &Caller) -> Result<Instance, ClusterError> {
         let current = self.store.instance(scope, id)?;
         if let Some(host) = self.remote_of(&current)? {
             return self.off_host_change(
@@ -537,9 +581,10 @@ impl Cluster for Engine {
                 offhost::Step {
                     to: InstanceState::Stopping,
                     from: |s| *s == InstanceState::Active,
-                    operation: "stop",
+                    action: ActionKind::Stop,
                     queue: &[(OperationKind::Stop, false)],
                 },
+                by,
             );
         }
         self.require_connected()?;
@@ -556,11 +601,14 @@ impl Cluster for Engine {
             })?
             .ok_or_else(|| StoreError::not_found("instance", id))?;
         self.wait_confirmation(id);
-        self.send_delete(id, node, true)?;
+        let ticket = self.begin_action(id, ActionKind::Stop, by);
+        let sent = self.send_delete(id, node, true);
+        self.finish_action(&ticket, &sent);
+        sent?;
         Ok(instance)
     }
 
-    fn start(&self, scope: Scope, id: Uuid) -> Result<Instance, ClusterError> {
+    fn start(&self, scope: Scope, id: Uuid, by: &Caller) -> Result<Instance, ClusterError> {
         let current = self.store.instance(scope, id)?;
         if let Some(host) = self.remote_of(&current)? {
             // Exited on its off-host host: clear it there, then start it again.
@@ -571,9 +619,10 @@ impl Cluster for Engine {
                 offhost::Step {
                     to: InstanceState::Stopping,
                     from: |s| *s == InstanceState::Exited,
-                    operation: "start",
+                    action: ActionKind::Start,
                     queue: &[(OperationKind::Stop, false), (OperationKind::Start, true)],
                 },
+                by,
             );
         }
         if self.store.remote_hosts()?.is_empty() {
@@ -598,7 +647,10 @@ impl Cluster for Engine {
                         _ => Err(invalid(i, "start")),
                     })?
                     .ok_or_else(|| StoreError::not_found("instance", id))?;
-                self.dispatch(instance, &plan, true)
+                let ticket = self.begin_action(id, ActionKind::Start, by);
+                let dispatched = self.dispatch(instance, &plan, true);
+                self.finish_action(&ticket, &dispatched);
+                dispatched
             }
             (InstanceState::Exited | InstanceState::Error(_), None) => {
                 let plan = self.plan(Scope::Tenant(current.tenant), current.workload)?;
@@ -616,7 +668,10 @@ impl Cluster for Engine {
                     })?
                     .ok_or_else(|| StoreError::not_found("instance", id))?;
                 // On no node: nothing is kept anywhere; a new VM from its image.
-                self.dispatch(instance, &plan, false)
+                let ticket = self.begin_action(id, ActionKind::Start, by);
+                let dispatched = self.dispatch(instance, &plan, false);
+                self.finish_action(&ticket, &dispatched);
+                dispatched
             }
             _ => Err(invalid(&current, "start")),
         }
@@ -627,10 +682,11 @@ impl Cluster for Engine {
         scope: Scope,
         id: Uuid,
         action: InstanceAction,
+        by: &Caller,
     ) -> Result<Instance, ClusterError> {
         let current = self.store.instance(scope, id)?;
         if matches!(action, InstanceAction::Reboot | InstanceAction::RebootHard) {
-            return self.reboot_instance(scope, current, action);
+            return self.reboot_instance(scope, current, action, by);
         }
         if self.remote_of(&current)?.is_some() {
             return Err(ClusterError::Invalid(format!(
@@ -638,10 +694,10 @@ impl Cluster for Engine {
                 action.name()
             )));
         }
-        self.instance_action(current, action)
+        self.instance_action(current, action, by)
     }
 
-    fn delete(&self, scope: Scope, id: Uuid) -> Result<(), ClusterError> {
+    fn delete(&self, scope: Scope, id: Uuid, by: &Caller) -> Result<(), ClusterError> {
         let current = self.store.instance(scope, id)?;
         match (&current.state, current.node) {
             // Never ran anywhere, or a delete that was never confirmed: the record goes now.
@@ -655,7 +711,10 @@ impl Cluster for Engine {
                         ),
                     );
                 }
-                self.forget(&current)
+                let ticket = self.begin_action(id, ActionKind::Delete, by);
+                let forgotten = self.forget(&current);
+                self.finish_action(&ticket, &forgotten);
+                forgotten
             }
             (InstanceState::Deleted, _) => Ok(()),
             _ if self.remote_of(&current)?.is_some() => {
@@ -669,9 +728,10 @@ impl Cluster for Engine {
                     offhost::Step {
                         to: InstanceState::Deleted,
                         from: |_| true,
-                        operation: "delete",
+                        action: ActionKind::Delete,
                         queue: &[(OperationKind::Delete, false)],
                     },
+                    by,
                 )?;
                 Ok(())
             }
@@ -688,15 +748,19 @@ impl Cluster for Engine {
                     })?
                     .ok_or_else(|| StoreError::not_found("instance", id))?;
                 self.wait_confirmation(id);
+                let ticket = self.begin_action(id, ActionKind::Delete, by);
                 // Not placed yet: the DELETE goes when a STATS shows where it landed (or its
                 // START fails and the record goes).
+                let mut sent = Ok(());
                 if let Some(node) = instance.node {
                     // A scheduler that is down now: the sweep marks the instance hung, and the
                     // node's next STATS (or its absence from it) settles it.
-                    if let Err(e) = self.send_delete(id, node, false) {
+                    sent = self.send_delete(id, node, false);
+                    if let Err(e) = &sent {
                         tracing::warn!("DELETE of {id} not sent: {e}");
                     }
                 }
+                self.finish_action(&ticket, &sent);
                 Ok(())
             }
         }

@@ -15,7 +15,8 @@ use uuid::Uuid;
 
 use super::Engine;
 use super::start::{Plan, start_payload};
-use crate::cluster::{ClusterError, NodeStatus};
+use crate::actions::ActionKind;
+use crate::cluster::{Caller, ClusterError, NodeStatus};
 use store::{
     Instance, InstanceChange, InstanceState, NewOperation, OperationKind, RemoteHost, Scope,
     StoreError,
@@ -27,12 +28,12 @@ pub fn operation_payload(start: &Start) -> Result<Vec<u8>, ClusterError> {
     Ok(ssntp::Payload::Start(Box::new(start.clone())).encode())
 }
 
-/// A change of an off-host instance: its new state, the states it may come from, the
-/// operation's name (for errors) and the operations to queue (kind, START's `restart`).
+/// A change of an off-host instance: its new state, the states it may come from, the action it
+/// is (recorded, and named in errors) and the operations to queue (kind, START's `restart`).
 pub(super) struct Step {
     pub(super) to: InstanceState,
     pub(super) from: fn(&InstanceState) -> bool,
-    pub(super) operation: &'static str,
+    pub(super) action: ActionKind,
     pub(super) queue: &'static [(OperationKind, bool)],
 }
 
@@ -123,18 +124,20 @@ impl Engine {
         Ok(placed)
     }
 
-    /// Moves an off-host instance as `step` says and queues its operations in order.
+    /// Moves an off-host instance as `step` says and queues its operations in order, recording
+    /// the step's action for `by`.
     pub(super) fn off_host_change(
         &self,
         scope: Scope,
         current: &Instance,
         host: &RemoteHost,
         step: Step,
+        by: &Caller,
     ) -> Result<Instance, ClusterError> {
         let Step {
             to: state,
             from: allowed,
-            operation,
+            action,
             queue: kinds,
         } = step;
         let (instance, ()) = self
@@ -148,13 +151,16 @@ impl Engine {
                         (),
                     )))
                 } else {
-                    Err(super::invalid(i, operation))
+                    Err(super::invalid(i, action.as_str()))
                 }
             })?
             .ok_or_else(|| StoreError::not_found("instance", current.id))?;
-        for (kind, restart) in kinds {
-            self.enqueue(host.id, &instance, *kind, *restart)?;
-        }
+        let ticket = self.begin_action(current.id, action, by);
+        let queued = kinds
+            .iter()
+            .try_for_each(|(kind, restart)| self.enqueue(host.id, &instance, *kind, *restart));
+        self.finish_action(&ticket, &queued);
+        queued?;
         Ok(instance)
     }
 }

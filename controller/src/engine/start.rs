@@ -8,10 +8,11 @@ use ssntp::Payload;
 use ssntp::payload::{FwType, Networking, Requirements, Start, VmType};
 
 use super::{Engine, TenantNetwork};
+use crate::actions;
 use crate::cluster::ClusterError;
 use store::{
-    Cnci, CnciState, EventKind, Flavor, Image, Instance, InstanceChange, InstanceState, Scope,
-    Workload,
+    Cnci, CnciState, EventKind, EventOutcome, Flavor, Image, Instance, InstanceChange,
+    InstanceState, Scope, Workload,
 };
 
 /// What an instance is made from, read once per launch.
@@ -134,6 +135,7 @@ impl Engine {
         };
         let cnci = networking.as_ref().map(|n| n.concentrator_uuid);
         let start = start_payload(&instance, plan, networking, restart);
+        actions::start_sent(self.store.as_ref(), instance.id);
         let sent = self.send(&Payload::Start(Box::new(start)));
         if sent.is_ok() {
             self.state()
@@ -158,6 +160,11 @@ impl Engine {
                     Some(instance.tenant),
                     EventKind::Error,
                     format!("START of instance {} not sent: {e}", instance.id),
+                );
+                actions::start_ended(
+                    self.store.as_ref(),
+                    instance.id,
+                    EventOutcome::error(format!("dispatch_failure: the START was not sent: {e}")),
                 );
                 Ok(self
                     .set_state(

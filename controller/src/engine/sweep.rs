@@ -5,8 +5,9 @@ use std::time::SystemTime;
 use uuid::Uuid;
 
 use super::{Engine, START_LOST};
+use crate::actions;
 use crate::cluster::ClusterError;
-use store::{EventKind, Instance, InstanceState, Scope, StoreError};
+use store::{EventKind, EventOutcome, Instance, InstanceState, Scope, StoreError};
 
 impl Engine {
     /// Applies the timers at `now`: a DELETE unconfirmed for [`confirm_timeout`] makes the
@@ -107,14 +108,16 @@ impl Engine {
                     self.config.confirm_timeout
                 ),
             );
-            self.set_state_if(
-                id,
-                InstanceState::Error(format!(
-                    "{START_LOST}: no node reported it within {:?}",
-                    self.config.confirm_timeout
-                )),
-                unplaced,
-            )?;
+            let why = format!(
+                "{START_LOST}: no node reported it within {:?}",
+                self.config.confirm_timeout
+            );
+            if self
+                .set_state_if(id, InstanceState::Error(why.clone()), unplaced)?
+                .is_some()
+            {
+                actions::start_ended(self.store.as_ref(), id, EventOutcome::error(why));
+            }
         }
         Ok(())
     }

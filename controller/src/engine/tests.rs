@@ -118,6 +118,7 @@ impl World {
                     name: "web".into(),
                     count,
                 },
+                &Caller::default(),
             )
             .unwrap()
     }
@@ -270,7 +271,10 @@ fn stats_make_pending_instances_active_on_their_node() {
 fn stop_keeps_the_instance_on_its_node_and_start_boots_it_there() {
     let w = world();
     let id = w.active();
-    let stopping = w.engine.stop(Scope::Tenant(w.tenant), id).unwrap();
+    let stopping = w
+        .engine
+        .stop(Scope::Tenant(w.tenant), id, &Caller::default())
+        .unwrap();
     assert_eq!(stopping.state, InstanceState::Stopping);
     let sent = w.out.take();
     let d = deletes(&sent);
@@ -279,7 +283,8 @@ fn stop_keeps_the_instance_on_its_node_and_start_boots_it_there() {
     assert_eq!(d[0].workload_agent_uuid, NODE);
     // Stopping twice is refused.
     assert!(matches!(
-        w.engine.stop(Scope::Tenant(w.tenant), id),
+        w.engine
+            .stop(Scope::Tenant(w.tenant), id, &Caller::default()),
         Err(ClusterError::InvalidState { .. })
     ));
     w.event(Payload::InstanceStopped(InstanceEvent {
@@ -297,13 +302,17 @@ fn stop_keeps_the_instance_on_its_node_and_start_boots_it_there() {
         InstanceAction::Resume,
     ] {
         assert!(matches!(
-            w.engine.act(Scope::Tenant(w.tenant), id, action),
+            w.engine
+                .act(Scope::Tenant(w.tenant), id, action, &Caller::default()),
             Err(ClusterError::InvalidState { .. })
         ));
     }
     assert!(w.out.take().is_empty());
 
-    let started = w.engine.start(Scope::Tenant(w.tenant), id).unwrap();
+    let started = w
+        .engine
+        .start(Scope::Tenant(w.tenant), id, &Caller::default())
+        .unwrap();
     assert_eq!(started.state, InstanceState::Pending);
     let sent = w.out.take();
     let s = starts(&sent);
@@ -320,7 +329,9 @@ fn a_restart_its_node_cannot_do_leaves_it_stopped_there_with_the_fault() {
     let id = w.active();
     w.stats(NODE, &[(id, Reported::Exited)]);
     assert_eq!(w.state(id), InstanceState::Exited);
-    w.engine.start(Scope::Tenant(w.tenant), id).unwrap();
+    w.engine
+        .start(Scope::Tenant(w.tenant), id, &Caller::default())
+        .unwrap();
     w.out.take();
     let mut failure = StartFailure::new(id, Some(NODE), StartFailureReason::FullCn, true);
     failure = failure.with_message("the node is full");
@@ -330,7 +341,9 @@ fn a_restart_its_node_cannot_do_leaves_it_stopped_there_with_the_fault() {
     assert_eq!(record.node, Some(NODE));
     assert_eq!(record.fault.map(|f| f.reason), Some("full_cn".into()));
     // A node that no longer holds it: an error, placed nowhere.
-    w.engine.start(Scope::Tenant(w.tenant), id).unwrap();
+    w.engine
+        .start(Scope::Tenant(w.tenant), id, &Caller::default())
+        .unwrap();
     w.out.take();
     let gone = StartFailure::new(id, Some(NODE), StartFailureReason::InstanceMissing, true);
     w.event(Payload::StartFailure(gone));
@@ -361,30 +374,39 @@ fn actions_go_to_the_node_and_states_follow_its_stats() {
         assert_eq!(actions.len(), 1, "{sent:?}");
         actions[0]
     };
-    w.engine.reboot(scope, id).unwrap();
+    w.engine.reboot(scope, id, &Caller::default()).unwrap();
     assert_eq!(sent_action(&w), (id, NODE, InstanceAction::Reboot));
-    w.engine.act(scope, id, InstanceAction::RebootHard).unwrap();
+    w.engine
+        .act(scope, id, InstanceAction::RebootHard, &Caller::default())
+        .unwrap();
     assert_eq!(sent_action(&w).2, InstanceAction::RebootHard);
     assert_eq!(w.state(id), InstanceState::Active);
-    w.engine.act(scope, id, InstanceAction::Pause).unwrap();
+    w.engine
+        .act(scope, id, InstanceAction::Pause, &Caller::default())
+        .unwrap();
     assert_eq!(sent_action(&w).2, InstanceAction::Pause);
     // Unpause before the node says paused: refused, nothing sent.
     assert!(matches!(
-        w.engine.act(scope, id, InstanceAction::Unpause),
+        w.engine
+            .act(scope, id, InstanceAction::Unpause, &Caller::default()),
         Err(ClusterError::InvalidState { .. })
     ));
     assert!(w.out.take().is_empty());
     w.stats(NODE, &[(id, Reported::Paused)]);
     assert_eq!(w.state(id), InstanceState::Paused);
-    w.engine.act(scope, id, InstanceAction::Suspend).unwrap();
+    w.engine
+        .act(scope, id, InstanceAction::Suspend, &Caller::default())
+        .unwrap();
     assert_eq!(sent_action(&w).2, InstanceAction::Suspend);
     w.stats(NODE, &[(id, Reported::Suspended)]);
     assert_eq!(w.state(id), InstanceState::Suspended);
     assert!(matches!(
-        w.engine.stop(scope, id),
+        w.engine.stop(scope, id, &Caller::default()),
         Err(ClusterError::InvalidState { .. })
     ));
-    w.engine.act(scope, id, InstanceAction::Resume).unwrap();
+    w.engine
+        .act(scope, id, InstanceAction::Resume, &Caller::default())
+        .unwrap();
     assert_eq!(sent_action(&w).2, InstanceAction::Resume);
     w.stats(NODE, &[(id, Reported::Active)]);
     assert_eq!(w.state(id), InstanceState::Active);
@@ -410,7 +432,9 @@ fn an_instance_that_exits_on_its_own_starts_again_on_its_node() {
     assert_eq!(w.state(id), InstanceState::Exited);
     assert_eq!(w.instance(id).node, Some(NODE));
     assert!(w.events().iter().any(|e| e.contains("exited on its own")));
-    w.engine.start(Scope::Tenant(w.tenant), id).unwrap();
+    w.engine
+        .start(Scope::Tenant(w.tenant), id, &Caller::default())
+        .unwrap();
     let sent = w.out.take();
     assert!(deletes(&sent).is_empty());
     let s = starts(&sent);
@@ -423,13 +447,17 @@ fn an_instance_that_exits_on_its_own_starts_again_on_its_node() {
 fn delete_is_confirmed_by_the_node() {
     let w = world();
     let id = w.active();
-    w.engine.delete(Scope::Tenant(w.tenant), id).unwrap();
+    w.engine
+        .delete(Scope::Tenant(w.tenant), id, &Caller::default())
+        .unwrap();
     assert_eq!(w.state(id), InstanceState::Deleted);
     let sent = w.out.take();
     let d = deletes(&sent);
     assert!(!d[0].stop);
     // Deleting again is idempotent and sends nothing.
-    w.engine.delete(Scope::Tenant(w.tenant), id).unwrap();
+    w.engine
+        .delete(Scope::Tenant(w.tenant), id, &Caller::default())
+        .unwrap();
     assert!(w.out.take().is_empty());
     w.event(Payload::InstanceDeleted(InstanceEvent {
         instance_uuid: id,
@@ -441,7 +469,9 @@ fn delete_is_confirmed_by_the_node() {
 fn a_lost_instance_deleted_is_settled_by_the_next_stats() {
     let w = world();
     let id = w.active();
-    w.engine.delete(Scope::Tenant(w.tenant), id).unwrap();
+    w.engine
+        .delete(Scope::Tenant(w.tenant), id, &Caller::default())
+        .unwrap();
     w.stats(NODE, &[]);
     assert!(w.gone(id));
 }
@@ -454,7 +484,9 @@ fn a_lost_delete_is_sent_again_while_the_node_reports_the_instance() {
     let w = world();
     let id = w.active();
     w.out.down.store(true, Ordering::SeqCst);
-    w.engine.delete(Scope::Tenant(w.tenant), id).unwrap();
+    w.engine
+        .delete(Scope::Tenant(w.tenant), id, &Caller::default())
+        .unwrap();
     assert_eq!(w.state(id), InstanceState::Deleted);
     w.out.down.store(false, Ordering::SeqCst);
     assert!(w.out.take().is_empty());
@@ -524,7 +556,7 @@ fn a_start_no_node_reports_is_lost_and_its_delete_forgotten() {
     w.out.take();
     w.engine.sweep(SystemTime::now()).unwrap();
     assert_eq!(w.state(a), InstanceState::Pending);
-    w.engine.delete(Scope::All, b).unwrap();
+    w.engine.delete(Scope::All, b, &Caller::default()).unwrap();
     let later = SystemTime::now() + Duration::from_secs(61);
     w.engine.sweep(later).unwrap();
     assert!(
@@ -570,13 +602,17 @@ fn a_forgotten_instance_that_a_node_runs_after_all_is_deleted_there() {
     w.node_connected(NODE, NodeType::ComputeNode);
     let ids = w.launch(2);
     let (late, errored) = (ids[0].id, ids[1].id);
-    w.engine.delete(Scope::All, late).unwrap();
+    w.engine
+        .delete(Scope::All, late, &Caller::default())
+        .unwrap();
     let later = SystemTime::now() + Duration::from_secs(61);
     w.engine.sweep(later).unwrap();
     assert!(w.gone(late), "deleted and never reported: forgotten");
     // The other's START is given up for lost; the user deletes the `error` instance.
     assert!(matches!(w.state(errored), InstanceState::Error(_)));
-    w.engine.delete(Scope::All, errored).unwrap();
+    w.engine
+        .delete(Scope::All, errored, &Caller::default())
+        .unwrap();
     assert!(w.gone(errored));
     w.out.take();
     // Both STARTs got to NODE after all: it runs them.
@@ -614,7 +650,9 @@ fn deleting_an_unplaced_instance_waits_to_learn_its_node() {
     w.node_connected(NODE, NodeType::ComputeNode);
     let id = w.launch(1)[0].id;
     w.out.take();
-    w.engine.delete(Scope::Tenant(w.tenant), id).unwrap();
+    w.engine
+        .delete(Scope::Tenant(w.tenant), id, &Caller::default())
+        .unwrap();
     assert!(w.out.take().is_empty());
     // It lands on NODE after all: the DELETE goes there.
     w.stats(NODE, &[(id, Reported::Active)]);
@@ -631,7 +669,9 @@ fn deleting_an_unplaced_instance_waits_to_learn_its_node() {
 fn deleting_while_pending_and_then_failing_to_start_removes_the_record() {
     let w = world();
     let id = w.launch(1)[0].id;
-    w.engine.delete(Scope::Tenant(w.tenant), id).unwrap();
+    w.engine
+        .delete(Scope::Tenant(w.tenant), id, &Caller::default())
+        .unwrap();
     w.event(Payload::StartFailure(ssntp::payload::StartFailure {
         instance_uuid: id,
         node_uuid: None,
@@ -667,7 +707,9 @@ fn fatal_start_failures_are_errors_with_the_reason() {
     }));
     assert_eq!(w.state(made[1].id), InstanceState::Pending);
     // An errored instance is deleted at once, and may be started again.
-    w.engine.start(Scope::All, made[0].id).unwrap();
+    w.engine
+        .start(Scope::All, made[0].id, &Caller::default())
+        .unwrap();
     assert_eq!(w.state(made[0].id), InstanceState::Pending);
     w.event(Payload::StartFailure(ssntp::payload::StartFailure {
         instance_uuid: made[0].id,
@@ -676,7 +718,9 @@ fn fatal_start_failures_are_errors_with_the_reason() {
         restart: true,
         message: None,
     }));
-    w.engine.delete(Scope::All, made[0].id).unwrap();
+    w.engine
+        .delete(Scope::All, made[0].id, &Caller::default())
+        .unwrap();
     assert!(w.gone(made[0].id));
 }
 
@@ -722,7 +766,7 @@ fn a_fatal_start_failure_leaves_a_fault_with_its_cause_until_started_again() {
         "instance {other} failed to start: full_cloud: no compute node has room for the instance"
     )));
     // Started again: pending, no fault; a second failure has its own.
-    w.engine.start(Scope::All, id).unwrap();
+    w.engine.start(Scope::All, id, &Caller::default()).unwrap();
     assert_eq!(w.state(id), InstanceState::Pending);
     assert_eq!(w.instance(id).fault, None);
     w.event(start_failure(id, StartFailureReason::NoCn));
@@ -748,7 +792,7 @@ fn a_node_that_leaves_makes_its_instances_missing_until_it_reports_them() {
     );
     // Starting a missing instance elsewhere could run it twice: refused.
     assert!(matches!(
-        w.engine.start(Scope::All, id),
+        w.engine.start(Scope::All, id, &Caller::default()),
         Err(ClusterError::InvalidState { .. })
     ));
     w.node_connected(NODE, NodeType::ComputeNode);
@@ -806,7 +850,7 @@ fn a_lost_node_leaves_its_instances_missing_and_its_first_stats_back_reconciles_
         assert_eq!(w.instance(*id).node, Some(NODE), "still placed there");
     }
     assert!(matches!(
-        w.engine.start(Scope::All, exited),
+        w.engine.start(Scope::All, exited, &Caller::default()),
         Err(ClusterError::InvalidState { .. })
     ));
     // A STATS of the lost session that trails its NODE_DISCONNECTED changes nothing.
@@ -896,14 +940,14 @@ fn an_active_instance_that_vanishes_from_its_node_is_missing() {
 fn unconfirmed_deletes_become_hung_and_can_be_removed() {
     let w = world();
     let id = w.active();
-    w.engine.delete(Scope::All, id).unwrap();
+    w.engine.delete(Scope::All, id, &Caller::default()).unwrap();
     w.engine.sweep(SystemTime::now()).unwrap();
     assert_eq!(w.state(id), InstanceState::Deleted);
     w.engine
         .sweep(SystemTime::now() + Duration::from_secs(61))
         .unwrap();
     assert_eq!(w.state(id), InstanceState::Hung);
-    w.engine.delete(Scope::All, id).unwrap();
+    w.engine.delete(Scope::All, id, &Caller::default()).unwrap();
     assert!(w.gone(id));
     assert!(w.events().iter().any(|e| e.contains("hung")));
 }
@@ -912,7 +956,7 @@ fn unconfirmed_deletes_become_hung_and_can_be_removed() {
 fn unconfirmed_stops_become_missing() {
     let w = world();
     let id = w.active();
-    w.engine.stop(Scope::All, id).unwrap();
+    w.engine.stop(Scope::All, id, &Caller::default()).unwrap();
     w.engine
         .sweep(SystemTime::now() + Duration::from_secs(61))
         .unwrap();
@@ -948,6 +992,7 @@ fn nothing_is_created_while_the_scheduler_is_unreachable() {
             name: "x".into(),
             count: 1,
         },
+        &Caller::default(),
     );
     assert!(matches!(refused, Err(ClusterError::Unavailable(_))));
     assert!(
@@ -966,10 +1011,10 @@ fn another_tenant_sees_nothing() {
     let id = w.active();
     let other = Scope::Tenant(Uuid::from_bytes([0x99; 16]));
     for result in [
-        w.engine.stop(other, id).map(drop),
-        w.engine.start(other, id).map(drop),
-        w.engine.reboot(other, id).map(drop),
-        w.engine.delete(other, id),
+        w.engine.stop(other, id, &Caller::default()).map(drop),
+        w.engine.start(other, id, &Caller::default()).map(drop),
+        w.engine.reboot(other, id, &Caller::default()).map(drop),
+        w.engine.delete(other, id, &Caller::default()),
     ] {
         assert!(matches!(
             result,
@@ -984,6 +1029,7 @@ fn another_tenant_sees_nothing() {
             name: "x".into(),
             count: 1,
         },
+        &Caller::default(),
     );
     assert!(matches!(
         launch,
@@ -1009,6 +1055,7 @@ fn a_launch_past_the_quota_keeps_what_fitted() {
             name: "x".into(),
             count: 3,
         },
+        &Caller::default(),
     );
     assert!(matches!(
         refused,
@@ -1029,6 +1076,7 @@ fn bad_launches_are_refused() {
                 name: name.into(),
                 count,
             },
+            &Caller::default(),
         );
         assert!(matches!(refused, Err(ClusterError::Invalid(_))));
     }
@@ -1163,7 +1211,9 @@ fn an_exited_cnci_is_started_again_and_an_idle_one_removed() {
     w.stats(NET_NODE, &[(cnci.id, Reported::Active)]);
     w.node_connected(NODE, NodeType::ComputeNode);
     w.stats(NODE, &[(made[0].id, Reported::Active)]);
-    w.engine.delete(Scope::All, made[0].id).unwrap();
+    w.engine
+        .delete(Scope::All, made[0].id, &Caller::default())
+        .unwrap();
     w.event(Payload::InstanceDeleted(InstanceEvent {
         instance_uuid: made[0].id,
     }));
@@ -1183,7 +1233,7 @@ fn an_exited_cnci_is_started_again_and_an_idle_one_removed() {
 fn a_restarted_engine_keeps_waiting_for_confirmations() {
     let w = world();
     let id = w.active();
-    w.engine.delete(Scope::All, id).unwrap();
+    w.engine.delete(Scope::All, id, &Caller::default()).unwrap();
     let again = Engine::new(
         w.engine.store().clone(),
         w.out.clone(),
@@ -1411,3 +1461,5 @@ async fn the_driver_sends_a_cnci_start_again_when_due() {
     stop.cancel();
     driver.await.unwrap();
 }
+
+mod actions;

@@ -3,6 +3,7 @@
 // Test code: unwrap on fixtures is the clearest failure report.
 #![allow(clippy::unwrap_used)]
 
+mod actions;
 mod compute;
 mod docs;
 mod etcd;

@@ -123,6 +123,24 @@ async fn the_openstack_cli_drives_the_api() {
     let shown = json(&alice, &["server", "show", &id]).await;
     assert_eq!(shown["status"], "ACTIVE");
 
+    // What happened to it: `server event list` and `server event show`.
+    let events = json(&alice, &["server", "event", "list", "--long", "vm1"]).await;
+    let actions: Vec<&str> = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["Action"].as_str().unwrap())
+        .collect();
+    assert_eq!(actions, ["start", "stop", "create"], "{events}");
+    assert_eq!(events[0]["Server ID"], id);
+    assert_eq!(events[0]["User ID"], world.a.user.to_string());
+    let request_id = events[1]["Request ID"].as_str().unwrap().to_string();
+    let stop = json(&alice, &["server", "event", "show", &id, &request_id]).await;
+    assert_eq!(stop["action"], "stop", "{stop}");
+    assert_eq!(stop["request_id"], request_id);
+    assert_eq!(stop["events"][0]["event"], "controller_stop", "{stop}");
+    assert_eq!(stop["events"][0]["result"], "Success", "{stop}");
+
     // Tenant B's user sees none of it.
     let bob = Arc::new(OpenStackCli::new(
         bin.clone(),
@@ -138,6 +156,9 @@ async fn the_openstack_cli_drives_the_api() {
         json(&alice, &["server", "list"]).await,
         Value::Array(vec![])
     );
+    // A deleted server's events, by its id.
+    let events = json(&alice, &["server", "event", "list", &id]).await;
+    assert_eq!(events[0]["Action"], "delete", "{events}");
 
     let admin = Arc::new(OpenStackCli::new(
         bin,

@@ -363,7 +363,7 @@ fn subnet_with_room(tx: &mut Tx<'_>, t: &TenantRec, net: &mut NetRec) -> Result<
 }
 
 /// The instance `id` if `scope` sees it, with its key as read.
-fn instance_in(tx: &mut Tx<'_>, scope: Scope, id: Uuid) -> Result<(InstanceRec, Kv)> {
+pub(super) fn instance_in(tx: &mut Tx<'_>, scope: Scope, id: Uuid) -> Result<(InstanceRec, Kv)> {
     let key = tx.keys().instance(id);
     let kv = tx
         .get(&key)?
@@ -475,6 +475,7 @@ pub(super) fn delete_in(tx: &mut Tx<'_>, scope: Scope, id: Uuid) -> Result<()> {
         net.usage.memory_mb = net.usage.memory_mb.saturating_sub(i.memory_mb);
         tx.put(&keys.net(i.tenant), &net)?;
         tx.delete(&keys.instance(id));
+        super::actions::instance_gone(tx, id)?;
         tx.delete(&keys.order(i.tenant, i.seq));
         tx.delete(&keys.reference("workload", i.workload, id));
         if let Some(node) = i.node {

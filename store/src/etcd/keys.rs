@@ -19,6 +19,10 @@
 //! <prefix>cnci/<id>                              CNCI
 //! <prefix>event/<seq:016x>                       event
 //! <prefix>counter/event                          the last event sequence number
+//! <prefix>action/<instance>/<seq:016x>          instance action, in the instance's order
+//! <prefix>gone/<seq:016x>                        instance id: its record went while it had
+//!                                                actions (oldest first)
+//! <prefix>counter/gone                           the last gone-instance sequence number
 //! <prefix>rhost/<id>                            off-host host
 //! <prefix>name/rhost/<name>                      its unique-name index -> id
 //! <prefix>op/<id>                                operation (its mod revision while claimed is
@@ -165,6 +169,18 @@ impl Keys {
     }
     pub(super) fn event_counter(&self) -> String {
         self.key(&[&"counter", &"event"])
+    }
+    pub(super) fn action(&self, instance: Uuid, seq: u64) -> String {
+        self.key(&[&"action", &instance, &format_args!("{seq:016x}")])
+    }
+    pub(super) fn actions(&self, instance: Uuid) -> String {
+        self.key(&[&"action", &instance, &""])
+    }
+    pub(super) fn gone(&self, seq: u64) -> String {
+        self.key(&[&"gone", &format_args!("{seq:016x}")])
+    }
+    pub(super) fn gone_counter(&self) -> String {
+        self.key(&[&"counter", &"gone"])
     }
     pub(super) fn remote_host(&self, id: Uuid) -> String {
         self.key(&[&"rhost", &id])

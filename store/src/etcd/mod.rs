@@ -35,8 +35,10 @@
 //!
 //! This file holds the connection, the reads and the optimistic transactions (`Tx`); each
 //! concern's trait is implemented in the file of that concern (`identity.rs`, `catalog.rs`,
-//! `instances.rs`, `events.rs`, `queue.rs`; `reservations.rs` for the [`ReservationStore`]).
+//! `instances.rs`, `events.rs`, `actions.rs`, `queue.rs`; `reservations.rs` for the
+//! [`ReservationStore`]).
 
+mod actions;
 mod catalog;
 mod events;
 mod identity;

@@ -527,6 +527,63 @@ impl EventRec {
     }
 }
 
+/// An instance action, with its events.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct ActionRec {
+    request_id: String,
+    instance: Uuid,
+    tenant: Uuid,
+    action: String,
+    user: Option<Uuid>,
+    project: Option<Uuid>,
+    start_ms: i64,
+    updated_ms: i64,
+    message: Option<String>,
+    events: Vec<crate::actions::EventRec>,
+}
+
+impl From<&InstanceAction> for ActionRec {
+    fn from(a: &InstanceAction) -> ActionRec {
+        ActionRec {
+            request_id: a.request_id.clone(),
+            instance: a.instance,
+            tenant: a.tenant,
+            action: a.action.clone(),
+            user: a.user,
+            project: a.project,
+            start_ms: millis(a.start),
+            updated_ms: millis(a.updated),
+            message: a.message.clone(),
+            events: a
+                .events
+                .iter()
+                .map(crate::actions::EventRec::from)
+                .collect(),
+        }
+    }
+}
+
+impl ActionRec {
+    pub(super) fn model(&self) -> Result<InstanceAction> {
+        Ok(InstanceAction {
+            request_id: self.request_id.clone(),
+            instance: self.instance,
+            tenant: self.tenant,
+            action: self.action.clone(),
+            user: self.user,
+            project: self.project,
+            start: from_millis(self.start_ms),
+            updated: from_millis(self.updated_ms),
+            message: self.message.clone(),
+            events: self
+                .events
+                .iter()
+                .map(crate::actions::EventRec::model)
+                .collect::<Result<_>>()?,
+        })
+    }
+}
+
 /// The launcher credentials of an off-host host.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(super) struct CredsRec {

@@ -369,6 +369,7 @@ fn release_subnet_if_empty(tx: &Transaction<'_>, subnet_id: Uuid) -> Result<()> 
 pub(super) fn delete(tx: &Transaction<'_>, scope: Scope, id: Uuid) -> Result<()> {
     let (_, subnet_id) = with_subnet_id(tx, scope, id)?;
     tx.execute("DELETE FROM instances WHERE id = ?1", [id.to_string()])?;
+    super::actions::instance_gone(tx, id)?;
     tx.execute(
         "UPDATE subnets SET used = used - 1 WHERE id = ?1",
         [subnet_id.to_string()],

@@ -10,10 +10,11 @@
 //! power loss the last commits may be rolled back, never half-applied.
 //!
 //! This file holds the connections and transactions; each concern's trait is implemented in the
-//! file of that concern (`identity.rs`, `catalog.rs`, `instances.rs`, `events.rs`, `queue.rs`),
-//! over functions that run inside a transaction given to them, so that one transaction may
-//! combine several (creating an instance reads its tenant and workload).
+//! file of that concern (`identity.rs`, `catalog.rs`, `instances.rs`, `events.rs`, `actions.rs`,
+//! `queue.rs`), over functions that run inside a transaction given to them, so that one
+//! transaction may combine several (creating an instance reads its tenant and workload).
 
+mod actions;
 mod catalog;
 mod events;
 mod identity;

@@ -164,6 +164,32 @@ ALTER TABLE instances ADD COLUMN fault_reason TEXT;
 ALTER TABLE instances ADD COLUMN fault_message TEXT;
 ALTER TABLE instances ADD COLUMN fault_created INTEGER;
 "#,
+    // 5: the instance actions log (issue 20): who asked what of an instance, when, and how its
+    // steps (`events`, a JSON array: always read and written with their action) went. No
+    // foreign key to `instances`: actions outlive the instance's record. `gone_instances` lists
+    // the instances whose record went while they had actions, oldest first; the actions of
+    // those pushed out of it are dropped.
+    r#"
+CREATE TABLE instance_actions (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    instance_id TEXT NOT NULL,
+    request_id TEXT NOT NULL,
+    tenant_id TEXT NOT NULL,
+    action TEXT NOT NULL,
+    user_id TEXT,
+    project_id TEXT,
+    start INTEGER NOT NULL,
+    updated INTEGER NOT NULL,
+    message TEXT,
+    events TEXT NOT NULL,
+    UNIQUE (instance_id, request_id)
+);
+CREATE INDEX instance_actions_instance ON instance_actions(instance_id, seq);
+CREATE TABLE gone_instances (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    instance_id TEXT NOT NULL
+);
+"#,
 ];
 
 /// The newest schema version this code knows.

@@ -1,10 +1,11 @@
 //! The behaviour every [`Store`] must have, as test functions generic over a [`Fixture`], one
-//! module per concern (`identity`, `catalog`, `instances`, `events`, `queue`, and `guarantees`
-//! for what holds across them); an implementation runs them all with
+//! module per concern (`identity`, `catalog`, `instances`, `events`, `actions`, `queue`, and
+//! `guarantees` for what holds across them); an implementation runs them all with
 //! `crate::store_suite!(MyFixture);` in its test module.
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]
 
+pub(crate) mod actions;
 pub(crate) mod catalog;
 pub(crate) mod events;
 pub(crate) mod guarantees;
@@ -42,6 +43,9 @@ macro_rules! store_suite {
                 addresses_are_allocated_and_reused, subnets_run_out, cnci_lifecycle,
                 ten_thousand_instances_page_quickly, a_fault_is_kept_while_in_error;
             events: events_are_scoped;
+            actions: actions_are_recorded_and_finished,
+                actions_are_bounded_and_outlive_the_instance,
+                gone_instances_keep_their_actions_for_a_while;
             queue: remote_host_crud, operations_are_claimed_in_fifo_order,
                 parallel_claims_take_each_operation_once,
                 an_expired_claim_is_taken_over_and_the_old_token_fenced, a_renewed_claim_is_kept,

@@ -34,7 +34,8 @@ pub trait InstanceStore: Send + Sync {
         change: InstanceChange,
     ) -> Result<Instance>;
     /// Removes an instance's record, freeing its address; a subnet left with neither instances
-    /// nor a CNCI is freed too.
+    /// nor a CNCI is freed too. Its actions stay, for a while (see
+    /// [`ActionStore`](crate::ActionStore)).
     fn delete_instance(&self, scope: Scope, id: Uuid) -> Result<()>;
 
     // --- subnets and CNCIs ---

@@ -6,6 +6,7 @@
 //! | [`CatalogStore`] | flavors, images, workloads |
 //! | [`InstanceStore`] | instances, tenant subnets, CNCIs |
 //! | [`EventStore`] | the bounded event log |
+//! | [`ActionStore`] | the instance actions log (who asked what of an instance, and how it went) |
 //! | [`OperationQueue`] | off-host hosts, their operations and claims, fenced writes, launcher creds |
 //!
 //! [`ReservationStore`](crate::ReservationStore) stands apart: it is not part of [`Store`]
@@ -18,12 +19,14 @@
 //! `Arc<dyn OperationQueue>`). Calling a method on a concrete store needs its trait in scope:
 //! `use store::prelude::*`.
 
+mod actions;
 mod catalog;
 mod events;
 mod identity;
 mod instances;
 mod queue;
 
+pub use actions::ActionStore;
 pub use catalog::CatalogStore;
 pub use events::EventStore;
 pub use identity::IdentityStore;
@@ -35,11 +38,17 @@ pub use queue::OperationQueue;
 ///
 /// Implemented for every type that implements all the concerns: implement those, never this.
 pub trait Store:
-    IdentityStore + CatalogStore + InstanceStore + EventStore + OperationQueue
+    IdentityStore + CatalogStore + InstanceStore + EventStore + ActionStore + OperationQueue
 {
 }
 
 impl<T> Store for T where
-    T: IdentityStore + CatalogStore + InstanceStore + EventStore + OperationQueue + ?Sized
+    T: IdentityStore
+        + CatalogStore
+        + InstanceStore
+        + EventStore
+        + ActionStore
+        + OperationQueue
+        + ?Sized
 {
 }

@@ -1,6 +1,6 @@
 //! The instance lifecycle end to end: controller → scheduler → sim agent, and back.
 
-use controller::cluster::Cluster;
+use controller::cluster::{Caller, Cluster};
 use controller::daemon::Controller;
 use store::{InstanceState, Quota, Scope};
 use testkit::TestPki;
@@ -36,7 +36,10 @@ async fn instances_go_through_their_whole_life() {
     }
 
     let scope = Scope::Tenant(tenant);
-    controller.engine.stop(scope, ids[0]).unwrap();
+    controller
+        .engine
+        .stop(scope, ids[0], &Caller::default())
+        .unwrap();
     wait_states(
         &controller,
         &ids[..1],
@@ -44,8 +47,14 @@ async fn instances_go_through_their_whole_life() {
         "exited",
     )
     .await;
-    controller.engine.start(scope, ids[0]).unwrap();
-    controller.engine.reboot(scope, ids[1]).unwrap();
+    controller
+        .engine
+        .start(scope, ids[0], &Caller::default())
+        .unwrap();
+    controller
+        .engine
+        .reboot(scope, ids[1], &Caller::default())
+        .unwrap();
     wait_states(
         &controller,
         &ids[..2],
@@ -55,7 +64,10 @@ async fn instances_go_through_their_whole_life() {
     .await;
 
     for id in &ids {
-        controller.engine.delete(scope, *id).unwrap();
+        controller
+            .engine
+            .delete(scope, *id, &Caller::default())
+            .unwrap();
     }
     wait_states(&controller, &ids, None, "deleted").await;
     controller.stop().await;
@@ -94,7 +106,10 @@ async fn a_restarted_controller_loses_nothing_and_reconciles() {
     .await;
     tokio::task::block_in_place(|| {
         for id in &ids {
-            controller.engine.delete(Scope::All, *id).unwrap();
+            controller
+                .engine
+                .delete(Scope::All, *id, &controller::cluster::Caller::default())
+                .unwrap();
         }
     });
     wait_states(&controller, &ids, None, "deleted").await;
@@ -145,7 +160,10 @@ async fn no_compute_node_is_an_error_with_the_reason() {
         "error no_cn",
     )
     .await;
-    controller.engine.delete(Scope::All, ids[0]).unwrap();
+    controller
+        .engine
+        .delete(Scope::All, ids[0], &controller::cluster::Caller::default())
+        .unwrap();
     assert_eq!(states(&controller, &ids), vec![None]);
     controller.stop().await;
 }
@@ -180,7 +198,10 @@ async fn a_controller_over_etcd_runs_instances_and_a_second_one_sees_them() {
 
     tokio::task::block_in_place(|| {
         for id in &ids {
-            controller.engine.delete(Scope::All, *id).unwrap();
+            controller
+                .engine
+                .delete(Scope::All, *id, &controller::cluster::Caller::default())
+                .unwrap();
         }
     });
     wait_states(&controller, &ids, None, "deleted").await;

@@ -1,6 +1,7 @@
 //! The real `openstack` CLI against cumulo-controller's API, its engine, a real scheduler and a
 //! sim agent: log in, create a server, see it ACTIVE, stop, start, delete; a server whose image
-//! does not boot shows ERROR and its fault. Skipped with a message when the CLI is not installed
+//! does not boot shows ERROR and its fault; `server event list` and `server event show` tell
+//! what was asked of each and how it went. Skipped with a message when the CLI is not installed
 //! (`scripts/openstack-venv.sh`), unless `CUMULO_REQUIRE_OPENSTACK=1` (CI), which makes a
 //! missing CLI a failure.
 
@@ -166,6 +167,39 @@ async fn the_openstack_cli_runs_a_server_through_the_whole_cluster() {
     run(&cli, &["server", "reboot", &id], false).await;
     wait_status(&cli, &id, "ACTIVE").await;
 
+    // What happened to it, newest first; the reboot's START goes out once its stop is
+    // confirmed, and a node reports it running after that.
+    let events = run(&cli, &["server", "event", "list", &id], true).await;
+    let actions: Vec<&str> = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["Action"].as_str().unwrap())
+        .collect();
+    assert_eq!(actions, ["reboot", "start", "stop", "create"], "{events}");
+    let reboot = events[0]["Request ID"].as_str().unwrap().to_string();
+    testkit::wait_until(T, "the reboot's start done", || async {
+        let shown = run(&cli, &["server", "event", "show", &id, &reboot], true).await;
+        shown["events"]
+            .as_array()
+            .is_some_and(|e| e.len() == 2 && e[1]["result"] == "Success")
+    })
+    .await;
+    let create = events[3]["Request ID"].as_str().unwrap().to_string();
+    let shown = run(&cli, &["server", "event", "show", &id, &create], true).await;
+    assert_eq!(shown["action"], "create", "{shown}");
+    let steps: Vec<(&str, &str)> = shown["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["event"].as_str().unwrap(), e["result"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        steps,
+        [("controller_create", "Success"), ("node_start", "Success")],
+        "{shown}"
+    );
+
     // A server whose image does not boot: ERROR, and `server show` says why, with the agent's
     // words.
     let broken = run(
@@ -183,6 +217,20 @@ async fn the_openstack_cli_runs_a_server_through_the_whole_cluster() {
         shown["fault"]
             .to_string()
             .contains("simulated: the image fail-launch never boots"),
+        "{shown}"
+    );
+    // Its create failed on the node, with the agent's words.
+    let events = run(&cli, &["server", "event", "list", &broken], true).await;
+    let create = events[0]["Request ID"].as_str().unwrap().to_string();
+    let shown = run(&cli, &["server", "event", "show", &broken, &create], true).await;
+    assert_eq!(shown["message"], "Error", "{shown}");
+    let start = &shown["events"][1];
+    assert_eq!(start["event"], "node_start", "{shown}");
+    assert_eq!(start["result"], "Error", "{shown}");
+    assert!(
+        start["traceback"]
+            .as_str()
+            .is_some_and(|t| t.contains("simulated: the image fail-launch never boots")),
         "{shown}"
     );
     run(&cli, &["server", "delete", "--wait", &broken], false).await;

@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use clap::Parser;
-use controller::cluster::{Cluster, Launch};
+use controller::cluster::{Caller, Cluster, Launch};
 use controller::daemon::{Controller, DaemonConfig};
 use scheduler::{SchedulerConfig, Summary};
 use ssntp::payload::ClusterConfig;
@@ -196,6 +196,7 @@ pub(crate) fn launch(
                 name: "vm".into(),
                 count,
             },
+            &Caller::default(),
         )
         .unwrap()
         .into_iter()

@@ -557,7 +557,10 @@ fn instances_of_a_tenant_reach_each_other_through_their_cnci() {
             assert_eq!(cncis.len(), 2, "one CNCI per tenant subnet");
             blocking(|| {
                 for i in &instances {
-                    controller.engine.delete(Scope::All, i.id).unwrap();
+                    controller
+                        .engine
+                        .delete(Scope::All, i.id, &controller::cluster::Caller::default())
+                        .unwrap();
                 }
             });
             wait_states(&controller, &all, None, "deleted").await;

@@ -212,6 +212,7 @@ pub async fn create(
     JsonBody(request): JsonBody<CreateRequest>,
 ) -> Result<Response, ApiError> {
     let tenant = caller.project()?;
+    let by = caller.who();
     let plan = plan(request.server)?;
     let instances = state
         .cluster(move |store, cluster| {
@@ -244,7 +245,7 @@ pub async fn create(
                 name: plan.name,
                 count,
             };
-            Ok(cluster.launch(Scope::Tenant(tenant), launch)?)
+            Ok(cluster.launch(Scope::Tenant(tenant), launch, &by)?)
         })
         .await?;
     let first = instances
@@ -271,8 +272,9 @@ pub async fn delete(
 ) -> Result<StatusCode, ApiError> {
     let id = path_id("server", &id)?;
     let scope = caller.project_scope(false)?;
+    let by = caller.who();
     state
-        .cluster(move |_, cluster| Ok(cluster.delete(scope, id)?))
+        .cluster(move |_, cluster| Ok(cluster.delete(scope, id, &by)?))
         .await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -330,12 +332,13 @@ pub async fn action(
     let id = path_id("server", &id)?;
     let scope = caller.project_scope(false)?;
     let action = parse_action(&body)?;
+    let by = caller.who();
     state
         .cluster(move |_, cluster| {
             match action {
-                Action::Stop => cluster.stop(scope, id)?,
-                Action::Start => cluster.start(scope, id)?,
-                Action::Node(action) => cluster.act(scope, id, action)?,
+                Action::Stop => cluster.stop(scope, id, &by)?,
+                Action::Start => cluster.start(scope, id, &by)?,
+                Action::Node(action) => cluster.act(scope, id, action, &by)?,
             };
             Ok(())
         })

@@ -1,11 +1,13 @@
 //! The OpenStack Compute v2.1 subset at `/compute/v2.1`: version documents, flavors, servers
-//! (list, show, create, delete, stop/start/reboot) and limits. Errors in Nova's shape.
+//! (list, show, create, delete, stop/start/reboot, their instance actions) and limits. Errors
+//! in Nova's shape.
 //!
 //! Microversions: this server implements the 2.1 base only. Requests may name `2.1`, `2.0` or
 //! `latest` (in `OpenStack-API-Version: compute X` or `X-OpenStack-Nova-API-Version: X`);
 //! anything newer is refused with 406, as Nova refuses versions past its maximum. Every answer
 //! names the version used.
 
+mod actions;
 mod flavors;
 mod launch;
 mod servers;
@@ -55,6 +57,14 @@ pub fn routes() -> Router<ApiState> {
             get(servers::show).delete(launch::delete),
         )
         .route("/compute/v2.1/servers/{id}/action", post(launch::action))
+        .route(
+            "/compute/v2.1/servers/{id}/os-instance-actions",
+            get(actions::list),
+        )
+        .route(
+            "/compute/v2.1/servers/{id}/os-instance-actions/{request_id}",
+            get(actions::show),
+        )
         .route("/compute/v2.1/os-availability-zone", get(zones));
     api.layer(middleware::from_fn(microversion))
         .layer(middleware::map_response(nova_errors))

@@ -1,5 +1,7 @@
 //! Instances: list (paged), show, launch `count` instances of a workload (202), delete (202),
-//! stop, start and restart (202). Members act in their project; admins in any tenant.
+//! stop, start and restart (202), and the actions log of one (newest first; a deleted
+//! instance's too, while the store keeps them). Members act in their project; admins in any
+//! tenant.
 
 use axum::Json;
 use axum::extract::State;
@@ -80,6 +82,20 @@ pub async fn show(
     Ok(Json(views::instance(&instance)))
 }
 
+pub async fn actions(
+    State(state): State<ApiState>,
+    caller: Principal,
+    PathParams(id): PathParams<String>,
+) -> Result<Json<Value>, ApiError> {
+    let id = path_id("instance", &id)?;
+    let scope = caller.scope()?;
+    let actions = state
+        .store(move |s| Ok(s.instance_actions(scope, id)?))
+        .await?;
+    let actions: Vec<Value> = actions.iter().map(views::instance_action).collect();
+    Ok(Json(json!({"actions": actions})))
+}
+
 pub async fn create(
     State(state): State<ApiState>,
     caller: Principal,
@@ -93,6 +109,7 @@ pub async fn create(
         }
         None => caller.project()?,
     };
+    let by = caller.who();
     let count = body.count.unwrap_or(1);
     if count == 0 || count > Launch::MAX_COUNT {
         return Err(ApiError::BadRequest(format!(
@@ -120,7 +137,7 @@ pub async fn create(
                 name: body.name,
                 count,
             };
-            Ok(cluster.launch(Scope::Tenant(tenant), launch)?)
+            Ok(cluster.launch(Scope::Tenant(tenant), launch, &by)?)
         })
         .await?;
     let instances: Vec<Value> = instances.iter().map(views::instance).collect();
@@ -134,8 +151,9 @@ pub async fn delete(
 ) -> Result<StatusCode, ApiError> {
     let id = path_id("instance", &id)?;
     let scope = caller.scope()?;
+    let by = caller.who();
     state
-        .cluster(move |_, cluster| Ok(cluster.delete(scope, id)?))
+        .cluster(move |_, cluster| Ok(cluster.delete(scope, id, &by)?))
         .await?;
     Ok(StatusCode::ACCEPTED)
 }
@@ -156,12 +174,13 @@ async fn act(
 ) -> Result<Response, ApiError> {
     let id = path_id("instance", &id)?;
     let scope = caller.scope()?;
+    let by = caller.who();
     let instance = state
         .cluster(move |_, cluster| {
             Ok(match action {
-                Action::Stop => cluster.stop(scope, id)?,
-                Action::Start => cluster.start(scope, id)?,
-                Action::Node(action) => cluster.act(scope, id, action)?,
+                Action::Stop => cluster.stop(scope, id, &by)?,
+                Action::Start => cluster.start(scope, id, &by)?,
+                Action::Node(action) => cluster.act(scope, id, action, &by)?,
             })
         })
         .await?;

@@ -1,6 +1,6 @@
 //! cumulo's native API under `/cumulo/v1` (JSON; errors as `{"error": {...}}`): tenants and
-//! quotas, users and roles, flavors, images, workloads, instances, nodes, CNCIs, events,
-//! traces, and an unauthenticated health check. The OpenAPI document (`/openapi.json`) describes
+//! quotas, users and roles, flavors, images, workloads, instances and their actions, nodes,
+//! CNCIs, events, traces, and an unauthenticated health check. The OpenAPI document (`/openapi.json`) describes
 //! every route.
 //!
 //! Authentication: the same bearer token as the OpenStack routes, or the admin client
@@ -86,6 +86,7 @@ pub fn routes() -> Router<ApiState> {
         .route("/instances/{id}/unpause", post(instances::unpause))
         .route("/instances/{id}/suspend", post(instances::suspend))
         .route("/instances/{id}/resume", post(instances::resume))
+        .route("/instances/{id}/actions", get(instances::actions))
         .route("/nodes", get(cluster::nodes).post(cluster::register))
         .route(
             "/nodes/{id}",

@@ -7,8 +7,8 @@ use crate::api::clock::rfc3339;
 use crate::api::image::disk_format;
 use crate::cluster::{Node, Trace};
 use store::{
-    Cnci, CnciState, Event, EventKind, Flavor, Image, Instance, InstanceState, Quota, RemoteHost,
-    Role, RoleAssignment, Tenant, Usage, User, Workload,
+    ActionResult, Cnci, CnciState, Event, EventKind, Flavor, Image, Instance, InstanceAction,
+    InstanceState, Quota, RemoteHost, Role, RoleAssignment, Tenant, Usage, User, Workload,
 };
 
 /// A quota's limits (`null`: unlimited).
@@ -117,6 +117,39 @@ pub fn instance(i: &Instance) -> Value {
         })),
         "created": rfc3339(i.created),
         "updated": rfc3339(i.updated),
+    })
+}
+
+/// An instance action, with its events (`result`: `success`, `error`, or `null` while
+/// unfinished).
+pub fn instance_action(a: &InstanceAction) -> Value {
+    let events: Vec<Value> = a
+        .events
+        .iter()
+        .map(|e| {
+            json!({
+                "name": e.name,
+                "start": rfc3339(e.start),
+                "finish": e.finish.map(rfc3339),
+                "result": e.result.map(|r| match r {
+                    ActionResult::Success => "success",
+                    ActionResult::Error => "error",
+                }),
+                "detail": e.detail,
+            })
+        })
+        .collect();
+    json!({
+        "request_id": a.request_id,
+        "instance": a.instance,
+        "tenant": a.tenant,
+        "action": a.action,
+        "user": a.user,
+        "project": a.project,
+        "start": rfc3339(a.start),
+        "updated": rfc3339(a.updated),
+        "message": a.message,
+        "events": events,
     })
 }
 

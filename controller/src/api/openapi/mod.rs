@@ -434,6 +434,18 @@ fn paths() -> Vec<(&'static str, Vec<(&'static str, Op)>)> {
             )],
         ),
         (
+            "/instances/{id}/actions",
+            vec![(
+                "get",
+                op(
+                    "List an instance's actions",
+                    "instances",
+                    Success("200", Some("InstanceActions")),
+                )
+                .id("id"),
+            )],
+        ),
+        (
             "/nodes",
             vec![
                 (

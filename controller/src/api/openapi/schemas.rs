@@ -340,6 +340,26 @@ pub(super) fn schemas() -> Value {
             ("launcher_on_host", json!({"type": "boolean", "enum": [false]}), true),
             ("libvirt_uri", string(), true),
         ], true),
+        // The instance actions log (issue 20).
+        "InstanceAction": object(&[
+            ("request_id", string(), true),
+            ("instance", uuid(), true),
+            ("tenant", uuid(), true),
+            ("action", string(), true),
+            ("user", nullable_uuid(), true),
+            ("project", nullable_uuid(), true),
+            ("start", time(), true),
+            ("updated", time(), true),
+            ("message", json!({"type": "string", "nullable": true}), true),
+            ("events", json!({"type": "array", "items": object(&[
+                ("name", string(), true),
+                ("start", time(), true),
+                ("finish", json!({"type": "string", "format": "date-time", "nullable": true}), true),
+                ("result", json!({"type": "string", "enum": ["success", "error", null], "nullable": true}), true),
+                ("detail", json!({"type": "string", "nullable": true}), true),
+            ], false)}), true),
+        ], false),
+        "InstanceActions": list_of("actions", "InstanceAction"),
         "LauncherCredentials": object(&[
             ("node", uuid(), true),
             ("issued", time(), true),

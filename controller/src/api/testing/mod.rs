@@ -19,10 +19,12 @@ use uuid::Uuid;
 use super::{
     ApiConfig, ApiState, Bootstrapped, ServeError, TokenSigner, bootstrap_with, router, serve,
 };
-use crate::cluster::{Cluster, ClusterError, InstanceAction, Launch, Node, NodeStatus, Trace};
+use crate::actions::{self, ActionKind};
+use crate::cluster::{
+    Caller, Cluster, ClusterError, InstanceAction, Launch, Node, NodeStatus, Trace,
+};
 use store::{
-    Fault, Instance, InstanceChange, InstanceState, InstanceStore, NewInstance, Scope, Store,
-    StoreError,
+    Fault, Instance, InstanceChange, InstanceState, NewInstance, Scope, Store, StoreError,
 };
 
 /// The bootstrapped admin's name.
@@ -35,9 +37,11 @@ pub const ADMIN_PROJECT: &str = "admin";
 pub const TEST_ITERATIONS: u32 = 1000;
 
 /// A cluster that only writes the store: launched instances become active at once (unless
-/// turned off), stop makes them exited, delete removes them; nodes come from a list.
+/// turned off), stop makes them exited, delete removes them; nodes come from a list. Each
+/// operation records its instance action as the engine does, its controller event finished
+/// `Success` (no `node_start`: nothing is sent anywhere).
 pub struct FakeCluster {
-    store: Arc<dyn InstanceStore>,
+    store: Arc<dyn Store>,
     auto_active: AtomicBool,
     connected: AtomicBool,
     nodes: Mutex<Vec<Node>>,
@@ -46,7 +50,7 @@ pub struct FakeCluster {
 
 impl FakeCluster {
     /// A connected fake over `store` with no nodes, activating launched instances.
-    pub fn new(store: Arc<dyn InstanceStore>) -> FakeCluster {
+    pub fn new(store: Arc<dyn Store>) -> FakeCluster {
         FakeCluster {
             store,
             auto_active: AtomicBool::new(true),
@@ -129,7 +133,8 @@ impl FakeCluster {
         id: Uuid,
         from: &[InstanceState],
         to: InstanceState,
-        operation: &'static str,
+        action: ActionKind,
+        by: &Caller,
     ) -> Result<Instance, ClusterError> {
         self.check_connected()?;
         let instance = self.store.instance(scope, id)?;
@@ -140,16 +145,25 @@ impl FakeCluster {
             return Err(ClusterError::InvalidState {
                 id,
                 state: format!("{:?}", instance.state).to_lowercase(),
-                operation,
+                operation: action.as_str(),
             });
         }
         let change = InstanceChange {
             state: Some(to),
             ..InstanceChange::default()
         };
-        Ok(self
+        let ticket = self.begin(id, action, by);
+        let changed = self
             .store
-            .update_instance(scope, id, instance.version, change)?)
+            .update_instance(scope, id, instance.version, change)
+            .map_err(ClusterError::from);
+        actions::finish(self.store.as_ref(), &ticket, actions::outcome_of(&changed));
+        changed
+    }
+
+    fn begin(&self, id: Uuid, action: ActionKind, by: &Caller) -> actions::ActionTicket {
+        let request_id = actions::new_request_id();
+        actions::begin(self.store.as_ref(), &request_id, id, action, by)
     }
 
     fn set_node_status(&self, id: Uuid, status: NodeStatus) -> Result<(), ClusterError> {
@@ -164,7 +178,12 @@ impl FakeCluster {
 }
 
 impl Cluster for FakeCluster {
-    fn launch(&self, scope: Scope, launch: Launch) -> Result<Vec<Instance>, ClusterError> {
+    fn launch(
+        &self,
+        scope: Scope,
+        launch: Launch,
+        by: &Caller,
+    ) -> Result<Vec<Instance>, ClusterError> {
         self.check_connected()?;
         if !scope.owns(Some(launch.tenant)) {
             return Err(StoreError::not_found("tenant", launch.tenant).into());
@@ -176,12 +195,21 @@ impl Cluster for FakeCluster {
             return Err(ClusterError::Invalid("an empty name".into()));
         }
         let mut made = Vec::new();
+        let request_id = actions::new_request_id();
         for _ in 0..launch.count {
             let instance = self.store.create_instance(NewInstance {
                 tenant: launch.tenant,
                 workload: launch.workload,
                 name: launch.name.clone(),
             })?;
+            let ticket = actions::begin(
+                self.store.as_ref(),
+                &request_id,
+                instance.id,
+                ActionKind::Create,
+                by,
+            );
+            actions::finish(self.store.as_ref(), &ticket, store::EventOutcome::success());
             let instance = if self.auto_active.load(Ordering::SeqCst) {
                 self.set_state(instance.id, InstanceState::Active)?
             } else {
@@ -192,23 +220,31 @@ impl Cluster for FakeCluster {
         Ok(made)
     }
 
-    fn stop(&self, scope: Scope, id: Uuid) -> Result<Instance, ClusterError> {
+    fn stop(&self, scope: Scope, id: Uuid, by: &Caller) -> Result<Instance, ClusterError> {
         self.transition(
             scope,
             id,
             &[InstanceState::Active],
             InstanceState::Exited,
-            "stop",
+            ActionKind::Stop,
+            by,
         )
     }
 
-    fn start(&self, scope: Scope, id: Uuid) -> Result<Instance, ClusterError> {
+    fn start(&self, scope: Scope, id: Uuid, by: &Caller) -> Result<Instance, ClusterError> {
         let from = [
             InstanceState::Exited,
             InstanceState::Missing,
             InstanceState::Error(String::new()),
         ];
-        self.transition(scope, id, &from, InstanceState::Active, "start")
+        self.transition(
+            scope,
+            id,
+            &from,
+            InstanceState::Active,
+            ActionKind::Start,
+            by,
+        )
     }
 
     fn act(
@@ -216,6 +252,7 @@ impl Cluster for FakeCluster {
         scope: Scope,
         id: Uuid,
         action: InstanceAction,
+        by: &Caller,
     ) -> Result<Instance, ClusterError> {
         // As a node would report it after the action.
         let (from, to): (&[InstanceState], InstanceState) = match action {
@@ -231,12 +268,21 @@ impl Cluster for FakeCluster {
             InstanceAction::Resume => (&[InstanceState::Suspended], InstanceState::Active),
             InstanceAction::Other => return Err(ClusterError::Invalid("unknown action".into())),
         };
-        self.transition(scope, id, from, to, action.name())
+        let kind = ActionKind::of_instance_action(action)
+            .ok_or_else(|| ClusterError::Invalid("unknown action".into()))?;
+        self.transition(scope, id, from, to, kind, by)
     }
 
-    fn delete(&self, scope: Scope, id: Uuid) -> Result<(), ClusterError> {
+    fn delete(&self, scope: Scope, id: Uuid, by: &Caller) -> Result<(), ClusterError> {
         self.check_connected()?;
-        Ok(self.store.delete_instance(scope, id)?)
+        self.store.instance(scope, id)?;
+        let ticket = self.begin(id, ActionKind::Delete, by);
+        let deleted = self
+            .store
+            .delete_instance(scope, id)
+            .map_err(ClusterError::from);
+        actions::finish(self.store.as_ref(), &ticket, actions::outcome_of(&deleted));
+        deleted
     }
 
     fn nodes(&self) -> Vec<Node> {

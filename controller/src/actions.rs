@@ -1,0 +1,202 @@
+//! The instance actions log, the controller's side (Nova's `os-instance-actions`): what a request
+//! that acts on an instance records, and the one entry point that records it.
+//!
+//! The rule (`docs/api.md` says the same to users):
+//! - An action is recorded when the controller accepts a request on an instance, once the
+//!   instance's state allowed it: a refused request (unknown instance, wrong state) records
+//!   nothing. It starts with the event `controller_<action>`, finished when the controller has
+//!   done its part: the command handed on (an SSNTP frame queued for the scheduler, or an
+//!   off-host operation queued in the store; a create left waiting for its subnet's CNCI):
+//!   `Success`, or `Error` with why it was not.
+//! - Every START sent to the scheduler (a create, a start, the start that follows a reboot's
+//!   stop) starts the event `node_start` on the instance's newest action. It is finished
+//!   `Success` when a node reports the instance running, and `Error` with the cause when the
+//!   START could not be sent, a node or the scheduler answered a fatal START_FAILURE, or no node
+//!   reported the instance in time (`start_lost`). Off-host starts have no `node_start`: the
+//!   off-host launcher writes the outcome to the instance's record, not to the controller.
+//! - Recording never fails a request: a store error while recording is logged and the request
+//!   goes on.
+//!
+//! The entry point, for an operation on an instance: [`begin`] after the state check and before
+//! the command goes out (so that whatever the controller learns next finds the action), then
+//! [`finish`] with the outcome of handing the command on. The engine wraps them as
+//! [`Engine::begin_action`](crate::engine::Engine::begin_action) and
+//! [`Engine::finish_action`](crate::engine::Engine::finish_action).
+
+use uuid::Uuid;
+
+use crate::cluster::{Caller, ClusterError};
+use store::{ActionStore, ActionTarget, EventOutcome, NewInstanceAction};
+
+/// What a request asked of an instance: the action's name, as Nova names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ActionKind {
+    /// A launch (`POST /servers`, `POST /cumulo/v1/instances`).
+    Create,
+    /// A delete.
+    Delete,
+    /// A stop.
+    Stop,
+    /// A start.
+    Start,
+    /// A reboot (the native API's restart).
+    Reboot,
+    /// A pause.
+    Pause,
+    /// An unpause.
+    Unpause,
+    /// A suspend.
+    Suspend,
+    /// A resume.
+    Resume,
+    /// A rebuild.
+    Rebuild,
+    /// A resize.
+    Resize,
+    /// An evacuation of the instance's node.
+    Evacuate,
+}
+
+impl ActionKind {
+    /// The action an INSTANCE_ACTION records (both reboots are `reboot`, as in Nova); `None`
+    /// for an action this version does not know.
+    pub fn of_instance_action(action: crate::cluster::InstanceAction) -> Option<ActionKind> {
+        use crate::cluster::InstanceAction as A;
+        Some(match action {
+            A::Reboot | A::RebootHard => ActionKind::Reboot,
+            A::Pause => ActionKind::Pause,
+            A::Unpause => ActionKind::Unpause,
+            A::Suspend => ActionKind::Suspend,
+            A::Resume => ActionKind::Resume,
+            A::Other => return None,
+        })
+    }
+
+    /// The action's name (`create`, `stop`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ActionKind::Create => "create",
+            ActionKind::Delete => "delete",
+            ActionKind::Stop => "stop",
+            ActionKind::Start => "start",
+            ActionKind::Reboot => "reboot",
+            ActionKind::Pause => "pause",
+            ActionKind::Unpause => "unpause",
+            ActionKind::Suspend => "suspend",
+            ActionKind::Resume => "resume",
+            ActionKind::Rebuild => "rebuild",
+            ActionKind::Resize => "resize",
+            ActionKind::Evacuate => "evacuate",
+        }
+    }
+
+    /// The name of the controller's event of this action (`controller_stop`).
+    pub fn controller_event(self) -> String {
+        format!("controller_{}", self.as_str())
+    }
+}
+
+/// The event of a START's outcome on a node.
+pub const NODE_START: &str = "node_start";
+
+/// A new request identifier, as Nova makes them (`req-<uuid>`).
+pub fn new_request_id() -> String {
+    format!("req-{}", Uuid::new_v4())
+}
+
+/// An action begun by [`begin`], to [`finish`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ActionTicket {
+    /// The instance.
+    pub instance: Uuid,
+    /// The request identifier.
+    pub request_id: String,
+    /// The controller's event, to finish.
+    event: String,
+    /// Whether the action was recorded (a store that failed: finishing it does nothing).
+    recorded: bool,
+}
+
+/// Records that `by` asked `kind` of `instance` in request `request_id` (several instances of
+/// one request share it), with its controller event started. Never fails: a store error is
+/// logged, and the ticket then finishes nothing.
+pub fn begin(
+    store: &dyn ActionStore,
+    request_id: &str,
+    instance: Uuid,
+    kind: ActionKind,
+    by: &Caller,
+) -> ActionTicket {
+    let event = kind.controller_event();
+    let recorded = store.add_instance_action(NewInstanceAction {
+        request_id: request_id.to_string(),
+        instance,
+        action: kind.as_str().to_string(),
+        user: by.user,
+        project: by.project,
+        events: vec![event.clone()],
+    });
+    if let Err(e) = &recorded {
+        tracing::warn!(%instance, request_id, "cannot record the {} action: {e}", kind.as_str());
+    }
+    ActionTicket {
+        instance,
+        request_id: request_id.to_string(),
+        event,
+        recorded: recorded.is_ok(),
+    }
+}
+
+/// What an operation's result says of the controller's part: `Success`, or `Error` with the
+/// error's text.
+pub fn outcome_of<T>(result: &Result<T, ClusterError>) -> EventOutcome {
+    match result {
+        Ok(_) => EventOutcome::success(),
+        Err(e) => EventOutcome::error(e.to_string()),
+    }
+}
+
+/// Finishes the controller's event of a begun action with `outcome` (a store error is logged).
+pub fn finish(store: &dyn ActionStore, ticket: &ActionTicket, outcome: EventOutcome) {
+    if !ticket.recorded {
+        return;
+    }
+    if let Err(e) = store.finish_action_event(
+        ticket.instance,
+        ActionTarget::Request(&ticket.request_id),
+        &ticket.event,
+        outcome,
+    ) {
+        tracing::warn!(instance = %ticket.instance, request_id = ticket.request_id, "cannot finish an action's event: {e}");
+    }
+}
+
+/// A START of `instance` is about to go to the scheduler: `node_start` starts on its newest
+/// action (a store error is logged).
+pub fn start_sent(store: &dyn ActionStore, instance: Uuid) {
+    if let Err(e) = store.start_action_event(instance, ActionTarget::Newest, NODE_START) {
+        tracing::warn!(%instance, "cannot record a START in the instance's actions: {e}");
+    }
+}
+
+/// How the START of `instance` ended: finishes the newest unfinished `node_start` of its
+/// actions, if any (a store error is logged).
+pub fn start_ended(store: &dyn ActionStore, instance: Uuid, outcome: EventOutcome) {
+    if let Err(e) = store.finish_action_event(instance, ActionTarget::Newest, NODE_START, outcome) {
+        tracing::warn!(%instance, "cannot record a START's outcome in the instance's actions: {e}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_novas() {
+        assert_eq!(ActionKind::Reboot.as_str(), "reboot");
+        assert_eq!(ActionKind::Stop.controller_event(), "controller_stop");
+        let id = new_request_id();
+        assert!(id.starts_with("req-"));
+        assert!(Uuid::parse_str(&id[4..]).is_ok());
+    }
+}

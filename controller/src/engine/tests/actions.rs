@@ -1,0 +1,163 @@
+//! The instance actions the engine records (the rule is in `crate::actions`).
+
+use super::*;
+use store::{ActionResult, InstanceAction};
+
+fn actions_of(w: &World, id: Uuid) -> Vec<InstanceAction> {
+    w.engine.store().instance_actions(Scope::All, id).unwrap()
+}
+
+/// The names and results of an action's events.
+fn events_of(action: &InstanceAction) -> Vec<(&str, Option<ActionResult>)> {
+    action
+        .events
+        .iter()
+        .map(|e| (e.name.as_str(), e.result))
+        .collect()
+}
+
+const OK: Option<ActionResult> = Some(ActionResult::Success);
+const FAILED: Option<ActionResult> = Some(ActionResult::Error);
+
+#[test]
+fn a_launch_records_a_create_per_instance_and_how_each_start_went() {
+    let w = world();
+    w.node_connected(NODE, NodeType::ComputeNode);
+    let by = Caller {
+        user: Some(Uuid::from_u128(1)),
+        project: Some(w.tenant),
+    };
+    let made = w
+        .engine
+        .launch(
+            Scope::Tenant(w.tenant),
+            Launch {
+                tenant: w.tenant,
+                workload: w.workload,
+                name: "web".into(),
+                count: 2,
+            },
+            &by,
+        )
+        .unwrap();
+    let first = &actions_of(&w, made[0].id)[0];
+    let second = &actions_of(&w, made[1].id)[0];
+    assert_eq!(first.action, "create");
+    assert_eq!((first.user, first.project), (by.user, by.project));
+    assert!(first.request_id.starts_with("req-"));
+    assert_eq!(first.request_id, second.request_id, "one request");
+    assert_eq!(
+        events_of(first),
+        [("controller_create", OK), ("node_start", None)]
+    );
+
+    // Running on its node; a fatal START_FAILURE for the other.
+    w.stats(NODE, &[(made[0].id, Reported::Active)]);
+    let first = &actions_of(&w, made[0].id)[0];
+    assert_eq!(
+        events_of(first),
+        [("controller_create", OK), ("node_start", OK)]
+    );
+    assert_eq!(first.message, None);
+    w.event(Payload::StartFailure(ssntp::payload::StartFailure {
+        instance_uuid: made[1].id,
+        node_uuid: Some(NODE),
+        reason: StartFailureReason::LaunchFailure,
+        restart: false,
+        message: Some("QEMU could not open the disk".into()),
+    }));
+    let second = &actions_of(&w, made[1].id)[0];
+    assert_eq!(
+        events_of(second),
+        [("controller_create", OK), ("node_start", FAILED)]
+    );
+    assert_eq!(second.message.as_deref(), Some("Error"));
+    assert_eq!(
+        second.events[1].detail.as_deref(),
+        Some("launch_failure: QEMU could not open the disk")
+    );
+}
+
+#[test]
+fn stop_start_reboot_and_delete_are_recorded_and_refusals_are_not() {
+    let w = world();
+    let id = w.active();
+    let by = Caller::default();
+    w.engine.stop(Scope::Tenant(w.tenant), id, &by).unwrap();
+    assert!(w.engine.stop(Scope::Tenant(w.tenant), id, &by).is_err());
+    w.event(Payload::InstanceStopped(InstanceEvent {
+        instance_uuid: id,
+    }));
+    w.engine.start(Scope::Tenant(w.tenant), id, &by).unwrap();
+    w.stats(NODE, &[(id, Reported::Active)]);
+    // A reboot is an INSTANCE_ACTION to the node: one controller event, no START.
+    w.engine.reboot(Scope::Tenant(w.tenant), id, &by).unwrap();
+    let rebooting = &actions_of(&w, id)[0];
+    assert_eq!(events_of(rebooting), [("controller_reboot", OK)]);
+    w.engine
+        .act(
+            Scope::Tenant(w.tenant),
+            id,
+            crate::cluster::InstanceAction::Pause,
+            &by,
+        )
+        .unwrap();
+    w.stats(NODE, &[(id, Reported::Paused)]);
+    // Refused in a state that does not allow it: nothing recorded.
+    assert!(
+        w.engine
+            .act(
+                Scope::Tenant(w.tenant),
+                id,
+                crate::cluster::InstanceAction::Pause,
+                &by
+            )
+            .is_err()
+    );
+
+    let all = actions_of(&w, id);
+    let names: Vec<&str> = all.iter().map(|a| a.action.as_str()).collect();
+    assert_eq!(
+        names,
+        ["pause", "reboot", "start", "stop", "create"],
+        "newest first"
+    );
+    assert_eq!(events_of(&all[0]), [("controller_pause", OK)]);
+    assert_eq!(events_of(&all[1]), [("controller_reboot", OK)]);
+    assert_eq!(
+        events_of(&all[2]),
+        [("controller_start", OK), ("node_start", OK)]
+    );
+    assert_eq!(events_of(&all[3]), [("controller_stop", OK)]);
+
+    // The delete is recorded, and the actions outlive the record.
+    w.engine.delete(Scope::Tenant(w.tenant), id, &by).unwrap();
+    w.event(Payload::InstanceDeleted(InstanceEvent {
+        instance_uuid: id,
+    }));
+    assert!(w.gone(id));
+    let all = actions_of(&w, id);
+    assert_eq!(all.len(), 6);
+    assert_eq!(events_of(&all[0]), [("controller_delete", OK)]);
+}
+
+#[test]
+fn a_lost_start_is_an_error() {
+    let w = world();
+    let id = w.launch(1)[0].id;
+    w.engine
+        .sweep(SystemTime::now() + Duration::from_secs(3600))
+        .unwrap();
+    let create = &actions_of(&w, id)[0];
+    assert_eq!(
+        events_of(create),
+        [("controller_create", OK), ("node_start", FAILED)]
+    );
+    assert!(
+        create.events[1]
+            .detail
+            .as_deref()
+            .is_some_and(|d| d.starts_with("start_lost")),
+        "{create:?}"
+    );
+}

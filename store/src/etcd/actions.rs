@@ -1,0 +1,170 @@
+//! The instance actions log over etcd, [`ActionStore`] for [`EtcdStore`]: one JSON record per
+//! action under the instance's range (`action/<instance>/<seq>`, in the instance's order), at most
+//! [`ACTIONS_PER_INSTANCE`] of them. A change reads the instance's range (its compare makes
+//! concurrent changes of one instance's actions run one after the other), applies the shared
+//! rules (`crate::actions`) and writes back the one action that changed.
+
+use uuid::Uuid;
+
+use super::keys::suffix;
+use super::records::{ActionRec, InstanceRec};
+use super::{EtcdStore, Kv, Tx};
+use crate::actions as rules;
+use crate::common::now;
+use crate::*;
+
+impl ActionStore for EtcdStore {
+    fn add_instance_action(&self, new: NewInstanceAction) -> Result<InstanceAction> {
+        rules::check_new(&new)?;
+        self.atomically("recording an instance action", |tx| {
+            let keys = tx.keys();
+            let instance: InstanceRec = tx
+                .get_json(&keys.instance(new.instance))?
+                .ok_or_else(|| StoreError::not_found("instance", new.instance))?;
+            let prefix = keys.actions(new.instance);
+            let found = of_instance(tx, new.instance)?;
+            if found.iter().any(|(_, a)| a.request_id == new.request_id) {
+                return Err(rules::duplicate(&new));
+            }
+            let seq = match found.last() {
+                Some((kv, _)) => seq_of(kv, &prefix)? + 1,
+                None => 1,
+            };
+            let action = rules::new_action(new.clone(), instance.tenant, now());
+            tx.put(&keys.action(new.instance, seq), &ActionRec::from(&action))?;
+            let excess = (found.len() + 1).saturating_sub(ACTIONS_PER_INSTANCE);
+            for (kv, _) in found.iter().take(excess) {
+                tx.delete(&kv.key);
+            }
+            Ok(action)
+        })
+    }
+
+    fn start_action_event(
+        &self,
+        instance: Uuid,
+        target: ActionTarget<'_>,
+        event: &str,
+    ) -> Result<Option<InstanceAction>> {
+        rules::check_event(event)?;
+        self.atomically("starting an action event", |tx| {
+            let (kvs, mut actions): (Vec<Kv>, Vec<InstanceAction>) =
+                of_instance(tx, instance)?.into_iter().unzip();
+            match rules::start_event(&mut actions, target, event, now()) {
+                Some((at, changed)) => {
+                    if changed {
+                        tx.put(&kvs[at].key, &ActionRec::from(&actions[at]))?;
+                    }
+                    Ok(Some(actions.swap_remove(at)))
+                }
+                None => Ok(None),
+            }
+        })
+    }
+
+    fn finish_action_event(
+        &self,
+        instance: Uuid,
+        target: ActionTarget<'_>,
+        event: &str,
+        outcome: EventOutcome,
+    ) -> Result<Option<InstanceAction>> {
+        rules::check_event(event)?;
+        self.atomically("finishing an action event", |tx| {
+            let (kvs, mut actions): (Vec<Kv>, Vec<InstanceAction>) =
+                of_instance(tx, instance)?.into_iter().unzip();
+            match rules::finish_event(&mut actions, target, event, outcome.clone(), now()) {
+                Some(at) => {
+                    tx.put(&kvs[at].key, &ActionRec::from(&actions[at]))?;
+                    Ok(Some(actions.swap_remove(at)))
+                }
+                None => Ok(None),
+            }
+        })
+    }
+
+    fn instance_actions(&self, scope: Scope, instance: Uuid) -> Result<Vec<InstanceAction>> {
+        self.read(|tx| {
+            let mut visible = visible(tx, scope, instance)?;
+            visible.reverse();
+            Ok(visible)
+        })
+    }
+
+    fn instance_action(
+        &self,
+        scope: Scope,
+        instance: Uuid,
+        request_id: &str,
+    ) -> Result<InstanceAction> {
+        self.read(|tx| {
+            visible(tx, scope, instance)?
+                .into_iter()
+                .find(|a| a.request_id == request_id)
+                .ok_or_else(|| StoreError::not_found("instance action", request_id))
+        })
+    }
+}
+
+/// The instance's actions with their keys, oldest first.
+fn of_instance(tx: &mut Tx<'_>, instance: Uuid) -> Result<Vec<(Kv, InstanceAction)>> {
+    let prefix = tx.keys().actions(instance);
+    tx.range(&prefix)?
+        .into_iter()
+        .map(|kv| {
+            let action = kv.decode::<ActionRec>()?.model()?;
+            Ok((kv, action))
+        })
+        .collect()
+}
+
+/// The instance's actions visible in `scope`, oldest first; `NotFound` (an instance) when there
+/// are none and the instance has no record visible in `scope`.
+fn visible(tx: &mut Tx<'_>, scope: Scope, instance: Uuid) -> Result<Vec<InstanceAction>> {
+    let visible: Vec<InstanceAction> = of_instance(tx, instance)?
+        .into_iter()
+        .map(|(_, a)| a)
+        .filter(|a| scope.sees(Some(a.tenant)))
+        .collect();
+    if visible.is_empty() {
+        super::instances::instance_in(tx, scope, instance)?;
+    }
+    Ok(visible)
+}
+
+/// The sequence number at the end of an action's key.
+fn seq_of(kv: &Kv, prefix: &str) -> Result<u64> {
+    suffix(&kv.key, prefix)
+        .and_then(|s| u64::from_str_radix(s, 16).ok())
+        .ok_or_else(|| StoreError::Backend(format!("bad action key {}", kv.key)))
+}
+
+/// The record of `instance` goes in `tx`: if it has actions, it joins the gone instances, and the
+/// actions of the gone instance pushed past [`GONE_INSTANCES_KEPT`] go.
+pub(super) fn instance_gone(tx: &mut Tx<'_>, instance: Uuid) -> Result<()> {
+    let keys = tx.keys();
+    if !tx.any_under(&keys.actions(instance))? {
+        return Ok(());
+    }
+    let counter = keys.gone_counter();
+    let last: u64 = match tx.get(&counter)? {
+        Some(kv) => kv
+            .text()?
+            .parse()
+            .map_err(|e| StoreError::Backend(format!("bad gone-instance counter: {e}")))?,
+        None => 0,
+    };
+    let seq = last + 1;
+    tx.put_text(&counter, &seq.to_string());
+    tx.put_text(&keys.gone(seq), &instance.to_string());
+    if seq > GONE_INSTANCES_KEPT {
+        let oldest = keys.gone(seq - GONE_INSTANCES_KEPT);
+        if let Some(kv) = tx.get(&oldest)? {
+            let id = Uuid::parse_str(kv.text()?)
+                .map_err(|e| StoreError::Backend(format!("bad id at {}: {e}", kv.key)))?;
+            tx.delete_prefix(&keys.actions(id));
+            tx.delete(&oldest);
+        }
+    }
+    Ok(())
+}

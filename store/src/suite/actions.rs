@@ -1,0 +1,232 @@
+//! The suite: the instance actions log ([`ActionStore`](crate::ActionStore)).
+
+use super::*;
+
+fn new_action(
+    instance: Uuid,
+    request_id: &str,
+    action: &str,
+    events: &[&str],
+) -> NewInstanceAction {
+    NewInstanceAction {
+        request_id: request_id.into(),
+        instance,
+        action: action.into(),
+        user: Some(Uuid::from_u128(7)),
+        project: Some(Uuid::from_u128(8)),
+        events: events.iter().map(|e| e.to_string()).collect(),
+    }
+}
+
+fn kind_of<T: std::fmt::Debug>(r: Result<T>) -> &'static str {
+    match r {
+        Err(StoreError::NotFound { kind, .. }) => kind,
+        other => panic!("not a NotFound: {other:?}"),
+    }
+}
+
+pub(crate) fn actions_are_recorded_and_finished<F: Fixture>() {
+    let fx = F::new();
+    let store = fx.open();
+    let (t, w) = tenant_and_workload(&store, "acme", Quota::default(), 24);
+    let (other, _) = tenant_and_workload(&store, "other", Quota::default(), 24);
+    let i = store.create_instance(new_instance(&t, &w, "vm")).unwrap();
+    assert_eq!(store.instance_actions(Scope::All, i.id).unwrap(), vec![]);
+
+    let created = store
+        .add_instance_action(new_action(i.id, "req-1", "create", &["controller_create"]))
+        .unwrap();
+    assert_eq!(created.tenant, t.id);
+    assert_eq!(created.user, Some(Uuid::from_u128(7)));
+    assert_eq!(created.project, Some(Uuid::from_u128(8)));
+    assert_eq!(created.message, None);
+    assert_eq!(created.events.len(), 1);
+    assert_eq!(created.events[0].finish, None);
+    assert_eq!(created.events[0].result, None);
+
+    // The controller's part done, then the node's part started and failed.
+    let done = store
+        .finish_action_event(
+            i.id,
+            ActionTarget::Request("req-1"),
+            "controller_create",
+            EventOutcome::success(),
+        )
+        .unwrap()
+        .unwrap();
+    assert_eq!(done.events[0].result, Some(ActionResult::Success));
+    assert!(done.events[0].finish.is_some());
+    let started = store
+        .start_action_event(i.id, ActionTarget::Newest, "node_start")
+        .unwrap()
+        .unwrap();
+    assert_eq!(started.events.len(), 2);
+    let stop = store
+        .add_instance_action(new_action(i.id, "req-2", "stop", &["controller_stop"]))
+        .unwrap();
+    // The newest action with node_start open is the create, not the newer stop.
+    let failed = store
+        .finish_action_event(
+            i.id,
+            ActionTarget::Newest,
+            "node_start",
+            EventOutcome::error("no image"),
+        )
+        .unwrap()
+        .unwrap();
+    assert_eq!(failed.request_id, "req-1");
+    assert_eq!(failed.message.as_deref(), Some("Error"));
+    assert_eq!(failed.events[1].result, Some(ActionResult::Error));
+    assert_eq!(failed.events[1].detail.as_deref(), Some("no image"));
+    assert_eq!(
+        store
+            .finish_action_event(
+                i.id,
+                ActionTarget::Newest,
+                "node_start",
+                EventOutcome::success()
+            )
+            .unwrap(),
+        None,
+        "nothing open any more"
+    );
+    assert_eq!(
+        store
+            .start_action_event(i.id, ActionTarget::Request("req-9"), "x")
+            .unwrap(),
+        None
+    );
+
+    // Newest first; the same records by request id; as written.
+    let list = store.instance_actions(Scope::Tenant(t.id), i.id).unwrap();
+    let ids: Vec<&str> = list.iter().map(|a| a.request_id.as_str()).collect();
+    assert_eq!(ids, ["req-2", "req-1"]);
+    assert_eq!(list[0], stop);
+    assert_eq!(list[1], failed);
+    assert_eq!(
+        store.instance_action(Scope::All, i.id, "req-1").unwrap(),
+        failed
+    );
+
+    // Duplicates, bad input, unknown instances and request ids, other tenants.
+    assert!(matches!(
+        store.add_instance_action(new_action(i.id, "req-1", "stop", &[])),
+        Err(StoreError::Conflict(_))
+    ));
+    assert!(matches!(
+        store.add_instance_action(new_action(i.id, "", "stop", &[])),
+        Err(StoreError::Invalid(_))
+    ));
+    let nobody = Uuid::new_v4();
+    assert!(is_not_found(store.add_instance_action(new_action(
+        nobody,
+        "req-3",
+        "stop",
+        &[]
+    ))));
+    assert_eq!(
+        kind_of(store.instance_actions(Scope::All, nobody)),
+        "instance"
+    );
+    assert_eq!(
+        kind_of(store.instance_action(Scope::Tenant(t.id), i.id, "req-3")),
+        "instance action"
+    );
+    assert_eq!(
+        kind_of(store.instance_actions(Scope::Tenant(other.id), i.id)),
+        "instance"
+    );
+    assert_eq!(
+        kind_of(store.instance_action(Scope::Tenant(other.id), i.id, "req-1")),
+        "instance"
+    );
+}
+
+pub(crate) fn actions_are_bounded_and_outlive_the_instance<F: Fixture>() {
+    let fx = F::new();
+    let store = fx.open();
+    let (t, w) = tenant_and_workload(&store, "acme", Quota::default(), 24);
+    let (other, _) = tenant_and_workload(&store, "other", Quota::default(), 24);
+    let i = store.create_instance(new_instance(&t, &w, "vm")).unwrap();
+    let extra = 5;
+    for n in 0..ACTIONS_PER_INSTANCE + extra {
+        store
+            .add_instance_action(new_action(i.id, &format!("req-{n}"), "reboot", &[]))
+            .unwrap();
+    }
+    let kept = store.instance_actions(Scope::All, i.id).unwrap();
+    assert_eq!(kept.len(), ACTIONS_PER_INSTANCE);
+    let last = ACTIONS_PER_INSTANCE + extra - 1;
+    assert_eq!(kept[0].request_id, format!("req-{last}"));
+    assert_eq!(kept[kept.len() - 1].request_id, format!("req-{extra}"));
+    assert!(is_not_found(store.instance_action(
+        Scope::All,
+        i.id,
+        "req-0"
+    )));
+
+    // The record goes; the actions stay, for the tenant and admins, and take no new ones.
+    store.delete_instance(Scope::All, i.id).unwrap();
+    assert_eq!(
+        store
+            .instance_actions(Scope::Tenant(t.id), i.id)
+            .unwrap()
+            .len(),
+        ACTIONS_PER_INSTANCE
+    );
+    assert_eq!(
+        store
+            .instance_action(Scope::All, i.id, &format!("req-{last}"))
+            .unwrap()
+            .action,
+        "reboot"
+    );
+    assert_eq!(
+        kind_of(store.instance_actions(Scope::Tenant(other.id), i.id)),
+        "instance"
+    );
+    assert!(is_not_found(store.add_instance_action(new_action(
+        i.id,
+        "req-new",
+        "start",
+        &[]
+    ))));
+    assert_eq!(
+        store
+            .finish_action_event(
+                i.id,
+                ActionTarget::Request("req-1"),
+                "late",
+                EventOutcome::success()
+            )
+            .unwrap(),
+        None,
+        "req-1 was pushed out"
+    );
+}
+
+/// The actions of at most `GONE_INSTANCES_KEPT` gone instances are kept.
+pub(crate) fn gone_instances_keep_their_actions_for_a_while<F: Fixture>() {
+    let fx = F::new();
+    let store = fx.open();
+    let (t, w) = tenant_and_workload(&store, "acme", Quota::default(), 24);
+    let mut gone = Vec::new();
+    for n in 0..=GONE_INSTANCES_KEPT {
+        let i = store.create_instance(new_instance(&t, &w, "vm")).unwrap();
+        store
+            .add_instance_action(new_action(i.id, &format!("req-{n}"), "create", &[]))
+            .unwrap();
+        store.delete_instance(Scope::All, i.id).unwrap();
+        gone.push(i.id);
+    }
+    // One without actions does not count.
+    let quiet = store.create_instance(new_instance(&t, &w, "vm")).unwrap();
+    store.delete_instance(Scope::All, quiet.id).unwrap();
+    assert!(is_not_found(store.instance_actions(Scope::All, gone[0])));
+    assert_eq!(
+        store.instance_actions(Scope::All, gone[1]).unwrap().len(),
+        1
+    );
+    let newest = gone[gone.len() - 1];
+    assert_eq!(store.instance_actions(Scope::All, newest).unwrap().len(), 1);
+}

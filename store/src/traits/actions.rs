@@ -1,0 +1,56 @@
+//! [`ActionStore`]: the instance actions log (Nova's `os-instance-actions`): who asked what of an
+//! instance, when, and how each step went.
+
+use uuid::Uuid;
+
+use crate::{EventOutcome, InstanceAction, NewInstanceAction, Result, Scope};
+
+/// The instance actions log. Every call is one transaction.
+///
+/// Bounds: an instance keeps its newest [`ACTIONS_PER_INSTANCE`] actions (the oldest go as new
+/// ones come). Actions outlive the instance's record: when the record goes (deleted, in any way),
+/// an instance that has actions joins the list of gone instances, and the actions of the oldest
+/// gone instances are dropped so that those of at most [`GONE_INSTANCES_KEPT`] gone instances
+/// remain. A gone instance's actions are read like a live one's, by its tenant or an admin.
+///
+/// [`ACTIONS_PER_INSTANCE`]: crate::ACTIONS_PER_INSTANCE
+/// [`GONE_INSTANCES_KEPT`]: crate::GONE_INSTANCES_KEPT
+pub trait ActionStore: Send + Sync {
+    /// Records an action on an instance that has a record (`NotFound` otherwise), for the
+    /// instance's tenant, started now with `new.events` started (unfinished). `Conflict` if the
+    /// instance has an action with this request identifier already; `Invalid` for an empty or
+    /// over-long request identifier, action or event name.
+    fn add_instance_action(&self, new: NewInstanceAction) -> Result<InstanceAction>;
+    /// Starts event `event` (now, unfinished) of the instance's `target` action, unless it has an
+    /// unfinished event of that name already. `None` when the instance has no such action.
+    fn start_action_event(
+        &self,
+        instance: Uuid,
+        target: crate::ActionTarget<'_>,
+        event: &str,
+    ) -> Result<Option<InstanceAction>>;
+    /// Finishes (now, with `outcome`) the newest unfinished event named `event` of the instance's
+    /// `target` action; for [`ActionTarget::Request`](crate::ActionTarget::Request), an action
+    /// with no such unfinished event gets the event, started and finished now. An error outcome
+    /// sets the action's message to `Error`. `None` when the instance has no such action.
+    fn finish_action_event(
+        &self,
+        instance: Uuid,
+        target: crate::ActionTarget<'_>,
+        event: &str,
+        outcome: EventOutcome,
+    ) -> Result<Option<InstanceAction>>;
+    /// The instance's actions visible in `scope`, newest first. `NotFound` when the instance has
+    /// neither a record nor an action visible in `scope`; an empty list for one that has a
+    /// record and no action.
+    fn instance_actions(&self, scope: Scope, instance: Uuid) -> Result<Vec<InstanceAction>>;
+    /// One action of the instance, by request identifier, if visible in `scope`. `NotFound` of
+    /// kind `instance` when the instance has neither a record nor an action visible in `scope`,
+    /// of kind `instance action` when it has but not this one.
+    fn instance_action(
+        &self,
+        scope: Scope,
+        instance: Uuid,
+        request_id: &str,
+    ) -> Result<InstanceAction>;
+}
