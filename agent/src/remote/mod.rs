@@ -238,10 +238,20 @@ pub async fn run_operation<B: FenceMarks>(
     };
     let dir = config.work_dir.join(format!("op-{}-{token}", op.id));
     let _ = std::fs::remove_dir_all(&dir);
-    if matches!(op.kind, OperationKind::Stop | OperationKind::Delete) {
+    // The operation's core starts from an empty directory: a record tells it of the instance
+    // the host already has (running for a stop or a delete; stopped and kept for a start with
+    // `restart`, which boots the kept domain rather than making a new one).
+    let known = match op.kind {
+        OperationKind::Stop | OperationKind::Delete => Some(Desired::Running),
+        OperationKind::Start if spec.restart => Some(Desired::Stopped {
+            cause: crate::model::StopCause::Requested,
+        }),
+        OperationKind::Start => None,
+    };
+    if let Some(desired) = known {
         let records = crate::store::Store::open(&dir).map_err(|e| e.to_string())?;
         records
-            .write(&Record::new(spec.clone(), Desired::Running))
+            .write(&Record::new(spec.clone(), desired))
             .map_err(|e| e.to_string())?;
     }
     let mut core_config = Config::new(
