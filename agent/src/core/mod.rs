@@ -86,9 +86,10 @@ fn recover(desired: Desired, power: Option<&Power>) -> (InstanceState, Job, Opti
         (Desired::Running | Desired::Paused | Desired::Suspended, Some(Power::Running)) => {
             attach(S::Active)
         }
-        (Desired::Running | Desired::Paused | Desired::Suspended, Some(Power::Paused)) => {
-            attach(S::Paused)
-        }
+        // Paused without being asked (a boot cut short by the agent's death, which libvirt
+        // finishes): running, as far as the agent is concerned.
+        (Desired::Running | Desired::Suspended, Some(Power::Paused)) => attach(S::Active),
+        (Desired::Paused, Some(Power::Paused)) => attach(S::Paused),
         (Desired::Suspended, Some(Power::Saved)) => attach(S::Suspended),
         (Desired::Running | Desired::Paused | Desired::Suspended, Some(_)) => {
             (S::Exited, Job::Lost, Some(StopCause::Lost))

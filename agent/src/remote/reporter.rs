@@ -40,11 +40,6 @@ pub fn decide(
             .map(|mask| InstanceWrite::Update(mask, facts))
             .ok()
     };
-    let exited = InstanceFacts {
-        state: StoreState::Exited,
-        placement: Placement::default(),
-        fault: None,
-    };
     let done = |text: &str| Some((OperationState::Done, text.to_string()));
     let failed = |text: String| Some((OperationState::Failed, text));
     match (kind, event) {
@@ -104,7 +99,21 @@ pub fn decide(
                 reason: DeleteRefusal::NoInstance,
                 ..
             },
-        ) => Some((masked(&["state", "placement"], exited)?, done("stopped"))),
+        ) => Some((
+            // Powered off and kept on its host: a start boots it there.
+            masked(
+                &["state", "placement.node"],
+                InstanceFacts {
+                    state: StoreState::Exited,
+                    placement: Placement {
+                        node: Some(host),
+                        cnci: None,
+                    },
+                    fault: None,
+                },
+            )?,
+            done("stopped"),
+        )),
         (OperationKind::Delete, InstanceEvent::Deleted { .. } | InstanceEvent::Stopped { .. })
         | (
             OperationKind::Delete,

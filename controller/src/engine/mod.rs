@@ -611,16 +611,16 @@ impl Cluster for Engine {
     fn start(&self, scope: Scope, id: Uuid, by: &Caller) -> Result<Instance, ClusterError> {
         let current = self.store.instance(scope, id)?;
         if let Some(host) = self.remote_of(&current)? {
-            // Exited on its off-host host: clear it there, then start it again.
+            // Stopped and kept on its off-host host: boot it there (a START with `restart`).
             return self.off_host_change(
                 scope,
                 &current,
                 &host,
                 offhost::Step {
-                    to: InstanceState::Stopping,
+                    to: InstanceState::Pending,
                     from: |s| *s == InstanceState::Exited,
                     action: ActionKind::Start,
-                    queue: &[(OperationKind::Stop, false), (OperationKind::Start, true)],
+                    queue: &[(OperationKind::Start, true)],
                 },
                 by,
             );

@@ -524,9 +524,15 @@ async fn replicas_boot_a_real_vm_over_a_remote_libvirt_uri_and_fence_the_domain(
     // Stop, start, delete through the API.
     act(&ctls[1], &id, "stop").await;
     wait_state(&ctls, &id, "exited", Duration::from_secs(120)).await;
-    assert_ne!(domain_of(&backend, instance).await, Some(true));
+    // Powered off and kept: the same domain boots again on the start.
+    assert_eq!(domain_of(&backend, instance).await, Some(false));
+    let stopped_token = backend.fence_token(instance).await.unwrap();
     act(&ctls[0], &id, "start").await;
     wait_state(&ctls, &id, "active", Duration::from_secs(120)).await;
+    assert!(
+        backend.fence_token(instance).await.unwrap() > stopped_token,
+        "the start claimed the kept domain"
+    );
     act(&ctls[1], &id, "delete").await;
     wait_gone(&ctls, &id, Duration::from_secs(120)).await;
     assert_eq!(domain_of(&backend, instance).await, None);

@@ -216,8 +216,11 @@ fn power_off(d: &Domain) -> Result<(), virt::error::Error> {
 
 /// The domain's power state.
 fn power_of(d: &Domain) -> Result<Power, virt::error::Error> {
-    let (state, _) = d.get_state()?;
+    let (state, reason) = d.get_state()?;
+    let starting = u32::try_from(reason).ok() == Some(virt::sys::VIR_DOMAIN_PAUSED_STARTING_UP);
     Ok(match state {
+        // Paused only while QEMU starts up: a boot in progress.
+        virt::sys::VIR_DOMAIN_PAUSED if starting => Power::Running,
         virt::sys::VIR_DOMAIN_PAUSED | virt::sys::VIR_DOMAIN_PMSUSPENDED => Power::Paused,
         _ if d.is_active()? => Power::Running,
         _ if d.has_managed_save(0)? => Power::Saved,

@@ -101,6 +101,44 @@ async fn lifecycle_of_a_kernel_image() {
     b.delete(id).await.unwrap();
 }
 
+/// Actions on a domain: pause and unpause, suspend (a managed save) and resume, a hard reboot;
+/// the power state listed follows; a stop keeps the domain and its files; a stop of a suspended
+/// domain drops its saved memory.
+#[tokio::test]
+async fn actions_and_power_states() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = backend(dir.path());
+    let id = fresh();
+    b.create(&spec(id, "tiny")).await.unwrap();
+    b.start(id).await.unwrap();
+    let power = |list: Vec<Existing>| list.iter().find(|e| e.instance == id).map(|e| e.power);
+    b.action(id, Action::Pause).await.unwrap();
+    assert_eq!(power(b.list().await.unwrap()), Some(Power::Paused));
+    // Paused is not an exit.
+    let waiting = tokio::time::timeout(Duration::from_millis(100), b.wait_exit(id)).await;
+    assert!(waiting.is_err(), "a paused instance has not exited");
+    b.action(id, Action::Unpause).await.unwrap();
+    assert_eq!(power(b.list().await.unwrap()), Some(Power::Running));
+    b.action(id, Action::RebootHard).await.unwrap();
+    assert_eq!(power(b.list().await.unwrap()), Some(Power::Running));
+    b.action(id, Action::Suspend).await.unwrap();
+    assert_eq!(power(b.list().await.unwrap()), Some(Power::Saved));
+    b.action(id, Action::Resume).await.unwrap();
+    assert_eq!(power(b.list().await.unwrap()), Some(Power::Running));
+    b.action(id, Action::Suspend).await.unwrap();
+    b.stop(id).await.unwrap();
+    assert_eq!(power(b.list().await.unwrap()), Some(Power::Off));
+    assert!(b.instance_dir(id).join("domain.xml").is_file(), "kept");
+    b.start(id).await.unwrap();
+    assert_eq!(power(b.list().await.unwrap()), Some(Power::Running));
+    assert_eq!(
+        b.action(fresh(), Action::Pause).await,
+        Err(BackendError::NotFound)
+    );
+    b.delete(id).await.unwrap();
+    assert_eq!(power(b.list().await.unwrap()), None);
+}
+
 /// An instance that stops on its own (here: destroyed behind our back) is seen exiting.
 #[tokio::test]
 async fn an_exit_of_its_own_is_seen() {
