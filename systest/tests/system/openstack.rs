@@ -166,9 +166,19 @@ async fn the_openstack_cli_runs_a_server_through_the_whole_cluster() {
     wait_status(&cli, &id, "ACTIVE").await;
     run(&cli, &["server", "reboot", &id], false).await;
     wait_status(&cli, &id, "ACTIVE").await;
+    // Pause, suspend and their reverses act on the server in place.
+    for (verb, status) in [
+        ("pause", "PAUSED"),
+        ("unpause", "ACTIVE"),
+        ("suspend", "SUSPENDED"),
+        ("resume", "ACTIVE"),
+    ] {
+        run(&cli, &["server", verb, &id], false).await;
+        wait_status(&cli, &id, status).await;
+    }
 
-    // What happened to it, newest first; the reboot's START goes out once its stop is
-    // confirmed, and a node reports it running after that.
+    // What happened to it, newest first. A reboot, a pause, ... is an INSTANCE_ACTION to the
+    // node: one controller event each.
     let events = run(&cli, &["server", "event", "list", &id], true).await;
     let actions: Vec<&str> = events
         .as_array()
@@ -176,16 +186,23 @@ async fn the_openstack_cli_runs_a_server_through_the_whole_cluster() {
         .iter()
         .map(|e| e["Action"].as_str().unwrap())
         .collect();
-    assert_eq!(actions, ["reboot", "start", "stop", "create"], "{events}");
-    let reboot = events[0]["Request ID"].as_str().unwrap().to_string();
-    testkit::wait_until(T, "the reboot's start done", || async {
-        let shown = run(&cli, &["server", "event", "show", &id, &reboot], true).await;
-        shown["events"]
-            .as_array()
-            .is_some_and(|e| e.len() == 2 && e[1]["result"] == "Success")
-    })
-    .await;
-    let create = events[3]["Request ID"].as_str().unwrap().to_string();
+    assert_eq!(
+        actions,
+        [
+            "resume", "suspend", "unpause", "pause", "reboot", "start", "stop", "create"
+        ],
+        "{events}"
+    );
+    let reboot = events[4]["Request ID"].as_str().unwrap().to_string();
+    let shown = run(&cli, &["server", "event", "show", &id, &reboot], true).await;
+    let steps: Vec<(&str, &str)> = shown["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["event"].as_str().unwrap(), e["result"].as_str().unwrap()))
+        .collect();
+    assert_eq!(steps, [("controller_reboot", "Success")], "{shown}");
+    let create = events[7]["Request ID"].as_str().unwrap().to_string();
     let shown = run(&cli, &["server", "event", "show", &id, &create], true).await;
     assert_eq!(shown["action"], "create", "{shown}");
     let steps: Vec<(&str, &str)> = shown["events"]
