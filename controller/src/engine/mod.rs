@@ -628,53 +628,41 @@ impl Cluster for Engine {
         if self.store.remote_hosts()?.is_empty() {
             self.require_connected()?;
         }
-        match (&current.state, current.node) {
-            // Stopped and kept on its node: boot it there, from its disks (a START with
-            // `restart`, pinned to that node). If the node cannot, the start fails and the
-            // instance stays stopped there, with the fault: never a new VM elsewhere.
-            (InstanceState::Exited, Some(_)) => {
-                let plan = self.plan(Scope::Tenant(current.tenant), current.workload)?;
-                let (instance, ()) = self
-                    .transition(scope, id, |i| match (&i.state, i.node) {
-                        (InstanceState::Exited, Some(_)) => Ok(Some((
-                            InstanceChange {
-                                state: Some(InstanceState::Pending),
-                                fault: Some(None),
-                                ..InstanceChange::default()
-                            },
-                            (),
-                        ))),
-                        _ => Err(invalid(i, "start")),
-                    })?
-                    .ok_or_else(|| StoreError::not_found("instance", id))?;
-                let ticket = self.begin_action(id, ActionKind::Start, by);
-                let dispatched = self.dispatch(instance, &plan, true);
-                self.finish_action(&ticket, &dispatched);
-                dispatched
-            }
-            (InstanceState::Exited | InstanceState::Error(_), None) => {
-                let plan = self.plan(Scope::Tenant(current.tenant), current.workload)?;
-                let (instance, ()) = self
-                    .transition(scope, id, |i| match (&i.state, i.node) {
-                        (InstanceState::Exited | InstanceState::Error(_), None) => Ok(Some((
-                            InstanceChange {
-                                state: Some(InstanceState::Pending),
-                                cnci: Some(None),
-                                ..InstanceChange::default()
-                            },
-                            (),
-                        ))),
-                        _ => Err(invalid(i, "start")),
-                    })?
-                    .ok_or_else(|| StoreError::not_found("instance", id))?;
-                // On no node: nothing is kept anywhere; a new VM from its image.
-                let ticket = self.begin_action(id, ActionKind::Start, by);
-                let dispatched = self.dispatch(instance, &plan, false);
-                self.finish_action(&ticket, &dispatched);
-                dispatched
-            }
-            _ => Err(invalid(&current, "start")),
+        // Stopped and kept on its node: boot it there, from its disks (a START with `restart`,
+        // pinned to that node). If the node cannot, the start fails and the instance stays
+        // stopped there, with the fault: never a new VM elsewhere. On no node (failed, or its
+        // node no longer holds it): nothing is kept anywhere; a new VM from its image.
+        let startable = |i: &Instance| {
+            matches!(
+                (&i.state, i.node),
+                (InstanceState::Exited, _) | (InstanceState::Error(_), None)
+            )
+        };
+        if !startable(&current) {
+            return Err(invalid(&current, "start"));
         }
+        let kept = current.node.is_some();
+        let plan = self.plan(Scope::Tenant(current.tenant), current.workload)?;
+        let (instance, ()) = self
+            .transition(scope, id, |i| {
+                if !startable(i) || i.node.is_some() != kept {
+                    return Err(invalid(i, "start"));
+                }
+                Ok(Some((
+                    InstanceChange {
+                        state: Some(InstanceState::Pending),
+                        fault: Some(None),
+                        cnci: if kept { None } else { Some(None) },
+                        ..InstanceChange::default()
+                    },
+                    (),
+                )))
+            })?
+            .ok_or_else(|| StoreError::not_found("instance", id))?;
+        let ticket = self.begin_action(id, ActionKind::Start, by);
+        let dispatched = self.dispatch(instance, &plan, kept);
+        self.finish_action(&ticket, &dispatched);
+        dispatched
     }
 
     fn act(

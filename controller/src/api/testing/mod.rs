@@ -21,7 +21,7 @@ use super::{
 };
 use crate::actions::{self, ActionKind};
 use crate::cluster::{
-    Caller, Cluster, ClusterError, InstanceAction, Launch, Node, NodeStatus, Trace,
+    Caller, Cluster, ClusterError, InstanceAction, Launch, Node, NodeStatus, Trace, action_allowed,
 };
 use store::{
     Fault, Instance, InstanceChange, InstanceState, NewInstance, Scope, Store, StoreError,
@@ -255,18 +255,16 @@ impl Cluster for FakeCluster {
         by: &Caller,
     ) -> Result<Instance, ClusterError> {
         // As a node would report it after the action.
-        let (from, to): (&[InstanceState], InstanceState) = match action {
-            InstanceAction::Reboot | InstanceAction::RebootHard => {
-                (&[InstanceState::Active], InstanceState::Active)
-            }
-            InstanceAction::Pause => (&[InstanceState::Active], InstanceState::Paused),
-            InstanceAction::Unpause => (&[InstanceState::Paused], InstanceState::Active),
-            InstanceAction::Suspend => (
-                &[InstanceState::Active, InstanceState::Paused],
-                InstanceState::Suspended,
-            ),
-            InstanceAction::Resume => (&[InstanceState::Suspended], InstanceState::Active),
-            InstanceAction::Other => return Err(ClusterError::Invalid("unknown action".into())),
+        let to = match action {
+            InstanceAction::Pause => InstanceState::Paused,
+            InstanceAction::Suspend => InstanceState::Suspended,
+            _ => InstanceState::Active,
+        };
+        let current = self.store.instance(scope, id)?.state;
+        let from: &[InstanceState] = if action_allowed(action, &current) {
+            std::slice::from_ref(&current)
+        } else {
+            &[]
         };
         let kind = ActionKind::of_instance_action(action)
             .ok_or_else(|| ClusterError::Invalid("unknown action".into()))?;
