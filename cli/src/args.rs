@@ -256,6 +256,10 @@ pub enum WorkloadCmd {
         /// Public (admins only).
         #[arg(long)]
         public: bool,
+        /// Its instances hold nothing worth keeping: when their node is evacuated or lost,
+        /// they start again elsewhere from the image.
+        #[arg(long)]
+        ephemeral: bool,
     },
     /// Delete one.
     Delete {

@@ -445,6 +445,7 @@ pub fn workload(
             image,
             user_data,
             public,
+            ephemeral,
         } => {
             let user_data = match user_data {
                 Some(path) => std::fs::read_to_string(&path)
@@ -457,6 +458,7 @@ pub fn workload(
                 "image": resolve(conn, routes::IMAGES, &image)?,
                 "user_data": user_data,
                 "public": public,
+                "ephemeral": ephemeral,
             });
             o.object(conn.post(routes::WORKLOADS, &body)?);
         }

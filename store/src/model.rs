@@ -204,6 +204,9 @@ pub struct Workload {
     pub image: Uuid,
     /// Cloud-init user data.
     pub user_data: String,
+    /// Whether its instances hold nothing worth keeping: when their node is evacuated or lost,
+    /// the controller starts them again elsewhere from the image instead of keeping them there.
+    pub ephemeral: bool,
     /// Compare-and-swap counter.
     pub version: u64,
 }
@@ -221,6 +224,8 @@ pub struct NewWorkload {
     pub image: Uuid,
     /// Cloud-init user data.
     pub user_data: String,
+    /// Whether its instances are ephemeral (see [`Workload::ephemeral`]).
+    pub ephemeral: bool,
 }
 
 /// A change to a workload; `None` fields are left alone (running instances keep what they had).

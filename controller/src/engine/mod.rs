@@ -25,6 +25,7 @@ mod cnci;
 pub mod fault;
 mod inbound;
 pub mod offhost;
+mod relocate;
 pub mod run;
 mod start;
 mod sweep;
@@ -214,6 +215,11 @@ struct State {
     idle_subnets: HashMap<Uuid, SystemTime>,
     /// CNCIs whose START met a cluster with no room for them yet, by CNCI id.
     cnci_retries: HashMap<Uuid, cnci::Retry>,
+    /// Ephemeral instances moved off a node that may still hold a stale copy, by instance: that
+    /// node (see [`relocate`]).
+    relocated: HashMap<Uuid, Uuid>,
+    /// Moved instances waiting for their evacuated node's STATS in maintenance.
+    deferred: relocate::Deferred,
     traces: VecDeque<Trace>,
 }
 
@@ -767,7 +773,8 @@ impl Cluster for Engine {
     }
 
     fn evacuate(&self, id: Uuid) -> Result<(), ClusterError> {
-        self.node_command(id, true)
+        self.node_command(id, true)?;
+        self.relocate_ephemeral(id, relocate::Why::Evacuated)
     }
 
     fn restore(&self, id: Uuid) -> Result<(), ClusterError> {

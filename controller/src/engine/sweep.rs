@@ -68,6 +68,7 @@ impl Engine {
             self.set_state_if(id, state, |i| i.state == was)?;
         }
         self.sweep_lost_starts(now)?;
+        self.sweep_deferred(now)?;
         self.sweep_cncis(now)
     }
 

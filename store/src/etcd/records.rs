@@ -304,6 +304,8 @@ pub(super) struct WorkloadRec {
     pub(super) user_data: String,
     pub(super) version: u64,
     pub(super) vcpus: u32,
+    #[serde(default)]
+    pub(super) ephemeral: bool,
     pub(super) memory_mb: u64,
 }
 
@@ -316,6 +318,7 @@ impl WorkloadRec {
             flavor: self.flavor,
             image: self.image,
             user_data: self.user_data.clone(),
+            ephemeral: self.ephemeral,
             version: self.version,
         }
     }

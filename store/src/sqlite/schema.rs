@@ -190,6 +190,11 @@ CREATE TABLE gone_instances (
     instance_id TEXT NOT NULL
 );
 "#,
+    // 6: ephemeral workloads (issue 20): their instances start again elsewhere from the image
+    // when their node is evacuated or lost. Existing workloads are not ephemeral.
+    r#"
+ALTER TABLE workloads ADD COLUMN ephemeral INTEGER NOT NULL DEFAULT 0;
+"#,
 ];
 
 /// The newest schema version this code knows.

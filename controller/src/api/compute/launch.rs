@@ -201,6 +201,7 @@ pub fn workload_for(
         flavor,
         image,
         user_data: user_data.to_string(),
+        ephemeral: false,
     })?;
     Ok(workload.id)
 }
