@@ -213,6 +213,18 @@ pub enum InstanceCmd {
         /// Its name or UUID.
         id: String,
     },
+    /// Rebuild an active or stopped instance on its node: its disk made anew from an image
+    /// (its own unless --image), its user data kept unless --user-data.
+    Rebuild {
+        /// Its name or UUID.
+        id: String,
+        /// Another image (name or UUID).
+        #[arg(long)]
+        image: Option<String>,
+        /// A file of new cloud-init user data.
+        #[arg(long)]
+        user_data: Option<PathBuf>,
+    },
     /// What was asked of an instance, by whom and when, and how it went (newest first; a
     /// deleted instance's too, by UUID).
     Actions {

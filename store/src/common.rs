@@ -39,6 +39,19 @@ pub(crate) fn check_name(what: &str, name: &str) -> Result<()> {
 }
 
 /// `Conflict` unless `found` is `expected`.
+/// An instance may move to another workload only if its (vCPUs, memory) stay the same: its
+/// quota usage is counted from them.
+pub(crate) fn check_same_size(instance: (u32, u64), workload: (u32, u64)) -> Result<()> {
+    if instance == workload {
+        Ok(())
+    } else {
+        Err(StoreError::Invalid(format!(
+            "the workload has {} vCPUs and {} MB of memory; the instance {} and {}",
+            workload.0, workload.1, instance.0, instance.1
+        )))
+    }
+}
+
 pub(crate) fn check_version(kind: &str, id: Uuid, found: u64, expected: u64) -> Result<()> {
     if found != expected {
         return Err(StoreError::Conflict(format!(

@@ -260,11 +260,13 @@ pub enum InstanceState {
     Paused,
     /// Its memory saved to its node's disk and powered off (suspend).
     Suspended,
+    /// Being rebuilt on its node: its disk is being removed, then made anew from its image.
+    Rebuilding,
 }
 
 impl InstanceState {
     /// Every state's name, as the stores write it and the native API shows it.
-    pub const NAMES: [&'static str; 10] = [
+    pub const NAMES: [&'static str; 11] = [
         "pending",
         "active",
         "stopping",
@@ -275,6 +277,7 @@ impl InstanceState {
         "error",
         "paused",
         "suspended",
+        "rebuilding",
     ];
 
     /// The state's name (`error` for every error; the reason is apart).
@@ -290,6 +293,7 @@ impl InstanceState {
             InstanceState::Error(_) => "error",
             InstanceState::Paused => "paused",
             InstanceState::Suspended => "suspended",
+            InstanceState::Rebuilding => "rebuilding",
         }
     }
 
@@ -306,6 +310,7 @@ impl InstanceState {
             "error" => InstanceState::Error(reason.unwrap_or_default()),
             "paused" => InstanceState::Paused,
             "suspended" => InstanceState::Suspended,
+            "rebuilding" => InstanceState::Rebuilding,
             _ => return None,
         })
     }
@@ -404,6 +409,10 @@ pub struct InstanceChange {
     /// New fault (`Some(None)` clears it). A change that puts the instance in a state other
     /// than `error` and names no fault clears it too: a fault is kept only while in error.
     pub fault: Option<Option<Fault>>,
+    /// New workload (a rebuild from another image or with other user data): one the instance's
+    /// tenant can see, with the same vCPUs and memory as the instance has (its quota usage does
+    /// not change); otherwise the update is `Invalid` (`NotFound` for a workload not seen).
+    pub workload: Option<Uuid>,
 }
 
 impl InstanceChange {

@@ -176,6 +176,7 @@ impl Engine {
                     | InstanceState::Exited
                     | InstanceState::Paused
                     | InstanceState::Suspended
+                    | InstanceState::Rebuilding
             )
         };
         let mut affected = Vec::new();
@@ -359,6 +360,15 @@ impl Engine {
             ..InstanceChange::default()
         };
         let (change, note) = match (&record.state, reported) {
+            // The rebuild's new copy runs; before its START, what is reported is the old one.
+            (InstanceState::Rebuilding, Reported::Active) if self.rebuild_under_way(record.id) => {
+                self.rebuilt(record.id);
+                (
+                    change(InstanceState::Active),
+                    Some(format!("instance {} rebuilt on node {node}", record.id)),
+                )
+            }
+            (InstanceState::Rebuilding, _) => return Ok(()),
             (InstanceState::Pending, Reported::Active) => {
                 actions::start_ended(self.store.as_ref(), record.id, EventOutcome::success());
                 (change(InstanceState::Active), None)
@@ -459,6 +469,10 @@ impl Engine {
         match record.state {
             // Its INSTANCE_DELETED was lost: the delete is done.
             InstanceState::Deleted | InstanceState::Hung => self.forget(record),
+            // Its old copy is gone: the rebuild's START (unless it went already).
+            InstanceState::Rebuilding if !self.rebuild_under_way(record.id) => {
+                self.rebuild_removed(record)
+            }
             InstanceState::Active
             | InstanceState::Stopping
             | InstanceState::Paused
@@ -564,6 +578,9 @@ impl Engine {
             tracing::debug!(instance = %id, "INSTANCE_DELETED of a stale copy ignored");
             return Ok(());
         }
+        if record.state == InstanceState::Rebuilding {
+            return self.rebuild_removed(&record);
+        }
         self.event(
             Some(record.tenant),
             EventKind::Warning,
@@ -611,6 +628,7 @@ impl Engine {
             tracing::info!("START of {id} failed on a node it was moved off: {reason}; ignored");
             return Ok(());
         }
+        self.state().rebuild_started.remove(&id);
         let fault = super::fault::of_start_failure(failure, &reason, now);
         actions::start_ended(
             self.store.as_ref(),
@@ -674,6 +692,7 @@ impl Engine {
             // Not there: nothing left to delete or stop.
             InstanceState::Deleted | InstanceState::Hung => self.forget(&record),
             InstanceState::Stopping => self.on_stopped(failure.node_uuid, record.id),
+            InstanceState::Rebuilding => self.rebuild_removed(&record),
             _ => Ok(()),
         }
     }

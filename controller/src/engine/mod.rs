@@ -25,6 +25,7 @@ mod cnci;
 pub mod fault;
 mod inbound;
 pub mod offhost;
+mod rebuild;
 mod relocate;
 pub mod run;
 mod start;
@@ -110,7 +111,8 @@ use uuid::Uuid;
 
 use crate::actions::{self, ActionKind, ActionTicket};
 use crate::cluster::{
-    Caller, Cluster, ClusterError, InstanceAction, Launch, Node, NodeStatus, Trace, action_allowed,
+    Caller, Cluster, ClusterError, InstanceAction, Launch, Node, NodeStatus, Rebuild, Trace,
+    action_allowed,
 };
 use store::{
     EventKind, Instance, InstanceChange, InstanceFilter, InstanceState, NewEvent, NewInstance,
@@ -220,6 +222,8 @@ struct State {
     relocated: HashMap<Uuid, Uuid>,
     /// Moved instances waiting for their evacuated node's STATS in maintenance.
     deferred: relocate::Deferred,
+    /// Rebuilding instances whose START went (see [`rebuild`]).
+    rebuild_started: HashSet<Uuid>,
     traces: VecDeque<Trace>,
 }
 
@@ -689,6 +693,16 @@ impl Cluster for Engine {
             )));
         }
         self.instance_action(current, action, by)
+    }
+
+    fn rebuild(
+        &self,
+        scope: Scope,
+        id: Uuid,
+        rebuild: Rebuild,
+        by: &Caller,
+    ) -> Result<Instance, ClusterError> {
+        self.rebuild_instance(scope, id, rebuild, by)
     }
 
     fn delete(&self, scope: Scope, id: Uuid, by: &Caller) -> Result<(), ClusterError> {

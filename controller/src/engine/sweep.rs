@@ -97,7 +97,12 @@ impl Engine {
                 Err(StoreError::NotFound { .. }) => continue,
                 Err(e) => return Err(e.into()),
             };
-            let unplaced = |i: &Instance| i.state == InstanceState::Pending && i.node.is_none();
+            // Unplaced, or a rebuild whose pinned START went.
+            let rebuilding = self.rebuild_under_way(id);
+            let unplaced = |i: &Instance| {
+                (i.state == InstanceState::Pending && i.node.is_none())
+                    || (i.state == InstanceState::Rebuilding && rebuilding)
+            };
             if !unplaced(&record) {
                 continue;
             }

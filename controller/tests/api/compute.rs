@@ -224,6 +224,100 @@ async fn server_lifecycle() {
     w.stop().await;
 }
 
+#[tokio::test]
+async fn a_server_is_rebuilt_from_another_image() {
+    let w = World::start().await;
+    let c = w.client();
+    let a = w.token_a().await;
+    let (status, _, created) = c
+        .send(
+            Method::POST,
+            "/compute/v2.1/servers",
+            Some(&a),
+            Some(create_body("web", w.flavor.id, w.image.id)),
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{created}");
+    let id = created["server"]["id"].as_str().unwrap().to_string();
+    let other = w
+        .store
+        .create_image(NewImage {
+            owner: Some(w.a.id),
+            name: "other".into(),
+            kind: ImageKind::Raw,
+            reference: "/other.raw".into(),
+        })
+        .unwrap();
+    let path = format!("/compute/v2.1/servers/{id}");
+    let action = format!("{path}/action");
+    // Bad requests: no image, an image the project cannot see.
+    for body in [
+        json!({"rebuild": {}}),
+        json!({"rebuild": {"imageRef": uuid::Uuid::new_v4().to_string()}}),
+    ] {
+        let (status, _, answer) = c
+            .send(Method::POST, &action, Some(&a), Some(body.clone()))
+            .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}: {answer}");
+    }
+    let rebuild = json!({"rebuild": {"imageRef": other.id.to_string(), "name": "web2",
+        "user_data": base64_of("#cloud-config\nx: 1\n"), "adminPass": "ignored"}});
+    let (status, _, answer) = c
+        .send(Method::POST, &action, Some(&a), Some(rebuild.clone()))
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{answer}");
+    let server = &answer["server"];
+    assert_eq!(
+        (&server["id"], &server["status"], &server["name"]),
+        (&json!(id), &json!("REBUILD"), &json!("web2"))
+    );
+    assert_eq!(server["OS-EXT-STS:task_state"], "rebuilding");
+    assert_eq!(server["image"]["id"], other.id.to_string());
+    // While it rebuilds, another rebuild is a conflict.
+    let (status, _, _) = c.send(Method::POST, &action, Some(&a), Some(rebuild)).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    let (_, _, shown) = c.send(Method::GET, &path, Some(&a), None).await;
+    assert_eq!(shown["server"]["status"], "REBUILD");
+    let instance = w.store.instance(Scope::All, id.parse().unwrap()).unwrap();
+    let workload = w.store.workload(Scope::All, instance.workload).unwrap();
+    assert_eq!(
+        (workload.image, workload.user_data.as_str(), workload.flavor),
+        (other.id, "#cloud-config\nx: 1\n", w.flavor.id)
+    );
+    let (_, _, actions) = c
+        .send(
+            Method::GET,
+            &format!("{path}/os-instance-actions"),
+            Some(&a),
+            None,
+        )
+        .await;
+    assert_eq!(actions["instanceActions"][0]["action"], "rebuild");
+
+    // The native route: its own image and user data kept.
+    w.cluster
+        .set_state(id.parse().unwrap(), InstanceState::Exited)
+        .unwrap();
+    let (status, _, native) = c
+        .send(
+            Method::POST,
+            &format!("/cumulo/v1/instances/{id}/rebuild"),
+            Some(&a),
+            Some(json!({})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{native}");
+    assert_eq!(native["state"], "rebuilding");
+    assert_eq!(
+        w.store
+            .instance(Scope::All, id.parse().unwrap())
+            .unwrap()
+            .workload,
+        workload.id
+    );
+    w.stop().await;
+}
+
 fn base64_of(text: &str) -> String {
     use base64::Engine;
     base64::engine::general_purpose::STANDARD.encode(text)

@@ -7,7 +7,7 @@ use uuid::Uuid;
 use super::keys::prefix_end;
 use super::records::*;
 use super::{EtcdStore, Kv, Tx};
-use crate::common::{check_name, check_version, millis, now};
+use crate::common::{check_name, check_same_size, check_version, millis, now};
 use crate::net;
 use crate::*;
 
@@ -442,6 +442,15 @@ pub(super) fn update_in(
         }
         if let Some(cnci) = change.cnci {
             i.cnci = cnci;
+        }
+        if let Some(new) = change.workload
+            && new != i.workload
+        {
+            let w = super::catalog::workload_in(tx, Scope::Tenant(i.tenant), new)?;
+            check_same_size((i.vcpus, i.memory_mb), (w.vcpus, w.memory_mb))?;
+            tx.delete(&keys.reference("workload", i.workload, id));
+            tx.put_text(&keys.reference("workload", new, id), "");
+            i.workload = new;
         }
         i.version += 1;
         i.updated_ms = millis(now());

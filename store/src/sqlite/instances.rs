@@ -11,7 +11,7 @@ use uuid::Uuid;
 use super::catalog::{flavor, workload};
 use super::identity::tenant;
 use super::{SqliteStore, bad_column, int, opt_uuid_at, u32_at, u64_at, uuid_at};
-use crate::common::{check_name, check_version, from_millis, millis, now};
+use crate::common::{check_name, check_same_size, check_version, from_millis, millis, now};
 use crate::net;
 use crate::*;
 
@@ -327,6 +327,12 @@ pub(super) fn update(
     if let Some(cnci) = change.cnci {
         i.cnci = cnci;
     }
+    if let Some(new) = change.workload {
+        let w = workload(tx, Scope::Tenant(i.tenant), new)?;
+        let f = flavor(tx, w.flavor)?;
+        check_same_size((i.vcpus, i.memory_mb), (f.vcpus, f.memory_mb))?;
+        i.workload = new;
+    }
     i.version += 1;
     i.updated = now();
     let (state, reason) = state_text(&i.state);
@@ -334,7 +340,7 @@ pub(super) fn update(
     tx.prepare_cached(
         "UPDATE instances SET name = ?2, state = ?3, reason = ?4, node = ?5, cnci = ?6,
              updated = ?7, version = ?8, fault_reason = ?9, fault_message = ?10,
-             fault_created = ?11 WHERE id = ?1",
+             fault_created = ?11, workload_id = ?12 WHERE id = ?1",
     )?
     .execute(params![
         id.to_string(),
@@ -348,6 +354,7 @@ pub(super) fn update(
         fault.map(|f| f.reason.as_str()),
         fault.map(|f| f.message.as_str()),
         fault.map(|f| millis(f.created)),
+        i.workload.to_string(),
     ])?;
     // What was written: times in milliseconds, as a read gives them back.
     if let Some(f) = &mut i.fault {

@@ -10,9 +10,11 @@
 mod actions;
 mod flavors;
 mod launch;
+mod rebuild;
 mod servers;
 
 pub(crate) use launch::headroom;
+pub(crate) use rebuild::target_workload as rebuild_target;
 
 use axum::Json;
 use axum::Router;

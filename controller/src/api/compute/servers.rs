@@ -34,6 +34,7 @@ pub fn nova_state(state: &InstanceState) -> (&'static str, &'static str, Option<
         InstanceState::Error(_) => ("ERROR", "error", None, 0),
         InstanceState::Paused => ("PAUSED", "paused", None, 3),
         InstanceState::Suspended => ("SUSPENDED", "suspended", None, 7),
+        InstanceState::Rebuilding => ("REBUILD", "active", Some("rebuilding"), 0),
     }
 }
 

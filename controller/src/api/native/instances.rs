@@ -15,7 +15,7 @@ use super::views;
 use crate::api::compute::headroom;
 use crate::api::extract::{JsonBody, PathParams, QueryParams, path_id, present};
 use crate::api::{ApiError, ApiState, Principal};
-use crate::cluster::{InstanceAction, Launch};
+use crate::cluster::{InstanceAction, Launch, Rebuild};
 use store::{InstanceFilter, Page, Scope, StoreError};
 
 #[derive(Debug, Default, Deserialize)]
@@ -201,6 +201,57 @@ pub async fn start(
     PathParams(id): PathParams<String>,
 ) -> Result<Response, ApiError> {
     act(state, caller, id, Action::Start).await
+}
+
+/// The body of `POST /instances/{id}/rebuild`: all optional (the instance's own image and user
+/// data, its name).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RebuildInstance {
+    #[serde(default)]
+    image: Option<Uuid>,
+    #[serde(default)]
+    user_data: Option<String>,
+    #[serde(default)]
+    name: Option<String>,
+}
+
+/// The most user data a rebuild takes (as a workload).
+const MAX_USER_DATA: usize = 65_535;
+
+/// `POST /instances/{id}/rebuild`: re-made on its node from the image (202, state
+/// `rebuilding`); 409 unless active or exited on its node; 400 for an image not seen.
+pub async fn rebuild(
+    State(state): State<ApiState>,
+    caller: Principal,
+    PathParams(id): PathParams<String>,
+    JsonBody(body): JsonBody<RebuildInstance>,
+) -> Result<Response, ApiError> {
+    let id = path_id("instance", &id)?;
+    let scope = caller.scope()?;
+    let by = caller.who();
+    if body
+        .user_data
+        .as_ref()
+        .is_some_and(|u| u.len() > MAX_USER_DATA)
+    {
+        return Err(ApiError::BadRequest(format!(
+            "user_data is over {MAX_USER_DATA} bytes"
+        )));
+    }
+    let instance = state
+        .cluster(move |store, cluster| {
+            let current = store.instance(scope, id)?;
+            let workload =
+                crate::api::compute::rebuild_target(store, &current, body.image, body.user_data)?;
+            let rebuild = Rebuild {
+                workload,
+                name: body.name,
+            };
+            Ok(cluster.rebuild(scope, id, rebuild, &by)?)
+        })
+        .await?;
+    Ok((StatusCode::ACCEPTED, Json(views::instance(&instance))).into_response())
 }
 
 /// `POST /instances/{id}/restart` (an orderly reboot), `/reboot-hard`, `/pause`, `/unpause`,

@@ -233,6 +233,11 @@ pub(super) fn schemas() -> Value {
             ("tenant", uuid(), false),
             ("ephemeral", json!({"type": "boolean"}), false),
         ], true).merge_not_both(),
+        "InstanceRebuild": object(&[
+            ("image", uuid(), false),
+            ("user_data", json!({"type": "string", "maxLength": 65535}), false),
+            ("name", name(), false),
+        ], true),
         "WorkloadUpdate": object(&[
             ("name", name(), false),
             ("user_data", json!({"type": "string", "maxLength": 65535}), false),
