@@ -225,6 +225,21 @@ pub enum InstanceCmd {
         #[arg(long)]
         user_data: Option<PathBuf>,
     },
+    /// Resize a stopped instance on its node: `--flavor X` (then it waits, `resized`, for
+    /// `--confirm` or `--revert`); its next start boots it with the flavor's resources.
+    Resize {
+        /// Its name or UUID.
+        id: String,
+        /// The new flavor (name or UUID).
+        #[arg(long, conflicts_with_all = ["confirm", "revert"], required_unless_present_any = ["confirm", "revert"])]
+        flavor: Option<String>,
+        /// Keep the new flavor.
+        #[arg(long, conflicts_with = "revert")]
+        confirm: bool,
+        /// Go back to the flavor it had.
+        #[arg(long)]
+        revert: bool,
+    },
     /// What was asked of an instance, by whom and when, and how it went (newest first; a
     /// deleted instance's too, by UUID).
     Actions {

@@ -390,6 +390,31 @@ pub fn instance(
             let answer = conn.post(&routes::instance_action(&id, "rebuild"), &body)?;
             o.done(&format!("instance {id}: rebuild requested"), answer);
         }
+        InstanceCmd::Resize {
+            id,
+            flavor,
+            confirm,
+            revert,
+        } => {
+            let id = instance_id(conn, &id)?;
+            match flavor {
+                Some(flavor) => {
+                    let body = json!({"flavor": resolve(conn, routes::FLAVORS, &flavor)?});
+                    let answer = conn.post(&routes::instance_action(&id, "resize"), &body)?;
+                    o.done(
+                        &format!("instance {id}: resized (confirm or revert it)"),
+                        answer,
+                    );
+                }
+                None if confirm => action(conn, &id, "confirm-resize", o)?,
+                None if revert => action(conn, &id, "revert-resize", o)?,
+                None => {
+                    return Err(CommandError::Other(
+                        "resize needs --flavor, --confirm or --revert".into(),
+                    ));
+                }
+            }
+        }
         InstanceCmd::Actions { id } => {
             let id = instance_id(conn, &id)?;
             let answer = conn.get(&routes::instance_actions(&id))?;

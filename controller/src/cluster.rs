@@ -180,6 +180,17 @@ pub struct Rebuild {
     pub name: Option<String>,
 }
 
+/// A step of a resize (of a stopped instance, on its node).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResizeStep {
+    /// To this workload (the instance's image and user data with another flavor).
+    To(Uuid),
+    /// Keep the new flavor.
+    Confirm,
+    /// Back to the flavor it had.
+    Revert,
+}
+
 /// Whether an instance in `state` can be rebuilt: active or stopped (on its node).
 pub fn rebuild_allowed(state: &InstanceState) -> bool {
     matches!(state, InstanceState::Active | InstanceState::Exited)
@@ -243,6 +254,16 @@ pub trait Cluster: Send + Sync {
         scope: Scope,
         id: Uuid,
         rebuild: Rebuild,
+        by: &Caller,
+    ) -> Result<Instance, ClusterError>;
+    /// Resizes a stopped instance on its node (see [`crate::resize`]): no frame is sent; its
+    /// next start boots it with the new resources. A `resize`, `confirmResize` or
+    /// `revertResize` action for `by`.
+    fn resize(
+        &self,
+        scope: Scope,
+        id: Uuid,
+        step: ResizeStep,
         by: &Caller,
     ) -> Result<Instance, ClusterError>;
     /// Deletes an instance: state `deleted` until its node confirms (`hung` if it never does);

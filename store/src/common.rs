@@ -61,6 +61,17 @@ pub(crate) fn check_version(kind: &str, id: Uuid, found: u64, expected: u64) -> 
     Ok(())
 }
 
+impl Usage {
+    /// The usage without one instance of `vcpus` and `memory_mb` (to check it at another size).
+    pub(crate) fn without(&self, vcpus: u32, memory_mb: u64) -> Usage {
+        Usage {
+            instances: self.instances.saturating_sub(1),
+            vcpus: self.vcpus.saturating_sub(vcpus),
+            memory_mb: self.memory_mb.saturating_sub(memory_mb),
+        }
+    }
+}
+
 impl Quota {
     /// Whether one more instance of `vcpus` and `memory_mb` fits beside `used`; the figure it
     /// would exceed otherwise.

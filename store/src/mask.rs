@@ -162,6 +162,8 @@ impl FieldMask {
             name: None,
             fault: self.has("fault").then(|| from.fault.clone()),
             workload: None,
+            resize: false,
+            previous_workload: None,
         }
     }
 }

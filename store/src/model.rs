@@ -262,11 +262,13 @@ pub enum InstanceState {
     Suspended,
     /// Being rebuilt on its node: its disk is being removed, then made anew from its image.
     Rebuilding,
+    /// Stopped on its node with a new flavor, waiting for the resize to be confirmed or reverted.
+    Resized,
 }
 
 impl InstanceState {
     /// Every state's name, as the stores write it and the native API shows it.
-    pub const NAMES: [&'static str; 11] = [
+    pub const NAMES: [&'static str; 12] = [
         "pending",
         "active",
         "stopping",
@@ -278,6 +280,7 @@ impl InstanceState {
         "paused",
         "suspended",
         "rebuilding",
+        "resized",
     ];
 
     /// The state's name (`error` for every error; the reason is apart).
@@ -294,6 +297,7 @@ impl InstanceState {
             InstanceState::Paused => "paused",
             InstanceState::Suspended => "suspended",
             InstanceState::Rebuilding => "rebuilding",
+            InstanceState::Resized => "resized",
         }
     }
 
@@ -311,6 +315,7 @@ impl InstanceState {
             "paused" => InstanceState::Paused,
             "suspended" => InstanceState::Suspended,
             "rebuilding" => InstanceState::Rebuilding,
+            "resized" => InstanceState::Resized,
             _ => return None,
         })
     }
@@ -380,6 +385,8 @@ pub struct Instance {
     pub created: SystemTime,
     /// When it last changed.
     pub updated: SystemTime,
+    /// The workload it had before a resize that is not confirmed or reverted yet.
+    pub previous_workload: Option<Uuid>,
     /// Compare-and-swap counter.
     pub version: u64,
 }
@@ -413,6 +420,11 @@ pub struct InstanceChange {
     /// tenant can see, with the same vCPUs and memory as the instance has (its quota usage does
     /// not change); otherwise the update is `Invalid` (`NotFound` for a workload not seen).
     pub workload: Option<Uuid>,
+    /// With `workload`: the instance takes the new workload's vCPUs and memory (a resize),
+    /// within its tenant's quota (`QuotaExceeded` otherwise).
+    pub resize: bool,
+    /// New previous workload (`Some(None)` clears it): what a resize revert goes back to.
+    pub previous_workload: Option<Option<Uuid>>,
 }
 
 impl InstanceChange {

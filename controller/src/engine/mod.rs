@@ -111,8 +111,8 @@ use uuid::Uuid;
 
 use crate::actions::{self, ActionKind, ActionTicket};
 use crate::cluster::{
-    Caller, Cluster, ClusterError, InstanceAction, Launch, Node, NodeStatus, Rebuild, Trace,
-    action_allowed,
+    Caller, Cluster, ClusterError, InstanceAction, Launch, Node, NodeStatus, Rebuild, ResizeStep,
+    Trace, action_allowed,
 };
 use store::{
     EventKind, Instance, InstanceChange, InstanceFilter, InstanceState, NewEvent, NewInstance,
@@ -703,6 +703,22 @@ impl Cluster for Engine {
         by: &Caller,
     ) -> Result<Instance, ClusterError> {
         self.rebuild_instance(scope, id, rebuild, by)
+    }
+
+    fn resize(
+        &self,
+        scope: Scope,
+        id: Uuid,
+        step: ResizeStep,
+        by: &Caller,
+    ) -> Result<Instance, ClusterError> {
+        let current = self.store.instance(scope, id)?;
+        if self.remote_of(&current)?.is_some() {
+            return Err(ClusterError::Invalid(
+                "an off-host instance cannot be resized".into(),
+            ));
+        }
+        crate::resize::apply(self.store.as_ref(), scope, id, step, by)
     }
 
     fn delete(&self, scope: Scope, id: Uuid, by: &Caller) -> Result<(), ClusterError> {

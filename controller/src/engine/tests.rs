@@ -1476,3 +1476,4 @@ async fn the_driver_sends_a_cnci_start_again_when_due() {
 mod actions;
 mod ephemeral;
 mod rebuild;
+mod resize;

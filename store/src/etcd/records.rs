@@ -349,6 +349,8 @@ pub(super) struct InstanceRec {
     /// Why it is in error (added with issue 18: absent in older records).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) fault: Option<FaultRec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) previous_workload: Option<Uuid>,
 }
 
 /// An instance's fault.
@@ -412,6 +414,7 @@ impl InstanceRec {
             created: from_millis(self.created_ms),
             updated: from_millis(self.updated_ms),
             version: self.version,
+            previous_workload: self.previous_workload,
         })
     }
 }

@@ -195,6 +195,11 @@ CREATE TABLE gone_instances (
     r#"
 ALTER TABLE workloads ADD COLUMN ephemeral INTEGER NOT NULL DEFAULT 0;
 "#,
+    // 7: resize (issue 20): the workload an instance had before a resize that is not confirmed
+    // or reverted yet.
+    r#"
+ALTER TABLE instances ADD COLUMN previous_workload_id TEXT;
+"#,
 ];
 
 /// The newest schema version this code knows.

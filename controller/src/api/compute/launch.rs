@@ -24,7 +24,7 @@ use uuid::Uuid;
 use super::BASE;
 use crate::api::extract::{JsonBody, PathParams, path_id};
 use crate::api::{ApiError, ApiState, Principal};
-use crate::cluster::{InstanceAction, Launch, Rebuild};
+use crate::cluster::{InstanceAction, Launch, Rebuild, ResizeStep};
 use store::{CatalogStore, IdentityStore, NewWorkload, Scope, StoreError};
 
 /// The most user data accepted, decoded (Nova's limit).
@@ -298,6 +298,10 @@ enum Action {
     Start,
     Node(InstanceAction),
     Rebuild(super::rebuild::RebuildRequest),
+    /// `resize` to a flavor.
+    Resize(Uuid),
+    /// `confirmResize` or `revertResize`.
+    Resized(ResizeStep),
 }
 
 fn parse_action(body: &Value) -> Result<Action, ApiError> {
@@ -313,6 +317,9 @@ fn parse_action(body: &Value) -> Result<Action, ApiError> {
             "suspend" => return Ok(Action::Node(InstanceAction::Suspend)),
             "resume" => return Ok(Action::Node(InstanceAction::Resume)),
             "rebuild" => return super::rebuild::parse(value).map(Action::Rebuild),
+            "resize" => return super::resize::parse(value).map(Action::Resize),
+            "confirmResize" => return Ok(Action::Resized(ResizeStep::Confirm)),
+            "revertResize" => return Ok(Action::Resized(ResizeStep::Revert)),
             "reboot" => {
                 let kind = value.get("type").and_then(Value::as_str);
                 return match kind {
@@ -332,7 +339,7 @@ fn parse_action(body: &Value) -> Result<Action, ApiError> {
     }
     let names: Vec<&String> = object.keys().collect();
     Err(ApiError::BadRequest(format!(
-        "no supported action in {names:?}: os-stop, os-start, reboot, rebuild, pause, unpause, suspend and resume are"
+        "no supported action in {names:?}: os-stop, os-start, reboot, rebuild, resize, confirmResize, revertResize, pause, unpause, suspend and resume are"
     )))
 }
 
@@ -347,6 +354,7 @@ pub async fn action(
     let scope = caller.project_scope(false)?;
     let action = parse_action(&body)?;
     let by = caller.who();
+    let confirm = action == Action::Resized(ResizeStep::Confirm);
     let rebuilt = state
         .cluster(move |store, cluster| {
             match action {
@@ -369,6 +377,12 @@ pub async fn action(
                     let workload = store.workload(Scope::All, instance.workload).ok();
                     return Ok(Some((instance, workload)));
                 }
+                Action::Resize(flavor) => {
+                    let current = store.instance(scope, id)?;
+                    let workload = super::resize_target(store, &current, flavor)?;
+                    cluster.resize(scope, id, ResizeStep::To(workload), &by)?
+                }
+                Action::Resized(step) => cluster.resize(scope, id, step, &by)?,
             };
             Ok(None)
         })
@@ -384,6 +398,8 @@ pub async fn action(
             );
             (StatusCode::ACCEPTED, Json(json!({"server": server}))).into_response()
         }
+        // Nova answers a confirmed resize with 204.
+        None if confirm => StatusCode::NO_CONTENT.into_response(),
         None => StatusCode::ACCEPTED.into_response(),
     })
 }

@@ -35,6 +35,7 @@ pub fn nova_state(state: &InstanceState) -> (&'static str, &'static str, Option<
         InstanceState::Paused => ("PAUSED", "paused", None, 3),
         InstanceState::Suspended => ("SUSPENDED", "suspended", None, 7),
         InstanceState::Rebuilding => ("REBUILD", "active", Some("rebuilding"), 0),
+        InstanceState::Resized => ("VERIFY_RESIZE", "resized", None, 4),
     }
 }
 

@@ -21,8 +21,8 @@ use super::{
 };
 use crate::actions::{self, ActionKind};
 use crate::cluster::{
-    Caller, Cluster, ClusterError, InstanceAction, Launch, Node, NodeStatus, Rebuild, Trace,
-    action_allowed, rebuild_allowed,
+    Caller, Cluster, ClusterError, InstanceAction, Launch, Node, NodeStatus, Rebuild, ResizeStep,
+    Trace, action_allowed, rebuild_allowed,
 };
 use store::{
     Fault, Instance, InstanceChange, InstanceState, NewInstance, Scope, Store, StoreError,
@@ -302,6 +302,17 @@ impl Cluster for FakeCluster {
         Ok(self
             .store
             .update_instance(scope, id, rebuilding.version, change)?)
+    }
+
+    fn resize(
+        &self,
+        scope: Scope,
+        id: Uuid,
+        step: ResizeStep,
+        by: &Caller,
+    ) -> Result<Instance, ClusterError> {
+        self.check_connected()?;
+        crate::resize::apply(self.store.as_ref(), scope, id, step, by)
     }
 
     fn delete(&self, scope: Scope, id: Uuid, by: &Caller) -> Result<(), ClusterError> {
