@@ -226,21 +226,27 @@ async fn server_lifecycle() {
     w.stop().await;
 }
 
+/// Creates the server `web` of the world's flavor and image with `token`: its id.
+async fn web_server(w: &World, token: &str) -> uuid::Uuid {
+    let (status, _, created) = w
+        .client()
+        .send(
+            Method::POST,
+            "/compute/v2.1/servers",
+            Some(token),
+            Some(create_body("web", w.flavor.id, w.image.id)),
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{created}");
+    created["server"]["id"].as_str().unwrap().parse().unwrap()
+}
+
 #[tokio::test]
 async fn a_server_is_rebuilt_from_another_image() {
     let w = World::start().await;
     let c = w.client();
     let a = w.token_a().await;
-    let (status, _, created) = c
-        .send(
-            Method::POST,
-            "/compute/v2.1/servers",
-            Some(&a),
-            Some(create_body("web", w.flavor.id, w.image.id)),
-        )
-        .await;
-    assert_eq!(status, StatusCode::ACCEPTED, "{created}");
-    let id = created["server"]["id"].as_str().unwrap().to_string();
+    let id = web_server(&w, &a).await.to_string();
     let other = w
         .store
         .create_image(NewImage {
@@ -325,15 +331,7 @@ async fn a_stopped_server_is_resized_then_confirmed_or_reverted() {
     let w = World::start().await;
     let c = w.client();
     let a = w.token_a().await;
-    let (_, _, created) = c
-        .send(
-            Method::POST,
-            "/compute/v2.1/servers",
-            Some(&a),
-            Some(create_body("web", w.flavor.id, w.image.id)),
-        )
-        .await;
-    let id: uuid::Uuid = created["server"]["id"].as_str().unwrap().parse().unwrap();
+    let id = web_server(&w, &a).await;
     let path = format!("/compute/v2.1/servers/{id}");
     let action = format!("{path}/action");
     let base = w.store.flavor(w.flavor.id).unwrap();
