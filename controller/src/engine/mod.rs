@@ -15,7 +15,11 @@
 //!   `no_instance`, or a STATS of its node without it); → `hung` when not confirmed within
 //!   [`EngineConfig::confirm_timeout`].
 //! - `active`/`pending`/`stopping` → `missing` when its node disconnects (or it vanishes from its
-//!   node's STATS); → `active` again when its node reports it running.
+//!   node's STATS); → `active` again when its node reports it running. Instances of ephemeral
+//!   workloads start again elsewhere instead, on an evacuation too (module `relocate`).
+//! - `active`/`exited` → `rebuilding` (DELETE, then a START pinned to its node) → `active`
+//!   (module `rebuild`); `exited` → `resized` → `exited` (a resize, confirmed or reverted: no frame,
+//!   [`crate::resize`]).
 //!
 //! Instances that a node reports and the store does not know are reported as events once, never
 //! adopted or killed, unless this engine removed their record (deleted by the user): those get
