@@ -88,6 +88,7 @@ fn world_with(network: TenantNetwork, quota: Quota) -> World {
             flavor: flavor.id,
             image: image.id,
             user_data: "#cloud-config\n".into(),
+            ephemeral: false,
         })
         .unwrap();
     let out = Arc::new(Recorder::default());
@@ -148,6 +149,16 @@ impl World {
     }
 
     fn stats(&self, node: Uuid, instances: &[(Uuid, Reported)]) {
+        self.stats_in(node, ssntp::payload::NodeState::Ready, instances);
+    }
+
+    /// A STATS of `node` with the node in `status`.
+    fn stats_in(
+        &self,
+        node: Uuid,
+        status: ssntp::payload::NodeState,
+        instances: &[(Uuid, Reported)],
+    ) {
         let stats = ssntp::payload::Stats {
             node: Ready {
                 node_uuid: node,
@@ -161,7 +172,7 @@ impl World {
                 load: 12,
                 networks: vec![],
             },
-            status: ssntp::payload::NodeState::Ready,
+            status,
             instances: instances
                 .iter()
                 .map(|(id, state)| InstanceStat {
@@ -1463,3 +1474,6 @@ async fn the_driver_sends_a_cnci_start_again_when_due() {
 }
 
 mod actions;
+mod ephemeral;
+mod rebuild;
+mod resize;
