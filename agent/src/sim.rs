@@ -371,6 +371,21 @@ impl Backend for SimBackend {
         Ok(())
     }
 
+    async fn resize(&self, instance: Uuid, resources: Resources) -> Result<(), BackendError> {
+        let mut state = self.lock();
+        let i = state
+            .instances
+            .get_mut(&instance)
+            .ok_or(BackendError::NotFound)?;
+        // A disk is never shrunk.
+        let disk_mb = resources.disk_mb.max(i.resources.disk_mb);
+        i.resources = Resources {
+            disk_mb,
+            ..resources
+        };
+        Ok(())
+    }
+
     async fn action(&self, instance: Uuid, action: Action) -> Result<(), BackendError> {
         let mut state = self.lock();
         let i = state

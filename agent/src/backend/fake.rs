@@ -8,7 +8,7 @@ use tokio::sync::watch;
 use uuid::Uuid;
 
 use super::{Backend, BackendError, Existing, Power};
-use crate::model::{Action, InstanceSpec, Usage};
+use crate::model::{Action, InstanceSpec, Resources, Usage};
 
 /// A backend operation, as recorded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -23,6 +23,8 @@ pub enum Op {
     Delete,
     /// [`Backend::action`].
     Act(Action),
+    /// [`Backend::resize`].
+    Resize(Resources),
 }
 
 /// One recorded call.
@@ -199,6 +201,15 @@ impl Backend for FakeBackend {
         self.record(Op::Stop, instance)?;
         self.set_power(instance, Power::Off);
         Ok(())
+    }
+
+    async fn resize(&self, instance: Uuid, resources: Resources) -> Result<(), BackendError> {
+        self.record(Op::Resize(resources), instance)?;
+        if self.lock().instances.contains_key(&instance) {
+            Ok(())
+        } else {
+            Err(BackendError::NotFound)
+        }
     }
 
     async fn action(&self, instance: Uuid, action: Action) -> Result<(), BackendError> {

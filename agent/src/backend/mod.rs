@@ -13,7 +13,7 @@ pub mod libvirt;
 use std::future::Future;
 use uuid::Uuid;
 
-use crate::model::{Action, InstanceSpec, Usage};
+use crate::model::{Action, InstanceSpec, Resources, Usage};
 
 /// A backend operation that failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -107,6 +107,15 @@ pub trait Backend: Send + Sync + 'static {
         &self,
         instance: Uuid,
         action: Action,
+    ) -> impl Future<Output = Result<(), BackendError>> + Send;
+
+    /// Gives a stopped instance new resources before it boots again (a resize): vCPUs and
+    /// memory, and its disk grown to `resources.disk_mb` where that is larger (a disk is never
+    /// shrunk). Called only while the instance is powered off.
+    fn resize(
+        &self,
+        instance: Uuid,
+        resources: Resources,
     ) -> impl Future<Output = Result<(), BackendError>> + Send;
 
     /// Removes everything of the instance (nothing to do if there is nothing).

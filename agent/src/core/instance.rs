@@ -13,8 +13,8 @@ use uuid::Uuid;
 
 use crate::backend::{Backend, BackendError};
 use crate::model::{
-    Action, ActionRefusal, DeleteRefusal, InstanceEvent, InstanceSpec, InstanceState, StartRefusal,
-    StopCause,
+    Action, ActionRefusal, DeleteRefusal, InstanceEvent, InstanceSpec, InstanceState, Resources,
+    StartRefusal, StopCause,
 };
 use crate::store::{Desired, Record, Store};
 
@@ -23,8 +23,9 @@ use crate::store::{Desired, Record, Store};
 pub(crate) enum InstanceCommand {
     /// Power it off and keep it, for `cause`.
     Stop(StopCause),
-    /// Boot it from its kept disks (a START with `restart`).
-    Boot,
+    /// Boot it from its kept disks (a START with `restart`), with new resources first when
+    /// the START asks for others than it has (a resize).
+    Boot(Option<Resources>),
     /// Boot it if an evacuation stopped it (RESTORE).
     Restore,
     /// Carry out an action.
@@ -46,6 +47,8 @@ pub(crate) enum Update {
     Event(InstanceEvent),
     /// Nothing of the instance is left: forget it (and its reservation).
     Forget(Uuid),
+    /// It was resized: it reserves this now.
+    Reserved(Uuid, Resources),
 }
 
 /// The first thing a new instance task does.
@@ -116,10 +119,10 @@ impl<B: Backend> Task<B> {
         match command {
             InstanceCommand::Remove { stop } => self.remove(stop).await,
             InstanceCommand::Stop(cause) => self.stop(state, cause).await,
-            InstanceCommand::Boot => self.boot(state).await,
+            InstanceCommand::Boot(resize) => self.boot(state, resize).await,
             InstanceCommand::Restore => {
                 if state == InstanceState::Exited && self.stopped_by == Some(StopCause::Evacuated) {
-                    self.boot(state).await
+                    self.boot(state, None).await
                 } else {
                     Some(state)
                 }
@@ -139,7 +142,7 @@ impl<B: Backend> Task<B> {
                 instance,
                 reason: DeleteRefusal::NoInstance,
             },
-            InstanceCommand::Boot => InstanceEvent::StartFailed {
+            InstanceCommand::Boot(_) => InstanceEvent::StartFailed {
                 instance,
                 reason: StartRefusal::InstanceMissing,
                 restart: true,
@@ -336,10 +339,26 @@ impl<B: Backend> Task<B> {
         }
     }
 
+    /// New resources for the powered-off instance: the backend's, then its record's and the
+    /// owner's reservation.
+    async fn resize(&mut self, resources: Resources) -> Result<(), BackendError> {
+        self.backend.resize(self.instance, resources).await?;
+        if let Some(spec) = &mut self.spec {
+            spec.resources = resources;
+        }
+        let _ = self
+            .updates
+            .send(Update::Reserved(self.instance, resources))
+            .await;
+        tracing::info!(instance = %self.instance, ?resources, "resized");
+        Ok(())
+    }
+
     /// Boot it from its kept disks.
-    async fn boot(&mut self, state: InstanceState) -> Now {
-        let failed = |reason, message: Option<String>| InstanceEvent::StartFailed {
-            instance: self.instance,
+    async fn boot(&mut self, state: InstanceState, resize: Option<Resources>) -> Now {
+        let instance = self.instance;
+        let failed = move |reason, message: Option<String>| InstanceEvent::StartFailed {
+            instance,
             reason,
             restart: true,
             message,
@@ -356,6 +375,17 @@ impl<B: Backend> Task<B> {
                     .await;
                 return Some(state);
             }
+        }
+        if let Some(resources) = resize
+            && let Err(e) = self.resize(resources).await
+        {
+            tracing::warn!(instance = %self.instance, error = %e, "resize failed");
+            self.event(failed(
+                start_refusal(&e),
+                Some(format!("resize: {}", e.message())),
+            ))
+            .await;
+            return Some(state);
         }
         self.write_record(Desired::Running).await;
         self.state(InstanceState::Pending).await;

@@ -199,7 +199,7 @@ impl<B: Backend, R: Reporter> Owner<B, R> {
                         self.reporter.event(&event).await;
                     }
                     Update::Event(event) => self.reporter.event(&event).await,
-                    Update::Forget(_) => {}
+                    Update::Forget(_) | Update::Reserved(..) => {}
                 },
                 joined = self.tasks.join_next() => match joined {
                     Some(Err(e)) => tracing::error!(error = %e, "an instance task failed"),
@@ -281,12 +281,36 @@ impl<B: Backend, R: Reporter> Owner<B, R> {
         if self.maintenance {
             return Err(StartRefusal::NodeMaintenance);
         }
-        match self.entries.get(&spec.instance) {
+        let kept = match self.entries.get(&spec.instance) {
             None => return Err(StartRefusal::InstanceMissing),
             Some(entry) if entry.removing => return Err(StartRefusal::InstanceExists),
-            Some(_) => {}
+            Some(entry) => entry.reserved,
+        };
+        // Other resources than it has: a resize, admitted for what it adds.
+        let wanted = spec.resources;
+        let resize = (wanted != kept).then_some(wanted);
+        if resize.is_some() {
+            if wanted.vcpus == 0 || wanted.mem_mb == 0 {
+                return Err(StartRefusal::InvalidData);
+            }
+            let more = Resources {
+                vcpus: wanted.vcpus.saturating_sub(kept.vcpus),
+                mem_mb: wanted.mem_mb.saturating_sub(kept.mem_mb),
+                disk_mb: wanted.disk_mb.saturating_sub(kept.disk_mb),
+            };
+            let others = self.entries.len().saturating_sub(1);
+            let limits = &self.config.limits;
+            if !accounting::admits(
+                self.available(),
+                others,
+                more,
+                limits,
+                self.config.max_instances,
+            ) {
+                return Err(StartRefusal::FullCn);
+            }
         }
-        self.queue(spec.instance, InstanceCommand::Boot)
+        self.queue(spec.instance, InstanceCommand::Boot(resize))
             .map_err(|reason| match reason {
                 DeleteRefusal::NoInstance => StartRefusal::InstanceMissing,
                 DeleteRefusal::Busy | DeleteRefusal::BackendFailure => StartRefusal::FullCn,
@@ -436,6 +460,12 @@ impl<B: Backend, R: Reporter> Owner<B, R> {
                 self.entries.remove(&instance);
                 self.mark_changed();
                 self.report_status().await;
+            }
+            Update::Reserved(instance, resources) => {
+                if let Some(entry) = self.entries.get_mut(&instance) {
+                    entry.reserved = resources;
+                }
+                self.mark_changed();
             }
         }
     }

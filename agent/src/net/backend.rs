@@ -25,7 +25,7 @@ use super::names::tap_name;
 use super::network::{NetError, Network, Rebuilt, Vnic};
 use super::ops::NetOps;
 use crate::backend::{Backend, BackendError, Existing};
-use crate::model::{Action, InstanceSpec, Usage};
+use crate::model::{Action, InstanceSpec, Resources, Usage};
 
 /// A tenant subnet came to this node or left it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -172,6 +172,10 @@ impl<B: Backend, O: NetOps> Backend for NetBackend<B, O> {
 
     async fn action(&self, instance: Uuid, action: Action) -> Result<(), BackendError> {
         self.inner.action(instance, action).await
+    }
+
+    async fn resize(&self, instance: Uuid, resources: Resources) -> Result<(), BackendError> {
+        self.inner.resize(instance, resources).await
     }
 
     async fn delete(&self, instance: Uuid) -> Result<(), BackendError> {

@@ -14,7 +14,7 @@ use uuid::Uuid;
 
 use crate::backend::libvirt::LibvirtBackend;
 use crate::backend::{Backend, BackendError, Existing};
-use crate::model::{Action, InstanceSpec, Usage};
+use crate::model::{Action, InstanceSpec, Resources, Usage};
 use crate::sim::SimBackend;
 
 /// The metadata namespace of the fencing token on a domain.
@@ -153,6 +153,11 @@ impl<B: FenceMarks> Backend for Fenced<B> {
     async fn action(&self, instance: Uuid, action: Action) -> Result<(), BackendError> {
         self.check(instance).await?;
         self.inner.action(instance, action).await
+    }
+
+    async fn resize(&self, instance: Uuid, resources: Resources) -> Result<(), BackendError> {
+        self.check(instance).await?;
+        self.inner.resize(instance, resources).await
     }
 
     async fn delete(&self, instance: Uuid) -> Result<(), BackendError> {

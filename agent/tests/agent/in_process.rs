@@ -930,6 +930,62 @@ async fn actions_keep_the_instance_and_its_disk() {
     assert_eq!(backend.disk(id(1)).as_deref(), Some("marker"));
 }
 
+/// A START with `restart` that asks for other resources than the kept instance has resizes it
+/// before it boots (the backend's resize, the record, the reservation); one that the node cannot
+/// hold is refused `full_cn` and changes nothing.
+#[tokio::test(start_paused = true)]
+async fn a_restart_with_other_resources_resizes_the_kept_instance() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = Arc::new(FakeBackend::new());
+    let (core, reporter) = spawn(dir.path(), &backend).await;
+    core.start(spec(1, "debian")).unwrap();
+    wait_event(&reporter, active(1)).await;
+    core.delete(id(1), true).unwrap();
+    wait_snapshot(&core, |s| s.state(id(1)) == Some(InstanceState::Exited)).await;
+
+    let mut too_big = spec(1, "debian");
+    too_big.restart = true;
+    too_big.resources.vcpus = 1_000_000;
+    core.start(too_big).unwrap();
+    let refused = InstanceEvent::StartFailed {
+        instance: id(1),
+        reason: StartRefusal::FullCn,
+        restart: true,
+        message: None,
+    };
+    wait_event(&reporter, refused).await;
+    assert_eq!(backend.ops(id(1)), vec![Op::Create, Op::Start, Op::Stop]);
+
+    let bigger = Resources {
+        vcpus: 4,
+        mem_mb: 1_024,
+        disk_mb: 2_000,
+    };
+    let mut again = spec(1, "debian");
+    again.restart = true;
+    again.resources = bigger;
+    core.start(again).unwrap();
+    wait_snapshot(&core, |s| s.state(id(1)) == Some(InstanceState::Active)).await;
+    assert_eq!(
+        backend.ops(id(1)),
+        vec![
+            Op::Create,
+            Op::Start,
+            Op::Stop,
+            Op::Resize(bigger),
+            Op::Start
+        ]
+    );
+    let snap = core.snapshot().await.unwrap();
+    assert_eq!(
+        snap.node.vcpus_available,
+        4_096 - 4,
+        "it reserves what it has now"
+    );
+    let records = Store::open(dir.path()).unwrap().load().unwrap().records;
+    assert_eq!(records[0].spec.resources, bigger);
+}
+
 /// A crash of the agent (a new core over the same state directory and backend) while one
 /// instance is stopped, one paused and one suspended changes nothing about them.
 #[tokio::test(start_paused = true)]

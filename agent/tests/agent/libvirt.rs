@@ -350,7 +350,7 @@ fn instance_action(instance: Uuid, node: Uuid, action: ssntp::payload::Action) -
 }
 
 /// A kill -9 of the agent process, and a new one over the same state: once the scheduler has
-/// told the controller that the node is back, STATS come from the new process.
+/// told the controller that the node left and is back, STATS come from the new process.
 async fn kill_9_and_restart(
     c: &mut Controller,
     agent: &mut Process,
@@ -360,8 +360,16 @@ async fn kill_9_and_restart(
 ) {
     agent.signal(rustix::process::Signal::KILL);
     assert_eq!(agent.exit_code().await, None, "killed by a signal");
+    c.expect("NODE_DISCONNECTED of the killed agent process", |m| {
+        matches!(&m.payload, Payload::NodeDisconnected(e) if e.node_uuid == node).then_some(())
+    })
+    .await;
     *agent = agent_binary(args, log);
-    c.expect("NODE_CONNECTED of the new agent process", |m| {
+    node_connected(c, node).await;
+}
+
+async fn node_connected(c: &mut Controller, node: Uuid) {
+    c.expect("NODE_CONNECTED", |m| {
         matches!(&m.payload, Payload::NodeConnected(e) if e.node_uuid == node).then_some(())
     })
     .await;
@@ -389,7 +397,7 @@ async fn a_guests_disk_outlives_stops_reboots_pauses_suspends_and_agent_kills() 
     let args = argv(&files, &sched.addr, &state, "cn", &extra);
     let log = dir.path().join("agent.log");
     let mut agent = agent_binary(&args, &log);
-    c.stats(node, "the agent's first STATS", |_| true).await;
+    node_connected(&mut c, node).await;
     let id = Uuid::new_v4();
     let _leftovers = Leftovers {
         uri: uri.clone(),
@@ -417,9 +425,14 @@ async fn a_guests_disk_outlives_stops_reboots_pauses_suspends_and_agent_kills() 
     )
     .await;
     assert!(domain_exists(&uri, id).await, "the domain is kept");
+    // The START that boots it asks for more (a resize while it was stopped): 2 vCPUs, 320 MiB,
+    // a 32 MiB disk.
     let mut again = first.clone();
     again.restart = true;
     again.requirements.node_id = Some(node);
+    again.requirements.vcpus = 2;
+    again.requirements.mem_mb = 320;
+    again.requirements.disk_mb = 32;
     let t0 = Instant::now();
     c.send(&start_payload(again));
     let started = c
@@ -435,6 +448,25 @@ async fn a_guests_disk_outlives_stops_reboots_pauses_suspends_and_agent_kills() 
         .await;
     assert_eq!(started, Ok(()), "the restart of the kept instance");
     let start = wait_disk_count(&state, id, 2).await.max(t0.elapsed());
+    let xml = with_libvirt(&uri, move |c| {
+        Domain::lookup_by_uuid(c, id)?.get_xml_desc(virt::sys::VIR_DOMAIN_XML_INACTIVE)
+    })
+    .await;
+    assert!(
+        xml.contains(">2</vcpu>") && xml.contains("<memory unit='KiB'>327680</memory>"),
+        "resized: {xml}"
+    );
+    let disk = state
+        .join("libvirt/instances")
+        .join(id.to_string())
+        .join("disk.qcow2");
+    let info = Command::new("qemu-img")
+        .args(["info", "-U", "--output=json"]) // (-U: QEMU holds the disk)
+        .arg(&disk)
+        .output()
+        .unwrap();
+    let info: serde_json::Value = serde_json::from_slice(&info.stdout).unwrap();
+    assert_eq!(info["virtual-size"], 32 * 1024 * 1024, "the disk grew");
 
     let hard = {
         c.send(&instance_action(id, node, Action::RebootHard));

@@ -246,6 +246,27 @@ pub fn make_overlay(
     qemu_img(&args).map(|_| ())
 }
 
+/// Grows a qcow2 disk to `size_mb` MiB if it is smaller (a disk is never shrunk).
+pub fn grow(disk: &Path, size_mb: u32) -> Result<(), String> {
+    let wanted = u64::from(size_mb) * 1024 * 1024;
+    let now =
+        qemu_img_info(disk, DiskFormat::Qcow2).map_err(|e| format!("{}: {e}", disk.display()))?;
+    if wanted <= now {
+        return Ok(());
+    }
+    let size = format!("{size_mb}M");
+    qemu_img(&[
+        "resize".as_ref(),
+        "-q".as_ref(),
+        "-f".as_ref(),
+        "qcow2".as_ref(),
+        disk.as_os_str(),
+        size.as_ref(),
+    ])
+    .map(|_| ())
+    .map_err(|e| format!("{}: {e}", disk.display()))
+}
+
 /// A blank qcow2 disk of `size_mb` MiB (sparse: it takes room only as the guest writes).
 pub fn make_blank(disk: &Path, size_mb: u32) -> Result<(), String> {
     let size = format!("{size_mb}M");

@@ -46,7 +46,7 @@ use virt::domain::Domain;
 use virt::error::ErrorNumber;
 
 use crate::backend::{Backend, BackendError, Existing, Power};
-use crate::model::{Action, InstanceSpec, Usage, VmKind};
+use crate::model::{Action, InstanceSpec, Resources, Usage, VmKind};
 use access::QemuUser;
 use conn::{Conn, ConnError};
 use images::{Image, ImageError, ImageStore};
@@ -546,6 +546,32 @@ impl Inner {
         }
     }
 
+    /// New vCPUs and memory in our (powered off) domain's definition, and its disk grown
+    /// (blocking).
+    fn resize_blocking(&self, instance: Uuid, resources: Resources) -> Result<(), BackendError> {
+        let owner = self.config.owner;
+        let xml = self
+            .conn
+            .call(|c| match our_domain(c, instance, owner)? {
+                Some(d) => d.get_xml_desc(virt::sys::VIR_DOMAIN_XML_INACTIVE).map(Some),
+                None => Ok(None),
+            })
+            .map_err(|e| BackendError::Other(format!("resize: {e}")))?
+            .ok_or(BackendError::NotFound)?;
+        let xml = xml::resized(&xml, resources.vcpus.max(1), resources.mem_mb.max(16)).ok_or_else(
+            || BackendError::Launch("resize: the domain has no vCPUs or memory".into()),
+        )?;
+        let disk = self.instance_dir(instance).join("disk.qcow2");
+        if disk.exists() {
+            images::grow(&disk, resources.disk_mb).map_err(BackendError::Launch)?;
+        }
+        self.conn
+            .call(|c| Domain::define_xml(c, &xml).map(|_| ()))
+            .map_err(launch)?;
+        tracing::info!(%instance, vcpus = resources.vcpus, mem_mb = resources.mem_mb, disk_mb = resources.disk_mb, "resized");
+        Ok(())
+    }
+
     /// Stop and undefine our domain, then remove the instance's files (blocking).
     fn delete_blocking(&self, instance: Uuid) -> Result<(), BackendError> {
         let owner = self.config.owner;
@@ -854,6 +880,12 @@ impl Backend for LibvirtBackend {
             Action::Resume => self.on_domain(instance, "resume", Domain::create).await,
             Action::Reboot => self.reboot(instance).await,
         }
+    }
+
+    async fn resize(&self, instance: Uuid, resources: Resources) -> Result<(), BackendError> {
+        self.0
+            .blocking(move |b| b.resize_blocking(instance, resources))
+            .await?
     }
 
     async fn delete(&self, instance: Uuid) -> Result<(), BackendError> {

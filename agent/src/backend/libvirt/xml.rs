@@ -108,6 +108,38 @@ pub fn owner_of(metadata: &str) -> Option<Uuid> {
     None
 }
 
+/// A domain's XML (as libvirt gives back an inactive definition) with new vCPUs and memory:
+/// the `<vcpu>`, `<memory>` and `<currentMemory>` elements' values replaced (memory in MiB).
+/// `None` when the XML has no `<vcpu>` or `<memory>` element.
+pub fn resized(xml: &str, vcpus: u32, mem_mb: u32) -> Option<String> {
+    let xml = replace_element(xml, "vcpu", &vcpus.to_string(), None)?;
+    let mem = mem_mb.to_string();
+    let xml = replace_element(&xml, "memory", &mem, Some("unit='MiB'"))?;
+    Some(replace_element(&xml, "currentMemory", &mem, Some("unit='MiB'")).unwrap_or(xml))
+}
+
+/// `xml` with the first `<name ...>text</name>` element's text replaced by `value` (and its
+/// attributes by `attrs`, when given).
+fn replace_element(xml: &str, name: &str, value: &str, attrs: Option<&str>) -> Option<String> {
+    let close = format!("</{name}>");
+    let mut from = 0;
+    let start = loop {
+        let at = from + xml[from..].find(&format!("<{name}"))?;
+        let next = xml[at + 1 + name.len()..].chars().next()?;
+        if next == '>' || next == ' ' {
+            break at;
+        }
+        from = at + 1;
+    };
+    let open_end = start + xml[start..].find('>')?;
+    let end = open_end + xml[open_end..].find(&close)?;
+    let open = match attrs {
+        Some(attrs) => format!("<{name} {attrs}>"),
+        None => xml[start..=open_end].to_string(),
+    };
+    Some(format!("{}{open}{value}{}", &xml[..start], &xml[end..]))
+}
+
 /// The name of an instance's domain.
 pub fn domain_name(instance: Uuid) -> String {
     format!("cumulo-{instance}")
@@ -269,6 +301,25 @@ mod tests {
     #[test]
     fn kernel_image_under_tcg() {
         golden("kernel-tcg.xml", &base().render());
+    }
+
+    #[test]
+    fn a_resize_replaces_vcpus_and_memory() {
+        let xml = "<domain type='qemu'>\n  <name>x</name>\n  <memory unit='KiB'>262144</memory>\n  \
+                   <currentMemory unit='KiB'>262144</currentMemory>\n  <vcpu placement='static'>1</vcpu>\n  \
+                   <vcpus><vcpu id='0'/></vcpus>\n</domain>\n";
+        let out = resized(xml, 4, 2048).unwrap();
+        assert!(out.contains("<memory unit='MiB'>2048</memory>"), "{out}");
+        assert!(
+            out.contains("<currentMemory unit='MiB'>2048</currentMemory>"),
+            "{out}"
+        );
+        assert!(out.contains("<vcpu placement='static'>4</vcpu>"), "{out}");
+        assert!(out.contains("<vcpus><vcpu id='0'/></vcpus>"), "{out}");
+        let ours = base().render();
+        let out = resized(&ours, 2, 512).unwrap();
+        assert!(out.contains("<vcpu>2</vcpu>") && out.contains("<memory unit='MiB'>512</memory>"));
+        assert_eq!(resized("<domain/>", 1, 1), None);
     }
 
     #[test]

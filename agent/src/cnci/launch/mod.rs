@@ -56,7 +56,7 @@ use uuid::Uuid;
 
 use crate::backend::libvirt::{LibvirtBackend, Tap};
 use crate::backend::{Backend, BackendError, Existing, Power};
-use crate::model::{Action, InstanceSpec, Usage};
+use crate::model::{Action, InstanceSpec, Resources, Usage};
 use crate::net::Cidr;
 use store::{MemoryReservations, ReservationStore, StoreError};
 
@@ -592,6 +592,14 @@ impl<B: Backend> Backend for CnciLauncher<B> {
             )))
         } else {
             self.inner.action(instance, action).await
+        }
+    }
+
+    async fn resize(&self, instance: Uuid, resources: Resources) -> Result<(), BackendError> {
+        if self.is_ours(instance) {
+            Err(BackendError::Other("a CNCI is not resized".into()))
+        } else {
+            self.inner.resize(instance, resources).await
         }
     }
 
