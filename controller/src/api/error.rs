@@ -179,6 +179,7 @@ impl From<ClusterError> for ApiError {
             ClusterError::NoNode(_) => ApiError::NotFound(error.to_string()),
             ClusterError::Invalid(_) => ApiError::BadRequest(error.to_string()),
             ClusterError::Unavailable(_) => ApiError::Unavailable(error.to_string()),
+            ClusterError::NotAvailable(_) => ApiError::Conflict(error.to_string()),
         }
     }
 }

@@ -148,6 +148,16 @@ impl World {
     }
 
     fn stats(&self, node: Uuid, instances: &[(Uuid, Reported)]) {
+        self.stats_with(node, instances, vec![]);
+    }
+
+    /// STATS from `node` reporting `networks`.
+    fn stats_with(
+        &self,
+        node: Uuid,
+        instances: &[(Uuid, Reported)],
+        networks: Vec<ssntp::payload::NodeNetwork>,
+    ) {
         let stats = ssntp::payload::Stats {
             node: Ready {
                 node_uuid: node,
@@ -159,7 +169,7 @@ impl World {
                 vcpus_total: 8,
                 vcpus_available: 6,
                 load: 12,
-                networks: vec![],
+                networks,
             },
             status: ssntp::payload::NodeState::Ready,
             instances: instances
@@ -1463,3 +1473,4 @@ async fn the_driver_sends_a_cnci_start_again_when_due() {
 }
 
 mod actions;
+mod console;

@@ -318,18 +318,22 @@ fn parse_action(body: &Value) -> Result<Action, ApiError> {
     }
     let names: Vec<&String> = object.keys().collect();
     Err(ApiError::BadRequest(format!(
-        "no supported action in {names:?}: os-stop, os-start, reboot, pause, unpause, suspend and resume are"
+        "no supported action in {names:?}: os-stop, os-start, reboot, pause, unpause, suspend, resume and os-getConsoleOutput are"
     )))
 }
 
-/// `POST /servers/{id}/action`.
+/// `POST /servers/{id}/action`: 202, or 200 with the log for `os-getConsoleOutput`
+/// ([`super::console`]).
 pub async fn action(
     State(state): State<ApiState>,
     caller: Principal,
     PathParams(id): PathParams<String>,
     JsonBody(body): JsonBody<Value>,
-) -> Result<StatusCode, ApiError> {
+) -> Result<Response, ApiError> {
     let id = path_id("server", &id)?;
+    if let Some(args) = body.get("os-getConsoleOutput") {
+        return super::console::output(state, caller, id, args).await;
+    }
     let scope = caller.project_scope(false)?;
     let action = parse_action(&body)?;
     let by = caller.who();
@@ -343,7 +347,7 @@ pub async fn action(
             Ok(())
         })
         .await?;
-    Ok(StatusCode::ACCEPTED)
+    Ok(StatusCode::ACCEPTED.into_response())
 }
 
 #[cfg(test)]

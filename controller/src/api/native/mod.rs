@@ -87,6 +87,7 @@ pub fn routes() -> Router<ApiState> {
         .route("/instances/{id}/suspend", post(instances::suspend))
         .route("/instances/{id}/resume", post(instances::resume))
         .route("/instances/{id}/actions", get(instances::actions))
+        .route("/instances/{id}/console", get(instances::console))
         .route("/nodes", get(cluster::nodes).post(cluster::register))
         .route(
             "/nodes/{id}",
