@@ -265,12 +265,17 @@ fn parse_console_listen(s: &str) -> Result<ConsoleListen, String> {
 
 /// The address the node reports (STATS `networks`) for the console endpoint at `listen`: its
 /// own address when it names one, else the local address of the route to the first scheduler
-/// (a UDP socket connected there: nothing is sent).
+/// (a UDP socket connected there: nothing is sent), of the listener's family when it is IPv4
+/// (`0.0.0.0` takes no IPv6 connections).
 fn console_address(listen: SocketAddr, schedulers: &[String]) -> Option<IpAddr> {
     if !listen.ip().is_unspecified() {
         return Some(listen.ip());
     }
-    let scheduler = schedulers.first()?.to_socket_addrs().ok()?.next()?;
+    let scheduler = schedulers
+        .first()?
+        .to_socket_addrs()
+        .ok()?
+        .find(|a| listen.is_ipv6() || a.is_ipv4())?;
     let any: SocketAddr = if scheduler.is_ipv4() {
         (Ipv4Addr::UNSPECIFIED, 0).into()
     } else {
@@ -481,6 +486,10 @@ mod tests {
         let any: SocketAddr = "0.0.0.0:8890".parse().unwrap();
         assert_eq!(
             console_address(any, &["127.0.0.1:8888".into()]),
+            Some(IpAddr::V4(Ipv4Addr::LOCALHOST))
+        );
+        assert_eq!(
+            console_address(any, &["localhost:8888".into()]),
             Some(IpAddr::V4(Ipv4Addr::LOCALHOST))
         );
         assert_eq!(console_address(any, &[]), None);
