@@ -20,6 +20,10 @@
 //!   [`EventSender`]). `--network none` and `nn`, and the sim backend, plumb nothing.
 //!   [`run_networked`] runs any backend with any [`NetOps`] (tests use a fake).
 //!
+//! - The console endpoint ([`console`], `--console-listen`): HTTPS beside SSNTP, for the
+//!   controller only, serving the backend's console logs once the core runs; off (logged) when
+//!   its address cannot be bound.
+//!
 //! [`cli`] parses the command line into a [`DaemonConfig`].
 
 pub mod cli;
@@ -375,15 +379,15 @@ async fn run_with<B: Backend>(
     };
     let reporter = SsntpReporter::new(client.clone(), node, outbound.clone());
     let backend = Arc::new(backend);
-    let console_stop = shutdown.child_token();
-    let console = start_console(config, backend.clone(), console_stop.clone()).await;
-    let core = match Core::spawn(config.core_config(node), backend, reporter).await {
+    let core = match Core::spawn(config.core_config(node), backend.clone(), reporter).await {
         Ok(core) => core,
         Err(e) => {
             close(&client, &mut events).await;
             return Err(e.into());
         }
     };
+    let console_stop = shutdown.child_token();
+    let console = start_console(config, backend, console_stop.clone()).await;
     tracing::info!(
         %node,
         role = %config.claim,
