@@ -211,6 +211,21 @@ mod tests {
     }
 
     #[test]
+    fn console_failures_map_to_conflict_and_unavailable() {
+        let off_host =
+            ClusterError::NotAvailable("console log not available for off-host instances".into());
+        let error = ApiError::from(off_host);
+        assert_eq!(error.status(), StatusCode::CONFLICT);
+        assert_eq!(
+            error.public_message(),
+            "console log not available for off-host instances"
+        );
+        let down = ApiError::from(ClusterError::Unavailable("node x: connect: refused".into()));
+        assert_eq!(down.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(down.public_message().contains("connect: refused"));
+    }
+
+    #[test]
     fn internal_detail_is_not_sent() {
         let error = ApiError::from(StoreError::Backend("secret path /var/x".into()));
         assert!(!error.public_message().contains("secret"));

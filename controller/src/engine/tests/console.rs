@@ -57,3 +57,24 @@ fn an_unreachable_node_is_unavailable_with_the_cause_at_once() {
     assert!(why.contains("connect"), "{why}");
     assert!(t0.elapsed() < super::super::console::TOTAL_TIMEOUT);
 }
+
+#[test]
+fn an_off_host_instance_has_no_console_log() {
+    let w = world();
+    w.engine
+        .store()
+        .create_remote_host(store::NewRemoteHost {
+            name: "edge".into(),
+            libvirt_uri: "qemu+tcp://edge/system".into(),
+        })
+        .unwrap();
+    // No on-host node: the launch goes off-host.
+    let id = w.launch(1)[0].id;
+    assert!(w.instance(id).node.is_some());
+    assert_eq!(
+        w.engine.console(Scope::All, id, 10),
+        Err(ClusterError::NotAvailable(
+            "console log not available for off-host instances".into()
+        ))
+    );
+}
