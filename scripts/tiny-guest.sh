@@ -4,11 +4,18 @@
 #
 # The guest is Debian's cloud kernel and a busybox initramfs, both unpacked from Debian packages
 # fetched with `apt-get download` (no root needed). Its /init:
-# - mounts proc, sys and dev, loads the virtio network modules if it finds them, brings eth0 up
+# - mounts proc, sys and dev, loads the virtio network and block drivers and the ACPI power
+#   button's if it finds them, brings eth0 up
 #   if there is one;
 # - reads its instance UUID from the cloud-init meta-data that the agent appends to the initrd
 #   (`/cumulo/meta-data`, `instance-id: <uuid>`), else from the kernel command line
 #   (`cumulo.instance=<uuid>`), and prints `CUMULO-GUEST-UP <uuid>` on the serial console;
+# - powers off when its ACPI power button is pressed (a soft reboot or shutdown from libvirt):
+#   prints `CUMULO-GUEST-ACPI <uuid>` first (it listens before it prints anything below);
+# - if it has a disk (`/dev/vda`: the data disk the agent gives a kernel image), counts its
+#   boots on it: reads `CUMULO-DISK <n>` from the disk's first sector (0 on a blank disk), writes
+#   n+1 there, syncs, and prints `CUMULO-DISK-WROTE <uuid> <n+1>`: a disk that survived a stop,
+#   a reboot or a suspend shows the count going on;
 # - if its user-data has a line `cumulo-test: poweroff`, powers off (an instance that stops on
 #   its own); otherwise stays up.
 #
@@ -17,7 +24,7 @@
 set -euo pipefail
 
 # Bump when the guest's content changes: a new version is built beside the old one.
-VERSION=1
+VERSION=3
 cache=${CUMULO_TINY_GUEST_CACHE:-${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/cumulo/tiny-guest}
 out="$cache/v$VERSION"
 if [ -s "$out/kernel" ] && [ -s "$out/initrd" ]; then
@@ -53,9 +60,9 @@ kver=${vmlinuz##*/vmlinuz-}
 root=initramfs
 mkdir -p "$root"/{bin,dev,proc,sys,etc,cumulo,lib/modules}
 cp busybox-pkg/bin/busybox "$root/bin/busybox"
-# The virtio network driver and what it needs, in load order (built-in ones are simply absent).
+# The virtio network and block drivers, the ACPI power button and what they need, in load order (built-in ones are simply absent).
 for m in virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci failover \
-    net_failover virtio_net; do
+    net_failover virtio_net virtio_blk evdev button; do
     f=$(find "kernel-pkg/lib/modules/$kver" -name "$m.ko*" | head -n 1)
     if [ -n "$f" ]; then
         case "$f" in
@@ -88,6 +95,32 @@ if [ -f /cumulo/meta-data ]; then
 fi
 if [ -z "$id" ]; then
     id=$(tr ' ' '\n' </proc/cmdline | sed -n 's/^cumulo.instance=//p' | head -n 1)
+fi
+# The power button: whatever event comes from it powers the guest off (a clean shutdown, as
+# far as a guest with nothing to save has one).
+for e in /sys/class/input/event*; do
+    [ -e "$e/device/name" ] || continue
+    if grep -q "Power Button" "$e/device/name"; then
+        (
+            dd if="/dev/input/${e##*/}" bs=4096 count=1 >/dev/null 2>&1
+            echo "CUMULO-GUEST-ACPI ${id:-unknown}"
+            sync
+            poweroff -f
+        ) &
+    fi
+done
+# The data disk, if there is one (virtio device id 2: block); its node may take a moment.
+if grep -qx 0x0002 /sys/bus/virtio/devices/*/device 2>/dev/null; then
+    i=0
+    while [ ! -b /dev/vda ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
+fi
+if [ -b /dev/vda ]; then
+    n=$(dd if=/dev/vda bs=512 count=1 2>/dev/null | tr -d '\000' |
+        sed -n 's/^CUMULO-DISK \([0-9][0-9]*\)$/\1/p' | head -n 1)
+    n=$((${n:-0} + 1))
+    printf 'CUMULO-DISK %s\n' "$n" | dd of=/dev/vda bs=512 count=1 conv=sync 2>/dev/null
+    sync
+    echo "CUMULO-DISK-WROTE ${id:-unknown} $n"
 fi
 echo "CUMULO-GUEST-UP ${id:-unknown}"
 if [ -f /cumulo/user-data ] && grep -q '^cumulo-test: poweroff' /cumulo/user-data; then

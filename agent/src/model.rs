@@ -153,9 +153,9 @@ impl InstanceState {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Action {
-    /// An orderly reboot, a reset if the guest does not go down in time.
+    /// An orderly reboot, a power cycle if the guest does not go down in time.
     Reboot,
-    /// A reset.
+    /// A power cycle (power off, boot).
     RebootHard,
     /// Freeze it in memory.
     Pause,

@@ -217,6 +217,33 @@ pub enum InstanceCmd {
         /// Its name or UUID.
         id: String,
     },
+    /// Rebuild an active or stopped instance on its node: its disk made anew from an image
+    /// (its own unless --image), its user data kept unless --user-data.
+    Rebuild {
+        /// Its name or UUID.
+        id: String,
+        /// Another image (name or UUID).
+        #[arg(long)]
+        image: Option<String>,
+        /// A file of new cloud-init user data.
+        #[arg(long)]
+        user_data: Option<PathBuf>,
+    },
+    /// Resize a stopped instance on its node: `--flavor X` (then it waits, `resized`, for
+    /// `--confirm` or `--revert`); its next start boots it with the flavor's resources.
+    Resize {
+        /// Its name or UUID.
+        id: String,
+        /// The new flavor (name or UUID).
+        #[arg(long, conflicts_with_all = ["confirm", "revert"], required_unless_present_any = ["confirm", "revert"])]
+        flavor: Option<String>,
+        /// Keep the new flavor.
+        #[arg(long, conflicts_with = "revert")]
+        confirm: bool,
+        /// Go back to the flavor it had.
+        #[arg(long)]
+        revert: bool,
+    },
     /// What was asked of an instance, by whom and when, and how it went (newest first; a
     /// deleted instance's too, by UUID).
     Actions {
@@ -261,6 +288,10 @@ pub enum WorkloadCmd {
         /// Public (admins only).
         #[arg(long)]
         public: bool,
+        /// Its instances hold nothing worth keeping: when their node is evacuated or lost,
+        /// they start again elsewhere from the image.
+        #[arg(long)]
+        ephemeral: bool,
     },
     /// Delete one.
     Delete {

@@ -373,6 +373,47 @@ pub fn instance(
         InstanceCmd::Unpause { id } => action(conn, &instance_id(conn, &id)?, "unpause", o)?,
         InstanceCmd::Suspend { id } => action(conn, &instance_id(conn, &id)?, "suspend", o)?,
         InstanceCmd::Resume { id } => action(conn, &instance_id(conn, &id)?, "resume", o)?,
+        InstanceCmd::Rebuild {
+            id,
+            image,
+            user_data,
+        } => {
+            let id = instance_id(conn, &id)?;
+            let mut body = json!({});
+            if let Some(image) = image {
+                body["image"] = json!(resolve(conn, routes::IMAGES, &image)?);
+            }
+            if let Some(path) = user_data {
+                body["user_data"] = json!(read_user_data(&path)?);
+            }
+            let answer = conn.post(&routes::instance_action(&id, "rebuild"), &body)?;
+            o.done(&format!("instance {id}: rebuild requested"), answer);
+        }
+        InstanceCmd::Resize {
+            id,
+            flavor,
+            confirm,
+            revert,
+        } => {
+            let id = instance_id(conn, &id)?;
+            match flavor {
+                Some(flavor) => {
+                    let body = json!({"flavor": resolve(conn, routes::FLAVORS, &flavor)?});
+                    let answer = conn.post(&routes::instance_action(&id, "resize"), &body)?;
+                    o.done(
+                        &format!("instance {id}: resized (confirm or revert it)"),
+                        answer,
+                    );
+                }
+                None if confirm => action(conn, &id, "confirm-resize", o)?,
+                None if revert => action(conn, &id, "revert-resize", o)?,
+                None => {
+                    return Err(CommandError::Other(
+                        "resize needs --flavor, --confirm or --revert".into(),
+                    ));
+                }
+            }
+        }
         InstanceCmd::Actions { id } => {
             let id = instance_id(conn, &id)?;
             let answer = conn.get(&routes::instance_actions(&id))?;
@@ -407,6 +448,12 @@ fn action(
     Ok(())
 }
 
+/// A file of cloud-init user data, as text.
+fn read_user_data(path: &std::path::Path) -> Result<String, CommandError> {
+    std::fs::read_to_string(path)
+        .map_err(|e| CommandError::Other(format!("{}: {e}", path.display())))
+}
+
 /// `cumulo workload ...`.
 pub fn workload(
     conn: &Connection,
@@ -431,10 +478,10 @@ pub fn workload(
             image,
             user_data,
             public,
+            ephemeral,
         } => {
             let user_data = match user_data {
-                Some(path) => std::fs::read_to_string(&path)
-                    .map_err(|e| CommandError::Other(format!("{}: {e}", path.display())))?,
+                Some(path) => read_user_data(&path)?,
                 None => String::new(),
             };
             let body = json!({
@@ -443,6 +490,7 @@ pub fn workload(
                 "image": resolve(conn, routes::IMAGES, &image)?,
                 "user_data": user_data,
                 "public": public,
+                "ephemeral": ephemeral,
             });
             o.object(conn.post(routes::WORKLOADS, &body)?);
         }

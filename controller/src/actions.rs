@@ -53,6 +53,10 @@ pub enum ActionKind {
     Rebuild,
     /// A resize.
     Resize,
+    /// A resize confirmed.
+    ConfirmResize,
+    /// A resize reverted.
+    RevertResize,
     /// An evacuation of the instance's node.
     Evacuate,
 }
@@ -86,6 +90,8 @@ impl ActionKind {
             ActionKind::Resume => "resume",
             ActionKind::Rebuild => "rebuild",
             ActionKind::Resize => "resize",
+            ActionKind::ConfirmResize => "confirmResize",
+            ActionKind::RevertResize => "revertResize",
             ActionKind::Evacuate => "evacuate",
         }
     }

@@ -175,6 +175,32 @@ pub struct TraceHop {
 
 pub use ssntp::payload::Action as InstanceAction;
 
+/// What a rebuild asks for: the instance re-made on its node from `workload` (its own, or one
+/// of the same flavor with another image or other user data), optionally renamed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rebuild {
+    /// The workload to re-make the instance from.
+    pub workload: Uuid,
+    /// A new name.
+    pub name: Option<String>,
+}
+
+/// A step of a resize (of a stopped instance, on its node).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResizeStep {
+    /// To this workload (the instance's image and user data with another flavor).
+    To(Uuid),
+    /// Keep the new flavor.
+    Confirm,
+    /// Back to the flavor it had.
+    Revert,
+}
+
+/// Whether an instance in `state` can be rebuilt: active or stopped (on its node).
+pub fn rebuild_allowed(state: &InstanceState) -> bool {
+    matches!(state, InstanceState::Active | InstanceState::Exited)
+}
+
 /// Whether an instance in `state` can take `action`: reboots and pause when active, unpause
 /// when paused, suspend when active or paused, resume when suspended.
 pub fn action_allowed(action: InstanceAction, state: &InstanceState) -> bool {
@@ -241,6 +267,26 @@ pub trait Cluster: Send + Sync {
         scope: Scope,
         id: Uuid,
         action: InstanceAction,
+        by: &Caller,
+    ) -> Result<Instance, ClusterError>;
+    /// Rebuilds an active or stopped instance on its node (state `rebuilding`): its disk removed
+    /// (DELETE, `stop` false), then made anew from the workload's image (a START pinned to the
+    /// node); `active` once the node reports it running. A `rebuild` action for `by`.
+    fn rebuild(
+        &self,
+        scope: Scope,
+        id: Uuid,
+        rebuild: Rebuild,
+        by: &Caller,
+    ) -> Result<Instance, ClusterError>;
+    /// Resizes a stopped instance on its node (see [`crate::resize`]): no frame is sent; its
+    /// next start boots it with the new resources. A `resize`, `confirmResize` or
+    /// `revertResize` action for `by`.
+    fn resize(
+        &self,
+        scope: Scope,
+        id: Uuid,
+        step: ResizeStep,
         by: &Caller,
     ) -> Result<Instance, ClusterError>;
     /// Deletes an instance: state `deleted` until its node confirms (`hung` if it never does);

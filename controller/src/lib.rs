@@ -14,3 +14,4 @@ pub mod daemon;
 pub mod engine;
 #[cfg(any(test, fuzzing))]
 pub mod fuzzing;
+pub mod resize;

@@ -39,6 +39,19 @@ pub(crate) fn check_name(what: &str, name: &str) -> Result<()> {
 }
 
 /// `Conflict` unless `found` is `expected`.
+/// An instance may move to another workload only if its (vCPUs, memory) stay the same: its
+/// quota usage is counted from them.
+pub(crate) fn check_same_size(instance: (u32, u64), workload: (u32, u64)) -> Result<()> {
+    if instance == workload {
+        Ok(())
+    } else {
+        Err(StoreError::Invalid(format!(
+            "the workload has {} vCPUs and {} MB of memory; the instance {} and {}",
+            workload.0, workload.1, instance.0, instance.1
+        )))
+    }
+}
+
 pub(crate) fn check_version(kind: &str, id: Uuid, found: u64, expected: u64) -> Result<()> {
     if found != expected {
         return Err(StoreError::Conflict(format!(
@@ -46,6 +59,17 @@ pub(crate) fn check_version(kind: &str, id: Uuid, found: u64, expected: u64) -> 
         )));
     }
     Ok(())
+}
+
+impl Usage {
+    /// The usage without one instance of `vcpus` and `memory_mb` (to check it at another size).
+    pub(crate) fn without(&self, vcpus: u32, memory_mb: u64) -> Usage {
+        Usage {
+            instances: self.instances.saturating_sub(1),
+            vcpus: self.vcpus.saturating_sub(vcpus),
+            memory_mb: self.memory_mb.saturating_sub(memory_mb),
+        }
+    }
 }
 
 impl Quota {

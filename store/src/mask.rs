@@ -161,6 +161,9 @@ impl FieldMask {
             cnci: self.has("placement.cnci").then_some(from.placement.cnci),
             name: None,
             fault: self.has("fault").then(|| from.fault.clone()),
+            workload: None,
+            resize: false,
+            previous_workload: None,
         }
     }
 }

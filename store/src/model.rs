@@ -204,6 +204,9 @@ pub struct Workload {
     pub image: Uuid,
     /// Cloud-init user data.
     pub user_data: String,
+    /// Whether its instances hold nothing worth keeping: when their node is evacuated or lost,
+    /// the controller starts them again elsewhere from the image instead of keeping them there.
+    pub ephemeral: bool,
     /// Compare-and-swap counter.
     pub version: u64,
 }
@@ -221,6 +224,8 @@ pub struct NewWorkload {
     pub image: Uuid,
     /// Cloud-init user data.
     pub user_data: String,
+    /// Whether its instances are ephemeral (see [`Workload::ephemeral`]).
+    pub ephemeral: bool,
 }
 
 /// A change to a workload; `None` fields are left alone (running instances keep what they had).
@@ -255,11 +260,15 @@ pub enum InstanceState {
     Paused,
     /// Its memory saved to its node's disk and powered off (suspend).
     Suspended,
+    /// Being rebuilt on its node: its disk is being removed, then made anew from its image.
+    Rebuilding,
+    /// Stopped on its node with a new flavor, waiting for the resize to be confirmed or reverted.
+    Resized,
 }
 
 impl InstanceState {
     /// Every state's name, as the stores write it and the native API shows it.
-    pub const NAMES: [&'static str; 10] = [
+    pub const NAMES: [&'static str; 12] = [
         "pending",
         "active",
         "stopping",
@@ -270,6 +279,8 @@ impl InstanceState {
         "error",
         "paused",
         "suspended",
+        "rebuilding",
+        "resized",
     ];
 
     /// The state's name (`error` for every error; the reason is apart).
@@ -285,6 +296,8 @@ impl InstanceState {
             InstanceState::Error(_) => "error",
             InstanceState::Paused => "paused",
             InstanceState::Suspended => "suspended",
+            InstanceState::Rebuilding => "rebuilding",
+            InstanceState::Resized => "resized",
         }
     }
 
@@ -301,6 +314,8 @@ impl InstanceState {
             "error" => InstanceState::Error(reason.unwrap_or_default()),
             "paused" => InstanceState::Paused,
             "suspended" => InstanceState::Suspended,
+            "rebuilding" => InstanceState::Rebuilding,
+            "resized" => InstanceState::Resized,
             _ => return None,
         })
     }
@@ -370,6 +385,8 @@ pub struct Instance {
     pub created: SystemTime,
     /// When it last changed.
     pub updated: SystemTime,
+    /// The workload it had before a resize that is not confirmed or reverted yet.
+    pub previous_workload: Option<Uuid>,
     /// Compare-and-swap counter.
     pub version: u64,
 }
@@ -399,6 +416,15 @@ pub struct InstanceChange {
     /// New fault (`Some(None)` clears it). A change that puts the instance in a state other
     /// than `error` and names no fault clears it too: a fault is kept only while in error.
     pub fault: Option<Option<Fault>>,
+    /// New workload (a rebuild from another image or with other user data): one the instance's
+    /// tenant can see, with the same vCPUs and memory as the instance has (its quota usage does
+    /// not change); otherwise the update is `Invalid` (`NotFound` for a workload not seen).
+    pub workload: Option<Uuid>,
+    /// With `workload`: the instance takes the new workload's vCPUs and memory (a resize),
+    /// within its tenant's quota (`QuotaExceeded` otherwise).
+    pub resize: bool,
+    /// New previous workload (`Some(None)` clears it): what a resize revert goes back to.
+    pub previous_workload: Option<Option<Uuid>>,
 }
 
 impl InstanceChange {

@@ -249,6 +249,7 @@ fn main() {
             flavor: flavor.id,
             image: image.id,
             user_data: String::new(),
+            ephemeral: false,
         })
         .unwrap();
     for i in CREATES..STORED {

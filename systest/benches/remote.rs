@@ -113,6 +113,7 @@ fn setup(endpoint: &str, uri: &str) -> (String, Arc<dyn Store>, Engine, Uuid, Uu
             flavor: flavor.id,
             image: image.id,
             user_data: String::new(),
+            ephemeral: false,
         })
         .unwrap();
     let engine = Engine::new(

@@ -320,6 +320,188 @@ async fn libvirt_boot_figures() {
     sched.stop.cancel();
 }
 
+/// Whether the guest's console shows that it wrote boot `n` on its data disk.
+fn disk_count_seen(state: &Path, instance: Uuid, n: u32) -> bool {
+    std::fs::read_to_string(console(state, instance)).is_ok_and(|log| {
+        let line = format!("CUMULO-DISK-WROTE {instance} {n}");
+        log.lines().any(|l| l.trim_end() == line)
+    })
+}
+
+/// Waits until the guest has counted boot `n` on its data disk: boot `n` found `n - 1` there.
+async fn wait_disk_count(state: &Path, instance: Uuid, n: u32) -> Duration {
+    let t0 = Instant::now();
+    while !disk_count_seen(state, instance, n) {
+        if t0.elapsed() > Duration::from_secs(120) {
+            let log = std::fs::read_to_string(console(state, instance)).unwrap_or_default();
+            panic!("the guest did not count boot {n} on its disk; its console:\n{log}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    t0.elapsed()
+}
+
+fn instance_action(instance: Uuid, node: Uuid, action: ssntp::payload::Action) -> Payload {
+    Payload::InstanceAction(ssntp::payload::InstanceAction {
+        instance_uuid: instance,
+        workload_agent_uuid: node,
+        action,
+    })
+}
+
+/// A kill -9 of the agent process, and a new one over the same state: once the scheduler has
+/// told the controller that the node is back, STATS come from the new process.
+async fn kill_9_and_restart(
+    c: &mut Controller,
+    agent: &mut Process,
+    node: Uuid,
+    args: &[String],
+    log: &Path,
+) {
+    agent.signal(rustix::process::Signal::KILL);
+    assert_eq!(agent.exit_code().await, None, "killed by a signal");
+    *agent = agent_binary(args, log);
+    c.expect("NODE_CONNECTED of the new agent process", |m| {
+        matches!(&m.payload, Payload::NodeConnected(e) if e.node_uuid == node).then_some(())
+    })
+    .await;
+}
+
+/// What a guest writes on its disk stays there: the tiny guest counts its boots on its data
+/// disk, and the count goes on through a stop and a start (the kept domain, booted again), a
+/// hard and a soft (ACPI) reboot, a pause and an unpause, a suspend (managed save) and a resume;
+/// a kill -9 of the agent while the instance is stopped, and again while it is paused, changes
+/// nothing about it. Prints the times as FIGURES (TCG).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guests_disk_outlives_stops_reboots_pauses_suspends_and_agent_kills() {
+    use ssntp::payload::Action;
+    let Some(uri) = libvirt_uri() else { return };
+    let _one_at_a_time = VMS.lock().await;
+    let pki = TestPki::new();
+    let dir = tempfile::tempdir().unwrap();
+    let state = state_dir(dir.path());
+    let sched = real_scheduler(&pki).await;
+    let node = u(0x43);
+    let files = agent_files(&pki, Role::AGENT, Some(node), dir.path());
+    let mut c = controller(&pki, &sched.addr).await;
+    let extra = libvirt_args(&uri);
+    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+    let args = argv(&files, &sched.addr, &state, "cn", &extra);
+    let log = dir.path().join("agent.log");
+    let mut agent = agent_binary(&args, &log);
+    c.stats(node, "the agent's first STATS", |_| true).await;
+    let id = Uuid::new_v4();
+    let _leftovers = Leftovers {
+        uri: uri.clone(),
+        domains: vec![id],
+    };
+    let is = |want: InstanceState| move |s: &Stats| state_in(s, id) == Some(want);
+    let mut first = vm(id, "tiny");
+    first.requirements.disk_mb = 16;
+    let t0 = Instant::now();
+    c.send(&start_payload(first.clone()));
+    wait_disk_count(&state, id, 1).await;
+    let boot = t0.elapsed();
+
+    // A stop keeps; a kill -9 meanwhile changes nothing; a start boots the kept disk.
+    c.send(&delete(id, node, true));
+    c.expect("INSTANCE_STOPPED", |m| {
+        event_from(m, node, Operand::InstanceStopped, id).then_some(())
+    })
+    .await;
+    kill_9_and_restart(&mut c, &mut agent, node, &args, &log).await;
+    c.stats(
+        node,
+        "kept, exited, after a kill -9",
+        is(InstanceState::Exited),
+    )
+    .await;
+    assert!(domain_exists(&uri, id).await, "the domain is kept");
+    let mut again = first.clone();
+    again.restart = true;
+    again.requirements.node_id = Some(node);
+    let t0 = Instant::now();
+    c.send(&start_payload(again));
+    let started = c
+        .expect(
+            "the kept instance active again, or its START_FAILURE",
+            |m| match &m.payload {
+                Payload::StartFailure(f) if f.instance_uuid == id => Some(Err(f.clone())),
+                _ => stats_from(m, node)
+                    .filter(|s| state_in(s, id) == Some(InstanceState::Active))
+                    .map(|_| Ok(())),
+            },
+        )
+        .await;
+    assert_eq!(started, Ok(()), "the restart of the kept instance");
+    let start = wait_disk_count(&state, id, 2).await.max(t0.elapsed());
+
+    let hard = {
+        c.send(&instance_action(id, node, Action::RebootHard));
+        wait_disk_count(&state, id, 3).await
+    };
+    let soft = {
+        c.send(&instance_action(id, node, Action::Reboot));
+        wait_disk_count(&state, id, 4).await
+    };
+    assert!(
+        std::fs::read_to_string(console(&state, id))
+            .unwrap()
+            .contains(&format!("CUMULO-GUEST-ACPI {id}")),
+        "the soft reboot went through the guest's power button"
+    );
+
+    // Pause; a kill -9 meanwhile changes nothing; unpause; the disk is still there.
+    c.send(&instance_action(id, node, Action::Pause));
+    c.stats(node, "paused", is(InstanceState::Paused)).await;
+    kill_9_and_restart(&mut c, &mut agent, node, &args, &log).await;
+    c.stats(
+        node,
+        "still paused after a kill -9",
+        is(InstanceState::Paused),
+    )
+    .await;
+    c.send(&instance_action(id, node, Action::Unpause));
+    c.stats(node, "unpaused", is(InstanceState::Active)).await;
+    c.send(&instance_action(id, node, Action::RebootHard));
+    wait_disk_count(&state, id, 5).await;
+
+    // Suspend (memory saved to the node's disk) and resume; the disk is still there.
+    let t0 = Instant::now();
+    c.send(&instance_action(id, node, Action::Suspend));
+    c.stats(node, "suspended", is(InstanceState::Suspended))
+        .await;
+    let suspend = t0.elapsed();
+    let t0 = Instant::now();
+    c.send(&instance_action(id, node, Action::Resume));
+    c.stats(node, "resumed", is(InstanceState::Active)).await;
+    let resume = t0.elapsed();
+    c.send(&instance_action(id, node, Action::RebootHard));
+    wait_disk_count(&state, id, 6).await;
+    eprintln!(
+        "FIGURES: tiny guest with a data disk (TCG): START -> boot counted {boot:?}; \
+         stop kept, START restart -> boot counted {start:?}; hard reboot -> counted {hard:?}; \
+         soft reboot (ACPI) -> counted {soft:?}; suspend -> STATS suspended {suspend:?}; \
+         resume -> STATS active {resume:?}"
+    );
+
+    c.send(&delete(id, node, false));
+    c.expect("INSTANCE_DELETED", |m| {
+        event_from(m, node, Operand::InstanceDeleted, id).then_some(())
+    })
+    .await;
+    assert!(!domain_exists(&uri, id).await);
+    assert!(
+        !state
+            .join("libvirt/instances")
+            .join(id.to_string())
+            .exists()
+    );
+    agent.signal(rustix::process::Signal::TERM);
+    assert_eq!(agent.exit_code().await, Some(0));
+    sched.stop.cancel();
+}
+
 /// The backend alone against the real libvirtd: create, start, marker, delete.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_backend_alone_boots_a_tiny_guest() {

@@ -27,10 +27,31 @@ impl Engine {
     /// [`Engine::handle`], for a frame that arrived at `now` (the time the timers it starts
     /// count from).
     pub fn handle_at(&self, payload: &Payload, now: SystemTime) -> Result<(), ClusterError> {
+        self.apply(None, payload, now)
+    }
+
+    /// [`Engine::handle_at`] for a frame whose creator (its header's origin: the node, for what
+    /// a node reports) is `origin`: a node's report of an instance that the store places on
+    /// another node (or that was moved off it) is about a stale copy and changes nothing.
+    pub fn handle_from(
+        &self,
+        origin: Uuid,
+        payload: &Payload,
+        now: SystemTime,
+    ) -> Result<(), ClusterError> {
+        self.apply(Some(origin), payload, now)
+    }
+
+    fn apply(
+        &self,
+        origin: Option<Uuid>,
+        payload: &Payload,
+        now: SystemTime,
+    ) -> Result<(), ClusterError> {
         match payload {
             Payload::Stats(stats) => self.on_stats(stats),
-            Payload::InstanceStopped(e) => self.on_stopped(e.instance_uuid),
-            Payload::InstanceDeleted(e) => self.on_deleted(e.instance_uuid),
+            Payload::InstanceStopped(e) => self.on_stopped(origin, e.instance_uuid),
+            Payload::InstanceDeleted(e) => self.on_deleted(origin, e.instance_uuid),
             Payload::StartFailure(f) => self.on_start_failure(f, now),
             Payload::DeleteFailure(f) => self.on_delete_failure(f),
             Payload::DeliveryFailure(f) => {
@@ -143,6 +164,9 @@ impl Engine {
         if !gone {
             return Ok(());
         }
+        // Ephemeral instances start again elsewhere (with those its evacuation left waiting).
+        self.start_deferred(node, None)?;
+        self.relocate_ephemeral(node, super::relocate::Why::Lost)?;
         let held = |state: &InstanceState| {
             matches!(
                 state,
@@ -152,6 +176,7 @@ impl Engine {
                     | InstanceState::Exited
                     | InstanceState::Paused
                     | InstanceState::Suspended
+                    | InstanceState::Rebuilding
             )
         };
         let mut affected = Vec::new();
@@ -215,6 +240,10 @@ impl Engine {
                 };
             }
         }
+        if stats.status == NodeState::Maintenance {
+            // The scheduler places nothing here now: what its evacuation moved may start.
+            self.start_deferred(node, None)?;
+        }
         // What the store places on this node, then what the node says.
         let mut known: HashMap<Uuid, Instance> = HashMap::new();
         self.for_each_instance(Scope::All, InstanceFilter { node: Some(node) }, |i| {
@@ -232,8 +261,13 @@ impl Engine {
                     Err(e) => return Err(e.into()),
                 },
             };
+            if self.stale_listed(node, record.id, record.node) {
+                continue;
+            }
             self.reconcile(node, &record, stat.state)?;
         }
+        let listed: Vec<Uuid> = stats.instances.iter().map(|s| s.instance_uuid).collect();
+        self.stale_gone(node, &listed);
         // Placed here by the store, absent from the node's report.
         for record in known.into_values() {
             self.absent(node, &record)?;
@@ -313,12 +347,28 @@ impl Engine {
         reported: Reported,
     ) -> Result<(), ClusterError> {
         let here = Some(node);
+        if record.node.is_some_and(|n| n != node)
+            && !matches!(record.state, InstanceState::Deleted | InstanceState::Hung)
+        {
+            // The store places it on another node: this node's copy is not the instance.
+            tracing::debug!(instance = %record.id, %node, "a copy on a node that does not hold it; ignored");
+            return Ok(());
+        }
         let change = |state: InstanceState| InstanceChange {
             state: Some(state),
             node: Some(here),
             ..InstanceChange::default()
         };
         let (change, note) = match (&record.state, reported) {
+            // The rebuild's new copy runs; before its START, what is reported is the old one.
+            (InstanceState::Rebuilding, Reported::Active) if self.rebuild_under_way(record.id) => {
+                self.rebuilt(record.id);
+                (
+                    change(InstanceState::Active),
+                    Some(format!("instance {} rebuilt on node {node}", record.id)),
+                )
+            }
+            (InstanceState::Rebuilding, _) => return Ok(()),
             (InstanceState::Pending, Reported::Active) => {
                 actions::start_ended(self.store.as_ref(), record.id, EventOutcome::success());
                 (change(InstanceState::Active), None)
@@ -419,6 +469,10 @@ impl Engine {
         match record.state {
             // Its INSTANCE_DELETED was lost: the delete is done.
             InstanceState::Deleted | InstanceState::Hung => self.forget(record),
+            // Its old copy is gone: the rebuild's START (unless it went already).
+            InstanceState::Rebuilding if !self.rebuild_under_way(record.id) => {
+                self.rebuild_removed(record)
+            }
             InstanceState::Active
             | InstanceState::Stopping
             | InstanceState::Paused
@@ -485,12 +539,16 @@ impl Engine {
         }
     }
 
-    fn on_stopped(&self, id: Uuid) -> Result<(), ClusterError> {
+    fn on_stopped(&self, from: Option<Uuid>, id: Uuid) -> Result<(), ClusterError> {
         let record = match self.store.instance(Scope::All, id) {
             Ok(record) => record,
             Err(StoreError::NotFound { .. }) => return self.cnci_gone(id),
             Err(e) => return Err(e.into()),
         };
+        if self.stale_report(from, id, record.node) {
+            tracing::debug!(instance = %id, "INSTANCE_STOPPED of a stale copy ignored");
+            return Ok(());
+        }
         self.state().unconfirmed.remove(&id);
         if record.state == InstanceState::Deleted || record.state == InstanceState::Hung {
             // Deleted while it stopped: the stop removed it from its node.
@@ -500,7 +558,10 @@ impl Engine {
         self.set_state(id, InstanceState::Exited, None).map(drop)
     }
 
-    fn on_deleted(&self, id: Uuid) -> Result<(), ClusterError> {
+    fn on_deleted(&self, from: Option<Uuid>, id: Uuid) -> Result<(), ClusterError> {
+        if self.stale_removed(from, id) {
+            return Ok(());
+        }
         let record = match self.store.instance(Scope::All, id) {
             Ok(record) => record,
             Err(StoreError::NotFound { .. }) => {
@@ -512,6 +573,13 @@ impl Engine {
         };
         if matches!(record.state, InstanceState::Deleted | InstanceState::Hung) {
             return self.forget(&record);
+        }
+        if self.stale_report(from, id, record.node) {
+            tracing::debug!(instance = %id, "INSTANCE_DELETED of a stale copy ignored");
+            return Ok(());
+        }
+        if record.state == InstanceState::Rebuilding {
+            return self.rebuild_removed(&record);
         }
         self.event(
             Some(record.tenant),
@@ -556,6 +624,11 @@ impl Engine {
             tracing::info!("START of {id}: {reason} (not fatal)");
             return Ok(());
         }
+        if failure.node_uuid.is_some() && self.stale_report(failure.node_uuid, id, record.node) {
+            tracing::info!("START of {id} failed on a node it was moved off: {reason}; ignored");
+            return Ok(());
+        }
+        self.state().rebuild_started.remove(&id);
         let fault = super::fault::of_start_failure(failure, &reason, now);
         actions::start_ended(
             self.store.as_ref(),
@@ -607,6 +680,9 @@ impl Engine {
             );
             return Ok(());
         }
+        if self.stale_removed(failure.node_uuid, failure.instance_uuid) {
+            return Ok(());
+        }
         let record = match self.store.instance(Scope::All, failure.instance_uuid) {
             Ok(record) => record,
             Err(StoreError::NotFound { .. }) => return Ok(()),
@@ -615,7 +691,8 @@ impl Engine {
         match record.state {
             // Not there: nothing left to delete or stop.
             InstanceState::Deleted | InstanceState::Hung => self.forget(&record),
-            InstanceState::Stopping => self.on_stopped(record.id),
+            InstanceState::Stopping => self.on_stopped(failure.node_uuid, record.id),
+            InstanceState::Rebuilding => self.rebuild_removed(&record),
             _ => Ok(()),
         }
     }

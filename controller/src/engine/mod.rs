@@ -15,7 +15,11 @@
 //!   `no_instance`, or a STATS of its node without it); → `hung` when not confirmed within
 //!   [`EngineConfig::confirm_timeout`].
 //! - `active`/`pending`/`stopping` → `missing` when its node disconnects (or it vanishes from its
-//!   node's STATS); → `active` again when its node reports it running.
+//!   node's STATS); → `active` again when its node reports it running. Instances of ephemeral
+//!   workloads start again elsewhere instead, on an evacuation too (module `relocate`).
+//! - `active`/`exited` → `rebuilding` (DELETE, then a START pinned to its node) → `active`
+//!   (module `rebuild`); `exited` → `resized` → `exited` (a resize, confirmed or reverted: no frame,
+//!   [`crate::resize`]).
 //!
 //! Instances that a node reports and the store does not know are reported as events once, never
 //! adopted or killed, unless this engine removed their record (deleted by the user): those get
@@ -26,6 +30,8 @@ pub mod console;
 pub mod fault;
 mod inbound;
 pub mod offhost;
+mod rebuild;
+mod relocate;
 pub mod run;
 mod start;
 mod sweep;
@@ -110,7 +116,8 @@ use uuid::Uuid;
 
 use crate::actions::{self, ActionKind, ActionTicket};
 use crate::cluster::{
-    Caller, Cluster, ClusterError, InstanceAction, Launch, Node, NodeStatus, Trace, action_allowed,
+    Caller, Cluster, ClusterError, InstanceAction, Launch, Node, NodeStatus, Rebuild, ResizeStep,
+    Trace, action_allowed,
 };
 use store::{
     EventKind, Instance, InstanceChange, InstanceFilter, InstanceState, NewEvent, NewInstance,
@@ -226,6 +233,13 @@ struct State {
     idle_subnets: HashMap<Uuid, SystemTime>,
     /// CNCIs whose START met a cluster with no room for them yet, by CNCI id.
     cnci_retries: HashMap<Uuid, cnci::Retry>,
+    /// Ephemeral instances moved off a node that may still hold a stale copy, by instance: that
+    /// node (see [`relocate`]).
+    relocated: HashMap<Uuid, Uuid>,
+    /// Moved instances waiting for their evacuated node's STATS in maintenance.
+    deferred: relocate::Deferred,
+    /// Rebuilding instances whose START went (see [`rebuild`]).
+    rebuild_started: HashSet<Uuid>,
     traces: VecDeque<Trace>,
 }
 
@@ -697,6 +711,32 @@ impl Cluster for Engine {
         self.instance_action(current, action, by)
     }
 
+    fn rebuild(
+        &self,
+        scope: Scope,
+        id: Uuid,
+        rebuild: Rebuild,
+        by: &Caller,
+    ) -> Result<Instance, ClusterError> {
+        self.rebuild_instance(scope, id, rebuild, by)
+    }
+
+    fn resize(
+        &self,
+        scope: Scope,
+        id: Uuid,
+        step: ResizeStep,
+        by: &Caller,
+    ) -> Result<Instance, ClusterError> {
+        let current = self.store.instance(scope, id)?;
+        if self.remote_of(&current)?.is_some() {
+            return Err(ClusterError::Invalid(
+                "an off-host instance cannot be resized".into(),
+            ));
+        }
+        crate::resize::apply(self.store.as_ref(), scope, id, step, by)
+    }
+
     fn delete(&self, scope: Scope, id: Uuid, by: &Caller) -> Result<(), ClusterError> {
         let current = self.store.instance(scope, id)?;
         match (&current.state, current.node) {
@@ -783,7 +823,8 @@ impl Cluster for Engine {
     }
 
     fn evacuate(&self, id: Uuid) -> Result<(), ClusterError> {
-        self.node_command(id, true)
+        self.node_command(id, true)?;
+        self.relocate_ephemeral(id, relocate::Why::Evacuated)
     }
 
     fn restore(&self, id: Uuid) -> Result<(), ClusterError> {

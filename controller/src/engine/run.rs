@@ -65,7 +65,8 @@ pub async fn run(
                     let engine = engine.clone();
                     let handled = tokio::task::spawn_blocking(move || {
                         for message in &messages {
-                            if let Err(e) = engine.handle(&message.payload) {
+                            let (origin, payload) = (message.frame.origin, &message.payload);
+                            if let Err(e) = engine.handle_from(origin, payload, SystemTime::now()) {
                                 tracing::warn!(
                                     "{} from the scheduler not applied: {e}",
                                     message.payload.operand().name()

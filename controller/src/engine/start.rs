@@ -71,8 +71,13 @@ pub(super) fn start_payload(
             mem_mb: u32::try_from(instance.memory_mb).unwrap_or(u32::MAX),
             disk_mb: u32::try_from(plan.flavor.disk_gb.saturating_mul(1024)).unwrap_or(u32::MAX),
             network_node: false,
-            // A restart boots the disks its node keeps: there and nowhere else.
-            node_id: if restart { instance.node } else { None },
+            // A restart boots the disks its node keeps: there and nowhere else; a rebuild
+            // re-makes the disk on the node it is on.
+            node_id: if restart || instance.state == InstanceState::Rebuilding {
+                instance.node
+            } else {
+                None
+            },
             hostname: None,
         },
         networking,

@@ -68,6 +68,7 @@ impl Engine {
             self.set_state_if(id, state, |i| i.state == was)?;
         }
         self.sweep_lost_starts(now)?;
+        self.sweep_deferred(now)?;
         self.sweep_cncis(now)
     }
 
@@ -96,7 +97,12 @@ impl Engine {
                 Err(StoreError::NotFound { .. }) => continue,
                 Err(e) => return Err(e.into()),
             };
-            let unplaced = |i: &Instance| i.state == InstanceState::Pending && i.node.is_none();
+            // Unplaced, or a rebuild whose pinned START went.
+            let rebuilding = self.rebuild_under_way(id);
+            let unplaced = |i: &Instance| {
+                (i.state == InstanceState::Pending && i.node.is_none())
+                    || (i.state == InstanceState::Rebuilding && rebuilding)
+            };
             if !unplaced(&record) {
                 continue;
             }

@@ -88,6 +88,7 @@ fn world_with(network: TenantNetwork, quota: Quota) -> World {
             flavor: flavor.id,
             image: image.id,
             user_data: "#cloud-config\n".into(),
+            ephemeral: false,
         })
         .unwrap();
     let out = Arc::new(Recorder::default());
@@ -148,13 +149,24 @@ impl World {
     }
 
     fn stats(&self, node: Uuid, instances: &[(Uuid, Reported)]) {
-        self.stats_with(node, instances, vec![]);
+        self.stats_in(node, ssntp::payload::NodeState::Ready, instances);
     }
 
-    /// STATS from `node` reporting `networks`.
+    /// A STATS of `node` with the node in `status`.
+    fn stats_in(
+        &self,
+        node: Uuid,
+        status: ssntp::payload::NodeState,
+        instances: &[(Uuid, Reported)],
+    ) {
+        self.stats_with(node, status, instances, vec![]);
+    }
+
+    /// A STATS of `node` in `status` reporting `networks`.
     fn stats_with(
         &self,
         node: Uuid,
+        status: ssntp::payload::NodeState,
         instances: &[(Uuid, Reported)],
         networks: Vec<ssntp::payload::NodeNetwork>,
     ) {
@@ -171,7 +183,7 @@ impl World {
                 load: 12,
                 networks,
             },
-            status: ssntp::payload::NodeState::Ready,
+            status,
             instances: instances
                 .iter()
                 .map(|(id, state)| InstanceStat {
@@ -1474,3 +1486,6 @@ async fn the_driver_sends_a_cnci_start_again_when_due() {
 
 mod actions;
 mod console;
+mod ephemeral;
+mod rebuild;
+mod resize;

@@ -3,7 +3,9 @@
 
 use axum::http::{Method, StatusCode};
 use serde_json::{Value, json};
-use store::{ImageKind, InstanceState, NewImage, Quota, Scope, TenantChange};
+use store::{
+    ImageKind, InstanceChange, InstanceState, NewFlavor, NewImage, Quota, Scope, TenantChange,
+};
 
 use crate::support::World;
 
@@ -221,6 +223,206 @@ async fn server_lifecycle() {
         1
     );
     assert_eq!(workloads[0].user_data, "#cloud-config\n");
+    w.stop().await;
+}
+
+/// Creates the server `web` of the world's flavor and image with `token`: its id.
+async fn web_server(w: &World, token: &str) -> uuid::Uuid {
+    let (status, _, created) = w
+        .client()
+        .send(
+            Method::POST,
+            "/compute/v2.1/servers",
+            Some(token),
+            Some(create_body("web", w.flavor.id, w.image.id)),
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{created}");
+    created["server"]["id"].as_str().unwrap().parse().unwrap()
+}
+
+#[tokio::test]
+async fn a_server_is_rebuilt_from_another_image() {
+    let w = World::start().await;
+    let c = w.client();
+    let a = w.token_a().await;
+    let id = web_server(&w, &a).await.to_string();
+    let other = w
+        .store
+        .create_image(NewImage {
+            owner: Some(w.a.id),
+            name: "other".into(),
+            kind: ImageKind::Raw,
+            reference: "/other.raw".into(),
+        })
+        .unwrap();
+    let path = format!("/compute/v2.1/servers/{id}");
+    let action = format!("{path}/action");
+    // Bad requests: no image, an image the project cannot see.
+    for body in [
+        json!({"rebuild": {}}),
+        json!({"rebuild": {"imageRef": uuid::Uuid::new_v4().to_string()}}),
+    ] {
+        let (status, _, answer) = c
+            .send(Method::POST, &action, Some(&a), Some(body.clone()))
+            .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}: {answer}");
+    }
+    let rebuild = json!({"rebuild": {"imageRef": other.id.to_string(), "name": "web2",
+        "user_data": base64_of("#cloud-config\nx: 1\n"), "adminPass": "ignored"}});
+    let (status, _, answer) = c
+        .send(Method::POST, &action, Some(&a), Some(rebuild.clone()))
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{answer}");
+    let server = &answer["server"];
+    assert_eq!(
+        (&server["id"], &server["status"], &server["name"]),
+        (&json!(id), &json!("REBUILD"), &json!("web2"))
+    );
+    assert_eq!(server["OS-EXT-STS:task_state"], "rebuilding");
+    assert_eq!(server["image"]["id"], other.id.to_string());
+    // While it rebuilds, another rebuild is a conflict.
+    let (status, _, _) = c.send(Method::POST, &action, Some(&a), Some(rebuild)).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    let (_, _, shown) = c.send(Method::GET, &path, Some(&a), None).await;
+    assert_eq!(shown["server"]["status"], "REBUILD");
+    let instance = w.store.instance(Scope::All, id.parse().unwrap()).unwrap();
+    let workload = w.store.workload(Scope::All, instance.workload).unwrap();
+    assert_eq!(
+        (workload.image, workload.user_data.as_str(), workload.flavor),
+        (other.id, "#cloud-config\nx: 1\n", w.flavor.id)
+    );
+    let (_, _, actions) = c
+        .send(
+            Method::GET,
+            &format!("{path}/os-instance-actions"),
+            Some(&a),
+            None,
+        )
+        .await;
+    assert_eq!(actions["instanceActions"][0]["action"], "rebuild");
+
+    // The native route: its own image and user data kept.
+    w.cluster
+        .set_state(id.parse().unwrap(), InstanceState::Exited)
+        .unwrap();
+    let (status, _, native) = c
+        .send(
+            Method::POST,
+            &format!("/cumulo/v1/instances/{id}/rebuild"),
+            Some(&a),
+            Some(json!({})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{native}");
+    assert_eq!(native["state"], "rebuilding");
+    assert_eq!(
+        w.store
+            .instance(Scope::All, id.parse().unwrap())
+            .unwrap()
+            .workload,
+        workload.id
+    );
+    w.stop().await;
+}
+
+#[tokio::test]
+async fn a_stopped_server_is_resized_then_confirmed_or_reverted() {
+    let w = World::start().await;
+    let c = w.client();
+    let a = w.token_a().await;
+    let id = web_server(&w, &a).await;
+    let path = format!("/compute/v2.1/servers/{id}");
+    let action = format!("{path}/action");
+    let base = w.store.flavor(w.flavor.id).unwrap();
+    let flavor = |name: &str, disk_gb: u64| {
+        w.store
+            .create_flavor(NewFlavor {
+                name: name.into(),
+                vcpus: base.vcpus + 1,
+                memory_mb: base.memory_mb * 2,
+                disk_gb,
+            })
+            .unwrap()
+    };
+    let (big, bigger, small) = (
+        flavor("big", base.disk_gb + 1),
+        flavor("bigger", base.disk_gb + 2),
+        flavor("small", 0),
+    );
+    let resize = |f: uuid::Uuid| json!({"resize": {"flavorRef": f.to_string()}});
+    let post = |body: Value| c.send(Method::POST, &action, Some(&a), Some(body));
+    // Running: 409.
+    assert_eq!(post(resize(big.id)).await.0, StatusCode::CONFLICT);
+    // Stopped on its node.
+    w.cluster.set_state(id, InstanceState::Exited).unwrap();
+    let current = w.store.instance(Scope::All, id).unwrap();
+    w.store
+        .update_instance(
+            Scope::All,
+            id,
+            current.version,
+            InstanceChange {
+                node: Some(Some(uuid::Uuid::from_u128(7))),
+                ..InstanceChange::default()
+            },
+        )
+        .unwrap();
+    for bad in [
+        resize(small.id),
+        resize(w.flavor.id),
+        resize(uuid::Uuid::new_v4()),
+        json!({"resize": {}}),
+        json!({"confirmResize": null}),
+    ] {
+        let (status, _, body) = post(bad.clone()).await;
+        let wanted = if bad.get("confirmResize").is_some() {
+            StatusCode::CONFLICT
+        } else {
+            StatusCode::BAD_REQUEST
+        };
+        assert_eq!(status, wanted, "{bad}: {body}");
+    }
+    assert_eq!(post(resize(big.id)).await.0, StatusCode::ACCEPTED);
+    let (_, _, shown) = c.send(Method::GET, &path, Some(&a), None).await;
+    assert_eq!(shown["server"]["status"], "VERIFY_RESIZE");
+    assert_eq!(shown["server"]["flavor"]["id"], big.id.to_string());
+    let (status, _, _) = post(json!({"confirmResize": null})).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (_, _, shown) = c.send(Method::GET, &path, Some(&a), None).await;
+    assert_eq!(shown["server"]["status"], "SHUTOFF");
+    assert_eq!(shown["server"]["flavor"]["id"], big.id.to_string());
+    // Resized again, then reverted: back to `big`.
+    assert_eq!(post(resize(bigger.id)).await.0, StatusCode::ACCEPTED);
+    assert_eq!(
+        post(json!({"revertResize": null})).await.0,
+        StatusCode::ACCEPTED
+    );
+    let (_, _, shown) = c.send(Method::GET, &path, Some(&a), None).await;
+    assert_eq!(
+        (&shown["server"]["status"], &shown["server"]["flavor"]["id"]),
+        (&json!("SHUTOFF"), &json!(big.id.to_string()))
+    );
+    let i = w.store.instance(Scope::All, id).unwrap();
+    assert_eq!((i.vcpus, i.memory_mb), (big.vcpus, big.memory_mb));
+    let (_, _, actions) = c
+        .send(
+            Method::GET,
+            &format!("{path}/os-instance-actions"),
+            Some(&a),
+            None,
+        )
+        .await;
+    let names: Vec<&str> = actions["instanceActions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["action"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names[..4],
+        ["revertResize", "resize", "confirmResize", "resize"]
+    );
     w.stop().await;
 }
 

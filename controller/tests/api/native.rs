@@ -349,6 +349,36 @@ async fn catalog_workloads_and_instances_with_cross_tenant_attempts() {
     )
     .await;
     assert_eq!(updated["user_data"], "#cloud-config\nx: 1\n");
+    assert_eq!(updated["ephemeral"], false, "not ephemeral unless asked");
+    let batch = ok(
+        &c,
+        Method::POST,
+        "/cumulo/v1/workloads",
+        &a,
+        Some(json!({"name": "batch", "flavor": w.flavor.id, "image": image_id, "ephemeral": true})),
+        201,
+    )
+    .await;
+    let batch_id = batch["id"].as_str().unwrap();
+    let shown = ok(
+        &c,
+        Method::GET,
+        &format!("/cumulo/v1/workloads/{batch_id}"),
+        &a,
+        None,
+        200,
+    )
+    .await;
+    assert_eq!(shown["ephemeral"], true);
+    ok(
+        &c,
+        Method::DELETE,
+        &format!("/cumulo/v1/workloads/{batch_id}"),
+        &a,
+        None,
+        204,
+    )
+    .await;
     // B cannot build on A's private image.
     ok(
         &c,

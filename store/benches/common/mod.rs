@@ -62,6 +62,7 @@ pub fn seed(store: &impl Store) -> Seed {
             flavor: flavor.id,
             image: image.id,
             user_data: String::new(),
+            ephemeral: false,
         })
         .unwrap();
     Seed {

@@ -137,6 +137,7 @@ impl CatalogStore for EtcdStore {
                 version: 1,
                 vcpus: flavor.vcpus,
                 memory_mb: flavor.memory_mb,
+                ephemeral: new.ephemeral,
             };
             let keys = tx.keys();
             tx.put(&keys.workload(id), &rec)?;

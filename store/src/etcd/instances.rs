@@ -7,7 +7,7 @@ use uuid::Uuid;
 use super::keys::prefix_end;
 use super::records::*;
 use super::{EtcdStore, Kv, Tx};
-use crate::common::{check_name, check_version, millis, now};
+use crate::common::{check_name, check_same_size, check_version, millis, now};
 use crate::net;
 use crate::*;
 
@@ -70,6 +70,7 @@ impl InstanceStore for EtcdStore {
                 version: 1,
                 seq,
                 fault: None,
+                previous_workload: None,
             };
             tx.put(&keys.instance(id), &rec)?;
             tx.put_text(&keys.order(t.id, seq), &id.to_string());
@@ -442,6 +443,29 @@ pub(super) fn update_in(
         }
         if let Some(cnci) = change.cnci {
             i.cnci = cnci;
+        }
+        if let Some(new) = change.workload
+            && new != i.workload
+        {
+            let w = super::catalog::workload_in(tx, Scope::Tenant(i.tenant), new)?;
+            if change.resize {
+                let t = super::identity::tenant_in(tx, i.tenant)?;
+                let mut net = net_in(tx, i.tenant)?;
+                let others = Usage::from(net.usage).without(i.vcpus, i.memory_mb);
+                Quota::from(t.quota).check(&others, w.vcpus, w.memory_mb)?;
+                net.usage.vcpus = others.vcpus.saturating_add(w.vcpus);
+                net.usage.memory_mb = others.memory_mb.saturating_add(w.memory_mb);
+                tx.put(&keys.net(i.tenant), &net)?;
+                (i.vcpus, i.memory_mb) = (w.vcpus, w.memory_mb);
+            } else {
+                check_same_size((i.vcpus, i.memory_mb), (w.vcpus, w.memory_mb))?;
+            }
+            tx.delete(&keys.reference("workload", i.workload, id));
+            tx.put_text(&keys.reference("workload", new, id), "");
+            i.workload = new;
+        }
+        if let Some(previous) = change.previous_workload {
+            i.previous_workload = previous;
         }
         i.version += 1;
         i.updated_ms = millis(now());

@@ -304,6 +304,8 @@ pub(super) struct WorkloadRec {
     pub(super) user_data: String,
     pub(super) version: u64,
     pub(super) vcpus: u32,
+    #[serde(default)]
+    pub(super) ephemeral: bool,
     pub(super) memory_mb: u64,
 }
 
@@ -316,6 +318,7 @@ impl WorkloadRec {
             flavor: self.flavor,
             image: self.image,
             user_data: self.user_data.clone(),
+            ephemeral: self.ephemeral,
             version: self.version,
         }
     }
@@ -346,6 +349,8 @@ pub(super) struct InstanceRec {
     /// Why it is in error (added with issue 18: absent in older records).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) fault: Option<FaultRec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) previous_workload: Option<Uuid>,
 }
 
 /// An instance's fault.
@@ -409,6 +414,7 @@ impl InstanceRec {
             created: from_millis(self.created_ms),
             updated: from_millis(self.updated_ms),
             version: self.version,
+            previous_workload: self.previous_workload,
         })
     }
 }

@@ -76,6 +76,7 @@ fn tenant_and_workload(store: &EtcdStore, quota: Quota, vcpus: u32) -> (Tenant, 
             flavor: flavor.id,
             image: image.id,
             user_data: String::new(),
+            ephemeral: false,
         })
         .unwrap();
     (tenant, workload)

@@ -214,7 +214,7 @@ pub(super) fn images(tx: &Transaction<'_>, scope: Scope) -> Result<Vec<Image>> {
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
-const WORKLOAD_COLS: &str = "id, owner, name, flavor_id, image_id, user_data, version";
+const WORKLOAD_COLS: &str = "id, owner, name, flavor_id, image_id, user_data, version, ephemeral";
 
 fn workload_row(row: &Row<'_>) -> rusqlite::Result<Workload> {
     Ok(Workload {
@@ -225,6 +225,7 @@ fn workload_row(row: &Row<'_>) -> rusqlite::Result<Workload> {
         image: uuid_at(row, 4)?,
         user_data: row.get(5)?,
         version: u64_at(row, 6)?,
+        ephemeral: row.get(7)?,
     })
 }
 
@@ -251,18 +252,20 @@ pub(super) fn create_workload(tx: &Transaction<'_>, new: NewWorkload) -> Result<
         flavor: new.flavor,
         image: new.image,
         user_data: new.user_data,
+        ephemeral: new.ephemeral,
         version: 1,
     };
     tx.execute(
-        "INSERT INTO workloads (id, owner, name, flavor_id, image_id, user_data, version)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 1)",
+        "INSERT INTO workloads (id, owner, name, flavor_id, image_id, user_data, version, ephemeral)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 1, ?7)",
         params![
             workload.id.to_string(),
             workload.owner.map(|o| o.to_string()),
             workload.name,
             workload.flavor.to_string(),
             workload.image.to_string(),
-            workload.user_data
+            workload.user_data,
+            workload.ephemeral
         ],
     )?;
     Ok(workload)

@@ -11,7 +11,7 @@ use uuid::Uuid;
 use super::catalog::{flavor, workload};
 use super::identity::tenant;
 use super::{SqliteStore, bad_column, int, opt_uuid_at, u32_at, u64_at, uuid_at};
-use crate::common::{check_name, check_version, from_millis, millis, now};
+use crate::common::{check_name, check_same_size, check_version, from_millis, millis, now};
 use crate::net;
 use crate::*;
 
@@ -65,9 +65,9 @@ impl InstanceStore for SqliteStore {
 
 const INSTANCE_COLS: &str = "i.id, i.tenant_id, i.workload_id, i.name, i.vcpus, i.memory_mb, \
      i.node, i.state, i.reason, s.base, s.prefix, i.ip, i.cnci, i.created, i.updated, i.version, \
-     i.fault_reason, i.fault_message, i.fault_created";
+     i.fault_reason, i.fault_message, i.fault_created, i.previous_workload_id";
 /// How many columns [`INSTANCE_COLS`] reads (a query may read more after them).
-const INSTANCE_NCOLS: usize = 19;
+const INSTANCE_NCOLS: usize = 20;
 const INSTANCE_FROM: &str = "instances i JOIN subnets s ON s.id = i.subnet_id";
 
 fn state_text(state: &InstanceState) -> (&'static str, Option<&str>) {
@@ -110,6 +110,7 @@ fn instance_row(row: &Row<'_>) -> rusqlite::Result<Instance> {
         created: from_millis(row.get(13)?),
         updated: from_millis(row.get(14)?),
         version: u64_at(row, 15)?,
+        previous_workload: opt_uuid_at(row, 19)?,
     })
 }
 
@@ -198,6 +199,7 @@ pub(super) fn create(tx: &Transaction<'_>, new: NewInstance) -> Result<Instance>
         created: at,
         updated: at,
         version: 1,
+        previous_workload: None,
     };
     tx.prepare_cached(
         "INSERT INTO instances (id, tenant_id, workload_id, name, vcpus, memory_mb, node, state,
@@ -327,6 +329,24 @@ pub(super) fn update(
     if let Some(cnci) = change.cnci {
         i.cnci = cnci;
     }
+    if let Some(new) = change.workload {
+        let w = workload(tx, Scope::Tenant(i.tenant), new)?;
+        let f = flavor(tx, w.flavor)?;
+        if change.resize {
+            let t = tenant(tx, i.tenant)?;
+            if t.quota != Quota::default() {
+                let others = usage(tx, i.tenant)?.without(i.vcpus, i.memory_mb);
+                t.quota.check(&others, f.vcpus, f.memory_mb)?;
+            }
+            (i.vcpus, i.memory_mb) = (f.vcpus, f.memory_mb);
+        } else {
+            check_same_size((i.vcpus, i.memory_mb), (f.vcpus, f.memory_mb))?;
+        }
+        i.workload = new;
+    }
+    if let Some(previous) = change.previous_workload {
+        i.previous_workload = previous;
+    }
     i.version += 1;
     i.updated = now();
     let (state, reason) = state_text(&i.state);
@@ -334,7 +354,8 @@ pub(super) fn update(
     tx.prepare_cached(
         "UPDATE instances SET name = ?2, state = ?3, reason = ?4, node = ?5, cnci = ?6,
              updated = ?7, version = ?8, fault_reason = ?9, fault_message = ?10,
-             fault_created = ?11 WHERE id = ?1",
+             fault_created = ?11, workload_id = ?12, vcpus = ?13, memory_mb = ?14,
+             previous_workload_id = ?15 WHERE id = ?1",
     )?
     .execute(params![
         id.to_string(),
@@ -348,6 +369,10 @@ pub(super) fn update(
         fault.map(|f| f.reason.as_str()),
         fault.map(|f| f.message.as_str()),
         fault.map(|f| millis(f.created)),
+        i.workload.to_string(),
+        i.vcpus,
+        int(i.memory_mb)?,
+        i.previous_workload.map(|w| w.to_string()),
     ])?;
     // What was written: times in milliseconds, as a read gives them back.
     if let Some(f) = &mut i.fault {

@@ -389,6 +389,7 @@ mod tests {
                 flavor: flavor.id,
                 image: image.id,
                 user_data: String::new(),
+                ephemeral: false,
             })
             .unwrap();
         let new = || NewInstance {

@@ -190,6 +190,16 @@ CREATE TABLE gone_instances (
     instance_id TEXT NOT NULL
 );
 "#,
+    // 6: ephemeral workloads (issue 20): their instances start again elsewhere from the image
+    // when their node is evacuated or lost. Existing workloads are not ephemeral.
+    r#"
+ALTER TABLE workloads ADD COLUMN ephemeral INTEGER NOT NULL DEFAULT 0;
+"#,
+    // 7: resize (issue 20): the workload an instance had before a resize that is not confirmed
+    // or reverted yet.
+    r#"
+ALTER TABLE instances ADD COLUMN previous_workload_id TEXT;
+"#,
 ];
 
 /// The newest schema version this code knows.

@@ -71,6 +71,7 @@ pub(crate) fn catalog_crud<F: Fixture>() {
         flavor: Uuid::new_v4(),
         image: public.id,
         user_data: String::new(),
+        ephemeral: false,
     });
     assert!(is_not_found(bad));
     store.delete_workload(scope, w.id).unwrap();
@@ -79,4 +80,50 @@ pub(crate) fn catalog_crud<F: Fixture>() {
     store.delete_flavor(w.flavor).unwrap();
     assert!(store.flavors().unwrap().is_empty());
     assert!(store.images(Scope::All).unwrap().is_empty());
+}
+
+/// A workload's `ephemeral` mark is kept as created (false unless asked), read back alone and in
+/// the list, after a change of the workload and after a reopen.
+pub(crate) fn ephemeral_workloads_are_kept_as_such<F: Fixture>() {
+    let fx = F::new();
+    let store = fx.open();
+    let (t, kept) = tenant_and_workload(&store, "acme", Quota::default(), 24);
+    assert!(!kept.ephemeral, "workloads are not ephemeral unless asked");
+    let scope = Scope::Tenant(t.id);
+    let ephemeral = store
+        .create_workload(NewWorkload {
+            owner: Some(t.id),
+            name: "batch".into(),
+            flavor: kept.flavor,
+            image: kept.image,
+            user_data: String::new(),
+            ephemeral: true,
+        })
+        .unwrap();
+    assert!(ephemeral.ephemeral);
+    assert_eq!(store.workload(scope, ephemeral.id).unwrap(), ephemeral);
+    let renamed = store
+        .update_workload(
+            scope,
+            ephemeral.id,
+            ephemeral.version,
+            WorkloadChange {
+                name: Some("batch-2".into()),
+                user_data: None,
+            },
+        )
+        .unwrap();
+    assert!(renamed.ephemeral, "a change keeps the mark");
+    drop(store);
+    let store = fx.open();
+    let marks: Vec<(String, bool)> = store
+        .workloads(scope)
+        .unwrap()
+        .into_iter()
+        .map(|w| (w.name, w.ephemeral))
+        .collect();
+    assert_eq!(
+        marks,
+        [("batch-2".to_string(), true), (kept.name.clone(), false)]
+    );
 }

@@ -98,6 +98,7 @@ pub(crate) fn tenants_are_isolated<F: Fixture>() {
         flavor: wb.flavor,
         image: wb.image,
         user_data: String::new(),
+        ephemeral: false,
     });
     assert!(is_not_found(steal));
     let listed = store

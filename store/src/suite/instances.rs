@@ -464,3 +464,141 @@ pub(crate) fn a_fault_is_kept_while_in_error<F: Fixture>() {
     assert_eq!(cleared.fault, None);
     assert_eq!(cleared.state, InstanceState::Error("start_lost".into()));
 }
+
+/// A rebuild re-points an instance to another workload (another image, other user data): one its
+/// tenant sees, of its size. The old workload is free to go afterwards.
+pub(crate) fn an_instance_moves_to_a_workload_of_its_size<F: Fixture>() {
+    let fx = F::new();
+    let store = fx.open();
+    let (t, w) = tenant_and_workload(&store, "acme", Quota::default(), 24);
+    let (other, theirs) = tenant_and_workload(&store, "umbrella", Quota::default(), 24);
+    let scope = Scope::Tenant(t.id);
+    let i = store.create_instance(new_instance(&t, &w, "vm")).unwrap();
+    let workload_of = |flavor: Uuid, name: &str| {
+        store
+            .create_workload(NewWorkload {
+                owner: Some(t.id),
+                name: name.into(),
+                flavor,
+                image: w.image,
+                user_data: "#cloud-config\nnew: 1\n".into(),
+                ephemeral: false,
+            })
+            .unwrap()
+    };
+    let same = workload_of(w.flavor, "rebuilt");
+    let big = store
+        .create_flavor(NewFlavor {
+            name: "big".into(),
+            vcpus: 4,
+            memory_mb: 4096,
+            disk_gb: 20,
+        })
+        .unwrap();
+    let bigger = workload_of(big.id, "bigger");
+    let to = |workload: Uuid, version: u64| {
+        store.update_instance(
+            scope,
+            i.id,
+            version,
+            InstanceChange {
+                workload: Some(workload),
+                ..InstanceChange::default()
+            },
+        )
+    };
+    assert!(matches!(
+        to(bigger.id, i.version),
+        Err(StoreError::Invalid(_))
+    ));
+    assert!(is_not_found(to(theirs.id, i.version)));
+    assert_ne!(other.id, t.id);
+    let moved = to(same.id, i.version).unwrap();
+    assert_eq!((moved.workload, moved.vcpus), (same.id, i.vcpus));
+    assert_eq!(store.instance(scope, i.id).unwrap().workload, same.id);
+    // The old workload is no longer in use; the new one is.
+    store.delete_workload(scope, w.id).unwrap();
+    assert!(matches!(
+        store.delete_workload(scope, same.id),
+        Err(StoreError::Conflict(_))
+    ));
+}
+
+/// A resize moves an instance to a workload of another size: its vCPUs and memory follow, within
+/// its tenant's quota (the instance's own usage is not counted twice); the workload it had is
+/// kept as `previous_workload` until cleared.
+pub(crate) fn a_resize_changes_the_size_within_the_quota<F: Fixture>() {
+    let fx = F::new();
+    let store = fx.open();
+    let quota = Quota {
+        instances: None,
+        vcpus: Some(3),
+        memory_mb: None,
+    };
+    let (t, w) = tenant_and_workload(&store, "acme", quota, 24);
+    let scope = Scope::Tenant(t.id);
+    let i = store.create_instance(new_instance(&t, &w, "vm")).unwrap();
+    let sized = |vcpus: u32| {
+        let flavor = store
+            .create_flavor(NewFlavor {
+                name: format!("f{vcpus}"),
+                vcpus,
+                memory_mb: 1024,
+                disk_gb: 20,
+            })
+            .unwrap();
+        store
+            .create_workload(NewWorkload {
+                owner: Some(t.id),
+                name: format!("w{vcpus}"),
+                flavor: flavor.id,
+                image: w.image,
+                user_data: String::new(),
+                ephemeral: false,
+            })
+            .unwrap()
+    };
+    let (four, two) = (sized(4), sized(2));
+    let resize = |workload: Uuid, version: u64| {
+        store.update_instance(
+            scope,
+            i.id,
+            version,
+            InstanceChange {
+                workload: Some(workload),
+                resize: true,
+                previous_workload: Some(Some(w.id)),
+                ..InstanceChange::default()
+            },
+        )
+    };
+    assert!(matches!(
+        resize(four.id, i.version),
+        Err(StoreError::QuotaExceeded { .. })
+    ));
+    let resized = resize(two.id, i.version).unwrap();
+    assert_eq!(
+        (resized.vcpus, resized.memory_mb, resized.previous_workload),
+        (2, 1024, Some(w.id))
+    );
+    let read = store.instance(scope, i.id).unwrap();
+    assert_eq!(read, resized);
+    // 2 + 1 fits the quota of 3; one more does not.
+    store.create_instance(new_instance(&t, &w, "b")).unwrap();
+    assert!(matches!(
+        store.create_instance(new_instance(&t, &w, "c")),
+        Err(StoreError::QuotaExceeded { .. })
+    ));
+    let cleared = store
+        .update_instance(
+            scope,
+            i.id,
+            read.version,
+            InstanceChange {
+                previous_workload: Some(None),
+                ..InstanceChange::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(cleared.previous_workload, None);
+}

@@ -38,10 +38,11 @@ macro_rules! store_suite {
     ($fixture:ty) => {
         $crate::store_suite!(@tests $fixture;
             identity: tenant_crud, user_and_role_crud;
-            catalog: catalog_crud;
+            catalog: catalog_crud, ephemeral_workloads_are_kept_as_such;
             instances: instance_crud, parallel_creates_respect_the_quota, vcpu_and_memory_quotas,
                 addresses_are_allocated_and_reused, subnets_run_out, cnci_lifecycle,
-                ten_thousand_instances_page_quickly, a_fault_is_kept_while_in_error;
+                ten_thousand_instances_page_quickly, a_fault_is_kept_while_in_error,
+                an_instance_moves_to_a_workload_of_its_size, a_resize_changes_the_size_within_the_quota;
             events: events_are_scoped;
             actions: actions_are_recorded_and_finished,
                 actions_are_bounded_and_outlive_the_instance,
@@ -115,6 +116,7 @@ fn tenant_and_workload(
             flavor: flavor.id,
             image: image.id,
             user_data: "#cloud-config\n".into(),
+            ephemeral: false,
         })
         .unwrap();
     (tenant, workload)

@@ -161,6 +161,7 @@ pub(crate) async fn workload(ctl: &Ctl, image: &str) -> Uuid {
                 flavor: flavor.id,
                 image: image.id,
                 user_data: String::new(),
+                ephemeral: false,
             })
             .unwrap()
             .id

@@ -186,6 +186,7 @@ fn seed_now(controller: &Controller, quota: Quota) -> (Uuid, Uuid) {
             flavor: flavor.id,
             image: image.id,
             user_data: String::new(),
+            ephemeral: false,
         })
         .unwrap();
     (tenant.id, workload.id)

@@ -246,6 +246,21 @@ pub fn make_overlay(
     qemu_img(&args).map(|_| ())
 }
 
+/// A blank qcow2 disk of `size_mb` MiB (sparse: it takes room only as the guest writes).
+pub fn make_blank(disk: &Path, size_mb: u32) -> Result<(), String> {
+    let size = format!("{size_mb}M");
+    qemu_img(&[
+        "create".as_ref(),
+        "-q".as_ref(),
+        "-f".as_ref(),
+        "qcow2".as_ref(),
+        disk.as_os_str(),
+        size.as_ref(),
+    ])
+    .map(|_| ())
+    .map_err(|e| format!("{}: {e}", disk.display()))
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;

@@ -3,13 +3,14 @@
 //!
 //! - **Images** come from an [`ImageStore`]: a disk image boots from a qcow2
 //!   overlay in the instance's directory; a kernel+initrd image boots directly, with the
-//!   instance's cloud-init data appended to its initrd. A missing or corrupt image is
+//!   instance's cloud-init data appended to its initrd, and gets a blank qcow2 data disk of
+//!   the flavor's size (`disk.qcow2`, the guest's `vda`). A missing or corrupt image is
 //!   [`BackendError::Image`] (START_FAILURE `image_failure`).
 //! - **cloud-init**: a NoCloud `cidata` ISO per instance ([`seed`]).
 //! - **NIC**: an instance with a NIC gets a virtio NIC with its MAC on the tap that tenant
 //!   networking made for it ([`crate::net::tap_name`], `<interface type='ethernet'>`, not
 //!   managed by libvirt).
-//! - **Files**: `<instances>/<uuid>/` holds the overlay or initrd, the seed, the domain XML
+//! - **Files**: `<instances>/<uuid>/` holds the overlay or data disk, the initrd, the seed, the domain XML
 //!   as defined, and `console.log`, the serial console.
 //! - **Lifecycle**: create defines the domain (persistent, so that a stopped one is still
 //!   listed after an agent restart), start boots it, stop destroys it (power off), delete
@@ -108,7 +109,7 @@ pub struct LibvirtConfig {
     /// How often a running instance's state is polled.
     pub poll: Duration,
     /// How long a reboot waits for the guest to power off after the ACPI power button before it
-    /// resets the domain instead (a hard reboot).
+    /// powers the domain off and boots it again (a hard reboot).
     pub reboot_timeout: Duration,
     /// The node whose domains these are, recorded on each domain defined: the agent's UUID,
     /// or the off-host host's for its replicas. `None`: none recorded, and every domain of ours
@@ -490,10 +491,22 @@ impl Inner {
                     line.push(' ');
                     line.push_str(cmdline);
                 }
+                // What the guest writes outlives a stop, a reboot and an agent restart: a blank
+                // disk of the flavor's size, kept with the instance.
+                let data = match spec.resources.disk_mb {
+                    0 => None,
+                    size_mb => {
+                        let disk = dir.join("disk.qcow2");
+                        images::make_blank(&disk, size_mb).map_err(BackendError::Launch)?;
+                        private(&disk).map_err(io)?;
+                        Some(disk)
+                    }
+                };
                 Boot::Kernel {
                     kernel: kernel.clone(),
                     initrd: own,
                     cmdline: line,
+                    data,
                 }
             }
         };
@@ -648,7 +661,7 @@ impl LibvirtBackend {
                 break;
             }
             if Instant::now() >= deadline {
-                tracing::info!(%instance, "the guest did not power off in time: reset");
+                tracing::info!(%instance, "the guest did not power off in time: power off");
                 self.on_domain(instance, "reboot: power off", |d| power_off(d).map(|()| 0))
                     .await?;
                 break;
@@ -822,7 +835,16 @@ impl Backend for LibvirtBackend {
 
     async fn action(&self, instance: Uuid, action: Action) -> Result<(), BackendError> {
         match action {
-            Action::RebootHard => self.on_domain(instance, "reset", Domain::reset).await,
+            // A power cycle, as a power button held down then pressed again: QEMU's reset
+            // would do for a disk image, but a kernel image's domain (`on_reboot` destroy,
+            // QEMU's -no-reboot) would take a reset for a power-off.
+            Action::RebootHard => {
+                self.on_domain(instance, "hard reboot", |d| {
+                    power_off(d)?;
+                    d.create()
+                })
+                .await
+            }
             Action::Pause => self.on_domain(instance, "pause", Domain::suspend).await,
             Action::Unpause => self.on_domain(instance, "unpause", Domain::resume).await,
             Action::Suspend => {

@@ -41,7 +41,20 @@ pub enum Boot {
         initrd: PathBuf,
         /// The kernel command line.
         cmdline: String,
+        /// The instance's data disk, if it has one: a blank qcow2 of the flavor's disk size,
+        /// made with the instance and kept with it (the guest sees it as `vda`).
+        data: Option<PathBuf>,
     },
+}
+
+impl Boot {
+    /// The instance's writable disk (`vda`): a disk image's overlay, a kernel image's data disk.
+    pub fn disk(&self) -> Option<&PathBuf> {
+        match self {
+            Boot::Disk { overlay } => Some(overlay),
+            Boot::Kernel { data, .. } => data.as_ref(),
+        }
+    }
 }
 
 /// Everything that goes into one instance's domain XML.
@@ -61,7 +74,8 @@ pub struct DomainSpec {
     pub boot: Boot,
     /// The NoCloud seed (an ISO labelled `cidata`), attached as a CD-ROM.
     pub seed: PathBuf,
-    /// The file the serial console is written to.
+    /// The file the serial console is written to: appended to, so that it keeps what came
+    /// before a power cycle (libvirt's virtlogd, where it writes the file, rotates it).
     pub console: PathBuf,
     /// The instance's NIC, if it has one: a virtio NIC with this MAC on this tap (made by the
     /// agent's tenant networking, `crate::net`).
@@ -157,6 +171,7 @@ impl DomainSpec {
                 kernel,
                 initrd,
                 cmdline,
+                ..
             } => {
                 let _ = writeln!(x, "    <kernel>{}</kernel>", path(kernel));
                 let _ = writeln!(x, "    <initrd>{}</initrd>", path(initrd));
@@ -176,11 +191,11 @@ impl DomainSpec {
         };
         let _ = writeln!(x, "  <on_reboot>{on_reboot}</on_reboot>");
         x.push_str("  <on_crash>destroy</on_crash>\n  <devices>\n");
-        if let Boot::Disk { overlay } = &self.boot {
+        if let Some(disk) = self.boot.disk() {
             let _ = writeln!(
                 x,
                 "    <disk type='file' device='disk'>\n      <driver name='qemu' type='qcow2'/>\n      <source file='{}'/>\n      <target dev='vda' bus='virtio'/>\n    </disk>",
-                path(overlay)
+                path(disk)
             );
         }
         let _ = writeln!(
@@ -198,7 +213,7 @@ impl DomainSpec {
         }
         let _ = writeln!(
             x,
-            "    <serial type='file'>\n      <source path='{}'/>\n      <target port='0'/>\n    </serial>",
+            "    <serial type='file'>\n      <source path='{}' append='on'/>\n      <target port='0'/>\n    </serial>",
             path(&self.console)
         );
         x.push_str("    <memballoon model='none'/>\n  </devices>\n</domain>\n");
@@ -240,6 +255,7 @@ mod tests {
                 kernel: "/state/images/tiny/kernel".into(),
                 initrd: "/state/libvirt/instances/x/initrd".into(),
                 cmdline: format!("console=ttyS0 panic=1 cumulo.instance={id}"),
+                data: None,
             },
             seed: "/state/libvirt/instances/x/seed.iso".into(),
             console: "/state/libvirt/instances/x/console.log".into(),
@@ -253,6 +269,15 @@ mod tests {
     #[test]
     fn kernel_image_under_tcg() {
         golden("kernel-tcg.xml", &base().render());
+    }
+
+    #[test]
+    fn kernel_image_with_a_data_disk() {
+        let mut spec = base();
+        if let Boot::Kernel { data, .. } = &mut spec.boot {
+            *data = Some("/state/libvirt/instances/x/disk.qcow2".into());
+        }
+        golden("kernel-data-disk.xml", &spec.render());
     }
 
     #[test]
@@ -321,6 +346,6 @@ mod tests {
         spec.console = "/tmp/it's here/console.log".into();
         let xml = spec.render();
         assert!(xml.contains("<cumulo:image>a&lt;b&gt;&amp;&apos;&quot;</cumulo:image>"));
-        assert!(xml.contains("<source path='/tmp/it&apos;s here/console.log'/>"));
+        assert!(xml.contains("<source path='/tmp/it&apos;s here/console.log' append='on'/>"));
     }
 }

@@ -24,7 +24,7 @@ use uuid::Uuid;
 use super::BASE;
 use crate::api::extract::{JsonBody, PathParams, path_id};
 use crate::api::{ApiError, ApiState, Principal};
-use crate::cluster::{InstanceAction, Launch};
+use crate::cluster::{InstanceAction, Launch, Rebuild, ResizeStep};
 use store::{CatalogStore, IdentityStore, NewWorkload, Scope, StoreError};
 
 /// The most user data accepted, decoded (Nova's limit).
@@ -51,7 +51,7 @@ struct ServerCreate {
 }
 
 /// The id in a reference that may be a bare id or a URL ending in one.
-fn reference_id(what: &str, reference: &Value) -> Result<Uuid, ApiError> {
+pub(super) fn reference_id(what: &str, reference: &Value) -> Result<Uuid, ApiError> {
     let text = match reference {
         Value::String(s) => s.as_str(),
         _ => return Err(ApiError::BadRequest(format!("{what} must be a string"))),
@@ -59,6 +59,20 @@ fn reference_id(what: &str, reference: &Value) -> Result<Uuid, ApiError> {
     let last = text.trim_end_matches('/').rsplit('/').next().unwrap_or("");
     Uuid::parse_str(last)
         .map_err(|_| ApiError::BadRequest(format!("{what} {text} could not be found.")))
+}
+
+/// User data as Nova takes it: base64 of UTF-8 text, at most [`MAX_USER_DATA`] bytes decoded.
+pub(super) fn decode_user_data(encoded: &str) -> Result<String, ApiError> {
+    let bytes = STANDARD
+        .decode(encoded.trim())
+        .map_err(|_| ApiError::BadRequest("user_data is not valid base64".into()))?;
+    if bytes.len() > MAX_USER_DATA {
+        return Err(ApiError::BadRequest(format!(
+            "user_data is over {MAX_USER_DATA} bytes"
+        )));
+    }
+    String::from_utf8(bytes)
+        .map_err(|_| ApiError::BadRequest("user_data must be UTF-8 text".into()))
 }
 
 /// A count given as a number or a numeric string, at least 1.
@@ -109,18 +123,7 @@ fn plan(server: ServerCreate) -> Result<Plan, ApiError> {
     };
     let user_data = match server.user_data {
         None => String::new(),
-        Some(encoded) => {
-            let bytes = STANDARD
-                .decode(encoded.trim())
-                .map_err(|_| ApiError::BadRequest("user_data is not valid base64".into()))?;
-            if bytes.len() > MAX_USER_DATA {
-                return Err(ApiError::BadRequest(format!(
-                    "user_data is over {MAX_USER_DATA} bytes"
-                )));
-            }
-            String::from_utf8(bytes)
-                .map_err(|_| ApiError::BadRequest("user_data must be UTF-8 text".into()))?
-        }
+        Some(encoded) => decode_user_data(&encoded)?,
     };
     let min = count("min_count", &server.min_count)?;
     let max = count("max_count", &server.max_count)?;
@@ -167,13 +170,15 @@ pub(crate) fn headroom(
     Ok(room)
 }
 
-/// The project's workload for flavor + image + user data, made if it has none.
+/// The project's workload for flavor + image + user data (ephemeral or not), made if it has
+/// none.
 pub fn workload_for(
     store: &dyn CatalogStore,
     tenant: Uuid,
     flavor: Uuid,
     image: Uuid,
     user_data: &str,
+    ephemeral: bool,
 ) -> Result<Uuid, ApiError> {
     let existing = store
         .workloads(Scope::Tenant(tenant))?
@@ -183,13 +188,18 @@ pub fn workload_for(
                 && w.flavor == flavor
                 && w.image == image
                 && w.user_data == user_data
+                && w.ephemeral == ephemeral
         });
     if let Some(workload) = existing {
         return Ok(workload.id);
     }
     let digest = ring::digest::digest(
         &ring::digest::SHA256,
-        format!("{flavor}\n{image}\n{user_data}").as_bytes(),
+        format!(
+            "{flavor}\n{image}\n{user_data}{}",
+            if ephemeral { "\nephemeral" } else { "" }
+        )
+        .as_bytes(),
     );
     let short: String = digest.as_ref()[..6]
         .iter()
@@ -201,6 +211,7 @@ pub fn workload_for(
         flavor,
         image,
         user_data: user_data.to_string(),
+        ephemeral,
     })?;
     Ok(workload.id)
 }
@@ -238,7 +249,8 @@ pub async fn create(
                 )));
             }
             let count = u32::try_from(room.min(u64::from(plan.max))).unwrap_or(plan.max);
-            let workload = workload_for(store, tenant, flavor.id, plan.image, &plan.user_data)?;
+            let workload =
+                workload_for(store, tenant, flavor.id, plan.image, &plan.user_data, false)?;
             let launch = Launch {
                 tenant,
                 workload,
@@ -280,11 +292,16 @@ pub async fn delete(
 }
 
 /// The server actions implemented.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum Action {
     Stop,
     Start,
     Node(InstanceAction),
+    Rebuild(super::rebuild::RebuildRequest),
+    /// `resize` to a flavor.
+    Resize(Uuid),
+    /// `confirmResize` or `revertResize`.
+    Resized(ResizeStep),
 }
 
 fn parse_action(body: &Value) -> Result<Action, ApiError> {
@@ -299,6 +316,10 @@ fn parse_action(body: &Value) -> Result<Action, ApiError> {
             "unpause" => return Ok(Action::Node(InstanceAction::Unpause)),
             "suspend" => return Ok(Action::Node(InstanceAction::Suspend)),
             "resume" => return Ok(Action::Node(InstanceAction::Resume)),
+            "rebuild" => return super::rebuild::parse(value).map(Action::Rebuild),
+            "resize" => return super::resize::parse(value).map(Action::Resize),
+            "confirmResize" => return Ok(Action::Resized(ResizeStep::Confirm)),
+            "revertResize" => return Ok(Action::Resized(ResizeStep::Revert)),
             "reboot" => {
                 let kind = value.get("type").and_then(Value::as_str);
                 return match kind {
@@ -318,7 +339,7 @@ fn parse_action(body: &Value) -> Result<Action, ApiError> {
     }
     let names: Vec<&String> = object.keys().collect();
     Err(ApiError::BadRequest(format!(
-        "no supported action in {names:?}: os-stop, os-start, reboot, pause, unpause, suspend, resume and os-getConsoleOutput are"
+        "no supported action in {names:?}: os-stop, os-start, reboot, rebuild, resize, confirmResize, revertResize, pause, unpause, suspend, resume and os-getConsoleOutput are"
     )))
 }
 
@@ -337,17 +358,54 @@ pub async fn action(
     let scope = caller.project_scope(false)?;
     let action = parse_action(&body)?;
     let by = caller.who();
-    state
-        .cluster(move |_, cluster| {
+    let confirm = action == Action::Resized(ResizeStep::Confirm);
+    let rebuilt = state
+        .cluster(move |store, cluster| {
             match action {
                 Action::Stop => cluster.stop(scope, id, &by)?,
                 Action::Start => cluster.start(scope, id, &by)?,
                 Action::Node(action) => cluster.act(scope, id, action, &by)?,
+                Action::Rebuild(request) => {
+                    let current = store.instance(scope, id)?;
+                    let workload = super::rebuild::target_workload(
+                        store,
+                        &current,
+                        Some(request.image),
+                        request.user_data,
+                    )?;
+                    let rebuild = Rebuild {
+                        workload,
+                        name: request.name,
+                    };
+                    let instance = cluster.rebuild(scope, id, rebuild, &by)?;
+                    let workload = store.workload(Scope::All, instance.workload).ok();
+                    return Ok(Some((instance, workload)));
+                }
+                Action::Resize(flavor) => {
+                    let current = store.instance(scope, id)?;
+                    let workload = super::resize_target(store, &current, flavor)?;
+                    cluster.resize(scope, id, ResizeStep::To(workload), &by)?
+                }
+                Action::Resized(step) => cluster.resize(scope, id, step, &by)?,
             };
-            Ok(())
+            Ok(None)
         })
         .await?;
-    Ok(StatusCode::ACCEPTED.into_response())
+    // A rebuild answers with the server, as Nova does (no `adminPass`: none is set).
+    Ok(match rebuilt {
+        Some((instance, workload)) => {
+            let server = super::servers::detailed(
+                &state.config.public_url,
+                &instance,
+                workload.as_ref(),
+                caller.is_admin(),
+            );
+            (StatusCode::ACCEPTED, Json(json!({"server": server}))).into_response()
+        }
+        // Nova answers a confirmed resize with 204.
+        None if confirm => StatusCode::NO_CONTENT.into_response(),
+        None => StatusCode::ACCEPTED.into_response(),
+    })
 }
 
 #[cfg(test)]

@@ -11,9 +11,13 @@ mod actions;
 mod console;
 mod flavors;
 mod launch;
+mod rebuild;
+mod resize;
 mod servers;
 
 pub(crate) use launch::headroom;
+pub(crate) use rebuild::target_workload as rebuild_target;
+pub(crate) use resize::target_workload as resize_target;
 
 use axum::Json;
 use axum::Router;

@@ -1,7 +1,8 @@
 //! `GET /servers`, `/servers/detail`, `/servers/{id}`: instances in Nova's shape.
 //!
 //! Status mapping: pending → BUILD, active → ACTIVE, stopping → ACTIVE (task `powering-off`),
-//! exited → SHUTOFF, deleted and hung → DELETED, missing → UNKNOWN, error → ERROR with a
+//! exited → SHUTOFF, deleted and hung → DELETED, missing → UNKNOWN, rebuilding → REBUILD (task
+//! `rebuilding`), resized → VERIFY_RESIZE, error → ERROR with a
 //! `fault` (`code` 500, `message`: the cause, `created`; `details`, the failure's code, for
 //! admins). Listings leave out instances being deleted, as Nova does. The `name` filter
 //! matches a substring (Nova: a regular expression); `status` an exact status; admins may add
@@ -34,6 +35,8 @@ pub fn nova_state(state: &InstanceState) -> (&'static str, &'static str, Option<
         InstanceState::Error(_) => ("ERROR", "error", None, 0),
         InstanceState::Paused => ("PAUSED", "paused", None, 3),
         InstanceState::Suspended => ("SUSPENDED", "suspended", None, 7),
+        InstanceState::Rebuilding => ("REBUILD", "active", Some("rebuilding"), 0),
+        InstanceState::Resized => ("VERIFY_RESIZE", "resized", None, 4),
     }
 }
 

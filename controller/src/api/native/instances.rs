@@ -15,7 +15,7 @@ use super::views;
 use crate::api::compute::headroom;
 use crate::api::extract::{JsonBody, PathParams, QueryParams, path_id, present};
 use crate::api::{ApiError, ApiState, Principal};
-use crate::cluster::{CONSOLE_MAX_LINES, InstanceAction, Launch};
+use crate::cluster::{CONSOLE_MAX_LINES, InstanceAction, Launch, Rebuild, ResizeStep};
 use store::{InstanceFilter, Page, Scope, StoreError};
 
 #[derive(Debug, Default, Deserialize)]
@@ -235,6 +235,118 @@ pub async fn start(
     PathParams(id): PathParams<String>,
 ) -> Result<Response, ApiError> {
     act(state, caller, id, Action::Start).await
+}
+
+/// The body of `POST /instances/{id}/rebuild`: all optional (the instance's own image and user
+/// data, its name).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RebuildInstance {
+    #[serde(default)]
+    image: Option<Uuid>,
+    #[serde(default)]
+    user_data: Option<String>,
+    #[serde(default)]
+    name: Option<String>,
+}
+
+/// The most user data a rebuild takes (as a workload).
+const MAX_USER_DATA: usize = 65_535;
+
+/// `POST /instances/{id}/rebuild`: re-made on its node from the image (202, state
+/// `rebuilding`); 409 unless active or exited on its node; 400 for an image not seen.
+pub async fn rebuild(
+    State(state): State<ApiState>,
+    caller: Principal,
+    PathParams(id): PathParams<String>,
+    JsonBody(body): JsonBody<RebuildInstance>,
+) -> Result<Response, ApiError> {
+    let id = path_id("instance", &id)?;
+    let scope = caller.scope()?;
+    let by = caller.who();
+    if body
+        .user_data
+        .as_ref()
+        .is_some_and(|u| u.len() > MAX_USER_DATA)
+    {
+        return Err(ApiError::BadRequest(format!(
+            "user_data is over {MAX_USER_DATA} bytes"
+        )));
+    }
+    let instance = state
+        .cluster(move |store, cluster| {
+            let current = store.instance(scope, id)?;
+            let workload =
+                crate::api::compute::rebuild_target(store, &current, body.image, body.user_data)?;
+            let rebuild = Rebuild {
+                workload,
+                name: body.name,
+            };
+            Ok(cluster.rebuild(scope, id, rebuild, &by)?)
+        })
+        .await?;
+    Ok((StatusCode::ACCEPTED, Json(views::instance(&instance))).into_response())
+}
+
+/// The body of `POST /instances/{id}/resize`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResizeInstance {
+    flavor: Uuid,
+}
+
+/// `POST /instances/{id}/resize`: a stopped instance takes another flavor (202, state
+/// `resized`); see `crate::resize`.
+pub async fn resize(
+    State(state): State<ApiState>,
+    caller: Principal,
+    PathParams(id): PathParams<String>,
+    JsonBody(body): JsonBody<ResizeInstance>,
+) -> Result<Response, ApiError> {
+    let id = path_id("instance", &id)?;
+    let scope = caller.scope()?;
+    let by = caller.who();
+    let instance = state
+        .cluster(move |store, cluster| {
+            let current = store.instance(scope, id)?;
+            let workload = crate::api::compute::resize_target(store, &current, body.flavor)?;
+            Ok(cluster.resize(scope, id, ResizeStep::To(workload), &by)?)
+        })
+        .await?;
+    Ok((StatusCode::ACCEPTED, Json(views::instance(&instance))).into_response())
+}
+
+async fn resized(
+    state: ApiState,
+    caller: Principal,
+    id: String,
+    step: ResizeStep,
+) -> Result<Response, ApiError> {
+    let id = path_id("instance", &id)?;
+    let scope = caller.scope()?;
+    let by = caller.who();
+    let instance = state
+        .cluster(move |_, cluster| Ok(cluster.resize(scope, id, step, &by)?))
+        .await?;
+    Ok((StatusCode::ACCEPTED, Json(views::instance(&instance))).into_response())
+}
+
+/// `POST /instances/{id}/confirm-resize`: keep the new flavor (202, `exited`).
+pub async fn confirm_resize(
+    State(state): State<ApiState>,
+    caller: Principal,
+    PathParams(id): PathParams<String>,
+) -> Result<Response, ApiError> {
+    resized(state, caller, id, ResizeStep::Confirm).await
+}
+
+/// `POST /instances/{id}/revert-resize`: back to the flavor it had (202, `exited`).
+pub async fn revert_resize(
+    State(state): State<ApiState>,
+    caller: Principal,
+    PathParams(id): PathParams<String>,
+) -> Result<Response, ApiError> {
+    resized(state, caller, id, ResizeStep::Revert).await
 }
 
 /// `POST /instances/{id}/restart` (an orderly reboot), `/reboot-hard`, `/pause`, `/unpause`,

@@ -86,6 +86,16 @@ pub fn routes() -> Router<ApiState> {
         .route("/instances/{id}/unpause", post(instances::unpause))
         .route("/instances/{id}/suspend", post(instances::suspend))
         .route("/instances/{id}/resume", post(instances::resume))
+        .route("/instances/{id}/rebuild", post(instances::rebuild))
+        .route("/instances/{id}/resize", post(instances::resize))
+        .route(
+            "/instances/{id}/confirm-resize",
+            post(instances::confirm_resize),
+        )
+        .route(
+            "/instances/{id}/revert-resize",
+            post(instances::revert_resize),
+        )
         .route("/instances/{id}/actions", get(instances::actions))
         .route("/instances/{id}/console", get(instances::console))
         .route("/nodes", get(cluster::nodes).post(cluster::register))

@@ -82,6 +82,7 @@ pub fn workload(w: &Workload) -> Value {
         "flavor": w.flavor,
         "image": w.image,
         "user_data": w.user_data,
+        "ephemeral": w.ephemeral,
     })
 }
 

@@ -30,6 +30,9 @@ pub struct CreateWorkload {
     public: bool,
     #[serde(default, deserialize_with = "present")]
     tenant: Option<Uuid>,
+    /// Its instances hold nothing worth keeping (see `docs/api.md`, "Ephemeral workloads").
+    #[serde(default)]
+    ephemeral: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -85,6 +88,7 @@ pub async fn create(
         flavor: body.flavor,
         image: body.image,
         user_data: body.user_data,
+        ephemeral: body.ephemeral,
     };
     let workload = state
         .store(move |s| {

@@ -447,6 +447,19 @@ fn paths() -> Vec<(&'static str, Vec<(&'static str, Op)>)> {
             )],
         ),
         (
+            "/instances/{id}/rebuild",
+            vec![(
+                "post",
+                op(
+                    "Rebuild an instance on its node from an image",
+                    "instances",
+                    Success("202", Some("Instance")),
+                )
+                .id("id")
+                .body("InstanceRebuild"),
+            )],
+        ),
+        (
             "/instances/{id}/actions",
             vec![(
                 "get",

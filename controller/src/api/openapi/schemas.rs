@@ -222,6 +222,7 @@ pub(super) fn schemas() -> Value {
             ("flavor", uuid(), true),
             ("image", uuid(), true),
             ("user_data", string(), true),
+            ("ephemeral", json!({"type": "boolean"}), true),
         ], false),
         "WorkloadCreate": object(&[
             ("name", name(), true),
@@ -230,7 +231,13 @@ pub(super) fn schemas() -> Value {
             ("user_data", json!({"type": "string", "maxLength": 65535}), false),
             ("public", json!({"type": "boolean"}), false),
             ("tenant", uuid(), false),
+            ("ephemeral", json!({"type": "boolean"}), false),
         ], true).merge_not_both(),
+        "InstanceRebuild": object(&[
+            ("image", uuid(), false),
+            ("user_data", json!({"type": "string", "maxLength": 65535}), false),
+            ("name", name(), false),
+        ], true),
         "WorkloadUpdate": object(&[
             ("name", name(), false),
             ("user_data", json!({"type": "string", "maxLength": 65535}), false),

@@ -21,8 +21,8 @@ use super::{
 };
 use crate::actions::{self, ActionKind};
 use crate::cluster::{
-    Caller, Cluster, ClusterError, InstanceAction, Launch, Node, NodeStatus, Trace, action_allowed,
-    console_allowed,
+    Caller, Cluster, ClusterError, InstanceAction, Launch, Node, NodeStatus, Rebuild, ResizeStep,
+    Trace, action_allowed, console_allowed, rebuild_allowed,
 };
 use store::{
     Fault, Instance, InstanceChange, InstanceState, NewInstance, Scope, Store, StoreError,
@@ -270,6 +270,49 @@ impl Cluster for FakeCluster {
         let kind = ActionKind::of_instance_action(action)
             .ok_or_else(|| ClusterError::Invalid("unknown action".into()))?;
         self.transition(scope, id, from, to, kind, by)
+    }
+
+    fn rebuild(
+        &self,
+        scope: Scope,
+        id: Uuid,
+        rebuild: Rebuild,
+        by: &Caller,
+    ) -> Result<Instance, ClusterError> {
+        // Left rebuilding, as until a node reports it running again.
+        let current = self.store.instance(scope, id)?.state;
+        let from: &[InstanceState] = if rebuild_allowed(&current) {
+            std::slice::from_ref(&current)
+        } else {
+            &[]
+        };
+        let rebuilding = self.transition(
+            scope,
+            id,
+            from,
+            InstanceState::Rebuilding,
+            ActionKind::Rebuild,
+            by,
+        )?;
+        let change = InstanceChange {
+            workload: Some(rebuild.workload),
+            name: rebuild.name,
+            ..InstanceChange::default()
+        };
+        Ok(self
+            .store
+            .update_instance(scope, id, rebuilding.version, change)?)
+    }
+
+    fn resize(
+        &self,
+        scope: Scope,
+        id: Uuid,
+        step: ResizeStep,
+        by: &Caller,
+    ) -> Result<Instance, ClusterError> {
+        self.check_connected()?;
+        crate::resize::apply(self.store.as_ref(), scope, id, step, by)
     }
 
     fn delete(&self, scope: Scope, id: Uuid, by: &Caller) -> Result<(), ClusterError> {

@@ -50,7 +50,12 @@ fn an_unreachable_node_is_unavailable_with_the_cause_at_once() {
         ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
         mac: MacAddr([0; 6]),
     };
-    w.stats_with(NODE, &[(id, Reported::Active)], vec![address]);
+    w.stats_with(
+        NODE,
+        ssntp::payload::NodeState::Ready,
+        &[(id, Reported::Active)],
+        vec![address],
+    );
     let t0 = std::time::Instant::now();
     let why = unavailable(w.engine.console(Scope::All, id, 10));
     assert!(why.contains(&format!("127.0.0.1:{port}")), "{why}");
