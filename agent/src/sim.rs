@@ -24,8 +24,9 @@ use std::time::Duration;
 use tokio::sync::watch;
 use uuid::Uuid;
 
+use crate::backend::console::last_lines;
 use crate::backend::fake::Op;
-use crate::backend::{Backend, BackendError, Existing, Power};
+use crate::backend::{Backend, BackendError, ConsoleError, Existing, Power};
 use crate::model::{Action, InstanceSpec, Resources, Usage};
 
 /// An image whose create fails with an image error (`image_failure`).
@@ -453,6 +454,24 @@ impl Backend for SimBackend {
             })
             .collect())
     }
+
+    /// A made-up serial log: two lines per boot, the second the tiny guest's own marker
+    /// (`CUMULO-GUEST-UP <uuid>`). Only the boots the lines asked for can show are written.
+    async fn console(&self, instance: Uuid, lines: usize) -> Result<String, ConsoleError> {
+        let (image, boots) = match self.lock().instances.get(&instance) {
+            Some(i) => (i.image.clone(), i.boots),
+            None => return Err(ConsoleError::NotFound),
+        };
+        let shown = u32::try_from(lines / 2 + 1).unwrap_or(u32::MAX);
+        let log: String = (boots.saturating_sub(shown) + 1..=boots)
+            .map(|boot| {
+                format!(
+                    "sim: booting {instance} from image {image} (boot {boot})\nCUMULO-GUEST-UP {instance}\n"
+                )
+            })
+            .collect();
+        Ok(last_lines(log.as_bytes(), lines))
+    }
 }
 
 #[cfg(test)]
@@ -479,6 +498,27 @@ mod tests {
             meta_data: Default::default(),
             restart: false,
         }
+    }
+
+    #[tokio::test]
+    async fn the_console_shows_each_boot_and_its_marker() {
+        let sim = SimBackend::new(SimConfig::default()).unwrap();
+        let id = Uuid::from_u128(1);
+        assert_eq!(sim.console(id, 10).await, Err(ConsoleError::NotFound));
+        sim.create(&spec(1, "debian")).await.unwrap();
+        assert_eq!(sim.console(id, 10).await.unwrap(), "");
+        sim.start(id).await.unwrap();
+        sim.action(id, Action::Reboot).await.unwrap();
+        let log = sim.console(id, 100).await.unwrap();
+        assert_eq!(log.lines().count(), 4, "{log}");
+        assert!(
+            log.ends_with(&format!("(boot 2)\nCUMULO-GUEST-UP {id}\n")),
+            "{log}"
+        );
+        assert_eq!(
+            sim.console(id, 1).await.unwrap(),
+            format!("CUMULO-GUEST-UP {id}\n")
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -114,6 +114,10 @@ pub struct UpArgs {
     /// Where the controller's API listens (default 127.0.0.1:8889, or what the last `up` used).
     #[arg(long)]
     pub api_listen: Option<String>,
+    /// Where the agent serves console logs to the controller (default 127.0.0.1:8890, or what
+    /// the last `up` used).
+    #[arg(long)]
+    pub console_listen: Option<String>,
     /// How tenant instances are networked: none (the controller's default), or cnci: one CNCI
     /// per tenant subnet, run by this host's agent in a network namespace of its own (root
     /// only; the host gets a compute-network link, cumulo0, that `cumulo down` deletes).
@@ -246,13 +250,14 @@ pub enum InstanceCmd {
         /// Its name or UUID.
         id: String,
     },
-    /// Show an instance's serial console log (local cluster only).
+    /// Show the last lines of an instance's serial console log (fetched by the controller
+    /// from the instance's node).
     Console {
         /// Its name or UUID.
         id: String,
-        /// The local cluster's directory.
-        #[command(flatten)]
-        dir: DirArg,
+        /// How many lines, from the end (at most 10,000).
+        #[arg(long, default_value_t = 100)]
+        lines: usize,
     },
 }
 

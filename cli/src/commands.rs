@@ -10,7 +10,6 @@ use crate::args::{
 };
 use crate::client::{ClientError, Connection, Credentials};
 use crate::routes::{self, item, items};
-use crate::up::layout::Layout;
 
 /// Why a command failed.
 #[derive(Debug, thiserror::Error)]
@@ -425,30 +424,17 @@ pub fn instance(
                 o.table(&Value::Array(rows), ACTION_COLUMNS);
             }
         }
-        InstanceCmd::Console { id, dir } => {
+        InstanceCmd::Console { id, lines } => {
             let id = instance_id(conn, &id)?;
-            let layout = Layout::new(dir.dir.unwrap_or_else(Layout::default_root));
-            let path = console_path(&layout, &id);
-            match std::fs::read_to_string(&path) {
-                Ok(text) => {
-                    let _ = write!(o.out, "{text}");
-                }
-                Err(e) => {
-                    return Err(CommandError::Other(format!(
-                        "no console log at {} ({e}): consoles are read on the instance's host \
-                         (cumulo up's cluster), and only VMs (the libvirt backend) have one",
-                        path.display()
-                    )));
-                }
+            let answer = conn.get(&routes::instance_console(&id, lines))?;
+            if o.json {
+                o.table(&answer, &[]);
+            } else {
+                let _ = write!(o.out, "{}", answer["output"].as_str().unwrap_or_default());
             }
         }
     }
     Ok(())
-}
-
-/// Where the local agent keeps an instance's serial console log (VMs only).
-pub fn console_path(layout: &Layout, id: &str) -> std::path::PathBuf {
-    crate::up::libvirt::console_path(layout, id)
 }
 
 fn action(

@@ -25,6 +25,9 @@ fn run(cli: Cli, stdout: &mut dyn Write) -> Result<ExitCode, String> {
             if let Some(addr) = args.api_listen {
                 at.api = addr;
             }
+            if let Some(addr) = args.console_listen {
+                at.console = addr;
+            }
             let options = UpOptions {
                 layout: at,
                 backend: args.backend,

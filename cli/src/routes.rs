@@ -37,6 +37,11 @@ pub fn instance_action(id: &str, action: &str) -> String {
     format!("{INSTANCES}/{id}/{action}")
 }
 
+/// The last `lines` lines of an instance's serial console log.
+pub fn instance_console(id: &str, lines: usize) -> String {
+    format!("{INSTANCES}/{id}/console?lines={lines}")
+}
+
 /// An instance's actions log.
 pub fn instance_actions(id: &str) -> String {
     format!("{INSTANCES}/{id}/actions")

@@ -36,6 +36,7 @@ impl Cluster {
         };
         let sched = format!("127.0.0.1:{}", testkit::procfs::free_port());
         let api = format!("127.0.0.1:{}", testkit::procfs::free_port());
+        let console = format!("127.0.0.1:{}", testkit::procfs::free_port());
         let root = cluster.root();
         cluster.ok(&[
             "up",
@@ -48,6 +49,8 @@ impl Cluster {
             &sched,
             "--api-listen",
             &api,
+            "--console-listen",
+            &console,
         ]);
         let env = std::fs::read_to_string(cluster.dir.path().join("env")).unwrap();
         for line in env.lines() {
@@ -194,7 +197,8 @@ fn a_failed_start_stops_the_wait_and_shows_its_cause() {
     );
 
     // Every verb takes a name: a good instance stopped, started (and waited for), restarted,
-    // its console asked for (none under sim), then deleted; a name nothing has is an error.
+    // its console log fetched from its node (the sim agent's: a marker per boot), then deleted;
+    // a name nothing has is an error.
     cluster.ok(&[
         "instance",
         "create",
@@ -210,9 +214,26 @@ fn a_failed_start_stops_the_wait_and_shows_its_cause() {
     assert_eq!(started[0]["state"], "active", "{started}");
     cluster.ok(&["instance", "restart", "good"]);
     let good = cluster.json(&["instance", "show", "good"])["id"].clone();
-    let console = cluster.fails(&["instance", "console", "good", "--dir", &cluster.root()]);
-    assert!(console.contains("no console log at"), "{console}");
-    assert!(console.contains(good.as_str().unwrap()), "{console}");
+    let marker = format!("CUMULO-GUEST-UP {}\n", good.as_str().unwrap());
+    let console = cluster.ok(&["instance", "console", "good"]);
+    assert!(console.ends_with(&marker), "{console}");
+    assert!(
+        console.lines().count() >= 4,
+        "two boots at least: {console}"
+    );
+    assert_eq!(
+        cluster.ok(&["instance", "console", "good", "--lines", "1"]),
+        marker
+    );
+    let json = cluster.json(&["instance", "console", "good", "--lines", "2"]);
+    assert_eq!(
+        json["output"].as_str().unwrap().lines().count(),
+        2,
+        "{json}"
+    );
+    // An instance that never ran anywhere has no console log.
+    let none = cluster.fails(&["instance", "console", "doomed"]);
+    assert!(none.contains("console log"), "{none}");
     cluster.ok(&["instance", "delete", "--wait", "good"]);
     cluster.ok(&["instance", "delete", "--wait", "doomed"]);
     let gone = cluster.fails(&["instance", "show", "doomed"]);

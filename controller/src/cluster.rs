@@ -65,9 +65,14 @@ pub enum ClusterError {
     /// The request is not acceptable (a count of 0, an empty name).
     #[error("invalid: {0}")]
     Invalid(String),
-    /// The scheduler is not connected or the controller's outbound queue is full: try again.
+    /// The scheduler is not connected or the controller's outbound queue is full, or a node
+    /// cannot be reached: try again.
     #[error("cluster unavailable: {0}")]
     Unavailable(String),
+    /// What was asked cannot be done for this instance at all (an off-host instance's console
+    /// log).
+    #[error("{0}")]
+    NotAvailable(String),
 }
 
 /// What a node is to the cluster.
@@ -213,6 +218,24 @@ pub fn action_allowed(action: InstanceAction, state: &InstanceState) -> bool {
     )
 }
 
+/// The most console log lines one request may ask for (the node serves at most this many, and
+/// at most 1 MiB of its log's tail).
+pub const CONSOLE_MAX_LINES: usize = 10_000;
+
+/// Whether an instance in `state` may have its console log fetched, when it is on a node: a
+/// node holds it (pending there, active, stopping, exited, paused or suspended).
+pub fn console_allowed(state: &InstanceState) -> bool {
+    matches!(
+        state,
+        InstanceState::Pending
+            | InstanceState::Active
+            | InstanceState::Stopping
+            | InstanceState::Exited
+            | InstanceState::Paused
+            | InstanceState::Suspended
+    )
+}
+
 /// The cluster operations the API needs. See the module docs.
 pub trait Cluster: Send + Sync {
     /// Creates `count` instances (each quota-checked, in state `pending`) and sends their STARTs.
@@ -270,6 +293,11 @@ pub trait Cluster: Send + Sync {
     /// an instance on no node (never placed, or failed) goes at once. A `delete` action for
     /// `by` (none when the instance is being deleted already).
     fn delete(&self, scope: Scope, id: Uuid, by: &Caller) -> Result<(), ClusterError>;
+    /// The last `lines` lines (at most [`CONSOLE_MAX_LINES`]) of the instance's serial console
+    /// log, fetched from its node (on a node and [`console_allowed`], else `InvalidState`): blocking, for at
+    /// most a few seconds; `Unavailable` with the cause when the node cannot be reached,
+    /// `NotAvailable` for an off-host instance.
+    fn console(&self, scope: Scope, id: Uuid, lines: usize) -> Result<String, ClusterError>;
     /// Every node known since the controller started, by UUID.
     fn nodes(&self) -> Vec<Node>;
     /// One node.

@@ -105,6 +105,10 @@ pub struct Args {
     /// How long a CNCI stays after its subnet empties.
     #[arg(long, env = "CUMULO_CONTROLLER_CNCI_LINGER", default_value = "60s", value_parser = parse_positive_duration)]
     pub cnci_linger: Duration,
+    /// The port of the agents' console endpoints (their `--console-listen`), dialled at each
+    /// node's reported address to fetch console logs.
+    #[arg(long, env = "CUMULO_CONTROLLER_AGENT_CONSOLE_PORT", default_value_t = crate::engine::DEFAULT_CONSOLE_PORT)]
+    pub agent_console_port: u16,
     /// The CA key (PEM) of `--ca-cert`: with it the controller issues and renews short-lived
     /// TLS client certificates for the off-host launchers.
     #[arg(long, env = "CUMULO_CONTROLLER_LAUNCHER_CA_KEY")]
@@ -177,6 +181,7 @@ impl Args {
         daemon.handshake.session.idle_timeout = self.idle_timeout;
         daemon.engine.cnci_timeout = self.cnci_timeout;
         daemon.engine.cnci_linger = self.cnci_linger;
+        daemon.engine.console_port = self.agent_console_port;
         if let Some(key) = &self.launcher_ca_key {
             let read = |p: &PathBuf| {
                 std::fs::read_to_string(p)

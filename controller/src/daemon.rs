@@ -132,6 +132,7 @@ impl Controller {
         let (client, events) = Client::start(client_config)?;
         let mut engine_config = config.engine.clone();
         engine_config.uuid = uuid;
+        engine_config.console_tls = Some(config.tls.clone());
         let engine_store = store.clone();
         let out = Arc::new(client.clone());
         let engine =

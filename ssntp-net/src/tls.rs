@@ -1,16 +1,23 @@
 //! TLS for SSNTP: rustls configurations from PEM (TLS 1.3 only, mutual authentication, chain to
 //! the cluster CA), and what a peer's certificate proves once the TLS handshake is done.
 
+use rustls::client::WebPkiServerVerifier;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::server::WebPkiClientVerifier;
-use rustls::{ClientConfig, RootCertStore, ServerConfig};
+use rustls::{
+    CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, ServerConfig,
+    SignatureScheme,
+};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use uuid::Uuid;
 
+use ssntp::Role;
 use ssntp::cert::{CertError, peer_certificate};
-use ssntp::handshake::PeerCertificate;
+use ssntp::handshake::{PeerCertificate, UuidBinding};
 
 /// Why TLS material could not be loaded or used.
 #[derive(Debug, thiserror::Error)]
@@ -138,6 +145,116 @@ impl TlsIdentity {
             .with_root_certificates(self.roots.clone())
             .with_client_auth_cert(self.chain.clone(), self.key.clone_key())?;
         Ok(Arc::new(config))
+    }
+}
+
+/// What a client expects of the server it dials outside SSNTP (the controller of an agent's
+/// console endpoint), besides a chain to the cluster CA: its certificate carries `role`, and,
+/// if the certificate binds a UUID, it is `uuid`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Expected {
+    /// A role the server's certificate must carry.
+    pub role: Role,
+    /// The server's UUID, when the client knows it. A certificate that binds this UUID is
+    /// accepted whatever address was dialled (the binding names the peer better than an
+    /// address: nodes are dialled at the address they report, which their certificates need
+    /// not list); a certificate that binds another UUID is refused; one that binds none must
+    /// name the address dialled.
+    pub uuid: Option<Uuid>,
+}
+
+impl TlsIdentity {
+    /// A client configuration for dialling a server that is not an SSNTP server (an agent's
+    /// console endpoint): TLS 1.3 only, our certificate presented, the server's chain verified
+    /// against the CA and its certificate checked against `expected` ([`Expected`]).
+    pub fn client_config_for(&self, expected: Expected) -> Result<Arc<ClientConfig>, TlsError> {
+        let inner = WebPkiServerVerifier::builder_with_provider(self.roots.clone(), provider())
+            .build()
+            .map_err(|e| TlsError::Verifier(e.to_string()))?;
+        let verifier = Arc::new(RoleVerifier { inner, expected });
+        let config = ClientConfig::builder_with_provider(provider())
+            .with_protocol_versions(&[&rustls::version::TLS13])?
+            .dangerous()
+            .with_custom_certificate_verifier(verifier)
+            .with_client_auth_cert(self.chain.clone(), self.key.clone_key())?;
+        Ok(Arc::new(config))
+    }
+}
+
+/// The CA's chain check (webpki), then the role and UUID checks of an [`Expected`].
+#[derive(Debug)]
+struct RoleVerifier {
+    inner: Arc<WebPkiServerVerifier>,
+    expected: Expected,
+}
+
+impl ServerCertVerifier for RoleVerifier {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        let peer = peer_certificate(end_entity)
+            .map_err(|e| rustls::Error::General(format!("the server's certificate: {e}")))?;
+        let bound = match (peer.binding, self.expected.uuid) {
+            (UuidBinding::Ambiguous, _) => {
+                return Err(rustls::Error::General(
+                    "the server's certificate binds more than one UUID".into(),
+                ));
+            }
+            (UuidBinding::Bound(theirs), Some(ours)) if theirs != ours => {
+                return Err(rustls::Error::General(format!(
+                    "the server's certificate binds {theirs}, not {ours}"
+                )));
+            }
+            (UuidBinding::Bound(_), Some(_)) => true,
+            _ => false,
+        };
+        match self.inner.verify_server_cert(
+            end_entity,
+            intermediates,
+            server_name,
+            ocsp_response,
+            now,
+        ) {
+            Ok(_) => {}
+            Err(rustls::Error::InvalidCertificate(
+                CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
+            )) if bound => {}
+            Err(e) => return Err(e),
+        }
+        if !peer.roles.contains(self.expected.role) {
+            return Err(rustls::Error::General(format!(
+                "the server's certificate does not carry the {} role (it carries: {})",
+                self.expected.role, peer.roles
+            )));
+        }
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.inner.supported_verify_schemes()
     }
 }
 

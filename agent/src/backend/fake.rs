@@ -7,7 +7,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::watch;
 use uuid::Uuid;
 
-use super::{Backend, BackendError, Existing, Power};
+use super::console::last_lines;
+use super::{Backend, BackendError, ConsoleError, Existing, Power};
 use crate::model::{Action, InstanceSpec, Resources, Usage};
 
 /// A backend operation, as recorded.
@@ -262,5 +263,20 @@ impl Backend for FakeBackend {
                 power: *tx.borrow(),
             })
             .collect())
+    }
+
+    /// A log of one line per recorded call on the instance (`Create`, `Start`, ...).
+    async fn console(&self, instance: Uuid, lines: usize) -> Result<String, ConsoleError> {
+        let state = self.lock();
+        if !state.instances.contains_key(&instance) {
+            return Err(ConsoleError::NotFound);
+        }
+        let log: String = state
+            .calls
+            .iter()
+            .filter(|c| c.instance == instance)
+            .map(|c| format!("{:?}\n", c.op))
+            .collect();
+        Ok(last_lines(log.as_bytes(), lines))
     }
 }

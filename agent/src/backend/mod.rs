@@ -7,6 +7,7 @@
 //! everything of the instance: only delete removes its disks. The core calls each instance's operations from that instance's own task, in
 //! order; different instances' operations run concurrently.
 
+pub mod console;
 pub mod fake;
 pub mod libvirt;
 
@@ -14,6 +15,7 @@ use std::future::Future;
 use uuid::Uuid;
 
 use crate::model::{Action, InstanceSpec, Resources, Usage};
+pub use console::ConsoleError;
 
 /// A backend operation that failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -126,4 +128,12 @@ pub trait Backend: Send + Sync + 'static {
 
     /// Every instance the backend has, running or not.
     fn list(&self) -> impl Future<Output = Result<Vec<Existing>, BackendError>> + Send;
+
+    /// The last `lines` lines of the instance's serial console log, bounded as
+    /// [`console::tail_file`] says; `NotFound` for an instance the backend does not have.
+    fn console(
+        &self,
+        instance: Uuid,
+        lines: usize,
+    ) -> impl Future<Output = Result<String, ConsoleError>> + Send;
 }

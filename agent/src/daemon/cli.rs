@@ -8,6 +8,7 @@ use ssntp::Role;
 use ssntp::handshake::HandshakeConfig;
 use ssntp_net::TlsIdentity;
 use ssntp_net::client::Backoff;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::time::Duration;
 use support::units::{parse_duration, parse_positive_duration};
@@ -199,6 +200,11 @@ pub struct Args {
     /// namespace. Default: this agent's own (where libvirtd normally runs too).
     #[arg(long, env = "CUMULO_AGENT_CNCI_TAP_NETNS")]
     pub cnci_tap_netns: Option<PathBuf>,
+    /// Where the console endpoint listens (HTTPS, for the controller only: see
+    /// docs/protocol.md, "The console channel"); `off` or `0` for none. An address that cannot
+    /// be bound leaves the endpoint off (logged), not the agent.
+    #[arg(long, env = "CUMULO_AGENT_CONSOLE_LISTEN", default_value = "0.0.0.0:8890", value_parser = parse_console_listen)]
+    pub console_listen: ConsoleListen,
     /// Log format.
     #[arg(
         long,
@@ -241,6 +247,43 @@ pub enum ArgsError {
     /// The stats interval is zero.
     #[error("--stats-interval must be longer than zero")]
     StatsInterval,
+}
+
+/// `--console-listen`: an address, or off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConsoleListen(pub Option<SocketAddr>);
+
+fn parse_console_listen(s: &str) -> Result<ConsoleListen, String> {
+    match s {
+        "off" | "0" => Ok(ConsoleListen(None)),
+        _ => s
+            .parse()
+            .map(|a| ConsoleListen(Some(a)))
+            .map_err(|_| format!("{s:?}: not ADDRESS:PORT, off or 0")),
+    }
+}
+
+/// The address the node reports (STATS `networks`) for the console endpoint at `listen`: its
+/// own address when it names one, else the local address of the route to the first scheduler
+/// (a UDP socket connected there: nothing is sent), of the listener's family when it is IPv4
+/// (`0.0.0.0` takes no IPv6 connections).
+fn console_address(listen: SocketAddr, schedulers: &[String]) -> Option<IpAddr> {
+    if !listen.ip().is_unspecified() {
+        return Some(listen.ip());
+    }
+    let scheduler = schedulers
+        .first()?
+        .to_socket_addrs()
+        .ok()?
+        .find(|a| listen.is_ipv6() || a.is_ipv4())?;
+    let any: SocketAddr = if scheduler.is_ipv4() {
+        (Ipv4Addr::UNSPECIFIED, 0).into()
+    } else {
+        (Ipv6Addr::UNSPECIFIED, 0).into()
+    };
+    let socket = std::net::UdpSocket::bind(any).ok()?;
+    socket.connect(scheduler).ok()?;
+    Some(socket.local_addr().ok()?.ip())
 }
 
 /// An `ADDR/PREFIX` flag.
@@ -361,7 +404,11 @@ impl Args {
                 })
             }
         };
+        let console = self.console_listen.0;
+        let console_address = console.and_then(|listen| console_address(listen, &self.scheduler));
         Ok(DaemonConfig {
+            console,
+            console_address,
             net: tenant_net.then_some(self.net),
             tls,
             claim,
@@ -415,6 +462,37 @@ mod tests {
         ];
         argv.extend_from_slice(extra);
         Args::try_parse_from(argv).unwrap()
+    }
+
+    #[test]
+    fn the_console_endpoint_is_on_by_default_and_can_be_turned_off() {
+        let on = "0.0.0.0:8890".parse().ok();
+        assert_eq!(parse(&[]).console_listen, ConsoleListen(on));
+        for off in ["off", "0"] {
+            assert_eq!(
+                parse(&["--console-listen", off]).console_listen,
+                ConsoleListen(None)
+            );
+        }
+        let at: SocketAddr = "127.0.0.1:9999".parse().unwrap();
+        assert_eq!(
+            parse(&["--console-listen", "127.0.0.1:9999"]).console_listen,
+            ConsoleListen(Some(at))
+        );
+        assert!(parse_console_listen("8890").is_err());
+        // A named address is reported as it is; an unspecified one as the route to the
+        // scheduler's.
+        assert_eq!(console_address(at, &[]), Some(at.ip()));
+        let any: SocketAddr = "0.0.0.0:8890".parse().unwrap();
+        assert_eq!(
+            console_address(any, &["127.0.0.1:8888".into()]),
+            Some(IpAddr::V4(Ipv4Addr::LOCALHOST))
+        );
+        assert_eq!(
+            console_address(any, &["localhost:8888".into()]),
+            Some(IpAddr::V4(Ipv4Addr::LOCALHOST))
+        );
+        assert_eq!(console_address(any, &[]), None);
     }
 
     #[test]

@@ -20,9 +20,14 @@
 //!   [`EventSender`]). `--network none` and `nn`, and the sim backend, plumb nothing.
 //!   [`run_networked`] runs any backend with any [`NetOps`] (tests use a fake).
 //!
+//! - The console endpoint ([`console`], `--console-listen`): HTTPS beside SSNTP, for the
+//!   controller only, serving the backend's console logs once the core runs; off (logged) when
+//!   its address cannot be bound.
+//!
 //! [`cli`] parses the command line into a [`DaemonConfig`].
 
 pub mod cli;
+pub mod console;
 pub mod inbound;
 pub mod reporter;
 
@@ -32,7 +37,7 @@ use ssntp_net::client::Backoff;
 use ssntp_net::{Client, ClientConfig, ClientError, ClientEvent, ClientHandle, TlsIdentity};
 use std::fs::{File, OpenOptions};
 use std::future::Future;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::Arc;
@@ -98,6 +103,10 @@ pub struct DaemonConfig {
     pub handshake: HandshakeConfig,
     /// Reconnection delays.
     pub backoff: Backoff,
+    /// Where the console endpoint listens ([`console`]); `None`: it is off.
+    pub console: Option<SocketAddr>,
+    /// The address reported for it (STATS `networks`; `None`: none is reported).
+    pub console_address: Option<IpAddr>,
 }
 
 impl DaemonConfig {
@@ -112,6 +121,10 @@ impl DaemonConfig {
         config.change_report_gap = self.change_report_gap;
         config.limits = self.limits;
         config.vcpus = self.vcpus;
+        config.networks = self
+            .console_address
+            .map(|ip| vec![crate::model::NodeAddress { ip, mac: [0; 6] }])
+            .unwrap_or_default();
         config
     }
 }
@@ -365,13 +378,16 @@ async fn run_with<B: Backend>(
         }
     };
     let reporter = SsntpReporter::new(client.clone(), node, outbound.clone());
-    let core = match Core::spawn(config.core_config(node), Arc::new(backend), reporter).await {
+    let backend = Arc::new(backend);
+    let core = match Core::spawn(config.core_config(node), backend.clone(), reporter).await {
         Ok(core) => core,
         Err(e) => {
             close(&client, &mut events).await;
             return Err(e.into());
         }
     };
+    let console_stop = shutdown.child_token();
+    let console = start_console(config, backend, console_stop.clone()).await;
     tracing::info!(
         %node,
         role = %config.claim,
@@ -389,11 +405,42 @@ async fn run_with<B: Backend>(
     )
     .await;
     tracing::info!("stopping: instances keep running");
+    console_stop.cancel();
+    if let Some(console) = console {
+        let _ = console.await;
+    }
     if let Err(e) = core.shutdown().await {
         tracing::warn!(error = %e, "stopping the core");
     }
     close(&client, &mut events).await;
     ended
+}
+
+/// Starts the console endpoint when it is on and its address can be bound; logs why not
+/// otherwise (the agent runs on without it).
+async fn start_console<B: Backend>(
+    config: &DaemonConfig,
+    backend: Arc<B>,
+    stop: CancellationToken,
+) -> Option<tokio::task::JoinHandle<()>> {
+    let addr = config.console?;
+    let tls = match config.tls.server_config() {
+        Ok(tls) => tls,
+        Err(e) => {
+            tracing::error!(error = %e, "console endpoint off");
+            return None;
+        }
+    };
+    match tokio::net::TcpListener::bind(addr).await {
+        Ok(listener) => {
+            tracing::info!(%addr, reported = ?config.console_address, "console endpoint listening");
+            Some(tokio::spawn(console::serve(listener, tls, backend, stop)))
+        }
+        Err(e) => {
+            tracing::error!(%addr, error = %e, "console endpoint off: cannot listen");
+            None
+        }
+    }
 }
 
 /// Hands the client's events to the core until `shutdown`, or until the client or the core

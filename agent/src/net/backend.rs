@@ -24,7 +24,7 @@ use super::SubnetId;
 use super::names::tap_name;
 use super::network::{NetError, Network, Rebuilt, Vnic};
 use super::ops::NetOps;
-use crate::backend::{Backend, BackendError, Existing};
+use crate::backend::{Backend, BackendError, ConsoleError, Existing};
 use crate::model::{Action, InstanceSpec, Resources, Usage};
 
 /// A tenant subnet came to this node or left it.
@@ -189,6 +189,10 @@ impl<B: Backend, O: NetOps> Backend for NetBackend<B, O> {
 
     async fn list(&self) -> Result<Vec<Existing>, BackendError> {
         self.inner.list().await
+    }
+
+    async fn console(&self, instance: Uuid, lines: usize) -> Result<String, ConsoleError> {
+        self.inner.console(instance, lines).await
     }
 }
 

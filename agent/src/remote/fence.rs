@@ -13,7 +13,7 @@ use std::sync::Arc;
 use uuid::Uuid;
 
 use crate::backend::libvirt::LibvirtBackend;
-use crate::backend::{Backend, BackendError, Existing};
+use crate::backend::{Backend, BackendError, ConsoleError, Existing};
 use crate::model::{Action, InstanceSpec, Resources, Usage};
 use crate::sim::SimBackend;
 
@@ -171,6 +171,11 @@ impl<B: FenceMarks> Backend for Fenced<B> {
 
     async fn list(&self) -> Result<Vec<Existing>, BackendError> {
         self.inner.list().await
+    }
+
+    /// The log is a file on the remote host, which an off-host replica cannot read.
+    async fn console(&self, _instance: Uuid, _lines: usize) -> Result<String, ConsoleError> {
+        Err(ConsoleError::OffHost)
     }
 }
 

@@ -556,7 +556,13 @@ async fn the_backend_alone_boots_a_tiny_guest() {
     let started = t0.elapsed();
     wait_marker(&state, id, Duration::from_secs(90)).await;
     let marker = t0.elapsed();
+    // The console call (what the console endpoint serves) brings the same marker back.
+    use agent::backend::ConsoleError;
+    let log = b.console(id, 100).await.unwrap();
+    assert!(log.contains(&format!("CUMULO-GUEST-UP {id}")), "{log}");
+    assert!(b.console(id, 1).await.unwrap().lines().count() <= 1);
     b.delete(id).await.unwrap();
+    assert_eq!(b.console(id, 10).await, Err(ConsoleError::NotFound));
     eprintln!(
         "the backend alone: created {created:?}, started {started:?}, marker {marker:?}, deleted {:?}",
         t0.elapsed()

@@ -252,6 +252,8 @@ pub fn specs(
         &layout.api,
         "--admin-password-file",
         &layout.admin_password().display().to_string(),
+        "--agent-console-port",
+        port(&layout.console),
     ]);
     let tenant_network = if cnci.is_some() {
         TenantNetwork::Cnci
@@ -282,6 +284,8 @@ pub fn specs(
         &layout.state("agent").display().to_string(),
         "--hostname",
         host,
+        "--console-listen",
+        &layout.console,
     ]);
     // One host plays the whole cloud: offer more vCPUs than it has (tiny guests mostly idle).
     agent_args.extend(s(&["--vcpus", "32"]));

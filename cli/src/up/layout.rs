@@ -6,6 +6,8 @@ use std::path::{Path, PathBuf};
 pub const SCHEDULER_ADDR: &str = "127.0.0.1:8888";
 /// The controller's default API address.
 pub const API_ADDR: &str = "127.0.0.1:8889";
+/// The agent's default console endpoint address (the controller fetches console logs there).
+pub const CONSOLE_ADDR: &str = "127.0.0.1:8890";
 /// The default directory as root.
 pub const SYSTEM_ROOT: &str = "/var/lib/cumulo";
 /// libvirt's system daemon (as root): QEMU runs as libvirt's own user.
@@ -27,6 +29,8 @@ pub struct Layout {
     pub scheduler: String,
     /// The controller's API address (`127.0.0.1:8889`).
     pub api: String,
+    /// The agent's console endpoint (`127.0.0.1:8890`).
+    pub console: String,
 }
 
 impl Layout {
@@ -38,10 +42,12 @@ impl Layout {
         let mut lines = recorded.lines().map(str::trim).filter(|l| !l.is_empty());
         let scheduler = lines.next().unwrap_or(SCHEDULER_ADDR).to_string();
         let api = lines.next().unwrap_or(API_ADDR).to_string();
+        let console = lines.next().unwrap_or(CONSOLE_ADDR).to_string();
         Layout {
             root,
             scheduler,
             api,
+            console,
         }
     }
 
@@ -50,7 +56,7 @@ impl Layout {
         std::fs::create_dir_all(&self.root)?;
         std::fs::write(
             self.root.join("addresses"),
-            format!("{}\n{}\n", self.scheduler, self.api),
+            format!("{}\n{}\n{}\n", self.scheduler, self.api, self.console),
         )
     }
 

@@ -179,6 +179,7 @@ impl From<ClusterError> for ApiError {
             ClusterError::NoNode(_) => ApiError::NotFound(error.to_string()),
             ClusterError::Invalid(_) => ApiError::BadRequest(error.to_string()),
             ClusterError::Unavailable(_) => ApiError::Unavailable(error.to_string()),
+            ClusterError::NotAvailable(_) => ApiError::Conflict(error.to_string()),
         }
     }
 }
@@ -207,6 +208,21 @@ mod tests {
         for (error, status) in cases {
             assert_eq!(ApiError::from(error).status().as_u16(), status);
         }
+    }
+
+    #[test]
+    fn console_failures_map_to_conflict_and_unavailable() {
+        let off_host =
+            ClusterError::NotAvailable("console log not available for off-host instances".into());
+        let error = ApiError::from(off_host);
+        assert_eq!(error.status(), StatusCode::CONFLICT);
+        assert_eq!(
+            error.public_message(),
+            "console log not available for off-host instances"
+        );
+        let down = ApiError::from(ClusterError::Unavailable("node x: connect: refused".into()));
+        assert_eq!(down.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(down.public_message().contains("connect: refused"));
     }
 
     #[test]

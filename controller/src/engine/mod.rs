@@ -26,6 +26,7 @@
 //! a DELETE, since their START reached the node after the controller had given it up.
 
 mod cnci;
+pub mod console;
 pub mod fault;
 mod inbound;
 pub mod offhost;
@@ -135,6 +136,10 @@ pub enum TenantNetwork {
     Cnci,
 }
 
+/// The port agents serve their console endpoint on unless told otherwise (`cumulo-agent
+/// --console-listen`'s default).
+pub const DEFAULT_CONSOLE_PORT: u16 = 8890;
+
 /// The engine's settings.
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
@@ -154,6 +159,11 @@ pub struct EngineConfig {
     pub cnci_linger: Duration,
     /// How many frame traces are kept.
     pub traces: usize,
+    /// The port of the agents' console endpoint ([`console`]).
+    pub console_port: u16,
+    /// The identity console logs are fetched with (the controller's certificate); `None`: they
+    /// are not fetched.
+    pub console_tls: Option<ssntp_net::TlsIdentity>,
 }
 
 impl EngineConfig {
@@ -167,6 +177,8 @@ impl EngineConfig {
             cnci_timeout: Duration::from_secs(120),
             cnci_linger: Duration::from_secs(60),
             traces: 1000,
+            console_port: DEFAULT_CONSOLE_PORT,
+            console_tls: None,
         }
     }
 }
@@ -792,6 +804,10 @@ impl Cluster for Engine {
                 Ok(())
             }
         }
+    }
+
+    fn console(&self, scope: Scope, id: Uuid, lines: usize) -> Result<String, ClusterError> {
+        self.console_log(scope, id, lines)
     }
 
     fn nodes(&self) -> Vec<Node> {

@@ -159,6 +159,17 @@ impl World {
         status: ssntp::payload::NodeState,
         instances: &[(Uuid, Reported)],
     ) {
+        self.stats_with(node, status, instances, vec![]);
+    }
+
+    /// A STATS of `node` in `status` reporting `networks`.
+    fn stats_with(
+        &self,
+        node: Uuid,
+        status: ssntp::payload::NodeState,
+        instances: &[(Uuid, Reported)],
+        networks: Vec<ssntp::payload::NodeNetwork>,
+    ) {
         let stats = ssntp::payload::Stats {
             node: Ready {
                 node_uuid: node,
@@ -170,7 +181,7 @@ impl World {
                 vcpus_total: 8,
                 vcpus_available: 6,
                 load: 12,
-                networks: vec![],
+                networks,
             },
             status,
             instances: instances
@@ -1474,6 +1485,7 @@ async fn the_driver_sends_a_cnci_start_again_when_due() {
 }
 
 mod actions;
+mod console;
 mod ephemeral;
 mod rebuild;
 mod resize;

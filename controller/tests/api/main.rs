@@ -5,6 +5,7 @@
 
 mod actions;
 mod compute;
+mod console;
 mod docs;
 mod etcd;
 mod identity;

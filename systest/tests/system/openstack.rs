@@ -70,9 +70,9 @@ async fn the_openstack_cli_runs_a_server_through_the_whole_cluster() {
     let dir = tempfile::tempdir().unwrap();
     let sched = start_scheduler(&pki).await;
     let agent = start_agent(&pki, &sched.addr, dir.path());
-    let mut controller = Controller::start(controller_config(&pki, &sched.addr, dir.path()))
-        .await
-        .unwrap();
+    let mut config = controller_config(&pki, &sched.addr, dir.path());
+    config.engine.console_port = agent.console_port;
+    let mut controller = Controller::start(config).await.unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     controller.serve_api(
@@ -176,6 +176,22 @@ async fn the_openstack_cli_runs_a_server_through_the_whole_cluster() {
         run(&cli, &["server", verb, &id], false).await;
         wait_status(&cli, &id, status).await;
     }
+
+    // Its console log, fetched from its node: the sim guest's marker per boot (three: the
+    // create, the start, the reboot), all of it or the last lines.
+    let marker = format!("CUMULO-GUEST-UP {id}");
+    let log = run(&cli, &["console", "log", "show", "vm1"], false).await;
+    let log = log.as_str().unwrap();
+    assert_eq!(log.matches(&marker).count(), 3, "{log}");
+    let tail = run(
+        &cli,
+        &["console", "log", "show", "--lines", "5", &id],
+        false,
+    )
+    .await;
+    let tail = tail.as_str().unwrap().trim_end();
+    assert_eq!(tail.lines().count(), 5, "{tail}");
+    assert!(tail.ends_with(&marker), "{tail}");
 
     // What happened to it, newest first. A reboot, a pause, ... is an INSTANCE_ACTION to the
     // node: one controller event each.

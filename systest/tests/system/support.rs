@@ -55,6 +55,9 @@ pub(crate) async fn start_scheduler(pki: &TestPki) -> Sched {
 pub(crate) struct Agent {
     stop: CancellationToken,
     done: JoinHandle<()>,
+    /// The port of its console endpoint (on 127.0.0.1), for the controller's
+    /// `engine.console_port`.
+    pub(crate) console_port: u16,
 }
 
 impl Agent {
@@ -69,6 +72,8 @@ pub(crate) fn start_agent(pki: &TestPki, scheduler: &str, dir: &Path) -> Agent {
         .leaf(Role::AGENT | Role::NETAGENT, None)
         .write(dir, "agent");
     let state = dir.join("agent-state");
+    let console_port = testkit::procfs::free_port();
+    let console = format!("127.0.0.1:{console_port}");
     let args = [
         "cumulo-agent",
         "--ca-cert",
@@ -91,6 +96,8 @@ pub(crate) fn start_agent(pki: &TestPki, scheduler: &str, dir: &Path) -> Agent {
         "4096",
         "--stats-interval",
         "1s",
+        "--console-listen",
+        &console,
     ];
     let mut config = agent::daemon::cli::Args::try_parse_from(args)
         .unwrap()
@@ -107,7 +114,11 @@ pub(crate) fn start_agent(pki: &TestPki, scheduler: &str, dir: &Path) -> Agent {
             eprintln!("the agent stopped: {e}");
         }
     });
-    Agent { stop, done }
+    Agent {
+        stop,
+        done,
+        console_port,
+    }
 }
 
 pub(crate) fn controller_config(pki: &TestPki, scheduler: &str, dir: &Path) -> DaemonConfig {

@@ -45,7 +45,7 @@ use virt::connect::Connect;
 use virt::domain::Domain;
 use virt::error::ErrorNumber;
 
-use crate::backend::{Backend, BackendError, Existing, Power};
+use crate::backend::{Backend, BackendError, ConsoleError, Existing, Power, console};
 use crate::model::{Action, InstanceSpec, Resources, Usage, VmKind};
 use access::QemuUser;
 use conn::{Conn, ConnError};
@@ -970,6 +970,21 @@ impl Backend for LibvirtBackend {
             })
             .await
             .map_err(|e| BackendError::Other(e.to_string()))
+    }
+
+    /// The tail of `console.log` in the instance's directory (the domain's `<serial
+    /// type='file'>`); `NotFound` when the directory is not there.
+    async fn console(&self, instance: Uuid, lines: usize) -> Result<String, ConsoleError> {
+        let dir = self.instance_dir(instance);
+        let path = self.console_path(instance);
+        tokio::task::spawn_blocking(move || {
+            if !dir.is_dir() {
+                return Err(ConsoleError::NotFound);
+            }
+            console::tail_file(&path, lines)
+        })
+        .await
+        .map_err(|e| ConsoleError::Io(e.to_string()))?
     }
 }
 

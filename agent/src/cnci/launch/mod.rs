@@ -55,7 +55,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::backend::libvirt::{LibvirtBackend, Tap};
-use crate::backend::{Backend, BackendError, Existing, Power};
+use crate::backend::{Backend, BackendError, ConsoleError, Existing, Power};
 use crate::model::{Action, InstanceSpec, Resources, Usage};
 use crate::net::Cidr;
 use store::{MemoryReservations, ReservationStore, StoreError};
@@ -605,6 +605,17 @@ impl<B: Backend> Backend for CnciLauncher<B> {
 
     async fn stats(&self) -> Vec<(Uuid, Usage)> {
         self.inner.stats().await
+    }
+
+    /// A CNCI VM's log is the VM backend's; a CNCI process has none.
+    async fn console(&self, instance: Uuid, lines: usize) -> Result<String, ConsoleError> {
+        if !self.is_ours(instance) {
+            return self.inner.console(instance, lines).await;
+        }
+        match &self.vms {
+            Some(vms) => vms.console(instance, lines).await,
+            None => Err(ConsoleError::NotFound),
+        }
     }
 
     async fn list(&self) -> Result<Vec<Existing>, BackendError> {

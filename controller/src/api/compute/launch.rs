@@ -339,11 +339,12 @@ fn parse_action(body: &Value) -> Result<Action, ApiError> {
     }
     let names: Vec<&String> = object.keys().collect();
     Err(ApiError::BadRequest(format!(
-        "no supported action in {names:?}: os-stop, os-start, reboot, rebuild, resize, confirmResize, revertResize, pause, unpause, suspend and resume are"
+        "no supported action in {names:?}: os-stop, os-start, reboot, rebuild, resize, confirmResize, revertResize, pause, unpause, suspend, resume and os-getConsoleOutput are"
     )))
 }
 
-/// `POST /servers/{id}/action`.
+/// `POST /servers/{id}/action`: 202, or 200 with the log for `os-getConsoleOutput`
+/// ([`super::console`]).
 pub async fn action(
     State(state): State<ApiState>,
     caller: Principal,
@@ -351,6 +352,9 @@ pub async fn action(
     JsonBody(body): JsonBody<Value>,
 ) -> Result<Response, ApiError> {
     let id = path_id("server", &id)?;
+    if let Some(args) = body.get("os-getConsoleOutput") {
+        return super::console::output(state, caller, id, args).await;
+    }
     let scope = caller.project_scope(false)?;
     let action = parse_action(&body)?;
     let by = caller.who();

@@ -8,6 +8,7 @@
 //! names the version used.
 
 mod actions;
+mod console;
 mod flavors;
 mod launch;
 mod rebuild;

@@ -15,7 +15,7 @@ use super::views;
 use crate::api::compute::headroom;
 use crate::api::extract::{JsonBody, PathParams, QueryParams, path_id, present};
 use crate::api::{ApiError, ApiState, Principal};
-use crate::cluster::{InstanceAction, Launch, Rebuild, ResizeStep};
+use crate::cluster::{CONSOLE_MAX_LINES, InstanceAction, Launch, Rebuild, ResizeStep};
 use store::{InstanceFilter, Page, Scope, StoreError};
 
 #[derive(Debug, Default, Deserialize)]
@@ -27,6 +27,17 @@ pub struct ListQuery {
     #[serde(default)]
     node: Option<Uuid>,
 }
+
+/// The query of `GET /instances/{id}/console`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConsoleQuery {
+    #[serde(default)]
+    lines: Option<usize>,
+}
+
+/// The lines `GET /instances/{id}/console` gives unless told.
+pub const CONSOLE_DEFAULT_LINES: usize = 100;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -94,6 +105,29 @@ pub async fn actions(
         .await?;
     let actions: Vec<Value> = actions.iter().map(views::instance_action).collect();
     Ok(Json(json!({"actions": actions})))
+}
+
+/// `GET /instances/{id}/console?lines=N`: `{"output": "..."}`, the last N lines (default
+/// [`CONSOLE_DEFAULT_LINES`], at most [`CONSOLE_MAX_LINES`]) of the instance's serial console
+/// log, fetched from its node.
+pub async fn console(
+    State(state): State<ApiState>,
+    caller: Principal,
+    PathParams(id): PathParams<String>,
+    QueryParams(query): QueryParams<ConsoleQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let id = path_id("instance", &id)?;
+    let scope = caller.scope()?;
+    let lines = query.lines.unwrap_or(CONSOLE_DEFAULT_LINES);
+    if lines > CONSOLE_MAX_LINES {
+        return Err(ApiError::BadRequest(format!(
+            "lines={lines}: at most {CONSOLE_MAX_LINES}"
+        )));
+    }
+    let output = state
+        .cluster(move |_, cluster| Ok(cluster.console(scope, id, lines)?))
+        .await?;
+    Ok(Json(json!({ "output": output })))
 }
 
 pub async fn create(

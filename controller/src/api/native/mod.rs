@@ -97,6 +97,7 @@ pub fn routes() -> Router<ApiState> {
             post(instances::revert_resize),
         )
         .route("/instances/{id}/actions", get(instances::actions))
+        .route("/instances/{id}/console", get(instances::console))
         .route("/nodes", get(cluster::nodes).post(cluster::register))
         .route(
             "/nodes/{id}",

@@ -434,6 +434,19 @@ fn paths() -> Vec<(&'static str, Vec<(&'static str, Op)>)> {
             )],
         ),
         (
+            "/instances/{id}/console",
+            vec![(
+                "get",
+                op(
+                    "Show the last lines of an instance's serial console log",
+                    "instances",
+                    Success("200", Some("ConsoleOutput")),
+                )
+                .id("id")
+                .query("lines", int(0, Some(10_000))),
+            )],
+        ),
+        (
             "/instances/{id}/rebuild",
             vec![(
                 "post",

@@ -367,6 +367,8 @@ pub(super) fn schemas() -> Value {
             ], false)}), true),
         ], false),
         "InstanceActions": list_of("actions", "InstanceAction"),
+        // An instance's serial console log, fetched from its node (issue 20).
+        "ConsoleOutput": object(&[("output", string(), true)], true),
         "LauncherCredentials": object(&[
             ("node", uuid(), true),
             ("issued", time(), true),

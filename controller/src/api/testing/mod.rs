@@ -22,7 +22,7 @@ use super::{
 use crate::actions::{self, ActionKind};
 use crate::cluster::{
     Caller, Cluster, ClusterError, InstanceAction, Launch, Node, NodeStatus, Rebuild, ResizeStep,
-    Trace, action_allowed, rebuild_allowed,
+    Trace, action_allowed, console_allowed, rebuild_allowed,
 };
 use store::{
     Fault, Instance, InstanceChange, InstanceState, NewInstance, Scope, Store, StoreError,
@@ -325,6 +325,27 @@ impl Cluster for FakeCluster {
             .map_err(ClusterError::from);
         actions::finish(self.store.as_ref(), &ticket, actions::outcome_of(&deleted));
         deleted
+    }
+
+    /// A log of three lines, the last the tiny guest's marker; `Unavailable` while the fake is
+    /// disconnected (as an unreachable node).
+    fn console(&self, scope: Scope, id: Uuid, lines: usize) -> Result<String, ClusterError> {
+        let instance = self.store.instance(scope, id)?;
+        if !console_allowed(&instance.state) {
+            return Err(ClusterError::InvalidState {
+                id,
+                state: instance.state.name().to_string(),
+                operation: "show its console log (it is on no node)",
+            });
+        }
+        self.check_connected()?;
+        let log = [
+            format!("fake console of instance {id}"),
+            "booting".to_string(),
+            format!("CUMULO-GUEST-UP {id}"),
+        ];
+        let skip = log.len().saturating_sub(lines);
+        Ok(log[skip..].iter().map(|line| format!("{line}\n")).collect())
     }
 
     fn nodes(&self) -> Vec<Node> {

@@ -1,0 +1,171 @@
+//! Fetching an instance's serial console log from its node's console endpoint: HTTPS beside
+//! SSNTP, not part of it (docs/protocol.md, "The console channel").
+//!
+//! The node is dialled at the first address it reported (STATS `networks`) on
+//! [`EngineConfig::console_port`](super::EngineConfig::console_port), with the controller's own
+//! certificate; the node's certificate must chain to the cluster CA, carry the AGENT role and,
+//! when it binds a UUID, bind the node's ([`ssntp_net::tls::Expected`]). Bounded:
+//! [`CONNECT_TIMEOUT`] to connect, [`TOTAL_TIMEOUT`] in all, at most [`MAX_RESPONSE`] bytes of
+//! answer.
+
+use http_body_util::{BodyExt, Empty, Limited};
+use hyper::body::Bytes;
+use hyper_util::rt::TokioIo;
+use rustls::pki_types::ServerName;
+use ssntp::Role;
+use ssntp_net::TlsIdentity;
+use ssntp_net::tls::Expected;
+use std::net::SocketAddr;
+use std::time::Duration;
+use uuid::Uuid;
+
+use super::Engine;
+use crate::cluster::{ClusterError, console_allowed};
+use store::Scope;
+
+/// How long connecting to a node may take.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long a whole fetch may take.
+pub const TOTAL_TIMEOUT: Duration = Duration::from_secs(10);
+/// The most bytes of answer body taken (the node sends at most 1 MiB of log).
+pub const MAX_RESPONSE: usize = 1024 * 1024 + 64 * 1024;
+
+impl Engine {
+    /// [`Cluster::console`](crate::cluster::Cluster::console).
+    pub(super) fn console_log(
+        &self,
+        scope: Scope,
+        id: Uuid,
+        lines: usize,
+    ) -> Result<String, ClusterError> {
+        let instance = self.store.instance(scope, id)?;
+        if self.remote_of(&instance)?.is_some() {
+            return Err(ClusterError::NotAvailable(
+                "console log not available for off-host instances".into(),
+            ));
+        }
+        let node = match instance.node {
+            Some(node) if console_allowed(&instance.state) => node,
+            _ => {
+                return Err(ClusterError::InvalidState {
+                    id,
+                    state: instance.state.name().to_string(),
+                    operation: "show its console log (it is on no node)",
+                });
+            }
+        };
+        let Some(tls) = &self.config.console_tls else {
+            return Err(ClusterError::Unavailable(
+                "this controller fetches no console logs (no TLS identity for it)".into(),
+            ));
+        };
+        let ip = self
+            .state()
+            .nodes
+            .get(&node)
+            .and_then(|n| n.ips.first().copied())
+            .ok_or_else(|| {
+                ClusterError::Unavailable(format!(
+                    "node {node} reported no address for its console endpoint"
+                ))
+            })?;
+        let addr = SocketAddr::new(ip, self.config.console_port);
+        let fetch = fetch(tls, node, addr, id, lines);
+        let result = match tokio::runtime::Handle::try_current() {
+            // Called from a blocking thread of the controller's runtime (the API's
+            // spawn_blocking), as the trait asks.
+            Ok(handle) => handle.block_on(fetch),
+            Err(_) => tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| ClusterError::Unavailable(format!("a runtime for the fetch: {e}")))?
+                .block_on(fetch),
+        };
+        result.map_err(|e| match e {
+            Fetch::Refused(status, text) if status == hyper::StatusCode::NOT_FOUND => {
+                ClusterError::Unavailable(format!(
+                    "node {node} does not have instance {id} ({text})"
+                ))
+            }
+            Fetch::Refused(status, text) if status == hyper::StatusCode::CONFLICT => {
+                ClusterError::NotAvailable(text)
+            }
+            Fetch::Refused(status, text) => ClusterError::Unavailable(format!(
+                "node {node} at {addr} answered {status}: {text}"
+            )),
+            Fetch::Failed(why) => {
+                ClusterError::Unavailable(format!("node {node} at {addr}: {why}"))
+            }
+        })
+    }
+}
+
+/// Why a fetch failed.
+#[derive(Debug)]
+enum Fetch {
+    /// The node answered, not with the log.
+    Refused(hyper::StatusCode, String),
+    /// No answer: the cause.
+    Failed(String),
+}
+
+impl From<String> for Fetch {
+    fn from(why: String) -> Fetch {
+        Fetch::Failed(why)
+    }
+}
+
+/// `GET /v1/instances/{id}/console?lines=N` from the node `node` at `addr`.
+async fn fetch(
+    tls: &TlsIdentity,
+    node: Uuid,
+    addr: SocketAddr,
+    id: Uuid,
+    lines: usize,
+) -> Result<String, Fetch> {
+    let expected = Expected {
+        role: Role::AGENT,
+        uuid: Some(node),
+    };
+    let config = tls.client_config_for(expected).map_err(|e| e.to_string())?;
+    let exchange = async move {
+        let tcp = tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect(addr))
+            .await
+            .map_err(|_| format!("no connection within {CONNECT_TIMEOUT:?}"))?
+            .map_err(|e| format!("connect: {e}"))?;
+        let _ = tcp.set_nodelay(true);
+        let name = ServerName::from(addr.ip());
+        let stream = tokio_rustls::TlsConnector::from(config)
+            .connect(name, tcp)
+            .await
+            .map_err(|e| format!("TLS: {e}"))?;
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| format!("HTTP: {e}"))?;
+        let driver = tokio::spawn(conn);
+        let request = hyper::Request::get(format!("/v1/instances/{id}/console?lines={lines}"))
+            .header(hyper::header::HOST, addr.to_string())
+            .body(Empty::<Bytes>::new())
+            .map_err(|e| format!("request: {e}"))?;
+        let response = sender
+            .send_request(request)
+            .await
+            .map_err(|e| format!("HTTP: {e}"))?;
+        let status = response.status();
+        let body = Limited::new(response.into_body(), MAX_RESPONSE)
+            .collect()
+            .await
+            .map_err(|e| format!("reading the answer: {e}"))?
+            .to_bytes();
+        driver.abort();
+        let text = String::from_utf8_lossy(&body).into_owned();
+        if status == hyper::StatusCode::OK {
+            Ok(text)
+        } else {
+            Err(Fetch::Refused(status, text))
+        }
+    };
+    tokio::time::timeout(TOTAL_TIMEOUT, exchange)
+        .await
+        .map_err(|_| format!("no answer within {TOTAL_TIMEOUT:?}"))?
+}
