@@ -2,7 +2,8 @@
 //! login `up` prints: the first instance's tiny guest counts its boots on its data disk, and the
 //! count goes on through `server stop` and `server start`, `server reboot --hard`, `server
 //! reboot` (the guest's ACPI power button), `server pause`/`unpause` and `server
-//! suspend`/`resume`: what the guest wrote is never lost. `server delete` removes its files.
+//! suspend`/`resume`: what the guest wrote is never lost; `console log show` fetches the whole
+//! story from the node through the API. `server delete` removes its files.
 //!
 //! Needs root, a system libvirtd (`CUMULO_LIBVIRT_URI=qemu:///system`, `scripts/libvirt.sh`),
 //! the cluster's binaries (`cargo build --bins`) and the `openstack` CLI (`CUMULO_OPENSTACK`,
@@ -207,6 +208,18 @@ fn the_openstack_cli_stops_starts_reboots_pauses_and_suspends_a_vm_that_keeps_it
     up.wait_status(&id, "ACTIVE");
     up.ok(&["server", "reboot", "--hard", &id]);
     up.wait_disk_count(&id, 6);
+    // The same console through the API, fetched from the node (as from any host), appended to
+    // across the power cycles.
+    let out = up.openstack(&["console", "log", "show", &id]);
+    assert!(out.status.success(), "console log show: {}", text(&out));
+    let log = String::from_utf8_lossy(&out.stdout);
+    for n in 1..=6 {
+        let line = format!("CUMULO-DISK-WROTE {id} {n}");
+        assert!(
+            log.lines().any(|l| l.trim_end() == line),
+            "{line} in:\n{log}"
+        );
+    }
 
     up.ok(&["server", "delete", "--wait", &id]);
     // The API forgets the server first; the node removes its files when the DELETE reaches it.
