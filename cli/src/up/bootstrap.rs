@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::cluster::{Backend, UpError, password_file, wait_for};
+use super::cluster::{Backend, password_file, wait_for};
+use super::error::UpError;
 use super::layout::{Layout, SESSION_URI, SYSTEM_URI};
 use super::{UpOptions, libvirt};
 use crate::client::{Connection, Credentials};

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::str::FromStr;
 
-use super::cluster::{UpError, io_err};
+use super::error::{UpError, io_err};
 use super::layout::Layout;
 
 /// How tenant instances are networked (the controller's `--tenant-network`).
@@ -240,7 +240,7 @@ pub fn clean_up(layout: &Layout) -> Vec<String> {
     if recorded(layout).is_empty() {
         return Vec::new();
     }
-    let program = match super::cluster::binary("cumulo-agent") {
+    let program = match super::error::binary("cumulo-agent") {
         Ok(p) => p,
         Err(e) => {
             warn(&format!("CNCIs not cleaned up: {e}"));

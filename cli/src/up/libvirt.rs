@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use super::cluster::{UpError, binary, io_err, wait_for};
+use super::cluster::wait_for;
+use super::error::{UpError, binary, io_err};
 use super::layout::{Layout, SESSION_URI, SYSTEM_URI};
 use super::procs::{self, Spec};
 

@@ -9,6 +9,7 @@
 pub mod bootstrap;
 pub mod cluster;
 pub mod cnci;
+pub mod error;
 pub mod layout;
 pub mod libvirt;
 pub mod procs;
@@ -17,8 +18,9 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use cluster::{Backend, UpError, io_err};
+use cluster::Backend;
 use cnci::{ComputeNet, TenantNetwork};
+use error::{UpError, io_err};
 use layout::Layout;
 
 /// What `up` was asked.
@@ -144,7 +146,7 @@ pub fn up(options: &UpOptions, out: &mut dyn Write) -> Result<(), UpError> {
         })?;
         if with_cnci {
             progress.run("CNCI guest image", || {
-                let cnci_binary = cluster::binary("cumulo-cnci")?;
+                let cnci_binary = error::binary("cumulo-cnci")?;
                 let image = cnci::install_cnci_guest(layout, &scripts_dir(), &cnci_binary)?;
                 Ok(((), format!("{}", image.display())))
             })?;
