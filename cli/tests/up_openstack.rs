@@ -16,7 +16,7 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 mod common;
 
@@ -108,18 +108,10 @@ impl Up {
     }
 
     fn wait_status(&self, id: &str, want: &str) {
-        let deadline = Instant::now() + Duration::from_secs(120);
-        loop {
-            let now = self.status(id);
-            if now == want {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "server {id} still {now}, not {want}"
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
+        testkit::poll_for(Duration::from_secs(120), || match self.status(id) {
+            now if now == want => Ok(()),
+            now => Err(format!("server {id} still {now}, not {want}")),
+        });
     }
 
     /// The instance's serial console log on this host (the agent's instance directory).
@@ -131,23 +123,20 @@ impl Up {
         self.dir.join("agent/libvirt/instances").join(id)
     }
 
-    /// Waits until the guest has counted boot `n` on its data disk; how long it took.
-    fn wait_disk_count(&self, id: &str, n: u32) -> Duration {
-        let t0 = Instant::now();
+    /// Waits until the guest has counted boot `n` on its data disk.
+    fn wait_disk_count(&self, id: &str, n: u32) {
         let line = format!("CUMULO-DISK-WROTE {id} {n}");
-        let deadline = t0 + Duration::from_secs(120);
-        loop {
+        testkit::poll_for(Duration::from_secs(120), || {
             let log = std::fs::read_to_string(self.console(id)).unwrap_or_default();
             // (A serial console's lines end in CR LF.)
             if log.lines().any(|l| l.trim_end() == line) {
-                return t0.elapsed();
+                Ok(())
+            } else {
+                Err(format!(
+                    "the guest did not count boot {n} on its disk; its console:\n{log}"
+                ))
             }
-            assert!(
-                Instant::now() < deadline,
-                "the guest did not count boot {n} on its disk; its console:\n{log}"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        });
     }
 }
 
@@ -223,9 +212,10 @@ fn the_openstack_cli_stops_starts_reboots_pauses_and_suspends_a_vm_that_keeps_it
 
     up.ok(&["server", "delete", "--wait", &id]);
     // The API forgets the server first; the node removes its files when the DELETE reaches it.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while up.instance_dir(&id).exists() {
-        assert!(Instant::now() < deadline, "a delete removes the files");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    testkit::poll_for(Duration::from_secs(60), || {
+        match up.instance_dir(&id).exists() {
+            false => Ok(()),
+            true => Err("a delete removes the files".to_string()),
+        }
+    });
 }

@@ -22,4 +22,4 @@ mod wait;
 
 pub use pki::{Leaf, TestPki};
 pub use raw::RawPeer;
-pub use wait::{recv_within, wait_until};
+pub use wait::{poll_for, recv_within, wait_for, wait_until};

@@ -23,6 +23,40 @@ where
     }
 }
 
+/// Polls `probe` until it gives `Ok`, every few milliseconds, for at most `within`; panics with
+/// the last `Err` (what was seen instead: a state, a log) if it never does.
+pub async fn wait_for<T, F, Fut>(within: Duration, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, String>>,
+{
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        match probe().await {
+            Ok(found) => return found,
+            Err(seen) if tokio::time::Instant::now() >= deadline => {
+                panic!("timed out after {within:?}: {seen}")
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(5)).await,
+        }
+    }
+}
+
+/// As [`wait_for`], for code without a runtime (tests that drive processes): polls `probe`
+/// every few milliseconds, blocking the thread.
+pub fn poll_for<T>(within: Duration, mut probe: impl FnMut() -> Result<T, String>) -> T {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        match probe() {
+            Ok(found) => return found,
+            Err(seen) if std::time::Instant::now() >= deadline => {
+                panic!("timed out after {within:?}: {seen}")
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+}
+
 /// The next message on `rx` within `within`; panics if none comes or the channel closes.
 pub async fn recv_within<T>(rx: &mut mpsc::Receiver<T>, within: Duration) -> T {
     match tokio::time::timeout(within, rx.recv()).await {

@@ -331,13 +331,16 @@ fn disk_count_seen(state: &Path, instance: Uuid, n: u32) -> bool {
 /// Waits until the guest has counted boot `n` on its data disk: boot `n` found `n - 1` there.
 async fn wait_disk_count(state: &Path, instance: Uuid, n: u32) -> Duration {
     let t0 = Instant::now();
-    while !disk_count_seen(state, instance, n) {
-        if t0.elapsed() > Duration::from_secs(120) {
-            let log = std::fs::read_to_string(console(state, instance)).unwrap_or_default();
-            panic!("the guest did not count boot {n} on its disk; its console:\n{log}");
+    testkit::wait_for(Duration::from_secs(120), || async {
+        if disk_count_seen(state, instance, n) {
+            return Ok(());
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        let log = std::fs::read_to_string(console(state, instance)).unwrap_or_default();
+        Err(format!(
+            "the guest did not count boot {n} on its disk; its console:\n{log}"
+        ))
+    })
+    .await;
     t0.elapsed()
 }
 

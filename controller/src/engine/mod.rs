@@ -702,12 +702,7 @@ impl Cluster for Engine {
         if matches!(action, InstanceAction::Reboot | InstanceAction::RebootHard) {
             return self.reboot_instance(scope, current, action, by);
         }
-        if self.remote_of(&current)?.is_some() {
-            return Err(ClusterError::Invalid(format!(
-                "an off-host instance cannot {}: stop, start, reboot and delete it",
-                action.name()
-            )));
-        }
+        self.refuse_off_host(&current, action.name())?;
         self.instance_action(current, action, by)
     }
 
@@ -729,11 +724,7 @@ impl Cluster for Engine {
         by: &Caller,
     ) -> Result<Instance, ClusterError> {
         let current = self.store.instance(scope, id)?;
-        if self.remote_of(&current)?.is_some() {
-            return Err(ClusterError::Invalid(
-                "an off-host instance cannot be resized".into(),
-            ));
-        }
+        self.refuse_off_host(&current, "resize")?;
         crate::resize::apply(self.store.as_ref(), scope, id, step, by)
     }
 

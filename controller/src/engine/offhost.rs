@@ -61,6 +61,20 @@ impl Engine {
         Ok(hosts.get(at).cloned())
     }
 
+    /// `Invalid` for an off-host instance: only stop, start, reboot and delete reach one.
+    pub(super) fn refuse_off_host(
+        &self,
+        instance: &Instance,
+        what: &str,
+    ) -> Result<(), ClusterError> {
+        match self.remote_of(instance)? {
+            Some(_) => Err(ClusterError::Invalid(format!(
+                "an off-host instance cannot {what}: stop, start, reboot and delete it"
+            ))),
+            None => Ok(()),
+        }
+    }
+
     /// The off-host host `instance` is placed on, if it is placed on one.
     pub(super) fn remote_of(
         &self,

@@ -30,11 +30,7 @@ impl Engine {
         by: &Caller,
     ) -> Result<Instance, ClusterError> {
         let current = self.store.instance(scope, id)?;
-        if self.remote_of(&current)?.is_some() {
-            return Err(ClusterError::Invalid(
-                "an off-host instance cannot be rebuilt: stop, start, reboot and delete it".into(),
-            ));
-        }
+        self.refuse_off_host(&current, "rebuild")?;
         let node = match current.node {
             Some(node) if rebuild_allowed(&current.state) => node,
             _ => return Err(invalid(&current, "rebuild")),

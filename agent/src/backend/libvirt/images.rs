@@ -254,24 +254,19 @@ pub fn grow(disk: &Path, size_mb: u32) -> Result<(), String> {
     if wanted <= now {
         return Ok(());
     }
-    let size = format!("{size_mb}M");
-    qemu_img(&[
-        "resize".as_ref(),
-        "-q".as_ref(),
-        "-f".as_ref(),
-        "qcow2".as_ref(),
-        disk.as_os_str(),
-        size.as_ref(),
-    ])
-    .map(|_| ())
-    .map_err(|e| format!("{}: {e}", disk.display()))
+    sized_qcow2("resize", disk, size_mb)
 }
 
 /// A blank qcow2 disk of `size_mb` MiB (sparse: it takes room only as the guest writes).
 pub fn make_blank(disk: &Path, size_mb: u32) -> Result<(), String> {
+    sized_qcow2("create", disk, size_mb)
+}
+
+/// `qemu-img <verb> -f qcow2 <disk> <size_mb>M`: create or resize.
+fn sized_qcow2(verb: &str, disk: &Path, size_mb: u32) -> Result<(), String> {
     let size = format!("{size_mb}M");
     qemu_img(&[
-        "create".as_ref(),
+        verb.as_ref(),
         "-q".as_ref(),
         "-f".as_ref(),
         "qcow2".as_ref(),
