@@ -9,6 +9,7 @@
 
 pub mod console;
 pub mod fake;
+pub mod fence_token;
 pub mod libvirt;
 
 use std::future::Future;

@@ -1,5 +1,5 @@
 //! Fencing on the infrastructure: the claim's token is written into the domain (libvirt
-//! metadata in [`FENCE_NAMESPACE`]) and checked before every change, so that a replica that lost
+//! metadata in [`FENCE_NAMESPACE`](crate::backend::fence_token::FENCE_NAMESPACE)) and checked before every change, so that a replica that lost
 //! its claim (a pause, a partition) cannot undo the work of the replica that took over.
 //!
 //! libvirt has no compare-and-swap on metadata: the check and the change are two calls, so this
@@ -12,13 +12,11 @@ use std::sync::Arc;
 
 use uuid::Uuid;
 
+use crate::backend::fence_token::{parse_token, token_element};
 use crate::backend::libvirt::LibvirtBackend;
 use crate::backend::{Backend, BackendError, ConsoleError, Existing};
 use crate::model::{Action, InstanceSpec, Resources, Usage};
 use crate::sim::SimBackend;
-
-/// The metadata namespace of the fencing token on a domain.
-pub const FENCE_NAMESPACE: &str = "urn:x-cumulo:fence:1";
 
 /// A backend that can keep a fencing token on an instance.
 pub trait FenceMarks: Backend {
@@ -68,21 +66,6 @@ impl FenceMarks for SimBackend {
         std::fs::write(dir.join(format!(".fence-{instance}")), token_element(token))
             .map_err(|e| BackendError::Other(format!("fencing token: {e}")))
     }
-}
-
-/// The token in a metadata element such as `<fence token="12"/>` (any prefix or quotes).
-pub fn parse_token(element: &str) -> Option<u64> {
-    let at = element.find("token=")? + "token=".len();
-    let rest = element.get(at..)?;
-    let quote = rest.chars().next().filter(|c| *c == '"' || *c == '\'')?;
-    let inner = rest.get(1..)?;
-    let end = inner.find(quote)?;
-    inner.get(..end)?.parse().ok()
-}
-
-/// The element that records `token`.
-pub fn token_element(token: u64) -> String {
-    format!("<fence token='{token}'/>")
 }
 
 /// `inner`, with every change checked against and stamped with the claim's `token`.
@@ -231,17 +214,5 @@ mod tests {
         assert!(stale.create(&spec(id)).await.is_err());
         assert!(stale.delete(id).await.is_err());
         assert_eq!(sim.fence_token(id).await, Ok(Some(6)));
-    }
-
-    #[test]
-    fn tokens_are_read_back_whatever_the_quoting() {
-        assert_eq!(parse_token(&token_element(42)), Some(42));
-        assert_eq!(
-            parse_token("<cf:fence xmlns:cf=\"urn:x-cumulo:fence:1\" token=\"7\"/>"),
-            Some(7)
-        );
-        assert_eq!(parse_token("<fence/>"), None);
-        assert_eq!(parse_token("<fence token='x'/>"), None);
-        assert_eq!(parse_token("<fence token='1"), None);
     }
 }

@@ -45,7 +45,7 @@ use virt::connect::Connect;
 use virt::domain::Domain;
 use virt::error::ErrorNumber;
 
-use crate::backend::{Backend, BackendError, ConsoleError, Existing, Power, console};
+use crate::backend::{Backend, BackendError, ConsoleError, Existing, Power, console, fence_token};
 use crate::model::{Action, InstanceSpec, Resources, Usage, VmKind};
 use access::QemuUser;
 use conn::{Conn, ConnError};
@@ -731,7 +731,7 @@ impl LibvirtBackend {
                 let Some(d) = our_domain(c, instance, owner)? else {
                     return Ok(None);
                 };
-                match d.get_metadata(kind, Some(crate::remote::fence::FENCE_NAMESPACE), 0) {
+                match d.get_metadata(kind, Some(fence_token::FENCE_NAMESPACE), 0) {
                     Ok(text) => Ok(Some(text)),
                     Err(e) if e.code() == ErrorNumber::NoDomainMetadata => Ok(None),
                     Err(e) => Err(e),
@@ -740,7 +740,7 @@ impl LibvirtBackend {
             .await;
         match found {
             Ok(None) | Err(ConnError::NoDomain) => Ok(None),
-            Ok(Some(text)) => crate::remote::fence::parse_token(&text)
+            Ok(Some(text)) => fence_token::parse_token(&text)
                 .map(Some)
                 .ok_or_else(|| BackendError::Other(format!("unreadable fencing token {text:?}"))),
             Err(e) => Err(BackendError::Other(e.to_string())),
@@ -752,7 +752,7 @@ impl LibvirtBackend {
     pub async fn set_fence_token(&self, instance: Uuid, token: u64) -> Result<(), BackendError> {
         let owner = self.0.config.owner;
         let kind = virt::sys::VIR_DOMAIN_METADATA_ELEMENT as i32;
-        let element = crate::remote::fence::token_element(token);
+        let element = fence_token::token_element(token);
         let done = self
             .0
             .conn
@@ -768,7 +768,7 @@ impl LibvirtBackend {
                     kind,
                     Some(&element),
                     Some("cumulo-fence"),
-                    Some(crate::remote::fence::FENCE_NAMESPACE),
+                    Some(fence_token::FENCE_NAMESPACE),
                     flags,
                 )?;
                 Ok(true)
