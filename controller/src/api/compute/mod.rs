@@ -13,6 +13,7 @@ mod flavors;
 mod launch;
 mod rebuild;
 mod resize;
+mod server_action;
 mod servers;
 
 pub(crate) use launch::headroom;
@@ -61,7 +62,10 @@ pub fn routes() -> Router<ApiState> {
             "/compute/v2.1/servers/{id}",
             get(servers::show).delete(launch::delete),
         )
-        .route("/compute/v2.1/servers/{id}/action", post(launch::action))
+        .route(
+            "/compute/v2.1/servers/{id}/action",
+            post(server_action::action),
+        )
         .route(
             "/compute/v2.1/servers/{id}/os-instance-actions",
             get(actions::list),
