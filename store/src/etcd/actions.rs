@@ -138,33 +138,3 @@ fn seq_of(kv: &Kv, prefix: &str) -> Result<u64> {
         .and_then(|s| u64::from_str_radix(s, 16).ok())
         .ok_or_else(|| StoreError::Backend(format!("bad action key {}", kv.key)))
 }
-
-/// The record of `instance` goes in `tx`: if it has actions, it joins the gone instances, and the
-/// actions of the gone instance pushed past [`GONE_INSTANCES_KEPT`] go.
-pub(super) fn instance_gone(tx: &mut Tx<'_>, instance: Uuid) -> Result<()> {
-    let keys = tx.keys();
-    if !tx.any_under(&keys.actions(instance))? {
-        return Ok(());
-    }
-    let counter = keys.gone_counter();
-    let last: u64 = match tx.get(&counter)? {
-        Some(kv) => kv
-            .text()?
-            .parse()
-            .map_err(|e| StoreError::Backend(format!("bad gone-instance counter: {e}")))?,
-        None => 0,
-    };
-    let seq = last + 1;
-    tx.put_text(&counter, &seq.to_string());
-    tx.put_text(&keys.gone(seq), &instance.to_string());
-    if seq > GONE_INSTANCES_KEPT {
-        let oldest = keys.gone(seq - GONE_INSTANCES_KEPT);
-        if let Some(kv) = tx.get(&oldest)? {
-            let id = Uuid::parse_str(kv.text()?)
-                .map_err(|e| StoreError::Backend(format!("bad id at {}: {e}", kv.key)))?;
-            tx.delete_prefix(&keys.actions(id));
-            tx.delete(&oldest);
-        }
-    }
-    Ok(())
-}

@@ -3,7 +3,6 @@
 
 use uuid::Uuid;
 
-use super::instances::net_in;
 use super::keys::suffix;
 use super::records::*;
 use super::{EtcdStore, Tx, all, decode_all, duplicate};
@@ -290,4 +289,10 @@ fn parse_role_key(key: &str, prefix: &str) -> Result<(Uuid, Role)> {
         Uuid::parse_str(id).map_err(|_| bad())?,
         role_from(role).ok_or_else(bad)?,
     ))
+}
+
+/// The tenant's network record, read in `tx`.
+pub(super) fn net_in(tx: &mut Tx<'_>, tenant: Uuid) -> Result<NetRec> {
+    let key = tx.keys().net(tenant);
+    Ok(tx.get_json(&key)?.unwrap_or_default())
 }

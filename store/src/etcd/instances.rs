@@ -4,6 +4,7 @@
 
 use uuid::Uuid;
 
+use super::identity::net_in;
 use super::keys::prefix_end;
 use super::records::*;
 use super::{EtcdStore, Kv, Tx};
@@ -320,12 +321,6 @@ impl InstanceStore for EtcdStore {
     }
 }
 
-/// The tenant's network record, read in `tx`.
-pub(super) fn net_in(tx: &mut Tx<'_>, tenant: Uuid) -> Result<NetRec> {
-    let key = tx.keys().net(tenant);
-    Ok(tx.get_json(&key)?.unwrap_or_default())
-}
-
 /// The index in `net.subnets` of a subnet with a free address, carving a new one (and writing
 /// its block key) if all are full.
 fn subnet_with_room(tx: &mut Tx<'_>, t: &TenantRec, net: &mut NetRec) -> Result<usize> {
@@ -499,7 +494,7 @@ pub(super) fn delete_in(tx: &mut Tx<'_>, scope: Scope, id: Uuid) -> Result<()> {
         net.usage.memory_mb = net.usage.memory_mb.saturating_sub(i.memory_mb);
         tx.put(&keys.net(i.tenant), &net)?;
         tx.delete(&keys.instance(id));
-        super::actions::instance_gone(tx, id)?;
+        instance_gone(tx, id)?;
         tx.delete(&keys.order(i.tenant, i.seq));
         tx.delete(&keys.reference("workload", i.workload, id));
         if let Some(node) = i.node {
@@ -514,4 +509,34 @@ fn cnci_in(tx: &mut Tx<'_>, scope: Scope, id: Uuid) -> Result<CnciRec> {
     tx.get_json::<CnciRec>(&key)?
         .filter(|c| scope.sees(Some(c.tenant)))
         .ok_or_else(|| StoreError::not_found("CNCI", id))
+}
+
+/// The record of `instance` goes in `tx`: if it has actions, it joins the gone instances, and the
+/// actions of the gone instance pushed past [`GONE_INSTANCES_KEPT`] go.
+fn instance_gone(tx: &mut Tx<'_>, instance: Uuid) -> Result<()> {
+    let keys = tx.keys();
+    if !tx.any_under(&keys.actions(instance))? {
+        return Ok(());
+    }
+    let counter = keys.gone_counter();
+    let last: u64 = match tx.get(&counter)? {
+        Some(kv) => kv
+            .text()?
+            .parse()
+            .map_err(|e| StoreError::Backend(format!("bad gone-instance counter: {e}")))?,
+        None => 0,
+    };
+    let seq = last + 1;
+    tx.put_text(&counter, &seq.to_string());
+    tx.put_text(&keys.gone(seq), &instance.to_string());
+    if seq > GONE_INSTANCES_KEPT {
+        let oldest = keys.gone(seq - GONE_INSTANCES_KEPT);
+        if let Some(kv) = tx.get(&oldest)? {
+            let id = Uuid::parse_str(kv.text()?)
+                .map_err(|e| StoreError::Backend(format!("bad id at {}: {e}", kv.key)))?;
+            tx.delete_prefix(&keys.actions(id));
+            tx.delete(&oldest);
+        }
+    }
+    Ok(())
 }

@@ -180,29 +180,3 @@ fn write_back(tx: &Transaction<'_>, action: &InstanceAction) -> Result<()> {
     ])?;
     Ok(())
 }
-
-/// The record of `instance` went (in the caller's transaction): if it has actions, it joins the
-/// gone instances, and the actions of the gone instances past [`GONE_INSTANCES_KEPT`] go.
-pub(super) fn instance_gone(tx: &Transaction<'_>, instance: Uuid) -> Result<()> {
-    let added = tx
-        .prepare_cached(
-            "INSERT INTO gone_instances (instance_id) SELECT ?1
-                 WHERE EXISTS (SELECT 1 FROM instance_actions WHERE instance_id = ?1)",
-        )?
-        .execute([instance.to_string()])?;
-    if added == 0 {
-        return Ok(());
-    }
-    let cut = tx.last_insert_rowid() - int(GONE_INSTANCES_KEPT)?;
-    if cut <= 0 {
-        return Ok(());
-    }
-    tx.prepare_cached(
-        "DELETE FROM instance_actions WHERE instance_id IN
-             (SELECT instance_id FROM gone_instances WHERE seq <= ?1)",
-    )?
-    .execute([cut])?;
-    tx.prepare_cached("DELETE FROM gone_instances WHERE seq <= ?1")?
-        .execute([cut])?;
-    Ok(())
-}

@@ -394,7 +394,7 @@ fn release_subnet_if_empty(tx: &Transaction<'_>, subnet_id: Uuid) -> Result<()> 
 pub(super) fn delete(tx: &Transaction<'_>, scope: Scope, id: Uuid) -> Result<()> {
     let (_, subnet_id) = with_subnet_id(tx, scope, id)?;
     tx.execute("DELETE FROM instances WHERE id = ?1", [id.to_string()])?;
-    super::actions::instance_gone(tx, id)?;
+    instance_gone(tx, id)?;
     tx.execute(
         "UPDATE subnets SET used = used - 1 WHERE id = ?1",
         [subnet_id.to_string()],
@@ -566,4 +566,30 @@ pub(super) fn delete_cnci(tx: &Transaction<'_>, id: Uuid) -> Result<()> {
     let c = cnci(tx, Scope::All, id)?;
     tx.execute("DELETE FROM cncis WHERE id = ?1", [id.to_string()])?;
     release_subnet_if_empty(tx, c.subnet)
+}
+
+/// The record of `instance` went (in the caller's transaction): if it has actions, it joins the
+/// gone instances, and the actions of the gone instances past [`GONE_INSTANCES_KEPT`] go.
+fn instance_gone(tx: &Transaction<'_>, instance: Uuid) -> Result<()> {
+    let added = tx
+        .prepare_cached(
+            "INSERT INTO gone_instances (instance_id) SELECT ?1
+                 WHERE EXISTS (SELECT 1 FROM instance_actions WHERE instance_id = ?1)",
+        )?
+        .execute([instance.to_string()])?;
+    if added == 0 {
+        return Ok(());
+    }
+    let cut = tx.last_insert_rowid() - int(GONE_INSTANCES_KEPT)?;
+    if cut <= 0 {
+        return Ok(());
+    }
+    tx.prepare_cached(
+        "DELETE FROM instance_actions WHERE instance_id IN
+             (SELECT instance_id FROM gone_instances WHERE seq <= ?1)",
+    )?
+    .execute([cut])?;
+    tx.prepare_cached("DELETE FROM gone_instances WHERE seq <= ?1")?
+        .execute([cut])?;
+    Ok(())
 }
