@@ -16,8 +16,8 @@
 //! [`cnci`] is the tenant network concentrator's body (the `cumulo-cnci` binary): it shares
 //! [`net`]'s kernel interface and names nothing of the agent's core.
 //!
-//! Tests use [`backend::fake::FakeBackend`] and [`reporter::RecordingReporter`], both
-//! recording fakes, with tokio's paused clock.
+//! Tests use `backend::fake::FakeBackend` and `reporter::RecordingReporter`, both recording
+//! fakes (built for `cfg(test)` and the `testing` feature only), with tokio's paused clock.
 #![forbid(unsafe_code)]
 
 pub mod backend;

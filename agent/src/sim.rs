@@ -24,8 +24,8 @@ use std::time::Duration;
 use tokio::sync::watch;
 use uuid::Uuid;
 
+use crate::backend::Op;
 use crate::backend::console::last_lines;
-use crate::backend::fake::Op;
 use crate::backend::{Backend, BackendError, ConsoleError, Existing, Power};
 use crate::model::{Action, InstanceSpec, Resources, Usage};
 

@@ -7,26 +7,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::watch;
 use uuid::Uuid;
 
+pub use super::Op;
 use super::console::last_lines;
 use super::{Backend, BackendError, ConsoleError, Existing, Power};
 use crate::model::{Action, InstanceSpec, Resources, Usage};
-
-/// A backend operation, as recorded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Op {
-    /// [`Backend::create`].
-    Create,
-    /// [`Backend::start`].
-    Start,
-    /// [`Backend::stop`].
-    Stop,
-    /// [`Backend::delete`].
-    Delete,
-    /// [`Backend::action`].
-    Act(Action),
-    /// [`Backend::resize`].
-    Resize(Resources),
-}
 
 /// One recorded call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -1,5 +1,5 @@
 //! The [`Backend`] trait: what runs instances (the `sim` backend, [`libvirt`] for real VMs), and
-//! [`fake`], a recording fake for unit tests.
+//! `fake`, a recording fake for tests (`cfg(test)` and the `testing` feature).
 //!
 //! The trait is narrow on purpose: make, start, stop and delete one instance, act on a running
 //! one (reboot, pause, suspend, ...), wait for one to exit on its own, measure all of them, and
@@ -8,6 +8,7 @@
 //! order; different instances' operations run concurrently.
 
 pub mod console;
+#[cfg(any(test, feature = "testing"))]
 pub mod fake;
 pub mod fence_token;
 pub mod libvirt;
@@ -17,6 +18,23 @@ use uuid::Uuid;
 
 use crate::model::{Action, InstanceSpec, Resources, Usage};
 pub use console::ConsoleError;
+
+/// A backend operation: what the fake records and what the sim can be told to fail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Op {
+    /// [`Backend::create`].
+    Create,
+    /// [`Backend::start`].
+    Start,
+    /// [`Backend::stop`].
+    Stop,
+    /// [`Backend::delete`].
+    Delete,
+    /// [`Backend::action`].
+    Act(Action),
+    /// [`Backend::resize`].
+    Resize(Resources),
+}
 
 /// A backend operation that failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

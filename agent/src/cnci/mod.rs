@@ -5,7 +5,7 @@
 //! entry per node and hairpin, or a GRE-tap per node; `docs/networking.md`, "What the CNCI must
 //! do").
 //!
-//! The kernel is behind [`CnciOps`] ([`RtCnciOps`] over rtnetlink, [`FakeCnciOps`] for tests).
+//! The kernel is behind [`CnciOps`] ([`RtCnciOps`] over rtnetlink, `FakeCnciOps` (`testing` feature) for tests).
 //! The same binary runs inside a CNCI VM or, where no VMs are wanted, as a process in its own
 //! network namespace on a network node.
 //!
@@ -16,6 +16,7 @@
 pub mod cli;
 pub mod dhcp;
 pub mod edge;
+#[cfg(any(test, feature = "testing"))]
 pub mod fake;
 pub mod hub;
 pub mod launch;
@@ -25,6 +26,7 @@ pub mod run;
 #[cfg(test)]
 mod tests;
 
+#[cfg(any(test, feature = "testing"))]
 pub use fake::FakeCnciOps;
 pub use hub::{Hub, HubConfig, HubError, NodeSubnet, Outcome, Rebuilt};
 pub use ops::{CnciOps, HubSpec, RtCnciOps};

@@ -4,7 +4,7 @@
 //! - [`NetOps`] is the narrow interface to the kernel: create a bridge, a tunnel (VXLAN or
 //!   GRE-tap) or a tap, attach a link to a bridge, set it up or down, set its alias, list links,
 //!   delete a link. [`RtNetOps`] implements it over rtnetlink (taps through `/dev/net/tun`), in
-//!   the network namespace of the thread that creates it; [`FakeNetOps`] records every call for
+//!   the network namespace of the thread that creates it; `FakeNetOps` (`testing` feature) records every call for
 //!   tests.
 //! - [`Network`] holds the logic above it: [`Network::attach`] makes the subnet's bridge and
 //!   tunnel on first use and says when a VNIC is the subnet's first on this node (the agent then
@@ -24,6 +24,7 @@
 
 mod args;
 mod backend;
+#[cfg(any(test, feature = "testing"))]
 pub mod fake;
 pub mod names;
 mod network;
@@ -34,6 +35,7 @@ mod tests;
 
 pub use args::{NetArgs, NetArgsError};
 pub use backend::{NetBackend, TenantChange};
+#[cfg(any(test, feature = "testing"))]
 pub use fake::FakeNetOps;
 pub use names::{Cidr, LinkRole, SubnetId, tap_mac, tap_name};
 pub use network::{

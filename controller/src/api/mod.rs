@@ -25,6 +25,7 @@ mod native;
 mod openapi;
 pub mod password;
 mod serve;
+#[cfg(any(test, fuzzing, feature = "testing"))]
 pub mod testing;
 pub mod token;
 
