@@ -211,12 +211,10 @@ pub fn gateway(subnet: &Cidr) -> Option<Ipv4Addr> {
     }
 }
 
-/// The netmask of a prefix length (at most 32).
+/// The netmask of a prefix length (at most 32), as an integer.
 fn mask(prefix: u8) -> u32 {
-    match prefix {
-        0 => 0,
-        p => u32::MAX << (32 - u32::from(p.min(32))),
-    }
+    ipnet::Ipv4Net::new(Ipv4Addr::UNSPECIFIED, prefix.min(32))
+        .map_or(u32::MAX, |n| u32::from(n.netmask()))
 }
 
 /// One subnet's DHCP parameters.
@@ -236,11 +234,8 @@ impl Plan {
     /// The plan of an IPv4 subnet of at most /30 (`None` for IPv6 or smaller subnets).
     pub fn of(subnet: &Cidr, mtu: u16) -> Option<Plan> {
         let gateway = gateway(subnet)?;
-        let std::net::IpAddr::V4(a) = subnet.addr else {
-            return None;
-        };
         Some(Plan {
-            network: Ipv4Addr::from(u32::from(a) & mask(subnet.prefix)),
+            network: subnet.v4()?.network(),
             prefix: subnet.prefix,
             gateway,
             mtu,

@@ -132,11 +132,7 @@ impl<N: NatOps> Edge<N> {
             .collect();
         let mut want = BTreeMap::new();
         for peer in r.cncis.iter().take(MAX_SIBLINGS) {
-            let subnet = Cidr {
-                addr: peer.subnet.addr,
-                prefix: peer.subnet.prefix,
-            };
-            let (Some(net), IpAddr::V4(via)) = (network(&subnet), peer.physical_ip) else {
+            let (Some(net), IpAddr::V4(via)) = (network(&peer.subnet), peer.physical_ip) else {
                 continue;
             };
             if via == self.config.uplink_ip || own.contains(&net) || via.is_unspecified() {
@@ -305,13 +301,7 @@ impl<N: NatOps> Edge<N> {
 
 /// The network address and prefix of an IPv4 subnet.
 fn network(c: &Cidr) -> Option<(Ipv4Addr, u8)> {
-    match c.addr {
-        IpAddr::V4(a) if c.prefix <= 32 => {
-            let mask = u32::MAX.checked_shl(32 - u32::from(c.prefix)).unwrap_or(0);
-            Some((Ipv4Addr::from(u32::from(a) & mask), c.prefix))
-        }
-        _ => None,
-    }
+    c.v4().map(|n| (n.network(), n.prefix_len()))
 }
 
 /// The command's addresses, both IPv4 and the public one a unicast address.

@@ -88,10 +88,7 @@ impl NodeSubnet {
             node: e.agent_uuid,
             node_ip: e.agent_ip,
             tenant: e.tenant_uuid,
-            subnet: Cidr {
-                addr: e.tenant_subnet.addr,
-                prefix: e.tenant_subnet.prefix,
-            },
+            subnet: e.tenant_subnet,
             key: e.subnet_key,
         }
     }

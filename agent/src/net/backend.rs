@@ -44,10 +44,7 @@ impl TenantChange {
             agent_uuid,
             agent_ip,
             tenant_uuid: s.tenant,
-            tenant_subnet: ssntp::payload::Cidr {
-                addr: s.subnet.addr,
-                prefix: s.subnet.prefix,
-            },
+            tenant_subnet: s.subnet,
             concentrator_uuid: s.cnci,
             concentrator_ip: s.cnci_ip,
             subnet_key: s.key,

@@ -16,9 +16,7 @@
 //! bytes). Every alias carries the whole subnet identity, so that any one
 //! surviving link is enough to rebuild (and repair) its subnet after a restart.
 
-use std::fmt;
 use std::net::IpAddr;
-use std::str::FromStr;
 use uuid::Uuid;
 
 use super::TunnelKind;
@@ -71,35 +69,8 @@ pub fn is_ours(name: &str) -> bool {
         })
 }
 
-/// An IP prefix, `10.0.0.0/24`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Cidr {
-    /// The address.
-    pub addr: IpAddr,
-    /// The prefix length.
-    pub prefix: u8,
-}
-
-impl fmt::Display for Cidr {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.addr, self.prefix)
-    }
-}
-
-impl FromStr for Cidr {
-    type Err = ();
-
-    fn from_str(s: &str) -> Result<Cidr, ()> {
-        let (addr, prefix) = s.split_once('/').ok_or(())?;
-        let addr: IpAddr = addr.parse().map_err(|_| ())?;
-        let prefix: u8 = prefix.parse().map_err(|_| ())?;
-        let max = if addr.is_ipv4() { 32 } else { 128 };
-        if prefix > max {
-            return Err(());
-        }
-        Ok(Cidr { addr, prefix })
-    }
-}
+/// An IP prefix, `10.0.0.0/24`: the protocol's own type (one CIDR type in the whole tree).
+pub use ssntp::payload::Cidr;
 
 /// A tenant subnet as a compute node sees it: the bridge and tunnel are made for this
 /// (tenant, subnet, CNCI) and keyed by `key`.

@@ -14,6 +14,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::str::FromStr;
 
+use ipnet::Ipv4Net;
+
 use super::error::{UpError, io_err};
 use super::layout::Layout;
 
@@ -83,10 +85,12 @@ impl FromStr for ComputeNet {
             return Err(ComputeNetError::Prefix(prefix));
         }
         let net = ComputeNet { address, prefix };
-        let a = u32::from(address);
-        let network = u32::from(net.network());
-        let half = 1u32 << (31 - u32::from(prefix));
-        if a == network || a >= network + half || address.is_loopback() || address.is_multicast() {
+        let (lower, _) = net.halves();
+        if !lower.contains(&address)
+            || address == lower.network()
+            || address.is_loopback()
+            || address.is_multicast()
+        {
             return Err(ComputeNetError::Address(s.to_string()));
         }
         Ok(net)
@@ -94,17 +98,27 @@ impl FromStr for ComputeNet {
 }
 
 impl ComputeNet {
+    /// The network (prefix 8 to 29, checked by the parser).
+    fn net(self) -> Ipv4Net {
+        Ipv4Net::new(self.address, self.prefix).map_or_else(|_| Ipv4Net::default(), |n| n.trunc())
+    }
+
+    /// The network's lower half (the hosts') and upper half (the CNCIs').
+    fn halves(self) -> (Ipv4Net, Ipv4Net) {
+        let net = self.net();
+        let mut halves = net.subnets(self.prefix + 1).into_iter().flatten();
+        let lower = halves.next().unwrap_or(net);
+        (lower, halves.next().unwrap_or(lower))
+    }
+
     /// The network's address.
     pub fn network(self) -> Ipv4Addr {
-        let mask = u32::MAX << (32 - u32::from(self.prefix));
-        Ipv4Addr::from(u32::from(self.address) & mask)
+        self.net().network()
     }
 
     /// The CNCIs' addresses (the agent's `--cnci-addresses`): the upper half of the network.
     pub fn cnci_addresses(self) -> String {
-        let half = 1u32 << (31 - u32::from(self.prefix));
-        let upper = Ipv4Addr::from(u32::from(self.network()) + half);
-        format!("{upper}/{}", self.prefix + 1)
+        self.halves().1.to_string()
     }
 }
 

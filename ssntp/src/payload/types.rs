@@ -16,7 +16,7 @@ pub enum AddrParseError {
 }
 
 /// An IP network in CIDR notation (`172.16.0.0/24`). The address is kept as written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Cidr {
     /// The address part.
     pub addr: IpAddr,
@@ -29,6 +29,15 @@ impl Cidr {
     pub fn new(addr: IpAddr, prefix: u8) -> Option<Cidr> {
         let max = if addr.is_ipv4() { 32 } else { 128 };
         (prefix <= max).then_some(Cidr { addr, prefix })
+    }
+
+    /// The IPv4 network (address as written; `trunc()` gives the network address), for the
+    /// arithmetic (masks, hosts, containment) done by `ipnet`; `None` for IPv6.
+    pub fn v4(&self) -> Option<ipnet::Ipv4Net> {
+        match self.addr {
+            IpAddr::V4(a) => ipnet::Ipv4Net::new(a, self.prefix).ok(),
+            IpAddr::V6(_) => None,
+        }
     }
 }
 

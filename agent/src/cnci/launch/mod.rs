@@ -376,20 +376,15 @@ impl<B: Backend> CnciLauncher<B> {
     /// The lowest free address of the pool (not its network or broadcast address), reserved
     /// for `id`.
     fn allocate(&self, id: Uuid) -> Result<Ipv4Addr, BackendError> {
-        let pool = self.config()?.addresses;
-        let std::net::IpAddr::V4(base) = pool.addr else {
+        let Some(pool) = self.config()?.addresses.v4() else {
             return Err(BackendError::Network(
                 "--cnci-addresses must be IPv4".into(),
             ));
         };
-        let prefix = u32::from(pool.prefix.min(32));
-        let size = 1u64 << (32 - prefix);
-        let start = u32::from(base) & u32::MAX.checked_shl(32 - prefix).unwrap_or(0);
         let owner = id.to_string();
-        for addr in (1..size.saturating_sub(1))
-            .filter_map(|i| u32::try_from(i).ok())
-            .map(|i| Ipv4Addr::from(start.wrapping_add(i)))
-        {
+        // A /31 or /32 has no address but its network and broadcast ones to give.
+        let hosts = pool.trunc().hosts().filter(|_| pool.prefix_len() <= 30);
+        for addr in hosts {
             match self
                 .reservations
                 .reserve(ADDRESS_POOL, &addr.to_string(), &owner)
