@@ -15,6 +15,16 @@
 //!
 //! [`parse`] reads at most the datagram it is given, checks every length against it and
 //! returns a typed [`DhcpError`] for anything it cannot use: it never panics on garbage.
+//!
+//! Why the packet codec is ours and not `dhcproto`'s (measured 2026-12-02, issue 19): the codec
+//! is the ~150 lines of [`parse`] and the reply writer, for the four options a fixed-lease server
+//! reads and the nine it writes, fuzzed (`fuzz/fuzz_targets/dhcp_packet.rs`: every reply it
+//! writes must parse back to what was meant). dhcproto 0.15 would bring `hickory-proto` (a DNS
+//! protocol library) and 13 other crates new to our lock file; a release build of a
+//! probe that only decodes and encodes one message spent 26.9 s compiling hickory-proto and
+//! 18.8 s compiling dhcproto (`cargo build --release --timings`, 2 cores, loaded), to replace
+//! those 150 lines. The lease logic ([`Plan`]) would stay ours either way. Revisit if the server ever needs more than fixed leases (options from the tenant,
+//! DHCPv6).
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::time::Duration;
