@@ -30,6 +30,7 @@ pub mod console;
 pub mod fault;
 mod inbound;
 pub mod offhost;
+mod origin;
 mod rebuild;
 mod relocate;
 pub mod run;
@@ -241,6 +242,10 @@ struct State {
     /// Rebuilding instances whose START went (see [`rebuild`]).
     rebuild_started: HashSet<Uuid>,
     traces: VecDeque<Trace>,
+    /// The scheduler of the current (or last) session: the origin of its own frames.
+    scheduler: Option<Uuid>,
+    /// Reports refused for claiming what is not their sender's, by frame (see [`origin`]).
+    refused: HashMap<&'static str, u64>,
 }
 
 /// At most this many unknown instances are remembered (then the set starts again).
@@ -828,6 +833,10 @@ impl Cluster for Engine {
 
     fn connected(&self) -> bool {
         self.out.connected()
+    }
+
+    fn reports_refused(&self) -> Vec<(&'static str, u64)> {
+        Engine::reports_refused(self)
     }
 }
 
