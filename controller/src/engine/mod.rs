@@ -24,6 +24,10 @@
 //! Instances that a node reports and the store does not know are reported as events once, never
 //! adopted or killed, unless this engine removed their record (deleted by the user): those get
 //! a DELETE, since their START reached the node after the controller had given it up.
+//!
+//! What arrives with its origin (the driver's frames) is checked against it (module `origin`):
+//! a node changes only its own instances, a CNCI only itself; what claims more is refused,
+//! logged and counted ([`Engine::reports_refused`]).
 
 mod cnci;
 pub mod console;
