@@ -122,7 +122,7 @@ impl SimBackend {
                 path: dir.clone(),
                 source,
             };
-            std::fs::create_dir_all(dir).map_err(err)?;
+            support::private::dir(dir).map_err(err)?;
             for entry in std::fs::read_dir(dir).map_err(err)? {
                 let entry = entry.map_err(err)?;
                 let name = entry.file_name();
@@ -266,7 +266,8 @@ impl SimBackend {
 
 fn write_file(path: &Path, file: &SimFile) -> std::io::Result<()> {
     let temp = path.with_extension("tmp");
-    let written = std::fs::write(
+    // The simulated disk holds what the guest wrote: for this user alone, as a real disk.
+    let written = support::private::write(
         &temp,
         serde_json::to_vec(file).map_err(std::io::Error::other)?,
     );

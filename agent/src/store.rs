@@ -7,6 +7,9 @@
 //! while the node is evacuated. A write is: temporary file, write, fsync, rename over the
 //! record, fsync the directory. Loading ignores (and removes) temporary files. All calls block:
 //! the core runs them on tokio's blocking pool.
+//!
+//! Records hold the user data: `instances/` is mode 0700 and every file written there 0600,
+//! whatever the umask.
 
 use serde::{Deserialize, Serialize};
 use std::fs::{self, File};
@@ -121,10 +124,10 @@ pub struct Store {
 }
 
 impl Store {
-    /// Opens the state directory, making it (and `instances/`) if it is not there.
+    /// Opens the state directory, making it (and `instances/`, mode 0700) if it is not there.
     pub fn open(root: &Path) -> Result<Store, StoreError> {
         let instances = root.join("instances");
-        fs::create_dir_all(&instances).map_err(io_err("creating", &instances))?;
+        support::private::dir(&instances).map_err(io_err("creating", &instances))?;
         Ok(Store {
             paths: Arc::new(Paths {
                 root: root.to_owned(),
@@ -224,9 +227,9 @@ impl Store {
     }
 }
 
-/// Temporary file, write, fsync, rename over `path`, fsync the directory.
+/// Temporary file (mode 0600), write, fsync, rename over `path`, fsync the directory.
 fn write_atomic(temp: &Path, path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
-    let mut file = File::create(temp).map_err(io_err("creating", temp))?;
+    let mut file = support::private::create(temp).map_err(io_err("creating", temp))?;
     file.write_all(bytes).map_err(io_err("writing", temp))?;
     file.sync_all().map_err(io_err("syncing", temp))?;
     drop(file);
@@ -294,6 +297,28 @@ mod tests {
         store.remove(Uuid::from_u128(2)).unwrap();
         store.remove(Uuid::from_u128(2)).unwrap();
         assert_eq!(store.load().unwrap().records, vec![a]);
+    }
+
+    /// Records hold user data: the agent's alone, whatever the umask left on the directory.
+    #[test]
+    fn records_are_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+        let dir = tempfile::tempdir().unwrap();
+        let instances = dir.path().join("instances");
+        fs::create_dir(&instances).unwrap();
+        fs::set_permissions(&instances, fs::Permissions::from_mode(0o755)).unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        assert_eq!(mode(&instances), 0o700);
+        let record = Record::new(spec(1, "debian"), Desired::Running);
+        store.write(&record).unwrap();
+        assert_eq!(mode(&store.record_path(Uuid::from_u128(1))), 0o600);
+        // A temporary file left readable by a crash is not what the next write leaves.
+        let temp = store.temp_path(Uuid::from_u128(1));
+        fs::write(&temp, b"torn").unwrap();
+        fs::set_permissions(&temp, fs::Permissions::from_mode(0o644)).unwrap();
+        store.write(&record).unwrap();
+        assert_eq!(mode(&store.record_path(Uuid::from_u128(1))), 0o600);
     }
 
     #[test]

@@ -77,14 +77,7 @@ impl Cluster {
 
     /// Runs a command that must succeed; returns its stdout.
     fn ok(&self, args: &[&str]) -> String {
-        let out = self.cumulo(args);
-        assert!(
-            out.status.success(),
-            "cumulo {args:?}: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
+        common::succeeded(args, self.cumulo(args))
     }
 
     /// Runs a command that must fail; returns its stderr.

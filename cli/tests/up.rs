@@ -1,6 +1,7 @@
-//! `cumulo up --backend sim` in a temporary directory, the CLI through create, list, show, stop,
-//! start and delete with `--json` checked, a second `up` that finds the cluster running, then
-//! `cumulo down`, and no process left behind.
+//! `cumulo up --backend sim` in a temporary directory (under umask 0: nothing of the cluster may
+//! count on the umask), the CLI through create, list, show, stop, start and delete with `--json`
+//! checked, every file of the cluster's directory against the modes it must have, a second `up`
+//! that finds the cluster running, then `cumulo down`, and no process left behind.
 //!
 //! The cluster's binaries must be built (`cargo build --bins`): without them the test is skipped
 //! with a message, unless `CUMULO_REQUIRE_BINS=1` (CI), which makes that a failure.
@@ -8,7 +9,8 @@
 #![allow(clippy::unwrap_used)]
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
@@ -25,8 +27,20 @@ struct Cluster {
 
 impl Cluster {
     fn cumulo(&self, args: &[&str]) -> Output {
-        Command::new(CUMULO)
-            .args(args)
+        self.command(Command::new(CUMULO).args(args))
+    }
+
+    /// `cumulo` with umask 0 (and so the services it starts): the most a file may be opened.
+    fn cumulo_umask_0(&self, args: &[&str]) -> Output {
+        self.command(
+            Command::new("sh")
+                .args(["-c", "umask 0 && exec \"$0\" \"$@\"", CUMULO])
+                .args(args),
+        )
+    }
+
+    fn command(&self, command: &mut Command) -> Output {
+        command
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
             .envs(&self.env)
@@ -36,14 +50,7 @@ impl Cluster {
 
     /// Runs a command that must succeed; returns its stdout.
     fn ok(&self, args: &[&str]) -> String {
-        let out = self.cumulo(args);
-        assert!(
-            out.status.success(),
-            "cumulo {args:?}: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
+        common::succeeded(args, self.cumulo(args))
     }
 
     fn json(&self, args: &[&str]) -> Value {
@@ -91,6 +98,97 @@ impl Cluster {
     }
 }
 
+/// Every file and directory a sim cluster writes in its directory, by path (`*` stands for any
+/// part of a name), with its mode under umask 0: secrets (keys, passwords, the store, instance
+/// records and disks, logs) the owner's alone, public files (certificates, addresses, PIDs)
+/// readable by all and writable by the owner, directories the owner's alone. A file that is not
+/// here fails the test: a new one must be classified.
+const MODES: &[(&str, u32)] = &[
+    ("addresses", 0o644),
+    ("admin-password", 0o600),
+    ("demo-password", 0o600),
+    ("env", 0o600),
+    ("agent", 0o700),
+    ("agent/agent.lock", 0o600),
+    ("agent/instances", 0o700),
+    ("agent/instances/*.json", 0o600),
+    ("agent/instances/.*.json.tmp", 0o600),
+    ("agent/sim", 0o700),
+    ("agent/sim/*", 0o600),
+    ("certs", 0o700),
+    ("certs/*.pem", 0o644),
+    ("certs/*.key", 0o600),
+    ("controller", 0o700),
+    ("controller/controller.db", 0o600),
+    ("controller/controller.db-wal", 0o600),
+    ("controller/controller.db-shm", 0o600),
+    ("controller/token.key", 0o600),
+    ("logs", 0o700),
+    ("logs/*.log", 0o600),
+    ("run", 0o700),
+    ("run/*.pid", 0o644),
+    ("scheduler", 0o700),
+];
+
+/// Whether `name` matches `pattern`, where `*` stands for any run of characters.
+fn matches(pattern: &str, name: &str) -> bool {
+    match pattern.split_once('*') {
+        None => pattern == name,
+        Some((head, tail)) => name.strip_prefix(head).is_some_and(|rest| {
+            (0..=rest.len()).any(|i| rest.is_char_boundary(i) && matches(tail, &rest[i..]))
+        }),
+    }
+}
+
+/// What under `root` is not as [`MODES`] says, one line each.
+fn modes_off(root: &Path) -> Vec<String> {
+    let mut off = Vec::new();
+    let mut dirs = vec![root.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let Ok(meta) = std::fs::symlink_metadata(&path) else {
+                continue; // gone meanwhile (a temporary file)
+            };
+            let rel = path
+                .strip_prefix(root)
+                .unwrap()
+                .to_str()
+                .unwrap()
+                .to_string();
+            let mode = meta.permissions().mode() & 0o7777;
+            if meta.is_dir() {
+                dirs.push(path.clone());
+            } else if !meta.is_file() {
+                off.push(format!("{rel}: neither a file nor a directory"));
+                continue;
+            }
+            match MODES.iter().find(|(pattern, _)| matches(pattern, &rel)) {
+                Some((_, want)) if *want == mode => {}
+                Some((_, want)) => off.push(format!("{rel}: mode {mode:04o}, not {want:04o}")),
+                None => off.push(format!("{rel}: mode {mode:04o}, not classified in MODES")),
+            }
+        }
+    }
+    off.sort();
+    off
+}
+
+#[test]
+fn the_mode_patterns_match_as_meant() {
+    assert!(matches("logs/*.log", "logs/agent.log"));
+    assert!(!matches("logs/*.log", "logs/agent.log.1"));
+    assert!(matches(
+        "agent/instances/.*.json.tmp",
+        "agent/instances/.a.json.tmp"
+    ));
+    assert!(!matches(
+        "agent/instances/*.json",
+        "agent/instances/a.json.tmp"
+    ));
+    assert!(matches("env", "env") && !matches("env", "envy"));
+}
+
 /// Whether `pid` is a live process (zombies count as gone).
 fn alive(pid: i32) -> bool {
     let stat = PathBuf::from(format!("/proc/{pid}/stat"));
@@ -125,7 +223,7 @@ fn up_drive_and_down() {
         "--api-listen",
         &api,
     ];
-    let shown = cluster.ok(&up);
+    let shown = common::succeeded(&up, cluster.cumulo_umask_0(&up));
     assert!(shown.contains("cumulo is up (sim backend)"), "{shown}");
     // The exports `up` wrote are all the CLI needs.
     let env = std::fs::read_to_string(cluster.dir.path().join("env")).unwrap();
@@ -184,6 +282,15 @@ fn up_drive_and_down() {
     let err = String::from_utf8_lossy(&bad.stderr);
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.starts_with("cumulo: "), "{err}");
+
+    // Everything the cluster wrote so far (secrets included: passwords, keys, the store, the
+    // instances' records and disks) has the mode it must have, whatever the umask.
+    let off = modes_off(cluster.dir.path());
+    assert!(
+        off.is_empty(),
+        "files with the wrong mode:\n{}",
+        off.join("\n")
+    );
 
     // A second `up` finds it running and leaves it alone.
     let again = cluster.ok(&up);

@@ -190,14 +190,7 @@ impl Cluster {
 
     /// A `cumulo` command that must succeed; its stdout.
     fn ok(&self, args: &[&str]) -> String {
-        let out = self.in_ns(CUMULO, args);
-        assert!(
-            out.status.success(),
-            "cumulo {args:?}: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
+        common::succeeded(args, self.in_ns(CUMULO, args))
     }
 
     fn json(&self, args: &[&str]) -> Value {

@@ -310,4 +310,10 @@ pub trait Cluster: Send + Sync {
     fn traces(&self) -> Vec<Trace>;
     /// Whether the controller has a session with the scheduler now.
     fn connected(&self) -> bool;
+    /// Reports from nodes and CNCIs refused since the start for claiming what is not their
+    /// sender's (an instance placed on another node, another CNCI), by frame name; none
+    /// unless the cluster checks them.
+    fn reports_refused(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
 }

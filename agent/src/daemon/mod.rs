@@ -38,6 +38,7 @@ use ssntp_net::{Client, ClientConfig, ClientError, ClientEvent, ClientHandle, Tl
 use std::fs::{File, OpenOptions};
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::Arc;
@@ -175,17 +176,22 @@ pub enum DaemonError {
 }
 
 /// Holds `<state-dir>/agent.lock` while the daemon runs: one agent per state directory, whether
-/// or not its UUID is stored there.
+/// or not its UUID is stored there. A state directory made here is the agent's alone (0700,
+/// whatever the umask; the libvirt backend then lets QEMU's group through it); one that was
+/// there keeps its mode.
 fn lock_state_dir(dir: &Path) -> Result<File, DaemonError> {
     let err = |source| DaemonError::StateDir {
         path: dir.to_owned(),
         source,
     };
-    std::fs::create_dir_all(dir).map_err(err)?;
+    if !dir.exists() {
+        support::private::dir(dir).map_err(err)?;
+    }
     let lock = OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
+        .mode(support::private::FILE)
         .open(dir.join("agent.lock"))
         .map_err(err)?;
     match lock.try_lock() {

@@ -20,6 +20,20 @@ fn set_mode(path: &Path, mode: u32) -> std::io::Result<()> {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
 }
 
+/// Writes `text` to `path`, a file anyone may read but only this user write (0644 at most,
+/// whatever the umask lets through).
+fn write_public(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .mode(0o644)
+        .open(path)?
+        .write_all(text.as_bytes())
+}
+
 /// The files of one local cluster, and where its services listen.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Layout {
@@ -54,9 +68,9 @@ impl Layout {
     /// Records the addresses for later `status`, `down` and `up`.
     pub fn save_addresses(&self) -> std::io::Result<()> {
         std::fs::create_dir_all(&self.root)?;
-        std::fs::write(
-            self.root.join("addresses"),
-            format!("{}\n{}\n{}\n", self.scheduler, self.api, self.console),
+        write_public(
+            &self.root.join("addresses"),
+            &format!("{}\n{}\n{}\n", self.scheduler, self.api, self.console),
         )
     }
 
@@ -119,7 +133,7 @@ impl Layout {
 
     /// Records the libvirt URI for `down`, `status` and `cumulo instance console`.
     pub fn save_libvirt_uri(&self, uri: &str) -> std::io::Result<()> {
-        std::fs::write(self.root.join("libvirt-uri"), format!("{uri}\n"))
+        write_public(&self.root.join("libvirt-uri"), &format!("{uri}\n"))
     }
 
     /// The certificate set.

@@ -2,8 +2,9 @@
 //! again by PID file (checked against /proc so that a reused PID is not ours), stopped by PID:
 //! SIGTERM, then SIGKILL after a grace period.
 
-use std::fs::{File, OpenOptions};
+use std::fs::OpenOptions;
 use std::io::Write;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -55,7 +56,8 @@ pub struct Running {
 }
 
 /// Starts `spec` detached: a new process group, stdin from /dev/null, stdout and stderr
-/// appended to `log`; writes `pid_file` ("PID PROGRAM-FILE-NAME").
+/// appended to `log` (mode 0600 whatever the umask: a service may log what it was sent);
+/// writes `pid_file` ("PID PROGRAM-FILE-NAME", mode 0644 at most).
 pub fn spawn(spec: &Spec, log: &Path, pid_file: &Path) -> Result<Running, ProcError> {
     for dir in [log.parent(), pid_file.parent()].into_iter().flatten() {
         std::fs::create_dir_all(dir).map_err(io(format!("{}", dir.display())))?;
@@ -63,7 +65,12 @@ pub fn spawn(spec: &Spec, log: &Path, pid_file: &Path) -> Result<Running, ProcEr
     let out = OpenOptions::new()
         .create(true)
         .append(true)
+        .mode(0o600)
         .open(log)
+        .and_then(|f| {
+            f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+            Ok(f)
+        })
         .map_err(io(format!("{}", log.display())))?;
     let err = out.try_clone().map_err(io(format!("{}", log.display())))?;
     let child = Command::new(&spec.program)
@@ -77,7 +84,13 @@ pub fn spawn(spec: &Spec, log: &Path, pid_file: &Path) -> Result<Running, ProcEr
         .map_err(io(format!("starting {}", spec.program.display())))?;
     let pid = i32::try_from(child.id()).unwrap_or(i32::MAX);
     let program = file_name(&spec.program);
-    let mut f = File::create(pid_file).map_err(io(format!("{}", pid_file.display())))?;
+    let mut f = OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .mode(0o644)
+        .open(pid_file)
+        .map_err(io(format!("{}", pid_file.display())))?;
     writeln!(f, "{pid} {program}").map_err(io(format!("{}", pid_file.display())))?;
     // The child is not waited for: `up` exits and leaves it running (init reaps it later).
     drop(child);

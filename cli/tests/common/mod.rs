@@ -22,6 +22,18 @@ pub fn binaries_or_skip(bins: &[&str]) -> bool {
     false
 }
 
+/// The stdout of `cumulo args`, which must have succeeded (else its output is the failure).
+#[allow(dead_code)]
+pub fn succeeded(args: &[&str], out: std::process::Output) -> String {
+    assert!(
+        out.status.success(),
+        "cumulo {args:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("UTF-8 output")
+}
+
 /// The libvirt URI for tests of `cumulo up --backend libvirt` (`CUMULO_LIBVIRT_URI`: a system
 /// libvirtd that answers, as root), or `None` after saying why the test is skipped; a failure
 /// instead under `CUMULO_LIBVIRT_REQUIRED=1` (CI) or `CUMULO_REQUIRE_LIBVIRT=1`.

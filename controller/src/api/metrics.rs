@@ -1,5 +1,6 @@
 //! Request metrics in Prometheus text: requests by route and status class, a latency histogram
-//! by route, and instances by state (read from the store when scraped). Kept and written by
+//! by route, instances by state (read from the store when scraped), and the reports from nodes
+//! and CNCIs the cluster refused (read from it when scraped). Kept and written by
 //! `prometheus-client`, in the Prometheus text format 0.0.4.
 
 use std::time::Instant;
@@ -117,9 +118,30 @@ pub async fn track(State(state): State<ApiState>, request: Request, next: Next) 
     response
 }
 
+/// Registers the cluster's refused reports ([`Cluster::reports_refused`](crate::cluster::Cluster::reports_refused)), by frame: nothing
+/// for a cluster that checks none.
+fn register_refused(registry: &mut Registry, refused: Vec<(&'static str, u64)>) {
+    if refused.is_empty() {
+        return;
+    }
+    let family = Family::<Label, Counter>::default();
+    for (frame, n) in refused {
+        family
+            .get_or_create(&[("frame", frame.to_string())])
+            .inc_by(n);
+    }
+    // A counter: the encoder adds `_total` to its name.
+    registry.register(
+        "cumulo_controller_reports_refused",
+        "Reports from nodes and CNCIs refused for claiming what is not their sender's, by frame",
+        family,
+    );
+}
+
 /// `GET /metrics` (no authentication: counts only, no tenant data).
 pub async fn render(State(state): State<ApiState>) -> Response {
     let mut registry = state.metrics.registry();
+    register_refused(&mut registry, state.cluster.reports_refused());
     if let Ok(by_state) = servers_by_state(&state).await {
         let instances = Family::<Label, Gauge>::default();
         for (name, n) in by_state {
@@ -167,6 +189,26 @@ mod tests {
         assert!(text.contains("# TYPE cumulo_api_requests_total counter\n"));
         assert!(text.contains("# HELP cumulo_api_request_seconds API request latency by route.\n"));
         assert!(text.contains("# TYPE cumulo_api_request_seconds histogram\n"));
+    }
+
+    #[test]
+    fn refused_reports_are_counted_by_frame() {
+        let mut registry = Registry::default();
+        register_refused(&mut registry, vec![("STATS", 2), ("START_FAILURE", 0)]);
+        let text = encode(&registry);
+        assert!(
+            text.contains("cumulo_controller_reports_refused_total{frame=\"STATS\"} 2\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("cumulo_controller_reports_refused_total{frame=\"START_FAILURE\"} 0\n")
+        );
+        assert!(text.contains("# TYPE cumulo_controller_reports_refused_total counter\n"));
+
+        // A cluster that checks nothing adds no family.
+        let mut registry = Registry::default();
+        register_refused(&mut registry, Vec::new());
+        assert!(!encode(&registry).contains("refused"));
     }
 
     #[test]

@@ -11,11 +11,11 @@ use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, SystemTime};
 
-use ssntp::Payload;
 use ssntp::payload::{
     CnciPeer, ConcentratorAdded, FwType, Networking, RefreshCnci, Requirements, Start,
     StartFailure, StartFailureReason, VmType,
 };
+use ssntp::{Operand, Payload};
 use uuid::Uuid;
 
 use super::start::subnet_key;
@@ -260,20 +260,53 @@ impl Engine {
     }
 
     /// CONCENTRATOR_INSTANCE_ADDED: the CNCI is up; its subnet's instances can start, and every
-    /// CNCI of the tenant learns of its siblings.
-    pub(super) fn cnci_added(&self, added: &ConcentratorAdded) -> Result<(), ClusterError> {
-        let cnci = match self.store.cnci(Scope::All, added.instance_uuid) {
+    /// CNCI of the tenant learns of its siblings. From `origin`, it must announce that CNCI, of
+    /// the tenant the store gives it.
+    pub(super) fn cnci_added(
+        &self,
+        origin: Option<Uuid>,
+        added: &ConcentratorAdded,
+    ) -> Result<(), ClusterError> {
+        let id = added.instance_uuid;
+        if let Some(from) = origin
+            && from != id
+        {
+            self.refuse(
+                Operand::ConcentratorInstanceAdded,
+                from,
+                format_args!("to be CNCI {id}"),
+            );
+            return Ok(());
+        }
+        let cnci = match self.store.cnci(Scope::All, id) {
             Ok(cnci) => cnci,
             Err(StoreError::NotFound { .. }) => {
+                // Not in the tenant's events: the tenant it names is its word alone.
                 self.event(
-                    Some(added.tenant_uuid),
+                    None,
                     EventKind::Warning,
-                    format!("unknown CNCI {} announced itself", added.instance_uuid),
+                    format!(
+                        "unknown CNCI {id} (of tenant {}) announced itself",
+                        added.tenant_uuid
+                    ),
                 );
                 return Ok(());
             }
             Err(e) => return Err(e.into()),
         };
+        if let Some(from) = origin
+            && cnci.tenant != added.tenant_uuid
+        {
+            self.refuse(
+                Operand::ConcentratorInstanceAdded,
+                from,
+                format_args!(
+                    "tenant {} for CNCI {id} of tenant {}",
+                    added.tenant_uuid, cnci.tenant
+                ),
+            );
+            return Ok(());
+        }
         self.state().cnci_retries.remove(&cnci.id);
         let cnci = self.store.update_cnci(
             cnci.id,

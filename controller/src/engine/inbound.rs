@@ -3,11 +3,11 @@
 use std::collections::HashMap;
 use std::time::SystemTime;
 
-use ssntp::Payload;
 use ssntp::payload::{
     DeleteFailure, DeleteFailureReason, DeliveryFailure, InstanceState as Reported, NodeEvent,
     NodeState, NodeType, StartFailure, StartFailureReason, Stats, TraceReport,
 };
+use ssntp::{Operand, Payload};
 use uuid::Uuid;
 
 use super::{Engine, state_name};
@@ -32,7 +32,8 @@ impl Engine {
 
     /// [`Engine::handle_at`] for a frame whose creator (its header's origin: the node, for what
     /// a node reports) is `origin`: a node's report of an instance that the store places on
-    /// another node (or that was moved off it) is about a stale copy and changes nothing.
+    /// another node (or that was moved off it) is about a stale copy and changes nothing, and
+    /// what a node or a CNCI claims beyond its own is refused (see the `origin` module).
     pub fn handle_from(
         &self,
         origin: Uuid,
@@ -49,11 +50,11 @@ impl Engine {
         now: SystemTime,
     ) -> Result<(), ClusterError> {
         match payload {
-            Payload::Stats(stats) => self.on_stats(stats),
+            Payload::Stats(stats) => self.on_stats(origin, stats),
             Payload::InstanceStopped(e) => self.on_stopped(origin, e.instance_uuid),
             Payload::InstanceDeleted(e) => self.on_deleted(origin, e.instance_uuid),
-            Payload::StartFailure(f) => self.on_start_failure(f, now),
-            Payload::DeleteFailure(f) => self.on_delete_failure(f),
+            Payload::StartFailure(f) => self.on_start_failure(origin, f, now),
+            Payload::DeleteFailure(f) => self.on_delete_failure(origin, f),
             Payload::DeliveryFailure(f) => {
                 self.on_delivery_failure(f);
                 Ok(())
@@ -66,7 +67,7 @@ impl Engine {
                 self.on_node(e, false);
                 self.node_gone(e.node_uuid)
             }
-            Payload::ConcentratorInstanceAdded(added) => self.cnci_added(added),
+            Payload::ConcentratorInstanceAdded(added) => self.cnci_added(origin, added),
             Payload::TraceReport(report) => {
                 self.on_traces(report);
                 Ok(())
@@ -206,9 +207,19 @@ impl Engine {
     /// reconciled with the store. The first STATS of a node that comes back after it was lost
     /// settles its `missing` instances: `active` ones are active again, `exited` ones exited (on
     /// it), absent ones exited with no node; in any other state they stay missing until a later
-    /// STATS shows them active or exited.
-    fn on_stats(&self, stats: &Stats) -> Result<(), ClusterError> {
+    /// STATS shows them active or exited. From `origin`, it must describe that node.
+    fn on_stats(&self, origin: Option<Uuid>, stats: &Stats) -> Result<(), ClusterError> {
         let node = stats.node.node_uuid;
+        if let Some(from) = origin
+            && from != node
+        {
+            self.refuse(
+                Operand::Stats,
+                from,
+                format_args!("the STATS of node {node}"),
+            );
+            return Ok(());
+        }
         {
             let mut state = self.state();
             if let Some(n) = state.nodes.get_mut(&node) {
@@ -255,13 +266,16 @@ impl Engine {
                 None => match self.store.instance(Scope::All, stat.instance_uuid) {
                     Ok(record) => record,
                     Err(StoreError::NotFound { .. }) => {
-                        self.unknown_instance(node, stat.instance_uuid, stat.state)?;
+                        self.unknown_instance(origin, node, stat.instance_uuid, stat.state)?;
                         continue;
                     }
                     Err(e) => return Err(e.into()),
                 },
             };
             if self.stale_listed(node, record.id, record.node) {
+                continue;
+            }
+            if origin.is_some() && self.foreign(Operand::Stats, node, &record) {
                 continue;
             }
             self.reconcile(node, &record, stat.state)?;
@@ -276,14 +290,19 @@ impl Engine {
     }
 
     /// A node reports an instance the store does not have: a CNCI, or a stranger (reported once).
+    /// From `origin` (the node), a CNCI the store places on another node is left alone.
     fn unknown_instance(
         &self,
+        origin: Option<Uuid>,
         node: Uuid,
         id: Uuid,
         reported: Reported,
     ) -> Result<(), ClusterError> {
         match self.store.cnci(Scope::All, id) {
             Ok(cnci) => {
+                if origin.is_some() && self.foreign_cnci(Operand::Stats, node, &cnci) {
+                    return Ok(());
+                }
                 if reported == Reported::Exited {
                     return self.cnci_exited(&cnci);
                 }
@@ -542,9 +561,16 @@ impl Engine {
     fn on_stopped(&self, from: Option<Uuid>, id: Uuid) -> Result<(), ClusterError> {
         let record = match self.store.instance(Scope::All, id) {
             Ok(record) => record,
-            Err(StoreError::NotFound { .. }) => return self.cnci_gone(id),
+            Err(StoreError::NotFound { .. }) => {
+                return self.cnci_gone(Operand::InstanceStopped, from, id);
+            }
             Err(e) => return Err(e.into()),
         };
+        if let Some(from) = from
+            && self.foreign(Operand::InstanceStopped, from, &record)
+        {
+            return Ok(());
+        }
         if self.stale_report(from, id, record.node) {
             tracing::debug!(instance = %id, "INSTANCE_STOPPED of a stale copy ignored");
             return Ok(());
@@ -567,10 +593,15 @@ impl Engine {
             Err(StoreError::NotFound { .. }) => {
                 // A removed instance's late VM is gone now.
                 self.state().delete_sent.remove(&id);
-                return self.cnci_gone(id);
+                return self.cnci_gone(Operand::InstanceDeleted, from, id);
             }
             Err(e) => return Err(e.into()),
         };
+        if let Some(from) = from
+            && self.foreign(Operand::InstanceDeleted, from, &record)
+        {
+            return Ok(());
+        }
         if matches!(record.state, InstanceState::Deleted | InstanceState::Hung) {
             return self.forget(&record);
         }
@@ -594,32 +625,59 @@ impl Engine {
             .map(drop)
     }
 
-    /// INSTANCE_STOPPED/DELETED of something that is not an instance record: a CNCI, or noise.
-    fn cnci_gone(&self, id: Uuid) -> Result<(), ClusterError> {
+    /// INSTANCE_STOPPED/DELETED (`frame`, from node `from`) of something that is not an
+    /// instance record: a CNCI, or noise.
+    fn cnci_gone(&self, frame: Operand, from: Option<Uuid>, id: Uuid) -> Result<(), ClusterError> {
         match self.store.cnci(Scope::All, id) {
+            Ok(cnci) if from.is_some_and(|from| self.foreign_cnci(frame, from, &cnci)) => Ok(()),
             Ok(cnci) => self.cnci_exited(&cnci),
             Err(StoreError::NotFound { .. }) => Ok(()),
             Err(e) => Err(e.into()),
         }
     }
 
+    /// A START_FAILURE from `origin`: the scheduler's own, or a node's (which names that node
+    /// and may fail only its own instances).
     fn on_start_failure(
         &self,
+        origin: Option<Uuid>,
         failure: &StartFailure,
         now: SystemTime,
     ) -> Result<(), ClusterError> {
         let id = failure.instance_uuid;
         let reason = serde_name(&failure.reason);
+        let from = self.failing_node(origin);
+        if let Some(from) = from
+            && failure.node_uuid != Some(from)
+        {
+            self.refuse(
+                Operand::StartFailure,
+                from,
+                format_args!(
+                    "the START_FAILURE of instance {id} on {}",
+                    super::origin::placement(failure.node_uuid)
+                ),
+            );
+            return Ok(());
+        }
         let record = match self.store.instance(Scope::All, id) {
             Ok(record) => record,
             Err(StoreError::NotFound { .. }) => {
-                if let Ok(cnci) = self.store.cnci(Scope::All, id) {
+                if let Ok(cnci) = self.store.cnci(Scope::All, id)
+                    && !from
+                        .is_some_and(|from| self.foreign_cnci(Operand::StartFailure, from, &cnci))
+                {
                     self.cnci_start_failed(&cnci, failure, now);
                 }
                 return Ok(());
             }
             Err(e) => return Err(e.into()),
         };
+        if let Some(from) = from
+            && self.foreign(Operand::StartFailure, from, &record)
+        {
+            return Ok(());
+        }
         if !failure.reason.is_fatal() {
             tracing::info!("START of {id}: {reason} (not fatal)");
             return Ok(());
@@ -671,7 +729,27 @@ impl Engine {
         )
     }
 
-    fn on_delete_failure(&self, failure: &DeleteFailure) -> Result<(), ClusterError> {
+    /// A DELETE_FAILURE from `origin`, the node it names (in process: the node it names).
+    fn on_delete_failure(
+        &self,
+        origin: Option<Uuid>,
+        failure: &DeleteFailure,
+    ) -> Result<(), ClusterError> {
+        let from = match (origin, failure.node_uuid) {
+            (Some(origin), Some(named)) if origin != named => {
+                self.refuse(
+                    Operand::DeleteFailure,
+                    origin,
+                    format_args!(
+                        "the DELETE_FAILURE of instance {} on node {named}",
+                        failure.instance_uuid
+                    ),
+                );
+                return Ok(());
+            }
+            (Some(origin), _) => Some(origin),
+            (None, named) => named,
+        };
         if failure.reason != DeleteFailureReason::NoInstance {
             tracing::warn!(
                 "DELETE of {} failed: {}",
@@ -680,7 +758,7 @@ impl Engine {
             );
             return Ok(());
         }
-        if self.stale_removed(failure.node_uuid, failure.instance_uuid) {
+        if self.stale_removed(from, failure.instance_uuid) {
             return Ok(());
         }
         let record = match self.store.instance(Scope::All, failure.instance_uuid) {
@@ -688,10 +766,15 @@ impl Engine {
             Err(StoreError::NotFound { .. }) => return Ok(()),
             Err(e) => return Err(e.into()),
         };
+        if let Some(origin) = origin
+            && self.foreign(Operand::DeleteFailure, origin, &record)
+        {
+            return Ok(());
+        }
         match record.state {
             // Not there: nothing left to delete or stop.
             InstanceState::Deleted | InstanceState::Hung => self.forget(&record),
-            InstanceState::Stopping => self.on_stopped(failure.node_uuid, record.id),
+            InstanceState::Stopping => self.on_stopped(from, record.id),
             InstanceState::Rebuilding => self.rebuild_removed(&record),
             _ => Ok(()),
         }

@@ -24,12 +24,17 @@
 //! Instances that a node reports and the store does not know are reported as events once, never
 //! adopted or killed, unless this engine removed their record (deleted by the user): those get
 //! a DELETE, since their START reached the node after the controller had given it up.
+//!
+//! What arrives with its origin (the driver's frames) is checked against it (module `origin`):
+//! a node changes only its own instances, a CNCI only itself; what claims more is refused,
+//! logged and counted ([`Engine::reports_refused`]).
 
 mod cnci;
 pub mod console;
 pub mod fault;
 mod inbound;
 pub mod offhost;
+mod origin;
 mod rebuild;
 mod relocate;
 pub mod run;
@@ -241,6 +246,10 @@ struct State {
     /// Rebuilding instances whose START went (see [`rebuild`]).
     rebuild_started: HashSet<Uuid>,
     traces: VecDeque<Trace>,
+    /// The scheduler of the current (or last) session: the origin of its own frames.
+    scheduler: Option<Uuid>,
+    /// Reports refused for claiming what is not their sender's, by frame (see [`origin`]).
+    refused: HashMap<&'static str, u64>,
 }
 
 /// At most this many unknown instances are remembered (then the set starts again).
@@ -828,6 +837,10 @@ impl Cluster for Engine {
 
     fn connected(&self) -> bool {
         self.out.connected()
+    }
+
+    fn reports_refused(&self) -> Vec<(&'static str, u64)> {
+        Engine::reports_refused(self)
     }
 }
 

@@ -51,6 +51,7 @@ pub async fn run(
                 None => return,
                 Some(ClientEvent::Connected { server_uuid, .. }) => {
                     tracing::info!("connected to the scheduler {server_uuid}");
+                    engine.scheduler_connected(server_uuid);
                 }
                 Some(ClientEvent::Disconnected { reason }) => {
                     tracing::warn!("disconnected from the scheduler: {reason}");

@@ -54,6 +54,7 @@ struct World {
 
 const NODE: Uuid = Uuid::from_bytes([0xaa; 16]);
 const NET_NODE: Uuid = Uuid::from_bytes([0xbb; 16]);
+const SCHEDULER: Uuid = Uuid::from_bytes([0x5c; 16]);
 
 fn world_with(network: TenantNetwork, quota: Quota) -> World {
     let dir = tempfile::tempdir().unwrap();
@@ -132,6 +133,12 @@ impl World {
         self.instance(id).state
     }
 
+    /// Its state and node.
+    fn placed(&self, id: Uuid) -> (InstanceState, Option<Uuid>) {
+        let i = self.instance(id);
+        (i.state, i.node)
+    }
+
     fn gone(&self, id: Uuid) -> bool {
         matches!(
             self.engine.store().instance(Scope::All, id),
@@ -170,35 +177,8 @@ impl World {
         instances: &[(Uuid, Reported)],
         networks: Vec<ssntp::payload::NodeNetwork>,
     ) {
-        let stats = ssntp::payload::Stats {
-            node: Ready {
-                node_uuid: node,
-                hostname: "host".into(),
-                mem_total_mb: 4096,
-                mem_available_mb: 2048,
-                disk_total_mb: 10_000,
-                disk_available_mb: 5_000,
-                vcpus_total: 8,
-                vcpus_available: 6,
-                load: 12,
-                networks,
-            },
-            status,
-            instances: instances
-                .iter()
-                .map(|(id, state)| InstanceStat {
-                    instance_uuid: *id,
-                    state: *state,
-                    ssh_ip: None,
-                    ssh_port: None,
-                    memory_usage_mb: 10,
-                    disk_usage_mb: 10,
-                    cpu_usage: None,
-                })
-                .collect(),
-        };
         self.engine
-            .handle(&Payload::Stats(Box::new(stats)))
+            .handle(&stats_payload(node, status, instances, networks))
             .unwrap();
     }
 
@@ -225,6 +205,51 @@ impl World {
             .map(|e| e.message)
             .collect()
     }
+}
+
+/// A STATS of `node` in `status` reporting `instances` and `networks`.
+fn stats_payload(
+    node: Uuid,
+    status: ssntp::payload::NodeState,
+    instances: &[(Uuid, Reported)],
+    networks: Vec<ssntp::payload::NodeNetwork>,
+) -> Payload {
+    let stats = ssntp::payload::Stats {
+        node: Ready {
+            node_uuid: node,
+            hostname: "host".into(),
+            mem_total_mb: 4096,
+            mem_available_mb: 2048,
+            disk_total_mb: 10_000,
+            disk_available_mb: 5_000,
+            vcpus_total: 8,
+            vcpus_available: 6,
+            load: 12,
+            networks,
+        },
+        status,
+        instances: instances
+            .iter()
+            .map(|(id, state)| InstanceStat {
+                instance_uuid: *id,
+                state: *state,
+                ssh_ip: None,
+                ssh_port: None,
+                memory_usage_mb: 10,
+                disk_usage_mb: 10,
+                cpu_usage: None,
+            })
+            .collect(),
+    };
+    Payload::Stats(Box::new(stats))
+}
+
+fn stopped_event(id: Uuid) -> Payload {
+    Payload::InstanceStopped(InstanceEvent { instance_uuid: id })
+}
+
+fn deleted_event(id: Uuid) -> Payload {
+    Payload::InstanceDeleted(InstanceEvent { instance_uuid: id })
 }
 
 fn starts(sent: &[Payload]) -> Vec<&Start> {
@@ -530,34 +555,14 @@ fn a_lost_delete_is_sent_again_while_the_node_reports_the_instance() {
         EngineConfig::new(Uuid::nil()),
     )
     .unwrap();
-    let stats = |e: &Engine| {
-        e.handle(&Payload::Stats(Box::new(ssntp::payload::Stats {
-            node: Ready {
-                node_uuid: NODE,
-                hostname: "host".into(),
-                mem_total_mb: 4096,
-                mem_available_mb: 2048,
-                disk_total_mb: 10_000,
-                disk_available_mb: 5_000,
-                vcpus_total: 8,
-                vcpus_available: 6,
-                load: 12,
-                networks: vec![],
-            },
-            status: ssntp::payload::NodeState::Ready,
-            instances: vec![InstanceStat {
-                instance_uuid: id,
-                state: Reported::Active,
-                ssh_ip: None,
-                ssh_port: None,
-                memory_usage_mb: 10,
-                disk_usage_mb: 10,
-                cpu_usage: None,
-            }],
-        })))
+    again
+        .handle(&stats_payload(
+            NODE,
+            ssntp::payload::NodeState::Ready,
+            &[(id, Reported::Active)],
+            vec![],
+        ))
         .unwrap();
-    };
-    stats(&again);
     assert_eq!(deletes(&w.out.take()).len(), 1);
     again
         .handle(&Payload::InstanceDeleted(InstanceEvent {
@@ -1442,6 +1447,25 @@ fn other_start_failures_are_not_retried() {
     assert!(starts(&w.out.take()).len() == 1, "only the first START");
 }
 
+/// [`run`] over `engine` with a sweep an hour away: its event sender, its stop, its task.
+fn drive(
+    engine: &Arc<Engine>,
+) -> (
+    tokio::sync::mpsc::Sender<ssntp_net::client::ClientEvent>,
+    tokio_util::sync::CancellationToken,
+    tokio::task::JoinHandle<()>,
+) {
+    let (tx, rx) = tokio::sync::mpsc::channel(8);
+    let stop = tokio_util::sync::CancellationToken::new();
+    let driver = tokio::spawn(run(
+        engine.clone(),
+        rx,
+        Duration::from_secs(3600),
+        stop.clone(),
+    ));
+    (tx, stop, driver)
+}
+
 /// The driver sends a CNCI's START again when it is due, not at the next sweep (an hour away
 /// here); virtual time.
 #[tokio::test(start_paused = true)]
@@ -1454,20 +1478,11 @@ async fn the_driver_sends_a_cnci_start_again_when_due() {
         engine, out, _dir, ..
     } = w;
     let engine = Arc::new(engine);
-    let (tx, rx) = tokio::sync::mpsc::channel(8);
-    let stop = tokio_util::sync::CancellationToken::new();
-    let driver = tokio::spawn(run(
-        engine.clone(),
-        rx,
-        Duration::from_secs(3600),
-        stop.clone(),
-    ));
+    let (tx, stop, driver) = drive(&engine);
+    // The scheduler's own START_FAILURE: its origin is the scheduler of the session.
+    tx.send(origin::connected(SCHEDULER)).await.unwrap();
     let failure = start_failure(cnci.id, StartFailureReason::FullCloud);
-    let message = ssntp::session::Message {
-        frame: ssntp::Frame::new(NET_NODE, &failure),
-        payload: failure,
-    };
-    tx.send(ssntp_net::client::ClientEvent::Frames(vec![message]))
+    tx.send(origin::frames(SCHEDULER, vec![failure]))
         .await
         .unwrap();
     let started = tokio::time::Instant::now();
@@ -1487,5 +1502,6 @@ async fn the_driver_sends_a_cnci_start_again_when_due() {
 mod actions;
 mod console;
 mod ephemeral;
+mod origin;
 mod rebuild;
 mod resize;

@@ -9,6 +9,11 @@
 //! Durability: `synchronous = NORMAL` in WAL mode, so a commit survives a process crash; after a
 //! power loss the last commits may be rolled back, never half-applied.
 //!
+//! Secrecy: the file holds password hashes, launcher keys and user data, so it is made (or set)
+//! mode 0600 before SQLite opens it, whatever the umask. SQLite gives the `-wal` and `-shm` files
+//! it makes the database file's mode (its own default, 0644, only applies to a file it creates);
+//! those left by an earlier run are set to 0600 too.
+//!
 //! This file holds the connections and transactions; each concern's trait is implemented in the
 //! file of that concern (`identity.rs`, `catalog.rs`, `instances.rs`, `events.rs`, `actions.rs`,
 //! `queue.rs`), over functions that run inside a transaction given to them, so that one
@@ -55,6 +60,7 @@ impl SqliteStore {
     /// As [`SqliteStore::open`], keeping at most `event_capacity` events (at least 1).
     pub fn open_with(path: impl AsRef<Path>, event_capacity: u64) -> Result<SqliteStore> {
         let path = path.as_ref().to_path_buf();
+        make_private(&path)?;
         let mut conn = connect(&path)?;
         schema::migrate(&mut conn)?;
         Ok(SqliteStore {
@@ -111,6 +117,37 @@ impl SqliteStore {
             Ok(out)
         })
     }
+}
+
+/// Makes the database file at `path` mode 0600 (created empty if missing: SQLite takes an empty
+/// file for a new database), and its `-wal` and `-shm` files if there are any.
+fn make_private(path: &Path) -> Result<()> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let failed = |p: &Path| {
+        let p = p.display().to_string();
+        move |e: std::io::Error| StoreError::Backend(format!("{p}: {e}"))
+    };
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(path)
+        .map_err(failed(path))?;
+    let private = std::fs::Permissions::from_mode(0o600);
+    file.set_permissions(private.clone())
+        .map_err(failed(path))?;
+    for suffix in ["-wal", "-shm"] {
+        let mut side = path.as_os_str().to_owned();
+        side.push(suffix);
+        let side = PathBuf::from(side);
+        match std::fs::set_permissions(&side, private.clone()) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(failed(&side)(e)),
+        }
+    }
+    Ok(())
 }
 
 fn connect(path: &Path) -> Result<Connection> {
@@ -215,6 +252,36 @@ mod tests {
     }
 
     crate::store_suite!(Fixture);
+
+    /// The database, its WAL and its shared memory are the controller's alone: new (the
+    /// test's umask would leave them readable), and left open by an earlier run.
+    #[test]
+    fn the_database_and_its_wal_are_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("controller.db");
+        let files = ["", "-wal", "-shm"].map(|s| PathBuf::from(format!("{}{s}", path.display())));
+        let store = SqliteStore::open(&path).unwrap();
+        store
+            .create_tenant(NewTenant {
+                name: "t".into(),
+                quota: Quota::default(),
+                subnet_prefix: 24,
+            })
+            .unwrap();
+        for file in &files {
+            assert_eq!(mode(file), 0o600, "{}", file.display());
+        }
+        drop(store);
+        for file in files.iter().filter(|f| f.exists()) {
+            std::fs::set_permissions(file, std::fs::Permissions::from_mode(0o644)).unwrap();
+        }
+        let _store = SqliteStore::open(&path).unwrap();
+        for file in files.iter().filter(|f| f.exists()) {
+            assert_eq!(mode(file), 0o600, "{}", file.display());
+        }
+    }
 
     #[test]
     fn an_empty_file_is_migrated_to_the_newest_schema() {

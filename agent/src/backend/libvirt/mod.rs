@@ -36,7 +36,7 @@ pub mod seed;
 pub mod xml;
 
 use std::collections::HashMap;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -282,11 +282,6 @@ fn disk_bytes(path: &Path) -> u64 {
     own + children
 }
 
-/// Makes a file readable and writable by its owner alone.
-fn private(path: &Path) -> std::io::Result<()> {
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
-}
-
 fn launch(e: ConnError) -> BackendError {
     fault::launch(e)
 }
@@ -443,10 +438,16 @@ impl Inner {
         .map_err(io)?;
         let seed = Seed::new(instance, spec.user_data.as_deref(), &spec.meta_data);
         let seed_iso = dir.join("seed.iso");
+        // The user data may hold secrets: the seed is the agent's user's alone (0600, whatever
+        // the umask), as are the disks and the initrd below. QEMU still reads them: under
+        // qemu:///system libvirt's DAC security driver (`dynamic_ownership`, on unless qemu.conf
+        // turns it off; scripts/libvirt.sh leaves qemu.conf as packaged) gives each file it
+        // hands QEMU to QEMU's user (Debian: libvirt-qemu) when the domain starts. Checked with
+        // scripts/libvirt.sh's libvirtd: a root:root 0600 seed.iso is libvirt-qemu:libvirt-qemu
+        // 0600 while its domain runs, and stays so after (libvirt gives read-only disks, the
+        // seed's CD-ROM, no owner back); the instance's directory (0750, QEMU's group) keeps
+        // everyone else out. Under qemu:///session QEMU is the agent's own user.
         seed.write_iso(&seed_iso).map_err(BackendError::Launch)?;
-        // The user data may hold secrets: for root only; libvirt gives the files it hands QEMU
-        // (seed, disks, kernel and initrd) to QEMU's user while the domain runs.
-        private(&seed_iso).map_err(io)?;
         let boot = match image {
             Image::Disk { path, format } => {
                 let overlay = dir.join("disk.qcow2");
@@ -461,7 +462,7 @@ impl Inner {
                         )
                     },
                 )?;
-                private(&overlay).map_err(io)?;
+                support::private::restrict(&overlay).map_err(io)?;
                 Boot::Disk { overlay }
             }
             Image::Kernel {
@@ -478,14 +479,7 @@ impl Inner {
                 bytes.extend_from_slice(&seed.cpio());
                 let own = dir.join("initrd");
                 // The user data may hold secrets (a CNCI's key): for root only, as the seed.
-                std::fs::OpenOptions::new()
-                    .write(true)
-                    .create(true)
-                    .truncate(true)
-                    .mode(0o600)
-                    .open(&own)
-                    .and_then(|mut f| std::io::Write::write_all(&mut f, &bytes))
-                    .map_err(io)?;
+                support::private::write(&own, &bytes).map_err(io)?;
                 let mut line = format!("console=ttyS0 panic=1 cumulo.instance={instance}");
                 if !cmdline.is_empty() {
                     line.push(' ');
@@ -498,7 +492,7 @@ impl Inner {
                     size_mb => {
                         let disk = dir.join("disk.qcow2");
                         images::make_blank(&disk, size_mb).map_err(BackendError::Launch)?;
-                        private(&disk).map_err(io)?;
+                        support::private::restrict(&disk).map_err(io)?;
                         Some(disk)
                     }
                 };
@@ -536,9 +530,7 @@ impl Inner {
         };
         let text = domain.render();
         let xml_file = dir.join("domain.xml");
-        std::fs::write(&xml_file, &text)
-            .and_then(|()| private(&xml_file))
-            .map_err(io)?;
+        support::private::write(&xml_file, &text).map_err(io)?;
         match self.conn.call(|c| Domain::define_xml(c, &text)) {
             Ok(_) => Ok(()),
             Err(e) if exists_error(&e) => Err(BackendError::Exists),

@@ -36,6 +36,11 @@ fn plain_key(key: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
 }
 
+/// An I/O error on `path`, in words.
+fn at(path: &Path) -> impl FnOnce(std::io::Error) -> String + '_ {
+    move |e| format!("{}: {e}", path.display())
+}
+
 impl Seed {
     /// The seed of `instance`: `instance-id` is always its UUID, `local-hostname` the START's
     /// `hostname` (or `local-hostname`) meta data, else `cumulo-` and the UUID's first group;
@@ -67,18 +72,33 @@ impl Seed {
         }
     }
 
-    /// Writes the `cidata` ISO to `iso` (its two files are staged in `iso`'s directory).
+    /// Writes the `cidata` ISO to `iso`, mode 0600 whatever the umask (the user data may hold
+    /// secrets). Its two files, and the ISO until it is complete, are staged in a directory of
+    /// `iso`'s (`seed/`, mode 0700, removed afterwards whatever happens): what the ISO tool
+    /// makes with the umask's mode is never where anyone else can reach it.
     pub fn write_iso(&self, iso: &Path) -> Result<(), String> {
         let dir = iso.parent().ok_or("the seed has no directory")?;
         let stage = dir.join("seed");
-        std::fs::create_dir_all(&stage).map_err(|e| format!("{}: {e}", stage.display()))?;
+        let staged = self.stage_iso(&stage);
+        let placed = staged.and_then(|made| {
+            support::private::restrict(&made).map_err(at(&made))?;
+            std::fs::rename(&made, iso).map_err(at(iso))
+        });
+        let _ = std::fs::remove_dir_all(&stage);
+        placed
+    }
+
+    /// Makes the ISO in `stage` (a private directory, made here); its path.
+    fn stage_iso(&self, stage: &Path) -> Result<std::path::PathBuf, String> {
+        support::private::dir(stage).map_err(at(stage))?;
         let meta = stage.join("meta-data");
         let user = stage.join("user-data");
-        std::fs::write(&meta, &self.meta_data).map_err(|e| e.to_string())?;
-        std::fs::write(&user, &self.user_data).map_err(|e| e.to_string())?;
+        let iso = stage.join("seed.iso");
+        support::private::write(&meta, &self.meta_data).map_err(at(&meta))?;
+        support::private::write(&user, &self.user_data).map_err(at(&user))?;
         let args = |c: &mut Command| {
             c.args(["-quiet", "-output"])
-                .arg(iso)
+                .arg(&iso)
                 .args(["-volid", "cidata", "-joliet", "-rock"])
                 .arg(&user)
                 .arg(&meta);
@@ -92,10 +112,7 @@ impl Seed {
             cmd.args(pre);
             args(&mut cmd);
             match cmd.output() {
-                Ok(out) if out.status.success() => {
-                    let _ = std::fs::remove_dir_all(&stage);
-                    return Ok(());
-                }
+                Ok(out) if out.status.success() => return Ok(iso),
                 Ok(out) => {
                     return Err(format!(
                         "{tool}: {}",
@@ -243,6 +260,36 @@ mod tests {
                 ("cumulo/user-data".into(), 0o100_644, b"hello".to_vec()),
             ]
         );
+    }
+
+    fn mode(path: &Path) -> u32 {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(path).unwrap().permissions().mode() & 0o7777
+    }
+
+    /// The ISO (user data: maybe secrets) is the agent's alone whatever was there before, and
+    /// nothing of its staging is left, even when it cannot be put in place.
+    #[test]
+    fn the_iso_is_private_and_its_staging_never_left() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let iso = dir.path().join("seed.iso");
+        std::fs::write(&iso, "an older seed").unwrap();
+        std::fs::set_permissions(&iso, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let seed = Seed::new(
+            id(),
+            Some("#cloud-config\npassword: s3cret\n"),
+            &BTreeMap::new(),
+        );
+        seed.write_iso(&iso).unwrap();
+        assert_eq!(mode(&iso), 0o600);
+        assert!(!dir.path().join("seed").exists());
+
+        // A directory where the ISO goes: it cannot be renamed there.
+        let blocked = dir.path().join("blocked.iso");
+        std::fs::create_dir(&blocked).unwrap();
+        assert!(seed.write_iso(&blocked).is_err());
+        assert!(!dir.path().join("seed").exists(), "the staging is removed");
     }
 
     /// The ISO is labelled `cidata` and holds both files (read back with `isoinfo` when it is

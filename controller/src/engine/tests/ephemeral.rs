@@ -50,11 +50,6 @@ impl World {
             .unwrap();
     }
 
-    fn placed(&self, id: Uuid) -> (InstanceState, Option<Uuid>) {
-        let i = self.instance(id);
-        (i.state, i.node)
-    }
-
     /// On NODE: a kept instance and an ephemeral one running, an ephemeral one stopped.
     fn three_on_node(&self) -> [Uuid; 3] {
         self.node_connected(NODE, NodeType::ComputeNode);
@@ -84,14 +79,6 @@ impl World {
         self.out.take();
         [kept, moving, stopped]
     }
-}
-
-fn stopped_event(id: Uuid) -> Payload {
-    Payload::InstanceStopped(InstanceEvent { instance_uuid: id })
-}
-
-fn deleted_event(id: Uuid) -> Payload {
-    Payload::InstanceDeleted(InstanceEvent { instance_uuid: id })
 }
 
 /// (instance, stop) of each DELETE, and whether each went to NODE.
