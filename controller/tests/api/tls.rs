@@ -12,7 +12,7 @@ use ssntp::Role;
 use testkit::Leaf;
 use testkit::TestPki;
 
-use crate::support::{Client, PASSWORD, World, login_body};
+use crate::support::{Client, PASSWORD, World};
 
 fn client_config(ca_pem: &str, cert: Option<&Leaf>) -> Arc<rustls::ClientConfig> {
     let mut roots = rustls::RootCertStore::empty();
@@ -54,14 +54,7 @@ async fn https_with_tokens_and_the_admin_client_certificate() {
         addr: w.api.addr,
         tls: Some(client_config(&server.ca_pem, None)),
     };
-    let (status, headers, _) = plain
-        .send(
-            Method::POST,
-            "/v3/auth/tokens",
-            None,
-            Some(login_body(&w.a.user_name, PASSWORD, &w.a.name)),
-        )
-        .await;
+    let (status, headers, _) = plain.login(&w.a.user_name, PASSWORD, &w.a.name).await;
     assert_eq!(status, StatusCode::CREATED);
     let token = headers["x-subject-token"].to_str().unwrap().to_string();
     let (status, _, _) = plain
