@@ -1,9 +1,12 @@
 //! Identity v3: discovery, login, token validation, expiry, forgery, revocation (by
-//! `DELETE /v3/auth/tokens`, a password change, a role removal), projects and users.
+//! `DELETE /v3/auth/tokens`, a password change, a role removal), the admin bootstrap keeping a
+//! changed password, projects and users.
 
 use std::time::{Duration, SystemTime};
 
 use axum::http::{Method, StatusCode};
+use controller::api::bootstrap_with;
+use controller::api::testing::{ADMIN_NAME, ADMIN_PASSWORD, ADMIN_PROJECT, TEST_ITERATIONS};
 use serde_json::json;
 use store::Role;
 
@@ -313,6 +316,38 @@ async fn a_password_change_or_a_role_removal_ends_the_users_tokens() {
     assert_eq!(status_with(&c, &a).await, StatusCode::OK);
     // The admin's own token outlived both changes (they were not its user's).
     assert_eq!(status_with(&c, &admin).await, StatusCode::OK);
+    w.stop().await;
+}
+
+/// The admin bootstrap at the next start (same store, the configured password) does not undo
+/// an admin password changed through the API.
+#[tokio::test]
+async fn a_restart_keeps_the_admin_password_changed_through_the_api() {
+    let w = World::start().await;
+    let c = w.client();
+    let admin = w.admin_token().await;
+    set_password(&c, &admin, w.api.admin.user, "changed-admin-pass").await;
+    let store = w.store.clone();
+    let again = tokio::task::spawn_blocking(move || {
+        bootstrap_with(
+            store.as_ref(),
+            ADMIN_NAME,
+            ADMIN_PASSWORD,
+            ADMIN_PROJECT,
+            TEST_ITERATIONS,
+        )
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!((again.user, again.created), (w.api.admin.user, false));
+    let (status, _, _) = c.login(ADMIN_NAME, ADMIN_PASSWORD, ADMIN_PROJECT).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let admin = w
+        .token(ADMIN_NAME, "changed-admin-pass", ADMIN_PROJECT)
+        .await;
+    let (status, _, _) = c.send(Method::GET, "/v3/users", Some(&admin), None).await;
+    assert_eq!(status, StatusCode::OK);
     w.stop().await;
 }
 
