@@ -124,6 +124,10 @@ pub async fn principal_of_token(state: &ApiState, token: &str) -> Result<Princip
                         "the token's user no longer exists".into(),
                     ));
                 }
+                // An audit id the list does not take (not one this code issues).
+                Err(StoreError::Invalid(_)) => {
+                    return Err(ApiError::Unauthorized("the token is not valid".into()));
+                }
                 Err(e) => return Err(e.into()),
             };
             if found.revoked {

@@ -273,6 +273,26 @@ mod tests {
         }
     }
 
+    /// A token issued before token generations existed (no `g` in its claims) is at
+    /// generation 0, so it stays good until its user's password or roles change.
+    #[test]
+    fn a_token_without_a_generation_is_at_generation_0() {
+        let signer = signer();
+        let now = SystemTime::now();
+        let json = format!(
+            r#"{{"u":"{}","p":"{}","i":{},"e":{},"a":"old"}}"#,
+            Uuid::nil(),
+            Uuid::nil(),
+            unix_secs(now),
+            unix_secs(now) + 60
+        );
+        let body = URL_SAFE_NO_PAD.encode(json);
+        let tag = hmac::sign(&signer.key, body.as_bytes());
+        let token = format!("{PREFIX}{body}.{}", URL_SAFE_NO_PAD.encode(tag.as_ref()));
+        let claims = signer.verify(&token, now).unwrap();
+        assert_eq!((claims.audit.as_str(), claims.generation), ("old", 0));
+    }
+
     #[test]
     fn the_key_file_is_made_once_and_shared() {
         let dir = tempfile::tempdir().unwrap();
