@@ -3,9 +3,10 @@
 //! two reads: the token must not be on the revocation list, its token generation must still be
 //! its user's (a password change or a role removal raises it), and its user's roles in its
 //! project are read. Nothing is cached, so a revoked token, a changed password, a deleted user
-//! or a revoked role stops working at once, on every controller sharing the store. Without a token, a
-//! client certificate with no SSNTP role, verified against the cluster CA by the TLS layer (see
-//! [`ClientCertificate`](super::ClientCertificate)), makes the request a cluster admin's.
+//! or a revoked role stops working at once, on every controller sharing the store. Without a
+//! token, a client certificate with no SSNTP role, verified against the cluster CA by the TLS
+//! layer (see [`ClientCertificate`](super::ClientCertificate)), makes the request a cluster
+//! admin's.
 
 use std::time::SystemTime;
 
