@@ -299,8 +299,16 @@ fn metric_sum(text: &str, name: &str, label: Option<&str>) -> f64 {
 }
 
 fn scrape(agent: &ureq::Agent, url: &str) -> String {
-    agent
-        .get(url)
+    scrape_as(agent, url, None)
+}
+
+/// As [`scrape`], with `token` in `X-Auth-Token` when given.
+fn scrape_as(agent: &ureq::Agent, url: &str, token: Option<&str>) -> String {
+    let mut request = agent.get(url);
+    if let Some(token) = token {
+        request = request.header("X-Auth-Token", token);
+    }
+    request
         .call()
         .ok()
         .and_then(|mut r| r.body_mut().read_to_string().ok())
@@ -506,9 +514,10 @@ fn run(o: &Opts) -> bool {
     assert_eq!(s, 201, "workload: {workload}");
 
     // The instances, 1,000 per request, one request in flight beyond what is active.
+    // The controller's /metrics needs an admin: the admin token.
     let active = |agent: &ureq::Agent| {
         metric_sum(
-            &scrape(agent, &format!("{url}/metrics")),
+            &scrape_as(agent, &format!("{url}/metrics"), Some(&api.token)),
             "cumulo_instances",
             Some("state=\"active\""),
         ) as usize

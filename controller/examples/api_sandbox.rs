@@ -44,7 +44,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     )?;
     let url = format!("http://127.0.0.1:{port}");
     let signer = TokenSigner::random(std::time::Duration::from_secs(24 * 3600))?;
-    let (token, _) = signer.issue(admin.user, admin.project, SystemTime::now())?;
+    let (token, _) = signer.issue(admin.user, admin.project, 0, SystemTime::now())?;
     let cluster = Arc::new(FakeCluster::new(store.clone()));
     let state = ApiState::new(store, cluster, signer, ApiConfig::new(url.clone()));
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;

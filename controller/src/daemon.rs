@@ -185,6 +185,7 @@ impl Controller {
         }
         let state = ApiState::new(self.store.clone(), self.engine.clone(), signer, config);
         let router = api::router(state);
+        tokio::spawn(prune_revoked_tokens(self.store.clone(), self.stop.clone()));
         let stop = self.stop.clone();
         self.api = Some(tokio::spawn(async move {
             if let Err(e) = api::serve(listener, tls, router, stop.clone()).await {
@@ -218,6 +219,29 @@ impl Controller {
 /// tenth of their lifetime (between 1 s and 5 min), until `stop`. Several controllers may run
 /// it: a renewal another one just made is not due, and two racing renewals both store valid
 /// credentials (the last one stays).
+/// How often a controller serving the API prunes the token revocation list (each revocation also
+/// prunes it): an entry outlives its token by at most this.
+const PRUNE_EVERY: Duration = Duration::from_secs(600);
+
+/// Drops the revocation entries of expired tokens every [`PRUNE_EVERY`] until `stop`.
+async fn prune_revoked_tokens(store: Arc<dyn Store>, stop: CancellationToken) {
+    let mut tick = tokio::time::interval(PRUNE_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let s = store.clone();
+        let now = std::time::SystemTime::now();
+        match tokio::task::spawn_blocking(move || s.prune_revoked_tokens(now)).await {
+            Ok(Ok(n)) => tracing::debug!(pruned = n, "token revocation list pruned"),
+            Ok(Err(e)) => tracing::warn!("pruning the token revocation list: {e}"),
+            Err(e) => tracing::warn!("token pruning task: {e}"),
+        }
+    }
+}
+
 async fn renew_creds(
     store: Arc<dyn OperationQueue>,
     issuer: Arc<crate::creds::CredsIssuer>,

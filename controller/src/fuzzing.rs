@@ -100,7 +100,7 @@ fn harness() -> &'static Harness {
             .expect("the admin bootstrapped");
         let signer = TokenSigner::random(Duration::from_secs(3600)).expect("a token key");
         let (token, _) = signer
-            .issue(admin.user, admin.project, SystemTime::now())
+            .issue(admin.user, admin.project, 0, SystemTime::now())
             .expect("an admin token");
         let cluster = Arc::new(FakeCluster::new(store.clone()));
         let mut config = ApiConfig::new("http://127.0.0.1:1");

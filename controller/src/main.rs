@@ -64,10 +64,19 @@ async fn run(args: Args, shutdown: CancellationToken) -> Result<(), String> {
     let password = admin_password(&api, &state_dir)?;
     let store = controller.store.clone();
     let (user, project) = (api.admin_user.clone(), api.admin_project.clone());
-    tokio::task::spawn_blocking(move || api::bootstrap(store.as_ref(), &user, &password, &project))
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| format!("making the admin user: {e}"))?;
+    let admin = tokio::task::spawn_blocking(move || {
+        api::bootstrap(store.as_ref(), &user, &password, &project)
+    })
+    .await
+    .map_err(|e| e.to_string())?
+    .map_err(|e| format!("making the admin user: {e}"))?;
+    if !admin.created {
+        tracing::info!(
+            user = %api.admin_user,
+            "the admin user exists: its password is left as it is (the admin password file \
+             gives only the first one)"
+        );
+    }
     controller.serve_api(
         listener,
         tls,

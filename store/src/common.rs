@@ -38,6 +38,25 @@ pub(crate) fn check_name(what: &str, name: &str) -> Result<()> {
     Ok(())
 }
 
+/// The longest token id the revocation list takes.
+pub(crate) const MAX_TOKEN_ID_LEN: usize = 64;
+
+/// A token id: 1 to [`MAX_TOKEN_ID_LEN`] bytes of URL-safe base64 (safe in an etcd key).
+pub(crate) fn check_token_id(id: &str) -> Result<()> {
+    let ok = !id.is_empty()
+        && id.len() <= MAX_TOKEN_ID_LEN
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    if ok {
+        Ok(())
+    } else {
+        Err(StoreError::Invalid(format!(
+            "a token id must be 1 to {MAX_TOKEN_ID_LEN} characters of A-Z a-z 0-9 - _"
+        )))
+    }
+}
+
 /// `Conflict` unless `found` is `expected`.
 /// An instance may move to another workload only if its (vCPUs, memory) stay the same: its
 /// quota usage is counted from them.

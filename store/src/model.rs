@@ -82,6 +82,30 @@ pub struct User {
     pub created: SystemTime,
     /// Compare-and-swap counter.
     pub version: u64,
+    /// Its token generation: 0 at creation, raised by every password change and every role
+    /// removal. A token carries the generation of its login and is refused once the user's has
+    /// moved on, so those changes end the user's existing tokens.
+    pub token_generation: u64,
+}
+
+/// A token as the revocation list names it: its id (the token's random audit id) and when it
+/// expires. An entry is kept until then and pruned after: an expired token is refused anyway.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenRef {
+    /// The token's id: 1 to 64 bytes of `A-Z a-z 0-9 - _` (URL-safe base64).
+    pub id: String,
+    /// When the token expires.
+    pub expires: SystemTime,
+}
+
+/// What [`IdentityStore::token_state`](crate::IdentityStore::token_state) reads to validate a
+/// token, besides its signature and the user's roles.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TokenState {
+    /// The user's current token generation.
+    pub generation: u64,
+    /// Whether the token is on the revocation list.
+    pub revoked: bool,
 }
 
 /// Input of [`IdentityStore::create_user`](crate::IdentityStore::create_user).
@@ -96,7 +120,7 @@ pub struct NewUser {
 /// A change to a user; `None` fields are left alone.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct UserChange {
-    /// New PHC password hash.
+    /// New PHC password hash (raises the user's token generation: its tokens end).
     pub password_hash: Option<String>,
 }
 

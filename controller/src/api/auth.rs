@@ -1,8 +1,12 @@
 //! Who is asking: the [`Principal`] extractor. A bearer token (`X-Auth-Token`, or
-//! `Authorization: Bearer`) is verified (signature, expiry), then its user's roles are read from
-//! the store, so a deleted user or a revoked role stops working at once. Without a token, a
-//! client certificate with no SSNTP role, verified against the cluster CA by the TLS layer (see
-//! [`ClientCertificate`](super::ClientCertificate)), makes the request a cluster admin's.
+//! `Authorization: Bearer`) is verified (signature, expiry), then checked against the store in
+//! two reads: the token must not be on the revocation list, its token generation must still be
+//! its user's (a password change or a role removal raises it), and its user's roles in its
+//! project are read. Nothing is cached, so a revoked token, a changed password, a deleted user
+//! or a revoked role stops working at once, on every controller sharing the store. Without a
+//! token, a client certificate with no SSNTP role, verified against the cluster CA by the TLS
+//! layer (see [`ClientCertificate`](super::ClientCertificate)), makes the request a cluster
+//! admin's.
 
 use std::time::SystemTime;
 
@@ -14,7 +18,7 @@ use super::serve::ClientCertificate;
 use super::token::{Claims, TokenError};
 use super::{ApiError, ApiState};
 use crate::cluster::Caller;
-use store::{Role, Scope, StoreError};
+use store::{Role, Scope, StoreError, TokenRef};
 
 /// The header carrying a token (Keystone's).
 pub const TOKEN_HEADER: &str = "x-auth-token";
@@ -93,6 +97,14 @@ pub fn request_token(parts: &Parts) -> Option<&str> {
     Some(text.strip_prefix("Bearer ").unwrap_or(""))
 }
 
+/// A token as the revocation list names it.
+pub fn token_ref(claims: &Claims) -> TokenRef {
+    TokenRef {
+        id: claims.audit.clone(),
+        expires: claims.expires_at(),
+    }
+}
+
 /// Checks `token` and builds its principal.
 pub async fn principal_of_token(state: &ApiState, token: &str) -> Result<Principal, ApiError> {
     let claims = state
@@ -103,15 +115,39 @@ pub async fn principal_of_token(state: &ApiState, token: &str) -> Result<Princip
             _ => ApiError::Unauthorized("the token is not valid".into()),
         })?;
     let (user, project) = (claims.user, claims.project);
+    let (generation, subject) = (claims.generation, token_ref(&claims));
     let roles = state
-        .store(move |store| match store.roles_of_user(user) {
-            Ok(all) => Ok(all
-                .into_iter()
-                .filter(|a| a.tenant == project)
-                .map(|a| a.role)
-                .collect::<Vec<_>>()),
-            Err(StoreError::NotFound { .. }) => Ok(Vec::new()),
-            Err(e) => Err(e.into()),
+        .store(move |store| {
+            let found = match store.token_state(user, &subject) {
+                Ok(found) => found,
+                Err(StoreError::NotFound { .. }) => {
+                    return Err(ApiError::Unauthorized(
+                        "the token's user no longer exists".into(),
+                    ));
+                }
+                // An audit id the list does not take (not one this code issues).
+                Err(StoreError::Invalid(_)) => {
+                    return Err(ApiError::Unauthorized("the token is not valid".into()));
+                }
+                Err(e) => return Err(e.into()),
+            };
+            if found.revoked {
+                return Err(ApiError::Unauthorized("the token has been revoked".into()));
+            }
+            if found.generation != generation {
+                return Err(ApiError::Unauthorized(
+                    "the token was ended by a password change or a role removal".into(),
+                ));
+            }
+            match store.roles_of_user(user) {
+                Ok(all) => Ok(all
+                    .into_iter()
+                    .filter(|a| a.tenant == project)
+                    .map(|a| a.role)
+                    .collect::<Vec<_>>()),
+                Err(StoreError::NotFound { .. }) => Ok(Vec::new()),
+                Err(e) => Err(e.into()),
+            }
         })
         .await?;
     if roles.is_empty() {

@@ -1,10 +1,10 @@
 //! The OpenStack Identity v3 subset: version discovery, password login with a project scope
-//! (`POST /v3/auth/tokens`), token validation and (stateless) revocation, the service catalog,
-//! projects and users. One domain exists: `default` ("Default").
+//! (`POST /v3/auth/tokens`), token validation and revocation, the service catalog, projects and
+//! users. One domain exists: `default` ("Default").
 //!
-//! `DELETE /v3/auth/tokens` answers 204 but tokens are stateless and stay valid until they
-//! expire; a user's access ends at once when its role is revoked or it is deleted, because every
-//! request re-reads the roles.
+//! `DELETE /v3/auth/tokens` puts the subject token on the store's revocation list until it
+//! expires: from then on it is 401 on use and 404 on validation, as Keystone answers, on every
+//! controller sharing the store (see `auth.rs` for what else ends a token).
 
 use std::time::SystemTime;
 
@@ -18,7 +18,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use super::auth::principal_of_token;
+use super::auth::{principal_of_token, token_ref};
 use super::clock::rfc3339_micro;
 use super::extract::{JsonBody, PathParams, QueryParams, path_id};
 use super::token::Claims;
@@ -298,7 +298,7 @@ async fn login(
                 )));
             }
             let (token, claims) = signer
-                .issue(user.id, tenant.id, SystemTime::now())
+                .issue(user.id, tenant.id, user.token_generation, SystemTime::now())
                 .map_err(|e| ApiError::Internal(e.to_string()))?;
             Ok((token, token_body(&base, &claims, &user, &tenant, &roles)))
         })
@@ -366,7 +366,8 @@ async fn validate(
     Ok(response)
 }
 
-/// `DELETE /v3/auth/tokens`: accepted; see the module docs.
+/// `DELETE /v3/auth/tokens`: revokes the token in `X-Subject-Token` (its own user's, or any for
+/// admins); 404 when it is not valid (already revoked, expired, forged).
 async fn revoke(
     State(state): State<ApiState>,
     caller: Principal,
@@ -380,6 +381,14 @@ async fn revoke(
             "only admins may revoke other users' tokens".into(),
         ));
     }
+    let claims = subject
+        .claims
+        .as_ref()
+        .ok_or_else(|| ApiError::Internal("a token principal without claims".into()))?;
+    let entry = token_ref(claims);
+    state
+        .store(move |store| Ok(store.revoke_token(&entry)?))
+        .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

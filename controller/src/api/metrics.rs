@@ -16,8 +16,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
-use super::ApiState;
 use super::servers_by_state;
+use super::{ApiError, ApiState, Principal};
 
 /// Upper bounds of the latency buckets, in seconds.
 const BUCKETS: [f64; 10] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0];
@@ -138,8 +138,14 @@ fn register_refused(registry: &mut Registry, refused: Vec<(&'static str, u64)>) 
     );
 }
 
-/// `GET /metrics` (no authentication: counts only, no tenant data).
-pub async fn render(State(state): State<ApiState>) -> Response {
+/// `GET /metrics`, for admins only (an admin token or the admin client certificate, as the rest
+/// of the admin API): the figures hold no tenant data, but they tell an anonymous caller how
+/// busy the cluster is and which routes fail, so they are not given away.
+pub async fn render(
+    State(state): State<ApiState>,
+    caller: Principal,
+) -> Result<Response, ApiError> {
+    caller.require_admin()?;
     let mut registry = state.metrics.registry();
     register_refused(&mut registry, state.cluster.reports_refused());
     if let Ok(by_state) = servers_by_state(&state).await {
@@ -156,7 +162,7 @@ pub async fn render(State(state): State<ApiState>) -> Response {
         header::CONTENT_TYPE,
         HeaderValue::from_static(prometheus_text::CONTENT_TYPE),
     );
-    response
+    Ok(response)
 }
 
 #[cfg(test)]

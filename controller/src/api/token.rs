@@ -1,11 +1,15 @@
-//! Bearer tokens: self-contained, HMAC-SHA256-signed claims (user, project, expiry), so any
-//! controller holding the same key validates them without a lookup, and they survive a restart.
+//! Bearer tokens: self-contained, HMAC-SHA256-signed claims (user, project, expiry, the user's
+//! token generation, an audit id), so any controller holding the same key checks them, and they
+//! survive a restart.
 //!
 //! Wire form: `cu1.<claims>.<tag>`, both parts unpadded URL-safe base64; the claims are JSON.
 //! The key is 32 random bytes, kept in a key file (created with mode 0600 on first use) that
-//! several controllers may share. Validation checks the tag (constant time), then the expiry;
-//! the caller then checks the user still holds a role in the project (see `auth.rs`), so a
-//! revoked role or a deleted user stops working at once.
+//! several controllers may share. Validation here checks the tag (constant time), then the
+//! expiry; the caller then reads the store (see `auth.rs`): the token must not be on the
+//! revocation list (by its audit id), its generation must still be its user's (a password change
+//! or a role removal raises it), and the user must still hold a role in the project. So
+//! `DELETE /v3/auth/tokens`, a password change, a revoked role or a deleted user end a token at
+//! once, on every controller sharing the store.
 
 use std::io::Write;
 use std::path::Path;
@@ -68,9 +72,13 @@ pub struct Claims {
     /// Expires at, Unix seconds.
     #[serde(rename = "e")]
     pub expires: u64,
-    /// A random audit id (Keystone's `audit_ids`), so two tokens issued the same second differ.
+    /// A random audit id (Keystone's `audit_ids`), so two tokens issued the same second differ;
+    /// the revocation list names tokens by it.
     #[serde(rename = "a")]
     pub audit: String,
+    /// The user's token generation at login (absent in tokens issued before it existed: 0).
+    #[serde(rename = "g", default)]
+    pub generation: u64,
 }
 
 impl Claims {
@@ -152,11 +160,13 @@ impl TokenSigner {
         self.ttl
     }
 
-    /// A token for `user` in `project`, issued `now`; returns it with its claims.
+    /// A token for `user` (at token generation `generation`) in `project`, issued `now`;
+    /// returns it with its claims.
     pub fn issue(
         &self,
         user: Uuid,
         project: Uuid,
+        generation: u64,
         now: SystemTime,
     ) -> Result<(String, Claims), TokenError> {
         let mut audit = [0u8; 16];
@@ -170,6 +180,7 @@ impl TokenSigner {
             issued,
             expires: issued.saturating_add(self.ttl.as_secs()),
             audit: URL_SAFE_NO_PAD.encode(audit),
+            generation,
         };
         let body = serde_json::to_vec(&claims).map_err(|_| TokenError::Invalid)?;
         let body = URL_SAFE_NO_PAD.encode(body);
@@ -220,9 +231,12 @@ mod tests {
     fn issued_tokens_verify_until_they_expire() {
         let now = SystemTime::now();
         let (user, project) = (Uuid::new_v4(), Uuid::new_v4());
-        let (token, claims) = signer().issue(user, project, now).unwrap();
+        let (token, claims) = signer().issue(user, project, 3, now).unwrap();
         assert_eq!(signer().verify(&token, now).unwrap(), claims);
-        assert_eq!((claims.user, claims.project), (user, project));
+        assert_eq!(
+            (claims.user, claims.project, claims.generation),
+            (user, project, 3)
+        );
         let later = now + Duration::from_secs(3601);
         assert!(matches!(
             signer().verify(&token, later),
@@ -233,7 +247,9 @@ mod tests {
     #[test]
     fn forged_tokens_are_refused() {
         let now = SystemTime::now();
-        let (token, _) = signer().issue(Uuid::new_v4(), Uuid::new_v4(), now).unwrap();
+        let (token, _) = signer()
+            .issue(Uuid::new_v4(), Uuid::new_v4(), 0, now)
+            .unwrap();
         let other = TokenSigner::new(&[8; KEY_LEN], Duration::from_secs(3600));
         assert!(matches!(
             other.verify(&token, now),
@@ -257,6 +273,26 @@ mod tests {
         }
     }
 
+    /// A token issued before token generations existed (no `g` in its claims) is at
+    /// generation 0, so it stays good until its user's password or roles change.
+    #[test]
+    fn a_token_without_a_generation_is_at_generation_0() {
+        let signer = signer();
+        let now = SystemTime::now();
+        let json = format!(
+            r#"{{"u":"{}","p":"{}","i":{},"e":{},"a":"old"}}"#,
+            Uuid::nil(),
+            Uuid::nil(),
+            unix_secs(now),
+            unix_secs(now) + 60
+        );
+        let body = URL_SAFE_NO_PAD.encode(json);
+        let tag = hmac::sign(&signer.key, body.as_bytes());
+        let token = format!("{PREFIX}{body}.{}", URL_SAFE_NO_PAD.encode(tag.as_ref()));
+        let claims = signer.verify(&token, now).unwrap();
+        assert_eq!((claims.audit.as_str(), claims.generation), ("old", 0));
+    }
+
     #[test]
     fn the_key_file_is_made_once_and_shared() {
         let dir = tempfile::tempdir().unwrap();
@@ -265,7 +301,7 @@ mod tests {
         let first = TokenSigner::from_key_file(&path, ttl).unwrap();
         let second = TokenSigner::from_key_file(&path, ttl).unwrap();
         let now = SystemTime::now();
-        let (token, _) = first.issue(Uuid::new_v4(), Uuid::new_v4(), now).unwrap();
+        let (token, _) = first.issue(Uuid::new_v4(), Uuid::new_v4(), 0, now).unwrap();
         assert!(second.verify(&token, now).is_ok());
         std::fs::write(&path, "short").unwrap();
         assert!(matches!(

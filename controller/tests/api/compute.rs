@@ -241,6 +241,60 @@ async fn web_server(w: &World, token: &str) -> uuid::Uuid {
     created["server"]["id"].as_str().unwrap().parse().unwrap()
 }
 
+/// Puts instance `id` on `node`, as a node's report would.
+fn place(w: &World, id: uuid::Uuid, node: uuid::Uuid) {
+    let current = w.store.instance(Scope::All, id).unwrap();
+    w.store
+        .update_instance(
+            Scope::All,
+            id,
+            current.version,
+            InstanceChange {
+                node: Some(Some(node)),
+                ..InstanceChange::default()
+            },
+        )
+        .unwrap();
+}
+
+/// `hostId` is Nova's hash of project and host: equal for one project's servers on one node,
+/// different for another project's server on that node, and never the node's UUID.
+#[tokio::test]
+async fn the_host_id_hides_the_node() {
+    let w = World::start().await;
+    let c = w.client();
+    let (a, b) = (w.token_a().await, w.token_b().await);
+    let node = uuid::Uuid::new_v4();
+    let (a1, a2, b1) = (
+        web_server(&w, &a).await,
+        web_server(&w, &a).await,
+        web_server(&w, &b).await,
+    );
+    for id in [a1, a2, b1] {
+        place(&w, id, node);
+    }
+    let host_id = async |token: &str, id: uuid::Uuid| {
+        let path = format!("/compute/v2.1/servers/{id}");
+        let (status, _, body) = c.send(Method::GET, &path, Some(token), None).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        body["server"]["hostId"].as_str().unwrap().to_string()
+    };
+    let (h1, h2, h3) = (
+        host_id(&a, a1).await,
+        host_id(&a, a2).await,
+        host_id(&b, b1).await,
+    );
+    assert_eq!(h1.len(), 56, "{h1}");
+    assert!(
+        h1.bytes()
+            .all(|x| x.is_ascii_hexdigit() && !x.is_ascii_uppercase())
+    );
+    assert!(!h1.contains(&node.simple().to_string()) && !h1.contains(&node.to_string()));
+    assert_eq!(h1, h2);
+    assert_ne!(h1, h3);
+    w.stop().await;
+}
+
 #[tokio::test]
 async fn a_server_is_rebuilt_from_another_image() {
     let w = World::start().await;
@@ -356,18 +410,7 @@ async fn a_stopped_server_is_resized_then_confirmed_or_reverted() {
     assert_eq!(post(resize(big.id)).await.0, StatusCode::CONFLICT);
     // Stopped on its node.
     w.cluster.set_state(id, InstanceState::Exited).unwrap();
-    let current = w.store.instance(Scope::All, id).unwrap();
-    w.store
-        .update_instance(
-            Scope::All,
-            id,
-            current.version,
-            InstanceChange {
-                node: Some(Some(uuid::Uuid::from_u128(7))),
-                ..InstanceChange::default()
-            },
-        )
-        .unwrap();
+    place(&w, id, uuid::Uuid::from_u128(7));
     for bad in [
         resize(small.id),
         resize(w.flavor.id),

@@ -1,5 +1,6 @@
 //! `/openapi.json` describes routes that exist (every path and method answers something other
-//! than "no such route" or 405), and `/metrics` counts requests by route and status class.
+//! than "no such route" or 405), and `/metrics` (admins only) counts requests by route and
+//! status class.
 
 use axum::http::{Method, StatusCode};
 
@@ -49,8 +50,14 @@ async fn metrics_count_requests() {
     w.server_a(&a, "m").await;
     c.send(Method::GET, "/compute/v2.1/servers/nope", Some(&a), None)
         .await;
-    let (status, headers, text) = c.send(Method::GET, "/metrics", None, None).await;
-    assert_eq!(status, StatusCode::OK);
+    // Neither an anonymous caller nor a member reads the figures.
+    let (status, _, _) = c.send(Method::GET, "/metrics", None, None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let (status, _, _) = c.send(Method::GET, "/metrics", Some(&a), None).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let admin = w.admin_token().await;
+    let (status, headers, text) = c.send(Method::GET, "/metrics", Some(&admin), None).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
     assert!(
         headers["content-type"]
             .to_str()
@@ -60,7 +67,7 @@ async fn metrics_count_requests() {
     let text = text.as_str().unwrap();
     assert!(
         text.contains(
-            "cumulo_api_requests_total{method=\"POST\",route=\"/v3/auth/tokens\",status=\"2xx\"} 1"
+            "cumulo_api_requests_total{method=\"POST\",route=\"/v3/auth/tokens\",status=\"2xx\"} 2"
         ),
         "{text}"
     );
@@ -68,6 +75,12 @@ async fn metrics_count_requests() {
         "cumulo_api_requests_total{method=\"GET\",route=\"/compute/v2.1/servers/{id}\",status=\"4xx\"} 1"
     ), "{text}");
     assert!(text.contains("cumulo_api_request_seconds_count{route=\"/compute/v2.1/servers\"} 1"));
+    assert!(
+        text.contains(
+            "cumulo_api_requests_total{method=\"GET\",route=\"/metrics\",status=\"4xx\"} 2"
+        ),
+        "{text}"
+    );
     assert!(
         text.contains("cumulo_instances{state=\"active\"} 1"),
         "{text}"

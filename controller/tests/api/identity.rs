@@ -1,12 +1,16 @@
-//! Identity v3: discovery, login, token validation, expiry, forgery, projects and users.
+//! Identity v3: discovery, login, token validation, expiry, forgery, revocation (by
+//! `DELETE /v3/auth/tokens`, a password change, a role removal), the admin bootstrap keeping a
+//! changed password, projects and users.
 
 use std::time::{Duration, SystemTime};
 
 use axum::http::{Method, StatusCode};
+use controller::api::bootstrap_with;
+use controller::api::testing::{ADMIN_NAME, ADMIN_PASSWORD, ADMIN_PROJECT, TEST_ITERATIONS};
 use serde_json::json;
 use store::Role;
 
-use crate::support::{PASSWORD, World, login_body};
+use crate::support::{Client, PASSWORD, World, login_body};
 
 #[tokio::test]
 async fn version_discovery() {
@@ -144,12 +148,13 @@ async fn tokens_validate_expire_and_cannot_be_forged() {
         .issue(
             w.a.user,
             w.a.id,
+            0,
             SystemTime::now() - Duration::from_secs(7200),
         )
         .unwrap();
     // Forged: the claims of A's token signed with another key.
     let other = controller::api::TokenSigner::random(Duration::from_secs(3600)).unwrap();
-    let (forged, _) = other.issue(w.a.user, w.a.id, SystemTime::now()).unwrap();
+    let (forged, _) = other.issue(w.a.user, w.a.id, 0, SystemTime::now()).unwrap();
     // The last character changed (to one it is not: a token that ends in 'A' gets a 'B').
     let last = if a.ends_with('A') { 'B' } else { 'A' };
     let tampered = format!("{}{last}", &a[..a.len() - 1]);
@@ -180,16 +185,169 @@ async fn tokens_validate_expire_and_cannot_be_forged() {
         .send(Method::GET, "/v3/auth/projects", Some(&a), None)
         .await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
-    // Revocation answers 204 (tokens are stateless; see docs/api.md).
+    // A user revokes its own token: 204, then it is refused.
+    assert_eq!(revoke(&c, &b, &b).await, StatusCode::NO_CONTENT);
+    let (status, _, _) = c
+        .send(Method::GET, "/v3/auth/projects", Some(&b), None)
+        .await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    w.stop().await;
+}
+
+/// `DELETE /v3/auth/tokens` with `caller`'s token for `subject`: the status.
+async fn revoke(c: &Client, caller: &str, subject: &str) -> StatusCode {
+    let headers = [("x-auth-token", caller), ("x-subject-token", subject)];
+    c.send_with(Method::DELETE, "/v3/auth/tokens", &headers, None)
+        .await
+        .0
+}
+
+/// `GET /v3/auth/tokens` with `caller`'s token for `subject`: the status.
+async fn validate(c: &Client, caller: &str, subject: &str) -> StatusCode {
+    let headers = [("x-auth-token", caller), ("x-subject-token", subject)];
+    c.send_with(Method::GET, "/v3/auth/tokens", &headers, None)
+        .await
+        .0
+}
+
+/// The status of `token` on a few routes of every family (all the same, or the first differing).
+async fn status_with(c: &Client, token: &str) -> StatusCode {
+    let mut seen = Vec::new();
+    for path in [
+        "/v3/auth/projects",
+        "/compute/v2.1/servers",
+        "/image/v2/images",
+        "/cumulo/v1/instances",
+    ] {
+        seen.push(c.send(Method::GET, path, Some(token), None).await.0);
+    }
+    assert!(seen.iter().all(|s| *s == seen[0]), "{seen:?}");
+    seen[0]
+}
+
+/// Changes `user`'s password through the native API with the `admin` token.
+async fn set_password(c: &Client, admin: &str, user: uuid::Uuid, password: &str) {
+    let path = format!("/cumulo/v1/users/{user}");
+    let body = json!({"password": password});
+    let (status, _, reply) = c.send(Method::PATCH, &path, Some(admin), Some(body)).await;
+    assert_eq!(status, StatusCode::OK, "{reply}");
+}
+
+/// Keystone's answers: a revoked token is 401 on use, 404 on validation and on a second
+/// revocation; a token of the same user issued apart stays good; only its user or an admin
+/// revokes it.
+#[tokio::test]
+async fn a_revoked_token_is_refused() {
+    let w = World::start().await;
+    let c = w.client();
+    let (a1, a2, b, admin) = (
+        w.token_a().await,
+        w.token_a().await,
+        w.token_b().await,
+        w.admin_token().await,
+    );
+    assert_eq!(revoke(&c, &b, &a1).await, StatusCode::FORBIDDEN);
+    assert_eq!(status_with(&c, &a1).await, StatusCode::OK);
+    assert_eq!(revoke(&c, &a1, &a1).await, StatusCode::NO_CONTENT);
+    assert_eq!(status_with(&c, &a1).await, StatusCode::UNAUTHORIZED);
+    assert_eq!(validate(&c, &admin, &a1).await, StatusCode::NOT_FOUND);
+    assert_eq!(validate(&c, &a2, &a1).await, StatusCode::NOT_FOUND);
+    assert_eq!(revoke(&c, &a2, &a1).await, StatusCode::NOT_FOUND);
+    // The other token of the same user is untouched; an admin revokes it.
+    assert_eq!(status_with(&c, &a2).await, StatusCode::OK);
+    assert_eq!(validate(&c, &a2, &a2).await, StatusCode::OK);
+    assert_eq!(revoke(&c, &admin, &a2).await, StatusCode::NO_CONTENT);
+    assert_eq!(status_with(&c, &a2).await, StatusCode::UNAUTHORIZED);
+    // Bad requests stay typed: no subject, or junk.
     let (status, _, _) = c
         .send_with(
             Method::DELETE,
             "/v3/auth/tokens",
-            &[("x-auth-token", &b), ("x-subject-token", &b)],
+            &[("x-auth-token", &admin)],
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(revoke(&c, &admin, "junk").await, StatusCode::NOT_FOUND);
+    // A new login works.
+    assert_eq!(status_with(&c, &w.token_a().await).await, StatusCode::OK);
+    w.stop().await;
+}
+
+/// A password changed through the API ends the user's tokens (and the old password); so does
+/// the removal of any of its roles, even in another project than the token's.
+#[tokio::test]
+async fn a_password_change_or_a_role_removal_ends_the_users_tokens() {
+    let w = World::start().await;
+    let c = w.client();
+    let admin = w.admin_token().await;
+    let a = w.token_a().await;
+    let user = format!("/cumulo/v1/users/{}", w.a.user);
+    set_password(&c, &admin, w.a.user, "new-pass").await;
+    assert_eq!(status_with(&c, &a).await, StatusCode::UNAUTHORIZED);
+    assert_eq!(validate(&c, &admin, &a).await, StatusCode::NOT_FOUND);
+    let (status, _, _) = c.login(&w.a.user_name, PASSWORD, &w.a.name).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let a = w.token(&w.a.user_name, "new-pass", &w.a.name).await;
+    assert_eq!(status_with(&c, &a).await, StatusCode::OK);
+
+    // A's user gets a role in B's project, then loses it: its token for A's project ends too.
+    let (status, _, body) = c
+        .send(
+            Method::POST,
+            &format!("{user}/roles"),
+            Some(&admin),
+            Some(json!({"tenant": w.b.id, "role": "member"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
+    assert_eq!(status_with(&c, &a).await, StatusCode::OK);
+    let (status, _, _) = c
+        .send(
+            Method::DELETE,
+            &format!("{user}/roles/{}/member", w.b.id),
+            Some(&admin),
             None,
         )
         .await;
     assert_eq!(status, StatusCode::NO_CONTENT);
+    assert_eq!(status_with(&c, &a).await, StatusCode::UNAUTHORIZED);
+    let a = w.token(&w.a.user_name, "new-pass", &w.a.name).await;
+    assert_eq!(status_with(&c, &a).await, StatusCode::OK);
+    // The admin's own token outlived both changes (they were not its user's).
+    assert_eq!(status_with(&c, &admin).await, StatusCode::OK);
+    w.stop().await;
+}
+
+/// The admin bootstrap at the next start (same store, the configured password) does not undo
+/// an admin password changed through the API.
+#[tokio::test]
+async fn a_restart_keeps_the_admin_password_changed_through_the_api() {
+    let w = World::start().await;
+    let c = w.client();
+    let admin = w.admin_token().await;
+    set_password(&c, &admin, w.api.admin.user, "changed-admin-pass").await;
+    let store = w.store.clone();
+    let again = tokio::task::spawn_blocking(move || {
+        bootstrap_with(
+            store.as_ref(),
+            ADMIN_NAME,
+            ADMIN_PASSWORD,
+            ADMIN_PROJECT,
+            TEST_ITERATIONS,
+        )
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!((again.user, again.created), (w.api.admin.user, false));
+    let (status, _, _) = c.login(ADMIN_NAME, ADMIN_PASSWORD, ADMIN_PROJECT).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let admin = w
+        .token(ADMIN_NAME, "changed-admin-pass", ADMIN_PROJECT)
+        .await;
+    let (status, _, _) = c.send(Method::GET, "/v3/users", Some(&admin), None).await;
+    assert_eq!(status, StatusCode::OK);
     w.stop().await;
 }
 

@@ -125,15 +125,7 @@ impl World {
 
     /// A token for `user` in `project`.
     pub async fn token(&self, user: &str, password: &str, project: &str) -> String {
-        let (status, headers, body) = self
-            .client()
-            .send(
-                Method::POST,
-                "/v3/auth/tokens",
-                None,
-                Some(login_body(user, password, project)),
-            )
-            .await;
+        let (status, headers, body) = self.client().login(user, password, project).await;
         assert_eq!(status, StatusCode::CREATED, "login of {user}: {body}");
         headers["x-subject-token"].to_str().unwrap().to_string()
     }
@@ -186,6 +178,18 @@ pub struct Client {
 }
 
 impl Client {
+    /// `POST /v3/auth/tokens` for `user` with `password` in `project`.
+    pub async fn login(
+        &self,
+        user: &str,
+        password: &str,
+        project: &str,
+    ) -> (StatusCode, HeaderMap, Value) {
+        let body = login_body(user, password, project);
+        self.send(Method::POST, "/v3/auth/tokens", None, Some(body))
+            .await
+    }
+
     /// Sends a JSON request; returns the status, headers and body (JSON, or a string).
     pub async fn send(
         &self,

@@ -1,5 +1,6 @@
 //! HTTPS with the cluster CA's certificates: a token login over TLS, and the admin client
-//! certificate (no SSNTP role) logging in as a cluster admin; a role certificate does not.
+//! certificate (no SSNTP role) logging in as a cluster admin (`/metrics` included); a role
+//! certificate does not.
 
 use std::sync::Arc;
 
@@ -11,7 +12,7 @@ use ssntp::Role;
 use testkit::Leaf;
 use testkit::TestPki;
 
-use crate::support::{Client, PASSWORD, World, login_body};
+use crate::support::{Client, PASSWORD, World};
 
 fn client_config(ca_pem: &str, cert: Option<&Leaf>) -> Arc<rustls::ClientConfig> {
     let mut roots = rustls::RootCertStore::empty();
@@ -53,14 +54,7 @@ async fn https_with_tokens_and_the_admin_client_certificate() {
         addr: w.api.addr,
         tls: Some(client_config(&server.ca_pem, None)),
     };
-    let (status, headers, _) = plain
-        .send(
-            Method::POST,
-            "/v3/auth/tokens",
-            None,
-            Some(login_body(&w.a.user_name, PASSWORD, &w.a.name)),
-        )
-        .await;
+    let (status, headers, _) = plain.login(&w.a.user_name, PASSWORD, &w.a.name).await;
     assert_eq!(status, StatusCode::CREATED);
     let token = headers["x-subject-token"].to_str().unwrap().to_string();
     let (status, _, _) = plain
@@ -89,6 +83,12 @@ async fn https_with_tokens_and_the_admin_client_certificate() {
     assert_eq!(body["tenants"].as_array().unwrap().len(), 3);
     let (status, _, _) = admin.send(Method::GET, "/v3/users", None, None).await;
     assert_eq!(status, StatusCode::OK);
+    // The metrics are the admin's: read with the certificate, refused without it.
+    let (status, _, text) = admin.send(Method::GET, "/metrics", None, None).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    assert!(text.as_str().unwrap().contains("cumulo_api_requests_total"));
+    let (status, _, _) = plain.send(Method::GET, "/metrics", None, None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
 
     // A role certificate (an agent's) is not an admin login.
     let agent = Client {

@@ -1,12 +1,15 @@
-//! Tenants (and their usage), users and role assignments over etcd: [`IdentityStore`] for
-//! [`EtcdStore`].
+//! Tenants (and their usage), users and role assignments, and the token revocation list over
+//! etcd: [`IdentityStore`] for [`EtcdStore`].
 
+use std::time::SystemTime;
+
+use etcd_client::DeleteOptions;
 use uuid::Uuid;
 
 use super::keys::suffix;
 use super::records::*;
 use super::{EtcdStore, Tx, all, decode_all, duplicate};
-use crate::common::{check_name, check_version, millis, now};
+use crate::common::{check_name, check_token_id, check_version, millis, now};
 use crate::net::{MAX_SUBNET_PREFIX, MIN_SUBNET_PREFIX};
 use crate::*;
 
@@ -136,6 +139,7 @@ impl IdentityStore for EtcdStore {
             password_hash: new.password_hash,
             created_ms: millis(now()),
             version: 1,
+            token_generation: 0,
         };
         self.atomically("creating a user", |tx| {
             let keys = tx.keys();
@@ -185,6 +189,7 @@ impl IdentityStore for EtcdStore {
                     return Err(StoreError::Invalid("empty password hash".into()));
                 }
                 u.password_hash = hash.clone();
+                u.token_generation += 1;
             }
             u.version += 1;
             let key = tx.keys().user(id);
@@ -232,6 +237,11 @@ impl IdentityStore for EtcdStore {
             }
             tx.delete(&by_user);
             tx.delete(&keys.role_by_tenant(tenant, user, role_text(role)));
+            // The user's tokens end with the role.
+            if let Some(mut u) = tx.get_json::<UserRec>(&keys.user(user))? {
+                u.token_generation += 1;
+                tx.put(&keys.user(user), &u)?;
+            }
             Ok(())
         })
     }
@@ -265,6 +275,58 @@ impl IdentityStore for EtcdStore {
         out.sort();
         Ok(out)
     }
+
+    // --- token revocation ---
+    fn revoke_token(&self, token: &TokenRef) -> Result<()> {
+        check_token_id(&token.id)?;
+        let now_ms = key_millis(now());
+        let expires = key_millis(token.expires);
+        self.atomically("revoking a token", |tx| {
+            let keys = tx.keys();
+            // Entries expired before now go; the new one (expiring later) is outside that range.
+            tx.delete_range(
+                &keys.revoked_tokens(),
+                keys.revoked_before(now_ms).into_bytes(),
+            );
+            if expires > now_ms {
+                tx.put_text(&keys.revoked_token(expires, &token.id), "");
+            }
+            Ok(())
+        })
+    }
+
+    fn token_state(&self, user: Uuid, token: &TokenRef) -> Result<TokenState> {
+        check_token_id(&token.id)?;
+        let wanted = [
+            self.keys.user(user),
+            self.keys
+                .revoked_token(key_millis(token.expires), &token.id),
+        ];
+        let mut found = self.get_many(&wanted)?.into_iter();
+        let user_rec: UserRec = found
+            .next()
+            .flatten()
+            .ok_or_else(|| StoreError::not_found("user", user))?
+            .decode()?;
+        Ok(TokenState {
+            generation: user_rec.token_generation,
+            revoked: found.next().flatten().is_some(),
+        })
+    }
+
+    fn prune_revoked_tokens(&self, now: SystemTime) -> Result<u64> {
+        let start = self.keys.revoked_tokens();
+        let end = self.keys.revoked_before(key_millis(now));
+        let mut kv = self.client.kv_client();
+        let options = DeleteOptions::new().with_range(end.into_bytes());
+        let resp = self.call(async move { kv.delete(start, Some(options)).await })?;
+        Ok(u64::try_from(resp.deleted()).unwrap_or(0))
+    }
+}
+
+/// Unix milliseconds as they order revocation keys.
+fn key_millis(t: SystemTime) -> u64 {
+    u64::try_from(millis(t)).unwrap_or(0)
 }
 
 /// The tenant record, read in `tx`.

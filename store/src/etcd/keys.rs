@@ -33,6 +33,9 @@
 //! <prefix>counter/op                             the last operation sequence number
 //! <prefix>resv/<pool>/<key>                     reservation -> owner
 //! <prefix>resvowner/<owner>/<pool>/<key>         the same, by owner (crash cleanup)
+//! <prefix>revoked/<expires:016x>/<token>         a revoked token until it expires (its expiry
+//!                                                in Unix milliseconds first, so that pruning
+//!                                                is one range delete)
 //! ```
 
 use std::fmt::Display;
@@ -229,6 +232,18 @@ impl Keys {
     }
     pub(super) fn all_reserved_by(&self, owner: &str) -> String {
         self.key(&[&"resvowner", &owner, &""])
+    }
+    /// The revocation entry of token `id`, which expires at `expires_ms`.
+    pub(super) fn revoked_token(&self, expires_ms: u64, id: &str) -> String {
+        self.key(&[&"revoked", &format_args!("{expires_ms:016x}"), &id])
+    }
+    /// Every revocation entry.
+    pub(super) fn revoked_tokens(&self) -> String {
+        self.key(&[&"revoked", &""])
+    }
+    /// The first key after the entries of tokens expired before `now_ms`.
+    pub(super) fn revoked_before(&self, now_ms: u64) -> String {
+        self.key(&[&"revoked", &format_args!("{now_ms:016x}")])
     }
 }
 

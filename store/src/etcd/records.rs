@@ -187,6 +187,9 @@ pub(super) struct UserRec {
     pub(super) password_hash: String,
     pub(super) created_ms: i64,
     pub(super) version: u64,
+    /// Absent in records written before issue 21: generation 0.
+    #[serde(default)]
+    pub(super) token_generation: u64,
 }
 
 impl UserRec {
@@ -197,6 +200,7 @@ impl UserRec {
             password_hash: self.password_hash.clone(),
             created: from_millis(self.created_ms),
             version: self.version,
+            token_generation: self.token_generation,
         }
     }
 }

@@ -5,7 +5,9 @@ use rusqlite::{OptionalExtension, Row, Transaction, params};
 use uuid::Uuid;
 
 use super::{SqliteStore, bad_column, delete_row, duplicate, instances, int, u64_at, uuid_at};
-use crate::common::{check_name, check_version, from_millis, millis, now};
+use std::time::SystemTime;
+
+use crate::common::{check_name, check_token_id, check_version, from_millis, millis, now};
 use crate::net::{MAX_SUBNET_PREFIX, MIN_SUBNET_PREFIX};
 use crate::*;
 
@@ -62,6 +64,57 @@ impl IdentityStore for SqliteStore {
     fn roles_in_tenant(&self, tenant: Uuid) -> Result<Vec<RoleAssignment>> {
         self.read(|tx| roles(tx, "tenant_id", tenant))
     }
+
+    fn revoke_token(&self, token: &TokenRef) -> Result<()> {
+        check_token_id(&token.id)?;
+        self.write(|tx| {
+            let now = now();
+            prune_tokens(tx, now)?;
+            if token.expires > now {
+                tx.execute(
+                    "INSERT OR REPLACE INTO revoked_tokens (id, expires) VALUES (?1, ?2)",
+                    params![token.id, millis(token.expires)],
+                )?;
+            }
+            Ok(())
+        })
+    }
+    fn token_state(&self, user_id: Uuid, token: &TokenRef) -> Result<TokenState> {
+        check_token_id(&token.id)?;
+        self.read(|tx| {
+            let generation = user(tx, "id", &user_id.to_string())?.token_generation;
+            let revoked: bool = tx.query_row(
+                "SELECT EXISTS (SELECT 1 FROM revoked_tokens WHERE id = ?1)",
+                [&token.id],
+                |r| r.get(0),
+            )?;
+            Ok(TokenState {
+                generation,
+                revoked,
+            })
+        })
+    }
+    fn prune_revoked_tokens(&self, now: SystemTime) -> Result<u64> {
+        self.write(|tx| prune_tokens(tx, now))
+    }
+}
+
+/// Deletes the revocation entries of tokens expired before `now`; returns how many.
+fn prune_tokens(tx: &Transaction<'_>, now: SystemTime) -> Result<u64> {
+    let n = tx.execute(
+        "DELETE FROM revoked_tokens WHERE expires < ?1",
+        [millis(now)],
+    )?;
+    Ok(u64::try_from(n).unwrap_or(u64::MAX))
+}
+
+/// Raises the token generation of `user_id` (its tokens end).
+fn end_tokens(tx: &Transaction<'_>, user_id: Uuid) -> Result<()> {
+    tx.execute(
+        "UPDATE users SET token_generation = token_generation + 1 WHERE id = ?1",
+        [user_id.to_string()],
+    )?;
+    Ok(())
 }
 
 const TENANT_COLS: &str =
@@ -181,7 +234,7 @@ pub(super) fn delete_tenant(tx: &Transaction<'_>, id: Uuid) -> Result<()> {
     Ok(())
 }
 
-const USER_COLS: &str = "id, name, password_hash, created, version";
+const USER_COLS: &str = "id, name, password_hash, created, version, token_generation";
 
 fn user_row(row: &Row<'_>) -> rusqlite::Result<User> {
     Ok(User {
@@ -190,6 +243,7 @@ fn user_row(row: &Row<'_>) -> rusqlite::Result<User> {
         password_hash: row.get(2)?,
         created: from_millis(row.get(3)?),
         version: u64_at(row, 4)?,
+        token_generation: u64_at(row, 5)?,
     })
 }
 
@@ -204,6 +258,7 @@ pub(super) fn create_user(tx: &Transaction<'_>, new: NewUser) -> Result<User> {
         password_hash: new.password_hash,
         created: now(),
         version: 1,
+        token_generation: 0,
     };
     tx.execute(
         "INSERT INTO users (id, name, password_hash, created, version) VALUES (?1, ?2, ?3, ?4, 1)",
@@ -248,11 +303,17 @@ pub(super) fn update_user(
             return Err(StoreError::Invalid("empty password hash".into()));
         }
         u.password_hash = hash;
+        u.token_generation += 1;
     }
     u.version += 1;
     tx.execute(
-        "UPDATE users SET password_hash = ?2, version = ?3 WHERE id = ?1",
-        params![id.to_string(), u.password_hash, int(u.version)?],
+        "UPDATE users SET password_hash = ?2, version = ?3, token_generation = ?4 WHERE id = ?1",
+        params![
+            id.to_string(),
+            u.password_hash,
+            int(u.version)?,
+            int(u.token_generation)?
+        ],
     )?;
     Ok(u)
 }
@@ -295,7 +356,7 @@ pub(super) fn revoke_role(
             format!("{user_id}/{tenant_id}"),
         ));
     }
-    Ok(())
+    end_tokens(tx, user_id)
 }
 
 /// The role assignments whose `column` (`user_id` or `tenant_id`) is `id`.

@@ -200,6 +200,16 @@ ALTER TABLE workloads ADD COLUMN ephemeral INTEGER NOT NULL DEFAULT 0;
     r#"
 ALTER TABLE instances ADD COLUMN previous_workload_id TEXT;
 "#,
+    // 8: token revocation (issue 21): a user's token generation, raised by a password change or
+    // a role removal (its tokens end), and the revoked tokens by id, each until it expires.
+    r#"
+ALTER TABLE users ADD COLUMN token_generation INTEGER NOT NULL DEFAULT 0;
+CREATE TABLE revoked_tokens (
+    id TEXT PRIMARY KEY,
+    expires INTEGER NOT NULL
+);
+CREATE INDEX revoked_tokens_expires ON revoked_tokens(expires);
+"#,
 ];
 
 /// The newest schema version this code knows.
@@ -256,7 +266,53 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
-    use crate::{Fault, InstanceChange, InstanceState, InstanceStore, Scope, SqliteStore};
+    use crate::{
+        Fault, IdentityStore, InstanceChange, InstanceState, InstanceStore, Scope, SqliteStore,
+        TokenRef, TokenState,
+    };
+
+    /// Writes a database at schema `version` to `path`, with the rows `sql` inserts.
+    fn database_at(path: &std::path::Path, version: usize, sql: &str) {
+        let conn = Connection::open(path).unwrap();
+        for migration in &MIGRATIONS[..version] {
+            conn.execute_batch(migration).unwrap();
+        }
+        conn.execute_batch(&format!(
+            "CREATE TABLE schema_version (version INTEGER NOT NULL);
+             INSERT INTO schema_version (version) VALUES ({version});
+             {sql}"
+        ))
+        .unwrap();
+    }
+
+    /// A version 7 database with a user: migration 8 gives it token generation 0 and an empty
+    /// revocation list, which takes entries.
+    #[test]
+    fn a_version_7_database_gains_token_revocation() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v7.db");
+        let id = "00000000-0000-0000-0000-000000000001";
+        database_at(
+            &path,
+            7,
+            &format!("INSERT INTO users VALUES ('{id}', 'alice', 'h', 0, 1);"),
+        );
+        let store = SqliteStore::open(&path).unwrap();
+        assert_eq!(store.schema_version().unwrap(), known_version());
+        let id = id.parse().unwrap();
+        assert_eq!(store.user(id).unwrap().token_generation, 0);
+        let token = TokenRef {
+            id: "t".into(),
+            expires: std::time::SystemTime::now() + std::time::Duration::from_secs(60),
+        };
+        let state = |revoked| TokenState {
+            generation: 0,
+            revoked,
+        };
+        assert_eq!(store.token_state(id, &token).unwrap(), state(false));
+        store.revoke_token(&token).unwrap();
+        assert_eq!(store.token_state(id, &token).unwrap(), state(true));
+    }
 
     /// A version 3 database with an instance in error: migration 4 gives it no fault, and the
     /// instance can take one.
@@ -264,15 +320,12 @@ mod tests {
     fn a_version_3_database_gains_instance_faults() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("v3.db");
-        let conn = Connection::open(&path).unwrap();
-        for sql in &MIGRATIONS[..3] {
-            conn.execute_batch(sql).unwrap();
-        }
         let id = "00000000-0000-0000-0000-00000000000a";
-        conn.execute_batch(&format!(
-            "CREATE TABLE schema_version (version INTEGER NOT NULL);
-             INSERT INTO schema_version (version) VALUES (3);
-             INSERT INTO tenants VALUES ('00000000-0000-0000-0000-000000000001', 't', NULL, NULL,
+        database_at(
+            &path,
+            3,
+            &format!(
+                "INSERT INTO tenants VALUES ('00000000-0000-0000-0000-000000000001', 't', NULL, NULL,
                  NULL, 24, 0, 1);
              INSERT INTO flavors VALUES ('00000000-0000-0000-0000-000000000002', 'f', 1, 64, 1);
              INSERT INTO images VALUES ('00000000-0000-0000-0000-000000000003', NULL, 'i', 'raw',
@@ -288,9 +341,8 @@ mod tests {
                  '00000000-0000-0000-0000-000000000004', 'vm', 1, 64, NULL, 'error',
                  'image_failure', '00000000-0000-0000-0000-000000000005', 2886729730, NULL, 0, 0,
                  1);"
-        ))
-        .unwrap();
-        drop(conn);
+            ),
+        );
         let store = SqliteStore::open(&path).unwrap();
         assert_eq!(store.schema_version().unwrap(), known_version());
         let id = id.parse().unwrap();

@@ -37,7 +37,8 @@ pub(crate) trait Fixture {
 macro_rules! store_suite {
     ($fixture:ty) => {
         $crate::store_suite!(@tests $fixture;
-            identity: tenant_crud, user_and_role_crud;
+            identity: tenant_crud, user_and_role_crud, revoked_tokens_are_listed_until_they_expire,
+                a_password_change_or_a_role_removal_ends_the_users_tokens;
             catalog: catalog_crud, ephemeral_workloads_are_kept_as_such;
             instances: instance_crud, parallel_creates_respect_the_quota, vcpu_and_memory_quotas,
                 addresses_are_allocated_and_reused, subnets_run_out, cnci_lifecycle,

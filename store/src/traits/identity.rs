@@ -1,12 +1,16 @@
 //! [`IdentityStore`]: tenants (and what their instances hold), users and their roles.
 
+use std::time::SystemTime;
+
 use uuid::Uuid;
 
 use crate::{
-    NewTenant, NewUser, Result, Role, RoleAssignment, Tenant, TenantChange, Usage, User, UserChange,
+    NewTenant, NewUser, Result, Role, RoleAssignment, Tenant, TenantChange, TokenRef, TokenState,
+    Usage, User, UserChange,
 };
 
-/// Tenants, their usage, users and role assignments. Every call is one transaction.
+/// Tenants, their usage, users and role assignments, and the token revocation list. Every call
+/// is one transaction.
 pub trait IdentityStore: Send + Sync {
     // --- tenants ---
     /// Creates a tenant (`Conflict` on a duplicate name).
@@ -37,16 +41,30 @@ pub trait IdentityStore: Send + Sync {
     fn user_by_name(&self, name: &str) -> Result<User>;
     /// All users, by name.
     fn users(&self) -> Result<Vec<User>>;
-    /// Changes a user if its version is still `expected_version`.
+    /// Changes a user if its version is still `expected_version`; a new password also raises
+    /// its token generation.
     fn update_user(&self, id: Uuid, expected_version: u64, change: UserChange) -> Result<User>;
     /// Deletes a user and its role assignments.
     fn delete_user(&self, id: Uuid) -> Result<()>;
     /// Gives `user` the `role` in `tenant` (idempotent).
     fn grant_role(&self, user: Uuid, tenant: Uuid, role: Role) -> Result<()>;
-    /// Takes the role away (`NotFound` if it was not given).
+    /// Takes the role away (`NotFound` if it was not given) and raises the user's token
+    /// generation in the same transaction.
     fn revoke_role(&self, user: Uuid, tenant: Uuid, role: Role) -> Result<()>;
     /// The roles of a user, in every tenant.
     fn roles_of_user(&self, user: Uuid) -> Result<Vec<RoleAssignment>>;
     /// The roles given in a tenant.
     fn roles_in_tenant(&self, tenant: Uuid) -> Result<Vec<RoleAssignment>>;
+
+    // --- token revocation ---
+    /// Puts `token` on the revocation list until it expires (idempotent; a token already expired
+    /// is not listed), and prunes the entries of tokens expired by now. `Invalid` for an id that
+    /// is not 1 to 64 URL-safe base64 characters.
+    fn revoke_token(&self, token: &TokenRef) -> Result<()>;
+    /// What validating a token of `user` needs besides its roles, in one read: the user's token
+    /// generation and whether `token` is on the revocation list. `NotFound` when the user is
+    /// gone; `Invalid` for a bad token id.
+    fn token_state(&self, user: Uuid, token: &TokenRef) -> Result<TokenState>;
+    /// Drops the entries of tokens expired at `now`; returns how many went.
+    fn prune_revoked_tokens(&self, now: SystemTime) -> Result<u64>;
 }

@@ -53,6 +53,22 @@ fn links(base: &str, id: Uuid) -> Value {
     ])
 }
 
+/// Nova's `hostId`: the SHA-224 hex digest of the project id followed by the host, the same for
+/// a project's servers on one host and unrelated across projects, so that a tenant can tell
+/// whether two of its servers share a host without learning which host it is (Nova's
+/// `generate_hostid`). Both are written as the admin view shows them (`tenant_id`,
+/// `OS-EXT-SRV-ATTR:host`); empty while the server has no host.
+fn host_id(tenant: Uuid, node: Option<Uuid>) -> String {
+    use sha2::{Digest, Sha224};
+    node.map_or_else(String::new, |node| {
+        let digest = Sha224::new()
+            .chain_update(tenant.to_string())
+            .chain_update(node.to_string())
+            .finalize();
+        digest.iter().map(|b| format!("{b:02x}")).collect()
+    })
+}
+
 /// A server in Nova's detailed shape.
 pub fn detailed(
     base: &str,
@@ -70,7 +86,7 @@ pub fn detailed(
         "tenant_id": instance.tenant,
         "user_id": "",
         "metadata": {},
-        "hostId": instance.node.map(|n| n.simple().to_string()).unwrap_or_default(),
+        "hostId": host_id(instance.tenant, instance.node),
         "image": image,
         "flavor": flavor,
         "created": rfc3339(instance.created),
@@ -289,4 +305,25 @@ pub async fn show(
         caller.is_admin(),
     );
     Ok(Json(json!({"server": body})))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_host_id_is_nova_s_hash_of_project_and_host() {
+        let (tenant, node) = (Uuid::from_u128(1), Uuid::from_u128(7));
+        // hashlib.sha224(b"00000000-0000-0000-0000-000000000001"
+        //                b"00000000-0000-0000-0000-000000000007").hexdigest()
+        assert_eq!(
+            host_id(tenant, Some(node)),
+            "ba494ca0c05bc22958c5d50589b60826df01c8177f550702a1a6f5d1"
+        );
+        assert_ne!(
+            host_id(Uuid::from_u128(2), Some(node)),
+            host_id(tenant, Some(node))
+        );
+        assert_eq!(host_id(tenant, None), "");
+    }
 }

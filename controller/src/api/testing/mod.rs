@@ -414,6 +414,19 @@ impl TestApi {
         tls: Option<Arc<ServerConfig>>,
         tune: impl FnOnce(&mut ApiConfig),
     ) -> Result<TestApi, String> {
+        let signer = TokenSigner::random(super::token::DEFAULT_TTL).map_err(|e| e.to_string())?;
+        TestApi::start_signed(store, cluster, tls, signer, tune).await
+    }
+
+    /// As [`TestApi::start_with`], signing tokens with `signer`: several APIs given signers
+    /// with one key accept each other's tokens, as controllers sharing a key file do.
+    pub async fn start_signed(
+        store: Arc<dyn Store>,
+        cluster: Arc<dyn Cluster>,
+        tls: Option<Arc<ServerConfig>>,
+        signer: TokenSigner,
+        tune: impl FnOnce(&mut ApiConfig),
+    ) -> Result<TestApi, String> {
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
             .map_err(|e| e.to_string())?;
@@ -436,7 +449,6 @@ impl TestApi {
         .await
         .map_err(|e| e.to_string())?
         .map_err(|e| e.to_string())?;
-        let signer = TokenSigner::random(super::token::DEFAULT_TTL).map_err(|e| e.to_string())?;
         let state = ApiState::new(store, cluster, signer, config);
         let shutdown = CancellationToken::new();
         let task = tokio::spawn(serve(
