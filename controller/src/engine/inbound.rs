@@ -10,7 +10,7 @@ use ssntp::payload::{
 use ssntp::{Operand, Payload};
 use uuid::Uuid;
 
-use super::{Engine, state_name};
+use super::Engine;
 use crate::actions;
 use crate::cluster::{ClusterError, Node, NodeKinds, NodeStatus, Trace, TraceHop};
 use store::{
@@ -502,7 +502,7 @@ impl Engine {
                     format!(
                         "instance {} ({}) vanished from node {node}",
                         record.id,
-                        state_name(&record.state)
+                        record.state.name()
                     ),
                 );
                 self.cas(
@@ -617,7 +617,7 @@ impl Engine {
             EventKind::Warning,
             format!(
                 "instance {id} was deleted by its node while {}",
-                state_name(&record.state)
+                record.state.name()
             ),
         );
         self.state().unconfirmed.remove(&id);

@@ -521,15 +521,10 @@ fn error_fault(state: &InstanceState) -> Option<Option<store::Fault>> {
     }
 }
 
-/// An instance state as lower-case text.
-pub fn state_name(state: &InstanceState) -> &'static str {
-    state.name()
-}
-
 fn invalid(instance: &Instance, operation: &'static str) -> ClusterError {
     ClusterError::InvalidState {
         id: instance.id,
-        state: state_name(&instance.state).into(),
+        state: instance.state.name().into(),
         operation,
     }
 }

@@ -32,7 +32,7 @@ use ssntp::Operand;
 use store::{Cnci, Instance, InstanceState};
 use uuid::Uuid;
 
-use super::{Engine, START_LOST, state_name};
+use super::{Engine, START_LOST};
 
 /// The frames whose claims are checked, in the order `/metrics` lists them.
 const CHECKED: [Operand; 6] = [
@@ -113,7 +113,7 @@ impl Engine {
             format_args!(
                 "instance {} ({}), which the store places on {placed}",
                 record.id,
-                state_name(&record.state)
+                record.state.name()
             ),
         );
         true

@@ -86,11 +86,6 @@ pub fn workload(w: &Workload) -> Value {
     })
 }
 
-/// An instance state's name.
-pub fn state_name(state: &InstanceState) -> &'static str {
-    state.name()
-}
-
 /// An instance.
 pub fn instance(i: &Instance) -> Value {
     let error = match &i.state {
@@ -102,7 +97,7 @@ pub fn instance(i: &Instance) -> Value {
         "tenant": i.tenant,
         "workload": i.workload,
         "name": i.name,
-        "state": state_name(&i.state),
+        "state": i.state.name(),
         "error": error,
         "vcpus": i.vcpus,
         "memory_mb": i.memory_mb,
