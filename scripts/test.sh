@@ -28,6 +28,9 @@ cargo fmt --all -- --check
 step "clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
+step "no import circles between a crate's files (docs/architecture.md)"
+python3 scripts/import-circles.py
+
 step "docs"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked --quiet
 
