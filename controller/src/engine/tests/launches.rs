@@ -1,0 +1,144 @@
+//! Launches and what bounds them: an unreachable scheduler, tenancy, quotas, bad requests, evacuate
+//! and restore, the trace ring.
+
+use super::*;
+
+#[test]
+fn nothing_is_created_while_the_scheduler_is_unreachable() {
+    let w = world();
+    w.out.down.store(true, Ordering::SeqCst);
+    let refused = w.engine.launch(
+        Scope::Tenant(w.tenant),
+        Launch {
+            tenant: w.tenant,
+            workload: w.workload,
+            name: "x".into(),
+            count: 1,
+        },
+        &Caller::default(),
+    );
+    assert!(matches!(refused, Err(ClusterError::Unavailable(_))));
+    assert!(
+        w.engine
+            .store()
+            .instances(Scope::All, InstanceFilter::default(), Page::first(10))
+            .unwrap()
+            .items
+            .is_empty()
+    );
+}
+
+#[test]
+fn another_tenant_sees_nothing() {
+    let w = world();
+    let id = w.active();
+    let other = Scope::Tenant(Uuid::from_bytes([0x99; 16]));
+    for result in [
+        w.engine.stop(other, id, &Caller::default()).map(drop),
+        w.engine.start(other, id, &Caller::default()).map(drop),
+        w.engine.reboot(other, id, &Caller::default()).map(drop),
+        w.engine.delete(other, id, &Caller::default()),
+    ] {
+        assert!(matches!(
+            result,
+            Err(ClusterError::Store(StoreError::NotFound { .. }))
+        ));
+    }
+    let launch = w.engine.launch(
+        other,
+        Launch {
+            tenant: w.tenant,
+            workload: w.workload,
+            name: "x".into(),
+            count: 1,
+        },
+        &Caller::default(),
+    );
+    assert!(matches!(
+        launch,
+        Err(ClusterError::Store(StoreError::NotFound { .. }))
+    ));
+    assert_eq!(w.state(id), InstanceState::Active);
+}
+
+#[test]
+fn a_launch_past_the_quota_keeps_what_fitted() {
+    let w = world_with(
+        TenantNetwork::None,
+        Quota {
+            instances: Some(2),
+            ..Quota::default()
+        },
+    );
+    let refused = w.engine.launch(
+        Scope::Tenant(w.tenant),
+        Launch {
+            tenant: w.tenant,
+            workload: w.workload,
+            name: "x".into(),
+            count: 3,
+        },
+        &Caller::default(),
+    );
+    assert!(matches!(
+        refused,
+        Err(ClusterError::Store(StoreError::QuotaExceeded { .. }))
+    ));
+    assert_eq!(starts(&w.out.take()).len(), 2);
+}
+
+#[test]
+fn bad_launches_are_refused() {
+    let w = world();
+    for (count, name) in [(0, "x"), (Launch::MAX_COUNT + 1, "x"), (1, "  ")] {
+        let refused = w.engine.launch(
+            Scope::All,
+            Launch {
+                tenant: w.tenant,
+                workload: w.workload,
+                name: name.into(),
+                count,
+            },
+            &Caller::default(),
+        );
+        assert!(matches!(refused, Err(ClusterError::Invalid(_))));
+    }
+}
+
+#[test]
+fn evacuate_and_restore_go_to_connected_nodes_only() {
+    let w = world();
+    assert!(matches!(
+        w.engine.evacuate(NODE),
+        Err(ClusterError::NoNode(_))
+    ));
+    w.node_connected(NODE, NodeType::ComputeNode);
+    w.engine.evacuate(NODE).unwrap();
+    w.engine.restore(NODE).unwrap();
+    let sent = w.out.take();
+    assert!(matches!(&sent[0], Payload::Evacuate(c) if c.workload_agent_uuid == NODE));
+    assert!(matches!(&sent[1], Payload::Restore(c) if c.workload_agent_uuid == NODE));
+}
+
+#[test]
+fn traces_are_kept_in_a_bounded_ring() {
+    let w = world();
+    let frames = (0..1100)
+        .map(|i| ssntp::payload::FrameTrace {
+            label: format!("t{i}"),
+            operand_type: 0,
+            operand: 1,
+            start_ns: 10,
+            end_ns: 110,
+            hops: vec![],
+        })
+        .collect();
+    w.event(Payload::TraceReport(ssntp::payload::TraceReport { frames }));
+    let traces = w.engine.traces();
+    assert_eq!(traces.len(), 1000);
+    assert_eq!(traces.last().unwrap().label, "t1099");
+    assert_eq!(traces[0].total_ns, 100);
+    assert_eq!(traces[0].frame, "START");
+}
+
+// ---- CNCIs --------------------------------------------------------------------------------
