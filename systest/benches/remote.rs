@@ -23,7 +23,7 @@ struct NoScheduler;
 
 impl Outbound for NoScheduler {
     fn send(&self, _payload: &ssntp::Payload) -> Result<(), SendFailure> {
-        Err(SendFailure("no scheduler".into()))
+        Err(SendFailure::NotConnected)
     }
 
     fn connected(&self) -> bool {

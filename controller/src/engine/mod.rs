@@ -188,10 +188,9 @@ impl EngineConfig {
     }
 }
 
-/// Why a frame could not be queued for the scheduler.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct SendFailure(pub String);
+/// Why a frame could not be queued for the scheduler: the SSNTP driver's own typed error (no
+/// session, the session's queue full, a frame over the size limit), not a string.
+pub use ssntp_net::SendError as SendFailure;
 
 /// Where the engine's frames go: the SSNTP client's current session with the scheduler.
 pub trait Outbound: Send + Sync {
@@ -204,7 +203,6 @@ pub trait Outbound: Send + Sync {
 impl Outbound for ssntp_net::client::ClientHandle {
     fn send(&self, payload: &Payload) -> Result<(), SendFailure> {
         self.send_payload(payload)
-            .map_err(|e| SendFailure(e.to_string()))
     }
 
     fn connected(&self) -> bool {

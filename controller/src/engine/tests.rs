@@ -27,7 +27,7 @@ struct Recorder {
 impl Outbound for Recorder {
     fn send(&self, payload: &Payload) -> Result<(), SendFailure> {
         if self.down.load(Ordering::SeqCst) {
-            return Err(SendFailure("not connected".into()));
+            return Err(SendFailure::NotConnected);
         }
         self.sent.lock().unwrap().push(payload.clone());
         Ok(())
