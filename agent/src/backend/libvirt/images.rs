@@ -180,7 +180,7 @@ impl ImageStore {
             if format == DiskFormat::Raw && magic.is_empty() {
                 return Err(corrupt("empty"));
             }
-            qemu_img_info(&path, format).map_err(|why| corrupt(&why))?;
+            qemu_img_info(&path, format).map_err(|why| corrupt(&why.to_string()))?;
             return Ok(Image::Disk { path, format });
         }
         Err(ImageError::Missing {
@@ -190,33 +190,79 @@ impl ImageStore {
     }
 }
 
-/// Runs `qemu-img` with `args`; its stdout, or its stderr as the error.
-fn qemu_img(args: &[&std::ffi::OsStr]) -> Result<Vec<u8>, String> {
+/// A `qemu-img` run that failed: what it was doing, on which file, and why.
+#[derive(Debug, thiserror::Error)]
+pub enum QemuImgError {
+    /// `qemu-img` could not be run at all.
+    #[error("qemu-img {verb}: {source}")]
+    Spawn {
+        /// The subcommand.
+        verb: String,
+        /// Why it did not start.
+        #[source]
+        source: std::io::Error,
+    },
+    /// It ran and failed.
+    #[error("qemu-img {verb} {}: {stderr}", disk.display())]
+    Failed {
+        /// The subcommand.
+        verb: String,
+        /// The file it worked on.
+        disk: PathBuf,
+        /// What it said.
+        stderr: String,
+    },
+    /// `qemu-img info` answered something that is not its JSON with a virtual size.
+    #[error("qemu-img info {}: {why}", disk.display())]
+    Info {
+        /// The file asked about.
+        disk: PathBuf,
+        /// What was wrong with the answer.
+        why: String,
+    },
+}
+
+/// Runs `qemu-img <verb> <args>` on `disk` (one of the args); its stdout.
+fn qemu_img(verb: &str, disk: &Path, args: &[&std::ffi::OsStr]) -> Result<Vec<u8>, QemuImgError> {
     let out = Command::new("qemu-img")
+        .arg(verb)
         .args(args)
         .output()
-        .map_err(|e| format!("qemu-img: {e}"))?;
+        .map_err(|source| QemuImgError::Spawn {
+            verb: verb.to_string(),
+            source,
+        })?;
     if out.status.success() {
         Ok(out.stdout)
     } else {
-        Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
+        Err(QemuImgError::Failed {
+            verb: verb.to_string(),
+            disk: disk.to_path_buf(),
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        })
     }
 }
 
 /// `qemu-img info`: the header of a disk image parses as its format; its virtual size, bytes.
-fn qemu_img_info(path: &Path, format: DiskFormat) -> Result<u64, String> {
-    let out = qemu_img(&[
-        "info".as_ref(),
-        "--output=json".as_ref(),
-        "-f".as_ref(),
-        format.name().as_ref(),
-        path.as_os_str(),
-    ])?;
-    let info: serde_json::Value =
-        serde_json::from_slice(&out).map_err(|e| format!("qemu-img info: {e}"))?;
-    info["virtual-size"]
+fn qemu_img_info(path: &Path, format: DiskFormat) -> Result<u64, QemuImgError> {
+    let out = qemu_img(
+        "info",
+        path,
+        &[
+            "--output=json".as_ref(),
+            "-f".as_ref(),
+            format.name().as_ref(),
+            path.as_os_str(),
+        ],
+    )?;
+    let info = |why: String| QemuImgError::Info {
+        disk: path.to_path_buf(),
+        why,
+    };
+    let value: serde_json::Value = serde_json::from_slice(&out).map_err(|e| info(e.to_string()))?;
+    value["virtual-size"]
         .as_u64()
-        .ok_or_else(|| "qemu-img info: no virtual size".to_string())
+        .ok_or_else(|| info("no virtual size".into()))
 }
 
 /// Makes `overlay`, a qcow2 file whose backing file is `base` (never written through it). Its
@@ -226,11 +272,10 @@ pub fn make_overlay(
     format: DiskFormat,
     overlay: &Path,
     size_mb: u32,
-) -> Result<(), String> {
+) -> Result<(), QemuImgError> {
     let wanted = u64::from(size_mb) * 1024 * 1024;
     let size = (wanted > qemu_img_info(base, format)?).then(|| format!("{size_mb}M"));
     let mut args: Vec<&std::ffi::OsStr> = vec![
-        "create".as_ref(),
         "-q".as_ref(),
         "-f".as_ref(),
         "qcow2".as_ref(),
@@ -243,38 +288,38 @@ pub fn make_overlay(
     if let Some(size) = &size {
         args.push(size.as_ref());
     }
-    qemu_img(&args).map(|_| ())
+    qemu_img("create", overlay, &args).map(|_| ())
 }
 
 /// Grows a qcow2 disk to `size_mb` MiB if it is smaller (a disk is never shrunk).
-pub fn grow(disk: &Path, size_mb: u32) -> Result<(), String> {
+pub fn grow(disk: &Path, size_mb: u32) -> Result<(), QemuImgError> {
     let wanted = u64::from(size_mb) * 1024 * 1024;
-    let now =
-        qemu_img_info(disk, DiskFormat::Qcow2).map_err(|e| format!("{}: {e}", disk.display()))?;
-    if wanted <= now {
+    if wanted <= qemu_img_info(disk, DiskFormat::Qcow2)? {
         return Ok(());
     }
     sized_qcow2("resize", disk, size_mb)
 }
 
 /// A blank qcow2 disk of `size_mb` MiB (sparse: it takes room only as the guest writes).
-pub fn make_blank(disk: &Path, size_mb: u32) -> Result<(), String> {
+pub fn make_blank(disk: &Path, size_mb: u32) -> Result<(), QemuImgError> {
     sized_qcow2("create", disk, size_mb)
 }
 
 /// `qemu-img <verb> -f qcow2 <disk> <size_mb>M`: create or resize.
-fn sized_qcow2(verb: &str, disk: &Path, size_mb: u32) -> Result<(), String> {
+fn sized_qcow2(verb: &str, disk: &Path, size_mb: u32) -> Result<(), QemuImgError> {
     let size = format!("{size_mb}M");
-    qemu_img(&[
-        verb.as_ref(),
-        "-q".as_ref(),
-        "-f".as_ref(),
-        "qcow2".as_ref(),
-        disk.as_os_str(),
-        size.as_ref(),
-    ])
+    qemu_img(
+        verb,
+        disk,
+        &[
+            "-q".as_ref(),
+            "-f".as_ref(),
+            "qcow2".as_ref(),
+            disk.as_os_str(),
+            size.as_ref(),
+        ],
+    )
     .map(|_| ())
-    .map_err(|e| format!("{}: {e}", disk.display()))
 }
 
 #[cfg(test)]

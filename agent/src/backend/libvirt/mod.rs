@@ -456,7 +456,7 @@ impl Inner {
                         BackendError::Image(
                             ImageError::Corrupt {
                                 name: spec.image.clone(),
-                                why,
+                                why: why.to_string(),
                             }
                             .to_string(),
                         )
@@ -491,7 +491,8 @@ impl Inner {
                     0 => None,
                     size_mb => {
                         let disk = dir.join("disk.qcow2");
-                        images::make_blank(&disk, size_mb).map_err(BackendError::Launch)?;
+                        images::make_blank(&disk, size_mb)
+                            .map_err(|e| BackendError::Launch(e.to_string()))?;
                         support::private::restrict(&disk).map_err(io)?;
                         Some(disk)
                     }
@@ -555,7 +556,8 @@ impl Inner {
         )?;
         let disk = self.instance_dir(instance).join("disk.qcow2");
         if disk.exists() {
-            images::grow(&disk, resources.disk_mb).map_err(BackendError::Launch)?;
+            images::grow(&disk, resources.disk_mb)
+                .map_err(|e| BackendError::Launch(e.to_string()))?;
         }
         self.conn
             .call(|c| Domain::define_xml(c, &xml).map(|_| ()))
