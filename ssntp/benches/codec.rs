@@ -16,6 +16,7 @@ use ssntp::{Decoded, Decoder, Operand, Payload, Uuid};
 use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::net::{IpAddr, Ipv4Addr};
+use std::time::{Duration, Instant};
 
 const FRAMES: usize = 10_000;
 
@@ -242,6 +243,39 @@ fn hostile_inputs_are_refused() {
     assert!(ciborium::de::from_reader::<Box<Stats>, _>(&huge[..]).is_err());
 }
 
+/// One decoder of the comparison: its name and a decode of the case's bytes into a `Payload`.
+type Decode<'a> = (&'static str, Box<dyn Fn(&[u8]) -> Payload + 'a>);
+
+/// Median nanoseconds per decode of each decoder, the decoders taking turns (201 rounds of about
+/// 0.2 ms each) so that a change in the machine's load falls on all of them alike, and slices
+/// short enough that most of them run without being preempted; printed to stderr beside
+/// criterion's figures, which time one decoder after the other.
+fn interleaved(case: &str, bytes: &[u8], decoders: &[Decode<'_>]) {
+    let mut samples = vec![Vec::new(); decoders.len()];
+    for _ in 0..201 {
+        for (i, (_, decode)) in decoders.iter().enumerate() {
+            let started = Instant::now();
+            let mut n = 0u32;
+            while started.elapsed() < Duration::from_micros(200) {
+                for _ in 0..4 {
+                    black_box(decode(black_box(bytes)));
+                }
+                n += 4;
+            }
+            samples[i].push(started.elapsed().as_secs_f64() * 1e9 / f64::from(n));
+        }
+    }
+    let line: Vec<String> = decoders
+        .iter()
+        .zip(&mut samples)
+        .map(|((name, _), s)| {
+            s.sort_by(f64::total_cmp);
+            format!("{name} {:.0} ns", s[s.len() / 2])
+        })
+        .collect();
+    eprintln!("decoders/{case} interleaved medians: {}", line.join(", "));
+}
+
 /// Typed decode of the same bytes (written by our encoder, ciborium) by `Payload::decode`
 /// (`payload::de`), cbor4ii and ciborium's reader; each decoder's result is checked equal to
 /// the original before timing.
@@ -254,22 +288,31 @@ fn decoders(c: &mut Criterion) {
     ] {
         let operand = payload.operand();
         let bytes = payload.encode();
-        let ours = Payload::decode(operand, &bytes).expect("decodes");
-        assert_eq!(ours, payload, "payload::de");
-        assert_eq!(typed!(operand, &bytes, cbor4ii_one), payload, "cbor4ii");
-        assert_eq!(typed!(operand, &bytes, ciborium_one), payload, "ciborium");
+        let decoders: Vec<Decode<'_>> = vec![
+            (
+                "payload_de",
+                Box::new(move |b| Payload::decode(operand, b).expect("decodes")),
+            ),
+            (
+                "cbor4ii",
+                Box::new(move |b| typed!(operand, b, cbor4ii_one)),
+            ),
+            (
+                "ciborium_reader",
+                Box::new(move |b| typed!(operand, b, ciborium_one)),
+            ),
+        ];
+        for (decoder, decode) in &decoders {
+            assert_eq!(decode(&bytes), payload, "{decoder} on {name}");
+        }
+        let case = format!("{name}_{}B", bytes.len());
+        interleaved(&case, &bytes, &decoders);
 
-        let mut g = c.benchmark_group(format!("decoders/{name}_{}B", bytes.len()));
+        let mut g = c.benchmark_group(format!("decoders/{case}"));
         g.throughput(Throughput::Elements(1));
-        g.bench_function("payload_de", |b| {
-            b.iter(|| Payload::decode(operand, black_box(&bytes)).expect("decodes"))
-        });
-        g.bench_function("cbor4ii", |b| {
-            b.iter(|| typed!(operand, black_box(&bytes[..]), cbor4ii_one))
-        });
-        g.bench_function("ciborium_reader", |b| {
-            b.iter(|| typed!(operand, black_box(&bytes[..]), ciborium_one))
-        });
+        for (decoder, decode) in &decoders {
+            g.bench_function(*decoder, |b| b.iter(|| decode(black_box(&bytes))));
+        }
         g.finish();
     }
 }
