@@ -1,13 +1,22 @@
-//! Codec benchmarks: framing decode of 64-byte-payload frames from one buffer, and typed
-//! decode/encode of a READY payload. Run: `cargo bench -p ssntp --bench codec`.
+//! Codec benchmarks: framing decode of 64-byte-payload frames from one buffer, typed
+//! decode/encode of a READY payload, and our payload decoder (`payload::de`) against other serde
+//! CBOR decoders on the same bytes. Run: `cargo bench -p ssntp --bench codec`; the decoder
+//! comparison alone: `cargo bench -p ssntp --bench codec -- decoders`.
 
 use bytes::BytesMut;
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
 use ssntp::frame::{DEFAULT_MAX_FRAME, Frame};
-use ssntp::payload::{MacAddr, NodeNetwork, NodeStatus};
+use ssntp::payload::{
+    Cidr, FwType, InstanceStat, InstanceState, MacAddr, Networking, NodeNetwork, NodeState,
+    NodeStatus, Requirements, Start, Stats, Storage, VmType,
+};
 use ssntp::{Decoded, Decoder, Operand, Payload, Uuid};
+use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::net::{IpAddr, Ipv4Addr};
+use std::time::{Duration, Instant};
 
 const FRAMES: usize = 10_000;
 
@@ -60,8 +69,8 @@ fn framing(c: &mut Criterion) {
     g.finish();
 }
 
-fn ready() -> Payload {
-    Payload::Ready(NodeStatus {
+fn node_status() -> NodeStatus {
+    NodeStatus {
         node_uuid: Uuid::from_bytes([0x11; 16]),
         hostname: "compute-node-0001".into(),
         mem_total_mb: 65536,
@@ -75,7 +84,11 @@ fn ready() -> Payload {
             ip: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 11)),
             mac: MacAddr([2, 0, 10, 0, 0, 11]),
         }],
-    })
+    }
+}
+
+fn ready() -> Payload {
+    Payload::Ready(node_status())
 }
 
 fn ready_payload(c: &mut Criterion) {
@@ -97,5 +110,212 @@ fn ready_payload(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, framing, ready_payload);
+/// STATS of a node running `n` instances (half of them with an SSH address and a CPU figure).
+fn stats(n: u8) -> Payload {
+    let instances = (0..n)
+        .map(|i| InstanceStat {
+            instance_uuid: Uuid::from_bytes([i; 16]),
+            state: InstanceState::Active,
+            ssh_ip: (i % 2 == 0).then(|| IpAddr::V4(Ipv4Addr::new(172, 16, 0, i))),
+            ssh_port: (i % 2 == 0).then_some(33000 + u16::from(i)),
+            memory_usage_mb: 512 + u32::from(i),
+            disk_usage_mb: 2048,
+            cpu_usage: (i % 2 == 0).then_some(u32::from(i % 100)),
+        })
+        .collect();
+    Payload::Stats(Box::new(Stats {
+        node: node_status(),
+        status: NodeState::Ready,
+        instances,
+    }))
+}
+
+/// A START with every optional part present: networking, two disks, user and meta data.
+fn start() -> Payload {
+    Payload::Start(Box::new(Start {
+        instance_uuid: Uuid::from_bytes([0x21; 16]),
+        tenant_uuid: Uuid::from_bytes([0x22; 16]),
+        workload_uuid: Uuid::from_bytes([0x23; 16]),
+        vm_type: VmType::Qemu,
+        fw_type: FwType::Efi,
+        image: "debian-12-genericcloud-amd64".into(),
+        requirements: Requirements {
+            vcpus: 2,
+            mem_mb: 2048,
+            disk_mb: 20_480,
+            network_node: false,
+            node_id: None,
+            hostname: None,
+        },
+        networking: Some(Networking {
+            vnic_mac: MacAddr([2, 0, 0xac, 0x10, 0, 5]),
+            vnic_uuid: Uuid::from_bytes([0x24; 16]),
+            concentrator_uuid: Uuid::from_bytes([0x25; 16]),
+            concentrator_ip: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)),
+            subnet: Cidr::new(IpAddr::V4(Ipv4Addr::new(172, 16, 0, 0)), 24).expect("a /24"),
+            subnet_key: 4097,
+            private_ip: IpAddr::V4(Ipv4Addr::new(172, 16, 0, 5)),
+            public_ip: false,
+        }),
+        storage: Some(vec![
+            Storage {
+                id: Uuid::from_bytes([0x26; 16]),
+                boot: true,
+                size_mb: 20_480,
+                ephemeral: true,
+            },
+            Storage {
+                id: Uuid::from_bytes([0x27; 16]),
+                boot: false,
+                size_mb: 102_400,
+                ephemeral: false,
+            },
+        ]),
+        user_data: Some("#cloud-config\nusers:\n  - name: demo\n    ssh_authorized_keys:\n      - ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl demo\n".into()),
+        meta_data: Some(BTreeMap::from([
+            ("hostname".into(), "vm-0005".into()),
+            ("project".into(), "bench".into()),
+        ])),
+        restart: false,
+    }))
+}
+
+/// One payload decoded with `$decode` (a generic `fn(&[u8]) -> T`) into the variant of its
+/// operand, so that every decoder builds the same `Payload` as `Payload::decode`.
+macro_rules! typed {
+    ($operand:expr, $bytes:expr, $decode:ident) => {
+        match $operand {
+            Operand::Ready => Payload::Ready($decode($bytes)),
+            Operand::Stats => Payload::Stats($decode($bytes)),
+            Operand::Start => Payload::Start($decode($bytes)),
+            other => panic!("no comparison case for {other}"),
+        }
+    };
+}
+
+/// cbor4ii's serde deserializer over the slice (borrows text), then the trailing-bytes check
+/// that `Payload::decode` also makes.
+fn cbor4ii_one<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> T {
+    use cbor4ii::core::dec::{Read, Reference};
+    let reader = cbor4ii::core::utils::SliceReader::new(bytes);
+    let mut de = cbor4ii::serde::Deserializer::new(reader);
+    let value = T::deserialize(&mut de).expect("cbor4ii decodes");
+    let mut rest = de.into_inner();
+    let trailing = match rest.fill(1) {
+        Ok(Reference::Long(b) | Reference::Short(b)) => b.len(),
+        Err(never) => match never {},
+    };
+    assert_eq!(trailing, 0, "no bytes after the item");
+    value
+}
+
+/// ciborium's reader: what payloads were decoded with before `payload::de` (copies text).
+fn ciborium_one<T: DeserializeOwned>(bytes: &[u8]) -> T {
+    ciborium::de::from_reader(bytes).expect("ciborium decodes")
+}
+
+/// Hostile inputs each compared decoder must refuse without recursing or allocating by the
+/// declared length (checked once, not timed): 100,000 nested arrays, and a STATS whose
+/// `instances` declares 2^32 items and holds none.
+fn hostile_inputs_are_refused() {
+    let deep = vec![0x81; 100_000];
+    assert!(ssntp::payload::cbor::decode_one::<ciborium::Value>(&deep).is_err());
+    let reader = cbor4ii::core::utils::SliceReader::new(&deep);
+    let mut de = cbor4ii::serde::Deserializer::new(reader);
+    assert!(ciborium::Value::deserialize(&mut de).is_err());
+    assert!(ciborium::de::from_reader::<ciborium::Value, _>(&deep[..]).is_err());
+
+    let mut huge = stats(0).encode();
+    let empty = [
+        0x69, b'i', b'n', b's', b't', b'a', b'n', b'c', b'e', b's', 0x80,
+    ];
+    let at = huge
+        .windows(empty.len())
+        .position(|w| w == empty)
+        .expect("an empty instances array")
+        + empty.len()
+        - 1;
+    huge.splice(at..=at, [0x9b, 0, 0, 0, 1, 0, 0, 0, 0]);
+    assert!(Payload::decode(Operand::Stats, &huge).is_err());
+    let reader = cbor4ii::core::utils::SliceReader::new(&huge);
+    let mut de = cbor4ii::serde::Deserializer::new(reader);
+    assert!(Box::<Stats>::deserialize(&mut de).is_err());
+    assert!(ciborium::de::from_reader::<Box<Stats>, _>(&huge[..]).is_err());
+}
+
+/// One decoder of the comparison: its name and a decode of the case's bytes into a `Payload`.
+type Decode<'a> = (&'static str, Box<dyn Fn(&[u8]) -> Payload + 'a>);
+
+/// Median nanoseconds per decode of each decoder, the decoders taking turns (201 rounds of about
+/// 0.2 ms each) so that a change in the machine's load falls on all of them alike, and slices
+/// short enough that most of them run without being preempted; printed to stderr beside
+/// criterion's figures, which time one decoder after the other.
+fn interleaved(case: &str, bytes: &[u8], decoders: &[Decode<'_>]) {
+    let mut samples = vec![Vec::new(); decoders.len()];
+    for _ in 0..201 {
+        for (i, (_, decode)) in decoders.iter().enumerate() {
+            let started = Instant::now();
+            let mut n = 0u32;
+            while started.elapsed() < Duration::from_micros(200) {
+                for _ in 0..4 {
+                    black_box(decode(black_box(bytes)));
+                }
+                n += 4;
+            }
+            samples[i].push(started.elapsed().as_secs_f64() * 1e9 / f64::from(n));
+        }
+    }
+    let line: Vec<String> = decoders
+        .iter()
+        .zip(&mut samples)
+        .map(|((name, _), s)| {
+            s.sort_by(f64::total_cmp);
+            format!("{name} {:.0} ns", s[s.len() / 2])
+        })
+        .collect();
+    eprintln!("decoders/{case} interleaved medians: {}", line.join(", "));
+}
+
+/// Typed decode of the same bytes (written by our encoder, ciborium) by `Payload::decode`
+/// (`payload::de`), cbor4ii and ciborium's reader; each decoder's result is checked equal to
+/// the original before timing.
+fn decoders(c: &mut Criterion) {
+    hostile_inputs_are_refused();
+    for (name, payload) in [
+        ("ready", ready()),
+        ("stats100", stats(100)),
+        ("start", start()),
+    ] {
+        let operand = payload.operand();
+        let bytes = payload.encode();
+        let decoders: Vec<Decode<'_>> = vec![
+            (
+                "payload_de",
+                Box::new(move |b| Payload::decode(operand, b).expect("decodes")),
+            ),
+            (
+                "cbor4ii",
+                Box::new(move |b| typed!(operand, b, cbor4ii_one)),
+            ),
+            (
+                "ciborium_reader",
+                Box::new(move |b| typed!(operand, b, ciborium_one)),
+            ),
+        ];
+        for (decoder, decode) in &decoders {
+            assert_eq!(decode(&bytes), payload, "{decoder} on {name}");
+        }
+        let case = format!("{name}_{}B", bytes.len());
+        interleaved(&case, &bytes, &decoders);
+
+        let mut g = c.benchmark_group(format!("decoders/{case}"));
+        g.throughput(Throughput::Elements(1));
+        for (decoder, decode) in &decoders {
+            g.bench_function(*decoder, |b| b.iter(|| decode(black_box(&bytes))));
+        }
+        g.finish();
+    }
+}
+
+criterion_group!(benches, framing, ready_payload, decoders);
 criterion_main!(benches);
