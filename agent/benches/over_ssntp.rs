@@ -14,18 +14,16 @@
 //! Run: `cargo bench -p agent --bench over_ssntp`.
 #![allow(clippy::print_stdout, clippy::unwrap_used)]
 
-use scheduler::{SchedulerConfig, Summary};
-use ssntp::payload::{ClusterConfig, FwType, InstanceState, Requirements, Start, Stats, VmType};
+use scheduler::SchedulerConfig;
+use scheduler::testing::InProcess;
+use ssntp::payload::{FwType, InstanceState, Requirements, Start, Stats, VmType};
 use ssntp::{Payload, Role, Uuid};
 use ssntp_net::{Client, ClientConfig, ClientEvent, ClientHandle};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use testkit::TestPki;
-use tokio::net::TcpListener;
 use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
 
 const SCHED: Uuid = Uuid::from_u128(0x5c4ed);
 const CONTROLLER: Uuid = Uuid::from_u128(0xc0417);
@@ -185,20 +183,8 @@ fn agent(pki: &TestPki, dir: &Path, scheduler: &str, extra: &[&str]) -> Child {
 /// One agent process against a fresh scheduler: STARTs one at a time; with `hold`, then holds
 /// them that long.
 async fn run(pki: &TestPki, n: u64, gap: &str, hold: Option<Duration>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = format!("localhost:{}", listener.local_addr().unwrap().port());
-    let config = SchedulerConfig {
-        tls: pki.identity(Role::SCHEDULER, Some(SCHED)),
-        uuid: SCHED,
-        stats_interval: Duration::from_secs(5),
-        handshake: Default::default(),
-        cluster: ClusterConfig::default(),
-        heartbeat: false,
-        conn: Default::default(),
-    };
-    let stop = CancellationToken::new();
-    let summary = Arc::new(Mutex::new(Summary::default()));
-    tokio::spawn(scheduler::run(config, listener, stop.clone(), summary));
+    let config = SchedulerConfig::for_tests(pki.identity(Role::SCHEDULER, Some(SCHED)), SCHED);
+    let InProcess { addr, stop, .. } = InProcess::start(config, None).await;
     let (handle, events) = Client::start(ClientConfig::new(
         pki.identity(Role::CONTROLLER, Some(CONTROLLER)),
         CONTROLLER,

@@ -15,6 +15,8 @@ pub mod http;
 pub mod metrics;
 pub mod placement;
 pub mod routes;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 
 use ssntp::payload::{DeliveryFailureReason, NodeState};
 use ssntp::{Role, Uuid};

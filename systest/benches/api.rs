@@ -9,16 +9,15 @@
 // A bench binary prints its figures and fails loudly.
 #![allow(clippy::unwrap_used, clippy::print_stdout)]
 
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
 use controller::api::{self, ApiConfig, TokenSigner};
 use controller::cluster::Cluster;
 use controller::daemon::{Controller, DaemonConfig};
-use scheduler::{SchedulerConfig, Summary};
+use scheduler::SchedulerConfig;
+use scheduler::testing::InProcess;
 use serde_json::{Value, json};
-use ssntp::payload::ClusterConfig;
 use ssntp::{Role as SsntpRole, Uuid};
 use ssntp_net::client::Backoff;
 use store::{
@@ -70,24 +69,19 @@ fn main() {
     let pki = TestPki::new();
     let dir = tempfile::tempdir().unwrap();
     let (controller, url, agent_stop, sched_stop) = runtime.block_on(async {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let sched_addr = format!("localhost:{}", listener.local_addr().unwrap().port());
         let sched_uuid = Uuid::new_v4();
-        let sched_stop = CancellationToken::new();
-        tokio::spawn(scheduler::run(
-            SchedulerConfig {
-                tls: pki.identity(SsntpRole::SCHEDULER, Some(sched_uuid)),
-                uuid: sched_uuid,
-                stats_interval: Duration::from_secs(5),
-                handshake: Default::default(),
-                cluster: ClusterConfig::default(),
-                heartbeat: false,
-                conn: Default::default(),
-            },
-            listener,
-            sched_stop.clone(),
-            Arc::new(Mutex::new(Summary::default())),
-        ));
+        let InProcess {
+            addr: sched_addr,
+            stop: sched_stop,
+            ..
+        } = InProcess::start(
+            SchedulerConfig::for_tests(
+                pki.identity(SsntpRole::SCHEDULER, Some(sched_uuid)),
+                sched_uuid,
+            ),
+            None,
+        )
+        .await;
         let (ca, cert, key) = pki
             .leaf(SsntpRole::AGENT | SsntpRole::NETAGENT, None)
             .write(dir.path(), "agent");

@@ -10,12 +10,12 @@ pub(crate) use agent::daemon::{self, DaemonConfig, DaemonError};
 pub(crate) use agent::sim::{self, SimBackend, SimConfig};
 pub(crate) use agent::wire;
 pub(crate) use clap::Parser;
-pub(crate) use scheduler::{SchedulerConfig, Summary};
+pub(crate) use scheduler::SchedulerConfig;
+pub(crate) use scheduler::testing::InProcess;
 pub(crate) use ssntp::frame::Frame;
 pub(crate) use ssntp::payload::{
-    AttachVolume, AttachVolumeFailureReason, ClusterConfig, Delete, DeleteFailureReason, FwType,
-    InstanceState, NodeCommand, NodeState, Requirements, Start, StartFailure, StartFailureReason,
-    Stats, VmType,
+    AttachVolume, AttachVolumeFailureReason, Delete, DeleteFailureReason, FwType, InstanceState,
+    NodeCommand, NodeState, Requirements, Start, StartFailure, StartFailureReason, Stats, VmType,
 };
 pub(crate) use ssntp::session::Message;
 pub(crate) use ssntp::{Operand, Payload, Role, Uuid};
@@ -27,7 +27,6 @@ pub(crate) use ssntp_net::{
 pub(crate) use std::collections::{BTreeMap, VecDeque};
 pub(crate) use std::path::{Path, PathBuf};
 pub(crate) use std::process::{Child, Command, Stdio};
-pub(crate) use std::sync::{Arc, Mutex};
 pub(crate) use std::time::Duration;
 pub(crate) use testkit::TestPki;
 pub(crate) use tokio::net::TcpListener;
@@ -278,21 +277,12 @@ pub(crate) struct Sched {
 }
 
 pub(crate) async fn real_scheduler(pki: &TestPki) -> Sched {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = format!("localhost:{}", listener.local_addr().unwrap().port());
-    let config = SchedulerConfig {
-        tls: pki.identity(Role::SCHEDULER, Some(SCHED)),
-        uuid: SCHED,
-        stats_interval: Duration::from_secs(5),
-        handshake: Default::default(),
-        cluster: ClusterConfig::default(),
-        heartbeat: false,
-        conn: Default::default(),
-    };
-    let stop = CancellationToken::new();
-    let summary = Arc::new(Mutex::new(Summary::default()));
-    tokio::spawn(scheduler::run(config, listener, stop.clone(), summary));
-    Sched { addr, stop }
+    let config = SchedulerConfig::for_tests(pki.identity(Role::SCHEDULER, Some(SCHED)), SCHED);
+    let s = InProcess::start(config, None).await;
+    Sched {
+        addr: s.addr,
+        stop: s.stop,
+    }
 }
 
 /// A controller: an SSNTP client that keeps what it receives.

@@ -2,15 +2,16 @@
 //! certificates) against the scheduler on loopback. Every wait has a deadline.
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] functions
 
-use scheduler::{SchedulerConfig, Summary};
+use scheduler::SchedulerConfig;
+use scheduler::testing::InProcess;
 use ssntp::frame::Frame;
 use ssntp::payload::*;
 use ssntp::session::Message;
 use ssntp::{Operand, Payload, Role, Uuid};
 use ssntp_net::{Client, ClientConfig, ClientEvent, ClientHandle};
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use testkit::{RawPeer, TestPki, recv_within, wait_until};
 use tokio::net::TcpListener;
@@ -32,7 +33,7 @@ fn u(n: u8) -> Uuid {
 struct Sched {
     addr: String,
     stop: CancellationToken,
-    done: tokio::task::JoinHandle<()>,
+    done: tokio::task::JoinHandle<Result<(), scheduler::SchedulerError>>,
 }
 
 async fn scheduler(pki: &TestPki, listener: Option<TcpListener>) -> Sched {
@@ -53,28 +54,14 @@ async fn scheduler_tuned(
     listener: Option<TcpListener>,
     tune: impl FnOnce(&mut SchedulerConfig),
 ) -> Sched {
-    let listener = match listener {
-        Some(l) => l,
-        None => TcpListener::bind("127.0.0.1:0").await.unwrap(),
-    };
-    let addr = format!("localhost:{}", listener.local_addr().unwrap().port());
-    let mut config = SchedulerConfig {
-        tls: pki.identity(Role::SCHEDULER, Some(SCHED)),
-        uuid: SCHED,
-        stats_interval: Duration::from_secs(5),
-        handshake: Default::default(),
-        cluster: ClusterConfig::default(),
-        heartbeat: false,
-        conn: Default::default(),
-    };
+    let mut config = SchedulerConfig::for_tests(pki.identity(Role::SCHEDULER, Some(SCHED)), SCHED);
     tune(&mut config);
-    let stop = CancellationToken::new();
-    let summary = Arc::new(Mutex::new(Summary::default()));
-    let s = stop.clone();
-    let done = tokio::spawn(async move {
-        scheduler::run(config, listener, s, summary).await.unwrap();
-    });
-    Sched { addr, stop, done }
+    let s = InProcess::start(config, listener).await;
+    Sched {
+        addr: s.addr,
+        stop: s.stop,
+        done: s.done,
+    }
 }
 
 /// An SSNTP peer that records what it receives.

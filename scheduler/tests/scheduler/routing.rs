@@ -165,7 +165,7 @@ async fn after_a_restart_the_scheduler_rebuilds_from_the_agents() {
     nodes_seen(&mut c, 1).await;
     assert_eq!(place(&mut c, &mut [&mut a], start(1, 100)).await, Ok(0));
     s.stop.cancel();
-    s.done.await.unwrap();
+    s.done.await.unwrap().unwrap();
     let s = scheduler(
         &pki,
         Some(TcpListener::bind(("127.0.0.1", port)).await.unwrap()),

@@ -1,19 +1,17 @@
 //! A whole cluster in this process: scheduler, sim agents, controller.
 
 use std::path::Path;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use clap::Parser;
 use controller::cluster::{Caller, Cluster, Launch};
 use controller::daemon::{Controller, DaemonConfig};
-use scheduler::{SchedulerConfig, Summary};
-use ssntp::payload::ClusterConfig;
+use scheduler::SchedulerConfig;
+use scheduler::testing::InProcess;
 use ssntp::{Role, Uuid};
 use ssntp_net::client::Backoff;
 use store::{ImageKind, InstanceState, NewFlavor, NewImage, NewTenant, NewWorkload, Quota, Scope};
 use testkit::TestPki;
-use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -34,21 +32,12 @@ impl Drop for Sched {
 }
 
 pub(crate) async fn start_scheduler(pki: &TestPki) -> Sched {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = format!("localhost:{}", listener.local_addr().unwrap().port());
-    let config = SchedulerConfig {
-        tls: pki.identity(Role::SCHEDULER, Some(SCHED)),
-        uuid: SCHED,
-        stats_interval: Duration::from_secs(5),
-        handshake: Default::default(),
-        cluster: ClusterConfig::default(),
-        heartbeat: false,
-        conn: Default::default(),
-    };
-    let stop = CancellationToken::new();
-    let summary = Arc::new(Mutex::new(Summary::default()));
-    tokio::spawn(scheduler::run(config, listener, stop.clone(), summary));
-    Sched { addr, stop }
+    let config = SchedulerConfig::for_tests(pki.identity(Role::SCHEDULER, Some(SCHED)), SCHED);
+    let s = InProcess::start(config, None).await;
+    Sched {
+        addr: s.addr,
+        stop: s.stop,
+    }
 }
 
 /// A sim agent (dual role: compute and network) running in this process.
