@@ -27,7 +27,9 @@ async fn ok(
     reply
 }
 
-fn node() -> Node {
+/// A connected compute and network node of 4096 MiB, 10,000 MB of disk and 4 vCPUs that has
+/// sent no STATS yet.
+pub(crate) fn node() -> Node {
     Node {
         id: uuid::Uuid::new_v4(),
         kinds: NodeKinds {
