@@ -305,7 +305,8 @@ pub enum WorkloadCmd {
 pub enum FlavorCmd {
     /// List flavors.
     List,
-    /// Create one (admins).
+    /// Create one (admins). A limit not given is the controller's default quota
+    /// (`--default-quota`: 10 instances, 20 vCPUs, 51200 MiB unless set otherwise).
     Create {
         /// Its name.
         #[arg(long)]
@@ -411,7 +412,7 @@ pub enum TenantCmd {
         /// Name or UUID.
         id: String,
     },
-    /// Show (or, as admin, set) a tenant's quota and usage.
+    /// Show (or, as admin, set) a tenant's quota and usage; a limit not given is left as it is.
     Quota {
         /// Name or UUID.
         id: String,

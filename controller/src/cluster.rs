@@ -12,7 +12,7 @@ use std::net::IpAddr;
 use std::time::SystemTime;
 use uuid::Uuid;
 
-use store::{Instance, InstanceState, Scope, StoreError};
+use store::{Flavor, Instance, InstanceState, Scope, StoreError};
 
 /// What a launch asks for: `count` instances of a workload in a tenant.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,6 +69,18 @@ pub enum ClusterError {
     /// cannot be reached: try again.
     #[error("cluster unavailable: {0}")]
     Unavailable(String),
+    /// A launch asks for more instances than the connected compute nodes could hold at all
+    /// (their total memory, disk and vCPUs, from their STATS): refused before any is created.
+    #[error(
+        "Quota exceeded for instances: requested {requested}, but the cluster's nodes can hold \
+         at most {capacity} of this size"
+    )]
+    OverCapacity {
+        /// How many were asked for.
+        requested: u32,
+        /// How many the nodes could hold.
+        capacity: u64,
+    },
     /// What was asked cannot be done for this instance at all (an off-host instance's console
     /// log).
     #[error("{0}")]
@@ -247,6 +259,13 @@ pub trait Cluster: Send + Sync {
         launch: Launch,
         by: &Caller,
     ) -> Result<Vec<Instance>, ClusterError>;
+    /// How many instances of `flavor` the cluster could hold at all, empty or not (what
+    /// [`Cluster::launch`] refuses beyond, with [`ClusterError::OverCapacity`]); `None` when it
+    /// does not know (no compute node has reported its size, or off-host hosts take instances).
+    fn capacity(&self, flavor: &Flavor) -> Result<Option<u64>, ClusterError> {
+        let _ = flavor;
+        Ok(None)
+    }
     /// Stops an active instance (state `stopping`, then `exited` when the node confirms); a
     /// `stop` action for `by`.
     fn stop(&self, scope: Scope, id: Uuid, by: &Caller) -> Result<Instance, ClusterError>;

@@ -7,8 +7,10 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 use ssntp_net::TlsIdentity;
+use store::Quota;
 use support::units::parse_positive_duration;
 
+use crate::api::ApiConfig;
 use crate::daemon::DaemonConfig;
 use crate::engine::TenantNetwork;
 
@@ -19,6 +21,40 @@ pub enum NetworkMode {
     None,
     /// One CNCI per tenant subnet on a network node.
     Cnci,
+}
+
+/// Parses `--default-quota`: `unlimited`, or `KEY=VALUE` pairs (`instances`, `vcpus`,
+/// `memory_mb`; a number or `unlimited`), comma-separated, over [`ApiConfig::DEFAULT_QUOTA`].
+pub fn parse_quota(text: &str) -> Result<Quota, String> {
+    let mut quota = ApiConfig::DEFAULT_QUOTA;
+    if text.trim() == "unlimited" {
+        return Ok(Quota::default());
+    }
+    fn limit<T: std::str::FromStr>(key: &str, value: &str) -> Result<Option<T>, String> {
+        match value {
+            "unlimited" => Ok(None),
+            n => n.parse().map(Some).map_err(|_| {
+                format!("{key}={n}: not a whole number of the limit's range, nor `unlimited`")
+            }),
+        }
+    }
+    for pair in text.split(',').map(str::trim) {
+        let (key, value) = pair
+            .split_once('=')
+            .ok_or_else(|| format!("`{pair}`: expected KEY=VALUE or `unlimited`"))?;
+        let (key, value) = (key.trim(), value.trim());
+        match key {
+            "instances" => quota.instances = limit(key, value)?,
+            "vcpus" => quota.vcpus = limit(key, value)?,
+            "memory_mb" => quota.memory_mb = limit(key, value)?,
+            other => {
+                return Err(format!(
+                    "unknown limit `{other}`: instances, vcpus or memory_mb"
+                ));
+            }
+        }
+    }
+    Ok(quota)
 }
 
 /// cumulo-controller: the REST API and the cluster's state; an SSNTP client of the scheduler.
@@ -77,6 +113,18 @@ pub struct Args {
     /// admin-password in the state directory, mode 0600).
     #[arg(long, env = "CUMULO_CONTROLLER_ADMIN_PASSWORD_FILE")]
     pub admin_password_file: Option<PathBuf>,
+    /// The limits of a tenant created through the API without them (each limit the request
+    /// leaves out): `instances=N,vcpus=N,memory_mb=MIB`, any of the three, one left out keeping
+    /// the built-in default (Nova's: 10 instances, 20 vCPUs, 51200 MiB) and `KEY=unlimited`
+    /// lifting it; `unlimited` alone lifts all three. Addresses are bounded by the instance
+    /// limit (one each). The admin project made at start-up is unlimited whatever this says.
+    #[arg(
+        long,
+        env = "CUMULO_CONTROLLER_DEFAULT_QUOTA",
+        default_value = "instances=10,vcpus=20,memory_mb=51200",
+        value_parser = parse_quota
+    )]
+    pub default_quota: Quota,
     /// How long a token is valid.
     #[arg(long, env = "CUMULO_CONTROLLER_TOKEN_TTL", default_value = "1h", value_parser = parse_positive_duration)]
     pub token_ttl: Duration,
@@ -143,6 +191,8 @@ pub struct ApiArgs {
     pub admin_password_file: Option<PathBuf>,
     /// Token lifetime.
     pub token_ttl: Duration,
+    /// A new tenant's limits unless its request gives them.
+    pub default_quota: Quota,
 }
 
 /// A configuration the controller cannot run with.
@@ -213,7 +263,58 @@ impl Args {
             admin_project: self.admin_project,
             admin_password_file: self.admin_password_file,
             token_ttl: self.token_ttl,
+            default_quota: self.default_quota,
         };
         Ok((daemon, api))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    // Test code: a failed unwrap is a failed test.
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn default_quotas_parse_over_novas_defaults() {
+        assert_eq!(
+            parse_quota("instances=10,vcpus=20,memory_mb=51200"),
+            Ok(ApiConfig::DEFAULT_QUOTA)
+        );
+        assert_eq!(
+            parse_quota("instances=50, memory_mb=unlimited"),
+            Ok(Quota {
+                instances: Some(50),
+                vcpus: Some(20),
+                memory_mb: None,
+            })
+        );
+        assert_eq!(parse_quota("unlimited"), Ok(Quota::default()));
+        let parsed = |extra: &[&str]| {
+            let mut argv = vec![
+                "cumulo-controller",
+                "--ca-cert=ca.pem",
+                "--cert=c.pem",
+                "--key=c.key",
+                "--scheduler=127.0.0.1:8888",
+                "--state-dir=state",
+            ];
+            argv.extend(extra);
+            Args::try_parse_from(argv).unwrap().default_quota
+        };
+        assert_eq!(parsed(&[]), ApiConfig::DEFAULT_QUOTA);
+        assert_eq!(parsed(&["--default-quota=unlimited"]), Quota::default());
+        for bad in [
+            "",
+            "instances",
+            "instances=-1",
+            "instances=ten",
+            "instances=5000000000",
+            "disk=5",
+            "unlimited,instances=1",
+        ] {
+            assert!(parse_quota(bad).is_err(), "{bad}");
+        }
     }
 }

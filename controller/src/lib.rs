@@ -7,6 +7,7 @@
 
 pub mod actions;
 pub mod api;
+pub mod capacity;
 pub mod cluster;
 pub mod config;
 pub mod creds;

@@ -81,7 +81,10 @@ async fn run(args: Args, shutdown: CancellationToken) -> Result<(), String> {
         listener,
         tls,
         signer,
-        ApiConfig::new(api.public_url.clone()),
+        ApiConfig {
+            default_quota: api.default_quota,
+            ..ApiConfig::new(api.public_url.clone())
+        },
     );
     tracing::info!(api = %api.public_url, "API listening");
     tokio::select! {

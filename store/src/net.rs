@@ -81,6 +81,34 @@ pub fn mac_for(ip: Ipv4Addr) -> MacAddr {
     MacAddr([0x02, 0x00, a, b, c, d])
 }
 
+/// The tunnel key (VXLAN VNI, GRE key) of the subnet `cidr`: unique among the subnets that exist
+/// at once, for every prefix from [`MIN_SUBNET_PREFIX`] to [`MAX_SUBNET_PREFIX`], and within
+/// VXLAN's 24 bits.
+///
+/// Subnets are aligned blocks of the pool that never overlap, so a block's base names it. The
+/// pool is a /12: 20 bits of offset, a /30's base has its 2 low bits clear, leaving 18 bits that
+/// tell the smallest blocks apart. Two ranges that cannot meet:
+///
+/// - a /24 or larger block: its base's top 24 bits, `base >> 8` (`0xac1000..=0xac1fff`), the
+///   scheme of earlier releases, so the keys of existing /24 subnets do not change;
+/// - a smaller block (/25 to /30): `1 + (offset >> 2)` where `offset` is the base's offset in
+///   the pool (`1..=0x40000`; never 0, which some tunnel drivers treat as no key).
+///
+/// Before this, every block took `base >> 8`, so two subnets inside one /24 shared a key.
+/// Anything outside the pool (which the store never hands out) keeps `base >> 8`; IPv6 is 0.
+pub fn subnet_key(cidr: &Cidr) -> u32 {
+    let IpAddr::V4(v4) = cidr.addr else {
+        return 0;
+    };
+    let base = u32::from(v4);
+    match base.checked_sub(u32::from(POOL_BASE)) {
+        Some(offset) if cidr.prefix > 24 && u64::from(offset) < block_size(POOL_PREFIX) => {
+            1 + (offset >> 2)
+        }
+        _ => (base >> 8) & 0x00ff_ffff,
+    }
+}
+
 /// The CIDR block of `base`/`prefix`.
 pub fn cidr(base: u32, prefix: u8) -> Cidr {
     Cidr {
@@ -132,6 +160,23 @@ mod tests {
         let taken = [ip("172.16.5.2"), ip("172.16.5.3"), ip("172.16.5.5")];
         assert_eq!(first_free_host(base, 24, &taken), Some(ip("172.16.5.4")));
         assert_eq!(first_free_host(base, 30, &[ip("172.16.5.2")]), None);
+    }
+
+    #[test]
+    fn subnet_keys_differ_inside_a_slash_24_and_fit_24_bits() {
+        let key = |s: &str| subnet_key(&s.parse::<Cidr>().expect("cidr"));
+        // /24s keep the key they always had.
+        assert_eq!(key("172.16.5.0/24"), 0x00ac_1005);
+        assert_eq!(key("172.16.0.0/16"), 0x00ac_1000);
+        // Blocks inside one /24 no longer share it.
+        assert_ne!(key("172.16.5.0/28"), key("172.16.5.16/28"));
+        assert_ne!(key("172.16.5.0/30"), key("172.16.5.4/30"));
+        assert_eq!(key("172.16.0.0/30"), 1);
+        let last = key("172.31.255.252/30");
+        assert_eq!(last, 0x4_0000);
+        assert!(last < key("172.16.0.0/24"), "the two ranges do not meet");
+        assert!(key("172.31.255.0/24") < 1 << 24);
+        assert_eq!(key("fd00::/64"), 0);
     }
 
     #[test]

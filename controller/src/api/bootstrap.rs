@@ -28,8 +28,9 @@ pub struct Bootstrapped {
 }
 
 /// Makes (or finds) the admin user `admin_name`, with `admin_password` if it is made now, the
-/// project `project_name` (no quota, /24 subnets) and gives the user the admin role there. An
-/// existing admin user's password is left alone.
+/// project `project_name` (/24 subnets, and no quota: the `--default-quota` is for the tenants
+/// an admin makes, not for the operator's own project, which runs what the operator chooses)
+/// and gives the user the admin role there. An existing admin user's password is left alone.
 pub fn bootstrap(
     store: &dyn IdentityStore,
     admin_name: &str,

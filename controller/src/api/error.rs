@@ -180,6 +180,7 @@ impl From<ClusterError> for ApiError {
             ClusterError::Invalid(_) => ApiError::BadRequest(error.to_string()),
             ClusterError::Unavailable(_) => ApiError::Unavailable(error.to_string()),
             ClusterError::NotAvailable(_) => ApiError::Conflict(error.to_string()),
+            ClusterError::OverCapacity { .. } => ApiError::OverLimit(error.to_string()),
         }
     }
 }

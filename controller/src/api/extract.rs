@@ -68,6 +68,17 @@ where
     T::deserialize(deserializer).map(Some)
 }
 
+/// For a field where absent and `null` differ (`#[serde(default, deserialize_with =
+/// "nullable")]` on an `Option<Option<T>>`): absent is `None`, `null` is `Some(None)`, a value
+/// is `Some(Some(value))`.
+pub fn nullable<'de, D, T>(deserializer: D) -> Result<Option<Option<T>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::Deserialize<'de>,
+{
+    <Option<T> as serde::Deserialize>::deserialize(deserializer).map(Some)
+}
+
 /// As [`present`], for a nested object: anything but a JSON object (an array, `null`) is an
 /// error.
 pub fn present_object<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>

@@ -58,11 +58,25 @@ pub struct ApiConfig {
     /// The issuer of off-host launchers' credentials, if the controller holds the CA key
     /// (`POST /cumulo/v1/nodes/{id}/credentials` renews them on demand).
     pub launcher_creds: Option<std::sync::Arc<crate::creds::CredsIssuer>>,
+    /// The limits of a tenant created through the API with none given (each limit the request
+    /// leaves out); [`ApiConfig::DEFAULT_QUOTA`] unless `--default-quota` says otherwise.
+    pub default_quota: store::Quota,
 }
 
 impl ApiConfig {
     /// The default body limit: 1 MiB.
     pub const DEFAULT_BODY_LIMIT: usize = 1 << 20;
+
+    /// A new tenant's limits unless said otherwise: 10 instances, 20 vCPUs, 51,200 MiB, Nova's
+    /// own defaults (`[quota] instances`, `cores`, `ram`), so that a project moved from
+    /// OpenStack, or made by its tools, meets the limits it expects. Addresses need no limit of
+    /// their own: every instance takes exactly one address of its tenant's subnets (the
+    /// controller hands out no floating addresses), so the instance limit bounds them.
+    pub const DEFAULT_QUOTA: store::Quota = store::Quota {
+        instances: Some(10),
+        vcpus: Some(20),
+        memory_mb: Some(51_200),
+    };
 
     /// Defaults for a server reachable at `public_url`.
     pub fn new(public_url: impl Into<String>) -> ApiConfig {
@@ -71,6 +85,7 @@ impl ApiConfig {
             body_limit: ApiConfig::DEFAULT_BODY_LIMIT,
             password_iterations: password::DEFAULT_ITERATIONS,
             launcher_creds: None,
+            default_quota: ApiConfig::DEFAULT_QUOTA,
         }
     }
 }

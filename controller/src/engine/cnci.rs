@@ -18,9 +18,9 @@ use ssntp::payload::{
 use ssntp::{Operand, Payload};
 use uuid::Uuid;
 
-use super::start::subnet_key;
 use super::{Engine, TenantNetwork};
 use crate::cluster::ClusterError;
+use store::net::subnet_key;
 use store::{
     Cnci, CnciChange, CnciState, EventKind, Instance, InstanceFilter, Scope, StoreError, net,
 };

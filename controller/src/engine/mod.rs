@@ -125,8 +125,8 @@ use crate::cluster::{
     Trace, action_allowed,
 };
 use store::{
-    EventKind, Instance, InstanceChange, InstanceFilter, InstanceState, NewEvent, NewInstance,
-    OperationKind, Page, Scope, Store, StoreError,
+    EventKind, Flavor, Instance, InstanceChange, InstanceFilter, InstanceState, NewEvent,
+    NewInstance, OperationKind, Page, Scope, Store, StoreError,
 };
 
 pub use run::run;
@@ -310,6 +310,14 @@ impl Engine {
     /// The store the engine writes.
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.store
+    }
+
+    /// How many instances of `flavor` the connected compute nodes could hold at all
+    /// ([`crate::capacity`]); `None` when not known.
+    fn node_capacity(&self, flavor: &Flavor) -> Option<u64> {
+        let state = self.state();
+        let nodes: Vec<&Node> = state.nodes.values().collect();
+        crate::capacity::capacity(&nodes, flavor)
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -546,11 +554,21 @@ impl Cluster for Engine {
         if !scope.owns(Some(launch.tenant)) {
             return Err(StoreError::not_found("tenant", launch.tenant).into());
         }
-        if self.store.remote_hosts()?.is_empty() {
+        let on_host_only = self.store.remote_hosts()?.is_empty();
+        if on_host_only {
             self.require_connected()?;
         }
         let tenant_scope = Scope::Tenant(launch.tenant);
         let plan = self.plan(tenant_scope, launch.workload)?;
+        if on_host_only
+            && let Some(capacity) = self.node_capacity(&plan.flavor)
+            && u64::from(launch.count) > capacity
+        {
+            return Err(ClusterError::OverCapacity {
+                requested: launch.count,
+                capacity,
+            });
+        }
         let mut created = Vec::with_capacity(launch.count as usize);
         let mut failure = None;
         for _ in 0..launch.count {
@@ -597,6 +615,13 @@ impl Cluster for Engine {
             }
             None => Ok(launched),
         }
+    }
+
+    fn capacity(&self, flavor: &Flavor) -> Result<Option<u64>, ClusterError> {
+        Ok(match self.store.remote_hosts()?.is_empty() {
+            true => self.node_capacity(flavor),
+            false => None,
+        })
     }
 
     fn stop(&self, scope: Scope, id: Uuid, by: &Caller) -> Result<Instance, ClusterError> {

@@ -23,15 +23,6 @@ pub(super) struct Plan {
     pub(super) image: Image,
 }
 
-/// The tunnel key of a tenant subnet: its block's address above the pool's /12, so unique in
-/// the pool and within VXLAN's 24 bits.
-pub(super) fn subnet_key(cidr: &ssntp::payload::Cidr) -> u32 {
-    match cidr.addr {
-        IpAddr::V4(v4) => (u32::from(v4) >> 8) & 0x00ff_ffff,
-        IpAddr::V6(_) => 0,
-    }
-}
-
 /// A host name made of the instance's name: letters, digits and dashes, at most 63.
 fn hostname(name: &str) -> String {
     let cleaned: String = name
@@ -96,7 +87,7 @@ pub(super) fn networking(instance: &Instance, cnci: &Cnci) -> Option<Networking>
         concentrator_uuid: cnci.id,
         concentrator_ip: cnci.ip?,
         subnet: instance.subnet,
-        subnet_key: subnet_key(&instance.subnet),
+        subnet_key: store::net::subnet_key(&instance.subnet),
         private_ip: IpAddr::V4(instance.ip),
         public_ip: false,
     })
@@ -234,13 +225,5 @@ mod tests {
         assert_eq!(hostname("--"), "instance");
         assert_eq!(hostname("Db_Primary"), "db-primary");
         assert_eq!(hostname(&"x".repeat(100)).len(), 63);
-    }
-
-    #[test]
-    fn subnet_keys_are_the_block_above_the_pool() {
-        let a: ssntp::payload::Cidr = "172.16.0.0/24".parse().unwrap();
-        let b: ssntp::payload::Cidr = "172.16.1.0/24".parse().unwrap();
-        assert_ne!(subnet_key(&a), subnet_key(&b));
-        assert!(subnet_key(&b) < 1 << 24);
     }
 }

@@ -722,6 +722,62 @@ async fn quotas_hold_under_parallel_creates() {
 }
 
 #[tokio::test]
+async fn a_launch_takes_what_the_nodes_could_hold_between_min_and_max() {
+    let w = World::start().await;
+    let a = w.token_a().await;
+    let c = w.client();
+    // 4 vCPUs hold 4 instances of m1.tiny (1 vCPU, 128 MiB, 1 GiB): the scarcest of the three.
+    let mut node = crate::native::node();
+    node.last_stats = Some(std::time::SystemTime::now());
+    w.cluster.add_node(node);
+    let create = |min: u32, max: u32| {
+        let mut body = create_body("many", w.flavor.id, w.image.id);
+        body["server"]["min_count"] = json!(min);
+        body["server"]["max_count"] = json!(max);
+        c.send(Method::POST, "/compute/v2.1/servers", Some(&a), Some(body))
+    };
+    let (status, _, body) = create(5, 1000).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    let message = body["overLimit"]["message"].as_str().unwrap();
+    assert!(message.starts_with("Quota exceeded"), "{message}");
+    assert!(message.contains("at most 4"), "{message}");
+    assert_eq!(
+        w.store.usage(w.a.id).unwrap().instances,
+        0,
+        "nothing written"
+    );
+    // Between min and max: as many as fit.
+    let (status, _, body) = create(2, 1000).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    assert_eq!(w.store.usage(w.a.id).unwrap().instances, 4);
+    // The native API: a count beyond it is a 403, nothing made.
+    let workload = w
+        .store
+        .instances(Scope::All, Default::default(), store::Page::first(1))
+        .unwrap()
+        .items[0]
+        .workload;
+    let (status, _, body) = c
+        .send(
+            Method::POST,
+            "/cumulo/v1/instances",
+            Some(&a),
+            Some(json!({"workload": workload, "name": "x", "count": 5})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("at most 4"),
+        "{body}"
+    );
+    assert_eq!(w.store.usage(w.a.id).unwrap().instances, 4);
+    w.stop().await;
+}
+
+#[tokio::test]
 async fn an_unavailable_cluster_is_503() {
     let w = World::start().await;
     let a = w.token_a().await;

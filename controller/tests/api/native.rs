@@ -27,7 +27,9 @@ async fn ok(
     reply
 }
 
-fn node() -> Node {
+/// A connected compute and network node of 4096 MiB, 10,000 MB of disk and 4 vCPUs that has
+/// sent no STATS yet.
+pub(crate) fn node() -> Node {
     Node {
         id: uuid::Uuid::new_v4(),
         kinds: NodeKinds {
@@ -64,6 +66,78 @@ async fn health_needs_no_login() {
 }
 
 #[tokio::test]
+async fn a_new_tenant_gets_the_default_quota_unless_told_otherwise() {
+    let w = World::start().await;
+    let c = w.client();
+    let admin = w.admin_token().await;
+    let limits = |t: &Value| {
+        let q = &t["quota"];
+        (
+            q["instances"].clone(),
+            q["vcpus"].clone(),
+            q["memory_mb"].clone(),
+        )
+    };
+    let create = |body: Value| {
+        ok(
+            &c,
+            Method::POST,
+            "/cumulo/v1/tenants",
+            &admin,
+            Some(body),
+            201,
+        )
+    };
+    // No quota: the controller's default (Nova's), never unlimited.
+    let plain = create(json!({"name": "plain"})).await;
+    assert_eq!(limits(&plain), (json!(10), json!(20), json!(51_200)));
+    // A limit left out is the default's; null is unlimited, asked for explicitly.
+    let partial =
+        create(json!({"name": "partial", "quota": {"instances": 3, "memory_mb": null}})).await;
+    assert_eq!(limits(&partial), (json!(3), json!(20), Value::Null));
+    let open = create(json!({"name": "open",
+        "quota": {"instances": null, "vcpus": null, "memory_mb": null}}))
+    .await;
+    assert_eq!(limits(&open), (Value::Null, Value::Null, Value::Null));
+    // A PUT changes what it names and keeps the rest.
+    let id = partial["id"].as_str().unwrap();
+    let set = ok(
+        &c,
+        Method::PUT,
+        &format!("/cumulo/v1/tenants/{id}/quota"),
+        &admin,
+        Some(json!({"vcpus": 4})),
+        200,
+    )
+    .await;
+    assert_eq!(
+        (
+            &set["limits"]["instances"],
+            &set["limits"]["vcpus"],
+            &set["limits"]["memory_mb"]
+        ),
+        (&json!(3), &json!(4), &Value::Null)
+    );
+    // Bad limits are a 400, not a default.
+    for bad in [
+        json!({"instances": -1}),
+        json!({"instances": "many"}),
+        json!({"disk": 5}),
+    ] {
+        let (status, _, _) = c
+            .send(
+                Method::POST,
+                "/cumulo/v1/tenants",
+                Some(&admin),
+                Some(json!({"name": "bad", "quota": bad})),
+            )
+            .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}");
+    }
+    w.stop().await;
+}
+
+#[tokio::test]
 async fn tenants_users_and_quotas() {
     let w = World::start().await;
     let c = w.client();
@@ -74,7 +148,7 @@ async fn tenants_users_and_quotas() {
         Method::POST,
         "/cumulo/v1/tenants",
         &admin,
-        Some(json!({"name": "gamma", "quota": {"instances": 2}})),
+        Some(json!({"name": "gamma", "quota": {"instances": 2, "vcpus": null}})),
         201,
     )
     .await;

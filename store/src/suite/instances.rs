@@ -243,6 +243,39 @@ pub(crate) fn addresses_are_allocated_and_reused<F: Fixture>() {
     assert_eq!(next.subnet.to_string(), "172.16.0.8/29");
 }
 
+pub(crate) fn small_subnets_get_distinct_keys<F: Fixture>() {
+    let fx = F::new();
+    let store = fx.open();
+    // Each /30 holds one instance: 80 instances make 80 subnets over more than one /24 (64 /30s
+    // each), beside /28s, /25s and /24s of other tenants, every prefix in between included.
+    let mut expected = 0;
+    for (prefix, instances) in [
+        (30u8, 80u32),
+        (28, 30),
+        (25, 130),
+        (24, 2),
+        (26, 70),
+        (29, 12),
+    ] {
+        let (t, w) = tenant_and_workload(&store, &format!("p{prefix}"), Quota::default(), prefix);
+        for n in 0..instances {
+            store
+                .create_instance(new_instance(&t, &w, &format!("vm{n}")))
+                .unwrap();
+        }
+        let per_subnet = crate::net::block_size(prefix) - 3;
+        expected += u64::from(instances).div_ceil(per_subnet);
+    }
+    let subnets = store.subnets(Scope::All).unwrap();
+    assert_eq!(subnets.len() as u64, expected);
+    let keys: HashSet<u32> = subnets
+        .iter()
+        .map(|s| crate::net::subnet_key(&s.cidr))
+        .collect();
+    assert_eq!(keys.len(), subnets.len(), "a key is shared: {subnets:?}");
+    assert!(keys.iter().all(|&k| k != 0 && k < 1 << 24), "{keys:?}");
+}
+
 pub(crate) fn subnets_run_out<F: Fixture>() {
     let fx = F::new();
     let store = fx.open();

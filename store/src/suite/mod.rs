@@ -41,7 +41,7 @@ macro_rules! store_suite {
                 a_password_change_or_a_role_removal_ends_the_users_tokens;
             catalog: catalog_crud, ephemeral_workloads_are_kept_as_such;
             instances: instance_crud, parallel_creates_respect_the_quota, vcpu_and_memory_quotas,
-                addresses_are_allocated_and_reused, subnets_run_out, cnci_lifecycle,
+                addresses_are_allocated_and_reused, small_subnets_get_distinct_keys, subnets_run_out, cnci_lifecycle,
                 ten_thousand_instances_page_quickly, a_fault_is_kept_while_in_error,
                 an_instance_moves_to_a_workload_of_its_size, a_resize_changes_the_size_within_the_quota;
             events: events_are_scoped;

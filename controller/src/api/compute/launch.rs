@@ -3,8 +3,9 @@
 //!
 //! A create maps flavor + image + user data to a workload private to the project (reusing one the
 //! project owns with the same three, else making one named `server-<hash>`), then asks the
-//! cluster to launch `max_count` instances of it, or as many as the quota leaves if that is at
-//! least `min_count` (Nova's rule); the store re-checks the quota per instance, so parallel
+//! cluster to launch `max_count` instances of it, or as many as the quota leaves and the cluster's
+//! nodes could hold at all ([`Cluster::capacity`](crate::cluster::Cluster::capacity)) if that is
+//! at least `min_count` (Nova's rule); the store re-checks the quota per instance, so parallel
 //! creates never exceed it.
 //!
 //! Deletes (and actions) act in the token's project only, admins included (unlike Nova, where an
@@ -24,7 +25,7 @@ use uuid::Uuid;
 use super::BASE;
 use crate::api::extract::{JsonBody, PathParams, path_id};
 use crate::api::{ApiError, ApiState, Principal};
-use crate::cluster::Launch;
+use crate::cluster::{ClusterError, Launch};
 use store::{CatalogStore, IdentityStore, NewWorkload, Scope, StoreError};
 
 /// The most user data accepted, decoded (Nova's limit).
@@ -248,6 +249,15 @@ pub async fn create(
                     plan.min, flavor.name
                 )));
             }
+            let capacity = cluster.capacity(&flavor)?.unwrap_or(u64::MAX);
+            if capacity < u64::from(plan.min) {
+                return Err(ClusterError::OverCapacity {
+                    requested: plan.min,
+                    capacity,
+                }
+                .into());
+            }
+            let room = room.min(capacity);
             let count = u32::try_from(room.min(u64::from(plan.max))).unwrap_or(plan.max);
             let workload =
                 workload_for(store, tenant, flavor.id, plan.image, &plan.user_data, false)?;

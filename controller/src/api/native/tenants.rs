@@ -1,5 +1,7 @@
 //! Tenants (admin: create, list, rename, delete; a member may read its own) and their quotas
-//! (`GET` limits and usage; admin `PUT`).
+//! (`GET` limits and usage; admin `PUT`). A tenant created without limits gets the controller's
+//! default quota ([`ApiConfig::default_quota`](crate::api::ApiConfig::default_quota)); only an
+//! explicit `null` makes a limit unlimited.
 
 use axum::Json;
 use axum::extract::State;
@@ -10,28 +12,30 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use super::views;
-use crate::api::extract::{JsonBody, PathParams, path_id, present, present_object};
+use crate::api::extract::{JsonBody, PathParams, nullable, path_id, present, present_object};
 use crate::api::{ApiError, ApiState, Principal};
 use store::{NewTenant, Quota, TenantChange};
 
-/// Limits in a request (`null` or absent: unlimited).
+/// Limits in a request: a number sets a limit, `null` makes it unlimited, and a field left out
+/// keeps what the tenant has (on creation: the controller's `--default-quota`).
 #[derive(Debug, Default, Clone, Copy, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct QuotaBody {
-    #[serde(default)]
-    instances: Option<u32>,
-    #[serde(default)]
-    vcpus: Option<u32>,
-    #[serde(default)]
-    memory_mb: Option<u64>,
+    #[serde(default, deserialize_with = "nullable")]
+    instances: Option<Option<u32>>,
+    #[serde(default, deserialize_with = "nullable")]
+    vcpus: Option<Option<u32>>,
+    #[serde(default, deserialize_with = "nullable")]
+    memory_mb: Option<Option<u64>>,
 }
 
-impl From<QuotaBody> for Quota {
-    fn from(q: QuotaBody) -> Quota {
+impl QuotaBody {
+    /// `base` with the limits this body sets.
+    fn over(self, base: Quota) -> Quota {
         Quota {
-            instances: q.instances,
-            vcpus: q.vcpus,
-            memory_mb: q.memory_mb,
+            instances: self.instances.unwrap_or(base.instances),
+            vcpus: self.vcpus.unwrap_or(base.vcpus),
+            memory_mb: self.memory_mb.unwrap_or(base.memory_mb),
         }
     }
 }
@@ -95,7 +99,10 @@ pub async fn create(
     }
     let new = NewTenant {
         name: body.name,
-        quota: body.quota.unwrap_or_default().into(),
+        quota: body
+            .quota
+            .unwrap_or_default()
+            .over(state.config.default_quota),
         subnet_prefix: prefix,
     };
     let tenant = state.store(move |s| Ok(s.create_tenant(new)?)).await?;
@@ -121,13 +128,13 @@ pub async fn update(
 ) -> Result<Json<Value>, ApiError> {
     let id = path_id("tenant", &id)?;
     caller.require_admin()?;
-    let change = TenantChange {
-        name: body.name,
-        quota: body.quota.map(Quota::from),
-    };
     let tenant = state
         .store(move |s| {
             let current = s.tenant(id)?;
+            let change = TenantChange {
+                name: body.name,
+                quota: body.quota.map(|q| q.over(current.quota)),
+            };
             Ok(s.update_tenant(id, current.version, change)?)
         })
         .await?;
@@ -175,7 +182,7 @@ pub async fn set_quota(
         .store(move |s| {
             let current = s.tenant(id)?;
             let change = TenantChange {
-                quota: Some(body.into()),
+                quota: Some(body.over(current.quota)),
                 ..TenantChange::default()
             };
             let tenant = s.update_tenant(id, current.version, change)?;

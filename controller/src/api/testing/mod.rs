@@ -195,6 +195,19 @@ impl Cluster for FakeCluster {
         if launch.name.trim().is_empty() {
             return Err(ClusterError::Invalid("an empty name".into()));
         }
+        // The engine's cap, where nodes were given.
+        if !self.nodes().is_empty() {
+            let workload = self.store.workload(scope, launch.workload)?;
+            let flavor = self.store.flavor(workload.flavor)?;
+            if let Some(capacity) = self.capacity(&flavor)?
+                && u64::from(launch.count) > capacity
+            {
+                return Err(ClusterError::OverCapacity {
+                    requested: launch.count,
+                    capacity,
+                });
+            }
+        }
         let mut made = Vec::new();
         let request_id = actions::new_request_id();
         for _ in 0..launch.count {
@@ -219,6 +232,12 @@ impl Cluster for FakeCluster {
             made.push(instance);
         }
         Ok(made)
+    }
+
+    fn capacity(&self, flavor: &store::Flavor) -> Result<Option<u64>, ClusterError> {
+        let nodes = self.nodes();
+        let nodes: Vec<&Node> = nodes.iter().collect();
+        Ok(crate::capacity::capacity(&nodes, flavor))
     }
 
     fn stop(&self, scope: Scope, id: Uuid, by: &Caller) -> Result<Instance, ClusterError> {

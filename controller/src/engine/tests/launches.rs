@@ -29,6 +29,56 @@ fn nothing_is_created_while_the_scheduler_is_unreachable() {
 }
 
 #[test]
+fn a_launch_beyond_what_the_nodes_could_hold_writes_nothing() {
+    let w = world();
+    let try_launch = |count| {
+        w.engine.launch(
+            Scope::Tenant(w.tenant),
+            Launch {
+                tenant: w.tenant,
+                workload: w.workload,
+                name: "x".into(),
+                count,
+            },
+            &Caller::default(),
+        )
+    };
+    let records = || {
+        w.engine
+            .store()
+            .instances(Scope::All, InstanceFilter::default(), Page::first(100))
+            .unwrap()
+            .items
+            .len()
+    };
+    // A node that has not sent its STATS: its size is unknown, nothing is refused (as before).
+    w.node_connected(NODE, NodeType::ComputeNode);
+    let flavor = w.engine.store().flavors().unwrap().remove(0);
+    assert_eq!(w.engine.capacity(&flavor).unwrap(), None);
+    // Its STATS: 8 vCPUs, 4096 MiB, 10,000 MB of disk hold 8 instances of 1 vCPU, 256 MiB, 1 GiB
+    // (used or not: the figures are its totals).
+    w.stats(NODE, &[]);
+    assert_eq!(w.engine.capacity(&flavor).unwrap(), Some(8));
+    let refused = try_launch(9);
+    assert_eq!(
+        refused.unwrap_err(),
+        ClusterError::OverCapacity {
+            requested: 9,
+            capacity: 8
+        }
+    );
+    assert_eq!(records(), 0, "nothing written");
+    let message = try_launch(Launch::MAX_COUNT).unwrap_err().to_string();
+    assert!(message.contains("at most 8"), "{message}");
+    assert_eq!(records(), 0, "nothing written");
+    assert_eq!(try_launch(8).unwrap().len(), 8);
+    // A second node doubles it.
+    w.node_connected(NET_NODE, NodeType::ComputeNode);
+    w.stats(NET_NODE, &[]);
+    assert_eq!(w.engine.capacity(&flavor).unwrap(), Some(16));
+}
+
+#[test]
 fn another_tenant_sees_nothing() {
     let w = world();
     let id = w.active();
