@@ -30,7 +30,9 @@
 
 pub mod access;
 pub mod conn;
+mod domain;
 pub mod fault;
+mod fence;
 pub mod images;
 pub mod seed;
 pub mod xml;
@@ -41,14 +43,14 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 use uuid::Uuid;
-use virt::connect::Connect;
 use virt::domain::Domain;
 use virt::error::ErrorNumber;
 
-use crate::backend::{Backend, BackendError, ConsoleError, Existing, Power, console, fence_token};
+use crate::backend::{Backend, BackendError, ConsoleError, Existing, console};
 use crate::model::{Action, InstanceSpec, Resources, Usage, VmKind};
 use access::QemuUser;
 use conn::{Conn, ConnError};
+use domain::{our_domain, ours, power_of, power_off, remove_domain, stop_domain};
 use images::{Image, ImageError, ImageStore};
 use seed::Seed;
 use xml::{Boot, DomainSpec, DomainType};
@@ -166,100 +168,6 @@ struct Inner {
 /// Whether libvirt's error says the domain is there already.
 fn exists_error(e: &ConnError) -> bool {
     matches!(e, ConnError::Failed(m) if m.contains("already exists"))
-}
-
-/// Whether the domain carries our metadata and, when `owner` is given, names that owner (or
-/// none). Only libvirt's "no such metadata" says no: any other failure (the connection
-/// dropped) is an error, never a reason to leave a domain of ours behind.
-fn ours(d: &Domain, owner: Option<Uuid>) -> Result<bool, virt::error::Error> {
-    let kind = virt::sys::VIR_DOMAIN_METADATA_ELEMENT as i32;
-    match d.get_metadata(kind, Some(xml::NAMESPACE), 0) {
-        Ok(text) => Ok(match (owner, xml::owner_of(&text)) {
-            (Some(me), Some(its)) => me == its,
-            _ => true,
-        }),
-        Err(e) if e.code() == ErrorNumber::NoDomainMetadata => Ok(false),
-        Err(e) => Err(e),
-    }
-}
-
-/// Our domain with this UUID: `None` when there is none, or when it is not ours (or
-/// another owner's).
-fn our_domain(
-    c: &Connect,
-    instance: Uuid,
-    owner: Option<Uuid>,
-) -> Result<Option<Domain>, virt::error::Error> {
-    let d = match Domain::lookup_by_uuid(c, instance) {
-        Ok(d) => d,
-        Err(e) if e.code() == ErrorNumber::NoDomain => return Ok(None),
-        Err(e) => return Err(e),
-    };
-    if ours(&d, owner)? {
-        Ok(Some(d))
-    } else {
-        tracing::warn!(%instance, "a domain with this UUID is not ours: left alone");
-        Ok(None)
-    }
-}
-
-/// Powers the domain off if it runs (a domain that stopped meanwhile is fine).
-fn power_off(d: &Domain) -> Result<(), virt::error::Error> {
-    if !d.is_active()? {
-        return Ok(());
-    }
-    match d.destroy() {
-        Ok(()) => Ok(()),
-        Err(_) if !d.is_active()? => Ok(()),
-        Err(e) => Err(e),
-    }
-}
-
-/// The domain's power state.
-fn power_of(d: &Domain) -> Result<Power, virt::error::Error> {
-    let (state, reason) = d.get_state()?;
-    let starting = u32::try_from(reason).ok() == Some(virt::sys::VIR_DOMAIN_PAUSED_STARTING_UP);
-    Ok(match state {
-        // Paused only while QEMU starts up: a boot in progress.
-        virt::sys::VIR_DOMAIN_PAUSED if starting => Power::Running,
-        virt::sys::VIR_DOMAIN_PAUSED | virt::sys::VIR_DOMAIN_PMSUSPENDED => Power::Paused,
-        _ if d.is_active()? => Power::Running,
-        _ if d.has_managed_save(0)? => Power::Saved,
-        _ => Power::Off,
-    })
-}
-
-/// Powers the domain off and drops a saved memory image (a suspend): its disks stay.
-fn stop_domain(d: &Domain) -> Result<(), virt::error::Error> {
-    power_off(d)?;
-    if d.has_managed_save(0)? {
-        d.managed_save_remove(0)?;
-    }
-    Ok(())
-}
-
-/// Removes the domain: undefined first, then powered off. In this order a start still in
-/// progress (from an agent killed mid-start, say; libvirt finishes it before the undefine gets
-/// the domain) leaves a transient running domain that the power-off ends; the other order would
-/// leave it running with no definition. A transient domain (a removal cut short between the
-/// two) is only powered off; one gone meanwhile is fine.
-fn remove_domain(d: &Domain) -> Result<(), virt::error::Error> {
-    let gone = |e: &virt::error::Error| e.code() == ErrorNumber::NoDomain;
-    match d.is_persistent().and_then(|p| {
-        if p {
-            d.undefine_flags(virt::sys::VIR_DOMAIN_UNDEFINE_MANAGED_SAVE)
-        } else {
-            Ok(())
-        }
-    }) {
-        Ok(()) => {}
-        Err(e) if gone(&e) => return Ok(()),
-        Err(e) => return Err(e),
-    }
-    match power_off(d) {
-        Err(e) if gone(&e) => Ok(()),
-        other => other,
-    }
 }
 
 /// Bytes a file or directory tree takes on disk.
@@ -711,68 +619,6 @@ impl LibvirtBackend {
     /// The domain type instances get.
     pub fn domain_type(&self) -> DomainType {
         self.0.kind
-    }
-
-    /// The fencing token recorded on the instance's domain (off-host launching,
-    /// [`crate::remote::fence`]); `None` when there is no domain of ours or no token on it.
-    pub async fn fence_token(&self, instance: Uuid) -> Result<Option<u64>, BackendError> {
-        let owner = self.0.config.owner;
-        let kind = virt::sys::VIR_DOMAIN_METADATA_ELEMENT as i32;
-        let found = self
-            .0
-            .conn
-            .run(move |c| {
-                let Some(d) = our_domain(c, instance, owner)? else {
-                    return Ok(None);
-                };
-                match d.get_metadata(kind, Some(fence_token::FENCE_NAMESPACE), 0) {
-                    Ok(text) => Ok(Some(text)),
-                    Err(e) if e.code() == ErrorNumber::NoDomainMetadata => Ok(None),
-                    Err(e) => Err(e),
-                }
-            })
-            .await;
-        match found {
-            Ok(None) | Err(ConnError::NoDomain) => Ok(None),
-            Ok(Some(text)) => fence_token::parse_token(&text)
-                .map(Some)
-                .ok_or_else(|| BackendError::Other(format!("unreadable fencing token {text:?}"))),
-            Err(e) => Err(BackendError::Other(e.to_string())),
-        }
-    }
-
-    /// Records the fencing token on the instance's domain (its persistent definition, and the
-    /// running domain too when it runs).
-    pub async fn set_fence_token(&self, instance: Uuid, token: u64) -> Result<(), BackendError> {
-        let owner = self.0.config.owner;
-        let kind = virt::sys::VIR_DOMAIN_METADATA_ELEMENT as i32;
-        let element = fence_token::token_element(token);
-        let done = self
-            .0
-            .conn
-            .run(move |c| {
-                let Some(d) = our_domain(c, instance, owner)? else {
-                    return Ok(false);
-                };
-                let mut flags = virt::sys::VIR_DOMAIN_AFFECT_CONFIG;
-                if d.is_active()? {
-                    flags |= virt::sys::VIR_DOMAIN_AFFECT_LIVE;
-                }
-                d.set_metadata(
-                    kind,
-                    Some(&element),
-                    Some("cumulo-fence"),
-                    Some(fence_token::FENCE_NAMESPACE),
-                    flags,
-                )?;
-                Ok(true)
-            })
-            .await;
-        match done {
-            Ok(true) => Ok(()),
-            Ok(false) | Err(ConnError::NoDomain) => Err(BackendError::NotFound),
-            Err(e) => Err(BackendError::Other(e.to_string())),
-        }
     }
 }
 

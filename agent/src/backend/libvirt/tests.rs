@@ -2,6 +2,7 @@
 //! lifecycle, images, seeds, what is ours and what is not, and an unreachable libvirt.
 
 use super::*;
+use crate::backend::Power;
 use crate::model::{Firmware, Resources};
 use std::collections::BTreeMap;
 
