@@ -17,7 +17,7 @@
 //! returns a typed [`DhcpError`] for anything it cannot use: it never panics on garbage.
 //!
 //! Why the packet codec is ours and not `dhcproto`'s (measured 2026-12-02, issue 19): the codec
-//! is the ~150 lines of [`parse`] and the reply writer, for the four options a fixed-lease server
+//! is the ~150 lines of [`parse`] and the reply writer, for the three options a fixed-lease server
 //! reads and the nine it writes, fuzzed (`fuzz/fuzz_targets/dhcp_packet.rs`: every reply it
 //! writes must parse back to what was meant). dhcproto 0.15 would bring `hickory-proto` (a DNS
 //! protocol library) and 13 other crates new to our lock file; a release build of a
