@@ -10,7 +10,6 @@
 //! the arrow goes from [`frame`](crate::frame) to here only.
 
 pub mod cbor;
-mod de;
 mod failure;
 mod handshake;
 mod instance;
