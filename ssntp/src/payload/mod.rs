@@ -10,7 +10,6 @@
 //! the arrow goes from [`frame`](crate::frame) to here only.
 
 pub mod cbor;
-mod de;
 mod failure;
 mod handshake;
 mod instance;
@@ -226,24 +225,240 @@ pub struct Salvage {
 }
 
 impl Salvage {
-    /// Reads what it can of `bytes`; nothing when they are not exactly one CBOR map.
+    /// Reads what it can of `bytes`; nothing when they are not exactly one CBOR map. The map's
+    /// other entries are skipped whatever they hold (tags included, nesting within the decoder's
+    /// depth limit), and a listed key whose value is not a 16-byte byte string counts as absent:
+    /// PROTOCOL.md's rule for the failure reply's `instance_uuid`.
     pub fn read(bytes: &[u8]) -> Salvage {
-        let Ok(ciborium::Value::Map(entries)) = cbor::decode_one::<ciborium::Value>(bytes) else {
+        let Ok(keys) = cbor::decode_one::<SalvageKeys>(bytes) else {
             return Salvage::default();
         };
-        let uuid = |key: &str| {
-            entries.iter().find_map(|(k, v)| match (k, v) {
-                (ciborium::Value::Text(k), ciborium::Value::Bytes(b)) if k == key => {
-                    Uuid::from_slice(b).ok()
-                }
-                _ => None,
-            })
-        };
         Salvage {
-            instance_uuid: uuid("instance_uuid"),
-            volume_uuid: uuid("volume_uuid"),
-            concentrator_uuid: uuid("concentrator_uuid"),
-            tenant_uuid: uuid("tenant_uuid"),
+            instance_uuid: keys.instance_uuid.0,
+            volume_uuid: keys.volume_uuid.0,
+            concentrator_uuid: keys.concentrator_uuid.0,
+            tenant_uuid: keys.tenant_uuid.0,
+        }
+    }
+}
+
+/// The keys [`Salvage`] looks for, read from a map whose other entries (whatever their keys and
+/// values) are skipped.
+#[derive(Default)]
+struct SalvageKeys {
+    instance_uuid: AnyUuid,
+    volume_uuid: AnyUuid,
+    concentrator_uuid: AnyUuid,
+    tenant_uuid: AnyUuid,
+}
+
+impl<'de> Deserialize<'de> for SalvageKeys {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<SalvageKeys, D::Error> {
+        d.deserialize_map(SalvageKeysVisitor)
+    }
+}
+
+struct SalvageKeysVisitor;
+
+impl<'de> serde::de::Visitor<'de> for SalvageKeysVisitor {
+    type Value = SalvageKeys;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a CBOR map")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<SalvageKeys, A::Error> {
+        let mut keys = SalvageKeys::default();
+        while let Some(key) = map.next_key::<AnyKey>()? {
+            let slot = match key.0.as_deref() {
+                Some("instance_uuid") => &mut keys.instance_uuid,
+                Some("volume_uuid") => &mut keys.volume_uuid,
+                Some("concentrator_uuid") => &mut keys.concentrator_uuid,
+                Some("tenant_uuid") => &mut keys.tenant_uuid,
+                _ => {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                    continue;
+                }
+            };
+            *slot = map.next_value::<AnyUuid>()?;
+        }
+        Ok(keys)
+    }
+}
+
+/// Any CBOR value as a map key: its text when it is text, else nothing (never an error).
+struct AnyKey(Option<String>);
+
+impl<'de> Deserialize<'de> for AnyKey {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<AnyKey, D::Error> {
+        let mut text = None;
+        d.deserialize_any(AnyValue(&mut text, None))?;
+        Ok(AnyKey(text))
+    }
+}
+
+/// Any CBOR value: a UUID when it is a 16-byte byte string, else nothing (never an error).
+#[derive(Default)]
+struct AnyUuid(Option<Uuid>);
+
+impl<'de> Deserialize<'de> for AnyUuid {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<AnyUuid, D::Error> {
+        let mut uuid = None;
+        d.deserialize_any(AnyValue(&mut None, Some(&mut uuid)))?;
+        Ok(AnyUuid(uuid))
+    }
+}
+
+/// Reads and skips any CBOR value, keeping its text (in `.0`) or its UUID (in `.1`, when asked
+/// for and it is a 16-byte byte string).
+struct AnyValue<'a>(&'a mut Option<String>, Option<&'a mut Option<Uuid>>);
+
+impl<'de> serde::de::Visitor<'de> for AnyValue<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any CBOR value")
+    }
+
+    fn visit_bytes<E: serde::de::Error>(self, b: &[u8]) -> Result<(), E> {
+        if let Some(uuid) = self.1 {
+            *uuid = Uuid::from_slice(b).ok();
+        }
+        Ok(())
+    }
+
+    fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<(), E> {
+        *self.0 = Some(s.to_string());
+        Ok(())
+    }
+
+    fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_i128<E: serde::de::Error>(self, _: i128) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_u128<E: serde::de::Error>(self, _: u128) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_none<E: serde::de::Error>(self) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        serde::de::IgnoredAny::deserialize(d).map(|_| ())
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+        Ok(())
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while map
+            .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
+            .is_some()
+        {}
+        Ok(())
+    }
+
+    fn visit_newtype_struct<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+#[cfg(test)]
+mod salvage_tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    /// CBOR text of `s` (shorter than 24 bytes).
+    fn text(s: &str) -> Vec<u8> {
+        let mut out = vec![0x60 | u8::try_from(s.len()).unwrap()];
+        out.extend_from_slice(s.as_bytes());
+        out
+    }
+
+    /// CBOR bytes of a UUID.
+    fn uuid(id: Uuid) -> Vec<u8> {
+        let mut out = vec![0x50];
+        out.extend_from_slice(id.as_bytes());
+        out
+    }
+
+    /// A map of `entries` (fewer than 24).
+    fn map(entries: &[(Vec<u8>, Vec<u8>)]) -> Vec<u8> {
+        let mut out = vec![0xa0 | u8::try_from(entries.len()).unwrap()];
+        for (k, v) in entries {
+            out.extend_from_slice(k);
+            out.extend_from_slice(v);
+        }
+        out
+    }
+
+    #[test]
+    fn the_uuids_are_read_whatever_else_the_map_holds() {
+        let id = Uuid::from_u128(7);
+        let tenant = Uuid::from_u128(8);
+        // A tag (1: epoch time) on another entry, and an array nested 40 deep in a third.
+        let mut deep = vec![0x81; 40];
+        deep.push(0x00);
+        let bytes = map(&[
+            (text("when"), vec![0xc1, 0x00]),
+            (vec![0x01], vec![0x02]),
+            (vec![0x41, 0x6b], vec![0x00]),
+            (text("deep"), deep),
+            (text("instance_uuid"), uuid(id)),
+            (text("tenant_uuid"), uuid(tenant)),
+        ]);
+        let s = Salvage::read(&bytes);
+        assert_eq!(s.instance_uuid, Some(id));
+        assert_eq!(s.tenant_uuid, Some(tenant));
+        assert_eq!(s.volume_uuid, None);
+    }
+
+    #[test]
+    fn a_key_that_holds_no_16_byte_string_is_absent_and_the_others_stay() {
+        let tenant = Uuid::from_u128(8);
+        let bytes = map(&[
+            (text("instance_uuid"), text("not-a-uuid")),
+            (text("volume_uuid"), vec![0x43, 1, 2, 3]),
+            (text("tenant_uuid"), uuid(tenant)),
+        ]);
+        let s = Salvage::read(&bytes);
+        assert_eq!((s.instance_uuid, s.volume_uuid), (None, None));
+        assert_eq!(s.tenant_uuid, Some(tenant));
+    }
+
+    #[test]
+    fn anything_but_exactly_one_map_salvages_nothing() {
+        let id = Uuid::from_u128(7);
+        let one = map(&[(text("instance_uuid"), uuid(id))]);
+        assert_eq!(Salvage::read(&one).instance_uuid, Some(id));
+        let mut two = one.clone();
+        two.extend_from_slice(&one);
+        for bytes in [two, vec![0x80], vec![], vec![0xff], one[..5].to_vec()] {
+            assert_eq!(Salvage::read(&bytes), Salvage::default(), "{bytes:02x?}");
         }
     }
 }
