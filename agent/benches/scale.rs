@@ -68,6 +68,7 @@ fn spec(n: u128) -> InstanceSpec {
         tenant: Uuid::from_u128(1),
         workload: Uuid::from_u128(2),
         kind: VmKind::Sim,
+        role: agent::model::InstanceRole::Workload,
         firmware: Firmware::Efi,
         image: "sim-image".into(),
         resources: Resources {

@@ -32,6 +32,18 @@ pub enum Firmware {
     Legacy,
 }
 
+/// What an instance is to the cluster: a tenant's workload, or a tenant subnet's CNCI (which the
+/// node's CNCI launcher runs, not its backend).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InstanceRole {
+    /// A tenant's instance.
+    #[default]
+    Workload,
+    /// A tenant subnet's CNCI.
+    Cnci,
+}
+
 /// What an instance reserves on the node: the figures admission and accounting use.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Resources {
@@ -92,6 +104,10 @@ pub struct InstanceSpec {
     pub workload: Uuid,
     /// What runs it.
     pub kind: VmKind,
+    /// What it is to the cluster. Records written before this field existed have none: the
+    /// agent's store reads their meta data's CNCI marker instead ([`InstanceSpec::settle_role`]).
+    #[serde(default)]
+    pub role: InstanceRole,
     /// Its firmware.
     pub firmware: Firmware,
     /// The image name.
@@ -112,6 +128,16 @@ pub struct InstanceSpec {
     pub meta_data: BTreeMap<String, String>,
     /// Whether this re-creates an exited instance (echoed in a start failure).
     pub restart: bool,
+}
+
+impl InstanceSpec {
+    /// Fills [`InstanceSpec::role`] for a record written before it existed: a CNCI's meta data
+    /// carries the CNCI marker that the START did (`ssntp::payload::CNCI_ROLE`).
+    pub fn settle_role(&mut self) {
+        if ssntp::payload::is_cnci_meta_data(&self.meta_data) {
+            self.role = InstanceRole::Cnci;
+        }
+    }
 }
 
 /// An instance's lifecycle state, as the agent sees it.

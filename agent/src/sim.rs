@@ -486,6 +486,7 @@ mod tests {
             tenant: Uuid::nil(),
             workload: Uuid::nil(),
             kind: VmKind::Sim,
+            role: crate::model::InstanceRole::Workload,
             firmware: Firmware::Efi,
             image: image.into(),
             resources: Resources {

@@ -179,7 +179,8 @@ impl Store {
             let path = entry.path();
             let bytes = fs::read(&path).map_err(io_err("reading", &path))?;
             match serde_json::from_slice::<Record>(&bytes) {
-                Ok(r) if r.spec.instance == instance && r.version == RECORD_VERSION => {
+                Ok(mut r) if r.spec.instance == instance && r.version == RECORD_VERSION => {
+                    r.spec.settle_role();
                     loaded.records.push(r)
                 }
                 Ok(_) => {
@@ -263,6 +264,7 @@ mod tests {
             tenant: Uuid::from_u128(100),
             workload: Uuid::from_u128(200),
             kind: VmKind::Sim,
+            role: crate::model::InstanceRole::Workload,
             firmware: Firmware::Efi,
             image: image.into(),
             resources: Resources {

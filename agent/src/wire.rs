@@ -25,8 +25,8 @@ use uuid::Uuid;
 use crate::core::Command;
 use crate::model::{
     Action, ActionRefusal, Availability, DeleteRefusal, DiskSpec, Firmware, InstanceEvent,
-    InstanceReport, InstanceSpec, InstanceState, NicSpec, NodeReport, Resources, StartRefusal,
-    VmKind,
+    InstanceReport, InstanceRole, InstanceSpec, InstanceState, NicSpec, NodeReport, Resources,
+    StartRefusal, VmKind,
 };
 
 /// The instance spec a START asks for.
@@ -39,6 +39,11 @@ pub fn spec_from_start(start: &Start) -> InstanceSpec {
             VmType::Qemu => VmKind::Qemu,
             VmType::Container => VmKind::Container,
             VmType::Sim => VmKind::Sim,
+        },
+        role: if start.is_cnci() {
+            InstanceRole::Cnci
+        } else {
+            InstanceRole::Workload
         },
         firmware: match start.fw_type {
             FwType::Efi => Firmware::Efi,

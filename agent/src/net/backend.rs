@@ -207,6 +207,7 @@ mod tests {
             tenant: Uuid::from_u128(0xa),
             workload: Uuid::from_u128(0xb),
             kind: VmKind::Qemu,
+            role: crate::model::InstanceRole::Workload,
             firmware: Firmware::Legacy,
             image: "tiny".into(),
             resources: Resources::default(),

@@ -173,6 +173,7 @@ mod tests {
             tenant: Uuid::from_u128(7),
             workload: Uuid::nil(),
             kind: crate::model::VmKind::Qemu,
+            role: crate::model::InstanceRole::Workload,
             firmware: crate::model::Firmware::Legacy,
             image: "tiny".into(),
             resources: crate::model::Resources {

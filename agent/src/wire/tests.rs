@@ -103,6 +103,33 @@ fn a_start_becomes_a_spec_with_everything_the_backend_needs() {
     let json = serde_json::to_string(&spec).unwrap();
     assert!(json.contains("\"02:00:ac:10:00:05\""), "{json}");
     assert_eq!(serde_json::from_str::<InstanceSpec>(&json).unwrap(), spec);
+    assert_eq!(spec.role, crate::model::InstanceRole::Workload);
+}
+
+#[test]
+fn a_start_marked_as_a_cnci_becomes_a_cnci_spec() {
+    let mut s = start();
+    s.meta_data.as_mut().unwrap().insert(
+        ssntp::payload::ROLE_KEY.into(),
+        ssntp::payload::CNCI_ROLE.into(),
+    );
+    assert!(s.is_cnci());
+    assert_eq!(spec_from_start(&s).role, crate::model::InstanceRole::Cnci);
+    // Another value of the key, or no meta data at all, is a workload.
+    s.meta_data
+        .as_mut()
+        .unwrap()
+        .insert(ssntp::payload::ROLE_KEY.into(), "other".into());
+    assert_eq!(
+        spec_from_start(&s).role,
+        crate::model::InstanceRole::Workload
+    );
+    s.meta_data = None;
+    assert!(!s.is_cnci());
+    assert_eq!(
+        spec_from_start(&s).role,
+        crate::model::InstanceRole::Workload
+    );
 }
 
 #[test]

@@ -56,6 +56,7 @@ fn spec(n: u128, image: &str) -> InstanceSpec {
         tenant: id(1_000),
         workload: id(2_000),
         kind: VmKind::Sim,
+        role: agent::model::InstanceRole::Workload,
         firmware: Firmware::Efi,
         image: image.into(),
         resources: Resources {

@@ -12,8 +12,8 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, SystemTime};
 
 use ssntp::payload::{
-    CnciPeer, ConcentratorAdded, FwType, Networking, RefreshCnci, Requirements, Start,
-    StartFailure, StartFailureReason, VmType,
+    CNCI_ROLE, CnciPeer, ConcentratorAdded, FwType, Networking, ROLE_KEY, RefreshCnci,
+    Requirements, Start, StartFailure, StartFailureReason, VmType,
 };
 use ssntp::{Operand, Payload};
 use uuid::Uuid;
@@ -66,7 +66,7 @@ fn cnci_start(cnci: &Cnci, image: &str, restart: bool) -> Start {
     let mut meta = BTreeMap::new();
     meta.insert("instance-id".to_string(), cnci.id.to_string());
     meta.insert("local-hostname".to_string(), format!("cnci-{}", cnci.id));
-    meta.insert("cumulo-role".to_string(), "cnci".to_string());
+    meta.insert(ROLE_KEY.to_string(), CNCI_ROLE.to_string());
     Start {
         instance_uuid: cnci.id,
         tenant_uuid: cnci.tenant,

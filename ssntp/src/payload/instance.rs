@@ -31,6 +31,19 @@ pub enum FwType {
     Legacy,
 }
 
+/// The meta-data key that names an instance's role in the cluster (`docs/protocol.md`, START).
+pub const ROLE_KEY: &str = "cumulo-role";
+
+/// The [`ROLE_KEY`] value of a CNCI: a START whose meta data holds `cumulo-role: cnci` launches
+/// a tenant's CNCI, not a workload. The wire contract has no other field for it; each side turns
+/// it into a type of its own at its boundary ([`Start::is_cnci`], [`is_cnci_meta_data`]).
+pub const CNCI_ROLE: &str = "cnci";
+
+/// Whether START meta data marks a CNCI ([`CNCI_ROLE`]).
+pub fn is_cnci_meta_data(meta_data: &BTreeMap<String, String>) -> bool {
+    meta_data.get(ROLE_KEY).map(String::as_str) == Some(CNCI_ROLE)
+}
+
 /// START: create and boot an instance.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Start {
@@ -65,6 +78,13 @@ pub struct Start {
     pub meta_data: Option<BTreeMap<String, String>>,
     /// Whether this re-creates an exited instance (possibly elsewhere).
     pub restart: bool,
+}
+
+impl Start {
+    /// Whether this START launches a CNCI (its meta data holds [`ROLE_KEY`]: [`CNCI_ROLE`]).
+    pub fn is_cnci(&self) -> bool {
+        self.meta_data.as_ref().is_some_and(is_cnci_meta_data)
+    }
 }
 
 /// What an instance needs of the node it is placed on.

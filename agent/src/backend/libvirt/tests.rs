@@ -12,6 +12,7 @@ fn spec(instance: Uuid, image: &str) -> InstanceSpec {
         tenant: Uuid::from_u128(7),
         workload: Uuid::nil(),
         kind: VmKind::Qemu,
+        role: crate::model::InstanceRole::Workload,
         firmware: Firmware::Legacy,
         image: image.into(),
         resources: Resources {

@@ -4,8 +4,9 @@
 //! tiny guest with the same `cumulo-cnci` inside), wrapping the node's [`Backend`] (which runs
 //! every other instance).
 //!
-//! A START is a CNCI's when its meta data says `cumulo-role: cnci` (what the controller's CNCI
-//! START carries). For one:
+//! A START is a CNCI's when its spec's role is [`InstanceRole::Cnci`] (the agent's wire boundary
+//! reads it from the START's meta data, `cumulo-role: cnci`, which the controller's CNCI START
+//! carries). For one:
 //!
 //! - **create**: a namespace `cumulo-cnci-<12 hex of the UUID>` with loopback up and a veth
 //!   pair, `u0` inside, `cn<12 hex>` on the node with a `/32` route to the CNCI's address (the
@@ -56,7 +57,7 @@ use uuid::Uuid;
 
 use crate::backend::libvirt::{LibvirtBackend, Tap};
 use crate::backend::{Backend, BackendError, ConsoleError, Existing, Power};
-use crate::model::{Action, InstanceSpec, Resources, Usage};
+use crate::model::{Action, InstanceRole, InstanceSpec, Resources, Usage};
 use crate::net::Cidr;
 use store::{MemoryReservations, ReservationStore, StoreError};
 
@@ -148,7 +149,7 @@ pub struct CnciLauncher<B> {
 
 /// Whether a START's spec is a CNCI's.
 pub fn is_cnci(spec: &InstanceSpec) -> bool {
-    spec.meta_data.get("cumulo-role").map(String::as_str) == Some("cnci")
+    spec.role == InstanceRole::Cnci
 }
 
 /// The namespace of a CNCI.

@@ -218,12 +218,13 @@ fn a_vm_gets_its_settings_and_credentials_in_its_user_data() {
 #[test]
 fn only_cnci_starts_are_intercepted() {
     let mut meta = BTreeMap::new();
-    meta.insert("cumulo-role".to_string(), "cnci".to_string());
-    let spec = |meta_data| InstanceSpec {
+    meta.insert(ssntp::payload::ROLE_KEY.to_string(), "cnci".to_string());
+    let spec = |role, meta_data| InstanceSpec {
         instance: Uuid::from_u128(7),
         tenant: Uuid::from_u128(1),
         workload: Uuid::nil(),
         kind: crate::model::VmKind::Sim,
+        role,
         firmware: crate::model::Firmware::Legacy,
         image: "x".into(),
         resources: crate::model::Resources::default(),
@@ -233,6 +234,18 @@ fn only_cnci_starts_are_intercepted() {
         meta_data,
         restart: false,
     };
-    assert!(is_cnci(&spec(meta)));
-    assert!(!is_cnci(&spec(BTreeMap::new())));
+    assert!(is_cnci(&spec(InstanceRole::Cnci, meta.clone())));
+    assert!(!is_cnci(&spec(InstanceRole::Workload, BTreeMap::new())));
+    // The role is the spec's: meta data alone does not make a CNCI once the role is read...
+    assert!(!is_cnci(&spec(InstanceRole::Workload, meta.clone())));
+    // ...except in a record written before the field existed, which the store settles.
+    let mut old = serde_json::to_value(spec(InstanceRole::Workload, meta)).unwrap();
+    old.as_object_mut().unwrap().remove("role");
+    let mut record: InstanceSpec = serde_json::from_value(old).unwrap();
+    assert_eq!(record.role, InstanceRole::Workload);
+    record.settle_role();
+    assert!(is_cnci(&record));
+    let mut workload = spec(InstanceRole::Workload, BTreeMap::new());
+    workload.settle_role();
+    assert!(!is_cnci(&workload));
 }

@@ -106,6 +106,7 @@ fn net_backend_plugs_instances_in_and_out_for_real() {
         tenant: Uuid::from_u128(TENANT_A),
         workload: Uuid::from_u128(1),
         kind: VmKind::Qemu,
+        role: agent::model::InstanceRole::Workload,
         firmware: Firmware::Legacy,
         image: "tiny".into(),
         resources: Resources::default(),
