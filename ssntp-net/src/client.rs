@@ -21,7 +21,7 @@ use ssntp::frame::Frame;
 use ssntp::handshake::{
     ClientAccepted, ClientHandshake, HandshakeConfig, PeerCertificate, UuidBinding,
 };
-use ssntp::payload::{ClusterConfig, Payload};
+use ssntp::payload::{ClusterConfig, Payload, Reason};
 use ssntp::session::{Message, Session};
 
 /// Frames to send first after every (re)connect, before anything else (READY, for an agent).
@@ -121,7 +121,8 @@ pub enum ClientError {
     /// A handshake failure that retrying cannot fix (CONNECTION_ABORTED, server role).
     #[error("{0}")]
     Handshake(#[from] ClientHandshakeError),
-    /// The server closed the session with CONNECTION_ABORTED.
+    /// The server closed the session with CONNECTION_ABORTED `replaced`: a session of the same
+    /// bound UUID took its place.
     #[error("the server aborted the session: {0}")]
     Aborted(String),
 }
@@ -474,10 +475,13 @@ impl Client {
         };
         let _ = self.events.send(ClientEvent::Disconnected { reason }).await;
         match ended {
+            // Another process holds this identity now: coming back would take it away again.
             Ended::ServerClosed {
                 aborted: true,
                 reason,
-            } => Err(ClientError::Aborted(reason)),
+            } if reason == Reason::REPLACED => Err(ClientError::Aborted(reason)),
+            // Any other end, "uuid in use" included (our previous session may be a dead
+            // connection the server has not timed out yet): reconnect, with backoff.
             _ => Ok(()),
         }
     }

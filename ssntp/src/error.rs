@@ -99,7 +99,9 @@ pub enum ClientHandshakeError {
     /// The server answered CONNECTION_FAILURE (retry later).
     #[error("server refused the connection, may retry: {0}")]
     Failed(String),
-    /// The server answered CONNECTION_ABORTED (do not retry).
+    /// The server answered CONNECTION_ABORTED: do not retry, unless the reason is
+    /// [`Reason::UUID_IN_USE`](crate::payload::Reason::UUID_IN_USE) (the session holding the
+    /// UUID may be a dead connection the server will time out).
     #[error("server aborted the connection: {0}")]
     Aborted(String),
     /// The server's claimed role is not in its certificate or is not a server role.
@@ -132,13 +134,14 @@ pub enum ClientHandshakeError {
 impl ClientHandshakeError {
     /// Whether connecting again later may succeed.
     pub fn is_retryable(&self) -> bool {
-        matches!(
-            self,
+        match self {
+            ClientHandshakeError::Aborted(reason) => reason == crate::payload::Reason::UUID_IN_USE,
             ClientHandshakeError::Failed(_)
-                | ClientHandshakeError::Unexpected(_)
-                | ClientHandshakeError::Framing(_)
-                | ClientHandshakeError::Timeout
-        )
+            | ClientHandshakeError::Unexpected(_)
+            | ClientHandshakeError::Framing(_)
+            | ClientHandshakeError::Timeout => true,
+            _ => false,
+        }
     }
 }
 

@@ -518,19 +518,16 @@ async fn a_certificate_binding_no_uuid_cannot_take_a_live_sessions_uuid() {
         Role::CNCIAGENT,
         vec![s.addr.clone()],
     );
-    let (thief, mut thief_events) = Client::start(config).unwrap();
-    loop {
-        match recv_within(&mut thief_events, T).await {
-            ClientEvent::Stopped(e) => {
-                assert!(e.to_string().contains("uuid in use"), "{e}");
-                break;
-            }
-            ClientEvent::Disconnected { reason } => {
-                assert!(reason.contains("uuid in use"), "{reason}")
-            }
-            other => panic!("{other:?}"),
-        }
-    }
+    let relay = CountingRelay::start(&s.addr).await;
+    let (thief, mut thief_events) = Client::start(fast_backoff(config, &relay.addr)).unwrap();
+    // Refused with "uuid in use" at each try; its client tries again (the holder could be a dead
+    // connection, see below), and never gets in while the agent's session lives.
+    relay.wait_for_connections(3).await;
+    assert!(
+        thief_events.try_recv().is_err(),
+        "the refused client heard something"
+    );
+    assert!(!thief.is_connected());
     thief.close();
     // The live session is untouched: still registered, still the agent, still delivering.
     assert_eq!(s.handle.client_role(u(1)), Some(Role::AGENT));
@@ -554,6 +551,88 @@ async fn a_certificate_binding_no_uuid_cannot_take_a_live_sessions_uuid() {
     }
     assert_eq!(server_connected(&mut s).await, (u(2), Role::CNCIAGENT));
     cnci.close();
+}
+
+/// A TCP relay to `server` that counts the connections it was asked for.
+struct CountingRelay {
+    addr: String,
+    accepted: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl CountingRelay {
+    async fn start(server: &str) -> CountingRelay {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (count, server) = (accepted.clone(), server.to_string());
+        tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let server = server.clone();
+                tokio::spawn(async move {
+                    if let Ok(mut outbound) = tokio::net::TcpStream::connect(&server).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+            }
+        });
+        CountingRelay { addr, accepted }
+    }
+
+    fn connections(&self) -> usize {
+        self.accepted.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    async fn wait_for_connections(&self, n: usize) {
+        wait_until(T, &format!("{n} connections through the relay"), || async {
+            self.connections() >= n
+        })
+        .await;
+    }
+}
+
+/// `config` dialling `addr`, trying again within 50-100 ms.
+fn fast_backoff(mut config: ClientConfig, addr: &str) -> ClientConfig {
+    config.servers = vec![addr.to_string()];
+    config.backoff.initial = Duration::from_millis(50);
+    config.backoff.max = Duration::from_millis(100);
+    config
+}
+
+#[tokio::test]
+async fn a_client_told_uuid_in_use_comes_back_once_the_holder_is_gone() {
+    // A CNCI whose previous session the server still holds (a dead connection not yet timed
+    // out): refused while that session lives, connected as soon as it ends, never stopped.
+    let pki = TestPki::new();
+    let mut s = server_with(&pki, u(0x5c), Routes::new(), |_| {}).await;
+    let unbound = |addr: &str| {
+        let config = ClientConfig::new(
+            pki.identity(Role::CNCIAGENT, None),
+            u(3),
+            Role::CNCIAGENT,
+            vec![addr.to_string()],
+        );
+        Client::start(fast_backoff(config, addr)).unwrap()
+    };
+    let (ghost, mut ghost_events) = unbound(&s.addr);
+    match recv_within(&mut ghost_events, T).await {
+        ClientEvent::Connected { .. } => {}
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(server_connected(&mut s).await, (u(3), Role::CNCIAGENT));
+    let relay = CountingRelay::start(&s.addr).await;
+    let (back, mut back_events) = unbound(&relay.addr);
+    relay.wait_for_connections(2).await;
+    assert!(!back.is_connected());
+    // The holder goes; the next try gets the UUID.
+    ghost.close();
+    match recv_within(&mut back_events, T).await {
+        ClientEvent::Connected { .. } => {}
+        ClientEvent::Stopped(e) => panic!("the client gave up: {e}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(s.handle.client_role(u(3)), Some(Role::CNCIAGENT));
+    back.close();
 }
 
 #[tokio::test]

@@ -15,6 +15,16 @@ pub struct Reason {
 }
 
 impl Reason {
+    /// The CONNECTION_ABORTED reason of a session that a new session of the same bound UUID
+    /// replaced (PROTOCOL.md §4 step 5): its client stops, since another process now holds its
+    /// identity.
+    pub const REPLACED: &'static str = "replaced";
+
+    /// The CONNECTION_ABORTED reason of a CONNECT, from a certificate that binds no UUID, for a
+    /// UUID that a live session holds (PROTOCOL.md §4 step 5): its client tries again later, as
+    /// that session may be a dead connection the server has not noticed yet.
+    pub const UUID_IN_USE: &'static str = "uuid in use";
+
     /// A reason from text.
     pub fn new(reason: impl Into<String>) -> Reason {
         Reason {
