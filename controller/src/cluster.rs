@@ -329,6 +329,11 @@ pub trait Cluster: Send + Sync {
     fn traces(&self) -> Vec<Trace>;
     /// Whether the controller has a session with the scheduler now.
     fn connected(&self) -> bool;
+    /// Why the controller stopped for good (its SSNTP client gave up: no session will come
+    /// back), if it did: it is about to exit, and its health check fails meanwhile.
+    fn gone_for_good(&self) -> Option<String> {
+        None
+    }
     /// Reports from nodes and CNCIs refused since the start for claiming what is not their
     /// sender's (an instance placed on another node, another CNCI), by frame name; none
     /// unless the cluster checks them.

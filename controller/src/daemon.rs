@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::api::{self, ApiConfig, ApiState, TokenSigner};
+use crate::cluster::Cluster;
 use crate::engine::{self, Engine, EngineConfig};
 use store::{OperationQueue, Store, StoreError};
 
@@ -91,7 +92,7 @@ pub struct Controller {
     pub uuid: Uuid,
     /// Its store.
     pub store: Arc<dyn Store>,
-    /// Its engine (the [`Cluster`](crate::cluster::Cluster) the API uses).
+    /// Its engine (the [`Cluster`] the API uses).
     pub engine: Arc<Engine>,
     client: ClientHandle,
     stop: CancellationToken,
@@ -187,17 +188,22 @@ impl Controller {
         let router = api::router(state);
         tokio::spawn(prune_revoked_tokens(self.store.clone(), self.stop.clone()));
         let stop = self.stop.clone();
+        let engine = self.engine.clone();
         self.api = Some(tokio::spawn(async move {
             if let Err(e) = api::serve(listener, tls, router, stop.clone()).await {
-                tracing::error!("the API stopped: {e}");
+                engine.give_up(format!("the API stopped: {e}"));
                 stop.cancel();
             }
         }));
     }
 
-    /// Resolves when the controller stops on its own (its API failed).
-    pub async fn stopped(&self) {
+    /// Resolves when the controller stops on its own (its API failed, or its SSNTP client gave
+    /// up for good), with why.
+    pub async fn stopped(&self) -> String {
         self.stop.cancelled().await;
+        self.engine
+            .gone_for_good()
+            .unwrap_or_else(|| "stopped".to_string())
     }
 
     /// Stops the API and the engine and closes the SSNTP session.

@@ -87,12 +87,13 @@ async fn run(args: Args, shutdown: CancellationToken) -> Result<(), String> {
         },
     );
     tracing::info!(api = %api.public_url, "API listening");
-    tokio::select! {
-        () = shutdown.cancelled() => {}
-        () = controller.stopped() => {}
-    }
+    let gone = tokio::select! {
+        () = shutdown.cancelled() => None,
+        why = controller.stopped() => Some(why),
+    };
     controller.stop().await;
-    Ok(())
+    // Stopped on its own: exit non-zero with the cause, so that a supervisor restarts it.
+    gone.map_or(Ok(()), Err)
 }
 
 fn main() -> ExitCode {

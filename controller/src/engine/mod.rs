@@ -268,9 +268,19 @@ pub struct Engine {
     out: Arc<dyn Outbound>,
     config: EngineConfig,
     state: Mutex<State>,
+    /// Why the controller stopped for good (its SSNTP client gave up, its API failed): set once,
+    /// read by the health check and by the daemon, which then exits non-zero.
+    gone: std::sync::OnceLock<String>,
 }
 
 impl Engine {
+    /// Marks the controller as stopped for good, for `reason` (the first reason stays): the
+    /// health check fails from now on, and the daemon exits with it.
+    pub fn give_up(&self, reason: String) {
+        tracing::error!("{reason}");
+        let _ = self.gone.set(reason);
+    }
+
     /// An engine over `store`, sending through `out`. Instances left waiting for a confirmation
     /// by a previous run get their timer started anew.
     pub fn new(
@@ -283,6 +293,7 @@ impl Engine {
             out,
             config,
             state: Mutex::new(State::default()),
+            gone: std::sync::OnceLock::new(),
         };
         let now = SystemTime::now();
         let mut waiting = Vec::new();
@@ -855,6 +866,10 @@ impl Cluster for Engine {
 
     fn connected(&self) -> bool {
         self.out.connected()
+    }
+
+    fn gone_for_good(&self) -> Option<String> {
+        self.gone.get().cloned()
     }
 
     fn reports_refused(&self) -> Vec<(&'static str, u64)> {

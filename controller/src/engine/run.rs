@@ -12,6 +12,11 @@ use super::Engine;
 /// Applies the client's events to the engine, in order, and sweeps every `sweep_every`, until
 /// `shutdown` or the client stops; a CNCI START due to go again sooner than the next sweep
 /// (see [`Engine::next_cnci_retry`]) goes when due. Store work runs on the blocking pool.
+///
+/// A client that stops (replaced by another process with the same identity, or refused for
+/// good) leaves no way to reach the cluster: the engine gives up ([`Engine::give_up`]) and
+/// `shutdown` is cancelled, so the daemon exits with the cause rather than live on unable to
+/// place anything.
 pub async fn run(
     engine: Arc<Engine>,
     mut events: mpsc::Receiver<ClientEvent>,
@@ -48,7 +53,11 @@ pub async fn run(
                 }
             }
             event = events.recv() => match event {
-                None => return,
+                None => {
+                    engine.give_up("the SSNTP client's events ended".into());
+                    shutdown.cancel();
+                    return;
+                }
                 Some(ClientEvent::Connected { server_uuid, .. }) => {
                     tracing::info!("connected to the scheduler {server_uuid}");
                     engine.scheduler_connected(server_uuid);
@@ -58,8 +67,9 @@ pub async fn run(
                     engine.scheduler_disconnected();
                 }
                 Some(ClientEvent::Stopped(e)) => {
-                    tracing::error!("the SSNTP client stopped: {e}");
                     engine.scheduler_disconnected();
+                    engine.give_up(format!("the SSNTP client stopped for good: {e}"));
+                    shutdown.cancel();
                     return;
                 }
                 Some(ClientEvent::Frames(messages)) => {

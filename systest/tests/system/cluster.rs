@@ -2,6 +2,7 @@
 
 use controller::cluster::{Caller, Cluster};
 use controller::daemon::Controller;
+use ssntp::{Role, Uuid};
 use store::{InstanceState, Quota, Scope};
 use testkit::TestPki;
 
@@ -207,4 +208,47 @@ async fn a_controller_over_etcd_runs_instances_and_a_second_one_sees_them() {
     wait_states(&controller, &ids, None, "deleted").await;
     controller.stop().await;
     agent.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_controller_whose_session_is_taken_for_good_stops_with_the_cause() {
+    // Another process with the controller's own certificate (it binds the controller's UUID)
+    // replaces the controller's session: the controller's client stops, and the controller must
+    // not live on unable to reach the cluster. Its health check fails and it stops, saying why.
+    let pki = TestPki::new();
+    let dir = tempfile::tempdir().unwrap();
+    let sched = start_scheduler(&pki).await;
+    let uuid = Uuid::new_v4();
+    let identity = pki.identity(Role::CONTROLLER, Some(uuid));
+    let mut config = controller_config(&pki, &sched.addr, dir.path());
+    config.tls = identity.clone();
+    let controller = Controller::start(config).await.unwrap();
+    assert_eq!(controller.uuid, uuid);
+    testkit::wait_until(T, "the controller's session", || async {
+        controller.engine.connected()
+    })
+    .await;
+    assert_eq!(controller.engine.gone_for_good(), None);
+    let (usurper, mut usurper_events) =
+        ssntp_net::client::Client::start(ssntp_net::client::ClientConfig::new(
+            identity,
+            uuid,
+            Role::CONTROLLER,
+            vec![sched.addr.clone()],
+        ))
+        .unwrap();
+    match testkit::recv_within(&mut usurper_events, T).await {
+        ssntp_net::client::ClientEvent::Connected { .. } => {}
+        other => panic!("{other:?}"),
+    }
+    let why = tokio::time::timeout(T, controller.stopped())
+        .await
+        .expect("the controller did not stop");
+    assert!(why.contains("replaced"), "{why}");
+    assert_eq!(
+        controller.engine.gone_for_good().as_deref(),
+        Some(why.as_str())
+    );
+    controller.stop().await;
+    usurper.close();
 }

@@ -24,6 +24,7 @@ use axum::routing::{delete, get, post};
 use serde_json::{Value, json};
 
 use super::ApiState;
+use super::error::ApiError;
 
 /// The base path.
 pub const BASE: &str = "/cumulo/v1";
@@ -116,16 +117,22 @@ pub fn routes() -> Router<ApiState> {
     Router::new().nest(BASE, api)
 }
 
-/// `GET /cumulo/v1/healthz`: whether the store answers and the scheduler is connected.
-async fn healthz(State(state): State<ApiState>) -> Json<Value> {
+/// `GET /cumulo/v1/healthz`: whether the store answers and the scheduler is connected; 503 once
+/// the controller has stopped for good (its SSNTP client gave up), while it exits.
+async fn healthz(State(state): State<ApiState>) -> Result<Json<Value>, ApiError> {
+    if let Some(why) = state.cluster.gone_for_good() {
+        return Err(ApiError::Unavailable(format!(
+            "the controller is stopping: {why}"
+        )));
+    }
     let scheduler = state.cluster.connected();
     let store = state
         .store(|s| Ok(s.flavors().is_ok()))
         .await
         .unwrap_or(false);
-    Json(json!({
+    Ok(Json(json!({
         "status": if store { "ok" } else { "degraded" },
         "store": store,
         "scheduler": scheduler,
-    }))
+    })))
 }
