@@ -149,7 +149,7 @@ impl Server {
         let session = accepted.session;
         let (uuid, role) = (session.peer_uuid(), session.peer_role());
         let opened = conn::open(stream, max, self.config.conn, tracker);
-        let Some(generation) = self
+        let registered = self
             .register(
                 uuid,
                 role,
@@ -157,18 +157,22 @@ impl Server {
                 &accepted.reply,
                 (opened.outbox(), opened.received()),
             )
-            .await
-        else {
-            // The UUID is a live session's and this certificate binds none: refused, and the
-            // live session is left alone (PROTOCOL.md §4 step 5).
-            tracing::warn!(%uuid, %role, "refused: a certificate that binds no UUID claimed a live session's");
-            let refused = Payload::ConnectionAborted(Reason::new("uuid in use"));
-            let _ = opened
-                .outbox()
-                .send(&Frame::new(self.shared.uuid, &refused));
-            // The writer sends what is queued, then closes the connection.
-            opened.outbox().close();
-            return;
+            .await;
+        let generation = match registered {
+            Ok(generation) => generation,
+            Err(refused) => {
+                // Nothing was registered; a live session of the UUID is left alone.
+                if let Some(reason) = refused.reason() {
+                    tracing::warn!(%uuid, %role, bound = accepted.bound, "refused: {refused}");
+                    let refused = Payload::ConnectionAborted(Reason::new(reason));
+                    let _ = opened
+                        .outbox()
+                        .send(&Frame::new(self.shared.uuid, &refused));
+                }
+                // The writer sends what is queued, then closes the connection.
+                opened.outbox().close();
+                return;
+            }
         };
         if self
             .events
@@ -225,7 +229,8 @@ impl Server {
     /// Adds a session, with `reply` (CONNECTED) first in its outbox before anyone can find it and
     /// queue a frame for it. A live session with the same UUID is told it is replaced, closed, and
     /// reported disconnected first — when the new client's certificate binds that UUID
-    /// (`bound`); otherwise nothing is added and `None` is returned (PROTOCOL.md §4 step 5).
+    /// (`bound`); otherwise nothing is added (PROTOCOL.md §4 step 5). The server's own UUID,
+    /// held by the server itself, and the nil UUID, which names no endpoint, are never added.
     async fn register(
         &self,
         uuid: Uuid,
@@ -233,14 +238,20 @@ impl Server {
         bound: bool,
         reply: &Frame,
         (outbox, received): (&Outbox, Arc<conn::Stamp>),
-    ) -> Option<u64> {
+    ) -> Result<u64, Refused> {
+        if uuid == self.shared.uuid {
+            return Err(Refused::ServersOwn);
+        }
+        if uuid.is_nil() {
+            return Err(Refused::Nil);
+        }
         let generation = self.shared.generation.fetch_add(1, Ordering::Relaxed);
         let old = {
             let mut registry = self.shared.write();
             if !bound && registry.get(&uuid).is_some() {
-                return None;
+                return Err(Refused::LiveSession);
             }
-            outbox.send(reply).ok()?;
+            outbox.send(reply).map_err(|_| Refused::Closed)?;
             registry.insert(
                 uuid,
                 Entry {
@@ -264,7 +275,7 @@ impl Server {
                 })
                 .await;
         }
-        Some(generation)
+        Ok(generation)
     }
 
     /// Removes a session unless a newer one took its place; `true` if it was removed.
@@ -276,6 +287,34 @@ impl Server {
                 true
             }
             _ => false,
+        }
+    }
+}
+
+/// Why a client that passed the handshake gets no session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+enum Refused {
+    /// A live session holds the UUID and the client's certificate does not bind it.
+    #[error("a certificate that binds no UUID claimed a live session's")]
+    LiveSession,
+    /// The UUID is the server's own, held by the live server itself.
+    #[error("a client claimed the server's own UUID")]
+    ServersOwn,
+    /// The nil UUID stands for "none" in payloads and names no endpoint.
+    #[error("a client claimed the nil UUID")]
+    Nil,
+    /// The connection closed before CONNECTED could be queued: nothing to answer.
+    #[error("closed before CONNECTED")]
+    Closed,
+}
+
+impl Refused {
+    /// The reason CONNECTION_ABORTED carries, if there is anyone to tell.
+    fn reason(self) -> Option<&'static str> {
+        match self {
+            Refused::LiveSession | Refused::ServersOwn => Some("uuid in use"),
+            Refused::Nil => Some("nil uuid"),
+            Refused::Closed => None,
         }
     }
 }
