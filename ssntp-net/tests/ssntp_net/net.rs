@@ -635,6 +635,75 @@ async fn a_client_told_uuid_in_use_comes_back_once_the_holder_is_gone() {
     back.close();
 }
 
+/// Starts a client with a certificate binding `bound` (CNCI role when it binds none, agent role
+/// otherwise) that claims `uuid`, and returns the reason the server gave for stopping it.
+async fn refused(pki: &TestPki, s: &TestServer, bound: Option<Uuid>, uuid: Uuid) -> String {
+    let role = if bound.is_some() {
+        Role::AGENT
+    } else {
+        Role::CNCIAGENT
+    };
+    let config = ClientConfig::new(pki.identity(role, bound), uuid, role, vec![s.addr.clone()]);
+    let (client, mut events) = Client::start(config).unwrap();
+    let reason = loop {
+        match recv_within(&mut events, T).await {
+            ClientEvent::Stopped(e) => break e.to_string(),
+            ClientEvent::Disconnected { .. } => continue,
+            other => panic!("{uuid} with a certificate binding {bound:?}: {other:?}"),
+        }
+    };
+    client.close();
+    reason
+}
+
+#[tokio::test]
+async fn no_certificate_can_take_the_servers_own_uuid_nor_the_nil_uuid() {
+    let pki = TestPki::new();
+    let server = u(0x5c);
+    let mut s = server_with(&pki, server, Routes::new(), |_| {}).await;
+    // The server's UUID is held by the live server itself (PROTOCOL.md §4 step 5): neither a
+    // certificate that binds no UUID (a CNCI's) nor one that binds the server's may take it.
+    // The nil UUID names no endpoint: refused too (docs/protocol.md §4 step 5).
+    let cases = [
+        (None, server, "server uuid"),
+        (Some(server), server, "server uuid"),
+        (None, Uuid::nil(), "nil uuid"),
+        (Some(Uuid::nil()), Uuid::nil(), "nil uuid"),
+    ];
+    for (bound, uuid, why) in cases {
+        let reason = refused(&pki, &s, bound, uuid).await;
+        assert!(
+            reason.contains(why),
+            "{uuid} with a certificate binding {bound:?}: {reason}"
+        );
+        // Nothing was registered: no session, no event, and nothing addressed to the UUID
+        // reaches the refused client.
+        assert!(
+            s.handle.sessions().is_empty(),
+            "{uuid}: {:?}",
+            s.handle.sessions()
+        );
+        assert!(s.handle.client_role(uuid).is_none());
+        assert!(matches!(
+            s.handle.send_payload(uuid, &instance_deleted(7)),
+            Err(SendError::NotConnected)
+        ));
+        let frame = ssntp::frame::Frame::new(u(0xc1), &instance_deleted(7));
+        let to = ssntp_net::Target::Session(uuid);
+        assert_eq!(s.handle.forward(u(0xc1), &frame, to).unwrap(), 0);
+    }
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), s.events.recv())
+            .await
+            .is_err(),
+        "a refused CONNECT is never reported"
+    );
+    // The server goes on serving the UUIDs that are free.
+    let mut agent = client(&pki, Role::AGENT, u(1), &s.addr);
+    assert_eq!(connected(&mut agent).await.0, server);
+    assert_eq!(server_connected(&mut s).await, (u(1), Role::AGENT));
+}
+
 #[tokio::test]
 async fn server_stop_and_restart_bring_clients_back_with_the_same_uuid() {
     let pki = TestPki::new();

@@ -25,6 +25,14 @@ impl Reason {
     /// that session may be a dead connection the server has not noticed yet.
     pub const UUID_IN_USE: &'static str = "uuid in use";
 
+    /// The CONNECTION_ABORTED reason of a CONNECT that claims the server's own UUID: a
+    /// misconfigured or hostile client, which retrying cannot help.
+    pub const SERVER_UUID: &'static str = "server uuid";
+
+    /// The CONNECTION_ABORTED reason of a CONNECT whose origin is the nil UUID, which names no
+    /// endpoint.
+    pub const NIL_UUID: &'static str = "nil uuid";
+
     /// A reason from text.
     pub fn new(reason: impl Into<String>) -> Reason {
         Reason {

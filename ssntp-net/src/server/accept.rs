@@ -1,0 +1,321 @@
+//! The [`Server`]: its accept loop under the connection limit, and each connection's life from
+//! handshake to registration (PROTOCOL.md §4 step 5), run, and deregistration.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Semaphore, mpsc};
+use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use uuid::Uuid;
+
+use super::config::{ServerConfig, ServerError};
+use super::dispatch::ServerDispatch;
+use super::event::ServerEvent;
+use super::handle::ServerHandle;
+use super::handshake::Handshakes;
+use super::registry::{Entry, Sessions};
+use super::shared::{Counters, Shared};
+use crate::conn::{self, Outbox};
+use crate::handshaker::Handshaker;
+use ssntp::Role;
+use ssntp::frame::Frame;
+use ssntp::handshake::UuidBinding;
+use ssntp::payload::{Payload, Reason};
+
+/// The server. Build it with [`Server::new`], run it with [`Server::run`].
+pub struct Server {
+    config: ServerConfig,
+    handshakes: Arc<Handshakes>,
+    shared: Arc<Shared>,
+    events: mpsc::Sender<ServerEvent>,
+}
+
+impl Server {
+    /// Checks the configuration; returns the server, a handle, and the application's events.
+    pub fn new(
+        config: ServerConfig,
+    ) -> Result<(Server, ServerHandle, mpsc::Receiver<ServerEvent>), ServerError> {
+        let own = config.tls.own();
+        if !own.roles.intersects(Role::SERVER | Role::SCHEDULER) {
+            return Err(ServerError::NotAServer(own.roles));
+        }
+        if let UuidBinding::Bound(bound) = own.binding
+            && bound != config.uuid
+        {
+            return Err(ServerError::Identity {
+                bound,
+                configured: config.uuid,
+            });
+        }
+        let acceptor = TlsAcceptor::from(config.tls.server_config()?);
+        let shared = Arc::new(Shared {
+            cluster: RwLock::new(config.cluster.clone()),
+            counters: Counters {
+                frames_in: std::array::from_fn(|_| AtomicU64::new(0)),
+                frames_out: std::array::from_fn(|_| AtomicU64::new(0)),
+            },
+            uuid: config.uuid,
+            roles: own.roles,
+            max_frame: config.handshake.session.max_frame,
+            registry: RwLock::new(Sessions::default()),
+            generation: AtomicU64::new(0),
+        });
+        let (tx, rx) = mpsc::channel(config.event_queue.max(1));
+        let handle = ServerHandle {
+            shared: shared.clone(),
+        };
+        let handshakes = Arc::new(Handshakes {
+            acceptor,
+            shared: shared.clone(),
+            config: config.handshake,
+        });
+        Ok((
+            Server {
+                config,
+                handshakes,
+                shared,
+                events: tx,
+            },
+            handle,
+            rx,
+        ))
+    }
+
+    /// Accepts on `listener` until `shutdown`; then stops accepting, closes every session
+    /// (queued frames are written, TLS is shut down) and waits up to the grace period.
+    pub async fn run(self, listener: TcpListener, shutdown: CancellationToken) {
+        let tracker = TaskTracker::new();
+        let limit = Arc::new(Semaphore::new(self.config.max_connections));
+        let handshaker = self.config.handshakes.and_then(|c| {
+            Handshaker::start(c)
+                .inspect_err(|e| {
+                    tracing::warn!(error = %e, "no handshake thread: handshakes run with the sessions");
+                })
+                .ok()
+        });
+        let this = Arc::new(self);
+        loop {
+            let accepted = tokio::select! {
+                _ = shutdown.cancelled() => break,
+                a = listener.accept() => a,
+            };
+            let tcp = match accepted {
+                Ok((tcp, _)) => tcp,
+                Err(e) => {
+                    // Out of descriptors and the like: keep serving the sessions we have.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            let Ok(permit) = limit.clone().try_acquire_owned() else {
+                tracing::warn!("connection limit reached; closing a new connection");
+                continue;
+            };
+            crate::tune(&tcp);
+            let this = this.clone();
+            let inner = tracker.clone();
+            let stop = shutdown.clone();
+            let handshaker = handshaker.clone();
+            tracker.spawn(async move {
+                this.connection(tcp, handshaker.as_ref(), &inner, stop)
+                    .await;
+                drop(permit);
+            });
+        }
+        drop(listener);
+        for entry in this.shared.read().values() {
+            entry.outbox.close();
+        }
+        tracker.close();
+        let _ = tokio::time::timeout(this.config.grace, tracker.wait()).await;
+    }
+
+    async fn connection(
+        self: &Arc<Self>,
+        tcp: TcpStream,
+        handshaker: Option<&Handshaker>,
+        tracker: &TaskTracker,
+        shutdown: CancellationToken,
+    ) {
+        let Some((stream, accepted, buf)) = self.handshakes.handshaken(tcp, handshaker).await
+        else {
+            return;
+        };
+        let max = self.shared.max_frame;
+        let session = accepted.session;
+        let (uuid, role) = (session.peer_uuid(), session.peer_role());
+        let opened = conn::open(stream, max, self.config.conn, tracker);
+        let registered = self
+            .register(
+                uuid,
+                role,
+                accepted.bound,
+                &accepted.reply,
+                (opened.outbox(), opened.received()),
+            )
+            .await;
+        let generation = match registered {
+            Ok(generation) => generation,
+            Err(refused) => {
+                // Nothing was registered; a live session of the UUID is left alone.
+                if let Some(reason) = refused.reason() {
+                    tracing::warn!(%uuid, %role, bound = accepted.bound, "refused: {refused}");
+                    let refused = Payload::ConnectionAborted(Reason::new(reason));
+                    let _ = opened
+                        .outbox()
+                        .send(&Frame::new(self.shared.uuid, &refused));
+                }
+                // The writer sends what is queued, then closes the connection.
+                opened.outbox().close();
+                return;
+            }
+        };
+        if self
+            .events
+            .send(ServerEvent::Connected {
+                uuid,
+                role,
+                generation,
+            })
+            .await
+            .is_err()
+        {
+            opened.outbox().close();
+        }
+        let dispatch = ServerDispatch {
+            shared: self.shared.clone(),
+            routes: self.config.routes.clone(),
+            events: self.events.clone(),
+            pending: Vec::new(),
+            barrier_seen: false,
+            held: None,
+        };
+        let outbox = opened.outbox().clone();
+        let mut done = opened.run(
+            session,
+            buf,
+            self.config.conn.read_buffer,
+            (!role.contains(Role::CONTROLLER))
+                .then_some(self.config.peer_read_rate)
+                .flatten(),
+            dispatch,
+            tracker,
+        );
+        let ended = tokio::select! {
+            e = &mut done => e.ok(),
+            _ = shutdown.cancelled() => {
+                // Shutting down: queued frames go out, then close_notify; the session then ends.
+                outbox.close();
+                done.await.ok()
+            }
+        };
+        tracing::debug!(%uuid, %role, ?ended, "session ended");
+        if self.deregister(uuid, generation) {
+            let _ = self
+                .events
+                .send(ServerEvent::Disconnected {
+                    uuid,
+                    role,
+                    generation,
+                })
+                .await;
+        }
+    }
+
+    /// Adds a session, with `reply` (CONNECTED) first in its outbox before anyone can find it and
+    /// queue a frame for it. A live session with the same UUID is told it is replaced, closed, and
+    /// reported disconnected first — when the new client's certificate binds that UUID
+    /// (`bound`); otherwise nothing is added (PROTOCOL.md §4 step 5). The server's own UUID,
+    /// held by the server itself, and the nil UUID, which names no endpoint, are never added.
+    async fn register(
+        &self,
+        uuid: Uuid,
+        role: Role,
+        bound: bool,
+        reply: &Frame,
+        (outbox, received): (&Outbox, Arc<conn::Stamp>),
+    ) -> Result<u64, Refused> {
+        if uuid == self.shared.uuid {
+            return Err(Refused::ServersOwn);
+        }
+        if uuid.is_nil() {
+            return Err(Refused::Nil);
+        }
+        let generation = self.shared.generation.fetch_add(1, Ordering::Relaxed);
+        let old = {
+            let mut registry = self.shared.write();
+            if !bound && registry.get(&uuid).is_some() {
+                return Err(Refused::LiveSession);
+            }
+            outbox.send(reply).map_err(|_| Refused::Closed)?;
+            registry.insert(
+                uuid,
+                Entry {
+                    role,
+                    outbox: outbox.clone(),
+                    generation,
+                    received,
+                },
+            )
+        };
+        if let Some(old) = old {
+            let replaced = Payload::ConnectionAborted(Reason::new(Reason::REPLACED));
+            let _ = old.outbox.send(&Frame::new(self.shared.uuid, &replaced));
+            old.outbox.close();
+            let _ = self
+                .events
+                .send(ServerEvent::Disconnected {
+                    uuid,
+                    role: old.role,
+                    generation: old.generation,
+                })
+                .await;
+        }
+        Ok(generation)
+    }
+
+    /// Removes a session unless a newer one took its place; `true` if it was removed.
+    fn deregister(&self, uuid: Uuid, generation: u64) -> bool {
+        let mut registry = self.shared.write();
+        match registry.get(&uuid) {
+            Some(e) if e.generation == generation => {
+                registry.remove(&uuid);
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+/// Why a client that passed the handshake gets no session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+enum Refused {
+    /// A live session holds the UUID and the client's certificate does not bind it.
+    #[error("a certificate that binds no UUID claimed a live session's")]
+    LiveSession,
+    /// The UUID is the server's own, held by the live server itself.
+    #[error("a client claimed the server's own UUID")]
+    ServersOwn,
+    /// The nil UUID stands for "none" in payloads and names no endpoint.
+    #[error("a client claimed the nil UUID")]
+    Nil,
+    /// The connection closed before CONNECTED could be queued: nothing to answer.
+    #[error("closed before CONNECTED")]
+    Closed,
+}
+
+impl Refused {
+    /// The reason CONNECTION_ABORTED carries, if there is anyone to tell.
+    fn reason(self) -> Option<&'static str> {
+        match self {
+            Refused::LiveSession => Some(Reason::UUID_IN_USE),
+            Refused::ServersOwn => Some(Reason::SERVER_UUID),
+            Refused::Nil => Some(Reason::NIL_UUID),
+            Refused::Closed => None,
+        }
+    }
+}

@@ -1,0 +1,80 @@
+//! How a server is configured ([`ServerConfig`]) and why it cannot start ([`ServerError`]).
+
+use std::time::Duration;
+use uuid::Uuid;
+
+use crate::conn::{ConnConfig, ReadRate};
+use crate::forward::Routes;
+use crate::handshaker::HandshakerConfig;
+use crate::tls::{TlsError, TlsIdentity};
+use ssntp::Role;
+use ssntp::handshake::HandshakeConfig;
+use ssntp::payload::ClusterConfig;
+
+/// How a server runs.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// CA, certificate and key.
+    pub tls: TlsIdentity,
+    /// Our UUID (the one bound in our certificate, when it binds one).
+    pub uuid: Uuid,
+    /// The cluster configuration sent in CONNECTED (changed later with
+    /// [`ServerHandle::set_cluster`](crate::server::ServerHandle::set_cluster)).
+    pub cluster: ClusterConfig,
+    /// Handshake and session limits.
+    pub handshake: HandshakeConfig,
+    /// Per-connection limits.
+    pub conn: ConnConfig,
+    /// Connections beyond this many are closed at once (default 16,384).
+    pub max_connections: usize,
+    /// Events queued for the application before readers wait (default 8,192).
+    pub event_queue: usize,
+    /// How long a shutdown waits for sessions to drain (default 3 s).
+    pub grace: Duration,
+    /// Forwarding rules.
+    pub routes: Routes,
+    /// The read budget of every session but a controller's (default [`ReadRate::default`];
+    /// `None`: unlimited).
+    pub peer_read_rate: Option<ReadRate>,
+    /// Where handshakes run: a thread of their own ([`crate::handshaker`], the default), or
+    /// `None`: on the sessions' runtime.
+    pub handshakes: Option<HandshakerConfig>,
+}
+
+impl ServerConfig {
+    /// A configuration with the defaults.
+    pub fn new(tls: TlsIdentity, uuid: Uuid) -> ServerConfig {
+        ServerConfig {
+            tls,
+            uuid,
+            cluster: ClusterConfig::default(),
+            handshake: HandshakeConfig::default(),
+            conn: ConnConfig::default(),
+            max_connections: 16_384,
+            event_queue: 8_192,
+            grace: Duration::from_secs(3),
+            routes: Routes::new(),
+            peer_read_rate: Some(ReadRate::default()),
+            handshakes: Some(HandshakerConfig::default()),
+        }
+    }
+}
+
+/// Why a server cannot start or run.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// The TLS material is unusable.
+    #[error("{0}")]
+    Tls(#[from] TlsError),
+    /// Our certificate does not carry a server role.
+    #[error("the certificate's roles ({0}) include neither server nor scheduler")]
+    NotAServer(Role),
+    /// Our UUID is not the one our certificate binds.
+    #[error("the certificate binds UUID {bound}, not {configured}")]
+    Identity {
+        /// The certificate's.
+        bound: Uuid,
+        /// The configured one.
+        configured: Uuid,
+    },
+}

@@ -1,0 +1,114 @@
+//! What a session's reader does with each message it receives ([`ServerDispatch`]): forward it
+//! by the routing rules, or batch it for the application, holding later frames behind a barrier
+//! until the application has handled it.
+
+use std::sync::Arc;
+use tokio::sync::{mpsc, oneshot};
+use uuid::Uuid;
+
+use super::event::{Handled, ServerEvent};
+use super::registry::Registry;
+use super::shared::{Shared, Target};
+use crate::conn::Dispatch;
+use crate::forward::{Route, Routes};
+use ssntp::payload::DeliveryFailureReason;
+use ssntp::session::{Message, Session};
+
+/// A session's reader's routing state.
+pub(super) struct ServerDispatch {
+    pub(super) shared: Arc<Shared>,
+    pub(super) routes: Routes,
+    pub(super) events: mpsc::Sender<ServerEvent>,
+    /// Messages for the application, delivered at the next flush.
+    pub(super) pending: Vec<Message>,
+    /// Whether this session's barrier ([`Routes::barrier_on_first`]) has come.
+    pub(super) barrier_seen: bool,
+    /// From the barrier until the application has handled it: the messages read after it,
+    /// routed at the flush (at most one read's worth).
+    pub(super) held: Option<Vec<Message>>,
+}
+
+impl ServerDispatch {
+    /// Routes one message: forwarded at once, or held for the application's next batch.
+    fn route(&mut self, from: Uuid, message: Message) {
+        if !self.routes.has_rule(message.frame.operand) {
+            self.pending.push(message);
+            return;
+        }
+        let route = self.routes.route(&message, &Registry(&self.shared.read()));
+        let target = match route {
+            Route::App => {
+                self.pending.push(message);
+                return;
+            }
+            Route::Role(role) => Target::Role(role),
+            Route::Tee(role) => {
+                let targets = self.shared.targets(Target::Role(role));
+                let _ = self.shared.forward(from, &message.frame, targets);
+                self.pending.push(message);
+                return;
+            }
+            Route::To(uuid) => Target::Session(uuid),
+            Route::Discard => return,
+            Route::Fail { reason, target } => {
+                self.shared.fail(from, &message.frame, reason, target);
+                return;
+            }
+        };
+        let targets = self.shared.targets(target);
+        match target {
+            Target::Session(uuid) if targets.is_empty() => {
+                let reason = DeliveryFailureReason::NodeUnavailable;
+                self.shared.fail(from, &message.frame, reason, Some(uuid));
+            }
+            _ => {
+                let _ = self.shared.forward(from, &message.frame, targets);
+            }
+        }
+    }
+
+    /// Hands the application what is pending (with `handled` when it ends a barrier's batch).
+    async fn deliver(&mut self, session: &Session, handled: Option<Handled>) -> bool {
+        if self.pending.is_empty() && handled.is_none() {
+            return true;
+        }
+        let event = ServerEvent::Frames {
+            uuid: session.peer_uuid(),
+            role: session.peer_role(),
+            messages: std::mem::take(&mut self.pending),
+            handled,
+        };
+        self.events.send(event).await.is_ok()
+    }
+}
+
+impl Dispatch for ServerDispatch {
+    fn dispatch(&mut self, session: &Session, message: Message) -> bool {
+        self.shared.counters.count_in(message.frame.operand);
+        if let Some(held) = &mut self.held {
+            held.push(message);
+        } else if !self.barrier_seen && self.routes.is_barrier(message.frame.operand) {
+            self.barrier_seen = true;
+            self.pending.push(message);
+            self.held = Some(Vec::new());
+        } else {
+            self.route(session.peer_uuid(), message);
+        }
+        true
+    }
+
+    async fn flush(&mut self, session: &Session) -> bool {
+        if let Some(held) = self.held.take() {
+            let (handled, done) = oneshot::channel();
+            if !self.deliver(session, Some(Handled(handled))).await {
+                return false;
+            }
+            // Sent or dropped, the application is done with the barrier's batch.
+            let _ = done.await;
+            for message in held {
+                self.route(session.peer_uuid(), message);
+            }
+        }
+        self.deliver(session, None).await
+    }
+}
