@@ -89,6 +89,7 @@ impl Server {
     pub async fn run(self, listener: TcpListener, shutdown: CancellationToken) {
         let tracker = TaskTracker::new();
         let limit = Arc::new(Semaphore::new(self.config.max_connections));
+        let handshaking = Arc::new(Semaphore::new(self.config.max_handshakes.max(1)));
         let handshaker = self.config.handshakes.and_then(|c| {
             Handshaker::start(c)
                 .inspect_err(|e| {
@@ -115,13 +116,17 @@ impl Server {
                 tracing::warn!("connection limit reached; closing a new connection");
                 continue;
             };
+            let Ok(handshake) = handshaking.clone().try_acquire_owned() else {
+                tracing::warn!("too many unfinished handshakes; closing a new connection");
+                continue;
+            };
             crate::tune(&tcp);
             let this = this.clone();
             let inner = tracker.clone();
             let stop = shutdown.clone();
             let handshaker = handshaker.clone();
             tracker.spawn(async move {
-                this.connection(tcp, handshaker.as_ref(), &inner, stop)
+                this.connection(tcp, handshake, handshaker.as_ref(), &inner, stop)
                     .await;
                 drop(permit);
             });
@@ -134,15 +139,19 @@ impl Server {
         let _ = tokio::time::timeout(this.config.grace, tracker.wait()).await;
     }
 
+    /// Runs one connection: its handshake (holding `handshake`, one of the
+    /// [`ServerConfig::max_handshakes`] slots, until it ends), then its session.
     async fn connection(
         self: &Arc<Self>,
         tcp: TcpStream,
+        handshake: tokio::sync::OwnedSemaphorePermit,
         handshaker: Option<&Handshaker>,
         tracker: &TaskTracker,
         shutdown: CancellationToken,
     ) {
-        let Some((stream, accepted, buf)) = self.handshakes.handshaken(tcp, handshaker).await
-        else {
+        let handshaken = self.handshakes.handshaken(tcp, handshaker).await;
+        drop(handshake);
+        let Some((stream, accepted, buf)) = handshaken else {
             return;
         };
         let max = self.shared.max_frame;

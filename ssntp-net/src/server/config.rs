@@ -27,6 +27,11 @@ pub struct ServerConfig {
     pub conn: ConnConfig,
     /// Connections beyond this many are closed at once (default 16,384).
     pub max_connections: usize,
+    /// Connections still in their TLS or SSNTP handshake beyond this many are closed at once
+    /// (default 1,024), so that peers that connect and stall (each for up to the handshake
+    /// timeout) cannot take the slots of the sessions: they hold at most this many of
+    /// [`ServerConfig::max_connections`].
+    pub max_handshakes: usize,
     /// Events queued for the application before readers wait (default 8,192).
     pub event_queue: usize,
     /// How long a shutdown waits for sessions to drain (default 3 s).
@@ -51,6 +56,7 @@ impl ServerConfig {
             handshake: HandshakeConfig::default(),
             conn: ConnConfig::default(),
             max_connections: 16_384,
+            max_handshakes: 1_024,
             event_queue: 8_192,
             grace: Duration::from_secs(3),
             routes: Routes::new(),

@@ -279,3 +279,48 @@ async fn a_silent_session_is_closed_at_the_idle_timeout() {
         other => panic!("{other:?}"),
     }
 }
+
+#[tokio::test]
+async fn stalled_handshakes_are_capped_apart_from_sessions() {
+    // Peers that connect and say nothing hold a handshake slot each until the handshake
+    // timeout; past `max_handshakes` a new connection is closed at once, and the sessions
+    // already up are not touched.
+    let pki = TestPki::new();
+    let mut s = server_with(&pki, u(0x5c), Routes::new(), |c| {
+        c.max_handshakes = 2;
+        c.handshake.handshake_timeout = Duration::from_secs(60);
+    })
+    .await;
+    let mut agent = client(&pki, Role::AGENT, u(1), &s.addr);
+    connected(&mut agent).await;
+    assert_eq!(server_connected(&mut s).await, (u(1), Role::AGENT));
+    // Two stall in the SSNTP handshake (TLS done, no CONNECT) and hold both slots...
+    let identity = pki.identity(Role::AGENT, None);
+    let mut stalled = Vec::new();
+    for _ in 0..2 {
+        stalled.push(RawPeer::connect(&s.addr, &identity).await.unwrap());
+    }
+    // ...so a third connection is closed before its TLS handshake can finish.
+    let third = tokio::time::timeout(T, RawPeer::connect(&s.addr, &identity)).await;
+    match third {
+        Ok(Err(_)) => {}
+        Ok(Ok(mut peer)) => assert!(peer.closed_within(T).await, "a third handshake was served"),
+        Err(_) => panic!("the third connection was neither refused nor closed"),
+    }
+    // The session that was up goes on.
+    agent
+        .handle
+        .send_payload(&Payload::InstanceDeleted(InstanceEvent {
+            instance_uuid: u(7),
+        }))
+        .unwrap();
+    match recv_within(&mut s.events, T).await {
+        ServerEvent::Frames { uuid, .. } => assert_eq!(uuid, u(1)),
+        other => panic!("{other:?}"),
+    }
+    // Once the stalled peers go, their slots serve new clients again.
+    drop(stalled);
+    let mut late = client(&pki, Role::AGENT, u(2), &s.addr);
+    connected(&mut late).await;
+    assert_eq!(server_connected(&mut s).await, (u(2), Role::AGENT));
+}
