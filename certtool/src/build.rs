@@ -198,6 +198,9 @@ pub struct LeafProfile {
     pub uuid: Option<Uuid>,
     /// Validity in days from now (cut to the CA's own end).
     pub days: u32,
+    /// Whether it is a REST API admin's client certificate ([`ssntp::api_admin_oid`] in its
+    /// Extended Key Usage).
+    pub api_admin: bool,
 }
 
 /// A certificate just made.
@@ -348,7 +351,9 @@ pub fn issue_leaf_until(
     }
     params.is_ca = IsCa::ExplicitNoCa;
     params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-    params.custom_extensions.push(eku::extension(profile.roles));
+    params
+        .custom_extensions
+        .push(eku::extension(profile.roles, profile.api_admin));
     params.use_authority_key_identifier_extension = true;
     let cert = params.signed_by(key, &anchor.issuer)?;
     Ok(issued(cert.der().clone()))
@@ -440,6 +445,7 @@ mod tests {
             roles,
             uuid,
             days: 1,
+            api_admin: false,
         }
     }
 

@@ -496,6 +496,7 @@ fn run_leaf(
         roles,
         uuid,
         days: args.days.unwrap_or(build::LEAF_DAYS),
+        api_admin: false,
     };
     let key = args.key_type.generate()?;
     let until = args.not_after.map(|n| n.at(now));

@@ -42,6 +42,8 @@ pub struct Member {
     pub bound: bool,
     /// Whether it names the cluster's hosts and IPs.
     pub host_names: bool,
+    /// Whether it is the REST API admin's ([`ssntp::api_admin_oid`]).
+    pub api_admin: bool,
 }
 
 /// The CA's file name without extension.
@@ -54,30 +56,35 @@ pub const MEMBERS: [Member; 5] = [
         roles: Role::SCHEDULER,
         bound: true,
         host_names: true,
+        api_admin: false,
     },
     Member {
         name: "controller",
         roles: Role::CONTROLLER,
         bound: true,
         host_names: true,
+        api_admin: false,
     },
     Member {
         name: "agent",
         roles: Role::DUAL,
         bound: true,
         host_names: true,
+        api_admin: false,
     },
     Member {
         name: "cnciagent",
         roles: Role::CNCIAGENT,
         bound: false,
         host_names: false,
+        api_admin: false,
     },
     Member {
         name: "admin",
         roles: Role::empty(),
         bound: true,
         host_names: false,
+        api_admin: true,
     },
 ];
 
@@ -203,22 +210,50 @@ pub fn cluster(spec: &ClusterSpec, now: SystemTime) -> Result<Outcome, ClusterEr
     let mut entries = vec![entry(ca_pem, ca_key_path, None, anchor.info())];
 
     for member in MEMBERS {
-        let key = spec.key_type.generate()?;
-        let profile = LeafProfile {
-            names: member_names(&member, spec)?,
-            roles: member.roles,
-            uuid: member.bound.then(Uuid::new_v4),
-            days: spec.days,
-        };
-        let cert = build::issue_leaf(&profile, &key, &anchor, now)?;
-        let info = CertInfo::parse(&cert.der)?;
+        let (files, info) = issue_member(&member, spec, &anchor, now)?;
         let (pem_path, key_path) = paths(&spec.directory, member.name);
-        out.push(public(&pem_path, format!("{}{}", cert.pem, anchor.pem())));
-        out.push(secret(&key_path, &key));
+        out.extend(files);
         entries.push(entry(pem_path, key_path, Some(member.roles), &info));
     }
     files::write_all(&out, spec.force)?;
     Ok(Outcome::Made(entries))
+}
+
+/// Makes a member's certificate and key again, replacing its files.
+fn remake(
+    member: &Member,
+    spec: &ClusterSpec,
+    anchor: &Anchor,
+    now: SystemTime,
+) -> Result<CertInfo, ClusterError> {
+    let (out, info) = issue_member(member, spec, anchor, now)?;
+    files::write_all(&out, true)?;
+    Ok(info)
+}
+
+/// A member's certificate (with the CA's after it) and key, fresh, as files to write.
+fn issue_member(
+    member: &Member,
+    spec: &ClusterSpec,
+    anchor: &Anchor,
+    now: SystemTime,
+) -> Result<([OutFile; 2], CertInfo), ClusterError> {
+    let key = spec.key_type.generate()?;
+    let profile = LeafProfile {
+        names: member_names(member, spec)?,
+        roles: member.roles,
+        uuid: member.bound.then(Uuid::new_v4),
+        days: spec.days,
+        api_admin: member.api_admin,
+    };
+    let cert = build::issue_leaf(&profile, &key, anchor, now)?;
+    let info = CertInfo::parse(&cert.der)?;
+    let (pem_path, key_path) = paths(&spec.directory, member.name);
+    let files = [
+        public(&pem_path, format!("{}{}", cert.pem, anchor.pem())),
+        secret(&key_path, &key),
+    ];
+    Ok((files, info))
 }
 
 fn member_names(member: &Member, spec: &ClusterSpec) -> Result<Names, BuildError> {
@@ -279,8 +314,13 @@ fn check_existing(
         let cert = files::read_certs(&pem_path)
             .map_err(|e| e.to_string())?
             .swap_remove(0);
-        let info =
+        let mut info =
             check_member(&member, spec, &cert, &read(&key_path)?, &anchor, now).map_err(problem)?;
+        if member.api_admin && !info.is_api_admin() {
+            // A set made before admin certificates carried their OID (2026-12-02): the API
+            // no longer takes this one as an admin's, so it is made again (new key, new UUID).
+            info = remake(&member, spec, &anchor, now).map_err(|e| problem(e.to_string()))?;
+        }
         entries.push(entry(pem_path, key_path, Some(member.roles), &info));
     }
     Ok(entries)

@@ -16,15 +16,20 @@ pub const SERVER_AUTH: [u8; 8] = [0x2b, 0x06, 0x01, 0x05, 0x05, 0x07, 0x03, 0x01
 /// DER content of `id-kp-clientAuth` (1.3.6.1.5.5.7.3.2).
 pub const CLIENT_AUTH: [u8; 8] = [0x2b, 0x06, 0x01, 0x05, 0x05, 0x07, 0x03, 0x02];
 
-/// The non-critical Extended Key Usage extension for a certificate with these roles.
-pub fn extension(roles: Role) -> CustomExtension {
-    CustomExtension::from_oid_content(&EXT_KEY_USAGE, der(roles))
+/// The non-critical Extended Key Usage extension for a certificate with these roles (and the
+/// REST API admin's OID, [`ssntp::api_admin_oid`], when `api_admin`).
+pub fn extension(roles: Role, api_admin: bool) -> CustomExtension {
+    CustomExtension::from_oid_content(&EXT_KEY_USAGE, der(roles, api_admin))
 }
 
-/// The extension's value: `SEQUENCE { serverAuth, clientAuth, role OIDs in bit order }`.
-pub fn der(roles: Role) -> Vec<u8> {
+/// The extension's value: `SEQUENCE { serverAuth, clientAuth, role OIDs in bit order, the API
+/// admin's OID if asked }`.
+pub fn der(roles: Role, api_admin: bool) -> Vec<u8> {
     let mut oids = vec![SERVER_AUTH.to_vec(), CLIENT_AUTH.to_vec()];
     oids.extend(roles.singles().filter_map(Role::oid_der));
+    if api_admin {
+        oids.push(ssntp::api_admin_oid_der());
+    }
     let mut body = Vec::new();
     for oid in &oids {
         push_tlv(&mut body, 0x06, oid);
@@ -75,7 +80,7 @@ mod tests {
 
     #[test]
     fn server_and_client_auth_then_roles() {
-        let got = oids(&der(Role::DUAL));
+        let got = oids(&der(Role::DUAL, false));
         assert_eq!(got.len(), 4);
         assert_eq!(got[0], SERVER_AUTH);
         assert_eq!(got[1], CLIENT_AUTH);
@@ -84,7 +89,7 @@ mod tests {
 
     #[test]
     fn long_form_length_for_many_roles() {
-        let all = der(Role::all());
+        let all = der(Role::all(), false);
         assert!(all.len() > 0x80);
         assert_eq!(all[1], 0x81);
         let got = oids(&all);
@@ -94,11 +99,14 @@ mod tests {
 
     #[test]
     fn no_role_is_just_tls() {
-        assert_eq!(oids(&der(Role::empty())), vec![SERVER_AUTH, CLIENT_AUTH]);
+        assert_eq!(
+            oids(&der(Role::empty(), false)),
+            vec![SERVER_AUTH, CLIENT_AUTH]
+        );
         // anyExtendedKeyUsage (2.5.29.37.0) never appears.
         let any = [0x55, 0x1d, 0x25, 0x00];
         for role in [Role::empty(), Role::DUAL, Role::all()] {
-            assert!(!oids(&der(role)).contains(&any.to_vec()));
+            assert!(!oids(&der(role, false)).contains(&any.to_vec()));
         }
     }
 

@@ -107,6 +107,7 @@ pub fn renew(
         roles: info.roles,
         uuid,
         days,
+        api_admin: info.is_api_admin(),
     };
     let key = key_type.generate()?;
     let cert = build::issue_leaf_until(&profile, &key, anchor, now, not_after)?;
@@ -146,6 +147,7 @@ mod tests {
             roles: Role::DUAL,
             uuid: Some(uuid),
             days: 1,
+            api_admin: false,
         };
         let old_key = KeyType::Ed25519.generate().unwrap();
         let old = issue_leaf(&profile, &old_key, &ca, then).unwrap();
@@ -191,6 +193,7 @@ mod tests {
             roles: Role::AGENT,
             uuid: None,
             days: 1,
+            api_admin: false,
         };
         let key = KeyType::P256.generate().unwrap();
         let cert = issue_leaf(&profile, &key, &other, now).unwrap();

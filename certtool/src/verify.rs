@@ -152,6 +152,7 @@ mod tests {
             roles,
             uuid: None,
             days: 2,
+            api_admin: false,
         };
         let key = KeyType::P256.generate().unwrap();
         issue_leaf(&profile, &key, anchor, now).unwrap().der

@@ -205,6 +205,15 @@ pub struct CertInfo {
 }
 
 impl CertInfo {
+    /// Whether it is a REST API admin's client certificate: its Extended Key Usage carries
+    /// [`crate::api_admin_oid`].
+    pub fn is_api_admin(&self) -> bool {
+        let oid = crate::api_admin_oid();
+        self.purposes
+            .as_ref()
+            .is_some_and(|p| p.other.contains(&oid))
+    }
+
     /// Reads a certificate (DER).
     pub fn parse(der: &[u8]) -> Result<CertInfo, CertError> {
         let cert = parse(der)?;

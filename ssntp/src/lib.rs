@@ -34,6 +34,6 @@ pub use error::{ClientHandshakeError, HandshakeError, Violation};
 pub use frame::{Frame, Header, Operand, RawFrame};
 pub use handshake::{ClientHandshake, PeerCertificate, ServerHandshake, UuidBinding};
 pub use payload::Payload;
-pub use role::{Role, RoleParseError, Side};
+pub use role::{Role, RoleParseError, Side, api_admin_oid, api_admin_oid_der};
 pub use session::{Now, Received, Session};
 pub use uuid::Uuid;

@@ -147,6 +147,21 @@ fn push_arc(out: &mut Vec<u8>, mut arc: u128) {
     }
 }
 
+/// The last arc of [`api_admin_oid`].
+const API_ADMIN_LAST: u8 = 100;
+
+/// The dotted OID that marks a REST API admin's client certificate: in the role arc, but not an
+/// SSNTP role (SSNTP ignores it, as any unknown OID), so a certificate without it (a launcher's
+/// libvirt credential, say) is never an API admin's, whatever else it carries.
+pub fn api_admin_oid() -> String {
+    format!("2.25.{ROLE_ARC}.{API_ADMIN_LAST}")
+}
+
+/// The DER content bytes of [`api_admin_oid`].
+pub fn api_admin_oid_der() -> Vec<u8> {
+    oid_content(API_ADMIN_LAST)
+}
+
 fn oid_prefix() -> Vec<u8> {
     // First two arcs 2.25 encode as one byte: 2 * 40 + 25.
     let mut out = vec![2 * 40 + 25];

@@ -97,12 +97,31 @@ impl TestPki {
 
     /// A certificate issued at `from`, valid for `days`.
     pub fn leaf_at(&self, roles: Role, uuid: Option<Uuid>, from: SystemTime, days: u32) -> Leaf {
+        self.issue(roles, uuid, from, days, false)
+    }
+
+    /// A REST API admin's client certificate, as `cumulo-cert cluster` makes `admin.pem`: no
+    /// SSNTP role, the API admin OID, a UUID of its own.
+    pub fn admin_leaf(&self) -> Leaf {
+        let from = SystemTime::now() - Duration::from_secs(60);
+        self.issue(Role::empty(), Some(Uuid::new_v4()), from, 30, true)
+    }
+
+    fn issue(
+        &self,
+        roles: Role,
+        uuid: Option<Uuid>,
+        from: SystemTime,
+        days: u32,
+        api_admin: bool,
+    ) -> Leaf {
         let key = KeyType::P256.generate().expect("key");
         let profile = LeafProfile {
             names: names(&format!("test {roles}")),
             roles,
             uuid,
             days,
+            api_admin,
         };
         let cert = issue_leaf(&profile, &key, &self.anchor, from).expect("leaf");
         Leaf {

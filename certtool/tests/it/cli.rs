@@ -437,6 +437,8 @@ fn cluster_is_complete_idempotent_and_forced() {
             bound,
             "{name}"
         );
+        // Only the admin's certificate is an API admin's.
+        assert_eq!(info.is_api_admin(), name == "admin", "{name}");
     }
 
     let snapshot = |name: &str| fs::read(pki.join(name)).unwrap();
@@ -488,6 +490,57 @@ fn cluster_is_complete_idempotent_and_forced() {
     assert!(out.starts_with("made"), "{out}");
     assert_ne!(snapshot("agent.pem"), before);
     assert_eq!(listing(d), expect);
+}
+
+#[test]
+fn an_admin_certificate_without_the_admin_oid_is_made_again() {
+    // A set made before admin certificates carried their OID: `cluster` keeps the set and
+    // makes only the admin's certificate again, now an API admin's.
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let args = ["cluster", "--host", "ctl.test", "--directory", "pki"];
+    ok(d, &args);
+    let pki = d.join("pki");
+    let now = std::time::SystemTime::now();
+    let anchor = certtool::build::Anchor::from_pem(
+        &fs::read(pki.join("ca.pem")).unwrap(),
+        &fs::read(pki.join("ca.key")).unwrap(),
+        now,
+    )
+    .unwrap();
+    let key = certtool::key::KeyType::P256.generate().unwrap();
+    let old = certtool::build::LeafProfile {
+        names: certtool::build::Names::for_hosts("admin", Some("cumulo"), &[], &[], None).unwrap(),
+        roles: Role::empty(),
+        uuid: Some(Uuid::new_v4()),
+        days: 30,
+        api_admin: false,
+    };
+    let cert = certtool::build::issue_leaf(&old, &key, &anchor, now).unwrap();
+    fs::write(
+        pki.join("admin.pem"),
+        format!("{}{}", cert.pem, anchor.pem()),
+    )
+    .unwrap();
+    fs::write(pki.join("admin.key"), certtool::key::to_pem(&key)).unwrap();
+    assert!(!first_cert(&pki.join("admin.pem")).is_api_admin());
+    let agent = fs::read(pki.join("agent.pem")).unwrap();
+
+    let out = ok(d, &args);
+    assert!(
+        out.starts_with("kept the valid cluster certificate set"),
+        "{out}"
+    );
+    let admin = first_cert(&pki.join("admin.pem"));
+    assert!(admin.is_api_admin());
+    assert!(admin.roles.is_empty());
+    assert_eq!(fs::read(pki.join("agent.pem")).unwrap(), agent);
+    let mode = fs::metadata(pki.join("admin.key"))
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o777;
+    assert_eq!(mode, 0o600);
 }
 
 #[test]

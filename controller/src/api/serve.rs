@@ -46,7 +46,8 @@ pub enum ServeError {
 /// What the TLS layer learnt from a client certificate, put in every request's extensions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClientCertificate {
-    /// The certificate chains to the cluster CA and carries no SSNTP role: a cluster admin.
+    /// The certificate chains to the cluster CA, carries the API admin OID
+    /// ([`ssntp::api_admin_oid`]) and no SSNTP role: a cluster admin.
     pub admin: bool,
 }
 
@@ -159,8 +160,10 @@ pub async fn serve(
 /// What a verified client certificate proves, if one was sent.
 fn client_certificate(state: &rustls::ServerConnection) -> Option<ClientCertificate> {
     let der = state.peer_certificates()?.first()?;
-    let admin = match ssntp::cert::peer_certificate(der) {
-        Ok(peer) => peer.roles.is_empty(),
+    // An admin's certificate says so (the API admin OID) and carries no SSNTP role; any other
+    // certificate the CA signed (a node's, a launcher's libvirt credential) is not a login.
+    let admin = match ssntp::cert::CertInfo::parse(der) {
+        Ok(info) => info.roles.is_empty() && info.is_api_admin(),
         Err(_) => false,
     };
     Some(ClientCertificate { admin })

@@ -69,12 +69,7 @@ async fn https_with_tokens_and_the_admin_client_certificate() {
     // The admin certificate: a cluster admin without a token.
     let admin = Client {
         addr: w.api.addr,
-        tls: Some(
-            pki.leaf(Role::empty(), None)
-                .identity()
-                .client_config()
-                .unwrap(),
-        ),
+        tls: Some(pki.admin_leaf().identity().client_config().unwrap()),
     };
     let (status, _, body) = admin
         .send(Method::GET, "/cumulo/v1/tenants", None, None)
@@ -90,20 +85,24 @@ async fn https_with_tokens_and_the_admin_client_certificate() {
     let (status, _, _) = plain.send(Method::GET, "/metrics", None, None).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
 
-    // A role certificate (an agent's) is not an admin login.
-    let agent = Client {
-        addr: w.api.addr,
-        tls: Some(
-            pki.leaf(Role::AGENT, Some(uuid::Uuid::new_v4()))
-                .identity()
-                .client_config()
-                .unwrap(),
+    // Not admin logins: a certificate of the CA with no SSNTP role but without the admin OID
+    // (an off-host launcher's libvirt credential is one), and a role certificate (an agent's).
+    for (what, leaf) in [
+        ("no role, no admin OID", pki.leaf(Role::empty(), None)),
+        (
+            "an agent's",
+            pki.leaf(Role::AGENT, Some(uuid::Uuid::new_v4())),
         ),
-    };
-    let (status, _, _) = agent
-        .send(Method::GET, "/cumulo/v1/tenants", None, None)
-        .await;
-    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    ] {
+        let client = Client {
+            addr: w.api.addr,
+            tls: Some(leaf.identity().client_config().unwrap()),
+        };
+        let (status, _, _) = client
+            .send(Method::GET, "/cumulo/v1/tenants", None, None)
+            .await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{what}");
+    }
 
     // A certificate from another CA: the server ends the connection, no answer.
     let stranger = TestPki::new().leaf(Role::empty(), None);
