@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use controller::api::password;
 use controller::api::testing::{FakeCluster, TestApi};
-use store::{IdentityStore, NewTenant, NewUser, Quota, Role, SqliteStore, Store};
+use store::{NewTenant, NewUser, Quota, Role, SqliteStore, Store};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpSocket;
 
@@ -144,7 +144,12 @@ struct Sample {
 }
 
 impl Sample {
-    fn record(&mut self, started: Instant, result: Result<(u16, Option<String>), String>, want: u16) {
+    fn record(
+        &mut self,
+        started: Instant,
+        result: Result<(u16, Option<String>), String>,
+        want: u16,
+    ) {
         match result {
             Ok((status, _)) if status == want => self.ok.push(started.elapsed()),
             Ok((status, _)) => *self.failed.entry(status.to_string()).or_default() += 1,
@@ -161,7 +166,11 @@ impl Sample {
             let i = ((self.ok.len() as f64 - 1.0) * p).round() as usize;
             format!("{:.0} ms", self.ok[i].as_secs_f64() * 1000.0)
         };
-        let failed: Vec<String> = self.failed.iter().map(|(k, n)| format!("{n}× {k}")).collect();
+        let failed: Vec<String> = self
+            .failed
+            .iter()
+            .map(|(k, n)| format!("{n}× {k}"))
+            .collect();
         format!(
             "{} ok, p50 {}, p99 {}{}",
             self.ok.len(),
@@ -208,7 +217,13 @@ struct Attack {
     opened: AtomicU64,
 }
 
-async fn flood(api: SocketAddr, from: IpAddr, who: usize, attack: Arc<Attack>, stop: Arc<AtomicBool>) {
+async fn flood(
+    api: SocketAddr,
+    from: IpAddr,
+    who: usize,
+    attack: Arc<Attack>,
+    stop: Arc<AtomicBool>,
+) {
     let mut n = 0u64;
     while !stop.load(Ordering::SeqCst) {
         n += 1;

@@ -53,6 +53,7 @@ async fn https_with_tokens_and_the_admin_client_certificate() {
     let plain = Client {
         addr: w.api.addr,
         tls: Some(client_config(&server.ca_pem, None)),
+        from: None,
     };
     let (status, headers, _) = plain.login(&w.a.user_name, PASSWORD, &w.a.name).await;
     assert_eq!(status, StatusCode::CREATED);
@@ -75,6 +76,7 @@ async fn https_with_tokens_and_the_admin_client_certificate() {
                 .client_config()
                 .unwrap(),
         ),
+        from: None,
     };
     let (status, _, body) = admin
         .send(Method::GET, "/cumulo/v1/tenants", None, None)
@@ -99,6 +101,7 @@ async fn https_with_tokens_and_the_admin_client_certificate() {
                 .client_config()
                 .unwrap(),
         ),
+        from: None,
     };
     let (status, _, _) = agent
         .send(Method::GET, "/cumulo/v1/tenants", None, None)
@@ -110,6 +113,7 @@ async fn https_with_tokens_and_the_admin_client_certificate() {
     let outsider = Client {
         addr: w.api.addr,
         tls: Some(client_config(&server.ca_pem, Some(&stranger))),
+        from: None,
     };
     let result = outsider
         .try_request(Method::GET, "/cumulo/v1/tenants", &[], Vec::new())
