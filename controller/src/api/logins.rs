@@ -8,7 +8,9 @@
 //!   limiter does not tell which users exist). Every attempt takes a token from both buckets and
 //!   a login with the right password gives them back: an honest user logging in again and again
 //!   is never limited, a guesser is. Over either limit: 429 with `Retry-After`, before any
-//!   hashing. The buckets' memory is bounded: at most [`LoginLimits::max_keys`] keys of each
+//!   hashing. A source also has at most [`LoginLimits::in_flight_per_source`] logins being
+//!   checked at once, so that a few flooding addresses cannot fill the pool's queue. The
+//!   buckets' memory is bounded: at most [`LoginLimits::max_keys`] keys of each
 //!   kind, the oldest forgotten first; user names are kept as keyed 64-bit hashes, not as text.
 //!
 //! Defaults: [`LoginLimits::default`]; the controller's `--login-attempts-per-user` and
@@ -40,6 +42,10 @@ pub struct LoginLimits {
     pub queue: usize,
     /// The most user names, and the most source addresses, tracked at once.
     pub max_keys: usize,
+    /// Logins from one source address being checked at once (waiting for the hashing pool or
+    /// on it; 0: no limit); more: 429 with `Retry-After: 1`. A few addresses flooding logins
+    /// then hold only a few places in the pool's queue, and leave room for everyone else.
+    pub in_flight_per_source: usize,
 }
 
 impl LoginLimits {
@@ -68,6 +74,7 @@ impl Default for LoginLimits {
             workers,
             queue: 8 * workers,
             max_keys: 65_536,
+            in_flight_per_source: 2,
         }
     }
 }
@@ -240,6 +247,9 @@ impl<K: Hash + Eq + Copy> Buckets<K> {
 struct Keys {
     users: Buckets<u64>,
     sources: Buckets<IpAddr>,
+    /// Admissions alive per source (at most one entry per open connection).
+    in_flight: HashMap<IpAddr, usize>,
+    max_in_flight: usize,
 }
 
 /// Per-user-name and per-source login limits (see the module's documentation).
@@ -250,12 +260,26 @@ pub struct LoginLimiter {
     skew_ms: AtomicU64,
 }
 
-/// An attempt let through: its tokens are spent unless [`Admission::refund`] gives them back.
+/// An attempt let through: its tokens are spent unless [`Admission::refund`] gives them back;
+/// it counts as in flight from its source until dropped.
 #[must_use = "an admission is spent when dropped; refund it when the password was right"]
 pub struct Admission<'a> {
     limiter: &'a LoginLimiter,
     user: u64,
     source: Option<IpAddr>,
+}
+
+impl Drop for Admission<'_> {
+    fn drop(&mut self) {
+        let Some(source) = self.source else { return };
+        let mut keys = self.limiter.lock();
+        if let Some(n) = keys.in_flight.get_mut(&source) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                keys.in_flight.remove(&source);
+            }
+        }
+    }
 }
 
 impl Admission<'_> {
@@ -277,6 +301,8 @@ impl LoginLimiter {
             keys: Mutex::new(Keys {
                 users: Buckets::new(limits.per_user, limits.window, limits.max_keys),
                 sources: Buckets::new(limits.per_source, limits.window, limits.max_keys),
+                in_flight: HashMap::new(),
+                max_in_flight: limits.in_flight_per_source,
             }),
             hasher: RandomState::new(),
             skew_ms: AtomicU64::new(0),
@@ -316,10 +342,19 @@ impl LoginLimiter {
                 retry_after: wait.as_secs_f64().ceil().max(1.0) as u64,
             });
         }
-        keys.users.add(user, -1.0, now);
         if let Some(source) = source {
+            let max = keys.max_in_flight;
+            let in_flight = keys.in_flight.entry(source).or_insert(0);
+            if max > 0 && *in_flight >= max {
+                return Err(ApiError::TooManyRequests {
+                    message: "too many logins at once from this address: try again shortly".into(),
+                    retry_after: 1,
+                });
+            }
+            *in_flight += 1;
             keys.sources.add(source, -1.0, now);
         }
+        keys.users.add(user, -1.0, now);
         drop(keys);
         Ok(Admission {
             limiter: self,
@@ -341,6 +376,7 @@ mod tests {
             workers: 1,
             queue: 1,
             max_keys: 4,
+            in_flight_per_source: 0,
         }
     }
 
@@ -397,6 +433,26 @@ mod tests {
         // The newest are still limited, the oldest forgotten.
         assert!(limiter.admit(None, "user-99").is_err());
         let _again = limiter.admit(None, "user-0").unwrap();
+    }
+
+    #[test]
+    fn a_source_has_few_logins_in_flight() {
+        let limiter = LoginLimiter::new(&LoginLimits {
+            in_flight_per_source: 2,
+            ..limits(0, 0)
+        });
+        let a = Some(IpAddr::from([10, 0, 0, 1]));
+        let first = limiter.admit(a, "x").unwrap();
+        let second = limiter.admit(a, "y").unwrap();
+        assert_eq!(retry_after(limiter.admit(a, "z")), 1);
+        let _other = limiter
+            .admit(Some(IpAddr::from([10, 0, 0, 2])), "z")
+            .unwrap();
+        first.refund();
+        let _third = limiter.admit(a, "z").unwrap();
+        drop(second);
+        let _fourth = limiter.admit(a, "z").unwrap();
+        assert!(limiter.admit(a, "z").is_err());
     }
 
     #[tokio::test]
