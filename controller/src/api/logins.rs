@@ -61,8 +61,10 @@ impl LoginLimits {
 impl Default for LoginLimits {
     /// [`LoginLimits::DEFAULT_PER_USER`] and [`LoginLimits::DEFAULT_PER_SOURCE`] a minute; half
     /// the cores hashing (at least one), so that the other half is always left to the store,
-    /// the engine and the rest of the API; 8 waiting jobs per thread (at about 0.3 s a hash,
-    /// a login waits under 3 s for a thread, or is refused at once); 65,536 keys of each kind
+    /// the engine and the rest of the API; 16 waiting jobs per thread (at 0.1 to 0.3 s a hash,
+    /// a login waits at most a few seconds for a thread, or is refused at once); one login in
+    /// flight per source, so that the queue, served in order, takes each flooding address in
+    /// turn and 16 of them are needed to fill it; 65,536 keys of each kind
     /// (a few MiB).
     fn default() -> LoginLimits {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -72,9 +74,9 @@ impl Default for LoginLimits {
             per_source: LoginLimits::DEFAULT_PER_SOURCE,
             window: Duration::from_secs(60),
             workers,
-            queue: 8 * workers,
+            queue: 16 * workers,
             max_keys: 65_536,
-            in_flight_per_source: 2,
+            in_flight_per_source: 1,
         }
     }
 }

@@ -213,3 +213,43 @@ async fn a_busy_hashing_pool_refuses_logins_at_once_and_the_rest_of_the_api_answ
     assert_eq!(status, StatusCode::CREATED, "{body}");
     w.stop().await;
 }
+
+#[tokio::test]
+async fn the_admin_client_certificate_is_not_rate_limited() {
+    use ssntp::Role;
+    let pki = testkit::TestPki::new();
+    let server = pki.leaf(Role::CONTROLLER, Some(uuid::Uuid::new_v4()));
+    let tls = controller::api::server_tls_config(
+        server.ca_pem.as_bytes(),
+        server.cert_pem.as_bytes(),
+        server.key_pem.as_bytes(),
+    )
+    .unwrap();
+    let w = World::start_with(Some(tls), |c| {
+        c.login.per_user = 1;
+        c.login.per_source = 0;
+    })
+    .await;
+    let plain = crate::support::Client {
+        tls: Some(crate::tls::client_config(&server.ca_pem, None)),
+        ..w.client()
+    };
+    let admin = crate::support::Client {
+        tls: Some(
+            pki.leaf(Role::empty(), None)
+                .identity()
+                .client_config()
+                .unwrap(),
+        ),
+        ..w.client()
+    };
+    let (status, _, _) = plain.login("admin", "wrong", "admin").await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let (status, headers, body) = plain.login("admin", "wrong", "admin").await;
+    assert_too_many(status, &headers, &body);
+    for _ in 0..3 {
+        let (status, _, body) = admin.login("admin", "wrong", "admin").await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
+    }
+    w.stop().await;
+}

@@ -14,7 +14,7 @@ use testkit::TestPki;
 
 use crate::support::{Client, PASSWORD, World};
 
-fn client_config(ca_pem: &str, cert: Option<&Leaf>) -> Arc<rustls::ClientConfig> {
+pub fn client_config(ca_pem: &str, cert: Option<&Leaf>) -> Arc<rustls::ClientConfig> {
     let mut roots = rustls::RootCertStore::empty();
     for der in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
         roots.add(der.unwrap()).unwrap();
