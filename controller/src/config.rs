@@ -57,6 +57,15 @@ pub fn parse_quota(text: &str) -> Result<Quota, String> {
     Ok(quota)
 }
 
+/// Parses `--api-connections-per-source`: 1 to [`crate::api::MAX_CONNECTIONS`].
+fn parse_connections_per_source(text: &str) -> Result<usize, String> {
+    let max = crate::api::MAX_CONNECTIONS;
+    match text.trim().parse::<usize>() {
+        Ok(n) if (1..=max).contains(&n) => Ok(n),
+        _ => Err(format!("`{text}`: a whole number from 1 to {max}")),
+    }
+}
+
 /// cumulo-controller: the REST API and the cluster's state; an SSNTP client of the scheduler.
 #[derive(Debug, Parser)]
 #[command(name = "cumulo-controller", version, args_override_self = true)]
@@ -125,6 +134,31 @@ pub struct Args {
         value_parser = parse_quota
     )]
     pub default_quota: Quota,
+    /// Login attempts a minute for one user name, known or not (0: no limit). An attempt with
+    /// the right password does not count; over the limit, 429 with Retry-After.
+    #[arg(
+        long,
+        env = "CUMULO_CONTROLLER_LOGIN_ATTEMPTS_PER_USER",
+        default_value_t = crate::api::LoginLimits::DEFAULT_PER_USER
+    )]
+    pub login_attempts_per_user: u32,
+    /// Login attempts a minute from one source address (IPv6: one /64; 0: no limit). An attempt
+    /// with the right password does not count; over the limit, 429 with Retry-After.
+    #[arg(
+        long,
+        env = "CUMULO_CONTROLLER_LOGIN_ATTEMPTS_PER_SOURCE",
+        default_value_t = crate::api::LoginLimits::DEFAULT_PER_SOURCE
+    )]
+    pub login_attempts_per_source: u32,
+    /// The most API connections open at once from one source address (IPv6: one /64); more
+    /// are closed as soon as they are accepted. Of 1024 in all.
+    #[arg(
+        long,
+        env = "CUMULO_CONTROLLER_API_CONNECTIONS_PER_SOURCE",
+        default_value_t = crate::api::ConnectionLimits::DEFAULT_PER_SOURCE,
+        value_parser = parse_connections_per_source
+    )]
+    pub api_connections_per_source: usize,
     /// How long a token is valid.
     #[arg(long, env = "CUMULO_CONTROLLER_TOKEN_TTL", default_value = "1h", value_parser = parse_positive_duration)]
     pub token_ttl: Duration,
@@ -193,6 +227,10 @@ pub struct ApiArgs {
     pub token_ttl: Duration,
     /// A new tenant's limits unless its request gives them.
     pub default_quota: Quota,
+    /// Login rate limits and the hashing pool.
+    pub login: crate::api::LoginLimits,
+    /// Connection limits.
+    pub connections: crate::api::ConnectionLimits,
 }
 
 /// A configuration the controller cannot run with.
@@ -264,6 +302,15 @@ impl Args {
             admin_password_file: self.admin_password_file,
             token_ttl: self.token_ttl,
             default_quota: self.default_quota,
+            login: crate::api::LoginLimits {
+                per_user: self.login_attempts_per_user,
+                per_source: self.login_attempts_per_source,
+                ..crate::api::LoginLimits::default()
+            },
+            connections: crate::api::ConnectionLimits {
+                per_source: self.api_connections_per_source,
+                ..crate::api::ConnectionLimits::default()
+            },
         };
         Ok((daemon, api))
     }

@@ -184,13 +184,14 @@ impl Controller {
         if config.launcher_creds.is_none() {
             config.launcher_creds = self.launcher_creds.clone();
         }
+        let limits = config.connections;
         let state = ApiState::new(self.store.clone(), self.engine.clone(), signer, config);
         let router = api::router(state);
         tokio::spawn(prune_revoked_tokens(self.store.clone(), self.stop.clone()));
         let stop = self.stop.clone();
         let engine = self.engine.clone();
         self.api = Some(tokio::spawn(async move {
-            if let Err(e) = api::serve(listener, tls, router, stop.clone()).await {
+            if let Err(e) = api::serve_with(listener, tls, router, stop.clone(), limits).await {
                 engine.give_up(format!("the API stopped: {e}"));
                 stop.cancel();
             }

@@ -83,6 +83,8 @@ async fn run(args: Args, shutdown: CancellationToken) -> Result<(), String> {
         signer,
         ApiConfig {
             default_quota: api.default_quota,
+            login: api.login,
+            connections: api.connections,
             ..ApiConfig::new(api.public_url.clone())
         },
     );

@@ -50,6 +50,23 @@ pub enum ApiError {
     /// The cluster cannot take the request now (scheduler unreachable, addresses exhausted).
     #[error("{0}")]
     Unavailable(String),
+    /// Over a rate limit (login attempts): 429, with `Retry-After`.
+    #[error("{message}")]
+    TooManyRequests {
+        /// What was limited.
+        message: String,
+        /// Seconds until an attempt may succeed (at least 1).
+        retry_after: u64,
+    },
+    /// The server is too busy to take the request now (the password hashing queue is full):
+    /// 503, with `Retry-After`.
+    #[error("{message}")]
+    Overloaded {
+        /// What is busy.
+        message: String,
+        /// Seconds to wait before trying again.
+        retry_after: u64,
+    },
     /// A fault of the server; the detail is logged, never sent.
     #[error("{0}")]
     Internal(String),
@@ -78,7 +95,10 @@ impl ApiError {
             ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
-            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Unavailable(_) | ApiError::Overloaded { .. } => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
+            ApiError::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -88,6 +108,15 @@ impl ApiError {
         match self {
             ApiError::Internal(_) => "internal error: see the controller's log".to_string(),
             other => other.to_string(),
+        }
+    }
+
+    /// Seconds the client should wait before trying again (`Retry-After`), if it should.
+    pub fn retry_after(&self) -> Option<u64> {
+        match self {
+            ApiError::TooManyRequests { retry_after, .. }
+            | ApiError::Overloaded { retry_after, .. } => Some(*retry_after),
+            _ => None,
         }
     }
 
@@ -102,8 +131,10 @@ impl ApiError {
             ApiError::NotAcceptable(_) => "notAcceptable",
             ApiError::Conflict(_) => "conflictingRequest",
             ApiError::RequestTimeout(_) => "requestTimeout",
-            ApiError::PayloadTooLarge(_) | ApiError::OverLimit(_) => "overLimit",
-            ApiError::Unavailable(_) => "serviceUnavailable",
+            ApiError::PayloadTooLarge(_)
+            | ApiError::OverLimit(_)
+            | ApiError::TooManyRequests { .. } => "overLimit",
+            ApiError::Unavailable(_) | ApiError::Overloaded { .. } => "serviceUnavailable",
             ApiError::Internal(_) => "computeFault",
         }
     }
@@ -130,6 +161,11 @@ impl ApiError {
                 header::WWW_AUTHENTICATE,
                 HeaderValue::from_static("Keystone uri=\"/v3\""),
             );
+        }
+        if let Some(secs) = self.retry_after() {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
         response.extensions_mut().insert(self.clone());
         response
@@ -230,6 +266,32 @@ mod tests {
     fn internal_detail_is_not_sent() {
         let error = ApiError::from(StoreError::Backend("secret path /var/x".into()));
         assert!(!error.public_message().contains("secret"));
+    }
+
+    #[tokio::test]
+    async fn rate_limits_are_429_in_keystones_shape_with_retry_after() {
+        let error = ApiError::TooManyRequests {
+            message: "slow down".into(),
+            retry_after: 7,
+        };
+        let response = error.render(Dialect::Standard);
+        assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(response.headers()[header::RETRY_AFTER], "7");
+        let body = axum::body::to_bytes(response.into_body(), 1 << 16)
+            .await
+            .unwrap();
+        let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(
+            body,
+            json!({"error": {"code": 429, "title": "Too Many Requests", "message": "slow down"}})
+        );
+        let busy = ApiError::Overloaded {
+            message: "busy".into(),
+            retry_after: 1,
+        }
+        .render(Dialect::Nova);
+        assert_eq!(busy.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(busy.headers()[header::RETRY_AFTER], "1");
     }
 
     #[test]

@@ -8,6 +8,7 @@
 
 use std::time::SystemTime;
 
+use axum::Extension;
 use axum::Json;
 use axum::Router;
 use axum::extract::State;
@@ -22,7 +23,7 @@ use super::auth::{principal_of_token, token_ref};
 use super::clock::rfc3339_micro;
 use super::extract::{JsonBody, PathParams, QueryParams, path_id};
 use super::token::Claims;
-use super::{ApiError, ApiState, Principal, password};
+use super::{ApiError, ApiState, ClientCertificate, PeerAddr, Principal, password};
 use store::{IdentityStore, Role, StoreError, Tenant, User};
 
 /// The one domain.
@@ -258,9 +259,14 @@ fn find_project(store: &dyn IdentityStore, scope: &Option<Value>) -> Result<Tena
     found.ok_or_else(unauthorized)
 }
 
-/// `POST /v3/auth/tokens`: a password login scoped to a project.
+/// `POST /v3/auth/tokens`: a password login scoped to a project. Rate limited per user name
+/// and per source address unless the caller shows an admin client certificate (429 with
+/// `Retry-After`); the password is checked on the hashing pool (503 with `Retry-After` when it is
+/// full), an unknown user's as long as a known one's.
 async fn login(
     State(state): State<ApiState>,
+    peer: Option<Extension<PeerAddr>>,
+    cert: Option<Extension<ClientCertificate>>,
     JsonBody(request): JsonBody<LoginRequest>,
 ) -> Result<Response, ApiError> {
     let identity = request.auth.identity;
@@ -273,22 +279,62 @@ async fn login(
         .password
         .ok_or_else(|| ApiError::BadRequest("the password method needs a password".into()))?;
     let scope = request.auth.scope;
+    let mut user_ref = method.user;
+    if !default_domain(user_ref.domain.as_ref()) {
+        return Err(unauthorized());
+    }
+    let limited_as = match (&user_ref.id, &user_ref.name) {
+        (Some(id), _) => format!("id:{id}"),
+        (None, Some(name)) => format!("name:{name}"),
+        (None, None) => {
+            return Err(ApiError::BadRequest(
+                "the password method needs a user id or name".into(),
+            ));
+        }
+    };
+    let admin_cert = cert.is_some_and(|Extension(c)| c.admin);
+    let admission = if admin_cert {
+        None
+    } else {
+        let source = peer.map(|Extension(PeerAddr(addr))| addr.ip());
+        Some(state.login_limiter.admit(source, &limited_as)?)
+    };
+    let password = std::mem::take(&mut user_ref.password);
+    let user = state
+        .store(move |store| find_user(store, &user_ref))
+        .await?;
     let iterations = state.config.password_iterations;
+    let stored = user.as_ref().map(|u| u.password_hash.clone());
+    let checked = state
+        .hashing
+        .run(move || match stored {
+            Some(stored) => password::verify(&password, &stored),
+            None => {
+                password::verify_nothing(&password, iterations);
+                false
+            }
+        })
+        .await;
+    let right = match checked {
+        Ok(right) => right,
+        Err(e) => {
+            // Nothing was hashed: the attempt is not counted.
+            if let Some(admission) = admission {
+                admission.refund();
+            }
+            return Err(e);
+        }
+    };
+    let Some(user) = user.filter(|_| right) else {
+        return Err(unauthorized());
+    };
+    if let Some(admission) = admission {
+        admission.refund();
+    }
     let signer = state.signer.clone();
     let base = state.config.public_url.clone();
     let (token, body) = state
         .store(move |store| {
-            let user_ref = method.user;
-            if !default_domain(user_ref.domain.as_ref()) {
-                return Err(unauthorized());
-            }
-            let Some(user) = find_user(store, &user_ref)? else {
-                password::verify_nothing(&user_ref.password, iterations);
-                return Err(unauthorized());
-            };
-            if !password::verify(&user_ref.password, &user.password_hash) {
-                return Err(unauthorized());
-            }
             let tenant = find_project(store, &scope)?;
             let roles = roles_in(store, user.id, tenant.id)?;
             if roles.is_empty() {

@@ -8,7 +8,8 @@
 //!   `token.rs`), or a client certificate with no SSNTP role signed by the cluster CA, which makes
 //!   the request a cluster admin's.
 //! - Errors: one [`ApiError`], rendered in Keystone's shape or, on compute routes, Nova's.
-//! - Store and cluster calls are blocking; handlers run them with `spawn_blocking`.
+//! - Store and cluster calls are blocking; handlers run them with `spawn_blocking`. Password
+//!   hashing runs on a bounded pool of its own, and logins are rate limited (`logins.rs`).
 //!
 //! See `docs/api.md` for the routes.
 
@@ -20,6 +21,7 @@ mod error;
 mod extract;
 mod identity;
 mod image;
+pub mod logins;
 mod metrics;
 mod native;
 mod openapi;
@@ -41,8 +43,12 @@ use store::Store;
 pub use auth::Principal;
 pub use bootstrap::{Bootstrapped, bootstrap, bootstrap_with};
 pub use error::{ApiError, Dialect};
+pub use logins::{HashPool, LoginLimiter, LoginLimits};
 pub use metrics::Metrics;
-pub use serve::{ClientCertificate, ServeError, check_plain_http, serve, server_tls_config};
+pub use serve::{
+    ClientCertificate, ConnectionLimits, MAX_CONNECTIONS, PeerAddr, ServeError, check_plain_http,
+    serve, serve_with, server_tls_config,
+};
 pub use token::{TokenError, TokenSigner};
 
 /// The API's settings.
@@ -61,6 +67,11 @@ pub struct ApiConfig {
     /// The limits of a tenant created through the API with none given (each limit the request
     /// leaves out); [`ApiConfig::DEFAULT_QUOTA`] unless `--default-quota` says otherwise.
     pub default_quota: store::Quota,
+    /// Login rate limits and the password hashing pool.
+    pub login: LoginLimits,
+    /// Connection limits (per source address, TLS and header deadlines): what the server is
+    /// given by whoever serves this configuration's router ([`serve_with`]).
+    pub connections: ConnectionLimits,
 }
 
 impl ApiConfig {
@@ -86,6 +97,8 @@ impl ApiConfig {
             password_iterations: password::DEFAULT_ITERATIONS,
             launcher_creds: None,
             default_quota: ApiConfig::DEFAULT_QUOTA,
+            login: LoginLimits::default(),
+            connections: ConnectionLimits::default(),
         }
     }
 }
@@ -103,6 +116,10 @@ pub struct ApiState {
     pub config: Arc<ApiConfig>,
     /// Request counters.
     pub metrics: Arc<Metrics>,
+    /// The threads that hash and verify passwords (logins, new users, password changes).
+    pub hashing: Arc<HashPool>,
+    /// Login attempts per user name and per source.
+    pub login_limiter: Arc<LoginLimiter>,
 }
 
 impl ApiState {
@@ -117,6 +134,8 @@ impl ApiState {
             store,
             cluster,
             signer: Arc::new(signer),
+            hashing: Arc::new(HashPool::new(config.login.workers, config.login.queue)),
+            login_limiter: Arc::new(LoginLimiter::new(&config.login)),
             config: Arc::new(config),
             metrics: Arc::new(Metrics::default()),
         }

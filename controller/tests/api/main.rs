@@ -9,6 +9,7 @@ mod console;
 mod docs;
 mod etcd;
 mod identity;
+mod limits;
 mod native;
 mod openstack;
 mod support;

@@ -2,7 +2,7 @@
 //! member each, the API served on loopback with the fake cluster, and a small HTTP client
 //! (hyper over TCP, optionally TLS) that logs in and sends JSON.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use axum::http::{HeaderMap, Method, Request, StatusCode};
@@ -16,7 +16,7 @@ use store::{
     Flavor, IdentityStore, Image, ImageKind, NewFlavor, NewImage, NewTenant, NewUser, Quota, Role,
     SqliteStore, Store,
 };
-use tokio::net::TcpStream;
+use tokio::net::{TcpSocket, TcpStream};
 use uuid::Uuid;
 
 /// The password of every test user.
@@ -120,6 +120,15 @@ impl World {
         Client {
             addr: self.api.addr,
             tls: None,
+            from: None,
+        }
+    }
+
+    /// A plain client whose connections come from `from` (a loopback address: 127.0.0.2...).
+    pub fn client_from(&self, from: [u8; 4]) -> Client {
+        Client {
+            from: Some(IpAddr::from(from)),
+            ..self.client()
         }
     }
 
@@ -171,10 +180,19 @@ pub fn login_body(user: &str, password: &str, project: &str) -> Value {
     }})
 }
 
+/// A TCP connection to `to` from the local address `from`.
+pub async fn connect_from(from: IpAddr, to: SocketAddr) -> std::io::Result<TcpStream> {
+    let socket = TcpSocket::new_v4()?;
+    socket.bind(SocketAddr::new(from, 0))?;
+    socket.connect(to).await
+}
+
 /// An HTTP/1.1 client of one server; one connection per request.
 pub struct Client {
     pub addr: SocketAddr,
     pub tls: Option<Arc<rustls::ClientConfig>>,
+    /// The local address connections are bound to (any, if none).
+    pub from: Option<IpAddr>,
 }
 
 impl Client {
@@ -255,7 +273,10 @@ impl Client {
             request = request.header(*name, *value);
         }
         let request = request.body(Full::new(Bytes::from(body))).unwrap();
-        let tcp = TcpStream::connect(self.addr).await.map_err(|x| e(&x))?;
+        let tcp = match self.from {
+            None => TcpStream::connect(self.addr).await.map_err(|x| e(&x))?,
+            Some(from) => connect_from(from, self.addr).await.map_err(|x| e(&x))?,
+        };
         let response = match &self.tls {
             None => {
                 let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))

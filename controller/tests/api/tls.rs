@@ -14,7 +14,7 @@ use testkit::TestPki;
 
 use crate::support::{Client, PASSWORD, World};
 
-fn client_config(ca_pem: &str, cert: Option<&Leaf>) -> Arc<rustls::ClientConfig> {
+pub fn client_config(ca_pem: &str, cert: Option<&Leaf>) -> Arc<rustls::ClientConfig> {
     let mut roots = rustls::RootCertStore::empty();
     for der in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
         roots.add(der.unwrap()).unwrap();
@@ -53,6 +53,7 @@ async fn https_with_tokens_and_the_admin_client_certificate() {
     let plain = Client {
         addr: w.api.addr,
         tls: Some(client_config(&server.ca_pem, None)),
+        from: None,
     };
     let (status, headers, _) = plain.login(&w.a.user_name, PASSWORD, &w.a.name).await;
     assert_eq!(status, StatusCode::CREATED);
@@ -70,6 +71,7 @@ async fn https_with_tokens_and_the_admin_client_certificate() {
     let admin = Client {
         addr: w.api.addr,
         tls: Some(pki.admin_leaf().identity().client_config().unwrap()),
+        from: None,
     };
     let (status, _, body) = admin
         .send(Method::GET, "/cumulo/v1/tenants", None, None)
@@ -97,6 +99,7 @@ async fn https_with_tokens_and_the_admin_client_certificate() {
         let client = Client {
             addr: w.api.addr,
             tls: Some(leaf.identity().client_config().unwrap()),
+            from: None,
         };
         let (status, _, _) = client
             .send(Method::GET, "/cumulo/v1/tenants", None, None)
@@ -109,6 +112,7 @@ async fn https_with_tokens_and_the_admin_client_certificate() {
     let outsider = Client {
         addr: w.api.addr,
         tls: Some(client_config(&server.ca_pem, Some(&stranger))),
+        from: None,
     };
     let result = outsider
         .try_request(Method::GET, "/cumulo/v1/tenants", &[], Vec::new())

@@ -57,8 +57,13 @@ fn parse_role(text: &str) -> Result<Role, ApiError> {
     }
 }
 
-fn hash(state: &ApiState, pw: &str) -> Result<String, ApiError> {
-    password::hash(pw, state.config.password_iterations)
+/// Hashes `pw` on the API's hashing pool (503 when it is full).
+async fn hash(state: &ApiState, pw: String) -> Result<String, ApiError> {
+    let iterations = state.config.password_iterations;
+    state
+        .hashing
+        .run(move || password::hash(&pw, iterations))
+        .await?
         .map_err(|e| ApiError::BadRequest(e.to_string()))
 }
 
@@ -81,10 +86,9 @@ pub async fn create(
     if body.name.trim().is_empty() {
         return Err(ApiError::BadRequest("a user needs a name".into()));
     }
-    let hashing = state.clone();
+    let password_hash = hash(&state, body.password).await?;
     let user = state
         .store(move |s| {
-            let password_hash = hash(&hashing, &body.password)?;
             Ok(s.create_user(NewUser {
                 name: body.name,
                 password_hash,
@@ -117,12 +121,12 @@ pub async fn update(
 ) -> Result<Json<Value>, ApiError> {
     caller.require_admin()?;
     let id = path_id("user", &id)?;
-    let hashing = state.clone();
+    let password_hash = hash(&state, body.password).await?;
     let user = state
         .store(move |s| {
             let current = s.user(id)?;
             let change = UserChange {
-                password_hash: Some(hash(&hashing, &body.password)?),
+                password_hash: Some(password_hash),
             };
             Ok(s.update_user(id, current.version, change)?)
         })

@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::{
-    ApiConfig, ApiState, Bootstrapped, ServeError, TokenSigner, bootstrap_with, router, serve,
+    ApiConfig, ApiState, Bootstrapped, ServeError, TokenSigner, bootstrap_with, router, serve_with,
 };
 use crate::actions::{self, ActionKind};
 use crate::cluster::{
@@ -468,13 +468,15 @@ impl TestApi {
         .await
         .map_err(|e| e.to_string())?
         .map_err(|e| e.to_string())?;
+        let limits = config.connections;
         let state = ApiState::new(store, cluster, signer, config);
         let shutdown = CancellationToken::new();
-        let task = tokio::spawn(serve(
+        let task = tokio::spawn(serve_with(
             listener,
             tls,
             router(state.clone()),
             shutdown.clone(),
+            limits,
         ));
         Ok(TestApi {
             addr,
