@@ -22,7 +22,6 @@ mod identity;
 mod image;
 mod metrics;
 mod native;
-mod openapi;
 pub mod password;
 mod serve;
 #[cfg(any(test, fuzzing, feature = "testing"))]
@@ -155,7 +154,7 @@ pub fn router(state: ApiState) -> Router {
         .merge(compute::routes())
         .merge(image::routes())
         .merge(native::routes())
-        .route("/openapi.json", get(openapi::document))
+        .route("/openapi.json", get(native::openapi::document))
         .route("/metrics", get(metrics::render))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
