@@ -96,7 +96,7 @@ pub struct NodeKinds {
     pub network: bool,
 }
 
-/// A node's status as the controller knows it (in the native API: [`NodeStatus::as_str`]).
+/// A node's status as the controller knows it (in the native API: `as_str`'s lower-case text).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum NodeStatus {

@@ -274,8 +274,8 @@ fn state_schema() -> utoipa::openapi::Object {
         .build()
 }
 
-/// An instance (`error`: the reason of the `error` state, `null` in any other; `fault`: see
-/// [`Fault`], `null` when there is none).
+/// An instance (`error`: the reason of the `error` state, `null` in any other; `fault`: why it
+/// failed, `null` when there is nothing to show).
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Instance {
     id: Uuid,
