@@ -96,8 +96,9 @@ pub struct NodeKinds {
     pub network: bool,
 }
 
-/// A node's status as the controller knows it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// A node's status as the controller knows it (in the native API: `as_str`'s lower-case text).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
 pub enum NodeStatus {
     /// Connected and taking work.
     Ready,

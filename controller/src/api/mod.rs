@@ -24,7 +24,6 @@ mod image;
 pub mod logins;
 mod metrics;
 mod native;
-mod openapi;
 pub mod password;
 mod serve;
 #[cfg(any(test, fuzzing, feature = "testing"))]
@@ -174,7 +173,7 @@ pub fn router(state: ApiState) -> Router {
         .merge(compute::routes())
         .merge(image::routes())
         .merge(native::routes())
-        .route("/openapi.json", get(openapi::document))
+        .route("/openapi.json", get(native::openapi::document))
         .route("/metrics", get(metrics::render))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)

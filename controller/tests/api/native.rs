@@ -403,8 +403,13 @@ async fn an_instance_in_error_shows_its_fault() {
     for key in shown.as_object().unwrap().keys() {
         assert!(schema["properties"][key].is_object(), "{key} undocumented");
     }
-    let fault = &schema["properties"]["fault"];
-    assert_eq!(fault["nullable"], true);
+    // OpenAPI 3.1: `null` or a reference to the fault's own schema.
+    let fault = &schema["properties"]["fault"]["oneOf"];
+    assert!(
+        fault.as_array().unwrap().contains(&json!({"type": "null"})),
+        "{fault}"
+    );
+    let fault = &doc["components"]["schemas"]["Fault"];
     for key in shown["fault"].as_object().unwrap().keys() {
         assert!(
             fault["properties"][key].is_object(),

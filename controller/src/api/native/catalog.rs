@@ -6,43 +6,76 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
-use serde_json::{Value, json};
+use utoipa::ToSchema;
 use uuid::Uuid;
 
-use super::views;
+use super::views::{self, KindName};
 use crate::api::extract::{JsonBody, PathParams, path_id, present};
 use crate::api::{ApiError, ApiState, Principal};
 use store::{ImageKind, NewFlavor, NewImage};
 
-#[derive(Debug, Deserialize)]
+/// A new flavor (`disk_gb`: 0 unless told).
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = FlavorCreate)]
 pub struct CreateFlavor {
+    #[schema(min_length = 1, max_length = 255, pattern = r"\S")]
     name: String,
+    #[schema(minimum = 1, maximum = 4_294_967_295_u64)]
     vcpus: u32,
+    #[schema(minimum = 1, maximum = 9_223_372_036_854_775_807_u64)]
     memory_mb: u64,
     #[serde(default)]
+    #[schema(maximum = 9_223_372_036_854_775_807_u64)]
     disk_gb: u64,
 }
 
+#[utoipa::path(
+    get,
+    path = "/cumulo/v1/flavors",
+    operation_id = "list_flavors",
+    summary = "List flavors",
+    tag = "flavors",
+    responses((status = 200, description = "success", body = views::Flavors)),
+)]
 pub async fn list_flavors(
     State(state): State<ApiState>,
     _caller: Principal,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<views::Flavors>, ApiError> {
     let flavors = state.store(|s| Ok(s.flavors()?)).await?;
-    let flavors: Vec<Value> = flavors.iter().map(views::flavor).collect();
-    Ok(Json(json!({"flavors": flavors})))
+    Ok(Json(views::Flavors {
+        flavors: flavors.iter().map(views::flavor).collect(),
+    }))
 }
 
+#[utoipa::path(
+    get,
+    path = "/cumulo/v1/flavors/{id}",
+    operation_id = "show_a_flavor",
+    summary = "Show a flavor",
+    tag = "flavors",
+    params(("id" = Uuid, Path, description = "the object's id")),
+    responses((status = 200, description = "success", body = views::Flavor)),
+)]
 pub async fn show_flavor(
     State(state): State<ApiState>,
     _caller: Principal,
     PathParams(id): PathParams<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<views::Flavor>, ApiError> {
     let id = path_id("flavor", &id)?;
     let flavor = state.store(move |s| Ok(s.flavor(id)?)).await?;
     Ok(Json(views::flavor(&flavor)))
 }
 
+#[utoipa::path(
+    post,
+    path = "/cumulo/v1/flavors",
+    operation_id = "create_a_flavor",
+    summary = "Create a flavor",
+    tag = "flavors",
+    request_body = CreateFlavor,
+    responses((status = 201, description = "success", body = views::Flavor)),
+)]
 pub async fn create_flavor(
     State(state): State<ApiState>,
     caller: Principal,
@@ -64,6 +97,15 @@ pub async fn create_flavor(
     Ok((StatusCode::CREATED, Json(views::flavor(&flavor))).into_response())
 }
 
+#[utoipa::path(
+    delete,
+    path = "/cumulo/v1/flavors/{id}",
+    operation_id = "delete_a_flavor",
+    summary = "Delete a flavor",
+    tag = "flavors",
+    params(("id" = Uuid, Path, description = "the object's id")),
+    responses((status = 204, description = "success (no body)")),
+)]
 pub async fn delete_flavor(
     State(state): State<ApiState>,
     caller: Principal,
@@ -75,23 +117,21 @@ pub async fn delete_flavor(
     Ok(StatusCode::NO_CONTENT)
 }
 
-#[derive(Debug, Clone, Copy, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum KindName {
-    Qcow2,
-    Raw,
-    Iso,
-}
-
-#[derive(Debug, Deserialize)]
+/// A new image: public (admins), a named tenant's (admins, or a member for its own), or the
+/// caller's project's; never both public and a tenant's.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = ImageCreate)]
 pub struct CreateImage {
+    #[schema(min_length = 1, max_length = 255, pattern = r"\S")]
     name: String,
     kind: KindName,
+    #[schema(min_length = 1, pattern = r"\S")]
     reference: String,
     #[serde(default)]
     public: bool,
     #[serde(default, deserialize_with = "present")]
+    #[schema(nullable = false)]
     tenant: Option<Uuid>,
 }
 
@@ -119,27 +159,54 @@ pub fn owner_for(
     }
 }
 
+#[utoipa::path(
+    get,
+    path = "/cumulo/v1/images",
+    operation_id = "list_images",
+    summary = "List images",
+    tag = "images",
+    responses((status = 200, description = "success", body = views::Images)),
+)]
 pub async fn list_images(
     State(state): State<ApiState>,
     caller: Principal,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<views::Images>, ApiError> {
     let scope = caller.scope()?;
     let images = state.store(move |s| Ok(s.images(scope)?)).await?;
-    let images: Vec<Value> = images.iter().map(views::image).collect();
-    Ok(Json(json!({"images": images})))
+    Ok(Json(views::Images {
+        images: images.iter().map(views::image).collect(),
+    }))
 }
 
+#[utoipa::path(
+    get,
+    path = "/cumulo/v1/images/{id}",
+    operation_id = "show_an_image",
+    summary = "Show an image",
+    tag = "images",
+    params(("id" = Uuid, Path, description = "the object's id")),
+    responses((status = 200, description = "success", body = views::Image)),
+)]
 pub async fn show_image(
     State(state): State<ApiState>,
     caller: Principal,
     PathParams(id): PathParams<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<views::Image>, ApiError> {
     let id = path_id("image", &id)?;
     let scope = caller.scope()?;
     let image = state.store(move |s| Ok(s.image(scope, id)?)).await?;
     Ok(Json(views::image(&image)))
 }
 
+#[utoipa::path(
+    post,
+    path = "/cumulo/v1/images",
+    operation_id = "register_an_image",
+    summary = "Register an image",
+    tag = "images",
+    request_body = CreateImage,
+    responses((status = 201, description = "success", body = views::Image)),
+)]
 pub async fn create_image(
     State(state): State<ApiState>,
     caller: Principal,
@@ -163,6 +230,15 @@ pub async fn create_image(
     Ok((StatusCode::CREATED, Json(views::image(&image))).into_response())
 }
 
+#[utoipa::path(
+    delete,
+    path = "/cumulo/v1/images/{id}",
+    operation_id = "delete_an_image",
+    summary = "Delete an image",
+    tag = "images",
+    params(("id" = Uuid, Path, description = "the object's id")),
+    responses((status = 204, description = "success (no body)")),
+)]
 pub async fn delete_image(
     State(state): State<ApiState>,
     caller: Principal,

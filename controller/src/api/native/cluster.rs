@@ -7,37 +7,58 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
-use serde_json::{Value, json};
+use utoipa::{IntoParams, ToSchema};
 
 use super::views;
 use crate::api::extract::{JsonBody, PathParams, QueryParams, path_id};
 use crate::api::{ApiError, ApiState, Principal};
 use store::{NewRemoteHost, Scope, StoreError};
 
+#[utoipa::path(
+    get,
+    path = "/cumulo/v1/nodes",
+    operation_id = "list_nodes_(ssntp_nodes_and_off-host_hosts)",
+    summary = "List nodes (SSNTP nodes and off-host hosts)",
+    tag = "nodes",
+    responses((status = 200, description = "success", body = views::Nodes)),
+)]
 pub async fn nodes(
     State(state): State<ApiState>,
     caller: Principal,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<views::Nodes>, ApiError> {
     caller.require_admin()?;
     let nodes = state.cluster(|_, c| Ok(c.nodes())).await?;
     let remote = state.store(|s| Ok(s.remote_hosts()?)).await?;
-    let nodes: Vec<Value> = nodes
+    let nodes = nodes
         .iter()
         .map(views::node)
-        .chain(remote.iter().map(views::remote_host))
+        .chain(
+            remote
+                .iter()
+                .map(|h| views::AnyNode::RemoteNode(views::remote_host(h))),
+        )
         .collect();
-    Ok(Json(json!({"nodes": nodes})))
+    Ok(Json(views::Nodes { nodes }))
 }
 
+#[utoipa::path(
+    get,
+    path = "/cumulo/v1/nodes/{id}",
+    operation_id = "show_a_node",
+    summary = "Show a node",
+    tag = "nodes",
+    params(("id" = Uuid, Path, description = "the object's id")),
+    responses((status = 200, description = "success", body = views::AnyNode)),
+)]
 pub async fn node(
     State(state): State<ApiState>,
     caller: Principal,
     PathParams(id): PathParams<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<views::AnyNode>, ApiError> {
     caller.require_admin()?;
     let id = path_id("node", &id)?;
     match state.store(move |s| Ok(s.remote_host(id)?)).await {
-        Ok(host) => return Ok(Json(views::remote_host(&host))),
+        Ok(host) => return Ok(Json(views::AnyNode::RemoteNode(views::remote_host(&host)))),
         Err(ApiError::NotFound(_)) => {}
         Err(e) => return Err(e),
     }
@@ -48,14 +69,25 @@ pub async fn node(
 /// `POST /nodes`: registers an off-host host (its launcher runs beside the controller, in
 /// `cumulo-agent --remote` replicas, and reaches it through `libvirt_uri`). On-host nodes
 /// register themselves over SSNTP, so `launcher_on_host` must be `false`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = RemoteNodeCreate)]
 pub struct RegisterNode {
     name: String,
+    #[schema(schema_with = views::always_false)]
     launcher_on_host: bool,
     libvirt_uri: String,
 }
 
+#[utoipa::path(
+    post,
+    path = "/cumulo/v1/nodes",
+    operation_id = "register_an_off-host_host",
+    summary = "Register an off-host host",
+    tag = "nodes",
+    request_body = RegisterNode,
+    responses((status = 201, description = "success", body = views::RemoteNode)),
+)]
 pub async fn register(
     State(state): State<ApiState>,
     caller: Principal,
@@ -79,11 +111,20 @@ pub async fn register(
 
 /// `POST /nodes/{id}/credentials`: issues new launcher credentials for an off-host host now
 /// (the key never leaves the store through the API).
+#[utoipa::path(
+    post,
+    path = "/cumulo/v1/nodes/{id}/credentials",
+    operation_id = "renew_an_off-host_hosts_launcher_credentials",
+    summary = "Renew an off-host host's launcher credentials",
+    tag = "nodes",
+    params(("id" = Uuid, Path, description = "the object's id")),
+    responses((status = 200, description = "success", body = views::LauncherCredentials)),
+)]
 pub async fn renew_credentials(
     State(state): State<ApiState>,
     caller: Principal,
     PathParams(id): PathParams<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<views::LauncherCredentials>, ApiError> {
     caller.require_admin()?;
     let id = path_id("node", &id)?;
     let Some(issuer) = state.config.launcher_creds.clone() else {
@@ -99,14 +140,23 @@ pub async fn renew_credentials(
             })
         })
         .await?;
-    Ok(Json(json!({
-        "node": creds.host,
-        "issued": crate::api::clock::rfc3339(creds.issued),
-        "not_after": crate::api::clock::rfc3339(creds.not_after),
-    })))
+    Ok(Json(views::LauncherCredentials {
+        node: creds.host,
+        issued: crate::api::clock::rfc3339(creds.issued),
+        not_after: crate::api::clock::rfc3339(creds.not_after),
+    }))
 }
 
 /// `DELETE /nodes/{id}`: forgets an off-host host with no unfinished operation.
+#[utoipa::path(
+    delete,
+    path = "/cumulo/v1/nodes/{id}",
+    operation_id = "forget_an_off-host_host",
+    summary = "Forget an off-host host",
+    tag = "nodes",
+    params(("id" = Uuid, Path, description = "the object's id")),
+    responses((status = 204, description = "success (no body)")),
+)]
 pub async fn unregister(
     State(state): State<ApiState>,
     caller: Principal,
@@ -123,6 +173,15 @@ pub async fn unregister(
     Ok(StatusCode::NO_CONTENT)
 }
 
+#[utoipa::path(
+    post,
+    path = "/cumulo/v1/nodes/{id}/evacuate",
+    operation_id = "evacuate_a_node",
+    summary = "Evacuate a node",
+    tag = "nodes",
+    params(("id" = Uuid, Path, description = "the object's id")),
+    responses((status = 202, description = "success (no body)")),
+)]
 pub async fn evacuate(
     State(state): State<ApiState>,
     caller: Principal,
@@ -134,6 +193,15 @@ pub async fn evacuate(
     Ok(StatusCode::ACCEPTED)
 }
 
+#[utoipa::path(
+    post,
+    path = "/cumulo/v1/nodes/{id}/restore",
+    operation_id = "restore_a_node",
+    summary = "Restore a node",
+    tag = "nodes",
+    params(("id" = Uuid, Path, description = "the object's id")),
+    responses((status = 202, description = "success (no body)")),
+)]
 pub async fn restore(
     State(state): State<ApiState>,
     caller: Principal,
@@ -145,40 +213,72 @@ pub async fn restore(
     Ok(StatusCode::ACCEPTED)
 }
 
+#[utoipa::path(
+    get,
+    path = "/cumulo/v1/cncis",
+    operation_id = "list_cncis",
+    summary = "List CNCIs",
+    tag = "cncis",
+    responses((status = 200, description = "success", body = views::Cncis)),
+)]
 pub async fn cncis(
     State(state): State<ApiState>,
     caller: Principal,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<views::Cncis>, ApiError> {
     let scope = caller.scope()?;
     let cncis = state.store(move |s| Ok(s.cncis(scope)?)).await?;
-    let cncis: Vec<Value> = cncis.iter().map(views::cnci).collect();
-    Ok(Json(json!({"cncis": cncis})))
+    Ok(Json(views::Cncis {
+        cncis: cncis.iter().map(views::cnci).collect(),
+    }))
 }
 
+#[utoipa::path(
+    get,
+    path = "/cumulo/v1/cncis/{id}",
+    operation_id = "show_a_cnci",
+    summary = "Show a CNCI",
+    tag = "cncis",
+    params(("id" = Uuid, Path, description = "the object's id")),
+    responses((status = 200, description = "success", body = views::Cnci)),
+)]
 pub async fn cnci(
     State(state): State<ApiState>,
     caller: Principal,
     PathParams(id): PathParams<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<views::Cnci>, ApiError> {
     let id = path_id("cnci", &id)?;
     let scope = caller.scope()?;
     let cnci = state.store(move |s| Ok(s.cnci(scope, id)?)).await?;
     Ok(Json(views::cnci(&cnci)))
 }
 
-#[derive(Debug, Default, Deserialize)]
+/// The query of `GET /events`: at most `limit` (100 unless told) events whose sequence number
+/// is over `after`.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct EventQuery {
     #[serde(default)]
+    #[param(nullable = false, minimum = 0, maximum = 9_223_372_036_854_775_807_u64)]
     after: Option<u64>,
     #[serde(default)]
+    #[param(nullable = false, minimum = 1, maximum = 1000)]
     limit: Option<u32>,
 }
 
+#[utoipa::path(
+    get,
+    path = "/cumulo/v1/events",
+    operation_id = "list_events",
+    summary = "List events",
+    tag = "events",
+    params(EventQuery),
+    responses((status = 200, description = "success", body = views::Events)),
+)]
 pub async fn events(
     State(state): State<ApiState>,
     caller: Principal,
     QueryParams(query): QueryParams<EventQuery>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<views::Events>, ApiError> {
     let scope = caller.scope()?;
     let limit = query.limit.unwrap_or(100);
     if !(1..=1000).contains(&limit) {
@@ -187,25 +287,43 @@ pub async fn events(
     let events = state
         .store(move |s| Ok(s.events(scope, query.after, limit)?))
         .await?;
-    let events: Vec<Value> = events.iter().map(views::event).collect();
-    Ok(Json(json!({"events": events})))
+    Ok(Json(views::Events {
+        events: events.iter().map(views::event).collect(),
+    }))
 }
 
+#[utoipa::path(
+    delete,
+    path = "/cumulo/v1/events",
+    operation_id = "clear_events",
+    summary = "Clear events",
+    tag = "events",
+    responses((status = 200, description = "success", body = views::Cleared)),
+)]
 pub async fn clear_events(
     State(state): State<ApiState>,
     caller: Principal,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<views::Cleared>, ApiError> {
     caller.require_admin()?;
     let deleted = state.store(|s| Ok(s.clear_events(Scope::All)?)).await?;
-    Ok(Json(json!({"deleted": deleted})))
+    Ok(Json(views::Cleared { deleted }))
 }
 
+#[utoipa::path(
+    get,
+    path = "/cumulo/v1/traces",
+    operation_id = "list_traces",
+    summary = "List traces",
+    tag = "traces",
+    responses((status = 200, description = "success", body = views::Traces)),
+)]
 pub async fn traces(
     State(state): State<ApiState>,
     caller: Principal,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<views::Traces>, ApiError> {
     caller.require_admin()?;
     let traces = state.cluster(|_, c| Ok(c.traces())).await?;
-    let traces: Vec<Value> = traces.iter().map(views::trace).collect();
-    Ok(Json(json!({"traces": traces})))
+    Ok(Json(views::Traces {
+        traces: traces.iter().map(views::trace).collect(),
+    }))
 }

@@ -8,7 +8,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
-use serde_json::{Value, json};
+use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
 use super::views;
@@ -18,43 +18,66 @@ use crate::api::{ApiError, ApiState, Principal};
 use crate::cluster::{CONSOLE_MAX_LINES, InstanceAction, Launch, Rebuild, ResizeStep};
 use store::{InstanceFilter, Page, Scope, StoreError};
 
-#[derive(Debug, Default, Deserialize)]
+/// The query of `GET /instances`: a page of at most `limit` (100 unless told) instances after
+/// the one `marker` names, only those on `node` if given.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct ListQuery {
     #[serde(default)]
+    #[param(nullable = false, minimum = 1, maximum = 1000)]
     limit: Option<u32>,
     #[serde(default)]
+    #[param(nullable = false)]
     marker: Option<Uuid>,
     #[serde(default)]
+    #[param(nullable = false)]
     node: Option<Uuid>,
 }
 
 /// The query of `GET /instances/{id}/console`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct ConsoleQuery {
     #[serde(default)]
+    #[param(nullable = false, minimum = 0, maximum = 10_000)]
     lines: Option<usize>,
 }
 
 /// The lines `GET /instances/{id}/console` gives unless told.
 pub const CONSOLE_DEFAULT_LINES: usize = 100;
 
-#[derive(Debug, Deserialize)]
+/// `count` (1 unless told) instances of a workload, in the caller's project or (admins) a named
+/// tenant.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = InstanceCreate)]
 pub struct CreateInstances {
     workload: Uuid,
+    #[schema(min_length = 1, max_length = 255, pattern = r"\S")]
     name: String,
     #[serde(default, deserialize_with = "present")]
+    #[schema(nullable = false, minimum = 1, maximum = 1000)]
     count: Option<u32>,
     #[serde(default, deserialize_with = "present")]
+    #[schema(nullable = false)]
     tenant: Option<Uuid>,
 }
 
+#[utoipa::path(
+    get,
+    path = "/cumulo/v1/instances",
+    operation_id = "list_instances",
+    summary = "List instances",
+    tag = "instances",
+    params(ListQuery),
+    responses((status = 200, description = "success", body = views::InstancePage)),
+)]
 pub async fn list(
     State(state): State<ApiState>,
     caller: Principal,
     QueryParams(query): QueryParams<ListQuery>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<views::InstancePage>, ApiError> {
     let scope = caller.scope()?;
     let limit = query.limit.unwrap_or(100);
     if !(1..=Page::MAX_LIMIT).contains(&limit) {
@@ -78,44 +101,74 @@ pub async fn list(
             Err(e) => Err(e.into()),
         })
         .await?;
-    let instances: Vec<Value> = paged.items.iter().map(views::instance).collect();
-    Ok(Json(json!({"instances": instances, "next": paged.next})))
+    Ok(Json(views::InstancePage {
+        instances: paged.items.iter().map(views::instance).collect(),
+        next: paged.next,
+    }))
 }
 
+#[utoipa::path(
+    get,
+    path = "/cumulo/v1/instances/{id}",
+    operation_id = "show_an_instance",
+    summary = "Show an instance",
+    tag = "instances",
+    params(("id" = Uuid, Path, description = "the object's id")),
+    responses((status = 200, description = "success", body = views::Instance)),
+)]
 pub async fn show(
     State(state): State<ApiState>,
     caller: Principal,
     PathParams(id): PathParams<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<views::Instance>, ApiError> {
     let id = path_id("instance", &id)?;
     let scope = caller.scope()?;
     let instance = state.store(move |s| Ok(s.instance(scope, id)?)).await?;
     Ok(Json(views::instance(&instance)))
 }
 
+#[utoipa::path(
+    get,
+    path = "/cumulo/v1/instances/{id}/actions",
+    operation_id = "list_an_instances_actions",
+    summary = "List an instance's actions",
+    tag = "instances",
+    params(("id" = Uuid, Path, description = "the object's id")),
+    responses((status = 200, description = "success", body = views::InstanceActions)),
+)]
 pub async fn actions(
     State(state): State<ApiState>,
     caller: Principal,
     PathParams(id): PathParams<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<views::InstanceActions>, ApiError> {
     let id = path_id("instance", &id)?;
     let scope = caller.scope()?;
     let actions = state
         .store(move |s| Ok(s.instance_actions(scope, id)?))
         .await?;
-    let actions: Vec<Value> = actions.iter().map(views::instance_action).collect();
-    Ok(Json(json!({"actions": actions})))
+    Ok(Json(views::InstanceActions {
+        actions: actions.iter().map(views::instance_action).collect(),
+    }))
 }
 
 /// `GET /instances/{id}/console?lines=N`: `{"output": "..."}`, the last N lines (default
 /// [`CONSOLE_DEFAULT_LINES`], at most [`CONSOLE_MAX_LINES`]) of the instance's serial console
 /// log, fetched from its node.
+#[utoipa::path(
+    get,
+    path = "/cumulo/v1/instances/{id}/console",
+    operation_id = "show_the_last_lines_of_an_instances_serial_console_log",
+    summary = "Show the last lines of an instance's serial console log",
+    tag = "instances",
+    params(("id" = Uuid, Path, description = "the object's id"), ConsoleQuery),
+    responses((status = 200, description = "success", body = views::ConsoleOutput)),
+)]
 pub async fn console(
     State(state): State<ApiState>,
     caller: Principal,
     PathParams(id): PathParams<String>,
     QueryParams(query): QueryParams<ConsoleQuery>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<views::ConsoleOutput>, ApiError> {
     let id = path_id("instance", &id)?;
     let scope = caller.scope()?;
     let lines = query.lines.unwrap_or(CONSOLE_DEFAULT_LINES);
@@ -127,9 +180,18 @@ pub async fn console(
     let output = state
         .cluster(move |_, cluster| Ok(cluster.console(scope, id, lines)?))
         .await?;
-    Ok(Json(json!({ "output": output })))
+    Ok(Json(views::ConsoleOutput { output }))
 }
 
+#[utoipa::path(
+    post,
+    path = "/cumulo/v1/instances",
+    operation_id = "launch_instances",
+    summary = "Launch instances",
+    tag = "instances",
+    request_body = CreateInstances,
+    responses((status = 202, description = "success", body = views::Instances)),
+)]
 pub async fn create(
     State(state): State<ApiState>,
     caller: Principal,
@@ -174,10 +236,21 @@ pub async fn create(
             Ok(cluster.launch(Scope::Tenant(tenant), launch, &by)?)
         })
         .await?;
-    let instances: Vec<Value> = instances.iter().map(views::instance).collect();
-    Ok((StatusCode::ACCEPTED, Json(json!({"instances": instances}))).into_response())
+    let instances = views::Instances {
+        instances: instances.iter().map(views::instance).collect(),
+    };
+    Ok((StatusCode::ACCEPTED, Json(instances)).into_response())
 }
 
+#[utoipa::path(
+    delete,
+    path = "/cumulo/v1/instances/{id}",
+    operation_id = "delete_an_instance",
+    summary = "Delete an instance",
+    tag = "instances",
+    params(("id" = Uuid, Path, description = "the object's id")),
+    responses((status = 202, description = "success (no body)")),
+)]
 pub async fn delete(
     State(state): State<ApiState>,
     caller: Principal,
@@ -221,6 +294,15 @@ async fn act(
     Ok((StatusCode::ACCEPTED, Json(views::instance(&instance))).into_response())
 }
 
+#[utoipa::path(
+    post,
+    path = "/cumulo/v1/instances/{id}/stop",
+    operation_id = "stop_an_instance",
+    summary = "Stop an instance",
+    tag = "instances",
+    params(("id" = Uuid, Path, description = "the object's id")),
+    responses((status = 202, description = "success", body = views::Instance)),
+)]
 pub async fn stop(
     State(state): State<ApiState>,
     caller: Principal,
@@ -229,6 +311,15 @@ pub async fn stop(
     act(state, caller, id, Action::Stop).await
 }
 
+#[utoipa::path(
+    post,
+    path = "/cumulo/v1/instances/{id}/start",
+    operation_id = "start_an_instance",
+    summary = "Start an instance",
+    tag = "instances",
+    params(("id" = Uuid, Path, description = "the object's id")),
+    responses((status = 202, description = "success", body = views::Instance)),
+)]
 pub async fn start(
     State(state): State<ApiState>,
     caller: Principal,
@@ -239,14 +330,18 @@ pub async fn start(
 
 /// The body of `POST /instances/{id}/rebuild`: all optional (the instance's own image and user
 /// data, its name).
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = InstanceRebuild)]
 pub struct RebuildInstance {
     #[serde(default)]
+    #[schema(nullable = false)]
     image: Option<Uuid>,
     #[serde(default)]
+    #[schema(nullable = false, max_length = 65535)]
     user_data: Option<String>,
     #[serde(default)]
+    #[schema(nullable = false, min_length = 1, max_length = 255, pattern = r"\S")]
     name: Option<String>,
 }
 
@@ -255,6 +350,16 @@ const MAX_USER_DATA: usize = 65_535;
 
 /// `POST /instances/{id}/rebuild`: re-made on its node from the image (202, state
 /// `rebuilding`); 409 unless active or exited on its node; 400 for an image not seen.
+#[utoipa::path(
+    post,
+    path = "/cumulo/v1/instances/{id}/rebuild",
+    operation_id = "rebuild_an_instance_on_its_node_from_an_image",
+    summary = "Rebuild an instance on its node from an image",
+    tag = "instances",
+    params(("id" = Uuid, Path, description = "the object's id")),
+    request_body = RebuildInstance,
+    responses((status = 202, description = "success", body = views::Instance)),
+)]
 pub async fn rebuild(
     State(state): State<ApiState>,
     caller: Principal,
@@ -289,14 +394,25 @@ pub async fn rebuild(
 }
 
 /// The body of `POST /instances/{id}/resize`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = InstanceResize)]
 pub struct ResizeInstance {
     flavor: Uuid,
 }
 
 /// `POST /instances/{id}/resize`: a stopped instance takes another flavor (202, state
 /// `resized`); see `crate::resize`.
+#[utoipa::path(
+    post,
+    path = "/cumulo/v1/instances/{id}/resize",
+    operation_id = "resize_a_stopped_instance_to_another_flavor",
+    summary = "Resize a stopped instance to another flavor",
+    tag = "instances",
+    params(("id" = Uuid, Path, description = "the object's id")),
+    request_body = ResizeInstance,
+    responses((status = 202, description = "success", body = views::Instance)),
+)]
 pub async fn resize(
     State(state): State<ApiState>,
     caller: Principal,
@@ -332,6 +448,15 @@ async fn resized(
 }
 
 /// `POST /instances/{id}/confirm-resize`: keep the new flavor (202, `exited`).
+#[utoipa::path(
+    post,
+    path = "/cumulo/v1/instances/{id}/confirm-resize",
+    operation_id = "confirm_a_resize",
+    summary = "Confirm a resize",
+    tag = "instances",
+    params(("id" = Uuid, Path, description = "the object's id")),
+    responses((status = 202, description = "success", body = views::Instance)),
+)]
 pub async fn confirm_resize(
     State(state): State<ApiState>,
     caller: Principal,
@@ -341,6 +466,15 @@ pub async fn confirm_resize(
 }
 
 /// `POST /instances/{id}/revert-resize`: back to the flavor it had (202, `exited`).
+#[utoipa::path(
+    post,
+    path = "/cumulo/v1/instances/{id}/revert-resize",
+    operation_id = "revert_a_resize",
+    summary = "Revert a resize",
+    tag = "instances",
+    params(("id" = Uuid, Path, description = "the object's id")),
+    responses((status = 202, description = "success", body = views::Instance)),
+)]
 pub async fn revert_resize(
     State(state): State<ApiState>,
     caller: Principal,
@@ -352,7 +486,16 @@ pub async fn revert_resize(
 /// `POST /instances/{id}/restart` (an orderly reboot), `/reboot-hard`, `/pause`, `/unpause`,
 /// `/suspend`, `/resume`: an INSTANCE_ACTION to its node.
 macro_rules! node_actions {
-    ($($name:ident => $action:ident),* $(,)?) => {$(
+    ($($name:ident => $action:ident, $path:tt, $id:tt, $summary:tt;)*) => {$(
+        #[utoipa::path(
+            post,
+            path = $path,
+            operation_id = $id,
+            summary = $summary,
+            tag = "instances",
+            params(("id" = Uuid, Path, description = "the object's id")),
+            responses((status = 202, description = "success", body = views::Instance)),
+        )]
         pub async fn $name(
             State(state): State<ApiState>,
             caller: Principal,
@@ -364,10 +507,15 @@ macro_rules! node_actions {
 }
 
 node_actions! {
-    restart => Reboot,
-    reboot_hard => RebootHard,
-    pause => Pause,
-    unpause => Unpause,
-    suspend => Suspend,
-    resume => Resume,
+    restart => Reboot, "/cumulo/v1/instances/{id}/restart", "restart_an_instance",
+        "Restart an instance";
+    reboot_hard => RebootHard, "/cumulo/v1/instances/{id}/reboot-hard", "reboot_an_instance_hard",
+        "Reboot an instance hard";
+    pause => Pause, "/cumulo/v1/instances/{id}/pause", "pause_an_instance", "Pause an instance";
+    unpause => Unpause, "/cumulo/v1/instances/{id}/unpause", "unpause_an_instance",
+        "Unpause an instance";
+    suspend => Suspend, "/cumulo/v1/instances/{id}/suspend", "suspend_an_instance",
+        "Suspend an instance";
+    resume => Resume, "/cumulo/v1/instances/{id}/resume", "resume_an_instance",
+        "Resume an instance";
 }

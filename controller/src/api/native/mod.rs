@@ -12,6 +12,7 @@
 mod catalog;
 mod cluster;
 mod instances;
+pub(crate) mod openapi;
 mod tenants;
 mod users;
 pub(crate) mod views;
@@ -21,7 +22,6 @@ use axum::Json;
 use axum::Router;
 use axum::extract::State;
 use axum::routing::{delete, get, post};
-use serde_json::{Value, json};
 
 use super::ApiState;
 use super::error::ApiError;
@@ -119,7 +119,16 @@ pub fn routes() -> Router<ApiState> {
 
 /// `GET /cumulo/v1/healthz`: whether the store answers and the scheduler is connected; 503 once
 /// the controller has stopped for good (its SSNTP client gave up), while it exits.
-async fn healthz(State(state): State<ApiState>) -> Result<Json<Value>, ApiError> {
+#[utoipa::path(
+    get,
+    path = "/cumulo/v1/healthz",
+    operation_id = "health",
+    summary = "Health",
+    tag = "health",
+    responses((status = 200, description = "success", body = views::Health)),
+    security(()),
+)]
+async fn healthz(State(state): State<ApiState>) -> Result<Json<views::Health>, ApiError> {
     if let Some(why) = state.cluster.gone_for_good() {
         return Err(ApiError::Unavailable(format!(
             "the controller is stopping: {why}"
@@ -130,9 +139,12 @@ async fn healthz(State(state): State<ApiState>) -> Result<Json<Value>, ApiError>
         .store(|s| Ok(s.flavors().is_ok()))
         .await
         .unwrap_or(false);
-    Ok(Json(json!({
-        "status": if store { "ok" } else { "degraded" },
-        "store": store,
-        "scheduler": scheduler,
-    })))
+    Ok(Json(views::Health {
+        status: match store {
+            true => views::HealthStatus::Ok,
+            false => views::HealthStatus::Degraded,
+        },
+        store,
+        scheduler,
+    }))
 }

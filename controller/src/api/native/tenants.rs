@@ -8,7 +8,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
-use serde_json::{Value, json};
+use utoipa::ToSchema;
 use uuid::Uuid;
 
 use super::views;
@@ -18,14 +18,17 @@ use store::{NewTenant, Quota, TenantChange};
 
 /// Limits in a request: a number sets a limit, `null` makes it unlimited, and a field left out
 /// keeps what the tenant has (on creation: the controller's `--default-quota`).
-#[derive(Debug, Default, Clone, Copy, Deserialize)]
+#[derive(Debug, Default, Clone, Copy, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct QuotaBody {
     #[serde(default, deserialize_with = "nullable")]
+    #[schema(value_type = Option<u32>, maximum = 4_294_967_295_u64)]
     instances: Option<Option<u32>>,
     #[serde(default, deserialize_with = "nullable")]
+    #[schema(value_type = Option<u32>, maximum = 4_294_967_295_u64)]
     vcpus: Option<Option<u32>>,
     #[serde(default, deserialize_with = "nullable")]
+    #[schema(value_type = Option<u64>, maximum = 9_223_372_036_854_775_807_u64)]
     memory_mb: Option<Option<u64>>,
 }
 
@@ -40,22 +43,31 @@ impl QuotaBody {
     }
 }
 
-#[derive(Debug, Deserialize)]
+/// A new tenant (`subnet_prefix`: the size of its subnets, 24 unless told).
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = TenantCreate)]
 pub struct CreateTenant {
+    #[schema(min_length = 1, max_length = 255, pattern = r"\S")]
     name: String,
     #[serde(default, deserialize_with = "present_object")]
+    #[schema(nullable = false)]
     quota: Option<QuotaBody>,
     #[serde(default, deserialize_with = "present")]
+    #[schema(nullable = false, minimum = 16, maximum = 30)]
     subnet_prefix: Option<u8>,
 }
 
-#[derive(Debug, Deserialize)]
+/// A tenant's new name or limits.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = TenantUpdate)]
 pub struct UpdateTenant {
     #[serde(default, deserialize_with = "present")]
+    #[schema(nullable = false, min_length = 1, max_length = 255, pattern = r"\S")]
     name: Option<String>,
     #[serde(default, deserialize_with = "present_object")]
+    #[schema(nullable = false)]
     quota: Option<QuotaBody>,
 }
 
@@ -68,10 +80,18 @@ fn own_or_admin(caller: &Principal, tenant: Uuid) -> Result<(), ApiError> {
     }
 }
 
+#[utoipa::path(
+    get,
+    path = "/cumulo/v1/tenants",
+    operation_id = "list_tenants",
+    summary = "List tenants",
+    tag = "tenants",
+    responses((status = 200, description = "success", body = views::Tenants)),
+)]
 pub async fn list(
     State(state): State<ApiState>,
     caller: Principal,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<views::Tenants>, ApiError> {
     let tenants = match caller.is_admin() {
         true => state.store(|s| Ok(s.tenants()?)).await?,
         false => {
@@ -79,10 +99,20 @@ pub async fn list(
             vec![state.store(move |s| Ok(s.tenant(own)?)).await?]
         }
     };
-    let tenants: Vec<Value> = tenants.iter().map(views::tenant).collect();
-    Ok(Json(json!({"tenants": tenants})))
+    Ok(Json(views::Tenants {
+        tenants: tenants.iter().map(views::tenant).collect(),
+    }))
 }
 
+#[utoipa::path(
+    post,
+    path = "/cumulo/v1/tenants",
+    operation_id = "create_a_tenant",
+    summary = "Create a tenant",
+    tag = "tenants",
+    request_body = CreateTenant,
+    responses((status = 201, description = "success", body = views::Tenant)),
+)]
 pub async fn create(
     State(state): State<ApiState>,
     caller: Principal,
@@ -109,23 +139,42 @@ pub async fn create(
     Ok((StatusCode::CREATED, Json(views::tenant(&tenant))).into_response())
 }
 
+#[utoipa::path(
+    get,
+    path = "/cumulo/v1/tenants/{id}",
+    operation_id = "show_a_tenant",
+    summary = "Show a tenant",
+    tag = "tenants",
+    params(("id" = Uuid, Path, description = "the object's id")),
+    responses((status = 200, description = "success", body = views::Tenant)),
+)]
 pub async fn show(
     State(state): State<ApiState>,
     caller: Principal,
     PathParams(id): PathParams<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<views::Tenant>, ApiError> {
     let id = path_id("tenant", &id)?;
     own_or_admin(&caller, id)?;
     let tenant = state.store(move |s| Ok(s.tenant(id)?)).await?;
     Ok(Json(views::tenant(&tenant)))
 }
 
+#[utoipa::path(
+    patch,
+    path = "/cumulo/v1/tenants/{id}",
+    operation_id = "update_a_tenant",
+    summary = "Update a tenant",
+    tag = "tenants",
+    params(("id" = Uuid, Path, description = "the object's id")),
+    request_body = UpdateTenant,
+    responses((status = 200, description = "success", body = views::Tenant)),
+)]
 pub async fn update(
     State(state): State<ApiState>,
     caller: Principal,
     PathParams(id): PathParams<String>,
     JsonBody(body): JsonBody<UpdateTenant>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<views::Tenant>, ApiError> {
     let id = path_id("tenant", &id)?;
     caller.require_admin()?;
     let tenant = state
@@ -141,6 +190,15 @@ pub async fn update(
     Ok(Json(views::tenant(&tenant)))
 }
 
+#[utoipa::path(
+    delete,
+    path = "/cumulo/v1/tenants/{id}",
+    operation_id = "delete_a_tenant",
+    summary = "Delete a tenant",
+    tag = "tenants",
+    params(("id" = Uuid, Path, description = "the object's id")),
+    responses((status = 204, description = "success (no body)")),
+)]
 pub async fn delete(
     State(state): State<ApiState>,
     caller: Principal,
@@ -157,11 +215,20 @@ pub async fn delete(
     Ok(StatusCode::NO_CONTENT)
 }
 
+#[utoipa::path(
+    get,
+    path = "/cumulo/v1/tenants/{id}/quota",
+    operation_id = "show_a_quota",
+    summary = "Show a quota",
+    tag = "tenants",
+    params(("id" = Uuid, Path, description = "the object's id")),
+    responses((status = 200, description = "success", body = views::QuotaUsage)),
+)]
 pub async fn quota(
     State(state): State<ApiState>,
     caller: Principal,
     PathParams(id): PathParams<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<views::QuotaUsage>, ApiError> {
     let id = path_id("tenant", &id)?;
     own_or_admin(&caller, id)?;
     let (tenant, usage) = state
@@ -170,12 +237,22 @@ pub async fn quota(
     Ok(Json(views::quota_usage(&tenant, &usage)))
 }
 
+#[utoipa::path(
+    put,
+    path = "/cumulo/v1/tenants/{id}/quota",
+    operation_id = "set_a_quota",
+    summary = "Set a quota",
+    tag = "tenants",
+    params(("id" = Uuid, Path, description = "the object's id")),
+    request_body = QuotaBody,
+    responses((status = 200, description = "success", body = views::QuotaUsage)),
+)]
 pub async fn set_quota(
     State(state): State<ApiState>,
     caller: Principal,
     PathParams(id): PathParams<String>,
     JsonBody(body): JsonBody<QuotaBody>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<views::QuotaUsage>, ApiError> {
     let id = path_id("tenant", &id)?;
     caller.require_admin()?;
     let (tenant, usage) = state

@@ -6,47 +6,41 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
-use serde_json::{Value, json};
+use utoipa::ToSchema;
+use uuid::Uuid;
 
-use super::views;
+use super::views::{self, RoleName};
 use crate::api::extract::{JsonBody, PathParams, path_id};
 use crate::api::{ApiError, ApiState, Principal, password};
 use store::{NewUser, Role, UserChange};
 
-#[derive(Debug, Deserialize)]
+/// A new user and its password.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = UserCreate)]
 pub struct CreateUser {
+    #[schema(min_length = 1, max_length = 255, pattern = r"\S")]
     name: String,
+    #[schema(min_length = 1, max_length = 1024)]
     password: String,
 }
 
-#[derive(Debug, Deserialize)]
+/// A user's new password.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = UserUpdate)]
 pub struct UpdateUser {
+    #[schema(min_length = 1, max_length = 1024)]
     password: String,
 }
 
-#[derive(Debug, Deserialize)]
+/// A role to grant a user in a tenant.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = RoleGrant)]
 pub struct Grant {
-    tenant: uuid::Uuid,
+    tenant: Uuid,
     role: RoleName,
-}
-
-#[derive(Debug, Clone, Copy, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum RoleName {
-    Admin,
-    Member,
-}
-
-impl From<RoleName> for Role {
-    fn from(r: RoleName) -> Role {
-        match r {
-            RoleName::Admin => Role::Admin,
-            RoleName::Member => Role::Member,
-        }
-    }
 }
 
 fn parse_role(text: &str) -> Result<Role, ApiError> {
@@ -67,16 +61,34 @@ async fn hash(state: &ApiState, pw: String) -> Result<String, ApiError> {
         .map_err(|e| ApiError::BadRequest(e.to_string()))
 }
 
+#[utoipa::path(
+    get,
+    path = "/cumulo/v1/users",
+    operation_id = "list_users",
+    summary = "List users",
+    tag = "users",
+    responses((status = 200, description = "success", body = views::Users)),
+)]
 pub async fn list(
     State(state): State<ApiState>,
     caller: Principal,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<views::Users>, ApiError> {
     caller.require_admin()?;
     let users = state.store(|s| Ok(s.users()?)).await?;
-    let users: Vec<Value> = users.iter().map(views::user).collect();
-    Ok(Json(json!({"users": users})))
+    Ok(Json(views::Users {
+        users: users.iter().map(views::user).collect(),
+    }))
 }
 
+#[utoipa::path(
+    post,
+    path = "/cumulo/v1/users",
+    operation_id = "create_a_user",
+    summary = "Create a user",
+    tag = "users",
+    request_body = CreateUser,
+    responses((status = 201, description = "success", body = views::User)),
+)]
 pub async fn create(
     State(state): State<ApiState>,
     caller: Principal,
@@ -98,27 +110,44 @@ pub async fn create(
     Ok((StatusCode::CREATED, Json(views::user(&user))).into_response())
 }
 
+#[utoipa::path(
+    get,
+    path = "/cumulo/v1/users/{id}",
+    operation_id = "show_a_user",
+    summary = "Show a user",
+    tag = "users",
+    params(("id" = Uuid, Path, description = "the object's id")),
+    responses((status = 200, description = "success", body = views::User)),
+)]
 pub async fn show(
     State(state): State<ApiState>,
     caller: Principal,
     PathParams(id): PathParams<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<views::User>, ApiError> {
     caller.require_admin()?;
     let id = path_id("user", &id)?;
     let (user, roles) = state
         .store(move |s| Ok((s.user(id)?, s.roles_of_user(id)?)))
         .await?;
-    let mut body = views::user(&user);
-    body["roles"] = roles.iter().map(views::assignment).collect();
-    Ok(Json(body))
+    Ok(Json(views::user_with_roles(&user, &roles)))
 }
 
+#[utoipa::path(
+    patch,
+    path = "/cumulo/v1/users/{id}",
+    operation_id = "change_a_password",
+    summary = "Change a password",
+    tag = "users",
+    params(("id" = Uuid, Path, description = "the object's id")),
+    request_body = UpdateUser,
+    responses((status = 200, description = "success", body = views::User)),
+)]
 pub async fn update(
     State(state): State<ApiState>,
     caller: Principal,
     PathParams(id): PathParams<String>,
     JsonBody(body): JsonBody<UpdateUser>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<views::User>, ApiError> {
     caller.require_admin()?;
     let id = path_id("user", &id)?;
     let password_hash = hash(&state, body.password).await?;
@@ -134,6 +163,15 @@ pub async fn update(
     Ok(Json(views::user(&user)))
 }
 
+#[utoipa::path(
+    delete,
+    path = "/cumulo/v1/users/{id}",
+    operation_id = "delete_a_user",
+    summary = "Delete a user",
+    tag = "users",
+    params(("id" = Uuid, Path, description = "the object's id")),
+    responses((status = 204, description = "success (no body)")),
+)]
 pub async fn delete(
     State(state): State<ApiState>,
     caller: Principal,
@@ -148,11 +186,20 @@ pub async fn delete(
     Ok(StatusCode::NO_CONTENT)
 }
 
+#[utoipa::path(
+    get,
+    path = "/cumulo/v1/users/{id}/roles",
+    operation_id = "list_a_users_roles",
+    summary = "List a user's roles",
+    tag = "users",
+    params(("id" = Uuid, Path, description = "the object's id")),
+    responses((status = 200, description = "success", body = views::Roles)),
+)]
 pub async fn roles(
     State(state): State<ApiState>,
     caller: Principal,
     PathParams(id): PathParams<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<views::Roles>, ApiError> {
     caller.require_admin()?;
     let id = path_id("user", &id)?;
     let roles = state
@@ -161,10 +208,21 @@ pub async fn roles(
             Ok(s.roles_of_user(id)?)
         })
         .await?;
-    let roles: Vec<Value> = roles.iter().map(views::assignment).collect();
-    Ok(Json(json!({"roles": roles})))
+    Ok(Json(views::Roles {
+        roles: roles.iter().map(views::assignment).collect(),
+    }))
 }
 
+#[utoipa::path(
+    post,
+    path = "/cumulo/v1/users/{id}/roles",
+    operation_id = "grant_a_role",
+    summary = "Grant a role",
+    tag = "users",
+    params(("id" = Uuid, Path, description = "the object's id")),
+    request_body = Grant,
+    responses((status = 204, description = "success (no body)")),
+)]
 pub async fn grant(
     State(state): State<ApiState>,
     caller: Principal,
@@ -179,6 +237,15 @@ pub async fn grant(
     Ok(StatusCode::NO_CONTENT)
 }
 
+#[utoipa::path(
+    delete,
+    path = "/cumulo/v1/users/{id}/roles/{tenant}/{role}",
+    operation_id = "revoke_a_role",
+    summary = "Revoke a role",
+    tag = "users",
+    params(("id" = Uuid, Path, description = "the object's id"), ("tenant" = Uuid, Path, description = "the tenant's id"), ("role" = RoleName, Path, description = "the role")),
+    responses((status = 204, description = "success (no body)")),
+)]
 pub async fn revoke(
     State(state): State<ApiState>,
     caller: Principal,

@@ -6,7 +6,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
-use serde_json::{Value, json};
+use utoipa::ToSchema;
 use uuid::Uuid;
 
 use super::catalog::owner_for;
@@ -18,29 +18,38 @@ use store::{NewWorkload, Scope, WorkloadChange};
 /// The most user data a workload holds.
 const MAX_USER_DATA: usize = 65_535;
 
-#[derive(Debug, Deserialize)]
+/// A new workload; its owner as an image's (never both public and a tenant's).
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = WorkloadCreate)]
 pub struct CreateWorkload {
+    #[schema(min_length = 1, max_length = 255, pattern = r"\S")]
     name: String,
     flavor: Uuid,
     image: Uuid,
     #[serde(default)]
+    #[schema(max_length = 65535)]
     user_data: String,
     #[serde(default)]
     public: bool,
     #[serde(default, deserialize_with = "present")]
+    #[schema(nullable = false)]
     tenant: Option<Uuid>,
     /// Its instances hold nothing worth keeping (see `docs/api.md`, "Ephemeral workloads").
     #[serde(default)]
     ephemeral: bool,
 }
 
-#[derive(Debug, Deserialize)]
+/// A workload's new name or user data.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = WorkloadUpdate)]
 pub struct UpdateWorkload {
     #[serde(default, deserialize_with = "present")]
+    #[schema(nullable = false, min_length = 1, max_length = 255, pattern = r"\S")]
     name: Option<String>,
     #[serde(default, deserialize_with = "present")]
+    #[schema(nullable = false, max_length = 65535)]
     user_data: Option<String>,
 }
 
@@ -54,27 +63,54 @@ fn check_user_data(text: &str) -> Result<(), ApiError> {
     }
 }
 
+#[utoipa::path(
+    get,
+    path = "/cumulo/v1/workloads",
+    operation_id = "list_workloads",
+    summary = "List workloads",
+    tag = "workloads",
+    responses((status = 200, description = "success", body = views::Workloads)),
+)]
 pub async fn list(
     State(state): State<ApiState>,
     caller: Principal,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<views::Workloads>, ApiError> {
     let scope = caller.scope()?;
     let workloads = state.store(move |s| Ok(s.workloads(scope)?)).await?;
-    let workloads: Vec<Value> = workloads.iter().map(views::workload).collect();
-    Ok(Json(json!({"workloads": workloads})))
+    Ok(Json(views::Workloads {
+        workloads: workloads.iter().map(views::workload).collect(),
+    }))
 }
 
+#[utoipa::path(
+    get,
+    path = "/cumulo/v1/workloads/{id}",
+    operation_id = "show_a_workload",
+    summary = "Show a workload",
+    tag = "workloads",
+    params(("id" = Uuid, Path, description = "the object's id")),
+    responses((status = 200, description = "success", body = views::Workload)),
+)]
 pub async fn show(
     State(state): State<ApiState>,
     caller: Principal,
     PathParams(id): PathParams<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<views::Workload>, ApiError> {
     let id = path_id("workload", &id)?;
     let scope = caller.scope()?;
     let workload = state.store(move |s| Ok(s.workload(scope, id)?)).await?;
     Ok(Json(views::workload(&workload)))
 }
 
+#[utoipa::path(
+    post,
+    path = "/cumulo/v1/workloads",
+    operation_id = "create_a_workload",
+    summary = "Create a workload",
+    tag = "workloads",
+    request_body = CreateWorkload,
+    responses((status = 201, description = "success", body = views::Workload)),
+)]
 pub async fn create(
     State(state): State<ApiState>,
     caller: Principal,
@@ -107,12 +143,22 @@ pub async fn create(
     Ok((StatusCode::CREATED, Json(views::workload(&workload))).into_response())
 }
 
+#[utoipa::path(
+    patch,
+    path = "/cumulo/v1/workloads/{id}",
+    operation_id = "update_a_workload",
+    summary = "Update a workload",
+    tag = "workloads",
+    params(("id" = Uuid, Path, description = "the object's id")),
+    request_body = UpdateWorkload,
+    responses((status = 200, description = "success", body = views::Workload)),
+)]
 pub async fn update(
     State(state): State<ApiState>,
     caller: Principal,
     PathParams(id): PathParams<String>,
     JsonBody(body): JsonBody<UpdateWorkload>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<views::Workload>, ApiError> {
     let id = path_id("workload", &id)?;
     let scope = caller.scope()?;
     if let Some(text) = &body.user_data {
@@ -136,6 +182,15 @@ pub async fn update(
     Ok(Json(views::workload(&workload)))
 }
 
+#[utoipa::path(
+    delete,
+    path = "/cumulo/v1/workloads/{id}",
+    operation_id = "delete_a_workload",
+    summary = "Delete a workload",
+    tag = "workloads",
+    params(("id" = Uuid, Path, description = "the object's id")),
+    responses((status = 204, description = "success (no body)")),
+)]
 pub async fn delete(
     State(state): State<ApiState>,
     caller: Principal,
