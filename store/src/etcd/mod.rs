@@ -311,7 +311,15 @@ impl EtcdStore {
             let mut out = Vec::new();
             for chunk in chunks {
                 let ops: Vec<TxnOp> = chunk.iter().map(|k| TxnOp::get(k.as_str(), None)).collect();
-                let resp = kv.txn(Txn::new().and_then(ops)).await?;
+                let txn = Txn::new().and_then(ops);
+                let mut tries = 0;
+                let resp = loop {
+                    match kv.txn(txn.clone()).await {
+                        // etcd's users or roles changed while it was in flight: read again.
+                        Err(e) if auth_changed(&e) && tries < AUTH_RETRIES => tries += 1,
+                        other => break other?,
+                    }
+                };
                 for op in resp.op_responses() {
                     match op {
                         TxnOpResponse::Get(get) => out.push(
@@ -439,10 +447,17 @@ impl EtcdStore {
         }
         let mut kv = self.client.kv_client();
         let txn = Txn::new().when(compares).and_then(ops);
-        let resp = self.call(async move { kv.txn(txn).await })?;
-        if !resp.succeeded() {
+        let resp = self.call(async move {
+            match kv.txn(txn).await {
+                // etcd's users or roles changed while it was in flight: as a lost race, run it
+                // again.
+                Err(e) if auth_changed(&e) => Ok(None),
+                other => other.map(Some),
+            }
+        })?;
+        let Some(resp) = resp.filter(etcd_client::TxnResponse::succeeded) else {
             return Ok(None);
-        }
+        };
         resp.header().map(|h| Some(h.revision())).ok_or_else(|| {
             StoreError::Backend("etcd answered a transaction without a header".into())
         })
@@ -521,6 +536,16 @@ fn connect_client(
         })
         .map_err(|e| StoreError::Backend(format!("etcd at {joined}: {e}")))?;
     Ok((runtime, client))
+}
+
+/// How many times a read refused because etcd's users or roles changed meanwhile is tried again.
+const AUTH_RETRIES: u32 = 3;
+
+/// Whether etcd refused a request because its users or roles changed while it was in flight
+/// (`ErrAuthOldRevision`): the request may simply be sent again, as etcd's own client does.
+fn auth_changed(e: &etcd_client::Error) -> bool {
+    matches!(e, etcd_client::Error::GRpcStatus(status)
+        if status.message().contains("revision of auth store is old"))
 }
 
 /// A failed etcd call as a [`StoreError`]: a refusal by etcd's authorization says so.
