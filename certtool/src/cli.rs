@@ -58,7 +58,8 @@ struct MakeArgs {
     #[arg(long, conflicts_with_all = ["role", "anchor_cert", "anchor_key", "verify", "uuid", "no_uuid"], requires = "host")]
     anchor: bool,
     /// Make a role certificate with these roles, comma-separated: server, controller, agent,
-    /// scheduler, netagent, cnciagent.
+    /// scheduler, netagent, cnciagent; or `none`: a plain TLS certificate without role OIDs
+    /// (etcd's server and client certificates: Go before 1.22 cannot parse the role OIDs).
     #[arg(long, value_name = "ROLES", value_parser = parse_role, requires_all = ["host", "anchor_cert"])]
     role: Option<Role>,
     /// Host names (or IP addresses) the certificate names, comma-separated; the first names
@@ -168,6 +169,9 @@ struct RenewArgs {
 }
 
 fn parse_role(s: &str) -> Result<Role, String> {
+    if s.trim().eq_ignore_ascii_case("none") {
+        return Ok(Role::empty());
+    }
     s.parse::<Role>().map_err(|e| e.to_string())
 }
 

@@ -94,6 +94,9 @@ pub struct Args {
     /// `etcd://host:port[,host:port...][/prefix]` for a store shared by several controllers.
     #[arg(long, env = "CUMULO_CONTROLLER_STORE")]
     pub store: Option<String>,
+    /// How an etcd store is reached (TLS flags: docs/etcd-store.md).
+    #[command(flatten)]
+    pub etcd: store::EtcdArgs,
     /// Where the REST API listens. Plain HTTP only on a loopback address; elsewhere give
     /// --api-cert and --api-key.
     #[arg(
@@ -247,6 +250,9 @@ pub enum ConfigError {
     /// The launcher CA cannot be used.
     #[error("--launcher-ca-key: {0}")]
     LauncherCa(String),
+    /// The store's settings (the etcd TLS flags).
+    #[error("--store: {0}")]
+    Store(store::StoreError),
 }
 
 impl Args {
@@ -260,6 +266,10 @@ impl Args {
         if let Some(store) = self.store {
             daemon.store = store;
         }
+        daemon.etcd = self
+            .etcd
+            .transport(&daemon.store)
+            .map_err(ConfigError::Store)?;
         daemon.engine.tenant_network = match self.tenant_network {
             NetworkMode::None => TenantNetwork::None,
             NetworkMode::Cnci => TenantNetwork::Cnci,

@@ -30,6 +30,9 @@ pub struct DaemonConfig {
     pub state_dir: PathBuf,
     /// The store: an SQLite file path, or `etcd://host:port[,host:port][/prefix]`.
     pub store: String,
+    /// How an etcd store is reached (TLS with an etcd client certificate, or plain text when
+    /// asked); required for an `etcd://` store.
+    pub etcd: Option<store::EtcdTransport>,
     /// The engine's settings (its `uuid` is filled in at start).
     pub engine: EngineConfig,
     /// How often the engine's timers are checked.
@@ -49,6 +52,7 @@ impl DaemonConfig {
             tls,
             servers,
             store: state_dir.join("controller.db").display().to_string(),
+            etcd: None,
             state_dir,
             engine: EngineConfig::new(Uuid::nil()),
             sweep_every: Duration::from_secs(1),
@@ -111,17 +115,18 @@ impl Controller {
         })?;
         let own = config.tls.own();
         let (uuid, uuid_lock) = endpoint_uuid(&own, Some(&config.state_dir), Role::CONTROLLER)?;
-        let location = config.store.clone();
-        let store: Arc<dyn Store> = tokio::task::spawn_blocking(move || store::open(&location))
-            .await
-            .map_err(|e| DaemonError::Store {
-                path: config.store.clone(),
-                source: StoreError::Backend(e.to_string()),
-            })?
-            .map_err(|source| DaemonError::Store {
-                path: config.store.clone(),
-                source,
-            })?;
+        let (location, etcd) = (config.store.clone(), config.etcd.clone());
+        let store: Arc<dyn Store> =
+            tokio::task::spawn_blocking(move || store::open(&location, etcd.as_ref()))
+                .await
+                .map_err(|e| DaemonError::Store {
+                    path: config.store.clone(),
+                    source: StoreError::Backend(e.to_string()),
+                })?
+                .map_err(|source| DaemonError::Store {
+                    path: config.store.clone(),
+                    source,
+                })?;
         let mut client_config = ClientConfig::new(
             config.tls.clone(),
             uuid,

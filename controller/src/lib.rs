@@ -13,6 +13,7 @@ pub mod config;
 pub mod creds;
 pub mod daemon;
 pub mod engine;
+pub mod etcd_setup;
 #[cfg(any(test, fuzzing))]
 pub mod fuzzing;
 pub mod resize;

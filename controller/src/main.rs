@@ -12,6 +12,7 @@ use clap::Parser;
 use controller::api::{self, ApiConfig, TokenSigner};
 use controller::config::{ApiArgs, Args};
 use controller::daemon::Controller;
+use controller::etcd_setup::EtcdSetupArgs;
 use tokio_util::sync::CancellationToken;
 
 /// The first admin's password: from the file given, else from (or made up into)
@@ -99,6 +100,20 @@ async fn run(args: Args, shutdown: CancellationToken) -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
+    let argv: Vec<String> = std::env::args().collect();
+    if controller::etcd_setup::wanted(&argv) {
+        let args = EtcdSetupArgs::parse_from(argv.iter().skip(1));
+        return match controller::etcd_setup::run(&args) {
+            Ok(done) => {
+                let _ = writeln!(std::io::stdout(), "{done}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                let _ = writeln!(std::io::stderr(), "cumulo-controller etcd-setup: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let args = Args::parse();
     support::logs::init(args.log_format);
     support::run_until_signal("cumulo-controller", |shutdown| run(args, shutdown))

@@ -17,16 +17,19 @@ use store::*;
 
 fn main() {
     let page_size = common::page_size();
-    let (_server, endpoint) = match std::env::var("ETCD_BENCH_ENDPOINT") {
-        Ok(e) => (None, e),
+    // An etcd of one's own (ETCD_BENCH_ENDPOINT) is spoken to in plain text; the one started
+    // here serves TLS, as a cluster's does.
+    let (_server, endpoint, transport) = match std::env::var("ETCD_BENCH_ENDPOINT") {
+        Ok(e) => (None, e, EtcdTransport::Plaintext),
         Err(_) => {
             let server = testkit::etcd::EtcdServer::start().expect("start etcd (etcd-server)");
             let endpoint = server.endpoint();
-            (Some(server), endpoint)
+            let tls = EtcdTransport::Tls(server.identity(testkit::etcd::ROOT));
+            (Some(server), endpoint, tls)
         }
     };
     let prefix = format!("/cumulo-bench/{}/", uuid::Uuid::new_v4());
-    let store = EtcdStore::connect(std::slice::from_ref(&endpoint), &prefix).unwrap();
+    let store = EtcdStore::connect(std::slice::from_ref(&endpoint), &prefix, &transport).unwrap();
     println!("etcd at {endpoint}, prefix {prefix}");
     let seed = common::seed(&store);
     common::thousand_creates(&store, &seed);

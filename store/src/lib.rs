@@ -31,11 +31,13 @@ mod traits;
 
 pub use actions::{ACTIONS_PER_INSTANCE, GONE_INSTANCES_KEPT};
 pub use common::DEFAULT_EVENT_CAPACITY;
+#[cfg(feature = "cli")]
+pub use etcd::EtcdArgs;
 #[cfg(feature = "etcd")]
-pub use etcd::EtcdStore;
+pub use etcd::{EtcdStore, EtcdTransport};
 pub use mask::{FieldMask, InstanceFacts, InstanceWrite, Placement};
 pub use model::*;
-pub use open::open;
+pub use open::{EtcdSettings, StoreLocation, open};
 pub use queue::*;
 pub use reservations::{MemoryReservations, Reservation, ReservationStore};
 #[cfg(feature = "sqlite")]

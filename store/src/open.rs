@@ -7,6 +7,14 @@ use super::{Result, Store, StoreError};
 /// The key prefix of an `etcd://` URL without a path.
 pub const DEFAULT_ETCD_PREFIX: &str = "/cumulo/";
 
+/// How [`open`] reaches etcd: the [`EtcdTransport`](super::EtcdTransport) (a build without
+/// etcd has none).
+#[cfg(feature = "etcd")]
+pub type EtcdSettings = super::EtcdTransport;
+/// How [`open`] reaches etcd (a build without etcd has none).
+#[cfg(not(feature = "etcd"))]
+pub type EtcdSettings = std::convert::Infallible;
+
 /// Where a store lives, parsed from the `--store` text.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StoreLocation {
@@ -54,15 +62,25 @@ impl StoreLocation {
 }
 
 /// Opens the store at `url_or_path`: etcd for `etcd://host:port[,host:port...][/prefix]` (prefix
-/// `/cumulo/` by default), otherwise the SQLite database at that path. Blocks (connects, migrates):
-/// from async code call it in `spawn_blocking`.
-pub fn open(url_or_path: &str) -> Result<Arc<dyn Store>> {
+/// `/cumulo/` by default) over `etcd` (required for an etcd URL: TLS, or plain text when the
+/// caller was explicitly told so), otherwise the SQLite database at that path. Blocks (connects,
+/// migrates): from async code call it in `spawn_blocking`.
+pub fn open(url_or_path: &str, etcd: Option<&EtcdSettings>) -> Result<Arc<dyn Store>> {
+    #[cfg(not(feature = "etcd"))]
+    let _ = etcd;
     let store: Arc<dyn Store> = match StoreLocation::parse(url_or_path)? {
         #[cfg(feature = "sqlite")]
         StoreLocation::Sqlite(path) => Arc::new(super::SqliteStore::open(path)?),
         #[cfg(feature = "etcd")]
         StoreLocation::Etcd { endpoints, prefix } => {
-            Arc::new(super::EtcdStore::connect(&endpoints, &prefix)?)
+            let transport = etcd.ok_or_else(|| {
+                StoreError::Invalid(
+                    "an etcd store needs its TLS settings (the etcd CA, a client certificate and \
+                     key), or plain text asked for explicitly"
+                        .into(),
+                )
+            })?;
+            Arc::new(super::EtcdStore::connect(&endpoints, &prefix, transport)?)
         }
         #[allow(unreachable_patterns)]
         other => {
@@ -115,7 +133,7 @@ mod tests {
     #[test]
     fn open_gives_sqlite_for_a_path() {
         let dir = tempfile::tempdir().unwrap();
-        let store = open(dir.path().join("s.db").to_str().unwrap()).unwrap();
+        let store = open(dir.path().join("s.db").to_str().unwrap(), None).unwrap();
         assert!(store.tenants().unwrap().is_empty());
     }
 }

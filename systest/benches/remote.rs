@@ -14,9 +14,10 @@ use std::time::{Duration, Instant};
 use controller::cluster::{Cluster, Launch};
 use controller::engine::{Engine, EngineConfig, Outbound, SendFailure};
 use store::{
-    ImageKind, NewFlavor, NewImage, NewRemoteHost, NewTenant, NewWorkload, OperationFilter,
-    OperationQueue, OperationState, Quota, Scope, Store, open,
+    EtcdTransport, ImageKind, NewFlavor, NewImage, NewRemoteHost, NewTenant, NewWorkload,
+    OperationFilter, OperationQueue, OperationState, Quota, Scope, Store, open,
 };
+use testkit::etcd::EtcdServer;
 use uuid::Uuid;
 
 struct NoScheduler;
@@ -40,8 +41,16 @@ impl Drop for Replica {
     }
 }
 
-fn replica(url: &str, uri: &str, name: &str, dir: &std::path::Path, extra: &[&str]) -> Replica {
+fn replica(
+    etcd: &EtcdServer,
+    url: &str,
+    uri: &str,
+    name: &str,
+    dir: &std::path::Path,
+    extra: &[&str],
+) -> Replica {
     let child = Command::new(testkit::bins::path("cumulo-agent"))
+        .args(etcd.client_args("cumulo-launcher"))
         .args([
             "--remote",
             uri,
@@ -74,9 +83,14 @@ fn serving(dir: &std::path::Path, name: &str) -> bool {
 }
 
 /// A store on a fresh prefix with one off-host host and a workload; and an engine over it.
-fn setup(endpoint: &str, uri: &str) -> (String, Arc<dyn Store>, Engine, Uuid, Uuid, Uuid) {
-    let url = format!("etcd://{endpoint}/bench-{}", Uuid::new_v4().simple());
-    let store: Arc<dyn Store> = open(&url).unwrap();
+fn setup(etcd: &EtcdServer, uri: &str) -> (String, Arc<dyn Store>, Engine, Uuid, Uuid, Uuid) {
+    let url = format!(
+        "etcd://{}/bench-{}",
+        etcd.endpoint(),
+        Uuid::new_v4().simple()
+    );
+    let tls = EtcdTransport::Tls(etcd.identity(testkit::etcd::ROOT));
+    let store: Arc<dyn Store> = open(&url, Some(&tls)).unwrap();
     let host = store
         .create_remote_host(NewRemoteHost {
             name: "edge".into(),
@@ -171,7 +185,7 @@ fn main() {
     for replicas in [1usize, 2, 4] {
         let dir = tempfile::tempdir().unwrap();
         let uri = format!("sim://edge-{replicas}/system");
-        let (url, store, engine, host, tenant, workload) = setup(&endpoint, &uri);
+        let (url, store, engine, host, tenant, workload) = setup(&server, &uri);
         // Everything is queued first; the replicas then drain the queue. The rate is taken from
         // the first claim to the last completion (process start-up left out).
         let queued = Instant::now();
@@ -181,6 +195,7 @@ fn main() {
         let running: Vec<Replica> = (0..replicas)
             .map(|i| {
                 replica(
+                    &server,
                     &url,
                     &uri,
                     &format!("r{i}"),
@@ -220,8 +235,9 @@ fn main() {
     for round in 0..3 {
         let dir = tempfile::tempdir().unwrap();
         let uri = format!("sim://takeover-{round}/system");
-        let (url, store, engine, host, tenant, workload) = setup(&endpoint, &uri);
+        let (url, store, engine, host, tenant, workload) = setup(&server, &uri);
         let slow = replica(
+            &server,
             &url,
             &uri,
             "slow",
@@ -243,7 +259,14 @@ fn main() {
         wait_for("the slow claim", Duration::from_secs(60), || {
             claimed().is_some_and(|(_, owner)| owner == "slow")
         });
-        let _fast = replica(&url, &uri, "fast", dir.path(), &["--lease", &lease]);
+        let _fast = replica(
+            &server,
+            &url,
+            &uri,
+            "fast",
+            dir.path(),
+            &["--lease", &lease],
+        );
         wait_for("the fast replica's loop", Duration::from_secs(60), || {
             serving(dir.path(), "fast")
         });

@@ -97,18 +97,33 @@ impl TestPki {
 
     /// A certificate issued at `from`, valid for `days`.
     pub fn leaf_at(&self, roles: Role, uuid: Option<Uuid>, from: SystemTime, days: u32) -> Leaf {
-        self.issue(roles, uuid, from, days, false)
+        self.issue(&format!("test {roles}"), roles, uuid, from, days, false)
     }
 
     /// A REST API admin's client certificate, as `cumulo-cert cluster` makes `admin.pem`: no
     /// SSNTP role, the API admin OID, a UUID of its own.
     pub fn admin_leaf(&self) -> Leaf {
         let from = SystemTime::now() - Duration::from_secs(60);
-        self.issue(Role::empty(), Some(Uuid::new_v4()), from, 30, true)
+        self.issue(
+            "test admin",
+            Role::empty(),
+            Some(Uuid::new_v4()),
+            from,
+            30,
+            true,
+        )
+    }
+
+    /// A certificate with `roles` whose subject CN is `common_name` (etcd's user name for a
+    /// client certificate), valid now, naming `localhost` and 127.0.0.1.
+    pub fn leaf_named(&self, common_name: &str, roles: Role) -> Leaf {
+        let from = SystemTime::now() - Duration::from_secs(60);
+        self.issue(common_name, roles, None, from, 30, false)
     }
 
     fn issue(
         &self,
+        common_name: &str,
         roles: Role,
         uuid: Option<Uuid>,
         from: SystemTime,
@@ -117,7 +132,7 @@ impl TestPki {
     ) -> Leaf {
         let key = KeyType::P256.generate().expect("key");
         let profile = LeafProfile {
-            names: names(&format!("test {roles}")),
+            names: names(common_name),
             roles,
             uuid,
             days,
@@ -131,9 +146,20 @@ impl TestPki {
         }
     }
 
+    /// The CA's certificate (PEM).
+    pub fn ca_pem(&self) -> &str {
+        &self.ca_pem
+    }
+
     /// The TLS identity of a new certificate with `roles` and `uuid`.
     pub fn identity(&self, roles: Role, uuid: Option<Uuid>) -> TlsIdentity {
         self.leaf(roles, uuid).identity()
+    }
+}
+
+impl std::fmt::Debug for TestPki {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TestPki").finish_non_exhaustive()
     }
 }
 

@@ -34,6 +34,10 @@ pub struct RemoteArgs {
     /// The controller's store (`etcd://host:port[,..][/prefix]`).
     #[arg(long, env = "CUMULO_AGENT_STORE")]
     pub store: String,
+    /// How the etcd store is reached (TLS flags: docs/etcd-store.md). The certificate's CN is
+    /// the replica's etcd user: one with the launcher role only.
+    #[command(flatten)]
+    pub etcd: store::EtcdArgs,
     /// The replica's name in its claims (default: host name and process id).
     #[arg(long, env = "CUMULO_AGENT_REPLICA")]
     pub replica: Option<String>,
@@ -132,8 +136,9 @@ impl RemoteArgs {
 pub async fn run(args: RemoteArgs, shutdown: CancellationToken) -> Result<(), RemoteError> {
     let config = args.config();
     let location = args.store.clone();
+    let etcd = args.etcd.transport(&location)?;
     let store: Arc<dyn OperationQueue> =
-        tokio::task::spawn_blocking(move || store::open(&location))
+        tokio::task::spawn_blocking(move || store::open(&location, etcd.as_ref()))
             .await
             .map_err(|e| RemoteError::WorkDir(format!("store task: {e}")))??;
     match args.backend {

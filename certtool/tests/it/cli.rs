@@ -91,6 +91,32 @@ fn makes_a_ca_and_a_dual_role_certificate() {
 }
 
 #[test]
+fn role_none_makes_a_certificate_without_role_oids() {
+    // etcd's certificates: its CN is the etcd user; Go (etcd) cannot parse the role OIDs.
+    let dir = with_ca();
+    let out = ok(
+        dir.path(),
+        &[
+            "--role",
+            "none",
+            "--host",
+            "root",
+            "--no-uuid",
+            "--anchor-cert",
+            "ca.pem",
+            "--out",
+            "etcd-root",
+            "--verify",
+        ],
+    );
+    assert!(out.contains("verified"), "{out}");
+    let info = first_cert(&dir.path().join("etcd-root.pem"));
+    assert_eq!(info.roles, Role::empty());
+    assert_eq!(info.binding, UuidBinding::Unbound);
+    assert_eq!(info.dns_names().collect::<Vec<_>>(), ["root"]);
+}
+
+#[test]
 fn uuid_days_key_type_and_default_names() {
     let dir = with_ca();
     ok(

@@ -54,6 +54,12 @@ fn tenant_and_workload(store: &EtcdStore, quota: Quota, vcpus: u32) -> (Tenant, 
     (tenant, workload)
 }
 
+/// A controller's transport to the test's etcd: TLS with a certificate from its CA
+/// (authentication is off on the shared etcd of this binary: any such certificate may do all).
+fn tls(server: &testkit::etcd::EtcdServer) -> store::EtcdTransport {
+    store::EtcdTransport::Tls(server.identity("cumulo-controller"))
+}
+
 /// `n` controllers' APIs on `prefix` of `server`, each with its own store client; with `key`,
 /// all sign tokens with it (as controllers sharing a key file), else each with its own.
 fn start_apis(
@@ -67,8 +73,9 @@ fn start_apis(
         let mut apis = Vec::new();
         for _ in 0..n {
             let (endpoint, prefix) = (server.endpoint(), prefix.to_string());
+            let tls = tls(server);
             let store: Arc<dyn Store> = tokio::task::spawn_blocking(move || {
-                Arc::new(EtcdStore::connect(&[endpoint], &prefix).unwrap()) as Arc<dyn Store>
+                Arc::new(EtcdStore::connect(&[endpoint], &prefix, &tls).unwrap()) as Arc<dyn Store>
             })
             .await
             .unwrap();
@@ -126,7 +133,7 @@ fn three_apis_on_one_etcd_serve_the_same_state() {
         ..Quota::default()
     };
     let (tenant, workload) = tenant_and_workload(
-        &EtcdStore::connect(&[server.endpoint()], &prefix).unwrap(),
+        &EtcdStore::connect(&[server.endpoint()], &prefix, &tls(&server)).unwrap(),
         quota,
         1,
     );

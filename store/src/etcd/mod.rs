@@ -39,6 +39,9 @@
 //! [`ReservationStore`]).
 
 mod actions;
+#[cfg(feature = "cli")]
+mod args;
+pub mod auth;
 mod catalog;
 mod events;
 mod identity;
@@ -49,20 +52,26 @@ mod records;
 mod reservations;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tls_tests;
+mod transport;
 
 use std::future::Future;
 use std::time::Duration;
 
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, GetOptions, SortOrder, SortTarget, Txn, TxnOp,
-    TxnOpResponse,
+    Client, Compare, CompareOp, GetOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use uuid::Uuid;
 
+#[cfg(feature = "cli")]
+pub use self::args::EtcdArgs;
 use self::keys::{Keys, prefix_end};
 use self::records::{SCHEMA_VERSION, SchemaRec};
+use self::transport::Dialer;
+pub use self::transport::EtcdTransport;
 use super::*;
 
 /// How many times a transaction that lost a race is tried before giving up with `Conflict`.
@@ -158,44 +167,33 @@ impl Kv {
 }
 
 impl EtcdStore {
-    /// Connects to etcd at `endpoints` (`host:port` or `http://host:port`) and keeps every key under
-    /// `prefix` (such as `/cumulo/`), writing the schema version there if the prefix is new. A
-    /// prefix written by a newer controller is refused with [`StoreError::SchemaTooNew`]; an
-    /// unreachable etcd is a [`StoreError::Backend`] after [`EtcdOptions::connect_timeout`].
-    pub fn connect(endpoints: &[String], prefix: &str) -> Result<EtcdStore> {
-        EtcdStore::connect_with(endpoints, prefix, EtcdOptions::default())
+    /// Connects to etcd at `endpoints` (`host:port`, or with the transport's scheme:
+    /// `https://host:port` for TLS, `http://host:port` in plain text) over `transport` and keeps
+    /// every key under `prefix` (such as `/cumulo/`), writing the schema version there if the
+    /// prefix is new. A prefix written by a newer controller is refused with
+    /// [`StoreError::SchemaTooNew`]; an etcd that cannot be reached, or refuses the transport (a
+    /// certificate refused either way, TLS against plain text), is a [`StoreError::Backend`]
+    /// saying why, within [`EtcdOptions::connect_timeout`].
+    pub fn connect(
+        endpoints: &[String],
+        prefix: &str,
+        transport: &EtcdTransport,
+    ) -> Result<EtcdStore> {
+        EtcdStore::connect_with(endpoints, prefix, transport, EtcdOptions::default())
     }
 
     /// As [`EtcdStore::connect`], with explicit timeouts and event capacity.
     pub fn connect_with(
         endpoints: &[String],
         prefix: &str,
+        transport: &EtcdTransport,
         options: EtcdOptions,
     ) -> Result<EtcdStore> {
-        if endpoints.is_empty() {
-            return Err(StoreError::Invalid("no etcd endpoint given".into()));
-        }
         if prefix.is_empty() {
             return Err(StoreError::Invalid("empty etcd key prefix".into()));
         }
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .thread_name("cumulo-etcd")
-            .enable_all()
-            .build()
-            .map_err(|e| StoreError::Backend(format!("starting the etcd client runtime: {e}")))?;
+        let (runtime, client) = connect_client(endpoints, transport, &options)?;
         let joined = endpoints.join(",");
-        let connect = ConnectOptions::new()
-            .with_connect_timeout(options.connect_timeout)
-            .with_timeout(options.call_timeout)
-            .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5));
-        let limit = options.connect_timeout;
-        let client = runtime
-            .block_on(async {
-                tokio::time::timeout(limit, Client::connect(endpoints, Some(connect))).await
-            })
-            .map_err(|_| unreachable_err(&joined, limit))?
-            .map_err(|e| StoreError::Backend(format!("etcd at {joined}: {e}")))?;
         let store = EtcdStore {
             runtime: Some(runtime),
             client,
@@ -240,7 +238,7 @@ impl EtcdStore {
             .runtime()?
             .block_on(async { tokio::time::timeout(limit, read).await })
             .map_err(|_| unreachable_err(&self.endpoints, limit))?
-            .map_err(|e| StoreError::Backend(format!("etcd at {}: {e}", self.endpoints)))?;
+            .map_err(|e| call_err(&self.endpoints, &e))?;
         let known = SCHEMA_VERSION;
         match found.into_iter().next().flatten() {
             Some(kv) => {
@@ -293,10 +291,7 @@ impl EtcdStore {
         };
         match out {
             Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => Err(StoreError::Backend(format!(
-                "etcd at {}: {e}",
-                self.endpoints
-            ))),
+            Ok(Err(e)) => Err(call_err(&self.endpoints, &e)),
             Err(_) => Err(StoreError::Backend(format!(
                 "etcd at {} did not answer within {limit:?}",
                 self.endpoints
@@ -316,7 +311,15 @@ impl EtcdStore {
             let mut out = Vec::new();
             for chunk in chunks {
                 let ops: Vec<TxnOp> = chunk.iter().map(|k| TxnOp::get(k.as_str(), None)).collect();
-                let resp = kv.txn(Txn::new().and_then(ops)).await?;
+                let txn = Txn::new().and_then(ops);
+                let mut tries = 0;
+                let resp = loop {
+                    match kv.txn(txn.clone()).await {
+                        // etcd's users or roles changed while it was in flight: read again.
+                        Err(e) if auth_changed(&e) && tries < AUTH_RETRIES => tries += 1,
+                        other => break other?,
+                    }
+                };
                 for op in resp.op_responses() {
                     match op {
                         TxnOpResponse::Get(get) => out.push(
@@ -444,10 +447,17 @@ impl EtcdStore {
         }
         let mut kv = self.client.kv_client();
         let txn = Txn::new().when(compares).and_then(ops);
-        let resp = self.call(async move { kv.txn(txn).await })?;
-        if !resp.succeeded() {
+        let resp = self.call(async move {
+            match kv.txn(txn).await {
+                // etcd's users or roles changed while it was in flight: as a lost race, run it
+                // again.
+                Err(e) if auth_changed(&e) => Ok(None),
+                other => other.map(Some),
+            }
+        })?;
+        let Some(resp) = resp.filter(etcd_client::TxnResponse::succeeded) else {
             return Ok(None);
-        }
+        };
         resp.header().map(|h| Some(h.revision())).ok_or_else(|| {
             StoreError::Backend("etcd answered a transaction without a header".into())
         })
@@ -488,6 +498,68 @@ impl EtcdStore {
         let mut tx = Tx::new(self);
         f(&mut tx)
     }
+}
+
+/// A runtime for the etcd client and a client connected to `endpoints` over `transport`: one
+/// endpoint is dialled and checked first (so that a refusal is told with its cause), then the
+/// client's channel is made over the same connector.
+fn connect_client(
+    endpoints: &[String],
+    transport: &EtcdTransport,
+    options: &EtcdOptions,
+) -> Result<(tokio::runtime::Runtime, Client)> {
+    if endpoints.is_empty() {
+        return Err(StoreError::Invalid("no etcd endpoint given".into()));
+    }
+    let dialer = Dialer::new(endpoints, transport, options.connect_timeout)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("cumulo-etcd")
+        .enable_all()
+        .build()
+        .map_err(|e| StoreError::Backend(format!("starting the etcd client runtime: {e}")))?;
+    let joined = endpoints.join(",");
+    runtime
+        .block_on(dialer.check())
+        .map_err(|e| StoreError::Backend(format!("etcd at {joined}: {e}")))?;
+    let endpoint = tonic::transport::Endpoint::from_shared(dialer.uri())
+        .map_err(|e| StoreError::Invalid(format!("etcd endpoint {joined}: {e}")))?
+        .connect_timeout(options.connect_timeout)
+        .timeout(options.call_timeout)
+        .http2_keep_alive_interval(Duration::from_secs(10))
+        .keep_alive_timeout(Duration::from_secs(5))
+        .keep_alive_while_idle(true);
+    let client = runtime
+        .block_on(async {
+            let channel = endpoint.connect_with_connector_lazy(dialer.connector());
+            Client::from_channel(etcd_client::Channel::Tonic(channel), None).await
+        })
+        .map_err(|e| StoreError::Backend(format!("etcd at {joined}: {e}")))?;
+    Ok((runtime, client))
+}
+
+/// How many times a read refused because etcd's users or roles changed meanwhile is tried again.
+const AUTH_RETRIES: u32 = 3;
+
+/// Whether etcd refused a request because its users or roles changed while it was in flight
+/// (`ErrAuthOldRevision`): the request may simply be sent again, as etcd's own client does.
+fn auth_changed(e: &etcd_client::Error) -> bool {
+    matches!(e, etcd_client::Error::GRpcStatus(status)
+        if status.message().contains("revision of auth store is old"))
+}
+
+/// A failed etcd call as a [`StoreError`]: a refusal by etcd's authorization says so.
+fn call_err(endpoints: &str, e: &etcd_client::Error) -> StoreError {
+    if let etcd_client::Error::GRpcStatus(status) = e
+        && status.code() == tonic::Code::PermissionDenied
+    {
+        return StoreError::Backend(format!(
+            "etcd at {endpoints}: permission denied: this client's etcd user (its certificate's \
+             CN) may not do this under the prefix (docs/etcd-store.md): {}",
+            status.message()
+        ));
+    }
+    StoreError::Backend(format!("etcd at {endpoints}: {e}"))
 }
 
 fn unreachable_err(endpoints: &str, limit: Duration) -> StoreError {

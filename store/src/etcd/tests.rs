@@ -10,14 +10,47 @@ use uuid::Uuid;
 
 use super::*;
 
-struct Fixture {
-    server: Arc<EtcdServer>,
-    prefix: String,
+/// Every test's prefix is under this one, on which the shared etcd's users have their roles.
+pub(super) const TEST_ROOT: &str = "/cumulo-test/";
+/// The etcd user (certificate CN) of the tests' controller role.
+pub(super) const CONTROLLER: &str = "cumulo-controller";
+/// The etcd user (certificate CN) of the tests' launcher role (on [`TEST_ROOT`]).
+pub(super) const LAUNCHER: &str = "cumulo-launcher";
+
+/// The shared etcd of this test binary: TLS, authentication on (users `root`, [`CONTROLLER`],
+/// [`LAUNCHER`] on [`TEST_ROOT`]), set up by [`auth::setup_auth`] as the cluster's would be.
+pub(super) fn server() -> Option<Arc<EtcdServer>> {
+    testkit::etcd::shared_with(|server| {
+        let plan = auth::AuthPlan {
+            prefix: TEST_ROOT.into(),
+            controllers: vec![CONTROLLER.into()],
+            launchers: vec![LAUNCHER.into()],
+        };
+        let root = EtcdTransport::Tls(server.identity(testkit::etcd::ROOT));
+        auth::setup_auth(&[server.endpoint()], &root, &plan, &EtcdOptions::default())
+            .map_err(|e| e.to_string())
+    })
+}
+
+pub(super) struct Fixture {
+    pub(super) server: Arc<EtcdServer>,
+    pub(super) prefix: String,
 }
 
 impl Fixture {
-    fn store_with(&self, options: EtcdOptions) -> EtcdStore {
-        EtcdStore::connect_with(&[self.server.endpoint()], &self.prefix, options).unwrap()
+    /// The controller's transport: TLS as user [`CONTROLLER`].
+    pub(super) fn transport(&self) -> EtcdTransport {
+        EtcdTransport::Tls(self.server.identity(CONTROLLER))
+    }
+
+    pub(super) fn store_with(&self, options: EtcdOptions) -> EtcdStore {
+        EtcdStore::connect_with(
+            &[self.server.endpoint()],
+            &self.prefix,
+            &self.transport(),
+            options,
+        )
+        .unwrap()
     }
 }
 
@@ -25,22 +58,22 @@ impl crate::suite::Fixture for Fixture {
     type S = EtcdStore;
     fn new() -> Fixture {
         Fixture {
-            server: testkit::etcd::shared().expect("etcd is available"),
-            prefix: format!("/cumulo-test/{}/", Uuid::new_v4()),
+            server: server().expect("etcd is available"),
+            prefix: format!("{TEST_ROOT}{}/", Uuid::new_v4()),
         }
     }
     fn open(&self) -> EtcdStore {
-        EtcdStore::connect(&[self.server.endpoint()], &self.prefix).unwrap()
+        self.store_with(EtcdOptions::default())
     }
     fn available() -> bool {
-        testkit::etcd::shared().is_some()
+        server().is_some()
     }
 }
 
 crate::store_suite!(Fixture);
 
 /// A fixture, or `None` when etcd is missing (and not required).
-fn fixture() -> Option<Fixture> {
+pub(super) fn fixture() -> Option<Fixture> {
     <Fixture as crate::suite::Fixture>::available().then(<Fixture as crate::suite::Fixture>::new)
 }
 
@@ -205,8 +238,12 @@ fn a_stale_version_from_one_client_is_refused_after_another_updated() {
 fn prefixes_do_not_see_each_other() {
     let Some(fx) = fixture() else { return };
     let a = fx.store_with(EtcdOptions::default());
-    let other =
-        EtcdStore::connect(&[fx.server.endpoint()], &format!("{}other", fx.prefix)).unwrap();
+    let other = EtcdStore::connect(
+        &[fx.server.endpoint()],
+        &format!("{}other", fx.prefix),
+        &fx.transport(),
+    )
+    .unwrap();
     tenant_and_workload(&a, Quota::default(), 1);
     assert_eq!(a.tenants().unwrap().len(), 1);
     assert!(other.tenants().unwrap().is_empty());
@@ -231,7 +268,7 @@ fn a_newer_schema_is_refused() {
             )
         })
         .unwrap();
-    let err = EtcdStore::connect(&[fx.server.endpoint()], &fx.prefix).unwrap_err();
+    let err = EtcdStore::connect(&[fx.server.endpoint()], &fx.prefix, &fx.transport()).unwrap_err();
     assert_eq!(
         err,
         StoreError::SchemaTooNew {
@@ -277,6 +314,7 @@ fn an_unreachable_etcd_is_a_backend_error_in_time() {
     let err = EtcdStore::connect_with(
         &[port.to_string()],
         "/cumulo/",
+        &EtcdTransport::Plaintext,
         EtcdOptions {
             connect_timeout: Duration::from_millis(500),
             ..EtcdOptions::default()
@@ -293,7 +331,7 @@ fn an_unreachable_etcd_is_a_backend_error_in_time() {
         started.elapsed()
     );
     assert!(matches!(
-        EtcdStore::connect(&[], "/cumulo/"),
+        EtcdStore::connect(&[], "/cumulo/", &EtcdTransport::Plaintext),
         Err(StoreError::Invalid(_))
     ));
 }
@@ -379,6 +417,7 @@ fn calls_fail_with_backend_in_time_once_etcd_is_gone() {
     let store = EtcdStore::connect_with(
         &[server.endpoint()],
         "/cumulo/",
+        &EtcdTransport::Tls(server.identity(testkit::etcd::ROOT)),
         EtcdOptions {
             call_timeout: Duration::from_secs(1),
             ..EtcdOptions::default()
@@ -410,10 +449,11 @@ fn child_creates_instances() {
         return;
     };
     let parts: Vec<&str> = spec.split(' ').collect();
-    let [endpoint, prefix, tenant, workload] = parts[..] else {
+    let [endpoint, prefix, tenant, workload, ca, cert, key] = parts[..] else {
         panic!("bad {CHILD_ENV}: {spec}");
     };
-    let store = EtcdStore::connect(&[endpoint.to_string()], prefix).unwrap();
+    let transport = EtcdTransport::tls_files(ca.as_ref(), cert.as_ref(), key.as_ref()).unwrap();
+    let store = EtcdStore::connect(&[endpoint.to_string()], prefix, &transport).unwrap();
     let (tenant, workload) = (tenant.parse().unwrap(), workload.parse().unwrap());
     // Start together with the parent and the other child: say ready, wait for its go.
     println!("ready");
@@ -445,12 +485,16 @@ fn three_processes_share_one_quota() {
     let (tenant, workload) = tenant_and_workload(&store, quota, 1);
     // Two more processes (this test binary again, running only the child test) and this one
     // create 15 instances each against a quota of 20.
+    let (ca, cert, key) = fx.server.client_files(CONTROLLER);
     let spec = format!(
-        "{} {} {} {}",
+        "{} {} {} {} {} {} {}",
         fx.server.endpoint(),
         fx.prefix,
         tenant.id,
-        workload.id
+        workload.id,
+        ca.display(),
+        cert.display(),
+        key.display()
     );
     let mut children: Vec<(
         std::process::Child,

@@ -171,16 +171,16 @@ async fn no_compute_node_is_an_error_with_the_reason() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_controller_over_etcd_runs_instances_and_a_second_one_sees_them() {
-    let Some(etcd) = testkit::etcd::shared() else {
+    let Some((_etcd, url)) = crate::remote::etcd_url().await else {
         return;
     };
     let pki = TestPki::new();
     let dir = tempfile::tempdir().unwrap();
     let sched = start_scheduler(&pki).await;
     let agent = start_agent(&pki, &sched.addr, dir.path());
-    let prefix = format!("/test-{}", uuid::Uuid::new_v4().simple());
     let mut config = controller_config(&pki, &sched.addr, dir.path());
-    config.store = format!("etcd://{}{prefix}", etcd.endpoint());
+    config.store = url;
+    config.etcd = Some(crate::remote::controller_tls());
     let controller = Controller::start(config.clone()).await.unwrap();
     testkit::wait_until(T, "a node", || async {
         !controller.engine.nodes().is_empty()

@@ -14,9 +14,10 @@ use std::time::Duration;
 use controller::api::testing::{ADMIN_NAME, ADMIN_PASSWORD, ADMIN_PROJECT, TestApi};
 use controller::engine::{Engine, EngineConfig, Outbound, SendFailure};
 use serde_json::{Value, json};
+use store::etcd::EtcdOptions;
 use store::{
-    FieldMask, ImageKind, InstanceFacts, InstanceState, InstanceWrite, NewFlavor, NewImage,
-    NewWorkload, OperationFilter, OperationState, Placement, Store, StoreError,
+    EtcdTransport, FieldMask, ImageKind, InstanceFacts, InstanceState, InstanceWrite, NewFlavor,
+    NewImage, NewWorkload, OperationFilter, OperationState, Placement, Store, StoreError,
 };
 use uuid::Uuid;
 
@@ -112,10 +113,12 @@ pub(crate) async fn controller_with(
     tune: impl FnOnce(&mut controller::api::ApiConfig),
 ) -> Ctl {
     let location = url.to_string();
-    let store: Arc<dyn Store> = tokio::task::spawn_blocking(move || store::open(&location))
-        .await
-        .unwrap()
-        .unwrap();
+    let etcd = controller_tls();
+    let store: Arc<dyn Store> =
+        tokio::task::spawn_blocking(move || store::open(&location, Some(&etcd)))
+            .await
+            .unwrap()
+            .unwrap();
     let engine_store = store.clone();
     let engine = tokio::task::spawn_blocking(move || {
         Engine::new(
@@ -188,7 +191,10 @@ impl Replica {
     ) -> Replica {
         let state = dir.join(name);
         let sim = dir.join("sim-host");
+        let etcd = testkit::etcd::shared().expect("the test's etcd");
+        // The replica's etcd user has the launcher role only.
         let child = Command::new(testkit::bins::path("cumulo-agent"))
+            .args(etcd.client_args(LAUNCHER))
             .args([
                 "--remote",
                 uri,
@@ -266,14 +272,40 @@ pub(crate) async fn wait_gone(ctls: &[Ctl], id: &str, within: Duration) {
     .await;
 }
 
+/// The etcd user of the controllers of these tests (the controller role on their prefix).
+pub(crate) const CONTROLLER: &str = "cumulo-controller";
+/// The etcd user of the launcher replicas of these tests (the launcher role on their prefix).
+pub(crate) const LAUNCHER: &str = "cumulo-launcher";
+
+/// The shared etcd (TLS) and a fresh prefix's `etcd://` URL, with the cluster's etcd users and
+/// roles set up on that prefix ([`CONTROLLER`], [`LAUNCHER`]; authentication on).
 pub(crate) async fn etcd_url() -> Option<(Arc<testkit::etcd::EtcdServer>, String)> {
     let etcd = testkit::etcd::shared()?;
-    let url = format!(
-        "etcd://{}/offhost-{}",
-        etcd.endpoint(),
-        Uuid::new_v4().simple()
-    );
+    let prefix = format!("/offhost-{}/", Uuid::new_v4().simple());
+    let url = format!("etcd://{}{prefix}", etcd.endpoint());
+    let plan = store::etcd::auth::AuthPlan {
+        prefix,
+        controllers: vec![CONTROLLER.into()],
+        launchers: vec![LAUNCHER.into()],
+    };
+    let root = EtcdTransport::Tls(etcd.identity(testkit::etcd::ROOT));
+    let endpoint = etcd.endpoint();
+    tokio::task::spawn_blocking(move || {
+        store::etcd::auth::setup_auth(&[endpoint], &root, &plan, &EtcdOptions::default())
+    })
+    .await
+    .unwrap()
+    .expect("etcd users and roles");
     Some((etcd, url))
+}
+
+/// How the tests' controllers reach the shared etcd: TLS as [`CONTROLLER`].
+pub(crate) fn controller_tls() -> EtcdTransport {
+    EtcdTransport::Tls(
+        testkit::etcd::shared()
+            .expect("the test's etcd")
+            .identity(CONTROLLER),
+    )
 }
 
 /// Registers an off-host host through `ctl`'s API; returns its id.

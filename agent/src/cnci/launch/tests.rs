@@ -141,7 +141,8 @@ fn launchers_sharing_an_etcd_store_never_take_one_address_twice() {
     };
     let prefix = format!("cnci-{}", Uuid::new_v4().simple());
     let open = || -> Arc<dyn ReservationStore> {
-        Arc::new(store::EtcdStore::connect(&[etcd.endpoint()], &prefix).unwrap())
+        let tls = store::EtcdTransport::Tls(etcd.identity("cumulo-launcher"));
+        Arc::new(store::EtcdStore::connect(&[etcd.endpoint()], &prefix, &tls).unwrap())
     };
     let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
     let launchers: Vec<_> = dirs
