@@ -37,6 +37,8 @@ pub use etcd::EtcdArgs;
 pub use etcd::{EtcdStore, EtcdTransport};
 pub use mask::{FieldMask, InstanceFacts, InstanceWrite, Placement};
 pub use model::*;
+#[cfg(feature = "etcd")]
+pub use open::open_shared;
 pub use open::{EtcdSettings, StoreLocation, open};
 pub use queue::*;
 pub use reservations::{MemoryReservations, Reservation, ReservationStore};

@@ -72,16 +72,7 @@ pub fn open(url_or_path: &str, etcd: Option<&EtcdSettings>) -> Result<Arc<dyn St
         #[cfg(feature = "sqlite")]
         StoreLocation::Sqlite(path) => Arc::new(super::SqliteStore::open(path)?),
         #[cfg(feature = "etcd")]
-        StoreLocation::Etcd { endpoints, prefix } => {
-            let transport = etcd.ok_or_else(|| {
-                StoreError::Invalid(
-                    "an etcd store needs its TLS settings (the etcd CA, a client certificate and \
-                     key), or plain text asked for explicitly"
-                        .into(),
-                )
-            })?;
-            Arc::new(super::EtcdStore::connect(&endpoints, &prefix, transport)?)
-        }
+        StoreLocation::Etcd { endpoints, prefix } => connect_etcd(&endpoints, &prefix, etcd)?,
         #[allow(unreachable_patterns)]
         other => {
             return Err(StoreError::Invalid(format!(
@@ -92,9 +83,59 @@ pub fn open(url_or_path: &str, etcd: Option<&EtcdSettings>) -> Result<Arc<dyn St
     Ok(store)
 }
 
+/// Opens the shared store at `url` (`etcd://...`, as [`open`]) and nothing else: what a process
+/// that shares the cluster state with the controllers opens (an off-host launcher replica). A
+/// file path is refused, since SQLite serves one process; and a binary that calls only this
+/// does not link SQLite even when Cargo built `store` with it for another member of the
+/// workspace.
+#[cfg(feature = "etcd")]
+pub fn open_shared(url: &str, etcd: Option<&EtcdSettings>) -> Result<Arc<dyn Store>> {
+    match StoreLocation::parse(url)? {
+        StoreLocation::Etcd { endpoints, prefix } => connect_etcd(&endpoints, &prefix, etcd),
+        StoreLocation::Sqlite(path) => Err(StoreError::Invalid(format!(
+            "{}: the shared store is etcd (etcd://host:port[,host:port...][/prefix]); an SQLite \
+             file serves one process only",
+            path.display()
+        ))),
+    }
+}
+
+#[cfg(feature = "etcd")]
+fn connect_etcd(
+    endpoints: &[String],
+    prefix: &str,
+    etcd: Option<&EtcdSettings>,
+) -> Result<Arc<dyn Store>> {
+    let transport = etcd.ok_or_else(|| {
+        StoreError::Invalid(
+            "an etcd store needs its TLS settings (the etcd CA, a client certificate and key), \
+             or plain text asked for explicitly"
+                .into(),
+        )
+    })?;
+    Ok(Arc::new(super::EtcdStore::connect(
+        endpoints, prefix, transport,
+    )?))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[cfg(feature = "etcd")]
+    #[test]
+    fn the_shared_store_is_etcd_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store.db");
+        let err = open_shared(path.to_str().unwrap(), None).err().unwrap();
+        assert!(
+            err.to_string().contains("SQLite file serves one process"),
+            "{err}"
+        );
+        assert!(!path.exists(), "an SQLite file was made");
+        let err = open_shared("etcd://127.0.0.1:1", None).err().unwrap();
+        assert!(err.to_string().contains("TLS settings"), "{err}");
+    }
 
     #[test]
     fn paths_and_etcd_urls_are_told_apart() {

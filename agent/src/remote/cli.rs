@@ -138,7 +138,7 @@ pub async fn run(args: RemoteArgs, shutdown: CancellationToken) -> Result<(), Re
     let location = args.store.clone();
     let etcd = args.etcd.transport(&location)?;
     let store: Arc<dyn OperationQueue> =
-        tokio::task::spawn_blocking(move || store::open(&location, etcd.as_ref()))
+        tokio::task::spawn_blocking(move || store::open_shared(&location, etcd.as_ref()))
             .await
             .map_err(|e| RemoteError::WorkDir(format!("store task: {e}")))??;
     match args.backend {
