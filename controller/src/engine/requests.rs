@@ -1,0 +1,335 @@
+//! What the API asks of the cluster: the engine's [`Cluster`] implementation (launches,
+//! deletes, actions, nodes, CNCIs, events and traces as the REST handlers see them).
+
+use super::*;
+
+impl Cluster for Engine {
+    fn launch(
+        &self,
+        scope: Scope,
+        launch: Launch,
+        by: &Caller,
+    ) -> Result<Vec<Instance>, ClusterError> {
+        if launch.count == 0 || launch.count > Launch::MAX_COUNT {
+            return Err(ClusterError::Invalid(format!(
+                "count must be 1 to {}",
+                Launch::MAX_COUNT
+            )));
+        }
+        if launch.name.trim().is_empty() {
+            return Err(ClusterError::Invalid("an instance needs a name".into()));
+        }
+        if !scope.owns(Some(launch.tenant)) {
+            return Err(StoreError::not_found("tenant", launch.tenant).into());
+        }
+        let on_host_only = self.store.remote_hosts()?.is_empty();
+        if on_host_only {
+            self.require_connected()?;
+        }
+        let tenant_scope = Scope::Tenant(launch.tenant);
+        let plan = self.plan(tenant_scope, launch.workload)?;
+        if on_host_only
+            && let Some(capacity) = self.node_capacity(&plan.flavor)
+            && u64::from(launch.count) > capacity
+        {
+            return Err(ClusterError::OverCapacity {
+                requested: launch.count,
+                capacity,
+            });
+        }
+        let mut created = Vec::with_capacity(launch.count as usize);
+        let mut failure = None;
+        for _ in 0..launch.count {
+            match self.store.create_instance(NewInstance {
+                tenant: launch.tenant,
+                workload: launch.workload,
+                name: launch.name.clone(),
+            }) {
+                Ok(instance) => created.push(instance),
+                Err(e) => {
+                    failure = Some(e);
+                    break;
+                }
+            }
+        }
+        let mut launched = Vec::with_capacity(created.len());
+        let request_id = actions::new_request_id();
+        for instance in created {
+            let ticket = actions::begin(
+                self.store.as_ref(),
+                &request_id,
+                instance.id,
+                ActionKind::Create,
+                by,
+            );
+            let dispatched = self.dispatch(instance, &plan, false);
+            self.finish_action(&ticket, &dispatched);
+            launched.push(dispatched?);
+        }
+        match failure {
+            Some(e) if launched.is_empty() => Err(e.into()),
+            Some(e) => {
+                self.event(
+                    Some(launch.tenant),
+                    EventKind::Warning,
+                    format!(
+                        "launch of {} \"{}\" stopped after {}: {e}",
+                        launch.count,
+                        launch.name,
+                        launched.len()
+                    ),
+                );
+                Err(e.into())
+            }
+            None => Ok(launched),
+        }
+    }
+
+    fn capacity(&self, flavor: &Flavor) -> Result<Option<u64>, ClusterError> {
+        Ok(match self.store.remote_hosts()?.is_empty() {
+            true => self.node_capacity(flavor),
+            false => None,
+        })
+    }
+
+    fn stop(&self, scope: Scope, id: Uuid, by: &Caller) -> Result<Instance, ClusterError> {
+        let current = self.store.instance(scope, id)?;
+        if let Some(host) = self.remote_of(&current)? {
+            return self.off_host_change(
+                scope,
+                &current,
+                &host,
+                offhost::Step {
+                    to: InstanceState::Stopping,
+                    from: |s| *s == InstanceState::Active,
+                    action: ActionKind::Stop,
+                    queue: &[(OperationKind::Stop, false)],
+                },
+                by,
+            );
+        }
+        self.require_connected()?;
+        let (instance, node) = self
+            .transition(scope, id, |i| match (&i.state, i.node) {
+                (InstanceState::Active, Some(node)) => Ok(Some((
+                    InstanceChange {
+                        state: Some(InstanceState::Stopping),
+                        ..InstanceChange::default()
+                    },
+                    node,
+                ))),
+                _ => Err(invalid(i, "stop")),
+            })?
+            .ok_or_else(|| StoreError::not_found("instance", id))?;
+        self.wait_confirmation(id);
+        let ticket = self.begin_action(id, ActionKind::Stop, by);
+        let sent = self.send_delete(id, node, true);
+        self.finish_action(&ticket, &sent);
+        sent?;
+        Ok(instance)
+    }
+
+    fn start(&self, scope: Scope, id: Uuid, by: &Caller) -> Result<Instance, ClusterError> {
+        let current = self.store.instance(scope, id)?;
+        if let Some(host) = self.remote_of(&current)? {
+            // Stopped and kept on its off-host host: boot it there (a START with `restart`).
+            return self.off_host_change(
+                scope,
+                &current,
+                &host,
+                offhost::Step {
+                    to: InstanceState::Pending,
+                    from: |s| *s == InstanceState::Exited,
+                    action: ActionKind::Start,
+                    queue: &[(OperationKind::Start, true)],
+                },
+                by,
+            );
+        }
+        if self.store.remote_hosts()?.is_empty() {
+            self.require_connected()?;
+        }
+        // Stopped and kept on its node: boot it there, from its disks (a START with `restart`,
+        // pinned to that node). If the node cannot, the start fails and the instance stays
+        // stopped there, with the fault: never a new VM elsewhere. On no node (failed, or its
+        // node no longer holds it): nothing is kept anywhere; a new VM from its image.
+        let startable = |i: &Instance| {
+            matches!(
+                (&i.state, i.node),
+                (InstanceState::Exited, _) | (InstanceState::Error(_), None)
+            )
+        };
+        if !startable(&current) {
+            return Err(invalid(&current, "start"));
+        }
+        let kept = current.node.is_some();
+        let plan = self.plan(Scope::Tenant(current.tenant), current.workload)?;
+        let (instance, ()) = self
+            .transition(scope, id, |i| {
+                if !startable(i) || i.node.is_some() != kept {
+                    return Err(invalid(i, "start"));
+                }
+                Ok(Some((
+                    InstanceChange {
+                        state: Some(InstanceState::Pending),
+                        fault: Some(None),
+                        cnci: if kept { None } else { Some(None) },
+                        ..InstanceChange::default()
+                    },
+                    (),
+                )))
+            })?
+            .ok_or_else(|| StoreError::not_found("instance", id))?;
+        let ticket = self.begin_action(id, ActionKind::Start, by);
+        let dispatched = self.dispatch(instance, &plan, kept);
+        self.finish_action(&ticket, &dispatched);
+        dispatched
+    }
+
+    fn act(
+        &self,
+        scope: Scope,
+        id: Uuid,
+        action: InstanceAction,
+        by: &Caller,
+    ) -> Result<Instance, ClusterError> {
+        let current = self.store.instance(scope, id)?;
+        if matches!(action, InstanceAction::Reboot | InstanceAction::RebootHard) {
+            return self.reboot_instance(scope, current, action, by);
+        }
+        self.refuse_off_host(&current, action.name())?;
+        self.instance_action(current, action, by)
+    }
+
+    fn rebuild(
+        &self,
+        scope: Scope,
+        id: Uuid,
+        rebuild: Rebuild,
+        by: &Caller,
+    ) -> Result<Instance, ClusterError> {
+        self.rebuild_instance(scope, id, rebuild, by)
+    }
+
+    fn resize(
+        &self,
+        scope: Scope,
+        id: Uuid,
+        step: ResizeStep,
+        by: &Caller,
+    ) -> Result<Instance, ClusterError> {
+        let current = self.store.instance(scope, id)?;
+        self.refuse_off_host(&current, "resize")?;
+        crate::resize::apply(self.store.as_ref(), scope, id, step, by)
+    }
+
+    fn delete(&self, scope: Scope, id: Uuid, by: &Caller) -> Result<(), ClusterError> {
+        let current = self.store.instance(scope, id)?;
+        match (&current.state, current.node) {
+            // Never ran anywhere, or a delete that was never confirmed: the record goes now.
+            (InstanceState::Error(_) | InstanceState::Exited, None) | (InstanceState::Hung, _) => {
+                if current.state == InstanceState::Hung {
+                    self.event(
+                        Some(current.tenant),
+                        EventKind::Warning,
+                        format!(
+                            "instance {id} removed without its node's confirmation (it was hung)"
+                        ),
+                    );
+                }
+                let ticket = self.begin_action(id, ActionKind::Delete, by);
+                let forgotten = self.forget(&current);
+                self.finish_action(&ticket, &forgotten);
+                forgotten
+            }
+            (InstanceState::Deleted, _) => Ok(()),
+            _ if self.remote_of(&current)?.is_some() => {
+                let host = self
+                    .remote_of(&current)?
+                    .ok_or_else(|| StoreError::not_found("node", id))?;
+                self.off_host_change(
+                    scope,
+                    &current,
+                    &host,
+                    offhost::Step {
+                        to: InstanceState::Deleted,
+                        from: |_| true,
+                        action: ActionKind::Delete,
+                        queue: &[(OperationKind::Delete, false)],
+                    },
+                    by,
+                )?;
+                Ok(())
+            }
+            _ => {
+                let (instance, ()) = self
+                    .transition(scope, id, |_| {
+                        Ok(Some((
+                            InstanceChange {
+                                state: Some(InstanceState::Deleted),
+                                ..InstanceChange::default()
+                            },
+                            (),
+                        )))
+                    })?
+                    .ok_or_else(|| StoreError::not_found("instance", id))?;
+                self.wait_confirmation(id);
+                let ticket = self.begin_action(id, ActionKind::Delete, by);
+                // Not placed yet: the DELETE goes when a STATS shows where it landed (or its
+                // START fails and the record goes).
+                let mut sent = Ok(());
+                if let Some(node) = instance.node {
+                    // A scheduler that is down now: the sweep marks the instance hung, and the
+                    // node's next STATS (or its absence from it) settles it.
+                    sent = self.send_delete(id, node, false);
+                    if let Err(e) = &sent {
+                        tracing::warn!("DELETE of {id} not sent: {e}");
+                    }
+                }
+                self.finish_action(&ticket, &sent);
+                Ok(())
+            }
+        }
+    }
+
+    fn console(&self, scope: Scope, id: Uuid, lines: usize) -> Result<String, ClusterError> {
+        self.console_log(scope, id, lines)
+    }
+
+    fn nodes(&self) -> Vec<Node> {
+        self.state().nodes.values().cloned().collect()
+    }
+
+    fn node(&self, id: Uuid) -> Result<Node, ClusterError> {
+        self.state()
+            .nodes
+            .get(&id)
+            .cloned()
+            .ok_or(ClusterError::NoNode(id))
+    }
+
+    fn evacuate(&self, id: Uuid) -> Result<(), ClusterError> {
+        self.node_command(id, true)?;
+        self.relocate_ephemeral(id, relocate::Why::Evacuated)
+    }
+
+    fn restore(&self, id: Uuid) -> Result<(), ClusterError> {
+        self.node_command(id, false)
+    }
+
+    fn traces(&self) -> Vec<Trace> {
+        self.state().traces.iter().cloned().collect()
+    }
+
+    fn connected(&self) -> bool {
+        self.out.connected()
+    }
+
+    fn gone_for_good(&self) -> Option<String> {
+        self.gone.get().cloned()
+    }
+
+    fn reports_refused(&self) -> Vec<(&'static str, u64)> {
+        Engine::reports_refused(self)
+    }
+}
