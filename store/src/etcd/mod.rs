@@ -43,6 +43,8 @@ mod actions;
 mod args;
 pub mod auth;
 mod catalog;
+#[cfg(test)]
+mod cluster_tests;
 mod events;
 mod identity;
 mod instances;

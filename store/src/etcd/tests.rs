@@ -78,7 +78,11 @@ pub(super) fn fixture() -> Option<Fixture> {
 }
 
 /// A tenant with `quota` and a public workload of `vcpus` vCPUs.
-fn tenant_and_workload(store: &EtcdStore, quota: Quota, vcpus: u32) -> (Tenant, Workload) {
+pub(super) fn tenant_and_workload(
+    store: &EtcdStore,
+    quota: Quota,
+    vcpus: u32,
+) -> (Tenant, Workload) {
     let tenant = store
         .create_tenant(NewTenant {
             name: "t".into(),
