@@ -5,7 +5,8 @@
 //! - [`RawPeer`]: real TLS, then any bytes: for the frames well-behaved endpoints never send.
 //! - [`wait_until`] and [`recv_within`]: wait for a condition or a message with a deadline,
 //!   instead of sleeping.
-//! - [`etcd`]: a real etcd started from `PATH` for the store's tests, stopped by PID.
+//! - [`etcd`]: a real etcd started from `PATH` for the store's tests (one member, or a cluster
+//!   of several over peer TLS whose members a test can kill and restart), stopped by PID.
 //! - [`procfs`]: a free port, a process's CPU time and memory, for the benchmarks.
 //! - [`libvirt`]: for the tests with real VMs: whether they run here, one at a time, the tiny
 //!   guest, a state directory QEMU can reach.
