@@ -18,7 +18,8 @@
 #                            cert.pem, key.pem (any other name is dropped)
 # puts CUMULO_CNCI_IP/PREFIX and the link-local address on eth0 with a default route out of it
 # (the network node proxy-ARPs for what it routes), prints CUMULO-CNCI-START and
-# runs cumulo-cnci (again after it exits, a second later).
+# runs cumulo-cnci (again after it exits, a second later; powers off when it exits with status 3,
+# its certificate expired).
 #
 # The kernel modules come from the same Debian kernel package as the tiny guest's kernel; they
 # are cached beside it. Needs: apt-get, dpkg-deb, strings, ldd, strip, nft on this host.
@@ -160,7 +161,13 @@ if [ -f /cumulo/user-data ] && [ "$(head -n 1 /cumulo/user-data)" = "#cumulo-cnc
     echo "CUMULO-CNCI-START $id"
     while true; do
         /bin/cumulo-cnci
-        echo "CUMULO-CNCI-EXIT $?"
+        status=$?
+        echo "CUMULO-CNCI-EXIT $status"
+        # 3: its certificate expired. Power off: the node reports the CNCI exited, and the
+        # controller starts it again with new credentials (in a rewritten seed).
+        if [ "$status" = 3 ]; then
+            poweroff -f
+        fi
         sleep 1
     done
 fi

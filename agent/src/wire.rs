@@ -13,6 +13,8 @@
 //! | [`InstanceEvent::Stopped`] | INSTANCE_STOPPED |
 //! | [`InstanceEvent::State`] | nothing (STATS carries states) |
 
+use std::collections::BTreeMap;
+
 use ssntp::Payload;
 use ssntp::payload::{
     Action as WireAction, Delete, DeleteFailure, DeleteFailureReason, FwType,
@@ -78,9 +80,20 @@ pub fn spec_from_start(start: &Start) -> InstanceSpec {
             })
             .collect(),
         user_data: start.user_data.clone(),
-        meta_data: start.meta_data.clone().unwrap_or_default(),
+        meta_data: kept_meta_data(start),
         restart: start.restart,
     }
+}
+
+/// A START's meta data as the agent keeps it: without a CNCI's credentials
+/// ([`ssntp::payload::CNCI_CERT_KEY`], [`ssntp::payload::CNCI_KEY_KEY`]), which go to the CNCI
+/// alone (`crate::cnci::launch::take_credentials`) and are never kept in a record, logged, or
+/// put in a guest's meta data.
+fn kept_meta_data(start: &Start) -> BTreeMap<String, String> {
+    let mut meta = start.meta_data.clone().unwrap_or_default();
+    meta.remove(ssntp::payload::CNCI_CERT_KEY);
+    meta.remove(ssntp::payload::CNCI_KEY_KEY);
+    meta
 }
 
 /// An INSTANCE_ACTION's action in the agent's terms (`None` for one this version does not
@@ -311,4 +324,4 @@ pub fn busy_reply(command: &Command, node: Uuid) -> Option<Payload> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

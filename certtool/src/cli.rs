@@ -44,7 +44,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Make the CA and every certificate of a single-host cluster in one directory, with fixed
-    /// names (ca, scheduler, controller, agent, cnciagent, admin; .pem and .key). A valid
+    /// names (ca, scheduler, controller, agent, admin; .pem and .key). A valid
     /// existing set is kept unless --force.
     Cluster(ClusterArgs),
     /// Re-issue a role certificate with the same roles, names and UUID, a new validity and a new

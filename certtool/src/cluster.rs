@@ -8,12 +8,12 @@
 //! | `scheduler.pem`, `.key` | the scheduler | SCHEDULER | hosts, IPs | fresh |
 //! | `controller.pem`, `.key` | the controller (SSNTP client and REST server) | CONTROLLER | hosts, IPs | fresh |
 //! | `agent.pem`, `.key` | the dual-role launcher | AGENT, NETAGENT | hosts, IPs | fresh |
-//! | `cnciagent.pem`, `.key` | every CNCI agent | CNCIAGENT | – | none |
 //! | `admin.pem`, `.key` | the REST API's admin client | none | – | fresh |
 //!
-//! The CNCI agent certificate is unbound because every tenant's CNCI uses its own instance UUID
-//! as its SSNTP UUID, so one certificate serves them all. The admin certificate has no SSNTP role
-//! on purpose: it authenticates a person to the REST API and cannot connect to the scheduler.
+//! There is no CNCI certificate: the controller issues each CNCI its own, bound to its UUID, in
+//! its START (it holds `ca.key`; `controller/src/cnci_creds.rs`), so no certificate is shared by
+//! CNCIs. The admin certificate has no SSNTP role on purpose: it authenticates a person to the
+//! REST API and cannot connect to the scheduler.
 //!
 //! Idempotent: a complete set that is valid now, for these hosts, is kept as it is.
 
@@ -50,7 +50,7 @@ pub struct Member {
 pub const CA: &str = "ca";
 
 /// The role certificates of the set, in the order they are written.
-pub const MEMBERS: [Member; 5] = [
+pub const MEMBERS: [Member; 4] = [
     Member {
         name: "scheduler",
         roles: Role::SCHEDULER,
@@ -70,13 +70,6 @@ pub const MEMBERS: [Member; 5] = [
         roles: Role::DUAL,
         bound: true,
         host_names: true,
-        api_admin: false,
-    },
-    Member {
-        name: "cnciagent",
-        roles: Role::CNCIAGENT,
-        bound: false,
-        host_names: false,
         api_admin: false,
     },
     Member {

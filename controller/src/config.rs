@@ -194,10 +194,20 @@ pub struct Args {
     /// node's reported address to fetch console logs.
     #[arg(long, env = "CUMULO_CONTROLLER_AGENT_CONSOLE_PORT", default_value_t = crate::engine::DEFAULT_CONSOLE_PORT)]
     pub agent_console_port: u16,
-    /// The CA key (PEM) of `--ca-cert`: with it the controller issues and renews short-lived
-    /// TLS client certificates for the off-host launchers.
-    #[arg(long, env = "CUMULO_CONTROLLER_LAUNCHER_CA_KEY")]
+    /// The CA key (PEM) of `--ca-cert`: with it the controller issues each CNCI its own
+    /// certificate (CNCIAGENT, its UUID bound, `--cnci-cert-lifetime`) in its START, and issues
+    /// and renews short-lived TLS client certificates for the off-host launchers. Also
+    /// `--ca-key`.
+    #[arg(
+        long,
+        visible_alias = "ca-key",
+        env = "CUMULO_CONTROLLER_LAUNCHER_CA_KEY"
+    )]
     pub launcher_ca_key: Option<PathBuf>,
+    /// How long a CNCI's own certificate is valid. A CNCI whose certificate expired exits when
+    /// its SSNTP session ends (it could not connect again) and is started again with a new one.
+    #[arg(long, env = "CUMULO_CONTROLLER_CNCI_CERT_LIFETIME", default_value = "24h", value_parser = parse_positive_duration)]
+    pub cnci_cert_lifetime: Duration,
     /// How long a launcher certificate is valid (renewed in its last third).
     #[arg(long, env = "CUMULO_CONTROLLER_LAUNCHER_CERT_LIFETIME", default_value = "1h", value_parser = parse_positive_duration)]
     pub launcher_cert_lifetime: Duration,
@@ -292,6 +302,13 @@ impl Args {
             )
             .map_err(|e| ConfigError::LauncherCa(e.to_string()))?;
             daemon.launcher_creds = Some(std::sync::Arc::new(issuer));
+            let cncis = crate::cnci_creds::CnciIssuer::from_pem(
+                &read(&self.ca_cert)?,
+                &read(key)?,
+                self.cnci_cert_lifetime,
+            )
+            .map_err(|e| ConfigError::LauncherCa(e.to_string()))?;
+            daemon.engine.cnci_creds = Some(std::sync::Arc::new(cncis));
         }
         let scheme = if self.api_cert.is_some() {
             "https"

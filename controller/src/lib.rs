@@ -9,6 +9,7 @@ pub mod actions;
 pub mod api;
 pub mod capacity;
 pub mod cluster;
+pub mod cnci_creds;
 pub mod config;
 pub mod creds;
 pub mod daemon;

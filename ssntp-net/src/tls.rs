@@ -125,6 +125,15 @@ impl TlsIdentity {
         self.own
     }
 
+    /// When our own certificate expires (its notAfter, in seconds since the Unix epoch), if it
+    /// can be read (it could when the identity was loaded).
+    pub fn not_after(&self) -> Option<i64> {
+        let first = self.chain.first()?;
+        ssntp::cert::CertInfo::parse(first)
+            .ok()
+            .map(|i| i.not_after)
+    }
+
     /// A server configuration: TLS 1.3 only, a client certificate chaining to the CA required.
     pub fn server_config(&self) -> Result<Arc<ServerConfig>, TlsError> {
         let verifier = WebPkiClientVerifier::builder_with_provider(self.roots.clone(), provider())

@@ -151,6 +151,11 @@ impl TestPki {
         &self.ca_pem
     }
 
+    /// The CA's private key (PEM): what a controller that issues certificates holds.
+    pub fn ca_key_pem(&self) -> String {
+        to_pem(self.anchor.key())
+    }
+
     /// The TLS identity of a new certificate with `roles` and `uuid`.
     pub fn identity(&self, roles: Role, uuid: Option<Uuid>) -> TlsIdentity {
         self.leaf(roles, uuid).identity()

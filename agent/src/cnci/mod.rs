@@ -30,4 +30,4 @@ mod tests;
 pub use fake::FakeCnciOps;
 pub use hub::{Hub, HubConfig, HubError, NodeSubnet, Outcome, Rebuilt};
 pub use ops::{CnciOps, HubSpec, RtCnciOps};
-pub use run::{CnciConfig, CnciError, run, run_with};
+pub use run::{CnciConfig, CnciError, EXIT_CERTIFICATE_EXPIRED, run, run_with};

@@ -84,6 +84,32 @@ pub enum CnciError {
     /// The SSNTP client stopped.
     #[error("the SSNTP client stopped")]
     Stopped,
+    /// Its certificate expired, so it cannot connect again: it exits, and its node reports it
+    /// exited; the controller starts it again with new credentials.
+    #[error(
+        "its certificate expired at {not_after} (Unix time): exiting, to be started again with a new one"
+    )]
+    CertificateExpired {
+        /// The certificate's notAfter.
+        not_after: i64,
+    },
+}
+
+/// `cumulo-cnci`'s exit status when its certificate expired ([`CnciError::CertificateExpired`]).
+pub const EXIT_CERTIFICATE_EXPIRED: u8 = 3;
+
+/// How long before its certificate's end a disconnected CNCI stops trying to reconnect: a
+/// handshake that starts this close to the end may not finish before it.
+pub const EXPIRY_MARGIN: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Whether a certificate ending at `not_after` is too close to its end (or past it) at `now` to
+/// connect with.
+pub fn expired(not_after: i64, now: std::time::SystemTime) -> bool {
+    let now = now
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+    let margin = i64::try_from(EXPIRY_MARGIN.as_secs()).unwrap_or(0);
+    now.saturating_add(margin) >= not_after
 }
 
 /// The frame it announces itself with.
@@ -166,6 +192,15 @@ pub async fn run_with<O: CnciOps, N: NatOps>(
         tracing::error!(error = %e, "NAT not set up: no outbound NAT and no public IPs");
     }
     edge.reconcile(&hub).await;
+    let not_after = config.tls.not_after();
+    let expired_now = || {
+        not_after
+            .filter(|end| expired(*end, std::time::SystemTime::now()))
+            .map(|not_after| CnciError::CertificateExpired { not_after })
+    };
+    if let Some(e) = expired_now() {
+        return Err(e);
+    }
     let mut client_config = ClientConfig::new(
         config.tls.clone(),
         config.uuid,
@@ -197,6 +232,11 @@ pub async fn run_with<O: CnciOps, N: NatOps>(
                 tracing::info!(scheduler = %server_uuid, "connected; announced")
             }
             Some(ClientEvent::Disconnected { reason }) => {
+                // A certificate past its end cannot connect again: exit, so that the node
+                // reports the CNCI exited and the controller starts it with a new one.
+                if let Some(e) = expired_now() {
+                    break Err(e);
+                }
                 tracing::warn!(%reason, "disconnected; reconnecting")
             }
             Some(ClientEvent::Frames(messages)) => {
@@ -337,5 +377,20 @@ async fn close(client: &ClientHandle, events: &mut mpsc::Receiver<ClientEvent>) 
     .await;
     if drained.is_err() {
         tracing::warn!("the SSNTP client did not finish within {CLOSE_GRACE:?}");
+    }
+}
+
+#[cfg(test)]
+mod expiry_tests {
+    use super::*;
+    use std::time::{Duration, UNIX_EPOCH};
+
+    #[test]
+    fn a_certificate_within_the_margin_of_its_end_counts_as_expired() {
+        let at = |secs| UNIX_EPOCH + Duration::from_secs(secs);
+        let end = 1_000_000;
+        assert!(!expired(end, at(end as u64 - 61)));
+        assert!(expired(end, at(end as u64 - 60)));
+        assert!(expired(end, at(end as u64 + 5)));
     }
 }

@@ -169,19 +169,23 @@ pub struct Args {
     /// Tenant networking (with `--network cn|dual` and `--backend libvirt`).
     #[command(flatten)]
     pub net: NetArgs,
-    /// Network nodes (`--network nn|dual`): the CNCIs' certificate (PEM, the cnciagent role,
-    /// no UUID bound). With it the CNCIs placed here run as `cumulo-cnci` processes, each in a
-    /// network namespace of its own, reached through this node (a veth pair, proxy ARP on
-    /// `--cnci-uplink`).
+    /// Network nodes (`--network nn|dual`): a certificate (PEM, the cnciagent role, no UUID
+    /// bound) for the CNCIs whose START carries none of their own. A controller with the CA key
+    /// (`--ca-key`) issues every CNCI a certificate bound to its UUID, in its START: this one is
+    /// only for controllers without it, and is weaker (one key for every CNCI of the node, in
+    /// each one's seed). Not needed to run CNCIs: `--cnci-addresses` is.
     #[arg(long, env = "CUMULO_AGENT_CNCI_CERT")]
     pub cnci_cert: Option<PathBuf>,
-    /// The CNCIs' private key (PEM).
+    /// The private key (PEM) of `--cnci-cert`.
     #[arg(long, env = "CUMULO_AGENT_CNCI_KEY")]
     pub cnci_key: Option<PathBuf>,
     /// The node's link on the compute network, where it answers ARP for its CNCIs.
     #[arg(long, env = "CUMULO_AGENT_CNCI_UPLINK")]
     pub cnci_uplink: Option<String>,
-    /// The addresses the CNCIs take (IPv4 CIDR; network nodes need disjoint ranges).
+    /// Network nodes (`--network nn|dual`): the addresses the CNCIs take (IPv4 CIDR; network
+    /// nodes need disjoint ranges). With it the CNCIs placed here run as `cumulo-cnci`
+    /// processes (or VMs, `--cnci-image`), each in a network namespace of its own, reached
+    /// through this node (a veth pair, proxy ARP on `--cnci-uplink`).
     #[arg(long, env = "CUMULO_AGENT_CNCI_ADDRESSES", value_parser = parse_cidr)]
     pub cnci_addresses: Option<crate::net::Cidr>,
     /// The compute network's prefix length (the CNCIs' addresses get it).
@@ -355,16 +359,26 @@ impl Args {
         // or nn (no VNICs of instances here) there is nothing to plumb.
         let tenant_net = matches!(self.network, Network::Cn | Network::Dual)
             && self.backend == BackendKind::Libvirt;
-        let cnci = match (&self.cnci_cert, self.network) {
-            (None, _) => None,
-            (Some(_), Network::None | Network::Cn) => {
+        let runs_cncis = self.cnci_addresses.is_some() || self.cnci_cert.is_some();
+        let cnci = match (runs_cncis, self.network) {
+            (false, _) => None,
+            (true, Network::None | Network::Cn) => {
                 return Err(ArgsError::Cnci(
-                    "--cnci-cert: only network nodes (--network nn or dual) run CNCIs".into(),
+                    "--cnci-addresses, --cnci-cert: only network nodes (--network nn or dual) run CNCIs"
+                        .into(),
                 ));
             }
-            (Some(cert), Network::Nn | Network::Dual) => {
-                let missing = |f: &str| ArgsError::Cnci(format!("--cnci-cert needs {f}"));
-                let key = self.cnci_key.clone().ok_or_else(|| missing("--cnci-key"))?;
+            (true, Network::Nn | Network::Dual) => {
+                let missing = |f: &str| ArgsError::Cnci(format!("running CNCIs needs {f}"));
+                let shared = match (&self.cnci_cert, &self.cnci_key) {
+                    (Some(cert), Some(key)) => Some((cert.clone(), key.clone())),
+                    (None, None) => None,
+                    _ => {
+                        return Err(ArgsError::Cnci(
+                            "--cnci-cert and --cnci-key go together".into(),
+                        ));
+                    }
+                };
                 let uplink = self
                     .cnci_uplink
                     .clone()
@@ -390,8 +404,7 @@ impl Args {
                 Some(LaunchConfig {
                     binary,
                     ca_cert: self.ca_cert.clone(),
-                    cert: cert.clone(),
-                    key,
+                    shared,
                     uplink,
                     addresses,
                     prefix: self.cnci_prefix,

@@ -494,8 +494,9 @@ async fn serve(
                 tracing::warn!(%reason, "disconnected; reconnecting");
             }
             Some(ClientEvent::Frames(messages)) => {
+                let cnci_dir = config.cnci.as_ref().map(|c| c.dir.as_path());
                 for message in messages {
-                    handle(core, client, node, &message.payload)?;
+                    handle(core, client, node, cnci_dir, &message.payload)?;
                 }
             }
             Some(ClientEvent::Stopped(e)) => return Err(e.into()),
@@ -504,13 +505,21 @@ async fn serve(
     }
 }
 
-/// One frame from the scheduler.
+/// One frame from the scheduler. A CNCI's START leaves its credentials in `cnci_dir` (a node
+/// that runs CNCIs) before the core sees it (without them).
 fn handle(
     core: &Core,
     client: &ClientHandle,
     node: Uuid,
+    cnci_dir: Option<&std::path::Path>,
     payload: &ssntp::Payload,
 ) -> Result<(), DaemonError> {
+    if let (Some(dir), ssntp::Payload::Start(start)) = (cnci_dir, payload)
+        && let Err(e) = crate::cnci::launch::credentials::take_credentials(dir, start)
+    {
+        // The CNCI then fails to start, saying it has no credentials.
+        tracing::error!(cnci = %start.instance_uuid, "{e}");
+    }
     match inbound(payload, node) {
         Inbound::Command(command) => match core.submit(command.clone()) {
             Ok(()) => {}

@@ -28,7 +28,8 @@ fn round_trip(p: &Payload) -> Payload {
     Payload::decode(p.operand(), &p.encode()).unwrap()
 }
 
-fn start() -> Start {
+/// A workload's START with every field set (other modules' tests start from it too).
+pub(crate) fn start() -> Start {
     Start {
         instance_uuid: Uuid::from_u128(1),
         tenant_uuid: Uuid::from_u128(2),
@@ -104,6 +105,29 @@ fn a_start_becomes_a_spec_with_everything_the_backend_needs() {
     assert!(json.contains("\"02:00:ac:10:00:05\""), "{json}");
     assert_eq!(serde_json::from_str::<InstanceSpec>(&json).unwrap(), spec);
     assert_eq!(spec.role, crate::model::InstanceRole::Workload);
+}
+
+#[test]
+fn a_cncis_credentials_never_reach_the_spec_that_is_kept() {
+    let mut s = start();
+    let meta = s.meta_data.as_mut().unwrap();
+    meta.insert(
+        ssntp::payload::ROLE_KEY.into(),
+        ssntp::payload::CNCI_ROLE.into(),
+    );
+    meta.insert(ssntp::payload::CNCI_CERT_KEY.into(), "CERT".into());
+    meta.insert(
+        ssntp::payload::CNCI_KEY_KEY.into(),
+        "-----BEGIN PRIVATE KEY-----".into(),
+    );
+    let spec = spec_from_start(&s);
+    assert_eq!(spec.role, crate::model::InstanceRole::Cnci);
+    assert!(!spec.meta_data.contains_key(ssntp::payload::CNCI_CERT_KEY));
+    assert!(!spec.meta_data.contains_key(ssntp::payload::CNCI_KEY_KEY));
+    assert_eq!(spec.meta_data["hostname"], "vm-1");
+    let kept = serde_json::to_string(&spec).unwrap();
+    let logged = format!("{spec:?}");
+    assert!(!kept.contains("PRIVATE KEY") && !logged.contains("PRIVATE KEY"));
 }
 
 #[test]

@@ -428,14 +428,7 @@ fn cluster_is_complete_idempotent_and_forced() {
         "{out}"
     );
     let mut expect: Vec<String> = ["pki"].iter().map(|s| s.to_string()).collect();
-    for name in [
-        "ca",
-        "scheduler",
-        "controller",
-        "agent",
-        "cnciagent",
-        "admin",
-    ] {
+    for name in ["ca", "scheduler", "controller", "agent", "admin"] {
         expect.push(format!("pki/{name}.pem"));
         expect.push(format!("pki/{name}.key"));
         assert!(out.contains(&format!("{name}.pem")), "{out}");
@@ -448,7 +441,6 @@ fn cluster_is_complete_idempotent_and_forced() {
         ("scheduler", Role::SCHEDULER, true),
         ("controller", Role::CONTROLLER, true),
         ("agent", Role::DUAL, true),
-        ("cnciagent", Role::CNCIAGENT, false),
         ("admin", Role::empty(), true),
     ];
     let ca = certtool::files::read_certs(&pki.join("ca.pem"))

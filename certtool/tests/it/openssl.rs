@@ -120,7 +120,7 @@ fn openssl_verifies_the_cluster_set_and_refuses_another_ca() {
             "pki",
         ],
     );
-    for name in ["scheduler", "controller", "agent", "cnciagent", "admin"] {
+    for name in ["scheduler", "controller", "agent", "admin"] {
         let file = format!("pki/{name}.pem");
         let out = openssl_ok(d, &["verify", "-CAfile", "pki/ca.pem", &file]);
         assert_eq!(out.trim(), format!("{file}: OK"));

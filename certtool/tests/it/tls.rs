@@ -131,11 +131,7 @@ fn cluster(host: &str) -> tempfile::TempDir {
 fn mutual_tls13_with_roles_and_uuids() {
     let dir = cluster("ctl.test");
     let d = dir.path();
-    for (client_name, roles) in [
-        ("agent", Role::DUAL),
-        ("controller", Role::CONTROLLER),
-        ("cnciagent", Role::CNCIAGENT),
-    ] {
+    for (client_name, roles) in [("agent", Role::DUAL), ("controller", Role::CONTROLLER)] {
         for server_name in ["ctl.test", "127.0.0.1"] {
             let (mut c, mut s, result) = connect(
                 d,

@@ -163,6 +163,10 @@ pub fn specs(
         TenantNetwork::None
     };
     controller_args.extend(s(&["--tenant-network", tenant_network.as_str()]));
+    // With the CA key the controller issues each CNCI its own certificate (and off-host
+    // launchers theirs).
+    let (_, ca_key) = cert(certtool::cluster::CA);
+    controller_args.extend(s(&["--ca-key", &ca_key]));
     let controller = Spec {
         name: "controller".into(),
         program: binary("cumulo-controller")?,
@@ -202,16 +206,11 @@ pub fn specs(
         agent_args.push("--no-mem-limit".into());
     }
     if let Some(net) = cnci {
-        let (cnci_cert, cnci_key) = cert("cnciagent");
         agent_args.extend(s(&[
             "--node-ip",
             &net.address.to_string(),
             "--tunnel",
             "vxlan",
-            "--cnci-cert",
-            &cnci_cert,
-            "--cnci-key",
-            &cnci_key,
             "--cnci-uplink",
             UPLINK,
             "--cnci-addresses",

@@ -12,14 +12,15 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, SystemTime};
 
 use ssntp::payload::{
-    CNCI_ROLE, CnciPeer, ConcentratorAdded, FwType, Networking, ROLE_KEY, RefreshCnci,
-    Requirements, Start, StartFailure, StartFailureReason, VmType,
+    CNCI_CERT_KEY, CNCI_KEY_KEY, CNCI_ROLE, CnciPeer, ConcentratorAdded, FwType, Networking,
+    ROLE_KEY, RefreshCnci, Requirements, Start, StartFailure, StartFailureReason, VmType,
 };
 use ssntp::{Operand, Payload};
 use uuid::Uuid;
 
 use super::{Engine, TenantNetwork};
 use crate::cluster::ClusterError;
+use crate::cnci_creds::CnciCreds;
 use store::net::subnet_key;
 use store::{
     Cnci, CnciChange, CnciState, EventKind, Instance, InstanceFilter, Scope, StoreError, net,
@@ -60,13 +61,18 @@ fn gateway(cidr: &ssntp::payload::Cidr) -> Ipv4Addr {
     }
 }
 
-/// The START of a CNCI: a small instance on a network node that serves `cnci.cidr`.
-fn cnci_start(cnci: &Cnci, image: &str, restart: bool) -> Start {
+/// The START of a CNCI: a small instance on a network node that serves `cnci.cidr`, with its
+/// own credentials when the controller issues them.
+fn cnci_start(cnci: &Cnci, image: &str, restart: bool, creds: Option<CnciCreds>) -> Start {
     let gw = gateway(&cnci.cidr);
     let mut meta = BTreeMap::new();
     meta.insert("instance-id".to_string(), cnci.id.to_string());
     meta.insert("local-hostname".to_string(), format!("cnci-{}", cnci.id));
     meta.insert(ROLE_KEY.to_string(), CNCI_ROLE.to_string());
+    if let Some(creds) = creds {
+        meta.insert(CNCI_CERT_KEY.to_string(), creds.cert_pem);
+        meta.insert(CNCI_KEY_KEY.to_string(), creds.key_pem);
+    }
     Start {
         instance_uuid: cnci.id,
         tenant_uuid: cnci.tenant,
@@ -146,7 +152,17 @@ impl Engine {
     }
 
     fn send_cnci_start(&self, cnci: &Cnci, restart: bool) {
-        let start = cnci_start(cnci, &self.config.cnci_image, restart);
+        let creds = match &self.config.cnci_creds {
+            None => None,
+            Some(issuer) => match issuer.issue(cnci.id, SystemTime::now()) {
+                Ok(creds) => Some(creds),
+                Err(e) => {
+                    self.cnci_failed(cnci, &e.to_string());
+                    return;
+                }
+            },
+        };
+        let start = cnci_start(cnci, &self.config.cnci_image, restart, creds);
         if let Err(e) = self.send(&Payload::Start(Box::new(start))) {
             self.cnci_failed(cnci, &format!("START not sent: {e}"));
         }

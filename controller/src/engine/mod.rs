@@ -170,6 +170,9 @@ pub struct EngineConfig {
     /// The identity console logs are fetched with (the controller's certificate); `None`: they
     /// are not fetched.
     pub console_tls: Option<ssntp_net::TlsIdentity>,
+    /// What issues each CNCI its own certificate, sent in its START ([`crate::cnci_creds`]);
+    /// `None`: CNCI STARTs carry none (their network node's `--cnci-cert` serves them).
+    pub cnci_creds: Option<std::sync::Arc<crate::cnci_creds::CnciIssuer>>,
 }
 
 impl EngineConfig {
@@ -185,6 +188,7 @@ impl EngineConfig {
             traces: 1000,
             console_port: DEFAULT_CONSOLE_PORT,
             console_tls: None,
+            cnci_creds: None,
         }
     }
 }

@@ -57,6 +57,15 @@ const NET_NODE: Uuid = Uuid::from_bytes([0xbb; 16]);
 const SCHEDULER: Uuid = Uuid::from_bytes([0x5c; 16]);
 
 fn world_with(network: TenantNetwork, quota: Quota) -> World {
+    world_configured(network, quota, |_| {})
+}
+
+/// [`world_with`], its engine's configuration changed by `configure` first.
+fn world_configured(
+    network: TenantNetwork,
+    quota: Quota,
+    configure: impl FnOnce(&mut EngineConfig),
+) -> World {
     let dir = tempfile::tempdir().unwrap();
     let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path().join("db")).unwrap());
     let tenant = store
@@ -95,6 +104,7 @@ fn world_with(network: TenantNetwork, quota: Quota) -> World {
     let out = Arc::new(Recorder::default());
     let mut config = EngineConfig::new(Uuid::from_bytes([0xc0; 16]));
     config.tenant_network = network;
+    configure(&mut config);
     let engine = Engine::new(store, out.clone(), config).unwrap();
     World {
         engine,

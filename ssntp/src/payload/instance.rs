@@ -39,6 +39,15 @@ pub const ROLE_KEY: &str = "cumulo-role";
 /// it into a type of its own at its boundary ([`Start::is_cnci`], [`is_cnci_meta_data`]).
 pub const CNCI_ROLE: &str = "cnci";
 
+/// The meta-data key of a CNCI's own certificate (PEM) in its START: the controller issues each
+/// CNCI a short-lived certificate with the CNCIAGENT role and the CNCI's UUID bound
+/// (`docs/protocol.md`, START), so that no certificate shared by CNCIs exists. The network node
+/// takes it (and [`CNCI_KEY_KEY`]) out of the meta data before anything is kept or logged.
+pub const CNCI_CERT_KEY: &str = "cumulo-cnci-cert";
+
+/// The meta-data key of the private key (PEM) of [`CNCI_CERT_KEY`]'s certificate.
+pub const CNCI_KEY_KEY: &str = "cumulo-cnci-key";
+
 /// Whether START meta data marks a CNCI ([`CNCI_ROLE`]).
 pub fn is_cnci_meta_data(meta_data: &BTreeMap<String, String>) -> bool {
     meta_data.get(ROLE_KEY).map(String::as_str) == Some(CNCI_ROLE)

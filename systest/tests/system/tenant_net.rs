@@ -308,6 +308,23 @@ fn guest(host: &Netns, bridge: &str, n: usize, mac: &str, script: &Path) -> Netn
     g
 }
 
+/// Every file under `dir`.
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let path = entry.path();
+            match entry.file_type() {
+                Ok(t) if t.is_dir() => dirs.push(path),
+                Ok(t) if t.is_file() => files.push(path),
+                _ => {}
+            }
+        }
+    }
+    files
+}
+
 fn blocking<T>(f: impl FnOnce() -> T) -> T {
     tokio::task::block_in_place(f)
 }
@@ -393,8 +410,9 @@ fn instances_of_a_tenant_reach_each_other_through_their_cnci() {
                 );
                 agents.push(NodeAgent::start(ns, c, Some(*ip)));
             }
+            // No CNCI certificate on the network node: the controller issues each CNCI its
+            // own, bound to its UUID, in its START.
             let d = dir_path.join("nn");
-            let (_, cnci_cert, cnci_key) = pki.leaf(Role::CNCIAGENT, None).write(&d, "cncis");
             let binary = cnci_binary();
             let c = agent_config(
                 &pki,
@@ -403,10 +421,6 @@ fn instances_of_a_tenant_reach_each_other_through_their_cnci() {
                 &format!("localhost:{}", ports[2]),
                 "nn",
                 &[
-                    "--cnci-cert",
-                    cnci_cert.to_str().unwrap(),
-                    "--cnci-key",
-                    cnci_key.to_str().unwrap(),
                     "--cnci-uplink",
                     "u0",
                     "--cnci-addresses",
@@ -420,6 +434,14 @@ fn instances_of_a_tenant_reach_each_other_through_their_cnci() {
             let mut config = controller_config(&pki, &sched.addr, &dir_path);
             config.engine.tenant_network = TenantNetwork::Cnci;
             config.engine.cnci_linger = Duration::from_millis(500);
+            config.engine.cnci_creds = Some(std::sync::Arc::new(
+                controller::cnci_creds::CnciIssuer::from_pem(
+                    pki.ca_pem(),
+                    &pki.ca_key_pem(),
+                    Duration::from_secs(3600),
+                )
+                .unwrap(),
+            ));
             let controller = Controller::start(config).await.unwrap();
             // NODE_CONNECTED comes with the session, before the node's READY: wait for a STATS
             // from each node (it follows its READY on the same session), or the CNCI's START may
@@ -477,6 +499,40 @@ fn instances_of_a_tenant_reach_each_other_through_their_cnci() {
                     .map(|id| controller.store.instance(Scope::All, *id).unwrap())
                     .collect()
             });
+            // Each CNCI connected with a certificate of its own, bound to its UUID, kept for
+            // it alone (0600); the node's records and logs hold no private key.
+            let cncis = blocking(|| controller.store.cncis(Scope::All).unwrap());
+            assert_eq!(cncis.len(), 2, "{cncis:#?}");
+            let cnci_dir = dir_path.join("nn/state/cnci");
+            let mut serials = Vec::new();
+            for cnci in &cncis {
+                let (cert, key) = agent::cnci::launch::credentials::paths(&cnci_dir, cnci.id);
+                for path in [&cert, &key] {
+                    use std::os::unix::fs::PermissionsExt;
+                    let mode = std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
+                    assert_eq!(mode, 0o600, "{}", path.display());
+                }
+                let ca = dir_path.join("cnci-test-ca.pem");
+                std::fs::write(&ca, pki.ca_pem()).unwrap();
+                let own = ssntp_net::tls::TlsIdentity::load(&ca, &cert, &key)
+                    .unwrap()
+                    .own();
+                assert_eq!(own.binding, ssntp::UuidBinding::Bound(cnci.id));
+                assert_eq!(own.roles, Role::CNCIAGENT);
+                serials.push(std::fs::read_to_string(&cert).unwrap());
+            }
+            assert_ne!(serials[0], serials[1]);
+            for entry in walk(&dir_path.join("nn/state")) {
+                if entry.extension().is_some_and(|e| e == "pem") {
+                    continue;
+                }
+                let text = std::fs::read(&entry).unwrap_or_default();
+                assert!(
+                    !text.windows(11).any(|w| w == b"PRIVATE KEY"),
+                    "a private key in {}",
+                    entry.display()
+                );
+            }
             let nodes: Vec<Uuid> = controller
                 .engine
                 .nodes()

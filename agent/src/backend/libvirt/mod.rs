@@ -37,7 +37,7 @@ pub mod images;
 pub mod seed;
 pub mod xml;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -631,6 +631,28 @@ impl LibvirtBackend {
         self.0
             .blocking(move |b| b.create_blocking(&spec, Some(tap)))
             .await?
+    }
+
+    /// Rewrites a powered-off instance's seed (its cloud-init CD-ROM) with `user_data` and
+    /// `meta_data`, read at its next boot: how a CNCI VM restarted with new credentials gets
+    /// them. The instance must have been made by this backend (its directory exists).
+    pub async fn reseed(
+        &self,
+        instance: Uuid,
+        user_data: String,
+        meta_data: BTreeMap<String, String>,
+    ) -> Result<(), BackendError> {
+        let dir = self.instance_dir(instance);
+        tokio::task::spawn_blocking(move || {
+            if !dir.is_dir() {
+                return Err(BackendError::NotFound);
+            }
+            Seed::new(instance, Some(&user_data), &meta_data)
+                .write_iso(&dir.join("seed.iso"))
+                .map_err(BackendError::Launch)
+        })
+        .await
+        .map_err(|e| BackendError::Other(format!("reseed task: {e}")))?
     }
 }
 

@@ -61,6 +61,7 @@ use crate::model::{Action, InstanceRole, InstanceSpec, Resources, Usage};
 use crate::net::Cidr;
 use store::{MemoryReservations, ReservationStore, StoreError};
 
+pub mod credentials;
 mod process;
 mod vm;
 
@@ -79,10 +80,10 @@ pub struct LaunchConfig {
     pub binary: PathBuf,
     /// The cluster CA (PEM).
     pub ca_cert: PathBuf,
-    /// The CNCIs' certificate (CNCIAGENT, no UUID bound) and key.
-    pub cert: PathBuf,
-    /// Its key.
-    pub key: PathBuf,
+    /// A certificate (CNCIAGENT, no UUID bound) and its key, both PEM files, for the CNCIs whose
+    /// START carried no credentials of their own ([`credentials`]); `None`: such a CNCI fails
+    /// to start, saying why.
+    pub shared: Option<(PathBuf, PathBuf)>,
     /// The node's link on the compute network (where it answers ARP for its CNCIs).
     pub uplink: String,
     /// The addresses CNCIs take (IPv4).
@@ -120,6 +121,10 @@ pub struct Record {
     /// Whether it runs as a VM (else as a process).
     #[serde(default)]
     pub vm: bool,
+    /// A VM's: the certificate (PEM) its seed holds; a start with other credentials kept for it
+    /// (a restart's START brought new ones) rewrites the seed first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seeded: Option<String>,
 }
 
 struct Running {
@@ -411,12 +416,13 @@ impl<B: Backend> CnciLauncher<B> {
         let vm = self.vm_mode()?;
         let addr = self.allocate(id)?;
         let ns = ns_name(id);
-        let record = Record {
+        let mut record = Record {
             tenant: spec.tenant,
             ns: ns.clone(),
             ip: addr,
             pid: None,
             vm: vm.is_some(),
+            seeded: None,
         };
         // Held before the kernel is touched: a concurrent create takes another address.
         self.lock().records.insert(id, record.clone());
@@ -452,11 +458,13 @@ impl<B: Backend> CnciLauncher<B> {
                 ip(&["-n", &ns, "link", "set", VM_BRIDGE, "up"]).await?;
                 ip(&["-n", &ns, "link", "set", "u0", "up"]).await?;
                 ip(&["-n", &ns, "link", "set", "lo", "up"]).await?;
-                self.save(id, &record)?;
                 let mut guest = spec.clone();
                 guest.image = image.to_string();
                 guest.nic = None;
                 guest.user_data = Some(vm_user_data(c, id, &record)?);
+                record.seeded = Some(vm::seeded_cert(c, id)?);
+                self.save(id, &record)?;
+                self.lock().records.insert(id, record.clone());
                 let tap = Tap {
                     name: crate::net::tap_name(id),
                     mac: vm_mac(addr),
@@ -574,6 +582,7 @@ impl<B: Backend> Backend for CnciLauncher<B> {
             _ => {}
         }
         let _ = std::fs::remove_file(self.config()?.dir.join(format!("{instance}.log")));
+        credentials::remove(&self.config()?.dir, instance);
         self.lock().records.remove(&instance);
         self.release(instance);
         tracing::info!(cnci = %instance, "CNCI deleted");

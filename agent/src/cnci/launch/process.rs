@@ -72,6 +72,7 @@ pub fn clean_up(dir: &std::path::Path, grace: Duration) -> Vec<String> {
         }
         let _ = std::fs::remove_file(&path);
         let _ = std::fs::remove_file(dir.join(format!("{id}.log")));
+        credentials::remove(dir, id);
     }
     deleted
 }
@@ -97,6 +98,7 @@ impl<B: Backend> CnciLauncher<B> {
             return self.launch_vm(id, &record).await;
         }
         let c = self.config()?;
+        let (cert, key) = credentials::for_cnci(c, id).map_err(launch)?;
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -112,9 +114,9 @@ impl<B: Backend> CnciLauncher<B> {
             .arg("--ca-cert")
             .arg(&c.ca_cert)
             .arg("--cert")
-            .arg(&c.cert)
+            .arg(&cert)
             .arg("--key")
-            .arg(&c.key)
+            .arg(&key)
             .args(["--scheduler", &c.servers.join(",")])
             .args(["--via", &format!("127.0.0.1:{port}")])
             .args(["--uuid", &id.to_string()])

@@ -5,8 +5,7 @@ fn config(dir: &std::path::Path) -> LaunchConfig {
     LaunchConfig {
         binary: "cumulo-cnci".into(),
         ca_cert: "ca.pem".into(),
-        cert: "c.pem".into(),
-        key: "c.key".into(),
+        shared: Some(("c.pem".into(), "c.key".into())),
         uplink: "u0".into(),
         addresses: "198.18.0.128/30".parse().unwrap(),
         prefix: 24,
@@ -33,6 +32,7 @@ fn addresses_are_the_lowest_free_hosts_of_the_pool_and_records_are_read_back() {
         ip: Ipv4Addr::new(198, 18, 0, 129),
         pid: None,
         vm: false,
+        seeded: None,
     };
     l.save(a, &r).unwrap();
     l.lock().records.insert(a, r.clone());
@@ -82,6 +82,7 @@ fn launchers_sharing_reservations_never_take_one_address_twice() {
         ip: second,
         pid: None,
         vm: false,
+        seeded: None,
     };
     std::fs::write(
         d1.path().join(format!("{}.json", Uuid::from_u128(4))),
@@ -112,6 +113,7 @@ fn the_clean_up_touches_only_what_the_records_name_as_ours() {
         ip: Ipv4Addr::new(198, 18, 0, 129),
         pid: Some(i32::try_from(other.id()).unwrap()),
         vm: false,
+        seeded: None,
     };
     let record = dir.path().join(format!("{id}.json"));
     std::fs::write(&record, serde_json::to_vec(&r).unwrap()).unwrap();
@@ -180,14 +182,14 @@ fn a_vm_gets_its_settings_and_credentials_in_its_user_data() {
         std::fs::write(dir.path().join(name), text).unwrap();
     }
     c.ca_cert = dir.path().join("ca.pem");
-    c.cert = dir.path().join("c.pem");
-    c.key = dir.path().join("c.key");
+    c.shared = Some((dir.path().join("c.pem"), dir.path().join("c.key")));
     let r = Record {
         tenant: Uuid::from_u128(1),
         ns: ns_name(Uuid::from_u128(7)),
         ip: Ipv4Addr::new(198, 18, 0, 129),
         pid: None,
         vm: true,
+        seeded: None,
     };
     let text = vm_user_data(&c, Uuid::from_u128(7), &r).unwrap();
     assert_eq!(
@@ -212,8 +214,26 @@ fn a_vm_gets_its_settings_and_credentials_in_its_user_data() {
         Err(BackendError::Launch(_))
     ));
     c.servers = vec!["localhost:8888".into()];
-    c.key = dir.path().join("missing.key");
-    assert!(vm_user_data(&c, Uuid::from_u128(7), &r).is_err());
+    // The CNCI's own credentials, from its START, win over the node's shared ones.
+    let (own_cert, own_key) = credentials::paths(dir.path(), Uuid::from_u128(7));
+    std::fs::write(&own_cert, "OWN CERT\n").unwrap();
+    std::fs::write(&own_key, "OWN KEY\n").unwrap();
+    let text = vm_user_data(&c, Uuid::from_u128(7), &r).unwrap();
+    assert!(
+        text.ends_with("--- file cert.pem\nOWN CERT\n--- file key.pem\nOWN KEY\n"),
+        "{text}"
+    );
+    assert!(
+        vm_user_data(&c, Uuid::from_u128(8), &r)
+            .unwrap()
+            .contains("\nCERT\n")
+    );
+    // Neither its own nor shared ones: refused with why.
+    c.shared = None;
+    let err = vm_user_data(&c, Uuid::from_u128(8), &r).unwrap_err();
+    assert!(err.to_string().contains("no --cnci-cert"), "{err}");
+    c.shared = Some((dir.path().join("c.pem"), dir.path().join("missing.key")));
+    assert!(vm_user_data(&c, Uuid::from_u128(8), &r).is_err());
 }
 
 #[test]

@@ -50,10 +50,11 @@ pub fn vm_user_data(c: &LaunchConfig, id: Uuid, r: &Record) -> Result<String, Ba
         }
         out.push_str(&format!("{k}={v}\n"));
     }
+    let (cert, key) = credentials::for_cnci(c, id).map_err(launch)?;
     for (name, path) in [
         ("ca.pem", &c.ca_cert),
-        ("cert.pem", &c.cert),
-        ("key.pem", &c.key),
+        ("cert.pem", &cert),
+        ("key.pem", &key),
     ] {
         out.push_str(&format!("--- file {name}\n"));
         let text = read(path)?;
@@ -61,6 +62,24 @@ pub fn vm_user_data(c: &LaunchConfig, id: Uuid, r: &Record) -> Result<String, Ba
         out.push('\n');
     }
     Ok(out)
+}
+
+/// The certificate (PEM) a CNCI VM's seed gets now: its own, else the node's shared one.
+pub(super) fn seeded_cert(c: &LaunchConfig, id: Uuid) -> Result<String, BackendError> {
+    let (cert, _) = credentials::for_cnci(c, id).map_err(launch)?;
+    std::fs::read_to_string(&cert).map_err(|e| launch(format!("{}: {e}", cert.display())))
+}
+
+/// The meta data of a CNCI VM's seed (as the controller's CNCI START gives it).
+fn vm_meta_data(id: Uuid) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("instance-id".to_string(), id.to_string()),
+        ("local-hostname".to_string(), format!("cnci-{id}")),
+        (
+            ssntp::payload::ROLE_KEY.to_string(),
+            ssntp::payload::CNCI_ROLE.to_string(),
+        ),
+    ])
 }
 
 /// Watches a CNCI VM until it stops, then stops its relay: `true` on the channel then.
@@ -86,6 +105,18 @@ impl<B: Backend> CnciLauncher<B> {
                 "a CNCI VM's record, but CNCIs do not run as VMs here",
             ));
         };
+        // New credentials since its seed was written (a restart's START brought them): the
+        // seed is rewritten, so that the guest boots with them.
+        let cert = seeded_cert(c, id)?;
+        if record.seeded.as_deref() != Some(cert.as_str()) {
+            vms.reseed(id, vm_user_data(c, id, record)?, vm_meta_data(id))
+                .await?;
+            let mut updated = record.clone();
+            updated.seeded = Some(cert);
+            self.save(id, &updated)?;
+            self.lock().records.insert(id, updated);
+            tracing::info!(cnci = %id, "CNCI VM's seed rewritten with its new credentials");
+        }
         let tap = crate::net::tap_name(id);
         let netns = c.tap_netns.as_deref();
         // A tap of an earlier start, where QEMU runs or in the CNCI's namespace.

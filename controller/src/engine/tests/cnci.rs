@@ -38,6 +38,68 @@ fn the_first_instance_of_a_subnet_launches_its_cnci_and_waits_for_it() {
     assert!(starts(&sent)[0].networking.is_some());
 }
 
+/// What the CNCI credentials of a START say: the roles and UUID of the certificate (which the
+/// key matches), or `None` without credentials.
+fn credentials_of(start: &Start) -> Option<(ssntp::Role, ssntp::UuidBinding, String)> {
+    let meta = start.meta_data.as_ref()?;
+    let cert = meta.get(ssntp::payload::CNCI_CERT_KEY)?;
+    let key = meta.get(ssntp::payload::CNCI_KEY_KEY)?;
+    let own = ssntp_net::TlsIdentity::from_pem(
+        ISSUER_PKI.with(|p| p.ca_pem().to_string()).as_bytes(),
+        cert.as_bytes(),
+        key.as_bytes(),
+    )
+    .unwrap()
+    .own();
+    Some((own.roles, own.binding, cert.clone()))
+}
+
+thread_local! {
+    static ISSUER_PKI: testkit::TestPki = testkit::TestPki::new();
+}
+
+#[test]
+fn every_cnci_start_carries_new_credentials_of_its_own_and_workload_starts_none() {
+    let issuer = ISSUER_PKI.with(|p| {
+        crate::cnci_creds::CnciIssuer::from_pem(
+            p.ca_pem(),
+            &p.ca_key_pem(),
+            Duration::from_secs(3600),
+        )
+        .unwrap()
+    });
+    let w = world_configured(TenantNetwork::Cnci, Quota::default(), |c| {
+        c.cnci_creds = Some(Arc::new(issuer));
+    });
+    let made = w.launch(1);
+    let cnci = w.engine.store().cncis(Scope::All).unwrap().remove(0);
+    let sent = w.out.take();
+    let (roles, binding, first) = credentials_of(starts(&sent)[0]).expect("credentials");
+    assert_eq!(roles, ssntp::Role::CNCIAGENT);
+    assert_eq!(binding, ssntp::UuidBinding::Bound(cnci.id));
+    // Its workloads' STARTs carry none.
+    w.event(added(&cnci));
+    let sent = w.out.take();
+    let s = starts(&sent);
+    assert_eq!(s[0].instance_uuid, made[0].id);
+    assert!(credentials_of(s[0]).is_none());
+    // Started again after it exited: new ones.
+    w.node_connected(NET_NODE, NodeType::NetworkNode);
+    w.stats(NET_NODE, &[(cnci.id, Reported::Active)]);
+    w.event(Payload::InstanceStopped(InstanceEvent {
+        instance_uuid: cnci.id,
+    }));
+    w.engine.sweep(SystemTime::now()).unwrap();
+    let sent = w.out.take();
+    let (_, binding, again) = credentials_of(starts(&sent)[0]).expect("credentials");
+    assert_eq!(binding, ssntp::UuidBinding::Bound(cnci.id));
+    assert_ne!(again, first);
+    // Without an issuer, a CNCI's START carries none (its node's --cnci-cert serves it).
+    let plain = world_with(TenantNetwork::Cnci, Quota::default());
+    plain.launch(1);
+    assert!(credentials_of(starts(&plain.out.take())[0]).is_none());
+}
+
 #[test]
 fn a_cnci_that_never_comes_fails_its_instances() {
     let w = world_with(TenantNetwork::Cnci, Quota::default());
