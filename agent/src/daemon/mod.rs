@@ -343,16 +343,44 @@ fn networked<B: Backend, O: NetOps>(backend: B, network: Network<O>) -> Prepare<
     })
 }
 
-/// Sends every tenant change as TENANT_ADDED or TENANT_REMOVED, until the backend is gone.
+/// How often a node announces again (TENANT_ADDED) every subnet it has VNICs of: a CNCI that
+/// restarted as a VM (a new kernel, no tunnel ends) learns of the node again within this.
+pub const TENANT_REANNOUNCE: Duration = Duration::from_secs(30);
+
+/// Sends every tenant change as TENANT_ADDED or TENANT_REMOVED, and the node's subnets as
+/// TENANT_ADDED again every [`TENANT_REANNOUNCE`] (a CNCI takes an add it has already as
+/// nothing to do), until the backend is gone.
 async fn forward_tenant_changes(
     mut changes: mpsc::Receiver<TenantChange>,
     events: EventSender,
     node: Uuid,
     node_ip: IpAddr,
 ) {
-    while let Some(change) = changes.recv().await {
-        tracing::info!(?change, "tenant change");
-        events.send(change.payload(node, node_ip)).await;
+    let mut here: Vec<crate::net::SubnetId> = Vec::new();
+    let mut again = tokio::time::interval_at(
+        tokio::time::Instant::now() + TENANT_REANNOUNCE,
+        TENANT_REANNOUNCE,
+    );
+    again.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            change = changes.recv() => {
+                let Some(change) = change else { return };
+                tracing::info!(?change, "tenant change");
+                match change {
+                    TenantChange::Added(s) if !here.contains(&s) => here.push(s),
+                    TenantChange::Removed(s) => here.retain(|h| *h != s),
+                    TenantChange::Added(_) => {}
+                }
+                events.send(change.payload(node, node_ip)).await;
+            }
+            _ = again.tick() => {
+                for s in &here {
+                    tracing::debug!(subnet = ?s, "tenant subnet announced again");
+                    events.send(TenantChange::Added(*s).payload(node, node_ip)).await;
+                }
+            }
+        }
     }
 }
 

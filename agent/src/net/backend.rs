@@ -109,6 +109,12 @@ impl<B: Backend, O: NetOps> NetBackend<B, O> {
         for d in pruned.into_iter().filter(|d| d.last) {
             self.tell(TenantChange::Removed(d.subnet)).await;
         }
+        // The subnets still here are announced again: their CNCIs may have restarted (a CNCI
+        // VM's new kernel knows no tunnel ends) while this agent was down.
+        let current: Vec<SubnetId> = self.net.lock().await.subnets().copied().collect();
+        for s in current {
+            self.tell(TenantChange::Added(s)).await;
+        }
         Ok(rebuilt)
     }
 
@@ -332,7 +338,7 @@ mod tests {
         assert_eq!(r.vnics.len(), 2, "both were in the kernel");
         let changes = drain(&mut rx);
         assert!(
-            matches!(changes[..], [TenantChange::Removed(s)] if s.key == 8),
+            matches!(changes[..], [TenantChange::Removed(s), TenantChange::Added(a)] if s.key == 8 && a.key == 7),
             "{changes:?}"
         );
         assert!(ops.link(&tap_name(s1.instance)).is_some());

@@ -143,19 +143,14 @@ fn a_network_node_runs_the_cnci_as_a_vm() {
     let (n1, n3) = (u(1), u(3));
     let h1_config = compute_config(&pki, dir.path(), 0, n1, ports[0]);
     // The network node: NETAGENT only, libvirt, and the CNCI image in its image store.
+    // No CNCI certificate on the node: each START of the CNCI carries its own (as the
+    // controller's do), bound to its UUID.
     let files = agent_files(&pki, Role::NETAGENT, Some(n3), &dir.path().join("nn"));
-    let (_, cnci_cert, cnci_key) = pki
-        .leaf(Role::CNCIAGENT, None)
-        .write(&dir.path().join("nn"), "cncis");
     let state = state_dir(dir.path());
     cnci_image(&state);
     let mut extra: Vec<String> = libvirt_args(&uri);
     extra.extend(
         [
-            "--cnci-cert",
-            cnci_cert.to_str().unwrap(),
-            "--cnci-key",
-            cnci_key.to_str().unwrap(),
             "--cnci-uplink",
             "u0",
             "--cnci-addresses",
@@ -187,6 +182,7 @@ fn a_network_node_runs_the_cnci_as_a_vm() {
     let names = (ctl.name.clone(), nn.name.clone(), h1.name.clone());
     let dir_path = dir.path().to_owned();
     let test_uri = uri.clone();
+    let seeds = state.join("libvirt/instances");
     let result = run_in(&names.0.clone(), async move {
         let (_, nn_name, h1_name) = names;
         let uri = test_uri;
@@ -205,8 +201,17 @@ fn a_network_node_runs_the_cnci_as_a_vm() {
         // The controller's START for the CNCI: the network node boots it as a VM.
         // A UUID no other test uses: the CNCI's namespace and tap are named by it.
         let cnci = u(0xc9);
+        let with_own = |start: Start| {
+            let leaf = pki.leaf(Role::CNCIAGENT, Some(cnci));
+            let mut start = start;
+            let meta = start.meta_data.get_or_insert_with(Default::default);
+            meta.insert(ssntp::payload::CNCI_CERT_KEY.into(), leaf.cert_pem.clone());
+            meta.insert(ssntp::payload::CNCI_KEY_KEY.into(), leaf.key_pem.clone());
+            (start, leaf.cert_pem)
+        };
+        let (first, first_cert) = with_own(cnci_start(cnci));
         let began = Instant::now();
-        c.send(&start_payload(cnci_start(cnci)));
+        c.send(&start_payload(first));
         let hello = c
             .expect_within(
                 BOOT,
@@ -282,6 +287,63 @@ fn a_network_node_runs_the_cnci_as_a_vm() {
         })
         .await;
         assert!(again, "no ping to the CNCI VM after the agent's restart");
+
+        // Stopped, then started again with new credentials (as the controller restarts an
+        // exited CNCI, e.g. one whose certificate expired): its seed is rewritten with them
+        // before it boots, and it serves the subnet again.
+        let seed = seeds.join(cnci.to_string()).join("seed.iso");
+        let body = |pem: &str| pem.lines().nth(1).unwrap().to_string();
+        let holds = |cert: &str| {
+            let iso = std::fs::read(&seed).unwrap();
+            let line = body(cert);
+            iso.windows(line.len()).any(|w| w == line.as_bytes())
+        };
+        assert!(
+            holds(&first_cert),
+            "the seed lacks the CNCI's own certificate"
+        );
+        c.send(&delete(cnci, n3, true));
+        c.expect_within(BOOT, "INSTANCE_STOPPED of the CNCI", |m| match &m.payload {
+            Payload::InstanceStopped(e) if e.instance_uuid == cnci => Some(()),
+            _ => None,
+        })
+        .await;
+        let (mut again, second_cert) = with_own(cnci_start(cnci));
+        again.restart = true;
+        again.requirements.node_id = Some(n3);
+        c.send(&start_payload(again));
+        c.expect_within(
+            BOOT,
+            "the CNCI VM's announcement after its restart",
+            |m| match &m.payload {
+                Payload::ConcentratorInstanceAdded(a) if a.instance_uuid == cnci => Some(()),
+                Payload::StartFailure(f) if f.instance_uuid == cnci => panic!("{f:?}"),
+                _ => None,
+            },
+        )
+        .await;
+        assert!(holds(&second_cert), "the seed was not rewritten");
+        assert!(!holds(&first_cert));
+        // It serves host 1 again once host 1 announces its subnet again (a rebooted CNCI VM
+        // has a new kernel with no tunnel ends; nodes announce their subnets again every
+        // TENANT_REANNOUNCE).
+        let deadline = Instant::now() + agent::daemon::TENANT_REANNOUNCE + BOOT;
+        let mut g1 = g1;
+        loop {
+            let (back, served) = blocking(move || {
+                let ok = g1.reaches("10.250.0.1");
+                (g1, ok)
+            })
+            .await;
+            g1 = back;
+            if served {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no ping to the CNCI VM after its restart"
+            );
+        }
 
         // Delete the instance, then the CNCI: domain, tap and namespace go.
         c.send(&delete(i1, n1, false));
