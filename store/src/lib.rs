@@ -23,6 +23,7 @@ pub mod net;
 mod open;
 mod queue;
 mod reservations;
+pub mod sealed;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 #[cfg(test)]
