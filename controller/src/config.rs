@@ -195,7 +195,8 @@ pub struct Args {
     #[arg(long, env = "CUMULO_CONTROLLER_AGENT_CONSOLE_PORT", default_value_t = crate::engine::DEFAULT_CONSOLE_PORT)]
     pub agent_console_port: u16,
     /// The CA key (PEM) of `--ca-cert`: with it the controller issues and renews short-lived
-    /// TLS client certificates for the off-host launchers.
+    /// TLS client certificates for the off-host launchers, their keys sealed for each host (the
+    /// hosts' keys: `cumulo-controller launcher-key`).
     #[arg(long, env = "CUMULO_CONTROLLER_LAUNCHER_CA_KEY")]
     pub launcher_ca_key: Option<PathBuf>,
     /// How long a launcher certificate is valid (renewed in its last third).
