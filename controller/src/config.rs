@@ -196,8 +196,8 @@ pub struct Args {
     pub agent_console_port: u16,
     /// The CA key (PEM) of `--ca-cert`: with it the controller issues each CNCI its own
     /// certificate (CNCIAGENT, its UUID bound, `--cnci-cert-lifetime`) in its START, and issues
-    /// and renews short-lived TLS client certificates for the off-host launchers. Also
-    /// `--ca-key`.
+    /// and renews short-lived TLS client certificates for the off-host launchers, their keys
+    /// sealed for each host (the hosts' keys: `cumulo-controller launcher-key`). Also `--ca-key`.
     #[arg(
         long,
         visible_alias = "ca-key",

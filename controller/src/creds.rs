@@ -9,6 +9,12 @@
 //! [`renew`] on demand (`POST /cumulo/v1/nodes/{id}/credentials`). Nothing long-lived leaves the
 //! controller: the remote host keeps only its own libvirtd server certificate and the CA
 //! certificate; replicas hold a key that expires within the lifetime.
+//!
+//! The private key is stored sealed (issue 21, [`store::sealed`]): under the host's key, derived
+//! from a master that is itself derived from the CA key ([`sealing_master`]), so every controller
+//! with the CA key seals alike and a reader of the store gets certificates, not keys. The
+//! replicas of a host are given that host's key once (`cumulo-controller launcher-key`,
+//! [`crate::launcher_key`]).
 
 use std::time::{Duration, SystemTime};
 
@@ -18,6 +24,7 @@ use rcgen::{
 };
 use uuid::Uuid;
 
+use store::sealed::{HostKey, MasterKey, SealError};
 use store::{LauncherCreds, OperationQueue, RemoteHost, StoreError};
 
 /// Why credentials could not be issued.
@@ -29,6 +36,9 @@ pub enum CredsError {
     /// Making the certificate failed.
     #[error("issuing a launcher certificate: {0}")]
     Issue(String),
+    /// Sealing the key failed.
+    #[error("sealing a launcher key: {0}")]
+    Seal(#[from] SealError),
     /// The store failed or refused.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -38,7 +48,15 @@ pub enum CredsError {
 pub struct CredsIssuer {
     ca_pem: String,
     issuer: Issuer<'static, KeyPair>,
+    master: MasterKey,
     lifetime: Duration,
+}
+
+/// The master sealing key of launcher keys, derived from the CA's private key (PEM, PKCS#8): the
+/// same key file gives the same master on every controller.
+pub fn sealing_master(ca_key_pem: &str) -> Result<MasterKey, CredsError> {
+    let key = KeyPair::from_pem(ca_key_pem).map_err(|e| CredsError::Ca(e.to_string()))?;
+    Ok(MasterKey::derive(key.serialized_der()))
 }
 
 impl std::fmt::Debug for CredsIssuer {
@@ -66,14 +84,21 @@ impl CredsIssuer {
                 CredsIssuer::MIN_LIFETIME
             )));
         }
+        let master = sealing_master(ca_key_pem)?;
         let key = KeyPair::from_pem(ca_key_pem).map_err(|e| CredsError::Ca(e.to_string()))?;
         let issuer =
             Issuer::from_ca_cert_pem(ca_pem, key).map_err(|e| CredsError::Ca(e.to_string()))?;
         Ok(CredsIssuer {
             ca_pem: ca_pem.to_string(),
             issuer,
+            master,
             lifetime,
         })
+    }
+
+    /// The key that opens host `host`'s sealed launcher keys: its replicas' `--creds-key`.
+    pub fn host_key(&self, host: Uuid) -> HostKey {
+        self.master.host_key(host)
     }
 
     /// How long issued certificates are valid.
@@ -81,7 +106,8 @@ impl CredsIssuer {
         self.lifetime
     }
 
-    /// A new key and client certificate for `host`, valid from a minute before `now`.
+    /// A new key and client certificate for `host`, valid from a minute before `now`; the key
+    /// sealed for the host beside the certificate.
     pub fn issue(&self, host: &RemoteHost, now: SystemTime) -> Result<LauncherCreds, CredsError> {
         let issue = |e: rcgen::Error| CredsError::Issue(e.to_string());
         // Whole seconds, as the certificate says them (and as the stores keep them).
@@ -113,10 +139,14 @@ impl CredsIssuer {
         serial[0] &= 0x7f;
         params.serial_number = Some(rcgen::SerialNumber::from_slice(&serial));
         let cert = params.signed_by(&key, &self.issuer).map_err(issue)?;
+        let cert_pem = cert.pem();
+        let sealed_key = self
+            .host_key(host.id)
+            .seal(&cert_pem, &key.serialize_pem())?;
         Ok(LauncherCreds {
             host: host.id,
-            cert_pem: cert.pem(),
-            key_pem: key.serialize_pem(),
+            cert_pem,
+            sealed_key,
             ca_pem: self.ca_pem.clone(),
             not_after: until,
             issued: now,
@@ -134,8 +164,12 @@ fn to_offset(t: SystemTime) -> Result<time::OffsetDateTime, CredsError> {
 }
 
 /// Whether credentials issued at `issued`, ending at `not_after`, are due for renewal at `now`
-/// (less than a third of their lifetime left).
+/// (less than a third of their lifetime left), or hold a key that is not sealed (written by a
+/// controller older than sealing, into an etcd store).
 pub fn due(creds: &LauncherCreds, now: SystemTime) -> bool {
+    if store::sealed::check(&creds.sealed_key).is_err() {
+        return true;
+    }
     let lifetime = creds
         .not_after
         .duration_since(creds.issued)
@@ -226,7 +260,34 @@ mod tests {
         };
         assert_eq!(info.not_after, secs(now) + 3600);
         assert!(info.not_before <= secs(now));
-        assert!(creds.key_pem.contains("PRIVATE KEY"));
+        // The key is sealed for the host: it opens with the host's key (from any issuer of the
+        // same CA key) and is the certificate's.
+        assert!(!creds.sealed_key.contains("PRIVATE KEY"));
+        let again = CredsIssuer::from_pem(&ca_pem, &ca_key, Duration::from_secs(60)).unwrap();
+        assert_eq!(again.host_key(host.id), issuer.host_key(host.id));
+        assert_eq!(
+            sealing_master(&ca_key).unwrap().host_key(host.id),
+            issuer.host_key(host.id)
+        );
+        let key_pem = issuer
+            .host_key(host.id)
+            .open(host.id, &creds.cert_pem, &creds.sealed_key)
+            .unwrap();
+        let key = KeyPair::from_pem(&key_pem).unwrap();
+        let public = key.public_key_raw();
+        assert!(der.as_ref().windows(public.len()).any(|w| w == public));
+        assert!(
+            issuer
+                .host_key(Uuid::new_v4())
+                .open(host.id, &creds.cert_pem, &creds.sealed_key)
+                .is_err()
+        );
+        // Another CA key seals otherwise.
+        let (_, other_key) = ca();
+        assert_ne!(
+            sealing_master(&other_key).unwrap().host_key(host.id),
+            issuer.host_key(host.id)
+        );
         // Too short a lifetime, or a key that is not the CA's, is refused.
         assert!(CredsIssuer::from_pem(&ca_pem, &ca_key, Duration::from_secs(1)).is_err());
         assert!(CredsIssuer::from_pem(&ca_pem, "not a key", Duration::from_secs(3600)).is_err());
@@ -255,9 +316,16 @@ mod tests {
         let t2 = t0 + Duration::from_secs(2100);
         assert_eq!(renew_due(&store, &issuer, t2).unwrap(), vec![host.id]);
         let second = store.launcher_creds(host.id).unwrap();
-        assert_ne!(second.key_pem, first.key_pem);
+        assert_ne!(second.sealed_key, first.sealed_key);
         assert_ne!(second.cert_pem, first.cert_pem);
         assert!(second.not_after > first.not_after);
+        // A record whose key is not sealed (an older controller's, in etcd) is due at once.
+        let clear = LauncherCreds {
+            sealed_key: "-----BEGIN PRIVATE KEY-----\n".into(),
+            ..second.clone()
+        };
+        assert!(due(&clear, t2));
+        assert!(!due(&second, t2));
         // On demand, at any time.
         let third = renew(&store, &issuer, host.id, t2).unwrap();
         assert_eq!(store.launcher_creds(host.id).unwrap(), third);

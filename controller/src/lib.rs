@@ -17,4 +17,5 @@ pub mod engine;
 pub mod etcd_setup;
 #[cfg(any(test, fuzzing))]
 pub mod fuzzing;
+pub mod launcher_key;
 pub mod resize;

@@ -1,6 +1,8 @@
 //! `cumulo-controller`: parses the command line, starts the controller (store, SSNTP client,
 //! engine) and its REST API, and runs until SIGTERM or SIGINT. A configuration it cannot run
-//! with is one line on stderr and exit status 1 (clap's own usage errors exit 2).
+//! with is one line on stderr and exit status 1 (clap's own usage errors exit 2). Two one-shot
+//! subcommands, named first: `etcd-setup` (etcd's users and roles) and `launcher-key` (an
+//! off-host host's key for its replicas).
 #![forbid(unsafe_code)]
 
 use std::io::Write;
@@ -13,6 +15,7 @@ use controller::api::{self, ApiConfig, TokenSigner};
 use controller::config::{ApiArgs, Args};
 use controller::daemon::Controller;
 use controller::etcd_setup::EtcdSetupArgs;
+use controller::launcher_key::LauncherKeyArgs;
 use tokio_util::sync::CancellationToken;
 
 /// The first admin's password: from the file given, else from (or made up into)
@@ -110,6 +113,19 @@ fn main() -> ExitCode {
             }
             Err(e) => {
                 let _ = writeln!(std::io::stderr(), "cumulo-controller etcd-setup: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    if controller::launcher_key::wanted(&argv) {
+        let args = LauncherKeyArgs::parse_from(argv.iter().skip(1));
+        return match controller::launcher_key::run(&args) {
+            Ok(done) => {
+                let _ = writeln!(std::io::stdout(), "{done}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                let _ = writeln!(std::io::stderr(), "cumulo-controller launcher-key: {e}");
                 ExitCode::FAILURE
             }
         };

@@ -23,6 +23,7 @@ pub mod net;
 mod open;
 mod queue;
 mod reservations;
+pub mod sealed;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 #[cfg(test)]
@@ -134,6 +135,12 @@ pub enum StoreError {
         "the store's disk is full, nothing was written (free space under the store and retry): {0}"
     )]
     Full(String),
+    /// The backend refused the caller: its etcd user (the certificate's CN) lacks the
+    /// permission for this key range. For a controller a deployment error (its user needs the
+    /// controller role: `cumulo-controller etcd-setup`); for a launcher replica, a request outside
+    /// what a replica may do.
+    #[error("permission denied: {0}")]
+    PermissionDenied(String),
     /// The backend failed (I/O, corruption, a lock held too long).
     #[error("store backend: {0}")]
     Backend(String),

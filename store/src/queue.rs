@@ -30,15 +30,17 @@ pub struct RemoteHost {
 }
 
 /// The TLS client credentials the launchers of an off-host host present to its libvirtd
-/// (issued and renewed by the controller: `controller::creds`).
+/// (issued and renewed by the controller: `controller::creds`). The private key is kept sealed
+/// for the host ([`crate::sealed`]): a reader of the store sees the certificates, not the key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LauncherCreds {
     /// The host.
     pub host: Uuid,
     /// The client certificate (PEM).
     pub cert_pem: String,
-    /// Its private key (PEM).
-    pub key_pem: String,
+    /// Its private key, sealed for the host beside this certificate (`sealed:v1:...`: only the
+    /// host's [`HostKey`](crate::sealed::HostKey) opens it); never the clear PEM.
+    pub sealed_key: String,
     /// The CA certificate (PEM).
     pub ca_pem: String,
     /// When the certificate ends.
@@ -47,23 +49,29 @@ pub struct LauncherCreds {
     pub issued: SystemTime,
 }
 
-/// Most bytes of one credential's PEM text.
+/// Most bytes of one credential's PEM text (and of the sealed key).
 pub(crate) const MAX_PEM: usize = 64 * 1024;
 
-/// Checks credentials before they are stored (shared by the stores).
+/// Checks credentials before they are stored (shared by the stores): certificates in PEM, the
+/// key in the sealed form (a clear private key is refused).
 pub(crate) fn check_creds(creds: &LauncherCreds) -> super::Result<()> {
-    for (what, pem) in [
-        ("certificate", &creds.cert_pem),
-        ("key", &creds.key_pem),
-        ("CA", &creds.ca_pem),
-    ] {
+    for (what, pem) in [("certificate", &creds.cert_pem), ("CA", &creds.ca_pem)] {
         if !pem.contains("-----BEGIN ") || pem.len() > MAX_PEM {
             return Err(super::StoreError::Invalid(format!(
                 "launcher {what} must be PEM of at most {MAX_PEM} bytes"
             )));
         }
     }
-    Ok(())
+    if creds.sealed_key.len() > MAX_PEM {
+        return Err(super::StoreError::Invalid(format!(
+            "a sealed launcher key of more than {MAX_PEM} bytes"
+        )));
+    }
+    crate::sealed::check(&creds.sealed_key).map_err(|e| {
+        super::StoreError::Invalid(format!(
+            "launcher key: {e} (the store keeps launcher keys sealed, never in clear)"
+        ))
+    })
 }
 
 /// Input of [`OperationQueue::create_remote_host`](crate::OperationQueue::create_remote_host).

@@ -75,9 +75,14 @@ pub struct RemoteArgs {
     #[arg(long, env = "CUMULO_AGENT_SIM_DIR")]
     pub sim_dir: Option<PathBuf>,
     /// Keep the host's launcher credentials (issued by the controller, read from the store)
-    /// in this directory, for a `qemu+tls://...?pkipath=DIR` URI.
-    #[arg(long, env = "CUMULO_AGENT_TLS_PKI")]
+    /// in this directory, for a `qemu+tls://...?pkipath=DIR` URI (needs --creds-key).
+    #[arg(long, env = "CUMULO_AGENT_TLS_PKI", requires = "creds_key")]
     pub tls_pki: Option<PathBuf>,
+    /// The key that opens this host's launcher key, kept sealed in the store
+    /// (`cumulo-controller launcher-key --host HOST --out FILE`; mode 0600; another host's key
+    /// opens nothing). With --tls-pki.
+    #[arg(long, env = "CUMULO_AGENT_CREDS_KEY", requires = "tls_pki")]
+    pub creds_key: Option<PathBuf>,
     /// The remote host's memory, MiB (admission).
     #[arg(long, default_value = "65536")]
     pub mem_mb: u64,
@@ -104,12 +109,16 @@ pub fn wanted(args: &[String]) -> bool {
 }
 
 impl RemoteArgs {
-    /// The replica's configuration.
-    pub fn config(&self) -> RemoteConfig {
+    /// The replica's configuration (reads the `--creds-key` file).
+    pub fn config(&self) -> Result<RemoteConfig, RemoteError> {
+        let creds_key = match &self.creds_key {
+            Some(path) => Some(super::creds::read_key(path)?),
+            None => None,
+        };
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
             .map(|h| h.trim().to_string())
             .unwrap_or_else(|_| "replica".into());
-        RemoteConfig {
+        Ok(RemoteConfig {
             owner: self
                 .replica
                 .clone()
@@ -120,6 +129,7 @@ impl RemoteArgs {
             op_timeout: self.op_timeout,
             work_dir: self.state_dir.join("ops"),
             pki_dir: self.tls_pki.clone(),
+            creds_key,
             figures: HostFigures {
                 mem_total_mb: self.mem_mb,
                 mem_available_mb: self.mem_mb,
@@ -128,13 +138,13 @@ impl RemoteArgs {
                 vcpus: self.vcpus,
                 load: 0,
             },
-        }
+        })
     }
 }
 
 /// Opens the store, makes the backend, and runs the replica until `shutdown`.
 pub async fn run(args: RemoteArgs, shutdown: CancellationToken) -> Result<(), RemoteError> {
-    let config = args.config();
+    let config = args.config()?;
     let location = args.store.clone();
     let etcd = args.etcd.transport(&location)?;
     let store: Arc<dyn OperationQueue> =

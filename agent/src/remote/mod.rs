@@ -15,10 +15,15 @@
 //! - the lease is renewed every third of its length while the operation runs; a renewal refused
 //!   as `Fenced` means another replica took over: the work is dropped.
 //!
+//! With a pki directory the replica also keeps its host's launcher credentials there for
+//! libvirt's TLS ([`creds`]: the key opened from its sealed form in the store with the host's
+//! key; credentials it cannot open stop it at start).
+//!
 //! A replica that dies leaves its claim to run out; the next claim (by any replica) gets a larger
 //! token and redoes the operation; the dead one's writes, should they ever arrive, are refused.
 
 pub mod cli;
+pub mod creds;
 pub mod fence;
 pub mod reporter;
 
@@ -26,9 +31,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use store::{
-    LauncherCreds, Operation, OperationKind, OperationQueue, OperationState, RemoteHost, StoreError,
-};
+use store::sealed::HostKey;
+use store::{Operation, OperationKind, OperationQueue, OperationState, RemoteHost, StoreError};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
@@ -37,6 +41,7 @@ use crate::core::Core;
 use crate::host::{HostFigures, HostSource};
 use crate::model::InstanceSpec;
 use crate::store::{Desired, Record};
+use creds::{CredsCopy, CredsError};
 use fence::{FenceMarks, Fenced};
 use reporter::{Outcome, StoreReporter};
 
@@ -60,61 +65,9 @@ pub struct RemoteConfig {
     /// Where the host's launcher credentials (from the store) are kept for libvirt, in its
     /// `pkipath` layout (`cacert.pem`, `clientcert.pem`, `clientkey.pem`); `None`: not kept.
     pub pki_dir: Option<PathBuf>,
-}
-
-/// Writes launcher credentials into `dir` in libvirt's `pkipath` layout, each file replaced
-/// atomically, the key readable by its owner only.
-pub fn write_creds(dir: &std::path::Path, creds: &LauncherCreds) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::create_dir_all(dir)?;
-    for (name, text, mode) in [
-        ("cacert.pem", &creds.ca_pem, 0o644),
-        ("clientcert.pem", &creds.cert_pem, 0o644),
-        ("clientkey.pem", &creds.key_pem, 0o600),
-    ] {
-        let tmp = dir.join(format!(".{name}.tmp"));
-        let _ = std::fs::remove_file(&tmp);
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(mode)
-            .open(&tmp)?;
-        file.write_all(text.as_bytes())?;
-        file.sync_all()?;
-        std::fs::rename(&tmp, dir.join(name))?;
-    }
-    Ok(())
-}
-
-/// Copies the host's credentials from the store when they differ from `written` (the
-/// certificate last written); returns the certificate now on disk.
-async fn sync_creds(
-    store: &Arc<dyn OperationQueue>,
-    host: uuid::Uuid,
-    dir: &std::path::Path,
-    written: Option<String>,
-) -> Option<String> {
-    let s = store.clone();
-    match blocking(move || s.launcher_creds(host)).await {
-        Ok(creds) if written.as_deref() != Some(creds.cert_pem.as_str()) => {
-            match write_creds(dir, &creds) {
-                Ok(()) => {
-                    tracing::info!(dir = %dir.display(), "launcher credentials updated");
-                    Some(creds.cert_pem)
-                }
-                Err(e) => {
-                    tracing::warn!(dir = %dir.display(), "cannot write launcher credentials: {e}");
-                    written
-                }
-            }
-        }
-        Ok(_) | Err(StoreError::NotFound { .. }) => written,
-        Err(e) => {
-            tracing::warn!("cannot read launcher credentials: {e}");
-            written
-        }
-    }
+    /// The key that opens the host's sealed launcher key (needed with `pki_dir`: without it, or
+    /// with another host's, [`run`] stops at once with [`RemoteError::Creds`]).
+    pub creds_key: Option<HostKey>,
 }
 
 /// Why a replica stopped.
@@ -129,6 +82,12 @@ pub enum RemoteError {
     /// The work directory cannot be used.
     #[error("work directory: {0}")]
     WorkDir(String),
+    /// The host's launcher credentials cannot be used.
+    #[error(transparent)]
+    Creds(#[from] CredsError),
+    /// The `--creds-key` file cannot be read.
+    #[error("--creds-key: {0}")]
+    CredsKey(#[from] store::sealed::SealError),
 }
 
 async fn blocking<T: Send + 'static>(
@@ -164,14 +123,24 @@ pub async fn run<B: FenceMarks>(
         .map_err(|e| RemoteError::WorkDir(format!("{}: {e}", config.work_dir.display())))?;
     let host = host_of(&store, &config.uri).await?;
     tracing::info!(host = %host.id, uri = %config.uri, owner = %config.owner, "serving an off-host host");
-    let mut creds_written = None;
-    let mut creds_next = tokio::time::Instant::now();
+    // Credentials already in the store that this replica cannot open stop it here, with why.
+    let mut creds = match &config.pki_dir {
+        Some(dir) => {
+            let mut copy = CredsCopy::new(dir.clone(), config.creds_key.clone(), host.id)?;
+            let (s, id) = (store.clone(), host.id);
+            copy.start(blocking(move || s.launcher_creds(id)).await)?;
+            Some(copy)
+        }
+        None => None,
+    };
     let creds_every = config.lease.min(Duration::from_secs(5));
+    let mut creds_next = tokio::time::Instant::now() + creds_every;
     loop {
-        if let Some(dir) = &config.pki_dir
+        if let Some(copy) = &mut creds
             && tokio::time::Instant::now() >= creds_next
         {
-            creds_written = sync_creds(&store, host.id, dir, creds_written.take()).await;
+            let (s, id) = (store.clone(), host.id);
+            copy.update(blocking(move || s.launcher_creds(id)).await);
             creds_next = tokio::time::Instant::now() + creds_every;
         }
         let (s, owner, lease) = (store.clone(), config.owner.clone(), config.lease);

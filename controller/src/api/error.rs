@@ -203,6 +203,12 @@ impl From<StoreError> for ApiError {
             StoreError::SchemaTooNew { .. } | StoreError::Backend(_) => {
                 ApiError::Internal(error.to_string())
             }
+            // The controller's own etcd user lacks a permission: a deployment error, not the
+            // caller's; logged (as every internal error) with what to fix.
+            StoreError::PermissionDenied(_) => ApiError::Internal(format!(
+                "the store refused the controller: {error} (give the controller's etcd user the \
+                 controller role: `cumulo-controller etcd-setup --controller-user CN`)"
+            )),
         }
     }
 }
@@ -241,10 +247,28 @@ mod tests {
             (StoreError::Full("database or disk is full".into()), 503),
             (StoreError::Invalid("bad".into()), 400),
             (StoreError::Backend("disk on fire".into()), 500),
+            (StoreError::PermissionDenied("etcd user c".into()), 500),
         ];
         for (error, status) in cases {
             assert_eq!(ApiError::from(error).status().as_u16(), status);
         }
+    }
+
+    /// A permission the controller's etcd user lacks is the deployment's fault: a 500 whose
+    /// detail (logged, not sent) says what to fix.
+    #[test]
+    fn a_permission_denied_by_the_store_is_an_internal_error_naming_the_fix() {
+        let error = ApiError::from(StoreError::PermissionDenied("etcd at e: user c".into()));
+        assert_eq!(error.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(!error.public_message().contains("etcd"));
+        let ApiError::Internal(detail) = &error else {
+            panic!("{error:?}")
+        };
+        assert!(
+            detail.contains("permission denied: etcd at e: user c"),
+            "{detail}"
+        );
+        assert!(detail.contains("etcd-setup"), "{detail}");
     }
 
     #[test]

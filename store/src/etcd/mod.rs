@@ -550,14 +550,16 @@ fn auth_changed(e: &etcd_client::Error) -> bool {
         if status.message().contains("revision of auth store is old"))
 }
 
-/// A failed etcd call as a [`StoreError`]: a refusal by etcd's authorization says so.
+/// A failed etcd call as a [`StoreError`]: a refusal by etcd's authorization is
+/// [`StoreError::PermissionDenied`].
 fn call_err(endpoints: &str, e: &etcd_client::Error) -> StoreError {
     if let etcd_client::Error::GRpcStatus(status) = e
-        && status.code() == tonic::Code::PermissionDenied
+        && (status.code() == tonic::Code::PermissionDenied
+            || status.message().contains("permission denied"))
     {
-        return StoreError::Backend(format!(
-            "etcd at {endpoints}: permission denied: this client's etcd user (its certificate's \
-             CN) may not do this under the prefix (docs/etcd-store.md): {}",
+        return StoreError::PermissionDenied(format!(
+            "etcd at {endpoints}: this client's etcd user (its certificate's CN) may not do this \
+             under the prefix (docs/etcd-store.md): {}",
             status.message()
         ));
     }

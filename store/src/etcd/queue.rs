@@ -290,7 +290,7 @@ impl OperationQueue for EtcdStore {
         check_creds(&creds)?;
         let rec = CredsRec {
             cert: creds.cert_pem.clone(),
-            key: creds.key_pem.clone(),
+            key: creds.sealed_key.clone(),
             ca: creds.ca_pem.clone(),
             not_after_ms: millis(creds.not_after),
             issued_ms: millis(creds.issued),
@@ -312,7 +312,7 @@ impl OperationQueue for EtcdStore {
         Ok(LauncherCreds {
             host,
             cert_pem: rec.cert,
-            key_pem: rec.key,
+            sealed_key: rec.key,
             ca_pem: rec.ca,
             not_after: from_millis(rec.not_after_ms),
             issued: from_millis(rec.issued_ms),

@@ -598,6 +598,8 @@ impl ActionRec {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(super) struct CredsRec {
     pub(super) cert: String,
+    /// The private key, sealed for the host (`sealed:v1:...`); records written before sealing
+    /// hold the clear PEM here (the controller's sweep replaces them).
     pub(super) key: String,
     pub(super) ca: String,
     pub(super) not_after_ms: i64,

@@ -65,6 +65,14 @@ impl crate::suite::Fixture for Fixture {
     fn open(&self) -> EtcdStore {
         self.store_with(EtcdOptions::default())
     }
+    fn raw(&self) -> Vec<u8> {
+        let store = self.open();
+        let end = super::keys::prefix_end(&self.prefix);
+        let (_, kvs) = store.range(&self.prefix, &end, 0, |o| o).unwrap();
+        kvs.into_iter()
+            .flat_map(|kv| [kv.key.into_bytes(), kv.value].concat())
+            .collect()
+    }
     fn available() -> bool {
         server().is_some()
     }

@@ -98,7 +98,7 @@ fn store_as(fx: &Fixture, user: &str) -> Result<EtcdStore> {
 
 fn denied<T: std::fmt::Debug>(what: &str, out: Result<T>) {
     match out {
-        Err(StoreError::Backend(m)) if m.contains("permission denied") => {}
+        Err(StoreError::PermissionDenied(m)) if m.contains("etcd user") => {}
         other => panic!("{what}: not refused as permission denied: {other:?}"),
     }
 }

@@ -249,6 +249,12 @@ mod tests {
         fn open(&self) -> SqliteStore {
             SqliteStore::open(self.dir.path().join("store.db")).expect("open store")
         }
+        fn raw(&self) -> Vec<u8> {
+            ["store.db", "store.db-wal"]
+                .iter()
+                .flat_map(|f| std::fs::read(self.dir.path().join(f)).unwrap_or_default())
+                .collect()
+        }
     }
 
     crate::store_suite!(Fixture);

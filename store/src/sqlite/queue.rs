@@ -349,7 +349,7 @@ pub(super) fn put_creds(tx: &Transaction<'_>, creds: &LauncherCreds) -> Result<(
         params![
             creds.host.to_string(),
             creds.cert_pem,
-            creds.key_pem,
+            creds.sealed_key,
             creds.ca_pem,
             millis(creds.not_after),
             millis(creds.issued)
@@ -366,7 +366,7 @@ pub(super) fn creds(tx: &Transaction<'_>, host: Uuid) -> Result<LauncherCreds> {
             Ok(LauncherCreds {
                 host,
                 cert_pem: r.get(0)?,
-                key_pem: r.get(1)?,
+                sealed_key: r.get(1)?,
                 ca_pem: r.get(2)?,
                 not_after: from_millis(r.get(3)?),
                 issued: from_millis(r.get(4)?),

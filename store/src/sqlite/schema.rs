@@ -210,6 +210,12 @@ CREATE TABLE revoked_tokens (
 );
 CREATE INDEX revoked_tokens_expires ON revoked_tokens(expires);
 "#,
+    // 9: launcher keys are kept sealed for their host (issue 21, `crate::sealed`): the clear
+    // keys written before go (the controller's sweep issues sealed credentials for every host
+    // that has none).
+    r#"
+DELETE FROM launcher_creds WHERE key NOT LIKE 'sealed:%';
+"#,
 ];
 
 /// The newest schema version this code knows.
@@ -367,5 +373,50 @@ mod tests {
             .unwrap();
         assert_eq!(changed.fault, Some(fault));
         assert_eq!(store.instance(Scope::All, id).unwrap(), changed);
+    }
+
+    /// A version 8 database with a clear launcher key and a sealed one: migration 9 drops the
+    /// clear one (the controller issues sealed credentials in its place) and keeps the other.
+    #[test]
+    fn a_version_8_database_loses_its_clear_launcher_keys() {
+        use crate::OperationQueue;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v8.db");
+        let (clear, sealed) = (
+            "00000000-0000-0000-0000-0000000000c1",
+            "00000000-0000-0000-0000-0000000000c2",
+        );
+        let cert = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+        let key = crate::sealed::MasterKey::derive(b"ca")
+            .host_key(sealed.parse().unwrap())
+            .seal(
+                cert,
+                "-----BEGIN PRIVATE KEY-----\nMIGH\n-----END PRIVATE KEY-----\n",
+            )
+            .unwrap();
+        database_at(
+            &path,
+            8,
+            &format!(
+                "INSERT INTO remote_hosts VALUES ('{clear}', 'a', 'qemu:///a', 0);
+                 INSERT INTO remote_hosts VALUES ('{sealed}', 'b', 'qemu:///b', 0);
+                 INSERT INTO launcher_creds VALUES ('{clear}', '{cert}',
+                     '-----BEGIN PRIVATE KEY-----\nMIGH\n-----END PRIVATE KEY-----\n', '{cert}', 0, 0);
+                 INSERT INTO launcher_creds VALUES ('{sealed}', '{cert}', '{key}', '{cert}', 0, 0);"
+            ),
+        );
+        let store = SqliteStore::open(&path).unwrap();
+        assert_eq!(store.schema_version().unwrap(), known_version());
+        assert!(matches!(
+            store.launcher_creds(clear.parse().unwrap()),
+            Err(StoreError::NotFound { .. })
+        ));
+        assert_eq!(
+            store
+                .launcher_creds(sealed.parse().unwrap())
+                .unwrap()
+                .sealed_key,
+            key
+        );
     }
 }

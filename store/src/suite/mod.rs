@@ -23,6 +23,8 @@ pub(crate) trait Fixture {
     fn new() -> Self;
     /// A store over this storage; opening again after dropping sees the same data.
     fn open(&self) -> Self::S;
+    /// Every byte the storage holds, as a reader of it (a backup, another etcd client) sees it.
+    fn raw(&self) -> Vec<u8>;
     /// Whether the backend can run here (a test returns early, passing, when it cannot; the
     /// fixture says why).
     fn available() -> bool {
@@ -52,7 +54,8 @@ macro_rules! store_suite {
                 parallel_claims_take_each_operation_once,
                 an_expired_claim_is_taken_over_and_the_old_token_fenced, a_renewed_claim_is_kept,
                 one_operation_per_instance_at_a_time,
-                fenced_writes_apply_masked_fields_and_refuse_stale_tokens;
+                fenced_writes_apply_masked_fields_and_refuse_stale_tokens,
+                launcher_keys_are_stored_sealed_only;
             guarantees: stale_versions_conflict, tenants_are_isolated, nothing_is_lost_on_reopen);
     };
     (@tests $fixture:ty; $($module:ident: $($name:ident),+);+ $(;)?) => {

@@ -428,3 +428,50 @@ pub(crate) fn fenced_writes_apply_masked_fields_and_refuse_stale_tokens<F: Fixtu
         .unwrap();
     assert_eq!(got.id, theirs.id);
 }
+
+/// Launcher credentials: a clear private key is refused; a sealed one is stored and read back as
+/// it was, and nothing in the storage holds the clear key.
+pub(crate) fn launcher_keys_are_stored_sealed_only<F: Fixture>() {
+    let fx = F::new();
+    let store = fx.open();
+    let host = remote_host(&store, "edge");
+    let cert = "-----BEGIN CERTIFICATE-----\nMIIBcert\n-----END CERTIFICATE-----\n";
+    let key = "-----BEGIN PRIVATE KEY-----\nMIGHAgEAsecretsecret\n-----END PRIVATE KEY-----\n";
+    let host_key = crate::sealed::MasterKey::derive(b"the CA key").host_key(host.id);
+    let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+    let creds = |sealed_key: &str| LauncherCreds {
+        host: host.id,
+        cert_pem: cert.into(),
+        sealed_key: sealed_key.into(),
+        ca_pem: cert.into(),
+        not_after: now + LONG,
+        issued: now,
+    };
+    for refused in [key, "", "sealed:v1:nonsense"] {
+        assert!(
+            matches!(
+                store.put_launcher_creds(creds(refused)),
+                Err(StoreError::Invalid(_))
+            ),
+            "{refused}"
+        );
+    }
+    assert!(is_not_found(store.launcher_creds(host.id)));
+    let sealed = creds(&host_key.seal(cert, key).unwrap());
+    store.put_launcher_creds(sealed.clone()).unwrap();
+    let read = store.launcher_creds(host.id).unwrap();
+    assert_eq!(read, sealed);
+    assert_eq!(
+        host_key
+            .open(read.host, &read.cert_pem, &read.sealed_key)
+            .unwrap(),
+        key
+    );
+    drop(store);
+    let raw = String::from_utf8_lossy(&fx.raw()).into_owned();
+    assert!(
+        raw.contains("MIIBcert"),
+        "the storage dump holds the record"
+    );
+    assert!(!raw.contains("PRIVATE KEY") && !raw.contains("secretsecret"));
+}

@@ -182,18 +182,20 @@ pub(crate) struct Replica {
 }
 
 impl Replica {
-    pub(crate) fn start(
+    /// The command line of a replica of the host at `uri`, named `name`, with state under `dir`.
+    fn command(
         store_url: &str,
         uri: &str,
         name: &str,
         dir: &std::path::Path,
         extra: &[&str],
-    ) -> Replica {
+    ) -> Command {
         let state = dir.join(name);
         let sim = dir.join("sim-host");
         let etcd = testkit::etcd::shared().expect("the test's etcd");
         // The replica's etcd user has the launcher role only.
-        let child = Command::new(testkit::bins::path("cumulo-agent"))
+        let mut command = Command::new(testkit::bins::path("cumulo-agent"));
+        command
             .args(etcd.client_args(LAUNCHER))
             .args([
                 "--remote",
@@ -210,10 +212,49 @@ impl Replica {
                 sim.to_str().unwrap(),
             ])
             .args(extra)
-            .stdin(Stdio::null())
+            .stdin(Stdio::null());
+        command
+    }
+
+    pub(crate) fn start(
+        store_url: &str,
+        uri: &str,
+        name: &str,
+        dir: &std::path::Path,
+        extra: &[&str],
+    ) -> Replica {
+        let child = Replica::command(store_url, uri, name, dir, extra)
             .spawn()
             .unwrap();
         Replica { child }
+    }
+
+    /// Runs a replica that is expected to stop on its own (within [`T`]); returns its exit code
+    /// and what it wrote on stderr (its log).
+    pub(crate) async fn run_to_exit(
+        store_url: &str,
+        uri: &str,
+        name: &str,
+        dir: &std::path::Path,
+        extra: &[&str],
+    ) -> (Option<i32>, String) {
+        let child = Replica::command(store_url, uri, name, dir, extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut replica = Replica { child };
+        let mut status = None;
+        testkit::wait_until(T, &format!("replica {name} to stop"), || {
+            status = replica.child.try_wait().unwrap();
+            std::future::ready(status.is_some())
+        })
+        .await;
+        let mut log = String::new();
+        if let Some(mut err) = replica.child.stderr.take() {
+            std::io::Read::read_to_string(&mut err, &mut log).unwrap();
+        }
+        (status.and_then(|s| s.code()), log)
     }
 
     /// SIGKILL, and reap.

@@ -270,6 +270,11 @@ async fn a_replica_reaches_a_tls_libvirt_with_the_credentials_the_controller_iss
         Arc::new(CredsIssuer::from_pem(&ca_pem, &ca_key, Duration::from_secs(3600)).unwrap());
     let ctl = controller_with(&url, move |c| c.launcher_creds = Some(issuer)).await;
     let host = register(&ctl, "edge-tls", &uri).await;
+    // The host's key for its replica (the CA key as the controller has it).
+    let ca_key_file = dir.path().join("ca.key");
+    std::fs::write(&ca_key_file, &ca_key).unwrap();
+    let host_key = dir.path().join("edge-tls.key");
+    super::credentials::launcher_key(&url, &ca_key_file, &host, &host_key).await;
     let workload = workload(&ctl, "tiny").await;
     let (status, body) = call(
         &ctl,
@@ -286,7 +291,12 @@ async fn a_replica_reaches_a_tls_libvirt_with_the_credentials_the_controller_iss
         dir.path(),
         &[
             &vm_args(state.to_str().unwrap(), "5s")[..],
-            &["--tls-pki", pki.to_str().unwrap()],
+            &[
+                "--tls-pki",
+                pki.to_str().unwrap(),
+                "--creds-key",
+                host_key.to_str().unwrap(),
+            ],
         ]
         .concat(),
     );
@@ -296,6 +306,12 @@ async fn a_replica_reaches_a_tls_libvirt_with_the_credentials_the_controller_iss
     // The replica's connection was TLS with the issued certificate: it is what sits in pki.
     let cert = std::fs::read_to_string(pki.join("clientcert.pem")).unwrap();
     assert!(cert.contains("BEGIN CERTIFICATE"));
+    // Opened from the sealed copy in the store with the host's key.
+    assert!(
+        std::fs::read_to_string(pki.join("clientkey.pem"))
+            .unwrap()
+            .contains("PRIVATE KEY")
+    );
     let instance = Uuid::parse_str(&id).unwrap();
     let backend =
         agent::backend::libvirt::LibvirtBackend::new(agent::backend::libvirt::LibvirtConfig::new(
