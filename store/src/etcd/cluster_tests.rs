@@ -134,7 +134,7 @@ fn three_members_over_peer_tls_serve_the_store_through_the_loss_of_its_leader() 
     )
     .unwrap();
     match launcher.tenants() {
-        Err(StoreError::Backend(m)) if m.contains("permission denied") => {}
+        Err(StoreError::PermissionDenied(_)) => {}
         other => panic!("the launcher listed tenants: {other:?}"),
     }
 
