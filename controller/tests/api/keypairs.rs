@@ -193,3 +193,116 @@ async fn a_user_holds_at_most_a_hundred_key_pairs() {
     assert_eq!(limits["limits"]["absolute"]["maxTotalKeypairs"], 100);
     w.stop().await;
 }
+
+#[tokio::test]
+async fn servers_are_created_with_a_key_pair_of_the_caller() {
+    let w = World::start().await;
+    let c = w.client();
+    let a = w.token_a().await;
+    let b = w.token_b().await;
+    let (status, _, _) = c
+        .send(
+            Method::POST,
+            KEYS,
+            Some(&a),
+            Some(create("k2", Some(ED25519))),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, _, _) = c
+        .send(Method::POST, KEYS, Some(&b), Some(create("only-b", None)))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let server = |key: Value| {
+        json!({"server": {"name": "web", "flavorRef": w.flavor.id, "imageRef": w.image.id,
+            "key_name": key}})
+    };
+    let (status, _, made) = c
+        .send(
+            Method::POST,
+            "/compute/v2.1/servers",
+            Some(&a),
+            Some(server(json!("k2"))),
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{made}");
+    let id = made["server"]["id"].as_str().unwrap();
+    let (_, _, shown) = c
+        .send(
+            Method::GET,
+            &format!("/compute/v2.1/servers/{id}"),
+            Some(&a),
+            None,
+        )
+        .await;
+    assert_eq!(shown["server"]["key_name"], "k2");
+    let instance = w
+        .store
+        .instance(store::Scope::All, id.parse().unwrap())
+        .unwrap();
+    assert_eq!(instance.key.unwrap().public_key, ED25519);
+
+    // The instance keeps its key when the key pair goes.
+    let (status, _, _) = c
+        .send(Method::DELETE, &format!("{KEYS}/k2"), Some(&a), None)
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let (_, _, detail) = c
+        .send(Method::GET, "/compute/v2.1/servers/detail", Some(&a), None)
+        .await;
+    assert_eq!(detail["servers"][0]["key_name"], "k2");
+
+    // Unknown, deleted, another user's, malformed: 400, nothing created.
+    for key in [
+        json!("nope"),
+        json!("k2"),
+        json!("only-b"),
+        json!("a/b"),
+        json!(5),
+    ] {
+        let (status, _, body) = c
+            .send(
+                Method::POST,
+                "/compute/v2.1/servers",
+                Some(&a),
+                Some(server(key.clone())),
+            )
+            .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{key}: {body}");
+        assert!(body["badRequest"]["message"].is_string(), "{body}");
+    }
+    let (_, _, body) = c
+        .send(
+            Method::POST,
+            "/compute/v2.1/servers",
+            Some(&a),
+            Some(server(json!("nope"))),
+        )
+        .await;
+    assert_eq!(body["badRequest"]["message"], "Invalid key_name provided.");
+    let (_, _, list) = c
+        .send(Method::GET, "/compute/v2.1/servers", Some(&a), None)
+        .await;
+    assert_eq!(list["servers"].as_array().unwrap().len(), 1);
+
+    // Without a key: null.
+    let (_, _, made) = c
+        .send(
+            Method::POST,
+            "/compute/v2.1/servers",
+            Some(&a),
+            Some(server(Value::Null)),
+        )
+        .await;
+    let id = made["server"]["id"].as_str().unwrap();
+    let (_, _, shown) = c
+        .send(
+            Method::GET,
+            &format!("/compute/v2.1/servers/{id}"),
+            Some(&a),
+            None,
+        )
+        .await;
+    assert_eq!(shown["server"]["key_name"], Value::Null);
+    w.stop().await;
+}
