@@ -34,6 +34,8 @@ struct KeypairCreate {
     public_key: Option<Value>,
     #[serde(default, rename = "type")]
     kind: Option<Value>,
+    #[serde(default)]
+    user_id: Option<Value>,
 }
 
 /// The user whose key pairs a caller reaches.
@@ -67,6 +69,12 @@ fn checked_name(name: &Value) -> Result<String, ApiError> {
 /// What a create asks for, checked: the name, and the public key to import (or none: generate).
 fn plan(request: KeypairCreate) -> Result<(String, Option<sshkey::PublicKey>), ApiError> {
     let name = checked_name(&request.name)?;
+    if request.user_id.is_some_and(|u| !u.is_null()) {
+        // Microversion 2.10: an admin's key pair for another user.
+        return Err(ApiError::BadRequest(
+            "user_id is not supported: key pairs are the caller's own".into(),
+        ));
+    }
     match &request.kind {
         None | Some(Value::Null) => {}
         Some(Value::String(kind)) if KeypairKind::from_name(kind).is_some() => {}
@@ -238,6 +246,7 @@ mod tests {
             json!({"name": "k", "type": "x509"}),
             json!({"name": "k", "public_key": "ssh-rsa nonsense"}),
             json!({"name": "k", "public_key": 7}),
+            json!({"name": "k", "user_id": "someone"}),
             json!({"name": "k", "public_key": format!("{key} {}", "c".repeat(20_000))}),
         ] {
             let e = planned(bad.clone()).unwrap_err();
@@ -249,6 +258,17 @@ mod tests {
                 .to_string()
                 .contains("unsafe characters")
         );
+    }
+
+    #[test]
+    fn a_certificate_login_has_no_key_pairs() {
+        let cert = Principal {
+            user: None,
+            project: None,
+            roles: vec![store::Role::Admin],
+            claims: None,
+        };
+        assert_eq!(owner(&cert).unwrap_err().status(), StatusCode::FORBIDDEN);
     }
 
     #[test]
