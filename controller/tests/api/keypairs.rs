@@ -241,6 +241,16 @@ async fn servers_are_created_with_a_key_pair_of_the_caller() {
         .instance(store::Scope::All, id.parse().unwrap())
         .unwrap();
     assert_eq!(instance.key.unwrap().public_key, ED25519);
+    let (status, _, native) = c
+        .send(
+            Method::GET,
+            &format!("/cumulo/v1/instances/{id}"),
+            Some(&a),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{native}");
+    assert_eq!(native["key_name"], "k2", "{native}");
 
     // The instance keeps its key when the key pair goes.
     let (status, _, _) = c
