@@ -12,7 +12,7 @@ use std::net::IpAddr;
 use std::time::SystemTime;
 use uuid::Uuid;
 
-use store::{Flavor, Instance, InstanceState, Scope, StoreError};
+use store::{Flavor, Instance, InstanceKey, InstanceState, Scope, StoreError};
 
 /// What a launch asks for: `count` instances of a workload in a tenant.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,6 +25,8 @@ pub struct Launch {
     pub name: String,
     /// How many (1..=[`Launch::MAX_COUNT`]).
     pub count: u32,
+    /// The SSH key every instance of the launch gets (its `public-keys` meta data), if any.
+    pub key: Option<InstanceKey>,
 }
 
 impl Launch {

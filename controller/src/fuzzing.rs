@@ -39,7 +39,7 @@ const METHODS: [Method; 6] = [
 
 /// The OpenStack-compatible routes, which `/openapi.json` (the native API's document) does not
 /// list; the harness adds the native ones from the document.
-const OPENSTACK_ROUTES: [&str; 27] = [
+const OPENSTACK_ROUTES: [&str; 29] = [
     "/",
     "/v3",
     "/v3/auth/tokens",
@@ -62,6 +62,8 @@ const OPENSTACK_ROUTES: [&str; 27] = [
     "/compute/v2.1/servers/{id}",
     "/compute/v2.1/servers/{id}/action",
     "/compute/v2.1/os-availability-zone",
+    "/compute/v2.1/os-keypairs",
+    "/compute/v2.1/os-keypairs/{name}",
     "/image",
     "/image/versions",
     "/image/v2/images",
@@ -243,6 +245,42 @@ mod tests {
     fn encode_escapes_what_is_not_unreserved() {
         assert_eq!(encode(b"a b/%", b""), "a%20b%2F%25");
         assert_eq!(encode(b"k=v&x", b"=&"), "k=v&x");
+    }
+
+    /// Key pair bodies and names, good and bad, on `/os-keypairs` and `/os-keypairs/{name}`:
+    /// never a 5xx.
+    #[test]
+    fn key_pair_requests_answer_without_a_5xx() {
+        let index = |path: &str| {
+            let at = harness().paths.iter().position(|p| p == path).unwrap();
+            u8::try_from(at).unwrap()
+        };
+        let (all, one) = (
+            index("/compute/v2.1/os-keypairs"),
+            index("/compute/v2.1/os-keypairs/{name}"),
+        );
+        let bodies: [&[u8]; 8] = [
+            br#"{"keypair": {"name": "k1"}}"#,
+            br#"{"keypair": {"name": "k2", "public_key": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIDqQAmShDSQy5PElKTKfr2Xx0D8ZW+CSzdNTY+7C0SPx"}}"#,
+            br#"{"keypair": {"name": "k3", "public_key": "ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAAAAQ=="}}"#,
+            br#"{"keypair": {"name": "k4", "public_key": "ecdsa-sha2-nistp521 AAAA"}}"#,
+            br#"{"keypair": {"name": "\u0000", "type": []}}"#,
+            br#"{"keypair": {"name": "k5", "public_key": "ssh-ed25519 AAAAAAAAAAAAAAAAAAAA"}}"#,
+            br#"{"keypair": null}"#,
+            br#"{"keypair": {"name": "k6", "user_id": "x", "public_key": ""}}"#,
+        ];
+        for body in bodies {
+            let mut input = vec![1, all, AUTH_ADMIN | JSON_BODY, b'\n', b'\n'];
+            input.extend_from_slice(body);
+            rest_request(&input);
+        }
+        for name in [&b"k1"[..], b"k2", b"a/b", b"%00", b"", &[0xff; 300]] {
+            for m in [0u8, 4] {
+                let mut input = vec![m, one, AUTH_ADMIN];
+                input.extend_from_slice(name);
+                rest_request(&input);
+            }
+        }
     }
 
     /// Replays every committed corpus and crash-regression file.

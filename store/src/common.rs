@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use uuid::Uuid;
 
-use crate::{Quota, QuotaKind, Result, StoreError, Usage};
+use crate::{InstanceKey, Keypair, NewKeypair, Quota, QuotaKind, Result, StoreError, Usage};
 
 /// How many events the event log keeps by default (the oldest go first).
 pub const DEFAULT_EVENT_CAPACITY: u64 = 10_000;
@@ -34,6 +34,50 @@ pub(crate) fn check_name(what: &str, name: &str) -> Result<()> {
         return Err(StoreError::Invalid(format!(
             "{what} name must be 1 to 255 bytes and not blank"
         )));
+    }
+    Ok(())
+}
+
+/// A public key or fingerprint: 1 to `max` bytes of one line.
+fn check_line(what: &str, text: &str, max: usize) -> Result<()> {
+    if text.trim().is_empty() || text.len() > max || text.contains(['\n', '\r', '\0']) {
+        return Err(StoreError::Invalid(format!(
+            "{what} must be one line of 1 to {max} bytes"
+        )));
+    }
+    Ok(())
+}
+
+/// What both stores check of a new key pair: its name, public key and fingerprint.
+pub(crate) fn check_keypair(new: &NewKeypair) -> Result<()> {
+    if !Keypair::valid_name(&new.name) {
+        return Err(StoreError::Invalid(format!(
+            "key pair name must be 1 to {} bytes of letters, digits, '_', '-' and space",
+            Keypair::MAX_NAME
+        )));
+    }
+    check_line("public key", &new.public_key, Keypair::MAX_PUBLIC_KEY)?;
+    check_line("fingerprint", &new.fingerprint, Keypair::MAX_FINGERPRINT)
+}
+
+/// What both stores check of an instance's key.
+pub(crate) fn check_instance_key(key: &Option<InstanceKey>) -> Result<()> {
+    let Some(key) = key else {
+        return Ok(());
+    };
+    if !Keypair::valid_name(&key.name) {
+        return Err(StoreError::Invalid("bad key pair name".into()));
+    }
+    check_line("public key", &key.public_key, Keypair::MAX_PUBLIC_KEY)
+}
+
+/// `QuotaExceeded` when a user with `count` key pairs may not have one more.
+pub(crate) fn check_keypair_quota(count: usize, limit: u32) -> Result<()> {
+    if u64::try_from(count).unwrap_or(u64::MAX) >= u64::from(limit) {
+        return Err(StoreError::QuotaExceeded {
+            what: QuotaKind::Keypairs,
+            limit: u64::from(limit),
+        });
     }
     Ok(())
 }

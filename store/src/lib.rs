@@ -1,6 +1,6 @@
-//! The controller's store: one trait per concern ([`IdentityStore`], [`CatalogStore`],
-//! [`InstanceStore`], [`EventStore`], [`ActionStore`], [`OperationQueue`]; [`Store`] is all of
-//! them), implemented by [`SqliteStore`] (embedded, the default) and [`EtcdStore`] (etcd v3,
+//! The controller's store: one trait per concern ([`IdentityStore`], [`KeypairStore`],
+//! [`CatalogStore`], [`InstanceStore`], [`EventStore`], [`ActionStore`], [`OperationQueue`];
+//! [`Store`] is all of them), implemented by [`SqliteStore`] (embedded, the default) and [`EtcdStore`] (etcd v3,
 //! shared by several controllers); [`open()`] picks one from a path or an `etcd://` URL.
 //! [`ReservationStore`] stands apart (in memory, or over etcd). `use store::prelude::*` brings
 //! every trait into scope.
@@ -46,15 +46,16 @@ pub use reservations::{MemoryReservations, Reservation, ReservationStore};
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteStore;
 pub use traits::{
-    ActionStore, CatalogStore, EventStore, IdentityStore, InstanceStore, OperationQueue, Store,
+    ActionStore, CatalogStore, EventStore, IdentityStore, InstanceStore, KeypairStore,
+    OperationQueue, Store,
 };
 
 /// Every trait of the store, to call their methods on a concrete store (`SqliteStore`,
 /// `EtcdStore`): `use store::prelude::*`.
 pub mod prelude {
     pub use crate::{
-        ActionStore, CatalogStore, EventStore, IdentityStore, InstanceStore, OperationQueue,
-        ReservationStore, Store,
+        ActionStore, CatalogStore, EventStore, IdentityStore, InstanceStore, KeypairStore,
+        OperationQueue, ReservationStore, Store,
     };
 }
 
@@ -72,6 +73,8 @@ pub enum QuotaKind {
     Vcpus,
     /// The memory over all instances.
     MemoryMb,
+    /// The number of a user's key pairs.
+    Keypairs,
 }
 
 impl std::fmt::Display for QuotaKind {
@@ -80,6 +83,7 @@ impl std::fmt::Display for QuotaKind {
             QuotaKind::Instances => "instances",
             QuotaKind::Vcpus => "vcpus",
             QuotaKind::MemoryMb => "memory (MiB)",
+            QuotaKind::Keypairs => "key pairs",
         })
     }
 }

@@ -411,8 +411,21 @@ pub struct Instance {
     pub updated: SystemTime,
     /// The workload it had before a resize that is not confirmed or reverted yet.
     pub previous_workload: Option<Uuid>,
+    /// The key pair it was created with: a copy, kept when the key pair is deleted (as Nova
+    /// keeps `key_data`).
+    pub key: Option<InstanceKey>,
     /// Compare-and-swap counter.
     pub version: u64,
+}
+
+/// The SSH key an instance was created with: its key pair's name and public key, as they were
+/// then. Fixed at creation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InstanceKey {
+    /// The key pair's name.
+    pub name: String,
+    /// Its OpenSSH public key (one line), what the instance's `public-keys` meta data holds.
+    pub public_key: String,
 }
 
 /// Input of [`InstanceStore::create_instance`](crate::InstanceStore::create_instance).
@@ -424,6 +437,9 @@ pub struct NewInstance {
     pub workload: Uuid,
     /// Its name.
     pub name: String,
+    /// The SSH key to put in it, if any (its public key at most
+    /// [`Keypair::MAX_PUBLIC_KEY`] bytes).
+    pub key: Option<InstanceKey>,
 }
 
 /// A change to an instance; `None` fields are left alone.
@@ -468,6 +484,84 @@ impl InstanceChange {
 pub struct InstanceFilter {
     /// Only those on this node.
     pub node: Option<Uuid>,
+}
+
+/// What a key pair holds. Only SSH keys (Nova's `ssh` type; `x509` is not supported).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum KeypairKind {
+    /// An OpenSSH public key.
+    Ssh,
+}
+
+impl KeypairKind {
+    /// The kind as Nova names it: `ssh`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            KeypairKind::Ssh => "ssh",
+        }
+    }
+
+    /// The kind of a name; `None` for a name that is none.
+    pub fn from_name(name: &str) -> Option<KeypairKind> {
+        match name {
+            "ssh" => Some(KeypairKind::Ssh),
+            _ => None,
+        }
+    }
+}
+
+/// A user's SSH key pair (Nova's keypair): its public half only. A generated key pair's private
+/// half is given to the user once and never kept. Names are unique per user.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Keypair {
+    /// The owning user.
+    pub user: Uuid,
+    /// Its name, unique among the user's key pairs: 1 to [`Keypair::MAX_NAME`] bytes of ASCII
+    /// letters, digits, `_`, `-` and space (Nova's rule).
+    pub name: String,
+    /// What it holds.
+    pub kind: KeypairKind,
+    /// The OpenSSH public key, one line, 1 to [`Keypair::MAX_PUBLIC_KEY`] bytes.
+    pub public_key: String,
+    /// The key's fingerprint (MD5 of the key blob, colon-separated hex, as Nova gives it).
+    pub fingerprint: String,
+    /// When it was created (the stores keep milliseconds).
+    pub created: SystemTime,
+}
+
+impl Keypair {
+    /// The longest name.
+    pub const MAX_NAME: usize = 255;
+    /// The longest public key, in bytes (an OpenSSH line of a 16384-bit RSA key is under 3 KiB).
+    pub const MAX_PUBLIC_KEY: usize = 16 * 1024;
+    /// The longest fingerprint, in bytes.
+    pub const MAX_FINGERPRINT: usize = 128;
+
+    /// Whether `name` is a key pair name: 1 to [`Keypair::MAX_NAME`] bytes of ASCII letters,
+    /// digits, `_`, `-` and space.
+    pub fn valid_name(name: &str) -> bool {
+        !name.is_empty()
+            && name.len() <= Keypair::MAX_NAME
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b' '))
+    }
+}
+
+/// Input of [`KeypairStore::create_keypair`](crate::KeypairStore::create_keypair).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewKeypair {
+    /// The owning user (must exist).
+    pub user: Uuid,
+    /// Its name (see [`Keypair::name`]).
+    pub name: String,
+    /// What it holds.
+    pub kind: KeypairKind,
+    /// The OpenSSH public key (checked by the caller; the store checks only its size and that it
+    /// is one line).
+    pub public_key: String,
+    /// Its fingerprint.
+    pub fingerprint: String,
 }
 
 /// A tenant subnet carved from 172.16.0.0/12.

@@ -252,6 +252,7 @@ fn main() {
                 tenant: tenant.id,
                 workload: workload.id,
                 name: format!("filler-{i}"),
+                key: None,
             })
             .unwrap();
         store

@@ -148,6 +148,7 @@ fn launch(engine: &Engine, tenant: Uuid, workload: Uuid, count: u32) {
                 workload,
                 name: "vm".into(),
                 count,
+                key: None,
             },
             &controller::cluster::Caller::default(),
         )

@@ -44,6 +44,7 @@ impl Cluster for Engine {
                 tenant: launch.tenant,
                 workload: launch.workload,
                 name: launch.name.clone(),
+                key: launch.key.clone(),
             }) {
                 Ok(instance) => created.push(instance),
                 Err(e) => {

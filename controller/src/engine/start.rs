@@ -1,5 +1,5 @@
 //! Building and sending an instance's START: flavor + image + user data + the tenant's network
-//! plan.
+//! plan; its meta data names the instance and carries its SSH key (`public-keys`).
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -50,6 +50,10 @@ pub(super) fn start_payload(
     meta.insert("instance-id".to_string(), instance.id.to_string());
     meta.insert("local-hostname".to_string(), hostname.clone());
     meta.insert("hostname".to_string(), hostname);
+    // cloud-init's NoCloud reads `public-keys` as a string of key lines (or a list).
+    if let Some(key) = &instance.key {
+        meta.insert("public-keys".to_string(), key.public_key.clone());
+    }
     Start {
         instance_uuid: instance.id,
         tenant_uuid: instance.tenant,

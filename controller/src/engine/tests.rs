@@ -129,6 +129,7 @@ impl World {
                     workload: self.workload,
                     name: "web".into(),
                     count,
+                    key: None,
                 },
                 &Caller::default(),
             )

@@ -9,6 +9,7 @@ mod console;
 mod docs;
 mod etcd;
 mod identity;
+mod keypairs;
 mod limits;
 mod native;
 mod openstack;

@@ -173,6 +173,120 @@ async fn the_openstack_cli_drives_the_api() {
     world.stop().await;
 }
 
+/// Runs a CLI command that should fail; its standard error.
+async fn fails(cli: &Arc<OpenStackCli>, args: &[&str]) -> String {
+    let (cli, args): (_, Vec<String>) = (cli.clone(), args.iter().map(|s| s.to_string()).collect());
+    tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = cli.run(&args).unwrap();
+        assert!(!out.success, "{args:?} succeeded: {}", out.stdout);
+        out.stderr
+    })
+    .await
+    .unwrap()
+}
+
+/// `openstack keypair ...` and `server create --key-name`: a generated key pair's private key is
+/// printed once, an imported public key is kept as given, and a server made with a key names it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_openstack_cli_manages_key_pairs() {
+    let Some(bin) = openstack_or_skip() else {
+        return;
+    };
+    let world = World::start().await;
+    let mut alice = OpenStackCli::new(
+        bin.clone(),
+        &world.api.url,
+        &world.a.user_name,
+        PASSWORD,
+        &world.a.name,
+    );
+    alice.debug = std::env::var("CUMULO_OPENSTACK_DEBUG").is_ok();
+    let alice = Arc::new(alice);
+
+    // Generated: the CLI prints the private key.
+    let private = ok(&alice, &["keypair", "create", "k1"]).await;
+    assert!(
+        private.starts_with("-----BEGIN OPENSSH PRIVATE KEY-----"),
+        "{private}"
+    );
+    // Imported from a file.
+    let dir = tempfile::tempdir().unwrap();
+    let public = dir.path().join("id.pub");
+    let line =
+        "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIDqQAmShDSQy5PElKTKfr2Xx0D8ZW+CSzdNTY+7C0SPx me@home";
+    std::fs::write(&public, format!("{line}\n")).unwrap();
+    let imported = json(
+        &alice,
+        &[
+            "keypair",
+            "create",
+            "--public-key",
+            public.to_str().unwrap(),
+            "k2",
+        ],
+    )
+    .await;
+    assert_eq!(imported["name"], "k2", "{imported}");
+    let fingerprint = imported["fingerprint"].as_str().unwrap().to_string();
+    assert_eq!(fingerprint.len(), 47);
+
+    let list = json(&alice, &["keypair", "list"]).await;
+    assert_eq!(names(&list), ["k1", "k2"]);
+    assert_eq!(list[1]["Fingerprint"], fingerprint.as_str());
+    let shown = json(&alice, &["keypair", "show", "k2"]).await;
+    assert_eq!(shown["fingerprint"], fingerprint.as_str(), "{shown}");
+    assert_eq!(shown["user_id"], world.a.user.to_string());
+    let key = ok(&alice, &["keypair", "show", "--public-key", "k2"]).await;
+    assert_eq!(key.trim(), line);
+
+    let created = json(
+        &alice,
+        &[
+            "server",
+            "create",
+            "--flavor",
+            "m1.tiny",
+            "--image",
+            "cirros",
+            "--key-name",
+            "k2",
+            "--wait",
+            "vm-key",
+        ],
+    )
+    .await;
+    assert_eq!(created["key_name"], "k2", "{created}");
+    let shown = json(&alice, &["server", "show", "vm-key"]).await;
+    assert_eq!(shown["key_name"], "k2", "{shown}");
+    let refused = fails(
+        &alice,
+        &[
+            "server",
+            "create",
+            "--flavor",
+            "m1.tiny",
+            "--image",
+            "cirros",
+            "--key-name",
+            "nope",
+            "vm-nokey",
+        ],
+    )
+    .await;
+    assert!(
+        refused.contains("Invalid key_name provided.") && refused.contains("400"),
+        "{refused}"
+    );
+
+    ok(&alice, &["keypair", "delete", "k1"]).await;
+    assert_eq!(names(&json(&alice, &["keypair", "list"]).await), ["k2"]);
+    let missing = fails(&alice, &["keypair", "show", "k1"]).await;
+    assert!(missing.contains("k1"), "{missing}");
+    ok(&alice, &["server", "delete", "vm-key"]).await;
+    world.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_openstack_cli_over_https() {
     let Some(bin) = openstack_or_skip() else {

@@ -78,6 +78,7 @@ pub fn create(store: &impl Store, seed: &Seed, n: usize) {
             tenant: seed.tenant,
             workload: seed.workload,
             name: format!("vm{n}"),
+            key: None,
         })
         .unwrap();
 }

@@ -56,7 +56,7 @@ pub fn launcher_role(prefix: &str) -> String {
 /// usage and address bitmaps and carved blocks, which a deletion releases; creation order,
 /// workload references, instance actions and the gone-instance list, which a deletion trims);
 /// address reservations. Never users, tenants, roles, names, tokens and their revocations,
-/// flavors, images, workloads, events, CNCIs.
+/// flavors, images, workloads, events, CNCIs, users' key pairs.
 pub fn launcher_ranges(prefix: &str) -> Vec<(String, Access)> {
     let root = Keys::new(prefix).root().to_string();
     let read = ["schema", "rhost/", "creds/"];
@@ -219,6 +219,7 @@ mod tests {
             "/c/event/1",
             "/c/counter/event",
             "/c/workload/x",
+            "/c/keypair/u/k1",
         ] {
             assert!(!covered(other), "{other}");
         }

@@ -208,6 +208,7 @@ impl IdentityStore for EtcdStore {
                 tx.delete(&keys.role_by_tenant(tenant, id, role_text(role)));
             }
             tx.delete_prefix(&by_user);
+            tx.delete_prefix(&keys.keypairs(id));
             tx.delete(&keys.name("user", &u.name));
             tx.delete(&keys.user(id));
             Ok(())
@@ -336,7 +337,7 @@ pub(super) fn tenant_in(tx: &mut Tx<'_>, id: Uuid) -> Result<TenantRec> {
         .ok_or_else(|| StoreError::not_found("tenant", id))
 }
 
-fn user_in(tx: &mut Tx<'_>, id: Uuid) -> Result<UserRec> {
+pub(super) fn user_in(tx: &mut Tx<'_>, id: Uuid) -> Result<UserRec> {
     let key = tx.keys().user(id);
     tx.get_json(&key)?
         .ok_or_else(|| StoreError::not_found("user", id))

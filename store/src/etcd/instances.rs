@@ -8,13 +8,14 @@ use super::identity::net_in;
 use super::keys::prefix_end;
 use super::records::*;
 use super::{EtcdStore, Kv, Tx};
-use crate::common::{check_name, check_same_size, check_version, millis, now};
+use crate::common::{check_instance_key, check_name, check_same_size, check_version, millis, now};
 use crate::net;
 use crate::*;
 
 impl InstanceStore for EtcdStore {
     fn create_instance(&self, new: NewInstance) -> Result<Instance> {
         check_name("instance", &new.name)?;
+        check_instance_key(&new.key)?;
         let id = Uuid::new_v4();
         self.atomically("creating an instance", |tx| {
             let keys = tx.keys();
@@ -72,6 +73,7 @@ impl InstanceStore for EtcdStore {
                 seq,
                 fault: None,
                 previous_workload: None,
+                key: new.key.as_ref().map(KeyRec::from),
             };
             tx.put(&keys.instance(id), &rec)?;
             tx.put_text(&keys.order(t.id, seq), &id.to_string());

@@ -8,6 +8,8 @@
 //! <prefix>block/<base:08x>                       a carved subnet (global: no two overlap)
 //! <prefix>name/{tenant,user,flavor}/<name>       unique-name index -> id
 //! <prefix>user/<id>                              user
+//! <prefix>keypair/<user>/<name>                  a user's key pair (names are letters, digits,
+//!                                                `_`, `-` and space: never a `/`)
 //! <prefix>role/user/<user>/<tenant>/<role>       role assignment, by user
 //! <prefix>role/tenant/<tenant>/<user>/<role>     the same, by tenant
 //! <prefix>flavor/<id> | image/<id> | workload/<id>
@@ -101,6 +103,14 @@ impl Keys {
     }
     pub(super) fn users(&self) -> String {
         self.key(&[&"user", &""])
+    }
+    /// The key pair `name` of `user`.
+    pub(super) fn keypair(&self, user: Uuid, name: &str) -> String {
+        self.key(&[&"keypair", &user, &name])
+    }
+    /// Every key pair of `user`.
+    pub(super) fn keypairs(&self, user: Uuid) -> String {
+        self.key(&[&"keypair", &user, &""])
     }
     pub(super) fn role_by_user(&self, user: Uuid, tenant: Uuid, role: &str) -> String {
         self.key(&[&"role", &"user", &user, &tenant, &role])

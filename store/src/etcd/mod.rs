@@ -48,6 +48,7 @@ mod cluster_tests;
 mod events;
 mod identity;
 mod instances;
+mod keypairs;
 mod keys;
 mod queue;
 mod records;

@@ -355,6 +355,54 @@ pub(super) struct InstanceRec {
     pub(super) fault: Option<FaultRec>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) previous_workload: Option<Uuid>,
+    /// The key pair it was made with (added with issue 22: absent in older records).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) key: Option<KeyRec>,
+}
+
+/// An instance's key: its key pair's name and a copy of its public key.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct KeyRec {
+    name: String,
+    public_key: String,
+}
+
+impl From<&InstanceKey> for KeyRec {
+    fn from(k: &InstanceKey) -> KeyRec {
+        KeyRec {
+            name: k.name.clone(),
+            public_key: k.public_key.clone(),
+        }
+    }
+}
+
+/// A user's key pair, at `keypair/<user>/<name>`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct KeypairRec {
+    pub(super) user: Uuid,
+    pub(super) name: String,
+    pub(super) kind: String,
+    pub(super) public_key: String,
+    pub(super) fingerprint: String,
+    pub(super) created_ms: i64,
+}
+
+impl KeypairRec {
+    pub(super) fn model(&self) -> Result<Keypair> {
+        Ok(Keypair {
+            user: self.user,
+            name: self.name.clone(),
+            kind: KeypairKind::from_name(&self.kind).ok_or_else(|| {
+                StoreError::Backend(format!(
+                    "key pair {:?} of user {}: unknown kind {:?}",
+                    self.name, self.user, self.kind
+                ))
+            })?,
+            public_key: self.public_key.clone(),
+            fingerprint: self.fingerprint.clone(),
+            created: from_millis(self.created_ms),
+        })
+    }
 }
 
 /// An instance's fault.
@@ -419,6 +467,10 @@ impl InstanceRec {
             updated: from_millis(self.updated_ms),
             version: self.version,
             previous_workload: self.previous_workload,
+            key: self.key.as_ref().map(|k| InstanceKey {
+                name: k.name.clone(),
+                public_key: k.public_key.clone(),
+            }),
         })
     }
 }

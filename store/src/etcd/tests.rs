@@ -144,6 +144,7 @@ fn two_clients_on_one_etcd_share_the_quota() {
         tenant: tenant.id,
         workload: workload.id,
         name: format!("vm{n}"),
+        key: None,
     };
     let made: Vec<Instance> = std::thread::scope(|s| {
         let handles: Vec<_> = [&first, &second, &first, &second, &first, &second]
@@ -198,6 +199,7 @@ fn a_stale_version_from_one_client_is_refused_after_another_updated() {
             tenant: tenant.id,
             workload: workload.id,
             name: "vm".into(),
+            key: None,
         })
         .unwrap();
     let seen_by_a = a.instance(Scope::All, i.id).unwrap();
@@ -389,6 +391,7 @@ fn admin_pages_follow_creation_order_across_tenants() {
                     tenant,
                     workload: wa.id,
                     name: format!("vm{n}"),
+                    key: None,
                 })
                 .unwrap()
                 .id,
@@ -477,6 +480,7 @@ fn child_creates_instances() {
             tenant,
             workload,
             name: format!("child-{}-{n}", std::process::id()),
+            key: None,
         }) {
             Ok(_) => created += 1,
             Err(StoreError::QuotaExceeded { .. }) => {}
@@ -551,6 +555,7 @@ fn three_processes_share_one_quota() {
                     tenant: tenant.id,
                     workload: workload.id,
                     name: format!("parent-{n}"),
+                    key: None,
                 })
                 .is_ok()
         })
@@ -602,6 +607,7 @@ fn listing_by_node_follows_moves_and_deletes() {
                 tenant: t.id,
                 workload: w.id,
                 name: format!("vm{n}"),
+                key: None,
             })
             .unwrap();
         let node = if n % 3 == 2 { b } else { a };

@@ -11,7 +11,9 @@ use uuid::Uuid;
 use super::catalog::{flavor, workload};
 use super::identity::tenant;
 use super::{SqliteStore, bad_column, int, opt_uuid_at, u32_at, u64_at, uuid_at};
-use crate::common::{check_name, check_same_size, check_version, from_millis, millis, now};
+use crate::common::{
+    check_instance_key, check_name, check_same_size, check_version, from_millis, millis, now,
+};
 use crate::net;
 use crate::*;
 
@@ -65,9 +67,10 @@ impl InstanceStore for SqliteStore {
 
 const INSTANCE_COLS: &str = "i.id, i.tenant_id, i.workload_id, i.name, i.vcpus, i.memory_mb, \
      i.node, i.state, i.reason, s.base, s.prefix, i.ip, i.cnci, i.created, i.updated, i.version, \
-     i.fault_reason, i.fault_message, i.fault_created, i.previous_workload_id";
+     i.fault_reason, i.fault_message, i.fault_created, i.previous_workload_id, i.key_name, \
+     i.key_data";
 /// How many columns [`INSTANCE_COLS`] reads (a query may read more after them).
-const INSTANCE_NCOLS: usize = 20;
+const INSTANCE_NCOLS: usize = 22;
 const INSTANCE_FROM: &str = "instances i JOIN subnets s ON s.id = i.subnet_id";
 
 fn state_text(state: &InstanceState) -> (&'static str, Option<&str>) {
@@ -93,6 +96,12 @@ fn instance_row(row: &Row<'_>) -> rusqlite::Result<Instance> {
         message: fault_message.unwrap_or_default(),
         created: from_millis(fault_created.unwrap_or_default()),
     });
+    let key_name: Option<String> = row.get(20)?;
+    let key_data: Option<String> = row.get(21)?;
+    let key = key_name.map(|name| InstanceKey {
+        name,
+        public_key: key_data.unwrap_or_default(),
+    });
     Ok(Instance {
         id: uuid_at(row, 0)?,
         tenant: uuid_at(row, 1)?,
@@ -111,6 +120,7 @@ fn instance_row(row: &Row<'_>) -> rusqlite::Result<Instance> {
         updated: from_millis(row.get(14)?),
         version: u64_at(row, 15)?,
         previous_workload: opt_uuid_at(row, 19)?,
+        key,
     })
 }
 
@@ -164,6 +174,7 @@ fn subnet_with_room(tx: &Transaction<'_>, t: &Tenant) -> Result<(Uuid, u32, u8)>
 
 pub(super) fn create(tx: &Transaction<'_>, new: NewInstance) -> Result<Instance> {
     check_name("instance", &new.name)?;
+    check_instance_key(&new.key)?;
     let t = tenant(tx, new.tenant)?;
     let w = workload(tx, Scope::Tenant(t.id), new.workload)?;
     let flavor = flavor(tx, w.flavor)?;
@@ -200,11 +211,13 @@ pub(super) fn create(tx: &Transaction<'_>, new: NewInstance) -> Result<Instance>
         updated: at,
         version: 1,
         previous_workload: None,
+        key: new.key,
     };
     tx.prepare_cached(
         "INSERT INTO instances (id, tenant_id, workload_id, name, vcpus, memory_mb, node, state,
-             reason, subnet_id, ip, cnci, created, updated, version)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, NULL, 'pending', NULL, ?7, ?8, NULL, ?9, ?9, 1)",
+             reason, subnet_id, ip, cnci, created, updated, version, key_name, key_data)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, NULL, 'pending', NULL, ?7, ?8, NULL, ?9, ?9, 1, ?10,
+             ?11)",
     )?
     .execute(params![
         instance.id.to_string(),
@@ -215,7 +228,9 @@ pub(super) fn create(tx: &Transaction<'_>, new: NewInstance) -> Result<Instance>
         int(instance.memory_mb)?,
         subnet_id.to_string(),
         ip,
-        millis(at)
+        millis(at),
+        instance.key.as_ref().map(|k| k.name.as_str()),
+        instance.key.as_ref().map(|k| k.public_key.as_str())
     ])?;
     tx.execute(
         "UPDATE subnets SET used = used + 1 WHERE id = ?1",

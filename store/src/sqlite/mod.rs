@@ -24,6 +24,7 @@ mod catalog;
 mod events;
 mod identity;
 mod instances;
+mod keypairs;
 mod queue;
 mod schema;
 
@@ -469,6 +470,7 @@ mod tests {
             tenant: tenant.id,
             workload: workload.id,
             name: "vm".into(),
+            key: None,
         };
         let made: usize = std::thread::scope(|s| {
             let handles: Vec<_> = [&first, &second, &first, &second]

@@ -216,6 +216,21 @@ CREATE INDEX revoked_tokens_expires ON revoked_tokens(expires);
     r#"
 DELETE FROM launcher_creds WHERE key NOT LIKE 'sealed:%';
 "#,
+    // 10: key pairs (issue 22): users' SSH public keys, unique by name per user, going with the
+    // user; the key pair an instance was made with (its name and a copy of its public key).
+    r#"
+CREATE TABLE keypairs (
+    user_id TEXT NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+    name TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    public_key TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    created INTEGER NOT NULL,
+    PRIMARY KEY (user_id, name)
+);
+ALTER TABLE instances ADD COLUMN key_name TEXT;
+ALTER TABLE instances ADD COLUMN key_data TEXT;
+"#,
 ];
 
 /// The newest schema version this code knows.
@@ -273,8 +288,8 @@ mod tests {
 
     use super::*;
     use crate::{
-        Fault, IdentityStore, InstanceChange, InstanceState, InstanceStore, Scope, SqliteStore,
-        TokenRef, TokenState,
+        Fault, IdentityStore, InstanceChange, InstanceState, InstanceStore, KeypairStore, Scope,
+        SqliteStore, TokenRef, TokenState,
     };
 
     /// Writes a database at schema `version` to `path`, with the rows `sql` inserts.
@@ -289,6 +304,58 @@ mod tests {
              {sql}"
         ))
         .unwrap();
+    }
+
+    /// A version 8 database with a user and an instance: migrations 9 and 10 give the instance no key,
+    /// and the user takes key pairs.
+    #[test]
+    fn a_version_8_database_gains_key_pairs() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v8.db");
+        let user = "00000000-0000-0000-0000-000000000009";
+        let id = "00000000-0000-0000-0000-00000000000a";
+        database_at(
+            &path,
+            8,
+            &format!(
+                "INSERT INTO users VALUES ('{user}', 'alice', 'h', 0, 1, 0);
+             INSERT INTO tenants VALUES ('00000000-0000-0000-0000-000000000001', 't', NULL, NULL,
+                 NULL, 24, 0, 1);
+             INSERT INTO flavors VALUES ('00000000-0000-0000-0000-000000000002', 'f', 1, 64, 1);
+             INSERT INTO images VALUES ('00000000-0000-0000-0000-000000000003', NULL, 'i', 'raw',
+                 'tiny', 0);
+             INSERT INTO workloads VALUES ('00000000-0000-0000-0000-000000000004', NULL, 'w',
+                 '00000000-0000-0000-0000-000000000002', '00000000-0000-0000-0000-000000000003',
+                 '', 1, 0);
+             INSERT INTO subnets VALUES ('00000000-0000-0000-0000-000000000005',
+                 '00000000-0000-0000-0000-000000000001', 2886729728, 24, 253, 1);
+             INSERT INTO instances (id, tenant_id, workload_id, name, vcpus, memory_mb, node,
+                 state, reason, subnet_id, ip, cnci, created, updated, version)
+             VALUES ('{id}', '00000000-0000-0000-0000-000000000001',
+                 '00000000-0000-0000-0000-000000000004', 'vm', 1, 64, NULL, 'active',
+                 NULL, '00000000-0000-0000-0000-000000000005', 2886729730, NULL, 0, 0, 1);"
+            ),
+        );
+        let store = SqliteStore::open(&path).unwrap();
+        assert_eq!(store.schema_version().unwrap(), known_version());
+        assert_eq!(
+            store.instance(Scope::All, id.parse().unwrap()).unwrap().key,
+            None
+        );
+        let user = user.parse().unwrap();
+        let k = store
+            .create_keypair(
+                crate::NewKeypair {
+                    user,
+                    name: "k1".into(),
+                    kind: crate::KeypairKind::Ssh,
+                    public_key: "ssh-ed25519 AAAA".into(),
+                    fingerprint: "00:11".into(),
+                },
+                100,
+            )
+            .unwrap();
+        assert_eq!(store.keypairs(user).unwrap(), vec![k]);
     }
 
     /// A version 7 database with a user: migration 8 gives it token generation 0 and an empty

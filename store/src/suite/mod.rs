@@ -1,5 +1,5 @@
 //! The behaviour every [`Store`] must have, as test functions generic over a [`Fixture`], one
-//! module per concern (`identity`, `catalog`, `instances`, `events`, `actions`, `queue`, and
+//! module per concern (`identity`, `keypairs`, `catalog`, `instances`, `events`, `actions`, `queue`, and
 //! `guarantees` for what holds across them); an implementation runs them all with
 //! `crate::store_suite!(MyFixture);` in its test module.
 // Test code: a failed unwrap is a failed test.
@@ -11,6 +11,7 @@ pub(crate) mod events;
 pub(crate) mod guarantees;
 pub(crate) mod identity;
 pub(crate) mod instances;
+pub(crate) mod keypairs;
 pub(crate) mod queue;
 
 use super::*;
@@ -46,6 +47,8 @@ macro_rules! store_suite {
                 addresses_are_allocated_and_reused, small_subnets_get_distinct_keys, subnets_run_out, cnci_lifecycle,
                 ten_thousand_instances_page_quickly, a_fault_is_kept_while_in_error,
                 an_instance_moves_to_a_workload_of_its_size, a_resize_changes_the_size_within_the_quota;
+            keypairs: keypair_crud, parallel_keypair_creates_respect_the_limit,
+                an_instance_keeps_its_key;
             events: events_are_scoped;
             actions: actions_are_recorded_and_finished,
                 actions_are_bounded_and_outlive_the_instance,
@@ -131,6 +134,7 @@ fn new_instance(tenant: &Tenant, workload: &Workload, name: &str) -> NewInstance
         tenant: tenant.id,
         workload: workload.id,
         name: name.into(),
+        key: None,
     }
 }
 

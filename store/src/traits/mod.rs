@@ -3,6 +3,7 @@
 //! | trait | holds |
 //! |---|---|
 //! | [`IdentityStore`] | tenants and their usage, users, role assignments |
+//! | [`KeypairStore`] | users' SSH key pairs (public halves) |
 //! | [`CatalogStore`] | flavors, images, workloads |
 //! | [`InstanceStore`] | instances, tenant subnets, CNCIs |
 //! | [`EventStore`] | the bounded event log |
@@ -24,6 +25,7 @@ mod catalog;
 mod events;
 mod identity;
 mod instances;
+mod keypairs;
 mod queue;
 
 pub use actions::ActionStore;
@@ -31,6 +33,7 @@ pub use catalog::CatalogStore;
 pub use events::EventStore;
 pub use identity::IdentityStore;
 pub use instances::InstanceStore;
+pub use keypairs::KeypairStore;
 pub use queue::OperationQueue;
 
 /// Everything the controller keeps: every concern's trait. Every call is one transaction; see
@@ -38,12 +41,19 @@ pub use queue::OperationQueue;
 ///
 /// Implemented for every type that implements all the concerns: implement those, never this.
 pub trait Store:
-    IdentityStore + CatalogStore + InstanceStore + EventStore + ActionStore + OperationQueue
+    IdentityStore
+    + KeypairStore
+    + CatalogStore
+    + InstanceStore
+    + EventStore
+    + ActionStore
+    + OperationQueue
 {
 }
 
 impl<T> Store for T where
     T: IdentityStore
+        + KeypairStore
         + CatalogStore
         + InstanceStore
         + EventStore

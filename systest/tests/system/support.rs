@@ -196,6 +196,7 @@ pub(crate) fn launch(
                 workload,
                 name: "vm".into(),
                 count,
+                key: None,
             },
             &Caller::default(),
         )

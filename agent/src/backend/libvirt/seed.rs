@@ -222,6 +222,24 @@ mod tests {
         assert_eq!(seed.user_data, "#cloud-config\n");
     }
 
+    /// An SSH key (spaces, `+`, `/`, `=`, a comment with `@`; several lines for several keys)
+    /// is one double-quoted scalar, which YAML reads back as the text: cloud-init's NoCloud
+    /// takes `public-keys` as a string of key lines.
+    #[test]
+    fn public_keys_are_one_quoted_scalar() {
+        let keys = "ssh-ed25519 AAAAC3Nz+a/b= me@home\nssh-rsa AAAAB3 other: key";
+        let meta = BTreeMap::from([("public-keys".to_string(), keys.to_string())]);
+        let seed = Seed::new(id(), None, &meta);
+        let line = seed
+            .meta_data
+            .lines()
+            .find_map(|l| l.strip_prefix("public-keys: "))
+            .unwrap();
+        assert!(line.starts_with('"') && line.ends_with('"'), "{line}");
+        let read: String = serde_json::from_str(line).unwrap();
+        assert_eq!(read, keys);
+    }
+
     /// The archive, read back by a small newc reader: names, modes and contents.
     #[test]
     fn cpio_reads_back() {

@@ -6,7 +6,9 @@
 //! cluster to launch `max_count` instances of it, or as many as the quota leaves and the cluster's
 //! nodes could hold at all ([`Cluster::capacity`](crate::cluster::Cluster::capacity)) if that is
 //! at least `min_count` (Nova's rule); the store re-checks the quota per instance, so parallel
-//! creates never exceed it.
+//! creates never exceed it. A `key_name` names one of the caller's key pairs (400 "Invalid
+//! key_name provided." otherwise, as Nova answers): every instance keeps its name and a copy of
+//! its public key, which its START carries as `public-keys` meta data.
 //!
 //! Deletes (and actions) act in the token's project only, admins included (unlike Nova, where an
 //! admin may act on any project's server): another project's servers are changed through the
@@ -26,7 +28,9 @@ use super::BASE;
 use crate::api::extract::{JsonBody, PathParams, path_id};
 use crate::api::{ApiError, ApiState, Principal};
 use crate::cluster::{ClusterError, Launch};
-use store::{CatalogStore, IdentityStore, NewWorkload, Scope, StoreError};
+use store::{
+    CatalogStore, IdentityStore, InstanceKey, Keypair, KeypairStore, NewWorkload, Scope, StoreError,
+};
 
 /// The most user data accepted, decoded (Nova's limit).
 const MAX_USER_DATA: usize = 65_535;
@@ -49,6 +53,8 @@ struct ServerCreate {
     min_count: Option<Value>,
     #[serde(default)]
     max_count: Option<Value>,
+    #[serde(default)]
+    key_name: Option<Value>,
 }
 
 /// The id in a reference that may be a bare id or a URL ending in one.
@@ -104,6 +110,7 @@ struct Plan {
     user_data: String,
     min: u32,
     max: u32,
+    key_name: Option<String>,
 }
 
 fn plan(server: ServerCreate) -> Result<Plan, ApiError> {
@@ -139,6 +146,11 @@ fn plan(server: ServerCreate) -> Result<Plan, ApiError> {
             ));
         }
     };
+    let key_name = match server.key_name {
+        None | Some(Value::Null) => None,
+        Some(Value::String(name)) => Some(name),
+        Some(_) => return Err(ApiError::BadRequest("key_name must be a string".into())),
+    };
     Ok(Plan {
         name,
         flavor,
@@ -146,7 +158,30 @@ fn plan(server: ServerCreate) -> Result<Plan, ApiError> {
         user_data,
         min,
         max,
+        key_name,
     })
+}
+
+/// The caller's key pair `name` as an instance keeps it; Nova's 400 when the caller has none of
+/// that name (or is no user: a certificate login has no key pairs).
+fn instance_key(
+    store: &dyn KeypairStore,
+    user: Option<Uuid>,
+    name: &str,
+) -> Result<InstanceKey, ApiError> {
+    let invalid = || ApiError::BadRequest("Invalid key_name provided.".into());
+    let user = user.ok_or_else(invalid)?;
+    if !Keypair::valid_name(name) {
+        return Err(invalid());
+    }
+    match store.keypair(user, name) {
+        Ok(k) => Ok(InstanceKey {
+            name: k.name,
+            public_key: k.public_key,
+        }),
+        Err(StoreError::NotFound { .. }) => Err(invalid()),
+        Err(other) => Err(other.into()),
+    }
 }
 
 /// How many instances of `per` vCPUs and `mem` MiB the tenant's quota still allows.
@@ -225,6 +260,7 @@ pub async fn create(
 ) -> Result<Response, ApiError> {
     let tenant = caller.project()?;
     let by = caller.who();
+    let user = caller.user;
     let plan = plan(request.server)?;
     let instances = state
         .cluster(move |store, cluster| {
@@ -242,6 +278,11 @@ pub async fn create(
                     }
                     other => other.into(),
                 })?;
+            let key = plan
+                .key_name
+                .as_deref()
+                .map(|name| instance_key(store, user, name))
+                .transpose()?;
             let room = headroom(store, tenant, flavor.vcpus, flavor.memory_mb)?;
             if room < u64::from(plan.min) {
                 return Err(ApiError::OverLimit(format!(
@@ -266,6 +307,7 @@ pub async fn create(
                 workload,
                 name: plan.name,
                 count,
+                key,
             };
             Ok(cluster.launch(Scope::Tenant(tenant), launch, &by)?)
         })
@@ -327,6 +369,7 @@ mod tests {
             json!({"name": "a", "flavorRef": f.to_string(), "imageRef": i.to_string(), "min_count": 0}),
             json!({"name": "a", "flavorRef": f.to_string(), "imageRef": i.to_string(), "min_count": 3, "max_count": 2}),
             json!({"name": "a", "flavorRef": 5, "imageRef": i.to_string()}),
+            json!({"name": "a", "flavorRef": f.to_string(), "imageRef": i.to_string(), "key_name": 5}),
         ] {
             assert_eq!(
                 server(bad.clone()).err().map(|e| e.status().as_u16()),

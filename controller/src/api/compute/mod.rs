@@ -1,5 +1,6 @@
 //! The OpenStack Compute v2.1 subset at `/compute/v2.1`: version documents, flavors, servers
-//! (list, show, create, delete, stop/start/reboot, their instance actions) and limits. Errors
+//! (list, show, create, delete, stop/start/reboot, their instance actions), the user's key
+//! pairs (`os-keypairs`) and limits. Errors
 //! in Nova's shape.
 //!
 //! Microversions: this server implements the 2.1 base only. Requests may name `2.1`, `2.0` or
@@ -10,11 +11,13 @@
 mod actions;
 mod console;
 mod flavors;
+mod keypairs;
 mod launch;
 mod rebuild;
 mod resize;
 mod server_action;
 mod servers;
+mod sshkey;
 
 pub(crate) use launch::headroom;
 pub(crate) use rebuild::target_workload as rebuild_target;
@@ -74,7 +77,15 @@ pub fn routes() -> Router<ApiState> {
             "/compute/v2.1/servers/{id}/os-instance-actions/{request_id}",
             get(actions::show),
         )
-        .route("/compute/v2.1/os-availability-zone", get(zones));
+        .route("/compute/v2.1/os-availability-zone", get(zones))
+        .route(
+            "/compute/v2.1/os-keypairs",
+            get(keypairs::list).post(keypairs::create),
+        )
+        .route(
+            "/compute/v2.1/os-keypairs/{name}",
+            get(keypairs::show).delete(keypairs::delete),
+        );
     api.layer(middleware::from_fn(microversion))
         .layer(middleware::map_response(nova_errors))
 }
@@ -198,7 +209,7 @@ async fn limits(State(state): State<ApiState>, caller: Principal) -> Result<Resp
         "maxImageMeta": 128,
         "maxPersonality": 5,
         "maxPersonalitySize": 10240,
-        "maxTotalKeypairs": 100,
+        "maxTotalKeypairs": keypairs::MAX_KEYPAIRS,
         "maxServerGroups": 10,
         "maxServerGroupMembers": 10,
         "maxTotalFloatingIps": -1,

@@ -100,7 +100,7 @@ pub fn detailed(
         "accessIPv4": "",
         "accessIPv6": "",
         "links": links(base, instance.id),
-        "key_name": null,
+        "key_name": instance.key.as_ref().map(|k| k.name.as_str()),
         "config_drive": "",
         "progress": 0,
         "security_groups": [{"name": "default"}],

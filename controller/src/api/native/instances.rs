@@ -232,6 +232,7 @@ pub async fn create(
                 workload: workload.id,
                 name: body.name,
                 count,
+                key: None,
             };
             Ok(cluster.launch(Scope::Tenant(tenant), launch, &by)?)
         })

@@ -275,7 +275,8 @@ fn state_schema() -> utoipa::openapi::Object {
 }
 
 /// An instance (`error`: the reason of the `error` state, `null` in any other; `fault`: why it
-/// failed, `null` when there is nothing to show).
+/// failed, `null` when there is nothing to show; `key_name`: the key pair it was created with
+/// through the Compute API, `null` for none).
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Instance {
     id: Uuid,
@@ -298,6 +299,8 @@ pub struct Instance {
     cnci: Option<Uuid>,
     #[schema(required)]
     fault: Option<Fault>,
+    #[schema(required)]
+    key_name: Option<String>,
     #[schema(format = DateTime)]
     created: String,
     #[schema(format = DateTime)]
@@ -329,6 +332,7 @@ pub fn instance(i: &store::Instance) -> Instance {
             message: f.message,
             created: rfc3339(f.created),
         }),
+        key_name: i.key.as_ref().map(|k| k.name.clone()),
         created: rfc3339(i.created),
         updated: rfc3339(i.updated),
     }

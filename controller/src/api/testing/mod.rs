@@ -215,6 +215,7 @@ impl Cluster for FakeCluster {
                 tenant: launch.tenant,
                 workload: launch.workload,
                 name: launch.name.clone(),
+                key: launch.key.clone(),
             })?;
             let ticket = actions::begin(
                 self.store.as_ref(),

@@ -37,6 +37,7 @@ impl World {
                     workload,
                     name: "vm".into(),
                     count: 1,
+                    key: None,
                 },
                 &Caller::default(),
             )

@@ -14,6 +14,7 @@ fn nothing_is_created_while_the_scheduler_is_unreachable() {
             workload: w.workload,
             name: "x".into(),
             count: 1,
+            key: None,
         },
         &Caller::default(),
     );
@@ -39,6 +40,7 @@ fn a_launch_beyond_what_the_nodes_could_hold_writes_nothing() {
                 workload: w.workload,
                 name: "x".into(),
                 count,
+                key: None,
             },
             &Caller::default(),
         )
@@ -101,6 +103,7 @@ fn another_tenant_sees_nothing() {
             workload: w.workload,
             name: "x".into(),
             count: 1,
+            key: None,
         },
         &Caller::default(),
     );
@@ -127,6 +130,7 @@ fn a_launch_past_the_quota_keeps_what_fitted() {
             workload: w.workload,
             name: "x".into(),
             count: 3,
+            key: None,
         },
         &Caller::default(),
     );
@@ -148,6 +152,7 @@ fn bad_launches_are_refused() {
                 workload: w.workload,
                 name: name.into(),
                 count,
+                key: None,
             },
             &Caller::default(),
         );
@@ -192,3 +197,41 @@ fn traces_are_kept_in_a_bounded_ring() {
 }
 
 // ---- CNCIs --------------------------------------------------------------------------------
+
+/// A launch with a key: every instance keeps it, and its START carries the public key as
+/// `public-keys` meta data; a launch without one has none.
+#[test]
+fn a_launch_with_a_key_puts_it_in_the_start() {
+    let w = world();
+    w.node_connected(NODE, NodeType::ComputeNode);
+    let key = store::InstanceKey {
+        name: "k2".into(),
+        public_key: "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIDqQ me@home".into(),
+    };
+    let made = w
+        .engine
+        .launch(
+            Scope::Tenant(w.tenant),
+            Launch {
+                tenant: w.tenant,
+                workload: w.workload,
+                name: "x".into(),
+                count: 2,
+                key: Some(key.clone()),
+            },
+            &Caller::default(),
+        )
+        .unwrap();
+    let sent = w.out.take();
+    let keyed = starts(&sent);
+    assert_eq!(keyed.len(), 2);
+    for (instance, start) in made.iter().zip(&keyed) {
+        assert_eq!(w.instance(instance.id).key, Some(key.clone()));
+        let meta = start.meta_data.as_ref().unwrap();
+        assert_eq!(meta.get("public-keys"), Some(&key.public_key));
+    }
+    w.launch(1);
+    let sent = w.out.take();
+    let meta = starts(&sent)[0].meta_data.clone().unwrap();
+    assert!(!meta.contains_key("public-keys"));
+}
