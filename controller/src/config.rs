@@ -295,16 +295,17 @@ impl Args {
                 std::fs::read_to_string(p)
                     .map_err(|e| ConfigError::LauncherCa(format!("{}: {e}", p.display())))
             };
+            let (ca_pem, ca_key_pem) = (read(&self.ca_cert)?, read(key)?);
             let issuer = crate::creds::CredsIssuer::from_pem(
-                &read(&self.ca_cert)?,
-                &read(key)?,
+                &ca_pem,
+                &ca_key_pem,
                 self.launcher_cert_lifetime,
             )
             .map_err(|e| ConfigError::LauncherCa(e.to_string()))?;
             daemon.launcher_creds = Some(std::sync::Arc::new(issuer));
             let cncis = crate::cnci_creds::CnciIssuer::from_pem(
-                &read(&self.ca_cert)?,
-                &read(key)?,
+                &ca_pem,
+                &ca_key_pem,
                 self.cnci_cert_lifetime,
             )
             .map_err(|e| ConfigError::LauncherCa(e.to_string()))?;
