@@ -554,6 +554,24 @@ impl Cluster {
         });
     }
 
+    /// Prints the last `n` lines of every service's log (for a test that failed).
+    pub fn print_log_tails(&self, n: usize) {
+        let procs = self.procs.lock().map(|p| p.clone()).unwrap_or_default();
+        for (name, proc) in &procs {
+            let text = std::fs::read_to_string(&proc.log).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            let from = lines.len().saturating_sub(n);
+            eprintln!(
+                "--- {name}: the last {} lines of {}",
+                lines.len() - from,
+                proc.log.display()
+            );
+            for line in &lines[from..] {
+                eprintln!("{line}");
+            }
+        }
+    }
+
     /// Makes a network namespace with a veth to it: `10.<net>.0.1/30` here, `.2` there.
     /// Returns (namespace, the veth's name here).
     pub fn netns(&self, net: u8) -> (String, String) {
@@ -586,6 +604,9 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.print_log_tails(60);
+        }
         // Our extra agents first (not in `up`'s services), then `down` for the rest.
         let procs = self.procs.lock().map(|p| p.clone()).unwrap_or_default();
         for (name, proc) in &procs {
