@@ -7,14 +7,7 @@ use std::io::{BufRead, Read, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use testkit::TestPki;
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use testkit::procfs::free_port;
 
 fn get_metrics(port: u16) -> Option<String> {
     let mut tcp = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;

@@ -7,7 +7,7 @@
 //! (`--peer-client-cert-auth`).
 
 use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::Arc;
@@ -195,10 +195,12 @@ impl Drop for Member {
     }
 }
 
-/// A loopback port that was free a moment ago.
+/// A loopback port that was free a moment ago ([`crate::procfs::free_port`]).
 fn free_port() -> std::io::Result<SocketAddr> {
-    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
-    listener.local_addr()
+    match crate::procfs::free_port() {
+        0 => Err(std::io::Error::other("no free loopback port")),
+        port => Ok(SocketAddr::from((Ipv4Addr::LOCALHOST, port))),
+    }
 }
 
 /// Whether etcd's `/health` at `addr` (over TLS, with `config`'s client certificate) says it is
