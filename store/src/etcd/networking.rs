@@ -11,8 +11,7 @@ use std::net::Ipv4Addr;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use super::identity::tenant_in;
-use super::instances::instance_in;
+use super::records::InstanceRec;
 use super::{EtcdStore, Tx, decode_all};
 use crate::networking::{NetTx, TenantNet, network_store};
 use crate::*;
@@ -29,8 +28,11 @@ pub(super) struct EtcdNet<'a, 's>(pub(super) &'a mut Tx<'s>);
 
 impl NetTx for EtcdNet<'_, '_> {
     fn load(&mut self, tenant: Uuid) -> Result<Option<TenantNet>> {
-        tenant_in(self.0, tenant)?;
-        let key = self.0.keys().net_doc(tenant);
+        let keys = self.0.keys();
+        if self.0.get(&keys.tenant(tenant))?.is_none() {
+            return Err(StoreError::not_found("tenant", tenant));
+        }
+        let key = keys.net_doc(tenant);
         self.0.get_json(&key)
     }
 
@@ -40,11 +42,12 @@ impl NetTx for EtcdNet<'_, '_> {
     }
 
     fn instance_ip(&mut self, tenant: Uuid, instance: Uuid) -> Result<Option<Ipv4Addr>> {
-        match instance_in(self.0, Scope::Tenant(tenant), instance) {
-            Ok((rec, _)) => Ok(Some(Ipv4Addr::from(rec.ip))),
-            Err(StoreError::NotFound { .. }) => Ok(None),
-            Err(other) => Err(other),
-        }
+        let key = self.0.keys().instance(instance);
+        Ok(self
+            .0
+            .get_json::<InstanceRec>(&key)?
+            .filter(|rec| rec.tenant == tenant)
+            .map(|rec| Ipv4Addr::from(rec.ip)))
     }
 
     fn port_groups(&mut self, tenant: Uuid) -> Result<BTreeMap<Uuid, Vec<Uuid>>> {

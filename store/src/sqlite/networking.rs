@@ -9,7 +9,6 @@ use std::net::Ipv4Addr;
 use rusqlite::{OptionalExtension, Transaction, params};
 use uuid::Uuid;
 
-use super::identity::tenant;
 use super::{SqliteStore, uuid_at};
 use crate::networking::{NetTx, TenantNet, network_store};
 use crate::*;
@@ -23,7 +22,14 @@ fn json_err(e: serde_json::Error) -> StoreError {
 
 impl NetTx for SqliteNet<'_, '_> {
     fn load(&mut self, id: Uuid) -> Result<Option<TenantNet>> {
-        tenant(self.0, id)?;
+        let exists: bool = self.0.query_row(
+            "SELECT EXISTS (SELECT 1 FROM tenants WHERE id = ?1)",
+            [id.to_string()],
+            |r| r.get(0),
+        )?;
+        if !exists {
+            return Err(StoreError::not_found("tenant", id));
+        }
         let doc: Option<String> = self
             .0
             .query_row(
