@@ -83,9 +83,9 @@ impl ApiConfig {
 
     /// A new tenant's limits unless said otherwise: 10 instances, 20 vCPUs, 51,200 MiB, Nova's
     /// own defaults (`[quota] instances`, `cores`, `ram`), so that a project moved from
-    /// OpenStack, or made by its tools, meets the limits it expects. Addresses need no limit of
-    /// their own: every instance takes exactly one address of its tenant's subnets (the
-    /// controller hands out no floating addresses), so the instance limit bounds them.
+    /// OpenStack, or made by its tools, meets the limits it expects. Tenant subnet addresses
+    /// need no limit of their own: every instance takes exactly one, so the instance limit
+    /// bounds them; floating IPs have their own (the Networking API's `floatingip` quota).
     pub const DEFAULT_QUOTA: store::Quota = store::Quota {
         instances: Some(10),
         vcpus: Some(20),
