@@ -15,8 +15,8 @@ use uuid::Uuid;
 
 use super::networks::EXTERNAL_NETWORK;
 use super::{
-    NetError, NetResult, blocking, body_object, list_body, only_fields, opt_text, own_project,
-    path_uuid, time,
+    NetError, NetResult, blocking, body_object, deleted, list_body, one_of, only_fields, opt_text,
+    own_project, path_uuid, time,
 };
 use crate::api::extract::{JsonBody, PathParams};
 use crate::api::{ApiState, Principal};
@@ -118,17 +118,6 @@ pub async fn list(
     list_body(&state.config.public_url, "floatingips", &uri, all)
 }
 
-async fn find(state: &ApiState, project: Uuid, id: Uuid) -> NetResult<FloatingIp> {
-    blocking(state, move |store| {
-        store
-            .floating_ips(project)?
-            .into_iter()
-            .find(|f| f.id == id)
-            .ok_or_else(|| not_found(id))
-    })
-    .await
-}
-
 /// `GET /floatingips/{id}` (an id that is not a UUID, such as an address, is a 404, which is
 /// what lets the CLI go on to look for it by address).
 pub async fn show(
@@ -138,7 +127,13 @@ pub async fn show(
 ) -> NetResult<Json<Value>> {
     let project = caller.project()?;
     let id = path_uuid("FloatingIPNotFound", "Floating IP", &id)?;
-    let ip = find(&state, project, id).await?;
+    let ip = one_of(
+        &state,
+        move |store| store.floating_ips(project),
+        move |f: &FloatingIp| f.id == id,
+        not_found(id),
+    )
+    .await?;
     Ok(Json(json!({"floatingip": floating_body(&ip)})))
 }
 
@@ -232,11 +227,10 @@ pub async fn delete(
 ) -> NetResult<StatusCode> {
     let project = caller.project()?;
     let id = path_uuid("FloatingIPNotFound", "Floating IP", &id)?;
-    blocking(&state, move |store| {
+    deleted(&state, move |store| {
         store
             .delete_floating_ip(project, id)
             .map_err(floating_error)
     })
-    .await?;
-    Ok(StatusCode::NO_CONTENT)
+    .await
 }

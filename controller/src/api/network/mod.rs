@@ -248,6 +248,33 @@ where
         .map_err(|e| NetError::from(ApiError::Internal(format!("store task failed: {e}"))))?
 }
 
+/// Runs a deletion in the store: 204.
+pub(super) async fn deleted<F>(state: &ApiState, f: F) -> NetResult<StatusCode>
+where
+    F: FnOnce(&dyn store::Store) -> NetResult<()> + Send + 'static,
+{
+    blocking(state, f).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// The one of the objects `all` reads that `matches`, or `missing`.
+pub(super) async fn one_of<T, A, M>(
+    state: &ApiState,
+    all: A,
+    matches: M,
+    missing: NetError,
+) -> NetResult<T>
+where
+    T: Send + 'static,
+    A: FnOnce(&dyn store::Store) -> Result<Vec<T>, StoreError> + Send + 'static,
+    M: Fn(&T) -> bool + Send + 'static,
+{
+    blocking(state, move |store| {
+        all(store)?.into_iter().find(|x| matches(x)).ok_or(missing)
+    })
+    .await
+}
+
 fn version_body(base: &str) -> Value {
     json!({
         "id": "v2.0",

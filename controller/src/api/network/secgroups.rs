@@ -14,8 +14,8 @@ use serde_json::{Map, Value, json};
 use uuid::Uuid;
 
 use super::{
-    NetError, NetResult, blocking, body_object, list_body, only_fields, opt_text, own_project,
-    path_uuid, time,
+    NetError, NetResult, blocking, body_object, deleted, list_body, one_of, only_fields, opt_text,
+    own_project, path_uuid, time,
 };
 use crate::api::extract::{JsonBody, PathParams};
 use crate::api::{ApiState, Principal};
@@ -133,17 +133,6 @@ pub async fn list(
     list_body(&state.config.public_url, "security_groups", &uri, all)
 }
 
-async fn find_group(state: &ApiState, project: Uuid, id: Uuid) -> NetResult<SecurityGroup> {
-    blocking(state, move |store| {
-        store
-            .security_groups(project)?
-            .into_iter()
-            .find(|g| g.id == id)
-            .ok_or_else(|| group_not_found(id))
-    })
-    .await
-}
-
 /// `GET /security-groups/{id}`.
 pub async fn show(
     State(state): State<ApiState>,
@@ -152,7 +141,13 @@ pub async fn show(
 ) -> NetResult<Json<Value>> {
     let project = caller.project()?;
     let id = path_uuid("SecurityGroupNotFound", "Security group", &id)?;
-    let group = find_group(&state, project, id).await?;
+    let group = one_of(
+        &state,
+        move |store| store.security_groups(project),
+        move |g: &SecurityGroup| g.id == id,
+        group_not_found(id),
+    )
+    .await?;
     Ok(Json(json!({"security_group": group_body(&group)})))
 }
 
@@ -220,13 +215,12 @@ pub async fn delete(
 ) -> NetResult<StatusCode> {
     let project = caller.project()?;
     let id = path_uuid("SecurityGroupNotFound", "Security group", &id)?;
-    blocking(&state, move |store| {
+    deleted(&state, move |store| {
         store
             .delete_security_group(project, id)
             .map_err(group_error)
     })
-    .await?;
-    Ok(StatusCode::NO_CONTENT)
+    .await
 }
 
 /// Every rule of the project's groups, with whether its group is `default`.
@@ -420,11 +414,10 @@ pub async fn delete_rule(
 ) -> NetResult<StatusCode> {
     let project = caller.project()?;
     let id = path_uuid("SecurityGroupRuleNotFound", "Security group rule", &id)?;
-    blocking(&state, move |store| {
+    deleted(&state, move |store| {
         store
             .delete_security_group_rule(project, id)
             .map_err(group_error)
     })
-    .await?;
-    Ok(StatusCode::NO_CONTENT)
+    .await
 }
