@@ -23,6 +23,25 @@ pub enum NetworkMode {
     Cnci,
 }
 
+/// Parses `--floating-range`: an IPv4 block from /8 to /30 that does not overlap the tenant
+/// subnets' pool (172.16.0.0/12).
+pub fn parse_floating_range(text: &str) -> Result<ssntp::payload::Cidr, String> {
+    let cidr: ssntp::payload::Cidr = text
+        .parse()
+        .map_err(|_| format!("{text}: not an address block such as 192.168.233.0/24"))?;
+    let (base, _, _) = store::pool_hosts(cidr).map_err(|e| e.to_string())?;
+    let pool = ipnet::Ipv4Net::new(store::net::POOL_BASE, store::net::POOL_PREFIX)
+        .map_err(|e| e.to_string())?;
+    let asked = ipnet::Ipv4Net::new(std::net::Ipv4Addr::from(base), cidr.prefix)
+        .map_err(|e| e.to_string())?;
+    if pool.contains(&asked.network()) || asked.contains(&pool.network()) {
+        return Err(format!(
+            "{text} overlaps {pool}, where the tenant subnets are carved from"
+        ));
+    }
+    Ok(store::net::cidr(base, cidr.prefix))
+}
+
 /// Parses `--default-quota`: `unlimited`, or `KEY=VALUE` pairs (`instances`, `vcpus`,
 /// `memory_mb`; a number or `unlimited`), comma-separated, over [`ApiConfig::DEFAULT_QUOTA`].
 pub fn parse_quota(text: &str) -> Result<Quota, String> {
@@ -137,6 +156,17 @@ pub struct Args {
         value_parser = parse_quota
     )]
     pub default_quota: Quota,
+    /// The floating-IP pool: the subnet of the Networking API's external network (`public`),
+    /// an IPv4 block from /8 to /30 outside 172.16.0.0/12 (the tenant subnets'); its first host
+    /// is the gateway, never handed out. Floating IPs are recorded and associated, not yet
+    /// routed (docs/api.md).
+    #[arg(
+        long,
+        env = "CUMULO_CONTROLLER_FLOATING_RANGE",
+        default_value = "192.168.233.0/24",
+        value_parser = parse_floating_range
+    )]
+    pub floating_range: ssntp::payload::Cidr,
     /// Login attempts a minute for one user name, known or not (0: no limit). An attempt with
     /// the right password does not count; over the limit, 429 with Retry-After.
     #[arg(
@@ -240,6 +270,8 @@ pub struct ApiArgs {
     pub token_ttl: Duration,
     /// A new tenant's limits unless its request gives them.
     pub default_quota: Quota,
+    /// The floating-IP pool.
+    pub floating_range: ssntp::payload::Cidr,
     /// Login rate limits and the hashing pool.
     pub login: crate::api::LoginLimits,
     /// Connection limits.
@@ -330,6 +362,7 @@ impl Args {
             admin_password_file: self.admin_password_file,
             token_ttl: self.token_ttl,
             default_quota: self.default_quota,
+            floating_range: self.floating_range,
             login: crate::api::LoginLimits {
                 per_user: self.login_attempts_per_user,
                 per_source: self.login_attempts_per_source,

@@ -87,6 +87,7 @@ async fn run(args: Args, shutdown: CancellationToken) -> Result<(), String> {
         signer,
         ApiConfig {
             default_quota: api.default_quota,
+            floating_range: api.floating_range,
             login: api.login,
             connections: api.connections,
             ..ApiConfig::new(api.public_url.clone())

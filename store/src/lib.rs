@@ -1,4 +1,5 @@
 //! The controller's store: one trait per concern ([`IdentityStore`], [`KeypairStore`],
+//! [`NetworkStore`],
 //! [`CatalogStore`], [`InstanceStore`], [`EventStore`], [`ActionStore`], [`OperationQueue`];
 //! [`Store`] is all of them), implemented by [`SqliteStore`] (embedded, the default) and [`EtcdStore`] (etcd v3,
 //! shared by several controllers); [`open()`] picks one from a path or an `etcd://` URL.
@@ -20,6 +21,7 @@ pub mod etcd;
 mod mask;
 mod model;
 pub mod net;
+mod networking;
 mod open;
 mod queue;
 mod reservations;
@@ -38,6 +40,12 @@ pub use etcd::EtcdArgs;
 pub use etcd::{EtcdStore, EtcdTransport};
 pub use mask::{FieldMask, InstanceFacts, InstanceWrite, Placement};
 pub use model::*;
+pub use networking::{
+    DEFAULT_GROUP, Direction, EtherType, FloatingIp, FloatingIpChange, MAX_NET_TEXT,
+    MAX_PORT_GROUPS, NetworkQuota, NewFloatingIp, NewSecurityGroup, NewSecurityGroupRule,
+    PortGroups, RULE_PROTOCOLS, RuleRemote, SecurityGroup, SecurityGroupChange, SecurityGroupRule,
+    check_rule, pool_hosts,
+};
 #[cfg(feature = "etcd")]
 pub use open::open_shared;
 pub use open::{EtcdSettings, StoreLocation, open};
@@ -47,7 +55,7 @@ pub use reservations::{MemoryReservations, Reservation, ReservationStore};
 pub use sqlite::SqliteStore;
 pub use traits::{
     ActionStore, CatalogStore, EventStore, IdentityStore, InstanceStore, KeypairStore,
-    OperationQueue, Store,
+    NetworkStore, OperationQueue, Store,
 };
 
 /// Every trait of the store, to call their methods on a concrete store (`SqliteStore`,
@@ -55,7 +63,7 @@ pub use traits::{
 pub mod prelude {
     pub use crate::{
         ActionStore, CatalogStore, EventStore, IdentityStore, InstanceStore, KeypairStore,
-        OperationQueue, ReservationStore, Store,
+        NetworkStore, OperationQueue, ReservationStore, Store,
     };
 }
 
@@ -75,6 +83,12 @@ pub enum QuotaKind {
     MemoryMb,
     /// The number of a user's key pairs.
     Keypairs,
+    /// The number of a tenant's floating IPs.
+    FloatingIps,
+    /// The number of a tenant's security groups.
+    SecurityGroups,
+    /// The number of rules over a tenant's security groups.
+    SecurityGroupRules,
 }
 
 impl std::fmt::Display for QuotaKind {
@@ -84,6 +98,9 @@ impl std::fmt::Display for QuotaKind {
             QuotaKind::Vcpus => "vcpus",
             QuotaKind::MemoryMb => "memory (MiB)",
             QuotaKind::Keypairs => "key pairs",
+            QuotaKind::FloatingIps => "floating IPs",
+            QuotaKind::SecurityGroups => "security groups",
+            QuotaKind::SecurityGroupRules => "security group rules",
         })
     }
 }

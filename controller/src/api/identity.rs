@@ -88,6 +88,7 @@ pub fn catalog(base: &str) -> Value {
         service("identity", "keystone", format!("{base}/v3")),
         service("compute", "nova", format!("{base}/compute/v2.1")),
         service("image", "glance", format!("{base}/image")),
+        service("network", "neutron", format!("{base}/network")),
     ])
 }
 

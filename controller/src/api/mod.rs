@@ -1,5 +1,5 @@
-//! cumulo-controller's REST API (axum): the OpenStack Identity v3, Compute v2.1 and Image v2
-//! subsets the standard `openstack` CLI needs, cumulo's native API under `/cumulo/v1`, an
+//! cumulo-controller's REST API (axum): the OpenStack Identity v3, Compute v2.1, Image v2 and
+//! Networking v2.0 subsets the standard `openstack` CLI needs, cumulo's native API under `/cumulo/v1`, an
 //! OpenAPI document of the native API, and Prometheus metrics.
 //!
 //! - [`router`] builds the routes over an [`ApiState`]; [`serve`] serves them on a bound
@@ -24,6 +24,7 @@ mod image;
 pub mod logins;
 mod metrics;
 mod native;
+mod network;
 pub mod password;
 mod serve;
 #[cfg(any(test, fuzzing, feature = "testing"))]
@@ -66,6 +67,9 @@ pub struct ApiConfig {
     /// The limits of a tenant created through the API with none given (each limit the request
     /// leaves out); [`ApiConfig::DEFAULT_QUOTA`] unless `--default-quota` says otherwise.
     pub default_quota: store::Quota,
+    /// The floating-IP pool: the subnet of the Networking API's external network
+    /// ([`ApiConfig::DEFAULT_FLOATING_RANGE`] unless `--floating-range` says otherwise).
+    pub floating_range: ssntp::payload::Cidr,
     /// Login rate limits and the password hashing pool.
     pub login: LoginLimits,
     /// Connection limits (per source address, TLS and header deadlines): what the server is
@@ -79,13 +83,19 @@ impl ApiConfig {
 
     /// A new tenant's limits unless said otherwise: 10 instances, 20 vCPUs, 51,200 MiB, Nova's
     /// own defaults (`[quota] instances`, `cores`, `ram`), so that a project moved from
-    /// OpenStack, or made by its tools, meets the limits it expects. Addresses need no limit of
-    /// their own: every instance takes exactly one address of its tenant's subnets (the
-    /// controller hands out no floating addresses), so the instance limit bounds them.
+    /// OpenStack, or made by its tools, meets the limits it expects. Tenant subnet addresses
+    /// need no limit of their own: every instance takes exactly one, so the instance limit
+    /// bounds them; floating IPs have their own (the Networking API's `floatingip` quota).
     pub const DEFAULT_QUOTA: store::Quota = store::Quota {
         instances: Some(10),
         vcpus: Some(20),
         memory_mb: Some(51_200),
+    };
+
+    /// The default floating-IP pool, 192.168.233.0/24 (outside the tenant subnets' 172.16.0.0/12).
+    pub const DEFAULT_FLOATING_RANGE: ssntp::payload::Cidr = ssntp::payload::Cidr {
+        addr: std::net::IpAddr::V4(std::net::Ipv4Addr::new(192, 168, 233, 0)),
+        prefix: 24,
     };
 
     /// Defaults for a server reachable at `public_url`.
@@ -96,6 +106,7 @@ impl ApiConfig {
             password_iterations: password::DEFAULT_ITERATIONS,
             launcher_creds: None,
             default_quota: ApiConfig::DEFAULT_QUOTA,
+            floating_range: ApiConfig::DEFAULT_FLOATING_RANGE,
             login: LoginLimits::default(),
             connections: ConnectionLimits::default(),
         }
@@ -172,6 +183,7 @@ pub fn router(state: ApiState) -> Router {
         .merge(identity::routes())
         .merge(compute::routes())
         .merge(image::routes())
+        .merge(network::routes())
         .merge(native::routes())
         .route("/openapi.json", get(native::openapi::document))
         .route("/metrics", get(metrics::render))

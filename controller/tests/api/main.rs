@@ -12,6 +12,7 @@ mod identity;
 mod keypairs;
 mod limits;
 mod native;
+mod network;
 mod openstack;
 mod support;
 mod tls;

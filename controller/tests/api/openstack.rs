@@ -327,3 +327,192 @@ async fn the_openstack_cli_over_https() {
     ok(&cli, &["server", "delete", "tls-vm"]).await;
     world.stop().await;
 }
+
+/// The Networking API through the CLI: `network list`, `subnet list`, `security group ...`,
+/// `server create --security-group`, `port list --server`, `floating ip ...`,
+/// `server add/remove floating ip`, `quota show --network`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_openstack_cli_drives_the_networking_api() {
+    let Some(bin) = openstack_or_skip() else {
+        return;
+    };
+    let world = World::start().await;
+    let mut alice = OpenStackCli::new(
+        bin.clone(),
+        &world.api.url,
+        &world.a.user_name,
+        PASSWORD,
+        &world.a.name,
+    );
+    alice.debug = std::env::var("CUMULO_OPENSTACK_DEBUG").is_ok();
+    let alice = Arc::new(alice);
+
+    // Security groups and rules.
+    let group = json(
+        &alice,
+        &[
+            "security",
+            "group",
+            "create",
+            "web",
+            "--description",
+            "front",
+        ],
+    )
+    .await;
+    assert_eq!(group["name"], "web", "{group}");
+    let group_id = group["id"].as_str().unwrap().to_string();
+    let mut groups = names(&json(&alice, &["security", "group", "list"]).await);
+    groups.sort();
+    assert_eq!(groups, ["default", "web"]);
+    let shown = json(&alice, &["security", "group", "show", "web"]).await;
+    assert_eq!(shown["id"], group_id);
+    assert_eq!(shown["description"], "front");
+    let rule = json(
+        &alice,
+        &[
+            "security",
+            "group",
+            "rule",
+            "create",
+            "--protocol",
+            "tcp",
+            "--dst-port",
+            "22",
+            "--remote-ip",
+            "0.0.0.0/0",
+            "web",
+        ],
+    )
+    .await;
+    assert_eq!(rule["port_range_min"], 22, "{rule}");
+    assert_eq!(rule["remote_ip_prefix"], "0.0.0.0/0");
+    let rule_id = rule["id"].as_str().unwrap().to_string();
+    let duplicate = fails(
+        &alice,
+        &[
+            "security",
+            "group",
+            "rule",
+            "create",
+            "--protocol",
+            "tcp",
+            "--dst-port",
+            "22",
+            "--remote-ip",
+            "0.0.0.0/0",
+            "web",
+        ],
+    )
+    .await;
+    assert!(duplicate.contains("already exists"), "{duplicate}");
+    let rules = json(&alice, &["security", "group", "rule", "list", "web"]).await;
+    let rules = rules.as_array().unwrap();
+    assert_eq!(rules.len(), 3, "{rules:?}");
+    assert!(
+        rules
+            .iter()
+            .any(|r| r["ID"] == rule_id && r["Port Range"] == "22:22"),
+        "{rules:?}"
+    );
+
+    // A server in the group, and its port.
+    let created = json(
+        &alice,
+        &[
+            "server",
+            "create",
+            "--flavor",
+            "m1.tiny",
+            "--image",
+            "cirros",
+            "--security-group",
+            "web",
+            "--wait",
+            "vm1",
+        ],
+    )
+    .await;
+    assert_eq!(created["status"], "ACTIVE", "{created}");
+    let server = created["id"].as_str().unwrap().to_string();
+    let ports = json(&alice, &["port", "list", "--server", "vm1"]).await;
+    let ports = ports.as_array().unwrap();
+    assert_eq!(ports.len(), 1, "{ports:?}");
+    assert_eq!(ports[0]["ID"], server);
+    let port = json(&alice, &["port", "show", &server]).await;
+    assert_eq!(port["device_id"], server);
+    assert_eq!(
+        port["security_group_ids"],
+        serde_json::json!([group_id]),
+        "{port}"
+    );
+    let in_use = fails(&alice, &["security", "group", "delete", "web"]).await;
+    assert!(in_use.contains("in use"), "{in_use}");
+
+    // Networks and subnets: the external one and the project's.
+    let networks = json(&alice, &["network", "list"]).await;
+    let mut network_names = names(&networks);
+    network_names.sort();
+    assert_eq!(network_names.len(), 2, "{networks}");
+    assert_eq!(network_names[1], "public");
+    assert!(network_names[0].starts_with("private-172."), "{networks}");
+    let subnets = json(&alice, &["subnet", "list"]).await;
+    let subnets = subnets.as_array().unwrap();
+    assert_eq!(subnets.len(), 2);
+    assert!(
+        subnets.iter().any(|s| s["Subnet"] == "192.168.233.0/24"),
+        "{subnets:?}"
+    );
+
+    // Floating IPs.
+    let fip = json(&alice, &["floating", "ip", "create", "public"]).await;
+    let address = fip["floating_ip_address"].as_str().unwrap().to_string();
+    assert_eq!(address, "192.168.233.2", "{fip}");
+    ok(
+        &alice,
+        &["server", "add", "floating", "ip", "vm1", &address],
+    )
+    .await;
+    let listed = json(&alice, &["floating", "ip", "list"]).await;
+    assert_eq!(
+        listed[0]["Floating IP Address"],
+        address.as_str(),
+        "{listed}"
+    );
+    assert_eq!(listed[0]["Port"], server, "{listed}");
+    assert!(
+        listed[0]["Fixed IP Address"]
+            .as_str()
+            .unwrap()
+            .starts_with("172."),
+        "{listed}"
+    );
+    ok(
+        &alice,
+        &["server", "remove", "floating", "ip", "vm1", &address],
+    )
+    .await;
+    let listed = json(&alice, &["floating", "ip", "list"]).await;
+    assert_eq!(listed[0]["Port"], Value::Null, "{listed}");
+    ok(&alice, &["floating", "ip", "delete", &address]).await;
+    assert_eq!(
+        json(&alice, &["floating", "ip", "list"]).await,
+        Value::Array(vec![])
+    );
+
+    // Quotas.
+    let quota = json(&alice, &["quota", "show", "--network"]).await;
+    let text = quota.to_string();
+    assert!(text.contains("floating"), "{text}");
+    assert!(text.contains("50") && text.contains("100"), "{text}");
+
+    // Clean up: the rule, the server, the group.
+    ok(&alice, &["security", "group", "rule", "delete", &rule_id]).await;
+    ok(&alice, &["server", "delete", "--wait", "vm1"]).await;
+    ok(&alice, &["security", "group", "delete", "web"]).await;
+    assert_eq!(
+        names(&json(&alice, &["security", "group", "list"]).await),
+        ["default"]
+    );
+    world.stop().await;
+}

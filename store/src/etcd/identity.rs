@@ -113,6 +113,7 @@ impl IdentityStore for EtcdStore {
                 tx.delete(&keys.role_by_user(user, id, role_text(role)));
             }
             tx.delete_prefix(&by_tenant);
+            super::networking::forget_tenant(tx, id)?;
             tx.delete(&keys.name("tenant", &t.name));
             tx.delete(&keys.net(id));
             tx.delete(&keys.tenant(id));

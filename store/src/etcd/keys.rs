@@ -112,6 +112,26 @@ impl Keys {
     pub(super) fn keypairs(&self, user: Uuid) -> String {
         self.key(&[&"keypair", &user, &""])
     }
+    /// The tenant's networking document.
+    pub(super) fn net_doc(&self, tenant: Uuid) -> String {
+        self.key(&[&"netdoc", &tenant])
+    }
+    /// The security groups set on the port of `instance`.
+    pub(super) fn port_groups(&self, tenant: Uuid, instance: Uuid) -> String {
+        self.key(&[&"portsg", &tenant, &instance])
+    }
+    /// Every port of the tenant with groups set.
+    pub(super) fn ports_groups(&self, tenant: Uuid) -> String {
+        self.key(&[&"portsg", &tenant, &""])
+    }
+    /// A floating address in use.
+    pub(super) fn floating_address(&self, address: u32) -> String {
+        self.key(&[&"fipaddr", &format_args!("{address:08x}")])
+    }
+    /// Every floating address in use.
+    pub(super) fn floating_addresses(&self) -> String {
+        self.key(&[&"fipaddr", &""])
+    }
     pub(super) fn role_by_user(&self, user: Uuid, tenant: Uuid, role: &str) -> String {
         self.key(&[&"role", &"user", &user, &tenant, &role])
     }

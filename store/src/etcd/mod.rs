@@ -50,6 +50,7 @@ mod identity;
 mod instances;
 mod keypairs;
 mod keys;
+mod networking;
 mod queue;
 mod records;
 mod reservations;

@@ -407,7 +407,10 @@ fn release_subnet_if_empty(tx: &Transaction<'_>, subnet_id: Uuid) -> Result<()> 
 }
 
 pub(super) fn delete(tx: &Transaction<'_>, scope: Scope, id: Uuid) -> Result<()> {
-    let (_, subnet_id) = with_subnet_id(tx, scope, id)?;
+    let (instance, subnet_id) = with_subnet_id(tx, scope, id)?;
+    // Its port's groups go with its row (ON DELETE CASCADE); its floating IPs stay the
+    // tenant's, disassociated.
+    crate::networking::forget_port(&mut super::networking::SqliteNet(tx), instance.tenant, id)?;
     tx.execute("DELETE FROM instances WHERE id = ?1", [id.to_string()])?;
     instance_gone(tx, id)?;
     tx.execute(

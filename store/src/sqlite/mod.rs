@@ -25,6 +25,7 @@ mod events;
 mod identity;
 mod instances;
 mod keypairs;
+mod networking;
 mod queue;
 mod schema;
 

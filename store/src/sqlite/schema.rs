@@ -231,6 +231,27 @@ CREATE TABLE keypairs (
 ALTER TABLE instances ADD COLUMN key_name TEXT;
 ALTER TABLE instances ADD COLUMN key_data TEXT;
 "#,
+    // 11: tenant networking (issue 22): each tenant's security groups, rules, floating IPs and
+    // network quotas as one JSON document (`crate::networking`), the security groups set on an
+    // instance's port (a JSON array of group ids, going with the instance), and the floating
+    // addresses in use (IPv4 as integers, unique over all tenants).
+    r#"
+CREATE TABLE tenant_networks (
+    tenant_id TEXT PRIMARY KEY REFERENCES tenants(id) ON DELETE CASCADE,
+    doc TEXT NOT NULL
+);
+CREATE TABLE port_groups (
+    instance_id TEXT PRIMARY KEY REFERENCES instances(id) ON DELETE CASCADE,
+    tenant_id TEXT NOT NULL,
+    groups TEXT NOT NULL
+);
+CREATE INDEX port_groups_tenant ON port_groups(tenant_id);
+CREATE TABLE floating_addresses (
+    address INTEGER PRIMARY KEY,
+    tenant_id TEXT NOT NULL REFERENCES tenants(id) ON DELETE CASCADE
+);
+CREATE INDEX floating_addresses_tenant ON floating_addresses(tenant_id);
+"#,
 ];
 
 /// The newest schema version this code knows.

@@ -12,6 +12,7 @@ pub(crate) mod guarantees;
 pub(crate) mod identity;
 pub(crate) mod instances;
 pub(crate) mod keypairs;
+pub(crate) mod networking;
 pub(crate) mod queue;
 
 use super::*;
@@ -49,6 +50,9 @@ macro_rules! store_suite {
                 an_instance_moves_to_a_workload_of_its_size, a_resize_changes_the_size_within_the_quota;
             keypairs: keypair_crud, parallel_keypair_creates_respect_the_limit,
                 an_instance_keeps_its_key;
+            networking: security_group_crud, network_quotas_bound_groups_rules_and_floating_ips,
+                ports_keep_their_groups_until_the_instance_goes,
+                floating_ips_are_unique_per_pool_and_follow_their_port;
             events: events_are_scoped;
             actions: actions_are_recorded_and_finished,
                 actions_are_bounded_and_outlive_the_instance,

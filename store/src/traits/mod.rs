@@ -4,6 +4,7 @@
 //! |---|---|
 //! | [`IdentityStore`] | tenants and their usage, users, role assignments |
 //! | [`KeypairStore`] | users' SSH key pairs (public halves) |
+//! | [`NetworkStore`] | security groups and rules, floating IPs, ports' groups, network quotas |
 //! | [`CatalogStore`] | flavors, images, workloads |
 //! | [`InstanceStore`] | instances, tenant subnets, CNCIs |
 //! | [`EventStore`] | the bounded event log |
@@ -26,6 +27,7 @@ mod events;
 mod identity;
 mod instances;
 mod keypairs;
+mod networking;
 mod queue;
 
 pub use actions::ActionStore;
@@ -34,6 +36,7 @@ pub use events::EventStore;
 pub use identity::IdentityStore;
 pub use instances::InstanceStore;
 pub use keypairs::KeypairStore;
+pub use networking::NetworkStore;
 pub use queue::OperationQueue;
 
 /// Everything the controller keeps: every concern's trait. Every call is one transaction; see
@@ -43,6 +46,7 @@ pub use queue::OperationQueue;
 pub trait Store:
     IdentityStore
     + KeypairStore
+    + NetworkStore
     + CatalogStore
     + InstanceStore
     + EventStore
@@ -54,6 +58,7 @@ pub trait Store:
 impl<T> Store for T where
     T: IdentityStore
         + KeypairStore
+        + NetworkStore
         + CatalogStore
         + InstanceStore
         + EventStore

@@ -8,7 +8,9 @@
 //! at least `min_count` (Nova's rule); the store re-checks the quota per instance, so parallel
 //! creates never exceed it. A `key_name` names one of the caller's key pairs (400 "Invalid
 //! key_name provided." otherwise, as Nova answers): every instance keeps its name and a copy of
-//! its public key, which its START carries as `public-keys` meta data.
+//! its public key, which its START carries as `public-keys` meta data. `security_groups`
+//! (`[{"name": ...}]`, a name or an id each) names the project's security groups for the
+//! instances' ports (400 for one it does not have, as Nova answers); without it, `default`.
 //!
 //! Deletes (and actions) act in the token's project only, admins included (unlike Nova, where an
 //! admin may act on any project's server): another project's servers are changed through the
@@ -29,7 +31,8 @@ use crate::api::extract::{JsonBody, PathParams, path_id};
 use crate::api::{ApiError, ApiState, Principal};
 use crate::cluster::{ClusterError, Launch};
 use store::{
-    CatalogStore, IdentityStore, InstanceKey, Keypair, KeypairStore, NewWorkload, Scope, StoreError,
+    CatalogStore, IdentityStore, InstanceKey, Keypair, KeypairStore, NetworkStore, NewWorkload,
+    Scope, SecurityGroup, StoreError,
 };
 
 /// The most user data accepted, decoded (Nova's limit).
@@ -55,6 +58,8 @@ struct ServerCreate {
     max_count: Option<Value>,
     #[serde(default)]
     key_name: Option<Value>,
+    #[serde(default)]
+    security_groups: Option<Value>,
 }
 
 /// The id in a reference that may be a bare id or a URL ending in one.
@@ -111,6 +116,8 @@ struct Plan {
     min: u32,
     max: u32,
     key_name: Option<String>,
+    /// The security groups asked for, by name or id (none: `default`).
+    security_groups: Vec<String>,
 }
 
 fn plan(server: ServerCreate) -> Result<Plan, ApiError> {
@@ -151,6 +158,26 @@ fn plan(server: ServerCreate) -> Result<Plan, ApiError> {
         Some(Value::String(name)) => Some(name),
         Some(_) => return Err(ApiError::BadRequest("key_name must be a string".into())),
     };
+    let security_groups = match server.security_groups {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(groups)) if groups.len() <= store::MAX_PORT_GROUPS => groups
+            .iter()
+            .map(|g| match g.get("name") {
+                Some(Value::String(name)) if !name.is_empty() => Ok(name.clone()),
+                _ => Err(ApiError::BadRequest(
+                    "Invalid input for field/attribute security_groups: each must be \
+                     {\"name\": \"...\"}"
+                        .into(),
+                )),
+            })
+            .collect::<Result<_, _>>()?,
+        Some(_) => {
+            return Err(ApiError::BadRequest(format!(
+                "security_groups must be a list of at most {} {{\"name\": ...}} objects",
+                store::MAX_PORT_GROUPS
+            )));
+        }
+    };
     Ok(Plan {
         name,
         flavor,
@@ -159,6 +186,7 @@ fn plan(server: ServerCreate) -> Result<Plan, ApiError> {
         min,
         max,
         key_name,
+        security_groups,
     })
 }
 
@@ -182,6 +210,51 @@ fn instance_key(
         Err(StoreError::NotFound { .. }) => Err(invalid()),
         Err(other) => Err(other.into()),
     }
+}
+
+/// The project's security groups named (by name or id) in a server create, as Nova checks
+/// them: 400 for one the project does not have, 409 for a name several groups have; none named:
+/// the project's `default`.
+fn security_groups(
+    store: &dyn NetworkStore,
+    tenant: Uuid,
+    asked: &[String],
+) -> Result<Vec<SecurityGroup>, ApiError> {
+    let groups = store.security_groups(tenant)?;
+    if asked.is_empty() {
+        return Ok(groups.into_iter().filter(|g| g.default).collect());
+    }
+    let mut chosen: Vec<SecurityGroup> = Vec::new();
+    for name in asked {
+        let by_id: Vec<&SecurityGroup> = groups
+            .iter()
+            .filter(|g| g.id.to_string() == *name)
+            .collect();
+        let found = if by_id.is_empty() {
+            groups.iter().filter(|g| g.name == *name).collect()
+        } else {
+            by_id
+        };
+        match found.as_slice() {
+            [one] => {
+                if !chosen.iter().any(|c| c.id == one.id) {
+                    chosen.push((*one).clone());
+                }
+            }
+            [] => {
+                return Err(ApiError::BadRequest(format!(
+                    "Security group {name} not found for project {tenant}."
+                )));
+            }
+            _ => {
+                return Err(ApiError::Conflict(format!(
+                    "Multiple security groups found matching '{name}'. Use an ID to be more \
+                     specific."
+                )));
+            }
+        }
+    }
+    Ok(chosen)
 }
 
 /// How many instances of `per` vCPUs and `mem` MiB the tenant's quota still allows.
@@ -283,6 +356,7 @@ pub async fn create(
                 .as_deref()
                 .map(|name| instance_key(store, user, name))
                 .transpose()?;
+            let groups = security_groups(store, tenant, &plan.security_groups)?;
             let room = headroom(store, tenant, flavor.vcpus, flavor.memory_mb)?;
             if room < u64::from(plan.min) {
                 return Err(ApiError::OverLimit(format!(
@@ -309,9 +383,23 @@ pub async fn create(
                 count,
                 key,
             };
-            Ok(cluster.launch(Scope::Tenant(tenant), launch, &by)?)
+            let instances = cluster.launch(Scope::Tenant(tenant), launch, &by)?;
+            // The ports' groups, unless only `default` (what a port has when none are set). A
+            // group deleted since it was checked leaves the port in `default`.
+            if !(groups.len() == 1 && groups[0].default) {
+                let ids: Vec<Uuid> = groups.iter().map(|g| g.id).collect();
+                for instance in &instances {
+                    if let Err(e) = store.set_port_groups(tenant, instance.id, &ids) {
+                        tracing::warn!(instance = %instance.id, error = %e,
+                            "the server's security groups could not be set");
+                    }
+                }
+            }
+            let names: Vec<String> = groups.into_iter().map(|g| g.name).collect();
+            Ok((instances, names))
         })
         .await?;
+    let (instances, group_names) = instances;
     let first = instances
         .first()
         .ok_or_else(|| ApiError::Internal("the cluster launched no instance".into()))?;
@@ -323,7 +411,7 @@ pub async fn create(
             {"rel": "bookmark", "href": format!("{base}/compute/servers/{}", first.id)},
         ],
         "OS-DCF:diskConfig": "MANUAL",
-        "security_groups": [{"name": "default"}],
+        "security_groups": group_names.iter().map(|name| json!({"name": name})).collect::<Vec<_>>(),
     }});
     Ok((StatusCode::ACCEPTED, Json(body)).into_response())
 }
