@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 /// What these tests run.
 const BINS: &[&str] = &[
@@ -247,6 +247,32 @@ impl Cluster {
         (made[0].clone(), cnci)
     }
 
+    /// A request to the cluster's API as its demo user (a Keystone token, then `method path`
+    /// with `body`), from inside the cluster's namespace; the answer's JSON (`{}` when empty).
+    fn api(&self, method: &str, path: &str, body: &Value) -> Value {
+        const CLIENT: &str = r#"
+import json, os, sys, urllib.request
+url = os.environ["CUMULO_CONTROLLER"]
+auth = {"auth": {"identity": {"methods": ["password"], "password": {"user": {
+    "name": os.environ["OS_USERNAME"], "domain": {"name": "Default"},
+    "password": os.environ["OS_PASSWORD"]}}},
+    "scope": {"project": {"name": os.environ["OS_PROJECT_NAME"], "domain": {"name": "Default"}}}}}
+req = urllib.request.Request(url + "/v3/auth/tokens", data=json.dumps(auth).encode(),
+    headers={"Content-Type": "application/json"}, method="POST")
+token = urllib.request.urlopen(req).headers["X-Subject-Token"]
+method, path, body = sys.argv[1], sys.argv[2], sys.argv[3]
+req = urllib.request.Request(url + path, data=None if body == "null" else body.encode(),
+    headers={"X-Auth-Token": token, "Content-Type": "application/json"}, method=method)
+with urllib.request.urlopen(req) as r:
+    print(r.read().decode() or "{}")
+"#;
+        let body = body.to_string();
+        let out = self.in_ns("python3", &["-c", CLIENT, method, path, &body]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{method} {path}: {out:?}");
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{method} {path}: {e}: {text}"))
+    }
+
     fn pids(&self) -> Vec<(i32, String)> {
         let run = self.dir.path().join("run");
         std::fs::read_dir(&run)
@@ -404,6 +430,69 @@ fn up_with_tenant_networks_through_cncis_in_a_namespace() {
     assert!(ping.status.success(), "{ping:?}");
     let shown = cluster.json(&["instance", "show", &id]);
     assert_eq!(shown["state"], "active");
+
+    // A floating IP associated with the instance's port: the CNCI maps it (its nftables maps
+    // and the address on its uplink), and the API says ACTIVE; disassociated, it is unmapped.
+    let fip = cluster.api(
+        "POST",
+        "/network/v2.0/floatingips",
+        &json!({"floatingip": {"floating_network_id": "5f0a7e1c-9c3b-4d2a-8e61-70b5c0ffee01"}}),
+    );
+    let fip_id = fip["floatingip"]["id"].as_str().unwrap().to_string();
+    let public = fip["floatingip"]["floating_ip_address"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let private = shown["ip"].as_str().unwrap_or_default().to_string();
+    let asked = Instant::now();
+    cluster.api(
+        "PUT",
+        &format!("/network/v2.0/floatingips/{fip_id}"),
+        &json!({"floatingip": {"port_id": id}}),
+    );
+    let fip_path = format!("/network/v2.0/floatingips/{fip_id}");
+    poll("the floating IP ACTIVE", Duration::from_secs(30), || {
+        let f = cluster.api("GET", &fip_path, &Value::Null);
+        (f["floatingip"]["status"] == "ACTIVE").then_some(())
+    });
+    eprintln!(
+        "floating IP {public} -> {private}: ACTIVE {:.0} ms after the association",
+        asked.elapsed().as_secs_f64() * 1000.0
+    );
+    // In the CNCI's network namespace, entered through its process (the namespace's name is
+    // bound in the cluster's mount namespace, not necessarily in this one).
+    let in_cnci = |args: &[&str]| {
+        let pid = cnci_pid.to_string();
+        let out = Command::new("nsenter")
+            .args(["-t", &pid, "-n", "--"])
+            .args(args)
+            .output()
+            .unwrap();
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    };
+    let maps = in_cnci(&["nft", "list", "map", "ip", "cumulo_cnci", "public_in"]);
+    assert!(
+        maps.contains(&format!("{public} : {private}")),
+        "{public} -> {private} not in the CNCI's map: {maps}"
+    );
+    let addrs = in_cnci(&["ip", "-4", "-o", "addr"]);
+    assert!(addrs.contains(&format!("{public}/32")), "{addrs}");
+    cluster.api("PUT", &fip_path, &json!({"floatingip": {"port_id": null}}));
+    poll(
+        "the mapping gone from the CNCI",
+        Duration::from_secs(30),
+        || {
+            let maps = in_cnci(&["nft", "list", "map", "ip", "cumulo_cnci", "public_in"]);
+            (!maps.contains(&public)).then_some(())
+        },
+    );
+    let f = cluster.api("GET", &fip_path, &Value::Null);
+    assert_eq!(f["floatingip"]["status"], "DOWN", "{f}");
+    cluster.api("DELETE", &fip_path, &Value::Null);
 
     cluster.ok(&["instance", "delete", "--wait", &id]);
     // A second `up` without the flag finds it running, and says how it runs.

@@ -8,7 +8,7 @@
 //! The trait is synchronous: every call is a few store transactions and a non-blocking queueing
 //! of frames. Async callers use `spawn_blocking`.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::time::SystemTime;
 use uuid::Uuid;
 
@@ -342,5 +342,36 @@ pub trait Cluster: Send + Sync {
     /// unless the cluster checks them.
     fn reports_refused(&self) -> Vec<(&'static str, u64)> {
         Vec::new()
+    }
+    /// The tenant's floating IPs changed in the store (allocated, associated, disassociated,
+    /// released): the cluster brings its CNCIs' mappings in line, without waiting for them.
+    /// Nothing happens where the cluster maps none (a fake).
+    fn floating_ips_changed(&self, _tenant: Uuid) {}
+    /// Where the mapping of the floating IP `address`, associated with the port of instance
+    /// `port`, stands on its CNCI.
+    fn floating_ip_status(&self, _address: Ipv4Addr, _port: Option<Uuid>) -> FloatingStatus {
+        FloatingStatus::Down
+    }
+}
+
+/// A floating IP's status, as Neutron names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FloatingStatus {
+    /// Not associated, or its CNCI has not mapped it (yet).
+    Down,
+    /// Its CNCI maps it to its port's address.
+    Active,
+    /// Its CNCI refused to map it.
+    Error,
+}
+
+impl FloatingStatus {
+    /// `DOWN`, `ACTIVE` or `ERROR`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            FloatingStatus::Down => "DOWN",
+            FloatingStatus::Active => "ACTIVE",
+            FloatingStatus::Error => "ERROR",
+        }
     }
 }

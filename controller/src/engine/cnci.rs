@@ -342,6 +342,7 @@ impl Engine {
             ),
         );
         self.release_waiting(&cnci)?;
+        self.public_ips_cnci_added(cnci.id, cnci.tenant, SystemTime::now());
         self.refresh_cncis(cnci.tenant)
     }
 

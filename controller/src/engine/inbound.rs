@@ -72,20 +72,10 @@ impl Engine {
                 self.on_traces(report);
                 Ok(())
             }
-            Payload::PublicIpAssigned(e) | Payload::PublicIpUnassigned(e) => {
-                tracing::info!(
-                    "CNCI {}: public IP {} of instance {} {}",
-                    e.concentrator_uuid,
-                    e.public_ip,
-                    e.instance_uuid,
-                    if matches!(payload, Payload::PublicIpAssigned(_)) {
-                        "assigned"
-                    } else {
-                        "unassigned"
-                    }
-                );
-                Ok(())
-            }
+            Payload::PublicIpAssigned(e) => self.on_public_ip_event(origin, e, true),
+            Payload::PublicIpUnassigned(e) => self.on_public_ip_event(origin, e, false),
+            Payload::AssignPublicIpFailure(f) => self.on_public_ip_failure(origin, f, true),
+            Payload::UnassignPublicIpFailure(f) => self.on_public_ip_failure(origin, f, false),
             Payload::InstanceActionFailure(f) => {
                 let tenant = self
                     .store

@@ -35,6 +35,7 @@ pub mod fault;
 mod inbound;
 pub mod offhost;
 mod origin;
+mod public_ip;
 mod rebuild;
 mod relocate;
 mod requests;
@@ -253,6 +254,8 @@ struct State {
     scheduler: Option<Uuid>,
     /// Reports refused for claiming what is not their sender's, by frame (see [`origin`]).
     refused: HashMap<&'static str, u64>,
+    /// Floating IPs on their CNCIs (see [`public_ip`]).
+    public_ips: public_ip::PublicIps,
 }
 
 /// At most this many unknown instances are remembered (then the set starts again).
@@ -509,6 +512,7 @@ impl Engine {
             Err(e) => return Err(e.into()),
         }
         self.subnet_maybe_idle(instance);
+        self.public_ips_instance_gone(instance.id, instance.tenant);
         Ok(())
     }
 

@@ -35,13 +35,17 @@ use uuid::Uuid;
 use super::{Engine, START_LOST};
 
 /// The frames whose claims are checked, in the order `/metrics` lists them.
-const CHECKED: [Operand; 6] = [
+const CHECKED: [Operand; 10] = [
     Operand::Stats,
     Operand::InstanceStopped,
     Operand::InstanceDeleted,
     Operand::StartFailure,
     Operand::DeleteFailure,
     Operand::ConcentratorInstanceAdded,
+    Operand::PublicIpAssigned,
+    Operand::PublicIpUnassigned,
+    Operand::AssignPublicIpFailure,
+    Operand::UnassignPublicIpFailure,
 ];
 
 /// Whether a START of an instance on no node in `state` may be on its way to a node.
@@ -75,7 +79,9 @@ impl Engine {
 
     /// How many reports were refused since the engine started, for each frame it checks (STATS,
     /// INSTANCE_STOPPED, INSTANCE_DELETED, START_FAILURE, DELETE_FAILURE,
-    /// CONCENTRATOR_INSTANCE_ADDED: by wire name, 0 for those never refused).
+    /// CONCENTRATOR_INSTANCE_ADDED, PUBLIC_IP_ASSIGNED, PUBLIC_IP_UNASSIGNED,
+    /// ASSIGN_PUBLIC_IP_FAILURE, UNASSIGN_PUBLIC_IP_FAILURE: by wire name, 0 for those never
+    /// refused).
     pub fn reports_refused(&self) -> Vec<(&'static str, u64)> {
         let state = self.state();
         CHECKED

@@ -333,4 +333,19 @@ impl Cluster for Engine {
     fn reports_refused(&self) -> Vec<(&'static str, u64)> {
         Engine::reports_refused(self)
     }
+
+    fn floating_ips_changed(&self, tenant: Uuid) {
+        if let Err(e) = self.reconcile_public_ips(tenant, SystemTime::now()) {
+            // The next change, or the CNCI's next announcement, tries again.
+            tracing::warn!(error = %e, %tenant, "floating IPs not sent to their CNCIs");
+        }
+    }
+
+    fn floating_ip_status(
+        &self,
+        address: std::net::Ipv4Addr,
+        port: Option<Uuid>,
+    ) -> crate::cluster::FloatingStatus {
+        self.public_ip_status(address, port)
+    }
 }

@@ -69,7 +69,8 @@ impl Engine {
         }
         self.sweep_lost_starts(now)?;
         self.sweep_deferred(now)?;
-        self.sweep_cncis(now)
+        self.sweep_cncis(now)?;
+        self.sweep_public_ips(now)
     }
 
     /// Pending instances whose START no node reported within the confirmation timeout: lost

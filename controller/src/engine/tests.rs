@@ -588,5 +588,6 @@ mod launches;
 mod lost;
 mod nodes;
 mod origin;
+mod public_ip;
 mod rebuild;
 mod resize;

@@ -2,8 +2,9 @@
 //! `floating_network_id`, optionally `floating_ip_address`, `port_id`, `fixed_ip_address`,
 //! `description`: 201), listed, shown, associated with a port or disassociated (`PUT` with
 //! `port_id`, or `port_id: null`), released (`DELETE`: 204). One address is never held by two
-//! projects. Recorded only: the CNCI does not map them yet, so `status` stays `DOWN`
-//! (docs/api.md).
+//! projects. After every change the cluster brings the CNCIs' mappings in line (the engine's
+//! `public_ip` module); `status` is `ACTIVE` once the instance's CNCI maps the address, `ERROR`
+//! if it refused, `DOWN` otherwise (docs/api.md).
 
 use std::net::Ipv4Addr;
 
@@ -20,11 +21,13 @@ use super::{
 };
 use crate::api::extract::{JsonBody, PathParams};
 use crate::api::{ApiState, Principal};
+use crate::cluster::Cluster;
 use store::{FloatingIp, FloatingIpChange, MAX_NET_TEXT, NewFloatingIp, Scope, StoreError};
 
-/// A floating IP in Neutron's shape.
-pub fn floating_body(ip: &FloatingIp) -> Value {
+/// A floating IP in Neutron's shape, with its status on its CNCI.
+pub fn floating_body(ip: &FloatingIp, cluster: &dyn Cluster) -> Value {
     let project = ip.tenant.to_string();
+    let status = cluster.floating_ip_status(ip.address, ip.port).as_str();
     json!({
         "id": ip.id,
         "floating_ip_address": ip.address.to_string(),
@@ -32,7 +35,7 @@ pub fn floating_body(ip: &FloatingIp) -> Value {
         "router_id": null,
         "port_id": ip.port,
         "fixed_ip_address": ip.fixed_ip.map(|a| a.to_string()),
-        "status": "DOWN",
+        "status": status,
         "project_id": project,
         "tenant_id": project,
         "description": ip.description,
@@ -114,7 +117,10 @@ pub async fn list(
 ) -> NetResult<Json<Value>> {
     let project = caller.project()?;
     let all = blocking(&state, move |store| Ok(store.floating_ips(project)?)).await?;
-    let all = all.iter().map(floating_body).collect();
+    let all = all
+        .iter()
+        .map(|ip| floating_body(ip, state.cluster.as_ref()))
+        .collect();
     list_body(&state.config.public_url, "floatingips", &uri, all)
 }
 
@@ -134,7 +140,9 @@ pub async fn show(
         not_found(id),
     )
     .await?;
-    Ok(Json(json!({"floatingip": floating_body(&ip)})))
+    Ok(Json(
+        json!({"floatingip": floating_body(&ip, state.cluster.as_ref())}),
+    ))
 }
 
 /// `POST /floatingips` (201).
@@ -187,9 +195,10 @@ pub async fn create(
             .map_err(floating_error)
     })
     .await?;
+    changed(&state, project).await;
     Ok((
         StatusCode::CREATED,
-        Json(json!({"floatingip": floating_body(&made)})),
+        Json(json!({"floatingip": floating_body(&made, state.cluster.as_ref())})),
     ))
 }
 
@@ -210,13 +219,16 @@ pub async fn update(
         fixed_ip: address_field(&ip, "fixed_ip_address")?,
         description: opt_text(&ip, "description", MAX_NET_TEXT)?,
     };
-    let changed = blocking(&state, move |store| {
+    let updated = blocking(&state, move |store| {
         store
             .update_floating_ip(project, id, change)
             .map_err(floating_error)
     })
     .await?;
-    Ok(Json(json!({"floatingip": floating_body(&changed)})))
+    changed(&state, project).await;
+    Ok(Json(
+        json!({"floatingip": floating_body(&updated, state.cluster.as_ref())}),
+    ))
 }
 
 /// `DELETE /floatingips/{id}` (204).
@@ -227,10 +239,22 @@ pub async fn delete(
 ) -> NetResult<StatusCode> {
     let project = caller.project()?;
     let id = path_uuid("FloatingIPNotFound", "Floating IP", &id)?;
-    deleted(&state, move |store| {
+    let status = deleted(&state, move |store| {
         store
             .delete_floating_ip(project, id)
             .map_err(floating_error)
     })
-    .await
+    .await?;
+    changed(&state, project).await;
+    Ok(status)
+}
+
+/// Tells the cluster that the project's floating IPs changed (it sends what its CNCIs must map
+/// or unmap; their answers come later).
+async fn changed(state: &ApiState, project: Uuid) {
+    let cluster = state.cluster.clone();
+    if let Err(e) = tokio::task::spawn_blocking(move || cluster.floating_ips_changed(project)).await
+    {
+        tracing::warn!(error = %e, "floating IP change not passed on");
+    }
 }
