@@ -16,6 +16,20 @@ async fn get(c: &Client, token: &str, path: &str) -> (StatusCode, Value) {
     (status, body)
 }
 
+/// `GET /compute/v2.1{path}`: the Compute API's view.
+async fn compute_get(c: &Client, token: &str, path: &str) -> Value {
+    let (status, _, body) = c
+        .send(
+            Method::GET,
+            &format!("/compute/v2.1{path}"),
+            Some(token),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{path}: {body}");
+    body
+}
+
 async fn call(
     c: &Client,
     method: Method,
@@ -438,6 +452,24 @@ async fn security_groups_and_rules() {
     );
     let (_, port) = get(&c, &a, &format!("/ports/{server}")).await;
     assert_eq!(port["port"]["security_groups"], json!([db, default_id]));
+    // The server's own view says so too (by name, sorted), in show and in the detailed list.
+    let shown = compute_get(&c, &a, &format!("/servers/{server}")).await;
+    assert_eq!(
+        shown["server"]["security_groups"],
+        json!([{"name": "db"}, {"name": "default"}])
+    );
+    let listed = compute_get(&c, &a, "/servers/detail").await;
+    let listed = listed["servers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["id"] == server.as_str())
+        .unwrap()
+        .clone();
+    assert_eq!(
+        listed["security_groups"],
+        shown["server"]["security_groups"]
+    );
 }
 
 #[tokio::test]
@@ -524,6 +556,13 @@ async fn floating_ips_are_allocated_associated_and_released() {
     );
     let (_, by_port) = get(&c, &a, &format!("/floatingips?port_id={server}")).await;
     assert_eq!(by_port["floatingips"].as_array().unwrap().len(), 1);
+    // The server shows it among its addresses, as Nova does.
+    let shown = compute_get(&c, &a, &format!("/servers/{server}")).await;
+    let addresses = shown["server"]["addresses"]["private"].as_array().unwrap();
+    assert_eq!(addresses.len(), 2, "{shown}");
+    assert_eq!(addresses[1]["addr"], "192.168.233.2");
+    assert_eq!(addresses[1]["OS-EXT-IPS:type"], "floating");
+    assert_eq!(addresses[0]["OS-EXT-IPS:type"], "fixed");
     let (_, by_addr) = get(&c, &a, "/floatingips?floating_ip_address=192.168.233.2").await;
     assert_eq!(by_addr["floatingips"][0]["id"], id);
     let (status, body) = get(&c, &b, &path).await;

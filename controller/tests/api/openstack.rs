@@ -487,6 +487,13 @@ async fn the_openstack_cli_drives_the_networking_api() {
             .starts_with("172."),
         "{listed}"
     );
+    // `server show`: the floating address among the server's, its group by name.
+    let shown = json(&alice, &["server", "show", "vm1"]).await;
+    assert!(shown["addresses"].to_string().contains(&address), "{shown}");
+    assert!(
+        shown["security_groups"].to_string().contains("web"),
+        "{shown}"
+    );
     ok(
         &alice,
         &["server", "remove", "floating", "ip", "vm1", &address],

@@ -119,11 +119,18 @@ pub async fn action(
     // A rebuild answers with the server, as Nova does (no `adminPass`: none is set).
     Ok(match rebuilt {
         Some((instance, workload)) => {
+            let nets = {
+                let instance = instance.clone();
+                state
+                    .store(move |store| Ok(super::servers::port_nets(store, &[instance])?))
+                    .await?
+            };
             let server = super::servers::detailed(
                 &state.config.public_url,
                 &instance,
                 workload.as_ref(),
                 caller.is_admin(),
+                nets.get(&instance.id),
             );
             (StatusCode::ACCEPTED, Json(json!({"server": server}))).into_response()
         }

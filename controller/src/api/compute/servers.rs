@@ -69,16 +69,89 @@ fn host_id(tenant: Uuid, node: Option<Uuid>) -> String {
     })
 }
 
-/// A server in Nova's detailed shape.
+/// What the Networking API says of a server's port: its security groups' names and the
+/// floating IPs associated with it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PortNet {
+    /// The names of its port's groups.
+    pub groups: Vec<String>,
+    /// Its floating addresses.
+    pub floating: Vec<std::net::Ipv4Addr>,
+}
+
+/// The [`PortNet`] of each of `instances`, read per tenant.
+pub fn port_nets(
+    store: &dyn store::Store,
+    instances: &[Instance],
+) -> Result<HashMap<Uuid, PortNet>, store::StoreError> {
+    let mut tenants: Vec<Uuid> = instances.iter().map(|i| i.tenant).collect();
+    tenants.sort_unstable();
+    tenants.dedup();
+    let mut nets: HashMap<Uuid, PortNet> = HashMap::new();
+    for tenant in tenants {
+        let groups: HashMap<Uuid, String> = store
+            .security_groups(tenant)?
+            .into_iter()
+            .map(|g| (g.id, g.name))
+            .collect();
+        let ports = store.port_groups(tenant)?;
+        let floating = store.floating_ips(tenant)?;
+        for i in instances.iter().filter(|i| i.tenant == tenant) {
+            let mut names: Vec<String> = ports
+                .of(i.id)
+                .iter()
+                .filter_map(|g| groups.get(g).cloned())
+                .collect();
+            names.sort();
+            nets.insert(
+                i.id,
+                PortNet {
+                    groups: names,
+                    floating: floating
+                        .iter()
+                        .filter(|f| f.port == Some(i.id))
+                        .map(|f| f.address)
+                        .collect(),
+                },
+            );
+        }
+    }
+    Ok(nets)
+}
+
+/// A server in Nova's detailed shape; `net` (its port's groups and floating IPs) as the
+/// Networking API has them, when read.
 pub fn detailed(
     base: &str,
     instance: &Instance,
     workload: Option<&Workload>,
     admin: bool,
+    net: Option<&PortNet>,
 ) -> Value {
     let (status, vm_state, task_state, power_state) = nova_state(&instance.state);
     let image = workload.map_or(json!(""), |w| image_reference(base, w.image));
     let flavor = workload.map_or(json!({}), |w| flavors::reference(base, w.flavor));
+    let mac = instance.mac.to_string();
+    let address = |addr: String, kind: &str| {
+        json!({
+            "version": 4,
+            "addr": addr,
+            "OS-EXT-IPS:type": kind,
+            "OS-EXT-IPS-MAC:mac_addr": mac,
+        })
+    };
+    let mut addresses = vec![address(instance.ip.to_string(), "fixed")];
+    let groups: Vec<Value> = match net {
+        Some(net) => {
+            addresses.extend(
+                net.floating
+                    .iter()
+                    .map(|f| address(f.to_string(), "floating")),
+            );
+            net.groups.iter().map(|g| json!({"name": g})).collect()
+        }
+        None => vec![json!({"name": "default"})],
+    };
     let mut body = json!({
         "id": instance.id,
         "name": instance.name,
@@ -91,19 +164,14 @@ pub fn detailed(
         "flavor": flavor,
         "created": rfc3339(instance.created),
         "updated": rfc3339(instance.updated),
-        "addresses": {"private": [{
-            "version": 4,
-            "addr": instance.ip.to_string(),
-            "OS-EXT-IPS:type": "fixed",
-            "OS-EXT-IPS-MAC:mac_addr": instance.mac.to_string(),
-        }]},
+        "addresses": {"private": addresses},
         "accessIPv4": "",
         "accessIPv6": "",
         "links": links(base, instance.id),
         "key_name": instance.key.as_ref().map(|k| k.name.as_str()),
         "config_drive": "",
         "progress": 0,
-        "security_groups": [{"name": "default"}],
+        "security_groups": groups,
         "OS-DCF:diskConfig": "MANUAL",
         "OS-EXT-AZ:availability_zone": "nova",
         "OS-EXT-STS:vm_state": vm_state,
@@ -167,6 +235,16 @@ struct Listing {
     instances: Vec<Instance>,
     workloads: HashMap<Uuid, Workload>,
     next: Option<Uuid>,
+}
+
+/// The port networking of a listing's servers (for the detailed list).
+async fn listing_nets(
+    state: &ApiState,
+    instances: Vec<Instance>,
+) -> Result<HashMap<Uuid, PortNet>, ApiError> {
+    state
+        .store(move |store| Ok(port_nets(store, &instances)?))
+        .await
 }
 
 async fn listing(
@@ -259,12 +337,21 @@ pub async fn detail(
     QueryParams(query): QueryParams<ServerQuery>,
 ) -> Result<Json<Value>, ApiError> {
     let listing = listing(&state, &caller, &query).await?;
+    let nets = listing_nets(&state, listing.instances.clone()).await?;
     let base = &state.config.public_url;
     let admin = caller.is_admin();
     let servers: Vec<Value> = listing
         .instances
         .iter()
-        .map(|i| detailed(base, i, listing.workloads.get(&i.workload), admin))
+        .map(|i| {
+            detailed(
+                base,
+                i,
+                listing.workloads.get(&i.workload),
+                admin,
+                nets.get(&i.id),
+            )
+        })
         .collect();
     let mut body = json!({"servers": servers});
     if let Some(links) = next_link(base, "/servers/detail", &query, listing.next) {
@@ -298,11 +385,13 @@ pub async fn show(
 ) -> Result<Json<Value>, ApiError> {
     let id = path_id("server", &id)?;
     let (instance, workload) = lookup(&state, &caller, id).await?;
+    let nets = listing_nets(&state, vec![instance.clone()]).await?;
     let body = detailed(
         &state.config.public_url,
         &instance,
         workload.as_ref(),
         caller.is_admin(),
+        nets.get(&instance.id),
     );
     Ok(Json(json!({"server": body})))
 }
