@@ -495,7 +495,6 @@ pub(super) fn delete_in(tx: &mut Tx<'_>, scope: Scope, id: Uuid) -> Result<()> {
         net.usage.vcpus = net.usage.vcpus.saturating_sub(i.vcpus);
         net.usage.memory_mb = net.usage.memory_mb.saturating_sub(i.memory_mb);
         tx.put(&keys.net(i.tenant), &net)?;
-        super::networking::forget_port(tx, i.tenant, id)?;
         tx.delete(&keys.instance(id));
         instance_gone(tx, id)?;
         tx.delete(&keys.order(i.tenant, i.seq));

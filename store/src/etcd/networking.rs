@@ -4,6 +4,11 @@
 //! (its tenant), whose creation is checked in the transaction, so that no two tenants take one
 //! address. An allocation reads the whole `fipaddr/` range, so parallel allocations conflict
 //! and retry.
+//!
+//! An instance's deletion leaves these records alone: an off-host launcher deletes instance
+//! records under the launcher role, which may not touch a tenant's networking
+//! (docs/etcd-store.md). A floating IP associated with a gone instance reads as disassociated,
+//! and a gone port's groups as none; the stale `portsg/` record goes with its tenant.
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
@@ -33,7 +38,21 @@ impl NetTx for EtcdNet<'_, '_> {
             return Err(StoreError::not_found("tenant", tenant));
         }
         let key = keys.net_doc(tenant);
-        self.0.get_json(&key)
+        let mut doc: Option<TenantNet> = self.0.get_json(&key)?;
+        // An instance's deletion does not touch this document (a launcher, which may delete
+        // instance records, may not write it): an association with an instance that is gone
+        // reads as none.
+        if let Some(doc) = doc.as_mut() {
+            for f in doc.floating_ips.iter_mut() {
+                if let Some(port) = f.port
+                    && self.instance_ip(tenant, port)?.is_none()
+                {
+                    f.port = None;
+                    f.fixed_ip = None;
+                }
+            }
+        }
+        Ok(doc)
     }
 
     fn save(&mut self, tenant: Uuid, doc: &TenantNet) -> Result<()> {
@@ -53,7 +72,15 @@ impl NetTx for EtcdNet<'_, '_> {
     fn port_groups(&mut self, tenant: Uuid) -> Result<BTreeMap<Uuid, Vec<Uuid>>> {
         let prefix = self.0.keys().ports_groups(tenant);
         let recs: Vec<PortGroupsRec> = decode_all(&self.0.range(&prefix)?)?;
-        Ok(recs.into_iter().map(|r| (r.instance, r.groups)).collect())
+        // The groups of a gone instance's port stay until its tenant goes (see `load`): they
+        // read as none.
+        let mut ports = BTreeMap::new();
+        for r in recs {
+            if self.instance_ip(tenant, r.instance)?.is_some() {
+                ports.insert(r.instance, r.groups);
+            }
+        }
+        Ok(ports)
     }
 
     fn set_port_groups(&mut self, tenant: Uuid, instance: Uuid, groups: &[Uuid]) -> Result<()> {
@@ -110,13 +137,6 @@ impl EtcdStore {
 }
 
 network_store!(EtcdStore);
-
-/// An instance's record is going: its port's groups go, its floating IPs are disassociated.
-pub(super) fn forget_port(tx: &mut Tx<'_>, tenant: Uuid, instance: Uuid) -> Result<()> {
-    let key = tx.keys().port_groups(tenant, instance);
-    tx.delete(&key);
-    crate::networking::forget_port(&mut EtcdNet(tx), tenant, instance)
-}
 
 /// A tenant is going: its networking document, its ports' groups and its floating addresses go.
 pub(super) fn forget_tenant(tx: &mut Tx<'_>, tenant: Uuid) -> Result<()> {
