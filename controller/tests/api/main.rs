@@ -14,5 +14,6 @@ mod limits;
 mod native;
 mod network;
 mod openstack;
+mod quotas;
 mod support;
 mod tls;

@@ -160,17 +160,22 @@ async fn the_openstack_cli_drives_the_api() {
     let events = json(&alice, &["server", "event", "list", &id]).await;
     assert_eq!(events[0]["Action"], "delete", "{events}");
 
-    let admin = Arc::new(OpenStackCli::new(
+    let admin = admin_cli(bin, &world);
+    let mut projects = names(&json(&admin, &["project", "list"]).await);
+    projects.sort();
+    assert_eq!(projects, ["admin", "alpha", "beta"]);
+    world.stop().await;
+}
+
+/// The CLI as the cluster admin.
+fn admin_cli(bin: std::path::PathBuf, world: &World) -> Arc<OpenStackCli> {
+    Arc::new(OpenStackCli::new(
         bin,
         &world.api.url,
         ADMIN_NAME,
         ADMIN_PASSWORD,
         ADMIN_PROJECT,
-    ));
-    let mut projects = names(&json(&admin, &["project", "list"]).await);
-    projects.sort();
-    assert_eq!(projects, ["admin", "alpha", "beta"]);
-    world.stop().await;
+    ))
 }
 
 /// Runs a CLI command that should fail; its standard error.
@@ -521,5 +526,91 @@ async fn the_openstack_cli_drives_the_networking_api() {
         names(&json(&alice, &["security", "group", "list"]).await),
         ["default"]
     );
+    world.stop().await;
+}
+
+/// `openstack quota show` (Compute's `os-quota-sets` with Networking's quotas), `--usage`,
+/// `--default`, and an admin's `quota set`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_openstack_cli_shows_and_sets_quotas() {
+    let Some(bin) = openstack_or_skip() else {
+        return;
+    };
+    let world = World::start().await;
+    let alice = Arc::new(OpenStackCli::new(
+        bin.clone(),
+        &world.api.url,
+        &world.a.user_name,
+        PASSWORD,
+        &world.a.name,
+    ));
+    let admin = admin_cli(bin, &world);
+    // One row per resource: `{"Resource": ..., "Limit": ...}` (OSC 7+), or one object.
+    let limit = |shown: &Value, name: &str| -> Value {
+        match shown {
+            Value::Array(rows) => rows
+                .iter()
+                .find(|r| r["Resource"] == name)
+                .map(|r| r.get("Limit").cloned().unwrap_or_else(|| r.clone()))
+                .unwrap_or(Value::Null),
+            other => other[name].clone(),
+        }
+    };
+    let shown = json(&alice, &["quota", "show"]).await;
+    assert_eq!(limit(&shown, "cores"), -1, "{shown}");
+    assert_eq!(limit(&shown, "instances"), -1, "{shown}");
+    assert_eq!(limit(&shown, "floating_ips"), 50, "{shown}");
+    assert_eq!(limit(&shown, "key-pairs"), 100, "{shown}");
+
+    ok(
+        &admin,
+        &[
+            "quota",
+            "set",
+            "--cores",
+            "6",
+            "--instances",
+            "3",
+            &world.a.name,
+        ],
+    )
+    .await;
+    let shown = json(&alice, &["quota", "show"]).await;
+    assert_eq!(limit(&shown, "cores"), 6, "{shown}");
+    assert_eq!(limit(&shown, "instances"), 3, "{shown}");
+    // What a member may not do.
+    let err = fails(&alice, &["quota", "set", "--cores", "60", &world.a.name]).await;
+    assert!(
+        err.contains("403") || err.to_lowercase().contains("forbidden"),
+        "{err}"
+    );
+    // With usage: one server of the test flavor.
+    ok(
+        &alice,
+        &[
+            "server",
+            "create",
+            "--flavor",
+            &world.flavor.name,
+            "--image",
+            &world.image.name,
+            "--wait",
+            "q1",
+        ],
+    )
+    .await;
+    let usage = json(&alice, &["quota", "show", "--usage"]).await;
+    let text = usage.to_string();
+    assert!(text.contains("In Use") || text.contains("in_use"), "{text}");
+    let cores = match &usage {
+        Value::Array(rows) => rows.iter().find(|r| r["Resource"] == "cores").cloned(),
+        _ => None,
+    };
+    if let Some(row) = cores {
+        assert_eq!(row["In Use"], world.flavor.vcpus, "{row}");
+    }
+    let defaults = json(&alice, &["quota", "show", "--default"]).await;
+    assert_eq!(limit(&defaults, "floating_ips"), 50, "{defaults}");
+    ok(&alice, &["server", "delete", "--wait", "q1"]).await;
     world.stop().await;
 }

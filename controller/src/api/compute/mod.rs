@@ -13,6 +13,7 @@ mod console;
 mod flavors;
 mod keypairs;
 mod launch;
+mod quotas;
 mod rebuild;
 mod resize;
 mod server_action;
@@ -56,6 +57,18 @@ pub fn routes() -> Router<ApiState> {
             get(flavors::extra_specs),
         )
         .route("/compute/v2.1/limits", get(limits))
+        .route(
+            "/compute/v2.1/os-quota-sets/{project}",
+            get(quotas::show).put(quotas::update),
+        )
+        .route(
+            "/compute/v2.1/os-quota-sets/{project}/detail",
+            get(quotas::detail),
+        )
+        .route(
+            "/compute/v2.1/os-quota-sets/{project}/defaults",
+            get(quotas::defaults),
+        )
         .route(
             "/compute/v2.1/servers",
             get(servers::list).post(launch::create),
@@ -198,8 +211,15 @@ fn limit_of<T: Into<u64>>(limit: Option<T>) -> i64 {
 /// `GET /limits`: the project's quota and usage.
 async fn limits(State(state): State<ApiState>, caller: Principal) -> Result<Response, ApiError> {
     let project = caller.project()?;
-    let (tenant, usage) = state
-        .store(move |store: &dyn Store| Ok((store.tenant(project)?, store.usage(project)?)))
+    let (tenant, usage, network, network_used) = state
+        .store(move |store: &dyn Store| {
+            Ok((
+                store.tenant(project)?,
+                store.usage(project)?,
+                store.network_quota(project)?,
+                store.network_usage(project)?,
+            ))
+        })
         .await?;
     let body = json!({"limits": {"rate": [], "absolute": {
         "maxTotalInstances": limit_of(tenant.quota.instances),
@@ -212,15 +232,15 @@ async fn limits(State(state): State<ApiState>, caller: Principal) -> Result<Resp
         "maxTotalKeypairs": keypairs::MAX_KEYPAIRS,
         "maxServerGroups": 10,
         "maxServerGroupMembers": 10,
-        "maxTotalFloatingIps": -1,
-        "maxSecurityGroups": -1,
-        "maxSecurityGroupRules": -1,
+        "maxTotalFloatingIps": network.floating_ips,
+        "maxSecurityGroups": network.security_groups,
+        "maxSecurityGroupRules": network.security_group_rules,
         "totalInstancesUsed": usage.instances,
         "totalCoresUsed": usage.vcpus,
         "totalRAMUsed": usage.memory_mb,
         "totalServerGroupsUsed": 0,
-        "totalFloatingIpsUsed": 0,
-        "totalSecurityGroupsUsed": 0,
+        "totalFloatingIpsUsed": network_used.floating_ips,
+        "totalSecurityGroupsUsed": network_used.security_groups,
     }}});
     Ok(Json(body).into_response())
 }

@@ -98,6 +98,11 @@ pub fn routes() -> Router<ApiState> {
         .route(
             "/network/v2.0/quotas/{project}/details.json",
             get(quotas::details),
+        )
+        // What openstacksdk asks for (`quota show --usage`).
+        .route(
+            "/network/v2.0/quotas/{project}/details",
+            get(quotas::details),
         );
     api.layer(middleware::map_response(neutron_errors))
 }
