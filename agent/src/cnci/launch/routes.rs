@@ -376,6 +376,64 @@ mod tests {
         assert!(decide(r, me, RouteCommand::Add(gw), None).is_err());
     }
 
+    /// A served listener on loopback: lines refused before any route is looked at (so the
+    /// host's routes are never read or touched), a line too long closes the connection, and
+    /// connections past the bound are closed at once.
+    #[tokio::test]
+    async fn bad_lines_are_answered_and_connections_bounded() {
+        use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.set_nonblocking(true).unwrap();
+        let at = l.local_addr().unwrap();
+        let stop = CancellationToken::new();
+        let ctx = RouteContext {
+            cnci: Uuid::from_u128(7),
+            link: "cn000000000007".into(),
+            range: range(),
+            lock: Arc::default(),
+        };
+        serve(l, ctx, stop.clone());
+        let connect =
+            || async { BufReader::new(tokio::net::TcpStream::connect(at).await.unwrap()) };
+        let mut c = connect().await;
+        let mut answer = String::new();
+        for (line, want) in [
+            ("hello\n", "refused not add/del ADDRESS\n"),
+            ("add fe80::1\n", "refused not an IPv4 address\n"),
+        ] {
+            c.get_mut().write_all(line.as_bytes()).await.unwrap();
+            answer.clear();
+            c.read_line(&mut answer).await.unwrap();
+            assert_eq!(answer, want);
+        }
+        // Held: three more fill the bound; the next is closed without an answer.
+        let mut held = Vec::new();
+        for _ in 1..MAX_CONNECTIONS {
+            let mut h = connect().await;
+            h.get_mut().write_all(b"x\n").await.unwrap();
+            answer.clear();
+            h.read_line(&mut answer).await.unwrap();
+            assert!(answer.starts_with("refused"), "{answer}");
+            held.push(h);
+        }
+        let mut over = connect().await;
+        let _ = over.get_mut().write_all(b"x\n").await;
+        answer.clear();
+        assert_eq!(over.read_line(&mut answer).await.unwrap_or(0), 0);
+        let long = format!("add {}\n", "9".repeat(2 * MAX_LINE));
+        c.get_mut().write_all(long.as_bytes()).await.unwrap();
+        answer.clear();
+        c.read_line(&mut answer).await.unwrap();
+        assert_eq!(answer, "refused line too long\n");
+        answer.clear();
+        assert_eq!(
+            c.read_line(&mut answer).await.unwrap_or(0),
+            0,
+            "closed after it"
+        );
+        stop.cancel();
+    }
+
     #[test]
     fn the_routes_link_is_read_from_ip_output() {
         assert_eq!(
