@@ -12,7 +12,8 @@
 # node's agent writes), it reads it:
 #   KEY=value lines          cumulo-cnci's CUMULO_CNCI_* environment, plus CUMULO_CNCI_PREFIX
 #                            (the compute network's prefix length) and CUMULO_CNCI_LINK_ADDR (a
-#                            link-local address/prefix, where the agent's relay is reached);
+#                            link-local address/prefix, where the agent's relay and route
+#                            channel, CUMULO_CNCI_VIA and CUMULO_CNCI_ROUTE_VIA, are reached);
 #                            values are plain (letters, digits, . : , / - _ [ ]), else refused
 #   --- file NAME            then NAME's lines, up to the next `--- file` or the end: ca.pem,
 #                            cert.pem, key.pem (any other name is dropped)

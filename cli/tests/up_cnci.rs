@@ -481,7 +481,36 @@ fn up_with_tenant_networks_through_cncis_in_a_namespace() {
     );
     let addrs = in_cnci(&["ip", "-4", "-o", "addr"]);
     assert!(addrs.contains(&format!("{public}/32")), "{addrs}");
+    // The CNCI told its node (the route channel): the node routes the floating IP to the
+    // CNCI's link.
+    let link = format!("cn{}", &cnci_id[..12]);
+    let route_to = |addr: &str| {
+        let out = cluster.in_ns(
+            "ip",
+            &["-4", "-o", "route", "show", "exact", &format!("{addr}/32")],
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let routed = poll(
+        "the floating IP routed to the CNCI",
+        Duration::from_secs(30),
+        || {
+            let got = cluster.in_ns("ip", &["route", "get", &public]);
+            let got = String::from_utf8_lossy(&got.stdout).into_owned();
+            got.contains(&format!("dev {link} ")).then_some(got)
+        },
+    );
+    eprintln!(
+        "floating IP {public}: routed on the node to {link} {:.0} ms after the association ({})",
+        asked.elapsed().as_secs_f64() * 1000.0,
+        routed.trim()
+    );
     cluster.api("PUT", &fip_path, &json!({"floatingip": {"port_id": null}}));
+    poll(
+        "the floating IP's route gone",
+        Duration::from_secs(30),
+        || route_to(&public).trim().is_empty().then_some(()),
+    );
     poll(
         "the mapping gone from the CNCI",
         Duration::from_secs(30),
@@ -528,6 +557,12 @@ fn up_with_tenant_networks_through_cncis_in_a_namespace() {
     assert!(!left.contains(&ns), "{ns} left after down: {left:?}");
     let link = cluster.in_ns("ip", &["link", "show", "dev", "cumulo0"]);
     assert!(!link.status.success(), "cumulo0 left after down");
+    let routes = cluster.in_ns("ip", &["-4", "-o", "route"]);
+    let routes = String::from_utf8_lossy(&routes.stdout).into_owned();
+    assert!(
+        !routes.contains(" dev cn"),
+        "a CNCI's route left after down: {routes}"
+    );
     assert!(cluster.cnci_records().is_empty());
     // A second down has nothing to do.
     let again = cluster.ok(&["down", "--dir", &root]);

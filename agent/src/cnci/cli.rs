@@ -42,6 +42,11 @@ pub struct Args {
     /// in `--scheduler`.
     #[arg(long, env = "CUMULO_CNCI_VIA")]
     pub via: Option<String>,
+    /// Tell the network node's agent the public IPs this CNCI holds through its route channel
+    /// at `host:port` (the agent's launcher gives it; docs/networking.md), so that the node
+    /// routes them here. None: nobody is told.
+    #[arg(long, env = "CUMULO_CNCI_ROUTE_VIA")]
+    pub route_via: Option<String>,
     /// The concentrator's instance UUID (also its SSNTP UUID).
     #[arg(long, env = "CUMULO_CNCI_UUID")]
     pub uuid: Uuid,
@@ -106,7 +111,12 @@ impl Args {
                 has,
             });
         }
-        for server in self.scheduler.iter().chain(&self.via) {
+        for server in self
+            .scheduler
+            .iter()
+            .chain(&self.via)
+            .chain(&self.route_via)
+        {
             let ok = server
                 .rsplit_once(':')
                 .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
@@ -120,6 +130,7 @@ impl Args {
             tenant: self.tenant,
             servers: self.scheduler,
             via: self.via,
+            route_via: self.route_via,
             ip: self.ip,
             mac: self.mac,
             tunnel: self.tunnel,

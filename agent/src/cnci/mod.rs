@@ -13,6 +13,7 @@
 //! ([`dhcp`]) and outbound NAT; ASSIGN/RELEASE_PUBLIC_IP map public IPs 1:1 ([`edge`], [`nat`]:
 //! nftables); REFRESH_CNCI routes the tenant's other subnets via their concentrators.
 
+pub mod announce;
 pub mod cli;
 pub mod dhcp;
 pub mod edge;

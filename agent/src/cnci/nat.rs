@@ -11,7 +11,8 @@
 //! - chain `cnci_post` (nat postrouting), leaving by the uplink only: nothing towards a
 //!   sibling subnet (routed as it is), then `snat to ip saddr map @public_out`, then `ip saddr
 //!   @subnets snat to <its address>` (outbound NAT);
-//! - chain `cnci_fwd` (filter forward): replies, mapped (DNATed) connections and the sibling
+//! - chain `cnci_fwd` (filter forward): nothing to link-local addresses (169.254.0.0/16: the
+//!   node's relay and route channel beside a CNCI VM) passes; then replies, mapped (DNATed) connections and the sibling
 //!   subnets' traffic pass; anything else from outside the subnets to the subnets is dropped,
 //!   so a private address is reached from outside only through a public IP.
 //!
@@ -86,6 +87,10 @@ pub fn setup_script(uplink: &str, uplink_ip: Ipv4Addr) -> String {
         format!("add rule {t} cnci_post oifname {uplink:?} ip daddr @siblings return"),
         format!("add rule {t} cnci_post oifname {uplink:?} snat to ip saddr map @public_out"),
         format!("add rule {t} cnci_post oifname {uplink:?} ip saddr @subnets snat to {uplink_ip}"),
+        // Nothing is forwarded to link-local addresses: a tenant never reaches the node's relay
+        // or route channel (169.254.0.1 beside a CNCI VM) through the CNCI. (The metadata
+        // service, 169.254.169.254, will need an exception of its own when it comes.)
+        format!("add rule {t} cnci_fwd ip daddr 169.254.0.0/16 drop"),
         format!("add rule {t} cnci_fwd ct state established,related accept"),
         format!("add rule {t} cnci_fwd ct status dnat accept"),
         format!("add rule {t} cnci_fwd ip saddr @siblings ip daddr @subnets accept"),

@@ -25,6 +25,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use super::announce::Announcer;
 use super::edge::{Edge, EdgeConfig};
 use super::hub::{Hub, HubConfig, NodeSubnet, Outcome};
 use super::nat::{NatOps, NftNat};
@@ -47,6 +48,8 @@ pub struct CnciConfig {
     pub servers: Vec<String>,
     /// A TCP relay to reach them through (`host:port`; TLS still checks their names).
     pub via: Option<String>,
+    /// The node's route channel (`host:port`), told the public IPs it holds.
+    pub route_via: Option<String>,
     /// Its address on the compute network (the tunnels' end).
     pub ip: IpAddr,
     /// Its MAC on the compute network (`None`: [`run`] finds that of the link holding `ip`).
@@ -192,6 +195,15 @@ pub async fn run_with<O: CnciOps, N: NatOps>(
         tracing::error!(error = %e, "NAT not set up: no outbound NAT and no public IPs");
     }
     edge.reconcile(&hub).await;
+    // The node routes the public IPs it holds to it: told at start (NAT kept them across a
+    // restart) and again on every connect.
+    let routes = Announcer::start(config.route_via.clone());
+    let announce_all = |edge: &Edge<N>| {
+        for public in edge.public().keys() {
+            routes.tell(true, *public);
+        }
+    };
+    announce_all(&edge);
     let not_after = config.tls.not_after();
     let expired_now = || {
         not_after
@@ -229,7 +241,8 @@ pub async fn run_with<O: CnciOps, N: NatOps>(
         };
         match event {
             Some(ClientEvent::Connected { server_uuid, .. }) => {
-                tracing::info!(scheduler = %server_uuid, "connected; announced")
+                tracing::info!(scheduler = %server_uuid, "connected; announced");
+                announce_all(&edge);
             }
             Some(ClientEvent::Disconnected { reason }) => {
                 // A certificate past its end cannot connect again: exit, so that the node
@@ -241,7 +254,7 @@ pub async fn run_with<O: CnciOps, N: NatOps>(
             }
             Some(ClientEvent::Frames(messages)) => {
                 for m in messages {
-                    handle(config, &mut hub, &mut edge, &client, &m.payload).await;
+                    handle(config, &mut hub, &mut edge, &client, &routes, &m.payload).await;
                 }
             }
             Some(ClientEvent::Stopped(e)) => break Err(e.into()),
@@ -259,6 +272,7 @@ async fn handle<O: CnciOps, N: NatOps>(
     hub: &mut Hub<O>,
     edge: &mut Edge<N>,
     client: &ClientHandle,
+    routes: &Announcer,
     payload: &Payload,
 ) {
     match payload {
@@ -316,6 +330,9 @@ async fn handle<O: CnciOps, N: NatOps>(
             let reply = match done {
                 Ok(()) => {
                     tracing::info!(operand = %payload.operand(), public_ip = %c.public_ip, private_ip = %c.private_ip, "done");
+                    if let IpAddr::V4(public) = c.public_ip {
+                        routes.tell(assign, public);
+                    }
                     let r = PublicIpEvent {
                         concentrator_uuid: config.uuid,
                         instance_uuid: c.instance_uuid,

@@ -204,6 +204,11 @@ pub struct Args {
     /// namespace. Default: this agent's own (where libvirtd normally runs too).
     #[arg(long, env = "CUMULO_AGENT_CNCI_TAP_NETNS")]
     pub cnci_tap_netns: Option<PathBuf>,
+    /// Network nodes: the floating range (IPv4 CIDR, as the controller's `--floating-range`).
+    /// A CNCI here may have an address of it routed to itself on this host (its route channel:
+    /// docs/networking.md), never the range's network, broadcast or first host (the gateway).
+    #[arg(long, env = "CUMULO_AGENT_FLOATING_RANGE", default_value = "192.168.233.0/24", value_parser = parse_cidr)]
+    pub floating_range: crate::net::Cidr,
     /// Where the console endpoint listens (HTTPS, for the controller only: see
     /// docs/protocol.md, "The console channel"); `off` or `0` for none. An address that cannot
     /// be bound leaves the endpoint off (logged), not the agent.
@@ -394,6 +399,10 @@ impl Args {
                         "--cnci-image: CNCIs run as VMs with --backend libvirt only".into(),
                     ));
                 }
+                let floating = self
+                    .floating_range
+                    .v4()
+                    .ok_or_else(|| ArgsError::Cnci("--floating-range: IPv4 only".into()))?;
                 let binary = match &self.cnci_binary {
                     Some(b) => b.clone(),
                     None => std::env::current_exe()
@@ -414,6 +423,7 @@ impl Args {
                     dir: self.state_dir.join("cnci"),
                     vm_image: self.cnci_image.clone(),
                     tap_netns: self.cnci_tap_netns.clone(),
+                    floating,
                 })
             }
         };

@@ -163,6 +163,10 @@ pub fn specs(
         TenantNetwork::None
     };
     controller_args.extend(s(&["--tenant-network", tenant_network.as_str()]));
+    if cnci.is_some() {
+        // The agent routes the floating IPs of the same range to their CNCIs.
+        controller_args.extend(s(&["--floating-range", ComputeNet::FLOATING_RANGE]));
+    }
     // With the CA key the controller issues each CNCI its own certificate (and off-host
     // launchers theirs).
     let (_, ca_key) = cert(certtool::cluster::CA);
@@ -219,6 +223,8 @@ pub fn specs(
             &net.prefix.to_string(),
             "--cnci-binary",
             &binary("cumulo-cnci")?.display().to_string(),
+            "--floating-range",
+            ComputeNet::FLOATING_RANGE,
         ]));
         if backend == Backend::Libvirt {
             agent_args.extend(s(&["--cnci-image", CNCI_IMAGE]));

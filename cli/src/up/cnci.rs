@@ -116,6 +116,10 @@ impl ComputeNet {
         self.net().network()
     }
 
+    /// The floating range, the controller's and the agent's `--floating-range` alike (the
+    /// controller's default): the agent routes each floating IP of it to the CNCI that holds it.
+    pub const FLOATING_RANGE: &'static str = "192.168.233.0/24";
+
     /// The CNCIs' addresses (the agent's `--cnci-addresses`): the upper half of the network.
     pub fn cnci_addresses(self) -> String {
         self.halves().1.to_string()

@@ -204,9 +204,11 @@ pub fn up(options: &UpOptions, out: &mut dyn Write) -> Result<(), UpError> {
     let networks = match compute {
         Some(net) => format!(
             "Tenant networks: through CNCIs, one per tenant subnet (`cumulo cnci list`), on the \
-             compute network {net} ({}; CNCIs take {})\n",
+             compute network {net} ({}; CNCIs take {}); floating IPs from {} are routed on this \
+             host to the CNCIs that hold them\n",
             cnci::UPLINK,
-            net.cnci_addresses()
+            net.cnci_addresses(),
+            cnci::ComputeNet::FLOATING_RANGE
         ),
         None => "Tenant networks: none (addresses are allocated, nothing is plumbed; \
                  --tenant-network cnci for CNCIs)\n"

@@ -63,6 +63,7 @@ use store::{MemoryReservations, ReservationStore, StoreError};
 
 pub mod credentials;
 mod process;
+pub mod routes;
 mod vm;
 
 pub use process::clean_up;
@@ -104,6 +105,9 @@ pub struct LaunchConfig {
     /// The network namespace libvirt's QEMU runs in (`None`: ours), where a CNCI VM's tap is
     /// made.
     pub tap_netns: Option<PathBuf>,
+    /// The floating range (`--floating-range`): the public addresses a CNCI may have routed to
+    /// it ([`routes`]).
+    pub floating: ipnet::Ipv4Net,
 }
 
 /// What is kept of a CNCI.
@@ -150,6 +154,8 @@ pub struct CnciLauncher<B> {
     /// Where CNCI addresses are reserved ([`ADDRESS_POOL`]): in memory on the node by
     /// default ([`CnciLauncher::with_reservations`] for a shared one).
     reservations: Arc<dyn ReservationStore>,
+    /// Serializes the CNCIs' route changes ([`routes`]).
+    route_lock: Arc<tokio::sync::Mutex<()>>,
 }
 
 /// Whether a START's spec is a CNCI's.
@@ -273,6 +279,7 @@ impl<B: Backend> CnciLauncher<B> {
                 state: Arc::new(Mutex::new(state)),
                 vms: None,
                 reservations: Arc::new(MemoryReservations::new()),
+                route_lock: Arc::default(),
             });
         };
         std::fs::create_dir_all(&config.dir).map_err(launch)?;
@@ -302,6 +309,7 @@ impl<B: Backend> CnciLauncher<B> {
             state: Arc::new(Mutex::new(state)),
             vms: None,
             reservations: memory.clone(),
+            route_lock: Arc::default(),
         }
         .with_reservations(memory)
     }
@@ -351,6 +359,23 @@ impl<B: Backend> CnciLauncher<B> {
             launch("--cnci-image: CNCIs run as VMs only with the libvirt backend")
         })?;
         Ok(Some((vms, image)))
+    }
+
+    /// Serves CNCI `id`'s route channel on `listener` until `stop`.
+    fn serve_routes(
+        &self,
+        id: Uuid,
+        listener: std::net::TcpListener,
+        stop: CancellationToken,
+    ) -> Result<(), BackendError> {
+        let ctx = routes::RouteContext {
+            cnci: id,
+            link: host_end(id),
+            range: self.config()?.floating,
+            lock: self.route_lock.clone(),
+        };
+        routes::serve(listener, ctx, stop);
+        Ok(())
     }
 
     fn config(&self) -> Result<&LaunchConfig, BackendError> {

@@ -108,6 +108,19 @@ impl<B: Backend> CnciLauncher<B> {
         let port = listener.local_addr().map_err(launch)?.port();
         let stop_relay = CancellationToken::new();
         relay(listener, c.servers.clone(), stop_relay.clone());
+        // Its route channel, on the namespace's loopback too, stopped with the relay.
+        let routes = listen_in(&record.ns, (Ipv4Addr::LOCALHOST, 0)).and_then(|l| {
+            let port = l.local_addr()?.port();
+            Ok((l, port))
+        });
+        let (routes, route_port) = match routes {
+            Ok(r) => r,
+            Err(e) => {
+                stop_relay.cancel();
+                return Err(launch(e));
+            }
+        };
+        self.serve_routes(id, routes, stop_relay.clone())?;
         let spawned = tokio::process::Command::new("ip")
             .args(["netns", "exec", &record.ns])
             .arg(&c.binary)
@@ -119,6 +132,7 @@ impl<B: Backend> CnciLauncher<B> {
             .arg(&key)
             .args(["--scheduler", &c.servers.join(",")])
             .args(["--via", &format!("127.0.0.1:{port}")])
+            .args(["--route-via", &format!("127.0.0.1:{route_port}")])
             .args(["--uuid", &id.to_string()])
             .args(["--tenant", &record.tenant.to_string()])
             .args(["--ip", &record.ip.to_string()])

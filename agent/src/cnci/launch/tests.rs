@@ -15,6 +15,7 @@ fn config(dir: &std::path::Path) -> LaunchConfig {
         dir: dir.to_owned(),
         vm_image: None,
         tap_netns: None,
+        floating: "192.168.233.0/24".parse().unwrap(),
     }
 }
 
@@ -202,6 +203,7 @@ fn a_vm_gets_its_settings_and_credentials_in_its_user_data() {
          CUMULO_CNCI_LINK_ADDR=169.254.0.2/24\n\
          CUMULO_CNCI_SCHEDULER=localhost:8888\n\
          CUMULO_CNCI_VIA=169.254.0.1:8443\n\
+         CUMULO_CNCI_ROUTE_VIA=169.254.0.1:8444\n\
          CUMULO_CNCI_TUNNEL=vxlan\n\
          CUMULO_CNCI_VXLAN_PORT=4789\n\
          --- file ca.pem\nCA\n--- file cert.pem\nCERT\n--- file key.pem\nKEY\n"

@@ -37,6 +37,10 @@ pub fn vm_user_data(c: &LaunchConfig, id: Uuid, r: &Record) -> Result<String, Ba
         ),
         ("CUMULO_CNCI_SCHEDULER", c.servers.join(",")),
         ("CUMULO_CNCI_VIA", format!("{RELAY_ADDR}:{RELAY_PORT}")),
+        (
+            "CUMULO_CNCI_ROUTE_VIA",
+            format!("{RELAY_ADDR}:{}", routes::ROUTE_PORT),
+        ),
         ("CUMULO_CNCI_TUNNEL", c.tunnel.clone()),
         ("CUMULO_CNCI_VXLAN_PORT", c.vxlan_port.to_string()),
     ];
@@ -124,8 +128,11 @@ impl<B: Backend> CnciLauncher<B> {
         let _ = ip(&["-n", &record.ns, "link", "del", &tap]).await;
         ip_in(netns, &["tuntap", "add", "dev", &tap, "mode", "tap"]).await?;
         let listener = listen_in(&record.ns, (RELAY_ADDR, RELAY_PORT)).map_err(launch)?;
+        let route_listener =
+            listen_in(&record.ns, (RELAY_ADDR, routes::ROUTE_PORT)).map_err(launch)?;
         let stop_relay = CancellationToken::new();
         relay(listener, c.servers.clone(), stop_relay.clone());
+        self.serve_routes(id, route_listener, stop_relay.clone())?;
         let started = async {
             vms.start(id).await?;
             ip_in(netns, &["link", "set", &tap, "netns", &record.ns]).await?;
@@ -162,8 +169,11 @@ impl<B: Backend> CnciLauncher<B> {
             return Err(launch("CNCIs do not run as VMs here"));
         };
         let listener = listen_in(&record.ns, (RELAY_ADDR, RELAY_PORT)).map_err(launch)?;
+        let route_listener =
+            listen_in(&record.ns, (RELAY_ADDR, routes::ROUTE_PORT)).map_err(launch)?;
         let stop_relay = CancellationToken::new();
         relay(listener, c.servers.clone(), stop_relay.clone());
+        self.serve_routes(id, route_listener, stop_relay.clone())?;
         self.track(vms, id, stop_relay);
         tracing::info!(cnci = %id, "CNCI VM re-attached");
         Ok(())
