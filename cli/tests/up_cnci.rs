@@ -164,6 +164,11 @@ impl Cluster {
 
     /// `program ARGS` inside the cluster's namespace(s).
     fn in_ns(&self, program: &str, args: &[&str]) -> Output {
+        self.command_in_ns(program, args).output().unwrap()
+    }
+
+    /// `program ARGS` inside the cluster's namespace(s), to run or spawn.
+    fn command_in_ns(&self, program: &str, args: &[&str]) -> Command {
         let mut command = match &self.holder {
             Some(holder) => {
                 let mut c = Command::new("nsenter");
@@ -183,9 +188,8 @@ impl Cluster {
             .env("PATH", std::env::var("PATH").unwrap_or_default())
             // Where the guest images' caches are (`scripts/tiny-guest.sh`).
             .envs(cache_env())
-            .envs(&self.env)
-            .output()
-            .unwrap()
+            .envs(&self.env);
+        command
     }
 
     /// A `cumulo` command that must succeed; its stdout.
@@ -271,6 +275,17 @@ with urllib.request.urlopen(req) as r:
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(out.status.success(), "{method} {path}: {out:?}");
         serde_json::from_str(&text).unwrap_or_else(|e| panic!("{method} {path}: {e}: {text}"))
+    }
+
+    /// Allocates a floating IP from the external network `public`: (its id, its address).
+    fn floating_ip(&self) -> (String, String) {
+        let fip = self.api(
+            "POST",
+            "/network/v2.0/floatingips",
+            &json!({"floatingip": {"floating_network_id": "5f0a7e1c-9c3b-4d2a-8e61-70b5c0ffee01"}}),
+        );
+        let text = |k: &str| fip["floatingip"][k].as_str().unwrap().to_string();
+        (text("id"), text("floating_ip_address"))
     }
 
     fn pids(&self) -> Vec<(i32, String)> {
@@ -433,16 +448,7 @@ fn up_with_tenant_networks_through_cncis_in_a_namespace() {
 
     // A floating IP associated with the instance's port: the CNCI maps it (its nftables maps
     // and the address on its uplink), and the API says ACTIVE; disassociated, it is unmapped.
-    let fip = cluster.api(
-        "POST",
-        "/network/v2.0/floatingips",
-        &json!({"floatingip": {"floating_network_id": "5f0a7e1c-9c3b-4d2a-8e61-70b5c0ffee01"}}),
-    );
-    let fip_id = fip["floatingip"]["id"].as_str().unwrap().to_string();
-    let public = fip["floatingip"]["floating_ip_address"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let (fip_id, public) = cluster.floating_ip();
     let private = shown["ip"].as_str().unwrap_or_default().to_string();
     let asked = Instant::now();
     cluster.api(
@@ -745,6 +751,7 @@ fn up_libvirt_with_cnci_vms_in_a_namespace() {
             .success()
             .then_some(())
     });
+    floating_ip_reaches_a_listener(&cluster, &guest, &gateway);
     let _ = cluster.in_ns("ip", &["netns", "del", &guest]);
 
     let down = cluster.ok(&["down", "--dir", &root, "--purge"]);
@@ -772,6 +779,104 @@ fn up_libvirt_with_cnci_vms_in_a_namespace() {
     assert!(!listed.contains("cumulo-cnci-"), "{listed}");
     let link = cluster.in_ns("ip", &["link", "show", "dev", "cumulo0"]);
     assert!(!link.status.success(), "cumulo0 left after down");
+}
+
+/// A TCP listener at the first instance's address, in the stand-in guest `guest` (the tiny
+/// guest configures no address, so the stand-in takes the instance's; its gateway `gateway` is
+/// the CNCI VM): a floating IP associated with the instance carries a connection from the host
+/// (the cluster's namespace) through the node's route to the CNCI VM, its DNAT and the VXLAN
+/// tunnel to the listener, and the answer back; disassociated, it no longer does.
+fn floating_ip_reaches_a_listener(cluster: &Cluster, guest: &str, gateway: &str) {
+    let listed = cluster.json(&["instance", "list"]);
+    let instance = listed["instances"]
+        .as_array()
+        .and_then(|l| l.first().cloned())
+        .unwrap_or_else(|| panic!("no instance: {listed}"));
+    let id = instance["id"].as_str().unwrap().to_string();
+    let private = instance["ip"].as_str().unwrap().to_string();
+    for step in [
+        vec![
+            "-n",
+            guest,
+            "addr",
+            "add",
+            &format!("{private}/24"),
+            "dev",
+            "gv1",
+        ],
+        vec!["-n", guest, "route", "replace", "default", "via", gateway],
+    ] {
+        let out = cluster.in_ns("ip", &step);
+        assert!(out.status.success(), "ip {step:?}: {out:?}");
+    }
+    // Answers each connection with a line naming itself, forever (killed below).
+    const SERVER: &str = r#"
+import socket
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", 8080))
+s.listen(16)
+print("listening", flush=True)
+while True:
+    c, _ = s.accept()
+    c.sendall(b"hello from the guest\n")
+    c.close()
+"#;
+    let mut server = cluster
+        .command_in_ns("ip", &["netns", "exec", guest, "python3", "-c", SERVER])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::BufRead;
+        let mut line = String::new();
+        let mut out = std::io::BufReader::new(server.stdout.take().unwrap());
+        out.read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "listening");
+    }
+    // One connection from the host to `addr`:8080 (2 s at most); what it read.
+    const CLIENT: &str = r#"
+import socket, sys
+try:
+    c = socket.create_connection((sys.argv[1], 8080), timeout=2)
+    print(c.recv(100).decode().strip())
+except OSError as e:
+    print("failed:", e)
+"#;
+    let connect = |addr: &str| -> String {
+        let out = cluster.in_ns("python3", &["-c", CLIENT, addr]);
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let (fip_id, public) = cluster.floating_ip();
+    let fip_path = format!("/network/v2.0/floatingips/{fip_id}");
+    let asked = Instant::now();
+    cluster.api("PUT", &fip_path, &json!({"floatingip": {"port_id": id}}));
+    let said = poll(
+        "a TCP connection to the floating IP reaching the guest",
+        Duration::from_secs(60),
+        || {
+            let said = connect(&public);
+            (said == "hello from the guest").then_some(said)
+        },
+    );
+    eprintln!(
+        "FIGURE floating IP {public} -> {private} (CNCI VM): first TCP connection from the host answered {:.0} ms after the association",
+        asked.elapsed().as_secs_f64() * 1000.0
+    );
+    assert_eq!(said, "hello from the guest");
+    let f = cluster.api("GET", &fip_path, &Value::Null);
+    assert_eq!(f["floatingip"]["status"], "ACTIVE", "{f}");
+    // Disassociated: the host no longer reaches the guest through it.
+    cluster.api("PUT", &fip_path, &json!({"floatingip": {"port_id": null}}));
+    poll(
+        "the floating IP no longer reaching the guest",
+        Duration::from_secs(30),
+        || connect(&public).starts_with("failed").then_some(()),
+    );
+    cluster.api("DELETE", &fip_path, &Value::Null);
+    let _ = server.kill();
+    let _ = server.wait();
 }
 
 #[test]
