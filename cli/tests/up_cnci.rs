@@ -752,6 +752,7 @@ fn up_libvirt_with_cnci_vms_in_a_namespace() {
             .then_some(())
     });
     floating_ip_reaches_a_listener(&cluster, &guest, &gateway);
+    tenants_do_not_reach_the_control_plane(&cluster, &guest, "198.18.255.1");
     let _ = cluster.in_ns("ip", &["netns", "del", &guest]);
 
     let down = cluster.ok(&["down", "--dir", &root, "--purge"]);
@@ -809,45 +810,8 @@ fn floating_ip_reaches_a_listener(cluster: &Cluster, guest: &str, gateway: &str)
         let out = cluster.in_ns("ip", &step);
         assert!(out.status.success(), "ip {step:?}: {out:?}");
     }
-    // Answers each connection with a line naming itself, forever (killed below).
-    const SERVER: &str = r#"
-import socket
-s = socket.socket()
-s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("0.0.0.0", 8080))
-s.listen(16)
-print("listening", flush=True)
-while True:
-    c, _ = s.accept()
-    c.sendall(b"hello from the guest\n")
-    c.close()
-"#;
-    let mut server = cluster
-        .command_in_ns("ip", &["netns", "exec", guest, "python3", "-c", SERVER])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    {
-        use std::io::BufRead;
-        let mut line = String::new();
-        let mut out = std::io::BufReader::new(server.stdout.take().unwrap());
-        out.read_line(&mut line).unwrap();
-        assert_eq!(line.trim(), "listening");
-    }
-    // One connection from the host to `addr`:8080 (2 s at most); what it read.
-    const CLIENT: &str = r#"
-import socket, sys
-try:
-    c = socket.create_connection((sys.argv[1], 8080), timeout=2)
-    print(c.recv(100).decode().strip())
-except OSError as e:
-    print("failed:", e)
-"#;
-    let connect = |addr: &str| -> String {
-        let out = cluster.in_ns("python3", &["-c", CLIENT, addr]);
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
-    };
+    let mut server = listen(cluster, Some(guest), 8080, "hello from the guest");
+    let connect = |addr: &str| -> String { connect_from(cluster, None, addr, 8080) };
     let (fip_id, public) = cluster.floating_ip();
     let fip_path = format!("/network/v2.0/floatingips/{fip_id}");
     let asked = Instant::now();
@@ -877,6 +841,133 @@ except OSError as e:
     cluster.api("DELETE", &fip_path, &Value::Null);
     let _ = server.kill();
     let _ = server.wait();
+}
+
+/// A TCP listener on `port` (every address) in the named namespace `ns` inside the cluster's, or
+/// in the cluster's own: each connection gets `said` and a newline. Returns once it listens.
+fn listen(cluster: &Cluster, ns: Option<&str>, port: u16, said: &str) -> Child {
+    const SERVER: &str = r#"
+import socket, sys
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", int(sys.argv[1])))
+s.listen(16)
+print("listening", flush=True)
+while True:
+    c, _ = s.accept()
+    c.sendall(sys.argv[2].encode() + b"\n")
+    c.close()
+"#;
+    let port = port.to_string();
+    let mut args = Vec::new();
+    if let Some(ns) = ns {
+        args.extend(["netns", "exec", ns]);
+    }
+    args.extend(["python3", "-c", SERVER, &port, said]);
+    let (program, args) = if ns.is_some() {
+        ("ip", &args[..])
+    } else {
+        ("python3", &args[1..])
+    };
+    let mut server = cluster
+        .command_in_ns(program, args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    use std::io::BufRead;
+    let mut line = String::new();
+    let mut out = std::io::BufReader::new(server.stdout.take().unwrap());
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "listening");
+    server
+}
+
+/// One TCP connection to `addr`:`port` (2 s at most) from the named namespace `ns` inside the
+/// cluster's, or from the cluster's own: what it read, or `failed: ...`.
+fn connect_from(cluster: &Cluster, ns: Option<&str>, addr: &str, port: u16) -> String {
+    const CLIENT: &str = r#"
+import socket, sys
+try:
+    c = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=2)
+    print(c.recv(100).decode().strip())
+except OSError as e:
+    print("failed:", e)
+"#;
+    let port = port.to_string();
+    let out = match ns {
+        Some(ns) => cluster.in_ns(
+            "ip",
+            &["netns", "exec", ns, "python3", "-c", CLIENT, addr, &port],
+        ),
+        None => cluster.in_ns("python3", &["-c", CLIENT, addr, &port]),
+    };
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// From the stand-in guest `guest` (a tenant's address behind the CNCI VM): a listener on the
+/// host's compute-network address (`host_ip`, where a management service would listen) is not
+/// reached, one in a namespace beyond the host (the outside world, through the CNCI's NAT) is.
+fn tenants_do_not_reach_the_control_plane(cluster: &Cluster, guest: &str, host_ip: &str) {
+    let world = format!("cumulo-up-world-{}", std::process::id());
+    for step in [
+        vec!["netns", "add", &world],
+        vec![
+            "link", "add", "wv0", "type", "veth", "peer", "name", "wv1", "netns", &world,
+        ],
+        vec!["addr", "add", "203.0.113.1/24", "dev", "wv0"],
+        vec!["link", "set", "wv0", "up"],
+        vec!["-n", &world, "link", "set", "wv1", "up"],
+        vec!["-n", &world, "addr", "add", "203.0.113.2/24", "dev", "wv1"],
+        vec![
+            "-n",
+            &world,
+            "route",
+            "add",
+            "default",
+            "via",
+            "203.0.113.1",
+        ],
+    ] {
+        let out = cluster.in_ns("ip", &step);
+        assert!(out.status.success(), "ip {step:?}: {out:?}");
+    }
+    let host = listen(cluster, None, 8081, "the host");
+    let outside = listen(cluster, Some(&world), 8081, "the outside");
+    // The host itself reaches both (the listeners work).
+    assert_eq!(connect_from(cluster, None, host_ip, 8081), "the host");
+    assert_eq!(
+        connect_from(cluster, None, "203.0.113.2", 8081),
+        "the outside"
+    );
+    // The guest reaches the outside through the CNCI's NAT...
+    let said = poll(
+        "the guest reaching the outside",
+        Duration::from_secs(30),
+        || {
+            let said = connect_from(cluster, Some(guest), "203.0.113.2", 8081);
+            (said == "the outside").then_some(said)
+        },
+    );
+    assert_eq!(said, "the outside");
+    // ...and not the host's management address, nor the CNCI's relay.
+    let refused = connect_from(cluster, Some(guest), host_ip, 8081);
+    assert!(
+        refused.starts_with("failed"),
+        "the guest reached the host: {refused}"
+    );
+    let relay = connect_from(cluster, Some(guest), "169.254.0.1", 8443);
+    assert!(
+        relay.starts_with("failed"),
+        "the guest reached the relay: {relay}"
+    );
+    eprintln!("tenant guest: outside reached, {host_ip}:8081 {refused}, relay {relay}");
+    for mut child in [host, outside] {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    let _ = cluster.in_ns("ip", &["netns", "del", &world]);
+    let _ = cluster.in_ns("ip", &["link", "del", "wv0"]);
 }
 
 #[test]

@@ -994,7 +994,9 @@ pub(crate) fn network_usage(tx: &mut dyn NetTx, tenant: Uuid) -> Result<NetworkQ
 }
 
 /// An instance's record is going: its floating IPs are disassociated (the port-groups record is
-/// the backend's to delete).
+/// the backend's to delete). SQLite's deletion only: etcd's leaves the tenant's networking alone
+/// (`etcd/networking.rs`).
+#[cfg(feature = "sqlite")]
 pub(crate) fn forget_port(tx: &mut dyn NetTx, tenant: Uuid, instance: Uuid) -> Result<()> {
     let Some(mut doc) = tx.load(tenant)? else {
         return Ok(());

@@ -47,6 +47,12 @@ pub struct Args {
     /// routes them here. None: nobody is told.
     #[arg(long, env = "CUMULO_CNCI_ROUTE_VIA")]
     pub route_via: Option<String>,
+    /// The cluster's management networks (`a.b.c.d/n`, comma-separated): the tenant subnets
+    /// open no connection to them through this concentrator (answers to connections from
+    /// them, such as a floating IP's, still pass). The network node's agent gives its compute
+    /// network, its own addresses and its `--cnci-protect`.
+    #[arg(long, env = "CUMULO_CNCI_PROTECT", value_delimiter = ',')]
+    pub protect: Vec<ssntp::payload::Cidr>,
     /// The concentrator's instance UUID (also its SSNTP UUID).
     #[arg(long, env = "CUMULO_CNCI_UUID")]
     pub uuid: Uuid,
@@ -131,6 +137,7 @@ impl Args {
             servers: self.scheduler,
             via: self.via,
             route_via: self.route_via,
+            protect: self.protect,
             ip: self.ip,
             mac: self.mac,
             tunnel: self.tunnel,

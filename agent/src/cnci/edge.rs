@@ -38,6 +38,9 @@ pub struct EdgeConfig {
     pub mtu: u16,
     /// Whether to serve DHCP (off in unit tests, where the bridges are not real).
     pub dhcp: bool,
+    /// The cluster's management networks, which the tenant subnets may not open connections to
+    /// (`--protect`).
+    pub protect: Vec<Cidr>,
 }
 
 struct Served {
@@ -108,7 +111,8 @@ impl<N: NatOps> Edge<N> {
         if !self.public.is_empty() {
             tracing::info!(public = ?self.public, "public IPs kept from the previous run");
         }
-        self.nat.set_siblings(&self.sibling_cidrs()).await
+        self.nat.set_siblings(&self.sibling_cidrs()).await?;
+        self.nat.set_protected(&self.config.protect).await
     }
 
     fn sibling_cidrs(&self) -> Vec<Cidr> {

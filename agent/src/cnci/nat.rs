@@ -11,10 +11,14 @@
 //! - chain `cnci_post` (nat postrouting), leaving by the uplink only: nothing towards a
 //!   sibling subnet (routed as it is), then `snat to ip saddr map @public_out`, then `ip saddr
 //!   @subnets snat to <its address>` (outbound NAT);
+//! - set `protected` (intervals): the cluster's management networks (`cumulo-cnci --protect`:
+//!   the compute network, the network node's own addresses, what the node's operator adds);
 //! - chain `cnci_fwd` (filter forward): nothing to link-local addresses (169.254.0.0/16: the
-//!   node's relay and route channel beside a CNCI VM) passes; then replies, mapped (DNATed) connections and the sibling
-//!   subnets' traffic pass; anything else from outside the subnets to the subnets is dropped,
-//!   so a private address is reached from outside only through a public IP.
+//!   node's relay and route channel beside a CNCI VM) passes; then replies pass; then nothing
+//!   from the subnets to `protected` (a tenant opens no connection to the control plane); then
+//!   mapped (DNATed) connections and the sibling subnets' traffic pass; anything else from
+//!   outside the subnets to the subnets is dropped, so a private address is reached from
+//!   outside only through a public IP.
 //!
 //! [`NftNat::setup`] makes the table if it is missing and rewrites its chains, keeping the
 //! maps: a restarted concentrator keeps its public IPs and reads them back.
@@ -47,6 +51,9 @@ pub trait NatOps: Send + Sync + 'static {
     fn del_subnet(&self, subnet: Cidr) -> impl Future<Output = Result<(), OpsError>> + Send;
     /// Sets the sibling subnets (routed between, not translated).
     fn set_siblings(&self, siblings: &[Cidr]) -> impl Future<Output = Result<(), OpsError>> + Send;
+    /// Sets the protected networks: what the tenant subnets may not open connections to through
+    /// the concentrator (the cluster's management addresses).
+    fn set_protected(&self, nets: &[Cidr]) -> impl Future<Output = Result<(), OpsError>> + Send;
     /// Maps a public address to a private one, both ways (`Exists` if either is mapped).
     fn map(
         &self,
@@ -71,6 +78,7 @@ pub fn setup_script(uplink: &str, uplink_ip: Ipv4Addr) -> String {
         format!("add set {t} subnets {{ type ipv4_addr; flags interval; }}"),
         format!("flush set {t} subnets"),
         format!("add set {t} siblings {{ type ipv4_addr; flags interval; }}"),
+        format!("add set {t} protected {{ type ipv4_addr; flags interval; }}"),
         format!(
             "add chain {t} cnci_pre {{ type nat hook prerouting priority dstnat; policy accept; }}"
         ),
@@ -92,12 +100,44 @@ pub fn setup_script(uplink: &str, uplink_ip: Ipv4Addr) -> String {
         // service, 169.254.169.254, will need an exception of its own when it comes.)
         format!("add rule {t} cnci_fwd ip daddr 169.254.0.0/16 drop"),
         format!("add rule {t} cnci_fwd ct state established,related accept"),
+        // The tenant subnets open no connection to the cluster's management addresses (the
+        // compute network, the nodes' own addresses, what the node adds): answers to
+        // connections from there (a floating IP's) are established and pass above.
+        format!("add rule {t} cnci_fwd ip saddr @subnets ip daddr @protected drop"),
         format!("add rule {t} cnci_fwd ct status dnat accept"),
         format!("add rule {t} cnci_fwd ip saddr @siblings ip daddr @subnets accept"),
         format!("add rule {t} cnci_fwd ip daddr @subnets ip saddr != @subnets drop"),
     ]
     .join("\n")
         + "\n"
+}
+
+/// The elements of the `protected` set for `nets`: IPv4 networks with their host bits cleared,
+/// without those inside another (an interval set takes no overlap), sorted.
+pub fn protected_elements(nets: &[Cidr]) -> Vec<String> {
+    let mut v4: Vec<(u32, u8)> = nets
+        .iter()
+        .filter_map(|n| match n.addr {
+            std::net::IpAddr::V4(a) if n.prefix <= 32 => {
+                let mask = if n.prefix == 0 {
+                    0
+                } else {
+                    u32::MAX << (32 - u32::from(n.prefix))
+                };
+                Some((u32::from(a) & mask, n.prefix))
+            }
+            _ => None,
+        })
+        .collect();
+    v4.sort_unstable();
+    v4.dedup();
+    let inside = |(a, p): (u32, u8), (b, q): (u32, u8)| {
+        q <= p && (q == 0 || (a ^ b) >> (32 - u32::from(q)) == 0)
+    };
+    v4.iter()
+        .filter(|&&n| !v4.iter().any(|&m| m != n && inside(n, m)))
+        .map(|(a, p)| format!("{}/{p}", Ipv4Addr::from(*a)))
+        .collect()
 }
 
 /// An interface name nft can quote: what the kernel allows, without quotes or backslashes.
@@ -248,6 +288,25 @@ impl NatOps for NftNat {
             .map(drop)
     }
 
+    async fn set_protected(&self, nets: &[Cidr]) -> Result<(), OpsError> {
+        let mut s = format!("flush set ip {TABLE} protected\n");
+        let list = protected_elements(nets);
+        if !list.is_empty() {
+            s += &format!(
+                "add element ip {TABLE} protected {{ {} }}\n",
+                list.join(", ")
+            );
+        }
+        nft_async(
+            "set protected networks",
+            String::new(),
+            &["-f", "-"],
+            Some(s),
+        )
+        .await
+        .map(drop)
+    }
+
     async fn map(&self, public: Ipv4Addr, private: Ipv4Addr) -> Result<(), OpsError> {
         // One transaction: both directions or neither. `create` fails on an existing key.
         let s = format!(
@@ -275,6 +334,7 @@ struct FakeState {
     uplink: Option<(String, Ipv4Addr)>,
     subnets: Vec<Cidr>,
     siblings: Vec<Cidr>,
+    protected: Vec<String>,
     public: BTreeMap<Ipv4Addr, Ipv4Addr>,
     fail: Option<&'static str>,
 }
@@ -301,6 +361,11 @@ impl FakeNat {
     /// The sibling subnets now.
     pub fn siblings(&self) -> Vec<Cidr> {
         self.lock().siblings.clone()
+    }
+
+    /// The protected networks, as the set's elements.
+    pub fn protected(&self) -> Vec<String> {
+        self.lock().protected.clone()
     }
 
     /// The uplink it was set up for.
@@ -369,6 +434,13 @@ impl NatOps for FakeNat {
         Ok(())
     }
 
+    async fn set_protected(&self, nets: &[Cidr]) -> Result<(), OpsError> {
+        let mut s = self.lock();
+        FakeNat::check(&mut s, "set protected")?;
+        s.protected = protected_elements(nets);
+        Ok(())
+    }
+
     async fn map(&self, public: Ipv4Addr, private: Ipv4Addr) -> Result<(), OpsError> {
         let mut s = self.lock();
         FakeNat::check(&mut s, "map")?;
@@ -393,6 +465,43 @@ impl NatOps for FakeNat {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn protected_elements_are_networks_without_overlaps() {
+        let nets: Vec<Cidr> = [
+            "198.18.255.7/24",
+            "198.18.255.1/32",
+            "10.0.0.0/8",
+            "10.1.2.3/32",
+            "203.0.113.9/32",
+            "203.0.113.9/32",
+            "2001:db8::/32",
+        ]
+        .iter()
+        .map(|s| s.parse().unwrap())
+        .collect();
+        assert_eq!(
+            protected_elements(&nets),
+            ["10.0.0.0/8", "198.18.255.0/24", "203.0.113.9/32"]
+        );
+        assert!(protected_elements(&[]).is_empty());
+        let s = setup_script("u0", Ipv4Addr::new(198, 18, 0, 100));
+        let drop = s
+            .lines()
+            .position(|l| l.contains("@protected drop"))
+            .unwrap();
+        let replies = s
+            .lines()
+            .position(|l| l.contains("established,related accept"))
+            .unwrap();
+        let dnat = s
+            .lines()
+            .position(|l| l.contains("ct status dnat"))
+            .unwrap();
+        // Answers (a floating IP's connections) pass before; a tenant's new ones are dropped
+        // before the DNAT rule could let them through.
+        assert!(replies < drop && drop < dnat, "{s}");
+    }
 
     #[test]
     fn the_setup_script_translates_by_the_uplink_only() {

@@ -50,6 +50,8 @@ pub struct CnciConfig {
     pub via: Option<String>,
     /// The node's route channel (`host:port`), told the public IPs it holds.
     pub route_via: Option<String>,
+    /// The cluster's management networks, which its tenants may not open connections to.
+    pub protect: Vec<ssntp::payload::Cidr>,
     /// Its address on the compute network (the tunnels' end).
     pub ip: IpAddr,
     /// Its MAC on the compute network (`None`: [`run`] finds that of the link holding `ip`).
@@ -168,6 +170,7 @@ pub async fn run(mut config: CnciConfig, shutdown: CancellationToken) -> Result<
             uplink_ip,
             mtu,
             dhcp: true,
+            protect: config.protect.clone(),
         },
     );
     let hub = Hub::new(

@@ -185,6 +185,7 @@ mod edge {
                 uplink_ip: Ipv4Addr::new(198, 18, 0, 100),
                 mtu: 1450,
                 dhcp: false,
+                protect: Vec::new(),
             },
         )
     }
@@ -308,6 +309,7 @@ mod edge {
                 uplink_ip: Ipv4Addr::UNSPECIFIED,
                 mtu: 1450,
                 dhcp: false,
+                protect: Vec::new(),
             },
         );
         e.start(&ops).await.unwrap();

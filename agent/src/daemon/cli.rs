@@ -209,6 +209,11 @@ pub struct Args {
     /// docs/networking.md), never the range's network, broadcast or first host (the gateway).
     #[arg(long, env = "CUMULO_AGENT_FLOATING_RANGE", default_value = "192.168.233.0/24", value_parser = parse_cidr)]
     pub floating_range: crate::net::Cidr,
+    /// Network nodes: more management networks (IPv4 CIDRs, comma-separated) that no tenant may
+    /// open a connection to through its CNCI, beside the compute network and this node's own
+    /// addresses, which are always protected (docs/networking.md).
+    #[arg(long, env = "CUMULO_AGENT_CNCI_PROTECT", value_delimiter = ',', value_parser = parse_cidr)]
+    pub cnci_protect: Vec<crate::net::Cidr>,
     /// Where the console endpoint listens (HTTPS, for the controller only: see
     /// docs/protocol.md, "The console channel"); `off` or `0` for none. An address that cannot
     /// be bound leaves the endpoint off (logged), not the agent.
@@ -424,6 +429,7 @@ impl Args {
                     vm_image: self.cnci_image.clone(),
                     tap_netns: self.cnci_tap_netns.clone(),
                     floating,
+                    protect: self.cnci_protect.clone(),
                 })
             }
         };

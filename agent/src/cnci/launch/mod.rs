@@ -108,6 +108,62 @@ pub struct LaunchConfig {
     /// The floating range (`--floating-range`): the public addresses a CNCI may have routed to
     /// it ([`routes`]).
     pub floating: ipnet::Ipv4Net,
+    /// Management networks no tenant may open a connection to through its CNCI
+    /// (`--cnci-protect`), beside the compute network and the node's own addresses
+    /// ([`protected`]).
+    pub protect: Vec<Cidr>,
+}
+
+/// What a CNCI at `ip` is told to protect (`cumulo-cnci --protect`): its compute network (`ip`
+/// with `prefix`), each of `node_addresses` (the node's own IPv4 addresses, `/32`), and the
+/// configured networks; as the `--protect` value.
+pub fn protected(c: &LaunchConfig, ip: Ipv4Addr, node_addresses: &[Ipv4Addr]) -> String {
+    let mut nets: Vec<Cidr> = Vec::new();
+    if let Some(compute) = Cidr::new(std::net::IpAddr::V4(ip), c.prefix) {
+        nets.push(compute);
+    }
+    nets.extend(
+        node_addresses
+            .iter()
+            .filter_map(|a| Cidr::new(std::net::IpAddr::V4(*a), 32)),
+    );
+    nets.extend(c.protect.iter().copied());
+    crate::cnci::nat::protected_elements(&nets).join(",")
+}
+
+/// This node's own IPv4 addresses (`ip -4 -o addr show`, in the agent's namespace), loopback
+/// left out; none if they cannot be read (logged). A few milliseconds, once per CNCI start.
+pub fn node_addresses() -> Vec<Ipv4Addr> {
+    match std::process::Command::new("ip")
+        .args(["-4", "-o", "addr", "show"])
+        .output()
+    {
+        Ok(out) if out.status.success() => parse_addresses(&String::from_utf8_lossy(&out.stdout)),
+        Ok(out) => {
+            tracing::warn!(stderr = %String::from_utf8_lossy(&out.stderr), "the node's addresses not read: they are not protected");
+            Vec::new()
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "the node's addresses not read: they are not protected");
+            Vec::new()
+        }
+    }
+}
+
+/// The IPv4 addresses in `ip -4 -o addr show` output (`inet A.B.C.D/N`), loopback left out.
+pub fn parse_addresses(text: &str) -> Vec<Ipv4Addr> {
+    let mut out: Vec<Ipv4Addr> = text
+        .lines()
+        .filter_map(|line| {
+            let mut words = line.split_whitespace();
+            words.find(|w| *w == "inet")?;
+            let addr: Ipv4Addr = words.next()?.split('/').next()?.parse().ok()?;
+            (!addr.is_loopback()).then_some(addr)
+        })
+        .collect();
+    out.sort_unstable();
+    out.dedup();
+    out
 }
 
 /// What is kept of a CNCI.

@@ -133,6 +133,7 @@ impl<B: Backend> CnciLauncher<B> {
             .args(["--scheduler", &c.servers.join(",")])
             .args(["--via", &format!("127.0.0.1:{port}")])
             .args(["--route-via", &format!("127.0.0.1:{route_port}")])
+            .args(["--protect", &protected(c, record.ip, &node_addresses())])
             .args(["--uuid", &id.to_string()])
             .args(["--tenant", &record.tenant.to_string()])
             .args(["--ip", &record.ip.to_string()])

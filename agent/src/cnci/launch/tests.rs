@@ -16,6 +16,7 @@ fn config(dir: &std::path::Path) -> LaunchConfig {
         vm_image: None,
         tap_netns: None,
         floating: "192.168.233.0/24".parse().unwrap(),
+        protect: vec!["10.9.0.0/16".parse().unwrap()],
     }
 }
 
@@ -193,6 +194,17 @@ fn a_vm_gets_its_settings_and_credentials_in_its_user_data() {
         seeded: None,
     };
     let text = vm_user_data(&c, Uuid::from_u128(7), &r).unwrap();
+    // What it protects: its compute network, this machine's own addresses (which vary), the
+    // configured network.
+    let protect = text
+        .lines()
+        .find_map(|l| l.strip_prefix("CUMULO_CNCI_PROTECT="))
+        .expect("CUMULO_CNCI_PROTECT")
+        .to_string();
+    assert_eq!(protect, protected(&c, r.ip, &node_addresses()));
+    assert!(protect.contains("198.18.0.0/24"), "{protect}");
+    assert!(protect.contains("10.9.0.0/16"), "{protect}");
+    let text = text.replace(&format!("CUMULO_CNCI_PROTECT={protect}\n"), "");
     assert_eq!(
         text,
         "#cumulo-cnci\n\
@@ -236,6 +248,23 @@ fn a_vm_gets_its_settings_and_credentials_in_its_user_data() {
     assert!(err.to_string().contains("no --cnci-cert"), "{err}");
     c.shared = Some((dir.path().join("c.pem"), dir.path().join("missing.key")));
     assert!(vm_user_data(&c, Uuid::from_u128(8), &r).is_err());
+}
+
+#[test]
+fn the_protected_networks_are_the_compute_network_the_nodes_addresses_and_the_configured() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = config(dir.path());
+    let node = [Ipv4Addr::new(198, 18, 0, 1), Ipv4Addr::new(203, 0, 113, 9)];
+    // 198.18.0.1 is inside the compute network: one interval, not two.
+    assert_eq!(
+        protected(&c, Ipv4Addr::new(198, 18, 0, 129), &node),
+        "10.9.0.0/16,198.18.0.0/24,203.0.113.9/32"
+    );
+    let text = "1: lo    inet 127.0.0.1/8 scope host lo\n\
+                2: eth0    inet 203.0.113.9/24 brd 203.0.113.255 scope global eth0\n\
+                3: cumulo0    inet 198.18.0.1/24 scope global cumulo0\n\
+                3: cumulo0    inet 198.18.0.1/24 scope global secondary cumulo0\n";
+    assert_eq!(parse_addresses(text), node);
 }
 
 #[test]

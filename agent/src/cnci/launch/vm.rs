@@ -41,6 +41,7 @@ pub fn vm_user_data(c: &LaunchConfig, id: Uuid, r: &Record) -> Result<String, Ba
             "CUMULO_CNCI_ROUTE_VIA",
             format!("{RELAY_ADDR}:{}", routes::ROUTE_PORT),
         ),
+        ("CUMULO_CNCI_PROTECT", protected(c, r.ip, &node_addresses())),
         ("CUMULO_CNCI_TUNNEL", c.tunnel.clone()),
         ("CUMULO_CNCI_VXLAN_PORT", c.vxlan_port.to_string()),
     ];
