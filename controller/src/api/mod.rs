@@ -26,6 +26,7 @@ mod metrics;
 mod native;
 mod network;
 pub mod password;
+pub mod request_id;
 mod serve;
 #[cfg(any(test, fuzzing, feature = "testing"))]
 pub mod testing;
@@ -194,6 +195,7 @@ pub fn router(state: ApiState) -> Router {
             state.clone(),
             metrics::track,
         ))
+        .layer(axum::middleware::from_fn(request_id::stamp))
         .with_state(state)
 }
 

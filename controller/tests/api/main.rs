@@ -6,6 +6,7 @@
 mod actions;
 mod compute;
 mod console;
+mod conventions;
 mod docs;
 mod etcd;
 mod identity;
