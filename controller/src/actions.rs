@@ -110,6 +110,13 @@ pub fn new_request_id() -> String {
     format!("req-{}", Uuid::new_v4())
 }
 
+/// The request id of the actions `by` starts: its API request's (as Nova records the request's
+/// `X-OpenStack-Request-Id`), else a new one.
+pub fn request_id_of(by: &Caller) -> String {
+    by.request
+        .map_or_else(new_request_id, |id| format!("req-{id}"))
+}
+
 /// An action begun by [`begin`], to [`finish`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ActionTicket {

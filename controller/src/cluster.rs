@@ -43,6 +43,9 @@ pub struct Caller {
     pub user: Option<Uuid>,
     /// The project the user's token is scoped to.
     pub project: Option<Uuid>,
+    /// The API request that asks (`req-` and this UUID, its `X-OpenStack-Request-Id`): the
+    /// instance actions it starts take that request id.
+    pub request: Option<Uuid>,
 }
 
 /// Why a cluster operation failed.

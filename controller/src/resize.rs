@@ -72,7 +72,7 @@ pub fn apply(
             ..InstanceChange::default()
         },
     };
-    let ticket = actions::begin(store, &actions::new_request_id(), id, kind, by);
+    let ticket = actions::begin(store, &actions::request_id_of(by), id, kind, by);
     let changed = store
         .update_instance(scope, id, current.version, change)
         .map_err(ClusterError::from);

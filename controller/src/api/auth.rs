@@ -34,6 +34,8 @@ pub struct Principal {
     pub roles: Vec<Role>,
     /// The token's claims, for a token login.
     pub claims: Option<Claims>,
+    /// The id of the request it made (`req-` and this UUID, its `X-OpenStack-Request-Id`).
+    pub request: Option<Uuid>,
 }
 
 impl Principal {
@@ -48,6 +50,7 @@ impl Principal {
         Caller {
             user: self.user,
             project: self.project,
+            request: self.request,
         }
     }
 
@@ -160,6 +163,7 @@ pub async fn principal_of_token(state: &ApiState, token: &str) -> Result<Princip
         project: Some(project),
         roles,
         claims: Some(claims),
+        request: None,
     })
 }
 
@@ -167,9 +171,15 @@ impl FromRequestParts<ApiState> for Principal {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &ApiState) -> Result<Self, ApiError> {
+        let request = parts
+            .extensions
+            .get::<super::request_id::RequestId>()
+            .map(|r| r.0);
         if let Some(token) = request_token(parts) {
             let token = token.to_string();
-            return principal_of_token(state, &token).await;
+            let mut principal = principal_of_token(state, &token).await?;
+            principal.request = request;
+            return Ok(principal);
         }
         match parts.extensions.get::<ClientCertificate>() {
             Some(ClientCertificate { admin: true }) => Ok(Principal {
@@ -177,6 +187,7 @@ impl FromRequestParts<ApiState> for Principal {
                 project: None,
                 roles: vec![Role::Admin],
                 claims: None,
+                request,
             }),
             _ => Err(ApiError::Unauthorized(
                 "authentication required: send X-Auth-Token".into(),

@@ -14,13 +14,14 @@ pub const HEADER: &str = "x-openstack-request-id";
 /// The one the Compute API's answers carry too.
 pub const COMPUTE_HEADER: &str = "x-compute-request-id";
 
-/// A request's id, in its extensions for the handlers.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RequestId(pub String);
+/// A request's id (`req-` and this UUID), in its extensions for the handlers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestId(pub uuid::Uuid);
 
 /// The middleware: an id for the request, in its extensions, its span and its answer's headers.
 pub async fn stamp(mut request: Request, next: Next) -> Response {
-    let id = crate::actions::new_request_id();
+    let uuid = uuid::Uuid::new_v4();
+    let id = format!("req-{uuid}");
     let compute = request.uri().path().starts_with("/compute");
     let span = tracing::info_span!(
         "request",
@@ -28,7 +29,7 @@ pub async fn stamp(mut request: Request, next: Next) -> Response {
         method = %request.method(),
         path = %request.uri().path()
     );
-    request.extensions_mut().insert(RequestId(id.clone()));
+    request.extensions_mut().insert(RequestId(uuid));
     let mut response = next.run(request).instrument(span).await;
     if let Ok(value) = HeaderValue::from_str(&id) {
         let headers = response.headers_mut();

@@ -523,7 +523,7 @@ impl Engine {
     pub fn begin_action(&self, instance: Uuid, kind: ActionKind, by: &Caller) -> ActionTicket {
         actions::begin(
             self.store.as_ref(),
-            &actions::new_request_id(),
+            &actions::request_id_of(by),
             instance,
             kind,
             by,

@@ -54,7 +54,7 @@ impl Cluster for Engine {
             }
         }
         let mut launched = Vec::with_capacity(created.len());
-        let request_id = actions::new_request_id();
+        let request_id = actions::request_id_of(by);
         for instance in created {
             let ticket = actions::begin(
                 self.store.as_ref(),

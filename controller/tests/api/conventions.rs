@@ -63,3 +63,55 @@ async fn every_answer_carries_a_request_id() {
     }
     w.stop().await;
 }
+
+/// An instance action's `request_id` is the id of the request that started it (Nova's rule),
+/// for a create and for an action alike.
+#[tokio::test]
+async fn instance_actions_take_their_requests_id() {
+    let w = World::start().await;
+    let c = w.client();
+    let a = w.token_a().await;
+    let (status, headers, made) = c
+        .send(
+            Method::POST,
+            "/compute/v2.1/servers",
+            Some(&a),
+            Some(serde_json::json!({"server": {"name": "s", "flavorRef": w.flavor.id, "imageRef": w.image.id}})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{made}");
+    let created = request_id(&headers, "x-openstack-request-id").unwrap();
+    let server = made["server"]["id"].as_str().unwrap().to_string();
+    let (status, headers, body) = c
+        .send(
+            Method::POST,
+            &format!("/compute/v2.1/servers/{server}/action"),
+            Some(&a),
+            Some(serde_json::json!({"os-stop": null})),
+        )
+        .await;
+    let stopped = request_id(&headers, "x-openstack-request-id").unwrap();
+    let (_, _, listed) = c
+        .send(
+            Method::GET,
+            &format!("/compute/v2.1/servers/{server}/os-instance-actions"),
+            Some(&a),
+            None,
+        )
+        .await;
+    let ids: Vec<(String, String)> = listed["instanceActions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            (
+                a["action"].as_str().unwrap().to_string(),
+                a["request_id"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert!(ids.contains(&("create".to_string(), created)), "{ids:?}");
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    assert!(ids.contains(&("stop".to_string(), stopped)), "{ids:?}");
+    w.stop().await;
+}

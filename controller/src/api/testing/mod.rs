@@ -163,7 +163,7 @@ impl FakeCluster {
     }
 
     fn begin(&self, id: Uuid, action: ActionKind, by: &Caller) -> actions::ActionTicket {
-        let request_id = actions::new_request_id();
+        let request_id = actions::request_id_of(by);
         actions::begin(self.store.as_ref(), &request_id, id, action, by)
     }
 
@@ -209,7 +209,7 @@ impl Cluster for FakeCluster {
             }
         }
         let mut made = Vec::new();
-        let request_id = actions::new_request_id();
+        let request_id = actions::request_id_of(by);
         for _ in 0..launch.count {
             let instance = self.store.create_instance(NewInstance {
                 tenant: launch.tenant,
