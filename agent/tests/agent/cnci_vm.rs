@@ -4,7 +4,9 @@
 //! the VM's tap moves onto a bridge in the CNCI's namespace on the network node, and the VM
 //! reaches the scheduler through the agent's relay there. A compute node's instance (a guest
 //! namespace on host 1) gets its address from the VM's DHCP server over the VXLAN tunnel, pings
-//! its gateway (the VM) and an outside address through the VM's outbound NAT; after a restart
+//! its gateway (the VM) and an outside address beyond the compute network through the VM's
+//! outbound NAT, and not the compute network itself (the control plane: the CNCI's
+//! `--protect`, which its node's agent gives it); after a restart
 //! of the network node's agent the VM is booted again and serves again; deleting the CNCI
 //! removes the domain, its tap and its namespace.
 //!
@@ -136,6 +138,10 @@ fn a_network_node_runs_the_cnci_as_a_vm() {
             (&outside, "198.18.0.200"),
         ],
     );
+    // The outside world beyond the compute network: an address of the outside namespace that
+    // the network node routes to it (the outside answers the CNCI's compute address on link).
+    outside.ip(&["addr", "add", "203.0.113.200/32", "dev", "lo"]);
+    nn.ip(&["route", "add", "203.0.113.200/32", "via", "198.18.0.200"]);
     let listeners = [listen_in(&h1.name), listen_in(&nn.name)];
     let ports = ports(&listeners);
     let dir = tempfile::tempdir().unwrap();
@@ -260,13 +266,19 @@ fn a_network_node_runs_the_cnci_as_a_vm() {
         let (g1, ok) = blocking(move || {
             let leased = dhcp(&g1, 7, &script);
             let gateway = leased && g1.reaches("10.250.0.1");
-            let outside = gateway && g1.reaches("198.18.0.200");
-            (g1, [leased, gateway, outside])
+            let outside = gateway && g1.reaches("203.0.113.200");
+            // The compute network is the control plane's: the CNCI forwards nothing new there.
+            let protected = outside && g1.cut_off_from("198.18.0.200");
+            (g1, [leased, gateway, outside, protected])
         })
         .await;
         assert!(ok[0], "no DHCP lease from the CNCI VM");
         assert!(ok[1], "no ping to the gateway (the CNCI VM)");
         assert!(ok[2], "no ping to the outside through the CNCI VM's NAT");
+        assert!(
+            ok[3],
+            "the guest reached the compute network (198.18.0.200) through the CNCI VM"
+        );
 
         // The network node's agent restarts: the VM the earlier run left (its relay gone
         // with that run) is powered off and booted again, and serves the subnet again.
