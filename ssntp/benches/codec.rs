@@ -155,6 +155,7 @@ fn start() -> Payload {
             subnet_key: 4097,
             private_ip: IpAddr::V4(Ipv4Addr::new(172, 16, 0, 5)),
             public_ip: false,
+            firewall: None,
         }),
         storage: Some(vec![
             Storage {

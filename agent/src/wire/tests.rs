@@ -54,6 +54,7 @@ pub(crate) fn start() -> Start {
             subnet_key: 0x10ac,
             private_ip: "172.16.0.5".parse().unwrap(),
             public_ip: true,
+            firewall: None,
         }),
         storage: Some(vec![Storage {
             id: Uuid::from_u128(6),

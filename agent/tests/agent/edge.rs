@@ -51,6 +51,7 @@ pub(crate) fn networking(n: u8) -> Networking {
         subnet_key: KEY,
         private_ip: format!("10.250.0.{n}").parse().unwrap(),
         public_ip: false,
+        firewall: None,
     }
 }
 

@@ -23,6 +23,7 @@ fn networking(n: u8) -> Networking {
         subnet_key: 0x7001,
         private_ip: format!("10.250.0.{n}").parse().unwrap(),
         public_ip: false,
+        firewall: None,
     }
 }
 

@@ -99,6 +99,7 @@ fn cnci_start(cnci: &Cnci, image: &str, restart: bool, creds: Option<CnciCreds>)
             subnet_key: subnet_key(&cnci.cidr),
             private_ip: IpAddr::V4(gw),
             public_ip: false,
+            firewall: None,
         }),
         storage: None,
         user_data: None,

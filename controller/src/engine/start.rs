@@ -94,6 +94,7 @@ pub(super) fn networking(instance: &Instance, cnci: &Cnci) -> Option<Networking>
         subnet_key: store::net::subnet_key(&instance.subnet),
         private_ip: IpAddr::V4(instance.ip),
         public_ip: false,
+        firewall: None,
     })
 }
 

@@ -7,6 +7,7 @@ use std::net::IpAddr;
 use uuid::Uuid;
 
 use super::cbor;
+use super::firewall::Firewall;
 use super::types::{Cidr, MacAddr};
 
 /// What runs the instance.
@@ -144,6 +145,10 @@ pub struct Networking {
     pub private_ip: IpAddr,
     /// Whether it wants a public IP.
     pub public_ip: bool,
+    /// The NIC's firewall (its security groups, compiled); absent: the node filters nothing but
+    /// spoofed sources. (An optional key added on 2026-12-02 within version 1.0.)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub firewall: Option<Firewall>,
 }
 
 /// One disk of an instance.

@@ -11,6 +11,7 @@
 
 pub mod cbor;
 mod failure;
+mod firewall;
 mod handshake;
 mod instance;
 mod network;
@@ -24,6 +25,10 @@ pub use failure::{
     DeliveryFailure, DeliveryFailureReason, DetachVolumeFailure, InstanceActionFailure,
     InstanceActionFailureReason, MAX_FAILURE_MESSAGE, PublicIpFailure, PublicIpFailureReason,
     Reason, StartFailure, StartFailureReason, truncate_text,
+};
+pub use firewall::{
+    Firewall, FirewallDirection, FirewallError, FirewallRule, MAX_FIREWALL_PREFIXES,
+    MAX_FIREWALL_RULES,
 };
 pub use handshake::{
     ClusterConfig, Connect, Connected, ControllerConfig, LauncherConfig, SchedulerConfig,

@@ -133,6 +133,7 @@ fn start() -> impl Strategy<Value = Start> {
         any::<u32>(),
         ip(),
         any::<bool>(),
+        option::of(firewall()),
     )
         .prop_map(
             |(
@@ -144,6 +145,7 @@ fn start() -> impl Strategy<Value = Start> {
                 subnet_key,
                 private_ip,
                 public_ip,
+                firewall,
             )| {
                 Networking {
                     vnic_mac,
@@ -154,6 +156,7 @@ fn start() -> impl Strategy<Value = Start> {
                     subnet_key,
                     private_ip,
                     public_ip,
+                    firewall,
                 }
             },
         );
@@ -611,4 +614,29 @@ pub fn raw_frame() -> impl Strategy<Value = Frame> {
             }
         }),
     ]
+}
+
+/// A port firewall (START's `networking.firewall`).
+fn firewall() -> impl Strategy<Value = Firewall> {
+    let direction = prop_oneof![
+        Just(FirewallDirection::Ingress),
+        Just(FirewallDirection::Egress)
+    ];
+    let rule = (
+        direction,
+        option::of(any::<u8>()),
+        option::of(any::<u16>()),
+        option::of(any::<u16>()),
+        option::of(vec(cidr(), 0..3)),
+    )
+        .prop_map(
+            |(direction, protocol, port_min, port_max, remote)| FirewallRule {
+                direction,
+                protocol,
+                port_min,
+                port_max,
+                remote,
+            },
+        );
+    (any::<u64>(), vec(rule, 0..4)).prop_map(|(revision, rules)| Firewall { revision, rules })
 }

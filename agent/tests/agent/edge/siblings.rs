@@ -22,6 +22,7 @@ fn networking_in(cnci: Uuid, cnci_ip: &str, third: u8, key: u32, n: u8) -> Netwo
         subnet_key: key,
         private_ip: format!("10.250.{third}.{n}").parse().unwrap(),
         public_ip: false,
+        firewall: None,
     }
 }
 
