@@ -27,6 +27,10 @@ pub struct Launch {
     pub count: u32,
     /// The SSH key every instance of the launch gets (its `public-keys` meta data), if any.
     pub key: Option<InstanceKey>,
+    /// The security groups of every instance's port (the tenant's, checked by the caller);
+    /// empty: the tenant's `default` group. Set before the instances' STARTs go, so that each
+    /// carries its port's firewall.
+    pub groups: Vec<Uuid>,
 }
 
 impl Launch {
@@ -350,6 +354,10 @@ pub trait Cluster: Send + Sync {
     /// released): the cluster brings its CNCIs' mappings in line, without waiting for them.
     /// Nothing happens where the cluster maps none (a fake).
     fn floating_ips_changed(&self, _tenant: Uuid) {}
+    /// The tenant's security groups, their rules or its ports' groups changed in the store: the
+    /// cluster gives the nodes of its ports their new firewalls, without waiting for them.
+    /// Nothing happens where the cluster enforces none (a fake).
+    fn security_groups_changed(&self, _tenant: Uuid) {}
     /// Where the mapping of the floating IP `address`, associated with the port of instance
     /// `port`, stands on its CNCI.
     fn floating_ip_status(&self, _address: Ipv4Addr, _port: Option<Uuid>) -> FloatingStatus {

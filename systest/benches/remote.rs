@@ -149,6 +149,7 @@ fn launch(engine: &Engine, tenant: Uuid, workload: Uuid, count: u32) {
                 name: "vm".into(),
                 count,
                 key: None,
+                groups: Vec::new(),
             },
             &controller::cluster::Caller::default(),
         )

@@ -115,6 +115,49 @@ impl From<String> for Fetch {
     }
 }
 
+/// An HTTP/1.1 connection to the endpoint of node `node` at `addr`: TLS with the controller's
+/// certificate, the node's checked to chain to the CA, carry the AGENT role and, when it binds a
+/// UUID, bind `node`'s; within [`CONNECT_TIMEOUT`] to connect. The returned task drives the
+/// connection: abort it when done.
+pub(super) async fn dial<B>(
+    tls: &TlsIdentity,
+    node: Uuid,
+    addr: SocketAddr,
+) -> Result<
+    (
+        hyper::client::conn::http1::SendRequest<B>,
+        tokio::task::JoinHandle<()>,
+    ),
+    String,
+>
+where
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let expected = Expected {
+        role: Role::AGENT,
+        uuid: Some(node),
+    };
+    let config = tls.client_config_for(expected).map_err(|e| e.to_string())?;
+    let tcp = tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect(addr))
+        .await
+        .map_err(|_| format!("no connection within {CONNECT_TIMEOUT:?}"))?
+        .map_err(|e| format!("connect: {e}"))?;
+    let _ = tcp.set_nodelay(true);
+    let stream = tokio_rustls::TlsConnector::from(config)
+        .connect(ServerName::from(addr.ip()), tcp)
+        .await
+        .map_err(|e| format!("TLS: {e}"))?;
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| format!("HTTP: {e}"))?;
+    let driver = tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    Ok((sender, driver))
+}
+
 /// `GET /v1/instances/{id}/console?lines=N` from the node `node` at `addr`.
 async fn fetch(
     tls: &TlsIdentity,
@@ -123,26 +166,8 @@ async fn fetch(
     id: Uuid,
     lines: usize,
 ) -> Result<String, Fetch> {
-    let expected = Expected {
-        role: Role::AGENT,
-        uuid: Some(node),
-    };
-    let config = tls.client_config_for(expected).map_err(|e| e.to_string())?;
     let exchange = async move {
-        let tcp = tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect(addr))
-            .await
-            .map_err(|_| format!("no connection within {CONNECT_TIMEOUT:?}"))?
-            .map_err(|e| format!("connect: {e}"))?;
-        let _ = tcp.set_nodelay(true);
-        let name = ServerName::from(addr.ip());
-        let stream = tokio_rustls::TlsConnector::from(config)
-            .connect(name, tcp)
-            .await
-            .map_err(|e| format!("TLS: {e}"))?;
-        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .map_err(|e| format!("HTTP: {e}"))?;
-        let driver = tokio::spawn(conn);
+        let (mut sender, driver) = dial(tls, node, addr).await?;
         let request = hyper::Request::get(format!("/v1/instances/{id}/console?lines={lines}"))
             .header(hyper::header::HOST, addr.to_string())
             .body(Empty::<Bytes>::new())

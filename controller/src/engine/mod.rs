@@ -32,6 +32,7 @@
 mod cnci;
 pub mod console;
 pub mod fault;
+pub mod firewall;
 mod inbound;
 pub mod offhost;
 mod origin;
@@ -279,6 +280,8 @@ pub struct Engine {
     /// Why the controller stopped for good (its SSNTP client gave up, its API failed): set once,
     /// read by the health check and by the daemon, which then exits non-zero.
     gone: std::sync::OnceLock<String>,
+    /// Port firewalls given to nodes (see [`firewall`]).
+    firewalls: firewall::Firewalls,
 }
 
 impl Engine {
@@ -302,6 +305,7 @@ impl Engine {
             config,
             state: Mutex::new(State::default()),
             gone: std::sync::OnceLock::new(),
+            firewalls: firewall::Firewalls::default(),
         };
         let now = SystemTime::now();
         let mut waiting = Vec::new();
@@ -513,6 +517,7 @@ impl Engine {
         }
         self.subnet_maybe_idle(instance);
         self.public_ips_instance_gone(instance.id, instance.tenant);
+        self.firewalls_instance_gone(instance.id, instance.tenant);
         Ok(())
     }
 

@@ -46,7 +46,19 @@ impl Cluster for Engine {
                 name: launch.name.clone(),
                 key: launch.key.clone(),
             }) {
-                Ok(instance) => created.push(instance),
+                Ok(instance) => {
+                    if !launch.groups.is_empty()
+                        && let Err(e) =
+                            self.store
+                                .set_port_groups(launch.tenant, instance.id, &launch.groups)
+                    {
+                        // A group deleted since the caller checked it: the port stays in
+                        // `default`.
+                        tracing::warn!(instance = %instance.id, error = %e,
+                            "the instance's security groups could not be set");
+                    }
+                    created.push(instance);
+                }
                 Err(e) => {
                     failure = Some(e);
                     break;
@@ -338,6 +350,13 @@ impl Cluster for Engine {
         if let Err(e) = self.reconcile_public_ips(tenant, SystemTime::now()) {
             // The next change, or the CNCI's next announcement, tries again.
             tracing::warn!(error = %e, %tenant, "floating IPs not sent to their CNCIs");
+        }
+    }
+
+    fn security_groups_changed(&self, tenant: Uuid) {
+        if let Err(e) = self.reconcile_firewalls(tenant) {
+            // The sweep tries again.
+            tracing::warn!(error = %e, %tenant, "firewalls not sent to their nodes");
         }
     }
 

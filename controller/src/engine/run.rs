@@ -23,6 +23,13 @@ pub async fn run(
     sweep_every: Duration,
     shutdown: CancellationToken,
 ) {
+    if let Some(pushes) = engine.firewall_pushes() {
+        tokio::spawn(super::firewall::push_loop(
+            pushes,
+            engine.config.console_tls.clone(),
+            engine.firewall_outcomes(),
+        ));
+    }
     let mut sweep = tokio::time::interval(sweep_every);
     sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {

@@ -128,7 +128,10 @@ impl Engine {
             TenantNetwork::Cnci => {
                 let cnci = self.cnci_for(&instance)?;
                 match (cnci.state, networking(&instance, &cnci)) {
-                    (CnciState::Active, Some(net)) => Some(net),
+                    (CnciState::Active, Some(mut net)) => {
+                        net.firewall = self.firewall_for(&instance)?;
+                        Some(net)
+                    }
                     // Sent when the CNCI announces itself.
                     _ => return Ok(instance),
                 }
@@ -145,17 +148,24 @@ impl Engine {
         }
         match sent {
             Ok(()) if cnci.is_none() => Ok(instance),
-            Ok(()) => Ok(self
-                .transition(Scope::All, instance.id, |_| {
-                    Ok(Some((
-                        InstanceChange {
-                            cnci: Some(cnci),
-                            ..InstanceChange::default()
-                        },
-                        (),
-                    )))
-                })?
-                .map_or(instance, |(i, ())| i)),
+            Ok(()) => {
+                let instance = self
+                    .transition(Scope::All, instance.id, |_| {
+                        Ok(Some((
+                            InstanceChange {
+                                cnci: Some(cnci),
+                                ..InstanceChange::default()
+                            },
+                            (),
+                        )))
+                    })?
+                    .map_or(instance, |(i, ())| i);
+                // Its address joins its groups: the other ports' remote groups grow.
+                if let Err(e) = self.reconcile_firewalls(instance.tenant) {
+                    tracing::warn!(error = %e, tenant = %instance.tenant, "firewalls not updated for a new port");
+                }
+                Ok(instance)
+            }
             Err(e) => {
                 self.event(
                     Some(instance.tenant),

@@ -70,6 +70,7 @@ impl Engine {
         self.sweep_lost_starts(now)?;
         self.sweep_deferred(now)?;
         self.sweep_cncis(now)?;
+        self.sweep_firewalls()?;
         self.sweep_public_ips(now)
     }
 

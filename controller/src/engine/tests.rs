@@ -130,6 +130,7 @@ impl World {
                     name: "web".into(),
                     count,
                     key: None,
+                    groups: Vec::new(),
                 },
                 &Caller::default(),
             )
@@ -584,6 +585,7 @@ mod actions;
 mod cnci;
 mod console;
 mod ephemeral;
+mod firewall;
 mod launches;
 mod lost;
 mod nodes;

@@ -197,6 +197,7 @@ pub(crate) fn launch(
                 name: "vm".into(),
                 count,
                 key: None,
+                groups: Vec::new(),
             },
             &Caller::default(),
         )

@@ -376,25 +376,21 @@ pub async fn create(
             let count = u32::try_from(room.min(u64::from(plan.max))).unwrap_or(plan.max);
             let workload =
                 workload_for(store, tenant, flavor.id, plan.image, &plan.user_data, false)?;
+            // The ports' groups, unless only `default` (what a port has when none are set).
+            let ids: Vec<Uuid> = if groups.len() == 1 && groups[0].default {
+                Vec::new()
+            } else {
+                groups.iter().map(|g| g.id).collect()
+            };
             let launch = Launch {
                 tenant,
                 workload,
                 name: plan.name,
                 count,
                 key,
+                groups: ids,
             };
             let instances = cluster.launch(Scope::Tenant(tenant), launch, &by)?;
-            // The ports' groups, unless only `default` (what a port has when none are set). A
-            // group deleted since it was checked leaves the port in `default`.
-            if !(groups.len() == 1 && groups[0].default) {
-                let ids: Vec<Uuid> = groups.iter().map(|g| g.id).collect();
-                for instance in &instances {
-                    if let Err(e) = store.set_port_groups(tenant, instance.id, &ids) {
-                        tracing::warn!(instance = %instance.id, error = %e,
-                            "the server's security groups could not be set");
-                    }
-                }
-            }
             let names: Vec<String> = groups.into_iter().map(|g| g.name).collect();
             Ok((instances, names))
         })

@@ -233,6 +233,7 @@ pub async fn create(
                 name: body.name,
                 count,
                 key: None,
+                groups: Vec::new(),
             };
             Ok(cluster.launch(Scope::Tenant(tenant), launch, &by)?)
         })

@@ -253,6 +253,17 @@ where
         .map_err(|e| NetError::from(ApiError::Internal(format!("store task failed: {e}"))))?
 }
 
+/// Tells the cluster that the project's security groups, rules or ports' groups changed (it
+/// gives the ports' nodes their new firewalls; they apply them later).
+pub(super) async fn groups_changed(state: &ApiState, project: Uuid) {
+    let cluster = state.cluster.clone();
+    if let Err(e) =
+        tokio::task::spawn_blocking(move || cluster.security_groups_changed(project)).await
+    {
+        tracing::warn!(error = %e, "security group change not passed on");
+    }
+}
+
 /// Runs a deletion in the store: 204.
 pub(super) async fn deleted<F>(state: &ApiState, f: F) -> NetResult<StatusCode>
 where

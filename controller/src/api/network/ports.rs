@@ -11,7 +11,10 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use super::networks::{network_of, subnet_id};
-use super::{NetError, NetResult, blocking, body_object, list_body, only_fields, path_uuid, time};
+use super::{
+    NetError, NetResult, blocking, body_object, groups_changed, list_body, only_fields, path_uuid,
+    time,
+};
 use crate::api::extract::{JsonBody, PathParams};
 use crate::api::{ApiState, Principal};
 use store::{
@@ -141,6 +144,7 @@ pub async fn update(
     let port = body_object(body, "port")?;
     only_fields(&port, &["security_groups"])?;
     let groups = port.get("security_groups").map(group_ids).transpose()?;
+    let regroup = groups.is_some();
     let shown = blocking(&state, move |store| {
         if let Some(groups) = &groups {
             store
@@ -157,5 +161,8 @@ pub async fn update(
         port_of(store, project, id)
     })
     .await?;
+    if regroup {
+        groups_changed(&state, project).await;
+    }
     Ok(Json(json!({ "port": shown })))
 }

@@ -14,8 +14,8 @@ use serde_json::{Map, Value, json};
 use uuid::Uuid;
 
 use super::{
-    NetError, NetResult, blocking, body_object, deleted, list_body, one_of, only_fields, opt_text,
-    own_project, path_uuid, time,
+    NetError, NetResult, blocking, body_object, deleted, groups_changed, list_body, one_of,
+    only_fields, opt_text, own_project, path_uuid, time,
 };
 use crate::api::extract::{JsonBody, PathParams};
 use crate::api::{ApiState, Principal};
@@ -400,6 +400,7 @@ pub async fn create_rule(
         Ok(rule_body(&rule, default))
     })
     .await?;
+    groups_changed(&state, project).await;
     Ok((
         StatusCode::CREATED,
         Json(json!({"security_group_rule": made})),
@@ -414,10 +415,12 @@ pub async fn delete_rule(
 ) -> NetResult<StatusCode> {
     let project = caller.project()?;
     let id = path_uuid("SecurityGroupRuleNotFound", "Security group rule", &id)?;
-    deleted(&state, move |store| {
+    let status = deleted(&state, move |store| {
         store
             .delete_security_group_rule(project, id)
             .map_err(group_error)
     })
-    .await
+    .await?;
+    groups_changed(&state, project).await;
+    Ok(status)
 }

@@ -217,6 +217,10 @@ impl Cluster for FakeCluster {
                 name: launch.name.clone(),
                 key: launch.key.clone(),
             })?;
+            if !launch.groups.is_empty() {
+                self.store
+                    .set_port_groups(launch.tenant, instance.id, &launch.groups)?;
+            }
             let ticket = actions::begin(
                 self.store.as_ref(),
                 &request_id,

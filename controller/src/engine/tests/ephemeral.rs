@@ -38,6 +38,7 @@ impl World {
                     name: "vm".into(),
                     count: 1,
                     key: None,
+                    groups: Vec::new(),
                 },
                 &Caller::default(),
             )

@@ -15,6 +15,7 @@ fn nothing_is_created_while_the_scheduler_is_unreachable() {
             name: "x".into(),
             count: 1,
             key: None,
+            groups: Vec::new(),
         },
         &Caller::default(),
     );
@@ -41,6 +42,7 @@ fn a_launch_beyond_what_the_nodes_could_hold_writes_nothing() {
                 name: "x".into(),
                 count,
                 key: None,
+                groups: Vec::new(),
             },
             &Caller::default(),
         )
@@ -104,6 +106,7 @@ fn another_tenant_sees_nothing() {
             name: "x".into(),
             count: 1,
             key: None,
+            groups: Vec::new(),
         },
         &Caller::default(),
     );
@@ -131,6 +134,7 @@ fn a_launch_past_the_quota_keeps_what_fitted() {
             name: "x".into(),
             count: 3,
             key: None,
+            groups: Vec::new(),
         },
         &Caller::default(),
     );
@@ -153,6 +157,7 @@ fn bad_launches_are_refused() {
                 name: name.into(),
                 count,
                 key: None,
+                groups: Vec::new(),
             },
             &Caller::default(),
         );
@@ -218,6 +223,7 @@ fn a_launch_with_a_key_puts_it_in_the_start() {
                 name: "x".into(),
                 count: 2,
                 key: Some(key.clone()),
+                groups: Vec::new(),
             },
             &Caller::default(),
         )
