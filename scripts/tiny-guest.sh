@@ -16,6 +16,12 @@
 #   boots on it: reads `CUMULO-DISK <n>` from the disk's first sector (0 on a blank disk), writes
 #   n+1 there, syncs, and prints `CUMULO-DISK-WROTE <uuid> <n+1>`: a disk that survived a stop,
 #   a reboot or a suspend shows the count going on;
+# - if its user-data has a line `cumulo-test: dhcp`, takes an address for eth0 by DHCP (its
+#   CNCI's) and prints `CUMULO-GUEST-ADDR <uuid> <ip>` (`CUMULO-GUEST-NOADDR <uuid>` if none
+#   came);
+# - if its user-data has a line `cumulo-test: listen <port>`, answers every TCP connection to
+#   that port with the line `CUMULO-GUEST-HELLO <uuid>`, and prints `CUMULO-GUEST-LISTEN <uuid>
+#   <port>` once it listens;
 # - if its user-data has a line `cumulo-test: poweroff`, powers off (an instance that stops on
 #   its own); otherwise stays up.
 #
@@ -24,7 +30,7 @@
 set -euo pipefail
 
 # Bump when the guest's content changes: a new version is built beside the old one.
-VERSION=3
+VERSION=4
 cache=${CUMULO_TINY_GUEST_CACHE:-${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/cumulo/tiny-guest}
 out="$cache/v$VERSION"
 if [ -s "$out/kernel" ] && [ -s "$out/initrd" ]; then
@@ -123,6 +129,35 @@ if [ -b /dev/vda ]; then
     echo "CUMULO-DISK-WROTE ${id:-unknown} $n"
 fi
 echo "CUMULO-GUEST-UP ${id:-unknown}"
+if [ -f /cumulo/user-data ] && grep -q '^cumulo-test: dhcp$' /cumulo/user-data &&
+    [ -e /sys/class/net/eth0 ]; then
+    mkdir -p /tmp
+    cat >/bin/dhcp-event <<'EVENT'
+#!/bin/busybox sh
+case "$1" in
+bound | renew)
+    ip addr flush dev "$interface"
+    ip addr add "$ip/${mask:-24}" dev "$interface"
+    [ -n "$router" ] && ip route replace default via "${router%% *}" dev "$interface"
+    echo "$ip" >/tmp/addr
+    ;;
+esac
+EVENT
+    chmod 755 /bin/dhcp-event
+    if udhcpc -i eth0 -n -q -t 10 -T 2 -s /bin/dhcp-event >/dev/null 2>&1 && [ -s /tmp/addr ]; then
+        echo "CUMULO-GUEST-ADDR ${id:-unknown} $(cat /tmp/addr)"
+    else
+        echo "CUMULO-GUEST-NOADDR ${id:-unknown}"
+    fi
+fi
+port=""
+if [ -f /cumulo/user-data ]; then
+    port=$(sed -n 's/^cumulo-test: listen \([0-9][0-9]*\)$/\1/p' /cumulo/user-data | head -n 1)
+fi
+if [ -n "$port" ]; then
+    (while true; do nc -l -p "$port" -e echo "CUMULO-GUEST-HELLO ${id:-unknown}"; done) &
+    echo "CUMULO-GUEST-LISTEN ${id:-unknown} $port"
+fi
 if [ -f /cumulo/user-data ] && grep -q '^cumulo-test: poweroff' /cumulo/user-data; then
     echo "CUMULO-GUEST-POWEROFF ${id:-unknown}"
     poweroff -f

@@ -753,6 +753,7 @@ fn up_libvirt_with_cnci_vms_in_a_namespace() {
     });
     floating_ip_reaches_a_listener(&cluster, &guest, &gateway);
     tenants_do_not_reach_the_control_plane(&cluster, &guest, "198.18.255.1");
+    security_groups_guard_a_real_guest(&cluster);
     let _ = cluster.in_ns("ip", &["netns", "del", &guest]);
 
     let down = cluster.ok(&["down", "--dir", &root, "--purge"]);
@@ -841,6 +842,113 @@ fn floating_ip_reaches_a_listener(cluster: &Cluster, guest: &str, gateway: &str)
     cluster.api("DELETE", &fip_path, &Value::Null);
     let _ = server.kill();
     let _ = server.wait();
+}
+
+/// A real guest behind its port's firewall: the tiny guest takes its address by DHCP from its
+/// CNCI and answers TCP on port 8082 (its user data asks for both). Through a floating IP, the
+/// host does not reach it while only the `default` group's rules hold (ingress from members
+/// only), reaches it once an ingress rule for the port is added, and no longer does once the
+/// rule is deleted: the rule changes reach the node live. The two delays are figures.
+fn security_groups_guard_a_real_guest(cluster: &Cluster) {
+    let data = cluster.dir.path().join("listener-user-data");
+    std::fs::write(&data, "cumulo-test: dhcp\ncumulo-test: listen 8082\n").unwrap();
+    cluster.ok(&[
+        "workload",
+        "create",
+        "--name",
+        "listener",
+        "--flavor",
+        "tiny",
+        "--image",
+        "tiny",
+        "--user-data",
+        data.to_str().unwrap(),
+    ]);
+    let made = cluster.json(&[
+        "instance",
+        "create",
+        "--workload",
+        "listener",
+        "--name",
+        "listener",
+        "--wait",
+    ]);
+    let id = made[0]["id"].as_str().unwrap().to_string();
+    let private = made[0]["ip"].as_str().unwrap().to_string();
+    let said = poll(
+        "the listener guest's address and listener on its console",
+        Duration::from_secs(120),
+        || {
+            let log = cluster.ok(&["instance", "console", &id, "--lines", "200"]);
+            if log.contains("CUMULO-GUEST-NOADDR") {
+                panic!("the guest got no address by DHCP: {log}");
+            }
+            log.contains("CUMULO-GUEST-LISTEN").then_some(log)
+        },
+    );
+    assert!(
+        said.contains(&format!("CUMULO-GUEST-ADDR {id} {private}")),
+        "the guest's DHCP address is not its port's ({private}): {said}"
+    );
+    let (fip_id, public) = cluster.floating_ip();
+    let fip_path = format!("/network/v2.0/floatingips/{fip_id}");
+    cluster.api("PUT", &fip_path, &json!({"floatingip": {"port_id": id}}));
+    poll("the floating IP ACTIVE", Duration::from_secs(60), || {
+        let f = cluster.api("GET", &fip_path, &Value::Null);
+        (f["floatingip"]["status"] == "ACTIVE").then_some(())
+    });
+    let hello = format!("CUMULO-GUEST-HELLO {id}");
+    let connect = || connect_from(cluster, None, &public, 8082);
+    // The default group lets in only its members: not the host.
+    for _ in 0..3 {
+        let answer = connect();
+        assert!(
+            answer.starts_with("failed"),
+            "the host reached the guest without a rule: {answer}"
+        );
+    }
+    let groups = cluster.api("GET", "/network/v2.0/security-groups", &Value::Null);
+    let default = groups["security_groups"]
+        .as_array()
+        .and_then(|g| g.iter().find(|g| g["name"] == "default"))
+        .unwrap_or_else(|| panic!("no default group: {groups}"))["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let asked = Instant::now();
+    let rule = cluster.api(
+        "POST",
+        "/network/v2.0/security-group-rules",
+        &json!({"security_group_rule": {"security_group_id": default, "direction": "ingress",
+            "ethertype": "IPv4", "protocol": "tcp", "port_range_min": 8082,
+            "port_range_max": 8082, "remote_ip_prefix": "0.0.0.0/0"}}),
+    );
+    poll(
+        "a TCP connection through the floating IP once the rule is there",
+        Duration::from_secs(30),
+        || (connect() == hello).then_some(()),
+    );
+    eprintln!(
+        "FIGURE security group rule added -> first TCP connection through the floating IP to a real guest: {:.0} ms",
+        asked.elapsed().as_secs_f64() * 1000.0
+    );
+    let rule_id = rule["security_group_rule"]["id"].as_str().unwrap();
+    let asked = Instant::now();
+    cluster.api(
+        "DELETE",
+        &format!("/network/v2.0/security-group-rules/{rule_id}"),
+        &Value::Null,
+    );
+    poll(
+        "no connection once the rule is deleted",
+        Duration::from_secs(30),
+        || connect().starts_with("failed").then_some(()),
+    );
+    eprintln!(
+        "FIGURE security group rule deleted -> connections refused: {:.0} ms",
+        asked.elapsed().as_secs_f64() * 1000.0
+    );
+    cluster.api("DELETE", &fip_path, &Value::Null);
 }
 
 /// A TCP listener on `port` (every address) in the named namespace `ns` inside the cluster's, or
