@@ -227,6 +227,7 @@ mod tests {
                 subnet_key: key,
                 private_ip: format!("10.250.0.{n}").parse().unwrap(),
                 public_ip: false,
+                firewall: None,
             }),
             disks: Vec::new(),
             user_data: None,
