@@ -31,6 +31,8 @@ pub enum Call {
     SetAlias(String, String),
     /// [`NetOps::delete`].
     Delete(String),
+    /// [`NetOps::nft`]: the script.
+    Nft(String),
 }
 
 impl Call {
@@ -66,6 +68,7 @@ fn op_name(call: &Call) -> &'static str {
         Call::SetLearning(..) => "set learning",
         Call::SetAlias(..) => "set alias",
         Call::Delete(_) => "delete",
+        Call::Nft(_) => "nft",
     }
 }
 
@@ -95,6 +98,18 @@ impl FakeNetOps {
     pub fn take_changes(&self) -> Vec<Call> {
         let calls = std::mem::take(&mut self.lock().calls);
         calls.into_iter().filter(Call::is_change).collect()
+    }
+
+    /// The nft scripts run so far.
+    pub fn scripts(&self) -> Vec<String> {
+        self.lock()
+            .calls
+            .iter()
+            .filter_map(|c| match c {
+                Call::Nft(s) => Some(s.clone()),
+                _ => None,
+            })
+            .collect()
     }
 
     /// The links now.
@@ -263,5 +278,9 @@ impl NetOps for FakeNetOps {
             }
         }
         Ok(())
+    }
+
+    async fn nft(&self, script: &str) -> Result<(), OpsError> {
+        self.record(Call::Nft(script.into()), "").map(drop)
     }
 }

@@ -26,6 +26,7 @@ mod args;
 mod backend;
 #[cfg(any(test, feature = "testing"))]
 pub mod fake;
+pub mod filter;
 pub mod names;
 mod network;
 mod ops;

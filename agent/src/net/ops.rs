@@ -191,4 +191,8 @@ pub trait NetOps: Send + Sync + 'static {
 
     /// Deletes a link.
     fn delete(&self, name: &str) -> impl Future<Output = Result<(), OpsError>> + Send;
+
+    /// Runs an nftables script (`nft -f -`) as one transaction: the port filters
+    /// ([`filter`](super::filter)).
+    fn nft(&self, script: &str) -> impl Future<Output = Result<(), OpsError>> + Send;
 }
