@@ -172,17 +172,15 @@ impl PortFilters {
         };
         let had_firewall = old.as_ref().is_some_and(|o| o.firewall && o.index == index);
         if !after.zones.contains_key(&spec.bridge) {
-            {
-                let z = (1..=u16::MAX)
-                    .find(|z| !after.zones.values().any(|v| v == z))
-                    .ok_or_else(|| FilterError::NoZone(spec.bridge.clone()))?;
-                after.zones.insert(spec.bridge.clone(), z);
-                let _ = writeln!(
-                    script,
-                    "add element inet {TABLE} zones {{ \"{}\" : {z} }}",
-                    spec.bridge
-                );
-            }
+            let z = (1..=u16::MAX)
+                .find(|z| !after.zones.values().any(|v| v == z))
+                .ok_or_else(|| FilterError::NoZone(spec.bridge.clone()))?;
+            after.zones.insert(spec.bridge.clone(), z);
+            let _ = writeln!(
+                script,
+                "add element inet {TABLE} zones {{ \"{}\" : {z} }}",
+                spec.bridge
+            );
         }
         script.push_str(&port_script(index, spec, had_firewall));
         after.ports.insert(
