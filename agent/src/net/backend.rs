@@ -369,6 +369,11 @@ mod tests {
         nb.create(&s).await.unwrap();
         let scripts = ops.scripts();
         assert_eq!(scripts.len(), 1);
+        let bridge = crate::net::names::bridge_name(7);
+        assert!(
+            ops.calls()
+                .contains(&crate::net::fake::Call::SetBridgeNetfilter(bridge))
+        );
         let tap = tap_name(s.instance);
         assert!(
             scripts[0].contains(&format!("ports_in {{ \"{tap}\" : jump port_1 }}")),

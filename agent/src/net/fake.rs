@@ -33,6 +33,8 @@ pub enum Call {
     Delete(String),
     /// [`NetOps::nft`]: the script.
     Nft(String),
+    /// [`NetOps::set_bridge_netfilter`].
+    SetBridgeNetfilter(String),
 }
 
 impl Call {
@@ -69,6 +71,7 @@ fn op_name(call: &Call) -> &'static str {
         Call::SetAlias(..) => "set alias",
         Call::Delete(_) => "delete",
         Call::Nft(_) => "nft",
+        Call::SetBridgeNetfilter(_) => "set bridge netfilter",
     }
 }
 
@@ -278,6 +281,18 @@ impl NetOps for FakeNetOps {
             }
         }
         Ok(())
+    }
+
+    async fn set_bridge_netfilter(&self, bridge: &str) -> Result<(), OpsError> {
+        let mut st = self.record(Call::SetBridgeNetfilter(bridge.into()), bridge)?;
+        match st.links.get_mut(bridge) {
+            Some(l) if l.kind == LinkKind::Bridge => Ok(()),
+            _ => Err(OpsError::new(
+                "set bridge netfilter",
+                bridge,
+                OpsErrorKind::NotFound,
+            )),
+        }
     }
 
     async fn nft(&self, script: &str) -> Result<(), OpsError> {

@@ -144,6 +144,11 @@ impl PortFilters {
         *self = PortFilters::default();
     }
 
+    /// Whether a bridge has filtered ports (and a conntrack zone).
+    pub fn has_zone(&self, bridge: &str) -> bool {
+        self.zones.contains_key(bridge)
+    }
+
     /// The index of an instance's port, if it is filtered.
     pub fn index(&self, instance: Uuid) -> Option<u16> {
         self.ports.get(&instance).map(|p| p.index)

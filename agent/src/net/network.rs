@@ -267,8 +267,13 @@ impl<O: NetOps> Network<O> {
             .vnics
             .get(&instance)
             .ok_or(NetError::NotAttached(instance))?;
-        let spec = filter::port_spec(&tap_name(instance), &bridge_name(vnic.subnet.key), nic)?;
+        let bridge = bridge_name(vnic.subnet.key);
+        let spec = filter::port_spec(&tap_name(instance), &bridge, nic)?;
         let planned = self.filters.plan_set(instance, &spec)?;
+        if !self.filters.has_zone(&bridge) {
+            // The bridge's first filtered port since the agent started.
+            self.ops.set_bridge_netfilter(&bridge).await?;
+        }
         self.ops.nft(&planned.script).await?;
         planned.commit(&mut self.filters);
         Ok(())

@@ -237,12 +237,7 @@ impl NetOps for RtNetOps {
     async fn create_bridge(&self, name: &str) -> Result<(), OpsError> {
         self.handle
             .link()
-            // Bridged IPv4 passes the inet hooks, where the port filters track connections.
-            .add(
-                LinkBridge::new(name)
-                    .append_info_data(InfoBridge::NfCallIpTables(true))
-                    .build(),
-            )
+            .add(LinkBridge::new(name).build())
             .execute()
             .await
             .map_err(fail("create bridge", name))
@@ -302,6 +297,19 @@ impl NetOps for RtNetOps {
             .execute()
             .await
             .map_err(fail("set learning", name))
+    }
+
+    async fn set_bridge_netfilter(&self, bridge: &str) -> Result<(), OpsError> {
+        // `ip link set BRIDGE type bridge nf_call_iptables 1`: RTM_NEWLINK without create.
+        let msg = rtnetlink::LinkMessageBuilder::<LinkBridge>::new(bridge)
+            .append_info_data(InfoBridge::NfCallIpTables(true))
+            .build();
+        self.handle
+            .link()
+            .change(msg)
+            .execute()
+            .await
+            .map_err(fail("set bridge netfilter", bridge))
     }
 
     async fn set_up(&self, name: &str, up: bool) -> Result<(), OpsError> {

@@ -255,7 +255,46 @@ fn port_filters_enforce_firewalls_and_anti_spoofing() {
     assert!(udp_arrives(c, 1067, d, "10.250.0.4", 68));
     assert!(!udp_arrives(c, 67, d, "10.250.0.4", 68));
 
-    // A newer firewall of B without 22: new connections stop, 24 opens.
+    // Another tenant's subnet on the node, with the same addresses: its connections are
+    // tracked in its bridge's own conntrack zone.
+    let other = subnet(TENANT_B, KEY_B, CNCI_IP);
+    let mut others = Vec::new();
+    for (n, ip, fw) in [
+        (5, "10.250.0.1", None),
+        (6, "10.250.0.2", Some(fw_b(1, &[22]))),
+    ] {
+        let v = vnic(n, other);
+        host.attach(&net, v);
+        let tap = tap_name(v.instance);
+        h.ip(&["link", "del", &tap]);
+        let g = guest(&h, &bridge_name(KEY_B), &tap, &v, &format!("{ip}/24"));
+        let nic = nic(&v, ip, fw);
+        let (net, instance) = (net.clone(), v.instance);
+        host.run(async move { net.lock().await.filter(instance, &nic).await })
+            .unwrap();
+        others.push((g, v, ip));
+    }
+    procs.0.push(spawn_in(
+        &others[1].0,
+        &["busybox", "nc", "-ll", "-p", "22", "-e", "echo", "hi"],
+    ));
+    assert!(connects(&others[0].0, "10.250.0.2", 22));
+    let tracked = Command::new("ip")
+        .args(["netns", "exec", &h.name, "cat", "/proc/net/nf_conntrack"])
+        .output()
+        .unwrap();
+    let tracked = String::from_utf8_lossy(&tracked.stdout).into_owned();
+    let zones: std::collections::BTreeSet<&str> = tracked
+        .lines()
+        .filter(|l| l.contains("dst=10.250.0.2") && l.contains("dport=22 "))
+        .filter_map(|l| l.split_whitespace().find(|w| w.starts_with("zone=")))
+        .collect();
+    assert_eq!(zones.len(), 2, "one zone per tenant bridge:\n{tracked}");
+    for (_, v, _) in &others {
+        host.detach(&net, v.instance);
+    }
+
+    // A newer firewall of B without 22: new connections stop, 23 opens.
     let update = nic(&guests[1].1, "10.250.0.2", Some(fw_b(2, &[23])));
     let (n2, b_instance) = (net.clone(), guests[1].1.instance);
     host.run(async move { n2.lock().await.filter(b_instance, &update).await })
