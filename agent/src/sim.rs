@@ -526,6 +526,33 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_nic_filter_is_recorded_until_the_instance_goes() {
+        let sim = SimBackend::new(SimConfig::default()).unwrap();
+        let id = Uuid::from_u128(1);
+        let nic = NicSpec {
+            mac: [2, 0, 0, 0, 0, 1],
+            vnic_uuid: Uuid::from_u128(2),
+            concentrator_uuid: Uuid::from_u128(3),
+            concentrator_ip: "198.18.0.100".parse().unwrap(),
+            subnet_addr: "10.250.0.0".parse().unwrap(),
+            subnet_prefix: 24,
+            subnet_key: 7,
+            private_ip: "10.250.0.5".parse().unwrap(),
+            public_ip: false,
+            firewall: Some(ssntp::payload::Firewall {
+                revision: 3,
+                rules: Vec::new(),
+            }),
+        };
+        assert_eq!(sim.filter_port(id, &nic).await, Err(BackendError::NotFound));
+        sim.create(&spec(1, "debian")).await.unwrap();
+        sim.filter_port(id, &nic).await.unwrap();
+        assert_eq!(sim.firewall(id), nic.firewall);
+        sim.delete(id).await.unwrap();
+        assert_eq!(sim.firewall(id), None);
+    }
+
+    #[tokio::test]
     async fn the_console_shows_each_boot_and_its_marker() {
         let sim = SimBackend::new(SimConfig::default()).unwrap();
         let id = Uuid::from_u128(1);

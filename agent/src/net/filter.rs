@@ -22,8 +22,8 @@
 //!   → `egress_N`) and `ingress` (`mark & 0xffff0000` → `ingress_N`). An egress chain ends an
 //!   allowed packet with `return` (an `accept` would end the whole hook, and the destination
 //!   port's ingress chain must still run) and drops the rest; an ingress chain accepts or
-//!   drops. Both let replies through (`ct state established,related`); ingress also DHCP
-//!   answers (udp 67 → 68). A port without a firewall has no inet chains: only anti-spoofing.
+//!   drops. Both let replies through (`ct state established,related`); egress also DHCP
+//!   requests (udp 68 → 67), ingress DHCP answers (udp 67 → 68). A port without a firewall has no inet chains: only anti-spoofing.
 //!
 //! Each change is one script: adding a port (re)fills its chains and adds its map elements, so
 //! other ports are not rewritten; removing one deletes its elements and chains. Port indexes
@@ -329,6 +329,10 @@ pub fn port_script(n: u16, spec: &PortSpec, had_firewall: bool) -> String {
                 "add rule {egress} ct state established,related return"
             ));
             lines.push(format!("add rule {egress} ct state invalid drop"));
+            // DHCP (discover, request, renewal) whatever the rules say: the CNCI answers it.
+            lines.push(format!(
+                "add rule {egress} udp sport 68 udp dport 67 return"
+            ));
             for m in fw
                 .rules
                 .iter()
@@ -586,6 +590,7 @@ mod tests {
                 "flush chain inet cumulo_ports egress_2",
                 "add rule inet cumulo_ports egress_2 ct state established,related return",
                 "add rule inet cumulo_ports egress_2 ct state invalid drop",
+                "add rule inet cumulo_ports egress_2 udp sport 68 udp dport 67 return",
                 "add rule inet cumulo_ports egress_2 meta l4proto 17 th dport 53 return",
                 "add rule inet cumulo_ports egress_2 drop",
                 "add chain inet cumulo_ports ingress_2",

@@ -3,8 +3,9 @@
 //! key on). A and B have firewalls, C and D anti-spoofing only. Proven: an ingress rule for a
 //! port lets a connection in and another port stays shut; replies pass without a rule
 //! (connection tracking); egress rules restrict what a VM opens; a spoofed source address or
-//! MAC and a DHCP server answer from a port are dropped; a newer firewall without a rule stops
-//! new connections; removing a port removes its filter.
+//! MAC and a DHCP server answer from a port are dropped, DHCP requests pass whatever the
+//! egress rules; two tenants with the same addresses are tracked in two conntrack zones; a
+//! newer firewall without a rule stops new connections; removing a port removes its filter.
 
 use super::*;
 use agent::model::NicSpec;
@@ -254,6 +255,9 @@ fn port_filters_enforce_firewalls_and_anti_spoofing() {
     // A DHCP server answer (udp 67 → 68) from a port is dropped; another source port passes.
     assert!(udp_arrives(c, 1067, d, "10.250.0.4", 68));
     assert!(!udp_arrives(c, 67, d, "10.250.0.4", 68));
+    // DHCP requests leave a port whatever its egress rules (A's allow only TCP); other UDP not.
+    assert!(udp_arrives(a, 68, d, "10.250.0.4", 67));
+    assert!(!udp_arrives(a, 1068, d, "10.250.0.4", 67));
 
     // Another tenant's subnet on the node, with the same addresses: its connections are
     // tracked in its bridge's own conntrack zone.
