@@ -38,6 +38,6 @@ pub mod wire;
 
 pub use backend::{Backend, BackendError};
 pub use config::{Config, ConfigError, Limit, Limits};
-pub use core::{Command, Core, CoreError, Snapshot};
+pub use core::{Command, Core, CoreError, FirewallRefusal, Snapshot};
 pub use host::{HostFigures, HostSource};
 pub use reporter::Reporter;

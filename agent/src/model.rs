@@ -77,6 +77,11 @@ pub struct NicSpec {
     pub private_ip: IpAddr,
     /// Whether it wants a public IP.
     pub public_ip: bool,
+    /// The port firewall (the NIC's security groups, compiled; the newest the node was given:
+    /// START's, then each newer `PUT /v1/instances/{uuid}/firewall`); `None`: the node filters
+    /// nothing but spoofing. Absent in records of older agents.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub firewall: Option<ssntp::payload::Firewall>,
 }
 
 /// One disk of an instance.

@@ -27,7 +27,7 @@ use uuid::Uuid;
 use crate::backend::Op;
 use crate::backend::console::last_lines;
 use crate::backend::{Backend, BackendError, ConsoleError, Existing, Power};
-use crate::model::{Action, InstanceSpec, Resources, Usage};
+use crate::model::{Action, InstanceSpec, NicSpec, Resources, Usage};
 
 /// An image whose create fails with an image error (`image_failure`).
 pub const IMAGE_FAIL_IMAGE: &str = "fail-image";
@@ -105,6 +105,7 @@ struct SimInstance {
 struct State {
     instances: HashMap<Uuid, SimInstance>,
     failures: HashMap<Op, VecDeque<BackendError>>,
+    firewalls: HashMap<Uuid, ssntp::payload::Firewall>,
 }
 
 /// The simulation backend.
@@ -197,6 +198,11 @@ impl SimBackend {
     /// What is on the instance's simulated disk, if the simulation has it.
     pub fn disk(&self, instance: Uuid) -> Option<String> {
         self.lock().instances.get(&instance).map(|i| i.disk.clone())
+    }
+
+    /// The firewall `instance`'s NIC was last filtered with ([`Backend::filter_port`]).
+    pub fn firewall(&self, instance: Uuid) -> Option<ssntp::payload::Firewall> {
+        self.lock().firewalls.get(&instance).cloned()
     }
 
     /// How many times `instance` was booted, if the simulation has it.
@@ -414,7 +420,11 @@ impl Backend for SimBackend {
 
     async fn delete(&self, instance: Uuid) -> Result<(), BackendError> {
         self.injected(Op::Delete)?;
-        let removed = self.lock().instances.remove(&instance);
+        let removed = {
+            let mut state = self.lock();
+            state.firewalls.remove(&instance);
+            state.instances.remove(&instance)
+        };
         if let Some(i) = removed {
             i.power.send_replace(Power::Off);
             if let Some(path) = self.path(instance)
@@ -473,6 +483,19 @@ impl Backend for SimBackend {
             .collect();
         Ok(last_lines(log.as_bytes(), lines))
     }
+
+    /// Keeps the newest firewall of each instance it has ([`SimBackend::firewall`]).
+    async fn filter_port(&self, instance: Uuid, nic: &NicSpec) -> Result<(), BackendError> {
+        let mut state = self.lock();
+        if !state.instances.contains_key(&instance) {
+            return Err(BackendError::NotFound);
+        }
+        match &nic.firewall {
+            Some(fw) => state.firewalls.insert(instance, fw.clone()),
+            None => state.firewalls.remove(&instance),
+        };
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -500,6 +523,33 @@ mod tests {
             meta_data: Default::default(),
             restart: false,
         }
+    }
+
+    #[tokio::test]
+    async fn a_nic_filter_is_recorded_until_the_instance_goes() {
+        let sim = SimBackend::new(SimConfig::default()).unwrap();
+        let id = Uuid::from_u128(1);
+        let nic = NicSpec {
+            mac: [2, 0, 0, 0, 0, 1],
+            vnic_uuid: Uuid::from_u128(2),
+            concentrator_uuid: Uuid::from_u128(3),
+            concentrator_ip: "198.18.0.100".parse().unwrap(),
+            subnet_addr: "10.250.0.0".parse().unwrap(),
+            subnet_prefix: 24,
+            subnet_key: 7,
+            private_ip: "10.250.0.5".parse().unwrap(),
+            public_ip: false,
+            firewall: Some(ssntp::payload::Firewall {
+                revision: 3,
+                rules: Vec::new(),
+            }),
+        };
+        assert_eq!(sim.filter_port(id, &nic).await, Err(BackendError::NotFound));
+        sim.create(&spec(1, "debian")).await.unwrap();
+        sim.filter_port(id, &nic).await.unwrap();
+        assert_eq!(sim.firewall(id), nic.firewall);
+        sim.delete(id).await.unwrap();
+        assert_eq!(sim.firewall(id), None);
     }
 
     #[tokio::test]

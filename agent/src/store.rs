@@ -44,6 +44,14 @@ pub enum StoreError {
         /// Why.
         source: serde_json::Error,
     },
+    /// A record could not be read back.
+    #[error("decoding the record of {instance}: {source}")]
+    Decode {
+        /// The instance.
+        instance: Uuid,
+        /// Why.
+        source: serde_json::Error,
+    },
 }
 
 fn io_err<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> StoreError + 'a {
@@ -209,6 +217,24 @@ impl Store {
             &self.record_path(instance),
             &bytes,
         )
+    }
+
+    /// Replaces the spec in an instance's record, keeping what the record wants; nothing to do
+    /// if there is no record (the instance is being forgotten).
+    pub fn update_spec(&self, spec: InstanceSpec) -> Result<(), StoreError> {
+        let path = self.record_path(spec.instance);
+        let bytes = match fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(io_err("reading", &path)(e)),
+        };
+        let mut record: Record =
+            serde_json::from_slice(&bytes).map_err(|source| StoreError::Decode {
+                instance: spec.instance,
+                source,
+            })?;
+        record.spec = spec;
+        self.write(&record)
     }
 
     /// Removes an instance's record (nothing to do if there is none).

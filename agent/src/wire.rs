@@ -67,6 +67,7 @@ pub fn spec_from_start(start: &Start) -> InstanceSpec {
             subnet_key: n.subnet_key,
             private_ip: n.private_ip,
             public_ip: n.public_ip,
+            firewall: n.firewall.clone(),
         }),
         disks: start
             .storage

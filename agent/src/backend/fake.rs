@@ -10,7 +10,7 @@ use uuid::Uuid;
 pub use super::Op;
 use super::console::last_lines;
 use super::{Backend, BackendError, ConsoleError, Existing, Power};
-use crate::model::{Action, InstanceSpec, Resources, Usage};
+use crate::model::{Action, InstanceSpec, NicSpec, Resources, Usage};
 
 /// One recorded call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -28,6 +28,7 @@ struct State {
     instances: HashMap<Uuid, watch::Sender<Power>>,
     failures: HashMap<Op, VecDeque<BackendError>>,
     usage: Usage,
+    filtered: Vec<(Uuid, NicSpec)>,
 }
 
 /// The recording fake. Clones share one state.
@@ -61,6 +62,11 @@ impl FakeBackend {
     /// Every call so far, in order.
     pub fn calls(&self) -> Vec<Call> {
         self.lock().calls.clone()
+    }
+
+    /// Every [`Backend::filter_port`] so far (instance, NIC), in order.
+    pub fn filtered(&self) -> Vec<(Uuid, NicSpec)> {
+        self.lock().filtered.clone()
     }
 
     /// The calls so far for one instance, in order.
@@ -262,5 +268,15 @@ impl Backend for FakeBackend {
             .map(|c| format!("{:?}\n", c.op))
             .collect();
         Ok(last_lines(log.as_bytes(), lines))
+    }
+
+    /// Records the NIC ([`FakeBackend::filtered`]); `NotFound` for an instance it does not have.
+    async fn filter_port(&self, instance: Uuid, nic: &NicSpec) -> Result<(), BackendError> {
+        let mut state = self.lock();
+        if !state.instances.contains_key(&instance) {
+            return Err(BackendError::NotFound);
+        }
+        state.filtered.push((instance, nic.clone()));
+        Ok(())
     }
 }

@@ -16,7 +16,7 @@ pub mod libvirt;
 use std::future::Future;
 use uuid::Uuid;
 
-use crate::model::{Action, InstanceSpec, Resources, Usage};
+use crate::model::{Action, InstanceSpec, NicSpec, Resources, Usage};
 pub use console::ConsoleError;
 
 /// A backend operation: what the fake records and what the sim can be told to fail.
@@ -155,4 +155,14 @@ pub trait Backend: Send + Sync + 'static {
         instance: Uuid,
         lines: usize,
     ) -> impl Future<Output = Result<String, ConsoleError>> + Send;
+
+    /// Filters the instance's tenant NIC as `nic` says (anti-spoofing, and `nic.firewall` if
+    /// there is one), replacing its filter: for a newer firewall (the node endpoint's `PUT`),
+    /// and for an instance found again after an agent restart. A backend without tenant
+    /// networking has nothing to do.
+    fn filter_port(
+        &self,
+        instance: Uuid,
+        nic: &NicSpec,
+    ) -> impl Future<Output = Result<(), BackendError>> + Send;
 }

@@ -7,8 +7,9 @@
 //! until a START with `restart` boots it again, or a DELETE removes it. Only a delete (or a
 //! launch that failed) removes an instance's files.
 
+use ssntp::payload::Firewall;
 use std::sync::Arc;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
 use crate::backend::{Backend, BackendError};
@@ -19,7 +20,7 @@ use crate::model::{
 use crate::store::{Desired, Record, Store};
 
 /// A command for one instance, queued in its task.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug)]
 pub(crate) enum InstanceCommand {
     /// Power it off and keep it, for `cause`.
     Stop(StopCause),
@@ -36,6 +37,26 @@ pub(crate) enum InstanceCommand {
         /// Why it is stopped, when it is not a plain delete.
         stop: Option<StopCause>,
     },
+    /// Filter its NIC with a newer firewall and keep that in its record; the outcome goes to
+    /// the reply (dropped unanswered if the instance is gone: not found).
+    Firewall(Box<Firewall>, oneshot::Sender<Result<(), FirewallRefusal>>),
+}
+
+/// Why a firewall update was not applied.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FirewallRefusal {
+    /// The node has no such instance.
+    #[error("no such instance on this node")]
+    NotFound,
+    /// The instance has no tenant NIC.
+    #[error("the instance has no tenant NIC")]
+    NoNic,
+    /// The instance's queue is full.
+    #[error("the instance is busy: try again")]
+    Busy,
+    /// Filtering failed (nft refused, the VNIC is not plugged in).
+    #[error("{0}")]
+    Apply(String),
 }
 
 /// What an instance task tells the owner, in the order it happened.
@@ -84,6 +105,9 @@ type Now = Option<InstanceState>;
 impl<B: Backend> Task<B> {
     /// Runs the instance's task until nothing of it is left or the owner goes away.
     pub(crate) async fn run(mut self, job: Job, mut commands: mpsc::Receiver<InstanceCommand>) {
+        if matches!(job, Job::Attach(_) | Job::Lost) {
+            self.refilter().await;
+        }
         let mut now: Now = match job {
             Job::Launch => self.launch().await,
             Job::Attach(state) => Some(state),
@@ -128,7 +152,55 @@ impl<B: Backend> Task<B> {
                 }
             }
             InstanceCommand::Act(action) => self.act(state, action).await,
+            InstanceCommand::Firewall(firewall, reply) => {
+                let _ = reply.send(self.firewall(*firewall).await);
+                Some(state)
+            }
         }
+    }
+
+    /// Found again after a restart: its NIC is filtered again as its record says (the agent
+    /// makes its port filters afresh when it starts).
+    async fn refilter(&self) {
+        let Some(nic) = self.spec.as_ref().and_then(|s| s.nic.as_ref()) else {
+            return;
+        };
+        if let Err(e) = self.backend.filter_port(self.instance, nic).await {
+            tracing::error!(instance = %self.instance, error = %e, "filtering the NIC again");
+        }
+    }
+
+    /// A newer firewall: filter the NIC with it, then keep it in the record (so that a restart
+    /// applies the newest). One not newer than the one in force changes nothing.
+    async fn firewall(&mut self, firewall: Firewall) -> Result<(), FirewallRefusal> {
+        let spec = self.spec.as_ref().ok_or(FirewallRefusal::NotFound)?;
+        let nic = spec.nic.as_ref().ok_or(FirewallRefusal::NoNic)?;
+        if nic
+            .firewall
+            .as_ref()
+            .is_some_and(|f| f.revision >= firewall.revision)
+        {
+            return Ok(());
+        }
+        let mut nic = nic.clone();
+        nic.firewall = Some(firewall);
+        self.backend
+            .filter_port(self.instance, &nic)
+            .await
+            .map_err(|e| FirewallRefusal::Apply(e.to_string()))?;
+        let mut spec = spec.clone();
+        spec.nic = Some(nic);
+        self.spec = Some(spec.clone());
+        // The record keeps what it wants (running, stopped, ...): only its spec changes.
+        let persisted = self
+            .persist("writing the instance record", move |s| s.update_spec(spec))
+            .await;
+        if !persisted {
+            return Err(FirewallRefusal::Apply(
+                "applied, but the node could not record it (see the agent's log)".into(),
+            ));
+        }
+        Ok(())
     }
 
     /// The answer to a command that found the instance gone.

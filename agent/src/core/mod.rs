@@ -18,6 +18,7 @@ use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
+pub use instance::FirewallRefusal;
 pub use owner::Command;
 
 use crate::backend::{Backend, BackendError, Power};
@@ -214,6 +215,23 @@ impl Core {
             .await
             .map_err(|_| CoreError::Stopped)?;
         rx.await.map_err(|_| CoreError::Stopped)
+    }
+
+    /// Filters an instance's NIC with a newer firewall and keeps it in its record (one not
+    /// newer than the one in force changes nothing); waits for the outcome.
+    pub async fn set_firewall(
+        &self,
+        instance: Uuid,
+        firewall: ssntp::payload::Firewall,
+    ) -> Result<(), FirewallRefusal> {
+        let (tx, rx) = oneshot::channel();
+        let command = instance::InstanceCommand::Firewall(Box::new(firewall), tx);
+        self.requests
+            .send(Request::Firewall(instance, command))
+            .await
+            .map_err(|_| FirewallRefusal::Apply("the agent is shutting down".into()))?;
+        // Dropped unanswered: the instance went away meanwhile.
+        rx.await.unwrap_or(Err(FirewallRefusal::NotFound))
     }
 
     /// Stops the core: every instance task finishes its current command, then the core ends.

@@ -12,7 +12,7 @@ use uuid::Uuid;
 
 use super::Snapshot;
 use super::accounting::{self, report_figure};
-use super::instance::{InstanceCommand, Job, Task, Update};
+use super::instance::{FirewallRefusal, InstanceCommand, Job, Task, Update};
 use crate::backend::Backend;
 use crate::config::Config;
 use crate::host::HostFigures;
@@ -55,6 +55,7 @@ pub(crate) enum Request {
     Command(Command),
     Snapshot(oneshot::Sender<Snapshot>),
     Shutdown(oneshot::Sender<()>),
+    Firewall(Uuid, InstanceCommand),
 }
 
 /// One instance as the owner keeps it.
@@ -173,6 +174,13 @@ impl<B: Backend, R: Reporter> Owner<B, R> {
                         let _ = reply.send(Snapshot { node, instances });
                     }
                     Some(Request::Shutdown(reply)) => break Some(reply),
+                    Some(Request::Firewall(instance, command)) => {
+                        // A refused command drops its reply: the caller hears why from
+                        // `queue`'s refusal, mapped in `Core::set_firewall`.
+                        if let Err(e) = self.queue_firewall(instance, command) {
+                            tracing::debug!(%instance, ?e, "a firewall update not queued");
+                        }
+                    }
                     None => break None,
                 },
                 _ = ticker.tick() => self.tick().await,
@@ -374,6 +382,22 @@ impl<B: Backend, R: Reporter> Owner<B, R> {
             Ok(()) => Ok(()),
             Err(mpsc::error::TrySendError::Full(_)) => Err(DeleteRefusal::Busy),
             Err(mpsc::error::TrySendError::Closed(_)) => Err(DeleteRefusal::NoInstance),
+        }
+    }
+
+    /// Queues a firewall update in the instance's task, answering its reply when it cannot be.
+    fn queue_firewall(
+        &mut self,
+        instance: Uuid,
+        command: InstanceCommand,
+    ) -> Result<(), FirewallRefusal> {
+        let Some(entry) = self.entries.get_mut(&instance) else {
+            return Err(answer(command, FirewallRefusal::NotFound));
+        };
+        match entry.commands.try_send(command) {
+            Ok(()) => Ok(()),
+            Err(mpsc::error::TrySendError::Full(c)) => Err(answer(c, FirewallRefusal::Busy)),
+            Err(mpsc::error::TrySendError::Closed(c)) => Err(answer(c, FirewallRefusal::NotFound)),
         }
     }
 
@@ -580,4 +604,12 @@ impl<B: Backend, R: Reporter> Owner<B, R> {
 
 fn accounting_i64(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+/// Answers a firewall command's reply with `refusal`; the refusal.
+fn answer(command: InstanceCommand, refusal: FirewallRefusal) -> FirewallRefusal {
+    if let InstanceCommand::Firewall(_, reply) = command {
+        let _ = reply.send(Err(refusal.clone()));
+    }
+    refusal
 }

@@ -1,24 +1,36 @@
-//! The console endpoint: a small HTTPS server beside the SSNTP session (not part of SSNTP) that
-//! serves the tail of an instance's serial console log to the controller.
+//! The node endpoint (named the console endpoint for its first resource; `--console-listen`): a
+//! small HTTPS server beside the SSNTP session (not part of SSNTP) through which the controller
+//! reads an instance's serial console log and changes its port firewall.
 //!
 //! - `GET /v1/instances/{uuid}/console?lines=N`: `200 text/plain` with the last N lines (default
 //!   [`DEFAULT_LINES`], at most [`MAX_LINES`]: more is cut to that; at most
 //!   [`console::MAX_BYTES`](crate::backend::console::MAX_BYTES) read from the log's tail); `404`
 //!   for an instance this node does not have; `409` for one whose log it cannot read; `400` for a
 //!   malformed request.
+//! - `PUT /v1/instances/{uuid}/firewall`, body the CBOR [`Firewall`] (`Content-Type:
+//!   application/cbor`, at most [`MAX_BODY_BYTES`]: more is `413`): `204` once the instance's
+//!   NIC is filtered with it and it is in the instance's record ([`Firewalls::set_firewall`]),
+//!   or at once when its revision is not newer than the one in force (nothing changes); `404`
+//!   for an instance this node does not have; `409` for one without a tenant NIC; `400` for a
+//!   body that does not decode or fails [`Firewall::check`]; `503` when the instance's queue is
+//!   full; `500` with the cause in one line when filtering fails.
+//! - Other methods on either resource: `405`.
 //! - Authentication: TLS 1.3 with the agent's own SSNTP certificate and key; the client must
 //!   present a certificate that chains to the cluster CA (else the handshake fails) and carries
 //!   the CONTROLLER role (else `403`).
 //! - Bounds: [`MAX_CONNECTIONS`] at once (more are closed at once), [`HANDSHAKE_TIMEOUT`] for the
 //!   TLS handshake, [`REQUEST_TIMEOUT`] for the whole request, headers within hyper's smallest
-//!   buffer ([`MAX_HEADER_BYTES`]), one request per connection, the body never read.
+//!   buffer ([`MAX_HEADER_BYTES`]), one request per connection, a body read only for a `PUT`
+//!   and at most [`MAX_BODY_BYTES`] of it.
 
-use http_body_util::Full;
+use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::{Bytes, Incoming};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use rustls::ServerConfig;
 use ssntp::Role;
+use ssntp::payload::Firewall;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -29,6 +41,7 @@ use uuid::Uuid;
 
 use crate::backend::console::{DEFAULT_LINES, MAX_LINES};
 use crate::backend::{Backend, ConsoleError};
+use crate::core::{Core, FirewallRefusal};
 
 /// The port the endpoint listens on unless told otherwise (`--console-listen`).
 pub const DEFAULT_PORT: u16 = 8890;
@@ -41,8 +54,102 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// The most bytes of request line and headers (hyper's smallest read buffer).
 pub const MAX_HEADER_BYTES: usize = 8192;
 
+/// The most bytes of a request body (a `PUT` firewall).
+pub const MAX_BODY_BYTES: usize = 256 * 1024;
+
 /// A response: a status and a text.
 type Answer = (StatusCode, String);
+
+/// Where the endpoint's firewall updates go: the core (a test's fake).
+pub trait Firewalls: Send + Sync + 'static {
+    /// Filters the instance's NIC with a newer firewall and keeps it
+    /// ([`Core::set_firewall`]).
+    fn set_firewall(
+        &self,
+        instance: Uuid,
+        firewall: Firewall,
+    ) -> impl Future<Output = Result<(), FirewallRefusal>> + Send;
+}
+
+impl Firewalls for Core {
+    async fn set_firewall(
+        &self,
+        instance: Uuid,
+        firewall: Firewall,
+    ) -> Result<(), FirewallRefusal> {
+        Core::set_firewall(self, instance, firewall).await
+    }
+}
+
+/// What a request asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Route {
+    /// The tail of an instance's console log, this many lines.
+    Console(Uuid, usize),
+    /// A new firewall for an instance (in the body).
+    Firewall(Uuid),
+}
+
+/// Routes a request: the console or the firewall of an instance; or the answer to a bad one.
+pub fn route(method: &Method, path: &str, query: Option<&str>) -> Result<Route, Answer> {
+    let Some(instance) = path
+        .strip_prefix("/v1/instances/")
+        .and_then(|rest| rest.strip_suffix("/firewall"))
+    else {
+        return parse_request(method, path, query).map(|(i, lines)| Route::Console(i, lines));
+    };
+    if method != Method::PUT {
+        return Err((
+            StatusCode::METHOD_NOT_ALLOWED,
+            format!("{method}: only PUT is served"),
+        ));
+    }
+    let instance: Uuid = instance.parse().map_err(|_| {
+        (
+            StatusCode::BAD_REQUEST,
+            format!("{instance:?} is not a UUID"),
+        )
+    })?;
+    if let Some(q) = query.filter(|q| !q.is_empty()) {
+        return Err((
+            StatusCode::BAD_REQUEST,
+            format!("unknown query parameter {q:?}"),
+        ));
+    }
+    Ok(Route::Firewall(instance))
+}
+
+/// Reads a firewall from a request body (at most [`MAX_BODY_BYTES`]) and checks it.
+pub async fn read_firewall<B>(body: B, length: Option<u64>) -> Result<Firewall, Answer>
+where
+    B: hyper::body::Body,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let too_large = || {
+        (
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("the body is larger than {MAX_BODY_BYTES} bytes"),
+        )
+    };
+    if length.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
+        return Err(too_large());
+    }
+    let bytes = match Limited::new(body, MAX_BODY_BYTES).collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => return Err(too_large()),
+        Err(e) => return Err((StatusCode::BAD_REQUEST, format!("reading the body: {e}"))),
+    };
+    let firewall: Firewall = ssntp::payload::cbor::decode_one(&bytes).map_err(|e| {
+        (
+            StatusCode::BAD_REQUEST,
+            format!("the body is not a CBOR firewall: {e}"),
+        )
+    })?;
+    firewall
+        .check()
+        .map_err(|e| (StatusCode::BAD_REQUEST, format!("firewall: {e}")))?;
+    Ok(firewall)
+}
 
 /// What a request asks for: an instance and a number of lines; or the answer to a bad request.
 pub fn parse_request(
@@ -81,10 +188,11 @@ pub fn parse_request(
 
 /// Serves the endpoint on `listener` until `shutdown`; connections in flight finish (each is
 /// bounded by [`REQUEST_TIMEOUT`]).
-pub async fn serve<B: Backend>(
+pub async fn serve<B: Backend, F: Firewalls>(
     listener: TcpListener,
     tls: Arc<ServerConfig>,
     backend: Arc<B>,
+    firewalls: Arc<F>,
     shutdown: CancellationToken,
 ) {
     let acceptor = TlsAcceptor::from(tls);
@@ -107,7 +215,7 @@ pub async fn serve<B: Backend>(
             tracing::debug!(%peer, "console endpoint: too many connections, one closed");
             continue;
         };
-        let (acceptor, backend) = (acceptor.clone(), backend.clone());
+        let (acceptor, backend, firewalls) = (acceptor.clone(), backend.clone(), firewalls.clone());
         tracker.spawn(async move {
             let _slot = slot;
             let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
@@ -125,9 +233,11 @@ pub async fn serve<B: Backend>(
                 tracing::warn!(%peer, "console: a client without the controller role refused");
             }
             let service = hyper::service::service_fn(move |request: Request<Incoming>| {
-                let backend = backend.clone();
+                let (backend, firewalls) = (backend.clone(), firewalls.clone());
                 async move {
-                    Ok::<_, std::convert::Infallible>(answer(&*backend, controller, &request).await)
+                    Ok::<_, std::convert::Infallible>(
+                        answer(&*backend, &*firewalls, controller, request).await,
+                    )
                 }
             });
             let conn = hyper::server::conn::http1::Builder::new()
@@ -146,18 +256,34 @@ pub async fn serve<B: Backend>(
 }
 
 /// The answer to one request.
-async fn answer<B: Backend>(
+async fn answer<B: Backend, F: Firewalls, Body>(
     backend: &B,
+    firewalls: &F,
     controller: bool,
-    request: &Request<Incoming>,
-) -> Response<Full<Bytes>> {
+    request: Request<Body>,
+) -> Response<Full<Bytes>>
+where
+    Body: hyper::body::Body,
+    Body::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let (status, text) = if controller {
-        match parse_request(
+        match route(
             request.method(),
             request.uri().path(),
             request.uri().query(),
         ) {
-            Ok((instance, lines)) => match backend.console(instance, lines).await {
+            Ok(Route::Firewall(instance)) => {
+                let length = request
+                    .headers()
+                    .get(hyper::header::CONTENT_LENGTH)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.parse::<u64>().ok());
+                match read_firewall(request.into_body(), length).await {
+                    Ok(firewall) => firewall_answer(firewalls, instance, firewall).await,
+                    Err(answer) => answer,
+                }
+            }
+            Ok(Route::Console(instance, lines)) => match backend.console(instance, lines).await {
                 Ok(log) => (StatusCode::OK, log),
                 Err(e @ ConsoleError::NotFound) => {
                     (StatusCode::NOT_FOUND, format!("instance {instance}: {e}"))
@@ -175,11 +301,37 @@ async fn answer<B: Backend>(
     };
     let mut response = Response::new(Full::new(Bytes::from(text)));
     *response.status_mut() = status;
+    if status == StatusCode::NO_CONTENT {
+        *response.body_mut() = Full::new(Bytes::new());
+        return response;
+    }
     response.headers_mut().insert(
         hyper::header::CONTENT_TYPE,
         hyper::header::HeaderValue::from_static("text/plain; charset=utf-8"),
     );
     response
+}
+
+/// The answer to a firewall update (the one place refusals become statuses).
+async fn firewall_answer<F: Firewalls>(
+    firewalls: &F,
+    instance: Uuid,
+    firewall: Firewall,
+) -> Answer {
+    match firewalls.set_firewall(instance, firewall).await {
+        Ok(()) => (StatusCode::NO_CONTENT, String::new()),
+        Err(e @ FirewallRefusal::NotFound) => {
+            (StatusCode::NOT_FOUND, format!("instance {instance}: {e}"))
+        }
+        Err(e @ FirewallRefusal::NoNic) => {
+            (StatusCode::CONFLICT, format!("instance {instance}: {e}"))
+        }
+        Err(e @ FirewallRefusal::Busy) => (StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+        Err(FirewallRefusal::Apply(e)) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            e.lines().next().unwrap_or("filtering failed").to_string(),
+        ),
+    }
 }
 
 #[cfg(test)]
@@ -227,8 +379,31 @@ mod tests {
         addr: std::net::SocketAddr,
         node: Uuid,
         instance: Uuid,
+        firewalls: Arc<FakeFirewalls>,
         stop: CancellationToken,
         served: tokio::task::JoinHandle<()>,
+    }
+
+    /// Records firewall updates; answers with what `answers` holds for the instance (else
+    /// `Ok`).
+    #[derive(Default)]
+    struct FakeFirewalls {
+        got: std::sync::Mutex<Vec<(Uuid, Firewall)>>,
+        answers: std::sync::Mutex<std::collections::HashMap<Uuid, FirewallRefusal>>,
+    }
+
+    impl Firewalls for FakeFirewalls {
+        async fn set_firewall(
+            &self,
+            instance: Uuid,
+            firewall: Firewall,
+        ) -> Result<(), FirewallRefusal> {
+            if let Some(refusal) = self.answers.lock().unwrap().get(&instance) {
+                return Err(refusal.clone());
+            }
+            self.got.lock().unwrap().push((instance, firewall));
+            Ok(())
+        }
     }
 
     /// An endpoint over a fake backend with one started instance, with the agent certificate of
@@ -246,11 +421,19 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let stop = CancellationToken::new();
-        let served = tokio::spawn(serve(listener, tls, backend, stop.clone()));
+        let firewalls = Arc::new(FakeFirewalls::default());
+        let served = tokio::spawn(serve(
+            listener,
+            tls,
+            backend,
+            firewalls.clone(),
+            stop.clone(),
+        ));
         Endpoint {
             addr,
             node,
             instance,
+            firewalls,
             stop,
             served,
         }
@@ -265,6 +448,36 @@ mod tests {
         name: &str,
         target: &str,
     ) -> Result<(u16, String), String> {
+        let request = format!("GET {target} HTTP/1.1\r\nHost: node\r\nConnection: close\r\n\r\n");
+        exchange(addr, client, expected, name, request.into_bytes()).await
+    }
+
+    /// One PUT of `body` as `client`.
+    async fn put(
+        addr: std::net::SocketAddr,
+        client: &TlsIdentity,
+        expected: Expected,
+        target: &str,
+        body: &[u8],
+    ) -> Result<(u16, String), String> {
+        let mut request = format!(
+            "PUT {target} HTTP/1.1\r\nHost: node\r\nConnection: close\r\n\
+             Content-Type: application/cbor\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        )
+        .into_bytes();
+        request.extend_from_slice(body);
+        exchange(addr, client, expected, "127.0.0.1", request).await
+    }
+
+    /// Sends `request` as `client` and reads the whole answer: the status and the body.
+    async fn exchange(
+        addr: std::net::SocketAddr,
+        client: &TlsIdentity,
+        expected: Expected,
+        name: &str,
+        request: Vec<u8>,
+    ) -> Result<(u16, String), String> {
         let config = client.client_config_for(expected).unwrap();
         let connector = tokio_rustls::TlsConnector::from(config);
         let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
@@ -273,10 +486,7 @@ mod tests {
             .connect(name, tcp)
             .await
             .map_err(|e| e.to_string())?;
-        let request = format!("GET {target} HTTP/1.1\r\nHost: node\r\nConnection: close\r\n\r\n");
-        tls.write_all(request.as_bytes())
-            .await
-            .map_err(|e| e.to_string())?;
+        tls.write_all(&request).await.map_err(|e| e.to_string())?;
         let mut response = Vec::new();
         tls.read_to_end(&mut response)
             .await
@@ -423,5 +633,118 @@ mod tests {
         drop(idle);
         reached(true).await;
         e.stop().await;
+    }
+
+    fn cbor(firewall: &Firewall) -> Vec<u8> {
+        let mut out = Vec::new();
+        ssntp::payload::cbor::encode_into(firewall, &mut out);
+        out
+    }
+
+    #[tokio::test]
+    async fn the_controller_puts_a_firewall() {
+        use ssntp::payload::{FirewallDirection, FirewallRule};
+        let pki = TestPki::new();
+        let e = endpoint(&pki).await;
+        let agent = e.agent();
+        let controller = pki.identity(Role::CONTROLLER, None);
+        let path = |i: Uuid| format!("/v1/instances/{i}/firewall");
+        let firewall = Firewall {
+            revision: 4,
+            rules: vec![FirewallRule {
+                direction: FirewallDirection::Ingress,
+                protocol: Some(6),
+                port_min: Some(22),
+                port_max: Some(22),
+                remote: Some(vec!["10.0.0.0/8".parse().unwrap()]),
+            }],
+        };
+        let put_as = async |who: &TlsIdentity, target: &str, body: &[u8]| {
+            put(e.addr, who, agent, target, body).await.unwrap()
+        };
+        assert_eq!(
+            put_as(&controller, &path(e.instance), &cbor(&firewall)).await,
+            (204, String::new())
+        );
+        assert_eq!(
+            e.firewalls.got.lock().unwrap().clone(),
+            vec![(e.instance, firewall.clone())]
+        );
+
+        // What the core refuses, as statuses.
+        let (gone, bare, broken, busy) = (
+            Uuid::new_v4(),
+            Uuid::new_v4(),
+            Uuid::new_v4(),
+            Uuid::new_v4(),
+        );
+        {
+            let mut answers = e.firewalls.answers.lock().unwrap();
+            answers.insert(gone, FirewallRefusal::NotFound);
+            answers.insert(bare, FirewallRefusal::NoNic);
+            answers.insert(
+                broken,
+                FirewallRefusal::Apply("nft: syntax error\nmore".into()),
+            );
+            answers.insert(busy, FirewallRefusal::Busy);
+        }
+        let body = cbor(&firewall);
+        assert_eq!(put_as(&controller, &path(gone), &body).await.0, 404);
+        assert_eq!(put_as(&controller, &path(bare), &body).await.0, 409);
+        assert_eq!(
+            put_as(&controller, &path(broken), &body).await,
+            (500, "nft: syntax error".to_string())
+        );
+        assert_eq!(put_as(&controller, &path(busy), &body).await.0, 503);
+
+        // Bodies that are not a good firewall.
+        let (status, why) = put_as(&controller, &path(e.instance), b"not cbor").await;
+        assert_eq!(status, 400, "{why}");
+        let mut backwards = firewall.clone();
+        backwards.rules[0].port_min = Some(80);
+        let (status, why) = put_as(&controller, &path(e.instance), &cbor(&backwards)).await;
+        assert_eq!((status, why.contains("80-22")), (400, true), "{why}");
+        let huge = vec![0u8; MAX_BODY_BYTES + 1];
+        assert_eq!(put_as(&controller, &path(e.instance), &huge).await.0, 413);
+        assert_eq!(e.firewalls.got.lock().unwrap().len(), 1);
+
+        // Other methods, other clients.
+        let (status, _) = get(e.addr, &controller, agent, "127.0.0.1", &path(e.instance))
+            .await
+            .unwrap();
+        assert_eq!(status, 405);
+        let other_agent = pki.identity(Role::AGENT, Some(Uuid::new_v4()));
+        assert_eq!(put_as(&other_agent, &path(e.instance), &body).await.0, 403);
+        assert_eq!(e.firewalls.got.lock().unwrap().len(), 1);
+        e.stop().await;
+    }
+
+    #[test]
+    fn routes() {
+        let id = Uuid::from_u128(7);
+        let fw = format!("/v1/instances/{id}/firewall");
+        assert_eq!(route(&Method::PUT, &fw, None), Ok(Route::Firewall(id)));
+        let console = format!("/v1/instances/{id}/console");
+        assert_eq!(
+            route(&Method::GET, &console, None),
+            Ok(Route::Console(id, DEFAULT_LINES))
+        );
+        let status = |m: &Method, p: &str, q: Option<&str>| route(m, p, q).unwrap_err().0;
+        assert_eq!(
+            status(&Method::POST, &fw, None),
+            StatusCode::METHOD_NOT_ALLOWED
+        );
+        assert_eq!(
+            status(&Method::PUT, &console, None),
+            StatusCode::METHOD_NOT_ALLOWED
+        );
+        assert_eq!(
+            status(&Method::PUT, "/v1/instances/x/firewall", None),
+            StatusCode::BAD_REQUEST
+        );
+        assert_eq!(
+            status(&Method::PUT, &fw, Some("a=1")),
+            StatusCode::BAD_REQUEST
+        );
     }
 }

@@ -3,6 +3,7 @@
 //! | frame | what the agent does |
 //! |---|---|
 //! | START | the core admits it (or answers START_FAILURE) |
+//! | START whose `networking.firewall` fails its check (too many rules or prefixes, IPv6, a backwards port range) | START_FAILURE `invalid_data`, with the cause |
 //! | DELETE, EVACUATE, RESTORE for this node | to the core |
 //! | DELETE for another node | DELETE_FAILURE `invalid_data` (the controller learns at once that the frame went astray, rather than waiting on an instance that will never go) |
 //! | EVACUATE, RESTORE for another node | ignored with a warning (they have no failure frame) |
@@ -19,7 +20,7 @@
 use ssntp::Payload;
 use ssntp::payload::{
     AttachVolumeFailure, AttachVolumeFailureReason, DeleteFailure, DeleteFailureReason,
-    InstanceActionFailure, InstanceActionFailureReason,
+    InstanceActionFailure, InstanceActionFailureReason, StartFailure, StartFailureReason,
 };
 use uuid::Uuid;
 
@@ -45,7 +46,20 @@ pub enum Inbound {
 /// Decides what the agent whose UUID is `node` does with `payload`.
 pub fn inbound(payload: &Payload, node: Uuid) -> Inbound {
     let elsewhere = |target: Uuid| target != node;
+    let bad_firewall = |s: &ssntp::payload::Start| {
+        let firewall = s.networking.as_ref()?.firewall.as_ref()?;
+        firewall.check().err()
+    };
     match payload {
+        Payload::Start(s) if let Some(e) = bad_firewall(s) => {
+            Inbound::Reply(Payload::StartFailure(StartFailure {
+                instance_uuid: s.instance_uuid,
+                node_uuid: Some(node),
+                reason: StartFailureReason::InvalidData,
+                restart: s.restart,
+                message: Some(format!("networking.firewall: {e}")),
+            }))
+        }
         Payload::Delete(d) if elsewhere(d.workload_agent_uuid) => {
             Inbound::Reply(Payload::DeleteFailure(DeleteFailure {
                 instance_uuid: d.instance_uuid,
@@ -186,6 +200,40 @@ mod tests {
         assert!(matches!(
             inbound(&Payload::Heartbeat, ME),
             Inbound::Log { warn: false, .. }
+        ));
+    }
+
+    #[test]
+    fn a_start_with_a_bad_firewall_is_refused_with_the_cause() {
+        use ssntp::payload::{Firewall, FirewallDirection, FirewallRule};
+        let mut start = crate::wire::tests::start();
+        let backwards = FirewallRule {
+            direction: FirewallDirection::Ingress,
+            protocol: Some(6),
+            port_min: Some(80),
+            port_max: Some(79),
+            remote: None,
+        };
+        start.networking.as_mut().unwrap().firewall = Some(Firewall {
+            revision: 1,
+            rules: vec![backwards],
+        });
+        let Inbound::Reply(Payload::StartFailure(f)) =
+            inbound(&Payload::Start(Box::new(start.clone())), ME)
+        else {
+            panic!("not refused");
+        };
+        assert_eq!(f.reason, StartFailureReason::InvalidData);
+        assert_eq!(f.node_uuid, Some(ME));
+        assert!(f.message.unwrap().contains("80-79"));
+        // A good one goes to the core.
+        start.networking.as_mut().unwrap().firewall = Some(Firewall {
+            revision: 1,
+            rules: Vec::new(),
+        });
+        assert!(matches!(
+            inbound(&Payload::Start(Box::new(start)), ME),
+            Inbound::Command(Command::Start(_))
         ));
     }
 }

@@ -20,9 +20,10 @@
 //!   [`EventSender`]). `--network none` and `nn`, and the sim backend, plumb nothing.
 //!   [`run_networked`] runs any backend with any [`NetOps`] (tests use a fake).
 //!
-//! - The console endpoint ([`console`], `--console-listen`): HTTPS beside SSNTP, for the
-//!   controller only, serving the backend's console logs once the core runs; off (logged) when
-//!   its address cannot be bound.
+//! - The node endpoint ([`console`], `--console-listen`): HTTPS beside SSNTP, for the
+//!   controller only, once the core runs: it serves the backend's console logs and takes port
+//!   firewall updates (to the core, [`Core::set_firewall`]); off (logged) when its address
+//!   cannot be bound.
 //!
 //! [`cli`] parses the command line into a [`DaemonConfig`].
 
@@ -421,7 +422,7 @@ async fn run_with<B: Backend>(
         }
     };
     let console_stop = shutdown.child_token();
-    let console = start_console(config, backend, console_stop.clone()).await;
+    let console = start_console(config, backend, core.clone(), console_stop.clone()).await;
     tracing::info!(
         %node,
         role = %config.claim,
@@ -455,6 +456,7 @@ async fn run_with<B: Backend>(
 async fn start_console<B: Backend>(
     config: &DaemonConfig,
     backend: Arc<B>,
+    core: Core,
     stop: CancellationToken,
 ) -> Option<tokio::task::JoinHandle<()>> {
     let addr = config.console?;
@@ -468,7 +470,13 @@ async fn start_console<B: Backend>(
     match tokio::net::TcpListener::bind(addr).await {
         Ok(listener) => {
             tracing::info!(%addr, reported = ?config.console_address, "console endpoint listening");
-            Some(tokio::spawn(console::serve(listener, tls, backend, stop)))
+            Some(tokio::spawn(console::serve(
+                listener,
+                tls,
+                backend,
+                Arc::new(core),
+                stop,
+            )))
         }
         Err(e) => {
             tracing::error!(%addr, error = %e, "console endpoint off: cannot listen");

@@ -6,7 +6,12 @@
 //!   [`tap_name`]`(instance)` with the START's MAC (libvirt: `<interface type='ethernet'>`,
 //!   `<target dev='…' managed='no'/>`, `<mac address='…'/>`). A failed attach is a
 //!   `network_failure`; a failed inner create unplugs the VNIC again.
-//! - `delete` removes the instance through the inner backend, then unplugs its VNIC.
+//!   The tap is filtered ([`Network::filter`]: anti-spoofing, and the START's firewall) before
+//!   the VM is made; a failed filter is a `network_failure` too.
+//! - `delete` removes the instance through the inner backend, then unplugs its VNIC (and its
+//!   filter).
+//! - [`Backend::filter_port`] refilters an instance's tap (a newer firewall, or after a
+//!   restart).
 //! - The subnet's first VNIC on the node sends [`TenantChange::Added`], its last
 //!   [`TenantChange::Removed`], on a bounded channel the SSNTP wiring turns into
 //!   TENANT_ADDED/TENANT_REMOVED ([`TenantChange::payload`]). An Added is sent as soon as the
@@ -25,7 +30,7 @@ use super::names::tap_name;
 use super::network::{NetError, Network, Rebuilt, Vnic};
 use super::ops::NetOps;
 use crate::backend::{Backend, BackendError, ConsoleError, Existing};
-use crate::model::{Action, InstanceSpec, Resources, Usage};
+use crate::model::{Action, InstanceSpec, NicSpec, Resources, Usage};
 
 /// A tenant subnet came to this node or left it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -139,18 +144,20 @@ impl<B: Backend, O: NetOps> Backend for NetBackend<B, O> {
             return self.inner.create(spec).await;
         };
         let vnic = Vnic::of(spec.instance, spec.tenant, nic);
-        let attached = self
-            .net
-            .lock()
-            .await
-            .attach(&vnic)
-            .await
-            .map_err(net_failure)?;
+        let mut net = self.net.lock().await;
+        let attached = net.attach(&vnic).await.map_err(net_failure)?;
         debug_assert_eq!(attached.tap, tap_name(spec.instance));
+        // Filtered before the VM is made: it never sends unfiltered.
+        let filtered = net.filter(spec.instance, nic).await.map_err(net_failure);
+        drop(net);
         if attached.first {
             self.tell(TenantChange::Added(vnic.subnet)).await;
         }
-        match self.inner.create(spec).await {
+        let made = match filtered {
+            Ok(()) => self.inner.create(spec).await,
+            Err(e) => Err(e),
+        };
+        match made {
             Ok(()) => Ok(()),
             Err(e) => {
                 if let Err(undo) = self.unplug(spec.instance).await {
@@ -197,6 +204,15 @@ impl<B: Backend, O: NetOps> Backend for NetBackend<B, O> {
     async fn console(&self, instance: Uuid, lines: usize) -> Result<String, ConsoleError> {
         self.inner.console(instance, lines).await
     }
+
+    async fn filter_port(&self, instance: Uuid, nic: &NicSpec) -> Result<(), BackendError> {
+        self.net
+            .lock()
+            .await
+            .filter(instance, nic)
+            .await
+            .map_err(net_failure)
+    }
 }
 
 #[cfg(test)]
@@ -227,6 +243,7 @@ mod tests {
                 subnet_key: key,
                 private_ip: format!("10.250.0.{n}").parse().unwrap(),
                 public_ip: false,
+                firewall: None,
             }),
             disks: Vec::new(),
             user_data: None,
@@ -343,6 +360,66 @@ mod tests {
         );
         assert!(ops.link(&tap_name(s1.instance)).is_some());
         assert!(ops.link(&tap_name(s2.instance)).is_none());
+    }
+
+    #[tokio::test]
+    async fn taps_are_filtered_before_the_vm_is_made_and_unfiltered_with_it() {
+        let (nb, backend, ops, _rx) = setup();
+        let s = spec(1, 7);
+        nb.create(&s).await.unwrap();
+        let scripts = ops.scripts();
+        assert_eq!(scripts.len(), 1);
+        let bridge = crate::net::names::bridge_name(7);
+        assert!(
+            ops.calls()
+                .contains(&crate::net::fake::Call::SetBridgeNetfilter(bridge))
+        );
+        let tap = tap_name(s.instance);
+        assert!(
+            scripts[0].contains(&format!("ports_in {{ \"{tap}\" : jump port_1 }}")),
+            "{}",
+            scripts[0]
+        );
+        assert!(scripts[0].contains("ip saddr != 10.250.0.1 drop"));
+        // No firewall in the START: anti-spoofing only.
+        assert!(!scripts[0].contains("egress_1"));
+
+        // A newer firewall refills the port's chains.
+        let mut nic = s.nic.clone().unwrap();
+        nic.firewall = Some(ssntp::payload::Firewall {
+            revision: 2,
+            rules: Vec::new(),
+        });
+        nb.filter_port(s.instance, &nic).await.unwrap();
+        let update = ops.scripts().pop().unwrap();
+        assert!(
+            update.contains("add element inet cumulo_ports egress { 0x00000001 : jump egress_1 }")
+        );
+        assert!(!update.contains("add table"), "{update}");
+        // An instance without a VNIC here cannot be filtered.
+        assert!(matches!(
+            nb.filter_port(Uuid::from_u128(99), &nic).await,
+            Err(BackendError::Network(_))
+        ));
+
+        nb.delete(s.instance).await.unwrap();
+        let removal = ops.scripts().pop().unwrap();
+        assert!(
+            removal.contains("delete chain inet cumulo_ports egress_1"),
+            "{removal}"
+        );
+        assert_eq!(backend.ops(s.instance), vec![Op::Create, Op::Delete]);
+    }
+
+    #[tokio::test]
+    async fn a_failed_filter_is_a_network_failure_and_makes_no_vm() {
+        let (nb, backend, ops, _rx) = setup();
+        ops.fail_next("nft");
+        let s = spec(1, 7);
+        assert!(matches!(nb.create(&s).await, Err(BackendError::Network(_))));
+        assert!(backend.calls().is_empty());
+        assert!(ops.links_now().is_empty(), "{:#?}", ops.links_now());
+        nb.create(&s).await.unwrap();
     }
 
     #[test]

@@ -31,6 +31,10 @@ pub enum Call {
     SetAlias(String, String),
     /// [`NetOps::delete`].
     Delete(String),
+    /// [`NetOps::nft`]: the script.
+    Nft(String),
+    /// [`NetOps::set_bridge_netfilter`].
+    SetBridgeNetfilter(String),
 }
 
 impl Call {
@@ -66,6 +70,8 @@ fn op_name(call: &Call) -> &'static str {
         Call::SetLearning(..) => "set learning",
         Call::SetAlias(..) => "set alias",
         Call::Delete(_) => "delete",
+        Call::Nft(_) => "nft",
+        Call::SetBridgeNetfilter(_) => "set bridge netfilter",
     }
 }
 
@@ -95,6 +101,18 @@ impl FakeNetOps {
     pub fn take_changes(&self) -> Vec<Call> {
         let calls = std::mem::take(&mut self.lock().calls);
         calls.into_iter().filter(Call::is_change).collect()
+    }
+
+    /// The nft scripts run so far.
+    pub fn scripts(&self) -> Vec<String> {
+        self.lock()
+            .calls
+            .iter()
+            .filter_map(|c| match c {
+                Call::Nft(s) => Some(s.clone()),
+                _ => None,
+            })
+            .collect()
     }
 
     /// The links now.
@@ -263,5 +281,21 @@ impl NetOps for FakeNetOps {
             }
         }
         Ok(())
+    }
+
+    async fn set_bridge_netfilter(&self, bridge: &str) -> Result<(), OpsError> {
+        let mut st = self.record(Call::SetBridgeNetfilter(bridge.into()), bridge)?;
+        match st.links.get_mut(bridge) {
+            Some(l) if l.kind == LinkKind::Bridge => Ok(()),
+            _ => Err(OpsError::new(
+                "set bridge netfilter",
+                bridge,
+                OpsErrorKind::NotFound,
+            )),
+        }
+    }
+
+    async fn nft(&self, script: &str) -> Result<(), OpsError> {
+        self.record(Call::Nft(script.into()), "").map(drop)
     }
 }

@@ -11,6 +11,9 @@
 //!   sends TENANT_ADDED); [`Network::detach`] removes the tap and, after the subnet's last VNIC,
 //!   the tunnel and bridge (TENANT_REMOVED); [`Network::rebuild`] rebuilds the view from the
 //!   kernel's links after a restart and repairs half-made state.
+//! - [`filter`] writes the nftables scripts of the port filters (each tap's anti-spoofing and
+//!   its port firewall, [`ssntp::payload::Firewall`]) and keeps the port indexes;
+//!   [`Network::filter`] applies one ([`NetOps::nft`]), [`Network::detach`] removes it.
 //! - [`names`] names the links (a short prefix and an id, within IFNAMSIZ) and writes and reads
 //!   the logical identity each link carries in its alias (IFLA_IFALIAS).
 //! - [`NetBackend`] wraps any [`Backend`](crate::Backend): it plugs an instance's VNIC in
@@ -26,6 +29,7 @@ mod args;
 mod backend;
 #[cfg(any(test, feature = "testing"))]
 pub mod fake;
+pub mod filter;
 pub mod names;
 mod network;
 mod ops;

@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
 use uuid::Uuid;
 
+use super::filter::{self, FilterError, PortFilters};
 use super::names::{self, LinkRole, SubnetId, bridge_name, tap_mac, tap_name, tunnel_name};
 use super::ops::{Link, LinkKind, NetOps, OpsError, OpsErrorKind, TunnelSpec};
 use super::{TunnelChoice, TunnelKind};
@@ -58,6 +59,12 @@ pub enum NetError {
     /// `--tunnel gretap` on a kernel without GRE-tap.
     #[error("this kernel has no {0} tunnels")]
     TunnelUnsupported(TunnelKind),
+    /// A port filter cannot be made (no index left, an address that is not IPv4).
+    #[error(transparent)]
+    Filter(#[from] FilterError),
+    /// The instance has no VNIC plugged in here to filter.
+    #[error("instance {0} has no VNIC on this node")]
+    NotAttached(Uuid),
     /// The tunnel end points are not of one address family.
     #[error("the node address {node} and the CNCI address {cnci} are not of one family")]
     AddressFamily {
@@ -196,6 +203,7 @@ pub struct Network<O> {
     cfg: NetConfig,
     subnets: BTreeMap<u32, SubnetState>,
     vnics: BTreeMap<Uuid, Vnic>,
+    filters: PortFilters,
 }
 
 type Links = HashMap<String, Link>;
@@ -248,7 +256,32 @@ impl<O: NetOps> Network<O> {
             cfg,
             subnets: BTreeMap::new(),
             vnics: BTreeMap::new(),
+            filters: PortFilters::new(),
         }
+    }
+
+    /// Filters an attached VNIC's port as `nic` says (anti-spoofing, and its firewall if it
+    /// has one), replacing what the port had; one nft transaction. Plug the VNIC in first.
+    pub async fn filter(&mut self, instance: Uuid, nic: &NicSpec) -> Result<(), NetError> {
+        let vnic = self
+            .vnics
+            .get(&instance)
+            .ok_or(NetError::NotAttached(instance))?;
+        let bridge = bridge_name(vnic.subnet.key);
+        let spec = filter::port_spec(&tap_name(instance), &bridge, nic)?;
+        let planned = self.filters.plan_set(instance, &spec)?;
+        if !self.filters.has_zone(&bridge) {
+            // The bridge's first filtered port since the agent started.
+            self.ops.set_bridge_netfilter(&bridge).await?;
+        }
+        self.ops.nft(&planned.script).await?;
+        planned.commit(&mut self.filters);
+        Ok(())
+    }
+
+    /// The port filters.
+    pub fn filters(&self) -> &PortFilters {
+        &self.filters
     }
 
     /// The operations it works through.
@@ -511,6 +544,10 @@ impl<O: NetOps> Network<O> {
             return Ok(None);
         };
         let key = vnic.subnet.key;
+        if let Some(planned) = self.filters.plan_remove(instance) {
+            self.ops.nft(&planned.script).await?;
+            planned.commit(&mut self.filters);
+        }
         gone(self.ops.delete(&tap_name(instance)).await)?;
         let last = self
             .subnets
@@ -556,6 +593,9 @@ impl<O: NetOps> Network<O> {
     pub async fn rebuild(&mut self) -> Result<Rebuilt, NetError> {
         self.subnets.clear();
         self.vnics.clear();
+        // The port filters are made afresh with the first change: each instance found again
+        // is filtered again as its record says (`Backend::filter_port`).
+        self.filters.reset();
         let mut links = self.snapshot().await?;
         let mut out = Rebuilt::default();
 

@@ -179,6 +179,13 @@ pub trait NetOps: Send + Sync + 'static {
         on: bool,
     ) -> impl Future<Output = Result<(), OpsError>> + Send;
 
+    /// Makes bridged IPv4 on a bridge pass the inet hooks (`nf_call_iptables 1`), where the
+    /// port filters track connections.
+    fn set_bridge_netfilter(
+        &self,
+        bridge: &str,
+    ) -> impl Future<Output = Result<(), OpsError>> + Send;
+
     /// Sets a link up or down.
     fn set_up(&self, name: &str, up: bool) -> impl Future<Output = Result<(), OpsError>> + Send;
 
@@ -191,4 +198,8 @@ pub trait NetOps: Send + Sync + 'static {
 
     /// Deletes a link.
     fn delete(&self, name: &str) -> impl Future<Output = Result<(), OpsError>> + Send;
+
+    /// Runs an nftables script (`nft -f -`) as one transaction: the port filters
+    /// ([`filter`](super::filter)).
+    fn nft(&self, script: &str) -> impl Future<Output = Result<(), OpsError>> + Send;
 }

@@ -10,14 +10,49 @@
 
 use futures_util::TryStreamExt;
 use rtnetlink::packet_route::link::{
-    GreIOFlags, InfoBridgePort, InfoKind, InfoPortData, LinkAttribute, LinkFlags, LinkInfo,
-    LinkMessage,
+    GreIOFlags, InfoBridge, InfoBridgePort, InfoKind, InfoPortData, LinkAttribute, LinkFlags,
+    LinkInfo, LinkMessage,
 };
 use rtnetlink::{Handle, LinkBridge, LinkBridgePort, LinkGre, LinkUnspec, LinkVxlan};
 use std::collections::HashMap;
 use std::net::IpAddr;
 
 use super::ops::{Link, LinkKind, NetOps, OpsError, OpsErrorKind, TunnelSpec};
+
+/// Runs `nft -f -` with `script`. The child is forked from the calling thread, so it works in
+/// that thread's network namespace, like the netlink socket and the taps.
+async fn run_nft(script: &str) -> Result<(), OpsError> {
+    use tokio::io::AsyncWriteExt;
+    const OP: &str = "nft";
+    let other = |m: String| OpsError::new(OP, "", OpsErrorKind::Other(m));
+    let mut child = tokio::process::Command::new("nft")
+        .args(["-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| other(format!("running nft: {e}")))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin
+            .write_all(script.as_bytes())
+            .await
+            .map_err(|e| other(format!("writing to nft: {e}")))?;
+    }
+    let out = child
+        .wait_with_output()
+        .await
+        .map_err(|e| other(format!("running nft: {e}")))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    let err = String::from_utf8_lossy(&out.stderr);
+    let first = err
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("nft failed");
+    Err(other(first.to_string()))
+}
 
 /// The real [`NetOps`]. See the module documentation.
 #[derive(Clone)]
@@ -264,6 +299,19 @@ impl NetOps for RtNetOps {
             .map_err(fail("set learning", name))
     }
 
+    async fn set_bridge_netfilter(&self, bridge: &str) -> Result<(), OpsError> {
+        // `ip link set BRIDGE type bridge nf_call_iptables 1`: RTM_NEWLINK without create.
+        let msg = rtnetlink::LinkMessageBuilder::<LinkBridge>::new(bridge)
+            .append_info_data(InfoBridge::NfCallIpTables(true))
+            .build();
+        self.handle
+            .link()
+            .change(msg)
+            .execute()
+            .await
+            .map_err(fail("set bridge netfilter", bridge))
+    }
+
     async fn set_up(&self, name: &str, up: bool) -> Result<(), OpsError> {
         let b = LinkUnspec::new_with_name(name);
         let msg = if up { b.up() } else { b.down() }.build();
@@ -282,6 +330,10 @@ impl NetOps for RtNetOps {
             .execute()
             .await
             .map_err(fail("delete", name))
+    }
+
+    async fn nft(&self, script: &str) -> Result<(), OpsError> {
+        run_nft(script).await
     }
 }
 

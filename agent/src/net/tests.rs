@@ -501,6 +501,7 @@ fn a_start_nic_becomes_a_vnic() {
         subnet_key: 7,
         private_ip: ip("10.250.0.5"),
         public_ip: false,
+        firewall: None,
     };
     let v = Vnic::of(Uuid::from_u128(1), Uuid::from_u128(2), &nic);
     assert_eq!(v.subnet.key, 7);

@@ -160,6 +160,15 @@ impl<B: FenceMarks> Backend for Fenced<B> {
     async fn console(&self, _instance: Uuid, _lines: usize) -> Result<String, ConsoleError> {
         Err(ConsoleError::OffHost)
     }
+
+    /// The instance's NIC is on the remote host, whose own agent filters it.
+    async fn filter_port(
+        &self,
+        _instance: Uuid,
+        _nic: &crate::model::NicSpec,
+    ) -> Result<(), BackendError> {
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -402,3 +402,28 @@ fn busy_commands_get_an_answer() {
     );
     assert_eq!(busy_reply(&Command::Evacuate, node), None);
 }
+
+#[test]
+fn a_start_firewall_is_carried_into_the_spec_and_its_record() {
+    use ssntp::payload::{Firewall, FirewallDirection, FirewallRule};
+    let mut s = start();
+    let firewall = Firewall {
+        revision: 3,
+        rules: vec![FirewallRule {
+            direction: FirewallDirection::Ingress,
+            protocol: Some(6),
+            port_min: Some(22),
+            port_max: Some(22),
+            remote: None,
+        }],
+    };
+    s.networking.as_mut().unwrap().firewall = Some(firewall.clone());
+    let spec = spec_from_start(&s);
+    assert_eq!(spec.nic.as_ref().unwrap().firewall, Some(firewall));
+    // A record of an older agent (no firewall key) still reads back.
+    let mut older = serde_json::to_value(spec_from_start(&start())).unwrap();
+    assert!(older["nic"].get("firewall").is_none());
+    older["nic"].as_object_mut().unwrap().remove("firewall");
+    let back: InstanceSpec = serde_json::from_value(older).unwrap();
+    assert_eq!(back.nic.unwrap().firewall, None);
+}

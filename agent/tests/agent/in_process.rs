@@ -19,6 +19,7 @@ use std::time::Duration;
 use uuid::Uuid;
 
 mod admission;
+mod firewall;
 mod flow;
 mod kept;
 mod restarts;

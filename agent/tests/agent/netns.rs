@@ -27,6 +27,7 @@ use std::sync::{Arc, mpsc};
 use std::thread::JoinHandle;
 use uuid::Uuid;
 
+mod filter;
 mod hub;
 mod kernel;
 

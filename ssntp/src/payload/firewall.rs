@@ -1,5 +1,5 @@
 //! The port firewall: the security-group rules a compute node enforces on an instance's NIC
-//! (docs/protocol.md §7.3, "Port firewall"). START carries the first one (`networking.firewall`,
+//! (docs/protocol.md §7.2, "Port firewall"). START carries the first one (`networking.firewall`,
 //! optional); the node's HTTPS endpoint takes later ones (`PUT /v1/instances/{uuid}/firewall`,
 //! the same CBOR map), so that rule changes reach a running instance.
 //!

@@ -57,7 +57,7 @@ use uuid::Uuid;
 
 use crate::backend::libvirt::{LibvirtBackend, Tap};
 use crate::backend::{Backend, BackendError, ConsoleError, Existing, Power};
-use crate::model::{Action, InstanceRole, InstanceSpec, Resources, Usage};
+use crate::model::{Action, InstanceRole, InstanceSpec, NicSpec, Resources, Usage};
 use crate::net::Cidr;
 use store::{MemoryReservations, ReservationStore, StoreError};
 
@@ -747,6 +747,14 @@ impl<B: Backend> Backend for CnciLauncher<B> {
             });
         }
         Ok(all)
+    }
+
+    /// A CNCI's NIC is not on a tenant bridge: nothing to filter.
+    async fn filter_port(&self, instance: Uuid, nic: &NicSpec) -> Result<(), BackendError> {
+        if self.is_ours(instance) {
+            return Ok(());
+        }
+        self.inner.filter_port(instance, nic).await
     }
 }
 

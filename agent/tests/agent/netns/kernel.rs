@@ -120,6 +120,7 @@ fn net_backend_plugs_instances_in_and_out_for_real() {
             subnet_key: KEY_A,
             private_ip: "10.250.0.9".parse().unwrap(),
             public_ip: false,
+            firewall: None,
         }),
         disks: Vec::new(),
         user_data: None,
