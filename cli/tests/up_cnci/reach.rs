@@ -1,0 +1,246 @@
+//! What a tenant's guests reach, and what reaches them, in a cluster with CNCI VMs: a floating
+//! IP, security groups on a real guest, and the control plane kept out of reach.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use super::probe::{connect_from, listen};
+use super::{Cluster, poll};
+
+/// A TCP listener at the first instance's address, in the stand-in guest `guest` (the tiny
+/// guest configures no address, so the stand-in takes the instance's; its gateway `gateway` is
+/// the CNCI VM): a floating IP associated with the instance carries a connection from the host
+/// (the cluster's namespace) through the node's route to the CNCI VM, its DNAT and the VXLAN
+/// tunnel to the listener, and the answer back; disassociated, it no longer does.
+pub fn floating_ip_reaches_a_listener(cluster: &Cluster, guest: &str, gateway: &str) {
+    let listed = cluster.json(&["instance", "list"]);
+    let instance = listed["instances"]
+        .as_array()
+        .and_then(|l| l.first().cloned())
+        .unwrap_or_else(|| panic!("no instance: {listed}"));
+    let id = instance["id"].as_str().unwrap().to_string();
+    let private = instance["ip"].as_str().unwrap().to_string();
+    for step in [
+        vec![
+            "-n",
+            guest,
+            "addr",
+            "add",
+            &format!("{private}/24"),
+            "dev",
+            "gv1",
+        ],
+        vec!["-n", guest, "route", "replace", "default", "via", gateway],
+    ] {
+        let out = cluster.in_ns("ip", &step);
+        assert!(out.status.success(), "ip {step:?}: {out:?}");
+    }
+    let mut server = listen(cluster, Some(guest), 8080, "hello from the guest");
+    let connect = |addr: &str| -> String { connect_from(cluster, None, addr, 8080) };
+    let (fip_id, public) = cluster.floating_ip();
+    let fip_path = format!("/network/v2.0/floatingips/{fip_id}");
+    let asked = Instant::now();
+    cluster.api("PUT", &fip_path, &json!({"floatingip": {"port_id": id}}));
+    let said = poll(
+        "a TCP connection to the floating IP reaching the guest",
+        Duration::from_secs(60),
+        || {
+            let said = connect(&public);
+            (said == "hello from the guest").then_some(said)
+        },
+    );
+    eprintln!(
+        "FIGURE floating IP {public} -> {private} (CNCI VM): first TCP connection from the host answered {:.0} ms after the association",
+        asked.elapsed().as_secs_f64() * 1000.0
+    );
+    assert_eq!(said, "hello from the guest");
+    let f = cluster.api("GET", &fip_path, &Value::Null);
+    assert_eq!(f["floatingip"]["status"], "ACTIVE", "{f}");
+    // Disassociated: the host no longer reaches the guest through it.
+    cluster.api("PUT", &fip_path, &json!({"floatingip": {"port_id": null}}));
+    poll(
+        "the floating IP no longer reaching the guest",
+        Duration::from_secs(30),
+        || connect(&public).starts_with("failed").then_some(()),
+    );
+    cluster.api("DELETE", &fip_path, &Value::Null);
+    let _ = server.kill();
+    let _ = server.wait();
+}
+
+/// A real guest behind its port's firewall: the tiny guest takes its address by DHCP from its
+/// CNCI and answers TCP on port 8082 (its user data asks for both). Through a floating IP, the
+/// host does not reach it while only the `default` group's rules hold (ingress from members
+/// only), reaches it once an ingress rule for the port is added, and no longer does once the
+/// rule is deleted: the rule changes reach the node live. The two delays are figures.
+pub fn security_groups_guard_a_real_guest(cluster: &Cluster) {
+    let data = cluster.dir.path().join("listener-user-data");
+    std::fs::write(&data, "cumulo-test: dhcp\ncumulo-test: listen 8082\n").unwrap();
+    cluster.ok(&[
+        "workload",
+        "create",
+        "--name",
+        "listener",
+        "--flavor",
+        "tiny",
+        "--image",
+        "tiny",
+        "--user-data",
+        data.to_str().unwrap(),
+    ]);
+    let made = cluster.json(&[
+        "instance",
+        "create",
+        "--workload",
+        "listener",
+        "--name",
+        "listener",
+        "--wait",
+    ]);
+    let id = made[0]["id"].as_str().unwrap().to_string();
+    let private = made[0]["ip"].as_str().unwrap().to_string();
+    let said = poll(
+        "the listener guest's address and listener on its console",
+        Duration::from_secs(120),
+        || {
+            let log = cluster.ok(&["instance", "console", &id, "--lines", "200"]);
+            if log.contains("CUMULO-GUEST-NOADDR") {
+                panic!("the guest got no address by DHCP: {log}");
+            }
+            log.contains("CUMULO-GUEST-LISTEN").then_some(log)
+        },
+    );
+    assert!(
+        said.contains(&format!("CUMULO-GUEST-ADDR {id} {private}")),
+        "the guest's DHCP address is not its port's ({private}): {said}"
+    );
+    let (fip_id, public) = cluster.floating_ip();
+    let fip_path = format!("/network/v2.0/floatingips/{fip_id}");
+    cluster.api("PUT", &fip_path, &json!({"floatingip": {"port_id": id}}));
+    poll("the floating IP ACTIVE", Duration::from_secs(60), || {
+        let f = cluster.api("GET", &fip_path, &Value::Null);
+        (f["floatingip"]["status"] == "ACTIVE").then_some(())
+    });
+    let hello = format!("CUMULO-GUEST-HELLO {id}");
+    let connect = || connect_from(cluster, None, &public, 8082);
+    // The default group lets in only its members: not the host.
+    for _ in 0..3 {
+        let answer = connect();
+        assert!(
+            answer.starts_with("failed"),
+            "the host reached the guest without a rule: {answer}"
+        );
+    }
+    let groups = cluster.api("GET", "/network/v2.0/security-groups", &Value::Null);
+    let default = groups["security_groups"]
+        .as_array()
+        .and_then(|g| g.iter().find(|g| g["name"] == "default"))
+        .unwrap_or_else(|| panic!("no default group: {groups}"))["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let asked = Instant::now();
+    let rule = cluster.api(
+        "POST",
+        "/network/v2.0/security-group-rules",
+        &json!({"security_group_rule": {"security_group_id": default, "direction": "ingress",
+            "ethertype": "IPv4", "protocol": "tcp", "port_range_min": 8082,
+            "port_range_max": 8082, "remote_ip_prefix": "0.0.0.0/0"}}),
+    );
+    poll(
+        "a TCP connection through the floating IP once the rule is there",
+        Duration::from_secs(30),
+        || (connect() == hello).then_some(()),
+    );
+    eprintln!(
+        "FIGURE security group rule added -> first TCP connection through the floating IP to a real guest: {:.0} ms",
+        asked.elapsed().as_secs_f64() * 1000.0
+    );
+    let rule_id = rule["security_group_rule"]["id"].as_str().unwrap();
+    let asked = Instant::now();
+    cluster.api(
+        "DELETE",
+        &format!("/network/v2.0/security-group-rules/{rule_id}"),
+        &Value::Null,
+    );
+    // When the first refused attempt began (a refused one waits out its 2 s timeout).
+    let refused = poll(
+        "no connection once the rule is deleted",
+        Duration::from_secs(30),
+        || {
+            let began = asked.elapsed();
+            connect().starts_with("failed").then_some(began)
+        },
+    );
+    eprintln!(
+        "FIGURE security group rule deleted -> the first refused connection began {:.0} ms later",
+        refused.as_secs_f64() * 1000.0
+    );
+    cluster.api("DELETE", &fip_path, &Value::Null);
+}
+
+/// From the stand-in guest `guest` (a tenant's address behind the CNCI VM): a listener on the
+/// host's compute-network address (`host_ip`, where a management service would listen) is not
+/// reached, one in a namespace beyond the host (the outside world, through the CNCI's NAT) is.
+pub fn tenants_do_not_reach_the_control_plane(cluster: &Cluster, guest: &str, host_ip: &str) {
+    let world = format!("cumulo-up-world-{}", std::process::id());
+    for step in [
+        vec!["netns", "add", &world],
+        vec![
+            "link", "add", "wv0", "type", "veth", "peer", "name", "wv1", "netns", &world,
+        ],
+        vec!["addr", "add", "203.0.113.1/24", "dev", "wv0"],
+        vec!["link", "set", "wv0", "up"],
+        vec!["-n", &world, "link", "set", "wv1", "up"],
+        vec!["-n", &world, "addr", "add", "203.0.113.2/24", "dev", "wv1"],
+        vec![
+            "-n",
+            &world,
+            "route",
+            "add",
+            "default",
+            "via",
+            "203.0.113.1",
+        ],
+    ] {
+        let out = cluster.in_ns("ip", &step);
+        assert!(out.status.success(), "ip {step:?}: {out:?}");
+    }
+    let host = listen(cluster, None, 8081, "the host");
+    let outside = listen(cluster, Some(&world), 8081, "the outside");
+    // The host itself reaches both (the listeners work).
+    assert_eq!(connect_from(cluster, None, host_ip, 8081), "the host");
+    assert_eq!(
+        connect_from(cluster, None, "203.0.113.2", 8081),
+        "the outside"
+    );
+    // The guest reaches the outside through the CNCI's NAT...
+    let said = poll(
+        "the guest reaching the outside",
+        Duration::from_secs(30),
+        || {
+            let said = connect_from(cluster, Some(guest), "203.0.113.2", 8081);
+            (said == "the outside").then_some(said)
+        },
+    );
+    assert_eq!(said, "the outside");
+    // ...and not the host's management address, nor the CNCI's relay.
+    let refused = connect_from(cluster, Some(guest), host_ip, 8081);
+    assert!(
+        refused.starts_with("failed"),
+        "the guest reached the host: {refused}"
+    );
+    let relay = connect_from(cluster, Some(guest), "169.254.0.1", 8443);
+    assert!(
+        relay.starts_with("failed"),
+        "the guest reached the relay: {relay}"
+    );
+    eprintln!("tenant guest: outside reached, {host_ip}:8081 {refused}, relay {relay}");
+    for mut child in [host, outside] {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    let _ = cluster.in_ns("ip", &["netns", "del", &world]);
+    let _ = cluster.in_ns("ip", &["link", "del", "wv0"]);
+}
