@@ -1,5 +1,5 @@
 //! [`NetworkStore`]: a tenant's security groups and rules, floating IPs, the groups of its ports
-//! and its limits on them (see `networking.rs` for how both backends keep them).
+//! and its limits on them (see `networking/mod.rs` for how both backends keep them).
 
 use uuid::Uuid;
 
