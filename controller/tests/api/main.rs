@@ -9,6 +9,7 @@ mod console;
 mod conventions;
 mod docs;
 mod etcd;
+mod hypervisors;
 mod identity;
 mod keypairs;
 mod limits;

@@ -610,3 +610,33 @@ async fn the_openstack_cli_shows_and_sets_quotas() {
     ok(&alice, &["server", "delete", "--wait", "q1"]).await;
     world.stop().await;
 }
+
+#[tokio::test]
+async fn the_openstack_cli_lists_hypervisors_and_services() {
+    let Some(bin) = openstack_or_skip() else {
+        return;
+    };
+    let world = World::start().await;
+    let mut node = crate::native::node();
+    node.instances = 2;
+    node.last_stats = Some(std::time::SystemTime::now());
+    world.cluster.add_node(node.clone());
+    let admin = admin_cli(bin, &world);
+    let listed = json(&admin, &["hypervisor", "list"]).await;
+    let rows = listed.as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{listed}");
+    assert_eq!(rows[0]["Hypervisor Hostname"], "host1", "{listed}");
+    assert_eq!(rows[0]["State"], "up", "{listed}");
+    let shown = json(&admin, &["hypervisor", "show", "host1"]).await;
+    assert_eq!(shown["vcpus"], 4, "{shown}");
+    assert_eq!(shown["running_vms"], 2, "{shown}");
+    assert_eq!(shown["host_ip"], "127.0.0.1", "{shown}");
+    let services = json(&admin, &["compute", "service", "list"]).await;
+    let rows = services.as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{services}");
+    assert_eq!(rows[0]["Binary"], "nova-compute", "{services}");
+    assert_eq!(rows[0]["Host"], "host1", "{services}");
+    assert_eq!(rows[0]["Status"], "enabled", "{services}");
+    assert_eq!(rows[0]["State"], "up", "{services}");
+    world.stop().await;
+}

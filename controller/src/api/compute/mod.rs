@@ -11,6 +11,7 @@
 mod actions;
 mod console;
 mod flavors;
+mod hypervisors;
 mod keypairs;
 mod launch;
 mod quotas;
@@ -91,6 +92,22 @@ pub fn routes() -> Router<ApiState> {
             get(actions::show),
         )
         .route("/compute/v2.1/os-availability-zone", get(zones))
+        .route("/compute/v2.1/os-hypervisors", get(hypervisors::list))
+        .route(
+            "/compute/v2.1/os-hypervisors/detail",
+            get(hypervisors::list_detail),
+        )
+        .route(
+            "/compute/v2.1/os-hypervisors/statistics",
+            get(hypervisors::statistics),
+        )
+        .route("/compute/v2.1/os-hypervisors/{id}", get(hypervisors::show))
+        .route(
+            "/compute/v2.1/os-hypervisors/{id}/uptime",
+            get(hypervisors::uptime),
+        )
+        .route("/compute/v2.1/os-aggregates", get(hypervisors::aggregates))
+        .route("/compute/v2.1/os-services", get(hypervisors::services))
         .route(
             "/compute/v2.1/os-keypairs",
             get(keypairs::list).post(keypairs::create),
