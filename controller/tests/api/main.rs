@@ -17,5 +17,6 @@ mod native;
 mod network;
 mod openstack;
 mod quotas;
+mod server_update;
 mod support;
 mod tls;

@@ -640,3 +640,42 @@ async fn the_openstack_cli_lists_hypervisors_and_services() {
     assert_eq!(rows[0]["State"], "up", "{services}");
     world.stop().await;
 }
+
+#[tokio::test]
+async fn the_openstack_cli_renames_a_server_and_lists_its_addresses() {
+    let Some(bin) = openstack_or_skip() else {
+        return;
+    };
+    let world = World::start().await;
+    let alice = Arc::new(OpenStackCli::new(
+        bin,
+        &world.api.url,
+        &world.a.user_name,
+        PASSWORD,
+        &world.a.name,
+    ));
+    let made = json(
+        &alice,
+        &[
+            "server",
+            "create",
+            "--flavor",
+            &world.flavor.name,
+            "--image",
+            &world.image.name,
+            "--wait",
+            "before",
+        ],
+    )
+    .await;
+    let id = made["id"].as_str().unwrap().to_string();
+    ok(&alice, &["server", "set", "--name", "after", &id]).await;
+    let shown = json(&alice, &["server", "show", &id]).await;
+    assert_eq!(shown["name"], "after", "{shown}");
+    let err = fails(&alice, &["server", "set", "--description", "d", &id]).await;
+    assert!(
+        err.contains("2.19") || err.contains("400") || err.contains("description"),
+        "{err}"
+    );
+    world.stop().await;
+}

@@ -18,6 +18,7 @@ mod quotas;
 mod rebuild;
 mod resize;
 mod server_action;
+mod server_update;
 mod servers;
 mod sshkey;
 
@@ -77,7 +78,9 @@ pub fn routes() -> Router<ApiState> {
         .route("/compute/v2.1/servers/detail", get(servers::detail))
         .route(
             "/compute/v2.1/servers/{id}",
-            get(servers::show).delete(launch::delete),
+            get(servers::show)
+                .put(server_update::update)
+                .delete(launch::delete),
         )
         .route(
             "/compute/v2.1/servers/{id}/action",
@@ -90,6 +93,11 @@ pub fn routes() -> Router<ApiState> {
         .route(
             "/compute/v2.1/servers/{id}/os-instance-actions/{request_id}",
             get(actions::show),
+        )
+        .route("/compute/v2.1/servers/{id}/ips", get(server_update::ips))
+        .route(
+            "/compute/v2.1/servers/{id}/ips/{network}",
+            get(server_update::ips_of),
         )
         .route("/compute/v2.1/os-availability-zone", get(zones))
         .route("/compute/v2.1/os-hypervisors", get(hypervisors::list))

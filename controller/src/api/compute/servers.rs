@@ -238,7 +238,7 @@ struct Listing {
 }
 
 /// The port networking of a listing's servers (for the detailed list).
-async fn listing_nets(
+pub(super) async fn listing_nets(
     state: &ApiState,
     instances: Vec<Instance>,
 ) -> Result<HashMap<Uuid, PortNet>, ApiError> {
