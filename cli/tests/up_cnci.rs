@@ -769,6 +769,19 @@ fn up_libvirt_with_cnci_vms_in_a_namespace() {
     // The first instance, its CNCI, and the listener guest.
     assert!(down.contains("powered off 3 VM(s)"), "{down}");
     assert!(down.contains("deleted link cumulo0"), "{down}");
+    // The agent's tenant bridges, tunnels and taps, and its port filters, go too.
+    assert!(
+        down.contains("deleted tenant network link(s) ct-"),
+        "{down}"
+    );
+    let links = cluster.in_ns("ip", &["-o", "link", "show"]);
+    let links = String::from_utf8_lossy(&links.stdout).into_owned();
+    for prefix in [": cb-", ": cv-", ": ct-"] {
+        assert!(!links.contains(prefix), "{prefix} left after down: {links}");
+    }
+    let tables = cluster.in_ns("nft", &["list", "tables"]);
+    let tables = String::from_utf8_lossy(&tables.stdout).into_owned();
+    assert!(!tables.contains("cumulo_ports"), "{tables}");
     for (pid, program) in &services {
         assert!(!alive(*pid), "{program} (pid {pid}) still runs after down");
     }

@@ -232,6 +232,58 @@ pub fn remove_uplink(layout: &Layout) -> Option<String> {
     }
 }
 
+/// The prefixes of the agent's tenant links (bridges, VXLAN and GRE-tap tunnels, taps): the
+/// agent's `net::names`.
+const TENANT_LINK_PREFIXES: [&str; 4] = ["cb-", "cv-", "cg-", "ct-"];
+/// What the agent writes at the start of its links' aliases.
+const TENANT_LINK_ALIAS: &str = "alias cumulo/";
+/// The nftables tables the agent filters its tenant ports with.
+const PORT_TABLES: [(&str, &str); 2] = [("bridge", "cumulo_ports"), ("inet", "cumulo_ports")];
+
+/// The agent's tenant links in `ip -o link show` output: a name with one of its prefixes and
+/// an alias it wrote.
+pub fn tenant_links(listing: &str) -> Vec<String> {
+    listing
+        .lines()
+        .filter(|line| line.contains(TENANT_LINK_ALIAS))
+        .filter_map(|line| line.split(": ").nth(1))
+        .map(|name| name.split('@').next().unwrap_or(name).to_string())
+        .filter(|name| TENANT_LINK_PREFIXES.iter().any(|p| name.starts_with(p)))
+        .collect()
+}
+
+/// Deletes what the (stopped) agent left of its tenant networks on this host: its links (taps
+/// first, then tunnels and bridges) and its port filters' nftables tables. Returns the links
+/// deleted.
+pub fn remove_tenant_links() -> Vec<String> {
+    let listing = Command::new("ip")
+        .args(["-o", "link", "show"])
+        .stdin(Stdio::null())
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    let mut links = tenant_links(&listing);
+    // Taps before the bridges they are on.
+    links.sort_by_key(|l| !l.starts_with("ct-"));
+    let mut deleted = Vec::new();
+    for link in links {
+        match ip(&["link", "del", "dev", &link]) {
+            Ok(()) => deleted.push(link),
+            Err(e) => warn(&format!("a tenant link is left: {e}")),
+        }
+    }
+    for (family, table) in PORT_TABLES {
+        // Absent when no port was filtered: nothing to say then.
+        let _ = Command::new("nft")
+            .args(["delete", "table", family, table])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+    deleted
+}
+
 /// The agent's CNCI records.
 pub fn records_dir(layout: &Layout) -> PathBuf {
     layout.state("agent").join("cnci")
@@ -331,6 +383,23 @@ pub fn install_cnci_guest(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_agents_tenant_links_are_found_by_name_and_alias() {
+        let listing = "\
+1: lo: <LOOPBACK,UP,LOWER_UP> mtu 65536 qdisc noqueue state UNKNOWN\\    link/loopback 00:00:00:00:00:00 brd 00:00:00:00:00:00
+7: cb-0000a1b2: <BROADCAST,MULTICAST,UP> mtu 1500 qdisc noqueue state UP\\    link/ether 02:00:00:00:00:01 brd ff:ff:ff:ff:ff:ff\\    alias cumulo/1 bridge t=1 s=172.16.0.0/24
+8: cv-0000a1b2: <BROADCAST,MULTICAST,UP> mtu 1450 qdisc noqueue master cb-0000a1b2\\    link/ether 02:00:00:00:00:02 brd ff:ff:ff:ff:ff:ff\\    alias cumulo/1 vxlan l=1 p=4789
+9: ct-0123456789ab: <BROADCAST,MULTICAST,UP> mtu 1450 master cb-0000a1b2\\    link/ether 02:00:00:00:00:03 brd ff:ff:ff:ff:ff:ff\\    alias cumulo/1 tap i=1
+10: cb-ffffffff: <BROADCAST,MULTICAST> mtu 1500\\    link/ether 02:00:00:00:00:04 brd ff:ff:ff:ff:ff:ff
+11: veth0@if12: <BROADCAST> mtu 1500\\    link/ether 02:00:00:00:00:05 brd ff:ff:ff:ff:ff:ff\\    alias cumulo/1 not ours
+";
+        // A link without the agent's alias (cb-ffffffff) is not taken, nor one with another name.
+        assert_eq!(
+            tenant_links(listing),
+            ["cb-0000a1b2", "cv-0000a1b2", "ct-0123456789ab"]
+        );
+    }
 
     #[test]
     fn the_cncis_take_the_upper_half_of_the_compute_network() {

@@ -240,6 +240,12 @@ pub fn down(layout: &Layout, purge: bool, out: &mut dyn Write) -> Result<(), UpE
         let _ = writeln!(out, "powered off {vms} VM(s)");
     }
     let namespaces = cnci::clean_up(layout);
+    // With tenant networks, what the agent made of them on this host goes too.
+    let tenant_links = if cnci::uplink_recorded(layout) {
+        cnci::remove_tenant_links()
+    } else {
+        Vec::new()
+    };
     stopped.extend(cluster::stop(layout, cluster::DAEMONS.iter(), GRACE)?);
     if stopped.is_empty() {
         let _ = writeln!(out, "nothing was running in {}", layout.root.display());
@@ -248,6 +254,13 @@ pub fn down(layout: &Layout, purge: bool, out: &mut dyn Write) -> Result<(), UpE
     }
     if !namespaces.is_empty() {
         let _ = writeln!(out, "deleted CNCI namespace(s) {}", namespaces.join(", "));
+    }
+    if !tenant_links.is_empty() {
+        let _ = writeln!(
+            out,
+            "deleted tenant network link(s) {}",
+            tenant_links.join(", ")
+        );
     }
     // The link `up` made, if it did.
     if let Some(link) = cnci::remove_uplink(layout) {
