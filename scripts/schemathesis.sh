@@ -50,7 +50,7 @@ trap cleanup EXIT
 
 sport=$(free_port)
 aport=$(free_port)
-if ! "$bin/cumulo" up --backend sim --dir "$cluster" --no-instance \
+if ! "$bin/cumulo" up --backend sim --tenant-network none --dir "$cluster" --no-instance \
     --scheduler-listen "127.0.0.1:$sport" --api-listen "127.0.0.1:$aport" >"$work/up.log" 2>&1; then
     cat "$work/up.log"
     tail -n 40 "$cluster"/logs/*.log 2>/dev/null || true

@@ -16,9 +16,9 @@
 #   boots on it: reads `CUMULO-DISK <n>` from the disk's first sector (0 on a blank disk), writes
 #   n+1 there, syncs, and prints `CUMULO-DISK-WROTE <uuid> <n+1>`: a disk that survived a stop,
 #   a reboot or a suspend shows the count going on;
-# - if its user-data has a line `cumulo-test: dhcp`, takes an address for eth0 by DHCP (its
-#   CNCI's) and prints `CUMULO-GUEST-ADDR <uuid> <ip>` (`CUMULO-GUEST-NOADDR <uuid>` if none
-#   came);
+# - if it has eth0 (a tenant network), takes an address and a default route for it by DHCP
+#   (from its CNCI) and prints `CUMULO-GUEST-ADDR <uuid> <ip>` (`CUMULO-GUEST-NOADDR <uuid>` if
+#   none came): in the background, or first if its user-data has a line `cumulo-test: dhcp`;
 # - if its user-data has a line `cumulo-test: listen <port>`, answers every TCP connection to
 #   that port with the line `CUMULO-GUEST-HELLO <uuid>`, and prints `CUMULO-GUEST-LISTEN <uuid>
 #   <port>` once it listens;
@@ -30,7 +30,7 @@
 set -euo pipefail
 
 # Bump when the guest's content changes: a new version is built beside the old one.
-VERSION=4
+VERSION=5
 cache=${CUMULO_TINY_GUEST_CACHE:-${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/cumulo/tiny-guest}
 out="$cache/v$VERSION"
 if [ -s "$out/kernel" ] && [ -s "$out/initrd" ]; then
@@ -129,8 +129,7 @@ if [ -b /dev/vda ]; then
     echo "CUMULO-DISK-WROTE ${id:-unknown} $n"
 fi
 echo "CUMULO-GUEST-UP ${id:-unknown}"
-if [ -f /cumulo/user-data ] && grep -q '^cumulo-test: dhcp$' /cumulo/user-data &&
-    [ -e /sys/class/net/eth0 ]; then
+if [ -e /sys/class/net/eth0 ]; then
     mkdir -p /tmp
     cat >/bin/dhcp-event <<'EVENT'
 #!/bin/busybox sh
@@ -144,10 +143,17 @@ bound | renew)
 esac
 EVENT
     chmod 755 /bin/dhcp-event
-    if udhcpc -i eth0 -n -q -t 10 -T 2 -s /bin/dhcp-event >/dev/null 2>&1 && [ -s /tmp/addr ]; then
-        echo "CUMULO-GUEST-ADDR ${id:-unknown} $(cat /tmp/addr)"
+    dhcp() {
+        if udhcpc -i eth0 -n -q -t 10 -T 2 -s /bin/dhcp-event >/dev/null 2>&1 && [ -s /tmp/addr ]; then
+            echo "CUMULO-GUEST-ADDR ${id:-unknown} $(cat /tmp/addr)"
+        else
+            echo "CUMULO-GUEST-NOADDR ${id:-unknown}"
+        fi
+    }
+    if [ -f /cumulo/user-data ] && grep -q '^cumulo-test: dhcp$' /cumulo/user-data; then
+        dhcp
     else
-        echo "CUMULO-GUEST-NOADDR ${id:-unknown}"
+        dhcp &
     fi
 fi
 port=""

@@ -118,10 +118,11 @@ pub struct UpArgs {
     /// the last `up` used).
     #[arg(long)]
     pub console_listen: Option<String>,
-    /// How tenant instances are networked: none (the controller's default), or cnci: one CNCI
-    /// per tenant subnet, run by this host's agent in a network namespace of its own (root
-    /// only; the host gets a compute-network link, cumulo0, that `cumulo down` deletes).
-    #[arg(long, value_enum, default_value = "none")]
+    /// How tenant instances are networked: cnci: one CNCI per tenant subnet, run by this
+    /// host's agent in a network namespace of its own (root only; the host gets a
+    /// compute-network link, cumulo0, that `cumulo down` deletes); none: addresses only; auto
+    /// (the default): cnci where this host allows it, else none with the reason.
+    #[arg(long, value_enum, default_value = "auto")]
     pub tenant_network: TenantNetwork,
     /// With --tenant-network cnci: this host's address on its compute network, with the
     /// network's prefix length (put on cumulo0; the CNCIs take the upper half).
@@ -157,6 +158,10 @@ pub enum InstanceCmd {
         /// Wait until they are active; fail (with the cause) as soon as one is in error.
         #[arg(long)]
         wait: bool,
+        /// Give each a floating IP from the cluster's external network (reachable from this
+        /// host when the cluster has tenant networks; a security group rule lets traffic in).
+        #[arg(long)]
+        floating_ip: bool,
     },
     /// List instances.
     List,

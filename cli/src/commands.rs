@@ -205,6 +205,51 @@ const INSTANCE_COLUMNS: &[(&str, &str)] = &[
     ("NODE", "node"),
 ];
 
+/// The instance columns, and the floating IP `instance create --floating-ip` gave each.
+const INSTANCE_FIP_COLUMNS: &[(&str, &str)] = &[
+    ("ID", "id"),
+    ("NAME", "name"),
+    ("STATE", "state"),
+    ("IP", "ip"),
+    ("FLOATING IP", "floating_ip"),
+    ("NODE", "node"),
+];
+
+/// The id of the cluster's external network (`router:external`), whose pool floating IPs come
+/// from.
+fn external_network(conn: &Connection) -> Result<String, CommandError> {
+    let networks = conn.get(routes::NETWORKS)?;
+    networks["networks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|n| n["router:external"] == true)
+        .and_then(|n| n["id"].as_str().map(str::to_string))
+        .ok_or_else(|| {
+            CommandError::Other("the cluster has no external network for floating IPs".into())
+        })
+}
+
+/// Allocates a floating IP from `network` associated with `instance`'s port: its address.
+fn floating_ip_for(
+    conn: &Connection,
+    network: &str,
+    instance: &str,
+) -> Result<String, CommandError> {
+    let made = conn.post(
+        routes::FLOATING_IPS,
+        &json!({"floatingip": {"floating_network_id": network, "port_id": instance}}),
+    )?;
+    made["floatingip"]["floating_ip_address"]
+        .as_str()
+        .map(str::to_string)
+        .ok_or_else(|| {
+            CommandError::Other(format!(
+                "the floating IP for instance {instance} has no address: {made}"
+            ))
+        })
+}
+
 const ACTION_COLUMNS: &[(&str, &str)] = &[
     ("REQUEST ID", "request_id"),
     ("ACTION", "action"),
@@ -295,6 +340,7 @@ pub fn instance(
             name,
             count,
             wait: until_active,
+            floating_ip,
         } => {
             let workload = resolve(conn, routes::WORKLOADS, &workload)?;
             let made = conn.post(
@@ -305,15 +351,25 @@ pub fn instance(
                 .iter()
                 .filter_map(|i| i["id"].as_str().map(str::to_string))
                 .collect();
-            if until_active {
+            let mut shown = if until_active {
                 wait_active(conn, &ids)?;
                 let mut now = Vec::new();
                 for id in &ids {
                     now.push(item(conn.get(&routes::instance(id))?));
                 }
-                o.table(&Value::Array(now), INSTANCE_COLUMNS);
+                now
             } else {
-                o.table(&made, INSTANCE_COLUMNS);
+                items(&made)
+            };
+            if floating_ip {
+                let network = external_network(conn)?;
+                for instance in &mut shown {
+                    let id = instance["id"].as_str().unwrap_or_default().to_string();
+                    instance["floating_ip"] = json!(floating_ip_for(conn, &network, &id)?);
+                }
+                o.table(&Value::Array(shown), INSTANCE_FIP_COLUMNS);
+            } else {
+                o.table(&Value::Array(shown), INSTANCE_COLUMNS);
             }
         }
         InstanceCmd::Delete {

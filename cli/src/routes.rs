@@ -26,6 +26,10 @@ pub const CNCIS: &str = "/cumulo/v1/cncis";
 pub const EVENTS: &str = "/cumulo/v1/events";
 /// Traces.
 pub const TRACES: &str = "/cumulo/v1/traces";
+/// The Networking API's networks (the external one holds the floating IP pool).
+pub const NETWORKS: &str = "/network/v2.0/networks";
+/// The Networking API's floating IPs.
+pub const FLOATING_IPS: &str = "/network/v2.0/floatingips";
 
 /// One instance.
 pub fn instance(id: &str) -> String {

@@ -42,6 +42,8 @@ impl Cluster {
             "up",
             "--backend",
             "sim",
+            "--tenant-network",
+            "none",
             "--no-instance",
             "--dir",
             &root,

@@ -216,6 +216,8 @@ fn up_drive_and_down() {
         "up",
         "--backend",
         "sim",
+        "--tenant-network",
+        "none",
         "--dir",
         &root,
         "--scheduler-listen",

@@ -24,7 +24,14 @@ fn up(dir: &Path, env: &[(&str, &str)]) -> Output {
     let sched = format!("127.0.0.1:{}", testkit::procfs::free_port());
     let api = format!("127.0.0.1:{}", testkit::procfs::free_port());
     Command::new(CUMULO)
-        .args(["up", "--backend", "libvirt", "--dir"])
+        .args([
+            "up",
+            "--backend",
+            "libvirt",
+            "--tenant-network",
+            "none",
+            "--dir",
+        ])
         .arg(dir)
         .args(["--scheduler-listen", &sched, "--api-listen", &api])
         .envs(env.iter().copied())

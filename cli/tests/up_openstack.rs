@@ -57,7 +57,14 @@ struct Up {
 impl Up {
     fn start(dir: &Path, openstack: PathBuf) -> Up {
         let out = Command::new(CUMULO)
-            .args(["up", "--backend", "libvirt", "--dir"])
+            .args([
+                "up",
+                "--backend",
+                "libvirt",
+                "--tenant-network",
+                "none",
+                "--dir",
+            ])
             .arg(dir)
             .output()
             .unwrap();

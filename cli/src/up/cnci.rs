@@ -19,23 +19,60 @@ use ipnet::Ipv4Net;
 use super::error::{UpError, io_err};
 use super::layout::Layout;
 
-/// How tenant instances are networked (the controller's `--tenant-network`).
+/// How tenant instances are networked (the controller's `--tenant-network`, or `auto`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum TenantNetwork {
-    /// No tenant network: addresses are allocated and shown, nothing is plumbed.
+    /// `cnci` where this host allows it (root, `ip`, `nft`, network namespaces), else `none`
+    /// with the reason.
     #[default]
+    Auto,
+    /// No tenant network: addresses are allocated and shown, nothing is plumbed.
     None,
     /// One CNCI per tenant subnet, run by the host's agent (root only).
     Cnci,
 }
 
 impl TenantNetwork {
-    /// The controller's `--tenant-network` value.
+    /// The controller's `--tenant-network` value (`auto` is resolved before it is passed on).
     pub fn as_str(self) -> &'static str {
         match self {
+            TenantNetwork::Auto => "auto",
             TenantNetwork::None => "none",
             TenantNetwork::Cnci => "cnci",
         }
+    }
+}
+
+/// Whether this host can have tenant networks through CNCIs; the reason when it cannot.
+pub fn tenant_networks_possible() -> Result<(), String> {
+    if !is_root() {
+        return Err(
+            "they need root (the CNCIs run in network namespaces, and the host gets a \
+                    compute-network link)"
+                .into(),
+        );
+    }
+    for (tool, package) in [("ip", "iproute2"), ("nft", "nftables")] {
+        let found = Command::new(tool)
+            .arg("-V")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok();
+        if !found {
+            return Err(format!("`{tool}` is missing (install {package})"));
+        }
+    }
+    let netns = Command::new("unshare")
+        .args(["--net", "true"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+    match netns {
+        Ok(s) if s.success() => Ok(()),
+        _ => Err("this host does not allow network namespaces (`unshare --net` failed)".into()),
     }
 }
 

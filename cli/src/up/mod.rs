@@ -81,7 +81,13 @@ impl Progress<'_> {
 /// runs is reported and left alone.
 pub fn up(options: &UpOptions, out: &mut dyn Write) -> Result<(), UpError> {
     let layout = &options.layout;
-    let with_cnci = options.tenant_network == TenantNetwork::Cnci;
+    let (with_cnci, without_why) = match options.tenant_network {
+        TenantNetwork::Auto => match cnci::tenant_networks_possible() {
+            Ok(()) => (true, None),
+            Err(why) => (false, Some(why)),
+        },
+        chosen => (chosen == TenantNetwork::Cnci, None),
+    };
     if with_cnci && !cnci::is_root() {
         return Err(UpError::NotRoot(cnci::UPLINK));
     }
@@ -97,7 +103,9 @@ pub fn up(options: &UpOptions, out: &mut dyn Write) -> Result<(), UpError> {
             layout.root.display(),
             up_now.join(", ")
         );
-        if with_cnci != cnci::uplink_recorded(layout) {
+        if options.tenant_network != TenantNetwork::Auto
+            && with_cnci != cnci::uplink_recorded(layout)
+        {
             let _ = writeln!(
                 out,
                 "It runs {} tenant networks through CNCIs: `cumulo down`, then `cumulo up` again \
@@ -210,9 +218,14 @@ pub fn up(options: &UpOptions, out: &mut dyn Write) -> Result<(), UpError> {
             net.cnci_addresses(),
             cnci::ComputeNet::FLOATING_RANGE
         ),
-        None => "Tenant networks: none (addresses are allocated, nothing is plumbed; \
-                 --tenant-network cnci for CNCIs)\n"
-            .to_string(),
+        None => match &without_why {
+            Some(why) => {
+                format!("Tenant networks: off: {why}. Instances get addresses, but no network.\n")
+            }
+            None => "Tenant networks: none (addresses are allocated, nothing is plumbed; \
+                     --tenant-network cnci for CNCIs)\n"
+                .to_string(),
+        },
     };
     let _ = writeln!(
         out,

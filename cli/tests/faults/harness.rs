@@ -238,6 +238,8 @@ impl Cluster {
             "up",
             "--backend",
             backend,
+            "--tenant-network",
+            "none",
             "--no-instance",
             "--dir",
             root.to_str().unwrap(),

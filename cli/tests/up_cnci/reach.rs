@@ -8,72 +8,14 @@ use serde_json::{Value, json};
 use super::probe::{connect_from, listen};
 use super::{Cluster, poll};
 
-/// A TCP listener at the first instance's address, in the stand-in guest `guest` (the tiny
-/// guest configures no address, so the stand-in takes the instance's; its gateway `gateway` is
-/// the CNCI VM): a floating IP associated with the instance carries a connection from the host
-/// (the cluster's namespace) through the node's route to the CNCI VM, its DNAT and the VXLAN
-/// tunnel to the listener, and the answer back; disassociated, it no longer does.
-pub fn floating_ip_reaches_a_listener(cluster: &Cluster, guest: &str, gateway: &str) {
-    let listed = cluster.json(&["instance", "list"]);
-    let instance = listed["instances"]
-        .as_array()
-        .and_then(|l| l.first().cloned())
-        .unwrap_or_else(|| panic!("no instance: {listed}"));
-    let id = instance["id"].as_str().unwrap().to_string();
-    let private = instance["ip"].as_str().unwrap().to_string();
-    for step in [
-        vec![
-            "-n",
-            guest,
-            "addr",
-            "add",
-            &format!("{private}/24"),
-            "dev",
-            "gv1",
-        ],
-        vec!["-n", guest, "route", "replace", "default", "via", gateway],
-    ] {
-        let out = cluster.in_ns("ip", &step);
-        assert!(out.status.success(), "ip {step:?}: {out:?}");
-    }
-    let mut server = listen(cluster, Some(guest), 8080, "hello from the guest");
-    let connect = |addr: &str| -> String { connect_from(cluster, None, addr, 8080) };
-    let (fip_id, public) = cluster.floating_ip();
-    let fip_path = format!("/network/v2.0/floatingips/{fip_id}");
-    let asked = Instant::now();
-    cluster.api("PUT", &fip_path, &json!({"floatingip": {"port_id": id}}));
-    let said = poll(
-        "a TCP connection to the floating IP reaching the guest",
-        Duration::from_secs(60),
-        || {
-            let said = connect(&public);
-            (said == "hello from the guest").then_some(said)
-        },
-    );
-    eprintln!(
-        "FIGURE floating IP {public} -> {private} (CNCI VM): first TCP connection from the host answered {:.0} ms after the association",
-        asked.elapsed().as_secs_f64() * 1000.0
-    );
-    assert_eq!(said, "hello from the guest");
-    let f = cluster.api("GET", &fip_path, &Value::Null);
-    assert_eq!(f["floatingip"]["status"], "ACTIVE", "{f}");
-    // Disassociated: the host no longer reaches the guest through it.
-    cluster.api("PUT", &fip_path, &json!({"floatingip": {"port_id": null}}));
-    poll(
-        "the floating IP no longer reaching the guest",
-        Duration::from_secs(30),
-        || connect(&public).starts_with("failed").then_some(()),
-    );
-    cluster.api("DELETE", &fip_path, &Value::Null);
-    let _ = server.kill();
-    let _ = server.wait();
-}
-
-/// A real guest behind its port's firewall: the tiny guest takes its address by DHCP from its
-/// CNCI and answers TCP on port 8082 (its user data asks for both). Through a floating IP, the
-/// host does not reach it while only the `default` group's rules hold (ingress from members
-/// only), reaches it once an ingress rule for the port is added, and no longer does once the
-/// rule is deleted: the rule changes reach the node live. The two delays are figures.
+/// A real guest behind its port's firewall and its floating IP: the tiny guest takes its
+/// address by DHCP from its CNCI VM and answers TCP on port 8082 (its user data asks for both).
+/// From the host, through the floating IP (the node's route, the CNCI VM's DNAT, the VXLAN
+/// tunnel): nothing gets in while only the `default` group's rules hold (ingress from members
+/// only); a connection does once an ingress rule for the port is added, and no longer once the
+/// rule is deleted (rule changes reach the node live); with the rule back, disassociating the
+/// floating IP cuts it off, associating it again lets it through, and releasing it cuts it off.
+/// The delays are figures.
 pub fn security_groups_guard_a_real_guest(cluster: &Cluster) {
     let data = cluster.dir.path().join("listener-user-data");
     std::fs::write(&data, "cumulo-test: dhcp\ncumulo-test: listen 8082\n").unwrap();
@@ -117,13 +59,30 @@ pub fn security_groups_guard_a_real_guest(cluster: &Cluster) {
     );
     let (fip_id, public) = cluster.floating_ip();
     let fip_path = format!("/network/v2.0/floatingips/{fip_id}");
-    cluster.api("PUT", &fip_path, &json!({"floatingip": {"port_id": id}}));
+    let associate = |port: Value| {
+        cluster.api("PUT", &fip_path, &json!({"floatingip": {"port_id": port}}));
+    };
+    associate(json!(id));
     poll("the floating IP ACTIVE", Duration::from_secs(60), || {
         let f = cluster.api("GET", &fip_path, &Value::Null);
         (f["floatingip"]["status"] == "ACTIVE").then_some(())
     });
     let hello = format!("CUMULO-GUEST-HELLO {id}");
     let connect = || connect_from(cluster, None, &public, 8082);
+    // When the first answered (or refused) attempt began, from `since`: a refused attempt waits
+    // out its 2 s timeout, so the time it began is what counts.
+    let answered = |what: &str, since: Instant| {
+        poll(what, Duration::from_secs(30), || {
+            let began = since.elapsed();
+            (connect() == hello).then_some(began)
+        })
+    };
+    let refused = |what: &str, since: Instant| {
+        poll(what, Duration::from_secs(30), || {
+            let began = since.elapsed();
+            connect().starts_with("failed").then_some(began)
+        })
+    };
     // The default group lets in only its members: not the host.
     for _ in 0..3 {
         let answer = connect();
@@ -140,44 +99,59 @@ pub fn security_groups_guard_a_real_guest(cluster: &Cluster) {
         .as_str()
         .unwrap()
         .to_string();
+    let add_rule = || {
+        let rule = cluster.api(
+            "POST",
+            "/network/v2.0/security-group-rules",
+            &json!({"security_group_rule": {"security_group_id": default, "direction": "ingress",
+                "ethertype": "IPv4", "protocol": "tcp", "port_range_min": 8082,
+                "port_range_max": 8082, "remote_ip_prefix": "0.0.0.0/0"}}),
+        );
+        rule["security_group_rule"]["id"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
     let asked = Instant::now();
-    let rule = cluster.api(
-        "POST",
-        "/network/v2.0/security-group-rules",
-        &json!({"security_group_rule": {"security_group_id": default, "direction": "ingress",
-            "ethertype": "IPv4", "protocol": "tcp", "port_range_min": 8082,
-            "port_range_max": 8082, "remote_ip_prefix": "0.0.0.0/0"}}),
-    );
-    poll(
-        "a TCP connection through the floating IP once the rule is there",
-        Duration::from_secs(30),
-        || (connect() == hello).then_some(()),
-    );
+    let rule = add_rule();
+    let took = answered("a connection once the rule is there", asked);
     eprintln!(
-        "FIGURE security group rule added -> first TCP connection through the floating IP to a real guest: {:.0} ms",
-        asked.elapsed().as_secs_f64() * 1000.0
+        "FIGURE security group rule added -> the first answered connection to a real guest through its floating IP began {:.0} ms later",
+        took.as_secs_f64() * 1000.0
     );
-    let rule_id = rule["security_group_rule"]["id"].as_str().unwrap();
     let asked = Instant::now();
     cluster.api(
         "DELETE",
-        &format!("/network/v2.0/security-group-rules/{rule_id}"),
+        &format!("/network/v2.0/security-group-rules/{rule}"),
         &Value::Null,
     );
-    // When the first refused attempt began (a refused one waits out its 2 s timeout).
-    let refused = poll(
-        "no connection once the rule is deleted",
-        Duration::from_secs(30),
-        || {
-            let began = asked.elapsed();
-            connect().starts_with("failed").then_some(began)
-        },
-    );
+    let took = refused("no connection once the rule is deleted", asked);
     eprintln!(
         "FIGURE security group rule deleted -> the first refused connection began {:.0} ms later",
-        refused.as_secs_f64() * 1000.0
+        took.as_secs_f64() * 1000.0
+    );
+    add_rule();
+    answered("a connection with the rule back", Instant::now());
+    associate(Value::Null);
+    refused(
+        "no connection once the floating IP is disassociated",
+        Instant::now(),
+    );
+    let asked = Instant::now();
+    associate(json!(id));
+    let took = answered(
+        "a connection once the floating IP is associated again",
+        asked,
+    );
+    eprintln!(
+        "FIGURE floating IP {public} -> {private} (a real guest behind a CNCI VM): associated -> the first answered connection from the host began {:.0} ms later",
+        took.as_secs_f64() * 1000.0
     );
     cluster.api("DELETE", &fip_path, &Value::Null);
+    refused(
+        "no connection once the floating IP is released",
+        Instant::now(),
+    );
 }
 
 /// From the stand-in guest `guest` (a tenant's address behind the CNCI VM): a listener on the
