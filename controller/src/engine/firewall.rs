@@ -7,11 +7,12 @@
 //! its first packet. Later changes go to the node's HTTPS endpoint
 //! (`PUT /v1/instances/{id}/firewall`, docs/protocol.md, "The console channel"), pushed by a task
 //! beside the engine ([`push_loop`]): a tenant's firewalls are compiled again
-//! (`Engine::reconcile_firewalls`) when its security groups, rules or ports' groups change
-//! (the API calls [`Cluster::security_groups_changed`](crate::cluster::Cluster::security_groups_changed)),
-//! when one of its instances is dispatched and when one goes (both change who is in a group),
-//! and only the ports whose rules differ from what their node was last given get a push. A push
-//! that fails marks its tenant, and the sweep compiles it again. Every firewall carries a
+//! (`Engine::reconcile_firewalls`) at once when its security groups, rules or ports' groups
+//! change (the API calls [`Cluster::security_groups_changed`](crate::cluster::Cluster::security_groups_changed)),
+//! and by the next sweep (every second) when one of its instances is dispatched or goes (both
+//! change who is in a group: one compile per tenant for a whole burst of launches), and only the
+//! ports whose rules differ from what their node was last given get a push. A push that fails
+//! marks its tenant, and the sweep compiles it again. Every firewall carries a
 //! revision (nanoseconds of the wall clock when it was compiled): a node keeps the newest, so
 //! pushes that overtake one another do no harm.
 
@@ -89,64 +90,99 @@ pub fn compile(
     ports: &PortGroups,
     members: &[Member],
 ) -> Vec<FirewallRule> {
-    let mine = ports.of(instance);
-    let mut seen = HashSet::new();
-    let mut rules = Vec::new();
-    for group in mine
-        .iter()
-        .filter_map(|id| groups.iter().find(|g| g.id == *id))
-    {
-        for rule in &group.rules {
-            if rule.ethertype != EtherType::IPv4 {
-                continue;
-            }
-            let protocol = match &rule.protocol {
-                None => None,
-                Some(p) => match protocol_number(p) {
-                    Some(n) => Some(n),
-                    // The store takes no other; skip rather than open more than asked.
-                    None => continue,
-                },
-            };
-            let remote = match &rule.remote {
-                RuleRemote::Any => None,
-                RuleRemote::Prefix(prefix) => match prefix.parse::<Cidr>() {
-                    Ok(cidr) if cidr.addr.is_ipv4() => Some(vec![cidr]),
-                    _ => continue,
-                },
-                RuleRemote::Group(remote) => {
-                    let addresses: BTreeSet<Ipv4Addr> = members
-                        .iter()
-                        .filter(|m| ports.of(m.instance).contains(remote))
-                        .map(|m| m.ip)
-                        .collect();
-                    Some(
-                        addresses
-                            .into_iter()
-                            .map(|ip| Cidr {
-                                addr: IpAddr::V4(ip),
-                                prefix: 32,
-                            })
-                            .collect(),
-                    )
-                }
-            };
-            let compiled = FirewallRule {
-                direction: match rule.direction {
-                    Direction::Ingress => FirewallDirection::Ingress,
-                    Direction::Egress => FirewallDirection::Egress,
-                },
-                protocol,
-                port_min: rule.port_min,
-                port_max: rule.port_max,
-                remote,
-            };
-            if seen.insert(compiled.clone()) {
-                rules.push(compiled);
+    TenantPorts::new(groups, ports, members).compile(instance)
+}
+
+/// A tenant's groups and ports' groups, with each group's member addresses worked out once, so
+/// that compiling every port of a tenant costs the size of the rules it gets, not a pass over
+/// the members per rule.
+pub struct TenantPorts<'a> {
+    groups: &'a [SecurityGroup],
+    ports: &'a PortGroups,
+    members_of: HashMap<Uuid, Vec<Cidr>>,
+}
+
+impl<'a> TenantPorts<'a> {
+    /// Groups each member's address under the groups of its port.
+    pub fn new(
+        groups: &'a [SecurityGroup],
+        ports: &'a PortGroups,
+        members: &[Member],
+    ) -> TenantPorts<'a> {
+        let mut sets: HashMap<Uuid, BTreeSet<Ipv4Addr>> = HashMap::new();
+        for m in members {
+            for group in ports.of(m.instance) {
+                sets.entry(group).or_default().insert(m.ip);
             }
         }
+        let members_of = sets
+            .into_iter()
+            .map(|(group, ips)| {
+                let cidrs = ips
+                    .into_iter()
+                    .map(|ip| Cidr {
+                        addr: IpAddr::V4(ip),
+                        prefix: 32,
+                    })
+                    .collect();
+                (group, cidrs)
+            })
+            .collect();
+        TenantPorts {
+            groups,
+            ports,
+            members_of,
+        }
     }
-    rules
+
+    /// The allow rules of `instance`'s port (see [`compile`]).
+    pub fn compile(&self, instance: Uuid) -> Vec<FirewallRule> {
+        let mine = self.ports.of(instance);
+        let mut seen = HashSet::new();
+        let mut rules = Vec::new();
+        for group in mine
+            .iter()
+            .filter_map(|id| self.groups.iter().find(|g| g.id == *id))
+        {
+            for rule in &group.rules {
+                if rule.ethertype != EtherType::IPv4 {
+                    continue;
+                }
+                let protocol = match &rule.protocol {
+                    None => None,
+                    Some(p) => match protocol_number(p) {
+                        Some(n) => Some(n),
+                        // The store takes no other; skip rather than open more than asked.
+                        None => continue,
+                    },
+                };
+                let remote = match &rule.remote {
+                    RuleRemote::Any => None,
+                    RuleRemote::Prefix(prefix) => match prefix.parse::<Cidr>() {
+                        Ok(cidr) if cidr.addr.is_ipv4() => Some(vec![cidr]),
+                        _ => continue,
+                    },
+                    RuleRemote::Group(remote) => {
+                        Some(self.members_of.get(remote).cloned().unwrap_or_default())
+                    }
+                };
+                let compiled = FirewallRule {
+                    direction: match rule.direction {
+                        Direction::Ingress => FirewallDirection::Ingress,
+                        Direction::Egress => FirewallDirection::Egress,
+                    },
+                    protocol,
+                    port_min: rule.port_min,
+                    port_max: rule.port_max,
+                    remote,
+                };
+                if seen.insert(compiled.clone()) {
+                    rules.push(compiled);
+                }
+            }
+        }
+        rules
+    }
 }
 
 /// A revision for a firewall compiled now.
@@ -176,7 +212,7 @@ pub struct Push {
 pub(super) struct Shared {
     /// The rules each port was last given (in its START or by a push in flight or done).
     sent: HashMap<Uuid, Vec<FirewallRule>>,
-    /// Tenants whose pushes failed: the sweep compiles them again.
+    /// Tenants due for the sweep: their pushes failed, or their ports changed.
     retry: HashSet<Uuid>,
 }
 
@@ -269,12 +305,13 @@ impl Engine {
                 on_nodes.push((i.id, node));
             }
         })?;
+        let tenant_ports = TenantPorts::new(&groups, &ports, &members);
         let mut pushes = Vec::new();
         {
             let state = self.state();
             let mut shared = self.firewalls.shared();
             for (instance, node) in on_nodes {
-                let rules = compile(instance, &groups, &ports, &members);
+                let rules = tenant_ports.compile(instance);
                 if shared.sent.get(&instance) == Some(&rules) {
                     continue;
                 }
@@ -307,15 +344,23 @@ impl Engine {
         Ok(())
     }
 
-    /// An instance's record went: its port leaves its groups.
+    /// An instance's record went: its port leaves its groups (the next sweep tells the others).
     pub(super) fn firewalls_instance_gone(&self, instance: Uuid, tenant: Uuid) {
-        self.firewalls.shared().sent.remove(&instance);
-        if let Err(e) = self.reconcile_firewalls(tenant) {
-            tracing::warn!(error = %e, %tenant, "firewalls not updated after instance {instance} went");
+        let mut shared = self.firewalls.shared();
+        shared.sent.remove(&instance);
+        shared.retry.insert(tenant);
+    }
+
+    /// A port of `tenant` joined its groups (its instance was dispatched): the next sweep gives
+    /// the tenant's other ports their new firewalls, once for a whole burst of launches.
+    pub(super) fn firewalls_member_added(&self, tenant: Uuid) {
+        if self.config.tenant_network != TenantNetwork::None {
+            self.firewalls.shared().retry.insert(tenant);
         }
     }
 
-    /// The sweep's part: tenants whose pushes failed are compiled again.
+    /// The sweep's part: tenants whose ports changed, or whose pushes failed, are compiled
+    /// again.
     pub(super) fn sweep_firewalls(&self) -> Result<(), ClusterError> {
         let retry: Vec<Uuid> = self.firewalls.shared().retry.drain().collect();
         for tenant in retry {

@@ -161,9 +161,7 @@ impl Engine {
                     })?
                     .map_or(instance, |(i, ())| i);
                 // Its address joins its groups: the other ports' remote groups grow.
-                if let Err(e) = self.reconcile_firewalls(instance.tenant) {
-                    tracing::warn!(error = %e, tenant = %instance.tenant, "firewalls not updated for a new port");
-                }
+                self.firewalls_member_added(instance.tenant);
                 Ok(instance)
             }
             Err(e) => {

@@ -118,7 +118,9 @@ fn the_start_carries_the_port_firewall_and_a_new_member_reaches_the_others() {
         both
     };
     assert_eq!(fw.rules, default_rules(&both));
-    // The first port's ingress now takes the second's address: its node is told.
+    // The first port's ingress now takes the second's address: its node is told, by the sweep.
+    assert!(drain(&mut pushes).is_empty());
+    w.engine.sweep(SystemTime::now()).unwrap();
     let sent = drain(&mut pushes);
     assert_eq!(sent.len(), 1, "{sent:?}");
     assert_eq!(sent[0].instance, first.id);
