@@ -321,45 +321,42 @@ pub fn port_script(n: u16, spec: &PortSpec, had_firewall: bool) -> String {
     ));
     match &spec.firewall {
         Some(fw) => {
-            let egress = format!("inet {t} egress_{n}");
-            let ingress = format!("inet {t} ingress_{n}");
-            lines.push(format!("add chain {egress}"));
-            lines.push(format!("flush chain {egress}"));
-            lines.push(format!(
-                "add rule {egress} ct state established,related return"
-            ));
-            lines.push(format!("add rule {egress} ct state invalid drop"));
-            // DHCP (discover, request, renewal) whatever the rules say: the CNCI answers it.
-            lines.push(format!(
-                "add rule {egress} udp sport 68 udp dport 67 return"
-            ));
-            for m in fw
-                .rules
-                .iter()
-                .filter(|r| r.direction == FirewallDirection::Egress)
-                .filter_map(|r| rule_match(r, "daddr"))
-            {
-                lines.push(format!("add rule {egress} {m}return"));
+            // Egress ends what it allows with `return` (the destination port's ingress chain
+            // must still run), ingress with `accept`. DHCP passes whatever the rules say: out,
+            // the requests (the CNCI answers them); in, the CNCI's answers.
+            for (chain, direction, far_end, pass, dhcp) in [
+                (
+                    format!("inet {t} egress_{n}"),
+                    FirewallDirection::Egress,
+                    "daddr",
+                    "return",
+                    "udp sport 68 udp dport 67",
+                ),
+                (
+                    format!("inet {t} ingress_{n}"),
+                    FirewallDirection::Ingress,
+                    "saddr",
+                    "accept",
+                    "udp sport 67 udp dport 68",
+                ),
+            ] {
+                lines.push(format!("add chain {chain}"));
+                lines.push(format!("flush chain {chain}"));
+                lines.push(format!(
+                    "add rule {chain} ct state established,related {pass}"
+                ));
+                lines.push(format!("add rule {chain} ct state invalid drop"));
+                lines.push(format!("add rule {chain} {dhcp} {pass}"));
+                for m in fw
+                    .rules
+                    .iter()
+                    .filter(|r| r.direction == direction)
+                    .filter_map(|r| rule_match(r, far_end))
+                {
+                    lines.push(format!("add rule {chain} {m}{pass}"));
+                }
+                lines.push(format!("add rule {chain} drop"));
             }
-            lines.push(format!("add rule {egress} drop"));
-            lines.push(format!("add chain {ingress}"));
-            lines.push(format!("flush chain {ingress}"));
-            lines.push(format!(
-                "add rule {ingress} ct state established,related accept"
-            ));
-            lines.push(format!("add rule {ingress} ct state invalid drop"));
-            lines.push(format!(
-                "add rule {ingress} udp sport 67 udp dport 68 accept"
-            ));
-            for m in fw
-                .rules
-                .iter()
-                .filter(|r| r.direction == FirewallDirection::Ingress)
-                .filter_map(|r| rule_match(r, "saddr"))
-            {
-                lines.push(format!("add rule {ingress} {m}accept"));
-            }
-            lines.push(format!("add rule {ingress} drop"));
             lines.push(format!(
                 "add element inet {t} egress {{ {} : jump egress_{n} }}",
                 mark_low(n)

@@ -11,7 +11,7 @@ use axum::extract::State;
 use serde_json::{Map, Value, json};
 use uuid::Uuid;
 
-use super::servers::{detailed, listing_nets, lookup};
+use super::servers::{lookup, shown};
 use crate::api::extract::{JsonBody, PathParams, path_id};
 use crate::api::{ApiError, ApiState, Principal};
 use store::{InstanceChange, StoreError};
@@ -101,16 +101,7 @@ pub async fn update(
             })
             .await?;
     }
-    let (instance, workload) = lookup(&state, &caller, id).await?;
-    let nets = listing_nets(&state, vec![instance.clone()]).await?;
-    let body = detailed(
-        &state.config.public_url,
-        &instance,
-        workload.as_ref(),
-        caller.is_admin(),
-        nets.get(&instance.id),
-    );
-    Ok(Json(json!({ "server": body })))
+    Ok(Json(json!({ "server": shown(&state, &caller, id).await? })))
 }
 
 /// The server's addresses by network label (`private`: its fixed address, then its floating
@@ -120,18 +111,20 @@ async fn addresses(
     caller: &Principal,
     id: Uuid,
 ) -> Result<Map<String, Value>, ApiError> {
-    let (instance, _) = lookup(state, caller, id).await?;
-    let nets = listing_nets(state, vec![instance.clone()]).await?;
-    let mut list = vec![json!({"version": 4, "addr": instance.ip.to_string()})];
-    if let Some(net) = nets.get(&instance.id) {
-        list.extend(
-            net.floating
-                .iter()
-                .map(|f| json!({"version": 4, "addr": f.to_string()})),
-        );
-    }
+    // The detailed view's `addresses`, without its `OS-EXT-IPS` keys.
+    let server = shown(state, caller, id).await?;
     let mut map = Map::new();
-    map.insert("private".into(), Value::Array(list));
+    if let Some(labels) = server["addresses"].as_object() {
+        for (label, list) in labels {
+            let bare: Vec<Value> = list
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|a| json!({"version": a["version"], "addr": a["addr"]}))
+                .collect();
+            map.insert(label.clone(), Value::Array(bare));
+        }
+    }
     Ok(map)
 }
 

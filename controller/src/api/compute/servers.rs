@@ -238,7 +238,7 @@ struct Listing {
 }
 
 /// The port networking of a listing's servers (for the detailed list).
-pub(super) async fn listing_nets(
+async fn listing_nets(
     state: &ApiState,
     instances: Vec<Instance>,
 ) -> Result<HashMap<Uuid, PortNet>, ApiError> {
@@ -384,16 +384,24 @@ pub async fn show(
     PathParams(id): PathParams<String>,
 ) -> Result<Json<Value>, ApiError> {
     let id = path_id("server", &id)?;
-    let (instance, workload) = lookup(&state, &caller, id).await?;
-    let nets = listing_nets(&state, vec![instance.clone()]).await?;
-    let body = detailed(
+    Ok(Json(json!({"server": shown(&state, &caller, id).await?})))
+}
+
+/// One server in the detailed shape, as the caller may see it (404 otherwise).
+pub(super) async fn shown(
+    state: &ApiState,
+    caller: &Principal,
+    id: Uuid,
+) -> Result<Value, ApiError> {
+    let (instance, workload) = lookup(state, caller, id).await?;
+    let nets = listing_nets(state, vec![instance.clone()]).await?;
+    Ok(detailed(
         &state.config.public_url,
         &instance,
         workload.as_ref(),
         caller.is_admin(),
         nets.get(&instance.id),
-    );
-    Ok(Json(json!({"server": body})))
+    ))
 }
 
 #[cfg(test)]
