@@ -19,6 +19,11 @@
 # - if it has eth0 (a tenant network), takes an address and a default route for it by DHCP
 #   (from its CNCI) and prints `CUMULO-GUEST-ADDR <uuid> <ip>` (`CUMULO-GUEST-NOADDR <uuid>` if
 #   none came): in the background, or first if its user-data has a line `cumulo-test: dhcp`;
+# - if its user-data has a line `cumulo-test: metadata`, once it has its address asks the
+#   metadata service (169.254.169.254) for its instance ID (EC2 path) and its OpenStack
+#   meta_data.json, and prints `CUMULO-GUEST-META-ID <uuid> <the ID>` and
+#   `CUMULO-GUEST-META-JSON <uuid> <the JSON>` (`CUMULO-GUEST-NOMETA <uuid> <wget's error>` if
+#   no answer came);
 # - if its user-data has a line `cumulo-test: listen <port>`, answers every TCP connection to
 #   that port with the line `CUMULO-GUEST-HELLO <uuid>`, and prints `CUMULO-GUEST-LISTEN <uuid>
 #   <port>` once it listens;
@@ -30,7 +35,7 @@
 set -euo pipefail
 
 # Bump when the guest's content changes: a new version is built beside the old one.
-VERSION=5
+VERSION=6
 cache=${CUMULO_TINY_GUEST_CACHE:-${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/cumulo/tiny-guest}
 out="$cache/v$VERSION"
 if [ -s "$out/kernel" ] && [ -s "$out/initrd" ]; then
@@ -150,10 +155,41 @@ EVENT
             echo "CUMULO-GUEST-NOADDR ${id:-unknown}"
         fi
     }
+    # An HTTP GET to the metadata service with busybox nc (the static busybox's wget crashes
+    # without the name service libraries); the body if the answer is 200.
+    fetch() {
+        printf 'GET %s HTTP/1.0\r\nHost: 169.254.169.254\r\n\r\n' "$1" |
+            nc -w 3 169.254.169.254 80 >/tmp/meta-reply 2>/tmp/meta-error || return 1
+        tr -d '\r' </tmp/meta-reply >/tmp/meta-clean
+        if ! head -n 1 /tmp/meta-clean | grep -q ' 200 '; then
+            head -n 1 /tmp/meta-clean >/tmp/meta-error
+            return 1
+        fi
+        sed '1,/^$/d' /tmp/meta-clean
+    }
+    meta() {
+        [ -s /tmp/addr ] || return 0
+        [ -f /cumulo/user-data ] && grep -q '^cumulo-test: metadata$' /cumulo/user-data || return 0
+        i=0
+        got=""
+        while [ $i -lt 10 ]; do
+            got=$(fetch /latest/meta-data/instance-id) && [ -n "$got" ] && break
+            got=""
+            i=$((i + 1))
+            sleep 1
+        done
+        if [ -n "$got" ]; then
+            echo "CUMULO-GUEST-META-ID ${id:-unknown} $got"
+            echo "CUMULO-GUEST-META-JSON ${id:-unknown} $(fetch /openstack/latest/meta_data.json)"
+        else
+            echo "CUMULO-GUEST-NOMETA ${id:-unknown} $(tr '\n' ' ' </tmp/meta-error)"
+        fi
+    }
     if [ -f /cumulo/user-data ] && grep -q '^cumulo-test: dhcp$' /cumulo/user-data; then
         dhcp
+        meta
     else
-        dhcp &
+        (dhcp; meta) &
     fi
 fi
 port=""

@@ -30,6 +30,7 @@ pub mod fuzzing;
 pub mod host;
 pub mod model;
 pub mod net;
+pub mod netns;
 pub mod remote;
 pub mod reporter;
 pub mod sim;

@@ -24,7 +24,10 @@ mod probe;
 #[path = "up_cnci/reach.rs"]
 mod reach;
 
-use reach::{security_groups_guard_a_real_guest, tenants_do_not_reach_the_control_plane};
+use reach::{
+    metadata_reaches_a_real_guest, security_groups_guard_a_real_guest,
+    tenants_do_not_reach_the_control_plane,
+};
 
 use serde_json::{Value, json};
 
@@ -805,6 +808,7 @@ fn up_libvirt_with_cnci_vms_in_a_namespace() {
             .then_some(())
     });
     tenants_do_not_reach_the_control_plane(&cluster, &guest, "198.18.255.1");
+    metadata_reaches_a_real_guest(&cluster);
     security_groups_guard_a_real_guest(&cluster);
     let _ = cluster.in_ns("ip", &["netns", "del", &guest]);
 
@@ -819,9 +823,13 @@ fn up_libvirt_with_cnci_vms_in_a_namespace() {
     );
     let links = cluster.in_ns("ip", &["-o", "link", "show"]);
     let links = String::from_utf8_lossy(&links.stdout).into_owned();
-    for prefix in [": cb-", ": cv-", ": ct-"] {
+    for prefix in [": cb-", ": cv-", ": ct-", ": cm-"] {
         assert!(!links.contains(prefix), "{prefix} left after down: {links}");
     }
+    // The metadata responders' namespaces go with their links.
+    let spaces = cluster.in_ns("ip", &["netns", "list"]);
+    let spaces = String::from_utf8_lossy(&spaces.stdout).into_owned();
+    assert!(!spaces.contains("cumulo-md-"), "{spaces}");
     let tables = cluster.in_ns("nft", &["list", "tables"]);
     let tables = String::from_utf8_lossy(&tables.stdout).into_owned();
     assert!(!tables.contains("cumulo_ports"), "{tables}");

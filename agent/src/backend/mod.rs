@@ -165,4 +165,15 @@ pub trait Backend: Send + Sync + 'static {
         instance: Uuid,
         nic: &NicSpec,
     ) -> impl Future<Output = Result<(), BackendError>> + Send;
+
+    /// Serves the instance's data on its tenant network's metadata service (169.254.169.254),
+    /// for an instance found again after an agent restart (a create does it itself). A backend
+    /// without the service has nothing to do.
+    fn serve_metadata(
+        &self,
+        spec: &InstanceSpec,
+    ) -> impl Future<Output = Result<(), BackendError>> + Send {
+        let _ = spec;
+        async { Ok(()) }
+    }
 }

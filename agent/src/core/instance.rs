@@ -159,12 +159,18 @@ impl<B: Backend> Task<B> {
         }
     }
 
-    /// Found again after a restart: its NIC is filtered again as its record says (the agent
-    /// makes its port filters afresh when it starts).
+    /// Found again after a restart: its NIC is served by the metadata service and filtered
+    /// again as its record says (the agent makes both afresh when it starts).
     async fn refilter(&self) {
-        let Some(nic) = self.spec.as_ref().and_then(|s| s.nic.as_ref()) else {
+        let Some(spec) = self.spec.as_ref() else {
             return;
         };
+        let Some(nic) = spec.nic.as_ref() else {
+            return;
+        };
+        if let Err(e) = self.backend.serve_metadata(spec).await {
+            tracing::error!(instance = %self.instance, error = %e, "serving the metadata again");
+        }
         if let Err(e) = self.backend.filter_port(self.instance, nic).await {
             tracing::error!(instance = %self.instance, error = %e, "filtering the NIC again");
         }

@@ -332,7 +332,11 @@ fn networked<B: Backend, O: NetOps>(backend: B, network: Network<O>) -> Prepare<
         Box::pin(async move {
             let (tx, rx) = mpsc::channel(TENANT_CHANGES);
             tokio::spawn(forward_tenant_changes(rx, events, node, node_ip));
-            let backend = NetBackend::new(backend, network, tx);
+            let metadata = network.config().metadata;
+            let mut backend = NetBackend::new(backend, network, tx);
+            if metadata {
+                backend = backend.with_metadata(crate::net::metadata::Metadata::new(node));
+            }
             let rebuilt = backend.rebuild().await.map_err(DaemonError::NetRebuild)?;
             tracing::info!(
                 vnics = rebuilt.vnics.len(),

@@ -22,6 +22,9 @@ pub struct NetArgs {
     /// The VXLAN destination port.
     #[arg(long, env = "CUMULO_AGENT_VXLAN_PORT", default_value_t = VXLAN_PORT)]
     pub vxlan_port: u16,
+    /// Serve no metadata service (169.254.169.254) on the tenant bridges.
+    #[arg(long, env = "CUMULO_AGENT_NO_METADATA")]
+    pub no_metadata: bool,
 }
 
 /// The flags do not make a network.
@@ -47,6 +50,7 @@ impl NetArgs {
                 node_ip,
                 tunnel,
                 vxlan_port: self.vxlan_port,
+                metadata: !self.no_metadata,
             },
         ))
     }
@@ -72,7 +76,8 @@ mod tests {
             NetArgs {
                 tunnel: TunnelChoice::Auto,
                 node_ip: None,
-                vxlan_port: 4789
+                vxlan_port: 4789,
+                no_metadata: false,
             }
         );
         let cli = Cli::try_parse_from([
@@ -97,6 +102,7 @@ mod tests {
             tunnel: TunnelChoice::Auto,
             node_ip: None,
             vxlan_port: 4789,
+            no_metadata: false,
         };
         assert_eq!(
             args.network(FakeNetOps::new()).await.err(),

@@ -17,6 +17,11 @@
 //!   TENANT_ADDED/TENANT_REMOVED ([`TenantChange::payload`]). An Added is sent as soon as the
 //!   tunnel is up (before the VM is made), so a create that fails afterwards may send Added
 //!   then Removed: harmless for the CNCI, and no subnet is ever left unannounced.
+//! - With the metadata service ([`NetBackend::with_metadata`]), each instance's port is
+//!   registered with its subnet's responder before it is filtered (a failure is a
+//!   `network_failure`: the filter would send its requests nowhere), and unregistered when it
+//!   is unplugged; [`Backend::serve_metadata`] registers an instance found again after a
+//!   restart.
 //! - [`NetBackend::rebuild`], at agent start, rebuilds the view from the kernel and unplugs the
 //!   VNICs of instances the inner backend no longer has.
 
@@ -26,6 +31,7 @@ use tokio::sync::{Mutex, mpsc};
 use uuid::Uuid;
 
 use super::SubnetId;
+use super::metadata::{Entry, Metadata};
 use super::names::tap_name;
 use super::network::{NetError, Network, Rebuilt, Vnic};
 use super::ops::NetOps;
@@ -66,6 +72,7 @@ pub struct NetBackend<B, O> {
     inner: B,
     net: Mutex<Network<O>>,
     changes: mpsc::Sender<TenantChange>,
+    metadata: Option<Metadata>,
 }
 
 fn net_failure(e: NetError) -> BackendError {
@@ -79,7 +86,28 @@ impl<B: Backend, O: NetOps> NetBackend<B, O> {
             inner,
             net: Mutex::new(net),
             changes,
+            metadata: None,
         }
+    }
+
+    /// With the metadata service for the instances' ports (their filters send the requests
+    /// to it from then on).
+    pub fn with_metadata(mut self, metadata: Metadata) -> NetBackend<B, O> {
+        self.net.get_mut().set_metadata(true);
+        self.metadata = Some(metadata);
+        self
+    }
+
+    /// Registers `spec`'s instance with its subnet's metadata responder on `bridge`.
+    async fn serve(&self, bridge: &str, spec: &InstanceSpec) -> Result<(), BackendError> {
+        let (Some(md), Some(nic), Some(entry)) =
+            (&self.metadata, spec.nic.as_ref(), Entry::of(spec))
+        else {
+            return Ok(());
+        };
+        md.register(bridge, nic.subnet_key, entry)
+            .await
+            .map_err(BackendError::Network)
     }
 
     /// The inner backend.
@@ -94,6 +122,9 @@ impl<B: Backend, O: NetOps> NetBackend<B, O> {
     /// At start: rebuilds the view from the kernel, unplugs the VNICs of instances the inner
     /// backend does not have, and sends TENANT_REMOVED for every subnet that is gone.
     pub async fn rebuild(&self) -> Result<Rebuilt, BackendError> {
+        if let Some(md) = &self.metadata {
+            md.sweep().await;
+        }
         let have: BTreeSet<Uuid> = self
             .inner
             .list()
@@ -131,7 +162,13 @@ impl<B: Backend, O: NetOps> NetBackend<B, O> {
             .detach(instance)
             .await
             .map_err(net_failure)?;
-        if let Some(d) = detached.filter(|d| d.last) {
+        let Some(d) = detached else {
+            return Ok(());
+        };
+        if let Some(md) = &self.metadata {
+            md.unregister(d.subnet.key, instance, d.last).await;
+        }
+        if d.last {
             self.tell(TenantChange::Removed(d.subnet)).await;
         }
         Ok(())
@@ -147,8 +184,12 @@ impl<B: Backend, O: NetOps> Backend for NetBackend<B, O> {
         let mut net = self.net.lock().await;
         let attached = net.attach(&vnic).await.map_err(net_failure)?;
         debug_assert_eq!(attached.tap, tap_name(spec.instance));
-        // Filtered before the VM is made: it never sends unfiltered.
-        let filtered = net.filter(spec.instance, nic).await.map_err(net_failure);
+        // Served, then filtered, before the VM is made: it never sends unfiltered, and its
+        // requests to the metadata service find the responder.
+        let filtered = match self.serve(&attached.bridge, spec).await {
+            Ok(()) => net.filter(spec.instance, nic).await.map_err(net_failure),
+            Err(e) => Err(e),
+        };
         drop(net);
         if attached.first {
             self.tell(TenantChange::Added(vnic.subnet)).await;
@@ -203,6 +244,14 @@ impl<B: Backend, O: NetOps> Backend for NetBackend<B, O> {
 
     async fn console(&self, instance: Uuid, lines: usize) -> Result<String, ConsoleError> {
         self.inner.console(instance, lines).await
+    }
+
+    async fn serve_metadata(&self, spec: &InstanceSpec) -> Result<(), BackendError> {
+        let Some(nic) = &spec.nic else {
+            return Ok(());
+        };
+        let bridge = super::names::bridge_name(nic.subnet_key);
+        self.serve(&bridge, spec).await
     }
 
     async fn filter_port(&self, instance: Uuid, nic: &NicSpec) -> Result<(), BackendError> {
@@ -263,6 +312,7 @@ mod tests {
             node_ip: "198.18.0.1".parse().unwrap(),
             tunnel: TunnelKind::Vxlan,
             vxlan_port: VXLAN_PORT,
+            metadata: false,
         };
         let (tx, rx) = mpsc::channel(16);
         let nb = NetBackend::new(backend.clone(), Network::new(ops.clone(), cfg), tx);

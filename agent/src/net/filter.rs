@@ -10,9 +10,10 @@
 //!   sets `meta mark` to the port's index `N` (low 16 bits) and drops what the port may not
 //!   send: another source MAC; ARP with another sender MAC or IP; IPv4 from another source
 //!   (except DHCP discover and request, 0.0.0.0 udp 68 → 67); DHCP server answers (udp sport
-//!   67); IPv6 and every other ether type. Chain `forward` (hook forward, priority -300) ORs the
+//!   67); IPv6 and every other ether type. With the metadata service, it then sets the
+//!   destination MAC of TCP to 169.254.169.254:80 to the responder's ([`super::metadata`]). Chain `forward` (hook forward, priority -300) ORs the
 //!   destination port's index into the mark's high 16 bits, through `ports_out` (tap name →
-//!   `jump to_N`).
+//!   `jump to_N`), and lets a metadata responder's port exchange frames with taps only.
 //! - `inet cumulo_ports`: the tenant bridges have `nf_call_iptables` on, so bridged IPv4 passes
 //!   the inet hooks, where conntrack works (this kernel has no conntrack in the bridge family).
 //!   There, `iifname` and `oifname` are the bridge, not the port: the mark says which ports.
@@ -36,6 +37,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use ssntp::payload::{Firewall, FirewallDirection, FirewallRule};
 use uuid::Uuid;
 
+use super::metadata;
 use super::names::Cidr;
 
 /// The name of both tables.
@@ -56,6 +58,9 @@ pub struct PortSpec {
     pub ip: Ipv4Addr,
     /// The allow rules; `None`: anti-spoofing only.
     pub firewall: Option<Firewall>,
+    /// Whether the node's metadata service answers on the port's bridge: its TCP to
+    /// 169.254.169.254:80 goes to the responder ([`super::metadata`]).
+    pub metadata: bool,
 }
 
 /// A port filter cannot be made.
@@ -125,7 +130,8 @@ fn sane(name: &str) -> Result<(), FilterError> {
     }
 }
 
-fn mac_text(mac: &[u8; 6]) -> String {
+/// A MAC as nft and `ip` write it (`02:00:00:00:00:01`).
+pub(crate) fn mac_text(mac: &[u8; 6]) -> String {
     mac.iter()
         .map(|b| format!("{b:02x}"))
         .collect::<Vec<_>>()
@@ -249,6 +255,7 @@ fn mark_high(n: u16) -> String {
 /// The script that makes both tables afresh (anything in them before is gone).
 pub fn reset_script() -> String {
     let t = TABLE;
+    let (md, tap) = (metadata::LINK_PREFIX, super::names::TAP_PREFIX);
     [
         format!("add table bridge {t}"),
         format!("delete table bridge {t}"),
@@ -265,6 +272,13 @@ pub fn reset_script() -> String {
         ),
         format!("add rule bridge {t} prerouting iifname vmap @ports_in"),
         format!("add rule bridge {t} forward oifname vmap @ports_out"),
+        // The metadata responders talk with the taps only: never through a tunnel.
+        format!(
+            "add rule bridge {t} forward iifname \"{md}*\" oifname != \"{tap}*\" drop"
+        ),
+        format!(
+            "add rule bridge {t} forward oifname \"{md}*\" iifname != \"{tap}*\" drop"
+        ),
         format!("add table inet {t}"),
         format!("add map inet {t} zones {{ typeof iifname : ct zone; }}"),
         format!("add map inet {t} egress {{ type mark : verdict; }}"),
@@ -302,9 +316,18 @@ pub fn port_script(n: u16, spec: &PortSpec, had_firewall: bool) -> String {
         "ether type ip ip saddr 0.0.0.0 udp sport 68 udp dport 67 accept".to_string(),
         format!("ether type ip ip saddr != {ip} drop"),
         "ether type ip udp sport 67 drop".to_string(),
-        "ether type ip accept".to_string(),
-        "drop".to_string(),
     ] {
+        lines.push(format!("add rule {port} {rule}"));
+    }
+    if spec.metadata {
+        lines.push(format!(
+            "add rule {port} ip daddr {} tcp dport {} ether daddr set {}",
+            metadata::ADDRESS,
+            metadata::PORT,
+            mac_text(&metadata::MAC)
+        ));
+    }
+    for rule in ["ether type ip accept", "drop"] {
         lines.push(format!("add rule {port} {rule}"));
     }
     lines.push(format!("add chain {to}"));
@@ -442,6 +465,7 @@ pub fn port_spec(
     tap: &str,
     bridge: &str,
     nic: &crate::model::NicSpec,
+    metadata: bool,
 ) -> Result<PortSpec, FilterError> {
     let IpAddr::V4(ip) = nic.private_ip else {
         return Err(FilterError::NotIpv4(nic.private_ip));
@@ -452,6 +476,7 @@ pub fn port_spec(
         mac: nic.mac,
         ip,
         firewall: nic.firewall.clone(),
+        metadata,
     })
 }
 
@@ -481,6 +506,7 @@ mod tests {
             mac: [2, 0, 0, 0, 0, 1],
             ip: Ipv4Addr::new(10, 250, 0, 5),
             firewall,
+            metadata: false,
         }
     }
 
@@ -531,7 +557,14 @@ mod tests {
     #[test]
     fn a_port_without_a_firewall_gets_anti_spoofing_only() {
         let filters = PortFilters::new();
-        let p = filters.plan_set(Uuid::from_u128(1), &spec(None)).unwrap();
+        // With the metadata service: its requests go to the responder's MAC.
+        let with_metadata = PortSpec {
+            metadata: true,
+            ..spec(None)
+        };
+        let p = filters
+            .plan_set(Uuid::from_u128(1), &with_metadata)
+            .unwrap();
         let want = reset_script()
             + "add element inet cumulo_ports zones { \"cb-0a\" : 1 }\n"
             + "add chain bridge cumulo_ports port_1\n\
@@ -544,6 +577,7 @@ mod tests {
                add rule bridge cumulo_ports port_1 ether type ip ip saddr 0.0.0.0 udp sport 68 udp dport 67 accept\n\
                add rule bridge cumulo_ports port_1 ether type ip ip saddr != 10.250.0.5 drop\n\
                add rule bridge cumulo_ports port_1 ether type ip udp sport 67 drop\n\
+               add rule bridge cumulo_ports port_1 ip daddr 169.254.169.254 tcp dport 80 ether daddr set 02:a9:fe:a9:fe:fe\n\
                add rule bridge cumulo_ports port_1 ether type ip accept\n\
                add rule bridge cumulo_ports port_1 drop\n\
                add chain bridge cumulo_ports to_1\n\

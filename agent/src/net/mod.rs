@@ -14,6 +14,9 @@
 //! - [`filter`] writes the nftables scripts of the port filters (each tap's anti-spoofing and
 //!   its port firewall, [`ssntp::payload::Firewall`]) and keeps the port indexes;
 //!   [`Network::filter`] applies one ([`NetOps::nft`]), [`Network::detach`] removes it.
+//! - [`metadata`] is the metadata service (169.254.169.254) for the node's ports: a responder
+//!   per tenant bridge, answering each instance with its own data; [`NetBackend`] registers
+//!   each port's instance with it.
 //! - [`names`] names the links (a short prefix and an id, within IFNAMSIZ) and writes and reads
 //!   the logical identity each link carries in its alias (IFLA_IFALIAS).
 //! - [`NetBackend`] wraps any [`Backend`](crate::Backend): it plugs an instance's VNIC in
@@ -21,7 +24,7 @@
 //!   TENANT_REMOVED ([`TenantChange`]) to the SSNTP wiring. [`NetArgs`] are the daemon's flags
 //!   (`--tunnel`, `--node-ip`, `--vxlan-port`).
 //!
-//! What this module does not do: addresses, routes, DHCP, NAT (the CNCI's job), or send
+//! What this module does not do (but for the metadata responders): addresses, routes, DHCP, NAT (the CNCI's job), or send
 //! frames (the wiring does, from [`TenantChange::payload`]). `docs/networking.md` has the
 //! whole picture.
 
@@ -30,6 +33,7 @@ mod backend;
 #[cfg(any(test, feature = "testing"))]
 pub mod fake;
 pub mod filter;
+pub mod metadata;
 pub mod names;
 mod network;
 mod ops;

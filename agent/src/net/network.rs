@@ -23,6 +23,9 @@ pub struct NetConfig {
     pub tunnel: TunnelKind,
     /// The VXLAN destination port.
     pub vxlan_port: u16,
+    /// Whether the node is to serve the metadata service on its tenant bridges (the daemon
+    /// then gives its `NetBackend` one, which turns it on here: [`Network::set_metadata`]).
+    pub metadata: bool,
 }
 
 /// Tenant networking failed.
@@ -204,6 +207,7 @@ pub struct Network<O> {
     subnets: BTreeMap<u32, SubnetState>,
     vnics: BTreeMap<Uuid, Vnic>,
     filters: PortFilters,
+    metadata: bool,
 }
 
 type Links = HashMap<String, Link>;
@@ -257,7 +261,15 @@ impl<O: NetOps> Network<O> {
             subnets: BTreeMap::new(),
             vnics: BTreeMap::new(),
             filters: PortFilters::new(),
+            metadata: false,
         }
+    }
+
+    /// Whether the ports' filters send requests to 169.254.169.254:80 to the metadata
+    /// responder of their bridge (which must then be there: [`super::metadata`]); from the next
+    /// filter on.
+    pub fn set_metadata(&mut self, on: bool) {
+        self.metadata = on;
     }
 
     /// Filters an attached VNIC's port as `nic` says (anti-spoofing, and its firewall if it
@@ -268,7 +280,7 @@ impl<O: NetOps> Network<O> {
             .get(&instance)
             .ok_or(NetError::NotAttached(instance))?;
         let bridge = bridge_name(vnic.subnet.key);
-        let spec = filter::port_spec(&tap_name(instance), &bridge, nic)?;
+        let spec = filter::port_spec(&tap_name(instance), &bridge, nic, self.metadata)?;
         let planned = self.filters.plan_set(instance, &spec)?;
         if !self.filters.has_zone(&bridge) {
             // The bridge's first filtered port since the agent started.

@@ -17,6 +17,7 @@ fn cfg(tunnel: TunnelKind) -> NetConfig {
         node_ip: ip("198.18.0.1"),
         tunnel,
         vxlan_port: VXLAN_PORT,
+        metadata: false,
     }
 }
 

@@ -30,6 +30,7 @@ use uuid::Uuid;
 mod filter;
 mod hub;
 mod kernel;
+mod metadata;
 
 /// Why these tests cannot run here, if they cannot.
 fn missing() -> Option<String> {
@@ -58,6 +59,26 @@ pub(crate) fn can_run(test: &str) -> bool {
     }
     eprintln!("skipping {test}: {why}");
     false
+}
+
+/// Whether `tools` are all installed; says which is not on stderr, or fails under
+/// `CUMULO_REQUIRE_NETNS=1`.
+pub(crate) fn tools_or_skip(tools: &[&str]) -> bool {
+    for tool in tools {
+        let found = Command::new("sh")
+            .args(["-c", &format!("command -v {tool}")])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !found {
+            assert!(
+                std::env::var("CUMULO_REQUIRE_NETNS").as_deref() != Ok("1"),
+                "CUMULO_REQUIRE_NETNS=1 but `{tool}` is not installed"
+            );
+            eprintln!("skipping: `{tool}` is not installed");
+            return false;
+        }
+    }
+    true
 }
 
 pub(crate) fn run(cmd: &mut Command) -> Output {
@@ -168,7 +189,7 @@ type Job = Pin<Box<dyn Future<Output = ()> + Send>>;
 /// A thread inside a namespace with its own tokio runtime: everything the agent would do on
 /// that host runs there (the netlink socket and `/dev/net/tun` follow the thread's namespace).
 struct Host {
-    jobs: Option<mpsc::Sender<Job>>,
+    jobs: Option<tokio::sync::mpsc::UnboundedSender<Job>>,
     thread: Option<JoinHandle<()>>,
     ns: String,
 }
@@ -177,7 +198,7 @@ type Net = Arc<tokio::sync::Mutex<Network<RtNetOps>>>;
 
 impl Host {
     fn new(ns: &Netns) -> Host {
-        let (tx, rx) = mpsc::channel::<Job>();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Job>();
         let path = format!("/run/netns/{}", ns.name);
         let thread = std::thread::spawn(move || {
             let file = std::fs::File::open(&path).unwrap();
@@ -190,9 +211,12 @@ impl Host {
                 .enable_all()
                 .build()
                 .unwrap();
-            for job in rx {
-                rt.block_on(job);
-            }
+            // Always driven, between jobs too: tasks a job spawned (a metadata responder) go on.
+            rt.block_on(async move {
+                while let Some(job) = rx.recv().await {
+                    job.await;
+                }
+            });
         });
         Host {
             jobs: Some(tx),
@@ -213,6 +237,11 @@ impl Host {
 
     /// A fresh agent's networking: a new netlink socket, `--tunnel auto`, nothing known yet.
     fn network(&self, node_ip: &str) -> Net {
+        self.network_with(node_ip, false)
+    }
+
+    /// The same, `metadata`: with the metadata service's rule in the port filters.
+    fn network_with(&self, node_ip: &str, metadata: bool) -> Net {
         let node_ip: IpAddr = node_ip.parse().unwrap();
         self.run(async move {
             let ops = RtNetOps::new().unwrap();
@@ -221,8 +250,11 @@ impl Host {
                 node_ip,
                 tunnel,
                 vxlan_port: VXLAN_PORT,
+                metadata,
             };
-            Arc::new(tokio::sync::Mutex::new(Network::new(ops, cfg)))
+            let mut net = Network::new(ops, cfg);
+            net.set_metadata(metadata);
+            Arc::new(tokio::sync::Mutex::new(net))
         })
     }
 

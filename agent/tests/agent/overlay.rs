@@ -148,6 +148,7 @@ impl HostAgent {
                         node_ip,
                         tunnel: TunnelKind::Vxlan,
                         vxlan_port: 4789,
+                        metadata: false,
                     },
                 );
                 let backend = SimBackend::new(config.sim.clone()).unwrap();

@@ -61,6 +61,7 @@ async fn the_first_vnic_adds_the_tenant_and_the_last_delete_removes_it() {
             node_ip,
             tunnel: TunnelKind::Vxlan,
             vxlan_port: VXLAN_PORT,
+            metadata: false,
         },
     );
     let stop = CancellationToken::new();
@@ -171,6 +172,7 @@ async fn a_subnet_left_half_removed_is_reported_removed_at_start() {
             node_ip: "198.18.0.1".parse().unwrap(),
             tunnel: TunnelKind::Vxlan,
             vxlan_port: VXLAN_PORT,
+            metadata: false,
         },
     );
     let stop = CancellationToken::new();

@@ -269,9 +269,11 @@ pub fn remove_uplink(layout: &Layout) -> Option<String> {
     }
 }
 
-/// The prefixes of the agent's tenant links (bridges, VXLAN and GRE-tap tunnels, taps): the
-/// agent's `net::names`.
-const TENANT_LINK_PREFIXES: [&str; 4] = ["cb-", "cv-", "cg-", "ct-"];
+/// The prefixes of the agent's tenant links (bridges, VXLAN and GRE-tap tunnels, taps, the
+/// metadata responders' bridge ports): the agent's `net::names` and `net::metadata`.
+const TENANT_LINK_PREFIXES: [&str; 5] = ["cb-", "cv-", "cg-", "ct-", "cm-"];
+/// The prefix of the agent's metadata responders' namespaces (`net::metadata`).
+const METADATA_NETNS_PREFIX: &str = "cumulo-md-";
 /// What the agent writes at the start of its links' aliases.
 const TENANT_LINK_ALIAS: &str = "alias cumulo/";
 /// The nftables tables the agent filters its tenant ports with.
@@ -289,9 +291,28 @@ pub fn tenant_links(listing: &str) -> Vec<String> {
         .collect()
 }
 
+/// The namespaces of the agent's metadata responders in `ip -o link show` output: where its
+/// metadata ports' peers are (`link-netns NAME`).
+pub fn metadata_namespaces(listing: &str) -> Vec<String> {
+    listing
+        .lines()
+        .filter(|line| line.contains(TENANT_LINK_ALIAS))
+        .filter(|line| {
+            line.split(": ")
+                .nth(1)
+                .is_some_and(|name| name.starts_with("cm-"))
+        })
+        .filter_map(|line| line.split(" link-netns ").nth(1))
+        // `ip -o` ends each part of a record with a backslash.
+        .filter_map(|rest| rest.split(|c: char| c.is_whitespace() || c == '\\').next())
+        .filter(|ns| ns.starts_with(METADATA_NETNS_PREFIX))
+        .map(str::to_string)
+        .collect()
+}
+
 /// Deletes what the (stopped) agent left of its tenant networks on this host: its links (taps
-/// first, then tunnels and bridges) and its port filters' nftables tables. Returns the links
-/// deleted.
+/// and metadata ports first, then tunnels and bridges), its metadata responders' namespaces
+/// and its port filters' nftables tables. Returns the links and namespaces deleted.
 pub fn remove_tenant_links() -> Vec<String> {
     let listing = Command::new("ip")
         .args(["-o", "link", "show"])
@@ -300,13 +321,21 @@ pub fn remove_tenant_links() -> Vec<String> {
         .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
         .unwrap_or_default();
     let mut links = tenant_links(&listing);
-    // Taps before the bridges they are on.
-    links.sort_by_key(|l| !l.starts_with("ct-"));
+    // Taps and metadata ports before the bridges they are on.
+    links.sort_by_key(|l| !(l.starts_with("ct-") || l.starts_with("cm-")));
     let mut deleted = Vec::new();
     for link in links {
         match ip(&["link", "del", "dev", &link]) {
             Ok(()) => deleted.push(link),
             Err(e) => warn(&format!("a tenant link is left: {e}")),
+        }
+    }
+    // The metadata responders' namespaces: the peers of this host's metadata ports (those of
+    // another cluster on the same machine are not ours).
+    for ns in metadata_namespaces(&listing) {
+        match ip(&["netns", "del", &ns]) {
+            Ok(()) => deleted.push(ns),
+            Err(e) => warn(&format!("a metadata namespace is left: {e}")),
         }
     }
     for (family, table) in PORT_TABLES {
@@ -430,11 +459,23 @@ mod tests {
 9: ct-0123456789ab: <BROADCAST,MULTICAST,UP> mtu 1450 master cb-0000a1b2\\    link/ether 02:00:00:00:00:03 brd ff:ff:ff:ff:ff:ff\\    alias cumulo/1 tap i=1
 10: cb-ffffffff: <BROADCAST,MULTICAST> mtu 1500\\    link/ether 02:00:00:00:00:04 brd ff:ff:ff:ff:ff:ff
 11: veth0@if12: <BROADCAST> mtu 1500\\    link/ether 02:00:00:00:00:05 brd ff:ff:ff:ff:ff:ff\\    alias cumulo/1 not ours
+13: cm-0000a1b2@if2: <BROADCAST,MULTICAST,UP> mtu 1500 master cb-0000a1b2\\    link/ether 02:00:00:00:00:06 brd ff:ff:ff:ff:ff:ff link-netns cumulo-md-0badcafe-0000a1b2\\    alias cumulo/metadata
+14: veth9@if2: <BROADCAST,MULTICAST,UP> mtu 1500\\    link/ether 02:00:00:00:00:07 brd ff:ff:ff:ff:ff:ff link-netns cumulo-md-other\\    alias cumulo/x
 ";
         // A link without the agent's alias (cb-ffffffff) is not taken, nor one with another name.
         assert_eq!(
             tenant_links(listing),
-            ["cb-0000a1b2", "cv-0000a1b2", "ct-0123456789ab"]
+            [
+                "cb-0000a1b2",
+                "cv-0000a1b2",
+                "ct-0123456789ab",
+                "cm-0000a1b2"
+            ]
+        );
+        // The metadata port's peer namespace, and no other.
+        assert_eq!(
+            metadata_namespaces(listing),
+            ["cumulo-md-0badcafe-0000a1b2"]
         );
     }
 

@@ -1,5 +1,6 @@
-//! What a tenant's guests reach, and what reaches them, in a cluster with CNCI VMs: a floating
-//! IP, security groups on a real guest, and the control plane kept out of reach.
+//! What a tenant's guests reach, and what reaches them, in a cluster with CNCI VMs: the
+//! metadata service, a floating IP, security groups on a real guest, and the control plane
+//! kept out of reach.
 
 use std::time::{Duration, Instant};
 
@@ -7,6 +8,97 @@ use serde_json::{Value, json};
 
 use super::probe::{connect_from, listen};
 use super::{Cluster, poll};
+
+/// A key pair's public key (its private half was thrown away).
+const PUBLIC_KEY: &str =
+    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOqfE3aLzdFWx7/HOPj8pmrrrIdHLDoaIWLFn+0rVrmF cumulo-test";
+
+/// The metadata service for a real guest, booted through the Compute API with a key pair and
+/// without a word of its data on a seed: its user data asks the tiny guest to take its address
+/// by DHCP and then ask 169.254.169.254 (the EC2 instance ID, the OpenStack meta_data.json),
+/// which the node's responder answers with the guest's own ID, host name and key. The time from
+/// create to the answer on the console is a figure. The server is deleted again.
+pub fn metadata_reaches_a_real_guest(cluster: &Cluster) {
+    use base64::Engine as _;
+    cluster.api(
+        "POST",
+        "/compute/v2.1/os-keypairs",
+        &json!({"keypair": {"name": "md-key", "public_key": PUBLIC_KEY}}),
+    );
+    let named = |listing: &Value, field: &str| -> String {
+        listing[field]
+            .as_array()
+            .and_then(|all| all.iter().find(|x| x["name"] == "tiny"))
+            .and_then(|x| x["id"].as_str())
+            .unwrap_or_else(|| panic!("no {field} named tiny: {listing}"))
+            .to_string()
+    };
+    let flavor = named(
+        &cluster.api("GET", "/compute/v2.1/flavors", &Value::Null),
+        "flavors",
+    );
+    let image = named(
+        &cluster.api("GET", "/image/v2/images", &Value::Null),
+        "images",
+    );
+    let user_data = base64::engine::general_purpose::STANDARD
+        .encode("cumulo-test: dhcp\ncumulo-test: metadata\n");
+    let started = Instant::now();
+    let made = cluster.api(
+        "POST",
+        "/compute/v2.1/servers",
+        &json!({"server": {
+            "name": "md-guest",
+            "flavorRef": flavor,
+            "imageRef": image,
+            "key_name": "md-key",
+            "user_data": user_data,
+        }}),
+    );
+    let id = made["server"]["id"].as_str().unwrap().to_string();
+    let log = poll(
+        "the guest's metadata on its console",
+        Duration::from_secs(180),
+        || {
+            let log = cluster.ok(&["instance", "console", &id, "--lines", "200"]);
+            for failed in ["CUMULO-GUEST-NOADDR", "CUMULO-GUEST-NOMETA"] {
+                assert!(!log.contains(failed), "{failed}: {log}");
+            }
+            log.contains("CUMULO-GUEST-META-JSON").then_some(log)
+        },
+    );
+    eprintln!(
+        "metadata: server create to the guest's answer from 169.254.169.254: {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    assert!(
+        log.contains(&format!("CUMULO-GUEST-META-ID {id} {id}")),
+        "the EC2 instance ID is not the guest's: {log}"
+    );
+    let line = log
+        .lines()
+        .find_map(|l| l.split_once(&format!("CUMULO-GUEST-META-JSON {id} ")))
+        .map(|(_, json)| json.trim())
+        .unwrap();
+    let meta: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+    assert_eq!(meta["uuid"], id.as_str(), "{meta}");
+    assert_eq!(meta["hostname"], "md-guest", "{meta}");
+    assert_eq!(meta["public_keys"]["md-key"], PUBLIC_KEY, "{meta}");
+
+    cluster.api(
+        "DELETE",
+        &format!("/compute/v2.1/servers/{id}"),
+        &Value::Null,
+    );
+    poll(
+        "the metadata guest deleted",
+        Duration::from_secs(60),
+        || {
+            let list = cluster.ok(&["instance", "list"]);
+            (!list.contains(&id)).then_some(())
+        },
+    );
+}
 
 /// A real guest behind its port's firewall and its floating IP: the tiny guest takes its
 /// address by DHCP from its CNCI VM and answers TCP on port 8082 (its user data asks for both).

@@ -1,5 +1,6 @@
 //! Building and sending an instance's START: flavor + image + user data + the tenant's network
-//! plan; its meta data names the instance and carries its SSH key (`public-keys`).
+//! plan; its meta data names the instance and carries its SSH key (`public-keys`, and the key
+//! pair's name as `key-name`).
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -50,9 +51,11 @@ pub(super) fn start_payload(
     meta.insert("instance-id".to_string(), instance.id.to_string());
     meta.insert("local-hostname".to_string(), hostname.clone());
     meta.insert("hostname".to_string(), hostname);
-    // cloud-init's NoCloud reads `public-keys` as a string of key lines (or a list).
+    // cloud-init's NoCloud reads `public-keys` as a string of key lines (or a list); the
+    // node's metadata service names the key as the key pair is named.
     if let Some(key) = &instance.key {
         meta.insert("public-keys".to_string(), key.public_key.clone());
+        meta.insert("key-name".to_string(), key.name.clone());
     }
     Start {
         instance_uuid: instance.id,

@@ -17,6 +17,7 @@ use std::net::Ipv4Addr;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+#[cfg(feature = "sqlite")]
 use crate::common::now;
 use crate::{QuotaKind, Result, StoreError};
 

@@ -186,6 +186,7 @@ impl NodeAgent {
                                 node_ip,
                                 tunnel: agent::net::TunnelKind::Vxlan,
                                 vxlan_port: agent::net::VXLAN_PORT,
+                                metadata: false,
                             },
                         );
                         let backend = agent::sim::SimBackend::new(config.sim.clone()).unwrap();

@@ -59,6 +59,7 @@ use crate::backend::libvirt::{LibvirtBackend, Tap};
 use crate::backend::{Backend, BackendError, ConsoleError, Existing, Power};
 use crate::model::{Action, InstanceRole, InstanceSpec, NicSpec, Resources, Usage};
 use crate::net::Cidr;
+use crate::netns::listen_in;
 use store::{MemoryReservations, ReservationStore, StoreError};
 
 pub mod credentials;
@@ -269,23 +270,6 @@ async fn ip_in(netns: Option<&std::path::Path>, args: &[&str]) -> Result<(), Bac
         place.unwrap_or_default(),
         String::from_utf8_lossy(&out.stderr).trim()
     )))
-}
-
-/// A listener on `at` in namespace `ns` (bound from a thread moved there).
-fn listen_in(ns: &str, at: (Ipv4Addr, u16)) -> std::io::Result<std::net::TcpListener> {
-    let path = format!("/run/netns/{ns}");
-    std::thread::spawn(move || {
-        let file = std::fs::File::open(&path)?;
-        rustix::thread::move_into_link_name_space(
-            std::os::fd::AsFd::as_fd(&file),
-            Some(rustix::thread::LinkNameSpaceType::Network),
-        )?;
-        let l = std::net::TcpListener::bind(at)?;
-        l.set_nonblocking(true)?;
-        Ok(l)
-    })
-    .join()
-    .unwrap_or_else(|_| Err(std::io::Error::other("the relay's thread panicked")))
 }
 
 /// Forwards every connection to `listener` to the first of `servers` that answers, until
@@ -750,6 +734,14 @@ impl<B: Backend> Backend for CnciLauncher<B> {
     }
 
     /// A CNCI's NIC is not on a tenant bridge: nothing to filter.
+    async fn serve_metadata(&self, spec: &InstanceSpec) -> Result<(), BackendError> {
+        if self.is_ours(spec.instance) {
+            Ok(())
+        } else {
+            self.inner.serve_metadata(spec).await
+        }
+    }
+
     async fn filter_port(&self, instance: Uuid, nic: &NicSpec) -> Result<(), BackendError> {
         if self.is_ours(instance) {
             return Ok(());

@@ -135,19 +135,8 @@ fn port_filters_enforce_firewalls_and_anti_spoofing() {
     if !can_run("port_filters_enforce_firewalls_and_anti_spoofing") {
         return;
     }
-    for tool in ["nft", "busybox", "python3"] {
-        let found = Command::new("sh")
-            .args(["-c", &format!("command -v {tool}")])
-            .output()
-            .is_ok_and(|o| o.status.success());
-        if !found {
-            assert!(
-                std::env::var("CUMULO_REQUIRE_NETNS").as_deref() != Ok("1"),
-                "CUMULO_REQUIRE_NETNS=1 but `{tool}` is not installed"
-            );
-            eprintln!("skipping: `{tool}` is not installed");
-            return;
-        }
+    if !tools_or_skip(&["nft", "busybox", "python3"]) {
+        return;
     }
     use FirewallDirection::{Egress, Ingress};
     let h = Netns::new("fw");

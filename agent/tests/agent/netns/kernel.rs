@@ -134,6 +134,7 @@ fn net_backend_plugs_instances_in_and_out_for_real() {
             tunnel: TunnelChoice::Auto,
             node_ip: Some("198.18.0.1".parse().unwrap()),
             vxlan_port: VXLAN_PORT,
+            no_metadata: false,
         };
         let net = args.network(ops).await.unwrap();
         let (tx, mut rx) = tokio::sync::mpsc::channel(8);

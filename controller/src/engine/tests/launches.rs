@@ -235,9 +235,10 @@ fn a_launch_with_a_key_puts_it_in_the_start() {
         assert_eq!(w.instance(instance.id).key, Some(key.clone()));
         let meta = start.meta_data.as_ref().unwrap();
         assert_eq!(meta.get("public-keys"), Some(&key.public_key));
+        assert_eq!(meta.get("key-name"), Some(&key.name));
     }
     w.launch(1);
     let sent = w.out.take();
     let meta = starts(&sent)[0].meta_data.clone().unwrap();
-    assert!(!meta.contains_key("public-keys"));
+    assert!(!meta.contains_key("public-keys") && !meta.contains_key("key-name"));
 }
