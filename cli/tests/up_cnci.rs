@@ -25,8 +25,8 @@ mod probe;
 mod reach;
 
 use reach::{
-    metadata_reaches_a_real_guest, security_groups_guard_a_real_guest,
-    tenants_do_not_reach_the_control_plane,
+    security_groups_guard_a_real_guest, tenants_do_not_reach_the_control_plane,
+    the_openstack_cli_reaches_a_real_guest,
 };
 
 use serde_json::{Value, json};
@@ -808,7 +808,9 @@ fn up_libvirt_with_cnci_vms_in_a_namespace() {
             .then_some(())
     });
     tenants_do_not_reach_the_control_plane(&cluster, &guest, "198.18.255.1");
-    metadata_reaches_a_real_guest(&cluster);
+    if let Some(openstack) = common::openstack_or_skip() {
+        the_openstack_cli_reaches_a_real_guest(&cluster, &openstack);
+    }
     security_groups_guard_a_real_guest(&cluster);
     let _ = cluster.in_ns("ip", &["netns", "del", &guest]);
 

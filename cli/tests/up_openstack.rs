@@ -32,20 +32,6 @@ fn text(out: &Output) -> String {
     )
 }
 
-fn openstack_or_skip() -> Option<PathBuf> {
-    let found = std::env::var_os("CUMULO_OPENSTACK")
-        .map(PathBuf::from)
-        .filter(|p| p.is_file());
-    if found.is_none() {
-        assert!(
-            std::env::var("CUMULO_REQUIRE_OPENSTACK").as_deref() != Ok("1"),
-            "CUMULO_REQUIRE_OPENSTACK=1 but CUMULO_OPENSTACK names no openstack CLI"
-        );
-        eprintln!("SKIPPED: no openstack CLI (CUMULO_OPENSTACK, scripts/openstack-venv.sh)");
-    }
-    found
-}
-
 /// The cluster `up` made in a directory of its own; brought down (and purged) when dropped.
 struct Up {
     dir: PathBuf,
@@ -164,7 +150,7 @@ fn the_openstack_cli_stops_starts_reboots_pauses_and_suspends_a_vm_that_keeps_it
     if !common::binaries_or_skip(&["cumulo-scheduler", "cumulo-controller", "cumulo-agent"]) {
         return;
     }
-    let Some(openstack) = openstack_or_skip() else {
+    let Some(openstack) = common::openstack_or_skip() else {
         return;
     };
     let work = tempfile::tempdir().unwrap();

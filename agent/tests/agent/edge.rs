@@ -502,8 +502,9 @@ fn throughput(from: &str, to_ns: &str, to_ip: &str, secs: u64) -> f64 {
 }
 
 /// The figures of `docs/benchmarks.md` ("Tenant networking through the CNCI"): START to the
-/// first ping through the CNCI, and TCP throughput between two instances over the overlay next
-/// to a plain veth pair in the same run. Not a pass/fail test: run it with
+/// first ping through the CNCI, and TCP throughput to an instance over the overlay (from an
+/// instance on another host), through its floating IP (from the outside), and over a plain
+/// veth pair, alternated in the same run. Not a pass/fail test: run it with
 /// `CUMULO_REQUIRE_NETNS=1 cargo test -p agent --test agent edge::numbers -- --ignored
 /// --nocapture`.
 #[test]
@@ -512,17 +513,25 @@ fn numbers() {
     if !can_run("numbers") || tools_missing().is_some() {
         return;
     }
-    let (switch, h1, h2, cnci, ctl) = (
+    let (switch, h1, h2, cnci, ctl, outside) = (
         Netns::new("sw"),
         Netns::new("h1"),
         Netns::new("h2"),
         Netns::new("cnci"),
         Netns::new("ctl"),
+        Netns::new("out"),
     );
     underlay(
         &switch,
-        &[(&h1, "198.18.0.1"), (&h2, "198.18.0.2"), (&cnci, CNCI_IP)],
+        &[
+            (&h1, "198.18.0.1"),
+            (&h2, "198.18.0.2"),
+            (&cnci, CNCI_IP),
+            (&outside, OUTSIDE_IP),
+        ],
     );
+    // The outside reaches the floating IPs on the compute network, where the CNCI answers.
+    outside.ip(&["route", "add", "203.0.113.0/24", "dev", "u0"]);
     // The baseline: two namespaces joined by one veth pair.
     let (va, vb) = (Netns::new("va"), Netns::new("vb"));
     va.ip(&[
@@ -556,10 +565,11 @@ fn numbers() {
         h2.name.clone(),
         va.name.clone(),
         vb.name.clone(),
+        outside.name.clone(),
     );
     let dir_path = dir.path().to_owned();
     let result = run_in(&names.0.clone(), async move {
-        let (_, cnci_name, h1_name, h2_name, va_name, vb_name) = names;
+        let (_, cnci_name, h1_name, h2_name, va_name, vb_name, out_name) = names;
         let sched = real_scheduler(&pki).await;
         let [l1, l2, l3] = listeners;
         for l in [l1, l2, l3] {
@@ -632,21 +642,41 @@ fn numbers() {
             guests.push(g);
         }
 
-        // Throughput: overlay (host 1 → CNCI → host 2) and a plain veth pair, alternated.
+        // Instance 8's floating IP, for the outside.
+        c.send(&Payload::AssignPublicIp(command(8, PUBLIC_IP)));
+        c.expect("PUBLIC_IP_ASSIGNED", |m| match &m.payload {
+            Payload::PublicIpAssigned(_) => Some(()),
+            Payload::AssignPublicIpFailure(f) => panic!("{f:?}"),
+            _ => None,
+        })
+        .await;
+
+        // Throughput to instance 8, alternated: over the overlay from an instance on host 1
+        // (host 1 → CNCI → host 2: two tunnels), over the overlay from the CNCI's own address
+        // (one tunnel), through its floating IP from the outside (the CNCI's DNAT, then one
+        // tunnel), and a plain veth pair.
         let from = guests[0].name.clone();
-        let g8_name = g8.name.clone();
+        let (g8_name, cnci_ns) = (g8.name.clone(), cnci_name.clone());
         let results = blocking(move || {
             let mut r = Vec::new();
             for _ in 0..3 {
                 let o = throughput(&from, &g8_name, "10.250.0.8", 5);
+                let one = throughput(&cnci_ns, &g8_name, "10.250.0.8", 5);
+                let f = throughput(&out_name, &g8_name, PUBLIC_IP, 5);
                 let v = throughput(&va_name, &vb_name, "192.0.2.2", 5);
-                r.push((o, v));
+                r.push((o, one, f, v));
             }
             r
         })
         .await;
-        for (o, v) in results {
-            println!("TCP 5 s: overlay through the CNCI {o:.2} Gbit/s, plain veth {v:.2} Gbit/s");
+        for (o, one, f, v) in results {
+            println!(
+                "TCP 5 s: instance to instance over the overlay {o:.2} Gbit/s; CNCI to instance \
+                 {one:.2}; floating IP from the outside {f:.2} (ratio {:.2} to the first, {:.2} \
+                 to the second); plain veth {v:.2}",
+                f / o,
+                f / one
+            );
         }
         std::mem::forget((h1, h2));
         drop((guests, g8));
@@ -660,7 +690,7 @@ fn numbers() {
         .await;
         sched.stop.cancel();
     });
-    drop((switch, h1, h2, cnci, ctl, va, vb));
+    drop((switch, h1, h2, cnci, ctl, va, vb, outside));
     if let Err(panic) = result {
         std::panic::resume_unwind(panic);
     }

@@ -459,7 +459,7 @@ mod tests {
 9: ct-0123456789ab: <BROADCAST,MULTICAST,UP> mtu 1450 master cb-0000a1b2\\    link/ether 02:00:00:00:00:03 brd ff:ff:ff:ff:ff:ff\\    alias cumulo/1 tap i=1
 10: cb-ffffffff: <BROADCAST,MULTICAST> mtu 1500\\    link/ether 02:00:00:00:00:04 brd ff:ff:ff:ff:ff:ff
 11: veth0@if12: <BROADCAST> mtu 1500\\    link/ether 02:00:00:00:00:05 brd ff:ff:ff:ff:ff:ff\\    alias cumulo/1 not ours
-13: cm-0000a1b2@if2: <BROADCAST,MULTICAST,UP> mtu 1500 master cb-0000a1b2\\    link/ether 02:00:00:00:00:06 brd ff:ff:ff:ff:ff:ff link-netns cumulo-md-0badcafe-0000a1b2\\    alias cumulo/metadata
+13: cm-0000a1b2@if2: <BROADCAST,MULTICAST,UP> mtu 1500 master cb-0000a1b2\\    link/ether 02:00:00:00:00:06 brd ff:ff:ff:ff:ff:ff link-netns cumulo-md-0badcafe0badcafe0badcafe0badcafe-0000a1b2\\    alias cumulo/metadata
 14: veth9@if2: <BROADCAST,MULTICAST,UP> mtu 1500\\    link/ether 02:00:00:00:00:07 brd ff:ff:ff:ff:ff:ff link-netns cumulo-md-other\\    alias cumulo/x
 ";
         // A link without the agent's alias (cb-ffffffff) is not taken, nor one with another name.
@@ -475,7 +475,7 @@ mod tests {
         // The metadata port's peer namespace, and no other.
         assert_eq!(
             metadata_namespaces(listing),
-            ["cumulo-md-0badcafe-0000a1b2"]
+            ["cumulo-md-0badcafe0badcafe0badcafe0badcafe-0000a1b2"]
         );
     }
 

@@ -65,3 +65,20 @@ pub fn system_libvirt_or_skip(test: &str) -> Option<String> {
     eprintln!("SKIPPED: {test}: {why}");
     None
 }
+
+/// The `openstack` CLI that `CUMULO_OPENSTACK` names (`scripts/openstack-venv.sh` makes one),
+/// or `None`: the test says it skips, unless `CUMULO_REQUIRE_OPENSTACK=1` makes that a failure.
+#[allow(dead_code)]
+pub fn openstack_or_skip() -> Option<std::path::PathBuf> {
+    let found = std::env::var_os("CUMULO_OPENSTACK")
+        .map(std::path::PathBuf::from)
+        .filter(|p| p.is_file());
+    if found.is_none() {
+        assert!(
+            std::env::var("CUMULO_REQUIRE_OPENSTACK").as_deref() != Ok("1"),
+            "CUMULO_REQUIRE_OPENSTACK=1 but CUMULO_OPENSTACK names no openstack CLI"
+        );
+        eprintln!("SKIPPED: no openstack CLI (CUMULO_OPENSTACK, scripts/openstack-venv.sh)");
+    }
+    found
+}

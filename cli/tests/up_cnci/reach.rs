@@ -1,7 +1,8 @@
 //! What a tenant's guests reach, and what reaches them, in a cluster with CNCI VMs: the
-//! metadata service, a floating IP, security groups on a real guest, and the control plane
-//! kept out of reach.
+//! metadata service, a floating IP and security groups on a real guest (through the API, and
+//! the whole sequence through the `openstack` CLI), and the control plane kept out of reach.
 
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -13,62 +14,83 @@ use super::{Cluster, poll};
 const PUBLIC_KEY: &str =
     "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOqfE3aLzdFWx7/HOPj8pmrrrIdHLDoaIWLFn+0rVrmF cumulo-test";
 
-/// The metadata service for a real guest, booted through the Compute API with a key pair and
-/// without a word of its data on a seed: its user data asks the tiny guest to take its address
-/// by DHCP and then ask 169.254.169.254 (the EC2 instance ID, the OpenStack meta_data.json),
-/// which the node's responder answers with the guest's own ID, host name and key. The time from
-/// create to the answer on the console is a figure. The server is deleted again.
-pub fn metadata_reaches_a_real_guest(cluster: &Cluster) {
-    use base64::Engine as _;
-    cluster.api(
-        "POST",
-        "/compute/v2.1/os-keypairs",
-        &json!({"keypair": {"name": "md-key", "public_key": PUBLIC_KEY}}),
-    );
-    let named = |listing: &Value, field: &str| -> String {
-        listing[field]
-            .as_array()
-            .and_then(|all| all.iter().find(|x| x["name"] == "tiny"))
-            .and_then(|x| x["id"].as_str())
-            .unwrap_or_else(|| panic!("no {field} named tiny: {listing}"))
-            .to_string()
+/// A real guest reached the way an OpenStack user reaches one, every step through the
+/// `openstack` CLI with the login `up` wrote: `keypair create --public-key`, `server create
+/// --key-name --user-data --wait` (the tiny guest takes its address by DHCP, reads its ID and
+/// key from the metadata service at 169.254.169.254, answers TCP on port 8083), `console log
+/// show` (the metadata the guest read: its own ID, host name and key), `floating ip create
+/// public`, `server add floating ip`: from the host nothing gets in while the `default` group
+/// holds; `security group rule create --ingress --protocol tcp --dst-port 8083 default`: it
+/// does; `server remove floating ip`: it does not; `server add floating ip` again: it does;
+/// `security group rule delete`: it does not; then `floating ip delete`, `server delete --wait`,
+/// `keypair delete`. The time from create to the metadata's answer is a figure.
+pub fn the_openstack_cli_reaches_a_real_guest(cluster: &Cluster, openstack: &Path) {
+    let cli = |args: &[&str]| -> String {
+        let out = cluster
+            .command_in_ns(openstack.to_str().unwrap(), args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "openstack {}: {}{}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
     };
-    let flavor = named(
-        &cluster.api("GET", "/compute/v2.1/flavors", &Value::Null),
-        "flavors",
-    );
-    let image = named(
-        &cluster.api("GET", "/image/v2/images", &Value::Null),
-        "images",
-    );
-    let user_data = base64::engine::general_purpose::STANDARD
-        .encode("cumulo-test: dhcp\ncumulo-test: metadata\n");
+    let json = |args: &[&str]| -> Value {
+        let mut all = args.to_vec();
+        all.extend(["-f", "json"]);
+        let text = cli(&all);
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{args:?}: {e}: {text}"))
+    };
+    let dir = cluster.dir.path();
+    let key_file = dir.join("os-key.pub");
+    std::fs::write(&key_file, format!("{PUBLIC_KEY}\n")).unwrap();
+    let data = dir.join("os-guest-user-data");
+    std::fs::write(
+        &data,
+        "cumulo-test: dhcp\ncumulo-test: metadata\ncumulo-test: listen 8083\n",
+    )
+    .unwrap();
+    cli(&[
+        "keypair",
+        "create",
+        "--public-key",
+        key_file.to_str().unwrap(),
+        "os-key",
+    ]);
     let started = Instant::now();
-    let made = cluster.api(
-        "POST",
-        "/compute/v2.1/servers",
-        &json!({"server": {
-            "name": "md-guest",
-            "flavorRef": flavor,
-            "imageRef": image,
-            "key_name": "md-key",
-            "user_data": user_data,
-        }}),
-    );
-    let id = made["server"]["id"].as_str().unwrap().to_string();
+    let server = json(&[
+        "server",
+        "create",
+        "--flavor",
+        "tiny",
+        "--image",
+        "tiny",
+        "--key-name",
+        "os-key",
+        "--user-data",
+        data.to_str().unwrap(),
+        "--wait",
+        "os-guest",
+    ]);
+    let id = server["id"].as_str().unwrap().to_string();
     let log = poll(
-        "the guest's metadata on its console",
+        "the guest's metadata and listener on its console",
         Duration::from_secs(180),
         || {
-            let log = cluster.ok(&["instance", "console", &id, "--lines", "200"]);
+            let log = cli(&["console", "log", "show", "os-guest"]);
             for failed in ["CUMULO-GUEST-NOADDR", "CUMULO-GUEST-NOMETA"] {
                 assert!(!log.contains(failed), "{failed}: {log}");
             }
-            log.contains("CUMULO-GUEST-META-JSON").then_some(log)
+            (log.contains("CUMULO-GUEST-META-JSON") && log.contains("CUMULO-GUEST-LISTEN"))
+                .then_some(log)
         },
     );
     eprintln!(
-        "metadata: server create to the guest's answer from 169.254.169.254: {:.1} s",
+        "metadata: openstack server create to the guest's answer from 169.254.169.254 on its console: {:.1} s",
         started.elapsed().as_secs_f64()
     );
     assert!(
@@ -82,21 +104,57 @@ pub fn metadata_reaches_a_real_guest(cluster: &Cluster) {
         .unwrap();
     let meta: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
     assert_eq!(meta["uuid"], id.as_str(), "{meta}");
-    assert_eq!(meta["hostname"], "md-guest", "{meta}");
-    assert_eq!(meta["public_keys"]["md-key"], PUBLIC_KEY, "{meta}");
+    assert_eq!(meta["hostname"], "os-guest", "{meta}");
+    assert_eq!(meta["public_keys"]["os-key"], PUBLIC_KEY, "{meta}");
 
-    cluster.api(
-        "DELETE",
-        &format!("/compute/v2.1/servers/{id}"),
-        &Value::Null,
-    );
-    poll(
-        "the metadata guest deleted",
-        Duration::from_secs(60),
-        || {
-            let list = cluster.ok(&["instance", "list"]);
-            (!list.contains(&id)).then_some(())
-        },
+    let fip = json(&["floating", "ip", "create", "public"]);
+    let public = fip["floating_ip_address"].as_str().unwrap().to_string();
+    cli(&["server", "add", "floating", "ip", "os-guest", &public]);
+    let hello = format!("CUMULO-GUEST-HELLO {id}");
+    let connect = || connect_from(cluster, None, &public, 8083);
+    let answered = |what: &str| {
+        poll(what, Duration::from_secs(30), || {
+            (connect() == hello).then_some(())
+        })
+    };
+    let refused = |what: &str| {
+        poll(what, Duration::from_secs(30), || {
+            connect().starts_with("failed").then_some(())
+        })
+    };
+    refused("no way in through the default group");
+    let rule = json(&[
+        "security",
+        "group",
+        "rule",
+        "create",
+        "--ingress",
+        "--protocol",
+        "tcp",
+        "--dst-port",
+        "8083",
+        "default",
+    ]);
+    answered("a way in once the rule is there");
+    cli(&["server", "remove", "floating", "ip", "os-guest", &public]);
+    refused("no way in once the floating IP is removed");
+    cli(&["server", "add", "floating", "ip", "os-guest", &public]);
+    answered("a way in once the floating IP is back");
+    cli(&[
+        "security",
+        "group",
+        "rule",
+        "delete",
+        rule["id"].as_str().unwrap(),
+    ]);
+    refused("no way in once the rule is deleted");
+    cli(&["floating", "ip", "delete", &public]);
+    cli(&["server", "delete", "--wait", "os-guest"]);
+    cli(&["keypair", "delete", "os-key"]);
+    let left = json(&["server", "list"]);
+    assert!(
+        !left.to_string().contains(&id),
+        "the server is still listed: {left}"
     );
 }
 

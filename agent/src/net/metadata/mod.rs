@@ -4,7 +4,7 @@
 //!
 //! How a request gets here, per tenant bridge (one per subnet on the node):
 //!
-//! - a responder: a network namespace of its own (`<prefix><key>`, the prefix names the node)
+//! - a responder: a network namespace of its own (`cumulo-md-<node>-<key>`)
 //!   with one end of a veth pair, `md0`, which has the address 169.254.169.254/32, the MAC
 //!   [`MAC`], no IPv6, a default route on the link and a permanent neighbour entry for each
 //!   port's address; the other end, [`link_name`]`(key)`, is a port of the tenant bridge, where
@@ -98,12 +98,11 @@ async fn ip(args: &[&str]) -> Result<(), String> {
 }
 
 impl Metadata {
-    /// The responders of node `node`: their namespaces are named `cumulo-md-` and the node's
-    /// first eight hex digits, then the subnet key.
+    /// The responders of node `node`: their namespaces are named `cumulo-md-`, the node's
+    /// UUID (32 hex digits: several agents may share a machine in tests), then the subnet key.
     pub fn new(node: Uuid) -> Metadata {
-        let short = &node.simple().to_string()[..8];
         Metadata {
-            netns_prefix: format!("{NETNS_PREFIX}{short}-"),
+            netns_prefix: format!("{NETNS_PREFIX}{}-", node.simple()),
             entries: Arc::default(),
             responders: tokio::sync::Mutex::default(),
         }
