@@ -17,5 +17,6 @@ pub mod engine;
 pub mod etcd_setup;
 #[cfg(any(test, fuzzing))]
 pub mod fuzzing;
+pub mod images;
 pub mod launcher_key;
 pub mod resize;

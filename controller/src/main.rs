@@ -81,11 +81,15 @@ async fn run(args: Args, shutdown: CancellationToken) -> Result<(), String> {
              gives only the first one)"
         );
     }
+    let images_dir = state_dir.join("images");
+    let images = controller::images::LocalBlobs::open(&images_dir)
+        .map_err(|e| format!("the image store {}: {e}", images_dir.display()))?;
     controller.serve_api(
         listener,
         tls,
         signer,
         ApiConfig {
+            images: Some(Arc::new(images)),
             default_quota: api.default_quota,
             floating_range: api.floating_range,
             login: api.login,

@@ -44,6 +44,9 @@ pub enum ApiError {
     /// The body is larger than the configured limit.
     #[error("{0}")]
     PayloadTooLarge(String),
+    /// The body is of a content type the route does not take.
+    #[error("{0}")]
+    UnsupportedMediaType(String),
     /// The tenant's quota would be exceeded (Nova answers 403).
     #[error("{0}")]
     OverLimit(String),
@@ -95,6 +98,7 @@ impl ApiError {
             ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::Unavailable(_) | ApiError::Overloaded { .. } => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
@@ -131,6 +135,7 @@ impl ApiError {
             ApiError::NotAcceptable(_) => "notAcceptable",
             ApiError::Conflict(_) => "conflictingRequest",
             ApiError::RequestTimeout(_) => "requestTimeout",
+            ApiError::UnsupportedMediaType(_) => "unsupportedMediaType",
             ApiError::PayloadTooLarge(_)
             | ApiError::OverLimit(_)
             | ApiError::TooManyRequests { .. } => "overLimit",

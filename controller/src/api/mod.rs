@@ -76,11 +76,18 @@ pub struct ApiConfig {
     /// Connection limits (per source address, TLS and header deadlines): what the server is
     /// given by whoever serves this configuration's router ([`serve_with`]).
     pub connections: ConnectionLimits,
+    /// Where uploaded image data is kept (`None`: uploads are refused with 503).
+    pub images: Option<std::sync::Arc<dyn crate::images::ImageBlobs>>,
+    /// The largest image upload accepted, in bytes (Glance's `image_size_cap`).
+    pub image_size_cap: u64,
 }
 
 impl ApiConfig {
     /// The default body limit: 1 MiB.
     pub const DEFAULT_BODY_LIMIT: usize = 1 << 20;
+
+    /// The default largest image upload: 1 TiB, as Glance's.
+    pub const DEFAULT_IMAGE_SIZE_CAP: u64 = 1 << 40;
 
     /// A new tenant's limits unless said otherwise: 10 instances, 20 vCPUs, 51,200 MiB, Nova's
     /// own defaults (`[quota] instances`, `cores`, `ram`), so that a project moved from
@@ -110,6 +117,8 @@ impl ApiConfig {
             floating_range: ApiConfig::DEFAULT_FLOATING_RANGE,
             login: LoginLimits::default(),
             connections: ConnectionLimits::default(),
+            images: None,
+            image_size_cap: ApiConfig::DEFAULT_IMAGE_SIZE_CAP,
         }
     }
 }

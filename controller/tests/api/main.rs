@@ -11,6 +11,7 @@ mod docs;
 mod etcd;
 mod hypervisors;
 mod identity;
+mod images;
 mod keypairs;
 mod limits;
 mod native;

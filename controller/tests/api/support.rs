@@ -188,6 +188,7 @@ pub async fn connect_from(from: IpAddr, to: SocketAddr) -> std::io::Result<TcpSt
 }
 
 /// An HTTP/1.1 client of one server; one connection per request.
+#[derive(Clone)]
 pub struct Client {
     pub addr: SocketAddr,
     pub tls: Option<Arc<rustls::ClientConfig>>,
@@ -267,8 +268,13 @@ impl Client {
         let mut request = Request::builder()
             .method(method)
             .uri(path)
-            .header("host", self.addr.to_string())
-            .header("content-type", "application/json");
+            .header("host", self.addr.to_string());
+        if !headers
+            .iter()
+            .any(|(n, _)| n.eq_ignore_ascii_case("content-type"))
+        {
+            request = request.header("content-type", "application/json");
+        }
         for (name, value) in headers {
             request = request.header(*name, *value);
         }

@@ -8,6 +8,24 @@ use super::{EtcdStore, Tx, all, duplicate};
 use crate::common::{check_name, check_version, now};
 use crate::*;
 
+impl EtcdStore {
+    fn make_image(&self, new: NewImage, status: ImageStatus, props: ImageProps) -> Result<Image> {
+        check_name("image", &new.name)?;
+        if new.reference.is_empty() && status == ImageStatus::Active {
+            return Err(StoreError::Invalid("empty image reference".into()));
+        }
+        let rec = ImageRec::new(Uuid::new_v4(), new, now(), status, props);
+        self.atomically("creating an image", |tx| {
+            if let Some(owner) = rec.owner {
+                tenant_in(tx, owner)?;
+            }
+            let key = tx.keys().image(rec.id);
+            tx.put(&key, &rec)
+        })?;
+        Ok(rec.model())
+    }
+}
+
 impl CatalogStore for EtcdStore {
     // --- flavors ---
     fn create_flavor(&self, new: NewFlavor) -> Result<Flavor> {
@@ -64,19 +82,30 @@ impl CatalogStore for EtcdStore {
 
     // --- images ---
     fn create_image(&self, new: NewImage) -> Result<Image> {
-        check_name("image", &new.name)?;
-        if new.reference.is_empty() {
-            return Err(StoreError::Invalid("empty image reference".into()));
+        self.make_image(new, ImageStatus::Active, ImageProps::default())
+    }
+
+    fn create_queued_image(&self, new: NewImage, props: ImageProps) -> Result<Image> {
+        self.make_image(new, ImageStatus::Queued, props)
+    }
+
+    fn change_image(&self, scope: Scope, id: Uuid, change: ImageChange) -> Result<Image> {
+        if let Some(name) = &change.name {
+            check_name("image", name)?;
         }
-        let rec = ImageRec::new(Uuid::new_v4(), new, now());
-        self.atomically("creating an image", |tx| {
-            if let Some(owner) = rec.owner {
+        self.atomically("changing an image", |tx| {
+            let old = image_in(tx, scope, id)?.model();
+            if !scope.owns(old.owner) {
+                return Err(StoreError::not_found("image", id));
+            }
+            if let Some(Some(owner)) = change.owner {
                 tenant_in(tx, owner)?;
             }
-            let key = tx.keys().image(rec.id);
-            tx.put(&key, &rec)
-        })?;
-        Ok(rec.model())
+            let new = old.changed(&change, now())?;
+            let key = tx.keys().image(id);
+            tx.put(&key, &ImageRec::of(&new))?;
+            Ok(new)
+        })
     }
 
     fn image(&self, scope: Scope, id: Uuid) -> Result<Image> {

@@ -262,25 +262,70 @@ pub(super) struct ImageRec {
     pub(super) kind: KindRec,
     pub(super) reference: String,
     pub(super) created_ms: i64,
+    /// Records written before the Image API had none: registered, hence active.
+    #[serde(default = "active")]
+    pub(super) status: ImageStatus,
+    #[serde(default)]
+    pub(super) file: Option<ImageFile>,
+    #[serde(default)]
+    pub(super) props: ImageProps,
+    /// 0: when it was made.
+    #[serde(default)]
+    pub(super) updated_ms: i64,
+}
+
+fn active() -> ImageStatus {
+    ImageStatus::Active
+}
+
+fn kind_rec(kind: ImageKind) -> KindRec {
+    match kind {
+        ImageKind::Qcow2 => KindRec::Qcow2,
+        ImageKind::Raw => KindRec::Raw,
+        ImageKind::Iso => KindRec::Iso,
+    }
 }
 
 impl ImageRec {
-    pub(super) fn new(id: Uuid, new: NewImage, created: std::time::SystemTime) -> ImageRec {
+    pub(super) fn new(
+        id: Uuid,
+        new: NewImage,
+        created: std::time::SystemTime,
+        status: ImageStatus,
+        props: ImageProps,
+    ) -> ImageRec {
         ImageRec {
             id,
             owner: new.owner,
             name: new.name,
-            kind: match new.kind {
-                ImageKind::Qcow2 => KindRec::Qcow2,
-                ImageKind::Raw => KindRec::Raw,
-                ImageKind::Iso => KindRec::Iso,
-            },
+            kind: kind_rec(new.kind),
             reference: new.reference,
             created_ms: millis(created),
+            status,
+            file: None,
+            props,
+            updated_ms: millis(created),
+        }
+    }
+
+    /// The record of `image`.
+    pub(super) fn of(image: &Image) -> ImageRec {
+        ImageRec {
+            id: image.id,
+            owner: image.owner,
+            name: image.name.clone(),
+            kind: kind_rec(image.kind),
+            reference: image.reference.clone(),
+            created_ms: millis(image.created),
+            status: image.status,
+            file: image.file.clone(),
+            props: image.props.clone(),
+            updated_ms: millis(image.updated),
         }
     }
 
     pub(super) fn model(&self) -> Image {
+        let created = from_millis(self.created_ms);
         Image {
             id: self.id,
             owner: self.owner,
@@ -291,7 +336,15 @@ impl ImageRec {
                 KindRec::Iso => ImageKind::Iso,
             },
             reference: self.reference.clone(),
-            created: from_millis(self.created_ms),
+            created,
+            status: self.status,
+            file: self.file.clone(),
+            props: self.props.clone(),
+            updated: if self.updated_ms == 0 {
+                created
+            } else {
+                from_millis(self.updated_ms)
+            },
         }
     }
 }

@@ -26,7 +26,13 @@ impl CatalogStore for SqliteStore {
     }
 
     fn create_image(&self, new: NewImage) -> Result<Image> {
-        self.write(|tx| create_image(tx, new))
+        self.write(|tx| create_image(tx, new, ImageStatus::Active, ImageProps::default()))
+    }
+    fn create_queued_image(&self, new: NewImage, props: ImageProps) -> Result<Image> {
+        self.write(|tx| create_image(tx, new, ImageStatus::Queued, props))
+    }
+    fn change_image(&self, scope: Scope, id: Uuid, change: ImageChange) -> Result<Image> {
+        self.write(|tx| change_image(tx, scope, id, change))
     }
     fn image(&self, scope: Scope, id: Uuid) -> Result<Image> {
         self.read(|tx| image(tx, scope, id))
@@ -137,10 +143,19 @@ fn visible(scope: Scope) -> (&'static str, Option<String>) {
     }
 }
 
-const IMAGE_COLS: &str = "id, owner, name, kind, reference, created";
+const IMAGE_COLS: &str = "id, owner, name, kind, reference, created, status, file, props, updated";
+
+fn json_at<T: serde::de::DeserializeOwned>(row: &Row<'_>, i: usize) -> rusqlite::Result<T> {
+    let text: String = row.get(i)?;
+    serde_json::from_str(&text).map_err(|e| bad_column(i, e.to_string()))
+}
 
 fn image_row(row: &Row<'_>) -> rusqlite::Result<Image> {
     let kind: String = row.get(3)?;
+    let status: String = row.get(6)?;
+    let file: Option<String> = row.get(7)?;
+    let created = from_millis(row.get(5)?);
+    let updated: i64 = row.get(9)?;
     Ok(Image {
         id: uuid_at(row, 0)?,
         owner: opt_uuid_at(row, 1)?,
@@ -152,7 +167,21 @@ fn image_row(row: &Row<'_>) -> rusqlite::Result<Image> {
             other => return Err(bad_column(3, format!("unknown image kind {other:?}"))),
         },
         reference: row.get(4)?,
-        created: from_millis(row.get(5)?),
+        created,
+        status: ImageStatus::parse(&status)
+            .ok_or_else(|| bad_column(6, format!("unknown image status {status:?}")))?,
+        file: match file {
+            Some(text) => {
+                Some(serde_json::from_str(&text).map_err(|e| bad_column(7, e.to_string()))?)
+            }
+            None => None,
+        },
+        props: json_at(row, 8)?,
+        updated: if updated == 0 {
+            created
+        } else {
+            from_millis(updated)
+        },
     })
 }
 
@@ -164,34 +193,90 @@ fn kind_text(kind: ImageKind) -> &'static str {
     }
 }
 
-pub(super) fn create_image(tx: &Transaction<'_>, new: NewImage) -> Result<Image> {
+pub(super) fn create_image(
+    tx: &Transaction<'_>,
+    new: NewImage,
+    status: ImageStatus,
+    props: ImageProps,
+) -> Result<Image> {
     check_name("image", &new.name)?;
-    if new.reference.is_empty() {
+    if new.reference.is_empty() && status == ImageStatus::Active {
         return Err(StoreError::Invalid("empty image reference".into()));
     }
     if let Some(owner) = new.owner {
         tenant(tx, owner)?;
     }
+    let at = now();
     let image = Image {
         id: Uuid::new_v4(),
         owner: new.owner,
         name: new.name,
         kind: new.kind,
         reference: new.reference,
-        created: now(),
+        created: at,
+        status,
+        file: None,
+        props,
+        updated: at,
     };
     tx.execute(
-        "INSERT INTO images (id, owner, name, kind, reference, created) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        "INSERT INTO images (id, owner, name, kind, reference, created, status, props, updated) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?6)",
         params![
             image.id.to_string(),
             image.owner.map(|o| o.to_string()),
             image.name,
             kind_text(image.kind),
             image.reference,
-            millis(image.created)
+            millis(image.created),
+            image.status.as_str(),
+            props_text(&image.props)?,
         ],
     )?;
     Ok(image)
+}
+
+fn props_text(props: &ImageProps) -> Result<String> {
+    serde_json::to_string(props).map_err(|e| StoreError::Invalid(e.to_string()))
+}
+
+pub(super) fn change_image(
+    tx: &Transaction<'_>,
+    scope: Scope,
+    id: Uuid,
+    change: ImageChange,
+) -> Result<Image> {
+    let old = image(tx, scope, id)?;
+    if !scope.owns(old.owner) {
+        return Err(StoreError::not_found("image", id));
+    }
+    if let Some(name) = &change.name {
+        check_name("image", name)?;
+    }
+    if let Some(Some(owner)) = change.owner {
+        tenant(tx, owner)?;
+    }
+    let new = old.changed(&change, now())?;
+    let file = match &new.file {
+        Some(f) => Some(serde_json::to_string(f).map_err(|e| StoreError::Invalid(e.to_string()))?),
+        None => None,
+    };
+    tx.execute(
+        "UPDATE images SET owner = ?2, name = ?3, kind = ?4, reference = ?5, status = ?6, \
+         file = ?7, props = ?8, updated = ?9 WHERE id = ?1",
+        params![
+            id.to_string(),
+            new.owner.map(|o| o.to_string()),
+            new.name,
+            kind_text(new.kind),
+            new.reference,
+            new.status.as_str(),
+            file,
+            props_text(&new.props)?,
+            millis(new.updated),
+        ],
+    )?;
+    Ok(new)
 }
 
 pub(super) fn image(tx: &Transaction<'_>, scope: Scope, id: Uuid) -> Result<Image> {

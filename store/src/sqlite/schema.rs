@@ -252,6 +252,15 @@ CREATE TABLE floating_addresses (
 );
 CREATE INDEX floating_addresses_tenant ON floating_addresses(tenant_id);
 "#,
+    // 12: images through the Image API (issue 23): a status (registered images are active),
+    // the uploaded data's size and hashes (JSON), the other Glance fields (JSON) and when it
+    // last changed (0: when it was made).
+    r#"
+ALTER TABLE images ADD COLUMN status TEXT NOT NULL DEFAULT 'active';
+ALTER TABLE images ADD COLUMN file TEXT;
+ALTER TABLE images ADD COLUMN props TEXT NOT NULL DEFAULT '{}';
+ALTER TABLE images ADD COLUMN updated INTEGER NOT NULL DEFAULT 0;
+"#,
 ];
 
 /// The newest schema version this code knows.

@@ -127,3 +127,113 @@ pub(crate) fn ephemeral_workloads_are_kept_as_such<F: Fixture>() {
         [("batch-2".to_string(), true), (kept.name.clone(), false)]
     );
 }
+
+/// An image made through the Image API: queued with its fields and no reference, then saving
+/// (only from queued: a second upload conflicts), then active with its data; another tenant
+/// neither sees nor changes it; a change keeps what it does not name; a reopen keeps it all.
+pub(crate) fn uploaded_images_go_from_queued_to_active<F: Fixture>() {
+    let fx = F::new();
+    let store = fx.open();
+    let (t, _) = tenant_and_workload(&store, "acme", Quota::default(), 24);
+    let (other, _) = tenant_and_workload(&store, "other", Quota::default(), 24);
+    let props = ImageProps {
+        container_format: Some("bare".into()),
+        min_disk: 1,
+        min_ram: 64,
+        tags: vec!["test".into()],
+        properties: [("os_distro".to_string(), "tiny".to_string())].into(),
+        protected: false,
+    };
+    let queued = store
+        .create_queued_image(
+            NewImage {
+                owner: Some(t.id),
+                name: "uploaded".into(),
+                kind: ImageKind::Raw,
+                reference: String::new(),
+            },
+            props.clone(),
+        )
+        .unwrap();
+    assert_eq!(queued.status, ImageStatus::Queued);
+    assert_eq!(
+        (queued.props.clone(), queued.file.clone()),
+        (props.clone(), None)
+    );
+    let scope = Scope::Tenant(t.id);
+    assert_eq!(store.image(scope, queued.id).unwrap(), queued);
+    // Registered images still need a reference.
+    assert!(matches!(
+        store.create_image(NewImage {
+            owner: None,
+            name: "x".into(),
+            kind: ImageKind::Raw,
+            reference: String::new(),
+        }),
+        Err(StoreError::Invalid(_))
+    ));
+    let saving = ImageChange {
+        expect: Some(ImageStatus::Queued),
+        status: Some(ImageStatus::Saving),
+        ..ImageChange::default()
+    };
+    assert!(is_not_found(store.change_image(
+        Scope::Tenant(other.id),
+        queued.id,
+        saving.clone()
+    )));
+    let s = store
+        .change_image(scope, queued.id, saving.clone())
+        .unwrap();
+    assert_eq!(s.status, ImageStatus::Saving);
+    assert!(matches!(
+        store.change_image(scope, queued.id, saving),
+        Err(StoreError::Conflict(_))
+    ));
+    let file = ImageFile {
+        size: 3,
+        md5: "m".into(),
+        sha512: "s".into(),
+    };
+    let active = store
+        .change_image(
+            scope,
+            queued.id,
+            ImageChange {
+                expect: Some(ImageStatus::Saving),
+                status: Some(ImageStatus::Active),
+                file: Some(Some(file.clone())),
+                reference: Some("sha512/s".into()),
+                ..ImageChange::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(
+        (
+            active.status,
+            active.file.clone(),
+            active.reference.as_str()
+        ),
+        (ImageStatus::Active, Some(file), "sha512/s")
+    );
+    let renamed = store
+        .change_image(
+            scope,
+            queued.id,
+            ImageChange {
+                name: Some("renamed".into()),
+                ..ImageChange::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(renamed.name, "renamed");
+    assert_eq!(
+        (renamed.props.clone(), renamed.file.clone()),
+        (props, active.file.clone())
+    );
+    assert!(is_not_found(
+        store.image(Scope::Tenant(other.id), queued.id)
+    ));
+    let store = fx.open();
+    assert_eq!(store.image(scope, queued.id).unwrap(), renamed);
+}

@@ -43,7 +43,8 @@ macro_rules! store_suite {
         $crate::store_suite!(@tests $fixture;
             identity: tenant_crud, user_and_role_crud, revoked_tokens_are_listed_until_they_expire,
                 a_password_change_or_a_role_removal_ends_the_users_tokens;
-            catalog: catalog_crud, ephemeral_workloads_are_kept_as_such;
+            catalog: catalog_crud, ephemeral_workloads_are_kept_as_such,
+                uploaded_images_go_from_queued_to_active;
             instances: instance_crud, parallel_creates_respect_the_quota, vcpu_and_memory_quotas,
                 addresses_are_allocated_and_reused, small_subnets_get_distinct_keys, subnets_run_out, cnci_lifecycle,
                 ten_thousand_instances_page_quickly, a_fault_is_kept_while_in_error,

@@ -4,7 +4,8 @@
 use uuid::Uuid;
 
 use crate::{
-    Flavor, Image, NewFlavor, NewImage, NewWorkload, Result, Scope, Workload, WorkloadChange,
+    Flavor, Image, ImageChange, ImageProps, NewFlavor, NewImage, NewWorkload, Result, Scope,
+    Workload, WorkloadChange,
 };
 
 /// Flavors, images and workloads. Every call is one transaction.
@@ -20,8 +21,14 @@ pub trait CatalogStore: Send + Sync {
     fn delete_flavor(&self, id: Uuid) -> Result<()>;
 
     // --- images ---
-    /// Creates an image (its owner, if any, must exist).
+    /// Creates an image (its owner, if any, must exist), active from the start.
     fn create_image(&self, new: NewImage) -> Result<Image>;
+    /// Creates an image through the Image API: `queued` (no data yet: `new.reference` may be
+    /// empty), with `props`.
+    fn create_queued_image(&self, new: NewImage, props: ImageProps) -> Result<Image>;
+    /// Changes an image owned in `scope` (`NotFound` for one it does not own; `Conflict` if
+    /// `change.expect` is not its status).
+    fn change_image(&self, scope: Scope, id: Uuid, change: ImageChange) -> Result<Image>;
     /// One image visible in `scope`.
     fn image(&self, scope: Scope, id: Uuid) -> Result<Image>;
     /// The images visible in `scope`, by name.

@@ -100,7 +100,7 @@ impl Entry {
             "name": self.hostname,
             "hostname": self.hostname,
             "launch_index": 0,
-            "project_id": self.tenant.simple().to_string(),
+            "project_id": self.tenant.to_string(),
             "public_keys": keys,
             "keys": key_list,
             "meta": {},
@@ -425,7 +425,7 @@ mod tests {
         assert_eq!(v["hostname"], "web-1");
         assert_eq!(v["public_keys"]["mykey"], "ssh-ed25519 AAAA me@x");
         assert_eq!(v["keys"][0]["type"], "ssh");
-        assert_eq!(v["project_id"], Uuid::from_u128(0xdef).simple().to_string());
+        assert_eq!(v["project_id"], Uuid::from_u128(0xdef).to_string());
         let n: serde_json::Value =
             serde_json::from_slice(&get(Some(&e), "/openstack/latest/network_data.json").body)
                 .unwrap();

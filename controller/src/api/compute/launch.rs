@@ -343,7 +343,7 @@ pub async fn create(
                 }
                 other => other.into(),
             })?;
-            store
+            let image = store
                 .image(Scope::Tenant(tenant), plan.image)
                 .map_err(|e| match e {
                     StoreError::NotFound { .. } => {
@@ -351,6 +351,12 @@ pub async fn create(
                     }
                     other => other.into(),
                 })?;
+            if image.status != store::ImageStatus::Active {
+                return Err(ApiError::BadRequest(format!(
+                    "Image {} is not active.",
+                    plan.image
+                )));
+            }
             let key = plan
                 .key_name
                 .as_deref()

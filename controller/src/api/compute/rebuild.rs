@@ -84,6 +84,11 @@ pub fn target_workload(
     let own = store.workload(Scope::All, instance.workload)?;
     let image = image.unwrap_or(own.image);
     match store.image(Scope::Tenant(instance.tenant), image) {
+        Ok(i) if i.status != store::ImageStatus::Active => {
+            return Err(ApiError::BadRequest(format!(
+                "Image {image} is not active."
+            )));
+        }
         Ok(_) => {}
         Err(StoreError::NotFound { .. }) => {
             return Err(ApiError::BadRequest(format!(

@@ -419,6 +419,8 @@ pub struct TestApi {
     pub admin: Bootstrapped,
     shutdown: CancellationToken,
     task: JoinHandle<Result<(), ServeError>>,
+    /// Where uploaded image data goes (removed with the server).
+    _images: tempfile::TempDir,
 }
 
 impl TestApi {
@@ -459,6 +461,10 @@ impl TestApi {
         let url = format!("{scheme}://127.0.0.1:{}", addr.port());
         let mut config = ApiConfig::new(url.clone());
         config.password_iterations = TEST_ITERATIONS;
+        let images = tempfile::tempdir().map_err(|e| e.to_string())?;
+        config.images = Some(Arc::new(
+            crate::images::LocalBlobs::open(images.path()).map_err(|e| e.to_string())?,
+        ));
         tune(&mut config);
         let boot_store = store.clone();
         let admin = tokio::task::spawn_blocking(move || {
@@ -490,6 +496,7 @@ impl TestApi {
             admin,
             shutdown,
             task,
+            _images: images,
         })
     }
 

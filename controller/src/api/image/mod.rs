@@ -1,13 +1,19 @@
-//! The OpenStack Image v2 subset at `/image`: version discovery and read-only listing of the
-//! images a project sees (public ones and its own), in Glance's shape. Images are registered
-//! through the native API (`/cumulo/v1/images`).
+//! The OpenStack Image v2 subset at `/image`, in Glance's shape: version discovery, the images
+//! a project sees (public ones and its own), and images made through the API ([`write`]:
+//! create, `PATCH`, delete, tags), their data ([`data`]: upload and download) and the schemas
+//! ([`schemas`]). Images can also be registered, with data the nodes already have, through the
+//! native API (`/cumulo/v1/images`).
+
+mod data;
+mod schemas;
+mod write;
 
 use axum::Json;
 use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, put};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -24,8 +30,23 @@ pub fn routes() -> Router<ApiState> {
         .route("/image/versions", get(versions_ok))
         .route("/image/v2", get(versions))
         .route("/image/v2/", get(versions))
-        .route("/image/v2/images", get(list))
-        .route("/image/v2/images/{id}", get(show))
+        .route("/image/v2/images", get(list).post(write::create))
+        .route(
+            "/image/v2/images/{id}",
+            get(show).patch(write::patch).delete(write::delete),
+        )
+        .route(
+            "/image/v2/images/{id}/file",
+            put(data::upload)
+                .get(data::download)
+                .layer(axum::extract::DefaultBodyLimit::disable()),
+        )
+        .route(
+            "/image/v2/images/{id}/tags/{tag}",
+            put(write::add_tag).delete(write::remove_tag),
+        )
+        .route("/image/v2/schemas/image", get(schemas::image))
+        .route("/image/v2/schemas/images", get(schemas::images))
 }
 
 fn versions_body(base: &str) -> Value {
@@ -55,32 +76,40 @@ pub fn disk_format(kind: ImageKind) -> &'static str {
     }
 }
 
-fn body(image: &Image) -> Value {
-    let created = rfc3339(image.created);
-    json!({
+/// The Image API's view of an image.
+pub(crate) fn body(image: &Image) -> Value {
+    let file = image.file.as_ref();
+    let mut view = json!({
         "id": image.id,
         "name": image.name,
-        "status": "active",
+        "status": image.status.as_str(),
         "visibility": if image.owner.is_none() { "public" } else { "private" },
-        "protected": false,
+        "protected": image.props.protected,
         "os_hidden": false,
         "owner": image.owner,
         "disk_format": disk_format(image.kind),
-        "container_format": "bare",
-        "size": null,
+        "container_format": image.props.container_format.as_deref().unwrap_or("bare"),
+        "size": file.map(|f| f.size),
         "virtual_size": null,
-        "checksum": null,
-        "os_hash_algo": null,
-        "os_hash_value": null,
-        "min_disk": 0,
-        "min_ram": 0,
-        "tags": [],
-        "created_at": created,
-        "updated_at": created,
+        "checksum": file.map(|f| f.md5.clone()),
+        "os_hash_algo": file.map(|_| "sha512"),
+        "os_hash_value": file.map(|f| f.sha512.clone()),
+        "min_disk": image.props.min_disk,
+        "min_ram": image.props.min_ram,
+        "tags": image.props.tags,
+        "created_at": rfc3339(image.created),
+        "updated_at": rfc3339(image.updated),
         "self": format!("/v2/images/{}", image.id),
         "file": format!("/v2/images/{}/file", image.id),
         "schema": "/v2/schemas/image",
-    })
+    });
+    // Glance shows the free-form properties beside the fields.
+    if let Some(fields) = view.as_object_mut() {
+        for (key, value) in &image.props.properties {
+            fields.entry(key.clone()).or_insert_with(|| json!(value));
+        }
+    }
+    view
 }
 
 #[derive(Debug, Default, Deserialize)]

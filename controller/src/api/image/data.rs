@@ -1,0 +1,199 @@
+//! An image's data: `PUT /v2/images/{id}/file` (upload, streamed to the image store while it is
+//! hashed, never held in memory) and `GET /v2/images/{id}/file` (download, streamed).
+//!
+//! An upload takes a `queued` image to `saving`, then to `active` with its size, MD5
+//! (`checksum`) and SHA-512 (`os_hash_value`) once the whole body is kept; a body cut short,
+//! one over the size cap (413), or one whose chunks stop coming for [`CHUNK_TIMEOUT`] (408)
+//! leaves the image `queued` again and nothing in the store. A second upload to an image that
+//! is not `queued` is a 409. The body must be `application/octet-stream` (415 otherwise).
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use futures_util::StreamExt;
+use md5::Md5;
+use sha2::{Digest, Sha512};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::AsyncWriteExt;
+
+use super::super::extract::{PathParams, path_id};
+use super::super::{ApiError, ApiState, Principal};
+use crate::images::ImageBlobs;
+use store::{ImageChange, ImageFile, ImageStatus};
+
+/// How long an upload may wait for its next chunk.
+pub const CHUNK_TIMEOUT: Duration = Duration::from_secs(60);
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn blobs(state: &ApiState) -> Result<Arc<dyn ImageBlobs>, ApiError> {
+    state
+        .config
+        .images
+        .clone()
+        .ok_or_else(|| ApiError::Unavailable("this controller keeps no image data".into()))
+}
+
+fn io_fault(e: std::io::Error) -> ApiError {
+    ApiError::Internal(format!("the image store: {e}"))
+}
+
+/// Receives `body` into a staging file of `blobs`: its path and what it was.
+async fn receive(
+    body: Body,
+    blobs: &Arc<dyn ImageBlobs>,
+    cap: u64,
+) -> Result<(std::path::PathBuf, ImageFile), (Option<std::path::PathBuf>, ApiError)> {
+    let store = blobs.clone();
+    let (path, file) = tokio::task::spawn_blocking(move || store.stage())
+        .await
+        .map_err(|e| (None, ApiError::Internal(e.to_string())))?
+        .map_err(|e| (None, io_fault(e)))?;
+    let fail = |e: ApiError| (Some(path.clone()), e);
+    let mut out = tokio::fs::File::from_std(file);
+    let (mut sha, mut md5, mut size) = (Sha512::new(), Md5::new(), 0u64);
+    let mut stream = body.into_data_stream();
+    loop {
+        let next = tokio::time::timeout(CHUNK_TIMEOUT, stream.next())
+            .await
+            .map_err(|_| {
+                fail(ApiError::RequestTimeout(format!(
+                    "no image data came for {} s",
+                    CHUNK_TIMEOUT.as_secs()
+                )))
+            })?;
+        let Some(chunk) = next else { break };
+        let chunk = chunk.map_err(|e| {
+            fail(ApiError::BadRequest(format!(
+                "the upload was cut short: {e}"
+            )))
+        })?;
+        size += chunk.len() as u64;
+        if size > cap {
+            return Err(fail(ApiError::PayloadTooLarge(format!(
+                "an image is at most {cap} bytes"
+            ))));
+        }
+        sha.update(&chunk);
+        md5.update(&chunk);
+        out.write_all(&chunk).await.map_err(|e| fail(io_fault(e)))?;
+    }
+    out.sync_all().await.map_err(|e| fail(io_fault(e)))?;
+    let file = ImageFile {
+        size,
+        md5: hex(&md5.finalize()),
+        sha512: hex(&sha.finalize()),
+    };
+    Ok((path, file))
+}
+
+/// `PUT /v2/images/{id}/file` (204).
+pub(super) async fn upload(
+    State(state): State<ApiState>,
+    caller: Principal,
+    PathParams(id): PathParams<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<StatusCode, ApiError> {
+    let id = path_id("image", &id)?;
+    let kind = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if !kind.starts_with("application/octet-stream") {
+        return Err(ApiError::UnsupportedMediaType(format!(
+            "image data must be sent as application/octet-stream, not {kind:?}"
+        )));
+    }
+    let blobs = blobs(&state)?;
+    let scope = caller.project_scope(true)?;
+    let image = super::write::owned(&state, &caller, id).await?;
+    let to = |expect, status, file: Option<ImageFile>| {
+        let reference = file.as_ref().map(|f| format!("sha512/{}", f.sha512));
+        let change = ImageChange {
+            expect: Some(expect),
+            status: Some(status),
+            file: file.map(Some),
+            reference,
+            ..ImageChange::default()
+        };
+        let state = state.clone();
+        async move {
+            state
+                .store(move |store| Ok(store.change_image(scope, id, change)?))
+                .await
+        }
+    };
+    to(ImageStatus::Queued, ImageStatus::Saving, None)
+        .await
+        .map_err(|e| match e {
+            ApiError::Conflict(_) => ApiError::Conflict(format!(
+                "image {id} is {}: data goes only to a queued image",
+                image.status.as_str()
+            )),
+            other => other,
+        })?;
+    let received = receive(body, &blobs, state.config.image_size_cap).await;
+    let discard = |path: std::path::PathBuf| {
+        let _ = std::fs::remove_file(path);
+    };
+    let (path, file) = match received {
+        Ok(done) => done,
+        Err((path, e)) => {
+            path.map(discard);
+            let _ = to(ImageStatus::Saving, ImageStatus::Queued, None).await;
+            return Err(e);
+        }
+    };
+    let (hash, store) = (file.sha512.clone(), blobs.clone());
+    let kept = tokio::task::spawn_blocking(move || store.keep(&path, &hash)).await;
+    if !matches!(kept, Ok(Ok(()))) {
+        let _ = to(ImageStatus::Saving, ImageStatus::Queued, None).await;
+        return Err(ApiError::Internal(format!(
+            "keeping image {id}'s data failed: {kept:?}"
+        )));
+    }
+    tracing::info!(image = %id, size = file.size, "image data uploaded");
+    to(ImageStatus::Saving, ImageStatus::Active, Some(file))
+        .await
+        .map(|_| StatusCode::NO_CONTENT)
+}
+
+/// `GET /v2/images/{id}/file`: the data (200, `Content-MD5` the checksum), or 204 for an image
+/// without any.
+pub(super) async fn download(
+    State(state): State<ApiState>,
+    caller: Principal,
+    PathParams(id): PathParams<String>,
+) -> Result<Response, ApiError> {
+    let id = path_id("image", &id)?;
+    let scope = caller.project_scope(true)?;
+    let image = state
+        .store(move |store| Ok(store.image(scope, id)?))
+        .await?;
+    let Some(file) = image.file.filter(|_| image.status == ImageStatus::Active) else {
+        return Ok(StatusCode::NO_CONTENT.into_response());
+    };
+    let blobs = blobs(&state)?;
+    let hash = file.sha512.clone();
+    let data = tokio::task::spawn_blocking(move || blobs.open(&hash))
+        .await
+        .map_err(|e| ApiError::Internal(e.to_string()))?
+        .map_err(io_fault)?;
+    let stream = tokio_util::io::ReaderStream::new(tokio::fs::File::from_std(data));
+    let mut response = Body::from_stream(stream).into_response();
+    let h = response.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/octet-stream"),
+    );
+    h.insert(header::CONTENT_LENGTH, HeaderValue::from(file.size));
+    if let Ok(md5) = HeaderValue::from_str(&file.md5) {
+        h.insert("content-md5", md5);
+    }
+    Ok(response)
+}

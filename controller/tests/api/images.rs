@@ -1,0 +1,352 @@
+//! Images through the Image API: create (queued), upload (streamed, hashed), download,
+//! `PATCH`, tags, delete, schemas; another project sees none of it; a queued image does not
+//! boot; an upload over the size cap leaves the image queued.
+
+use axum::http::{Method, StatusCode};
+use md5::Md5;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha512};
+
+use crate::support::{Client, World};
+
+const PATCH: &str = "application/openstack-images-v2.1-json-patch";
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+async fn create(c: &Client, token: &str, body: Value) -> (StatusCode, Value) {
+    let (status, _, body) = c
+        .send(Method::POST, "/image/v2/images", Some(token), Some(body))
+        .await;
+    (status, body)
+}
+
+async fn upload(c: &Client, token: &str, id: &str, data: &[u8]) -> (StatusCode, Value) {
+    let (status, _, body) = c
+        .request(
+            Method::PUT,
+            &format!("/image/v2/images/{id}/file"),
+            &[
+                ("x-auth-token", token),
+                ("content-type", "application/octet-stream"),
+            ],
+            data.to_vec(),
+        )
+        .await;
+    (status, body)
+}
+
+async fn patch(c: &Client, token: &str, id: &str, ops: Value) -> (StatusCode, Value) {
+    let (status, _, body) = c
+        .request(
+            Method::PATCH,
+            &format!("/image/v2/images/{id}"),
+            &[("x-auth-token", token), ("content-type", PATCH)],
+            ops.to_string().into_bytes(),
+        )
+        .await;
+    (status, body)
+}
+
+#[tokio::test]
+async fn an_image_is_created_uploaded_downloaded_changed_and_deleted() {
+    let w = World::start().await;
+    let (a, b) = (w.token_a().await, w.token_b().await);
+    let c = w.client();
+    let (status, made) = create(
+        &c,
+        &a,
+        json!({"name": "tiny", "disk_format": "raw", "container_format": "bare",
+               "min_ram": 64, "tags": ["one"], "os_distro": "busybox"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{made}");
+    assert_eq!(made["status"], "queued");
+    assert_eq!(made["visibility"], "private");
+    assert_eq!(made["owner"], w.a.id.to_string());
+    assert_eq!(made["size"], Value::Null);
+    assert_eq!(
+        (&made["min_ram"], &made["tags"], &made["os_distro"]),
+        (&json!(64), &json!(["one"]), &json!("busybox"))
+    );
+    let id = made["id"].as_str().unwrap().to_string();
+    let path = format!("/image/v2/images/{id}");
+
+    // No data yet: the download is empty, and it does not boot.
+    let (status, _, _) = c
+        .send(Method::GET, &format!("{path}/file"), Some(&a), None)
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (status, _, body) = c
+        .send(
+            Method::POST,
+            "/compute/v2.1/servers",
+            Some(&a),
+            Some(json!({"server": {"name": "x", "flavorRef": w.flavor.id, "imageRef": id}})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(body.to_string().contains("is not active"), "{body}");
+
+    // Only octet streams; only the owner.
+    let (status, _, body) = c
+        .request(
+            Method::PUT,
+            &format!("{path}/file"),
+            &[("x-auth-token", &a), ("content-type", "text/plain")],
+            b"x".to_vec(),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNSUPPORTED_MEDIA_TYPE, "{body}");
+    // Over the 1 MiB JSON body limit: image data is not held to it.
+    let data = b"CUMULO test image data\n".repeat(60_000);
+    let (status, body) = upload(&c, &b, &id, &data).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+
+    let (status, body) = upload(&c, &a, &id, &data).await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
+    let (_, _, shown) = c.send(Method::GET, &path, Some(&a), None).await;
+    assert_eq!(shown["status"], "active", "{shown}");
+    assert_eq!(shown["size"], data.len());
+    assert_eq!(shown["checksum"], hex(&Md5::digest(&data)));
+    assert_eq!(shown["os_hash_algo"], "sha512");
+    assert_eq!(shown["os_hash_value"], hex(&Sha512::digest(&data)));
+    // A second upload is refused.
+    let (status, body) = upload(&c, &a, &id, b"other").await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    let (status, headers, got) = c
+        .send(Method::GET, &format!("{path}/file"), Some(&a), None)
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(got.as_str().unwrap().as_bytes(), &data[..]);
+    assert_eq!(headers["content-md5"], hex(&Md5::digest(&data)).as_str());
+    assert_eq!(headers["content-type"], "application/octet-stream");
+    // Another project sees none of it.
+    for p in [path.clone(), format!("{path}/file")] {
+        let (status, _, body) = c.send(Method::GET, &p, Some(&b), None).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{p}: {body}");
+    }
+    let (_, _, listed) = c
+        .send(Method::GET, "/image/v2/images", Some(&b), None)
+        .await;
+    assert!(!listed.to_string().contains(&id), "{listed}");
+
+    // PATCH: rename, a property, tags; read-only fields and other content types refused.
+    let (status, changed) = patch(
+        &c,
+        &a,
+        &id,
+        json!([
+            {"op": "replace", "path": "/name", "value": "tiny-2"},
+            {"op": "add", "path": "/hw_disk_bus", "value": "virtio"},
+            {"op": "replace", "path": "/tags", "value": ["one", "two"]},
+            {"op": "remove", "path": "/os_distro"},
+        ]),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{changed}");
+    assert_eq!(changed["name"], "tiny-2");
+    assert_eq!(changed["hw_disk_bus"], "virtio");
+    assert_eq!(changed["tags"], json!(["one", "two"]));
+    assert_eq!(changed.get("os_distro"), None, "{changed}");
+    assert_eq!(changed["size"], data.len(), "the data stays");
+    for (ops, want) in [
+        (
+            json!([{"op": "replace", "path": "/size", "value": 1}]),
+            StatusCode::FORBIDDEN,
+        ),
+        (
+            json!([{"op": "replace", "path": "/visibility", "value": "public"}]),
+            StatusCode::FORBIDDEN,
+        ),
+        (
+            json!([{"op": "replace", "path": "/disk_format", "value": "qcow2"}]),
+            StatusCode::FORBIDDEN,
+        ),
+        (
+            json!([{"op": "move", "path": "/name", "from": "/x"}]),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            json!([{"op": "remove", "path": "/nothing"}]),
+            StatusCode::CONFLICT,
+        ),
+    ] {
+        let (status, body) = patch(&c, &a, &id, ops.clone()).await;
+        assert_eq!(status, want, "{ops}: {body}");
+    }
+    let (status, _, body) = c
+        .send(
+            Method::PATCH,
+            &path,
+            Some(&a),
+            Some(json!([{"op": "replace", "path": "/name", "value": "x"}])),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNSUPPORTED_MEDIA_TYPE, "{body}");
+    let (status, body) = patch(
+        &c,
+        &b,
+        &id,
+        json!([{"op": "replace", "path": "/name", "value": "stolen"}]),
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+
+    // Tags one at a time.
+    let tag = |m: Method, t: &str| {
+        let (c, a, p) = (c.clone(), a.clone(), format!("{path}/tags/{t}"));
+        async move { c.send(m, &p, Some(&a), None).await.0 }
+    };
+    assert_eq!(tag(Method::PUT, "three").await, StatusCode::NO_CONTENT);
+    assert_eq!(tag(Method::DELETE, "one").await, StatusCode::NO_CONTENT);
+    assert_eq!(tag(Method::DELETE, "one").await, StatusCode::NOT_FOUND);
+    let (_, _, shown) = c.send(Method::GET, &path, Some(&a), None).await;
+    assert_eq!(shown["tags"], json!(["two", "three"]));
+
+    // It boots now (the fake cluster takes the server).
+    let (status, _, body) = c
+        .send(
+            Method::POST,
+            "/compute/v2.1/servers",
+            Some(&a),
+            Some(json!({"server": {"name": "x", "flavorRef": w.flavor.id, "imageRef": id}})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+
+    // A protected image stays; in use, it stays too (its workload refers to it).
+    let (status, body) = patch(
+        &c,
+        &a,
+        &id,
+        json!([{"op": "replace", "path": "/protected", "value": true}]),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (status, _, body) = c.send(Method::DELETE, &path, Some(&a), None).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    patch(
+        &c,
+        &a,
+        &id,
+        json!([{"op": "replace", "path": "/protected", "value": false}]),
+    )
+    .await;
+    let (status, _, body) = c.send(Method::DELETE, &path, Some(&a), None).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+
+    // An image no one uses goes, and its data with it.
+    let (_, other) = create(&c, &a, json!({"name": "gone", "disk_format": "qcow2"})).await;
+    let other_id = other["id"].as_str().unwrap().to_string();
+    let (status, _) = upload(&c, &a, &other_id, b"gone data").await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let hash = hex(&Sha512::digest(b"gone data"));
+    let blobs = w.api.state.config.images.clone().unwrap();
+    assert!(blobs.open(&hash).is_ok());
+    let (status, _, body) = c
+        .send(
+            Method::DELETE,
+            &format!("/image/v2/images/{other_id}"),
+            Some(&a),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
+    assert!(blobs.open(&hash).is_err(), "the data stayed");
+    let (status, _, _) = c
+        .send(
+            Method::GET,
+            &format!("/image/v2/images/{other_id}"),
+            Some(&a),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    w.stop().await;
+}
+
+#[tokio::test]
+async fn bad_creates_are_refused_and_admins_make_public_images() {
+    let w = World::start().await;
+    let (a, admin) = (w.token_a().await, w.admin_token().await);
+    let c = w.client();
+    for (body, want) in [
+        (json!({"disk_format": "raw"}), StatusCode::BAD_REQUEST),
+        (
+            json!({"name": "x", "disk_format": "vmdk"}),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            json!({"name": "x", "container_format": "ovf"}),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            json!({"name": "x", "visibility": "shared"}),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            json!({"name": "x", "visibility": "public"}),
+            StatusCode::FORBIDDEN,
+        ),
+        (
+            json!({"name": "x", "status": "active"}),
+            StatusCode::FORBIDDEN,
+        ),
+        (
+            json!({"name": "x", "os_hash_value": "00"}),
+            StatusCode::FORBIDDEN,
+        ),
+        (json!({"name": "x", "min_ram": -1}), StatusCode::BAD_REQUEST),
+        (json!({"name": "x", "prop": 1}), StatusCode::BAD_REQUEST),
+    ] {
+        let (status, got) = create(&c, &a, body.clone()).await;
+        assert_eq!(status, want, "{body}: {got}");
+    }
+    let (status, made) = create(
+        &c,
+        &admin,
+        json!({"name": "shared-base", "visibility": "public", "disk_format": "qcow2"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{made}");
+    assert_eq!(made["visibility"], "public");
+    assert_eq!(made["owner"], Value::Null);
+    // A project sees it.
+    let (_, _, listed) = c
+        .send(Method::GET, "/image/v2/images", Some(&a), None)
+        .await;
+    assert!(listed.to_string().contains("shared-base"), "{listed}");
+    // The schemas.
+    for p in ["/image/v2/schemas/image", "/image/v2/schemas/images"] {
+        let (status, _, body) = c.send(Method::GET, p, Some(&a), None).await;
+        assert_eq!(status, StatusCode::OK, "{p}");
+        assert!(body["name"].is_string(), "{body}");
+    }
+    w.stop().await;
+}
+
+#[tokio::test]
+async fn an_upload_over_the_cap_leaves_the_image_queued() {
+    let w = World::start_with(None, |config| config.image_size_cap = 10).await;
+    let a = w.token_a().await;
+    let c = w.client();
+    let (_, made) = create(&c, &a, json!({"name": "small", "disk_format": "raw"})).await;
+    let id = made["id"].as_str().unwrap().to_string();
+    let (status, body) = upload(&c, &a, &id, b"eleven byte").await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
+    let (_, _, shown) = c
+        .send(
+            Method::GET,
+            &format!("/image/v2/images/{id}"),
+            Some(&a),
+            None,
+        )
+        .await;
+    assert_eq!(shown["status"], "queued");
+    assert_eq!(shown["size"], Value::Null);
+    let (status, body) = upload(&c, &a, &id, b"ten bytes!").await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
+    w.stop().await;
+}
