@@ -38,7 +38,7 @@ use ssntp::payload::{Firewall, FirewallDirection, FirewallRule};
 use uuid::Uuid;
 
 use super::metadata;
-use super::names::Cidr;
+use super::names::{Cidr, mac_text};
 
 /// The name of both tables.
 pub const TABLE: &str = "cumulo_ports";
@@ -128,14 +128,6 @@ fn sane(name: &str) -> Result<(), FilterError> {
     } else {
         Err(FilterError::BadName(name.to_string()))
     }
-}
-
-/// A MAC as nft and `ip` write it (`02:00:00:00:00:01`).
-pub(crate) fn mac_text(mac: &[u8; 6]) -> String {
-    mac.iter()
-        .map(|b| format!("{b:02x}"))
-        .collect::<Vec<_>>()
-        .join(":")
 }
 
 impl PortFilters {

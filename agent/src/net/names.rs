@@ -249,6 +249,14 @@ pub fn parse_mac_hex(s: &str) -> Option<[u8; 6]> {
     Some(mac)
 }
 
+/// A MAC as nft and `ip` write it (`02:00:00:00:00:01`).
+pub fn mac_text(mac: &[u8; 6]) -> String {
+    mac.iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

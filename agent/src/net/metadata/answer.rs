@@ -80,7 +80,7 @@ impl Entry {
     }
 
     fn mac_text(&self) -> String {
-        super::mac_text(&self.mac)
+        crate::net::names::mac_text(&self.mac)
     }
 
     /// OpenStack's `meta_data.json`.

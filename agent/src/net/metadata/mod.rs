@@ -36,7 +36,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use super::filter::mac_text;
+use super::names::mac_text;
 
 /// The service's address.
 pub const ADDRESS: Ipv4Addr = Ipv4Addr::new(169, 254, 169, 254);
