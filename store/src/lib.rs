@@ -18,6 +18,7 @@ mod actions;
 mod common;
 #[cfg(feature = "etcd")]
 pub mod etcd;
+mod image;
 mod mask;
 mod model;
 pub mod net;
@@ -38,6 +39,7 @@ pub use common::DEFAULT_EVENT_CAPACITY;
 pub use etcd::EtcdArgs;
 #[cfg(feature = "etcd")]
 pub use etcd::{EtcdStore, EtcdTransport};
+pub use image::*;
 pub use mask::{FieldMask, InstanceFacts, InstanceWrite, Placement};
 pub use model::*;
 pub use networking::{

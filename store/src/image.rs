@@ -1,0 +1,187 @@
+//! Images as the store keeps them: what an image is ([`ImageKind`]), its record ([`Image`]) with
+//! its Image API life ([`ImageStatus`], [`ImageFile`], [`ImageProps`]), and the inputs that make
+//! and change it ([`NewImage`], [`ImageChange`]).
+
+use std::time::SystemTime;
+
+use uuid::Uuid;
+
+/// What an image is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ImageKind {
+    /// A qcow2 disk image.
+    Qcow2,
+    /// A raw disk image.
+    Raw,
+    /// An ISO image.
+    Iso,
+}
+
+/// A boot image: public (no owner) or private to a tenant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Image {
+    /// Its identifier.
+    pub id: Uuid,
+    /// The owning tenant; `None` is public.
+    pub owner: Option<Uuid>,
+    /// Its name (not unique).
+    pub name: String,
+    /// Its format.
+    pub kind: ImageKind,
+    /// Where the agents find it (a path or an image-store key; empty until its data is
+    /// uploaded).
+    pub reference: String,
+    /// When it was created.
+    pub created: SystemTime,
+    /// Where it is in its life (registered images are `Active` from the start).
+    pub status: ImageStatus,
+    /// Its data's size and hashes, once uploaded through the Image API.
+    pub file: Option<ImageFile>,
+    /// What the Image API keeps besides.
+    pub props: ImageProps,
+    /// When it last changed.
+    pub updated: SystemTime,
+}
+
+/// An image's status, as Glance names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ImageStatus {
+    /// Made, no data yet.
+    Queued,
+    /// Its data is being uploaded.
+    Saving,
+    /// Usable.
+    Active,
+    /// Its data could not be kept.
+    Killed,
+}
+
+impl ImageStatus {
+    /// Glance's word for it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ImageStatus::Queued => "queued",
+            ImageStatus::Saving => "saving",
+            ImageStatus::Active => "active",
+            ImageStatus::Killed => "killed",
+        }
+    }
+
+    /// The status Glance's word names.
+    pub fn parse(text: &str) -> Option<ImageStatus> {
+        [
+            ImageStatus::Queued,
+            ImageStatus::Saving,
+            ImageStatus::Active,
+            ImageStatus::Killed,
+        ]
+        .into_iter()
+        .find(|s| s.as_str() == text)
+    }
+}
+
+/// An uploaded image's data: its size and hashes (hex).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ImageFile {
+    /// Bytes.
+    pub size: u64,
+    /// MD5 (Glance's `checksum`).
+    pub md5: String,
+    /// SHA-512 (`os_hash_value`): where the image store keeps the data.
+    pub sha512: String,
+}
+
+/// The Image API's other fields of an image.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct ImageProps {
+    /// Glance's `container_format` (`bare` when not said).
+    pub container_format: Option<String>,
+    /// The smallest root disk it boots from, GiB.
+    pub min_disk: u32,
+    /// The least memory it boots with, MiB.
+    pub min_ram: u32,
+    /// Its tags.
+    pub tags: Vec<String>,
+    /// Its free-form properties.
+    pub properties: std::collections::BTreeMap<String, String>,
+    /// Whether it may not be deleted.
+    pub protected: bool,
+}
+
+/// A change to an image ([`CatalogStore::change_image`](crate::CatalogStore::change_image)):
+/// what is `Some` is set.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ImageChange {
+    /// Made only if the image is in this status (`Conflict` otherwise).
+    pub expect: Option<ImageStatus>,
+    /// Its new status.
+    pub status: Option<ImageStatus>,
+    /// Its new name.
+    pub name: Option<String>,
+    /// Its new kind (disk format).
+    pub kind: Option<ImageKind>,
+    /// Its new owner (`Some(None)`: public).
+    pub owner: Option<Option<Uuid>>,
+    /// Its data (`Some(None)`: none).
+    pub file: Option<Option<ImageFile>>,
+    /// Its new reference.
+    pub reference: Option<String>,
+    /// Its new other fields.
+    pub props: Option<ImageProps>,
+}
+
+impl Image {
+    /// `change` applied as of `at`; `Conflict` if the image is not in the status `change`
+    /// expects.
+    pub fn changed(&self, change: &ImageChange, at: SystemTime) -> crate::Result<Image> {
+        if let Some(expect) = change.expect
+            && self.status != expect
+        {
+            return Err(crate::StoreError::Conflict(format!(
+                "image {} is {}, not {}",
+                self.id,
+                self.status.as_str(),
+                expect.as_str()
+            )));
+        }
+        let mut i = self.clone();
+        if let Some(s) = change.status {
+            i.status = s;
+        }
+        if let Some(n) = &change.name {
+            i.name = n.clone();
+        }
+        if let Some(k) = change.kind {
+            i.kind = k;
+        }
+        if let Some(o) = change.owner {
+            i.owner = o;
+        }
+        if let Some(f) = &change.file {
+            i.file = f.clone();
+        }
+        if let Some(r) = &change.reference {
+            i.reference = r.clone();
+        }
+        if let Some(p) = &change.props {
+            i.props = p.clone();
+        }
+        i.updated = at;
+        Ok(i)
+    }
+}
+
+/// Input of [`CatalogStore::create_image`](crate::CatalogStore::create_image).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewImage {
+    /// The owning tenant; `None` is public.
+    pub owner: Option<Uuid>,
+    /// Its name.
+    pub name: String,
+    /// Its format.
+    pub kind: ImageKind,
+    /// Where the agents find it.
+    pub reference: String,
+}
