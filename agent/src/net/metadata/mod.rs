@@ -113,11 +113,6 @@ impl Metadata {
         format!("{}{key:08x}", self.netns_prefix)
     }
 
-    /// The instance that `ip` is on subnet `key`, if a port has it.
-    pub fn lookup(&self, key: u32, ip: Ipv4Addr) -> Option<Arc<Entry>> {
-        lookup(&self.entries, key, ip)
-    }
-
     /// At start: removes what an earlier run of this node left (responder namespaces and
     /// bridge ports); the responders are made again as ports are plugged in.
     pub async fn sweep(&self) {

@@ -110,7 +110,7 @@ fn rule(
     }
 }
 
-fn nic(vnic: &Vnic, ip: &str, firewall: Option<Firewall>) -> NicSpec {
+pub(crate) fn nic(vnic: &Vnic, ip: &str, firewall: Option<Firewall>) -> NicSpec {
     NicSpec {
         mac: vnic.mac,
         vnic_uuid: vnic.instance,

@@ -8,7 +8,6 @@
 //! link with it.
 
 use super::*;
-use agent::model::NicSpec;
 use agent::net::metadata::{self, Entry, Metadata};
 
 /// `GET path` to the metadata service from guest `g` (from its address `from`, if given):
@@ -28,21 +27,6 @@ fn fetch(g: &Netns, path: &str, from: Option<&str>) -> Result<(u16, String), Str
     match first.parse::<u16>() {
         Ok(status) => Ok((status, body.to_string())),
         Err(_) => Err(text),
-    }
-}
-
-fn nic(vnic: &Vnic, ip: &str) -> NicSpec {
-    NicSpec {
-        mac: vnic.mac,
-        vnic_uuid: vnic.instance,
-        concentrator_uuid: vnic.subnet.cnci,
-        concentrator_ip: vnic.subnet.cnci_ip,
-        subnet_addr: vnic.subnet.subnet.addr,
-        subnet_prefix: vnic.subnet.subnet.prefix,
-        subnet_key: vnic.subnet.key,
-        private_ip: ip.parse().unwrap(),
-        public_ip: false,
-        firewall: None,
     }
 }
 
@@ -112,7 +96,12 @@ fn each_instance_gets_its_own_metadata() {
             "eth0",
         ]);
         g.ip(&["route", "add", "default", "via", "10.250.0.254"]);
-        let (net, md, nic, e) = (net.clone(), md.clone(), nic(&v, ip), entry(&v, ip, name));
+        let (net, md, nic, e) = (
+            net.clone(),
+            md.clone(),
+            super::filter::nic(&v, ip, None),
+            entry(&v, ip, name),
+        );
         host.run(async move {
             md.register(&bridge, s.key, e).await?;
             net.lock()
