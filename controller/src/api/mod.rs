@@ -28,7 +28,7 @@ mod network;
 pub mod password;
 pub mod request_id;
 mod serve;
-#[cfg(any(test, fuzzing, feature = "testing"))]
+#[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod token;
 
