@@ -118,6 +118,10 @@ pub struct UpArgs {
     /// the last `up` used).
     #[arg(long)]
     pub console_listen: Option<String>,
+    /// Where the controller serves uploaded images' data to the agent (default
+    /// 127.0.0.1:8891, or what the last `up` used).
+    #[arg(long)]
+    pub image_listen: Option<String>,
     /// How tenant instances are networked: cnci: one CNCI per tenant subnet, run by this
     /// host's agent in a network namespace of its own (root only; the host gets a
     /// compute-network link, cumulo0, that `cumulo down` deletes); none: addresses only; auto

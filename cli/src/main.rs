@@ -28,6 +28,9 @@ fn run(cli: Cli, stdout: &mut dyn Write) -> Result<ExitCode, String> {
             if let Some(addr) = args.console_listen {
                 at.console = addr;
             }
+            if let Some(addr) = args.image_listen {
+                at.images = addr;
+            }
             let options = UpOptions {
                 layout: at,
                 backend: args.backend,

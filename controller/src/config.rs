@@ -192,6 +192,11 @@ pub struct Args {
         value_parser = parse_connections_per_source
     )]
     pub api_connections_per_source: usize,
+    /// Where nodes fetch the data of uploaded images (`GET /v1/images/sha512/{hash}`, mutual
+    /// TLS with this controller's certificate; only AGENT and NETAGENT certificates are served).
+    /// Give its address to the agents (`cumulo-agent --image-server`). Off when not given.
+    #[arg(long, env = "CUMULO_CONTROLLER_IMAGE_LISTEN")]
+    pub image_listen: Option<SocketAddr>,
     /// How long a token is valid.
     #[arg(long, env = "CUMULO_CONTROLLER_TOKEN_TTL", default_value = "1h", value_parser = parse_positive_duration)]
     pub token_ttl: Duration,
@@ -276,6 +281,8 @@ pub struct ApiArgs {
     pub login: crate::api::LoginLimits,
     /// Connection limits.
     pub connections: crate::api::ConnectionLimits,
+    /// Where the node image endpoint listens, if anywhere.
+    pub image_listen: Option<SocketAddr>,
 }
 
 /// A configuration the controller cannot run with.
@@ -372,6 +379,7 @@ impl Args {
                 per_source: self.api_connections_per_source,
                 ..crate::api::ConnectionLimits::default()
             },
+            image_listen: self.image_listen,
         };
         Ok((daemon, api))
     }

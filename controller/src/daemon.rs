@@ -102,6 +102,7 @@ pub struct Controller {
     stop: CancellationToken,
     driver: JoinHandle<()>,
     api: Option<JoinHandle<()>>,
+    images: Option<JoinHandle<()>>,
     launcher_creds: Option<Arc<crate::creds::CredsIssuer>>,
     _uuid_lock: Option<UuidLock>,
 }
@@ -172,6 +173,7 @@ impl Controller {
             stop,
             driver,
             api: None,
+            images: None,
             launcher_creds: config.launcher_creds.clone(),
             _uuid_lock: uuid_lock,
         })
@@ -203,6 +205,24 @@ impl Controller {
         }));
     }
 
+    /// Serves the node image endpoint ([`crate::images::nodes`]) over `blobs` on `listener`
+    /// with `tls` (client certificates required) until the controller stops.
+    pub fn serve_images(
+        &mut self,
+        listener: tokio::net::TcpListener,
+        tls: Arc<rustls::ServerConfig>,
+        blobs: Arc<dyn crate::images::ImageBlobs>,
+    ) {
+        let stop = self.stop.clone();
+        let engine = self.engine.clone();
+        self.images = Some(tokio::spawn(async move {
+            if let Err(e) = crate::images::nodes::serve(listener, tls, blobs, stop.clone()).await {
+                engine.give_up(format!("the node image endpoint stopped: {e}"));
+                stop.cancel();
+            }
+        }));
+    }
+
     /// Resolves when the controller stops on its own (its API failed, or its SSNTP client gave
     /// up for good), with why.
     pub async fn stopped(&self) -> String {
@@ -219,6 +239,11 @@ impl Controller {
             && let Err(e) = api.await
         {
             tracing::error!("API task: {e}");
+        }
+        if let Some(images) = self.images
+            && let Err(e) = images.await
+        {
+            tracing::error!("node image endpoint task: {e}");
         }
         if let Err(e) = self.driver.await {
             tracing::error!("engine driver: {e}");

@@ -62,6 +62,21 @@ async fn run(args: Args, shutdown: CancellationToken) -> Result<(), String> {
     let listener = tokio::net::TcpListener::bind(api.listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", api.listen))?;
+    // As the agent's console endpoint: a port that cannot be had leaves the endpoint off, said
+    // in the log, and the controller runs (a node's fetch then fails with the cause).
+    let images_endpoint = match api.image_listen {
+        Some(addr) => {
+            let tls = config.tls.server_config().map_err(|e| e.to_string())?;
+            match tokio::net::TcpListener::bind(addr).await {
+                Ok(listener) => Some((listener, tls)),
+                Err(e) => {
+                    tracing::error!(%addr, error = %e, "node image endpoint off: cannot listen (--image-listen)");
+                    None
+                }
+            }
+        }
+        None => None,
+    };
     let signer = TokenSigner::from_key_file(&state_dir.join("token.key"), api.token_ttl)
         .map_err(|e| e.to_string())?;
     let mut controller = Controller::start(config).await.map_err(|e| e.to_string())?;
@@ -82,14 +97,20 @@ async fn run(args: Args, shutdown: CancellationToken) -> Result<(), String> {
         );
     }
     let images_dir = state_dir.join("images");
-    let images = controller::images::LocalBlobs::open(&images_dir)
-        .map_err(|e| format!("the image store {}: {e}", images_dir.display()))?;
+    let images: Arc<dyn controller::images::ImageBlobs> = Arc::new(
+        controller::images::LocalBlobs::open(&images_dir)
+            .map_err(|e| format!("the image store {}: {e}", images_dir.display()))?,
+    );
+    if let Some((listener, tls)) = images_endpoint {
+        tracing::info!(listen = ?listener.local_addr().ok(), "node image endpoint listening");
+        controller.serve_images(listener, tls, images.clone());
+    }
     controller.serve_api(
         listener,
         tls,
         signer,
         ApiConfig {
-            images: Some(Arc::new(images)),
+            images: Some(images),
             default_quota: api.default_quota,
             floating_range: api.floating_range,
             login: api.login,

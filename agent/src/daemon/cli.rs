@@ -10,10 +10,13 @@ use ssntp_net::TlsIdentity;
 use ssntp_net::client::Backoff;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 use support::units::{parse_duration, parse_positive_duration};
 
 use super::DaemonConfig;
+use crate::backend::libvirt::cache::Source;
+use crate::backend::libvirt::fetch::ImageServer;
 use crate::backend::libvirt::{Accel, LibvirtConfig};
 use crate::cnci::launch::LaunchConfig;
 use crate::config::Limits;
@@ -166,6 +169,15 @@ pub struct Args {
     /// libvirt backend: the image store (default: `images/` in the state directory).
     #[arg(long, env = "CUMULO_AGENT_IMAGE_DIR")]
     pub image_dir: Option<PathBuf>,
+    /// libvirt backend: the controller's node image endpoint (`host:port`, its
+    /// `--image-listen`), where the data of uploaded images is fetched the first time a START
+    /// names one. Without it only images already in the image store boot.
+    #[arg(long, env = "CUMULO_AGENT_IMAGE_SERVER")]
+    pub image_server: Option<String>,
+    /// libvirt backend: the most the image cache keeps of fetched image data, MiB (what
+    /// instances use is never evicted).
+    #[arg(long, env = "CUMULO_AGENT_IMAGE_CACHE_MB", default_value_t = 20480, value_parser = clap::value_parser!(u64).range(1..))]
+    pub image_cache_mb: u64,
     /// Tenant networking (with `--network cn|dual` and `--backend libvirt`).
     #[command(flatten)]
     pub net: NetArgs,
@@ -261,6 +273,9 @@ pub enum ArgsError {
     /// The stats interval is zero.
     #[error("--stats-interval must be longer than zero")]
     StatsInterval,
+    /// The image server cannot be dialled as given.
+    #[error("{0}")]
+    ImageServer(String),
 }
 
 /// `--console-listen`: an address, or off.
@@ -363,8 +378,18 @@ impl Args {
             if let Some(dir) = self.image_dir {
                 l.images = dir;
             }
+            l.image_cache = self.image_cache_mb.saturating_mul(1 << 20);
             l
         });
+        let libvirt = match (libvirt, &self.image_server) {
+            (Some(mut l), Some(server)) => {
+                let source = ImageServer::new(&tls, server)
+                    .map_err(|why| ArgsError::ImageServer(format!("--image-server: {why}")))?;
+                l.image_source = Some(Source(Arc::new(source)));
+                Some(l)
+            }
+            (l, _) => l,
+        };
         // Tenant networking plumbs VMs: with the sim backend (no NICs) and with --network none
         // or nn (no VNICs of instances here) there is nothing to plumb.
         let tenant_net = matches!(self.network, Network::Cn | Network::Dual)

@@ -156,6 +156,8 @@ pub fn specs(
         &layout.admin_password().display().to_string(),
         "--agent-console-port",
         port(&layout.console),
+        "--image-listen",
+        &layout.images,
     ]);
     let tenant_network = if cnci.is_some() {
         TenantNetwork::Cnci
@@ -200,7 +202,14 @@ pub fn specs(
     // One host plays the whole cloud: offer more vCPUs than it has (tiny guests mostly idle).
     agent_args.extend(s(&["--vcpus", "32"]));
     if backend == Backend::Libvirt {
-        agent_args.extend(s(&["--libvirt-uri", &layout.libvirt_uri()]));
+        // The controller's certificate names localhost (and 127.0.0.1).
+        let images_at = format!("localhost:{}", port(&layout.images));
+        agent_args.extend(s(&[
+            "--libvirt-uri",
+            &layout.libvirt_uri(),
+            "--image-server",
+            &images_at,
+        ]));
     }
     // A developer's disk is not a data centre's: the agent's disk watermarks (full below 8 GB
     // free) would refuse tiny guests on a laptop with a few GB left; a disk really full fails the

@@ -8,6 +8,9 @@ pub const SCHEDULER_ADDR: &str = "127.0.0.1:8888";
 pub const API_ADDR: &str = "127.0.0.1:8889";
 /// The agent's default console endpoint address (the controller fetches console logs there).
 pub const CONSOLE_ADDR: &str = "127.0.0.1:8890";
+/// The controller's default node image endpoint address (the agent fetches uploaded images
+/// there).
+pub const IMAGES_ADDR: &str = "127.0.0.1:8891";
 /// The default directory as root.
 pub const SYSTEM_ROOT: &str = "/var/lib/cumulo";
 /// libvirt's system daemon (as root): QEMU runs as libvirt's own user.
@@ -45,6 +48,8 @@ pub struct Layout {
     pub api: String,
     /// The agent's console endpoint (`127.0.0.1:8890`).
     pub console: String,
+    /// The controller's node image endpoint (`127.0.0.1:8891`).
+    pub images: String,
 }
 
 impl Layout {
@@ -57,11 +62,13 @@ impl Layout {
         let scheduler = lines.next().unwrap_or(SCHEDULER_ADDR).to_string();
         let api = lines.next().unwrap_or(API_ADDR).to_string();
         let console = lines.next().unwrap_or(CONSOLE_ADDR).to_string();
+        let images = lines.next().unwrap_or(IMAGES_ADDR).to_string();
         Layout {
             root,
             scheduler,
             api,
             console,
+            images,
         }
     }
 
@@ -70,7 +77,10 @@ impl Layout {
         std::fs::create_dir_all(&self.root)?;
         write_public(
             &self.root.join("addresses"),
-            &format!("{}\n{}\n{}\n", self.scheduler, self.api, self.console),
+            &format!(
+                "{}\n{}\n{}\n{}\n",
+                self.scheduler, self.api, self.console, self.images
+            ),
         )
     }
 

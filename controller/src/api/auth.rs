@@ -182,7 +182,7 @@ impl FromRequestParts<ApiState> for Principal {
             return Ok(principal);
         }
         match parts.extensions.get::<ClientCertificate>() {
-            Some(ClientCertificate { admin: true }) => Ok(Principal {
+            Some(ClientCertificate { admin: true, .. }) => Ok(Principal {
                 user: None,
                 project: None,
                 roles: vec![Role::Admin],

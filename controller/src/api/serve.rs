@@ -140,6 +140,9 @@ pub struct ClientCertificate {
     /// The certificate chains to the cluster CA, carries the API admin OID
     /// ([`ssntp::api_admin_oid`]) and no SSNTP role: a cluster admin.
     pub admin: bool,
+    /// The SSNTP roles it carries (a node's certificate: AGENT, NETAGENT): what the node image
+    /// endpoint ([`crate::images::nodes`]) lets in.
+    pub roles: ssntp::Role,
 }
 
 /// Refuses plain HTTP on anything but a loopback address.
@@ -277,11 +280,11 @@ fn client_certificate(state: &rustls::ServerConnection) -> Option<ClientCertific
     let der = state.peer_certificates()?.first()?;
     // An admin's certificate says so (the API admin OID) and carries no SSNTP role; any other
     // certificate the CA signed (a node's, a launcher's libvirt credential) is not a login.
-    let admin = match ssntp::cert::CertInfo::parse(der) {
-        Ok(info) => info.roles.is_empty() && info.is_api_admin(),
-        Err(_) => false,
+    let (admin, roles) = match ssntp::cert::CertInfo::parse(der) {
+        Ok(info) => (info.roles.is_empty() && info.is_api_admin(), info.roles),
+        Err(_) => (false, ssntp::Role::empty()),
     };
-    Some(ClientCertificate { admin })
+    Some(ClientCertificate { admin, roles })
 }
 
 /// What is known of a connection when it is served.

@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod cluster;
+mod images;
 mod openstack;
 mod remote;
 mod support;

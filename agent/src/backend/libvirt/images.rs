@@ -123,8 +123,12 @@ impl ImageStore {
         &self.dir
     }
 
-    /// Finds and checks the image called `name`.
+    /// Finds and checks the image called `name`: a name in the store, or `sha512/<hash>`, data
+    /// in the image cache ([`super::cache`]; a qcow2 or raw disk, told apart by its magic).
     pub fn resolve(&self, name: &str) -> Result<Image, ImageError> {
+        if let Some(hash) = super::cache::named_hash(name) {
+            return self.cached(name, hash);
+        }
         if !valid_name(name) {
             return Err(ImageError::BadName(name.to_string()));
         }
@@ -187,6 +191,48 @@ impl ImageStore {
             name: name.to_string(),
             dir: self.dir.clone(),
         })
+    }
+}
+
+impl ImageStore {
+    /// The cached data `sha512/<hash>` as a disk image.
+    fn cached(&self, name: &str, hash: &str) -> Result<Image, ImageError> {
+        if !super::cache::is_sha512(hash) {
+            return Err(ImageError::BadName(name.to_string()));
+        }
+        let corrupt = |why: String| ImageError::Corrupt {
+            name: name.to_string(),
+            why,
+        };
+        let path = self.dir.join("sha512").join(hash);
+        let magic = match head(&path, 0x8006) {
+            Ok(magic) => magic,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(ImageError::Missing {
+                    name: name.to_string(),
+                    dir: self.dir.join("sha512"),
+                });
+            }
+            Err(e) => {
+                return Err(ImageError::Io {
+                    name: name.to_string(),
+                    why: e.to_string(),
+                });
+            }
+        };
+        let format = if magic.starts_with(b"QFI\xfb") {
+            DiskFormat::Qcow2
+        } else if magic.get(0x8001..0x8006) == Some(b"CD001".as_slice()) {
+            return Err(corrupt(
+                "an ISO 9660 image: booting ISO images (as a CD-ROM) is not supported yet".into(),
+            ));
+        } else if magic.is_empty() {
+            return Err(corrupt("empty".into()));
+        } else {
+            DiskFormat::Raw
+        };
+        qemu_img_info(&path, format).map_err(|why| corrupt(why.to_string()))?;
+        Ok(Image::Disk { path, format })
     }
 }
 
@@ -458,5 +504,49 @@ pub(crate) mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn cached_data_is_a_disk_told_apart_by_its_magic() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ImageStore::new(dir.path());
+        let cache = dir.path().join("sha512");
+        std::fs::create_dir_all(&cache).unwrap();
+        let [qcow2, raw, iso, gone] = ["a", "b", "c", "d"].map(|c| c.repeat(128));
+        make_blank(&cache.join(&qcow2), 1).unwrap();
+        std::fs::write(cache.join(&raw), vec![0u8; 4096]).unwrap();
+        let mut cd = vec![0u8; 0x9000];
+        cd[0x8001..0x8006].copy_from_slice(b"CD001");
+        std::fs::write(cache.join(&iso), cd).unwrap();
+        let named = |h: &str| format!("sha512/{h}");
+        assert_eq!(
+            store.resolve(&named(&qcow2)).unwrap(),
+            Image::Disk {
+                path: cache.join(&qcow2),
+                format: DiskFormat::Qcow2
+            }
+        );
+        assert_eq!(
+            store.resolve(&named(&raw)).unwrap(),
+            Image::Disk {
+                path: cache.join(&raw),
+                format: DiskFormat::Raw
+            }
+        );
+        let e = store.resolve(&named(&iso)).unwrap_err();
+        assert!(
+            matches!(&e, ImageError::Corrupt { why, .. } if why.contains("ISO")),
+            "{e}"
+        );
+        assert!(matches!(
+            store.resolve(&named(&gone)),
+            Err(ImageError::Missing { .. })
+        ));
+        for bad in ["sha512/../../etc/passwd", "sha512/", "sha512/ABC"] {
+            assert!(
+                matches!(store.resolve(bad), Err(ImageError::BadName(_))),
+                "{bad}"
+            );
+        }
     }
 }

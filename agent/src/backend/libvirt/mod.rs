@@ -29,10 +29,12 @@
 //!   asked, and the next call reconnects ([`conn`]).
 
 pub mod access;
+pub mod cache;
 pub mod conn;
 mod domain;
 pub mod fault;
 mod fence;
+pub mod fetch;
 pub mod images;
 pub mod seed;
 pub mod xml;
@@ -121,6 +123,11 @@ pub struct LibvirtConfig {
     /// a local `qemu:///system`, it and the directories below it on the way to them are given
     /// to QEMU's group with mode 0710 ([`access`]), so that QEMU can reach the instances' files.
     pub top: Option<PathBuf>,
+    /// Where the data of uploaded images (`sha512/<hash>` in a START) is fetched from when it
+    /// is not in the cache ([`cache`]); `None`: only what is there already is booted.
+    pub image_source: Option<cache::Source>,
+    /// The most bytes the image cache keeps.
+    pub image_cache: u64,
 }
 
 impl LibvirtConfig {
@@ -135,6 +142,8 @@ impl LibvirtConfig {
             reboot_timeout: Duration::from_secs(60),
             owner: None,
             top: Some(state_dir.to_path_buf()),
+            image_source: None,
+            image_cache: cache::DEFAULT_CAP,
         }
     }
 }
@@ -157,6 +166,7 @@ struct Inner {
     conn: Conn,
     config: LibvirtConfig,
     store: ImageStore,
+    cache: cache::ImageCache,
     kind: DomainType,
     /// The last CPU time seen of each instance, for CPU %.
     cpu: Mutex<HashMap<Uuid, (Instant, u64)>>,
@@ -204,9 +214,20 @@ impl Inner {
         }
         let kind = config.accel.resolve();
         tracing::info!(uri = %config.uri, accel = ?kind, images = %config.images.display(), "libvirt backend");
+        let cache = cache::ImageCache::open(
+            &config.images,
+            &config.instances,
+            config.image_cache,
+            config.image_source.clone().map(|s| s.0),
+        )
+        .map_err(|source| LibvirtError::Dir {
+            path: config.images.join("sha512"),
+            source,
+        })?;
         Ok(Inner {
             conn: Conn::new(&config.uri),
             store: ImageStore::new(&config.images),
+            cache,
             kind,
             config,
             cpu: Mutex::new(HashMap::new()),
@@ -336,6 +357,10 @@ impl Inner {
         reached.push(&self.config.instances);
         let qemu = self.reach(&reached)?;
         std::fs::create_dir_all(dir).map_err(io)?;
+        if let Some(hash) = cache::named_hash(&spec.image) {
+            // The cached data this instance is made from is kept while the instance is.
+            std::fs::write(dir.join(cache::PIN_FILE), hash).map_err(io)?;
+        }
         // QEMU runs as another user under qemu:///system: it must be able to reach the files
         // (libvirt gives it the files themselves). Where it is known, only its group may;
         // elsewhere (a remote URI) anyone may search the directory.
@@ -627,10 +652,26 @@ impl LibvirtBackend {
     /// (named as it will exist where libvirt's QEMU runs), instead of the instance's tenant
     /// NIC: how a network node runs a CNCI as a VM.
     pub async fn create_on_tap(&self, spec: &InstanceSpec, tap: Tap) -> Result<(), BackendError> {
+        let _lease = self.image_data(&spec.image).await?;
         let spec = spec.clone();
         self.0
             .blocking(move |b| b.create_blocking(&spec, Some(tap)))
             .await?
+    }
+
+    /// For an image that names cached data (`sha512/<hash>`): makes sure the data is here,
+    /// fetched if it was not, and holds it for the create under way.
+    async fn image_data(&self, image: &str) -> Result<Option<cache::Lease>, BackendError> {
+        match cache::named_hash(image) {
+            Some(hash) => self
+                .0
+                .cache
+                .ensure(hash)
+                .await
+                .map(Some)
+                .map_err(|e| BackendError::Image(e.to_string())),
+            None => Ok(None),
+        }
     }
 
     /// Rewrites a powered-off instance's seed (its cloud-init CD-ROM) with `user_data` and
@@ -667,6 +708,7 @@ pub struct Tap {
 
 impl Backend for LibvirtBackend {
     async fn create(&self, spec: &InstanceSpec) -> Result<(), BackendError> {
+        let _lease = self.image_data(&spec.image).await?;
         let spec = spec.clone();
         self.0
             .blocking(move |b| b.create_blocking(&spec, None))

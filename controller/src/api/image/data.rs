@@ -243,16 +243,8 @@ pub(super) async fn download(
         .await
         .map_err(|e| ApiError::Internal(e.to_string()))?
         .map_err(io_fault)?;
-    // 1 MiB reads: the default 4 KiB makes a frame (and a write) per page.
-    let stream =
-        tokio_util::io::ReaderStream::with_capacity(tokio::fs::File::from_std(data), 1 << 20);
-    let mut response = Body::from_stream(stream).into_response();
+    let mut response = crate::images::data_response(data, file.size);
     let h = response.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/octet-stream"),
-    );
-    h.insert(header::CONTENT_LENGTH, HeaderValue::from(file.size));
     if let Ok(md5) = HeaderValue::from_str(&file.md5) {
         h.insert("content-md5", md5);
     }

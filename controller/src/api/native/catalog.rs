@@ -117,8 +117,8 @@ pub async fn delete_flavor(
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// A new image: public (admins), a named tenant's (admins, or a member for its own), or the
-/// caller's project's; never both public and a tenant's.
+/// A new image registered by its reference on the nodes (admins only): public, a named
+/// tenant's, or the admin's project's; never both public and a tenant's.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 #[schema(as = ImageCreate)]
@@ -212,6 +212,10 @@ pub async fn create_image(
     caller: Principal,
     JsonBody(body): JsonBody<CreateImage>,
 ) -> Result<Response, ApiError> {
+    // A reference names a file on the nodes, which any instance could be booted from: only an
+    // admin registers one (for the public or for a tenant). Tenants upload through the Image
+    // API, where images are addressed by the hash of what was uploaded.
+    caller.require_admin()?;
     let owner = owner_for(&caller, body.public, body.tenant)?;
     if body.reference.trim().is_empty() {
         return Err(ApiError::BadRequest("an image needs a reference".into()));

@@ -31,12 +31,23 @@ async fn catalog_workloads_and_instances_with_cross_tenant_attempts() {
     )
     .await;
 
-    let image = ok(
+    // A tenant cannot name a file on the nodes (it could be another tenant's image); an admin
+    // registers it for the tenant.
+    ok(
         &c,
         Method::POST,
         "/cumulo/v1/images",
         &a,
         Some(json!({"name": "mine", "kind": "qcow2", "reference": "/a.qcow2"})),
+        403,
+    )
+    .await;
+    let image = ok(
+        &c,
+        Method::POST,
+        "/cumulo/v1/images",
+        &admin,
+        Some(json!({"name": "mine", "kind": "qcow2", "reference": "/a.qcow2", "tenant": w.a.id})),
         201,
     )
     .await;

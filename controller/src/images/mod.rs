@@ -11,6 +11,8 @@ use std::fmt::Debug;
 use std::io;
 use std::path::{Path, PathBuf};
 
+pub mod nodes;
+
 /// Where image data is kept, by SHA-512 (128 lowercase hex digits).
 pub trait ImageBlobs: Send + Sync + Debug {
     /// A new, empty staging file for an upload (its path, and the file open for writing).
@@ -22,6 +24,23 @@ pub trait ImageBlobs: Send + Sync + Debug {
     fn open(&self, sha512: &str) -> io::Result<std::fs::File>;
     /// Forgets the data kept under `sha512` (no image has it any more); absent data is no error.
     fn remove(&self, sha512: &str) -> io::Result<()>;
+}
+
+/// A 200 response streaming image data from `file` (`size` bytes), in 1 MiB reads (the
+/// default 4 KiB makes a frame, and a write, per page).
+pub(crate) fn data_response(file: std::fs::File, size: u64) -> axum::response::Response {
+    use axum::http::{HeaderValue, header};
+    use axum::response::IntoResponse;
+    let stream =
+        tokio_util::io::ReaderStream::with_capacity(tokio::fs::File::from_std(file), 1 << 20);
+    let mut response = axum::body::Body::from_stream(stream).into_response();
+    let h = response.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/octet-stream"),
+    );
+    h.insert(header::CONTENT_LENGTH, HeaderValue::from(size));
+    response
 }
 
 /// Whether `hash` is a SHA-512 as the store names it (never a path).
