@@ -37,6 +37,7 @@ impl Cluster {
         let sched = format!("127.0.0.1:{}", testkit::procfs::free_port());
         let api = format!("127.0.0.1:{}", testkit::procfs::free_port());
         let console = format!("127.0.0.1:{}", testkit::procfs::free_port());
+        let images = format!("127.0.0.1:{}", testkit::procfs::free_port());
         let root = cluster.root();
         cluster.ok(&[
             "up",
@@ -53,6 +54,8 @@ impl Cluster {
             &api,
             "--console-listen",
             &console,
+            "--image-listen",
+            &images,
         ]);
         let env = std::fs::read_to_string(cluster.dir.path().join("env")).unwrap();
         for line in env.lines() {
@@ -80,6 +83,22 @@ impl Cluster {
     /// Runs a command that must succeed; returns its stdout.
     fn ok(&self, args: &[&str]) -> String {
         common::succeeded(args, self.cumulo(args))
+    }
+
+    /// Runs a command that must succeed as the cluster's admin; returns its stdout.
+    fn admin(&self, args: &[&str]) -> String {
+        let password = std::fs::read_to_string(self.dir.path().join("admin-password")).unwrap();
+        let out = Command::new(CUMULO)
+            .args(args)
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .envs(&self.env)
+            .env("CUMULO_USERNAME", "admin")
+            .env("CUMULO_PASSWORD", password.trim())
+            .env("CUMULO_PROJECT", "admin")
+            .output()
+            .unwrap();
+        common::succeeded(args, out)
     }
 
     /// Runs a command that must fail; returns its stderr.
@@ -129,13 +148,15 @@ fn a_failed_start_stops_the_wait_and_shows_its_cause() {
         return;
     }
     let cluster = Cluster::up();
-    cluster.ok(&[
+    // Registering a node file by reference is for admins.
+    cluster.admin(&[
         "image",
         "create",
         "--name",
         "broken",
         "--reference",
         "fail-launch",
+        "--public",
     ]);
     cluster.ok(&[
         "workload", "create", "--name", "broken", "--flavor", "tiny", "--image", "broken",
