@@ -40,6 +40,9 @@ if [ "$(id -u)" -eq 0 ]; then
     CUMULO_TINY_GUEST=$(bash scripts/tiny-guest.sh)
     export CUMULO_TINY_GUEST
     echo "tiny guest: $CUMULO_TINY_GUEST"
+    CUMULO_TINY_DISK=$(bash scripts/tiny-disk.sh)
+    export CUMULO_TINY_DISK
+    echo "tiny guest as a disk image: $CUMULO_TINY_DISK"
 else
     echo "not root: no libvirtd started, the VM tests skip (CI runs as root)"
 fi

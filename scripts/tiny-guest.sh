@@ -15,7 +15,9 @@
 # - if it has a disk (`/dev/vda`: the data disk the agent gives a kernel image), counts its
 #   boots on it: reads `CUMULO-DISK <n>` from the disk's first sector (0 on a blank disk), writes
 #   n+1 there, syncs, and prints `CUMULO-DISK-WROTE <uuid> <n+1>`: a disk that survived a stop,
-#   a reboot or a suspend shows the count going on;
+#   a reboot or a suspend shows the count going on; booted from scripts/tiny-disk.sh's image
+#   (`cumulo.boot-disk` on its command line), it counts in the sector at 32 MiB of that disk
+#   instead, past the file system it booted from; any other disk is left alone;
 # - if it has eth0 (a tenant network), takes an address and a default route for it by DHCP
 #   (from its CNCI) and prints `CUMULO-GUEST-ADDR <uuid> <ip>` (`CUMULO-GUEST-NOADDR <uuid>` if
 #   none came): in the background, or first if its user-data has a line `cumulo-test: dhcp`;
@@ -35,7 +37,7 @@
 set -euo pipefail
 
 # Bump when the guest's content changes: a new version is built beside the old one.
-VERSION=6
+VERSION=7
 cache=${CUMULO_TINY_GUEST_CACHE:-${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/cumulo/tiny-guest}
 out="$cache/v$VERSION"
 if [ -s "$out/kernel" ] && [ -s "$out/initrd" ]; then
@@ -125,11 +127,23 @@ if grep -qx 0x0002 /sys/bus/virtio/devices/*/device 2>/dev/null; then
     i=0
     while [ ! -b /dev/vda ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
 fi
+# The count's sector: the first on a blank disk or one that holds a count; on a disk the guest
+# booted from (scripts/tiny-disk.sh: its first sector is a boot sector), the sector at 32 MiB,
+# past its file system; none on any other disk.
+at=""
 if [ -b /dev/vda ]; then
-    n=$(dd if=/dev/vda bs=512 count=1 2>/dev/null | tr -d '\000' |
+    first=$(dd if=/dev/vda bs=512 count=1 2>/dev/null | tr -d '\000')
+    if [ -z "$first" ] || echo "$first" | grep -q '^CUMULO-DISK [0-9]*$'; then
+        at=0
+    elif grep -q 'cumulo.boot-disk' /proc/cmdline; then
+        at=65536
+    fi
+fi
+if [ -n "$at" ]; then
+    n=$(dd if=/dev/vda bs=512 skip="$at" count=1 2>/dev/null | tr -d '\000' |
         sed -n 's/^CUMULO-DISK \([0-9][0-9]*\)$/\1/p' | head -n 1)
     n=$((${n:-0} + 1))
-    printf 'CUMULO-DISK %s\n' "$n" | dd of=/dev/vda bs=512 count=1 conv=sync 2>/dev/null
+    printf 'CUMULO-DISK %s\n' "$n" | dd of=/dev/vda bs=512 seek="$at" count=1 conv=sync,notrunc 2>/dev/null
     sync
     echo "CUMULO-DISK-WROTE ${id:-unknown} $n"
 fi
