@@ -149,6 +149,15 @@ impl FakeBackend {
     }
 }
 
+impl FakeBackend {
+    /// The data [`Backend::export_disk`] writes for `instance`.
+    pub fn disk_of(instance: Uuid) -> Vec<u8> {
+        format!("the disk of {instance}\n")
+            .repeat(1000)
+            .into_bytes()
+    }
+}
+
 impl Backend for FakeBackend {
     async fn create(&self, spec: &InstanceSpec) -> Result<(), BackendError> {
         self.record(Op::Create, spec.instance)?;
@@ -268,6 +277,19 @@ impl Backend for FakeBackend {
             .map(|c| format!("{:?}\n", c.op))
             .collect();
         Ok(last_lines(log.as_bytes(), lines))
+    }
+
+    /// Writes [`FakeBackend::disk_of`] the instance; `NotFound` for one it does not have.
+    async fn export_disk(
+        &self,
+        instance: Uuid,
+        to: &std::path::Path,
+    ) -> Result<(), crate::backend::ExportError> {
+        if !self.lock().instances.contains_key(&instance) {
+            return Err(crate::backend::ExportError::NotFound);
+        }
+        std::fs::write(to, FakeBackend::disk_of(instance))
+            .map_err(|e| crate::backend::ExportError::Failed(e.to_string()))
     }
 
     /// Records the NIC ([`FakeBackend::filtered`]); `NotFound` for an instance it does not have.

@@ -74,6 +74,21 @@ impl BackendError {
     }
 }
 
+/// Why an instance's disk could not be exported ([`Backend::export_disk`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ExportError {
+    /// The backend has no such instance.
+    #[error("no such instance on this node")]
+    NotFound,
+    /// The backend keeps no disk it can export for this instance (the sim's, a CNCI's, an
+    /// off-host one's).
+    #[error("{0}")]
+    Unsupported(String),
+    /// The copy failed.
+    #[error("exporting the disk: {0}")]
+    Failed(String),
+}
+
 /// Whether an instance runs, as its backend sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -165,6 +180,23 @@ pub trait Backend: Send + Sync + 'static {
         instance: Uuid,
         nic: &NicSpec,
     ) -> impl Future<Output = Result<(), BackendError>> + Send;
+
+    /// Writes the instance's root disk as it is now to `to`, one standalone qcow2 file (no
+    /// backing file): a snapshot's data. A running instance is paused for the copy and runs on
+    /// after it. `NotFound` for an instance the backend does not have; a backend without disks
+    /// it can export says so (`Unsupported`).
+    fn export_disk(
+        &self,
+        instance: Uuid,
+        to: &std::path::Path,
+    ) -> impl Future<Output = Result<(), ExportError>> + Send {
+        let _ = (instance, to);
+        async {
+            Err(ExportError::Unsupported(
+                "this node keeps no disks to export".into(),
+            ))
+        }
+    }
 
     /// Serves the instance's data on its tenant network's metadata service (169.254.169.254),
     /// for an instance found again after an agent restart (a create does it itself). A backend

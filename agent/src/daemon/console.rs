@@ -14,12 +14,15 @@
 //!   for an instance this node does not have; `409` for one without a tenant NIC; `400` for a
 //!   body that does not decode or fails [`Firewall::check`]; `503` when the instance's queue is
 //!   full; `500` with the cause in one line when filtering fails.
-//! - Other methods on either resource: `405`.
+//! - `GET /v1/instances/{uuid}/disk`: the instance's root disk as one qcow2 file, for a
+//!   snapshot ([`super::export`] says how and what else it answers).
+//! - Other methods on any resource: `405`.
 //! - Authentication: TLS 1.3 with the agent's own SSNTP certificate and key; the client must
 //!   present a certificate that chains to the cluster CA (else the handshake fails) and carries
 //!   the CONTROLLER role (else `403`).
 //! - Bounds: [`MAX_CONNECTIONS`] at once (more are closed at once), [`HANDSHAKE_TIMEOUT`] for the
-//!   TLS handshake, [`REQUEST_TIMEOUT`] for the whole request, headers within hyper's smallest
+//!   TLS handshake, [`REQUEST_TIMEOUT`] for the whole request (a disk:
+//!   [`EXPORT_TIMEOUT`]), headers within hyper's smallest
 //!   buffer ([`MAX_HEADER_BYTES`]), one request per connection, a body read only for a `PUT`
 //!   and at most [`MAX_BODY_BYTES`] of it.
 
@@ -39,6 +42,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
+use super::export::{self, EXPORT_TIMEOUT, Exports};
 use crate::backend::console::{DEFAULT_LINES, MAX_LINES};
 use crate::backend::{Backend, ConsoleError};
 use crate::core::{Core, FirewallRefusal};
@@ -88,20 +92,39 @@ pub enum Route {
     Console(Uuid, usize),
     /// A new firewall for an instance (in the body).
     Firewall(Uuid),
+    /// A copy of an instance's disk.
+    Disk(Uuid),
 }
 
-/// Routes a request: the console or the firewall of an instance; or the answer to a bad one.
+/// Routes a request: the console, the firewall or the disk of an instance; or the answer to a
+/// bad one.
 pub fn route(method: &Method, path: &str, query: Option<&str>) -> Result<Route, Answer> {
+    if let Some(instance) = path
+        .strip_prefix("/v1/instances/")
+        .and_then(|rest| rest.strip_suffix("/disk"))
+    {
+        return only(method, &Method::GET, instance, query).map(Route::Disk);
+    }
     let Some(instance) = path
         .strip_prefix("/v1/instances/")
         .and_then(|rest| rest.strip_suffix("/firewall"))
     else {
         return parse_request(method, path, query).map(|(i, lines)| Route::Console(i, lines));
     };
-    if method != Method::PUT {
+    only(method, &Method::PUT, instance, query).map(Route::Firewall)
+}
+
+/// The instance of a request that takes only method `allowed` and no query.
+fn only(
+    method: &Method,
+    allowed: &Method,
+    instance: &str,
+    query: Option<&str>,
+) -> Result<Uuid, Answer> {
+    if method != allowed {
         return Err((
             StatusCode::METHOD_NOT_ALLOWED,
-            format!("{method}: only PUT is served"),
+            format!("{method}: only {allowed} is served"),
         ));
     }
     let instance: Uuid = instance.parse().map_err(|_| {
@@ -116,7 +139,7 @@ pub fn route(method: &Method, path: &str, query: Option<&str>) -> Result<Route, 
             format!("unknown query parameter {q:?}"),
         ));
     }
-    Ok(Route::Firewall(instance))
+    Ok(instance)
 }
 
 /// Reads a firewall from a request body (at most [`MAX_BODY_BYTES`]) and checks it.
@@ -186,13 +209,15 @@ pub fn parse_request(
     Ok((instance, lines))
 }
 
-/// Serves the endpoint on `listener` until `shutdown`; connections in flight finish (each is
-/// bounded by [`REQUEST_TIMEOUT`]).
+/// Serves the endpoint on `listener` until `shutdown`, making disk copies in `exports`;
+/// connections in flight finish (each is bounded by [`REQUEST_TIMEOUT`], a disk's by
+/// [`EXPORT_TIMEOUT`]).
 pub async fn serve<B: Backend, F: Firewalls>(
     listener: TcpListener,
     tls: Arc<ServerConfig>,
     backend: Arc<B>,
     firewalls: Arc<F>,
+    exports: Arc<Exports>,
     shutdown: CancellationToken,
 ) {
     let acceptor = TlsAcceptor::from(tls);
@@ -216,6 +241,7 @@ pub async fn serve<B: Backend, F: Firewalls>(
             continue;
         };
         let (acceptor, backend, firewalls) = (acceptor.clone(), backend.clone(), firewalls.clone());
+        let exports = exports.clone();
         tracker.spawn(async move {
             let _slot = slot;
             let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
@@ -232,22 +258,40 @@ pub async fn serve<B: Backend, F: Firewalls>(
             if !controller {
                 tracing::warn!(%peer, "console: a client without the controller role refused");
             }
+            // Set once the request is known to be a disk's (a longer transfer).
+            let long = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let flag = long.clone();
             let service = hyper::service::service_fn(move |request: Request<Incoming>| {
                 let (backend, firewalls) = (backend.clone(), firewalls.clone());
+                let (exports, flag) = (exports.clone(), flag.clone());
                 async move {
-                    Ok::<_, std::convert::Infallible>(
-                        answer(&*backend, &*firewalls, controller, request).await,
-                    )
+                    let served = Served {
+                        backend: &*backend,
+                        firewalls: &*firewalls,
+                        exports: &exports,
+                        long: &flag,
+                    };
+                    Ok::<_, std::convert::Infallible>(served.answer(controller, request).await)
                 }
             });
             let conn = hyper::server::conn::http1::Builder::new()
                 .keep_alive(false)
                 .max_buf_size(MAX_HEADER_BYTES)
                 .serve_connection(TokioIo::new(tls), service);
-            match tokio::time::timeout(REQUEST_TIMEOUT, conn).await {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => tracing::debug!(%peer, error = %e, "console: connection failed"),
-                Err(_) => tracing::debug!(%peer, "console: request timed out"),
+            let mut conn = std::pin::pin!(conn);
+            let done = match tokio::time::timeout(REQUEST_TIMEOUT, conn.as_mut()).await {
+                Ok(done) => Some(done),
+                Err(_) if long.load(std::sync::atomic::Ordering::Acquire) => {
+                    tokio::time::timeout(EXPORT_TIMEOUT.saturating_sub(REQUEST_TIMEOUT), conn)
+                        .await
+                        .ok()
+                }
+                Err(_) => None,
+            };
+            match done {
+                Some(Ok(())) => {}
+                Some(Err(e)) => tracing::debug!(%peer, error = %e, "console: connection failed"),
+                None => tracing::debug!(%peer, "console: request timed out"),
             }
         });
     }
@@ -255,61 +299,82 @@ pub async fn serve<B: Backend, F: Firewalls>(
     tracker.wait().await;
 }
 
-/// The answer to one request.
-async fn answer<B: Backend, F: Firewalls, Body>(
-    backend: &B,
-    firewalls: &F,
-    controller: bool,
-    request: Request<Body>,
-) -> Response<Full<Bytes>>
-where
-    Body: hyper::body::Body,
-    Body::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
-    let (status, text) = if controller {
-        match route(
-            request.method(),
-            request.uri().path(),
-            request.uri().query(),
-        ) {
-            Ok(Route::Firewall(instance)) => {
-                let length = request
-                    .headers()
-                    .get(hyper::header::CONTENT_LENGTH)
-                    .and_then(|v| v.to_str().ok())
-                    .and_then(|v| v.parse::<u64>().ok());
-                match read_firewall(request.into_body(), length).await {
-                    Ok(firewall) => firewall_answer(firewalls, instance, firewall).await,
-                    Err(answer) => answer,
+/// What one request is served with.
+struct Served<'a, B, F> {
+    backend: &'a B,
+    firewalls: &'a F,
+    exports: &'a Exports,
+    /// Set for a disk's request.
+    long: &'a std::sync::atomic::AtomicBool,
+}
+
+impl<B: Backend, F: Firewalls> Served<'_, B, F> {
+    /// The answer to one request.
+    async fn answer<Body>(&self, controller: bool, request: Request<Body>) -> Response<export::Body>
+    where
+        Body: hyper::body::Body,
+        Body::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let (backend, firewalls) = (self.backend, self.firewalls);
+        let (status, text) = if controller {
+            match route(
+                request.method(),
+                request.uri().path(),
+                request.uri().query(),
+            ) {
+                Ok(Route::Disk(instance)) => {
+                    self.long.store(true, std::sync::atomic::Ordering::Release);
+                    match self.exports.answer(backend, instance).await {
+                        Ok(response) => return response,
+                        Err(answer) => answer,
+                    }
                 }
+                Ok(Route::Firewall(instance)) => {
+                    let length = request
+                        .headers()
+                        .get(hyper::header::CONTENT_LENGTH)
+                        .and_then(|v| v.to_str().ok())
+                        .and_then(|v| v.parse::<u64>().ok());
+                    match read_firewall(request.into_body(), length).await {
+                        Ok(firewall) => firewall_answer(firewalls, instance, firewall).await,
+                        Err(answer) => answer,
+                    }
+                }
+                Ok(Route::Console(instance, lines)) => match backend.console(instance, lines).await
+                {
+                    Ok(log) => (StatusCode::OK, log),
+                    Err(e @ ConsoleError::NotFound) => {
+                        (StatusCode::NOT_FOUND, format!("instance {instance}: {e}"))
+                    }
+                    Err(e @ ConsoleError::OffHost) => (StatusCode::CONFLICT, e.to_string()),
+                    Err(e @ ConsoleError::Io(_)) => {
+                        (StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
+                    }
+                },
+                Err(answer) => answer,
             }
-            Ok(Route::Console(instance, lines)) => match backend.console(instance, lines).await {
-                Ok(log) => (StatusCode::OK, log),
-                Err(e @ ConsoleError::NotFound) => {
-                    (StatusCode::NOT_FOUND, format!("instance {instance}: {e}"))
-                }
-                Err(e @ ConsoleError::OffHost) => (StatusCode::CONFLICT, e.to_string()),
-                Err(e @ ConsoleError::Io(_)) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
-            },
-            Err(answer) => answer,
+        } else {
+            (
+                StatusCode::FORBIDDEN,
+                "the client certificate does not carry the controller role".to_string(),
+            )
+        };
+        let text = if status == StatusCode::NO_CONTENT {
+            Bytes::new()
+        } else {
+            Bytes::from(text)
+        };
+        let mut response = Response::new(Full::new(text).map_err(|never| match never {}).boxed());
+        *response.status_mut() = status;
+        if status == StatusCode::NO_CONTENT {
+            return response;
         }
-    } else {
-        (
-            StatusCode::FORBIDDEN,
-            "the client certificate does not carry the controller role".to_string(),
-        )
-    };
-    let mut response = Response::new(Full::new(Bytes::from(text)));
-    *response.status_mut() = status;
-    if status == StatusCode::NO_CONTENT {
-        *response.body_mut() = Full::new(Bytes::new());
-        return response;
+        response.headers_mut().insert(
+            hyper::header::CONTENT_TYPE,
+            hyper::header::HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
+        response
     }
-    response.headers_mut().insert(
-        hyper::header::CONTENT_TYPE,
-        hyper::header::HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    response
 }
 
 /// The answer to a firewall update (the one place refusals become statuses).
@@ -380,6 +445,8 @@ mod tests {
         node: Uuid,
         instance: Uuid,
         firewalls: Arc<FakeFirewalls>,
+        /// Holds `exports/`, where disk copies are made.
+        dir: tempfile::TempDir,
         stop: CancellationToken,
         served: tokio::task::JoinHandle<()>,
     }
@@ -422,11 +489,17 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         let stop = CancellationToken::new();
         let firewalls = Arc::new(FakeFirewalls::default());
+        let dir = tempfile::tempdir().unwrap();
+        // What an earlier process left is gone when the endpoint starts.
+        std::fs::create_dir(dir.path().join("exports")).unwrap();
+        std::fs::write(dir.path().join("exports/left.qcow2"), b"x").unwrap();
+        let exports = Arc::new(Exports::open(&dir.path().join("exports")).unwrap());
         let served = tokio::spawn(serve(
             listener,
             tls,
             backend,
             firewalls.clone(),
+            exports,
             stop.clone(),
         ));
         Endpoint {
@@ -434,6 +507,7 @@ mod tests {
             node,
             instance,
             firewalls,
+            dir,
             stop,
             served,
         }
@@ -578,6 +652,43 @@ mod tests {
         )
         .unwrap();
         assert!(e.status(&stranger, agent, local).await.is_err());
+        e.stop().await;
+    }
+
+    #[tokio::test]
+    async fn the_controller_copies_a_disk_and_nothing_stays_behind() {
+        let pki = TestPki::new();
+        let e = endpoint(&pki).await;
+        let (agent, local) = (e.agent(), "127.0.0.1");
+        let controller = pki.identity(Role::CONTROLLER, None);
+        let disk = format!("/v1/instances/{}/disk", e.instance);
+        let (status, body) = get(e.addr, &controller, agent, local, &disk).await.unwrap();
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body.as_bytes(), FakeBackend::disk_of(e.instance));
+        let exports = e.dir.path().join("exports");
+        assert_eq!(
+            std::fs::read_dir(&exports).unwrap().count(),
+            0,
+            "no copy kept"
+        );
+        let status = |target: String, who: &TlsIdentity| {
+            let who = who.clone();
+            async move { get(e.addr, &who, agent, local, &target).await.unwrap().0 }
+        };
+        let unknown = format!("/v1/instances/{}/disk", Uuid::new_v4());
+        assert_eq!(status(unknown, &controller).await, 404);
+        assert_eq!(status(format!("{disk}?x=1"), &controller).await, 400);
+        assert_eq!(
+            status("/v1/instances/nope/disk".into(), &controller).await,
+            400
+        );
+        let other_agent = pki.identity(Role::AGENT, Some(Uuid::new_v4()));
+        assert_eq!(status(disk.clone(), &other_agent).await, 403);
+        let post = "POST {disk} HTTP/1.1\r\nHost: node\r\nConnection: close\r\n\r\n"
+            .replace("{disk}", &disk);
+        let posted = exchange(e.addr, &controller, agent, local, post.into_bytes()).await;
+        assert_eq!(posted.map(|r| r.0), Ok(405));
+        assert_eq!(std::fs::read_dir(&exports).unwrap().count(), 0);
         e.stop().await;
     }
 

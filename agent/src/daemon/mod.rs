@@ -29,6 +29,7 @@
 
 pub mod cli;
 pub mod console;
+pub mod export;
 pub mod inbound;
 pub mod reporter;
 
@@ -471,6 +472,13 @@ async fn start_console<B: Backend>(
             return None;
         }
     };
+    let exports = match export::Exports::open(&config.state_dir.join("exports")) {
+        Ok(exports) => Arc::new(exports),
+        Err(e) => {
+            tracing::error!(error = %e, "console endpoint off: no directory for disk copies");
+            return None;
+        }
+    };
     match tokio::net::TcpListener::bind(addr).await {
         Ok(listener) => {
             tracing::info!(%addr, reported = ?config.console_address, "console endpoint listening");
@@ -479,6 +487,7 @@ async fn start_console<B: Backend>(
                 tls,
                 backend,
                 Arc::new(core),
+                exports,
                 stop,
             )))
         }

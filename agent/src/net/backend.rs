@@ -246,6 +246,14 @@ impl<B: Backend, O: NetOps> Backend for NetBackend<B, O> {
         self.inner.console(instance, lines).await
     }
 
+    async fn export_disk(
+        &self,
+        instance: Uuid,
+        to: &std::path::Path,
+    ) -> Result<(), crate::backend::ExportError> {
+        self.inner.export_disk(instance, to).await
+    }
+
     async fn serve_metadata(&self, spec: &InstanceSpec) -> Result<(), BackendError> {
         let Some(nic) = &spec.nic else {
             return Ok(());

@@ -337,6 +337,22 @@ pub fn make_overlay(
     qemu_img("create", overlay, &args).map(|_| ())
 }
 
+/// Writes `disk` (a qcow2 file, through its backing chain) as one standalone qcow2 file `to`
+/// (a snapshot's data). `-U`: the disk may be open in a paused QEMU, which holds its lock.
+pub fn flatten(disk: &Path, to: &Path) -> Result<(), QemuImgError> {
+    let args: [&std::ffi::OsStr; 8] = [
+        "-q".as_ref(),
+        "-U".as_ref(),
+        "-f".as_ref(),
+        "qcow2".as_ref(),
+        "-O".as_ref(),
+        "qcow2".as_ref(),
+        disk.as_os_str(),
+        to.as_os_str(),
+    ];
+    qemu_img("convert", disk, &args).map(|_| ())
+}
+
 /// Grows a qcow2 disk to `size_mb` MiB if it is smaller (a disk is never shrunk).
 pub fn grow(disk: &Path, size_mb: u32) -> Result<(), QemuImgError> {
     let wanted = u64::from(size_mb) * 1024 * 1024;

@@ -48,7 +48,7 @@ use uuid::Uuid;
 use virt::domain::Domain;
 use virt::error::ErrorNumber;
 
-use crate::backend::{Backend, BackendError, ConsoleError, Existing, console};
+use crate::backend::{Backend, BackendError, ConsoleError, Existing, ExportError, Power, console};
 use crate::model::{Action, InstanceSpec, NicSpec, Resources, Usage, VmKind};
 use access::QemuUser;
 use conn::{Conn, ConnError};
@@ -889,6 +889,36 @@ impl Backend for LibvirtBackend {
         })
         .await
         .map_err(|e| ConsoleError::Io(e.to_string()))?
+    }
+
+    /// `disk.qcow2` through its backing image, flattened by `qemu-img convert`; a running
+    /// domain is paused around the copy (QEMU drains and flushes its disk on a pause), one that
+    /// was paused, stopped or saved is copied as it is. (A kernel image's instance exports its
+    /// data disk: the kernel is not on it.)
+    async fn export_disk(&self, instance: Uuid, to: &Path) -> Result<(), ExportError> {
+        let disk = self.instance_dir(instance).join("disk.qcow2");
+        if !tokio::fs::try_exists(&disk).await.unwrap_or(false) {
+            return Err(ExportError::NotFound);
+        }
+        let owner = self.0.config.owner;
+        let paused = self
+            .0
+            .conn
+            .run(move |c| match our_domain(c, instance, owner)? {
+                Some(d) if power_of(&d)? == Power::Running => d.suspend().map(|_| true),
+                _ => Ok(false),
+            })
+            .await
+            .map_err(|e| ExportError::Failed(format!("pausing for the copy: {e}")))?;
+        let to = to.to_path_buf();
+        let copied = tokio::task::spawn_blocking(move || images::flatten(&disk, &to))
+            .await
+            .map_err(|e| ExportError::Failed(e.to_string()))
+            .and_then(|r| r.map_err(|e| ExportError::Failed(e.to_string())));
+        if paused && let Err(e) = self.on_domain(instance, "unpause", Domain::resume).await {
+            tracing::warn!(%instance, error = %e, "resuming after the disk copy failed");
+        }
+        copied
     }
 
     /// Tenant NICs are filtered by the net backend around this one.

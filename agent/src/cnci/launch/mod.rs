@@ -677,6 +677,20 @@ impl<B: Backend> Backend for CnciLauncher<B> {
         self.inner.stats().await
     }
 
+    /// A tenant instance's disk is the inner backend's; a CNCI's is not for snapshots.
+    async fn export_disk(
+        &self,
+        instance: Uuid,
+        to: &std::path::Path,
+    ) -> Result<(), crate::backend::ExportError> {
+        if self.is_ours(instance) {
+            return Err(crate::backend::ExportError::Unsupported(
+                "a CNCI's disk is not exported".into(),
+            ));
+        }
+        self.inner.export_disk(instance, to).await
+    }
+
     /// A CNCI VM's log is the VM backend's; a CNCI process has none.
     async fn console(&self, instance: Uuid, lines: usize) -> Result<String, ConsoleError> {
         if !self.is_ours(instance) {
