@@ -258,6 +258,26 @@ pub fn console_allowed(state: &InstanceState) -> bool {
     )
 }
 
+/// A node's endpoint, as the controller dials it.
+#[derive(Clone)]
+pub struct NodeEndpoint {
+    /// The node (its certificate must bind it, when it binds a UUID).
+    pub node: Uuid,
+    /// Where its endpoint listens.
+    pub addr: std::net::SocketAddr,
+    /// The controller's identity to dial with.
+    pub tls: ssntp_net::TlsIdentity,
+}
+
+impl std::fmt::Debug for NodeEndpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeEndpoint")
+            .field("node", &self.node)
+            .field("addr", &self.addr)
+            .finish_non_exhaustive()
+    }
+}
+
 /// The cluster operations the API needs. See the module docs.
 pub trait Cluster: Send + Sync {
     /// Creates `count` instances (each quota-checked, in state `pending`) and sends their STARTs.
@@ -327,6 +347,15 @@ pub trait Cluster: Send + Sync {
     /// most a few seconds; `Unavailable` with the cause when the node cannot be reached,
     /// `NotAvailable` for an off-host instance.
     fn console(&self, scope: Scope, id: Uuid, lines: usize) -> Result<String, ClusterError>;
+    /// Where the disk of instance `id` is copied from now, for a snapshot (`createImage`): its
+    /// node's endpoint. `InvalidState` unless it is active, stopped, paused or suspended on a
+    /// node; a cluster without node endpoints says so.
+    fn disk_source(&self, scope: Scope, id: Uuid) -> Result<NodeEndpoint, ClusterError> {
+        let _ = (scope, id);
+        Err(ClusterError::NotAvailable(
+            "this cluster cannot copy instance disks".into(),
+        ))
+    }
     /// Every node known since the controller started, by UUID.
     fn nodes(&self) -> Vec<Node>;
     /// One node.

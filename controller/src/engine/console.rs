@@ -20,7 +20,8 @@ use std::time::Duration;
 use uuid::Uuid;
 
 use super::Engine;
-use crate::cluster::{ClusterError, console_allowed};
+use crate::cluster::{ClusterError, NodeEndpoint, console_allowed};
+
 use store::Scope;
 
 /// How long connecting to a node may take.
@@ -31,32 +32,33 @@ pub const TOTAL_TIMEOUT: Duration = Duration::from_secs(10);
 pub const MAX_RESPONSE: usize = 1024 * 1024 + 64 * 1024;
 
 impl Engine {
-    /// [`Cluster::console`](crate::cluster::Cluster::console).
-    pub(super) fn console_log(
+    /// The node endpoint of instance `id` (its node, the address to dial, the TLS identity to
+    /// dial it with), for `operation` on an instance that `allowed` lets it be done in.
+    fn endpoint_of(
         &self,
         scope: Scope,
         id: Uuid,
-        lines: usize,
-    ) -> Result<String, ClusterError> {
+        operation: &'static str,
+        allowed: fn(&store::InstanceState) -> bool,
+        off_host: &str,
+    ) -> Result<NodeEndpoint, ClusterError> {
         let instance = self.store.instance(scope, id)?;
         if self.remote_of(&instance)?.is_some() {
-            return Err(ClusterError::NotAvailable(
-                "console log not available for off-host instances".into(),
-            ));
+            return Err(ClusterError::NotAvailable(off_host.to_string()));
         }
         let node = match instance.node {
-            Some(node) if console_allowed(&instance.state) => node,
+            Some(node) if allowed(&instance.state) => node,
             _ => {
                 return Err(ClusterError::InvalidState {
                     id,
                     state: instance.state.name().to_string(),
-                    operation: "show its console log (it is on no node)",
+                    operation,
                 });
             }
         };
         let Some(tls) = &self.config.console_tls else {
             return Err(ClusterError::Unavailable(
-                "this controller fetches no console logs (no TLS identity for it)".into(),
+                "this controller reaches no node endpoints (no TLS identity for them)".into(),
             ));
         };
         let ip = self
@@ -66,11 +68,46 @@ impl Engine {
             .and_then(|n| n.ips.first().copied())
             .ok_or_else(|| {
                 ClusterError::Unavailable(format!(
-                    "node {node} reported no address for its console endpoint"
+                    "node {node} reported no address for its endpoint"
                 ))
             })?;
-        let addr = SocketAddr::new(ip, self.config.console_port);
-        let fetch = fetch(tls, node, addr, id, lines);
+        Ok(NodeEndpoint {
+            node,
+            addr: SocketAddr::new(ip, self.config.console_port),
+            tls: tls.clone(),
+        })
+    }
+
+    /// [`Cluster::disk_source`](crate::cluster::Cluster::disk_source).
+    pub(super) fn disk_endpoint(
+        &self,
+        scope: Scope,
+        id: Uuid,
+    ) -> Result<NodeEndpoint, ClusterError> {
+        self.endpoint_of(
+            scope,
+            id,
+            "make an image of it (it must be active, stopped, paused or suspended on a node)",
+            snapshot_allowed,
+            "off-host instances cannot be snapshotted",
+        )
+    }
+
+    /// [`Cluster::console`](crate::cluster::Cluster::console).
+    pub(super) fn console_log(
+        &self,
+        scope: Scope,
+        id: Uuid,
+        lines: usize,
+    ) -> Result<String, ClusterError> {
+        let NodeEndpoint { node, addr, tls } = self.endpoint_of(
+            scope,
+            id,
+            "show its console log (it is on no node)",
+            console_allowed,
+            "console log not available for off-host instances",
+        )?;
+        let fetch = fetch(&tls, node, addr, id, lines);
         let result = match tokio::runtime::Handle::try_current() {
             // Called from a blocking thread of the controller's runtime (the API's
             // spawn_blocking), as the trait asks.
@@ -99,6 +136,39 @@ impl Engine {
         })
     }
 }
+
+/// Whether an instance in `state` may have its disk copied (a snapshot): on a node, active,
+/// stopped, paused or suspended (Nova's ACTIVE, SHUTOFF, PAUSED, SUSPENDED).
+pub fn snapshot_allowed(state: &store::InstanceState) -> bool {
+    use store::InstanceState as S;
+    matches!(state, S::Active | S::Exited | S::Paused | S::Suspended)
+}
+
+/// `GET /v1/instances/{id}/disk` from the node `endpoint`: the response once its head is in (a
+/// 200's body is the disk, to be read within [`DISK_TIMEOUT`]), or why there is none. The
+/// connection lives as long as the body.
+pub async fn fetch_disk(
+    endpoint: &NodeEndpoint,
+    id: Uuid,
+) -> Result<hyper::Response<hyper::body::Incoming>, String> {
+    let exchange = async {
+        let (mut sender, _driver) = dial(&endpoint.tls, endpoint.node, endpoint.addr).await?;
+        let request = hyper::Request::get(format!("/v1/instances/{id}/disk"))
+            .header(hyper::header::HOST, endpoint.addr.to_string())
+            .body(Empty::<Bytes>::new())
+            .map_err(|e| format!("request: {e}"))?;
+        sender
+            .send_request(request)
+            .await
+            .map_err(|e| format!("HTTP: {e}"))
+    };
+    tokio::time::timeout(DISK_TIMEOUT, exchange)
+        .await
+        .map_err(|_| format!("no answer within {DISK_TIMEOUT:?}"))?
+}
+
+/// How long a node may take to copy a disk and start sending it, and then to send it.
+pub const DISK_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 
 /// Why a fetch failed.
 #[derive(Debug)]

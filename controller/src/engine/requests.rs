@@ -309,6 +309,14 @@ impl Cluster for Engine {
         self.console_log(scope, id, lines)
     }
 
+    fn disk_source(
+        &self,
+        scope: Scope,
+        id: Uuid,
+    ) -> Result<crate::cluster::NodeEndpoint, ClusterError> {
+        self.disk_endpoint(scope, id)
+    }
+
     fn nodes(&self) -> Vec<Node> {
         self.state().nodes.values().cloned().collect()
     }

@@ -279,6 +279,19 @@ pub(crate) fn headroom(
     Ok(room)
 }
 
+/// How the names of the workloads [`workload_for`] makes begin (then 12 hex digits).
+const IMPLICIT: &str = "server-";
+
+/// Whether the Compute API made `workload` for its servers ([`workload_for`]) rather than a
+/// user through the native API: such a workload goes when its image does (once no instance
+/// uses it).
+pub fn is_implicit(workload: &store::Workload) -> bool {
+    workload
+        .name
+        .strip_prefix(IMPLICIT)
+        .is_some_and(|short| short.len() == 12 && short.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
 /// The project's workload for flavor + image + user data (ephemeral or not), made if it has
 /// none.
 pub fn workload_for(
@@ -316,7 +329,7 @@ pub fn workload_for(
         .collect();
     let workload = store.create_workload(NewWorkload {
         owner: Some(tenant),
-        name: format!("server-{short}"),
+        name: format!("{IMPLICIT}{short}"),
         flavor,
         image,
         user_data: user_data.to_string(),

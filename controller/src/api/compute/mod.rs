@@ -20,9 +20,10 @@ mod resize;
 mod server_action;
 mod server_update;
 mod servers;
+mod snapshot;
 mod sshkey;
 
-pub(crate) use launch::headroom;
+pub(crate) use launch::{headroom, is_implicit};
 pub(crate) use rebuild::target_workload as rebuild_target;
 pub(crate) use resize::target_workload as resize_target;
 

@@ -1,6 +1,6 @@
 //! `POST /servers/{id}/action`: stop, start, reboot, pause/unpause, suspend/resume, rebuild,
-//! resize with its confirm and revert (202; 204 for a confirmed resize), and
-//! `os-getConsoleOutput` (200, [`super::console`]).
+//! resize with its confirm and revert (202; 204 for a confirmed resize), `createImage` (202,
+//! [`super::snapshot`]) and `os-getConsoleOutput` (200, [`super::console`]).
 //!
 //! Actions act in the token's project only, admins included (see [`super::launch`]).
 
@@ -64,7 +64,7 @@ fn parse_action(body: &Value) -> Result<Action, ApiError> {
     }
     let names: Vec<&String> = object.keys().collect();
     Err(ApiError::BadRequest(format!(
-        "no supported action in {names:?}: os-stop, os-start, reboot, rebuild, resize, confirmResize, revertResize, pause, unpause, suspend, resume and os-getConsoleOutput are"
+        "no supported action in {names:?}: os-stop, os-start, reboot, rebuild, resize, confirmResize, revertResize, pause, unpause, suspend, resume, createImage and os-getConsoleOutput are"
     )))
 }
 
@@ -79,6 +79,9 @@ pub async fn action(
     let id = path_id("server", &id)?;
     if let Some(args) = body.get("os-getConsoleOutput") {
         return super::console::output(state, caller, id, args).await;
+    }
+    if let Some(args) = body.get("createImage") {
+        return super::snapshot::create_image(state, caller, id, args).await;
     }
     let scope = caller.project_scope(false)?;
     let action = parse_action(&body)?;

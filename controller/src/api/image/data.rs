@@ -22,7 +22,8 @@ use std::time::Duration;
 use super::super::extract::{PathParams, path_id};
 use super::super::{ApiError, ApiState, Principal};
 use crate::images::ImageBlobs;
-use store::{ImageChange, ImageFile, ImageStatus};
+use store::{ImageChange, ImageFile, ImageStatus, Scope};
+use uuid::Uuid;
 
 /// How long an upload may wait for its next chunk.
 pub const CHUNK_TIMEOUT: Duration = Duration::from_secs(60);
@@ -31,7 +32,8 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-fn blobs(state: &ApiState) -> Result<Arc<dyn ImageBlobs>, ApiError> {
+/// The controller's image store (503 without one).
+pub(crate) fn blobs(state: &ApiState) -> Result<Arc<dyn ImageBlobs>, ApiError> {
     state
         .config
         .images
@@ -171,55 +173,110 @@ pub(super) async fn upload(
     let blobs = blobs(&state)?;
     let scope = caller.project_scope(true)?;
     let image = super::write::owned(&state, &caller, id).await?;
-    let to = |expect, status, file: Option<ImageFile>| {
-        let reference = file.as_ref().map(|f| format!("sha512/{}", f.sha512));
-        let change = ImageChange {
-            expect: Some(expect),
-            status: Some(status),
-            file: file.map(Some),
-            reference,
-            ..ImageChange::default()
-        };
-        let state = state.clone();
-        async move {
-            state
-                .store(move |store| Ok(store.change_image(scope, id, change)?))
-                .await
-        }
-    };
-    to(ImageStatus::Queued, ImageStatus::Saving, None)
+    saving(&state, scope, id).await.map_err(|e| match e {
+        ApiError::Conflict(_) => ApiError::Conflict(format!(
+            "image {id} is {}: data goes only to a queued image",
+            image.status.as_str()
+        )),
+        other => other,
+    })?;
+    keep_data(&state, &blobs, scope, id, body, ImageStatus::Queued)
         .await
-        .map_err(|e| match e {
-            ApiError::Conflict(_) => ApiError::Conflict(format!(
-                "image {id} is {}: data goes only to a queued image",
-                image.status.as_str()
-            )),
-            other => other,
-        })?;
-    let received = receive(body, &blobs, state.config.image_size_cap).await;
-    let discard = |path: std::path::PathBuf| {
-        let _ = std::fs::remove_file(path);
+        .map(|_| StatusCode::NO_CONTENT)
+}
+
+/// Moves image `id` from `expect` to `status`, with its data's `file` (and the reference
+/// nodes fetch it by) when given.
+async fn change(
+    state: &ApiState,
+    scope: Scope,
+    id: Uuid,
+    expect: ImageStatus,
+    status: ImageStatus,
+    file: Option<ImageFile>,
+) -> Result<(), ApiError> {
+    let reference = file.as_ref().map(|f| format!("sha512/{}", f.sha512));
+    let change = ImageChange {
+        expect: Some(expect),
+        status: Some(status),
+        file: file.map(Some),
+        reference,
+        ..ImageChange::default()
     };
+    state
+        .store(move |store| Ok(store.change_image(scope, id, change)?))
+        .await
+        .map(drop)
+}
+
+/// Takes queued image `id` to `saving` (409 if it is not queued): its data is coming.
+pub(crate) async fn saving(state: &ApiState, scope: Scope, id: Uuid) -> Result<(), ApiError> {
+    change(
+        state,
+        scope,
+        id,
+        ImageStatus::Queued,
+        ImageStatus::Saving,
+        None,
+    )
+    .await
+}
+
+/// Takes image `id` from `saving` to `killed` (nothing if it is not saving): its data will not
+/// come.
+pub(crate) async fn killed(state: &ApiState, scope: Scope, id: Uuid) {
+    let _ = change(
+        state,
+        scope,
+        id,
+        ImageStatus::Saving,
+        ImageStatus::Killed,
+        None,
+    )
+    .await;
+}
+
+/// Receives `body` as the data of image `id`, which is `saving`: the image is `active` with it
+/// once it is kept; on any failure nothing is kept and the image is `failed` (`queued` again
+/// for an upload, which may be tried again; `killed` for a snapshot).
+pub(crate) async fn keep_data(
+    state: &ApiState,
+    blobs: &Arc<dyn ImageBlobs>,
+    scope: Scope,
+    id: Uuid,
+    body: Body,
+    failed: ImageStatus,
+) -> Result<ImageFile, ApiError> {
+    let received = receive(body, blobs, state.config.image_size_cap).await;
     let (path, file) = match received {
         Ok(done) => done,
         Err((path, e)) => {
-            path.map(discard);
-            let _ = to(ImageStatus::Saving, ImageStatus::Queued, None).await;
+            if let Some(path) = path {
+                let _ = std::fs::remove_file(path);
+            }
+            let _ = change(state, scope, id, ImageStatus::Saving, failed, None).await;
             return Err(e);
         }
     };
     let (hash, store) = (file.sha512.clone(), blobs.clone());
     let kept = tokio::task::spawn_blocking(move || store.keep(&path, &hash)).await;
     if !matches!(kept, Ok(Ok(()))) {
-        let _ = to(ImageStatus::Saving, ImageStatus::Queued, None).await;
+        let _ = change(state, scope, id, ImageStatus::Saving, failed, None).await;
         return Err(ApiError::Internal(format!(
             "keeping image {id}'s data failed: {kept:?}"
         )));
     }
-    tracing::info!(image = %id, size = file.size, "image data uploaded");
-    to(ImageStatus::Saving, ImageStatus::Active, Some(file))
-        .await
-        .map(|_| StatusCode::NO_CONTENT)
+    tracing::info!(image = %id, size = file.size, "image data kept");
+    change(
+        state,
+        scope,
+        id,
+        ImageStatus::Saving,
+        ImageStatus::Active,
+        Some(file.clone()),
+    )
+    .await?;
+    Ok(file)
 }
 
 /// `GET /v2/images/{id}/file`: the data (200, `Content-MD5` the checksum), or 204 for an image

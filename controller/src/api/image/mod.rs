@@ -8,6 +8,8 @@ mod data;
 mod schemas;
 mod write;
 
+pub(crate) use data::{blobs, keep_data, killed, saving};
+
 use axum::Json;
 use axum::Router;
 use axum::extract::State;

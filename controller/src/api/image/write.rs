@@ -345,7 +345,22 @@ pub(super) async fn delete(
     let scope = change_scope(&caller)?;
     let orphan = state
         .store(move |store| {
-            store.delete_image(scope, id)?;
+            // The workloads the Compute API made for servers of this image go with it, where
+            // no instance uses them (those that one uses keep the image: 409).
+            for workload in store.workloads(Scope::All)? {
+                if workload.image == id && crate::api::compute::is_implicit(&workload) {
+                    match store.delete_workload(Scope::All, workload.id) {
+                        Ok(()) | Err(store::StoreError::Conflict(_)) => {}
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+            }
+            store.delete_image(scope, id).map_err(|e| match e {
+                store::StoreError::Conflict(_) => store::StoreError::Conflict(format!(
+                    "image {id} is in use by a server or a workload"
+                )),
+                other => other,
+            })?;
             let hash = image.file.map(|f| f.sha512);
             let shared = hash.as_ref().is_some_and(|h| {
                 store.images(Scope::All).is_ok_and(|all| {

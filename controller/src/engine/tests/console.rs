@@ -26,7 +26,7 @@ fn a_node_without_an_address_or_a_controller_without_an_identity_says_so() {
     let mut w = world();
     let id = w.active();
     let why = unavailable(w.engine.console(Scope::All, id, 10));
-    assert!(why.contains("no console logs"), "{why}");
+    assert!(why.contains("no node endpoints"), "{why}");
     let pki = testkit::TestPki::new();
     w.engine.config.console_tls = Some(pki.identity(ssntp::Role::CONTROLLER, None));
     let why = unavailable(w.engine.console(Scope::All, id, 10));
@@ -82,4 +82,31 @@ fn an_off_host_instance_has_no_console_log() {
             "console log not available for off-host instances".into()
         ))
     );
+}
+
+#[test]
+fn a_disk_is_copied_from_the_node_of_a_placed_instance_only() {
+    let mut w = world();
+    let waiting = w.launch(1)[0].id;
+    assert!(matches!(
+        w.engine.disk_source(Scope::All, waiting),
+        Err(ClusterError::InvalidState { .. })
+    ));
+    let id = w.active();
+    let pki = testkit::TestPki::new();
+    w.engine.config.console_tls = Some(pki.identity(ssntp::Role::CONTROLLER, None));
+    let address = ssntp::payload::NodeNetwork {
+        ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
+        mac: MacAddr([0; 6]),
+    };
+    w.stats_with(
+        NODE,
+        ssntp::payload::NodeState::Ready,
+        &[(id, Reported::Active)],
+        vec![address],
+    );
+    let source = w.engine.disk_source(Scope::All, id).unwrap();
+    assert_eq!(source.node, NODE);
+    assert_eq!(source.addr.ip(), IpAddr::V4(Ipv4Addr::LOCALHOST));
+    assert_eq!(source.addr.port(), w.engine.config.console_port);
 }
