@@ -5,6 +5,11 @@
 //! suspend`/`resume`: what the guest wrote is never lost; `console log show` fetches the whole
 //! story from the node through the API. `server delete` removes its files.
 //!
+//! Then an image the user uploads (`image create --file`, the tiny guest as a bootable qcow2 disk
+//! from `scripts/tiny-disk.sh`, `CUMULO_TINY_DISK`): the node has never seen it, fetches it from
+//! the controller once, checks it, and boots two servers from it. A snapshot of one of them
+//! (`server image create`) boots a third with the first one's disk.
+//!
 //! Needs root, a system libvirtd (`CUMULO_LIBVIRT_URI=qemu:///system`, `scripts/libvirt.sh`),
 //! the cluster's binaries (`cargo build --bins`) and the `openstack` CLI (`CUMULO_OPENSTACK`,
 //! made by `scripts/openstack-venv.sh`); without them the test is skipped with a message, unless
@@ -14,9 +19,10 @@
 #![allow(clippy::unwrap_used)]
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output};
-use std::time::Duration;
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 mod common;
 
@@ -32,16 +38,44 @@ fn text(out: &Output) -> String {
     )
 }
 
+/// One cluster at a time: `up` takes the default addresses.
+fn one_cluster() -> MutexGuard<'static, ()> {
+    static CLUSTER: Mutex<()> = Mutex::new(());
+    CLUSTER
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// The cluster `up` made in a directory of its own; brought down (and purged) when dropped.
 struct Up {
     dir: PathBuf,
     /// `up`'s exports for the `openstack` CLI.
     env: Vec<(String, String)>,
     openstack: PathBuf,
+    /// Holds `dir`; removed after `down`.
+    _work: tempfile::TempDir,
+    /// Released last.
+    _one: MutexGuard<'static, ()>,
 }
 
 impl Up {
-    fn start(dir: &Path, openstack: PathBuf) -> Up {
+    /// A cluster on real VMs for `test`, in a directory of its own, once no other test's runs;
+    /// `None` (the test skips) without root's libvirtd, the cluster's binaries or the
+    /// `openstack` CLI.
+    fn start_or_skip(test: &str) -> Option<Up> {
+        common::system_libvirt_or_skip(test)?;
+        if !common::binaries_or_skip(&["cumulo-scheduler", "cumulo-controller", "cumulo-agent"]) {
+            return None;
+        }
+        let openstack = common::openstack_or_skip()?;
+        let one = one_cluster();
+        let work = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(work.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        Some(Up::start(work, one, openstack))
+    }
+
+    fn start(work: tempfile::TempDir, one: MutexGuard<'static, ()>, openstack: PathBuf) -> Up {
+        let dir = work.path().join("cluster");
         let out = Command::new(CUMULO)
             .args([
                 "up",
@@ -51,16 +85,18 @@ impl Up {
                 "none",
                 "--dir",
             ])
-            .arg(dir)
+            .arg(&dir)
             .output()
             .unwrap();
         let mut up = Up {
-            dir: dir.to_path_buf(),
+            dir,
             env: Vec::new(),
             openstack,
+            _work: work,
+            _one: one,
         };
         assert!(out.status.success(), "cumulo up: {}", text(&out));
-        let exports = std::fs::read_to_string(dir.join("env")).unwrap();
+        let exports = std::fs::read_to_string(up.dir.join("env")).unwrap();
         up.env = exports
             .lines()
             .filter_map(|l| l.strip_prefix("export "))
@@ -118,16 +154,18 @@ impl Up {
 
     /// Waits until the guest has counted boot `n` on its data disk.
     fn wait_disk_count(&self, id: &str, n: u32) {
-        let line = format!("CUMULO-DISK-WROTE {id} {n}");
+        self.wait_console(id, &format!("CUMULO-DISK-WROTE {id} {n}"));
+    }
+
+    /// Waits until the guest's console has the line `line`.
+    fn wait_console(&self, id: &str, line: &str) {
         testkit::poll_for(Duration::from_secs(120), || {
             let log = std::fs::read_to_string(self.console(id)).unwrap_or_default();
             // (A serial console's lines end in CR LF.)
             if log.lines().any(|l| l.trim_end() == line) {
                 Ok(())
             } else {
-                Err(format!(
-                    "the guest did not count boot {n} on its disk; its console:\n{log}"
-                ))
+                Err(format!("no {line:?} on the guest's console:\n{log}"))
             }
         });
     }
@@ -144,18 +182,9 @@ impl Drop for Up {
 
 #[test]
 fn the_openstack_cli_stops_starts_reboots_pauses_and_suspends_a_vm_that_keeps_its_disk() {
-    let Some(_uri) = common::system_libvirt_or_skip("openstack CLI on real VMs") else {
+    let Some(up) = Up::start_or_skip("openstack CLI on real VMs") else {
         return;
     };
-    if !common::binaries_or_skip(&["cumulo-scheduler", "cumulo-controller", "cumulo-agent"]) {
-        return;
-    }
-    let Some(openstack) = common::openstack_or_skip() else {
-        return;
-    };
-    let work = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(work.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let up = Up::start(&work.path().join("cluster"), openstack);
 
     // The first instance `up` booted, as the demo user sees it.
     let shown = up.json(&["server", "show", "first"]);
@@ -211,4 +240,133 @@ fn the_openstack_cli_stops_starts_reboots_pauses_and_suspends_a_vm_that_keeps_it
             true => Err("a delete removes the files".to_string()),
         }
     });
+}
+
+#[test]
+fn the_openstack_cli_uploads_an_image_that_the_node_fetches_once_and_boots() {
+    let Some(disk) = common::tiny_disk_or_skip() else {
+        return;
+    };
+    let Some(up) = Up::start_or_skip("an uploaded image on real VMs") else {
+        return;
+    };
+
+    let disk = disk.to_str().unwrap();
+    let image = up.json(&[
+        "image",
+        "create",
+        "--disk-format",
+        "qcow2",
+        "--container-format",
+        "bare",
+        "--private",
+        "--file",
+        disk,
+        "tiny-disk",
+    ]);
+    let image_id = image["id"].as_str().unwrap().to_string();
+    let shown = up.json(&["image", "show", &image_id]);
+    assert_eq!(shown["status"], "active", "{shown}");
+    // (The CLI shows the hash among the properties.)
+    let props = &shown["properties"];
+    assert_eq!(props["os_hash_algo"], "sha512", "{shown}");
+    let hash = props["os_hash_value"].as_str().unwrap().to_string();
+    // The node's image cache holds nothing yet.
+    let cache = up.dir.join("agent/images/sha512");
+    assert!(!cache.join(&hash).exists(), "not fetched before a START");
+
+    // The first START fetches the image (its time includes the fetch), the second finds it.
+    let mut booted = Vec::new();
+    for name in ["disk-a", "disk-b"] {
+        let started = Instant::now();
+        let server = up.json(&[
+            "server", "create", "--flavor", "tiny", "--image", &image_id, "--wait", name,
+        ]);
+        let active = started.elapsed();
+        assert_eq!(server["status"], "ACTIVE", "{server}");
+        let id = server["id"].as_str().unwrap().to_string();
+        // The guest on the disk has no meta-data of its own: it names itself from its kernel
+        // command line (scripts/tiny-disk.sh).
+        up.wait_console(&id, "CUMULO-GUEST-UP 00000000-0000-4000-8000-00000000d15c");
+        // Its own disk, first boot: the guest counts in the disk's spare sector.
+        up.wait_console(
+            &id,
+            "CUMULO-DISK-WROTE 00000000-0000-4000-8000-00000000d15c 1",
+        );
+        println!(
+            "{name}: ACTIVE {} ms after server create, guest up after {} ms",
+            active.as_millis(),
+            started.elapsed().as_millis()
+        );
+        booted.push(id);
+    }
+    let data = std::fs::read(cache.join(&hash)).unwrap();
+    assert_eq!(
+        data,
+        std::fs::read(disk).unwrap(),
+        "the node keeps the data it was sent"
+    );
+    let log = std::fs::read_to_string(up.dir.join("logs/agent.log")).unwrap();
+    let fetches: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("image data fetched"))
+        .collect();
+    assert_eq!(
+        fetches.len(),
+        1,
+        "one fetch for two STARTs; the agent's log:\n{log}"
+    );
+    println!("{}", fetches[0]);
+
+    // A snapshot of the running disk-a (paused for the copy): what its guest counted on its
+    // disk (boot 1) is in the image, and a server booted from it counts boot 2.
+    let snap = up.json(&[
+        "server", "image", "create", "--name", "snap", "--wait", &booted[0],
+    ]);
+    let snap_id = snap["id"].as_str().unwrap().to_string();
+    let shown = up.json(&["image", "show", &snap_id]);
+    assert_eq!(shown["status"], "active", "{shown}");
+    assert_eq!(shown["disk_format"], "qcow2", "{shown}");
+    let props = shown["properties"].to_string();
+    assert!(
+        props.contains("snapshot") && props.contains(&booted[0]),
+        "{shown}"
+    );
+    up.wait_status(&booted[0], "ACTIVE");
+    let server = up.json(&[
+        "server",
+        "create",
+        "--flavor",
+        "tiny",
+        "--image",
+        &snap_id,
+        "--wait",
+        "from-snap",
+    ]);
+    let from_snap = server["id"].as_str().unwrap().to_string();
+    up.wait_console(
+        &from_snap,
+        "CUMULO-DISK-WROTE 00000000-0000-4000-8000-00000000d15c 2",
+    );
+    booted.push(from_snap);
+
+    // In use, the image stays in the cache; the servers go, then the images.
+    for id in &booted {
+        up.ok(&["server", "delete", "--wait", id]);
+    }
+    // A server's record goes once its node has removed it (after the API stops showing it):
+    // until then its image is in use.
+    for image in [&image_id, &snap_id] {
+        testkit::poll_for(Duration::from_secs(60), || {
+            let out = up.openstack(&["image", "delete", image]);
+            match out.status.success() {
+                true => Ok(()),
+                false => Err(format!("image delete {image}: {}", text(&out))),
+            }
+        });
+    }
+    for image in [&image_id, &snap_id] {
+        let out = up.openstack(&["image", "show", image]);
+        assert!(!out.status.success(), "deleted: {}", text(&out));
+    }
 }

@@ -82,3 +82,22 @@ pub fn openstack_or_skip() -> Option<std::path::PathBuf> {
     }
     found
 }
+
+/// The tiny guest as a bootable qcow2 disk image (`CUMULO_TINY_DISK`, made by
+/// `scripts/tiny-disk.sh`), or `None`: the test says it skips, unless `CUMULO_LIBVIRT_REQUIRED=1`
+/// (CI) makes that a failure.
+#[allow(dead_code)]
+pub fn tiny_disk_or_skip() -> Option<std::path::PathBuf> {
+    let found = std::env::var_os("CUMULO_TINY_DISK")
+        .map(std::path::PathBuf::from)
+        .filter(|p| p.is_file());
+    if found.is_none() {
+        assert!(
+            std::env::var("CUMULO_LIBVIRT_REQUIRED").as_deref() != Ok("1"),
+            "CUMULO_LIBVIRT_REQUIRED=1 but CUMULO_TINY_DISK names no disk image \
+             (scripts/tiny-disk.sh makes one)"
+        );
+        eprintln!("SKIPPED: no tiny disk image (CUMULO_TINY_DISK, scripts/tiny-disk.sh)");
+    }
+    found
+}
