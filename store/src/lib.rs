@@ -1,6 +1,7 @@
 //! The controller's store: one trait per concern ([`IdentityStore`], [`KeypairStore`],
 //! [`NetworkStore`],
-//! [`CatalogStore`], [`InstanceStore`], [`EventStore`], [`ActionStore`], [`OperationQueue`];
+//! [`CatalogStore`], [`InstanceStore`], [`VolumeStore`], [`EventStore`], [`ActionStore`],
+//! [`OperationQueue`];
 //! [`Store`] is all of them), implemented by [`SqliteStore`] (embedded, the default) and [`EtcdStore`] (etcd v3,
 //! shared by several controllers); [`open()`] picks one from a path or an `etcd://` URL.
 //! [`ReservationStore`] stands apart (in memory, or over etcd). `use store::prelude::*` brings
@@ -32,6 +33,7 @@ pub mod sqlite;
 #[cfg(test)]
 pub(crate) mod suite;
 mod traits;
+mod volume;
 
 pub use actions::{ACTIONS_PER_INSTANCE, GONE_INSTANCES_KEPT};
 pub use common::DEFAULT_EVENT_CAPACITY;
@@ -57,15 +59,16 @@ pub use reservations::{MemoryReservations, Reservation, ReservationStore};
 pub use sqlite::SqliteStore;
 pub use traits::{
     ActionStore, CatalogStore, EventStore, IdentityStore, InstanceStore, KeypairStore,
-    NetworkStore, OperationQueue, Store,
+    NetworkStore, OperationQueue, Store, VolumeStore,
 };
+pub use volume::*;
 
 /// Every trait of the store, to call their methods on a concrete store (`SqliteStore`,
 /// `EtcdStore`): `use store::prelude::*`.
 pub mod prelude {
     pub use crate::{
         ActionStore, CatalogStore, EventStore, IdentityStore, InstanceStore, KeypairStore,
-        NetworkStore, OperationQueue, ReservationStore, Store,
+        NetworkStore, OperationQueue, ReservationStore, Store, VolumeStore,
     };
 }
 
@@ -91,6 +94,10 @@ pub enum QuotaKind {
     SecurityGroups,
     /// The number of rules over a tenant's security groups.
     SecurityGroupRules,
+    /// The number of a tenant's volumes.
+    Volumes,
+    /// The GiB over all a tenant's volumes.
+    Gigabytes,
 }
 
 impl std::fmt::Display for QuotaKind {
@@ -103,6 +110,8 @@ impl std::fmt::Display for QuotaKind {
             QuotaKind::FloatingIps => "floating IPs",
             QuotaKind::SecurityGroups => "security groups",
             QuotaKind::SecurityGroupRules => "security group rules",
+            QuotaKind::Volumes => "volumes",
+            QuotaKind::Gigabytes => "volume gigabytes",
         })
     }
 }

@@ -243,7 +243,7 @@ fn flavor_in(tx: &mut Tx<'_>, id: Uuid) -> Result<FlavorRec> {
 }
 
 /// The image `id` if `scope` sees it.
-fn image_in(tx: &mut Tx<'_>, scope: Scope, id: Uuid) -> Result<ImageRec> {
+pub(super) fn image_in(tx: &mut Tx<'_>, scope: Scope, id: Uuid) -> Result<ImageRec> {
     let key = tx.keys().image(id);
     tx.get_json::<ImageRec>(&key)?
         .filter(|i| scope.sees(i.owner))

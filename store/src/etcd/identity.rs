@@ -93,6 +93,11 @@ impl IdentityStore for EtcdStore {
                     "tenant {id} still has instances, subnets or CNCIs"
                 )));
             }
+            if tx.any_under(&keys.tenant_volumes(id))? {
+                return Err(StoreError::Conflict(format!(
+                    "tenant {id} still has volumes"
+                )));
+            }
             // Private workloads and images go with the tenant (no other tenant can use them).
             for w in decode_all::<WorkloadRec>(&tx.range(&keys.workloads())?)? {
                 if w.owner == Some(id) {

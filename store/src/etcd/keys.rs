@@ -19,6 +19,8 @@
 //! <prefix>order/<tenant>/<seq:016x>              instance id, in the tenant's creation order
 //! <prefix>node/<node>/<instance>                 "this instance is on this node"
 //! <prefix>cnci/<id>                              CNCI
+//! <prefix>volume/<tenant>/<id>                   a tenant's volume
+//! <prefix>volid/<id>                             its tenant (to find a volume by id alone)
 //! <prefix>event/<seq:016x>                       event
 //! <prefix>counter/event                          the last event sequence number
 //! <prefix>action/<instance>/<seq:016x>          instance action, in the instance's order
@@ -188,6 +190,22 @@ impl Keys {
     pub(super) fn on_nodes(&self, node: Uuid) -> String {
         self.key(&[&"node", &node, &""])
     }
+    /// The volume `id` of `tenant`.
+    pub(super) fn volume(&self, tenant: Uuid, id: Uuid) -> String {
+        self.key(&[&"volume", &tenant, &id])
+    }
+    /// Every volume of `tenant`.
+    pub(super) fn tenant_volumes(&self, tenant: Uuid) -> String {
+        self.key(&[&"volume", &tenant, &""])
+    }
+    /// Every volume.
+    pub(super) fn volumes(&self) -> String {
+        self.key(&[&"volume", &""])
+    }
+    /// The tenant of volume `id`.
+    pub(super) fn volume_owner(&self, id: Uuid) -> String {
+        self.key(&[&"volid", &id])
+    }
     pub(super) fn cnci(&self, id: Uuid) -> String {
         self.key(&[&"cnci", &id])
     }
@@ -313,6 +331,11 @@ mod tests {
         );
         assert!(keys.order(t, 1).starts_with(&keys.orders(t)));
         assert_eq!(keys.name("user", "a/b"), "/cumulo/name/user/a/b");
+        let v = Uuid::max();
+        assert_eq!(keys.volume(t, v), format!("/cumulo/volume/{t}/{v}"));
+        assert!(keys.volume(t, v).starts_with(&keys.tenant_volumes(t)));
+        assert!(keys.tenant_volumes(t).starts_with(&keys.volumes()));
+        assert!(!keys.volume_owner(v).starts_with(&keys.volumes()));
     }
 
     #[test]

@@ -35,8 +35,8 @@
 //!
 //! This file holds the connection, the reads and the optimistic transactions (`Tx`); each
 //! concern's trait is implemented in the file of that concern (`identity.rs`, `catalog.rs`,
-//! `instances.rs`, `events.rs`, `actions.rs`, `queue.rs`; `reservations.rs` for the
-//! [`ReservationStore`]).
+//! `instances.rs`, `volumes.rs`, `events.rs`, `actions.rs`, `queue.rs`; `reservations.rs` for
+//! the [`ReservationStore`]).
 
 mod actions;
 #[cfg(feature = "cli")]
@@ -59,6 +59,7 @@ mod tests;
 #[cfg(test)]
 mod tls_tests;
 mod transport;
+mod volumes;
 
 use std::future::Future;
 use std::time::Duration;

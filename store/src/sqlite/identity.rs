@@ -215,16 +215,22 @@ pub(super) fn update_tenant(
 
 pub(super) fn delete_tenant(tx: &Transaction<'_>, id: Uuid) -> Result<()> {
     tenant(tx, id)?;
-    let busy: bool = tx.query_row(
+    let (busy, volumes): (bool, bool) = tx.query_row(
         "SELECT EXISTS (SELECT 1 FROM instances WHERE tenant_id = ?1)
              OR EXISTS (SELECT 1 FROM subnets WHERE tenant_id = ?1)
-             OR EXISTS (SELECT 1 FROM cncis WHERE tenant_id = ?1)",
+             OR EXISTS (SELECT 1 FROM cncis WHERE tenant_id = ?1),
+             EXISTS (SELECT 1 FROM volumes WHERE owner = ?1)",
         [id.to_string()],
-        |r| r.get(0),
+        |r| Ok((r.get(0)?, r.get(1)?)),
     )?;
     if busy {
         return Err(StoreError::Conflict(format!(
             "tenant {id} still has instances, subnets or CNCIs"
+        )));
+    }
+    if volumes {
+        return Err(StoreError::Conflict(format!(
+            "tenant {id} still has volumes"
         )));
     }
     // Private workloads go before private images (a workload refers to its image).

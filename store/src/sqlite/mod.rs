@@ -15,8 +15,8 @@
 //! those left by an earlier run are set to 0600 too.
 //!
 //! This file holds the connections and transactions; each concern's trait is implemented in the
-//! file of that concern (`identity.rs`, `catalog.rs`, `instances.rs`, `events.rs`, `actions.rs`,
-//! `queue.rs`), over functions that run inside a transaction given to them, so that one
+//! file of that concern (`identity.rs`, `catalog.rs`, `instances.rs`, `volumes.rs`, `events.rs`,
+//! `actions.rs`, `queue.rs`), over functions that run inside a transaction given to them, so that one
 //! transaction may combine several (creating an instance reads its tenant and workload).
 
 mod actions;
@@ -28,6 +28,7 @@ mod keypairs;
 mod networking;
 mod queue;
 mod schema;
+mod volumes;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};

@@ -261,6 +261,29 @@ ALTER TABLE images ADD COLUMN file TEXT;
 ALTER TABLE images ADD COLUMN props TEXT NOT NULL DEFAULT '{}';
 ALTER TABLE images ADD COLUMN updated INTEGER NOT NULL DEFAULT 0;
 "#,
+    // 13: block storage volumes: a tenant's volumes (no cascade: a tenant is not deleted while
+    // it has any), the image each was made from (no foreign key: the image may go), the node
+    // holding its file, and its attachment (all four columns NULL when detached).
+    r#"
+CREATE TABLE volumes (
+    id TEXT PRIMARY KEY,
+    owner TEXT NOT NULL REFERENCES tenants(id),
+    name TEXT NOT NULL,
+    description TEXT NOT NULL,
+    size_gb INTEGER NOT NULL,
+    status TEXT NOT NULL,
+    image_id TEXT,
+    node TEXT,
+    attachment_id TEXT,
+    attachment_instance TEXT,
+    attachment_device TEXT,
+    attachment_attached INTEGER,
+    bootable INTEGER NOT NULL,
+    created INTEGER NOT NULL,
+    updated INTEGER NOT NULL
+);
+CREATE INDEX volumes_owner ON volumes(owner, created, id);
+"#,
 ];
 
 /// The newest schema version this code knows.
@@ -334,6 +357,45 @@ mod tests {
              {sql}"
         ))
         .unwrap();
+    }
+
+    /// A version 12 database with a tenant: migration 13 gives it no volumes, and it takes
+    /// some (and is then not deleted while it has them).
+    #[test]
+    fn a_version_12_database_gains_volumes() {
+        use crate::{NewVolume, VolumeLimits, VolumeStore};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v12.db");
+        let tenant = "00000000-0000-0000-0000-000000000001";
+        database_at(
+            &path,
+            12,
+            &format!("INSERT INTO tenants VALUES ('{tenant}', 't', NULL, NULL, NULL, 24, 0, 1);"),
+        );
+        let store = SqliteStore::open(&path).unwrap();
+        assert_eq!(store.schema_version().unwrap(), known_version());
+        let tenant = tenant.parse().unwrap();
+        assert!(store.volumes(Scope::All).unwrap().is_empty());
+        assert_eq!(store.tenant_volume_usage(tenant).unwrap(), (0, 0));
+        let v = store
+            .create_volume(
+                NewVolume {
+                    owner: tenant,
+                    name: "v".into(),
+                    description: String::new(),
+                    size_gb: 3,
+                    image: None,
+                    bootable: false,
+                },
+                VolumeLimits::default(),
+            )
+            .unwrap();
+        assert_eq!(store.volumes(Scope::Tenant(tenant)).unwrap(), vec![v]);
+        assert_eq!(store.tenant_volume_usage(tenant).unwrap(), (1, 3));
+        assert!(matches!(
+            store.delete_tenant(tenant),
+            Err(StoreError::Conflict(_))
+        ));
     }
 
     /// A version 8 database with a user and an instance: migrations 9 and 10 give the instance no key,

@@ -103,23 +103,9 @@ pub(crate) fn parallel_creates_respect_the_quota<F: Fixture>() {
         ..Quota::default()
     };
     let (t, w) = tenant_and_workload(store.as_ref(), "acme", quota, 24);
-    let results: Vec<Result<Instance>> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..8)
-            .map(|n| {
-                let store = Arc::clone(&store);
-                let (t, w) = (t.clone(), w.clone());
-                s.spawn(move || {
-                    (0..5)
-                        .map(|k| {
-                            store.create_instance(new_instance(&t, &w, &format!("vm-{n}-{k}")))
-                        })
-                        .collect::<Vec<_>>()
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .flat_map(|h| h.join().unwrap())
+    let results: Vec<Result<Instance>> = in_parallel(8, |n| {
+        (0..5)
+            .map(|k| store.create_instance(new_instance(&t, &w, &format!("vm-{n}-{k}"))))
             .collect()
     });
     let ok: Vec<&Instance> = results.iter().filter_map(|r| r.as_ref().ok()).collect();

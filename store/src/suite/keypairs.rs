@@ -96,22 +96,9 @@ pub(crate) fn parallel_keypair_creates_respect_the_limit<F: Fixture>() {
     let fx = F::new();
     let store = Arc::new(fx.open());
     let alice = user(store.as_ref(), "alice");
-    let results: Vec<Result<Keypair>> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..4)
-            .map(|n| {
-                let store = Arc::clone(&store);
-                s.spawn(move || {
-                    (0..3)
-                        .map(|k| {
-                            store.create_keypair(new_keypair(alice.id, &format!("k-{n}-{k}")), 5)
-                        })
-                        .collect::<Vec<_>>()
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .flat_map(|h| h.join().unwrap())
+    let results: Vec<Result<Keypair>> = in_parallel(4, |n| {
+        (0..3)
+            .map(|k| store.create_keypair(new_keypair(alice.id, &format!("k-{n}-{k}")), 5))
             .collect()
     });
     assert_eq!(results.iter().filter(|r| r.is_ok()).count(), 5);

@@ -1,6 +1,6 @@
 //! The behaviour every [`Store`] must have, as test functions generic over a [`Fixture`], one
-//! module per concern (`identity`, `keypairs`, `catalog`, `instances`, `events`, `actions`, `queue`, and
-//! `guarantees` for what holds across them); an implementation runs them all with
+//! module per concern (`identity`, `keypairs`, `catalog`, `instances`, `volumes`, `events`,
+//! `actions`, `queue`, and `guarantees` for what holds across them); an implementation runs them all with
 //! `crate::store_suite!(MyFixture);` in its test module.
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]
@@ -14,6 +14,7 @@ pub(crate) mod instances;
 pub(crate) mod keypairs;
 pub(crate) mod networking;
 pub(crate) mod queue;
+pub(crate) mod volumes;
 
 use super::*;
 
@@ -51,6 +52,10 @@ macro_rules! store_suite {
                 an_instance_moves_to_a_workload_of_its_size, a_resize_changes_the_size_within_the_quota;
             keypairs: keypair_crud, parallel_keypair_creates_respect_the_limit,
                 an_instance_keeps_its_key;
+            volumes: volume_crud, volume_quotas_count_volumes_and_gigabytes,
+                volume_changes_expect_a_status_grow_and_set_the_node_once,
+                an_attached_volume_is_not_deleted_nor_its_tenant,
+                parallel_volume_creates_respect_the_limits;
             networking: security_group_crud, network_quotas_bound_groups_rules_and_floating_ips,
                 ports_keep_their_groups_until_the_instance_goes,
                 floating_ips_are_unique_per_pool_and_follow_their_port;
@@ -141,6 +146,18 @@ fn new_instance(tenant: &Tenant, workload: &Workload, name: &str) -> NewInstance
         name: name.into(),
         key: None,
     }
+}
+
+/// What `threads` threads return, each running `work` with its number, in thread order.
+fn in_parallel<T: Send>(threads: usize, work: impl Fn(usize) -> Vec<T> + Sync) -> Vec<T> {
+    std::thread::scope(|s| {
+        let work = &work;
+        let handles: Vec<_> = (0..threads).map(|n| s.spawn(move || work(n))).collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect()
+    })
 }
 
 fn is_not_found<T: std::fmt::Debug>(r: Result<T>) -> bool {

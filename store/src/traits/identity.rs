@@ -26,8 +26,8 @@ pub trait IdentityStore: Send + Sync {
         expected_version: u64,
         change: TenantChange,
     ) -> Result<Tenant>;
-    /// Deletes a tenant with no instances, subnets or CNCIs left (`Conflict` otherwise); its
-    /// private images, workloads and role assignments go with it.
+    /// Deletes a tenant with no instances, subnets, CNCIs or volumes left (`Conflict`
+    /// otherwise); its private images, workloads and role assignments go with it.
     fn delete_tenant(&self, id: Uuid) -> Result<()>;
     /// What the tenant's instances hold now.
     fn usage(&self, tenant: Uuid) -> Result<Usage>;

@@ -7,6 +7,7 @@
 //! | [`NetworkStore`] | security groups and rules, floating IPs, ports' groups, network quotas |
 //! | [`CatalogStore`] | flavors, images, workloads |
 //! | [`InstanceStore`] | instances, tenant subnets, CNCIs |
+//! | [`VolumeStore`] | tenants' block storage volumes and their attachments |
 //! | [`EventStore`] | the bounded event log |
 //! | [`ActionStore`] | the instance actions log (who asked what of an instance, and how it went) |
 //! | [`OperationQueue`] | off-host hosts, their operations and claims, fenced writes, launcher creds |
@@ -29,6 +30,7 @@ mod instances;
 mod keypairs;
 mod networking;
 mod queue;
+mod volumes;
 
 pub use actions::ActionStore;
 pub use catalog::CatalogStore;
@@ -38,6 +40,7 @@ pub use instances::InstanceStore;
 pub use keypairs::KeypairStore;
 pub use networking::NetworkStore;
 pub use queue::OperationQueue;
+pub use volumes::VolumeStore;
 
 /// Everything the controller keeps: every concern's trait. Every call is one transaction; see
 /// the crate docs for scopes and versions. Implementations are shared between threads.
@@ -49,6 +52,7 @@ pub trait Store:
     + NetworkStore
     + CatalogStore
     + InstanceStore
+    + VolumeStore
     + EventStore
     + ActionStore
     + OperationQueue
@@ -61,6 +65,7 @@ impl<T> Store for T where
         + NetworkStore
         + CatalogStore
         + InstanceStore
+        + VolumeStore
         + EventStore
         + ActionStore
         + OperationQueue
