@@ -110,6 +110,8 @@ const MODES: &[(&str, u32)] = &[
     ("env", 0o600),
     ("agent", 0o700),
     ("agent/agent.lock", 0o600),
+    ("agent/exports", 0o700),
+    ("agent/exports/*.qcow2", 0o600),
     ("agent/instances", 0o700),
     ("agent/instances/*.json", 0o600),
     ("agent/instances/.*.json.tmp", 0o600),
