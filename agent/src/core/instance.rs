@@ -305,12 +305,15 @@ impl<B: Backend> Task<B> {
             self.send(Update::Forget(self.instance)).await;
             return None;
         }
+        let began = std::time::Instant::now();
         let result = match self.backend.create(spec).await {
             Ok(()) => self.backend.start(self.instance).await,
             Err(e) => Err(e),
         };
         let error = match result {
             Ok(()) => {
+                // (Made and booted: from the image, fetched first if the node had not got it.)
+                tracing::info!(instance = %self.instance, took = ?began.elapsed(), "launched");
                 self.state(InstanceState::Active).await;
                 return Some(InstanceState::Active);
             }
