@@ -25,6 +25,14 @@ struct Cluster {
     env: HashMap<String, String>,
 }
 
+/// A test that fails leaves no cluster running (after the test's own `down`, nothing to do).
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let root = self.dir.path().to_str().unwrap_or_default().to_string();
+        let _ = self.cumulo(&["down", "--dir", &root]);
+    }
+}
+
 impl Cluster {
     fn cumulo(&self, args: &[&str]) -> Output {
         self.command(Command::new(CUMULO).args(args))
@@ -219,6 +227,8 @@ fn up_drive_and_down() {
     let root = cluster.dir.path().to_str().unwrap().to_string();
     let sched = format!("127.0.0.1:{}", testkit::procfs::free_port());
     let api = format!("127.0.0.1:{}", testkit::procfs::free_port());
+    let console = format!("127.0.0.1:{}", testkit::procfs::free_port());
+    let images = format!("127.0.0.1:{}", testkit::procfs::free_port());
     let up = [
         "up",
         "--backend",
@@ -231,6 +241,10 @@ fn up_drive_and_down() {
         &sched,
         "--api-listen",
         &api,
+        "--console-listen",
+        &console,
+        "--image-listen",
+        &images,
     ];
     let shown = common::succeeded(&up, cluster.cumulo_umask_0(&up));
     assert!(shown.contains("cumulo is up (sim backend)"), "{shown}");
