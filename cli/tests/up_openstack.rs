@@ -317,6 +317,13 @@ fn the_openstack_cli_uploads_an_image_that_the_node_fetches_once_and_boots() {
         "one fetch for two STARTs; the agent's log:\n{log}"
     );
     println!("{}", fetches[0]);
+    // The node's time from START to a running VM: the first with the fetch, the second without.
+    for id in &booted {
+        let launched = log
+            .lines()
+            .find(|l| l.contains("launched") && l.contains(id.as_str()));
+        println!("{}", launched.unwrap_or("(no launch line)"));
+    }
 
     // A snapshot of the running disk-a (paused for the copy): what its guest counted on its
     // disk (boot 1) is in the image, and a server booted from it counts boot 2.
