@@ -193,6 +193,29 @@ pub fn renderer(dialect: Dialect) -> impl Fn(Response) -> Response + Clone + Sen
     }
 }
 
+/// Re-renders the [`ApiError`] an extractor answered with (authentication, bodies, paths) in a
+/// route family's own shape (`render`), keeping `WWW-Authenticate` and `Retry-After`. A response
+/// that carries no `ApiError`, or one already in that shape (marked with an `M`), passes as it is.
+pub(crate) fn rerender<M: Send + Sync + 'static>(
+    response: Response,
+    render: impl FnOnce(ApiError) -> Response,
+) -> Response {
+    if response.extensions().get::<M>().is_some() {
+        return response;
+    }
+    let Some(error) = response.extensions().get::<ApiError>().cloned() else {
+        return response;
+    };
+    let mut out = render(error.clone());
+    for name in [header::WWW_AUTHENTICATE, header::RETRY_AFTER] {
+        if let Some(value) = response.headers().get(&name) {
+            out.headers_mut().insert(name, value.clone());
+        }
+    }
+    out.extensions_mut().insert(error);
+    out
+}
+
 impl From<StoreError> for ApiError {
     fn from(error: StoreError) -> ApiError {
         match error {

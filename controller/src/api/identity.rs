@@ -67,8 +67,10 @@ async fn version(State(state): State<ApiState>) -> Json<Value> {
     Json(json!({"version": version_body(&state.config.public_url)}))
 }
 
-/// The service catalog: identity, compute and image, all at this server.
-pub fn catalog(base: &str) -> Value {
+/// The service catalog: identity, compute, image, network and, for a project-scoped token,
+/// block storage (`volumev3` and `block-storage`, the project's id in the URL as Cinder's), all
+/// at this server.
+pub fn catalog(base: &str, project: Option<Uuid>) -> Value {
     let service = |kind: &str, name: &str, url: String| {
         let endpoints: Vec<Value> = ["public", "internal", "admin"]
             .iter()
@@ -84,12 +86,18 @@ pub fn catalog(base: &str) -> Value {
             .collect();
         json!({"id": name, "type": kind, "name": name, "endpoints": endpoints})
     };
-    json!([
+    let mut services = vec![
         service("identity", "keystone", format!("{base}/v3")),
         service("compute", "nova", format!("{base}/compute/v2.1")),
         service("image", "glance", format!("{base}/image")),
         service("network", "neutron", format!("{base}/network")),
-    ])
+    ];
+    if let Some(project) = project {
+        let url = format!("{base}/volume/v3/{project}");
+        services.push(service("block-storage", "cinder", url.clone()));
+        services.push(service("volumev3", "cinderv3", url));
+    }
+    Value::Array(services)
 }
 
 fn domain() -> Value {
@@ -144,7 +152,7 @@ fn token_body(base: &str, claims: &Claims, user: &User, tenant: &Tenant, roles: 
         "project": {"id": tenant.id, "name": tenant.name, "domain": domain()},
         "is_domain": false,
         "roles": roles,
-        "catalog": catalog(base),
+        "catalog": catalog(base, Some(tenant.id)),
     }})
 }
 
@@ -439,9 +447,11 @@ async fn revoke(
     Ok(StatusCode::NO_CONTENT)
 }
 
-async fn catalog_route(State(state): State<ApiState>, _caller: Principal) -> Json<Value> {
+async fn catalog_route(State(state): State<ApiState>, caller: Principal) -> Json<Value> {
     let base = &state.config.public_url;
-    Json(json!({"catalog": catalog(base), "links": {"self": format!("{base}/v3/auth/catalog")}}))
+    Json(
+        json!({"catalog": catalog(base, caller.project), "links": {"self": format!("{base}/v3/auth/catalog")}}),
+    )
 }
 
 /// The projects where `user` has a role.

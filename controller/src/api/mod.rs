@@ -1,5 +1,5 @@
-//! cumulo-controller's REST API (axum): the OpenStack Identity v3, Compute v2.1, Image v2 and
-//! Networking v2.0 subsets the standard `openstack` CLI needs, cumulo's native API under `/cumulo/v1`, an
+//! cumulo-controller's REST API (axum): the OpenStack Identity v3, Compute v2.1, Image v2,
+//! Networking v2.0 and Block Storage v3 subsets the standard `openstack` CLI needs, cumulo's native API under `/cumulo/v1`, an
 //! OpenAPI document of the native API, and Prometheus metrics.
 //!
 //! - [`router`] builds the routes over an [`ApiState`]; [`serve`] serves them on a bound
@@ -31,6 +31,7 @@ mod serve;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod token;
+mod volume;
 
 use std::sync::Arc;
 
@@ -80,6 +81,9 @@ pub struct ApiConfig {
     pub images: Option<std::sync::Arc<dyn crate::images::ImageBlobs>>,
     /// The largest image upload accepted, in bytes (Glance's `image_size_cap`).
     pub image_size_cap: u64,
+    /// Every tenant's Block Storage limits ([`ApiConfig::DEFAULT_VOLUME_LIMITS`] unless said
+    /// otherwise): the tenant model has no volume quota of its own yet.
+    pub volume_limits: store::VolumeLimits,
 }
 
 impl ApiConfig {
@@ -98,6 +102,13 @@ impl ApiConfig {
         instances: Some(10),
         vcpus: Some(20),
         memory_mb: Some(51_200),
+    };
+
+    /// Every tenant's volume limits unless said otherwise: 10 volumes, 1,000 GiB in all,
+    /// Cinder's own defaults (`quota_volumes`, `quota_gigabytes`).
+    pub const DEFAULT_VOLUME_LIMITS: store::VolumeLimits = store::VolumeLimits {
+        volumes: Some(10),
+        gigabytes: Some(1000),
     };
 
     /// The default floating-IP pool, 192.168.233.0/24 (outside the tenant subnets' 172.16.0.0/12).
@@ -119,6 +130,7 @@ impl ApiConfig {
             connections: ConnectionLimits::default(),
             images: None,
             image_size_cap: ApiConfig::DEFAULT_IMAGE_SIZE_CAP,
+            volume_limits: ApiConfig::DEFAULT_VOLUME_LIMITS,
         }
     }
 }
@@ -194,6 +206,7 @@ pub fn router(state: ApiState) -> Router {
         .merge(compute::routes())
         .merge(image::routes())
         .merge(network::routes())
+        .merge(volume::routes())
         .merge(native::routes())
         .route("/openapi.json", get(native::openapi::document))
         .route("/metrics", get(metrics::render))

@@ -21,3 +21,4 @@ mod quotas;
 mod server_update;
 mod support;
 mod tls;
+mod volumes;

@@ -529,8 +529,8 @@ async fn the_openstack_cli_drives_the_networking_api() {
     world.stop().await;
 }
 
-/// `openstack quota show` (Compute's `os-quota-sets` with Networking's quotas), `--usage`,
-/// `--default`, and an admin's `quota set`.
+/// `openstack quota show` (Compute's `os-quota-sets` with Networking's and Block Storage's
+/// quotas), `--usage`, `--default`, and an admin's `quota set`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_openstack_cli_shows_and_sets_quotas() {
     let Some(bin) = openstack_or_skip() else {
@@ -561,6 +561,9 @@ async fn the_openstack_cli_shows_and_sets_quotas() {
     assert_eq!(limit(&shown, "instances"), -1, "{shown}");
     assert_eq!(limit(&shown, "floating_ips"), 50, "{shown}");
     assert_eq!(limit(&shown, "key-pairs"), 100, "{shown}");
+    // Block Storage's, the controller's defaults.
+    assert_eq!(limit(&shown, "volumes"), 10, "{shown}");
+    assert_eq!(limit(&shown, "gigabytes"), 1000, "{shown}");
 
     ok(
         &admin,

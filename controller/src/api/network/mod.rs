@@ -216,26 +216,7 @@ struct Rendered;
 
 /// Re-renders the errors of extractors (authentication, bodies, paths) in Neutron's shape.
 async fn neutron_errors(response: Response) -> Response {
-    if response.extensions().get::<Rendered>().is_some() {
-        return response;
-    }
-    match response.extensions().get::<ApiError>() {
-        Some(error) => {
-            let headers = response.headers().clone();
-            let mut out = NetError::from(error.clone()).into_response();
-            for name in [
-                axum::http::header::WWW_AUTHENTICATE,
-                axum::http::header::RETRY_AFTER,
-            ] {
-                if let Some(value) = headers.get(&name) {
-                    out.headers_mut().insert(name, value.clone());
-                }
-            }
-            out.extensions_mut().insert(error.clone());
-            out
-        }
-        None => response,
-    }
+    super::error::rerender::<Rendered>(response, |e| NetError::from(e).into_response())
 }
 
 /// A handler's result.

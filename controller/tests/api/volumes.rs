@@ -1,0 +1,452 @@
+//! The Block Storage v3 subset: version documents and microversions, the catalog entries,
+//! volumes (create, list, show, update, extend, delete) with Cinder's codes and fault bodies,
+//! another project's volumes and URL, and the `volumes` and `gigabytes` quotas.
+
+use axum::http::{Method, StatusCode};
+use serde_json::{Value, json};
+
+use crate::support::World;
+
+/// Cinder's fault name and code of an error body.
+fn fault(body: &Value) -> (&str, u64) {
+    let (key, inner) = body
+        .as_object()
+        .and_then(|o| o.iter().next())
+        .unwrap_or_else(|| panic!("not a fault: {body}"));
+    (key.as_str(), inner["code"].as_u64().unwrap())
+}
+
+fn base(project: uuid::Uuid) -> String {
+    format!("/volume/v3/{project}")
+}
+
+#[tokio::test]
+async fn versions_microversions_and_catalog() {
+    let w = World::start().await;
+    let c = w.client();
+    let (status, _, versions) = c.send(Method::GET, "/volume/", None, None).await;
+    assert_eq!(status, StatusCode::MULTIPLE_CHOICES);
+    let v = &versions["versions"][0];
+    assert_eq!(v["id"], "v3.0");
+    assert_eq!(v["min_version"], "3.0");
+    assert_eq!(v["version"], "3.0");
+    assert_eq!(
+        v["links"][0]["href"],
+        format!("{}/volume/v3/", w.api.url).as_str()
+    );
+    let (status, _, doc) = c.send(Method::GET, "/volume/v3/", None, None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(doc["versions"][0]["id"], "v3.0");
+
+    let (_, _, token) = c
+        .login(&w.a.user_name, crate::support::PASSWORD, &w.a.name)
+        .await;
+    let catalog = token["token"]["catalog"].as_array().unwrap();
+    let url = format!("{}/volume/v3/{}", w.api.url, w.a.id);
+    for kind in ["block-storage", "volumev3"] {
+        let service = catalog
+            .iter()
+            .find(|s| s["type"] == kind)
+            .unwrap_or_else(|| panic!("no {kind}: {catalog:?}"));
+        assert_eq!(service["endpoints"][0]["url"], url.as_str());
+    }
+
+    let a = w.token_a().await;
+    let path = format!("{}/volumes", base(w.a.id));
+    let h = [
+        ("x-auth-token", a.as_str()),
+        ("openstack-api-version", "volume 3.0"),
+    ];
+    let (status, answered, _) = c.send_with(Method::GET, &path, &h, None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(answered["openstack-api-version"], "volume 3.0");
+    let h = [
+        ("x-auth-token", a.as_str()),
+        ("openstack-api-version", "volume 3.70"),
+    ];
+    let (status, _, body) = c.send_with(Method::GET, &path, &h, None).await;
+    assert_eq!(status, StatusCode::NOT_ACCEPTABLE, "{body}");
+    assert_eq!(fault(&body).1, 406);
+
+    // Unauthenticated: Cinder's shape.
+    let (status, _, body) = c.send(Method::GET, &path, None, None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert_eq!(fault(&body), ("unauthorized", 401));
+    w.stop().await;
+}
+
+#[tokio::test]
+async fn volume_lifecycle() {
+    let w = World::start().await;
+    let c = w.client();
+    let a = w.token_a().await;
+    let b = w.token_b().await;
+    let root = base(w.a.id);
+    let vols = format!("{root}/volumes");
+
+    let (status, _, made) = c
+        .send(
+            Method::POST,
+            &vols,
+            Some(&a),
+            Some(
+                json!({"volume": {"size": 1, "name": "v1", "description": "first",
+                "metadata": {}, "volume_type": null, "availability_zone": "nova"}}),
+            ),
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{made}");
+    let v = &made["volume"];
+    let id = v["id"].as_str().unwrap().to_string();
+    assert_eq!(v["name"], "v1");
+    assert_eq!(v["description"], "first");
+    assert_eq!(v["size"], 1);
+    assert_eq!(v["status"], "available");
+    assert_eq!(v["attachments"], json!([]));
+    assert_eq!(v["bootable"], "false");
+    assert_eq!(v["availability_zone"], "nova");
+    assert_eq!(v["multiattach"], false);
+    assert_eq!(v["encrypted"], false);
+    assert_eq!(v["metadata"], json!({}));
+    assert_eq!(v["os-vol-tenant-attr:tenant_id"], w.a.id.to_string());
+    assert!(v["created_at"].is_string());
+    // A size as text, as Cinder takes it.
+    let (status, _, second) = c
+        .send(
+            Method::POST,
+            &vols,
+            Some(&a),
+            Some(json!({"volume": {"size": "2", "name": "v2"}})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{second}");
+
+    // List (summary and detail), filters.
+    let (status, _, list) = c.send(Method::GET, &vols, Some(&a), None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(list["volumes"].as_array().unwrap().len(), 2);
+    assert!(list["volumes"][0].get("size").is_none());
+    let (_, _, detail) = c
+        .send(
+            Method::GET,
+            &format!("{vols}/detail?name=v1"),
+            Some(&a),
+            None,
+        )
+        .await;
+    assert_eq!(detail["volumes"].as_array().unwrap().len(), 1, "{detail}");
+    assert_eq!(detail["volumes"][0]["size"], 1);
+    let (_, _, paged) = c
+        .send(
+            Method::GET,
+            &format!("{vols}/detail?limit=1"),
+            Some(&a),
+            None,
+        )
+        .await;
+    assert_eq!(paged["volumes"].as_array().unwrap().len(), 1);
+
+    // Show, update.
+    let one = format!("{vols}/{id}");
+    let (status, _, shown) = c.send(Method::GET, &one, Some(&a), None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(shown["volume"]["id"], id.as_str());
+    let (status, _, updated) = c
+        .send(
+            Method::PUT,
+            &one,
+            Some(&a),
+            Some(json!({"volume": {"name": "renamed", "description": "d2"}})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{updated}");
+    assert_eq!(updated["volume"]["name"], "renamed");
+    assert_eq!(updated["volume"]["description"], "d2");
+
+    // Extend: larger only.
+    let action = format!("{one}/action");
+    let extend = |n: Value| Some(json!({"os-extend": {"new_size": n}}));
+    let (status, _, body) = c
+        .send(Method::POST, &action, Some(&a), extend(json!(3)))
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let (_, _, shown) = c.send(Method::GET, &one, Some(&a), None).await;
+    assert_eq!(shown["volume"]["size"], 3);
+    for n in [json!(3), json!(2), json!("x")] {
+        let (status, _, body) = c.send(Method::POST, &action, Some(&a), extend(n)).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+        assert_eq!(fault(&body), ("badRequest", 400));
+    }
+    let (status, _, body) = c
+        .send(
+            Method::POST,
+            &action,
+            Some(&a),
+            Some(json!({"os-reset_status": {}})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+
+    // Another project: its member sees nothing, by id or by its own URL; another project's URL
+    // is Cinder's 400.
+    let b_one = format!("{}/volumes/{id}", base(w.b.id));
+    let (status, _, body) = c.send(Method::GET, &b_one, Some(&b), None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    assert_eq!(fault(&body), ("itemNotFound", 404));
+    let (status, _, _) = c.send(Method::DELETE, &b_one, Some(&b), None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (_, _, list) = c
+        .send(
+            Method::GET,
+            &format!("{}/volumes", base(w.b.id)),
+            Some(&b),
+            None,
+        )
+        .await;
+    assert_eq!(list["volumes"], json!([]));
+    let (status, _, body) = c.send(Method::GET, &one, Some(&b), None).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(body.to_string().contains("Malformed request url"), "{body}");
+    // An admin lists every project's with all_tenants.
+    let admin = w.admin_token().await;
+    let admin_project = w
+        .store
+        .tenants()
+        .unwrap()
+        .into_iter()
+        .find(|t| t.name == controller::api::testing::ADMIN_PROJECT)
+        .unwrap()
+        .id;
+    let admin_vols = format!("{}/volumes/detail", base(admin_project));
+    let (_, _, own) = c.send(Method::GET, &admin_vols, Some(&admin), None).await;
+    assert_eq!(own["volumes"], json!([]));
+    let (_, _, all) = c
+        .send(
+            Method::GET,
+            &format!("{admin_vols}?all_tenants=1"),
+            Some(&admin),
+            None,
+        )
+        .await;
+    assert_eq!(all["volumes"].as_array().unwrap().len(), 2, "{all}");
+
+    // Unknown volumes.
+    for missing in [uuid::Uuid::new_v4().to_string(), "nope".to_string()] {
+        let (status, _, body) = c
+            .send(Method::GET, &format!("{vols}/{missing}"), Some(&a), None)
+            .await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+        assert_eq!(fault(&body), ("itemNotFound", 404));
+    }
+
+    // Delete: 202, then gone.
+    let (status, _, _) = c.send(Method::DELETE, &one, Some(&a), None).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let (status, _, _) = c.send(Method::GET, &one, Some(&a), None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _, _) = c.send(Method::DELETE, &one, Some(&a), None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    w.stop().await;
+}
+
+#[tokio::test]
+async fn bad_input_is_a_400() {
+    let w = World::start().await;
+    let c = w.client();
+    let a = w.token_a().await;
+    let vols = format!("{}/volumes", base(w.a.id));
+    for body in [
+        json!({"volume": {"size": 0}}),
+        json!({"volume": {"size": -1}}),
+        json!({"volume": {"size": 1.5}}),
+        json!({"volume": {"size": "one"}}),
+        json!({"volume": {}}),
+        json!({"volume": {"size": 1, "name": "x".repeat(256)}}),
+        json!({"volume": {"size": 1, "name": 7}}),
+        json!({"volume": {"size": 1, "imageRef": w.image.id}}),
+        json!({"volume": {"size": 1, "snapshot_id": uuid::Uuid::new_v4()}}),
+        json!({"volume": {"size": 1, "availability_zone": "elsewhere"}}),
+        json!({"size": 1}),
+    ] {
+        let (status, _, reply) = c
+            .send(Method::POST, &vols, Some(&a), Some(body.clone()))
+            .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}: {reply}");
+        assert_eq!(fault(&reply), ("badRequest", 400), "{body}");
+    }
+    let (_, _, reply) = c
+        .send(
+            Method::POST,
+            &vols,
+            Some(&a),
+            Some(json!({"volume": {"size": 1, "imageRef": w.image.id}})),
+        )
+        .await;
+    assert!(
+        reply
+            .to_string()
+            .contains("volumes from images are not supported yet"),
+        "{reply}"
+    );
+    let (status, _, reply) = c.raw(Method::POST, &vols, Some(&a), b"{".to_vec()).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(fault(&reply), ("badRequest", 400));
+    let (_, _, list) = c.send(Method::GET, &vols, Some(&a), None).await;
+    assert_eq!(list["volumes"], json!([]));
+    w.stop().await;
+}
+
+#[tokio::test]
+async fn quotas_count_volumes_and_gigabytes() {
+    let w = World::start_with(None, |config| {
+        config.volume_limits = store::VolumeLimits {
+            volumes: Some(2),
+            gigabytes: Some(5),
+        };
+    })
+    .await;
+    let c = w.client();
+    let a = w.token_a().await;
+    let b = w.token_b().await;
+    let root = base(w.a.id);
+    let vols = format!("{root}/volumes");
+    let create = |size: u32| Some(json!({"volume": {"size": size}}));
+
+    // Over the gigabytes at once.
+    let (status, _, body) = c.send(Method::POST, &vols, Some(&a), create(6)).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
+    assert_eq!(fault(&body), ("overLimit", 413));
+    assert!(body.to_string().contains("gigabytes"), "{body}");
+    let (_, _, first) = c.send(Method::POST, &vols, Some(&a), create(2)).await;
+    let (status, _, _) = c.send(Method::POST, &vols, Some(&a), create(2)).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    // A third volume: over the count.
+    let (status, _, body) = c.send(Method::POST, &vols, Some(&a), create(1)).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
+    assert!(body.to_string().contains("VolumeLimitExceeded"), "{body}");
+    // Growing past the gigabytes.
+    let id = first["volume"]["id"].as_str().unwrap();
+    let (status, _, body) = c
+        .send(
+            Method::POST,
+            &format!("{vols}/{id}/action"),
+            Some(&a),
+            Some(json!({"os-extend": {"new_size": 4}})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
+    assert_eq!(fault(&body), ("overLimit", 413));
+
+    // The quota set, with usage.
+    let quota = format!("{root}/os-quota-sets/{}", w.a.id);
+    let (status, _, q) = c.send(Method::GET, &quota, Some(&a), None).await;
+    assert_eq!(status, StatusCode::OK, "{q}");
+    assert_eq!(q["quota_set"]["volumes"], 2);
+    assert_eq!(q["quota_set"]["gigabytes"], 5);
+    assert_eq!(q["quota_set"]["id"], w.a.id.to_string());
+    let (_, _, q) = c
+        .send(Method::GET, &format!("{quota}?usage=true"), Some(&a), None)
+        .await;
+    assert_eq!(
+        q["quota_set"]["volumes"],
+        json!({"limit": 2, "in_use": 2, "reserved": 0, "allocated": 0})
+    );
+    assert_eq!(q["quota_set"]["gigabytes"]["in_use"], 4);
+    let (status, _, d) = c
+        .send(Method::GET, &format!("{quota}/defaults"), Some(&a), None)
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(d["quota_set"]["gigabytes"], 5);
+    // No per-tenant volume quotas to set yet.
+    let (status, _, _) = c
+        .send(
+            Method::PUT,
+            &quota,
+            Some(&a),
+            Some(json!({"quota_set": {"volumes": 3}})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+    // Another project's quotas: a member's 403; its own project in its URL.
+    let (status, _, body) = c
+        .send(
+            Method::GET,
+            &format!("{}/os-quota-sets/{}", base(w.b.id), w.a.id),
+            Some(&b),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert_eq!(fault(&body), ("forbidden", 403));
+    // The other project's volumes are its own: B may still make one.
+    let (status, _, _) = c
+        .send(
+            Method::POST,
+            &format!("{}/volumes", base(w.b.id)),
+            Some(&b),
+            create(5),
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    w.stop().await;
+}
+
+/// A volume attached (as the store records it; there is no attach route yet) is neither deleted
+/// nor extended: Cinder's 400s, and its attachment shows.
+#[tokio::test]
+async fn an_attached_volume_is_not_deleted_or_extended() {
+    let w = World::start().await;
+    let c = w.client();
+    let a = w.token_a().await;
+    let vols = format!("{}/volumes", base(w.a.id));
+    let (_, _, made) = c
+        .send(
+            Method::POST,
+            &vols,
+            Some(&a),
+            Some(json!({"volume": {"size": 1}})),
+        )
+        .await;
+    let id: uuid::Uuid = made["volume"]["id"].as_str().unwrap().parse().unwrap();
+    let instance = uuid::Uuid::new_v4();
+    let change = store::VolumeChange {
+        status: Some(store::VolumeStatus::InUse),
+        attachment: Some(Some(store::VolumeAttachment {
+            id: uuid::Uuid::new_v4(),
+            instance,
+            device: "/dev/vdb".into(),
+            attached: std::time::SystemTime::now(),
+        })),
+        ..store::VolumeChange::default()
+    };
+    w.store
+        .change_volume(
+            store::Scope::All,
+            id,
+            change,
+            store::VolumeLimits::default(),
+        )
+        .unwrap();
+    let one = format!("{vols}/{id}");
+    let (_, _, shown) = c.send(Method::GET, &one, Some(&a), None).await;
+    assert_eq!(shown["volume"]["status"], "in-use");
+    assert_eq!(
+        shown["volume"]["attachments"][0]["server_id"],
+        instance.to_string()
+    );
+    assert_eq!(shown["volume"]["attachments"][0]["device"], "/dev/vdb");
+    let (status, _, body) = c.send(Method::DELETE, &one, Some(&a), None).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(body.to_string().contains("Invalid volume"), "{body}");
+    let (status, _, body) = c
+        .send(
+            Method::POST,
+            &format!("{one}/action"),
+            Some(&a),
+            Some(json!({"os-extend": {"new_size": 2}})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(fault(&body), ("badRequest", 400));
+    w.stop().await;
+}
