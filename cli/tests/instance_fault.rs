@@ -34,35 +34,10 @@ impl Cluster {
             dir: tempfile::tempdir().unwrap(),
             env: HashMap::new(),
         };
-        let sched = format!("127.0.0.1:{}", testkit::procfs::free_port());
-        let api = format!("127.0.0.1:{}", testkit::procfs::free_port());
-        let console = format!("127.0.0.1:{}", testkit::procfs::free_port());
-        let images = format!("127.0.0.1:{}", testkit::procfs::free_port());
         let root = cluster.root();
-        cluster.ok(&[
-            "up",
-            "--backend",
-            "sim",
-            "--tenant-network",
-            "none",
-            "--no-instance",
-            "--dir",
-            &root,
-            "--scheduler-listen",
-            &sched,
-            "--api-listen",
-            &api,
-            "--console-listen",
-            &console,
-            "--image-listen",
-            &images,
-        ]);
-        let env = std::fs::read_to_string(cluster.dir.path().join("env")).unwrap();
-        for line in env.lines() {
-            if let Some((k, v)) = line.trim_start_matches("export ").split_once('=') {
-                cluster.env.insert(k.to_string(), v.to_string());
-            }
-        }
+        let up = common::sim_up_args(&root);
+        cluster.ok(&up.iter().map(String::as_str).collect::<Vec<_>>());
+        cluster.env = common::up_exports(cluster.dir.path()).into_iter().collect();
         cluster
     }
 

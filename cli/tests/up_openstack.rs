@@ -31,11 +31,7 @@ use serde_json::Value;
 const CUMULO: &str = env!("CARGO_BIN_EXE_cumulo");
 
 fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
+    common::output_text(out)
 }
 
 /// One cluster at a time: `up` takes the default addresses.
@@ -96,37 +92,20 @@ impl Up {
             _one: one,
         };
         assert!(out.status.success(), "cumulo up: {}", text(&out));
-        let exports = std::fs::read_to_string(up.dir.join("env")).unwrap();
-        up.env = exports
-            .lines()
-            .filter_map(|l| l.strip_prefix("export "))
-            .filter_map(|l| l.split_once('='))
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
+        up.env = common::up_exports(&up.dir);
         up
     }
 
     fn openstack(&self, args: &[&str]) -> Output {
-        Command::new(&self.openstack)
-            .args(args)
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .output()
-            .unwrap()
+        common::openstack(&self.openstack, &self.env, args)
     }
 
     fn ok(&self, args: &[&str]) {
-        let out = self.openstack(args);
-        assert!(out.status.success(), "openstack {args:?}: {}", text(&out));
+        common::openstack_ok(&self.openstack, &self.env, args);
     }
 
     fn json(&self, args: &[&str]) -> Value {
-        let mut all = args.to_vec();
-        all.extend(["-f", "json"]);
-        let out = self.openstack(&all);
-        assert!(out.status.success(), "openstack {args:?}: {}", text(&out));
-        serde_json::from_slice(&out.stdout).unwrap()
+        common::openstack_json(&self.openstack, &self.env, args)
     }
 
     fn status(&self, id: &str) -> String {

@@ -101,3 +101,91 @@ pub fn tiny_disk_or_skip() -> Option<std::path::PathBuf> {
     }
     found
 }
+
+/// `cumulo up` for a sim cluster with no tenant network and no first instance in `dir`, on free
+/// loopback ports (never the default ones, which another cluster may hold).
+#[allow(dead_code)]
+pub fn sim_up_args(dir: &str) -> Vec<String> {
+    let mut args: Vec<String> = [
+        "up",
+        "--backend",
+        "sim",
+        "--tenant-network",
+        "none",
+        "--no-instance",
+        "--dir",
+        dir,
+    ]
+    .map(String::from)
+    .to_vec();
+    for flag in [
+        "--scheduler-listen",
+        "--api-listen",
+        "--console-listen",
+        "--image-listen",
+    ] {
+        args.push(flag.into());
+        args.push(format!("127.0.0.1:{}", testkit::procfs::free_port()));
+    }
+    args
+}
+
+/// The exports `cumulo up` wrote in `dir`'s `env` file, as `(name, value)`.
+#[allow(dead_code)]
+pub fn up_exports(dir: &Path) -> Vec<(String, String)> {
+    let exports = std::fs::read_to_string(dir.join("env")).expect("up's env file");
+    exports
+        .lines()
+        .filter_map(|l| l.strip_prefix("export "))
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// Runs the `openstack` CLI `bin` with only `PATH` and `env` in its environment.
+#[allow(dead_code)]
+pub fn openstack(bin: &Path, env: &[(String, String)], args: &[&str]) -> std::process::Output {
+    std::process::Command::new(bin)
+        .args(args)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .output()
+        .expect("the openstack CLI runs")
+}
+
+/// A finished command's stdout and stderr, for failure messages.
+#[allow(dead_code)]
+pub fn output_text(out: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Runs `openstack args` (see [`openstack`]), which must succeed.
+#[allow(dead_code)]
+pub fn openstack_ok(bin: &Path, env: &[(String, String)], args: &[&str]) {
+    let out = openstack(bin, env, args);
+    assert!(
+        out.status.success(),
+        "openstack {args:?}: {}",
+        output_text(&out)
+    );
+}
+
+/// Runs `openstack args -f json` (see [`openstack`]), which must succeed; its JSON output.
+#[allow(dead_code)]
+pub fn openstack_json(bin: &Path, env: &[(String, String)], args: &[&str]) -> serde_json::Value {
+    let mut all = args.to_vec();
+    all.extend(["-f", "json"]);
+    let out = openstack(bin, env, &all);
+    assert!(
+        out.status.success(),
+        "openstack {args:?}: {}",
+        output_text(&out)
+    );
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("openstack {args:?}: {e}: {}", output_text(&out)))
+}
