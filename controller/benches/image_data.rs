@@ -26,20 +26,6 @@ use hyper_util::rt::TokioIo;
 use store::{SqliteStore, Store};
 use tokio::io::AsyncWriteExt;
 
-fn mib_arg() -> u64 {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let mut mib = 256;
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--mib" => mib = it.next().and_then(|v| v.parse().ok()).expect("--mib N"),
-            "--bench" => {}
-            other => panic!("unknown argument {other}"),
-        }
-    }
-    mib
-}
-
 /// One request on a connection of its own: the status, a header and the body, which goes to
 /// `sink` when it is given.
 async fn request<B>(
@@ -106,7 +92,7 @@ fn rate(bytes: u64, secs: f64) -> f64 {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let mib = mib_arg();
+    let mib = testkit::bench::mib_arg(256);
     let size = mib << 20;
     let dir = tempfile::tempdir().unwrap();
     let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path().join("db")).unwrap());

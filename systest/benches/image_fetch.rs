@@ -26,27 +26,13 @@ use testkit::TestPki;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-fn mib_arg() -> u64 {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let mut mib = 256;
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--mib" => mib = it.next().and_then(|v| v.parse().ok()).expect("--mib N"),
-            "--bench" => {}
-            other => panic!("unknown argument {other}"),
-        }
-    }
-    mib
-}
-
 fn rate(bytes: u64, secs: f64) -> f64 {
     bytes as f64 / secs / 1e6
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let mib = mib_arg();
+    let mib = testkit::bench::mib_arg(256);
     let size = mib << 20;
     let dir = tempfile::tempdir().unwrap();
     let blobs = LocalBlobs::open(&dir.path().join("controller")).unwrap();

@@ -46,16 +46,7 @@ fn an_unreachable_node_is_unavailable_with_the_cause_at_once() {
         .unwrap()
         .port();
     w.engine.config.console_port = port;
-    let address = ssntp::payload::NodeNetwork {
-        ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
-        mac: MacAddr([0; 6]),
-    };
-    w.stats_with(
-        NODE,
-        ssntp::payload::NodeState::Ready,
-        &[(id, Reported::Active)],
-        vec![address],
-    );
+    reports_localhost(&mut w, id);
     let t0 = std::time::Instant::now();
     let why = unavailable(w.engine.console(Scope::All, id, 10));
     assert!(why.contains(&format!("127.0.0.1:{port}")), "{why}");
@@ -95,6 +86,15 @@ fn a_disk_is_copied_from_the_node_of_a_placed_instance_only() {
     let id = w.active();
     let pki = testkit::TestPki::new();
     w.engine.config.console_tls = Some(pki.identity(ssntp::Role::CONTROLLER, None));
+    reports_localhost(&mut w, id);
+    let source = w.engine.disk_source(Scope::All, id).unwrap();
+    assert_eq!(source.node, NODE);
+    assert_eq!(source.addr.ip(), IpAddr::V4(Ipv4Addr::LOCALHOST));
+    assert_eq!(source.addr.port(), w.engine.config.console_port);
+}
+
+/// NODE reports `id` active and 127.0.0.1 as its address.
+fn reports_localhost(w: &mut World, id: uuid::Uuid) {
     let address = ssntp::payload::NodeNetwork {
         ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
         mac: MacAddr([0; 6]),
@@ -105,8 +105,4 @@ fn a_disk_is_copied_from_the_node_of_a_placed_instance_only() {
         &[(id, Reported::Active)],
         vec![address],
     );
-    let source = w.engine.disk_source(Scope::All, id).unwrap();
-    assert_eq!(source.node, NODE);
-    assert_eq!(source.addr.ip(), IpAddr::V4(Ipv4Addr::LOCALHOST));
-    assert_eq!(source.addr.port(), w.engine.config.console_port);
 }
