@@ -10,7 +10,7 @@
 //! - [`procfs`]: a free port, a process's CPU time and memory, for the benchmarks.
 //! - [`libvirt`]: for the tests with real VMs: whether they run here, one at a time, the tiny
 //!   guest, a state directory QEMU can reach.
-//! - [`bench`]: the bench binaries' `--mib N` argument.
+//! - [`bench`](mod@bench): the bench binaries' `--mib N` argument.
 //! - [`bins`]: the workspace's binaries, for tests outside the crate that builds them.
 #![forbid(unsafe_code)]
 
