@@ -120,6 +120,7 @@ fn stats(n: u8) -> Payload {
             memory_usage_mb: 512 + u32::from(i),
             disk_usage_mb: 2048,
             cpu_usage: (i % 2 == 0).then_some(u32::from(i % 100)),
+            volumes: Vec::new(),
         })
         .collect();
     Payload::Stats(Box::new(Stats {

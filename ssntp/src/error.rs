@@ -273,11 +273,13 @@ fn body_failure(operand: Operand, s: &Salvage, node_uuid: Option<Uuid>) -> Optio
         vnic_mac: None,
         reason: PublicIpFailureReason::InvalidPayload,
     };
-    let volume = || AttachVolumeFailure {
-        instance_uuid,
-        volume_uuid: s.volume_uuid.unwrap_or(Uuid::nil()),
-        node_uuid,
-        reason: AttachVolumeFailureReason::InvalidPayload,
+    let volume = || {
+        AttachVolumeFailure::new(
+            instance_uuid,
+            s.volume_uuid.unwrap_or(Uuid::nil()),
+            node_uuid,
+            AttachVolumeFailureReason::InvalidPayload,
+        )
     };
     Some(match operand {
         Operand::Start => Payload::StartFailure(StartFailure {

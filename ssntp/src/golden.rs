@@ -87,6 +87,7 @@ pub fn vectors() -> Vec<(&'static str, Frame, &'static str)> {
                 memory_usage_mb: 200,
                 disk_usage_mb: 300,
                 cpu_usage: Some(3),
+                volumes: Vec::new(),
             }],
         })),
     );

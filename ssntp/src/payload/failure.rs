@@ -272,6 +272,38 @@ pub struct AttachVolumeFailure {
     pub node_uuid: Option<Uuid>,
     /// Why.
     pub reason: AttachVolumeFailureReason,
+    /// The cause in words, for the user (a project addition, optional, bounded like
+    /// START_FAILURE's).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "bounded_message"
+    )]
+    pub message: Option<String>,
+}
+
+impl AttachVolumeFailure {
+    /// A failure without a message.
+    pub fn new(
+        instance_uuid: Uuid,
+        volume_uuid: Uuid,
+        node_uuid: Option<Uuid>,
+        reason: AttachVolumeFailureReason,
+    ) -> AttachVolumeFailure {
+        AttachVolumeFailure {
+            instance_uuid,
+            volume_uuid,
+            node_uuid,
+            reason,
+            message: None,
+        }
+    }
+
+    /// The same failure with `message`, cut to [`MAX_FAILURE_MESSAGE`] bytes.
+    pub fn with_message(mut self, message: impl Into<String>) -> AttachVolumeFailure {
+        self.message = Some(truncate_text(message.into(), MAX_FAILURE_MESSAGE));
+        self
+    }
 }
 
 /// DETACH_VOLUME_FAILURE: the fields of ATTACH_VOLUME_FAILURE.

@@ -241,6 +241,37 @@ pub struct VolumeCommand {
     /// The node the instance runs on.
     #[serde(with = "cbor::uuid_bytes")]
     pub workload_agent_uuid: Uuid,
+    /// ATTACH_VOLUME: the volume's size, MiB, for a node that makes the volume's file on first
+    /// use (a project addition, optional: absent, the node attaches only a volume it holds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size_mb: Option<u32>,
+    /// ATTACH_VOLUME: the image a new volume is filled from (`sha512/<hash>`, fetched like a
+    /// START's image); absent: a new volume is blank. A project addition, optional.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// ATTACH_VOLUME: the device the guest sees the volume as (`vdb`), as the controller chose
+    /// it (a project addition, optional: absent, the node picks the next free one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<String>,
+    /// DETACH_VOLUME: take the volume away even when the guest does not release it (a project
+    /// addition, optional: absent is false).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub force: bool,
+}
+
+impl VolumeCommand {
+    /// The command with only the three keys PROTOCOL.md names.
+    pub fn new(instance_uuid: Uuid, volume_uuid: Uuid, workload_agent_uuid: Uuid) -> VolumeCommand {
+        VolumeCommand {
+            instance_uuid,
+            volume_uuid,
+            workload_agent_uuid,
+            size_mb: None,
+            image: None,
+            device: None,
+            force: false,
+        }
+    }
 }
 
 /// ATTACH_VOLUME (the name it had before DETACH_VOLUME shared its fields).

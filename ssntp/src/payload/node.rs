@@ -174,6 +174,13 @@ pub struct InstanceStat {
     /// CPU use, 0–100 over its vCPUs, if known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_usage: Option<u32>,
+    /// The volumes attached to it (a project addition, optional: absent is none).
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        with = "cbor::uuid_list"
+    )]
+    pub volumes: Vec<Uuid>,
 }
 
 /// The kind of node in NODE_CONNECTED / NODE_DISCONNECTED.

@@ -75,16 +75,20 @@ fn instance_stat() -> impl Strategy<Value = InstanceStat> {
         option::of(any::<u16>()),
         any::<[u32; 2]>(),
         option::of(0u32..=100),
+        vec(uuid(), 0..3),
     )
-        .prop_map(|(u, state, ssh_ip, ssh_port, n, cpu)| InstanceStat {
-            instance_uuid: u,
-            state,
-            ssh_ip,
-            ssh_port,
-            memory_usage_mb: n[0],
-            disk_usage_mb: n[1],
-            cpu_usage: cpu,
-        })
+        .prop_map(
+            |(u, state, ssh_ip, ssh_port, n, cpu, volumes)| InstanceStat {
+                instance_uuid: u,
+                state,
+                ssh_ip,
+                ssh_port,
+                memory_usage_mb: n[0],
+                disk_usage_mb: n[1],
+                cpu_usage: cpu,
+                volumes,
+            },
+        )
 }
 
 fn stats() -> impl Strategy<Value = Stats> {
@@ -416,11 +420,24 @@ pub fn payload() -> impl Strategy<Value = Payload> {
         public_ip_command().prop_map(Payload::AssignPublicIp),
         public_ip_command().prop_map(Payload::ReleasePublicIp),
         cluster_config().prop_map(|c| Payload::Configure(Box::new(c))),
-        (uuid(), uuid(), uuid()).prop_map(|(i, v, a)| Payload::AttachVolume(AttachVolume {
-            instance_uuid: i,
-            volume_uuid: v,
-            workload_agent_uuid: a
-        })),
+        (
+            uuid(),
+            uuid(),
+            uuid(),
+            option::of(any::<u32>()),
+            option::of("[a-z0-9/]{0,20}"),
+            option::of("vd[a-z]"),
+            any::<bool>()
+        )
+            .prop_map(
+                |(i, v, a, size_mb, image, device, force)| Payload::AttachVolume(VolumeCommand {
+                    size_mb,
+                    image,
+                    device,
+                    force,
+                    ..VolumeCommand::new(i, v, a)
+                })
+            ),
         node_cmd().prop_map(Payload::Restore),
         (uuid(), uuid(), action()).prop_map(|(i, a, action)| Payload::InstanceAction(
             InstanceAction {
@@ -429,11 +446,24 @@ pub fn payload() -> impl Strategy<Value = Payload> {
                 action
             }
         )),
-        (uuid(), uuid(), uuid()).prop_map(|(i, v, a)| Payload::DetachVolume(VolumeCommand {
-            instance_uuid: i,
-            volume_uuid: v,
-            workload_agent_uuid: a
-        })),
+        (
+            uuid(),
+            uuid(),
+            uuid(),
+            option::of(any::<u32>()),
+            option::of("[a-z0-9/]{0,20}"),
+            option::of("vd[a-z]"),
+            any::<bool>()
+        )
+            .prop_map(
+                |(i, v, a, size_mb, image, device, force)| Payload::DetachVolume(VolumeCommand {
+                    size_mb,
+                    image,
+                    device,
+                    force,
+                    ..VolumeCommand::new(i, v, a)
+                })
+            ),
         (uuid(), vec((ip(), cidr(), ip(), any::<u32>()), 0..3)).prop_map(|(c, peers)| {
             Payload::RefreshCnci(RefreshCnci {
                 cnci_uuid: c,
@@ -535,22 +565,32 @@ pub fn payload() -> impl Strategy<Value = Payload> {
             })),
         reason().prop_map(Payload::ConnectionAborted),
         reason().prop_map(Payload::InvalidConfiguration),
-        (uuid(), uuid(), option::of(uuid()), attach_reason()).prop_map(|(i, v, n, reason)| {
-            Payload::AttachVolumeFailure(AttachVolumeFailure {
-                instance_uuid: i,
-                volume_uuid: v,
-                node_uuid: n,
-                reason,
-            })
-        }),
-        (uuid(), uuid(), option::of(uuid()), attach_reason()).prop_map(|(i, v, n, reason)| {
-            Payload::DetachVolumeFailure(AttachVolumeFailure {
-                instance_uuid: i,
-                volume_uuid: v,
-                node_uuid: n,
-                reason,
-            })
-        }),
+        (
+            uuid(),
+            uuid(),
+            option::of(uuid()),
+            attach_reason(),
+            option::of("[ -~]{0,40}")
+        )
+            .prop_map(|(i, v, n, reason, message)| {
+                Payload::AttachVolumeFailure(AttachVolumeFailure {
+                    message,
+                    ..AttachVolumeFailure::new(i, v, n, reason)
+                })
+            }),
+        (
+            uuid(),
+            uuid(),
+            option::of(uuid()),
+            attach_reason(),
+            option::of("[ -~]{0,40}")
+        )
+            .prop_map(|(i, v, n, reason, message)| {
+                Payload::DetachVolumeFailure(AttachVolumeFailure {
+                    message,
+                    ..AttachVolumeFailure::new(i, v, n, reason)
+                })
+            }),
         (
             uuid(),
             option::of(uuid()),
