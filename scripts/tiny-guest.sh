@@ -18,6 +18,12 @@
 #   a reboot or a suspend shows the count going on; booted from scripts/tiny-disk.sh's image
 #   (`cumulo.boot-disk` on its command line), it counts in the sector at 32 MiB of that disk
 #   instead, past the file system it booted from; any other disk is left alone;
+# - watches its virtio disks that carry a serial (the agent gives one to each volume: the first
+#   20 hex digits of the volume's UUID; the instance's own disk has none): when one appears, at
+#   boot or hot-plugged, prints `CUMULO-VOLUME-SEEN <uuid> <dev> <serial> <what its first
+#   sector held: blank, or the line a guest wrote there>`, writes `CUMULO-VOLUME-MARK <uuid>`
+#   there, syncs, and prints `CUMULO-VOLUME-WROTE <uuid> <serial>`; when one goes (a detach),
+#   prints `CUMULO-VOLUME-GONE <uuid> <serial>` (it looks five times a second);
 # - if it has eth0 (a tenant network), takes an address and a default route for it by DHCP
 #   (from its CNCI) and prints `CUMULO-GUEST-ADDR <uuid> <ip>` (`CUMULO-GUEST-NOADDR <uuid>` if
 #   none came): in the background, or first if its user-data has a line `cumulo-test: dhcp`;
@@ -37,7 +43,7 @@
 set -euo pipefail
 
 # Bump when the guest's content changes: a new version is built beside the old one.
-VERSION=7
+VERSION=8
 cache=${CUMULO_TINY_GUEST_CACHE:-${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/cumulo/tiny-guest}
 out="$cache/v$VERSION"
 if [ -s "$out/kernel" ] && [ -s "$out/initrd" ]; then
@@ -131,7 +137,7 @@ fi
 # booted from (scripts/tiny-disk.sh: its first sector is a boot sector), the sector at 32 MiB,
 # past its file system; none on any other disk.
 at=""
-if [ -b /dev/vda ]; then
+if [ -b /dev/vda ] && [ -z "$(cat /sys/block/vda/serial 2>/dev/null)" ]; then
     first=$(dd if=/dev/vda bs=512 count=1 2>/dev/null | tr -d '\000')
     if [ -z "$first" ] || echo "$first" | grep -q '^CUMULO-DISK [0-9]*$'; then
         at=0
@@ -148,6 +154,40 @@ if [ -n "$at" ]; then
     echo "CUMULO-DISK-WROTE ${id:-unknown} $n"
 fi
 echo "CUMULO-GUEST-UP ${id:-unknown}"
+# Volumes: virtio disks with a serial, as they come and go.
+(
+    known=""
+    while true; do
+        now=""
+        for f in /sys/block/vd*/serial; do
+            [ -f "$f" ] || continue
+            ser=$(cat "$f" 2>/dev/null)
+            [ -n "$ser" ] || continue
+            dev=${f%/serial}
+            dev=${dev##*/}
+            now="$now $ser"
+            case " $known " in *" $ser "*) continue ;; esac
+            [ -b "/dev/$dev" ] || continue
+            before=$(dd if="/dev/$dev" bs=512 count=1 2>/dev/null | tr -d '\000' | head -n 1)
+            echo "CUMULO-VOLUME-SEEN ${id:-unknown} $dev $ser ${before:-blank}"
+            printf 'CUMULO-VOLUME-MARK %s\n' "${id:-unknown}" |
+                dd of="/dev/$dev" bs=512 count=1 conv=sync,notrunc,fsync 2>/dev/null
+            sync
+            echo "CUMULO-VOLUME-WROTE ${id:-unknown} $ser"
+            known="$known $ser"
+        done
+        for ser in $known; do
+            case " $now " in
+            *" $ser "*) ;;
+            *)
+                echo "CUMULO-VOLUME-GONE ${id:-unknown} $ser"
+                known=$(echo " $known " | sed "s/ $ser / /")
+                ;;
+            esac
+        done
+        sleep 0.2
+    done
+) &
 if [ -e /sys/class/net/eth0 ]; then
     mkdir -p /tmp
     cat >/bin/dhcp-event <<'EVENT'

@@ -78,6 +78,7 @@ fn spec(n: u128) -> InstanceSpec {
         },
         nic: None,
         disks: Vec::new(),
+        volumes: Vec::new(),
         user_data: Some("#cloud-config\n".into()),
         meta_data: Default::default(),
         restart: false,

@@ -97,6 +97,55 @@ pub struct DiskSpec {
     pub ephemeral: bool,
 }
 
+/// Where a volume's attachment to an instance stands, as the instance's record keeps it: the
+/// record is written before the backend is asked, so that an agent killed in between finishes
+/// the attach or the detach when it starts again (the backend's calls are idempotent).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VolumePhase {
+    /// Being attached.
+    Attaching,
+    /// Attached.
+    Attached,
+    /// Being detached (`force`: even if the guest does not release it).
+    Detaching {
+        /// Take it away even if the guest does not release it.
+        force: bool,
+    },
+}
+
+/// A volume attached (or being attached, or detached) to an instance.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VolumeSpec {
+    /// The volume.
+    pub id: Uuid,
+    /// The device the guest sees it as (`vdb`).
+    pub device: String,
+    /// Its size, MiB, for a node that makes its file on first use (0: the node must hold it).
+    pub size_mb: u32,
+    /// The image a new volume is filled from (`sha512/<hash>`); `None`: blank.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// Where its attachment stands.
+    pub phase: VolumePhase,
+}
+
+impl VolumeSpec {
+    /// Whether the guest has it (attached, or not yet detached): what STATS lists.
+    pub fn is_attached(&self) -> bool {
+        !matches!(self.phase, VolumePhase::Attaching)
+    }
+}
+
+/// The most volumes one instance may have attached (devices `vdb` to `vdz`).
+pub const MAX_VOLUMES: usize = 25;
+
+/// A device name a volume may take: `vdb` to `vdz` (`vda` is the instance's own disk).
+pub fn volume_device_ok(device: &str) -> bool {
+    let b = device.as_bytes();
+    b.len() == 3 && b.starts_with(b"vd") && (b'b'..=b'z').contains(&b[2])
+}
+
 /// Everything a backend needs to make and run one instance; kept on disk while the instance
 /// lives on this node.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -125,6 +174,9 @@ pub struct InstanceSpec {
     /// Its disks.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub disks: Vec<DiskSpec>,
+    /// The volumes attached to it (ATTACH_VOLUME), in the order they were attached.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<VolumeSpec>,
     /// cloud-init user data.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user_data: Option<String>,
@@ -284,7 +336,7 @@ pub struct NodeReport {
 }
 
 /// One instance in a stats report.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct InstanceReport {
     /// The instance.
     pub instance: Uuid,
@@ -292,6 +344,8 @@ pub struct InstanceReport {
     pub state: InstanceState,
     /// What it uses (zero until the backend first measures it).
     pub usage: Usage,
+    /// The volumes attached to it now ([`VolumeSpec::is_attached`]).
+    pub volumes: Vec<Uuid>,
 }
 
 /// Why a START was refused or failed.
@@ -337,6 +391,24 @@ pub enum ActionRefusal {
     InvalidState,
     /// The backend failed to carry it out.
     BackendFailure,
+    /// The instance's command queue is full.
+    Busy,
+}
+
+/// Why an ATTACH_VOLUME or DETACH_VOLUME failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum VolumeRefusal {
+    /// The node has no such instance.
+    NoInstance,
+    /// The instance's state does not allow it (it is being made, removed or is suspended).
+    InvalidState,
+    /// What was asked is not valid (a device name, too many volumes, a volume attached
+    /// elsewhere, ...).
+    InvalidData,
+    /// The backend failed to carry it out (the guest did not release the volume, ...).
+    BackendFailure,
+    /// The instance's backend cannot attach volumes.
+    Unsupported,
     /// The instance's command queue is full.
     Busy,
 }
@@ -399,6 +471,19 @@ pub enum InstanceEvent {
         /// The cause in words, for the user.
         message: Option<String>,
     },
+    /// An ATTACH_VOLUME (`detach` false) or DETACH_VOLUME failed: the volume is as it was.
+    VolumeFailed {
+        /// The instance.
+        instance: Uuid,
+        /// The volume.
+        volume: Uuid,
+        /// Whether it was a detach.
+        detach: bool,
+        /// Why.
+        reason: VolumeRefusal,
+        /// The cause in words, for the user.
+        message: Option<String>,
+    },
     /// Powered off and kept on this node (for a START with `restart`), or, cause `lost`, gone.
     Stopped {
         /// The instance.
@@ -416,6 +501,7 @@ impl InstanceEvent {
             | InstanceEvent::StartFailed { instance, .. }
             | InstanceEvent::DeleteFailed { instance, .. }
             | InstanceEvent::ActionFailed { instance, .. }
+            | InstanceEvent::VolumeFailed { instance, .. }
             | InstanceEvent::Deleted { instance }
             | InstanceEvent::Stopped { instance, .. } => instance,
         }

@@ -15,6 +15,9 @@
 //!   ([`SimBackend::write_disk`], [`SimBackend::disk`]: text that survives stops, actions and,
 //!   with a directory, the agent process) included; pause, suspend (saved), resume and reboots
 //!   change its power state; only delete removes it.
+//! - Volumes: made on first attach (of the size the attach gives), attached to one instance at a
+//!   time, freed when that instance is deleted, kept with the instances' files
+//!   ([`SimBackend::write_volume`], [`SimBackend::volume_data`]: what a guest wrote).
 
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, VecDeque};
@@ -27,7 +30,7 @@ use uuid::Uuid;
 use crate::backend::Op;
 use crate::backend::console::last_lines;
 use crate::backend::{Backend, BackendError, ConsoleError, Existing, Power};
-use crate::model::{Action, InstanceSpec, NicSpec, Resources, Usage};
+use crate::model::{Action, InstanceSpec, NicSpec, Resources, Usage, VolumeSpec};
 
 /// An image whose create fails with an image error (`image_failure`).
 pub const IMAGE_FAIL_IMAGE: &str = "fail-image";
@@ -101,9 +104,23 @@ struct SimInstance {
     disk: String,
 }
 
+/// A simulated volume: its size, what a guest wrote to it, and where it is attached.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct SimVolume {
+    size_mb: u32,
+    /// The instance it is attached to, and as which device.
+    attached: Option<(Uuid, String)>,
+    /// What a guest wrote to it.
+    data: String,
+}
+
+/// The file (in the simulation's directory) that keeps its volumes.
+const VOLUMES_FILE: &str = "volumes.json";
+
 #[derive(Default)]
 struct State {
     instances: HashMap<Uuid, SimInstance>,
+    volumes: HashMap<Uuid, SimVolume>,
     failures: HashMap<Op, VecDeque<BackendError>>,
     firewalls: HashMap<Uuid, ssntp::payload::Firewall>,
 }
@@ -152,10 +169,54 @@ impl SimBackend {
                 }
             }
         }
+        if let Some(dir) = &config.dir
+            && let Ok(bytes) = std::fs::read(dir.join(VOLUMES_FILE))
+        {
+            state.volumes = serde_json::from_slice(&bytes).unwrap_or_default();
+        }
         Ok(SimBackend {
             config,
             state: Mutex::new(state),
         })
+    }
+
+    /// The instance and device a volume is attached to, if the simulation has it attached.
+    pub fn volume_attachment(&self, volume: Uuid) -> Option<(Uuid, String)> {
+        self.lock()
+            .volumes
+            .get(&volume)
+            .and_then(|v| v.attached.clone())
+    }
+
+    /// The simulated guest of the instance the volume is attached to writes `text` to it.
+    pub fn write_volume(&self, volume: Uuid, text: &str) -> Result<(), BackendError> {
+        let mut state = self.lock();
+        let v = state
+            .volumes
+            .get_mut(&volume)
+            .filter(|v| v.attached.is_some())
+            .ok_or_else(|| BackendError::Other("sim: the volume is not attached".into()))?;
+        v.data = text.to_string();
+        self.save_volumes(&state)
+    }
+
+    /// What is on a simulated volume, if the simulation has it.
+    pub fn volume_data(&self, volume: Uuid) -> Option<String> {
+        self.lock().volumes.get(&volume).map(|v| v.data.clone())
+    }
+
+    /// Writes the volumes' file, if the simulation keeps files.
+    fn save_volumes(&self, state: &State) -> Result<(), BackendError> {
+        let Some(dir) = &self.config.dir else {
+            return Ok(());
+        };
+        let path = dir.join(VOLUMES_FILE);
+        let temp = path.with_extension("tmp");
+        let bytes = serde_json::to_vec(&state.volumes)
+            .map_err(|e| BackendError::Other(format!("sim: volumes: {e}")))?;
+        support::private::write(&temp, bytes)
+            .and_then(|()| std::fs::rename(&temp, &path))
+            .map_err(|e| BackendError::Other(format!("sim: saving {}: {e}", path.display())))
     }
 
     /// Its directory, if it keeps one.
@@ -423,6 +484,17 @@ impl Backend for SimBackend {
         let removed = {
             let mut state = self.lock();
             state.firewalls.remove(&instance);
+            // Its volumes are free again (their data stays).
+            let mut freed = false;
+            for v in state.volumes.values_mut() {
+                if v.attached.as_ref().is_some_and(|(i, _)| *i == instance) {
+                    v.attached = None;
+                    freed = true;
+                }
+            }
+            if freed {
+                let _ = self.save_volumes(&state);
+            }
             state.instances.remove(&instance)
         };
         if let Some(i) = removed {
@@ -484,6 +556,72 @@ impl Backend for SimBackend {
         Ok(last_lines(log.as_bytes(), lines))
     }
 
+    /// Attaches the volume (made blank of `size_mb` if the simulation has none).
+    async fn attach_volume(&self, instance: Uuid, volume: &VolumeSpec) -> Result<(), BackendError> {
+        self.injected(Op::Attach)?;
+        let mut state = self.lock();
+        if !state.instances.contains_key(&instance) {
+            return Err(BackendError::NotFound);
+        }
+        let v = match state.volumes.get_mut(&volume.id) {
+            Some(v) => v,
+            None if volume.size_mb == 0 => {
+                return Err(BackendError::Other(format!(
+                    "the node holds no volume {} and was not told its size",
+                    volume.id
+                )));
+            }
+            None => state.volumes.entry(volume.id).or_insert(SimVolume {
+                size_mb: volume.size_mb,
+                attached: None,
+                data: String::new(),
+            }),
+        };
+        match &v.attached {
+            Some((other, _)) if *other != instance => {
+                return Err(BackendError::Other(format!(
+                    "volume {} is in use by instance {other}",
+                    volume.id
+                )));
+            }
+            _ => v.attached = Some((instance, volume.device.clone())),
+        }
+        self.save_volumes(&state)
+    }
+
+    /// Detaches the volume (a simulated guest always releases it).
+    async fn detach_volume(
+        &self,
+        instance: Uuid,
+        volume: &VolumeSpec,
+        _force: bool,
+    ) -> Result<(), BackendError> {
+        self.injected(Op::Detach)?;
+        let mut state = self.lock();
+        if let Some(v) = state.volumes.get_mut(&volume.id)
+            && v.attached.as_ref().is_some_and(|(i, _)| *i == instance)
+        {
+            v.attached = None;
+            self.save_volumes(&state)?;
+        }
+        Ok(())
+    }
+
+    /// Removes a volume that is attached to nothing.
+    async fn delete_volume(&self, volume: Uuid) -> Result<(), BackendError> {
+        let mut state = self.lock();
+        if let Some(v) = state.volumes.get(&volume) {
+            if let Some((instance, _)) = &v.attached {
+                return Err(BackendError::Other(format!(
+                    "volume {volume} is in use by instance {instance}"
+                )));
+            }
+            state.volumes.remove(&volume);
+            self.save_volumes(&state)?;
+        }
+        Ok(())
+    }
+
     /// Keeps the newest firewall of each instance it has ([`SimBackend::firewall`]).
     async fn filter_port(&self, instance: Uuid, nic: &NicSpec) -> Result<(), BackendError> {
         let mut state = self.lock();
@@ -519,6 +657,7 @@ mod tests {
             },
             nic: None,
             disks: Vec::new(),
+            volumes: Vec::new(),
             user_data: None,
             meta_data: Default::default(),
             restart: false,

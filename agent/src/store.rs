@@ -300,6 +300,7 @@ mod tests {
             },
             nic: None,
             disks: Vec::new(),
+            volumes: Vec::new(),
             user_data: Some("#cloud-config\n".into()),
             meta_data: Default::default(),
             restart: false,

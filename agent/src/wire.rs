@@ -9,6 +9,7 @@
 //! | [`InstanceEvent::StartFailed`] | START_FAILURE |
 //! | [`InstanceEvent::DeleteFailed`] | DELETE_FAILURE |
 //! | [`InstanceEvent::ActionFailed`] | INSTANCE_ACTION_FAILURE |
+//! | [`InstanceEvent::VolumeFailed`] | ATTACH_VOLUME_FAILURE, DETACH_VOLUME_FAILURE |
 //! | [`InstanceEvent::Deleted`] | INSTANCE_DELETED |
 //! | [`InstanceEvent::Stopped`] | INSTANCE_STOPPED |
 //! | [`InstanceEvent::State`] | nothing (STATS carries states) |
@@ -17,10 +18,10 @@ use std::collections::BTreeMap;
 
 use ssntp::Payload;
 use ssntp::payload::{
-    Action as WireAction, Delete, DeleteFailure, DeleteFailureReason, FwType,
-    InstanceActionFailure, InstanceActionFailureReason, InstanceEvent as WireInstanceEvent,
-    InstanceStat, InstanceState as WireState, MacAddr, NodeNetwork, NodeState, NodeStatus, Start,
-    StartFailure, StartFailureReason, Stats, VmType,
+    Action as WireAction, AttachVolumeFailure, AttachVolumeFailureReason, Delete, DeleteFailure,
+    DeleteFailureReason, FwType, InstanceActionFailure, InstanceActionFailureReason,
+    InstanceEvent as WireInstanceEvent, InstanceStat, InstanceState as WireState, MacAddr,
+    NodeNetwork, NodeState, NodeStatus, Start, StartFailure, StartFailureReason, Stats, VmType,
 };
 use uuid::Uuid;
 
@@ -28,7 +29,7 @@ use crate::core::Command;
 use crate::model::{
     Action, ActionRefusal, Availability, DeleteRefusal, DiskSpec, Firmware, InstanceEvent,
     InstanceReport, InstanceRole, InstanceSpec, InstanceState, NicSpec, NodeReport, Resources,
-    StartRefusal, VmKind,
+    StartRefusal, VmKind, VolumePhase, VolumeRefusal, VolumeSpec,
 };
 
 /// The instance spec a START asks for.
@@ -80,6 +81,7 @@ pub fn spec_from_start(start: &Start) -> InstanceSpec {
                 ephemeral: s.ephemeral,
             })
             .collect(),
+        volumes: Vec::new(),
         user_data: start.user_data.clone(),
         meta_data: kept_meta_data(start),
         restart: start.restart,
@@ -123,8 +125,8 @@ pub fn wire_action(action: Action) -> WireAction {
     }
 }
 
-/// The command a payload asks the agent for: START, DELETE, INSTANCE_ACTION, EVACUATE,
-/// RESTORE; `None` for payloads the core does not act on (and actions it does not know).
+/// The command a payload asks the agent for: START, DELETE, INSTANCE_ACTION, ATTACH_VOLUME,
+/// DETACH_VOLUME, EVACUATE, RESTORE; `None` for payloads the core does not act on (and actions it does not know).
 pub fn command(payload: &Payload) -> Option<Command> {
     match payload {
         Payload::Start(start) => Some(Command::Start(Box::new(spec_from_start(start)))),
@@ -139,6 +141,21 @@ pub fn command(payload: &Payload) -> Option<Command> {
         Payload::InstanceAction(a) => Some(Command::Action {
             instance: a.instance_uuid,
             action: action(a.action)?,
+        }),
+        Payload::AttachVolume(a) => Some(Command::AttachVolume {
+            instance: a.instance_uuid,
+            volume: Box::new(VolumeSpec {
+                id: a.volume_uuid,
+                device: a.device.clone().unwrap_or_default(),
+                size_mb: a.size_mb.unwrap_or(0),
+                image: a.image.clone(),
+                phase: VolumePhase::Attaching,
+            }),
+        }),
+        Payload::DetachVolume(d) => Some(Command::DetachVolume {
+            instance: d.instance_uuid,
+            volume: d.volume_uuid,
+            force: d.force,
         }),
         Payload::Evacuate(_) => Some(Command::Evacuate),
         Payload::Restore(_) => Some(Command::Restore),
@@ -211,6 +228,7 @@ pub fn stats_payload(node: &NodeReport, instances: &[InstanceReport]) -> Payload
                 memory_usage_mb: i.usage.mem_mb,
                 disk_usage_mb: i.usage.disk_mb,
                 cpu_usage: i.usage.cpu_percent,
+                volumes: i.volumes.clone(),
             })
             .collect(),
     }))
@@ -240,6 +258,20 @@ pub fn action_failure_reason(reason: ActionRefusal) -> InstanceActionFailureReas
         ActionRefusal::BackendFailure | ActionRefusal::Busy => {
             InstanceActionFailureReason::BackendFailure
         }
+    }
+}
+
+/// The ATTACH_VOLUME_FAILURE (DETACH_VOLUME_FAILURE) reason of a refusal (a full queue is an
+/// attach failure: the node could not carry it out now; the message says so).
+pub fn volume_failure_reason(reason: VolumeRefusal) -> AttachVolumeFailureReason {
+    match reason {
+        VolumeRefusal::NoInstance => AttachVolumeFailureReason::NoInstance,
+        VolumeRefusal::InvalidState => AttachVolumeFailureReason::StateFailure,
+        VolumeRefusal::InvalidData => AttachVolumeFailureReason::InvalidData,
+        VolumeRefusal::BackendFailure | VolumeRefusal::Busy => {
+            AttachVolumeFailureReason::AttachFailure
+        }
+        VolumeRefusal::Unsupported => AttachVolumeFailureReason::NotSupported,
     }
 }
 
@@ -287,6 +319,28 @@ pub fn event_payload(event: &InstanceEvent, node: Uuid) -> Option<Payload> {
             action: Some(wire_action(action)),
             reason: action_failure_reason(reason),
         })),
+        InstanceEvent::VolumeFailed {
+            instance,
+            volume,
+            detach,
+            reason,
+            ref message,
+        } => {
+            let mut failure = AttachVolumeFailure::new(
+                instance,
+                volume,
+                Some(node),
+                volume_failure_reason(reason),
+            );
+            if let Some(message) = message {
+                failure = failure.with_message(message.as_str());
+            }
+            Some(if detach {
+                Payload::DetachVolumeFailure(failure)
+            } else {
+                Payload::AttachVolumeFailure(failure)
+            })
+        }
         InstanceEvent::Deleted { instance } => Some(Payload::InstanceDeleted(WireInstanceEvent {
             instance_uuid: instance,
         })),
@@ -318,6 +372,22 @@ pub fn busy_reply(command: &Command, node: Uuid) -> Option<Payload> {
             action: *action,
             reason: ActionRefusal::Busy,
             message: None,
+        },
+        Command::AttachVolume { instance, volume } => InstanceEvent::VolumeFailed {
+            instance: *instance,
+            volume: volume.id,
+            detach: false,
+            reason: VolumeRefusal::Busy,
+            message: Some("the node is busy: its command queue is full".into()),
+        },
+        Command::DetachVolume {
+            instance, volume, ..
+        } => InstanceEvent::VolumeFailed {
+            instance: *instance,
+            volume: *volume,
+            detach: true,
+            reason: VolumeRefusal::Busy,
+            message: Some("the node is busy: its command queue is full".into()),
         },
         Command::Evacuate | Command::Restore | Command::Announce => return None,
     };

@@ -10,7 +10,7 @@ use uuid::Uuid;
 pub use super::Op;
 use super::console::last_lines;
 use super::{Backend, BackendError, ConsoleError, Existing, Power};
-use crate::model::{Action, InstanceSpec, NicSpec, Resources, Usage};
+use crate::model::{Action, InstanceSpec, NicSpec, Resources, Usage, VolumeSpec};
 
 /// One recorded call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -29,6 +29,8 @@ struct State {
     failures: HashMap<Op, VecDeque<BackendError>>,
     usage: Usage,
     filtered: Vec<(Uuid, NicSpec)>,
+    /// Each attached volume's instance and device.
+    volumes: HashMap<Uuid, (Uuid, String)>,
 }
 
 /// The recording fake. Clones share one state.
@@ -150,6 +152,11 @@ impl FakeBackend {
 }
 
 impl FakeBackend {
+    /// The instance and device each attached volume has, as attach and detach left them.
+    pub fn volumes(&self) -> HashMap<Uuid, (Uuid, String)> {
+        self.lock().volumes.clone()
+    }
+
     /// The data [`Backend::export_disk`] writes for `instance`.
     pub fn disk_of(instance: Uuid) -> Vec<u8> {
         format!("the disk of {instance}\n")
@@ -290,6 +297,47 @@ impl Backend for FakeBackend {
         }
         std::fs::write(to, FakeBackend::disk_of(instance))
             .map_err(|e| crate::backend::ExportError::Failed(e.to_string()))
+    }
+
+    /// Records the attachment ([`FakeBackend::volumes`]); `NotFound` for an instance it does not
+    /// have; another instance's volume is an error.
+    async fn attach_volume(&self, instance: Uuid, volume: &VolumeSpec) -> Result<(), BackendError> {
+        self.record(Op::Attach, instance)?;
+        let mut state = self.lock();
+        if !state.instances.contains_key(&instance) {
+            return Err(BackendError::NotFound);
+        }
+        match state.volumes.get(&volume.id) {
+            Some((other, _)) if *other != instance => Err(BackendError::Other(format!(
+                "volume {} is attached to {other}",
+                volume.id
+            ))),
+            _ => {
+                state
+                    .volumes
+                    .insert(volume.id, (instance, volume.device.clone()));
+                Ok(())
+            }
+        }
+    }
+
+    /// Forgets the attachment.
+    async fn detach_volume(
+        &self,
+        instance: Uuid,
+        volume: &VolumeSpec,
+        _force: bool,
+    ) -> Result<(), BackendError> {
+        self.record(Op::Detach, instance)?;
+        let mut state = self.lock();
+        if state
+            .volumes
+            .get(&volume.id)
+            .is_some_and(|(i, _)| *i == instance)
+        {
+            state.volumes.remove(&volume.id);
+        }
+        Ok(())
     }
 
     /// Records the NIC ([`FakeBackend::filtered`]); `NotFound` for an instance it does not have.

@@ -3,7 +3,8 @@
 //!
 //! The trait is narrow on purpose: make, start, stop and delete one instance, act on a running
 //! one (reboot, pause, suspend, ...), wait for one to exit on its own, measure all of them, and
-//! list what exists with its power state (for re-attaching after a restart). A stop keeps
+//! list what exists with its power state (for re-attaching after a restart), attach and detach
+//! volumes (idempotent, so that the core can finish either after a crash). A stop keeps
 //! everything of the instance: only delete removes its disks. The core calls each instance's operations from that instance's own task, in
 //! order; different instances' operations run concurrently.
 
@@ -16,7 +17,7 @@ pub mod libvirt;
 use std::future::Future;
 use uuid::Uuid;
 
-use crate::model::{Action, InstanceSpec, NicSpec, Resources, Usage};
+use crate::model::{Action, InstanceSpec, NicSpec, Resources, Usage, VolumeSpec};
 pub use console::ConsoleError;
 
 /// A backend operation: what the fake records and what the sim can be told to fail.
@@ -34,6 +35,10 @@ pub enum Op {
     Act(Action),
     /// [`Backend::resize`].
     Resize(Resources),
+    /// [`Backend::attach_volume`].
+    Attach,
+    /// [`Backend::detach_volume`].
+    Detach,
 }
 
 /// A backend operation that failed.
@@ -54,6 +59,9 @@ pub enum BackendError {
     /// The backend has no such instance.
     #[error("no such instance")]
     NotFound,
+    /// The backend cannot do this (attach volumes, say).
+    #[error("{0}")]
+    Unsupported(String),
     /// Anything else.
     #[error("{0}")]
     Other(String),
@@ -67,6 +75,7 @@ impl BackendError {
             BackendError::Image(m)
             | BackendError::Launch(m)
             | BackendError::Network(m)
+            | BackendError::Unsupported(m)
             | BackendError::Other(m) => m.clone(),
             BackendError::Exists => "leftovers of this instance exist on the node".into(),
             BackendError::NotFound => "the instance vanished from the node while starting".into(),
@@ -194,6 +203,51 @@ pub trait Backend: Send + Sync + 'static {
         async {
             Err(ExportError::Unsupported(
                 "this node keeps no disks to export".into(),
+            ))
+        }
+    }
+
+    /// Attaches a volume to the instance as `volume.device`: to its definition, and to the
+    /// running guest when it runs or is paused (a hot plug). The node makes the volume's data
+    /// first if it has none (blank, of `volume.size_mb`, or from `volume.image`). Idempotent: a
+    /// volume attached already is success. A backend without volumes says so (`Unsupported`).
+    fn attach_volume(
+        &self,
+        instance: Uuid,
+        volume: &VolumeSpec,
+    ) -> impl Future<Output = Result<(), BackendError>> + Send {
+        let _ = (instance, volume);
+        async {
+            Err(BackendError::Unsupported(
+                "this node's backend cannot attach volumes".into(),
+            ))
+        }
+    }
+
+    /// Detaches a volume from the instance: from the running guest first (which must release
+    /// the device; `force` takes it from the definition even when the guest does not), then
+    /// from its definition. The volume's data stays on the node. Idempotent: a volume not
+    /// attached is success.
+    fn detach_volume(
+        &self,
+        instance: Uuid,
+        volume: &VolumeSpec,
+        force: bool,
+    ) -> impl Future<Output = Result<(), BackendError>> + Send {
+        let _ = (instance, volume, force);
+        async {
+            Err(BackendError::Unsupported(
+                "this node's backend cannot detach volumes".into(),
+            ))
+        }
+    }
+
+    /// Removes a volume's data from the node (it is attached to nothing here). Idempotent.
+    fn delete_volume(&self, volume: Uuid) -> impl Future<Output = Result<(), BackendError>> + Send {
+        let _ = volume;
+        async {
+            Err(BackendError::Unsupported(
+                "this node's backend keeps no volumes".into(),
             ))
         }
     }

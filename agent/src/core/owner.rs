@@ -18,7 +18,8 @@ use crate::config::Config;
 use crate::host::HostFigures;
 use crate::model::{
     Action, ActionRefusal, DeleteRefusal, InstanceEvent, InstanceReport, InstanceSpec,
-    InstanceState, NodeReport, Resources, StartRefusal, StopCause, Usage,
+    InstanceState, NodeReport, Resources, StartRefusal, StopCause, Usage, VolumeRefusal,
+    VolumeSpec,
 };
 use crate::reporter::Reporter;
 use crate::store::Store;
@@ -41,6 +42,22 @@ pub enum Command {
         instance: Uuid,
         /// What to do.
         action: Action,
+    },
+    /// ATTACH_VOLUME: attach a volume to an instance (its `phase` is ignored).
+    AttachVolume {
+        /// The instance.
+        instance: Uuid,
+        /// The volume, its device, and how to make it on first use.
+        volume: Box<VolumeSpec>,
+    },
+    /// DETACH_VOLUME: detach a volume from an instance.
+    DetachVolume {
+        /// The instance.
+        instance: Uuid,
+        /// The volume.
+        volume: Uuid,
+        /// Even if the guest does not release it.
+        force: bool,
     },
     /// EVACUATE: enter maintenance (persisted) and stop every running instance, keeping it.
     Evacuate,
@@ -65,6 +82,8 @@ pub(crate) struct Entry {
     pub usage: Usage,
     /// A remove (delete) is queued in its task: a second DELETE is answered by the first.
     pub removing: bool,
+    /// The volumes attached to it, as its task last said.
+    pub volumes: Vec<Uuid>,
     pub commands: mpsc::Sender<InstanceCommand>,
 }
 
@@ -125,6 +144,7 @@ impl<B: Backend, R: Reporter> Owner<B, R> {
     ) {
         let (commands, rx) = mpsc::channel(self.config.instance_queue);
         let reserved = spec.as_ref().map(|s| s.resources).unwrap_or_default();
+        let volumes = spec.as_ref().map(attached).unwrap_or_default();
         let removing = matches!(job, Job::Remove(_));
         self.entries.insert(
             instance,
@@ -133,6 +153,7 @@ impl<B: Backend, R: Reporter> Owner<B, R> {
                 state,
                 usage: Usage::default(),
                 removing,
+                volumes,
                 commands,
             },
         );
@@ -207,7 +228,7 @@ impl<B: Backend, R: Reporter> Owner<B, R> {
                         self.reporter.event(&event).await;
                     }
                     Update::Event(event) => self.reporter.event(&event).await,
-                    Update::Forget(_) | Update::Reserved(..) => {}
+                    Update::Forget(_) | Update::Reserved(..) | Update::Volumes(..) => {}
                 },
                 joined = self.tasks.join_next() => match joined {
                     Some(Err(e)) => tracing::error!(error = %e, "an instance task failed"),
@@ -246,6 +267,19 @@ impl<B: Backend, R: Reporter> Owner<B, R> {
                     };
                     self.reporter.event(&event).await;
                 }
+            }
+            Command::AttachVolume { instance, volume } => {
+                let id = volume.id;
+                self.volume_command(instance, id, InstanceCommand::Attach(volume))
+                    .await;
+            }
+            Command::DetachVolume {
+                instance,
+                volume,
+                force,
+            } => {
+                let command = InstanceCommand::Detach { volume, force };
+                self.volume_command(instance, volume, command).await;
             }
             Command::Evacuate => self.evacuate().await,
             Command::Restore => self.restore().await,
@@ -385,6 +419,28 @@ impl<B: Backend, R: Reporter> Owner<B, R> {
         }
     }
 
+    /// Queues an attach or a detach in the instance's task, answering when it cannot be.
+    async fn volume_command(&mut self, instance: Uuid, volume: Uuid, command: InstanceCommand) {
+        let detach = matches!(command, InstanceCommand::Detach { .. });
+        if let Err(reason) = self.queue(instance, command) {
+            let (reason, message) = match reason {
+                DeleteRefusal::NoInstance => (VolumeRefusal::NoInstance, None),
+                DeleteRefusal::Busy | DeleteRefusal::BackendFailure => (
+                    VolumeRefusal::Busy,
+                    Some("the instance is busy: its command queue is full".to_string()),
+                ),
+            };
+            let event = InstanceEvent::VolumeFailed {
+                instance,
+                volume,
+                detach,
+                reason,
+                message,
+            };
+            self.reporter.event(&event).await;
+        }
+    }
+
     /// Queues a firewall update in the instance's task, answering its reply when it cannot be.
     fn queue_firewall(
         &mut self,
@@ -491,6 +547,12 @@ impl<B: Backend, R: Reporter> Owner<B, R> {
                 }
                 self.mark_changed();
             }
+            Update::Volumes(instance, volumes) => {
+                if let Some(entry) = self.entries.get_mut(&instance) {
+                    entry.volumes = volumes;
+                }
+                self.mark_changed();
+            }
         }
     }
 
@@ -580,6 +642,7 @@ impl<B: Backend, R: Reporter> Owner<B, R> {
                 instance: *id,
                 state: e.state,
                 usage: e.usage,
+                volumes: e.volumes.clone(),
             })
             .collect();
         (self.node_report(), instances)
@@ -604,6 +667,15 @@ impl<B: Backend, R: Reporter> Owner<B, R> {
 
 fn accounting_i64(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+/// The volumes a spec says the guest has.
+pub(crate) fn attached(spec: &InstanceSpec) -> Vec<Uuid> {
+    spec.volumes
+        .iter()
+        .filter(|v| v.is_attached())
+        .map(|v| v.id)
+        .collect()
 }
 
 /// Answers a firewall command's reply with `refusal`; the refusal.

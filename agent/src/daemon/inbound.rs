@@ -7,7 +7,8 @@
 //! | DELETE, EVACUATE, RESTORE for this node | to the core |
 //! | DELETE for another node | DELETE_FAILURE `invalid_data` (the controller learns at once that the frame went astray, rather than waiting on an instance that will never go) |
 //! | EVACUATE, RESTORE for another node | ignored with a warning (they have no failure frame) |
-//! | ATTACH_VOLUME, DETACH_VOLUME | ATTACH_VOLUME_FAILURE, DETACH_VOLUME_FAILURE `not_supported` (no backend attaches volumes yet) |
+//! | ATTACH_VOLUME, DETACH_VOLUME for this node | to the core |
+//! | ATTACH_VOLUME, DETACH_VOLUME for another node | ATTACH_VOLUME_FAILURE, DETACH_VOLUME_FAILURE `invalid_data` |
 //! | INSTANCE_ACTION for this node | to the core |
 //! | INSTANCE_ACTION for another node, or an action this version does not know | INSTANCE_ACTION_FAILURE `invalid_data` |
 //! | CONFIGURE | logged: a running agent does not change its configuration yet |
@@ -73,13 +74,17 @@ pub fn inbound(payload: &Payload, node: Uuid) -> Inbound {
                 warn: true,
             }
         }
-        Payload::AttachVolume(a) | Payload::DetachVolume(a) => {
-            let failure = AttachVolumeFailure {
-                instance_uuid: a.instance_uuid,
-                volume_uuid: a.volume_uuid,
-                node_uuid: Some(node),
-                reason: AttachVolumeFailureReason::NotSupported,
-            };
+        Payload::AttachVolume(a) | Payload::DetachVolume(a) if elsewhere(a.workload_agent_uuid) => {
+            let failure = AttachVolumeFailure::new(
+                a.instance_uuid,
+                a.volume_uuid,
+                Some(node),
+                AttachVolumeFailureReason::InvalidData,
+            )
+            .with_message(format!(
+                "this is node {node}, not {}",
+                a.workload_agent_uuid
+            ));
             Inbound::Reply(if matches!(payload, Payload::AttachVolume(_)) {
                 Payload::AttachVolumeFailure(failure)
             } else {
@@ -175,26 +180,44 @@ mod tests {
     }
 
     #[test]
-    fn volumes_are_not_supported_and_the_rest_is_logged() {
+    fn volumes_go_to_the_core_unless_for_another_node_and_the_rest_is_logged() {
         let attach = Payload::AttachVolume(AttachVolume {
-            instance_uuid: INSTANCE,
-            volume_uuid: OTHER,
-            workload_agent_uuid: ME,
+            size_mb: Some(1024),
+            device: Some("vdc".into()),
+            ..AttachVolume::new(INSTANCE, OTHER, ME)
         });
-        let Inbound::Reply(Payload::AttachVolumeFailure(f)) = inbound(&attach, ME) else {
-            panic!()
+        let Inbound::Command(Command::AttachVolume { instance, volume }) = inbound(&attach, ME)
+        else {
+            panic!("an ATTACH_VOLUME for this node goes to the core")
         };
-        assert_eq!(f.reason, AttachVolumeFailureReason::NotSupported);
-        assert_eq!(f.node_uuid, Some(ME));
+        assert_eq!(
+            (instance, volume.id, volume.size_mb),
+            (INSTANCE, OTHER, 1024)
+        );
+        assert_eq!(volume.device, "vdc");
         let detach = Payload::DetachVolume(AttachVolume {
-            instance_uuid: INSTANCE,
-            volume_uuid: OTHER,
-            workload_agent_uuid: ME,
+            force: true,
+            ..AttachVolume::new(INSTANCE, OTHER, ME)
         });
-        let Inbound::Reply(Payload::DetachVolumeFailure(f)) = inbound(&detach, ME) else {
+        assert_eq!(
+            inbound(&detach, ME),
+            Inbound::Command(Command::DetachVolume {
+                instance: INSTANCE,
+                volume: OTHER,
+                force: true
+            })
+        );
+        let astray = Payload::AttachVolume(AttachVolume::new(INSTANCE, OTHER, OTHER));
+        let Inbound::Reply(Payload::AttachVolumeFailure(f)) = inbound(&astray, ME) else {
+            panic!("an ATTACH_VOLUME for another node is refused")
+        };
+        assert_eq!(f.reason, AttachVolumeFailureReason::InvalidData);
+        assert_eq!(f.node_uuid, Some(ME));
+        let astray = Payload::DetachVolume(AttachVolume::new(INSTANCE, OTHER, OTHER));
+        let Inbound::Reply(Payload::DetachVolumeFailure(f)) = inbound(&astray, ME) else {
             panic!("a DETACH_VOLUME is answered with its own failure")
         };
-        assert_eq!(f.reason, AttachVolumeFailureReason::NotSupported);
+        assert_eq!(f.reason, AttachVolumeFailureReason::InvalidData);
         let violation = Payload::ProtocolViolation(Reason::new("no"));
         assert!(matches!(inbound(&violation, ME), Inbound::Log { .. }));
         assert!(matches!(

@@ -254,6 +254,27 @@ impl<B: Backend, O: NetOps> Backend for NetBackend<B, O> {
         self.inner.export_disk(instance, to).await
     }
 
+    async fn attach_volume(
+        &self,
+        instance: Uuid,
+        volume: &crate::model::VolumeSpec,
+    ) -> Result<(), BackendError> {
+        self.inner.attach_volume(instance, volume).await
+    }
+
+    async fn detach_volume(
+        &self,
+        instance: Uuid,
+        volume: &crate::model::VolumeSpec,
+        force: bool,
+    ) -> Result<(), BackendError> {
+        self.inner.detach_volume(instance, volume, force).await
+    }
+
+    async fn delete_volume(&self, volume: Uuid) -> Result<(), BackendError> {
+        self.inner.delete_volume(volume).await
+    }
+
     async fn serve_metadata(&self, spec: &InstanceSpec) -> Result<(), BackendError> {
         let Some(nic) = &spec.nic else {
             return Ok(());
@@ -303,6 +324,7 @@ mod tests {
                 firewall: None,
             }),
             disks: Vec::new(),
+            volumes: Vec::new(),
             user_data: None,
             meta_data: BTreeMap::new(),
             restart: false,

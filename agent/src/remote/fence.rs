@@ -192,6 +192,7 @@ mod tests {
             },
             nic: None,
             disks: Vec::new(),
+            volumes: Vec::new(),
             user_data: None,
             meta_data: Default::default(),
             restart: false,

@@ -221,6 +221,7 @@ fn stats_carry_status_and_every_instance() {
             instance: Uuid::from_u128(1),
             state: InstanceState::Pending,
             usage: Usage::default(),
+            volumes: Vec::new(),
         },
         InstanceReport {
             instance: Uuid::from_u128(2),
@@ -230,11 +231,13 @@ fn stats_carry_status_and_every_instance() {
                 disk_mb: 200,
                 cpu_percent: Some(7),
             },
+            volumes: vec![Uuid::from_u128(9)],
         },
         InstanceReport {
             instance: Uuid::from_u128(3),
             state: InstanceState::ExitFailed,
             usage: Usage::default(),
+            volumes: Vec::new(),
         },
     ];
     let p = stats_payload(&node(Availability::Full), &instances);

@@ -23,6 +23,7 @@ mod firewall;
 mod flow;
 mod kept;
 mod restarts;
+mod volumes;
 
 const NODE: Uuid = Uuid::from_u128(0xC0FFEE);
 const WAIT: Duration = Duration::from_secs(120);
@@ -67,6 +68,7 @@ fn spec(n: u128, image: &str) -> InstanceSpec {
         },
         nic: None,
         disks: Vec::new(),
+        volumes: Vec::new(),
         user_data: None,
         meta_data: Default::default(),
         restart: false,

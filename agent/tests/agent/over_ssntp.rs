@@ -97,7 +97,7 @@ async fn start_is_pending_then_active_and_deletes_are_answered() {
 
 /// Every START_FAILURE reason an agent gives reaches the sender over the wire, with the node's
 /// UUID and the START's `restart` flag; and what the agent answers without its core: a DELETE
-/// for another node (`invalid_data`), ATTACH_VOLUME (`not_supported`), EVACUATE/RESTORE for
+/// for another node (`invalid_data`), ATTACH_VOLUME and DETACH_VOLUME (STATS lists the volume while it is attached), EVACUATE/RESTORE for
 /// another node (ignored).
 #[tokio::test]
 async fn every_start_failure_reason_and_misaddressed_commands() {
@@ -212,7 +212,7 @@ async fn every_start_failure_reason_and_misaddressed_commands() {
     })
     .await;
 
-    // A DELETE for another node is refused; ATTACH_VOLUME is not supported yet.
+    // A DELETE for another node is refused.
     fake.send(node, &delete(u(0x21), u(0x99), false));
     let m = fake
         .message("DELETE_FAILURE", |m| {
@@ -226,13 +226,11 @@ async fn every_start_failure_reason_and_misaddressed_commands() {
         (f.instance_uuid, f.node_uuid, f.reason),
         (u(0x21), Some(node), DeleteFailureReason::InvalidData)
     );
+    // ATTACH_VOLUME of a volume the node does not hold, without a size: refused with the
+    // cause; with its size, made and attached: STATS lists it; DETACH_VOLUME: no longer.
     fake.send(
         node,
-        &Payload::AttachVolume(AttachVolume {
-            instance_uuid: u(0x21),
-            volume_uuid: u(0x50),
-            workload_agent_uuid: node,
-        }),
+        &Payload::AttachVolume(AttachVolume::new(u(0x21), u(0x50), node)),
     );
     let m = fake
         .message("ATTACH_VOLUME_FAILURE", |m| {
@@ -243,9 +241,38 @@ async fn every_start_failure_reason_and_misaddressed_commands() {
         unreachable!()
     };
     assert_eq!(
-        (f.instance_uuid, f.reason),
-        (u(0x21), AttachVolumeFailureReason::NotSupported)
+        (f.instance_uuid, f.volume_uuid, f.reason),
+        (u(0x21), u(0x50), AttachVolumeFailureReason::AttachFailure)
     );
+    assert!(
+        f.message.as_deref().unwrap_or("").contains("no volume"),
+        "{f:?}"
+    );
+    fake.send(
+        node,
+        &Payload::AttachVolume(AttachVolume {
+            size_mb: Some(1024),
+            ..AttachVolume::new(u(0x21), u(0x50), node)
+        }),
+    );
+    let volumes_of = |s: &ssntp::payload::Stats| {
+        s.instances
+            .iter()
+            .find(|i| i.instance_uuid == u(0x21))
+            .map(|i| i.volumes.clone())
+    };
+    fake.stats(node, "0x21 with volume 0x50", |s| {
+        volumes_of(s) == Some(vec![u(0x50)])
+    })
+    .await;
+    fake.send(
+        node,
+        &Payload::DetachVolume(AttachVolume::new(u(0x21), u(0x50), node)),
+    );
+    fake.stats(node, "0x21 without volumes", |s| {
+        volumes_of(s) == Some(Vec::new())
+    })
+    .await;
     agent.stop().await;
     fake.shut().await;
 }

@@ -353,6 +353,21 @@ pub fn flatten(disk: &Path, to: &Path) -> Result<(), QemuImgError> {
     qemu_img("convert", disk, &args).map(|_| ())
 }
 
+/// Writes the image `from` (in `format`) as one standalone qcow2 file `to`: a volume made from
+/// an image.
+pub fn convert(from: &Path, format: DiskFormat, to: &Path) -> Result<(), QemuImgError> {
+    let args: [&std::ffi::OsStr; 7] = [
+        "-q".as_ref(),
+        "-f".as_ref(),
+        format.name().as_ref(),
+        "-O".as_ref(),
+        "qcow2".as_ref(),
+        from.as_os_str(),
+        to.as_os_str(),
+    ];
+    qemu_img("convert", from, &args).map(|_| ())
+}
+
 /// Grows a qcow2 disk to `size_mb` MiB if it is smaller (a disk is never shrunk).
 pub fn grow(disk: &Path, size_mb: u32) -> Result<(), QemuImgError> {
     let wanted = u64::from(size_mb) * 1024 * 1024;

@@ -37,6 +37,7 @@ mod fence;
 pub mod fetch;
 pub mod images;
 pub mod seed;
+pub mod volumes;
 pub mod xml;
 
 use std::collections::{BTreeMap, HashMap};
@@ -110,6 +111,10 @@ pub struct LibvirtConfig {
     pub images: PathBuf,
     /// Where each instance's directory is made.
     pub instances: PathBuf,
+    /// Where volumes' files are kept ([`volumes`]).
+    pub volumes: PathBuf,
+    /// How long a detach waits for the guest to release the volume's device.
+    pub detach_timeout: Duration,
     /// How often a running instance's state is polled.
     pub poll: Duration,
     /// How long a reboot waits for the guest to power off after the ACPI power button before it
@@ -131,13 +136,16 @@ pub struct LibvirtConfig {
 }
 
 impl LibvirtConfig {
-    /// Defaults under the agent's state directory: `images/` and `libvirt/instances/`.
+    /// Defaults under the agent's state directory: `images/`, `libvirt/instances/` and
+    /// `volumes/`.
     pub fn new(uri: &str, accel: Accel, state_dir: &Path) -> LibvirtConfig {
         LibvirtConfig {
             uri: uri.to_string(),
             accel,
             images: state_dir.join("images"),
             instances: state_dir.join("libvirt").join("instances"),
+            volumes: state_dir.join("volumes"),
+            detach_timeout: Duration::from_secs(20),
             poll: Duration::from_millis(500),
             reboot_timeout: Duration::from_secs(60),
             owner: None,
@@ -206,7 +214,7 @@ fn launch(e: ConnError) -> BackendError {
 
 impl Inner {
     fn new(config: LibvirtConfig) -> Result<Inner, LibvirtError> {
-        for dir in [&config.images, &config.instances] {
+        for dir in [&config.images, &config.instances, &config.volumes] {
             std::fs::create_dir_all(dir).map_err(|source| LibvirtError::Dir {
                 path: dir.clone(),
                 source,
@@ -250,9 +258,11 @@ impl Inner {
                 let user = QemuUser::from_host(&caps).filter(|u| u.uid != 0);
                 if let (Some(user), Some(top)) = (&user, &self.config.top) {
                     let mut dirs = access::chain(top, &self.config.instances);
-                    for dir in access::chain(top, &self.config.images) {
-                        if !dirs.contains(&dir) {
-                            dirs.push(dir);
+                    for target in [&self.config.images, &self.config.volumes] {
+                        for dir in access::chain(top, target) {
+                            if !dirs.contains(&dir) {
+                                dirs.push(dir);
+                            }
                         }
                     }
                     access::open_to(&dirs, user.gid, access::SEARCH_ONLY).map_err(|e| {
@@ -919,6 +929,27 @@ impl Backend for LibvirtBackend {
             tracing::warn!(%instance, error = %e, "resuming after the disk copy failed");
         }
         copied
+    }
+
+    async fn attach_volume(
+        &self,
+        instance: Uuid,
+        volume: &crate::model::VolumeSpec,
+    ) -> Result<(), BackendError> {
+        self.attach(instance, volume).await
+    }
+
+    async fn detach_volume(
+        &self,
+        instance: Uuid,
+        volume: &crate::model::VolumeSpec,
+        force: bool,
+    ) -> Result<(), BackendError> {
+        self.detach(instance, volume, force).await
+    }
+
+    async fn delete_volume(&self, volume: Uuid) -> Result<(), BackendError> {
+        self.remove_volume(volume).await
     }
 
     /// Tenant NICs are filtered by the net backend around this one.

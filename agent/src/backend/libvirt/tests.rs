@@ -22,6 +22,7 @@ fn spec(instance: Uuid, image: &str) -> InstanceSpec {
         },
         nic: None,
         disks: Vec::new(),
+        volumes: Vec::new(),
         user_data: Some("cumulo-test: hello\n".into()),
         meta_data: BTreeMap::from([("hostname".to_string(), "web-1".to_string())]),
         restart: false,

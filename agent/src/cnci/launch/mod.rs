@@ -677,6 +677,34 @@ impl<B: Backend> Backend for CnciLauncher<B> {
         self.inner.stats().await
     }
 
+    /// A tenant instance's volumes are the inner backend's; a CNCI takes none.
+    async fn attach_volume(
+        &self,
+        instance: Uuid,
+        volume: &crate::model::VolumeSpec,
+    ) -> Result<(), BackendError> {
+        if self.is_ours(instance) {
+            return Err(BackendError::Unsupported("a CNCI takes no volumes".into()));
+        }
+        self.inner.attach_volume(instance, volume).await
+    }
+
+    async fn detach_volume(
+        &self,
+        instance: Uuid,
+        volume: &crate::model::VolumeSpec,
+        force: bool,
+    ) -> Result<(), BackendError> {
+        if self.is_ours(instance) {
+            return Ok(());
+        }
+        self.inner.detach_volume(instance, volume, force).await
+    }
+
+    async fn delete_volume(&self, volume: Uuid) -> Result<(), BackendError> {
+        self.inner.delete_volume(volume).await
+    }
+
     /// A tenant instance's disk is the inner backend's; a CNCI's is not for snapshots.
     async fn export_disk(
         &self,

@@ -282,6 +282,7 @@ fn only_cnci_starts_are_intercepted() {
         resources: crate::model::Resources::default(),
         nic: None,
         disks: Vec::new(),
+        volumes: Vec::new(),
         user_data: None,
         meta_data,
         restart: false,

@@ -123,6 +123,7 @@ fn net_backend_plugs_instances_in_and_out_for_real() {
             firewall: None,
         }),
         disks: Vec::new(),
+        volumes: Vec::new(),
         user_data: None,
         meta_data: Default::default(),
         restart: false,
