@@ -31,6 +31,8 @@ struct State {
     filtered: Vec<(Uuid, NicSpec)>,
     /// Each attached volume's instance and device.
     volumes: HashMap<Uuid, (Uuid, String)>,
+    /// The volumes removed, in order.
+    removed_volumes: Vec<Uuid>,
 }
 
 /// The recording fake. Clones share one state.
@@ -155,6 +157,11 @@ impl FakeBackend {
     /// The instance and device each attached volume has, as attach and detach left them.
     pub fn volumes(&self) -> HashMap<Uuid, (Uuid, String)> {
         self.lock().volumes.clone()
+    }
+
+    /// The volumes [`Backend::delete_volume`] removed, in order.
+    pub fn removed_volumes(&self) -> Vec<Uuid> {
+        self.lock().removed_volumes.clone()
     }
 
     /// The data [`Backend::export_disk`] writes for `instance`.
@@ -337,6 +344,18 @@ impl Backend for FakeBackend {
         {
             state.volumes.remove(&volume.id);
         }
+        Ok(())
+    }
+
+    /// Records the removal ([`FakeBackend::removed_volumes`]); an attached volume is an error.
+    async fn delete_volume(&self, volume: Uuid) -> Result<(), BackendError> {
+        let mut state = self.lock();
+        if let Some((instance, _)) = state.volumes.get(&volume) {
+            return Err(BackendError::Other(format!(
+                "volume {volume} is attached to {instance}"
+            )));
+        }
+        state.removed_volumes.push(volume);
         Ok(())
     }
 

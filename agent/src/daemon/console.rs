@@ -1,6 +1,7 @@
 //! The node endpoint (named the console endpoint for its first resource; `--console-listen`): a
 //! small HTTPS server beside the SSNTP session (not part of SSNTP) through which the controller
-//! reads an instance's serial console log and changes its port firewall.
+//! reads an instance's serial console log, changes its port firewall, copies its disk and
+//! removes volumes.
 //!
 //! - `GET /v1/instances/{uuid}/console?lines=N`: `200 text/plain` with the last N lines (default
 //!   [`DEFAULT_LINES`], at most [`MAX_LINES`]: more is cut to that; at most
@@ -16,6 +17,9 @@
 //!   full; `500` with the cause in one line when filtering fails.
 //! - `GET /v1/instances/{uuid}/disk`: the instance's root disk as one qcow2 file, for a
 //!   snapshot ([`super::export`] says how and what else it answers).
+//! - `DELETE /v1/volumes/{uuid}`: `204` once the volume's data is gone from the node (or was
+//!   never here: the controller deletes a volume that its node holds, and may ask again);
+//!   `409` where the node's backend keeps no volumes; `500` with the cause when removing fails.
 //! - Other methods on any resource: `405`.
 //! - Authentication: TLS 1.3 with the agent's own SSNTP certificate and key; the client must
 //!   present a certificate that chains to the cluster CA (else the handshake fails) and carries
@@ -94,11 +98,16 @@ pub enum Route {
     Firewall(Uuid),
     /// A copy of an instance's disk.
     Disk(Uuid),
+    /// Removing a volume's data from the node.
+    DeleteVolume(Uuid),
 }
 
-/// Routes a request: the console, the firewall or the disk of an instance; or the answer to a
-/// bad one.
+/// Routes a request: the console, the firewall or the disk of an instance, or a volume's
+/// removal; or the answer to a bad one.
 pub fn route(method: &Method, path: &str, query: Option<&str>) -> Result<Route, Answer> {
+    if let Some(volume) = path.strip_prefix("/v1/volumes/") {
+        return only(method, &Method::DELETE, volume, query).map(Route::DeleteVolume);
+    }
     if let Some(instance) = path
         .strip_prefix("/v1/instances/")
         .and_then(|rest| rest.strip_suffix("/disk"))
@@ -340,6 +349,16 @@ impl<B: Backend, F: Firewalls> Served<'_, B, F> {
                         Err(answer) => answer,
                     }
                 }
+                Ok(Route::DeleteVolume(volume)) => match backend.delete_volume(volume).await {
+                    Ok(()) => (StatusCode::NO_CONTENT, String::new()),
+                    Err(e @ crate::backend::BackendError::Unsupported(_)) => {
+                        (StatusCode::CONFLICT, e.to_string())
+                    }
+                    Err(e) => (
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        format!("removing volume {volume}: {e}"),
+                    ),
+                },
                 Ok(Route::Console(instance, lines)) => match backend.console(instance, lines).await
                 {
                     Ok(log) => (StatusCode::OK, log),
@@ -444,6 +463,7 @@ mod tests {
         addr: std::net::SocketAddr,
         node: Uuid,
         instance: Uuid,
+        backend: Arc<FakeBackend>,
         firewalls: Arc<FakeFirewalls>,
         /// Holds `exports/`, where disk copies are made.
         dir: tempfile::TempDir,
@@ -497,7 +517,7 @@ mod tests {
         let served = tokio::spawn(serve(
             listener,
             tls,
-            backend,
+            backend.clone(),
             firewalls.clone(),
             exports,
             stop.clone(),
@@ -506,6 +526,7 @@ mod tests {
             addr,
             node,
             instance,
+            backend,
             firewalls,
             dir,
             stop,
@@ -652,6 +673,38 @@ mod tests {
         )
         .unwrap();
         assert!(e.status(&stranger, agent, local).await.is_err());
+        e.stop().await;
+    }
+
+    #[tokio::test]
+    async fn the_controller_removes_volumes() {
+        let pki = TestPki::new();
+        let e = endpoint(&pki).await;
+        let (agent, local) = (e.agent(), "127.0.0.1");
+        let controller = pki.identity(Role::CONTROLLER, None);
+        let volume = Uuid::new_v4();
+        let send = |method: &str, target: String, who: &TlsIdentity| {
+            let request =
+                format!("{method} {target} HTTP/1.1\r\nHost: node\r\nConnection: close\r\n\r\n");
+            let who = who.clone();
+            async move {
+                exchange(e.addr, &who, agent, local, request.into_bytes())
+                    .await
+                    .unwrap()
+            }
+        };
+        let path = format!("/v1/volumes/{volume}");
+        assert_eq!(
+            send("DELETE", path.clone(), &controller).await,
+            (204, String::new())
+        );
+        assert_eq!(e.backend.removed_volumes(), vec![volume]);
+        let other = pki.identity(Role::AGENT, Some(Uuid::new_v4()));
+        assert_eq!(send("DELETE", path.clone(), &other).await.0, 403);
+        assert_eq!(send("GET", path, &controller).await.0, 405);
+        let bad = "/v1/volumes/nope".to_string();
+        assert_eq!(send("DELETE", bad, &controller).await.0, 400);
+        assert_eq!(e.backend.removed_volumes(), vec![volume]);
         e.stop().await;
     }
 
