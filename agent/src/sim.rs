@@ -365,6 +365,22 @@ impl Backend for SimBackend {
         if state.instances.contains_key(&spec.instance) {
             return Err(BackendError::Exists);
         }
+        // A boot volume: made on first use, the instance's own while it lives.
+        if let Some(d) = spec.disks.iter().find(|d| d.boot && !d.ephemeral) {
+            let v = state.volumes.entry(d.id).or_insert(SimVolume {
+                size_mb: d.size_mb,
+                attached: None,
+                data: String::new(),
+            });
+            if let Some((other, _)) = &v.attached {
+                return Err(BackendError::Launch(format!(
+                    "boot volume {} is in use by instance {other}",
+                    d.id
+                )));
+            }
+            v.attached = Some((spec.instance, "vda".into()));
+            self.save_volumes(&state)?;
+        }
         let i = SimInstance {
             image: spec.image.clone(),
             resources: spec.resources,

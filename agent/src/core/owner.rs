@@ -669,12 +669,17 @@ fn accounting_i64(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
 
-/// The volumes a spec says the guest has.
+/// The volumes a spec says the guest has: its boot volume, if it boots from one, and those
+/// attached.
 pub(crate) fn attached(spec: &InstanceSpec) -> Vec<Uuid> {
-    spec.volumes
-        .iter()
-        .filter(|v| v.is_attached())
-        .map(|v| v.id)
+    let boot = spec.disks.iter().filter(|d| d.boot && !d.ephemeral);
+    boot.map(|d| d.id)
+        .chain(
+            spec.volumes
+                .iter()
+                .filter(|v| v.is_attached())
+                .map(|v| v.id),
+        )
         .collect()
 }
 

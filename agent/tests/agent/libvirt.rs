@@ -792,6 +792,67 @@ async fn volumes_hot_plug_into_real_guests_and_keep_their_data() {
     sched.stop.cancel();
 }
 
+/// Boot from a volume: the guest's disk is the volume's file, made on the first START; it
+/// outlives the instance, and a second instance booted from it finds what the first wrote. STATS
+/// lists the boot volume.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_boots_from_a_volume_that_outlives_it() {
+    let Some(uri) = libvirt_uri() else { return };
+    let _one_at_a_time = VMS.lock().await;
+    let node = u(0x45);
+    let Rig {
+        _pki,
+        dir: _dir,
+        state,
+        sched,
+        mut c,
+        args: _,
+        log: _,
+        mut agent,
+    } = rig(&uri, node).await;
+    let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
+    let _leftovers = Leftovers {
+        uri: uri.clone(),
+        domains: vec![a, b],
+    };
+    let volume = Uuid::new_v4();
+    let from_volume = |id: Uuid| {
+        let mut s = vm(id, "tiny");
+        s.requirements.disk_mb = 0;
+        s.storage = Some(vec![ssntp::payload::Storage {
+            id: volume,
+            boot: true,
+            size_mb: 32,
+            ephemeral: false,
+        }]);
+        s
+    };
+    c.send(&start_payload(from_volume(a)));
+    wait_disk_count(&state, a, 1).await;
+    c.stats(node, "A lists its boot volume", |s| {
+        volumes_in(s, a) == Some(vec![volume])
+    })
+    .await;
+    let file = state.join("volumes").join(format!("{volume}.qcow2"));
+    assert!(file.exists());
+    c.send(&delete(a, node, false));
+    c.expect("INSTANCE_DELETED of A", |m| {
+        event_from(m, node, Operand::InstanceDeleted, a).then_some(())
+    })
+    .await;
+    assert!(file.exists(), "the boot volume outlives its instance");
+    c.send(&start_payload(from_volume(b)));
+    wait_disk_count(&state, b, 2).await;
+    c.send(&delete(b, node, false));
+    c.expect("INSTANCE_DELETED of B", |m| {
+        event_from(m, node, Operand::InstanceDeleted, b).then_some(())
+    })
+    .await;
+    agent.signal(rustix::process::Signal::TERM);
+    assert_eq!(agent.exit_code().await, Some(0));
+    sched.stop.cancel();
+}
+
 /// The backend alone against the real libvirtd: create, start, marker, delete.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_backend_alone_boots_a_tiny_guest() {

@@ -391,7 +391,24 @@ impl Inner {
         // seed's CD-ROM, no owner back); the instance's directory (0750, QEMU's group) keeps
         // everyone else out. Under qemu:///session QEMU is the agent's own user.
         seed.write_iso(&seed_iso).map_err(BackendError::Launch)?;
+        // A boot volume (block device mapping): the root disk is the volume's file, made from
+        // the image on first use, and outlives the instance.
+        let boot_volume = spec.disks.iter().find(|d| d.boot && !d.ephemeral);
+        if boot_volume.is_some() {
+            self.reach(&[&self.config.volumes])?;
+        }
         let boot = match image {
+            Image::Disk { path, format } if let Some(volume) = boot_volume => {
+                let file = self.volume_path(volume.id);
+                let overlay = if file.exists() {
+                    file
+                } else {
+                    let size_mb = volume.size_mb.max(spec.resources.disk_mb);
+                    self.make_volume(volume.id, size_mb, Some((path, *format)))
+                        .map_err(BackendError::Image)?
+                };
+                Boot::Disk { overlay }
+            }
             Image::Disk { path, format } => {
                 let overlay = dir.join("disk.qcow2");
                 images::make_overlay(path, *format, &overlay, spec.resources.disk_mb).map_err(
@@ -431,6 +448,15 @@ impl Inner {
                 // What the guest writes outlives a stop, a reboot and an agent restart: a blank
                 // disk of the flavor's size, kept with the instance.
                 let data = match spec.resources.disk_mb {
+                    _ if let Some(volume) = boot_volume => {
+                        let file = self.volume_path(volume.id);
+                        Some(if file.exists() {
+                            file
+                        } else {
+                            self.make_volume(volume.id, volume.size_mb.max(1), None)
+                                .map_err(BackendError::Launch)?
+                        })
+                    }
                     0 => None,
                     size_mb => {
                         let disk = dir.join("disk.qcow2");

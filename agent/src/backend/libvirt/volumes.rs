@@ -75,8 +75,8 @@ impl Inner {
 
     /// The volume's file, made first if the node has none (blocking).
     fn volume_file(&self, volume: &VolumeSpec) -> Result<PathBuf, BackendError> {
-        let path = self.volume_path(volume.id);
         self.reach(&[&self.config.volumes])?;
+        let path = self.volume_path(volume.id);
         if path.exists() {
             return Ok(path);
         }
@@ -86,32 +86,54 @@ impl Inner {
                 volume.id
             )));
         }
-        let part = self.config.volumes.join(format!("{}.part", volume.id));
-        let made = match &volume.image {
-            None => images::make_blank(&part, volume.size_mb).map_err(|e| e.to_string()),
+        let from = match &volume.image {
+            None => None,
             Some(name) => match self.store.resolve(name) {
-                Ok(Image::Disk { path: from, format }) => images::convert(&from, format, &part)
-                    .and_then(|()| images::grow(&part, volume.size_mb))
-                    .map_err(|e| e.to_string()),
-                Ok(Image::Kernel { .. }) => Err(format!(
-                    "image {name} is a kernel, not a disk a volume can hold"
-                )),
+                Ok(Image::Disk { path, format }) => Some((path, format)),
+                Ok(Image::Kernel { .. }) => {
+                    return Err(BackendError::Image(format!(
+                        "image {name} is a kernel, not a disk a volume can hold"
+                    )));
+                }
                 Err(e) => return Err(BackendError::Image(e.to_string())),
             },
         };
-        let whole = made.and_then(|()| {
+        self.make_volume(
+            volume.id,
+            volume.size_mb,
+            from.as_ref().map(|(p, f)| (p.as_path(), *f)),
+        )
+        .map_err(BackendError::Other)
+    }
+
+    /// Makes a volume's file (blocking): blank, or the image `from`, grown to `size_mb`. Made
+    /// under a temporary name and renamed once whole; for the agent's user alone (libvirt gives
+    /// it to QEMU while a domain uses it).
+    pub(super) fn make_volume(
+        &self,
+        volume: Uuid,
+        size_mb: u32,
+        from: Option<(&Path, images::DiskFormat)>,
+    ) -> Result<PathBuf, String> {
+        let path = self.volume_path(volume);
+        let part = self.config.volumes.join(format!("{volume}.part"));
+        let made = match from {
+            None => images::make_blank(&part, size_mb),
+            Some((image, format)) => {
+                images::convert(image, format, &part).and_then(|()| images::grow(&part, size_mb))
+            }
+        }
+        .map_err(|e| e.to_string())
+        .and_then(|()| {
             support::private::restrict(&part)
                 .and_then(|()| std::fs::rename(&part, &path))
                 .map_err(|e| e.to_string())
         });
-        if let Err(why) = whole {
+        if let Err(why) = made {
             let _ = std::fs::remove_file(&part);
-            return Err(BackendError::Other(format!(
-                "making volume {}: {why}",
-                volume.id
-            )));
+            return Err(format!("making volume {volume}: {why}"));
         }
-        tracing::info!(volume = %volume.id, size_mb = volume.size_mb, image = ?volume.image, "volume made");
+        tracing::info!(%volume, size_mb, from_image = from.is_some(), "volume made");
         Ok(path)
     }
 

@@ -219,3 +219,44 @@ async fn an_attach_or_detach_cut_short_is_finished_after_a_restart() {
     assert_eq!(recorded.len(), 1);
     assert_eq!(recorded[0].phase, VolumePhase::Attached);
 }
+
+/// An instance that boots from a volume lists it; the sim makes it on the first START, frees it
+/// when the instance is deleted, and keeps it for the next instance booted from it.
+#[tokio::test(start_paused = true)]
+async fn a_boot_volume_is_listed_and_outlives_its_instance() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = sim(Duration::ZERO);
+    let (core, reporter) = spawn(dir.path(), &backend).await;
+    let from_volume = |n: u128| {
+        let mut s = spec(n, "debian");
+        s.disks = vec![agent::model::DiskSpec {
+            id: id(0x80),
+            boot: true,
+            size_mb: 2048,
+            ephemeral: false,
+        }];
+        s
+    };
+    core.start(from_volume(1)).unwrap();
+    wait_event(&reporter, active(1)).await;
+    let snap = core.snapshot().await.unwrap();
+    assert_eq!(volumes_of(&snap, 1), Some(vec![id(0x80)]));
+    assert_eq!(
+        backend.volume_attachment(id(0x80)),
+        Some((id(1), "vda".to_string()))
+    );
+    backend.write_volume(id(0x80), "written by 1").unwrap();
+    // While 1 holds it, another instance cannot boot from it.
+    core.start(from_volume(2)).unwrap();
+    let message = start_failed(&reporter, 2, StartRefusal::LaunchFailure).await;
+    assert!(message.unwrap().contains("in use"));
+    core.delete(id(1), false).unwrap();
+    wait_event(&reporter, InstanceEvent::Deleted { instance: id(1) }).await;
+    assert_eq!(backend.volume_attachment(id(0x80)), None);
+    core.start(from_volume(3)).unwrap();
+    wait_event(&reporter, active(3)).await;
+    assert_eq!(
+        backend.volume_data(id(0x80)).as_deref(),
+        Some("written by 1")
+    );
+}
