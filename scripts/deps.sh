@@ -15,8 +15,8 @@ CUMULO_DEBS=(build-essential pkg-config openssl ca-certificates procps
     # the libvirt backend and its VM tests
     libvirt-dev libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients qemu-system-x86 qemu-utils
     genisoimage busybox-static cpio
-    # the tiny guest as a bootable disk image (scripts/tiny-disk.sh)
-    syslinux mtools dosfstools
+    # the tiny guest as a bootable disk image and ISO (scripts/tiny-disk.sh, scripts/tiny-iso.sh)
+    syslinux mtools dosfstools isolinux syslinux-common
     # the CNCI guest image (scripts/cnci-guest.sh: strip, strings)
     binutils
     # the real `openstack` CLI, in a venv made by scripts/openstack-venv.sh

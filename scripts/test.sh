@@ -43,6 +43,9 @@ if [ "$(id -u)" -eq 0 ]; then
     CUMULO_TINY_DISK=$(bash scripts/tiny-disk.sh)
     export CUMULO_TINY_DISK
     echo "tiny guest as a disk image: $CUMULO_TINY_DISK"
+    CUMULO_TINY_ISO=$(bash scripts/tiny-iso.sh)
+    export CUMULO_TINY_ISO
+    echo "tiny guest as an ISO image: $CUMULO_TINY_ISO"
 else
     echo "not root: no libvirtd started, the VM tests skip (CI runs as root)"
 fi

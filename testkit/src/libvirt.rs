@@ -37,15 +37,32 @@ pub fn libvirt_uri() -> Option<String> {
     }
 }
 
-/// The tiny guest's directory (`kernel`, `initrd`).
+/// The tiny guest's directory (`kernel`, `initrd`): `CUMULO_TINY_GUEST`, else what
+/// `scripts/tiny-guest.sh` builds.
 ///
 /// # Panics
 /// When the script that builds it fails.
 pub fn tiny_guest() -> PathBuf {
-    if let Ok(dir) = std::env::var("CUMULO_TINY_GUEST") {
-        return PathBuf::from(dir);
+    built("CUMULO_TINY_GUEST", "tiny-guest.sh")
+}
+
+/// The tiny guest as a bootable ISO image: `CUMULO_TINY_ISO`, else what `scripts/tiny-iso.sh`
+/// builds.
+///
+/// # Panics
+/// When the script that builds it fails.
+pub fn tiny_iso() -> PathBuf {
+    built("CUMULO_TINY_ISO", "tiny-iso.sh")
+}
+
+/// The path in `var`, else the one the script `scripts/<script>` prints.
+fn built(var: &str, script: &str) -> PathBuf {
+    if let Ok(path) = std::env::var(var) {
+        return PathBuf::from(path);
     }
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/tiny-guest.sh");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../scripts")
+        .join(script);
     let out = Command::new("bash")
         .arg(&script)
         .output()

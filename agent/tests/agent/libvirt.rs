@@ -390,6 +390,15 @@ struct Rig {
     agent: Process,
 }
 
+impl Rig {
+    /// Stops the agent (it must exit cleanly) and the scheduler.
+    async fn finish(mut self) {
+        self.agent.signal(rustix::process::Signal::TERM);
+        assert_eq!(self.agent.exit_code().await, Some(0));
+        self.sched.stop.cancel();
+    }
+}
+
 /// The [`Rig`] of node `node`, once the scheduler has announced the node.
 async fn rig(uri: &str, node: Uuid) -> Rig {
     let pki = TestPki::new();
@@ -800,16 +809,8 @@ async fn an_instance_boots_from_a_volume_that_outlives_it() {
     let Some(uri) = libvirt_uri() else { return };
     let _one_at_a_time = VMS.lock().await;
     let node = u(0x45);
-    let Rig {
-        _pki,
-        dir: _dir,
-        state,
-        sched,
-        mut c,
-        args: _,
-        log: _,
-        mut agent,
-    } = rig(&uri, node).await;
+    let mut r = rig(&uri, node).await;
+    let (state, c) = (r.state.clone(), &mut r.c);
     let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
     let _leftovers = Leftovers {
         uri: uri.clone(),
@@ -848,9 +849,54 @@ async fn an_instance_boots_from_a_volume_that_outlives_it() {
         event_from(m, node, Operand::InstanceDeleted, b).then_some(())
     })
     .await;
-    agent.signal(rustix::process::Signal::TERM);
-    assert_eq!(agent.exit_code().await, Some(0));
-    sched.stop.cancel();
+    r.finish().await;
+}
+
+/// An ISO image (uploaded data, in the image cache) boots as a CD-ROM, with a data disk beside
+/// it that keeps what the guest writes over a hard reboot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_iso_image_boots_as_a_cdrom() {
+    let Some(uri) = libvirt_uri() else { return };
+    let _one_at_a_time = VMS.lock().await;
+    let node = u(0x46);
+    let mut r = rig(&uri, node).await;
+    let (state, c) = (r.state.clone(), &mut r.c);
+    let iso = std::fs::read(testkit::libvirt::tiny_iso()).unwrap();
+    let hash = agent::backend::libvirt::cache::sha512_of(&iso);
+    let cached = state.join("images/sha512");
+    std::fs::create_dir_all(&cached).unwrap();
+    std::fs::write(cached.join(&hash), &iso).unwrap();
+    let id = Uuid::new_v4();
+    let _leftovers = Leftovers {
+        uri: uri.clone(),
+        domains: vec![id],
+    };
+    let mut s = vm(id, &format!("sha512/{hash}"));
+    s.requirements.disk_mb = 16;
+    c.send(&start_payload(s));
+    // The ISO carries no instance's seed: the guest names itself as its boot line says.
+    let guest = Uuid::from_u128(0x0000_0000_0000_4000_8000_0000_0000_150c);
+    wait_console_line(&state, id, &format!("CUMULO-DISK-WROTE {guest} 1")).await;
+    let xml = with_libvirt(&uri, move |c| {
+        Domain::lookup_by_uuid(c, id)?.get_xml_desc(0)
+    })
+    .await;
+    assert!(
+        xml.contains("device='cdrom'") && xml.contains("<boot order='1'/>"),
+        "{xml}"
+    );
+    c.send(&instance_action(
+        id,
+        node,
+        ssntp::payload::Action::RebootHard,
+    ));
+    wait_console_line(&state, id, &format!("CUMULO-DISK-WROTE {guest} 2")).await;
+    c.send(&delete(id, node, false));
+    c.expect("INSTANCE_DELETED", |m| {
+        event_from(m, node, Operand::InstanceDeleted, id).then_some(())
+    })
+    .await;
+    r.finish().await;
 }
 
 /// The backend alone against the real libvirtd: create, start, marker, delete.

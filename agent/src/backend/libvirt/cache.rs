@@ -177,6 +177,11 @@ impl Drop for Lease {
     }
 }
 
+/// The SHA-512 of `data` as the cache names it (128 lowercase hex digits).
+pub fn sha512_of(data: &[u8]) -> String {
+    hex(ring::digest::digest(&ring::digest::SHA512, data).as_ref())
+}
+
 fn hex(bytes: &[u8]) -> String {
     use std::fmt::Write;
     bytes.iter().fold(String::new(), |mut s, b| {

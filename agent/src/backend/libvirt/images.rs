@@ -3,6 +3,8 @@
 //! - A **disk image** is a file `<name>.qcow2` or `<name>.raw`. Each instance boots from its own
 //!   qcow2 overlay on it ([`make_overlay`]), so the shared base is only ever read; the overlay
 //!   is as large as the START's disk requirement when that is more than the base.
+//! - An **ISO image** (uploaded data whose magic says ISO 9660) boots as a CD-ROM, with a blank
+//!   data disk of the START's disk size beside it.
 //! - A **kernel+initrd image** is a directory `<name>/` holding `kernel` (a bzImage), `initrd`
 //!   and optionally `cmdline` (extra kernel arguments, one line). QEMU boots it directly; this
 //!   is what tests and `cumulo up` use.
@@ -43,6 +45,11 @@ pub enum Image {
         path: PathBuf,
         /// Its format.
         format: DiskFormat,
+    },
+    /// An ISO 9660 image to boot as a CD-ROM.
+    Iso {
+        /// The file.
+        path: PathBuf,
     },
     /// A kernel and initrd to boot directly.
     Kernel {
@@ -124,7 +131,8 @@ impl ImageStore {
     }
 
     /// Finds and checks the image called `name`: a name in the store, or `sha512/<hash>`, data
-    /// in the image cache ([`super::cache`]; a qcow2 or raw disk, told apart by its magic).
+    /// in the image cache ([`super::cache`]; a qcow2 or raw disk or an ISO 9660 image, told
+    /// apart by their magic).
     pub fn resolve(&self, name: &str) -> Result<Image, ImageError> {
         if let Some(hash) = super::cache::named_hash(name) {
             return self.cached(name, hash);
@@ -223,9 +231,7 @@ impl ImageStore {
         let format = if magic.starts_with(b"QFI\xfb") {
             DiskFormat::Qcow2
         } else if magic.get(0x8001..0x8006) == Some(b"CD001".as_slice()) {
-            return Err(corrupt(
-                "an ISO 9660 image: booting ISO images (as a CD-ROM) is not supported yet".into(),
-            ));
+            return Ok(Image::Iso { path });
         } else if magic.is_empty() {
             return Err(corrupt("empty".into()));
         } else {

@@ -361,6 +361,7 @@ impl Inner {
         let io = |e: std::io::Error| BackendError::Launch(format!("{}: {e}", dir.display()));
         let image_files: Vec<&Path> = match image {
             Image::Disk { path, .. } => vec![path],
+            Image::Iso { path } => vec![path],
             Image::Kernel { kernel, initrd, .. } => vec![kernel, initrd],
         };
         let mut reached = image_files;
@@ -397,7 +398,35 @@ impl Inner {
         if boot_volume.is_some() {
             self.reach(&[&self.config.volumes])?;
         }
+        // What a kernel's or an ISO's guest writes outlives a stop, a reboot and an agent
+        // restart: its boot volume, or a blank disk of the flavor's size, kept with the
+        // instance.
+        let data_disk = || -> Result<Option<PathBuf>, BackendError> {
+            Ok(match spec.resources.disk_mb {
+                _ if let Some(volume) = boot_volume => {
+                    let file = self.volume_path(volume.id);
+                    Some(if file.exists() {
+                        file
+                    } else {
+                        self.make_volume(volume.id, volume.size_mb.max(1), None)
+                            .map_err(BackendError::Launch)?
+                    })
+                }
+                0 => None,
+                size_mb => {
+                    let disk = dir.join("disk.qcow2");
+                    images::make_blank(&disk, size_mb)
+                        .map_err(|e| BackendError::Launch(e.to_string()))?;
+                    support::private::restrict(&disk).map_err(io)?;
+                    Some(disk)
+                }
+            })
+        };
         let boot = match image {
+            Image::Iso { path } => Boot::Cdrom {
+                iso: path.clone(),
+                data: data_disk()?,
+            },
             Image::Disk { path, format } if let Some(volume) = boot_volume => {
                 let file = self.volume_path(volume.id);
                 let overlay = if file.exists() {
@@ -445,32 +474,11 @@ impl Inner {
                     line.push(' ');
                     line.push_str(cmdline);
                 }
-                // What the guest writes outlives a stop, a reboot and an agent restart: a blank
-                // disk of the flavor's size, kept with the instance.
-                let data = match spec.resources.disk_mb {
-                    _ if let Some(volume) = boot_volume => {
-                        let file = self.volume_path(volume.id);
-                        Some(if file.exists() {
-                            file
-                        } else {
-                            self.make_volume(volume.id, volume.size_mb.max(1), None)
-                                .map_err(BackendError::Launch)?
-                        })
-                    }
-                    0 => None,
-                    size_mb => {
-                        let disk = dir.join("disk.qcow2");
-                        images::make_blank(&disk, size_mb)
-                            .map_err(|e| BackendError::Launch(e.to_string()))?;
-                        support::private::restrict(&disk).map_err(io)?;
-                        Some(disk)
-                    }
-                };
                 Boot::Kernel {
                     kernel: kernel.clone(),
                     initrd: own,
                     cmdline: line,
-                    data,
+                    data: data_disk()?,
                 }
             }
         };

@@ -90,9 +90,9 @@ impl Inner {
             None => None,
             Some(name) => match self.store.resolve(name) {
                 Ok(Image::Disk { path, format }) => Some((path, format)),
-                Ok(Image::Kernel { .. }) => {
+                Ok(Image::Kernel { .. } | Image::Iso { .. }) => {
                     return Err(BackendError::Image(format!(
-                        "image {name} is a kernel, not a disk a volume can hold"
+                        "image {name} is a kernel or an ISO, not a disk a volume can hold"
                     )));
                 }
                 Err(e) => return Err(BackendError::Image(e.to_string())),

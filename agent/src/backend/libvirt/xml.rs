@@ -33,6 +33,13 @@ pub enum Boot {
         /// The overlay.
         overlay: PathBuf,
     },
+    /// From an ISO image, as a CD-ROM (read only), with the instance's data disk beside it.
+    Cdrom {
+        /// The ISO.
+        iso: PathBuf,
+        /// The instance's data disk, if it has one (the guest's `vda`).
+        data: Option<PathBuf>,
+    },
     /// A kernel and initrd given to QEMU directly.
     Kernel {
         /// The kernel.
@@ -52,7 +59,7 @@ impl Boot {
     pub fn disk(&self) -> Option<&PathBuf> {
         match self {
             Boot::Disk { overlay } => Some(overlay),
-            Boot::Kernel { data, .. } => data.as_ref(),
+            Boot::Kernel { data, .. } | Boot::Cdrom { data, .. } => data.as_ref(),
         }
     }
 }
@@ -199,6 +206,8 @@ impl DomainSpec {
         x.push_str("  <os>\n    <type arch='x86_64' machine='pc'>hvm</type>\n");
         match &self.boot {
             Boot::Disk { .. } => x.push_str("    <boot dev='hd'/>\n"),
+            // Boot order per device (below): the CD-ROM, then the data disk.
+            Boot::Cdrom { .. } => {}
             Boot::Kernel {
                 kernel,
                 initrd,
@@ -218,15 +227,27 @@ impl DomainSpec {
         // A kernel image that panics (or reboots) stops: it is reported exited rather than
         // looping; a disk image reboots as a VM does.
         let on_reboot = match self.boot {
-            Boot::Disk { .. } => "restart",
+            Boot::Disk { .. } | Boot::Cdrom { .. } => "restart",
             Boot::Kernel { .. } => "destroy",
         };
         let _ = writeln!(x, "  <on_reboot>{on_reboot}</on_reboot>");
         x.push_str("  <on_crash>destroy</on_crash>\n  <devices>\n");
+        // With a CD-ROM to boot from, each device says where it comes in the boot order.
+        let (first, second) = match &self.boot {
+            Boot::Cdrom { .. } => ("\n      <boot order='1'/>", "\n      <boot order='2'/>"),
+            _ => ("", ""),
+        };
+        if let Boot::Cdrom { iso, .. } = &self.boot {
+            let _ = writeln!(
+                x,
+                "    <disk type='file' device='cdrom'>\n      <driver name='qemu' type='raw'/>\n      <source file='{}'/>\n      <target dev='hda' bus='ide'/>\n      <readonly/>{first}\n    </disk>",
+                path(iso)
+            );
+        }
         if let Some(disk) = self.boot.disk() {
             let _ = writeln!(
                 x,
-                "    <disk type='file' device='disk'>\n      <driver name='qemu' type='qcow2'/>\n      <source file='{}'/>\n      <target dev='vda' bus='virtio'/>\n    </disk>",
+                "    <disk type='file' device='disk'>\n      <driver name='qemu' type='qcow2'/>\n      <source file='{}'/>\n      <target dev='vda' bus='virtio'/>{second}\n    </disk>",
                 path(disk)
             );
         }
@@ -329,6 +350,16 @@ mod tests {
             *data = Some("/state/libvirt/instances/x/disk.qcow2".into());
         }
         golden("kernel-data-disk.xml", &spec.render());
+    }
+
+    #[test]
+    fn iso_image_as_a_cdrom_with_a_data_disk() {
+        let mut spec = base();
+        spec.boot = Boot::Cdrom {
+            iso: "/state/images/sha512/abc".into(),
+            data: Some("/state/libvirt/instances/x/disk.qcow2".into()),
+        };
+        golden("iso-cdrom.xml", &spec.render());
     }
 
     #[test]
