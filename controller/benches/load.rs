@@ -192,6 +192,7 @@ async fn agents(dir: PathBuf, port: u16, n: usize, interval: u64) {
                                 memory_usage_mb: 1,
                                 disk_usage_mb: 0,
                                 cpu_usage: Some(1),
+                                volumes: Vec::new(),
                             })
                             .collect(),
                     }));

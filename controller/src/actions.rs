@@ -59,6 +59,10 @@ pub enum ActionKind {
     RevertResize,
     /// An evacuation of the instance's node.
     Evacuate,
+    /// A volume attached (`os-volume_attachments`).
+    AttachVolume,
+    /// A volume detached (`os-volume_attachments`, or a volume's `os-force_detach`).
+    DetachVolume,
 }
 
 impl ActionKind {
@@ -93,6 +97,8 @@ impl ActionKind {
             ActionKind::ConfirmResize => "confirmResize",
             ActionKind::RevertResize => "revertResize",
             ActionKind::Evacuate => "evacuate",
+            ActionKind::AttachVolume => "attach_volume",
+            ActionKind::DetachVolume => "detach_volume",
         }
     }
 
@@ -104,6 +110,12 @@ impl ActionKind {
 
 /// The event of a START's outcome on a node.
 pub const NODE_START: &str = "node_start";
+
+/// The event of an ATTACH_VOLUME's outcome on a node.
+pub const NODE_ATTACH_VOLUME: &str = "node_attach_volume";
+
+/// The event of a DETACH_VOLUME's outcome on a node.
+pub const NODE_DETACH_VOLUME: &str = "node_detach_volume";
 
 /// A new request identifier, as Nova makes them (`req-<uuid>`).
 pub fn new_request_id() -> String {
@@ -197,6 +209,30 @@ pub fn start_sent(store: &dyn ActionStore, instance: Uuid) {
 pub fn start_ended(store: &dyn ActionStore, instance: Uuid, outcome: EventOutcome) {
     if let Err(e) = store.finish_action_event(instance, ActionTarget::Newest, NODE_START, outcome) {
         tracing::warn!(%instance, "cannot record a START's outcome in the instance's actions: {e}");
+    }
+}
+
+/// A command about to go to a node for the action of request `request_id`: its node event
+/// `event` starts (a store error is logged).
+pub fn node_event_started(store: &dyn ActionStore, instance: Uuid, request_id: &str, event: &str) {
+    if let Err(e) = store.start_action_event(instance, ActionTarget::Request(request_id), event) {
+        tracing::warn!(%instance, request_id, "cannot record {event} in the instance's actions: {e}");
+    }
+}
+
+/// How a node command ended: finishes its node event `event` on the action of `request_id`, or,
+/// when that is not known (the command was sent before a restart, or by another controller), on
+/// the newest action with that event unfinished (a store error is logged).
+pub fn node_event_ended(
+    store: &dyn ActionStore,
+    instance: Uuid,
+    request_id: Option<&str>,
+    event: &str,
+    outcome: EventOutcome,
+) {
+    let target = request_id.map_or(ActionTarget::Newest, ActionTarget::Request);
+    if let Err(e) = store.finish_action_event(instance, target, event, outcome) {
+        tracing::warn!(%instance, "cannot record how {event} ended in the instance's actions: {e}");
     }
 }
 

@@ -12,7 +12,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::time::SystemTime;
 use uuid::Uuid;
 
-use store::{Flavor, Instance, InstanceKey, InstanceState, Scope, StoreError};
+use store::{Flavor, Instance, InstanceKey, InstanceState, Scope, StoreError, Volume};
 
 /// What a launch asks for: `count` instances of a workload in a tenant.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -94,6 +94,10 @@ pub enum ClusterError {
     /// log).
     #[error("{0}")]
     NotAvailable(String),
+    /// What was asked conflicts with the state of an object other than the instance (a volume
+    /// that is not available, pinned to another node, a device in use).
+    #[error("{0}")]
+    Conflict(String),
 }
 
 /// What a node is to the cluster.
@@ -356,6 +360,34 @@ pub trait Cluster: Send + Sync {
             "this cluster cannot copy instance disks".into(),
         ))
     }
+    /// Attaches volume `volume` (of the server's tenant) to server `server` (visible in `scope`)
+    /// as `device` (`vdb`..`vdz`, as [`crate::volumes::device_name`] gives it; `None`: the first
+    /// free), under the rules of [`crate::volumes`]: the volume `attaching` with its new
+    /// attachment, ATTACH_VOLUME sent to the server's node, `in-use` when the node's STATS lists
+    /// it. An `attach_volume` action for `by`.
+    fn attach_volume(
+        &self,
+        scope: Scope,
+        server: Uuid,
+        volume: Uuid,
+        device: Option<String>,
+        by: &Caller,
+    ) -> Result<Volume, ClusterError>;
+    /// Detaches volume `volume`, `in-use`, from server `server` (visible in `scope`): the volume
+    /// `detaching`, DETACH_VOLUME sent to the server's node, `available` when the node's STATS no
+    /// longer lists it. A `detach_volume` action for `by`.
+    fn detach_volume(
+        &self,
+        scope: Scope,
+        server: Uuid,
+        volume: Uuid,
+        by: &Caller,
+    ) -> Result<Volume, ClusterError>;
+    /// Detaches volume `volume` (any tenant's) from whatever it is attached to, in any status
+    /// (an admin's recovery, Cinder's `os-force_detach`): a DETACH_VOLUME with `force` to the
+    /// server's node (`detaching` until its STATS no longer lists it), or at once `available`
+    /// when the server is on no node or gone. `Conflict` for a volume attached to nothing.
+    fn force_detach_volume(&self, volume: Uuid, by: &Caller) -> Result<Volume, ClusterError>;
     /// Every node known since the controller started, by UUID.
     fn nodes(&self) -> Vec<Node>;
     /// One node.

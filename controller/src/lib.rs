@@ -20,3 +20,4 @@ pub mod fuzzing;
 pub mod images;
 pub mod launcher_key;
 pub mod resize;
+pub mod volumes;

@@ -249,7 +249,9 @@ impl From<ClusterError> for ApiError {
             ClusterError::NoNode(_) => ApiError::NotFound(error.to_string()),
             ClusterError::Invalid(_) => ApiError::BadRequest(error.to_string()),
             ClusterError::Unavailable(_) => ApiError::Unavailable(error.to_string()),
-            ClusterError::NotAvailable(_) => ApiError::Conflict(error.to_string()),
+            ClusterError::NotAvailable(_) | ClusterError::Conflict(_) => {
+                ApiError::Conflict(error.to_string())
+            }
             ClusterError::OverCapacity { .. } => ApiError::OverLimit(error.to_string()),
         }
     }

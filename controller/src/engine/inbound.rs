@@ -57,7 +57,13 @@ impl Engine {
             Payload::DeleteFailure(f) => self.on_delete_failure(origin, f),
             Payload::DeliveryFailure(f) => {
                 self.on_delivery_failure(f);
-                Ok(())
+                self.volumes_undelivered(origin, f)
+            }
+            Payload::AttachVolumeFailure(f) => {
+                self.on_volume_failure(origin, f, super::volumes::Kind::Attach)
+            }
+            Payload::DetachVolumeFailure(f) => {
+                self.on_volume_failure(origin, f, super::volumes::Kind::Detach)
             }
             Payload::NodeConnected(e) => {
                 self.on_node(e, true);
@@ -276,7 +282,7 @@ impl Engine {
         for record in known.into_values() {
             self.absent(node, &record)?;
         }
-        Ok(())
+        self.volumes_on_stats(node, stats)
     }
 
     /// A node reports an instance the store does not have: a CNCI, or a stranger (reported once).
@@ -611,6 +617,8 @@ impl Engine {
             ),
         );
         self.state().unconfirmed.remove(&id);
+        // Removed from its node, with whatever was attached to it there.
+        self.release_volumes(&record);
         self.set_state(id, InstanceState::Exited, Some(None))
             .map(drop)
     }

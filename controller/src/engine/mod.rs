@@ -25,6 +25,9 @@
 //! adopted or killed, unless this engine removed their record (deleted by the user): those get
 //! a DELETE, since their START reached the node after the controller had given it up.
 //!
+//! Volumes attached to instances: ATTACH_VOLUME / DETACH_VOLUME out, settled by the nodes' STATS
+//! or undone by their failures (module `volumes`).
+//!
 //! What arrives with its origin (the driver's frames) is checked against it (module `origin`):
 //! a node changes only its own instances, a CNCI only itself; what claims more is refused,
 //! logged and counted ([`Engine::reports_refused`]).
@@ -43,6 +46,7 @@ mod requests;
 pub mod run;
 mod start;
 mod sweep;
+mod volumes;
 
 impl Engine {
     /// Sends an INSTANCE_ACTION to the instance's node when its state allows the action; the
@@ -257,6 +261,10 @@ struct State {
     refused: HashMap<&'static str, u64>,
     /// Floating IPs on their CNCIs (see [`public_ip`]).
     public_ips: public_ip::PublicIps,
+    /// Volumes being attached or detached, by volume (see [`volumes`]).
+    volume_ops: volumes::Ops,
+    /// When the store's volumes were last read for those (see [`volumes`]).
+    volume_scan: Option<SystemTime>,
 }
 
 /// At most this many unknown instances are remembered (then the set starts again).
@@ -282,6 +290,8 @@ pub struct Engine {
     gone: std::sync::OnceLock<String>,
     /// Port firewalls given to nodes (see [`firewall`]).
     firewalls: firewall::Firewalls,
+    /// Held while an attach picks its device (see [`volumes`]).
+    volume_lock: Mutex<()>,
 }
 
 impl Engine {
@@ -306,6 +316,7 @@ impl Engine {
             state: Mutex::new(State::default()),
             gone: std::sync::OnceLock::new(),
             firewalls: firewall::Firewalls::default(),
+            volume_lock: Mutex::new(()),
         };
         let now = SystemTime::now();
         let mut waiting = Vec::new();
@@ -327,6 +338,7 @@ impl Engine {
                 .dispatched
                 .extend(unplaced.into_iter().map(|id| (id, now)));
         }
+        engine.scan_volumes(now)?;
         Ok(engine)
     }
 
@@ -516,6 +528,7 @@ impl Engine {
             Err(e) => return Err(e.into()),
         }
         self.subnet_maybe_idle(instance);
+        self.release_volumes(instance);
         self.public_ips_instance_gone(instance.id, instance.tenant);
         self.firewalls_instance_gone(instance.id, instance.tenant);
         Ok(())

@@ -16,7 +16,9 @@
 //! - START_FAILURE: the scheduler's own is trusted; a node's names its origin as its node, and
 //!   is about an instance that is the node's own, or a CNCI placed on it or on no node;
 //! - CONCENTRATOR_INSTANCE_ADDED: the CNCI it announces is its origin, of the tenant the store
-//!   gives that CNCI.
+//!   gives that CNCI;
+//! - ATTACH_VOLUME_FAILURE, DETACH_VOLUME_FAILURE: a node's names its origin as its node, and
+//!   is about a volume of an instance the store places on it (module `volumes`).
 //!
 //! An instance is a node's own when the store places it on that node, or on no node while a
 //! START of it may be on its way (`pending`, `deleted` or `hung` before any node reported it, an
@@ -35,7 +37,7 @@ use uuid::Uuid;
 use super::{Engine, START_LOST};
 
 /// The frames whose claims are checked, in the order `/metrics` lists them.
-const CHECKED: [Operand; 10] = [
+const CHECKED: [Operand; 12] = [
     Operand::Stats,
     Operand::InstanceStopped,
     Operand::InstanceDeleted,
@@ -46,6 +48,8 @@ const CHECKED: [Operand; 10] = [
     Operand::PublicIpUnassigned,
     Operand::AssignPublicIpFailure,
     Operand::UnassignPublicIpFailure,
+    Operand::AttachVolumeFailure,
+    Operand::DetachVolumeFailure,
 ];
 
 /// Whether a START of an instance on no node in `state` may be on its way to a node.
@@ -80,8 +84,8 @@ impl Engine {
     /// How many reports were refused since the engine started, for each frame it checks (STATS,
     /// INSTANCE_STOPPED, INSTANCE_DELETED, START_FAILURE, DELETE_FAILURE,
     /// CONCENTRATOR_INSTANCE_ADDED, PUBLIC_IP_ASSIGNED, PUBLIC_IP_UNASSIGNED,
-    /// ASSIGN_PUBLIC_IP_FAILURE, UNASSIGN_PUBLIC_IP_FAILURE: by wire name, 0 for those never
-    /// refused).
+    /// ASSIGN_PUBLIC_IP_FAILURE, UNASSIGN_PUBLIC_IP_FAILURE, ATTACH_VOLUME_FAILURE,
+    /// DETACH_VOLUME_FAILURE: by wire name, 0 for those never refused).
     pub fn reports_refused(&self) -> Vec<(&'static str, u64)> {
         let state = self.state();
         CHECKED

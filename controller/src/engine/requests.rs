@@ -317,6 +317,35 @@ impl Cluster for Engine {
         self.disk_endpoint(scope, id)
     }
 
+    fn attach_volume(
+        &self,
+        scope: Scope,
+        server: Uuid,
+        volume: Uuid,
+        device: Option<String>,
+        by: &Caller,
+    ) -> Result<store::Volume, ClusterError> {
+        self.attach_volume_to(scope, server, volume, device, by)
+    }
+
+    fn detach_volume(
+        &self,
+        scope: Scope,
+        server: Uuid,
+        volume: Uuid,
+        by: &Caller,
+    ) -> Result<store::Volume, ClusterError> {
+        self.detach_volume_from(scope, server, volume, by)
+    }
+
+    fn force_detach_volume(
+        &self,
+        volume: Uuid,
+        by: &Caller,
+    ) -> Result<store::Volume, ClusterError> {
+        self.force_detach(volume, by)
+    }
+
     fn nodes(&self) -> Vec<Node> {
         self.state().nodes.values().cloned().collect()
     }

@@ -71,6 +71,7 @@ impl Engine {
         self.sweep_deferred(now)?;
         self.sweep_cncis(now)?;
         self.sweep_firewalls()?;
+        self.sweep_volumes(now)?;
         self.sweep_public_ips(now)
     }
 

@@ -250,6 +250,7 @@ fn stats_payload(
                 memory_usage_mb: 10,
                 disk_usage_mb: 10,
                 cpu_usage: None,
+                volumes: Vec::new(),
             })
             .collect(),
     };
@@ -593,3 +594,4 @@ mod origin;
 mod public_ip;
 mod rebuild;
 mod resize;
+mod volumes;

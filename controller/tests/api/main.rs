@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod actions;
+mod attachments;
 mod compute;
 mod console;
 mod conventions;

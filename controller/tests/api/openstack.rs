@@ -678,6 +678,63 @@ async fn the_openstack_cli_renames_a_server_and_lists_its_addresses() {
     world.stop().await;
 }
 
+/// `openstack server add volume`, `server volume list`, `server remove volume`, with `volume
+/// show` between (the fake cluster attaches and detaches at once).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_openstack_cli_attaches_and_detaches_volumes() {
+    let Some(bin) = openstack_or_skip() else {
+        return;
+    };
+    let world = World::start().await;
+    let alice = Arc::new(OpenStackCli::new(
+        bin,
+        &world.api.url,
+        &world.a.user_name,
+        PASSWORD,
+        &world.a.name,
+    ));
+    let server = json(
+        &alice,
+        &[
+            "server",
+            "create",
+            "--flavor",
+            &world.flavor.name,
+            "--image",
+            &world.image.name,
+            "--wait",
+            "vm",
+        ],
+    )
+    .await;
+    let server = server["id"].as_str().unwrap().to_string();
+    let volume = json(&alice, &["volume", "create", "--size", "1", "data"]).await;
+    let volume = volume["id"].as_str().unwrap().to_string();
+
+    let added = json(&alice, &["server", "add", "volume", "vm", "data"]).await;
+    assert_eq!(added["Device"], "/dev/vdb", "{added}");
+    assert_eq!(added["Volume ID"], volume.as_str(), "{added}");
+    assert_eq!(added["Server ID"], server.as_str(), "{added}");
+    let listed = json(&alice, &["server", "volume", "list", "vm"]).await;
+    let rows = listed.as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{listed}");
+    assert_eq!(rows[0]["Device"], "/dev/vdb", "{listed}");
+    assert_eq!(rows[0]["Volume ID"], volume.as_str(), "{listed}");
+    let shown = json(&alice, &["volume", "show", "data"]).await;
+    assert_eq!(shown["status"], "in-use", "{shown}");
+    // Attached: not deleted.
+    fails(&alice, &["volume", "delete", "data"]).await;
+
+    ok(&alice, &["server", "remove", "volume", "vm", "data"]).await;
+    let shown = json(&alice, &["volume", "show", "data"]).await;
+    assert_eq!(shown["status"], "available", "{shown}");
+    let listed = json(&alice, &["server", "volume", "list", "vm"]).await;
+    assert_eq!(listed, serde_json::json!([]), "{listed}");
+    // Not attached any more: the CLI reports the 409.
+    fails(&alice, &["server", "remove", "volume", "vm", "data"]).await;
+    world.stop().await;
+}
+
 /// `openstack image create --file`, `image show`, `image save`, `image set` (name, property,
 /// tag), `image list`, `image delete`: the data comes back as it went, with its checksum; the
 /// other project sees nothing.

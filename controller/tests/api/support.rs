@@ -67,6 +67,48 @@ pub fn tenant(store: &dyn IdentityStore, name: &str, quota: Quota) -> TestTenant
     }
 }
 
+/// A SQLite store in a temporary directory with a flavor (`m1.tiny`), a public image
+/// (`cirros`) and two tenants (`alpha`, `beta`).
+pub struct Seeded {
+    pub dir: tempfile::TempDir,
+    pub store: Arc<dyn Store>,
+    pub flavor: Flavor,
+    pub image: Image,
+    pub a: TestTenant,
+    pub b: TestTenant,
+}
+
+pub fn seeded() -> Seeded {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path().join("db")).unwrap());
+    let flavor = store
+        .create_flavor(NewFlavor {
+            name: "m1.tiny".into(),
+            vcpus: 1,
+            memory_mb: 128,
+            disk_gb: 1,
+        })
+        .unwrap();
+    let image = store
+        .create_image(NewImage {
+            owner: None,
+            name: "cirros".into(),
+            kind: ImageKind::Qcow2,
+            reference: "/images/cirros.qcow2".into(),
+        })
+        .unwrap();
+    let a = tenant(store.as_ref(), "alpha", Quota::default());
+    let b = tenant(store.as_ref(), "beta", Quota::default());
+    Seeded {
+        dir,
+        store,
+        flavor,
+        image,
+        a,
+        b,
+    }
+}
+
 impl World {
     pub async fn start() -> World {
         World::start_tls(None).await
@@ -80,26 +122,14 @@ impl World {
         tls: Option<Arc<rustls::ServerConfig>>,
         tune: impl FnOnce(&mut controller::api::ApiConfig),
     ) -> World {
-        let dir = tempfile::tempdir().unwrap();
-        let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path().join("db")).unwrap());
-        let flavor = store
-            .create_flavor(NewFlavor {
-                name: "m1.tiny".into(),
-                vcpus: 1,
-                memory_mb: 128,
-                disk_gb: 1,
-            })
-            .unwrap();
-        let image = store
-            .create_image(NewImage {
-                owner: None,
-                name: "cirros".into(),
-                kind: ImageKind::Qcow2,
-                reference: "/images/cirros.qcow2".into(),
-            })
-            .unwrap();
-        let a = tenant(store.as_ref(), "alpha", Quota::default());
-        let b = tenant(store.as_ref(), "beta", Quota::default());
+        let Seeded {
+            dir,
+            store,
+            flavor,
+            image,
+            a,
+            b,
+        } = seeded();
         let cluster = Arc::new(FakeCluster::new(store.clone()));
         let api = TestApi::start_with(store.clone(), cluster.clone(), tls, tune)
             .await

@@ -1,7 +1,6 @@
 //! The OpenStack Compute v2.1 subset at `/compute/v2.1`: version documents, flavors, servers
-//! (list, show, create, delete, stop/start/reboot, their instance actions), the user's key
-//! pairs (`os-keypairs`) and limits. Errors
-//! in Nova's shape.
+//! (list, show, create, delete, stop/start/reboot, their instance actions, their volume
+//! attachments), the user's key pairs (`os-keypairs`) and limits. Errors in Nova's shape.
 //!
 //! Microversions: this server implements the 2.1 base only. Requests may name `2.1`, `2.0` or
 //! `latest` (in `OpenStack-API-Version: compute X` or `X-OpenStack-Nova-API-Version: X`);
@@ -22,6 +21,7 @@ mod server_update;
 mod servers;
 mod snapshot;
 mod sshkey;
+mod volume_attachments;
 
 pub(crate) use launch::{headroom, is_implicit};
 pub(crate) use rebuild::target_workload as rebuild_target;
@@ -94,6 +94,14 @@ pub fn routes() -> Router<ApiState> {
         .route(
             "/compute/v2.1/servers/{id}/os-instance-actions/{request_id}",
             get(actions::show),
+        )
+        .route(
+            "/compute/v2.1/servers/{id}/os-volume_attachments",
+            get(volume_attachments::list).post(volume_attachments::attach),
+        )
+        .route(
+            "/compute/v2.1/servers/{id}/os-volume_attachments/{volume}",
+            get(volume_attachments::show).delete(volume_attachments::detach),
         )
         .route("/compute/v2.1/servers/{id}/ips", get(server_update::ips))
         .route(

@@ -25,7 +25,8 @@ use crate::cluster::{
     Trace, action_allowed, console_allowed, rebuild_allowed,
 };
 use store::{
-    Fault, Instance, InstanceChange, InstanceState, NewInstance, Scope, Store, StoreError,
+    Fault, Instance, InstanceChange, InstanceState, NewInstance, Scope, Store, StoreError, Volume,
+    VolumeStatus,
 };
 
 /// The bootstrapped admin's name.
@@ -38,9 +39,11 @@ pub const ADMIN_PROJECT: &str = "admin";
 pub const TEST_ITERATIONS: u32 = 1000;
 
 /// A cluster that only writes the store: launched instances become active at once (unless
-/// turned off), stop makes them exited, delete removes them; nodes come from a list. Each
-/// operation records its instance action as the engine does, its controller event finished
-/// `Success` (no `node_start`: nothing is sent anywhere).
+/// turned off), stop makes them exited, delete removes them (releasing their volumes); nodes
+/// come from a list. Volumes attach `in-use` and detach `available` at once, under the rules of
+/// [`crate::volumes`] (a server on no node takes them too). Each operation records its instance
+/// action as the engine does, its controller event finished `Success` (no `node_start`: nothing
+/// is sent anywhere).
 pub struct FakeCluster {
     store: Arc<dyn Store>,
     auto_active: AtomicBool,
@@ -341,7 +344,8 @@ impl Cluster for FakeCluster {
 
     fn delete(&self, scope: Scope, id: Uuid, by: &Caller) -> Result<(), ClusterError> {
         self.check_connected()?;
-        self.store.instance(scope, id)?;
+        let instance = self.store.instance(scope, id)?;
+        crate::volumes::release_instance(self.store.as_ref(), &instance)?;
         let ticket = self.begin(id, ActionKind::Delete, by);
         let deleted = self
             .store
@@ -370,6 +374,63 @@ impl Cluster for FakeCluster {
         ];
         let skip = log.len().saturating_sub(lines);
         Ok(log[skip..].iter().map(|line| format!("{line}\n")).collect())
+    }
+
+    fn attach_volume(
+        &self,
+        scope: Scope,
+        server: Uuid,
+        volume: Uuid,
+        device: Option<String>,
+        by: &Caller,
+    ) -> Result<Volume, ClusterError> {
+        self.check_connected()?;
+        let plan = crate::volumes::plan_attach(
+            self.store.as_ref(),
+            scope,
+            server,
+            volume,
+            device.as_deref(),
+        )?;
+        let ticket = self.begin(server, ActionKind::AttachVolume, by);
+        let attached = crate::volumes::begin_attach(
+            self.store.as_ref(),
+            &plan,
+            VolumeStatus::InUse,
+            plan.instance.node,
+        );
+        actions::finish(self.store.as_ref(), &ticket, actions::outcome_of(&attached));
+        attached
+    }
+
+    fn detach_volume(
+        &self,
+        scope: Scope,
+        server: Uuid,
+        volume: Uuid,
+        by: &Caller,
+    ) -> Result<Volume, ClusterError> {
+        self.check_connected()?;
+        crate::volumes::plan_detach(self.store.as_ref(), scope, server, volume)?;
+        let ticket = self.begin(server, ActionKind::DetachVolume, by);
+        let detached = crate::volumes::begin_detach(
+            self.store.as_ref(),
+            volume,
+            VolumeStatus::InUse,
+            VolumeStatus::Available,
+        );
+        actions::finish(self.store.as_ref(), &ticket, actions::outcome_of(&detached));
+        detached
+    }
+
+    fn force_detach_volume(&self, volume: Uuid, _by: &Caller) -> Result<Volume, ClusterError> {
+        self.check_connected()?;
+        let current = self.store.volume(Scope::All, volume)?;
+        let instance = current.attachment.map(|a| a.instance).ok_or_else(|| {
+            ClusterError::Conflict(format!("volume {volume} is attached to nothing"))
+        })?;
+        crate::volumes::release(self.store.as_ref(), volume, instance)?
+            .ok_or_else(|| ClusterError::Conflict(format!("volume {volume} changed meanwhile")))
     }
 
     fn nodes(&self) -> Vec<Node> {

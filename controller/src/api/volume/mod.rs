@@ -4,9 +4,10 @@
 //!
 //! - version documents at `/volume/` and `/volume/v3/` (microversions [`MIN_VERSION`] to
 //!   [`MAX_VERSION`]; an `OpenStack-API-Version: volume X` outside them is a 406);
-//! - volumes ([`volumes`]) under `/volume/v3/{project_id}`: records only, for now (no node holds
-//!   a file, nothing attaches them), so a volume is `available` from its creation; a volume made
-//!   from an image is refused (400) until the agent can fill one;
+//! - volumes ([`volumes`]) under `/volume/v3/{project_id}`: `available` from their creation,
+//!   attached to servers through the Compute API's `os-volume_attachments` (their `status` and
+//!   `attachments` show it), detached by force by admins (`os-force_detach`); a volume made from
+//!   an image is refused (400) until the agent can fill one;
 //! - quotas ([`quotas`]): `volumes` and `gigabytes`, the controller's [`VolumeLimits`] for every
 //!   tenant (`ApiConfig::volume_limits`).
 //!

@@ -1,6 +1,8 @@
 //! Volumes: create (a size; from an image: not yet), list (summary and detail), show, update
-//! (name, description), delete, and the `os-extend` action. A volume is a record only for now:
-//! `available` from its creation, never attached.
+//! (name, description), delete, and the `os-extend` and (admins) `os-force_detach` actions. A
+//! volume is `available` from its creation; the Compute API's `os-volume_attachments` attaches
+//! it to a server (`attaching`, `in-use`, `detaching`: [`crate::volumes`]), and its
+//! `attachments` show it.
 
 use std::collections::HashMap;
 
@@ -349,7 +351,8 @@ pub async fn delete(
 }
 
 /// `POST /volumes/{id}/action`: `os-extend` (`{"os-extend": {"new_size": N}}`), 202; 400 if
-/// not larger or not `available`, 413 over the gigabytes quota.
+/// not larger or not `available`, 413 over the gigabytes quota. `os-force_detach` (admins):
+/// [`force_detach`].
 pub async fn action(
     State(state): State<ApiState>,
     caller: Principal,
@@ -361,10 +364,14 @@ pub async fn action(
     let Value::Object(mut actions) = request else {
         return Err(VolError::bad("The request body must be a JSON object."));
     };
+    if let Some(args) = actions.remove("os-force_detach") {
+        return force_detach(state, caller, project, id, args).await;
+    }
     let Some(extend) = actions.remove("os-extend") else {
         let names: Vec<&String> = actions.keys().collect();
         return Err(VolError::bad(format!(
-            "There is no such action: {names:?} (only os-extend is supported)"
+            "There is no such action: {names:?} (only os-extend and os-force_detach are \
+             supported)"
         )));
     };
     let Value::Object(extend) = extend else {
@@ -397,6 +404,65 @@ pub async fn action(
             ..VolumeChange::default()
         };
         store.change_volume(scope, id, change, limits)?;
+        Ok(())
+    })
+    .await?;
+    Ok(StatusCode::ACCEPTED)
+}
+
+/// `{"os-force_detach": {"attachment_id"?, "connector"?}}` (admins only, 403 otherwise): the
+/// volume detached from its server whatever its status, the guest's release not awaited (a
+/// DETACH_VOLUME with `force` to the server's node: `detaching` until the node reports it gone,
+/// or `available` at once for a server on no node); 202. 400 for a volume attached to nothing, or
+/// an `attachment_id` that is not its attachment's.
+async fn force_detach(
+    state: ApiState,
+    caller: Principal,
+    project: Uuid,
+    id: Uuid,
+    args: Value,
+) -> VolResult<StatusCode> {
+    if !caller.is_admin() {
+        return Err(VolError::new(
+            StatusCode::FORBIDDEN,
+            "Policy doesn't allow volume_extension:volume_admin_actions:force_detach to be \
+             performed.",
+        ));
+    }
+    let attachment = match &args {
+        Value::Null => None,
+        Value::Object(a) => match a.get("attachment_id") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(text)) => Some(text.clone()),
+            Some(other) => {
+                return Err(VolError::bad(format!(
+                    "Invalid input for field/attribute attachment_id. Value: {other}."
+                )));
+            }
+        },
+        _ => return Err(VolError::bad("os-force_detach takes an object")),
+    };
+    let scope = scope_of(&caller, project);
+    let by = caller.who();
+    let cluster = state.cluster.clone();
+    blocking(&state, move |store| {
+        let v = find(store, scope, id)?;
+        let Some(a) = &v.attachment else {
+            return Err(VolError::bad(format!(
+                "Invalid volume: volume {id} is {} and attached to nothing.",
+                v.status.as_str()
+            )));
+        };
+        if let Some(asked) = attachment
+            && asked != a.id.to_string()
+        {
+            return Err(VolError::bad(format!(
+                "Invalid input received: volume {id} has no attachment {asked}."
+            )));
+        }
+        cluster
+            .force_detach_volume(id, &by)
+            .map_err(|e| VolError::from(crate::api::ApiError::from(e)))?;
         Ok(())
     })
     .await?;
