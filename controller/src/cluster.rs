@@ -388,6 +388,13 @@ pub trait Cluster: Send + Sync {
     /// server's node (`detaching` until its STATS no longer lists it), or at once `available`
     /// when the server is on no node or gone. `Conflict` for a volume attached to nothing.
     fn force_detach_volume(&self, volume: Uuid, by: &Caller) -> Result<Volume, ClusterError>;
+    /// Removes volume `volume`'s data from node `node`, the node that holds it (the node
+    /// endpoint's `DELETE /v1/volumes/{id}`), before the volume's record goes. Blocking: called
+    /// from a blocking thread. A cluster that keeps no volume data on nodes has nothing to do.
+    fn delete_volume_data(&self, node: Uuid, volume: Uuid) -> Result<(), ClusterError> {
+        let _ = (node, volume);
+        Ok(())
+    }
     /// Every node known since the controller started, by UUID.
     fn nodes(&self) -> Vec<Node>;
     /// One node.

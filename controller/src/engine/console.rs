@@ -56,6 +56,11 @@ impl Engine {
                 });
             }
         };
+        self.node_endpoint(node)
+    }
+
+    /// The node endpoint of node `node`, as [`Engine::endpoint_of`] finds an instance's.
+    fn node_endpoint(&self, node: Uuid) -> Result<NodeEndpoint, ClusterError> {
         let Some(tls) = &self.config.console_tls else {
             return Err(ClusterError::Unavailable(
                 "this controller reaches no node endpoints (no TLS identity for them)".into(),
@@ -75,6 +80,52 @@ impl Engine {
             node,
             addr: SocketAddr::new(ip, self.config.console_port),
             tls: tls.clone(),
+        })
+    }
+
+    /// [`Cluster::delete_volume_data`](crate::cluster::Cluster::delete_volume_data).
+    pub(super) fn remove_volume_data(&self, node: Uuid, volume: Uuid) -> Result<(), ClusterError> {
+        let endpoint = self.node_endpoint(node)?;
+        let request = async {
+            let (mut sender, _driver) = dial(&endpoint.tls, node, endpoint.addr).await?;
+            let request = hyper::Request::delete(format!("/v1/volumes/{volume}"))
+                .header(hyper::header::HOST, endpoint.addr.to_string())
+                .body(Empty::<Bytes>::new())
+                .map_err(|e| format!("request: {e}"))?;
+            let response = sender
+                .send_request(request)
+                .await
+                .map_err(|e| format!("HTTP: {e}"))?;
+            let status = response.status();
+            let body = Limited::new(response.into_body(), 64 * 1024)
+                .collect()
+                .await
+                .map(|b| String::from_utf8_lossy(&b.to_bytes()).trim().to_string())
+                .unwrap_or_default();
+            if status.is_success() {
+                Ok(())
+            } else {
+                Err(format!("answered {status}: {body}"))
+            }
+        };
+        let bounded = async {
+            tokio::time::timeout(TOTAL_TIMEOUT, request)
+                .await
+                .map_err(|_| format!("no answer within {TOTAL_TIMEOUT:?}"))?
+        };
+        let result = match tokio::runtime::Handle::try_current() {
+            Ok(handle) => handle.block_on(bounded),
+            Err(_) => tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| ClusterError::Unavailable(format!("a runtime for the call: {e}")))?
+                .block_on(bounded),
+        };
+        result.map_err(|why| {
+            ClusterError::Unavailable(format!(
+                "removing volume {volume} from node {node} at {}: {why}",
+                endpoint.addr
+            ))
         })
     }
 

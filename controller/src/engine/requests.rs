@@ -317,6 +317,10 @@ impl Cluster for Engine {
         self.disk_endpoint(scope, id)
     }
 
+    fn delete_volume_data(&self, node: Uuid, volume: Uuid) -> Result<(), ClusterError> {
+        self.remove_volume_data(node, volume)
+    }
+
     fn attach_volume(
         &self,
         scope: Scope,

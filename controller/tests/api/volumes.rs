@@ -391,7 +391,7 @@ async fn quotas_count_volumes_and_gigabytes() {
     w.stop().await;
 }
 
-/// A volume attached (as the store records it; there is no attach route yet) is neither deleted
+/// A volume attached (as the store records it) is neither deleted
 /// nor extended: Cinder's 400s, and its attachment shows.
 #[tokio::test]
 async fn an_attached_volume_is_not_deleted_or_extended() {
@@ -448,5 +448,69 @@ async fn an_attached_volume_is_not_deleted_or_extended() {
         .await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
     assert_eq!(fault(&body), ("badRequest", 400));
+    w.stop().await;
+}
+
+/// A volume whose data is on a node has it removed there before its record goes; a node that
+/// cannot remove it leaves the volume `error_deleting`, and a second delete tries again.
+#[tokio::test]
+async fn a_deleted_volume_leaves_its_node_or_waits_in_error_deleting() {
+    let w = World::start().await;
+    let c = w.client();
+    let a = w.token_a().await;
+    let vols = format!("{}/volumes", base(w.a.id));
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let (_, _, made) = c
+            .send(
+                Method::POST,
+                &vols,
+                Some(&a),
+                Some(json!({"volume": {"size": 1}})),
+            )
+            .await;
+        ids.push(
+            made["volume"]["id"]
+                .as_str()
+                .unwrap()
+                .parse::<uuid::Uuid>()
+                .unwrap(),
+        );
+    }
+    // The first is on a node (as a first attach leaves it), the second on none.
+    let node = uuid::Uuid::new_v4();
+    let change = store::VolumeChange {
+        node: Some(Some(node)),
+        ..store::VolumeChange::default()
+    };
+    w.store
+        .change_volume(
+            store::Scope::All,
+            ids[0],
+            change,
+            store::VolumeLimits::default(),
+        )
+        .unwrap();
+
+    // The node cannot be reached: kept, error_deleting.
+    w.cluster.set_connected(false);
+    let one = format!("{vols}/{}", ids[0]);
+    let (status, _, body) = c.send(Method::DELETE, &one, Some(&a), None).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let (_, _, shown) = c.send(Method::GET, &one, Some(&a), None).await;
+    assert_eq!(shown["volume"]["status"], "error_deleting");
+    assert!(w.cluster.removed_volume_data().is_empty());
+    // Again, reachable: removed from the node, then gone.
+    w.cluster.set_connected(true);
+    let (status, _, body) = c.send(Method::DELETE, &one, Some(&a), None).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    assert_eq!(w.cluster.removed_volume_data(), vec![(node, ids[0])]);
+    let (status, _, _) = c.send(Method::GET, &one, Some(&a), None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    // On no node: nothing to remove there.
+    let two = format!("{vols}/{}", ids[1]);
+    let (status, _, _) = c.send(Method::DELETE, &two, Some(&a), None).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    assert_eq!(w.cluster.removed_volume_data().len(), 1);
     w.stop().await;
 }

@@ -50,6 +50,8 @@ pub struct FakeCluster {
     connected: AtomicBool,
     nodes: Mutex<Vec<Node>>,
     traces: Mutex<Vec<Trace>>,
+    /// The volumes whose data was removed, with their nodes, in order.
+    removed_volume_data: Mutex<Vec<(Uuid, Uuid)>>,
 }
 
 impl FakeCluster {
@@ -61,7 +63,16 @@ impl FakeCluster {
             connected: AtomicBool::new(true),
             nodes: Mutex::new(Vec::new()),
             traces: Mutex::new(Vec::new()),
+            removed_volume_data: Mutex::new(Vec::new()),
         }
+    }
+
+    /// The (node, volume) pairs whose data [`Cluster::delete_volume_data`] removed, in order.
+    pub fn removed_volume_data(&self) -> Vec<(Uuid, Uuid)> {
+        self.removed_volume_data
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// Whether launched instances become active at once (else they stay pending).
@@ -421,6 +432,17 @@ impl Cluster for FakeCluster {
         );
         actions::finish(self.store.as_ref(), &ticket, actions::outcome_of(&detached));
         detached
+    }
+
+    /// Recorded ([`FakeCluster::removed_volume_data`]); `Unavailable` while not connected (a
+    /// node that cannot be reached).
+    fn delete_volume_data(&self, node: Uuid, volume: Uuid) -> Result<(), ClusterError> {
+        self.check_connected()?;
+        self.removed_volume_data
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push((node, volume));
+        Ok(())
     }
 
     fn force_detach_volume(&self, volume: Uuid, _by: &Caller) -> Result<Volume, ClusterError> {

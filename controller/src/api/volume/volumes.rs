@@ -20,7 +20,11 @@ use crate::api::{ApiState, Principal};
 use store::{NewVolume, Scope, Volume, VolumeChange, VolumeStatus};
 
 /// The statuses a volume may be deleted in (Cinder's, of those cumulo has).
-const DELETABLE: [VolumeStatus; 2] = [VolumeStatus::Available, VolumeStatus::Error];
+const DELETABLE: [VolumeStatus; 3] = [
+    VolumeStatus::Available,
+    VolumeStatus::Error,
+    VolumeStatus::ErrorDeleting,
+];
 
 /// A volume's self and bookmark links.
 fn links(base: &str, v: &Volume) -> Value {
@@ -320,8 +324,10 @@ pub async fn update(
     ))
 }
 
-/// `DELETE /volumes/{id}`: 202; 400 (Cinder's InvalidVolume) unless `available` or `error`
-/// and detached.
+/// `DELETE /volumes/{id}`: 202; 400 (Cinder's InvalidVolume) unless `available`, `error` or
+/// `error_deleting` and detached. A volume on a node has its data removed there first; when the
+/// node cannot remove it (or cannot be reached) the volume stays, `error_deleting`, and a new
+/// delete tries again.
 pub async fn delete(
     State(state): State<ApiState>,
     caller: Principal,
@@ -330,6 +336,7 @@ pub async fn delete(
     let project = url_project(&caller, &project)?;
     let id = volume_id(&id)?;
     let scope = scope_of(&caller, project);
+    let (cluster, limits) = (state.cluster.clone(), state.config.volume_limits);
     blocking(&state, move |store| {
         let v = find(store, scope, id)?;
         if !DELETABLE.contains(&v.status) || v.attachment.is_some() {
@@ -343,6 +350,17 @@ pub async fn delete(
                     ""
                 }
             )));
+        }
+        if let Some(node) = v.node
+            && let Err(e) = cluster.delete_volume_data(node, id)
+        {
+            tracing::warn!(volume = %id, %node, error = %e, "a volume's data not removed: error_deleting");
+            let change = VolumeChange {
+                status: Some(VolumeStatus::ErrorDeleting),
+                ..VolumeChange::default()
+            };
+            store.change_volume(scope, id, change, limits)?;
+            return Ok(());
         }
         Ok(store.delete_volume(scope, id)?)
     })
