@@ -23,7 +23,9 @@
 #   boot or hot-plugged, prints `CUMULO-VOLUME-SEEN <uuid> <dev> <serial> <what its first
 #   sector held: blank, or the line a guest wrote there>`, writes `CUMULO-VOLUME-MARK <uuid>`
 #   there, syncs, and prints `CUMULO-VOLUME-WROTE <uuid> <serial>`; when one goes (a detach),
-#   prints `CUMULO-VOLUME-GONE <uuid> <serial>` (it looks five times a second);
+#   prints `CUMULO-VOLUME-GONE <uuid> <serial>` (it looks five times a second; a read or a
+#   write that fails or takes more than 10 s prints `CUMULO-VOLUME-UNREADABLE` or
+#   `-UNWRITABLE` with the error, and the watch goes on);
 # - if it has eth0 (a tenant network), takes an address and a default route for it by DHCP
 #   (from its CNCI) and prints `CUMULO-GUEST-ADDR <uuid> <ip>` (`CUMULO-GUEST-NOADDR <uuid>` if
 #   none came): in the background, or first if its user-data has a line `cumulo-test: dhcp`;
@@ -43,7 +45,7 @@
 set -euo pipefail
 
 # Bump when the guest's content changes: a new version is built beside the old one.
-VERSION=8
+VERSION=9
 cache=${CUMULO_TINY_GUEST_CACHE:-${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/cumulo/tiny-guest}
 out="$cache/v$VERSION"
 if [ -s "$out/kernel" ] && [ -s "$out/initrd" ]; then
@@ -156,6 +158,7 @@ fi
 echo "CUMULO-GUEST-UP ${id:-unknown}"
 # Volumes: virtio disks with a serial, as they come and go.
 (
+    mkdir -p /tmp
     known=""
     while true; do
         now=""
@@ -168,13 +171,20 @@ echo "CUMULO-GUEST-UP ${id:-unknown}"
             now="$now $ser"
             case " $known " in *" $ser "*) continue ;; esac
             [ -b "/dev/$dev" ] || continue
-            before=$(dd if="/dev/$dev" bs=512 count=1 2>/dev/null | tr -d '\000' | head -n 1)
+            # (Bounded: a device unplugged under a read or a write must not stop the watch.)
+            if ! timeout 10 dd if="/dev/$dev" of=/tmp/vol-head bs=512 count=1 2>/tmp/vol-err; then
+                echo "CUMULO-VOLUME-UNREADABLE ${id:-unknown} $dev $ser $(head -c 200 /tmp/vol-err)"
+                continue
+            fi
+            before=$(tr -d '\000' </tmp/vol-head | head -n 1)
             echo "CUMULO-VOLUME-SEEN ${id:-unknown} $dev $ser ${before:-blank}"
-            printf 'CUMULO-VOLUME-MARK %s\n' "${id:-unknown}" |
-                dd of="/dev/$dev" bs=512 count=1 conv=sync,notrunc,fsync 2>/dev/null
-            sync
-            echo "CUMULO-VOLUME-WROTE ${id:-unknown} $ser"
             known="$known $ser"
+            printf 'CUMULO-VOLUME-MARK %s\n' "${id:-unknown}" >/tmp/vol-mark
+            if timeout 10 dd if=/tmp/vol-mark of="/dev/$dev" bs=512 count=1 conv=sync,notrunc,fsync 2>/tmp/vol-err; then
+                echo "CUMULO-VOLUME-WROTE ${id:-unknown} $ser"
+            else
+                echo "CUMULO-VOLUME-UNWRITABLE ${id:-unknown} $dev $ser $(head -c 200 /tmp/vol-err)"
+            fi
         done
         for ser in $known; do
             case " $now " in

@@ -740,13 +740,8 @@ async fn volumes_hot_plug_into_real_guests_and_keep_their_data() {
         })
         .await;
     }
-    let second_serial = agent::backend::libvirt::volumes::serial(second);
-    wait_console_line(
-        &state,
-        a,
-        &format!("CUMULO-VOLUME-WROTE {a} {second_serial}"),
-    )
-    .await;
+    // (Not waited for in A's guest: a second plug into a guest that had one unplugged is not
+    // always noticed by the tiny guest's ACPI hotplug; docs/storage.md.)
 
     // A volume attached to a stopped instance is there at its next boot.
     c.send(&detach_volume(b, volume, node));
@@ -799,6 +794,78 @@ async fn volumes_hot_plug_into_real_guests_and_keep_their_data() {
     agent.signal(rustix::process::Signal::TERM);
     assert_eq!(agent.exit_code().await, Some(0));
     sched.stop.cancel();
+}
+
+/// Attach and detach latencies on running tiny guests (TCG), over SSNTP: five guests, one volume
+/// each (made by its first attach), ATTACH_VOLUME to the STATS that lists the volume and to the
+/// guest's `CUMULO-VOLUME-WROTE` (the guest looks five times a second), DETACH_VOLUME to the
+/// STATS without it and to `CUMULO-VOLUME-GONE`. One plug per guest: the tiny guest's ACPI
+/// hotplug does not always notice a volume plugged again into a guest it was unplugged from
+/// (docs/storage.md). Run with `--ignored --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "prints figures; needs libvirtd"]
+async fn volume_attach_figures() {
+    let Some(uri) = libvirt_uri() else { return };
+    let _one_at_a_time = VMS.lock().await;
+    let node = u(0x47);
+    let mut r = rig(&uri, node).await;
+    let (state, c) = (r.state.clone(), &mut r.c);
+    let ids: Vec<Uuid> = (0..5).map(|_| Uuid::new_v4()).collect();
+    let _leftovers = Leftovers {
+        uri: uri.clone(),
+        domains: ids.clone(),
+    };
+    for id in &ids {
+        let mut s = vm(*id, "tiny");
+        s.requirements.disk_mb = 16;
+        c.send(&start_payload(s));
+    }
+    for id in &ids {
+        wait_marker(&state, *id, Duration::from_secs(120)).await;
+    }
+    let mut rounds = Vec::new();
+    for id in ids.iter().copied() {
+        let volume = Uuid::new_v4();
+        let serial = agent::backend::libvirt::volumes::serial(volume);
+        let t0 = Instant::now();
+        c.send(&attach_volume(id, volume, node, 64));
+        c.stats(node, "listed", |s| volumes_in(s, id) == Some(vec![volume]))
+            .await;
+        let listed = t0.elapsed();
+        wait_console_line(&state, id, &format!("CUMULO-VOLUME-WROTE {id} {serial}")).await;
+        let seen = t0.elapsed();
+        let t0 = Instant::now();
+        c.send(&detach_volume(id, volume, node));
+        c.stats(node, "unlisted", |s| volumes_in(s, id) == Some(Vec::new()))
+            .await;
+        let unlisted = t0.elapsed();
+        wait_console_line(&state, id, &format!("CUMULO-VOLUME-GONE {id} {serial}")).await;
+        rounds.push((listed, seen, unlisted, t0.elapsed()));
+    }
+    let p50_max = |f: fn(&(Duration, Duration, Duration, Duration)) -> Duration| {
+        let mut v: Vec<Duration> = rounds.iter().map(f).collect();
+        v.sort();
+        (v[v.len() / 2], v[v.len() - 1])
+    };
+    eprintln!(
+        "FIGURES: volume attach/detach on running tiny guests (TCG), 5 guests, p50 and max: \
+         attach (file made) -> STATS lists it {:?}, -> guest saw and wrote it {:?}; detach -> \
+         STATS drops it {:?}, -> guest saw it go {:?}",
+        p50_max(|r| r.0),
+        p50_max(|r| r.1),
+        p50_max(|r| r.2),
+        p50_max(|r| r.3),
+    );
+    for id in &ids {
+        c.send(&delete(*id, node, false));
+    }
+    for id in ids.iter().copied() {
+        c.expect("INSTANCE_DELETED", move |m| {
+            event_from(m, node, Operand::InstanceDeleted, id).then_some(())
+        })
+        .await;
+    }
+    r.finish().await;
 }
 
 /// Boot from a volume: the guest's disk is the volume's file, made on the first START; it
