@@ -188,6 +188,20 @@ pub struct InstanceSpec {
 }
 
 impl InstanceSpec {
+    /// The volumes the guest has: its boot volume, if it boots from one, and those attached
+    /// ([`VolumeSpec::is_attached`]): what STATS lists.
+    pub fn attached_volumes(&self) -> Vec<Uuid> {
+        let boot = self.disks.iter().filter(|d| d.boot && !d.ephemeral);
+        boot.map(|d| d.id)
+            .chain(
+                self.volumes
+                    .iter()
+                    .filter(|v| v.is_attached())
+                    .map(|v| v.id),
+            )
+            .collect()
+    }
+
     /// Fills [`InstanceSpec::role`] for a record written before it existed: a CNCI's meta data
     /// carries the CNCI marker that the START did (`ssntp::payload::CNCI_ROLE`).
     pub fn settle_role(&mut self) {

@@ -623,7 +623,7 @@ impl<B: Backend> Task<B> {
         let Some(spec) = self.spec.clone() else {
             return false;
         };
-        let volumes = crate::core::owner::attached(&spec);
+        let volumes = spec.attached_volumes();
         let persisted = self
             .persist("writing the instance record", move |s| s.update_spec(spec))
             .await;

@@ -144,7 +144,10 @@ impl<B: Backend, R: Reporter> Owner<B, R> {
     ) {
         let (commands, rx) = mpsc::channel(self.config.instance_queue);
         let reserved = spec.as_ref().map(|s| s.resources).unwrap_or_default();
-        let volumes = spec.as_ref().map(attached).unwrap_or_default();
+        let volumes = spec
+            .as_ref()
+            .map(InstanceSpec::attached_volumes)
+            .unwrap_or_default();
         let removing = matches!(job, Job::Remove(_));
         self.entries.insert(
             instance,
@@ -667,20 +670,6 @@ impl<B: Backend, R: Reporter> Owner<B, R> {
 
 fn accounting_i64(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
-}
-
-/// The volumes a spec says the guest has: its boot volume, if it boots from one, and those
-/// attached.
-pub(crate) fn attached(spec: &InstanceSpec) -> Vec<Uuid> {
-    let boot = spec.disks.iter().filter(|d| d.boot && !d.ephemeral);
-    boot.map(|d| d.id)
-        .chain(
-            spec.volumes
-                .iter()
-                .filter(|v| v.is_attached())
-                .map(|v| v.id),
-        )
-        .collect()
 }
 
 /// Answers a firewall command's reply with `refusal`; the refusal.

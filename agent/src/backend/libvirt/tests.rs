@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::backend::Power;
-use crate::model::{Firmware, Resources};
+use crate::model::{Firmware, Resources, VmKind};
 use std::collections::BTreeMap;
 
 fn spec(instance: Uuid, image: &str) -> InstanceSpec {

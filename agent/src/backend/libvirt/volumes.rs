@@ -11,7 +11,7 @@
 //! idempotent. Attach: to the running (or paused) guest first (a hot plug), then to the
 //! definition, so that it stays over a power cycle; a stopped instance's definition only.
 //! Detach: the guest is asked to release the device (an ACPI unplug) and the backend waits up
-//! to [`LibvirtConfig::detach_timeout`] for it; a guest that does not release it keeps it and
+//! to [`super::LibvirtConfig::detach_timeout`] for it; a guest that does not release it keeps it and
 //! the detach fails, unless forced, when the definition loses it anyway (the running QEMU keeps
 //! the file open, and locked, until it powers off).
 
