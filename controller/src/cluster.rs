@@ -12,7 +12,9 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::time::SystemTime;
 use uuid::Uuid;
 
-use store::{Flavor, Instance, InstanceKey, InstanceState, Scope, StoreError, Volume};
+use store::{
+    Flavor, Instance, InstanceKey, InstanceState, Scope, StoreError, Volume, VolumeLimits,
+};
 
 /// What a launch asks for: `count` instances of a workload in a tenant.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,6 +38,31 @@ pub struct Launch {
 impl Launch {
     /// The most instances one launch may ask for.
     pub const MAX_COUNT: u32 = 1000;
+}
+
+/// The volume a launch's instances boot from ([`Cluster::launch_from_volume`]; Compute's block
+/// device mapping with `destination_type: volume`, `boot_index: 0`): their root disk, attached as
+/// `/dev/vda` ([`crate::volumes::ROOT_DEVICE`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BootVolume {
+    /// An existing volume of the launch's tenant (`source_type: volume`): `available` and
+    /// bootable (made from an image, whose image the launch's workload names). One instance only.
+    Volume {
+        /// The volume.
+        id: Uuid,
+        /// Whether it is deleted with the instance rather than detached.
+        delete_on_termination: bool,
+    },
+    /// A new volume for each instance (`source_type: image`), made from the launch's workload's
+    /// image and named as Nova names them (empty).
+    Image {
+        /// Its size, GiB.
+        size_gb: u32,
+        /// Whether it is deleted with its instance rather than detached.
+        delete_on_termination: bool,
+        /// The tenant's volume limits, checked as each volume is made.
+        limits: VolumeLimits,
+    },
 }
 
 /// Who asks the cluster to act on instances: recorded with the instance actions the request
@@ -293,6 +320,26 @@ pub trait Cluster: Send + Sync {
         launch: Launch,
         by: &Caller,
     ) -> Result<Vec<Instance>, ClusterError>;
+    /// Launches as [`Cluster::launch`] does, each instance booting from a volume (`boot`): the
+    /// volume attached to it as `/dev/vda` (`in-use` from the start, its `node` set when the node
+    /// reports it), its START carrying the volume as its boot `storage` and the volume's image
+    /// (the launch's workload's), pinned to the node that holds the volume's file, if one does
+    /// (`Conflict` when that node is not connected). An existing volume takes one instance
+    /// (`Invalid` for more); an image makes one volume per instance (a volume quota reached
+    /// part-way stops the launch as the instance quota does). A cluster that cannot is
+    /// `NotAvailable`.
+    fn launch_from_volume(
+        &self,
+        scope: Scope,
+        launch: Launch,
+        boot: BootVolume,
+        by: &Caller,
+    ) -> Result<Vec<Instance>, ClusterError> {
+        let _ = (scope, launch, boot, by);
+        Err(ClusterError::NotAvailable(
+            "this cluster cannot boot servers from volumes".into(),
+        ))
+    }
     /// How many instances of `flavor` the cluster could hold at all, empty or not (what
     /// [`Cluster::launch`] refuses beyond, with [`ClusterError::OverCapacity`]); `None` when it
     /// does not know (no compute node has reported its size, or off-host hosts take instances).

@@ -12,7 +12,17 @@
 //!   `attaching` with a new attachment; the node's STATS moves it to `in-use` (the engine). A
 //!   detach ([`begin_detach`]) moves it from `in-use` to `detaching`; STATS without it moves it
 //!   to `available`, its attachment gone, its `node` kept (its file stays there).
-//! - A server that goes releases its volumes ([`release_instance`]): `available`, detached.
+//! - A server that goes releases its volumes ([`release_instance`]): `available`, detached; a
+//!   volume attached with `delete_on_termination` becomes `deleting` instead, and goes
+//!   ([`remove_volume`]: its file from its node, then its record).
+//!
+//! Boot volumes (a server created with a block device mapping whose `boot_index` 0 is a
+//! volume): the volume is attached to the server from its creation as its root disk,
+//! [`ROOT_DEVICE`], `in-use` at once ([`plan_boot`], [`begin_boot`]); it is not detached while
+//! the server lives (Nova's 400 "Cannot detach a root device volume"). Volumes made from images
+//! ([`check_volume_image`]) are bootable; a node that does not hold such a volume's file makes
+//! it from the image ([`fill_image`]: ATTACH_VOLUME's `image`; a START carries the image
+//! anyway).
 
 use std::time::SystemTime;
 
@@ -20,16 +30,30 @@ use uuid::Uuid;
 
 use crate::cluster::ClusterError;
 use store::{
-    Instance, InstanceState, Scope, Store, StoreError, Volume, VolumeAttachment, VolumeChange,
-    VolumeLimits, VolumeStatus,
+    Image, ImageKind, ImageStatus, Instance, InstanceState, Scope, Store, StoreError, Volume,
+    VolumeAttachment, VolumeChange, VolumeLimits, VolumeStatus,
 };
 
 /// The devices a volume may be attached as, in the order they are given out (`vda` is the
 /// server's own disk).
 pub const DEVICES: std::ops::RangeInclusive<u8> = b'b'..=b'z';
 
+/// The device a boot volume is attached as: the server's root disk.
+pub const ROOT_DEVICE: &str = "/dev/vda";
+
 /// How many times a change that lost a race with another writer is tried again.
 const RETRIES: usize = 4;
+
+/// One GiB, in bytes.
+const GIB: u64 = 1 << 30;
+
+/// Whether `volume` is attached to a server as its root disk ([`ROOT_DEVICE`]).
+pub fn is_root(volume: &Volume) -> bool {
+    volume
+        .attachment
+        .as_ref()
+        .is_some_and(|a| a.device == ROOT_DEVICE)
+}
 
 /// Whether a server in `state` can have volumes attached or detached: active, stopped (on its
 /// node) or paused.
@@ -99,6 +123,162 @@ pub fn attached_to(store: &dyn Store, instance: &Instance) -> Result<Vec<Volume>
         device(a).cmp(&device(b))
     });
     Ok(volumes)
+}
+
+/// The volume `instance` boots from (attached to it as [`ROOT_DEVICE`]), if any.
+pub fn boot_volume(store: &dyn Store, instance: &Instance) -> Result<Option<Volume>, StoreError> {
+    Ok(attached_to(store, instance)?.into_iter().find(is_root))
+}
+
+/// Whether `image`'s data is a disk uploaded to the image store (`sha512/<hash>`), which a node
+/// fetches and can fill a volume from: not a registered reference (a kernel+initrd directory,
+/// or a file each node keeps, whose kind and size the controller does not know), not an ISO.
+pub fn is_uploaded_disk(image: &Image) -> bool {
+    image.kind != ImageKind::Iso && image.file.is_some() && image.reference.starts_with("sha512/")
+}
+
+/// Why `image` cannot be the image of a volume of `size_gb` GiB, if it cannot (400s, in Cinder's
+/// words where Cinder has them): it must be `active`, its data (when its size is known) must fit
+/// in the volume, and the volume must be at least its `min_disk`. `disk_only` (a volume made
+/// through the Block Storage API, which a node fills from the image): it must be an uploaded
+/// disk image ([`is_uploaded_disk`]), not an ISO nor a registered image (a kernel image); a boot
+/// volume made by a server create may have either, and then is the guest's data disk, booted
+/// with the image.
+pub fn check_volume_image(image: &Image, size_gb: u32, disk_only: bool) -> Result<(), String> {
+    if image.status != ImageStatus::Active {
+        return Err(format!("Image {} is not active.", image.id));
+    }
+    if disk_only {
+        if image.kind == ImageKind::Iso {
+            return Err(format!(
+                "Image {} is an ISO image: a volume is made only from a disk image (qcow2 or raw)",
+                image.id
+            ));
+        }
+        if !is_uploaded_disk(image) {
+            return Err(format!(
+                "Image {} is registered by reference (a kernel+initrd image, or a file each node \
+                 keeps): a volume is made only from a disk image uploaded through the Image API \
+                 (qcow2 or raw)",
+                image.id
+            ));
+        }
+    }
+    if image.kind != ImageKind::Iso
+        && let Some(file) = &image.file
+    {
+        let image_gb = file.size.div_ceil(GIB);
+        if image_gb > u64::from(size_gb) {
+            return Err(format!(
+                "Size of specified image {image_gb}GB is larger than volume size {size_gb}GB."
+            ));
+        }
+    }
+    if image.props.min_disk > size_gb {
+        return Err(format!(
+            "Volume size {size_gb}GB cannot be smaller than the image minDisk size {}GB.",
+            image.props.min_disk
+        ));
+    }
+    Ok(())
+}
+
+/// What a node fills `volume`'s file from when it makes it on an attach (ATTACH_VOLUME's
+/// `image`): its image's data (`sha512/<hash>`) while no node holds the volume and the image is
+/// an uploaded disk ([`is_uploaded_disk`]); `None` otherwise (a blank file: a volume made from
+/// no image, or one whose image is a kernel or an ISO, which is its guest's data disk).
+/// `Conflict` when the volume has no file yet and its image is gone: its file cannot be made.
+pub fn fill_image(store: &dyn Store, volume: &Volume) -> Result<Option<String>, ClusterError> {
+    let (None, Some(image)) = (volume.node, volume.image) else {
+        return Ok(None);
+    };
+    match store.image(Scope::All, image) {
+        Ok(i) if is_uploaded_disk(&i) && i.status == ImageStatus::Active => Ok(Some(i.reference)),
+        Ok(_) => Ok(None),
+        Err(StoreError::NotFound { .. }) => Err(ClusterError::Conflict(format!(
+            "volume {} was made from image {image}, which is gone, and no node holds its file \
+             yet: it cannot be made",
+            volume.id
+        ))),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Checks that volume `id` of `tenant` can be a new server's boot volume, as Nova checks a block
+/// device mapping's: the tenant's (`Invalid`, Nova's 400 "failed to get volume", otherwise),
+/// `available` and attached to nothing, bootable (made from an image). The volume.
+pub fn plan_boot(store: &dyn Store, tenant: Uuid, id: Uuid) -> Result<Volume, ClusterError> {
+    let volume = match store.volume(Scope::Tenant(tenant), id) {
+        Ok(v) => v,
+        Err(StoreError::NotFound { .. }) => {
+            return Err(ClusterError::Invalid(format!(
+                "Block Device Mapping is Invalid: failed to get volume {id}."
+            )));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if volume.status != VolumeStatus::Available || volume.attachment.is_some() {
+        return Err(ClusterError::Invalid(format!(
+            "Invalid volume: volume {id} status must be 'available'. Currently in '{}'",
+            volume.status.as_str()
+        )));
+    }
+    if !volume.bootable || volume.image.is_none() {
+        return Err(ClusterError::Invalid(format!(
+            "Block Device {id} is not bootable."
+        )));
+    }
+    Ok(volume)
+}
+
+/// Attaches `volume` (`available`) to `instance` as its root disk ([`ROOT_DEVICE`]), `in-use`
+/// at once (its `node` is set when its node reports it), with `delete_on_termination`.
+/// `Conflict` if the volume changed since it was checked.
+pub fn begin_boot(
+    store: &dyn Store,
+    volume: &Volume,
+    instance: Uuid,
+    delete_on_termination: bool,
+) -> Result<Volume, ClusterError> {
+    let change = VolumeChange {
+        expect: Some(VolumeStatus::Available),
+        status: Some(VolumeStatus::InUse),
+        attachment: Some(Some(VolumeAttachment {
+            id: Uuid::new_v4(),
+            instance,
+            device: ROOT_DEVICE.to_string(),
+            attached: SystemTime::now(),
+            delete_on_termination,
+        })),
+        ..VolumeChange::default()
+    };
+    change_volume(store, volume.id, change)
+}
+
+/// Removes `volume` (visible in `scope`): its file first from the node that holds it, if one
+/// does (`remove_data(node, volume)`), then its record. A node that cannot remove the file (or
+/// cannot be reached) leaves the volume `error_deleting` (a new delete tries again): `Ok(false)`.
+pub fn remove_volume(
+    store: &dyn Store,
+    scope: Scope,
+    volume: &Volume,
+    remove_data: impl FnOnce(Uuid, Uuid) -> Result<(), ClusterError>,
+) -> Result<bool, StoreError> {
+    if let Some(node) = volume.node
+        && let Err(e) = remove_data(node, volume.id)
+    {
+        tracing::warn!(volume = %volume.id, %node, error = %e, "a volume's data not removed: error_deleting");
+        let change = VolumeChange {
+            status: Some(VolumeStatus::ErrorDeleting),
+            ..VolumeChange::default()
+        };
+        store.change_volume(scope, volume.id, change, VolumeLimits::default())?;
+        return Ok(false);
+    }
+    match store.delete_volume(scope, volume.id) {
+        Ok(()) | Err(StoreError::NotFound { .. }) => Ok(true),
+        Err(e) => Err(e),
+    }
 }
 
 /// An attach that the rules allow, not made yet.
@@ -216,6 +396,7 @@ pub fn begin_attach(
             instance: plan.instance.id,
             device: device_path(&plan.device),
             attached: SystemTime::now(),
+            delete_on_termination: false,
         })),
         ..VolumeChange::default()
     };
@@ -243,6 +424,11 @@ pub fn plan_detach(
             kind: "volume attachment",
             id: format!("{} on server {server}", volume.id),
         }));
+    }
+    if is_root(&volume) {
+        return Err(ClusterError::Invalid(
+            "Cannot detach a root device volume".into(),
+        ));
     }
     if volume.status != VolumeStatus::InUse {
         return Err(ClusterError::Conflict(format!(
@@ -274,7 +460,8 @@ pub fn begin_detach(
 }
 
 /// Releases every volume attached to `instance` (its record goes, or its node removed it): each
-/// `available` and detached, its `node` kept. The volumes released.
+/// `available` and detached, its `node` kept; one attached with `delete_on_termination` is
+/// `deleting` instead (for its caller to [`remove_volume`]). The volumes released.
 pub fn release_instance(store: &dyn Store, instance: &Instance) -> Result<Vec<Volume>, StoreError> {
     let mut released = Vec::new();
     for volume in attached_to(store, instance)? {
@@ -285,8 +472,9 @@ pub fn release_instance(store: &dyn Store, instance: &Instance) -> Result<Vec<Vo
     Ok(released)
 }
 
-/// Detaches volume `id` from `instance` in the store, whatever its status (`available`); `None`
-/// if it is not attached to it (any more).
+/// Detaches volume `id` from `instance` in the store, whatever its status: `available`, or
+/// `deleting` when it was attached with `delete_on_termination`; `None` if it is not attached to
+/// it (any more).
 pub fn release(store: &dyn Store, id: Uuid, instance: Uuid) -> Result<Option<Volume>, StoreError> {
     for _ in 0..RETRIES {
         let current = match store.volume(Scope::All, id) {
@@ -294,16 +482,20 @@ pub fn release(store: &dyn Store, id: Uuid, instance: Uuid) -> Result<Option<Vol
             Err(StoreError::NotFound { .. }) => return Ok(None),
             Err(e) => return Err(e),
         };
-        if current
+        let Some(attachment) = current
             .attachment
             .as_ref()
-            .is_none_or(|a| a.instance != instance)
-        {
+            .filter(|a| a.instance == instance)
+        else {
             return Ok(None);
-        }
+        };
         let change = VolumeChange {
             expect: Some(current.status),
-            status: Some(VolumeStatus::Available),
+            status: Some(if attachment.delete_on_termination {
+                VolumeStatus::Deleting
+            } else {
+                VolumeStatus::Available
+            }),
             attachment: Some(None),
             ..VolumeChange::default()
         };

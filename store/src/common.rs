@@ -6,7 +6,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use uuid::Uuid;
 
-use crate::{InstanceKey, Keypair, NewKeypair, Quota, QuotaKind, Result, StoreError, Usage};
+use crate::{
+    Image, InstanceKey, Keypair, NewKeypair, Quota, QuotaKind, Result, StoreError, Usage,
+    Visibility,
+};
 
 /// How many events the event log keeps by default (the oldest go first).
 pub const DEFAULT_EVENT_CAPACITY: u64 = 10_000;
@@ -26,6 +29,42 @@ pub(crate) fn from_millis(ms: i64) -> SystemTime {
 /// The current time, truncated to what the stores keep.
 pub(crate) fn now() -> SystemTime {
     from_millis(millis(SystemTime::now()))
+}
+
+/// `Invalid` unless `image` is shared and `member` is not its owner.
+pub(crate) fn check_shareable(image: &Image, member: Uuid) -> Result<()> {
+    if image.visibility != Visibility::Shared {
+        return Err(StoreError::Invalid(format!(
+            "only shared images have members: image {} is {}",
+            image.id,
+            image.visibility.as_str()
+        )));
+    }
+    if image.owner == Some(member) {
+        return Err(StoreError::Invalid(format!(
+            "tenant {member} owns image {}: it is not one of its members",
+            image.id
+        )));
+    }
+    Ok(())
+}
+
+/// `Conflict`: `member` is a member of `image` already.
+pub(crate) fn already_member(image: Uuid, member: Uuid) -> StoreError {
+    StoreError::Conflict(format!(
+        "tenant {member} is a member of image {image} already"
+    ))
+}
+
+/// `QuotaExceeded` when an image with `count` members may have no more than `limit`.
+pub(crate) fn check_member_limit(count: usize, limit: u32) -> Result<()> {
+    if count >= usize::try_from(limit).unwrap_or(usize::MAX) {
+        return Err(StoreError::QuotaExceeded {
+            what: QuotaKind::ImageMembers,
+            limit: u64::from(limit),
+        });
+    }
+    Ok(())
 }
 
 /// A non-empty name of at most 255 bytes.

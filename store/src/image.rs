@@ -1,6 +1,7 @@
 //! Images as the store keeps them: what an image is ([`ImageKind`]), its record ([`Image`]) with
-//! its Image API life ([`ImageStatus`], [`ImageFile`], [`ImageProps`]), and the inputs that make
-//! and change it ([`NewImage`], [`ImageChange`]).
+//! its Image API life ([`ImageStatus`], [`ImageFile`], [`ImageProps`]), who sees it
+//! ([`Visibility`], and the tenants an image is shared with: [`ImageMember`],
+//! [`MemberStatus`]), and the inputs that make and change it ([`NewImage`], [`ImageChange`]).
 
 use std::time::SystemTime;
 
@@ -17,13 +18,16 @@ pub enum ImageKind {
     Iso,
 }
 
-/// A boot image: public (no owner) or private to a tenant.
+/// A boot image: public (no owner), or a tenant's (private, shared with its members, or
+/// community).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Image {
     /// Its identifier.
     pub id: Uuid,
     /// The owning tenant; `None` is public.
     pub owner: Option<Uuid>,
+    /// Who sees it: [`Visibility::Public`] exactly when it has no owner.
+    pub visibility: Visibility,
     /// Its name (not unique).
     pub name: String,
     /// Its format.
@@ -81,6 +85,108 @@ impl ImageStatus {
     }
 }
 
+/// Who sees an image, as Glance names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Visibility {
+    /// Every tenant sees and lists it; it has no owner.
+    Public,
+    /// Every tenant sees it and may boot it; it is listed to others only when they ask for
+    /// community images.
+    Community,
+    /// Its owner and the tenants it is shared with (its members, whatever their status).
+    Shared,
+    /// Its owner alone.
+    Private,
+}
+
+impl Visibility {
+    /// Glance's word for it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Visibility::Public => "public",
+            Visibility::Community => "community",
+            Visibility::Shared => "shared",
+            Visibility::Private => "private",
+        }
+    }
+
+    /// The visibility Glance's word names.
+    pub fn parse(text: &str) -> Option<Visibility> {
+        [
+            Visibility::Public,
+            Visibility::Community,
+            Visibility::Shared,
+            Visibility::Private,
+        ]
+        .into_iter()
+        .find(|v| v.as_str() == text)
+    }
+
+    /// The visibility of an image made for `owner` without one said: public without an owner,
+    /// private with one.
+    pub fn of_owner(owner: Option<Uuid>) -> Visibility {
+        match owner {
+            None => Visibility::Public,
+            Some(_) => Visibility::Private,
+        }
+    }
+}
+
+/// The most members an image has by default (Glance's `image_member_quota`).
+pub const MAX_IMAGE_MEMBERS: u32 = 128;
+
+/// Where a member stands with an image shared with it, as Glance names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MemberStatus {
+    /// Shared with it, not answered yet: it sees the image and may boot it, but does not list
+    /// it unless it asks for pending images.
+    Pending,
+    /// It listed the image among its own.
+    Accepted,
+    /// It does not want it listed (it still sees it, and may still accept it).
+    Rejected,
+}
+
+impl MemberStatus {
+    /// Glance's word for it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MemberStatus::Pending => "pending",
+            MemberStatus::Accepted => "accepted",
+            MemberStatus::Rejected => "rejected",
+        }
+    }
+
+    /// The status Glance's word names.
+    pub fn parse(text: &str) -> Option<MemberStatus> {
+        [
+            MemberStatus::Pending,
+            MemberStatus::Accepted,
+            MemberStatus::Rejected,
+        ]
+        .into_iter()
+        .find(|s| s.as_str() == text)
+    }
+}
+
+/// A tenant a shared image is shared with. It goes with its image and with its tenant; it
+/// stays while the image is made private again (and counts again once it is shared again).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImageMember {
+    /// The image.
+    pub image: Uuid,
+    /// The member tenant.
+    pub member: Uuid,
+    /// Its answer.
+    pub status: MemberStatus,
+    /// When it was added.
+    pub created: SystemTime,
+    /// When its status last changed.
+    pub updated: SystemTime,
+}
+
 /// An uploaded image's data: its size and hashes (hex).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ImageFile {
@@ -122,8 +228,12 @@ pub struct ImageChange {
     pub name: Option<String>,
     /// Its new kind (disk format).
     pub kind: Option<ImageKind>,
-    /// Its new owner (`Some(None)`: public).
+    /// Its new owner (`Some(None)`: public). Without a `visibility`, the visibility follows:
+    /// public without an owner, private when a public image gets one.
     pub owner: Option<Option<Uuid>>,
+    /// Its new visibility ([`Visibility::Public`] exactly when it has no owner, else
+    /// `Invalid`).
+    pub visibility: Option<Visibility>,
     /// Its data (`Some(None)`: none).
     pub file: Option<Option<ImageFile>>,
     /// Its new reference.
@@ -134,7 +244,7 @@ pub struct ImageChange {
 
 impl Image {
     /// `change` applied as of `at`; `Conflict` if the image is not in the status `change`
-    /// expects.
+    /// expects, `Invalid` if it would be public with an owner or not public without one.
     pub fn changed(&self, change: &ImageChange, at: SystemTime) -> crate::Result<Image> {
         if let Some(expect) = change.expect
             && self.status != expect
@@ -158,7 +268,18 @@ impl Image {
         }
         if let Some(o) = change.owner {
             i.owner = o;
+            if change.visibility.is_none() {
+                i.visibility = match o {
+                    None => Visibility::Public,
+                    Some(_) if i.visibility == Visibility::Public => Visibility::Private,
+                    Some(_) => i.visibility,
+                };
+            }
         }
+        if let Some(v) = change.visibility {
+            i.visibility = v;
+        }
+        i.check_visibility()?;
         if let Some(f) = &change.file {
             i.file = f.clone();
         }
@@ -170,6 +291,30 @@ impl Image {
         }
         i.updated = at;
         Ok(i)
+    }
+
+    /// `Invalid` unless it is public exactly when it has no owner.
+    pub fn check_visibility(&self) -> crate::Result<()> {
+        if (self.visibility == Visibility::Public) != self.owner.is_none() {
+            return Err(crate::StoreError::Invalid(format!(
+                "a public image has no owner, and an image without an owner is public (image {} \
+                 is {})",
+                self.id,
+                self.visibility.as_str()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Whether `tenant` sees it (reads it, boots it): public and community images, its own, and
+    /// shared ones of which it is a member (`member`), whatever the member's status.
+    pub fn seen_by(&self, tenant: Uuid, member: bool) -> bool {
+        match self.visibility {
+            Visibility::Public | Visibility::Community => true,
+            _ if self.owner == Some(tenant) => true,
+            Visibility::Shared => member,
+            Visibility::Private => false,
+        }
     }
 }
 

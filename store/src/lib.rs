@@ -98,6 +98,8 @@ pub enum QuotaKind {
     Volumes,
     /// The GiB over all a tenant's volumes.
     Gigabytes,
+    /// The number of an image's members.
+    ImageMembers,
 }
 
 impl std::fmt::Display for QuotaKind {
@@ -112,6 +114,7 @@ impl std::fmt::Display for QuotaKind {
             QuotaKind::SecurityGroupRules => "security group rules",
             QuotaKind::Volumes => "volumes",
             QuotaKind::Gigabytes => "volume gigabytes",
+            QuotaKind::ImageMembers => "image members",
         })
     }
 }

@@ -58,7 +58,8 @@ impl Volume {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum VolumeStatus {
-    /// Its file is being made (from an image).
+    /// Its file is being made (from an image; cumulo makes volumes `Available` at once, their
+    /// files made lazily by the node that first uses them).
     Creating,
     /// Ready, not attached.
     Available,
@@ -73,7 +74,7 @@ pub enum VolumeStatus {
     Detaching,
     /// Its file is growing.
     Extending,
-    /// Its file is being removed.
+    /// Its file is being removed (a volume that went with its instance, `delete_on_termination`).
     Deleting,
     /// Its file could not be made or changed.
     Error,
@@ -129,11 +130,14 @@ pub struct VolumeAttachment {
     pub device: String,
     /// When it was attached (the stores keep milliseconds).
     pub attached: SystemTime,
+    /// Whether the volume goes with the instance: deleted (its file too) when the instance is,
+    /// rather than detached (Nova's `delete_on_termination` of a block device mapping).
+    pub delete_on_termination: bool,
 }
 
 /// Input of [`VolumeStore::create_volume`](crate::VolumeStore::create_volume). The volume is
-/// made `Creating` when it is made from an image (its file is still to be filled), `Available`
-/// otherwise; on no node and attached to nothing.
+/// made `Available`, on no node and attached to nothing: its file is made by the node that first
+/// uses it (from its image, when it has one).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewVolume {
     /// The owning tenant (must exist).
@@ -151,13 +155,10 @@ pub struct NewVolume {
 }
 
 impl NewVolume {
-    /// The status a volume made from this starts in.
+    /// The status a volume made from this starts in: `Available`, from an image too (its file
+    /// is made lazily, by the node that first uses it).
     pub fn status(&self) -> VolumeStatus {
-        if self.image.is_some() {
-            VolumeStatus::Creating
-        } else {
-            VolumeStatus::Available
-        }
+        VolumeStatus::Available
     }
 
     /// `Invalid` for a size of 0 or an oversized name or description.

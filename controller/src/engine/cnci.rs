@@ -173,7 +173,7 @@ impl Engine {
     /// timeout → its START goes again after a backoff; anything else fails the CNCI (and the
     /// instances waiting for it).
     pub(super) fn cnci_start_failed(&self, cnci: &Cnci, failure: &StartFailure, now: SystemTime) {
-        let reason = super::inbound::serde_name(&failure.reason);
+        let reason = super::fault::serde_name(&failure.reason);
         let deadline = cnci.updated + self.config.cnci_timeout;
         if !worth_retrying(failure.reason) || cnci.state != CnciState::Pending || now >= deadline {
             self.cnci_failed(cnci, &format!("START failed: {reason}"));

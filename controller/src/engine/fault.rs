@@ -74,6 +74,15 @@ pub fn of_state_reason(reason: &str, now: SystemTime) -> Fault {
     }
 }
 
+/// The wire name of a serde enum value (`image_failure`): a failure's reason as the frames
+/// name it.
+pub(super) fn serde_name<T: serde::Serialize>(value: &T) -> String {
+    serde_json::to_value(value)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_else(|| "unknown".into())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,6 +11,7 @@ use ssntp::{Operand, Payload};
 use uuid::Uuid;
 
 use super::Engine;
+use super::fault::serde_name;
 use crate::actions;
 use crate::cluster::{ClusterError, Node, NodeKinds, NodeStatus, Trace, TraceHop};
 use store::{
@@ -817,12 +818,4 @@ impl Engine {
             }
         }
     }
-}
-
-/// The wire name of a serde enum value (`image_failure`).
-pub(super) fn serde_name<T: serde::Serialize>(value: &T) -> String {
-    serde_json::to_value(value)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_string))
-        .unwrap_or_else(|| "unknown".into())
 }

@@ -26,17 +26,20 @@
 //! a DELETE, since their START reached the node after the controller had given it up.
 //!
 //! Volumes attached to instances: ATTACH_VOLUME / DETACH_VOLUME out, settled by the nodes' STATS
-//! or undone by their failures (module `volumes`).
+//! or undone by their failures (module `volumes`); instances that boot from a volume, and the
+//! volumes that go with their instances (module `boot`).
 //!
 //! What arrives with its origin (the driver's frames) is checked against it (module `origin`):
 //! a node changes only its own instances, a CNCI only itself; what claims more is refused,
 //! logged and counted ([`Engine::reports_refused`]).
 
+mod boot;
 mod cnci;
 pub mod console;
 pub mod fault;
 pub mod firewall;
 mod inbound;
+mod launch;
 pub mod offhost;
 mod origin;
 mod public_ip;
@@ -128,12 +131,12 @@ use uuid::Uuid;
 
 use crate::actions::{self, ActionKind, ActionTicket};
 use crate::cluster::{
-    Caller, Cluster, ClusterError, InstanceAction, Launch, Node, NodeStatus, Rebuild, ResizeStep,
-    Trace, action_allowed,
+    BootVolume, Caller, Cluster, ClusterError, InstanceAction, Launch, Node, NodeStatus, Rebuild,
+    ResizeStep, Trace, action_allowed,
 };
 use store::{
     EventKind, Flavor, Instance, InstanceChange, InstanceFilter, InstanceState, NewEvent,
-    NewInstance, OperationKind, Page, Scope, Store, StoreError,
+    OperationKind, Page, Scope, Store, StoreError,
 };
 
 pub use run::run;
@@ -265,6 +268,11 @@ struct State {
     volume_ops: volumes::Ops,
     /// When the store's volumes were last read for those (see [`volumes`]).
     volume_scan: Option<SystemTime>,
+    /// Boot volumes whose node is not known yet, with their instance (see [`boot`]).
+    boot_unplaced: HashMap<Uuid, Uuid>,
+    /// Volumes going with their instance (`deleting`) whose file is still to be removed (see
+    /// [`boot`]).
+    volumes_going: HashSet<Uuid>,
 }
 
 /// At most this many unknown instances are remembered (then the set starts again).

@@ -99,7 +99,7 @@ impl Engine {
         restart: bool,
     ) -> Result<(), ClusterError> {
         let plan = self.plan(Scope::Tenant(instance.tenant), instance.workload)?;
-        let start = start_payload(instance, &plan, None, restart);
+        let start = start_payload(instance, &plan, None, restart, None);
         self.store.enqueue_operation(NewOperation {
             host,
             instance: instance.id,
@@ -128,7 +128,7 @@ impl Engine {
                 )))
             })?
             .map_or(instance, |(i, ())| i);
-        let start = start_payload(&placed, plan, None, restart);
+        let start = start_payload(&placed, plan, None, restart, None);
         self.store.enqueue_operation(NewOperation {
             host: host.id,
             instance: placed.id,

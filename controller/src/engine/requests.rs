@@ -10,92 +10,29 @@ impl Cluster for Engine {
         launch: Launch,
         by: &Caller,
     ) -> Result<Vec<Instance>, ClusterError> {
-        if launch.count == 0 || launch.count > Launch::MAX_COUNT {
-            return Err(ClusterError::Invalid(format!(
-                "count must be 1 to {}",
-                Launch::MAX_COUNT
-            )));
-        }
-        if launch.name.trim().is_empty() {
-            return Err(ClusterError::Invalid("an instance needs a name".into()));
-        }
-        if !scope.owns(Some(launch.tenant)) {
-            return Err(StoreError::not_found("tenant", launch.tenant).into());
-        }
-        let on_host_only = self.store.remote_hosts()?.is_empty();
-        if on_host_only {
-            self.require_connected()?;
-        }
-        let tenant_scope = Scope::Tenant(launch.tenant);
-        let plan = self.plan(tenant_scope, launch.workload)?;
-        if on_host_only
-            && let Some(capacity) = self.node_capacity(&plan.flavor)
-            && u64::from(launch.count) > capacity
-        {
-            return Err(ClusterError::OverCapacity {
-                requested: launch.count,
-                capacity,
-            });
-        }
+        let plan = self.launch_plan(scope, &launch)?;
         let mut created = Vec::with_capacity(launch.count as usize);
         let mut failure = None;
         for _ in 0..launch.count {
-            match self.store.create_instance(NewInstance {
-                tenant: launch.tenant,
-                workload: launch.workload,
-                name: launch.name.clone(),
-                key: launch.key.clone(),
-            }) {
-                Ok(instance) => {
-                    if !launch.groups.is_empty()
-                        && let Err(e) =
-                            self.store
-                                .set_port_groups(launch.tenant, instance.id, &launch.groups)
-                    {
-                        // A group deleted since the caller checked it: the port stays in
-                        // `default`.
-                        tracing::warn!(instance = %instance.id, error = %e,
-                            "the instance's security groups could not be set");
-                    }
-                    created.push(instance);
-                }
+            match self.new_instance(&launch) {
+                Ok(instance) => created.push(instance),
                 Err(e) => {
-                    failure = Some(e);
+                    failure = Some(ClusterError::from(e));
                     break;
                 }
             }
         }
-        let mut launched = Vec::with_capacity(created.len());
-        let request_id = actions::request_id_of(by);
-        for instance in created {
-            let ticket = actions::begin(
-                self.store.as_ref(),
-                &request_id,
-                instance.id,
-                ActionKind::Create,
-                by,
-            );
-            let dispatched = self.dispatch(instance, &plan, false);
-            self.finish_action(&ticket, &dispatched);
-            launched.push(dispatched?);
-        }
-        match failure {
-            Some(e) if launched.is_empty() => Err(e.into()),
-            Some(e) => {
-                self.event(
-                    Some(launch.tenant),
-                    EventKind::Warning,
-                    format!(
-                        "launch of {} \"{}\" stopped after {}: {e}",
-                        launch.count,
-                        launch.name,
-                        launched.len()
-                    ),
-                );
-                Err(e.into())
-            }
-            None => Ok(launched),
-        }
+        self.dispatch_launched(&launch, &plan, created, failure, by)
+    }
+
+    fn launch_from_volume(
+        &self,
+        scope: Scope,
+        launch: Launch,
+        boot: BootVolume,
+        by: &Caller,
+    ) -> Result<Vec<Instance>, ClusterError> {
+        self.launch_booted(scope, launch, boot, by)
     }
 
     fn capacity(&self, flavor: &Flavor) -> Result<Option<u64>, ClusterError> {

@@ -1,19 +1,24 @@
 //! Building and sending an instance's START: flavor + image + user data + the tenant's network
 //! plan; its meta data names the instance and carries its SSH key (`public-keys`, and the key
-//! pair's name as `key-name`).
+//! pair's name as `key-name`). An instance that boots from a volume (one attached to it as
+//! [`crate::volumes::ROOT_DEVICE`]) has it as its boot `storage` (`boot`, not `ephemeral`, its
+//! size): the node uses the volume's file as its root disk, made from the START's `image` (the
+//! volume's image, which the workload names) when the node does not hold it yet; a START for a
+//! volume a node holds is pinned to that node.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use ssntp::Payload;
-use ssntp::payload::{FwType, Networking, Requirements, Start, VmType};
+use ssntp::payload::{FwType, Networking, Requirements, Start, Storage, VmType};
 
 use super::{Engine, TenantNetwork};
 use crate::actions;
 use crate::cluster::ClusterError;
+use crate::volumes as rules;
 use store::{
     Cnci, CnciState, EventKind, EventOutcome, Flavor, Image, Instance, InstanceChange,
-    InstanceState, Scope, Workload,
+    InstanceState, Scope, Volume, Workload,
 };
 
 /// What an instance is made from, read once per launch.
@@ -39,12 +44,14 @@ fn hostname(name: &str) -> String {
     }
 }
 
-/// The START of `instance`, with `networking` if its subnet's CNCI is known.
+/// The START of `instance`, with `networking` if its subnet's CNCI is known, booting from
+/// `boot` (its boot volume) if it has one.
 pub(super) fn start_payload(
     instance: &Instance,
     plan: &Plan,
     networking: Option<Networking>,
     restart: bool,
+    boot: Option<&Volume>,
 ) -> Start {
     let hostname = hostname(&instance.name);
     let mut meta = BTreeMap::new();
@@ -57,6 +64,20 @@ pub(super) fn start_payload(
         meta.insert("public-keys".to_string(), key.public_key.clone());
         meta.insert("key-name".to_string(), key.name.clone());
     }
+    // A boot volume is the root disk: the node needs room for it only when it makes it.
+    let boot_mb = boot.map(|v| v.size_gb.saturating_mul(1024));
+    let disk_mb = match boot {
+        Some(v) if v.node.is_some() => 0,
+        Some(_) => boot_mb.unwrap_or(0),
+        None => u32::try_from(plan.flavor.disk_gb.saturating_mul(1024)).unwrap_or(u32::MAX),
+    };
+    // A restart boots the disks its node keeps: there and nowhere else; a rebuild re-makes the
+    // disk on the node it is on; a boot volume's file is on the node that holds it.
+    let pinned = if restart || instance.state == InstanceState::Rebuilding {
+        instance.node
+    } else {
+        None
+    };
     Start {
         instance_uuid: instance.id,
         tenant_uuid: instance.tenant,
@@ -67,19 +88,20 @@ pub(super) fn start_payload(
         requirements: Requirements {
             vcpus: instance.vcpus,
             mem_mb: u32::try_from(instance.memory_mb).unwrap_or(u32::MAX),
-            disk_mb: u32::try_from(plan.flavor.disk_gb.saturating_mul(1024)).unwrap_or(u32::MAX),
+            disk_mb,
             network_node: false,
-            // A restart boots the disks its node keeps: there and nowhere else; a rebuild
-            // re-makes the disk on the node it is on.
-            node_id: if restart || instance.state == InstanceState::Rebuilding {
-                instance.node
-            } else {
-                None
-            },
+            node_id: pinned.or(boot.and_then(|v| v.node)),
             hostname: None,
         },
         networking,
-        storage: None,
+        storage: boot.map(|v| {
+            vec![Storage {
+                id: v.id,
+                boot: true,
+                size_mb: boot_mb.unwrap_or(0),
+                ephemeral: false,
+            }]
+        }),
         user_data: (!plan.workload.user_data.is_empty()).then(|| plan.workload.user_data.clone()),
         meta_data: Some(meta),
         restart,
@@ -123,7 +145,18 @@ impl Engine {
         plan: &Plan,
         restart: bool,
     ) -> Result<Instance, ClusterError> {
+        let boot = rules::boot_volume(self.store.as_ref(), &instance)?;
         if let Some(host) = self.off_host_target(instance.id)? {
+            if let Some(volume) = &boot {
+                return self.undispatched(
+                    instance,
+                    &format!(
+                        "it boots from volume {}, and off-host hosts keep no volumes (no node of \
+                         cumulo's own is ready)",
+                        volume.id
+                    ),
+                );
+            }
             return self.dispatch_off_host(instance, plan, restart, &host);
         }
         let networking = match self.config.tenant_network {
@@ -141,7 +174,7 @@ impl Engine {
             }
         };
         let cnci = networking.as_ref().map(|n| n.concentrator_uuid);
-        let start = start_payload(&instance, plan, networking, restart);
+        let start = start_payload(&instance, plan, networking, restart, boot.as_ref());
         actions::start_sent(self.store.as_ref(), instance.id);
         let sent = self.send(&Payload::Start(Box::new(start)));
         if sent.is_ok() {
@@ -167,26 +200,29 @@ impl Engine {
                 self.firewalls_member_added(instance.tenant);
                 Ok(instance)
             }
-            Err(e) => {
-                self.event(
-                    Some(instance.tenant),
-                    EventKind::Error,
-                    format!("START of instance {} not sent: {e}", instance.id),
-                );
-                actions::start_ended(
-                    self.store.as_ref(),
-                    instance.id,
-                    EventOutcome::error(format!("dispatch_failure: the START was not sent: {e}")),
-                );
-                Ok(self
-                    .set_state(
-                        instance.id,
-                        InstanceState::Error(format!("dispatch_failure: {e}")),
-                        None,
-                    )?
-                    .unwrap_or(instance))
-            }
+            Err(e) => self.undispatched(instance, &e.to_string()),
         }
+    }
+
+    /// `instance`'s START could not go, `why`: the instance in `error` (`dispatch_failure`).
+    fn undispatched(&self, instance: Instance, why: &str) -> Result<Instance, ClusterError> {
+        self.event(
+            Some(instance.tenant),
+            EventKind::Error,
+            format!("START of instance {} not sent: {why}", instance.id),
+        );
+        actions::start_ended(
+            self.store.as_ref(),
+            instance.id,
+            EventOutcome::error(format!("dispatch_failure: the START was not sent: {why}")),
+        );
+        Ok(self
+            .set_state(
+                instance.id,
+                InstanceState::Error(format!("dispatch_failure: {why}")),
+                None,
+            )?
+            .unwrap_or(instance))
     }
 
     /// Sends the START of every instance of the CNCI's subnet that waits for it.

@@ -583,6 +583,7 @@ fn starts_of(sent: &[Payload], id: Uuid) -> usize {
 }
 
 mod actions;
+mod boot;
 mod cnci;
 mod console;
 mod ephemeral;

@@ -33,7 +33,7 @@ use ssntp::{Operand, Payload};
 use uuid::Uuid;
 
 use super::Engine;
-use super::inbound::serde_name;
+use super::fault::serde_name;
 use crate::actions::{self, ActionKind};
 use crate::cluster::{Caller, ClusterError};
 use crate::volumes as rules;
@@ -160,7 +160,7 @@ impl Engine {
         device: Option<String>,
         by: &Caller,
     ) -> Result<Volume, ClusterError> {
-        let (plan, node, size_mb, attaching) = {
+        let (plan, node, size_mb, image, attaching) = {
             // One attach at a time: two attaches to one server must not pick one device.
             let _one = self
                 .volume_lock
@@ -175,13 +175,15 @@ impl Engine {
             )?;
             let node = self.volume_node(&plan.instance, "attach a volume (it is on no node)")?;
             let size_mb = plan.size_mb()?;
+            let image = rules::fill_image(self.store.as_ref(), &plan.volume)?;
             self.require_connected()?;
             let attaching =
                 rules::begin_attach(self.store.as_ref(), &plan, VolumeStatus::Attaching, None)?;
-            (plan, node, size_mb, attaching)
+            (plan, node, size_mb, image, attaching)
         };
         let mut command = VolumeCommand::new(server, volume, node);
         command.size_mb = Some(size_mb);
+        command.image = image;
         command.device = Some(plan.device.clone());
         let op = Op::of_record(&attaching, node)
             .ok_or_else(|| ClusterError::Conflict(format!("volume {volume} changed meanwhile")))?;
@@ -237,6 +239,9 @@ impl Engine {
                     ClusterError::Conflict(format!("volume {volume} changed meanwhile"))
                 })?;
             self.drop_op(volume, Some("the volume was detached by force"));
+            if released.status == VolumeStatus::Deleting {
+                self.volume_going(&released);
+            }
             if let Some(instance) = &instance {
                 let ticket = self.begin_action(instance.id, ActionKind::DetachVolume, by);
                 self.finish_action::<()>(&ticket, &Ok(()));
@@ -435,6 +440,7 @@ impl Engine {
     /// A node's STATS settles the attaches and detaches under way on its instances (see the
     /// module docs).
     pub(super) fn volumes_on_stats(&self, node: Uuid, stats: &Stats) -> Result<(), ClusterError> {
+        self.boot_volumes_on_stats(node, stats)?;
         let due: Vec<(Uuid, Op)> = {
             let state = self.state();
             if state.volume_ops.is_empty() {
@@ -650,6 +656,7 @@ impl Engine {
         };
         for volume in released {
             self.drop_op(volume.id, Some("the instance went first"));
+            self.state().boot_unplaced.remove(&volume.id);
             self.event(
                 Some(instance.tenant),
                 EventKind::Info,
@@ -658,6 +665,9 @@ impl Engine {
                     volume.id, instance.id
                 ),
             );
+            if volume.status == VolumeStatus::Deleting {
+                self.volume_going(&volume);
+            }
         }
     }
 
@@ -670,7 +680,7 @@ impl Engine {
         if due {
             self.scan_volumes(now)?;
         }
-        Ok(())
+        self.sweep_going_volumes()
     }
 
     /// Learns the attaches and detaches under way from the store (started by a previous run, or
@@ -680,7 +690,9 @@ impl Engine {
         let read_at = SystemTime::now();
         let mut found = Ops::new();
         let mut orphans = Vec::new();
-        for volume in self.store.volumes(Scope::All)? {
+        let volumes = self.store.volumes(Scope::All)?;
+        self.learn_boot_volumes(&volumes);
+        for volume in volumes {
             if !matches!(
                 volume.status,
                 VolumeStatus::Attaching | VolumeStatus::Detaching
@@ -720,11 +732,16 @@ impl Engine {
         }
         for (volume, instance) in orphans {
             match rules::release(self.store.as_ref(), volume, instance) {
-                Ok(Some(v)) => self.event(
-                    Some(v.owner),
-                    EventKind::Info,
-                    format!("volume {volume} released: instance {instance} is gone"),
-                ),
+                Ok(Some(v)) => {
+                    self.event(
+                        Some(v.owner),
+                        EventKind::Info,
+                        format!("volume {volume} released: instance {instance} is gone"),
+                    );
+                    if v.status == VolumeStatus::Deleting {
+                        self.volume_going(&v);
+                    }
+                }
                 Ok(None) => {}
                 Err(e) => tracing::warn!(%volume, "volume of a gone instance not released: {e}"),
             }

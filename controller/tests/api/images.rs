@@ -283,7 +283,7 @@ async fn bad_creates_are_refused_and_admins_make_public_images() {
             StatusCode::BAD_REQUEST,
         ),
         (
-            json!({"name": "x", "visibility": "shared"}),
+            json!({"name": "x", "visibility": "hidden"}),
             StatusCode::BAD_REQUEST,
         ),
         (

@@ -5,6 +5,8 @@
 
 mod actions;
 mod attachments;
+mod boot_volume;
+mod boot_volume_cli;
 mod compute;
 mod console;
 mod conventions;
@@ -12,6 +14,7 @@ mod docs;
 mod etcd;
 mod hypervisors;
 mod identity;
+mod image_members;
 mod images;
 mod keypairs;
 mod limits;

@@ -282,10 +282,10 @@ async fn bad_input_is_a_400() {
             Some(json!({"volume": {"size": 1, "imageRef": w.image.id}})),
         )
         .await;
+    // The fixture's image is registered by reference (a file on the nodes): no volume is made
+    // from it (docs/storage.md; tests/api/boot_volume.rs makes volumes from uploaded images).
     assert!(
-        reply
-            .to_string()
-            .contains("volumes from images are not supported yet"),
+        reply.to_string().contains("registered by reference"),
         "{reply}"
     );
     let (status, _, reply) = c.raw(Method::POST, &vols, Some(&a), b"{".to_vec()).await;
@@ -416,6 +416,7 @@ async fn an_attached_volume_is_not_deleted_or_extended() {
             instance,
             device: "/dev/vdb".into(),
             attached: std::time::SystemTime::now(),
+            delete_on_termination: false,
         })),
         ..store::VolumeChange::default()
     };

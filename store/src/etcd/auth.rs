@@ -56,7 +56,7 @@ pub fn launcher_role(prefix: &str) -> String {
 /// usage and address bitmaps and carved blocks, which a deletion releases; creation order,
 /// workload references, instance actions and the gone-instance list, which a deletion trims);
 /// address reservations. Never users, tenants, roles, names, tokens and their revocations,
-/// flavors, images, workloads, events, CNCIs, users' key pairs, volumes.
+/// flavors, images and their members, workloads, events, CNCIs, users' key pairs, volumes.
 pub fn launcher_ranges(prefix: &str) -> Vec<(String, Access)> {
     let root = Keys::new(prefix).root().to_string();
     let read = ["schema", "rhost/", "creds/"];

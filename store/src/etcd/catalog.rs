@@ -1,20 +1,31 @@
-//! Flavors, images and workloads over etcd: [`CatalogStore`] for [`EtcdStore`].
+//! Flavors, images and workloads over etcd: [`CatalogStore`] for [`EtcdStore`] (the tenants
+//! images are shared with: `image_members.rs`).
+
+use std::collections::HashSet;
 
 use uuid::Uuid;
 
 use super::identity::tenant_in;
+use super::image_members;
 use super::records::*;
-use super::{EtcdStore, Tx, all, duplicate};
+use super::{EtcdStore, Tx, all, decode_all, duplicate};
 use crate::common::{check_name, check_version, now};
 use crate::*;
 
 impl EtcdStore {
-    fn make_image(&self, new: NewImage, status: ImageStatus, props: ImageProps) -> Result<Image> {
+    fn make_image(
+        &self,
+        new: NewImage,
+        status: ImageStatus,
+        visibility: Visibility,
+        props: ImageProps,
+    ) -> Result<Image> {
         check_name("image", &new.name)?;
         if new.reference.is_empty() && status == ImageStatus::Active {
             return Err(StoreError::Invalid("empty image reference".into()));
         }
-        let rec = ImageRec::new(Uuid::new_v4(), new, now(), status, props);
+        let rec = ImageRec::new(Uuid::new_v4(), new, now(), status, visibility, props);
+        rec.model().check_visibility()?;
         self.atomically("creating an image", |tx| {
             if let Some(owner) = rec.owner {
                 tenant_in(tx, owner)?;
@@ -82,11 +93,17 @@ impl CatalogStore for EtcdStore {
 
     // --- images ---
     fn create_image(&self, new: NewImage) -> Result<Image> {
-        self.make_image(new, ImageStatus::Active, ImageProps::default())
+        let visibility = Visibility::of_owner(new.owner);
+        self.make_image(new, ImageStatus::Active, visibility, ImageProps::default())
     }
 
-    fn create_queued_image(&self, new: NewImage, props: ImageProps) -> Result<Image> {
-        self.make_image(new, ImageStatus::Queued, props)
+    fn create_queued_image(
+        &self,
+        new: NewImage,
+        visibility: Visibility,
+        props: ImageProps,
+    ) -> Result<Image> {
+        self.make_image(new, ImageStatus::Queued, visibility, props)
     }
 
     fn change_image(&self, scope: Scope, id: Uuid, change: ImageChange) -> Result<Image> {
@@ -113,13 +130,26 @@ impl CatalogStore for EtcdStore {
     }
 
     fn images(&self, scope: Scope) -> Result<Vec<Image>> {
-        let mut all: Vec<Image> = all::<ImageRec>(self, &self.keys.images())?
-            .iter()
-            .filter(|i| scope.sees(i.owner))
-            .map(ImageRec::model)
-            .collect();
-        all.sort_by(|a, b| (&a.name, a.id).cmp(&(&b.name, b.id)));
-        Ok(all)
+        self.read(|tx| {
+            let images = decode_all::<ImageRec>(&tx.range(&tx.keys().images())?)?;
+            let member_of: HashSet<Uuid> = match scope {
+                Scope::All => HashSet::new(),
+                Scope::Tenant(t) => image_members::memberships_in(tx, t)?
+                    .iter()
+                    .map(|m| m.image)
+                    .collect(),
+            };
+            let mut seen: Vec<Image> = images
+                .iter()
+                .map(ImageRec::model)
+                .filter(|i| match scope {
+                    Scope::All => true,
+                    Scope::Tenant(t) => i.seen_by(t, member_of.contains(&i.id)),
+                })
+                .collect();
+            seen.sort_by(|a, b| (&a.name, a.id).cmp(&(&b.name, b.id)));
+            Ok(seen)
+        })
     }
 
     fn delete_image(&self, scope: Scope, id: Uuid) -> Result<()> {
@@ -133,8 +163,56 @@ impl CatalogStore for EtcdStore {
                 return Err(StoreError::Conflict(format!("image {id} is in use")));
             }
             tx.delete(&keys.image(id));
+            tx.delete_prefix(&keys.image_members(id));
             Ok(())
         })
+    }
+
+    fn add_image_member(
+        &self,
+        scope: Scope,
+        image: Uuid,
+        member: Uuid,
+        limit: u32,
+    ) -> Result<ImageMember> {
+        self.atomically("adding an image member", |tx| {
+            let img = image_in(tx, scope, image)?.model();
+            if scope.owns(img.owner) && img.visibility == Visibility::Shared {
+                tenant_in(tx, member)?;
+            }
+            image_members::add_in(tx, scope, &img, member, limit)
+        })
+    }
+
+    fn image_members(&self, scope: Scope, image: Uuid) -> Result<Vec<ImageMember>> {
+        self.read(|tx| {
+            let img = image_in(tx, scope, image)?.model();
+            image_members::of_image_in(tx, scope, &img)
+        })
+    }
+
+    fn set_image_member_status(
+        &self,
+        scope: Scope,
+        image: Uuid,
+        member: Uuid,
+        status: MemberStatus,
+    ) -> Result<ImageMember> {
+        self.atomically("changing an image member", |tx| {
+            image_in(tx, scope, image)?;
+            image_members::set_status_in(tx, scope, image, member, status)
+        })
+    }
+
+    fn remove_image_member(&self, scope: Scope, image: Uuid, member: Uuid) -> Result<()> {
+        self.atomically("removing an image member", |tx| {
+            let img = image_in(tx, scope, image)?.model();
+            image_members::remove_in(tx, scope, &img, member)
+        })
+    }
+
+    fn image_memberships(&self, tenant: Uuid) -> Result<Vec<ImageMember>> {
+        self.read(|tx| image_members::memberships_in(tx, tenant))
     }
 
     // --- workloads ---
@@ -242,12 +320,27 @@ fn flavor_in(tx: &mut Tx<'_>, id: Uuid) -> Result<FlavorRec> {
         .ok_or_else(|| StoreError::not_found("flavor", id))
 }
 
-/// The image `id` if `scope` sees it.
+/// The image `id` if `scope` sees it: a tenant sees public and community images, its own, and
+/// shared images of which it is a member (the membership is read, and compared at commit).
 pub(super) fn image_in(tx: &mut Tx<'_>, scope: Scope, id: Uuid) -> Result<ImageRec> {
     let key = tx.keys().image(id);
-    tx.get_json::<ImageRec>(&key)?
-        .filter(|i| scope.sees(i.owner))
-        .ok_or_else(|| StoreError::not_found("image", id))
+    let rec = tx
+        .get_json::<ImageRec>(&key)?
+        .ok_or_else(|| StoreError::not_found("image", id))?;
+    let seen = match scope {
+        Scope::All => true,
+        Scope::Tenant(t) => {
+            let image = rec.model();
+            let member = image.visibility == Visibility::Shared
+                && image.owner != Some(t)
+                && tx.get(&tx.keys().image_member(id, t))?.is_some();
+            image.seen_by(t, member)
+        }
+    };
+    if !seen {
+        return Err(StoreError::not_found("image", id));
+    }
+    Ok(rec)
 }
 
 /// The workload `id` if `scope` sees it.

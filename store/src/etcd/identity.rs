@@ -98,19 +98,35 @@ impl IdentityStore for EtcdStore {
                     "tenant {id} still has volumes"
                 )));
             }
-            // Private workloads and images go with the tenant (no other tenant can use them).
+            // Its images go with it, and their members; other tenants' workloads of them
+            // (shared or community images) go too, unless an instance uses one. Its own
+            // workloads go, and its memberships of other tenants' images.
+            let images: Vec<Uuid> = decode_all::<ImageRec>(&tx.range(&keys.images())?)?
+                .into_iter()
+                .filter(|i| i.owner == Some(id))
+                .map(|i| i.id)
+                .collect();
             for w in decode_all::<WorkloadRec>(&tx.range(&keys.workloads())?)? {
-                if w.owner == Some(id) {
-                    tx.delete(&keys.workload(w.id));
-                    tx.delete(&keys.reference("flavor", w.flavor, w.id));
-                    tx.delete(&keys.reference("image", w.image, w.id));
-                    tx.delete_prefix(&keys.references("workload", w.id));
+                let own = w.owner == Some(id);
+                if !own && !images.contains(&w.image) {
+                    continue;
                 }
+                if !own && tx.any_under(&keys.references("workload", w.id))? {
+                    return Err(StoreError::Conflict(format!(
+                        "tenant {id} has images that other tenants' instances use"
+                    )));
+                }
+                tx.delete(&keys.workload(w.id));
+                tx.delete(&keys.reference("flavor", w.flavor, w.id));
+                tx.delete(&keys.reference("image", w.image, w.id));
+                tx.delete_prefix(&keys.references("workload", w.id));
             }
-            for i in decode_all::<ImageRec>(&tx.range(&keys.images())?)? {
-                if i.owner == Some(id) {
-                    tx.delete(&keys.image(i.id));
-                }
+            for image in images {
+                tx.delete(&keys.image(image));
+                tx.delete_prefix(&keys.image_members(image));
+            }
+            for m in super::image_members::memberships_in(tx, id)? {
+                tx.delete(&keys.image_member(m.image, id));
             }
             let by_tenant = keys.roles_in_tenant(id);
             for kv in tx.range(&by_tenant)? {

@@ -13,6 +13,7 @@
 //! <prefix>role/user/<user>/<tenant>/<role>       role assignment, by user
 //! <prefix>role/tenant/<tenant>/<user>/<role>     the same, by tenant
 //! <prefix>flavor/<id> | image/<id> | workload/<id>
+//! <prefix>imember/<image>/<tenant>              the tenant is a member of the (shared) image
 //! <prefix>ref/{flavor,image}/<id>/<workload>     "this workload uses it"
 //! <prefix>ref/workload/<id>/<instance>           "this instance uses it"
 //! <prefix>instance/<id>                          instance
@@ -157,6 +158,18 @@ impl Keys {
     }
     pub(super) fn images(&self) -> String {
         self.key(&[&"image", &""])
+    }
+    /// The membership of `tenant` in `image`.
+    pub(super) fn image_member(&self, image: Uuid, tenant: Uuid) -> String {
+        self.key(&[&"imember", &image, &tenant])
+    }
+    /// Every member of `image`.
+    pub(super) fn image_members(&self, image: Uuid) -> String {
+        self.key(&[&"imember", &image, &""])
+    }
+    /// Every member of every image.
+    pub(super) fn all_image_members(&self) -> String {
+        self.key(&[&"imember", &""])
     }
     pub(super) fn workload(&self, id: Uuid) -> String {
         self.key(&[&"workload", &id])
@@ -336,6 +349,10 @@ mod tests {
         assert!(keys.volume(t, v).starts_with(&keys.tenant_volumes(t)));
         assert!(keys.tenant_volumes(t).starts_with(&keys.volumes()));
         assert!(!keys.volume_owner(v).starts_with(&keys.volumes()));
+        assert_eq!(keys.image_member(t, v), format!("/cumulo/imember/{t}/{v}"));
+        assert!(keys.image_member(t, v).starts_with(&keys.image_members(t)));
+        assert!(keys.image_members(t).starts_with(&keys.all_image_members()));
+        assert!(!keys.image(t).starts_with(&keys.all_image_members()));
     }
 
     #[test]

@@ -18,9 +18,9 @@
 //! - "still in use" checks read reference keys (`ref/...`) whose range is compared at commit.
 //!
 //! Limits: one transaction holds at most 128 compares and 128 writes (etcd's `--max-txn-ops`
-//! default), so deleting a tenant that still has more than about 40 private workloads, images and
-//! role assignments fails with `Backend` (delete some first); clearing a tenant's events is done
-//! in batches, each atomic, not as one transaction.
+//! default), so deleting a tenant that still has more than about 40 private workloads, images,
+//! role assignments and image memberships fails with `Backend` (delete some first); clearing a
+//! tenant's events is done in batches, each atomic, not as one transaction.
 //!
 //! Instances are listed in creation order: per tenant by a sequence number kept in the tenant's
 //! record (`order/<tenant>/<seq>` keys), across tenants by the etcd create revision (which etcd
@@ -34,7 +34,8 @@
 //! [`StoreError::Backend`] naming the endpoints.
 //!
 //! This file holds the connection, the reads and the optimistic transactions (`Tx`); each
-//! concern's trait is implemented in the file of that concern (`identity.rs`, `catalog.rs`,
+//! concern's trait is implemented in the file of that concern (`identity.rs`, `catalog.rs` with
+//! `image_members.rs`,
 //! `instances.rs`, `volumes.rs`, `events.rs`, `actions.rs`, `queue.rs`; `reservations.rs` for
 //! the [`ReservationStore`]).
 
@@ -47,6 +48,7 @@ mod catalog;
 mod cluster_tests;
 mod events;
 mod identity;
+mod image_members;
 mod instances;
 mod keypairs;
 mod keys;

@@ -272,6 +272,9 @@ pub(super) struct ImageRec {
     /// 0: when it was made.
     #[serde(default)]
     pub(super) updated_ms: i64,
+    /// Records written before image sharing had none: public without an owner, else private.
+    #[serde(default)]
+    pub(super) visibility: Option<Visibility>,
 }
 
 fn active() -> ImageStatus {
@@ -292,10 +295,12 @@ impl ImageRec {
         new: NewImage,
         created: std::time::SystemTime,
         status: ImageStatus,
+        visibility: Visibility,
         props: ImageProps,
     ) -> ImageRec {
         ImageRec {
             id,
+            visibility: Some(visibility),
             owner: new.owner,
             name: new.name,
             kind: kind_rec(new.kind),
@@ -312,6 +317,7 @@ impl ImageRec {
     pub(super) fn of(image: &Image) -> ImageRec {
         ImageRec {
             id: image.id,
+            visibility: Some(image.visibility),
             owner: image.owner,
             name: image.name.clone(),
             kind: kind_rec(image.kind),
@@ -329,6 +335,9 @@ impl ImageRec {
         Image {
             id: self.id,
             owner: self.owner,
+            visibility: self
+                .visibility
+                .unwrap_or_else(|| Visibility::of_owner(self.owner)),
             name: self.name.clone(),
             kind: match self.kind {
                 KindRec::Qcow2 => ImageKind::Qcow2,
@@ -345,6 +354,28 @@ impl ImageRec {
             } else {
                 from_millis(self.updated_ms)
             },
+        }
+    }
+}
+
+/// A tenant an image is shared with (`imember/<image>/<tenant>`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct MemberRec {
+    pub(super) image: Uuid,
+    pub(super) member: Uuid,
+    pub(super) status: MemberStatus,
+    pub(super) created_ms: i64,
+    pub(super) updated_ms: i64,
+}
+
+impl MemberRec {
+    pub(super) fn model(&self) -> ImageMember {
+        ImageMember {
+            image: self.image,
+            member: self.member,
+            status: self.status,
+            created: from_millis(self.created_ms),
+            updated: from_millis(self.updated_ms),
         }
     }
 }

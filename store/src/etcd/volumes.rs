@@ -42,6 +42,9 @@ struct AttachmentRec {
     instance: Uuid,
     device: String,
     attached_ms: i64,
+    /// Added after the first records: absent is false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    delete_on_termination: bool,
 }
 
 impl VolumeRec {
@@ -60,6 +63,7 @@ impl VolumeRec {
                 instance: a.instance,
                 device: a.device.clone(),
                 attached_ms: millis(a.attached),
+                delete_on_termination: a.delete_on_termination,
             }),
             bootable: v.bootable,
             created_ms: millis(v.created),
@@ -82,6 +86,7 @@ impl VolumeRec {
                 instance: a.instance,
                 device: a.device.clone(),
                 attached: from_millis(a.attached_ms),
+                delete_on_termination: a.delete_on_termination,
             }),
             bootable: self.bootable,
             created: from_millis(self.created_ms),

@@ -1,10 +1,12 @@
 //! Flavors, images and workloads in SQLite: [`CatalogStore`] for [`SqliteStore`], over the
-//! functions below, each of which runs inside the caller's transaction.
+//! functions below (and `image_members.rs` for the tenants images are shared with), each of which
+//! runs inside the caller's transaction.
 
 use rusqlite::{OptionalExtension, Row, Transaction, params};
 use uuid::Uuid;
 
 use super::identity::tenant;
+use super::image_members;
 use super::{
     SqliteStore, bad_column, delete_row, duplicate, int, opt_uuid_at, u32_at, u64_at, uuid_at,
 };
@@ -26,10 +28,24 @@ impl CatalogStore for SqliteStore {
     }
 
     fn create_image(&self, new: NewImage) -> Result<Image> {
-        self.write(|tx| create_image(tx, new, ImageStatus::Active, ImageProps::default()))
+        let visibility = Visibility::of_owner(new.owner);
+        self.write(|tx| {
+            create_image(
+                tx,
+                new,
+                ImageStatus::Active,
+                visibility,
+                ImageProps::default(),
+            )
+        })
     }
-    fn create_queued_image(&self, new: NewImage, props: ImageProps) -> Result<Image> {
-        self.write(|tx| create_image(tx, new, ImageStatus::Queued, props))
+    fn create_queued_image(
+        &self,
+        new: NewImage,
+        visibility: Visibility,
+        props: ImageProps,
+    ) -> Result<Image> {
+        self.write(|tx| create_image(tx, new, ImageStatus::Queued, visibility, props))
     }
     fn change_image(&self, scope: Scope, id: Uuid, change: ImageChange) -> Result<Image> {
         self.write(|tx| change_image(tx, scope, id, change))
@@ -46,8 +62,43 @@ impl CatalogStore for SqliteStore {
             if !scope.owns(image.owner) {
                 return Err(StoreError::not_found("image", id));
             }
+            // Its members go with it (`ON DELETE CASCADE`).
             delete_row(tx, "images", "image", id)
         })
+    }
+
+    fn add_image_member(
+        &self,
+        scope: Scope,
+        image: Uuid,
+        member: Uuid,
+        limit: u32,
+    ) -> Result<ImageMember> {
+        self.write(|tx| {
+            let img = self::image(tx, scope, image)?;
+            image_members::add(tx, scope, &img, member, limit)
+        })
+    }
+    fn image_members(&self, scope: Scope, image: Uuid) -> Result<Vec<ImageMember>> {
+        self.read(|tx| image_members::of_image(tx, scope, &self::image(tx, scope, image)?))
+    }
+    fn set_image_member_status(
+        &self,
+        scope: Scope,
+        image: Uuid,
+        member: Uuid,
+        status: MemberStatus,
+    ) -> Result<ImageMember> {
+        self.write(|tx| {
+            self::image(tx, scope, image)?;
+            image_members::set_status(tx, scope, image, member, status)
+        })
+    }
+    fn remove_image_member(&self, scope: Scope, image: Uuid, member: Uuid) -> Result<()> {
+        self.write(|tx| image_members::remove(tx, scope, &self::image(tx, scope, image)?, member))
+    }
+    fn image_memberships(&self, tenant: Uuid) -> Result<Vec<ImageMember>> {
+        self.read(|tx| image_members::of_tenant(tx, tenant))
     }
 
     fn create_workload(&self, new: NewWorkload) -> Result<Workload> {
@@ -143,7 +194,22 @@ fn visible(scope: Scope) -> (&'static str, Option<String>) {
     }
 }
 
-const IMAGE_COLS: &str = "id, owner, name, kind, reference, created, status, file, props, updated";
+/// The SQL condition and parameter for "image visible in `scope`": public and community images,
+/// the tenant's own, and shared images of which it is a member.
+fn image_visible(scope: Scope) -> (&'static str, Option<String>) {
+    match scope {
+        Scope::All => ("?1 IS NULL", None),
+        Scope::Tenant(t) => (
+            "(owner IS NULL OR owner = ?1 OR visibility = 'community' OR \
+              (visibility = 'shared' AND EXISTS (SELECT 1 FROM image_members m \
+               WHERE m.image_id = images.id AND m.member = ?1)))",
+            Some(t.to_string()),
+        ),
+    }
+}
+
+const IMAGE_COLS: &str =
+    "id, owner, name, kind, reference, created, status, file, props, updated, visibility";
 
 fn json_at<T: serde::de::DeserializeOwned>(row: &Row<'_>, i: usize) -> rusqlite::Result<T> {
     let text: String = row.get(i)?;
@@ -156,9 +222,12 @@ fn image_row(row: &Row<'_>) -> rusqlite::Result<Image> {
     let file: Option<String> = row.get(7)?;
     let created = from_millis(row.get(5)?);
     let updated: i64 = row.get(9)?;
+    let visibility: String = row.get(10)?;
     Ok(Image {
         id: uuid_at(row, 0)?,
         owner: opt_uuid_at(row, 1)?,
+        visibility: Visibility::parse(&visibility)
+            .ok_or_else(|| bad_column(10, format!("unknown visibility {visibility:?}")))?,
         name: row.get(2)?,
         kind: match kind.as_str() {
             "qcow2" => ImageKind::Qcow2,
@@ -197,6 +266,7 @@ pub(super) fn create_image(
     tx: &Transaction<'_>,
     new: NewImage,
     status: ImageStatus,
+    visibility: Visibility,
     props: ImageProps,
 ) -> Result<Image> {
     check_name("image", &new.name)?;
@@ -210,6 +280,7 @@ pub(super) fn create_image(
     let image = Image {
         id: Uuid::new_v4(),
         owner: new.owner,
+        visibility,
         name: new.name,
         kind: new.kind,
         reference: new.reference,
@@ -219,9 +290,10 @@ pub(super) fn create_image(
         props,
         updated: at,
     };
+    image.check_visibility()?;
     tx.execute(
-        "INSERT INTO images (id, owner, name, kind, reference, created, status, props, updated) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?6)",
+        "INSERT INTO images (id, owner, name, kind, reference, created, status, props, updated, \
+         visibility) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?6, ?9)",
         params![
             image.id.to_string(),
             image.owner.map(|o| o.to_string()),
@@ -231,6 +303,7 @@ pub(super) fn create_image(
             millis(image.created),
             image.status.as_str(),
             props_text(&image.props)?,
+            image.visibility.as_str(),
         ],
     )?;
     Ok(image)
@@ -263,7 +336,7 @@ pub(super) fn change_image(
     };
     tx.execute(
         "UPDATE images SET owner = ?2, name = ?3, kind = ?4, reference = ?5, status = ?6, \
-         file = ?7, props = ?8, updated = ?9 WHERE id = ?1",
+         file = ?7, props = ?8, updated = ?9, visibility = ?10 WHERE id = ?1",
         params![
             id.to_string(),
             new.owner.map(|o| o.to_string()),
@@ -274,13 +347,14 @@ pub(super) fn change_image(
             file,
             props_text(&new.props)?,
             millis(new.updated),
+            new.visibility.as_str(),
         ],
     )?;
     Ok(new)
 }
 
 pub(super) fn image(tx: &Transaction<'_>, scope: Scope, id: Uuid) -> Result<Image> {
-    let (cond, param) = visible(scope);
+    let (cond, param) = image_visible(scope);
     tx.query_row(
         &format!("SELECT {IMAGE_COLS} FROM images WHERE {cond} AND id = ?2"),
         params![param, id.to_string()],
@@ -291,7 +365,7 @@ pub(super) fn image(tx: &Transaction<'_>, scope: Scope, id: Uuid) -> Result<Imag
 }
 
 pub(super) fn images(tx: &Transaction<'_>, scope: Scope) -> Result<Vec<Image>> {
-    let (cond, param) = visible(scope);
+    let (cond, param) = image_visible(scope);
     let mut stmt = tx.prepare(&format!(
         "SELECT {IMAGE_COLS} FROM images WHERE {cond} ORDER BY name, id"
     ))?;

@@ -233,6 +233,25 @@ pub(super) fn delete_tenant(tx: &Transaction<'_>, id: Uuid) -> Result<()> {
             "tenant {id} still has volumes"
         )));
     }
+    // Its images go with it: other tenants' workloads of them (shared or community images) go
+    // too, unless an instance uses one. Its memberships of other tenants' images go by cascade.
+    let used_by_others: bool = tx.query_row(
+        "SELECT EXISTS (SELECT 1 FROM instances i JOIN workloads w ON w.id = i.workload_id
+             JOIN images m ON m.id = w.image_id
+             WHERE m.owner = ?1 AND w.owner IS NOT ?1)",
+        [id.to_string()],
+        |r| r.get(0),
+    )?;
+    if used_by_others {
+        return Err(StoreError::Conflict(format!(
+            "tenant {id} has images that other tenants' instances use"
+        )));
+    }
+    tx.execute(
+        "DELETE FROM workloads WHERE owner IS NOT ?1
+             AND image_id IN (SELECT id FROM images WHERE owner = ?1)",
+        [id.to_string()],
+    )?;
     // Private workloads go before private images (a workload refers to its image).
     tx.execute("DELETE FROM workloads WHERE owner = ?1", [id.to_string()])?;
     tx.execute("DELETE FROM images WHERE owner = ?1", [id.to_string()])?;

@@ -23,6 +23,7 @@ mod actions;
 mod catalog;
 mod events;
 mod identity;
+mod image_members;
 mod instances;
 mod keypairs;
 mod networking;

@@ -284,6 +284,27 @@ CREATE TABLE volumes (
 );
 CREATE INDEX volumes_owner ON volumes(owner, created, id);
 "#,
+    // 14: image sharing: an image's visibility (`public` exactly when it has no owner, else
+    // `private`, `shared` or `community`; existing images are public or private as their owner
+    // says) and the members of shared images (going with the image and with the member tenant).
+    r#"
+ALTER TABLE images ADD COLUMN visibility TEXT NOT NULL DEFAULT 'private';
+UPDATE images SET visibility = 'public' WHERE owner IS NULL;
+CREATE TABLE image_members (
+    image_id TEXT NOT NULL REFERENCES images(id) ON DELETE CASCADE,
+    member TEXT NOT NULL REFERENCES tenants(id) ON DELETE CASCADE,
+    status TEXT NOT NULL,
+    created INTEGER NOT NULL,
+    updated INTEGER NOT NULL,
+    PRIMARY KEY (image_id, member)
+);
+CREATE INDEX image_members_member ON image_members(member, image_id);
+"#,
+    // 15: a volume attachment's `delete_on_termination` (a boot volume that goes with its
+    // server); existing attachments keep their volumes.
+    r#"
+ALTER TABLE volumes ADD COLUMN attachment_delete_on_termination INTEGER NOT NULL DEFAULT 0;
+"#,
 ];
 
 /// The newest schema version this code knows.
@@ -396,6 +417,68 @@ mod tests {
             store.delete_tenant(tenant),
             Err(StoreError::Conflict(_))
         ));
+    }
+
+    /// A version 13 database with a public and a private image: migration 14 keeps them public
+    /// and private, with no members; the private one can then be shared.
+    #[test]
+    fn a_version_13_database_gains_image_visibility_and_members() {
+        use crate::{CatalogStore, ImageChange, MAX_IMAGE_MEMBERS, MemberStatus, Visibility};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v13.db");
+        let (owner, other) = (
+            "00000000-0000-0000-0000-000000000001",
+            "00000000-0000-0000-0000-000000000002",
+        );
+        let (public, private) = (
+            "00000000-0000-0000-0000-00000000000a",
+            "00000000-0000-0000-0000-00000000000b",
+        );
+        database_at(
+            &path,
+            13,
+            &format!(
+                "INSERT INTO tenants VALUES ('{owner}', 'o', NULL, NULL, NULL, 24, 0, 1);
+                 INSERT INTO tenants VALUES ('{other}', 't', NULL, NULL, NULL, 24, 0, 1);
+                 INSERT INTO images (id, owner, name, kind, reference, created)
+                     VALUES ('{public}', NULL, 'p', 'raw', 'p.raw', 0);
+                 INSERT INTO images (id, owner, name, kind, reference, created)
+                     VALUES ('{private}', '{owner}', 'q', 'raw', 'q.raw', 0);"
+            ),
+        );
+        let store = SqliteStore::open(&path).unwrap();
+        assert_eq!(store.schema_version().unwrap(), known_version());
+        let (owner, other) = (owner.parse().unwrap(), other.parse().unwrap());
+        let (public, private) = (public.parse().unwrap(), private.parse().unwrap());
+        let all = store.images(Scope::All).unwrap();
+        let visibility: Vec<_> = all.iter().map(|i| (i.id, i.visibility)).collect();
+        assert_eq!(
+            visibility,
+            [(public, Visibility::Public), (private, Visibility::Private)]
+        );
+        assert!(store.image_memberships(other).unwrap().is_empty());
+        assert!(store.image(Scope::Tenant(other), private).is_err());
+        store
+            .change_image(
+                Scope::Tenant(owner),
+                private,
+                ImageChange {
+                    visibility: Some(Visibility::Shared),
+                    ..ImageChange::default()
+                },
+            )
+            .unwrap();
+        let member = store
+            .add_image_member(Scope::Tenant(owner), private, other, MAX_IMAGE_MEMBERS)
+            .unwrap();
+        assert_eq!(member.status, MemberStatus::Pending);
+        assert_eq!(
+            store
+                .image(Scope::Tenant(other), private)
+                .unwrap()
+                .visibility,
+            Visibility::Shared
+        );
     }
 
     /// A version 8 database with a user and an instance: migrations 9 and 10 give the instance no key,

@@ -1,6 +1,7 @@
 //! Tenants' volumes in SQLite: [`VolumeStore`] for [`SqliteStore`], one row per volume in
-//! `volumes` (migration 13). Every write is one `BEGIN IMMEDIATE` transaction, so a quota check
-//! and the write it allows are never split by another writer.
+//! `volumes` (migration 13; an attachment's `delete_on_termination`: migration 15). Every write
+//! is one `BEGIN IMMEDIATE` transaction, so a quota check and the write it allows are never split
+//! by another writer.
 
 use rusqlite::types::Value;
 use rusqlite::{OptionalExtension, Row, Transaction, params, params_from_iter};
@@ -50,7 +51,7 @@ impl VolumeStore for SqliteStore {
 
 const COLS: &str = "id, owner, name, description, size_gb, status, image_id, node, \
      attachment_id, attachment_instance, attachment_device, attachment_attached, bootable, \
-     created, updated";
+     created, updated, attachment_delete_on_termination";
 
 fn row(row: &Row<'_>) -> rusqlite::Result<Volume> {
     let status: String = row.get(5)?;
@@ -60,6 +61,7 @@ fn row(row: &Row<'_>) -> rusqlite::Result<Volume> {
             instance: uuid_at(row, 9)?,
             device: row.get(10)?,
             attached: from_millis(row.get(11)?),
+            delete_on_termination: row.get(15)?,
         }),
         None => None,
     };
@@ -101,7 +103,7 @@ fn create(tx: &Transaction<'_>, new: NewVolume, limits: VolumeLimits) -> Result<
     tx.execute(
         &format!(
             "INSERT INTO volumes ({COLS}) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, NULL, NULL, NULL, NULL, NULL, ?8, ?9, ?9)"
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, NULL, NULL, NULL, NULL, NULL, ?8, ?9, ?9, 0)"
         ),
         params![
             volume.id.to_string(),
@@ -135,7 +137,8 @@ fn change_volume(
     tx.execute(
         "UPDATE volumes SET name = ?2, description = ?3, size_gb = ?4, status = ?5, node = ?6, \
          attachment_id = ?7, attachment_instance = ?8, attachment_device = ?9, \
-         attachment_attached = ?10, bootable = ?11, updated = ?12 WHERE id = ?1",
+         attachment_attached = ?10, bootable = ?11, updated = ?12, \
+         attachment_delete_on_termination = ?13 WHERE id = ?1",
         params![
             id.to_string(),
             new.name,
@@ -149,6 +152,7 @@ fn change_volume(
             a.map(|a| millis(a.attached)),
             new.bootable,
             millis(new.updated),
+            a.is_some_and(|a| a.delete_on_termination),
         ],
     )?;
     Ok(new)

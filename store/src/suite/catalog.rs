@@ -152,6 +152,7 @@ pub(crate) fn uploaded_images_go_from_queued_to_active<F: Fixture>() {
                 kind: ImageKind::Raw,
                 reference: String::new(),
             },
+            Visibility::Private,
             props.clone(),
         )
         .unwrap();

@@ -1,7 +1,7 @@
 //! The behaviour every [`Store`] must have, as test functions generic over a [`Fixture`], one
-//! module per concern (`identity`, `keypairs`, `catalog`, `instances`, `volumes`, `events`,
-//! `actions`, `queue`, and `guarantees` for what holds across them); an implementation runs them all with
-//! `crate::store_suite!(MyFixture);` in its test module.
+//! module per concern (`identity`, `keypairs`, `catalog`, `image_members`, `instances`,
+//! `volumes`, `events`, `actions`, `queue`, and `guarantees` for what holds across them); an
+//! implementation runs them all with `crate::store_suite!(MyFixture);` in its test module.
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]
 
@@ -10,6 +10,7 @@ pub(crate) mod catalog;
 pub(crate) mod events;
 pub(crate) mod guarantees;
 pub(crate) mod identity;
+pub(crate) mod image_members;
 pub(crate) mod instances;
 pub(crate) mod keypairs;
 pub(crate) mod networking;
@@ -46,6 +47,8 @@ macro_rules! store_suite {
                 a_password_change_or_a_role_removal_ends_the_users_tokens;
             catalog: catalog_crud, ephemeral_workloads_are_kept_as_such,
                 uploaded_images_go_from_queued_to_active;
+            image_members: images_are_shared_with_their_members,
+                members_go_with_their_image_and_their_tenant;
             instances: instance_crud, parallel_creates_respect_the_quota, vcpu_and_memory_quotas,
                 addresses_are_allocated_and_reused, small_subnets_get_distinct_keys, subnets_run_out, cnci_lifecycle,
                 ten_thousand_instances_page_quickly, a_fault_is_kept_while_in_error,

@@ -76,7 +76,7 @@ pub(crate) fn volume_crud<F: Fixture>() {
             ..new_volume(acme.id, &"n".repeat(Volume::MAX_TEXT), 20)
         };
         let a2 = store.create_volume(from_image, NO_LIMITS).unwrap();
-        assert_eq!(a2.status, VolumeStatus::Creating);
+        assert_eq!(a2.status, VolumeStatus::Available);
         assert_eq!((a2.image, a2.bootable), (Some(image.id), true));
         let b1 = store
             .create_volume(new_volume(beta.id, "b1", 3), NO_LIMITS)
@@ -310,6 +310,7 @@ pub(crate) fn an_attached_volume_is_not_deleted_nor_its_tenant<F: Fixture>() {
         instance: Uuid::new_v4(),
         device: "/dev/vdb".into(),
         attached: UNIX_EPOCH + std::time::Duration::from_millis(1_700_000_000_123),
+        delete_on_termination: true,
     };
     let attach = VolumeChange {
         expect: Some(VolumeStatus::Available),

@@ -1,11 +1,12 @@
-//! [`CatalogStore`]: what instances are made of — flavors (global), images and workloads (public
-//! or private to a tenant).
+//! [`CatalogStore`]: what instances are made of — flavors (global), images (public, or a
+//! tenant's: private, shared with other tenants, its members, or community) and workloads
+//! (public or private to a tenant).
 
 use uuid::Uuid;
 
 use crate::{
-    Flavor, Image, ImageChange, ImageProps, NewFlavor, NewImage, NewWorkload, Result, Scope,
-    Workload, WorkloadChange,
+    Flavor, Image, ImageChange, ImageMember, ImageProps, MemberStatus, NewFlavor, NewImage,
+    NewWorkload, Result, Scope, Visibility, Workload, WorkloadChange,
 };
 
 /// Flavors, images and workloads. Every call is one transaction.
@@ -21,20 +22,60 @@ pub trait CatalogStore: Send + Sync {
     fn delete_flavor(&self, id: Uuid) -> Result<()>;
 
     // --- images ---
-    /// Creates an image (its owner, if any, must exist), active from the start.
+    /// Creates an image (its owner, if any, must exist), active from the start: public without
+    /// an owner, private with one.
     fn create_image(&self, new: NewImage) -> Result<Image>;
     /// Creates an image through the Image API: `queued` (no data yet: `new.reference` may be
-    /// empty), with `props`.
-    fn create_queued_image(&self, new: NewImage, props: ImageProps) -> Result<Image>;
+    /// empty), `visibility` (public exactly when it has no owner, else `Invalid`), with `props`.
+    fn create_queued_image(
+        &self,
+        new: NewImage,
+        visibility: Visibility,
+        props: ImageProps,
+    ) -> Result<Image>;
     /// Changes an image owned in `scope` (`NotFound` for one it does not own; `Conflict` if
     /// `change.expect` is not its status).
     fn change_image(&self, scope: Scope, id: Uuid, change: ImageChange) -> Result<Image>;
-    /// One image visible in `scope`.
+    /// One image visible in `scope`: in a tenant's, public and community images, its own, and
+    /// shared images of which it is a member (whatever its status).
     fn image(&self, scope: Scope, id: Uuid) -> Result<Image>;
-    /// The images visible in `scope`, by name.
+    /// The images visible in `scope` (as [`CatalogStore::image`] sees them), by name. Which of
+    /// them a listing shows (accepted members only, community images only when asked) is the
+    /// caller's choice, with [`CatalogStore::image_memberships`].
     fn images(&self, scope: Scope) -> Result<Vec<Image>>;
-    /// Deletes an image owned in `scope` that no workload uses.
+    /// Deletes an image owned in `scope` that no workload uses; its members go with it.
     fn delete_image(&self, scope: Scope, id: Uuid) -> Result<()>;
+
+    // --- image members (the tenants a shared image is shared with) ---
+    /// Adds tenant `member` to image `image`, owned in `scope` and shared: `pending`.
+    /// `NotFound` for an image `scope` does not own, or a tenant that does not exist; `Invalid`
+    /// for an image that is not shared, or its owner; `Conflict` for a member it has already;
+    /// `QuotaExceeded` ([`ImageMembers`](crate::QuotaKind::ImageMembers)) when it has `limit`
+    /// members already.
+    fn add_image_member(
+        &self,
+        scope: Scope,
+        image: Uuid,
+        member: Uuid,
+        limit: u32,
+    ) -> Result<ImageMember>;
+    /// The members of image `image` (visible in `scope`) that `scope` sees, by when they were
+    /// added: all of them for its owner (and [`Scope::All`]), only its own for a member.
+    fn image_members(&self, scope: Scope, image: Uuid) -> Result<Vec<ImageMember>>;
+    /// Sets the status of tenant `member` of image `image`, as the member (`Scope::Tenant` of
+    /// `member`, which must see the image) or [`Scope::All`]; `NotFound` otherwise.
+    fn set_image_member_status(
+        &self,
+        scope: Scope,
+        image: Uuid,
+        member: Uuid,
+        status: MemberStatus,
+    ) -> Result<ImageMember>;
+    /// Removes tenant `member` from image `image`, owned in `scope` (`NotFound` for an image it
+    /// does not own or a tenant that is not a member).
+    fn remove_image_member(&self, scope: Scope, image: Uuid, member: Uuid) -> Result<()>;
+    /// The memberships of `tenant` (whatever the images' visibility now), by image.
+    fn image_memberships(&self, tenant: Uuid) -> Result<Vec<ImageMember>>;
 
     // --- workloads ---
     /// Creates a workload; its flavor must exist and its image be visible to its owner.

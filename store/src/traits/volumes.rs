@@ -12,7 +12,7 @@ use crate::{NewVolume, Result, Scope, Volume, VolumeChange, VolumeLimits};
 /// [`IdentityStore::delete_tenant`]: crate::IdentityStore::delete_tenant
 pub trait VolumeStore: Send + Sync {
     /// Creates a volume of an existing tenant (`NotFound` otherwise, and for an image the tenant
-    /// does not see), `Creating` if made from an image, else `Available` (see [`NewVolume`]):
+    /// does not see), `Available` (from an image too: see [`NewVolume`]):
     /// `Invalid` for a size of 0 or a name or description over [`Volume::MAX_TEXT`] bytes;
     /// `QuotaExceeded` (`Volumes`) when the tenant has `limits.volumes` volumes already,
     /// (`Gigabytes`) when its volumes' GiB and the new size would pass `limits.gigabytes`.

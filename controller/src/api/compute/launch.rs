@@ -12,6 +12,13 @@
 //! (`[{"name": ...}]`, a name or an id each) names the project's security groups for the
 //! instances' ports (400 for one it does not have, as Nova answers); without it, `default`.
 //!
+//! A server may boot from a volume instead (`block_device_mapping_v2`, read by [`super::bdm`]):
+//! an existing bootable volume of the project (its image is the workload's; one server only), or
+//! a new volume per server made from `imageRef`'s image (`volume_size` GiB, which the image must
+//! fit in; counted against the project's volume quota). The cluster attaches it to the server
+//! as its root disk (`/dev/vda`, `in-use`) and boots from it
+//! ([`Cluster::launch_from_volume`](crate::cluster::Cluster::launch_from_volume)).
+//!
 //! Deletes (and actions) act in the token's project only, admins included (unlike Nova, where an
 //! admin may act on any project's server): another project's servers are changed through the
 //! native API.
@@ -27,12 +34,14 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use super::BASE;
+use super::bdm::{self, Root};
 use crate::api::extract::{JsonBody, PathParams, path_id};
 use crate::api::{ApiError, ApiState, Principal};
-use crate::cluster::{ClusterError, Launch};
+use crate::cluster::{BootVolume, ClusterError, Launch};
+use crate::volumes as rules;
 use store::{
-    CatalogStore, IdentityStore, InstanceKey, Keypair, KeypairStore, NetworkStore, NewWorkload,
-    Scope, SecurityGroup, StoreError,
+    CatalogStore, IdentityStore, Image, InstanceKey, Keypair, KeypairStore, NetworkStore,
+    NewWorkload, Scope, SecurityGroup, Store, StoreError, VolumeLimits,
 };
 
 /// The most user data accepted, decoded (Nova's limit).
@@ -60,6 +69,10 @@ struct ServerCreate {
     key_name: Option<Value>,
     #[serde(default)]
     security_groups: Option<Value>,
+    #[serde(default)]
+    block_device_mapping_v2: Option<Value>,
+    #[serde(default)]
+    block_device_mapping: Option<Value>,
 }
 
 /// The id in a reference that may be a bare id or a URL ending in one.
@@ -111,7 +124,8 @@ fn count(name: &str, value: &Option<Value>) -> Result<Option<u32>, ApiError> {
 struct Plan {
     name: String,
     flavor: Uuid,
-    image: Uuid,
+    /// What its root disk is made from: its image, or a volume.
+    root: Root,
     user_data: String,
     min: u32,
     max: u32,
@@ -129,13 +143,15 @@ fn plan(server: ServerCreate) -> Result<Plan, ApiError> {
     }
     let flavor = reference_id("Flavor", &server.flavor_ref)?;
     let image = match &server.image_ref {
-        Some(r) if r.as_str() != Some("") => reference_id("Image", r)?,
-        _ => {
-            return Err(ApiError::BadRequest(
-                "imageRef is required (booting from volume is not supported)".into(),
-            ));
-        }
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) if s.is_empty() => None,
+        Some(r) => Some(reference_id("Image", r)?),
     };
+    let root = bdm::root(
+        image,
+        server.block_device_mapping_v2.as_ref(),
+        server.block_device_mapping.as_ref(),
+    )?;
     let user_data = match server.user_data {
         None => String::new(),
         Some(encoded) => decode_user_data(&encoded)?,
@@ -178,10 +194,15 @@ fn plan(server: ServerCreate) -> Result<Plan, ApiError> {
             )));
         }
     };
+    if matches!(root, Root::Volume { .. }) && max > 1 {
+        return Err(ApiError::BadRequest(
+            "Cannot attach one or more volumes to multiple instances".into(),
+        ));
+    }
     Ok(Plan {
         name,
         flavor,
-        image,
+        root,
         user_data,
         min,
         max,
@@ -338,6 +359,73 @@ pub fn workload_for(
     Ok(workload.id)
 }
 
+/// Image `id` as the tenant boots it: 400 when it does not see it or it is not active.
+fn bootable_image(store: &dyn Store, tenant: Uuid, id: Uuid) -> Result<Image, ApiError> {
+    let image = store
+        .image(Scope::Tenant(tenant), id)
+        .map_err(|e| match e {
+            StoreError::NotFound { .. } => {
+                ApiError::BadRequest(format!("Image {id} could not be found."))
+            }
+            other => other.into(),
+        })?;
+    if image.status != store::ImageStatus::Active {
+        return Err(ApiError::BadRequest(format!("Image {id} is not active.")));
+    }
+    Ok(image)
+}
+
+/// The image a server of `root` is made from (its workload's), and the volume it boots from, if
+/// it boots from one: an existing volume's image (it must still be one the tenant may boot), or
+/// the image of a new volume (which must fit in it).
+fn boot_of(
+    store: &dyn Store,
+    tenant: Uuid,
+    root: &Root,
+    limits: VolumeLimits,
+) -> Result<(Uuid, Option<BootVolume>), ApiError> {
+    match *root {
+        Root::Image(id) => Ok((bootable_image(store, tenant, id)?.id, None)),
+        Root::Volume {
+            id,
+            delete_on_termination,
+        } => {
+            let volume = rules::plan_boot(store, tenant, id).map_err(|e| match e {
+                // Nova's own words, without the cluster's prefix.
+                ClusterError::Invalid(message) => ApiError::BadRequest(message),
+                other => other.into(),
+            })?;
+            let image = volume.image.ok_or_else(|| {
+                ApiError::BadRequest(format!("Block Device {id} is not bootable."))
+            })?;
+            let image = bootable_image(store, tenant, image).map_err(|e| {
+                ApiError::BadRequest(format!(
+                    "volume {id} boots with the image it was made from, {image}: {e}"
+                ))
+            })?;
+            let boot = BootVolume::Volume {
+                id,
+                delete_on_termination,
+            };
+            Ok((image.id, Some(boot)))
+        }
+        Root::NewVolume {
+            image,
+            size_gb,
+            delete_on_termination,
+        } => {
+            let image = bootable_image(store, tenant, image)?;
+            rules::check_volume_image(&image, size_gb, false).map_err(ApiError::BadRequest)?;
+            let boot = BootVolume::Image {
+                size_gb,
+                delete_on_termination,
+                limits,
+            };
+            Ok((image.id, Some(boot)))
+        }
+    }
+}
+
 /// `POST /servers`.
 pub async fn create(
     State(state): State<ApiState>,
@@ -348,6 +436,7 @@ pub async fn create(
     let by = caller.who();
     let user = caller.user;
     let plan = plan(request.server)?;
+    let volume_limits = state.config.volume_limits;
     let instances = state
         .cluster(move |store, cluster| {
             let flavor = store.flavor(plan.flavor).map_err(|e| match e {
@@ -356,20 +445,7 @@ pub async fn create(
                 }
                 other => other.into(),
             })?;
-            let image = store
-                .image(Scope::Tenant(tenant), plan.image)
-                .map_err(|e| match e {
-                    StoreError::NotFound { .. } => {
-                        ApiError::BadRequest(format!("Image {} could not be found.", plan.image))
-                    }
-                    other => other.into(),
-                })?;
-            if image.status != store::ImageStatus::Active {
-                return Err(ApiError::BadRequest(format!(
-                    "Image {} is not active.",
-                    plan.image
-                )));
-            }
+            let (image, boot) = boot_of(store, tenant, &plan.root, volume_limits)?;
             let key = plan
                 .key_name
                 .as_deref()
@@ -393,8 +469,7 @@ pub async fn create(
             }
             let room = room.min(capacity);
             let count = u32::try_from(room.min(u64::from(plan.max))).unwrap_or(plan.max);
-            let workload =
-                workload_for(store, tenant, flavor.id, plan.image, &plan.user_data, false)?;
+            let workload = workload_for(store, tenant, flavor.id, image, &plan.user_data, false)?;
             // The ports' groups, unless only `default` (what a port has when none are set).
             let ids: Vec<Uuid> = if groups.len() == 1 && groups[0].default {
                 Vec::new()
@@ -409,7 +484,12 @@ pub async fn create(
                 key,
                 groups: ids,
             };
-            let instances = cluster.launch(Scope::Tenant(tenant), launch, &by)?;
+            let instances = match boot {
+                None => cluster.launch(Scope::Tenant(tenant), launch, &by)?,
+                Some(boot) => {
+                    cluster.launch_from_volume(Scope::Tenant(tenant), launch, boot, &by)?
+                }
+            };
             let names: Vec<String> = groups.into_iter().map(|g| g.name).collect();
             Ok((instances, names))
         })
@@ -462,7 +542,10 @@ mod tests {
             "imageRef": format!("http://x/images/{i}"), "user_data": STANDARD.encode("#cloud-config\n"),
             "min_count": "2", "max_count": 3, "networks": "auto"}))
         .unwrap();
-        assert_eq!((ok.flavor, ok.image, ok.min, ok.max), (f, i, 2, 3));
+        assert_eq!(
+            (ok.flavor, &ok.root, ok.min, ok.max),
+            (f, &Root::Image(i), 2, 3)
+        );
         assert_eq!(ok.user_data, "#cloud-config\n");
         for bad in [
             json!({"name": "", "flavorRef": f.to_string(), "imageRef": i.to_string()}),

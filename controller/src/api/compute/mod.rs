@@ -8,6 +8,7 @@
 //! names the version used.
 
 mod actions;
+mod bdm;
 mod console;
 mod flavors;
 mod hypervisors;

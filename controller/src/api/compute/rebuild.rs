@@ -1,7 +1,8 @@
 //! The `rebuild` server action: the same server (id, addresses, node) with its disk made anew
 //! from `imageRef` (the server's image, or another), its user data kept or replaced, its name
 //! kept or changed. 202 with the server (status `REBUILD`); 409 unless it is ACTIVE or SHUTOFF;
-//! 400 for an image the project cannot see. The engine does it with a DELETE then a START pinned
+//! 400 for an image the project cannot see, and for another image than its own for a server
+//! booted from a volume (its root disk is the volume, which a rebuild keeps). The engine does it with a DELETE then a START pinned
 //! to the node (`crate::engine`'s `rebuild` module).
 
 use serde_json::Value;
@@ -83,6 +84,13 @@ pub fn target_workload(
     }
     let own = store.workload(Scope::All, instance.workload)?;
     let image = image.unwrap_or(own.image);
+    // The root disk of a server booted from a volume is the volume: a rebuild makes the server
+    // anew on it, and cannot put another image on it (Nova's answer before 2.93).
+    if image != own.image && crate::volumes::boot_volume(store, instance)?.is_some() {
+        return Err(ApiError::BadRequest(
+            "Unable to rebuild with a different image for a volume-backed server.".into(),
+        ));
+    }
     match store.image(Scope::Tenant(instance.tenant), image) {
         Ok(i) if i.status != store::ImageStatus::Active => {
             return Err(ApiError::BadRequest(format!(

@@ -125,7 +125,7 @@ pub async fn action(
             let nets = {
                 let instance = instance.clone();
                 state
-                    .store(move |store| Ok(super::servers::port_nets(store, &[instance])?))
+                    .store(move |store| Ok(super::servers::related(store, &[instance])?))
                     .await?
             };
             let server = super::servers::detailed(

@@ -7,6 +7,8 @@
 //! admins). Listings leave out instances being deleted, as Nova does. The `name` filter
 //! matches a substring (Nova: a regular expression); `status` an exact status; admins may add
 //! `all_tenants`. `user_id` is empty: the store does not record who created an instance.
+//! `os-extended-volumes:volumes_attached` lists the server's volumes (`id`,
+//! `delete_on_termination`); a server booted from a volume shows `image` `""`, as Nova's.
 
 use std::collections::HashMap;
 
@@ -69,25 +71,30 @@ fn host_id(tenant: Uuid, node: Option<Uuid>) -> String {
     })
 }
 
-/// What the Networking API says of a server's port: its security groups' names and the
-/// floating IPs associated with it.
+/// What the Networking and Block Storage APIs say of a server: its port's security groups'
+/// names, the floating IPs associated with it, the volumes attached to it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PortNet {
+pub struct Related {
     /// The names of its port's groups.
     pub groups: Vec<String>,
     /// Its floating addresses.
     pub floating: Vec<std::net::Ipv4Addr>,
+    /// Its volumes (attached, or being attached or detached), by device: each volume's id and
+    /// whether it goes with the server (`delete_on_termination`).
+    pub volumes: Vec<(Uuid, bool)>,
+    /// Whether it boots from a volume (one is attached as its root disk).
+    pub boots_from_volume: bool,
 }
 
-/// The [`PortNet`] of each of `instances`, read per tenant.
-pub fn port_nets(
+/// The [`Related`] of each of `instances`, read per tenant.
+pub fn related(
     store: &dyn store::Store,
     instances: &[Instance],
-) -> Result<HashMap<Uuid, PortNet>, store::StoreError> {
+) -> Result<HashMap<Uuid, Related>, store::StoreError> {
     let mut tenants: Vec<Uuid> = instances.iter().map(|i| i.tenant).collect();
     tenants.sort_unstable();
     tenants.dedup();
-    let mut nets: HashMap<Uuid, PortNet> = HashMap::new();
+    let mut nets: HashMap<Uuid, Related> = HashMap::new();
     for tenant in tenants {
         let groups: HashMap<Uuid, String> = store
             .security_groups(tenant)?
@@ -96,7 +103,15 @@ pub fn port_nets(
             .collect();
         let ports = store.port_groups(tenant)?;
         let floating = store.floating_ips(tenant)?;
+        let mut volumes: Vec<(Uuid, store::VolumeAttachment)> = store
+            .volumes(Scope::Tenant(tenant))?
+            .into_iter()
+            .filter_map(|v| v.attachment.map(|a| (v.id, a)))
+            .collect();
+        volumes.sort_by(|a, b| a.1.device.cmp(&b.1.device));
         for i in instances.iter().filter(|i| i.tenant == tenant) {
+            let attached: Vec<&(Uuid, store::VolumeAttachment)> =
+                volumes.iter().filter(|(_, a)| a.instance == i.id).collect();
             let mut names: Vec<String> = ports
                 .of(i.id)
                 .iter()
@@ -105,13 +120,20 @@ pub fn port_nets(
             names.sort();
             nets.insert(
                 i.id,
-                PortNet {
+                Related {
                     groups: names,
                     floating: floating
                         .iter()
                         .filter(|f| f.port == Some(i.id))
                         .map(|f| f.address)
                         .collect(),
+                    volumes: attached
+                        .iter()
+                        .map(|(v, a)| (*v, a.delete_on_termination))
+                        .collect(),
+                    boots_from_volume: attached
+                        .iter()
+                        .any(|(_, a)| a.device == crate::volumes::ROOT_DEVICE),
                 },
             );
         }
@@ -119,17 +141,27 @@ pub fn port_nets(
     Ok(nets)
 }
 
-/// A server in Nova's detailed shape; `net` (its port's groups and floating IPs) as the
-/// Networking API has them, when read.
+/// A server in Nova's detailed shape; `net` (its port's groups and floating IPs, its volumes)
+/// as the Networking and Block Storage APIs have them, when read. A server booted from a volume
+/// shows `image` `""`, as Nova's.
 pub fn detailed(
     base: &str,
     instance: &Instance,
     workload: Option<&Workload>,
     admin: bool,
-    net: Option<&PortNet>,
+    net: Option<&Related>,
 ) -> Value {
     let (status, vm_state, task_state, power_state) = nova_state(&instance.state);
-    let image = workload.map_or(json!(""), |w| image_reference(base, w.image));
+    let image = match workload {
+        Some(w) if !net.is_some_and(|n| n.boots_from_volume) => image_reference(base, w.image),
+        _ => json!(""),
+    };
+    let volumes: Vec<Value> = net.map_or_else(Vec::new, |n| {
+        n.volumes
+            .iter()
+            .map(|(id, delete)| json!({"id": id, "delete_on_termination": delete}))
+            .collect()
+    });
     let flavor = workload.map_or(json!({}), |w| flavors::reference(base, w.flavor));
     let mac = instance.mac.to_string();
     let address = |addr: String, kind: &str| {
@@ -179,7 +211,7 @@ pub fn detailed(
         "OS-EXT-STS:power_state": power_state,
         "OS-SRV-USG:launched_at": rfc3339(instance.created),
         "OS-SRV-USG:terminated_at": null,
-        "os-extended-volumes:volumes_attached": [],
+        "os-extended-volumes:volumes_attached": volumes,
     });
     // Nova shows a fault on servers in ERROR: code 500 (what Nova records for a failed build),
     // the cause in words, when it happened; the details (the failure's code) to admins only.
@@ -237,13 +269,13 @@ struct Listing {
     next: Option<Uuid>,
 }
 
-/// The port networking of a listing's servers (for the detailed list).
+/// The port networking and the volumes of a listing's servers (for the detailed list).
 async fn listing_nets(
     state: &ApiState,
     instances: Vec<Instance>,
-) -> Result<HashMap<Uuid, PortNet>, ApiError> {
+) -> Result<HashMap<Uuid, Related>, ApiError> {
     state
-        .store(move |store| Ok(port_nets(store, &instances)?))
+        .store(move |store| Ok(related(store, &instances)?))
         .await
 }
 

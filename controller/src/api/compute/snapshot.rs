@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use uuid::Uuid;
 
 use crate::api::{ApiError, ApiState, Principal};
-use store::{ImageKind, ImageProps, ImageStatus, NewImage};
+use store::{ImageKind, ImageProps, ImageStatus, NewImage, Visibility};
 
 /// The longest name or metadata key or value (Nova's 255).
 const MAX_TEXT: usize = 255;
@@ -107,7 +107,7 @@ pub async fn create_image(
         reference: String::new(),
     };
     let image = state
-        .store(move |store| Ok(store.create_queued_image(new, props)?))
+        .store(move |store| Ok(store.create_queued_image(new, Visibility::Private, props)?))
         .await?;
     let image_scope = caller.project_scope(true)?;
     crate::api::image::saving(&state, image_scope, image.id).await?;

@@ -13,8 +13,9 @@
 //! - `GET` lists the volumes attached to (or being attached to, or detached from) the server,
 //!   by device; `GET .../{volume_id}` shows one (404 when it is not the server's).
 //! - `DELETE .../{volume_id}`: detaches an `in-use` volume (202; `detaching` until the node
-//!   reports it gone, then `available`); 404 for a volume not attached to the server, 409 for
-//!   one not `in-use`.
+//!   reports it gone, then `available`); 404 for a volume not attached to the server, 400 for
+//!   its root disk (a server booted from a volume has it as `/dev/vda`: Nova's "Cannot detach a
+//!   root device volume"), 409 for one not `in-use`.
 //!
 //! Who: a project's members on its servers; admins read any project's servers' attachments, and
 //! attach and detach in their token's project only, as for the other server actions.

@@ -1,14 +1,17 @@
 //! The OpenStack Image v2 subset at `/image`, in Glance's shape: version discovery, the images
-//! a project sees (public ones and its own), and images made through the API ([`write`]:
-//! create, `PATCH`, delete, tags), their data ([`data`]: upload and download) and the schemas
-//! ([`schemas`]). Images can also be registered, with data the nodes already have, through the
-//! native API (`/cumulo/v1/images`).
+//! a project sees (public and community ones, its own, and those shared with it) and lists
+//! (filters `visibility` and `member_status`), images made through the API ([`write`]: create,
+//! `PATCH`, delete, tags), their data ([`data`]: upload and download), the projects a shared
+//! image is shared with ([`members`]) and the schemas ([`schemas`]). Images can also be
+//! registered, with data the nodes already have, through the native API (`/cumulo/v1/images`).
 
 mod data;
+mod members;
 mod schemas;
 mod write;
 
 pub(crate) use data::{blobs, keep_data, killed, saving};
+pub(crate) use members::listed_by_default;
 
 use axum::Json;
 use axum::Router;
@@ -22,7 +25,7 @@ use serde_json::{Value, json};
 use super::clock::rfc3339;
 use super::extract::{PathParams, QueryParams, path_id};
 use super::{ApiError, ApiState, Principal};
-use store::{Image, ImageKind, Page};
+use store::{Image, ImageKind, Page, Scope};
 
 /// The image routes.
 pub fn routes() -> Router<ApiState> {
@@ -47,8 +50,20 @@ pub fn routes() -> Router<ApiState> {
             "/image/v2/images/{id}/tags/{tag}",
             put(write::add_tag).delete(write::remove_tag),
         )
+        .route(
+            "/image/v2/images/{id}/members",
+            get(members::list).post(members::add),
+        )
+        .route(
+            "/image/v2/images/{id}/members/{member}",
+            get(members::show)
+                .put(members::update)
+                .delete(members::remove),
+        )
         .route("/image/v2/schemas/image", get(schemas::image))
         .route("/image/v2/schemas/images", get(schemas::images))
+        .route("/image/v2/schemas/member", get(schemas::member))
+        .route("/image/v2/schemas/members", get(schemas::members))
 }
 
 fn versions_body(base: &str) -> Value {
@@ -85,7 +100,7 @@ pub(crate) fn body(image: &Image) -> Value {
         "id": image.id,
         "name": image.name,
         "status": image.status.as_str(),
-        "visibility": if image.owner.is_none() { "public" } else { "private" },
+        "visibility": image.visibility.as_str(),
         "protected": image.props.protected,
         "os_hidden": false,
         "owner": image.owner,
@@ -123,6 +138,8 @@ struct ImageQuery {
     #[serde(default)]
     visibility: Option<String>,
     #[serde(default)]
+    member_status: Option<String>,
+    #[serde(default)]
     limit: Option<String>,
     #[serde(default)]
     marker: Option<String>,
@@ -136,14 +153,18 @@ fn id_matches(filter: &str, id: &str) -> bool {
     }
 }
 
-/// `GET /v2/images`: filters `id` (one, or `in:a,b`), `name` (exact) and `visibility`; pages by
-/// `limit` and `marker`.
+/// `GET /v2/images`: filters `id` (one, or `in:a,b`), `name` (exact), `visibility` (`public`,
+/// `private`, `shared`, `community`, `all`; others' community images only when asked) and
+/// `member_status` (of the shared images listed: `accepted` when not said, `pending`,
+/// `rejected`, `all`); pages by `limit` and `marker`.
 async fn list(
     State(state): State<ApiState>,
     caller: Principal,
     QueryParams(query): QueryParams<ImageQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    let scope = caller.project_scope(false)?;
+    // Admins too list as their project does (Glance's listing of a project's images).
+    let tenant = caller.project()?;
+    let scope = Scope::Tenant(tenant);
     let limit = match query.limit.as_deref() {
         None => Page::MAX_LIMIT as usize,
         Some(text) => text
@@ -151,16 +172,26 @@ async fn list(
             .map_err(|_| ApiError::BadRequest("limit must be a whole number".into()))?
             .clamp(1, Page::MAX_LIMIT as usize),
     };
-    let visibility = match query.visibility.as_deref() {
-        None | Some("all") => None,
-        Some(v @ ("public" | "private")) => Some(v == "public"),
-        Some(other) => {
-            return Err(ApiError::BadRequest(format!(
-                "visibility {other} is not one of public, private, all"
-            )));
-        }
-    };
-    let images = state.store(move |store| Ok(store.images(scope)?)).await?;
+    let visibility = members::VisibilityFilter::parse(query.visibility.as_deref())?;
+    let member_status = members::member_status_filter(query.member_status.as_deref())?;
+    let (images, memberships) = state
+        .store(move |store| {
+            let images = store.images(scope)?;
+            Ok((images, members::memberships_of(store, tenant)?))
+        })
+        .await?;
+    let images: Vec<Image> = images
+        .into_iter()
+        .filter(|i| {
+            members::listed(
+                i,
+                tenant,
+                memberships.get(&i.id).copied(),
+                visibility,
+                member_status,
+            )
+        })
+        .collect();
     let start = match &query.marker {
         None => 0,
         Some(marker) => images
@@ -179,7 +210,6 @@ async fn list(
                 .as_ref()
                 .is_none_or(|f| id_matches(f, &i.id.to_string()))
         })
-        .filter(|i| visibility.is_none_or(|public| public == i.owner.is_none()))
         .collect();
     let page: Vec<Value> = matching.iter().take(limit).map(|i| body(i)).collect();
     let mut response = json!({
@@ -190,7 +220,20 @@ async fn list(
     if matching.len() > limit
         && let Some(last) = matching.get(limit - 1)
     {
-        response["next"] = json!(format!("/v2/images?limit={limit}&marker={}", last.id));
+        // The next page keeps the listing's filters of words.
+        let mut next = format!("/v2/images?limit={limit}&marker={}", last.id);
+        for (key, value) in [
+            ("visibility", &query.visibility),
+            ("member_status", &query.member_status),
+        ] {
+            if let Some(v) = value
+                .as_deref()
+                .filter(|v| v.bytes().all(|b| b.is_ascii_alphabetic()))
+            {
+                next.push_str(&format!("&{key}={v}"));
+            }
+        }
+        response["next"] = json!(next);
     }
     Ok(Json(response))
 }

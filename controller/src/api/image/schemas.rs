@@ -1,5 +1,6 @@
-//! `GET /v2/schemas/image` and `/v2/schemas/images`: JSON schemas of what this Image API
-//! shows and takes (clients read them to know the fields; free-form properties are strings).
+//! `GET /v2/schemas/image`, `/v2/schemas/images`, `/v2/schemas/member` and
+//! `/v2/schemas/members`: JSON schemas of what this Image API shows and takes (clients read them
+//! to know the fields; free-form properties are strings).
 
 use axum::Json;
 use serde_json::{Value, json};
@@ -17,7 +18,8 @@ fn image_schema() -> Value {
             "name": nullable_text,
             "status": {"type": "string", "readOnly": true,
                 "enum": ["queued", "saving", "active", "killed"]},
-            "visibility": {"type": "string", "enum": ["public", "private"]},
+            "visibility": {"type": "string",
+                "enum": ["public", "private", "shared", "community"]},
             "protected": {"type": "boolean"},
             "os_hidden": {"type": "boolean"},
             "checksum": {"type": ["null", "string"], "readOnly": true, "maxLength": 32},
@@ -63,6 +65,45 @@ pub(super) async fn images() -> Json<Value> {
         "links": [
             {"rel": "first", "href": "{first}"},
             {"rel": "next", "href": "{next}"},
+            {"rel": "describedby", "href": "{schema}"},
+        ],
+    }))
+}
+
+/// The schema of one image member.
+fn member_schema() -> Value {
+    json!({
+        "name": "member",
+        "properties": {
+            "member_id": {"type": "string",
+                "description": "An identifier for the image member (tenantId)"},
+            "image_id": {"type": "string", "description": "An identifier for the image",
+                "pattern": "^([0-9a-fA-F]){8}-([0-9a-fA-F]){4}-([0-9a-fA-F]){4}-([0-9a-fA-F]){4}-([0-9a-fA-F]){12}$"},
+            "created_at": {"type": "string",
+                "description": "Date and time of image member creation"},
+            "updated_at": {"type": "string",
+                "description": "Date and time of last modification of image member"},
+            "status": {"type": "string", "description": "The status of this image member",
+                "enum": ["pending", "accepted", "rejected"]},
+            "schema": {"type": "string", "readOnly": true},
+        },
+    })
+}
+
+/// `GET /v2/schemas/member`.
+pub(super) async fn member() -> Json<Value> {
+    Json(member_schema())
+}
+
+/// `GET /v2/schemas/members`.
+pub(super) async fn members() -> Json<Value> {
+    Json(json!({
+        "name": "members",
+        "properties": {
+            "members": {"type": "array", "items": member_schema()},
+            "schema": {"type": "string"},
+        },
+        "links": [
             {"rel": "describedby", "href": "{schema}"},
         ],
     }))

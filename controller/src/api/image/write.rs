@@ -2,11 +2,12 @@
 //! `PATCH /v2/images/{id}` (a JSON patch), `DELETE /v2/images/{id}`, and
 //! `PUT`/`DELETE /v2/images/{id}/tags/{tag}`.
 //!
-//! Visibility: `private` (the caller's project owns it: the default) or `public` (no owner:
-//! admins only, as Glance's default policy). `shared` and `community` (image members) are not
-//! offered yet: 400. Disk formats: `qcow2`, `raw`, `iso`; container format `bare`. A field
-//! Glance keeps for itself (`status`, `size`, `checksum`, `os_hash_value`, ...) cannot be set:
-//! 403, as Glance answers. Other keys are free-form string properties.
+//! Visibility: `private` (the caller's project owns it: the default), `shared` (its owner and
+//! the projects it is shared with: [`super::members`]), `community` (every project sees it and
+//! may boot it; listed to others only when they ask), or `public` (no owner: admins only, as
+//! Glance's default policy). Disk formats: `qcow2`, `raw`, `iso`; container format `bare`. A
+//! field Glance keeps for itself (`status`, `size`, `checksum`, `os_hash_value`, ...) cannot be
+//! set: 403, as Glance answers. Other keys are free-form string properties.
 
 use axum::Json;
 use axum::body::Bytes;
@@ -17,7 +18,7 @@ use serde_json::{Map, Value};
 use super::super::extract::{PathParams, parse_json, path_id};
 use super::super::{ApiError, ApiState, Principal};
 use super::body;
-use store::{Image, ImageChange, ImageKind, ImageProps, ImageStatus, NewImage, Scope};
+use store::{Image, ImageChange, ImageKind, ImageProps, ImageStatus, NewImage, Scope, Visibility};
 
 /// Fields Glance sets itself: never from a request.
 const READ_ONLY: [&str; 15] = [
@@ -102,8 +103,7 @@ fn tags_of(value: &Value) -> Result<Vec<String>, ApiError> {
 struct Fields {
     name: Option<String>,
     kind: Option<ImageKind>,
-    /// `Some(true)`: public.
-    public: Option<bool>,
+    visibility: Option<Visibility>,
     props: ImageProps,
 }
 
@@ -124,16 +124,12 @@ fn set(fields: &mut Fields, key: &str, value: &Value) -> Result<(), ApiError> {
             }
         },
         "visibility" => {
-            fields.public = Some(match text_of("visibility", value)? {
-                "public" => true,
-                "private" => false,
-                other => {
-                    return Err(ApiError::BadRequest(format!(
-                        "visibility {other} is not offered: public or private (image members \
-                         are not supported yet)"
-                    )));
-                }
-            })
+            let text = text_of("visibility", value)?;
+            fields.visibility = Some(Visibility::parse(text).ok_or_else(|| {
+                ApiError::BadRequest(format!(
+                    "visibility {text} is not one of public, private, shared, community"
+                ))
+            })?)
         }
         "min_disk" => fields.props.min_disk = count_of("min_disk", value)?,
         "min_ram" => fields.props.min_ram = count_of("min_ram", value)?,
@@ -168,9 +164,10 @@ fn set(fields: &mut Fields, key: &str, value: &Value) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// The owner an image of `caller` gets for `public`: none (admins only), or its project.
-fn owner_for(caller: &Principal, public: bool) -> Result<Option<uuid::Uuid>, ApiError> {
-    if public {
+/// The owner an image of `caller` gets for `visibility`: none for a public one (admins only),
+/// else its project.
+fn owner_for(caller: &Principal, visibility: Visibility) -> Result<Option<uuid::Uuid>, ApiError> {
+    if visibility == Visibility::Public {
         caller
             .require_admin()
             .map_err(|_| ApiError::Forbidden("only admins may make an image public".into()))?;
@@ -203,7 +200,8 @@ pub(super) async fn create(
     let name = fields
         .name
         .ok_or_else(|| ApiError::BadRequest("an image needs a name".into()))?;
-    let owner = owner_for(&caller, fields.public.unwrap_or(false))?;
+    let visibility = fields.visibility.unwrap_or(Visibility::Private);
+    let owner = owner_for(&caller, visibility)?;
     let new = NewImage {
         owner,
         name,
@@ -212,7 +210,7 @@ pub(super) async fn create(
     };
     let props = fields.props;
     let image = state
-        .store(move |store| Ok(store.create_queued_image(new, props)?))
+        .store(move |store| Ok(store.create_queued_image(new, visibility, props)?))
         .await?;
     Ok((StatusCode::CREATED, Json(body(&image))))
 }
@@ -308,16 +306,26 @@ pub(super) async fn patch(
             }
         }
     }
-    // A private image made public loses its owner (admins only); a public one made private
-    // goes to the caller's project.
-    let owner = match fields.public {
-        Some(public) if public != image.owner.is_none() => Some(owner_for(&caller, public)?),
-        _ => None,
+    // An image made public loses its owner (admins only); a public one made private, shared
+    // or community goes to the caller's project. Between private, shared and community the
+    // owner stays (and so do the members, which count only while it is shared).
+    let (owner, visibility) = match fields.visibility {
+        Some(v) if v != image.visibility => {
+            let public = Visibility::Public;
+            let owner = if (v == public) != (image.visibility == public) {
+                Some(owner_for(&caller, v)?)
+            } else {
+                None
+            };
+            (owner, Some(v))
+        }
+        _ => (None, None),
     };
     let change = ImageChange {
         name: fields.name,
         kind: fields.kind,
         owner,
+        visibility,
         props: Some(fields.props),
         ..ImageChange::default()
     };

@@ -172,7 +172,12 @@ pub async fn list_images(
     caller: Principal,
 ) -> Result<Json<views::Images>, ApiError> {
     let scope = caller.scope()?;
-    let images = state.store(move |s| Ok(s.images(scope)?)).await?;
+    // As Glance lists by default: a tenant's own, public, and shared images it accepted (not
+    // others' community images, nor shared images it has not accepted, which it may still show
+    // and boot by id).
+    let images = state
+        .store(move |s| crate::api::image::listed_by_default(s, scope))
+        .await?;
     Ok(Json(views::Images {
         images: images.iter().map(views::image).collect(),
     }))

@@ -21,8 +21,8 @@ use super::{
 };
 use crate::actions::{self, ActionKind};
 use crate::cluster::{
-    Caller, Cluster, ClusterError, InstanceAction, Launch, Node, NodeStatus, Rebuild, ResizeStep,
-    Trace, action_allowed, console_allowed, rebuild_allowed,
+    BootVolume, Caller, Cluster, ClusterError, InstanceAction, Launch, Node, NodeStatus, Rebuild,
+    ResizeStep, Trace, action_allowed, console_allowed, rebuild_allowed,
 };
 use store::{
     Fault, Instance, InstanceChange, InstanceState, NewInstance, Scope, Store, StoreError, Volume,
@@ -39,8 +39,9 @@ pub const ADMIN_PROJECT: &str = "admin";
 pub const TEST_ITERATIONS: u32 = 1000;
 
 /// A cluster that only writes the store: launched instances become active at once (unless
-/// turned off), stop makes them exited, delete removes them (releasing their volumes); nodes
-/// come from a list. Volumes attach `in-use` and detach `available` at once, under the rules of
+/// turned off), stop makes them exited, delete removes them (releasing their volumes, and
+/// deleting those attached with `delete_on_termination`); nodes come from a list. Launches from
+/// volumes attach them as the engine does (`in-use`, the root disk). Volumes attach `in-use` and detach `available` at once, under the rules of
 /// [`crate::volumes`] (a server on no node takes them too). Each operation records its instance
 /// action as the engine does, its controller event finished `Success` (no `node_start`: nothing
 /// is sent anywhere).
@@ -181,6 +182,57 @@ impl FakeCluster {
         actions::begin(self.store.as_ref(), &request_id, id, action, by)
     }
 
+    /// One instance of `launch` in the store, with its port's groups.
+    fn new_instance(&self, launch: &Launch) -> Result<Instance, ClusterError> {
+        let instance = self.store.create_instance(NewInstance {
+            tenant: launch.tenant,
+            workload: launch.workload,
+            name: launch.name.clone(),
+            key: launch.key.clone(),
+        })?;
+        if !launch.groups.is_empty() {
+            self.store
+                .set_port_groups(launch.tenant, instance.id, &launch.groups)?;
+        }
+        Ok(instance)
+    }
+
+    /// A new instance's `create` action, and the instance active (unless turned off).
+    fn launched(
+        &self,
+        instance: Instance,
+        request_id: &str,
+        by: &Caller,
+    ) -> Result<Instance, ClusterError> {
+        let ticket = actions::begin(
+            self.store.as_ref(),
+            request_id,
+            instance.id,
+            ActionKind::Create,
+            by,
+        );
+        actions::finish(self.store.as_ref(), &ticket, store::EventOutcome::success());
+        Ok(if self.auto_active.load(Ordering::SeqCst) {
+            self.set_state(instance.id, InstanceState::Active)?
+        } else {
+            instance
+        })
+    }
+
+    /// Removes the volumes that went with their instance (`deleting`: attached with
+    /// `delete_on_termination`), their data first where a node holds it.
+    fn remove_going(&self, released: &[Volume]) -> Result<(), ClusterError> {
+        for v in released
+            .iter()
+            .filter(|v| v.status == VolumeStatus::Deleting)
+        {
+            crate::volumes::remove_volume(self.store.as_ref(), Scope::All, v, |node, id| {
+                self.delete_volume_data(node, id)
+            })?;
+        }
+        Ok(())
+    }
+
     fn set_node_status(&self, id: Uuid, status: NodeStatus) -> Result<(), ClusterError> {
         let mut nodes = self.nodes.lock().unwrap_or_else(PoisonError::into_inner);
         let node = nodes
@@ -225,30 +277,97 @@ impl Cluster for FakeCluster {
         let mut made = Vec::new();
         let request_id = actions::request_id_of(by);
         for _ in 0..launch.count {
-            let instance = self.store.create_instance(NewInstance {
-                tenant: launch.tenant,
-                workload: launch.workload,
-                name: launch.name.clone(),
-                key: launch.key.clone(),
-            })?;
-            if !launch.groups.is_empty() {
-                self.store
-                    .set_port_groups(launch.tenant, instance.id, &launch.groups)?;
+            let instance = self.new_instance(&launch)?;
+            made.push(self.launched(instance, &request_id, by)?);
+        }
+        Ok(made)
+    }
+
+    /// As the engine's: the volume attached to each instance as its root disk (`in-use`), an
+    /// existing one (the node that holds it must be one of the fake's, connected) or one made
+    /// from the workload's image per instance; nothing is sent anywhere.
+    fn launch_from_volume(
+        &self,
+        scope: Scope,
+        launch: Launch,
+        boot: BootVolume,
+        by: &Caller,
+    ) -> Result<Vec<Instance>, ClusterError> {
+        self.check_connected()?;
+        if !scope.owns(Some(launch.tenant)) {
+            return Err(StoreError::not_found("tenant", launch.tenant).into());
+        }
+        if launch.count == 0 || launch.count > Launch::MAX_COUNT {
+            return Err(ClusterError::Invalid(format!("count {}", launch.count)));
+        }
+        let workload = self
+            .store
+            .workload(Scope::Tenant(launch.tenant), launch.workload)?;
+        let request_id = actions::request_id_of(by);
+        let mut made = Vec::new();
+        match boot {
+            BootVolume::Volume {
+                id,
+                delete_on_termination,
+            } => {
+                if launch.count != 1 {
+                    return Err(ClusterError::Invalid(
+                        "Cannot attach one or more volumes to multiple instances".into(),
+                    ));
+                }
+                let volume = crate::volumes::plan_boot(self.store.as_ref(), launch.tenant, id)?;
+                if volume.image != Some(workload.image) {
+                    return Err(ClusterError::Invalid(format!(
+                        "volume {id} was not made from the workload's image"
+                    )));
+                }
+                if let Some(node) = volume.node
+                    && !self
+                        .nodes()
+                        .iter()
+                        .any(|n| n.id == node && n.status != NodeStatus::Disconnected)
+                {
+                    return Err(ClusterError::Conflict(format!(
+                        "volume {id} is on node {node} (its file is there), which is not \
+                         connected: a server booted from it can only run on that node"
+                    )));
+                }
+                let instance = self.new_instance(&launch)?;
+                crate::volumes::begin_boot(
+                    self.store.as_ref(),
+                    &volume,
+                    instance.id,
+                    delete_on_termination,
+                )?;
+                made.push(self.launched(instance, &request_id, by)?);
             }
-            let ticket = actions::begin(
-                self.store.as_ref(),
-                &request_id,
-                instance.id,
-                ActionKind::Create,
-                by,
-            );
-            actions::finish(self.store.as_ref(), &ticket, store::EventOutcome::success());
-            let instance = if self.auto_active.load(Ordering::SeqCst) {
-                self.set_state(instance.id, InstanceState::Active)?
-            } else {
-                instance
-            };
-            made.push(instance);
+            BootVolume::Image {
+                size_gb,
+                delete_on_termination,
+                limits,
+            } => {
+                for _ in 0..launch.count {
+                    let volume = self.store.create_volume(
+                        store::NewVolume {
+                            owner: launch.tenant,
+                            name: String::new(),
+                            description: String::new(),
+                            size_gb,
+                            image: Some(workload.image),
+                            bootable: true,
+                        },
+                        limits,
+                    )?;
+                    let instance = self.new_instance(&launch)?;
+                    crate::volumes::begin_boot(
+                        self.store.as_ref(),
+                        &volume,
+                        instance.id,
+                        delete_on_termination,
+                    )?;
+                    made.push(self.launched(instance, &request_id, by)?);
+                }
+            }
         }
         Ok(made)
     }
@@ -356,14 +475,15 @@ impl Cluster for FakeCluster {
     fn delete(&self, scope: Scope, id: Uuid, by: &Caller) -> Result<(), ClusterError> {
         self.check_connected()?;
         let instance = self.store.instance(scope, id)?;
-        crate::volumes::release_instance(self.store.as_ref(), &instance)?;
+        let released = crate::volumes::release_instance(self.store.as_ref(), &instance)?;
         let ticket = self.begin(id, ActionKind::Delete, by);
         let deleted = self
             .store
             .delete_instance(scope, id)
             .map_err(ClusterError::from);
         actions::finish(self.store.as_ref(), &ticket, actions::outcome_of(&deleted));
-        deleted
+        deleted?;
+        self.remove_going(&released)
     }
 
     /// A log of three lines, the last the tiny guest's marker; `Unavailable` while the fake is
@@ -451,8 +571,10 @@ impl Cluster for FakeCluster {
         let instance = current.attachment.map(|a| a.instance).ok_or_else(|| {
             ClusterError::Conflict(format!("volume {volume} is attached to nothing"))
         })?;
-        crate::volumes::release(self.store.as_ref(), volume, instance)?
-            .ok_or_else(|| ClusterError::Conflict(format!("volume {volume} changed meanwhile")))
+        let released = crate::volumes::release(self.store.as_ref(), volume, instance)?
+            .ok_or_else(|| ClusterError::Conflict(format!("volume {volume} changed meanwhile")))?;
+        self.remove_going(std::slice::from_ref(&released))?;
+        Ok(released)
     }
 
     fn nodes(&self) -> Vec<Node> {

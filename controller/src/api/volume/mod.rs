@@ -6,8 +6,9 @@
 //!   [`MAX_VERSION`]; an `OpenStack-API-Version: volume X` outside them is a 406);
 //! - volumes ([`volumes`]) under `/volume/v3/{project_id}`: `available` from their creation,
 //!   attached to servers through the Compute API's `os-volume_attachments` (their `status` and
-//!   `attachments` show it), detached by force by admins (`os-force_detach`); a volume made from
-//!   an image is refused (400) until the agent can fill one;
+//!   `attachments` show it), detached by force by admins (`os-force_detach`); one made from an
+//!   image (`imageRef`) is bootable, its file made from the image by the node that first uses
+//!   it;
 //! - quotas ([`quotas`]): `volumes` and `gigabytes`, the controller's [`VolumeLimits`] for every
 //!   tenant (`ApiConfig::volume_limits`).
 //!

@@ -1,8 +1,17 @@
-//! Volumes: create (a size; from an image: not yet), list (summary and detail), show, update
+//! Volumes: create (a size; blank, or from an image), list (summary and detail), show, update
 //! (name, description), delete, and the `os-extend` and (admins) `os-force_detach` actions. A
 //! volume is `available` from its creation; the Compute API's `os-volume_attachments` attaches
 //! it to a server (`attaching`, `in-use`, `detaching`: [`crate::volumes`]), and its
-//! `attachments` show it.
+//! `attachments` show it; a server created from it (or with a new volume made from an image, by
+//! Compute's block device mapping) has it as its root disk, `/dev/vda`, until it goes.
+//!
+//! A volume made from an image (`imageRef`, or `image_id`) records it and is bootable: the image
+//! must be one the project may boot, `active`, an uploaded disk image (qcow2 or raw: not an ISO,
+//! not a kernel image nor any image registered by reference) that fits in the volume
+//! ([`crate::volumes::check_volume_image`]). It is `available` at once: the node that first
+//! uses the volume makes its file from the image (ATTACH_VOLUME's `image`, or a START's). Its
+//! JSON has Cinder's `volume_image_metadata` (the image's id, name, formats, sizes and
+//! checksum, as text).
 
 use std::collections::HashMap;
 
@@ -17,7 +26,11 @@ use super::{BASE, VolError, VolResult, blocking, url_project};
 use crate::api::clock::rfc3339_micro;
 use crate::api::extract::{JsonBody, PathParams, QueryParams};
 use crate::api::{ApiState, Principal};
-use store::{NewVolume, Scope, Volume, VolumeChange, VolumeStatus};
+use crate::volumes as rules;
+use store::{Image, NewVolume, Scope, StoreError, Volume, VolumeChange, VolumeStatus};
+
+/// The images volumes were made from, by id (those that are gone are not there).
+type Images = HashMap<Uuid, Image>;
 
 /// The statuses a volume may be deleted in (Cinder's, of those cumulo has).
 const DELETABLE: [VolumeStatus; 3] = [
@@ -37,8 +50,45 @@ fn summary(base: &str, v: &Volume) -> Value {
     json!({"id": v.id, "name": v.name, "links": links(base, v)})
 }
 
-/// A volume in Cinder's shape.
-pub(super) fn body(base: &str, v: &Volume) -> Value {
+/// The images `volumes` were made from (read once each; one that is gone is left out).
+fn images_of(store: &dyn store::Store, volumes: &[Volume]) -> VolResult<Images> {
+    let mut images = Images::new();
+    for id in volumes.iter().filter_map(|v| v.image) {
+        if images.contains_key(&id) {
+            continue;
+        }
+        match store.image(Scope::All, id) {
+            Ok(image) => {
+                images.insert(id, image);
+            }
+            Err(StoreError::NotFound { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(images)
+}
+
+/// Cinder's `volume_image_metadata` of a volume made from `id` (`image`, when it is still
+/// there): every value text, as Cinder keeps them.
+fn image_metadata(id: Uuid, image: Option<&Image>) -> Value {
+    let mut meta = json!({"image_id": id.to_string()});
+    if let Some(i) = image {
+        meta["image_name"] = json!(i.name);
+        meta["disk_format"] = json!(crate::api::image::disk_format(i.kind));
+        meta["container_format"] = json!(i.props.container_format.as_deref().unwrap_or("bare"));
+        meta["min_disk"] = json!(i.props.min_disk.to_string());
+        meta["min_ram"] = json!(i.props.min_ram.to_string());
+        if let Some(file) = &i.file {
+            meta["size"] = json!(file.size.to_string());
+            meta["checksum"] = json!(file.md5);
+        }
+    }
+    meta
+}
+
+/// A volume in Cinder's shape (`images`: the images volumes were made from, for
+/// `volume_image_metadata`).
+pub(super) fn body(base: &str, v: &Volume, images: &Images) -> Value {
     let attachments: Vec<Value> = v
         .attachment
         .iter()
@@ -54,7 +104,7 @@ pub(super) fn body(base: &str, v: &Volume) -> Value {
             })
         })
         .collect();
-    json!({
+    let mut body = json!({
         "id": v.id,
         "name": v.name,
         "description": v.description,
@@ -77,7 +127,11 @@ pub(super) fn body(base: &str, v: &Volume) -> Value {
         "source_volid": null,
         "migration_status": null,
         "links": links(base, v),
-    })
+    });
+    if let Some(image) = v.image {
+        body["volume_image_metadata"] = image_metadata(image, images.get(&image));
+    }
+    body
 }
 
 /// What the caller reaches by id: admins any volume, members their project's.
@@ -131,7 +185,16 @@ pub async fn list(
             ))
         })?),
     };
-    let volumes = blocking(&state, move |store| Ok(store.volumes(scope)?)).await?;
+    let (volumes, images) = blocking(&state, move |store| {
+        let volumes = store.volumes(scope)?;
+        let images = if detail {
+            images_of(store, &volumes)?
+        } else {
+            Images::new()
+        };
+        Ok((volumes, images))
+    })
+    .await?;
     let kept: Vec<Volume> = volumes
         .into_iter()
         .filter(|v| query.get("name").is_none_or(|n| *n == v.name))
@@ -153,7 +216,7 @@ pub async fn list(
         .take(limit.unwrap_or(usize::MAX))
         .map(|v| {
             if detail {
-                body(base, v)
+                body(base, v, &images)
             } else {
                 summary(base, v)
             }
@@ -171,8 +234,15 @@ pub async fn show(
     let project = url_project(&caller, &project)?;
     let id = volume_id(&id)?;
     let scope = scope_of(&caller, project);
-    let v = blocking(&state, move |store| find(store, scope, id)).await?;
-    Ok(Json(json!({"volume": body(&state.config.public_url, &v)})))
+    let (v, images) = blocking(&state, move |store| {
+        let v = find(store, scope, id)?;
+        let images = images_of(store, std::slice::from_ref(&v))?;
+        Ok((v, images))
+    })
+    .await?;
+    Ok(Json(
+        json!({"volume": body(&state.config.public_url, &v, &images)}),
+    ))
 }
 
 /// The object under `key` of a request body (400 otherwise).
@@ -228,9 +298,6 @@ fn size(key: &str, value: Option<&Value>) -> VolResult<u32> {
 /// metadata, multi-attach).
 fn refuse_unsupported(v: &Map<String, Value>) -> VolResult<()> {
     let given = |key: &str| v.get(key).is_some_and(|x| !x.is_null());
-    if given("imageRef") || given("image_id") {
-        return Err(VolError::bad("volumes from images are not supported yet"));
-    }
     for (key, what) in [
         ("snapshot_id", "volumes from snapshots"),
         ("source_volid", "volumes from other volumes"),
@@ -264,7 +331,19 @@ fn refuse_unsupported(v: &Map<String, Value>) -> VolResult<()> {
     Ok(())
 }
 
-/// `POST /volumes`: 202 with the volume, `available`.
+/// The image a create names (`imageRef`, or `image_id`): an id, or a URL ending in one (400
+/// otherwise, in Cinder's words); `None` for none.
+fn image_of(v: &Map<String, Value>) -> VolResult<Option<Uuid>> {
+    let invalid = || VolError::bad("Invalid image identifier or unable to access requested image.");
+    let text = match (text(v, "imageRef")?, text(v, "image_id")?) {
+        (None, None) => return Ok(None),
+        (Some(t), _) | (None, Some(t)) => t,
+    };
+    let last = text.trim_end_matches('/').rsplit('/').next().unwrap_or("");
+    Uuid::parse_str(last).map(Some).map_err(|_| invalid())
+}
+
+/// `POST /volumes`: 202 with the volume, `available` (from an image too: see the module docs).
 pub async fn create(
     State(state): State<ApiState>,
     caller: Principal,
@@ -286,9 +365,31 @@ pub async fn create(
         image: None,
         bootable: false,
     };
+    let image = image_of(&v)?;
     let limits = state.config.volume_limits;
-    let made = blocking(&state, move |store| Ok(store.create_volume(new, limits)?)).await?;
-    let body = json!({"volume": body(&state.config.public_url, &made)});
+    let (made, images) = blocking(&state, move |store| {
+        let mut new = new;
+        if let Some(id) = image {
+            let image = match store.image(Scope::Tenant(project), id) {
+                Ok(i) => i,
+                Err(StoreError::NotFound { .. }) => {
+                    return Err(VolError::bad(
+                        "Invalid image identifier or unable to access requested image.",
+                    ));
+                }
+                Err(e) => return Err(e.into()),
+            };
+            rules::check_volume_image(&image, new.size_gb, true)
+                .map_err(|why| VolError::bad(format!("Invalid input received: {why}")))?;
+            new.image = Some(id);
+            new.bootable = true;
+        }
+        let made = store.create_volume(new, limits)?;
+        let images = images_of(store, std::slice::from_ref(&made))?;
+        Ok((made, images))
+    })
+    .await?;
+    let body = json!({"volume": body(&state.config.public_url, &made, &images)});
     Ok((StatusCode::ACCEPTED, Json(body)).into_response())
 }
 
@@ -314,13 +415,15 @@ pub async fn update(
     };
     let scope = scope_of(&caller, project);
     let limits = state.config.volume_limits;
-    let changed = blocking(&state, move |store| {
+    let (changed, images) = blocking(&state, move |store| {
         find(store, scope, id)?;
-        Ok(store.change_volume(scope, id, change, limits)?)
+        let changed = store.change_volume(scope, id, change, limits)?;
+        let images = images_of(store, std::slice::from_ref(&changed))?;
+        Ok((changed, images))
     })
     .await?;
     Ok(Json(
-        json!({"volume": body(&state.config.public_url, &changed)}),
+        json!({"volume": body(&state.config.public_url, &changed, &images)}),
     ))
 }
 
@@ -336,7 +439,7 @@ pub async fn delete(
     let project = url_project(&caller, &project)?;
     let id = volume_id(&id)?;
     let scope = scope_of(&caller, project);
-    let (cluster, limits) = (state.cluster.clone(), state.config.volume_limits);
+    let cluster = state.cluster.clone();
     blocking(&state, move |store| {
         let v = find(store, scope, id)?;
         if !DELETABLE.contains(&v.status) || v.attachment.is_some() {
@@ -351,18 +454,10 @@ pub async fn delete(
                 }
             )));
         }
-        if let Some(node) = v.node
-            && let Err(e) = cluster.delete_volume_data(node, id)
-        {
-            tracing::warn!(volume = %id, %node, error = %e, "a volume's data not removed: error_deleting");
-            let change = VolumeChange {
-                status: Some(VolumeStatus::ErrorDeleting),
-                ..VolumeChange::default()
-            };
-            store.change_volume(scope, id, change, limits)?;
-            return Ok(());
-        }
-        Ok(store.delete_volume(scope, id)?)
+        rules::remove_volume(store, scope, &v, |node, id| {
+            cluster.delete_volume_data(node, id)
+        })?;
+        Ok(())
     })
     .await?;
     Ok(StatusCode::ACCEPTED)
@@ -478,6 +573,19 @@ async fn force_detach(
                 "Invalid input received: volume {id} has no attachment {asked}."
             )));
         }
+        // A root disk stays with its server while the server is: deleting it frees the volume.
+        let server_is = match store.instance(Scope::All, a.instance) {
+            Ok(_) => true,
+            Err(StoreError::NotFound { .. }) => false,
+            Err(e) => return Err(e.into()),
+        };
+        if rules::is_root(&v) && server_is {
+            return Err(VolError::bad(format!(
+                "Invalid volume: volume {id} is the root disk of server {}: delete the server to \
+                 free it.",
+                a.instance
+            )));
+        }
         cluster
             .force_detach_volume(id, &by)
             .map_err(|e| VolError::from(crate::api::ApiError::from(e)))?;
@@ -514,13 +622,12 @@ mod tests {
     #[test]
     fn sources_types_and_metadata_are_refused() {
         let refused = |v: Value| refuse_unsupported(v.as_object().unwrap()).is_err();
-        assert!(refused(json!({"imageRef": "x"})));
         assert!(refused(json!({"snapshot_id": "x"})));
         assert!(refused(json!({"volume_type": "ssd"})));
         assert!(refused(json!({"availability_zone": "az2"})));
         assert!(refused(json!({"metadata": {"a": "b"}})));
         assert!(!refused(json!({
-            "imageRef": null, "volume_type": null, "availability_zone": "nova", "metadata": {}
+            "imageRef": "x", "volume_type": null, "availability_zone": "nova", "metadata": {}
         })));
     }
 }

@@ -1,0 +1,236 @@
+//! The real `openstack` CLI sharing an image between two projects (Glance's image members):
+//! `cumulo up --backend sim` in a temporary directory on free ports, a second project with a
+//! user of its own; the demo project uploads an image and `image set --shared` it; `image add
+//! project` shares it with the second one; `image member list` shows it pending; the second
+//! project does not list it until `image set --accept`, then lists it and boots a server of it;
+//! once `image remove project` it sees it no more. `cumulo down --purge` at the end.
+//!
+//! `image add project` and `image remove project` run as the admin: the CLI first looks the
+//! project up in the Identity API, which shows a project only to its members and admins (404
+//! to others: Keystone's 403, which the CLI takes as "use the id as given", is not answered).
+//!
+//! Needs the cluster's binaries (`cargo build --bins`) and the `openstack` CLI
+//! (`CUMULO_OPENSTACK`, made by `scripts/openstack-venv.sh`); without them the test is skipped
+//! with a message, unless `CUMULO_REQUIRE_BINS=1` or `CUMULO_REQUIRE_OPENSTACK=1` (CI) make that
+//! a failure.
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+mod common;
+
+use cumulo::client::{Connection, Credentials};
+use serde_json::{Value, json};
+
+const CUMULO: &str = env!("CARGO_BIN_EXE_cumulo");
+/// The second project, its user's name and password.
+const GUEST: &str = "guest";
+const GUEST_PASSWORD: &str = "guest-pass-word";
+
+fn text(out: &Output) -> String {
+    common::output_text(out)
+}
+
+/// A sim cluster in a temporary directory on free ports; `cumulo down --purge` when dropped.
+struct Cluster {
+    dir: tempfile::TempDir,
+    env: Vec<(String, String)>,
+    openstack: PathBuf,
+}
+
+impl Cluster {
+    fn up(openstack: PathBuf) -> Cluster {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().to_str().unwrap().to_string();
+        let out = Command::new(CUMULO)
+            .args(common::sim_up_args(&root))
+            .output()
+            .unwrap();
+        // Made before the check, so that a failed `up` is brought down too.
+        let cluster = Cluster {
+            env: if out.status.success() {
+                common::up_exports(dir.path())
+            } else {
+                Vec::new()
+            },
+            dir,
+            openstack,
+        };
+        assert!(out.status.success(), "cumulo up: {}", text(&out));
+        cluster
+    }
+
+    fn root(&self) -> String {
+        self.dir.path().to_str().unwrap().to_string()
+    }
+
+    fn export(&self, name: &str) -> String {
+        self.env
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_else(|| panic!("up exports no {name}"))
+    }
+
+    /// The exports with the login of `user` in project `project` instead of the demo one's.
+    fn env_of(&self, user: &str, project: &str, password: &str) -> Vec<(String, String)> {
+        self.env
+            .iter()
+            .map(|(k, v)| match k.as_str() {
+                "OS_USERNAME" => (k.clone(), user.to_string()),
+                "OS_PROJECT_NAME" => (k.clone(), project.to_string()),
+                "OS_PASSWORD" => (k.clone(), password.to_string()),
+                _ => (k.clone(), v.clone()),
+            })
+            .collect()
+    }
+
+    fn admin_password(&self) -> String {
+        let password = std::fs::read_to_string(self.dir.path().join("admin-password")).unwrap();
+        password.trim().to_string()
+    }
+
+    /// A project `guest` with a member user `guest`, made by the admin; its id.
+    fn guest_project(&self) -> String {
+        let admin = Connection::login(&Credentials {
+            url: self.export("CUMULO_CONTROLLER"),
+            username: "admin".into(),
+            password: self.admin_password(),
+            project: "admin".into(),
+            ca_cert: None,
+        })
+        .unwrap();
+        let tenant = admin
+            .post(cumulo::routes::TENANTS, &json!({"name": GUEST}))
+            .unwrap();
+        let tenant = cumulo::routes::item(tenant);
+        let user = admin
+            .post(
+                cumulo::routes::USERS,
+                &json!({"name": GUEST, "password": GUEST_PASSWORD}),
+            )
+            .unwrap();
+        let user = cumulo::routes::item(user);
+        admin
+            .post(
+                &cumulo::routes::roles(user["id"].as_str().unwrap()),
+                &json!({"tenant": tenant["id"], "role": "member"}),
+            )
+            .unwrap();
+        tenant["id"].as_str().unwrap().to_string()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let root = self.root();
+        let _ = Command::new(CUMULO)
+            .args(["down", "--dir", &root, "--purge"])
+            .output();
+    }
+}
+
+/// The ids of the images `openstack image list` shows with `env`.
+fn image_ids(bin: &std::path::Path, env: &[(String, String)]) -> Vec<String> {
+    let list = common::openstack_json(bin, env, &["image", "list"]);
+    list.as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["ID"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn the_openstack_cli_shares_an_image_with_another_project() {
+    if !common::binaries_or_skip(&["cumulo-scheduler", "cumulo-controller", "cumulo-agent"]) {
+        return;
+    }
+    let Some(openstack) = common::openstack_or_skip() else {
+        return;
+    };
+    let cluster = Cluster::up(openstack);
+    let bin = cluster.openstack.clone();
+    let owner = cluster.env.clone();
+    let guest = cluster.env_of(GUEST, GUEST, GUEST_PASSWORD);
+    let admin = cluster.env_of("admin", "admin", &cluster.admin_password());
+    let guest_id = cluster.guest_project();
+
+    // The demo project's image, shared.
+    let file = cluster.dir.path().join("data.raw");
+    std::fs::write(&file, b"an image to share\n".repeat(1000)).unwrap();
+    let made = common::openstack_json(
+        &bin,
+        &owner,
+        &[
+            "image",
+            "create",
+            "--disk-format",
+            "raw",
+            "--container-format",
+            "bare",
+            "--file",
+            file.to_str().unwrap(),
+            "shared-img",
+        ],
+    );
+    let id = made["id"].as_str().unwrap().to_string();
+    common::openstack_ok(&bin, &owner, &["image", "set", "--shared", "shared-img"]);
+    let shown = common::openstack_json(&bin, &owner, &["image", "show", "shared-img"]);
+    assert_eq!(shown["visibility"], "shared", "{shown}");
+    assert_eq!(shown["status"], "active", "{shown}");
+
+    // Not shared with the guest yet: it does not see it.
+    let out = common::openstack(&bin, &guest, &["image", "show", &id]);
+    assert!(!out.status.success(), "{}", text(&out));
+
+    // Shared with the guest (the admin finds the image by its id): pending.
+    let member = common::openstack_json(&bin, &admin, &["image", "add", "project", &id, GUEST]);
+    assert_eq!(member["member_id"], guest_id.as_str(), "{member}");
+    assert_eq!(member["status"], "pending", "{member}");
+    let members = common::openstack_json(&bin, &owner, &["image", "member", "list", "shared-img"]);
+    let rows = members.as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{members}");
+    assert_eq!(rows[0]["Member ID"], guest_id.as_str(), "{members}");
+    assert_eq!(rows[0]["Status"], "pending", "{members}");
+
+    // Pending: the guest sees it by id, but does not list it until it accepts it.
+    let shown = common::openstack_json(&bin, &guest, &["image", "show", &id]);
+    assert_eq!(shown["id"], id.as_str(), "{shown}");
+    assert!(!image_ids(&bin, &guest).contains(&id));
+    // The owner may not answer (Glance's 403).
+    let out = common::openstack(&bin, &owner, &["image", "set", "--accept", "shared-img"]);
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("403"), "{}", text(&out));
+    common::openstack_ok(&bin, &guest, &["image", "set", "--accept", &id]);
+    assert!(image_ids(&bin, &guest).contains(&id));
+    let members = common::openstack_json(&bin, &owner, &["image", "member", "list", "shared-img"]);
+    assert_eq!(members[0]["Status"], "accepted", "{members}");
+
+    // The guest boots a server of it (by name now that it lists it).
+    let server = common::openstack_json(
+        &bin,
+        &guest,
+        &[
+            "server",
+            "create",
+            "--flavor",
+            "tiny",
+            "--image",
+            "shared-img",
+            "--wait",
+            "borrowed",
+        ],
+    );
+    assert_eq!(server["status"], "ACTIVE", "{server}");
+    common::openstack_ok(&bin, &guest, &["server", "delete", "--wait", "borrowed"]);
+
+    // No longer shared with the guest: it sees it no more.
+    common::openstack_ok(&bin, &admin, &["image", "remove", "project", &id, GUEST]);
+    let members = common::openstack_json(&bin, &owner, &["image", "member", "list", "shared-img"]);
+    assert_eq!(members, Value::Array(Vec::new()), "{members}");
+    let out = common::openstack(&bin, &guest, &["image", "show", &id]);
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(!image_ids(&bin, &guest).contains(&id));
+}

@@ -1,0 +1,269 @@
+//! Launches ([`Cluster::launch`](crate::cluster::Cluster::launch) and
+//! [`Cluster::launch_from_volume`](crate::cluster::Cluster::launch_from_volume)): the checks,
+//! the instances made in the store, their STARTs.
+//!
+//! A launch from a volume attaches the volume to each instance as its root disk
+//! ([`rules::ROOT_DEVICE`], `in-use` at once) between the instance's creation and its START, so
+//! that the START ([`super::start`]) finds it: an existing volume (one instance), or a new one
+//! per instance made from the workload's image (named as Nova names them: empty). Whatever
+//! fails between the creations undoes them (the volume made, the instance record), so that a
+//! refused launch leaves nothing behind; a quota reached part-way stops the launch and keeps
+//! what was launched before it, as for a launch from an image.
+
+use super::Engine;
+use super::start::Plan;
+use crate::actions::{self, ActionKind};
+use crate::cluster::{BootVolume, Caller, ClusterError, Launch, NodeStatus};
+use crate::volumes as rules;
+use store::{EventKind, Instance, NewInstance, NewVolume, Scope, StoreError, Volume};
+
+impl Engine {
+    /// The checks every launch passes (its count, its name, its tenant, a scheduler to send to,
+    /// room in the cluster) and what its instances are made from.
+    pub(super) fn launch_plan(&self, scope: Scope, launch: &Launch) -> Result<Plan, ClusterError> {
+        if launch.count == 0 || launch.count > Launch::MAX_COUNT {
+            return Err(ClusterError::Invalid(format!(
+                "count must be 1 to {}",
+                Launch::MAX_COUNT
+            )));
+        }
+        if launch.name.trim().is_empty() {
+            return Err(ClusterError::Invalid("an instance needs a name".into()));
+        }
+        if !scope.owns(Some(launch.tenant)) {
+            return Err(StoreError::not_found("tenant", launch.tenant).into());
+        }
+        let on_host_only = self.store.remote_hosts()?.is_empty();
+        if on_host_only {
+            self.require_connected()?;
+        }
+        let plan = self.plan(Scope::Tenant(launch.tenant), launch.workload)?;
+        if on_host_only
+            && let Some(capacity) = self.node_capacity(&plan.flavor)
+            && u64::from(launch.count) > capacity
+        {
+            return Err(ClusterError::OverCapacity {
+                requested: launch.count,
+                capacity,
+            });
+        }
+        Ok(plan)
+    }
+
+    /// One instance of `launch` in the store (quota-checked), with its port's groups.
+    pub(super) fn new_instance(&self, launch: &Launch) -> Result<Instance, StoreError> {
+        let instance = self.store.create_instance(NewInstance {
+            tenant: launch.tenant,
+            workload: launch.workload,
+            name: launch.name.clone(),
+            key: launch.key.clone(),
+        })?;
+        if !launch.groups.is_empty()
+            && let Err(e) = self
+                .store
+                .set_port_groups(launch.tenant, instance.id, &launch.groups)
+        {
+            // A group deleted since the caller checked it: the port stays in `default`.
+            tracing::warn!(instance = %instance.id, error = %e,
+                "the instance's security groups could not be set");
+        }
+        Ok(instance)
+    }
+
+    /// Sends the STARTs of the instances `created` for `launch` (each with its `create` action),
+    /// then says how the launch went: `failure` (what stopped it part-way) once they are sent.
+    pub(super) fn dispatch_launched(
+        &self,
+        launch: &Launch,
+        plan: &Plan,
+        created: Vec<Instance>,
+        failure: Option<ClusterError>,
+        by: &Caller,
+    ) -> Result<Vec<Instance>, ClusterError> {
+        let mut launched = Vec::with_capacity(created.len());
+        let request_id = actions::request_id_of(by);
+        for instance in created {
+            let ticket = actions::begin(
+                self.store.as_ref(),
+                &request_id,
+                instance.id,
+                ActionKind::Create,
+                by,
+            );
+            let dispatched = self.dispatch(instance, plan, false);
+            self.finish_action(&ticket, &dispatched);
+            launched.push(dispatched?);
+        }
+        match failure {
+            Some(e) if launched.is_empty() => Err(e),
+            Some(e) => {
+                self.event(
+                    Some(launch.tenant),
+                    EventKind::Warning,
+                    format!(
+                        "launch of {} \"{}\" stopped after {}: {e}",
+                        launch.count,
+                        launch.name,
+                        launched.len()
+                    ),
+                );
+                Err(e)
+            }
+            None => Ok(launched),
+        }
+    }
+
+    /// See [`crate::cluster::Cluster::launch_from_volume`].
+    pub(super) fn launch_booted(
+        &self,
+        scope: Scope,
+        launch: Launch,
+        boot: BootVolume,
+        by: &Caller,
+    ) -> Result<Vec<Instance>, ClusterError> {
+        let plan = self.launch_plan(scope, &launch)?;
+        // Off-host hosts take the instances only while no node of cumulo's own is ready (any id
+        // asks the same).
+        if self.off_host_target(launch.workload)?.is_some() {
+            return Err(ClusterError::NotAvailable(
+                "no compute node of cumulo's own is ready, and a server booted from a volume \
+                 runs only on those (off-host hosts keep no volumes)"
+                    .into(),
+            ));
+        }
+        let mut created = Vec::new();
+        let mut failure = None;
+        match boot {
+            BootVolume::Volume {
+                id,
+                delete_on_termination,
+            } => {
+                if launch.count != 1 {
+                    return Err(ClusterError::Invalid(
+                        "Cannot attach one or more volumes to multiple instances".into(),
+                    ));
+                }
+                let volume = rules::plan_boot(self.store.as_ref(), launch.tenant, id)?;
+                if volume.image != Some(plan.image.id) {
+                    return Err(ClusterError::Invalid(format!(
+                        "volume {id} was made from image {}, not from the workload's image {}",
+                        volume
+                            .image
+                            .map_or_else(|| "(none)".into(), |i| i.to_string()),
+                        plan.image.id
+                    )));
+                }
+                self.require_volume_node(&volume)?;
+                let instance = self.new_instance(&launch)?;
+                self.boot_from(&volume, instance, delete_on_termination, false)
+                    .map(|i| created.push(i))?;
+            }
+            BootVolume::Image {
+                size_gb,
+                delete_on_termination,
+                limits,
+            } => {
+                rules::check_volume_image(&plan.image, size_gb, false)
+                    .map_err(ClusterError::Invalid)?;
+                for _ in 0..launch.count {
+                    let volume = match self.store.create_volume(
+                        NewVolume {
+                            owner: launch.tenant,
+                            name: String::new(),
+                            description: String::new(),
+                            size_gb,
+                            image: Some(plan.image.id),
+                            bootable: true,
+                        },
+                        limits,
+                    ) {
+                        Ok(v) => v,
+                        Err(e) => {
+                            failure = Some(e.into());
+                            break;
+                        }
+                    };
+                    let made = match self.new_instance(&launch) {
+                        Ok(instance) => {
+                            self.boot_from(&volume, instance, delete_on_termination, true)
+                        }
+                        Err(e) => {
+                            self.drop_new_volume(&volume);
+                            Err(e.into())
+                        }
+                    };
+                    match made {
+                        Ok(instance) => created.push(instance),
+                        Err(e) => {
+                            failure = Some(e);
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        self.dispatch_launched(&launch, &plan, created, failure, by)
+    }
+
+    /// `Conflict` when `volume`'s file is on a node that is not connected: a server booted from
+    /// it can run only there.
+    fn require_volume_node(&self, volume: &Volume) -> Result<(), ClusterError> {
+        let Some(node) = volume.node else {
+            return Ok(());
+        };
+        let connected = self
+            .state()
+            .nodes
+            .get(&node)
+            .is_some_and(|n| n.kinds.compute && n.status != NodeStatus::Disconnected);
+        if connected {
+            Ok(())
+        } else {
+            Err(ClusterError::Conflict(format!(
+                "volume {} is on node {node} (its file is there), which is not connected: a \
+                 server booted from it can only run on that node",
+                volume.id
+            )))
+        }
+    }
+
+    /// Attaches `volume` to the new `instance` as its root disk; if it cannot, the instance's
+    /// record goes (and the volume too when it was made for it: `made`).
+    fn boot_from(
+        &self,
+        volume: &Volume,
+        instance: Instance,
+        delete_on_termination: bool,
+        made: bool,
+    ) -> Result<Instance, ClusterError> {
+        match rules::begin_boot(
+            self.store.as_ref(),
+            volume,
+            instance.id,
+            delete_on_termination,
+        ) {
+            Ok(attached) => {
+                if attached.node.is_none() {
+                    self.state().boot_unplaced.insert(attached.id, instance.id);
+                }
+                Ok(instance)
+            }
+            Err(e) => {
+                if let Err(undo) = self.store.delete_instance(Scope::All, instance.id) {
+                    tracing::warn!(instance = %instance.id, "a launch's instance not removed after its volume failed: {undo}");
+                }
+                if made {
+                    self.drop_new_volume(volume);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Removes a volume a launch made and could not use (it is on no node: a record only).
+    fn drop_new_volume(&self, volume: &Volume) {
+        if let Err(e) = self.store.delete_volume(Scope::All, volume.id) {
+            tracing::warn!(volume = %volume.id, "a launch's new volume not removed: {e}");
+        }
+    }
+}
