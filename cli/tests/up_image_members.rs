@@ -16,15 +16,14 @@
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Output;
 
 mod common;
 
+use common::SimCluster;
 use cumulo::client::{Connection, Credentials};
 use serde_json::{Value, json};
 
-const CUMULO: &str = env!("CARGO_BIN_EXE_cumulo");
 /// The second project, its user's name and password.
 const GUEST: &str = "guest";
 const GUEST_PASSWORD: &str = "guest-pass-word";
@@ -33,39 +32,8 @@ fn text(out: &Output) -> String {
     common::output_text(out)
 }
 
-/// A sim cluster in a temporary directory on free ports; `cumulo down --purge` when dropped.
-struct Cluster {
-    dir: tempfile::TempDir,
-    env: Vec<(String, String)>,
-    openstack: PathBuf,
-}
-
-impl Cluster {
-    fn up(openstack: PathBuf) -> Cluster {
-        let dir = tempfile::tempdir().unwrap();
-        let root = dir.path().to_str().unwrap().to_string();
-        let out = Command::new(CUMULO)
-            .args(common::sim_up_args(&root))
-            .output()
-            .unwrap();
-        // Made before the check, so that a failed `up` is brought down too.
-        let cluster = Cluster {
-            env: if out.status.success() {
-                common::up_exports(dir.path())
-            } else {
-                Vec::new()
-            },
-            dir,
-            openstack,
-        };
-        assert!(out.status.success(), "cumulo up: {}", text(&out));
-        cluster
-    }
-
-    fn root(&self) -> String {
-        self.dir.path().to_str().unwrap().to_string()
-    }
-
+/// What this test needs of the cluster beyond the shared harness.
+impl SimCluster {
     fn export(&self, name: &str) -> String {
         self.env
             .iter()
@@ -123,15 +91,6 @@ impl Cluster {
     }
 }
 
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        let root = self.root();
-        let _ = Command::new(CUMULO)
-            .args(["down", "--dir", &root, "--purge"])
-            .output();
-    }
-}
-
 /// The ids of the images `openstack image list` shows with `env`.
 fn image_ids(bin: &std::path::Path, env: &[(String, String)]) -> Vec<String> {
     let list = common::openstack_json(bin, env, &["image", "list"]);
@@ -144,13 +103,9 @@ fn image_ids(bin: &std::path::Path, env: &[(String, String)]) -> Vec<String> {
 
 #[test]
 fn the_openstack_cli_shares_an_image_with_another_project() {
-    if !common::binaries_or_skip(&["cumulo-scheduler", "cumulo-controller", "cumulo-agent"]) {
-        return;
-    }
-    let Some(openstack) = common::openstack_or_skip() else {
+    let Some(cluster) = SimCluster::up_or_skip() else {
         return;
     };
-    let cluster = Cluster::up(openstack);
     let bin = cluster.openstack.clone();
     let owner = cluster.env.clone();
     let guest = cluster.env_of(GUEST, GUEST, GUEST_PASSWORD);

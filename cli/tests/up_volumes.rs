@@ -11,83 +11,21 @@
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Output;
 
 mod common;
 
-use serde_json::Value;
-
-const CUMULO: &str = env!("CARGO_BIN_EXE_cumulo");
+use common::SimCluster;
 
 fn text(out: &Output) -> String {
     common::output_text(out)
 }
 
-/// A sim cluster in a temporary directory on free ports; `cumulo down --purge` when dropped.
-struct Cluster {
-    dir: tempfile::TempDir,
-    env: Vec<(String, String)>,
-    openstack: PathBuf,
-}
-
-impl Cluster {
-    fn up(openstack: PathBuf) -> Cluster {
-        let dir = tempfile::tempdir().unwrap();
-        let root = dir.path().to_str().unwrap().to_string();
-        let out = Command::new(CUMULO)
-            .args(common::sim_up_args(&root))
-            .output()
-            .unwrap();
-        // Made before the check, so that a failed `up` is brought down too.
-        let cluster = Cluster {
-            env: if out.status.success() {
-                common::up_exports(dir.path())
-            } else {
-                Vec::new()
-            },
-            dir,
-            openstack,
-        };
-        assert!(out.status.success(), "cumulo up: {}", text(&out));
-        cluster
-    }
-
-    fn root(&self) -> String {
-        self.dir.path().to_str().unwrap().to_string()
-    }
-
-    fn openstack(&self, args: &[&str]) -> Output {
-        common::openstack(&self.openstack, &self.env, args)
-    }
-
-    fn ok(&self, args: &[&str]) {
-        common::openstack_ok(&self.openstack, &self.env, args);
-    }
-
-    fn json(&self, args: &[&str]) -> Value {
-        common::openstack_json(&self.openstack, &self.env, args)
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        let root = self.root();
-        let _ = Command::new(CUMULO)
-            .args(["down", "--dir", &root, "--purge"])
-            .output();
-    }
-}
-
 #[test]
 fn the_openstack_cli_creates_lists_shows_extends_renames_and_deletes_a_volume() {
-    if !common::binaries_or_skip(&["cumulo-scheduler", "cumulo-controller", "cumulo-agent"]) {
-        return;
-    }
-    let Some(openstack) = common::openstack_or_skip() else {
+    let Some(cluster) = SimCluster::up_or_skip() else {
         return;
     };
-    let cluster = Cluster::up(openstack);
 
     let made = cluster.json(&["volume", "create", "--size", "1", "v1"]);
     assert_eq!(made["name"], "v1", "{made}");

@@ -189,3 +189,77 @@ pub fn openstack_json(bin: &Path, env: &[(String, String)], args: &[&str]) -> se
     serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("openstack {args:?}: {e}: {}", output_text(&out)))
 }
+
+/// A `cumulo up --backend sim` cluster (see [`sim_up_args`]) in a temporary directory, with the
+/// login `up` exports and the `openstack` CLI to use it; `cumulo down --purge` when dropped.
+#[allow(dead_code)]
+pub struct SimCluster {
+    pub dir: tempfile::TempDir,
+    /// What `up` exported (the demo project's login, the controller's URL...).
+    pub env: Vec<(String, String)>,
+    /// The `openstack` CLI.
+    pub openstack: std::path::PathBuf,
+}
+
+#[allow(dead_code)]
+impl SimCluster {
+    /// The cluster, if its binaries are built and the `openstack` CLI is there (else the test
+    /// says it skips, see [`binaries_or_skip`] and [`openstack_or_skip`]).
+    pub fn up_or_skip() -> Option<SimCluster> {
+        if !binaries_or_skip(&["cumulo-scheduler", "cumulo-controller", "cumulo-agent"]) {
+            return None;
+        }
+        openstack_or_skip().map(SimCluster::up)
+    }
+
+    /// Brings the cluster up, which must succeed.
+    pub fn up(openstack: std::path::PathBuf) -> SimCluster {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().to_str().unwrap().to_string();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_cumulo"))
+            .args(sim_up_args(&root))
+            .output()
+            .unwrap();
+        // Made before the check, so that a failed `up` is brought down too.
+        let cluster = SimCluster {
+            env: if out.status.success() {
+                up_exports(dir.path())
+            } else {
+                Vec::new()
+            },
+            dir,
+            openstack,
+        };
+        assert!(out.status.success(), "cumulo up: {}", output_text(&out));
+        cluster
+    }
+
+    /// Its directory, as `cumulo --dir` takes it.
+    pub fn root(&self) -> String {
+        self.dir.path().to_str().unwrap().to_string()
+    }
+
+    /// Runs `openstack args` with the exported login (see [`openstack`]).
+    pub fn openstack(&self, args: &[&str]) -> std::process::Output {
+        openstack(&self.openstack, &self.env, args)
+    }
+
+    /// As [`SimCluster::openstack`], which must succeed.
+    pub fn ok(&self, args: &[&str]) {
+        openstack_ok(&self.openstack, &self.env, args);
+    }
+
+    /// As [`SimCluster::openstack`] with `-f json`, which must succeed: its JSON output.
+    pub fn json(&self, args: &[&str]) -> serde_json::Value {
+        openstack_json(&self.openstack, &self.env, args)
+    }
+}
+
+impl Drop for SimCluster {
+    fn drop(&mut self) {
+        let root = self.root();
+        let _ = std::process::Command::new(env!("CARGO_BIN_EXE_cumulo"))
+            .args(["down", "--dir", &root, "--purge"])
+            .output();
+    }
+}

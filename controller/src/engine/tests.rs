@@ -120,6 +120,17 @@ fn world() -> World {
 }
 
 impl World {
+    /// Another engine over this world's store (a restarted controller, or a second one), its
+    /// frames recorded apart.
+    fn another_engine(&self) -> Engine {
+        Engine::new(
+            self.engine.store().clone(),
+            Arc::new(Recorder::default()),
+            EngineConfig::new(Uuid::from_bytes([0xc1; 16])),
+        )
+        .unwrap()
+    }
+
     fn launch(&self, count: u32) -> Vec<Instance> {
         self.engine
             .launch(
@@ -255,6 +266,26 @@ fn stats_payload(
             .collect(),
     };
     Payload::Stats(Box::new(stats))
+}
+
+/// A STATS of `node` listing `instances`, active, with their volumes.
+fn stats_with_volumes(node: Uuid, instances: &[(Uuid, &[Uuid])]) -> Payload {
+    let ids: Vec<(Uuid, Reported)> = instances
+        .iter()
+        .map(|(id, _)| (*id, Reported::Active))
+        .collect();
+    let mut payload = stats_payload(node, ssntp::payload::NodeState::Ready, &ids, vec![]);
+    if let Payload::Stats(stats) = &mut payload {
+        for (stat, (_, volumes)) in stats.instances.iter_mut().zip(instances) {
+            stat.volumes = volumes.to_vec();
+        }
+    }
+    payload
+}
+
+/// The volume `id` as the store has it.
+fn volume(w: &World, id: Uuid) -> store::Volume {
+    w.engine.store().volume(Scope::All, id).unwrap()
 }
 
 fn stopped_event(id: Uuid) -> Payload {

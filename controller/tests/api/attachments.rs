@@ -4,198 +4,49 @@
 //! DELIVERY_FAILURE, INSTANCE_DELETED) fed to the engine as the scheduler would forward them.
 //! The engine applies a frame before `handle` returns: no waiting.
 
-use std::sync::{Arc, Mutex};
+use std::ops::Deref;
 
 use axum::http::{Method, StatusCode};
-use controller::api::testing::TestApi;
-use controller::engine::{Engine, EngineConfig, Outbound, SendFailure};
 use serde_json::{Value, json};
 use ssntp::Payload;
 use ssntp::payload::{
     AttachVolumeFailure, AttachVolumeFailureReason, DeliveryFailure, DeliveryFailureReason,
-    InstanceEvent, InstanceStat, InstanceState as Reported, NodeEvent, NodeState, NodeStatus,
-    NodeType, Stats, VolumeCommand,
+    InstanceEvent,
 };
-use store::{Flavor, Image, Scope, Store, VolumeStatus};
+use store::{Scope, VolumeStatus};
 use uuid::Uuid;
 
-use crate::support::{Client, PASSWORD, Seeded, TestTenant, seeded};
+use crate::engine_rig::{EngineRig, NODE_A, NODE_B, id_of};
+use crate::support::TestTenant;
 
-const NODE_A: Uuid = Uuid::from_bytes([0xaa; 16]);
-const NODE_B: Uuid = Uuid::from_bytes([0xbb; 16]);
+/// The API over the real engine ([`EngineRig`]), with the helpers of attachments.
+struct Rig(EngineRig);
 
-/// Keeps what the engine sends; can be "disconnected".
-#[derive(Default)]
-struct Recorder {
-    sent: Mutex<Vec<Payload>>,
-    down: Mutex<bool>,
-}
+impl Deref for Rig {
+    type Target = EngineRig;
 
-impl Outbound for Recorder {
-    fn send(&self, payload: &Payload) -> Result<(), SendFailure> {
-        if *self.down.lock().unwrap() {
-            return Err(SendFailure::NotConnected);
-        }
-        self.sent.lock().unwrap().push(payload.clone());
-        Ok(())
+    fn deref(&self) -> &EngineRig {
+        &self.0
     }
-
-    fn connected(&self) -> bool {
-        !*self.down.lock().unwrap()
-    }
-}
-
-impl Recorder {
-    fn take(&self) -> Vec<Payload> {
-        std::mem::take(&mut *self.sent.lock().unwrap())
-    }
-
-    /// The volume commands sent since the last take, with their frame's name.
-    fn volume_commands(&self) -> Vec<(&'static str, VolumeCommand)> {
-        self.take()
-            .into_iter()
-            .filter_map(|p| match p {
-                Payload::AttachVolume(c) => Some(("ATTACH_VOLUME", c)),
-                Payload::DetachVolume(c) => Some(("DETACH_VOLUME", c)),
-                _ => None,
-            })
-            .collect()
-    }
-}
-
-/// The API over the real engine, two compute nodes, two tenants.
-struct Rig {
-    api: TestApi,
-    store: Arc<dyn Store>,
-    engine: Arc<Engine>,
-    out: Arc<Recorder>,
-    flavor: Flavor,
-    image: Image,
-    a: TestTenant,
-    b: TestTenant,
-    _dir: tempfile::TempDir,
 }
 
 impl Rig {
     async fn start() -> Rig {
-        let Seeded {
-            dir,
-            store,
-            flavor,
-            image,
-            a,
-            b,
-        } = seeded();
-        let out = Arc::new(Recorder::default());
-        let engine = Arc::new(
-            Engine::new(
-                store.clone(),
-                out.clone(),
-                EngineConfig::new(Uuid::from_bytes([0xc0; 16])),
-            )
-            .unwrap(),
-        );
-        let api = TestApi::start(store.clone(), engine.clone(), None)
-            .await
-            .unwrap();
-        let rig = Rig {
-            api,
-            store,
-            engine,
-            out,
-            flavor,
-            image,
-            a,
-            b,
-            _dir: dir,
-        };
-        for node in [NODE_A, NODE_B] {
-            rig.frame(Payload::NodeConnected(NodeEvent {
-                node_uuid: node,
-                node_type: NodeType::ComputeNode,
-            }));
-            rig.stats(node, &[]);
-        }
-        rig
+        Rig(EngineRig::start().await)
     }
 
-    fn client(&self) -> Client {
-        Client {
-            addr: self.api.addr,
-            tls: None,
-            from: None,
-        }
-    }
-
-    async fn token(&self, t: &TestTenant) -> String {
-        let (status, headers, body) = self.client().login(&t.user_name, PASSWORD, &t.name).await;
-        assert_eq!(status, StatusCode::CREATED, "{body}");
-        headers["x-subject-token"].to_str().unwrap().to_string()
-    }
-
-    async fn admin_token(&self) -> String {
-        use controller::api::testing::{ADMIN_NAME, ADMIN_PASSWORD, ADMIN_PROJECT};
-        let (status, headers, body) = self
-            .client()
-            .login(ADMIN_NAME, ADMIN_PASSWORD, ADMIN_PROJECT)
-            .await;
-        assert_eq!(status, StatusCode::CREATED, "{body}");
-        headers["x-subject-token"].to_str().unwrap().to_string()
-    }
-
-    /// Applies a frame as the scheduler forwards it.
-    fn frame(&self, payload: Payload) {
-        self.engine.handle(&payload).unwrap();
-    }
-
-    /// A STATS of `node` listing `instances`, active, each with its attached volumes.
-    fn stats(&self, node: Uuid, instances: &[(Uuid, &[Uuid])]) {
-        let stats = Stats {
-            node: NodeStatus {
-                node_uuid: node,
-                hostname: format!("host-{node}"),
-                mem_total_mb: 64 * 1024,
-                mem_available_mb: 32 * 1024,
-                disk_total_mb: 1_000_000,
-                disk_available_mb: 500_000,
-                vcpus_total: 64,
-                vcpus_available: 32,
-                load: 1,
-                networks: vec![],
-            },
-            status: NodeState::Ready,
-            instances: instances
-                .iter()
-                .map(|(id, volumes)| InstanceStat {
-                    instance_uuid: *id,
-                    state: Reported::Active,
-                    ssh_ip: None,
-                    ssh_port: None,
-                    memory_usage_mb: 10,
-                    disk_usage_mb: 10,
-                    cpu_usage: None,
-                    volumes: volumes.to_vec(),
-                })
-                .collect(),
-        };
-        self.frame(Payload::Stats(Box::new(stats)));
-    }
-
-    /// A server of tenant `t`, active on `node` (its STATS lists only it).
-    async fn server_on(&self, token: &str, name: &str, node: Uuid) -> Uuid {
-        let (status, _, body) = self
-            .client()
-            .send(
-                Method::POST,
-                "/compute/v2.1/servers",
-                Some(token),
-                Some(json!({"server": {
-                    "name": name, "flavorRef": self.flavor.id, "imageRef": self.image.id
-                }})),
-            )
+    /// A server of the fixture's image, as created (pending): its id.
+    async fn launch(&self, token: &str, name: &str) -> Uuid {
+        let (status, body) = self
+            .create_server(token, name, json!({"imageRef": self.image.id}))
             .await;
         assert_eq!(status, StatusCode::ACCEPTED, "{body}");
-        let id = Uuid::parse_str(body["server"]["id"].as_str().unwrap()).unwrap();
+        id_of(&body, "server")
+    }
+
+    /// A server, active on `node` (its STATS lists only it).
+    async fn server_on(&self, token: &str, name: &str, node: Uuid) -> Uuid {
+        let id = self.launch(token, name).await;
         self.stats(node, &[(id, &[])]);
         let placed = self.store.instance(Scope::All, id).unwrap();
         assert_eq!(placed.node, Some(node));
@@ -206,72 +57,11 @@ impl Rig {
 
     /// A volume of `t` of `size` GiB.
     async fn volume(&self, token: &str, t: &TestTenant, size: u32) -> Uuid {
-        let (status, _, body) = self
-            .client()
-            .send(
-                Method::POST,
-                &format!("/volume/v3/{}/volumes", t.id),
-                Some(token),
-                Some(json!({"volume": {"size": size}})),
-            )
-            .await;
-        assert_eq!(status, StatusCode::ACCEPTED, "{body}");
-        Uuid::parse_str(body["volume"]["id"].as_str().unwrap()).unwrap()
-    }
-
-    /// `GET /volume/v3/{project}/volumes/{id}`: the volume in Cinder's shape.
-    async fn show_volume(&self, token: &str, t: &TestTenant, id: Uuid) -> Value {
-        let (status, _, body) = self
-            .client()
-            .send(
-                Method::GET,
-                &format!("/volume/v3/{}/volumes/{id}", t.id),
-                Some(token),
-                None,
-            )
-            .await;
-        assert_eq!(status, StatusCode::OK, "{body}");
-        body["volume"].clone()
+        self.new_volume(token, t, json!({"size": size})).await
     }
 
     fn status(&self, volume: Uuid) -> VolumeStatus {
         self.store.volume(Scope::All, volume).unwrap().status
-    }
-
-    async fn attach(
-        &self,
-        token: &str,
-        server: Uuid,
-        volume: Uuid,
-        device: Option<&str>,
-    ) -> (StatusCode, Value) {
-        let mut attachment = json!({"volumeId": volume});
-        if let Some(device) = device {
-            attachment["device"] = json!(device);
-        }
-        let (status, _, body) = self
-            .client()
-            .send(
-                Method::POST,
-                &format!("/compute/v2.1/servers/{server}/os-volume_attachments"),
-                Some(token),
-                Some(json!({ "volumeAttachment": attachment })),
-            )
-            .await;
-        (status, body)
-    }
-
-    async fn detach(&self, token: &str, server: Uuid, volume: Uuid) -> (StatusCode, Value) {
-        let (status, _, body) = self
-            .client()
-            .send(
-                Method::DELETE,
-                &format!("/compute/v2.1/servers/{server}/os-volume_attachments/{volume}"),
-                Some(token),
-                None,
-            )
-            .await;
-        (status, body)
     }
 
     /// An attached volume of `server` on `node`: attached, then reported.
@@ -290,9 +80,8 @@ impl Rig {
         server: Uuid,
         action: &str,
     ) -> Vec<(String, Value, Value)> {
-        let c = self.client();
         let path = format!("/compute/v2.1/servers/{server}/os-instance-actions");
-        let (status, _, list) = c.send(Method::GET, &path, Some(token), None).await;
+        let (status, list) = self.client().call(Method::GET, &path, token, None).await;
         assert_eq!(status, StatusCode::OK, "{list}");
         let request = list["instanceActions"]
             .as_array()
@@ -303,8 +92,9 @@ impl Rig {
             .as_str()
             .unwrap()
             .to_string();
-        let (status, _, one) = c
-            .send(Method::GET, &format!("{path}/{request}"), Some(token), None)
+        let (status, one) = self
+            .client()
+            .call(Method::GET, &format!("{path}/{request}"), token, None)
             .await;
         assert_eq!(status, StatusCode::OK, "{one}");
         one["instanceAction"]["events"]
@@ -322,7 +112,7 @@ impl Rig {
     }
 
     async fn stop(self) {
-        self.api.stop().await.unwrap();
+        self.0.stop().await;
     }
 }
 
@@ -593,7 +383,7 @@ async fn failures_put_volumes_back_with_their_cause() {
     assert_eq!(r.status(v), VolumeStatus::InUse);
 
     // A controller without its scheduler: 503, the volume untouched.
-    *r.out.down.lock().unwrap() = true;
+    r.out.disconnect();
     let (status, body) = r.detach(&a, server, v).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
     assert_eq!(r.status(v), VolumeStatus::InUse);
@@ -674,19 +464,7 @@ async fn attaches_the_rules_refuse() {
     assert_eq!(body["volumeAttachment"]["device"], "/dev/vdb");
 
     // A server in a state that cannot take a volume: 409 (a pending one, and a suspended one).
-    let (status, _, body) = r
-        .client()
-        .send(
-            Method::POST,
-            "/compute/v2.1/servers",
-            Some(&a),
-            Some(json!({"server": {
-                "name": "pending", "flavorRef": r.flavor.id, "imageRef": r.image.id
-            }})),
-        )
-        .await;
-    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
-    let pending = Uuid::parse_str(body["server"]["id"].as_str().unwrap()).unwrap();
+    let pending = r.launch(&a, "pending").await;
     let x = r.volume(&a, &r.a, 1).await;
     let (status, body) = r.attach(&a, pending, x, None).await;
     assert_eq!(status, StatusCode::CONFLICT, "{body}");
@@ -727,16 +505,7 @@ async fn a_deleted_server_releases_its_volumes() {
     let (status, _) = r.attach(&a, server, v2, None).await;
     assert_eq!(status, StatusCode::OK);
 
-    let (status, _, body) = r
-        .client()
-        .send(
-            Method::DELETE,
-            &format!("/compute/v2.1/servers/{server}"),
-            Some(&a),
-            None,
-        )
-        .await;
-    assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
+    r.delete_server(&a, server).await;
     // Until the node confirms, the volumes stay attached.
     assert_eq!(r.status(v1), VolumeStatus::InUse);
     r.frame(Payload::InstanceDeleted(InstanceEvent {

@@ -5,267 +5,52 @@
 //! volume that goes with its server from a node. No waiting: the engine applies a frame before
 //! `handle` returns.
 
-use std::sync::{Arc, Mutex};
+use std::ops::Deref;
 
 use axum::http::{Method, StatusCode};
-use controller::api::testing::TestApi;
-use controller::engine::{Engine, EngineConfig, Outbound, SendFailure};
 use serde_json::{Value, json};
 use ssntp::Payload;
-use ssntp::payload::{
-    InstanceEvent, InstanceStat, InstanceState as Reported, NodeEvent, NodeState, NodeStatus,
-    NodeType, Start, Stats,
-};
-use store::{
-    Flavor, Image, ImageChange, ImageFile, ImageKind, ImageProps, NewImage, Scope, Store,
-    Visibility, VolumeStatus,
-};
+use ssntp::payload::{InstanceEvent, NodeEvent, NodeType};
+use store::{Image, ImageChange, ImageKind, ImageProps, NewImage, Scope, Visibility, VolumeStatus};
 use uuid::Uuid;
 
-use crate::support::{Client, PASSWORD, Seeded, TestTenant, World, seeded};
+use crate::engine_rig::{EngineRig, NODE_A, NODE_B, id_of};
+use crate::support::{TestTenant, World, uploaded};
 
-const NODE_A: Uuid = Uuid::from_bytes([0xaa; 16]);
-const NODE_B: Uuid = Uuid::from_bytes([0xbb; 16]);
 const GIB: u64 = 1 << 30;
 
-/// Keeps what the engine sends.
-#[derive(Default)]
-struct Recorder {
-    sent: Mutex<Vec<Payload>>,
-}
-
-impl Outbound for Recorder {
-    fn send(&self, payload: &Payload) -> Result<(), SendFailure> {
-        self.sent.lock().unwrap().push(payload.clone());
-        Ok(())
-    }
-
-    fn connected(&self) -> bool {
-        true
-    }
-}
-
-impl Recorder {
-    fn take(&self) -> Vec<Payload> {
-        std::mem::take(&mut *self.sent.lock().unwrap())
-    }
-
-    /// The STARTs sent since the last take.
-    fn starts(&self) -> Vec<Start> {
-        self.take()
-            .into_iter()
-            .filter_map(|p| match p {
-                Payload::Start(s) => Some(*s),
-                _ => None,
-            })
-            .collect()
-    }
-}
-
-/// An image whose data was uploaded (`sha512/<hash>`) of `size` bytes, `kind`, of `owner`
-/// (public without one), `active`.
-fn uploaded(
-    store: &dyn Store,
-    owner: Option<Uuid>,
-    name: &str,
-    kind: ImageKind,
-    size: u64,
-) -> Image {
-    let hash = format!("{:0128x}", Uuid::new_v4().as_u128());
-    let image = store
-        .create_image(NewImage {
-            owner,
-            name: name.into(),
-            kind,
-            reference: format!("sha512/{hash}"),
-        })
-        .unwrap();
-    store
-        .change_image(
-            Scope::All,
-            image.id,
-            ImageChange {
-                file: Some(Some(ImageFile {
-                    size,
-                    md5: "0".repeat(32),
-                    sha512: hash.clone(),
-                })),
-                ..ImageChange::default()
-            },
-        )
-        .unwrap()
-}
-
-/// The API over the real engine, two compute nodes, two tenants, an uploaded qcow2 image.
+/// The API over the real engine ([`EngineRig`]) with a public uploaded qcow2 image.
 struct Rig {
-    api: TestApi,
-    store: Arc<dyn Store>,
-    engine: Arc<Engine>,
-    out: Arc<Recorder>,
-    flavor: Flavor,
-    /// The fixture's registered image (a file on the nodes).
-    registered: Image,
+    rig: EngineRig,
     /// A public uploaded qcow2 image of 300 MiB.
     disk: Image,
-    a: TestTenant,
-    b: TestTenant,
-    _dir: tempfile::TempDir,
+}
+
+impl Deref for Rig {
+    type Target = EngineRig;
+
+    fn deref(&self) -> &EngineRig {
+        &self.rig
+    }
 }
 
 impl Rig {
     async fn start() -> Rig {
-        let Seeded {
-            dir,
-            store,
-            flavor,
-            image,
-            a,
-            b,
-        } = seeded();
-        let disk = uploaded(store.as_ref(), None, "debian", ImageKind::Qcow2, 300 << 20);
-        let out = Arc::new(Recorder::default());
-        let engine = Arc::new(
-            Engine::new(
-                store.clone(),
-                out.clone(),
-                EngineConfig::new(Uuid::from_bytes([0xc0; 16])),
-            )
-            .unwrap(),
+        let rig = EngineRig::start().await;
+        let disk = uploaded(
+            rig.store.as_ref(),
+            None,
+            "debian",
+            ImageKind::Qcow2,
+            300 << 20,
         );
-        let api = TestApi::start(store.clone(), engine.clone(), None)
-            .await
-            .unwrap();
-        let rig = Rig {
-            api,
-            store,
-            engine,
-            out,
-            flavor,
-            registered: image,
-            disk,
-            a,
-            b,
-            _dir: dir,
-        };
-        for node in [NODE_A, NODE_B] {
-            rig.frame(Payload::NodeConnected(NodeEvent {
-                node_uuid: node,
-                node_type: NodeType::ComputeNode,
-            }));
-            rig.stats(node, &[]);
-        }
-        rig.out.take();
-        rig
-    }
-
-    fn client(&self) -> Client {
-        Client {
-            addr: self.api.addr,
-            tls: None,
-            from: None,
-        }
-    }
-
-    async fn token(&self, t: &TestTenant) -> String {
-        let (status, headers, body) = self.client().login(&t.user_name, PASSWORD, &t.name).await;
-        assert_eq!(status, StatusCode::CREATED, "{body}");
-        headers["x-subject-token"].to_str().unwrap().to_string()
-    }
-
-    fn frame(&self, payload: Payload) {
-        self.engine.handle(&payload).unwrap();
-    }
-
-    /// A STATS of `node` listing `instances`, active, each with its volumes.
-    fn stats(&self, node: Uuid, instances: &[(Uuid, &[Uuid])]) {
-        let stats = Stats {
-            node: NodeStatus {
-                node_uuid: node,
-                hostname: format!("host-{node}"),
-                mem_total_mb: 64 * 1024,
-                mem_available_mb: 32 * 1024,
-                disk_total_mb: 1_000_000,
-                disk_available_mb: 500_000,
-                vcpus_total: 64,
-                vcpus_available: 32,
-                load: 1,
-                networks: vec![],
-            },
-            status: NodeState::Ready,
-            instances: instances
-                .iter()
-                .map(|(id, volumes)| InstanceStat {
-                    instance_uuid: *id,
-                    state: Reported::Active,
-                    ssh_ip: None,
-                    ssh_port: None,
-                    memory_usage_mb: 10,
-                    disk_usage_mb: 10,
-                    cpu_usage: None,
-                    volumes: volumes.to_vec(),
-                })
-                .collect(),
-        };
-        self.frame(Payload::Stats(Box::new(stats)));
-    }
-
-    /// `POST /volume/v3/{project}/volumes` with `volume`: the status and the body.
-    async fn create_volume(
-        &self,
-        token: &str,
-        t: &TestTenant,
-        volume: Value,
-    ) -> (StatusCode, Value) {
-        let (status, _, body) = self
-            .client()
-            .send(
-                Method::POST,
-                &format!("/volume/v3/{}/volumes", t.id),
-                Some(token),
-                Some(json!({ "volume": volume })),
-            )
-            .await;
-        (status, body)
+        Rig { rig, disk }
     }
 
     /// A volume of `t` made from `image`, of `size` GiB.
     async fn volume_from(&self, token: &str, t: &TestTenant, image: Uuid, size: u32) -> Uuid {
-        let (status, body) = self
-            .create_volume(token, t, json!({"size": size, "imageRef": image}))
-            .await;
-        assert_eq!(status, StatusCode::ACCEPTED, "{body}");
-        Uuid::parse_str(body["volume"]["id"].as_str().unwrap()).unwrap()
-    }
-
-    async fn show_volume(&self, token: &str, t: &TestTenant, id: Uuid) -> Value {
-        let (status, _, body) = self
-            .client()
-            .send(
-                Method::GET,
-                &format!("/volume/v3/{}/volumes/{id}", t.id),
-                Some(token),
-                None,
-            )
-            .await;
-        assert_eq!(status, StatusCode::OK, "{body}");
-        body["volume"].clone()
-    }
-
-    /// `POST /servers` with `server` (its name and flavor added): the status and the body.
-    async fn create_server(&self, token: &str, server: Value) -> (StatusCode, Value) {
-        let mut server = server;
-        server["name"] = json!("bfv");
-        server["flavorRef"] = json!(self.flavor.id);
-        let (status, _, body) = self
-            .client()
-            .send(
-                Method::POST,
-                "/compute/v2.1/servers",
-                Some(token),
-                Some(json!({ "server": server })),
-            )
-            .await;
-        (status, body)
+        self.new_volume(token, t, json!({"size": size, "imageRef": image}))
+            .await
     }
 
     /// A server booted from `mapping` (one block device), `imageRef` empty: its id.
@@ -273,38 +58,12 @@ impl Rig {
         let (status, body) = self
             .create_server(
                 token,
+                "bfv",
                 json!({"imageRef": "", "block_device_mapping_v2": [mapping]}),
             )
             .await;
         assert_eq!(status, StatusCode::ACCEPTED, "{body}");
-        Uuid::parse_str(body["server"]["id"].as_str().unwrap()).unwrap()
-    }
-
-    async fn show_server(&self, token: &str, id: Uuid) -> Value {
-        let (status, _, body) = self
-            .client()
-            .send(
-                Method::GET,
-                &format!("/compute/v2.1/servers/{id}"),
-                Some(token),
-                None,
-            )
-            .await;
-        assert_eq!(status, StatusCode::OK, "{body}");
-        body["server"].clone()
-    }
-
-    async fn delete_server(&self, token: &str, id: Uuid) {
-        let (status, _, body) = self
-            .client()
-            .send(
-                Method::DELETE,
-                &format!("/compute/v2.1/servers/{id}"),
-                Some(token),
-                None,
-            )
-            .await;
-        assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
+        id_of(&body, "server")
     }
 
     fn volume(&self, id: Uuid) -> store::Volume {
@@ -320,7 +79,7 @@ impl Rig {
     }
 
     async fn stop(self) {
-        self.api.stop().await.unwrap();
+        self.rig.stop().await;
     }
 }
 
@@ -359,7 +118,7 @@ async fn volumes_are_made_from_disk_images_the_project_may_boot() {
     assert_eq!(meta["image_name"], "debian");
     assert_eq!(meta["disk_format"], "qcow2");
     assert_eq!(meta["size"], (300u64 << 20).to_string());
-    let id = Uuid::parse_str(shown["id"].as_str().unwrap()).unwrap();
+    let id = id_of(&body, "volume");
     let record = r.volume(id);
     assert_eq!((record.image, record.bootable), (Some(r.disk.id), true));
     assert_eq!(record.status, VolumeStatus::Available);
@@ -426,7 +185,7 @@ async fn volumes_are_made_from_disk_images_the_project_may_boot() {
     let before = r.volumes_of(&r.a).len();
     for (image, size, says) in [
         (kernel.id, 1, "registered by reference"),
-        (r.registered.id, 1, "registered by reference"),
+        (r.image.id, 1, "registered by reference"),
         (iso.id, 1, "ISO"),
         (
             big.id,
@@ -469,26 +228,14 @@ async fn a_volume_from_an_image_is_filled_by_the_node_that_first_attaches_it() {
     let r = Rig::start().await;
     let a = r.token(&r.a).await;
     let (status, body) = r
-        .create_server(&a, json!({"imageRef": r.registered.id}))
+        .create_server(&a, "bfv", json!({"imageRef": r.image.id}))
         .await;
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
-    let server = Uuid::parse_str(body["server"]["id"].as_str().unwrap()).unwrap();
+    let server = id_of(&body, "server");
     r.stats(NODE_A, &[(server, &[])]);
     r.out.take();
     let v = r.volume_from(&a, &r.a, r.disk.id, 2).await;
-    let attach = |token: String| {
-        let c = r.client();
-        async move {
-            c.send(
-                Method::POST,
-                &format!("/compute/v2.1/servers/{server}/os-volume_attachments"),
-                Some(&token),
-                Some(json!({"volumeAttachment": {"volumeId": v}})),
-            )
-            .await
-        }
-    };
-    let (status, _, body) = attach(a.clone()).await;
+    let (status, body) = r.attach(&a, server, v, None).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     let sent = r.out.take();
     let Some(Payload::AttachVolume(command)) = sent.first() else {
@@ -503,20 +250,12 @@ async fn a_volume_from_an_image_is_filled_by_the_node_that_first_attaches_it() {
     r.stats(NODE_A, &[(server, &[v])]);
     assert_eq!(r.volume(v).node, Some(NODE_A));
     // Detached and attached again: the node holds its file now, no image is sent.
-    let (status, _, body) = r
-        .client()
-        .send(
-            Method::DELETE,
-            &format!("/compute/v2.1/servers/{server}/os-volume_attachments/{v}"),
-            Some(&a),
-            None,
-        )
-        .await;
+    let (status, body) = r.detach(&a, server, v).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
     r.stats(NODE_A, &[(server, &[])]);
     assert_eq!(r.volume(v).status, VolumeStatus::Available);
     r.out.take();
-    let (status, _, body) = attach(a.clone()).await;
+    let (status, body) = r.attach(&a, server, v, None).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     let sent = r.out.take();
     let Some(Payload::AttachVolume(command)) = sent.first() else {
@@ -584,70 +323,39 @@ async fn a_server_boots_from_an_existing_volume() {
         s["os-extended-volumes:volumes_attached"],
         json!([{"id": v, "delete_on_termination": false}])
     );
-    let (status, _, list) = r
-        .client()
-        .send(
-            Method::GET,
-            &format!("/compute/v2.1/servers/{server}/os-volume_attachments"),
-            Some(&a),
-            None,
-        )
-        .await;
+    let attachments = format!("/compute/v2.1/servers/{server}/os-volume_attachments");
+    let (status, list) = r.client().call(Method::GET, &attachments, &a, None).await;
     assert_eq!(status, StatusCode::OK, "{list}");
     assert_eq!(list["volumeAttachments"][0]["device"], "/dev/vda");
     // The root disk is not detached, by its owner nor (while the server is) by an admin.
-    let (status, _, body) = r
-        .client()
-        .send(
-            Method::DELETE,
-            &format!("/compute/v2.1/servers/{server}/os-volume_attachments/{v}"),
-            Some(&a),
-            None,
-        )
-        .await;
+    let (status, body) = r.detach(&a, server, v).await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
     assert!(
         message(&body).contains("Cannot detach a root device volume"),
         "{body}"
     );
-    let admin = {
-        use controller::api::testing::{ADMIN_NAME, ADMIN_PASSWORD, ADMIN_PROJECT};
-        let (_, headers, _) = r
-            .client()
-            .login(ADMIN_NAME, ADMIN_PASSWORD, ADMIN_PROJECT)
-            .await;
-        headers["x-subject-token"].to_str().unwrap().to_string()
-    };
-    let (status, _, body) = r
+    let admin = r.admin_token().await;
+    let force = format!("/volume/v3/{}/volumes/{v}/action", r.api.admin.project);
+    let (status, body) = r
         .client()
-        .send(
+        .call(
             Method::POST,
-            &format!("/volume/v3/{}/volumes/{v}/action", r.api.admin.project),
-            Some(&admin),
+            &force,
+            &admin,
             Some(json!({"os-force_detach": {}})),
         )
         .await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
     assert!(message(&body).contains("root disk"), "{body}");
     // Nor deleted, nor rebuilt from another image.
-    let (status, _, body) = r
-        .client()
-        .send(
-            Method::DELETE,
-            &format!("/volume/v3/{}/volumes/{v}", r.a.id),
-            Some(&a),
-            None,
-        )
-        .await;
+    let path = format!("/volume/v3/{}/volumes/{v}", r.a.id);
+    let (status, body) = r.client().call(Method::DELETE, &path, &a, None).await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
-    let (status, _, body) = r
+    let rebuild = json!({"rebuild": {"imageRef": r.image.id}});
+    let path = format!("/compute/v2.1/servers/{server}/action");
+    let (status, body) = r
         .client()
-        .send(
-            Method::POST,
-            &format!("/compute/v2.1/servers/{server}/action"),
-            Some(&a),
-            Some(json!({"rebuild": {"imageRef": r.registered.id}})),
-        )
+        .call(Method::POST, &path, &a, Some(rebuild))
         .await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
     assert!(message(&body).contains("volume-backed"), "{body}");
@@ -694,6 +402,7 @@ async fn a_server_boots_from_an_existing_volume() {
     let (status, body) = r
         .create_server(
             &a,
+            "bfv",
             json!({"block_device_mapping_v2": [{"uuid": v, "boot_index": 0,
                 "source_type": "volume", "destination_type": "volume"}]}),
         )
@@ -760,6 +469,7 @@ async fn a_server_boots_from_a_new_volume_made_from_its_image() {
     let (status, body) = r
         .create_server(
             &a,
+            "bfv",
             json!({"imageRef": "", "block_device_mapping_v2": [mapping], "min_count": 2}),
         )
         .await;
@@ -820,9 +530,7 @@ async fn other_block_device_mappings_are_refused_and_leave_nothing() {
     let a = r.token(&r.a).await;
     let b = r.token(&r.b).await;
     let bootable = r.volume_from(&a, &r.a, r.disk.id, 1).await;
-    let (status, body) = r.create_volume(&a, &r.a, json!({"size": 1})).await;
-    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
-    let blank = Uuid::parse_str(body["volume"]["id"].as_str().unwrap()).unwrap();
+    let blank = r.new_volume(&a, &r.a, json!({"size": 1})).await;
     let of_b = r.volume_from(&b, &r.b, r.disk.id, 1).await;
     let big = uploaded(r.store.as_ref(), None, "big", ImageKind::Raw, 3 * GIB);
     let volume = |id: Uuid| json!({"uuid": id, "boot_index": 0, "source_type": "volume", "destination_type": "volume"});
@@ -852,7 +560,7 @@ async fn other_block_device_mappings_are_refused_and_leave_nothing() {
             "boot_index 1",
         ),
         (
-            json!({"imageRef": r.registered.id, "block_device_mapping_v2": [{"uuid": r.disk.id,
+            json!({"imageRef": r.image.id, "block_device_mapping_v2": [{"uuid": r.disk.id,
                 "boot_index": 0, "source_type": "image", "destination_type": "local"}]}),
             "own image",
         ),
@@ -886,7 +594,7 @@ async fn other_block_device_mappings_are_refused_and_leave_nothing() {
         ),
         (json!({"imageRef": ""}), "imageRef is required"),
     ] {
-        let (status, body) = r.create_server(&a, server.clone()).await;
+        let (status, body) = r.create_server(&a, "bfv", server.clone()).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{server}: {body}");
         assert!(message(&body).contains(says), "{says}: {body}");
     }
@@ -896,7 +604,11 @@ async fn other_block_device_mappings_are_refused_and_leave_nothing() {
     // A volume in use is not booted from again.
     r.server_from(&a, volume(bootable)).await;
     let (status, body) = r
-        .create_server(&a, json!({"block_device_mapping_v2": [volume(bootable)]}))
+        .create_server(
+            &a,
+            "bfv",
+            json!({"block_device_mapping_v2": [volume(bootable)]}),
+        )
         .await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
     assert!(
@@ -907,13 +619,14 @@ async fn other_block_device_mappings_are_refused_and_leave_nothing() {
     let (status, body) = r
         .create_server(
             &a,
+            "bfv",
             json!({"imageRef": r.disk.id, "block_device_mapping_v2": [{"uuid": r.disk.id,
                 "boot_index": 0, "source_type": "image", "destination_type": "local",
                 "delete_on_termination": true}]}),
         )
         .await;
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
-    let id = Uuid::parse_str(body["server"]["id"].as_str().unwrap()).unwrap();
+    let id = id_of(&body, "server");
     let s = r.show_server(&a, id).await;
     assert_eq!(s["image"]["id"], r.disk.id.to_string());
     assert_eq!(s["os-extended-volumes:volumes_attached"], json!([]));
@@ -929,22 +642,16 @@ async fn a_volume_that_goes_with_its_server_is_removed_from_its_node() {
     let w = World::start().await;
     let a = w.token_a().await;
     let disk = uploaded(w.store.as_ref(), None, "debian", ImageKind::Qcow2, 1 << 20);
-    let (status, _, body) = w
-        .client()
-        .send(
-            Method::POST,
-            "/compute/v2.1/servers",
-            Some(&a),
-            Some(
-                json!({"server": {"name": "bfv", "flavorRef": w.flavor.id, "imageRef": "",
-                "block_device_mapping_v2": [{"uuid": disk.id, "boot_index": 0,
-                    "source_type": "image", "destination_type": "volume", "volume_size": 1,
-                    "delete_on_termination": true}]}}),
-            ),
-        )
+    let c = w.client();
+    let server = json!({"server": {"name": "bfv", "flavorRef": w.flavor.id, "imageRef": "",
+        "block_device_mapping_v2": [{"uuid": disk.id, "boot_index": 0,
+            "source_type": "image", "destination_type": "volume", "volume_size": 1,
+            "delete_on_termination": true}]}});
+    let (status, body) = c
+        .call(Method::POST, "/compute/v2.1/servers", &a, Some(server))
         .await;
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
-    let server = body["server"]["id"].as_str().unwrap().to_string();
+    let server = id_of(&body, "server");
     let volumes = w.store.volumes(Scope::Tenant(w.a.id)).unwrap();
     assert_eq!(volumes.len(), 1);
     let v = volumes[0].id;
@@ -960,15 +667,8 @@ async fn a_volume_that_goes_with_its_server_is_removed_from_its_node() {
             store::VolumeLimits::default(),
         )
         .unwrap();
-    let (status, _, body) = w
-        .client()
-        .send(
-            Method::DELETE,
-            &format!("/compute/v2.1/servers/{server}"),
-            Some(&a),
-            None,
-        )
-        .await;
+    let path = format!("/compute/v2.1/servers/{server}");
+    let (status, body) = c.call(Method::DELETE, &path, &a, None).await;
     assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
     assert!(
         w.store.volume(Scope::All, v).is_err(),

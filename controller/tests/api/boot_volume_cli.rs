@@ -4,33 +4,10 @@
 //! its server goes. Skipped with a message when the CLI is not installed, unless
 //! `CUMULO_REQUIRE_OPENSTACK=1`.
 
-use std::sync::Arc;
+use store::ImageKind;
 
-use controller::api::testing::OpenStackCli;
-use serde_json::Value;
-use store::{ImageChange, ImageFile, ImageKind, NewImage, Scope};
-
-use crate::openstack::openstack_or_skip;
-use crate::support::{PASSWORD, World};
-
-/// Runs `openstack <args>` on the blocking pool: its JSON (`json`), or its failure's stderr.
-async fn run(cli: &Arc<OpenStackCli>, args: &[&str], json: bool) -> Result<Value, String> {
-    let (cli, args): (_, Vec<String>) = (cli.clone(), args.iter().map(|s| s.to_string()).collect());
-    tokio::task::spawn_blocking(move || {
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        if json {
-            return cli.json(&args);
-        }
-        let out = cli.run(&args).unwrap();
-        if out.success {
-            Ok(Value::String(out.stdout))
-        } else {
-            Err(out.stderr)
-        }
-    })
-    .await
-    .unwrap()
-}
+use crate::openstack::{fails, json, ok, openstack_or_skip, tenant_cli};
+use crate::support::{World, uploaded};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_openstack_cli_boots_servers_from_volumes() {
@@ -39,45 +16,22 @@ async fn the_openstack_cli_boots_servers_from_volumes() {
     };
     let world = World::start().await;
     // An uploaded disk image, as `openstack image create --file` leaves it.
-    let hash = format!("{:0128x}", uuid::Uuid::new_v4().as_u128());
-    let image = world
-        .store
-        .create_image(NewImage {
-            owner: None,
-            name: "debian".into(),
-            kind: ImageKind::Qcow2,
-            reference: format!("sha512/{hash}"),
-        })
-        .unwrap();
-    world
-        .store
-        .change_image(
-            Scope::All,
-            image.id,
-            ImageChange {
-                file: Some(Some(ImageFile {
-                    size: 1 << 20,
-                    md5: "0".repeat(32),
-                    sha512: hash,
-                })),
-                ..ImageChange::default()
-            },
-        )
-        .unwrap();
-    let alice = Arc::new(OpenStackCli::new(
-        bin,
-        &world.api.url,
-        &world.a.user_name,
-        PASSWORD,
-        &world.a.name,
-    ));
-    let json = |args: &'static [&'static str]| run(&alice, args, true);
+    uploaded(
+        world.store.as_ref(),
+        None,
+        "debian",
+        ImageKind::Qcow2,
+        1 << 20,
+    );
+    let alice = tenant_cli(bin, &world, &world.a);
 
-    let root = json(&[
-        "volume", "create", "--image", "debian", "--size", "1", "root",
-    ])
-    .await
-    .unwrap();
+    let root = json(
+        &alice,
+        &[
+            "volume", "create", "--image", "debian", "--size", "1", "root",
+        ],
+    )
+    .await;
     // (openstacksdk turns Cinder's "true" into a boolean.)
     assert!(root["bootable"].to_string().contains("true"), "{root}");
     assert_eq!(
@@ -87,7 +41,7 @@ async fn the_openstack_cli_boots_servers_from_volumes() {
     assert_eq!(root["status"], "available", "{root}");
     let root_id = root["id"].as_str().unwrap().to_string();
     // The fixture's image is registered by reference: no volume is made from it.
-    let refused = run(
+    let refused = fails(
         &alice,
         &[
             "volume",
@@ -98,24 +52,20 @@ async fn the_openstack_cli_boots_servers_from_volumes() {
             "1",
             "x",
         ],
-        false,
     )
-    .await
-    .unwrap_err();
+    .await;
     assert!(refused.contains("registered by reference"), "{refused}");
 
     let flavor = world.flavor.name.clone();
-    let vm1 = run(
+    let vm1 = json(
         &alice,
         &[
             "server", "create", "--flavor", &flavor, "--volume", "root", "--wait", "vm1",
         ],
-        true,
     )
-    .await
-    .unwrap();
+    .await;
     assert_eq!(vm1["status"], "ACTIVE", "{vm1}");
-    let shown = json(&["server", "show", "vm1"]).await.unwrap();
+    let shown = json(&alice, &["server", "show", "vm1"]).await;
     assert!(
         shown["image"]
             .as_str()
@@ -126,23 +76,17 @@ async fn the_openstack_cli_boots_servers_from_volumes() {
         shown["volumes_attached"].to_string().contains(&root_id),
         "{shown}"
     );
-    let listed = json(&["server", "volume", "list", "vm1"]).await.unwrap();
+    let listed = json(&alice, &["server", "volume", "list", "vm1"]).await;
     assert_eq!(listed[0]["Device"], "/dev/vda", "{listed}");
-    let stderr = run(
-        &alice,
-        &["server", "remove", "volume", "vm1", "root"],
-        false,
-    )
-    .await
-    .unwrap_err();
+    let stderr = fails(&alice, &["server", "remove", "volume", "vm1", "root"]).await;
     assert!(
         stderr.contains("Cannot detach a root device volume"),
         "{stderr}"
     );
-    let shown = json(&["volume", "show", "root"]).await.unwrap();
+    let shown = json(&alice, &["volume", "show", "root"]).await;
     assert_eq!(shown["status"], "in-use", "{shown}");
 
-    let vm2 = run(
+    let vm2 = json(
         &alice,
         &[
             "server",
@@ -156,12 +100,10 @@ async fn the_openstack_cli_boots_servers_from_volumes() {
             "--wait",
             "vm2",
         ],
-        true,
     )
-    .await
-    .unwrap();
+    .await;
     assert_eq!(vm2["status"], "ACTIVE", "{vm2}");
-    let volumes = json(&["volume", "list", "--long"]).await.unwrap();
+    let volumes = json(&alice, &["volume", "list", "--long"]).await;
     let rows = volumes.as_array().unwrap();
     assert_eq!(rows.len(), 2, "{volumes}");
     assert!(
@@ -170,10 +112,8 @@ async fn the_openstack_cli_boots_servers_from_volumes() {
         "{volumes}"
     );
 
-    run(&alice, &["server", "delete", "--wait", "vm1"], false)
-        .await
-        .unwrap();
-    let shown = json(&["volume", "show", "root"]).await.unwrap();
+    ok(&alice, &["server", "delete", "--wait", "vm1"]).await;
+    let shown = json(&alice, &["volume", "show", "root"]).await;
     assert_eq!(shown["status"], "available", "{shown}");
     world.stop().await;
 }

@@ -7,10 +7,10 @@
 use axum::http::{Method, StatusCode};
 use serde_json::{Value, json};
 use store::{NewTenant, Quota};
+use uuid::Uuid;
 
+use crate::images::{create, patch, upload};
 use crate::support::{Client, PASSWORD, TestTenant, World, tenant};
-
-const PATCH: &str = "application/openstack-images-v2.1-json-patch";
 
 /// A shared image world: the API, tokens of projects A (the owner), B (the member) and C (a
 /// third project), and an active image of A's.
@@ -24,33 +24,12 @@ struct Sharing {
     image: String,
 }
 
-async fn send(
-    c: &Client,
-    m: Method,
-    path: &str,
-    token: &str,
-    body: Option<Value>,
-) -> (StatusCode, Value) {
-    let (status, _, body) = c.send(m, path, Some(token), body).await;
-    (status, body)
-}
-
 /// An active image of `token`'s project with `fields` (uploaded data); its id.
 async fn active_image(c: &Client, token: &str, fields: Value) -> String {
-    let (status, made) = send(c, Method::POST, "/image/v2/images", token, Some(fields)).await;
+    let (status, made) = create(c, token, fields).await;
     assert_eq!(status, StatusCode::CREATED, "{made}");
     let id = made["id"].as_str().unwrap().to_string();
-    let (status, _, body) = c
-        .request(
-            Method::PUT,
-            &format!("/image/v2/images/{id}/file"),
-            &[
-                ("x-auth-token", token),
-                ("content-type", "application/octet-stream"),
-            ],
-            b"shared image data".to_vec(),
-        )
-        .await;
+    let (status, body) = upload(c, token, &id, b"shared image data").await;
     assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
     id
 }
@@ -62,27 +41,25 @@ async fn set_visibility(
     visibility: &str,
 ) -> (StatusCode, Value) {
     let ops = json!([{"op": "replace", "path": "/visibility", "value": visibility}]);
-    let (status, _, body) = c
-        .request(
-            Method::PATCH,
-            &format!("/image/v2/images/{id}"),
-            &[("x-auth-token", token), ("content-type", PATCH)],
-            ops.to_string().into_bytes(),
-        )
-        .await;
-    (status, body)
+    patch(c, token, id, ops).await
+}
+
+/// A project (no users) named `name`, made in the store: its id.
+fn project(w: &World, name: &str) -> Uuid {
+    w.store
+        .create_tenant(NewTenant {
+            name: name.into(),
+            quota: Quota::default(),
+            subnet_prefix: 24,
+        })
+        .unwrap()
+        .id
 }
 
 /// The ids `GET /v2/images{query}` lists for `token`.
 async fn listed(c: &Client, token: &str, query: &str) -> Vec<String> {
-    let (status, body) = send(
-        c,
-        Method::GET,
-        &format!("/image/v2/images{query}"),
-        token,
-        None,
-    )
-    .await;
+    let path = format!("/image/v2/images{query}");
+    let (status, body) = c.call(Method::GET, &path, token, None).await;
     assert_eq!(status, StatusCode::OK, "{query}: {body}");
     body["images"]
         .as_array()
@@ -126,19 +103,50 @@ impl Sharing {
         token: &str,
         body: Option<Value>,
     ) -> (StatusCode, Value) {
-        send(&self.c, m, path, token, body).await
+        self.c.call(m, path, token, body).await
+    }
+
+    /// `token` adds the project `member` (its id) to the image.
+    async fn add_member(&self, token: &str, member: impl std::fmt::Display) -> (StatusCode, Value) {
+        let body = json!({ "member": member.to_string() });
+        self.send(Method::POST, &self.members(), token, Some(body))
+            .await
     }
 
     /// `token`'s server create with the image.
     async fn boot(&self, token: &str) -> (StatusCode, Value) {
-        let server = json!({"server": {"name": "vm", "flavorRef": self.w.flavor.id, "imageRef": self.image}});
+        self.boot_image(token, &self.image).await
+    }
+
+    /// `token`'s server create with image `id`.
+    async fn boot_image(&self, token: &str, id: &str) -> (StatusCode, Value) {
+        let server =
+            json!({"server": {"name": "vm", "flavorRef": self.w.flavor.id, "imageRef": id}});
         self.send(Method::POST, "/compute/v2.1/servers", token, Some(server))
             .await
     }
 
+    /// `GET /v2/schemas/{name}`, which must be there.
+    async fn schema(&self, token: &str, name: &str) -> Value {
+        let path = format!("/image/v2/schemas/{name}");
+        let (status, schema) = self.send(Method::GET, &path, token, None).await;
+        assert_eq!(status, StatusCode::OK, "{schema}");
+        schema
+    }
+
+    /// Whether `GET /v2/images{query}` lists image `id` for `token`.
+    async fn lists(&self, token: &str, query: &str, id: &str) -> bool {
+        listed(&self.c, token, query).await.iter().any(|i| i == id)
+    }
+
     async fn show(&self, token: &str) -> StatusCode {
-        let path = format!("/image/v2/images/{}", self.image);
-        self.send(Method::GET, &path, token, None).await.0
+        self.show_image(token, &self.image).await.0
+    }
+
+    /// `GET /v2/images/{id}` as `token`.
+    async fn show_image(&self, token: &str, id: &str) -> (StatusCode, Value) {
+        let path = format!("/image/v2/images/{id}");
+        self.send(Method::GET, &path, token, None).await
     }
 
     async fn answer(
@@ -164,10 +172,7 @@ async fn an_owner_shares_an_image_its_member_sees_boots_and_lists_once_accepted(
     let (image, b_id) = (s.image.clone(), s.w.b.id);
 
     // Members only on a shared image: this one is private.
-    let add = json!({"member": b_id});
-    let (status, body) = s
-        .send(Method::POST, &s.members(), a, Some(add.clone()))
-        .await;
+    let (status, body) = s.add_member(a, b_id).await;
     assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
     assert!(
         body.to_string().contains("Only shared images have members"),
@@ -183,9 +188,7 @@ async fn an_owner_shares_an_image_its_member_sees_boots_and_lists_once_accepted(
     assert!(body.to_string().contains("could not be found"), "{body}");
 
     // The owner adds B: pending.
-    let (status, member) = s
-        .send(Method::POST, &s.members(), a, Some(add.clone()))
-        .await;
+    let (status, member) = s.add_member(a, b_id).await;
     assert_eq!(status, StatusCode::OK, "{member}");
     assert_eq!(member["image_id"], image.as_str());
     assert_eq!(member["member_id"], b_id.to_string());
@@ -195,34 +198,23 @@ async fn an_owner_shares_an_image_its_member_sees_boots_and_lists_once_accepted(
         member["created_at"].is_string() && member["updated_at"].is_string(),
         "{member}"
     );
-    let (status, body) = s
-        .send(Method::POST, &s.members(), a, Some(add.clone()))
-        .await;
+    let (status, body) = s.add_member(a, b_id).await;
     assert_eq!(status, StatusCode::CONFLICT, "{body}");
 
     // Pending, B sees it and boots it, but lists it only when it asks for pending images.
     assert_eq!(s.show(b).await, StatusCode::OK);
     let (status, body) = s.boot(b).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
-    assert!(!listed(&s.c, b, "").await.contains(&image));
+    assert!(!s.lists(b, "", &image).await);
+    assert!(s.lists(b, "?member_status=pending", &image).await);
     assert!(
-        listed(&s.c, b, "?member_status=pending")
+        s.lists(b, "?visibility=shared&member_status=all", &image)
             .await
-            .contains(&image)
     );
-    assert!(
-        listed(&s.c, b, "?visibility=shared&member_status=all")
-            .await
-            .contains(&image)
-    );
-    assert!(!listed(&s.c, b, "?visibility=shared").await.contains(&image));
-    assert!(listed(&s.c, a, "").await.contains(&image));
-    assert!(listed(&s.c, a, "?visibility=shared").await.contains(&image));
-    assert!(
-        !listed(&s.c, a, "?visibility=private")
-            .await
-            .contains(&image)
-    );
+    assert!(!s.lists(b, "?visibility=shared", &image).await);
+    assert!(s.lists(a, "", &image).await);
+    assert!(s.lists(a, "?visibility=shared", &image).await);
+    assert!(!s.lists(a, "?visibility=private", &image).await);
     let (status, body) = s
         .send(Method::GET, "/image/v2/images?member_status=maybe", b, None)
         .await;
@@ -234,9 +226,8 @@ async fn an_owner_shares_an_image_its_member_sees_boots_and_lists_once_accepted(
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
     assert!(body.to_string().contains("could not be found"), "{body}");
     assert!(
-        !listed(&s.c, t, "?visibility=all&member_status=all")
+        !s.lists(t, "?visibility=all&member_status=all", &image)
             .await
-            .contains(&image)
     );
     for (m, path) in [
         (Method::GET, s.members()),
@@ -280,22 +271,15 @@ async fn an_owner_shares_an_image_its_member_sees_boots_and_lists_once_accepted(
     assert_eq!(accepted["created_at"], member["created_at"]);
 
     // Accepted, B lists it (the Image API's default listing and the native API's).
-    assert!(listed(&s.c, b, "").await.contains(&image));
-    assert!(listed(&s.c, b, "?visibility=shared").await.contains(&image));
+    assert!(s.lists(b, "", &image).await);
+    assert!(s.lists(b, "?visibility=shared", &image).await);
     let (_, native) = s.send(Method::GET, "/cumulo/v1/images", b, None).await;
     assert!(native.to_string().contains(&image), "{native}");
     let (_, native) = s.send(Method::GET, "/cumulo/v1/images", t, None).await;
     assert!(!native.to_string().contains(&image), "{native}");
 
     // The member neither shares it further, nor removes members, nor changes or deletes it.
-    let (status, body) = s
-        .send(
-            Method::POST,
-            &s.members(),
-            b,
-            Some(json!({"member": s.third.id})),
-        )
-        .await;
+    let (status, body) = s.add_member(b, s.third.id).await;
     assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
     let (status, body) = s.send(Method::DELETE, &s.member(b_id), b, None).await;
     assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
@@ -314,12 +298,8 @@ async fn an_owner_shares_an_image_its_member_sees_boots_and_lists_once_accepted(
     // Rejected, B lists it no more, but still sees and boots it.
     let (status, body) = s.answer(b, b_id, "rejected").await;
     assert_eq!(status, StatusCode::OK, "{body}");
-    assert!(!listed(&s.c, b, "").await.contains(&image));
-    assert!(
-        listed(&s.c, b, "?member_status=rejected")
-            .await
-            .contains(&image)
-    );
+    assert!(!s.lists(b, "", &image).await);
+    assert!(s.lists(b, "?member_status=rejected", &image).await);
     assert_eq!(s.show(b).await, StatusCode::OK);
     let (status, body) = s.boot(b).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
@@ -350,7 +330,7 @@ async fn an_owner_shares_an_image_its_member_sees_boots_and_lists_once_accepted(
 
     // An admin manages members of any shared image.
     let admin = s.w.admin_token().await;
-    let (status, body) = s.send(Method::POST, &s.members(), &admin, Some(add)).await;
+    let (status, body) = s.add_member(&admin, b_id).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     let (status, body) = s.answer(&admin, b_id, "accepted").await;
     assert_eq!(
@@ -374,10 +354,7 @@ async fn members_are_bounded_checked_and_only_on_shared_images() {
         (json!({"member": ""}), StatusCode::BAD_REQUEST),
         (json!({"member": 5}), StatusCode::BAD_REQUEST),
         (json!({"member": "not-a-project"}), StatusCode::BAD_REQUEST),
-        (
-            json!({"member": uuid::Uuid::new_v4()}),
-            StatusCode::BAD_REQUEST,
-        ),
+        (json!({"member": Uuid::new_v4()}), StatusCode::BAD_REQUEST),
         (json!({"member": s.w.a.id}), StatusCode::BAD_REQUEST),
     ] {
         let (status, body) = s
@@ -387,64 +364,20 @@ async fn members_are_bounded_checked_and_only_on_shared_images() {
     }
     // A project id without hyphens, as Keystone writes them, is one too.
     let simple = s.w.b.id.simple().to_string();
-    let (status, body) = s
-        .send(
-            Method::POST,
-            &s.members(),
-            a,
-            Some(json!({"member": simple})),
-        )
-        .await;
+    let (status, body) = s.add_member(a, &simple).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body["member_id"], s.w.b.id.to_string());
     let (status, _) = s.send(Method::GET, &s.member(simple), a, None).await;
     assert_eq!(status, StatusCode::OK);
 
     // At most 128 members (Glance's image_member_quota): 413 past them.
-    let (status, _) = s
-        .send(
-            Method::POST,
-            &s.members(),
-            a,
-            Some(json!({"member": s.third.id})),
-        )
-        .await;
+    let (status, _) = s.add_member(a, s.third.id).await;
     assert_eq!(status, StatusCode::OK);
     for n in 2..128 {
-        let project =
-            s.w.store
-                .create_tenant(NewTenant {
-                    name: format!("p{n}"),
-                    quota: Quota::default(),
-                    subnet_prefix: 24,
-                })
-                .unwrap();
-        let (status, body) = s
-            .send(
-                Method::POST,
-                &s.members(),
-                a,
-                Some(json!({"member": project.id})),
-            )
-            .await;
+        let (status, body) = s.add_member(a, project(&s.w, &format!("p{n}"))).await;
         assert_eq!(status, StatusCode::OK, "member {n}: {body}");
     }
-    let one_more =
-        s.w.store
-            .create_tenant(NewTenant {
-                name: "one-more".into(),
-                quota: Quota::default(),
-                subnet_prefix: 24,
-            })
-            .unwrap();
-    let (status, body) = s
-        .send(
-            Method::POST,
-            &s.members(),
-            a,
-            Some(json!({"member": one_more.id})),
-        )
-        .await;
+    let (status, body) = s.add_member(a, project(&s.w, "one-more")).await;
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
     let (_, list) = s.send(Method::GET, &s.members(), a, None).await;
     assert_eq!(list["members"].as_array().unwrap().len(), 128);
@@ -479,29 +412,15 @@ async fn members_are_bounded_checked_and_only_on_shared_images() {
     }
 
     // The schemas.
-    let (status, schema) = s
-        .send(Method::GET, "/image/v2/schemas/member", a, None)
-        .await;
-    assert_eq!(
-        (status, &schema["name"]),
-        (StatusCode::OK, &json!("member"))
-    );
+    let schema = s.schema(a, "member").await;
+    assert_eq!(schema["name"], "member");
     assert_eq!(
         schema["properties"]["status"]["enum"],
         json!(["pending", "accepted", "rejected"])
     );
-    let (status, schema) = s
-        .send(Method::GET, "/image/v2/schemas/members", a, None)
-        .await;
+    assert_eq!(s.schema(a, "members").await["name"], "members");
     assert_eq!(
-        (status, &schema["name"]),
-        (StatusCode::OK, &json!("members"))
-    );
-    let (_, schema) = s
-        .send(Method::GET, "/image/v2/schemas/image", a, None)
-        .await;
-    assert_eq!(
-        schema["properties"]["visibility"]["enum"],
+        s.schema(a, "image").await["properties"]["visibility"]["enum"],
         json!(["public", "private", "shared", "community"])
     );
     s.w.stop().await;
@@ -512,28 +431,16 @@ async fn community_images_are_seen_and_booted_by_all_and_listed_when_asked() {
     let s = Sharing::start().await;
     let (a, b) = (&s.a, &s.b);
     let image = active_image(&s.c, a, json!({"name": "com", "visibility": "community"})).await;
-    let (status, shown) = send(
-        &s.c,
-        Method::GET,
-        &format!("/image/v2/images/{image}"),
-        b,
-        None,
-    )
-    .await;
+    let (status, shown) = s.show_image(b, &image).await;
     assert_eq!(status, StatusCode::OK, "{shown}");
     assert_eq!(shown["visibility"], "community");
     assert_eq!(shown["owner"], s.w.a.id.to_string());
     // Listed to its owner by default, to others when they ask for community images (or all).
-    assert!(listed(&s.c, a, "").await.contains(&image));
-    assert!(!listed(&s.c, b, "").await.contains(&image));
-    assert!(
-        listed(&s.c, b, "?visibility=community")
-            .await
-            .contains(&image)
-    );
-    assert!(listed(&s.c, b, "?visibility=all").await.contains(&image));
-    let server = json!({"server": {"name": "vm", "flavorRef": s.w.flavor.id, "imageRef": image}});
-    let (status, body) = send(&s.c, Method::POST, "/compute/v2.1/servers", b, Some(server)).await;
+    assert!(s.lists(a, "", &image).await);
+    assert!(!s.lists(b, "", &image).await);
+    assert!(s.lists(b, "?visibility=community", &image).await);
+    assert!(s.lists(b, "?visibility=all", &image).await);
+    let (status, body) = s.boot_image(b, &image).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
     // Only its owner changes it: back to private, B sees it no more.
     let (status, body) = set_visibility(&s.c, b, &image, "private").await;
@@ -544,14 +451,6 @@ async fn community_images_are_seen_and_booted_by_all_and_listed_when_asked() {
         (StatusCode::OK, &json!("private")),
         "{body}"
     );
-    let (status, _) = send(
-        &s.c,
-        Method::GET,
-        &format!("/image/v2/images/{image}"),
-        b,
-        None,
-    )
-    .await;
-    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(s.show_image(b, &image).await.0, StatusCode::NOT_FOUND);
     s.w.stop().await;
 }

@@ -15,14 +15,16 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-async fn create(c: &Client, token: &str, body: Value) -> (StatusCode, Value) {
+/// `POST /v2/images` with `body`: the status and the body.
+pub(crate) async fn create(c: &Client, token: &str, body: Value) -> (StatusCode, Value) {
     let (status, _, body) = c
         .send(Method::POST, "/image/v2/images", Some(token), Some(body))
         .await;
     (status, body)
 }
 
-async fn upload(c: &Client, token: &str, id: &str, data: &[u8]) -> (StatusCode, Value) {
+/// `PUT /v2/images/{id}/file` of `data`: the status and the body.
+pub(crate) async fn upload(c: &Client, token: &str, id: &str, data: &[u8]) -> (StatusCode, Value) {
     let (status, _, body) = c
         .request(
             Method::PUT,
@@ -37,7 +39,8 @@ async fn upload(c: &Client, token: &str, id: &str, data: &[u8]) -> (StatusCode, 
     (status, body)
 }
 
-async fn patch(c: &Client, token: &str, id: &str, ops: Value) -> (StatusCode, Value) {
+/// `PATCH /v2/images/{id}` with the JSON patch `ops`: the status and the body.
+pub(crate) async fn patch(c: &Client, token: &str, id: &str, ops: Value) -> (StatusCode, Value) {
     let (status, _, body) = c
         .request(
             Method::PATCH,

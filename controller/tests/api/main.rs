@@ -11,6 +11,7 @@ mod compute;
 mod console;
 mod conventions;
 mod docs;
+mod engine_rig;
 mod etcd;
 mod hypervisors;
 mod identity;

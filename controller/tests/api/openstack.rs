@@ -2,6 +2,7 @@
 //! the CLI is not installed (`scripts/openstack-venv.sh` installs it), unless
 //! `CUMULO_REQUIRE_OPENSTACK=1`, which makes a missing CLI a failure (CI sets it).
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use controller::api::testing::{
@@ -9,10 +10,10 @@ use controller::api::testing::{
 };
 use serde_json::Value;
 
-use crate::support::{PASSWORD, World};
+use crate::support::{PASSWORD, TestTenant, World};
 
 /// The CLI, or `None` (with a message) when the test should be skipped.
-pub fn openstack_or_skip() -> Option<std::path::PathBuf> {
+pub fn openstack_or_skip() -> Option<PathBuf> {
     let found = find_openstack();
     if found.is_none() {
         if std::env::var("CUMULO_REQUIRE_OPENSTACK").as_deref() == Ok("1") {
@@ -27,27 +28,43 @@ pub fn openstack_or_skip() -> Option<std::path::PathBuf> {
     found
 }
 
-/// Runs a CLI command on the blocking pool, as JSON.
-async fn json(cli: &Arc<OpenStackCli>, args: &[&str]) -> Value {
+/// Runs `run` with the CLI and `args` on the blocking pool (the CLI blocks).
+async fn blocking<T: Send + 'static>(
+    cli: &Arc<OpenStackCli>,
+    args: &[&str],
+    run: impl FnOnce(&OpenStackCli, &[&str]) -> T + Send + 'static,
+) -> T {
     let (cli, args): (_, Vec<String>) = (cli.clone(), args.iter().map(|s| s.to_string()).collect());
     tokio::task::spawn_blocking(move || {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        cli.json(&args)
+        run(&cli, &args)
     })
     .await
     .unwrap()
-    .unwrap_or_else(|e| panic!("{e}"))
 }
 
-async fn ok(cli: &Arc<OpenStackCli>, args: &[&str]) -> String {
-    let (cli, args): (_, Vec<String>) = (cli.clone(), args.iter().map(|s| s.to_string()).collect());
-    tokio::task::spawn_blocking(move || {
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        cli.ok(&args)
+/// Runs a CLI command, which must succeed, as JSON.
+pub(crate) async fn json(cli: &Arc<OpenStackCli>, args: &[&str]) -> Value {
+    blocking(cli, args, |cli, args| cli.json(args))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Runs a CLI command, which must succeed; its standard output.
+pub(crate) async fn ok(cli: &Arc<OpenStackCli>, args: &[&str]) -> String {
+    blocking(cli, args, |cli, args| cli.ok(args))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Runs a CLI command that should fail; its standard error.
+pub(crate) async fn fails(cli: &Arc<OpenStackCli>, args: &[&str]) -> String {
+    blocking(cli, args, |cli, args| {
+        let out = cli.run(args).unwrap();
+        assert!(!out.success, "{args:?} succeeded: {}", out.stdout);
+        out.stderr
     })
     .await
-    .unwrap()
-    .unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn names(list: &Value) -> Vec<String> {
@@ -142,13 +159,7 @@ async fn the_openstack_cli_drives_the_api() {
     assert_eq!(stop["events"][0]["result"], "Success", "{stop}");
 
     // Tenant B's user sees none of it.
-    let bob = Arc::new(OpenStackCli::new(
-        bin.clone(),
-        &world.api.url,
-        &world.b.user_name,
-        PASSWORD,
-        &world.b.name,
-    ));
+    let bob = tenant_cli(bin.clone(), &world, &world.b);
     assert_eq!(json(&bob, &["server", "list"]).await, Value::Array(vec![]));
 
     ok(&alice, &["server", "delete", "vm1"]).await;
@@ -167,8 +178,19 @@ async fn the_openstack_cli_drives_the_api() {
     world.stop().await;
 }
 
+/// The CLI as the member user of `t`.
+pub(crate) fn tenant_cli(bin: PathBuf, world: &World, t: &TestTenant) -> Arc<OpenStackCli> {
+    Arc::new(OpenStackCli::new(
+        bin,
+        &world.api.url,
+        &t.user_name,
+        PASSWORD,
+        &t.name,
+    ))
+}
+
 /// The CLI as the cluster admin.
-fn admin_cli(bin: std::path::PathBuf, world: &World) -> Arc<OpenStackCli> {
+fn admin_cli(bin: PathBuf, world: &World) -> Arc<OpenStackCli> {
     Arc::new(OpenStackCli::new(
         bin,
         &world.api.url,
@@ -176,19 +198,6 @@ fn admin_cli(bin: std::path::PathBuf, world: &World) -> Arc<OpenStackCli> {
         ADMIN_PASSWORD,
         ADMIN_PROJECT,
     ))
-}
-
-/// Runs a CLI command that should fail; its standard error.
-async fn fails(cli: &Arc<OpenStackCli>, args: &[&str]) -> String {
-    let (cli, args): (_, Vec<String>) = (cli.clone(), args.iter().map(|s| s.to_string()).collect());
-    tokio::task::spawn_blocking(move || {
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let out = cli.run(&args).unwrap();
-        assert!(!out.success, "{args:?} succeeded: {}", out.stdout);
-        out.stderr
-    })
-    .await
-    .unwrap()
 }
 
 /// `openstack keypair ...` and `server create --key-name`: a generated key pair's private key is
@@ -537,13 +546,7 @@ async fn the_openstack_cli_shows_and_sets_quotas() {
         return;
     };
     let world = World::start().await;
-    let alice = Arc::new(OpenStackCli::new(
-        bin.clone(),
-        &world.api.url,
-        &world.a.user_name,
-        PASSWORD,
-        &world.a.name,
-    ));
+    let alice = tenant_cli(bin.clone(), &world, &world.a);
     let admin = admin_cli(bin, &world);
     // One row per resource: `{"Resource": ..., "Limit": ...}` (OSC 7+), or one object.
     let limit = |shown: &Value, name: &str| -> Value {
@@ -650,13 +653,7 @@ async fn the_openstack_cli_renames_a_server_and_lists_its_addresses() {
         return;
     };
     let world = World::start().await;
-    let alice = Arc::new(OpenStackCli::new(
-        bin,
-        &world.api.url,
-        &world.a.user_name,
-        PASSWORD,
-        &world.a.name,
-    ));
+    let alice = tenant_cli(bin, &world, &world.a);
     let made = json(
         &alice,
         &[
@@ -686,13 +683,7 @@ async fn the_openstack_cli_attaches_and_detaches_volumes() {
         return;
     };
     let world = World::start().await;
-    let alice = Arc::new(OpenStackCli::new(
-        bin,
-        &world.api.url,
-        &world.a.user_name,
-        PASSWORD,
-        &world.a.name,
-    ));
+    let alice = tenant_cli(bin, &world, &world.a);
     let server = json(
         &alice,
         &[

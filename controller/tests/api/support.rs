@@ -13,8 +13,8 @@ use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 use store::{
-    Flavor, IdentityStore, Image, ImageKind, NewFlavor, NewImage, NewTenant, NewUser, Quota, Role,
-    SqliteStore, Store,
+    Flavor, IdentityStore, Image, ImageChange, ImageFile, ImageKind, NewFlavor, NewImage,
+    NewTenant, NewUser, Quota, Role, Scope, SqliteStore, Store,
 };
 use tokio::net::{TcpSocket, TcpStream};
 use uuid::Uuid;
@@ -109,6 +109,40 @@ pub fn seeded() -> Seeded {
     }
 }
 
+/// An image whose data was uploaded (`sha512/<hash>`, as `openstack image create --file` leaves
+/// it) of `size` bytes, `kind`, of `owner` (public without one), `active`.
+pub fn uploaded(
+    store: &dyn Store,
+    owner: Option<Uuid>,
+    name: &str,
+    kind: ImageKind,
+    size: u64,
+) -> Image {
+    let hash = format!("{:0128x}", Uuid::new_v4().as_u128());
+    let image = store
+        .create_image(NewImage {
+            owner,
+            name: name.into(),
+            kind,
+            reference: format!("sha512/{hash}"),
+        })
+        .unwrap();
+    store
+        .change_image(
+            Scope::All,
+            image.id,
+            ImageChange {
+                file: Some(Some(ImageFile {
+                    size,
+                    md5: "0".repeat(32),
+                    sha512: hash,
+                })),
+                ..ImageChange::default()
+            },
+        )
+        .unwrap()
+}
+
 impl World {
     pub async fn start() -> World {
         World::start_tls(None).await
@@ -147,11 +181,7 @@ impl World {
     }
 
     pub fn client(&self) -> Client {
-        Client {
-            addr: self.api.addr,
-            tls: None,
-            from: None,
-        }
+        Client::plain(self.api.addr)
     }
 
     /// A plain client whose connections come from `from` (a loopback address: 127.0.0.2...).
@@ -227,6 +257,15 @@ pub struct Client {
 }
 
 impl Client {
+    /// A client of `addr` over plain HTTP, from any local address.
+    pub fn plain(addr: SocketAddr) -> Client {
+        Client {
+            addr,
+            tls: None,
+            from: None,
+        }
+    }
+
     /// `POST /v3/auth/tokens` for `user` with `password` in `project`.
     pub async fn login(
         &self,
@@ -237,6 +276,18 @@ impl Client {
         let body = login_body(user, password, project);
         self.send(Method::POST, "/v3/auth/tokens", None, Some(body))
             .await
+    }
+
+    /// Sends a JSON request with `token`; returns the status and body (JSON, or a string).
+    pub async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        token: &str,
+        body: Option<Value>,
+    ) -> (StatusCode, Value) {
+        let (status, _, body) = self.send(method, path, Some(token), body).await;
+        (status, body)
     }
 
     /// Sends a JSON request; returns the status, headers and body (JSON, or a string).

@@ -27,6 +27,43 @@ fn set_visibility(store: &dyn Store, scope: Scope, image: Uuid, visibility: Visi
         .unwrap()
 }
 
+/// A workload of `owner`'s named `name` of `flavor` and `image` (another tenant's, shared).
+fn workload_of(
+    store: &dyn Store,
+    owner: Uuid,
+    name: &str,
+    flavor: Uuid,
+    image: Uuid,
+) -> Result<Workload> {
+    store.create_workload(NewWorkload {
+        owner: Some(owner),
+        name: name.into(),
+        flavor,
+        image,
+        user_data: String::new(),
+        ephemeral: false,
+    })
+}
+
+/// A queued raw image of `owner` (none: public) named `name`, of `visibility`.
+fn queued(
+    store: &dyn Store,
+    owner: Option<Uuid>,
+    name: &str,
+    visibility: Visibility,
+) -> Result<Image> {
+    store.create_queued_image(
+        NewImage {
+            owner,
+            name: name.into(),
+            kind: ImageKind::Raw,
+            reference: String::new(),
+        },
+        visibility,
+        ImageProps::default(),
+    )
+}
+
 /// The ids of the images `tenant` sees.
 fn seen(store: &dyn Store, tenant: Uuid) -> Vec<Uuid> {
     store
@@ -59,57 +96,29 @@ pub(crate) fn images_are_shared_with_their_members<F: Fixture>() {
         store.image(os, image).unwrap().visibility,
         Visibility::Private
     );
+    // `scope` adds `tenant` to the image, or sets its status.
+    let add = |scope, tenant| store.add_image_member(scope, image, tenant, MAX_IMAGE_MEMBERS);
+    let answer =
+        |scope, tenant, status| store.set_image_member_status(scope, image, tenant, status);
 
     // Members only on a shared image.
-    assert!(is_invalid(store.add_image_member(
-        os,
-        image,
-        member.id,
-        MAX_IMAGE_MEMBERS
-    )));
+    assert!(is_invalid(add(os, member.id)));
     let shared = set_visibility(&store, os, image, Visibility::Shared);
     assert_eq!(shared.visibility, Visibility::Shared);
     assert_eq!(store.image(os, image).unwrap(), shared);
     assert!(is_not_found(store.image(ms, image)));
-    let added = store
-        .add_image_member(os, image, member.id, MAX_IMAGE_MEMBERS)
-        .unwrap();
+    let added = add(os, member.id).unwrap();
     assert_eq!(
         (added.image, added.member, added.status),
         (image, member.id, MemberStatus::Pending)
     );
     assert_eq!(added.created, added.updated);
     // Once each; never its owner; a tenant that exists; by its owner only.
-    assert!(is_conflict(store.add_image_member(
-        os,
-        image,
-        member.id,
-        MAX_IMAGE_MEMBERS
-    )));
-    assert!(is_invalid(store.add_image_member(
-        os,
-        image,
-        owner.id,
-        MAX_IMAGE_MEMBERS
-    )));
-    assert!(is_not_found(store.add_image_member(
-        os,
-        image,
-        Uuid::new_v4(),
-        MAX_IMAGE_MEMBERS
-    )));
-    assert!(is_not_found(store.add_image_member(
-        ms,
-        image,
-        third.id,
-        MAX_IMAGE_MEMBERS
-    )));
-    assert!(is_not_found(store.add_image_member(
-        ts,
-        image,
-        third.id,
-        MAX_IMAGE_MEMBERS
-    )));
+    assert!(is_conflict(add(os, member.id)));
+    assert!(is_invalid(add(os, owner.id)));
+    assert!(is_not_found(add(os, Uuid::new_v4())));
+    assert!(is_not_found(add(ms, third.id)));
+    assert!(is_not_found(add(ts, third.id)));
 
     // The member sees it, pending as it is; the third tenant does not.
     assert_eq!(store.image(ms, image).unwrap(), shared);
@@ -145,53 +154,20 @@ pub(crate) fn images_are_shared_with_their_members<F: Fixture>() {
     assert_ne!(second.member, added.member);
 
     // Only the member (or `Scope::All`) sets its status.
-    assert!(is_not_found(store.set_image_member_status(
-        os,
-        image,
-        member.id,
-        MemberStatus::Accepted
-    )));
-    assert!(is_not_found(store.set_image_member_status(
-        ts,
-        image,
-        member.id,
-        MemberStatus::Accepted
-    )));
-    let accepted = store
-        .set_image_member_status(ms, image, member.id, MemberStatus::Accepted)
-        .unwrap();
+    assert!(is_not_found(answer(os, member.id, MemberStatus::Accepted)));
+    assert!(is_not_found(answer(ts, member.id, MemberStatus::Accepted)));
+    let accepted = answer(ms, member.id, MemberStatus::Accepted).unwrap();
     assert_eq!(accepted.status, MemberStatus::Accepted);
     assert_eq!(accepted.created, added.created);
-    let rejected = store
-        .set_image_member_status(Scope::All, image, member.id, MemberStatus::Rejected)
-        .unwrap();
+    let rejected = answer(Scope::All, member.id, MemberStatus::Rejected).unwrap();
     assert_eq!(rejected.status, MemberStatus::Rejected);
-    assert!(is_not_found(store.set_image_member_status(
-        ms,
-        image,
-        third.id,
-        MemberStatus::Accepted
-    )));
+    assert!(is_not_found(answer(ms, third.id, MemberStatus::Accepted)));
     // Rejected, it still sees it, and may make a workload of it; the third tenant may not.
     assert_eq!(store.image(ms, image).unwrap().id, image);
-    let theirs = store
-        .create_workload(NewWorkload {
-            owner: Some(member.id),
-            name: "borrowed".into(),
-            flavor: w.flavor,
-            image,
-            user_data: String::new(),
-            ephemeral: false,
-        })
-        .unwrap();
-    assert!(is_not_found(store.create_workload(NewWorkload {
-        owner: Some(third.id),
-        name: "stolen".into(),
-        flavor: w.flavor,
-        image,
-        user_data: String::new(),
-        ephemeral: false,
-    })));
+    let theirs = workload_of(&store, member.id, "borrowed", w.flavor, image).unwrap();
+    assert!(is_not_found(workload_of(
+        &store, third.id, "stolen", w.flavor, image
+    )));
     // The member changes nothing of the image, nor deletes it.
     assert!(is_not_found(store.change_image(
         ms,
@@ -222,23 +198,13 @@ pub(crate) fn images_are_shared_with_their_members<F: Fixture>() {
     assert!(is_not_found(
         store.remove_image_member(os, image, member.id)
     ));
-    assert!(is_not_found(store.set_image_member_status(
-        ms,
-        image,
-        member.id,
-        MemberStatus::Accepted
-    )));
+    assert!(is_not_found(answer(ms, member.id, MemberStatus::Accepted)));
 
     // Community: every tenant sees it.
     set_visibility(&store, os, image, Visibility::Community);
     assert_eq!(store.image(ts, image).unwrap().id, image);
     assert!(seen(&store, third.id).contains(&image));
-    assert!(is_invalid(store.add_image_member(
-        os,
-        image,
-        member.id,
-        MAX_IMAGE_MEMBERS
-    )));
+    assert!(is_invalid(add(os, member.id)));
 
     // Public means no owner, and no owner means public.
     assert!(is_invalid(store.change_image(
@@ -249,38 +215,14 @@ pub(crate) fn images_are_shared_with_their_members<F: Fixture>() {
             ..ImageChange::default()
         }
     )));
-    assert!(is_invalid(store.create_queued_image(
-        NewImage {
-            owner: Some(owner.id),
-            name: "p".into(),
-            kind: ImageKind::Raw,
-            reference: String::new(),
-        },
-        Visibility::Public,
-        ImageProps::default(),
+    assert!(is_invalid(queued(
+        &store,
+        Some(owner.id),
+        "p",
+        Visibility::Public
     )));
-    assert!(is_invalid(store.create_queued_image(
-        NewImage {
-            owner: None,
-            name: "p".into(),
-            kind: ImageKind::Raw,
-            reference: String::new(),
-        },
-        Visibility::Shared,
-        ImageProps::default(),
-    )));
-    let made = store
-        .create_queued_image(
-            NewImage {
-                owner: Some(owner.id),
-                name: "s".into(),
-                kind: ImageKind::Raw,
-                reference: String::new(),
-            },
-            Visibility::Shared,
-            ImageProps::default(),
-        )
-        .unwrap();
+    assert!(is_invalid(queued(&store, None, "p", Visibility::Shared)));
+    let made = queued(&store, Some(owner.id), "s", Visibility::Shared).unwrap();
     assert_eq!(made.visibility, Visibility::Shared);
     // An owner given to a public image makes it private unless said otherwise; taken away,
     // public.
@@ -293,27 +235,16 @@ pub(crate) fn images_are_shared_with_their_members<F: Fixture>() {
         })
         .unwrap();
     assert_eq!(public.visibility, Visibility::Public);
-    let owned = store
-        .change_image(
-            Scope::All,
-            public.id,
-            ImageChange {
-                owner: Some(Some(owner.id)),
-                ..ImageChange::default()
-            },
-        )
-        .unwrap();
+    let give = |owner: Option<Uuid>| {
+        let change = ImageChange {
+            owner: Some(owner),
+            ..ImageChange::default()
+        };
+        store.change_image(Scope::All, public.id, change).unwrap()
+    };
+    let owned = give(Some(owner.id));
     assert_eq!(owned.visibility, Visibility::Private);
-    let back = store
-        .change_image(
-            Scope::All,
-            public.id,
-            ImageChange {
-                owner: Some(None),
-                ..ImageChange::default()
-            },
-        )
-        .unwrap();
+    let back = give(None);
     assert_eq!(back.visibility, Visibility::Public);
 
     // A reopen keeps it all.
@@ -339,20 +270,7 @@ pub(crate) fn members_go_with_their_image_and_their_tenant<F: Fixture>() {
     let member = tenant_with(&store, "member", Quota::default(), 24);
     let leaving = tenant_with(&store, "leaving", Quota::default(), 24);
     let os = Scope::Tenant(owner.id);
-    let new_image = |name: &str| {
-        store
-            .create_queued_image(
-                NewImage {
-                    owner: Some(owner.id),
-                    name: name.into(),
-                    kind: ImageKind::Raw,
-                    reference: String::new(),
-                },
-                Visibility::Shared,
-                ImageProps::default(),
-            )
-            .unwrap()
-    };
+    let new_image = |name: &str| queued(&store, Some(owner.id), name, Visibility::Shared).unwrap();
     let (first, second) = (new_image("first"), new_image("second"));
     for image in [first.id, second.id] {
         for tenant in [member.id, leaving.id] {
@@ -391,16 +309,7 @@ pub(crate) fn members_go_with_their_image_and_their_tenant<F: Fixture>() {
     store
         .add_image_member(os, image, member.id, MAX_IMAGE_MEMBERS)
         .unwrap();
-    let theirs = store
-        .create_workload(NewWorkload {
-            owner: Some(member.id),
-            name: "borrowed".into(),
-            flavor: w.flavor,
-            image,
-            user_data: String::new(),
-            ephemeral: false,
-        })
-        .unwrap();
+    let theirs = workload_of(&store, member.id, "borrowed", w.flavor, image).unwrap();
     let instance = store
         .create_instance(new_instance(&member, &theirs, "vm"))
         .unwrap();

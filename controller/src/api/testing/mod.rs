@@ -182,6 +182,18 @@ impl FakeCluster {
         actions::begin(self.store.as_ref(), &request_id, id, action, by)
     }
 
+    /// What every launch checks first: connected, the tenant in `scope`, a count in bounds.
+    fn check_launch(&self, scope: Scope, launch: &Launch) -> Result<(), ClusterError> {
+        self.check_connected()?;
+        if !scope.owns(Some(launch.tenant)) {
+            return Err(StoreError::not_found("tenant", launch.tenant).into());
+        }
+        if launch.count == 0 || launch.count > Launch::MAX_COUNT {
+            return Err(ClusterError::Invalid(format!("count {}", launch.count)));
+        }
+        Ok(())
+    }
+
     /// One instance of `launch` in the store, with its port's groups.
     fn new_instance(&self, launch: &Launch) -> Result<Instance, ClusterError> {
         let instance = self.store.create_instance(NewInstance {
@@ -219,6 +231,26 @@ impl FakeCluster {
         })
     }
 
+    /// A new instance of `launch` booted from `volume` (attached as its root disk, `in-use`),
+    /// launched as [`FakeCluster::launched`] says.
+    fn boot_launched(
+        &self,
+        launch: &Launch,
+        volume: &Volume,
+        delete_on_termination: bool,
+        request_id: &str,
+        by: &Caller,
+    ) -> Result<Instance, ClusterError> {
+        let instance = self.new_instance(launch)?;
+        crate::volumes::begin_boot(
+            self.store.as_ref(),
+            volume,
+            instance.id,
+            delete_on_termination,
+        )?;
+        self.launched(instance, request_id, by)
+    }
+
     /// Removes the volumes that went with their instance (`deleting`: attached with
     /// `delete_on_termination`), their data first where a node holds it.
     fn remove_going(&self, released: &[Volume]) -> Result<(), ClusterError> {
@@ -251,13 +283,7 @@ impl Cluster for FakeCluster {
         launch: Launch,
         by: &Caller,
     ) -> Result<Vec<Instance>, ClusterError> {
-        self.check_connected()?;
-        if !scope.owns(Some(launch.tenant)) {
-            return Err(StoreError::not_found("tenant", launch.tenant).into());
-        }
-        if launch.count == 0 || launch.count > Launch::MAX_COUNT {
-            return Err(ClusterError::Invalid(format!("count {}", launch.count)));
-        }
+        self.check_launch(scope, &launch)?;
         if launch.name.trim().is_empty() {
             return Err(ClusterError::Invalid("an empty name".into()));
         }
@@ -293,13 +319,7 @@ impl Cluster for FakeCluster {
         boot: BootVolume,
         by: &Caller,
     ) -> Result<Vec<Instance>, ClusterError> {
-        self.check_connected()?;
-        if !scope.owns(Some(launch.tenant)) {
-            return Err(StoreError::not_found("tenant", launch.tenant).into());
-        }
-        if launch.count == 0 || launch.count > Launch::MAX_COUNT {
-            return Err(ClusterError::Invalid(format!("count {}", launch.count)));
-        }
+        self.check_launch(scope, &launch)?;
         let workload = self
             .store
             .workload(Scope::Tenant(launch.tenant), launch.workload)?;
@@ -332,14 +352,13 @@ impl Cluster for FakeCluster {
                          connected: a server booted from it can only run on that node"
                     )));
                 }
-                let instance = self.new_instance(&launch)?;
-                crate::volumes::begin_boot(
-                    self.store.as_ref(),
+                made.push(self.boot_launched(
+                    &launch,
                     &volume,
-                    instance.id,
                     delete_on_termination,
-                )?;
-                made.push(self.launched(instance, &request_id, by)?);
+                    &request_id,
+                    by,
+                )?);
             }
             BootVolume::Image {
                 size_gb,
@@ -358,14 +377,13 @@ impl Cluster for FakeCluster {
                         },
                         limits,
                     )?;
-                    let instance = self.new_instance(&launch)?;
-                    crate::volumes::begin_boot(
-                        self.store.as_ref(),
+                    made.push(self.boot_launched(
+                        &launch,
                         &volume,
-                        instance.id,
                         delete_on_termination,
-                    )?;
-                    made.push(self.launched(instance, &request_id, by)?);
+                        &request_id,
+                        by,
+                    )?);
                 }
             }
         }

@@ -46,22 +46,9 @@ fn starts(w: &World) -> Vec<Start> {
         .collect()
 }
 
-fn volume(w: &World, id: Uuid) -> Volume {
-    w.engine.store().volume(Scope::All, id).unwrap()
-}
-
 /// A STATS of `node` listing `id` active with `volumes`.
 fn stats_listing(w: &World, node: Uuid, id: Uuid, volumes: &[Uuid]) {
-    let mut payload = stats_payload(
-        node,
-        ssntp::payload::NodeState::Ready,
-        &[(id, Reported::Active)],
-        vec![],
-    );
-    if let Payload::Stats(stats) = &mut payload {
-        stats.instances[0].volumes = volumes.to_vec();
-    }
-    w.event(payload);
+    w.event(stats_with_volumes(node, &[(id, volumes)]));
 }
 
 #[test]
@@ -107,29 +94,16 @@ fn a_restarted_engine_learns_the_boot_volumes_no_node_holds_yet() {
     w.node_connected(NODE, NodeType::ComputeNode);
     let (instance, v) = launch_booted(&w, false);
     // Another engine over the same store (a restart): the node's STATS still places it.
-    let out = Arc::new(Recorder::default());
-    let again = Engine::new(
-        w.engine.store().clone(),
-        out,
-        EngineConfig::new(Uuid::from_bytes([0xc1; 16])),
-    )
-    .unwrap();
+    let again = w.another_engine();
     again
         .handle(&Payload::NodeConnected(ssntp::payload::NodeEvent {
             node_uuid: NODE,
             node_type: NodeType::ComputeNode,
         }))
         .unwrap();
-    let mut payload = stats_payload(
-        NODE,
-        ssntp::payload::NodeState::Ready,
-        &[(instance.id, Reported::Active)],
-        vec![],
-    );
-    if let Payload::Stats(stats) = &mut payload {
-        stats.instances[0].volumes = vec![v.id];
-    }
-    again.handle(&payload).unwrap();
+    again
+        .handle(&stats_with_volumes(NODE, &[(instance.id, &[v.id])]))
+        .unwrap();
     assert_eq!(volume(&w, v.id).node, Some(NODE));
 }
 
@@ -168,12 +142,7 @@ fn volumes_going_with_their_instances_are_removed_by_the_sweep() {
         (VolumeStatus::Deleting, None)
     );
     // A restarted engine finds it too; this engine reaches no node endpoint: error_deleting.
-    let again = Engine::new(
-        w.engine.store().clone(),
-        Arc::new(Recorder::default()),
-        EngineConfig::new(Uuid::from_bytes([0xc1; 16])),
-    )
-    .unwrap();
+    let again = w.another_engine();
     again.sweep(SystemTime::now()).unwrap();
     assert_eq!(volume(&w, v.id).status, VolumeStatus::ErrorDeleting);
     // (Both engines record their events in the one store.)

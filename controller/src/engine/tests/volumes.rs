@@ -2,7 +2,7 @@
 //! them and what does not, after a restart too, and whose failures count.
 
 use super::*;
-use ssntp::payload::{AttachVolumeFailure, AttachVolumeFailureReason, NodeState};
+use ssntp::payload::{AttachVolumeFailure, AttachVolumeFailureReason};
 use store::{NewVolume, Volume, VolumeLimits, VolumeStatus};
 
 /// A node that holds none of the world's instances.
@@ -24,25 +24,6 @@ fn new_volume(w: &World) -> Uuid {
         )
         .unwrap()
         .id
-}
-
-fn volume(w: &World, id: Uuid) -> Volume {
-    w.engine.store().volume(Scope::All, id).unwrap()
-}
-
-/// A STATS of `node` listing `instances`, active, with their volumes.
-fn stats_with_volumes(node: Uuid, instances: &[(Uuid, &[Uuid])]) -> Payload {
-    let ids: Vec<(Uuid, Reported)> = instances
-        .iter()
-        .map(|(id, _)| (*id, Reported::Active))
-        .collect();
-    let mut payload = stats_payload(node, NodeState::Ready, &ids, vec![]);
-    if let Payload::Stats(stats) = &mut payload {
-        for (stat, (_, volumes)) in stats.instances.iter_mut().zip(instances) {
-            stat.volumes = volumes.to_vec();
-        }
-    }
-    payload
 }
 
 fn attach(w: &World, instance: Uuid, volume: Uuid) -> Volume {
@@ -93,13 +74,7 @@ fn an_engine_that_starts_again_settles_what_the_last_one_sent() {
     let id = w.active();
     let v = new_volume(&w);
     attach(&w, id, v);
-    let out = Arc::new(Recorder::default());
-    let again = Engine::new(
-        w.engine.store().clone(),
-        out,
-        EngineConfig::new(Uuid::from_bytes([0xc1; 16])),
-    )
-    .unwrap();
+    let again = w.another_engine();
     again
         .handle(&stats_with_volumes(NODE, &[(id, &[v])]))
         .unwrap();
