@@ -601,11 +601,13 @@ fn volumes_in(stats: &Stats, instance: Uuid) -> Option<Vec<Uuid>> {
         .map(|i| i.volumes.clone())
 }
 
-/// Waits for a console line of `instance` that starts with `prefix`; returns the line.
+/// Waits for a whole console line of `instance` (one the guest has ended: the serial console
+/// is written as the guest prints) that starts with `prefix`; returns the line.
 async fn wait_console_line(state: &Path, instance: Uuid, prefix: &str) -> String {
     testkit::wait_for(Duration::from_secs(90), || async {
         let log = std::fs::read_to_string(console(state, instance)).unwrap_or_default();
-        match log.lines().find(|l| l.starts_with(prefix)) {
+        let whole = &log[..log.rfind('\n').map_or(0, |end| end + 1)];
+        match whole.lines().find(|l| l.starts_with(prefix)) {
             Some(line) => Ok(line.trim_end().to_string()),
             None => Err(format!(
                 "no console line {prefix:?} from {instance}; its console:\n{log}"
