@@ -58,6 +58,26 @@ fn node_status() -> impl Strategy<Value = NodeStatus> {
     })
 }
 
+/// ATTACH_VOLUME's and DETACH_VOLUME's payload, with or without each optional key.
+fn volume_command() -> impl Strategy<Value = VolumeCommand> {
+    (
+        uuid(),
+        uuid(),
+        uuid(),
+        option::of(any::<u32>()),
+        option::of("[a-z0-9/]{0,20}"),
+        option::of("vd[a-z]"),
+        any::<bool>(),
+    )
+        .prop_map(|(i, v, a, size_mb, image, device, force)| VolumeCommand {
+            size_mb,
+            image,
+            device,
+            force,
+            ..VolumeCommand::new(i, v, a)
+        })
+}
+
 fn instance_stat() -> impl Strategy<Value = InstanceStat> {
     let state = prop_oneof![
         Just(InstanceState::Pending),
@@ -420,24 +440,7 @@ pub fn payload() -> impl Strategy<Value = Payload> {
         public_ip_command().prop_map(Payload::AssignPublicIp),
         public_ip_command().prop_map(Payload::ReleasePublicIp),
         cluster_config().prop_map(|c| Payload::Configure(Box::new(c))),
-        (
-            uuid(),
-            uuid(),
-            uuid(),
-            option::of(any::<u32>()),
-            option::of("[a-z0-9/]{0,20}"),
-            option::of("vd[a-z]"),
-            any::<bool>()
-        )
-            .prop_map(
-                |(i, v, a, size_mb, image, device, force)| Payload::AttachVolume(VolumeCommand {
-                    size_mb,
-                    image,
-                    device,
-                    force,
-                    ..VolumeCommand::new(i, v, a)
-                })
-            ),
+        volume_command().prop_map(Payload::AttachVolume),
         node_cmd().prop_map(Payload::Restore),
         (uuid(), uuid(), action()).prop_map(|(i, a, action)| Payload::InstanceAction(
             InstanceAction {
@@ -446,24 +449,7 @@ pub fn payload() -> impl Strategy<Value = Payload> {
                 action
             }
         )),
-        (
-            uuid(),
-            uuid(),
-            uuid(),
-            option::of(any::<u32>()),
-            option::of("[a-z0-9/]{0,20}"),
-            option::of("vd[a-z]"),
-            any::<bool>()
-        )
-            .prop_map(
-                |(i, v, a, size_mb, image, device, force)| Payload::DetachVolume(VolumeCommand {
-                    size_mb,
-                    image,
-                    device,
-                    force,
-                    ..VolumeCommand::new(i, v, a)
-                })
-            ),
+        volume_command().prop_map(Payload::DetachVolume),
         (uuid(), vec((ip(), cidr(), ip(), any::<u32>()), 0..3)).prop_map(|(c, peers)| {
             Payload::RefreshCnci(RefreshCnci {
                 cnci_uuid: c,
