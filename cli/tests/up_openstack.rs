@@ -10,6 +10,12 @@
 //! the controller once, checks it, and boots two servers from it. A snapshot of one of them
 //! (`server image create`) boots a third with the first one's disk.
 //!
+//! Two nodes: the uploaded image boots on `up`'s node, then on a second agent the test starts on
+//! the same host with its own certificate, host name and state directory (once the first has
+//! stopped: the controller reaches every node's endpoint on one port), which has never had it
+//! and fetches it itself; a snapshot of that server is copied from the second node and boots
+//! there, the node fetching the snapshot in turn.
+//!
 //! And a volume (`volume create`): attached to the running first server (`server add volume`),
 //! hot-plugged, its guest sees the new disk and writes its mark on it; detached (`server remove
 //! volume`), the guest sees it go; attached to a second server, that guest finds the first one's
@@ -24,13 +30,14 @@
 #![allow(clippy::unwrap_used)]
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 mod common;
 
+use cumulo::client::{ClientError, Connection, Credentials};
 use serde_json::Value;
 
 const CUMULO: &str = env!("CARGO_BIN_EXE_cumulo");
@@ -143,20 +150,113 @@ impl Up {
 
     /// Waits until the guest's console has the line `line`.
     fn wait_console(&self, id: &str, line: &str) {
-        testkit::poll_for(Duration::from_secs(120), || {
-            let log = std::fs::read_to_string(self.console(id)).unwrap_or_default();
-            // (A serial console's lines end in CR LF.)
-            if log.lines().any(|l| l.trim_end() == line) {
-                Ok(())
-            } else {
-                Err(format!("no {line:?} on the guest's console:\n{log}"))
+        wait_console_line(&self.console(id), line);
+    }
+
+    /// The exports with the admin's login instead of the demo user's.
+    fn admin_env(&self) -> Vec<(String, String)> {
+        let password = std::fs::read_to_string(self.dir.join("admin-password")).unwrap();
+        self.env
+            .iter()
+            .map(|(k, v)| match k.as_str() {
+                "OS_USERNAME" | "OS_PROJECT_NAME" => (k.clone(), "admin".to_string()),
+                "OS_PASSWORD" => (k.clone(), password.trim().to_string()),
+                _ => (k.clone(), v.clone()),
+            })
+            .collect()
+    }
+
+    /// As [`Up::json`], logged in as the admin.
+    fn admin_json(&self, args: &[&str]) -> Value {
+        common::openstack_json(&self.openstack, &self.admin_env(), args)
+    }
+
+    /// The demo user's connection to the native API (`up`'s `CUMULO_*` exports).
+    fn native(&self) -> Connection {
+        let export = |name: &str| {
+            self.env
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.clone())
+                .unwrap()
+        };
+        Connection::login(&Credentials {
+            url: export("CUMULO_CONTROLLER"),
+            username: export("CUMULO_USERNAME"),
+            password: export("CUMULO_PASSWORD"),
+            project: export("CUMULO_PROJECT"),
+            ca_cert: None,
+        })
+        .unwrap()
+    }
+
+    /// Waits until the controller has dropped the record of deleted server `id` (its node
+    /// confirmed the delete): the native API no longer knows it.
+    fn wait_record_gone(&self, id: &str) {
+        let native = self.native();
+        testkit::poll_for(Duration::from_secs(60), || {
+            match native.get(&cumulo::routes::instance(id)) {
+                Err(ClientError::Api { status: 404, .. }) => Ok(()),
+                other => Err(format!("server {id}'s record is still there: {other:?}")),
             }
         });
     }
+
+    /// The PID of `up`'s agent (its PID file: "PID PROGRAM").
+    fn agent_pid(&self) -> i32 {
+        std::fs::read_to_string(self.dir.join("run/agent.pid"))
+            .unwrap()
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    }
+
+    /// Prints the last `n` lines of each service's log (for a test that failed).
+    fn print_log_tails(&self, n: usize) {
+        let Ok(logs) = std::fs::read_dir(self.dir.join("logs")) else {
+            return;
+        };
+        for log in logs.flatten() {
+            print_tail(&log.path(), n);
+        }
+    }
+}
+
+/// Prints the last `n` lines of `log`.
+fn print_tail(log: &Path, n: usize) {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    let from = lines.len().saturating_sub(n);
+    eprintln!(
+        "--- the last {} lines of {}",
+        lines.len() - from,
+        log.display()
+    );
+    for line in &lines[from..] {
+        eprintln!("{line}");
+    }
+}
+
+/// Waits until the serial console log `console` has the line `line`.
+fn wait_console_line(console: &Path, line: &str) {
+    testkit::poll_for(Duration::from_secs(120), || {
+        let log = std::fs::read_to_string(console).unwrap_or_default();
+        // (A serial console's lines end in CR LF.)
+        if log.lines().any(|l| l.trim_end() == line) {
+            Ok(())
+        } else {
+            Err(format!("no {line:?} on the guest's console:\n{log}"))
+        }
+    });
 }
 
 impl Drop for Up {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.print_log_tails(40);
+        }
         let _ = Command::new(CUMULO)
             .args(["down", "--purge", "--dir"])
             .arg(&self.dir)
@@ -226,245 +326,9 @@ fn the_openstack_cli_stops_starts_reboots_pauses_and_suspends_a_vm_that_keeps_it
     });
 }
 
-#[test]
-fn the_openstack_cli_uploads_an_image_that_the_node_fetches_once_and_boots() {
-    let Some(disk) = common::tiny_disk_or_skip() else {
-        return;
-    };
-    let Some(up) = Up::start_or_skip("an uploaded image on real VMs") else {
-        return;
-    };
-
-    let disk = disk.to_str().unwrap();
-    let image = up.json(&[
-        "image",
-        "create",
-        "--disk-format",
-        "qcow2",
-        "--container-format",
-        "bare",
-        "--private",
-        "--file",
-        disk,
-        "tiny-disk",
-    ]);
-    let image_id = image["id"].as_str().unwrap().to_string();
-    let shown = up.json(&["image", "show", &image_id]);
-    assert_eq!(shown["status"], "active", "{shown}");
-    // (The CLI shows the hash among the properties.)
-    let props = &shown["properties"];
-    assert_eq!(props["os_hash_algo"], "sha512", "{shown}");
-    let hash = props["os_hash_value"].as_str().unwrap().to_string();
-    // The node's image cache holds nothing yet.
-    let cache = up.dir.join("agent/images/sha512");
-    assert!(!cache.join(&hash).exists(), "not fetched before a START");
-
-    // The first START fetches the image (its time includes the fetch), the second finds it.
-    let mut booted = Vec::new();
-    for name in ["disk-a", "disk-b"] {
-        let started = Instant::now();
-        let server = up.json(&[
-            "server", "create", "--flavor", "tiny", "--image", &image_id, "--wait", name,
-        ]);
-        let active = started.elapsed();
-        assert_eq!(server["status"], "ACTIVE", "{server}");
-        let id = server["id"].as_str().unwrap().to_string();
-        // The guest on the disk has no meta-data of its own: it names itself from its kernel
-        // command line (scripts/tiny-disk.sh).
-        up.wait_console(&id, "CUMULO-GUEST-UP 00000000-0000-4000-8000-00000000d15c");
-        // Its own disk, first boot: the guest counts in the disk's spare sector.
-        up.wait_console(
-            &id,
-            "CUMULO-DISK-WROTE 00000000-0000-4000-8000-00000000d15c 1",
-        );
-        println!(
-            "{name}: ACTIVE {} ms after server create, guest up after {} ms",
-            active.as_millis(),
-            started.elapsed().as_millis()
-        );
-        booted.push(id);
-    }
-    let data = std::fs::read(cache.join(&hash)).unwrap();
-    assert_eq!(
-        data,
-        std::fs::read(disk).unwrap(),
-        "the node keeps the data it was sent"
-    );
-    let log = std::fs::read_to_string(up.dir.join("logs/agent.log")).unwrap();
-    let fetches: Vec<&str> = log
-        .lines()
-        .filter(|l| l.contains("image data fetched"))
-        .collect();
-    assert_eq!(
-        fetches.len(),
-        1,
-        "one fetch for two STARTs; the agent's log:\n{log}"
-    );
-    println!("{}", fetches[0]);
-    // The node's time from START to a running VM: the first with the fetch, the second without.
-    for id in &booted {
-        let launched = log
-            .lines()
-            .find(|l| l.contains("launched") && l.contains(id.as_str()));
-        println!("{}", launched.unwrap_or("(no launch line)"));
-    }
-
-    // A snapshot of the running disk-a (paused for the copy): what its guest counted on its
-    // disk (boot 1) is in the image, and a server booted from it counts boot 2.
-    let snap = up.json(&[
-        "server", "image", "create", "--name", "snap", "--wait", &booted[0],
-    ]);
-    let snap_id = snap["id"].as_str().unwrap().to_string();
-    let shown = up.json(&["image", "show", &snap_id]);
-    assert_eq!(shown["status"], "active", "{shown}");
-    assert_eq!(shown["disk_format"], "qcow2", "{shown}");
-    let props = shown["properties"].to_string();
-    assert!(
-        props.contains("snapshot") && props.contains(&booted[0]),
-        "{shown}"
-    );
-    up.wait_status(&booted[0], "ACTIVE");
-    let server = up.json(&[
-        "server",
-        "create",
-        "--flavor",
-        "tiny",
-        "--image",
-        &snap_id,
-        "--wait",
-        "from-snap",
-    ]);
-    let from_snap = server["id"].as_str().unwrap().to_string();
-    up.wait_console(
-        &from_snap,
-        "CUMULO-DISK-WROTE 00000000-0000-4000-8000-00000000d15c 2",
-    );
-    booted.push(from_snap);
-
-    // In use, the image stays in the cache; the servers go, then the images.
-    for id in &booted {
-        up.ok(&["server", "delete", "--wait", id]);
-    }
-    // A server's record goes once its node has removed it (after the API stops showing it):
-    // until then its image is in use.
-    for image in [&image_id, &snap_id] {
-        testkit::poll_for(Duration::from_secs(60), || {
-            let out = up.openstack(&["image", "delete", image]);
-            match out.status.success() {
-                true => Ok(()),
-                false => Err(format!("image delete {image}: {}", text(&out))),
-            }
-        });
-    }
-    for image in [&image_id, &snap_id] {
-        let out = up.openstack(&["image", "show", image]);
-        assert!(!out.status.success(), "deleted: {}", text(&out));
-    }
-}
-
-/// The volume's status and the device of its attachment (if any), as `volume show` gives them.
-fn volume_state(up: &Up, volume: &str) -> (String, Option<String>) {
-    let shown = up.json(&["volume", "show", volume]);
-    let status = shown["status"].as_str().unwrap_or_default().to_string();
-    let device = shown["attachments"]
-        .as_array()
-        .and_then(|a| a.first())
-        .and_then(|a| a["device"].as_str())
-        .map(str::to_string);
-    (status, device)
-}
-
-/// Waits until the volume is `want`; how long that took.
-fn wait_volume(up: &Up, volume: &str, want: &str) -> Duration {
-    let t0 = Instant::now();
-    testkit::poll_for(Duration::from_secs(120), || {
-        match volume_state(up, volume) {
-            (now, _) if now == want => Ok(()),
-            (now, _) => Err(format!("volume {volume} still {now}, not {want}")),
-        }
-    });
-    t0.elapsed()
-}
-
-/// The first 20 hex digits of a volume's UUID: the serial its disk carries in the guest.
-fn serial(volume: &str) -> String {
-    volume.replace('-', "").chars().take(20).collect()
-}
-
-#[test]
-fn the_openstack_cli_attaches_a_volume_that_guests_see_and_that_keeps_its_data() {
-    let Some(up) = Up::start_or_skip("volumes on real VMs") else {
-        return;
-    };
-    let first = up.json(&["server", "show", "first"]);
-    let a = first["id"].as_str().unwrap().to_string();
-    up.wait_disk_count(&a, 1);
-    let second = up.json(&[
-        "server", "create", "--flavor", "tiny", "--image", "tiny", "--wait", "second",
-    ]);
-    let b = second["id"].as_str().unwrap().to_string();
-    up.wait_disk_count(&b, 1);
-
-    let made = up.json(&["volume", "create", "--size", "1", "data"]);
-    let volume = made["id"].as_str().unwrap().to_string();
-    wait_volume(&up, &volume, "available");
-    let serial = serial(&volume);
-
-    // Attach to the running first server: hot-plugged, seen blank, marked.
-    let t0 = Instant::now();
-    up.ok(&["server", "add", "volume", &a, &volume]);
-    let api = t0.elapsed();
-    wait_volume(&up, &volume, "in-use");
-    let in_use = t0.elapsed();
-    assert_eq!(volume_state(&up, &volume).1.as_deref(), Some("/dev/vdb"));
-    up.wait_console(&a, &format!("CUMULO-VOLUME-SEEN {a} vdb {serial} blank"));
-    let seen = t0.elapsed();
-    up.wait_console(&a, &format!("CUMULO-VOLUME-WROTE {a} {serial}"));
-    let listed = up.json(&["server", "volume", "list", &a]);
-    assert!(listed.to_string().contains(&volume), "{listed}");
-    let file = up.dir.join("agent/volumes").join(format!("{volume}.qcow2"));
-    assert!(file.is_file(), "made on the node at the first attach");
-
-    // Detach: the guest lets it go.
-    let t0 = Instant::now();
-    up.ok(&["server", "remove", "volume", &a, &volume]);
-    wait_volume(&up, &volume, "available");
-    let detached = t0.elapsed();
-    up.wait_console(&a, &format!("CUMULO-VOLUME-GONE {a} {serial}"));
-
-    // Attach to the second server: its guest finds the first one's mark.
-    up.ok(&["server", "add", "volume", &b, &volume]);
-    wait_volume(&up, &volume, "in-use");
-    up.wait_console(
-        &b,
-        &format!("CUMULO-VOLUME-SEEN {b} vdb {serial} CUMULO-VOLUME-MARK {a}"),
-    );
-    // Not while attached.
-    let out = up.openstack(&["volume", "delete", &volume]);
-    assert!(
-        !out.status.success(),
-        "deleted while attached: {}",
-        text(&out)
-    );
-    println!(
-        "FIGURES: volume attach: API {} ms, in-use {} ms, seen by the guest {} ms; detach: \
-         available {} ms",
-        api.as_millis(),
-        in_use.as_millis(),
-        seen.as_millis(),
-        detached.as_millis()
-    );
-
-    // The server goes: the volume is free again; deleted, its file leaves the node.
-    up.ok(&["server", "delete", "--wait", &b]);
-    wait_volume(&up, &volume, "available");
-    up.ok(&["volume", "delete", &volume]);
-    testkit::poll_for(Duration::from_secs(60), || {
-        let out = up.openstack(&["volume", "show", &volume]);
-        match out.status.success() {
-            false => Ok(()),
-            true => Err(format!("volume {volume} still shown")),
-        }
-    });
-    assert!(!file.exists(), "the volume's file left the node");
-}
+#[path = "up_openstack/images.rs"]
+mod images;
+#[path = "up_openstack/nodes.rs"]
+mod nodes;
+#[path = "up_openstack/volumes.rs"]
+mod volumes;

@@ -1,0 +1,139 @@
+//! An image the user uploads boots on a node that fetches it once; a snapshot boots too.
+
+use super::*;
+
+#[test]
+fn the_openstack_cli_uploads_an_image_that_the_node_fetches_once_and_boots() {
+    let Some(disk) = common::tiny_disk_or_skip() else {
+        return;
+    };
+    let Some(up) = Up::start_or_skip("an uploaded image on real VMs") else {
+        return;
+    };
+
+    let disk = disk.to_str().unwrap();
+    let image = up.json(&[
+        "image",
+        "create",
+        "--disk-format",
+        "qcow2",
+        "--container-format",
+        "bare",
+        "--private",
+        "--file",
+        disk,
+        "tiny-disk",
+    ]);
+    let image_id = image["id"].as_str().unwrap().to_string();
+    let shown = up.json(&["image", "show", &image_id]);
+    assert_eq!(shown["status"], "active", "{shown}");
+    // (The CLI shows the hash among the properties.)
+    let props = &shown["properties"];
+    assert_eq!(props["os_hash_algo"], "sha512", "{shown}");
+    let hash = props["os_hash_value"].as_str().unwrap().to_string();
+    // The node's image cache holds nothing yet.
+    let cache = up.dir.join("agent/images/sha512");
+    assert!(!cache.join(&hash).exists(), "not fetched before a START");
+
+    // The first START fetches the image (its time includes the fetch), the second finds it.
+    let mut booted = Vec::new();
+    for name in ["disk-a", "disk-b"] {
+        let started = Instant::now();
+        let server = up.json(&[
+            "server", "create", "--flavor", "tiny", "--image", &image_id, "--wait", name,
+        ]);
+        let active = started.elapsed();
+        assert_eq!(server["status"], "ACTIVE", "{server}");
+        let id = server["id"].as_str().unwrap().to_string();
+        // The guest on the disk has no meta-data of its own: it names itself from its kernel
+        // command line (scripts/tiny-disk.sh).
+        up.wait_console(&id, "CUMULO-GUEST-UP 00000000-0000-4000-8000-00000000d15c");
+        // Its own disk, first boot: the guest counts in the disk's spare sector.
+        up.wait_console(
+            &id,
+            "CUMULO-DISK-WROTE 00000000-0000-4000-8000-00000000d15c 1",
+        );
+        println!(
+            "{name}: ACTIVE {} ms after server create, guest up after {} ms",
+            active.as_millis(),
+            started.elapsed().as_millis()
+        );
+        booted.push(id);
+    }
+    let data = std::fs::read(cache.join(&hash)).unwrap();
+    assert_eq!(
+        data,
+        std::fs::read(disk).unwrap(),
+        "the node keeps the data it was sent"
+    );
+    let log = std::fs::read_to_string(up.dir.join("logs/agent.log")).unwrap();
+    let fetches: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("image data fetched"))
+        .collect();
+    assert_eq!(
+        fetches.len(),
+        1,
+        "one fetch for two STARTs; the agent's log:\n{log}"
+    );
+    println!("{}", fetches[0]);
+    // The node's time from START to a running VM: the first with the fetch, the second without.
+    for id in &booted {
+        let launched = log
+            .lines()
+            .find(|l| l.contains("launched") && l.contains(id.as_str()));
+        println!("{}", launched.unwrap_or("(no launch line)"));
+    }
+
+    // A snapshot of the running disk-a (paused for the copy): what its guest counted on its
+    // disk (boot 1) is in the image, and a server booted from it counts boot 2.
+    let snap = up.json(&[
+        "server", "image", "create", "--name", "snap", "--wait", &booted[0],
+    ]);
+    let snap_id = snap["id"].as_str().unwrap().to_string();
+    let shown = up.json(&["image", "show", &snap_id]);
+    assert_eq!(shown["status"], "active", "{shown}");
+    assert_eq!(shown["disk_format"], "qcow2", "{shown}");
+    let props = shown["properties"].to_string();
+    assert!(
+        props.contains("snapshot") && props.contains(&booted[0]),
+        "{shown}"
+    );
+    up.wait_status(&booted[0], "ACTIVE");
+    let server = up.json(&[
+        "server",
+        "create",
+        "--flavor",
+        "tiny",
+        "--image",
+        &snap_id,
+        "--wait",
+        "from-snap",
+    ]);
+    let from_snap = server["id"].as_str().unwrap().to_string();
+    up.wait_console(
+        &from_snap,
+        "CUMULO-DISK-WROTE 00000000-0000-4000-8000-00000000d15c 2",
+    );
+    booted.push(from_snap);
+
+    // In use, the image stays in the cache; the servers go, then the images.
+    for id in &booted {
+        up.ok(&["server", "delete", "--wait", id]);
+    }
+    // A server's record goes once its node has removed it (after the API stops showing it):
+    // until then its image is in use.
+    for image in [&image_id, &snap_id] {
+        testkit::poll_for(Duration::from_secs(60), || {
+            let out = up.openstack(&["image", "delete", image]);
+            match out.status.success() {
+                true => Ok(()),
+                false => Err(format!("image delete {image}: {}", text(&out))),
+            }
+        });
+    }
+    for image in [&image_id, &snap_id] {
+        let out = up.openstack(&["image", "show", image]);
+        assert!(!out.status.success(), "deleted: {}", text(&out));
+    }
+}
