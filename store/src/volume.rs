@@ -1,7 +1,8 @@
 //! Block storage volumes as the store keeps them (a subset of Cinder's volumes): the record
 //! ([`Volume`]) with its life ([`VolumeStatus`]) and its attachment ([`VolumeAttachment`]), the
-//! inputs that make and change it ([`NewVolume`], [`VolumeChange`]), and the per-tenant limits a
-//! caller passes in ([`VolumeLimits`]).
+//! inputs that make and change it ([`NewVolume`], [`VolumeChange`]), and the per-tenant limits
+//! ([`VolumeLimits`]): a tenant's own volume quota where one is set, the caller's defaults
+//! otherwise.
 
 use std::time::SystemTime;
 
@@ -283,7 +284,9 @@ impl Volume {
     }
 }
 
-/// A tenant's volume limits, as the caller's quota gives them (`None`: no limit).
+/// A tenant's volume limits (`None`: no limit): its own volume quota
+/// ([`VolumeStore::set_volume_quota`](crate::VolumeStore::set_volume_quota)) where one is set,
+/// else the defaults the caller passes (the controller's, for every tenant alike).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct VolumeLimits {
     /// Most volumes.
@@ -293,6 +296,47 @@ pub struct VolumeLimits {
 }
 
 impl VolumeLimits {
+    /// The most a tenant's own quota may give: 10,000 volumes and 1,000,000 GiB (about a PiB).
+    /// Sanity bounds, far above Cinder's defaults (10 and 1,000) and any one cumulo cluster's
+    /// disks; the GiB also fit SQLite's signed integers. No limit (`None`) may be set too.
+    pub const MAX: VolumeLimits = VolumeLimits {
+        volumes: Some(MAX_VOLUMES),
+        gigabytes: Some(MAX_GIGABYTES),
+    };
+
+    /// `Invalid` for a figure past [`VolumeLimits::MAX`].
+    pub(crate) fn check_settable(&self) -> Result<()> {
+        if self.volumes.is_some_and(|v| v > MAX_VOLUMES)
+            || self.gigabytes.is_some_and(|g| g > MAX_GIGABYTES)
+        {
+            return Err(StoreError::Invalid(format!(
+                "a volume quota may be at most {MAX_VOLUMES} volumes and {MAX_GIGABYTES} \
+                 gigabytes (or unlimited)"
+            )));
+        }
+        Ok(())
+    }
+
+    /// `Invalid` for a figure below what the tenant holds (`count` volumes, `gigabytes` GiB in
+    /// all), in Cinder's words: Cinder refuses a quota below the usage with a 400 (since Queens,
+    /// without a way round: `cinder/api/contrib/quotas.py`, `_validate_existing_resource`).
+    pub(crate) fn check_covers(&self, count: u32, gigabytes: u64) -> Result<()> {
+        for (key, limit, used) in [
+            ("volumes", self.volumes.map(u64::from), u64::from(count)),
+            ("gigabytes", self.gigabytes, gigabytes),
+        ] {
+            if let Some(limit) = limit
+                && limit < used
+            {
+                return Err(StoreError::Invalid(format!(
+                    "Quota {key} limit must be equal or greater than existing resources. \
+                     Current usage is {used} and the requested limit is {limit}."
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// Whether one more volume of `size_gb` fits beside `count` volumes of `gigabytes` in all;
     /// the figure it would exceed otherwise.
     pub fn check_new(&self, count: u32, gigabytes: u64, size_gb: u32) -> Result<()> {
@@ -326,6 +370,11 @@ impl VolumeLimits {
         }
     }
 }
+
+/// [`VolumeLimits::MAX`]'s volumes.
+const MAX_VOLUMES: u32 = 10_000;
+/// [`VolumeLimits::MAX`]'s GiB.
+const MAX_GIGABYTES: u64 = 1_000_000;
 
 /// The number of volumes and their GiB in all, over `sizes`.
 pub(crate) fn usage_of(sizes: impl IntoIterator<Item = u32>) -> (u32, u64) {
@@ -400,5 +449,42 @@ mod tests {
                 .is_ok()
         );
         assert_eq!(usage_of([1, 2, 3]), (3, 6));
+    }
+
+    #[test]
+    fn a_quota_is_bounded_and_covers_the_usage() {
+        assert!(VolumeLimits::MAX.check_settable().is_ok());
+        assert!(VolumeLimits::default().check_settable().is_ok());
+        for over in [
+            VolumeLimits {
+                volumes: Some(10_001),
+                gigabytes: None,
+            },
+            VolumeLimits {
+                volumes: None,
+                gigabytes: Some(1_000_001),
+            },
+        ] {
+            assert!(matches!(over.check_settable(), Err(StoreError::Invalid(_))));
+        }
+        let quota = VolumeLimits {
+            volumes: Some(2),
+            gigabytes: Some(10),
+        };
+        assert!(quota.check_covers(2, 10).is_ok());
+        match quota.check_covers(3, 1) {
+            Err(StoreError::Invalid(m)) => assert_eq!(
+                m,
+                "Quota volumes limit must be equal or greater than existing resources. \
+                 Current usage is 3 and the requested limit is 2."
+            ),
+            other => panic!("{other:?}"),
+        }
+        assert!(quota.check_covers(0, 11).is_err());
+        assert!(
+            VolumeLimits::default()
+                .check_covers(u32::MAX, u64::MAX)
+                .is_ok()
+        );
     }
 }

@@ -81,8 +81,9 @@ pub struct ApiConfig {
     pub images: Option<std::sync::Arc<dyn crate::images::ImageBlobs>>,
     /// The largest image upload accepted, in bytes (Glance's `image_size_cap`).
     pub image_size_cap: u64,
-    /// Every tenant's Block Storage limits ([`ApiConfig::DEFAULT_VOLUME_LIMITS`] unless said
-    /// otherwise): the tenant model has no volume quota of its own yet.
+    /// The Block Storage limits of every tenant without a volume quota of its own (an admin's
+    /// `PUT /volume/v3/{project}/os-quota-sets/{target}` sets one):
+    /// [`ApiConfig::DEFAULT_VOLUME_LIMITS`] unless said otherwise.
     pub volume_limits: store::VolumeLimits,
 }
 

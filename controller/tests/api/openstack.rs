@@ -539,7 +539,8 @@ async fn the_openstack_cli_drives_the_networking_api() {
 }
 
 /// `openstack quota show` (Compute's `os-quota-sets` with Networking's and Block Storage's
-/// quotas), `--usage`, `--default`, and an admin's `quota set`.
+/// quotas), `--usage`, `--default`, `--volume`, and an admin's `quota set` (Compute's figures,
+/// and Block Storage's `--volumes` and `--gigabytes`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_openstack_cli_shows_and_sets_quotas() {
     let Some(bin) = openstack_or_skip() else {
@@ -584,6 +585,30 @@ async fn the_openstack_cli_shows_and_sets_quotas() {
     let shown = json(&alice, &["quota", "show"]).await;
     assert_eq!(limit(&shown, "cores"), 6, "{shown}");
     assert_eq!(limit(&shown, "instances"), 3, "{shown}");
+    // Block Storage's, the project's own (Cinder's `PUT os-quota-sets`), binding its creations;
+    // a quota this server does not keep is refused, not ignored.
+    ok(
+        &admin,
+        &[
+            "quota",
+            "set",
+            "--volumes",
+            "3",
+            "--gigabytes",
+            "5",
+            &world.a.name,
+        ],
+    )
+    .await;
+    let shown = json(&alice, &["quota", "show", "--volume"]).await;
+    assert_eq!(limit(&shown, "volumes"), 3, "{shown}");
+    assert_eq!(limit(&shown, "gigabytes"), 5, "{shown}");
+    json(&alice, &["volume", "create", "--size", "4", "big"]).await;
+    let err = fails(&alice, &["volume", "create", "--size", "2", "over"]).await;
+    assert!(err.contains("gigabytes"), "{err}");
+    ok(&alice, &["volume", "delete", "big"]).await;
+    let err = fails(&admin, &["quota", "set", "--snapshots", "2", &world.a.name]).await;
+    assert!(err.contains("snapshots"), "{err}");
     // What a member may not do.
     let err = fails(&alice, &["quota", "set", "--cores", "60", &world.a.name]).await;
     assert!(

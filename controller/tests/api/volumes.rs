@@ -1,6 +1,7 @@
 //! The Block Storage v3 subset: version documents and microversions, the catalog entries,
 //! volumes (create, list, show, update, extend, delete) with Cinder's codes and fault bodies,
-//! another project's volumes and URL, and the `volumes` and `gigabytes` quotas.
+//! another project's volumes and URL, and the `volumes` and `gigabytes` quotas (the defaults, and
+//! a project's own as an admin sets it).
 
 use axum::http::{Method, StatusCode};
 use serde_json::{Value, json};
@@ -357,8 +358,8 @@ async fn quotas_count_volumes_and_gigabytes() {
         .await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(d["quota_set"]["gigabytes"], 5);
-    // No per-tenant volume quotas to set yet.
-    let (status, _, _) = c
+    // Setting them is an admin's (`an_admin_sets_a_projects_volume_quota`).
+    let (status, _, body) = c
         .send(
             Method::PUT,
             &quota,
@@ -366,7 +367,8 @@ async fn quotas_count_volumes_and_gigabytes() {
             Some(json!({"quota_set": {"volumes": 3}})),
         )
         .await;
-    assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert_eq!(fault(&body), ("forbidden", 403));
     // Another project's quotas: a member's 403; its own project in its URL.
     let (status, _, body) = c
         .send(
@@ -388,6 +390,174 @@ async fn quotas_count_volumes_and_gigabytes() {
         )
         .await;
     assert_eq!(status, StatusCode::ACCEPTED);
+    w.stop().await;
+}
+
+/// An admin's `PUT os-quota-sets` gives a project its own `volumes` and `gigabytes` in place of
+/// the defaults: its creations and growths past them are Cinder's 413s, another project keeps
+/// the defaults, a member may not set them, and bad figures or keys not kept are 400s.
+#[tokio::test]
+async fn an_admin_sets_a_projects_volume_quota() {
+    let w = World::start().await;
+    let c = w.client();
+    let a = w.token_a().await;
+    let b = w.token_b().await;
+    let admin = w.admin_token().await;
+    let admin_project = w
+        .store
+        .tenants()
+        .unwrap()
+        .into_iter()
+        .find(|t| t.name == controller::api::testing::ADMIN_PROJECT)
+        .unwrap()
+        .id;
+    let set_a = format!("{}/os-quota-sets/{}", base(admin_project), w.a.id);
+    let put = |body: Value| {
+        let (c, set_a, admin) = (c.clone(), set_a.clone(), admin.clone());
+        async move { c.send(Method::PUT, &set_a, Some(&admin), Some(body)).await }
+    };
+
+    // The admin's change: the answer is the new set (Cinder's, without an id).
+    let (status, _, body) = put(json!({"quota_set": {"volumes": 2, "gigabytes": 5}})).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body, json!({"quota_set": {"volumes": 2, "gigabytes": 5}}));
+    let own_a = format!("{}/os-quota-sets/{}", base(w.a.id), w.a.id);
+    let (status, _, q) = c.send(Method::GET, &own_a, Some(&a), None).await;
+    assert_eq!(status, StatusCode::OK, "{q}");
+    assert_eq!(
+        q["quota_set"],
+        json!({"id": w.a.id.to_string(), "volumes": 2, "gigabytes": 5})
+    );
+    // The defaults stay the controller's, and B keeps them.
+    let (_, _, d) = c
+        .send(Method::GET, &format!("{own_a}/defaults"), Some(&a), None)
+        .await;
+    assert_eq!(
+        (
+            d["quota_set"]["volumes"].clone(),
+            d["quota_set"]["gigabytes"].clone()
+        ),
+        (json!(10), json!(1000))
+    );
+    let own_b = format!("{}/os-quota-sets/{}", base(w.b.id), w.b.id);
+    let (_, _, q) = c.send(Method::GET, &own_b, Some(&b), None).await;
+    assert_eq!(q["quota_set"]["volumes"], 10);
+
+    // A's creations and growths past its own quota: 413 overLimit.
+    let vols = format!("{}/volumes", base(w.a.id));
+    let create = |size: u32| Some(json!({"volume": {"size": size}}));
+    let (status, _, first) = c.send(Method::POST, &vols, Some(&a), create(3)).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{first}");
+    let (status, _, body) = c.send(Method::POST, &vols, Some(&a), create(3)).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
+    assert_eq!(fault(&body), ("overLimit", 413));
+    assert!(body.to_string().contains("Quota is 5G"), "{body}");
+    let (status, _, _) = c.send(Method::POST, &vols, Some(&a), create(2)).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let (status, _, body) = c.send(Method::POST, &vols, Some(&a), create(1)).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
+    assert!(
+        body.to_string()
+            .contains("Maximum number of volumes allowed (2) exceeded"),
+        "{body}"
+    );
+    let id = first["volume"]["id"].as_str().unwrap().to_string();
+    let extend = format!("{vols}/{id}/action");
+    let grow = Some(json!({"os-extend": {"new_size": 4}}));
+    let (status, _, body) = c.send(Method::POST, &extend, Some(&a), grow.clone()).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
+    assert_eq!(fault(&body), ("overLimit", 413));
+    // Its usage shows against it; B's creations are not bound by it.
+    let (_, _, q) = c
+        .send(Method::GET, &format!("{own_a}?usage=true"), Some(&a), None)
+        .await;
+    assert_eq!(
+        q["quota_set"]["volumes"],
+        json!({"limit": 2, "in_use": 2, "reserved": 0, "allocated": 0})
+    );
+    assert_eq!(q["quota_set"]["gigabytes"]["limit"], 5);
+    assert_eq!(q["quota_set"]["gigabytes"]["in_use"], 5);
+    let (status, _, _) = c
+        .send(
+            Method::POST,
+            &format!("{}/volumes", base(w.b.id)),
+            Some(&b),
+            create(6),
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+
+    // Unlimited GiB (-1), the count kept: the growth fits.
+    let (status, _, body) = put(json!({"quota_set": {"gigabytes": -1}})).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body, json!({"quota_set": {"volumes": 2, "gigabytes": -1}}));
+    let (status, _, body) = c.send(Method::POST, &extend, Some(&a), grow).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+
+    // A member may not set them, its own project's neither: Cinder's 403.
+    let (status, _, body) = c
+        .send(
+            Method::PUT,
+            &own_a,
+            Some(&a),
+            Some(json!({"quota_set": {"volumes": 20}})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert_eq!(fault(&body), ("forbidden", 403));
+    // Bad figures, keys not kept here, below the usage (Cinder's words), past the maxima: 400s
+    // that change nothing.
+    for (bad, says) in [
+        (json!({"volumes": -2}), "volumes must be >= -1"),
+        (json!({"volumes": "many"}), "volumes must be an integer"),
+        (json!({"gigabytes": 2.5}), "gigabytes must be an integer"),
+        (
+            json!({"snapshots": 3}),
+            "Bad key(s) in quota set: snapshots",
+        ),
+        (
+            json!({"volumes": 3, "backups": 1, "volumes_lvm": 2}),
+            "backups, volumes_lvm",
+        ),
+        (json!({"per_volume_gigabytes": 1}), "per_volume_gigabytes"),
+        (
+            json!({"volumes": 1}),
+            "Quota volumes limit must be equal or greater than existing resources. Current \
+             usage is 2 and the requested limit is 1.",
+        ),
+        (json!({"volumes": 10_001}), "at most 10000 volumes"),
+    ] {
+        let (status, _, body) = put(json!({"quota_set": bad.clone()})).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}: {body}");
+        assert_eq!(fault(&body), ("badRequest", 400));
+        assert!(body.to_string().contains(says), "{bad}: {body}");
+    }
+    let (status, _, body) = put(json!({"volumes": 3})).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    let (_, _, q) = c.send(Method::GET, &own_a, Some(&a), None).await;
+    assert_eq!(
+        (
+            q["quota_set"]["volumes"].clone(),
+            q["quota_set"]["gigabytes"].clone()
+        ),
+        (json!(2), json!(-1))
+    );
+    // A project that is none.
+    let nobody = format!(
+        "{}/os-quota-sets/{}",
+        base(admin_project),
+        uuid::Uuid::new_v4()
+    );
+    let (status, _, body) = c
+        .send(
+            Method::PUT,
+            &nobody,
+            Some(&admin),
+            Some(json!({"quota_set": {"volumes": 1}})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    assert_eq!(fault(&body), ("itemNotFound", 404));
     w.stop().await;
 }
 

@@ -22,6 +22,8 @@
 //! <prefix>cnci/<id>                              CNCI
 //! <prefix>volume/<tenant>/<id>                   a tenant's volume
 //! <prefix>volid/<id>                             its tenant (to find a volume by id alone)
+//! <prefix>volquota/<tenant>                      the tenant's own volume quota (none: the
+//!                                                caller's defaults)
 //! <prefix>event/<seq:016x>                       event
 //! <prefix>counter/event                          the last event sequence number
 //! <prefix>action/<instance>/<seq:016x>          instance action, in the instance's order
@@ -219,6 +221,10 @@ impl Keys {
     pub(super) fn volume_owner(&self, id: Uuid) -> String {
         self.key(&[&"volid", &id])
     }
+    /// The own volume quota of `tenant`.
+    pub(super) fn volume_quota(&self, tenant: Uuid) -> String {
+        self.key(&[&"volquota", &tenant])
+    }
     pub(super) fn cnci(&self, id: Uuid) -> String {
         self.key(&[&"cnci", &id])
     }
@@ -349,6 +355,8 @@ mod tests {
         assert!(keys.volume(t, v).starts_with(&keys.tenant_volumes(t)));
         assert!(keys.tenant_volumes(t).starts_with(&keys.volumes()));
         assert!(!keys.volume_owner(v).starts_with(&keys.volumes()));
+        assert_eq!(keys.volume_quota(t), format!("/cumulo/volquota/{t}"));
+        assert!(!keys.volume_quota(t).starts_with(&keys.volumes()));
         assert_eq!(keys.image_member(t, v), format!("/cumulo/imember/{t}/{v}"));
         assert!(keys.image_member(t, v).starts_with(&keys.image_members(t)));
         assert!(keys.image_members(t).starts_with(&keys.all_image_members()));

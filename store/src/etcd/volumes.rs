@@ -1,8 +1,11 @@
 //! Tenants' volumes over etcd: [`VolumeStore`] for [`EtcdStore`], one record per volume at
 //! `volume/<tenant>/<id>` and its tenant at `volid/<id>` (to find it by id alone, in
-//! [`Scope::All`]). A creation or a growth reads the tenant's `volume/<tenant>/` range, so
-//! parallel ones for one tenant conflict and retry, and never exceed its limits. Deleting a
-//! tenant reads the same range, so it never leaves volumes behind.
+//! [`Scope::All`]), and a tenant's own volume quota at `volquota/<tenant>` (absent: the caller's
+//! defaults). A creation or a growth reads the tenant's `volume/<tenant>/` range and its
+//! `volquota/` key, so parallel ones for one tenant, or a quota set meanwhile, conflict and
+//! retry, and never exceed its limits; setting a quota reads the same range (it may not be below
+//! the usage). Deleting a tenant reads the same range, so it never leaves volumes behind, and
+//! deletes its quota (`identity.rs`).
 //!
 //! The records are here rather than in `records.rs`: only this file reads them. They are the
 //! schema as `records.rs` says (a field may be added with `#[serde(default)]`).
@@ -95,8 +98,15 @@ impl VolumeRec {
     }
 }
 
+/// A tenant's own volume quota, at `volquota/<tenant>` (`null`: unlimited).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+struct VolumeQuotaRec {
+    volumes: Option<u32>,
+    gigabytes: Option<u64>,
+}
+
 impl VolumeStore for EtcdStore {
-    fn create_volume(&self, new: NewVolume, limits: VolumeLimits) -> Result<Volume> {
+    fn create_volume(&self, new: NewVolume, defaults: VolumeLimits) -> Result<Volume> {
         new.check()?;
         let volume = new.volume(Uuid::new_v4(), now());
         let rec = VolumeRec::of(&volume);
@@ -106,7 +116,7 @@ impl VolumeStore for EtcdStore {
                 image_in(tx, Scope::Tenant(volume.owner), image)?;
             }
             let (count, gigabytes) = usage_in(tx, volume.owner)?;
-            limits.check_new(count, gigabytes, volume.size_gb)?;
+            limits_in(tx, volume.owner, defaults)?.check_new(count, gigabytes, volume.size_gb)?;
             let keys = tx.keys();
             tx.put(&keys.volume(volume.owner, volume.id), &rec)?;
             tx.put_text(&keys.volume_owner(volume.id), &volume.owner.to_string());
@@ -135,14 +145,18 @@ impl VolumeStore for EtcdStore {
         scope: Scope,
         id: Uuid,
         change: VolumeChange,
-        limits: VolumeLimits,
+        defaults: VolumeLimits,
     ) -> Result<Volume> {
         self.atomically("changing a volume", |tx| {
             let old = volume_in(tx, scope, id)?.model();
             let new = old.changed(&change, now())?;
             if new.size_gb > old.size_gb {
                 let (_, gigabytes) = usage_in(tx, old.owner)?;
-                limits.check_growth(gigabytes, old.size_gb, new.size_gb)?;
+                limits_in(tx, old.owner, defaults)?.check_growth(
+                    gigabytes,
+                    old.size_gb,
+                    new.size_gb,
+                )?;
             }
             let key = tx.keys().volume(old.owner, id);
             tx.put(&key, &VolumeRec::of(&new))?;
@@ -167,6 +181,41 @@ impl VolumeStore for EtcdStore {
             usage_in(tx, tenant)
         })
     }
+
+    fn volume_quota(&self, tenant: Uuid, defaults: VolumeLimits) -> Result<VolumeLimits> {
+        self.read(|tx| {
+            tenant_in(tx, tenant)?;
+            limits_in(tx, tenant, defaults)
+        })
+    }
+
+    fn set_volume_quota(&self, tenant: Uuid, quota: VolumeLimits) -> Result<VolumeLimits> {
+        quota.check_settable()?;
+        let rec = VolumeQuotaRec {
+            volumes: quota.volumes,
+            gigabytes: quota.gigabytes,
+        };
+        self.atomically("setting a volume quota", |tx| {
+            tenant_in(tx, tenant)?;
+            let (count, gigabytes) = usage_in(tx, tenant)?;
+            quota.check_covers(count, gigabytes)?;
+            let key = tx.keys().volume_quota(tenant);
+            tx.put(&key, &rec)
+        })?;
+        Ok(quota)
+    }
+}
+
+/// The tenant's limits: its own quota if it has one, else `defaults` (the key is read, so the
+/// commit requires it unchanged, or still absent).
+fn limits_in(tx: &mut Tx<'_>, tenant: Uuid, defaults: VolumeLimits) -> Result<VolumeLimits> {
+    let key = tx.keys().volume_quota(tenant);
+    Ok(tx
+        .get_json::<VolumeQuotaRec>(&key)?
+        .map_or(defaults, |q| VolumeLimits {
+            volumes: q.volumes,
+            gigabytes: q.gigabytes,
+        }))
 }
 
 /// The volume `id` if `scope` sees it: by its key under the scope's tenant, or (in
@@ -195,4 +244,39 @@ fn usage_in(tx: &mut Tx<'_>, tenant: Uuid) -> Result<(u32, u64)> {
     let prefix = tx.keys().tenant_volumes(tenant);
     let recs: Vec<VolumeRec> = decode_all(&tx.range(&prefix)?)?;
     Ok(usage_of(recs.iter().map(|v| v.size_gb)))
+}
+
+#[cfg(test)]
+mod tests {
+    // Test code: a failed unwrap is a failed test.
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    /// A deleted tenant leaves no `volquota/` key behind (the suite sees only that the tenant is
+    /// gone).
+    #[test]
+    fn a_tenants_quota_key_goes_with_it() {
+        let Some(fx) = super::super::tests::fixture() else {
+            return;
+        };
+        let store = fx.store_with(super::super::EtcdOptions::default());
+        let tenant = store
+            .create_tenant(NewTenant {
+                name: "acme".into(),
+                quota: Quota::default(),
+                subnet_prefix: 24,
+            })
+            .unwrap();
+        let quota = VolumeLimits {
+            volumes: Some(1),
+            gigabytes: None,
+        };
+        store.set_volume_quota(tenant.id, quota).unwrap();
+        let key = store.keys.volume_quota(tenant.id);
+        let raw = store.read(|tx| tx.get(&key)).unwrap().unwrap();
+        assert_eq!(raw.text().unwrap(), r#"{"volumes":1,"gigabytes":null}"#);
+        store.delete_tenant(tenant.id).unwrap();
+        assert!(store.read(|tx| tx.get(&key)).unwrap().is_none());
+    }
 }

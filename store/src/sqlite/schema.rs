@@ -305,6 +305,15 @@ CREATE INDEX image_members_member ON image_members(member, image_id);
     r#"
 ALTER TABLE volumes ADD COLUMN attachment_delete_on_termination INTEGER NOT NULL DEFAULT 0;
 "#,
+    // 16: tenants' own volume quotas (Cinder's `volumes` and `gigabytes`, NULL: unlimited), going
+    // with the tenant; a tenant without a row has the controller's defaults.
+    r#"
+CREATE TABLE volume_quotas (
+    tenant_id TEXT PRIMARY KEY REFERENCES tenants(id) ON DELETE CASCADE,
+    volumes INTEGER,
+    gigabytes INTEGER
+);
+"#,
 ];
 
 /// The newest schema version this code knows.
@@ -417,6 +426,65 @@ mod tests {
             store.delete_tenant(tenant),
             Err(StoreError::Conflict(_))
         ));
+    }
+
+    /// A version 15 database with a tenant and a volume: migration 16 gives the tenant no quota
+    /// of its own (the defaults apply), it takes one, and the quota goes with the tenant.
+    #[test]
+    fn a_version_15_database_gains_volume_quotas() {
+        use crate::{QuotaKind, VolumeLimits, VolumeStore};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v15.db");
+        let (tenant, volume) = (
+            "00000000-0000-0000-0000-000000000001",
+            "00000000-0000-0000-0000-00000000000a",
+        );
+        database_at(
+            &path,
+            15,
+            &format!(
+                "INSERT INTO tenants VALUES ('{tenant}', 't', NULL, NULL, NULL, 24, 0, 1);
+                 INSERT INTO volumes (id, owner, name, description, size_gb, status, bootable,
+                     created, updated)
+                     VALUES ('{volume}', '{tenant}', 'v', '', 3, 'available', 0, 0, 0);"
+            ),
+        );
+        let store = SqliteStore::open(&path).unwrap();
+        assert_eq!(store.schema_version().unwrap(), known_version());
+        let (tenant, volume) = (tenant.parse().unwrap(), volume.parse().unwrap());
+        let defaults = VolumeLimits {
+            volumes: Some(10),
+            gigabytes: Some(1000),
+        };
+        assert_eq!(store.volume_quota(tenant, defaults).unwrap(), defaults);
+        let own = VolumeLimits {
+            volumes: Some(1),
+            gigabytes: None,
+        };
+        assert_eq!(store.set_volume_quota(tenant, own).unwrap(), own);
+        assert_eq!(store.volume_quota(tenant, defaults).unwrap(), own);
+        let new = crate::NewVolume {
+            owner: tenant,
+            name: "w".into(),
+            description: String::new(),
+            size_gb: 1,
+            image: None,
+            bootable: false,
+        };
+        assert_eq!(
+            store.create_volume(new, defaults),
+            Err(StoreError::QuotaExceeded {
+                what: QuotaKind::Volumes,
+                limit: 1
+            })
+        );
+        store.delete_volume(Scope::All, volume).unwrap();
+        store.delete_tenant(tenant).unwrap();
+        let conn = Connection::open(&path).unwrap();
+        let rows: i64 = conn
+            .query_row("SELECT COUNT(*) FROM volume_quotas", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(rows, 0);
     }
 
     /// A version 13 database with a public and a private image: migration 14 keeps them public

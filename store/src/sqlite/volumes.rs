@@ -1,7 +1,9 @@
 //! Tenants' volumes in SQLite: [`VolumeStore`] for [`SqliteStore`], one row per volume in
-//! `volumes` (migration 13; an attachment's `delete_on_termination`: migration 15). Every write
-//! is one `BEGIN IMMEDIATE` transaction, so a quota check and the write it allows are never split
-//! by another writer.
+//! `volumes` (migration 13; an attachment's `delete_on_termination`: migration 15), and a
+//! tenant's own quota as its row in `volume_quotas` (migration 16; no row: the caller's defaults;
+//! going with the tenant by its foreign key). Every write is one `BEGIN IMMEDIATE` transaction,
+//! so a quota check (the quota read in it too) and the write it allows are never split by
+//! another writer.
 
 use rusqlite::types::Value;
 use rusqlite::{OptionalExtension, Row, Transaction, params, params_from_iter};
@@ -14,9 +16,9 @@ use crate::common::{from_millis, millis, now};
 use crate::*;
 
 impl VolumeStore for SqliteStore {
-    fn create_volume(&self, new: NewVolume, limits: VolumeLimits) -> Result<Volume> {
+    fn create_volume(&self, new: NewVolume, defaults: VolumeLimits) -> Result<Volume> {
         new.check()?;
-        self.write(|tx| create(tx, new, limits))
+        self.write(|tx| create(tx, new, defaults))
     }
     fn volume(&self, scope: Scope, id: Uuid) -> Result<Volume> {
         self.read(|tx| get(tx, scope, id))
@@ -29,9 +31,9 @@ impl VolumeStore for SqliteStore {
         scope: Scope,
         id: Uuid,
         change: VolumeChange,
-        limits: VolumeLimits,
+        defaults: VolumeLimits,
     ) -> Result<Volume> {
-        self.write(|tx| change_volume(tx, scope, id, &change, limits))
+        self.write(|tx| change_volume(tx, scope, id, &change, defaults))
     }
     fn delete_volume(&self, scope: Scope, id: Uuid) -> Result<()> {
         self.write(|tx| {
@@ -45,6 +47,30 @@ impl VolumeStore for SqliteStore {
         self.read(|tx| {
             tenant(tx, t)?;
             usage(tx, t)
+        })
+    }
+    fn volume_quota(&self, t: Uuid, defaults: VolumeLimits) -> Result<VolumeLimits> {
+        self.read(|tx| {
+            tenant(tx, t)?;
+            limits_of(tx, t, defaults)
+        })
+    }
+    fn set_volume_quota(&self, t: Uuid, quota: VolumeLimits) -> Result<VolumeLimits> {
+        quota.check_settable()?;
+        self.write(|tx| {
+            tenant(tx, t)?;
+            let (count, gigabytes) = usage(tx, t)?;
+            quota.check_covers(count, gigabytes)?;
+            let gigabytes = quota
+                .gigabytes
+                .map(|g| i64::try_from(g).unwrap_or(i64::MAX));
+            tx.execute(
+                "INSERT INTO volume_quotas (tenant_id, volumes, gigabytes) VALUES (?1, ?2, ?3) \
+                 ON CONFLICT (tenant_id) DO UPDATE \
+                 SET volumes = excluded.volumes, gigabytes = excluded.gigabytes",
+                params![t.to_string(), quota.volumes, gigabytes],
+            )?;
+            Ok(quota)
         })
     }
 }
@@ -92,13 +118,38 @@ fn usage(tx: &Transaction<'_>, owner: Uuid) -> Result<(u32, u64)> {
     Ok((count, gigabytes))
 }
 
-fn create(tx: &Transaction<'_>, new: NewVolume, limits: VolumeLimits) -> Result<Volume> {
+/// The tenant's own quota, if it has one (`NULL` figures: unlimited).
+fn own_quota(tx: &Transaction<'_>, owner: Uuid) -> Result<Option<VolumeLimits>> {
+    let quota = tx
+        .prepare_cached("SELECT volumes, gigabytes FROM volume_quotas WHERE tenant_id = ?1")?
+        .query_row([owner.to_string()], |r| {
+            let volumes: Option<i64> = r.get(0)?;
+            let gigabytes: Option<i64> = r.get(1)?;
+            Ok(VolumeLimits {
+                volumes: volumes
+                    .map(|v| u32::try_from(v).map_err(|e| super::bad_column(0, e.to_string())))
+                    .transpose()?,
+                gigabytes: gigabytes
+                    .map(|g| u64::try_from(g).map_err(|e| super::bad_column(1, e.to_string())))
+                    .transpose()?,
+            })
+        })
+        .optional()?;
+    Ok(quota)
+}
+
+/// The limits of the tenant: its own quota if it has one, else `defaults`.
+fn limits_of(tx: &Transaction<'_>, owner: Uuid, defaults: VolumeLimits) -> Result<VolumeLimits> {
+    Ok(own_quota(tx, owner)?.unwrap_or(defaults))
+}
+
+fn create(tx: &Transaction<'_>, new: NewVolume, defaults: VolumeLimits) -> Result<Volume> {
     tenant(tx, new.owner)?;
     if let Some(i) = new.image {
         image(tx, Scope::Tenant(new.owner), i)?;
     }
     let (count, gigabytes) = usage(tx, new.owner)?;
-    limits.check_new(count, gigabytes, new.size_gb)?;
+    limits_of(tx, new.owner, defaults)?.check_new(count, gigabytes, new.size_gb)?;
     let volume = new.volume(Uuid::new_v4(), now());
     tx.execute(
         &format!(
@@ -125,13 +176,13 @@ fn change_volume(
     scope: Scope,
     id: Uuid,
     change: &VolumeChange,
-    limits: VolumeLimits,
+    defaults: VolumeLimits,
 ) -> Result<Volume> {
     let old = get(tx, scope, id)?;
     let new = old.changed(change, now())?;
     if new.size_gb > old.size_gb {
         let (_, gigabytes) = usage(tx, old.owner)?;
-        limits.check_growth(gigabytes, old.size_gb, new.size_gb)?;
+        limits_of(tx, old.owner, defaults)?.check_growth(gigabytes, old.size_gb, new.size_gb)?;
     }
     let a = new.attachment.as_ref();
     tx.execute(

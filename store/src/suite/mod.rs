@@ -58,7 +58,10 @@ macro_rules! store_suite {
             volumes: volume_crud, volume_quotas_count_volumes_and_gigabytes,
                 volume_changes_expect_a_status_grow_and_set_the_node_once,
                 an_attached_volume_is_not_deleted_nor_its_tenant,
-                parallel_volume_creates_respect_the_limits;
+                parallel_volume_creates_respect_the_limits,
+                a_tenants_own_volume_quota_replaces_the_defaults,
+                volume_quotas_are_per_tenant_and_go_with_the_tenant,
+                parallel_volume_creates_respect_the_tenants_own_quota;
             networking: security_group_crud, network_quotas_bound_groups_rules_and_floating_ips,
                 ports_keep_their_groups_until_the_instance_goes,
                 floating_ips_are_unique_per_pool_and_follow_their_port;

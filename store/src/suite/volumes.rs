@@ -1,5 +1,6 @@
-//! The suite: tenants' volumes ([`VolumeStore`](crate::VolumeStore)): scopes, limits, changes,
-//! attachments, and what a tenant's deletion does with them.
+//! The suite: tenants' volumes ([`VolumeStore`](crate::VolumeStore)): scopes, limits (the
+//! caller's defaults, and a tenant's own quota), changes, attachments, and what a tenant's
+//! deletion does with them.
 
 use std::time::UNIX_EPOCH;
 
@@ -406,4 +407,170 @@ pub(crate) fn parallel_volume_creates_respect_the_limits<F: Fixture>() {
     }
     assert_eq!(store.tenant_volume_usage(acme.id).unwrap(), (5, 10));
     assert_eq!(store.tenant_volume_usage(beta.id).unwrap(), (3, 6));
+}
+
+fn limits(volumes: Option<u32>, gigabytes: Option<u64>) -> VolumeLimits {
+    VolumeLimits { volumes, gigabytes }
+}
+
+pub(crate) fn a_tenants_own_volume_quota_replaces_the_defaults<F: Fixture>() {
+    let fx = F::new();
+    let acme = {
+        let store = fx.open();
+        let acme = tenant(&store, "acme");
+        let create = |name: &str, size, defaults| {
+            store.create_volume(new_volume(acme.id, name, size), defaults)
+        };
+        let grow = |id, size, defaults| {
+            let change = VolumeChange {
+                size_gb: Some(size),
+                ..VolumeChange::default()
+            };
+            store.change_volume(Scope::Tenant(acme.id), id, change, defaults)
+        };
+        // Until one is set: the defaults, whatever they are.
+        let defaults = limits(Some(3), Some(10));
+        assert_eq!(store.volume_quota(acme.id, defaults).unwrap(), defaults);
+        assert_eq!(store.volume_quota(acme.id, NO_LIMITS).unwrap(), NO_LIMITS);
+        assert!(is_not_found(store.volume_quota(Uuid::new_v4(), defaults)));
+        assert!(is_not_found(
+            store.set_volume_quota(Uuid::new_v4(), defaults)
+        ));
+        let v1 = create("v1", 4, defaults).unwrap();
+
+        // Its own: 2 volumes and 6 GiB, whatever the defaults passed, for creations and growths.
+        let own = limits(Some(2), Some(6));
+        assert_eq!(store.set_volume_quota(acme.id, own).unwrap(), own);
+        assert_eq!(store.volume_quota(acme.id, defaults).unwrap(), own);
+        assert_eq!(store.volume_quota(acme.id, NO_LIMITS).unwrap(), own);
+        assert_eq!(
+            create("big", 3, defaults),
+            Err(quota_exceeded(QuotaKind::Gigabytes, 6))
+        );
+        create("v2", 2, defaults).unwrap();
+        assert_eq!(
+            create("v3", 1, NO_LIMITS),
+            Err(quota_exceeded(QuotaKind::Volumes, 2))
+        );
+        assert_eq!(
+            grow(v1.id, 5, NO_LIMITS),
+            Err(quota_exceeded(QuotaKind::Gigabytes, 6))
+        );
+        // Raised, the growth fits.
+        store
+            .set_volume_quota(acme.id, limits(Some(3), Some(7)))
+            .unwrap();
+        assert_eq!(grow(v1.id, 5, defaults).unwrap().size_gb, 5);
+
+        // Unlimited: past what the defaults allow.
+        store.set_volume_quota(acme.id, NO_LIMITS).unwrap();
+        assert_eq!(store.volume_quota(acme.id, defaults).unwrap(), NO_LIMITS);
+        create("huge", 30, defaults).unwrap();
+        create("v4", 1, defaults).unwrap();
+        assert_eq!(store.tenant_volume_usage(acme.id).unwrap(), (4, 38));
+
+        // Bounded: at most VolumeLimits::MAX (itself allowed).
+        assert!(is_invalid(
+            store.set_volume_quota(acme.id, limits(Some(10_001), None))
+        ));
+        assert!(is_invalid(
+            store.set_volume_quota(acme.id, limits(None, Some(1_000_001)))
+        ));
+        assert_eq!(
+            store.set_volume_quota(acme.id, VolumeLimits::MAX).unwrap(),
+            VolumeLimits::MAX
+        );
+        // Never below what the tenant holds (Cinder's 400); what failed changed nothing.
+        for below in [limits(Some(3), None), limits(None, Some(37))] {
+            match store.set_volume_quota(acme.id, below) {
+                Err(StoreError::Invalid(m)) => assert!(m.contains("Current usage is"), "{m}"),
+                other => panic!("{below:?} below the usage: {other:?}"),
+            }
+        }
+        assert_eq!(
+            store.volume_quota(acme.id, defaults).unwrap(),
+            VolumeLimits::MAX
+        );
+        // Exactly the usage: nothing more fits.
+        let full = limits(Some(4), Some(38));
+        store.set_volume_quota(acme.id, full).unwrap();
+        assert_eq!(
+            create("v5", 1, NO_LIMITS),
+            Err(quota_exceeded(QuotaKind::Volumes, 4))
+        );
+        acme
+    };
+    // Across a reopen.
+    let store = fx.open();
+    assert_eq!(
+        store.volume_quota(acme.id, NO_LIMITS).unwrap(),
+        limits(Some(4), Some(38))
+    );
+}
+
+pub(crate) fn volume_quotas_are_per_tenant_and_go_with_the_tenant<F: Fixture>() {
+    let fx = F::new();
+    let store = fx.open();
+    let acme = tenant(&store, "acme");
+    let beta = tenant(&store, "beta");
+    let defaults = limits(Some(2), Some(10));
+    let tight = limits(Some(1), Some(1));
+    store.set_volume_quota(acme.id, tight).unwrap();
+    // Acme's quota is acme's: beta keeps the defaults.
+    assert_eq!(store.volume_quota(beta.id, defaults).unwrap(), defaults);
+    let a = store
+        .create_volume(new_volume(acme.id, "a", 1), defaults)
+        .unwrap();
+    assert_eq!(
+        store.create_volume(new_volume(acme.id, "a2", 1), defaults),
+        Err(quota_exceeded(QuotaKind::Volumes, 1))
+    );
+    for name in ["b1", "b2"] {
+        store
+            .create_volume(new_volume(beta.id, name, 5), defaults)
+            .unwrap();
+    }
+    assert_eq!(
+        store.create_volume(new_volume(beta.id, "b3", 1), defaults),
+        Err(quota_exceeded(QuotaKind::Volumes, 2))
+    );
+    // And beta's is beta's.
+    let roomy = limits(None, Some(100));
+    store.set_volume_quota(beta.id, roomy).unwrap();
+    assert_eq!(store.volume_quota(acme.id, defaults).unwrap(), tight);
+    assert_eq!(store.volume_quota(beta.id, defaults).unwrap(), roomy);
+
+    // The quota goes with its tenant (once its volumes have gone): a tenant made again under
+    // the same name starts from the defaults.
+    conflict_naming(store.delete_tenant(acme.id), "volumes");
+    assert_eq!(store.volume_quota(acme.id, defaults).unwrap(), tight);
+    store.delete_volume(Scope::Tenant(acme.id), a.id).unwrap();
+    store.delete_tenant(acme.id).unwrap();
+    assert!(is_not_found(store.volume_quota(acme.id, defaults)));
+    assert!(is_not_found(store.set_volume_quota(acme.id, tight)));
+    let again = tenant(&store, "acme");
+    assert_eq!(store.volume_quota(again.id, defaults).unwrap(), defaults);
+    assert_eq!(store.volume_quota(beta.id, defaults).unwrap(), roomy);
+}
+
+pub(crate) fn parallel_volume_creates_respect_the_tenants_own_quota<F: Fixture>() {
+    let fx = F::new();
+    let store = fx.open();
+    let acme = tenant(&store, "acme");
+    // The callers pass no limits: the tenant's own quota bounds them, 4 volumes.
+    store
+        .set_volume_quota(acme.id, limits(Some(4), None))
+        .unwrap();
+    let results: Vec<Result<Volume>> = in_parallel(6, |n| {
+        (0..2)
+            .map(|k| store.create_volume(new_volume(acme.id, &format!("v-{n}-{k}"), 1), NO_LIMITS))
+            .collect()
+    });
+    assert_eq!(results.iter().filter(|r| r.is_ok()).count(), 4);
+    for r in &results {
+        if let Err(e) = r {
+            assert_eq!(*e, quota_exceeded(QuotaKind::Volumes, 4));
+        }
+    }
+    assert_eq!(store.tenant_volume_usage(acme.id).unwrap(), (4, 4));
 }

@@ -1,5 +1,6 @@
 //! The OpenStack Block Storage v3 (Cinder) subset at `/volume`, as `openstack volume
-//! create/list/show/set/delete` and `openstack quota show` use it (through openstacksdk). Errors
+//! create/list/show/set/delete` and `openstack quota show` and `quota set` use it (through
+//! openstacksdk). Errors
 //! in Cinder's shape, keyed by the fault: `{"itemNotFound": {"code": 404, "message": "..."}}`.
 //!
 //! - version documents at `/volume/` and `/volume/v3/` (microversions [`MIN_VERSION`] to
@@ -9,8 +10,9 @@
 //!   `attachments` show it), detached by force by admins (`os-force_detach`); one made from an
 //!   image (`imageRef`) is bootable, its file made from the image by the node that first uses
 //!   it;
-//! - quotas ([`quotas`]): `volumes` and `gigabytes`, the controller's [`VolumeLimits`] for every
-//!   tenant (`ApiConfig::volume_limits`).
+//! - quotas ([`quotas`]): `volumes` and `gigabytes`, the controller's [`VolumeLimits`]
+//!   (`ApiConfig::volume_limits`) for every tenant until an admin sets the tenant's own (`PUT`),
+//!   which the store keeps and applies in place of them.
 //!
 //! The `{project_id}` of the URL must be the token's project (Cinder's 400 "Malformed request
 //! url" otherwise). Another project's volume is a 404 to a member; admins reach any volume by id,
@@ -71,7 +73,7 @@ pub fn routes() -> Router<ApiState> {
         )
         .route(
             "/volume/v3/{project}/os-quota-sets/{target}",
-            get(quotas::show),
+            get(quotas::show).put(quotas::update),
         )
         .route(
             "/volume/v3/{project}/os-quota-sets/{target}/defaults",

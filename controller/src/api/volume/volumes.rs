@@ -366,7 +366,8 @@ pub async fn create(
         bootable: false,
     };
     let image = image_of(&v)?;
-    let limits = state.config.volume_limits;
+    // The defaults: the store applies the project's own quota where one is set.
+    let defaults = state.config.volume_limits;
     let (made, images) = blocking(&state, move |store| {
         let mut new = new;
         if let Some(id) = image {
@@ -384,7 +385,7 @@ pub async fn create(
             new.image = Some(id);
             new.bootable = true;
         }
-        let made = store.create_volume(new, limits)?;
+        let made = store.create_volume(new, defaults)?;
         let images = images_of(store, std::slice::from_ref(&made))?;
         Ok((made, images))
     })
@@ -414,10 +415,11 @@ pub async fn update(
         ..VolumeChange::default()
     };
     let scope = scope_of(&caller, project);
-    let limits = state.config.volume_limits;
+    // The defaults: the store applies the project's own quota where one is set.
+    let defaults = state.config.volume_limits;
     let (changed, images) = blocking(&state, move |store| {
         find(store, scope, id)?;
-        let changed = store.change_volume(scope, id, change, limits)?;
+        let changed = store.change_volume(scope, id, change, defaults)?;
         let images = images_of(store, std::slice::from_ref(&changed))?;
         Ok((changed, images))
     })
@@ -494,7 +496,8 @@ pub async fn action(
     };
     let new_size = size("new_size", extend.get("new_size"))?;
     let scope = scope_of(&caller, project);
-    let limits = state.config.volume_limits;
+    // The defaults: the store applies the project's own quota where one is set.
+    let defaults = state.config.volume_limits;
     blocking(&state, move |store| {
         let v = find(store, scope, id)?;
         if v.status != VolumeStatus::Available {
@@ -516,7 +519,7 @@ pub async fn action(
             size_gb: Some(new_size),
             ..VolumeChange::default()
         };
-        store.change_volume(scope, id, change, limits)?;
+        store.change_volume(scope, id, change, defaults)?;
         Ok(())
     })
     .await?;
