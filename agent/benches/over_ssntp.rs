@@ -58,6 +58,7 @@ fn start(n: u64) -> Payload {
         user_data: Some("#cloud-config\n".into()),
         meta_data: None,
         restart: false,
+        kernel: None,
     }))
 }
 

@@ -82,6 +82,7 @@ fn spec(n: u128) -> InstanceSpec {
         user_data: Some("#cloud-config\n".into()),
         meta_data: Default::default(),
         restart: false,
+        kernel: None,
     }
 }
 

@@ -185,6 +185,10 @@ pub struct InstanceSpec {
     pub meta_data: BTreeMap<String, String>,
     /// Whether this re-creates an exited instance (echoed in a start failure).
     pub restart: bool,
+    /// A kernel (and initrd) to boot directly, with `image` as the root disk (empty: none):
+    /// START's `kernel`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel: Option<ssntp::payload::KernelBoot>,
 }
 
 impl InstanceSpec {

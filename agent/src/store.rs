@@ -304,6 +304,7 @@ mod tests {
             user_data: Some("#cloud-config\n".into()),
             meta_data: Default::default(),
             restart: false,
+            kernel: None,
         }
     }
 

@@ -85,6 +85,7 @@ pub fn spec_from_start(start: &Start) -> InstanceSpec {
         user_data: start.user_data.clone(),
         meta_data: kept_meta_data(start),
         restart: start.restart,
+        kernel: start.kernel.clone(),
     }
 }
 

@@ -134,7 +134,9 @@ pub fn boot_volume(store: &dyn Store, instance: &Instance) -> Result<Option<Volu
 /// fetches and can fill a volume from: not a registered reference (a kernel+initrd directory,
 /// or a file each node keeps, whose kind and size the controller does not know), not an ISO.
 pub fn is_uploaded_disk(image: &Image) -> bool {
-    image.kind != ImageKind::Iso && image.file.is_some() && image.reference.starts_with("sha512/")
+    matches!(image.kind, ImageKind::Qcow2 | ImageKind::Raw)
+        && image.file.is_some()
+        && image.reference.starts_with("sha512/")
 }
 
 /// Why `image` cannot be the image of a volume of `size_gb` GiB, if it cannot (400s, in Cinder's
@@ -155,6 +157,13 @@ pub fn check_volume_image(image: &Image, size_gb: u32, disk_only: bool) -> Resul
                 image.id
             ));
         }
+        if !image.kind.is_disk() {
+            return Err(format!(
+                "Image {} is a kernel or an initrd (aki, ari): a volume is made only from a disk \
+                 image (qcow2 or raw)",
+                image.id
+            ));
+        }
         if !is_uploaded_disk(image) {
             return Err(format!(
                 "Image {} is registered by reference (a kernel+initrd image, or a file each node \
@@ -164,7 +173,7 @@ pub fn check_volume_image(image: &Image, size_gb: u32, disk_only: bool) -> Resul
             ));
         }
     }
-    if image.kind != ImageKind::Iso
+    if matches!(image.kind, ImageKind::Qcow2 | ImageKind::Raw)
         && let Some(file) = &image.file
     {
         let image_gb = file.size.div_ceil(GIB);

@@ -211,6 +211,7 @@ fn start(i: u64) -> Payload {
         user_data: None,
         meta_data: None,
         restart: false,
+        kernel: None,
     }))
 }
 

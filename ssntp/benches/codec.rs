@@ -178,6 +178,7 @@ fn start() -> Payload {
             ("project".into(), "bench".into()),
         ])),
         restart: false,
+        kernel: None,
     }))
 }
 

@@ -71,6 +71,7 @@ pub fn vectors() -> Vec<(&'static str, Frame, &'static str)> {
             user_data: None,
             meta_data: Some(BTreeMap::from([("hostname".into(), "vm1".into())])),
             restart: false,
+            kernel: None,
         })),
     );
     let ready = Frame::new(AGENT, &Payload::Ready(node_status()));

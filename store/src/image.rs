@@ -16,6 +16,19 @@ pub enum ImageKind {
     Raw,
     /// An ISO image.
     Iso,
+    /// A kernel that VMs boot directly (Glance's `aki`), with a ramdisk and a root disk named
+    /// by the booted image's `ramdisk_id` and `kernel_id` properties.
+    Kernel,
+    /// An initrd for a [`ImageKind::Kernel`] (Glance's `ari`); never booted by itself.
+    Ramdisk,
+}
+
+impl ImageKind {
+    /// Whether the image is a disk (qcow2, raw or ISO): what a volume or a root disk is made
+    /// from.
+    pub fn is_disk(self) -> bool {
+        matches!(self, ImageKind::Qcow2 | ImageKind::Raw | ImageKind::Iso)
+    }
 }
 
 /// A boot image: public (no owner), or a tenant's (private, shared with its members, or

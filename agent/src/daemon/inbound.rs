@@ -47,18 +47,22 @@ pub enum Inbound {
 /// Decides what the agent whose UUID is `node` does with `payload`.
 pub fn inbound(payload: &Payload, node: Uuid) -> Inbound {
     let elsewhere = |target: Uuid| target != node;
-    let bad_firewall = |s: &ssntp::payload::Start| {
-        let firewall = s.networking.as_ref()?.firewall.as_ref()?;
-        firewall.check().err()
+    let bad_start = |s: &ssntp::payload::Start| {
+        let firewall = s.networking.as_ref().and_then(|n| n.firewall.as_ref());
+        if let Some(Err(e)) = firewall.map(|f| f.check()) {
+            return Some(format!("networking.firewall: {e}"));
+        }
+        let kernel = s.kernel.as_ref().map(|k| k.check());
+        kernel.and_then(Result::err).map(|e| format!("kernel: {e}"))
     };
     match payload {
-        Payload::Start(s) if let Some(e) = bad_firewall(s) => {
+        Payload::Start(s) if let Some(message) = bad_start(s) => {
             Inbound::Reply(Payload::StartFailure(StartFailure {
                 instance_uuid: s.instance_uuid,
                 node_uuid: Some(node),
                 reason: StartFailureReason::InvalidData,
                 restart: s.restart,
-                message: Some(format!("networking.firewall: {e}")),
+                message: Some(message),
             }))
         }
         Payload::Delete(d) if elsewhere(d.workload_agent_uuid) => {
@@ -258,5 +262,28 @@ mod tests {
             inbound(&Payload::Start(Box::new(start)), ME),
             Inbound::Command(Command::Start(_))
         ));
+    }
+
+    #[test]
+    fn a_start_with_a_bad_kernel_command_line_is_refused_with_the_cause() {
+        let mut start = crate::wire::tests::start();
+        start.kernel = Some(ssntp::payload::KernelBoot {
+            kernel: "sha512/00".into(),
+            initrd: None,
+            cmdline: Some("quiet\nroot=/dev/sda".into()),
+        });
+        let Inbound::Reply(Payload::StartFailure(f)) =
+            inbound(&Payload::Start(Box::new(start.clone())), ME)
+        else {
+            panic!("not refused");
+        };
+        assert_eq!(f.reason, StartFailureReason::InvalidData);
+        assert!(f.message.unwrap().contains("control character"));
+        start.kernel.as_mut().unwrap().cmdline = Some("quiet".into());
+        let Inbound::Command(Command::Start(spec)) = inbound(&Payload::Start(Box::new(start)), ME)
+        else {
+            panic!("a good one goes to the core");
+        };
+        assert_eq!(spec.kernel.unwrap().cmdline.as_deref(), Some("quiet"));
     }
 }

@@ -328,6 +328,7 @@ mod tests {
             user_data: None,
             meta_data: BTreeMap::new(),
             restart: false,
+            kernel: None,
         }
     }
 

@@ -196,6 +196,7 @@ mod tests {
             user_data: None,
             meta_data: Default::default(),
             restart: false,
+            kernel: None,
         }
     }
 

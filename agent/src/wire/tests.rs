@@ -65,6 +65,7 @@ pub(crate) fn start() -> Start {
         user_data: Some("#cloud-config\n".into()),
         meta_data: Some(BTreeMap::from([("hostname".into(), "vm-1".into())])),
         restart: true,
+        kernel: None,
     }
 }
 

@@ -72,6 +72,7 @@ fn spec(n: u128, image: &str) -> InstanceSpec {
         user_data: None,
         meta_data: Default::default(),
         restart: false,
+        kernel: None,
     }
 }
 

@@ -176,6 +176,7 @@ pub(crate) fn start(instance: Uuid, image: &str) -> Start {
         user_data: None,
         meta_data: None,
         restart: false,
+        kernel: None,
     }
 }
 

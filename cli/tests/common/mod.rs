@@ -83,23 +83,43 @@ pub fn openstack_or_skip() -> Option<std::path::PathBuf> {
     found
 }
 
-/// The tiny guest as a bootable qcow2 disk image (`CUMULO_TINY_DISK`, made by
-/// `scripts/tiny-disk.sh`), or `None`: the test says it skips, unless `CUMULO_LIBVIRT_REQUIRED=1`
-/// (CI) makes that a failure.
-#[allow(dead_code)]
-pub fn tiny_disk_or_skip() -> Option<std::path::PathBuf> {
-    let found = std::env::var_os("CUMULO_TINY_DISK")
+/// The test artifact `var` names (`what`, made by `scripts/<script>`), if `usable`, or `None`:
+/// the test says it skips, unless `CUMULO_LIBVIRT_REQUIRED=1` (CI) makes that a failure.
+fn artifact_or_skip(
+    var: &str,
+    what: &str,
+    script: &str,
+    usable: fn(&Path) -> bool,
+) -> Option<std::path::PathBuf> {
+    let found = std::env::var_os(var)
         .map(std::path::PathBuf::from)
-        .filter(|p| p.is_file());
+        .filter(|p| usable(p));
     if found.is_none() {
         assert!(
             std::env::var("CUMULO_LIBVIRT_REQUIRED").as_deref() != Ok("1"),
-            "CUMULO_LIBVIRT_REQUIRED=1 but CUMULO_TINY_DISK names no disk image \
-             (scripts/tiny-disk.sh makes one)"
+            "CUMULO_LIBVIRT_REQUIRED=1 but {var} names no {what} (scripts/{script} makes one)"
         );
-        eprintln!("SKIPPED: no tiny disk image (CUMULO_TINY_DISK, scripts/tiny-disk.sh)");
+        eprintln!("SKIPPED: no {what} ({var}, scripts/{script})");
     }
     found
+}
+
+/// The tiny guest as a bootable qcow2 disk image (`CUMULO_TINY_DISK`), or `None`
+/// ([`artifact_or_skip`]).
+#[allow(dead_code)]
+pub fn tiny_disk_or_skip() -> Option<std::path::PathBuf> {
+    artifact_or_skip("CUMULO_TINY_DISK", "tiny disk image", "tiny-disk.sh", |p| {
+        p.is_file()
+    })
+}
+
+/// The tiny guest's directory (`CUMULO_TINY_GUEST`: `kernel` and `initrd`), or `None`
+/// ([`artifact_or_skip`]).
+#[allow(dead_code)]
+pub fn tiny_guest_or_skip() -> Option<std::path::PathBuf> {
+    artifact_or_skip("CUMULO_TINY_GUEST", "tiny guest", "tiny-guest.sh", |p| {
+        p.join("kernel").is_file() && p.join("initrd").is_file()
+    })
 }
 
 /// `cumulo up` for a sim cluster with no tenant network and no first instance in `dir`, on free

@@ -137,3 +137,128 @@ fn the_openstack_cli_uploads_an_image_that_the_node_fetches_once_and_boots() {
         assert!(!out.status.success(), "deleted: {}", text(&out));
     }
 }
+
+/// The SHA-512 the Image API shows for `image`.
+fn hash_of(up: &Up, image: &str) -> String {
+    let shown = up.json(&["image", "show", image]);
+    shown["properties"]["os_hash_value"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no hash: {shown}"))
+        .to_string()
+}
+
+#[test]
+fn the_openstack_cli_boots_a_kernel_image_with_its_initrd_and_a_snapshot_boots_that_kernel() {
+    let Some(guest) = common::tiny_guest_or_skip() else {
+        return;
+    };
+    let Some(up) = Up::start_or_skip("a kernel image on real VMs") else {
+        return;
+    };
+    // The tiny guest's kernel and initrd, uploaded as Glance's kernel (aki) and ramdisk (ari)
+    // images; the kernel names its initrd.
+    let file = |name: &str| guest.join(name).display().to_string();
+    let initrd = up.json(&[
+        "image",
+        "create",
+        "--disk-format",
+        "ari",
+        "--container-format",
+        "ari",
+        "--file",
+        &file("initrd"),
+        "tiny-initrd",
+    ])["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let kernel = up.json(&[
+        "image",
+        "create",
+        "--disk-format",
+        "aki",
+        "--container-format",
+        "aki",
+        "--property",
+        &format!("ramdisk_id={initrd}"),
+        "--file",
+        &file("kernel"),
+        "tiny-kernel",
+    ])["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let hashes = [hash_of(&up, &kernel), hash_of(&up, &initrd)];
+
+    // The kernel image boots with its initrd (which carries the node's seed: the guest names
+    // itself from it) and a blank data disk, on which the guest counts its first boot.
+    let first = up.json(&[
+        "server", "create", "--flavor", "tiny", "--image", &kernel, "--wait", "kernel-a",
+    ]);
+    assert_eq!(first["status"], "ACTIVE", "{first}");
+    let first = first["id"].as_str().unwrap().to_string();
+    up.wait_console(&first, &format!("CUMULO-GUEST-UP {first}"));
+    up.wait_console(&first, &format!("CUMULO-DISK-WROTE {first} 1"));
+    // The node fetched both, once each, and keeps them while the server is there.
+    let log = std::fs::read_to_string(up.dir.join("logs/agent.log")).unwrap();
+    for hash in &hashes {
+        let fetched = log
+            .lines()
+            // (The log names data by its hash's first 16 digits.)
+            .filter(|l| l.contains("image data fetched") && l.contains(&hash[..16]))
+            .count();
+        assert_eq!(fetched, 1, "{hash}: the agent's log:\n{log}");
+        assert!(up.dir.join("agent/images/sha512").join(hash).is_file());
+    }
+
+    // Its snapshot is the data disk, and names the kernel and initrd: booted, the kernel comes
+    // up with the snapshot as its root disk, where the guest finds its first boot counted.
+    let snap = up.json(&[
+        "server",
+        "image",
+        "create",
+        "--name",
+        "kernel-snap",
+        "--wait",
+        &first,
+    ]);
+    let snap = snap["id"].as_str().unwrap().to_string();
+    let shown = up.json(&["image", "show", &snap]);
+    assert_eq!(shown["disk_format"], "qcow2", "{shown}");
+    let props = &shown["properties"];
+    assert_eq!(props["kernel_id"], kernel.as_str(), "{shown}");
+    assert_eq!(props["ramdisk_id"], initrd.as_str(), "{shown}");
+    up.wait_status(&first, "ACTIVE");
+    let second = up.json(&[
+        "server", "create", "--flavor", "tiny", "--image", &snap, "--wait", "kernel-b",
+    ]);
+    let second = second["id"].as_str().unwrap().to_string();
+    up.wait_console(&second, &format!("CUMULO-GUEST-UP {second}"));
+    up.wait_console(&second, &format!("CUMULO-DISK-WROTE {second} 2"));
+
+    // An initrd does not boot by itself: refused before anything is made.
+    let out = up.openstack(&[
+        "server",
+        "create",
+        "--flavor",
+        "tiny",
+        "--image",
+        &initrd,
+        "initrd-only",
+    ]);
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("is an initrd"), "{}", text(&out));
+
+    for id in [&first, &second] {
+        up.ok(&["server", "delete", "--wait", id]);
+    }
+    for image in [&snap, &kernel, &initrd] {
+        testkit::poll_for(Duration::from_secs(60), || {
+            let out = up.openstack(&["image", "delete", image]);
+            match out.status.success() {
+                true => Ok(()),
+                false => Err(format!("image delete {image}: {}", text(&out))),
+            }
+        });
+    }
+}

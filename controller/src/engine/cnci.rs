@@ -105,6 +105,7 @@ fn cnci_start(cnci: &Cnci, image: &str, restart: bool, creds: Option<CnciCreds>)
         user_data: None,
         meta_data: Some(meta),
         restart,
+        kernel: None,
     }
 }
 

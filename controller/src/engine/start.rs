@@ -15,6 +15,7 @@ use ssntp::payload::{FwType, Networking, Requirements, Start, Storage, VmType};
 use super::{Engine, TenantNetwork};
 use crate::actions;
 use crate::cluster::ClusterError;
+use crate::images::kernel::{self, KernelError, KernelPlan};
 use crate::volumes as rules;
 use store::{
     Cnci, CnciState, EventKind, EventOutcome, Flavor, Image, Instance, InstanceChange,
@@ -27,6 +28,9 @@ pub(super) struct Plan {
     pub(super) workload: Workload,
     pub(super) flavor: Flavor,
     pub(super) image: Image,
+    /// The kernel the image boots directly, if it does ([`kernel::plan`]); why it cannot
+    /// boot, if the images it names are not there for the tenant.
+    pub(super) kernel: Result<Option<KernelPlan>, KernelError>,
 }
 
 /// A host name made of the instance's name: letters, digits and dashes, at most 63.
@@ -84,7 +88,11 @@ pub(super) fn start_payload(
         workload_uuid: instance.workload,
         vm_type: VmType::Qemu,
         fw_type: FwType::Legacy,
-        image: plan.image.reference.clone(),
+        // A kernel image boots with no root image (a blank data disk).
+        image: match &plan.kernel {
+            Ok(Some(k)) if !k.root => String::new(),
+            _ => plan.image.reference.clone(),
+        },
         requirements: Requirements {
             vcpus: instance.vcpus,
             mem_mb: u32::try_from(instance.memory_mb).unwrap_or(u32::MAX),
@@ -105,6 +113,12 @@ pub(super) fn start_payload(
         user_data: (!plan.workload.user_data.is_empty()).then(|| plan.workload.user_data.clone()),
         meta_data: Some(meta),
         restart,
+        kernel: plan
+            .kernel
+            .as_ref()
+            .ok()
+            .and_then(Option::as_ref)
+            .map(|k| k.boot.clone()),
     }
 }
 
@@ -129,10 +143,12 @@ impl Engine {
         let workload = self.store.workload(scope, workload)?;
         let flavor = self.store.flavor(workload.flavor)?;
         let image = self.store.image(scope, workload.image)?;
+        let kernel = kernel::plan(self.store.as_ref(), scope, &image)?;
         Ok(Plan {
             workload,
             flavor,
             image,
+            kernel,
         })
     }
 
@@ -146,6 +162,9 @@ impl Engine {
         restart: bool,
     ) -> Result<Instance, ClusterError> {
         let boot = rules::boot_volume(self.store.as_ref(), &instance)?;
+        if let Err(why) = &plan.kernel {
+            return self.undispatched(instance, why);
+        }
         if let Some(host) = self.off_host_target(instance.id)? {
             if let Some(volume) = &boot {
                 return self.undispatched(

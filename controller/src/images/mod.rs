@@ -11,6 +11,7 @@ use std::fmt::Debug;
 use std::io;
 use std::path::{Path, PathBuf};
 
+pub mod kernel;
 pub mod nodes;
 
 /// Where image data is kept, by SHA-512 (128 lowercase hex digits).

@@ -17,6 +17,7 @@ mod hypervisors;
 mod identity;
 mod image_members;
 mod images;
+mod kernel_images;
 mod keypairs;
 mod limits;
 mod native;

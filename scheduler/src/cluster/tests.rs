@@ -81,6 +81,7 @@ fn start(instance: u8, network_node: bool) -> Payload {
         user_data: None,
         meta_data: None,
         restart: true,
+        kernel: None,
     }))
 }
 

@@ -202,6 +202,7 @@ fn start(instance: u8, mem: u32) -> Start {
         user_data: None,
         meta_data: None,
         restart: false,
+        kernel: None,
     }
 }
 

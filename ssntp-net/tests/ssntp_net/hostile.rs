@@ -161,6 +161,7 @@ async fn oversize_and_truncated_frames_close_only_their_session() {
         user_data: None,
         meta_data: None,
         restart: false,
+        kernel: None,
     }));
     rude.send(&Frame::new(u(3), &start)).await.unwrap();
     assert_eq!(reply_operand(&mut rude).await, Operand::ProtocolViolation);

@@ -88,6 +88,46 @@ pub struct Start {
     pub meta_data: Option<BTreeMap<String, String>>,
     /// Whether this re-creates an exited instance (possibly elsewhere).
     pub restart: bool,
+    /// A kernel to boot directly, with `image` as its root disk (empty: none). A compatible
+    /// addition of 2026-12-03; absent: the VM boots `image`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel: Option<KernelBoot>,
+}
+
+/// START's `kernel`: a kernel (and initrd) that the node boots directly, named as `image`
+/// names data (`sha512/<hash>`: fetched like a disk image).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KernelBoot {
+    /// The kernel (an x86 bzImage).
+    pub kernel: String,
+    /// Its initrd, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initrd: Option<String>,
+    /// Kernel arguments after the node's own (at most [`KernelBoot::MAX_CMDLINE`] bytes, no
+    /// control characters).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cmdline: Option<String>,
+}
+
+impl KernelBoot {
+    /// The longest `cmdline` a node accepts (x86's command line holds 2,048 bytes, the node's
+    /// own arguments included).
+    pub const MAX_CMDLINE: usize = 1024;
+
+    /// Whether `cmdline` is one a node accepts; the cause otherwise.
+    pub fn check(&self) -> Result<(), String> {
+        match &self.cmdline {
+            Some(line) if line.len() > Self::MAX_CMDLINE => Err(format!(
+                "the kernel command line is {} bytes, more than {}",
+                line.len(),
+                Self::MAX_CMDLINE
+            )),
+            Some(line) if line.chars().any(char::is_control) => {
+                Err("the kernel command line holds a control character".into())
+            }
+            _ => Ok(()),
+        }
+    }
 }
 
 impl Start {
@@ -283,4 +323,30 @@ pub struct InstanceEvent {
     /// The instance.
     #[serde(with = "cbor::uuid_bytes")]
     pub instance_uuid: Uuid,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_kernel_command_line_is_bounded_and_has_no_control_characters() {
+        let boot = |cmdline: Option<String>| KernelBoot {
+            kernel: "sha512/00".into(),
+            initrd: None,
+            cmdline,
+        };
+        assert!(boot(None).check().is_ok());
+        assert!(boot(Some("root=/dev/vda quiet".into())).check().is_ok());
+        assert!(
+            boot(Some("x".repeat(KernelBoot::MAX_CMDLINE)))
+                .check()
+                .is_ok()
+        );
+        let long = boot(Some("x".repeat(KernelBoot::MAX_CMDLINE + 1))).check();
+        assert!(long.unwrap_err().contains("1025 bytes"));
+        for bad in ["a\nb", "a\u{0}b", "\u{1b}[2J"] {
+            assert!(boot(Some(bad.into())).check().is_err(), "{bad:?}");
+        }
+    }
 }

@@ -35,8 +35,8 @@ pub use handshake::{
 };
 pub use instance::{
     Action, AttachVolume, CNCI_CERT_KEY, CNCI_KEY_KEY, CNCI_ROLE, Delete, FwType, InstanceAction,
-    InstanceEvent, Networking, ROLE_KEY, Requirements, Start, Storage, VmType, VolumeCommand,
-    is_cnci_meta_data,
+    InstanceEvent, KernelBoot, Networking, ROLE_KEY, Requirements, Start, Storage, VmType,
+    VolumeCommand, is_cnci_meta_data,
 };
 pub use network::{
     CnciPeer, ConcentratorAdded, PublicIpCommand, PublicIpEvent, RefreshCnci, TenantEvent,

@@ -192,6 +192,14 @@ fn start() -> impl Strategy<Value = Start> {
             ephemeral,
         },
     );
+    let kernel =
+        (text(), option::of(text()), option::of(text())).prop_map(|(kernel, initrd, cmdline)| {
+            KernelBoot {
+                kernel,
+                initrd,
+                cmdline,
+            }
+        });
     (
         (uuid(), uuid(), uuid(), vm, fw, text()),
         (req, option::of(net), option::of(vec(storage, 0..3))),
@@ -199,13 +207,14 @@ fn start() -> impl Strategy<Value = Start> {
             option::of(text()),
             option::of(btree_map(text(), text(), 0..3)),
             any::<bool>(),
+            option::of(kernel),
         ),
     )
         .prop_map(
             |(
                 (i, t, w, vm_type, fw_type, image),
                 (requirements, networking, storage),
-                (user_data, meta_data, restart),
+                (user_data, meta_data, restart, kernel),
             )| Start {
                 instance_uuid: i,
                 tenant_uuid: t,
@@ -219,6 +228,7 @@ fn start() -> impl Strategy<Value = Start> {
                 user_data,
                 meta_data,
                 restart,
+                kernel,
             },
         )
 }

@@ -251,6 +251,8 @@ pub(super) enum KindRec {
     Qcow2,
     Raw,
     Iso,
+    Kernel,
+    Ramdisk,
 }
 
 /// An image.
@@ -286,6 +288,8 @@ fn kind_rec(kind: ImageKind) -> KindRec {
         ImageKind::Qcow2 => KindRec::Qcow2,
         ImageKind::Raw => KindRec::Raw,
         ImageKind::Iso => KindRec::Iso,
+        ImageKind::Kernel => KindRec::Kernel,
+        ImageKind::Ramdisk => KindRec::Ramdisk,
     }
 }
 
@@ -343,6 +347,8 @@ impl ImageRec {
                 KindRec::Qcow2 => ImageKind::Qcow2,
                 KindRec::Raw => ImageKind::Raw,
                 KindRec::Iso => ImageKind::Iso,
+                KindRec::Kernel => ImageKind::Kernel,
+                KindRec::Ramdisk => ImageKind::Ramdisk,
             },
             reference: self.reference.clone(),
             created,

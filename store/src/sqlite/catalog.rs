@@ -233,6 +233,8 @@ fn image_row(row: &Row<'_>) -> rusqlite::Result<Image> {
             "qcow2" => ImageKind::Qcow2,
             "raw" => ImageKind::Raw,
             "iso" => ImageKind::Iso,
+            "aki" => ImageKind::Kernel,
+            "ari" => ImageKind::Ramdisk,
             other => return Err(bad_column(3, format!("unknown image kind {other:?}"))),
         },
         reference: row.get(4)?,
@@ -259,6 +261,8 @@ fn kind_text(kind: ImageKind) -> &'static str {
         ImageKind::Qcow2 => "qcow2",
         ImageKind::Raw => "raw",
         ImageKind::Iso => "iso",
+        ImageKind::Kernel => "aki",
+        ImageKind::Ramdisk => "ari",
     }
 }
 

@@ -8,7 +8,7 @@
 //! - **Once**: STARTs that need the same missing data at the same time wait for one fetch.
 //! - **Bounded**: the cache keeps at most its limit in bytes (downloads under way come on top).
 //!   To make room, the data used least recently goes first, never data that an instance of this
-//!   node uses (its directory names the hash in [`PIN_FILE`], from its create until its delete,
+//!   node uses (its directory names the hashes in [`PIN_FILE`], one a line, from its create until its delete,
 //!   stopped or not) or that a START is about to use (a [`Lease`]). When that is not enough the
 //!   fetch fails, saying how much the instances hold.
 //! - **Atomic**: data arrives in a hidden `.part` file, renamed to its hash once complete and
@@ -51,6 +51,18 @@ pub fn is_sha512(hash: &str) -> bool {
 /// The hash a START's image names, if it names cached data.
 pub fn named_hash(image: &str) -> Option<&str> {
     image.strip_prefix(PREFIX)
+}
+
+/// The hashes of the cached data an instance is made from: its image's, and its kernel's and
+/// initrd's when it boots a kernel directly.
+pub fn named_hashes(spec: &crate::model::InstanceSpec) -> Vec<String> {
+    let kernel = spec.kernel.as_ref();
+    std::iter::once(spec.image.as_str())
+        .chain(kernel.map(|k| k.kernel.as_str()))
+        .chain(kernel.and_then(|k| k.initrd.as_deref()))
+        .filter_map(named_hash)
+        .map(str::to_string)
+        .collect()
 }
 
 /// Data on its way from a source: its announced size, if any, and its body.
@@ -418,7 +430,11 @@ fn pins(instances: &Path) -> HashSet<String> {
     entries
         .flatten()
         .filter_map(|e| std::fs::read_to_string(e.path().join(PIN_FILE)).ok())
-        .map(|text| text.trim().to_string())
+        .flat_map(|text| {
+            text.lines()
+                .map(|h| h.trim().to_string())
+                .collect::<Vec<_>>()
+        })
         .filter(|h| is_sha512(h))
         .collect()
 }

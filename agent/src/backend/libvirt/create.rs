@@ -26,9 +26,8 @@ impl Inner {
                 "the libvirt backend runs VMs, not containers".into(),
             ));
         }
-        let image = self
-            .store
-            .resolve(&spec.image)
+        let (image, root) = self
+            .images_of(spec)
             .map_err(|e| BackendError::Image(e.to_string()))?;
         let name = xml::domain_name(instance);
         let taken = self
@@ -55,7 +54,7 @@ impl Inner {
         if dir.exists() {
             std::fs::remove_dir_all(&dir).map_err(|e| BackendError::Other(e.to_string()))?;
         }
-        let result = self.make(spec, &image, &dir, &name, tap);
+        let result = self.make(spec, (&image, root.as_ref()), &dir, &name, tap);
         if result.is_err()
             && let Err(e) = std::fs::remove_dir_all(&dir)
         {
@@ -64,29 +63,58 @@ impl Inner {
         result
     }
 
-    /// Makes the instance's files and defines its domain.
+    /// The image a START boots, and the root disk image a kernel boots with (START's `image`
+    /// beside its `kernel`; an empty `image` is none): a disk, never an ISO or a kernel.
+    fn images_of(&self, spec: &InstanceSpec) -> Result<(Image, Option<Image>), ImageError> {
+        let Some(k) = &spec.kernel else {
+            return Ok((self.store.resolve(&spec.image)?, None));
+        };
+        let kernel = self.store.resolve_kernel(
+            &k.kernel,
+            k.initrd.as_deref(),
+            k.cmdline.as_deref().unwrap_or(""),
+        )?;
+        if spec.image.is_empty() {
+            return Ok((kernel, None));
+        }
+        match self.store.resolve(&spec.image)? {
+            root @ Image::Disk { .. } => Ok((kernel, Some(root))),
+            _ => Err(ImageError::Corrupt {
+                name: spec.image.clone(),
+                why: "a kernel's root disk must be a qcow2 or raw disk image".into(),
+            }),
+        }
+    }
+
+    /// Makes the instance's files and defines its domain, from its image and the root disk
+    /// image a kernel boots with.
     fn make(
         &self,
         spec: &InstanceSpec,
-        image: &Image,
+        (image, root): (&Image, Option<&Image>),
         dir: &Path,
         name: &str,
         tap: Option<Tap>,
     ) -> Result<(), BackendError> {
         let instance = spec.instance;
         let io = |e: std::io::Error| BackendError::Launch(format!("{}: {e}", dir.display()));
-        let image_files: Vec<&Path> = match image {
-            Image::Disk { path, .. } => vec![path],
-            Image::Iso { path } => vec![path],
-            Image::Kernel { kernel, initrd, .. } => vec![kernel, initrd],
-        };
-        let mut reached = image_files;
+        let mut reached: Vec<&Path> = Vec::new();
+        for i in std::iter::once(image).chain(root) {
+            match i {
+                Image::Disk { path, .. } | Image::Iso { path } => reached.push(path),
+                Image::Kernel { kernel, initrd, .. } => {
+                    reached.push(kernel);
+                    reached.extend(initrd.as_deref());
+                }
+            }
+        }
         reached.push(&self.config.instances);
         let qemu = self.reach(&reached)?;
         std::fs::create_dir_all(dir).map_err(io)?;
-        if let Some(hash) = cache::named_hash(&spec.image) {
+        let pinned = cache::named_hashes(spec);
+        if !pinned.is_empty() {
             // The cached data this instance is made from is kept while the instance is.
-            std::fs::write(dir.join(cache::PIN_FILE), hash).map_err(io)?;
+            std::fs::write(dir.join(cache::PIN_FILE), pinned.join("\n")).map_err(io)?;
         }
         // QEMU runs as another user under qemu:///system: it must be able to reach the files
         // (libvirt gives it the files themselves). Where it is known, only its group may;
@@ -138,25 +166,22 @@ impl Inner {
                 }
             })
         };
-        let boot = match image {
-            Image::Iso { path } => Boot::Cdrom {
-                iso: path.clone(),
-                data: data_disk()?,
-            },
-            Image::Disk { path, format } if let Some(volume) = boot_volume => {
-                let file = self.volume_path(volume.id);
-                let overlay = if file.exists() {
-                    file
-                } else {
-                    let size_mb = volume.size_mb.max(spec.resources.disk_mb);
-                    self.make_volume(volume.id, size_mb, Some((path, *format)))
-                        .map_err(BackendError::Image)?
-                };
-                Boot::Disk { overlay }
-            }
-            Image::Disk { path, format } => {
+        // A root disk made from a disk image: the boot volume's file (made from the image on
+        // first use), or the instance's own overlay on the image.
+        let root_disk =
+            |path: &Path, format: images::DiskFormat| -> Result<PathBuf, BackendError> {
+                if let Some(volume) = boot_volume {
+                    let file = self.volume_path(volume.id);
+                    return if file.exists() {
+                        Ok(file)
+                    } else {
+                        let size_mb = volume.size_mb.max(spec.resources.disk_mb);
+                        self.make_volume(volume.id, size_mb, Some((path, format)))
+                            .map_err(BackendError::Image)
+                    };
+                }
                 let overlay = dir.join("disk.qcow2");
-                images::make_overlay(path, *format, &overlay, spec.resources.disk_mb).map_err(
+                images::make_overlay(path, format, &overlay, spec.resources.disk_mb).map_err(
                     |why| {
                         BackendError::Image(
                             ImageError::Corrupt {
@@ -168,16 +193,29 @@ impl Inner {
                     },
                 )?;
                 support::private::restrict(&overlay).map_err(io)?;
-                Boot::Disk { overlay }
-            }
+                Ok(overlay)
+            };
+        let boot = match image {
+            Image::Iso { path } => Boot::Cdrom {
+                iso: path.clone(),
+                data: data_disk()?,
+            },
+            Image::Disk { path, format } => Boot::Disk {
+                overlay: root_disk(path, *format)?,
+            },
             Image::Kernel {
                 kernel,
                 initrd,
                 cmdline,
             } => {
-                let mut bytes = std::fs::read(initrd).map_err(|e| {
-                    BackendError::Image(format!("image {:?}: initrd: {e}", spec.image))
-                })?;
+                let mut bytes = match initrd {
+                    Some(initrd) => std::fs::read(initrd).map_err(|e| {
+                        BackendError::Image(format!("image {:?}: initrd: {e}", spec.image))
+                    })?,
+                    // The seed alone is the initramfs: the kernel finds no /init in it and
+                    // mounts its root disk.
+                    None => Vec::new(),
+                };
                 while !bytes.len().is_multiple_of(4) {
                     bytes.push(0);
                 }
@@ -190,11 +228,15 @@ impl Inner {
                     line.push(' ');
                     line.push_str(cmdline);
                 }
+                let data = match root {
+                    Some(Image::Disk { path, format }) => Some(root_disk(path, *format)?),
+                    _ => data_disk()?,
+                };
                 Boot::Kernel {
                     kernel: kernel.clone(),
                     initrd: own,
                     cmdline: line,
-                    data: data_disk()?,
+                    data,
                 }
             }
         };

@@ -55,8 +55,8 @@ pub enum Image {
     Kernel {
         /// The kernel.
         kernel: PathBuf,
-        /// The initrd.
-        initrd: PathBuf,
+        /// The initrd, if any (the node's seed is appended to it, or is the whole initrd).
+        initrd: Option<PathBuf>,
         /// Extra kernel arguments.
         cmdline: String,
     },
@@ -152,23 +152,8 @@ impl ImageStore {
         if kernel_dir.is_dir() {
             let kernel = kernel_dir.join("kernel");
             let initrd = kernel_dir.join("initrd");
-            let k = head(&kernel, 0x210).map_err(|e| corrupt(&format!("kernel: {e}")))?;
-            // A bzImage has "HdrS" at 0x202 (the x86 boot protocol header).
-            if k.get(0x202..0x206) != Some(b"HdrS".as_slice()) {
-                return Err(corrupt("kernel is not a bzImage"));
-            }
-            let i = head(&initrd, 6).map_err(|e| corrupt(&format!("initrd: {e}")))?;
-            let known = [
-                b"070701".as_slice(), // cpio newc
-                b"070702".as_slice(), // cpio newc with CRC
-                &[0x1f, 0x8b],        // gzip
-                &[0x28, 0xb5, 0x2f, 0xfd],
-                &[0xfd, b'7', b'z', b'X', b'Z'],
-                &[0x02, 0x21, 0x4c, 0x18], // lz4
-            ];
-            if !known.iter().any(|m| i.starts_with(m)) {
-                return Err(corrupt("initrd is neither cpio nor compressed cpio"));
-            }
+            check_kernel(&kernel).map_err(|why| corrupt(&why))?;
+            check_initrd(&initrd).map_err(|why| corrupt(&why))?;
             let cmdline = match std::fs::read_to_string(kernel_dir.join("cmdline")) {
                 Ok(text) => text.lines().next().unwrap_or("").trim().to_string(),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
@@ -176,7 +161,7 @@ impl ImageStore {
             };
             return Ok(Image::Kernel {
                 kernel,
-                initrd,
+                initrd: Some(initrd),
                 cmdline,
             });
         }
@@ -202,7 +187,69 @@ impl ImageStore {
     }
 }
 
+/// Whether `kernel` is an x86 bzImage; why not otherwise.
+fn check_kernel(kernel: &Path) -> Result<(), String> {
+    let k = head(kernel, 0x210).map_err(|e| format!("kernel: {e}"))?;
+    // A bzImage has "HdrS" at 0x202 (the x86 boot protocol header).
+    if k.get(0x202..0x206) != Some(b"HdrS".as_slice()) {
+        return Err("kernel is not a bzImage".into());
+    }
+    Ok(())
+}
+
+/// Whether `initrd` is a cpio archive, plain or compressed; why not otherwise.
+fn check_initrd(initrd: &Path) -> Result<(), String> {
+    let i = head(initrd, 6).map_err(|e| format!("initrd: {e}"))?;
+    let known = [
+        b"070701".as_slice(), // cpio newc
+        b"070702".as_slice(), // cpio newc with CRC
+        &[0x1f, 0x8b],        // gzip
+        &[0x28, 0xb5, 0x2f, 0xfd],
+        &[0xfd, b'7', b'z', b'X', b'Z'],
+        &[0x02, 0x21, 0x4c, 0x18], // lz4
+    ];
+    if known.iter().any(|m| i.starts_with(m)) {
+        Ok(())
+    } else {
+        Err("initrd is neither cpio nor compressed cpio".into())
+    }
+}
+
 impl ImageStore {
+    /// The kernel `kernel` and initrd `initrd` of a START's `kernel`, cached data
+    /// (`sha512/<hash>`, [`super::cache`]) or names in the store, checked as a kernel+initrd
+    /// directory's files are; `cmdline`, the START's extra arguments.
+    pub fn resolve_kernel(
+        &self,
+        kernel: &str,
+        initrd: Option<&str>,
+        cmdline: &str,
+    ) -> Result<Image, ImageError> {
+        let file = |name: &str, check: fn(&Path) -> Result<(), String>| {
+            let path = match super::cache::named_hash(name) {
+                Some(hash) if super::cache::is_sha512(hash) => self.dir.join("sha512").join(hash),
+                _ if valid_name(name) => self.dir.join(name),
+                _ => return Err(ImageError::BadName(name.to_string())),
+            };
+            if !path.is_file() {
+                return Err(ImageError::Missing {
+                    name: name.to_string(),
+                    dir: path.parent().unwrap_or(&self.dir).to_path_buf(),
+                });
+            }
+            check(&path).map_err(|why| ImageError::Corrupt {
+                name: name.to_string(),
+                why,
+            })?;
+            Ok(path)
+        };
+        Ok(Image::Kernel {
+            kernel: file(kernel, check_kernel)?,
+            initrd: initrd.map(|i| file(i, check_initrd)).transpose()?,
+            cmdline: cmdline.to_string(),
+        })
+    }
+
     /// The cached data `sha512/<hash>` as a disk image.
     fn cached(&self, name: &str, hash: &str) -> Result<Image, ImageError> {
         if !super::cache::is_sha512(hash) {
@@ -450,7 +497,7 @@ pub(crate) mod tests {
             store.resolve("tiny").unwrap(),
             Image::Kernel {
                 kernel: dir.path().join("tiny/kernel"),
-                initrd: dir.path().join("tiny/initrd"),
+                initrd: Some(dir.path().join("tiny/initrd")),
                 cmdline: "quiet loglevel=3".into(),
             }
         );
@@ -471,6 +518,62 @@ pub(crate) mod tests {
             store.resolve("empty"),
             Err(ImageError::Corrupt { .. })
         ));
+    }
+
+    #[test]
+    fn a_starts_kernel_and_initrd_are_cached_data_checked_by_their_magic() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ImageStore::new(dir.path());
+        let cached = dir.path().join("sha512");
+        std::fs::create_dir_all(&cached).unwrap();
+        let (k, i, junk) = ("a".repeat(128), "b".repeat(128), "c".repeat(128));
+        std::fs::write(cached.join(&k), fake_kernel()).unwrap();
+        std::fs::write(cached.join(&i), b"070701rest-of-a-cpio").unwrap();
+        std::fs::write(cached.join(&junk), b"neither").unwrap();
+        let name = |h: &str| format!("sha512/{h}");
+        assert_eq!(
+            store
+                .resolve_kernel(&name(&k), Some(&name(&i)), "quiet")
+                .unwrap(),
+            Image::Kernel {
+                kernel: cached.join(&k),
+                initrd: Some(cached.join(&i)),
+                cmdline: "quiet".into(),
+            }
+        );
+        // No initrd: the node's seed is the whole initramfs.
+        assert!(matches!(
+            store.resolve_kernel(&name(&k), None, ""),
+            Ok(Image::Kernel { initrd: None, .. })
+        ));
+        // An initrd as the kernel, junk as either, data not here, a name that is a path.
+        for (kernel, initrd) in [
+            (name(&i), None),
+            (name(&junk), None),
+            (name(&k), Some(name(&junk))),
+            (name(&k), Some(name(&k))),
+        ] {
+            assert!(
+                matches!(
+                    store.resolve_kernel(&kernel, initrd.as_deref(), ""),
+                    Err(ImageError::Corrupt { .. })
+                ),
+                "{kernel} {initrd:?}"
+            );
+        }
+        assert!(matches!(
+            store.resolve_kernel(&name(&"d".repeat(128)), None, ""),
+            Err(ImageError::Missing { .. })
+        ));
+        for bad in ["sha512/../../etc/passwd", "../kernel", "sha512/ABC"] {
+            assert!(
+                matches!(
+                    store.resolve_kernel(bad, None, ""),
+                    Err(ImageError::BadName(_))
+                ),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

@@ -483,16 +483,28 @@ impl LibvirtBackend {
     /// (named as it will exist where libvirt's QEMU runs), instead of the instance's tenant
     /// NIC: how a network node runs a CNCI as a VM.
     pub async fn create_on_tap(&self, spec: &InstanceSpec, tap: Tap) -> Result<(), BackendError> {
-        let _lease = self.image_data(&spec.image).await?;
+        let _leases = self.image_data(spec).await?;
         let spec = spec.clone();
         self.0
             .blocking(move |b| b.create_blocking(&spec, Some(tap)))
             .await?
     }
 
+    /// For the cached data (`sha512/<hash>`) an instance is made from (its image, its kernel
+    /// and initrd): makes sure the data is here, fetched if it was not, and holds it for the
+    /// create under way.
+    async fn image_data(&self, spec: &InstanceSpec) -> Result<Vec<cache::Lease>, BackendError> {
+        let mut leases = Vec::new();
+        for hash in cache::named_hashes(spec) {
+            let lease = self.0.cache.ensure(&hash).await;
+            leases.push(lease.map_err(|e| BackendError::Image(e.to_string()))?);
+        }
+        Ok(leases)
+    }
+
     /// For an image that names cached data (`sha512/<hash>`): makes sure the data is here,
     /// fetched if it was not, and holds it for the create under way.
-    async fn image_data(&self, image: &str) -> Result<Option<cache::Lease>, BackendError> {
+    async fn image_lease(&self, image: &str) -> Result<Option<cache::Lease>, BackendError> {
         match cache::named_hash(image) {
             Some(hash) => self
                 .0
@@ -539,7 +551,7 @@ pub struct Tap {
 
 impl Backend for LibvirtBackend {
     async fn create(&self, spec: &InstanceSpec) -> Result<(), BackendError> {
-        let _lease = self.image_data(&spec.image).await?;
+        let _leases = self.image_data(spec).await?;
         let spec = spec.clone();
         self.0
             .blocking(move |b| b.create_blocking(&spec, None))

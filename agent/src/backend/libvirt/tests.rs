@@ -26,6 +26,7 @@ fn spec(instance: Uuid, image: &str) -> InstanceSpec {
         user_data: Some("cumulo-test: hello\n".into()),
         meta_data: BTreeMap::from([("hostname".to_string(), "web-1".to_string())]),
         restart: false,
+        kernel: None,
     }
 }
 

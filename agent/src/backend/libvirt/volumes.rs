@@ -178,7 +178,7 @@ impl LibvirtBackend {
             .await
             .unwrap_or(false);
         let _lease = match &volume.image {
-            Some(image) if fresh => self.image_data(image).await?,
+            Some(image) if fresh => self.image_lease(image).await?,
             _ => None,
         };
         let volume = volume.clone();

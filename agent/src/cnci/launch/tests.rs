@@ -286,6 +286,7 @@ fn only_cnci_starts_are_intercepted() {
         user_data: None,
         meta_data,
         restart: false,
+        kernel: None,
     };
     assert!(is_cnci(&spec(InstanceRole::Cnci, meta.clone())));
     assert!(!is_cnci(&spec(InstanceRole::Workload, BTreeMap::new())));

@@ -127,6 +127,7 @@ fn net_backend_plugs_instances_in_and_out_for_real() {
         user_data: None,
         meta_data: Default::default(),
         restart: false,
+        kernel: None,
     };
     let instance = spec.instance;
     let changes = host.run(async move {

@@ -372,6 +372,9 @@ fn bootable_image(store: &dyn Store, tenant: Uuid, id: Uuid) -> Result<Image, Ap
     if image.status != store::ImageStatus::Active {
         return Err(ApiError::BadRequest(format!("Image {id} is not active.")));
     }
+    // A kernel image, or a disk that names one: what it names must be there for the tenant.
+    crate::images::kernel::plan(store, Scope::Tenant(tenant), &image)?
+        .map_err(ApiError::BadRequest)?;
     Ok(image)
 }
 

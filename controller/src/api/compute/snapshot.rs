@@ -89,9 +89,22 @@ pub async fn create_image(
         .cluster(move |_, cluster| Ok(cluster.disk_source(scope, id)?))
         .await?;
     let project = caller.project()?;
+    // A server that booted a kernel: its disk boots with the same kernel.
+    let kernel_props = state
+        .store(move |store| {
+            let instance = store.instance(scope, id)?;
+            let workload = store.workload(scope, instance.workload)?;
+            Ok(store
+                .image(scope, workload.image)
+                .map(|image| crate::images::kernel::snapshot_properties(&image))
+                .unwrap_or_default())
+        })
+        .await?;
+    let mut properties = kernel_props;
+    properties.extend(request.metadata);
     let mut props = ImageProps {
         container_format: Some("bare".into()),
-        properties: request.metadata,
+        properties,
         ..ImageProps::default()
     };
     props

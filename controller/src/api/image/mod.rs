@@ -90,6 +90,17 @@ pub fn disk_format(kind: ImageKind) -> &'static str {
         ImageKind::Qcow2 => "qcow2",
         ImageKind::Raw => "raw",
         ImageKind::Iso => "iso",
+        ImageKind::Kernel => "aki",
+        ImageKind::Ramdisk => "ari",
+    }
+}
+
+/// The container format an image of `kind` has when none was said.
+fn container_format(kind: ImageKind) -> &'static str {
+    match kind {
+        ImageKind::Kernel => "aki",
+        ImageKind::Ramdisk => "ari",
+        _ => "bare",
     }
 }
 
@@ -105,7 +116,7 @@ pub(crate) fn body(image: &Image) -> Value {
         "os_hidden": false,
         "owner": image.owner,
         "disk_format": disk_format(image.kind),
-        "container_format": image.props.container_format.as_deref().unwrap_or("bare"),
+        "container_format": image.props.container_format.as_deref().unwrap_or(container_format(image.kind)),
         "size": file.map(|f| f.size),
         "virtual_size": null,
         "checksum": file.map(|f| f.md5.clone()),

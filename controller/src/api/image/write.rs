@@ -5,7 +5,9 @@
 //! Visibility: `private` (the caller's project owns it: the default), `shared` (its owner and
 //! the projects it is shared with: [`super::members`]), `community` (every project sees it and
 //! may boot it; listed to others only when they ask), or `public` (no owner: admins only, as
-//! Glance's default policy). Disk formats: `qcow2`, `raw`, `iso`; container format `bare`. A
+//! Glance's default policy). Disk formats: `qcow2`, `raw`, `iso`, and `aki` and `ari` (a kernel
+//! and an initrd to boot directly: [`crate::images::kernel`]); container format `bare` (`aki` and `ari`
+//! for those two, as Glance wants). A
 //! field Glance keeps for itself (`status`, `size`, `checksum`, `os_hash_value`, ...) cannot be
 //! set: 403, as Glance answers. Other keys are free-form string properties.
 
@@ -54,9 +56,38 @@ fn disk_format(text: &str) -> Result<ImageKind, ApiError> {
         "qcow2" => Ok(ImageKind::Qcow2),
         "raw" => Ok(ImageKind::Raw),
         "iso" => Ok(ImageKind::Iso),
+        "aki" => Ok(ImageKind::Kernel),
+        "ari" => Ok(ImageKind::Ramdisk),
         other => Err(ApiError::BadRequest(format!(
-            "disk_format {other} is not one of qcow2, raw, iso"
+            "disk_format {other} is not one of qcow2, raw, iso, aki, ari"
         ))),
+    }
+}
+
+/// Glance's rule for the Amazon kinds: a kernel (`aki`) or ramdisk (`ari`) image has the same
+/// container format as its disk format, and those container formats name nothing else.
+fn formats_agree(kind: ImageKind, container: Option<&str>) -> Result<(), ApiError> {
+    let amazon = |k: ImageKind| match k {
+        ImageKind::Kernel => Some("aki"),
+        ImageKind::Ramdisk => Some("ari"),
+        _ => None,
+    };
+    // Not said: the image shows the one its disk format implies.
+    let Some(container) = container else {
+        return Ok(());
+    };
+    let agree = match amazon(kind) {
+        Some(name) => container == name,
+        None => container == "bare",
+    };
+    if agree {
+        Ok(())
+    } else {
+        Err(ApiError::BadRequest(format!(
+            "Invalid mix of disk and container formats: disk_format {} with container_format \
+             {container} (aki and ari images have the container format of their disk format)",
+            super::disk_format(kind)
+        )))
     }
 }
 
@@ -116,10 +147,12 @@ fn set(fields: &mut Fields, key: &str, value: &Value) -> Result<(), ApiError> {
         "name" => fields.name = Some(text_of("name", value)?.to_string()),
         "disk_format" => fields.kind = Some(disk_format(text_of("disk_format", value)?)?),
         "container_format" => match text_of("container_format", value)? {
-            "bare" => fields.props.container_format = Some("bare".into()),
+            format @ ("bare" | "aki" | "ari") => {
+                fields.props.container_format = Some(format.into())
+            }
             other => {
                 return Err(ApiError::BadRequest(format!(
-                    "container_format {other} is not offered: bare only"
+                    "container_format {other} is not offered: bare, aki or ari"
                 )));
             }
         },
@@ -202,10 +235,12 @@ pub(super) async fn create(
         .ok_or_else(|| ApiError::BadRequest("an image needs a name".into()))?;
     let visibility = fields.visibility.unwrap_or(Visibility::Private);
     let owner = owner_for(&caller, visibility)?;
+    let kind = fields.kind.unwrap_or(ImageKind::Raw);
+    formats_agree(kind, fields.props.container_format.as_deref())?;
     let new = NewImage {
         owner,
         name,
-        kind: fields.kind.unwrap_or(ImageKind::Raw),
+        kind,
         reference: String::new(),
     };
     let props = fields.props;
@@ -306,6 +341,10 @@ pub(super) async fn patch(
             }
         }
     }
+    formats_agree(
+        fields.kind.unwrap_or(image.kind),
+        fields.props.container_format.as_deref(),
+    )?;
     // An image made public loses its owner (admins only); a public one made private, shared
     // or community goes to the caller's project. Between private, shared and community the
     // owner stays (and so do the members, which count only while it is shared).

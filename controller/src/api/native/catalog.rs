@@ -232,6 +232,8 @@ pub async fn create_image(
             KindName::Qcow2 => ImageKind::Qcow2,
             KindName::Raw => ImageKind::Raw,
             KindName::Iso => ImageKind::Iso,
+            KindName::Kernel => ImageKind::Kernel,
+            KindName::Ramdisk => ImageKind::Ramdisk,
         },
         reference: body.reference,
     };

@@ -188,6 +188,8 @@ pub enum KindName {
     Qcow2,
     Raw,
     Iso,
+    Kernel,
+    Ramdisk,
 }
 
 impl From<ImageKind> for KindName {
@@ -196,6 +198,8 @@ impl From<ImageKind> for KindName {
             ImageKind::Qcow2 => KindName::Qcow2,
             ImageKind::Raw => KindName::Raw,
             ImageKind::Iso => KindName::Iso,
+            ImageKind::Kernel => KindName::Kernel,
+            ImageKind::Ramdisk => KindName::Ramdisk,
         }
     }
 }
