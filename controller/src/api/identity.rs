@@ -504,20 +504,25 @@ struct NameFilter {
     name: Option<String>,
 }
 
-/// `GET /v3/projects`: every project for admins; a member's own projects otherwise.
+/// `GET /v3/projects`: every project, for admins; Keystone's 403 (`identity:list_projects`)
+/// for others, who list their own at `/v3/auth/projects` (`openstack project list
+/// --my-projects`). A client looking a project up by name or id takes the 403 as "use it as
+/// given", as it does with Keystone.
 async fn list_projects(
     State(state): State<ApiState>,
     caller: Principal,
     QueryParams(filter): QueryParams<NameFilter>,
 ) -> Result<Json<Value>, ApiError> {
+    if !caller.is_admin() {
+        return Err(ApiError::Forbidden(
+            "You are not authorized to perform the requested action: identity:list_projects."
+                .into(),
+        ));
+    }
     let tenants = state
         .store(move |store| {
-            let all = match (caller.is_admin(), caller.user) {
-                (true, _) => store.tenants()?,
-                (false, Some(user)) => projects_of(store, user)?,
-                (false, None) => Vec::new(),
-            };
-            Ok(all
+            Ok(store
+                .tenants()?
                 .into_iter()
                 .filter(|t| filter.name.as_ref().is_none_or(|n| *n == t.name))
                 .collect::<Vec<_>>())
@@ -544,8 +549,13 @@ async fn show_project(
                     .map(|u| roles_in(store, u, id).map(|r| !r.is_empty()))
                     .transpose()?
                     .unwrap_or(false);
+            // Keystone's policy answer, whether the project exists or not: a client that meets
+            // it (the CLI's `image add project`) goes on with the id as given.
             if !visible {
-                return Err(ApiError::NotFound(format!("project {id} not found")));
+                return Err(ApiError::Forbidden(format!(
+                    "You are not authorized to perform the requested action: \
+                     identity:get_project (project {id})."
+                )));
             }
             Ok(store.tenant(id)?)
         })
@@ -579,7 +589,11 @@ fn self_or_admin(caller: &Principal, user: Uuid) -> Result<(), ApiError> {
     if caller.is_admin() || caller.user == Some(user) {
         Ok(())
     } else {
-        Err(ApiError::NotFound(format!("user {user} not found")))
+        // Keystone's policy answer (identity:get_user), whether the user exists or not.
+        Err(ApiError::Forbidden(format!(
+            "You are not authorized to perform the requested action: identity:get_user (user \
+             {user})."
+        )))
     }
 }
 

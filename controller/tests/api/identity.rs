@@ -357,8 +357,10 @@ async fn projects_and_users_are_scoped() {
     let c = w.client();
     let a = w.token_a().await;
     let admin = w.admin_token().await;
+    // Keystone's: only admins list every project; a member lists its own elsewhere.
+    let (status, _, _) = c.send(Method::GET, "/v3/projects", Some(&a), None).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
     for path in [
-        "/v3/projects",
         "/v3/auth/projects",
         &format!("/v3/users/{}/projects", w.a.user),
     ] {
@@ -386,17 +388,24 @@ async fn projects_and_users_are_scoped() {
         .await;
     assert_eq!(body["projects"][0]["id"], w.b.id.to_string());
 
-    // Tenant A's user sees neither B's project nor B's user.
+    // Tenant A's user sees neither B's project nor B's user: Keystone's 403, the same for ids
+    // that name nothing (nothing tells the two apart).
+    let nobody = uuid::Uuid::new_v4();
     for path in [
         format!("/v3/projects/{}", w.b.id),
+        format!("/v3/projects/{nobody}"),
         format!("/v3/users/{}", w.b.user),
+        format!("/v3/users/{nobody}"),
         format!("/v3/users/{}/projects", w.b.user),
-        "/v3/projects/not-a-uuid".to_string(),
     ] {
         let (status, _, body) = c.send(Method::GET, &path, Some(&a), None).await;
-        assert_eq!(status, StatusCode::NOT_FOUND, "{path}: {body}");
+        assert_eq!(status, StatusCode::FORBIDDEN, "{path}: {body}");
         assert!(!body.to_string().contains(&w.b.name), "{body}");
     }
+    let (status, _, _) = c
+        .send(Method::GET, "/v3/projects/not-a-uuid", Some(&a), None)
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
     let (status, _, _) = c.send(Method::GET, "/v3/users", Some(&a), None).await;
     assert_eq!(status, StatusCode::FORBIDDEN);
     let (status, _, body) = c.send(Method::GET, "/v3/users", Some(&admin), None).await;
