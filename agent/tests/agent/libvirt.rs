@@ -18,6 +18,7 @@ use virt::domain::Domain;
 
 pub(crate) use testkit::libvirt::{VMS, libvirt_args, libvirt_uri, state_dir};
 
+mod images;
 mod volumes;
 
 fn vm(instance: Uuid, image: &str) -> Start {
