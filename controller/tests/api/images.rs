@@ -1,11 +1,17 @@
 //! Images through the Image API: create (queued), upload (streamed, hashed), download,
 //! `PATCH`, tags, delete, schemas; another project sees none of it; a queued image does not
-//! boot; an upload over the size cap leaves the image queued.
+//! boot; an upload over the size cap leaves the image queued; so does one cut halfway, with
+//! nothing kept and no staging file left.
+
+use std::sync::Arc;
+use std::time::Duration;
 
 use axum::http::{Method, StatusCode};
+use controller::images::LocalBlobs;
 use md5::Md5;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha512};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::support::{Client, World};
 
@@ -351,5 +357,130 @@ async fn an_upload_over_the_cap_leaves_the_image_queued() {
     assert_eq!(shown["size"], Value::Null);
     let (status, body) = upload(&c, &a, &id, b"ten bytes!").await;
     assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
+    w.stop().await;
+}
+
+/// The names of the files in `dir`.
+fn files_in(dir: &std::path::Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+/// Image `id`'s status as `token` sees it, once `done` accepts it (within 10 s); panics if it
+/// is ever `active` meanwhile.
+async fn status_when(c: &Client, token: &str, id: &str, done: impl Fn(&str) -> bool) -> Value {
+    let path = format!("/image/v2/images/{id}");
+    testkit::wait_for(Duration::from_secs(10), || {
+        let (c, token, path) = (c.clone(), token.to_string(), path.clone());
+        let done = &done;
+        async move {
+            let (status, _, shown) = c.send(Method::GET, &path, Some(&token), None).await;
+            assert_eq!(status, StatusCode::OK, "{shown}");
+            assert_ne!(shown["status"], "active", "a cut upload made it active");
+            match shown["status"].as_str() {
+                Some(s) if done(s) => Ok(shown),
+                _ => Err(format!("image {id} is not there yet: {shown}")),
+            }
+        }
+    })
+    .await
+}
+
+/// How a client cuts an upload.
+#[derive(Debug, Clone, Copy)]
+enum Cut {
+    /// Shuts its side of the connection (a FIN) and reads what the server answers.
+    Shutdown,
+    /// Closes the connection altogether.
+    Close,
+}
+
+#[tokio::test]
+async fn an_upload_cut_halfway_leaves_the_image_queued_and_nothing_stored() {
+    // The image store in a directory of the test's own, to look into.
+    let store = tempfile::tempdir().unwrap();
+    let blobs = Arc::new(LocalBlobs::open(store.path()).unwrap());
+    let w = World::start_with(None, |config| config.images = Some(blobs)).await;
+    let (staging, kept) = (store.path().join("staging"), store.path().join("sha512"));
+    let a = w.token_a().await;
+    let c = w.client();
+    let (_, made) = create(&c, &a, json!({"name": "cut", "disk_format": "raw"})).await;
+    let id = made["id"].as_str().unwrap().to_string();
+    let path = format!("/image/v2/images/{id}");
+    // Text (the test client reads bodies as text), no two MiB alike.
+    let data: Vec<u8> = (0..4u32 << 20).map(|i| b'a' + (i % 23) as u8).collect();
+    let half = &data[..data.len() / 2];
+
+    for cut in [Cut::Shutdown, Cut::Close] {
+        // 4 MiB announced, 2 MiB sent: the image is saving; then the connection is cut.
+        let mut tcp = tokio::net::TcpStream::connect(w.api.addr).await.unwrap();
+        let head = format!(
+            "PUT {path}/file HTTP/1.1\r\nHost: {}\r\nX-Auth-Token: {a}\r\n\
+             Content-Type: application/octet-stream\r\nContent-Length: {}\r\n\r\n",
+            w.api.addr,
+            data.len()
+        );
+        tcp.write_all(head.as_bytes()).await.unwrap();
+        tcp.write_all(half).await.unwrap();
+        status_when(&c, &a, &id, |s| s == "saving").await;
+        match cut {
+            Cut::Shutdown => {
+                tcp.shutdown().await.unwrap();
+                let mut answer = Vec::new();
+                tokio::time::timeout(Duration::from_secs(10), tcp.read_to_end(&mut answer))
+                    .await
+                    .expect("the server closes a cut upload's connection")
+                    .unwrap();
+                let answer = String::from_utf8_lossy(&answer);
+                assert!(
+                    answer.starts_with("HTTP/1.1 400 "),
+                    "a cut upload's answer: {answer}"
+                );
+                assert!(answer.contains("the upload was cut short"), "{answer}");
+            }
+            Cut::Close => drop(tcp),
+        }
+
+        // Queued again, as Glance's `_restore` leaves a failed upload (never active: see
+        // `status_when`); no data, no staging file.
+        let shown = status_when(&c, &a, &id, |s| s == "queued").await;
+        for field in ["size", "checksum", "os_hash_value"] {
+            assert_eq!(shown[field], Value::Null, "{cut:?}: {shown}");
+        }
+        testkit::wait_for(Duration::from_secs(10), || {
+            let (staged, kept) = (files_in(&staging), files_in(&kept));
+            async move {
+                if staged.is_empty() && kept.is_empty() {
+                    Ok(())
+                } else {
+                    Err(format!("{cut:?}: staging {staged:?}, kept {kept:?}"))
+                }
+            }
+        })
+        .await;
+        let (status, _, body) = c
+            .send(Method::GET, &format!("{path}/file"), Some(&a), None)
+            .await;
+        assert_eq!(status, StatusCode::NO_CONTENT, "{cut:?}: {body}");
+    }
+
+    // Queued, it takes a whole upload afterwards: that one is kept, under its hash only.
+    let (status, body) = upload(&c, &a, &id, &data).await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
+    let (_, _, shown) = c.send(Method::GET, &path, Some(&a), None).await;
+    assert_eq!(shown["status"], "active", "{shown}");
+    assert_eq!(shown["size"], data.len(), "{shown}");
+    assert_eq!(shown["checksum"], hex(&Md5::digest(&data)), "{shown}");
+    let hash = hex(&Sha512::digest(&data));
+    assert_eq!(shown["os_hash_value"], hash.as_str(), "{shown}");
+    assert_eq!(files_in(&kept), vec![hash]);
+    assert!(files_in(&staging).is_empty(), "{:?}", files_in(&staging));
+    let (status, _, got) = c
+        .send(Method::GET, &format!("{path}/file"), Some(&a), None)
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(got.as_str().map(str::as_bytes), Some(&data[..]));
     w.stop().await;
 }
