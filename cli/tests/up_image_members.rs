@@ -21,8 +21,7 @@ use std::process::Output;
 mod common;
 
 use common::SimCluster;
-use cumulo::client::{Connection, Credentials};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 /// The second project, its user's name and password.
 const GUEST: &str = "guest";
@@ -30,65 +29,6 @@ const GUEST_PASSWORD: &str = "guest-pass-word";
 
 fn text(out: &Output) -> String {
     common::output_text(out)
-}
-
-/// What this test needs of the cluster beyond the shared harness.
-impl SimCluster {
-    fn export(&self, name: &str) -> String {
-        self.env
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.clone())
-            .unwrap_or_else(|| panic!("up exports no {name}"))
-    }
-
-    /// The exports with the login of `user` in project `project` instead of the demo one's.
-    fn env_of(&self, user: &str, project: &str, password: &str) -> Vec<(String, String)> {
-        self.env
-            .iter()
-            .map(|(k, v)| match k.as_str() {
-                "OS_USERNAME" => (k.clone(), user.to_string()),
-                "OS_PROJECT_NAME" => (k.clone(), project.to_string()),
-                "OS_PASSWORD" => (k.clone(), password.to_string()),
-                _ => (k.clone(), v.clone()),
-            })
-            .collect()
-    }
-
-    fn admin_password(&self) -> String {
-        let password = std::fs::read_to_string(self.dir.path().join("admin-password")).unwrap();
-        password.trim().to_string()
-    }
-
-    /// A project `guest` with a member user `guest`, made by the admin; its id.
-    fn guest_project(&self) -> String {
-        let admin = Connection::login(&Credentials {
-            url: self.export("CUMULO_CONTROLLER"),
-            username: "admin".into(),
-            password: self.admin_password(),
-            project: "admin".into(),
-            ca_cert: None,
-        })
-        .unwrap();
-        let tenant = admin
-            .post(cumulo::routes::TENANTS, &json!({"name": GUEST}))
-            .unwrap();
-        let tenant = cumulo::routes::item(tenant);
-        let user = admin
-            .post(
-                cumulo::routes::USERS,
-                &json!({"name": GUEST, "password": GUEST_PASSWORD}),
-            )
-            .unwrap();
-        let user = cumulo::routes::item(user);
-        admin
-            .post(
-                &cumulo::routes::roles(user["id"].as_str().unwrap()),
-                &json!({"tenant": tenant["id"], "role": "member"}),
-            )
-            .unwrap();
-        tenant["id"].as_str().unwrap().to_string()
-    }
 }
 
 /// The ids of the images `openstack image list` shows with `env`.
@@ -109,7 +49,7 @@ fn the_openstack_cli_shares_an_image_with_another_project() {
     let bin = cluster.openstack.clone();
     let owner = cluster.env.clone();
     let guest = cluster.env_of(GUEST, GUEST, GUEST_PASSWORD);
-    let guest_id = cluster.guest_project();
+    let guest_id = cluster.project_with_member(GUEST, GUEST_PASSWORD);
 
     // The demo project's image, shared.
     let file = cluster.dir.path().join("data.raw");

@@ -254,6 +254,70 @@ impl SimCluster {
         cluster
     }
 
+    /// What `up` exported as `name`.
+    pub fn export(&self, name: &str) -> String {
+        self.env
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_else(|| panic!("up exports no {name}"))
+    }
+
+    /// The exports with the login of `user` in project `project` instead of the demo one's.
+    pub fn env_of(&self, user: &str, project: &str, password: &str) -> Vec<(String, String)> {
+        self.env
+            .iter()
+            .map(|(k, v)| match k.as_str() {
+                "OS_USERNAME" => (k.clone(), user.to_string()),
+                "OS_PROJECT_NAME" => (k.clone(), project.to_string()),
+                "OS_PASSWORD" => (k.clone(), password.to_string()),
+                _ => (k.clone(), v.clone()),
+            })
+            .collect()
+    }
+
+    /// The admin's password, as `up` wrote it.
+    pub fn admin_password(&self) -> String {
+        let password = std::fs::read_to_string(self.dir.path().join("admin-password")).unwrap();
+        password.trim().to_string()
+    }
+
+    /// A connection to the controller's native API as `user` in `project`.
+    pub fn login(&self, user: &str, project: &str, password: &str) -> cumulo::client::Connection {
+        cumulo::client::Connection::login(&cumulo::client::Credentials {
+            url: self.export("CUMULO_CONTROLLER"),
+            username: user.into(),
+            password: password.into(),
+            project: project.into(),
+            ca_cert: None,
+        })
+        .unwrap()
+    }
+
+    /// A project `name` with a member user `name` (`password`), made by the admin; its id.
+    pub fn project_with_member(&self, name: &str, password: &str) -> String {
+        use serde_json::json;
+        let admin = self.login("admin", "admin", &self.admin_password());
+        let tenant = admin
+            .post(cumulo::routes::TENANTS, &json!({"name": name}))
+            .unwrap();
+        let tenant = cumulo::routes::item(tenant);
+        let user = admin
+            .post(
+                cumulo::routes::USERS,
+                &json!({"name": name, "password": password}),
+            )
+            .unwrap();
+        let user = cumulo::routes::item(user);
+        admin
+            .post(
+                &cumulo::routes::roles(user["id"].as_str().unwrap()),
+                &json!({"tenant": tenant["id"], "role": "member"}),
+            )
+            .unwrap();
+        tenant["id"].as_str().unwrap().to_string()
+    }
+
     /// Its directory, as `cumulo --dir` takes it.
     pub fn root(&self) -> String {
         self.dir.path().to_str().unwrap().to_string()
