@@ -234,7 +234,7 @@ fn the_openstack_cli_keeps_each_projects_private_images_and_volumes_to_it() {
                 Some(json!({"volumeAttachment": {"volumeId": volume_id}})),
             ),
             404,
-            &*format!("volume {volume_id} not found"),
+            &*format!("Volume {volume_id} could not be found."),
         ),
         (
             ("DELETE", format!("{volumes}/{volume_id}"), None),

@@ -30,8 +30,9 @@ use uuid::Uuid;
 
 use crate::api::extract::{JsonBody, PathParams, QueryParams, path_id};
 use crate::api::{ApiError, ApiState, Principal};
+use crate::cluster::ClusterError;
 use crate::volumes::device_name;
-use store::{Scope, Volume};
+use store::{Scope, StoreError, Volume};
 
 /// A volume's attachment in Nova's shape (`None` for a volume attached to nothing).
 fn attachment(volume: &Volume) -> Option<Value> {
@@ -225,7 +226,15 @@ pub async fn attach(
     let by = caller.who();
     let attached = state
         .cluster(move |_, cluster| {
-            Ok(cluster.attach_volume(scope, server, request.volume, request.device, &by)?)
+            cluster
+                .attach_volume(scope, server, request.volume, request.device, &by)
+                .map_err(|e| match e {
+                    // Nova's words for a volume the project does not see.
+                    ClusterError::Store(StoreError::NotFound { kind: "volume", id }) => {
+                        ApiError::NotFound(format!("Volume {id} could not be found."))
+                    }
+                    other => other.into(),
+                })
         })
         .await?;
     Ok(Json(json!({"volumeAttachment": attachment(&attached)})))
