@@ -53,9 +53,15 @@ pub fn routes() -> Router<ApiState> {
         .route("/compute/", get(versions))
         .route(BASE, get(version))
         .route("/compute/v2.1/", get(version))
-        .route("/compute/v2.1/flavors", get(flavors::list))
+        .route(
+            "/compute/v2.1/flavors",
+            get(flavors::list).post(flavors::create),
+        )
         .route("/compute/v2.1/flavors/detail", get(flavors::detail))
-        .route("/compute/v2.1/flavors/{id}", get(flavors::show))
+        .route(
+            "/compute/v2.1/flavors/{id}",
+            get(flavors::show).delete(flavors::delete),
+        )
         .route(
             "/compute/v2.1/flavors/{id}/os-extra_specs",
             get(flavors::extra_specs),
