@@ -136,19 +136,6 @@ pub fn plan(
     Ok(Ok(Some(KernelPlan { boot, root })))
 }
 
-/// An image that names `id` as its kernel or initrd, if one does (any project's).
-pub fn named_by(store: &dyn Store, id: Uuid) -> Result<Option<Uuid>, StoreError> {
-    let id = id.to_string();
-    Ok(store
-        .images(Scope::All)?
-        .into_iter()
-        .find(|i| {
-            let props = &i.props.properties;
-            props.get(KERNEL_ID) == Some(&id) || props.get(RAMDISK_ID) == Some(&id)
-        })
-        .map(|i| i.id))
-}
-
 /// The properties a snapshot of a server booted from `image` keeps so that it boots the same
 /// kernel: the image's `kernel_id`, `ramdisk_id` and `os_command_line`, or for a kernel image
 /// booted by itself, its own ID as the `kernel_id` (the snapshot is the server's data disk,

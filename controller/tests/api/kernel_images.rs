@@ -172,19 +172,6 @@ async fn kernel_images_boot_with_their_initrd_and_disks_boot_the_kernel_they_nam
         assert_eq!(status, StatusCode::BAD_REQUEST, "{key}={value}: {body}");
         assert!(message(&body).contains(says), "{key}={value}: {body}");
     }
-    // A kernel or initrd that an image names is not deleted from under it.
-    for part in [&kernel, &initrd] {
-        let path = format!("/image/v2/images/{}", part.id);
-        let (status, body) = r
-            .client()
-            .call(axum::http::Method::DELETE, &path, &a, None)
-            .await;
-        assert_eq!(status, StatusCode::CONFLICT, "{body}");
-        assert!(
-            message(&body).contains("is the kernel or initrd of image"),
-            "{body}"
-        );
-    }
     // A command line a node would refuse is refused here.
     set_props(
         &r,

@@ -375,10 +375,8 @@ pub(super) async fn patch(
     Ok(Json(body(&image)))
 }
 
-/// `DELETE /v2/images/{id}` (204): refused while protected (403), used by a workload, or named
-/// by another image as its kernel or initrd (409: Glance lets that go, and the servers of the
-/// image that names it could then not start again); its data goes when no other image has the
-/// same.
+/// `DELETE /v2/images/{id}` (204): refused while protected (403) or used by a workload (409);
+/// its data goes when no other image has the same.
 pub(super) async fn delete(
     State(state): State<ApiState>,
     caller: Principal,
@@ -394,13 +392,6 @@ pub(super) async fn delete(
     let scope = change_scope(&caller)?;
     let orphan = state
         .store(move |store| {
-            if let Some(user) = crate::images::kernel::named_by(store, id)? {
-                return Err(store::StoreError::Conflict(format!(
-                    "image {id} is the kernel or initrd of image {user} (its kernel_id or \
-                     ramdisk_id): delete that image or change its property first"
-                ))
-                .into());
-            }
             // The workloads the Compute API made for servers of this image go with it, where
             // no instance uses them (those that one uses keep the image: 409).
             for workload in store.workloads(Scope::All)? {
