@@ -38,6 +38,10 @@ impl Engine {
         self.require_connected()?;
         // The image must be there for the tenant (and the workload of its size: the store checks).
         let plan = self.plan(Scope::Tenant(current.tenant), rebuild.workload)?;
+        // A kernel it names that is not there for the tenant: refused before the disk goes.
+        if let Err(why) = &plan.kernel {
+            return Err(ClusterError::Invalid(why.clone()));
+        }
         let (instance, was) = self
             .transition(scope, id, |i| {
                 if !rebuild_allowed(&i.state) || i.node != Some(node) {

@@ -162,7 +162,11 @@ impl Engine {
         restart: bool,
     ) -> Result<Instance, ClusterError> {
         let boot = rules::boot_volume(self.store.as_ref(), &instance)?;
-        if let Err(why) = &plan.kernel {
+        // A restart boots the domain its node kept, kernel and all: only a new one needs the
+        // kernel its image names now.
+        if let Err(why) = &plan.kernel
+            && !restart
+        {
             return self.undispatched(instance, why);
         }
         if let Some(host) = self.off_host_target(instance.id)? {

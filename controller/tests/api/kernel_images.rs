@@ -185,3 +185,60 @@ async fn kernel_images_boot_with_their_initrd_and_disks_boot_the_kernel_they_nam
     assert!(message(&body).contains("control character"), "{body}");
     r.stop().await;
 }
+
+/// `POST /servers/{id}/action` with `action`: the status and the body.
+async fn act(r: &EngineRig, token: &str, server: Uuid, action: Value) -> (StatusCode, Value) {
+    let path = format!("/compute/v2.1/servers/{server}/action");
+    r.client()
+        .call(axum::http::Method::POST, &path, token, Some(action))
+        .await
+}
+
+#[tokio::test]
+async fn a_kernel_that_is_gone_stops_new_boots_not_a_restart_nor_a_rebuilds_disk() {
+    let r = EngineRig::start().await;
+    let a = r.token(&r.a).await;
+    let store = r.store.as_ref();
+    let kernel = uploaded(store, Some(r.a.id), "vmlinuz", ImageKind::Kernel, 14 << 20);
+    let initrd = uploaded(store, Some(r.a.id), "initrd", ImageKind::Ramdisk, 1 << 20);
+    let disk = uploaded(store, Some(r.a.id), "root", ImageKind::Qcow2, 16 << 20);
+    set_props(&r, &a, disk.id, &[("kernel_id", kernel.id.to_string())]).await;
+    let (status, body) = boot(&r, &a, disk.id).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let server = id_of(&body, "server");
+    r.stats(crate::engine_rig::NODE_A, &[(server, &[])]);
+    r.stats(crate::engine_rig::NODE_B, &[(server, &[])]);
+    r.out.take();
+
+    // A rebuild to an image that cannot boot is refused before the server's disk goes.
+    let (status, body) = act(&r, &a, server, json!({"rebuild": {"imageRef": initrd.id}})).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(message(&body).contains("is an initrd"), "{body}");
+    assert!(r.out.take().is_empty(), "nothing sent to the node");
+
+    // Stopped, its kernel deleted (as Glance lets it): a start boots the domain its node kept.
+    let (status, body) = act(&r, &a, server, json!({"os-stop": null})).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    r.frame(ssntp::Payload::InstanceStopped(
+        ssntp::payload::InstanceEvent {
+            instance_uuid: server,
+        },
+    ));
+    r.out.take();
+    let path = format!("/image/v2/images/{}", kernel.id);
+    let (status, body) = r
+        .client()
+        .call(axum::http::Method::DELETE, &path, &a, None)
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
+    let (status, body) = act(&r, &a, server, json!({"os-start": null})).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let start = last_start(&r);
+    assert_eq!((start.instance_uuid, start.restart), (server, true));
+    assert_eq!(start.kernel, None);
+    // A new server of the disk is refused: its kernel is gone.
+    let (status, body) = boot(&r, &a, disk.id).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(message(&body).contains("could not be found"), "{body}");
+    r.stop().await;
+}
