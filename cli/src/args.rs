@@ -352,7 +352,7 @@ pub enum ImageCmd {
         /// Its name.
         #[arg(long)]
         name: String,
-        /// qcow2, raw or iso.
+        /// qcow2, raw, iso, kernel or ramdisk.
         #[arg(long, default_value = "raw")]
         kind: String,
         /// Where the agents find it (their image store's name for it).

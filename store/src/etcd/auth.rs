@@ -222,6 +222,7 @@ mod tests {
             "/c/keypair/u/k1",
             "/c/volume/t/v",
             "/c/volid/v",
+            "/c/volquota/t",
         ] {
             assert!(!covered(other), "{other}");
         }

@@ -94,10 +94,12 @@ pub async fn create_image(
         .store(move |store| {
             let instance = store.instance(scope, id)?;
             let workload = store.workload(scope, instance.workload)?;
-            Ok(store
-                .image(scope, workload.image)
-                .map(|image| crate::images::kernel::snapshot_properties(&image))
-                .unwrap_or_default())
+            // An image the project no longer sees leaves nothing to keep.
+            match store.image(scope, workload.image) {
+                Ok(image) => Ok(crate::images::kernel::snapshot_properties(&image)),
+                Err(store::StoreError::NotFound { .. }) => Ok(Default::default()),
+                Err(e) => Err(e.into()),
+            }
         })
         .await?;
     let mut properties = kernel_props;
