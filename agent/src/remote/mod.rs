@@ -291,5 +291,8 @@ pub fn spec_of(op: &Operation) -> Result<InstanceSpec, String> {
     if start.instance_uuid != op.instance {
         return Err("the operation's START is for another instance".into());
     }
+    if let Some(Err(e)) = start.kernel.as_ref().map(|k| k.check()) {
+        return Err(format!("the operation's START: kernel: {e}"));
+    }
     Ok(crate::wire::spec_from_start(&start))
 }
