@@ -13,6 +13,7 @@ mod conventions;
 mod docs;
 mod engine_rig;
 mod etcd;
+mod flavors;
 mod hypervisors;
 mod identity;
 mod image_members;
