@@ -116,6 +116,56 @@ impl Up {
         common::openstack_ok(&self.openstack, &self.env, args);
     }
 
+    /// Uploads `file` as a private image `name` of `format` (its container format Glance's for
+    /// it: `aki`/`ari`, else `bare`), with `extra` flags; once active, its id and SHA-512.
+    fn upload(&self, file: &str, format: &str, name: &str, extra: &[&str]) -> (String, String) {
+        let container = if matches!(format, "aki" | "ari") {
+            format
+        } else {
+            "bare"
+        };
+        let mut args = vec![
+            "image",
+            "create",
+            "--disk-format",
+            format,
+            "--container-format",
+            container,
+            "--private",
+            "--file",
+            file,
+        ];
+        args.extend_from_slice(extra);
+        args.push(name);
+        let id = self.json(&args)["id"].as_str().unwrap().to_string();
+        let shown = self.json(&["image", "show", &id]);
+        assert_eq!(shown["status"], "active", "{shown}");
+        // (The CLI shows the hash among the properties.)
+        let props = &shown["properties"];
+        assert_eq!(props["os_hash_algo"], "sha512", "{shown}");
+        let hash = props["os_hash_value"].as_str().unwrap().to_string();
+        (id, hash)
+    }
+
+    /// Deletes `images` once no server uses them (a deleted server's record goes once its node
+    /// has removed it, after the API stops showing it: until then its image is in use), then
+    /// checks they are gone.
+    fn delete_images(&self, images: &[&str]) {
+        for image in images {
+            testkit::poll_for(Duration::from_secs(60), || {
+                let out = self.openstack(&["image", "delete", image]);
+                match out.status.success() {
+                    true => Ok(()),
+                    false => Err(format!("image delete {image}: {}", text(&out))),
+                }
+            });
+        }
+        for image in images {
+            let out = self.openstack(&["image", "show", image]);
+            assert!(!out.status.success(), "deleted: {}", text(&out));
+        }
+    }
+
     fn json(&self, args: &[&str]) -> Value {
         common::openstack_json(&self.openstack, &self.env, args)
     }

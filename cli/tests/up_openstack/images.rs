@@ -12,25 +12,7 @@ fn the_openstack_cli_uploads_an_image_that_the_node_fetches_once_and_boots() {
     };
 
     let disk = disk.to_str().unwrap();
-    let image = up.json(&[
-        "image",
-        "create",
-        "--disk-format",
-        "qcow2",
-        "--container-format",
-        "bare",
-        "--private",
-        "--file",
-        disk,
-        "tiny-disk",
-    ]);
-    let image_id = image["id"].as_str().unwrap().to_string();
-    let shown = up.json(&["image", "show", &image_id]);
-    assert_eq!(shown["status"], "active", "{shown}");
-    // (The CLI shows the hash among the properties.)
-    let props = &shown["properties"];
-    assert_eq!(props["os_hash_algo"], "sha512", "{shown}");
-    let hash = props["os_hash_value"].as_str().unwrap().to_string();
+    let (image_id, hash) = up.upload(disk, "qcow2", "tiny-disk", &[]);
     // The node's image cache holds nothing yet.
     let cache = up.dir.join("agent/images/sha512");
     assert!(!cache.join(&hash).exists(), "not fetched before a START");
@@ -121,30 +103,7 @@ fn the_openstack_cli_uploads_an_image_that_the_node_fetches_once_and_boots() {
     for id in &booted {
         up.ok(&["server", "delete", "--wait", id]);
     }
-    // A server's record goes once its node has removed it (after the API stops showing it):
-    // until then its image is in use.
-    for image in [&image_id, &snap_id] {
-        testkit::poll_for(Duration::from_secs(60), || {
-            let out = up.openstack(&["image", "delete", image]);
-            match out.status.success() {
-                true => Ok(()),
-                false => Err(format!("image delete {image}: {}", text(&out))),
-            }
-        });
-    }
-    for image in [&image_id, &snap_id] {
-        let out = up.openstack(&["image", "show", image]);
-        assert!(!out.status.success(), "deleted: {}", text(&out));
-    }
-}
-
-/// The SHA-512 the Image API shows for `image`.
-fn hash_of(up: &Up, image: &str) -> String {
-    let shown = up.json(&["image", "show", image]);
-    shown["properties"]["os_hash_value"]
-        .as_str()
-        .unwrap_or_else(|| panic!("no hash: {shown}"))
-        .to_string()
+    up.delete_images(&[&image_id, &snap_id]);
 }
 
 #[test]
@@ -158,37 +117,15 @@ fn the_openstack_cli_boots_a_kernel_image_with_its_initrd_and_a_snapshot_boots_t
     // The tiny guest's kernel and initrd, uploaded as Glance's kernel (aki) and ramdisk (ari)
     // images; the kernel names its initrd.
     let file = |name: &str| guest.join(name).display().to_string();
-    let initrd = up.json(&[
-        "image",
-        "create",
-        "--disk-format",
-        "ari",
-        "--container-format",
-        "ari",
-        "--file",
-        &file("initrd"),
-        "tiny-initrd",
-    ])["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let kernel = up.json(&[
-        "image",
-        "create",
-        "--disk-format",
-        "aki",
-        "--container-format",
-        "aki",
-        "--property",
-        &format!("ramdisk_id={initrd}"),
-        "--file",
+    let (initrd, initrd_hash) = up.upload(&file("initrd"), "ari", "tiny-initrd", &[]);
+    let ramdisk = format!("ramdisk_id={initrd}");
+    let (kernel, kernel_hash) = up.upload(
         &file("kernel"),
+        "aki",
         "tiny-kernel",
-    ])["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let hashes = [hash_of(&up, &kernel), hash_of(&up, &initrd)];
+        &["--property", &ramdisk],
+    );
+    let hashes = [kernel_hash, initrd_hash];
 
     // The kernel image boots with its initrd (which carries the node's seed: the guest names
     // itself from it) and a blank data disk, on which the guest counts its first boot.
@@ -252,13 +189,5 @@ fn the_openstack_cli_boots_a_kernel_image_with_its_initrd_and_a_snapshot_boots_t
     for id in [&first, &second] {
         up.ok(&["server", "delete", "--wait", id]);
     }
-    for image in [&snap, &kernel, &initrd] {
-        testkit::poll_for(Duration::from_secs(60), || {
-            let out = up.openstack(&["image", "delete", image]);
-            match out.status.success() {
-                true => Ok(()),
-                false => Err(format!("image delete {image}: {}", text(&out))),
-            }
-        });
-    }
+    up.delete_images(&[&snap, &kernel, &initrd]);
 }

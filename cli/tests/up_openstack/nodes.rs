@@ -199,24 +199,7 @@ fn an_uploaded_image_boots_on_a_second_node_that_fetches_it_and_snapshots_there(
         return;
     };
     let disk = disk.to_str().unwrap();
-    let image = up.json(&[
-        "image",
-        "create",
-        "--disk-format",
-        "qcow2",
-        "--container-format",
-        "bare",
-        "--private",
-        "--file",
-        disk,
-        "tiny-disk",
-    ]);
-    let image_id = image["id"].as_str().unwrap().to_string();
-    let shown = up.json(&["image", "show", &image_id]);
-    let hash = shown["properties"]["os_hash_value"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let (image_id, hash) = up.upload(disk, "qcow2", "tiny-disk", &[]);
     const UP: &str = "CUMULO-GUEST-UP 00000000-0000-4000-8000-00000000d15c";
     const BOOT_1: &str = "CUMULO-DISK-WROTE 00000000-0000-4000-8000-00000000d15c 1";
     const BOOT_2: &str = "CUMULO-DISK-WROTE 00000000-0000-4000-8000-00000000d15c 2";
@@ -381,10 +364,7 @@ fn an_uploaded_image_boots_on_a_second_node_that_fetches_it_and_snapshots_there(
         });
         up.wait_record_gone(id);
     }
-    for image in [&image_id, &snap_id] {
-        let out = up.openstack(&["image", "delete", image]);
-        assert!(out.status.success(), "image delete: {}", text(&out));
-    }
+    up.delete_images(&[&image_id, &snap_id]);
     node_b.stop();
     let out = Command::new("virsh")
         .args(["-c", "qemu:///system", "list", "--all", "--name"])
