@@ -33,6 +33,8 @@ pub struct Launch {
     /// empty: the tenant's `default` group. Set before the instances' STARTs go, so that each
     /// carries its port's firewall.
     pub groups: Vec<Uuid>,
+    /// The user metadata every instance of the launch gets ([`store::Instance::check_metadata`]).
+    pub metadata: store::Metadata,
 }
 
 impl Launch {

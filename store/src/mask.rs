@@ -164,6 +164,8 @@ impl FieldMask {
             workload: None,
             resize: false,
             previous_workload: None,
+            metadata: None,
+            locked_by: None,
         }
     }
 }

@@ -373,8 +373,77 @@ pub struct Instance {
     /// The key pair it was created with: a copy, kept when the key pair is deleted (as Nova
     /// keeps `key_data`).
     pub key: Option<InstanceKey>,
+    /// Its user metadata (Nova's server metadata): at most [`Instance::MAX_METADATA`] items,
+    /// each key 1 to [`Instance::MAX_METADATA_TEXT`] bytes, each value at most that.
+    pub metadata: Metadata,
+    /// Who locked it, if it is locked.
+    pub locked_by: Option<LockedBy>,
     /// Compare-and-swap counter.
     pub version: u64,
+}
+
+/// An instance's user metadata, by key.
+pub type Metadata = std::collections::BTreeMap<String, String>;
+
+impl Instance {
+    /// Most metadata items an instance holds (Nova's `metadata_items` quota).
+    pub const MAX_METADATA: usize = 128;
+    /// Longest metadata key or value, in bytes.
+    pub const MAX_METADATA_TEXT: usize = 255;
+
+    /// Whether `metadata` fits an instance: `Invalid` says what does not.
+    pub fn check_metadata(metadata: &Metadata) -> Result<(), crate::StoreError> {
+        if metadata.len() > Instance::MAX_METADATA {
+            return Err(crate::StoreError::Invalid(format!(
+                "an instance holds at most {} metadata items",
+                Instance::MAX_METADATA
+            )));
+        }
+        for (key, value) in metadata {
+            if key.is_empty() || key.len() > Instance::MAX_METADATA_TEXT {
+                return Err(crate::StoreError::Invalid(format!(
+                    "a metadata key must be 1 to {} bytes",
+                    Instance::MAX_METADATA_TEXT
+                )));
+            }
+            if value.len() > Instance::MAX_METADATA_TEXT {
+                return Err(crate::StoreError::Invalid(format!(
+                    "a metadata value must be at most {} bytes",
+                    Instance::MAX_METADATA_TEXT
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Who locked an instance (Nova's `locked_by`). A locked instance refuses the actions of its
+/// project's members; an admin's lock is lifted by an admin only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockedBy {
+    /// A member of its project.
+    Owner,
+    /// An admin.
+    Admin,
+}
+
+impl LockedBy {
+    /// Its name as stored and as Nova shows it (`owner`, `admin`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LockedBy::Owner => "owner",
+            LockedBy::Admin => "admin",
+        }
+    }
+
+    /// The value [`LockedBy::as_str`] names.
+    pub fn from_name(name: &str) -> Option<LockedBy> {
+        match name {
+            "owner" => Some(LockedBy::Owner),
+            "admin" => Some(LockedBy::Admin),
+            _ => None,
+        }
+    }
 }
 
 /// The SSH key an instance was created with: its key pair's name and public key, as they were
@@ -399,6 +468,8 @@ pub struct NewInstance {
     /// The SSH key to put in it, if any (its public key at most
     /// [`Keypair::MAX_PUBLIC_KEY`] bytes).
     pub key: Option<InstanceKey>,
+    /// Its user metadata ([`Instance::check_metadata`]).
+    pub metadata: Metadata,
 }
 
 /// A change to an instance; `None` fields are left alone.
@@ -424,6 +495,10 @@ pub struct InstanceChange {
     pub resize: bool,
     /// New previous workload (`Some(None)` clears it): what a resize revert goes back to.
     pub previous_workload: Option<Option<Uuid>>,
+    /// New metadata, replacing the whole ([`Instance::check_metadata`]).
+    pub metadata: Option<Metadata>,
+    /// New lock (`Some(None)` unlocks).
+    pub locked_by: Option<Option<LockedBy>>,
 }
 
 impl InstanceChange {

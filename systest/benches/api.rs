@@ -253,6 +253,7 @@ fn main() {
                 workload: workload.id,
                 name: format!("filler-{i}"),
                 key: None,
+                metadata: Default::default(),
             })
             .unwrap();
         store

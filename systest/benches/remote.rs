@@ -150,6 +150,7 @@ fn launch(engine: &Engine, tenant: Uuid, workload: Uuid, count: u32) {
                 count,
                 key: None,
                 groups: Vec::new(),
+                metadata: store::Metadata::new(),
             },
             &controller::cluster::Caller::default(),
         )

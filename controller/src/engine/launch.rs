@@ -57,6 +57,7 @@ impl Engine {
             workload: launch.workload,
             name: launch.name.clone(),
             key: launch.key.clone(),
+            metadata: launch.metadata.clone(),
         })?;
         if !launch.groups.is_empty()
             && let Err(e) = self

@@ -142,6 +142,7 @@ impl World {
                     count,
                     key: None,
                     groups: Vec::new(),
+                    metadata: store::Metadata::new(),
                 },
                 &Caller::default(),
             )

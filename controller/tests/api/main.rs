@@ -25,6 +25,8 @@ mod native;
 mod network;
 mod openstack;
 mod quotas;
+mod server_meta;
+mod server_meta_cli;
 mod server_update;
 mod support;
 mod tls;

@@ -79,6 +79,7 @@ pub fn create(store: &impl Store, seed: &Seed, n: usize) {
             workload: seed.workload,
             name: format!("vm{n}"),
             key: None,
+            metadata: Default::default(),
         })
         .unwrap();
 }

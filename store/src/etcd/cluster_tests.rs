@@ -111,6 +111,7 @@ fn three_members_over_peer_tls_serve_the_store_through_the_loss_of_its_leader() 
                 workload: workload.id,
                 name,
                 key: None,
+                metadata: Default::default(),
             })
             .unwrap()
             .id

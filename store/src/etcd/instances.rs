@@ -16,6 +16,7 @@ impl InstanceStore for EtcdStore {
     fn create_instance(&self, new: NewInstance) -> Result<Instance> {
         check_name("instance", &new.name)?;
         check_instance_key(&new.key)?;
+        Instance::check_metadata(&new.metadata)?;
         let id = Uuid::new_v4();
         self.atomically("creating an instance", |tx| {
             let keys = tx.keys();
@@ -74,6 +75,8 @@ impl InstanceStore for EtcdStore {
                 fault: None,
                 previous_workload: None,
                 key: new.key.as_ref().map(KeyRec::from),
+                metadata: new.metadata.clone(),
+                locked_by: None,
             };
             tx.put(&keys.instance(id), &rec)?;
             tx.put_text(&keys.order(t.id, seq), &id.to_string());
@@ -463,6 +466,13 @@ pub(super) fn update_in(
         }
         if let Some(previous) = change.previous_workload {
             i.previous_workload = previous;
+        }
+        if let Some(metadata) = &change.metadata {
+            Instance::check_metadata(metadata)?;
+            i.metadata = metadata.clone();
+        }
+        if let Some(locked_by) = change.locked_by {
+            i.locked_by = locked_by.map(|l| l.as_str().to_string());
         }
         i.version += 1;
         i.updated_ms = millis(now());

@@ -49,6 +49,7 @@ mod cluster_tests;
 mod events;
 mod identity;
 mod image_members;
+mod instance_recs;
 mod instances;
 mod keypairs;
 mod keys;

@@ -145,6 +145,7 @@ fn two_clients_on_one_etcd_share_the_quota() {
         workload: workload.id,
         name: format!("vm{n}"),
         key: None,
+        metadata: Default::default(),
     };
     let made: Vec<Instance> = std::thread::scope(|s| {
         let handles: Vec<_> = [&first, &second, &first, &second, &first, &second]
@@ -200,6 +201,7 @@ fn a_stale_version_from_one_client_is_refused_after_another_updated() {
             workload: workload.id,
             name: "vm".into(),
             key: None,
+            metadata: Default::default(),
         })
         .unwrap();
     let seen_by_a = a.instance(Scope::All, i.id).unwrap();
@@ -392,6 +394,7 @@ fn admin_pages_follow_creation_order_across_tenants() {
                     workload: wa.id,
                     name: format!("vm{n}"),
                     key: None,
+                    metadata: Default::default(),
                 })
                 .unwrap()
                 .id,
@@ -481,6 +484,7 @@ fn child_creates_instances() {
             workload,
             name: format!("child-{}-{n}", std::process::id()),
             key: None,
+            metadata: Default::default(),
         }) {
             Ok(_) => created += 1,
             Err(StoreError::QuotaExceeded { .. }) => {}
@@ -556,6 +560,7 @@ fn three_processes_share_one_quota() {
                     workload: workload.id,
                     name: format!("parent-{n}"),
                     key: None,
+                    metadata: Default::default(),
                 })
                 .is_ok()
         })
@@ -608,6 +613,7 @@ fn listing_by_node_follows_moves_and_deletes() {
                 workload: w.id,
                 name: format!("vm{n}"),
                 key: None,
+                metadata: Default::default(),
             })
             .unwrap();
         let node = if n % 3 == 2 { b } else { a };

@@ -68,9 +68,9 @@ impl InstanceStore for SqliteStore {
 const INSTANCE_COLS: &str = "i.id, i.tenant_id, i.workload_id, i.name, i.vcpus, i.memory_mb, \
      i.node, i.state, i.reason, s.base, s.prefix, i.ip, i.cnci, i.created, i.updated, i.version, \
      i.fault_reason, i.fault_message, i.fault_created, i.previous_workload_id, i.key_name, \
-     i.key_data";
+     i.key_data, i.metadata, i.locked_by";
 /// How many columns [`INSTANCE_COLS`] reads (a query may read more after them).
-const INSTANCE_NCOLS: usize = 22;
+const INSTANCE_NCOLS: usize = 24;
 const INSTANCE_FROM: &str = "instances i JOIN subnets s ON s.id = i.subnet_id";
 
 fn state_text(state: &InstanceState) -> (&'static str, Option<&str>) {
@@ -102,6 +102,17 @@ fn instance_row(row: &Row<'_>) -> rusqlite::Result<Instance> {
         name,
         public_key: key_data.unwrap_or_default(),
     });
+    let metadata: String = row.get(22)?;
+    let metadata: Metadata =
+        serde_json::from_str(&metadata).map_err(|e| bad_column(22, e.to_string()))?;
+    let locked_by: Option<String> = row.get(23)?;
+    let locked_by = match locked_by {
+        None => None,
+        Some(name) => Some(
+            LockedBy::from_name(&name)
+                .ok_or_else(|| bad_column(23, format!("unknown locker {name:?}")))?,
+        ),
+    };
     Ok(Instance {
         id: uuid_at(row, 0)?,
         tenant: uuid_at(row, 1)?,
@@ -121,6 +132,8 @@ fn instance_row(row: &Row<'_>) -> rusqlite::Result<Instance> {
         version: u64_at(row, 15)?,
         previous_workload: opt_uuid_at(row, 19)?,
         key,
+        metadata,
+        locked_by,
     })
 }
 
@@ -175,6 +188,7 @@ fn subnet_with_room(tx: &Transaction<'_>, t: &Tenant) -> Result<(Uuid, u32, u8)>
 pub(super) fn create(tx: &Transaction<'_>, new: NewInstance) -> Result<Instance> {
     check_name("instance", &new.name)?;
     check_instance_key(&new.key)?;
+    Instance::check_metadata(&new.metadata)?;
     let t = tenant(tx, new.tenant)?;
     let w = workload(tx, Scope::Tenant(t.id), new.workload)?;
     let flavor = flavor(tx, w.flavor)?;
@@ -212,12 +226,15 @@ pub(super) fn create(tx: &Transaction<'_>, new: NewInstance) -> Result<Instance>
         version: 1,
         previous_workload: None,
         key: new.key,
+        metadata: new.metadata,
+        locked_by: None,
     };
     tx.prepare_cached(
         "INSERT INTO instances (id, tenant_id, workload_id, name, vcpus, memory_mb, node, state,
-             reason, subnet_id, ip, cnci, created, updated, version, key_name, key_data)
+             reason, subnet_id, ip, cnci, created, updated, version, key_name, key_data,
+             metadata)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, NULL, 'pending', NULL, ?7, ?8, NULL, ?9, ?9, 1, ?10,
-             ?11)",
+             ?11, ?12)",
     )?
     .execute(params![
         instance.id.to_string(),
@@ -230,7 +247,8 @@ pub(super) fn create(tx: &Transaction<'_>, new: NewInstance) -> Result<Instance>
         ip,
         millis(at),
         instance.key.as_ref().map(|k| k.name.as_str()),
-        instance.key.as_ref().map(|k| k.public_key.as_str())
+        instance.key.as_ref().map(|k| k.public_key.as_str()),
+        metadata_text(&instance.metadata)?,
     ])?;
     tx.execute(
         "UPDATE subnets SET used = used + 1 WHERE id = ?1",
@@ -362,6 +380,13 @@ pub(super) fn update(
     if let Some(previous) = change.previous_workload {
         i.previous_workload = previous;
     }
+    if let Some(metadata) = change.metadata {
+        Instance::check_metadata(&metadata)?;
+        i.metadata = metadata;
+    }
+    if let Some(locked_by) = change.locked_by {
+        i.locked_by = locked_by;
+    }
     i.version += 1;
     i.updated = now();
     let (state, reason) = state_text(&i.state);
@@ -370,7 +395,7 @@ pub(super) fn update(
         "UPDATE instances SET name = ?2, state = ?3, reason = ?4, node = ?5, cnci = ?6,
              updated = ?7, version = ?8, fault_reason = ?9, fault_message = ?10,
              fault_created = ?11, workload_id = ?12, vcpus = ?13, memory_mb = ?14,
-             previous_workload_id = ?15 WHERE id = ?1",
+             previous_workload_id = ?15, metadata = ?16, locked_by = ?17 WHERE id = ?1",
     )?
     .execute(params![
         id.to_string(),
@@ -388,12 +413,19 @@ pub(super) fn update(
         i.vcpus,
         int(i.memory_mb)?,
         i.previous_workload.map(|w| w.to_string()),
+        metadata_text(&i.metadata)?,
+        i.locked_by.map(LockedBy::as_str),
     ])?;
     // What was written: times in milliseconds, as a read gives them back.
     if let Some(f) = &mut i.fault {
         f.created = from_millis(millis(f.created));
     }
     Ok(i)
+}
+
+/// An instance's metadata as its column holds it.
+fn metadata_text(metadata: &Metadata) -> Result<String> {
+    serde_json::to_string(metadata).map_err(|e| StoreError::Backend(e.to_string()))
 }
 
 /// Frees a subnet left with neither instances nor a CNCI.

@@ -474,6 +474,7 @@ mod tests {
             workload: workload.id,
             name: "vm".into(),
             key: None,
+            metadata: Default::default(),
         };
         let made: usize = std::thread::scope(|s| {
             let handles: Vec<_> = [&first, &second, &first, &second]

@@ -314,6 +314,12 @@ CREATE TABLE volume_quotas (
     gigabytes INTEGER
 );
 "#,
+    // 17: a server's user metadata (a JSON object of strings) and who locked it (`owner`,
+    // `admin`, NULL when unlocked).
+    r#"
+ALTER TABLE instances ADD COLUMN metadata TEXT NOT NULL DEFAULT '{}';
+ALTER TABLE instances ADD COLUMN locked_by TEXT;
+"#,
 ];
 
 /// The newest schema version this code knows.

@@ -621,3 +621,93 @@ pub(crate) fn a_resize_changes_the_size_within_the_quota<F: Fixture>() {
         .unwrap();
     assert_eq!(cleared.previous_workload, None);
 }
+
+pub(crate) fn metadata_and_lock_are_kept_and_bounded<F: Fixture>() {
+    let fx = F::new();
+    let store = fx.open();
+    let (t, w) = tenant_and_workload(&store, "acme", Quota::default(), 24);
+    let scope = Scope::Tenant(t.id);
+    let mut new = new_instance(&t, &w, "vm-1");
+    new.metadata = Metadata::from([("role".to_string(), "web".to_string())]);
+    let i = store.create_instance(new.clone()).unwrap();
+    assert_eq!(i.metadata, new.metadata);
+    assert_eq!(i.locked_by, None);
+    assert_eq!(store.instance(scope, i.id).unwrap(), i);
+
+    // Too many items, an empty key, a long value: refused, nothing kept.
+    let mut many = new.clone();
+    many.metadata = (0..=Instance::MAX_METADATA)
+        .map(|n| (format!("k{n}"), String::new()))
+        .collect();
+    assert!(matches!(
+        store.create_instance(many),
+        Err(StoreError::Invalid(_))
+    ));
+    for bad in [
+        Metadata::from([(String::new(), "v".to_string())]),
+        Metadata::from([("k".to_string(), "v".repeat(256))]),
+        Metadata::from([("k".repeat(256), "v".to_string())]),
+    ] {
+        let change = InstanceChange {
+            metadata: Some(bad),
+            ..InstanceChange::default()
+        };
+        assert!(matches!(
+            store.update_instance(scope, i.id, i.version, change),
+            Err(StoreError::Invalid(_))
+        ));
+    }
+    assert_eq!(store.instance(scope, i.id).unwrap(), i);
+
+    // The whole metadata is replaced; the lock is set and lifted; both survive a reopen.
+    let full: Metadata = (0..Instance::MAX_METADATA)
+        .map(|n| (format!("k{n}"), "v".repeat(Instance::MAX_METADATA_TEXT)))
+        .collect();
+    let changed = store
+        .update_instance(
+            scope,
+            i.id,
+            i.version,
+            InstanceChange {
+                metadata: Some(full.clone()),
+                locked_by: Some(Some(LockedBy::Admin)),
+                ..InstanceChange::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(changed.metadata, full);
+    assert_eq!(changed.locked_by, Some(LockedBy::Admin));
+    // A change that names neither keeps both.
+    let renamed = store
+        .update_instance(
+            scope,
+            i.id,
+            changed.version,
+            InstanceChange {
+                name: Some("vm-2".into()),
+                ..InstanceChange::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(
+        (&renamed.metadata, renamed.locked_by),
+        (&full, Some(LockedBy::Admin))
+    );
+    drop(store);
+    let store = fx.open();
+    assert_eq!(store.instance(scope, i.id).unwrap(), renamed);
+    let unlocked = store
+        .update_instance(
+            scope,
+            i.id,
+            renamed.version,
+            InstanceChange {
+                metadata: Some(Metadata::new()),
+                locked_by: Some(None),
+                ..InstanceChange::default()
+            },
+        )
+        .unwrap();
+    assert_eq!((unlocked.metadata.len(), unlocked.locked_by), (0, None));
+    assert_eq!(store.instance(scope, i.id).unwrap(), unlocked);
+}

@@ -198,6 +198,7 @@ pub(crate) fn launch(
                 count,
                 key: None,
                 groups: Vec::new(),
+                metadata: store::Metadata::new(),
             },
             &Caller::default(),
         )

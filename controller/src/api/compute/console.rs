@@ -57,7 +57,7 @@ pub async fn output(
     args: &Value,
 ) -> Result<Response, ApiError> {
     let lines = parse_length(args)?;
-    let scope = caller.project_scope(false)?;
+    let scope = caller.project_scope(true)?;
     let output = state
         .cluster(move |_, cluster| Ok(cluster.console(scope, id, lines)?))
         .await?;

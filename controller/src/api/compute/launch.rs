@@ -19,9 +19,8 @@
 //! as its root disk (`/dev/vda`, `in-use`) and boots from it
 //! ([`Cluster::launch_from_volume`](crate::cluster::Cluster::launch_from_volume)).
 //!
-//! Deletes (and actions) act in the token's project only, admins included (unlike Nova, where an
-//! admin may act on any project's server): another project's servers are changed through the
-//! native API.
+//! Deletes (and actions) act in the token's project, or on any project's server for admins (as
+//! Nova's); a locked server is not deleted but by an admin (409, [`super::lock`]).
 
 use axum::Json;
 use axum::extract::State;
@@ -73,6 +72,14 @@ struct ServerCreate {
     block_device_mapping_v2: Option<Value>,
     #[serde(default)]
     block_device_mapping: Option<Value>,
+    #[serde(default)]
+    metadata: Option<Value>,
+    #[serde(default)]
+    networks: Option<Value>,
+    #[serde(rename = "accessIPv4", default)]
+    access_ipv4: Option<Value>,
+    #[serde(rename = "accessIPv6", default)]
+    access_ipv6: Option<Value>,
 }
 
 /// The id in a reference that may be a bare id or a URL ending in one.
@@ -132,6 +139,10 @@ struct Plan {
     key_name: Option<String>,
     /// The security groups asked for, by name or id (none: `default`).
     security_groups: Vec<String>,
+    /// The servers' metadata.
+    metadata: store::Metadata,
+    /// The networks named (none, or the project's one).
+    networks: Vec<Uuid>,
 }
 
 fn plan(server: ServerCreate) -> Result<Plan, ApiError> {
@@ -194,6 +205,15 @@ fn plan(server: ServerCreate) -> Result<Plan, ApiError> {
             )));
         }
     };
+    let metadata = match &server.metadata {
+        None | Some(Value::Null) => store::Metadata::new(),
+        Some(value) => super::server_metadata::parse(value)?,
+    };
+    let networks = super::create_checks::parse_networks(server.networks.as_ref())?;
+    super::create_checks::check_access_ips(
+        server.access_ipv4.as_ref(),
+        server.access_ipv6.as_ref(),
+    )?;
     if matches!(root, Root::Volume { .. }) && max > 1 {
         return Err(ApiError::BadRequest(
             "Cannot attach one or more volumes to multiple instances".into(),
@@ -208,6 +228,8 @@ fn plan(server: ServerCreate) -> Result<Plan, ApiError> {
         max,
         key_name,
         security_groups,
+        metadata,
+        networks,
     })
 }
 
@@ -455,6 +477,7 @@ pub async fn create(
                 .map(|name| instance_key(store, user, name))
                 .transpose()?;
             let groups = security_groups(store, tenant, &plan.security_groups)?;
+            super::create_checks::check_networks(store, tenant, &plan.networks)?;
             let room = headroom(store, tenant, flavor.vcpus, flavor.memory_mb)?;
             if room < u64::from(plan.min) {
                 return Err(ApiError::OverLimit(format!(
@@ -486,6 +509,7 @@ pub async fn create(
                 count,
                 key,
                 groups: ids,
+                metadata: plan.metadata,
             };
             let instances = match boot {
                 None => cluster.launch(Scope::Tenant(tenant), launch, &by)?,
@@ -521,10 +545,13 @@ pub async fn delete(
     PathParams(id): PathParams<String>,
 ) -> Result<StatusCode, ApiError> {
     let id = path_id("server", &id)?;
-    let scope = caller.project_scope(false)?;
-    let by = caller.who();
+    let scope = caller.project_scope(true)?;
+    let (by, admin) = (caller.who(), caller.is_admin());
     state
-        .cluster(move |_, cluster| Ok(cluster.delete(scope, id, &by)?))
+        .cluster(move |store, cluster| {
+            super::lock::unlocked(store, scope, id, admin)?;
+            Ok(cluster.delete(scope, id, &by)?)
+        })
         .await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -559,6 +586,10 @@ mod tests {
             json!({"name": "a", "flavorRef": f.to_string(), "imageRef": i.to_string(), "min_count": 3, "max_count": 2}),
             json!({"name": "a", "flavorRef": 5, "imageRef": i.to_string()}),
             json!({"name": "a", "flavorRef": f.to_string(), "imageRef": i.to_string(), "key_name": 5}),
+            json!({"name": "a", "flavorRef": f.to_string(), "imageRef": i.to_string(), "metadata": {"k": 1}}),
+            json!({"name": "a", "flavorRef": f.to_string(), "imageRef": i.to_string(), "metadata": "k"}),
+            json!({"name": "a", "flavorRef": f.to_string(), "imageRef": i.to_string(), "networks": "none"}),
+            json!({"name": "a", "flavorRef": f.to_string(), "imageRef": i.to_string(), "accessIPv4": "1.2"}),
         ] {
             assert_eq!(
                 server(bad.clone()).err().map(|e| e.status().as_u16()),

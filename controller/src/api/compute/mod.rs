@@ -9,22 +9,29 @@
 
 mod actions;
 mod bdm;
+mod change;
 mod console;
+mod create_checks;
 mod flavors;
 mod hypervisors;
 mod keypairs;
 mod launch;
+mod lock;
 mod quotas;
 mod rebuild;
 mod resize;
 mod server_action;
+mod server_metadata;
+mod server_query;
 mod server_update;
 mod servers;
 mod snapshot;
 mod sshkey;
+mod status;
 mod volume_attachments;
 
 pub(crate) use launch::{headroom, is_implicit};
+pub(crate) use lock::unlocked;
 pub(crate) use rebuild::target_workload as rebuild_target;
 pub(crate) use resize::target_workload as resize_target;
 
@@ -109,6 +116,18 @@ pub fn routes() -> Router<ApiState> {
         .route(
             "/compute/v2.1/servers/{id}/os-volume_attachments/{volume}",
             get(volume_attachments::show).delete(volume_attachments::detach),
+        )
+        .route(
+            "/compute/v2.1/servers/{id}/metadata",
+            get(server_metadata::list)
+                .post(server_metadata::merge)
+                .put(server_metadata::replace),
+        )
+        .route(
+            "/compute/v2.1/servers/{id}/metadata/{key}",
+            get(server_metadata::show)
+                .put(server_metadata::set)
+                .delete(server_metadata::delete),
         )
         .route("/compute/v2.1/servers/{id}/ips", get(server_update::ips))
         .route(

@@ -1,8 +1,13 @@
 //! `POST /servers/{id}/action`: stop, start, reboot, pause/unpause, suspend/resume, rebuild,
-//! resize with its confirm and revert (202; 204 for a confirmed resize), `createImage` (202,
-//! [`super::snapshot`]) and `os-getConsoleOutput` (200, [`super::console`]).
+//! resize with its confirm and revert (202; 204 for a confirmed resize), `lock` and `unlock`
+//! ([`super::lock`]), `os-resetState` (admins), `forceDelete` (a delete: servers are not
+//! soft-deleted here), `createImage` (202, [`super::snapshot`]) and `os-getConsoleOutput` (200,
+//! [`super::console`]).
 //!
-//! Actions act in the token's project only, admins included (see [`super::launch`]).
+//! The server is looked up before the body is read (404 for a server the caller cannot see,
+//! whatever the action). Admins act on any project's server; others on their project's. A
+//! locked server refuses every action but `lock`, `unlock`, `createImage` and
+//! `os-getConsoleOutput` to non-admins (409).
 
 use axum::Json;
 use axum::extract::State;
@@ -14,7 +19,7 @@ use uuid::Uuid;
 use crate::api::extract::{JsonBody, PathParams, path_id};
 use crate::api::{ApiError, ApiState, Principal};
 use crate::cluster::{InstanceAction, Rebuild, ResizeStep};
-use store::Scope;
+use store::{InstanceChange, InstanceState, Scope};
 
 /// The server actions implemented.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,6 +32,24 @@ enum Action {
     Resize(Uuid),
     /// `confirmResize` or `revertResize`.
     Resized(ResizeStep),
+    /// `lock` (true) or `unlock` (false).
+    Lock(bool),
+    /// `os-resetState` to `active` or `error` (admins).
+    ResetState(InstanceState),
+    /// `forceDelete`.
+    ForceDelete,
+}
+
+/// The state `os-resetState` asks for: `active` or `error`, as Nova's schema allows.
+fn reset_state(value: &Value) -> Result<InstanceState, ApiError> {
+    match value.get("state").and_then(Value::as_str) {
+        Some("active") => Ok(InstanceState::Active),
+        Some("error") => Ok(InstanceState::Error("state reset by an admin".into())),
+        _ => Err(ApiError::BadRequest(format!(
+            "Invalid input for field/attribute state. Value: {}. It is not one of ['active', 'error']",
+            value.get("state").unwrap_or(&Value::Null)
+        ))),
+    }
 }
 
 fn parse_action(body: &Value) -> Result<Action, ApiError> {
@@ -45,6 +68,10 @@ fn parse_action(body: &Value) -> Result<Action, ApiError> {
             "resize" => return super::resize::parse(value).map(Action::Resize),
             "confirmResize" => return Ok(Action::Resized(ResizeStep::Confirm)),
             "revertResize" => return Ok(Action::Resized(ResizeStep::Revert)),
+            "lock" => return Ok(Action::Lock(true)),
+            "unlock" => return Ok(Action::Lock(false)),
+            "os-resetState" => return reset_state(value).map(Action::ResetState),
+            "forceDelete" => return Ok(Action::ForceDelete),
             "reboot" => {
                 let kind = value.get("type").and_then(Value::as_str);
                 return match kind {
@@ -64,7 +91,7 @@ fn parse_action(body: &Value) -> Result<Action, ApiError> {
     }
     let names: Vec<&String> = object.keys().collect();
     Err(ApiError::BadRequest(format!(
-        "no supported action in {names:?}: os-stop, os-start, reboot, rebuild, resize, confirmResize, revertResize, pause, unpause, suspend, resume, createImage and os-getConsoleOutput are"
+        "no supported action in {names:?}: os-stop, os-start, reboot, rebuild, resize, confirmResize, revertResize, pause, unpause, suspend, resume, lock, unlock, os-resetState, forceDelete, createImage and os-getConsoleOutput are"
     )))
 }
 
@@ -77,19 +104,43 @@ pub async fn action(
     JsonBody(body): JsonBody<Value>,
 ) -> Result<Response, ApiError> {
     let id = path_id("server", &id)?;
+    // 404 for a server the caller cannot see, whatever the body.
+    super::servers::lookup(&state, &caller, id).await?;
     if let Some(args) = body.get("os-getConsoleOutput") {
         return super::console::output(state, caller, id, args).await;
     }
     if let Some(args) = body.get("createImage") {
         return super::snapshot::create_image(state, caller, id, args).await;
     }
-    let scope = caller.project_scope(false)?;
+    let scope = caller.project_scope(true)?;
     let action = parse_action(&body)?;
+    match action {
+        Action::Lock(lock) => {
+            let caller = caller.clone();
+            state
+                .store(move |store| super::lock::set(store, &caller, scope, id, lock))
+                .await?;
+            return Ok(StatusCode::ACCEPTED.into_response());
+        }
+        Action::ResetState(to) => {
+            caller.require_admin()?;
+            state.store(move |store| reset(store, id, to)).await?;
+            return Ok(StatusCode::ACCEPTED.into_response());
+        }
+        _ => {}
+    }
     let by = caller.who();
+    let admin = caller.is_admin();
     let confirm = action == Action::Resized(ResizeStep::Confirm);
     let rebuilt = state
         .cluster(move |store, cluster| {
+            super::lock::unlocked(store, scope, id, admin)?;
             match action {
+                Action::Lock(_) | Action::ResetState(_) => return Ok(None),
+                Action::ForceDelete => {
+                    cluster.delete(scope, id, &by)?;
+                    return Ok(None);
+                }
                 Action::Stop => cluster.stop(scope, id, &by)?,
                 Action::Start => cluster.start(scope, id, &by)?,
                 Action::Node(action) => cluster.act(scope, id, action, &by)?,
@@ -143,6 +194,19 @@ pub async fn action(
     })
 }
 
+/// `os-resetState`: the record's state becomes `to` (its fault cleared), whatever its node says;
+/// the node's next report of it sets it again, as for any state.
+fn reset(store: &dyn store::Store, id: Uuid, to: InstanceState) -> Result<(), ApiError> {
+    super::change::retried(store, Scope::All, id, "its state", |_| {
+        Ok(InstanceChange {
+            state: Some(to.clone()),
+            fault: Some(None),
+            ..InstanceChange::default()
+        })
+    })?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -170,10 +234,28 @@ mod tests {
         ] {
             assert_eq!(parse_action(&body).unwrap(), Action::Node(action), "{body}");
         }
+        assert_eq!(
+            parse_action(&json!({"lock": null})).unwrap(),
+            Action::Lock(true)
+        );
+        assert_eq!(
+            parse_action(&json!({"unlock": null})).unwrap(),
+            Action::Lock(false)
+        );
+        assert_eq!(
+            parse_action(&json!({"forceDelete": null})).unwrap(),
+            Action::ForceDelete
+        );
+        assert_eq!(
+            parse_action(&json!({"os-resetState": {"state": "active"}})).unwrap(),
+            Action::ResetState(InstanceState::Active)
+        );
         for bad in [
             json!([]),
             json!({"shelve": null}),
             json!({"reboot": {}}),
+            json!({"os-resetState": {"state": "deleted"}}),
+            json!({"os-resetState": null}),
             json!({}),
         ] {
             assert!(parse_action(&bad).is_err(), "{bad}");

@@ -14,12 +14,10 @@ use uuid::Uuid;
 use super::servers::{lookup, shown};
 use crate::api::extract::{JsonBody, PathParams, path_id};
 use crate::api::{ApiError, ApiState, Principal};
-use store::{InstanceChange, StoreError};
+use store::InstanceChange;
 
 /// The longest server name Nova takes.
 pub const MAX_NAME: usize = 255;
-/// Retries of a rename that lost a race with another change of the record.
-const RETRIES: usize = 8;
 
 /// The new name a `PUT /servers/{id}` body asks for, if any.
 pub fn requested_name(body: &Value) -> Result<Option<String>, ApiError> {
@@ -83,21 +81,12 @@ pub async fn update(
     if let Some(name) = name {
         state
             .store(move |store| {
-                for _ in 0..RETRIES {
-                    let current = store.instance(scope, id)?;
-                    let change = InstanceChange {
+                super::change::retried(store, scope, id, "its name", |_| {
+                    Ok(InstanceChange {
                         name: Some(name.clone()),
                         ..InstanceChange::default()
-                    };
-                    match store.update_instance(scope, id, current.version, change) {
-                        Ok(_) => return Ok(()),
-                        Err(StoreError::Conflict(_)) => continue,
-                        Err(e) => return Err(e.into()),
-                    }
-                }
-                Err(ApiError::Conflict(format!(
-                    "server {id} kept changing: its name was not set"
-                )))
+                    })
+                })
             })
             .await?;
     }

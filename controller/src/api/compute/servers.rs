@@ -4,9 +4,10 @@
 //! exited → SHUTOFF, deleted and hung → DELETED, missing → UNKNOWN, rebuilding → REBUILD (task
 //! `rebuilding`), resized → VERIFY_RESIZE, error → ERROR with a
 //! `fault` (`code` 500, `message`: the cause, `created`; `details`, the failure's code, for
-//! admins). Listings leave out instances being deleted, as Nova does. The `name` filter
-//! matches a substring (Nova: a regular expression); `status` an exact status; admins may add
-//! `all_tenants`. `user_id` is empty: the store does not record who created an instance.
+//! admins). Listings leave out instances being deleted, as Nova does; their filters, sorting
+//! and paging are [`super::server_query`]'s. `metadata` is the server's own
+//! ([`super::server_metadata`]). `user_id` is empty: the store does not record who created an
+//! instance.
 //! `os-extended-volumes:volumes_attached` lists the server's volumes (`id`,
 //! `delete_on_termination`); a server booted from a volume shows `image` `""`, as Nova's.
 
@@ -14,33 +15,17 @@ use std::collections::HashMap;
 
 use axum::Json;
 use axum::extract::State;
-use serde::Deserialize;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
+use super::server_query::{self, ServerQuery};
 use super::{BASE, flavors};
 use crate::api::clock::rfc3339;
 use crate::api::extract::{PathParams, QueryParams, path_id};
 use crate::api::{ApiError, ApiState, Principal};
-use store::{Instance, InstanceFilter, InstanceState, Page, Scope, Workload};
+use store::{Instance, Page, Scope, Workload};
 
-/// Nova's status, vm_state, task_state and power_state of an instance state.
-pub fn nova_state(state: &InstanceState) -> (&'static str, &'static str, Option<&'static str>, u8) {
-    match state {
-        InstanceState::Pending => ("BUILD", "building", Some("spawning"), 0),
-        InstanceState::Active => ("ACTIVE", "active", None, 1),
-        InstanceState::Stopping => ("ACTIVE", "active", Some("powering-off"), 1),
-        InstanceState::Exited => ("SHUTOFF", "stopped", None, 4),
-        InstanceState::Deleted => ("DELETED", "deleted", Some("deleting"), 0),
-        InstanceState::Hung => ("DELETED", "deleted", None, 0),
-        InstanceState::Missing => ("UNKNOWN", "error", None, 0),
-        InstanceState::Error(_) => ("ERROR", "error", None, 0),
-        InstanceState::Paused => ("PAUSED", "paused", None, 3),
-        InstanceState::Suspended => ("SUSPENDED", "suspended", None, 7),
-        InstanceState::Rebuilding => ("REBUILD", "active", Some("rebuilding"), 0),
-        InstanceState::Resized => ("VERIFY_RESIZE", "resized", None, 4),
-    }
-}
+pub use super::status::nova_state;
 
 fn image_reference(base: &str, id: Uuid) -> Value {
     json!({"id": id.to_string(), "links": [
@@ -190,7 +175,7 @@ pub fn detailed(
         "status": status,
         "tenant_id": instance.tenant,
         "user_id": "",
-        "metadata": {},
+        "metadata": instance.metadata,
         "hostId": host_id(instance.tenant, instance.node),
         "image": image,
         "flavor": flavor,
@@ -238,31 +223,6 @@ fn summary(base: &str, instance: &Instance) -> Value {
     json!({"id": instance.id, "name": instance.name, "links": links(base, instance.id)})
 }
 
-/// The query of a server listing.
-#[derive(Debug, Default, Deserialize, serde::Serialize)]
-pub struct ServerQuery {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    name: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    status: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    all_tenants: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    limit: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    marker: Option<String>,
-}
-
-fn truthy(flag: &Option<String>) -> bool {
-    match flag.as_deref() {
-        None => false,
-        Some(v) => !matches!(
-            v.to_ascii_lowercase().as_str(),
-            "0" | "false" | "f" | "no" | "off"
-        ),
-    }
-}
-
 struct Listing {
     instances: Vec<Instance>,
     workloads: HashMap<Uuid, Workload>,
@@ -284,45 +244,60 @@ async fn listing(
     caller: &Principal,
     query: &ServerQuery,
 ) -> Result<Listing, ApiError> {
-    let scope = caller.project_scope(truthy(&query.all_tenants))?;
-    let limit = match query.limit.as_deref() {
-        None => Page::MAX_LIMIT,
-        Some(text) => text
-            .parse::<u32>()
-            .map_err(|_| ApiError::BadRequest("limit must be a whole number".into()))?
-            .clamp(1, Page::MAX_LIMIT),
-    };
-    let marker = match query.marker.as_deref() {
-        None => None,
-        Some(text) => Some(
-            Uuid::parse_str(text)
-                .map_err(|_| ApiError::BadRequest(format!("marker [{text}] not found")))?,
-        ),
-    };
-    let (name, status) = (query.name.clone(), query.status.clone());
+    let asked = server_query::Listing::new(caller, query)?;
+    if asked.limit == 0 {
+        return Ok(Listing {
+            instances: Vec::new(),
+            workloads: HashMap::new(),
+            next: None,
+        });
+    }
     state
         .store(move |store| {
-            let page = store.instances(scope, InstanceFilter::default(), Page { marker, limit })?;
-            let workloads = store
+            let scope = asked.scope;
+            let workloads: HashMap<Uuid, Workload> = store
                 .workloads(scope)?
                 .into_iter()
                 .map(|w| (w.id, w))
                 .collect();
-            let instances = page
-                .items
-                .into_iter()
-                .filter(|i| i.state != InstanceState::Deleted)
-                .filter(|i| name.as_ref().is_none_or(|n| i.name.contains(n.as_str())))
-                .filter(|i| {
-                    status
-                        .as_ref()
-                        .is_none_or(|s| s.eq_ignore_ascii_case(nova_state(&i.state).0))
-                })
-                .collect();
+            let keeps = |i: &Instance| asked.keeps(i, workloads.get(&i.workload));
+            let (instances, next) = if asked.scans() {
+                // The scope's servers whole, filtered, sorted, then paged.
+                let mut all = Vec::new();
+                let mut marker = None;
+                loop {
+                    let page = Page {
+                        marker,
+                        limit: Page::MAX_LIMIT,
+                    };
+                    let read = store.instances(scope, asked.filter, page)?;
+                    all.extend(read.items.into_iter().filter(|i| keeps(i)));
+                    if all.len() > server_query::MAX_SCAN {
+                        return Err(ApiError::BadRequest(format!(
+                            "over {} servers match: narrow the listing (tenant_id, host)",
+                            server_query::MAX_SCAN
+                        )));
+                    }
+                    match read.next {
+                        Some(next) => marker = Some(next),
+                        None => break,
+                    }
+                }
+                asked.sort(&mut all);
+                asked.page(all)?
+            } else {
+                let page = Page {
+                    marker: asked.marker,
+                    limit: asked.limit,
+                };
+                let read = store.instances(scope, asked.filter, page)?;
+                let kept = read.items.into_iter().filter(|i| keeps(i)).collect();
+                (kept, read.next)
+            };
             Ok(Listing {
                 instances,
                 workloads,
-                next: page.next,
+                next,
             })
         })
         .await
@@ -330,19 +305,9 @@ async fn listing(
 
 fn next_link(base: &str, path: &str, query: &ServerQuery, next: Option<Uuid>) -> Option<Value> {
     let next = next?;
-    let mut pairs: Vec<(&str, String)> = Vec::new();
-    for (key, value) in [
-        ("name", &query.name),
-        ("status", &query.status),
-        ("all_tenants", &query.all_tenants),
-        ("limit", &query.limit),
-    ] {
-        if let Some(v) = value {
-            pairs.push((key, v.clone()));
-        }
-    }
-    pairs.push(("marker", next.to_string()));
-    let encoded = serde_urlencoded::to_string(&pairs).ok()?;
+    let mut query = query.clone();
+    query.marker = Some(next.to_string());
+    let encoded = serde_urlencoded::to_string(&query).ok()?;
     Some(json!([{"rel": "next", "href": format!("{base}{BASE}{path}?{encoded}")}]))
 }
 

@@ -223,9 +223,10 @@ pub async fn attach(
     let server = path_id("server", &id)?;
     let scope = caller.project_scope(false)?;
     let request = parse_attach(body)?;
-    let by = caller.who();
+    let (by, admin) = (caller.who(), caller.is_admin());
     let attached = state
-        .cluster(move |_, cluster| {
+        .cluster(move |store, cluster| {
+            super::lock::unlocked(store, scope, server, admin)?;
             cluster
                 .attach_volume(scope, server, request.volume, request.device, &by)
                 .map_err(|e| match e {
@@ -249,9 +250,12 @@ pub async fn detach(
     let server = path_id("server", &id)?;
     let volume = volume_id(&volume)?;
     let scope = caller.project_scope(false)?;
-    let by = caller.who();
+    let (by, admin) = (caller.who(), caller.is_admin());
     state
-        .cluster(move |_, cluster| Ok(cluster.detach_volume(scope, server, volume, &by)?))
+        .cluster(move |store, cluster| {
+            super::lock::unlocked(store, scope, server, admin)?;
+            Ok(cluster.detach_volume(scope, server, volume, &by)?)
+        })
         .await?;
     Ok(StatusCode::ACCEPTED)
 }

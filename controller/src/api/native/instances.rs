@@ -12,7 +12,7 @@ use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
 use super::views;
-use crate::api::compute::headroom;
+use crate::api::compute::{headroom, unlocked};
 use crate::api::extract::{JsonBody, PathParams, QueryParams, path_id, present};
 use crate::api::{ApiError, ApiState, Principal};
 use crate::cluster::{CONSOLE_MAX_LINES, InstanceAction, Launch, Rebuild, ResizeStep};
@@ -234,6 +234,7 @@ pub async fn create(
                 count,
                 key: None,
                 groups: Vec::new(),
+                metadata: store::Metadata::new(),
             };
             Ok(cluster.launch(Scope::Tenant(tenant), launch, &by)?)
         })
@@ -260,9 +261,13 @@ pub async fn delete(
 ) -> Result<StatusCode, ApiError> {
     let id = path_id("instance", &id)?;
     let scope = caller.scope()?;
+    let admin = caller.is_admin();
     let by = caller.who();
     state
-        .cluster(move |_, cluster| Ok(cluster.delete(scope, id, &by)?))
+        .cluster(move |store, cluster| {
+            unlocked(store, scope, id, admin)?;
+            Ok(cluster.delete(scope, id, &by)?)
+        })
         .await?;
     Ok(StatusCode::ACCEPTED)
 }
@@ -283,9 +288,11 @@ async fn act(
 ) -> Result<Response, ApiError> {
     let id = path_id("instance", &id)?;
     let scope = caller.scope()?;
+    let admin = caller.is_admin();
     let by = caller.who();
     let instance = state
-        .cluster(move |_, cluster| {
+        .cluster(move |store, cluster| {
+            unlocked(store, scope, id, admin)?;
             Ok(match action {
                 Action::Stop => cluster.stop(scope, id, &by)?,
                 Action::Start => cluster.start(scope, id, &by)?,
@@ -370,6 +377,7 @@ pub async fn rebuild(
 ) -> Result<Response, ApiError> {
     let id = path_id("instance", &id)?;
     let scope = caller.scope()?;
+    let admin = caller.is_admin();
     let by = caller.who();
     if body
         .user_data
@@ -382,7 +390,7 @@ pub async fn rebuild(
     }
     let instance = state
         .cluster(move |store, cluster| {
-            let current = store.instance(scope, id)?;
+            let current = unlocked(store, scope, id, admin)?;
             let workload =
                 crate::api::compute::rebuild_target(store, &current, body.image, body.user_data)?;
             let rebuild = Rebuild {
@@ -423,10 +431,11 @@ pub async fn resize(
 ) -> Result<Response, ApiError> {
     let id = path_id("instance", &id)?;
     let scope = caller.scope()?;
+    let admin = caller.is_admin();
     let by = caller.who();
     let instance = state
         .cluster(move |store, cluster| {
-            let current = store.instance(scope, id)?;
+            let current = unlocked(store, scope, id, admin)?;
             let workload = crate::api::compute::resize_target(store, &current, body.flavor)?;
             Ok(cluster.resize(scope, id, ResizeStep::To(workload), &by)?)
         })
@@ -442,9 +451,13 @@ async fn resized(
 ) -> Result<Response, ApiError> {
     let id = path_id("instance", &id)?;
     let scope = caller.scope()?;
+    let admin = caller.is_admin();
     let by = caller.who();
     let instance = state
-        .cluster(move |_, cluster| Ok(cluster.resize(scope, id, step, &by)?))
+        .cluster(move |store, cluster| {
+            unlocked(store, scope, id, admin)?;
+            Ok(cluster.resize(scope, id, step, &by)?)
+        })
         .await?;
     Ok((StatusCode::ACCEPTED, Json(views::instance(&instance))).into_response())
 }

@@ -17,7 +17,7 @@
 //! `limit`/`marker` (with a `next` link).
 
 mod floatingips;
-mod networks;
+pub(crate) mod networks;
 mod ports;
 mod quotas;
 mod secgroups;

@@ -201,6 +201,7 @@ impl FakeCluster {
             workload: launch.workload,
             name: launch.name.clone(),
             key: launch.key.clone(),
+            metadata: launch.metadata.clone(),
         })?;
         if !launch.groups.is_empty() {
             self.store

@@ -39,6 +39,7 @@ fn a_launch_records_a_create_per_instance_and_how_each_start_went() {
                 count: 2,
                 key: None,
                 groups: Vec::new(),
+                metadata: store::Metadata::new(),
             },
             &by,
         )

@@ -19,6 +19,7 @@ fn launch_booted(w: &World, delete_on_termination: bool) -> (Instance, Volume) {
                 count: 1,
                 key: None,
                 groups: Vec::new(),
+                metadata: store::Metadata::new(),
             },
             BootVolume::Image {
                 size_gb: 2,

@@ -39,6 +39,7 @@ impl World {
                     count: 1,
                     key: None,
                     groups: Vec::new(),
+                    metadata: store::Metadata::new(),
                 },
                 &Caller::default(),
             )

@@ -16,6 +16,7 @@ fn nothing_is_created_while_the_scheduler_is_unreachable() {
             count: 1,
             key: None,
             groups: Vec::new(),
+            metadata: store::Metadata::new(),
         },
         &Caller::default(),
     );
@@ -43,6 +44,7 @@ fn a_launch_beyond_what_the_nodes_could_hold_writes_nothing() {
                 count,
                 key: None,
                 groups: Vec::new(),
+                metadata: store::Metadata::new(),
             },
             &Caller::default(),
         )
@@ -107,6 +109,7 @@ fn another_tenant_sees_nothing() {
             count: 1,
             key: None,
             groups: Vec::new(),
+            metadata: store::Metadata::new(),
         },
         &Caller::default(),
     );
@@ -135,6 +138,7 @@ fn a_launch_past_the_quota_keeps_what_fitted() {
             count: 3,
             key: None,
             groups: Vec::new(),
+            metadata: store::Metadata::new(),
         },
         &Caller::default(),
     );
@@ -158,6 +162,7 @@ fn bad_launches_are_refused() {
                 count,
                 key: None,
                 groups: Vec::new(),
+                metadata: store::Metadata::new(),
             },
             &Caller::default(),
         );
@@ -224,6 +229,7 @@ fn a_launch_with_a_key_puts_it_in_the_start() {
                 count: 2,
                 key: Some(key.clone()),
                 groups: Vec::new(),
+                metadata: store::Metadata::new(),
             },
             &Caller::default(),
         )

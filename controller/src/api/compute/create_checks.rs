@@ -1,0 +1,189 @@
+//! What a server create says of its networks and access addresses, checked as Nova checks them
+//! (400 for what cannot be honoured, never dropped in silence).
+//!
+//! - `networks`: absent, `"auto"`, or a list naming the project's network (the Networking API's
+//!   `private-<cidr>`, by `uuid`): every server here has one port, on its project's tenant
+//!   network, so a list must name that network, once. `"none"`, a `port`, a `fixed_ip`, another
+//!   project's or an unknown network, the external network `public`, or two networks are 400s
+//!   (Nova's "Network X could not be found." for an unknown one).
+//! - `accessIPv4` / `accessIPv6`: an address that is not one is Nova's schema 400; a well-formed
+//!   one is a 400 too, as in `PUT /servers/{id}`: access addresses are not kept here.
+
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::api::ApiError;
+use crate::api::network::networks::EXTERNAL_NETWORK;
+use store::{InstanceStore, Scope};
+
+/// The networks a create names (`uuid`s), checked for their shape; empty: none named.
+pub fn parse_networks(networks: Option<&Value>) -> Result<Vec<Uuid>, ApiError> {
+    let bad = |why: String| {
+        ApiError::BadRequest(format!("Invalid input for field/attribute networks. {why}"))
+    };
+    let list = match networks {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::String(s)) if s == "auto" => return Ok(Vec::new()),
+        Some(Value::String(s)) if s == "none" => {
+            return Err(bad(
+                "'none': every server here has a port on its project's network".into(),
+            ));
+        }
+        Some(Value::Array(list)) => list,
+        Some(other) => {
+            return Err(bad(format!(
+                "Value: {other}. It is not a list, 'auto' or 'none'"
+            )));
+        }
+    };
+    let mut ids = Vec::new();
+    for network in list {
+        let object = network
+            .as_object()
+            .ok_or_else(|| bad(format!("Value: {network}. Each network is an object")))?;
+        for key in object.keys() {
+            match key.as_str() {
+                "uuid" => {}
+                "port" | "fixed_ip" | "tag" => {
+                    return Err(bad(format!(
+                        "'{key}' is not served: a server's port is made with it, on its project's network"
+                    )));
+                }
+                other => {
+                    return Err(bad(format!(
+                        "Additional properties are not allowed ('{other}' was unexpected)"
+                    )));
+                }
+            }
+        }
+        let text = object.get("uuid").and_then(Value::as_str).ok_or_else(|| {
+            bad(format!(
+                "Value: {network}. Each network needs a 'uuid' string"
+            ))
+        })?;
+        let id = Uuid::parse_str(text).map_err(|_| {
+            ApiError::BadRequest(format!(
+                "Bad networks format: network uuid is not in proper format ({text})"
+            ))
+        })?;
+        if !ids.contains(&id) {
+            ids.push(id);
+        }
+    }
+    if ids.len() > 1 {
+        return Err(bad("a server here has one port: name one network".into()));
+    }
+    Ok(ids)
+}
+
+/// Refuses networks that are not the project's own (Nova's 400 "Network X could not be
+/// found.").
+pub fn check_networks(
+    store: &dyn InstanceStore,
+    tenant: Uuid,
+    named: &[Uuid],
+) -> Result<(), ApiError> {
+    if named.is_empty() {
+        return Ok(());
+    }
+    let own = store.subnets(Scope::Tenant(tenant))?;
+    for id in named {
+        if *id == EXTERNAL_NETWORK {
+            return Err(ApiError::BadRequest(format!(
+                "Network {id} is the external network: servers get its addresses as floating IPs"
+            )));
+        }
+        if !own.iter().any(|s| s.id == *id) {
+            return Err(ApiError::BadRequest(format!(
+                "Network {id} could not be found."
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Refuses access addresses: a malformed one as Nova's schema does, a good one because they are
+/// not kept.
+pub fn check_access_ips(v4: Option<&Value>, v6: Option<&Value>) -> Result<(), ApiError> {
+    for (field, value, v4) in [("accessIPv4", v4, true), ("accessIPv6", v6, false)] {
+        let text = match value {
+            None | Some(Value::Null) => continue,
+            Some(Value::String(s)) if s.is_empty() => continue,
+            Some(Value::String(s)) => s,
+            Some(other) => {
+                return Err(ApiError::BadRequest(format!(
+                    "Invalid input for field/attribute {field}. Value: {other}. {other} is not of type 'string'"
+                )));
+            }
+        };
+        let well_formed = if v4 {
+            text.parse::<Ipv4Addr>().is_ok()
+        } else {
+            text.parse::<Ipv6Addr>().is_ok()
+        };
+        if !well_formed {
+            let kind = if v4 { "ipv4" } else { "ipv6" };
+            return Err(ApiError::BadRequest(format!(
+                "Invalid input for field/attribute {field}. Value: {text}. '{text}' is not a '{kind}'"
+            )));
+        }
+        return Err(ApiError::BadRequest(format!(
+            "{field}: access addresses are not kept by this server"
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn networks_and_access_addresses_are_checked() {
+        let id = Uuid::new_v4();
+        assert_eq!(parse_networks(None).unwrap(), Vec::<Uuid>::new());
+        assert_eq!(
+            parse_networks(Some(&json!("auto"))).unwrap(),
+            Vec::<Uuid>::new()
+        );
+        assert_eq!(
+            parse_networks(Some(
+                &json!([{"uuid": id.to_string()}, {"uuid": id.to_string()}])
+            ))
+            .unwrap(),
+            vec![id]
+        );
+        for bad in [
+            json!("none"),
+            json!(5),
+            json!([5]),
+            json!([{"port": id.to_string()}]),
+            json!([{"uuid": id.to_string(), "fixed_ip": "10.0.0.5"}]),
+            json!([{"uuid": "net"}]),
+            json!([{"uuid": id.to_string()}, {"uuid": Uuid::new_v4().to_string()}]),
+        ] {
+            assert_eq!(
+                parse_networks(Some(&bad)).unwrap_err().status().as_u16(),
+                400,
+                "{bad}"
+            );
+        }
+        assert!(check_access_ips(Some(&json!("")), None).is_ok());
+        for (v4, v6) in [
+            (Some(json!("1.2.3")), None),
+            (Some(json!("1.2.3.4")), None),
+            (None, Some(json!("1.2.3.4"))),
+            (None, Some(json!("fe80::1"))),
+            (Some(json!(5)), None),
+        ] {
+            assert!(
+                check_access_ips(v4.as_ref(), v6.as_ref()).is_err(),
+                "{v4:?} {v6:?}"
+            );
+        }
+    }
+}

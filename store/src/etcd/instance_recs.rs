@@ -1,0 +1,142 @@
+//! The JSON records of instances kept in etcd (`instance/<id>`), and their conversions to and
+//! from the store's model types. Records are the schema: see [`super::records`].
+
+use std::net::Ipv4Addr;
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::common::{from_millis, millis};
+use crate::net;
+use crate::*;
+
+/// An instance.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct InstanceRec {
+    pub(super) id: Uuid,
+    pub(super) tenant: Uuid,
+    pub(super) workload: Uuid,
+    pub(super) name: String,
+    pub(super) vcpus: u32,
+    pub(super) memory_mb: u64,
+    pub(super) node: Option<Uuid>,
+    pub(super) state: String,
+    pub(super) reason: Option<String>,
+    pub(super) subnet: Uuid,
+    pub(super) base: u32,
+    pub(super) prefix: u8,
+    pub(super) ip: u32,
+    pub(super) cnci: Option<Uuid>,
+    pub(super) created_ms: i64,
+    pub(super) updated_ms: i64,
+    pub(super) version: u64,
+    /// Its place in the tenant's creation order.
+    pub(super) seq: u64,
+    /// Why it is in error (added with issue 18: absent in older records).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) fault: Option<FaultRec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) previous_workload: Option<Uuid>,
+    /// The key pair it was made with (added with issue 22: absent in older records).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) key: Option<KeyRec>,
+    /// Its user metadata (added with issue 24: absent in older records and when empty).
+    #[serde(default, skip_serializing_if = "Metadata::is_empty")]
+    pub(super) metadata: Metadata,
+    /// Who locked it: `owner` or `admin` (added with issue 24).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) locked_by: Option<String>,
+}
+
+/// An instance's key: its key pair's name and a copy of its public key.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct KeyRec {
+    name: String,
+    public_key: String,
+}
+
+impl From<&InstanceKey> for KeyRec {
+    fn from(k: &InstanceKey) -> KeyRec {
+        KeyRec {
+            name: k.name.clone(),
+            public_key: k.public_key.clone(),
+        }
+    }
+}
+
+/// An instance's fault.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct FaultRec {
+    reason: String,
+    message: String,
+    created_ms: i64,
+}
+
+impl From<&Fault> for FaultRec {
+    fn from(f: &Fault) -> FaultRec {
+        FaultRec {
+            reason: f.reason.clone(),
+            message: f.message.clone(),
+            created_ms: millis(f.created),
+        }
+    }
+}
+
+impl FaultRec {
+    pub(super) fn model(&self) -> Fault {
+        Fault {
+            reason: self.reason.clone(),
+            message: self.message.clone(),
+            created: from_millis(self.created_ms),
+        }
+    }
+}
+
+/// An instance state as text and reason.
+pub(super) fn state_text(state: &InstanceState) -> (&'static str, Option<String>) {
+    let (name, reason) = state.text();
+    (name, reason.map(str::to_string))
+}
+
+impl InstanceRec {
+    pub(super) fn model(&self) -> Result<Instance> {
+        let state =
+            InstanceState::from_name(&self.state, self.reason.clone()).ok_or_else(|| {
+                StoreError::Backend(format!(
+                    "instance {}: unknown state {:?}",
+                    self.id, self.state
+                ))
+            })?;
+        let ip = Ipv4Addr::from(self.ip);
+        Ok(Instance {
+            id: self.id,
+            tenant: self.tenant,
+            workload: self.workload,
+            name: self.name.clone(),
+            vcpus: self.vcpus,
+            memory_mb: self.memory_mb,
+            node: self.node,
+            state,
+            subnet: net::cidr(self.base, self.prefix),
+            ip,
+            mac: net::mac_for(ip),
+            cnci: self.cnci,
+            fault: self.fault.as_ref().map(FaultRec::model),
+            created: from_millis(self.created_ms),
+            updated: from_millis(self.updated_ms),
+            version: self.version,
+            previous_workload: self.previous_workload,
+            key: self.key.as_ref().map(|k| InstanceKey {
+                name: k.name.clone(),
+                public_key: k.public_key.clone(),
+            }),
+            metadata: self.metadata.clone(),
+            locked_by: match &self.locked_by {
+                None => None,
+                Some(name) => Some(LockedBy::from_name(name).ok_or_else(|| {
+                    StoreError::Backend(format!("instance {}: unknown locker {name:?}", self.id))
+                })?),
+            },
+        })
+    }
+}
