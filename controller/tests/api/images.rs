@@ -1,7 +1,7 @@
 //! Images through the Image API: create (queued), upload (streamed, hashed), download,
 //! `PATCH`, tags, delete, schemas; another project sees none of it; a queued image does not
 //! boot; an upload over the size cap leaves the image queued; so does one cut halfway, with
-//! nothing kept and no staging file left.
+//! nothing kept and no staging file left; the `os_hidden` filter lists no image as hidden.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -482,5 +482,44 @@ async fn an_upload_cut_halfway_leaves_the_image_queued_and_nothing_stored() {
         .await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(got.as_str().map(str::as_bytes), Some(&data[..]));
+    w.stop().await;
+}
+
+/// Glance's `os_hidden` filter: no image is hidden here, so `true` (any case, as openstacksdk's
+/// `find_image` sends `True`) lists none, `false` lists as without it, anything else is a 400.
+#[tokio::test]
+async fn the_os_hidden_filter_lists_no_image_as_hidden() {
+    let w = World::start().await;
+    let a = w.token_a().await;
+    let c = w.client();
+    let names = |body: &Value| -> Vec<String> {
+        body["images"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    for (query, want) in [
+        ("", vec!["cirros"]),
+        ("?os_hidden=false", vec!["cirros"]),
+        ("?os_hidden=true", vec![]),
+        ("?os_hidden=True&name=cirros", vec![]),
+    ] {
+        let path = format!("/image/v2/images{query}");
+        let (status, _, body) = c.send(Method::GET, &path, Some(&a), None).await;
+        assert_eq!(status, StatusCode::OK, "{query}: {body}");
+        assert_eq!(names(&body), want, "{query}");
+    }
+    let (status, _, body) = c
+        .send(
+            Method::GET,
+            "/image/v2/images?os_hidden=maybe",
+            Some(&a),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(body.to_string().contains("os_hidden"), "{body}");
     w.stop().await;
 }

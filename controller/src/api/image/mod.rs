@@ -151,6 +151,8 @@ struct ImageQuery {
     #[serde(default)]
     member_status: Option<String>,
     #[serde(default)]
+    os_hidden: Option<String>,
+    #[serde(default)]
     limit: Option<String>,
     #[serde(default)]
     marker: Option<String>,
@@ -164,10 +166,23 @@ fn id_matches(filter: &str, id: &str) -> bool {
     }
 }
 
+/// Glance's `os_hidden` filter (Image API 2.7): `true` lists only hidden images, `false` (the
+/// default) the others; any case, anything else is a 400, as Glance answers.
+fn hidden_filter(text: Option<&str>) -> Result<bool, ApiError> {
+    match text.map(str::to_ascii_lowercase).as_deref() {
+        None | Some("false") => Ok(false),
+        Some("true") => Ok(true),
+        Some(other) => Err(ApiError::BadRequest(format!(
+            "Invalid value '{other}' for 'os_hidden' filter. Valid values are 'true' or 'false'."
+        ))),
+    }
+}
+
 /// `GET /v2/images`: filters `id` (one, or `in:a,b`), `name` (exact), `visibility` (`public`,
-/// `private`, `shared`, `community`, `all`; others' community images only when asked) and
+/// `private`, `shared`, `community`, `all`; others' community images only when asked),
 /// `member_status` (of the shared images listed: `accepted` when not said, `pending`,
-/// `rejected`, `all`); pages by `limit` and `marker`.
+/// `rejected`, `all`) and `os_hidden` (no image is hidden here: `true` lists none); pages by
+/// `limit` and `marker`.
 async fn list(
     State(state): State<ApiState>,
     caller: Principal,
@@ -185,6 +200,7 @@ async fn list(
     };
     let visibility = members::VisibilityFilter::parse(query.visibility.as_deref())?;
     let member_status = members::member_status_filter(query.member_status.as_deref())?;
+    let hidden = hidden_filter(query.os_hidden.as_deref())?;
     let (images, memberships) = state
         .store(move |store| {
             let images = store.images(scope)?;
@@ -193,6 +209,8 @@ async fn list(
         .await?;
     let images: Vec<Image> = images
         .into_iter()
+        // No image is hidden (a create or patch that hides one is refused).
+        .filter(|_| !hidden)
         .filter(|i| {
             members::listed(
                 i,
@@ -266,6 +284,17 @@ async fn show(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hidden_filters() {
+        for (text, hidden) in [(None, false), (Some("false"), false), (Some("True"), true)] {
+            assert_eq!(hidden_filter(text).unwrap(), hidden, "{text:?}");
+        }
+        assert!(matches!(
+            hidden_filter(Some("yes")),
+            Err(ApiError::BadRequest(_))
+        ));
+    }
 
     #[test]
     fn id_filters() {
