@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Makes (once) a Python venv holding the standard `openstack` CLI, outside the repository, and
 # prints the path of its `openstack` binary. The OpenStack CLI tests (controller/tests/api/
-# openstack.rs, systest/tests/system/openstack.rs) use it: set CUMULO_OPENSTACK to that path, or
+# openstack.rs, systest/tests/system/openstack.rs) and the openstacksdk tests (controller/tests/api/
+# sdk.rs, with the venv's python) use it: set CUMULO_OPENSTACK to that path, or
 # let the tests find the venv at its default place.
 #
 #   CUMULO_OPENSTACK_VENV   where the venv goes (default: ${XDG_CACHE_HOME:-$HOME/.cache}/cumulo/openstack-venv)

@@ -1,5 +1,6 @@
 //! The controller's API tests: real HTTP (and HTTPS) over loopback against the API served
-//! in-process over an SQLite store and the fake cluster; and the real `openstack` CLI.
+//! in-process over an SQLite store and the fake cluster; and the real `openstack` CLI and
+//! openstacksdk.
 // Test code: unwrap on fixtures is the clearest failure report.
 #![allow(clippy::unwrap_used)]
 
@@ -25,6 +26,7 @@ mod native;
 mod network;
 mod openstack;
 mod quotas;
+mod sdk;
 mod server_meta;
 mod server_meta_cli;
 mod server_update;
