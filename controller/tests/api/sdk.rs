@@ -13,10 +13,16 @@ use serde_json::{Value, json};
 use crate::openstack::openstack_or_skip;
 use crate::support::{PASSWORD, TestTenant, World};
 
-/// The python of the venv that holds the `openstack` CLI (and so openstacksdk), or `None`
-/// (with a message) when the test should be skipped.
+/// The python of the venv that holds the `openstack` CLI (and so openstacksdk, which the CLI is
+/// built on): `python`, else `python3`, beside the CLI; or `None` (with a message) when the test
+/// should be skipped.
 fn python_or_skip() -> Option<PathBuf> {
-    let python = openstack_or_skip()?.with_file_name("python");
+    let cli = openstack_or_skip()?;
+    let python = ["python", "python3"]
+        .into_iter()
+        .map(|name| cli.with_file_name(name))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| cli.with_file_name("python"));
     if !python.is_file() {
         if std::env::var("CUMULO_REQUIRE_OPENSTACK").as_deref() == Ok("1") {
             panic!(
