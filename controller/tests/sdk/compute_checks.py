@@ -162,6 +162,25 @@ with check("update_server: a new name"):
     equal(renamed.name, "sdk-vm-renamed", "returned name")
     equal(alice.compute.get_server(server.id).name, "sdk-vm-renamed", "name after")
 
+with check("server metadata: set_server_metadata merges, get, delete_server_metadata"):
+    alice.compute.set_server_metadata(server, role="web", tier="1")
+    equal(alice.compute.get_server_metadata(server).metadata, {"role": "web", "tier": "1"},
+          "metadata after set")
+    alice.compute.delete_server_metadata(server, ["tier"])
+    equal(alice.compute.get_server(server.id).metadata, {"role": "web"}, "metadata after delete")
+    raises(exceptions.BadRequestException, alice.compute.set_server_metadata, server,
+           **{"bad/key": "v"}, status=400)
+
+with check("lock_server: the member's stop and metadata change are 409s; unlock_server"):
+    alice.compute.lock_server(server)
+    raises(exceptions.ConflictException, alice.compute.stop_server, server, status=409)
+    raises(exceptions.ConflictException, alice.compute.set_server_metadata, server, k="v",
+           status=409)
+    alice.compute.unlock_server(server)
+    alice.compute.set_server_metadata(server, k="v")
+    equal(alice.compute.get_server_metadata(server).metadata, {"role": "web", "k": "v"},
+          "metadata after unlock")
+
 with check("limits: the quota set above and what the server uses"):
     absolute = alice.compute.get_limits().absolute
     equal((absolute.instances, absolute.total_cores, absolute.total_ram), (5, 8, 4096),
