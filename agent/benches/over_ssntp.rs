@@ -52,6 +52,7 @@ fn start(n: u64) -> Payload {
             network_node: false,
             node_id: None,
             hostname: None,
+            avoid_nodes: Vec::new(),
         },
         networking: None,
         storage: None,

@@ -70,6 +70,7 @@ fn main() {
         network_node: false,
         node_id: None,
         hostname: None,
+        avoid_nodes: Vec::new(),
     };
     run(
         "10,000 nodes, all with room (rotation)",

@@ -205,6 +205,7 @@ fn start(i: u64) -> Payload {
             network_node: false,
             node_id: None,
             hostname: None,
+            avoid_nodes: Vec::new(),
         },
         networking: None,
         storage: None,

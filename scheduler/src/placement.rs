@@ -5,11 +5,12 @@
 //! its most recently used node; a search starts just after it and wraps, and takes the first
 //! node that fits (first fit with rotation: identical requests spread over identical nodes). A
 //! placement reserves the request's memory, disk and vCPUs until the node's next READY replaces
-//! its figures.
+//! its figures. A request's `avoid_nodes` (nodes an admin disabled) are never chosen, pinned or
+//! not.
 
 use ssntp::Uuid;
 use ssntp::payload::{NodeState, NodeStatus, Requirements, StartFailureReason};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// A node's free resources.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -201,6 +202,8 @@ impl Placement {
             });
         }
         let n = list.order.len();
+        let avoid: HashSet<Uuid> = req.avoid_nodes.iter().copied().collect();
+        let exclude = |uuid: Uuid| Some(uuid) == exclude || avoid.contains(&uuid);
         let chosen = if let Some(pin) = req.node_id {
             // Pinned: that node, if it is in this list and fits.
             let idx = self.index.get(&pin).copied();
@@ -208,14 +211,14 @@ impl Placement {
                 .filter(|&pos| {
                     self.slab[list.order[pos]]
                         .as_ref()
-                        .is_some_and(|node| node.fits(req) && Some(node.uuid) != exclude)
+                        .is_some_and(|node| node.fits(req) && !exclude(node.uuid))
                 })
         } else {
             let start = list.mru.map_or(0, |m| m + 1);
             (0..n).map(|k| (start + k) % n).find(|&pos| {
                 self.slab[list.order[pos]]
                     .as_ref()
-                    .is_some_and(|node| node.fits(req) && Some(node.uuid) != exclude)
+                    .is_some_and(|node| node.fits(req) && !exclude(node.uuid))
             })
         };
         let pos = chosen.ok_or(StartFailureReason::FullCloud)?;
@@ -261,6 +264,7 @@ mod tests {
             network_node: false,
             node_id: None,
             hostname: None,
+            avoid_nodes: Vec::new(),
         }
     }
 
@@ -289,6 +293,21 @@ mod tests {
             p.place_excluding(&r, Some(u(0))),
             Err(StartFailureReason::FullCloud)
         );
+    }
+
+    #[test]
+    fn avoided_nodes_are_never_chosen_pinned_or_not() {
+        let mut p = cluster(3);
+        let mut r = req(10, 1, 1);
+        r.avoid_nodes = vec![u(0), u(2)];
+        for _ in 0..3 {
+            assert_eq!(p.place(&r), Ok(u(1)));
+        }
+        r.node_id = Some(u(2));
+        assert_eq!(p.place(&r), Err(StartFailureReason::FullCloud));
+        r.node_id = None;
+        r.avoid_nodes = vec![u(0), u(1), u(2)];
+        assert_eq!(p.place(&r), Err(StartFailureReason::FullCloud));
     }
 
     #[test]

@@ -146,6 +146,7 @@ fn start() -> Payload {
             network_node: false,
             node_id: None,
             hostname: None,
+            avoid_nodes: Vec::new(),
         },
         networking: Some(Networking {
             vnic_mac: MacAddr([2, 0, 0xac, 0x10, 0, 5]),

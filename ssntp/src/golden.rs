@@ -65,6 +65,7 @@ pub fn vectors() -> Vec<(&'static str, Frame, &'static str)> {
                 network_node: false,
                 node_id: None,
                 hostname: None,
+                avoid_nodes: Vec::new(),
             },
             networking: None,
             storage: None,

@@ -44,6 +44,7 @@ pub(crate) fn start() -> Start {
             network_node: false,
             node_id: None,
             hostname: None,
+            avoid_nodes: Vec::new(),
         },
         networking: Some(Networking {
             vnic_mac: "02:00:ac:10:00:05".parse().unwrap(),

@@ -170,6 +170,7 @@ pub(crate) fn start(instance: Uuid, image: &str) -> Start {
             network_node: false,
             node_id: None,
             hostname: None,
+            avoid_nodes: Vec::new(),
         },
         networking: None,
         storage: None,

@@ -87,6 +87,7 @@ fn cnci_start(cnci: &Cnci, image: &str, restart: bool, creds: Option<CnciCreds>)
             network_node: true,
             node_id: None,
             hostname: None,
+            avoid_nodes: Vec::new(),
         },
         // The CNCI's own address on the compute network is not known until it announces
         // itself: the unspecified address says so.

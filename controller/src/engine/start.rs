@@ -100,6 +100,7 @@ pub(super) fn start_payload(
             network_node: false,
             node_id: pinned.or(boot.and_then(|v| v.node)),
             hostname: None,
+            avoid_nodes: Vec::new(),
         },
         networking,
         storage: boot.map(|v| {

@@ -3,7 +3,7 @@
 //! CONFIGURE.
 
 use ssntp::frame::Frame;
-use ssntp::payload::{NodeState, Start, StartFailure};
+use ssntp::payload::{NodeState, Start, StartFailure, StartFailureReason};
 use ssntp::session::Message;
 use ssntp::{Payload, Role, Uuid};
 use ssntp_net::{Directory, Route, Target};
@@ -103,6 +103,10 @@ impl Cluster {
     }
 
     fn start(&mut self, from: Uuid, start: Start, frame: Frame) -> Vec<Action> {
+        if let Err(why) = start.requirements.check() {
+            tracing::warn!(%from, instance = %start.instance_uuid, %why, "START refused");
+            return vec![self.refuse(from, &start, StartFailureReason::InvalidData)];
+        }
         let timer = Instant::now();
         let placed = self.placement.place(&start.requirements);
         self.metrics.placed(&placed, timer.elapsed());

@@ -75,6 +75,7 @@ fn start(instance: u8, network_node: bool) -> Payload {
             network_node,
             node_id: None,
             hostname: None,
+            avoid_nodes: Vec::new(),
         },
         networking: None,
         storage: None,

@@ -196,6 +196,7 @@ fn start(instance: u8, mem: u32) -> Start {
             network_node: false,
             node_id: None,
             hostname: None,
+            avoid_nodes: Vec::new(),
         },
         networking: None,
         storage: None,

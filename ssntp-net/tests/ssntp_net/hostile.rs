@@ -155,6 +155,7 @@ async fn oversize_and_truncated_frames_close_only_their_session() {
             network_node: false,
             node_id: None,
             hostname: None,
+            avoid_nodes: Vec::new(),
         },
         networking: None,
         storage: None,

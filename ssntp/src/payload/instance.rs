@@ -158,6 +158,31 @@ pub struct Requirements {
     /// Pin to the node with this host name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hostname: Option<String>,
+    /// Nodes it must not be placed on (nodes an admin disabled): at most
+    /// [`Requirements::MAX_AVOID`]. A compatible addition of 2026-12-03; absent: none.
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        with = "cbor::uuid_list"
+    )]
+    pub avoid_nodes: Vec<Uuid>,
+}
+
+impl Requirements {
+    /// The most nodes `avoid_nodes` names.
+    pub const MAX_AVOID: usize = 4096;
+
+    /// Whether a node may take these requirements as to their bounds; the cause otherwise.
+    pub fn check(&self) -> Result<(), String> {
+        if self.avoid_nodes.len() > Self::MAX_AVOID {
+            return Err(format!(
+                "avoid_nodes names {} nodes, more than {}",
+                self.avoid_nodes.len(),
+                Self::MAX_AVOID
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// An instance's virtual NIC on its tenant subnet.

@@ -139,15 +139,19 @@ fn start() -> impl Strategy<Value = Start> {
         any::<bool>(),
         option::of(uuid()),
         option::of(text()),
+        proptest::collection::vec(uuid(), 0..4),
     )
-        .prop_map(|(n, network_node, node_id, hostname)| Requirements {
-            vcpus: n[0],
-            mem_mb: n[1],
-            disk_mb: n[2],
-            network_node,
-            node_id,
-            hostname,
-        });
+        .prop_map(
+            |(n, network_node, node_id, hostname, avoid_nodes)| Requirements {
+                vcpus: n[0],
+                mem_mb: n[1],
+                disk_mb: n[2],
+                network_node,
+                node_id,
+                hostname,
+                avoid_nodes,
+            },
+        );
     let net = (
         mac(),
         uuid(),
