@@ -452,6 +452,15 @@ pub trait Cluster: Send + Sync {
     fn evacuate(&self, id: Uuid) -> Result<(), ClusterError>;
     /// Asks an evacuated node to take work again.
     fn restore(&self, id: Uuid) -> Result<(), ClusterError>;
+    /// Disables a node (Compute's `os-services` disable): from now on no new instance is placed
+    /// there (STARTs name it in `avoid_nodes`); what runs there stays, and starts again there.
+    fn disable_node(
+        &self,
+        id: Uuid,
+        reason: Option<String>,
+    ) -> Result<store::DisabledNode, ClusterError>;
+    /// Enables a disabled node again: `true` if it was disabled.
+    fn enable_node(&self, id: Uuid) -> Result<bool, ClusterError>;
     /// The most recent frame traces, newest last.
     fn traces(&self) -> Vec<Trace>;
     /// Whether the controller has a session with the scheduler now.

@@ -205,3 +205,25 @@ impl Quota {
         Ok(())
     }
 }
+
+/// A disabled node's reason: at most [`crate::DisabledNode::MAX_REASON`] bytes.
+pub(crate) fn check_disabled_reason(reason: &Option<String>) -> Result<()> {
+    match reason {
+        Some(r) if r.len() > crate::DisabledNode::MAX_REASON => Err(StoreError::Invalid(format!(
+            "a disabled node's reason is at most {} bytes",
+            crate::DisabledNode::MAX_REASON
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// Refuses disabling one more node when `count` are disabled.
+pub(crate) fn check_disabled_count(count: usize) -> Result<()> {
+    if count >= crate::DisabledNode::MAX_NODES {
+        return Err(StoreError::Invalid(format!(
+            "at most {} nodes are disabled at once",
+            crate::DisabledNode::MAX_NODES
+        )));
+    }
+    Ok(())
+}

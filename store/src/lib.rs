@@ -59,7 +59,7 @@ pub use reservations::{MemoryReservations, Reservation, ReservationStore};
 pub use sqlite::SqliteStore;
 pub use traits::{
     ActionStore, CatalogStore, EventStore, IdentityStore, InstanceStore, KeypairStore,
-    NetworkStore, OperationQueue, Store, VolumeStore,
+    NetworkStore, NodeStore, OperationQueue, Store, VolumeStore,
 };
 pub use volume::*;
 
@@ -68,7 +68,7 @@ pub use volume::*;
 pub mod prelude {
     pub use crate::{
         ActionStore, CatalogStore, EventStore, IdentityStore, InstanceStore, KeypairStore,
-        NetworkStore, OperationQueue, ReservationStore, Store, VolumeStore,
+        NetworkStore, NodeStore, OperationQueue, ReservationStore, Store, VolumeStore,
     };
 }
 

@@ -813,3 +813,21 @@ impl EventOutcome {
         }
     }
 }
+
+/// A node an admin disabled (Compute's `os-services` disable): it takes no new instances.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DisabledNode {
+    /// The node's UUID.
+    pub node: Uuid,
+    /// Why, if the admin said.
+    pub reason: Option<String>,
+    /// When it was disabled.
+    pub since: SystemTime,
+}
+
+impl DisabledNode {
+    /// The longest reason, in bytes (Nova's `disabled_reason` column).
+    pub const MAX_REASON: usize = 255;
+    /// The most nodes disabled at once (a START's `avoid_nodes` holds them, and up to 4,096).
+    pub const MAX_NODES: usize = 1024;
+}

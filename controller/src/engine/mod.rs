@@ -300,6 +300,9 @@ pub struct Engine {
     firewalls: firewall::Firewalls,
     /// Held while an attach picks its device (see [`volumes`]).
     volume_lock: Mutex<()>,
+    /// The nodes an admin disabled, sorted: every START not pinned to a node avoids them. Read
+    /// from the store when the engine starts, then kept with it.
+    disabled: Mutex<Vec<Uuid>>,
 }
 
 impl Engine {
@@ -325,7 +328,15 @@ impl Engine {
             gone: std::sync::OnceLock::new(),
             firewalls: firewall::Firewalls::default(),
             volume_lock: Mutex::new(()),
+            disabled: Mutex::new(Vec::new()),
         };
+        let disabled: Vec<Uuid> = engine
+            .store
+            .disabled_nodes()?
+            .into_iter()
+            .map(|d| d.node)
+            .collect();
+        *engine.disabled.lock().unwrap_or_else(|e| e.into_inner()) = disabled;
         let now = SystemTime::now();
         let mut waiting = Vec::new();
         let mut unplaced = Vec::new();
@@ -584,6 +595,26 @@ fn invalid(instance: &Instance, operation: &'static str) -> ClusterError {
 impl Engine {
     /// Stop (DELETE with `stop`) an active or exited-on-its-node instance, and start it again
     /// when the stop is confirmed.
+    /// Adds `id` to the disabled nodes (`disabled`) or takes it out.
+    fn set_disabled(&self, id: Uuid, disabled: bool) {
+        let mut nodes = self.disabled.lock().unwrap_or_else(|e| e.into_inner());
+        match (nodes.binary_search(&id), disabled) {
+            (Err(at), true) => nodes.insert(at, id),
+            (Ok(at), false) => {
+                nodes.remove(at);
+            }
+            _ => {}
+        }
+    }
+
+    /// The nodes a START not pinned to a node must avoid.
+    fn avoided_nodes(&self) -> Vec<Uuid> {
+        self.disabled
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
     fn node_command(&self, id: Uuid, evacuate: bool) -> Result<(), ClusterError> {
         let status = self.node(id)?.status;
         if status == NodeStatus::Disconnected {

@@ -308,6 +308,26 @@ impl Cluster for Engine {
         self.node_command(id, false)
     }
 
+    fn disable_node(
+        &self,
+        id: Uuid,
+        reason: Option<String>,
+    ) -> Result<store::DisabledNode, ClusterError> {
+        let disabled = self.store.disable_node(id, reason)?;
+        self.set_disabled(id, true);
+        self.event(None, EventKind::Info, format!("node {id}: disabled"));
+        Ok(disabled)
+    }
+
+    fn enable_node(&self, id: Uuid) -> Result<bool, ClusterError> {
+        let was = self.store.enable_node(id)?;
+        self.set_disabled(id, false);
+        if was {
+            self.event(None, EventKind::Info, format!("node {id}: enabled"));
+        }
+        Ok(was)
+    }
+
     fn traces(&self) -> Vec<Trace> {
         self.state().traces.iter().cloned().collect()
     }

@@ -198,7 +198,10 @@ impl Engine {
             }
         };
         let cnci = networking.as_ref().map(|n| n.concentrator_uuid);
-        let start = start_payload(&instance, plan, networking, restart, boot.as_ref());
+        let mut start = start_payload(&instance, plan, networking, restart, boot.as_ref());
+        if start.requirements.node_id.is_none() {
+            start.requirements.avoid_nodes = self.avoided_nodes();
+        }
         actions::start_sent(self.store.as_ref(), instance.id);
         let sent = self.send(&Payload::Start(Box::new(start)));
         if sent.is_ok() {

@@ -30,6 +30,7 @@ mod sdk;
 mod server_meta;
 mod server_meta_cli;
 mod server_update;
+mod services;
 mod support;
 mod tls;
 mod volumes;

@@ -191,13 +191,15 @@ pub(crate) fn tenant_cli(bin: PathBuf, world: &World, t: &TestTenant) -> Arc<Ope
 
 /// The CLI as the cluster admin.
 pub(crate) fn admin_cli(bin: PathBuf, world: &World) -> Arc<OpenStackCli> {
-    Arc::new(OpenStackCli::new(
+    let mut cli = OpenStackCli::new(
         bin,
         &world.api.url,
         ADMIN_NAME,
         ADMIN_PASSWORD,
         ADMIN_PROJECT,
-    ))
+    );
+    cli.debug = std::env::var("CUMULO_OPENSTACK_DEBUG").is_ok();
+    Arc::new(cli)
 }
 
 /// `openstack keypair ...` and `server create --key-name`: a generated key pair's private key is

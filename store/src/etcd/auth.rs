@@ -223,6 +223,7 @@ mod tests {
             "/c/volume/t/v",
             "/c/volid/v",
             "/c/volquota/t",
+            "/c/disabled/n",
         ] {
             assert!(!covered(other), "{other}");
         }

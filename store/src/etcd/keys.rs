@@ -24,6 +24,7 @@
 //! <prefix>volid/<id>                             its tenant (to find a volume by id alone)
 //! <prefix>volquota/<tenant>                      the tenant's own volume quota (none: the
 //!                                                caller's defaults)
+//! <prefix>disabled/<node>                       a node an admin disabled: its reason and time
 //! <prefix>event/<seq:016x>                       event
 //! <prefix>counter/event                          the last event sequence number
 //! <prefix>action/<instance>/<seq:016x>          instance action, in the instance's order
@@ -220,6 +221,14 @@ impl Keys {
     /// The tenant of volume `id`.
     pub(super) fn volume_owner(&self, id: Uuid) -> String {
         self.key(&[&"volid", &id])
+    }
+    /// Node `node`'s disabled record.
+    pub(super) fn disabled_node(&self, node: Uuid) -> String {
+        self.key(&[&"disabled", &node])
+    }
+    /// Every disabled node's record.
+    pub(super) fn disabled_nodes(&self) -> String {
+        self.key(&[&"disabled", &""])
     }
     /// The own volume quota of `tenant`.
     pub(super) fn volume_quota(&self, tenant: Uuid) -> String {

@@ -54,6 +54,7 @@ mod instances;
 mod keypairs;
 mod keys;
 mod networking;
+mod nodes;
 mod queue;
 mod records;
 mod reservations;

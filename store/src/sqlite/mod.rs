@@ -27,6 +27,7 @@ mod image_members;
 mod instances;
 mod keypairs;
 mod networking;
+mod nodes;
 mod queue;
 mod schema;
 mod volumes;

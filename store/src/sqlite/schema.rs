@@ -320,6 +320,14 @@ CREATE TABLE volume_quotas (
 ALTER TABLE instances ADD COLUMN metadata TEXT NOT NULL DEFAULT '{}';
 ALTER TABLE instances ADD COLUMN locked_by TEXT;
 "#,
+    // 18: the nodes an admin disabled (Compute's `os-services` disable): no new instances there.
+    r#"
+CREATE TABLE disabled_nodes (
+    node_id TEXT PRIMARY KEY,
+    reason TEXT,
+    since INTEGER NOT NULL
+);
+"#,
 ];
 
 /// The newest schema version this code knows.

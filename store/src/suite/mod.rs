@@ -14,6 +14,7 @@ pub(crate) mod image_members;
 pub(crate) mod instances;
 pub(crate) mod keypairs;
 pub(crate) mod networking;
+pub(crate) mod nodes;
 pub(crate) mod queue;
 pub(crate) mod volumes;
 
@@ -67,6 +68,7 @@ macro_rules! store_suite {
                 ports_keep_their_groups_until_the_instance_goes,
                 floating_ips_are_unique_per_pool_and_follow_their_port;
             events: events_are_scoped;
+            nodes: nodes_are_disabled_and_enabled_again;
             actions: actions_are_recorded_and_finished,
                 actions_are_bounded_and_outlive_the_instance,
                 gone_instances_keep_their_actions_for_a_while;

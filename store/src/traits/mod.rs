@@ -11,6 +11,7 @@
 //! | [`EventStore`] | the bounded event log |
 //! | [`ActionStore`] | the instance actions log (who asked what of an instance, and how it went) |
 //! | [`OperationQueue`] | off-host hosts, their operations and claims, fenced writes, launcher creds |
+//! | [`NodeStore`] | the nodes an admin disabled |
 //!
 //! [`ReservationStore`](crate::ReservationStore) stands apart: it is not part of [`Store`]
 //! (SQLite does not implement it).
@@ -29,6 +30,7 @@ mod identity;
 mod instances;
 mod keypairs;
 mod networking;
+mod nodes;
 mod queue;
 mod volumes;
 
@@ -39,6 +41,7 @@ pub use identity::IdentityStore;
 pub use instances::InstanceStore;
 pub use keypairs::KeypairStore;
 pub use networking::NetworkStore;
+pub use nodes::NodeStore;
 pub use queue::OperationQueue;
 pub use volumes::VolumeStore;
 
@@ -56,6 +59,7 @@ pub trait Store:
     + EventStore
     + ActionStore
     + OperationQueue
+    + NodeStore
 {
 }
 
@@ -69,6 +73,7 @@ impl<T> Store for T where
         + EventStore
         + ActionStore
         + OperationQueue
+        + NodeStore
         + ?Sized
 {
 }

@@ -252,3 +252,66 @@ async fn a_controller_whose_session_is_taken_for_good_stops_with_the_cause() {
     controller.stop().await;
     usurper.close();
 }
+
+/// A node an admin disabled (Compute's `os-services` disable) takes no new instance through the
+/// real scheduler; what it runs stays; enabled, it takes new ones again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_disabled_node_takes_no_new_instance_until_enabled() {
+    let pki = TestPki::new();
+    let dir = tempfile::tempdir().unwrap();
+    let sched = start_scheduler(&pki).await;
+    let (dir_a, dir_b) = (dir.path().join("a"), dir.path().join("b"));
+    std::fs::create_dir_all(&dir_a).unwrap();
+    std::fs::create_dir_all(&dir_b).unwrap();
+    let agent_a = start_agent(&pki, &sched.addr, &dir_a);
+    let agent_b = start_agent(&pki, &sched.addr, &dir_b);
+    let controller = Controller::start(controller_config(&pki, &sched.addr, dir.path()))
+        .await
+        .unwrap();
+    testkit::wait_until(T, "two compute nodes with figures", || async {
+        controller
+            .engine
+            .nodes()
+            .iter()
+            .filter(|n| n.kinds.compute && n.last_stats.is_some())
+            .count()
+            == 2
+    })
+    .await;
+    let nodes: Vec<Uuid> = controller.engine.nodes().iter().map(|n| n.id).collect();
+    let (tenant, workload) = seed(&controller, Quota::default());
+    let before = launch(&controller, tenant, workload, 2);
+    wait_states(&controller, &before, Some(InstanceState::Active), "active").await;
+
+    controller
+        .engine
+        .disable_node(nodes[0], Some("drain".into()))
+        .unwrap();
+    let drained = launch(&controller, tenant, workload, 6);
+    wait_states(&controller, &drained, Some(InstanceState::Active), "active").await;
+    for id in &drained {
+        assert_eq!(
+            controller.store.instance(Scope::All, *id).unwrap().node,
+            Some(nodes[1]),
+            "{id} was placed on the disabled node"
+        );
+    }
+    // What ran there before stays.
+    let still = states(&controller, &before);
+    assert!(
+        still.iter().all(|s| *s == Some(InstanceState::Active)),
+        "{still:?}"
+    );
+
+    assert!(controller.engine.enable_node(nodes[0]).unwrap());
+    let after = launch(&controller, tenant, workload, 6);
+    wait_states(&controller, &after, Some(InstanceState::Active), "active").await;
+    let on_first = after
+        .iter()
+        .filter(|id| controller.store.instance(Scope::All, **id).unwrap().node == Some(nodes[0]))
+        .count();
+    assert!(on_first > 0, "no new instance on the enabled node");
+    controller.stop().await;
+    agent_a.stop().await;
+    agent_b.stop().await;
+}

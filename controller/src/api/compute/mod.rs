@@ -13,6 +13,7 @@ mod change;
 mod console;
 mod create_checks;
 mod flavors;
+mod hosts;
 mod hypervisors;
 mod keypairs;
 mod launch;
@@ -25,6 +26,7 @@ mod server_metadata;
 mod server_query;
 mod server_update;
 mod servers;
+mod services;
 mod snapshot;
 mod sshkey;
 mod status;
@@ -41,7 +43,7 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{get, post, put};
 use serde_json::{Value, json};
 
 use super::error::{Dialect, renderer};
@@ -150,7 +152,21 @@ pub fn routes() -> Router<ApiState> {
             get(hypervisors::uptime),
         )
         .route("/compute/v2.1/os-aggregates", get(hypervisors::aggregates))
-        .route("/compute/v2.1/os-services", get(hypervisors::services))
+        .route("/compute/v2.1/os-services", get(services::list))
+        .route("/compute/v2.1/os-services/{action}", put(services::update))
+        .route("/compute/v2.1/os-hosts", get(hosts::list))
+        .route(
+            "/compute/v2.1/os-hosts/{host}",
+            get(hosts::show).put(hosts::update),
+        )
+        .route(
+            "/compute/v2.1/os-hypervisors/{id}/search",
+            get(hypervisors::search),
+        )
+        .route(
+            "/compute/v2.1/os-hypervisors/{id}/servers",
+            get(hypervisors::servers),
+        )
         .route(
             "/compute/v2.1/os-keypairs",
             get(keypairs::list).post(keypairs::create),

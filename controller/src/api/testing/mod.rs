@@ -618,6 +618,18 @@ impl Cluster for FakeCluster {
         self.set_node_status(id, NodeStatus::Ready)
     }
 
+    fn disable_node(
+        &self,
+        id: Uuid,
+        reason: Option<String>,
+    ) -> Result<store::DisabledNode, ClusterError> {
+        Ok(self.store.disable_node(id, reason)?)
+    }
+
+    fn enable_node(&self, id: Uuid) -> Result<bool, ClusterError> {
+        Ok(self.store.enable_node(id)?)
+    }
+
     fn traces(&self) -> Vec<Trace> {
         self.traces
             .lock()

@@ -1,0 +1,98 @@
+//! `os-hosts` as Nova has it at microversion 2.1 (it went with 2.43): each node that runs tenant
+//! instances is a `compute` host in zone `nova` ([`super::hypervisors`]). `GET /os-hosts` lists
+//! them, `GET /os-hosts/{host}` gives its resources (`(total)` and `(used_now)` from its latest
+//! STATS), `PUT /os-hosts/{host}` with `{"status": "enable"|"disable"}` enables or disables it as
+//! `os-services` does ([`super::services`]); `maintenance_mode` is not served (400). Admins only.
+
+use axum::Json;
+use axum::extract::State;
+use serde_json::{Value, json};
+
+use super::hypervisors::{Host, hypervisors, name_of, named};
+use crate::api::extract::{JsonBody, PathParams};
+use crate::api::{ApiError, ApiState, Principal};
+
+/// `GET /os-hosts`.
+pub async fn list(
+    State(state): State<ApiState>,
+    caller: Principal,
+) -> Result<Json<Value>, ApiError> {
+    let hosts = hypervisors(&state, &caller).await?;
+    let list: Vec<Value> = hosts
+        .iter()
+        .map(|h| json!({"host_name": name_of(&h.node), "service": "compute", "zone": "nova"}))
+        .collect();
+    Ok(Json(json!({ "hosts": list })))
+}
+
+async fn find(state: &ApiState, caller: &Principal, host: &str) -> Result<Host, ApiError> {
+    hypervisors(state, caller)
+        .await?
+        .into_iter()
+        .find(|h| named(&h.node, host))
+        .ok_or_else(|| ApiError::NotFound(format!("Compute host {host} could not be found.")))
+}
+
+/// `GET /os-hosts/{host}`: its resources, `(total)` and `(used_now)`.
+pub async fn show(
+    State(state): State<ApiState>,
+    caller: Principal,
+    PathParams(host): PathParams<String>,
+) -> Result<Json<Value>, ApiError> {
+    let h = find(&state, &caller, &host).await?;
+    let n = &h.node;
+    let name = name_of(n);
+    let row = |project: &str, cpu: u32, mem: u32, disk: u32| {
+        json!({"resource": {
+            "host": name,
+            "project": project,
+            "cpu": cpu,
+            "memory_mb": mem,
+            "disk_gb": disk / 1024,
+        }})
+    };
+    Ok(Json(json!({"host": [
+        row("(total)", n.vcpus_total, n.mem_total_mb, n.disk_total_mb),
+        row(
+            "(used_now)",
+            n.vcpus_total.saturating_sub(n.vcpus_available),
+            n.mem_total_mb.saturating_sub(n.mem_available_mb),
+            n.disk_total_mb.saturating_sub(n.disk_available_mb),
+        ),
+    ]})))
+}
+
+/// `PUT /os-hosts/{host}` with `{"status": "enable"|"disable"}`: 200 `{"host", "status"}`.
+pub async fn update(
+    State(state): State<ApiState>,
+    caller: Principal,
+    PathParams(host): PathParams<String>,
+    JsonBody(body): JsonBody<Value>,
+) -> Result<Json<Value>, ApiError> {
+    caller.require_admin()?;
+    let object = body.as_object().filter(|o| !o.is_empty()).ok_or_else(|| {
+        ApiError::BadRequest("the body needs a \"status\" of enable or disable".into())
+    })?;
+    for key in object.keys() {
+        if key != "status" {
+            return Err(ApiError::BadRequest(format!(
+                "Invalid input for field/attribute {key}: only status (enable, disable) is served; maintenance mode is not"
+            )));
+        }
+    }
+    let enable = match object.get("status").and_then(Value::as_str) {
+        Some("enable") => true,
+        Some("disable") => false,
+        _ => {
+            return Err(ApiError::BadRequest(
+                "Invalid input for field/attribute status: enable or disable".into(),
+            ));
+        }
+    };
+    let h = find(&state, &caller, &host).await?;
+    super::services::set_enabled(&state, &h, enable, None).await?;
+    Ok(Json(json!({
+        "host": name_of(&h.node),
+        "status": if enable { "enabled" } else { "disabled" },
+    })))
+}
