@@ -33,4 +33,5 @@ mod server_update;
 mod services;
 mod support;
 mod tls;
+mod usage;
 mod volumes;

@@ -30,6 +30,7 @@ mod services;
 mod snapshot;
 mod sshkey;
 mod status;
+mod usage;
 mod volume_attachments;
 
 pub(crate) use launch::{headroom, is_implicit};
@@ -155,6 +156,16 @@ pub fn routes() -> Router<ApiState> {
         .route("/compute/v2.1/os-services", get(services::list))
         .route("/compute/v2.1/os-services/{action}", put(services::update))
         .route("/compute/v2.1/os-hosts", get(hosts::list))
+        .route("/compute/v2.1/os-simple-tenant-usage", get(usage::list))
+        .route(
+            "/compute/v2.1/os-simple-tenant-usage/{project}",
+            get(usage::show),
+        )
+        .route("/compute/v2.1/os-migrations", get(usage::migrations))
+        .route(
+            "/compute/v2.1/os-quota-class-sets/{class}",
+            get(quotas::class_show).put(quotas::class_update),
+        )
         .route(
             "/compute/v2.1/os-hosts/{host}",
             get(hosts::show).put(hosts::update),

@@ -39,6 +39,11 @@ struct Figures {
 }
 
 fn body(project: Uuid, f: &Figures) -> Value {
+    set_of(&project.to_string(), f, "quota_set")
+}
+
+/// The figures of `f` under `id`, in an object named `key`.
+fn set_of(id: &str, f: &Figures, key: &str) -> Value {
     let network = |n: u32| i64::from(n);
     let limits: [(&str, i64); 7] = [
         ("instances", limit_of(f.quota.instances)),
@@ -53,7 +58,7 @@ fn body(project: Uuid, f: &Figures) -> Value {
         ("key_pairs", i64::from(super::keypairs::MAX_KEYPAIRS)),
     ];
     let mut set = Map::new();
-    set.insert("id".into(), json!(project));
+    set.insert("id".into(), json!(id));
     for (k, (name, limit)) in limits.iter().enumerate() {
         let used = f.used.and_then(|u| u.get(k).copied());
         set.insert((*name).into(), shown(*limit, f.used.is_some(), used));
@@ -61,7 +66,38 @@ fn body(project: Uuid, f: &Figures) -> Value {
     for (name, limit) in FIXED {
         set.insert(name.into(), shown(limit, f.used.is_some(), Some(0)));
     }
-    json!({"quota_set": set})
+    let mut body = Map::new();
+    body.insert(key.into(), Value::Object(set));
+    Value::Object(body)
+}
+
+/// `GET /os-quota-class-sets/{class}` (admins; `openstack quota show --class CLASS`): every class
+/// is the defaults new projects get, as `/os-quota-sets/{project}/defaults` shows them.
+pub async fn class_show(
+    State(state): State<ApiState>,
+    caller: Principal,
+    PathParams(class): PathParams<String>,
+) -> Result<Json<Value>, ApiError> {
+    caller.require_admin()?;
+    let f = Figures {
+        quota: state.config.default_quota,
+        network: NetworkQuota::DEFAULT,
+        used: None,
+    };
+    Ok(Json(set_of(&class, &f, "quota_class_set")))
+}
+
+/// `PUT /os-quota-class-sets/{class}` (admins): the defaults are the controller's configuration
+/// (`--default-quota`), not changed through the API: a 400 that says so, rather than a change
+/// that would not last.
+pub async fn class_update(
+    caller: Principal,
+    PathParams(_class): PathParams<String>,
+) -> Result<Json<Value>, ApiError> {
+    caller.require_admin()?;
+    Err(ApiError::BadRequest(
+        "the default quotas are the controller's configuration (--default-quota): change them there; a project's own quota is set with PUT /os-quota-sets/{project}".into(),
+    ))
 }
 
 /// A limit as it is shown: the number, or with usage `{"limit", "in_use", "reserved"}`.

@@ -28,6 +28,35 @@ pub const MAX_SCAN: usize = 200_000;
 /// Most bytes of a `name` filter's compiled expression.
 const REGEX_SIZE: usize = 256 * 1024;
 
+/// The servers of `scope` that `filter` and `keep` pass, read whole in creation order: at most
+/// [`MAX_SCAN`] (a 400 that says to narrow the question past it).
+pub fn scan(
+    store: &dyn store::Store,
+    scope: Scope,
+    filter: InstanceFilter,
+    mut keep: impl FnMut(&Instance) -> bool,
+) -> Result<Vec<Instance>, ApiError> {
+    let mut all = Vec::new();
+    let mut marker = None;
+    loop {
+        let page = Page {
+            marker,
+            limit: Page::MAX_LIMIT,
+        };
+        let read = store.instances(scope, filter, page)?;
+        all.extend(read.items.into_iter().filter(|i| keep(i)));
+        if all.len() > MAX_SCAN {
+            return Err(ApiError::BadRequest(format!(
+                "over {MAX_SCAN} servers match: narrow the question (one project, one host)"
+            )));
+        }
+        match read.next {
+            Some(next) => marker = Some(next),
+            None => return Ok(all),
+        }
+    }
+}
+
 /// The query of a server listing.
 #[derive(Debug, Clone, Default, Deserialize, serde::Serialize)]
 pub struct ServerQuery {

@@ -263,26 +263,7 @@ async fn listing(
             let keeps = |i: &Instance| asked.keeps(i, workloads.get(&i.workload));
             let (instances, next) = if asked.scans() {
                 // The scope's servers whole, filtered, sorted, then paged.
-                let mut all = Vec::new();
-                let mut marker = None;
-                loop {
-                    let page = Page {
-                        marker,
-                        limit: Page::MAX_LIMIT,
-                    };
-                    let read = store.instances(scope, asked.filter, page)?;
-                    all.extend(read.items.into_iter().filter(|i| keeps(i)));
-                    if all.len() > server_query::MAX_SCAN {
-                        return Err(ApiError::BadRequest(format!(
-                            "over {} servers match: narrow the listing (tenant_id, host)",
-                            server_query::MAX_SCAN
-                        )));
-                    }
-                    match read.next {
-                        Some(next) => marker = Some(next),
-                        None => break,
-                    }
-                }
+                let mut all = server_query::scan(store, scope, asked.filter, keeps)?;
                 asked.sort(&mut all);
                 asked.page(all)?
             } else {
