@@ -162,6 +162,21 @@ async fn admins_disable_and_enable_services_and_hosts() {
     .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 
+    // The zone with its hosts.
+    let (status, _, zones) = c
+        .send(
+            Method::GET,
+            "/compute/v2.1/os-availability-zone/detail",
+            Some(&admin),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{zones}");
+    let zone = &zones["availabilityZoneInfo"][0];
+    assert_eq!(zone["zoneName"], "nova");
+    assert_eq!(zone["hosts"]["host1"]["nova-compute"]["available"], true);
+    assert_eq!(zone["hosts"]["host1"]["nova-compute"]["active"], true);
+
     // Hypervisor search and servers.
     let (status, _, found) = c
         .send(
@@ -365,6 +380,15 @@ async fn the_openstack_cli_disables_and_enables_compute_services() {
     )
     .await;
     assert!(said.contains("nowhere"), "{said}");
+    let zones = json(
+        &admin,
+        &["availability", "zone", "list", "--compute", "--long"],
+    )
+    .await;
+    assert!(
+        zones.to_string().contains("host1") && zones.to_string().contains("nova-compute"),
+        "{zones}"
+    );
     let hosts = json(&admin, &["host", "list"]).await;
     assert_eq!(hosts[0]["Host Name"], "host1", "{hosts}");
     let shown = json(&admin, &["host", "show", "host1"]).await;

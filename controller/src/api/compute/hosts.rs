@@ -3,6 +3,7 @@
 //! them, `GET /os-hosts/{host}` gives its resources (`(total)` and `(used_now)` from its latest
 //! STATS), `PUT /os-hosts/{host}` with `{"status": "enable"|"disable"}` enables or disables it as
 //! `os-services` does ([`super::services`]); `maintenance_mode` is not served (400). Admins only.
+//! Also `os-availability-zone/detail`: the one zone, `nova`, with its hosts.
 
 use axum::Json;
 use axum::extract::State;
@@ -95,4 +96,31 @@ pub async fn update(
         "host": name_of(&h.node),
         "status": if enable { "enabled" } else { "disabled" },
     })))
+}
+
+/// `GET /os-availability-zone/detail` (admins; `openstack availability zone list --long`): zone
+/// `nova` with each host's `nova-compute` service (`available` while connected, `active` while
+/// enabled).
+pub async fn zones_detail(
+    State(state): State<ApiState>,
+    caller: Principal,
+) -> Result<Json<Value>, ApiError> {
+    let hosts = hypervisors(&state, &caller).await?;
+    let mut map = serde_json::Map::new();
+    for h in &hosts {
+        let n = &h.node;
+        map.insert(
+            name_of(n),
+            json!({"nova-compute": {
+                "available": n.status != crate::cluster::NodeStatus::Disconnected,
+                "active": super::hypervisors::status_of(h) == "enabled",
+                "updated_at": crate::api::clock::nova_micro(n.last_stats.unwrap_or(n.connected)),
+            }}),
+        );
+    }
+    Ok(Json(json!({"availabilityZoneInfo": [{
+        "zoneName": "nova",
+        "zoneState": {"available": true},
+        "hosts": Value::Object(map),
+    }]})))
 }

@@ -138,6 +138,10 @@ pub fn routes() -> Router<ApiState> {
             get(server_update::ips_of),
         )
         .route("/compute/v2.1/os-availability-zone", get(zones))
+        .route(
+            "/compute/v2.1/os-availability-zone/detail",
+            get(hosts::zones_detail),
+        )
         .route("/compute/v2.1/os-hypervisors", get(hypervisors::list))
         .route(
             "/compute/v2.1/os-hypervisors/detail",
