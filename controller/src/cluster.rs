@@ -35,6 +35,8 @@ pub struct Launch {
     pub groups: Vec<Uuid>,
     /// The user metadata every instance of the launch gets ([`store::Instance::check_metadata`]).
     pub metadata: store::Metadata,
+    /// The user who asks for it, if a user does (the instances' `user_id`).
+    pub user: Option<Uuid>,
 }
 
 impl Launch {

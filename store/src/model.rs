@@ -378,6 +378,9 @@ pub struct Instance {
     pub metadata: Metadata,
     /// Who locked it, if it is locked.
     pub locked_by: Option<LockedBy>,
+    /// The user who created it, when a user did (Nova's `user_id`; `None` for instances made
+    /// before it was kept, or by the controller's own certificate).
+    pub user: Option<Uuid>,
     /// Compare-and-swap counter.
     pub version: u64,
 }
@@ -470,6 +473,8 @@ pub struct NewInstance {
     pub key: Option<InstanceKey>,
     /// Its user metadata ([`Instance::check_metadata`]).
     pub metadata: Metadata,
+    /// The user who creates it, if a user does.
+    pub user: Option<Uuid>,
 }
 
 /// A change to an instance; `None` fields are left alone.

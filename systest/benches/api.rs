@@ -254,6 +254,7 @@ fn main() {
                 name: format!("filler-{i}"),
                 key: None,
                 metadata: Default::default(),
+                user: None,
             })
             .unwrap();
         store

@@ -151,6 +151,7 @@ fn launch(engine: &Engine, tenant: Uuid, workload: Uuid, count: u32) {
                 key: None,
                 groups: Vec::new(),
                 metadata: store::Metadata::new(),
+                user: None,
             },
             &controller::cluster::Caller::default(),
         )

@@ -58,6 +58,7 @@ impl Engine {
             name: launch.name.clone(),
             key: launch.key.clone(),
             metadata: launch.metadata.clone(),
+            user: launch.user,
         })?;
         if !launch.groups.is_empty()
             && let Err(e) = self

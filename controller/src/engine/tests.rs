@@ -143,6 +143,7 @@ impl World {
                     key: None,
                     groups: Vec::new(),
                     metadata: store::Metadata::new(),
+                    user: None,
                 },
                 &Caller::default(),
             )

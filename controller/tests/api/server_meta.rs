@@ -29,6 +29,8 @@ async fn server_metadata_is_kept_changed_and_bounded_as_nova_s() {
     let server = format!("/compute/v2.1/servers/{id}");
     let meta = format!("{server}/metadata");
     let (_, _, shown) = c.send(Method::GET, &server, Some(&a), None).await;
+    // Who created it, as Nova's `user_id`.
+    assert_eq!(shown["server"]["user_id"], w.a.user.to_string());
     assert_eq!(
         shown["server"]["metadata"],
         json!({"role": "web", "tier": "1"})

@@ -115,9 +115,10 @@ with check("create_server, then wait_for_server to ACTIVE"):
     equal(server.id, created.id, "id")
     equal(server.status, "ACTIVE", "status")
 
-with check("get_server: name, flavor, image, key, project, addresses"):
+with check("get_server: name, flavor, image, key, project, user, addresses"):
     got = alice.compute.get_server(server.id)
     equal(got.name, "sdk-vm", "name")
+    equal(got.user_id, world["alice"]["user_id"], "user_id")
     equal(got.flavor.id, flavor["id"], "flavor id")
     equal(got.image.id, image["id"], "image id")
     equal(got.key_name, "sdk-generated", "key_name")

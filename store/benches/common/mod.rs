@@ -80,6 +80,7 @@ pub fn create(store: &impl Store, seed: &Seed, n: usize) {
             name: format!("vm{n}"),
             key: None,
             metadata: Default::default(),
+            user: None,
         })
         .unwrap();
 }

@@ -46,6 +46,9 @@ pub(super) struct InstanceRec {
     /// Who locked it: `owner` or `admin` (added with issue 24).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) locked_by: Option<String>,
+    /// The user who created it (added with issue 24).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) user: Option<Uuid>,
 }
 
 /// An instance's key: its key pair's name and a copy of its public key.
@@ -131,6 +134,7 @@ impl InstanceRec {
                 public_key: k.public_key.clone(),
             }),
             metadata: self.metadata.clone(),
+            user: self.user,
             locked_by: match &self.locked_by {
                 None => None,
                 Some(name) => Some(LockedBy::from_name(name).ok_or_else(|| {

@@ -77,6 +77,7 @@ impl InstanceStore for EtcdStore {
                 key: new.key.as_ref().map(KeyRec::from),
                 metadata: new.metadata.clone(),
                 locked_by: None,
+                user: new.user,
             };
             tx.put(&keys.instance(id), &rec)?;
             tx.put_text(&keys.order(t.id, seq), &id.to_string());

@@ -146,6 +146,7 @@ fn two_clients_on_one_etcd_share_the_quota() {
         name: format!("vm{n}"),
         key: None,
         metadata: Default::default(),
+        user: None,
     };
     let made: Vec<Instance> = std::thread::scope(|s| {
         let handles: Vec<_> = [&first, &second, &first, &second, &first, &second]
@@ -202,6 +203,7 @@ fn a_stale_version_from_one_client_is_refused_after_another_updated() {
             name: "vm".into(),
             key: None,
             metadata: Default::default(),
+            user: None,
         })
         .unwrap();
     let seen_by_a = a.instance(Scope::All, i.id).unwrap();
@@ -395,6 +397,7 @@ fn admin_pages_follow_creation_order_across_tenants() {
                     name: format!("vm{n}"),
                     key: None,
                     metadata: Default::default(),
+                    user: None,
                 })
                 .unwrap()
                 .id,
@@ -485,6 +488,7 @@ fn child_creates_instances() {
             name: format!("child-{}-{n}", std::process::id()),
             key: None,
             metadata: Default::default(),
+            user: None,
         }) {
             Ok(_) => created += 1,
             Err(StoreError::QuotaExceeded { .. }) => {}
@@ -561,6 +565,7 @@ fn three_processes_share_one_quota() {
                     name: format!("parent-{n}"),
                     key: None,
                     metadata: Default::default(),
+                    user: None,
                 })
                 .is_ok()
         })
@@ -614,6 +619,7 @@ fn listing_by_node_follows_moves_and_deletes() {
                 name: format!("vm{n}"),
                 key: None,
                 metadata: Default::default(),
+                user: None,
             })
             .unwrap();
         let node = if n % 3 == 2 { b } else { a };

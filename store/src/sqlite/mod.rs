@@ -476,6 +476,7 @@ mod tests {
             name: "vm".into(),
             key: None,
             metadata: Default::default(),
+            user: None,
         };
         let made: usize = std::thread::scope(|s| {
             let handles: Vec<_> = [&first, &second, &first, &second]

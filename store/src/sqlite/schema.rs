@@ -328,6 +328,10 @@ CREATE TABLE disabled_nodes (
     since INTEGER NOT NULL
 );
 "#,
+    // 19: the user who created an instance (Nova's `user_id`; NULL for older ones).
+    r#"
+ALTER TABLE instances ADD COLUMN user_id TEXT;
+"#,
 ];
 
 /// The newest schema version this code knows.

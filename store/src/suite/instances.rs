@@ -629,8 +629,10 @@ pub(crate) fn metadata_and_lock_are_kept_and_bounded<F: Fixture>() {
     let scope = Scope::Tenant(t.id);
     let mut new = new_instance(&t, &w, "vm-1");
     new.metadata = Metadata::from([("role".to_string(), "web".to_string())]);
+    new.user = Some(Uuid::from_u128(7));
     let i = store.create_instance(new.clone()).unwrap();
     assert_eq!(i.metadata, new.metadata);
+    assert_eq!(i.user, Some(Uuid::from_u128(7)));
     assert_eq!(i.locked_by, None);
     assert_eq!(store.instance(scope, i.id).unwrap(), i);
 

@@ -155,6 +155,7 @@ fn new_instance(tenant: &Tenant, workload: &Workload, name: &str) -> NewInstance
         name: name.into(),
         key: None,
         metadata: Default::default(),
+        user: None,
     }
 }
 

@@ -199,6 +199,7 @@ pub(crate) fn launch(
                 key: None,
                 groups: Vec::new(),
                 metadata: store::Metadata::new(),
+                user: None,
             },
             &Caller::default(),
         )

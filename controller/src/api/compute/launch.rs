@@ -510,6 +510,7 @@ pub async fn create(
                 key,
                 groups: ids,
                 metadata: plan.metadata,
+                user,
             };
             let instances = match boot {
                 None => cluster.launch(Scope::Tenant(tenant), launch, &by)?,

@@ -6,8 +6,8 @@
 //! `fault` (`code` 500, `message`: the cause, `created`; `details`, the failure's code, for
 //! admins). Listings leave out instances being deleted, as Nova does; their filters, sorting
 //! and paging are [`super::server_query`]'s. `metadata` is the server's own
-//! ([`super::server_metadata`]). `user_id` is empty: the store does not record who created an
-//! instance.
+//! ([`super::server_metadata`]). `user_id` is the user who created it (empty for a server made
+//! before users were recorded, or by a certificate login).
 //! `os-extended-volumes:volumes_attached` lists the server's volumes (`id`,
 //! `delete_on_termination`); a server booted from a volume shows `image` `""`, as Nova's.
 
@@ -174,7 +174,7 @@ pub fn detailed(
         "name": instance.name,
         "status": status,
         "tenant_id": instance.tenant,
-        "user_id": "",
+        "user_id": instance.user.map_or_else(String::new, |u| u.to_string()),
         "metadata": instance.metadata,
         "hostId": host_id(instance.tenant, instance.node),
         "image": image,

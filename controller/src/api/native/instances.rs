@@ -235,6 +235,7 @@ pub async fn create(
                 key: None,
                 groups: Vec::new(),
                 metadata: store::Metadata::new(),
+                user: by.user,
             };
             Ok(cluster.launch(Scope::Tenant(tenant), launch, &by)?)
         })

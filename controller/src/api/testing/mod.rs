@@ -202,6 +202,7 @@ impl FakeCluster {
             name: launch.name.clone(),
             key: launch.key.clone(),
             metadata: launch.metadata.clone(),
+            user: launch.user,
         })?;
         if !launch.groups.is_empty() {
             self.store

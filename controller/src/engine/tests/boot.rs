@@ -20,6 +20,7 @@ fn launch_booted(w: &World, delete_on_termination: bool) -> (Instance, Volume) {
                 key: None,
                 groups: Vec::new(),
                 metadata: store::Metadata::new(),
+                user: None,
             },
             BootVolume::Image {
                 size_gb: 2,

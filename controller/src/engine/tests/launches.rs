@@ -17,6 +17,7 @@ fn nothing_is_created_while_the_scheduler_is_unreachable() {
             key: None,
             groups: Vec::new(),
             metadata: store::Metadata::new(),
+            user: None,
         },
         &Caller::default(),
     );
@@ -45,6 +46,7 @@ fn a_launch_beyond_what_the_nodes_could_hold_writes_nothing() {
                 key: None,
                 groups: Vec::new(),
                 metadata: store::Metadata::new(),
+                user: None,
             },
             &Caller::default(),
         )
@@ -110,6 +112,7 @@ fn another_tenant_sees_nothing() {
             key: None,
             groups: Vec::new(),
             metadata: store::Metadata::new(),
+            user: None,
         },
         &Caller::default(),
     );
@@ -139,6 +142,7 @@ fn a_launch_past_the_quota_keeps_what_fitted() {
             key: None,
             groups: Vec::new(),
             metadata: store::Metadata::new(),
+            user: None,
         },
         &Caller::default(),
     );
@@ -163,6 +167,7 @@ fn bad_launches_are_refused() {
                 key: None,
                 groups: Vec::new(),
                 metadata: store::Metadata::new(),
+                user: None,
             },
             &Caller::default(),
         );
@@ -230,6 +235,7 @@ fn a_launch_with_a_key_puts_it_in_the_start() {
                 key: Some(key.clone()),
                 groups: Vec::new(),
                 metadata: store::Metadata::new(),
+                user: None,
             },
             &Caller::default(),
         )
