@@ -28,6 +28,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         vcpus: 1,
         memory_mb: 128,
         disk_gb: 1,
+        is_public: true,
     })?;
     store.create_image(NewImage {
         owner: None,

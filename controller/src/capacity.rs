@@ -77,6 +77,8 @@ mod tests {
             vcpus,
             memory_mb,
             disk_gb,
+            is_public: true,
+            extra_specs: Default::default(),
         }
     }
 

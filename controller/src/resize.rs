@@ -87,7 +87,10 @@ fn check_flavors(
     workload: Uuid,
 ) -> Result<(), ClusterError> {
     let flavor_of = |w: Uuid| -> Result<store::Flavor, StoreError> {
-        store.flavor(store.workload(Scope::Tenant(current.tenant), w)?.flavor)
+        store.flavor(
+            Scope::All,
+            store.workload(Scope::Tenant(current.tenant), w)?.flavor,
+        )
     };
     let (old, new) = (flavor_of(current.workload)?, flavor_of(workload)?);
     if old.id == new.id {

@@ -19,6 +19,7 @@ mod actions;
 mod common;
 #[cfg(feature = "etcd")]
 pub mod etcd;
+mod flavor;
 mod image;
 mod mask;
 mod model;
@@ -41,6 +42,7 @@ pub use common::DEFAULT_EVENT_CAPACITY;
 pub use etcd::EtcdArgs;
 #[cfg(feature = "etcd")]
 pub use etcd::{EtcdStore, EtcdTransport};
+pub use flavor::{ExtraSpecs, Flavor, NewFlavor};
 pub use image::*;
 pub use mask::{FieldMask, InstanceFacts, InstanceWrite, Placement};
 pub use model::*;

@@ -144,34 +144,6 @@ pub struct RoleAssignment {
     pub role: Role,
 }
 
-/// A size of instance; flavors are global and immutable (as in OpenStack).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Flavor {
-    /// Its identifier.
-    pub id: Uuid,
-    /// Its unique name.
-    pub name: String,
-    /// Virtual CPUs.
-    pub vcpus: u32,
-    /// Memory in MiB.
-    pub memory_mb: u64,
-    /// Root disk in GiB.
-    pub disk_gb: u64,
-}
-
-/// Input of [`CatalogStore::create_flavor`](crate::CatalogStore::create_flavor).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NewFlavor {
-    /// Unique name.
-    pub name: String,
-    /// Virtual CPUs (at least 1).
-    pub vcpus: u32,
-    /// Memory in MiB (at least 1).
-    pub memory_mb: u64,
-    /// Root disk in GiB.
-    pub disk_gb: u64,
-}
-
 /// What an instance runs: a flavor, an image and cloud-init user data.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Workload {

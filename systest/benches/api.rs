@@ -159,6 +159,7 @@ fn main() {
             vcpus: 1,
             memory_mb: 16,
             disk_gb: 0,
+            is_public: true,
         })
         .unwrap();
     let image = store

@@ -110,6 +110,7 @@ fn setup(etcd: &EtcdServer, uri: &str) -> (String, Arc<dyn Store>, Engine, Uuid,
             vcpus: 1,
             memory_mb: 64,
             disk_gb: 1,
+            is_public: true,
         })
         .unwrap();
     let image = store

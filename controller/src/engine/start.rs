@@ -142,7 +142,7 @@ impl Engine {
     /// Reads what instances of `workload` are made from, as seen by the tenant.
     pub(super) fn plan(&self, scope: Scope, workload: uuid::Uuid) -> Result<Plan, ClusterError> {
         let workload = self.store.workload(scope, workload)?;
-        let flavor = self.store.flavor(workload.flavor)?;
+        let flavor = self.store.flavor(Scope::All, workload.flavor)?;
         let image = self.store.image(scope, workload.image)?;
         let kernel = kernel::plan(self.store.as_ref(), scope, &image)?;
         Ok(Plan {

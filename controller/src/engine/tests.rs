@@ -81,6 +81,7 @@ fn world_configured(
             vcpus: 1,
             memory_mb: 256,
             disk_gb: 1,
+            is_public: true,
         })
         .unwrap();
     let image = store

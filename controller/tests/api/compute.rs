@@ -388,7 +388,7 @@ async fn a_stopped_server_is_resized_then_confirmed_or_reverted() {
     let id = web_server(&w, &a).await;
     let path = format!("/compute/v2.1/servers/{id}");
     let action = format!("{path}/action");
-    let base = w.store.flavor(w.flavor.id).unwrap();
+    let base = w.store.flavor(Scope::All, w.flavor.id).unwrap();
     let flavor = |name: &str, disk_gb: u64| {
         w.store
             .create_flavor(NewFlavor {
@@ -396,6 +396,7 @@ async fn a_stopped_server_is_resized_then_confirmed_or_reverted() {
                 vcpus: base.vcpus + 1,
                 memory_mb: base.memory_mb * 2,
                 disk_gb,
+                is_public: true,
             })
             .unwrap()
     };

@@ -31,6 +31,7 @@ fn tenant_and_workload(store: &EtcdStore, quota: Quota, vcpus: u32) -> (Tenant, 
             vcpus,
             memory_mb: 64,
             disk_gb: 1,
+            is_public: true,
         })
         .unwrap();
     let image = store

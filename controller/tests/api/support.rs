@@ -87,6 +87,7 @@ pub fn seeded() -> Seeded {
             vcpus: 1,
             memory_mb: 128,
             disk_gb: 1,
+            is_public: true,
         })
         .unwrap();
     let image = store

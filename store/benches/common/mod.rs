@@ -45,6 +45,7 @@ pub fn seed(store: &impl Store) -> Seed {
             vcpus: 1,
             memory_mb: 512,
             disk_gb: 10,
+            is_public: true,
         })
         .unwrap();
     let image = store

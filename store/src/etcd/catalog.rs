@@ -1,14 +1,15 @@
-//! Flavors, images and workloads over etcd: [`CatalogStore`] for [`EtcdStore`] (the tenants
-//! images are shared with: `image_members.rs`).
+//! Flavors, images and workloads over etcd: [`CatalogStore`] for [`EtcdStore`] (flavors:
+//! `flavors.rs`; the tenants images are shared with: `image_members.rs`).
 
 use std::collections::HashSet;
 
 use uuid::Uuid;
 
+use super::flavors;
 use super::identity::tenant_in;
 use super::image_members;
 use super::records::*;
-use super::{EtcdStore, Tx, all, decode_all, duplicate};
+use super::{EtcdStore, Tx, all, decode_all};
 use crate::common::{check_name, check_version, now};
 use crate::*;
 
@@ -38,57 +39,42 @@ impl EtcdStore {
 }
 
 impl CatalogStore for EtcdStore {
-    // --- flavors ---
+    // --- flavors (`flavors.rs`) ---
     fn create_flavor(&self, new: NewFlavor) -> Result<Flavor> {
-        check_name("flavor", &new.name)?;
-        if new.vcpus == 0 || new.memory_mb == 0 {
-            return Err(StoreError::Invalid(
-                "a flavor needs at least 1 vCPU and 1 MiB".into(),
-            ));
-        }
-        let rec = FlavorRec {
-            id: Uuid::new_v4(),
-            name: new.name,
-            vcpus: new.vcpus,
-            memory_mb: new.memory_mb,
-            disk_gb: new.disk_gb,
-        };
-        self.atomically("creating a flavor", |tx| {
-            let keys = tx.keys();
-            let name_key = keys.name("flavor", &rec.name);
-            if tx.get(&name_key)?.is_some() {
-                return Err(duplicate("flavor", &rec.name));
-            }
-            tx.put_text(&name_key, &rec.id.to_string());
-            tx.put(&keys.flavor(rec.id), &rec)
-        })?;
-        Ok(rec.model())
+        flavors::create(self, new)
     }
 
-    fn flavor(&self, id: Uuid) -> Result<Flavor> {
-        self.read(|tx| flavor_in(tx, id)).map(|f| f.model())
+    fn flavor(&self, scope: Scope, id: Uuid) -> Result<Flavor> {
+        self.read(|tx| flavors::flavor_in(tx, scope, id))
+            .map(|f| f.model())
     }
 
-    fn flavors(&self) -> Result<Vec<Flavor>> {
-        let mut all: Vec<Flavor> = all::<FlavorRec>(self, &self.keys.flavors())?
-            .iter()
-            .map(FlavorRec::model)
-            .collect();
-        all.sort_by(|a, b| a.name.cmp(&b.name));
-        Ok(all)
+    fn flavors(&self, scope: Scope) -> Result<Vec<Flavor>> {
+        flavors::flavors(self, scope)
     }
 
     fn delete_flavor(&self, id: Uuid) -> Result<()> {
-        self.atomically("deleting a flavor", |tx| {
-            let f = flavor_in(tx, id)?;
-            let keys = tx.keys();
-            if tx.any_under(&keys.references("flavor", id))? {
-                return Err(StoreError::Conflict(format!("flavor {id} is in use")));
-            }
-            tx.delete(&keys.name("flavor", &f.name));
-            tx.delete(&keys.flavor(id));
-            Ok(())
-        })
+        flavors::delete(self, id)
+    }
+
+    fn set_flavor_extra_specs(&self, id: Uuid, specs: ExtraSpecs) -> Result<Flavor> {
+        flavors::set_specs(self, id, specs)
+    }
+
+    fn delete_flavor_extra_spec(&self, id: Uuid, key: &str) -> Result<Flavor> {
+        flavors::delete_spec(self, id, key)
+    }
+
+    fn flavor_access(&self, id: Uuid) -> Result<Vec<Uuid>> {
+        flavors::access(self, id)
+    }
+
+    fn add_flavor_access(&self, id: Uuid, tenant: Uuid) -> Result<Vec<Uuid>> {
+        flavors::add_access(self, id, tenant)
+    }
+
+    fn remove_flavor_access(&self, id: Uuid, tenant: Uuid) -> Result<Vec<Uuid>> {
+        flavors::remove_access(self, id, tenant)
     }
 
     // --- images ---
@@ -227,7 +213,7 @@ impl CatalogStore for EtcdStore {
                 }
                 None => Scope::All,
             };
-            let flavor = flavor_in(tx, new.flavor)?;
+            let flavor = flavors::flavor_in(tx, Scope::All, new.flavor)?;
             let image = image_in(tx, scope, new.image)?;
             if new.owner.is_none() && image.owner.is_some() {
                 return Err(StoreError::Invalid(
@@ -312,12 +298,6 @@ impl CatalogStore for EtcdStore {
             Ok(())
         })
     }
-}
-
-fn flavor_in(tx: &mut Tx<'_>, id: Uuid) -> Result<FlavorRec> {
-    let key = tx.keys().flavor(id);
-    tx.get_json(&key)?
-        .ok_or_else(|| StoreError::not_found("flavor", id))
 }
 
 /// The image `id` if `scope` sees it: a tenant sees public and community images, its own, and

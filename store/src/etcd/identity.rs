@@ -135,6 +135,8 @@ impl IdentityStore for EtcdStore {
             }
             tx.delete_prefix(&by_tenant);
             super::networking::forget_tenant(tx, id)?;
+            // Its entries on private flavors' access lists.
+            super::flavors::forget_tenant(tx, id)?;
             // Its own volume quota (it has no volumes: checked above).
             tx.delete(&keys.volume_quota(id));
             tx.delete(&keys.name("tenant", &t.name));

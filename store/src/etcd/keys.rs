@@ -13,6 +13,8 @@
 //! <prefix>role/user/<user>/<tenant>/<role>       role assignment, by user
 //! <prefix>role/tenant/<tenant>/<user>/<role>     the same, by tenant
 //! <prefix>flavor/<id> | image/<id> | workload/<id>
+//! <prefix>faccess/<flavor>/<tenant>             the tenant is on the (private) flavor's access
+//!                                                list
 //! <prefix>imember/<image>/<tenant>              the tenant is a member of the (shared) image
 //! <prefix>ref/{flavor,image}/<id>/<workload>     "this workload uses it"
 //! <prefix>ref/workload/<id>/<instance>           "this instance uses it"
@@ -155,6 +157,18 @@ impl Keys {
     }
     pub(super) fn flavors(&self) -> String {
         self.key(&[&"flavor", &""])
+    }
+    /// `tenant` on the access list of `flavor`.
+    pub(super) fn flavor_access(&self, flavor: Uuid, tenant: Uuid) -> String {
+        self.key(&[&"faccess", &flavor, &tenant])
+    }
+    /// The access list of `flavor`.
+    pub(super) fn flavor_access_list(&self, flavor: Uuid) -> String {
+        self.key(&[&"faccess", &flavor, &""])
+    }
+    /// The access lists of every flavor.
+    pub(super) fn all_flavor_access(&self) -> String {
+        self.key(&[&"faccess", &""])
     }
     pub(super) fn image(&self, id: Uuid) -> String {
         self.key(&[&"image", &id])
@@ -370,6 +384,17 @@ mod tests {
         assert!(keys.image_member(t, v).starts_with(&keys.image_members(t)));
         assert!(keys.image_members(t).starts_with(&keys.all_image_members()));
         assert!(!keys.image(t).starts_with(&keys.all_image_members()));
+        assert_eq!(keys.flavor_access(t, v), format!("/cumulo/faccess/{t}/{v}"));
+        assert!(
+            keys.flavor_access(t, v)
+                .starts_with(&keys.flavor_access_list(t))
+        );
+        assert!(
+            keys.flavor_access_list(t)
+                .starts_with(&keys.all_flavor_access())
+        );
+        assert!(!keys.flavor(t).starts_with(&keys.all_flavor_access()));
+        assert!(!keys.flavor_access(t, v).starts_with(&keys.flavors()));
     }
 
     #[test]

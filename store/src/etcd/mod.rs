@@ -47,6 +47,8 @@ mod catalog;
 #[cfg(test)]
 mod cluster_tests;
 mod events;
+mod flavor_recs;
+mod flavors;
 mod identity;
 mod image_members;
 mod instance_recs;

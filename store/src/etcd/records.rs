@@ -11,6 +11,7 @@ use uuid::Uuid;
 use crate::common::{from_millis, millis};
 use crate::*;
 
+pub(super) use super::flavor_recs::{FlavorAccessRec, FlavorRec};
 pub(super) use super::instance_recs::{FaultRec, InstanceRec, KeyRec, state_text};
 
 /// The schema version this code writes and reads.
@@ -220,28 +221,6 @@ pub(super) fn role_from(text: &str) -> Option<Role> {
         "admin" => Some(Role::Admin),
         "member" => Some(Role::Member),
         _ => None,
-    }
-}
-
-/// A flavor.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub(super) struct FlavorRec {
-    pub(super) id: Uuid,
-    pub(super) name: String,
-    pub(super) vcpus: u32,
-    pub(super) memory_mb: u64,
-    pub(super) disk_gb: u64,
-}
-
-impl FlavorRec {
-    pub(super) fn model(&self) -> Flavor {
-        Flavor {
-            id: self.id,
-            name: self.name.clone(),
-            vcpus: self.vcpus,
-            memory_mb: self.memory_mb,
-            disk_gb: self.disk_gb,
-        }
     }
 }
 

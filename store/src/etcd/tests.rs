@@ -104,6 +104,7 @@ pub(super) fn tenant_and_workload(
             vcpus,
             memory_mb: 64,
             disk_gb: 1,
+            is_public: true,
         })
         .unwrap();
     let image = store

@@ -178,7 +178,7 @@ fn a_launcher_user_reaches_its_own_keys_only() {
         }),
     );
     denied("events", replica.events(Scope::All, None, 10));
-    denied("flavors", replica.flavors());
+    denied("flavors", replica.flavors(Scope::All));
     denied(
         "enqueue",
         replica.enqueue_operation(NewOperation {

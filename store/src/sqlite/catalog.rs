@@ -1,30 +1,44 @@
 //! Flavors, images and workloads in SQLite: [`CatalogStore`] for [`SqliteStore`], over the
-//! functions below (and `image_members.rs` for the tenants images are shared with), each of which
-//! runs inside the caller's transaction.
+//! functions below (and `flavors.rs` for flavors, `image_members.rs` for the tenants images are
+//! shared with), each of which runs inside the caller's transaction.
 
 use rusqlite::{OptionalExtension, Row, Transaction, params};
 use uuid::Uuid;
 
+use super::flavors;
 use super::identity::tenant;
 use super::image_members;
-use super::{
-    SqliteStore, bad_column, delete_row, duplicate, int, opt_uuid_at, u32_at, u64_at, uuid_at,
-};
+use super::{SqliteStore, bad_column, delete_row, int, opt_uuid_at, u64_at, uuid_at};
 use crate::common::{check_name, check_version, from_millis, millis, now};
 use crate::*;
 
 impl CatalogStore for SqliteStore {
     fn create_flavor(&self, new: NewFlavor) -> Result<Flavor> {
-        self.write(|tx| create_flavor(tx, new))
+        self.write(|tx| flavors::create(tx, new))
     }
-    fn flavor(&self, id: Uuid) -> Result<Flavor> {
-        self.read(|tx| flavor(tx, id))
+    fn flavor(&self, scope: Scope, id: Uuid) -> Result<Flavor> {
+        self.read(|tx| flavors::flavor(tx, scope, id))
     }
-    fn flavors(&self) -> Result<Vec<Flavor>> {
-        self.read(flavors)
+    fn flavors(&self, scope: Scope) -> Result<Vec<Flavor>> {
+        self.read(|tx| flavors::flavors(tx, scope))
     }
     fn delete_flavor(&self, id: Uuid) -> Result<()> {
-        self.write(|tx| delete_row(tx, "flavors", "flavor", id))
+        self.write(|tx| flavors::delete(tx, id))
+    }
+    fn set_flavor_extra_specs(&self, id: Uuid, specs: ExtraSpecs) -> Result<Flavor> {
+        self.write(|tx| flavors::set_specs(tx, id, specs))
+    }
+    fn delete_flavor_extra_spec(&self, id: Uuid, key: &str) -> Result<Flavor> {
+        self.write(|tx| flavors::delete_spec(tx, id, key))
+    }
+    fn flavor_access(&self, id: Uuid) -> Result<Vec<Uuid>> {
+        self.read(|tx| flavors::access(tx, id))
+    }
+    fn add_flavor_access(&self, id: Uuid, tenant: Uuid) -> Result<Vec<Uuid>> {
+        self.write(|tx| flavors::add_access(tx, id, tenant))
+    }
+    fn remove_flavor_access(&self, id: Uuid, tenant: Uuid) -> Result<Vec<Uuid>> {
+        self.write(|tx| flavors::remove_access(tx, id, tenant))
     }
 
     fn create_image(&self, new: NewImage) -> Result<Image> {
@@ -128,62 +142,6 @@ impl CatalogStore for SqliteStore {
             delete_row(tx, "workloads", "workload", id)
         })
     }
-}
-
-const FLAVOR_COLS: &str = "id, name, vcpus, memory_mb, disk_gb";
-
-fn flavor_row(row: &Row<'_>) -> rusqlite::Result<Flavor> {
-    Ok(Flavor {
-        id: uuid_at(row, 0)?,
-        name: row.get(1)?,
-        vcpus: u32_at(row, 2)?,
-        memory_mb: u64_at(row, 3)?,
-        disk_gb: u64_at(row, 4)?,
-    })
-}
-
-pub(super) fn create_flavor(tx: &Transaction<'_>, new: NewFlavor) -> Result<Flavor> {
-    check_name("flavor", &new.name)?;
-    if new.vcpus == 0 || new.memory_mb == 0 {
-        return Err(StoreError::Invalid(
-            "a flavor needs at least 1 vCPU and 1 MiB".into(),
-        ));
-    }
-    let flavor = Flavor {
-        id: Uuid::new_v4(),
-        name: new.name,
-        vcpus: new.vcpus,
-        memory_mb: new.memory_mb,
-        disk_gb: new.disk_gb,
-    };
-    tx.execute(
-        "INSERT INTO flavors (id, name, vcpus, memory_mb, disk_gb) VALUES (?1, ?2, ?3, ?4, ?5)",
-        params![
-            flavor.id.to_string(),
-            flavor.name,
-            flavor.vcpus,
-            int(flavor.memory_mb)?,
-            int(flavor.disk_gb)?
-        ],
-    )
-    .map_err(|e| duplicate(e, "flavor", &flavor.name))?;
-    Ok(flavor)
-}
-
-pub(super) fn flavor(tx: &Transaction<'_>, id: Uuid) -> Result<Flavor> {
-    tx.query_row(
-        &format!("SELECT {FLAVOR_COLS} FROM flavors WHERE id = ?1"),
-        [id.to_string()],
-        flavor_row,
-    )
-    .optional()?
-    .ok_or_else(|| StoreError::not_found("flavor", id))
-}
-
-pub(super) fn flavors(tx: &Transaction<'_>) -> Result<Vec<Flavor>> {
-    let mut stmt = tx.prepare(&format!("SELECT {FLAVOR_COLS} FROM flavors ORDER BY name"))?;
-    let rows = stmt.query_map([], flavor_row)?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
 /// The SQL condition and parameter for "owner visible in `scope`" on column `owner`.
@@ -401,7 +359,7 @@ pub(super) fn create_workload(tx: &Transaction<'_>, new: NewWorkload) -> Result<
         }
         None => Scope::All,
     };
-    flavor(tx, new.flavor)?;
+    flavors::flavor(tx, Scope::All, new.flavor)?;
     let img = image(tx, scope, new.image)?;
     if new.owner.is_none() && img.owner.is_some() {
         return Err(StoreError::Invalid(

@@ -8,7 +8,8 @@ use rusqlite::types::Value;
 use rusqlite::{OptionalExtension, Row, Transaction, params, params_from_iter};
 use uuid::Uuid;
 
-use super::catalog::{flavor, workload};
+use super::catalog::workload;
+use super::flavors::flavor;
 use super::identity::tenant;
 use super::{SqliteStore, bad_column, int, opt_uuid_at, u32_at, u64_at, uuid_at};
 use crate::common::{
@@ -192,7 +193,7 @@ pub(super) fn create(tx: &Transaction<'_>, new: NewInstance) -> Result<Instance>
     Instance::check_metadata(&new.metadata)?;
     let t = tenant(tx, new.tenant)?;
     let w = workload(tx, Scope::Tenant(t.id), new.workload)?;
-    let flavor = flavor(tx, w.flavor)?;
+    let flavor = flavor(tx, Scope::All, w.flavor)?;
     // The usage sums every instance of the tenant: skipped when nothing is limited, so a
     // tenant without a quota does not pay a scan of its instances per launch.
     if t.quota != Quota::default() {
@@ -367,7 +368,7 @@ pub(super) fn update(
     }
     if let Some(new) = change.workload {
         let w = workload(tx, Scope::Tenant(i.tenant), new)?;
-        let f = flavor(tx, w.flavor)?;
+        let f = flavor(tx, Scope::All, w.flavor)?;
         if change.resize {
             let t = tenant(tx, i.tenant)?;
             if t.quota != Quota::default() {

@@ -22,6 +22,7 @@
 mod actions;
 mod catalog;
 mod events;
+mod flavors;
 mod identity;
 mod image_members;
 mod instances;
@@ -450,6 +451,7 @@ mod tests {
                 vcpus: 2,
                 memory_mb: 64,
                 disk_gb: 1,
+                is_public: true,
             })
             .unwrap();
         let image = first

@@ -332,6 +332,19 @@ CREATE TABLE disabled_nodes (
     r#"
 ALTER TABLE instances ADD COLUMN user_id TEXT;
 "#,
+    // 20: private flavors and flavor extra specs: whether a flavor is public (those made before
+    // are), its extra specs (a JSON object of strings), and the access lists of private flavors
+    // (a row going with its flavor and with its tenant).
+    r#"
+ALTER TABLE flavors ADD COLUMN is_public INTEGER NOT NULL DEFAULT 1;
+ALTER TABLE flavors ADD COLUMN extra_specs TEXT NOT NULL DEFAULT '{}';
+CREATE TABLE flavor_access (
+    flavor_id TEXT NOT NULL REFERENCES flavors(id) ON DELETE CASCADE,
+    tenant_id TEXT NOT NULL REFERENCES tenants(id) ON DELETE CASCADE,
+    PRIMARY KEY (flavor_id, tenant_id)
+);
+CREATE INDEX flavor_access_tenant ON flavor_access(tenant_id, flavor_id);
+"#,
 ];
 
 /// The newest schema version this code knows.

@@ -512,6 +512,7 @@ pub(crate) fn an_instance_moves_to_a_workload_of_its_size<F: Fixture>() {
             vcpus: 4,
             memory_mb: 4096,
             disk_gb: 20,
+            is_public: true,
         })
         .unwrap();
     let bigger = workload_of(big.id, "bigger");
@@ -564,6 +565,7 @@ pub(crate) fn a_resize_changes_the_size_within_the_quota<F: Fixture>() {
                 vcpus,
                 memory_mb: 1024,
                 disk_gb: 20,
+                is_public: true,
             })
             .unwrap();
         store

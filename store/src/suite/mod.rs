@@ -47,7 +47,9 @@ macro_rules! store_suite {
             identity: tenant_crud, user_and_role_crud, revoked_tokens_are_listed_until_they_expire,
                 a_password_change_or_a_role_removal_ends_the_users_tokens;
             catalog: catalog_crud, ephemeral_workloads_are_kept_as_such,
-                uploaded_images_go_from_queued_to_active;
+                uploaded_images_go_from_queued_to_active,
+                private_flavors_are_seen_by_their_access_list,
+                flavor_extra_specs_are_set_and_removed;
             image_members: images_are_shared_with_their_members,
                 members_go_with_their_image_and_their_tenant;
             instances: instance_crud, parallel_creates_respect_the_quota, vcpu_and_memory_quotas,
@@ -112,7 +114,7 @@ fn tenant_and_workload(
 ) -> (Tenant, Workload) {
     let tenant = tenant_with(store, name, quota, prefix);
     let flavor = match store
-        .flavors()
+        .flavors(Scope::All)
         .unwrap()
         .into_iter()
         .find(|f| f.name == "small")
@@ -124,6 +126,7 @@ fn tenant_and_workload(
                 vcpus: 1,
                 memory_mb: 512,
                 disk_gb: 10,
+                is_public: true,
             })
             .unwrap(),
     };

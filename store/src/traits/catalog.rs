@@ -1,25 +1,45 @@
-//! [`CatalogStore`]: what instances are made of — flavors (global), images (public, or a
+//! [`CatalogStore`]: what instances are made of — flavors (global: public, or private to the
+//! tenants on their access list, with extra specs), images (public, or a
 //! tenant's: private, shared with other tenants, its members, or community) and workloads
 //! (public or private to a tenant).
 
 use uuid::Uuid;
 
 use crate::{
-    Flavor, Image, ImageChange, ImageMember, ImageProps, MemberStatus, NewFlavor, NewImage,
-    NewWorkload, Result, Scope, Visibility, Workload, WorkloadChange,
+    ExtraSpecs, Flavor, Image, ImageChange, ImageMember, ImageProps, MemberStatus, NewFlavor,
+    NewImage, NewWorkload, Result, Scope, Visibility, Workload, WorkloadChange,
 };
 
 /// Flavors, images and workloads. Every call is one transaction.
 pub trait CatalogStore: Send + Sync {
-    // --- flavors (global) ---
-    /// Creates a flavor (`Conflict` on a duplicate name).
+    // --- flavors (global; a private one is seen in `Scope::All` and by its access list) ---
+    /// Creates a flavor, without extra specs or access (`Conflict` on a duplicate name,
+    /// `Invalid` as [`NewFlavor::check`] says).
     fn create_flavor(&self, new: NewFlavor) -> Result<Flavor>;
-    /// One flavor.
-    fn flavor(&self, id: Uuid) -> Result<Flavor>;
-    /// All flavors, by name.
-    fn flavors(&self) -> Result<Vec<Flavor>>;
-    /// Deletes a flavor no workload uses (`Conflict` otherwise).
+    /// One flavor seen in `scope`: any in [`Scope::All`]; in a tenant's, a public one or a
+    /// private one with the tenant on its access list (`NotFound` otherwise).
+    fn flavor(&self, scope: Scope, id: Uuid) -> Result<Flavor>;
+    /// The flavors seen in `scope` (as [`CatalogStore::flavor`] sees them), by name.
+    fn flavors(&self, scope: Scope) -> Result<Vec<Flavor>>;
+    /// Deletes a flavor no workload uses (`Conflict` otherwise); its extra specs and access list
+    /// go with it.
     fn delete_flavor(&self, id: Uuid) -> Result<()>;
+    /// Sets extra specs of flavor `id`: adds those it has not, replaces the values of those it
+    /// has, keeps the others. `Invalid` when the result does not fit
+    /// ([`Flavor::check_extra_specs`]); nothing changes then.
+    fn set_flavor_extra_specs(&self, id: Uuid, specs: ExtraSpecs) -> Result<Flavor>;
+    /// Removes extra spec `key` of flavor `id` (`NotFound` of kind `extra spec` when it has none
+    /// of that key).
+    fn delete_flavor_extra_spec(&self, id: Uuid, key: &str) -> Result<Flavor>;
+    /// The tenants on the access list of flavor `id`, by id (none for a public flavor).
+    fn flavor_access(&self, id: Uuid) -> Result<Vec<Uuid>>;
+    /// Puts `tenant` on the access list of private flavor `id`; the list then. `NotFound` for
+    /// a flavor or tenant that does not exist, `Invalid` for a public flavor, `Conflict` for a
+    /// tenant on the list already.
+    fn add_flavor_access(&self, id: Uuid, tenant: Uuid) -> Result<Vec<Uuid>>;
+    /// Takes `tenant` off the access list of flavor `id`; the list then. `NotFound` for a flavor
+    /// that does not exist, and (of kind `flavor access`) for a tenant not on the list.
+    fn remove_flavor_access(&self, id: Uuid, tenant: Uuid) -> Result<Vec<Uuid>>;
 
     // --- images ---
     /// Creates an image (its owner, if any, must exist), active from the start: public without

@@ -103,6 +103,7 @@ async fn the_openstack_cli_runs_a_server_through_the_whole_cluster() {
                 vcpus: 1,
                 memory_mb: 128,
                 disk_gb: 1,
+                is_public: true,
             })
             .unwrap();
         store

@@ -150,6 +150,7 @@ pub(crate) async fn workload(ctl: &Ctl, image: &str) -> Uuid {
                 // What the tiny guest's kernel needs to boot.
                 memory_mb: 256,
                 disk_gb: 1,
+                is_public: true,
             })
             .unwrap();
         let image = store

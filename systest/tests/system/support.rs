@@ -145,7 +145,7 @@ fn seed_now(controller: &Controller, quota: Quota) -> (Uuid, Uuid) {
         })
         .unwrap();
     let flavor = match store
-        .flavors()
+        .flavors(Scope::All)
         .unwrap()
         .into_iter()
         .find(|f| f.name == "tiny")
@@ -157,6 +157,7 @@ fn seed_now(controller: &Controller, quota: Quota) -> (Uuid, Uuid) {
                 vcpus: 1,
                 memory_mb: 64,
                 disk_gb: 0,
+                is_public: true,
             })
             .unwrap(),
     };

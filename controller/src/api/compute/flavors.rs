@@ -17,7 +17,7 @@ use serde_json::{Map, Value, json};
 use super::BASE;
 use crate::api::extract::{JsonBody, PathParams, QueryParams, path_id};
 use crate::api::{ApiError, ApiState, Principal};
-use store::{Flavor, NewFlavor, Page};
+use store::{Flavor, NewFlavor, Page, Scope};
 
 fn links(base: &str, id: impl std::fmt::Display) -> Value {
     json!([
@@ -80,7 +80,7 @@ async fn page(state: &ApiState, query: FlavorQuery) -> Result<Vec<Flavor>, ApiEr
         .min(u64::from(Page::MAX_LIMIT));
     let min_ram = number("minRam", &query.min_ram)?.unwrap_or(0);
     let min_disk = number("minDisk", &query.min_disk)?.unwrap_or(0);
-    let flavors = state.store(|store| Ok(store.flavors()?)).await?;
+    let flavors = state.store(|store| Ok(store.flavors(Scope::All)?)).await?;
     let start = match &query.marker {
         None => 0,
         Some(marker) => {
@@ -129,7 +129,9 @@ pub async fn show(
     PathParams(id): PathParams<String>,
 ) -> Result<Json<Value>, ApiError> {
     let id = path_id("flavor", &id)?;
-    let flavor = state.store(move |store| Ok(store.flavor(id)?)).await?;
+    let flavor = state
+        .store(move |store| Ok(store.flavor(Scope::All, id)?))
+        .await?;
     Ok(Json(
         json!({"flavor": detailed(&state.config.public_url, &flavor)}),
     ))
@@ -142,7 +144,9 @@ pub async fn extra_specs(
     PathParams(id): PathParams<String>,
 ) -> Result<Json<Value>, ApiError> {
     let id = path_id("flavor", &id)?;
-    state.store(move |store| Ok(store.flavor(id)?)).await?;
+    state
+        .store(move |store| Ok(store.flavor(Scope::All, id)?))
+        .await?;
     Ok(Json(json!({"extra_specs": {}})))
 }
 
@@ -214,6 +218,7 @@ fn new_flavor(request: &Value) -> Result<NewFlavor, ApiError> {
         vcpus,
         memory_mb,
         disk_gb,
+        is_public: true,
     })
 }
 
@@ -277,7 +282,8 @@ mod tests {
                 name: "m1".into(),
                 vcpus: 2,
                 memory_mb: 512,
-                disk_gb: 0
+                disk_gb: 0,
+                is_public: true,
             }
         );
         for bad in [

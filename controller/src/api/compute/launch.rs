@@ -464,7 +464,7 @@ pub async fn create(
     let volume_limits = state.config.volume_limits;
     let instances = state
         .cluster(move |store, cluster| {
-            let flavor = store.flavor(plan.flavor).map_err(|e| match e {
+            let flavor = store.flavor(Scope::All, plan.flavor).map_err(|e| match e {
                 StoreError::NotFound { .. } => {
                     ApiError::BadRequest(format!("Flavor {} could not be found.", plan.flavor))
                 }

@@ -37,7 +37,7 @@ pub fn target_workload(
         }
         .into());
     }
-    match store.flavor(flavor) {
+    match store.flavor(Scope::All, flavor) {
         Ok(_) => {}
         Err(StoreError::NotFound { .. }) => {
             return Err(ApiError::BadRequest(format!(

@@ -12,7 +12,7 @@ use uuid::Uuid;
 use super::views::{self, KindName};
 use crate::api::extract::{JsonBody, PathParams, path_id, present};
 use crate::api::{ApiError, ApiState, Principal};
-use store::{ImageKind, NewFlavor, NewImage};
+use store::{ImageKind, NewFlavor, NewImage, Scope};
 
 /// A new flavor (`disk_gb`: 0 unless told).
 #[derive(Debug, Deserialize, ToSchema)]
@@ -42,7 +42,7 @@ pub async fn list_flavors(
     State(state): State<ApiState>,
     _caller: Principal,
 ) -> Result<Json<views::Flavors>, ApiError> {
-    let flavors = state.store(|s| Ok(s.flavors()?)).await?;
+    let flavors = state.store(|s| Ok(s.flavors(Scope::All)?)).await?;
     Ok(Json(views::Flavors {
         flavors: flavors.iter().map(views::flavor).collect(),
     }))
@@ -63,7 +63,7 @@ pub async fn show_flavor(
     PathParams(id): PathParams<String>,
 ) -> Result<Json<views::Flavor>, ApiError> {
     let id = path_id("flavor", &id)?;
-    let flavor = state.store(move |s| Ok(s.flavor(id)?)).await?;
+    let flavor = state.store(move |s| Ok(s.flavor(Scope::All, id)?)).await?;
     Ok(Json(views::flavor(&flavor)))
 }
 
@@ -92,6 +92,7 @@ pub async fn create_flavor(
         vcpus: body.vcpus,
         memory_mb: body.memory_mb,
         disk_gb: body.disk_gb,
+        is_public: true,
     };
     let flavor = state.store(move |s| Ok(s.create_flavor(new)?)).await?;
     Ok((StatusCode::CREATED, Json(views::flavor(&flavor))).into_response())

@@ -220,7 +220,7 @@ pub async fn create(
         .cluster(move |s, cluster| {
             s.tenant(tenant)?;
             let workload = s.workload(Scope::Tenant(tenant), body.workload)?;
-            let flavor = s.flavor(workload.flavor)?;
+            let flavor = s.flavor(Scope::All, workload.flavor)?;
             if headroom(s, tenant, flavor.vcpus, flavor.memory_mb)? < u64::from(count) {
                 return Err(ApiError::OverLimit(format!(
                     "quota exceeded: no room for {count} instance(s) of flavor {}",

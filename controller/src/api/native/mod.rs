@@ -136,7 +136,7 @@ async fn healthz(State(state): State<ApiState>) -> Result<Json<views::Health>, A
     }
     let scheduler = state.cluster.connected();
     let store = state
-        .store(|s| Ok(s.flavors().is_ok()))
+        .store(|s| Ok(s.flavors(store::Scope::All).is_ok()))
         .await
         .unwrap_or(false);
     Ok(Json(views::Health {

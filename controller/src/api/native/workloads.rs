@@ -129,7 +129,7 @@ pub async fn create(
     let workload = state
         .store(move |s| {
             // A flavor or image that is missing (or not the owner's to see): not found.
-            s.flavor(new.flavor)?;
+            s.flavor(Scope::All, new.flavor)?;
             let seen_by = new.owner.map_or(Scope::All, Scope::Tenant);
             let image = s.image(seen_by, new.image)?;
             if new.owner.is_none() && image.owner.is_some() {

@@ -292,7 +292,7 @@ impl Cluster for FakeCluster {
         // The engine's cap, where nodes were given.
         if !self.nodes().is_empty() {
             let workload = self.store.workload(scope, launch.workload)?;
-            let flavor = self.store.flavor(workload.flavor)?;
+            let flavor = self.store.flavor(Scope::All, workload.flavor)?;
             if let Some(capacity) = self.capacity(&flavor)?
                 && u64::from(launch.count) > capacity
             {

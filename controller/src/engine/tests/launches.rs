@@ -61,7 +61,7 @@ fn a_launch_beyond_what_the_nodes_could_hold_writes_nothing() {
     };
     // A node that has not sent its STATS: its size is unknown, nothing is refused (as before).
     w.node_connected(NODE, NodeType::ComputeNode);
-    let flavor = w.engine.store().flavors().unwrap().remove(0);
+    let flavor = w.engine.store().flavors(Scope::All).unwrap().remove(0);
     assert_eq!(w.engine.capacity(&flavor).unwrap(), None);
     // Its STATS: 8 vCPUs, 4096 MiB, 10,000 MB of disk hold 8 instances of 1 vCPU, 256 MiB, 1 GiB
     // (used or not: the figures are its totals).

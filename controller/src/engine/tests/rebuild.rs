@@ -190,6 +190,7 @@ fn a_rebuild_is_refused_in_other_states_and_for_a_workload_of_another_size() {
             vcpus: 4,
             memory_mb: 4096,
             disk_gb: 10,
+            is_public: true,
         })
         .unwrap();
     let bigger = store

@@ -15,6 +15,7 @@ impl World {
                 vcpus,
                 memory_mb,
                 disk_gb,
+                is_public: true,
             })
             .unwrap();
         store
