@@ -5,7 +5,7 @@ use crate::openstack::{admin_cli, fails, json, ok, openstack_or_skip, tenant_cli
 use crate::support::World;
 
 /// `openstack flavor create` and `flavor delete` as the admin; a member may not; what cumulo's
-/// flavors do not have (a private flavor, swap) is refused, not dropped.
+/// flavors do not have (swap) is refused, not dropped.
 #[tokio::test]
 async fn the_openstack_cli_creates_and_deletes_flavors_as_the_admin() {
     let Some(bin) = openstack_or_skip() else {
@@ -42,21 +42,6 @@ async fn the_openstack_cli_creates_and_deletes_flavors_as_the_admin() {
         said.contains("409") || said.contains("already exists"),
         "{said}"
     );
-    let said = fails(
-        &admin,
-        &[
-            "flavor",
-            "create",
-            "--ram",
-            "1",
-            "--disk",
-            "1",
-            "--private",
-            "hidden",
-        ],
-    )
-    .await;
-    assert!(said.contains("private flavors"), "{said}");
     let said = fails(
         &admin,
         &[

@@ -14,6 +14,8 @@ mod conventions;
 mod docs;
 mod engine_rig;
 mod etcd;
+mod flavor_access;
+mod flavor_specs;
 mod flavors;
 mod hypervisors;
 mod identity;

@@ -458,13 +458,14 @@ pub async fn create(
     JsonBody(request): JsonBody<CreateRequest>,
 ) -> Result<Response, ApiError> {
     let tenant = caller.project()?;
+    let seen = super::flavor_scope(&caller)?;
     let by = caller.who();
     let user = caller.user;
     let plan = plan(request.server)?;
     let volume_limits = state.config.volume_limits;
     let instances = state
         .cluster(move |store, cluster| {
-            let flavor = store.flavor(Scope::All, plan.flavor).map_err(|e| match e {
+            let flavor = store.flavor(seen, plan.flavor).map_err(|e| match e {
                 StoreError::NotFound { .. } => {
                     ApiError::BadRequest(format!("Flavor {} could not be found.", plan.flavor))
                 }

@@ -1,4 +1,5 @@
-//! The OpenStack Compute v2.1 subset at `/compute/v2.1`: version documents, flavors, servers
+//! The OpenStack Compute v2.1 subset at `/compute/v2.1`: version documents, flavors (with their
+//! extra specs and the access lists of private ones), servers
 //! (list, show, create, delete, stop/start/reboot, their instance actions, their volume
 //! attachments), the user's key pairs (`os-keypairs`) and limits. Errors in Nova's shape.
 //!
@@ -12,6 +13,8 @@ mod bdm;
 mod change;
 mod console;
 mod create_checks;
+mod flavor_access;
+mod flavor_specs;
 mod flavors;
 mod hosts;
 mod hypervisors;
@@ -33,6 +36,7 @@ mod status;
 mod usage;
 mod volume_attachments;
 
+pub(crate) use flavors::seen_by as flavor_scope;
 pub(crate) use launch::{headroom, is_implicit};
 pub(crate) use lock::unlocked;
 pub(crate) use rebuild::target_workload as rebuild_target;
@@ -74,7 +78,21 @@ pub fn routes() -> Router<ApiState> {
         )
         .route(
             "/compute/v2.1/flavors/{id}/os-extra_specs",
-            get(flavors::extra_specs),
+            get(flavor_specs::list).post(flavor_specs::create),
+        )
+        .route(
+            "/compute/v2.1/flavors/{id}/os-extra_specs/{key}",
+            get(flavor_specs::show)
+                .put(flavor_specs::update)
+                .delete(flavor_specs::delete),
+        )
+        .route(
+            "/compute/v2.1/flavors/{id}/os-flavor-access",
+            get(flavor_access::list),
+        )
+        .route(
+            "/compute/v2.1/flavors/{id}/action",
+            post(flavor_access::action),
         )
         .route("/compute/v2.1/limits", get(limits))
         .route(

@@ -22,11 +22,13 @@ pub fn parse(value: &Value) -> Result<Uuid, ApiError> {
 /// The workload a resize of `instance` to `flavor` moves it to: the project's workload of that
 /// flavor with the instance's image and user data (made if it has none, ephemeral as its own).
 /// 409 when the instance is not stopped on its node (checked first, so that a refused request
-/// makes nothing), 400 for an unknown flavor.
+/// makes nothing), 400 for a flavor not seen in `seen` (the caller's flavor scope: an unknown
+/// flavor, or a private one the caller's project has no access to).
 pub fn target_workload(
     store: &dyn Store,
     instance: &Instance,
     flavor: Uuid,
+    seen: Scope,
 ) -> Result<Uuid, ApiError> {
     let step = ResizeStep::To(instance.workload);
     if !crate::resize::allowed(step, &instance.state, instance.node.is_some()) {
@@ -37,7 +39,7 @@ pub fn target_workload(
         }
         .into());
     }
-    match store.flavor(Scope::All, flavor) {
+    match store.flavor(seen, flavor) {
         Ok(_) => {}
         Err(StoreError::NotFound { .. }) => {
             return Err(ApiError::BadRequest(format!(

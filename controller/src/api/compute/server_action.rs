@@ -113,6 +113,7 @@ pub async fn action(
         return super::snapshot::create_image(state, caller, id, args).await;
     }
     let scope = caller.project_scope(true)?;
+    let seen = super::flavor_scope(&caller)?;
     let action = parse_action(&body)?;
     match action {
         Action::Lock(lock) => {
@@ -162,7 +163,7 @@ pub async fn action(
                 }
                 Action::Resize(flavor) => {
                     let current = store.instance(scope, id)?;
-                    let workload = super::resize_target(store, &current, flavor)?;
+                    let workload = super::resize_target(store, &current, flavor, seen)?;
                     cluster.resize(scope, id, ResizeStep::To(workload), &by)?
                 }
                 Action::Resized(step) => cluster.resize(scope, id, step, &by)?,

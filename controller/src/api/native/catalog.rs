@@ -1,4 +1,6 @@
-//! Flavors (everyone reads; admins create and delete) and images (public ones and the tenant's
+//! Flavors (everyone reads those they see: admins all, members the public ones and the private
+//! ones their project has access to, as on the Compute API; admins create public ones and
+//! delete) and images (public ones and the tenant's
 //! own; members register private images of their tenant, admins public ones or any tenant's).
 
 use axum::Json;
@@ -10,9 +12,10 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 use super::views::{self, KindName};
+use crate::api::compute::flavor_scope;
 use crate::api::extract::{JsonBody, PathParams, path_id, present};
 use crate::api::{ApiError, ApiState, Principal};
-use store::{ImageKind, NewFlavor, NewImage, Scope};
+use store::{ImageKind, NewFlavor, NewImage};
 
 /// A new flavor (`disk_gb`: 0 unless told).
 #[derive(Debug, Deserialize, ToSchema)]
@@ -40,9 +43,10 @@ pub struct CreateFlavor {
 )]
 pub async fn list_flavors(
     State(state): State<ApiState>,
-    _caller: Principal,
+    caller: Principal,
 ) -> Result<Json<views::Flavors>, ApiError> {
-    let flavors = state.store(|s| Ok(s.flavors(Scope::All)?)).await?;
+    let seen = flavor_scope(&caller)?;
+    let flavors = state.store(move |s| Ok(s.flavors(seen)?)).await?;
     Ok(Json(views::Flavors {
         flavors: flavors.iter().map(views::flavor).collect(),
     }))
@@ -59,11 +63,12 @@ pub async fn list_flavors(
 )]
 pub async fn show_flavor(
     State(state): State<ApiState>,
-    _caller: Principal,
+    caller: Principal,
     PathParams(id): PathParams<String>,
 ) -> Result<Json<views::Flavor>, ApiError> {
     let id = path_id("flavor", &id)?;
-    let flavor = state.store(move |s| Ok(s.flavor(Scope::All, id)?)).await?;
+    let seen = flavor_scope(&caller)?;
+    let flavor = state.store(move |s| Ok(s.flavor(seen, id)?)).await?;
     Ok(Json(views::flavor(&flavor)))
 }
 

@@ -205,6 +205,7 @@ pub async fn create(
         }
         None => caller.project()?,
     };
+    let seen = crate::api::compute::flavor_scope(&caller)?;
     let by = caller.who();
     let count = body.count.unwrap_or(1);
     if count == 0 || count > Launch::MAX_COUNT {
@@ -220,7 +221,7 @@ pub async fn create(
         .cluster(move |s, cluster| {
             s.tenant(tenant)?;
             let workload = s.workload(Scope::Tenant(tenant), body.workload)?;
-            let flavor = s.flavor(Scope::All, workload.flavor)?;
+            let flavor = s.flavor(seen, workload.flavor)?;
             if headroom(s, tenant, flavor.vcpus, flavor.memory_mb)? < u64::from(count) {
                 return Err(ApiError::OverLimit(format!(
                     "quota exceeded: no room for {count} instance(s) of flavor {}",
@@ -432,12 +433,13 @@ pub async fn resize(
 ) -> Result<Response, ApiError> {
     let id = path_id("instance", &id)?;
     let scope = caller.scope()?;
+    let seen = crate::api::compute::flavor_scope(&caller)?;
     let admin = caller.is_admin();
     let by = caller.who();
     let instance = state
         .cluster(move |store, cluster| {
             let current = unlocked(store, scope, id, admin)?;
-            let workload = crate::api::compute::resize_target(store, &current, body.flavor)?;
+            let workload = crate::api::compute::resize_target(store, &current, body.flavor, seen)?;
             Ok(cluster.resize(scope, id, ResizeStep::To(workload), &by)?)
         })
         .await?;

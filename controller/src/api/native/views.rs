@@ -168,6 +168,9 @@ pub struct Flavor {
     #[schema(minimum = 1)]
     memory_mb: u64,
     disk_gb: u64,
+    /// Whether every project sees it (else only admins and the projects on its access list,
+    /// which the Compute API's `os-flavor-access` keeps).
+    is_public: bool,
 }
 
 /// A flavor.
@@ -178,6 +181,7 @@ pub fn flavor(f: &store::Flavor) -> Flavor {
         vcpus: f.vcpus,
         memory_mb: f.memory_mb,
         disk_gb: f.disk_gb,
+        is_public: f.is_public,
     }
 }
 

@@ -117,6 +117,7 @@ pub async fn create(
     JsonBody(body): JsonBody<CreateWorkload>,
 ) -> Result<Response, ApiError> {
     let owner = owner_for(&caller, body.public, body.tenant)?;
+    let seen = crate::api::compute::flavor_scope(&caller)?;
     check_user_data(&body.user_data)?;
     let new = NewWorkload {
         owner,
@@ -129,7 +130,7 @@ pub async fn create(
     let workload = state
         .store(move |s| {
             // A flavor or image that is missing (or not the owner's to see): not found.
-            s.flavor(Scope::All, new.flavor)?;
+            s.flavor(seen, new.flavor)?;
             let seen_by = new.owner.map_or(Scope::All, Scope::Tenant);
             let image = s.image(seen_by, new.image)?;
             if new.owner.is_none() && image.owner.is_some() {
