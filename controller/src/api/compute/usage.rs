@@ -72,7 +72,7 @@ fn period(query: &UsageQuery) -> Result<Period, ApiError> {
 /// Every server in `scope` (at most [`super::server_query::MAX_SCAN`]), with each one's flavor's disk in GiB and name.
 fn servers(store: &dyn Store, scope: Scope) -> Result<Vec<(Instance, u64, String)>, ApiError> {
     let flavors: HashMap<Uuid, (u64, String)> = store
-        .flavors()?
+        .flavors(Scope::All)?
         .into_iter()
         .map(|f| (f.id, (f.disk_gb, f.name)))
         .collect();
