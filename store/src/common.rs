@@ -209,10 +209,12 @@ impl Quota {
 /// A disabled node's reason: at most [`crate::DisabledNode::MAX_REASON`] bytes.
 pub(crate) fn check_disabled_reason(reason: &Option<String>) -> Result<()> {
     match reason {
-        Some(r) if r.len() > crate::DisabledNode::MAX_REASON => Err(StoreError::Invalid(format!(
-            "a disabled node's reason is at most {} bytes",
-            crate::DisabledNode::MAX_REASON
-        ))),
+        Some(r) if r.chars().count() > crate::DisabledNode::MAX_REASON => {
+            Err(StoreError::Invalid(format!(
+                "a disabled node's reason is at most {} characters",
+                crate::DisabledNode::MAX_REASON
+            )))
+        }
         _ => Ok(()),
     }
 }

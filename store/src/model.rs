@@ -346,7 +346,7 @@ pub struct Instance {
     /// keeps `key_data`).
     pub key: Option<InstanceKey>,
     /// Its user metadata (Nova's server metadata): at most [`Instance::MAX_METADATA`] items,
-    /// each key 1 to [`Instance::MAX_METADATA_TEXT`] bytes, each value at most that.
+    /// each key 1 to [`Instance::MAX_METADATA_TEXT`] characters, each value at most that.
     pub metadata: Metadata,
     /// Who locked it, if it is locked.
     pub locked_by: Option<LockedBy>,
@@ -363,7 +363,7 @@ pub type Metadata = std::collections::BTreeMap<String, String>;
 impl Instance {
     /// Most metadata items an instance holds (Nova's `metadata_items` quota).
     pub const MAX_METADATA: usize = 128;
-    /// Longest metadata key or value, in bytes.
+    /// Longest metadata key or value, in characters (as Nova counts them).
     pub const MAX_METADATA_TEXT: usize = 255;
 
     /// Whether `metadata` fits an instance: `Invalid` says what does not.
@@ -375,15 +375,15 @@ impl Instance {
             )));
         }
         for (key, value) in metadata {
-            if key.is_empty() || key.len() > Instance::MAX_METADATA_TEXT {
+            if key.is_empty() || key.chars().count() > Instance::MAX_METADATA_TEXT {
                 return Err(crate::StoreError::Invalid(format!(
-                    "a metadata key must be 1 to {} bytes",
+                    "a metadata key must be 1 to {} characters",
                     Instance::MAX_METADATA_TEXT
                 )));
             }
-            if value.len() > Instance::MAX_METADATA_TEXT {
+            if value.chars().count() > Instance::MAX_METADATA_TEXT {
                 return Err(crate::StoreError::Invalid(format!(
-                    "a metadata value must be at most {} bytes",
+                    "a metadata value must be at most {} characters",
                     Instance::MAX_METADATA_TEXT
                 )));
             }
@@ -803,7 +803,7 @@ pub struct DisabledNode {
 }
 
 impl DisabledNode {
-    /// The longest reason, in bytes (Nova's `disabled_reason` column).
+    /// The longest reason, in characters (Nova's `disabled_reason`).
     pub const MAX_REASON: usize = 255;
     /// The most nodes disabled at once (a START's `avoid_nodes` holds them, and up to 4,096).
     pub const MAX_NODES: usize = 1024;

@@ -213,6 +213,13 @@ impl Engine {
         let Some(node) = volume.node else {
             return Ok(());
         };
+        if self.avoided_nodes().contains(&node) {
+            return Err(ClusterError::Conflict(format!(
+                "volume {} is on node {node} (its file is there), which an admin disabled: a \
+                 server booted from it can only run on that node; enable the node first",
+                volume.id
+            )));
+        }
         let connected = self
             .state()
             .nodes

@@ -300,8 +300,9 @@ pub struct Engine {
     firewalls: firewall::Firewalls,
     /// Held while an attach picks its device (see [`volumes`]).
     volume_lock: Mutex<()>,
-    /// The nodes an admin disabled, sorted: every START not pinned to a node avoids them. Read
-    /// from the store when the engine starts, then kept with it.
+    /// The nodes an admin disabled, sorted: every START of a new instance avoids them. Read from
+    /// the store when the engine starts and at each sweep (another controller may change them),
+    /// and changed at once by this engine's own disable and enable.
     disabled: Mutex<Vec<Uuid>>,
 }
 
@@ -330,13 +331,7 @@ impl Engine {
             volume_lock: Mutex::new(()),
             disabled: Mutex::new(Vec::new()),
         };
-        let disabled: Vec<Uuid> = engine
-            .store
-            .disabled_nodes()?
-            .into_iter()
-            .map(|d| d.node)
-            .collect();
-        *engine.disabled.lock().unwrap_or_else(|e| e.into_inner()) = disabled;
+        engine.refresh_disabled()?;
         let now = SystemTime::now();
         let mut waiting = Vec::new();
         let mut unplaced = Vec::new();
@@ -595,6 +590,20 @@ fn invalid(instance: &Instance, operation: &'static str) -> ClusterError {
 impl Engine {
     /// Stop (DELETE with `stop`) an active or exited-on-its-node instance, and start it again
     /// when the stop is confirmed.
+    /// Reads the disabled nodes from the store again: another controller over the same store may
+    /// have disabled or enabled one (the sweep calls this every second).
+    pub(super) fn refresh_disabled(&self) -> Result<(), StoreError> {
+        let mut nodes: Vec<Uuid> = self
+            .store
+            .disabled_nodes()?
+            .into_iter()
+            .map(|d| d.node)
+            .collect();
+        nodes.sort_unstable();
+        *self.disabled.lock().unwrap_or_else(|e| e.into_inner()) = nodes;
+        Ok(())
+    }
+
     /// Adds `id` to the disabled nodes (`disabled`) or takes it out.
     fn set_disabled(&self, id: Uuid, disabled: bool) {
         let mut nodes = self.disabled.lock().unwrap_or_else(|e| e.into_inner());

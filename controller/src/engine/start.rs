@@ -199,7 +199,9 @@ impl Engine {
         };
         let cnci = networking.as_ref().map(|n| n.concentrator_uuid);
         let mut start = start_payload(&instance, plan, networking, restart, boot.as_ref());
-        if start.requirements.node_id.is_none() {
+        // A new instance goes to no disabled node, even one its boot volume pins it to (the
+        // scheduler refuses such a START); a restart or a rebuild stays where its disks are.
+        if !restart && instance.state != InstanceState::Rebuilding {
             start.requirements.avoid_nodes = self.avoided_nodes();
         }
         actions::start_sent(self.store.as_ref(), instance.id);

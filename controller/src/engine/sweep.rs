@@ -67,6 +67,7 @@ impl Engine {
             let was = record.state.clone();
             self.set_state_if(id, state, |i| i.state == was)?;
         }
+        self.refresh_disabled()?;
         self.sweep_lost_starts(now)?;
         self.sweep_deferred(now)?;
         self.sweep_cncis(now)?;

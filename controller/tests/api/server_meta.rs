@@ -300,6 +300,17 @@ async fn a_locked_server_refuses_its_members_but_not_admins() {
     );
     let (status, body) = action(&w, &a, &id, json!({"unlock": null})).await;
     assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    // The owner locking it again does not make the lock its own.
+    assert_eq!(
+        action(&w, &a, &id, json!({"lock": null})).await.0,
+        StatusCode::ACCEPTED
+    );
+    assert_eq!(
+        w.store.instance(Scope::All, uuid).unwrap().locked_by,
+        Some(store::LockedBy::Admin)
+    );
+    let (status, body) = action(&w, &a, &id, json!({"unlock": null})).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
     assert_eq!(
         action(&w, &admin, &id, json!({"unlock": null})).await.0,
         StatusCode::ACCEPTED

@@ -120,6 +120,23 @@ async fn admins_disable_and_enable_services_and_hosts() {
         assert_eq!(status.as_u16(), code, "{path} {body}: {answer}");
     }
 
+    // A node that is gone, still disabled, is enabled by its UUID.
+    let gone = Uuid::new_v4();
+    w.store.disable_node(gone, None).unwrap();
+    let (status, _, body) = put(
+        "/compute/v2.1/os-services/enable",
+        json!({"host": gone.to_string(), "binary": "nova-compute"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(
+        w.store
+            .disabled_nodes()
+            .unwrap()
+            .iter()
+            .all(|d| d.node != gone)
+    );
+
     // os-hosts: the list, one host's resources, enable and disable.
     let (status, _, hosts) = c
         .send(Method::GET, "/compute/v2.1/os-hosts", Some(&admin), None)

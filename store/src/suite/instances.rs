@@ -664,8 +664,9 @@ pub(crate) fn metadata_and_lock_are_kept_and_bounded<F: Fixture>() {
     assert_eq!(store.instance(scope, i.id).unwrap(), i);
 
     // The whole metadata is replaced; the lock is set and lifted; both survive a reopen.
+    // Lengths are characters, as Nova counts them: 255 of `é` are 510 bytes.
     let full: Metadata = (0..Instance::MAX_METADATA)
-        .map(|n| (format!("k{n}"), "v".repeat(Instance::MAX_METADATA_TEXT)))
+        .map(|n| (format!("k{n}"), "é".repeat(Instance::MAX_METADATA_TEXT)))
         .collect();
     let changed = store
         .update_instance(

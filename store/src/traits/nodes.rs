@@ -8,7 +8,7 @@ use crate::{DisabledNode, Result};
 /// The nodes an admin disabled.
 pub trait NodeStore: Send + Sync {
     /// Disables `node` (again: its reason and time are replaced) with an optional reason (at
-    /// most [`DisabledNode::MAX_REASON`] bytes); at most [`DisabledNode::MAX_NODES`] nodes are
+    /// most [`DisabledNode::MAX_REASON`] characters); at most [`DisabledNode::MAX_NODES`] nodes are
     /// disabled at once (`Invalid` past it).
     fn disable_node(&self, node: Uuid, reason: Option<String>) -> Result<DisabledNode>;
     /// Enables `node`: `true` if it was disabled.

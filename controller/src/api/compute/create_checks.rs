@@ -3,7 +3,8 @@
 //!
 //! - `networks`: absent, `"auto"`, or a list naming the project's network (the Networking API's
 //!   `private-<cidr>`, by `uuid`): every server here has one port, on its project's tenant
-//!   network, so a list must name that network, once. `"none"`, a `port`, a `fixed_ip`, another
+//!   network, so a list must name that network, once (a project that has grown a second network
+//!   may name none: its servers go where there is room). `"none"`, a `port`, a `fixed_ip`, another
 //!   project's or an unknown network, the external network `public`, or two networks are 400s
 //!   (Nova's "Network X could not be found." for an unknown one).
 //! - `accessIPv4` / `accessIPv6`: an address that is not one is Nova's schema 400; a well-formed
@@ -68,12 +69,13 @@ pub fn parse_networks(networks: Option<&Value>) -> Result<Vec<Uuid>, ApiError> {
                 "Bad networks format: network uuid is not in proper format ({text})"
             ))
         })?;
-        if !ids.contains(&id) {
-            ids.push(id);
+        match ids.first() {
+            None => ids.push(id),
+            Some(first) if *first == id => {}
+            Some(_) => {
+                return Err(bad("a server here has one port: name one network".into()));
+            }
         }
-    }
-    if ids.len() > 1 {
-        return Err(bad("a server here has one port: name one network".into()));
     }
     Ok(ids)
 }
@@ -89,6 +91,13 @@ pub fn check_networks(
         return Ok(());
     }
     let own = store.subnets(Scope::Tenant(tenant))?;
+    if own.len() > 1 {
+        // The store puts a new port in the subnet with room: naming one could be ignored.
+        return Err(ApiError::BadRequest(format!(
+            "project {tenant} has {} networks and a new server goes to the one with room: name none",
+            own.len()
+        )));
+    }
     for id in named {
         if *id == EXTERNAL_NETWORK {
             return Err(ApiError::BadRequest(format!(

@@ -61,7 +61,13 @@ pub fn set(
     super::change::retried(store, scope, id, "its lock", |current| {
         let by = locker(caller, current.tenant);
         let wanted = if lock {
-            Some(by)
+            // Nova's rule: the owner locking a locked server changes nothing (an admin's lock
+            // stays the admin's, which the owner may not lift).
+            if current.locked_by.is_some() && by == LockedBy::Owner {
+                current.locked_by
+            } else {
+                Some(by)
+            }
         } else {
             if current.locked_by.is_some_and(|held| held != by) && !caller.is_admin() {
                 return Err(ApiError::Forbidden(

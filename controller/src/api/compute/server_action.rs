@@ -5,7 +5,8 @@
 //! [`super::console`]).
 //!
 //! The server is looked up before the body is read (404 for a server the caller cannot see,
-//! whatever the action). Admins act on any project's server; others on their project's. A
+//! whatever the action). Admins act on any project's server (`createImage` stays in the token's
+//! project: the image would be that project's); others on their project's. A
 //! locked server refuses every action but `lock`, `unlock`, `createImage` and
 //! `os-getConsoleOutput` to non-admins (409).
 
@@ -195,8 +196,8 @@ pub async fn action(
     })
 }
 
-/// `os-resetState`: the record's state becomes `to` (its fault cleared), whatever its node says;
-/// the node's next report of it sets it again, as for any state.
+/// `os-resetState`: the record's state becomes `to` (its fault cleared), whatever its node says,
+/// and stays so until an action or a node's report of a change moves it (as in Nova).
 fn reset(store: &dyn store::Store, id: Uuid, to: InstanceState) -> Result<(), ApiError> {
     super::change::retried(store, Scope::All, id, "its state", |_| {
         Ok(InstanceChange {

@@ -138,7 +138,26 @@ pub async fn update(
     } else {
         None
     };
-    let h = target(&state, &caller, &body).await?;
+    let h = match target(&state, &caller, &body).await {
+        Ok(h) => h,
+        // A node that is gone may still be disabled: enabling it by its UUID clears that.
+        Err(ApiError::NotFound(why)) if enable => {
+            let node = text(&body, "host")?.parse::<uuid::Uuid>();
+            let cleared = match node {
+                Ok(node) => state.cluster(move |_, c| Ok(c.enable_node(node)?)).await?,
+                Err(_) => false,
+            };
+            if !cleared {
+                return Err(ApiError::NotFound(why));
+            }
+            return Ok(Json(json!({"service": {
+                "host": text(&body, "host")?,
+                "binary": BINARY,
+                "status": "enabled",
+            }})));
+        }
+        Err(e) => return Err(e),
+    };
     let reason = set_enabled(&state, &h, enable, reason).await?;
     let mut shown = json!({
         "host": name_of(&h.node),

@@ -7,7 +7,8 @@
 //! a server counts from its creation to now, within the period. Only servers that still have a
 //! record count: a deleted server's record goes with it, so its past use is not kept (the usage
 //! of servers deleted within the period is missing, where Nova keeps it). `detailed=1` adds each
-//! server (`server_usages`). The list is for admins (every project with servers); a member reads
+//! server (`server_usages`) to the list; one project's usage always has them. Without `start`
+//! and `end` the period is empty (Nova's: 200 with no usage). The list is for admins (every project with servers); a member reads
 //! its own project's (403 for another's, as Nova's policy).
 
 use std::collections::{BTreeMap, HashMap};
@@ -53,6 +54,15 @@ fn period(query: &UsageQuery) -> Result<Period, ApiError> {
             .ok_or_else(|| ApiError::BadRequest(format!("Invalid time format: {t}"))),
     };
     let (start, end) = (at(&query.start)?, at(&query.end)?);
+    // Without either, Nova's period is the instant between its two readings of the clock: an
+    // empty one, not an error.
+    if query.start.is_none() && query.end.is_none() {
+        return Ok(Period {
+            start,
+            end,
+            detailed: false,
+        });
+    }
     if start >= end {
         return Err(ApiError::BadRequest(
             "Invalid start time. The start time cannot occur after the end time.".into(),
@@ -142,7 +152,7 @@ fn tenant_usage(tenant: Uuid, servers: &[&(Instance, u64, String)], p: &Period) 
         "total_memory_mb_usage": mem_hours,
         "total_local_gb_usage": disk_hours,
         "start": nova_micro(p.start),
-        "stop": nova_micro(p.end),
+        "stop": nova_micro(p.end.min(now)),
     });
     if p.detailed {
         usage["server_usages"] = Value::Array(detail);
@@ -186,7 +196,11 @@ pub async fn show(
                 .into(),
         ));
     }
-    let p = period(&query)?;
+    // One project's usage is always detailed, as Nova's.
+    let p = Period {
+        detailed: true,
+        ..period(&query)?
+    };
     let Some(tenant) = tenant else {
         // Nova answers an unknown project with an empty usage.
         return Ok(Json(json!({"tenant_usage": {}})));
