@@ -15,6 +15,7 @@
 //!
 //! The store is synchronous; async callers use `spawn_blocking`.
 
+mod access;
 mod actions;
 mod common;
 #[cfg(feature = "etcd")]
@@ -36,6 +37,7 @@ pub(crate) mod suite;
 mod traits;
 mod volume;
 
+pub use access::{AppCredential, MAX_DESCRIPTION, NewAppCredential, Role, RoleAssignment};
 pub use actions::{ACTIONS_PER_INSTANCE, GONE_INSTANCES_KEPT};
 pub use common::DEFAULT_EVENT_CAPACITY;
 #[cfg(feature = "cli")]
@@ -102,6 +104,8 @@ pub enum QuotaKind {
     Gigabytes,
     /// The number of an image's members.
     ImageMembers,
+    /// The number of a user's application credentials.
+    AppCredentials,
 }
 
 impl std::fmt::Display for QuotaKind {
@@ -117,6 +121,7 @@ impl std::fmt::Display for QuotaKind {
             QuotaKind::Volumes => "volumes",
             QuotaKind::Gigabytes => "volume gigabytes",
             QuotaKind::ImageMembers => "image members",
+            QuotaKind::AppCredentials => "application credentials",
         })
     }
 }

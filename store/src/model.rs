@@ -43,6 +43,9 @@ pub struct Tenant {
     pub quota: Quota,
     /// Prefix length of each subnet carved for it from 172.16.0.0/12 (16..=30).
     pub subnet_prefix: u8,
+    /// What it is for, in words (Keystone's `description`; empty if none, at most
+    /// [`MAX_DESCRIPTION`](crate::MAX_DESCRIPTION) bytes).
+    pub description: String,
     /// When it was created.
     pub created: SystemTime,
     /// Compare-and-swap counter.
@@ -67,9 +70,11 @@ pub struct TenantChange {
     pub name: Option<String>,
     /// New limits (lowering below the current usage is allowed; it only blocks new instances).
     pub quota: Option<Quota>,
+    /// New description.
+    pub description: Option<String>,
 }
 
-/// A user who logs in; what it may do comes from its [`Role`]s per tenant.
+/// A user who logs in; what it may do comes from its [`Role`](crate::Role)s per tenant.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct User {
     /// Its identifier.
@@ -86,6 +91,11 @@ pub struct User {
     /// removal. A token carries the generation of its login and is refused once the user's has
     /// moved on, so those changes end the user's existing tokens.
     pub token_generation: u64,
+    /// Whether it may log in (Keystone's `enabled`); disabling a user ends its tokens.
+    pub enabled: bool,
+    /// The project a login without a scope is scoped to, if the user has a role there
+    /// (Keystone's `default_project_id`; not a role, and it may name a project since deleted).
+    pub default_project: Option<Uuid>,
 }
 
 /// A token as the revocation list names it: its id (the token's random audit id) and when it
@@ -117,31 +127,37 @@ pub struct NewUser {
     pub password_hash: String,
 }
 
+/// What a user is made with besides its name and password
+/// ([`IdentityStore::create_user_with`](crate::IdentityStore::create_user_with)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UserProfile {
+    /// Whether it may log in.
+    pub enabled: bool,
+    /// Its default project (which must exist).
+    pub default_project: Option<Uuid>,
+}
+
+impl Default for UserProfile {
+    /// Enabled, without a default project.
+    fn default() -> UserProfile {
+        UserProfile {
+            enabled: true,
+            default_project: None,
+        }
+    }
+}
+
 /// A change to a user; `None` fields are left alone.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct UserChange {
     /// New PHC password hash (raises the user's token generation: its tokens end).
     pub password_hash: Option<String>,
-}
-
-/// What a user may do in one tenant.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Role {
-    /// Everything, including other tenants' objects and the cluster's nodes.
-    Admin,
-    /// The tenant's own objects.
-    Member,
-}
-
-/// One role of one user in one tenant.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct RoleAssignment {
-    /// The user.
-    pub user: Uuid,
-    /// The tenant.
-    pub tenant: Uuid,
-    /// The role.
-    pub role: Role,
+    /// New unique login name.
+    pub name: Option<String>,
+    /// Enables or disables it (disabling raises its token generation: its tokens end).
+    pub enabled: Option<bool>,
+    /// A new default project (which must exist), or none.
+    pub default_project: Option<Option<Uuid>>,
 }
 
 /// What an instance runs: a flavor, an image and cloud-init user data.

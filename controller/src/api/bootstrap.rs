@@ -123,6 +123,7 @@ mod tests {
         let user = store.user(first.user).unwrap();
         let change = UserChange {
             password_hash: Some(password::hash("changed", 10).unwrap()),
+            ..UserChange::default()
         };
         store.update_user(user.id, user.version, change).unwrap();
         for configured in ["pw1", "pw2"] {

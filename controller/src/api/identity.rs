@@ -105,10 +105,7 @@ fn domain() -> Value {
 }
 
 fn role_name(role: Role) -> &'static str {
-    match role {
-        Role::Admin => "admin",
-        Role::Member => "member",
-    }
+    role.as_str()
 }
 
 fn project_body(base: &str, tenant: &Tenant) -> Value {

@@ -9,14 +9,16 @@ use uuid::Uuid;
 use super::keys::suffix;
 use super::records::*;
 use super::{EtcdStore, Tx, all, decode_all, duplicate};
+use crate::access::check_description;
 use crate::common::{check_name, check_token_id, check_version, millis, now};
 use crate::net::{MAX_SUBNET_PREFIX, MIN_SUBNET_PREFIX};
 use crate::*;
 
 impl IdentityStore for EtcdStore {
     // --- tenants ---
-    fn create_tenant(&self, new: NewTenant) -> Result<Tenant> {
+    fn create_described_tenant(&self, new: NewTenant, description: String) -> Result<Tenant> {
         check_name("tenant", &new.name)?;
+        check_description("project", &description)?;
         if !(MIN_SUBNET_PREFIX..=MAX_SUBNET_PREFIX).contains(&new.subnet_prefix) {
             return Err(StoreError::Invalid(format!(
                 "subnet prefix must be {MIN_SUBNET_PREFIX} to {MAX_SUBNET_PREFIX}"
@@ -29,6 +31,7 @@ impl IdentityStore for EtcdStore {
             subnet_prefix: new.subnet_prefix,
             created_ms: millis(now()),
             version: 1,
+            description,
         };
         self.atomically("creating a tenant", |tx| {
             let keys = tx.keys();
@@ -76,6 +79,10 @@ impl IdentityStore for EtcdStore {
             }
             if let Some(quota) = change.quota {
                 t.quota = quota.into();
+            }
+            if let Some(description) = &change.description {
+                check_description("project", description)?;
+                t.description = description.clone();
             }
             t.version += 1;
             tx.put(&keys.tenant(id), &t)?;
@@ -134,6 +141,7 @@ impl IdentityStore for EtcdStore {
                 tx.delete(&keys.role_by_user(user, id, role_text(role)));
             }
             tx.delete_prefix(&by_tenant);
+            super::app_creds::forget_tenant(tx, id)?;
             super::networking::forget_tenant(tx, id)?;
             // Its entries on private flavors' access lists.
             super::flavors::forget_tenant(tx, id)?;
@@ -154,7 +162,7 @@ impl IdentityStore for EtcdStore {
     }
 
     // --- users and roles ---
-    fn create_user(&self, new: NewUser) -> Result<User> {
+    fn create_user_with(&self, new: NewUser, profile: UserProfile) -> Result<User> {
         check_name("user", &new.name)?;
         if new.password_hash.is_empty() {
             return Err(StoreError::Invalid("empty password hash".into()));
@@ -166,8 +174,13 @@ impl IdentityStore for EtcdStore {
             created_ms: millis(now()),
             version: 1,
             token_generation: 0,
+            enabled: profile.enabled,
+            default_project: profile.default_project,
         };
         self.atomically("creating a user", |tx| {
+            if let Some(project) = rec.default_project {
+                tenant_in(tx, project)?;
+            }
             let keys = tx.keys();
             let name_key = keys.name("user", &rec.name);
             if tx.get(&name_key)?.is_some() {
@@ -217,6 +230,31 @@ impl IdentityStore for EtcdStore {
                 u.password_hash = hash.clone();
                 u.token_generation += 1;
             }
+            if let Some(name) = &change.name {
+                check_name("user", name)?;
+                if *name != u.name {
+                    let keys = tx.keys();
+                    let new_key = keys.name("user", name);
+                    if tx.get(&new_key)?.is_some() {
+                        return Err(duplicate("user", name));
+                    }
+                    tx.delete(&keys.name("user", &u.name));
+                    tx.put_text(&new_key, &id.to_string());
+                    u.name = name.clone();
+                }
+            }
+            if let Some(enabled) = change.enabled {
+                if u.enabled && !enabled {
+                    u.token_generation += 1;
+                }
+                u.enabled = enabled;
+            }
+            if let Some(project) = change.default_project {
+                if let Some(project) = project {
+                    tenant_in(tx, project)?;
+                }
+                u.default_project = project;
+            }
             u.version += 1;
             let key = tx.keys().user(id);
             tx.put(&key, &u)?;
@@ -235,6 +273,7 @@ impl IdentityStore for EtcdStore {
             }
             tx.delete_prefix(&by_user);
             tx.delete_prefix(&keys.keypairs(id));
+            super::app_creds::forget_user(tx, id)?;
             tx.delete(&keys.name("user", &u.name));
             tx.delete(&keys.user(id));
             Ok(())
@@ -301,6 +340,23 @@ impl IdentityStore for EtcdStore {
         })?;
         out.sort();
         Ok(out)
+    }
+
+    // --- application credentials ---
+    fn create_app_credential(&self, new: NewAppCredential, limit: u32) -> Result<AppCredential> {
+        super::app_creds::create(self, new, limit)
+    }
+
+    fn app_credential(&self, id: Uuid) -> Result<AppCredential> {
+        super::app_creds::get(self, id)
+    }
+
+    fn app_credentials(&self, user: Uuid) -> Result<Vec<AppCredential>> {
+        super::app_creds::list(self, user)
+    }
+
+    fn delete_app_credential(&self, user: Uuid, id: Uuid) -> Result<()> {
+        super::app_creds::delete(self, user, id)
     }
 
     // --- token revocation ---

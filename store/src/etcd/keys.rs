@@ -12,6 +12,9 @@
 //!                                                `_`, `-` and space: never a `/`)
 //! <prefix>role/user/<user>/<tenant>/<role>       role assignment, by user
 //! <prefix>role/tenant/<tenant>/<user>/<role>     the same, by tenant
+//! <prefix>appcred/<user>/<id>                   a user's application credential
+//! <prefix>appcredid/<id>                         its user (to find a credential by id alone)
+//! <prefix>appcredtenant/<tenant>/<id>            its user, by project (they go with it)
 //! <prefix>flavor/<id> | image/<id> | workload/<id>
 //! <prefix>faccess/<flavor>/<tenant>             the tenant is on the (private) flavor's access
 //!                                                list
@@ -139,6 +142,26 @@ impl Keys {
     /// Every floating address in use.
     pub(super) fn floating_addresses(&self) -> String {
         self.key(&[&"fipaddr", &""])
+    }
+    /// The application credential `id` of `user`.
+    pub(super) fn app_cred(&self, user: Uuid, id: Uuid) -> String {
+        self.key(&[&"appcred", &user, &id])
+    }
+    /// Every application credential of `user`.
+    pub(super) fn app_creds(&self, user: Uuid) -> String {
+        self.key(&[&"appcred", &user, &""])
+    }
+    /// The user of the application credential `id`.
+    pub(super) fn app_cred_user(&self, id: Uuid) -> String {
+        self.key(&[&"appcredid", &id])
+    }
+    /// The application credential `id` in `tenant` (its value: the credential's user).
+    pub(super) fn tenant_app_cred(&self, tenant: Uuid, id: Uuid) -> String {
+        self.key(&[&"appcredtenant", &tenant, &id])
+    }
+    /// Every application credential in `tenant`.
+    pub(super) fn tenant_app_creds(&self, tenant: Uuid) -> String {
+        self.key(&[&"appcredtenant", &tenant, &""])
     }
     pub(super) fn role_by_user(&self, user: Uuid, tenant: Uuid, role: &str) -> String {
         self.key(&[&"role", &"user", &user, &tenant, &role])

@@ -40,6 +40,7 @@
 //! the [`ReservationStore`]).
 
 mod actions;
+mod app_creds;
 #[cfg(feature = "cli")]
 mod args;
 pub mod auth;

@@ -60,6 +60,9 @@ pub(super) struct TenantRec {
     pub(super) subnet_prefix: u8,
     pub(super) created_ms: i64,
     pub(super) version: u64,
+    /// Absent in records written before issue 24: none.
+    #[serde(default)]
+    pub(super) description: String,
 }
 
 impl TenantRec {
@@ -69,6 +72,7 @@ impl TenantRec {
             name: self.name.clone(),
             quota: self.quota.into(),
             subnet_prefix: self.subnet_prefix,
+            description: self.description.clone(),
             created: from_millis(self.created_ms),
             version: self.version,
         }
@@ -192,6 +196,16 @@ pub(super) struct UserRec {
     /// Absent in records written before issue 21: generation 0.
     #[serde(default)]
     pub(super) token_generation: u64,
+    /// Absent in records written before issue 24: enabled.
+    #[serde(default = "enabled")]
+    pub(super) enabled: bool,
+    /// Absent in records written before issue 24: none.
+    #[serde(default)]
+    pub(super) default_project: Option<Uuid>,
+}
+
+fn enabled() -> bool {
+    true
 }
 
 impl UserRec {
@@ -203,25 +217,20 @@ impl UserRec {
             created: from_millis(self.created_ms),
             version: self.version,
             token_generation: self.token_generation,
+            enabled: self.enabled,
+            default_project: self.default_project,
         }
     }
 }
 
 /// The text of a role in keys.
 pub(super) fn role_text(role: Role) -> &'static str {
-    match role {
-        Role::Admin => "admin",
-        Role::Member => "member",
-    }
+    role.as_str()
 }
 
 /// A role from its text.
 pub(super) fn role_from(text: &str) -> Option<Role> {
-    match text {
-        "admin" => Some(Role::Admin),
-        "member" => Some(Role::Member),
-        _ => None,
-    }
+    Role::from_name(text)
 }
 
 /// An image format.

@@ -228,7 +228,7 @@ fn a_stale_version_from_one_client_is_refused_after_another_updated() {
         1,
         TenantChange {
             name: Some("renamed".into()),
-            quota: None,
+            ..TenantChange::default()
         },
     )
     .unwrap();

@@ -4,16 +4,19 @@
 use rusqlite::{OptionalExtension, Row, Transaction, params};
 use uuid::Uuid;
 
-use super::{SqliteStore, bad_column, delete_row, duplicate, instances, int, u64_at, uuid_at};
+use super::{
+    SqliteStore, app_creds, bad_column, delete_row, duplicate, instances, int, u64_at, uuid_at,
+};
 use std::time::SystemTime;
 
+use crate::access::check_description;
 use crate::common::{check_name, check_token_id, check_version, from_millis, millis, now};
 use crate::net::{MAX_SUBNET_PREFIX, MIN_SUBNET_PREFIX};
 use crate::*;
 
 impl IdentityStore for SqliteStore {
-    fn create_tenant(&self, new: NewTenant) -> Result<Tenant> {
-        self.write(|tx| create_tenant(tx, new))
+    fn create_described_tenant(&self, new: NewTenant, description: String) -> Result<Tenant> {
+        self.write(|tx| create_tenant(tx, new, description))
     }
     fn tenant(&self, id: Uuid) -> Result<Tenant> {
         self.read(|tx| tenant(tx, id))
@@ -34,8 +37,8 @@ impl IdentityStore for SqliteStore {
         })
     }
 
-    fn create_user(&self, new: NewUser) -> Result<User> {
-        self.write(|tx| create_user(tx, new))
+    fn create_user_with(&self, new: NewUser, profile: UserProfile) -> Result<User> {
+        self.write(|tx| create_user(tx, new, profile))
     }
     fn user(&self, id: Uuid) -> Result<User> {
         self.read(|tx| user(tx, "id", &id.to_string()))
@@ -63,6 +66,19 @@ impl IdentityStore for SqliteStore {
     }
     fn roles_in_tenant(&self, tenant: Uuid) -> Result<Vec<RoleAssignment>> {
         self.read(|tx| roles(tx, "tenant_id", tenant))
+    }
+
+    fn create_app_credential(&self, new: NewAppCredential, limit: u32) -> Result<AppCredential> {
+        self.write(|tx| app_creds::create(tx, new, limit))
+    }
+    fn app_credential(&self, id: Uuid) -> Result<AppCredential> {
+        self.read(|tx| app_creds::get(tx, id))
+    }
+    fn app_credentials(&self, user: Uuid) -> Result<Vec<AppCredential>> {
+        self.read(|tx| app_creds::list(tx, user))
+    }
+    fn delete_app_credential(&self, user: Uuid, id: Uuid) -> Result<()> {
+        self.write(|tx| app_creds::delete(tx, user, id))
     }
 
     fn revoke_token(&self, token: &TokenRef) -> Result<()> {
@@ -117,8 +133,8 @@ fn end_tokens(tx: &Transaction<'_>, user_id: Uuid) -> Result<()> {
     Ok(())
 }
 
-const TENANT_COLS: &str =
-    "id, name, quota_instances, quota_vcpus, quota_memory_mb, subnet_prefix, created, version";
+const TENANT_COLS: &str = "id, name, quota_instances, quota_vcpus, quota_memory_mb, \
+     subnet_prefix, created, version, description";
 
 fn tenant_row(row: &Row<'_>) -> rusqlite::Result<Tenant> {
     let instances: Option<i64> = row.get(2)?;
@@ -136,6 +152,7 @@ fn tenant_row(row: &Row<'_>) -> rusqlite::Result<Tenant> {
         subnet_prefix: u8::try_from(prefix).map_err(|e| bad_column(5, e.to_string()))?,
         created: from_millis(row.get(6)?),
         version: u64_at(row, 7)?,
+        description: row.get(8)?,
     })
 }
 
@@ -147,8 +164,13 @@ fn quota_params(quota: &Quota) -> Result<(Option<i64>, Option<i64>, Option<i64>)
     ))
 }
 
-pub(super) fn create_tenant(tx: &Transaction<'_>, new: NewTenant) -> Result<Tenant> {
+pub(super) fn create_tenant(
+    tx: &Transaction<'_>,
+    new: NewTenant,
+    description: String,
+) -> Result<Tenant> {
     check_name("tenant", &new.name)?;
+    check_description("project", &description)?;
     if !(MIN_SUBNET_PREFIX..=MAX_SUBNET_PREFIX).contains(&new.subnet_prefix) {
         return Err(StoreError::Invalid(format!(
             "subnet prefix must be {MIN_SUBNET_PREFIX} to {MAX_SUBNET_PREFIX}"
@@ -159,14 +181,15 @@ pub(super) fn create_tenant(tx: &Transaction<'_>, new: NewTenant) -> Result<Tena
         name: new.name,
         quota: new.quota,
         subnet_prefix: new.subnet_prefix,
+        description,
         created: now(),
         version: 1,
     };
     let (qi, qv, qm) = quota_params(&tenant.quota)?;
     tx.execute(
-        "INSERT INTO tenants (id, name, quota_instances, quota_vcpus, quota_memory_mb, subnet_prefix, created, version)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 1)",
-        params![tenant.id.to_string(), tenant.name, qi, qv, qm, tenant.subnet_prefix, millis(tenant.created)],
+        "INSERT INTO tenants (id, name, quota_instances, quota_vcpus, quota_memory_mb, subnet_prefix, created, version, description)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 1, ?8)",
+        params![tenant.id.to_string(), tenant.name, qi, qv, qm, tenant.subnet_prefix, millis(tenant.created), tenant.description],
     )
     .map_err(|e| duplicate(e, "tenant", &tenant.name))?;
     Ok(tenant)
@@ -203,11 +226,15 @@ pub(super) fn update_tenant(
     if let Some(quota) = change.quota {
         t.quota = quota;
     }
+    if let Some(description) = change.description {
+        check_description("project", &description)?;
+        t.description = description;
+    }
     t.version += 1;
     let (qi, qv, qm) = quota_params(&t.quota)?;
     tx.execute(
-        "UPDATE tenants SET name = ?2, quota_instances = ?3, quota_vcpus = ?4, quota_memory_mb = ?5, version = ?6 WHERE id = ?1",
-        params![id.to_string(), t.name, qi, qv, qm, int(t.version)?],
+        "UPDATE tenants SET name = ?2, quota_instances = ?3, quota_vcpus = ?4, quota_memory_mb = ?5, version = ?6, description = ?7 WHERE id = ?1",
+        params![id.to_string(), t.name, qi, qv, qm, int(t.version)?, t.description],
     )
     .map_err(|e| duplicate(e, "tenant", &t.name))?;
     Ok(t)
@@ -259,7 +286,8 @@ pub(super) fn delete_tenant(tx: &Transaction<'_>, id: Uuid) -> Result<()> {
     Ok(())
 }
 
-const USER_COLS: &str = "id, name, password_hash, created, version, token_generation";
+const USER_COLS: &str =
+    "id, name, password_hash, created, version, token_generation, enabled, default_project_id";
 
 fn user_row(row: &Row<'_>) -> rusqlite::Result<User> {
     Ok(User {
@@ -269,13 +297,25 @@ fn user_row(row: &Row<'_>) -> rusqlite::Result<User> {
         created: from_millis(row.get(3)?),
         version: u64_at(row, 4)?,
         token_generation: u64_at(row, 5)?,
+        enabled: row.get(6)?,
+        default_project: row
+            .get::<_, Option<String>>(7)?
+            .map(|text| Uuid::parse_str(&text).map_err(|e| bad_column(7, e.to_string())))
+            .transpose()?,
     })
 }
 
-pub(super) fn create_user(tx: &Transaction<'_>, new: NewUser) -> Result<User> {
+pub(super) fn create_user(
+    tx: &Transaction<'_>,
+    new: NewUser,
+    profile: UserProfile,
+) -> Result<User> {
     check_name("user", &new.name)?;
     if new.password_hash.is_empty() {
         return Err(StoreError::Invalid("empty password hash".into()));
+    }
+    if let Some(project) = profile.default_project {
+        tenant(tx, project)?;
     }
     let user = User {
         id: Uuid::new_v4(),
@@ -284,14 +324,19 @@ pub(super) fn create_user(tx: &Transaction<'_>, new: NewUser) -> Result<User> {
         created: now(),
         version: 1,
         token_generation: 0,
+        enabled: profile.enabled,
+        default_project: profile.default_project,
     };
     tx.execute(
-        "INSERT INTO users (id, name, password_hash, created, version) VALUES (?1, ?2, ?3, ?4, 1)",
+        "INSERT INTO users (id, name, password_hash, created, version, enabled, default_project_id)
+         VALUES (?1, ?2, ?3, ?4, 1, ?5, ?6)",
         params![
             user.id.to_string(),
             user.name,
             user.password_hash,
-            millis(user.created)
+            millis(user.created),
+            user.enabled,
+            user.default_project.map(|p| p.to_string()),
         ],
     )
     .map_err(|e| duplicate(e, "user", &user.name))?;
@@ -330,24 +375,38 @@ pub(super) fn update_user(
         u.password_hash = hash;
         u.token_generation += 1;
     }
+    if let Some(name) = change.name {
+        check_name("user", &name)?;
+        u.name = name;
+    }
+    if let Some(enabled) = change.enabled {
+        if u.enabled && !enabled {
+            u.token_generation += 1;
+        }
+        u.enabled = enabled;
+    }
+    if let Some(project) = change.default_project {
+        if let Some(project) = project {
+            tenant(tx, project)?;
+        }
+        u.default_project = project;
+    }
     u.version += 1;
     tx.execute(
-        "UPDATE users SET password_hash = ?2, version = ?3, token_generation = ?4 WHERE id = ?1",
+        "UPDATE users SET password_hash = ?2, version = ?3, token_generation = ?4, name = ?5,
+             enabled = ?6, default_project_id = ?7 WHERE id = ?1",
         params![
             id.to_string(),
             u.password_hash,
             int(u.version)?,
-            int(u.token_generation)?
+            int(u.token_generation)?,
+            u.name,
+            u.enabled,
+            u.default_project.map(|p| p.to_string()),
         ],
-    )?;
+    )
+    .map_err(|e| duplicate(e, "user", &u.name))?;
     Ok(u)
-}
-
-fn role_text(role: Role) -> &'static str {
-    match role {
-        Role::Admin => "admin",
-        Role::Member => "member",
-    }
 }
 
 pub(super) fn grant_role(
@@ -360,7 +419,7 @@ pub(super) fn grant_role(
     tenant(tx, tenant_id)?;
     tx.execute(
         "INSERT OR IGNORE INTO roles (user_id, tenant_id, role) VALUES (?1, ?2, ?3)",
-        params![user_id.to_string(), tenant_id.to_string(), role_text(role)],
+        params![user_id.to_string(), tenant_id.to_string(), role.as_str()],
     )?;
     Ok(())
 }
@@ -373,7 +432,7 @@ pub(super) fn revoke_role(
 ) -> Result<()> {
     let n = tx.execute(
         "DELETE FROM roles WHERE user_id = ?1 AND tenant_id = ?2 AND role = ?3",
-        params![user_id.to_string(), tenant_id.to_string(), role_text(role)],
+        params![user_id.to_string(), tenant_id.to_string(), role.as_str()],
     )?;
     if n == 0 {
         return Err(StoreError::not_found(
@@ -394,11 +453,8 @@ pub(super) fn roles(tx: &Transaction<'_>, column: &str, id: Uuid) -> Result<Vec<
         Ok(RoleAssignment {
             user: uuid_at(row, 0)?,
             tenant: uuid_at(row, 1)?,
-            role: match role.as_str() {
-                "admin" => Role::Admin,
-                "member" => Role::Member,
-                other => return Err(bad_column(2, format!("unknown role {other:?}"))),
-            },
+            role: Role::from_name(&role)
+                .ok_or_else(|| bad_column(2, format!("unknown role {role:?}")))?,
         })
     })?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)

@@ -20,6 +20,7 @@
 //! transaction may combine several (creating an instance reads its tenant and workload).
 
 mod actions;
+mod app_creds;
 mod catalog;
 mod events;
 mod flavors;

@@ -345,6 +345,29 @@ CREATE TABLE flavor_access (
 );
 CREATE INDEX flavor_access_tenant ON flavor_access(tenant_id, flavor_id);
 "#,
+    // 21: Identity write routes and application credentials (issue 24): a project's description, a
+    // user's `enabled` and default project (no foreign key: Keystone's, it may outlive the
+    // project), and users' application credentials (going with their user and their project;
+    // the secret as a hash; the roles as comma-separated names).
+    r#"
+ALTER TABLE tenants ADD COLUMN description TEXT NOT NULL DEFAULT '';
+ALTER TABLE users ADD COLUMN enabled INTEGER NOT NULL DEFAULT 1;
+ALTER TABLE users ADD COLUMN default_project_id TEXT;
+CREATE TABLE app_credentials (
+    id TEXT PRIMARY KEY,
+    user_id TEXT NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+    tenant_id TEXT NOT NULL REFERENCES tenants(id) ON DELETE CASCADE,
+    name TEXT NOT NULL,
+    description TEXT NOT NULL,
+    secret_hash TEXT NOT NULL,
+    roles TEXT NOT NULL,
+    expires INTEGER,
+    unrestricted INTEGER NOT NULL,
+    created INTEGER NOT NULL,
+    UNIQUE (user_id, name)
+);
+CREATE INDEX app_credentials_tenant ON app_credentials(tenant_id);
+"#,
 ];
 
 /// The newest schema version this code knows.

@@ -41,6 +41,7 @@ pub(crate) fn tenant_crud<F: Fixture>() {
             TenantChange {
                 name: Some("acme2".into()),
                 quota: Some(Quota::default()),
+                ..TenantChange::default()
             },
         )
         .unwrap();
@@ -79,6 +80,7 @@ pub(crate) fn user_and_role_crud<F: Fixture>() {
             1,
             UserChange {
                 password_hash: Some("new".into()),
+                ..UserChange::default()
             },
         )
         .unwrap();
@@ -183,6 +185,7 @@ pub(crate) fn a_password_change_or_a_role_removal_ends_the_users_tokens<F: Fixtu
             u.version,
             UserChange {
                 password_hash: Some("new".into()),
+                ..UserChange::default()
             },
         )
         .unwrap();

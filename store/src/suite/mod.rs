@@ -1,11 +1,12 @@
 //! The behaviour every [`Store`] must have, as test functions generic over a [`Fixture`], one
-//! module per concern (`identity`, `keypairs`, `catalog`, `image_members`, `instances`,
+//! module per concern (`identity`, `app_creds`, `keypairs`, `catalog`, `image_members`, `instances`,
 //! `volumes`, `events`, `actions`, `queue`, and `guarantees` for what holds across them); an
 //! implementation runs them all with `crate::store_suite!(MyFixture);` in its test module.
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]
 
 pub(crate) mod actions;
+pub(crate) mod app_creds;
 pub(crate) mod catalog;
 pub(crate) mod events;
 pub(crate) mod guarantees;
@@ -46,6 +47,8 @@ macro_rules! store_suite {
         $crate::store_suite!(@tests $fixture;
             identity: tenant_crud, user_and_role_crud, revoked_tokens_are_listed_until_they_expire,
                 a_password_change_or_a_role_removal_ends_the_users_tokens;
+            app_creds: users_and_projects_keep_keystones_fields, app_credential_crud,
+                parallel_app_credential_creates_respect_the_limit;
             catalog: catalog_crud, ephemeral_workloads_are_kept_as_such,
                 uploaded_images_go_from_queued_to_active,
                 private_flavors_are_seen_by_their_access_list,

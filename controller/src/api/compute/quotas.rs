@@ -285,8 +285,8 @@ pub async fn update(
                     project,
                     tenant.version,
                     TenantChange {
-                        name: None,
                         quota: Some(quota),
+                        ..TenantChange::default()
                     },
                 )?;
             }

@@ -183,6 +183,7 @@ pub async fn update(
             let change = TenantChange {
                 name: body.name,
                 quota: body.quota.map(|q| q.over(current.quota)),
+                ..TenantChange::default()
             };
             Ok(s.update_tenant(id, current.version, change)?)
         })

@@ -44,11 +44,7 @@ pub struct Grant {
 }
 
 fn parse_role(text: &str) -> Result<Role, ApiError> {
-    match text {
-        "admin" => Ok(Role::Admin),
-        "member" => Ok(Role::Member),
-        _ => Err(ApiError::NotFound(format!("role {text} not found"))),
-    }
+    Role::from_name(text).ok_or_else(|| ApiError::NotFound(format!("role {text} not found")))
 }
 
 /// Hashes `pw` on the API's hashing pool (503 when it is full).
@@ -156,6 +152,7 @@ pub async fn update(
             let current = s.user(id)?;
             let change = UserChange {
                 password_hash: Some(password_hash),
+                ..UserChange::default()
             };
             Ok(s.update_user(id, current.version, change)?)
         })

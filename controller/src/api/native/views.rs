@@ -137,14 +137,18 @@ pub fn assignment(a: &store::RoleAssignment) -> RoleAssignment {
 #[serde(rename_all = "lowercase")]
 pub enum RoleName {
     Admin,
+    Manager,
     Member,
+    Reader,
 }
 
 impl From<Role> for RoleName {
     fn from(r: Role) -> RoleName {
         match r {
             Role::Admin => RoleName::Admin,
+            Role::Manager => RoleName::Manager,
             Role::Member => RoleName::Member,
+            Role::Reader => RoleName::Reader,
         }
     }
 }
@@ -153,7 +157,9 @@ impl From<RoleName> for Role {
     fn from(r: RoleName) -> Role {
         match r {
             RoleName::Admin => Role::Admin,
+            RoleName::Manager => Role::Manager,
             RoleName::Member => Role::Member,
+            RoleName::Reader => Role::Reader,
         }
     }
 }
