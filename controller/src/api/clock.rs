@@ -67,6 +67,34 @@ pub fn rfc3339_micro(time: SystemTime) -> String {
     utc(time).format(MICRO).unwrap_or_default()
 }
 
+/// An ISO 8601 time as Nova's `changes-since` and Keystone's `expires_at` take it (UTC when no
+/// offset is given).
+pub fn parse_time(text: &str) -> Option<SystemTime> {
+    use time::format_description::well_known::{Iso8601, Rfc3339};
+    use time::macros::format_description;
+    use time::{OffsetDateTime, PrimitiveDateTime};
+    let text = text.trim();
+    let at = OffsetDateTime::parse(text, &Rfc3339)
+        .or_else(|_| OffsetDateTime::parse(text, &Iso8601::DEFAULT))
+        .ok()
+        .or_else(|| {
+            let local = format_description!(
+                version = 2,
+                "[year]-[month]-[day][optional [T[hour]:[minute][optional [:[second][optional [.[subsecond]]]]]]]"
+            );
+            PrimitiveDateTime::parse(text, local)
+                .map(PrimitiveDateTime::assume_utc)
+                .or_else(|_| {
+                    time::Date::parse(text, format_description!("[year]-[month]-[day]"))
+                        .map(|d| d.midnight().assume_utc())
+                })
+                .ok()
+        })?;
+    let secs = u64::try_from(at.unix_timestamp()).ok()?;
+    let after = std::time::Duration::new(secs, at.nanosecond());
+    SystemTime::UNIX_EPOCH.checked_add(after)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -20,6 +20,7 @@ use std::time::SystemTime;
 use uuid::Uuid;
 
 use super::status::nova_state;
+use crate::api::clock::parse_time;
 use crate::api::{ApiError, Principal};
 use store::{Instance, InstanceFilter, InstanceState, Page, Scope, Workload};
 
@@ -145,33 +146,6 @@ fn id_filter(what: &str, text: &Option<String>) -> Result<Option<Uuid>, ApiError
             })
         }
     }
-}
-
-/// An ISO 8601 time as Nova's `changes-since` takes it (UTC when no offset is given).
-pub fn parse_time(text: &str) -> Option<SystemTime> {
-    use time::format_description::well_known::{Iso8601, Rfc3339};
-    use time::macros::format_description;
-    use time::{OffsetDateTime, PrimitiveDateTime};
-    let text = text.trim();
-    let at = OffsetDateTime::parse(text, &Rfc3339)
-        .or_else(|_| OffsetDateTime::parse(text, &Iso8601::DEFAULT))
-        .ok()
-        .or_else(|| {
-            let local = format_description!(
-                version = 2,
-                "[year]-[month]-[day][optional [T[hour]:[minute][optional [:[second][optional [.[subsecond]]]]]]]"
-            );
-            PrimitiveDateTime::parse(text, local)
-                .map(PrimitiveDateTime::assume_utc)
-                .or_else(|_| {
-                    time::Date::parse(text, format_description!("[year]-[month]-[day]"))
-                        .map(|d| d.midnight().assume_utc())
-                })
-                .ok()
-        })?;
-    let secs = u64::try_from(at.unix_timestamp()).ok()?;
-    let after = std::time::Duration::new(secs, at.nanosecond());
-    SystemTime::UNIX_EPOCH.checked_add(after)
 }
 
 impl Listing {
