@@ -42,7 +42,7 @@ use axum::routing::get;
 use crate::cluster::Cluster;
 use store::Store;
 
-pub use auth::Principal;
+pub use auth::{AppCredentialUse, Principal};
 pub use bootstrap::{Bootstrapped, bootstrap, bootstrap_with};
 pub use error::{ApiError, Dialect};
 pub use logins::{HashPool, LoginLimiter, LoginLimits};
@@ -51,7 +51,7 @@ pub use serve::{
     ClientCertificate, ConnectionLimits, MAX_CONNECTIONS, PeerAddr, ServeError, check_plain_http,
     serve, serve_with, server_tls_config,
 };
-pub use token::{TokenError, TokenSigner};
+pub use token::{Grant, TokenError, TokenSigner};
 
 /// The API's settings.
 #[derive(Debug, Clone)]

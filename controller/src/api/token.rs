@@ -1,6 +1,6 @@
-//! Bearer tokens: self-contained, HMAC-SHA256-signed claims (user, project, expiry, the user's
-//! token generation, an audit id), so any controller holding the same key checks them, and they
-//! survive a restart.
+//! Bearer tokens: self-contained, HMAC-SHA256-signed claims (user, project if scoped, expiry, the
+//! user's token generation, an audit id, the application credential it was issued for, if any),
+//! so any controller holding the same key checks them, and they survive a restart.
 //!
 //! Wire form: `cu1.<claims>.<tag>`, both parts unpadded URL-safe base64; the claims are JSON.
 //! The key is 32 random bytes, kept in a key file (created with mode 0600 on first use) that
@@ -63,9 +63,9 @@ pub struct Claims {
     /// The user.
     #[serde(rename = "u")]
     pub user: Uuid,
-    /// The project (tenant) it is scoped to.
-    #[serde(rename = "p")]
-    pub project: Uuid,
+    /// The project (tenant) it is scoped to; none for an unscoped token.
+    #[serde(rename = "p", default, skip_serializing_if = "Option::is_none")]
+    pub project: Option<Uuid>,
     /// Issued at, Unix seconds.
     #[serde(rename = "i")]
     pub issued: u64,
@@ -79,6 +79,25 @@ pub struct Claims {
     /// The user's token generation at login (absent in tokens issued before it existed: 0).
     #[serde(rename = "g", default)]
     pub generation: u64,
+    /// The application credential it was issued for (its roles bound the token's).
+    #[serde(rename = "c", default, skip_serializing_if = "Option::is_none")]
+    pub app_cred: Option<Uuid>,
+}
+
+/// What a token is issued for ([`TokenSigner::issue_grant`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Grant {
+    /// The user.
+    pub user: Uuid,
+    /// The project, or none for an unscoped token.
+    pub project: Option<Uuid>,
+    /// The user's token generation now.
+    pub generation: u64,
+    /// The application credential it is issued for.
+    pub app_cred: Option<Uuid>,
+    /// A time the token must not outlive (a re-scoped token's original's expiry, an application
+    /// credential's).
+    pub not_after: Option<SystemTime>,
 }
 
 impl Claims {
@@ -169,18 +188,40 @@ impl TokenSigner {
         generation: u64,
         now: SystemTime,
     ) -> Result<(String, Claims), TokenError> {
+        let grant = Grant {
+            user,
+            project: Some(project),
+            generation,
+            app_cred: None,
+            not_after: None,
+        };
+        self.issue_grant(&grant, now)
+    }
+
+    /// A token for `grant`, issued `now`, living the signer's lifetime or until the grant's
+    /// `not_after`, whichever comes first; returns it with its claims.
+    pub fn issue_grant(
+        &self,
+        grant: &Grant,
+        now: SystemTime,
+    ) -> Result<(String, Claims), TokenError> {
         let mut audit = [0u8; 16];
         SystemRandom::new()
             .fill(&mut audit)
             .map_err(|_| TokenError::Random)?;
         let issued = unix_secs(now);
+        let mut expires = issued.saturating_add(self.ttl.as_secs());
+        if let Some(limit) = grant.not_after {
+            expires = expires.min(unix_secs(limit));
+        }
         let claims = Claims {
-            user,
-            project,
+            user: grant.user,
+            project: grant.project,
             issued,
-            expires: issued.saturating_add(self.ttl.as_secs()),
+            expires,
             audit: URL_SAFE_NO_PAD.encode(audit),
-            generation,
+            generation: grant.generation,
+            app_cred: grant.app_cred,
         };
         let body = serde_json::to_vec(&claims).map_err(|_| TokenError::Invalid)?;
         let body = URL_SAFE_NO_PAD.encode(body);
@@ -235,7 +276,7 @@ mod tests {
         assert_eq!(signer().verify(&token, now).unwrap(), claims);
         assert_eq!(
             (claims.user, claims.project, claims.generation),
-            (user, project, 3)
+            (user, Some(project), 3)
         );
         let later = now + Duration::from_secs(3601);
         assert!(matches!(
@@ -291,6 +332,39 @@ mod tests {
         let token = format!("{PREFIX}{body}.{}", URL_SAFE_NO_PAD.encode(tag.as_ref()));
         let claims = signer.verify(&token, now).unwrap();
         assert_eq!((claims.audit.as_str(), claims.generation), ("old", 0));
+    }
+
+    /// An unscoped token has no project; an application credential's names it; neither
+    /// outlives its grant's `not_after`.
+    #[test]
+    fn grants_scope_and_bound_their_tokens() {
+        let signer = signer();
+        let now = SystemTime::now();
+        let (user, cred) = (Uuid::new_v4(), Uuid::new_v4());
+        let grant = Grant {
+            user,
+            project: None,
+            generation: 1,
+            app_cred: None,
+            not_after: None,
+        };
+        let (token, claims) = signer.issue_grant(&grant, now).unwrap();
+        assert_eq!(signer.verify(&token, now).unwrap(), claims);
+        assert_eq!((claims.project, claims.app_cred), (None, None));
+        assert_eq!(claims.expires, unix_secs(now) + 3600);
+        let bounded = Grant {
+            project: Some(Uuid::new_v4()),
+            app_cred: Some(cred),
+            not_after: Some(now + Duration::from_secs(60)),
+            ..grant
+        };
+        let (token, claims) = signer.issue_grant(&bounded, now).unwrap();
+        assert_eq!(signer.verify(&token, now).unwrap().app_cred, Some(cred));
+        assert_eq!(claims.expires, unix_secs(now) + 60);
+        assert!(matches!(
+            signer.verify(&token, now + Duration::from_secs(61)),
+            Err(TokenError::Expired)
+        ));
     }
 
     #[test]

@@ -79,16 +79,27 @@ async fn bad_logins_are_refused() {
             "scope": {"project": {"name": w.a.name, "domain": {"name": "Default"}}}}}),
             401,
         ),
-        // Another method; no scope; no user; wrong shapes.
+        // A bad token; another method; two methods; no user; wrong shapes (no scope is an
+        // unscoped token: identity_scopes.rs).
         (
             json!({"auth": {"identity": {"methods": ["token"], "token": {"id": "x"}}}}),
             401,
         ),
         (
+            json!({"auth": {"identity": {"methods": ["totp"], "totp": {}}}}),
+            401,
+        ),
+        (
+            json!({"auth": {"identity": {"methods": ["password", "token"], "password": {"user": {
+            "name": w.a.user_name, "password": PASSWORD}}, "token": {"id": "x"}}}}),
+            401,
+        ),
+        (
             json!({"auth": {"identity": {"methods": ["password"], "password": {"user": {
-            "name": w.a.user_name, "password": PASSWORD}}}}}),
+            "password": PASSWORD}}}}}),
             400,
         ),
+        (json!({"auth": {"identity": {"methods": []}}}), 400),
         (
             json!({"auth": {"identity": {"methods": ["password"]}}}),
             400,

@@ -267,6 +267,7 @@ mod tests {
             project: None,
             roles: vec![store::Role::Admin],
             claims: None,
+            app_credential: None,
             request: None,
         };
         assert_eq!(owner(&cert).unwrap_err().status(), StatusCode::FORBIDDEN);

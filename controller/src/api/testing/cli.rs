@@ -42,6 +42,28 @@ pub struct OpenStackCli {
     pub cacert: Option<PathBuf>,
     /// Adds `--debug` (the requests and responses go to stderr).
     pub debug: bool,
+    /// How it authenticates (the user's password in the project, unless told otherwise).
+    pub auth: CliAuth,
+}
+
+/// How the CLI authenticates.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum CliAuth {
+    /// `--os-auth-type password` with the user's name and password, scoped to the project.
+    #[default]
+    Password,
+    /// The same without a project: an unscoped token (`token issue` shows no project).
+    Unscoped,
+    /// `--os-auth-type token` with this token, scoped to the project (re-scoping).
+    Token(String),
+    /// `--os-auth-type v3applicationcredential` with a credential's id and secret (no user, no
+    /// project: the credential names both).
+    AppCredential {
+        /// The credential's id.
+        id: String,
+        /// Its secret.
+        secret: String,
+    },
 }
 
 /// What a CLI run printed.
@@ -78,6 +100,7 @@ impl OpenStackCli {
             project: project.into(),
             cacert: None,
             debug: false,
+            auth: CliAuth::Password,
         }
     }
 
@@ -93,22 +116,51 @@ impl OpenStackCli {
         command
             .env("OS_CLIENT_CONFIG_FILE", "/dev/null")
             .env("PYTHONWARNINGS", "ignore")
-            .arg("--os-auth-type")
-            .arg("password")
             .arg("--os-auth-url")
             .arg(&self.auth_url)
             .arg("--os-identity-api-version")
-            .arg("3")
-            .arg("--os-username")
-            .arg(&self.user)
-            .arg("--os-password")
-            .arg(&self.password)
-            .arg("--os-project-name")
-            .arg(&self.project)
-            .arg("--os-user-domain-name")
-            .arg("Default")
-            .arg("--os-project-domain-name")
-            .arg("Default")
+            .arg("3");
+        let user = [
+            "--os-username",
+            &self.user,
+            "--os-password",
+            &self.password,
+            "--os-user-domain-name",
+            "Default",
+        ];
+        let project = [
+            "--os-project-name",
+            &self.project,
+            "--os-project-domain-name",
+            "Default",
+        ];
+        match &self.auth {
+            CliAuth::Password => {
+                command
+                    .args(["--os-auth-type", "password"])
+                    .args(user)
+                    .args(project);
+            }
+            CliAuth::Unscoped => {
+                command.args(["--os-auth-type", "password"]).args(user);
+            }
+            CliAuth::Token(token) => {
+                command
+                    .args(["--os-auth-type", "token", "--os-token", token])
+                    .args(project);
+            }
+            CliAuth::AppCredential { id, secret } => {
+                command.args([
+                    "--os-auth-type",
+                    "v3applicationcredential",
+                    "--os-application-credential-id",
+                    id,
+                    "--os-application-credential-secret",
+                    secret,
+                ]);
+            }
+        }
+        command
             .arg("--os-region-name")
             .arg("RegionOne")
             .arg("--os-interface")

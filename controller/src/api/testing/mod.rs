@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 mod cli;
 
-pub use cli::{OpenStackCli, find_openstack};
+pub use cli::{CliAuth, OpenStackCli, find_openstack};
 
 use rustls::ServerConfig;
 use tokio::net::TcpListener;
