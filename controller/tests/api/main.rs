@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod actions;
+mod app_creds;
 mod attachments;
 mod boot_volume;
 mod boot_volume_cli;
@@ -19,6 +20,9 @@ mod flavor_specs;
 mod flavors;
 mod hypervisors;
 mod identity;
+mod identity_cli;
+mod identity_scopes;
+mod identity_write;
 mod image_members;
 mod images;
 mod kernel_images;
