@@ -7,6 +7,7 @@ controller/tests/sdk/identity_checks.py WORLD.json` (WORLD.json: see cumulo_sdk.
 
 import uuid
 
+import openstack
 from cumulo_sdk import Checks, connect, equal, exceptions, expect, load_world, raises
 
 world = load_world()
@@ -127,5 +128,60 @@ with check("a wrong password: conn.authorize() raises SDKException (401)"):
     world_wrong = dict(world, alice=dict(world["alice"], password="not-the-password"))
     e = raises(exceptions.SDKException, connect(world_wrong, "alice").authorize)
     expect("401" in str(e), f"message {e}")
+
+with check("admin: create_project, create_user, assign_project_role_to_user, role checks"):
+    gamma = admin.identity.create_project(name="gamma", description="sdk", domain_id="default")
+    equal((gamma.name, gamma.description, gamma.is_enabled), ("gamma", "sdk", True), "project")
+    carol = admin.identity.create_user(name="carol", password="carol-pw", default_project_id=gamma.id)
+    equal(carol.default_project_id, gamma.id, "default_project_id")
+    reader = admin.identity.find_role("reader")
+    equal(reader.id, "reader", "find_role('reader')")
+    admin.identity.assign_project_role_to_user(gamma, carol, reader)
+    expect(
+        admin.identity.validate_user_has_project_role(gamma, carol, reader), "role not found"
+    )
+    held = [r.name for r in admin.identity.role_assignments_filter(project=gamma, user=carol)]
+    equal(held, ["reader"], "role_assignments_filter")
+    listed = list(admin.identity.role_assignments(user_id=carol.id, scope_project_id=gamma.id))
+    equal([a.role["id"] for a in listed], ["reader"], "role_assignments")
+    admin.identity.unassign_project_role_from_user(gamma, carol, reader)
+    expect(
+        not admin.identity.validate_user_has_project_role(gamma, carol, reader), "role kept"
+    )
+    admin.identity.delete_user(carol)
+    admin.identity.delete_project(gamma)
+    equal(admin.identity.find_project("gamma"), None, "find_project after delete_project")
+
+with check("a member: create_project is ForbiddenException (identity:create_project)"):
+    e = raises(exceptions.ForbiddenException, alice.identity.create_project, name="x")
+    expect("identity:create_project" in str(e), f"message {e}")
+
+with check("application credentials: create, list, log in with one (v3applicationcredential)"):
+    cred = alice.identity.create_application_credential(
+        alice_id, "sdk-ci", roles=[{"name": "reader"}], description="from the SDK"
+    )
+    expect(cred.secret, "no secret in the creation's answer")
+    equal([r["name"] for r in cred.roles], ["reader"], "roles")
+    names = [c.name for c in alice.identity.application_credentials(alice_id)]
+    equal(names, ["sdk-ci"], "application_credentials")
+    kwargs = {"cacert": world["cacert"]} if world.get("cacert") else {}
+    app = openstack.connect(
+        load_yaml_config=False,
+        load_envvars=False,
+        auth_type="v3applicationcredential",
+        auth_url=world["auth_url"],
+        application_credential_id=cred.id,
+        application_credential_secret=cred.secret,
+        region_name="RegionOne",
+        interface="public",
+        identity_api_version="3",
+        **kwargs,
+    )
+    equal(app.current_project_id, alpha, "the credential's project")
+    t = app.identity.validate_token(app.auth_token)
+    equal(t.methods, ["application_credential"], "methods")
+    equal([r["name"] for r in t.roles], ["reader"], "the token's roles")
+    alice.identity.delete_application_credential(alice_id, cred.id)
+    equal(list(alice.identity.application_credentials(alice_id)), [], "after delete")
 
 check.done()
