@@ -418,6 +418,7 @@ mod tests {
                 vec![store::Role::Member]
             },
             claims: None,
+            app_credential: None,
             request: None,
         };
         let member = caller(false, Some(project));

@@ -20,9 +20,10 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use super::server_query::{parse_time, scan};
+use super::server_query::scan;
 use super::status::nova_state;
 use crate::api::clock::nova_micro;
+use crate::api::clock::parse_time;
 use crate::api::extract::{PathParams, QueryParams};
 use crate::api::{ApiError, ApiState, Principal};
 use store::{Instance, InstanceFilter, Scope, Store};
