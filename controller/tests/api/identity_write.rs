@@ -528,6 +528,19 @@ async fn a_reader_only_reads_and_a_manager_also_reads_assignments() {
             Value::Null,
             "error",
         ),
+        // Not a write, but console logs hold secrets: members only, in both APIs.
+        (
+            Method::GET,
+            format!("/cumulo/v1/instances/{server}/console"),
+            Value::Null,
+            "error",
+        ),
+        (
+            Method::POST,
+            format!("/compute/v2.1/servers/{server}/action"),
+            json!({"os-getConsoleOutput": {"length": 5}}),
+            "forbidden",
+        ),
     ];
     for (method, path, body, key) in writes {
         let body = (!body.is_null()).then_some(body);

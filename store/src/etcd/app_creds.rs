@@ -148,6 +148,54 @@ fn forget(tx: &mut Tx<'_>, rec: &AppCredRec) {
     tx.delete(&keys.tenant_app_cred(rec.project, rec.id));
 }
 
+/// Credentials deleted per transaction by [`drain_user`] and [`drain_tenant`] (three keys each:
+/// well under the 128 operations one etcd transaction holds).
+const DRAIN_BATCH: usize = 32;
+
+/// Deletes `user`'s credentials a batch per transaction, before the user goes (its own
+/// transaction could not hold them all: a member may make a hundred).
+pub(super) fn drain_user(store: &EtcdStore, user: Uuid) -> Result<()> {
+    loop {
+        let more = store.atomically("deleting a user's application credentials", |tx| {
+            let prefix = tx.keys().app_creds(user);
+            let recs = decode_all::<AppCredRec>(&tx.range(&prefix)?)?;
+            for rec in recs.iter().take(DRAIN_BATCH) {
+                forget(tx, rec);
+            }
+            Ok(recs.len() > DRAIN_BATCH)
+        })?;
+        if !more {
+            return Ok(());
+        }
+    }
+}
+
+/// Deletes the credentials made in `tenant`, a batch per transaction, before the tenant goes.
+pub(super) fn drain_tenant(store: &EtcdStore, tenant: Uuid) -> Result<()> {
+    loop {
+        let more = store.atomically("deleting a project's application credentials", |tx| {
+            let prefix = tx.keys().tenant_app_creds(tenant);
+            let all = tx.range(&prefix)?;
+            for kv in all.iter().take(DRAIN_BATCH) {
+                let bad =
+                    || StoreError::Backend(format!("bad application credential key {}", kv.key));
+                let id = suffix(&kv.key, &prefix)
+                    .and_then(|id| Uuid::parse_str(id).ok())
+                    .ok_or_else(bad)?;
+                let user = Uuid::parse_str(kv.text()?).map_err(|_| bad())?;
+                let keys = tx.keys();
+                tx.delete(&keys.app_cred(user, id));
+                tx.delete(&keys.app_cred_user(id));
+                tx.delete(&kv.key);
+            }
+            Ok(all.len() > DRAIN_BATCH)
+        })?;
+        if !more {
+            return Ok(());
+        }
+    }
+}
+
 /// Deletes every credential of `user` in `tx` (the user is being deleted).
 pub(super) fn forget_user(tx: &mut Tx<'_>, user: Uuid) -> Result<()> {
     let prefix = tx.keys().app_creds(user);

@@ -91,6 +91,25 @@ impl IdentityStore for EtcdStore {
     }
 
     fn delete_tenant(&self, id: Uuid) -> Result<()> {
+        // Its application credentials go first, a batch per transaction (one transaction could
+        // not hold them all), once what would refuse the deletion has been read.
+        self.read(|tx| {
+            tenant_in(tx, id)?;
+            let keys = tx.keys();
+            let net: NetRec = tx.get_json(&keys.net(id))?.unwrap_or_default();
+            if net.usage.instances > 0 || !net.subnets.is_empty() {
+                return Err(StoreError::Conflict(format!(
+                    "tenant {id} still has instances, subnets or CNCIs"
+                )));
+            }
+            if tx.any_under(&keys.tenant_volumes(id))? {
+                return Err(StoreError::Conflict(format!(
+                    "tenant {id} still has volumes"
+                )));
+            }
+            Ok(())
+        })?;
+        super::app_creds::drain_tenant(self, id)?;
         self.atomically("deleting a tenant", |tx| {
             let t = tenant_in(tx, id)?;
             let keys = tx.keys();
@@ -263,6 +282,9 @@ impl IdentityStore for EtcdStore {
     }
 
     fn delete_user(&self, id: Uuid) -> Result<()> {
+        self.read(|tx| user_in(tx, id).map(|_| ()))?;
+        // Its application credentials go first, a batch per transaction.
+        super::app_creds::drain_user(self, id)?;
         self.atomically("deleting a user", |tx| {
             let u = user_in(tx, id)?;
             let keys = tx.keys();

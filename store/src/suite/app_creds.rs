@@ -297,3 +297,26 @@ pub(crate) fn parallel_app_credential_creates_respect_the_limit<F: Fixture>() {
     }
     assert_eq!(store.app_credentials(alice.id).unwrap().len(), 5);
 }
+
+/// A user or a project with more credentials than one etcd transaction could delete goes, and
+/// its credentials with it.
+pub(crate) fn many_credentials_go_with_their_user_and_project<F: Fixture>() {
+    let fx = F::new();
+    let store = fx.open();
+    let t = tenant_with(&store, "acme", Quota::default(), 24);
+    let u = tenant_with(&store, "other", Quota::default(), 24);
+    let alice = user(&store, "alice");
+    let bob = user(&store, "bob");
+    for n in 0..70 {
+        store
+            .create_app_credential(new_cred(alice.id, t.id, &format!("a{n}")), 100)
+            .unwrap();
+        store
+            .create_app_credential(new_cred(bob.id, u.id, &format!("b{n}")), 100)
+            .unwrap();
+    }
+    store.delete_user(alice.id).unwrap();
+    assert!(store.app_credentials(alice.id).unwrap().is_empty());
+    store.delete_tenant(u.id).unwrap();
+    assert!(store.app_credentials(bob.id).unwrap().is_empty());
+}

@@ -48,7 +48,8 @@ macro_rules! store_suite {
             identity: tenant_crud, user_and_role_crud, revoked_tokens_are_listed_until_they_expire,
                 a_password_change_or_a_role_removal_ends_the_users_tokens;
             app_creds: users_and_projects_keep_keystones_fields, app_credential_crud,
-                parallel_app_credential_creates_respect_the_limit;
+                parallel_app_credential_creates_respect_the_limit,
+                many_credentials_go_with_their_user_and_project;
             catalog: catalog_crud, ephemeral_workloads_are_kept_as_such,
                 uploaded_images_go_from_queued_to_active,
                 private_flavors_are_seen_by_their_access_list,

@@ -139,6 +139,7 @@ fn chosen_roles(caller: &Principal, asked: Option<Vec<RoleRef>>) -> Result<Vec<R
 pub(super) async fn create(
     State(state): State<ApiState>,
     caller: Principal,
+    peer: Option<axum::Extension<PeerAddr>>,
     PathParams(user): PathParams<String>,
     JsonBody(body): JsonBody<CreateBody>,
 ) -> Result<Response, ApiError> {
@@ -179,9 +180,39 @@ pub(super) async fn create(
         }
     };
     let roles = chosen_roles(&caller, fields.roles)?;
-    let secret = match fields.secret {
-        Some(secret) => secret,
-        None => generate_secret()?,
+    // What the store would refuse is refused before any hashing: a name the user has, the
+    // limit reached (the store checks again, in its transaction).
+    let name = fields.name.clone();
+    state
+        .store(move |s| {
+            let existing = s.app_credentials(user)?;
+            if existing.iter().any(|c| c.name == name) {
+                return Err(ApiError::Conflict(format!(
+                    "Conflict occurred attempting to store application_credential - Duplicate entry {name}"
+                )));
+            }
+            if existing.len() >= MAX_PER_USER as usize {
+                return Err(ApiError::Forbidden(format!(
+                    "Unable to create additional application credentials, maximum of \
+                     {MAX_PER_USER} already exceeded for user."
+                )));
+            }
+            Ok(())
+        })
+        .await?;
+    // A generated secret has 256 random bits: one round of the hash keeps it safe, and costs the
+    // hashing pool nothing. A secret the user chose may be weak: it gets a password's rounds,
+    // and goes through the login limiter (by user and source) as a login would, so that
+    // creations cannot crowd the pool that logins share.
+    let (secret, iterations, admission) = match fields.secret {
+        None => (generate_secret()?, 1, None),
+        Some(secret) => {
+            let admitted = state.login_limiter.admit(
+                peer.map(|axum::Extension(PeerAddr(a))| a.ip()),
+                &format!("appcred-create:{user}"),
+            )?;
+            (secret, state.config.password_iterations, Some(admitted))
+        }
     };
     if secret.is_empty() || secret.len() > password::MAX_PASSWORD_LEN {
         return Err(invalid(
@@ -189,13 +220,16 @@ pub(super) async fn create(
             &format!("a secret has 1 to {} bytes", password::MAX_PASSWORD_LEN),
         ));
     }
-    let iterations = state.config.password_iterations;
     let hashed = secret.clone();
     let secret_hash = state
         .hashing
         .run(move || password::hash(&hashed, iterations))
         .await?
         .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    // A creation is not a failed login: what it spent of the user's budget comes back.
+    if let Some(admission) = admission {
+        admission.refund();
+    }
     let new = NewAppCredential {
         user,
         project,

@@ -171,6 +171,13 @@ pub async fn console(
 ) -> Result<Json<views::ConsoleOutput>, ApiError> {
     let id = path_id("instance", &id)?;
     let scope = caller.scope()?;
+    // Console logs often hold secrets (cloud-init's generated passwords, keys): readers, who
+    // may not ask for them through the Compute API either, are refused.
+    if !caller.can_write() {
+        return Err(ApiError::Forbidden(
+            "a reader may not read console logs: the member role is needed".into(),
+        ));
+    }
     let lines = query.lines.unwrap_or(CONSOLE_DEFAULT_LINES);
     if lines > CONSOLE_MAX_LINES {
         return Err(ApiError::BadRequest(format!(
