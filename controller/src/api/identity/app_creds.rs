@@ -21,7 +21,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use super::{DomainRef, default_domain, found, list_links, policy, role_ref, unauthorized};
+use super::{
+    DomainRef, default_domain, found, invalid, list_links, policy, role_ref, unauthorized,
+};
 use crate::api::clock::{parse_time, rfc3339_micro};
 use crate::api::extract::{JsonBody, PathParams, QueryParams, path_id};
 use crate::api::{ApiError, ApiState, ClientCertificate, PeerAddr, Principal, password};
@@ -85,10 +87,6 @@ pub(super) struct CreateFields {
 #[derive(Debug, Deserialize)]
 pub(super) struct CreateBody {
     application_credential: CreateFields,
-}
-
-fn invalid(field: &str, why: &str) -> ApiError {
-    ApiError::BadRequest(format!("Invalid input for field '{field}': {why}"))
 }
 
 /// A fresh secret: 32 random bytes, URL-safe base64.
@@ -432,43 +430,14 @@ pub(super) async fn authenticate(
             ));
         }
     };
-    let admission = match cert {
-        Some(c) if c.admin => None,
-        _ => Some(
-            state
-                .login_limiter
-                .admit(peer.map(|PeerAddr(a)| a.ip()), &limited_as)?,
-        ),
-    };
+    let admission = super::secrets::admit(state, peer, cert, &limited_as)?;
     let secret = std::mem::take(&mut method.secret);
     let cred = state.store(move |s| lookup(s, &method)).await?;
-    let iterations = state.config.password_iterations;
     let stored = cred.as_ref().map(|c| c.secret_hash.clone());
-    let checked = state
-        .hashing
-        .run(move || match stored {
-            Some(stored) => password::verify(&secret, &stored),
-            None => {
-                password::verify_nothing(&secret, iterations);
-                false
-            }
-        })
-        .await;
-    let right = match checked {
-        Ok(right) => right,
-        Err(e) => {
-            if let Some(admission) = admission {
-                admission.refund();
-            }
-            return Err(e);
-        }
-    };
+    let right = super::secrets::check_secret(state, admission, secret, stored).await?;
     let Some(cred) = cred.filter(|_| right) else {
         return Err(unauthorized());
     };
-    if let Some(admission) = admission {
-        admission.refund();
-    }
     if cred.expires.is_some_and(|at| at <= SystemTime::now()) {
         return Err(ApiError::Unauthorized(
             "The application credential has expired.".into(),

@@ -12,6 +12,7 @@ mod app_creds;
 mod domains;
 mod projects;
 mod roles;
+mod secrets;
 mod tokens;
 mod users;
 
@@ -25,6 +26,11 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use super::{ApiError, ApiState, Principal};
+
+/// Keystone's 400 for a field of a body.
+fn invalid(field: &str, why: &str) -> ApiError {
+    ApiError::BadRequest(format!("Invalid input for field '{field}': {why}"))
+}
 use store::{IdentityStore, Role, StoreError, Tenant, User};
 
 /// The one domain.

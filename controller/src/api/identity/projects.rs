@@ -12,8 +12,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{
-    DOMAIN_ID, admin_for, default_domain_id, policy, project_body, projects_of, projects_response,
-    roles_in,
+    DOMAIN_ID, admin_for, default_domain_id, invalid, policy, project_body, projects_of,
+    projects_response, roles_in,
 };
 use crate::api::extract::{JsonBody, PathParams, QueryParams, path_id};
 use crate::api::{ApiError, ApiState, Principal};
@@ -125,10 +125,6 @@ pub(super) struct ProjectFields {
 #[derive(Debug, Deserialize)]
 pub(super) struct ProjectBody {
     project: ProjectFields,
-}
-
-fn invalid(field: &str, why: &str) -> ApiError {
-    ApiError::BadRequest(format!("Invalid input for field '{field}': {why}"))
 }
 
 impl ProjectFields {

@@ -39,7 +39,7 @@ use crate::api::auth::{principal_of_token, token_ref};
 use crate::api::clock::rfc3339_micro;
 use crate::api::extract::{JsonBody, QueryParams};
 use crate::api::token::{Claims, Grant};
-use crate::api::{ApiError, ApiState, ClientCertificate, PeerAddr, Principal, password};
+use crate::api::{ApiError, ApiState, ClientCertificate, PeerAddr, Principal};
 use store::{AppCredential, IdentityStore, Role, Tenant, User};
 
 /// What a token is, to describe it.
@@ -343,46 +343,16 @@ async fn password_login(
             ));
         }
     };
-    let admission = match cert {
-        Some(c) if c.admin => None,
-        _ => Some(
-            state
-                .login_limiter
-                .admit(peer.map(|PeerAddr(a)| a.ip()), &limited_as)?,
-        ),
-    };
+    let admission = super::secrets::admit(state, peer, cert, &limited_as)?;
     let password = std::mem::take(&mut user_ref.password);
     let user = state
         .store(move |store| find_user(store, &user_ref))
         .await?;
-    let iterations = state.config.password_iterations;
     let stored = user.as_ref().map(|u| u.password_hash.clone());
-    let checked = state
-        .hashing
-        .run(move || match stored {
-            Some(stored) => password::verify(&password, &stored),
-            None => {
-                password::verify_nothing(&password, iterations);
-                false
-            }
-        })
-        .await;
-    let right = match checked {
-        Ok(right) => right,
-        Err(e) => {
-            // Nothing was hashed: the attempt is not counted.
-            if let Some(admission) = admission {
-                admission.refund();
-            }
-            return Err(e);
-        }
-    };
+    let right = super::secrets::check_secret(state, admission, password, stored).await?;
     let Some(user) = user.filter(|_| right) else {
         return Err(unauthorized());
     };
-    if let Some(admission) = admission {
-        admission.refund();
-    }
     if !user.enabled {
         return Err(ApiError::Unauthorized(format!(
             "The account is disabled for user: {}.",

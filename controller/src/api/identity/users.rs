@@ -11,7 +11,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use super::{admin_for, default_domain_id, list_links, projects_of, projects_response, user_body};
+use super::{
+    admin_for, default_domain_id, invalid, list_links, projects_of, projects_response, user_body,
+};
 use crate::api::extract::{JsonBody, PathParams, QueryParams, nullable, path_id};
 use crate::api::{ApiError, ApiState, Principal, password};
 use store::{NewUser, UserChange, UserProfile};
@@ -106,10 +108,6 @@ pub(super) struct UserFields {
 #[derive(Debug, Deserialize)]
 pub(super) struct UserBody {
     user: UserFields,
-}
-
-fn invalid(field: &str, why: &str) -> ApiError {
-    ApiError::BadRequest(format!("Invalid input for field '{field}': {why}"))
 }
 
 impl UserFields {
