@@ -53,6 +53,7 @@ fn start(n: u64) -> Payload {
             node_id: None,
             hostname: None,
             avoid_nodes: Vec::new(),
+            group: None,
         },
         networking: None,
         storage: None,

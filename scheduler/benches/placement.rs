@@ -71,6 +71,7 @@ fn main() {
         node_id: None,
         hostname: None,
         avoid_nodes: Vec::new(),
+        group: None,
     };
     run(
         "10,000 nodes, all with room (rotation)",

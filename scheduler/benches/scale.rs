@@ -206,6 +206,7 @@ fn start(i: u64) -> Payload {
             node_id: None,
             hostname: None,
             avoid_nodes: Vec::new(),
+            group: None,
         },
         networking: None,
         storage: None,

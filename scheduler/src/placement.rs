@@ -6,10 +6,11 @@
 //! node that fits (first fit with rotation: identical requests spread over identical nodes). A
 //! placement reserves the request's memory, disk and vCPUs until the node's next READY replaces
 //! its figures. A request's `avoid_nodes` (nodes an admin disabled) are never chosen, pinned or
-//! not.
+//! not. A member of a server group goes where its group's policy says, given the nodes its other
+//! members are on ([`Members`]): the search is the same rotation, with the policy's test added.
 
 use ssntp::Uuid;
-use ssntp::payload::{NodeState, NodeStatus, Requirements, StartFailureReason};
+use ssntp::payload::{GroupPolicy, NodeState, NodeStatus, Requirements, StartFailureReason};
 use std::collections::{HashMap, HashSet};
 
 /// A node's free resources.
@@ -189,6 +190,19 @@ impl Placement {
         req: &Requirements,
         exclude: Option<Uuid>,
     ) -> Result<Uuid, StartFailureReason> {
+        self.place_with(req, exclude, None)
+    }
+
+    /// As [`Placement::place_excluding`], for a member of a server group whose other members
+    /// are on `members`' nodes: strict policies fail (`full_cloud`) where they cannot hold,
+    /// soft ones fall back to any node (soft anti-affinity: one with the fewest members). A
+    /// pinned request (`node_id`: a restart or a rebuild) goes where it is pinned.
+    pub fn place_with(
+        &mut self,
+        req: &Requirements,
+        exclude: Option<Uuid>,
+        members: Option<Members<'_>>,
+    ) -> Result<Uuid, StartFailureReason> {
         let list = if req.network_node {
             &mut self.network
         } else {
@@ -203,23 +217,53 @@ impl Placement {
         }
         let n = list.order.len();
         let avoid: HashSet<Uuid> = req.avoid_nodes.iter().copied().collect();
-        let exclude = |uuid: Uuid| Some(uuid) == exclude || avoid.contains(&uuid);
+        let slab = &self.slab;
+        let order = &list.order;
+        // The node at a list position, if it may take the request at all.
+        let at = |pos: usize| {
+            slab[order[pos]].as_ref().filter(|node| {
+                node.fits(req) && Some(node.uuid) != exclude && !avoid.contains(&node.uuid)
+            })
+        };
+        let start = list.mru.map_or(0, |m| m + 1);
+        // The first position from the rotation's start whose node may take it and passes `pred`.
+        let rotate = |pred: &dyn Fn(&Node) -> bool| {
+            (0..n)
+                .map(|k| (start + k) % n)
+                .find(|&pos| at(pos).is_some_and(pred))
+        };
         let chosen = if let Some(pin) = req.node_id {
             // Pinned: that node, if it is in this list and fits.
-            let idx = self.index.get(&pin).copied();
-            idx.and_then(|idx| list.order.iter().position(|&i| i == idx))
-                .filter(|&pos| {
-                    self.slab[list.order[pos]]
-                        .as_ref()
-                        .is_some_and(|node| node.fits(req) && !exclude(node.uuid))
-                })
+            self.index
+                .get(&pin)
+                .and_then(|idx| order.iter().position(|i| i == idx))
+                .filter(|&pos| at(pos).is_some())
         } else {
-            let start = list.mru.map_or(0, |m| m + 1);
-            (0..n).map(|k| (start + k) % n).find(|&pos| {
-                self.slab[list.order[pos]]
-                    .as_ref()
-                    .is_some_and(|node| node.fits(req) && !exclude(node.uuid))
-            })
+            match members {
+                None => rotate(&|_| true),
+                Some(m) => {
+                    let held = |node: &Node| m.nodes.iter().filter(|&&u| u == node.uuid).count();
+                    match m.policy {
+                        GroupPolicy::Affinity if m.nodes.is_empty() => rotate(&|_| true),
+                        GroupPolicy::Affinity => rotate(&|node| held(node) > 0),
+                        GroupPolicy::AntiAffinity => rotate(&|node| held(node) == 0),
+                        GroupPolicy::SoftAffinity => {
+                            rotate(&|node| held(node) > 0).or_else(|| rotate(&|_| true))
+                        }
+                        GroupPolicy::SoftAntiAffinity => {
+                            rotate(&|node| held(node) == 0).or_else(|| {
+                                (0..n)
+                                    .filter_map(|k| {
+                                        let pos = (start + k) % n;
+                                        at(pos).map(|node| (held(node), k, pos))
+                                    })
+                                    .min()
+                                    .map(|(_, _, pos)| pos)
+                            })
+                        }
+                    }
+                }
+            }
         };
         let pos = chosen.ok_or(StartFailureReason::FullCloud)?;
         list.mru = Some(pos);
@@ -231,6 +275,15 @@ impl Placement {
         node.free.vcpus -= req.vcpus;
         Ok(node.uuid)
     }
+}
+
+/// A server group's other members, as placement weighs them.
+#[derive(Debug, Clone, Copy)]
+pub struct Members<'a> {
+    /// The group's policy.
+    pub policy: GroupPolicy,
+    /// The nodes its other members are on, one entry per member.
+    pub nodes: &'a [Uuid],
 }
 
 #[cfg(test)]
@@ -265,6 +318,7 @@ mod tests {
             node_id: None,
             hostname: None,
             avoid_nodes: Vec::new(),
+            group: None,
         }
     }
 
@@ -308,6 +362,59 @@ mod tests {
         r.node_id = None;
         r.avoid_nodes = vec![u(0), u(1), u(2)];
         assert_eq!(p.place(&r), Err(StartFailureReason::FullCloud));
+    }
+
+    fn with(policy: GroupPolicy, nodes: &[Uuid]) -> Option<Members<'_>> {
+        Some(Members { policy, nodes })
+    }
+
+    #[test]
+    fn server_group_policies_weigh_the_members_nodes() {
+        let mut p = Placement::new();
+        for i in 0..3 {
+            p.add(u(i), true, false);
+            let figures = ready(u(i), &format!("n{i}"), 1000, 1000, 100);
+            p.update(u(i), NodeState::Ready, Some(&figures));
+        }
+        let r = req(100, 1, 1);
+        let on = [u(1), u(1)];
+        // Affinity: only where the members are; anywhere for the first.
+        for _ in 0..3 {
+            let got = p.place_with(&r, None, with(GroupPolicy::Affinity, &on));
+            assert_eq!(got, Ok(u(1)));
+        }
+        assert!(
+            p.place_with(&r, None, with(GroupPolicy::Affinity, &[]))
+                .is_ok()
+        );
+        // Anti-affinity: never where a member is; full when every node holds one.
+        for _ in 0..4 {
+            let got = p.place_with(&r, None, with(GroupPolicy::AntiAffinity, &[u(0), u(1)]));
+            assert_eq!(got, Ok(u(2)));
+        }
+        let all = [u(0), u(1), u(2)];
+        let got = p.place_with(&r, None, with(GroupPolicy::AntiAffinity, &all));
+        assert_eq!(got, Err(StartFailureReason::FullCloud));
+        // Soft ones fall back: the fewest members for soft anti-affinity.
+        let crowded = [u(0), u(0), u(1), u(1), u(2)];
+        let got = p.place_with(&r, None, with(GroupPolicy::SoftAntiAffinity, &crowded));
+        assert_eq!(got, Ok(u(2)));
+        let got = p.place_with(&r, None, with(GroupPolicy::SoftAntiAffinity, &[u(0)]));
+        assert_ne!(got, Ok(u(0)));
+        let got = p.place_with(&r, None, with(GroupPolicy::SoftAffinity, &[u(2)]));
+        assert_eq!(got, Ok(u(2)));
+        // u(2) has at most 400 MiB left (six reservations of 100 or more): soft affinity goes
+        // on elsewhere, strict affinity fails.
+        let big = req(500, 1, 1);
+        let got = p.place_with(&big, None, with(GroupPolicy::SoftAffinity, &[u(2)]));
+        assert!(matches!(got, Ok(n) if n != u(2)));
+        let got = p.place_with(&big, None, with(GroupPolicy::Affinity, &[u(2)]));
+        assert_eq!(got, Err(StartFailureReason::FullCloud));
+        // A pinned request (a restart) goes where it is pinned.
+        let mut pinned = req(1, 1, 1);
+        pinned.node_id = Some(u(0));
+        let got = p.place_with(&pinned, None, with(GroupPolicy::AntiAffinity, &[u(0)]));
+        assert_eq!(got, Ok(u(0)));
     }
 
     #[test]

@@ -147,6 +147,7 @@ fn start() -> Payload {
             node_id: None,
             hostname: None,
             avoid_nodes: Vec::new(),
+            group: None,
         },
         networking: Some(Networking {
             vnic_mac: MacAddr([2, 0, 0xac, 0x10, 0, 5]),

@@ -66,6 +66,7 @@ pub fn vectors() -> Vec<(&'static str, Frame, &'static str)> {
                 node_id: None,
                 hostname: None,
                 avoid_nodes: Vec::new(),
+                group: None,
             },
             networking: None,
             storage: None,

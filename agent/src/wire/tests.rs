@@ -45,6 +45,7 @@ pub(crate) fn start() -> Start {
             node_id: None,
             hostname: None,
             avoid_nodes: Vec::new(),
+            group: None,
         },
         networking: Some(Networking {
             vnic_mac: "02:00:ac:10:00:05".parse().unwrap(),

@@ -171,6 +171,7 @@ pub(crate) fn start(instance: Uuid, image: &str) -> Start {
             node_id: None,
             hostname: None,
             avoid_nodes: Vec::new(),
+            group: None,
         },
         networking: None,
         storage: None,

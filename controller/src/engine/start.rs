@@ -101,6 +101,7 @@ pub(super) fn start_payload(
             node_id: pinned.or(boot.and_then(|v| v.node)),
             hostname: None,
             avoid_nodes: Vec::new(),
+            group: None,
         },
         networking,
         storage: boot.map(|v| {

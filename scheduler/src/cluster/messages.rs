@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use super::driver::Action;
 use super::state::Cluster;
+use crate::placement::Members;
 
 /// `frame` with a payload of its own: a received payload may share a larger read buffer, which
 /// a frame kept for long must not hold on to.
@@ -89,7 +90,7 @@ impl Cluster {
                 Vec::new()
             }
             Payload::Start(start) if role.contains(Role::CONTROLLER) => {
-                self.start(from, *start, message.frame)
+                self.start(from, *start, message.frame, now)
             }
             Payload::Configure(config) if role.contains(Role::CONTROLLER) => {
                 self.config = self.told(*config);
@@ -102,13 +103,17 @@ impl Cluster {
         }
     }
 
-    fn start(&mut self, from: Uuid, start: Start, frame: Frame) -> Vec<Action> {
+    fn start(&mut self, from: Uuid, start: Start, frame: Frame, now: Instant) -> Vec<Action> {
         if let Err(why) = start.requirements.check() {
             tracing::warn!(%from, instance = %start.instance_uuid, %why, "START refused");
             return vec![self.refuse(from, &start, StartFailureReason::InvalidData)];
         }
         let timer = Instant::now();
-        let placed = self.placement.place(&start.requirements);
+        let placed = self.place(&start, None, now);
+        if let (Ok(node), Some(group)) = (&placed, &start.requirements.group) {
+            self.groups
+                .remember(group.id, start.instance_uuid, *node, now);
+        }
         self.metrics.placed(&placed, timer.elapsed());
         match placed {
             Ok(node) => vec![Action::Forward {
@@ -120,6 +125,31 @@ impl Cluster {
                 vec![self.refuse(from, &start, reason)]
             }
         }
+    }
+
+    /// Places `start` (never on `exclude`), its server group weighed: the nodes the sender
+    /// knows its fellow members on, and those the scheduler placed the others on lately.
+    fn place(
+        &mut self,
+        start: &Start,
+        exclude: Option<Uuid>,
+        now: Instant,
+    ) -> Result<Uuid, StartFailureReason> {
+        let req = &start.requirements;
+        let Some(group) = &req.group else {
+            return self.placement.place_excluding(req, exclude);
+        };
+        // Checked with the rest of the requirements.
+        let policy = group
+            .policy()
+            .map_err(|_| StartFailureReason::InvalidData)?;
+        let mut nodes = group.nodes.clone();
+        nodes.extend(self.groups.nodes_of(group.id, &group.members, now));
+        let members = Members {
+            policy,
+            nodes: &nodes,
+        };
+        self.placement.place_with(req, exclude, Some(members))
     }
 
     /// The scheduler's own START_FAILURE for `start`, to the controller that sent it.
@@ -149,15 +179,19 @@ impl Cluster {
             return Vec::new();
         };
         self.placement.release(node, &start.requirements);
-        match self
-            .placement
-            .place_excluding(&start.requirements, Some(node))
-        {
-            Ok(other) => vec![Action::Forward {
-                from,
-                frame,
-                to: Target::Session(other),
-            }],
+        // The memory's clock is not needed to read it again: its entries for this START's
+        // fellows were fresh a moment ago, and this START's own entry moves with it.
+        match self.place(&start, Some(node), Instant::now()) {
+            Ok(other) => {
+                if let Some(group) = &start.requirements.group {
+                    self.groups.moved(group.id, start.instance_uuid, other);
+                }
+                vec![Action::Forward {
+                    from,
+                    frame,
+                    to: Target::Session(other),
+                }]
+            }
             Err(reason) => {
                 self.metrics.placed(&Err::<(), _>(reason), Duration::ZERO);
                 vec![self.refuse(from, &start, reason)]

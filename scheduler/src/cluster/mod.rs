@@ -10,10 +10,12 @@
 //! By concern, one file each: `driver` (what the driver tells the cluster, [`Liveness`], and what
 //! the cluster asks of it, [`Action`]), `state` (the [`Cluster`] and what it keeps of each node),
 //! `nodes` (sessions coming and going, silent nodes dropped, controllers told), `messages` (status,
-//! STATS, START placement, frames addressed to a node, CONFIGURE). Imports go one way: `driver` ←
-//! `state` ← `nodes`, `messages`; this file only re-exports.
+//! STATS, START placement, frames addressed to a node, CONFIGURE), `groups` (where members of
+//! server groups were placed, for a while). Imports go one way: `driver`, `groups` ← `state` ←
+//! `nodes`, `messages`; this file only re-exports.
 
 mod driver;
+mod groups;
 mod messages;
 mod nodes;
 mod state;

@@ -7,6 +7,7 @@ use ssntp::{Role, Uuid};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use super::groups::GroupMemory;
 use crate::metrics::Metrics;
 use crate::placement::Placement;
 
@@ -40,6 +41,8 @@ pub struct Cluster {
     /// [`DEAD_AFTER_INTERVALS`] STATS intervals.
     pub(super) dead_after: Duration,
     pub(super) config: ClusterConfig,
+    /// Where members of server groups were placed lately.
+    pub(super) groups: GroupMemory,
     /// Counters for the metrics endpoint and the heartbeat line.
     pub metrics: Metrics,
 }
@@ -57,6 +60,7 @@ impl Cluster {
             stats_interval_s,
             dead_after: Duration::from_secs(u64::from(stats_interval_s)) * DEAD_AFTER_INTERVALS,
             config: ClusterConfig::default(),
+            groups: GroupMemory::default(),
             metrics: Metrics::default(),
         }
     }

@@ -76,6 +76,7 @@ fn start(instance: u8, network_node: bool) -> Payload {
             node_id: None,
             hostname: None,
             avoid_nodes: Vec::new(),
+            group: None,
         },
         networking: None,
         storage: None,
@@ -481,4 +482,91 @@ fn events_of_an_older_session_do_not_touch_the_newer_one() {
     c.connected(u(0xc1), Role::CONTROLLER, 4, t);
     assert!(c.disconnected(u(0xc1), Role::CONTROLLER, 1).is_empty());
     assert_eq!(c.controllers(), vec![u(0xc1)]);
+}
+
+#[test]
+fn siblings_of_one_launch_keep_apart_by_the_schedulers_memory() {
+    let now = Instant::now();
+    let mut c = Cluster::new(SCHED, 5);
+    c.connected(u(0xc1), Role::CONTROLLER, 0, now);
+    for node in [1, 2, 3] {
+        c.connected(u(node), Role::AGENT, 0, now);
+        msg_in(
+            &mut c,
+            u(node),
+            Role::AGENT,
+            msg(u(node), ready(u(node), 1000)),
+            now,
+        );
+    }
+    let group = ssntp::payload::GroupRequirement {
+        id: u(0x60),
+        policy: "anti-affinity".into(),
+        nodes: Vec::new(),
+        members: Vec::new(),
+    };
+    // Three siblings sent one after the other, each naming those before it (no node known yet):
+    // three nodes; a fourth has none left.
+    let mut placed = Vec::new();
+    for instance in 0x41..=0x44u8 {
+        let Payload::Start(mut s) = start(instance, false) else {
+            unreachable!()
+        };
+        s.restart = false;
+        let mut g = group.clone();
+        g.members = (0x41..instance).map(u).collect();
+        s.requirements.group = Some(g);
+        let actions = msg_in(
+            &mut c,
+            u(0xc1),
+            Role::CONTROLLER,
+            msg(u(0xc1), Payload::Start(s)),
+            now,
+        );
+        match actions.as_slice() {
+            [
+                Action::Forward {
+                    to: Target::Session(node),
+                    ..
+                },
+            ] => placed.push(*node),
+            [Action::Send { frame, .. }] => {
+                let Ok(Payload::StartFailure(f)) = frame.decode_payload() else {
+                    panic!("not a START_FAILURE")
+                };
+                assert_eq!(f.reason, StartFailureReason::FullCloud);
+                assert_eq!(f.instance_uuid, u(0x44));
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    placed.sort();
+    assert_eq!(placed, vec![u(1), u(2), u(3)]);
+    // A sibling deleted since (the controller no longer names it) frees its node; an unknown
+    // policy is refused as invalid data.
+    let Payload::Start(mut s) = start(0x45, false) else {
+        unreachable!()
+    };
+    let mut g = group.clone();
+    g.members = vec![u(0x41), u(0x42)];
+    s.requirements.group = Some(g);
+    let actions = msg_in(
+        &mut c,
+        u(0xc1),
+        Role::CONTROLLER,
+        msg(u(0xc1), Payload::Start(s.clone())),
+        now,
+    );
+    assert!(matches!(actions.as_slice(), [Action::Forward { .. }]));
+    s.requirements.group.as_mut().unwrap().policy = "closest".into();
+    let refused = sent_payloads(&msg_in(
+        &mut c,
+        u(0xc1),
+        Role::CONTROLLER,
+        msg(u(0xc1), Payload::Start(s)),
+        now,
+    ));
+    assert!(
+        matches!(&refused[..], [(_, Payload::StartFailure(f))] if f.reason == StartFailureReason::InvalidData)
+    );
 }

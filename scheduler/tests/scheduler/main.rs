@@ -197,6 +197,7 @@ fn start(instance: u8, mem: u32) -> Start {
             node_id: None,
             hostname: None,
             avoid_nodes: Vec::new(),
+            group: None,
         },
         networking: None,
         storage: None,

@@ -156,6 +156,7 @@ async fn oversize_and_truncated_frames_close_only_their_session() {
             node_id: None,
             hostname: None,
             avoid_nodes: Vec::new(),
+            group: None,
         },
         networking: None,
         storage: None,

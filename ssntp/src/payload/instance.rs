@@ -166,10 +166,15 @@ pub struct Requirements {
         with = "cbor::uuid_list"
     )]
     pub avoid_nodes: Vec<Uuid>,
+    /// The server group the instance belongs to, and where its other members are (Compute's
+    /// `os-server-groups`). A compatible addition of 2026-12-03; absent: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<GroupRequirement>,
 }
 
 impl Requirements {
-    /// The most nodes `avoid_nodes` names.
+    /// The most nodes `avoid_nodes` names, and the most entries in a group's `nodes` and
+    /// `members` together.
     pub const MAX_AVOID: usize = 4096;
 
     /// Whether a node may take these requirements as to their bounds; the cause otherwise.
@@ -181,7 +186,97 @@ impl Requirements {
                 Self::MAX_AVOID
             ));
         }
+        if let Some(group) = &self.group {
+            group.policy()?;
+            let named = group.nodes.len().saturating_add(group.members.len());
+            if named > Self::MAX_AVOID {
+                return Err(format!(
+                    "group names {named} nodes and members, more than {}",
+                    Self::MAX_AVOID
+                ));
+            }
+        }
         Ok(())
+    }
+}
+
+/// A server group's placement rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum GroupPolicy {
+    /// Every member on one node; none placed if that node has no room.
+    Affinity,
+    /// No two members on one node; none placed if every node with room holds a member.
+    AntiAffinity,
+    /// Members on one node where it has room, elsewhere otherwise.
+    SoftAffinity,
+    /// Members on different nodes where there are enough, on the nodes holding the fewest
+    /// members otherwise.
+    SoftAntiAffinity,
+}
+
+impl GroupPolicy {
+    /// Every policy, as named on the wire (and by Compute's API).
+    pub const ALL: [GroupPolicy; 4] = [
+        GroupPolicy::Affinity,
+        GroupPolicy::AntiAffinity,
+        GroupPolicy::SoftAffinity,
+        GroupPolicy::SoftAntiAffinity,
+    ];
+
+    /// Its name on the wire: `affinity`, `anti-affinity`, `soft-affinity`,
+    /// `soft-anti-affinity`.
+    pub fn name(self) -> &'static str {
+        match self {
+            GroupPolicy::Affinity => "affinity",
+            GroupPolicy::AntiAffinity => "anti-affinity",
+            GroupPolicy::SoftAffinity => "soft-affinity",
+            GroupPolicy::SoftAntiAffinity => "soft-anti-affinity",
+        }
+    }
+
+    /// The policy named `name`, if it is one.
+    pub fn from_name(name: &str) -> Option<GroupPolicy> {
+        GroupPolicy::ALL.into_iter().find(|p| p.name() == name)
+    }
+}
+
+impl std::fmt::Display for GroupPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What a START says of its instance's server group: the group, its policy, and where the
+/// sender knows its other members to be. The scheduler adds the nodes it placed `members` on
+/// itself (siblings of one launch, placed before the sender heard where).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupRequirement {
+    /// The group's UUID.
+    #[serde(with = "cbor::uuid_bytes")]
+    pub id: Uuid,
+    /// Its policy's name ([`GroupPolicy::name`]); another is `invalid_data`.
+    pub policy: String,
+    /// The nodes its other members run on, one entry per member (a node may repeat).
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        with = "cbor::uuid_list"
+    )]
+    pub nodes: Vec<Uuid>,
+    /// Its other members whose node the sender does not know yet.
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        with = "cbor::uuid_list"
+    )]
+    pub members: Vec<Uuid>,
+}
+
+impl GroupRequirement {
+    /// Its policy, or why it is none.
+    pub fn policy(&self) -> Result<GroupPolicy, String> {
+        GroupPolicy::from_name(&self.policy)
+            .ok_or_else(|| format!("unknown server group policy {:?}", self.policy))
     }
 }
 
@@ -373,5 +468,32 @@ mod tests {
         for bad in ["a\nb", "a\u{0}b", "\u{1b}[2J"] {
             assert!(boot(Some(bad.into())).check().is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn a_group_names_a_known_policy_and_a_bounded_number_of_nodes() {
+        let req = |policy: &str, n: usize| Requirements {
+            vcpus: 1,
+            mem_mb: 1,
+            disk_mb: 1,
+            network_node: false,
+            node_id: None,
+            hostname: None,
+            avoid_nodes: Vec::new(),
+            group: Some(GroupRequirement {
+                id: Uuid::from_u128(1),
+                policy: policy.into(),
+                nodes: vec![Uuid::from_u128(2); n / 2],
+                members: vec![Uuid::from_u128(3); n - n / 2],
+            }),
+        };
+        for policy in GroupPolicy::ALL {
+            assert_eq!(GroupPolicy::from_name(policy.name()), Some(policy));
+            assert!(req(policy.name(), Requirements::MAX_AVOID).check().is_ok());
+        }
+        let over = req("affinity", Requirements::MAX_AVOID + 1).check();
+        assert!(over.unwrap_err().contains("more than 4096"));
+        let unknown = req("Affinity", 0).check().unwrap_err();
+        assert!(unknown.contains("unknown server group policy"), "{unknown}");
     }
 }

@@ -34,9 +34,9 @@ pub use handshake::{
     ClusterConfig, Connect, Connected, ControllerConfig, LauncherConfig, SchedulerConfig,
 };
 pub use instance::{
-    Action, AttachVolume, CNCI_CERT_KEY, CNCI_KEY_KEY, CNCI_ROLE, Delete, FwType, InstanceAction,
-    InstanceEvent, KernelBoot, Networking, ROLE_KEY, Requirements, Start, Storage, VmType,
-    VolumeCommand, is_cnci_meta_data,
+    Action, AttachVolume, CNCI_CERT_KEY, CNCI_KEY_KEY, CNCI_ROLE, Delete, FwType, GroupPolicy,
+    GroupRequirement, InstanceAction, InstanceEvent, KernelBoot, Networking, ROLE_KEY,
+    Requirements, Start, Storage, VmType, VolumeCommand, is_cnci_meta_data,
 };
 pub use network::{
     CnciPeer, ConcentratorAdded, PublicIpCommand, PublicIpEvent, RefreshCnci, TenantEvent,

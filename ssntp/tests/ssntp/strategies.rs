@@ -127,6 +127,21 @@ fn stats() -> impl Strategy<Value = Stats> {
     })
 }
 
+fn group() -> impl Strategy<Value = GroupRequirement> {
+    (
+        uuid(),
+        text(),
+        proptest::collection::vec(uuid(), 0..4),
+        proptest::collection::vec(uuid(), 0..4),
+    )
+        .prop_map(|(id, policy, nodes, members)| GroupRequirement {
+            id,
+            policy,
+            nodes,
+            members,
+        })
+}
+
 fn start() -> impl Strategy<Value = Start> {
     let vm = prop_oneof![
         Just(VmType::Qemu),
@@ -140,9 +155,10 @@ fn start() -> impl Strategy<Value = Start> {
         option::of(uuid()),
         option::of(text()),
         proptest::collection::vec(uuid(), 0..4),
+        option::of(group()),
     )
         .prop_map(
-            |(n, network_node, node_id, hostname, avoid_nodes)| Requirements {
+            |(n, network_node, node_id, hostname, avoid_nodes, group)| Requirements {
                 vcpus: n[0],
                 mem_mb: n[1],
                 disk_mb: n[2],
@@ -150,6 +166,7 @@ fn start() -> impl Strategy<Value = Start> {
                 node_id,
                 hostname,
                 avoid_nodes,
+                group,
             },
         );
     let net = (
