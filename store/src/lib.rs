@@ -30,6 +30,7 @@ mod open;
 mod queue;
 mod reservations;
 pub mod sealed;
+mod server_group;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 #[cfg(test)]
@@ -59,11 +60,12 @@ pub use open::open_shared;
 pub use open::{EtcdSettings, StoreLocation, open};
 pub use queue::*;
 pub use reservations::{MemoryReservations, Reservation, ReservationStore};
+pub use server_group::{NewServerGroup, SERVER_GROUP_POLICIES, ServerGroup};
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteStore;
 pub use traits::{
     ActionStore, CatalogStore, EventStore, IdentityStore, InstanceStore, KeypairStore,
-    NetworkStore, NodeStore, OperationQueue, Store, VolumeStore,
+    NetworkStore, NodeStore, OperationQueue, ServerGroupStore, Store, VolumeStore,
 };
 pub use volume::*;
 
@@ -72,7 +74,8 @@ pub use volume::*;
 pub mod prelude {
     pub use crate::{
         ActionStore, CatalogStore, EventStore, IdentityStore, InstanceStore, KeypairStore,
-        NetworkStore, NodeStore, OperationQueue, ReservationStore, Store, VolumeStore,
+        NetworkStore, NodeStore, OperationQueue, ReservationStore, ServerGroupStore, Store,
+        VolumeStore,
     };
 }
 
@@ -106,6 +109,10 @@ pub enum QuotaKind {
     ImageMembers,
     /// The number of a user's application credentials.
     AppCredentials,
+    /// The number of a tenant's server groups.
+    ServerGroups,
+    /// The number of a server group's members.
+    ServerGroupMembers,
 }
 
 impl std::fmt::Display for QuotaKind {
@@ -122,6 +129,8 @@ impl std::fmt::Display for QuotaKind {
             QuotaKind::Gigabytes => "volume gigabytes",
             QuotaKind::ImageMembers => "image members",
             QuotaKind::AppCredentials => "application credentials",
+            QuotaKind::ServerGroups => "server groups",
+            QuotaKind::ServerGroupMembers => "server group members",
         })
     }
 }

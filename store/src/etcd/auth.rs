@@ -54,12 +54,12 @@ pub fn launcher_role(prefix: &str) -> String {
 /// its operations, leases and per-host index (claims, renewals, finishes); the instances it
 /// reports on and what their records drag along in one transaction (per-node index, per-tenant
 /// usage and address bitmaps and carved blocks, which a deletion releases; creation order,
-/// workload references, instance actions and the gone-instance list, which a deletion trims);
-/// address reservations. Never users, tenants, roles, names, tokens and their revocations,
+/// workload references, instance actions and the gone-instance list, which a deletion trims;
+/// the server group a deleted instance leaves, found by id); address reservations. Never users, tenants, roles, names, tokens and their revocations,
 /// flavors, images and their members, workloads, events, CNCIs, users' key pairs, volumes.
 pub fn launcher_ranges(prefix: &str) -> Vec<(String, Access)> {
     let root = Keys::new(prefix).root().to_string();
-    let read = ["schema", "rhost/", "creds/"];
+    let read = ["schema", "rhost/", "creds/", "sgroupid/"];
     let write = [
         "op/",
         "opq/",
@@ -76,6 +76,7 @@ pub fn launcher_ranges(prefix: &str) -> Vec<(String, Access)> {
         "counter/gone",
         "resv/",
         "resvowner/",
+        "sgroup/",
     ];
     read.iter()
         .map(|k| (format!("{root}{k}"), Access::Read))

@@ -49,6 +49,10 @@ pub(super) struct InstanceRec {
     /// The user who created it (added with issue 24).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) user: Option<Uuid>,
+    /// The server group it joined (added with issue 24; kept when the group goes, which then
+    /// reads as none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) server_group: Option<Uuid>,
 }
 
 /// An instance's key: its key pair's name and a copy of its public key.

@@ -78,6 +78,7 @@ impl InstanceStore for EtcdStore {
                 metadata: new.metadata.clone(),
                 locked_by: None,
                 user: new.user,
+                server_group: None,
             };
             tx.put(&keys.instance(id), &rec)?;
             tx.put_text(&keys.order(t.id, seq), &id.to_string());
@@ -508,6 +509,9 @@ pub(super) fn delete_in(tx: &mut Tx<'_>, scope: Scope, id: Uuid) -> Result<()> {
         tx.put(&keys.net(i.tenant), &net)?;
         tx.delete(&keys.instance(id));
         instance_gone(tx, id)?;
+        if let Some(group) = i.server_group {
+            super::server_groups::forget_member(tx, group, id)?;
+        }
         tx.delete(&keys.order(i.tenant, i.seq));
         tx.delete(&keys.reference("workload", i.workload, id));
         if let Some(node) = i.node {

@@ -30,6 +30,8 @@
 //! <prefix>volquota/<tenant>                      the tenant's own volume quota (none: the
 //!                                                caller's defaults)
 //! <prefix>disabled/<node>                       a node an admin disabled: its reason and time
+//! <prefix>sgroup/<tenant>/<id>                   a tenant's server group, with its members
+//! <prefix>sgroupid/<id>                          its tenant (to find a group by id alone)
 //! <prefix>event/<seq:016x>                       event
 //! <prefix>counter/event                          the last event sequence number
 //! <prefix>action/<instance>/<seq:016x>          instance action, in the instance's order
@@ -258,6 +260,22 @@ impl Keys {
     /// The tenant of volume `id`.
     pub(super) fn volume_owner(&self, id: Uuid) -> String {
         self.key(&[&"volid", &id])
+    }
+    /// Server group `id` of `tenant`.
+    pub(super) fn server_group(&self, tenant: Uuid, id: Uuid) -> String {
+        self.key(&[&"sgroup", &tenant, &id])
+    }
+    /// Every server group of `tenant`.
+    pub(super) fn tenant_server_groups(&self, tenant: Uuid) -> String {
+        self.key(&[&"sgroup", &tenant, &""])
+    }
+    /// Every server group.
+    pub(super) fn server_groups(&self) -> String {
+        self.key(&[&"sgroup", &""])
+    }
+    /// The tenant of server group `id`.
+    pub(super) fn server_group_owner(&self, id: Uuid) -> String {
+        self.key(&[&"sgroupid", &id])
     }
     /// Node `node`'s disabled record.
     pub(super) fn disabled_node(&self, node: Uuid) -> String {

@@ -61,6 +61,7 @@ mod nodes;
 mod queue;
 mod records;
 mod reservations;
+mod server_groups;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

@@ -103,10 +103,9 @@ fn denied<T: std::fmt::Debug>(what: &str, out: Result<T>) {
     }
 }
 
-#[test]
-fn a_launcher_user_reaches_its_own_keys_only() {
-    let Some(fx) = fixture() else { return };
-    // The cluster's set-up for this prefix, run again as root (idempotent), with a launcher.
+/// The cluster's set-up for the fixture's prefix, run again as root (idempotent), with a new
+/// launcher user: its name.
+fn with_launcher(fx: &Fixture) -> String {
     let launcher = format!("launcher-{}", Uuid::new_v4().simple());
     let plan = auth::AuthPlan {
         prefix: fx.prefix.clone(),
@@ -121,6 +120,13 @@ fn a_launcher_user_reaches_its_own_keys_only() {
         &EtcdOptions::default(),
     )
     .unwrap();
+    launcher
+}
+
+#[test]
+fn a_launcher_user_reaches_its_own_keys_only() {
+    let Some(fx) = fixture() else { return };
+    let launcher = with_launcher(&fx);
 
     let controller = fx.store_with(EtcdOptions::default());
     let tenant = controller
@@ -191,4 +197,58 @@ fn a_launcher_user_reaches_its_own_keys_only() {
     // An etcd user the set-up never made is refused too.
     let stranger = store_as(&fx, "nobody").map(|s| s.tenants());
     assert!(!matches!(stranger, Ok(Ok(_))), "{stranger:?}");
+}
+
+#[test]
+fn a_launcher_deletes_an_instance_of_a_server_group() {
+    let Some(fx) = fixture() else { return };
+    let launcher = with_launcher(&fx);
+    let controller = fx.store_with(EtcdOptions::default());
+    let (tenant, workload) = tests::tenant_and_workload(&controller, Quota::default(), 1);
+    let instance = controller
+        .create_instance(NewInstance {
+            tenant: tenant.id,
+            workload: workload.id,
+            name: "vm".into(),
+            key: None,
+            metadata: Default::default(),
+            user: None,
+        })
+        .unwrap();
+    let group = controller
+        .create_server_group(NewServerGroup {
+            tenant: tenant.id,
+            user: None,
+            name: "g".into(),
+            policy: "anti-affinity".into(),
+        })
+        .unwrap();
+    controller
+        .add_server_group_member(Scope::All, group.id, instance.id)
+        .unwrap();
+    let host = controller
+        .create_remote_host(NewRemoteHost {
+            name: "edge".into(),
+            libvirt_uri: "qemu+tcp://127.0.0.1/system".into(),
+        })
+        .unwrap();
+    controller
+        .enqueue_operation(NewOperation {
+            host: host.id,
+            instance: instance.id,
+            kind: OperationKind::Delete,
+            payload: vec![1],
+        })
+        .unwrap();
+    let replica = store_as(&fx, &launcher).unwrap();
+    let op = replica
+        .claim_operation_on("r1", Duration::from_secs(60), Some(host.id))
+        .unwrap()
+        .unwrap();
+    let token = op.claim.as_ref().unwrap().token;
+    replica
+        .fenced_write(op.id, token, &InstanceWrite::Remove, None)
+        .unwrap();
+    let group = controller.server_group(Scope::All, group.id).unwrap();
+    assert!(group.members.is_empty());
 }

@@ -32,6 +32,7 @@ mod networking;
 mod nodes;
 mod queue;
 mod schema;
+mod server_groups;
 mod volumes;
 
 use std::path::{Path, PathBuf};

@@ -368,6 +368,27 @@ CREATE TABLE app_credentials (
 );
 CREATE INDEX app_credentials_tenant ON app_credentials(tenant_id);
 "#,
+    // 22: server groups (issue 24): a tenant's groups (going with it), and their members (an
+    // instance in one group at most, leaving it when its record goes; a group's deletion
+    // leaves its members in none).
+    r#"
+CREATE TABLE server_groups (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL UNIQUE,
+    tenant_id TEXT NOT NULL REFERENCES tenants(id) ON DELETE CASCADE,
+    user_id TEXT,
+    name TEXT NOT NULL,
+    policy TEXT NOT NULL,
+    created INTEGER NOT NULL
+);
+CREATE INDEX server_groups_tenant ON server_groups(tenant_id, seq);
+CREATE TABLE server_group_members (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    instance_id TEXT NOT NULL UNIQUE REFERENCES instances(id) ON DELETE CASCADE,
+    group_id TEXT NOT NULL REFERENCES server_groups(id) ON DELETE CASCADE
+);
+CREATE INDEX server_group_members_group ON server_group_members(group_id, seq);
+"#,
 ];
 
 /// The newest schema version this code knows.

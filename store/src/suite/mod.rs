@@ -1,6 +1,6 @@
 //! The behaviour every [`Store`] must have, as test functions generic over a [`Fixture`], one
 //! module per concern (`identity`, `app_creds`, `keypairs`, `catalog`, `image_members`, `instances`,
-//! `volumes`, `events`, `actions`, `queue`, and `guarantees` for what holds across them); an
+//! `volumes`, `events`, `actions`, `queue`, `server_groups`, and `guarantees` for what holds across them); an
 //! implementation runs them all with `crate::store_suite!(MyFixture);` in its test module.
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]
@@ -17,6 +17,7 @@ pub(crate) mod keypairs;
 pub(crate) mod networking;
 pub(crate) mod nodes;
 pub(crate) mod queue;
+pub(crate) mod server_groups;
 pub(crate) mod volumes;
 
 use super::*;
@@ -75,6 +76,7 @@ macro_rules! store_suite {
                 floating_ips_are_unique_per_pool_and_follow_their_port;
             events: events_are_scoped;
             nodes: nodes_are_disabled_and_enabled_again;
+            server_groups: server_groups_hold_members_until_they_go;
             actions: actions_are_recorded_and_finished,
                 actions_are_bounded_and_outlive_the_instance,
                 gone_instances_keep_their_actions_for_a_while;

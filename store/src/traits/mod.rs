@@ -12,6 +12,7 @@
 //! | [`ActionStore`] | the instance actions log (who asked what of an instance, and how it went) |
 //! | [`OperationQueue`] | off-host hosts, their operations and claims, fenced writes, launcher creds |
 //! | [`NodeStore`] | the nodes an admin disabled |
+//! | [`ServerGroupStore`] | tenants' server groups and their members |
 //!
 //! [`ReservationStore`](crate::ReservationStore) stands apart: it is not part of [`Store`]
 //! (SQLite does not implement it).
@@ -32,6 +33,7 @@ mod keypairs;
 mod networking;
 mod nodes;
 mod queue;
+mod server_groups;
 mod volumes;
 
 pub use actions::ActionStore;
@@ -43,6 +45,7 @@ pub use keypairs::KeypairStore;
 pub use networking::NetworkStore;
 pub use nodes::NodeStore;
 pub use queue::OperationQueue;
+pub use server_groups::ServerGroupStore;
 pub use volumes::VolumeStore;
 
 /// Everything the controller keeps: every concern's trait. Every call is one transaction; see
@@ -60,6 +63,7 @@ pub trait Store:
     + ActionStore
     + OperationQueue
     + NodeStore
+    + ServerGroupStore
 {
 }
 
@@ -74,6 +78,7 @@ impl<T> Store for T where
         + ActionStore
         + OperationQueue
         + NodeStore
+        + ServerGroupStore
         + ?Sized
 {
 }
