@@ -37,11 +37,46 @@ pub struct Launch {
     pub metadata: store::Metadata,
     /// The user who asks for it, if a user does (the instances' `user_id`).
     pub user: Option<Uuid>,
+    /// The server group every instance of the launch joins (the tenant's, checked by the
+    /// caller), before its START goes, so that the START carries the group's placement.
+    pub server_group: Option<Uuid>,
 }
 
 impl Launch {
     /// The most instances one launch may ask for.
     pub const MAX_COUNT: u32 = 1000;
+
+    /// One instance of the launch in `store` (quota-checked), with its port's security groups,
+    /// in its server group. An instance that cannot join its server group (deleted since the
+    /// caller checked it, or full) is deleted again and the error returned; a security group
+    /// deleted since leaves the port in `default`.
+    pub fn make_instance(&self, store: &dyn store::Store) -> Result<Instance, store::StoreError> {
+        let instance = store.create_instance(store::NewInstance {
+            tenant: self.tenant,
+            workload: self.workload,
+            name: self.name.clone(),
+            key: self.key.clone(),
+            metadata: self.metadata.clone(),
+            user: self.user,
+        })?;
+        if !self.groups.is_empty()
+            && let Err(e) = store.set_port_groups(self.tenant, instance.id, &self.groups)
+        {
+            tracing::warn!(instance = %instance.id, error = %e,
+                "the instance's security groups could not be set");
+        }
+        if let Some(group) = self.server_group
+            && let Err(e) =
+                store.add_server_group_member(Scope::Tenant(self.tenant), group, instance.id)
+        {
+            if let Err(undo) = store.delete_instance(Scope::All, instance.id) {
+                tracing::warn!(instance = %instance.id, error = %undo,
+                    "an instance that could not join its server group was not deleted");
+            }
+            return Err(e);
+        }
+        Ok(instance)
+    }
 }
 
 /// The volume a launch's instances boot from ([`Cluster::launch_from_volume`]; Compute's block

@@ -153,6 +153,7 @@ fn launch(engine: &Engine, tenant: Uuid, workload: Uuid, count: u32) {
                 groups: Vec::new(),
                 metadata: store::Metadata::new(),
                 user: None,
+                server_group: None,
             },
             &controller::cluster::Caller::default(),
         )

@@ -15,7 +15,7 @@ use super::start::Plan;
 use crate::actions::{self, ActionKind};
 use crate::cluster::{BootVolume, Caller, ClusterError, Launch, NodeStatus};
 use crate::volumes as rules;
-use store::{EventKind, Instance, NewInstance, NewVolume, Scope, StoreError, Volume};
+use store::{EventKind, Instance, NewVolume, Scope, StoreError, Volume};
 
 impl Engine {
     /// The checks every launch passes (its count, its name, its tenant, a scheduler to send to,
@@ -50,26 +50,9 @@ impl Engine {
         Ok(plan)
     }
 
-    /// One instance of `launch` in the store (quota-checked), with its port's groups.
+    /// One instance of `launch` in the store ([`Launch::make_instance`]).
     pub(super) fn new_instance(&self, launch: &Launch) -> Result<Instance, StoreError> {
-        let instance = self.store.create_instance(NewInstance {
-            tenant: launch.tenant,
-            workload: launch.workload,
-            name: launch.name.clone(),
-            key: launch.key.clone(),
-            metadata: launch.metadata.clone(),
-            user: launch.user,
-        })?;
-        if !launch.groups.is_empty()
-            && let Err(e) = self
-                .store
-                .set_port_groups(launch.tenant, instance.id, &launch.groups)
-        {
-            // A group deleted since the caller checked it: the port stays in `default`.
-            tracing::warn!(instance = %instance.id, error = %e,
-                "the instance's security groups could not be set");
-        }
-        Ok(instance)
+        launch.make_instance(self.store.as_ref())
     }
 
     /// Sends the STARTs of the instances `created` for `launch` (each with its `create` action),

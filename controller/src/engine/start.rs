@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use ssntp::Payload;
-use ssntp::payload::{FwType, Networking, Requirements, Start, Storage, VmType};
+use ssntp::payload::{FwType, GroupRequirement, Networking, Requirements, Start, Storage, VmType};
 
 use super::{Engine, TenantNetwork};
 use crate::actions;
@@ -19,7 +19,7 @@ use crate::images::kernel::{self, KernelError, KernelPlan};
 use crate::volumes as rules;
 use store::{
     Cnci, CnciState, EventKind, EventOutcome, Flavor, Image, Instance, InstanceChange,
-    InstanceState, Scope, Volume, Workload,
+    InstanceState, Scope, StoreError, Volume, Workload,
 };
 
 /// What an instance is made from, read once per launch.
@@ -204,6 +204,7 @@ impl Engine {
         // scheduler refuses such a START); a restart or a rebuild stays where its disks are.
         if !restart && instance.state != InstanceState::Rebuilding {
             start.requirements.avoid_nodes = self.avoided_nodes();
+            start.requirements.group = self.group_requirement(&instance)?;
         }
         actions::start_sent(self.store.as_ref(), instance.id);
         let sent = self.send(&Payload::Start(Box::new(start)));
@@ -232,6 +233,38 @@ impl Engine {
             }
             Err(e) => self.undispatched(instance, &e.to_string()),
         }
+    }
+
+    /// What the scheduler needs of `instance`'s server group, if it is in one: the policy, the
+    /// nodes its other members run on, and those still pending (placed, or about to be, by the
+    /// scheduler, which remembers where). Members in error or without a node otherwise hold no
+    /// place and are left out.
+    fn group_requirement(
+        &self,
+        instance: &Instance,
+    ) -> Result<Option<GroupRequirement>, ClusterError> {
+        let Some(group) = self.store.server_group_of(instance.id)? else {
+            return Ok(None);
+        };
+        let mut requirement = GroupRequirement {
+            id: group.id,
+            policy: group.policy,
+            nodes: Vec::new(),
+            members: Vec::new(),
+        };
+        for member in group.members.iter().filter(|m| **m != instance.id) {
+            let other = match self.store.instance(Scope::All, *member) {
+                Ok(other) => other,
+                Err(StoreError::NotFound { .. }) => continue,
+                Err(e) => return Err(e.into()),
+            };
+            match (other.node, &other.state) {
+                (Some(node), _) => requirement.nodes.push(node),
+                (None, InstanceState::Pending) => requirement.members.push(other.id),
+                (None, _) => {}
+            }
+        }
+        Ok(Some(requirement))
     }
 
     /// `instance`'s START could not go, `why`: the instance in `error` (`dispatch_failure`).

@@ -145,6 +145,7 @@ impl World {
                     groups: Vec::new(),
                     metadata: store::Metadata::new(),
                     user: None,
+                    server_group: None,
                 },
                 &Caller::default(),
             )

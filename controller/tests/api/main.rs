@@ -33,6 +33,7 @@ mod network;
 mod openstack;
 mod quotas;
 mod sdk;
+mod server_groups;
 mod server_meta;
 mod server_meta_cli;
 mod server_update;

@@ -201,6 +201,7 @@ pub(crate) fn launch(
                 groups: Vec::new(),
                 metadata: store::Metadata::new(),
                 user: None,
+                server_group: None,
             },
             &Caller::default(),
         )

@@ -49,6 +49,13 @@ const MAX_USER_DATA: usize = 65_535;
 #[derive(Debug, Deserialize)]
 pub struct CreateRequest {
     server: ServerCreate,
+    /// Where to place it (`group`: a server group, [`super::server_groups`]).
+    #[serde(
+        rename = "os:scheduler_hints",
+        alias = "OS-SCH-HNT:scheduler_hints",
+        default
+    )]
+    scheduler_hints: Option<Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -462,6 +469,7 @@ pub async fn create(
     let by = caller.who();
     let user = caller.user;
     let plan = plan(request.server)?;
+    let server_group = super::server_groups::hinted_group(&request.scheduler_hints)?;
     let volume_limits = state.config.volume_limits;
     let instances = state
         .cluster(move |store, cluster| {
@@ -495,7 +503,12 @@ pub async fn create(
                 .into());
             }
             let room = room.min(capacity);
-            let count = u32::try_from(room.min(u64::from(plan.max))).unwrap_or(plan.max);
+            let mut count = u32::try_from(room.min(u64::from(plan.max))).unwrap_or(plan.max);
+            if let Some(group) = server_group {
+                count = count.min(super::server_groups::room_in(
+                    store, tenant, group, plan.min,
+                )?);
+            }
             let workload = workload_for(store, tenant, flavor.id, image, &plan.user_data, false)?;
             // The ports' groups, unless only `default` (what a port has when none are set).
             let ids: Vec<Uuid> = if groups.len() == 1 && groups[0].default {
@@ -512,6 +525,7 @@ pub async fn create(
                 groups: ids,
                 metadata: plan.metadata,
                 user,
+                server_group,
             };
             let instances = match boot {
                 None => cluster.launch(Scope::Tenant(tenant), launch, &by)?,

@@ -25,6 +25,7 @@ mod quotas;
 mod rebuild;
 mod resize;
 mod server_action;
+mod server_groups;
 mod server_metadata;
 mod server_query;
 mod server_update;
@@ -184,6 +185,14 @@ pub fn routes() -> Router<ApiState> {
             get(usage::show),
         )
         .route("/compute/v2.1/os-migrations", get(usage::migrations))
+        .route(
+            "/compute/v2.1/os-server-groups",
+            get(server_groups::list).post(server_groups::create),
+        )
+        .route(
+            "/compute/v2.1/os-server-groups/{id}",
+            get(server_groups::show).delete(server_groups::delete),
+        )
         .route(
             "/compute/v2.1/os-quota-class-sets/{class}",
             get(quotas::class_show).put(quotas::class_update),

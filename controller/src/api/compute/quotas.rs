@@ -17,16 +17,15 @@ use uuid::Uuid;
 use super::limit_of;
 use crate::api::extract::{JsonBody, PathParams};
 use crate::api::{ApiError, ApiState, Principal};
-use store::{NetworkQuota, Quota, Store, TenantChange};
+use store::{NetworkQuota, Quota, Scope, ServerGroup, Store, TenantChange};
 
 /// The limits this server applies to every project alike, with Nova's names (no usage kept).
-const FIXED: [(&str, i64); 7] = [
+const FIXED: [(&str, i64); 6] = [
     ("metadata_items", 128),
     ("injected_files", 5),
     ("injected_file_content_bytes", 10240),
     ("injected_file_path_bytes", 255),
-    ("server_groups", 10),
-    ("server_group_members", 10),
+    ("server_group_members", ServerGroup::MAX_MEMBERS as i64),
     ("fixed_ips", -1),
 ];
 
@@ -34,8 +33,9 @@ const FIXED: [(&str, i64); 7] = [
 struct Figures {
     quota: Quota,
     network: NetworkQuota,
-    /// Usage, for `/detail`: instances, cores, ram, floating IPs, groups, rules.
-    used: Option<[u64; 6]>,
+    /// Usage, for `/detail`: instances, cores, ram, floating IPs, security groups, rules, key
+    /// pairs (none: they are per user), server groups.
+    used: Option<[u64; 8]>,
 }
 
 fn body(project: Uuid, f: &Figures) -> Value {
@@ -45,7 +45,7 @@ fn body(project: Uuid, f: &Figures) -> Value {
 /// The figures of `f` under `id`, in an object named `key`.
 fn set_of(id: &str, f: &Figures, key: &str) -> Value {
     let network = |n: u32| i64::from(n);
-    let limits: [(&str, i64); 7] = [
+    let limits: [(&str, i64); 8] = [
         ("instances", limit_of(f.quota.instances)),
         ("cores", limit_of(f.quota.vcpus)),
         ("ram", limit_of(f.quota.memory_mb)),
@@ -56,6 +56,7 @@ fn set_of(id: &str, f: &Figures, key: &str) -> Value {
             network(f.network.security_group_rules),
         ),
         ("key_pairs", i64::from(super::keypairs::MAX_KEYPAIRS)),
+        ("server_groups", ServerGroup::MAX_PER_TENANT as i64),
     ];
     let mut set = Map::new();
     set.insert("id".into(), json!(id));
@@ -138,6 +139,8 @@ async fn figures(state: &ApiState, project: Uuid, detail: bool) -> Result<Figure
                     u64::from(n.floating_ips),
                     u64::from(n.security_groups),
                     u64::from(n.security_group_rules),
+                    0,
+                    store.server_groups(Scope::Tenant(project))?.len() as u64,
                 ])
             } else {
                 None

@@ -244,6 +244,7 @@ pub async fn create(
                 groups: Vec::new(),
                 metadata: store::Metadata::new(),
                 user: by.user,
+                server_group: None,
             };
             Ok(cluster.launch(Scope::Tenant(tenant), launch, &by)?)
         })

@@ -25,8 +25,7 @@ use crate::cluster::{
     ResizeStep, Trace, action_allowed, console_allowed, rebuild_allowed,
 };
 use store::{
-    Fault, Instance, InstanceChange, InstanceState, NewInstance, Scope, Store, StoreError, Volume,
-    VolumeStatus,
+    Fault, Instance, InstanceChange, InstanceState, Scope, Store, StoreError, Volume, VolumeStatus,
 };
 
 /// The bootstrapped admin's name.
@@ -194,21 +193,9 @@ impl FakeCluster {
         Ok(())
     }
 
-    /// One instance of `launch` in the store, with its port's groups.
+    /// One instance of `launch` in the store, as the engine makes it.
     fn new_instance(&self, launch: &Launch) -> Result<Instance, ClusterError> {
-        let instance = self.store.create_instance(NewInstance {
-            tenant: launch.tenant,
-            workload: launch.workload,
-            name: launch.name.clone(),
-            key: launch.key.clone(),
-            metadata: launch.metadata.clone(),
-            user: launch.user,
-        })?;
-        if !launch.groups.is_empty() {
-            self.store
-                .set_port_groups(launch.tenant, instance.id, &launch.groups)?;
-        }
-        Ok(instance)
+        Ok(launch.make_instance(self.store.as_ref())?)
     }
 
     /// A new instance's `create` action, and the instance active (unless turned off).

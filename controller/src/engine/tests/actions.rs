@@ -41,6 +41,7 @@ fn a_launch_records_a_create_per_instance_and_how_each_start_went() {
                 groups: Vec::new(),
                 metadata: store::Metadata::new(),
                 user: None,
+                server_group: None,
             },
             &by,
         )

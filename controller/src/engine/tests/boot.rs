@@ -21,6 +21,7 @@ fn launch_booted(w: &World, delete_on_termination: bool) -> (Instance, Volume) {
                 groups: Vec::new(),
                 metadata: store::Metadata::new(),
                 user: None,
+                server_group: None,
             },
             BootVolume::Image {
                 size_gb: 2,

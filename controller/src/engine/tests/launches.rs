@@ -18,6 +18,7 @@ fn nothing_is_created_while_the_scheduler_is_unreachable() {
             groups: Vec::new(),
             metadata: store::Metadata::new(),
             user: None,
+            server_group: None,
         },
         &Caller::default(),
     );
@@ -47,6 +48,7 @@ fn a_launch_beyond_what_the_nodes_could_hold_writes_nothing() {
                 groups: Vec::new(),
                 metadata: store::Metadata::new(),
                 user: None,
+                server_group: None,
             },
             &Caller::default(),
         )
@@ -113,6 +115,7 @@ fn another_tenant_sees_nothing() {
             groups: Vec::new(),
             metadata: store::Metadata::new(),
             user: None,
+            server_group: None,
         },
         &Caller::default(),
     );
@@ -143,6 +146,7 @@ fn a_launch_past_the_quota_keeps_what_fitted() {
             groups: Vec::new(),
             metadata: store::Metadata::new(),
             user: None,
+            server_group: None,
         },
         &Caller::default(),
     );
@@ -168,6 +172,7 @@ fn bad_launches_are_refused() {
                 groups: Vec::new(),
                 metadata: store::Metadata::new(),
                 user: None,
+                server_group: None,
             },
             &Caller::default(),
         );
@@ -236,6 +241,7 @@ fn a_launch_with_a_key_puts_it_in_the_start() {
                 groups: Vec::new(),
                 metadata: store::Metadata::new(),
                 user: None,
+                server_group: None,
             },
             &Caller::default(),
         )
