@@ -1,6 +1,8 @@
 //! cumulo-controller's REST API (axum): the OpenStack Identity v3, Compute v2.1, Image v2,
 //! Networking v2.0 and Block Storage v3 subsets the standard `openstack` CLI needs, cumulo's native API under `/cumulo/v1`, an
-//! OpenAPI document of the native API, and Prometheus metrics.
+//! OpenAPI document of the native API (`/openapi.json`) and one of the OpenStack routes
+//! (`/openapi-openstack.json`, written from the route tables the routers are built from:
+//! `table.rs`), and Prometheus metrics.
 //!
 //! - [`router`] builds the routes over an [`ApiState`]; [`serve`] serves them on a bound
 //!   listener, over TLS (optionally with client certificates) or, on loopback only, plain HTTP.
@@ -25,9 +27,11 @@ pub mod logins;
 mod metrics;
 mod native;
 mod network;
+mod openstack_openapi;
 pub mod password;
 pub mod request_id;
 mod serve;
+pub(crate) mod table;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod token;
@@ -210,6 +214,7 @@ pub fn router(state: ApiState) -> Router {
         .merge(volume::routes())
         .merge(native::routes())
         .route("/openapi.json", get(native::openapi::document))
+        .route("/openapi-openstack.json", get(openstack_openapi::document))
         .route("/metrics", get(metrics::render))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)

@@ -49,10 +49,10 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post, put};
 use serde_json::{Value, json};
 
 use super::error::{Dialect, renderer};
+use super::table::{Body, Family, RouteTable, os, own};
 use super::{ApiError, ApiState, Principal};
 use store::Store;
 
@@ -63,163 +63,122 @@ const VERSION: &str = "2.1";
 
 /// The compute routes, with Nova's error shape and microversion headers.
 pub fn routes() -> Router<ApiState> {
-    let api = Router::new()
-        .route("/compute", get(versions))
-        .route("/compute/", get(versions))
-        .route(BASE, get(version))
-        .route("/compute/v2.1/", get(version))
-        .route(
-            "/compute/v2.1/flavors",
-            get(flavors::list).post(flavors::create),
-        )
-        .route("/compute/v2.1/flavors/detail", get(flavors::detail))
-        .route(
-            "/compute/v2.1/flavors/{id}",
-            get(flavors::show).delete(flavors::delete),
-        )
-        .route(
-            "/compute/v2.1/flavors/{id}/os-extra_specs",
-            get(flavor_specs::list).post(flavor_specs::create),
-        )
-        .route(
-            "/compute/v2.1/flavors/{id}/os-extra_specs/{key}",
-            get(flavor_specs::show)
-                .put(flavor_specs::update)
-                .delete(flavor_specs::delete),
-        )
-        .route(
-            "/compute/v2.1/flavors/{id}/os-flavor-access",
-            get(flavor_access::list),
-        )
-        .route(
-            "/compute/v2.1/flavors/{id}/action",
-            post(flavor_access::action),
-        )
-        .route("/compute/v2.1/limits", get(limits))
-        .route(
-            "/compute/v2.1/os-quota-sets/{project}",
-            get(quotas::show).put(quotas::update),
-        )
-        .route(
-            "/compute/v2.1/os-quota-sets/{project}/detail",
-            get(quotas::detail),
-        )
-        .route(
-            "/compute/v2.1/os-quota-sets/{project}/defaults",
-            get(quotas::defaults),
-        )
-        .route(
-            "/compute/v2.1/servers",
-            get(servers::list).post(launch::create),
-        )
-        .route("/compute/v2.1/servers/detail", get(servers::detail))
-        .route(
-            "/compute/v2.1/servers/{id}",
-            get(servers::show)
-                .put(server_update::update)
-                .delete(launch::delete),
-        )
-        .route(
-            "/compute/v2.1/servers/{id}/action",
-            post(server_action::action),
-        )
-        .route(
-            "/compute/v2.1/servers/{id}/os-instance-actions",
-            get(actions::list),
-        )
-        .route(
-            "/compute/v2.1/servers/{id}/os-instance-actions/{request_id}",
-            get(actions::show),
-        )
-        .route(
-            "/compute/v2.1/servers/{id}/os-volume_attachments",
-            get(volume_attachments::list).post(volume_attachments::attach),
-        )
-        .route(
-            "/compute/v2.1/servers/{id}/os-volume_attachments/{volume}",
-            get(volume_attachments::show).delete(volume_attachments::detach),
-        )
-        .route(
-            "/compute/v2.1/servers/{id}/metadata",
-            get(server_metadata::list)
-                .post(server_metadata::merge)
-                .put(server_metadata::replace),
-        )
-        .route(
-            "/compute/v2.1/servers/{id}/metadata/{key}",
-            get(server_metadata::show)
-                .put(server_metadata::set)
-                .delete(server_metadata::delete),
-        )
-        .route("/compute/v2.1/servers/{id}/ips", get(server_update::ips))
-        .route(
-            "/compute/v2.1/servers/{id}/ips/{network}",
-            get(server_update::ips_of),
-        )
-        .route("/compute/v2.1/os-availability-zone", get(zones))
-        .route(
-            "/compute/v2.1/os-availability-zone/detail",
-            get(hosts::zones_detail),
-        )
-        .route("/compute/v2.1/os-hypervisors", get(hypervisors::list))
-        .route(
-            "/compute/v2.1/os-hypervisors/detail",
-            get(hypervisors::list_detail),
-        )
-        .route(
-            "/compute/v2.1/os-hypervisors/statistics",
-            get(hypervisors::statistics),
-        )
-        .route("/compute/v2.1/os-hypervisors/{id}", get(hypervisors::show))
-        .route(
-            "/compute/v2.1/os-hypervisors/{id}/uptime",
-            get(hypervisors::uptime),
-        )
-        .route("/compute/v2.1/os-aggregates", get(hypervisors::aggregates))
-        .route("/compute/v2.1/os-services", get(services::list))
-        .route("/compute/v2.1/os-services/{action}", put(services::update))
-        .route("/compute/v2.1/os-hosts", get(hosts::list))
-        .route("/compute/v2.1/os-simple-tenant-usage", get(usage::list))
-        .route(
-            "/compute/v2.1/os-simple-tenant-usage/{project}",
-            get(usage::show),
-        )
-        .route("/compute/v2.1/os-migrations", get(usage::migrations))
-        .route(
-            "/compute/v2.1/os-server-groups",
-            get(server_groups::list).post(server_groups::create),
-        )
-        .route(
-            "/compute/v2.1/os-server-groups/{id}",
-            get(server_groups::show).delete(server_groups::delete),
-        )
-        .route(
-            "/compute/v2.1/os-quota-class-sets/{class}",
-            get(quotas::class_show).put(quotas::class_update),
-        )
-        .route(
-            "/compute/v2.1/os-hosts/{host}",
-            get(hosts::show).put(hosts::update),
-        )
-        .route(
-            "/compute/v2.1/os-hypervisors/{id}/search",
-            get(hypervisors::search),
-        )
-        .route(
-            "/compute/v2.1/os-hypervisors/{id}/servers",
-            get(hypervisors::servers),
-        )
-        .route(
-            "/compute/v2.1/os-keypairs",
-            get(keypairs::list).post(keypairs::create),
-        )
-        .route(
-            "/compute/v2.1/os-keypairs/{name}",
-            get(keypairs::show).delete(keypairs::delete),
-        );
-    api.layer(middleware::from_fn(microversion))
+    table()
+        .router()
+        .layer(middleware::from_fn(microversion))
         .layer(middleware::map_response(nova_errors))
 }
+
+/// The compute routes, one line each, as they are served and documented (`api/table.rs`).
+#[rustfmt::skip]
+pub(crate) fn table() -> RouteTable {
+    let t = RouteTable::new(Family::Compute);
+    t.get("/compute", versions, os("List All Major Versions", 200).public())
+        .get("/compute/", versions, os("List All Major Versions", 200).public())
+        .get(BASE, version, os("Show Details of Specific API Version", 200).public())
+        .get("/compute/v2.1/", version, os("Show Details of Specific API Version", 200).public())
+        .get("/compute/v2.1/flavors", flavors::list, os("List Flavors", 200).errors(&[400]))
+        .post("/compute/v2.1/flavors", flavors::create, os("Create Flavor", 200).errors(&[409]))
+        .get("/compute/v2.1/flavors/detail", flavors::detail, os("List Flavors With Details", 200).errors(&[400]))
+        .get("/compute/v2.1/flavors/{id}", flavors::show, os("Show Flavor Details", 200))
+        .delete("/compute/v2.1/flavors/{id}", flavors::delete, os("Delete Flavor", 202).errors(&[409]))
+        .get("/compute/v2.1/flavors/{id}/os-extra_specs", flavor_specs::list, os("List Extra Specs For A Flavor", 200))
+        .post("/compute/v2.1/flavors/{id}/os-extra_specs", flavor_specs::create, os("Create Extra Specs For A Flavor", 200))
+        .get("/compute/v2.1/flavors/{id}/os-extra_specs/{key}", flavor_specs::show, os("Show An Extra Spec For A Flavor", 200))
+        .put("/compute/v2.1/flavors/{id}/os-extra_specs/{key}", flavor_specs::update, os("Update An Extra Spec For A Flavor", 200))
+        .delete("/compute/v2.1/flavors/{id}/os-extra_specs/{key}", flavor_specs::delete, os("Delete An Extra Spec For A Flavor", 200).answer(Body::Empty))
+        .get("/compute/v2.1/flavors/{id}/os-flavor-access", flavor_access::list, os("List Flavor Access Information For Given Flavor", 200))
+        .post("/compute/v2.1/flavors/{id}/action", flavor_access::action, own("Flavor access actions", 200).actions(FLAVOR_ACTIONS).errors(&[409]))
+        .get("/compute/v2.1/limits", limits, os("Show Rate And Absolute Limits", 200))
+        .get("/compute/v2.1/os-quota-sets/{project}", quotas::show, os("Show A Quota", 200))
+        .put("/compute/v2.1/os-quota-sets/{project}", quotas::update, os("Update Quotas", 200))
+        .get("/compute/v2.1/os-quota-sets/{project}/detail", quotas::detail, os("Show The Detail of Quota", 200))
+        .get("/compute/v2.1/os-quota-sets/{project}/defaults", quotas::defaults, os("List Default Quotas For Tenant", 200))
+        .get("/compute/v2.1/servers", servers::list, os("List Servers", 200).errors(&[400]))
+        .post("/compute/v2.1/servers", launch::create, os("Create Server", 202).errors(&[409, 503]))
+        .get("/compute/v2.1/servers/detail", servers::detail, os("List Servers Detailed", 200).errors(&[400]))
+        .get("/compute/v2.1/servers/{id}", servers::show, os("Show Server Details", 200))
+        .put("/compute/v2.1/servers/{id}", server_update::update, os("Update Server", 200))
+        .delete("/compute/v2.1/servers/{id}", launch::delete, os("Delete Server", 204).errors(&[409, 503]))
+        .post("/compute/v2.1/servers/{id}/action", server_action::action, own("Server actions", 202).also(&[200, 204]).actions(SERVER_ACTIONS).errors(&[409, 503]))
+        .get("/compute/v2.1/servers/{id}/os-instance-actions", actions::list, os("List Actions For Server", 200))
+        .get("/compute/v2.1/servers/{id}/os-instance-actions/{request_id}", actions::show, os("Show Server Action Details", 200))
+        .get("/compute/v2.1/servers/{id}/os-volume_attachments", volume_attachments::list, os("List volume attachments for an instance", 200))
+        .post("/compute/v2.1/servers/{id}/os-volume_attachments", volume_attachments::attach, os("Attach a volume to an instance", 200).errors(&[409, 503]))
+        .get("/compute/v2.1/servers/{id}/os-volume_attachments/{volume}", volume_attachments::show, os("Show a detail of a volume attachment", 200))
+        .delete("/compute/v2.1/servers/{id}/os-volume_attachments/{volume}", volume_attachments::detach, os("Detach a volume from an instance", 202).errors(&[400, 409, 503]))
+        .get("/compute/v2.1/servers/{id}/metadata", server_metadata::list, os("List All Metadata", 200))
+        .post("/compute/v2.1/servers/{id}/metadata", server_metadata::merge, os("Create or Update Metadata Items", 200).errors(&[409]))
+        .put("/compute/v2.1/servers/{id}/metadata", server_metadata::replace, os("Replace Metadata Items", 200).errors(&[409]))
+        .get("/compute/v2.1/servers/{id}/metadata/{key}", server_metadata::show, os("Show Metadata Item Details", 200))
+        .put("/compute/v2.1/servers/{id}/metadata/{key}", server_metadata::set, os("Create Or Update Metadata Item", 200).errors(&[409]))
+        .delete("/compute/v2.1/servers/{id}/metadata/{key}", server_metadata::delete, os("Delete Metadata Item", 204).errors(&[409]))
+        .get("/compute/v2.1/servers/{id}/ips", server_update::ips, os("List IPs", 200))
+        .get("/compute/v2.1/servers/{id}/ips/{network}", server_update::ips_of, os("Show IP Details", 200))
+        .get("/compute/v2.1/os-availability-zone", zones, os("Get Availability Zone Information", 200))
+        .get("/compute/v2.1/os-availability-zone/detail", hosts::zones_detail, os("Get Detailed Availability Zone Information", 200))
+        .get("/compute/v2.1/os-hypervisors", hypervisors::list, os("List Hypervisors", 200))
+        .get("/compute/v2.1/os-hypervisors/detail", hypervisors::list_detail, os("List Hypervisors Details", 200))
+        .get("/compute/v2.1/os-hypervisors/statistics", hypervisors::statistics, os("Show Hypervisor Statistics (DEPRECATED)", 200))
+        .get("/compute/v2.1/os-hypervisors/{id}", hypervisors::show, os("Show Hypervisor Details", 200))
+        .get("/compute/v2.1/os-hypervisors/{id}/uptime", hypervisors::uptime, os("Show Hypervisor Uptime (DEPRECATED)", 200))
+        .get("/compute/v2.1/os-hypervisors/{id}/search", hypervisors::search, os("Search Hypervisor (DEPRECATED)", 200))
+        .get("/compute/v2.1/os-hypervisors/{id}/servers", hypervisors::servers, os("List Hypervisor Servers (DEPRECATED)", 200))
+        .get("/compute/v2.1/os-aggregates", hypervisors::aggregates, os("List Aggregates", 200))
+        .get("/compute/v2.1/os-services", services::list, os("List Compute Services", 200))
+        .put("/compute/v2.1/os-services/{action}", services::update, own("Disable or enable a compute service", 200).actions(SERVICE_ACTIONS))
+        .get("/compute/v2.1/os-hosts", hosts::list, os("List Hosts (DEPRECATED)", 200))
+        .get("/compute/v2.1/os-hosts/{host}", hosts::show, os("Show Host Details (DEPRECATED)", 200))
+        .put("/compute/v2.1/os-hosts/{host}", hosts::update, os("Update Host status (DEPRECATED)", 200))
+        .get("/compute/v2.1/os-simple-tenant-usage", usage::list, os("List Tenant Usage Statistics For All Tenants", 200).errors(&[400]))
+        .get("/compute/v2.1/os-simple-tenant-usage/{project}", usage::show, os("Show Usage Statistics For Tenant", 200).errors(&[400]))
+        .get("/compute/v2.1/os-migrations", usage::migrations, os("List Migrations", 200))
+        .get("/compute/v2.1/os-server-groups", server_groups::list, os("List Server Groups", 200).errors(&[400]))
+        .post("/compute/v2.1/os-server-groups", server_groups::create, os("Create Server Group", 200).errors(&[400]))
+        .get("/compute/v2.1/os-server-groups/{id}", server_groups::show, os("Show Server Group Details", 200))
+        .delete("/compute/v2.1/os-server-groups/{id}", server_groups::delete, os("Delete Server Group", 204))
+        .get("/compute/v2.1/os-quota-class-sets/{class}", quotas::class_show, os("Show the quota for Quota Class", 200))
+        .put("/compute/v2.1/os-quota-class-sets/{class}", quotas::class_update, os("Create or Update Quotas for Quota Class", 200))
+        .get("/compute/v2.1/os-keypairs", keypairs::list, os("List Keypairs", 200))
+        .post("/compute/v2.1/os-keypairs", keypairs::create, os("Create Or Import Keypair", 200).errors(&[409]))
+        .get("/compute/v2.1/os-keypairs/{name}", keypairs::show, os("Show Keypair Details", 200))
+        .delete("/compute/v2.1/os-keypairs/{name}", keypairs::delete, os("Delete Keypair", 202))
+}
+
+/// The API reference's names of the actions of `POST /servers/{id}/action`.
+const SERVER_ACTIONS: &[&str] = &[
+    "Start Server (os-start Action)",
+    "Stop Server (os-stop Action)",
+    "Reboot Server (reboot Action)",
+    "Pause Server (pause Action)",
+    "Unpause Server (unpause Action)",
+    "Suspend Server (suspend Action)",
+    "Resume Suspended Server (resume Action)",
+    "Rebuild Server (rebuild Action)",
+    "Resize Server (resize Action)",
+    "Confirm Resized Server (confirmResize Action)",
+    "Revert Resized Server (revertResize Action)",
+    "Lock Server (lock Action)",
+    "Unlock Server (unlock Action)",
+    "Reset Server State (os-resetState Action)",
+    "Force-Delete Server (forceDelete Action)",
+    "Show Console Output (os-getConsoleOutput Action)",
+    "Create Image (createImage Action)",
+];
+
+/// The API reference's names of the actions of `POST /flavors/{id}/action`.
+const FLAVOR_ACTIONS: &[&str] = &[
+    "Add Flavor Access To Tenant (addTenantAccess Action)",
+    "Remove Flavor Access From Tenant (removeTenantAccess Action)",
+];
+
+/// The API reference's names of `PUT /os-services/{action}` (`disable`, `disable-log-reason`,
+/// `enable`).
+const SERVICE_ACTIONS: &[&str] = &[
+    "Disable Scheduling For A Compute Service",
+    "Disable Scheduling For A Compute Service and Log Disabled Reason",
+    "Enable Scheduling For A Compute Service",
+];
 
 async fn nova_errors(response: Response) -> Response {
     renderer(Dialect::Nova)(response)

@@ -21,10 +21,10 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
+use super::table::{Body, Family, RouteTable, os, own};
 use super::{ApiError, ApiState, Principal};
 
 /// Keystone's 400 for a field of a body.
@@ -41,53 +41,58 @@ const SUBJECT_TOKEN: &str = "x-subject-token";
 
 /// The identity routes.
 pub fn routes() -> Router<ApiState> {
-    Router::new()
-        .route("/", get(versions))
-        .route("/v3", get(version))
-        .route("/v3/", get(version))
-        .route(
-            "/v3/auth/tokens",
-            get(tokens::validate)
-                .post(tokens::login)
-                .delete(tokens::revoke),
-        )
-        .route("/v3/auth/catalog", get(catalog_route))
-        .route("/v3/auth/projects", get(projects::mine))
-        .route("/v3/domains", get(domains::list))
-        .route("/v3/domains/{id}", get(domains::show))
-        .route("/v3/projects", get(projects::list).post(projects::create))
-        .route(
-            "/v3/projects/{id}",
-            get(projects::show)
-                .patch(projects::update)
-                .delete(projects::delete),
-        )
-        .route("/v3/projects/{id}/users/{user}/roles", get(roles::of_user))
-        .route(
-            "/v3/projects/{id}/users/{user}/roles/{role}",
-            get(roles::check)
-                .head(roles::check)
-                .put(roles::grant)
-                .delete(roles::revoke),
-        )
-        .route("/v3/roles", get(roles::list))
-        .route("/v3/roles/{id}", get(roles::show))
-        .route("/v3/role_assignments", get(roles::assignments))
-        .route("/v3/users", get(users::list).post(users::create))
-        .route(
-            "/v3/users/{id}",
-            get(users::show).patch(users::update).delete(users::delete),
-        )
-        .route("/v3/users/{id}/projects", get(users::projects))
-        .route(
-            "/v3/users/{id}/application_credentials",
-            post(app_creds::create).get(app_creds::list),
-        )
-        .route(
-            "/v3/users/{id}/application_credentials/{cred}",
-            get(app_creds::show).delete(app_creds::delete),
-        )
+    table().router()
 }
+
+/// The identity routes, one line each, as they are served and documented (`api/table.rs`).
+#[rustfmt::skip]
+pub(crate) fn table() -> RouteTable {
+    let t = RouteTable::new(Family::Identity);
+    t.get("/", versions, own("Version discovery", 300).public())
+        .get("/v3", version, own("Version 3 details", 200).public())
+        .get("/v3/", version, own("Version 3 details", 200).public())
+        .post("/v3/auth/tokens", tokens::login, os("Password authentication with scoped authorization", 201).public().actions(AUTH_METHODS).errors(&[404, 429, 503]))
+        .get("/v3/auth/tokens", tokens::validate, os("Validate and show information for token", 200).errors(&[404]))
+        .head("/v3/auth/tokens", tokens::validate, os("Check token", 200).errors(&[404]))
+        .delete("/v3/auth/tokens", tokens::revoke, os("Revoke token", 204).errors(&[404]))
+        .get("/v3/auth/catalog", catalog_route, os("Get service catalog", 200))
+        .get("/v3/auth/projects", projects::mine, os("Get available project scopes", 200))
+        .get("/v3/domains", domains::list, os("List domains", 200))
+        .get("/v3/domains/{id}", domains::show, os("Show domain details", 200))
+        .get("/v3/projects", projects::list, os("List projects", 200))
+        .post("/v3/projects", projects::create, os("Create project", 201).errors(&[404, 409]))
+        .get("/v3/projects/{id}", projects::show, os("Show project details", 200))
+        .patch("/v3/projects/{id}", projects::update, os("Update project", 200).errors(&[409]))
+        .delete("/v3/projects/{id}", projects::delete, os("Delete project", 204).errors(&[409]))
+        .get("/v3/projects/{id}/users/{user}/roles", roles::of_user, os("List role assignments for user on project", 200))
+        .get("/v3/projects/{id}/users/{user}/roles/{role}", roles::check, os("Check whether user has role assignment on project", 204))
+        .head("/v3/projects/{id}/users/{user}/roles/{role}", roles::check, os("Check whether user has role assignment on project", 204))
+        .put("/v3/projects/{id}/users/{user}/roles/{role}", roles::grant, os("Assign role to user on project", 204).request(Body::Empty))
+        .delete("/v3/projects/{id}/users/{user}/roles/{role}", roles::revoke, os("Unassign role from user on project", 204).errors(&[409]))
+        .get("/v3/roles", roles::list, os("List roles", 200))
+        .get("/v3/roles/{id}", roles::show, os("Show role details", 200))
+        .get("/v3/role_assignments", roles::assignments, os("List role assignments", 200).errors(&[400]))
+        .get("/v3/users", users::list, os("List users", 200))
+        .post("/v3/users", users::create, os("Create user", 201).errors(&[404, 409, 503]))
+        .get("/v3/users/{id}", users::show, os("Show user details", 200))
+        .patch("/v3/users/{id}", users::update, os("Update user", 200).errors(&[409, 503]))
+        .delete("/v3/users/{id}", users::delete, os("Delete user", 204).errors(&[409]))
+        .get("/v3/users/{id}/projects", users::projects, os("List projects for user", 200))
+        .post("/v3/users/{id}/application_credentials", app_creds::create, os("Create application credential", 201).errors(&[409, 503]))
+        .get("/v3/users/{id}/application_credentials", app_creds::list, os("List application credentials", 200))
+        .get("/v3/users/{id}/application_credentials/{cred}", app_creds::show, os("Show application credential details", 200))
+        .delete("/v3/users/{id}/application_credentials/{cred}", app_creds::delete, os("Delete application credential", 204))
+}
+
+/// The API reference's names of the logins `POST /v3/auth/tokens` takes.
+const AUTH_METHODS: &[&str] = &[
+    "Password authentication with unscoped authorization",
+    "Password authentication with scoped authorization",
+    "Password authentication with explicit unscoped authorization",
+    "Token authentication with unscoped authorization",
+    "Token authentication with scoped authorization",
+    "Authenticating with an Application Credential",
+];
 
 fn version_body(base: &str) -> Value {
     json!({

@@ -18,52 +18,47 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, put};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::clock::rfc3339;
 use super::extract::{PathParams, QueryParams, path_id};
+use super::table::{Body, Family, RouteTable, os};
 use super::{ApiError, ApiState, Principal};
 use store::{Image, ImageKind, Page, Scope};
 
 /// The image routes.
 pub fn routes() -> Router<ApiState> {
-    Router::new()
-        .route("/image", get(versions))
-        .route("/image/", get(versions))
-        .route("/image/versions", get(versions_ok))
-        .route("/image/v2", get(versions))
-        .route("/image/v2/", get(versions))
-        .route("/image/v2/images", get(list).post(write::create))
-        .route(
-            "/image/v2/images/{id}",
-            get(show).patch(write::patch).delete(write::delete),
-        )
-        .route(
-            "/image/v2/images/{id}/file",
-            put(data::upload)
-                .get(data::download)
-                .layer(axum::extract::DefaultBodyLimit::disable()),
-        )
-        .route(
-            "/image/v2/images/{id}/tags/{tag}",
-            put(write::add_tag).delete(write::remove_tag),
-        )
-        .route(
-            "/image/v2/images/{id}/members",
-            get(members::list).post(members::add),
-        )
-        .route(
-            "/image/v2/images/{id}/members/{member}",
-            get(members::show)
-                .put(members::update)
-                .delete(members::remove),
-        )
-        .route("/image/v2/schemas/image", get(schemas::image))
-        .route("/image/v2/schemas/images", get(schemas::images))
-        .route("/image/v2/schemas/member", get(schemas::member))
-        .route("/image/v2/schemas/members", get(schemas::members))
+    table().router()
+}
+
+/// The image routes, one line each, as they are served and documented (`api/table.rs`).
+#[rustfmt::skip]
+pub(crate) fn table() -> RouteTable {
+    let t = RouteTable::new(Family::Image);
+    t.get("/image", versions, os("List API versions", 300).public())
+        .get("/image/", versions, os("List API versions", 300).public())
+        .get("/image/versions", versions_ok, os("List API versions", 200).public())
+        .get("/image/v2", versions, os("List API versions", 300).public())
+        .get("/image/v2/", versions, os("List API versions", 300).public())
+        .get("/image/v2/images", list, os("List images", 200).errors(&[400]))
+        .post("/image/v2/images", write::create, os("Create image", 201).errors(&[409]))
+        .get("/image/v2/images/{id}", show, os("Show image", 200))
+        .patch("/image/v2/images/{id}", write::patch, os("Update image", 200).request(Body::JsonPatch).errors(&[409, 415]))
+        .delete("/image/v2/images/{id}", write::delete, os("Delete image", 204).errors(&[409]))
+        .put("/image/v2/images/{id}/file", data::upload, os("Upload binary image data", 204).request(Body::Octets).streamed().errors(&[400, 408, 409, 413, 415, 503]))
+        .get("/image/v2/images/{id}/file", data::download, os("Download binary image data", 200).also(&[204]).answer(Body::Octets).streamed())
+        .put("/image/v2/images/{id}/tags/{tag}", write::add_tag, os("Add image tag", 204).request(Body::Empty))
+        .delete("/image/v2/images/{id}/tags/{tag}", write::remove_tag, os("Delete image tag", 204))
+        .get("/image/v2/images/{id}/members", members::list, os("List image members", 200))
+        .post("/image/v2/images/{id}/members", members::add, os("Create image member", 200).errors(&[409]))
+        .get("/image/v2/images/{id}/members/{member}", members::show, os("Show image member details", 200))
+        .put("/image/v2/images/{id}/members/{member}", members::update, os("Update image member", 200))
+        .delete("/image/v2/images/{id}/members/{member}", members::remove, os("Delete image member", 204))
+        .get("/image/v2/schemas/image", schemas::image, os("Show image schema", 200).public())
+        .get("/image/v2/schemas/images", schemas::images, os("Show images schema", 200).public())
+        .get("/image/v2/schemas/member", schemas::member, os("Show image member schema", 200).public())
+        .get("/image/v2/schemas/members", schemas::members, os("Show image members schema", 200).public())
 }
 
 fn versions_body(base: &str) -> Value {

@@ -30,11 +30,11 @@ use axum::extract::State;
 use axum::http::{StatusCode, Uri};
 use axum::middleware;
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
 use serde_json::{Map, Value, json};
 use uuid::Uuid;
 
 use super::clock::rfc3339;
+use super::table::{Family, RouteTable, os};
 use super::{ApiError, ApiState};
 use store::StoreError;
 
@@ -43,68 +43,48 @@ pub const BASE: &str = "/network/v2.0";
 
 /// The routes, with Neutron's error shape.
 pub fn routes() -> Router<ApiState> {
-    let api = Router::new()
-        .route("/network", get(versions))
-        .route("/network/", get(versions))
-        .route(BASE, get(version))
-        .route("/network/v2.0/", get(version))
-        .route("/network/v2.0/extensions", get(extensions))
-        .route("/network/v2.0/networks", get(networks::list_networks))
-        .route("/network/v2.0/networks/{id}", get(networks::show_network))
-        .route("/network/v2.0/subnets", get(networks::list_subnets))
-        .route("/network/v2.0/subnets/{id}", get(networks::show_subnet))
-        .route("/network/v2.0/ports", get(ports::list))
-        .route(
-            "/network/v2.0/ports/{id}",
-            get(ports::show).put(ports::update),
-        )
-        .route(
-            "/network/v2.0/floatingips",
-            get(floatingips::list).post(floatingips::create),
-        )
-        .route(
-            "/network/v2.0/floatingips/{id}",
-            get(floatingips::show)
-                .put(floatingips::update)
-                .delete(floatingips::delete),
-        )
-        .route(
-            "/network/v2.0/security-groups",
-            get(secgroups::list).post(secgroups::create),
-        )
-        .route(
-            "/network/v2.0/security-groups/{id}",
-            get(secgroups::show)
-                .put(secgroups::update)
-                .delete(secgroups::delete),
-        )
-        .route(
-            "/network/v2.0/security-group-rules",
-            get(secgroups::list_rules).post(secgroups::create_rule),
-        )
-        .route(
-            "/network/v2.0/security-group-rules/{id}",
-            get(secgroups::show_rule).delete(secgroups::delete_rule),
-        )
-        .route("/network/v2.0/quotas", get(quotas::list))
-        .route(
-            "/network/v2.0/quotas/{project}",
-            get(quotas::show).put(quotas::update),
-        )
-        .route(
-            "/network/v2.0/quotas/{project}/default",
-            get(quotas::defaults),
-        )
-        .route(
-            "/network/v2.0/quotas/{project}/details.json",
-            get(quotas::details),
-        )
+    table()
+        .router()
+        .layer(middleware::map_response(neutron_errors))
+}
+
+/// The networking routes, one line each, as they are served and documented (`api/table.rs`).
+#[rustfmt::skip]
+pub(crate) fn table() -> RouteTable {
+    let t = RouteTable::new(Family::Network);
+    t.get("/network", versions, os("List API versions", 200).public())
+        .get("/network/", versions, os("List API versions", 200).public())
+        .get(BASE, version, os("Show API v2 details", 200).public())
+        .get("/network/v2.0/", version, os("Show API v2 details", 200).public())
+        .get("/network/v2.0/extensions", extensions, os("List extensions", 200).public())
+        .get("/network/v2.0/networks", networks::list_networks, os("List networks", 200).errors(&[400]))
+        .get("/network/v2.0/networks/{id}", networks::show_network, os("Show network details", 200))
+        .get("/network/v2.0/subnets", networks::list_subnets, os("List subnets", 200).errors(&[400]))
+        .get("/network/v2.0/subnets/{id}", networks::show_subnet, os("Show subnet details", 200))
+        .get("/network/v2.0/ports", ports::list, os("List ports", 200).errors(&[400]))
+        .get("/network/v2.0/ports/{id}", ports::show, os("Show port details", 200))
+        .put("/network/v2.0/ports/{id}", ports::update, os("Update port", 200))
+        .get("/network/v2.0/floatingips", floatingips::list, os("List floating IPs", 200).errors(&[400]))
+        .post("/network/v2.0/floatingips", floatingips::create, os("Create floating IP", 201).errors(&[404, 409]))
+        .get("/network/v2.0/floatingips/{id}", floatingips::show, os("Show floating IP details", 200))
+        .put("/network/v2.0/floatingips/{id}", floatingips::update, os("Update floating IP", 200).errors(&[409]))
+        .delete("/network/v2.0/floatingips/{id}", floatingips::delete, os("Delete floating IP", 204))
+        .get("/network/v2.0/security-groups", secgroups::list, os("List security groups", 200).errors(&[400]))
+        .post("/network/v2.0/security-groups", secgroups::create, os("Create security group", 201).errors(&[409]))
+        .get("/network/v2.0/security-groups/{id}", secgroups::show, os("Show security group", 200))
+        .put("/network/v2.0/security-groups/{id}", secgroups::update, os("Update security group", 200).errors(&[409]))
+        .delete("/network/v2.0/security-groups/{id}", secgroups::delete, os("Delete security group", 204).errors(&[409]))
+        .get("/network/v2.0/security-group-rules", secgroups::list_rules, os("List security group rules", 200).errors(&[400]))
+        .post("/network/v2.0/security-group-rules", secgroups::create_rule, os("Create security group rule", 201).errors(&[404, 409]))
+        .get("/network/v2.0/security-group-rules/{id}", secgroups::show_rule, os("Show security group rule", 200))
+        .delete("/network/v2.0/security-group-rules/{id}", secgroups::delete_rule, os("Delete security group rule", 204))
+        .get("/network/v2.0/quotas", quotas::list, os("List quotas for projects with non-default quota values", 200))
+        .get("/network/v2.0/quotas/{project}", quotas::show, os("List quotas for a project", 200))
+        .put("/network/v2.0/quotas/{project}", quotas::update, os("Update quota for a project", 200))
+        .get("/network/v2.0/quotas/{project}/default", quotas::defaults, os("List default quotas for a project", 200))
+        .get("/network/v2.0/quotas/{project}/details.json", quotas::details, os("Show quota details for a tenant", 200))
         // What openstacksdk asks for (`quota show --usage`).
-        .route(
-            "/network/v2.0/quotas/{project}/details",
-            get(quotas::details),
-        );
-    api.layer(middleware::map_response(neutron_errors))
+        .get("/network/v2.0/quotas/{project}/details", quotas::details, os("Show quota details for a tenant", 200))
 }
 
 /// A Networking API error: an HTTP status, Neutron's exception name and a message.

@@ -29,10 +29,10 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
+use super::table::{Family, RouteTable, os, own};
 use super::{ApiError, ApiState, Principal};
 use store::{QuotaKind, StoreError};
 
@@ -51,37 +51,35 @@ const VERSION_HEADER: &str = "openstack-api-version";
 
 /// The routes, with Cinder's error shape and microversion check.
 pub fn routes() -> Router<ApiState> {
-    Router::new()
-        .route("/volume", get(versions))
-        .route("/volume/", get(versions))
-        .route(BASE, get(version))
-        .route("/volume/v3/", get(version))
-        .route(
-            "/volume/v3/{project}/volumes",
-            get(volumes::list).post(volumes::create),
-        )
-        .route("/volume/v3/{project}/volumes/detail", get(volumes::list))
-        .route(
-            "/volume/v3/{project}/volumes/{id}",
-            get(volumes::show)
-                .put(volumes::update)
-                .delete(volumes::delete),
-        )
-        .route(
-            "/volume/v3/{project}/volumes/{id}/action",
-            post(volumes::action),
-        )
-        .route(
-            "/volume/v3/{project}/os-quota-sets/{target}",
-            get(quotas::show).put(quotas::update),
-        )
-        .route(
-            "/volume/v3/{project}/os-quota-sets/{target}/defaults",
-            get(quotas::defaults),
-        )
+    table()
+        .router()
         .layer(middleware::map_response(cinder_errors))
         .layer(middleware::from_fn(microversion))
 }
+
+/// The block storage routes, one line each, as they are served and documented
+/// (`api/table.rs`).
+#[rustfmt::skip]
+pub(crate) fn table() -> RouteTable {
+    let t = RouteTable::new(Family::Volume);
+    t.get("/volume", versions, os("List All Api Versions", 300).public())
+        .get("/volume/", versions, os("List All Api Versions", 300).public())
+        .get(BASE, version, os("Show API v3 details", 200).public())
+        .get("/volume/v3/", version, os("Show API v3 details", 200).public())
+        .get("/volume/v3/{project}/volumes", volumes::list, os("List accessible volumes", 200).errors(&[400]))
+        .post("/volume/v3/{project}/volumes", volumes::create, os("Create a volume", 202).errors(&[409, 503]))
+        .get("/volume/v3/{project}/volumes/detail", volumes::list, os("List accessible volumes with details", 200).errors(&[400]))
+        .get("/volume/v3/{project}/volumes/{id}", volumes::show, os("Show a volume's details", 200).errors(&[400]))
+        .put("/volume/v3/{project}/volumes/{id}", volumes::update, os("Update a volume", 200))
+        .delete("/volume/v3/{project}/volumes/{id}", volumes::delete, os("Delete a volume", 202).errors(&[400]))
+        .post("/volume/v3/{project}/volumes/{id}/action", volumes::action, own("Volume actions", 202).actions(VOLUME_ACTIONS).errors(&[503]))
+        .get("/volume/v3/{project}/os-quota-sets/{target}", quotas::show, os("Show quotas for a project", 200).errors(&[400]))
+        .put("/volume/v3/{project}/os-quota-sets/{target}", quotas::update, os("Update quotas for a project", 200))
+        .get("/volume/v3/{project}/os-quota-sets/{target}/defaults", quotas::defaults, os("Get default quotas for a project", 200).errors(&[400]))
+}
+
+/// The API reference's names of the actions of `POST /volumes/{id}/action`.
+const VOLUME_ACTIONS: &[&str] = &["Extend a volume size", "Force detach a volume"];
 
 /// A Block Storage API error: an HTTP status and a message, in Cinder's fault shape.
 #[derive(Debug, Clone, PartialEq, Eq)]
