@@ -1,6 +1,7 @@
 //! `/openapi.json` describes routes that exist (every path and method answers something other
 //! than "no such route" or 405) and every native route; `/openapi-openstack.json` describes
-//! routes that exist, with the authentication they ask for; `/metrics` (admins only) counts requests by route and status class.
+//! routes that exist, with the authentication they ask for, and docs/api.md's tables list
+//! exactly its routes; `/metrics` (admins only) counts requests by route and status class.
 
 use axum::http::{Method, StatusCode};
 
@@ -234,4 +235,169 @@ async fn metrics_count_requests() {
         "{text}"
     );
     w.stop().await;
+}
+
+/// The route families' sections of docs/api.md: (heading, the prefix a path already holds when
+/// written whole, the base a shorter path is under).
+const FAMILIES: [(&str, &str, &str); 5] = [
+    ("## Identity v3", "/", ""),
+    ("## Compute v2.1", "/compute", "/compute/v2.1"),
+    ("## Image v2", "/image", "/image/v2"),
+    ("## Networking v2.0", "/network", "/network/v2.0"),
+    ("## Block Storage v3", "/volume", "/volume/v3/{project_id}"),
+];
+
+const METHODS: [&str; 6] = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"];
+
+/// The routes (method, path) the first column of a table row of docs/api.md names, in the
+/// family whose `prefix` and `base` are given. The column's `code` spans are read in order:
+/// `GET` alone is a method of the next path, `GET /path` a method and a path, `/path` a path
+/// with the methods of the one before it; anything else (bodies, flags) is not a route. A path
+/// whose first segment is not the family's prefix is under its base; `[...]` and `?...` are left
+/// off.
+fn routes_of_row(cell: &str, prefix: &str, base: &str) -> Result<Vec<(String, String)>, String> {
+    let mut found = Vec::new();
+    let mut pending: Vec<&str> = Vec::new();
+    let mut last: Vec<&str> = Vec::new();
+    for (i, span) in cell.split('`').enumerate() {
+        if i % 2 == 0 {
+            continue;
+        }
+        let span = span.trim();
+        let (methods, path) = if METHODS.contains(&span) {
+            pending.push(span);
+            continue;
+        } else if let Some((method, path)) = span
+            .split_once(' ')
+            .filter(|(m, p)| METHODS.contains(m) && p.starts_with('/'))
+        {
+            pending.push(method);
+            last = std::mem::take(&mut pending);
+            (last.clone(), path)
+        } else if span.starts_with('/') {
+            if last.is_empty() || !pending.is_empty() {
+                return Err(format!("`{span}` has no method in `{cell}`"));
+            }
+            (last.clone(), span)
+        } else {
+            continue;
+        };
+        let path = path.split(['[', '?']).next().unwrap();
+        let whole = path == prefix || path.starts_with(&format!("{prefix}/"));
+        let path = if base.is_empty() || whole {
+            path.to_string()
+        } else {
+            format!("{base}{path}")
+        };
+        for method in methods {
+            found.push((method.to_string(), path.clone()));
+        }
+    }
+    if !pending.is_empty() {
+        return Err(format!("{pending:?} have no path in `{cell}`"));
+    }
+    Ok(found)
+}
+
+/// Whether a route written in the docs is the document's `route`: the same method, and the
+/// same path segment by segment, a parameter matching a parameter or a value of one (a
+/// trailing slash aside).
+fn same_route(written: &(String, String), route: &(String, String)) -> bool {
+    let segments = |path: &str| -> Vec<String> {
+        let path = if path.len() > 1 {
+            path.trim_end_matches('/')
+        } else {
+            path
+        };
+        path.split('/').map(str::to_string).collect()
+    };
+    let (a, b) = (segments(&written.1), segments(&route.1));
+    written.0.eq_ignore_ascii_case(&route.0)
+        && a.len() == b.len()
+        && a.iter()
+            .zip(&b)
+            .all(|(a, b)| a == b || (b.starts_with('{') && !a.is_empty()))
+}
+
+/// docs/api.md's tables of the OpenStack families name every route of
+/// `/openapi-openstack.json` (hence of the routers), and no route that is not one.
+#[tokio::test]
+async fn the_openstack_tables_of_the_docs_list_every_route() {
+    let w = World::start().await;
+    let (status, _, doc) = w
+        .client()
+        .send(Method::GET, "/openapi-openstack.json", None, None)
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    w.stop().await;
+    let mut routes = Vec::new();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for method in item.as_object().unwrap().keys() {
+            routes.push((method.to_uppercase(), path.clone()));
+        }
+    }
+    let text =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/api.md")).unwrap();
+    let mut written = Vec::new();
+    let mut family = None;
+    for line in text.lines() {
+        if line.starts_with("## ") {
+            family = FAMILIES
+                .iter()
+                .find(|(heading, _, _)| line.starts_with(&format!("{heading} (")));
+        }
+        let Some((_, prefix, base)) = family else {
+            continue;
+        };
+        if let Some(row) = line.strip_prefix("| `") {
+            let cell = format!("`{}", row.split(" | ").next().unwrap());
+            written.extend(routes_of_row(&cell, prefix, base).unwrap());
+        }
+    }
+    let stale: Vec<_> = written
+        .iter()
+        .filter(|w| !routes.iter().any(|r| same_route(w, r)))
+        .collect();
+    assert!(stale.is_empty(), "in docs/api.md, not routed: {stale:?}");
+    let missing: Vec<_> = routes
+        .iter()
+        .filter(|r| !written.iter().any(|w| same_route(w, r)))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "routed, not in docs/api.md's tables: {missing:?}"
+    );
+}
+
+#[test]
+fn rows_of_the_docs_are_read_as_routes() {
+    let row =
+        "`GET`, `POST`, `PUT /servers/{id}/metadata`; `DELETE /compute/v2.1/x`, `/y` `{\"a\": 1}`";
+    let got = routes_of_row(row, "/compute", "/compute/v2.1").unwrap();
+    let want = [
+        ("GET", "/compute/v2.1/servers/{id}/metadata"),
+        ("POST", "/compute/v2.1/servers/{id}/metadata"),
+        ("PUT", "/compute/v2.1/servers/{id}/metadata"),
+        ("DELETE", "/compute/v2.1/x"),
+        ("DELETE", "/compute/v2.1/y"),
+    ];
+    let want: Vec<(String, String)> = want
+        .iter()
+        .map(|(m, p)| (m.to_string(), p.to_string()))
+        .collect();
+    assert_eq!(got, want);
+    assert!(routes_of_row("`GET /a`, `PUT`", "/", "").is_err());
+    let route = ("GET".to_string(), "/os-services/{action}".to_string());
+    assert!(same_route(
+        &("GET".into(), "/os-services/enable".into()),
+        &route
+    ));
+    assert!(same_route(
+        &("GET".into(), "/v3/".into()),
+        &("GET".into(), "/v3".into())
+    ));
+    assert!(!same_route(
+        &("PUT".into(), "/os-services/enable".into()),
+        &route
+    ));
 }
