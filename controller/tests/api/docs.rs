@@ -4,6 +4,7 @@
 //! exactly its routes; `/metrics` (admins only) counts requests by route and status class.
 
 use axum::http::{Method, StatusCode};
+use serde_json::Value;
 
 use crate::support::World;
 
@@ -41,6 +42,51 @@ async fn every_documented_route_exists() {
         }
     }
     w.stop().await;
+}
+
+/// `status` is one `op` of the OpenStack document lists (else a line saying so goes to
+/// `wrong`), and an error's body is in the shape of the schema the document gives it.
+fn answers_as_documented(
+    doc: &Value,
+    op: &Value,
+    (status, reply): (StatusCode, &Value),
+    what: &str,
+    wrong: &mut Vec<String>,
+) {
+    let Some(response) = op["responses"].get(status.as_str()) else {
+        wrong.push(format!("{what}: {status} is not documented: {reply}"));
+        return;
+    };
+    let Some(target) = response.pointer("/content/application~1json/schema/$ref") else {
+        return;
+    };
+    if reply.is_null() {
+        return; // HEAD: no body
+    }
+    let name = target
+        .as_str()
+        .unwrap()
+        .trim_start_matches("#/components/schemas/");
+    let schema = &doc["components"]["schemas"][name];
+    let code = status.as_u16();
+    let fault = match name {
+        "KeystoneError" => &reply["error"],
+        "NeutronError" => &reply["NeutronError"],
+        _ => {
+            let keys: Vec<&String> = reply.as_object().unwrap().keys().collect();
+            assert_eq!(keys.len(), 1, "{what}: {reply}");
+            let names = schema["propertyNames"]["enum"].as_array().unwrap();
+            assert!(
+                names.contains(&Value::from(keys[0].as_str())),
+                "{what}: {reply}"
+            );
+            &reply[keys[0].as_str()]
+        }
+    };
+    assert!(fault["message"].is_string(), "{what}: {name}: {reply}");
+    if name != "NeutronError" {
+        assert_eq!(fault["code"], code, "{what}: {reply}");
+    }
 }
 
 /// Every route of `controller/src/api/native/mod.rs` (method, path under `/cumulo/v1`): a route
@@ -135,8 +181,9 @@ async fn every_native_route_is_documented() {
 /// `/openapi-openstack.json` is written from the route tables the routers are built from
 /// (`controller/src/api/table.rs`), so it lists every OpenStack route and no other; this
 /// checks, against the live router, that each operation it lists is served (neither "no
-/// resource at" nor 405), never fails with a 5xx when probed with made-up ids, and asks for a
-/// token exactly when the document says so.
+/// resource at" nor 405), never fails with a 5xx when probed with made-up ids, answers a status
+/// the document lists for it with an error body of the shape it gives, and asks for a token
+/// exactly when the document says so (a public GET, a version document, succeeds).
 #[tokio::test]
 async fn every_openstack_operation_is_served_as_documented() {
     let w = World::start().await;
@@ -150,6 +197,7 @@ async fn every_openstack_operation_is_served_as_documented() {
     assert_eq!(doc["servers"][0]["url"], w.api.url);
     let paths = doc["paths"].as_object().unwrap();
     let mut count = 0;
+    let mut wrong = Vec::new();
     for (path, item) in paths {
         let mut concrete = path.clone();
         while let Some(start) = concrete.find('{') {
@@ -170,8 +218,13 @@ async fn every_openstack_operation_is_served_as_documented() {
                 "{what} is documented but not routed"
             );
             assert!(status.as_u16() < 500, "{what}: {status} {reply}");
+            answers_as_documented(&doc, op, (status, &reply), &what, &mut wrong);
             let public = op.get("security") == Some(&serde_json::json!([{}]));
-            let (status, _, reply) = c.send(verb, &concrete, None, body).await;
+            let (status, _, reply) = c.send(verb.clone(), &concrete, None, body).await;
+            answers_as_documented(&doc, op, (status, &reply), &what, &mut wrong);
+            if public && verb == Method::GET {
+                assert!(status.as_u16() < 400, "{what}: {status} {reply}");
+            }
             if public {
                 assert_ne!(
                     status,
@@ -187,6 +240,7 @@ async fn every_openstack_operation_is_served_as_documented() {
             }
         }
     }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
     assert!(count >= 150, "{count}");
     w.stop().await;
 }
