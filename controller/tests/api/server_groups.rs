@@ -112,7 +112,10 @@ async fn server_groups_hold_their_members_and_starts_carry_the_policy() {
         (g0.id.to_string(), g0.policy.as_str()),
         (gid.clone(), "anti-affinity")
     );
-    assert_eq!((g0.nodes.clone(), g0.members.clone()), (vec![], vec![second]));
+    assert_eq!(
+        (g0.nodes.clone(), g0.members.clone()),
+        (vec![], vec![second])
+    );
     let g1 = starts[1].requirements.group.clone().unwrap();
     assert_eq!(
         (g1.nodes.clone(), g1.members.clone()),

@@ -159,12 +159,20 @@ impl Cluster {
         start: &Start,
         reason: ssntp::payload::StartFailureReason,
     ) -> Action {
+        // A group's policy may be what left no node: say so (a plain `full_cloud` otherwise).
+        let message = match (&start.requirements.group, reason) {
+            (Some(group), StartFailureReason::FullCloud) => Some(format!(
+                "no node with room satisfies the {} policy of server group {}",
+                group.policy, group.id
+            )),
+            _ => None,
+        };
         let failure = StartFailure {
             instance_uuid: start.instance_uuid,
             node_uuid: None,
             reason,
             restart: start.restart,
-            message: None,
+            message,
         };
         Action::Send {
             to: from,

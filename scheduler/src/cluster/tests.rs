@@ -536,6 +536,11 @@ fn siblings_of_one_launch_keep_apart_by_the_schedulers_memory() {
                 };
                 assert_eq!(f.reason, StartFailureReason::FullCloud);
                 assert_eq!(f.instance_uuid, u(0x44));
+                let message = f.message.unwrap_or_default();
+                assert!(
+                    message.contains("anti-affinity policy of server group"),
+                    "{message}"
+                );
             }
             other => panic!("unexpected {other:?}"),
         }

@@ -315,3 +315,131 @@ async fn a_disabled_node_takes_no_new_instance_until_enabled() {
     agent_a.stop().await;
     agent_b.stop().await;
 }
+
+/// `count` instances of one launch in a new server group of `policy`.
+fn launch_in_group(
+    controller: &Controller,
+    tenant: Uuid,
+    workload: Uuid,
+    policy: &str,
+    count: u32,
+) -> Vec<Uuid> {
+    let group = controller
+        .store
+        .create_server_group(store::NewServerGroup {
+            tenant,
+            user: None,
+            name: policy.into(),
+            policy: policy.into(),
+        })
+        .unwrap();
+    controller
+        .engine
+        .launch(
+            Scope::Tenant(tenant),
+            controller::cluster::Launch {
+                tenant,
+                workload,
+                name: "vm".into(),
+                count,
+                key: None,
+                groups: Vec::new(),
+                metadata: store::Metadata::new(),
+                user: None,
+                server_group: Some(group.id),
+            },
+            &Caller::default(),
+        )
+        .unwrap()
+        .into_iter()
+        .map(|i| i.id)
+        .collect()
+}
+
+/// Waits until no instance of `ids` is pending; their nodes (`None` for one in error).
+async fn settled(controller: &Controller, ids: &[Uuid]) -> Vec<Option<Uuid>> {
+    testkit::wait_until(T, "instances active or in error", || async {
+        states(controller, ids).iter().all(|s| {
+            matches!(
+                s,
+                Some(InstanceState::Active) | Some(InstanceState::Error(_))
+            )
+        })
+    })
+    .await;
+    ids.iter()
+        .map(|id| {
+            let i = controller.store.instance(Scope::All, *id).unwrap();
+            match i.state {
+                InstanceState::Active => i.node,
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+/// Server groups through the real scheduler and two sim agents: anti-affinity spreads (and
+/// fails past the nodes there are), affinity gathers, soft anti-affinity balances.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_groups_spread_or_gather_their_members_over_real_nodes() {
+    let pki = TestPki::new();
+    let dir = tempfile::tempdir().unwrap();
+    let sched = start_scheduler(&pki).await;
+    let (dir_a, dir_b) = (dir.path().join("a"), dir.path().join("b"));
+    std::fs::create_dir_all(&dir_a).unwrap();
+    std::fs::create_dir_all(&dir_b).unwrap();
+    let agent_a = start_agent(&pki, &sched.addr, &dir_a);
+    let agent_b = start_agent(&pki, &sched.addr, &dir_b);
+    let controller = Controller::start(controller_config(&pki, &sched.addr, dir.path()))
+        .await
+        .unwrap();
+    testkit::wait_until(T, "two compute nodes with figures", || async {
+        controller
+            .engine
+            .nodes()
+            .iter()
+            .filter(|n| n.kinds.compute && n.last_stats.is_some())
+            .count()
+            == 2
+    })
+    .await;
+    let (tenant, workload) = seed(&controller, Quota::default());
+
+    // Anti-affinity over two nodes: two of three siblings, one on each; the third in error.
+    let spread = launch_in_group(&controller, tenant, workload, "anti-affinity", 3);
+    let nodes = settled(&controller, &spread).await;
+    let placed: std::collections::HashSet<Uuid> = nodes.iter().flatten().copied().collect();
+    assert_eq!(placed.len(), 2, "{nodes:?}");
+    let failed: Vec<_> = spread
+        .iter()
+        .filter_map(
+            |id| match controller.store.instance(Scope::All, *id).unwrap().state {
+                InstanceState::Error(_) => {
+                    controller.store.instance(Scope::All, *id).unwrap().fault
+                }
+                _ => None,
+            },
+        )
+        .collect();
+    assert_eq!(failed.len(), 1, "{nodes:?}");
+    assert!(failed[0].message.contains("anti-affinity"), "{failed:?}");
+
+    // Affinity: every member on the first one's node.
+    let gathered = launch_in_group(&controller, tenant, workload, "affinity", 3);
+    let nodes = settled(&controller, &gathered).await;
+    assert!(
+        nodes[0].is_some() && nodes.iter().all(|n| *n == nodes[0]),
+        "{nodes:?}"
+    );
+
+    // Soft anti-affinity: four members, two on each node.
+    let soft = launch_in_group(&controller, tenant, workload, "soft-anti-affinity", 4);
+    let nodes = settled(&controller, &soft).await;
+    for node in &placed {
+        let on = nodes.iter().filter(|n| **n == Some(*node)).count();
+        assert_eq!(on, 2, "{nodes:?}");
+    }
+    controller.stop().await;
+    agent_a.stop().await;
+    agent_b.stop().await;
+}
