@@ -40,6 +40,9 @@ pub struct Launch {
     /// The server group every instance of the launch joins (the tenant's, checked by the
     /// caller), before its START goes, so that the START carries the group's placement.
     pub server_group: Option<Uuid>,
+    /// The reservation id every instance of the launch keeps (Nova's `reservation_id`:
+    /// [`store::Instance::new_reservation`] makes one).
+    pub reservation: String,
 }
 
 impl Launch {
@@ -58,6 +61,7 @@ impl Launch {
             key: self.key.clone(),
             metadata: self.metadata.clone(),
             user: self.user,
+            reservation: Some(self.reservation.clone()),
         })?;
         if !self.groups.is_empty()
             && let Err(e) = store.set_port_groups(self.tenant, instance.id, &self.groups)

@@ -369,6 +369,10 @@ pub struct Instance {
     /// The user who created it, when a user did (Nova's `user_id`; `None` for instances made
     /// before it was kept, or by the controller's own certificate).
     pub user: Option<Uuid>,
+    /// The reservation id of the create that made it (Nova's `reservation_id`, `r-` and 8
+    /// lowercase letters or digits, shared by the instances of one multi-create; `None` for
+    /// instances made before it was kept).
+    pub reservation: Option<String>,
     /// Compare-and-swap counter.
     pub version: u64,
 }
@@ -381,6 +385,40 @@ impl Instance {
     pub const MAX_METADATA: usize = 128;
     /// Longest metadata key or value, in characters (as Nova counts them).
     pub const MAX_METADATA_TEXT: usize = 255;
+
+    /// Longest reservation id kept, in bytes.
+    pub const MAX_RESERVATION: usize = 64;
+
+    /// A new reservation id as Nova makes them: `r-` then 8 random lowercase letters or digits.
+    pub fn new_reservation() -> String {
+        const DIGITS: &[u8; 36] = b"0123456789abcdefghijklmnopqrstuvwxyz";
+        // The low 62 bits of a v4 UUID are random (the variant takes the two above them).
+        let mut n = Uuid::new_v4().as_u128() & ((1u128 << 62) - 1);
+        let mut id = String::with_capacity(10);
+        id.push_str("r-");
+        for _ in 0..8 {
+            id.push(char::from(DIGITS[(n % 36) as usize]));
+            n /= 36;
+        }
+        id
+    }
+
+    /// Whether `reservation` may be kept as a reservation id: 1 to
+    /// [`Instance::MAX_RESERVATION`] ASCII letters, digits, `-` or `_`.
+    pub fn check_reservation(reservation: &str) -> Result<(), crate::StoreError> {
+        if reservation.is_empty()
+            || reservation.len() > Instance::MAX_RESERVATION
+            || !reservation
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        {
+            return Err(crate::StoreError::Invalid(format!(
+                "a reservation id is 1 to {} ASCII letters, digits, '-' or '_'",
+                Instance::MAX_RESERVATION
+            )));
+        }
+        Ok(())
+    }
 
     /// Whether `metadata` fits an instance: `Invalid` says what does not.
     pub fn check_metadata(metadata: &Metadata) -> Result<(), crate::StoreError> {
@@ -463,6 +501,8 @@ pub struct NewInstance {
     pub metadata: Metadata,
     /// The user who creates it, if a user does.
     pub user: Option<Uuid>,
+    /// The reservation id of its create ([`Instance::check_reservation`]), if any.
+    pub reservation: Option<String>,
 }
 
 /// A change to an instance; `None` fields are left alone.

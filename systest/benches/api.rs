@@ -256,6 +256,7 @@ fn main() {
                 key: None,
                 metadata: Default::default(),
                 user: None,
+                reservation: None,
             })
             .unwrap();
         store

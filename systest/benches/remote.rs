@@ -154,6 +154,7 @@ fn launch(engine: &Engine, tenant: Uuid, workload: Uuid, count: u32) {
                 metadata: store::Metadata::new(),
                 user: None,
                 server_group: None,
+                reservation: store::Instance::new_reservation(),
             },
             &controller::cluster::Caller::default(),
         )

@@ -146,6 +146,7 @@ impl World {
                     metadata: store::Metadata::new(),
                     user: None,
                     server_group: None,
+                    reservation: store::Instance::new_reservation(),
                 },
                 &Caller::default(),
             )

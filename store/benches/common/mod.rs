@@ -82,6 +82,7 @@ pub fn create(store: &impl Store, seed: &Seed, n: usize) {
             key: None,
             metadata: Default::default(),
             user: None,
+            reservation: None,
         })
         .unwrap();
 }

@@ -113,6 +113,7 @@ fn three_members_over_peer_tls_serve_the_store_through_the_loss_of_its_leader() 
                 key: None,
                 metadata: Default::default(),
                 user: None,
+                reservation: None,
             })
             .unwrap()
             .id

@@ -53,6 +53,9 @@ pub(super) struct InstanceRec {
     /// reads as none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) server_group: Option<Uuid>,
+    /// The reservation id of its create (added with issue 24).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) reservation: Option<String>,
 }
 
 /// An instance's key: its key pair's name and a copy of its public key.
@@ -139,6 +142,7 @@ impl InstanceRec {
             }),
             metadata: self.metadata.clone(),
             user: self.user,
+            reservation: self.reservation.clone(),
             locked_by: match &self.locked_by {
                 None => None,
                 Some(name) => Some(LockedBy::from_name(name).ok_or_else(|| {
@@ -146,5 +150,36 @@ impl InstanceRec {
                 })?),
             },
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    // Test code: a failed unwrap is a failed test.
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    /// A record written before reservation ids were kept reads as none; one with an id keeps it,
+    /// and a record without one is written without the field.
+    #[test]
+    fn records_without_a_reservation_id_read_as_none() {
+        let old = serde_json::json!({
+            "id": Uuid::from_u128(1), "tenant": Uuid::from_u128(2),
+            "workload": Uuid::from_u128(3), "name": "vm", "vcpus": 1, "memory_mb": 64,
+            "node": null, "state": "active", "reason": null, "subnet": Uuid::from_u128(4),
+            "base": 0xac10_0000u32, "prefix": 24, "ip": 0xac10_0002u32, "cnci": null,
+            "created_ms": 0, "updated_ms": 0, "version": 1, "seq": 0,
+        });
+        let mut rec: InstanceRec = serde_json::from_value(old).unwrap();
+        assert_eq!(rec.model().unwrap().reservation, None);
+        assert!(!serde_json::to_string(&rec).unwrap().contains("reservation"));
+        rec.reservation = Some("r-0a1b2c3d".into());
+        let again: InstanceRec =
+            serde_json::from_str(&serde_json::to_string(&rec).unwrap()).unwrap();
+        assert_eq!(
+            again.model().unwrap().reservation.as_deref(),
+            Some("r-0a1b2c3d")
+        );
     }
 }

@@ -17,6 +17,9 @@ impl InstanceStore for EtcdStore {
         check_name("instance", &new.name)?;
         check_instance_key(&new.key)?;
         Instance::check_metadata(&new.metadata)?;
+        if let Some(reservation) = &new.reservation {
+            Instance::check_reservation(reservation)?;
+        }
         let id = Uuid::new_v4();
         self.atomically("creating an instance", |tx| {
             let keys = tx.keys();
@@ -79,6 +82,7 @@ impl InstanceStore for EtcdStore {
                 locked_by: None,
                 user: new.user,
                 server_group: None,
+                reservation: new.reservation.clone(),
             };
             tx.put(&keys.instance(id), &rec)?;
             tx.put_text(&keys.order(t.id, seq), &id.to_string());

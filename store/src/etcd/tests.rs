@@ -148,6 +148,7 @@ fn two_clients_on_one_etcd_share_the_quota() {
         key: None,
         metadata: Default::default(),
         user: None,
+        reservation: None,
     };
     let made: Vec<Instance> = std::thread::scope(|s| {
         let handles: Vec<_> = [&first, &second, &first, &second, &first, &second]
@@ -205,6 +206,7 @@ fn a_stale_version_from_one_client_is_refused_after_another_updated() {
             key: None,
             metadata: Default::default(),
             user: None,
+            reservation: None,
         })
         .unwrap();
     let seen_by_a = a.instance(Scope::All, i.id).unwrap();
@@ -399,6 +401,7 @@ fn admin_pages_follow_creation_order_across_tenants() {
                     key: None,
                     metadata: Default::default(),
                     user: None,
+                    reservation: None,
                 })
                 .unwrap()
                 .id,
@@ -490,6 +493,7 @@ fn child_creates_instances() {
             key: None,
             metadata: Default::default(),
             user: None,
+            reservation: None,
         }) {
             Ok(_) => created += 1,
             Err(StoreError::QuotaExceeded { .. }) => {}
@@ -567,6 +571,7 @@ fn three_processes_share_one_quota() {
                     key: None,
                     metadata: Default::default(),
                     user: None,
+                    reservation: None,
                 })
                 .is_ok()
         })
@@ -621,6 +626,7 @@ fn listing_by_node_follows_moves_and_deletes() {
                 key: None,
                 metadata: Default::default(),
                 user: None,
+                reservation: None,
             })
             .unwrap();
         let node = if n % 3 == 2 { b } else { a };

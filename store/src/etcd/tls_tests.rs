@@ -213,6 +213,7 @@ fn a_launcher_deletes_an_instance_of_a_server_group() {
             key: None,
             metadata: Default::default(),
             user: None,
+            reservation: None,
         })
         .unwrap();
     let group = controller

@@ -69,9 +69,9 @@ impl InstanceStore for SqliteStore {
 const INSTANCE_COLS: &str = "i.id, i.tenant_id, i.workload_id, i.name, i.vcpus, i.memory_mb, \
      i.node, i.state, i.reason, s.base, s.prefix, i.ip, i.cnci, i.created, i.updated, i.version, \
      i.fault_reason, i.fault_message, i.fault_created, i.previous_workload_id, i.key_name, \
-     i.key_data, i.metadata, i.locked_by, i.user_id";
+     i.key_data, i.metadata, i.locked_by, i.user_id, i.reservation_id";
 /// How many columns [`INSTANCE_COLS`] reads (a query may read more after them).
-const INSTANCE_NCOLS: usize = 25;
+const INSTANCE_NCOLS: usize = 26;
 const INSTANCE_FROM: &str = "instances i JOIN subnets s ON s.id = i.subnet_id";
 
 fn state_text(state: &InstanceState) -> (&'static str, Option<&str>) {
@@ -136,6 +136,7 @@ fn instance_row(row: &Row<'_>) -> rusqlite::Result<Instance> {
         metadata,
         locked_by,
         user: opt_uuid_at(row, 24)?,
+        reservation: row.get(25)?,
     })
 }
 
@@ -191,6 +192,9 @@ pub(super) fn create(tx: &Transaction<'_>, new: NewInstance) -> Result<Instance>
     check_name("instance", &new.name)?;
     check_instance_key(&new.key)?;
     Instance::check_metadata(&new.metadata)?;
+    if let Some(reservation) = &new.reservation {
+        Instance::check_reservation(reservation)?;
+    }
     let t = tenant(tx, new.tenant)?;
     let w = workload(tx, Scope::Tenant(t.id), new.workload)?;
     let flavor = flavor(tx, Scope::All, w.flavor)?;
@@ -231,13 +235,14 @@ pub(super) fn create(tx: &Transaction<'_>, new: NewInstance) -> Result<Instance>
         metadata: new.metadata,
         locked_by: None,
         user: new.user,
+        reservation: new.reservation,
     };
     tx.prepare_cached(
         "INSERT INTO instances (id, tenant_id, workload_id, name, vcpus, memory_mb, node, state,
              reason, subnet_id, ip, cnci, created, updated, version, key_name, key_data,
-             metadata, user_id)
+             metadata, user_id, reservation_id)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, NULL, 'pending', NULL, ?7, ?8, NULL, ?9, ?9, 1, ?10,
-             ?11, ?12, ?13)",
+             ?11, ?12, ?13, ?14)",
     )?
     .execute(params![
         instance.id.to_string(),
@@ -253,6 +258,7 @@ pub(super) fn create(tx: &Transaction<'_>, new: NewInstance) -> Result<Instance>
         instance.key.as_ref().map(|k| k.public_key.as_str()),
         metadata_text(&instance.metadata)?,
         instance.user.map(|u| u.to_string()),
+        instance.reservation,
     ])?;
     tx.execute(
         "UPDATE subnets SET used = used + 1 WHERE id = ?1",

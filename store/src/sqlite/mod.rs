@@ -481,6 +481,7 @@ mod tests {
             key: None,
             metadata: Default::default(),
             user: None,
+            reservation: None,
         };
         let made: usize = std::thread::scope(|s| {
             let handles: Vec<_> = [&first, &second, &first, &second]

@@ -389,6 +389,11 @@ CREATE TABLE server_group_members (
 );
 CREATE INDEX server_group_members_group ON server_group_members(group_id, seq);
 "#,
+    // 23: the reservation id of the create that made an instance (Nova's `reservation_id`;
+    // NULL for older ones).
+    r#"
+ALTER TABLE instances ADD COLUMN reservation_id TEXT;
+"#,
 ];
 
 /// The newest schema version this code knows.
@@ -656,10 +661,10 @@ mod tests {
         );
         let store = SqliteStore::open(&path).unwrap();
         assert_eq!(store.schema_version().unwrap(), known_version());
-        assert_eq!(
-            store.instance(Scope::All, id.parse().unwrap()).unwrap().key,
-            None
-        );
+        let old = store.instance(Scope::All, id.parse().unwrap()).unwrap();
+        assert_eq!(old.key, None);
+        // Nor a reservation id (migration 23).
+        assert_eq!(old.reservation, None);
         let user = user.parse().unwrap();
         let k = store
             .create_keypair(

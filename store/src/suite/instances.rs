@@ -716,3 +716,44 @@ pub(crate) fn metadata_and_lock_are_kept_and_bounded<F: Fixture>() {
     assert_eq!((unlocked.metadata.len(), unlocked.locked_by), (0, None));
     assert_eq!(store.instance(scope, i.id).unwrap(), unlocked);
 }
+
+pub(crate) fn reservation_ids_are_kept_and_bounded<F: Fixture>() {
+    let fx = F::new();
+    let store = fx.open();
+    let (t, w) = tenant_and_workload(&store, "acme", Quota::default(), 24);
+    let scope = Scope::Tenant(t.id);
+    let made = Instance::new_reservation();
+    assert!(made.starts_with("r-") && made.len() == 10, "{made}");
+    assert!(
+        made[2..]
+            .bytes()
+            .all(|b| b.is_ascii_digit() || b.is_ascii_lowercase())
+    );
+    assert_ne!(made, Instance::new_reservation());
+    // Two instances of one create share it; another create has its own, or none.
+    let mut new = new_instance(&t, &w, "vm");
+    new.reservation = Some(made.clone());
+    let a = store.create_instance(new.clone()).unwrap();
+    let b = store.create_instance(new.clone()).unwrap();
+    let none = store
+        .create_instance(new_instance(&t, &w, "other"))
+        .unwrap();
+    assert_eq!(a.reservation.as_deref(), Some(made.as_str()));
+    assert_eq!(store.instance(scope, b.id).unwrap().reservation, Some(made));
+    assert_eq!(store.instance(scope, none.id).unwrap().reservation, None);
+    // A reservation id that is too long or of other characters is refused, nothing kept.
+    for bad in [String::new(), "r-".repeat(33), "r-a b".into(), "r-é".into()] {
+        new.reservation = Some(bad.clone());
+        assert!(
+            matches!(
+                store.create_instance(new.clone()),
+                Err(StoreError::Invalid(_))
+            ),
+            "{bad:?}"
+        );
+    }
+    let listed = store
+        .instances(scope, InstanceFilter::default(), Page::first(10))
+        .unwrap();
+    assert_eq!(listed.items.len(), 3);
+}

@@ -61,7 +61,7 @@ macro_rules! store_suite {
                 addresses_are_allocated_and_reused, small_subnets_get_distinct_keys, subnets_run_out, cnci_lifecycle,
                 ten_thousand_instances_page_quickly, a_fault_is_kept_while_in_error,
                 an_instance_moves_to_a_workload_of_its_size, a_resize_changes_the_size_within_the_quota,
-                metadata_and_lock_are_kept_and_bounded;
+                metadata_and_lock_are_kept_and_bounded, reservation_ids_are_kept_and_bounded;
             keypairs: keypair_crud, parallel_keypair_creates_respect_the_limit,
                 an_instance_keeps_its_key;
             volumes: volume_crud, volume_quotas_count_volumes_and_gigabytes,
@@ -165,6 +165,7 @@ fn new_instance(tenant: &Tenant, workload: &Workload, name: &str) -> NewInstance
         key: None,
         metadata: Default::default(),
         user: None,
+        reservation: None,
     }
 }
 

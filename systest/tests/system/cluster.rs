@@ -347,6 +347,7 @@ fn launch_in_group(
                 metadata: store::Metadata::new(),
                 user: None,
                 server_group: Some(group.id),
+                reservation: store::Instance::new_reservation(),
             },
             &Caller::default(),
         )

@@ -202,6 +202,7 @@ pub(crate) fn launch(
                 metadata: store::Metadata::new(),
                 user: None,
                 server_group: None,
+                reservation: store::Instance::new_reservation(),
             },
             &Caller::default(),
         )

@@ -526,6 +526,7 @@ pub async fn create(
                 metadata: plan.metadata,
                 user,
                 server_group,
+                reservation: store::Instance::new_reservation(),
             };
             let instances = match boot {
                 None => cluster.launch(Scope::Tenant(tenant), launch, &by)?,

@@ -245,6 +245,7 @@ pub async fn create(
                 metadata: store::Metadata::new(),
                 user: by.user,
                 server_group: None,
+                reservation: store::Instance::new_reservation(),
             };
             Ok(cluster.launch(Scope::Tenant(tenant), launch, &by)?)
         })

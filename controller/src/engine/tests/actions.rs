@@ -42,6 +42,7 @@ fn a_launch_records_a_create_per_instance_and_how_each_start_went() {
                 metadata: store::Metadata::new(),
                 user: None,
                 server_group: None,
+                reservation: store::Instance::new_reservation(),
             },
             &by,
         )

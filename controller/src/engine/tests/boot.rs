@@ -22,6 +22,7 @@ fn launch_booted(w: &World, delete_on_termination: bool) -> (Instance, Volume) {
                 metadata: store::Metadata::new(),
                 user: None,
                 server_group: None,
+                reservation: store::Instance::new_reservation(),
             },
             BootVolume::Image {
                 size_gb: 2,

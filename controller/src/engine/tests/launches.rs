@@ -19,6 +19,7 @@ fn nothing_is_created_while_the_scheduler_is_unreachable() {
             metadata: store::Metadata::new(),
             user: None,
             server_group: None,
+            reservation: store::Instance::new_reservation(),
         },
         &Caller::default(),
     );
@@ -49,6 +50,7 @@ fn a_launch_beyond_what_the_nodes_could_hold_writes_nothing() {
                 metadata: store::Metadata::new(),
                 user: None,
                 server_group: None,
+                reservation: store::Instance::new_reservation(),
             },
             &Caller::default(),
         )
@@ -81,7 +83,15 @@ fn a_launch_beyond_what_the_nodes_could_hold_writes_nothing() {
     let message = try_launch(Launch::MAX_COUNT).unwrap_err().to_string();
     assert!(message.contains("at most 8"), "{message}");
     assert_eq!(records(), 0, "nothing written");
-    assert_eq!(try_launch(8).unwrap().len(), 8);
+    let launched = try_launch(8).unwrap();
+    assert_eq!(launched.len(), 8);
+    // The instances of one launch share its reservation id, kept in the store.
+    let reservation = launched[0].reservation.clone();
+    assert!(reservation.as_deref().is_some_and(|r| r.starts_with("r-")));
+    for i in &launched {
+        let kept = w.engine.store().instance(Scope::All, i.id).unwrap();
+        assert_eq!(kept.reservation, reservation);
+    }
     // A second node doubles it.
     w.node_connected(NET_NODE, NodeType::ComputeNode);
     w.stats(NET_NODE, &[]);
@@ -116,6 +126,7 @@ fn another_tenant_sees_nothing() {
             metadata: store::Metadata::new(),
             user: None,
             server_group: None,
+            reservation: store::Instance::new_reservation(),
         },
         &Caller::default(),
     );
@@ -147,6 +158,7 @@ fn a_launch_past_the_quota_keeps_what_fitted() {
             metadata: store::Metadata::new(),
             user: None,
             server_group: None,
+            reservation: store::Instance::new_reservation(),
         },
         &Caller::default(),
     );
@@ -173,6 +185,7 @@ fn bad_launches_are_refused() {
                 metadata: store::Metadata::new(),
                 user: None,
                 server_group: None,
+                reservation: store::Instance::new_reservation(),
             },
             &Caller::default(),
         );
@@ -242,6 +255,7 @@ fn a_launch_with_a_key_puts_it_in_the_start() {
                 metadata: store::Metadata::new(),
                 user: None,
                 server_group: None,
+                reservation: store::Instance::new_reservation(),
             },
             &Caller::default(),
         )
