@@ -34,6 +34,7 @@ mod openstack;
 mod quotas;
 mod sdk;
 mod server_groups;
+mod server_list;
 mod server_meta;
 mod server_meta_cli;
 mod server_update;

@@ -375,8 +375,28 @@ async fn an_admin_resets_a_state_and_a_force_delete_deletes() {
     w.stop().await;
 }
 
+/// A `POST /servers` body: the world's flavor and image, and each of `fields` in turn.
+pub(crate) fn server_body(w: &World, fields: &[&Value]) -> Value {
+    let mut server = json!({"flavorRef": w.flavor.id, "imageRef": w.image.id});
+    for (k, v) in fields.iter().flat_map(|f| f.as_object().unwrap()) {
+        server[k] = v.clone();
+    }
+    json!({"server": server})
+}
+
 /// The names of a listing.
 async fn names(w: &World, token: &str, query: &str) -> (StatusCode, Vec<String>) {
+    listed(w, token, query, "name").await
+}
+
+/// The `field` of each server `GET /servers/detail{query}` lists for `token`, in order (and
+/// the status).
+pub(crate) async fn listed(
+    w: &World,
+    token: &str,
+    query: &str,
+    field: &str,
+) -> (StatusCode, Vec<String>) {
     let (status, _, body) = w
         .client()
         .send(
@@ -386,15 +406,15 @@ async fn names(w: &World, token: &str, query: &str) -> (StatusCode, Vec<String>)
             None,
         )
         .await;
-    let names = body["servers"]
+    let values = body["servers"]
         .as_array()
         .map(|list| {
             list.iter()
-                .map(|s| s["name"].as_str().unwrap().to_string())
+                .map(|s| s[field].as_str().unwrap().to_string())
                 .collect()
         })
         .unwrap_or_default();
-    (status, names)
+    (status, values)
 }
 
 #[tokio::test]
@@ -579,13 +599,7 @@ async fn a_create_refuses_networks_and_addresses_it_cannot_honour() {
         .find(|s| s.cidr == network.subnet)
         .unwrap()
         .id;
-    let create = |extra: Value| {
-        let mut server = json!({"name": "n", "flavorRef": w.flavor.id, "imageRef": w.image.id});
-        for (k, v) in extra.as_object().unwrap() {
-            server[k] = v.clone();
-        }
-        json!({"server": server})
-    };
+    let create = |extra: Value| server_body(&w, &[&json!({"name": "n"}), &extra]);
     let (status, _, body) = c
         .send(
             Method::POST,

@@ -154,6 +154,36 @@ with check("servers: pages of limit=1 (the SDK follows servers_links)"):
     alice.compute.delete_server(second)
     alice.compute.wait_for_delete(second, interval=INTERVAL, wait=WAIT)
 
+with check("return_reservation_id: the reservation alone; servers(reservation_id=) lists its servers"):
+    answer = alice.compute.post("/servers", json={"server": {
+        "name": "sdk-pair", "flavorRef": flavor["id"], "imageRef": image["id"],
+        "min_count": 2, "max_count": 2, "return_reservation_id": True}})
+    equal(answer.status_code, 202, "status")
+    reservation = answer.json()["reservation_id"]
+    expect(reservation.startswith("r-") and len(reservation) == 10, f"reservation {reservation!r}")
+    pair = list(alice.compute.servers(reservation_id=reservation))
+    equal([s.name for s in pair], ["sdk-pair", "sdk-pair"], "the reservation's servers")
+    equal(list(alice.compute.servers(reservation_id="r-00000000")), [], "another reservation")
+    equal(list(bob.compute.servers(reservation_id=reservation)), [], "bob's")
+
+with check("servers: several sort keys, each with its direction (lists of sort_key and sort_dir)"):
+    def sorted_names(**sort):
+        return [s.name for s in alice.compute.servers(**sort)]
+    equal(sorted_names(sort_key=["display_name", "uuid"], sort_dir=["asc", "asc"]),
+          ["sdk-pair", "sdk-pair", "sdk-vm"], "name asc, uuid asc")
+    ids = [s.id for s in alice.compute.servers(sort_key=["display_name", "uuid"],
+                                               sort_dir=["desc", "asc"])]
+    equal(ids[0], server.id, "name desc first")
+    equal(ids[1:], sorted(s.id for s in pair), "then the pair by uuid asc")
+    ids = [s.id for s in alice.compute.servers(sort_key=["display_name", "uuid"],
+                                               sort_dir=["desc", "desc"])]
+    equal(ids[1:], sorted((s.id for s in pair), reverse=True), "then the pair by uuid desc")
+    raises(exceptions.BadRequestException, list,
+           alice.compute.servers(sort_key=["display_name", "password"]), status=400)
+    for s in pair:
+        alice.compute.delete_server(s)
+        alice.compute.wait_for_delete(s, interval=INTERVAL, wait=WAIT)
+
 with check("another project's server is ResourceNotFound (404)"):
     raises(exceptions.ResourceNotFound, bob.compute.get_server, server.id, status=404)
     raises(exceptions.ResourceNotFound, alice.compute.get_server, str(uuid.uuid4()), status=404)

@@ -87,6 +87,8 @@ struct ServerCreate {
     access_ipv4: Option<Value>,
     #[serde(rename = "accessIPv6", default)]
     access_ipv6: Option<Value>,
+    #[serde(default)]
+    return_reservation_id: Option<Value>,
 }
 
 /// The id in a reference that may be a bare id or a URL ending in one.
@@ -150,6 +152,8 @@ struct Plan {
     metadata: store::Metadata,
     /// The networks named (none, or the project's one).
     networks: Vec<Uuid>,
+    /// Whether the answer is the reservation id rather than the first server.
+    return_reservation_id: bool,
 }
 
 fn plan(server: ServerCreate) -> Result<Plan, ApiError> {
@@ -221,6 +225,20 @@ fn plan(server: ServerCreate) -> Result<Plan, ApiError> {
         server.access_ipv4.as_ref(),
         server.access_ipv6.as_ref(),
     )?;
+    // Nova's `parameter_types.boolean`: a boolean or its text.
+    let return_reservation_id = match &server.return_reservation_id {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(v) => v
+            .as_str()
+            .and_then(super::flavors::boolean)
+            .ok_or_else(|| {
+                ApiError::BadRequest(format!(
+                    "Invalid input for field/attribute return_reservation_id. Value: {v}. It is \
+                     not a boolean"
+                ))
+            })?,
+    };
     if matches!(root, Root::Volume { .. }) && max > 1 {
         return Err(ApiError::BadRequest(
             "Cannot attach one or more volumes to multiple instances".into(),
@@ -237,6 +255,7 @@ fn plan(server: ServerCreate) -> Result<Plan, ApiError> {
         security_groups,
         metadata,
         networks,
+        return_reservation_id,
     })
 }
 
@@ -470,6 +489,7 @@ pub async fn create(
     let user = caller.user;
     let plan = plan(request.server)?;
     let server_group = super::server_groups::hinted_group(&request.scheduler_hints)?;
+    let return_reservation_id = plan.return_reservation_id;
     let volume_limits = state.config.volume_limits;
     let instances = state
         .cluster(move |store, cluster| {
@@ -542,6 +562,11 @@ pub async fn create(
     let first = instances
         .first()
         .ok_or_else(|| ApiError::Internal("the cluster launched no instance".into()))?;
+    if return_reservation_id {
+        // Nova's answer to `return_reservation_id`: the reservation alone, 202 as a create's.
+        let body = json!({"reservation_id": first.reservation});
+        return Ok((StatusCode::ACCEPTED, Json(body)).into_response());
+    }
     let base = &state.config.public_url;
     let body = json!({"server": {
         "id": first.id,
@@ -594,6 +619,13 @@ mod tests {
             (f, &Root::Image(i), 2, 3)
         );
         assert_eq!(ok.user_data, "#cloud-config\n");
+        assert!(!ok.return_reservation_id);
+        for yes in [json!(true), json!("True"), json!("on")] {
+            let asked = server(json!({"name": "a", "flavorRef": f.to_string(),
+                "imageRef": i.to_string(), "return_reservation_id": yes}))
+            .unwrap();
+            assert!(asked.return_reservation_id);
+        }
         for bad in [
             json!({"name": "", "flavorRef": f.to_string(), "imageRef": i.to_string()}),
             json!({"name": "a", "flavorRef": "small", "imageRef": i.to_string()}),
@@ -607,6 +639,8 @@ mod tests {
             json!({"name": "a", "flavorRef": f.to_string(), "imageRef": i.to_string(), "metadata": "k"}),
             json!({"name": "a", "flavorRef": f.to_string(), "imageRef": i.to_string(), "networks": "none"}),
             json!({"name": "a", "flavorRef": f.to_string(), "imageRef": i.to_string(), "accessIPv4": "1.2"}),
+            json!({"name": "a", "flavorRef": f.to_string(), "imageRef": i.to_string(), "return_reservation_id": "maybe"}),
+            json!({"name": "a", "flavorRef": f.to_string(), "imageRef": i.to_string(), "return_reservation_id": 1}),
         ] {
             assert_eq!(
                 server(bad.clone()).err().map(|e| e.status().as_u16()),

@@ -3,11 +3,15 @@
 //! Filters: `name` (a regular expression searched in the name, as Nova's), `status` (an unknown
 //! one matches nothing, as Nova's before 2.38), `flavor` and `image` (ids), `changes-since`
 //! (ISO 8601; servers changed at or after it; 400 "Invalid filter field: changes-since." for a
-//! bad date), and for admins `host` (the node's id, what `OS-EXT-SRV-ATTR:host` shows),
+//! bad date), `reservation_id` (the servers of one create, exactly), and for admins `host` (the node's id, what `OS-EXT-SRV-ATTR:host` shows),
 //! `all_tenants` and, with it, `tenant_id` / `project_id`. Filters that are not an admin's are
 //! ignored for members, as Nova drops them. Sorting: `sort_key` (`created_at`, `updated_at`,
 //! `display_name`, `uuid`, `vm_state`, `host`, `node`, `launched_at`, `project_id`; others 400)
-//! and `sort_dir` (`asc`, `desc`, the default); without them, creation order. `limit` (0: an
+//! and `sort_dir` (`asc`, `desc`; others 400), each repeatable: the n-th direction goes with the
+//! n-th key, as Nova pairs them (`process_sort_params`): a key without a direction takes the
+//! first direction given, or `desc` when none is; more directions than keys is a 400; at most
+//! [`MAX_SORT_KEYS`] keys (400 past it). Ties are broken by `created_at`, then `uuid`, in the
+//! first direction, as Nova adds them. Without either parameter, creation order. `limit` (0: an
 //! empty list; at most 1,000) and `marker` page through the result.
 //!
 //! Without filters or sorting, a page is read from the store as it is kept (by creation); with
@@ -84,13 +88,81 @@ pub struct ServerQuery {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) project_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(super) sort_key: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(super) sort_dir: Option<String>,
+    pub(super) reservation_id: Option<String>,
+    /// Every `sort_key`, in order (read apart: a query string repeats them).
+    #[serde(skip)]
+    pub(super) sort_keys: Vec<String>,
+    /// Every `sort_dir`, in order.
+    #[serde(skip)]
+    pub(super) sort_dirs: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) limit: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) marker: Option<String>,
+}
+
+/// Most sort keys a listing takes.
+pub const MAX_SORT_KEYS: usize = 16;
+
+impl ServerQuery {
+    /// Reads a query string: `sort_key` and `sort_dir` may repeat, any other parameter at most
+    /// once (a 400 otherwise, as before).
+    pub fn parse(query: &str) -> Result<ServerQuery, ApiError> {
+        let pairs: Vec<(String, String)> = serde_urlencoded::from_str(query)
+            .map_err(|e| ApiError::BadRequest(format!("bad query string: {e}")))?;
+        let (mut keys, mut dirs) = (Vec::new(), Vec::new());
+        let mut rest = Vec::with_capacity(pairs.len());
+        for (name, value) in pairs {
+            match name.as_str() {
+                "sort_key" => keys.push(value.trim().to_string()),
+                "sort_dir" => dirs.push(value.trim().to_string()),
+                _ => rest.push((name, value)),
+            }
+            if keys.len() > MAX_SORT_KEYS || dirs.len() > MAX_SORT_KEYS {
+                return Err(ApiError::BadRequest(format!(
+                    "at most {MAX_SORT_KEYS} sort keys and directions"
+                )));
+            }
+        }
+        let encoded = serde_urlencoded::to_string(&rest)
+            .map_err(|e| ApiError::BadRequest(format!("bad query string: {e}")))?;
+        let mut parsed: ServerQuery = serde_urlencoded::from_str(&encoded)
+            .map_err(|e| ApiError::BadRequest(format!("bad query string: {e}")))?;
+        parsed.sort_keys = keys;
+        parsed.sort_dirs = dirs;
+        Ok(parsed)
+    }
+
+    /// The query string that asks the same (the next page's link), `None` if it cannot be
+    /// written.
+    pub fn encode(&self) -> Option<String> {
+        let mut encoded = serde_urlencoded::to_string(self).ok()?;
+        let sorting: Vec<(&str, &str)> = self
+            .sort_keys
+            .iter()
+            .map(|k| ("sort_key", k.as_str()))
+            .chain(self.sort_dirs.iter().map(|d| ("sort_dir", d.as_str())))
+            .collect();
+        if !sorting.is_empty() {
+            let more = serde_urlencoded::to_string(&sorting).ok()?;
+            if !encoded.is_empty() {
+                encoded.push('&');
+            }
+            encoded.push_str(&more);
+        }
+        Some(encoded)
+    }
+}
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for ServerQuery {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _state: &S,
+    ) -> Result<Self, ApiError> {
+        ServerQuery::parse(parts.uri.query().unwrap_or(""))
+    }
 }
 
 fn truthy(flag: &Option<String>) -> bool {
@@ -132,7 +204,9 @@ pub struct Listing {
     image: Option<Uuid>,
     since: Option<SystemTime>,
     project: Option<Uuid>,
-    sort: Option<(SortKey, bool)>,
+    reservation: Option<String>,
+    /// The sort keys, each with whether it is descending; empty: creation order.
+    sort: Vec<(SortKey, bool)>,
 }
 
 fn id_filter(what: &str, text: &Option<String>) -> Result<Option<Uuid>, ApiError> {
@@ -146,6 +220,65 @@ fn id_filter(what: &str, text: &Option<String>) -> Result<Option<Uuid>, ApiError
             })
         }
     }
+}
+
+/// A sort key by its name in the query.
+fn sort_key(name: &str) -> Result<SortKey, ApiError> {
+    Ok(match name {
+        "created_at" | "launched_at" => SortKey::Created,
+        "updated_at" => SortKey::Updated,
+        "display_name" | "hostname" => SortKey::Name,
+        "uuid" => SortKey::Id,
+        "vm_state" => SortKey::VmState,
+        "host" | "node" => SortKey::Node,
+        "project_id" => SortKey::Project,
+        other => {
+            return Err(ApiError::BadRequest(format!(
+                "Invalid sort_key {other}: created_at, updated_at, launched_at, display_name, \
+                 hostname, uuid, vm_state, host, node or project_id"
+            )));
+        }
+    })
+}
+
+/// The sort keys `keys` with the directions `dirs`, paired as Nova pairs them (see the module's
+/// documentation), with Nova's tie-breakers; empty when neither is given.
+fn sorting(keys: &[String], dirs: &[String]) -> Result<Vec<(SortKey, bool)>, ApiError> {
+    if keys.is_empty() && dirs.is_empty() {
+        return Ok(Vec::new());
+    }
+    let descending = dirs
+        .iter()
+        .map(|dir| match dir.as_str() {
+            "desc" => Ok(true),
+            "asc" => Ok(false),
+            other => Err(ApiError::BadRequest(format!(
+                "Invalid sort_dir {other}: asc or desc"
+            ))),
+        })
+        .collect::<Result<Vec<bool>, _>>()?;
+    // Nova's default key when only directions are given.
+    let keys: Vec<&str> = if keys.is_empty() {
+        vec!["created_at"]
+    } else {
+        keys.iter().map(String::as_str).collect()
+    };
+    if descending.len() > keys.len() {
+        return Err(ApiError::BadRequest(
+            "Sort direction size exceeds sort key size".into(),
+        ));
+    }
+    let first = descending.first().copied().unwrap_or(true);
+    let mut sort = Vec::with_capacity(keys.len() + 2);
+    for (n, name) in keys.iter().enumerate() {
+        sort.push((sort_key(name)?, descending.get(n).copied().unwrap_or(first)));
+    }
+    for tie in [SortKey::Created, SortKey::Id] {
+        if !sort.iter().any(|&(k, _)| k == tie) {
+            sort.push((tie, first));
+        }
+    }
+    Ok(sort)
 }
 
 impl Listing {
@@ -197,35 +330,7 @@ impl Listing {
                     .or(id_filter("project_id", &query.project_id)?);
             }
         }
-        let sort = match (query.sort_key.as_deref(), query.sort_dir.as_deref()) {
-            (None, None) => None,
-            (key, dir) => {
-                let key = match key.unwrap_or("created_at") {
-                    "created_at" | "launched_at" => SortKey::Created,
-                    "updated_at" => SortKey::Updated,
-                    "display_name" | "hostname" => SortKey::Name,
-                    "uuid" => SortKey::Id,
-                    "vm_state" => SortKey::VmState,
-                    "host" | "node" => SortKey::Node,
-                    "project_id" => SortKey::Project,
-                    other => {
-                        return Err(ApiError::BadRequest(format!(
-                            "Invalid sort_key {other}: created_at, updated_at, launched_at, display_name, hostname, uuid, vm_state, host, node or project_id"
-                        )));
-                    }
-                };
-                let descending = match dir.unwrap_or("desc") {
-                    "desc" => true,
-                    "asc" => false,
-                    other => {
-                        return Err(ApiError::BadRequest(format!(
-                            "Invalid sort_dir {other}: asc or desc"
-                        )));
-                    }
-                };
-                Some((key, descending))
-            }
-        };
+        let sort = sorting(&query.sort_keys, &query.sort_dirs)?;
         Ok(Listing {
             scope,
             filter,
@@ -237,6 +342,7 @@ impl Listing {
             image: id_filter("image", &query.image)?,
             since,
             project,
+            reservation: query.reservation_id.clone(),
             sort,
         })
     }
@@ -249,7 +355,8 @@ impl Listing {
             || self.image.is_some()
             || self.since.is_some()
             || self.project.is_some()
-            || self.sort.is_some()
+            || self.reservation.is_some()
+            || !self.sort.is_empty()
     }
 
     /// Whether `instance` (of `workload`) passes the filters.
@@ -271,24 +378,34 @@ impl Listing {
                 .is_none_or(|i| workload.is_some_and(|w| w.image == i))
             && self.since.is_none_or(|t| instance.updated >= t)
             && self.project.is_none_or(|p| instance.tenant == p)
+            && self
+                .reservation
+                .as_ref()
+                .is_none_or(|r| instance.reservation.as_ref() == Some(r))
     }
 
     /// Sorts `instances` (read in creation order) as asked.
     pub fn sort(&self, instances: &mut [Instance]) {
-        let Some((key, descending)) = self.sort else {
+        if self.sort.is_empty() {
             return;
-        };
+        }
         instances.sort_by(|a, b| {
-            let order = match key {
-                SortKey::Created => a.created.cmp(&b.created),
-                SortKey::Updated => a.updated.cmp(&b.updated),
-                SortKey::Name => a.name.cmp(&b.name),
-                SortKey::Id => a.id.cmp(&b.id),
-                SortKey::VmState => nova_state(&a.state).1.cmp(nova_state(&b.state).1),
-                SortKey::Node => a.node.cmp(&b.node),
-                SortKey::Project => a.tenant.cmp(&b.tenant),
-            };
-            if descending { order.reverse() } else { order }
+            self.sort
+                .iter()
+                .map(|&(key, descending)| {
+                    let order = match key {
+                        SortKey::Created => a.created.cmp(&b.created),
+                        SortKey::Updated => a.updated.cmp(&b.updated),
+                        SortKey::Name => a.name.cmp(&b.name),
+                        SortKey::Id => a.id.cmp(&b.id),
+                        SortKey::VmState => nova_state(&a.state).1.cmp(nova_state(&b.state).1),
+                        SortKey::Node => a.node.cmp(&b.node),
+                        SortKey::Project => a.tenant.cmp(&b.tenant),
+                    };
+                    if descending { order.reverse() } else { order }
+                })
+                .find(|o| o.is_ne())
+                .unwrap_or(std::cmp::Ordering::Equal)
         });
     }
 

@@ -21,7 +21,7 @@ use uuid::Uuid;
 use super::server_query::{self, ServerQuery};
 use super::{BASE, flavors};
 use crate::api::clock::rfc3339;
-use crate::api::extract::{PathParams, QueryParams, path_id};
+use crate::api::extract::{PathParams, path_id};
 use crate::api::{ApiError, ApiState, Principal};
 use store::{Instance, Page, Scope, Workload};
 
@@ -288,7 +288,7 @@ fn next_link(base: &str, path: &str, query: &ServerQuery, next: Option<Uuid>) ->
     let next = next?;
     let mut query = query.clone();
     query.marker = Some(next.to_string());
-    let encoded = serde_urlencoded::to_string(&query).ok()?;
+    let encoded = query.encode()?;
     Some(json!([{"rel": "next", "href": format!("{base}{BASE}{path}?{encoded}")}]))
 }
 
@@ -296,7 +296,7 @@ fn next_link(base: &str, path: &str, query: &ServerQuery, next: Option<Uuid>) ->
 pub async fn list(
     State(state): State<ApiState>,
     caller: Principal,
-    QueryParams(query): QueryParams<ServerQuery>,
+    query: ServerQuery,
 ) -> Result<Json<Value>, ApiError> {
     let listing = listing(&state, &caller, &query).await?;
     let base = &state.config.public_url;
@@ -312,7 +312,7 @@ pub async fn list(
 pub async fn detail(
     State(state): State<ApiState>,
     caller: Principal,
-    QueryParams(query): QueryParams<ServerQuery>,
+    query: ServerQuery,
 ) -> Result<Json<Value>, ApiError> {
     let listing = listing(&state, &caller, &query).await?;
     let nets = listing_nets(&state, listing.instances.clone()).await?;

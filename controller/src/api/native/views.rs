@@ -290,7 +290,9 @@ fn state_schema() -> utoipa::openapi::Object {
 
 /// An instance (`error`: the reason of the `error` state, `null` in any other; `fault`: why it
 /// failed, `null` when there is nothing to show; `key_name`: the key pair it was created with
-/// through the Compute API, `null` for none).
+/// through the Compute API, `null` for none; `reservation_id`: the reservation id of the create
+/// that made it, shared by the instances of one create, `null` for instances made before it was
+/// kept).
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Instance {
     id: Uuid,
@@ -315,6 +317,8 @@ pub struct Instance {
     fault: Option<Fault>,
     #[schema(required)]
     key_name: Option<String>,
+    #[schema(required)]
+    reservation_id: Option<String>,
     #[schema(format = DateTime)]
     created: String,
     #[schema(format = DateTime)]
@@ -347,6 +351,7 @@ pub fn instance(i: &store::Instance) -> Instance {
             created: rfc3339(f.created),
         }),
         key_name: i.key.as_ref().map(|k| k.name.clone()),
+        reservation_id: i.reservation.clone(),
         created: rfc3339(i.created),
         updated: rfc3339(i.updated),
     }
