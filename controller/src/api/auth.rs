@@ -247,24 +247,25 @@ pub async fn principal_of_token(state: &ApiState, token: &str) -> Result<Princip
 }
 
 /// Whether `method` on `path` is something a user does to its own identity, which needs no
-/// role: revoking a token, making or deleting its application credentials (the handlers check
-/// that the user is the caller).
+/// role: revoking a token, making or deleting its application credentials, changing its
+/// password (the handlers check that the user is the caller).
 fn self_service(method: &Method, path: &str) -> bool {
     let path = path.trim_end_matches('/');
     if *method == Method::DELETE && path == "/v3/auth/tokens" {
         return true;
     }
     let parts: Vec<&str> = path.split('/').collect();
-    // ["", "v3", "users", <id>, "application_credentials", <id>?]
+    // ["", "v3", "users", <id>, "application_credentials", <id>?], [..., <id>, "password"]
     matches!(
         (method, parts.as_slice()),
         (
             &Method::POST,
             ["", "v3", "users", _, "application_credentials"]
-        ) | (
-            &Method::DELETE,
-            ["", "v3", "users", _, "application_credentials", _]
-        )
+        ) | (&Method::POST, ["", "v3", "users", _, "password"])
+            | (
+                &Method::DELETE,
+                ["", "v3", "users", _, "application_credentials", _]
+            )
     )
 }
 
@@ -345,6 +346,8 @@ mod tests {
                 false,
             ),
             (Method::DELETE, format!("/v3/users/{id}"), false),
+            (Method::POST, format!("/v3/users/{id}/password"), true),
+            (Method::PATCH, format!("/v3/users/{id}/password"), false),
             (Method::POST, "/compute/v2.1/servers".to_string(), false),
             (
                 Method::DELETE,

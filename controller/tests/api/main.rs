@@ -21,6 +21,7 @@ mod flavors;
 mod hypervisors;
 mod identity;
 mod identity_cli;
+mod identity_password;
 mod identity_scopes;
 mod identity_write;
 mod image_members;

@@ -184,4 +184,27 @@ with check("application credentials: create, list, log in with one (v3applicatio
     alice.identity.delete_application_credential(alice_id, cred.id)
     equal(list(alice.identity.application_credentials(alice_id)), [], "after delete")
 
+with check("update_password: a user changes its own (204); its tokens end; 401, 403"):
+    member = admin.identity.find_role("member")
+    name = f"dave-{uuid.uuid4().hex[:8]}"
+    dave_user = admin.identity.create_user(name=name, password="dave-old", default_project_id=alpha)
+    admin.identity.assign_project_role_to_user(alpha, dave_user, member)
+    as_dave = dict(world, dave={"user": name, "password": "dave-old",
+                                "project": world["alice"]["project"]})
+    dave = connect(as_dave, "dave")
+    old_token = dave.auth_token
+    e = raises(exceptions.HttpException, dave.identity.update_password, dave_user.id,
+               "not-the-password", "dave-new", status=401)
+    raises(exceptions.HttpException, alice.identity.update_password, dave_user.id, "dave-old",
+           "alice-chose", status=403)
+    equal(dave.identity.update_password(dave_user.id, "dave-old", "dave-new"), None,
+          "update_password")
+    expect(not admin.identity.check_token(old_token), "the token from before is still valid")
+    as_dave["dave"]["password"] = "dave-new"
+    equal(connect(as_dave, "dave").current_user_id, dave_user.id, "a login with the new one")
+    as_dave["dave"]["password"] = "dave-old"
+    e = raises(exceptions.SDKException, connect(as_dave, "dave").authorize)
+    expect("401" in str(e), f"the old password: {e}")
+    admin.identity.delete_user(dave_user)
+
 check.done()

@@ -78,6 +78,7 @@ pub(crate) fn table() -> RouteTable {
         .patch("/v3/users/{id}", users::update, os("Update user", 200).errors(&[409, 503]))
         .delete("/v3/users/{id}", users::delete, os("Delete user", 204).errors(&[409]))
         .get("/v3/users/{id}/projects", users::projects, os("List projects for user", 200))
+        .post("/v3/users/{id}/password", users::change_password, os("Change password for user", 204).errors(&[400, 429]))
         .post("/v3/users/{id}/application_credentials", app_creds::create, os("Create application credential", 201).errors(&[409, 503]))
         .get("/v3/users/{id}/application_credentials", app_creds::list, os("List application credentials", 200))
         .get("/v3/users/{id}/application_credentials/{cred}", app_creds::show, os("Show application credential details", 200))

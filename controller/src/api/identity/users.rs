@@ -1,12 +1,13 @@
 //! Users as Keystone's: list and show (admins; a user itself), the projects of a user; create,
-//! change (password, name, enabled, default project) and delete (admins). Passwords are hashed
+//! change (password, name, enabled, default project) and delete (admins); a user's change of
+//! its own password (`POST /v3/users/{id}/password`, [`change_password`]). Passwords are hashed
 //! on the API's hashing pool, as logins check them. A user made without a password cannot log
 //! in until an admin gives it one.
 
-use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use uuid::Uuid;
@@ -15,7 +16,7 @@ use super::{
     admin_for, default_domain_id, invalid, list_links, projects_of, projects_response, user_body,
 };
 use crate::api::extract::{JsonBody, PathParams, QueryParams, nullable, path_id};
-use crate::api::{ApiError, ApiState, Principal, password};
+use crate::api::{ApiError, ApiState, PeerAddr, Principal, password};
 use store::{NewUser, UserChange, UserProfile};
 
 /// The longest user name (Keystone's).
@@ -253,5 +254,81 @@ pub(super) async fn delete(
         return Err(ApiError::Conflict("a user cannot delete itself".into()));
     }
     state.store(move |s| Ok(s.delete_user(id)?)).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// What `POST /v3/users/{id}/password` takes (inside `"user"`).
+#[derive(Debug, Deserialize)]
+pub(super) struct PasswordChange {
+    password: String,
+    original_password: String,
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct PasswordChangeBody {
+    user: PasswordChange,
+}
+
+/// `POST /v3/users/{id}/password` (Keystone's "Change password for user"): the user itself, with
+/// a token of its own and its current password, gives itself a new one. 204; every token of the
+/// user ends (the store raises its token generation with the new hash), the caller's too. A
+/// wrong original password is Keystone's 401, and counts against the login limits of the user
+/// id and the source, as a wrong login does (429 past them, before anything is hashed), so the
+/// route is no way around them. Stricter than Keystone, whose route needs no token and checks
+/// only the original password: another user's id is a 403 here, whatever the password.
+pub(super) async fn change_password(
+    State(state): State<ApiState>,
+    caller: Principal,
+    peer: Option<Extension<PeerAddr>>,
+    PathParams(id): PathParams<String>,
+    JsonBody(body): JsonBody<PasswordChangeBody>,
+) -> Result<StatusCode, ApiError> {
+    let id = Uuid::parse_str(&id)
+        .ok()
+        .filter(|id| caller.user == Some(*id))
+        .ok_or_else(|| {
+            ApiError::Forbidden(
+                "You are not authorized to perform the requested action: \
+                 identity:change_password: a user changes its own password only."
+                    .into(),
+            )
+        })?;
+    let PasswordChange {
+        password: new,
+        original_password: original,
+    } = body.user;
+    for (field, pw) in [("password", &new), ("original_password", &original)] {
+        if pw.is_empty() || pw.len() > password::MAX_PASSWORD_LEN {
+            return Err(invalid(
+                field,
+                &format!("a password has 1 to {} bytes", password::MAX_PASSWORD_LEN),
+            ));
+        }
+    }
+    let peer = peer.map(|Extension(p)| p);
+    let admission = super::secrets::admit(&state, peer, None, &format!("id:{id}"))?;
+    let user = state.store(move |s| Ok(s.user(id)?)).await?;
+    let right = super::secrets::check_secret(
+        &state,
+        admission,
+        original,
+        Some(user.password_hash.clone()),
+    )
+    .await?;
+    if !right {
+        return Err(ApiError::Unauthorized(
+            "Error when changing user password: Invalid user / password".into(),
+        ));
+    }
+    let password_hash = hash(&state, new).await?;
+    state
+        .store(move |s| {
+            let change = UserChange {
+                password_hash: Some(password_hash),
+                ..UserChange::default()
+            };
+            Ok(s.update_user(id, user.version, change)?)
+        })
+        .await?;
     Ok(StatusCode::NO_CONTENT)
 }
