@@ -54,6 +54,7 @@ fn start(n: u64) -> Payload {
             hostname: None,
             avoid_nodes: Vec::new(),
             group: None,
+            zone: None,
         },
         networking: None,
         storage: None,

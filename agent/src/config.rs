@@ -88,6 +88,8 @@ pub struct Config {
     pub node: Uuid,
     /// The node's host name.
     pub hostname: String,
+    /// The node's availability zone (`None`: the default one).
+    pub zone: Option<String>,
     /// The node's network interfaces, as reported.
     pub networks: Vec<NodeAddress>,
     /// Where memory, disk and vCPU figures come from.
@@ -124,6 +126,7 @@ impl Config {
         Config {
             node,
             hostname: hostname.into(),
+            zone: None,
             networks: Vec::new(),
             host,
             vcpus: None,

@@ -351,6 +351,8 @@ pub struct NodeReport {
     pub load: u32,
     /// The node's network interfaces.
     pub networks: Vec<NodeAddress>,
+    /// Its availability zone (`None`: the default one).
+    pub zone: Option<String>,
 }
 
 /// One instance in a stats report.

@@ -169,6 +169,7 @@ pub fn node_status(node: &NodeReport) -> NodeStatus {
     NodeStatus {
         node_uuid: node.node,
         hostname: node.hostname.clone(),
+        zone: node.zone.clone(),
         mem_total_mb: node.mem_total_mb,
         mem_available_mb: node.mem_available_mb,
         disk_total_mb: node.disk_total_mb,

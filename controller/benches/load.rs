@@ -99,6 +99,7 @@ fn node_status(uuid: Uuid, i: usize) -> NodeStatus {
         vcpus_available: u32::MAX,
         load: 0,
         networks: vec![],
+        zone: None,
     }
 }
 

@@ -23,6 +23,7 @@ fn status(uuid: Uuid, mem: u32) -> NodeStatus {
         vcpus_available: u32::MAX,
         load: 0,
         networks: vec![],
+        zone: None,
     }
 }
 
@@ -72,6 +73,7 @@ fn main() {
         hostname: None,
         avoid_nodes: Vec::new(),
         group: None,
+        zone: None,
     };
     run(
         "10,000 nodes, all with room (rotation)",

@@ -105,6 +105,7 @@ fn ready(uuid: Uuid, i: usize) -> NodeStatus {
         vcpus_available: u32::MAX,
         load: 0,
         networks: vec![],
+        zone: None,
     }
 }
 
@@ -207,6 +208,7 @@ fn start(i: u64) -> Payload {
             hostname: None,
             avoid_nodes: Vec::new(),
             group: None,
+            zone: None,
         },
         networking: None,
         storage: None,

@@ -8,9 +8,13 @@
 //! its figures. A request's `avoid_nodes` (nodes an admin disabled) are never chosen, pinned or
 //! not. A member of a server group goes where its group's policy says, given the nodes its other
 //! members are on ([`Members`]): the search is the same rotation, with the policy's test added.
+//! A request that names a zone fits only the nodes of that zone (a node's zone comes with its
+//! READY).
 
 use ssntp::Uuid;
-use ssntp::payload::{GroupPolicy, NodeState, NodeStatus, Requirements, StartFailureReason};
+use ssntp::payload::{
+    DEFAULT_ZONE, GroupPolicy, NodeState, NodeStatus, Requirements, StartFailureReason,
+};
 use std::collections::{HashMap, HashSet};
 
 /// A node's free resources.
@@ -31,6 +35,8 @@ pub struct Node {
     pub uuid: Uuid,
     /// Its host name (from READY).
     pub hostname: String,
+    /// Its availability zone (from READY; [`DEFAULT_ZONE`] until then, or when it names none).
+    pub zone: String,
     /// Its last status; `None` until its first READY.
     pub status: Option<NodeState>,
     /// Free resources: the last READY's figures less what was placed since.
@@ -48,6 +54,7 @@ impl Node {
             && self.free.disk_mb >= req.disk_mb
             && self.free.vcpus >= req.vcpus
             && req.hostname.as_ref().is_none_or(|h| *h == self.hostname)
+            && req.zone.as_ref().is_none_or(|z| *z == self.zone)
     }
 }
 
@@ -116,6 +123,7 @@ impl Placement {
         let node = Node {
             uuid,
             hostname: String::new(),
+            zone: DEFAULT_ZONE.to_string(),
             status: None,
             free: Capacity::default(),
             compute,
@@ -170,6 +178,7 @@ impl Placement {
         node.status = Some(status);
         if let Some(f) = figures {
             node.hostname.clone_from(&f.hostname);
+            f.zone_name().clone_into(&mut node.zone);
             node.free = Capacity {
                 mem_mb: f.mem_available_mb,
                 disk_mb: f.disk_available_mb,
@@ -306,6 +315,7 @@ mod tests {
             vcpus_available: vcpus,
             load: 0,
             networks: vec![],
+            zone: None,
         }
     }
 
@@ -319,6 +329,7 @@ mod tests {
             hostname: None,
             avoid_nodes: Vec::new(),
             group: None,
+            zone: None,
         }
     }
 
@@ -415,6 +426,29 @@ mod tests {
         pinned.node_id = Some(u(0));
         let got = p.place_with(&pinned, None, with(GroupPolicy::AntiAffinity, &[u(0)]));
         assert_eq!(got, Ok(u(0)));
+    }
+
+    #[test]
+    fn a_zone_keeps_a_request_to_its_nodes() {
+        let mut p = cluster(3);
+        let mut far = ready(u(2), "n2", 1000, 1000, 4);
+        far.zone = Some("edge".into());
+        p.update(u(2), NodeState::Ready, Some(&far));
+        // A zone name that is not one reads as the default zone.
+        let mut odd = ready(u(1), "n1", 1000, 1000, 4);
+        odd.zone = Some("not a zone!".into());
+        p.update(u(1), NodeState::Ready, Some(&odd));
+        let mut r = req(10, 1, 1);
+        r.zone = Some("edge".into());
+        for _ in 0..3 {
+            assert_eq!(p.place(&r), Ok(u(2)));
+        }
+        r.zone = Some(DEFAULT_ZONE.into());
+        let picks: Vec<Uuid> = (0..4).map(|_| p.place(&r).unwrap()).collect();
+        assert!(picks.iter().all(|n| *n != u(2)), "{picks:?}");
+        assert!(picks.contains(&u(1)), "{picks:?}");
+        r.zone = Some("moon".into());
+        assert_eq!(p.place(&r), Err(StartFailureReason::FullCloud));
     }
 
     #[test]

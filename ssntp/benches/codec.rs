@@ -83,6 +83,7 @@ fn node_status() -> NodeStatus {
             ip: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 11)),
             mac: MacAddr([2, 0, 10, 0, 0, 11]),
         }],
+        zone: None,
     }
 }
 
@@ -148,6 +149,7 @@ fn start() -> Payload {
             hostname: None,
             avoid_nodes: Vec::new(),
             group: None,
+            zone: None,
         },
         networking: Some(Networking {
             vnic_mac: MacAddr([2, 0, 0xac, 0x10, 0, 5]),

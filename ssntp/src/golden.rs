@@ -35,6 +35,7 @@ fn node_status() -> NodeStatus {
             ip: IpAddr::V4(Ipv4Addr::new(192, 168, 1, 10)),
             mac: MacAddr([0x02, 0x00, 0xc0, 0xa8, 0x01, 0x0a]),
         }],
+        zone: None,
     }
 }
 
@@ -67,6 +68,7 @@ pub fn vectors() -> Vec<(&'static str, Frame, &'static str)> {
                 hostname: None,
                 avoid_nodes: Vec::new(),
                 group: None,
+                zone: None,
             },
             networking: None,
             storage: None,

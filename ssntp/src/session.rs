@@ -336,6 +336,7 @@ mod tests {
             vcpus_available: 1,
             load: 0,
             networks: vec![],
+            zone: None,
         })
     }
 

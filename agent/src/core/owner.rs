@@ -619,6 +619,7 @@ impl<B: Backend, R: Reporter> Owner<B, R> {
         NodeReport {
             node: self.config.node,
             hostname: self.config.hostname.clone(),
+            zone: self.config.zone.clone(),
             availability: accounting::availability(
                 self.maintenance,
                 available,

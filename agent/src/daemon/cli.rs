@@ -149,6 +149,10 @@ pub struct Args {
     /// The host name to report (default: this host's).
     #[arg(long, env = "CUMULO_AGENT_HOSTNAME")]
     pub hostname: Option<String>,
+    /// The availability zone this node is in (Compute's `availability_zone`: 1 to 63 letters,
+    /// digits, `-`, `_` or `.`; default: `nova`).
+    #[arg(long, env = "CUMULO_AGENT_ZONE")]
+    pub zone: Option<String>,
     /// sim backend: how long a simulated boot takes.
     #[arg(long, env = "CUMULO_AGENT_SIM_BOOT_DELAY", default_value = "0s", value_parser = parse_duration)]
     pub sim_boot_delay: Duration,
@@ -267,6 +271,9 @@ pub enum ArgsError {
     /// The host name is empty.
     #[error("the host name is empty: give one with --hostname")]
     Hostname,
+    /// The zone is not a zone name.
+    #[error("--zone {0:?}: a zone is 1 to 63 letters, digits, '-', '_' or '.'")]
+    Zone(String),
     /// CNCI flags that do not go together.
     #[error("{0}")]
     Cnci(String),
@@ -340,6 +347,12 @@ impl Args {
 
     /// Checks the arguments and loads the TLS files they name.
     pub fn into_config(self) -> Result<DaemonConfig, ArgsError> {
+        // Flags that need nothing read are checked first.
+        if let Some(zone) = &self.zone
+            && !ssntp::payload::valid_zone(zone)
+        {
+            return Err(ArgsError::Zone(zone.clone()));
+        }
         let tls = TlsIdentity::load(&self.ca_cert, &self.cert, &self.key)?;
         let claim = self.network.role();
         let has = tls.own().roles;
@@ -469,6 +482,7 @@ impl Args {
             servers: self.scheduler,
             state_dir: self.state_dir,
             hostname,
+            zone: self.zone,
             stats_interval: self.stats_interval,
             change_report_gap: self.change_report_gap,
             limits,
@@ -547,6 +561,16 @@ mod tests {
             Some(IpAddr::V4(Ipv4Addr::LOCALHOST))
         );
         assert_eq!(console_address(any, &[]), None);
+    }
+
+    #[test]
+    fn a_zone_is_reported_when_it_is_a_zone_name() {
+        assert_eq!(parse(&["--zone", "edge-1"]).zone.as_deref(), Some("edge-1"));
+        assert_eq!(parse(&[]).zone, None);
+        for bad in ["two words", "", "a/b"] {
+            let refused = parse(&["--zone", bad]).into_config();
+            assert!(matches!(refused, Err(ArgsError::Zone(_))), "{bad:?}");
+        }
     }
 
     #[test]

@@ -84,6 +84,8 @@ pub struct DaemonConfig {
     pub state_dir: PathBuf,
     /// The host name reported.
     pub hostname: String,
+    /// The availability zone reported (`None`: the default one).
+    pub zone: Option<String>,
     /// How often status and STATS are sent.
     pub stats_interval: Duration,
     /// The shortest time between two STATS sent because instances changed state.
@@ -124,6 +126,7 @@ impl DaemonConfig {
         config.change_report_gap = self.change_report_gap;
         config.limits = self.limits;
         config.vcpus = self.vcpus;
+        config.zone.clone_from(&self.zone);
         config.networks = self
             .console_address
             .map(|ip| vec![crate::model::NodeAddress { ip, mac: [0; 6] }])

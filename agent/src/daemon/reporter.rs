@@ -281,6 +281,7 @@ mod tests {
             vcpus_available: 1,
             load: 0,
             networks: vec![],
+            zone: None,
         });
         outbound.lock().latest = Some(ready.clone());
         let extra = 5;

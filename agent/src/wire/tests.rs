@@ -20,6 +20,7 @@ fn node(availability: Availability) -> NodeReport {
             ip: "192.0.2.7".parse().unwrap(),
             mac: [2, 0, 0xac, 0x10, 0, 5],
         }],
+        zone: None,
     }
 }
 
@@ -46,6 +47,7 @@ pub(crate) fn start() -> Start {
             hostname: None,
             avoid_nodes: Vec::new(),
             group: None,
+            zone: None,
         },
         networking: Some(Networking {
             vnic_mac: "02:00:ac:10:00:05".parse().unwrap(),

@@ -172,6 +172,7 @@ pub(crate) fn start(instance: Uuid, image: &str) -> Start {
             hostname: None,
             avoid_nodes: Vec::new(),
             group: None,
+            zone: None,
         },
         networking: None,
         storage: None,

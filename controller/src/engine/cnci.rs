@@ -89,6 +89,7 @@ fn cnci_start(cnci: &Cnci, image: &str, restart: bool, creds: Option<CnciCreds>)
             hostname: None,
             avoid_nodes: Vec::new(),
             group: None,
+            zone: None,
         },
         // The CNCI's own address on the compute network is not known until it announces
         // itself: the unspecified address says so.

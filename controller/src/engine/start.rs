@@ -102,6 +102,7 @@ pub(super) fn start_payload(
             hostname: None,
             avoid_nodes: Vec::new(),
             group: None,
+            zone: None,
         },
         networking,
         storage: boot.map(|v| {

@@ -254,6 +254,7 @@ fn stats_payload(
             vcpus_available: 6,
             load: 12,
             networks,
+            zone: None,
         },
         status,
         instances: instances

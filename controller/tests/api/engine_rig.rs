@@ -178,6 +178,7 @@ impl EngineRig {
                 vcpus_available: 32,
                 load: 1,
                 networks: vec![],
+                zone: None,
             },
             status: NodeState::Ready,
             instances: instances

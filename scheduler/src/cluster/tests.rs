@@ -57,6 +57,7 @@ fn ready(node: Uuid, mem: u32) -> Payload {
         vcpus_available: 8,
         load: 0,
         networks: vec![],
+        zone: None,
     })
 }
 
@@ -77,6 +78,7 @@ fn start(instance: u8, network_node: bool) -> Payload {
             hostname: None,
             avoid_nodes: Vec::new(),
             group: None,
+            zone: None,
         },
         networking: None,
         storage: None,

@@ -126,6 +126,7 @@ fn node_status(uuid: Uuid, host: &str, mem: u32) -> NodeStatus {
         vcpus_available: 16,
         load: 0,
         networks: vec![],
+        zone: None,
     }
 }
 
@@ -198,6 +199,7 @@ fn start(instance: u8, mem: u32) -> Start {
             hostname: None,
             avoid_nodes: Vec::new(),
             group: None,
+            zone: None,
         },
         networking: None,
         storage: None,

@@ -157,6 +157,7 @@ async fn oversize_and_truncated_frames_close_only_their_session() {
             hostname: None,
             avoid_nodes: Vec::new(),
             group: None,
+            zone: None,
         },
         networking: None,
         storage: None,

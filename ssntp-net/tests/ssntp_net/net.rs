@@ -347,6 +347,7 @@ async fn frames_after_a_barrier_wait_until_the_application_has_handled_it() {
         vcpus_available: 1,
         load: 0,
         networks: vec![],
+        zone: None,
     });
     let marker = Payload::NodeConnected(NodeEvent {
         node_uuid: u(0xa1),

@@ -170,6 +170,11 @@ pub struct Requirements {
     /// `os-server-groups`). A compatible addition of 2026-12-03; absent: none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group: Option<GroupRequirement>,
+    /// The availability zone it must be placed in: only nodes whose zone
+    /// ([`NodeStatus::zone_name`](super::NodeStatus::zone_name)) is this one. A compatible
+    /// addition of 2026-12-03; absent: any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
 }
 
 impl Requirements {
@@ -184,6 +189,14 @@ impl Requirements {
                 "avoid_nodes names {} nodes, more than {}",
                 self.avoid_nodes.len(),
                 Self::MAX_AVOID
+            ));
+        }
+        if let Some(zone) = &self.zone
+            && !super::node::valid_zone(zone)
+        {
+            return Err(format!(
+                "zone {zone:?} is not 1 to {} letters, digits, '-', '_' or '.'",
+                super::node::MAX_ZONE
             ));
         }
         if let Some(group) = &self.group {
@@ -486,6 +499,7 @@ mod tests {
                 nodes: vec![Uuid::from_u128(2); n / 2],
                 members: vec![Uuid::from_u128(3); n - n / 2],
             }),
+            zone: None,
         };
         for policy in GroupPolicy::ALL {
             assert_eq!(GroupPolicy::from_name(policy.name()), Some(policy));
@@ -495,5 +509,30 @@ mod tests {
         assert!(over.unwrap_err().contains("more than 4096"));
         let unknown = req("Affinity", 0).check().unwrap_err();
         assert!(unknown.contains("unknown server group policy"), "{unknown}");
+    }
+
+    #[test]
+    fn a_zone_is_a_short_plain_name() {
+        let mut req = Requirements {
+            vcpus: 1,
+            mem_mb: 1,
+            disk_mb: 1,
+            network_node: false,
+            node_id: None,
+            hostname: None,
+            avoid_nodes: Vec::new(),
+            group: None,
+            zone: Some("edge-1.a_b".into()),
+        };
+        assert!(req.check().is_ok());
+        for bad in [
+            "",
+            "two words",
+            "z/1",
+            &"z".repeat(super::super::node::MAX_ZONE + 1),
+        ] {
+            req.zone = Some(bad.to_string());
+            assert!(req.check().is_err(), "{bad:?}");
+        }
     }
 }

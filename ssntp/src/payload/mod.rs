@@ -42,8 +42,8 @@ pub use network::{
     CnciPeer, ConcentratorAdded, PublicIpCommand, PublicIpEvent, RefreshCnci, TenantEvent,
 };
 pub use node::{
-    InstanceStat, InstanceState, NodeCommand, NodeEvent, NodeNetwork, NodeState, NodeStatus,
-    NodeType, Stats,
+    DEFAULT_ZONE, InstanceStat, InstanceState, MAX_ZONE, NodeCommand, NodeEvent, NodeNetwork,
+    NodeState, NodeStatus, NodeType, Stats, valid_zone,
 };
 pub use trace_report::{FrameTrace, TraceReport};
 pub use types::{AddrParseError, Cidr, MacAddr};

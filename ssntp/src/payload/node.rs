@@ -31,6 +31,35 @@ pub struct NodeStatus {
     pub load: u32,
     /// The node's network interfaces.
     pub networks: Vec<NodeNetwork>,
+    /// The availability zone the node's admin put it in ([`valid_zone`]); absent (or not a
+    /// valid name): [`DEFAULT_ZONE`]. A compatible addition of 2026-12-03.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
+}
+
+/// The zone of a node that names none (Compute's default zone).
+pub const DEFAULT_ZONE: &str = "nova";
+
+/// The longest zone name, in bytes.
+pub const MAX_ZONE: usize = 63;
+
+/// Whether `zone` may name an availability zone: 1 to [`MAX_ZONE`] ASCII letters, digits, `-`,
+/// `_` or `.`.
+pub fn valid_zone(zone: &str) -> bool {
+    (1..=MAX_ZONE).contains(&zone.len())
+        && zone
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
+impl NodeStatus {
+    /// The node's zone: its own if it names a valid one, [`DEFAULT_ZONE`] otherwise.
+    pub fn zone_name(&self) -> &str {
+        match self.zone.as_deref() {
+            Some(zone) if valid_zone(zone) => zone,
+            _ => DEFAULT_ZONE,
+        }
+    }
 }
 
 /// One network interface of a node.
@@ -102,6 +131,7 @@ impl From<StatsWire> for Stats {
                 vcpus_available: w.vcpus_available,
                 load: w.load,
                 networks: w.networks,
+                zone: None,
             },
             status: w.status,
             instances: w.instances,

@@ -54,6 +54,7 @@ fn node_status() -> impl Strategy<Value = NodeStatus> {
                 .into_iter()
                 .map(|(ip, mac)| NodeNetwork { ip, mac })
                 .collect(),
+            zone: None,
         }
     })
 }
@@ -167,6 +168,7 @@ fn start() -> impl Strategy<Value = Start> {
                 hostname,
                 avoid_nodes,
                 group,
+                zone: None,
             },
         );
     let net = (
