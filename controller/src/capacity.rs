@@ -67,6 +67,7 @@ mod tests {
             ips: Vec::new(),
             connected: SystemTime::UNIX_EPOCH,
             last_stats: stats.then_some(SystemTime::UNIX_EPOCH),
+            zone: ssntp::payload::DEFAULT_ZONE.into(),
         }
     }
 

@@ -40,6 +40,9 @@ pub struct Launch {
     /// The server group every instance of the launch joins (the tenant's, checked by the
     /// caller), before its START goes, so that the START carries the group's placement.
     pub server_group: Option<Uuid>,
+    /// The availability zone every instance of the launch must run in, if one was asked for
+    /// (one the cluster's nodes are in, checked by the caller).
+    pub zone: Option<String>,
     /// The reservation id every instance of the launch keeps (Nova's `reservation_id`:
     /// [`store::Instance::new_reservation`] makes one).
     pub reservation: String,
@@ -62,6 +65,7 @@ impl Launch {
             metadata: self.metadata.clone(),
             user: self.user,
             reservation: Some(self.reservation.clone()),
+            zone: self.zone.clone(),
         })?;
         if !self.groups.is_empty()
             && let Err(e) = store.set_port_groups(self.tenant, instance.id, &self.groups)
@@ -219,6 +223,9 @@ pub struct Node {
     pub status: NodeStatus,
     /// Its host name (empty until its first STATS).
     pub hostname: String,
+    /// Its availability zone ([`ssntp::payload::DEFAULT_ZONE`] until its first STATS, or when
+    /// it names none).
+    pub zone: String,
     /// Memory in all, MiB.
     pub mem_total_mb: u32,
     /// Memory free, MiB.

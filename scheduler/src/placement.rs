@@ -202,10 +202,28 @@ impl Placement {
         self.place_with(req, exclude, None)
     }
 
+    /// Whether some node could take `req` as it stands (no group weighed, nothing reserved).
+    pub fn could_take(&self, req: &Requirements) -> bool {
+        let list = if req.network_node {
+            &self.network
+        } else {
+            &self.compute
+        };
+        let avoid: HashSet<Uuid> = req.avoid_nodes.iter().copied().collect();
+        list.order.iter().any(|&idx| {
+            self.slab[idx].as_ref().is_some_and(|node| {
+                node.fits(req)
+                    && !avoid.contains(&node.uuid)
+                    && req.node_id.is_none_or(|pin| pin == node.uuid)
+            })
+        })
+    }
+
     /// As [`Placement::place_excluding`], for a member of a server group whose other members
     /// are on `members`' nodes: strict policies fail (`full_cloud`) where they cannot hold,
     /// soft ones fall back to any node (soft anti-affinity: one with the fewest members). A
-    /// pinned request (`node_id`: a restart or a rebuild) goes where it is pinned.
+    /// pinned request (`node_id`: a boot volume's node) goes where it is pinned if a strict
+    /// policy allows it, nowhere otherwise.
     pub fn place_with(
         &mut self,
         req: &Requirements,
@@ -241,37 +259,46 @@ impl Placement {
                 .map(|k| (start + k) % n)
                 .find(|&pos| at(pos).is_some_and(pred))
         };
+        // How many members each node holds, counted once.
+        let mut counts: HashMap<Uuid, usize> = HashMap::new();
+        for node in members.iter().flat_map(|m| m.nodes) {
+            *counts.entry(*node).or_default() += 1;
+        }
+        let held = |node: &Node| counts.get(&node.uuid).copied().unwrap_or(0);
         let chosen = if let Some(pin) = req.node_id {
-            // Pinned: that node, if it is in this list and fits.
+            // Pinned: that node, if it is in this list and fits, and a strict policy allows it
+            // (a boot volume pins a new member to the node holding the volume).
+            let allowed = |node: &Node| match members.map(|m| m.policy) {
+                Some(GroupPolicy::Affinity) => counts.is_empty() || held(node) > 0,
+                Some(GroupPolicy::AntiAffinity) => held(node) == 0,
+                _ => true,
+            };
             self.index
                 .get(&pin)
                 .and_then(|idx| order.iter().position(|i| i == idx))
-                .filter(|&pos| at(pos).is_some())
+                .filter(|&pos| at(pos).is_some_and(allowed))
         } else {
             match members {
                 None => rotate(&|_| true),
-                Some(m) => {
-                    let held = |node: &Node| m.nodes.iter().filter(|&&u| u == node.uuid).count();
-                    match m.policy {
-                        GroupPolicy::Affinity if m.nodes.is_empty() => rotate(&|_| true),
-                        GroupPolicy::Affinity => rotate(&|node| held(node) > 0),
-                        GroupPolicy::AntiAffinity => rotate(&|node| held(node) == 0),
-                        GroupPolicy::SoftAffinity => {
-                            rotate(&|node| held(node) > 0).or_else(|| rotate(&|_| true))
-                        }
-                        GroupPolicy::SoftAntiAffinity => {
-                            rotate(&|node| held(node) == 0).or_else(|| {
-                                (0..n)
-                                    .filter_map(|k| {
-                                        let pos = (start + k) % n;
-                                        at(pos).map(|node| (held(node), k, pos))
-                                    })
-                                    .min()
-                                    .map(|(_, _, pos)| pos)
-                            })
-                        }
+                Some(m) => match m.policy {
+                    GroupPolicy::Affinity if m.nodes.is_empty() => rotate(&|_| true),
+                    GroupPolicy::Affinity => rotate(&|node| held(node) > 0),
+                    GroupPolicy::AntiAffinity => rotate(&|node| held(node) == 0),
+                    GroupPolicy::SoftAffinity => {
+                        rotate(&|node| held(node) > 0).or_else(|| rotate(&|_| true))
                     }
-                }
+                    GroupPolicy::SoftAntiAffinity => {
+                        rotate(&|node| held(node) == 0).or_else(|| {
+                            (0..n)
+                                .filter_map(|k| {
+                                    let pos = (start + k) % n;
+                                    at(pos).map(|node| (held(node), k, pos))
+                                })
+                                .min()
+                                .map(|(_, _, pos)| pos)
+                        })
+                    }
+                },
             }
         };
         let pos = chosen.ok_or(StartFailureReason::FullCloud)?;
@@ -421,10 +448,16 @@ mod tests {
         assert!(matches!(got, Ok(n) if n != u(2)));
         let got = p.place_with(&big, None, with(GroupPolicy::Affinity, &[u(2)]));
         assert_eq!(got, Err(StartFailureReason::FullCloud));
-        // A pinned request (a restart) goes where it is pinned.
+        // A pinned request goes where it is pinned, if a strict policy allows it.
         let mut pinned = req(1, 1, 1);
         pinned.node_id = Some(u(0));
         let got = p.place_with(&pinned, None, with(GroupPolicy::AntiAffinity, &[u(0)]));
+        assert_eq!(got, Err(StartFailureReason::FullCloud));
+        let got = p.place_with(&pinned, None, with(GroupPolicy::AntiAffinity, &[u(1)]));
+        assert_eq!(got, Ok(u(0)));
+        let got = p.place_with(&pinned, None, with(GroupPolicy::Affinity, &[u(1)]));
+        assert_eq!(got, Err(StartFailureReason::FullCloud));
+        let got = p.place_with(&pinned, None, with(GroupPolicy::SoftAntiAffinity, &[u(0)]));
         assert_eq!(got, Ok(u(0)));
     }
 

@@ -229,3 +229,22 @@ pub(crate) fn check_disabled_count(count: usize) -> Result<()> {
     }
     Ok(())
 }
+
+/// What both stores check of a new instance: its name, key, metadata, reservation id and zone.
+pub(crate) fn check_new_instance(new: &crate::NewInstance) -> Result<()> {
+    check_name("instance", &new.name)?;
+    check_instance_key(&new.key)?;
+    crate::Instance::check_metadata(&new.metadata)?;
+    if let Some(reservation) = &new.reservation {
+        crate::Instance::check_reservation(reservation)?;
+    }
+    if let Some(zone) = &new.zone
+        && !ssntp::payload::valid_zone(zone)
+    {
+        return Err(StoreError::Invalid(format!(
+            "zone {zone:?} is not 1 to {} letters, digits, '-', '_' or '.'",
+            ssntp::payload::MAX_ZONE
+        )));
+    }
+    Ok(())
+}

@@ -373,6 +373,8 @@ pub struct Instance {
     /// lowercase letters or digits, shared by the instances of one multi-create; `None` for
     /// instances made before it was kept).
     pub reservation: Option<String>,
+    /// The availability zone its creator asked for, if any (its new STARTs name it).
+    pub zone: Option<String>,
     /// Compare-and-swap counter.
     pub version: u64,
 }
@@ -503,6 +505,9 @@ pub struct NewInstance {
     pub user: Option<Uuid>,
     /// The reservation id of its create ([`Instance::check_reservation`]), if any.
     pub reservation: Option<String>,
+    /// The availability zone it must run in, if its creator named one
+    /// ([`ssntp::payload::valid_zone`]).
+    pub zone: Option<String>,
 }
 
 /// A change to an instance; `None` fields are left alone.

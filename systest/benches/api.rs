@@ -257,6 +257,7 @@ fn main() {
                 metadata: Default::default(),
                 user: None,
                 reservation: None,
+                zone: None,
             })
             .unwrap();
         store

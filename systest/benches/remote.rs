@@ -155,6 +155,7 @@ fn launch(engine: &Engine, tenant: Uuid, workload: Uuid, count: u32) {
                 user: None,
                 server_group: None,
                 reservation: store::Instance::new_reservation(),
+                zone: None,
             },
             &controller::cluster::Caller::default(),
         )

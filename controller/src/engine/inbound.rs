@@ -135,6 +135,7 @@ impl Engine {
             ips: Vec::new(),
             connected: SystemTime::now(),
             last_stats: None,
+            zone: ssntp::payload::DEFAULT_ZONE.into(),
         });
         let was_connected = node.kinds != NodeKinds::default();
         match event.node_type {
@@ -230,6 +231,7 @@ impl Engine {
                 }
                 let s = &stats.node;
                 n.hostname.clone_from(&s.hostname);
+                s.zone_name().clone_into(&mut n.zone);
                 n.mem_total_mb = s.mem_total_mb;
                 n.mem_available_mb = s.mem_available_mb;
                 n.disk_total_mb = s.disk_total_mb;

@@ -205,7 +205,17 @@ impl Engine {
         // scheduler refuses such a START); a restart or a rebuild stays where its disks are.
         if !restart && instance.state != InstanceState::Rebuilding {
             start.requirements.avoid_nodes = self.avoided_nodes();
-            start.requirements.group = self.group_requirement(&instance)?;
+            start.requirements.group = match self.group_requirement(&instance) {
+                Ok(group) => group,
+                // Not left pending with no START: in error, with the cause.
+                Err(e) => {
+                    return self.undispatched(
+                        instance,
+                        &format!("its server group could not be read: {e}"),
+                    );
+                }
+            };
+            start.requirements.zone.clone_from(&instance.zone);
         }
         actions::start_sent(self.store.as_ref(), instance.id);
         let sent = self.send(&Payload::Start(Box::new(start)));

@@ -166,6 +166,11 @@ impl EngineRig {
 
     /// A STATS of `node` listing `instances`, active, each with its attached volumes.
     pub fn stats(&self, node: Uuid, instances: &[(Uuid, &[Uuid])]) {
+        self.stats_in(node, None, instances);
+    }
+
+    /// [`EngineRig::stats`] of a node in `zone`.
+    pub fn stats_in(&self, node: Uuid, zone: Option<&str>, instances: &[(Uuid, &[Uuid])]) {
         let stats = Stats {
             node: NodeStatus {
                 node_uuid: node,
@@ -178,7 +183,7 @@ impl EngineRig {
                 vcpus_available: 32,
                 load: 1,
                 networks: vec![],
-                zone: None,
+                zone: zone.map(String::from),
             },
             status: NodeState::Ready,
             instances: instances

@@ -44,3 +44,4 @@ mod support;
 mod tls;
 mod usage;
 mod volumes;
+mod zones;

@@ -49,6 +49,7 @@ pub(crate) fn node() -> Node {
         ips: vec![IpAddr::V4(Ipv4Addr::LOCALHOST)],
         connected: SystemTime::now(),
         last_stats: None,
+        zone: ssntp::payload::DEFAULT_ZONE.into(),
     }
 }
 

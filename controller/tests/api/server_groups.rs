@@ -168,6 +168,31 @@ async fn server_groups_hold_their_members_and_starts_carry_the_policy() {
     let (status, body) =
         create_group(&rig, &a, json!({"name": "over", "policies": ["affinity"]})).await;
     assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    // Paging as Nova's (a limit of 0 is none); all_projects is for admins only.
+    let page = |q: &'static str| {
+        let c = rig.client();
+        let a = a.clone();
+        async move {
+            c.call(Method::GET, &format!("{GROUPS}?{q}"), &a, None)
+                .await
+        }
+    };
+    let (_, two) = page("limit=1&offset=1").await;
+    assert_eq!(two["server_groups"].as_array().unwrap().len(), 1, "{two}");
+    assert_eq!(two["server_groups"][0]["name"], "g1");
+    let (_, all) = page("limit=0").await;
+    assert_eq!(all["server_groups"].as_array().unwrap().len(), 10);
+    let (status, _) = page("limit=x").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let (_, theirs) = rig
+        .client()
+        .call(Method::GET, &format!("{GROUPS}?all_projects=1"), &b, None)
+        .await;
+    assert_eq!(
+        theirs["server_groups"],
+        json!([]),
+        "a member sees its own only"
+    );
     let quota = format!("/compute/v2.1/os-quota-sets/{}/detail", rig.a.id);
     let (_, set) = rig.client().call(Method::GET, &quota, &a, None).await;
     assert_eq!(set["quota_set"]["server_groups"]["in_use"], 10, "{set}");

@@ -21,7 +21,14 @@ pub const KEEP: Duration = Duration::from_secs(600);
 /// Members' nodes by group, with when each was placed.
 #[derive(Debug, Default)]
 pub(super) struct GroupMemory {
-    groups: HashMap<Uuid, HashMap<Uuid, (Uuid, Instant)>>,
+    groups: HashMap<Uuid, Placed>,
+}
+
+/// One group's members' nodes and when each was placed, and its latest placement.
+#[derive(Debug)]
+struct Placed {
+    last: Instant,
+    members: HashMap<Uuid, (Uuid, Instant)>,
 }
 
 impl GroupMemory {
@@ -32,7 +39,7 @@ impl GroupMemory {
         };
         members
             .iter()
-            .filter_map(|m| placed.get(m))
+            .filter_map(|m| placed.members.get(m))
             .filter(|(_, at)| now.saturating_duration_since(*at) < KEEP)
             .map(|(node, _)| *node)
             .collect()
@@ -40,35 +47,39 @@ impl GroupMemory {
 
     /// Remembers that `instance` of `group` went to `node` at `now`.
     pub(super) fn remember(&mut self, group: Uuid, instance: Uuid, node: Uuid, now: Instant) {
+        // Past the bound, the groups placed on too long ago go, then the least recent one: a
+        // pass over the groups (not their members) only when the memory is full.
         if !self.groups.contains_key(&group) && self.groups.len() >= MAX_GROUPS {
-            self.groups.retain(|_, placed| {
-                placed
-                    .values()
-                    .any(|(_, at)| now.saturating_duration_since(*at) < KEEP)
-            });
+            self.groups
+                .retain(|_, placed| now.saturating_duration_since(placed.last) < KEEP);
             if self.groups.len() >= MAX_GROUPS
                 && let Some(stale) = self
                     .groups
                     .iter()
-                    .min_by_key(|(_, placed)| placed.values().map(|(_, at)| *at).max())
+                    .min_by_key(|(_, placed)| placed.last)
                     .map(|(g, _)| *g)
             {
                 self.groups.remove(&stale);
             }
         }
-        let placed = self.groups.entry(group).or_default();
-        if !placed.contains_key(&instance) && placed.len() >= MAX_PER_GROUP {
-            placed.retain(|_, (_, at)| now.saturating_duration_since(*at) < KEEP);
-            if placed.len() >= MAX_PER_GROUP
-                && let Some(first) = placed
+        let placed = self.groups.entry(group).or_insert_with(|| Placed {
+            last: now,
+            members: HashMap::new(),
+        });
+        placed.last = placed.last.max(now);
+        let members = &mut placed.members;
+        if !members.contains_key(&instance) && members.len() >= MAX_PER_GROUP {
+            members.retain(|_, (_, at)| now.saturating_duration_since(*at) < KEEP);
+            if members.len() >= MAX_PER_GROUP
+                && let Some(first) = members
                     .iter()
                     .min_by_key(|(_, (_, at))| *at)
                     .map(|(i, _)| *i)
             {
-                placed.remove(&first);
+                members.remove(&first);
             }
         }
-        placed.insert(instance, (node, now));
+        members.insert(instance, (node, now));
     }
 
     /// A member placed again elsewhere (its first node could not take the START): the same
@@ -77,7 +88,7 @@ impl GroupMemory {
         if let Some(entry) = self
             .groups
             .get_mut(&group)
-            .and_then(|placed| placed.get_mut(&instance))
+            .and_then(|placed| placed.members.get_mut(&instance))
         {
             entry.0 = node;
         }

@@ -3,7 +3,7 @@
 //! CONFIGURE.
 
 use ssntp::frame::Frame;
-use ssntp::payload::{NodeState, Start, StartFailure, StartFailureReason};
+use ssntp::payload::{GroupPolicy, NodeState, Start, StartFailure, StartFailureReason};
 use ssntp::session::Message;
 use ssntp::{Payload, Role, Uuid};
 use ssntp_net::{Directory, Route, Target};
@@ -159,12 +159,20 @@ impl Cluster {
         start: &Start,
         reason: ssntp::payload::StartFailureReason,
     ) -> Action {
-        // A group's policy may be what left no node: say so (a plain `full_cloud` otherwise).
+        // A strict group policy may be what left no node: say so when a node could have taken
+        // the START but for it (a plain `full_cloud` otherwise).
         let message = match (&start.requirements.group, reason) {
-            (Some(group), StartFailureReason::FullCloud) => Some(format!(
-                "no node with room satisfies the {} policy of server group {}",
-                group.policy, group.id
-            )),
+            (Some(group), StartFailureReason::FullCloud)
+                if matches!(
+                    group.policy(),
+                    Ok(GroupPolicy::Affinity | GroupPolicy::AntiAffinity)
+                ) && self.placement.could_take(&start.requirements) =>
+            {
+                Some(format!(
+                    "no node with room satisfies the {} policy of server group {}",
+                    group.policy, group.id
+                ))
+            }
             _ => None,
         };
         let failure = StartFailure {

@@ -113,6 +113,8 @@ struct StatsWire {
     vcpus_available: u32,
     load: u32,
     networks: Vec<NodeNetwork>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    zone: Option<String>,
     status: NodeState,
     instances: Vec<InstanceStat>,
 }
@@ -131,7 +133,7 @@ impl From<StatsWire> for Stats {
                 vcpus_available: w.vcpus_available,
                 load: w.load,
                 networks: w.networks,
-                zone: None,
+                zone: w.zone,
             },
             status: w.status,
             instances: w.instances,
@@ -153,6 +155,7 @@ impl From<Stats> for StatsWire {
             vcpus_available: n.vcpus_available,
             load: n.load,
             networks: n.networks,
+            zone: n.zone,
             status: s.status,
             instances: s.instances,
         }

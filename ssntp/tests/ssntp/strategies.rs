@@ -39,8 +39,14 @@ fn mac() -> impl Strategy<Value = MacAddr> {
 }
 
 fn node_status() -> impl Strategy<Value = NodeStatus> {
-    (uuid(), text(), any::<[u32; 7]>(), vec((ip(), mac()), 0..3)).prop_map(|(u, h, n, nets)| {
-        NodeStatus {
+    (
+        uuid(),
+        text(),
+        any::<[u32; 7]>(),
+        vec((ip(), mac()), 0..3),
+        option::of(text()),
+    )
+        .prop_map(|(u, h, n, nets, zone)| NodeStatus {
             node_uuid: u,
             hostname: h,
             mem_total_mb: n[0],
@@ -54,9 +60,8 @@ fn node_status() -> impl Strategy<Value = NodeStatus> {
                 .into_iter()
                 .map(|(ip, mac)| NodeNetwork { ip, mac })
                 .collect(),
-            zone: None,
-        }
-    })
+            zone,
+        })
 }
 
 /// ATTACH_VOLUME's and DETACH_VOLUME's payload, with or without each optional key.
@@ -157,9 +162,10 @@ fn start() -> impl Strategy<Value = Start> {
         option::of(text()),
         proptest::collection::vec(uuid(), 0..4),
         option::of(group()),
+        option::of(text()),
     )
         .prop_map(
-            |(n, network_node, node_id, hostname, avoid_nodes, group)| Requirements {
+            |(n, network_node, node_id, hostname, avoid_nodes, group, zone)| Requirements {
                 vcpus: n[0],
                 mem_mb: n[1],
                 disk_mb: n[2],
@@ -168,7 +174,7 @@ fn start() -> impl Strategy<Value = Start> {
                 hostname,
                 avoid_nodes,
                 group,
-                zone: None,
+                zone,
             },
         );
     let net = (

@@ -83,6 +83,7 @@ pub fn create(store: &impl Store, seed: &Seed, n: usize) {
             metadata: Default::default(),
             user: None,
             reservation: None,
+            zone: None,
         })
         .unwrap();
 }

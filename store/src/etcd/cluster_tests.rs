@@ -114,6 +114,7 @@ fn three_members_over_peer_tls_serve_the_store_through_the_loss_of_its_leader() 
                 metadata: Default::default(),
                 user: None,
                 reservation: None,
+                zone: None,
             })
             .unwrap()
             .id

@@ -165,7 +165,7 @@ impl IdentityStore for EtcdStore {
             // Its entries on private flavors' access lists.
             super::flavors::forget_tenant(tx, id)?;
             // Its server groups (it has no instances: checked above, so they have no members).
-            super::server_groups::forget_tenant(tx, id)?;
+            super::group_recs::forget_tenant(tx, id)?;
             // Its own volume quota (it has no volumes: checked above).
             tx.delete(&keys.volume_quota(id));
             tx.delete(&keys.name("tenant", &t.name));

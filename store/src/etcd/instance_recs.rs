@@ -56,6 +56,9 @@ pub(super) struct InstanceRec {
     /// The reservation id of its create (added with issue 24).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) reservation: Option<String>,
+    /// The availability zone it was asked for (added with issue 24).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) zone: Option<String>,
 }
 
 /// An instance's key: its key pair's name and a copy of its public key.
@@ -143,6 +146,7 @@ impl InstanceRec {
             metadata: self.metadata.clone(),
             user: self.user,
             reservation: self.reservation.clone(),
+            zone: self.zone.clone(),
             locked_by: match &self.locked_by {
                 None => None,
                 Some(name) => Some(LockedBy::from_name(name).ok_or_else(|| {

@@ -8,18 +8,13 @@ use super::identity::net_in;
 use super::keys::prefix_end;
 use super::records::*;
 use super::{EtcdStore, Kv, Tx};
-use crate::common::{check_instance_key, check_name, check_same_size, check_version, millis, now};
+use crate::common::{check_name, check_same_size, check_version, millis, now};
 use crate::net;
 use crate::*;
 
 impl InstanceStore for EtcdStore {
     fn create_instance(&self, new: NewInstance) -> Result<Instance> {
-        check_name("instance", &new.name)?;
-        check_instance_key(&new.key)?;
-        Instance::check_metadata(&new.metadata)?;
-        if let Some(reservation) = &new.reservation {
-            Instance::check_reservation(reservation)?;
-        }
+        crate::common::check_new_instance(&new)?;
         let id = Uuid::new_v4();
         self.atomically("creating an instance", |tx| {
             let keys = tx.keys();
@@ -83,6 +78,7 @@ impl InstanceStore for EtcdStore {
                 user: new.user,
                 server_group: None,
                 reservation: new.reservation.clone(),
+                zone: new.zone.clone(),
             };
             tx.put(&keys.instance(id), &rec)?;
             tx.put_text(&keys.order(t.id, seq), &id.to_string());
@@ -514,7 +510,7 @@ pub(super) fn delete_in(tx: &mut Tx<'_>, scope: Scope, id: Uuid) -> Result<()> {
         tx.delete(&keys.instance(id));
         instance_gone(tx, id)?;
         if let Some(group) = i.server_group {
-            super::server_groups::forget_member(tx, group, id)?;
+            super::group_recs::forget_member(tx, group, id)?;
         }
         tx.delete(&keys.order(i.tenant, i.seq));
         tx.delete(&keys.reference("workload", i.workload, id));

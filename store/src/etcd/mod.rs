@@ -50,6 +50,7 @@ mod cluster_tests;
 mod events;
 mod flavor_recs;
 mod flavors;
+mod group_recs;
 mod identity;
 mod image_members;
 mod instance_recs;

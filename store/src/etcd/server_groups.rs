@@ -5,85 +5,12 @@
 //! instance's deletion takes it out of its group in the same transaction ([`forget_member`]).
 //! A deleted group's members keep its id, which then reads as no group.
 
-use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use super::{EtcdStore, Tx, decode_all};
-use crate::common::{check_name, from_millis, millis, now};
+use super::group_recs::{GroupRec, group_in, still};
+use super::{EtcdStore, decode_all};
+use crate::common::{check_name, millis, now};
 use crate::*;
-
-/// A server group's record.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct GroupRec {
-    id: Uuid,
-    tenant: Uuid,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    user: Option<Uuid>,
-    name: String,
-    policy: String,
-    #[serde(default)]
-    members: Vec<Uuid>,
-    created_ms: i64,
-}
-
-impl GroupRec {
-    fn model(&self) -> ServerGroup {
-        ServerGroup {
-            id: self.id,
-            tenant: self.tenant,
-            user: self.user,
-            name: self.name.clone(),
-            policy: self.policy.clone(),
-            members: self.members.clone(),
-            created: from_millis(self.created_ms),
-        }
-    }
-}
-
-/// Group `id` as the scope sees it.
-fn group_in(tx: &mut Tx<'_>, scope: Scope, id: Uuid) -> Result<GroupRec> {
-    let keys = tx.keys();
-    let missing = || StoreError::not_found("server group", id);
-    let tenant = match tx.get(&keys.server_group_owner(id))? {
-        Some(kv) => Uuid::parse_str(kv.text()?)
-            .map_err(|e| StoreError::Backend(format!("bad tenant at {}: {e}", kv.key)))?,
-        None => return Err(missing()),
-    };
-    if !scope.sees(Some(tenant)) {
-        return Err(missing());
-    }
-    tx.get_json(&keys.server_group(tenant, id))?
-        .ok_or_else(missing)
-}
-
-/// Group `id` if it still exists.
-fn still(tx: &mut Tx<'_>, id: Uuid) -> Result<Option<GroupRec>> {
-    match group_in(tx, Scope::All, id) {
-        Ok(g) => Ok(Some(g)),
-        Err(StoreError::NotFound { .. }) => Ok(None),
-        Err(e) => Err(e),
-    }
-}
-
-/// Takes instance `id` out of `group` (its record is going), if the group still exists.
-pub(super) fn forget_member(tx: &mut Tx<'_>, group: Uuid, id: Uuid) -> Result<()> {
-    if let Some(mut g) = still(tx, group)? {
-        g.members.retain(|m| *m != id);
-        let key = tx.keys().server_group(g.tenant, g.id);
-        tx.put(&key, &g)?;
-    }
-    Ok(())
-}
-
-/// Deletes every server group of `tenant` (which has no instances left, so no members).
-pub(super) fn forget_tenant(tx: &mut Tx<'_>, tenant: Uuid) -> Result<()> {
-    let keys = tx.keys();
-    for g in decode_all::<GroupRec>(&tx.range(&keys.tenant_server_groups(tenant))?)? {
-        tx.delete(&keys.server_group_owner(g.id));
-    }
-    tx.delete_prefix(&keys.tenant_server_groups(tenant));
-    Ok(())
-}
 
 /// Oldest first (then by id, for groups made in the same millisecond).
 fn in_order(mut recs: Vec<GroupRec>) -> Vec<ServerGroup> {

@@ -149,6 +149,7 @@ fn two_clients_on_one_etcd_share_the_quota() {
         metadata: Default::default(),
         user: None,
         reservation: None,
+        zone: None,
     };
     let made: Vec<Instance> = std::thread::scope(|s| {
         let handles: Vec<_> = [&first, &second, &first, &second, &first, &second]
@@ -207,6 +208,7 @@ fn a_stale_version_from_one_client_is_refused_after_another_updated() {
             metadata: Default::default(),
             user: None,
             reservation: None,
+            zone: None,
         })
         .unwrap();
     let seen_by_a = a.instance(Scope::All, i.id).unwrap();
@@ -402,6 +404,7 @@ fn admin_pages_follow_creation_order_across_tenants() {
                     metadata: Default::default(),
                     user: None,
                     reservation: None,
+                    zone: None,
                 })
                 .unwrap()
                 .id,
@@ -494,6 +497,7 @@ fn child_creates_instances() {
             metadata: Default::default(),
             user: None,
             reservation: None,
+            zone: None,
         }) {
             Ok(_) => created += 1,
             Err(StoreError::QuotaExceeded { .. }) => {}
@@ -572,6 +576,7 @@ fn three_processes_share_one_quota() {
                     metadata: Default::default(),
                     user: None,
                     reservation: None,
+                    zone: None,
                 })
                 .is_ok()
         })
@@ -627,6 +632,7 @@ fn listing_by_node_follows_moves_and_deletes() {
                 metadata: Default::default(),
                 user: None,
                 reservation: None,
+                zone: None,
             })
             .unwrap();
         let node = if n % 3 == 2 { b } else { a };

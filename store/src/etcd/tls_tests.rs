@@ -214,6 +214,7 @@ fn a_launcher_deletes_an_instance_of_a_server_group() {
             metadata: Default::default(),
             user: None,
             reservation: None,
+            zone: None,
         })
         .unwrap();
     let group = controller

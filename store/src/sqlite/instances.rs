@@ -12,9 +12,7 @@ use super::catalog::workload;
 use super::flavors::flavor;
 use super::identity::tenant;
 use super::{SqliteStore, bad_column, int, opt_uuid_at, u32_at, u64_at, uuid_at};
-use crate::common::{
-    check_instance_key, check_name, check_same_size, check_version, from_millis, millis, now,
-};
+use crate::common::{check_name, check_same_size, check_version, from_millis, millis, now};
 use crate::net;
 use crate::*;
 
@@ -69,9 +67,9 @@ impl InstanceStore for SqliteStore {
 const INSTANCE_COLS: &str = "i.id, i.tenant_id, i.workload_id, i.name, i.vcpus, i.memory_mb, \
      i.node, i.state, i.reason, s.base, s.prefix, i.ip, i.cnci, i.created, i.updated, i.version, \
      i.fault_reason, i.fault_message, i.fault_created, i.previous_workload_id, i.key_name, \
-     i.key_data, i.metadata, i.locked_by, i.user_id, i.reservation_id";
+     i.key_data, i.metadata, i.locked_by, i.user_id, i.reservation_id, i.zone";
 /// How many columns [`INSTANCE_COLS`] reads (a query may read more after them).
-const INSTANCE_NCOLS: usize = 26;
+const INSTANCE_NCOLS: usize = 27;
 const INSTANCE_FROM: &str = "instances i JOIN subnets s ON s.id = i.subnet_id";
 
 fn state_text(state: &InstanceState) -> (&'static str, Option<&str>) {
@@ -137,6 +135,7 @@ fn instance_row(row: &Row<'_>) -> rusqlite::Result<Instance> {
         locked_by,
         user: opt_uuid_at(row, 24)?,
         reservation: row.get(25)?,
+        zone: row.get(26)?,
     })
 }
 
@@ -189,12 +188,7 @@ fn subnet_with_room(tx: &Transaction<'_>, t: &Tenant) -> Result<(Uuid, u32, u8)>
 }
 
 pub(super) fn create(tx: &Transaction<'_>, new: NewInstance) -> Result<Instance> {
-    check_name("instance", &new.name)?;
-    check_instance_key(&new.key)?;
-    Instance::check_metadata(&new.metadata)?;
-    if let Some(reservation) = &new.reservation {
-        Instance::check_reservation(reservation)?;
-    }
+    crate::common::check_new_instance(&new)?;
     let t = tenant(tx, new.tenant)?;
     let w = workload(tx, Scope::Tenant(t.id), new.workload)?;
     let flavor = flavor(tx, Scope::All, w.flavor)?;
@@ -236,13 +230,14 @@ pub(super) fn create(tx: &Transaction<'_>, new: NewInstance) -> Result<Instance>
         locked_by: None,
         user: new.user,
         reservation: new.reservation,
+        zone: new.zone,
     };
     tx.prepare_cached(
         "INSERT INTO instances (id, tenant_id, workload_id, name, vcpus, memory_mb, node, state,
              reason, subnet_id, ip, cnci, created, updated, version, key_name, key_data,
-             metadata, user_id, reservation_id)
+             metadata, user_id, reservation_id, zone)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, NULL, 'pending', NULL, ?7, ?8, NULL, ?9, ?9, 1, ?10,
-             ?11, ?12, ?13, ?14)",
+             ?11, ?12, ?13, ?14, ?15)",
     )?
     .execute(params![
         instance.id.to_string(),
@@ -259,6 +254,7 @@ pub(super) fn create(tx: &Transaction<'_>, new: NewInstance) -> Result<Instance>
         metadata_text(&instance.metadata)?,
         instance.user.map(|u| u.to_string()),
         instance.reservation,
+        instance.zone,
     ])?;
     tx.execute(
         "UPDATE subnets SET used = used + 1 WHERE id = ?1",

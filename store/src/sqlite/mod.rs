@@ -482,6 +482,7 @@ mod tests {
             metadata: Default::default(),
             user: None,
             reservation: None,
+            zone: None,
         };
         let made: usize = std::thread::scope(|s| {
             let handles: Vec<_> = [&first, &second, &first, &second]

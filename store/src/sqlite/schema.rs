@@ -394,6 +394,10 @@ CREATE INDEX server_group_members_group ON server_group_members(group_id, seq);
     r#"
 ALTER TABLE instances ADD COLUMN reservation_id TEXT;
 "#,
+    // 24: the availability zone an instance was asked for (NULL: any).
+    r#"
+ALTER TABLE instances ADD COLUMN zone TEXT;
+"#,
 ];
 
 /// The newest schema version this code knows.

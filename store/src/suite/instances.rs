@@ -632,7 +632,15 @@ pub(crate) fn metadata_and_lock_are_kept_and_bounded<F: Fixture>() {
     let mut new = new_instance(&t, &w, "vm-1");
     new.metadata = Metadata::from([("role".to_string(), "web".to_string())]);
     new.user = Some(Uuid::from_u128(7));
+    let mut bad = new.clone();
+    bad.zone = Some("no zone".into());
+    assert!(matches!(
+        store.create_instance(bad),
+        Err(StoreError::Invalid(_))
+    ));
+    new.zone = Some("edge-1".into());
     let i = store.create_instance(new.clone()).unwrap();
+    assert_eq!(i.zone.as_deref(), Some("edge-1"));
     assert_eq!(i.metadata, new.metadata);
     assert_eq!(i.user, Some(Uuid::from_u128(7)));
     assert_eq!(i.locked_by, None);

@@ -166,6 +166,7 @@ fn new_instance(tenant: &Tenant, workload: &Workload, name: &str) -> NewInstance
         metadata: Default::default(),
         user: None,
         reservation: None,
+        zone: None,
     }
 }
 

@@ -259,25 +259,7 @@ async fn a_controller_whose_session_is_taken_for_good_stops_with_the_cause() {
 async fn a_disabled_node_takes_no_new_instance_until_enabled() {
     let pki = TestPki::new();
     let dir = tempfile::tempdir().unwrap();
-    let sched = start_scheduler(&pki).await;
-    let (dir_a, dir_b) = (dir.path().join("a"), dir.path().join("b"));
-    std::fs::create_dir_all(&dir_a).unwrap();
-    std::fs::create_dir_all(&dir_b).unwrap();
-    let agent_a = start_agent(&pki, &sched.addr, &dir_a);
-    let agent_b = start_agent(&pki, &sched.addr, &dir_b);
-    let controller = Controller::start(controller_config(&pki, &sched.addr, dir.path()))
-        .await
-        .unwrap();
-    testkit::wait_until(T, "two compute nodes with figures", || async {
-        controller
-            .engine
-            .nodes()
-            .iter()
-            .filter(|n| n.kinds.compute && n.last_stats.is_some())
-            .count()
-            == 2
-    })
-    .await;
+    let (_sched, agent_a, agent_b, controller) = two_nodes(&pki, dir.path(), &[]).await;
     let nodes: Vec<Uuid> = controller.engine.nodes().iter().map(|n| n.id).collect();
     let (tenant, workload) = seed(&controller, Quota::default());
     let before = launch(&controller, tenant, workload, 2);
@@ -333,28 +315,9 @@ fn launch_in_group(
             policy: policy.into(),
         })
         .unwrap();
-    controller
-        .engine
-        .launch(
-            Scope::Tenant(tenant),
-            controller::cluster::Launch {
-                tenant,
-                workload,
-                name: "vm".into(),
-                count,
-                key: None,
-                groups: Vec::new(),
-                metadata: store::Metadata::new(),
-                user: None,
-                server_group: Some(group.id),
-                reservation: store::Instance::new_reservation(),
-            },
-            &Caller::default(),
-        )
-        .unwrap()
-        .into_iter()
-        .map(|i| i.id)
-        .collect()
+    launch_with(controller, tenant, workload, count, |l| {
+        l.server_group = Some(group.id);
+    })
 }
 
 /// Waits until no instance of `ids` is pending; their nodes (`None` for one in error).
@@ -385,25 +348,7 @@ async fn settled(controller: &Controller, ids: &[Uuid]) -> Vec<Option<Uuid>> {
 async fn server_groups_spread_or_gather_their_members_over_real_nodes() {
     let pki = TestPki::new();
     let dir = tempfile::tempdir().unwrap();
-    let sched = start_scheduler(&pki).await;
-    let (dir_a, dir_b) = (dir.path().join("a"), dir.path().join("b"));
-    std::fs::create_dir_all(&dir_a).unwrap();
-    std::fs::create_dir_all(&dir_b).unwrap();
-    let agent_a = start_agent(&pki, &sched.addr, &dir_a);
-    let agent_b = start_agent(&pki, &sched.addr, &dir_b);
-    let controller = Controller::start(controller_config(&pki, &sched.addr, dir.path()))
-        .await
-        .unwrap();
-    testkit::wait_until(T, "two compute nodes with figures", || async {
-        controller
-            .engine
-            .nodes()
-            .iter()
-            .filter(|n| n.kinds.compute && n.last_stats.is_some())
-            .count()
-            == 2
-    })
-    .await;
+    let (_sched, agent_a, agent_b, controller) = two_nodes(&pki, dir.path(), &[]).await;
     let (tenant, workload) = seed(&controller, Quota::default());
 
     // Anti-affinity over two nodes: two of three siblings, one on each; the third in error.
@@ -443,4 +388,74 @@ async fn server_groups_spread_or_gather_their_members_over_real_nodes() {
     controller.stop().await;
     agent_a.stop().await;
     agent_b.stop().await;
+}
+
+/// Availability zones through the real scheduler: an agent started with `--zone edge` takes
+/// the instances asked for in `edge`, the other (in `nova`) those asked for in `nova`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zone_keeps_instances_to_its_nodes() {
+    let pki = TestPki::new();
+    let dir = tempfile::tempdir().unwrap();
+    let (_sched, agent_a, agent_b, controller) =
+        two_nodes(&pki, dir.path(), &["--zone", "edge"]).await;
+    let zone_of = |zone: &str| {
+        controller
+            .engine
+            .nodes()
+            .into_iter()
+            .find(|n| n.zone == zone)
+            .map(|n| n.id)
+            .unwrap_or_else(|| {
+                panic!(
+                    "no node in {zone}: {:?}",
+                    controller
+                        .engine
+                        .nodes()
+                        .iter()
+                        .map(|n| (n.hostname.clone(), n.zone.clone()))
+                        .collect::<Vec<_>>()
+                )
+            })
+    };
+    let (edge, nova) = (zone_of("edge"), zone_of("nova"));
+    let (tenant, workload) = seed(&controller, Quota::default());
+    for (zone, node) in [("edge", edge), ("nova", nova)] {
+        let ids = launch_with(&controller, tenant, workload, 4, |l| {
+            l.zone = Some(zone.into());
+        });
+        let nodes = settled(&controller, &ids).await;
+        assert!(nodes.iter().all(|n| *n == Some(node)), "{zone}: {nodes:?}");
+    }
+    controller.stop().await;
+    agent_a.stop().await;
+    agent_b.stop().await;
+}
+
+/// A scheduler, two sim agents (the first with `extra_a` flags) and a controller that has both
+/// nodes' figures, under `dir`.
+async fn two_nodes(
+    pki: &TestPki,
+    dir: &std::path::Path,
+    extra_a: &[&str],
+) -> (Sched, Agent, Agent, Controller) {
+    let sched = start_scheduler(pki).await;
+    let (dir_a, dir_b) = (dir.join("a"), dir.join("b"));
+    std::fs::create_dir_all(&dir_a).unwrap();
+    std::fs::create_dir_all(&dir_b).unwrap();
+    let agent_a = start_agent_with(pki, &sched.addr, &dir_a, extra_a);
+    let agent_b = start_agent(pki, &sched.addr, &dir_b);
+    let controller = Controller::start(controller_config(pki, &sched.addr, dir))
+        .await
+        .unwrap();
+    testkit::wait_until(T, "two compute nodes with figures", || async {
+        controller
+            .engine
+            .nodes()
+            .iter()
+            .filter(|n| n.kinds.compute && n.last_stats.is_some())
+            .count()
+            == 2
+    })
+    .await;
+    (sched, agent_a, agent_b, controller)
 }

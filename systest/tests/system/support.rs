@@ -57,13 +57,23 @@ impl Agent {
 }
 
 pub(crate) fn start_agent(pki: &TestPki, scheduler: &str, dir: &Path) -> Agent {
+    start_agent_with(pki, scheduler, dir, &[])
+}
+
+/// [`start_agent`] with `extra` flags.
+pub(crate) fn start_agent_with(
+    pki: &TestPki,
+    scheduler: &str,
+    dir: &Path,
+    extra: &[&str],
+) -> Agent {
     let (ca, cert, key) = pki
         .leaf(Role::AGENT | Role::NETAGENT, None)
         .write(dir, "agent");
     let state = dir.join("agent-state");
     let console_port = testkit::procfs::free_port();
     let console = format!("127.0.0.1:{console_port}");
-    let args = [
+    let mut args = vec![
         "cumulo-agent",
         "--ca-cert",
         ca.to_str().unwrap(),
@@ -88,6 +98,7 @@ pub(crate) fn start_agent(pki: &TestPki, scheduler: &str, dir: &Path) -> Agent {
         "--console-listen",
         &console,
     ];
+    args.extend_from_slice(extra);
     let mut config = agent::daemon::cli::Args::try_parse_from(args)
         .unwrap()
         .into_config()
@@ -188,24 +199,34 @@ pub(crate) fn launch(
     workload: Uuid,
     count: u32,
 ) -> Vec<Uuid> {
+    launch_with(controller, tenant, workload, count, |_| {})
+}
+
+/// [`launch`] with the launch changed by `adjust` first (a zone, a server group, ...).
+pub(crate) fn launch_with(
+    controller: &Controller,
+    tenant: Uuid,
+    workload: Uuid,
+    count: u32,
+    adjust: impl FnOnce(&mut Launch),
+) -> Vec<Uuid> {
+    let mut launch = Launch {
+        tenant,
+        workload,
+        name: "vm".into(),
+        count,
+        key: None,
+        groups: Vec::new(),
+        metadata: store::Metadata::new(),
+        user: None,
+        server_group: None,
+        reservation: store::Instance::new_reservation(),
+        zone: None,
+    };
+    adjust(&mut launch);
     controller
         .engine
-        .launch(
-            Scope::Tenant(tenant),
-            Launch {
-                tenant,
-                workload,
-                name: "vm".into(),
-                count,
-                key: None,
-                groups: Vec::new(),
-                metadata: store::Metadata::new(),
-                user: None,
-                server_group: None,
-                reservation: store::Instance::new_reservation(),
-            },
-            &Caller::default(),
-        )
+        .launch(Scope::Tenant(tenant), launch, &Caller::default())
         .unwrap()
         .into_iter()
         .map(|i| i.id)

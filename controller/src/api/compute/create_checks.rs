@@ -9,6 +9,10 @@
 //!   (Nova's "Network X could not be found." for an unknown one).
 //! - `accessIPv4` / `accessIPv6`: an address that is not one is Nova's schema 400; a well-formed
 //!   one is a 400 too, as in `PUT /servers/{id}`: access addresses are not kept here.
+//! - `availability_zone`: a zone some compute node is in (a node's zone is its agent's
+//!   `--zone`, `nova` by default); Nova's 400 `The requested availability zone is not
+//!   available` otherwise. Nova's `zone:host` and `zone:host:node` forms (admins forcing a host)
+//!   are a 400: use the zone alone.
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
@@ -143,6 +147,42 @@ pub fn check_access_ips(v4: Option<&Value>, v6: Option<&Value>) -> Result<(), Ap
         )));
     }
     Ok(())
+}
+
+/// The zone a create asks for (`availability_zone`), checked for its shape; `None`: any.
+pub fn parse_zone(zone: Option<&Value>) -> Result<Option<String>, ApiError> {
+    let bad = |why: String| {
+        ApiError::BadRequest(format!(
+            "Invalid input for field/attribute availability_zone. {why}"
+        ))
+    };
+    let text = match zone {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::String(text)) => text,
+        Some(other) => return Err(bad(format!("Value: {other}. It is not a string"))),
+    };
+    if text.contains(':') {
+        return Err(bad(format!(
+            "Value: {text}. Forcing a host (zone:host) is not supported here: name the zone alone"
+        )));
+    }
+    if !ssntp::payload::valid_zone(text) {
+        return Err(ApiError::BadRequest(
+            "The requested availability zone is not available".into(),
+        ));
+    }
+    Ok(Some(text.clone()))
+}
+
+/// Checks that some compute node of `nodes` is in `zone`: Nova's 400 otherwise.
+pub fn check_zone(nodes: &[crate::cluster::Node], zone: &str) -> Result<(), ApiError> {
+    if nodes.iter().any(|n| n.kinds.compute && n.zone == zone) {
+        Ok(())
+    } else {
+        Err(ApiError::BadRequest(
+            "The requested availability zone is not available".into(),
+        ))
+    }
 }
 
 #[cfg(test)]

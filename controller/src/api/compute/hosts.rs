@@ -21,7 +21,7 @@ pub async fn list(
     let hosts = hypervisors(&state, &caller).await?;
     let list: Vec<Value> = hosts
         .iter()
-        .map(|h| json!({"host_name": name_of(&h.node), "service": "compute", "zone": "nova"}))
+        .map(|h| json!({"host_name": name_of(&h.node), "service": "compute", "zone": h.node.zone}))
         .collect();
     Ok(Json(json!({ "hosts": list })))
 }
@@ -98,29 +98,73 @@ pub async fn update(
     })))
 }
 
-/// `GET /os-availability-zone/detail` (admins; `openstack availability zone list --long`): zone
-/// `nova` with each host's `nova-compute` service (`available` while connected, `active` while
+/// The zones of the compute nodes `nodes`, by name; the default zone alone when there are none.
+fn zones_of<'n>(
+    nodes: impl Iterator<Item = &'n crate::cluster::Node>,
+) -> std::collections::BTreeMap<String, Vec<&'n crate::cluster::Node>> {
+    let mut zones: std::collections::BTreeMap<String, Vec<_>> = std::collections::BTreeMap::new();
+    for n in nodes.filter(|n| n.kinds.compute) {
+        zones.entry(n.zone.clone()).or_default().push(n);
+    }
+    if zones.is_empty() {
+        zones.insert(ssntp::payload::DEFAULT_ZONE.into(), Vec::new());
+    }
+    zones
+}
+
+/// `GET /os-availability-zone` (`openstack availability zone list --compute`): the zones the
+/// compute nodes are in (each agent's `--zone`, `nova` by default), available while one of
+/// their nodes is connected; `nova` alone while there are no nodes.
+pub async fn zones(
+    State(state): State<ApiState>,
+    _caller: Principal,
+) -> Result<Json<Value>, ApiError> {
+    let nodes = state.cluster(|_, cluster| Ok(cluster.nodes())).await?;
+    let info: Vec<Value> = zones_of(nodes.iter())
+        .into_iter()
+        .map(|(zone, nodes)| {
+            let up = nodes.is_empty()
+                || nodes
+                    .iter()
+                    .any(|n| n.status != crate::cluster::NodeStatus::Disconnected);
+            json!({"zoneName": zone, "zoneState": {"available": up}, "hosts": null})
+        })
+        .collect();
+    Ok(Json(json!({ "availabilityZoneInfo": info })))
+}
+
+/// `GET /os-availability-zone/detail` (admins; `openstack availability zone list --long`): each
+/// zone with its hosts' `nova-compute` services (`available` while connected, `active` while
 /// enabled).
 pub async fn zones_detail(
     State(state): State<ApiState>,
     caller: Principal,
 ) -> Result<Json<Value>, ApiError> {
     let hosts = hypervisors(&state, &caller).await?;
-    let mut map = serde_json::Map::new();
-    for h in &hosts {
-        let n = &h.node;
-        map.insert(
-            name_of(n),
-            json!({"nova-compute": {
-                "available": n.status != crate::cluster::NodeStatus::Disconnected,
-                "active": super::hypervisors::status_of(h) == "enabled",
-                "updated_at": crate::api::clock::nova_micro(n.last_stats.unwrap_or(n.connected)),
-            }}),
-        );
-    }
-    Ok(Json(json!({"availabilityZoneInfo": [{
-        "zoneName": "nova",
-        "zoneState": {"available": true},
-        "hosts": Value::Object(map),
-    }]})))
+    let by_zone = zones_of(hosts.iter().map(|h| &h.node));
+    let info: Vec<Value> = by_zone
+        .into_iter()
+        .map(|(zone, nodes)| {
+            let mut map = serde_json::Map::new();
+            for n in &nodes {
+                let Some(h) = hosts.iter().find(|h| h.node.id == n.id) else {
+                    continue;
+                };
+                map.insert(
+                    name_of(n),
+                    json!({"nova-compute": {
+                        "available": n.status != crate::cluster::NodeStatus::Disconnected,
+                        "active": super::hypervisors::status_of(h) == "enabled",
+                        "updated_at": crate::api::clock::nova_micro(n.last_stats.unwrap_or(n.connected)),
+                    }}),
+                );
+            }
+            let up = nodes.is_empty()
+                || nodes
+                    .iter()
+                    .any(|n| n.status != crate::cluster::NodeStatus::Disconnected);
+            json!({"zoneName": zone, "zoneState": {"available": up}, "hosts": Value::Object(map)})
+        })
+        .collect();
+    Ok(Json(json!({ "availabilityZoneInfo": info })))
 }

@@ -85,6 +85,8 @@ struct ServerCreate {
     networks: Option<Value>,
     #[serde(rename = "accessIPv4", default)]
     access_ipv4: Option<Value>,
+    #[serde(default)]
+    availability_zone: Option<Value>,
     #[serde(rename = "accessIPv6", default)]
     access_ipv6: Option<Value>,
     #[serde(default)]
@@ -154,6 +156,8 @@ struct Plan {
     networks: Vec<Uuid>,
     /// Whether the answer is the reservation id rather than the first server.
     return_reservation_id: bool,
+    /// The zone asked for, if any.
+    zone: Option<String>,
 }
 
 fn plan(server: ServerCreate) -> Result<Plan, ApiError> {
@@ -221,6 +225,7 @@ fn plan(server: ServerCreate) -> Result<Plan, ApiError> {
         Some(value) => super::server_metadata::parse(value)?,
     };
     let networks = super::create_checks::parse_networks(server.networks.as_ref())?;
+    let zone = super::create_checks::parse_zone(server.availability_zone.as_ref())?;
     super::create_checks::check_access_ips(
         server.access_ipv4.as_ref(),
         server.access_ipv6.as_ref(),
@@ -256,6 +261,7 @@ fn plan(server: ServerCreate) -> Result<Plan, ApiError> {
         metadata,
         networks,
         return_reservation_id,
+        zone,
     })
 }
 
@@ -507,6 +513,9 @@ pub async fn create(
                 .transpose()?;
             let groups = security_groups(store, tenant, &plan.security_groups)?;
             super::create_checks::check_networks(store, tenant, &plan.networks)?;
+            if let Some(zone) = &plan.zone {
+                super::create_checks::check_zone(&cluster.nodes(), zone)?;
+            }
             let room = headroom(store, tenant, flavor.vcpus, flavor.memory_mb)?;
             if room < u64::from(plan.min) {
                 return Err(ApiError::OverLimit(format!(
@@ -547,6 +556,7 @@ pub async fn create(
                 user,
                 server_group,
                 reservation: store::Instance::new_reservation(),
+                zone: plan.zone,
             };
             let instances = match boot {
                 None => cluster.launch(Scope::Tenant(tenant), launch, &by)?,

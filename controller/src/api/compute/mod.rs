@@ -115,7 +115,7 @@ pub(crate) fn table() -> RouteTable {
         .delete("/compute/v2.1/servers/{id}/metadata/{key}", server_metadata::delete, os("Delete Metadata Item", 204).errors(&[409]))
         .get("/compute/v2.1/servers/{id}/ips", server_update::ips, os("List IPs", 200))
         .get("/compute/v2.1/servers/{id}/ips/{network}", server_update::ips_of, os("Show IP Details", 200))
-        .get("/compute/v2.1/os-availability-zone", zones, os("Get Availability Zone Information", 200))
+        .get("/compute/v2.1/os-availability-zone", hosts::zones, os("Get Availability Zone Information", 200))
         .get("/compute/v2.1/os-availability-zone/detail", hosts::zones_detail, os("Get Detailed Availability Zone Information", 200))
         .get("/compute/v2.1/os-hypervisors", hypervisors::list, os("List Hypervisors", 200))
         .get("/compute/v2.1/os-hypervisors/detail", hypervisors::list_detail, os("List Hypervisors Details", 200))
@@ -288,13 +288,14 @@ fn limit_of<T: Into<u64>>(limit: Option<T>) -> i64 {
 /// `GET /limits`: the project's quota and usage.
 async fn limits(State(state): State<ApiState>, caller: Principal) -> Result<Response, ApiError> {
     let project = caller.project()?;
-    let (tenant, usage, network, network_used) = state
+    let (tenant, usage, network, network_used, groups) = state
         .store(move |store: &dyn Store| {
             Ok((
                 store.tenant(project)?,
                 store.usage(project)?,
                 store.network_quota(project)?,
                 store.network_usage(project)?,
+                store.server_groups(store::Scope::Tenant(project))?.len(),
             ))
         })
         .await?;
@@ -307,25 +308,19 @@ async fn limits(State(state): State<ApiState>, caller: Principal) -> Result<Resp
         "maxPersonality": 5,
         "maxPersonalitySize": 10240,
         "maxTotalKeypairs": keypairs::MAX_KEYPAIRS,
-        "maxServerGroups": 10,
-        "maxServerGroupMembers": 10,
+        "maxServerGroups": store::ServerGroup::MAX_PER_TENANT,
+        "maxServerGroupMembers": store::ServerGroup::MAX_MEMBERS,
         "maxTotalFloatingIps": network.floating_ips,
         "maxSecurityGroups": network.security_groups,
         "maxSecurityGroupRules": network.security_group_rules,
         "totalInstancesUsed": usage.instances,
         "totalCoresUsed": usage.vcpus,
         "totalRAMUsed": usage.memory_mb,
-        "totalServerGroupsUsed": 0,
+        "totalServerGroupsUsed": groups,
         "totalFloatingIpsUsed": network_used.floating_ips,
         "totalSecurityGroupsUsed": network_used.security_groups,
     }}});
     Ok(Json(body).into_response())
-}
-
-async fn zones(_caller: Principal) -> Json<Value> {
-    Json(json!({"availabilityZoneInfo": [
-        {"zoneName": "nova", "zoneState": {"available": true}, "hosts": null}
-    ]}))
 }
 
 #[cfg(test)]

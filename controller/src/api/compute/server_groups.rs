@@ -70,19 +70,16 @@ fn group_error(id: Uuid) -> impl Fn(StoreError) -> ApiError {
     }
 }
 
-/// A whole number of at least `min` in a query.
-fn number(name: &str, text: &Option<String>, min: usize) -> Result<Option<usize>, ApiError> {
+/// A whole number in a query.
+fn number(name: &str, text: &Option<String>) -> Result<Option<usize>, ApiError> {
     text.as_deref()
         .map(|t| {
-            t.parse::<usize>()
-                .ok()
-                .filter(|n| *n >= min)
-                .ok_or_else(|| {
-                    ApiError::BadRequest(format!(
-                        "Invalid input for query parameters {name}. Value: {t}. {t} is not an \
-                     integer of at least {min}"
-                    ))
-                })
+            t.parse::<usize>().map_err(|_| {
+                ApiError::BadRequest(format!(
+                    "Invalid input for query parameters {name}. Value: {t}. {t} is not a \
+                     non-negative integer"
+                ))
+            })
         })
         .transpose()
 }
@@ -94,13 +91,11 @@ pub async fn list(
     caller: Principal,
     QueryParams(query): QueryParams<ListQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    let all = query
-        .all_projects
-        .as_deref()
-        .is_some_and(|a| !matches!(a, "0" | "false" | "False" | ""));
-    let scope = caller.project_scope(all)?;
-    let offset = number("offset", &query.offset, 0)?.unwrap_or(0);
-    let limit = number("limit", &query.limit, 1)?;
+    // As Nova, the parameter's presence asks for every project (its value is not read).
+    let scope = caller.project_scope(query.all_projects.is_some())?;
+    let offset = number("offset", &query.offset)?.unwrap_or(0);
+    // As Nova, a limit of 0 is no limit.
+    let limit = number("limit", &query.limit)?.filter(|n| *n > 0);
     let groups = state
         .store(move |store| Ok(store.server_groups(scope)?))
         .await?;
@@ -121,9 +116,12 @@ pub async fn create(
 ) -> Result<Json<Value>, ApiError> {
     let tenant = caller.project()?;
     let GroupCreate { name, policies } = request.server_group;
-    if name.trim().is_empty() || name.chars().count() > 255 {
+    // Nova's name: 1 to 255 characters, no leading or trailing space; kept as at most 255
+    // bytes (the store's bound for every name).
+    if name.trim().is_empty() || name.trim() != name || name.len() > 255 {
         return Err(ApiError::BadRequest(
-            "Invalid input for field/attribute name. A name is 1 to 255 characters, not blank"
+            "Invalid input for field/attribute name. A name is 1 to 255 bytes, not blank, \
+             without leading or trailing spaces"
                 .into(),
         ));
     }

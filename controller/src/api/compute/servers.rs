@@ -69,6 +69,8 @@ pub struct Related {
     pub volumes: Vec<(Uuid, bool)>,
     /// Whether it boots from a volume (one is attached as its root disk).
     pub boots_from_volume: bool,
+    /// The zone of the node it is on, when known.
+    pub zone: Option<String>,
 }
 
 /// The [`Related`] of each of `instances`, read per tenant.
@@ -119,6 +121,7 @@ pub fn related(
                     boots_from_volume: attached
                         .iter()
                         .any(|(_, a)| a.device == crate::volumes::ROOT_DEVICE),
+                    zone: None,
                 },
             );
         }
@@ -190,7 +193,11 @@ pub fn detailed(
         "progress": 0,
         "security_groups": groups,
         "OS-DCF:diskConfig": "MANUAL",
-        "OS-EXT-AZ:availability_zone": "nova",
+        // The zone of its node, else the zone it was asked for, else the default one.
+        "OS-EXT-AZ:availability_zone": net
+            .and_then(|n| n.zone.as_deref())
+            .or(instance.zone.as_deref())
+            .unwrap_or(ssntp::payload::DEFAULT_ZONE),
         "OS-EXT-STS:vm_state": vm_state,
         "OS-EXT-STS:task_state": task_state,
         "OS-EXT-STS:power_state": power_state,
@@ -235,7 +242,20 @@ async fn listing_nets(
     instances: Vec<Instance>,
 ) -> Result<HashMap<Uuid, Related>, ApiError> {
     state
-        .store(move |store| Ok(related(store, &instances)?))
+        .cluster(move |store, cluster| {
+            let mut related = related(store, &instances)?;
+            let zones: HashMap<Uuid, String> = cluster
+                .nodes()
+                .into_iter()
+                .map(|n| (n.id, n.zone))
+                .collect();
+            for i in &instances {
+                if let (Some(node), Some(r)) = (i.node, related.get_mut(&i.id)) {
+                    r.zone = zones.get(&node).cloned();
+                }
+            }
+            Ok(related)
+        })
         .await
 }
 

@@ -36,7 +36,7 @@ fn service(h: &Host) -> Value {
         "id": n.id,
         "binary": BINARY,
         "host": name_of(n),
-        "zone": "nova",
+        "zone": n.zone,
         "status": status_of(h),
         "state": state_of(n),
         "updated_at": crate::api::clock::nova_micro(updated),

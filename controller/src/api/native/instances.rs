@@ -246,6 +246,7 @@ pub async fn create(
                 user: by.user,
                 server_group: None,
                 reservation: store::Instance::new_reservation(),
+                zone: None,
             };
             Ok(cluster.launch(Scope::Tenant(tenant), launch, &by)?)
         })

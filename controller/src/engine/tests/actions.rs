@@ -43,6 +43,7 @@ fn a_launch_records_a_create_per_instance_and_how_each_start_went() {
                 user: None,
                 server_group: None,
                 reservation: store::Instance::new_reservation(),
+                zone: None,
             },
             &by,
         )

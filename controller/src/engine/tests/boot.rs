@@ -23,6 +23,7 @@ fn launch_booted(w: &World, delete_on_termination: bool) -> (Instance, Volume) {
                 user: None,
                 server_group: None,
                 reservation: store::Instance::new_reservation(),
+                zone: None,
             },
             BootVolume::Image {
                 size_gb: 2,

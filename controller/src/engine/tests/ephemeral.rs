@@ -43,6 +43,7 @@ impl World {
                     user: None,
                     server_group: None,
                     reservation: store::Instance::new_reservation(),
+                    zone: None,
                 },
                 &Caller::default(),
             )

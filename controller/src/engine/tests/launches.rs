@@ -20,6 +20,7 @@ fn nothing_is_created_while_the_scheduler_is_unreachable() {
             user: None,
             server_group: None,
             reservation: store::Instance::new_reservation(),
+            zone: None,
         },
         &Caller::default(),
     );
@@ -51,6 +52,7 @@ fn a_launch_beyond_what_the_nodes_could_hold_writes_nothing() {
                 user: None,
                 server_group: None,
                 reservation: store::Instance::new_reservation(),
+                zone: None,
             },
             &Caller::default(),
         )
@@ -127,6 +129,7 @@ fn another_tenant_sees_nothing() {
             user: None,
             server_group: None,
             reservation: store::Instance::new_reservation(),
+            zone: None,
         },
         &Caller::default(),
     );
@@ -159,6 +162,7 @@ fn a_launch_past_the_quota_keeps_what_fitted() {
             user: None,
             server_group: None,
             reservation: store::Instance::new_reservation(),
+            zone: None,
         },
         &Caller::default(),
     );
@@ -186,6 +190,7 @@ fn bad_launches_are_refused() {
                 user: None,
                 server_group: None,
                 reservation: store::Instance::new_reservation(),
+                zone: None,
             },
             &Caller::default(),
         );
@@ -256,6 +261,7 @@ fn a_launch_with_a_key_puts_it_in_the_start() {
                 user: None,
                 server_group: None,
                 reservation: store::Instance::new_reservation(),
+                zone: None,
             },
             &Caller::default(),
         )
