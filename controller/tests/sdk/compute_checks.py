@@ -290,6 +290,24 @@ with check("create_server of an unknown image is BadRequestException (400)"):
     raises(exceptions.BadRequestException, alice.compute.create_server, name="bad",
            flavor_id=flavor["id"], image_id=str(uuid.uuid4()), status=400)
 
+with check("server groups: create, a server joins by its scheduler hint, list, get, delete"):
+    group = alice.compute.create_server_group(name="sdk-spread",
+                                              policies=["soft-anti-affinity"])
+    equal(group.policies, ["soft-anti-affinity"], "policies")
+    member = alice.compute.create_server(name="sdk-member", flavor_id=flavor["id"],
+                                         image_id=image["id"],
+                                         scheduler_hints={"group": group.id})
+    wait_status(member, "ACTIVE")
+    equal(alice.compute.get_server_group(group.id).member_ids, [member.id], "member_ids")
+    equal([g.id for g in alice.compute.server_groups()], [group.id], "listed")
+    equal(list(bob.compute.server_groups()), [], "another project's list")
+    raises(exceptions.ResourceNotFound, bob.compute.get_server_group, group.id)
+    alice.compute.delete_server(member)
+    alice.compute.wait_for_delete(member, interval=INTERVAL, wait=WAIT)
+    equal(alice.compute.get_server_group(group.id).member_ids, [], "members after the delete")
+    alice.compute.delete_server_group(group, ignore_missing=False)
+    raises(exceptions.ResourceNotFound, alice.compute.get_server_group, group.id)
+
 with check("keypairs: the last one deleted"):
     alice.compute.delete_keypair("sdk-generated", ignore_missing=False)
     equal(list(alice.compute.keypairs()), [], "keypairs()")
