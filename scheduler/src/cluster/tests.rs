@@ -577,3 +577,72 @@ fn siblings_of_one_launch_keep_apart_by_the_schedulers_memory() {
         matches!(&refused[..], [(_, Payload::StartFailure(f))] if f.reason == StartFailureReason::InvalidData)
     );
 }
+
+#[test]
+fn a_member_placed_again_elsewhere_is_remembered_where_it_went() {
+    let now = Instant::now();
+    let mut c = Cluster::new(SCHED, 5);
+    c.connected(u(0xc1), Role::CONTROLLER, 0, now);
+    for node in [1, 2] {
+        c.connected(u(node), Role::AGENT, 0, now);
+        msg_in(
+            &mut c,
+            u(node),
+            Role::AGENT,
+            msg(u(node), ready(u(node), 1000)),
+            now,
+        );
+    }
+    let member = |instance: u8, others: Vec<Uuid>| {
+        let Payload::Start(mut s) = start(instance, false) else {
+            unreachable!()
+        };
+        s.restart = false;
+        s.requirements.group = Some(ssntp::payload::GroupRequirement {
+            id: u(0x60),
+            policy: "anti-affinity".into(),
+            nodes: Vec::new(),
+            members: others,
+        });
+        Payload::Start(s)
+    };
+    let first = msg(u(0xc1), member(0x41, Vec::new()));
+    let frame = first.frame.clone();
+    let placed = msg_in(&mut c, u(0xc1), Role::CONTROLLER, first, now);
+    let [
+        Action::Forward {
+            to: Target::Session(went),
+            ..
+        },
+    ] = placed.as_slice()
+    else {
+        panic!("{placed:?}")
+    };
+    // Its node could not take it: placed on the other, and remembered there.
+    let again = c.start_undelivered(u(0xc1), *went, frame);
+    let [
+        Action::Forward {
+            to: Target::Session(moved),
+            ..
+        },
+    ] = again.as_slice()
+    else {
+        panic!("{again:?}")
+    };
+    assert_ne!(moved, went);
+    let second = msg(u(0xc1), member(0x42, vec![u(0x41)]));
+    let placed = msg_in(&mut c, u(0xc1), Role::CONTROLLER, second, now);
+    let [
+        Action::Forward {
+            to: Target::Session(to),
+            ..
+        },
+    ] = placed.as_slice()
+    else {
+        panic!("{placed:?}")
+    };
+    assert_eq!(
+        to, went,
+        "the second member keeps off the node the first moved to"
+    );
+}
