@@ -259,6 +259,12 @@ impl Placement {
                 .map(|k| (start + k) % n)
                 .find(|&pos| at(pos).is_some_and(pred))
         };
+        // The common case, with no predicate to call through.
+        let any = || {
+            (0..n)
+                .map(|k| (start + k) % n)
+                .find(|&pos| at(pos).is_some())
+        };
         // How many members each node holds, counted once.
         let mut counts: HashMap<Uuid, usize> = HashMap::new();
         for node in members.iter().flat_map(|m| m.nodes) {
@@ -279,14 +285,12 @@ impl Placement {
                 .filter(|&pos| at(pos).is_some_and(allowed))
         } else {
             match members {
-                None => rotate(&|_| true),
+                None => any(),
                 Some(m) => match m.policy {
-                    GroupPolicy::Affinity if m.nodes.is_empty() => rotate(&|_| true),
+                    GroupPolicy::Affinity if m.nodes.is_empty() => any(),
                     GroupPolicy::Affinity => rotate(&|node| held(node) > 0),
                     GroupPolicy::AntiAffinity => rotate(&|node| held(node) == 0),
-                    GroupPolicy::SoftAffinity => {
-                        rotate(&|node| held(node) > 0).or_else(|| rotate(&|_| true))
-                    }
+                    GroupPolicy::SoftAffinity => rotate(&|node| held(node) > 0).or_else(any),
                     GroupPolicy::SoftAntiAffinity => {
                         rotate(&|node| held(node) == 0).or_else(|| {
                             (0..n)
