@@ -489,35 +489,14 @@ fn events_of_an_older_session_do_not_touch_the_newer_one() {
 #[test]
 fn siblings_of_one_launch_keep_apart_by_the_schedulers_memory() {
     let now = Instant::now();
-    let mut c = Cluster::new(SCHED, 5);
-    c.connected(u(0xc1), Role::CONTROLLER, 0, now);
-    for node in [1, 2, 3] {
-        c.connected(u(node), Role::AGENT, 0, now);
-        msg_in(
-            &mut c,
-            u(node),
-            Role::AGENT,
-            msg(u(node), ready(u(node), 1000)),
-            now,
-        );
-    }
-    let group = ssntp::payload::GroupRequirement {
-        id: u(0x60),
-        policy: "anti-affinity".into(),
-        nodes: Vec::new(),
-        members: Vec::new(),
-    };
+    let mut c = with_agents(&[1, 2, 3], now);
     // Three siblings sent one after the other, each naming those before it (no node known yet):
     // three nodes; a fourth has none left.
     let mut placed = Vec::new();
     for instance in 0x41..=0x44u8 {
-        let Payload::Start(mut s) = start(instance, false) else {
+        let Payload::Start(s) = member(instance, (0x41..instance).map(u).collect()) else {
             unreachable!()
         };
-        s.restart = false;
-        let mut g = group.clone();
-        g.members = (0x41..instance).map(u).collect();
-        s.requirements.group = Some(g);
         let actions = msg_in(
             &mut c,
             u(0xc1),
@@ -551,12 +530,9 @@ fn siblings_of_one_launch_keep_apart_by_the_schedulers_memory() {
     assert_eq!(placed, vec![u(1), u(2), u(3)]);
     // A sibling deleted since (the controller no longer names it) frees its node; an unknown
     // policy is refused as invalid data.
-    let Payload::Start(mut s) = start(0x45, false) else {
+    let Payload::Start(mut s) = member(0x45, vec![u(0x41), u(0x42)]) else {
         unreachable!()
     };
-    let mut g = group.clone();
-    g.members = vec![u(0x41), u(0x42)];
-    s.requirements.group = Some(g);
     let actions = msg_in(
         &mut c,
         u(0xc1),
@@ -581,31 +557,7 @@ fn siblings_of_one_launch_keep_apart_by_the_schedulers_memory() {
 #[test]
 fn a_member_placed_again_elsewhere_is_remembered_where_it_went() {
     let now = Instant::now();
-    let mut c = Cluster::new(SCHED, 5);
-    c.connected(u(0xc1), Role::CONTROLLER, 0, now);
-    for node in [1, 2] {
-        c.connected(u(node), Role::AGENT, 0, now);
-        msg_in(
-            &mut c,
-            u(node),
-            Role::AGENT,
-            msg(u(node), ready(u(node), 1000)),
-            now,
-        );
-    }
-    let member = |instance: u8, others: Vec<Uuid>| {
-        let Payload::Start(mut s) = start(instance, false) else {
-            unreachable!()
-        };
-        s.restart = false;
-        s.requirements.group = Some(ssntp::payload::GroupRequirement {
-            id: u(0x60),
-            policy: "anti-affinity".into(),
-            nodes: Vec::new(),
-            members: others,
-        });
-        Payload::Start(s)
-    };
+    let mut c = with_agents(&[1, 2], now);
     let first = msg(u(0xc1), member(0x41, Vec::new()));
     let frame = first.frame.clone();
     let placed = msg_in(&mut c, u(0xc1), Role::CONTROLLER, first, now);
@@ -645,4 +597,37 @@ fn a_member_placed_again_elsewhere_is_remembered_where_it_went() {
         to, went,
         "the second member keeps off the node the first moved to"
     );
+}
+
+/// A cluster with controller `0xc1` and the agents `nodes`, each READY with 1,000 MiB.
+fn with_agents(nodes: &[u8], now: Instant) -> Cluster {
+    let mut c = Cluster::new(SCHED, 5);
+    c.connected(u(0xc1), Role::CONTROLLER, 0, now);
+    for &node in nodes {
+        c.connected(u(node), Role::AGENT, 0, now);
+        msg_in(
+            &mut c,
+            u(node),
+            Role::AGENT,
+            msg(u(node), ready(u(node), 1000)),
+            now,
+        );
+    }
+    c
+}
+
+/// The START of a new member of anti-affinity group `0x60`, naming `others` as its members not
+/// placed yet.
+fn member(instance: u8, others: Vec<Uuid>) -> Payload {
+    let Payload::Start(mut s) = start(instance, false) else {
+        unreachable!()
+    };
+    s.restart = false;
+    s.requirements.group = Some(ssntp::payload::GroupRequirement {
+        id: u(0x60),
+        policy: "anti-affinity".into(),
+        nodes: Vec::new(),
+        members: others,
+    });
+    Payload::Start(s)
 }

@@ -115,17 +115,13 @@ fn group(tx: &Transaction<'_>, scope: Scope, id: Uuid) -> Result<ServerGroup> {
 }
 
 fn group_id_of(tx: &Transaction<'_>, instance: Uuid) -> Result<Option<Uuid>> {
-    let id: Option<String> = tx
+    Ok(tx
         .query_row(
             "SELECT group_id FROM server_group_members WHERE instance_id = ?1",
             [instance.to_string()],
-            |r| r.get(0),
+            |r| uuid_at(r, 0),
         )
-        .optional()?;
-    id.map(|id| {
-        Uuid::parse_str(&id).map_err(|e| StoreError::Backend(format!("bad group id {id}: {e}")))
-    })
-    .transpose()
+        .optional()?)
 }
 
 fn create(tx: &Transaction<'_>, new: &NewServerGroup) -> Result<ServerGroup> {
