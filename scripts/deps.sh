@@ -24,7 +24,10 @@ CUMULO_DEBS=(build-essential pkg-config openssl ca-certificates procps
 
 # The version of a package that is installed, else empty.
 deb_version() {
-    dpkg-query -W -f='${Status} ${Version}' "$1" 2>/dev/null | sed -n 's/^install ok installed //p'
+    # dpkg-query fails for a package it has never seen: that is "not installed", not an error
+    # (under `set -o pipefail` it would end the script on a fresh machine).
+    { dpkg-query -W -f='${Status} ${Version}' "$1" 2>/dev/null || true; } |
+        sed -n 's/^install ok installed //p'
 }
 
 install_debs() {
