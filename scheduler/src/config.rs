@@ -64,6 +64,18 @@ pub struct Args {
     /// Print one summary line a second.
     #[arg(long, env = "CUMULO_SCHEDULER_HEARTBEAT")]
     pub heartbeat: bool,
+    /// A role's read budget, `ROLE=RATE[/BURST[/FRAME]]` in bytes (K, M, G: powers of 1,024)
+    /// or `ROLE=off`, for agent, netagent, cnciagent or controller; repeat for several roles.
+    /// Defaults: agent and netagent 16M/64M/512, cnciagent 1M/8M/512, controller off. A peer
+    /// sending faster than its budget is read more slowly; nothing is dropped.
+    #[arg(long, env = "CUMULO_SCHEDULER_READ_RATE", value_delimiter = ',', value_parser = parse_read_rate)]
+    pub read_rate: Vec<String>,
+}
+
+/// Checks one `--read-rate` (applied in [`Args::into_config`]).
+fn parse_read_rate(spec: &str) -> Result<String, ssntp_net::RateParseError> {
+    ssntp_net::ReadRates::default().set(spec)?;
+    Ok(spec.to_string())
 }
 
 /// Why the arguments do not make a configuration.
@@ -86,6 +98,9 @@ pub enum ConfigError {
     /// The STATS interval: not whole seconds, or the flag and the file disagree.
     #[error("{0}")]
     StatsInterval(String),
+    /// A `--read-rate` that cannot be read.
+    #[error("--read-rate: {0}")]
+    ReadRate(#[from] ssntp_net::RateParseError),
     /// The certificate lacks the role.
     #[error(
         "{0}: the certificate's roles ({1}) lack scheduler; make one with `cumulo-cert --role scheduler`"
@@ -151,7 +166,12 @@ impl Args {
                 max_frame: self.max_frame,
             },
         };
+        let mut read_rates = ssntp_net::ReadRates::default();
+        for spec in &self.read_rate {
+            read_rates.set(spec)?;
+        }
         let config = SchedulerConfig {
+            read_rates,
             tls,
             uuid,
             stats_interval,
@@ -188,6 +208,33 @@ mod tests {
                 ),
                 "{flag:?} {file:?}"
             );
+        }
+    }
+
+    #[test]
+    fn read_rates_are_given_per_role_and_bad_ones_are_refused_with_the_form() {
+        let args = Args::try_parse_from([
+            "cumulo-scheduler",
+            "--ca-cert=a",
+            "--cert=b",
+            "--key=c",
+            "--read-rate",
+            "agent=1M/4M/256,cnciagent=off",
+        ])
+        .unwrap();
+        assert_eq!(args.read_rate, ["agent=1M/4M/256", "cnciagent=off"]);
+        for bad in ["agent", "agent=0", "wizard=1M", "agent=1Q"] {
+            let e = Args::try_parse_from([
+                "cumulo-scheduler",
+                "--ca-cert=a",
+                "--cert=b",
+                "--key=c",
+                "--read-rate",
+                bad,
+            ])
+            .unwrap_err()
+            .to_string();
+            assert!(e.contains("--read-rate"), "{bad}: {e}");
         }
     }
 }

@@ -49,6 +49,8 @@ pub struct SchedulerConfig {
     pub heartbeat: bool,
     /// Per-session queue limits (defaults of `ssntp_net::ConnConfig`).
     pub conn: ssntp_net::ConnConfig,
+    /// Each role's read budget (defaults of `ssntp_net::ReadRates`).
+    pub read_rates: ssntp_net::ReadRates,
 }
 
 /// A snapshot for the heartbeat line and the metrics endpoint.
@@ -251,6 +253,7 @@ pub async fn run(
     // Agents are told the interval the scheduler enforces.
     server_config.cluster = cluster.told(config.cluster.clone());
     server_config.conn = config.conn;
+    server_config.read_rates = config.read_rates;
     server_config.routes = routes::routes();
     let (server, handle, mut events) = Server::new(server_config)?;
     let server_task = tokio::spawn(server.run(listener, shutdown.clone()));

@@ -25,6 +25,7 @@ impl SchedulerConfig {
             cluster: Default::default(),
             heartbeat: false,
             conn: Default::default(),
+            read_rates: Default::default(),
         }
     }
 }

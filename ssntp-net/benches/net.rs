@@ -1,8 +1,9 @@
 //! Benchmarks of SSNTP over loopback TLS 1.3 (run: `cargo bench -p ssntp-net --bench net -- <case>`):
 //!
-//! - `throughput [frames]`: one agent sends 64-byte-payload frames to the server, which receives
-//!   them as typed events; beside it, in the same run, a bare tokio-rustls stream moves the same
-//!   bytes (read and discarded) as the baseline.
+//! - `throughput [frames] [payload bytes]`: one controller sends frames (64-byte payloads by
+//!   default) to the server, which receives them as typed events; then one agent, within its
+//!   default read budget (its burst and two seconds more); beside them, in the same run, a bare
+//!   tokio-rustls stream moves the same bytes (read and discarded) as the baseline.
 //! - `rtt [n]`: request/response round trips (client → server app → client), p50 and p99.
 //! - `handshakes [n] [concurrency]`: full TCP + mutual TLS + SSNTP handshakes per second.
 //! - `idle [sessions]`: that many idle sessions to one server process: its RSS, then a server
@@ -25,11 +26,18 @@ use tokio_util::sync::CancellationToken;
 
 const SERVER: Uuid = Uuid::from_bytes([0x5c; 16]);
 
-/// A PROTOCOL_VIOLATION whose CBOR payload is exactly 64 bytes (any role may send it).
-fn payload64() -> Payload {
-    let p = Payload::ProtocolViolation(Reason::new("x".repeat(54)));
-    assert_eq!(p.encode().len(), 64);
-    p
+/// A PROTOCOL_VIOLATION whose CBOR payload is exactly `size` bytes (any role may send it).
+fn payload_of(size: usize) -> Payload {
+    let size = size.max(10);
+    let mut n = size.saturating_sub(8);
+    loop {
+        let p = Payload::ProtocolViolation(Reason::new("x".repeat(n)));
+        match p.encode().len() {
+            l if l == size => return p,
+            l if l > size => n -= 1,
+            _ => n += 1,
+        }
+    }
 }
 
 async fn start_server(
@@ -72,20 +80,21 @@ async fn start_client(
     }
 }
 
-async fn throughput(frames: usize) {
-    let pki = TestPki::new();
-    // Typed events through the full stack.
+/// Typed events through the full stack: one client of `role` sends `frames` copies of `frame`
+/// to a server with the default read budgets; how many arrived as typed events, and how long
+/// that took.
+async fn typed_run(
+    pki: &TestPki,
+    role: Role,
+    frames: usize,
+    payload: &Payload,
+) -> (usize, Duration) {
     let (addr, mut events, _h, stop) =
-        start_server(&pki, Routes::new(), |c| c.event_queue = 65_536).await;
-    let (client, _ce) = start_client(
-        pki.identity(Role::AGENT, Some(Uuid::from_bytes([1; 16]))),
-        Uuid::from_bytes([1; 16]),
-        Role::AGENT,
-        &addr,
-    )
-    .await;
+        start_server(pki, Routes::new(), |c| c.event_queue = 65_536).await;
+    let id = Uuid::from_bytes([1; 16]);
+    let (client, _ce) = start_client(pki.identity(role, Some(id)), id, role, &addr).await;
     let _ = events.recv().await; // Connected
-    let frame = Frame::new(client.uuid(), &payload64());
+    let frame = Frame::new(client.uuid(), payload);
     let start = Instant::now();
     let sender = tokio::spawn(async move {
         for _ in 0..frames {
@@ -109,15 +118,33 @@ async fn throughput(frames: usize) {
             }
         }
     }
-    let typed = start.elapsed();
+    let elapsed = start.elapsed();
     let _client = sender.await.unwrap();
     stop.cancel();
+    (got, elapsed)
+}
 
-    // Baseline: the same bytes over a bare tokio-rustls stream, read and discarded.
-    let bytes_per_frame = Frame::new(SERVER, &payload64())
+async fn throughput(frames: usize, size: usize) {
+    let pki = TestPki::new();
+    let payload = payload_of(size);
+    // A controller's session has no read budget: the typed path as fast as it goes.
+    let (got, typed) = typed_run(&pki, Role::CONTROLLER, frames, &payload).await;
+    // An agent's has the default one: its burst, then two seconds of its sustained rate.
+    let wire = Frame::new(SERVER, &payload)
         .to_bytes(DEFAULT_MAX_FRAME)
         .unwrap()
         .len();
+    let budget = ssntp_net::ReadRates::default()
+        .for_role(Role::AGENT)
+        .unwrap();
+    let sustained = budget.frames_per_sec(wire as u64);
+    let agent_frames = frames.min(
+        (budget.burst as f64 / (wire as u64 + budget.frame_cost) as f64 + 2.0 * sustained) as usize,
+    );
+    let (agent_got, agent_time) = typed_run(&pki, Role::AGENT, agent_frames, &payload).await;
+
+    // Baseline: the same bytes over a bare tokio-rustls stream, read and discarded.
+    let bytes_per_frame = wire;
     let total = bytes_per_frame * frames;
     let server_id = pki.identity(Role::SCHEDULER, Some(SERVER));
     let client_id = pki.identity(Role::AGENT, None);
@@ -147,10 +174,15 @@ async fn throughput(frames: usize) {
         .connect(ServerName::try_from("localhost").unwrap(), tcp)
         .await
         .unwrap();
-    let one = Frame::new(SERVER, &payload64())
+    let one = Frame::new(SERVER, &payload)
         .to_bytes(DEFAULT_MAX_FRAME)
         .unwrap();
-    let chunk: Vec<u8> = one.iter().copied().cycle().take(one.len() * 700).collect();
+    let chunk: Vec<u8> = one
+        .iter()
+        .copied()
+        .cycle()
+        .take(one.len() * (64usize << 10).div_ceil(one.len()))
+        .collect();
     let mut sent = 0;
     while sent < total {
         let n = chunk.len().min(total - sent);
@@ -160,17 +192,37 @@ async fn throughput(frames: usize) {
     tls.flush().await.unwrap();
     let bare = reader.await.unwrap();
     let typed_rate = got as f64 / typed.as_secs_f64();
+    let agent_rate = agent_got as f64 / agent_time.as_secs_f64();
     let bare_rate = frames as f64 / bare.as_secs_f64();
-    println!("throughput: {got} frames of 64-byte payload ({bytes_per_frame} bytes on the wire)");
     println!(
-        "  ssntp, typed events: {:.2} M frames/s ({typed:?})",
-        typed_rate / 1e6
+        "throughput: {got} frames of {size}-byte payload ({bytes_per_frame} bytes on the wire)"
     );
     println!(
-        "  bare tokio-rustls:   {:.2} M frames/s ({bare:?})",
-        bare_rate / 1e6
+        "  ssntp, typed events, controller session (no read budget): {:.3} M frames/s, {:.0} MB/s ({typed:?})",
+        typed_rate / 1e6,
+        typed_rate * bytes_per_frame as f64 / 1e6
     );
-    println!("  ratio: {:.0} %", 100.0 * typed_rate / bare_rate);
+    println!(
+        "  ssntp, typed events, agent session (read budget {budget}): {agent_got} frames at {:.3} M frames/s ({agent_time:?}); \
+         the budget: a burst of {:.0} frames, then {:.0} frames/s",
+        agent_rate / 1e6,
+        budget.burst as f64 / (bytes_per_frame as u64 + budget.frame_cost) as f64,
+        sustained
+    );
+    println!(
+        "  bare tokio-rustls:   {:.3} M frames/s, {:.0} MB/s ({bare:?})",
+        bare_rate / 1e6,
+        bare_rate * bytes_per_frame as f64 / 1e6
+    );
+    println!(
+        "  ratio (controller session / bare): {:.0} %",
+        100.0 * typed_rate / bare_rate
+    );
+    println!(
+        "  reader time per frame {:.0} ns, per wire byte {:.3} ns (typed, controller session)",
+        1e9 / typed_rate,
+        1e9 / (typed_rate * bytes_per_frame as f64)
+    );
 }
 
 async fn rtt(n: usize) {
@@ -188,7 +240,7 @@ async fn rtt(n: usize) {
     let id = Uuid::from_bytes([2; 16]);
     let (client, mut ce) =
         start_client(pki.identity(Role::AGENT, Some(id)), id, Role::AGENT, &addr).await;
-    let frame = Frame::new(id, &payload64());
+    let frame = Frame::new(id, &payload_of(64));
     let mut samples = Vec::with_capacity(n);
     for _ in 0..n {
         let t = Instant::now();
@@ -403,7 +455,7 @@ fn main() {
         .build()
         .unwrap();
     match args.first().map(String::as_str) {
-        Some("throughput") => rt.block_on(throughput(arg(1, 2_000_000))),
+        Some("throughput") => rt.block_on(throughput(arg(1, 2_000_000), arg(2, 64))),
         Some("rtt") => rt.block_on(rtt(arg(1, 20_000))),
         Some("handshakes") => rt.block_on(handshakes(arg(1, 4_000), arg(2, 16))),
         Some("idle") => rt.block_on(idle(arg(1, 10_000))),
@@ -412,7 +464,7 @@ fn main() {
             rt.block_on(idle_clients(&args[1], arg(2, 0) as u16, arg(3, 10_000)))
         }
         _ => {
-            rt.block_on(throughput(2_000_000));
+            rt.block_on(throughput(2_000_000, 64));
             rt.block_on(rtt(20_000));
             rt.block_on(handshakes(4_000, 16));
         }

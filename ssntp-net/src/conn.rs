@@ -15,60 +15,7 @@ use ssntp::codec::{Decoded, Decoder};
 use ssntp::frame::{EncodeError, Frame};
 use ssntp::session::{Message, Now, Received, Session, Tick};
 
-/// A session's read budget: a token bucket over the bytes read, each frame counting
-/// [`ReadRate::FRAME_COST`] bytes besides its own. A peer that sends faster is read more slowly
-/// (TCP pushes back on it); nothing it sent is dropped and nothing closes. This keeps one
-/// flooding peer from taking the reader's CPU from the others.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ReadRate {
-    /// Bytes per second, sustained.
-    pub bytes_per_sec: u64,
-    /// Bytes that may be read at once after a quiet spell.
-    pub burst: u64,
-}
-
-impl ReadRate {
-    /// What each frame costs besides its bytes (a frame's handling costs more than its size).
-    pub const FRAME_COST: u64 = 512;
-}
-
-impl Default for ReadRate {
-    /// 512 KiB/s sustained, bursts of 4 MiB: an agent's STATS every few seconds, or a burst
-    /// of thousands of instance events, fit easily.
-    fn default() -> ReadRate {
-        ReadRate {
-            bytes_per_sec: 512 << 10,
-            burst: 4 << 20,
-        }
-    }
-}
-
-/// The token bucket of a [`ReadRate`].
-#[derive(Debug)]
-struct Bucket {
-    rate: ReadRate,
-    tokens: f64,
-    last: tokio::time::Instant,
-}
-
-impl Bucket {
-    fn new(rate: ReadRate, now: tokio::time::Instant) -> Bucket {
-        Bucket {
-            rate,
-            tokens: rate.burst as f64,
-            last: now,
-        }
-    }
-
-    /// Spends `cost`; when the bucket is overdrawn, the instant reading may resume.
-    fn spend(&mut self, cost: u64, now: tokio::time::Instant) -> Option<tokio::time::Instant> {
-        let per_sec = self.rate.bytes_per_sec.max(1) as f64;
-        let elapsed = now.saturating_duration_since(self.last).as_secs_f64();
-        self.last = now;
-        self.tokens = (self.tokens + elapsed * per_sec).min(self.rate.burst as f64) - cost as f64;
-        (self.tokens < 0.0).then(|| now + Duration::from_secs_f64(-self.tokens / per_sec))
-    }
-}
+use crate::rate::{Bucket, ReadRate};
 
 /// Limits of one connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -493,8 +440,8 @@ impl<D: Dispatch> ReadLoop<D> {
                     Ok(n) => {
                         room = if n >= QUIET / 2 { cap.max(QUIET) } else { QUIET };
                         if let Some(bucket) = &mut self.bucket {
-                            let cost = n as u64 + std::mem::take(&mut self.frames) * ReadRate::FRAME_COST;
-                            paused = bucket.spend(cost, tokio::time::Instant::now());
+                            let frames = std::mem::take(&mut self.frames);
+                            paused = bucket.spend(n as u64, frames, tokio::time::Instant::now());
                         }
                     }
                     Err(e) => break Ended::PeerGone(e.to_string()),
@@ -634,27 +581,5 @@ pub(crate) async fn write_now<W: AsyncWrite + Unpin>(
         Ok(Ok(())) => Ok(()),
         Ok(Err(e)) => Err(e.to_string()),
         Err(_) => Err("write timed out".into()),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_read_budget_refills_and_pauses_an_overdrawn_peer() {
-        let rate = ReadRate {
-            bytes_per_sec: 1000,
-            burst: 2000,
-        };
-        let t0 = tokio::time::Instant::now();
-        let mut b = Bucket::new(rate, t0);
-        assert_eq!(b.spend(2000, t0), None, "the burst is there at once");
-        let resume = b.spend(500, t0).expect("overdrawn");
-        assert_eq!(resume - t0, Duration::from_millis(500));
-        // A second later the debt is paid and 500 bytes are back; never more than the burst.
-        assert_eq!(b.spend(500, t0 + Duration::from_secs(1)), None);
-        assert_eq!(b.spend(2000, t0 + Duration::from_secs(100)), None);
-        assert!(b.spend(1, t0 + Duration::from_secs(100)).is_some());
     }
 }

@@ -22,6 +22,11 @@ async fn attacked(pki: &TestPki) -> Sched {
     scheduler_tuned(pki, None, |c| {
         c.handshake.handshake_timeout = HANDSHAKE;
         c.handshake.session.max_frame = MAX_FRAME;
+        // For the figures: the agents' read budget to measure the attacks against (the default
+        // otherwise), e.g. `CUMULO_HOSTILE_AGENT_READ_RATE=512K/4M/512` or `off`.
+        if let Ok(spec) = std::env::var("CUMULO_HOSTILE_AGENT_READ_RATE") {
+            c.read_rates.set(&format!("agent={spec}")).unwrap();
+        }
     })
     .await
 }

@@ -208,9 +208,7 @@ impl Server {
             session,
             buf,
             self.config.conn.read_buffer,
-            (!role.contains(Role::CONTROLLER))
-                .then_some(self.config.peer_read_rate)
-                .flatten(),
+            self.config.read_rates.for_role(role),
             dispatch,
             tracker,
         );

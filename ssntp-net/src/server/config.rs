@@ -3,9 +3,10 @@
 use std::time::Duration;
 use uuid::Uuid;
 
-use crate::conn::{ConnConfig, ReadRate};
+use crate::conn::ConnConfig;
 use crate::forward::Routes;
 use crate::handshaker::HandshakerConfig;
+use crate::rate::ReadRates;
 use crate::tls::{TlsError, TlsIdentity};
 use ssntp::Role;
 use ssntp::handshake::HandshakeConfig;
@@ -38,9 +39,10 @@ pub struct ServerConfig {
     pub grace: Duration,
     /// Forwarding rules.
     pub routes: Routes,
-    /// The read budget of every session but a controller's (default [`ReadRate::default`];
-    /// `None`: unlimited).
-    pub peer_read_rate: Option<ReadRate>,
+    /// The read budget of each role's sessions (default [`ReadRates::default`]: none for a
+    /// controller, [`ReadRate::NODE`](crate::ReadRate::NODE) for nodes,
+    /// [`ReadRate::CNCI`](crate::ReadRate::CNCI) for CNCIs).
+    pub read_rates: ReadRates,
     /// Where handshakes run: a thread of their own ([`crate::handshaker`], the default), or
     /// `None`: on the sessions' runtime.
     pub handshakes: Option<HandshakerConfig>,
@@ -60,7 +62,7 @@ impl ServerConfig {
             event_queue: 8_192,
             grace: Duration::from_secs(3),
             routes: Routes::new(),
-            peer_read_rate: Some(ReadRate::default()),
+            read_rates: ReadRates::default(),
             handshakes: Some(HandshakerConfig::default()),
         }
     }
