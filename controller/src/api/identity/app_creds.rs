@@ -89,13 +89,21 @@ pub(super) struct CreateBody {
     application_credential: CreateFields,
 }
 
-/// A fresh secret: 32 random bytes, URL-safe base64.
+/// A fresh secret: 32 random bytes, URL-safe base64, drawn again while it begins with `-` (one
+/// in 64), which a command line such as `openstack --os-application-credential-secret -x...`
+/// would take for an option.
 fn generate_secret() -> Result<String, ApiError> {
-    let mut bytes = [0u8; 32];
-    SystemRandom::new()
-        .fill(&mut bytes)
-        .map_err(|_| ApiError::Internal("no randomness for a secret".into()))?;
-    Ok(URL_SAFE_NO_PAD.encode(bytes))
+    let random = SystemRandom::new();
+    loop {
+        let mut bytes = [0u8; 32];
+        random
+            .fill(&mut bytes)
+            .map_err(|_| ApiError::Internal("no randomness for a secret".into()))?;
+        let secret = URL_SAFE_NO_PAD.encode(bytes);
+        if !secret.starts_with('-') {
+            return Ok(secret);
+        }
+    }
 }
 
 /// The roles a creation asks for, each one the caller's token has; all of the token's if none.
@@ -459,4 +467,22 @@ pub(super) async fn authenticate(
             Ok(Authenticated { cred, user, tenant })
         })
         .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generated_secrets_are_long_distinct_and_never_look_like_an_option() {
+        // One draw in 64 begins with `-` before the redraw: 2,000 draws would show one with
+        // near certainty.
+        let secrets: std::collections::HashSet<String> =
+            (0..2000).map(|_| generate_secret().unwrap()).collect();
+        assert_eq!(secrets.len(), 2000);
+        for secret in &secrets {
+            assert_eq!(secret.len(), 43, "{secret}");
+            assert!(!secret.starts_with('-'), "{secret}");
+        }
+    }
 }

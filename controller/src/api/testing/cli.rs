@@ -150,13 +150,12 @@ impl OpenStackCli {
                     .args(project);
             }
             CliAuth::AppCredential { id, secret } => {
+                // `--flag=value`: a value that begins with `-` (a secret a user chose) is not
+                // taken for an option.
                 command.args([
-                    "--os-auth-type",
-                    "v3applicationcredential",
-                    "--os-application-credential-id",
-                    id,
-                    "--os-application-credential-secret",
-                    secret,
+                    "--os-auth-type=v3applicationcredential".to_string(),
+                    format!("--os-application-credential-id={id}"),
+                    format!("--os-application-credential-secret={secret}"),
                 ]);
             }
         }
