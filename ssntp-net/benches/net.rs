@@ -19,6 +19,7 @@ use ssntp_net::{
 };
 use std::time::{Duration, Instant};
 use testkit::TestPki;
+use testkit::procfs::process_cpu;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::rustls::pki_types::ServerName;
@@ -81,14 +82,14 @@ async fn start_client(
 }
 
 /// Typed events through the full stack: one client of `role` sends `frames` copies of `frame`
-/// to a server with the default read budgets; how many arrived as typed events, and how long
-/// that took.
+/// to a server with the default read budgets; how many arrived as typed events, how long that
+/// took, and the CPU time the process used meanwhile (sender and receiver together).
 async fn typed_run(
     pki: &TestPki,
     role: Role,
     frames: usize,
     payload: &Payload,
-) -> (usize, Duration) {
+) -> (usize, Duration, Duration) {
     let (addr, mut events, _h, stop) =
         start_server(pki, Routes::new(), |c| c.event_queue = 65_536).await;
     let id = Uuid::from_bytes([1; 16]);
@@ -96,6 +97,7 @@ async fn typed_run(
     let _ = events.recv().await; // Connected
     let frame = Frame::new(client.uuid(), payload);
     let start = Instant::now();
+    let cpu = process_cpu();
     let sender = tokio::spawn(async move {
         for _ in 0..frames {
             client.send_wait(&frame).await.unwrap();
@@ -119,16 +121,17 @@ async fn typed_run(
         }
     }
     let elapsed = start.elapsed();
+    let cpu = process_cpu() - cpu;
     let _client = sender.await.unwrap();
     stop.cancel();
-    (got, elapsed)
+    (got, elapsed, cpu)
 }
 
 async fn throughput(frames: usize, size: usize) {
     let pki = TestPki::new();
     let payload = payload_of(size);
     // A controller's session has no read budget: the typed path as fast as it goes.
-    let (got, typed) = typed_run(&pki, Role::CONTROLLER, frames, &payload).await;
+    let (got, typed, typed_cpu) = typed_run(&pki, Role::CONTROLLER, frames, &payload).await;
     // An agent's has the default one: its burst, then two seconds of its sustained rate.
     let wire = Frame::new(SERVER, &payload)
         .to_bytes(DEFAULT_MAX_FRAME)
@@ -141,7 +144,7 @@ async fn throughput(frames: usize, size: usize) {
     let agent_frames = frames.min(
         (budget.burst as f64 / (wire as u64 + budget.frame_cost) as f64 + 2.0 * sustained) as usize,
     );
-    let (agent_got, agent_time) = typed_run(&pki, Role::AGENT, agent_frames, &payload).await;
+    let (agent_got, agent_time, _) = typed_run(&pki, Role::AGENT, agent_frames, &payload).await;
 
     // Baseline: the same bytes over a bare tokio-rustls stream, read and discarded.
     let bytes_per_frame = wire;
@@ -151,6 +154,7 @@ async fn throughput(frames: usize, size: usize) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     let acceptor = tokio_rustls::TlsAcceptor::from(server_id.server_config().unwrap());
+    let bare_cpu = process_cpu();
     let reader = tokio::spawn(async move {
         let (tcp, _) = listener.accept().await.unwrap();
         let mut tls = acceptor.accept(tcp).await.unwrap();
@@ -191,6 +195,7 @@ async fn throughput(frames: usize, size: usize) {
     }
     tls.flush().await.unwrap();
     let bare = reader.await.unwrap();
+    let bare_cpu = process_cpu() - bare_cpu;
     let typed_rate = got as f64 / typed.as_secs_f64();
     let agent_rate = agent_got as f64 / agent_time.as_secs_f64();
     let bare_rate = frames as f64 / bare.as_secs_f64();
@@ -222,6 +227,11 @@ async fn throughput(frames: usize, size: usize) {
         "  reader time per frame {:.0} ns, per wire byte {:.3} ns (typed, controller session)",
         1e9 / typed_rate,
         1e9 / (typed_rate * bytes_per_frame as f64)
+    );
+    println!(
+        "  CPU per frame, both ends together: {:.0} ns typed (controller session), {:.0} ns bare",
+        typed_cpu.as_nanos() as f64 / got.max(1) as f64,
+        bare_cpu.as_nanos() as f64 / frames.max(1) as f64
     );
 }
 

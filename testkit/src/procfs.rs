@@ -66,6 +66,13 @@ pub fn rss_mib(pid: u32) -> f64 {
         / 1024.0
 }
 
+/// The CPU time this process has used so far, all its threads, user and system (nanosecond
+/// resolution, unlike [`cpu_ticks`]'s clock ticks).
+pub fn process_cpu() -> std::time::Duration {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+    std::time::Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -78,6 +85,7 @@ mod tests {
             spin = std::hint::black_box(spin + 1);
         }
         assert!(cpu_ticks(me) > 0);
+        assert!(process_cpu() > std::time::Duration::ZERO);
         assert!(rss_mib(me) > 0.0);
         assert_eq!(cpu_ticks(u32::MAX), 0);
         assert_ne!(free_port(), 0);
