@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
-use super::conn::{self, ConnConfig, Dispatch, Ended, FirstFrame, Outbox, SendError};
+use super::conn::{self, Batch, ConnConfig, Dispatch, Ended, FirstFrame, Outbox, SendError};
 use super::tls::{self, TlsError, TlsIdentity};
 use ssntp::Role;
 use ssntp::error::ClientHandshakeError;
@@ -203,8 +203,13 @@ impl ClientHandle {
 
     /// Queues a frame on the current session; never waits.
     pub fn send(&self, frame: &Frame) -> Result<(), SendError> {
-        // Encode outside the lock; queue under it without cloning the outbox.
-        let bytes = frame.to_bytes(self.shared.max_frame)?;
+        self.send_frame(frame.clone())
+    }
+
+    /// Queues a frame on the current session, taking it; never waits.
+    pub fn send_frame(&self, frame: Frame) -> Result<(), SendError> {
+        // Queued under the lock without cloning the outbox (an untraced frame is not encoded
+        // here: the writer encodes it).
         let current = self
             .shared
             .current
@@ -213,18 +218,28 @@ impl ClientHandle {
         current
             .as_ref()
             .ok_or(SendError::NotConnected)?
-            .send_encoded(bytes)
+            .send_frame(frame)
     }
 
     /// Queues a frame on the current session, waiting while its queue is full.
     pub async fn send_wait(&self, frame: &Frame) -> Result<(), SendError> {
+        // Room now (the common case): queued under the lock, as `send` does. Only a full queue
+        // takes a clone of the outbox to wait on.
+        match self.send(frame) {
+            Err(SendError::Busy) => {}
+            done => {
+                // Yields now and then, as `Outbox::send_wait` does.
+                tokio::task::consume_budget().await;
+                return done;
+            }
+        }
         let outbox = self.shared.outbox().ok_or(SendError::NotConnected)?;
         outbox.send_wait(frame).await
     }
 
     /// Queues a frame of ours carrying `payload`.
     pub fn send_payload(&self, payload: &Payload) -> Result<(), SendError> {
-        self.send(&Frame::new(self.shared.uuid, payload))
+        self.send_frame(Frame::new(self.shared.uuid, payload))
     }
 
     /// Queues a traced frame of ours carrying `payload`.
@@ -235,7 +250,7 @@ impl ClientHandle {
             self.shared.claim,
             conn::now().unix_ns,
         );
-        self.send(&Frame::new(self.shared.uuid, payload).with_trace(trace))
+        self.send_frame(Frame::new(self.shared.uuid, payload).with_trace(trace))
     }
 
     /// The largest frame body the session sends.
@@ -437,7 +452,7 @@ impl Client {
         let outbox = opened.outbox().clone();
         if let Some(announce) = &self.config.announce {
             for payload in announce() {
-                let _ = outbox.send(&Frame::new(self.shared.uuid, &payload));
+                let _ = outbox.send_frame(Frame::new(self.shared.uuid, &payload));
             }
         }
         self.shared.set(Some(outbox.clone()));
@@ -455,7 +470,7 @@ impl Client {
         }
         let dispatch = ClientDispatch {
             events: self.events.clone(),
-            pending: Vec::new(),
+            pending: Batch::default(),
         };
         let done = opened.run(
             session,
@@ -500,7 +515,7 @@ fn server_name(server: &str) -> Result<ServerName<'static>, String> {
 
 struct ClientDispatch {
     events: mpsc::Sender<ClientEvent>,
-    pending: Vec<Message>,
+    pending: Batch,
 }
 
 impl Dispatch for ClientDispatch {
@@ -513,7 +528,7 @@ impl Dispatch for ClientDispatch {
         if self.pending.is_empty() {
             return true;
         }
-        let messages = std::mem::take(&mut self.pending);
+        let messages = self.pending.take();
         self.events
             .send(ClientEvent::Frames(messages))
             .await

@@ -81,11 +81,48 @@ impl Budget {
     }
 }
 
+/// One item of a writer's queue.
+#[derive(Debug)]
+enum Queued {
+    /// Encoded already: once for many recipients (a forward, a broadcast), or a traced frame.
+    Encoded(Bytes),
+    /// An untraced frame, encoded by the writer straight into its write buffer: the sender
+    /// allocates no buffer of its own for it.
+    Frame(Frame),
+}
+
+impl Queued {
+    /// Queues `frame`: as it is when untraced (its length known without encoding it), encoded
+    /// now when traced.
+    fn frame(frame: Frame, max_frame: u32) -> Result<(Queued, usize), EncodeError> {
+        Ok(match frame.untraced_len(max_frame)? {
+            Some(len) => (Queued::Frame(frame), len),
+            None => {
+                let bytes = frame.to_bytes(max_frame)?;
+                let len = bytes.len();
+                (Queued::Encoded(bytes), len)
+            }
+        })
+    }
+
+    /// Appends the item's bytes to the writer's buffer.
+    fn write_into(&self, buf: &mut BytesMut) {
+        match self {
+            Queued::Encoded(bytes) => buf.extend_from_slice(bytes),
+            // Cannot fail: the length was checked against the session's largest body when the
+            // frame was queued, and an untraced frame has no trace to encode.
+            Queued::Frame(frame) => {
+                let _ = frame.encode(buf, u32::MAX);
+            }
+        }
+    }
+}
+
 /// The sending side of one session: a queue to its writer, bounded in frames and in bytes.
 /// Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Outbox {
-    tx: mpsc::Sender<Bytes>,
+    tx: mpsc::Sender<Queued>,
     max_frame: u32,
     close: CancellationToken,
     budget: Arc<Budget>,
@@ -108,34 +145,61 @@ impl Outbox {
         }
     }
 
-    /// Encodes `frame` and queues it; never waits.
+    /// Queues `frame`; never waits. (The frame is cloned, which shares its payload: the
+    /// writer encodes it.)
     pub fn send(&self, frame: &Frame) -> Result<(), SendError> {
-        self.send_encoded(frame.to_bytes(self.max_frame)?)
+        self.send_frame(frame.clone())
+    }
+
+    /// Queues `frame`, taking it; never waits.
+    pub fn send_frame(&self, frame: Frame) -> Result<(), SendError> {
+        let (item, len) = Queued::frame(frame, self.max_frame)?;
+        self.try_queue(item, len).map_err(|(e, _)| e)
     }
 
     /// Queues an already encoded frame (one encoding shared by many recipients); never waits.
     pub fn send_encoded(&self, bytes: Bytes) -> Result<(), SendError> {
         let len = bytes.len();
+        self.try_queue(Queued::Encoded(bytes), len)
+            .map_err(|(e, _)| e)
+    }
+
+    /// Queues `item` (`len` bytes on the wire) if the queue has room for it, in frames and in
+    /// bytes; gives it back with the reason when it has not.
+    fn try_queue(&self, item: Queued, len: usize) -> Result<(), (SendError, Queued)> {
         if !self.budget.try_reserve(len) {
-            return Err(if self.tx.is_closed() {
+            let e = if self.tx.is_closed() {
                 SendError::NotConnected
             } else {
                 SendError::Busy
-            });
+            };
+            return Err((e, item));
         }
-        self.tx.try_send(bytes).map_err(|e| {
+        self.tx.try_send(item).map_err(|e| {
             self.budget.release(len);
             match e {
-                mpsc::error::TrySendError::Full(_) => SendError::Busy,
-                mpsc::error::TrySendError::Closed(_) => SendError::NotConnected,
+                mpsc::error::TrySendError::Full(b) => (SendError::Busy, b),
+                mpsc::error::TrySendError::Closed(b) => (SendError::NotConnected, b),
             }
         })
     }
 
-    /// Encodes `frame` and queues it, waiting while the queue is full (backpressure).
+    /// Queues `frame`, waiting while the queue is full (backpressure).
     pub async fn send_wait(&self, frame: &Frame) -> Result<(), SendError> {
-        let bytes = frame.to_bytes(self.max_frame)?;
-        let len = bytes.len();
+        let (item, len) = Queued::frame(frame.clone(), self.max_frame)?;
+        // Room now (the common case): queued as `send` does, without the waiting machinery. The
+        // queue's permits go to waiting senders first, so this overtakes no one.
+        let item = match self.try_queue(item, len) {
+            Ok(()) => {
+                // As tokio's own channels do: a sender that never has to wait still yields now
+                // and then (its task's cooperative budget), so that a loop of sends cannot keep
+                // the other tasks of its thread (its own writer among them) from running.
+                tokio::task::consume_budget().await;
+                return Ok(());
+            }
+            Err((SendError::Busy, item)) => item,
+            Err((e, _)) => return Err(e),
+        };
         // A slot in the queue first, then the bytes: cancelled at any await, nothing leaks (the
         // permit returns its slot; the bytes are reserved only right before the send).
         let permit = tokio::select! {
@@ -157,7 +221,7 @@ impl Outbox {
                 _ = self.close.cancelled() => return Err(SendError::NotConnected),
             }
         }
-        permit.send(bytes);
+        permit.send(item);
         Ok(())
     }
 
@@ -174,6 +238,42 @@ impl Outbox {
     /// Whether the session has been asked to close (or has closed).
     pub fn is_closed(&self) -> bool {
         self.close.is_cancelled() || self.tx.is_closed()
+    }
+}
+
+/// Messages gathered for the application during one read, handed over as one vector. A vector
+/// handed over is sized from the one before it, so that a busy session does not grow each batch
+/// from nothing (moving every message at each doubling); an idle session holds no room at all,
+/// as the room is taken only when the next message comes.
+#[derive(Debug, Default)]
+pub(crate) struct Batch {
+    messages: Vec<Message>,
+    /// The size of the last batch handed over.
+    last: usize,
+}
+
+impl Batch {
+    /// The most messages a new batch makes room for in advance.
+    const MAX_ROOM: usize = 4096;
+
+    pub(crate) fn push(&mut self, message: Message) {
+        if self.messages.capacity() == 0 {
+            // Half again as many as last time: reads vary, and a batch that outgrows its room
+            // moves every message it holds.
+            let room = self.last + self.last / 2;
+            self.messages.reserve(room.clamp(1, Self::MAX_ROOM));
+        }
+        self.messages.push(message);
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.messages.is_empty()
+    }
+
+    /// The messages gathered, leaving the batch empty (and holding no memory).
+    pub(crate) fn take(&mut self) -> Vec<Message> {
+        self.last = self.messages.len();
+        std::mem::take(&mut self.messages)
     }
 }
 
@@ -246,7 +346,7 @@ pub(crate) fn now() -> Now {
 /// what is left and shuts the stream down.
 async fn write_loop<W: AsyncWrite + Unpin>(
     mut w: W,
-    mut rx: mpsc::Receiver<Bytes>,
+    mut rx: mpsc::Receiver<Queued>,
     close: CancellationToken,
     clock: Arc<Stamp>,
     budget: Arc<Budget>,
@@ -261,10 +361,10 @@ async fn write_loop<W: AsyncWrite + Unpin>(
             _ = close.cancelled() => None,
         };
         let Some(first) = first else { break };
-        buf.extend_from_slice(&first);
+        first.write_into(&mut buf);
         while buf.len() < coalesce {
             match rx.try_recv() {
-                Ok(b) => buf.extend_from_slice(&b),
+                Ok(item) => item.write_into(&mut buf),
                 Err(_) => break,
             }
         }
@@ -292,8 +392,8 @@ async fn write_loop<W: AsyncWrite + Unpin>(
     // Closing: what was queued before the close still goes out, then close_notify and FIN,
     // within a grace period.
     rx.close();
-    while let Ok(b) = rx.try_recv() {
-        buf.extend_from_slice(&b);
+    while let Ok(item) = rx.try_recv() {
+        item.write_into(&mut buf);
     }
     let _ = tokio::time::timeout(CLOSE_GRACE, async {
         if !buf.is_empty() {
@@ -504,7 +604,7 @@ impl<D: Dispatch> ReadLoop<D> {
             self.frames += 1;
             match self.session.handle_raw(now, raw) {
                 Received::Message(m) => {
-                    if !self.dispatch.dispatch(&self.session, *m) {
+                    if !self.dispatch.dispatch(&self.session, m) {
                         return Some(Ended::Local);
                     }
                 }
@@ -581,5 +681,40 @@ pub(crate) async fn write_now<W: AsyncWrite + Unpin>(
         Ok(Ok(())) => Ok(()),
         Ok(Err(e)) => Err(e.to_string()),
         Err(_) => Err("write timed out".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ssntp::Payload;
+    use uuid::Uuid;
+
+    fn message() -> Message {
+        let frame = Frame::new(Uuid::nil(), &Payload::Heartbeat);
+        Message {
+            frame,
+            payload: Payload::Heartbeat,
+        }
+    }
+
+    #[test]
+    fn a_batch_is_sized_from_the_last_and_an_idle_one_holds_nothing() {
+        let mut batch = Batch::default();
+        assert!(batch.is_empty());
+        for _ in 0..100 {
+            batch.push(message());
+        }
+        let first = batch.take();
+        assert_eq!(first.len(), 100);
+        // Handed over: nothing held until the next message.
+        assert!(batch.is_empty());
+        assert_eq!(batch.messages.capacity(), 0);
+        batch.push(message());
+        assert!(batch.messages.capacity() >= 100);
+        assert_eq!(batch.take().len(), 1);
+        // A small batch makes the next one small again.
+        batch.push(message());
+        assert!(batch.messages.capacity() < 100);
     }
 }

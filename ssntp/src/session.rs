@@ -37,8 +37,9 @@ pub struct Message {
 /// What one received frame amounts to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Received {
-    /// A frame for the application.
-    Message(Box<Message>),
+    /// A frame for the application. Not boxed: one per frame received, it goes by value from the
+    /// decoder to the application's batch without an allocation of its own.
+    Message(Message),
     /// A HEARTBEAT: liveness only.
     Heartbeat,
     /// A refused frame: send `reply` if there is one; close if the violation says so.
@@ -287,7 +288,7 @@ impl Session {
         if payload == Payload::Heartbeat {
             return Ok(Received::Heartbeat);
         }
-        Ok(Received::Message(Box::new(Message { frame, payload })))
+        Ok(Received::Message(Message { frame, payload }))
     }
 }
 

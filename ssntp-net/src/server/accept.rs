@@ -18,7 +18,7 @@ use super::handle::ServerHandle;
 use super::handshake::Handshakes;
 use super::registry::{Entry, Sessions};
 use super::shared::{Counters, Shared};
-use crate::conn::{self, Outbox};
+use crate::conn::{self, Batch, Outbox};
 use crate::handshaker::Handshaker;
 use ssntp::Role;
 use ssntp::frame::Frame;
@@ -199,7 +199,7 @@ impl Server {
             shared: self.shared.clone(),
             routes: self.config.routes.clone(),
             events: self.events.clone(),
-            pending: Vec::new(),
+            pending: Batch::default(),
             barrier_seen: false,
             held: None,
         };
@@ -271,7 +271,9 @@ impl Server {
         };
         if let Some(old) = old {
             let replaced = Payload::ConnectionAborted(Reason::new(Reason::REPLACED));
-            let _ = old.outbox.send(&Frame::new(self.shared.uuid, &replaced));
+            let _ = old
+                .outbox
+                .send_frame(Frame::new(self.shared.uuid, &replaced));
             old.outbox.close();
             let _ = self
                 .events

@@ -9,7 +9,7 @@ use uuid::Uuid;
 use super::event::{Handled, ServerEvent};
 use super::registry::Registry;
 use super::shared::{Shared, Target};
-use crate::conn::Dispatch;
+use crate::conn::{Batch, Dispatch};
 use crate::forward::{Route, Routes};
 use ssntp::payload::DeliveryFailureReason;
 use ssntp::session::{Message, Session};
@@ -20,7 +20,7 @@ pub(super) struct ServerDispatch {
     pub(super) routes: Routes,
     pub(super) events: mpsc::Sender<ServerEvent>,
     /// Messages for the application, delivered at the next flush.
-    pub(super) pending: Vec<Message>,
+    pub(super) pending: Batch,
     /// Whether this session's barrier ([`Routes::barrier_on_first`]) has come.
     pub(super) barrier_seen: bool,
     /// From the barrier until the application has handled it: the messages read after it,
@@ -75,7 +75,7 @@ impl ServerDispatch {
         let event = ServerEvent::Frames {
             uuid: session.peer_uuid(),
             role: session.peer_role(),
-            messages: std::mem::take(&mut self.pending),
+            messages: self.pending.take(),
             handled,
         };
         self.events.send(event).await.is_ok()

@@ -137,7 +137,7 @@ impl Shared {
             reason,
         });
         if let Some(outbox) = self.outbox(to)
-            && outbox.send(&Frame::new(self.uuid, &failure)).is_ok()
+            && outbox.send_frame(Frame::new(self.uuid, &failure)).is_ok()
         {
             self.counters
                 .count_out(ssntp::frame::Operand::DeliveryFailure, 1);

@@ -144,6 +144,23 @@ impl Frame {
         }
     }
 
+    /// The encoded length of an untraced frame, known without encoding it (`None` for a traced
+    /// one: its trace block must be encoded to be measured); refuses a body over `max_frame` as
+    /// [`Frame::encode`] does.
+    pub fn untraced_len(&self, max_frame: u32) -> Result<Option<usize>, EncodeError> {
+        if self.trace.is_some() {
+            return Ok(None);
+        }
+        let length = self.payload.len();
+        if length > max_frame as usize {
+            return Err(EncodeError::TooLarge {
+                length,
+                max: max_frame,
+            });
+        }
+        Ok(Some(HEADER_LEN + length))
+    }
+
     /// Appends the encoded frame to `out`; refuses a body over `max_frame`.
     pub fn encode(&self, out: &mut BytesMut, max_frame: u32) -> Result<(), EncodeError> {
         let trace = self.trace_bytes()?;

@@ -39,6 +39,21 @@ proptest! {
     }
 
     #[test]
+    fn an_untraced_frames_length_is_known_without_encoding_it((f, _p) in frame()) {
+        let encoded = f.to_bytes(DEFAULT_MAX_FRAME).expect("encodes").len();
+        let known = f.untraced_len(DEFAULT_MAX_FRAME).expect("fits");
+        prop_assert_eq!(known, f.trace.is_none().then_some(encoded));
+        if let Some(len) = known {
+            let small = (len - ssntp::frame::HEADER_LEN) as u32;
+            prop_assert!(f.untraced_len(small).is_ok());
+            if small > 0 {
+                prop_assert!(f.untraced_len(small - 1).is_err());
+                prop_assert!(f.to_bytes(small - 1).is_err());
+            }
+        }
+    }
+
+    #[test]
     fn any_split_of_a_stream_decodes_the_same(frames in vec(raw_frame(), 1..8), cuts in vec(any::<prop::sample::Index>(), 0..12)) {
         let mut stream = BytesMut::new();
         for f in &frames {
