@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # cumulo's whole test suite: the README's test command, and what CI (.ci/run) runs.
-# Installs what is missing, then: format, lints, docs, tests, licence policy, fuzz smoke.
+# Installs what is missing, then: format, lints, docs, tests, a smoke run of every benchmark,
+# licence policy, fuzz smoke.
 # FUZZ_SECONDS (default 20) sets the fuzz smoke run per target.
 # The libvirt backend's VM tests (agent/tests/agent/libvirt.rs, systest/tests/system/remote.rs,
 # the kill -9 fault test with real VMs in cli/tests/faults/libvirt.rs) run against a libvirtd that
@@ -67,6 +68,11 @@ export CUMULO_REQUIRE_BINS=1
 CUMULO_OPENSTACK=$(bash scripts/openstack-venv.sh)
 export CUMULO_OPENSTACK CUMULO_REQUIRE_OPENSTACK=1
 cargo test --workspace --locked
+
+step "every benchmark once, small counts (scripts/bench-smoke.sh)"
+# A benchmark that no longer completes (a panic, a hang, a daemon it starts that dies) fails CI;
+# its figures are not checked (docs/benchmarks.md has the measured ones).
+bash scripts/bench-smoke.sh
 
 step "the REST API against its OpenAPI document (schemathesis, sim cluster)"
 # A real `cumulo up --backend sim` cluster, an admin token, generated requests for every route of
