@@ -202,6 +202,47 @@ impl Placement {
         self.place_with(req, exclude, None)
     }
 
+    /// Where a START with `restart` goes: the node it is pinned to (`node_id`), which keeps the
+    /// instance stopped and with it the instance's resources (they are in the node's figures
+    /// already). So nothing is reserved and its free figures are not weighed: a node that is
+    /// ready or full may take it; the node itself admits what a resize adds. A node that is
+    /// not connected, not in the request's list, not announced, in maintenance or offline
+    /// cannot (`node_maintenance` or `full_cloud`, with the cause in words).
+    pub fn place_restart(&self, req: &Requirements) -> Result<Uuid, (StartFailureReason, String)> {
+        let Some(pin) = req.node_id else {
+            return Err((
+                StartFailureReason::InvalidData,
+                "a restart names no node (node_id)".to_string(),
+            ));
+        };
+        let list = if req.network_node {
+            &self.network
+        } else {
+            &self.compute
+        };
+        let node = self
+            .index
+            .get(&pin)
+            .filter(|idx| list.order.contains(idx))
+            .and_then(|&idx| self.slab[idx].as_ref());
+        let Some(node) = node else {
+            return Err((
+                StartFailureReason::FullCloud,
+                format!("node {pin}, which keeps the instance, is not connected"),
+            ));
+        };
+        let (reason, state) = match node.status {
+            Some(NodeState::Ready | NodeState::Full) => return Ok(node.uuid),
+            Some(NodeState::Maintenance) => (StartFailureReason::NodeMaintenance, "in maintenance"),
+            Some(NodeState::Offline) => (StartFailureReason::FullCloud, "offline"),
+            None => (StartFailureReason::FullCloud, "not ready yet"),
+        };
+        Err((
+            reason,
+            format!("node {pin}, which keeps the instance, is {state}"),
+        ))
+    }
+
     /// Whether some node could take `req` as it stands (no group weighed, nothing reserved).
     pub fn could_take(&self, req: &Requirements) -> bool {
         let list = if req.network_node {

@@ -108,6 +108,20 @@ impl Cluster {
             tracing::warn!(%from, instance = %start.instance_uuid, %why, "START refused");
             return vec![self.refuse(from, &start, StartFailureReason::InvalidData)];
         }
+        if start.restart {
+            // Kept stopped on its node: it goes back there, nothing reserved.
+            return match self.placement.place_restart(&start.requirements) {
+                Ok(node) => vec![Action::Forward {
+                    from,
+                    frame,
+                    to: Target::Session(node),
+                }],
+                Err((reason, why)) => {
+                    self.metrics.placed(&Err::<(), _>(reason), Duration::ZERO);
+                    vec![self.refuse_with(from, &start, reason, Some(why))]
+                }
+            };
+        }
         let timer = Instant::now();
         let placed = self.place(&start, None, now);
         if let (Ok(node), Some(group)) = (&placed, &start.requirements.group) {
@@ -153,15 +167,21 @@ impl Cluster {
     }
 
     /// The scheduler's own START_FAILURE for `start`, to the controller that sent it.
-    fn refuse(
+    fn refuse(&self, from: Uuid, start: &Start, reason: StartFailureReason) -> Action {
+        self.refuse_with(from, start, reason, None)
+    }
+
+    /// As [`Cluster::refuse`], with `why` in words when the scheduler knows it.
+    fn refuse_with(
         &self,
         from: Uuid,
         start: &Start,
-        reason: ssntp::payload::StartFailureReason,
+        reason: StartFailureReason,
+        why: Option<String>,
     ) -> Action {
         // A strict group policy may be what left no node: say so when a node could have taken
         // the START but for it (a plain `full_cloud` otherwise).
-        let message = match (&start.requirements.group, reason) {
+        let message = why.or_else(|| match (&start.requirements.group, reason) {
             (Some(group), StartFailureReason::FullCloud)
                 if matches!(
                     group.policy(),
@@ -174,7 +194,7 @@ impl Cluster {
                 ))
             }
             _ => None,
-        };
+        });
         let failure = StartFailure {
             instance_uuid: start.instance_uuid,
             node_uuid: None,
@@ -194,6 +214,14 @@ impl Cluster {
         let Ok(Payload::Start(start)) = frame.decode_payload() else {
             return Vec::new();
         };
+        if start.restart {
+            // Its node, the only one that keeps it, just left or is swamped: nothing was
+            // reserved, and no other node can boot it.
+            self.metrics
+                .placed(&Err::<(), _>(StartFailureReason::FullCloud), Duration::ZERO);
+            let why = format!("node {node}, which keeps the instance, could not take the START");
+            return vec![self.refuse_with(from, &start, StartFailureReason::FullCloud, Some(why))];
+        }
         self.placement.release(node, &start.requirements);
         // The memory's clock is not needed to read it again: its entries for this START's
         // fellows were fresh a moment ago, and this START's own entry moves with it.

@@ -84,9 +84,19 @@ fn start(instance: u8, network_node: bool) -> Payload {
         storage: None,
         user_data: None,
         meta_data: None,
-        restart: true,
+        restart: false,
         kernel: None,
     }))
+}
+
+/// A START with `restart` of `instance`, kept on `node`.
+fn restart(instance: u8, node: Uuid) -> Payload {
+    let Payload::Start(mut s) = start(instance, false) else {
+        unreachable!()
+    };
+    s.restart = true;
+    s.requirements.node_id = Some(node);
+    Payload::Start(s)
 }
 
 fn sent_payloads(actions: &[Action]) -> Vec<(Uuid, Payload)> {
@@ -237,7 +247,7 @@ fn start_is_forwarded_to_the_placed_node_or_refused_with_its_restart_flag() {
                 instance_uuid: u(9),
                 node_uuid: None,
                 reason: StartFailureReason::NoCn,
-                restart: true,
+                restart: false,
                 message: None,
             })
         )]
@@ -276,6 +286,77 @@ fn start_is_forwarded_to_the_placed_node_or_refused_with_its_restart_flag() {
     );
     // An agent may not place work.
     assert!(msg_in(&mut c, u(1), Role::AGENT, msg(u(1), start(9, false)), now).is_empty());
+}
+
+#[test]
+fn a_restart_goes_to_the_node_that_keeps_it_even_full_and_nowhere_else() {
+    let now = Instant::now();
+    let mut c = Cluster::new(SCHED, 5);
+    c.connected(u(0xc1), Role::CONTROLLER, 0, now);
+    let from_controller =
+        |c: &mut Cluster, p: Payload| msg_in(c, u(0xc1), Role::CONTROLLER, msg(u(0xc1), p), now);
+    let refused = |actions: &[Action]| match &sent_payloads(actions)[..] {
+        [(to, Payload::StartFailure(f))] if *to == u(0xc1) && f.restart => {
+            (f.reason, f.message.clone().unwrap_or_default())
+        }
+        other => panic!("not one START_FAILURE with restart: {other:?}"),
+    };
+    // Not connected: refused, in words.
+    let (reason, why) = refused(&from_controller(&mut c, restart(9, u(1))));
+    assert_eq!(reason, StartFailureReason::FullCloud);
+    assert!(why.contains("not connected"), "{why}");
+    // No node named: invalid.
+    let Payload::Start(mut unpinned) = restart(9, u(1)) else {
+        unreachable!()
+    };
+    unpinned.requirements.node_id = None;
+    let (reason, _) = refused(&from_controller(&mut c, Payload::Start(unpinned)));
+    assert_eq!(reason, StartFailureReason::InvalidData);
+    // Node 1 keeps it and has no room left for a new instance (its figures count the stopped
+    // one's resources already), node 2 has plenty: the restart goes to node 1 all the same.
+    c.connected(u(1), Role::AGENT, 0, now);
+    c.connected(u(2), Role::AGENT, 0, now);
+    msg_in(&mut c, u(1), Role::AGENT, msg(u(1), ready(u(1), 0)), now);
+    msg_in(&mut c, u(2), Role::AGENT, msg(u(2), ready(u(2), 1000)), now);
+    let forward_to = |actions: &[Action]| match actions {
+        [
+            Action::Forward {
+                to: Target::Session(n),
+                ..
+            },
+        ] => *n,
+        other => panic!("not forwarded: {other:?}"),
+    };
+    let placed = from_controller(&mut c, restart(9, u(1)));
+    assert_eq!(forward_to(&placed), u(1));
+    // Full: still its node.
+    msg_in(
+        &mut c,
+        u(1),
+        Role::AGENT,
+        msg(u(1), Payload::Full(None)),
+        now,
+    );
+    let placed = from_controller(&mut c, restart(9, u(1)));
+    assert_eq!(forward_to(&placed), u(1));
+    // Its node could not take it: refused, never sent to node 2.
+    let Action::Forward { frame, .. } = placed.into_iter().next().unwrap() else {
+        unreachable!()
+    };
+    let (reason, why) = refused(&c.start_undelivered(u(0xc1), u(1), frame));
+    assert_eq!(reason, StartFailureReason::FullCloud);
+    assert!(why.contains("could not take"), "{why}");
+    // In maintenance: refused as such.
+    msg_in(
+        &mut c,
+        u(1),
+        Role::AGENT,
+        msg(u(1), Payload::Maintenance(None)),
+        now,
+    );
+    let (reason, why) = refused(&from_controller(&mut c, restart(9, u(1))));
+    assert_eq!(reason, StartFailureReason::NodeMaintenance);
+    assert!(why.contains("maintenance"), "{why}");
 }
 
 /// The driver's view of the sessions: when each last received a frame.
@@ -622,7 +703,6 @@ fn member(instance: u8, others: Vec<Uuid>) -> Payload {
     let Payload::Start(mut s) = start(instance, false) else {
         unreachable!()
     };
-    s.restart = false;
     s.requirements.group = Some(ssntp::payload::GroupRequirement {
         id: u(0x60),
         policy: "anti-affinity".into(),
