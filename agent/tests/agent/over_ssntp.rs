@@ -84,6 +84,8 @@ async fn start_is_pending_then_active_and_deletes_are_answered() {
     .await;
     let mut again = start(b, "debian");
     again.restart = true;
+    // Pinned to the node that keeps it, as the controller pins every restart.
+    again.requirements.node_id = Some(node);
     c.send(&start_payload(again));
     c.stats(node, "b active again", |s| {
         state_in(s, b) == Some(InstanceState::Active)
