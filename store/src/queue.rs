@@ -16,6 +16,11 @@ use std::time::SystemTime;
 
 use uuid::Uuid;
 
+/// The most operations one claim takes
+/// ([`OperationQueue::claim_operations_on`](crate::OperationQueue::claim_operations_on)): each
+/// costs etcd two compares and two writes, and one transaction holds at most 128 of each.
+pub const MAX_CLAIM_BATCH: usize = 32;
+
 /// A host whose launcher runs off the host, reached through a libvirt URI.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RemoteHost {

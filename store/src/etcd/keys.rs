@@ -42,7 +42,7 @@
 //! <prefix>name/rhost/<name>                      its unique-name index -> id
 //! <prefix>op/<id>                                operation (its mod revision while claimed is
 //!                                                the claim's fencing token)
-//! <prefix>opq/<seq:016x>                         operation id, while queued or claimed, in order
+//! <prefix>opq/<seq:016x>                         `<op> <instance> <host>` (or `<op>`), while unfinished, in order
 //! <prefix>lease/<op>                             the claim's owner and lease end, while claimed
 //! <prefix>ophost/<host>/<op>                     "this unfinished operation is for this host"
 //! <prefix>counter/op                             the last operation sequence number

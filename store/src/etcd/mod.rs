@@ -408,6 +408,15 @@ impl EtcdStore {
         }
     }
 
+    /// How many keys are in `[start, end)` (etcd counts them; none is read).
+    fn count(&self, start: &str, end: &[u8]) -> Result<usize> {
+        let options = GetOptions::new().with_range(end.to_vec()).with_count_only();
+        let mut kv = self.client.kv_client();
+        let key = start.to_string();
+        let resp = self.call(async move { kv.get(key, Some(options)).await })?;
+        Ok(usize::try_from(resp.count()).unwrap_or(0))
+    }
+
     /// Reads keys in `[start, end)` in creation order, created after revision `after`: at most
     /// `limit` (0 for all).
     fn range_by_creation(

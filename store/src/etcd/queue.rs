@@ -9,7 +9,7 @@
 //! compares `op/<id>`'s mod revision with the token: a replica whose claim was taken over (or
 //! already finished) is refused with `Fenced`.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use uuid::Uuid;
@@ -108,7 +108,10 @@ impl OperationQueue for EtcdStore {
             };
             tx.put_text(&counter, &seq.to_string());
             tx.put(&keys.operation(id), &rec)?;
-            tx.put_text(&keys.queued(seq), &id.to_string());
+            tx.put_text(
+                &keys.queued(seq),
+                &QueueEntry::text(id, new.instance, new.host),
+            );
             tx.put_text(&keys.pending_on(new.host, id), "");
             Ok(rec)
         })?;
@@ -145,59 +148,79 @@ impl OperationQueue for EtcdStore {
         Ok(out.into_iter().map(|(_, op)| op).collect())
     }
 
-    fn claim_operation_on(
+    fn claim_operations_on(
         &self,
         owner: &str,
         lease: Duration,
         host: Option<Uuid>,
-    ) -> Result<Option<Operation>> {
+        max: usize,
+    ) -> Result<Vec<Operation>> {
         check_owner(owner)?;
-        let (chosen, revision) = self.atomically_at("claiming an operation", |tx| {
+        let max = max.clamp(1, MAX_CLAIM_BATCH);
+        let (claimed, revision) = self.atomically_at("claiming operations", |tx| {
             let now_ms = millis(now());
-            let mut busy = HashSet::new();
-            let mut chosen = None;
-            for c in unfinished(tx.store)? {
-                let state = c.rec.state()?;
-                let first_of_instance = busy.insert(c.rec.instance);
-                let expired = match &c.lease {
-                    Some(kv) => kv.decode::<LeaseRec>()?.expires_ms <= now_ms,
-                    None => true,
-                };
-                let free = match state {
+            // With one wanted, the oldest; with more, a run of them from among the first
+            // `CLAIM_SPREAD` batches' worth, picked at random (in steps of a batch, so that two
+            // claimers either take the same run, and one retries, or runs apart).
+            let wanted = if max == 1 { 1 } else { max * CLAIM_SPREAD };
+            let free = free_at_head(tx.store, host, now_ms, wanted)?;
+            // Whole runs only: a claim takes `max` when that many are free.
+            let runs = free.len() / max;
+            let run = if runs <= 1 {
+                0
+            } else {
+                usize::try_from(Uuid::new_v4().as_u128() % runs as u128).unwrap_or(0)
+            };
+            let chosen: Vec<(Uuid, Option<Kv>)> =
+                free.into_iter().skip(run * max).take(max).collect();
+            let keys = tx.keys();
+            let op_keys: Vec<String> = chosen.iter().map(|(id, _)| keys.operation(*id)).collect();
+            let found = tx.get_many(&op_keys)?;
+            let mut out = Vec::with_capacity(chosen.len());
+            for ((id, lease_kv), kv) in chosen.into_iter().zip(found) {
+                // Finished or taken since the queue was read: the compares would fail anyway.
+                let Some(kv) = kv else { continue };
+                let mut rec: OperationRec = kv.decode()?;
+                let lease_key = keys.lease(id);
+                let free = match rec.state()? {
                     OperationState::Queued => true,
-                    OperationState::Claimed => expired,
+                    OperationState::Claimed => match &lease_kv {
+                        Some(l) => l.decode::<LeaseRec>()?.expires_ms <= now_ms,
+                        None => true,
+                    },
                     OperationState::Done | OperationState::Failed => false,
                 };
-                let wanted = host.is_none_or(|h| h == c.rec.host);
-                if first_of_instance && free && wanted {
-                    chosen = Some(c);
-                    break;
+                if !free {
+                    continue;
                 }
+                tx.watch(&lease_key, lease_kv.as_ref());
+                rec.state = OperationState::Claimed.as_str().into();
+                rec.claim = None;
+                rec.updated_ms = now_ms;
+                let new_lease = LeaseRec {
+                    owner: owner.to_string(),
+                    expires_ms: lease_end(lease),
+                };
+                tx.put(&keys.operation(id), &rec)?;
+                tx.put(&lease_key, &new_lease)?;
+                out.push((rec, new_lease));
             }
-            let Some(c) = chosen else {
-                return Ok(None);
-            };
-            let keys = tx.keys();
-            let (op_key, lease_key) = (keys.operation(c.rec.id), keys.lease(c.rec.id));
-            tx.watch(&op_key, Some(&c.kv));
-            tx.watch(&lease_key, c.lease.as_ref());
-            let mut rec = c.rec;
-            rec.state = OperationState::Claimed.as_str().into();
-            rec.claim = None;
-            rec.updated_ms = now_ms;
-            let new_lease = LeaseRec {
-                owner: owner.to_string(),
-                expires_ms: lease_end(lease),
-            };
-            tx.put(&op_key, &rec)?;
-            tx.put(&lease_key, &new_lease)?;
-            Ok(Some((rec, new_lease)))
+            Ok(out)
         })?;
-        match (chosen, revision) {
-            (Some((rec, lease)), Some(revision)) => rec.model(revision, Some(&lease)).map(Some),
-            (None, _) => Ok(None),
-            (Some(_), None) => Err(StoreError::Backend("a claim wrote nothing".into())),
+        if claimed.is_empty() {
+            return Ok(Vec::new());
         }
+        let revision =
+            revision.ok_or_else(|| StoreError::Backend("a claim wrote nothing".into()))?;
+        claimed
+            .into_iter()
+            .map(|(rec, lease)| rec.model(revision, Some(&lease)))
+            .collect()
+    }
+
+    fn unfinished_operations(&self, host: Uuid) -> Result<usize> {
+        let prefix = self.keys.pending_on_host(host);
+        self.count(&prefix, &prefix_end(&prefix))
     }
 
     fn renew_claim(&self, id: Uuid, token: u64, lease: Duration) -> Result<Operation> {
@@ -346,43 +369,107 @@ fn op_in(tx: &mut Tx<'_>, id: Uuid) -> Result<(OperationRec, Kv, Option<LeaseRec
     Ok((kv.decode()?, kv, lease))
 }
 
-/// One unfinished operation as read for a claim.
-struct Candidate {
-    rec: OperationRec,
-    kv: Kv,
-    lease: Option<Kv>,
+/// How many batches' worth of free operations a claim of more than one reads from the head of
+/// the queue, to pick its run among them.
+const CLAIM_SPREAD: usize = 8;
+
+/// A queue entry (`opq/<seq>`): the operation, and (written since 2026-12-04) its instance and
+/// host, so that a claim decides what it may take from the queue and the leases alone. An entry
+/// of before holds the operation's id only; its record is read for the rest.
+struct QueueEntry {
+    op: Uuid,
+    about: Option<(Uuid, Uuid)>,
 }
 
-/// The unfinished operations, in queue order (read without compares: a claim compares only the
-/// operation it takes).
-fn unfinished(store: &EtcdStore) -> Result<Vec<Candidate>> {
-    let keys = &store.keys;
-    let prefix = keys.queue();
-    let (_, queue) = store.range(&prefix, &prefix_end(&prefix), 0, |o| o)?;
-    let ids = queue
-        .iter()
-        .map(|kv| {
-            Uuid::parse_str(kv.text()?)
-                .map_err(|e| StoreError::Backend(format!("bad queue entry {}: {e}", kv.key)))
-        })
-        .collect::<Result<Vec<_>>>()?;
-    let wanted: Vec<String> = ids
-        .iter()
-        .flat_map(|id| [keys.operation(*id), keys.lease(*id)])
-        .collect();
-    let found = store.get_many(&wanted)?;
-    let mut out = Vec::new();
-    for pair in found.chunks(2) {
-        // An entry whose operation is gone (finished between the two reads) is skipped.
-        if let [Some(kv), lease] = pair {
-            out.push(Candidate {
-                rec: kv.decode()?,
-                kv: kv.clone(),
-                lease: lease.clone(),
-            });
-        }
+impl QueueEntry {
+    fn text(op: Uuid, instance: Uuid, host: Uuid) -> String {
+        format!("{op} {instance} {host}")
     }
-    Ok(out)
+
+    fn parse(kv: &Kv) -> Result<QueueEntry> {
+        let bad = |e: &dyn std::fmt::Display| {
+            StoreError::Backend(format!("bad queue entry {}: {e}", kv.key))
+        };
+        let uuid = |s: &str| Uuid::parse_str(s).map_err(|e| bad(&e));
+        let mut parts = kv.text()?.split(' ');
+        let op = uuid(parts.next().unwrap_or_default())?;
+        let about = match (parts.next(), parts.next(), parts.next()) {
+            (None, _, _) => None,
+            (Some(instance), Some(host), None) => Some((uuid(instance)?, uuid(host)?)),
+            _ => return Err(bad(&"not `<operation> <instance> <host>`")),
+        };
+        Ok(QueueEntry { op, about })
+    }
+}
+
+/// Up to `wanted` operations that a claim may take, oldest first, each with its lease as read
+/// (`None`: unclaimed): queued, or claimed with the lease run out; for `host` when given; and
+/// the first unfinished one of its instance. Read without compares, from the leases (all of them:
+/// one per claim in flight) and the head of the queue (as many entries as there are leases, plus
+/// `wanted`, plus a page more each time that was not enough): the claim's transaction compares
+/// each operation it takes, and reads its record again.
+fn free_at_head(
+    store: &EtcdStore,
+    host: Option<Uuid>,
+    now_ms: i64,
+    wanted: usize,
+) -> Result<Vec<(Uuid, Option<Kv>)>> {
+    let keys = &store.keys;
+    let lease_prefix = keys.leases();
+    let (_, leases) = store.range(&lease_prefix, &prefix_end(&lease_prefix), 0, |o| o)?;
+    let leases: HashMap<String, Kv> = leases.into_iter().map(|kv| (kv.key.clone(), kv)).collect();
+    let queue = keys.queue();
+    let end = prefix_end(&queue);
+    let mut from = queue.clone();
+    let mut busy = HashSet::new();
+    let mut free = Vec::new();
+    let mut page = leases.len() + wanted;
+    loop {
+        let (_, entries) = store.range(&from, &end, page, |o| o)?;
+        let mut parsed = entries
+            .iter()
+            .map(QueueEntry::parse)
+            .collect::<Result<Vec<_>>>()?;
+        // Entries of before: their instance and host from their records (an operation gone
+        // meanwhile finished: skipped).
+        let legacy: Vec<String> = parsed
+            .iter()
+            .filter(|e| e.about.is_none())
+            .map(|e| keys.operation(e.op))
+            .collect();
+        if !legacy.is_empty() {
+            let mut recs = store.get_many(&legacy)?.into_iter();
+            for entry in parsed.iter_mut().filter(|e| e.about.is_none()) {
+                if let Some(kv) = recs.next().flatten() {
+                    let rec: OperationRec = kv.decode()?;
+                    entry.about = Some((rec.instance, rec.host));
+                }
+            }
+        }
+        for entry in &parsed {
+            let Some((instance, op_host)) = entry.about else {
+                continue;
+            };
+            let first_of_instance = busy.insert(instance);
+            let lease = leases.get(&keys.lease(entry.op));
+            let expired = match lease {
+                Some(kv) => kv.decode::<LeaseRec>()?.expires_ms <= now_ms,
+                None => true,
+            };
+            if first_of_instance && expired && host.is_none_or(|h| h == op_host) {
+                free.push((entry.op, lease.cloned()));
+                if free.len() == wanted {
+                    return Ok(free);
+                }
+            }
+        }
+        let Some(last) = entries.last().filter(|_| entries.len() == page) else {
+            return Ok(free);
+        };
+        // Not enough yet: the next page, after the last entry read.
+        from = format!("{}\0", last.key);
+        page = wanted.max(256);
+    }
 }
 
 /// Operation `id` with its lease, if `token` is its current claim (read in `tx`); `Fenced`

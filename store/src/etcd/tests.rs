@@ -776,6 +776,75 @@ fn two_clients_on_one_etcd_claim_each_operation_once() {
 }
 
 #[test]
+fn queue_entries_of_before_hold_the_id_alone_and_are_claimed_in_order() {
+    let Some(fx) = fixture() else { return };
+    let store = fx.store_with(EtcdOptions::default());
+    let host = store
+        .create_remote_host(NewRemoteHost {
+            name: "h".into(),
+            libvirt_uri: "qemu+tcp://h/system".into(),
+        })
+        .unwrap();
+    let instance = Uuid::new_v4();
+    let ops: Vec<Operation> = [OperationKind::Start, OperationKind::Stop]
+        .into_iter()
+        .map(|kind| {
+            store
+                .enqueue_operation(NewOperation {
+                    host: host.id,
+                    instance,
+                    kind,
+                    payload: Vec::new(),
+                })
+                .unwrap()
+        })
+        .collect();
+    // Rewritten as the code of before wrote them: the operation's id alone.
+    let queue = store.keys.queue();
+    let (_, entries) = store
+        .range(&queue, &super::keys::prefix_end(&queue), 0, |o| o)
+        .unwrap();
+    assert_eq!(entries.len(), 2);
+    store
+        .atomically("test", |tx| {
+            for (kv, op) in entries.iter().zip(&ops) {
+                assert!(kv.text()?.starts_with(&format!("{} {instance} ", op.id)));
+                tx.put_text(&kv.key, &op.id.to_string());
+            }
+            Ok(())
+        })
+        .unwrap();
+    let lease = Duration::from_secs(3600);
+    let first = store
+        .claim_operations_on("r", lease, Some(host.id), 8)
+        .unwrap();
+    assert_eq!(
+        first.iter().map(|o| o.id).collect::<Vec<_>>(),
+        vec![ops[0].id]
+    );
+    let token = first[0].claim.as_ref().unwrap().token;
+    store.complete_operation(ops[0].id, token, "ok").unwrap();
+    let second = store
+        .claim_operations_on("r", lease, Some(host.id), 8)
+        .unwrap();
+    assert_eq!(
+        second.iter().map(|o| o.id).collect::<Vec<_>>(),
+        vec![ops[1].id]
+    );
+    // A queue entry that is neither form is an error, not a skipped operation.
+    store
+        .atomically("test", |tx| {
+            tx.put_text(&entries[1].key, "not an entry");
+            Ok(())
+        })
+        .unwrap();
+    assert!(matches!(
+        store.claim_operations_on("r", Duration::ZERO, Some(host.id), 8),
+        Err(StoreError::Backend(_))
+    ));
+}
+
+#[test]
 fn reservations_behave_over_etcd() {
     let Some(fx) = fixture() else { return };
     crate::reservations::suite::reservations_behave(&fx.store_with(EtcdOptions::default()));

@@ -35,13 +35,17 @@ impl OperationQueue for SqliteStore {
     fn operations(&self, filter: OperationFilter) -> Result<Vec<Operation>> {
         self.read(|tx| list(tx, filter))
     }
-    fn claim_operation_on(
+    fn claim_operations_on(
         &self,
         owner: &str,
         lease: Duration,
         host: Option<Uuid>,
-    ) -> Result<Option<Operation>> {
-        self.write(|tx| claim(tx, owner, lease, host))
+        max: usize,
+    ) -> Result<Vec<Operation>> {
+        self.write(|tx| claim(tx, owner, lease, host, max))
+    }
+    fn unfinished_operations(&self, host: Uuid) -> Result<usize> {
+        self.read(|tx| unfinished(tx, host))
     }
     fn renew_claim(&self, id: Uuid, token: u64, lease: Duration) -> Result<Operation> {
         self.write(|tx| renew(tx, id, token, lease))
@@ -231,39 +235,53 @@ pub(super) fn claim(
     owner: &str,
     lease: Duration,
     host: Option<Uuid>,
-) -> Result<Option<Operation>> {
+    max: usize,
+) -> Result<Vec<Operation>> {
     check_owner(owner)?;
     let now_ms = millis(now());
     let host = host.map(|h| h.to_string());
-    // The oldest queued (or expired) operation with no older unfinished one on its instance.
-    let found: Option<String> = tx
-        .query_row(
-            "SELECT o.id FROM operations o
-             WHERE o.state IN ('queued', 'claimed') AND (o.state = 'queued' OR o.expires <= ?1)
-               AND (?2 IS NULL OR o.host_id = ?2)
-               AND NOT EXISTS (SELECT 1 FROM operations p
-                               WHERE p.instance_id = o.instance_id AND p.seq < o.seq
-                                 AND p.state IN ('queued', 'claimed'))
-             ORDER BY o.seq LIMIT 1",
-            params![now_ms, host],
+    let max = i64::try_from(max.clamp(1, MAX_CLAIM_BATCH)).unwrap_or(1);
+    // The oldest queued (or expired) operations with no older unfinished one on their instance
+    // (so at most one per instance).
+    let mut stmt = tx.prepare_cached(
+        "SELECT o.id FROM operations o
+         WHERE o.state IN ('queued', 'claimed') AND (o.state = 'queued' OR o.expires <= ?1)
+           AND (?2 IS NULL OR o.host_id = ?2)
+           AND NOT EXISTS (SELECT 1 FROM operations p
+                           WHERE p.instance_id = o.instance_id AND p.seq < o.seq
+                             AND p.state IN ('queued', 'claimed'))
+         ORDER BY o.seq LIMIT ?3",
+    )?;
+    let found = stmt
+        .query_map(params![now_ms, host, max], |r| r.get::<_, String>(0))?
+        .collect::<rusqlite::Result<Vec<String>>>()?;
+    let mut claimed = Vec::with_capacity(found.len());
+    for id in found {
+        // Each its own token: claims are serialised by the transaction, tokens only grow.
+        let token: i64 = tx.query_row(
+            "UPDATE fencing SET last = last + 1 RETURNING last",
+            [],
             |r| r.get(0),
-        )
-        .optional()?;
-    let Some(id) = found else {
-        return Ok(None);
-    };
-    let token: i64 = tx.query_row(
-        "UPDATE fencing SET last = last + 1 RETURNING last",
-        [],
+        )?;
+        tx.execute(
+            "UPDATE operations SET state = 'claimed', owner = ?2, token = ?3, expires = ?4,
+             updated = ?5 WHERE id = ?1",
+            params![id, owner, token, lease_end(lease), now_ms],
+        )?;
+        let id = Uuid::parse_str(&id).map_err(|e| StoreError::Backend(e.to_string()))?;
+        claimed.push(get(tx, id)?);
+    }
+    Ok(claimed)
+}
+
+/// How many operations of `host` are queued or claimed.
+pub(super) fn unfinished(tx: &Transaction<'_>, host: Uuid) -> Result<usize> {
+    let n: i64 = tx.query_row(
+        "SELECT COUNT(*) FROM operations WHERE host_id = ?1 AND state IN ('queued', 'claimed')",
+        params![host.to_string()],
         |r| r.get(0),
     )?;
-    tx.execute(
-        "UPDATE operations SET state = 'claimed', owner = ?2, token = ?3, expires = ?4,
-         updated = ?5 WHERE id = ?1",
-        params![id, owner, token, lease_end(lease), now_ms],
-    )?;
-    let id = Uuid::parse_str(&id).map_err(|e| StoreError::Backend(e.to_string()))?;
-    get(tx, id).map(Some)
+    Ok(usize::try_from(n).unwrap_or(0))
 }
 
 /// Operation `id` if `token` is its current claim; `Fenced` otherwise.

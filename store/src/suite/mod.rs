@@ -82,6 +82,7 @@ macro_rules! store_suite {
                 gone_instances_keep_their_actions_for_a_while;
             queue: remote_host_crud, operations_are_claimed_in_fifo_order,
                 parallel_claims_take_each_operation_once,
+                batch_claims_take_each_operation_once_in_instance_order,
                 an_expired_claim_is_taken_over_and_the_old_token_fenced, a_renewed_claim_is_kept,
                 one_operation_per_instance_at_a_time,
                 fenced_writes_apply_masked_fields_and_refuse_stale_tokens,

@@ -211,6 +211,95 @@ pub(crate) fn parallel_claims_take_each_operation_once<F: Fixture>() {
     assert_eq!(done.len(), total);
 }
 
+pub(crate) fn batch_claims_take_each_operation_once_in_instance_order<F: Fixture>() {
+    let fx = F::new();
+    let store = fx.open();
+    let host = remote_host(&store, "h");
+    let other = remote_host(&store, "other");
+    // Forty instances with a start then a stop each, and five starts for another host.
+    let mut starts = std::collections::HashMap::new();
+    for _ in 0..40 {
+        let instance = Uuid::new_v4();
+        let start = enqueue(&store, host.id, instance, OperationKind::Start);
+        enqueue(&store, host.id, instance, OperationKind::Stop);
+        starts.insert(instance, start.id);
+    }
+    for _ in 0..5 {
+        enqueue(&store, other.id, Uuid::new_v4(), OperationKind::Start);
+    }
+    assert_eq!(store.unfinished_operations(host.id).unwrap(), 80);
+    assert_eq!(store.unfinished_operations(other.id).unwrap(), 5);
+    // One batch: at most MAX_CLAIM_BATCH, of this host, one per instance, each its start.
+    let first = store
+        .claim_operations_on("a", LONG, Some(host.id), 1000)
+        .unwrap();
+    assert_eq!(first.len(), MAX_CLAIM_BATCH);
+    let instances: HashSet<Uuid> = first.iter().map(|op| op.instance).collect();
+    assert_eq!(instances.len(), first.len(), "one operation per instance");
+    for op in &first {
+        assert_eq!(op.host, host.id);
+        assert_eq!(op.kind, OperationKind::Start);
+        assert_eq!(op.state, OperationState::Claimed);
+        assert_eq!(op.claim.as_ref().unwrap().owner, "a");
+        assert_eq!(store.operation(op.id).unwrap(), *op);
+    }
+    // The rest, by six claimers in batches of eight, each finishing what it claims at once: every
+    // operation claimed once, and an instance's stop only after its start is done.
+    let rest: Vec<Operation> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..6)
+            .map(|n| {
+                let (store, starts, host) = (&store, &starts, host.id);
+                s.spawn(move || {
+                    let owner = format!("replica-{n}");
+                    let mut mine = Vec::new();
+                    let mut idle = 0;
+                    // Claimed but not finished by claimer "a": never free here.
+                    while idle < 200 {
+                        let batch = store
+                            .claim_operations_on(&owner, LONG, Some(host), 8)
+                            .unwrap();
+                        if batch.is_empty() {
+                            idle += 1;
+                            std::thread::yield_now();
+                            continue;
+                        }
+                        idle = 0;
+                        for op in batch {
+                            if op.kind == OperationKind::Stop {
+                                let start = store.operation(starts[&op.instance]).unwrap();
+                                assert_eq!(start.state, OperationState::Done, "stop after start");
+                            }
+                            store
+                                .complete_operation(op.id, token_of(&op), "ok")
+                                .unwrap();
+                            mine.push(op);
+                        }
+                    }
+                    mine
+                })
+            })
+            .collect();
+        // Claimer "a" finishes its batch meanwhile, which frees those instances' stops.
+        for op in &first {
+            store.complete_operation(op.id, token_of(op), "ok").unwrap();
+        }
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect()
+    });
+    let ids: HashSet<Uuid> = rest.iter().map(|op| op.id).collect();
+    assert_eq!(ids.len(), rest.len(), "no operation claimed twice");
+    assert_eq!(rest.len() + first.len(), 80, "every operation claimed");
+    assert!(rest.iter().all(|op| op.host == host.id));
+    assert_eq!(store.unfinished_operations(host.id).unwrap(), 0);
+    assert_eq!(store.unfinished_operations(other.id).unwrap(), 5);
+    // The other host's: a claim of no host takes them; `max` 0 counts as one.
+    let one = store.claim_operations_on("b", LONG, None, 0).unwrap();
+    assert_eq!(one.len(), 1);
+    assert_eq!(one[0].host, other.id);
+}
+
 pub(crate) fn an_expired_claim_is_taken_over_and_the_old_token_fenced<F: Fixture>() {
     let fx = F::new();
     let store = fx.open();

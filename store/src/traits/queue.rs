@@ -50,7 +50,31 @@ pub trait OperationQueue: Send + Sync {
         owner: &str,
         lease: Duration,
         host: Option<Uuid>,
-    ) -> Result<Option<Operation>>;
+    ) -> Result<Option<Operation>> {
+        Ok(self
+            .claim_operations_on(owner, lease, host, 1)?
+            .into_iter()
+            .next())
+    }
+    /// Claims up to `max` operations (at least one, at most [`MAX_CLAIM_BATCH`](crate::MAX_CLAIM_BATCH)) in one
+    /// transaction, each as [`OperationQueue::claim_operation_on`] would (free, and the first
+    /// unfinished one of its instance, so no two are of one instance); empty when none is free.
+    /// With `max` 1 it takes the oldest. With more, it takes them from the oldest free ones, yet
+    /// a backend may pick a run among the first few batches' worth rather than the very first,
+    /// to keep replicas that claim at the same moment from racing for the same operations (an
+    /// operation further back waits at most until the head of the queue drains). The operations
+    /// of one batch may share a token (etcd: the revision of the commit): a token fences one
+    /// operation, and each operation's token is larger than every one it had before.
+    fn claim_operations_on(
+        &self,
+        owner: &str,
+        lease: Duration,
+        host: Option<Uuid>,
+        max: usize,
+    ) -> Result<Vec<Operation>>;
+    /// How many operations for `host` are unfinished (queued or claimed): a cheap count, for
+    /// monitoring a queue as it drains.
+    fn unfinished_operations(&self, host: Uuid) -> Result<usize>;
     /// Extends the claim `token` of operation `id` to `lease` from now
     /// ([`StoreError::Fenced`](crate::StoreError::Fenced) if `token` is not its current claim).
     /// A claim whose lease ran out but that nobody took over may still be renewed.
