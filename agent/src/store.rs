@@ -10,12 +10,17 @@
 //!
 //! Records hold the user data: `instances/` is mode 0700 and every file written there 0600,
 //! whatever the umask.
+//!
+//! [`Store::memory`] keeps the records in memory instead, for a core whose records need not
+//! outlive it: an off-host operation's (its durable record is its claim in the shared store, and
+//! a replica that dies is replaced by a takeover, never by reading what it left on disk).
 
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::fs::{self, File};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use uuid::Uuid;
 
 use crate::model::{InstanceSpec, StopCause};
@@ -125,10 +130,23 @@ struct Paths {
     maintenance: PathBuf,
 }
 
-/// The state directory. Clones share the paths.
+/// Records kept in memory ([`Store::memory`]).
+#[derive(Default)]
+struct Memory {
+    records: BTreeMap<Uuid, Record>,
+    maintenance: bool,
+}
+
+#[derive(Clone)]
+enum Backing {
+    Dir(Arc<Paths>),
+    Memory(Arc<Mutex<Memory>>),
+}
+
+/// The state directory (or records in memory). Clones share it.
 #[derive(Clone)]
 pub struct Store {
-    paths: Arc<Paths>,
+    backing: Backing,
 }
 
 impl Store {
@@ -137,33 +155,66 @@ impl Store {
         let instances = root.join("instances");
         support::private::dir(&instances).map_err(io_err("creating", &instances))?;
         Ok(Store {
-            paths: Arc::new(Paths {
+            backing: Backing::Dir(Arc::new(Paths {
                 root: root.to_owned(),
                 instances,
                 maintenance: root.join("maintenance"),
-            }),
+            })),
         })
     }
 
-    /// The state directory.
-    pub fn root(&self) -> &Path {
-        &self.paths.root
+    /// An empty store whose records live in memory only (module docs): nothing touches a disk.
+    pub fn memory() -> Store {
+        Store {
+            backing: Backing::Memory(Arc::default()),
+        }
     }
 
-    /// The path of an instance's record.
-    pub fn record_path(&self, instance: Uuid) -> PathBuf {
-        self.paths.instances.join(format!("{instance}.json"))
+    fn paths(&self) -> Option<&Paths> {
+        match &self.backing {
+            Backing::Dir(paths) => Some(paths),
+            Backing::Memory(_) => None,
+        }
     }
 
-    fn temp_path(&self, instance: Uuid) -> PathBuf {
-        self.paths.instances.join(format!(".{instance}.json.tmp"))
+    fn memory_state(&self) -> Option<MutexGuard<'_, Memory>> {
+        match &self.backing {
+            Backing::Dir(_) => None,
+            Backing::Memory(m) => Some(m.lock().unwrap_or_else(|e| e.into_inner())),
+        }
+    }
+
+    /// The state directory (`None` in memory).
+    pub fn root(&self) -> Option<&Path> {
+        self.paths().map(|p| p.root.as_path())
+    }
+
+    /// The path of an instance's record (`None` in memory).
+    pub fn record_path(&self, instance: Uuid) -> Option<PathBuf> {
+        self.paths()
+            .map(|p| p.instances.join(format!("{instance}.json")))
+    }
+
+    fn temp_path(&self, instance: Uuid) -> Option<PathBuf> {
+        self.paths()
+            .map(|p| p.instances.join(format!(".{instance}.json.tmp")))
     }
 
     /// Reads every record and the maintenance flag; removes temporary files left by a crash.
     pub fn load(&self) -> Result<Loaded, StoreError> {
-        let dir = &self.paths.instances;
+        if let Some(m) = self.memory_state() {
+            return Ok(Loaded {
+                records: m.records.values().cloned().collect(),
+                unreadable: Vec::new(),
+                maintenance: m.maintenance,
+            });
+        }
+        let Some(paths) = self.paths() else {
+            return Ok(Loaded::default());
+        };
+        let dir = &paths.instances;
         let mut loaded = Loaded {
-            maintenance: self.paths.maintenance.exists(),
+            maintenance: paths.maintenance.exists(),
             ..Loaded::default()
         };
         for entry in fs::read_dir(dir).map_err(io_err("reading", dir))? {
@@ -209,20 +260,32 @@ impl Store {
     /// Writes an instance's record atomically (replacing the one there).
     pub fn write(&self, record: &Record) -> Result<(), StoreError> {
         let instance = record.spec.instance;
+        if let Some(mut m) = self.memory_state() {
+            m.records.insert(instance, record.clone());
+            return Ok(());
+        }
+        let (Some(temp), Some(path)) = (self.temp_path(instance), self.record_path(instance))
+        else {
+            return Ok(());
+        };
         let mut bytes = serde_json::to_vec_pretty(record)
             .map_err(|source| StoreError::Encode { instance, source })?;
         bytes.push(b'\n');
-        write_atomic(
-            &self.temp_path(instance),
-            &self.record_path(instance),
-            &bytes,
-        )
+        write_atomic(&temp, &path, &bytes)
     }
 
     /// Replaces the spec in an instance's record, keeping what the record wants; nothing to do
     /// if there is no record (the instance is being forgotten).
     pub fn update_spec(&self, spec: InstanceSpec) -> Result<(), StoreError> {
-        let path = self.record_path(spec.instance);
+        if let Some(mut m) = self.memory_state() {
+            if let Some(record) = m.records.get_mut(&spec.instance) {
+                record.spec = spec;
+            }
+            return Ok(());
+        }
+        let Some(path) = self.record_path(spec.instance) else {
+            return Ok(());
+        };
         let bytes = match fs::read(&path) {
             Ok(bytes) => bytes,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
@@ -239,14 +302,28 @@ impl Store {
 
     /// Removes an instance's record (nothing to do if there is none).
     pub fn remove(&self, instance: Uuid) -> Result<(), StoreError> {
-        remove_durably(&self.record_path(instance))
+        if let Some(mut m) = self.memory_state() {
+            m.records.remove(&instance);
+            return Ok(());
+        }
+        match self.record_path(instance) {
+            Some(path) => remove_durably(&path),
+            None => Ok(()),
+        }
     }
 
     /// Sets or clears the maintenance flag, durably.
     pub fn set_maintenance(&self, on: bool) -> Result<(), StoreError> {
-        let flag = &self.paths.maintenance;
+        if let Some(mut m) = self.memory_state() {
+            m.maintenance = on;
+            return Ok(());
+        }
+        let Some(paths) = self.paths() else {
+            return Ok(());
+        };
+        let flag = &paths.maintenance;
         if on {
-            let temp = self.paths.root.join(".maintenance.tmp");
+            let temp = paths.root.join(".maintenance.tmp");
             write_atomic(&temp, flag, b"evacuated\n")
         } else {
             remove_durably(flag)
@@ -342,13 +419,13 @@ mod tests {
         assert_eq!(mode(&instances), 0o700);
         let record = Record::new(spec(1, "debian"), Desired::Running);
         store.write(&record).unwrap();
-        assert_eq!(mode(&store.record_path(Uuid::from_u128(1))), 0o600);
+        assert_eq!(mode(&store.record_path(Uuid::from_u128(1)).unwrap()), 0o600);
         // A temporary file left readable by a crash is not what the next write leaves.
-        let temp = store.temp_path(Uuid::from_u128(1));
+        let temp = store.temp_path(Uuid::from_u128(1)).unwrap();
         fs::write(&temp, b"torn").unwrap();
         fs::set_permissions(&temp, fs::Permissions::from_mode(0o644)).unwrap();
         store.write(&record).unwrap();
-        assert_eq!(mode(&store.record_path(Uuid::from_u128(1))), 0o600);
+        assert_eq!(mode(&store.record_path(Uuid::from_u128(1)).unwrap()), 0o600);
     }
 
     #[test]
@@ -372,7 +449,7 @@ mod tests {
         store.write(&old).unwrap();
         let new = Record::new(spec(7, "new-image"), Desired::Removing { stop: None });
         let new_bytes = serde_json::to_vec_pretty(&new).unwrap();
-        let temp = store.temp_path(Uuid::from_u128(7));
+        let temp = store.temp_path(Uuid::from_u128(7)).unwrap();
         for cut in 0..=new_bytes.len() {
             fs::write(&temp, &new_bytes[..cut]).unwrap();
             let loaded = store.load().unwrap();
@@ -388,11 +465,48 @@ mod tests {
     fn garbage_temporary_files_of_new_instances_are_ignored() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path()).unwrap();
-        fs::write(store.temp_path(Uuid::from_u128(9)), b"\0\xff{garbage").unwrap();
+        fs::write(
+            store.temp_path(Uuid::from_u128(9)).unwrap(),
+            b"\0\xff{garbage",
+        )
+        .unwrap();
         fs::write(dir.path().join("instances/notes.txt"), b"not ours").unwrap();
         fs::write(dir.path().join(".maintenance.tmp"), b"").unwrap();
         let loaded = store.load().unwrap();
         assert_eq!(loaded, Loaded::default());
+    }
+
+    #[test]
+    fn records_in_memory_round_trip_and_touch_no_disk() {
+        let store = Store::memory();
+        assert_eq!(store.root(), None);
+        assert_eq!(store.record_path(Uuid::from_u128(1)), None);
+        let a = Record::new(spec(1, "debian"), Desired::Running);
+        let b = Record::new(spec(2, "fedora"), Desired::Running);
+        store.write(&b).unwrap();
+        store.write(&a).unwrap();
+        let mut newer = spec(1, "debian");
+        newer.user_data = None;
+        store.update_spec(newer.clone()).unwrap();
+        // A record that is not there is not made by an update.
+        store.update_spec(spec(3, "x")).unwrap();
+        store.set_maintenance(true).unwrap();
+        let shared = store.clone();
+        let loaded = shared.load().unwrap();
+        assert_eq!(
+            loaded.records,
+            vec![Record::new(newer, Desired::Running), b.clone()]
+        );
+        assert!(loaded.maintenance && loaded.unreadable.is_empty());
+        store.remove(Uuid::from_u128(1)).unwrap();
+        store.set_maintenance(false).unwrap();
+        assert_eq!(
+            Store::memory().load().unwrap(),
+            Loaded::default(),
+            "each memory store is its own"
+        );
+        let loaded = store.load().unwrap();
+        assert_eq!((loaded.records, loaded.maintenance), (vec![b], false));
     }
 
     /// Records damaged outside the agent (not by a crash: writes are atomic) are reported as
@@ -403,10 +517,14 @@ mod tests {
         let store = Store::open(dir.path()).unwrap();
         let good = Record::new(spec(1, "debian"), Desired::Running);
         store.write(&good).unwrap();
-        fs::write(store.record_path(Uuid::from_u128(2)), b"{\"version\":1,").unwrap();
+        fs::write(
+            store.record_path(Uuid::from_u128(2)).unwrap(),
+            b"{\"version\":1,",
+        )
+        .unwrap();
         let other = Record::new(spec(4, "x"), Desired::Running);
         fs::write(
-            store.record_path(Uuid::from_u128(3)),
+            store.record_path(Uuid::from_u128(3)).unwrap(),
             serde_json::to_vec(&other).unwrap(),
         )
         .unwrap();

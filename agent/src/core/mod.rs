@@ -120,8 +120,22 @@ impl Core {
     ) -> Result<Core, CoreError> {
         config.validate()?;
         let dir = config.state_dir.clone();
+        let store = tokio::task::spawn_blocking(move || Store::open(&dir))
+            .await
+            .map_err(|e| CoreError::Task(e.to_string()))??;
+        Core::spawn_with_store(config, store, backend, reporter).await
+    }
+
+    /// As [`Core::spawn`], over `store` rather than the configuration's state directory (an
+    /// off-host operation's core keeps its records in memory: [`Store::memory`]).
+    pub async fn spawn_with_store<B: Backend, R: Reporter>(
+        config: Config,
+        store: Store,
+        backend: Arc<B>,
+        reporter: R,
+    ) -> Result<Core, CoreError> {
+        config.validate()?;
         let (store, loaded) = tokio::task::spawn_blocking(move || {
-            let store = Store::open(&dir)?;
             let loaded = store.load()?;
             Ok::<_, StoreError>((store, loaded))
         })

@@ -117,7 +117,7 @@ async fn a_restart_finishes_what_a_crash_cut_short() {
     };
     store.write(&Record::new(spec(3, "debian"), stop)).unwrap();
     // Damaged outside the agent.
-    std::fs::write(store.record_path(id(4)), b"{\"vers").unwrap();
+    std::fs::write(store.record_path(id(4)).unwrap(), b"{\"vers").unwrap();
     backend.insert(id(4), Power::Running);
 
     let (core, reporter) = spawn(dir.path(), &backend).await;
