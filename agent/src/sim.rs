@@ -134,6 +134,17 @@ pub struct SimBackend {
 impl SimBackend {
     /// A simulation; with a directory, the instances recorded there are back (as they were).
     pub fn new(config: SimConfig) -> Result<SimBackend, SimError> {
+        SimBackend::load(config, None)
+    }
+
+    /// As [`SimBackend::new`], with only `instance` of the directory's instances back (if it is
+    /// there): an off-host operation's view of the shared simulated host, which reads one file
+    /// rather than every instance's.
+    pub fn for_instance(config: SimConfig, instance: Uuid) -> Result<SimBackend, SimError> {
+        SimBackend::load(config, Some(instance))
+    }
+
+    fn load(config: SimConfig, only: Option<Uuid>) -> Result<SimBackend, SimError> {
         let mut state = State::default();
         if let Some(dir) = &config.dir {
             let err = |source| SimError::Dir {
@@ -141,13 +152,19 @@ impl SimBackend {
                 source,
             };
             support::private::dir(dir).map_err(err)?;
-            for entry in std::fs::read_dir(dir).map_err(err)? {
-                let entry = entry.map_err(err)?;
-                let name = entry.file_name();
-                let Some(id) = name.to_str().and_then(|n| n.parse::<Uuid>().ok()) else {
-                    continue;
-                };
-                let Ok(bytes) = std::fs::read(entry.path()) else {
+            let ids = match only {
+                Some(id) => vec![id],
+                None => {
+                    let mut ids = Vec::new();
+                    for entry in std::fs::read_dir(dir).map_err(err)? {
+                        let name = entry.map_err(err)?.file_name();
+                        ids.extend(name.to_str().and_then(|n| n.parse::<Uuid>().ok()));
+                    }
+                    ids
+                }
+            };
+            for id in ids {
+                let Ok(bytes) = std::fs::read(dir.join(id.to_string())) else {
                     continue;
                 };
                 if let Ok(f) = serde_json::from_slice::<SimFile>(&bytes) {

@@ -61,6 +61,10 @@ pub struct RemoteArgs {
     /// The lease of a claim (renewed every third of it while the operation runs).
     #[arg(long, env = "CUMULO_AGENT_LEASE", default_value = "10s", value_parser = parse_positive_duration)]
     pub lease: Duration,
+    /// How many operations the replica runs at once (claimed in batches of up to 32 when half
+    /// or more of these slots are free).
+    #[arg(long, env = "CUMULO_AGENT_PARALLEL", default_value = "8", value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub parallel: u16,
     /// How often an empty queue is polled.
     #[arg(long, env = "CUMULO_AGENT_POLL", default_value = "200ms", value_parser = parse_positive_duration)]
     pub poll: Duration,
@@ -126,6 +130,7 @@ impl RemoteArgs {
             uri: self.remote.clone(),
             lease: self.lease,
             poll: self.poll,
+            parallel: usize::from(self.parallel),
             op_timeout: self.op_timeout,
             work_dir: self.state_dir.join("ops"),
             pki_dir: self.tls_pki.clone(),
@@ -163,7 +168,7 @@ pub async fn run(args: RemoteArgs, shutdown: CancellationToken) -> Result<(), Re
                 LibvirtBackend::new(l)
                     .map_err(|e| RemoteError::WorkDir(format!("libvirt backend: {e}")))?,
             );
-            super::run(store, move || Ok(backend.clone()), config, shutdown).await
+            super::run(store, move |_| Ok(backend.clone()), config, shutdown).await
         }
         RemoteBackend::Sim => {
             let dir = args
@@ -171,14 +176,15 @@ pub async fn run(args: RemoteArgs, shutdown: CancellationToken) -> Result<(), Re
                 .clone()
                 .unwrap_or_else(|| args.state_dir.join("sim"));
             let boot_delay = args.sim_boot_delay;
-            let make = move || {
-                SimBackend::new(SimConfig {
+            let make = move |instance| {
+                let config = SimConfig {
                     boot_delay,
                     dir: Some(dir.clone()),
                     ..SimConfig::default()
-                })
-                .map(Arc::new)
-                .map_err(|e| e.to_string())
+                };
+                SimBackend::for_instance(config, instance)
+                    .map(Arc::new)
+                    .map_err(|e| e.to_string())
             };
             super::run(store, make, config, shutdown).await
         }

@@ -5,9 +5,12 @@
 //! [claims](store::OperationQueue::claim_operation_on) the oldest operation of its host for a
 //! lease and gets a fencing token, then runs it with the same agent [`Core`] and backend an
 //! on-host agent uses, over the remote URI:
-//! - the core gets a fresh state directory per operation; for a stop or a delete it is seeded
-//!   with the instance's record (rebuilt from the START the operation carries), so the core
-//!   re-attaches to the domain as an on-host agent does after a restart;
+//! - the core of each operation starts with no records, kept in memory (the operation's
+//!   durable record is its claim); for a stop, a delete or a restart it is seeded with the
+//!   instance's record (rebuilt from the START the operation carries), so the core re-attaches to
+//!   the domain as an on-host agent does after a restart;
+//! - up to `parallel` operations run at once (claimed in batches when half the slots are free;
+//!   the store never hands out two operations of one instance at once);
 //! - the backend is wrapped in [`fence::Fenced`]: the token is recorded on the domain and checked
 //!   before every change;
 //! - the core reports through [`reporter::StoreReporter`], which writes the instance's new state
@@ -32,9 +35,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use store::sealed::HostKey;
-use store::{Operation, OperationKind, OperationQueue, OperationState, RemoteHost, StoreError};
+use store::{
+    MAX_CLAIM_BATCH, Operation, OperationKind, OperationQueue, OperationState, RemoteHost,
+    StoreError,
+};
 use tokio::sync::oneshot;
+use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
 
 use crate::config::Config;
 use crate::core::Core;
@@ -56,9 +64,11 @@ pub struct RemoteConfig {
     pub lease: Duration,
     /// How often the queue is polled when it was empty.
     pub poll: Duration,
+    /// How many operations run at once (at least one).
+    pub parallel: usize,
     /// The longest an operation may take before it is given up (and left to run out).
     pub op_timeout: Duration,
-    /// Where per-operation state directories go.
+    /// The replica's work directory (made at start; an operation's records are kept in memory).
     pub work_dir: PathBuf,
     /// The figures the core admits against (the remote host's, as the operator states them).
     pub figures: HostFigures,
@@ -111,11 +121,12 @@ pub async fn host_of(
         .ok_or_else(|| RemoteError::NoHost(uri.to_string()))
 }
 
-/// Runs the replica until `shutdown`. `backend` gives the backend for each operation (the same
-/// one each time for libvirt; a fresh view of the shared directory for the simulation).
+/// Runs the replica until `shutdown`. `backend` gives the backend for each operation, given its
+/// instance (the same one each time for libvirt; a fresh view of that instance in the shared
+/// directory for the simulation).
 pub async fn run<B: FenceMarks>(
     store: Arc<dyn OperationQueue>,
-    backend: impl Fn() -> Result<Arc<B>, String>,
+    backend: impl Fn(Uuid) -> Result<Arc<B>, String>,
     config: RemoteConfig,
     shutdown: CancellationToken,
 ) -> Result<(), RemoteError> {
@@ -135,6 +146,13 @@ pub async fn run<B: FenceMarks>(
     };
     let creds_every = config.lease.min(Duration::from_secs(5));
     let mut creds_next = tokio::time::Instant::now() + creds_every;
+    let parallel = config.parallel.max(1);
+    // Claimed in batches, when at least half the slots are free (or none runs): fewer, larger
+    // claims, and always some work at hand while a batch is being claimed.
+    let low_water = parallel.div_ceil(2);
+    let mut running: JoinSet<(Uuid, Result<Outcome, String>)> = JoinSet::new();
+    // When the next claim may go (the queue was empty, or the store failed: a poll later).
+    let mut claim_at = tokio::time::Instant::now();
     loop {
         if let Some(copy) = &mut creds
             && tokio::time::Instant::now() >= creds_next
@@ -143,39 +161,88 @@ pub async fn run<B: FenceMarks>(
             copy.update(blocking(move || s.launcher_creds(id)).await);
             creds_next = tokio::time::Instant::now() + creds_every;
         }
-        let (s, owner, lease) = (store.clone(), config.owner.clone(), config.lease);
-        let claimed = tokio::select! {
-            _ = shutdown.cancelled() => return Ok(()),
-            c = blocking(move || s.claim_operation_on(&owner, lease, Some(host.id))) => c,
-        };
-        match claimed {
-            Ok(Some(op)) => {
-                let id = op.id;
-                let ran = match backend() {
-                    Ok(backend) => {
-                        run_operation(&store, &backend, &config, &host, op, &shutdown).await
+        let room = parallel - running.len();
+        let wants_work = room >= low_water || running.is_empty();
+        if wants_work && tokio::time::Instant::now() >= claim_at {
+            let (s, owner, lease) = (store.clone(), config.owner.clone(), config.lease);
+            let max = room.min(MAX_CLAIM_BATCH);
+            let claimed = tokio::select! {
+                _ = shutdown.cancelled() => break,
+                c = blocking(move || s.claim_operations_on(&owner, lease, Some(host.id), max)) => c,
+            };
+            match claimed {
+                Ok(ops) if !ops.is_empty() => {
+                    for op in ops {
+                        spawn_operation(
+                            &mut running,
+                            &store,
+                            &backend,
+                            &config,
+                            &host,
+                            op,
+                            &shutdown,
+                        );
                     }
-                    Err(e) => Err(format!("backend: {e}")),
-                };
-                match ran {
-                    Ok(outcome) => tracing::info!(operation = %id, ?outcome, "operation ended"),
-                    Err(e) => tracing::warn!(operation = %id, "operation dropped: {e}"),
+                    continue;
                 }
+                Ok(_) => {}
+                Err(e) => tracing::warn!("cannot claim: {e}"),
             }
-            Ok(None) => {
-                tokio::select! {
-                    _ = shutdown.cancelled() => return Ok(()),
-                    _ = tokio::time::sleep(config.poll) => {}
-                }
-            }
-            Err(e) => {
-                tracing::warn!("cannot claim: {e}");
-                tokio::select! {
-                    _ = shutdown.cancelled() => return Ok(()),
-                    _ = tokio::time::sleep(config.poll) => {}
-                }
-            }
+            claim_at = tokio::time::Instant::now() + config.poll;
         }
+        // Wait for an operation to end, the next poll, or the end.
+        let poll = async {
+            if wants_work {
+                tokio::time::sleep_until(claim_at).await;
+            } else {
+                std::future::pending::<()>().await;
+            }
+        };
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            Some(ended) = running.join_next(), if !running.is_empty() => log_ended(ended),
+            () = poll => {}
+        }
+    }
+    // Stopping: each running operation sees the shutdown, drops its work and cleans up.
+    while let Some(ended) = running.join_next().await {
+        log_ended(ended);
+    }
+    Ok(())
+}
+
+/// Runs `op` in a task of `running`, with the backend `backend` gives for it.
+fn spawn_operation<B: FenceMarks>(
+    running: &mut JoinSet<(Uuid, Result<Outcome, String>)>,
+    store: &Arc<dyn OperationQueue>,
+    backend: &impl Fn(Uuid) -> Result<Arc<B>, String>,
+    config: &RemoteConfig,
+    host: &RemoteHost,
+    op: Operation,
+    shutdown: &CancellationToken,
+) {
+    let id = op.id;
+    let backend = backend(op.instance);
+    let (store, config, host, shutdown) = (
+        store.clone(),
+        config.clone(),
+        host.clone(),
+        shutdown.clone(),
+    );
+    running.spawn(async move {
+        let ran = match backend {
+            Ok(backend) => run_operation(&store, &backend, &config, &host, op, &shutdown).await,
+            Err(e) => Err(format!("backend: {e}")),
+        };
+        (id, ran)
+    });
+}
+
+fn log_ended(ended: Result<(Uuid, Result<Outcome, String>), tokio::task::JoinError>) {
+    match ended {
+        Ok((id, Ok(outcome))) => tracing::info!(operation = %id, ?outcome, "operation ended"),
+        Ok((id, Err(e))) => tracing::warn!(operation = %id, "operation dropped: {e}"),
+        Err(e) => tracing::error!("an operation's task failed: {e}"),
     }
 }
 
@@ -205,11 +272,10 @@ pub async fn run_operation<B: FenceMarks>(
             return Ok(Outcome::Finished(OperationState::Failed, why));
         }
     };
-    let dir = config.work_dir.join(format!("op-{}-{token}", op.id));
-    let _ = std::fs::remove_dir_all(&dir);
-    // The operation's core starts from an empty directory: a record tells it of the instance
-    // the host already has (running for a stop or a delete; stopped and kept for a start with
-    // `restart`, which boots the kept domain rather than making a new one).
+    // The operation's core starts from no records, kept in memory (the operation's durable
+    // record is its claim): a record tells it of the instance the host already has (running for
+    // a stop or a delete; stopped and kept for a start with `restart`, which boots the kept
+    // domain rather than making a new one).
     let known = match op.kind {
         OperationKind::Stop | OperationKind::Delete => Some(Desired::Running),
         OperationKind::Start if spec.restart => Some(Desired::Stopped {
@@ -217,8 +283,8 @@ pub async fn run_operation<B: FenceMarks>(
         }),
         OperationKind::Start => None,
     };
+    let records = crate::store::Store::memory();
     if let Some(desired) = known {
-        let records = crate::store::Store::open(&dir).map_err(|e| e.to_string())?;
         records
             .write(&Record::new(spec.clone(), desired))
             .map_err(|e| e.to_string())?;
@@ -227,14 +293,14 @@ pub async fn run_operation<B: FenceMarks>(
         host.id,
         host.name.clone(),
         HostSource::Fixed(config.figures),
-        dir.clone(),
+        config.work_dir.clone(),
     );
     // Nothing reads the node's reports off-host: report rarely.
     core_config.stats_interval = Duration::from_secs(3600);
     let (done_tx, done_rx) = oneshot::channel();
     let reporter = StoreReporter::new(store.clone(), op.clone(), token, done_tx);
     let fenced = Arc::new(Fenced::new(backend.clone(), token));
-    let core = Core::spawn(core_config, fenced, reporter)
+    let core = Core::spawn_with_store(core_config, records, fenced, reporter)
         .await
         .map_err(|e| e.to_string())?;
     let submitted = match op.kind {
@@ -249,7 +315,6 @@ pub async fn run_operation<B: FenceMarks>(
     if let Err(e) = core.shutdown().await {
         tracing::warn!("core shutdown: {e}");
     }
-    let _ = std::fs::remove_dir_all(&dir);
     outcome
 }
 

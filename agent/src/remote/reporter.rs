@@ -43,35 +43,30 @@ pub fn decide(
     let done = |text: &str| Some((OperationState::Done, text.to_string()));
     let failed = |text: String| Some((OperationState::Failed, text));
     match (kind, event) {
-        (OperationKind::Start, InstanceEvent::State { state, .. }) => match state {
-            InstanceState::Active => Some((
-                masked(
-                    &["state", "placement.node"],
-                    InstanceFacts {
-                        state: StoreState::Active,
-                        placement: Placement {
-                            node: Some(host),
-                            cnci: None,
-                        },
-                        fault: None,
+        // Pending writes nothing: the controller made the instance pending when it queued the
+        // start (a launch, or a start of a stopped one), and a takeover redoes a start whose
+        // instance is pending still; a write would cost every start a transaction and change
+        // nothing.
+        (
+            OperationKind::Start,
+            InstanceEvent::State {
+                state: InstanceState::Active,
+                ..
+            },
+        ) => Some((
+            masked(
+                &["state", "placement.node"],
+                InstanceFacts {
+                    state: StoreState::Active,
+                    placement: Placement {
+                        node: Some(host),
+                        cnci: None,
                     },
-                )?,
-                done("running"),
-            )),
-            // Pending: a partial update of the state alone.
-            InstanceState::Pending => Some((
-                masked(
-                    &["state"],
-                    InstanceFacts {
-                        state: StoreState::Pending,
-                        placement: Placement::default(),
-                        fault: None,
-                    },
-                )?,
-                None,
-            )),
-            _ => None,
-        },
+                    fault: None,
+                },
+            )?,
+            done("running"),
+        )),
         (
             OperationKind::Start,
             InstanceEvent::StartFailed {
@@ -204,6 +199,21 @@ impl Reporter for StoreReporter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_start_writes_once_when_active_and_nothing_while_pending() {
+        let (host, instance) = (Uuid::from_u128(1), Uuid::from_u128(2));
+        let event = |state| InstanceEvent::State { instance, state };
+        assert!(decide(OperationKind::Start, host, &event(InstanceState::Pending)).is_none());
+        let Some((InstanceWrite::Update(mask, facts), Some((OperationState::Done, _)))) =
+            decide(OperationKind::Start, host, &event(InstanceState::Active))
+        else {
+            panic!("not a finished start");
+        };
+        assert!(mask.has("state") && mask.has("placement.node"));
+        assert_eq!(facts.state, StoreState::Active);
+        assert_eq!(facts.placement.node, Some(host));
+    }
 
     #[test]
     fn a_failed_start_writes_its_fault() {
