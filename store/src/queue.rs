@@ -21,6 +21,32 @@ use uuid::Uuid;
 /// costs etcd two compares and two writes, and one transaction holds at most 128 of each.
 pub const MAX_CLAIM_BATCH: usize = 32;
 
+/// The most reports one etcd transaction of
+/// [`OperationQueue::fenced_writes`](crate::OperationQueue::fenced_writes) commits: each compares
+/// three keys and writes up to seven (its operation, lease and index keys, its instance and the
+/// instance's node index), and a transaction holds at most 128 of each.
+pub const MAX_FENCED_BATCH: usize = 16;
+
+/// One launcher's report for [`OperationQueue::fenced_writes`](crate::OperationQueue::fenced_writes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FencedWrite {
+    /// The operation.
+    pub id: Uuid,
+    /// The claim's fencing token.
+    pub token: u64,
+    /// What it does to the operation's instance.
+    pub write: crate::InstanceWrite,
+    /// How the operation ends, if it does: done or failed, with the result.
+    pub finish: Option<(crate::OperationState, String)>,
+}
+
+impl FencedWrite {
+    /// `finish` as [`OperationQueue::fenced_write`](crate::OperationQueue::fenced_write) takes it.
+    pub fn finish(&self) -> Option<(crate::OperationState, &str)> {
+        self.finish.as_ref().map(|(s, r)| (*s, r.as_str()))
+    }
+}
+
 /// A host whose launcher runs off the host, reached through a libvirt URI.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RemoteHost {

@@ -51,7 +51,7 @@ use crate::model::InstanceSpec;
 use crate::store::{Desired, Record};
 use creds::{CredsCopy, CredsError};
 use fence::{FenceMarks, Fenced};
-use reporter::{Outcome, StoreReporter};
+use reporter::{Finisher, Outcome, StoreReporter};
 
 /// What a replica needs.
 #[derive(Debug, Clone)]
@@ -151,6 +151,14 @@ pub async fn run<B: FenceMarks>(
     // claims, and always some work at hand while a batch is being claimed.
     let low_water = parallel.div_ceil(2);
     let mut running: JoinSet<(Uuid, Result<Outcome, String>)> = JoinSet::new();
+    // What every operation runs with; their reports reach the store batched.
+    let context = OpContext {
+        store: store.clone(),
+        finisher: Finisher::spawn(store.clone()),
+        config: config.clone(),
+        host: host.clone(),
+        shutdown: shutdown.clone(),
+    };
     // When the next claim may go (the queue was empty, or the store failed: a poll later).
     let mut claim_at = tokio::time::Instant::now();
     loop {
@@ -173,15 +181,7 @@ pub async fn run<B: FenceMarks>(
             match claimed {
                 Ok(ops) if !ops.is_empty() => {
                     for op in ops {
-                        spawn_operation(
-                            &mut running,
-                            &store,
-                            &backend,
-                            &config,
-                            &host,
-                            op,
-                            &shutdown,
-                        );
+                        spawn_operation(&mut running, &context, &backend, op);
                     }
                     continue;
                 }
@@ -211,27 +211,34 @@ pub async fn run<B: FenceMarks>(
     Ok(())
 }
 
-/// Runs `op` in a task of `running`, with the backend `backend` gives for it.
+/// What every operation of a replica runs with.
+#[derive(Clone)]
+pub struct OpContext {
+    /// The shared store.
+    pub store: Arc<dyn OperationQueue>,
+    /// Where the operations' reports go (batched).
+    pub finisher: Finisher,
+    /// The replica's configuration.
+    pub config: RemoteConfig,
+    /// The off-host host it serves.
+    pub host: RemoteHost,
+    /// The replica's end.
+    pub shutdown: CancellationToken,
+}
+
+/// Runs `op` in a task of `running`, with the backend `backend` gives for its instance.
 fn spawn_operation<B: FenceMarks>(
     running: &mut JoinSet<(Uuid, Result<Outcome, String>)>,
-    store: &Arc<dyn OperationQueue>,
+    context: &OpContext,
     backend: &impl Fn(Uuid) -> Result<Arc<B>, String>,
-    config: &RemoteConfig,
-    host: &RemoteHost,
     op: Operation,
-    shutdown: &CancellationToken,
 ) {
     let id = op.id;
     let backend = backend(op.instance);
-    let (store, config, host, shutdown) = (
-        store.clone(),
-        config.clone(),
-        host.clone(),
-        shutdown.clone(),
-    );
+    let context = context.clone();
     running.spawn(async move {
         let ran = match backend {
-            Ok(backend) => run_operation(&store, &backend, &config, &host, op, &shutdown).await,
+            Ok(backend) => run_operation(&context, &backend, op).await,
             Err(e) => Err(format!("backend: {e}")),
         };
         (id, ran)
@@ -248,13 +255,17 @@ fn log_ended(ended: Result<(Uuid, Result<Outcome, String>), tokio::task::JoinErr
 
 /// Runs one claimed operation to its outcome (or until its claim is lost).
 pub async fn run_operation<B: FenceMarks>(
-    store: &Arc<dyn OperationQueue>,
+    context: &OpContext,
     backend: &Arc<B>,
-    config: &RemoteConfig,
-    host: &RemoteHost,
     op: Operation,
-    shutdown: &CancellationToken,
 ) -> Result<Outcome, String> {
+    let OpContext {
+        store,
+        finisher,
+        config,
+        host,
+        shutdown,
+    } = context;
     let token = op
         .claim
         .as_ref()
@@ -298,7 +309,7 @@ pub async fn run_operation<B: FenceMarks>(
     // Nothing reads the node's reports off-host: report rarely.
     core_config.stats_interval = Duration::from_secs(3600);
     let (done_tx, done_rx) = oneshot::channel();
-    let reporter = StoreReporter::new(store.clone(), op.clone(), token, done_tx);
+    let reporter = StoreReporter::new(finisher.clone(), op.clone(), token, done_tx);
     let fenced = Arc::new(Fenced::new(backend.clone(), token));
     let core = Core::spawn_with_store(core_config, records, fenced, reporter)
         .await

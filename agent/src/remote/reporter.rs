@@ -6,10 +6,10 @@
 use std::sync::Arc;
 
 use store::{
-    Fault, FieldMask, InstanceFacts, InstanceState as StoreState, InstanceWrite, Operation,
-    OperationKind, OperationQueue, OperationState, Placement, StoreError,
+    Fault, FencedWrite, FieldMask, InstanceFacts, InstanceState as StoreState, InstanceWrite,
+    Operation, OperationKind, OperationQueue, OperationState, Placement, StoreError,
 };
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
 use crate::model::{
@@ -137,24 +137,85 @@ fn start_fault(reason: StartRefusal, message: Option<&str>) -> Fault {
     Fault::now(code, message)
 }
 
+/// The most reports a [`Finisher`] hands the store at once.
+const FINISH_BATCH: usize = 64;
+
+/// A report waiting for the [`Finisher`], and where its result goes.
+type Job = (FencedWrite, oneshot::Sender<Result<Operation, StoreError>>);
+
+/// Writes the reports of a replica's operations to the store, batched: while one batch is in
+/// the store ([`OperationQueue::fenced_writes`]), the reports that arrive wait and go together in
+/// the next (at most [`FINISH_BATCH`]). One report alone goes at once. The task ends when every
+/// handle is gone.
+#[derive(Clone)]
+pub struct Finisher {
+    jobs: mpsc::Sender<Job>,
+}
+
+impl Finisher {
+    /// Starts the task over `store` (within a tokio runtime).
+    pub fn spawn(store: Arc<dyn OperationQueue>) -> Finisher {
+        let (jobs, mut rx) = mpsc::channel::<Job>(4 * FINISH_BATCH);
+        tokio::spawn(async move {
+            while let Some(first) = rx.recv().await {
+                let mut batch = vec![first];
+                while batch.len() < FINISH_BATCH {
+                    match rx.try_recv() {
+                        Ok(job) => batch.push(job),
+                        Err(_) => break,
+                    }
+                }
+                let reports: Vec<FencedWrite> = batch.iter().map(|(r, _)| r.clone()).collect();
+                let s = store.clone();
+                let results = tokio::task::spawn_blocking(move || s.fenced_writes(&reports))
+                    .await
+                    .map_err(|e| StoreError::Backend(format!("store task: {e}")));
+                match results {
+                    Ok(results) => {
+                        for ((_, reply), result) in batch.into_iter().zip(results) {
+                            // The operation may have been given up meanwhile: nobody to tell.
+                            let _ = reply.send(result);
+                        }
+                    }
+                    Err(e) => {
+                        for (_, reply) in batch {
+                            let _ = reply.send(Err(e.clone()));
+                        }
+                    }
+                }
+            }
+        });
+        Finisher { jobs }
+    }
+
+    /// Writes `report` (with the others waiting) and returns its result.
+    pub async fn write(&self, report: FencedWrite) -> Result<Operation, StoreError> {
+        let (reply, result) = oneshot::channel();
+        let gone = || StoreError::Backend("the replica's finisher stopped".into());
+        self.jobs.send((report, reply)).await.map_err(|_| gone())?;
+        result.await.map_err(|_| gone())?
+    }
+}
+
 /// The reporter of one claimed operation.
 pub struct StoreReporter {
-    store: Arc<dyn OperationQueue>,
+    finisher: Finisher,
     op: Operation,
     token: u64,
     done: Option<oneshot::Sender<Outcome>>,
 }
 
 impl StoreReporter {
-    /// A reporter for `op` under claim `token`; the outcome goes to `done` once.
+    /// A reporter for `op` under claim `token`, writing through `finisher`; the outcome goes to
+    /// `done` once.
     pub fn new(
-        store: Arc<dyn OperationQueue>,
+        finisher: Finisher,
         op: Operation,
         token: u64,
         done: oneshot::Sender<Outcome>,
     ) -> StoreReporter {
         StoreReporter {
-            store,
+            finisher,
             op,
             token,
             done: Some(done),
@@ -175,19 +236,18 @@ impl Reporter for StoreReporter {
         let Some((write, finish)) = decide(self.op.kind, self.op.host, event) else {
             return;
         };
-        let (store, id, token) = (self.store.clone(), self.op.id, self.token);
         let finishing = finish.is_some();
-        let written = tokio::task::spawn_blocking(move || {
-            let finish = finish.as_ref().map(|(s, t)| (*s, t.as_str()));
-            store.fenced_write(id, token, &write, finish)
-        })
-        .await;
-        let outcome = match written {
-            Ok(Ok(op)) if finishing => Outcome::Finished(op.state, op.result.unwrap_or_default()),
-            Ok(Ok(_)) => return,
-            Ok(Err(StoreError::Fenced { .. })) => Outcome::Fenced,
-            Ok(Err(e)) => Outcome::Store(e.to_string()),
-            Err(e) => Outcome::Store(format!("store task: {e}")),
+        let report = FencedWrite {
+            id: self.op.id,
+            token: self.token,
+            write,
+            finish,
+        };
+        let outcome = match self.finisher.write(report).await {
+            Ok(op) if finishing => Outcome::Finished(op.state, op.result.unwrap_or_default()),
+            Ok(_) => return,
+            Err(StoreError::Fenced { .. }) => Outcome::Fenced,
+            Err(e) => Outcome::Store(e.to_string()),
         };
         if let Some(done) = self.done.take() {
             // The runner may have given up on the operation already: nobody to tell.

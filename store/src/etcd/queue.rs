@@ -264,48 +264,52 @@ impl OperationQueue for EtcdStore {
         finish: Option<(OperationState, &str)>,
     ) -> Result<Operation> {
         let (rec, lease) = self.atomically("a fenced write", |tx| {
-            let (mut rec, lease) = held(tx, id, token)?;
-            match write {
-                InstanceWrite::Nothing => {}
-                InstanceWrite::Update(mask, facts) => {
-                    super::instances::update_in(
-                        tx,
-                        Scope::All,
-                        rec.instance,
-                        None,
-                        &mask.change(facts),
-                    )?;
+            let (rec, lease) = held(tx, id, token)?;
+            apply(tx, id, token, rec, lease, write, finish)
+        })?;
+        written(rec, lease.as_ref(), token)
+    }
+
+    /// Reports that update an instance (or write nothing to it) go [`MAX_FENCED_BATCH`] to a
+    /// transaction: one round trip reads their operations and leases, one their instances, one
+    /// commits. A report refused (a stale token, an instance gone) writes nothing and leaves the
+    /// others be. Removals, and a second report about an instance already in the batch, go alone.
+    fn fenced_writes(&self, reports: &[FencedWrite]) -> Vec<Result<Operation>> {
+        let mut out: Vec<Option<Result<Operation>>> = reports.iter().map(|_| None).collect();
+        let mut alone = Vec::new();
+        let batched: Vec<usize> = (0..reports.len())
+            .filter(|&n| {
+                let removal = reports[n].write == InstanceWrite::Remove;
+                if removal {
+                    alone.push(n);
                 }
-                InstanceWrite::Remove => {
-                    match super::instances::delete_in(tx, Scope::All, rec.instance) {
-                        Ok(()) | Err(StoreError::NotFound { .. }) => {}
-                        Err(e) => return Err(e),
+                !removal
+            })
+            .collect();
+        for chunk in batched.chunks(MAX_FENCED_BATCH) {
+            match self.fenced_batch(reports, chunk) {
+                Ok(results) => {
+                    for (&n, result) in chunk.iter().zip(results) {
+                        match result {
+                            Some(r) => out[n] = Some(r),
+                            None => alone.push(n),
+                        }
+                    }
+                }
+                Err(e) => {
+                    for &n in chunk {
+                        out[n] = Some(Err(e.clone()));
                     }
                 }
             }
-            let Some((state, result)) = finish else {
-                return Ok((rec, Some(lease)));
-            };
-            rec.state = state.as_str().into();
-            rec.claim = Some(ClaimRec {
-                owner: lease.owner,
-                token,
-                expires_ms: lease.expires_ms,
-            });
-            rec.result = Some(result.to_string());
-            rec.updated_ms = millis(now());
-            let keys = tx.keys();
-            tx.put(&keys.operation(id), &rec)?;
-            tx.delete(&keys.lease(id));
-            tx.delete(&keys.queued(rec.seq));
-            tx.delete(&keys.pending_on(rec.host, id));
-            Ok((rec, None))
-        })?;
-        match lease {
-            // Still claimed: its token is the claim's revision (the instance write did not touch it).
-            Some(lease) => rec.model(i64::try_from(token).unwrap_or(i64::MAX), Some(&lease)),
-            None => rec.model(0, None),
         }
+        for n in alone {
+            let r = &reports[n];
+            out[n] = Some(self.fenced_write(r.id, r.token, &r.write, r.finish()));
+        }
+        out.into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(StoreError::Backend("a report was lost".into()))))
+            .collect()
     }
 
     // --- launcher credentials ---
@@ -469,6 +473,136 @@ fn free_at_head(
         // Not enough yet: the next page, after the last entry read.
         from = format!("{}\0", last.key);
         page = wanted.max(256);
+    }
+}
+
+impl EtcdStore {
+    /// The reports `which` of `reports` in one transaction: per report its result, or `None` for
+    /// one to write alone (a second about the same instance).
+    fn fenced_batch(
+        &self,
+        reports: &[FencedWrite],
+        which: &[usize],
+    ) -> Result<Vec<Option<Result<Operation>>>> {
+        type Item = Option<Result<(OperationRec, Option<LeaseRec>, u64)>>;
+        let items: Vec<Item> = self.atomically("fenced writes", |tx| {
+            let keys = tx.keys();
+            let wanted: Vec<String> = which
+                .iter()
+                .flat_map(|&n| [keys.operation(reports[n].id), keys.lease(reports[n].id)])
+                .collect();
+            let found = tx.get_many(&wanted)?;
+            // Each held one's operation record, or why it is refused.
+            let mut seen = HashSet::new();
+            let mut checked = Vec::with_capacity(which.len());
+            for (pair, &n) in found.chunks(2).zip(which) {
+                let r = &reports[n];
+                let [op, lease] = pair else {
+                    return Err(StoreError::Backend("short read".into()));
+                };
+                let result = match op {
+                    None => Some(Err(StoreError::not_found("operation", r.id))),
+                    Some(kv) => {
+                        let rec: OperationRec = kv.decode()?;
+                        let lease = lease.as_ref().map(Kv::decode::<LeaseRec>).transpose()?;
+                        let current = u64::try_from(kv.mod_rev).ok() == Some(r.token);
+                        match (rec.state()?, lease) {
+                            _ if !seen.insert(rec.instance) => None,
+                            (OperationState::Claimed, Some(lease)) if current => {
+                                Some(Ok((rec, lease)))
+                            }
+                            _ => Some(Err(fenced(r.id, r.token))),
+                        }
+                    }
+                };
+                checked.push(result);
+            }
+            // Their instances in one round trip, then each report's writes; a report that fails
+            // takes back what it wrote.
+            let instances: Vec<String> = checked
+                .iter()
+                .filter_map(|c| match c {
+                    Some(Ok((rec, _))) => Some(keys.instance(rec.instance)),
+                    _ => None,
+                })
+                .collect();
+            tx.prefetch(&instances)?;
+            let mut items = Vec::with_capacity(which.len());
+            for (c, &n) in checked.into_iter().zip(which) {
+                let r = &reports[n];
+                let item = match c {
+                    None => None,
+                    Some(Err(e)) => Some(Err(e)),
+                    Some(Ok((rec, lease))) => {
+                        let mark = tx.ops.len();
+                        match apply(tx, r.id, r.token, rec, lease, &r.write, r.finish()) {
+                            Ok((rec, lease)) => Some(Ok((rec, lease, r.token))),
+                            Err(e) => {
+                                tx.ops.truncate(mark);
+                                Some(Err(e))
+                            }
+                        }
+                    }
+                };
+                items.push(item);
+            }
+            Ok(items)
+        })?;
+        Ok(items
+            .into_iter()
+            .map(|item| {
+                item.map(|r| r.and_then(|(rec, lease, token)| written(rec, lease.as_ref(), token)))
+            })
+            .collect())
+    }
+}
+
+/// A held operation's report, written in `tx`: the instance change, then the finish if any.
+/// Returns the record as written, and the lease while it is still claimed.
+fn apply(
+    tx: &mut Tx<'_>,
+    id: Uuid,
+    token: u64,
+    mut rec: OperationRec,
+    lease: LeaseRec,
+    write: &InstanceWrite,
+    finish: Option<(OperationState, &str)>,
+) -> Result<(OperationRec, Option<LeaseRec>)> {
+    match write {
+        InstanceWrite::Nothing => {}
+        InstanceWrite::Update(mask, facts) => {
+            super::instances::update_in(tx, Scope::All, rec.instance, None, &mask.change(facts))?;
+        }
+        InstanceWrite::Remove => match super::instances::delete_in(tx, Scope::All, rec.instance) {
+            Ok(()) | Err(StoreError::NotFound { .. }) => {}
+            Err(e) => return Err(e),
+        },
+    }
+    let Some((state, result)) = finish else {
+        return Ok((rec, Some(lease)));
+    };
+    rec.state = state.as_str().into();
+    rec.claim = Some(ClaimRec {
+        owner: lease.owner,
+        token,
+        expires_ms: lease.expires_ms,
+    });
+    rec.result = Some(result.to_string());
+    rec.updated_ms = millis(now());
+    let keys = tx.keys();
+    tx.put(&keys.operation(id), &rec)?;
+    tx.delete(&keys.lease(id));
+    tx.delete(&keys.queued(rec.seq));
+    tx.delete(&keys.pending_on(rec.host, id));
+    Ok((rec, None))
+}
+
+/// The operation as a fenced write left it: still claimed (its token is the claim's revision:
+/// the instance write did not touch it), or finished.
+fn written(rec: OperationRec, lease: Option<&LeaseRec>, token: u64) -> Result<Operation> {
+    match lease {
+        Some(lease) => rec.model(i64::try_from(token).unwrap_or(i64::MAX), Some(lease)),
+        None => rec.model(0, None),
     }
 }
 

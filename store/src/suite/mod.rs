@@ -86,6 +86,7 @@ macro_rules! store_suite {
                 an_expired_claim_is_taken_over_and_the_old_token_fenced, a_renewed_claim_is_kept,
                 one_operation_per_instance_at_a_time,
                 fenced_writes_apply_masked_fields_and_refuse_stale_tokens,
+                reports_in_a_batch_are_each_written_or_refused_on_their_own,
                 launcher_keys_are_stored_sealed_only;
             guarantees: stale_versions_conflict, tenants_are_isolated, nothing_is_lost_on_reopen);
     };

@@ -391,6 +391,94 @@ pub(crate) fn one_operation_per_instance_at_a_time<F: Fixture>() {
     assert_eq!(third.id, delete_x.id);
 }
 
+pub(crate) fn reports_in_a_batch_are_each_written_or_refused_on_their_own<F: Fixture>() {
+    let fx = F::new();
+    let store = fx.open();
+    let host = remote_host(&store, "h");
+    let (tenant, workload) = tenant_and_workload(&store, "t", Quota::default(), 24);
+    // Twenty instances (more than one etcd batch), each with a claimed start.
+    let mut claimed = Vec::new();
+    for n in 0..20 {
+        let instance = store
+            .create_instance(new_instance(&tenant, &workload, &format!("vm{n}")))
+            .unwrap();
+        enqueue(&store, host.id, instance.id, OperationKind::Start);
+        claimed.extend(
+            store
+                .claim_operations_on("r", LONG, Some(host.id), 1)
+                .unwrap(),
+        );
+    }
+    assert_eq!(claimed.len(), 20);
+    let active = InstanceWrite::Update(
+        FieldMask::of(["state", "placement.node"]).unwrap(),
+        InstanceFacts {
+            state: InstanceState::Active,
+            placement: Placement {
+                node: Some(host.id),
+                cnci: None,
+            },
+            fault: None,
+        },
+    );
+    let done = Some((OperationState::Done, "running".to_string()));
+    let mut reports: Vec<FencedWrite> = claimed
+        .iter()
+        .map(|op| FencedWrite {
+            id: op.id,
+            token: token_of(op),
+            write: active.clone(),
+            finish: done.clone(),
+        })
+        .collect();
+    // Report 3 names a stale token; report 5 does not finish; report 7's instance is gone
+    // (deleted under the replica); report 9 removes its instance.
+    reports[3].token += 1000;
+    reports[5].finish = None;
+    store
+        .delete_instance(Scope::All, claimed[7].instance)
+        .unwrap();
+    reports[9].write = InstanceWrite::Remove;
+    let results = store.fenced_writes(&reports);
+    assert_eq!(results.len(), 20);
+    for (n, (op, result)) in claimed.iter().zip(&results).enumerate() {
+        match n {
+            3 => assert!(is_fenced(result.clone()), "{result:?}"),
+            5 => {
+                let op = result.clone().unwrap();
+                assert_eq!(op.state, OperationState::Claimed);
+                assert_eq!(token_of(&op), token_of(&claimed[5]));
+            }
+            7 => assert!(
+                matches!(result, Err(StoreError::NotFound { .. })),
+                "{result:?}"
+            ),
+            9 => {
+                assert_eq!(result.clone().unwrap().state, OperationState::Done);
+                assert!(store.instance(Scope::All, op.instance).is_err());
+            }
+            _ => {
+                let written = result.clone().unwrap();
+                assert_eq!(written.state, OperationState::Done);
+                assert_eq!(written.result.as_deref(), Some("running"));
+                let i = store.instance(Scope::All, op.instance).unwrap();
+                assert_eq!((i.state, i.node), (InstanceState::Active, Some(host.id)));
+            }
+        }
+    }
+    // What was refused wrote nothing: those operations are still claimed, and can be finished.
+    for n in [3, 7] {
+        assert_eq!(
+            store.operation(claimed[n].id).unwrap().state,
+            OperationState::Claimed
+        );
+    }
+    store
+        .complete_operation(claimed[3].id, token_of(&claimed[3]), "ok")
+        .unwrap();
+    assert_eq!(store.unfinished_operations(host.id).unwrap(), 2);
+}
+
 pub(crate) fn fenced_writes_apply_masked_fields_and_refuse_stale_tokens<F: Fixture>() {
     let fx = F::new();
     let store = fx.open();

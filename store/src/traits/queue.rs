@@ -11,8 +11,8 @@ use std::time::Duration;
 use uuid::Uuid;
 
 use crate::{
-    InstanceWrite, LauncherCreds, NewOperation, NewRemoteHost, Operation, OperationFilter,
-    OperationState, RemoteHost, Result,
+    FencedWrite, InstanceWrite, LauncherCreds, NewOperation, NewRemoteHost, Operation,
+    OperationFilter, OperationState, RemoteHost, Result,
 };
 
 /// Off-host hosts, their operations and claims, fenced writes, launcher credentials. Every call
@@ -99,6 +99,19 @@ pub trait OperationQueue: Send + Sync {
         write: &InstanceWrite,
         finish: Option<(OperationState, &str)>,
     ) -> Result<Operation>;
+
+    /// Several launchers' reports ([`OperationQueue::fenced_write`] each), one result per
+    /// report in order; each report is refused or written on its own (a stale token fences only
+    /// its own). A backend may commit several in one transaction (etcd: those that update an
+    /// instance or write nothing to it, up to [`MAX_FENCED_BATCH`](crate::MAX_FENCED_BATCH) at a
+    /// time; a removal goes alone, for it changes the tenant's network record that other
+    /// instances share); by default, one transaction each.
+    fn fenced_writes(&self, reports: &[FencedWrite]) -> Vec<Result<Operation>> {
+        reports
+            .iter()
+            .map(|r| self.fenced_write(r.id, r.token, &r.write, r.finish()))
+            .collect()
+    }
 
     // --- launcher credentials ---
     /// Stores (replacing) the launcher credentials of an existing off-host host.
