@@ -145,7 +145,7 @@ type Job = (FencedWrite, oneshot::Sender<Result<Operation, StoreError>>);
 
 /// Writes the reports of a replica's operations to the store, batched: while one batch is in
 /// the store ([`OperationQueue::fenced_writes`]), the reports that arrive wait and go together in
-/// the next (at most [`FINISH_BATCH`]). One report alone goes at once. The task ends when every
+/// the next (at most 64). One report alone goes at once. The task ends when every
 /// handle is gone.
 #[derive(Clone)]
 pub struct Finisher {
