@@ -130,6 +130,22 @@ struct Paths {
     maintenance: PathBuf,
 }
 
+impl Paths {
+    fn record(&self, instance: Uuid) -> PathBuf {
+        self.instances.join(format!("{instance}.json"))
+    }
+
+    fn temp(&self, instance: Uuid) -> PathBuf {
+        self.instances.join(format!(".{instance}.json.tmp"))
+    }
+}
+
+/// Where a store's records are, as one call uses them.
+enum At<'s> {
+    Dir(&'s Paths),
+    Memory(MutexGuard<'s, Memory>),
+}
+
 /// Records kept in memory ([`Store::memory`]).
 #[derive(Default)]
 struct Memory {
@@ -170,17 +186,18 @@ impl Store {
         }
     }
 
+    /// The directory, or the records in memory (locked).
+    fn at(&self) -> At<'_> {
+        match &self.backing {
+            Backing::Dir(paths) => At::Dir(paths),
+            Backing::Memory(m) => At::Memory(m.lock().unwrap_or_else(|e| e.into_inner())),
+        }
+    }
+
     fn paths(&self) -> Option<&Paths> {
         match &self.backing {
             Backing::Dir(paths) => Some(paths),
             Backing::Memory(_) => None,
-        }
-    }
-
-    fn memory_state(&self) -> Option<MutexGuard<'_, Memory>> {
-        match &self.backing {
-            Backing::Dir(_) => None,
-            Backing::Memory(m) => Some(m.lock().unwrap_or_else(|e| e.into_inner())),
         }
     }
 
@@ -191,26 +208,20 @@ impl Store {
 
     /// The path of an instance's record (`None` in memory).
     pub fn record_path(&self, instance: Uuid) -> Option<PathBuf> {
-        self.paths()
-            .map(|p| p.instances.join(format!("{instance}.json")))
-    }
-
-    fn temp_path(&self, instance: Uuid) -> Option<PathBuf> {
-        self.paths()
-            .map(|p| p.instances.join(format!(".{instance}.json.tmp")))
+        self.paths().map(|p| p.record(instance))
     }
 
     /// Reads every record and the maintenance flag; removes temporary files left by a crash.
     pub fn load(&self) -> Result<Loaded, StoreError> {
-        if let Some(m) = self.memory_state() {
-            return Ok(Loaded {
-                records: m.records.values().cloned().collect(),
-                unreadable: Vec::new(),
-                maintenance: m.maintenance,
-            });
-        }
-        let Some(paths) = self.paths() else {
-            return Ok(Loaded::default());
+        let paths = match self.at() {
+            At::Dir(paths) => paths,
+            At::Memory(m) => {
+                return Ok(Loaded {
+                    records: m.records.values().cloned().collect(),
+                    unreadable: Vec::new(),
+                    maintenance: m.maintenance,
+                });
+            }
         };
         let dir = &paths.instances;
         let mut loaded = Loaded {
@@ -260,31 +271,30 @@ impl Store {
     /// Writes an instance's record atomically (replacing the one there).
     pub fn write(&self, record: &Record) -> Result<(), StoreError> {
         let instance = record.spec.instance;
-        if let Some(mut m) = self.memory_state() {
-            m.records.insert(instance, record.clone());
-            return Ok(());
-        }
-        let (Some(temp), Some(path)) = (self.temp_path(instance), self.record_path(instance))
-        else {
-            return Ok(());
+        let paths = match self.at() {
+            At::Dir(paths) => paths,
+            At::Memory(mut m) => {
+                m.records.insert(instance, record.clone());
+                return Ok(());
+            }
         };
         let mut bytes = serde_json::to_vec_pretty(record)
             .map_err(|source| StoreError::Encode { instance, source })?;
         bytes.push(b'\n');
-        write_atomic(&temp, &path, &bytes)
+        write_atomic(&paths.temp(instance), &paths.record(instance), &bytes)
     }
 
     /// Replaces the spec in an instance's record, keeping what the record wants; nothing to do
     /// if there is no record (the instance is being forgotten).
     pub fn update_spec(&self, spec: InstanceSpec) -> Result<(), StoreError> {
-        if let Some(mut m) = self.memory_state() {
-            if let Some(record) = m.records.get_mut(&spec.instance) {
-                record.spec = spec;
+        let path = match self.at() {
+            At::Dir(paths) => paths.record(spec.instance),
+            At::Memory(mut m) => {
+                if let Some(record) = m.records.get_mut(&spec.instance) {
+                    record.spec = spec;
+                }
+                return Ok(());
             }
-            return Ok(());
-        }
-        let Some(path) = self.record_path(spec.instance) else {
-            return Ok(());
         };
         let bytes = match fs::read(&path) {
             Ok(bytes) => bytes,
@@ -302,24 +312,23 @@ impl Store {
 
     /// Removes an instance's record (nothing to do if there is none).
     pub fn remove(&self, instance: Uuid) -> Result<(), StoreError> {
-        if let Some(mut m) = self.memory_state() {
-            m.records.remove(&instance);
-            return Ok(());
-        }
-        match self.record_path(instance) {
-            Some(path) => remove_durably(&path),
-            None => Ok(()),
+        match self.at() {
+            At::Dir(paths) => remove_durably(&paths.record(instance)),
+            At::Memory(mut m) => {
+                m.records.remove(&instance);
+                Ok(())
+            }
         }
     }
 
     /// Sets or clears the maintenance flag, durably.
     pub fn set_maintenance(&self, on: bool) -> Result<(), StoreError> {
-        if let Some(mut m) = self.memory_state() {
-            m.maintenance = on;
-            return Ok(());
-        }
-        let Some(paths) = self.paths() else {
-            return Ok(());
+        let paths = match self.at() {
+            At::Dir(paths) => paths,
+            At::Memory(mut m) => {
+                m.maintenance = on;
+                return Ok(());
+            }
         };
         let flag = &paths.maintenance;
         if on {
@@ -421,7 +430,7 @@ mod tests {
         store.write(&record).unwrap();
         assert_eq!(mode(&store.record_path(Uuid::from_u128(1)).unwrap()), 0o600);
         // A temporary file left readable by a crash is not what the next write leaves.
-        let temp = store.temp_path(Uuid::from_u128(1)).unwrap();
+        let temp = store.paths().unwrap().temp(Uuid::from_u128(1));
         fs::write(&temp, b"torn").unwrap();
         fs::set_permissions(&temp, fs::Permissions::from_mode(0o644)).unwrap();
         store.write(&record).unwrap();
@@ -449,7 +458,7 @@ mod tests {
         store.write(&old).unwrap();
         let new = Record::new(spec(7, "new-image"), Desired::Removing { stop: None });
         let new_bytes = serde_json::to_vec_pretty(&new).unwrap();
-        let temp = store.temp_path(Uuid::from_u128(7)).unwrap();
+        let temp = store.paths().unwrap().temp(Uuid::from_u128(7));
         for cut in 0..=new_bytes.len() {
             fs::write(&temp, &new_bytes[..cut]).unwrap();
             let loaded = store.load().unwrap();
@@ -466,7 +475,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path()).unwrap();
         fs::write(
-            store.temp_path(Uuid::from_u128(9)).unwrap(),
+            store.paths().unwrap().temp(Uuid::from_u128(9)),
             b"\0\xff{garbage",
         )
         .unwrap();

@@ -500,20 +500,9 @@ impl EtcdStore {
                 let [op, lease] = pair else {
                     return Err(StoreError::Backend("short read".into()));
                 };
-                let result = match op {
-                    None => Some(Err(StoreError::not_found("operation", r.id))),
-                    Some(kv) => {
-                        let rec: OperationRec = kv.decode()?;
-                        let lease = lease.as_ref().map(Kv::decode::<LeaseRec>).transpose()?;
-                        let current = u64::try_from(kv.mod_rev).ok() == Some(r.token);
-                        match (rec.state()?, lease) {
-                            _ if !seen.insert(rec.instance) => None,
-                            (OperationState::Claimed, Some(lease)) if current => {
-                                Some(Ok((rec, lease)))
-                            }
-                            _ => Some(Err(fenced(r.id, r.token))),
-                        }
-                    }
+                let result = match held_of(r.id, r.token, op.as_ref(), lease.as_ref()) {
+                    Ok((rec, _)) if !seen.insert(rec.instance) => None,
+                    other => Some(other),
                 };
                 checked.push(result);
             }
@@ -609,7 +598,25 @@ fn written(rec: OperationRec, lease: Option<&LeaseRec>, token: u64) -> Result<Op
 /// Operation `id` with its lease, if `token` is its current claim (read in `tx`); `Fenced`
 /// otherwise.
 fn held(tx: &mut Tx<'_>, id: Uuid, token: u64) -> Result<(OperationRec, LeaseRec)> {
-    let (rec, kv, lease) = op_in(tx, id)?;
+    let keys = tx.keys();
+    let found = tx.get_many(&[keys.operation(id), keys.lease(id)])?;
+    let [op, lease] = found.as_slice() else {
+        return Err(StoreError::Backend("short read".into()));
+    };
+    held_of(id, token, op.as_ref(), lease.as_ref())
+}
+
+/// Operation `id` with its lease, as read (`op`, `lease`), if `token` is its current claim;
+/// `NotFound` without the operation, `Fenced` otherwise.
+fn held_of(
+    id: Uuid,
+    token: u64,
+    op: Option<&Kv>,
+    lease: Option<&Kv>,
+) -> Result<(OperationRec, LeaseRec)> {
+    let kv = op.ok_or_else(|| StoreError::not_found("operation", id))?;
+    let rec: OperationRec = kv.decode()?;
+    let lease = lease.map(Kv::decode::<LeaseRec>).transpose()?;
     let current = u64::try_from(kv.mod_rev).ok() == Some(token);
     match (rec.state()?, lease) {
         (OperationState::Claimed, Some(lease)) if current => Ok((rec, lease)),

@@ -252,18 +252,20 @@ pub(crate) fn batch_claims_take_each_operation_once_in_instance_order<F: Fixture
                 s.spawn(move || {
                     let owner = format!("replica-{n}");
                     let mut mine = Vec::new();
-                    let mut idle = 0;
-                    // Claimed but not finished by claimer "a": never free here.
-                    while idle < 200 {
+                    // Until every operation is finished (the stops of claimer "a"'s instances
+                    // are free only once it finished their starts), within a deadline.
+                    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+                    while store.unfinished_operations(host).unwrap() > 0 {
+                        assert!(
+                            std::time::Instant::now() < deadline,
+                            "the queue never drained"
+                        );
                         let batch = store
                             .claim_operations_on(&owner, LONG, Some(host), 8)
                             .unwrap();
                         if batch.is_empty() {
-                            idle += 1;
                             std::thread::yield_now();
-                            continue;
                         }
-                        idle = 0;
                         for op in batch {
                             if op.kind == OperationKind::Stop {
                                 let start = store.operation(starts[&op.instance]).unwrap();
