@@ -23,6 +23,14 @@ trap cleanup EXIT
 
 step() { printf '\n== %s\n' "$*"; }
 
+# A clean checkout gains nothing from incremental compilation, and its caches would double the
+# target directory: CI builds without them.
+if [ "${CI:-}" = true ]; then export CARGO_INCREMENTAL=0; fi
+# The build needs room (README, "Testing", has the measured peak): say how much there is up front, so
+# that a full disk is recognised as the cause of a failed build.
+mkdir -p target
+echo "free space for target/: $(df -h --output=avail target | tail -n 1 | tr -d ' ')"
+
 step "format"
 cargo fmt --all -- --check
 
