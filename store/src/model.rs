@@ -551,6 +551,32 @@ impl InstanceChange {
     }
 }
 
+/// An instance in brief: what a node's STATS is checked against
+/// ([`InstanceStore::instance_briefs_on`](crate::InstanceStore::instance_briefs_on)); the whole
+/// record is read only for an instance whose report may change it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InstanceBrief {
+    /// Its id.
+    pub id: Uuid,
+    /// Its state.
+    pub state: InstanceState,
+    /// The node the store places it on.
+    pub node: Option<Uuid>,
+    /// Its record's version.
+    pub version: u64,
+}
+
+impl From<&Instance> for InstanceBrief {
+    fn from(i: &Instance) -> InstanceBrief {
+        InstanceBrief {
+            id: i.id,
+            state: i.state.clone(),
+            node: i.node,
+            version: i.version,
+        }
+    }
+}
+
 /// Which instances a listing returns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct InstanceFilter {

@@ -239,22 +239,5 @@ async fn method_not_allowed(method: axum::http::Method) -> ApiError {
 pub(crate) async fn servers_by_state(
     state: &ApiState,
 ) -> Result<std::collections::BTreeMap<&'static str, u64>, ApiError> {
-    use store::{InstanceFilter, Page, Scope};
-    state
-        .store(|store| {
-            let mut counts = std::collections::BTreeMap::new();
-            let mut page = Page::first(Page::MAX_LIMIT);
-            loop {
-                let got = store.instances(Scope::All, InstanceFilter::default(), page)?;
-                for instance in &got.items {
-                    let name = instance.state.name();
-                    *counts.entry(name).or_insert(0u64) += 1;
-                }
-                match got.next {
-                    Some(marker) => page.marker = Some(marker),
-                    None => return Ok(counts),
-                }
-            }
-        })
-        .await
+    state.store(|store| Ok(store.instance_counts()?)).await
 }

@@ -15,8 +15,8 @@ use super::fault::serde_name;
 use crate::actions;
 use crate::cluster::{ClusterError, Node, NodeKinds, NodeStatus, Trace, TraceHop};
 use store::{
-    CnciChange, EventKind, EventOutcome, Instance, InstanceChange, InstanceFilter, InstanceState,
-    Scope, StoreError,
+    CnciChange, EventKind, EventOutcome, Instance, InstanceBrief, InstanceChange, InstanceFilter,
+    InstanceState, Scope, StoreError,
 };
 
 impl Engine {
@@ -254,14 +254,44 @@ impl Engine {
             // The scheduler places nothing here now: what its evacuation moved may start.
             self.start_deferred(node, None)?;
         }
-        // What the store places on this node, then what the node says.
-        let mut known: HashMap<Uuid, Instance> = HashMap::new();
-        self.for_each_instance(Scope::All, InstanceFilter { node: Some(node) }, |i| {
-            known.insert(i.id, i.clone());
-        })?;
+        // One store transaction for the whole report (where the store has them: SQLite): one
+        // commit, not two per instance that became active, and the records read under the
+        // write lock, so that no other writer moves them between read and write.
+        let mut reconciled = Ok(());
+        self.store
+            .batch(&mut || reconciled = self.reconcile_listed(origin, node, stats))?;
+        reconciled?;
+        self.volumes_on_stats(node, stats)
+    }
+
+    /// [`Engine::on_stats`]'s instances: each listed one reconciled with its record, each one
+    /// placed on `node` and not listed handled as absent.
+    fn reconcile_listed(
+        &self,
+        origin: Option<Uuid>,
+        node: Uuid,
+        stats: &Stats,
+    ) -> Result<(), ClusterError> {
+        // What the store places on this node (in brief), then what the node says. Most of a
+        // STATS repeats what the store holds (a running instance reported running on the node
+        // that holds it): only the others are read whole and reconciled.
+        let mut known: HashMap<Uuid, InstanceBrief> = self
+            .store
+            .instance_briefs_on(node)?
+            .into_iter()
+            .map(|b| (b.id, b))
+            .collect();
         for stat in &stats.instances {
             let record = match known.remove(&stat.instance_uuid) {
-                Some(record) => record,
+                Some(brief) if brief.node == Some(node) && unchanged(&brief.state, stat.state) => {
+                    continue;
+                }
+                Some(brief) => match self.store.instance(Scope::All, brief.id) {
+                    Ok(record) => record,
+                    // Gone since the listing: as if it had not been listed.
+                    Err(StoreError::NotFound { .. }) => continue,
+                    Err(e) => return Err(e.into()),
+                },
                 None => match self.store.instance(Scope::All, stat.instance_uuid) {
                     Ok(record) => record,
                     Err(StoreError::NotFound { .. }) => {
@@ -282,10 +312,14 @@ impl Engine {
         let listed: Vec<Uuid> = stats.instances.iter().map(|s| s.instance_uuid).collect();
         self.stale_gone(node, &listed);
         // Placed here by the store, absent from the node's report.
-        for record in known.into_values() {
-            self.absent(node, &record)?;
+        for brief in known.into_values() {
+            match self.store.instance(Scope::All, brief.id) {
+                Ok(record) => self.absent(node, &record)?,
+                Err(StoreError::NotFound { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
         }
-        self.volumes_on_stats(node, stats)
+        Ok(())
     }
 
     /// A node reports an instance the store does not have: a CNCI, or a stranger (reported once).
@@ -357,7 +391,8 @@ impl Engine {
         Ok(())
     }
 
-    /// Brings a record in line with what its node reports.
+    /// Brings a record in line with what its node reports ([`unchanged`]: the pairs that need
+    /// nothing, when the record places the instance on the reporting node).
     fn reconcile(
         &self,
         node: Uuid,
@@ -820,4 +855,16 @@ impl Engine {
             }
         }
     }
+}
+
+/// Whether a record in `state`, placed on the node that reports it `reported`, is already in line
+/// with the report: [`Engine::reconcile`] would change nothing and do nothing.
+fn unchanged(state: &InstanceState, reported: Reported) -> bool {
+    matches!(
+        (state, reported),
+        (InstanceState::Active, Reported::Active)
+            | (InstanceState::Exited, Reported::Exited)
+            | (InstanceState::Paused, Reported::Paused)
+            | (InstanceState::Suspended, Reported::Suspended)
+    )
 }

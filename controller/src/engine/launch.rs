@@ -61,24 +61,44 @@ impl Engine {
         &self,
         launch: &Launch,
         plan: &Plan,
-        created: Vec<Instance>,
+        mut created: Vec<Instance>,
         failure: Option<ClusterError>,
         by: &Caller,
     ) -> Result<Vec<Instance>, ClusterError> {
         let mut launched = Vec::with_capacity(created.len());
         let request_id = actions::request_id_of(by);
-        for instance in created {
-            let ticket = actions::begin(
-                self.store.as_ref(),
-                &request_id,
-                instance.id,
-                ActionKind::Create,
-                by,
+        // Their actions and what the dispatch writes in one store transaction per launch. The
+        // STARTs go as they are made: a failed commit (all of them undone; logged) leaves the
+        // instances without their action records, and one whose dispatch failed pending rather
+        // than in error.
+        let mut outcome = Ok(());
+        let committed = self.store.batch(&mut || {
+            for instance in std::mem::take(&mut created) {
+                let ticket = actions::begin(
+                    self.store.as_ref(),
+                    &request_id,
+                    instance.id,
+                    ActionKind::Create,
+                    by,
+                );
+                let dispatched = self.dispatch(instance, plan, false);
+                self.finish_action(&ticket, &dispatched);
+                match dispatched {
+                    Ok(instance) => launched.push(instance),
+                    Err(e) => {
+                        outcome = Err(e);
+                        break;
+                    }
+                }
+            }
+        });
+        if let Err(e) = committed {
+            tracing::warn!(
+                "the actions of launch \"{}\" (and any instance its dispatch failed) were not recorded: {e}",
+                launch.name
             );
-            let dispatched = self.dispatch(instance, plan, false);
-            self.finish_action(&ticket, &dispatched);
-            launched.push(dispatched?);
         }
+        outcome?;
         match failure {
             Some(e) if launched.is_empty() => Err(e),
             Some(e) => {

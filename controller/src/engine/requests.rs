@@ -13,14 +13,22 @@ impl Cluster for Engine {
         let plan = self.launch_plan(scope, &launch)?;
         let mut created = Vec::with_capacity(launch.count as usize);
         let mut failure = None;
-        for _ in 0..launch.count {
-            match self.new_instance(&launch) {
-                Ok(instance) => created.push(instance),
-                Err(e) => {
-                    failure = Some(ClusterError::from(e));
-                    break;
+        // The records in one store transaction (one commit for the launch), committed before
+        // any START goes: an instance is never started without its record.
+        let committed = self.store.batch(&mut || {
+            for _ in 0..launch.count {
+                match self.new_instance(&launch) {
+                    Ok(instance) => created.push(instance),
+                    Err(e) => {
+                        failure = Some(ClusterError::from(e));
+                        break;
+                    }
                 }
             }
+        });
+        if let Err(e) = committed {
+            created.clear();
+            failure = Some(e.into());
         }
         self.dispatch_launched(&launch, &plan, created, failure, by)
     }

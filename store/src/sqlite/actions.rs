@@ -3,7 +3,7 @@
 //! [`ACTIONS_PER_INSTANCE`]) are read whole, changed in memory by the shared rules
 //! (`crate::actions`) and the one that changed is written back.
 
-use rusqlite::{OptionalExtension, Row, Transaction, params};
+use rusqlite::{Connection, OptionalExtension, Row, params};
 use uuid::Uuid;
 
 use super::{SqliteStore, bad_column, int, opt_uuid_at, uuid_at};
@@ -111,7 +111,7 @@ fn action_row(row: &Row<'_>) -> rusqlite::Result<InstanceAction> {
 }
 
 /// The instance's actions, oldest first.
-fn of_instance(tx: &Transaction<'_>, instance: Uuid) -> Result<Vec<InstanceAction>> {
+fn of_instance(tx: &Connection, instance: Uuid) -> Result<Vec<InstanceAction>> {
     let mut stmt = tx.prepare_cached(&format!(
         "SELECT {COLS} FROM instance_actions WHERE instance_id = ?1 ORDER BY seq"
     ))?;
@@ -119,7 +119,7 @@ fn of_instance(tx: &Transaction<'_>, instance: Uuid) -> Result<Vec<InstanceActio
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
-fn add(tx: &Transaction<'_>, new: NewInstanceAction) -> Result<InstanceAction> {
+fn add(tx: &Connection, new: NewInstanceAction) -> Result<InstanceAction> {
     rules::check_new(&new)?;
     let tenant: String = tx
         .prepare_cached("SELECT tenant_id FROM instances WHERE id = ?1")?
@@ -166,7 +166,7 @@ fn add(tx: &Transaction<'_>, new: NewInstanceAction) -> Result<InstanceAction> {
 }
 
 /// Writes an action's changing fields (message, events, updated).
-fn write_back(tx: &Transaction<'_>, action: &InstanceAction) -> Result<()> {
+fn write_back(tx: &Connection, action: &InstanceAction) -> Result<()> {
     tx.prepare_cached(
         "UPDATE instance_actions SET message = ?3, events = ?4, updated = ?5
              WHERE instance_id = ?1 AND request_id = ?2",

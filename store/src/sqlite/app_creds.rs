@@ -2,7 +2,7 @@
 //! [`SqliteStore`](super::SqliteStore). A credential's row goes with its user and with its
 //! project (`ON DELETE CASCADE`).
 
-use rusqlite::{OptionalExtension, Row, Transaction, params};
+use rusqlite::{Connection, OptionalExtension, Row, params};
 use uuid::Uuid;
 
 use super::identity::{tenant, user};
@@ -31,11 +31,7 @@ fn row(row: &Row<'_>) -> rusqlite::Result<AppCredential> {
     })
 }
 
-pub(super) fn create(
-    tx: &Transaction<'_>,
-    new: NewAppCredential,
-    limit: u32,
-) -> Result<AppCredential> {
+pub(super) fn create(tx: &Connection, new: NewAppCredential, limit: u32) -> Result<AppCredential> {
     let cred = new_app_credential(new, now())?;
     user(tx, "id", &cred.user.to_string())?;
     tenant(tx, cred.project)?;
@@ -77,7 +73,7 @@ pub(super) fn create(
     Ok(cred)
 }
 
-pub(super) fn get(tx: &Transaction<'_>, id: Uuid) -> Result<AppCredential> {
+pub(super) fn get(tx: &Connection, id: Uuid) -> Result<AppCredential> {
     tx.query_row(
         &format!("SELECT {COLS} FROM app_credentials WHERE id = ?1"),
         [id.to_string()],
@@ -87,7 +83,7 @@ pub(super) fn get(tx: &Transaction<'_>, id: Uuid) -> Result<AppCredential> {
     .ok_or_else(|| StoreError::not_found("application credential", id))
 }
 
-pub(super) fn list(tx: &Transaction<'_>, user: Uuid) -> Result<Vec<AppCredential>> {
+pub(super) fn list(tx: &Connection, user: Uuid) -> Result<Vec<AppCredential>> {
     let mut stmt = tx.prepare_cached(&format!(
         "SELECT {COLS} FROM app_credentials WHERE user_id = ?1 ORDER BY name"
     ))?;
@@ -95,7 +91,7 @@ pub(super) fn list(tx: &Transaction<'_>, user: Uuid) -> Result<Vec<AppCredential
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
-pub(super) fn delete(tx: &Transaction<'_>, user: Uuid, id: Uuid) -> Result<()> {
+pub(super) fn delete(tx: &Connection, user: Uuid, id: Uuid) -> Result<()> {
     let n = tx.execute(
         "DELETE FROM app_credentials WHERE id = ?1 AND user_id = ?2",
         params![id.to_string(), user.to_string()],

@@ -2,7 +2,7 @@
 //! functions below (and `flavors.rs` for flavors, `image_members.rs` for the tenants images are
 //! shared with), each of which runs inside the caller's transaction.
 
-use rusqlite::{OptionalExtension, Row, Transaction, params};
+use rusqlite::{Connection, OptionalExtension, Row, params};
 use uuid::Uuid;
 
 use super::flavors;
@@ -225,7 +225,7 @@ fn kind_text(kind: ImageKind) -> &'static str {
 }
 
 pub(super) fn create_image(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     new: NewImage,
     status: ImageStatus,
     visibility: Visibility,
@@ -276,7 +276,7 @@ fn props_text(props: &ImageProps) -> Result<String> {
 }
 
 pub(super) fn change_image(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     scope: Scope,
     id: Uuid,
     change: ImageChange,
@@ -315,7 +315,7 @@ pub(super) fn change_image(
     Ok(new)
 }
 
-pub(super) fn image(tx: &Transaction<'_>, scope: Scope, id: Uuid) -> Result<Image> {
+pub(super) fn image(tx: &Connection, scope: Scope, id: Uuid) -> Result<Image> {
     let (cond, param) = image_visible(scope);
     tx.query_row(
         &format!("SELECT {IMAGE_COLS} FROM images WHERE {cond} AND id = ?2"),
@@ -326,7 +326,7 @@ pub(super) fn image(tx: &Transaction<'_>, scope: Scope, id: Uuid) -> Result<Imag
     .ok_or_else(|| StoreError::not_found("image", id))
 }
 
-pub(super) fn images(tx: &Transaction<'_>, scope: Scope) -> Result<Vec<Image>> {
+pub(super) fn images(tx: &Connection, scope: Scope) -> Result<Vec<Image>> {
     let (cond, param) = image_visible(scope);
     let mut stmt = tx.prepare(&format!(
         "SELECT {IMAGE_COLS} FROM images WHERE {cond} ORDER BY name, id"
@@ -350,7 +350,7 @@ fn workload_row(row: &Row<'_>) -> rusqlite::Result<Workload> {
     })
 }
 
-pub(super) fn create_workload(tx: &Transaction<'_>, new: NewWorkload) -> Result<Workload> {
+pub(super) fn create_workload(tx: &Connection, new: NewWorkload) -> Result<Workload> {
     check_name("workload", &new.name)?;
     let scope = match new.owner {
         Some(owner) => {
@@ -392,7 +392,7 @@ pub(super) fn create_workload(tx: &Transaction<'_>, new: NewWorkload) -> Result<
     Ok(workload)
 }
 
-pub(super) fn workload(tx: &Transaction<'_>, scope: Scope, id: Uuid) -> Result<Workload> {
+pub(super) fn workload(tx: &Connection, scope: Scope, id: Uuid) -> Result<Workload> {
     let (cond, param) = visible(scope);
     tx.query_row(
         &format!("SELECT {WORKLOAD_COLS} FROM workloads WHERE {cond} AND id = ?2"),
@@ -403,7 +403,7 @@ pub(super) fn workload(tx: &Transaction<'_>, scope: Scope, id: Uuid) -> Result<W
     .ok_or_else(|| StoreError::not_found("workload", id))
 }
 
-pub(super) fn workloads(tx: &Transaction<'_>, scope: Scope) -> Result<Vec<Workload>> {
+pub(super) fn workloads(tx: &Connection, scope: Scope) -> Result<Vec<Workload>> {
     let (cond, param) = visible(scope);
     let mut stmt = tx.prepare(&format!(
         "SELECT {WORKLOAD_COLS} FROM workloads WHERE {cond} ORDER BY name, id"
@@ -413,7 +413,7 @@ pub(super) fn workloads(tx: &Transaction<'_>, scope: Scope) -> Result<Vec<Worklo
 }
 
 pub(super) fn update_workload(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     scope: Scope,
     id: Uuid,
     expected: u64,

@@ -2,7 +2,7 @@
 //! each of which runs inside the caller's transaction.
 
 use rusqlite::types::Value;
-use rusqlite::{Row, Transaction, params, params_from_iter};
+use rusqlite::{Connection, Row, params, params_from_iter};
 
 use super::instances::scope_cond;
 use super::{SqliteStore, bad_column, int, opt_uuid_at, u64_at};
@@ -45,7 +45,7 @@ fn event_row(row: &Row<'_>) -> rusqlite::Result<Event> {
     })
 }
 
-pub(super) fn append_event(tx: &Transaction<'_>, new: NewEvent, capacity: u64) -> Result<Event> {
+pub(super) fn append_event(tx: &Connection, new: NewEvent, capacity: u64) -> Result<Event> {
     let time = now();
     tx.prepare_cached(
         "INSERT INTO events (time, tenant_id, kind, message) VALUES (?1, ?2, ?3, ?4)",
@@ -69,7 +69,7 @@ pub(super) fn append_event(tx: &Transaction<'_>, new: NewEvent, capacity: u64) -
 }
 
 pub(super) fn events(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     scope: Scope,
     after: Option<u64>,
     limit: u32,
@@ -87,7 +87,7 @@ pub(super) fn events(
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
-pub(super) fn clear_events(tx: &Transaction<'_>, scope: Scope) -> Result<u64> {
+pub(super) fn clear_events(tx: &Connection, scope: Scope) -> Result<u64> {
     let n = match scope {
         Scope::All => tx.execute("DELETE FROM events", [])?,
         Scope::Tenant(t) => {

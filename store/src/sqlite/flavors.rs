@@ -2,7 +2,7 @@
 //! object), and `flavor_access`, the access lists of private flavors (rows going with the
 //! flavor and with the tenant). Each function runs inside the caller's transaction.
 
-use rusqlite::{OptionalExtension, Row, Transaction, params};
+use rusqlite::{Connection, OptionalExtension, Row, params};
 use uuid::Uuid;
 
 use super::identity::tenant;
@@ -36,7 +36,7 @@ fn flavor_row(row: &Row<'_>) -> rusqlite::Result<Flavor> {
     })
 }
 
-pub(super) fn create(tx: &Transaction<'_>, new: NewFlavor) -> Result<Flavor> {
+pub(super) fn create(tx: &Connection, new: NewFlavor) -> Result<Flavor> {
     new.check()?;
     let flavor = new.into_flavor(Uuid::new_v4());
     tx.execute(
@@ -56,7 +56,7 @@ pub(super) fn create(tx: &Transaction<'_>, new: NewFlavor) -> Result<Flavor> {
 }
 
 /// Flavor `id` if `scope` sees it.
-pub(super) fn flavor(tx: &Transaction<'_>, scope: Scope, id: Uuid) -> Result<Flavor> {
+pub(super) fn flavor(tx: &Connection, scope: Scope, id: Uuid) -> Result<Flavor> {
     tx.query_row(
         &format!("SELECT {FLAVOR_COLS} FROM flavors WHERE id = ?2 AND {SEEN}"),
         params![tenant_of(scope), id.to_string()],
@@ -67,7 +67,7 @@ pub(super) fn flavor(tx: &Transaction<'_>, scope: Scope, id: Uuid) -> Result<Fla
 }
 
 /// The flavors `scope` sees, by name.
-pub(super) fn flavors(tx: &Transaction<'_>, scope: Scope) -> Result<Vec<Flavor>> {
+pub(super) fn flavors(tx: &Connection, scope: Scope) -> Result<Vec<Flavor>> {
     let mut stmt = tx.prepare(&format!(
         "SELECT {FLAVOR_COLS} FROM flavors WHERE {SEEN} ORDER BY name"
     ))?;
@@ -76,11 +76,11 @@ pub(super) fn flavors(tx: &Transaction<'_>, scope: Scope) -> Result<Vec<Flavor>>
 }
 
 /// Deletes flavor `id` (its access list goes with it: `ON DELETE CASCADE`).
-pub(super) fn delete(tx: &Transaction<'_>, id: Uuid) -> Result<()> {
+pub(super) fn delete(tx: &Connection, id: Uuid) -> Result<()> {
     delete_row(tx, "flavors", "flavor", id)
 }
 
-fn save_specs(tx: &Transaction<'_>, flavor: &Flavor) -> Result<()> {
+fn save_specs(tx: &Connection, flavor: &Flavor) -> Result<()> {
     let text = serde_json::to_string(&flavor.extra_specs)
         .map_err(|e| StoreError::Backend(e.to_string()))?;
     tx.execute(
@@ -90,7 +90,7 @@ fn save_specs(tx: &Transaction<'_>, flavor: &Flavor) -> Result<()> {
     Ok(())
 }
 
-pub(super) fn set_specs(tx: &Transaction<'_>, id: Uuid, specs: ExtraSpecs) -> Result<Flavor> {
+pub(super) fn set_specs(tx: &Connection, id: Uuid, specs: ExtraSpecs) -> Result<Flavor> {
     let mut f = flavor(tx, Scope::All, id)?;
     f.extra_specs.extend(specs);
     Flavor::check_extra_specs(&f.extra_specs)?;
@@ -98,7 +98,7 @@ pub(super) fn set_specs(tx: &Transaction<'_>, id: Uuid, specs: ExtraSpecs) -> Re
     Ok(f)
 }
 
-pub(super) fn delete_spec(tx: &Transaction<'_>, id: Uuid, key: &str) -> Result<Flavor> {
+pub(super) fn delete_spec(tx: &Connection, id: Uuid, key: &str) -> Result<Flavor> {
     let mut f = flavor(tx, Scope::All, id)?;
     if f.extra_specs.remove(key).is_none() {
         return Err(StoreError::not_found("extra spec", key));
@@ -108,7 +108,7 @@ pub(super) fn delete_spec(tx: &Transaction<'_>, id: Uuid, key: &str) -> Result<F
 }
 
 /// The access list of flavor `id`, by tenant id.
-pub(super) fn access(tx: &Transaction<'_>, id: Uuid) -> Result<Vec<Uuid>> {
+pub(super) fn access(tx: &Connection, id: Uuid) -> Result<Vec<Uuid>> {
     flavor(tx, Scope::All, id)?;
     let mut stmt =
         tx.prepare("SELECT tenant_id FROM flavor_access WHERE flavor_id = ?1 ORDER BY tenant_id")?;
@@ -116,7 +116,7 @@ pub(super) fn access(tx: &Transaction<'_>, id: Uuid) -> Result<Vec<Uuid>> {
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
-pub(super) fn add_access(tx: &Transaction<'_>, id: Uuid, member: Uuid) -> Result<Vec<Uuid>> {
+pub(super) fn add_access(tx: &Connection, id: Uuid, member: Uuid) -> Result<Vec<Uuid>> {
     let f = flavor(tx, Scope::All, id)?;
     if f.is_public {
         return Err(StoreError::Invalid(format!(
@@ -136,7 +136,7 @@ pub(super) fn add_access(tx: &Transaction<'_>, id: Uuid, member: Uuid) -> Result
     access(tx, id)
 }
 
-pub(super) fn remove_access(tx: &Transaction<'_>, id: Uuid, member: Uuid) -> Result<Vec<Uuid>> {
+pub(super) fn remove_access(tx: &Connection, id: Uuid, member: Uuid) -> Result<Vec<Uuid>> {
     flavor(tx, Scope::All, id)?;
     let removed = tx.execute(
         "DELETE FROM flavor_access WHERE flavor_id = ?1 AND tenant_id = ?2",

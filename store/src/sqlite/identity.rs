@@ -1,7 +1,7 @@
 //! Tenants (and their usage), users and role assignments in SQLite: [`IdentityStore`] for
 //! [`SqliteStore`], over the functions below, each of which runs inside the caller's transaction.
 
-use rusqlite::{OptionalExtension, Row, Transaction, params};
+use rusqlite::{Connection, OptionalExtension, Row, params};
 use uuid::Uuid;
 
 use super::{
@@ -116,7 +116,7 @@ impl IdentityStore for SqliteStore {
 }
 
 /// Deletes the revocation entries of tokens expired before `now`; returns how many.
-fn prune_tokens(tx: &Transaction<'_>, now: SystemTime) -> Result<u64> {
+fn prune_tokens(tx: &Connection, now: SystemTime) -> Result<u64> {
     let n = tx.execute(
         "DELETE FROM revoked_tokens WHERE expires < ?1",
         [millis(now)],
@@ -125,7 +125,7 @@ fn prune_tokens(tx: &Transaction<'_>, now: SystemTime) -> Result<u64> {
 }
 
 /// Raises the token generation of `user_id` (its tokens end).
-fn end_tokens(tx: &Transaction<'_>, user_id: Uuid) -> Result<()> {
+fn end_tokens(tx: &Connection, user_id: Uuid) -> Result<()> {
     tx.execute(
         "UPDATE users SET token_generation = token_generation + 1 WHERE id = ?1",
         [user_id.to_string()],
@@ -165,7 +165,7 @@ fn quota_params(quota: &Quota) -> Result<(Option<i64>, Option<i64>, Option<i64>)
 }
 
 pub(super) fn create_tenant(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     new: NewTenant,
     description: String,
 ) -> Result<Tenant> {
@@ -195,7 +195,7 @@ pub(super) fn create_tenant(
     Ok(tenant)
 }
 
-pub(super) fn tenant(tx: &Transaction<'_>, id: Uuid) -> Result<Tenant> {
+pub(super) fn tenant(tx: &Connection, id: Uuid) -> Result<Tenant> {
     tx.query_row(
         &format!("SELECT {TENANT_COLS} FROM tenants WHERE id = ?1"),
         [id.to_string()],
@@ -205,14 +205,14 @@ pub(super) fn tenant(tx: &Transaction<'_>, id: Uuid) -> Result<Tenant> {
     .ok_or_else(|| StoreError::not_found("tenant", id))
 }
 
-pub(super) fn tenants(tx: &Transaction<'_>) -> Result<Vec<Tenant>> {
+pub(super) fn tenants(tx: &Connection) -> Result<Vec<Tenant>> {
     let mut stmt = tx.prepare(&format!("SELECT {TENANT_COLS} FROM tenants ORDER BY name"))?;
     let rows = stmt.query_map([], tenant_row)?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
 pub(super) fn update_tenant(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     id: Uuid,
     expected: u64,
     change: TenantChange,
@@ -240,7 +240,7 @@ pub(super) fn update_tenant(
     Ok(t)
 }
 
-pub(super) fn delete_tenant(tx: &Transaction<'_>, id: Uuid) -> Result<()> {
+pub(super) fn delete_tenant(tx: &Connection, id: Uuid) -> Result<()> {
     tenant(tx, id)?;
     let (busy, volumes): (bool, bool) = tx.query_row(
         "SELECT EXISTS (SELECT 1 FROM instances WHERE tenant_id = ?1)
@@ -305,11 +305,7 @@ fn user_row(row: &Row<'_>) -> rusqlite::Result<User> {
     })
 }
 
-pub(super) fn create_user(
-    tx: &Transaction<'_>,
-    new: NewUser,
-    profile: UserProfile,
-) -> Result<User> {
+pub(super) fn create_user(tx: &Connection, new: NewUser, profile: UserProfile) -> Result<User> {
     check_name("user", &new.name)?;
     if new.password_hash.is_empty() {
         return Err(StoreError::Invalid("empty password hash".into()));
@@ -344,7 +340,7 @@ pub(super) fn create_user(
 }
 
 /// One user by `column` (`id` or `name`).
-pub(super) fn user(tx: &Transaction<'_>, column: &str, value: &str) -> Result<User> {
+pub(super) fn user(tx: &Connection, column: &str, value: &str) -> Result<User> {
     tx.query_row(
         &format!("SELECT {USER_COLS} FROM users WHERE {column} = ?1"),
         [value],
@@ -354,14 +350,14 @@ pub(super) fn user(tx: &Transaction<'_>, column: &str, value: &str) -> Result<Us
     .ok_or_else(|| StoreError::not_found("user", value))
 }
 
-pub(super) fn users(tx: &Transaction<'_>) -> Result<Vec<User>> {
+pub(super) fn users(tx: &Connection) -> Result<Vec<User>> {
     let mut stmt = tx.prepare(&format!("SELECT {USER_COLS} FROM users ORDER BY name"))?;
     let rows = stmt.query_map([], user_row)?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
 pub(super) fn update_user(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     id: Uuid,
     expected: u64,
     change: UserChange,
@@ -410,7 +406,7 @@ pub(super) fn update_user(
 }
 
 pub(super) fn grant_role(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     user_id: Uuid,
     tenant_id: Uuid,
     role: Role,
@@ -425,7 +421,7 @@ pub(super) fn grant_role(
 }
 
 pub(super) fn revoke_role(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     user_id: Uuid,
     tenant_id: Uuid,
     role: Role,
@@ -444,7 +440,7 @@ pub(super) fn revoke_role(
 }
 
 /// The role assignments whose `column` (`user_id` or `tenant_id`) is `id`.
-pub(super) fn roles(tx: &Transaction<'_>, column: &str, id: Uuid) -> Result<Vec<RoleAssignment>> {
+pub(super) fn roles(tx: &Connection, column: &str, id: Uuid) -> Result<Vec<RoleAssignment>> {
     let mut stmt = tx.prepare(&format!(
         "SELECT user_id, tenant_id, role FROM roles WHERE {column} = ?1 ORDER BY user_id, tenant_id, role"
     ))?;

@@ -3,7 +3,7 @@
 //! has read the image in the caller's scope, each function inside the caller's transaction. A
 //! member row goes with its image and with its tenant (`ON DELETE CASCADE` on both).
 
-use rusqlite::{OptionalExtension, Row, Transaction, params};
+use rusqlite::{Connection, OptionalExtension, Row, params};
 use uuid::Uuid;
 
 use super::identity::tenant;
@@ -28,7 +28,7 @@ fn member_row(row: &Row<'_>) -> rusqlite::Result<ImageMember> {
 }
 
 /// The member row of `member` on `image`, if any.
-fn member(tx: &Transaction<'_>, image: Uuid, member: Uuid) -> Result<Option<ImageMember>> {
+fn member(tx: &Connection, image: Uuid, member: Uuid) -> Result<Option<ImageMember>> {
     Ok(tx
         .query_row(
             &format!("SELECT {MEMBER_COLS} FROM image_members WHERE image_id = ?1 AND member = ?2"),
@@ -41,7 +41,7 @@ fn member(tx: &Transaction<'_>, image: Uuid, member: Uuid) -> Result<Option<Imag
 /// `member` of `img` (as `scope` sees it) added as `pending` (see
 /// [`CatalogStore::add_image_member`]).
 pub(super) fn add(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     scope: Scope,
     img: &Image,
     member_id: Uuid,
@@ -85,11 +85,7 @@ pub(super) fn add(
 
 /// The members of `img` (as `scope` sees it) that `scope` sees (see
 /// [`CatalogStore::image_members`]).
-pub(super) fn of_image(
-    tx: &Transaction<'_>,
-    scope: Scope,
-    img: &Image,
-) -> Result<Vec<ImageMember>> {
+pub(super) fn of_image(tx: &Connection, scope: Scope, img: &Image) -> Result<Vec<ImageMember>> {
     let image_id = img.id;
     let mut stmt = tx.prepare(&format!(
         "SELECT {MEMBER_COLS} FROM image_members WHERE image_id = ?1 \
@@ -106,7 +102,7 @@ pub(super) fn of_image(
 /// `member` of `image` (which `scope` sees) with `status` (see
 /// [`CatalogStore::set_image_member_status`]).
 pub(super) fn set_status(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     scope: Scope,
     image_id: Uuid,
     member_id: Uuid,
@@ -133,12 +129,7 @@ pub(super) fn set_status(
 
 /// Removes `member` from `img` (as `scope` sees it; see
 /// [`CatalogStore::remove_image_member`]).
-pub(super) fn remove(
-    tx: &Transaction<'_>,
-    scope: Scope,
-    img: &Image,
-    member_id: Uuid,
-) -> Result<()> {
+pub(super) fn remove(tx: &Connection, scope: Scope, img: &Image, member_id: Uuid) -> Result<()> {
     let image_id = img.id;
     if !scope.owns(img.owner) {
         return Err(StoreError::not_found("image", image_id));
@@ -154,7 +145,7 @@ pub(super) fn remove(
 }
 
 /// The memberships of `tenant`, by image.
-pub(super) fn of_tenant(tx: &Transaction<'_>, tenant: Uuid) -> Result<Vec<ImageMember>> {
+pub(super) fn of_tenant(tx: &Connection, tenant: Uuid) -> Result<Vec<ImageMember>> {
     let mut stmt = tx.prepare(&format!(
         "SELECT {MEMBER_COLS} FROM image_members WHERE member = ?1 ORDER BY image_id"
     ))?;

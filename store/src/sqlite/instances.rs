@@ -5,7 +5,7 @@
 use std::net::{IpAddr, Ipv4Addr};
 
 use rusqlite::types::Value;
-use rusqlite::{OptionalExtension, Row, Transaction, params, params_from_iter};
+use rusqlite::{Connection, OptionalExtension, Row, params, params_from_iter};
 use uuid::Uuid;
 
 use super::catalog::workload;
@@ -30,6 +30,15 @@ impl InstanceStore for SqliteStore {
         page: Page,
     ) -> Result<Paged<Instance>> {
         self.read(|tx| list(tx, scope, filter, page))
+    }
+    fn batch(&self, f: &mut dyn FnMut()) -> Result<()> {
+        self.run_batch(f)
+    }
+    fn instance_briefs_on(&self, node: Uuid) -> Result<Vec<InstanceBrief>> {
+        self.read(|tx| briefs_on(tx, node))
+    }
+    fn instance_counts(&self) -> Result<std::collections::BTreeMap<&'static str, u64>> {
+        self.read(counts)
     }
     fn update_instance(
         &self,
@@ -139,7 +148,7 @@ fn instance_row(row: &Row<'_>) -> rusqlite::Result<Instance> {
     })
 }
 
-pub(super) fn usage(tx: &Transaction<'_>, tenant_id: Uuid) -> Result<Usage> {
+pub(super) fn usage(tx: &Connection, tenant_id: Uuid) -> Result<Usage> {
     Ok(tx.query_row(
         "SELECT COUNT(*), COALESCE(SUM(vcpus), 0), COALESCE(SUM(memory_mb), 0)
          FROM instances WHERE tenant_id = ?1",
@@ -156,7 +165,7 @@ pub(super) fn usage(tx: &Transaction<'_>, tenant_id: Uuid) -> Result<Usage> {
 
 /// A subnet of the tenant with a free address, carving a new one if all are full: its id, base,
 /// prefix.
-fn subnet_with_room(tx: &Transaction<'_>, t: &Tenant) -> Result<(Uuid, u32, u8)> {
+fn subnet_with_room(tx: &Connection, t: &Tenant) -> Result<(Uuid, u32, u8)> {
     let found = tx
         .query_row(
             "SELECT id, base, prefix FROM subnets WHERE tenant_id = ?1 AND used < capacity
@@ -187,7 +196,7 @@ fn subnet_with_room(tx: &Transaction<'_>, t: &Tenant) -> Result<(Uuid, u32, u8)>
     Ok((id, base, t.subnet_prefix))
 }
 
-pub(super) fn create(tx: &Transaction<'_>, new: NewInstance) -> Result<Instance> {
+pub(super) fn create(tx: &Connection, new: NewInstance) -> Result<Instance> {
     crate::common::check_new_instance(&new)?;
     let t = tenant(tx, new.tenant)?;
     let w = workload(tx, Scope::Tenant(t.id), new.workload)?;
@@ -274,7 +283,7 @@ pub(super) fn scope_cond(scope: Scope) -> (String, Option<Value>) {
     }
 }
 
-fn with_subnet_id(tx: &Transaction<'_>, scope: Scope, id: Uuid) -> Result<(Instance, Uuid)> {
+fn with_subnet_id(tx: &Connection, scope: Scope, id: Uuid) -> Result<(Instance, Uuid)> {
     let (cond, param) = scope_cond(scope);
     let mut args = vec![Value::Text(id.to_string())];
     args.extend(param);
@@ -288,12 +297,12 @@ fn with_subnet_id(tx: &Transaction<'_>, scope: Scope, id: Uuid) -> Result<(Insta
     .ok_or_else(|| StoreError::not_found("instance", id))
 }
 
-pub(super) fn get(tx: &Transaction<'_>, scope: Scope, id: Uuid) -> Result<Instance> {
+pub(super) fn get(tx: &Connection, scope: Scope, id: Uuid) -> Result<Instance> {
     with_subnet_id(tx, scope, id).map(|(i, _)| i)
 }
 
 pub(super) fn list(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     scope: Scope,
     filter: InstanceFilter,
     page: Page,
@@ -341,8 +350,42 @@ pub(super) fn list(
     Ok(Paged { items, next })
 }
 
+/// The instances on `node` in brief: four columns, not the whole record.
+fn briefs_on(tx: &Connection, node: Uuid) -> Result<Vec<InstanceBrief>> {
+    let mut stmt = tx.prepare_cached(
+        "SELECT id, state, reason, node, version FROM instances WHERE node = ? ORDER BY seq",
+    )?;
+    let rows = stmt.query_map([node.to_string()], |row| {
+        let state: String = row.get(1)?;
+        let reason: Option<String> = row.get(2)?;
+        let state = InstanceState::from_name(&state, reason)
+            .ok_or_else(|| bad_column(1, format!("unknown state {state:?}")))?;
+        Ok(InstanceBrief {
+            id: uuid_at(row, 0)?,
+            state,
+            node: opt_uuid_at(row, 3)?,
+            version: u64_at(row, 4)?,
+        })
+    })?;
+    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+}
+
+/// How many instances are in each state, counted by SQLite.
+fn counts(tx: &Connection) -> Result<std::collections::BTreeMap<&'static str, u64>> {
+    let mut stmt = tx.prepare_cached("SELECT state, COUNT(*) FROM instances GROUP BY state")?;
+    let rows = stmt.query_map([], |row| {
+        let state: String = row.get(0)?;
+        let name = InstanceState::NAMES
+            .iter()
+            .find(|n| **n == state)
+            .ok_or_else(|| bad_column(0, format!("unknown state {state:?}")))?;
+        Ok((*name, u64_at(row, 1)?))
+    })?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
 pub(super) fn update(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     scope: Scope,
     id: Uuid,
     expected: u64,
@@ -435,7 +478,7 @@ fn metadata_text(metadata: &Metadata) -> Result<String> {
 }
 
 /// Frees a subnet left with neither instances nor a CNCI.
-fn release_subnet_if_empty(tx: &Transaction<'_>, subnet_id: Uuid) -> Result<()> {
+fn release_subnet_if_empty(tx: &Connection, subnet_id: Uuid) -> Result<()> {
     tx.execute(
         "DELETE FROM subnets WHERE id = ?1 AND used = 0
              AND NOT EXISTS (SELECT 1 FROM cncis WHERE subnet_id = ?1)",
@@ -444,7 +487,7 @@ fn release_subnet_if_empty(tx: &Transaction<'_>, subnet_id: Uuid) -> Result<()> 
     Ok(())
 }
 
-pub(super) fn delete(tx: &Transaction<'_>, scope: Scope, id: Uuid) -> Result<()> {
+pub(super) fn delete(tx: &Connection, scope: Scope, id: Uuid) -> Result<()> {
     let (instance, subnet_id) = with_subnet_id(tx, scope, id)?;
     // Its port's groups go with its row (ON DELETE CASCADE); its floating IPs stay the
     // tenant's, disassociated.
@@ -467,7 +510,7 @@ fn subnet_row(row: &Row<'_>) -> rusqlite::Result<Subnet> {
     })
 }
 
-pub(super) fn subnets(tx: &Transaction<'_>, scope: Scope) -> Result<Vec<Subnet>> {
+pub(super) fn subnets(tx: &Connection, scope: Scope) -> Result<Vec<Subnet>> {
     let (cond, param) = scope_cond(scope);
     let cond = cond.replace("i.tenant_id", "tenant_id");
     let mut stmt = tx.prepare(&format!(
@@ -518,7 +561,7 @@ fn cnci_row(row: &Row<'_>) -> rusqlite::Result<Cnci> {
     })
 }
 
-pub(super) fn create_cnci(tx: &Transaction<'_>, subnet_id: Uuid) -> Result<Cnci> {
+pub(super) fn create_cnci(tx: &Connection, subnet_id: Uuid) -> Result<Cnci> {
     let subnet = tx
         .query_row(
             "SELECT id, tenant_id, base, prefix FROM subnets WHERE id = ?1",
@@ -559,7 +602,7 @@ pub(super) fn create_cnci(tx: &Transaction<'_>, subnet_id: Uuid) -> Result<Cnci>
     Ok(cnci)
 }
 
-pub(super) fn cnci(tx: &Transaction<'_>, scope: Scope, id: Uuid) -> Result<Cnci> {
+pub(super) fn cnci(tx: &Connection, scope: Scope, id: Uuid) -> Result<Cnci> {
     let (cond, param) = scope_cond(scope);
     let cond = cond.replace("i.", "c.");
     let mut args = vec![Value::Text(id.to_string())];
@@ -575,7 +618,7 @@ pub(super) fn cnci(tx: &Transaction<'_>, scope: Scope, id: Uuid) -> Result<Cnci>
     .ok_or_else(|| StoreError::not_found("CNCI", id))
 }
 
-pub(super) fn cncis(tx: &Transaction<'_>, scope: Scope) -> Result<Vec<Cnci>> {
+pub(super) fn cncis(tx: &Connection, scope: Scope) -> Result<Vec<Cnci>> {
     let (cond, param) = scope_cond(scope);
     let cond = cond.replace("i.", "c.");
     let mut stmt = tx.prepare(&format!(
@@ -586,7 +629,7 @@ pub(super) fn cncis(tx: &Transaction<'_>, scope: Scope) -> Result<Vec<Cnci>> {
 }
 
 pub(super) fn update_cnci(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     id: Uuid,
     expected: u64,
     change: CnciChange,
@@ -618,7 +661,7 @@ pub(super) fn update_cnci(
     Ok(c)
 }
 
-pub(super) fn delete_cnci(tx: &Transaction<'_>, id: Uuid) -> Result<()> {
+pub(super) fn delete_cnci(tx: &Connection, id: Uuid) -> Result<()> {
     let c = cnci(tx, Scope::All, id)?;
     tx.execute("DELETE FROM cncis WHERE id = ?1", [id.to_string()])?;
     release_subnet_if_empty(tx, c.subnet)
@@ -626,7 +669,7 @@ pub(super) fn delete_cnci(tx: &Transaction<'_>, id: Uuid) -> Result<()> {
 
 /// The record of `instance` went (in the caller's transaction): if it has actions, it joins the
 /// gone instances, and the actions of the gone instances past [`GONE_INSTANCES_KEPT`] go.
-fn instance_gone(tx: &Transaction<'_>, instance: Uuid) -> Result<()> {
+fn instance_gone(tx: &Connection, instance: Uuid) -> Result<()> {
     let added = tx
         .prepare_cached(
             "INSERT INTO gone_instances (instance_id) SELECT ?1

@@ -1,7 +1,7 @@
 //! Users' key pairs in SQLite: [`KeypairStore`] for [`SqliteStore`]. A key pair's row goes with
 //! its user (`ON DELETE CASCADE`).
 
-use rusqlite::{OptionalExtension, Row, Transaction, params};
+use rusqlite::{Connection, OptionalExtension, Row, params};
 use uuid::Uuid;
 
 use super::identity::user;
@@ -49,7 +49,7 @@ fn row(row: &Row<'_>) -> rusqlite::Result<Keypair> {
     })
 }
 
-fn create(tx: &Transaction<'_>, new: NewKeypair, limit: u32) -> Result<Keypair> {
+fn create(tx: &Connection, new: NewKeypair, limit: u32) -> Result<Keypair> {
     user(tx, "id", &new.user.to_string())?;
     let count: i64 = tx.query_row(
         "SELECT COUNT(*) FROM keypairs WHERE user_id = ?1",
@@ -80,7 +80,7 @@ fn create(tx: &Transaction<'_>, new: NewKeypair, limit: u32) -> Result<Keypair> 
     Ok(keypair)
 }
 
-fn get(tx: &Transaction<'_>, user: Uuid, name: &str) -> Result<Keypair> {
+fn get(tx: &Connection, user: Uuid, name: &str) -> Result<Keypair> {
     tx.query_row(
         &format!("SELECT {COLS} FROM keypairs WHERE user_id = ?1 AND name = ?2"),
         params![user.to_string(), name],
@@ -90,7 +90,7 @@ fn get(tx: &Transaction<'_>, user: Uuid, name: &str) -> Result<Keypair> {
     .ok_or_else(|| StoreError::not_found("key pair", name))
 }
 
-fn list(tx: &Transaction<'_>, user: Uuid) -> Result<Vec<Keypair>> {
+fn list(tx: &Connection, user: Uuid) -> Result<Vec<Keypair>> {
     let mut stmt = tx.prepare_cached(&format!(
         "SELECT {COLS} FROM keypairs WHERE user_id = ?1 ORDER BY name"
     ))?;

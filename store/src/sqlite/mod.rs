@@ -41,7 +41,7 @@ use std::time::Duration;
 
 use crate::common::DEFAULT_EVENT_CAPACITY;
 
-use rusqlite::{Connection, ErrorCode, Transaction, TransactionBehavior};
+use rusqlite::{Connection, ErrorCode, TransactionBehavior};
 use uuid::Uuid;
 
 use super::*;
@@ -106,8 +106,27 @@ impl SqliteStore {
         result
     }
 
-    /// Runs `f` in a write transaction (`BEGIN IMMEDIATE`), committed if `f` succeeds.
-    fn write<T>(&self, f: impl FnOnce(&Transaction<'_>) -> Result<T>) -> Result<T> {
+    /// Runs `f` in a write transaction (`BEGIN IMMEDIATE`), committed if `f` succeeds. Within a
+    /// batch of this thread ([`SqliteStore::run_batch`]): in a savepoint of the batch's
+    /// transaction, rolled back to it if `f` fails.
+    fn write<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+        if self.batching() {
+            return self
+                .in_batch(|conn| {
+                    conn.execute_batch("SAVEPOINT cumulo_write")?;
+                    match f(conn) {
+                        Ok(out) => {
+                            conn.execute_batch("RELEASE cumulo_write")?;
+                            Ok(out)
+                        }
+                        Err(e) => {
+                            conn.execute_batch("ROLLBACK TO cumulo_write; RELEASE cumulo_write")?;
+                            Err(e)
+                        }
+                    }
+                })
+                .unwrap_or_else(lost_batch);
+        }
         self.with_conn(|conn| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let out = f(&tx)?;
@@ -116,8 +135,12 @@ impl SqliteStore {
         })
     }
 
-    /// Runs `f` in a read transaction (one snapshot).
-    fn read<T>(&self, f: impl FnOnce(&Transaction<'_>) -> Result<T>) -> Result<T> {
+    /// Runs `f` in a read transaction (one snapshot); within a batch of this thread, in the
+    /// batch's transaction (which sees the batch's writes).
+    fn read<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+        if self.batching() {
+            return self.in_batch(f).unwrap_or_else(lost_batch);
+        }
         self.with_conn(|conn| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Deferred)?;
             let out = f(&tx)?;
@@ -125,6 +148,87 @@ impl SqliteStore {
             Ok(out)
         })
     }
+
+    /// This store's key in [`BATCH`].
+    fn batch_key(&self) -> usize {
+        std::ptr::from_ref(self) as usize
+    }
+
+    /// Whether this thread runs a batch of this store.
+    fn batching(&self) -> bool {
+        self.in_batch(|_| ()).is_some()
+    }
+
+    /// `f` on the connection of this thread's batch of this store, if there is one.
+    fn in_batch<T>(&self, f: impl FnOnce(&Connection) -> T) -> Option<T> {
+        BATCH.with(|batch| match &*batch.borrow() {
+            Some((key, conn)) if *key == self.batch_key() => Some(f(conn)),
+            _ => None,
+        })
+    }
+
+    /// [`InstanceStore::batch`]: `f` with this thread's reads and writes of this store in one
+    /// `BEGIN IMMEDIATE` transaction, committed when `f` returns (rolled back if it panics).
+    pub(crate) fn run_batch(&self, f: &mut dyn FnMut()) -> Result<()> {
+        if self.batching() {
+            // Already in one: the outer batch commits.
+            f();
+            return Ok(());
+        }
+        let pooled = self
+            .pool
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop();
+        let conn = match pooled {
+            Some(conn) => conn,
+            None => connect(&self.path)?,
+        };
+        conn.execute_batch("BEGIN IMMEDIATE")?;
+        BATCH.with(|batch| *batch.borrow_mut() = Some((self.batch_key(), conn)));
+        // Takes the connection back even if `f` panics (then rolls back and drops it).
+        struct Unpin {
+            committed: bool,
+        }
+        impl Drop for Unpin {
+            fn drop(&mut self) {
+                if !self.committed
+                    && let Some((_, conn)) = BATCH.with(|batch| batch.borrow_mut().take())
+                {
+                    let _ = conn.execute_batch("ROLLBACK");
+                }
+            }
+        }
+        let mut unpin = Unpin { committed: false };
+        f();
+        unpin.committed = true;
+        let Some((_, conn)) = BATCH.with(|batch| batch.borrow_mut().take()) else {
+            return lost_batch();
+        };
+        let committed = conn.execute_batch("COMMIT");
+        if committed.is_err() {
+            let _ = conn.execute_batch("ROLLBACK");
+        }
+        let mut pool = self.pool.lock().unwrap_or_else(PoisonError::into_inner);
+        if pool.len() < POOL_KEEP {
+            pool.push(conn);
+        }
+        Ok(committed?)
+    }
+}
+
+/// The error of a batch whose connection is not where it was a moment ago (never expected).
+fn lost_batch<T>() -> Result<T> {
+    Err(StoreError::Backend(
+        "the batch's connection went missing".into(),
+    ))
+}
+
+thread_local! {
+    /// The batch this thread is running ([`SqliteStore::run_batch`]): its store's key and the
+    /// connection whose transaction it is.
+    static BATCH: std::cell::RefCell<Option<(usize, Connection)>> =
+        const { std::cell::RefCell::new(None) };
 }
 
 /// Makes the database file at `path` mode 0600 (created empty if missing: SQLite takes an empty
@@ -223,7 +327,7 @@ fn duplicate(err: rusqlite::Error, kind: &str, name: &str) -> StoreError {
 }
 
 /// Deletes one row of `table` by id; `NotFound` if absent, `Conflict` if still referred to.
-fn delete_row(tx: &Transaction<'_>, table: &str, kind: &'static str, id: Uuid) -> Result<()> {
+fn delete_row(tx: &Connection, table: &str, kind: &'static str, id: Uuid) -> Result<()> {
     let n = tx
         .execute(
             &format!("DELETE FROM {table} WHERE id = ?1"),
@@ -266,6 +370,50 @@ mod tests {
     }
 
     crate::store_suite!(Fixture);
+
+    /// A batch is one transaction: another thread sees none of its writes until it returns, and
+    /// then all; a batch that panics leaves nothing, and the store goes on.
+    #[test]
+    fn a_batch_commits_at_once_and_a_panic_leaves_nothing() {
+        use crate::suite::Fixture as _;
+        let fx = Fixture::new();
+        let store = std::sync::Arc::new(fx.open());
+        let (t, w) = crate::suite::tenant_and_workload(&*store, "acme", Quota::default(), 24);
+        let count = |store: &std::sync::Arc<SqliteStore>| {
+            let store = store.clone();
+            std::thread::spawn(move || store.instance_counts().unwrap().values().sum::<u64>())
+                .join()
+                .unwrap()
+        };
+        store
+            .batch(&mut || {
+                for k in 0..3 {
+                    let name = format!("vm-{k}");
+                    store
+                        .create_instance(crate::suite::new_instance(&t, &w, &name))
+                        .unwrap();
+                }
+                assert_eq!(count(&store), 0, "another thread sees the batch's writes");
+            })
+            .unwrap();
+        assert_eq!(count(&store), 3);
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            store
+                .batch(&mut || {
+                    store
+                        .create_instance(crate::suite::new_instance(&t, &w, "lost"))
+                        .unwrap();
+                    panic!("in the batch");
+                })
+                .unwrap();
+        }));
+        assert!(panicked.is_err());
+        assert_eq!(count(&store), 3);
+        store
+            .create_instance(crate::suite::new_instance(&t, &w, "after"))
+            .unwrap();
+        assert_eq!(count(&store), 4);
+    }
 
     /// The database, its WAL and its shared memory are the controller's alone: new (the
     /// test's umask would leave them readable), and left open by an earlier run.

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 
-use rusqlite::{OptionalExtension, Transaction, params};
+use rusqlite::{Connection, OptionalExtension, params};
 use uuid::Uuid;
 
 use super::{SqliteStore, uuid_at};
@@ -14,13 +14,13 @@ use crate::networking::{NetTx, TenantNet, network_store};
 use crate::*;
 
 /// [`NetTx`] over one SQLite transaction.
-pub(super) struct SqliteNet<'a, 'c>(pub(super) &'a Transaction<'c>);
+pub(super) struct SqliteNet<'a>(pub(super) &'a Connection);
 
 fn json_err(e: serde_json::Error) -> StoreError {
     StoreError::Backend(format!("a networking record does not decode: {e}"))
 }
 
-impl NetTx for SqliteNet<'_, '_> {
+impl NetTx for SqliteNet<'_> {
     fn load(&mut self, id: Uuid) -> Result<Option<TenantNet>> {
         let exists: bool = self.0.query_row(
             "SELECT EXISTS (SELECT 1 FROM tenants WHERE id = ?1)",

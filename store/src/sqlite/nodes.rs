@@ -1,6 +1,6 @@
 //! The nodes an admin disabled, in SQLite: [`NodeStore`] for [`SqliteStore`], a row per node.
 
-use rusqlite::{Row, Transaction, params};
+use rusqlite::{Connection, Row, params};
 use uuid::Uuid;
 
 use super::{SqliteStore, uuid_at};
@@ -41,7 +41,7 @@ fn row(row: &Row<'_>) -> rusqlite::Result<DisabledNode> {
     })
 }
 
-fn disable(tx: &Transaction<'_>, node: Uuid, reason: Option<String>) -> Result<DisabledNode> {
+fn disable(tx: &Connection, node: Uuid, reason: Option<String>) -> Result<DisabledNode> {
     let there: bool = tx.query_row(
         "SELECT EXISTS (SELECT 1 FROM disabled_nodes WHERE node_id = ?1)",
         [node.to_string()],

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use rusqlite::{OptionalExtension, Row, Transaction, params};
+use rusqlite::{Connection, OptionalExtension, Row, params};
 use uuid::Uuid;
 
 use super::{SqliteStore, bad_column, u64_at, uuid_at};
@@ -122,7 +122,7 @@ fn lease_end(lease: Duration) -> i64 {
     millis(now()).saturating_add(lease)
 }
 
-pub(super) fn create_host(tx: &Transaction<'_>, new: NewRemoteHost) -> Result<RemoteHost> {
+pub(super) fn create_host(tx: &Connection, new: NewRemoteHost) -> Result<RemoteHost> {
     check_remote_host(&new)?;
     let host = RemoteHost {
         id: Uuid::new_v4(),
@@ -148,7 +148,7 @@ pub(super) fn create_host(tx: &Transaction<'_>, new: NewRemoteHost) -> Result<Re
     Ok(host)
 }
 
-pub(super) fn host(tx: &Transaction<'_>, id: Uuid) -> Result<RemoteHost> {
+pub(super) fn host(tx: &Connection, id: Uuid) -> Result<RemoteHost> {
     tx.query_row(
         &format!("SELECT {HOST_COLS} FROM remote_hosts WHERE id = ?1"),
         [id.to_string()],
@@ -158,7 +158,7 @@ pub(super) fn host(tx: &Transaction<'_>, id: Uuid) -> Result<RemoteHost> {
     .ok_or_else(|| StoreError::not_found("remote host", id))
 }
 
-pub(super) fn hosts(tx: &Transaction<'_>) -> Result<Vec<RemoteHost>> {
+pub(super) fn hosts(tx: &Connection) -> Result<Vec<RemoteHost>> {
     let mut stmt = tx.prepare(&format!(
         "SELECT {HOST_COLS} FROM remote_hosts ORDER BY name"
     ))?;
@@ -166,7 +166,7 @@ pub(super) fn hosts(tx: &Transaction<'_>) -> Result<Vec<RemoteHost>> {
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
-pub(super) fn delete_host(tx: &Transaction<'_>, id: Uuid) -> Result<()> {
+pub(super) fn delete_host(tx: &Connection, id: Uuid) -> Result<()> {
     host(tx, id)?;
     let pending: i64 = tx.query_row(
         "SELECT COUNT(*) FROM operations WHERE host_id = ?1 AND state IN ('queued', 'claimed')",
@@ -186,7 +186,7 @@ pub(super) fn delete_host(tx: &Transaction<'_>, id: Uuid) -> Result<()> {
     Ok(())
 }
 
-pub(super) fn enqueue(tx: &Transaction<'_>, new: NewOperation) -> Result<Operation> {
+pub(super) fn enqueue(tx: &Connection, new: NewOperation) -> Result<Operation> {
     host(tx, new.host)?;
     let id = Uuid::new_v4();
     let at = millis(now());
@@ -205,7 +205,7 @@ pub(super) fn enqueue(tx: &Transaction<'_>, new: NewOperation) -> Result<Operati
     get(tx, id)
 }
 
-pub(super) fn get(tx: &Transaction<'_>, id: Uuid) -> Result<Operation> {
+pub(super) fn get(tx: &Connection, id: Uuid) -> Result<Operation> {
     tx.query_row(
         &format!("SELECT {OP_COLS} FROM operations WHERE id = ?1"),
         [id.to_string()],
@@ -215,7 +215,7 @@ pub(super) fn get(tx: &Transaction<'_>, id: Uuid) -> Result<Operation> {
     .ok_or_else(|| StoreError::not_found("operation", id))
 }
 
-pub(super) fn list(tx: &Transaction<'_>, filter: OperationFilter) -> Result<Vec<Operation>> {
+pub(super) fn list(tx: &Connection, filter: OperationFilter) -> Result<Vec<Operation>> {
     let mut stmt = tx.prepare(&format!(
         "SELECT {OP_COLS} FROM operations
          WHERE (?1 IS NULL OR state = ?1) AND (?2 IS NULL OR host_id = ?2) ORDER BY seq"
@@ -231,7 +231,7 @@ pub(super) fn list(tx: &Transaction<'_>, filter: OperationFilter) -> Result<Vec<
 }
 
 pub(super) fn claim(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     owner: &str,
     lease: Duration,
     host: Option<Uuid>,
@@ -275,7 +275,7 @@ pub(super) fn claim(
 }
 
 /// How many operations of `host` are queued or claimed.
-pub(super) fn unfinished(tx: &Transaction<'_>, host: Uuid) -> Result<usize> {
+pub(super) fn unfinished(tx: &Connection, host: Uuid) -> Result<usize> {
     let n: i64 = tx.query_row(
         "SELECT COUNT(*) FROM operations WHERE host_id = ?1 AND state IN ('queued', 'claimed')",
         params![host.to_string()],
@@ -285,7 +285,7 @@ pub(super) fn unfinished(tx: &Transaction<'_>, host: Uuid) -> Result<usize> {
 }
 
 /// Operation `id` if `token` is its current claim; `Fenced` otherwise.
-fn held(tx: &Transaction<'_>, id: Uuid, token: u64) -> Result<Operation> {
+fn held(tx: &Connection, id: Uuid, token: u64) -> Result<Operation> {
     let op = get(tx, id)?;
     let current = op.claim.as_ref().map(|c| c.token);
     if op.state != OperationState::Claimed || current != Some(token) {
@@ -294,12 +294,7 @@ fn held(tx: &Transaction<'_>, id: Uuid, token: u64) -> Result<Operation> {
     Ok(op)
 }
 
-pub(super) fn renew(
-    tx: &Transaction<'_>,
-    id: Uuid,
-    token: u64,
-    lease: Duration,
-) -> Result<Operation> {
+pub(super) fn renew(tx: &Connection, id: Uuid, token: u64, lease: Duration) -> Result<Operation> {
     held(tx, id, token)?;
     tx.execute(
         "UPDATE operations SET expires = ?2, updated = ?3 WHERE id = ?1",
@@ -309,7 +304,7 @@ pub(super) fn renew(
 }
 
 pub(super) fn finish(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     id: Uuid,
     token: u64,
     state: OperationState,
@@ -326,7 +321,7 @@ pub(super) fn finish(
 /// A launcher's write about operation `id` under claim `token`, in the caller's transaction:
 /// refused with `Fenced` unless `token` is the current claim.
 pub(super) fn fenced_write(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     id: Uuid,
     token: u64,
     write: &InstanceWrite,
@@ -356,7 +351,7 @@ pub(super) fn fenced_write(
     }
 }
 
-pub(super) fn put_creds(tx: &Transaction<'_>, creds: &LauncherCreds) -> Result<()> {
+pub(super) fn put_creds(tx: &Connection, creds: &LauncherCreds) -> Result<()> {
     check_creds(creds)?;
     host(tx, creds.host)?;
     tx.execute(
@@ -376,7 +371,7 @@ pub(super) fn put_creds(tx: &Transaction<'_>, creds: &LauncherCreds) -> Result<(
     Ok(())
 }
 
-pub(super) fn creds(tx: &Transaction<'_>, host: Uuid) -> Result<LauncherCreds> {
+pub(super) fn creds(tx: &Connection, host: Uuid) -> Result<LauncherCreds> {
     tx.query_row(
         "SELECT cert, key, ca, not_after, issued FROM launcher_creds WHERE host_id = ?1",
         [host.to_string()],

@@ -1,7 +1,7 @@
 //! Server groups in SQLite: [`ServerGroupStore`] for [`SqliteStore`], a row per group and a row
 //! per member (foreign keys drop a member with its instance, and a group's members with it).
 
-use rusqlite::{OptionalExtension, Row, Transaction, params};
+use rusqlite::{Connection, OptionalExtension, Row, params};
 use uuid::Uuid;
 
 use super::{SqliteStore, opt_uuid_at, uuid_at};
@@ -91,7 +91,7 @@ fn row(row: &Row<'_>) -> rusqlite::Result<ServerGroup> {
     })
 }
 
-fn with_members(tx: &Transaction<'_>, mut g: ServerGroup) -> Result<ServerGroup> {
+fn with_members(tx: &Connection, mut g: ServerGroup) -> Result<ServerGroup> {
     let mut stmt = tx.prepare_cached(
         "SELECT instance_id FROM server_group_members WHERE group_id = ?1 ORDER BY seq",
     )?;
@@ -101,7 +101,7 @@ fn with_members(tx: &Transaction<'_>, mut g: ServerGroup) -> Result<ServerGroup>
     Ok(g)
 }
 
-fn group(tx: &Transaction<'_>, scope: Scope, id: Uuid) -> Result<ServerGroup> {
+fn group(tx: &Connection, scope: Scope, id: Uuid) -> Result<ServerGroup> {
     let found = tx
         .prepare_cached(&format!(
             "SELECT {COLS} FROM server_groups WHERE id = ?1 AND (?2 IS NULL OR tenant_id = ?2)"
@@ -114,7 +114,7 @@ fn group(tx: &Transaction<'_>, scope: Scope, id: Uuid) -> Result<ServerGroup> {
     )
 }
 
-fn group_id_of(tx: &Transaction<'_>, instance: Uuid) -> Result<Option<Uuid>> {
+fn group_id_of(tx: &Connection, instance: Uuid) -> Result<Option<Uuid>> {
     Ok(tx
         .query_row(
             "SELECT group_id FROM server_group_members WHERE instance_id = ?1",
@@ -124,7 +124,7 @@ fn group_id_of(tx: &Transaction<'_>, instance: Uuid) -> Result<Option<Uuid>> {
         .optional()?)
 }
 
-fn create(tx: &Transaction<'_>, new: &NewServerGroup) -> Result<ServerGroup> {
+fn create(tx: &Connection, new: &NewServerGroup) -> Result<ServerGroup> {
     let known: bool = tx.query_row(
         "SELECT EXISTS (SELECT 1 FROM tenants WHERE id = ?1)",
         [new.tenant.to_string()],

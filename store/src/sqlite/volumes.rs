@@ -6,7 +6,7 @@
 //! another writer.
 
 use rusqlite::types::Value;
-use rusqlite::{OptionalExtension, Row, Transaction, params, params_from_iter};
+use rusqlite::{Connection, OptionalExtension, Row, params, params_from_iter};
 use uuid::Uuid;
 
 use super::catalog::image;
@@ -109,7 +109,7 @@ fn row(row: &Row<'_>) -> rusqlite::Result<Volume> {
 }
 
 /// The tenant's volumes: how many, and their GiB in all.
-fn usage(tx: &Transaction<'_>, owner: Uuid) -> Result<(u32, u64)> {
+fn usage(tx: &Connection, owner: Uuid) -> Result<(u32, u64)> {
     let (count, gigabytes) = tx.query_row(
         "SELECT COUNT(*), COALESCE(SUM(size_gb), 0) FROM volumes WHERE owner = ?1",
         [owner.to_string()],
@@ -119,7 +119,7 @@ fn usage(tx: &Transaction<'_>, owner: Uuid) -> Result<(u32, u64)> {
 }
 
 /// The tenant's own quota, if it has one (`NULL` figures: unlimited).
-fn own_quota(tx: &Transaction<'_>, owner: Uuid) -> Result<Option<VolumeLimits>> {
+fn own_quota(tx: &Connection, owner: Uuid) -> Result<Option<VolumeLimits>> {
     let quota = tx
         .prepare_cached("SELECT volumes, gigabytes FROM volume_quotas WHERE tenant_id = ?1")?
         .query_row([owner.to_string()], |r| {
@@ -139,11 +139,11 @@ fn own_quota(tx: &Transaction<'_>, owner: Uuid) -> Result<Option<VolumeLimits>> 
 }
 
 /// The limits of the tenant: its own quota if it has one, else `defaults`.
-fn limits_of(tx: &Transaction<'_>, owner: Uuid, defaults: VolumeLimits) -> Result<VolumeLimits> {
+fn limits_of(tx: &Connection, owner: Uuid, defaults: VolumeLimits) -> Result<VolumeLimits> {
     Ok(own_quota(tx, owner)?.unwrap_or(defaults))
 }
 
-fn create(tx: &Transaction<'_>, new: NewVolume, defaults: VolumeLimits) -> Result<Volume> {
+fn create(tx: &Connection, new: NewVolume, defaults: VolumeLimits) -> Result<Volume> {
     tenant(tx, new.owner)?;
     if let Some(i) = new.image {
         image(tx, Scope::Tenant(new.owner), i)?;
@@ -172,7 +172,7 @@ fn create(tx: &Transaction<'_>, new: NewVolume, defaults: VolumeLimits) -> Resul
 }
 
 fn change_volume(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     scope: Scope,
     id: Uuid,
     change: &VolumeChange,
@@ -217,7 +217,7 @@ fn visible(scope: Scope) -> (&'static str, Vec<Value>) {
     }
 }
 
-fn get(tx: &Transaction<'_>, scope: Scope, id: Uuid) -> Result<Volume> {
+fn get(tx: &Connection, scope: Scope, id: Uuid) -> Result<Volume> {
     let (cond, mut args) = visible(scope);
     args.push(Value::Text(id.to_string()));
     tx.prepare_cached(&format!(
@@ -228,7 +228,7 @@ fn get(tx: &Transaction<'_>, scope: Scope, id: Uuid) -> Result<Volume> {
     .ok_or_else(|| StoreError::not_found("volume", id))
 }
 
-fn list(tx: &Transaction<'_>, scope: Scope) -> Result<Vec<Volume>> {
+fn list(tx: &Connection, scope: Scope) -> Result<Vec<Volume>> {
     let (cond, args) = visible(scope);
     let mut stmt = tx.prepare_cached(&format!(
         "SELECT {COLS} FROM volumes WHERE {cond} ORDER BY created, id"

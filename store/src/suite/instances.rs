@@ -765,3 +765,124 @@ pub(crate) fn reservation_ids_are_kept_and_bounded<F: Fixture>() {
         .unwrap();
     assert_eq!(listed.items.len(), 3);
 }
+
+/// `instance_briefs_on` gives each instance on the node (id, state with its reason, node,
+/// version) as the whole record has it, in creation order, and none of another node's;
+/// `instance_counts` counts every state that has instances.
+pub(crate) fn briefs_and_counts_match_the_records<F: Fixture>() {
+    let fx = F::new();
+    let store = fx.open();
+    assert!(store.instance_counts().unwrap().is_empty());
+    let (t, w) = tenant_and_workload(&store, "acme", Quota::default(), 24);
+    let (node, other) = (Uuid::new_v4(), Uuid::new_v4());
+    let states = [
+        (Some(node), InstanceState::Active),
+        (Some(node), InstanceState::Error("no room".into())),
+        (Some(other), InstanceState::Active),
+        (None, InstanceState::Pending),
+        (Some(node), InstanceState::Exited),
+    ];
+    let mut made = Vec::new();
+    for (k, (placed, state)) in states.iter().enumerate() {
+        let i = store
+            .create_instance(new_instance(&t, &w, &format!("vm-{k}")))
+            .unwrap();
+        let i = if *state == InstanceState::Pending {
+            i
+        } else {
+            store
+                .update_instance(
+                    Scope::All,
+                    i.id,
+                    i.version,
+                    InstanceChange {
+                        state: Some(state.clone()),
+                        node: Some(*placed),
+                        ..InstanceChange::default()
+                    },
+                )
+                .unwrap()
+        };
+        made.push(i);
+    }
+    let on_node: Vec<InstanceBrief> = made
+        .iter()
+        .filter(|i| i.node == Some(node))
+        .map(InstanceBrief::from)
+        .collect();
+    assert_eq!(on_node.len(), 3);
+    assert_eq!(store.instance_briefs_on(node).unwrap(), on_node);
+    assert_eq!(
+        store.instance_briefs_on(other).unwrap(),
+        vec![InstanceBrief::from(&made[2])]
+    );
+    assert!(store.instance_briefs_on(Uuid::new_v4()).unwrap().is_empty());
+    let counts = store.instance_counts().unwrap();
+    let want: std::collections::BTreeMap<&str, u64> =
+        [("active", 2), ("error", 1), ("pending", 1), ("exited", 1)]
+            .into_iter()
+            .collect();
+    assert_eq!(counts, want);
+    store.delete_instance(Scope::All, made[0].id).unwrap();
+    assert_eq!(store.instance_counts().unwrap().get("active"), Some(&1));
+    assert_eq!(
+        store.instance_briefs_on(node).unwrap(),
+        on_node[1..].to_vec()
+    );
+}
+
+/// In a batch each write succeeds or fails on its own (a refused one changes nothing, the others
+/// stay), reads see the writes before them, and everything is there once the batch returns; a
+/// batch inside a batch is part of it.
+pub(crate) fn a_batch_keeps_each_write_on_its_own<F: Fixture>() {
+    let fx = F::new();
+    let store = fx.open();
+    let (t, w) = tenant_and_workload(&store, "acme", Quota::default(), 24);
+    let mut made = Vec::new();
+    let mut refused = None;
+    let mut seen_inside = Vec::new();
+    store
+        .batch(&mut || {
+            let a = store.create_instance(new_instance(&t, &w, "a")).unwrap();
+            seen_inside.push(store.instance(Scope::All, a.id).unwrap());
+            // A stale version: refused, and the batch goes on.
+            refused = Some(store.update_instance(
+                Scope::All,
+                a.id,
+                a.version + 7,
+                InstanceChange {
+                    state: Some(InstanceState::Active),
+                    ..InstanceChange::default()
+                },
+            ));
+            let a = store
+                .update_instance(
+                    Scope::All,
+                    a.id,
+                    a.version,
+                    InstanceChange {
+                        state: Some(InstanceState::Exited),
+                        ..InstanceChange::default()
+                    },
+                )
+                .unwrap();
+            store
+                .batch(&mut || {
+                    made.push(store.create_instance(new_instance(&t, &w, "b")).unwrap());
+                })
+                .unwrap();
+            made.push(a);
+        })
+        .unwrap();
+    assert!(
+        matches!(refused, Some(Err(StoreError::Conflict(_)))),
+        "{refused:?}"
+    );
+    assert_eq!(seen_inside[0].state, InstanceState::Pending);
+    for i in &made {
+        assert_eq!(&store.instance(Scope::All, i.id).unwrap(), i);
+    }
+    assert_eq!(made[1].state, InstanceState::Exited);
+    assert_eq!(made[1].version, 2);
+    assert_eq!(store.instance_counts().unwrap().values().sum::<u64>(), 2);
+}

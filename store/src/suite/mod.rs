@@ -61,7 +61,8 @@ macro_rules! store_suite {
                 addresses_are_allocated_and_reused, small_subnets_get_distinct_keys, subnets_run_out, cnci_lifecycle,
                 ten_thousand_instances_page_quickly, a_fault_is_kept_while_in_error,
                 an_instance_moves_to_a_workload_of_its_size, a_resize_changes_the_size_within_the_quota,
-                metadata_and_lock_are_kept_and_bounded, reservation_ids_are_kept_and_bounded;
+                metadata_and_lock_are_kept_and_bounded, reservation_ids_are_kept_and_bounded,
+                briefs_and_counts_match_the_records, a_batch_keeps_each_write_on_its_own;
             keypairs: keypair_crud, parallel_keypair_creates_respect_the_limit,
                 an_instance_keeps_its_key;
             volumes: volume_crud, volume_quotas_count_volumes_and_gigabytes,
@@ -114,7 +115,7 @@ fn tenant_with(store: &dyn Store, name: &str, quota: Quota, prefix: u8) -> Tenan
 }
 
 /// A tenant with a private workload of 1 vCPU and 512 MiB; returns both.
-fn tenant_and_workload(
+pub(crate) fn tenant_and_workload(
     store: &dyn Store,
     name: &str,
     quota: Quota,
@@ -159,7 +160,7 @@ fn tenant_and_workload(
     (tenant, workload)
 }
 
-fn new_instance(tenant: &Tenant, workload: &Workload, name: &str) -> NewInstance {
+pub(crate) fn new_instance(tenant: &Tenant, workload: &Workload, name: &str) -> NewInstance {
     NewInstance {
         tenant: tenant.id,
         workload: workload.id,

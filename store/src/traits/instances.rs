@@ -1,11 +1,13 @@
 //! [`InstanceStore`]: instances, the tenant subnets their addresses come from, and the subnets'
 //! CNCIs.
 
+use std::collections::BTreeMap;
+
 use uuid::Uuid;
 
 use crate::{
-    Cnci, CnciChange, Instance, InstanceChange, InstanceFilter, NewInstance, Page, Paged, Result,
-    Scope, Subnet,
+    Cnci, CnciChange, Instance, InstanceBrief, InstanceChange, InstanceFilter, NewInstance, Page,
+    Paged, Result, Scope, Subnet,
 };
 
 /// Instances, subnets and CNCIs. Every call is one transaction.
@@ -25,6 +27,49 @@ pub trait InstanceStore: Send + Sync {
         filter: InstanceFilter,
         page: Page,
     ) -> Result<Paged<Instance>>;
+    /// Runs `f`; its writes through this store on this thread commit together where the store
+    /// can (SQLite: one transaction, so one commit for many writes). Each write inside still
+    /// succeeds or fails on its own and answers as it would alone, and reads inside see the
+    /// writes before them; other threads see them all once `f` has returned, and wait for the
+    /// store's write lock meanwhile, so `f` must be short and must not wait for another thread
+    /// that uses the store. `Err`: the commit failed, and none of them happened. A batch inside
+    /// a batch is part of it. The default (etcd) runs `f` with each write on its own.
+    fn batch(&self, f: &mut dyn FnMut()) -> Result<()> {
+        f();
+        Ok(())
+    }
+    /// The instances the store places on `node`, in brief, in creation order. The default reads
+    /// their whole records; a store that can read less does.
+    fn instance_briefs_on(&self, node: Uuid) -> Result<Vec<InstanceBrief>> {
+        let mut briefs = Vec::new();
+        let filter = InstanceFilter { node: Some(node) };
+        let mut page = Page::first(Page::MAX_LIMIT);
+        loop {
+            let paged = self.instances(Scope::All, filter, page)?;
+            briefs.extend(paged.items.iter().map(InstanceBrief::from));
+            match paged.next {
+                Some(marker) => page.marker = Some(marker),
+                None => return Ok(briefs),
+            }
+        }
+    }
+    /// How many instances there are in each state, by the state's
+    /// [`name`](crate::InstanceState::name); states with none are left out. The default reads
+    /// every record; a store that can count does.
+    fn instance_counts(&self) -> Result<BTreeMap<&'static str, u64>> {
+        let mut counts = BTreeMap::new();
+        let mut page = Page::first(Page::MAX_LIMIT);
+        loop {
+            let paged = self.instances(Scope::All, InstanceFilter::default(), page)?;
+            for instance in &paged.items {
+                *counts.entry(instance.state.name()).or_insert(0) += 1;
+            }
+            match paged.next {
+                Some(marker) => page.marker = Some(marker),
+                None => return Ok(counts),
+            }
+        }
+    }
     /// Changes an instance if its version is still `expected_version` (`Conflict` otherwise).
     fn update_instance(
         &self,
