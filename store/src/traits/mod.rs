@@ -48,8 +48,9 @@ pub use queue::OperationQueue;
 pub use server_groups::ServerGroupStore;
 pub use volumes::VolumeStore;
 
-/// Everything the controller keeps: every concern's trait. Every call is one transaction; see
-/// the crate docs for scopes and versions. Implementations are shared between threads.
+/// Everything the controller keeps: every concern's trait. Every call is one transaction (inside
+/// a [`batch`](InstanceStore::batch), all-or-nothing on its own within the batch's one); see the
+/// crate docs for scopes and versions. Implementations are shared between threads.
 ///
 /// Implemented for every type that implements all the concerns: implement those, never this.
 pub trait Store:
