@@ -244,14 +244,15 @@ async fn listing_nets(
     state
         .cluster(move |store, cluster| {
             let mut related = related(store, &instances)?;
-            let zones: HashMap<Uuid, String> = cluster
-                .nodes()
-                .into_iter()
-                .map(|n| (n.id, n.zone))
-                .collect();
+            // The zones of the page's nodes only (a cluster may have 10,000 nodes; a page has
+            // at most as many as its servers).
+            let mut zones: HashMap<Uuid, Option<String>> = HashMap::new();
             for i in &instances {
                 if let (Some(node), Some(r)) = (i.node, related.get_mut(&i.id)) {
-                    r.zone = zones.get(&node).cloned();
+                    r.zone = zones
+                        .entry(node)
+                        .or_insert_with(|| cluster.node(node).ok().map(|n| n.zone))
+                        .clone();
                 }
             }
             Ok(related)
