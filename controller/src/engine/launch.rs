@@ -61,42 +61,63 @@ impl Engine {
         &self,
         launch: &Launch,
         plan: &Plan,
-        mut created: Vec<Instance>,
+        created: Vec<Instance>,
         failure: Option<ClusterError>,
         by: &Caller,
     ) -> Result<Vec<Instance>, ClusterError> {
         let mut launched = Vec::with_capacity(created.len());
         let request_id = actions::request_id_of(by);
-        // Their actions and what the dispatch writes in one store transaction per launch. The
-        // STARTs go as they are made: a failed commit (all of them undone; logged) leaves the
-        // instances without their action records, and one whose dispatch failed pending rather
-        // than in error.
-        let mut outcome = Ok(());
-        let committed = self.store.batch(&mut || {
-            for instance in std::mem::take(&mut created) {
-                let ticket = actions::begin(
+        // Their actions begin in one store transaction and end in another (one commit each per
+        // launch, not one per instance). The dispatches between them write on their own: the
+        // records they make (a CNCI, an instance's CNCI) are committed before the answer to
+        // their START can come back, and the store's write lock is not held while they read.
+        let mut tickets = Vec::with_capacity(created.len());
+        let begun = self.store.batch(&mut || {
+            tickets.extend(created.iter().map(|instance| {
+                actions::begin(
                     self.store.as_ref(),
                     &request_id,
                     instance.id,
                     ActionKind::Create,
                     by,
-                );
-                let dispatched = self.dispatch(instance, plan, false);
-                self.finish_action(&ticket, &dispatched);
-                match dispatched {
-                    Ok(instance) => launched.push(instance),
-                    Err(e) => {
-                        outcome = Err(e);
-                        break;
-                    }
-                }
-            }
+                )
+            }));
         });
-        if let Err(e) = committed {
+        if let Err(e) = begun {
             tracing::warn!(
-                "the actions of launch \"{}\" (and any instance its dispatch failed) were not recorded: {e}",
+                "the actions of launch \"{}\" were not recorded: {e}",
                 launch.name
             );
+        }
+        let mut outcome = Ok(());
+        let mut dispatched_all = Vec::with_capacity(created.len());
+        for (instance, ticket) in created.into_iter().zip(&tickets) {
+            let dispatched = self.dispatch(instance, plan, false);
+            let failed = dispatched.is_err();
+            dispatched_all.push((ticket, dispatched));
+            if failed {
+                break;
+            }
+        }
+        let ended = self.store.batch(&mut || {
+            for (ticket, dispatched) in &dispatched_all {
+                self.finish_action(ticket, dispatched);
+            }
+        });
+        if let Err(e) = ended {
+            tracing::warn!(
+                "the ends of launch \"{}\"'s actions were not recorded: {e}",
+                launch.name
+            );
+        }
+        for (_, dispatched) in dispatched_all {
+            match dispatched {
+                Ok(instance) => launched.push(instance),
+                Err(e) => {
+                    outcome = Err(e);
+                    break;
+                }
+            }
         }
         outcome?;
         match failure {

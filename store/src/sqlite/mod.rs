@@ -113,17 +113,29 @@ impl SqliteStore {
         if self.batching() {
             return self
                 .in_batch(|conn| {
-                    conn.execute_batch("SAVEPOINT cumulo_write")?;
-                    match f(conn) {
-                        Ok(out) => {
-                            conn.execute_batch("RELEASE cumulo_write")?;
-                            Ok(out)
-                        }
-                        Err(e) => {
-                            conn.execute_batch("ROLLBACK TO cumulo_write; RELEASE cumulo_write")?;
-                            Err(e)
-                        }
+                    // SQLite may have rolled the whole transaction back (a full disk, an I/O
+                    // error): then nothing more is written in this batch, which fails.
+                    if conn.is_autocommit() {
+                        return aborted_batch();
                     }
+                    conn.execute_batch("SAVEPOINT cumulo_write")?;
+                    let out = f(conn);
+                    if conn.is_autocommit() {
+                        return out.and_then(|_| aborted_batch());
+                    }
+                    let closed = match &out {
+                        Ok(_) => conn.execute_batch("RELEASE cumulo_write"),
+                        Err(_) => {
+                            conn.execute_batch("ROLLBACK TO cumulo_write; RELEASE cumulo_write")
+                        }
+                    };
+                    if let Err(e) = closed {
+                        // Not kept: undone, if the savepoint can still be undone.
+                        let _ =
+                            conn.execute_batch("ROLLBACK TO cumulo_write; RELEASE cumulo_write");
+                        return out.and(Err(e.into()));
+                    }
+                    out
                 })
                 .unwrap_or_else(lost_batch);
         }
@@ -184,7 +196,13 @@ impl SqliteStore {
             Some(conn) => conn,
             None => connect(&self.path)?,
         };
-        conn.execute_batch("BEGIN IMMEDIATE")?;
+        if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
+            let mut pool = self.pool.lock().unwrap_or_else(PoisonError::into_inner);
+            if pool.len() < POOL_KEEP {
+                pool.push(conn);
+            }
+            return Err(e.into());
+        }
         BATCH.with(|batch| *batch.borrow_mut() = Some((self.batch_key(), conn)));
         // Takes the connection back even if `f` panics (then rolls back and drops it).
         struct Unpin {
@@ -205,16 +223,28 @@ impl SqliteStore {
         let Some((_, conn)) = BATCH.with(|batch| batch.borrow_mut().take()) else {
             return lost_batch();
         };
-        let committed = conn.execute_batch("COMMIT");
-        if committed.is_err() {
+        // A transaction SQLite rolled back (see `write`) is not committed: the batch failed.
+        let committed = if conn.is_autocommit() {
+            aborted_batch()
+        } else {
+            conn.execute_batch("COMMIT").map_err(StoreError::from)
+        };
+        if committed.is_err() && !conn.is_autocommit() {
             let _ = conn.execute_batch("ROLLBACK");
         }
         let mut pool = self.pool.lock().unwrap_or_else(PoisonError::into_inner);
         if pool.len() < POOL_KEEP {
             pool.push(conn);
         }
-        Ok(committed?)
+        committed
     }
+}
+
+/// The error of a write in (and of) a batch whose transaction SQLite rolled back.
+fn aborted_batch<T>() -> Result<T> {
+    Err(StoreError::Backend(
+        "the batch's transaction was rolled back by SQLite; nothing of it is kept".into(),
+    ))
 }
 
 /// The error of a batch whose connection is not where it was a moment ago (never expected).
