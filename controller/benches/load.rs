@@ -76,37 +76,27 @@ fn parse_opts(args: &[String]) -> Opts {
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
-        match a.as_str() {
-            "--api" => {
-                o.compute = match it.next().map(String::as_str) {
-                    Some("compute") => true,
-                    Some("native") => false,
-                    _ => panic!("--api wants compute or native"),
-                };
-                continue;
-            }
-            "--store" => {
-                o.etcd = match it.next().map(String::as_str) {
-                    Some("etcd") => true,
-                    Some("sqlite") => false,
-                    _ => panic!("--store wants sqlite or etcd"),
-                };
-                continue;
-            }
-            _ => {}
-        }
-        let mut v = || {
-            it.next()
-                .and_then(|v| v.parse::<u64>().ok())
-                .unwrap_or_else(|| panic!("{a} wants a number"))
+        // `--api compute|native` and `--store etcd|sqlite`: whether the first is chosen.
+        let mut choice = |yes: &str, no: &str| match it.next().map(String::as_str) {
+            Some(v) if v == yes => true,
+            Some(v) if v == no => false,
+            _ => panic!("{a} wants {yes} or {no}"),
         };
         match a.as_str() {
-            "--agents" => o.agents = v() as usize,
-            "--instances" => o.instances = v() as usize,
-            "--seconds" => o.seconds = v(),
-            "--sample" => o.sample = v().max(1),
-            "--stats-interval" => o.stats = v().max(1),
-            other => panic!("unknown argument {other}"),
+            "--api" => o.compute = choice("compute", "native"),
+            "--store" => o.etcd = choice("etcd", "sqlite"),
+            _ => {
+                let v = it.next().and_then(|v| v.parse::<u64>().ok());
+                let v = || v.unwrap_or_else(|| panic!("{a} wants a number"));
+                match a.as_str() {
+                    "--agents" => o.agents = v() as usize,
+                    "--instances" => o.instances = v() as usize,
+                    "--seconds" => o.seconds = v(),
+                    "--sample" => o.sample = v().max(1),
+                    "--stats-interval" => o.stats = v().max(1),
+                    other => panic!("unknown argument {other}"),
+                }
+            }
         }
     }
     o
