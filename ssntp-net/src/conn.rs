@@ -520,7 +520,6 @@ impl<D: Dispatch> ReadLoop<D> {
         // Small until traffic comes: a quiet session keeps 4 KiB, one whose reads fill the buffer
         // grows to `cap`.
         const QUIET: usize = 4096;
-        buf.reserve(QUIET);
         let mut room = QUIET;
         // While the peer is over its read budget: when reading resumes.
         let mut paused: Option<tokio::time::Instant> = None;
@@ -529,6 +528,7 @@ impl<D: Dispatch> ReadLoop<D> {
             if let Some(ended) = self.drain(&decoder, &mut buf).await {
                 break ended;
             }
+            make_room(&mut buf, room);
             let deadline = tokio::time::Instant::from_std(self.session.deadline());
             let resume = paused.unwrap_or(deadline);
             tokio::select! {
@@ -559,9 +559,6 @@ impl<D: Dispatch> ReadLoop<D> {
                         None => {}
                     }
                 }
-            }
-            if buf.capacity() - buf.len() < room {
-                buf.reserve(room);
             }
         };
         // Whatever the reason, the writer flushes what is queued and closes the stream.
@@ -624,6 +621,19 @@ impl<D: Dispatch> ReadLoop<D> {
                 }
             }
         }
+    }
+}
+
+/// Makes room in a session's read buffer for the next read, once the frames read are handed on,
+/// when less than half of `room` is left. Then the buffer holds at most the start of
+/// a frame, and its space is reclaimed in place when nothing else holds it. (Made right after a
+/// read, with the bytes read still in it, the room grew the buffer to twice its size for good:
+/// 4 KiB more for each quiet session.)
+fn make_room(buf: &mut BytesMut, room: usize) {
+    if buf.capacity() - buf.len() < room / 2 {
+        // `room` in all, counting the start of a frame already held (so that a buffer of
+        // `room` bytes takes it), and never less than half of it free.
+        buf.reserve(room.saturating_sub(buf.len()).max(room / 2));
     }
 }
 
@@ -696,6 +706,36 @@ mod tests {
             frame,
             payload: Payload::Heartbeat,
         }
+    }
+
+    #[test]
+    fn a_quiet_read_buffer_keeps_its_size() {
+        // The read loop's order: frames handed on, room made, then a read.
+        const QUIET: usize = 4096;
+        const FRAME: usize = 300;
+        let mut buf = BytesMut::with_capacity(QUIET);
+        let base = buf.as_ptr() as usize;
+        for i in 0..1000 {
+            make_room(&mut buf, QUIET);
+            // Never moved nor grown: the space read is reclaimed in place.
+            let at = buf.as_ptr() as usize;
+            assert!(
+                at >= base && at + buf.capacity() <= base + QUIET,
+                "read {i}"
+            );
+            let free = buf.capacity() - buf.len();
+            assert!(free >= QUIET / 2);
+            // A read: the rest of one frame and the start of the next.
+            let n = (FRAME - 50 + i * 37 % 100).min(free);
+            buf.extend_from_slice(&[0; 400][..n]);
+            while buf.len() >= FRAME {
+                drop(buf.split_to(FRAME));
+            }
+        }
+        // A frame larger than the room still gets room to be read whole.
+        buf.extend_from_slice(&[0; 3000]);
+        make_room(&mut buf, QUIET);
+        assert!(buf.capacity() - buf.len() >= QUIET / 2);
     }
 
     #[test]
