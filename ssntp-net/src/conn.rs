@@ -525,7 +525,7 @@ impl<D: Dispatch> ReadLoop<D> {
         let mut paused: Option<tokio::time::Instant> = None;
         let ended = loop {
             // Frames already buffered first (the handshake may have read past its frame).
-            if let Some(ended) = self.drain(&decoder, &mut buf).await {
+            if let Some(ended) = self.drain(&decoder, &mut buf, room <= QUIET).await {
                 break ended;
             }
             make_room(&mut buf, room);
@@ -567,9 +567,13 @@ impl<D: Dispatch> ReadLoop<D> {
     }
 
     /// Handles every whole frame in `buf`, then flushes the dispatcher; `Some` when the session
-    /// must end.
-    async fn drain(&mut self, decoder: &Decoder, buf: &mut BytesMut) -> Option<Ended> {
-        let ended = self.drain_frames(decoder, buf);
+    /// must end. With `copy` (a quiet session), each frame's bytes are copied out of the buffer:
+    /// the application may hold a frame for a while, and a frame sharing the buffer keeps the
+    /// buffer from being taken back in place, so that each session's next room would be a new
+    /// buffer (all the sessions that started together doing that together, leaving the heap full
+    /// of holes). A busy session's frames share its buffer.
+    async fn drain(&mut self, decoder: &Decoder, buf: &mut BytesMut, copy: bool) -> Option<Ended> {
+        let ended = self.drain_frames(decoder, buf, copy);
         // Every frame shows the peer alive, a HEARTBEAT included (which goes no further).
         self.received.record(self.session.last_received());
         // A slow application holds this peer back (backpressure), but never past a close.
@@ -583,12 +587,17 @@ impl<D: Dispatch> ReadLoop<D> {
         ended
     }
 
-    fn drain_frames(&mut self, decoder: &Decoder, buf: &mut BytesMut) -> Option<Ended> {
+    fn drain_frames(&mut self, decoder: &Decoder, buf: &mut BytesMut, copy: bool) -> Option<Ended> {
         // One clock reading per read: frames that arrived together share it.
         let now = now();
         loop {
             let raw = match decoder.decode(buf) {
-                Ok(Decoded::Frame(raw)) => raw,
+                Ok(Decoded::Frame(mut raw)) => {
+                    if copy {
+                        raw.body = Bytes::copy_from_slice(&raw.body);
+                    }
+                    raw
+                }
                 Ok(Decoded::NeedMore(_)) => return None,
                 Err(e) => {
                     let (violation, reply) = self.session.handle_framing_error(e);
@@ -625,14 +634,13 @@ impl<D: Dispatch> ReadLoop<D> {
 }
 
 /// Makes room in a session's read buffer for the next read, once the frames read are handed on,
-/// when less than half of `room` is left. Then the buffer holds at most the start of
-/// a frame, and its space is reclaimed in place when nothing else holds it. (Made right after a
-/// read, with the bytes read still in it, the room grew the buffer to twice its size for good:
-/// 4 KiB more for each quiet session.)
+/// when less than half of `room` is left: `room` in all, counting the start of a frame it holds
+/// (so that a buffer of `room` bytes takes it), and never less than half of it free. The space
+/// read is taken back in place when no frame read from it is still held (see
+/// [`ReadLoop::drain`]); room asked for right after a read, with the bytes read still in the
+/// buffer, grew the buffer to twice its size for good.
 fn make_room(buf: &mut BytesMut, room: usize) {
     if buf.capacity() - buf.len() < room / 2 {
-        // `room` in all, counting the start of a frame already held (so that a buffer of
-        // `room` bytes takes it), and never less than half of it free.
         buf.reserve(room.saturating_sub(buf.len()).max(room / 2));
     }
 }
@@ -728,6 +736,7 @@ mod tests {
             // A read: the rest of one frame and the start of the next.
             let n = (FRAME - 50 + i * 37 % 100).min(free);
             buf.extend_from_slice(&[0; 400][..n]);
+            // A quiet session's frames are copied out (the application may hold the copies).
             while buf.len() >= FRAME {
                 drop(buf.split_to(FRAME));
             }
