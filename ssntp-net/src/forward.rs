@@ -50,12 +50,13 @@ enum Rule {
     Dynamic(DynamicRule),
 }
 
-/// The forwarding rules of a server; operands without a rule go to the application.
+/// The forwarding rules of a server; operands without a rule go to the application. Cheap to
+/// clone: every session's reader holds the server's rules, shared.
 #[derive(Clone, Default)]
 pub struct Routes {
-    rules: HashMap<Operand, Rule>,
+    rules: Arc<HashMap<Operand, Rule>>,
     /// Operands whose first message in a session is a barrier.
-    barriers: HashSet<Operand>,
+    barriers: Arc<HashSet<Operand>>,
 }
 
 impl std::fmt::Debug for Routes {
@@ -75,13 +76,13 @@ impl Routes {
 
     /// Forwards `operand` to every session with `role`.
     pub fn to_role(mut self, operand: Operand, role: Role) -> Routes {
-        self.rules.insert(operand, Rule::Role(role));
+        Arc::make_mut(&mut self.rules).insert(operand, Rule::Role(role));
         self
     }
 
     /// Forwards `operand` to every session with `role` and delivers it to the application too.
     pub fn to_role_and_app(mut self, operand: Operand, role: Role) -> Routes {
-        self.rules.insert(operand, Rule::Tee(role));
+        Arc::make_mut(&mut self.rules).insert(operand, Rule::Tee(role));
         self
     }
 
@@ -91,7 +92,7 @@ impl Routes {
         operand: Operand,
         rule: impl Fn(&Message, &dyn Directory) -> Route + Send + Sync + 'static,
     ) -> Routes {
-        self.rules.insert(operand, Rule::Dynamic(Arc::new(rule)));
+        Arc::make_mut(&mut self.rules).insert(operand, Rule::Dynamic(Arc::new(rule)));
         self
     }
 
@@ -107,7 +108,7 @@ impl Routes {
     /// [`ServerEvent::Frames`]: super::ServerEvent::Frames
     /// [`Handled`]: super::Handled
     pub fn barrier_on_first(mut self, operands: impl IntoIterator<Item = Operand>) -> Routes {
-        self.barriers.extend(operands);
+        Arc::make_mut(&mut self.barriers).extend(operands);
         self
     }
 
