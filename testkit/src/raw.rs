@@ -21,10 +21,19 @@ pub struct RawPeer {
 impl RawPeer {
     /// Connects to `addr` (`host:port`) with `identity`'s certificate; TLS only, no CONNECT.
     pub async fn connect(addr: &str, identity: &TlsIdentity) -> std::io::Result<RawPeer> {
+        let tcp = TcpStream::connect(addr).await?;
+        RawPeer::over(tcp, addr, identity).await
+    }
+
+    /// The TLS handshake over `tcp`, a connection to `addr` already made.
+    pub async fn over(
+        tcp: TcpStream,
+        addr: &str,
+        identity: &TlsIdentity,
+    ) -> std::io::Result<RawPeer> {
         let connector = TlsConnector::from(identity.client_config().expect("client config"));
         let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h).to_string();
         let name = ServerName::try_from(host).expect("server name");
-        let tcp = TcpStream::connect(addr).await?;
         let stream = connector.connect(name, tcp).await?;
         Ok(RawPeer {
             stream,

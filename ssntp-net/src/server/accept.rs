@@ -90,6 +90,8 @@ impl Server {
         let tracker = TaskTracker::new();
         let limit = Arc::new(Semaphore::new(self.config.max_connections));
         let handshaking = Arc::new(Semaphore::new(self.config.max_handshakes.max(1)));
+        // Connections waiting for a handshake slot.
+        let waiting = Arc::new(Semaphore::new(self.config.max_handshakes.max(1)));
         let handshaker = self.config.handshakes.and_then(|c| {
             Handshaker::start(c)
                 .inspect_err(|e| {
@@ -116,16 +118,44 @@ impl Server {
                 tracing::warn!("connection limit reached; closing a new connection");
                 continue;
             };
-            let Ok(handshake) = handshaking.clone().try_acquire_owned() else {
-                tracing::warn!("too many unfinished handshakes; closing a new connection");
-                continue;
+            let slot = match handshaking.clone().try_acquire_owned() {
+                Ok(handshake) => Slot::Now(handshake),
+                Err(_) => match waiting.clone().try_acquire_owned() {
+                    Ok(queued) => Slot::Wait(queued),
+                    Err(_) => {
+                        tracing::warn!("too many unfinished handshakes; closing a new connection");
+                        continue;
+                    }
+                },
             };
             crate::tune(&tcp);
             let this = this.clone();
             let inner = tracker.clone();
             let stop = shutdown.clone();
             let handshaker = handshaker.clone();
+            let handshaking = handshaking.clone();
             tracker.spawn(async move {
+                let handshake = match slot {
+                    Slot::Now(handshake) => handshake,
+                    Slot::Wait(queued) => {
+                        let wait = this.config.handshake_wait;
+                        let slot = tokio::select! {
+                            s = tokio::time::timeout(wait, handshaking.acquire_owned()) => s,
+                            _ = stop.cancelled() => return,
+                        };
+                        drop(queued);
+                        match slot {
+                            Ok(Ok(handshake)) => handshake,
+                            _ => {
+                                tracing::warn!(
+                                    ?wait,
+                                    "no handshake slot came free; closing a new connection"
+                                );
+                                return;
+                            }
+                        }
+                    }
+                };
                 this.connection(tcp, handshake, handshaker.as_ref(), &inner, stop)
                     .await;
                 drop(permit);
@@ -329,4 +359,12 @@ impl Refused {
             Refused::Closed => None,
         }
     }
+}
+
+/// A new connection's claim on a handshake slot.
+enum Slot {
+    /// A slot was free.
+    Now(tokio::sync::OwnedSemaphorePermit),
+    /// A place among the connections waiting for one.
+    Wait(tokio::sync::OwnedSemaphorePermit),
 }

@@ -28,11 +28,16 @@ pub struct ServerConfig {
     pub conn: ConnConfig,
     /// Connections beyond this many are closed at once (default 16,384).
     pub max_connections: usize,
-    /// Connections still in their TLS or SSNTP handshake beyond this many are closed at once
-    /// (default 1,024), so that peers that connect and stall (each for up to the handshake
-    /// timeout) cannot take the slots of the sessions: they hold at most this many of
-    /// [`ServerConfig::max_connections`].
+    /// Connections in their TLS or SSNTP handshake at once (default 1,024), so that peers that
+    /// connect and stall (each for up to the handshake timeout) cannot take the slots of the
+    /// sessions. A connection past that waits for a slot, up to
+    /// [`ServerConfig::handshake_wait`], and as many again may wait; one past those is closed at
+    /// once. So handshakes hold at most twice this many of [`ServerConfig::max_connections`],
+    /// and a reconnect storm is served as fast as handshakes end instead of being sent away to
+    /// back off.
     pub max_handshakes: usize,
+    /// How long a connection waits for a handshake slot before it is closed (default 2 s).
+    pub handshake_wait: Duration,
     /// Events queued for the application before readers wait (default 8,192).
     pub event_queue: usize,
     /// How long a shutdown waits for sessions to drain (default 3 s).
@@ -59,6 +64,7 @@ impl ServerConfig {
             conn: ConnConfig::default(),
             max_connections: 16_384,
             max_handshakes: 1_024,
+            handshake_wait: Duration::from_secs(2),
             event_queue: 8_192,
             grace: Duration::from_secs(3),
             routes: Routes::new(),

@@ -287,11 +287,12 @@ async fn a_silent_session_is_closed_at_the_idle_timeout() {
 #[tokio::test]
 async fn stalled_handshakes_are_capped_apart_from_sessions() {
     // Peers that connect and say nothing hold a handshake slot each until the handshake
-    // timeout; past `max_handshakes` a new connection is closed at once, and the sessions
-    // already up are not touched.
+    // timeout; past `max_handshakes` a new connection waits for a slot (`handshake_wait`, 0
+    // here: closed at once), and the sessions already up are not touched.
     let pki = TestPki::new();
     let mut s = server_with(&pki, u(0x5c), Routes::new(), |c| {
         c.max_handshakes = 2;
+        c.handshake_wait = Duration::ZERO;
         c.handshake.handshake_timeout = Duration::from_secs(60);
     })
     .await;
@@ -327,4 +328,44 @@ async fn stalled_handshakes_are_capped_apart_from_sessions() {
     let mut late = client(&pki, Role::AGENT, u(2), &s.addr);
     connected(&mut late).await;
     assert_eq!(server_connected(&mut s).await, (u(2), Role::AGENT));
+}
+
+#[tokio::test]
+async fn a_connection_past_the_handshake_slots_waits_for_one() {
+    // One slot, one place to wait: a stalled peer holds the slot, a second connection waits
+    // for it (so a third is closed at once), and is served as soon as the slot comes free,
+    // instead of being sent away to back off.
+    let pki = TestPki::new();
+    let s = server_with(&pki, u(0x5d), Routes::new(), |c| {
+        c.max_handshakes = 1;
+        c.handshake_wait = Duration::from_secs(60);
+        c.handshake.handshake_timeout = Duration::from_secs(60);
+    })
+    .await;
+    let identity = pki.identity(Role::AGENT, None);
+    let stalled = RawPeer::connect(&s.addr, &identity).await.unwrap();
+    // Connected before the third (the server accepts in order), its TLS handshake waits.
+    let tcp = tokio::net::TcpStream::connect(&s.addr).await.unwrap();
+    let waiting = {
+        let (addr, identity) = (s.addr.clone(), identity.clone());
+        tokio::spawn(async move { RawPeer::over(tcp, &addr, &identity).await })
+    };
+    let third = tokio::time::timeout(T, RawPeer::connect(&s.addr, &identity)).await;
+    match third {
+        Ok(Err(_)) => {}
+        Ok(Ok(mut peer)) => assert!(peer.closed_within(T).await, "a third handshake was served"),
+        Err(_) => panic!("the third connection was neither refused nor closed"),
+    }
+    assert!(
+        !waiting.is_finished(),
+        "the waiting connection was not kept waiting"
+    );
+    drop(stalled);
+    let served = tokio::time::timeout(T, waiting)
+        .await
+        .expect("served within T");
+    assert!(
+        served.unwrap().is_ok(),
+        "the waiting connection's TLS handshake failed"
+    );
 }
