@@ -7,7 +7,9 @@
 //! - `rtt [n]`: request/response round trips (client → server app → client), p50 and p99.
 //! - `handshakes [n] [concurrency]`: full TCP + mutual TLS + SSNTP handshakes per second.
 //! - `idle [sessions]`: that many idle sessions to one server process: its RSS, then a server
-//!   restart and the time until every client is back.
+//!   restart and the time until every client is back. `IDLE_HANDSHAKE_NICE` sets the server's
+//!   handshake thread's nice value (default 10), which matters here: the clients' process runs on
+//!   the same cores.
 #![allow(clippy::unwrap_used, clippy::print_stdout, missing_docs)]
 
 use bytes::BytesMut;
@@ -412,6 +414,11 @@ async fn idle_server(dir: &str, port: u16, sessions: usize) {
     .unwrap();
     let mut config = ServerConfig::new(tls, SERVER);
     config.max_connections = sessions + 100;
+    if let Ok(nice) = std::env::var("IDLE_HANDSHAKE_NICE") {
+        config.handshakes = Some(ssntp_net::handshaker::HandshakerConfig {
+            nice: nice.parse().unwrap(),
+        });
+    }
     let (server, handle, mut events) = Server::new(config).unwrap();
     let listener = TcpListener::bind(("127.0.0.1", port)).await.unwrap();
     tokio::spawn(server.run(listener, CancellationToken::new()));
