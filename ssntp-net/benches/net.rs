@@ -7,9 +7,8 @@
 //! - `rtt [n]`: request/response round trips (client → server app → client), p50 and p99.
 //! - `handshakes [n] [concurrency]`: full TCP + mutual TLS + SSNTP handshakes per second.
 //! - `idle [sessions]`: that many idle sessions to one server process: its RSS, then a server
-//!   restart and the time until every client is back. `IDLE_HANDSHAKE_NICE` sets the server's
-//!   handshake thread's nice value (default 10), which matters here: the clients' process runs on
-//!   the same cores.
+//!   restart and the time until every client is back. The clients' process runs at nice 10, the
+//!   server's handshake thread's default; `IDLE_HANDSHAKE_NICE` sets that thread's.
 #![allow(clippy::unwrap_used, clippy::print_stdout, missing_docs)]
 
 use bytes::BytesMut;
@@ -366,7 +365,12 @@ async fn idle(sessions: usize) {
         line
     };
     let mut server = spawn_server();
-    let mut clients = std::process::Command::new(&exe)
+    // The clients stand for other hosts: at the nice value of the server's handshake thread
+    // (10 by default), so that the server's handshakes are not outranked by the clients' side
+    // of them, as they would not be by clients elsewhere.
+    let mut clients = std::process::Command::new("nice")
+        .args(["-n", "10"])
+        .arg(&exe)
         .args([
             "idle-clients",
             &dir.to_string_lossy(),
