@@ -27,7 +27,9 @@ pub struct ConnConfig {
     pub queue_bytes: usize,
     /// Bytes gathered into one write when several frames are queued (default 64 KiB).
     pub coalesce_bytes: usize,
-    /// Room kept free in the read buffer before each read (default 16 KiB, a TLS record).
+    /// The read buffer's size while the peer sends much (default 16 KiB, a TLS record): room is
+    /// made for this many bytes, counting the start of a frame already read, with at least
+    /// half of them free. A quiet session's buffer is 4 KiB.
     pub read_buffer: usize,
 }
 
@@ -519,13 +521,14 @@ impl<D: Dispatch> ReadLoop<D> {
         let decoder = Decoder::new(self.session.config().max_frame);
         // Small until traffic comes: a quiet session keeps 4 KiB, one whose reads fill the buffer
         // grows to `cap`.
-        const QUIET: usize = 4096;
         let mut room = QUIET;
+        // Whether the last read was small (a quiet session): its frames are copied out.
+        let mut quiet = true;
         // While the peer is over its read budget: when reading resumes.
         let mut paused: Option<tokio::time::Instant> = None;
         let ended = loop {
             // Frames already buffered first (the handshake may have read past its frame).
-            if let Some(ended) = self.drain(&decoder, &mut buf, room <= QUIET).await {
+            if let Some(ended) = self.drain(&decoder, &mut buf, quiet).await {
                 break ended;
             }
             make_room(&mut buf, room);
@@ -538,7 +541,8 @@ impl<D: Dispatch> ReadLoop<D> {
                 read = r.read_buf(&mut buf), if paused.is_none() => match read {
                     Ok(0) => break Ended::PeerGone("the peer closed the connection".into()),
                     Ok(n) => {
-                        room = if n >= QUIET / 2 { cap.max(QUIET) } else { QUIET };
+                        quiet = n < QUIET / 2;
+                        room = if quiet { QUIET } else { cap.max(QUIET) };
                         if let Some(bucket) = &mut self.bucket {
                             let frames = std::mem::take(&mut self.frames);
                             paused = bucket.spend(n as u64, frames, tokio::time::Instant::now());
@@ -567,7 +571,8 @@ impl<D: Dispatch> ReadLoop<D> {
     }
 
     /// Handles every whole frame in `buf`, then flushes the dispatcher; `Some` when the session
-    /// must end. With `copy` (a quiet session), each frame's bytes are copied out of the buffer:
+    /// must end. With `copy` (a quiet session), each small frame's bytes (up to [`COPIED`]) are
+    /// copied out of the buffer:
     /// the application may hold a frame for a while, and a frame sharing the buffer keeps the
     /// buffer from being taken back in place, so that each session's next room would be a new
     /// buffer (all the sessions that started together doing that together, leaving the heap full
@@ -593,7 +598,7 @@ impl<D: Dispatch> ReadLoop<D> {
         loop {
             let raw = match decoder.decode(buf) {
                 Ok(Decoded::Frame(mut raw)) => {
-                    if copy {
+                    if copy && raw.body.len() <= COPIED {
                         raw.body = Bytes::copy_from_slice(&raw.body);
                     }
                     raw
@@ -633,12 +638,23 @@ impl<D: Dispatch> ReadLoop<D> {
     }
 }
 
+/// A quiet session's read buffer: the size of its room, and the read under half of which a
+/// session counts as quiet.
+const QUIET: usize = 4096;
+
+/// The largest frame body a quiet session copies out of its read buffer. A larger one keeps
+/// sharing the buffer: copying it would cost more than the buffer the next room allocates.
+const COPIED: usize = QUIET / 2;
+
 /// Makes room in a session's read buffer for the next read, once the frames read are handed on,
 /// when less than half of `room` is left: `room` in all, counting the start of a frame it holds
 /// (so that a buffer of `room` bytes takes it), and never less than half of it free. The space
 /// read is taken back in place when no frame read from it is still held (see
-/// [`ReadLoop::drain`]); room asked for right after a read, with the bytes read still in the
-/// buffer, grew the buffer to twice its size for good.
+/// [`ReadLoop::drain`]) and the start of a frame it holds is no longer than what was read
+/// before it (the `bytes` crate's rule for moving it to the front); otherwise the buffer grows,
+/// so a quiet session whose frames exceed 1 KiB may grow its buffer once, to 8 KiB. (Room asked
+/// for right after a read, with the bytes read still in the buffer, grew every buffer to twice
+/// its size for good.)
 fn make_room(buf: &mut BytesMut, room: usize) {
     if buf.capacity() - buf.len() < room / 2 {
         buf.reserve(room.saturating_sub(buf.len()).max(room / 2));
@@ -719,7 +735,6 @@ mod tests {
     #[test]
     fn a_quiet_read_buffer_keeps_its_size() {
         // The read loop's order: frames handed on, room made, then a read.
-        const QUIET: usize = 4096;
         const FRAME: usize = 300;
         let mut buf = BytesMut::with_capacity(QUIET);
         let base = buf.as_ptr() as usize;
@@ -745,6 +760,23 @@ mod tests {
         buf.extend_from_slice(&[0; 3000]);
         make_room(&mut buf, QUIET);
         assert!(buf.capacity() - buf.len() >= QUIET / 2);
+    }
+
+    #[test]
+    fn a_quiet_read_buffer_of_larger_frames_grows_once_at_most() {
+        const FRAME: usize = 1500;
+        let mut buf = BytesMut::with_capacity(QUIET);
+        for i in 0..1000 {
+            make_room(&mut buf, QUIET);
+            assert!(buf.capacity() <= 2 * QUIET, "read {i}: {}", buf.capacity());
+            assert!(buf.capacity() - buf.len() >= QUIET / 2);
+            // Small reads: a part of a frame at a time.
+            let n = (700 + i * 37 % 300).min(buf.capacity() - buf.len());
+            buf.extend_from_slice(&[0; 1000][..n]);
+            while buf.len() >= FRAME {
+                drop(buf.split_to(FRAME));
+            }
+        }
     }
 
     #[test]
