@@ -1,0 +1,163 @@
+//! The load bench's simulated agents: a child process of SSNTP clients that READY with room for
+//! everything, hold what they are sent, and report it in STATS.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use ssntp::payload::{InstanceStat, InstanceState, NodeState, NodeStatus, Stats};
+use ssntp::{Payload, Role, Uuid};
+use ssntp_net::{Client, ClientConfig, ClientEvent, TlsIdentity};
+
+/// Agents started at once (each batch connects before the next starts).
+const BATCH: usize = 100;
+
+pub(crate) fn identity(dir: &Path, name: &str) -> TlsIdentity {
+    TlsIdentity::load(
+        &dir.join("ca.pem"),
+        &dir.join(format!("{name}.pem")),
+        &dir.join(format!("{name}.key")),
+    )
+    .unwrap()
+}
+
+fn node_status(uuid: Uuid, i: usize) -> NodeStatus {
+    NodeStatus {
+        node_uuid: uuid,
+        hostname: format!("load-{i}"),
+        mem_total_mb: u32::MAX,
+        mem_available_mb: u32::MAX,
+        disk_total_mb: u32::MAX,
+        disk_available_mb: u32::MAX,
+        vcpus_total: u32::MAX,
+        vcpus_available: u32::MAX,
+        load: 0,
+        networks: vec![],
+        zone: None,
+    }
+}
+
+/// Child process: `n` simulated agents. Prints `ready` once all are connected, then
+/// `instances <total> connected <n> drops <sessions lost>` every second.
+pub(crate) async fn agents(dir: PathBuf, port: u16, n: usize, interval: u64) {
+    let tls = identity(&dir, "agent");
+    let connected = Arc::new(AtomicU64::new(0));
+    let total = Arc::new(AtomicU64::new(0));
+    let drops = Arc::new(AtomicU64::new(0));
+    for i in 0..n {
+        let uuid = Uuid::from_u128(0xa9e0_0000_0000 + i as u128);
+        let status = node_status(uuid, i);
+        let mut config = ClientConfig::new(
+            tls.clone(),
+            uuid,
+            Role::AGENT,
+            vec![format!("localhost:{port}")],
+        );
+        config.conn.read_buffer = 4096;
+        config.announce = Some(Arc::new(move || vec![Payload::Ready(status.clone())]));
+        let (handle, mut events) = Client::start(config).unwrap();
+        let (up, total, drops) = (connected.clone(), total.clone(), drops.clone());
+        tokio::spawn(async move {
+            let connected = up;
+            let mut running: Vec<Uuid> = Vec::new();
+            let mut dirty = false;
+            // STATS every `interval` from the first connection (spread over the agents);
+            // within a second of a change.
+            loop {
+                match events.recv().await {
+                    Some(ClientEvent::Connected { .. }) => break,
+                    Some(_) => {}
+                    None => return,
+                }
+            }
+            connected.fetch_add(1, Ordering::Relaxed);
+            // The full STATS spread over the interval; a change reported within a second, as
+            // a real agent does (its change-report gap is shorter still), whatever the agent's
+            // place in that spread.
+            let now = tokio::time::Instant::now();
+            let spread = (i as u64 * 7919) % (interval * 1000);
+            let first = now + Duration::from_millis(spread);
+            let mut tick = tokio::time::interval_at(first, Duration::from_secs(interval));
+            let soon_at = now + Duration::from_millis(spread % 1000);
+            let mut soon = tokio::time::interval_at(soon_at, Duration::from_secs(1));
+            loop {
+                let send = tokio::select! {
+                    e = events.recv() => match e {
+                        Some(ClientEvent::Connected { .. }) => {
+                            connected.fetch_add(1, Ordering::Relaxed);
+                            false
+                        }
+                        Some(ClientEvent::Disconnected { .. }) => {
+                            connected.fetch_sub(1, Ordering::Relaxed);
+                            drops.fetch_add(1, Ordering::Relaxed);
+                            false
+                        }
+                        Some(ClientEvent::Frames(frames)) => {
+                            for f in frames {
+                                match f.payload {
+                                    Payload::Start(s) if !running.contains(&s.instance_uuid) => {
+                                        running.push(s.instance_uuid);
+                                        total.fetch_add(1, Ordering::Relaxed);
+                                        dirty = true;
+                                    }
+                                    Payload::Delete(d) => {
+                                        if let Some(at) = running.iter().position(|u| *u == d.instance_uuid) {
+                                            running.swap_remove(at);
+                                            total.fetch_sub(1, Ordering::Relaxed);
+                                            dirty = true;
+                                        }
+                                    }
+                                    _ => {}
+                                }
+                            }
+                            false
+                        }
+                        Some(_) => false,
+                        None => return,
+                    },
+                    _ = tick.tick() => true,
+                    _ = soon.tick() => std::mem::take(&mut dirty),
+                };
+                if send {
+                    let stats = Payload::Stats(Box::new(Stats {
+                        node: node_status(handle.uuid(), i),
+                        status: NodeState::Ready,
+                        instances: running
+                            .iter()
+                            .map(|u| InstanceStat {
+                                instance_uuid: *u,
+                                state: InstanceState::Active,
+                                ssh_ip: None,
+                                ssh_port: None,
+                                memory_usage_mb: 1,
+                                disk_usage_mb: 0,
+                                cpu_usage: Some(1),
+                                volumes: Vec::new(),
+                            })
+                            .collect(),
+                    }));
+                    let _ = handle.send_payload(&stats);
+                }
+            }
+        });
+        // Paced: a batch at a time, each connected before the next starts (an unpaced storm of
+        // 10,000 TLS handshakes in the debug build starves the STATS of the connected agents,
+        // which are then dropped as silent and reconnect: see docs/reliability.md).
+        if i % BATCH == BATCH - 1 || i == n - 1 {
+            while connected.load(Ordering::Relaxed) < i as u64 + 1 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+    println!("ready");
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        println!(
+            "instances {} connected {} drops {}",
+            total.load(Ordering::Relaxed),
+            connected.load(Ordering::Relaxed),
+            drops.load(Ordering::Relaxed)
+        );
+    }
+}
