@@ -179,9 +179,7 @@ impl Server {
         tracker: &TaskTracker,
         shutdown: CancellationToken,
     ) {
-        // Boxed: its state is large and lives only until the handshake ends, whereas this
-        // future lives as long as the session (and is as large as its largest state).
-        let handshaken = Box::pin(self.handshakes.handshaken(tcp, handshaker)).await;
+        let handshaken = self.handshakes.handshaken(tcp, handshaker).await;
         drop(handshake);
         let Some((stream, accepted, buf)) = handshaken else {
             return;
