@@ -152,6 +152,7 @@ const NATIVE_ROUTES: &[(&str, &str)] = &[
     ("get", "/events"),
     ("delete", "/events"),
     ("get", "/traces"),
+    ("get", "/instance-counts"),
 ];
 
 #[tokio::test]

@@ -459,3 +459,75 @@ async fn an_instance_in_error_shows_its_fault() {
     assert_eq!(again["fault"], Value::Null);
     w.stop().await;
 }
+
+#[tokio::test]
+async fn instance_counts_and_recent_events_are_scoped() {
+    let w = World::start().await;
+    let c = w.client();
+    let admin = w.admin_token().await;
+    let a = w.token_a().await;
+    let b = w.token_b().await;
+    let first = w.server_a(&a, "one").await;
+    w.server_a(&a, "two").await;
+    w.cluster
+        .set_state(first.parse().unwrap(), store::InstanceState::Exited)
+        .unwrap();
+
+    let path = "/cumulo/v1/instance-counts";
+    let mine = ok(&c, Method::GET, path, &a, None, 200).await;
+    assert_eq!(mine["total"], 2, "{mine}");
+    assert_eq!(mine["counts"]["exited"], 1, "{mine}");
+    let theirs = ok(&c, Method::GET, path, &b, None, 200).await;
+    assert_eq!(theirs, json!({"counts": {}, "total": 0}));
+    assert_eq!(
+        ok(&c, Method::GET, path, &admin, None, 200).await["total"],
+        2
+    );
+
+    for i in 0..5 {
+        w.store
+            .append_event(NewEvent {
+                tenant: Some(w.a.id),
+                kind: EventKind::Info,
+                message: format!("a {i}"),
+            })
+            .unwrap();
+        w.store
+            .append_event(NewEvent {
+                tenant: Some(w.b.id),
+                kind: EventKind::Warning,
+                message: format!("b {i}"),
+            })
+            .unwrap();
+    }
+    let recent = ok(&c, Method::GET, "/cumulo/v1/events?last=2", &a, None, 200).await;
+    let messages: Vec<&str> = recent["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["message"].as_str().unwrap())
+        .collect();
+    assert_eq!(messages, ["a 3", "a 4"], "the newest two, oldest first");
+    let all = ok(
+        &c,
+        Method::GET,
+        "/cumulo/v1/events?last=1",
+        &admin,
+        None,
+        200,
+    )
+    .await;
+    assert_eq!(all["events"][0]["message"], "b 4");
+    for bad in ["last=0", "last=1001", "last=2&after=1", "last=2&limit=3"] {
+        ok(
+            &c,
+            Method::GET,
+            &format!("/cumulo/v1/events?{bad}"),
+            &a,
+            None,
+            400,
+        )
+        .await;
+    }
+    w.stop().await;
+}

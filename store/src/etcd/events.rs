@@ -7,6 +7,7 @@ use super::records::EventRec;
 use super::{EtcdStore, Kv};
 use crate::common::now;
 use crate::*;
+use etcd_client::{GetOptions, SortOrder, SortTarget};
 
 impl EventStore for EtcdStore {
     fn append_event(&self, new: NewEvent) -> Result<Event> {
@@ -67,6 +68,45 @@ impl EventStore for EtcdStore {
                 _ => return Ok(out),
             }
         }
+    }
+
+    fn recent_events(&self, scope: Scope, limit: u32) -> Result<Vec<Event>> {
+        let limit = limit.min(Page::MAX_LIMIT) as usize;
+        let prefix = self.keys.events();
+        // Newest first, in batches, each ending below the last key the one before read.
+        let mut end = prefix_end(&prefix);
+        let mut out = Vec::new();
+        while out.len() < limit {
+            let batch: i64 = if matches!(scope, Scope::All) {
+                i64::try_from(limit - out.len()).unwrap_or(500)
+            } else {
+                500
+            };
+            let options = GetOptions::new()
+                .with_range(end.clone())
+                .with_limit(batch)
+                .with_sort(SortTarget::Key, SortOrder::Descend);
+            let mut kv = self.client.kv_client();
+            let key = prefix.clone();
+            let resp = self.call(async move { kv.get(key, Some(options)).await })?;
+            let kvs = resp.kvs();
+            for kv in kvs {
+                let rec: EventRec = Kv::from_etcd(kv)?.decode()?;
+                let visible = match scope {
+                    Scope::All => true,
+                    Scope::Tenant(t) => rec.tenant == Some(t),
+                };
+                if visible && out.len() < limit {
+                    out.push(rec.model());
+                }
+            }
+            match kvs.last() {
+                Some(last) if resp.more() => end = last.key().to_vec(),
+                _ => break,
+            }
+        }
+        out.reverse();
+        Ok(out)
     }
 
     fn clear_events(&self, scope: Scope) -> Result<u64> {

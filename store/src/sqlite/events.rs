@@ -16,6 +16,9 @@ impl EventStore for SqliteStore {
     fn events(&self, scope: Scope, after: Option<u64>, limit: u32) -> Result<Vec<Event>> {
         self.read(|tx| events(tx, scope, after, limit))
     }
+    fn recent_events(&self, scope: Scope, limit: u32) -> Result<Vec<Event>> {
+        self.read(|tx| recent_events(tx, scope, limit))
+    }
     fn clear_events(&self, scope: Scope) -> Result<u64> {
         self.write(|tx| clear_events(tx, scope))
     }
@@ -85,6 +88,21 @@ pub(super) fn events(
     ))?;
     let rows = stmt.query_map(params_from_iter(args), event_row)?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+pub(super) fn recent_events(tx: &Connection, scope: Scope, limit: u32) -> Result<Vec<Event>> {
+    let (cond, param) = scope_cond(scope);
+    let cond = cond.replace("i.", "");
+    let mut args: Vec<Value> = param.into_iter().collect();
+    args.push(Value::Integer(i64::from(limit.min(Page::MAX_LIMIT))));
+    let mut stmt = tx.prepare_cached(&format!(
+        "SELECT seq, time, tenant_id, kind, message FROM events WHERE seq > 0{cond}
+         ORDER BY seq DESC LIMIT ?"
+    ))?;
+    let rows = stmt.query_map(params_from_iter(args), event_row)?;
+    let mut events: Vec<Event> = rows.collect::<rusqlite::Result<_>>()?;
+    events.reverse();
+    Ok(events)
 }
 
 pub(super) fn clear_events(tx: &Connection, scope: Scope) -> Result<u64> {

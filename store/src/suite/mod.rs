@@ -75,7 +75,7 @@ macro_rules! store_suite {
             networking: security_group_crud, network_quotas_bound_groups_rules_and_floating_ips,
                 ports_keep_their_groups_until_the_instance_goes,
                 floating_ips_are_unique_per_pool_and_follow_their_port;
-            events: events_are_scoped;
+            events: events_are_scoped, recent_events_are_the_newest_in_order;
             nodes: nodes_are_disabled_and_enabled_again;
             server_groups: server_groups_hold_members_until_they_go;
             actions: actions_are_recorded_and_finished,

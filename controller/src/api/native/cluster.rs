@@ -263,6 +263,10 @@ pub struct EventQuery {
     #[serde(default)]
     #[param(nullable = false, minimum = 1, maximum = 1000)]
     limit: Option<u32>,
+    /// The newest `last` events (oldest first) instead of a page after `after`.
+    #[serde(default)]
+    #[param(nullable = false, minimum = 1, maximum = 1000)]
+    last: Option<u32>,
 }
 
 #[utoipa::path(
@@ -284,9 +288,23 @@ pub async fn events(
     if !(1..=1000).contains(&limit) {
         return Err(ApiError::BadRequest("limit must be from 1 to 1000".into()));
     }
-    let events = state
-        .store(move |s| Ok(s.events(scope, query.after, limit)?))
-        .await?;
+    let events = match query.last {
+        Some(last) => {
+            if !(1..=1000).contains(&last) || query.after.is_some() || query.limit.is_some() {
+                return Err(ApiError::BadRequest(
+                    "last must be from 1 to 1000, and without after or limit".into(),
+                ));
+            }
+            state
+                .store(move |s| Ok(s.recent_events(scope, last)?))
+                .await?
+        }
+        None => {
+            state
+                .store(move |s| Ok(s.events(scope, query.after, limit)?))
+                .await?
+        }
+    };
     Ok(Json(views::Events {
         events: events.iter().map(views::event).collect(),
     }))

@@ -190,6 +190,43 @@ pub async fn console(
     Ok(Json(views::ConsoleOutput { output }))
 }
 
+/// `GET /instance-counts`: how many instances the caller can see are in each state (an admin:
+/// every tenant's; a member or reader: the project's), and how many in all.
+#[utoipa::path(
+    get,
+    path = "/cumulo/v1/instance-counts",
+    operation_id = "count_instances_by_state",
+    summary = "Count instances by state",
+    tag = "instances",
+    responses((status = 200, description = "success", body = views::InstanceCounts)),
+)]
+pub async fn counts(
+    State(state): State<ApiState>,
+    caller: Principal,
+) -> Result<Json<views::InstanceCounts>, ApiError> {
+    let scope = caller.scope()?;
+    let counts = state
+        .store(move |s| match scope {
+            Scope::All => Ok(s.instance_counts()?),
+            Scope::Tenant(_) => {
+                let mut counts = std::collections::BTreeMap::new();
+                let mut page = Page::first(Page::MAX_LIMIT);
+                loop {
+                    let read = s.instances(scope, InstanceFilter::default(), page)?;
+                    for i in &read.items {
+                        *counts.entry(i.state.name()).or_insert(0) += 1;
+                    }
+                    match read.next {
+                        Some(next) => page.marker = Some(next),
+                        None => return Ok(counts),
+                    }
+                }
+            }
+        })
+        .await?;
+    Ok(Json(views::instance_counts(counts)))
+}
+
 #[utoipa::path(
     post,
     path = "/cumulo/v1/instances",

@@ -79,6 +79,7 @@ pub fn routes() -> Router<ApiState> {
             "/instances/{id}",
             get(instances::show).delete(instances::delete),
         )
+        .route("/instance-counts", get(instances::counts))
         .route("/instances/{id}/stop", post(instances::stop))
         .route("/instances/{id}/start", post(instances::start))
         .route("/instances/{id}/restart", post(instances::restart))

@@ -160,6 +160,7 @@ impl Modify for Common {
         instances::revert_resize,
         instances::actions,
         instances::console,
+        instances::counts,
         cluster::nodes,
         cluster::register,
         cluster::node,

@@ -671,6 +671,24 @@ pub struct InstancePage {
     pub next: Option<Uuid>,
 }
 
+/// How many instances are in each state (states with none left out), and in all.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct InstanceCounts {
+    pub counts: std::collections::BTreeMap<String, u64>,
+    pub total: u64,
+}
+
+/// The counts of [`store::Store::instance_counts`]' shape.
+pub fn instance_counts(counts: std::collections::BTreeMap<&'static str, u64>) -> InstanceCounts {
+    InstanceCounts {
+        total: counts.values().sum(),
+        counts: counts
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect(),
+    }
+}
+
 /// The last lines of an instance's serial console log.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ConsoleOutput {
