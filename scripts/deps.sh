@@ -20,7 +20,9 @@ CUMULO_DEBS=(build-essential pkg-config openssl ca-certificates procps
     # the CNCI guest image (scripts/cnci-guest.sh: strip, strings)
     binutils
     # the real `openstack` CLI, in a venv made by scripts/openstack-venv.sh
-    python3 python3-venv)
+    python3 python3-venv
+    # the dashboard's browser tests (cli/tests/ui.rs): Chromium headless and its WebDriver server
+    chromium chromium-driver)
 
 # The version of a package that is installed, else empty.
 deb_version() {

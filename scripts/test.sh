@@ -75,6 +75,8 @@ export CUMULO_REQUIRE_BINS=1
 # API: installed here, required by the tests.
 CUMULO_OPENSTACK=$(bash scripts/openstack-venv.sh)
 export CUMULO_OPENSTACK CUMULO_REQUIRE_OPENSTACK=1
+# The dashboard's tests drive Chromium (installed above): a missing browser is a failure here.
+export CUMULO_REQUIRE_BROWSER=1
 cargo test --workspace --locked
 
 step "every benchmark once, small counts (scripts/bench-smoke.sh)"

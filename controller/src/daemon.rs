@@ -193,7 +193,7 @@ impl Controller {
         }
         let limits = config.connections;
         let state = ApiState::new(self.store.clone(), self.engine.clone(), signer, config);
-        let router = api::router(state);
+        let router = crate::ui::dashboard(api::router(state), tls.is_some());
         tokio::spawn(prune_revoked_tokens(self.store.clone(), self.stop.clone()));
         let stop = self.stop.clone();
         let engine = self.engine.clone();

@@ -2,7 +2,7 @@
 //! the cluster, implemented over SSNTP by the [`engine`], the instance [`actions`] log they
 //! record, and the daemon around them. The
 //! durable record of tenants, users, flavors, images, workloads, instances, CNCIs and events is
-//! the `store` crate's.
+//! the `store` crate's. The [`ui`] is the dashboard, served beside the API.
 #![forbid(unsafe_code)]
 
 pub mod actions;
@@ -20,4 +20,5 @@ pub mod fuzzing;
 pub mod images;
 pub mod launcher_key;
 pub mod resize;
+pub mod ui;
 pub mod volumes;

@@ -16,6 +16,7 @@
 
 pub mod bench;
 pub mod bins;
+pub mod browser;
 pub mod etcd;
 pub mod libvirt;
 mod pki;

@@ -209,6 +209,12 @@ pub fn up(options: &UpOptions, out: &mut dyn Write) -> Result<(), UpError> {
     let exports = bootstrap::exports(layout, &seeded);
     cluster::write_private(&layout.env_file(), &exports)?;
     let out = progress.out;
+    let dashboard = format!(
+        "Dashboard: {}/ui/   (user {demo}, password {}, project {demo})\n",
+        seeded.url,
+        seeded.demo_password,
+        demo = bootstrap::DEMO,
+    );
     let networks = match compute {
         Some(net) => format!(
             "Tenant networks: through CNCIs, one per tenant subnet (`cumulo cnci list`), on the \
@@ -230,7 +236,7 @@ pub fn up(options: &UpOptions, out: &mut dyn Write) -> Result<(), UpError> {
     let _ = writeln!(
         out,
         "\ncumulo is up ({} backend). For the cumulo and openstack CLIs:\n\n{exports}\n\
-         (also in {}; `. {}` sets them)\n{networks}Logs: {}\nStop: cumulo down   (--purge removes the state)",
+         (also in {}; `. {}` sets them)\n{dashboard}{networks}Logs: {}\nStop: cumulo down   (--purge removes the state)",
         backend.as_str(),
         layout.env_file().display(),
         layout.env_file().display(),

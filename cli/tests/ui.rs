@@ -1,0 +1,319 @@
+//! The dashboard in a real browser: Chromium headless (Debian's `chromium` and
+//! `chromium-driver`, which `scripts/deps.sh` installs) driven through WebDriver, against
+//! `cumulo up --backend sim` in a temporary directory on free ports.
+//!
+//! A browser at the controller's root lands on the login form; the demo user logs in, creates an
+//! instance and watches it become active without the page reloading, stops it, deletes it, sees
+//! the Compute API's refusal of a request over quota in words, and logs out. Along the way: the
+//! cookies are `HttpOnly` and `SameSite=Strict`, every form control has a label, the keyboard
+//! reaches the skip link and the navigation, and a screenshot of each page is saved for review
+//! in `target/screenshots/dashboard/`.
+//!
+//! Needs the cluster's binaries (`cargo build --bins`) and the browser; without them the test is
+//! skipped with a message, unless `CUMULO_REQUIRE_BINS=1` or `CUMULO_REQUIRE_BROWSER=1` (CI)
+//! make that a failure.
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use testkit::browser::{Browser, TAB};
+
+mod common;
+
+/// How long the sim backend may take to make an instance active, or gone.
+const STATE_CHANGE: Duration = Duration::from_secs(60);
+/// How long a page may take to load.
+const PAGE: Duration = Duration::from_secs(20);
+
+/// A `cumulo up --backend sim` cluster, brought down (and its directory removed) when dropped.
+struct Cluster {
+    dir: tempfile::TempDir,
+    env: Vec<(String, String)>,
+}
+
+impl Cluster {
+    fn up() -> Cluster {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().to_str().unwrap().to_string();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_cumulo"))
+            .args(common::sim_up_args(&root))
+            .output()
+            .unwrap();
+        let ok = out.status.success();
+        let cluster = Cluster {
+            env: if ok {
+                common::up_exports(dir.path())
+            } else {
+                Vec::new()
+            },
+            dir,
+        };
+        assert!(ok, "cumulo up: {}", common::output_text(&out));
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains(&format!("{}/ui/", cluster.export("CUMULO_CONTROLLER"))),
+            "up prints the dashboard's address: {text}"
+        );
+        cluster
+    }
+
+    fn export(&self, name: &str) -> String {
+        self.env
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_else(|| panic!("up exported no {name}"))
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new(env!("CARGO_BIN_EXE_cumulo"))
+            .args([
+                "down",
+                "--purge",
+                "--dir",
+                self.dir.path().to_str().unwrap(),
+            ])
+            .output();
+    }
+}
+
+fn shots() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/screenshots/dashboard")
+}
+
+fn shot(b: &Browser, name: &str) {
+    let path = shots().join(format!("{name}.png"));
+    b.screenshot(&path).unwrap();
+    eprintln!("screenshot: {}", path.display());
+}
+
+/// The text of the first element `css` selects, if there is one.
+fn text_of(b: &Browser, css: &str) -> Option<String> {
+    let e = b.find(css).ok()?;
+    b.text(&e).ok()
+}
+
+/// Waits until the page's URL has `path` (and the page is loaded).
+fn wait_path(b: &Browser, path: &str) {
+    b.wait_for(&format!("the page {path}"), PAGE, |b| {
+        let url = b.url().ok()?;
+        let loaded = b.run("return document.readyState", vec![]).ok()? == "complete";
+        (loaded
+            && url
+                .split_once("://")?
+                .1
+                .split_once('/')?
+                .1
+                .starts_with(path.trim_start_matches('/')))
+        .then_some(())
+    })
+    .unwrap();
+}
+
+/// Marks the page, so that a reload (which forgets the mark) is seen.
+fn mark(b: &Browser) {
+    b.run("window.cumuloMark = 'kept'; return null", vec![])
+        .unwrap();
+}
+
+fn still_marked(b: &Browser) -> bool {
+    b.run("return window.cumuloMark || null", vec![]).unwrap() == "kept"
+}
+
+/// Every visible form control of the page has a label (or an `aria-label`).
+fn all_labelled(b: &Browser, page: &str) {
+    let unlabelled = b
+        .run(
+            "return Array.from(document.querySelectorAll('input:not([type=hidden]),select,textarea'))\
+             .filter(e => e.labels.length === 0 && !e.getAttribute('aria-label'))\
+             .map(e => e.outerHTML)",
+            vec![],
+        )
+        .unwrap();
+    assert_eq!(
+        unlabelled,
+        serde_json::json!([]),
+        "{page}: controls without a label"
+    );
+    let nameless = b
+        .run(
+            "return Array.from(document.querySelectorAll('button,a'))\
+             .filter(e => !(e.getAttribute('aria-label') || e.textContent.trim()))\
+             .map(e => e.outerHTML)",
+            vec![],
+        )
+        .unwrap();
+    assert_eq!(
+        nameless,
+        serde_json::json!([]),
+        "{page}: buttons or links without a name"
+    );
+}
+
+/// Chooses the option with text `label` in the select `css`.
+fn choose(b: &Browser, css: &str, label: &str) {
+    let options = b.all(&format!("{css} option")).unwrap();
+    let option = options
+        .iter()
+        .find(|o| b.text(o).unwrap() == label)
+        .unwrap_or_else(|| panic!("no option {label:?} in {css}"));
+    b.click(option).unwrap();
+}
+
+/// The create form filled and sent.
+fn create(b: &Browser, name: &str, count: u32) {
+    b.type_in(&b.find("#c-name").unwrap(), name).unwrap();
+    choose(b, "#c-flavor", "tiny");
+    choose(b, "#c-image", "tiny");
+    b.type_in(&b.find("#c-count").unwrap(), &count.to_string())
+        .unwrap();
+    b.click(&b.find("form.create button[type=submit]").unwrap())
+        .unwrap();
+}
+
+#[test]
+fn a_user_logs_in_runs_an_instance_and_logs_out_in_a_real_browser() {
+    if !common::binaries_or_skip(&["cumulo-scheduler", "cumulo-controller", "cumulo-agent"]) {
+        return;
+    }
+    let Some(b) = Browser::start_or_skip() else {
+        return;
+    };
+    let cluster = Cluster::up();
+    let url = cluster.export("CUMULO_CONTROLLER");
+
+    // The root sends a browser to the login form.
+    b.goto(&format!("{url}/")).unwrap();
+    wait_path(&b, "/ui/login");
+    assert_eq!(b.title().unwrap(), "Log in · cumulo");
+    all_labelled(&b, "login");
+    shot(&b, "01-login");
+
+    b.type_in(
+        &b.find("#username").unwrap(),
+        &cluster.export("CUMULO_USERNAME"),
+    )
+    .unwrap();
+    b.type_in(
+        &b.find("#password").unwrap(),
+        &cluster.export("CUMULO_PASSWORD"),
+    )
+    .unwrap();
+    b.type_in(
+        &b.find("#project").unwrap(),
+        &cluster.export("CUMULO_PROJECT"),
+    )
+    .unwrap();
+    b.click(&b.find("form.login button").unwrap()).unwrap();
+    wait_path(&b, "/ui/");
+    assert_eq!(text_of(&b, "h1").as_deref(), Some("Overview"));
+    assert_eq!(text_of(&b, "#count-all").as_deref(), Some("0"));
+    all_labelled(&b, "overview");
+    shot(&b, "02-overview");
+
+    // The session's cookies are out of scripts' reach and never sent cross-site.
+    let cookies = b.cookies().unwrap();
+    let session = cookies
+        .iter()
+        .find(|c| c["name"] == "cumulo_session")
+        .expect("a session cookie");
+    assert_eq!(session["httpOnly"], true, "{session}");
+    assert_eq!(session["sameSite"], "Strict", "{session}");
+    assert!(
+        b.run("return document.cookie", vec![]).unwrap() == "",
+        "no cookie is readable by scripts"
+    );
+
+    // The keyboard: the skip link first, then the navigation.
+    b.run(
+        "document.activeElement.blur(); window.focus(); return null",
+        vec![],
+    )
+    .unwrap();
+    b.press(TAB).unwrap();
+    assert_eq!(b.text(&b.active().unwrap()).unwrap(), "Skip to content");
+    b.press(TAB).unwrap();
+    assert_eq!(b.text(&b.active().unwrap()).unwrap(), "Overview");
+    b.press(TAB).unwrap();
+    assert_eq!(b.text(&b.active().unwrap()).unwrap(), "Instances");
+
+    // Create an instance; it becomes active while the page stays (no reload).
+    b.click(&b.find("nav a[href=\"/ui/instances\"]").unwrap())
+        .unwrap();
+    wait_path(&b, "/ui/instances");
+    all_labelled(&b, "instances");
+    shot(&b, "03-instances-empty");
+    create(&b, "web", 1);
+    wait_path(&b, "/ui/instances");
+    assert!(
+        text_of(&b, "#flash")
+            .unwrap()
+            .contains("Creating the instance web"),
+        "{:?}",
+        text_of(&b, "#flash")
+    );
+    mark(&b);
+    b.wait_for("web active in the table", STATE_CHANGE, |b| {
+        let table = text_of(b, "#instances")?;
+        (table.contains("web") && table.contains("ACTIVE")).then_some(())
+    })
+    .unwrap();
+    assert!(still_marked(&b), "the table changed without a reload");
+    shot(&b, "04-instances-active");
+
+    // Its page: details, action log, console; stop it and watch it stop.
+    b.click(&b.find("#instances th a").unwrap()).unwrap();
+    wait_path(&b, "/ui/instances/");
+    assert_eq!(text_of(&b, "#state").as_deref(), Some("ACTIVE"));
+    assert!(text_of(&b, "#h-actions").is_some() && text_of(&b, "#h-console").is_some());
+    all_labelled(&b, "instance");
+    shot(&b, "05-instance");
+    b.click(&b.find("button[aria-label=\"Stop web\"]").unwrap())
+        .unwrap();
+    wait_path(&b, "/ui/instances/");
+    mark(&b);
+    b.wait_for("web stopped", STATE_CHANGE, |b| {
+        (text_of(b, "#state")? == "SHUTOFF").then_some(())
+    })
+    .unwrap();
+    assert!(still_marked(&b), "the state changed without a reload");
+    b.wait_for("the stop in the action log", STATE_CHANGE, |b| {
+        text_of(b, "#instance")?.contains("stop").then_some(())
+    })
+    .unwrap();
+    shot(&b, "06-instance-stopped");
+
+    // Delete it (after the confirmation); the list no longer has it.
+    b.click(&b.find("button[aria-label=\"Delete web\"]").unwrap())
+        .unwrap();
+    b.accept_dialog().unwrap();
+    wait_path(&b, "/ui/instances");
+    mark(&b);
+    b.wait_for("web gone", STATE_CHANGE, |b| {
+        (!text_of(b, "#instances")?.contains("web")).then_some(())
+    })
+    .unwrap();
+    assert!(still_marked(&b));
+
+    // Over quota: the API's refusal, in words.
+    create(&b, "many", 1000);
+    wait_path(&b, "/ui/instances");
+    let flash = text_of(&b, "#flash[role=alert]").expect("an error shown");
+    assert!(
+        flash.contains("The instance was not created") && flash.contains("Quota exceeded"),
+        "{flash}"
+    );
+    shot(&b, "07-over-quota");
+
+    // Log out: back to the form, and the pages are closed.
+    b.click(&b.find("header form button").unwrap()).unwrap();
+    wait_path(&b, "/ui/login");
+    b.goto(&format!("{url}/ui/instances")).unwrap();
+    wait_path(&b, "/ui/login");
+    shot(&b, "08-logged-out");
+    drop(cluster);
+}
