@@ -309,11 +309,127 @@ fn a_user_logs_in_runs_an_instance_and_logs_out_in_a_real_browser() {
     );
     shot(&b, "07-over-quota");
 
+    // The controller restarts under the page: the page says so, keeps trying, carries on
+    // (no reload), and the session is still good.
+    restart_controller(&b, &cluster);
+    create(&b, "after", 1);
+    wait_path(&b, "/ui/instances");
+    mark(&b);
+    b.wait_for("after active in the table", STATE_CHANGE, |b| {
+        let table = text_of(b, "#instances")?;
+        (table.contains("after") && table.contains("ACTIVE")).then_some(())
+    })
+    .unwrap();
+    assert!(still_marked(&b));
+
     // Log out: back to the form, and the pages are closed.
     b.click(&b.find("header form button").unwrap()).unwrap();
     wait_path(&b, "/ui/login");
     b.goto(&format!("{url}/ui/instances")).unwrap();
     wait_path(&b, "/ui/login");
     shot(&b, "08-logged-out");
+
+    admin_pages(&b, &cluster, &url);
     drop(cluster);
+}
+
+/// Stops the cluster's controller (SIGTERM, as `cumulo down` does) and starts it again as it
+/// ran (same program, arguments and environment, same log and PID file), checking that the page
+/// says it lost the controller while it is down and stops saying so once it is back.
+fn restart_controller(b: &Browser, cluster: &Cluster) {
+    use cumulo::up::{layout::Layout, procs};
+    let layout = Layout::new(cluster.dir.path());
+    let pid_file = layout.pid_file("controller");
+    let running = procs::running(&pid_file).expect("the controller runs");
+    let words = |file: &str| -> Vec<String> {
+        std::fs::read(format!("/proc/{}/{file}", running.pid))
+            .unwrap()
+            .split(|c| *c == 0)
+            .filter(|w| !w.is_empty())
+            .map(|w| String::from_utf8_lossy(w).into_owned())
+            .collect()
+    };
+    let argv = words("cmdline");
+    let env: Vec<(String, String)> = words("environ")
+        .iter()
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    mark(b);
+    procs::stop_process("controller", &running, Duration::from_secs(20)).unwrap();
+    let conn_shown = |b: &Browser| {
+        b.run("return !document.getElementById('conn').hidden", vec![])
+            .ok()
+    };
+    b.wait_for("the notice that the controller is lost", PAGE, |b| {
+        (conn_shown(b)? == true).then_some(())
+    })
+    .unwrap();
+    shot(b, "09-controller-restarting");
+    let spec = procs::Spec {
+        name: "controller".into(),
+        program: argv[0].clone().into(),
+        args: argv[1..].to_vec(),
+        env,
+    };
+    procs::spawn(&spec, &layout.log("controller"), &pid_file).unwrap();
+    b.wait_for("the page back in contact", Duration::from_secs(60), |b| {
+        (conn_shown(b)? == false).then_some(())
+    })
+    .unwrap();
+    assert!(still_marked(b), "the page carried on without a reload");
+}
+
+/// The admin's pages: nodes with their plots, a node, tenants, images, flavors, networks,
+/// events, traces; each labelled, each photographed.
+fn admin_pages(b: &Browser, cluster: &Cluster, url: &str) {
+    let layout = cumulo::up::layout::Layout::new(cluster.dir.path());
+    let password = std::fs::read_to_string(layout.admin_password()).unwrap();
+    b.type_in(&b.find("#username").unwrap(), "admin").unwrap();
+    b.type_in(&b.find("#password").unwrap(), password.trim())
+        .unwrap();
+    b.type_in(&b.find("#project").unwrap(), "admin").unwrap();
+    b.click(&b.find("form.login button").unwrap()).unwrap();
+    wait_path(b, "/ui/");
+    // The admin's overview has the nodes with their use.
+    b.wait_for("the nodes on the overview", PAGE, |b| {
+        b.find("#main table meter").ok().map(|_| ())
+    })
+    .unwrap();
+    shot(b, "10-admin-overview");
+    b.click(&b.find("nav a[href=\"/ui/nodes\"]").unwrap())
+        .unwrap();
+    wait_path(b, "/ui/nodes");
+    b.wait_for("a node's plot", PAGE, |b| {
+        b.find("#nodes svg.plot").ok().map(|_| ())
+    })
+    .unwrap();
+    all_labelled(b, "nodes");
+    shot(b, "11-nodes");
+    b.click(&b.find("#nodes th a").unwrap()).unwrap();
+    wait_path(b, "/ui/nodes/");
+    b.wait_for("the node's plots", PAGE, |b| {
+        (b.all("#node figure svg").ok()?.len() == 4).then_some(())
+    })
+    .unwrap();
+    all_labelled(b, "node");
+    shot(b, "12-node");
+    for (n, page, heading) in [
+        (13, "tenants", "Tenants and quotas"),
+        (14, "images", "Images"),
+        (15, "flavors", "Flavors"),
+        (16, "networks", "Networks and CNCIs"),
+        (17, "events", "Events"),
+        (18, "traces", "Traces"),
+    ] {
+        b.goto(&format!("{url}/ui/{page}")).unwrap();
+        wait_path(b, &format!("/ui/{page}"));
+        assert_eq!(text_of(b, "h1").as_deref(), Some(heading));
+        assert!(
+            text_of(b, "[role=alert]").is_none(),
+            "{page}: an error shown"
+        );
+        all_labelled(b, page);
+        shot(b, &format!("{n}-{page}"));
+    }
 }

@@ -496,6 +496,11 @@ pub trait Cluster: Send + Sync {
     fn nodes(&self) -> Vec<Node>;
     /// One node.
     fn node(&self, id: Uuid) -> Result<Node, ClusterError>;
+    /// What node `id`'s STATS said over the last hour, oldest first ([`crate::history`]); none
+    /// for a cluster that keeps no history.
+    fn node_history(&self, id: Uuid) -> Result<Vec<crate::history::Sample>, ClusterError> {
+        self.node(id).map(|_| Vec::new())
+    }
     /// Asks a node to evacuate (its instances stop and start elsewhere; it takes no new work).
     fn evacuate(&self, id: Uuid) -> Result<(), ClusterError>;
     /// Asks an evacuated node to take work again.

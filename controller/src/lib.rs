@@ -17,6 +17,7 @@ pub mod engine;
 pub mod etcd_setup;
 #[cfg(any(test, fuzzing))]
 pub mod fuzzing;
+pub mod history;
 pub mod images;
 pub mod launcher_key;
 pub mod resize;

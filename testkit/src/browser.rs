@@ -104,7 +104,7 @@ impl Browser {
         };
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
-            match browser.http("GET", "/status", None) {
+            match browser.http_within("GET", "/status", None, Duration::from_secs(2)) {
                 Ok(status) if status["value"]["ready"] == true => break,
                 _ if Instant::now() > deadline => {
                     return Err(Error(format!(
@@ -144,12 +144,21 @@ impl Browser {
 
     /// One WebDriver command: `method path` with `body`; the answer's JSON, or its error.
     fn http(&self, method: &str, path: &str, body: Option<&Value>) -> Result<Value> {
+        self.http_within(method, path, body, COMMAND_LIMIT)
+    }
+
+    /// [`Browser::http`] with an answer due within `limit`.
+    fn http_within(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&Value>,
+        limit: Duration,
+    ) -> Result<Value> {
         let body = body.map(Value::to_string).unwrap_or_default();
-        let mut stream = TcpStream::connect(("127.0.0.1", self.port))
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], self.port));
+        let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5))
             .map_err(|e| Error(format!("chromedriver: {e}")))?;
-        stream
-            .set_read_timeout(Some(Duration::from_secs(120)))
-            .map_err(|e| Error(e.to_string()))?;
         let request = format!(
             "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Type: application/json\r\n\
              Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
@@ -159,7 +168,8 @@ impl Browser {
         stream
             .write_all(request.as_bytes())
             .map_err(|e| Error(format!("chromedriver: {e}")))?;
-        let (head, payload) = read_answer(&mut stream)
+        let deadline = Instant::now() + limit;
+        let (head, payload) = read_answer(stream, deadline)
             .map_err(|e| Error(format!("chromedriver: {method} {path}: {e}")))?;
         let status: u16 = head
             .split(' ')
@@ -360,63 +370,83 @@ impl Drop for Browser {
     }
 }
 
-/// An HTTP/1.1 answer read to its end (by its `Content-Length`, or its chunks; the driver may
-/// keep the connection open): its head and its body.
-fn read_answer(stream: &mut TcpStream) -> std::io::Result<(String, Vec<u8>)> {
-    let mut raw = Vec::new();
-    let mut buf = [0u8; 16 * 1024];
-    let bad = |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, what.to_string());
-    loop {
-        if let Some(split) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&raw[..split]).into_owned();
-            let lower = head.to_ascii_lowercase();
-            let length = lower
-                .lines()
-                .find_map(|l| l.strip_prefix("content-length:"))
-                .and_then(|v| v.trim().parse::<usize>().ok());
-            let chunked = lower.contains("transfer-encoding: chunked");
-            let body = &raw[split + 4..];
-            let done = match length {
-                Some(n) => body.len() >= n,
-                None if chunked => body.windows(5).any(|w| w == b"0\r\n\r\n"),
-                None => false,
-            };
-            if done {
-                let body = match length {
-                    Some(n) => body[..n].to_vec(),
-                    None => dechunk(body),
-                };
-                return Ok((head, body));
-            }
+/// The longest a WebDriver command may take (a page load included).
+const COMMAND_LIMIT: Duration = Duration::from_secs(120);
+
+/// A reader that fails once `deadline` has passed (each read waits at most until then).
+struct Timed {
+    stream: TcpStream,
+    deadline: Instant,
+}
+
+impl Read for Timed {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "no whole answer within the command's time",
+            ));
         }
-        let n = stream.read(&mut buf)?;
-        if n == 0 {
-            // Closed: the body is what came.
-            let split = raw
-                .windows(4)
-                .position(|w| w == b"\r\n\r\n")
-                .ok_or_else(|| bad("closed before the answer's head"))?;
-            let head = String::from_utf8_lossy(&raw[..split]).into_owned();
-            return Ok((head, raw[split + 4..].to_vec()));
-        }
-        raw.extend_from_slice(&buf[..n]);
+        self.stream.set_read_timeout(Some(left))?;
+        self.stream.read(buf)
     }
 }
 
-/// The body of a chunked transfer.
-fn dechunk(mut rest: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    while let Some(end) = rest.windows(2).position(|w| w == b"\r\n") {
-        let size = String::from_utf8_lossy(&rest[..end]);
-        let Ok(n) = usize::from_str_radix(size.trim(), 16) else {
-            break;
-        };
-        let tail = &rest[end + 2..];
-        if n == 0 || tail.len() < n {
+/// An HTTP/1.1 answer read to its end by `deadline`: by its `Content-Length`, by its chunks, or
+/// to the connection's close (the driver may keep the connection open). Its head and body.
+fn read_answer(stream: TcpStream, deadline: Instant) -> std::io::Result<(String, Vec<u8>)> {
+    use std::io::BufRead;
+    let bad = |what: String| std::io::Error::new(std::io::ErrorKind::InvalidData, what);
+    let mut reader = std::io::BufReader::new(Timed { stream, deadline });
+    let mut head = String::new();
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line)? == 0 {
+            return Err(bad(format!("closed within the answer's head: {head}")));
+        }
+        if line == "\r\n" || line == "\n" {
             break;
         }
-        out.extend_from_slice(&tail[..n]);
-        rest = tail[n..].strip_prefix(b"\r\n").unwrap_or(&tail[n..]);
+        head.push_str(&line);
     }
-    out
+    let lower = head.to_ascii_lowercase();
+    let length = lower
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .and_then(|v| v.trim().parse::<usize>().ok());
+    let chunked = lower
+        .lines()
+        .any(|l| l.starts_with("transfer-encoding:") && l.contains("chunked"));
+    let mut body = Vec::new();
+    if chunked {
+        loop {
+            let mut size = String::new();
+            reader.read_line(&mut size)?;
+            let size = size.split(';').next().unwrap_or("").trim();
+            let n = usize::from_str_radix(size, 16)
+                .map_err(|e| bad(format!("a bad chunk size {size:?}: {e}")))?;
+            if n == 0 {
+                // Trailers, to the empty line.
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line)? == 0 || line.trim().is_empty() {
+                        break;
+                    }
+                }
+                break;
+            }
+            let start = body.len();
+            body.resize(start + n, 0);
+            reader.read_exact(&mut body[start..])?;
+            let mut end = [0u8; 2];
+            reader.read_exact(&mut end)?;
+        }
+    } else if let Some(n) = length {
+        body.resize(n, 0);
+        reader.read_exact(&mut body)?;
+    } else {
+        reader.read_to_end(&mut body)?;
+    }
+    Ok((head, body))
 }

@@ -248,6 +248,16 @@ impl Engine {
                     NodeState::Maintenance => NodeStatus::Maintenance,
                     NodeState::Offline => NodeStatus::Offline,
                 };
+                let sample = crate::history::Sample {
+                    at: SystemTime::now(),
+                    vcpus_used: s.vcpus_total.saturating_sub(s.vcpus_available),
+                    vcpus_total: s.vcpus_total,
+                    mem_used_mb: s.mem_total_mb.saturating_sub(s.mem_available_mb),
+                    mem_total_mb: s.mem_total_mb,
+                    load: s.load,
+                    instances: n.instances,
+                };
+                state.history.entry(node).or_default().record(sample);
             }
         }
         if stats.status == NodeState::Maintenance {

@@ -229,6 +229,8 @@ impl Outbound for ssntp_net::client::ClientHandle {
 #[derive(Default)]
 struct State {
     nodes: BTreeMap<Uuid, Node>,
+    /// What each node's STATS said over the last hour.
+    history: HashMap<Uuid, crate::history::History>,
     /// Instances waiting for a confirmation (DELETE or stop), since when.
     unconfirmed: HashMap<Uuid, SystemTime>,
     /// When this engine last sent each deleted instance's DELETE (to send it again, at most

@@ -307,6 +307,18 @@ impl Cluster for Engine {
             .ok_or(ClusterError::NoNode(id))
     }
 
+    fn node_history(&self, id: Uuid) -> Result<Vec<crate::history::Sample>, ClusterError> {
+        let state = self.state();
+        if !state.nodes.contains_key(&id) {
+            return Err(ClusterError::NoNode(id));
+        }
+        Ok(state
+            .history
+            .get(&id)
+            .map(crate::history::History::samples)
+            .unwrap_or_default())
+    }
+
     fn evacuate(&self, id: Uuid) -> Result<(), ClusterError> {
         self.node_command(id, true)?;
         self.relocate_ephemeral(id, relocate::Why::Evacuated)

@@ -42,9 +42,16 @@ pub struct Frame<'a> {
 }
 
 /// The navigation: (path, label, admins only).
-const NAV: [(&str, &str, bool); 2] = [
+const NAV: [(&str, &str, bool); 9] = [
     ("/ui/", "Overview", false),
     ("/ui/instances", "Instances", false),
+    ("/ui/images", "Images", false),
+    ("/ui/flavors", "Flavors", false),
+    ("/ui/networks", "Networks", false),
+    ("/ui/events", "Events", false),
+    ("/ui/nodes", "Nodes", true),
+    ("/ui/tenants", "Tenants", true),
+    ("/ui/traces", "Traces", true),
 ];
 
 /// A whole page: `title`, the navigation with `here` marked, `body` inside `<main>`.
@@ -105,6 +112,17 @@ pub fn bare(title: &str, body: &str) -> String {
     )
 }
 
+/// One thing's page body: a link back to its list (`(path, label)`), and `detail`, live from
+/// `{page}/live`, in an element of id `id`.
+pub fn live_detail(back: (&str, &str), page: &str, id: &str, detail: &str) -> String {
+    format!(
+        "<p><a href=\"{}\">{}</a></p><div data-live=\"{}/live\" id=\"{id}\">{detail}</div>",
+        back.0,
+        esc(back.1),
+        esc(page)
+    )
+}
+
 /// The hidden field every form carries.
 pub fn csrf_field(csrf: &str) -> String {
     format!(
@@ -125,7 +143,7 @@ pub fn usage(label: &str, used: u64, total: u64, unit: &str) -> String {
          high=\"{high}\" optimum=\"0\" aria-label=\"{label}\">{text}</meter> \
          <span class=\"figure\">{text}</span></span>",
         max = total.max(1),
-        high = total.max(1) * 9 / 10,
+        high = total.max(1).saturating_mul(9) / 10,
         label = esc(label),
     )
 }
@@ -137,4 +155,37 @@ pub fn notice(error: bool, text: &str) -> String {
     } else {
         format!("<p class=\"note\">{}</p>", esc(text))
     }
+}
+
+/// How far back a [`plot`] goes, in seconds.
+const PLOT_SPAN: f64 = 3600.0;
+
+/// A small line plot (inline SVG, no script, no style attribute) of `points`, each (seconds
+/// before now, value), against `max`, over the last hour, `width` × `height` pixels; `label`
+/// names it for assistive technology.
+pub fn plot(label: &str, points: &[(f64, f64)], max: f64, width: u32, height: u32) -> String {
+    let (w, h) = (f64::from(width), f64::from(height));
+    let top = points.iter().map(|p| p.1).fold(max, f64::max).max(1.0);
+    let xy = |(age, value): (f64, f64)| {
+        let x = w * (1.0 - (age / PLOT_SPAN).clamp(0.0, 1.0));
+        let y = h - 1.0 - (value / top).clamp(0.0, 1.0) * (h - 2.0);
+        (x, y)
+    };
+    let mut line = String::new();
+    for p in points {
+        let (x, y) = xy(*p);
+        let _ = write!(line, "{x:.1},{y:.1} ");
+    }
+    let last = points.last().map(|p| {
+        let (x, y) = xy(*p);
+        format!("<circle cx=\"{x:.1}\" cy=\"{y:.1}\" r=\"2\" fill=\"currentColor\"/>")
+    });
+    format!(
+        "<svg class=\"plot\" viewBox=\"0 0 {width} {height}\" width=\"{width}\" height=\"{height}\" \
+         role=\"img\" aria-label=\"{label}\"><title>{label}</title>\
+         <polyline points=\"{line}\" fill=\"none\" stroke=\"currentColor\" stroke-width=\"1.5\"/>{last}</svg>",
+        label = esc(label),
+        line = line.trim_end(),
+        last = last.unwrap_or_default(),
+    )
 }

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use super::call::{Api, Failed, encode};
-use super::html::{Flash, csrf_field, esc, notice};
+use super::html::{Flash, csrf_field, esc, live_detail, notice};
 use super::session::{Fields, Session};
 
 /// Rows per page of the table.
@@ -33,9 +33,9 @@ const STATUSES: [&str; 8] = [
     "REBUILD",
     "VERIFY_RESIZE",
 ];
-/// Sort choices: (the form's value, its label, Nova's `sort_key`).
-const SORTS: [(&str, &str, &str); 5] = [
-    ("created", "creation", "created_at"),
+/// Sort choices beside creation, the default: (the form's value, its label, Nova's
+/// `sort_key`).
+const SORTS: [(&str, &str, &str); 4] = [
     ("name", "name", "display_name"),
     ("status", "state", "vm_state"),
     ("node", "node", "host"),
@@ -62,19 +62,27 @@ pub(super) struct ListQuery {
 }
 
 impl ListQuery {
+    /// The query of a page's URL, each field on its own: one that is malformed is left out,
+    /// the others kept.
     fn parse(raw: Option<String>) -> ListQuery {
-        let q: ListQuery = raw
+        let pairs: Vec<(String, String)> = raw
             .and_then(|r| serde_urlencoded::from_str(&r).ok())
             .unwrap_or_default();
-        let keep = |v: Option<String>| v.map(|s| s.trim().to_string()).filter(|s| !s.is_empty());
+        let field = |name: &str| {
+            pairs
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.trim().to_string())
+                .filter(|v| !v.is_empty())
+        };
         ListQuery {
-            name: keep(q.name),
-            status: keep(q.status),
-            node: keep(q.node),
-            sort: keep(q.sort),
-            dir: keep(q.dir),
-            marker: keep(q.marker),
-            page: q.page,
+            name: field("name"),
+            status: field("status"),
+            node: field("node"),
+            sort: field("sort"),
+            dir: field("dir"),
+            marker: field("marker"),
+            page: field("page").and_then(|p| p.parse().ok()),
         }
     }
 
@@ -83,9 +91,14 @@ impl ListQuery {
         serde_urlencoded::to_string(self).unwrap_or_default()
     }
 
-    /// The Compute API's listing for this query.
+    /// The Compute API's listing for this query: one more than a page (to know whether there is
+    /// a next one), every tenant's for an admin (`all_tenants`, which the API ignores for
+    /// others).
     fn compute_path(&self) -> String {
-        let mut path = format!("/compute/v2.1/servers/detail?limit={PAGE}");
+        let mut path = format!(
+            "/compute/v2.1/servers/detail?limit={}&all_tenants=1",
+            PAGE + 1
+        );
         if let Some(name) = &self.name {
             let _ = write!(path, "&name={}", encode(&regex::escape(name)));
         }
@@ -95,15 +108,20 @@ impl ListQuery {
         if let Some(node) = &self.node {
             let _ = write!(path, "&host={}", encode(node));
         }
-        if let Some(sort) = &self.sort
-            && let Some((_, _, key)) = SORTS.iter().find(|(v, _, _)| v == sort)
-        {
-            let dir = if self.dir.as_deref() == Some("desc") {
-                "desc"
-            } else {
-                "asc"
-            };
-            let _ = write!(path, "&sort_key={key}&sort_dir={dir}");
+        let key = self
+            .sort
+            .as_ref()
+            .and_then(|sort| SORTS.iter().find(|(v, _, _)| v == sort))
+            .map(|(_, _, key)| *key);
+        let desc = self.dir.as_deref() == Some("desc");
+        // Creation order ascending is the listing's own: no sort (and no scan) asked for.
+        match (key, desc) {
+            (Some(key), _) => {
+                let dir = if desc { "desc" } else { "asc" };
+                let _ = write!(path, "&sort_key={key}&sort_dir={dir}");
+            }
+            (None, true) => path.push_str("&sort_key=created_at&sort_dir=desc"),
+            (None, false) => {}
         }
         if let Some(marker) = &self.marker {
             let _ = write!(path, "&marker={}", encode(marker));
@@ -160,7 +178,7 @@ fn filters(q: &ListQuery, nodes: &HashMap<String, String>) -> String {
         };
         let _ = write!(status, "<option{selected}>{s}</option>");
     }
-    let mut sort = String::new();
+    let mut sort = String::from("<option value=\"\">creation</option>");
     for (value, label, _) in SORTS {
         if value == "node" && nodes.is_empty() {
             continue;
@@ -301,8 +319,26 @@ fn buttons(id: &str, name: &str, status: &str, csrf: &str, back: &str) -> String
 
 /// The table of one page of instances, with its pager.
 async fn table_part(api: &Api, q: &ListQuery, csrf: &str) -> Result<String, Failed> {
-    let body = api.get(&q.compute_path()).await?;
-    let servers = body["servers"].as_array().cloned().unwrap_or_default();
+    let body = match api.get(&q.compute_path()).await {
+        Ok(body) => body,
+        // The page's first instance no longer passes the filters (or is gone).
+        Err(failed) if failed.status == StatusCode::BAD_REQUEST && q.marker.is_some() => {
+            let first = ListQuery {
+                marker: None,
+                page: None,
+                ..q.clone()
+            };
+            return Ok(format!(
+                "{}<p><a href=\"/ui/instances?{}\">Back to the first page</a></p>",
+                notice(false, &failed.message),
+                esc(&first.query())
+            ));
+        }
+        Err(failed) => return Err(failed),
+    };
+    let mut servers = body["servers"].as_array().cloned().unwrap_or_default();
+    let more = servers.len() > PAGE;
+    servers.truncate(PAGE);
     let admin_view = servers
         .first()
         .is_some_and(|s| s.get("OS-EXT-SRV-ATTR:host").is_some());
@@ -376,12 +412,10 @@ async fn table_part(api: &Api, q: &ListQuery, csrf: &str) -> Result<String, Fail
             esc(&first.query())
         );
     }
-    if servers.len() == PAGE
-        && let Some(last) = servers.last().and_then(|s| s["id"].as_str())
-    {
+    if more && let Some(last) = servers.last().and_then(|s| s["id"].as_str()) {
         let next = ListQuery {
             marker: Some(last.to_string()),
-            page: Some(q.page.unwrap_or(1) + 1),
+            page: Some(q.page.unwrap_or(1).saturating_add(1)),
             ..q.clone()
         };
         let _ = write!(
@@ -505,6 +539,19 @@ pub(super) async fn create(session: Session, body: Bytes) -> Response {
     session.redirect("/ui/instances", Some(flash))
 }
 
+/// Where a form returns to: its `back` field if that is a dashboard page, else `default`.
+pub(super) fn back_of(form: &Fields, default: &str) -> String {
+    form.get("back")
+        .filter(|b| {
+            b.starts_with("/ui/")
+                && !b.contains("//")
+                && !b.contains("/..")
+                && b.bytes().all(|c| c.is_ascii_graphic() && c != b'\\')
+        })
+        .unwrap_or(default)
+        .to_string()
+}
+
 /// `POST /ui/instances/{id}/{action}`: start, stop, reboot, pause, unpause, suspend, resume or
 /// delete, through the Compute API.
 pub(super) async fn act(
@@ -516,11 +563,7 @@ pub(super) async fn act(
     if let Err(refused) = session.check(&form) {
         return *refused;
     }
-    let back = form
-        .get("back")
-        .filter(|b| b.starts_with("/ui/") && !b.contains("//") && !b.contains('\\'))
-        .unwrap_or("/ui/instances")
-        .to_string();
+    let back = back_of(&form, "/ui/instances");
     let Ok(id) = Uuid::parse_str(&id) else {
         return session.redirect(
             &back,
@@ -590,12 +633,20 @@ pub(super) async fn show(session: Session, Path(id): Path<String>) -> Response {
         });
     };
     let detail = match detail_part(&session.api(), id, &session.csrf).await {
-        Ok(detail) => detail,
+        Ok(Some(detail)) => detail,
+        Ok(None) => {
+            return session.failed(Failed {
+                status: StatusCode::NOT_FOUND,
+                message: format!("There is no instance {id}."),
+            });
+        }
         Err(failed) => return session.failed(failed),
     };
-    let body = format!(
-        "<p><a href=\"/ui/instances\">All instances</a></p>\
-         <div data-live=\"/ui/instances/{id}/live\" id=\"instance\">{detail}</div>"
+    let body = live_detail(
+        ("/ui/instances", "All instances"),
+        &format!("/ui/instances/{id}"),
+        "instance",
+        &detail,
     );
     session.page(&who, "Instance", "/ui/instances", &body)
 }
@@ -606,18 +657,21 @@ pub(super) async fn detail(session: Session, Path(id): Path<String>) -> Response
         return session.html(StatusCode::NOT_FOUND, notice(true, "No such instance."));
     };
     match detail_part(&session.api(), id, &session.csrf).await {
-        Ok(html) => session.html(StatusCode::OK, html),
+        Ok(Some(html)) => session.html(StatusCode::OK, html),
+        Ok(None) => session.html(
+            StatusCode::OK,
+            notice(false, "This instance is gone (deleted)."),
+        ),
         Err(failed) => session.live_failed(failed),
     }
 }
 
-/// An instance's details, fault, actions, action log and console log.
-async fn detail_part(api: &Api, id: Uuid, csrf: &str) -> Result<String, Failed> {
+/// An instance's details, fault, actions, action log and console log (`None`: there is no
+/// such instance, or no longer).
+async fn detail_part(api: &Api, id: Uuid, csrf: &str) -> Result<Option<String>, Failed> {
     let server = match api.get(&format!("/compute/v2.1/servers/{id}")).await {
         Ok(body) => body["server"].clone(),
-        Err(failed) if failed.status == StatusCode::NOT_FOUND => {
-            return Ok(notice(false, "This instance is gone (deleted)."));
-        }
+        Err(failed) if failed.status == StatusCode::NOT_FOUND => return Ok(None),
         Err(failed) => return Err(failed),
     };
     let flavors = names(api, "/compute/v2.1/flavors", "flavors", "name").await?;
@@ -702,7 +756,7 @@ async fn detail_part(api: &Api, id: Uuid, csrf: &str) -> Result<String, Failed> 
         Err(failed) => out.push_str(&notice(false, &failed.message)),
     }
     out.push_str("</section>");
-    Ok(out)
+    Ok(Some(out))
 }
 
 /// The instance's action log, newest first.

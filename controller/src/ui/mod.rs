@@ -23,6 +23,8 @@
 mod call;
 mod html;
 mod instances;
+mod lists;
+mod nodes;
 mod overview;
 mod session;
 
@@ -62,7 +64,22 @@ pub fn dashboard(api: Router, secure: bool) -> Router {
         .route("/ui/instances/{id}", get(instances::show))
         .route("/ui/instances/{id}/live", get(instances::detail))
         .route("/ui/instances/{id}/{action}", post(instances::act))
+        .route("/ui/nodes", get(nodes::list))
+        .route("/ui/nodes/live", get(nodes::table))
+        .route("/ui/nodes/{id}", get(nodes::show))
+        .route("/ui/nodes/{id}/live", get(nodes::detail))
+        .route("/ui/nodes/{id}/{action}", post(nodes::act))
+        .route("/ui/images", get(lists::images))
+        .route("/ui/flavors", get(lists::flavors))
+        .route("/ui/networks", get(lists::networks))
+        .route("/ui/networks/live", get(lists::networks_live))
+        .route("/ui/tenants", get(lists::tenants))
+        .route("/ui/events", get(lists::events))
+        .route("/ui/events/live", get(lists::events_live))
+        .route("/ui/traces", get(lists::traces))
         .route("/ui/static/{file}", get(asset))
+        .route("/ui/{*rest}", get(missing))
+        .layer(axum::extract::DefaultBodyLimit::max(FORM_LIMIT))
         .layer(axum::middleware::from_fn(guard))
         .with_state(state);
     ui.merge(api).layer(axum::middleware::from_fn(browser_root))
@@ -123,6 +140,19 @@ async fn browser_root(request: Request, next: Next) -> Response {
         return Redirect::to("/ui/").into_response();
     }
     next.run(request).await
+}
+
+/// A dashboard page that does not exist.
+async fn missing() -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+        html::bare(
+            "No such page",
+            "<p>There is no such page. <a href=\"/ui/\">The overview</a></p>",
+        ),
+    )
+        .into_response()
 }
 
 /// The dashboard's script and style sheet, built into the binary.

@@ -80,32 +80,12 @@ async fn nodes(api: &Api) -> Result<String, Failed> {
                         );
                         continue;
                     }
-                    let used = |total: &str, free: &str| {
-                        number(&n[total]).saturating_sub(number(&n[free]))
-                    };
+                    let [cpu, mem, disk] = super::nodes::use_cells(n, name);
                     let _ = write!(
                         out,
                         "<tr><th scope=\"row\">{name}</th><td>{status}</td><td>{cpu}</td><td>{mem}</td><td>{disk}</td><td>{count}</td></tr>",
                         name = esc(name),
                         status = esc(status),
-                        cpu = usage(
-                            &format!("vCPUs used on {name}"),
-                            used("vcpus_total", "vcpus_available"),
-                            number(&n["vcpus_total"]),
-                            "vCPUs"
-                        ),
-                        mem = usage(
-                            &format!("memory used on {name}"),
-                            used("mem_total_mb", "mem_available_mb"),
-                            number(&n["mem_total_mb"]),
-                            "MiB"
-                        ),
-                        disk = usage(
-                            &format!("disk used on {name}"),
-                            used("disk_total_mb", "disk_available_mb"),
-                            number(&n["disk_total_mb"]),
-                            "MiB"
-                        ),
                         count = number(&n["instances"]),
                     );
                 }

@@ -19,8 +19,10 @@ const SESSION: &str = "cumulo_session";
 const CSRF: &str = "cumulo_csrf";
 /// The cookie carrying a message to the next page.
 const FLASH: &str = "cumulo_flash";
-/// The longest message carried to the next page.
+/// The longest message carried to the next page, in characters.
 const FLASH_MAX: usize = 600;
+/// ... and in bytes of the cookie (browsers keep cookies of up to 4 KiB).
+const FLASH_BYTES: usize = 3000;
 
 /// One browser's request: its cookies, and what answering it needs.
 pub(super) struct Session {
@@ -102,7 +104,8 @@ impl Session {
         })
     }
 
-    /// An HTML answer, setting the CSRF cookie if it is new and clearing a shown message.
+    /// An HTML answer (a live part, or a page through [`Session::shown`]), setting the CSRF
+    /// cookie if it is new.
     pub fn html(&self, status: StatusCode, body: String) -> Response {
         let mut response = (
             status,
@@ -110,7 +113,19 @@ impl Session {
             body,
         )
             .into_response();
-        self.cookies(response.headers_mut());
+        if self.fresh_csrf {
+            append(response.headers_mut(), &self.cookie(CSRF, &self.csrf, None));
+        }
+        response
+    }
+
+    /// A whole page's answer: as [`Session::html`], and the message it showed is cleared (a
+    /// live part never clears it: another tab's poll would take it from the page it was for).
+    pub fn shown(&self, status: StatusCode, body: String) -> Response {
+        let mut response = self.html(status, body);
+        if self.flash.is_some() {
+            append(response.headers_mut(), &self.cookie(FLASH, "", Some(0)));
+        }
         response
     }
 
@@ -122,7 +137,7 @@ impl Session {
             csrf: &self.csrf,
             flash: self.flash.as_ref(),
         };
-        self.html(StatusCode::OK, super::html::page(&frame, title, here, body))
+        self.shown(StatusCode::OK, super::html::page(&frame, title, here, body))
     }
 
     /// A live part's answer to a failed call: 401 when the session is over (the script then
@@ -141,10 +156,15 @@ impl Session {
     pub fn redirect(&self, to: &str, flash: Option<Flash>) -> Response {
         let mut response =
             (StatusCode::SEE_OTHER, [(header::LOCATION, to.to_string())]).into_response();
-        self.cookies(response.headers_mut());
+        if self.fresh_csrf {
+            append(response.headers_mut(), &self.cookie(CSRF, &self.csrf, None));
+        }
         if let Some(flash) = flash {
             let kind = if flash.error { "e" } else { "o" };
-            let text: String = flash.text.chars().take(FLASH_MAX).collect();
+            let mut text: String = flash.text.chars().take(FLASH_MAX).collect();
+            while encode(&text).len() > FLASH_BYTES {
+                text.pop();
+            }
             let value = format!("{kind}{}", encode(&text));
             append(response.headers_mut(), &self.cookie(FLASH, &value, None));
         }
@@ -156,10 +176,13 @@ impl Session {
         if failed.logged_out() {
             return self.to_login();
         }
-        self.html(
-            failed.status,
-            bare("Something went wrong", &notice(true, &failed.message)),
-        )
+        let way_out = format!(
+            "<p><a href=\"/ui/\">The overview</a></p>\
+             <form method=\"post\" action=\"/ui/logout\">{}<button type=\"submit\">Log out</button></form>",
+            csrf_field(&self.csrf)
+        );
+        let body = format!("{}{way_out}", notice(true, &failed.message));
+        self.shown(failed.status, bare("Something went wrong", &body))
     }
 
     /// To the login page (saying that the session ended, if there was one), ending the
@@ -189,16 +212,6 @@ impl Session {
             ),
         );
         Err(Box::new(self.html(StatusCode::FORBIDDEN, body)))
-    }
-
-    /// Sets the CSRF cookie if it is new; clears a message once shown.
-    fn cookies(&self, headers: &mut HeaderMap) {
-        if self.fresh_csrf {
-            append(headers, &self.cookie(CSRF, &self.csrf, None));
-        }
-        if self.flash.is_some() {
-            append(headers, &self.cookie(FLASH, "", Some(0)));
-        }
     }
 
     /// A `Set-Cookie` value for the dashboard's path.
@@ -245,7 +258,7 @@ impl Fields {
 
 /// `GET /ui/login`: the login form (or the dashboard, for a session that is still good).
 pub(super) async fn form(session: Session, query: axum::extract::RawQuery) -> Response {
-    if session.token.is_some() && session.who().await.is_ok() {
+    if session.token.is_some() && session.who().await.is_ok_and(|who| !who.project.is_empty()) {
         return session.redirect("/ui/", None);
     }
     let expired = query.0.is_some_and(|q| q.contains("expired"));
@@ -255,7 +268,7 @@ pub(super) async fn form(session: Session, query: axum::extract::RawQuery) -> Re
         String::new()
     };
     let body = login_form(&session.csrf, "", "", &note);
-    session.html(StatusCode::OK, bare("Log in", &body))
+    session.shown(StatusCode::OK, bare("Log in", &body))
 }
 
 /// `POST /ui/login`: a token from the Identity API, kept in the session cookie.
@@ -267,15 +280,16 @@ pub(super) async fn login(State(_): State<UiState>, session: Session, body: Byte
     let user = form.text("username").unwrap_or("");
     let project = form.text("project").unwrap_or("");
     let password = form.get("password").unwrap_or("");
-    let mut scope = Value::Null;
-    if !project.is_empty() {
-        scope = json!({"project": {"name": project, "domain": {"name": "Default"}}});
+    if user.is_empty() || project.is_empty() {
+        let note = notice(true, "The user name and the project are both needed.");
+        let body = login_form(&session.csrf, user, project, &note);
+        return session.shown(StatusCode::BAD_REQUEST, bare("Log in", &body));
     }
-    let mut auth = json!({"identity": {"methods": ["password"], "password": {"user": {
-        "name": user, "domain": {"name": "Default"}, "password": password}}}});
-    if !scope.is_null() {
-        auth["scope"] = scope;
-    }
+    let auth = json!({
+        "identity": {"methods": ["password"], "password": {"user": {
+            "name": user, "domain": {"name": "Default"}, "password": password}}},
+        "scope": {"project": {"name": project, "domain": {"name": "Default"}}},
+    });
     let answer = Api::new(session.state.api.clone(), None, session.peer)
         .post("/v3/auth/tokens", json!({ "auth": auth }))
         .await;
@@ -300,7 +314,7 @@ pub(super) async fn login(State(_): State<UiState>, session: Session, body: Byte
         }
         Err(failed) => {
             let body = login_form(&session.csrf, user, project, &notice(true, &failed.message));
-            session.html(failed.status, bare("Log in", &body))
+            session.shown(failed.status, bare("Log in", &body))
         }
     }
 }
@@ -339,7 +353,7 @@ fn login_form(csrf: &str, user: &str, project: &str, note: &str) -> String {
          <label for=\"password\">Password</label>\
          <input id=\"password\" name=\"password\" type=\"password\" autocomplete=\"current-password\" required>\
          <label for=\"project\">Project</label>\
-         <input id=\"project\" name=\"project\" value=\"{project}\">\
+         <input id=\"project\" name=\"project\" required value=\"{project}\">\
          <button type=\"submit\">Log in</button></form>",
         csrf = csrf_field(csrf),
         user = esc(user),
@@ -401,6 +415,7 @@ fn decode(text: &str) -> String {
     while i < bytes.len() {
         if bytes[i] == b'%'
             && let Some(hex) = text.get(i + 1..i + 3)
+            && hex.bytes().all(|c| c.is_ascii_hexdigit())
             && let Ok(b) = u8::from_str_radix(hex, 16)
         {
             out.push(b);

@@ -24,6 +24,7 @@ fn fresh_store() -> (tempfile::TempDir, Arc<dyn store::Store>) {
 /// The dashboard and API over a fresh store with its admin.
 struct App {
     router: Router,
+    cluster: Arc<FakeCluster>,
     _dir: tempfile::TempDir,
 }
 
@@ -42,7 +43,11 @@ fn app() -> App {
     let mut config = ApiConfig::new("http://127.0.0.1:1");
     config.password_iterations = 1000;
     App {
-        router: super::dashboard(router(ApiState::new(store, cluster, signer, config)), false),
+        router: super::dashboard(
+            router(ApiState::new(store, cluster.clone(), signer, config)),
+            false,
+        ),
+        cluster,
         _dir: dir,
     }
 }
@@ -378,4 +383,125 @@ async fn names_are_escaped_and_errors_are_shown_in_words() {
     )
     .await;
     assert_eq!(away.headers[header::LOCATION], "/ui/instances");
+}
+
+/// A connected node with figures.
+fn node(name: &str) -> crate::cluster::Node {
+    crate::cluster::Node {
+        id: uuid::Uuid::new_v4(),
+        kinds: crate::cluster::NodeKinds {
+            compute: true,
+            network: true,
+        },
+        status: crate::cluster::NodeStatus::Ready,
+        hostname: name.into(),
+        zone: ssntp::payload::DEFAULT_ZONE.into(),
+        mem_total_mb: 4096,
+        mem_available_mb: 1024,
+        disk_total_mb: 10_000,
+        disk_available_mb: 5_000,
+        vcpus_total: 4,
+        vcpus_available: 1,
+        load: 150,
+        instances: 3,
+        ips: vec![std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST)],
+        connected: std::time::SystemTime::now(),
+        last_stats: Some(std::time::SystemTime::now()),
+    }
+}
+
+#[tokio::test]
+async fn an_admin_sees_every_page_and_the_nodes_with_their_plots() {
+    let app = app();
+    let n = node("<b>host1</b>");
+    app.cluster.add_node(n.clone());
+    app.cluster.add_node(n.clone());
+    let cookies = login(&app).await;
+    for (path, want) in [
+        ("/ui/nodes", "<svg class=\"plot\""),
+        ("/ui/nodes/live", "Evacuate"),
+        (&format!("/ui/nodes/{}", n.id) as &str, "The last hour"),
+        ("/ui/images", "Images"),
+        ("/ui/flavors", "Flavors"),
+        ("/ui/networks", "CNCIs"),
+        ("/ui/tenants", "tenant(s)"),
+        ("/ui/events", "Events"),
+        ("/ui/traces", "No trace"),
+        (
+            "/ui/instances?page=4294967295&marker=x&sort=nonsense&name=%ZZ",
+            "Instances",
+        ),
+    ] {
+        let page = send(&app, get(path, &cookies)).await;
+        assert_eq!(page.status, StatusCode::OK, "{path}: {}", page.body);
+        assert!(
+            page.body.contains(want),
+            "{path}: no {want:?}: {}",
+            page.body
+        );
+        assert!(!page.body.contains("<b>host1"), "{path}: escaped");
+    }
+    // Evacuate through the form: the node is in maintenance, and says so.
+    let csrf = sent(&cookies, "cumulo_csrf");
+    let act = send(
+        &app,
+        post(
+            &format!("/ui/nodes/{}/evacuate", n.id),
+            &cookies,
+            &format!("csrf={csrf}&back=%2Fui%2Fnodes"),
+        ),
+    )
+    .await;
+    assert_eq!(act.status, StatusCode::SEE_OTHER);
+    assert_eq!(act.headers[header::LOCATION], "/ui/nodes");
+    let nodes = send(&app, get("/ui/nodes/live", &cookies)).await;
+    assert!(
+        nodes.body.contains("maintenance") && nodes.body.contains("Restore"),
+        "{}",
+        nodes.body
+    );
+    // A page that does not exist: the dashboard's own 404, with its headers.
+    let missing = send(&app, get("/ui/nowhere", &cookies)).await;
+    assert_eq!(missing.status, StatusCode::NOT_FOUND);
+    assert!(
+        missing
+            .headers
+            .contains_key(header::CONTENT_SECURITY_POLICY)
+    );
+}
+
+#[tokio::test]
+async fn a_message_outlives_live_polls_and_is_cleared_by_its_page() {
+    let app = app();
+    let cookies = login(&app).await;
+    let with = format!("{cookies}; cumulo_flash=eSomething%20failed");
+    let live = send(&app, get("/ui/overview/live", &with)).await;
+    assert_eq!(live.status, StatusCode::OK);
+    assert!(
+        cookie_value(&live, "cumulo_flash").is_none(),
+        "a live part keeps it"
+    );
+    let page = send(&app, get("/ui/", &with)).await;
+    assert!(page.body.contains("Something failed"));
+    assert_eq!(cookie_value(&page, "cumulo_flash").as_deref(), Some(""));
+}
+
+#[tokio::test]
+async fn a_login_needs_a_project() {
+    let app = app();
+    let form = send(&app, get("/ui/login", "")).await;
+    let csrf = cookie_value(&form, "cumulo_csrf").unwrap();
+    let cookies = format!("cumulo_csrf={csrf}");
+    let unscoped = send(
+        &app,
+        post(
+            "/ui/login",
+            &cookies,
+            &format!("csrf={csrf}&username={ADMIN}&password={PASSWORD}&project="),
+        ),
+    )
+    .await;
+    assert_eq!(unscoped.status, StatusCode::BAD_REQUEST);
+    assert!(unscoped.body.contains("the project are both needed"));
+    assert!(cookie_value(&unscoped, "cumulo_session").is_none());
 }

@@ -153,6 +153,7 @@ const NATIVE_ROUTES: &[(&str, &str)] = &[
     ("delete", "/events"),
     ("get", "/traces"),
     ("get", "/instance-counts"),
+    ("get", "/nodes/{id}/history"),
 ];
 
 #[tokio::test]

@@ -7,7 +7,6 @@ use super::records::EventRec;
 use super::{EtcdStore, Kv};
 use crate::common::now;
 use crate::*;
-use etcd_client::{GetOptions, SortOrder, SortTarget};
 
 impl EventStore for EtcdStore {
     fn append_event(&self, new: NewEvent) -> Result<Event> {
@@ -71,27 +70,39 @@ impl EventStore for EtcdStore {
     }
 
     fn recent_events(&self, scope: Scope, limit: u32) -> Result<Vec<Event>> {
+        // Down from the newest sequence number (the counter), in ascending windows, every read
+        // at the counter's revision: etcd applies a range's limit only to ascending key order
+        // (a descending read would read the whole log), so each window is read whole.
         let limit = limit.min(Page::MAX_LIMIT) as usize;
-        let prefix = self.keys.events();
-        // Newest first, in batches, each ending below the last key the one before read.
-        let mut end = prefix_end(&prefix);
+        let counter = self.keys.event_counter();
+        let (revision, found) =
+            self.range(&counter, format!("{counter}\0").as_bytes(), 1, |o| o)?;
+        let Some(kv) = found.first() else {
+            return Ok(Vec::new());
+        };
+        let newest: u64 = kv
+            .text()?
+            .parse()
+            .map_err(|e| StoreError::Backend(format!("bad event counter: {e}")))?;
+        // Nothing older than the log's capacity is kept.
+        let oldest = newest
+            .saturating_sub(self.options.event_capacity)
+            .saturating_add(1)
+            .max(1);
         let mut out = Vec::new();
-        while out.len() < limit {
-            let batch: i64 = if matches!(scope, Scope::All) {
-                i64::try_from(limit - out.len()).unwrap_or(500)
-            } else {
-                500
+        let mut top = newest;
+        while out.len() < limit && top >= oldest {
+            let window = match scope {
+                Scope::All => (limit - out.len()) as u64,
+                Scope::Tenant(_) => 500,
             };
-            let options = GetOptions::new()
-                .with_range(end.clone())
-                .with_limit(batch)
-                .with_sort(SortTarget::Key, SortOrder::Descend);
-            let mut kv = self.client.kv_client();
-            let key = prefix.clone();
-            let resp = self.call(async move { kv.get(key, Some(options)).await })?;
-            let kvs = resp.kvs();
-            for kv in kvs {
-                let rec: EventRec = Kv::from_etcd(kv)?.decode()?;
+            let low = top.saturating_sub(window - 1).max(oldest);
+            let end = self.keys.event(top + 1);
+            let (_, kvs) = self.range(&self.keys.event(low), end.as_bytes(), 0, |o| {
+                o.with_revision(revision)
+            })?;
+            for kv in kvs.iter().rev() {
+                let rec: EventRec = kv.decode()?;
                 let visible = match scope {
                     Scope::All => true,
                     Scope::Tenant(t) => rec.tenant == Some(t),
@@ -100,10 +111,7 @@ impl EventStore for EtcdStore {
                     out.push(rec.model());
                 }
             }
-            match kvs.last() {
-                Some(last) if resp.more() => end = last.key().to_vec(),
-                _ => break,
-            }
+            top = low - 1;
         }
         out.reverse();
         Ok(out)

@@ -66,6 +66,28 @@ pub async fn node(
     Ok(Json(views::node(&node)))
 }
 
+/// `GET /nodes/{id}/history`: what a node's STATS said over the last hour (one sample every
+/// 30 s at most, oldest first; kept in memory, so empty after a restart until STATS come).
+#[utoipa::path(
+    get,
+    path = "/cumulo/v1/nodes/{id}/history",
+    operation_id = "show_a_nodes_figures_over_the_last_hour",
+    summary = "Show a node's figures over the last hour",
+    tag = "nodes",
+    params(("id" = Uuid, Path, description = "the object's id")),
+    responses((status = 200, description = "success", body = views::NodeHistory)),
+)]
+pub async fn history(
+    State(state): State<ApiState>,
+    caller: Principal,
+    PathParams(id): PathParams<String>,
+) -> Result<Json<views::NodeHistory>, ApiError> {
+    caller.require_admin()?;
+    let id = path_id("node", &id)?;
+    let samples = state.cluster(move |_, c| Ok(c.node_history(id)?)).await?;
+    Ok(Json(views::node_history(id, &samples)))
+}
+
 /// `POST /nodes`: registers an off-host host (its launcher runs beside the controller, in
 /// `cumulo-agent --remote` replicas, and reaches it through `libvirt_uri`). On-host nodes
 /// register themselves over SSNTP, so `launcher_on_host` must be `false`.

@@ -106,6 +106,7 @@ pub fn routes() -> Router<ApiState> {
             get(cluster::node).delete(cluster::unregister),
         )
         .route("/nodes/{id}/credentials", post(cluster::renew_credentials))
+        .route("/nodes/{id}/history", get(cluster::history))
         .route("/nodes/{id}/evacuate", post(cluster::evacuate))
         .route("/nodes/{id}/restore", post(cluster::restore))
         .route("/cncis", get(cluster::cncis))

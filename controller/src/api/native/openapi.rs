@@ -164,6 +164,7 @@ impl Modify for Common {
         cluster::nodes,
         cluster::register,
         cluster::node,
+        cluster::history,
         cluster::unregister,
         cluster::renew_credentials,
         cluster::evacuate,

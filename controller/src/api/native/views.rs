@@ -536,6 +536,47 @@ pub struct Node {
     last_stats: Option<String>,
 }
 
+/// One sample of a node's figures.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct NodeSample {
+    #[schema(format = DateTime)]
+    time: String,
+    vcpus_used: u32,
+    vcpus_total: u32,
+    mem_used_mb: u32,
+    mem_total_mb: u32,
+    load: u32,
+    instances: u32,
+}
+
+/// A node's figures over the last hour, oldest first, and the least time between two samples.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct NodeHistory {
+    node: Uuid,
+    step_seconds: u64,
+    samples: Vec<NodeSample>,
+}
+
+/// A node's figures over the last hour.
+pub fn node_history(node: Uuid, samples: &[crate::history::Sample]) -> NodeHistory {
+    NodeHistory {
+        node,
+        step_seconds: crate::history::STEP.as_secs(),
+        samples: samples
+            .iter()
+            .map(|s| NodeSample {
+                time: rfc3339(s.at),
+                vcpus_used: s.vcpus_used,
+                vcpus_total: s.vcpus_total,
+                mem_used_mb: s.mem_used_mb,
+                mem_total_mb: s.mem_total_mb,
+                load: s.load,
+                instances: s.instances,
+            })
+            .collect(),
+    }
+}
+
 /// What `status` an off-host host shows.
 #[derive(Debug, Clone, Copy, Serialize, ToSchema)]
 pub enum OffHost {

@@ -49,6 +49,8 @@ pub struct FakeCluster {
     auto_active: AtomicBool,
     connected: AtomicBool,
     nodes: Mutex<Vec<Node>>,
+    /// Each node's figures, as [`FakeCluster::add_node`] gave them (one sample per call).
+    history: Mutex<std::collections::HashMap<Uuid, Vec<crate::history::Sample>>>,
     traces: Mutex<Vec<Trace>>,
     /// The volumes whose data was removed, with their nodes, in order.
     removed_volume_data: Mutex<Vec<(Uuid, Uuid)>>,
@@ -62,6 +64,7 @@ impl FakeCluster {
             auto_active: AtomicBool::new(true),
             connected: AtomicBool::new(true),
             nodes: Mutex::new(Vec::new()),
+            history: Mutex::new(std::collections::HashMap::new()),
             traces: Mutex::new(Vec::new()),
             removed_volume_data: Mutex::new(Vec::new()),
         }
@@ -86,8 +89,22 @@ impl FakeCluster {
         self.connected.store(on, Ordering::SeqCst);
     }
 
-    /// Adds (or replaces) a node.
+    /// Adds (or replaces) a node; its figures become a sample of its history.
     pub fn add_node(&self, node: Node) {
+        self.history
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(node.id)
+            .or_default()
+            .push(crate::history::Sample {
+                at: std::time::SystemTime::now(),
+                vcpus_used: node.vcpus_total.saturating_sub(node.vcpus_available),
+                vcpus_total: node.vcpus_total,
+                mem_used_mb: node.mem_total_mb.saturating_sub(node.mem_available_mb),
+                mem_total_mb: node.mem_total_mb,
+                load: node.load,
+                instances: node.instances,
+            });
         let mut nodes = self.nodes.lock().unwrap_or_else(PoisonError::into_inner);
         nodes.retain(|n| n.id != node.id);
         nodes.push(node);
@@ -596,6 +613,17 @@ impl Cluster for FakeCluster {
             .into_iter()
             .find(|n| n.id == id)
             .ok_or(ClusterError::NoNode(id))
+    }
+
+    fn node_history(&self, id: Uuid) -> Result<Vec<crate::history::Sample>, ClusterError> {
+        self.node(id)?;
+        Ok(self
+            .history
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&id)
+            .cloned()
+            .unwrap_or_default())
     }
 
     fn evacuate(&self, id: Uuid) -> Result<(), ClusterError> {

@@ -205,3 +205,21 @@ fn unknown_instances_are_reported_once_and_left_alone() {
     assert!(w.out.take().is_empty());
     assert!(w.gone(stranger));
 }
+
+/// A node's STATS are kept as its history (for the dashboard's plots): one sample per step at
+/// most; none for a node never seen.
+#[test]
+fn a_nodes_stats_are_kept_as_its_history() {
+    let w = world();
+    let id = w.active();
+    w.stats(NODE, &[(id, Reported::Active)]);
+    w.stats(NODE, &[(id, Reported::Active)]);
+    let samples = w.engine.node_history(NODE).unwrap();
+    assert_eq!(samples.len(), 1, "two STATS within a step: one sample");
+    assert_eq!(samples[0].instances, 1);
+    assert!(samples[0].vcpus_total >= samples[0].vcpus_used);
+    assert!(matches!(
+        w.engine.node_history(Uuid::new_v4()),
+        Err(ClusterError::NoNode(_))
+    ));
+}
