@@ -176,6 +176,10 @@ fi
 bench controller/hostile_api "$LIMIT" -- --seconds 1 --addresses 2 --flooders 2 --holders 16
 # controller/image_data: three rounds of upload and download of an 8 MiB image.
 bench controller/image_data "$LIMIT" -- --mib 8
+# controller/dashboard: Chromium headless (scripts/deps.sh installs it), 200 instances, 3 rounds
+# of each figure; without a browser it says it skips, unless CUMULO_REQUIRE_BROWSER=1 (exported
+# by scripts/test.sh) makes that a failure.
+bench controller/dashboard "$LIMIT" -- --instances 200 --rounds 3
 # controller/load: the real cumulo-scheduler and cumulo-controller, 20 simulated agents, 200
 # instances, 3 s of steady state sampled every second, STATS every second (so the agents'
 # counts are fresh for the final check).

@@ -658,7 +658,8 @@ impl Cluster for FakeCluster {
     }
 }
 
-/// The API served in-process on `127.0.0.1:<free port>`, with the admin bootstrapped
+/// The API served in-process on `127.0.0.1:<free port>`, with the dashboard beside it as the
+/// daemon serves it, and the admin bootstrapped
 /// ([`ADMIN_NAME`], [`ADMIN_PASSWORD`], [`ADMIN_PROJECT`]). Stop it with [`TestApi::stop`].
 pub struct TestApi {
     /// Where it listens.
@@ -734,10 +735,11 @@ impl TestApi {
         let limits = config.connections;
         let state = ApiState::new(store, cluster, signer, config);
         let shutdown = CancellationToken::new();
+        let secure = tls.is_some();
         let task = tokio::spawn(serve_with(
             listener,
             tls,
-            router(state.clone()),
+            crate::ui::dashboard(router(state.clone()), secure),
             shutdown.clone(),
             limits,
         ));
