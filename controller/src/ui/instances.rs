@@ -282,8 +282,14 @@ fn actions_for(status: &str) -> &'static [(&'static str, &'static str)] {
         "ACTIVE" => &[
             ("stop", "Stop"),
             ("reboot", "Reboot"),
+            ("reboot-hard", "Hard reboot"),
             ("pause", "Pause"),
             ("suspend", "Suspend"),
+            ("delete", "Delete"),
+        ],
+        "VERIFY_RESIZE" => &[
+            ("confirm-resize", "Confirm resize"),
+            ("revert-resize", "Revert resize"),
             ("delete", "Delete"),
         ],
         "SHUTOFF" => &[("start", "Start"), ("delete", "Delete")],
@@ -539,6 +545,16 @@ pub(super) async fn create(session: Session, body: Bytes) -> Response {
     session.redirect("/ui/instances", Some(flash))
 }
 
+/// An action in words, before "the instance".
+fn verb(action: &str) -> &str {
+    match action {
+        "reboot-hard" => "hard reboot",
+        "confirm-resize" => "confirm the resize of",
+        "revert-resize" => "revert the resize of",
+        other => other,
+    }
+}
+
 /// Where a form returns to: its `back` field if that is a dashboard page, else `default`.
 pub(super) fn back_of(form: &Fields, default: &str) -> String {
     form.get("back")
@@ -552,8 +568,8 @@ pub(super) fn back_of(form: &Fields, default: &str) -> String {
         .to_string()
 }
 
-/// `POST /ui/instances/{id}/{action}`: start, stop, reboot, pause, unpause, suspend, resume or
-/// delete, through the Compute API.
+/// `POST /ui/instances/{id}/{action}`: start, stop, reboot (soft or hard), pause, unpause,
+/// suspend, resume, confirm or revert a resize, or delete, through the Compute API.
 pub(super) async fn act(
     session: Session,
     Path((id, action)): Path<(String, String)>,
@@ -577,6 +593,9 @@ pub(super) async fn act(
         "start" => json!({"os-start": null}),
         "stop" => json!({"os-stop": null}),
         "reboot" => json!({"reboot": {"type": "SOFT"}}),
+        "reboot-hard" => json!({"reboot": {"type": "HARD"}}),
+        "confirm-resize" => json!({"confirmResize": null}),
+        "revert-resize" => json!({"revertResize": null}),
         "pause" => json!({"pause": null}),
         "unpause" => json!({"unpause": null}),
         "suspend" => json!({"suspend": null}),
@@ -603,12 +622,16 @@ pub(super) async fn act(
     let flash = match result {
         Ok(()) => Flash {
             error: false,
-            text: format!("Asked to {action} the instance."),
+            text: format!("Asked to {} the instance.", verb(&action)),
         },
         Err(failed) if failed.logged_out() => return session.to_login(),
         Err(failed) => Flash {
             error: true,
-            text: format!("Could not {action} the instance: {}", failed.message),
+            text: format!(
+                "Could not {} the instance: {}",
+                verb(&action),
+                failed.message
+            ),
         },
     };
     // A deleted instance's page is gone: back to the list.
