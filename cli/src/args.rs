@@ -77,8 +77,24 @@ pub enum Command {
     Cnci(CnciCmd),
     /// The event log.
     Events(EventsArgs),
-    /// Recent SSNTP frame traces.
-    Trace,
+    /// Recent SSNTP frame traces (`cumulo trace show LABEL`: one, hop by hop).
+    Trace {
+        /// `list` (the default) or `show LABEL`.
+        #[command(subcommand)]
+        cmd: Option<TraceCmd>,
+    },
+}
+
+/// `cumulo trace` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum TraceCmd {
+    /// List the recent traces (the default).
+    List,
+    /// Show the newest trace with this label, hop by hop, with its times.
+    Show {
+        /// Its label.
+        label: String,
+    },
 }
 
 /// The local cluster's directory.
@@ -166,6 +182,10 @@ pub enum InstanceCmd {
         /// host when the cluster has tenant networks; a security group rule lets traffic in).
         #[arg(long)]
         floating_ip: bool,
+        /// Trace their STARTs under this label (controller, scheduler, agent: `cumulo trace
+        /// show LABEL`, the dashboard's traces).
+        #[arg(long, value_name = "LABEL")]
+        trace: Option<String>,
     },
     /// List instances.
     List,

@@ -159,15 +159,26 @@ impl Connection {
         path: &str,
         body: Option<&Value>,
     ) -> Result<Option<Value>, ClientError> {
+        self.request_with(method, path, body, &[])
+    }
+
+    /// [`Connection::request`] with `extra` headers.
+    pub fn request_with(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&Value>,
+        extra: &[(&str, &str)],
+    ) -> Result<Option<Value>, ClientError> {
         let url = format!("{}{path}", self.base);
         let mut response = match (method, body) {
-            ("GET", _) => self.with_token(self.agent.get(&url)).call(),
-            ("DELETE", _) => self.with_token(self.agent.delete(&url)).call(),
-            ("POST", Some(b)) => self.with_token(self.agent.post(&url)).send_json(b),
-            ("POST", None) => self.with_token(self.agent.post(&url)).send_empty(),
-            ("PUT", Some(b)) => self.with_token(self.agent.put(&url)).send_json(b),
-            ("PUT", None) => self.with_token(self.agent.put(&url)).send_empty(),
-            ("PATCH", Some(b)) => self.with_token(self.agent.patch(&url)).send_json(b),
+            ("GET", _) => self.with(self.agent.get(&url), extra).call(),
+            ("DELETE", _) => self.with(self.agent.delete(&url), extra).call(),
+            ("POST", Some(b)) => self.with(self.agent.post(&url), extra).send_json(b),
+            ("POST", None) => self.with(self.agent.post(&url), extra).send_empty(),
+            ("PUT", Some(b)) => self.with(self.agent.put(&url), extra).send_json(b),
+            ("PUT", None) => self.with(self.agent.put(&url), extra).send_empty(),
+            ("PATCH", Some(b)) => self.with(self.agent.patch(&url), extra).send_json(b),
             (other, _) => {
                 return Err(ClientError::Missing(format!("unsupported method {other}")));
             }
@@ -187,6 +198,19 @@ impl Connection {
                 status,
                 message: format!("the answer is not JSON: {e}"),
             })
+    }
+
+    /// `request` with the token and the `extra` headers.
+    fn with<B>(
+        &self,
+        request: ureq::RequestBuilder<B>,
+        extra: &[(&str, &str)],
+    ) -> ureq::RequestBuilder<B> {
+        let mut request = self.with_token(request);
+        for (name, value) in extra {
+            request = request.header(*name, *value);
+        }
+        request
     }
 
     fn with_token<B>(&self, request: ureq::RequestBuilder<B>) -> ureq::RequestBuilder<B> {

@@ -6,7 +6,8 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::args::{
-    CnciCmd, EventsArgs, FlavorCmd, ImageCmd, InstanceCmd, Login, NodeCmd, TenantCmd, WorkloadCmd,
+    CnciCmd, EventsArgs, FlavorCmd, ImageCmd, InstanceCmd, Login, NodeCmd, TenantCmd, TraceCmd,
+    WorkloadCmd,
 };
 use crate::client::{ClientError, Connection, Credentials};
 use crate::routes::{self, item, items};
@@ -341,12 +342,18 @@ pub fn instance(
             count,
             wait: until_active,
             floating_ip,
+            trace,
         } => {
             let workload = resolve(conn, routes::WORKLOADS, &workload)?;
-            let made = conn.post(
-                routes::INSTANCES,
-                &json!({"workload": workload, "name": name, "count": count}),
-            )?;
+            let body = json!({"workload": workload, "name": name, "count": count});
+            let headers: Vec<(&str, &str)> = trace
+                .as_deref()
+                .map(|label| ("X-Cumulo-Trace", label))
+                .into_iter()
+                .collect();
+            let made = conn
+                .request_with("POST", routes::INSTANCES, Some(&body), &headers)?
+                .unwrap_or(Value::Null);
             let ids: Vec<String> = items(&made)
                 .iter()
                 .filter_map(|i| i["id"].as_str().map(str::to_string))
@@ -735,16 +742,82 @@ pub fn events(conn: &Connection, args: EventsArgs, o: &mut Output<'_>) -> Result
     Ok(())
 }
 
-/// `cumulo trace`.
-pub fn trace(conn: &Connection, o: &mut Output<'_>) -> Result<(), CommandError> {
-    o.table(
-        &conn.get(routes::TRACES)?,
-        &[
-            ("LABEL", "label"),
-            ("FRAME", "frame"),
-            ("TOTAL (ns)", "total_ns"),
-        ],
+/// A trace, hop by hop: when each sender sent (from the first send) and how long until the next
+/// endpoint received it, then when the final consumer was done.
+fn trace_text(t: &Value) -> String {
+    let ms = |ns: u64| ns as f64 / 1e6;
+    let hops = items(&t["hops"]);
+    let start = hops
+        .iter()
+        .filter_map(|h| h["tx_ns"].as_u64())
+        .min()
+        .unwrap_or(0);
+    let total = t["total_ns"].as_u64().unwrap_or(0);
+    let mut out = format!(
+        "label  {}\nframe  {}\ntotal  {:.3} ms\n\n{:<4} {:<12} {:<36} {:>12} {:>16}\n",
+        text(&t["label"]),
+        text(&t["frame"]),
+        ms(total),
+        "HOP",
+        "SENDER",
+        "UUID",
+        "SENT AT",
+        "UNTIL RECEIVED"
     );
+    for (i, h) in hops.iter().enumerate() {
+        let tx = h["tx_ns"].as_u64().unwrap_or(start);
+        let rx = h["rx_ns"].as_u64().unwrap_or(0).max(tx);
+        out.push_str(&format!(
+            "{:<4} {:<12} {:<36} {:>9.3} ms {:>13.3} ms\n",
+            i + 1,
+            text(&h["role"]),
+            text(&h["uuid"]),
+            ms(tx - start),
+            ms(rx - tx)
+        ));
+    }
+    out.push_str(&format!(
+        "{:<4} {:<49} {:>9.3} ms  (the final consumer done)\n",
+        "",
+        "",
+        ms(total)
+    ));
+    out
+}
+
+/// `cumulo trace`: the recent traces, or one (`show LABEL`).
+pub fn trace(
+    conn: &Connection,
+    cmd: Option<TraceCmd>,
+    o: &mut Output<'_>,
+) -> Result<(), CommandError> {
+    let traces = conn.get(routes::TRACES)?;
+    match cmd.unwrap_or(TraceCmd::List) {
+        TraceCmd::List => o.table(
+            &traces,
+            &[
+                ("LABEL", "label"),
+                ("FRAME", "frame"),
+                ("TOTAL (ns)", "total_ns"),
+            ],
+        ),
+        TraceCmd::Show { label } => {
+            let found = items(&traces)
+                .into_iter()
+                .rev()
+                .find(|t| t["label"] == label.as_str())
+                .ok_or_else(|| {
+                    CommandError::Other(format!(
+                        "no trace labelled {label:?} (`cumulo trace` lists them)"
+                    ))
+                })?;
+            if o.json {
+                let _ = writeln!(o.out, "{}", pretty(&found));
+            } else {
+                let _ = write!(o.out, "{}", trace_text(&found));
+            }
+        }
+    }
     Ok(())
 }
 

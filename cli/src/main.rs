@@ -74,7 +74,7 @@ fn run(cli: Cli, stdout: &mut dyn Write) -> Result<ExitCode, String> {
                 Command::Tenant(c) => commands::tenant(&conn, c, &mut o),
                 Command::Cnci(c) => commands::cnci(&conn, c, &mut o),
                 Command::Events(a) => commands::events(&conn, a, &mut o),
-                Command::Trace => commands::trace(&conn, &mut o),
+                Command::Trace { cmd } => commands::trace(&conn, cmd, &mut o),
                 Command::Up(_) | Command::Down(_) | Command::Status(_) | Command::Env(_) => Ok(()),
             };
             done.map_err(|e| text(&e))?;

@@ -62,17 +62,7 @@ impl Cluster {
 
     /// Runs a command that must succeed as the cluster's admin; returns its stdout.
     fn admin(&self, args: &[&str]) -> String {
-        let password = std::fs::read_to_string(self.dir.path().join("admin-password")).unwrap();
-        let out = Command::new(CUMULO)
-            .args(args)
-            .env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .envs(&self.env)
-            .env("CUMULO_USERNAME", "admin")
-            .env("CUMULO_PASSWORD", password.trim())
-            .env("CUMULO_PROJECT", "admin")
-            .output()
-            .unwrap();
+        let out = common::cumulo_as_admin(self.dir.path(), &self.env, args);
         common::succeeded(args, out)
     }
 

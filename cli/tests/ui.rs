@@ -97,11 +97,25 @@ fn text_of(b: &Browser, css: &str) -> Option<String> {
     b.text(&e).ok()
 }
 
-/// Waits until the page's URL has `path` (and the page is loaded).
+/// Clicks what `css` selects, which leaves the page (a link, a form's button): the page is
+/// marked first, so that [`wait_path`] waits for the next one.
+fn click_away(b: &Browser, css: &str) {
+    b.run("window.cumuloOld = true; return null", vec![])
+        .unwrap();
+    b.click(&b.find(css).unwrap()).unwrap();
+}
+
+/// Waits until a new page (not one [`click_away`] left) with `path` in its URL is loaded.
 fn wait_path(b: &Browser, path: &str) {
     b.wait_for(&format!("the page {path}"), PAGE, |b| {
         let url = b.url().ok()?;
-        let loaded = b.run("return document.readyState", vec![]).ok()? == "complete";
+        let loaded = b
+            .run(
+                "return document.readyState === 'complete' && !window.cumuloOld",
+                vec![],
+            )
+            .ok()?
+            == true;
         (loaded
             && url
                 .split_once("://")?
@@ -164,15 +178,17 @@ fn choose(b: &Browser, css: &str, label: &str) {
     b.click(option).unwrap();
 }
 
-/// The create form filled and sent.
-fn create(b: &Browser, name: &str, count: u32) {
+/// The create form filled and sent (traced under `trace`, if given).
+fn create(b: &Browser, name: &str, count: u32, trace: Option<&str>) {
     b.type_in(&b.find("#c-name").unwrap(), name).unwrap();
+    if let Some(label) = trace {
+        b.type_in(&b.find("#c-trace").unwrap(), label).unwrap();
+    }
     choose(b, "#c-flavor", "tiny");
     choose(b, "#c-image", "tiny");
     b.type_in(&b.find("#c-count").unwrap(), &count.to_string())
         .unwrap();
-    b.click(&b.find("form.create button[type=submit]").unwrap())
-        .unwrap();
+    click_away(b, "form.create button[type=submit]");
 }
 
 #[test]
@@ -208,7 +224,7 @@ fn a_user_logs_in_runs_an_instance_and_logs_out_in_a_real_browser() {
         &cluster.export("CUMULO_PROJECT"),
     )
     .unwrap();
-    b.click(&b.find("form.login button").unwrap()).unwrap();
+    click_away(&b, "form.login button");
     wait_path(&b, "/ui/");
     assert_eq!(text_of(&b, "h1").as_deref(), Some("Overview"));
     assert_eq!(text_of(&b, "#count-all").as_deref(), Some("0"));
@@ -242,12 +258,11 @@ fn a_user_logs_in_runs_an_instance_and_logs_out_in_a_real_browser() {
     assert_eq!(b.text(&b.active().unwrap()).unwrap(), "Instances");
 
     // Create an instance; it becomes active while the page stays (no reload).
-    b.click(&b.find("nav a[href=\"/ui/instances\"]").unwrap())
-        .unwrap();
+    click_away(&b, "nav a[href=\"/ui/instances\"]");
     wait_path(&b, "/ui/instances");
     all_labelled(&b, "instances");
     shot(&b, "03-instances-empty");
-    create(&b, "web", 1);
+    create(&b, "web", 1, None);
     wait_path(&b, "/ui/instances");
     assert!(
         text_of(&b, "#flash")
@@ -266,14 +281,13 @@ fn a_user_logs_in_runs_an_instance_and_logs_out_in_a_real_browser() {
     shot(&b, "04-instances-active");
 
     // Its page: details, action log, console; stop it and watch it stop.
-    b.click(&b.find("#instances th a").unwrap()).unwrap();
+    click_away(&b, "#instances th a");
     wait_path(&b, "/ui/instances/");
     assert_eq!(text_of(&b, "#state").as_deref(), Some("ACTIVE"));
     assert!(text_of(&b, "#h-actions").is_some() && text_of(&b, "#h-console").is_some());
     all_labelled(&b, "instance");
     shot(&b, "05-instance");
-    b.click(&b.find("button[aria-label=\"Stop web\"]").unwrap())
-        .unwrap();
+    click_away(&b, "button[aria-label=\"Stop web\"]");
     wait_path(&b, "/ui/instances/");
     mark(&b);
     b.wait_for("web stopped", STATE_CHANGE, |b| {
@@ -288,8 +302,7 @@ fn a_user_logs_in_runs_an_instance_and_logs_out_in_a_real_browser() {
     shot(&b, "06-instance-stopped");
 
     // Delete it (after the confirmation); the list no longer has it.
-    b.click(&b.find("button[aria-label=\"Delete web\"]").unwrap())
-        .unwrap();
+    click_away(&b, "button[aria-label=\"Delete web\"]");
     b.accept_dialog().unwrap();
     wait_path(&b, "/ui/instances");
     mark(&b);
@@ -300,7 +313,7 @@ fn a_user_logs_in_runs_an_instance_and_logs_out_in_a_real_browser() {
     assert!(still_marked(&b));
 
     // Over quota: the API's refusal, in words.
-    create(&b, "many", 1000);
+    create(&b, "many", 1000, None);
     wait_path(&b, "/ui/instances");
     let flash = text_of(&b, "#flash[role=alert]").expect("an error shown");
     assert!(
@@ -312,7 +325,7 @@ fn a_user_logs_in_runs_an_instance_and_logs_out_in_a_real_browser() {
     // The controller restarts under the page: the page says so, keeps trying, carries on
     // (no reload), and the session is still good.
     restart_controller(&b, &cluster);
-    create(&b, "after", 1);
+    create(&b, "after", 1, Some("after from the dashboard"));
     wait_path(&b, "/ui/instances");
     mark(&b);
     b.wait_for("after active in the table", STATE_CHANGE, |b| {
@@ -323,7 +336,7 @@ fn a_user_logs_in_runs_an_instance_and_logs_out_in_a_real_browser() {
     assert!(still_marked(&b));
 
     // Log out: back to the form, and the pages are closed.
-    b.click(&b.find("header form button").unwrap()).unwrap();
+    click_away(&b, "header form button");
     wait_path(&b, "/ui/login");
     b.goto(&format!("{url}/ui/instances")).unwrap();
     wait_path(&b, "/ui/login");
@@ -389,7 +402,7 @@ fn admin_pages(b: &Browser, cluster: &Cluster, url: &str) {
     b.type_in(&b.find("#password").unwrap(), password.trim())
         .unwrap();
     b.type_in(&b.find("#project").unwrap(), "admin").unwrap();
-    b.click(&b.find("form.login button").unwrap()).unwrap();
+    click_away(b, "form.login button");
     wait_path(b, "/ui/");
     // The admin's overview has the nodes with their use.
     b.wait_for("the nodes on the overview", PAGE, |b| {
@@ -397,8 +410,7 @@ fn admin_pages(b: &Browser, cluster: &Cluster, url: &str) {
     })
     .unwrap();
     shot(b, "10-admin-overview");
-    b.click(&b.find("nav a[href=\"/ui/nodes\"]").unwrap())
-        .unwrap();
+    click_away(b, "nav a[href=\"/ui/nodes\"]");
     wait_path(b, "/ui/nodes");
     b.wait_for("a node's plot", PAGE, |b| {
         b.find("#nodes svg.plot").ok().map(|_| ())
@@ -406,7 +418,7 @@ fn admin_pages(b: &Browser, cluster: &Cluster, url: &str) {
     .unwrap();
     all_labelled(b, "nodes");
     shot(b, "11-nodes");
-    b.click(&b.find("#nodes th a").unwrap()).unwrap();
+    click_away(b, "#nodes th a");
     wait_path(b, "/ui/nodes/");
     b.wait_for("the node's plots", PAGE, |b| {
         (b.all("#node figure svg").ok()?.len() == 4).then_some(())
@@ -414,6 +426,22 @@ fn admin_pages(b: &Browser, cluster: &Cluster, url: &str) {
     .unwrap();
     all_labelled(b, "node");
     shot(b, "12-node");
+    // The create traced from the dashboard (after the restart: traces are kept in memory), as a
+    // waterfall: two hops and the agent's work.
+    b.goto(&format!("{url}/ui/traces")).unwrap();
+    wait_path(b, "/ui/traces");
+    let trace = b
+        .find("section.trace")
+        .and_then(|t| b.text(&t))
+        .unwrap_or_default();
+    assert!(trace.contains("after from the dashboard"), "{trace}");
+    assert!(
+        trace.contains("controller")
+            && trace.contains("scheduler")
+            && trace.contains("final consumer"),
+        "{trace}"
+    );
+    assert_eq!(b.all("section.trace svg rect").unwrap().len(), 3);
     for (n, page, heading) in [
         (13, "tenants", "Tenants and quotas"),
         (14, "images", "Images"),

@@ -299,6 +299,63 @@ fn up_drive_and_down() {
     assert!(!gone.status.success());
     assert!(String::from_utf8_lossy(&gone.stderr).contains("404"));
 
+    // A traced create: its START's hops (controller, then scheduler) and the agent's report of
+    // when it was done reach `cumulo trace show` (an admin's).
+    cluster.ok(&[
+        "instance",
+        "create",
+        "--workload",
+        "tiny",
+        "--name",
+        "traced",
+        "--trace",
+        "e2e trace",
+        "--wait",
+    ]);
+    let as_admin = |args: &[&str]| common::cumulo_as_admin(cluster.dir.path(), &cluster.env, args);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let shown = loop {
+        let out = as_admin(&["trace", "show", "e2e trace"]);
+        if out.status.success() {
+            break String::from_utf8(out.stdout).unwrap();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no trace: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    for want in [
+        "frame  START",
+        "controller",
+        "scheduler",
+        "final consumer done",
+    ] {
+        assert!(shown.contains(want), "no {want:?} in:\n{shown}");
+    }
+    let listed = common::succeeded(&["trace"], as_admin(&["--json", "trace"]));
+    let traces: Value = serde_json::from_str(&listed).unwrap();
+    let trace = traces["traces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["label"] == "e2e trace")
+        .unwrap()
+        .clone();
+    let hops = trace["hops"].as_array().unwrap();
+    assert_eq!(hops.len(), 2, "{trace}");
+    assert!(
+        hops.iter()
+            .all(|h| h["rx_ns"].as_u64() >= h["tx_ns"].as_u64()),
+        "{trace}"
+    );
+    assert!(trace["total_ns"].as_u64().unwrap() > 0, "{trace}");
+    // A label that is not one is refused, saying why.
+    let bad = cluster.cumulo(&["instance", "create", "--workload", "tiny", "--trace", "é"]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("X-Cumulo-Trace"));
+
     // Bad input: one clear line and a non-zero exit.
     let bad = cluster.cumulo(&["instance", "create", "--workload", "no-such-workload"]);
     assert!(!bad.status.success());

@@ -112,6 +112,49 @@ pub enum BootVolume {
     },
 }
 
+/// A trace's label, as a request names it (`X-Cumulo-Trace`, `cumulo instance create
+/// --trace`): 1 to [`TraceLabel::MAX`] printable ASCII characters. Kept inline (no allocation)
+/// so that a [`Caller`] stays `Copy`.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TraceLabel {
+    len: u8,
+    bytes: [u8; TraceLabel::MAX],
+}
+
+impl TraceLabel {
+    /// The longest label, in bytes.
+    pub const MAX: usize = 48;
+
+    /// `text` as a label, if it is one (1 to [`TraceLabel::MAX`] printable ASCII characters,
+    /// spaces allowed inside).
+    pub fn new(text: &str) -> Option<TraceLabel> {
+        let text = text.trim();
+        let ok = !text.is_empty()
+            && text.len() <= TraceLabel::MAX
+            && text.bytes().all(|b| b == b' ' || b.is_ascii_graphic());
+        if !ok {
+            return None;
+        }
+        let mut bytes = [0u8; TraceLabel::MAX];
+        bytes[..text.len()].copy_from_slice(text.as_bytes());
+        Some(TraceLabel {
+            len: u8::try_from(text.len()).ok()?,
+            bytes,
+        })
+    }
+
+    /// The label.
+    pub fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.bytes[..usize::from(self.len)]).unwrap_or("")
+    }
+}
+
+impl std::fmt::Debug for TraceLabel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", self.as_str())
+    }
+}
+
 /// Who asks the cluster to act on instances: recorded with the instance actions the request
 /// starts (see [`crate::actions`]). `Caller::default()` is nobody in particular: the admin
 /// client certificate, or the controller itself.
@@ -124,6 +167,8 @@ pub struct Caller {
     /// The API request that asks (`req-` and this UUID, its `X-OpenStack-Request-Id`): the
     /// instance actions it starts take that request id.
     pub request: Option<Uuid>,
+    /// The label of the trace the request asked for: the STARTs it sends are traced.
+    pub trace: Option<TraceLabel>,
 }
 
 /// Why a cluster operation failed.

@@ -211,6 +211,10 @@ pub struct Args {
     /// The image CNCIs boot from.
     #[arg(long, env = "CUMULO_CONTROLLER_CNCI_IMAGE", default_value = "cnci")]
     pub cnci_image: String,
+    /// The share of launched instances whose START is traced without being asked (0 to 1; 0.01:
+    /// one in a hundred), under the label `sampled`; a request asks with `X-Cumulo-Trace`.
+    #[arg(long, env = "CUMULO_CONTROLLER_TRACE_SAMPLE_RATE", default_value = "0", value_parser = parse_share)]
+    pub trace_sample_rate: f64,
     /// How long a delete or stop may go unconfirmed (then the instance is hung or missing).
     #[arg(long, env = "CUMULO_CONTROLLER_CONFIRM_TIMEOUT", default_value = "60s", value_parser = parse_positive_duration)]
     pub confirm_timeout: Duration,
@@ -325,6 +329,7 @@ impl Args {
         };
         daemon.engine.cnci_image = self.cnci_image;
         daemon.engine.confirm_timeout = self.confirm_timeout;
+        daemon.engine.trace_sample = self.trace_sample_rate;
         daemon.handshake.session.idle_timeout = self.idle_timeout;
         daemon.engine.cnci_timeout = self.cnci_timeout;
         daemon.engine.cnci_linger = self.cnci_linger;
@@ -382,6 +387,16 @@ impl Args {
             image_listen: self.image_listen,
         };
         Ok((daemon, api))
+    }
+}
+
+/// A share from 0 to 1.
+fn parse_share(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
+        _ => Err(format!(
+            "{text:?}: a share from 0 to 1 (0.01: one in a hundred)"
+        )),
     }
 }
 

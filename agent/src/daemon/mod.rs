@@ -32,6 +32,7 @@ pub mod console;
 pub mod export;
 pub mod inbound;
 pub mod reporter;
+pub mod traces;
 
 use ssntp::Role;
 use ssntp::handshake::HandshakeConfig;
@@ -420,7 +421,8 @@ async fn run_with<B: Backend>(
             return Err(e);
         }
     };
-    let reporter = SsntpReporter::new(client.clone(), node, outbound.clone());
+    let traces = traces::Traces::default();
+    let reporter = SsntpReporter::new(client.clone(), node, outbound.clone(), traces.clone());
     let backend = Arc::new(backend);
     let core = match Core::spawn(config.core_config(node), backend.clone(), reporter).await {
         Ok(core) => core,
@@ -440,7 +442,7 @@ async fn run_with<B: Backend>(
     let ended = serve(
         &core,
         &client,
-        &outbound,
+        (&outbound, &traces),
         &mut events,
         node,
         config,
@@ -506,7 +508,7 @@ async fn start_console<B: Backend>(
 async fn serve(
     core: &Core,
     client: &ClientHandle,
-    outbound: &Outbound,
+    (outbound, traces): (&Outbound, &traces::Traces),
     events: &mut mpsc::Receiver<ClientEvent>,
     node: Uuid,
     config: &DaemonConfig,
@@ -548,6 +550,9 @@ async fn serve(
             Some(ClientEvent::Frames(messages)) => {
                 let cnci_dir = config.cnci.as_ref().map(|c| c.dir.as_path());
                 for message in messages {
+                    if let ssntp::Payload::Start(start) = &message.payload {
+                        traces.arrived(start.instance_uuid, &message.frame);
+                    }
                     handle(core, client, node, cnci_dir, &message.payload)?;
                 }
             }

@@ -112,23 +112,39 @@ fn flush(state: &mut State, client: &ClientHandle) -> Result<(), SendError> {
     Ok(())
 }
 
+/// The wall clock in ns since the Unix epoch (trace times).
+fn unix_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
 /// Sends the core's reports as SSNTP frames.
 pub struct SsntpReporter {
     client: ClientHandle,
     node: Uuid,
     outbound: Outbound,
+    /// Traced STARTs waiting for their outcome (the daemon keeps them as they arrive).
+    traces: super::traces::Traces,
     /// Frames dropped because the session's queue was full.
     busy_drops: u64,
 }
 
 impl SsntpReporter {
     /// A reporter sending on `client`'s sessions as node `node`, sharing `outbound` with the
-    /// client's announce hook.
-    pub fn new(client: ClientHandle, node: Uuid, outbound: Outbound) -> SsntpReporter {
+    /// client's announce hook, reporting the traced STARTs `traces` keeps when their outcome
+    /// comes.
+    pub fn new(
+        client: ClientHandle,
+        node: Uuid,
+        outbound: Outbound,
+        traces: super::traces::Traces,
+    ) -> SsntpReporter {
         SsntpReporter {
             client,
             node,
             outbound,
+            traces,
             busy_drops: 0,
         }
     }
@@ -251,6 +267,18 @@ impl Reporter for SsntpReporter {
     async fn event(&mut self, event: &InstanceEvent) {
         if let Some(payload) = wire::event_payload(event, self.node) {
             self.send_event(payload).await;
+        }
+        // A START's outcome: its first state, or its failure.
+        let started = match event {
+            InstanceEvent::State { instance, .. } | InstanceEvent::StartFailed { instance, .. } => {
+                Some(*instance)
+            }
+            _ => None,
+        };
+        if let Some(instance) = started
+            && let Some(report) = self.traces.done(instance, unix_ns())
+        {
+            self.send_event(Payload::TraceReport(report)).await;
         }
     }
 }

@@ -22,6 +22,27 @@ pub fn binaries_or_skip(bins: &[&str]) -> bool {
     false
 }
 
+/// Runs `cumulo args` as the admin of the cluster in `dir` (its `admin-password`), with only
+/// `PATH` and `env` (a cluster's exports) from the environment.
+#[allow(dead_code)]
+pub fn cumulo_as_admin<'a>(
+    dir: &Path,
+    env: impl IntoIterator<Item = (&'a String, &'a String)>,
+    args: &[&str],
+) -> std::process::Output {
+    let password = std::fs::read_to_string(dir.join("admin-password")).expect("the admin password");
+    std::process::Command::new(env!("CARGO_BIN_EXE_cumulo"))
+        .args(args)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .envs(env)
+        .env("CUMULO_USERNAME", "admin")
+        .env("CUMULO_PASSWORD", password.trim())
+        .env("CUMULO_PROJECT", "admin")
+        .output()
+        .expect("cumulo runs")
+}
+
 /// The stdout of `cumulo args`, which must have succeeded (else its output is the failure).
 #[allow(dead_code)]
 pub fn succeeded(args: &[&str], out: std::process::Output) -> String {

@@ -47,6 +47,8 @@ pub struct Principal {
     pub app_credential: Option<AppCredentialUse>,
     /// The id of the request it made (`req-` and this UUID, its `X-OpenStack-Request-Id`).
     pub request: Option<Uuid>,
+    /// The trace the request asked for (`X-Cumulo-Trace`), if any.
+    pub trace: Option<crate::cluster::TraceLabel>,
 }
 
 /// The application credential behind a token.
@@ -94,6 +96,7 @@ impl Principal {
             user: self.user,
             project: self.project,
             request: self.request,
+            trace: self.trace,
         }
     }
 
@@ -243,6 +246,7 @@ pub async fn principal_of_token(state: &ApiState, token: &str) -> Result<Princip
         claims: Some(claims),
         app_credential,
         request: None,
+        trace: None,
     })
 }
 
@@ -284,6 +288,27 @@ fn check_writes(principal: &Principal, parts: &Parts) -> Result<(), ApiError> {
     }))
 }
 
+/// The header that asks for the request's STARTs to be traced, under this label.
+pub const TRACE_HEADER: &str = "x-cumulo-trace";
+
+/// The trace label a request asks for (400 for one that is not a label).
+fn trace_label(parts: &Parts) -> Result<Option<crate::cluster::TraceLabel>, ApiError> {
+    let Some(value) = parts.headers.get(TRACE_HEADER) else {
+        return Ok(None);
+    };
+    value
+        .to_str()
+        .ok()
+        .and_then(crate::cluster::TraceLabel::new)
+        .map(Some)
+        .ok_or_else(|| {
+            ApiError::BadRequest(format!(
+                "X-Cumulo-Trace: a label of 1 to {} printable ASCII characters",
+                crate::cluster::TraceLabel::MAX
+            ))
+        })
+}
+
 impl FromRequestParts<ApiState> for Principal {
     type Rejection = ApiError;
 
@@ -292,10 +317,12 @@ impl FromRequestParts<ApiState> for Principal {
             .extensions
             .get::<super::request_id::RequestId>()
             .map(|r| r.0);
+        let trace = trace_label(parts)?;
         if let Some(token) = request_token(parts) {
             let token = token.to_string();
             let mut principal = principal_of_token(state, &token).await?;
             principal.request = request;
+            principal.trace = trace;
             check_writes(&principal, parts)?;
             return Ok(principal);
         }
@@ -307,6 +334,7 @@ impl FromRequestParts<ApiState> for Principal {
                 claims: None,
                 app_credential: None,
                 request,
+                trace,
             }),
             _ => Err(ApiError::Unauthorized(
                 "authentication required: send X-Auth-Token".into(),

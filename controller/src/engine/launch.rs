@@ -89,6 +89,8 @@ impl Engine {
                 launch.name
             );
         }
+        self.mark_traced(&created, by);
+        let ids: Vec<uuid::Uuid> = created.iter().map(|i| i.id).collect();
         let mut outcome = Ok(());
         let mut dispatched_all = Vec::with_capacity(created.len());
         for (instance, ticket) in created.into_iter().zip(&tickets) {
@@ -99,6 +101,8 @@ impl Engine {
                 break;
             }
         }
+        // What was not sent (a dispatch that failed, or one deferred) goes untraced.
+        self.unmark_traced(&ids);
         let ended = self.store.batch(&mut || {
             for (ticket, dispatched) in &dispatched_all {
                 self.finish_action(ticket, dispatched);

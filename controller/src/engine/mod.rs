@@ -132,7 +132,7 @@ use uuid::Uuid;
 use crate::actions::{self, ActionKind, ActionTicket};
 use crate::cluster::{
     BootVolume, Caller, Cluster, ClusterError, InstanceAction, Launch, Node, NodeStatus, Rebuild,
-    ResizeStep, Trace, action_allowed,
+    ResizeStep, Trace, TraceLabel, action_allowed,
 };
 use store::{
     EventKind, Flavor, Instance, InstanceChange, InstanceFilter, InstanceState, NewEvent,
@@ -174,6 +174,9 @@ pub struct EngineConfig {
     pub cnci_linger: Duration,
     /// How many frame traces are kept.
     pub traces: usize,
+    /// The share of launched instances whose START is traced without being asked (0 to 1;
+    /// label `sampled`).
+    pub trace_sample: f64,
     /// The port of the agents' console endpoint ([`console`]).
     pub console_port: u16,
     /// The identity console logs are fetched with (the controller's certificate); `None`: they
@@ -195,6 +198,7 @@ impl EngineConfig {
             cnci_timeout: Duration::from_secs(120),
             cnci_linger: Duration::from_secs(60),
             traces: 1000,
+            trace_sample: 0.0,
             console_port: DEFAULT_CONSOLE_PORT,
             console_tls: None,
             cnci_creds: None,
@@ -210,6 +214,12 @@ pub use ssntp_net::SendError as SendFailure;
 pub trait Outbound: Send + Sync {
     /// Queues a frame, without waiting.
     fn send(&self, payload: &Payload) -> Result<(), SendFailure>;
+    /// Queues a traced frame (PROTOCOL.md §6: its trace block's first hop is ours), without
+    /// waiting. An outbound that cannot trace sends it untraced.
+    fn send_traced(&self, payload: &Payload, label: &str) -> Result<(), SendFailure> {
+        let _ = label;
+        self.send(payload)
+    }
     /// Whether a session with the scheduler is up.
     fn connected(&self) -> bool;
 }
@@ -217,6 +227,10 @@ pub trait Outbound: Send + Sync {
 impl Outbound for ssntp_net::client::ClientHandle {
     fn send(&self, payload: &Payload) -> Result<(), SendFailure> {
         self.send_payload(payload)
+    }
+
+    fn send_traced(&self, payload: &Payload, label: &str) -> Result<(), SendFailure> {
+        ssntp_net::client::ClientHandle::send_traced(self, payload, label)
     }
 
     fn connected(&self) -> bool {
@@ -229,6 +243,8 @@ impl Outbound for ssntp_net::client::ClientHandle {
 #[derive(Default)]
 struct State {
     nodes: BTreeMap<Uuid, Node>,
+    /// Instances whose START is to be traced, with the trace's label (taken when it goes).
+    traced: HashMap<Uuid, TraceLabel>,
     /// What each node's STATS said over the last hour.
     history: HashMap<Uuid, crate::history::History>,
     /// Instances waiting for a confirmation (DELETE or stop), since when.
@@ -281,6 +297,8 @@ struct State {
 const MAX_STRANGERS: usize = 100_000;
 /// At most this many removed instances are remembered (then the set starts again).
 const MAX_DELETED: usize = 100_000;
+/// Most STARTs waiting to go traced at once (a launch past it sends the rest untraced).
+const TRACED_MAX: usize = 10_000;
 /// The reason of an instance in `error` because its START was lost.
 pub const START_LOST: &str = "start_lost";
 /// How long a DELETE may go unanswered before a node that still reports the instance gets it
@@ -489,6 +507,55 @@ impl Engine {
         self.out
             .send(payload)
             .map_err(|e| ClusterError::Unavailable(format!("scheduler: {e}")))
+    }
+
+    /// Sends `payload`, traced under `label` if there is one.
+    fn send_maybe_traced(
+        &self,
+        payload: &Payload,
+        label: Option<TraceLabel>,
+    ) -> Result<(), ClusterError> {
+        match label {
+            Some(label) => self
+                .out
+                .send_traced(payload, label.as_str())
+                .map_err(|e| ClusterError::Unavailable(format!("scheduler: {e}"))),
+            None => self.send(payload),
+        }
+    }
+
+    /// Forgets the trace labels of `ids` that were not taken by their START.
+    fn unmark_traced(&self, ids: &[Uuid]) {
+        let mut state = self.state();
+        if state.traced.is_empty() {
+            return;
+        }
+        for id in ids {
+            state.traced.remove(id);
+        }
+    }
+
+    /// Marks the STARTs of `instances` to be traced: under the caller's label if it asked, else
+    /// a sampled share of them under `sampled`. At most [`TRACED_MAX`] wait at once.
+    fn mark_traced(&self, instances: &[Instance], by: &Caller) {
+        let sampled = TraceLabel::new("sampled");
+        let mut state = self.state();
+        for instance in instances {
+            let label = match by.trace {
+                Some(label) => Some(label),
+                None if self.config.trace_sample > 0.0
+                    && fastrand::f64() < self.config.trace_sample =>
+                {
+                    sampled
+                }
+                None => None,
+            };
+            if let Some(label) = label
+                && state.traced.len() < TRACED_MAX
+            {
+                state.traced.insert(instance.id, label);
+            }
+        }
     }
 
     fn require_connected(&self) -> Result<(), ClusterError> {

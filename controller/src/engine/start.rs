@@ -218,7 +218,8 @@ impl Engine {
             start.requirements.zone.clone_from(&instance.zone);
         }
         actions::start_sent(self.store.as_ref(), instance.id);
-        let sent = self.send(&Payload::Start(Box::new(start)));
+        let label = self.state().traced.remove(&instance.id);
+        let sent = self.send_maybe_traced(&Payload::Start(Box::new(start)), label);
         if sent.is_ok() {
             self.state()
                 .dispatched

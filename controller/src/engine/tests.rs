@@ -21,6 +21,8 @@ use store::{
 #[derive(Default)]
 struct Recorder {
     sent: Mutex<Vec<Payload>>,
+    /// The labels of the traced frames sent, with their operands.
+    traced: Mutex<Vec<(ssntp::Operand, String)>>,
     down: AtomicBool,
 }
 
@@ -30,6 +32,15 @@ impl Outbound for Recorder {
             return Err(SendFailure::NotConnected);
         }
         self.sent.lock().unwrap().push(payload.clone());
+        Ok(())
+    }
+
+    fn send_traced(&self, payload: &Payload, label: &str) -> Result<(), SendFailure> {
+        self.send(payload)?;
+        self.traced
+            .lock()
+            .unwrap()
+            .push((payload.operand(), label.to_string()));
         Ok(())
     }
 
@@ -133,6 +144,11 @@ impl World {
     }
 
     fn launch(&self, count: u32) -> Vec<Instance> {
+        self.launch_by(count, &Caller::default())
+    }
+
+    /// [`World::launch`] asked by `by`.
+    fn launch_by(&self, count: u32, by: &Caller) -> Vec<Instance> {
         self.engine
             .launch(
                 Scope::Tenant(self.tenant),
@@ -149,7 +165,7 @@ impl World {
                     reservation: store::Instance::new_reservation(),
                     zone: None,
                 },
-                &Caller::default(),
+                by,
             )
             .unwrap()
     }

@@ -486,6 +486,7 @@ async fn create_form(api: &Api, csrf: &str) -> Result<String, Failed> {
          <label for=\"c-count\">How many</label><input id=\"c-count\" name=\"count\" type=\"number\" min=\"1\" max=\"1000\" value=\"1\" required>\
          <label for=\"c-key\">Key pair</label><select id=\"c-key\" name=\"key\">{key_options}</select>\
          <label for=\"c-userdata\">User data</label><textarea id=\"c-userdata\" name=\"user_data\" rows=\"4\" spellcheck=\"false\"></textarea>\
+         <label for=\"c-trace\">Trace label</label><input id=\"c-trace\" name=\"trace\" maxlength=\"48\" placeholder=\"none: not traced\">\
          <button type=\"submit\">Create</button></form></section>",
         csrf = csrf_field(csrf),
     ))
@@ -523,9 +524,19 @@ pub(super) async fn create(session: Session, body: Bytes) -> Response {
     if let Some(data) = form.get("user_data").filter(|d| !d.trim().is_empty()) {
         server["user_data"] = json!(base64::engine::general_purpose::STANDARD.encode(data));
     }
+    let headers: Vec<(&'static str, String)> = form
+        .text("trace")
+        .map(|label| ("x-cumulo-trace", label.to_string()))
+        .into_iter()
+        .collect();
     let flash = match session
         .api()
-        .post("/compute/v2.1/servers", json!({ "server": server }))
+        .call(
+            axum::http::Method::POST,
+            "/compute/v2.1/servers",
+            Some(json!({ "server": server })),
+            &headers,
+        )
         .await
     {
         Ok(_) => Flash {

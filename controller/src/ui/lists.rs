@@ -361,8 +361,8 @@ pub(super) async fn traces(session: Session) -> Response {
     .await
 }
 
-/// One trace: its hops as bars from when each was sent to when the next received it, on one
-/// time axis from the first send.
+/// One trace: its hops as bars from when each was sent to when the next endpoint received it,
+/// then the final consumer's work until it was done, on one time axis from the first send.
 fn waterfall(t: &Value) -> String {
     let hops = items(t, "hops");
     let start = hops
@@ -370,30 +370,33 @@ fn waterfall(t: &Value) -> String {
         .filter_map(|h| h["tx_ns"].as_u64())
         .min()
         .unwrap_or(0);
-    let end = hops
+    let done = start.saturating_add(t["total_ns"].as_u64().unwrap_or(0));
+    let last_rx = hops
         .iter()
         .flat_map(|h| [h["tx_ns"].as_u64(), h["rx_ns"].as_u64()])
         .flatten()
         .max()
-        .unwrap_or(start)
-        .max(start + 1);
+        .unwrap_or(start);
+    let end = done.max(last_rx).max(start + 1);
     let span = (end - start) as f64;
     let (width, row) = (600.0, 22.0);
-    let height = row * hops.len().max(1) as f64;
     let label = t["label"].as_str().unwrap_or("");
     let mut bars = String::new();
     let mut rows = Vec::new();
-    for (i, h) in hops.iter().enumerate() {
-        let tx = h["tx_ns"].as_u64().unwrap_or(start);
-        let rx = h["rx_ns"].as_u64().filter(|&r| r >= tx).unwrap_or(tx);
-        let x = (tx - start) as f64 / span * width;
-        let w = ((rx - tx) as f64 / span * width).max(2.0);
+    let mut bar = |i: usize, from: u64, to: u64| {
+        let x = (from - start) as f64 / span * width;
+        let w = ((to - from) as f64 / span * width).max(2.0);
         let y = i as f64 * row + 3.0;
         let _ = write!(
             bars,
             "<rect x=\"{x:.1}\" y=\"{y:.1}\" width=\"{w:.1}\" height=\"{:.1}\" fill=\"currentColor\"/>",
             row - 6.0
         );
+    };
+    for (i, h) in hops.iter().enumerate() {
+        let tx = h["tx_ns"].as_u64().unwrap_or(start).max(start);
+        let rx = h["rx_ns"].as_u64().filter(|&r| r >= tx).unwrap_or(tx);
+        bar(i, tx, rx);
         rows.push(vec![
             cell(&h["role"]),
             cell(&h["uuid"]),
@@ -401,13 +404,23 @@ fn waterfall(t: &Value) -> String {
             format!("{:.3} ms", (rx - tx) as f64 / 1e6),
         ]);
     }
+    if done > last_rx {
+        bar(hops.len(), last_rx, done);
+        rows.push(vec![
+            "the final consumer".into(),
+            String::new(),
+            format!("{:.3} ms", (last_rx - start) as f64 / 1e6),
+            format!("{:.3} ms (its work)", (done - last_rx) as f64 / 1e6),
+        ]);
+    }
+    let height = row * rows.len().max(1) as f64;
     format!(
         "<section class=\"trace\"><h2>{label} <span class=\"note\">{frame}, {total:.3} ms</span></h2>\
          <svg class=\"waterfall\" viewBox=\"0 0 {width} {height}\" width=\"{width}\" height=\"{height}\" \
          role=\"img\" aria-label=\"the hops of trace {label} over time\">{bars}</svg>{table}</section>",
         label = esc(label),
         frame = cell(&t["frame"]),
-        total = t["total_ns"].as_u64().unwrap_or(0) as f64 / 1e6,
+        total = (end - start) as f64 / 1e6,
         table = table(
             "Hops",
             &["Sender", "UUID", "Sent at", "Until received"],

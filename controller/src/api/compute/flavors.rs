@@ -420,6 +420,7 @@ mod tests {
             claims: None,
             app_credential: None,
             request: None,
+            trace: None,
         };
         let member = caller(false, Some(project));
         for asked in [None, Some("none"), Some("false"), Some("bogus")] {

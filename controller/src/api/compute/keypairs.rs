@@ -269,6 +269,7 @@ mod tests {
             claims: None,
             app_credential: None,
             request: None,
+            trace: None,
         };
         assert_eq!(owner(&cert).unwrap_err().status(), StatusCode::FORBIDDEN);
     }

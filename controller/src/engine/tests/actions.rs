@@ -27,6 +27,7 @@ fn a_launch_records_a_create_per_instance_and_how_each_start_went() {
         user: Some(Uuid::from_u128(1)),
         project: Some(w.tenant),
         request: None,
+        trace: None,
     };
     let made = w
         .engine

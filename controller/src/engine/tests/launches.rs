@@ -280,3 +280,39 @@ fn a_launch_with_a_key_puts_it_in_the_start() {
     let meta = starts(&sent)[0].meta_data.clone().unwrap();
     assert!(!meta.contains_key("public-keys") && !meta.contains_key("key-name"));
 }
+
+/// A launch that asks for a trace sends each START traced under its label; others go untraced,
+/// unless sampled (every one at rate 1, under `sampled`); nothing waits once they went.
+#[test]
+fn a_traced_launch_sends_its_starts_traced() {
+    let w = world();
+    w.node_connected(NODE, NodeType::ComputeNode);
+    let by = Caller {
+        trace: TraceLabel::new("my trace"),
+        ..Caller::default()
+    };
+    w.launch_by(2, &by);
+    w.launch(1);
+    let traced = std::mem::take(&mut *w.out.traced.lock().unwrap());
+    assert_eq!(
+        traced,
+        vec![
+            (ssntp::Operand::Start, "my trace".to_string()),
+            (ssntp::Operand::Start, "my trace".to_string()),
+        ]
+    );
+    assert!(w.engine.state().traced.is_empty());
+
+    let sampled = world_configured(TenantNetwork::None, Quota::default(), |c| {
+        c.trace_sample = 1.0;
+    });
+    sampled.node_connected(NODE, NodeType::ComputeNode);
+    sampled.launch(1);
+    let traced = sampled.out.traced.lock().unwrap().clone();
+    assert_eq!(traced, vec![(ssntp::Operand::Start, "sampled".to_string())]);
+    // Not labels: too long, not printable.
+    assert!(TraceLabel::new(&"x".repeat(49)).is_none());
+    assert!(TraceLabel::new("é").is_none());
+    assert!(TraceLabel::new("  ").is_none());
+    assert_eq!(TraceLabel::new(" a b ").unwrap().as_str(), "a b");
+}
