@@ -215,6 +215,10 @@ pub struct Args {
     /// one in a hundred), under the label `sampled`; a request asks with `X-Cumulo-Trace`.
     #[arg(long, env = "CUMULO_CONTROLLER_TRACE_SAMPLE_RATE", default_value = "0", value_parser = parse_share)]
     pub trace_sample_rate: f64,
+    /// Export the collected traces as OpenTelemetry spans to this OTLP/HTTP collector
+    /// (`http://host[:port]`, port 4318 unless given; docs/traces.md).
+    #[arg(long, env = "CUMULO_CONTROLLER_OTLP_ENDPOINT", value_parser = crate::otlp::Endpoint::parse)]
+    pub otlp_endpoint: Option<crate::otlp::Endpoint>,
     /// How long a delete or stop may go unconfirmed (then the instance is hung or missing).
     #[arg(long, env = "CUMULO_CONTROLLER_CONFIRM_TIMEOUT", default_value = "60s", value_parser = parse_positive_duration)]
     pub confirm_timeout: Duration,
@@ -330,6 +334,7 @@ impl Args {
         daemon.engine.cnci_image = self.cnci_image;
         daemon.engine.confirm_timeout = self.confirm_timeout;
         daemon.engine.trace_sample = self.trace_sample_rate;
+        daemon.engine.otlp = self.otlp_endpoint;
         daemon.handshake.session.idle_timeout = self.idle_timeout;
         daemon.engine.cnci_timeout = self.cnci_timeout;
         daemon.engine.cnci_linger = self.cnci_linger;

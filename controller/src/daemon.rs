@@ -154,6 +154,9 @@ impl Controller {
                     path: config.store.clone(),
                     source,
                 })?;
+        if let Some(endpoint) = &config.engine.otlp {
+            engine.export_traces(crate::otlp::Exporter::start(endpoint.clone(), uuid));
+        }
         let stop = CancellationToken::new();
         let driver = tokio::spawn(engine::run(
             engine.clone(),

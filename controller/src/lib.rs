@@ -20,6 +20,7 @@ pub mod fuzzing;
 pub mod history;
 pub mod images;
 pub mod launcher_key;
+pub mod otlp;
 pub mod resize;
 pub mod ui;
 pub mod volumes;

@@ -845,7 +845,7 @@ impl Engine {
         let mut state = self.state();
         for frame in &report.frames {
             let name = ssntp::Operand::from_wire(frame.operand_type, frame.operand).name();
-            state.traces.push_back(Trace {
+            let trace = Trace {
                 label: frame.label.clone(),
                 frame: name.to_string(),
                 total_ns: frame.end_ns.saturating_sub(frame.start_ns),
@@ -859,7 +859,11 @@ impl Engine {
                         rx_ns: h.rx_ns,
                     })
                     .collect(),
-            });
+            };
+            if let Some(exporter) = self.otlp.get() {
+                exporter.export(&trace);
+            }
+            state.traces.push_back(trace);
             while state.traces.len() > self.config.traces {
                 state.traces.pop_front();
             }

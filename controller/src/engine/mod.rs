@@ -177,6 +177,8 @@ pub struct EngineConfig {
     /// The share of launched instances whose START is traced without being asked (0 to 1;
     /// label `sampled`).
     pub trace_sample: f64,
+    /// The OTLP/HTTP collector the collected traces are exported to, if any.
+    pub otlp: Option<crate::otlp::Endpoint>,
     /// The port of the agents' console endpoint ([`console`]).
     pub console_port: u16,
     /// The identity console logs are fetched with (the controller's certificate); `None`: they
@@ -199,6 +201,7 @@ impl EngineConfig {
             cnci_linger: Duration::from_secs(60),
             traces: 1000,
             trace_sample: 0.0,
+            otlp: None,
             console_port: DEFAULT_CONSOLE_PORT,
             console_tls: None,
             cnci_creds: None,
@@ -320,6 +323,8 @@ pub struct Engine {
     firewalls: firewall::Firewalls,
     /// Held while an attach picks its device (see [`volumes`]).
     volume_lock: Mutex<()>,
+    /// Where collected traces are exported too (OTLP), when set.
+    otlp: std::sync::OnceLock<crate::otlp::Exporter>,
     /// The nodes an admin disabled, sorted: every START of a new instance avoids them. Read from
     /// the store when the engine starts and at each sweep (another controller may change them),
     /// and changed at once by this engine's own disable and enable.
@@ -327,6 +332,11 @@ pub struct Engine {
 }
 
 impl Engine {
+    /// Exports the traces collected from now on with `exporter` too (set once).
+    pub fn export_traces(&self, exporter: crate::otlp::Exporter) {
+        let _ = self.otlp.set(exporter);
+    }
+
     /// Marks the controller as stopped for good, for `reason` (the first reason stays): the
     /// health check fails from now on, and the daemon exits with it.
     pub fn give_up(&self, reason: String) {
@@ -349,6 +359,7 @@ impl Engine {
             gone: std::sync::OnceLock::new(),
             firewalls: firewall::Firewalls::default(),
             volume_lock: Mutex::new(()),
+            otlp: std::sync::OnceLock::new(),
             disabled: Mutex::new(Vec::new()),
         };
         engine.refresh_disabled()?;
