@@ -745,6 +745,8 @@ pub fn events(conn: &Connection, args: EventsArgs, o: &mut Output<'_>) -> Result
 /// A trace, hop by hop: when each sender sent (from the first send) and how long until the next
 /// endpoint received it, then when the final consumer was done.
 fn trace_text(t: &Value) -> String {
+    // What peers wrote reaches the terminal without its control characters.
+    let text = |v: &Value| -> String { text(v).chars().filter(|c| !c.is_control()).collect() };
     let ms = |ns: u64| ns as f64 / 1e6;
     let hops = items(&t["hops"]);
     let start = hops

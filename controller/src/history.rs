@@ -1,7 +1,7 @@
 //! What each node's STATS said over the last hour, kept in memory for the dashboard's plots
 //! (`GET /cumulo/v1/nodes/{id}/history`): one sample every [`STEP`] at most, [`SPAN`] of them,
-//! so that a node costs at most [`SAMPLES`] × 32 bytes however often it reports (10,000 nodes:
-//! under 40 MiB). Lost with a restart, rebuilt by the STATS that follow.
+//! so that a node costs at most [`SAMPLES`] × 40 bytes however often it reports (10,000 nodes:
+//! under 50 MiB). Lost with a restart, rebuilt by the STATS that follow.
 
 use std::collections::VecDeque;
 use std::time::{Duration, SystemTime};
@@ -63,9 +63,14 @@ impl History {
         }
     }
 
-    /// The samples, oldest first.
-    pub fn samples(&self) -> Vec<Sample> {
-        self.samples.iter().copied().collect()
+    /// The samples of the last [`SPAN`] before `now`, oldest first (a node that went quiet
+    /// has none).
+    pub fn samples(&self, now: SystemTime) -> Vec<Sample> {
+        self.samples
+            .iter()
+            .filter(|s| now.duration_since(s.at).map_or(true, |age| age <= SPAN))
+            .copied()
+            .collect()
     }
 }
 
@@ -92,7 +97,7 @@ mod tests {
         for s in (0..7200).step_by(5) {
             h.record(at(1_000_000 + s));
         }
-        let kept = h.samples();
+        let kept = h.samples(at(1_000_000 + 7200).at);
         assert!(kept.len() <= SAMPLES, "{}", kept.len());
         assert!(kept.len() >= SAMPLES - 1, "{}", kept.len());
         let first = kept.first().unwrap().at;
@@ -112,6 +117,14 @@ mod tests {
         for s in (0..400).rev() {
             h.record(at(1_000_000 + s * 40));
         }
-        assert!(h.samples().len() <= SAMPLES);
+        assert!(h.samples(at(1_000_000).at).len() <= SAMPLES);
+    }
+
+    #[test]
+    fn a_quiet_node_has_no_samples_an_hour_on() {
+        let mut h = History::default();
+        h.record(at(1_000_000));
+        assert_eq!(h.samples(at(1_000_000 + 3600).at).len(), 1);
+        assert!(h.samples(at(1_000_000 + 3601).at).is_empty());
     }
 }

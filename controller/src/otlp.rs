@@ -59,14 +59,27 @@ impl Endpoint {
         {
             return Err(format!("{url:?}: no host"));
         }
-        let authority = if authority
-            .rsplit_once(':')
-            .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
-        {
-            authority.to_string()
-        } else {
-            format!("{authority}:4318")
+        let (host, port) = match authority.rsplit_once(':') {
+            // An IPv6 address needs its brackets; a port, its digits.
+            Some((host, port)) if !host.contains(':') || host.ends_with(']') => {
+                let port: u16 = port
+                    .parse()
+                    .map_err(|_| format!("{url:?}: a port of 1 to 65535"))?;
+                (host, port)
+            }
+            Some(_) => return Err(format!("{url:?}: an IPv6 address goes in brackets")),
+            None => (authority, 4318),
         };
+        if host.is_empty() || port == 0 {
+            return Err(format!("{url:?}: no host"));
+        }
+        if !prefix
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-._~/".contains(&b))
+        {
+            return Err(format!("{url:?}: a path of letters, digits and -._~/ only"));
+        }
+        let authority = format!("{host}:{port}");
         let prefix = if prefix == "/" { String::new() } else { prefix };
         Ok(Endpoint {
             authority,
@@ -149,7 +162,8 @@ async fn post(endpoint: &Endpoint, body: String) -> Result<(), String> {
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .map_err(|e| e.to_string())?;
-    let driver = tokio::spawn(conn);
+    // Ends with the request (a timeout drops the request, and with it this guard).
+    let driver = AbortOnDrop(tokio::spawn(conn));
     let request = hyper::Request::post(&endpoint.path)
         .header(hyper::header::HOST, &endpoint.authority)
         .header(hyper::header::CONTENT_TYPE, "application/json")
@@ -164,11 +178,20 @@ async fn post(endpoint: &Endpoint, body: String) -> Result<(), String> {
     let _ = http_body_util::Limited::new(response.into_body(), 64 * 1024)
         .collect()
         .await;
-    driver.abort();
+    drop(driver);
     if status.is_success() {
         Ok(())
     } else {
         Err(format!("the collector answered {status}"))
+    }
+}
+
+/// Aborts a task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<Result<(), hyper::Error>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
@@ -193,10 +216,20 @@ fn text(key: &str, value: &str) -> Value {
 pub fn spans(traces: &[Trace], controller: Uuid) -> Value {
     let mut spans = Vec::new();
     for t in traces {
+        // A trace without hops, or without times, says nothing worth a span.
+        let Some(start) = t.hops.iter().map(|h| h.tx_ns).filter(|&ns| ns > 0).min() else {
+            continue;
+        };
         let trace_id = random_id(16);
         let root = random_id(8);
-        let start = t.hops.iter().map(|h| h.tx_ns).min().unwrap_or(0);
-        let end = start.saturating_add(t.total_ns);
+        // The root covers its children, whatever the hosts' clocks said.
+        let last = t
+            .hops
+            .iter()
+            .map(|h| h.rx_ns.max(h.tx_ns))
+            .max()
+            .unwrap_or(start);
+        let end = start.saturating_add(t.total_ns).max(last);
         spans.push(json!({
             "traceId": trace_id,
             "spanId": root,
@@ -209,6 +242,9 @@ pub fn spans(traces: &[Trace], controller: Uuid) -> Value {
         let mut last_rx = start;
         for h in &t.hops {
             let rx = h.rx_ns.max(h.tx_ns);
+            if h.tx_ns == 0 {
+                continue;
+            }
             last_rx = last_rx.max(rx);
             spans.push(json!({
                 "traceId": trace_id,
@@ -282,7 +318,16 @@ mod tests {
             (e.authority.as_str(), e.path.as_str()),
             ("127.0.0.1:9999", "/otel/v1/traces")
         );
-        for bad in ["https://x", "collector:4318", "http://", "http://a b"] {
+        for bad in [
+            "https://x",
+            "collector:4318",
+            "http://",
+            "http://a b",
+            "http://:4318",
+            "http://host:",
+            "http://::1:80",
+            "http://h/p?q",
+        ] {
             assert!(Endpoint::parse(bad).is_err(), "{bad}");
         }
     }

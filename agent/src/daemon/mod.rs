@@ -550,10 +550,21 @@ async fn serve(
             Some(ClientEvent::Frames(messages)) => {
                 let cnci_dir = config.cnci.as_ref().map(|c| c.dir.as_path());
                 for message in messages {
-                    if let ssntp::Payload::Start(start) = &message.payload {
-                        traces.arrived(start.instance_uuid, &message.frame);
+                    let traced = match &message.payload {
+                        ssntp::Payload::Start(start) => {
+                            traces.arrived(start.instance_uuid, &message.frame);
+                            Some(start.instance_uuid)
+                        }
+                        _ => None,
+                    };
+                    let to_core = handle(core, client, node, cnci_dir, &message.payload)?;
+                    // A START answered at once (refused, or the core busy) is done now.
+                    if !to_core
+                        && let Some(instance) = traced
+                        && let Some(report) = traces.done(instance, reporter::unix_ns())
+                    {
+                        reply_to(client, &ssntp::Payload::TraceReport(report));
                     }
-                    handle(core, client, node, cnci_dir, &message.payload)?;
                 }
             }
             Some(ClientEvent::Stopped(e)) => return Err(e.into()),
@@ -563,14 +574,15 @@ async fn serve(
 }
 
 /// One frame from the scheduler. A CNCI's START leaves its credentials in `cnci_dir` (a node
-/// that runs CNCIs) before the core sees it (without them).
+/// that runs CNCIs) before the core sees it (without them). Whether the core took it (else it
+/// was answered at once, or only logged).
 fn handle(
     core: &Core,
     client: &ClientHandle,
     node: Uuid,
     cnci_dir: Option<&std::path::Path>,
     payload: &ssntp::Payload,
-) -> Result<(), DaemonError> {
+) -> Result<bool, DaemonError> {
     if let (Some(dir), ssntp::Payload::Start(start)) = (cnci_dir, payload)
         && let Err(e) = crate::cnci::launch::credentials::take_credentials(dir, start)
     {
@@ -579,7 +591,7 @@ fn handle(
     }
     match inbound(payload, node) {
         Inbound::Command(command) => match core.submit(command.clone()) {
-            Ok(()) => {}
+            Ok(()) => return Ok(true),
             Err(CoreError::Busy) => {
                 tracing::warn!(?command, "busy: command refused");
                 if let Some(reply) = wire::busy_reply(&command, node) {
@@ -599,7 +611,7 @@ fn handle(
             tracing::debug!(operand = %payload.operand(), "{what}");
         }
     }
-    Ok(())
+    Ok(false)
 }
 
 /// What to tell the operator when this agent's STATS interval is longer than the one the

@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use uuid::Uuid;
 
-use crate::model::{InstanceEvent, InstanceReport, NodeReport};
+use crate::model::{InstanceEvent, InstanceReport, InstanceState, NodeReport};
 use crate::reporter::Reporter;
 use crate::wire;
 
@@ -113,7 +113,7 @@ fn flush(state: &mut State, client: &ClientHandle) -> Result<(), SendError> {
 }
 
 /// The wall clock in ns since the Unix epoch (trace times).
-fn unix_ns() -> u64 {
+pub(super) fn unix_ns() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
@@ -268,17 +268,19 @@ impl Reporter for SsntpReporter {
         if let Some(payload) = wire::event_payload(event, self.node) {
             self.send_event(payload).await;
         }
-        // A START's outcome: its first state, or its failure.
+        // A START's outcome: the first state past admission (running, or stopped), or its
+        // failure. Sent like a STATS: never kept for a later session, never waited for.
         let started = match event {
-            InstanceEvent::State { instance, .. } | InstanceEvent::StartFailed { instance, .. } => {
+            InstanceEvent::State { instance, state } if *state != InstanceState::Pending => {
                 Some(*instance)
             }
+            InstanceEvent::StartFailed { instance, .. } => Some(*instance),
             _ => None,
         };
         if let Some(instance) = started
             && let Some(report) = self.traces.done(instance, unix_ns())
         {
-            self.send_event(Payload::TraceReport(report)).await;
+            self.send_now(&Payload::TraceReport(report));
         }
     }
 }

@@ -3,10 +3,12 @@
 //! session) until the core reports what came of it (the instance's first state, or its
 //! START_FAILURE); the daemon then sends a TRACE_REPORT with the hops and the time the agent
 //! was done, which the scheduler forwards to every controller. At most [`PENDING`] wait at once
-//! (a traced START past that is not reported).
+//! (past that the one waiting longest is dropped); a START answered without the core (refused
+//! at once, or the core busy) is reported at once.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use ssntp::frame::Frame;
 use ssntp::payload::{FrameTrace, TraceReport};
@@ -17,7 +19,7 @@ pub const PENDING: usize = 1024;
 
 /// The traced STARTs waiting for their outcome, by instance. Clones share them.
 #[derive(Debug, Clone, Default)]
-pub struct Traces(Arc<Mutex<HashMap<Uuid, FrameTrace>>>);
+pub struct Traces(Arc<Mutex<HashMap<Uuid, (Instant, FrameTrace)>>>);
 
 impl Traces {
     /// Keeps `frame`'s trace, if it has one, for `instance`'s outcome.
@@ -27,26 +29,35 @@ impl Traces {
         };
         let (operand_type, operand) = frame.operand.to_wire();
         let mut pending = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        if pending.len() >= PENDING && !pending.contains_key(&instance) {
-            tracing::debug!(%instance, "too many traced STARTs waiting: this one is not reported");
-            return;
+        if pending.len() >= PENDING
+            && !pending.contains_key(&instance)
+            && let Some(oldest) = pending
+                .iter()
+                .min_by_key(|(_, (since, _))| *since)
+                .map(|(id, _)| *id)
+        {
+            tracing::debug!(instance = %oldest, "too many traced STARTs waiting: the oldest is not reported");
+            pending.remove(&oldest);
         }
         pending.insert(
             instance,
-            FrameTrace {
-                label: trace.label.clone(),
-                operand_type,
-                operand,
-                start_ns: trace.start_ns,
-                end_ns: 0,
-                hops: trace.hops.clone(),
-            },
+            (
+                Instant::now(),
+                FrameTrace {
+                    label: trace.label.clone(),
+                    operand_type,
+                    operand,
+                    start_ns: trace.start_ns,
+                    end_ns: 0,
+                    hops: trace.hops.clone(),
+                },
+            ),
         );
     }
 
     /// The report of `instance`'s traced START, done at `now_ns`, if one was waiting.
     pub fn done(&self, instance: Uuid, now_ns: u64) -> Option<TraceReport> {
-        let mut frame = self
+        let (_, mut frame) = self
             .0
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -97,11 +108,13 @@ mod tests {
     }
 
     #[test]
-    fn the_waiting_traces_are_bounded() {
+    fn the_waiting_traces_are_bounded_the_oldest_going_first() {
         let traces = Traces::default();
         for n in 0..(PENDING as u128 + 10) {
             traces.arrived(Uuid::from_u128(n), &traced("x"));
         }
         assert_eq!(traces.0.lock().unwrap().len(), PENDING);
+        let newest = Uuid::from_u128(PENDING as u128 + 9);
+        assert!(traces.done(newest, 1_000).is_some(), "the newest is kept");
     }
 }

@@ -291,8 +291,12 @@ fn check_writes(principal: &Principal, parts: &Parts) -> Result<(), ApiError> {
 /// The header that asks for the request's STARTs to be traced, under this label.
 pub const TRACE_HEADER: &str = "x-cumulo-trace";
 
-/// The trace label a request asks for (400 for one that is not a label).
+/// The trace label a request asks for (400 for one that is not a label); only a POST (a
+/// create) is traced, so other requests are not refused for it.
 fn trace_label(parts: &Parts) -> Result<Option<crate::cluster::TraceLabel>, ApiError> {
+    if parts.method != Method::POST {
+        return Ok(None);
+    }
     let Some(value) = parts.headers.get(TRACE_HEADER) else {
         return Ok(None);
     };

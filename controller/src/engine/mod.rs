@@ -300,6 +300,10 @@ struct State {
 const MAX_STRANGERS: usize = 100_000;
 /// At most this many removed instances are remembered (then the set starts again).
 const MAX_DELETED: usize = 100_000;
+/// Most traces a TRACE_REPORT gives that are kept.
+const TRACE_FRAMES: usize = 64;
+/// Most hops of a trace that are kept (a frame has two or three).
+const TRACE_HOPS: usize = 16;
 /// Most STARTs waiting to go traced at once (a launch past it sends the rest untraced).
 const TRACED_MAX: usize = 10_000;
 /// The reason of an instance in `error` because its START was lost.

@@ -315,7 +315,7 @@ impl Cluster for Engine {
         Ok(state
             .history
             .get(&id)
-            .map(crate::history::History::samples)
+            .map(|h| h.samples(SystemTime::now()))
             .unwrap_or_default())
     }
 

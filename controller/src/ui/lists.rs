@@ -377,7 +377,7 @@ fn waterfall(t: &Value) -> String {
         .flatten()
         .max()
         .unwrap_or(start);
-    let end = done.max(last_rx).max(start + 1);
+    let end = done.max(last_rx).max(start.saturating_add(1));
     let span = (end - start) as f64;
     let (width, row) = (600.0, 22.0);
     let label = t["label"].as_str().unwrap_or("");

@@ -216,22 +216,53 @@ fn evacuate_and_restore_go_to_connected_nodes_only() {
 #[test]
 fn traces_are_kept_in_a_bounded_ring() {
     let w = world();
-    let frames = (0..1100)
-        .map(|i| ssntp::payload::FrameTrace {
-            label: format!("t{i}"),
+    let frame = |i: usize| ssntp::payload::FrameTrace {
+        label: format!("t{i}"),
+        operand_type: 0,
+        operand: 1,
+        start_ns: 10,
+        end_ns: 110,
+        hops: vec![],
+    };
+    // 18 reports of 64: the newest 1,000 are kept.
+    for report in 0..18 {
+        let frames = (0..64).map(|i| frame(report * 64 + i)).collect();
+        w.event(Payload::TraceReport(ssntp::payload::TraceReport { frames }));
+    }
+    let traces = w.engine.traces();
+    assert_eq!(traces.len(), 1000);
+    assert_eq!(traces.last().unwrap().label, "t1151");
+    assert_eq!(traces[0].total_ns, 100);
+    assert_eq!(traces[0].frame, "START");
+}
+
+/// A peer's report is bounded: 64 traces a report, 16 hops a trace, a printable label of 48
+/// bytes at most.
+#[test]
+fn a_peers_trace_report_is_bounded() {
+    let w = world();
+    let hop = ssntp::frame::Hop {
+        uuid: NODE,
+        role: ssntp::Role::AGENT,
+        tx_ns: 1,
+        rx_ns: 2,
+    };
+    let frames = (0..100)
+        .map(|_| ssntp::payload::FrameTrace {
+            label: format!("\u{1b}[31m{}", "x".repeat(100)),
             operand_type: 0,
             operand: 1,
             start_ns: 10,
             end_ns: 110,
-            hops: vec![],
+            hops: vec![hop; 1000],
         })
         .collect();
     w.event(Payload::TraceReport(ssntp::payload::TraceReport { frames }));
     let traces = w.engine.traces();
-    assert_eq!(traces.len(), 1000);
-    assert_eq!(traces.last().unwrap().label, "t1099");
-    assert_eq!(traces[0].total_ns, 100);
-    assert_eq!(traces[0].frame, "START");
+    assert_eq!(traces.len(), 64);
+    assert_eq!(traces[0].hops.len(), 16);
+    assert_eq!(traces[0].label.len(), 48);
+    assert!(traces[0].label.chars().all(|c| c == ' ' || c.is_ascii_graphic()));
 }
 
 // ---- CNCIs --------------------------------------------------------------------------------
