@@ -262,7 +262,12 @@ fn a_peers_trace_report_is_bounded() {
     assert_eq!(traces.len(), 64);
     assert_eq!(traces[0].hops.len(), 16);
     assert_eq!(traces[0].label.len(), 48);
-    assert!(traces[0].label.chars().all(|c| c == ' ' || c.is_ascii_graphic()));
+    assert!(
+        traces[0]
+            .label
+            .chars()
+            .all(|c| c == ' ' || c.is_ascii_graphic())
+    );
 }
 
 // ---- CNCIs --------------------------------------------------------------------------------
