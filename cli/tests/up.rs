@@ -313,19 +313,16 @@ fn up_drive_and_down() {
         "--wait",
     ]);
     let as_admin = |args: &[&str]| common::cumulo_as_admin(cluster.dir.path(), &cluster.env, args);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let shown = loop {
+    let shown = testkit::poll_for(Duration::from_secs(30), || {
         let out = as_admin(&["trace", "show", "e2e trace"]);
-        if out.status.success() {
-            break String::from_utf8(out.stdout).unwrap();
+        match out.status.success() {
+            true => Ok(String::from_utf8(out.stdout).unwrap()),
+            false => Err(format!(
+                "no trace: {}",
+                String::from_utf8_lossy(&out.stderr)
+            )),
         }
-        assert!(
-            Instant::now() < deadline,
-            "no trace: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    });
     for want in [
         "frame  START",
         "controller",

@@ -102,22 +102,25 @@ impl Browser {
             session: String::new(),
             profile,
         };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            match browser.http_within("GET", "/status", None, Duration::from_secs(2)) {
-                Ok(status) if status["value"]["ready"] == true => break,
-                _ if Instant::now() > deadline => {
-                    return Err(Error(format!(
-                        "chromedriver did not answer on port {port} within 20 s"
-                    )));
-                }
-                _ => {
-                    if let Ok(Some(exit)) = browser.driver.try_wait() {
-                        return Err(Error(format!("chromedriver exited: {exit}")));
-                    }
-                    std::thread::sleep(Duration::from_millis(50));
-                }
+        let driver_exit = std::cell::RefCell::new(None);
+        crate::try_poll_for(Duration::from_secs(20), || {
+            if let Ok(Some(exit)) = browser.driver.try_wait() {
+                *driver_exit.borrow_mut() = Some(exit);
+                return Ok(());
             }
+            match browser.http_within("GET", "/status", None, Duration::from_secs(2)) {
+                Ok(status) if status["value"]["ready"] == true => Ok(()),
+                Ok(status) => Err(format!("not ready: {status}")),
+                Err(e) => Err(e.to_string()),
+            }
+        })
+        .map_err(|seen| {
+            Error(format!(
+                "chromedriver did not answer on port {port} within 20 s: {seen}"
+            ))
+        })?;
+        if let Some(exit) = driver_exit.into_inner() {
+            return Err(Error(format!("chromedriver exited: {exit}")));
         }
         let args = vec![
             "--headless=new".to_string(),
@@ -339,23 +342,16 @@ impl Browser {
         limit: Duration,
         mut check: impl FnMut(&Browser) -> Option<T>,
     ) -> Result<T> {
-        let deadline = Instant::now() + limit;
-        loop {
-            if let Some(found) = check(self) {
-                return Ok(found);
-            }
-            if Instant::now() > deadline {
-                let text = self
-                    .find("body")
-                    .and_then(|b| self.text(&b))
-                    .unwrap_or_default();
-                return Err(Error(format!(
-                    "{what}: not within {limit:?}; the page ({}) shows:\n{text}",
-                    self.url().unwrap_or_default()
-                )));
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        crate::try_poll_for(limit, || check(self).ok_or_else(String::new)).map_err(|_| {
+            let text = self
+                .find("body")
+                .and_then(|b| self.text(&b))
+                .unwrap_or_default();
+            Error(format!(
+                "{what}: not within {limit:?}; the page ({}) shows:\n{text}",
+                self.url().unwrap_or_default()
+            ))
+        })
     }
 }
 

@@ -26,4 +26,4 @@ mod wait;
 
 pub use pki::{Leaf, TestPki};
 pub use raw::RawPeer;
-pub use wait::{poll_for, recv_within, wait_for, wait_until};
+pub use wait::{poll_for, recv_within, try_poll_for, wait_for, wait_until};

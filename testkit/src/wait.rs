@@ -44,14 +44,21 @@ where
 
 /// As [`wait_for`], for code without a runtime (tests that drive processes): polls `probe`
 /// every few milliseconds, blocking the thread.
-pub fn poll_for<T>(within: Duration, mut probe: impl FnMut() -> Result<T, String>) -> T {
+pub fn poll_for<T>(within: Duration, probe: impl FnMut() -> Result<T, String>) -> T {
+    try_poll_for(within, probe).unwrap_or_else(|seen| panic!("timed out after {within:?}: {seen}"))
+}
+
+/// As [`poll_for`], giving the last `Err` (what was seen instead) when `within` runs out rather
+/// than panicking.
+pub fn try_poll_for<T>(
+    within: Duration,
+    mut probe: impl FnMut() -> Result<T, String>,
+) -> Result<T, String> {
     let deadline = std::time::Instant::now() + within;
     loop {
         match probe() {
-            Ok(found) => return found,
-            Err(seen) if std::time::Instant::now() >= deadline => {
-                panic!("timed out after {within:?}: {seen}")
-            }
+            Ok(found) => return Ok(found),
+            Err(seen) if std::time::Instant::now() >= deadline => return Err(seen),
             Err(_) => std::thread::sleep(Duration::from_millis(20)),
         }
     }

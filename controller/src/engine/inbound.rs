@@ -5,15 +5,15 @@ use std::time::SystemTime;
 
 use ssntp::payload::{
     DeleteFailure, DeleteFailureReason, DeliveryFailure, InstanceState as Reported, NodeEvent,
-    NodeState, NodeType, StartFailure, StartFailureReason, Stats, TraceReport,
+    NodeState, NodeType, StartFailure, StartFailureReason, Stats,
 };
 use ssntp::{Operand, Payload};
 use uuid::Uuid;
 
+use super::Engine;
 use super::fault::serde_name;
-use super::{Engine, TRACE_FRAMES, TRACE_HOPS};
 use crate::actions;
-use crate::cluster::{ClusterError, Node, NodeKinds, NodeStatus, Trace, TraceHop, TraceLabel};
+use crate::cluster::{ClusterError, Node, NodeKinds, NodeStatus};
 use store::{
     CnciChange, EventKind, EventOutcome, Instance, InstanceBrief, InstanceChange, InstanceFilter,
     InstanceState, Scope, StoreError,
@@ -839,58 +839,6 @@ impl Engine {
                 serde_name(&failure.reason)
             ),
         );
-    }
-
-    /// A TRACE_REPORT: its traces kept (the newest [`EngineConfig::traces`]), and exported
-    /// (OTLP) by the controller that created them. A peer controls all of it: at most
-    /// [`TRACE_FRAMES`] traces a report, [`TRACE_HOPS`] hops a trace, labels cut to
-    /// [`TraceLabel::MAX`] printable bytes.
-    fn on_traces(&self, report: &TraceReport) {
-        let mut state = self.state();
-        if report.frames.len() > TRACE_FRAMES {
-            tracing::debug!(
-                frames = report.frames.len(),
-                "a TRACE_REPORT with too many traces: the first {TRACE_FRAMES} kept"
-            );
-        }
-        for frame in report.frames.iter().take(TRACE_FRAMES) {
-            let name = ssntp::Operand::from_wire(frame.operand_type, frame.operand).name();
-            let label: String = frame
-                .label
-                .chars()
-                .filter(|c| *c == ' ' || c.is_ascii_graphic())
-                .take(TraceLabel::MAX)
-                .collect();
-            let trace = Trace {
-                label,
-                frame: name.to_string(),
-                total_ns: frame.end_ns.saturating_sub(frame.start_ns),
-                hops: frame
-                    .hops
-                    .iter()
-                    .take(TRACE_HOPS)
-                    .map(|h| TraceHop {
-                        uuid: h.uuid,
-                        role: h.role.to_string(),
-                        tx_ns: h.tx_ns,
-                        rx_ns: h.rx_ns,
-                    })
-                    .collect(),
-            };
-            // Every controller hears every report: the one that sent the frame exports it.
-            if let Some(exporter) = self.otlp.get()
-                && trace
-                    .hops
-                    .first()
-                    .is_some_and(|h| h.uuid == self.config.uuid)
-            {
-                exporter.export(&trace);
-            }
-            state.traces.push_back(trace);
-            while state.traces.len() > self.config.traces {
-                state.traces.pop_front();
-            }
-        }
     }
 }
 

@@ -49,6 +49,7 @@ mod requests;
 pub mod run;
 mod start;
 mod sweep;
+mod traces;
 mod volumes;
 
 impl Engine {
@@ -522,55 +523,6 @@ impl Engine {
         self.out
             .send(payload)
             .map_err(|e| ClusterError::Unavailable(format!("scheduler: {e}")))
-    }
-
-    /// Sends `payload`, traced under `label` if there is one.
-    fn send_maybe_traced(
-        &self,
-        payload: &Payload,
-        label: Option<TraceLabel>,
-    ) -> Result<(), ClusterError> {
-        match label {
-            Some(label) => self
-                .out
-                .send_traced(payload, label.as_str())
-                .map_err(|e| ClusterError::Unavailable(format!("scheduler: {e}"))),
-            None => self.send(payload),
-        }
-    }
-
-    /// Forgets the trace labels of `ids` that were not taken by their START.
-    fn unmark_traced(&self, ids: &[Uuid]) {
-        let mut state = self.state();
-        if state.traced.is_empty() {
-            return;
-        }
-        for id in ids {
-            state.traced.remove(id);
-        }
-    }
-
-    /// Marks the STARTs of `instances` to be traced: under the caller's label if it asked, else
-    /// a sampled share of them under `sampled`. At most [`TRACED_MAX`] wait at once.
-    fn mark_traced(&self, instances: &[Instance], by: &Caller) {
-        let sampled = TraceLabel::new("sampled");
-        let mut state = self.state();
-        for instance in instances {
-            let label = match by.trace {
-                Some(label) => Some(label),
-                None if self.config.trace_sample > 0.0
-                    && fastrand::f64() < self.config.trace_sample =>
-                {
-                    sampled
-                }
-                None => None,
-            };
-            if let Some(label) = label
-                && state.traced.len() < TRACED_MAX
-            {
-                state.traced.insert(instance.id, label);
-            }
-        }
     }
 
     fn require_connected(&self) -> Result<(), ClusterError> {
