@@ -1,5 +1,7 @@
-//! The SSNTP client: dials a list of servers in order, runs the handshake, reconnects after a
-//! drop with capped exponential backoff and jitter, and re-announces itself after each connect.
+//! The SSNTP client: dials a list of servers in turn (starting at one picked by its UUID, see
+//! [`first_server`], and after a drop at the one after the server it had), runs the handshake,
+//! reconnects with capped exponential backoff and jitter, and re-announces itself after each
+//! connect.
 
 use bytes::BytesMut;
 use rustls::pki_types::ServerName;
@@ -62,7 +64,8 @@ pub struct ClientConfig {
     pub uuid: Uuid,
     /// The role to claim (within our certificate's roles).
     pub claim: Role,
-    /// Servers as `host:port`, tried in order; the host is also the TLS server name.
+    /// Servers as `host:port`, tried in turn from [`first_server`] (and after a session, from
+    /// the one after its server); the host is also the TLS server name.
     pub servers: Vec<String>,
     /// Handshake and session limits (the handshake timeout bounds TCP, TLS and SSNTP together).
     pub handshake: HandshakeConfig,
@@ -336,14 +339,21 @@ impl Client {
     async fn run(self) {
         let stop = self.shared.stop.clone();
         let mut failures = 0u32;
+        let count = self.config.servers.len();
+        let mut first = first_server(self.shared.uuid, count);
         'outer: loop {
-            for server in &self.config.servers {
+            for k in 0..count {
+                let at = (first + k) % count;
+                let server = &self.config.servers[at];
                 let attempt = tokio::select! {
                     _ = stop.cancelled() => break 'outer,
                     a = self.connect(server) => a,
                 };
                 match attempt {
                     Ok(established) => {
+                        // After this session, the next server first: a client whose server
+                        // died moves on rather than wait for it.
+                        first = (at + 1) % count;
                         let began = tokio::time::Instant::now();
                         match self.serve(established).await {
                             // A session that lasted resets the backoff; one that ended at once
@@ -534,6 +544,15 @@ impl Dispatch for ClientDispatch {
             .await
             .is_ok()
     }
+}
+
+/// Where a client with `uuid` starts in a list of `count` servers: spread by UUID, so that the
+/// agents given the same list of schedulers share them out rather than all dial the first.
+pub fn first_server(uuid: Uuid, count: usize) -> usize {
+    if count == 0 {
+        return 0;
+    }
+    (uuid.as_u128() % count as u128) as usize
 }
 
 #[cfg(test)]

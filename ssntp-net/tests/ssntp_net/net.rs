@@ -843,3 +843,49 @@ async fn a_client_reaches_the_server_through_a_relay_and_still_checks_its_name()
     wrong.handle.close();
     c.handle.close();
 }
+
+#[tokio::test]
+async fn clients_spread_over_their_servers_and_move_to_the_next_when_one_dies() {
+    let pki = TestPki::new();
+    let (a, b) = (u(0xa0), u(0xb0));
+    let mut servers = vec![
+        server_with(&pki, a, Routes::new(), |_| {}).await,
+        server_with(&pki, b, Routes::new(), |_| {}).await,
+    ];
+    let list: Vec<String> = servers.iter().map(|s| s.addr.clone()).collect();
+    let ids = [a, b];
+    // Four agents with the same list: each starts where its UUID says, and so both serve some.
+    let mut agents = Vec::new();
+    for n in 1..=4u8 {
+        let all = list.clone();
+        let mut c = client_with(&pki, Role::AGENT, Role::AGENT, u(n), &list[0], |c| {
+            c.servers = all
+        });
+        let (server, _) = connected(&mut c).await;
+        assert_eq!(
+            server,
+            ids[ssntp_net::client::first_server(u(n), 2)],
+            "agent {n}"
+        );
+        agents.push((n, c, server));
+    }
+    let on_a = agents.iter().filter(|(_, _, s)| *s == a).count();
+    assert!(
+        on_a > 0 && on_a < 4,
+        "{on_a} of 4 agents on the first server"
+    );
+    // The first server dies: its agents go to the other one; the others stay.
+    let dead = servers.remove(0);
+    dead.stop.cancel();
+    dead.done.await.unwrap();
+    for (n, c, server) in &mut agents {
+        if *server == a {
+            assert_eq!(connected(c).await.0, b, "agent {n} moved");
+        }
+    }
+    let survivor = &servers[0];
+    wait_until(T, "all four agents on the second server", || async {
+        survivor.handle.sessions().len() == 4
+    })
+    .await;
+}
