@@ -13,29 +13,17 @@
 //! lost, and the node had no figures for a whole STATS interval). The readers wait for the owner
 //! once per session, at its start.
 
-use ssntp::payload::DeliveryFailureReason;
-use ssntp::{Operand, Payload, Role, Uuid};
+use ssntp::payload::{Addressee, DeliveryFailureReason};
+use ssntp::{Operand, Payload, Role};
 use ssntp_net::{Directory, Route, Routes};
-
-/// The node or CNCI a frame is addressed to, by its payload (`true`: a CNCI).
-pub fn addressee(payload: &Payload) -> Option<(Uuid, bool)> {
-    Some(match payload {
-        Payload::Delete(d) => (d.workload_agent_uuid, false),
-        Payload::Evacuate(n) | Payload::Restore(n) => (n.workload_agent_uuid, false),
-        Payload::AttachVolume(a) | Payload::DetachVolume(a) => (a.workload_agent_uuid, false),
-        Payload::InstanceAction(a) => (a.workload_agent_uuid, false),
-        Payload::AssignPublicIp(p) | Payload::ReleasePublicIp(p) => (p.concentrator_uuid, true),
-        Payload::TenantAdded(t) | Payload::TenantRemoved(t) => (t.concentrator_uuid, true),
-        Payload::RefreshCnci(r) => (r.cnci_uuid, true),
-        _ => return None,
-    })
-}
 
 /// To the addressed session if it is connected under a role that takes the frame (agent frames
 /// need an AGENT or NETAGENT session, CNCI frames a CNCIAGENT one); DELIVERY_FAILURE otherwise.
 pub fn to_addressee(payload: &Payload, directory: &dyn Directory) -> Route {
-    let Some((target, cnci)) = addressee(payload) else {
-        return Route::Discard;
+    let (target, cnci) = match payload.addressee() {
+        Some(Addressee::Node(node)) => (node, false),
+        Some(Addressee::Cnci(cnci)) => (cnci, true),
+        None => return Route::Discard,
     };
     let (needs, reason) = if cnci {
         (Role::CNCIAGENT, DeliveryFailureReason::CnciUnavailable)

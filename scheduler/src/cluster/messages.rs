@@ -60,7 +60,7 @@ impl Cluster {
             // not to take work): a controller that hears of it can send it work at once.
             return first_status.map_or_else(Vec::new, |role| self.node_events(from, role, true));
         }
-        if role.contains(Role::CONTROLLER) && crate::routes::addressee(&message.payload).is_some() {
+        if role.contains(Role::CONTROLLER) && message.payload.addressee().is_some() {
             return match crate::routes::to_addressee(&message.payload, directory) {
                 Route::To(target) => {
                     vec![Action::Forward {

@@ -196,7 +196,39 @@ payloads! {
     }
 }
 
+/// Whom an addressed frame is for (PROTOCOL.md §8): a node, or a CNCI.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Addressee {
+    /// The node (agent or netagent session) with this UUID.
+    Node(Uuid),
+    /// The CNCI (cnciagent session) with this UUID.
+    Cnci(Uuid),
+}
+
 impl Payload {
+    /// The node or CNCI this frame is addressed to, for the frames routed by a UUID in their
+    /// payload (DELETE, EVACUATE, RESTORE, ATTACH/DETACH_VOLUME, INSTANCE_ACTION to
+    /// `workload_agent_uuid`; ASSIGN/RELEASE_PUBLIC_IP, TENANT_ADDED/REMOVED to
+    /// `concentrator_uuid`; REFRESH_CNCI to `cnci_uuid`); `None` for the others.
+    pub fn addressee(&self) -> Option<Addressee> {
+        Some(match self {
+            Payload::Delete(d) => Addressee::Node(d.workload_agent_uuid),
+            Payload::Evacuate(n) | Payload::Restore(n) => Addressee::Node(n.workload_agent_uuid),
+            Payload::AttachVolume(a) | Payload::DetachVolume(a) => {
+                Addressee::Node(a.workload_agent_uuid)
+            }
+            Payload::InstanceAction(a) => Addressee::Node(a.workload_agent_uuid),
+            Payload::AssignPublicIp(p) | Payload::ReleasePublicIp(p) => {
+                Addressee::Cnci(p.concentrator_uuid)
+            }
+            Payload::TenantAdded(t) | Payload::TenantRemoved(t) => {
+                Addressee::Cnci(t.concentrator_uuid)
+            }
+            Payload::RefreshCnci(r) => Addressee::Cnci(r.cnci_uuid),
+            _ => return None,
+        })
+    }
+
     /// The CBOR encoding of this payload.
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::new();
