@@ -7,6 +7,7 @@ use bytes::BytesMut;
 use rustls::pki_types::ServerName;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio_rustls::TlsConnector;
@@ -77,9 +78,10 @@ pub struct ClientConfig {
     pub backoff: Backoff,
     /// Frames sent first after each connect.
     pub announce: Option<Announce>,
-    /// A TCP relay (`host:port`) to reach every server through: TCP goes there, TLS still
-    /// checks the server's certificate against its name in `servers` (for a peer that cannot
-    /// reach the servers itself, such as a CNCI in its own namespace or VM).
+    /// A TCP relay (`host:port`) to reach every server through: TCP goes there, the client
+    /// names the server it wants ([`crate::relay`]), and TLS still checks the server's
+    /// certificate against its name in `servers` (for a peer that cannot reach the servers
+    /// itself, such as a CNCI in its own namespace or VM).
     pub via: Option<String>,
 }
 
@@ -402,11 +404,20 @@ impl Client {
         let at = tokio::time::Instant::from_std(deadline);
         let name = server_name(server).map_err(|e| failed("server name", &e))?;
         let target = self.config.via.as_deref().unwrap_or(server);
-        let tcp = match tokio::time::timeout_at(at, TcpStream::connect(target)).await {
+        let mut tcp = match tokio::time::timeout_at(at, TcpStream::connect(target)).await {
             Ok(Ok(tcp)) => tcp,
             Ok(Err(e)) => return Err(failed("connect", &e)),
             Err(_) => return Err(ClientHandshakeError::Timeout),
         };
+        if self.config.via.is_some() {
+            // Which server, for the relay.
+            let line = super::relay::request(server);
+            match tokio::time::timeout_at(at, tcp.write_all(&line)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return Err(failed("relay request", &e)),
+                Err(_) => return Err(ClientHandshakeError::Timeout),
+            }
+        }
         super::tune(&tcp);
         let mut stream = match tokio::time::timeout_at(at, self.connector.connect(name, tcp)).await
         {
@@ -553,6 +564,23 @@ pub fn first_server(uuid: Uuid, count: usize) -> usize {
         return 0;
     }
     (uuid.as_u128() % count as u128) as usize
+}
+
+/// One stream of the events of several clients (one per server, for a peer that holds a session
+/// with each), each with its client's index; it ends when every client's has.
+pub fn merge(clients: Vec<mpsc::Receiver<ClientEvent>>) -> mpsc::Receiver<(usize, ClientEvent)> {
+    let (tx, rx) = mpsc::channel(64);
+    for (index, mut events) in clients.into_iter().enumerate() {
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            while let Some(event) = events.recv().await {
+                if tx.send((index, event)).await.is_err() {
+                    return;
+                }
+            }
+        });
+    }
+    rx
 }
 
 #[cfg(test)]

@@ -15,6 +15,7 @@ pub mod conn;
 pub mod forward;
 pub mod handshaker;
 pub mod rate;
+pub mod relay;
 pub mod server;
 pub mod tls;
 

@@ -554,7 +554,9 @@ async fn a_certificate_binding_no_uuid_cannot_take_a_live_sessions_uuid() {
     cnci.close();
 }
 
-/// A TCP relay to `server` that counts the connections it was asked for.
+/// A TCP relay to `server` that counts the connections it was asked for: a plain one
+/// ([`CountingRelay::start`]), or one that reads a relay request first and relays those that
+/// ask for one of `names` (all to `server`, [`CountingRelay::named`]).
 struct CountingRelay {
     addr: String,
     accepted: std::sync::Arc<std::sync::atomic::AtomicUsize>,
@@ -562,6 +564,15 @@ struct CountingRelay {
 
 impl CountingRelay {
     async fn start(server: &str) -> CountingRelay {
+        CountingRelay::relay(server, None).await
+    }
+
+    async fn named(server: &str, names: &[&str]) -> CountingRelay {
+        let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+        CountingRelay::relay(server, Some(names)).await
+    }
+
+    async fn relay(server: &str, names: Option<Vec<String>>) -> CountingRelay {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
         let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -569,8 +580,15 @@ impl CountingRelay {
         tokio::spawn(async move {
             while let Ok((mut inbound, _)) = listener.accept().await {
                 count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                let server = server.clone();
+                let (server, names) = (server.clone(), names.clone());
                 tokio::spawn(async move {
+                    if let Some(names) = names
+                        && ssntp_net::relay::read_request(&mut inbound, &names)
+                            .await
+                            .is_err()
+                    {
+                        return;
+                    }
                     if let Ok(mut outbound) = tokio::net::TcpStream::connect(&server).await {
                         let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
                     }
@@ -817,7 +835,9 @@ async fn a_client_reaches_the_server_through_a_relay_and_still_checks_its_name()
     let pki = TestPki::new();
     let mut s = server_with(&pki, u(0x5c), Routes::new(), |_| {}).await;
     let port = s.addr.rsplit_once(':').unwrap().1.to_string();
-    let relay = format!("127.0.0.1:{port}");
+    let wrong_name = format!("elsewhere.invalid:{port}");
+    let relay = CountingRelay::named(&s.addr, &["localhost:1", &wrong_name]).await;
+    let relay = relay.addr;
     // The name the certificate carries, on a port nothing listens on: TCP goes to the relay.
     let mut c = client_with(&pki, Role::AGENT, Role::AGENT, u(1), "localhost:1", |c| {
         c.via = Some(relay.clone());
@@ -825,14 +845,9 @@ async fn a_client_reaches_the_server_through_a_relay_and_still_checks_its_name()
     assert_eq!(connected(&mut c).await, (u(0x5c), Role::SCHEDULER));
     assert_eq!(server_connected(&mut s).await, (u(1), Role::AGENT));
     // A name the server's certificate does not carry is refused, relay or not.
-    let wrong = client_with(
-        &pki,
-        Role::AGENT,
-        Role::AGENT,
-        u(2),
-        &format!("elsewhere.invalid:{port}"),
-        |c| c.via = Some(relay.clone()),
-    );
+    let wrong = client_with(&pki, Role::AGENT, Role::AGENT, u(2), &wrong_name, |c| {
+        c.via = Some(relay.clone())
+    });
     assert!(
         tokio::time::timeout(Duration::from_millis(800), s.events.recv())
             .await

@@ -272,8 +272,8 @@ async fn ip_in(netns: Option<&std::path::Path>, args: &[&str]) -> Result<(), Bac
     )))
 }
 
-/// Forwards every connection to `listener` to the first of `servers` that answers, until
-/// `stop`.
+/// Forwards every connection to `listener` to the one of `servers` it asks for (its relay
+/// request, `ssntp_net::relay`: a CNCI holds a session with every scheduler), until `stop`.
 fn relay(listener: std::net::TcpListener, servers: Vec<String>, stop: CancellationToken) {
     let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
         return;
@@ -293,13 +293,17 @@ fn relay(listener: std::net::TcpListener, servers: Vec<String>, stop: Cancellati
             let servers = servers.clone();
             let stop = stop.clone();
             tokio::spawn(async move {
-                for s in &servers {
-                    if let Ok(mut out) = tokio::net::TcpStream::connect(s).await {
-                        tokio::select! {
-                            _ = stop.cancelled() => {}
-                            _ = tokio::io::copy_bidirectional(&mut inbound, &mut out) => {}
-                        }
+                let server = match ssntp_net::relay::read_request(&mut inbound, &servers).await {
+                    Ok(server) => server,
+                    Err(e) => {
+                        tracing::warn!("CNCI relay: {e}");
                         return;
+                    }
+                };
+                if let Ok(mut out) = tokio::net::TcpStream::connect(&server).await {
+                    tokio::select! {
+                        _ = stop.cancelled() => {}
+                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut out) => {}
                     }
                 }
             });
