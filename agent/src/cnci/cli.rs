@@ -29,7 +29,8 @@ pub struct Args {
     /// The concentrator's private key (PEM).
     #[arg(long, env = "CUMULO_CNCI_KEY")]
     pub key: PathBuf,
-    /// The scheduler(s), `host:port`, comma-separated: tried in order, again after a drop.
+    /// The scheduler(s), `host:port`, comma-separated: the CNCI holds a session with each (the
+    /// agents of every scheduler reach it), each dialled again after a drop.
     #[arg(
         long,
         env = "CUMULO_CNCI_SCHEDULER",
@@ -38,8 +39,8 @@ pub struct Args {
     )]
     pub scheduler: Vec<String>,
     /// Reach the schedulers through this TCP relay (`host:port`): what a CNCI in a namespace
-    /// or VM of its own uses. TLS still checks each scheduler's certificate against its name
-    /// in `--scheduler`.
+    /// or VM of its own uses. Each connection names its scheduler to the relay first, and TLS
+    /// still checks each scheduler's certificate against its name in `--scheduler`.
     #[arg(long, env = "CUMULO_CNCI_VIA")]
     pub via: Option<String>,
     /// Tell the network node's agent the public IPs this CNCI holds through its route channel

@@ -44,9 +44,10 @@ pub struct CnciConfig {
     pub uuid: Uuid,
     /// Its tenant.
     pub tenant: Uuid,
-    /// The schedulers, `host:port`, tried in order.
+    /// The schedulers, `host:port`: the CNCI holds a session with each.
     pub servers: Vec<String>,
-    /// A TCP relay to reach them through (`host:port`; TLS still checks their names).
+    /// A TCP relay to reach them through (`host:port`; each connection names its scheduler,
+    /// and TLS still checks their names).
     pub via: Option<String>,
     /// The node's route channel (`host:port`), told the public IPs it holds.
     pub route_via: Option<String>,
@@ -216,18 +217,40 @@ pub async fn run_with<O: CnciOps, N: NatOps>(
     if let Some(e) = expired_now() {
         return Err(e);
     }
-    let mut client_config = ClientConfig::new(
-        config.tls.clone(),
-        config.uuid,
-        Role::CNCIAGENT,
-        config.servers.clone(),
-    );
-    client_config.handshake = config.handshake;
-    client_config.backoff = config.backoff;
-    client_config.via = config.via.clone();
+    // A session with every scheduler: the agents of each reach this CNCI through their own.
     let hello = announcement(config);
-    client_config.announce = Some(Arc::new(move || vec![hello.clone()]));
-    let (client, mut events) = Client::start(client_config)?;
+    let mut clients = Vec::with_capacity(config.servers.len());
+    let mut streams = Vec::with_capacity(config.servers.len());
+    // Each named once: two sessions with the same scheduler would replace each other.
+    let mut servers: Vec<&String> = Vec::with_capacity(config.servers.len());
+    for server in &config.servers {
+        if !servers.contains(&server) {
+            servers.push(server);
+        }
+    }
+    for server in &servers {
+        let mut client_config = ClientConfig::new(
+            config.tls.clone(),
+            config.uuid,
+            Role::CNCIAGENT,
+            vec![server.to_string()],
+        );
+        client_config.handshake = config.handshake;
+        client_config.backoff = config.backoff;
+        client_config.via = config.via.clone();
+        let hello = hello.clone();
+        client_config.announce = Some(Arc::new(move || vec![hello.clone()]));
+        let (client, events) = match Client::start(client_config) {
+            Ok(started) => started,
+            Err(e) => {
+                close(&clients, &mut ssntp_net::client::merge(streams)).await;
+                return Err(e.into());
+            }
+        };
+        clients.push(client);
+        streams.push(events);
+    }
+    let mut events = ssntp_net::client::merge(streams);
     tracing::info!(
         cnci = %config.uuid,
         tenant = %config.tenant,
@@ -243,29 +266,38 @@ pub async fn run_with<O: CnciOps, N: NatOps>(
             event = events.recv() => event,
         };
         match event {
-            Some(ClientEvent::Connected { server_uuid, .. }) => {
+            Some((_, ClientEvent::Connected { server_uuid, .. })) => {
                 tracing::info!(scheduler = %server_uuid, "connected; announced");
                 announce_all(&edge);
             }
-            Some(ClientEvent::Disconnected { reason }) => {
+            Some((link, ClientEvent::Disconnected { reason })) => {
                 // A certificate past its end cannot connect again: exit, so that the node
                 // reports the CNCI exited and the controller starts it with a new one.
                 if let Some(e) = expired_now() {
                     break Err(e);
                 }
-                tracing::warn!(%reason, "disconnected; reconnecting")
+                tracing::warn!(scheduler = %servers[link], %reason, "disconnected; reconnecting")
             }
-            Some(ClientEvent::Frames(messages)) => {
+            Some((link, ClientEvent::Frames(messages))) => {
+                // Answers go back the way the command came.
                 for m in messages {
-                    handle(config, &mut hub, &mut edge, &client, &routes, &m.payload).await;
+                    handle(
+                        config,
+                        &mut hub,
+                        &mut edge,
+                        &clients[link],
+                        &routes,
+                        &m.payload,
+                    )
+                    .await;
                 }
             }
-            Some(ClientEvent::Stopped(e)) => break Err(e.into()),
+            Some((_, ClientEvent::Stopped(e))) => break Err(e.into()),
             None => break Err(CnciError::Stopped),
         }
     };
     edge.stop();
-    close(&client, &mut events).await;
+    close(&clients, &mut events).await;
     ended
 }
 
@@ -388,9 +420,11 @@ fn failure(c: &PublicIpCommand, reason: PublicIpFailureReason, assign: bool) -> 
     }
 }
 
-/// Closes the client: queued frames are written, then the session is shut down.
-async fn close(client: &ClientHandle, events: &mut mpsc::Receiver<ClientEvent>) {
-    client.close();
+/// Closes the clients: queued frames are written, then the sessions are shut down.
+async fn close(clients: &[ClientHandle], events: &mut mpsc::Receiver<(usize, ClientEvent)>) {
+    for client in clients {
+        client.close();
+    }
     let drained = tokio::time::timeout(CLOSE_GRACE, async {
         while events.recv().await.is_some() {}
     })

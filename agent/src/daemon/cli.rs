@@ -100,7 +100,9 @@ pub struct Args {
     /// The agent's private key (PEM).
     #[arg(long, env = "CUMULO_AGENT_KEY")]
     pub key: PathBuf,
-    /// The scheduler(s), `host:port`, comma-separated: tried in order, again after a drop.
+    /// The scheduler(s), `host:port`, comma-separated: the agent holds a session with one of
+    /// them (picked by its UUID, so that nodes spread over them) and moves to the next when it
+    /// drops.
     #[arg(
         long,
         env = "CUMULO_AGENT_SCHEDULER",

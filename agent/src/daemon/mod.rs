@@ -79,7 +79,8 @@ pub struct DaemonConfig {
     pub tls: TlsIdentity,
     /// The role claimed in CONNECT (within the certificate's roles).
     pub claim: Role,
-    /// The schedulers, `host:port`, tried in order.
+    /// The schedulers, `host:port`: one at a time, starting at one picked by the node's UUID,
+    /// the next one after a drop.
     pub servers: Vec<String>,
     /// Where instance records, the maintenance flag and a stored UUID live.
     pub state_dir: PathBuf,
