@@ -98,7 +98,8 @@ pub struct Args {
     /// The controller's private key (PEM).
     #[arg(long, env = "CUMULO_CONTROLLER_KEY")]
     pub key: PathBuf,
-    /// The scheduler(s), `host:port`, comma-separated: tried in order, again after a drop.
+    /// The scheduler(s), `host:port`, comma-separated: the controller holds a session with each
+    /// (each dialled again after a drop) and sends each frame to the one it belongs to.
     #[arg(
         long,
         env = "CUMULO_CONTROLLER_SCHEDULER",

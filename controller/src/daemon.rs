@@ -24,7 +24,7 @@ use store::{OperationQueue, Store, StoreError};
 pub struct DaemonConfig {
     /// CA, certificate and key (a certificate with the CONTROLLER role).
     pub tls: TlsIdentity,
-    /// The schedulers, `host:port`, tried in order.
+    /// The schedulers, `host:port`: the controller holds a session with each.
     pub servers: Vec<String>,
     /// Where the controller keeps its UUID (when its certificate binds none) and its files.
     pub state_dir: PathBuf,
@@ -98,7 +98,7 @@ pub struct Controller {
     pub store: Arc<dyn Store>,
     /// Its engine (the [`Cluster`] the API uses).
     pub engine: Arc<Engine>,
-    client: ClientHandle,
+    clients: Vec<ClientHandle>,
     stop: CancellationToken,
     driver: JoinHandle<()>,
     api: Option<JoinHandle<()>>,
@@ -108,7 +108,7 @@ pub struct Controller {
 }
 
 impl Controller {
-    /// Opens the store, connects to the scheduler and starts the engine.
+    /// Opens the store, connects to the schedulers and starts the engine.
     pub async fn start(config: DaemonConfig) -> Result<Controller, DaemonError> {
         std::fs::create_dir_all(&config.state_dir).map_err(|source| DaemonError::StateDir {
             path: config.state_dir.clone(),
@@ -128,20 +128,34 @@ impl Controller {
                     path: config.store.clone(),
                     source,
                 })?;
-        let mut client_config = ClientConfig::new(
-            config.tls.clone(),
-            uuid,
-            Role::CONTROLLER,
-            config.servers.clone(),
-        );
-        client_config.handshake = config.handshake;
-        client_config.backoff = config.backoff;
-        let (client, events) = Client::start(client_config)?;
+        // One session with every scheduler (named once: two sessions with the same one would
+        // replace each other).
+        let mut clients = Vec::with_capacity(config.servers.len());
+        let mut streams = Vec::with_capacity(config.servers.len());
+        for server in distinct(&config.servers) {
+            let mut client_config = ClientConfig::new(
+                config.tls.clone(),
+                uuid,
+                Role::CONTROLLER,
+                vec![server.to_string()],
+            );
+            client_config.handshake = config.handshake;
+            client_config.backoff = config.backoff;
+            let (client, events) = Client::start(client_config)?;
+            clients.push(client);
+            streams.push(events);
+        }
+        let links = clients
+            .iter()
+            .map(|c| Arc::new(c.clone()) as Arc<dyn engine::Outbound>)
+            .collect();
+        let schedulers = Arc::new(engine::Schedulers::new(links));
+        let events = ssntp_net::client::merge(streams);
         let mut engine_config = config.engine.clone();
         engine_config.uuid = uuid;
         engine_config.console_tls = Some(config.tls.clone());
         let engine_store = store.clone();
-        let out = Arc::new(client.clone());
+        let out = schedulers.clone();
         let engine =
             tokio::task::spawn_blocking(move || Engine::new(engine_store, out, engine_config))
                 .await
@@ -160,6 +174,7 @@ impl Controller {
         let stop = CancellationToken::new();
         let driver = tokio::spawn(engine::run(
             engine.clone(),
+            schedulers,
             events,
             config.sweep_every,
             stop.clone(),
@@ -172,7 +187,7 @@ impl Controller {
             uuid,
             store,
             engine,
-            client,
+            clients,
             stop,
             driver,
             api: None,
@@ -251,8 +266,21 @@ impl Controller {
         if let Err(e) = self.driver.await {
             tracing::error!("engine driver: {e}");
         }
-        self.client.close();
+        for client in &self.clients {
+            client.close();
+        }
     }
+}
+
+/// `servers` without repeats, in their order.
+fn distinct(servers: &[String]) -> Vec<&str> {
+    let mut seen = Vec::with_capacity(servers.len());
+    for s in servers {
+        if !seen.contains(&s.as_str()) {
+            seen.push(s.as_str());
+        }
+    }
+    seen
 }
 
 /// Renews the off-host launchers' credentials that are missing or due, at start and then every

@@ -117,6 +117,18 @@ impl Engine {
         }
     }
 
+    /// The session with the scheduler that held `nodes` ended: they are unknown until a
+    /// scheduler (that one again, or the one their agents move to) announces them.
+    pub fn nodes_unreachable(&self, nodes: &[Uuid]) {
+        let mut state = self.state();
+        for id in nodes {
+            if let Some(node) = state.nodes.get_mut(id) {
+                node.status = NodeStatus::Disconnected;
+                node.kinds = NodeKinds::default();
+            }
+        }
+    }
+
     fn on_node(&self, event: &NodeEvent, connected: bool) {
         let mut state = self.state();
         let node = state.nodes.entry(event.node_uuid).or_insert_with(|| Node {
@@ -311,7 +323,9 @@ impl Engine {
                     Err(e) => return Err(e.into()),
                 },
             };
-            if self.stale_listed(node, record.id, record.node) {
+            if self.stale_listed(node, record.id, record.node)
+                || self.duplicate_listed(node, record.id, record.node)
+            {
                 continue;
             }
             if origin.is_some() && self.foreign(Operand::Stats, node, &record) {
@@ -611,6 +625,12 @@ impl Engine {
             Err(e) => return Err(e.into()),
         };
         if let Some(from) = from
+            && self.duplicate_of(from, id, record.node)
+        {
+            tracing::debug!(instance = %id, node = %from, "INSTANCE_STOPPED of a second copy: nothing to change");
+            return Ok(());
+        }
+        if let Some(from) = from
             && self.foreign(Operand::InstanceStopped, from, &record)
         {
             return Ok(());
@@ -641,6 +661,12 @@ impl Engine {
             }
             Err(e) => return Err(e.into()),
         };
+        if let Some(from) = from
+            && self.duplicate_of(from, id, record.node)
+        {
+            tracing::debug!(instance = %id, node = %from, "INSTANCE_DELETED of a second copy: nothing to change");
+            return Ok(());
+        }
         if let Some(from) = from
             && self.foreign(Operand::InstanceDeleted, from, &record)
         {
@@ -719,6 +745,12 @@ impl Engine {
             }
             Err(e) => return Err(e.into()),
         };
+        if let Some(from) = from
+            && self.duplicate_of(from, id, record.node)
+        {
+            tracing::info!("the second START of {id} failed on node {from}: {reason}; ignored");
+            return Ok(());
+        }
         if let Some(from) = from
             && self.foreign(Operand::StartFailure, from, &record)
         {

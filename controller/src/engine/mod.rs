@@ -47,6 +47,7 @@ mod rebuild;
 mod relocate;
 mod requests;
 pub mod run;
+pub mod schedulers;
 mod start;
 mod sweep;
 mod traces;
@@ -141,6 +142,7 @@ use store::{
 };
 
 pub use run::run;
+pub use schedulers::{Schedulers, Verdict};
 
 /// How tenant instances are networked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -280,8 +282,11 @@ struct State {
     /// Rebuilding instances whose START went (see [`rebuild`]).
     rebuild_started: HashSet<Uuid>,
     traces: VecDeque<Trace>,
-    /// The scheduler of the current (or last) session: the origin of its own frames.
-    scheduler: Option<Uuid>,
+    /// The schedulers whose sessions opened: the origins of their own frames.
+    schedulers: HashSet<Uuid>,
+    /// Instances whose START went again after the scheduler that took it was lost (see
+    /// [`schedulers`]): a second node that reports one holds a copy to delete.
+    resent: HashSet<Uuid>,
     /// Reports refused for claiming what is not their sender's, by frame (see [`origin`]).
     refused: HashMap<&'static str, u64>,
     /// Floating IPs on their CNCIs (see [`public_ip`]).
@@ -568,6 +573,7 @@ impl Engine {
             state.unconfirmed.remove(&instance.id);
             state.delete_sent.remove(&instance.id);
             state.dispatched.remove(&instance.id);
+            state.resent.remove(&instance.id);
             if state.deleted.len() >= MAX_DELETED {
                 state.deleted.clear();
             }

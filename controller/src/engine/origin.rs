@@ -36,6 +36,10 @@ use uuid::Uuid;
 
 use super::{Engine, START_LOST};
 
+/// At most this many scheduler UUIDs are remembered (then the set starts again with the next
+/// session).
+const MAX_SCHEDULERS: usize = 1024;
+
 /// The frames whose claims are checked, in the order `/metrics` lists them.
 const CHECKED: [Operand; 12] = [
     Operand::Stats,
@@ -78,7 +82,11 @@ impl Engine {
     /// The session with the scheduler `uuid` opened: frames whose origin is `uuid` are the
     /// scheduler's own from now on.
     pub fn scheduler_connected(&self, uuid: Uuid) {
-        self.state().scheduler = Some(uuid);
+        let mut state = self.state();
+        if state.schedulers.len() >= MAX_SCHEDULERS {
+            state.schedulers.clear();
+        }
+        state.schedulers.insert(uuid);
     }
 
     /// How many reports were refused since the engine started, for each frame it checks (STATS,
@@ -100,8 +108,8 @@ impl Engine {
     /// The node a START_FAILURE with this origin is from: `None` for the scheduler's own (and
     /// for one applied in process).
     pub(super) fn failing_node(&self, origin: Option<Uuid>) -> Option<Uuid> {
-        let scheduler = self.state().scheduler;
-        origin.filter(|o| Some(*o) != scheduler)
+        let state = self.state();
+        origin.filter(|o| !state.schedulers.contains(o))
     }
 
     /// Refuses a report: `origin` claimed `claim` (logged and counted).

@@ -1,4 +1,5 @@
-//! Drives an [`Engine`] from its SSNTP client's events and a sweep timer, until shutdown.
+//! Drives an [`Engine`] from its SSNTP clients' events (one client per scheduler, see
+//! [`Schedulers`]) and a sweep timer, until shutdown.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -7,10 +8,11 @@ use ssntp_net::client::ClientEvent;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::Engine;
+use super::{Engine, Schedulers, Verdict};
 
-/// Applies the client's events to the engine, in order, and sweeps every `sweep_every`, until
-/// `shutdown` or the client stops; a CNCI START due to go again sooner than the next sweep
+/// Applies the clients' events to the engine, in order for each scheduler (through
+/// `schedulers`, which routes what the engine sends), and sweeps every `sweep_every`, until
+/// `shutdown` or a client stops; a CNCI START due to go again sooner than the next sweep
 /// (see [`Engine::next_cnci_retry`]) goes when due. Store work runs on the blocking pool.
 ///
 /// A client that stops (replaced by another process with the same identity, or refused for
@@ -19,7 +21,8 @@ use super::Engine;
 /// place anything.
 pub async fn run(
     engine: Arc<Engine>,
-    mut events: mpsc::Receiver<ClientEvent>,
+    schedulers: Arc<Schedulers>,
+    mut events: mpsc::Receiver<(usize, ClientEvent)>,
     sweep_every: Duration,
     shutdown: CancellationToken,
 ) {
@@ -65,25 +68,45 @@ pub async fn run(
                     shutdown.cancel();
                     return;
                 }
-                Some(ClientEvent::Connected { server_uuid, .. }) => {
+                Some((link, ClientEvent::Connected { server_uuid, .. })) => {
                     tracing::info!("connected to the scheduler {server_uuid}");
+                    schedulers.opened(link, server_uuid);
                     engine.scheduler_connected(server_uuid);
                 }
-                Some(ClientEvent::Disconnected { reason }) => {
-                    tracing::warn!("disconnected from the scheduler: {reason}");
-                    engine.scheduler_disconnected();
+                Some((link, ClientEvent::Disconnected { reason })) => {
+                    tracing::warn!("disconnected from scheduler {link}: {reason}");
+                    let (nodes, starts) = schedulers.disconnected(link);
+                    engine.nodes_unreachable(&nodes);
+                    if !starts.is_empty() {
+                        let (engine, schedulers) = (engine.clone(), schedulers.clone());
+                        let resent = tokio::task::spawn_blocking(move || {
+                            schedulers.resend(&engine.orphaned_starts(&starts))
+                        })
+                        .await;
+                        match resent {
+                            Ok(ids) if !ids.is_empty() => tracing::warn!(
+                                count = ids.len(),
+                                "STARTs that scheduler {link} took sent again"
+                            ),
+                            Ok(_) => {}
+                            Err(e) => tracing::error!("resend task: {e}"),
+                        }
+                    }
                 }
-                Some(ClientEvent::Stopped(e)) => {
+                Some((_, ClientEvent::Stopped(e))) => {
                     engine.scheduler_disconnected();
                     engine.give_up(format!("the SSNTP client stopped for good: {e}"));
                     shutdown.cancel();
                     return;
                 }
-                Some(ClientEvent::Frames(messages)) => {
-                    let engine = engine.clone();
+                Some((link, ClientEvent::Frames(messages))) => {
+                    let (engine, schedulers) = (engine.clone(), schedulers.clone());
                     let handled = tokio::task::spawn_blocking(move || {
                         for message in &messages {
                             let (origin, payload) = (message.frame.origin, &message.payload);
+                            if schedulers.inbound(link, origin, payload) == Verdict::Skip {
+                                continue;
+                            }
                             if let Err(e) = engine.handle_from(origin, payload, SystemTime::now()) {
                                 tracing::warn!(
                                     "{} from the scheduler not applied: {e}",

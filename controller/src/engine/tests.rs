@@ -599,7 +599,8 @@ fn added(cnci: &store::Cnci) -> Payload {
     })
 }
 
-/// [`run`] over `engine` with a sweep an hour away: its event sender, its stop, its task.
+/// [`run`] over `engine` (one scheduler) with a sweep an hour away: its event sender, its
+/// stop, its task.
 fn drive(
     engine: &Arc<Engine>,
 ) -> (
@@ -609,9 +610,11 @@ fn drive(
 ) {
     let (tx, rx) = tokio::sync::mpsc::channel(8);
     let stop = tokio_util::sync::CancellationToken::new();
+    let link: Arc<dyn Outbound> = Arc::new(Recorder::default());
     let driver = tokio::spawn(run(
         engine.clone(),
-        rx,
+        Arc::new(Schedulers::new(vec![link])),
+        ssntp_net::client::merge(vec![rx]),
         Duration::from_secs(3600),
         stop.clone(),
     ));
@@ -649,4 +652,5 @@ mod origin;
 mod public_ip;
 mod rebuild;
 mod resize;
+mod schedulers;
 mod volumes;
