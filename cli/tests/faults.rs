@@ -782,3 +782,126 @@ fn expired_agent_certificate_refused_then_renewed() {
     cluster.wait_states(&ids, "active", Duration::from_secs(60));
     assert_booted_once(&cluster, &ids);
 }
+
+/// Two schedulers; the one that holds more nodes is killed with SIGKILL amid create/delete
+/// churn and stays dead. Its nodes' agents move to the other, the controller sends it what
+/// the dead one had taken and no node reported, and nothing is lost or runs twice: every
+/// instance acknowledged ends active on the node the API says, booted once. Prints how long
+/// placement took to come back (a create after the kill going active) and how long the dead
+/// scheduler's nodes took to be ready again.
+#[test]
+fn a_second_scheduler_takes_over_when_one_is_killed_amid_churn() {
+    if !binaries_or_skip() {
+        return;
+    }
+    let cluster = Cluster::up(&Options {
+        env: vec![("CUMULO_CONTROLLER_CONFIRM_TIMEOUT".into(), "10s".into())],
+        ..Options::default()
+    });
+    let first = format!("localhost:{}", cluster.scheduler_port);
+    let second = cluster.add_scheduler("s2");
+    let both = format!("{first},{second}");
+    cluster.reconfigure("controller", &["--scheduler", &both]);
+    cluster.reconfigure("agent", &["--scheduler", &both]);
+    let host = cluster.proc("agent").flag("--hostname").unwrap();
+    // Which scheduler each node dials first (ssntp-net's `first_server`: its UUID modulo 2).
+    let side = |id: &str| (uuid::Uuid::parse_str(id).unwrap().as_u128() % 2) as usize;
+    let mut nodes: Vec<(String, usize)> = Vec::new();
+    let id = cluster.node_ready(&host);
+    nodes.push((id.clone(), side(&id)));
+    // Nodes until both schedulers hold one, and three at least.
+    for n in 2..=8 {
+        let held = |s: usize| nodes.iter().filter(|(_, side)| *side == s).count();
+        if nodes.len() >= 3 && held(0) > 0 && held(1) > 0 {
+            break;
+        }
+        let name = format!("a{n}");
+        cluster.add_agent(&name, None, &["--scheduler", &both]);
+        let id = cluster.node_ready(&name);
+        nodes.push((id.clone(), side(&id)));
+    }
+    let held = |s: usize| nodes.iter().filter(|(_, side)| *side == s).count();
+    assert!(
+        held(0) > 0 && held(1) > 0,
+        "nodes all on one side: {nodes:?}"
+    );
+    let (victim, dead_side) = if held(0) >= held(1) {
+        ("scheduler", 0)
+    } else {
+        ("s2", 1)
+    };
+    let moved: Vec<String> = nodes
+        .iter()
+        .filter(|(_, s)| *s == dead_side)
+        .map(|(id, _)| id.clone())
+        .collect();
+    let ledger = Mutex::new(Ledger::default());
+    let attempts = AtomicUsize::new(0);
+    let stop = AtomicBool::new(false);
+    let (resumed, back) = std::thread::scope(|s| {
+        struct StopOnDrop<'a>(&'a AtomicBool);
+        impl Drop for StopOnDrop<'_> {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::SeqCst);
+            }
+        }
+        let _stop_on_drop = StopOnDrop(&stop);
+        let worker = s.spawn(|| churn(&cluster, "two", &ledger, &attempts, &stop, SIM_SHAPE));
+        let after = |n: usize, what: &str| {
+            wait_for(what, Duration::from_secs(60), || {
+                (attempts.load(Ordering::SeqCst) >= n || worker.is_finished()).then_some(())
+            })
+        };
+        after(6, "6 requests before the kill");
+        cluster.kill9(victim);
+        let killed = Instant::now();
+        // Placement goes on: a create right after the kill goes active.
+        let probe = cluster.create("probe", 1).unwrap();
+        cluster.wait_states(&probe, "active", Duration::from_secs(60));
+        let resumed = killed.elapsed();
+        // The dead scheduler's nodes are ready again, through the other one.
+        wait_for(
+            "the moved nodes to be ready",
+            Duration::from_secs(60),
+            || {
+                let listed = cluster.admin.get(routes::NODES).ok()?;
+                let ready: HashSet<String> = routes::items(&listed)
+                    .iter()
+                    .filter(|n| n["status"] == "ready")
+                    .filter_map(|n| n["id"].as_str().map(str::to_string))
+                    .collect();
+                moved.iter().all(|m| ready.contains(m)).then_some(())
+            },
+        );
+        let back = killed.elapsed();
+        after(attempts.load(Ordering::SeqCst) + 10, "10 requests after");
+        stop.store(true, Ordering::SeqCst);
+        worker.join().unwrap();
+        ledger
+            .lock()
+            .unwrap()
+            .created
+            .insert(probe[0].clone(), "probe".into());
+        (resumed, back)
+    });
+    let (listed, failed) = settle_with(&cluster, &ledger, Duration::from_secs(90), consistent);
+    let l = ledger.lock().unwrap();
+    assert_eq!(
+        failed, 0,
+        "instances failed or lost; refused: {:?}",
+        l.refused
+    );
+    assert!(
+        l.refused.iter().all(|(status, _)| *status < 500),
+        "requests failed: {:?}",
+        l.refused
+    );
+    eprintln!(
+        "FIGURE schedulers: killed {victim} holding {} of {} nodes amid churn; a create after the kill active in {:.2} s; its nodes ready again through the other scheduler in {:.2} s; {} requests, {listed} instances listed, none lost or doubled",
+        moved.len(),
+        nodes.len(),
+        resumed.as_secs_f64(),
+        back.as_secs_f64(),
+        attempts.load(Ordering::SeqCst),
+    );
+}

@@ -16,7 +16,7 @@ use crate::SchedulerConfig;
 
 /// cumulo-scheduler: the SSNTP server that places workloads and routes the cluster's frames.
 #[derive(Debug, Parser)]
-#[command(name = "cumulo-scheduler", version)]
+#[command(name = "cumulo-scheduler", version, args_override_self = true)]
 pub struct Args {
     /// The cluster CA certificate (PEM).
     #[arg(long, env = "CUMULO_SCHEDULER_CA_CERT")]

@@ -161,6 +161,26 @@ impl Proc {
     }
 }
 
+/// Sets `flags` (`--flag value` pairs, or a lone `--flag`) on `argv`: a flag it has takes the
+/// new value in place (a list flag given twice would add up), the others go at its end.
+fn set_flags(argv: &mut Vec<OsString>, flags: &[&str]) {
+    let mut i = 0;
+    while i < flags.len() {
+        let flag = flags[i];
+        let value = flags.get(i + 1).filter(|v| !v.starts_with("--"));
+        i += if value.is_some() { 2 } else { 1 };
+        let at = argv.iter().position(|a| a.as_os_str() == flag);
+        match (at, value) {
+            (Some(at), Some(v)) if at + 1 < argv.len() => argv[at + 1] = OsString::from(v),
+            (Some(_), None) => {}
+            (_, value) => {
+                argv.push(OsString::from(flag));
+                argv.extend(value.map(OsString::from));
+            }
+        }
+    }
+}
+
 /// What a cluster starts with.
 #[derive(Debug, Default, Clone)]
 pub struct Options {
@@ -363,13 +383,16 @@ impl Cluster {
 
     /// Kills `name` with SIGKILL and waits until it is gone.
     pub fn kill9(&self, name: &str) {
+        self.end(name, Signal::KILL, Duration::from_secs(10));
+    }
+
+    /// Sends `name` `sig` and waits (`within` at most) until it is gone.
+    fn end(&self, name: &str, sig: Signal, within: Duration) {
         let pid = self.proc(name).pid;
-        signal(pid, Signal::KILL);
-        wait_for(
-            &format!("{name} (pid {pid}) to die"),
-            Duration::from_secs(10),
-            || (!alive(pid)).then_some(()),
-        );
+        signal(pid, sig);
+        wait_for(&format!("{name} (pid {pid}) to end"), within, || {
+            (!alive(pid)).then_some(())
+        });
         self.reap();
     }
 
@@ -429,12 +452,18 @@ impl Cluster {
     /// A certificate for another agent (role agent, bound to a fresh UUID), optionally with
     /// extra `cumulo-cert` flags; returns (cert, key).
     pub fn agent_cert(&self, name: &str, extra: &[&str]) -> (PathBuf, PathBuf) {
+        self.cert(name, "agent", name, extra)
+    }
+
+    /// A certificate `name` for `role` and `host` (bound to a fresh UUID), optionally with
+    /// extra `cumulo-cert` flags; returns (cert, key).
+    pub fn cert(&self, name: &str, role: &str, host: &str, extra: &[&str]) -> (PathBuf, PathBuf) {
         let certs = self.root().join("certs");
         let mut args = vec![
             "--role",
-            "agent",
+            role,
             "--host",
-            name,
+            host,
             "--anchor-cert",
             certs.join("ca.pem").to_str().unwrap(),
             "--directory",
@@ -484,10 +513,45 @@ impl Cluster {
             "cn".into(),
         ];
         add.extend(overrides.iter().map(|s| s.to_string()));
-        proc.argv.extend(add.into_iter().map(OsString::from));
+        let add: Vec<&str> = add.iter().map(String::as_str).collect();
+        set_flags(&mut proc.argv, &add);
         proc.log = self.root().join("logs").join(format!("{name}.log"));
         proc.netns = netns.map(str::to_string);
         self.procs.lock().unwrap().insert(name.to_string(), proc);
+        self.restart(name);
+    }
+
+    /// Starts another scheduler `name` (its own certificate for localhost, port and state
+    /// directory) beside the first; returns its address for `--scheduler`.
+    pub fn add_scheduler(&self, name: &str) -> String {
+        let (cert, key) = self.cert(name, "scheduler", "localhost", &[]);
+        let port = free_port();
+        let mut proc = self.proc("scheduler");
+        let add = [
+            "--cert".to_string(),
+            cert.display().to_string(),
+            "--key".into(),
+            key.display().to_string(),
+            "--listen".into(),
+            format!("127.0.0.1:{port}"),
+            "--state-dir".into(),
+            self.root().join(name).display().to_string(),
+        ];
+        let add: Vec<&str> = add.iter().map(String::as_str).collect();
+        set_flags(&mut proc.argv, &add);
+        proc.log = self.root().join("logs").join(format!("{name}.log"));
+        self.procs.lock().unwrap().insert(name.to_string(), proc);
+        self.restart(name);
+        format!("localhost:{port}")
+    }
+
+    /// Stops `name` (SIGTERM, and waits until it is gone) and starts it again with `flags`
+    /// (`--flag value` pairs) set on its command line.
+    pub fn reconfigure(&self, name: &str, flags: &[&str]) {
+        self.end(name, Signal::TERM, Duration::from_secs(30));
+        if let Some(proc) = self.procs.lock().unwrap().get_mut(name) {
+            set_flags(&mut proc.argv, flags);
+        }
         self.restart(name);
     }
 
