@@ -180,7 +180,8 @@ impl<B: Backend, O: NetOps> Backend for NetBackend<B, O> {
         let Some(nic) = &spec.nic else {
             return self.inner.create(spec).await;
         };
-        let vnic = Vnic::of(spec.instance, spec.tenant, nic);
+        let mut vnic = Vnic::of(spec.instance, spec.tenant, nic);
+        vnic.veth = spec.kind == crate::model::VmKind::Container;
         let mut net = self.net.lock().await;
         let attached = net.attach(&vnic).await.map_err(net_failure)?;
         debug_assert_eq!(attached.tap, tap_name(spec.instance));

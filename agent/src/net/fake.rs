@@ -21,6 +21,8 @@ pub enum Call {
     CreateTunnel(TunnelSpec),
     /// [`NetOps::create_tap`].
     CreateTap(String, [u8; 6]),
+    /// [`NetOps::create_veth`]: the node's end, its peer, the MAC.
+    CreateVeth(String, String, [u8; 6]),
     /// [`NetOps::set_master`].
     SetMaster(String, String),
     /// [`NetOps::set_up`].
@@ -65,6 +67,7 @@ fn op_name(call: &Call) -> &'static str {
         Call::CreateBridge(_) => "create bridge",
         Call::CreateTunnel(_) => "create tunnel",
         Call::CreateTap(..) => "create tap",
+        Call::CreateVeth(..) => "create veth",
         Call::SetMaster(..) => "set master",
         Call::SetUp(..) => "set up",
         Call::SetLearning(..) => "set learning",
@@ -222,6 +225,25 @@ impl NetOps for FakeNetOps {
     async fn create_tunnel(&self, spec: &TunnelSpec) -> Result<(), OpsError> {
         let kind = LinkKind::of_tunnel(spec.kind());
         self.add(Call::CreateTunnel(spec.clone()), spec.name(), kind, None)
+    }
+
+    async fn create_veth(&self, name: &str, peer: &str, mac: [u8; 6]) -> Result<(), OpsError> {
+        if self.lock().links.contains_key(peer) {
+            return Err(OpsError::new("create veth", peer, OpsErrorKind::Exists));
+        }
+        self.add(
+            Call::CreateVeth(name.into(), peer.into(), mac),
+            name,
+            LinkKind::Veth,
+            Some(mac),
+        )?;
+        // The peer, as the kernel makes it beside the first end (no call of its own).
+        let mut st = self.lock();
+        let mut end = st.links[name].clone();
+        end.name = peer.to_string();
+        end.mac = None;
+        st.links.insert(peer.to_string(), end);
+        Ok(())
     }
 
     async fn create_tap(&self, name: &str, mac: [u8; 6]) -> Result<(), OpsError> {

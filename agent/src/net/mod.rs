@@ -45,7 +45,7 @@ pub use args::{NetArgs, NetArgsError};
 pub use backend::{NetBackend, TenantChange};
 #[cfg(any(test, feature = "testing"))]
 pub use fake::FakeNetOps;
-pub use names::{Cidr, LinkRole, SubnetId, tap_mac, tap_name};
+pub use names::{Cidr, LinkRole, SubnetId, tap_mac, tap_name, veth_peer_name};
 pub use network::{
     Attached, Detached, NetConfig, NetError, Network, Rebuilt, Vnic, resolve_tunnel,
 };

@@ -55,6 +55,13 @@ pub fn tap_name(instance: Uuid) -> String {
     format!("{TAP_PREFIX}{}", &hex[..12])
 }
 
+/// The other end of a container's NIC (a veth pair whose node end is [`tap_name`]), until its
+/// backend moves it into the container's namespace (as `eth0`).
+pub fn veth_peer_name(instance: Uuid) -> String {
+    let hex = instance.simple().to_string();
+    format!("ctp{}", &hex[..12])
+}
+
 /// Whether a link name is in cumulo's name space (one of the prefixes above, then hex).
 pub fn is_ours(name: &str) -> bool {
     let hex_len = |rest: &str| rest.bytes().all(|b| b.is_ascii_hexdigit()) && !rest.is_empty();

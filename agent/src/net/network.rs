@@ -87,6 +87,9 @@ pub struct Vnic {
     pub mac: [u8; 6],
     /// The subnet.
     pub subnet: SubnetId,
+    /// A container's VNIC: a veth pair (its other end [`names::veth_peer_name`]) instead of a
+    /// tap.
+    pub veth: bool,
 }
 
 impl Vnic {
@@ -94,6 +97,7 @@ impl Vnic {
     pub fn of(instance: Uuid, tenant: Uuid, nic: &NicSpec) -> Vnic {
         Vnic {
             instance,
+            veth: false,
             mac: nic.mac,
             subnet: SubnetId {
                 tenant,
@@ -454,7 +458,12 @@ impl<O: NetOps> Network<O> {
         let tap = tap_name(vnic.instance);
         let bridge = bridge_name(vnic.subnet.key);
         let alias = vnic.role().alias();
-        let mut state = found(links, &tap, &LinkKind::Tun, &alias);
+        let kind = if vnic.veth {
+            LinkKind::Veth
+        } else {
+            LinkKind::Tun
+        };
+        let mut state = found(links, &tap, &kind, &alias);
         if matches!(state, Found::Same | Found::Bare)
             && links.get(&tap).and_then(|l| l.mac) != Some(tap_mac(&vnic.mac))
         {
@@ -484,16 +493,30 @@ impl<O: NetOps> Network<O> {
                 }
                 gone(self.ops.delete(&tap).await)?;
                 links.remove(&tap);
-                self.ops.create_tap(&tap, tap_mac(&vnic.mac)).await?;
+                self.create_nic(vnic, &tap).await?;
                 self.ops.set_alias(&tap, &alias).await?;
             }
             Found::Missing => {
-                self.ops.create_tap(&tap, tap_mac(&vnic.mac)).await?;
+                self.create_nic(vnic, &tap).await?;
                 self.ops.set_alias(&tap, &alias).await?;
             }
         }
         self.finish(links, &tap, Some((&bridge, None))).await?;
         Ok(tap)
+    }
+
+    /// Makes the node's end of a VNIC, `tap`: a tap, or a container's veth pair.
+    async fn create_nic(&self, vnic: &Vnic, tap: &str) -> Result<(), NetError> {
+        let mac = tap_mac(&vnic.mac);
+        if vnic.veth {
+            let peer = names::veth_peer_name(vnic.instance);
+            // A peer an earlier try left (its pair is gone with the node's end).
+            gone(self.ops.delete(&peer).await)?;
+            self.ops.create_veth(tap, &peer, mac).await?;
+        } else {
+            self.ops.create_tap(tap, mac).await?;
+        }
+        Ok(())
     }
 
     /// Plugs an instance's VNIC in: the subnet's bridge and tunnel on first use, then the
@@ -621,7 +644,9 @@ impl<O: NetOps> Network<O> {
             let link = &links[name];
             let role = link.alias.as_deref().and_then(LinkRole::parse);
             let right = match &role {
-                Some(r @ LinkRole::Tap { .. }) => link.kind == LinkKind::Tun && &r.name() == name,
+                Some(r @ LinkRole::Tap { .. }) => {
+                    matches!(link.kind, LinkKind::Tun | LinkKind::Veth) && &r.name() == name
+                }
                 Some(r @ LinkRole::Bridge(_)) => link.kind == LinkKind::Bridge && &r.name() == name,
                 Some(LinkRole::Tunnel { subnet, kind, .. }) => {
                     link.kind == LinkKind::of_tunnel(*kind)
@@ -644,6 +669,7 @@ impl<O: NetOps> Network<O> {
                         instance,
                         mac,
                         subnet,
+                        veth: link.kind == LinkKind::Veth,
                     });
                 }
                 Some(role) if right => {

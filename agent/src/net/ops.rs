@@ -165,6 +165,15 @@ pub trait NetOps: Send + Sync + 'static {
         mac: [u8; 6],
     ) -> impl Future<Output = Result<(), OpsError>> + Send;
 
+    /// Makes a veth pair (down): `name` with this MAC on the node, `peer` beside it (a
+    /// container's NIC: its backend moves `peer` into the container's namespace).
+    fn create_veth(
+        &self,
+        name: &str,
+        peer: &str,
+        mac: [u8; 6],
+    ) -> impl Future<Output = Result<(), OpsError>> + Send;
+
     /// Attaches a link to a bridge.
     fn set_master(
         &self,

@@ -13,7 +13,7 @@ use rtnetlink::packet_route::link::{
     GreIOFlags, InfoBridge, InfoBridgePort, InfoKind, InfoPortData, LinkAttribute, LinkFlags,
     LinkInfo, LinkMessage,
 };
-use rtnetlink::{Handle, LinkBridge, LinkBridgePort, LinkGre, LinkUnspec, LinkVxlan};
+use rtnetlink::{Handle, LinkBridge, LinkBridgePort, LinkGre, LinkUnspec, LinkVeth, LinkVxlan};
 use std::collections::HashMap;
 use std::net::IpAddr;
 
@@ -251,6 +251,19 @@ impl NetOps for RtNetOps {
             .execute()
             .await
             .map_err(fail("create tunnel", spec.name()))
+    }
+
+    async fn create_veth(&self, name: &str, peer: &str, mac: [u8; 6]) -> Result<(), OpsError> {
+        self.handle
+            .link()
+            .add(LinkVeth::new(name, peer).build())
+            .execute()
+            .await
+            .map_err(fail("create veth", name))?;
+        let msg = LinkUnspec::new_with_name(name)
+            .address(mac.to_vec())
+            .build();
+        self.set("create veth", name, msg).await
     }
 
     async fn create_tap(&self, name: &str, mac: [u8; 6]) -> Result<(), OpsError> {

@@ -36,6 +36,7 @@ fn subnet(tenant: u128, key: u32) -> SubnetId {
 
 fn vnic(n: u8, subnet: SubnetId) -> Vnic {
     Vnic {
+        veth: false,
         // Distinct in the first 12 hex digits, like random UUIDs.
         instance: Uuid::from_u128(u128::from(n) << 100 | 0xabc),
         mac: [2, 0, 0, 0, 0, n],
@@ -580,4 +581,46 @@ async fn an_instance_on_one_subnet_is_not_silently_moved_to_another() {
     );
     assert!(net.detach(v.instance).await.unwrap().unwrap().last);
     assert!(net.attach(&moved).await.unwrap().first);
+}
+
+#[tokio::test]
+async fn a_containers_vnic_is_a_veth_pair_found_again_after_a_restart() {
+    let fake = FakeNetOps::new();
+    let mut before = net(&fake, TunnelKind::Vxlan);
+    let s = subnet(1, 9);
+    let c = Vnic {
+        veth: true,
+        ..vnic(4, s)
+    };
+    let v = vnic(5, s);
+    let tap = tap_name(c.instance);
+    let peer = names::veth_peer_name(c.instance);
+    before.attach(&c).await.unwrap();
+    before.attach(&v).await.unwrap();
+    assert!(fake.take_changes().contains(&Call::CreateVeth(
+        tap.clone(),
+        peer.clone(),
+        tap_mac(&c.mac)
+    )));
+    let (host, other) = (fake.link(&tap).unwrap(), fake.link(&peer).unwrap());
+    assert_eq!((host.kind, other.kind), (LinkKind::Veth, LinkKind::Veth));
+    assert_eq!(host.master.as_deref(), Some(bridge_name(9).as_str()));
+    drop(before);
+    // After a restart the pair is the container's VNIC again, as it was: nothing changes.
+    let mut after = net(&fake, TunnelKind::Vxlan);
+    let r = after.rebuild().await.unwrap();
+    assert_eq!(fake.take_changes(), vec![]);
+    assert_eq!(r.vnics[&9], [c.instance, v.instance].into_iter().collect());
+    let mut seen: Vec<Vnic> = after.vnics().copied().collect();
+    seen.sort_by_key(|v| v.instance);
+    assert_eq!(seen, vec![c, v]);
+    // Attaching it again keeps it; its detach deletes the node's end.
+    assert!(!after.attach(&c).await.unwrap().first);
+    assert!(
+        fake.take_changes()
+            .iter()
+            .all(|call| !matches!(call, Call::CreateVeth(..) | Call::CreateTap(..)))
+    );
+    after.detach(c.instance).await.unwrap();
+    assert!(fake.link(&tap).is_none());
 }

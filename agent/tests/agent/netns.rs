@@ -311,6 +311,7 @@ fn subnet(tenant: u128, key: u32, cnci_ip: &str) -> SubnetId {
 
 fn vnic(n: u8, subnet: SubnetId) -> Vnic {
     Vnic {
+        veth: false,
         instance: Uuid::from_u128(u128::from(n) << 100 | 0x1234),
         mac: [2, 0, 0, 0, 0xee, n],
         subnet,

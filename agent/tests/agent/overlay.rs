@@ -196,6 +196,7 @@ fn networking(n: u8) -> Networking {
 /// The guest's stand-in [`Vnic`] (only its MAC matters to [`guest`]).
 fn stand_in(n: u8) -> Vnic {
     Vnic {
+        veth: false,
         instance: u(0xa0 + n),
         mac: [2, 0, 0, 0, 0xee, n],
         subnet: SubnetId {

@@ -75,7 +75,7 @@ pub struct Metadata {
 }
 
 /// Runs `program ARGS`; its stderr as the error.
-async fn run(program: &str, args: &[&str]) -> Result<(), String> {
+pub(crate) async fn run(program: &str, args: &[&str]) -> Result<(), String> {
     let out = tokio::process::Command::new(program)
         .args(args)
         .stdin(std::process::Stdio::null())
