@@ -22,7 +22,10 @@ CUMULO_DEBS=(build-essential pkg-config openssl ca-certificates procps
     # the real `openstack` CLI, in a venv made by scripts/openstack-venv.sh
     python3 python3-venv
     # the dashboard's browser tests (cli/tests/ui.rs): Chromium headless and its WebDriver server
-    chromium chromium-driver)
+    chromium chromium-driver
+    # containers beside VMs (cumulo-agent --containers; agent/tests/agent/containers.rs builds
+    # its images from busybox-static, above)
+    runc)
 
 # The version of a package that is installed, else empty.
 deb_version() {

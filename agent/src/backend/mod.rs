@@ -9,10 +9,12 @@
 //! order; different instances' operations run concurrently.
 
 pub mod console;
+pub mod container;
 #[cfg(any(test, feature = "testing"))]
 pub mod fake;
 pub mod fence_token;
 pub mod libvirt;
+pub mod mixed;
 
 use std::future::Future;
 use uuid::Uuid;

@@ -15,6 +15,7 @@ use std::time::Duration;
 use support::units::{parse_duration, parse_positive_duration};
 
 use super::DaemonConfig;
+use crate::backend::container::ContainerConfig;
 use crate::backend::libvirt::cache::Source;
 use crate::backend::libvirt::fetch::ImageServer;
 use crate::backend::libvirt::{Accel, LibvirtConfig};
@@ -184,6 +185,14 @@ pub struct Args {
     /// instances use is never evicted).
     #[arg(long, env = "CUMULO_AGENT_IMAGE_CACHE_MB", default_value_t = 20480, value_parser = clap::value_parser!(u64).range(1..))]
     pub image_cache_mb: u64,
+    /// Run containers beside VMs (a START with `vm_type` `container`): OCI containers through
+    /// runc, their images root file system tarballs in the image store (`NAME.tar`,
+    /// `NAME.tar.gz`). Root only. docs/containers.md.
+    #[arg(long, env = "CUMULO_AGENT_CONTAINERS")]
+    pub containers: bool,
+    /// The OCI runtime that runs containers (runc, or a path to it).
+    #[arg(long, env = "CUMULO_AGENT_CONTAINER_RUNTIME", default_value = "runc")]
+    pub container_runtime: PathBuf,
     /// Tenant networking (with `--network cn|dual` and `--backend libvirt`).
     #[command(flatten)]
     pub net: NetArgs,
@@ -388,6 +397,14 @@ impl Args {
             return Err(ArgsError::Hostname);
         }
         let sim_dir = self.sim_dir.unwrap_or_else(|| self.state_dir.join("sim"));
+        let containers = self.containers.then(|| ContainerConfig {
+            dir: self.state_dir.join("containers"),
+            images: self
+                .image_dir
+                .clone()
+                .unwrap_or_else(|| self.state_dir.join("images")),
+            runtime: self.container_runtime.clone(),
+        });
         let libvirt = (self.backend == BackendKind::Libvirt).then(|| {
             let mut l = LibvirtConfig::new(&self.libvirt_uri, self.accel.accel(), &self.state_dir);
             if let Some(dir) = self.image_dir {
@@ -478,6 +495,7 @@ impl Args {
         Ok(DaemonConfig {
             console,
             console_address,
+            containers,
             net: tenant_net.then_some(self.net),
             tls,
             claim,

@@ -54,7 +54,9 @@ use uuid::Uuid;
 pub use inbound::{Inbound, inbound};
 pub use reporter::{EventSender, Outbound, SsntpReporter};
 
+use crate::backend::container::{ContainerBackend, ContainerConfig};
 use crate::backend::libvirt::{LibvirtBackend, LibvirtConfig, LibvirtError};
+use crate::backend::mixed::WithContainers;
 use crate::backend::{Backend, BackendError};
 use crate::cnci::launch::{CnciLauncher, LaunchConfig};
 use crate::config::{Config, Limits};
@@ -110,6 +112,8 @@ pub struct DaemonConfig {
     pub handshake: HandshakeConfig,
     /// Reconnection delays.
     pub backoff: Backoff,
+    /// Containers beside the VMs (`--containers`): where they live and what runs them.
+    pub containers: Option<ContainerConfig>,
     /// Where the console endpoint listens ([`console`]); `None`: it is off.
     pub console: Option<SocketAddr>,
     /// The address reported for it (STATS `networks`; `None`: none is reported).
@@ -167,6 +171,9 @@ pub enum DaemonError {
     /// Netlink could not be opened.
     #[error("tenant networking: {0}")]
     NetOps(#[from] OpsError),
+    /// The container backend could not start (`--containers`: its directory, its runtime).
+    #[error("containers: {0}")]
+    Containers(BackendError),
     /// The tenant networks could not be rebuilt from the kernel at start.
     #[error("tenant networking: rebuilding at start: {0}")]
     NetRebuild(BackendError),
@@ -229,12 +236,21 @@ pub async fn run(config: DaemonConfig, shutdown: CancellationToken) -> Result<()
         owner: Some(node),
         ..l
     });
+    let containers = match &config.containers {
+        Some(c) => {
+            let backend = ContainerBackend::new(c.clone()).map_err(DaemonError::Containers)?;
+            tracing::info!(runtime = %c.runtime.display(), images = %c.images.display(), "containers run here");
+            Some(backend)
+        }
+        None => None,
+    };
     match (&libvirt, &config.net) {
         (Some(l), Some(net)) if net.node_ip.is_some() => {
             let backend = LibvirtBackend::new(l.clone())?;
             check_reach(&backend);
             let vms = Some(backend.clone());
             let network = net.network(RtNetOps::new()?).await?;
+            let backend = WithContainers::new(backend, containers);
             let prepare = with_cncis(networked(backend, network), cnci, vms);
             run_with(&config, node, prepare, shutdown).await
         }
@@ -245,6 +261,7 @@ pub async fn run(config: DaemonConfig, shutdown: CancellationToken) -> Result<()
             let backend = LibvirtBackend::new(l.clone())?;
             check_reach(&backend);
             let vms = Some(backend.clone());
+            let backend = WithContainers::new(backend, containers);
             run_with(
                 &config,
                 node,
@@ -254,7 +271,7 @@ pub async fn run(config: DaemonConfig, shutdown: CancellationToken) -> Result<()
             .await
         }
         (None, _) => {
-            let backend = SimBackend::new(config.sim.clone())?;
+            let backend = WithContainers::new(SimBackend::new(config.sim.clone())?, containers);
             run_with(
                 &config,
                 node,

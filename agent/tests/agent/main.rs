@@ -6,10 +6,12 @@
 //! over a fake kernel ([`tenants`]), `cumulo-cnci` in a network namespace ([`cnci`]: root),
 //! two hosts' agents pinging through a CNCI over SSNTP ([`overlay`]: root), and the CNCI's DHCP,
 //! outbound NAT and public IPs for those hosts' guests ([`edge`]: root), and the CNCI as a real
-//! VM on a network node ([`cnci_vm`]: root and libvirtd).
+//! VM on a network node ([`cnci_vm`]: root and libvirtd), and containers through runc
+//! ([`containers`]: root).
 
 mod cnci;
 mod cnci_vm;
+mod containers;
 mod edge;
 mod in_process;
 mod libvirt;
