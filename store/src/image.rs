@@ -21,6 +21,9 @@ pub enum ImageKind {
     Kernel,
     /// An initrd for a [`ImageKind::Kernel`] (Glance's `ari`); never booted by itself.
     Ramdisk,
+    /// A container's root file system, a tarball (Glance's `raw` data in a `docker`
+    /// container): booted as a container, never a VM's disk.
+    Container,
 }
 
 impl ImageKind {

@@ -17,6 +17,7 @@
 pub mod bench;
 pub mod bins;
 pub mod browser;
+pub mod containers;
 pub mod etcd;
 pub mod libvirt;
 mod pki;

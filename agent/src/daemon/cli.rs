@@ -176,7 +176,7 @@ pub struct Args {
     /// libvirt backend: the image store (default: `images/` in the state directory).
     #[arg(long, env = "CUMULO_AGENT_IMAGE_DIR")]
     pub image_dir: Option<PathBuf>,
-    /// libvirt backend: the controller's node image endpoint (`host:port`, its
+    /// libvirt backend and containers: the controller's node image endpoint (`host:port`, its
     /// `--image-listen`), where the data of uploaded images is fetched the first time a START
     /// names one. Without it only images already in the image store boot.
     #[arg(long, env = "CUMULO_AGENT_IMAGE_SERVER")]
@@ -397,6 +397,13 @@ impl Args {
             return Err(ArgsError::Hostname);
         }
         let sim_dir = self.sim_dir.unwrap_or_else(|| self.state_dir.join("sim"));
+        let source = match &self.image_server {
+            Some(server) => Some(Source(Arc::new(
+                ImageServer::new(&tls, server)
+                    .map_err(|why| ArgsError::ImageServer(format!("--image-server: {why}")))?,
+            ))),
+            None => None,
+        };
         let containers = self.containers.then(|| ContainerConfig {
             dir: self.state_dir.join("containers"),
             images: self
@@ -404,6 +411,8 @@ impl Args {
                 .clone()
                 .unwrap_or_else(|| self.state_dir.join("images")),
             runtime: self.container_runtime.clone(),
+            source: source.clone(),
+            cache_cap: self.image_cache_mb.saturating_mul(1 << 20),
         });
         let libvirt = (self.backend == BackendKind::Libvirt).then(|| {
             let mut l = LibvirtConfig::new(&self.libvirt_uri, self.accel.accel(), &self.state_dir);
@@ -411,17 +420,9 @@ impl Args {
                 l.images = dir;
             }
             l.image_cache = self.image_cache_mb.saturating_mul(1 << 20);
+            l.image_source = source;
             l
         });
-        let libvirt = match (libvirt, &self.image_server) {
-            (Some(mut l), Some(server)) => {
-                let source = ImageServer::new(&tls, server)
-                    .map_err(|why| ArgsError::ImageServer(format!("--image-server: {why}")))?;
-                l.image_source = Some(Source(Arc::new(source)));
-                Some(l)
-            }
-            (l, _) => l,
-        };
         // Tenant networking plumbs VMs: with the sim backend (no NICs) and with --network none
         // or nn (no VNICs of instances here) there is nothing to plumb.
         let tenant_net = matches!(self.network, Network::Cn | Network::Dual)

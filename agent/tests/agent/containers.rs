@@ -23,65 +23,11 @@ use uuid::Uuid;
 
 const T: Duration = Duration::from_secs(30);
 
-/// Why these tests cannot run here, if they cannot.
-fn missing() -> Option<String> {
-    if !rustix::process::geteuid().is_root() {
-        return Some("not root".into());
-    }
-    if !Command::new("runc")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
-    {
-        return Some("runc is not installed (scripts/deps.sh installs it)".into());
-    }
-    // A static binary has no dynamic section: ldd says so (and fails).
-    let ldd = Command::new("sh")
-        .args(["-c", "ldd \"$(command -v busybox)\" 2>&1"])
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-        .unwrap_or_default();
-    if !ldd.contains("not a dynamic executable") && !ldd.contains("statically linked") {
-        return Some("no static busybox (scripts/deps.sh installs busybox-static)".into());
-    }
-    None
-}
-
-fn can_run(test: &str) -> bool {
-    let Some(why) = missing() else { return true };
-    if std::env::var("CUMULO_REQUIRE_NETNS").as_deref() == Ok("1") {
-        panic!("{test}: CUMULO_REQUIRE_NETNS=1 but {why}");
-    }
-    eprintln!("skipping {test}: {why}");
-    false
-}
-
-/// `images/bb.tar`: busybox and its applets as a root file system.
+/// `<dir>/images/bb.tar`: a busybox root file system; the image store.
 fn busybox_image(dir: &Path) -> PathBuf {
-    let root = dir.join("bb-root");
-    std::fs::create_dir_all(root.join("bin")).unwrap();
-    let busybox = Command::new("sh")
-        .args(["-c", "command -v busybox"])
-        .output()
-        .unwrap();
-    let busybox = String::from_utf8_lossy(&busybox.stdout).trim().to_string();
-    std::fs::copy(&busybox, root.join("bin/busybox")).unwrap();
-    for applet in [
-        "sh", "echo", "cat", "sleep", "ip", "ls", "mkdir", "grep", "hostname",
-    ] {
-        std::os::unix::fs::symlink("busybox", root.join("bin").join(applet)).unwrap();
-    }
     let images = dir.join("images");
     std::fs::create_dir_all(&images).unwrap();
-    let out = Command::new("tar")
-        .arg("-cf")
-        .arg(images.join("bb.tar"))
-        .arg("-C")
-        .arg(&root)
-        .arg(".")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
+    testkit::containers::busybox_tarball(&images, "bb");
     images
 }
 
@@ -90,6 +36,8 @@ fn backend(dir: &Path) -> ContainerBackend {
         dir: dir.join("containers"),
         images: busybox_image(dir),
         runtime: "runc".into(),
+        source: None,
+        cache_cap: 1 << 30,
     })
     .unwrap()
 }
@@ -155,7 +103,7 @@ async fn power(b: &ContainerBackend, id: Uuid) -> Option<Power> {
 /// A backend in a temporary directory and a spec with `user_data` whose container is
 /// deleted when the guard goes; `None` (said why) when the tests cannot run here.
 fn setup(user_data: &str) -> Option<(tempfile::TempDir, ContainerBackend, InstanceSpec, Cleanup)> {
-    if !can_run("containers") {
+    if !testkit::containers::can_run("containers") {
         return None;
     }
     let dir = tempfile::tempdir().unwrap();

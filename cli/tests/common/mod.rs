@@ -255,10 +255,21 @@ impl SimCluster {
 
     /// Brings the cluster up, which must succeed.
     pub fn up(openstack: std::path::PathBuf) -> SimCluster {
+        SimCluster::up_with(openstack, |_| Vec::new())
+    }
+
+    /// As [`SimCluster::up`], with the environment `env` gives for `up`'s arguments (which
+    /// the services it starts inherit).
+    pub fn up_with(
+        openstack: std::path::PathBuf,
+        env: impl FnOnce(&[String]) -> Vec<(String, String)>,
+    ) -> SimCluster {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().to_str().unwrap().to_string();
+        let args = sim_up_args(&root);
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_cumulo"))
-            .args(sim_up_args(&root))
+            .envs(env(&args))
+            .args(&args)
             .output()
             .unwrap();
         // Made before the check, so that a failed `up` is brought down too.

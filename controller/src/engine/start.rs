@@ -86,7 +86,12 @@ pub(super) fn start_payload(
         instance_uuid: instance.id,
         tenant_uuid: instance.tenant,
         workload_uuid: instance.workload,
-        vm_type: VmType::Qemu,
+        // A container's root file system boots as a container (on a node with --containers).
+        vm_type: if plan.image.kind == store::ImageKind::Container {
+            VmType::Container
+        } else {
+            VmType::Qemu
+        },
         fw_type: FwType::Legacy,
         // A kernel image boots with no root image (a blank data disk).
         image: match &plan.kernel {

@@ -366,6 +366,39 @@ fn launch_sends_a_start_built_from_the_workload() {
 }
 
 #[test]
+fn a_container_images_start_asks_for_a_container() {
+    let mut w = world();
+    let store = w.engine.store().clone();
+    let image = store
+        .create_image(NewImage {
+            owner: None,
+            name: "rootfs".into(),
+            kind: ImageKind::Container,
+            reference: "sha512/00".into(),
+        })
+        .unwrap();
+    let old = store.workload(Scope::All, w.workload).unwrap();
+    w.workload = store
+        .create_workload(NewWorkload {
+            owner: Some(w.tenant),
+            name: "box".into(),
+            flavor: old.flavor,
+            image: image.id,
+            user_data: "echo hi".into(),
+            ephemeral: false,
+        })
+        .unwrap()
+        .id;
+    let made = w.launch(1);
+    let sent = w.out.take();
+    let s = starts(&sent)[0];
+    assert_eq!(s.instance_uuid, made[0].id);
+    assert_eq!(s.vm_type, ssntp::payload::VmType::Container);
+    assert_eq!(s.image, "sha512/00");
+    assert_eq!(s.user_data.as_deref(), Some("echo hi"));
+}
+
+#[test]
 fn stats_make_pending_instances_active_on_their_node() {
     let w = world();
     w.node_connected(NODE, NodeType::ComputeNode);

@@ -523,3 +523,51 @@ async fn the_os_hidden_filter_lists_no_image_as_hidden() {
     assert!(body.to_string().contains("os_hidden"), "{body}");
     w.stop().await;
 }
+
+#[tokio::test]
+async fn raw_data_in_a_docker_container_is_a_containers_root_file_system() {
+    let w = World::start().await;
+    let a = w.token_a().await;
+    let c = w.client();
+    let (status, made) = create(
+        &c,
+        &a,
+        json!({"name": "rootfs", "disk_format": "raw", "container_format": "docker"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{made}");
+    assert_eq!(
+        (&made["disk_format"], &made["container_format"]),
+        (&json!("raw"), &json!("docker"))
+    );
+    let id = made["id"].as_str().unwrap().to_string();
+    let kind = |w: &World| {
+        let id = uuid::Uuid::parse_str(&id).unwrap();
+        w.store.image(store::Scope::All, id).unwrap().kind
+    };
+    assert_eq!(kind(&w), store::ImageKind::Container);
+    // Only raw data goes in a docker container.
+    let (status, got) = create(
+        &c,
+        &a,
+        json!({"name": "x", "disk_format": "qcow2", "container_format": "docker"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{got}");
+    // While queued, the container format changes the kind both ways.
+    let set =
+        |format: &str| json!([{"op": "replace", "path": "/container_format", "value": format}]);
+    let (status, got) = patch(&c, &a, &id, set("bare")).await;
+    assert_eq!(status, StatusCode::OK, "{got}");
+    assert_eq!(kind(&w), store::ImageKind::Raw);
+    let (status, got) = patch(&c, &a, &id, set("docker")).await;
+    assert_eq!(status, StatusCode::OK, "{got}");
+    assert_eq!(kind(&w), store::ImageKind::Container);
+    // Once it has data, no more.
+    let (status, got) = upload(&c, &a, &id, b"not really a tarball").await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "{got}");
+    let (status, got) = patch(&c, &a, &id, set("bare")).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{got}");
+    assert_eq!(kind(&w), store::ImageKind::Container);
+    w.stop().await;
+}

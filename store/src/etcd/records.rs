@@ -242,6 +242,7 @@ pub(super) enum KindRec {
     Iso,
     Kernel,
     Ramdisk,
+    Container,
 }
 
 /// An image.
@@ -279,6 +280,7 @@ fn kind_rec(kind: ImageKind) -> KindRec {
         ImageKind::Iso => KindRec::Iso,
         ImageKind::Kernel => KindRec::Kernel,
         ImageKind::Ramdisk => KindRec::Ramdisk,
+        ImageKind::Container => KindRec::Container,
     }
 }
 
@@ -337,6 +339,7 @@ impl ImageRec {
                 KindRec::Raw => ImageKind::Raw,
                 KindRec::Iso => ImageKind::Iso,
                 KindRec::Kernel => ImageKind::Kernel,
+                KindRec::Container => ImageKind::Container,
                 KindRec::Ramdisk => ImageKind::Ramdisk,
             },
             reference: self.reference.clone(),

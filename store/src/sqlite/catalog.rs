@@ -193,6 +193,7 @@ fn image_row(row: &Row<'_>) -> rusqlite::Result<Image> {
             "iso" => ImageKind::Iso,
             "aki" => ImageKind::Kernel,
             "ari" => ImageKind::Ramdisk,
+            "container" => ImageKind::Container,
             other => return Err(bad_column(3, format!("unknown image kind {other:?}"))),
         },
         reference: row.get(4)?,
@@ -221,6 +222,7 @@ fn kind_text(kind: ImageKind) -> &'static str {
         ImageKind::Iso => "iso",
         ImageKind::Kernel => "aki",
         ImageKind::Ramdisk => "ari",
+        ImageKind::Container => "container",
     }
 }
 

@@ -37,6 +37,7 @@ use std::time::Duration;
 use uuid::Uuid;
 
 use super::console::{self, ConsoleError};
+use super::libvirt::cache::{ImageCache, Lease, Source, named_hash};
 use super::{Backend, BackendError, Existing, Power};
 use crate::model::{Action, InstanceSpec, NicSpec, Resources, Usage};
 
@@ -58,12 +59,18 @@ pub struct ContainerConfig {
     pub images: PathBuf,
     /// The OCI runtime (`runc`).
     pub runtime: PathBuf,
+    /// Where the data of uploaded images (a START's `sha512/<hash>`) comes from: the
+    /// controller's node image endpoint (`--image-server`), into the image store's cache.
+    pub source: Option<Source>,
+    /// The most the image cache keeps, bytes.
+    pub cache_cap: u64,
 }
 
 /// The runc backend (see the module docs).
 #[derive(Debug, Clone)]
 pub struct ContainerBackend {
     config: Arc<ContainerConfig>,
+    cache: ImageCache,
 }
 
 /// The network namespace of a container.
@@ -107,8 +114,16 @@ impl ContainerBackend {
                 String::from_utf8_lossy(&version.stderr).trim()
             )));
         }
+        let cache = ImageCache::open(
+            &config.images,
+            &config.dir,
+            config.cache_cap,
+            config.source.clone().map(|s| s.0),
+        )
+        .map_err(|e| BackendError::Other(format!("{}: {e}", config.images.display())))?;
         Ok(ContainerBackend {
             config: Arc::new(config),
+            cache,
         })
     }
 
@@ -164,7 +179,21 @@ impl ContainerBackend {
         })
     }
 
-    fn image(&self, name: &str) -> Result<PathBuf, BackendError> {
+    /// The tarball of image `name`, and the cache's hold on it for an uploaded image (fetched
+    /// first if the node has not got it).
+    async fn image(&self, name: &str) -> Result<(PathBuf, Option<Lease>), BackendError> {
+        if let Some(hash) = named_hash(name) {
+            let lease = self
+                .cache
+                .ensure(hash)
+                .await
+                .map_err(|e| BackendError::Image(e.to_string()))?;
+            return Ok((self.cache.path(hash), Some(lease)));
+        }
+        self.local_image(name).map(|path| (path, None))
+    }
+
+    fn local_image(&self, name: &str) -> Result<PathBuf, BackendError> {
         let plain = !name.is_empty()
             && name != "."
             && name != ".."
@@ -188,7 +217,7 @@ impl ContainerBackend {
     }
 
     async fn make(&self, spec: &InstanceSpec) -> Result<(), BackendError> {
-        let image = self.image(&spec.image)?;
+        let (image, _lease) = self.image(&spec.image).await?;
         let rootfs = self.bundle(spec.instance).join("rootfs");
         std::fs::create_dir_all(&rootfs).map_err(launch)?;
         let out = tokio::process::Command::new("tar")

@@ -87,14 +87,16 @@ pub fn disk_format(kind: ImageKind) -> &'static str {
         ImageKind::Iso => "iso",
         ImageKind::Kernel => "aki",
         ImageKind::Ramdisk => "ari",
+        ImageKind::Container => "raw",
     }
 }
 
-/// The container format an image of `kind` has when none was said.
-fn container_format(kind: ImageKind) -> &'static str {
+/// The container format of an image of `kind`.
+pub(super) fn container_format(kind: ImageKind) -> &'static str {
     match kind {
         ImageKind::Kernel => "aki",
         ImageKind::Ramdisk => "ari",
+        ImageKind::Container => "docker",
         _ => "bare",
     }
 }

@@ -28,7 +28,7 @@ fn image_schema() -> Value {
             "owner": {"type": ["null", "string"], "readOnly": true, "maxLength": 255},
             "size": {"type": ["null", "integer"], "readOnly": true},
             "virtual_size": {"type": ["null", "integer"], "readOnly": true},
-            "container_format": {"type": ["null", "string"], "enum": [null, "bare", "aki", "ari"]},
+            "container_format": {"type": ["null", "string"], "enum": [null, "bare", "aki", "ari", "docker"]},
             "disk_format": {"type": ["null", "string"], "enum": [null, "raw", "qcow2", "iso", "aki", "ari"]},
             "created_at": {"type": "string", "readOnly": true},
             "updated_at": {"type": "string", "readOnly": true},

@@ -64,6 +64,25 @@ fn disk_format(text: &str) -> Result<ImageKind, ApiError> {
     }
 }
 
+/// The kind of an image of disk format `kind` in container format `container`: a `raw` image
+/// in a `docker` container is a container's root file system (a tarball, as `docker export`
+/// writes one); the other pairs as [`formats_agree`] says.
+fn kind_of(kind: ImageKind, container: Option<&str>) -> Result<ImageKind, ApiError> {
+    match (kind, container) {
+        (ImageKind::Raw | ImageKind::Container, Some("docker")) => Ok(ImageKind::Container),
+        (_, Some("docker")) => Err(ApiError::BadRequest(format!(
+            "Invalid mix of disk and container formats: disk_format {} with container_format \
+             docker (a docker container holds raw data: a root file system tarball)",
+            super::disk_format(kind)
+        ))),
+        // Out of its docker container, a container's data is raw again.
+        (ImageKind::Container, other) => {
+            formats_agree(ImageKind::Raw, other).map(|()| ImageKind::Raw)
+        }
+        (kind, other) => formats_agree(kind, other).map(|()| kind),
+    }
+}
+
 /// Glance's rule for the Amazon kinds: a kernel (`aki`) or ramdisk (`ari`) image has the same
 /// container format as its disk format, and those container formats name nothing else.
 fn formats_agree(kind: ImageKind, container: Option<&str>) -> Result<(), ApiError> {
@@ -147,12 +166,12 @@ fn set(fields: &mut Fields, key: &str, value: &Value) -> Result<(), ApiError> {
         "name" => fields.name = Some(text_of("name", value)?.to_string()),
         "disk_format" => fields.kind = Some(disk_format(text_of("disk_format", value)?)?),
         "container_format" => match text_of("container_format", value)? {
-            format @ ("bare" | "aki" | "ari") => {
+            format @ ("bare" | "aki" | "ari" | "docker") => {
                 fields.props.container_format = Some(format.into())
             }
             other => {
                 return Err(ApiError::BadRequest(format!(
-                    "container_format {other} is not offered: bare, aki or ari"
+                    "container_format {other} is not offered: bare, aki, ari or docker"
                 )));
             }
         },
@@ -235,8 +254,10 @@ pub(super) async fn create(
         .ok_or_else(|| ApiError::BadRequest("an image needs a name".into()))?;
     let visibility = fields.visibility.unwrap_or(Visibility::Private);
     let owner = owner_for(&caller, visibility)?;
-    let kind = fields.kind.unwrap_or(ImageKind::Raw);
-    formats_agree(kind, fields.props.container_format.as_deref())?;
+    let kind = kind_of(
+        fields.kind.unwrap_or(ImageKind::Raw),
+        fields.props.container_format.as_deref(),
+    )?;
     let new = NewImage {
         owner,
         name,
@@ -341,10 +362,25 @@ pub(super) async fn patch(
             }
         }
     }
-    formats_agree(
+    // The container format says whether raw data is a container's root file system: a
+    // change of kind, which (as the disk format) only a queued image may have.
+    let kind = kind_of(
         fields.kind.unwrap_or(image.kind),
-        fields.props.container_format.as_deref(),
+        fields
+            .props
+            .container_format
+            .as_deref()
+            .or(Some(super::container_format(image.kind))),
     )?;
+    if kind != image.kind {
+        if image.status != ImageStatus::Queued {
+            return Err(ApiError::Conflict(
+                "disk_format and container_format can change the image's kind only while it is queued"
+                    .into(),
+            ));
+        }
+        fields.kind = Some(kind);
+    }
     // An image made public loses its owner (admins only); a public one made private, shared
     // or community goes to the caller's project. Between private, shared and community the
     // owner stays (and so do the members, which count only while it is shared).

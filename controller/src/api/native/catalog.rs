@@ -240,6 +240,7 @@ pub async fn create_image(
             KindName::Iso => ImageKind::Iso,
             KindName::Kernel => ImageKind::Kernel,
             KindName::Ramdisk => ImageKind::Ramdisk,
+            KindName::Container => ImageKind::Container,
         },
         reference: body.reference,
     };

@@ -200,6 +200,8 @@ pub enum KindName {
     Iso,
     Kernel,
     Ramdisk,
+    /// A container's root file system (a tarball).
+    Container,
 }
 
 impl From<ImageKind> for KindName {
@@ -209,6 +211,7 @@ impl From<ImageKind> for KindName {
             ImageKind::Raw => KindName::Raw,
             ImageKind::Iso => KindName::Iso,
             ImageKind::Kernel => KindName::Kernel,
+            ImageKind::Container => KindName::Container,
             ImageKind::Ramdisk => KindName::Ramdisk,
         }
     }
