@@ -25,8 +25,8 @@ mod probe;
 mod reach;
 
 use reach::{
-    security_groups_guard_a_real_guest, tenants_do_not_reach_the_control_plane,
-    the_openstack_cli_reaches_a_real_guest,
+    a_container_reaches_its_tenant_network, security_groups_guard_a_real_guest,
+    tenants_do_not_reach_the_control_plane, the_openstack_cli_reaches_a_real_guest,
 };
 
 use serde_json::{Value, json};
@@ -136,7 +136,8 @@ impl Cluster {
     /// A cluster in its own network namespace and a mount namespace with a private `/run`, so
     /// that the libvirtd `cumulo up` starts there (as root, when none answers) is its own: its
     /// sockets, its QEMUs' taps in the cluster's network namespace. The CNCIs' namespaces are
-    /// named under that `/run` too. Commands enter both namespaces of a holder process.
+    /// named under that `/run` too; the machine's cgroup file systems are mounted there again.
+    /// Commands enter both namespaces of a holder process.
     fn with_private_run(tag: &str) -> Cluster {
         let mut cluster = Cluster::new(tag);
         // QEMU runs as another user: it must reach the images under the cluster's directory.
@@ -152,7 +153,18 @@ impl Cluster {
                 "--propagation",
                 "private",
             ])
-            .args(["sh", "-c", "mount -t tmpfs tmpfs /run && exec sleep 3600"])
+            // `ip netns exec` mounts a sysfs of its own over /sys, which hides the cgroup file
+            // systems under it: mounted again as the machine has them (for containers' limits).
+            .args([
+                "sh",
+                "-c",
+                "mount -t tmpfs tmpfs /run && \
+                 mount -t tmpfs -o mode=755 cgroup /sys/fs/cgroup && \
+                 grep -E '^[^ ]+ /sys/fs/cgroup[^ ]* cgroup2? ' /proc/1/mounts | \
+                 while read -r src dir type opts _; do \
+                   mkdir -p \"$dir\" && mount -t \"$type\" -o \"$opts\" \"$src\" \"$dir\"; \
+                 done; exec sleep 3600",
+            ])
             .stdin(Stdio::null())
             .spawn()
             .unwrap();
@@ -718,6 +730,13 @@ fn up_libvirt_with_cnci_vms_in_a_namespace() {
         .unwrap();
     assert!(built.status.success(), "cnci-guest.sh: {built:?}");
     let mut cluster = Cluster::with_private_run("vm");
+    // Containers beside the VMs, on the same tenant networks.
+    let containers = testkit::containers::missing().is_none();
+    if containers {
+        cluster
+            .env
+            .insert("CUMULO_AGENT_CONTAINERS".into(), "true".into());
+    }
     let root = cluster.root();
     let started = Instant::now();
     let shown = cluster.ok(&[
@@ -810,6 +829,10 @@ fn up_libvirt_with_cnci_vms_in_a_namespace() {
     tenants_do_not_reach_the_control_plane(&cluster, &guest, "198.18.255.1");
     if let Some(openstack) = common::openstack_or_skip() {
         the_openstack_cli_reaches_a_real_guest(&cluster, &openstack);
+        let neighbour = std::net::Ipv4Addr::from(u32::from(base) + 250).to_string();
+        if testkit::containers::can_run("up_libvirt_with_cnci_vms_in_a_namespace (containers)") {
+            a_container_reaches_its_tenant_network(&cluster, &openstack, &gateway, &neighbour);
+        }
     }
     security_groups_guard_a_real_guest(&cluster);
     let _ = cluster.in_ns("ip", &["netns", "del", &guest]);

@@ -75,17 +75,8 @@ fn a_server_of_a_container_image_runs_its_user_data_and_keeps_its_layer_across_a
     });
     let work = tempfile::tempdir().unwrap();
     let tarball = testkit::containers::busybox_tarball(work.path(), "busybox");
-    let image = cluster.json(&[
-        "image",
-        "create",
-        "--disk-format",
-        "raw",
-        "--container-format",
-        "docker",
-        "--file",
-        tarball.to_str().unwrap(),
-        "busybox",
-    ]);
+    let upload = common::container_image_create(&tarball, "busybox");
+    let image = cluster.json(&upload.iter().map(String::as_str).collect::<Vec<_>>());
     assert_eq!(image["container_format"], "docker", "{image}");
     assert_eq!(image["disk_format"], "raw", "{image}");
     let script = work.path().join("init.sh");

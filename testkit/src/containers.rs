@@ -52,7 +52,7 @@ pub fn busybox_tarball(dir: &Path, name: &str) -> PathBuf {
     let busybox = String::from_utf8_lossy(&busybox.stdout).trim().to_string();
     std::fs::copy(&busybox, root.join("bin/busybox")).expect("busybox copied");
     for applet in [
-        "sh", "echo", "cat", "sleep", "ip", "ls", "mkdir", "grep", "hostname",
+        "sh", "echo", "cat", "sleep", "ip", "ls", "mkdir", "grep", "hostname", "ping",
     ] {
         std::os::unix::fs::symlink("busybox", root.join("bin").join(applet)).expect("applet");
     }

@@ -171,6 +171,26 @@ pub fn sim_up_args(dir: &str) -> Vec<String> {
     args
 }
 
+/// `openstack image create` of `tarball` (a root file system) as container image `name`: raw
+/// data in a docker container.
+#[allow(dead_code)]
+pub fn container_image_create(tarball: &Path, name: &str) -> Vec<String> {
+    let file = tarball.to_str().expect("a UTF-8 path");
+    [
+        "image",
+        "create",
+        "--disk-format",
+        "raw",
+        "--container-format",
+        "docker",
+        "--file",
+        file,
+        name,
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
 /// The exports `cumulo up` wrote in `dir`'s `env` file, as `(name, value)`.
 #[allow(dead_code)]
 pub fn up_exports(dir: &Path) -> Vec<(String, String)> {

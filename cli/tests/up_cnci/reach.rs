@@ -10,6 +10,23 @@ use serde_json::{Value, json};
 use super::probe::{connect_from, listen};
 use super::{Cluster, poll};
 
+/// Runs the `openstack` CLI in the cluster's namespace with its login; it must succeed: its
+/// output.
+fn openstack_cli(cluster: &Cluster, openstack: &Path, args: &[&str]) -> String {
+    let out = cluster
+        .command_in_ns(openstack.to_str().unwrap(), args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "openstack {}: {}{}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// A key pair's public key (its private half was thrown away).
 const PUBLIC_KEY: &str =
     "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOqfE3aLzdFWx7/HOPj8pmrrrIdHLDoaIWLFn+0rVrmF cumulo-test";
@@ -25,20 +42,7 @@ const PUBLIC_KEY: &str =
 /// `security group rule delete`: it does not; then `floating ip delete`, `server delete --wait`,
 /// `keypair delete`. The time from create to the metadata's answer is a figure.
 pub fn the_openstack_cli_reaches_a_real_guest(cluster: &Cluster, openstack: &Path) {
-    let cli = |args: &[&str]| -> String {
-        let out = cluster
-            .command_in_ns(openstack.to_str().unwrap(), args)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "openstack {}: {}{}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
+    let cli = |args: &[&str]| openstack_cli(cluster, openstack, args);
     let json = |args: &[&str]| -> Value {
         let mut all = args.to_vec();
         all.extend(["-f", "json"]);
@@ -367,4 +371,62 @@ pub fn tenants_do_not_reach_the_control_plane(cluster: &Cluster, guest: &str, ho
     }
     let _ = cluster.in_ns("ip", &["netns", "del", &world]);
     let _ = cluster.in_ns("ip", &["link", "del", "wv0"]);
+}
+
+/// A container on the tenant network (the agent runs containers, `--containers`): a busybox
+/// root file system uploaded with the `openstack` CLI as a container image
+/// (`--disk-format raw --container-format docker`), a server of it whose script pings the
+/// subnet's gateway (the CNCI VM, over the tunnel) and `neighbour` (on the subnet's bridge)
+/// and says so on its console; then it is deleted.
+pub fn a_container_reaches_its_tenant_network(
+    cluster: &Cluster,
+    openstack: &Path,
+    gateway: &str,
+    neighbour: &str,
+) {
+    let cli = |args: &[&str]| openstack_cli(cluster, openstack, args);
+    let dir = cluster.dir.path();
+    let tarball = testkit::containers::busybox_tarball(dir, "ct-busybox");
+    let upload = super::common::container_image_create(&tarball, "ct-busybox");
+    cli(&upload.iter().map(String::as_str).collect::<Vec<_>>());
+    let script = dir.join("ct-script");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\nip -o addr show eth0\n\
+             until ping -c 1 -W 2 {gateway} >/dev/null; do sleep 1; done; echo CUMULO-CT-GATEWAY\n\
+             until ping -c 1 -W 2 {neighbour} >/dev/null; do sleep 1; done; echo CUMULO-CT-NEIGHBOUR\n\
+             trap 'exit 0' TERM; while :; do sleep 1 & wait $!; done\n"
+        ),
+    )
+    .unwrap();
+    let started = Instant::now();
+    cli(&[
+        "server",
+        "create",
+        "--flavor",
+        "tiny",
+        "--image",
+        "ct-busybox",
+        "--user-data",
+        script.to_str().unwrap(),
+        "--wait",
+        "ct-guest",
+    ]);
+    let log = poll(
+        "the container's pings on its console",
+        Duration::from_secs(90),
+        || {
+            let log = cli(&["console", "log", "show", "ct-guest"]);
+            (log.contains("CUMULO-CT-GATEWAY") && log.contains("CUMULO-CT-NEIGHBOUR"))
+                .then_some(log)
+        },
+    );
+    eprintln!(
+        "container: openstack server create to its pings through the tenant network: {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    assert!(log.contains("eth0"), "{log}");
+    cli(&["server", "delete", "--wait", "ct-guest"]);
+    cli(&["image", "delete", "ct-busybox"]);
 }
