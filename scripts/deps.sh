@@ -23,6 +23,9 @@ CUMULO_DEBS=(build-essential pkg-config openssl ca-certificates procps
     python3 python3-venv
     # the dashboard's browser tests (cli/tests/ui.rs): Chromium headless and its WebDriver server
     chromium chromium-driver
+    # the Debian packages and their units (scripts/package.sh; systest's packaging test runs
+    # systemd-analyze verify on the units: no systemd runs)
+    systemd
     # containers beside VMs (cumulo-agent --containers; agent/tests/agent/containers.rs builds
     # its images from busybox-static, above)
     runc)

@@ -5,6 +5,7 @@
 mod cluster;
 mod images;
 mod openstack;
+mod packaging;
 mod remote;
 mod support;
 mod tenant_net;
