@@ -296,6 +296,11 @@ impl Anchor {
         &self.info
     }
 
+    /// The CA as a signer (of certificates and revocation lists).
+    pub fn issuer(&self) -> &Issuer<'static, KeyPair> {
+        &self.issuer
+    }
+
     /// The CA's key pair.
     pub fn key(&self) -> &KeyPair {
         self.issuer.key()

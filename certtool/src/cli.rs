@@ -9,11 +9,13 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use clap::{Args, Parser, Subcommand};
+use rustls::pki_types::pem::PemObject;
 use ssntp::cert::{CertError, CertInfo};
 use ssntp::{Role, Uuid};
 
 use crate::build::{self, Anchor, BuildError, CaProfile, LeafProfile, Names};
 use crate::cluster::{self, ClusterError, ClusterSpec, Outcome};
+use crate::crl;
 use crate::dump;
 use crate::files::{self, Access, FileError, OutFile};
 use crate::key::{KeyError, KeyType};
@@ -50,6 +52,38 @@ enum Command {
     /// Re-issue a role certificate with the same roles, names and UUID, a new validity and a new
     /// key. Without --out, replaces CERT and the .key beside it.
     Renew(RenewArgs),
+    /// Add certificates to the CA's revocation list (made if absent; what it revoked already
+    /// stays). The scheduler refuses them once it reads the list (cumulo-scheduler --crl FILE).
+    Revoke(RevokeArgs),
+}
+
+#[derive(Debug, Args)]
+struct RevokeArgs {
+    /// The certificates to revoke (PEM files; the first certificate of each).
+    cert: Vec<PathBuf>,
+    /// Serial numbers to revoke, in hex (bytes may be separated by `:`), comma-separated.
+    #[arg(long, value_name = "HEX", value_delimiter = ',', value_parser = parse_serial)]
+    serial: Vec<Vec<u8>>,
+    /// The revocation list (PEM), replaced by the new one.
+    #[arg(long, value_name = "FILE", required = true)]
+    crl: PathBuf,
+    /// The CA certificate (PEM).
+    #[arg(long, value_name = "FILE", required = true)]
+    anchor_cert: PathBuf,
+    /// The CA's private key [default: the anchor certificate's path with .key].
+    #[arg(long, value_name = "FILE")]
+    anchor_key: Option<PathBuf>,
+}
+
+fn parse_serial(s: &str) -> Result<Vec<u8>, String> {
+    let hex: String = s.chars().filter(|c| *c != ':').collect();
+    if hex.is_empty() || hex.len() > 40 || !hex.len().is_multiple_of(2) {
+        return Err("give an even number of hex digits, at most 40 (20 bytes)".into());
+    }
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).map_err(|_| format!("{s:?} is not hex")))
+        .collect()
 }
 
 #[derive(Debug, Args)]
@@ -291,6 +325,14 @@ pub enum CliError {
         /// Why.
         source: RenewError,
     },
+    /// `revoke` failed.
+    #[error("{}: {source}", .path.display())]
+    Crl {
+        /// The list, or the certificate to revoke.
+        path: PathBuf,
+        /// Why.
+        source: crl::CrlError,
+    },
     /// Standard output is gone.
     #[error("cannot write the report: {0}")]
     Output(#[from] io::Error),
@@ -353,6 +395,7 @@ fn run(cli: Cli, now: SystemTime, out: &mut dyn Write) -> Result<(), CliError> {
     match cli.command {
         Some(Command::Cluster(args)) => run_cluster(args, now, out),
         Some(Command::Renew(args)) => run_renew(args, now, out),
+        Some(Command::Revoke(args)) => run_revoke(args, now, out),
         None => {
             let args = cli.make;
             if let Some(path) = &args.dump {
@@ -363,7 +406,7 @@ fn run(cli: Cli, now: SystemTime, out: &mut dyn Write) -> Result<(), CliError> {
                 run_leaf(&args, roles, now, out)
             } else {
                 Err(CliError::Usage(
-                    "nothing to do: pass --anchor (make a CA), --role ROLES (make a role certificate), --dump FILE, or a command (cluster, renew); see cumulo-cert --help".into(),
+                    "nothing to do: pass --anchor (make a CA), --role ROLES (make a role certificate), --dump FILE, or a command (cluster, renew, revoke); see cumulo-cert --help".into(),
                 ))
             }
         }
@@ -605,6 +648,61 @@ fn run_cluster(args: ClusterArgs, now: SystemTime, out: &mut dyn Write) -> Resul
             dump::utc(entry.not_after)
         )?;
     }
+    Ok(())
+}
+
+fn run_revoke(args: RevokeArgs, now: SystemTime, out: &mut dyn Write) -> Result<(), CliError> {
+    if args.cert.is_empty() && args.serial.is_empty() {
+        return Err(CliError::Usage(
+            "nothing to revoke: name certificate files or --serial".into(),
+        ));
+    }
+    let anchor = load_anchor(&args.anchor_cert, args.anchor_key.as_ref(), now)?;
+    let crl_error = |source: crl::CrlError| CliError::Crl {
+        path: args.crl.clone(),
+        source,
+    };
+    let list = match std::fs::read(&args.crl) {
+        Ok(bytes) => {
+            let der = rustls::pki_types::CertificateRevocationListDer::from_pem_slice(&bytes)
+                .map_err(|e| crl_error(crl::CrlError::Existing(e.to_string())))?;
+            crl::read(der.as_ref(), &anchor).map_err(crl_error)?
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => crl::List::default(),
+        Err(source) => {
+            return Err(FileError::Read {
+                path: args.crl.clone(),
+                source,
+            }
+            .into());
+        }
+    };
+    let mut serials = args.serial.clone();
+    for path in &args.cert {
+        let cert = files::read_certs(path)?.swap_remove(0);
+        serials.push(
+            crl::serial_to_revoke(&cert, &anchor).map_err(|source| CliError::Crl {
+                path: path.clone(),
+                source,
+            })?,
+        );
+    }
+    let (list, pem) = crl::extend(list, &serials, &anchor, now).map_err(crl_error)?;
+    files::write_all(
+        &[OutFile {
+            path: args.crl.clone(),
+            contents: pem.into_bytes(),
+            access: Access::Public,
+        }],
+        true,
+    )?;
+    writeln!(
+        out,
+        "wrote {} (revocation list number {}: {} certificates revoked)",
+        args.crl.display(),
+        list.number,
+        list.revoked.len()
+    )?;
     Ok(())
 }
 

@@ -14,6 +14,7 @@
 pub mod build;
 pub mod cli;
 pub mod cluster;
+pub mod crl;
 pub mod dump;
 pub mod eku;
 pub mod files;

@@ -70,6 +70,15 @@ pub struct Args {
     /// sending faster than its budget is read more slowly; nothing is dropped.
     #[arg(long, env = "CUMULO_SCHEDULER_READ_RATE", value_delimiter = ',', value_parser = parse_read_rate)]
     pub read_rate: Vec<String>,
+    /// The cluster CA's revocation list (PEM or DER; `cumulo-cert revoke` makes it): the
+    /// certificates it revokes are refused, and their live sessions ended. Read again when the
+    /// file changes (a list older than the one in force, or not the CA's, is refused and
+    /// logged).
+    #[arg(long, env = "CUMULO_SCHEDULER_CRL")]
+    pub crl: Option<PathBuf>,
+    /// How often the revocation list's file is looked at.
+    #[arg(long, env = "CUMULO_SCHEDULER_CRL_RELOAD", default_value = "2s", value_parser = parse_positive_duration)]
+    pub crl_reload: Duration,
 }
 
 /// Checks one `--read-rate` (applied in [`Args::into_config`]).
@@ -101,6 +110,9 @@ pub enum ConfigError {
     /// A `--read-rate` that cannot be read.
     #[error("--read-rate: {0}")]
     ReadRate(#[from] ssntp_net::RateParseError),
+    /// The revocation list.
+    #[error("--crl: {0}")]
+    Crl(#[from] ssntp_net::CrlError),
     /// The certificate lacks the role.
     #[error(
         "{0}: the certificate's roles ({1}) lack scheduler; make one with `cumulo-cert --role scheduler`"
@@ -170,7 +182,20 @@ impl Args {
         for spec in &self.read_rate {
             read_rates.set(spec)?;
         }
+        let crl = match &self.crl {
+            None => None,
+            Some(path) => {
+                let file = ssntp_net::revocation::CrlFile::new(path, &self.ca_cert)?;
+                let initial = file.load()?;
+                Some(crate::CrlWatch {
+                    file,
+                    initial,
+                    every: self.crl_reload,
+                })
+            }
+        };
         let config = SchedulerConfig {
+            crl,
             read_rates,
             tls,
             uuid,
@@ -209,6 +234,55 @@ mod tests {
                 "{flag:?} {file:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_revocation_list_is_loaded_at_start_and_a_bad_one_stops_it_with_the_cause() {
+        let pki = testkit::TestPki::new();
+        let dir = tempfile::tempdir().unwrap();
+        let leaf = pki.leaf(Role::SCHEDULER, Some(ssntp::Uuid::from_bytes([5; 16])));
+        let (ca, cert, key) = leaf.write(dir.path(), "scheduler");
+        let crl = dir.path().join("crl.pem");
+        let parse = |crl: &std::path::Path| {
+            Args::try_parse_from([
+                "cumulo-scheduler".as_ref(),
+                "--ca-cert".as_ref(),
+                ca.as_os_str(),
+                "--cert".as_ref(),
+                cert.as_os_str(),
+                "--key".as_ref(),
+                key.as_os_str(),
+                "--crl".as_ref(),
+                crl.as_os_str(),
+            ])
+            .unwrap()
+            .into_config()
+        };
+        let e = parse(&crl).unwrap_err().to_string();
+        assert!(
+            e.starts_with("--crl: cannot read") && e.contains("crl.pem"),
+            "{e}"
+        );
+        std::fs::write(&crl, "junk").unwrap();
+        let e = parse(&crl).unwrap_err().to_string();
+        assert!(e.contains("PEM"), "{e}");
+        let revoked = pki.leaf(Role::AGENT, None);
+        std::fs::write(&crl, pki.crl(&[&revoked], 4)).unwrap();
+        let (config, _lock) = parse(&crl).unwrap();
+        let watch = config.crl.unwrap();
+        assert_eq!(
+            (watch.initial.len(), watch.initial.number()),
+            (1, &[4u8][..])
+        );
+        assert_eq!(watch.every, Duration::from_secs(2));
+        // Another CA's list is refused.
+        let other = testkit::TestPki::new();
+        std::fs::write(&crl, other.crl(&[], 1)).unwrap();
+        let e = parse(&crl).unwrap_err().to_string();
+        assert!(
+            e.contains("not by the CA") || e.contains("signature"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -51,6 +51,19 @@ pub struct SchedulerConfig {
     pub conn: ssntp_net::ConnConfig,
     /// Each role's read budget (defaults of `ssntp_net::ReadRates`).
     pub read_rates: ssntp_net::ReadRates,
+    /// Revoked certificates, from a file read again when it changes (`--crl`).
+    pub crl: Option<CrlWatch>,
+}
+
+/// The revocation list a scheduler refuses certificates by.
+#[derive(Debug, Clone)]
+pub struct CrlWatch {
+    /// Where it is.
+    pub file: ssntp_net::revocation::CrlFile,
+    /// What it held at start.
+    pub initial: ssntp_net::RevocationList,
+    /// How often the file is looked at.
+    pub every: Duration,
 }
 
 /// A snapshot for the heartbeat line and the metrics endpoint.
@@ -255,8 +268,23 @@ pub async fn run(
     server_config.conn = config.conn;
     server_config.read_rates = config.read_rates;
     server_config.routes = routes::routes();
+    let revocations = config.crl.as_ref().map(|crl| {
+        let r = ssntp_net::Revocations::new();
+        r.set(crl.initial.clone());
+        r
+    });
+    server_config.revocations = revocations.clone();
     let (server, handle, mut events) = Server::new(server_config)?;
     let server_task = tokio::spawn(server.run(listener, shutdown.clone()));
+    if let (Some(crl), Some(revocations)) = (config.crl.clone(), revocations) {
+        tokio::spawn(ssntp_net::revocation::watch(
+            crl.file,
+            revocations,
+            handle.clone(),
+            crl.every,
+            shutdown.clone(),
+        ));
+    }
     // Once a second: the summary, and the dead-node check (intervals are whole seconds).
     let mut check = tokio::time::interval(Duration::from_secs(1));
     check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -26,6 +26,7 @@ impl SchedulerConfig {
             heartbeat: false,
             conn: Default::default(),
             read_rates: Default::default(),
+            crl: None,
         }
     }
 }

@@ -1,7 +1,7 @@
 //! The networked half of SSNTP, the driver of the [`ssntp`] core on tokio and rustls (as quinn
 //! drives quinn-proto): TLS configurations ([`tls`]), the session driver ([`conn`]: one reader and
 //! one writer task per connection, bounded queues, coalesced writes) with its read budgets
-//! ([`rate`]), the server with its
+//! ([`rate`]), revoked certificates ([`revocation`]), the server with its
 //! forwarding rules ([`server`], [`forward`]) and the thread its handshakes run on
 //! ([`handshaker`]), and the reconnecting client ([`client`]).
 //!
@@ -16,6 +16,7 @@ pub mod forward;
 pub mod handshaker;
 pub mod rate;
 pub mod relay;
+pub mod revocation;
 pub mod server;
 pub mod tls;
 
@@ -23,6 +24,7 @@ pub use client::{Client, ClientConfig, ClientError, ClientEvent, ClientHandle};
 pub use conn::{ConnConfig, Outbox, SendError};
 pub use forward::{Directory, Route, Routes};
 pub use rate::{RateParseError, ReadRate, ReadRates};
+pub use revocation::{CrlError, RevocationList, Revocations};
 pub use server::{Handled, Server, ServerConfig, ServerError, ServerEvent, ServerHandle, Target};
 pub use tls::{TlsError, TlsIdentity};
 

@@ -7,9 +7,10 @@ use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::server::WebPkiClientVerifier;
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::{
-    CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, ServerConfig,
-    SignatureScheme,
+    CertificateError, ClientConfig, DigitallySignedStruct, DistinguishedName, RootCertStore,
+    ServerConfig, SignatureScheme,
 };
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -18,6 +19,8 @@ use uuid::Uuid;
 use ssntp::Role;
 use ssntp::cert::{CertError, peer_certificate};
 use ssntp::handshake::{PeerCertificate, UuidBinding};
+
+use crate::revocation::Revocations;
 
 /// Why TLS material could not be loaded or used.
 #[derive(Debug, thiserror::Error)]
@@ -136,13 +139,35 @@ impl TlsIdentity {
 
     /// A server configuration: TLS 1.3 only, a client certificate chaining to the CA required.
     pub fn server_config(&self) -> Result<Arc<ServerConfig>, TlsError> {
-        let verifier = WebPkiClientVerifier::builder_with_provider(self.roots.clone(), provider())
+        self.server_config_revoking(None)
+    }
+
+    /// [`TlsIdentity::server_config`], refusing, besides, a client certificate that the list in
+    /// force in `revoked` revokes (read at each handshake: a new list applies at once).
+    pub fn server_config_revoking(
+        &self,
+        revoked: Option<&Revocations>,
+    ) -> Result<Arc<ServerConfig>, TlsError> {
+        let webpki = WebPkiClientVerifier::builder_with_provider(self.roots.clone(), provider())
             .build()
             .map_err(|e| TlsError::Verifier(e.to_string()))?;
-        let config = ServerConfig::builder_with_provider(provider())
+        let verifier: Arc<dyn ClientCertVerifier> = match revoked {
+            None => webpki,
+            Some(revoked) => Arc::new(RevokingVerifier {
+                inner: webpki,
+                revoked: revoked.clone(),
+            }),
+        };
+        let mut config = ServerConfig::builder_with_provider(provider())
             .with_protocol_versions(&[&rustls::version::TLS13])?
             .with_client_cert_verifier(verifier)
             .with_single_cert(self.chain.clone(), self.key.clone_key())?;
+        if revoked.is_some() {
+            // A resumed session skips the client certificate's verification, and so the
+            // revocation check: every connection does a full handshake.
+            config.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
+            config.send_tls13_tickets = 0;
+        }
         Ok(Arc::new(config))
     }
 
@@ -242,6 +267,67 @@ impl ServerCertVerifier for RoleVerifier {
             )));
         }
         Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.inner.supported_verify_schemes()
+    }
+}
+
+/// The CA's chain check (webpki), then the serial number against the revocation list in force.
+#[derive(Debug)]
+struct RevokingVerifier {
+    inner: Arc<dyn ClientCertVerifier>,
+    revoked: Revocations,
+}
+
+impl ClientCertVerifier for RevokingVerifier {
+    fn offer_client_auth(&self) -> bool {
+        self.inner.offer_client_auth()
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        self.inner.client_auth_mandatory()
+    }
+
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        self.inner.root_hint_subjects()
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        let verified = self
+            .inner
+            .verify_client_cert(end_entity, intermediates, now)?;
+        let serial = crate::revocation::serial_of(end_entity).ok_or(
+            rustls::Error::InvalidCertificate(CertificateError::BadEncoding),
+        )?;
+        if self.revoked.revokes(&serial) {
+            return Err(rustls::Error::InvalidCertificate(CertificateError::Revoked));
+        }
+        Ok(verified)
     }
 
     fn verify_tls12_signature(

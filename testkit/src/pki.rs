@@ -156,6 +156,29 @@ impl TestPki {
         to_pem(self.anchor.key())
     }
 
+    /// A revocation list of this CA (PEM) numbered `number`, revoking `leaves`.
+    pub fn crl(&self, leaves: &[&Leaf], number: u64) -> String {
+        use rustls::pki_types::CertificateDer;
+        use rustls::pki_types::pem::PemObject;
+        let serials: Vec<Vec<u8>> = leaves
+            .iter()
+            .map(|leaf| {
+                let der = CertificateDer::pem_slice_iter(leaf.cert_pem.as_bytes())
+                    .next()
+                    .expect("a certificate")
+                    .expect("PEM");
+                certtool::crl::serial_to_revoke(&der, &self.anchor).expect("one of ours")
+            })
+            .collect();
+        let list = certtool::crl::List {
+            number: number.saturating_sub(1),
+            revoked: Vec::new(),
+        };
+        certtool::crl::extend(list, &serials, &self.anchor, SystemTime::now())
+            .expect("a revocation list")
+            .1
+    }
+
     /// The TLS identity of a new certificate with `roles` and `uuid`.
     pub fn identity(&self, roles: Role, uuid: Option<Uuid>) -> TlsIdentity {
         self.leaf(roles, uuid).identity()

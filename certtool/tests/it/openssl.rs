@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-use crate::{ok, with_ca};
+use crate::{cumulo_cert, ok, with_ca};
 
 fn openssl(dir: &Path, args: &[&str]) -> Output {
     Command::new("openssl")
@@ -187,4 +187,87 @@ fn dump_reads_a_certificate_openssl_made() {
             "--verify",
         ],
     );
+}
+
+#[test]
+fn openssl_reads_the_revocation_list_and_refuses_what_it_revokes() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    ok(d, &["cluster", "--host", "ctl.test", "--directory", "pki"]);
+    let revoke = |cert: &str| {
+        ok(
+            d,
+            &[
+                "revoke",
+                cert,
+                "--crl",
+                "pki/crl.pem",
+                "--anchor-cert",
+                "pki/ca.pem",
+            ],
+        )
+    };
+    let said = revoke("pki/agent.pem");
+    assert!(said.contains("number 1: 1 certificates revoked"), "{said}");
+    // Again, and another: the list keeps the first and counts up.
+    revoke("pki/agent.pem");
+    let said = revoke("pki/admin.pem");
+    assert!(said.contains("number 3: 2 certificates revoked"), "{said}");
+    let text = openssl_ok(
+        d,
+        &[
+            "crl",
+            "-in",
+            "pki/crl.pem",
+            "-CAfile",
+            "pki/ca.pem",
+            "-noout",
+            "-text",
+        ],
+    );
+    assert!(
+        text.contains("X509v3 CRL Number: \n                3"),
+        "{text}"
+    );
+    assert_eq!(text.matches("Serial Number:").count(), 2, "{text}");
+    let verify = |name: &str| {
+        openssl(
+            d,
+            &[
+                "verify",
+                "-crl_check",
+                "-CRLfile",
+                "pki/crl.pem",
+                "-CAfile",
+                "pki/ca.pem",
+                &format!("pki/{name}.pem"),
+            ],
+        )
+    };
+    for name in ["agent", "admin"] {
+        let out = verify(name);
+        assert!(!out.status.success(), "{name} is revoked");
+        let said = String::from_utf8_lossy(&out.stdout).to_string()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(said.contains("certificate revoked"), "{said}");
+    }
+    for name in ["scheduler", "controller"] {
+        assert!(verify(name).status.success(), "{name} is not revoked");
+    }
+    // Another CA's certificate cannot go on this list; nor can this list be extended by it.
+    let other = with_ca();
+    let out = cumulo_cert(
+        d,
+        &[
+            "revoke",
+            "pki/agent.pem",
+            "--crl",
+            "pki/crl.pem",
+            "--anchor-cert",
+            other.path().join("ca.pem").to_str().unwrap(),
+        ],
+    );
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("this CA"), "{err}");
 }

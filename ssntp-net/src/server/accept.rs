@@ -50,7 +50,11 @@ impl Server {
                 configured: config.uuid,
             });
         }
-        let acceptor = TlsAcceptor::from(config.tls.server_config()?);
+        let acceptor = TlsAcceptor::from(
+            config
+                .tls
+                .server_config_revoking(config.revocations.as_ref())?,
+        );
         let shared = Arc::new(Shared {
             cluster: RwLock::new(config.cluster.clone()),
             counters: Counters {
@@ -187,11 +191,20 @@ impl Server {
         let max = self.shared.max_frame;
         let session = accepted.session;
         let (uuid, role) = (session.peer_uuid(), session.peer_role());
+        // Its certificate's serial number, so that a later revocation list can end it.
+        let serial: Box<[u8]> = stream
+            .get_ref()
+            .1
+            .peer_certificates()
+            .and_then(|c| c.first())
+            .and_then(|der| crate::revocation::serial_of(der))
+            .unwrap_or_default()
+            .into();
         let opened = conn::open(stream, max, self.config.conn, tracker);
         let registered = self
             .register(
                 uuid,
-                role,
+                (role, serial),
                 accepted.bound,
                 &accepted.reply,
                 (opened.outbox(), opened.received()),
@@ -271,7 +284,7 @@ impl Server {
     async fn register(
         &self,
         uuid: Uuid,
-        role: Role,
+        (role, serial): (Role, Box<[u8]>),
         bound: bool,
         reply: &Frame,
         (outbox, received): (&Outbox, Arc<conn::Stamp>),
@@ -296,6 +309,7 @@ impl Server {
                     outbox: outbox.clone(),
                     generation,
                     received,
+                    serial,
                 },
             )
         };

@@ -7,6 +7,7 @@ use crate::conn::ConnConfig;
 use crate::forward::Routes;
 use crate::handshaker::HandshakerConfig;
 use crate::rate::ReadRates;
+use crate::revocation::Revocations;
 use crate::tls::{TlsError, TlsIdentity};
 use ssntp::Role;
 use ssntp::handshake::HandshakeConfig;
@@ -51,6 +52,11 @@ pub struct ServerConfig {
     /// Where handshakes run: a thread of their own ([`crate::handshaker`], the default), or
     /// `None`: on the sessions' runtime.
     pub handshakes: Option<HandshakerConfig>,
+    /// Revoked client certificates (default: none): refused at the TLS handshake; the list can
+    /// be replaced while the server runs, and
+    /// [`ServerHandle::disconnect_revoked`](crate::ServerHandle::disconnect_revoked) ends the
+    /// live sessions of certificates a new list revokes.
+    pub revocations: Option<Revocations>,
 }
 
 impl ServerConfig {
@@ -70,6 +76,7 @@ impl ServerConfig {
             routes: Routes::new(),
             read_rates: ReadRates::default(),
             handshakes: Some(HandshakerConfig::default()),
+            revocations: None,
         }
     }
 }

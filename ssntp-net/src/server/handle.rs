@@ -8,6 +8,7 @@ use uuid::Uuid;
 use super::shared::{Counters, Shared, Target};
 use crate::conn::SendError;
 use crate::forward::Directory;
+use crate::revocation::RevocationList;
 use ssntp::Role;
 use ssntp::frame::Frame;
 use ssntp::payload::{ClusterConfig, DeliveryFailureReason, Payload};
@@ -140,6 +141,23 @@ impl ServerHandle {
             }
             _ => false,
         }
+    }
+
+    /// Closes the sessions whose certificates `list` revokes (after their queued frames), and
+    /// says whose they were.
+    pub fn disconnect_revoked(&self, list: &RevocationList) -> Vec<(Uuid, Role)> {
+        if list.is_empty() {
+            return Vec::new();
+        }
+        let registry = self.shared.read();
+        let mut ended = Vec::new();
+        for (uuid, entry) in registry.iter() {
+            if !entry.serial.is_empty() && list.revokes(&entry.serial) {
+                entry.outbox.close();
+                ended.push((*uuid, entry.role));
+            }
+        }
+        ended
     }
 
     /// Closes a peer's session (after its queued frames); `false` if it is not connected.

@@ -16,6 +16,8 @@ pub(super) struct Entry {
     pub(super) generation: u64,
     /// When the session last received a frame (its reader records it).
     pub(super) received: Arc<conn::Stamp>,
+    /// Its certificate's serial number (empty if unreadable).
+    pub(super) serial: Box<[u8]>,
 }
 
 /// The live sessions by UUID, and their UUIDs by claimed role: a frame for a role (STATS to the
@@ -94,6 +96,7 @@ mod tests {
             outbox: Outbox::detached(),
             generation,
             received: Arc::new(conn::Stamp::new(Instant::now())),
+            serial: Box::default(),
         }
     }
 

@@ -904,3 +904,86 @@ async fn clients_spread_over_their_servers_and_move_to_the_next_when_one_dies() 
     })
     .await;
 }
+
+/// Writes `text` to `path` as a whole (a reader never sees half a file).
+fn replace_file(path: &std::path::Path, text: &str) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+#[tokio::test]
+async fn a_revoked_certificate_is_refused_and_its_live_session_ended() {
+    use ssntp_net::Revocations;
+    use ssntp_net::revocation::{CrlFile, watch};
+    let pki = TestPki::new();
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b, c) = (
+        pki.leaf(Role::AGENT, Some(u(1))),
+        pki.leaf(Role::AGENT, Some(u(2))),
+        pki.leaf(Role::AGENT, Some(u(3))),
+    );
+    let (ca_path, crl_path) = (dir.path().join("ca.pem"), dir.path().join("crl.pem"));
+    std::fs::write(&ca_path, pki.ca_pem()).unwrap();
+    replace_file(&crl_path, &pki.crl(&[&b], 1));
+    let file = CrlFile::new(&crl_path, &ca_path).unwrap();
+    let revocations = Revocations::new();
+    revocations.set(file.load().unwrap());
+    assert_eq!(revocations.current().len(), 1);
+    let mut s = server_with(&pki, u(0x5c), Routes::new(), |config| {
+        config.revocations = Some(revocations.clone());
+    })
+    .await;
+    tokio::spawn(watch(
+        file,
+        revocations.clone(),
+        s.handle.clone(),
+        Duration::from_millis(20),
+        s.stop.clone(),
+    ));
+    let addr = s.addr.clone();
+    let start = |leaf: &testkit::Leaf, n: u8| {
+        let (handle, events) = Client::start(fast_backoff(
+            ClientConfig::new(leaf.identity(), u(n), Role::AGENT, vec![addr.clone()]),
+            &addr,
+        ))
+        .unwrap();
+        TestClient {
+            handle,
+            events,
+            pending: Default::default(),
+        }
+    };
+    let mut ca = start(&a, 1);
+    connected(&mut ca).await;
+    assert_eq!(server_connected(&mut s).await.0, u(1));
+    let mut cc = start(&c, 3);
+    connected(&mut cc).await;
+    assert_eq!(server_connected(&mut s).await.0, u(3));
+    // b is refused at the TLS handshake: the server never sees it.
+    let cb = start(&b, 2);
+
+    // A new list revokes a too: its live session ends, and it cannot come back.
+    replace_file(&crl_path, &pki.crl(&[&a, &b], 2));
+    match recv_within(&mut s.events, T).await {
+        ServerEvent::Disconnected { uuid, .. } => assert_eq!(uuid, u(1)),
+        other => panic!("expected a's session to end, got {other:?}"),
+    }
+    assert_eq!(revocations.current().number(), &[2]);
+    // An older list (a replayed file) does not lift a's revocation.
+    replace_file(&crl_path, &pki.crl(&[&b], 1));
+    let seen = tokio::time::timeout(Duration::from_millis(800), s.events.recv()).await;
+    assert!(
+        seen.is_err(),
+        "nobody new connects: b and a stay refused; {seen:?}"
+    );
+    assert_eq!(revocations.current().number(), &[2]);
+    assert!(!ca.handle.is_connected() && !cb.handle.is_connected());
+    assert!(cc.handle.is_connected(), "c was never revoked");
+    // Junk in the file changes nothing either.
+    replace_file(&crl_path, "not a list");
+    replace_file(&crl_path, &pki.crl(&[], 3));
+    let mut ca2 = start(&a, 1);
+    connected(&mut ca2).await;
+    assert_eq!(revocations.current().number(), &[3]);
+}
