@@ -230,6 +230,61 @@ pub(crate) fn check_disabled_count(count: usize) -> Result<()> {
     Ok(())
 }
 
+/// What both stores check of a token use: its secret (compared in constant time) and expiry,
+/// and that it is unused.
+pub(crate) fn check_join_token(
+    token: &crate::JoinToken,
+    secret_hash: &[u8; 32],
+    now: std::time::SystemTime,
+) -> Result<()> {
+    let same = token
+        .secret_hash
+        .iter()
+        .zip(secret_hash)
+        .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+        == 0;
+    if !same {
+        return Err(StoreError::Invalid("not the join token's secret".into()));
+    }
+    if token.used.is_some() {
+        return Err(StoreError::Conflict(
+            "the join token was used already".into(),
+        ));
+    }
+    if now >= token.expires {
+        return Err(StoreError::Invalid("the join token has expired".into()));
+    }
+    Ok(())
+}
+
+/// What both stores check of a joined node: its host name, and the bound on how many.
+pub(crate) fn check_joined_node(node: &crate::JoinedNode, count: usize) -> Result<()> {
+    if node.hostname.is_empty() || node.hostname.len() > crate::JoinedNode::MAX_HOSTNAME {
+        return Err(StoreError::Invalid(format!(
+            "a joined node's host name is 1 to {} characters",
+            crate::JoinedNode::MAX_HOSTNAME
+        )));
+    }
+    if count >= crate::JoinedNode::MAX_NODES {
+        return Err(StoreError::Invalid(format!(
+            "at most {} nodes join",
+            crate::JoinedNode::MAX_NODES
+        )));
+    }
+    Ok(())
+}
+
+/// What both stores check of a new token: the bound on how many are kept.
+pub(crate) fn check_join_token_count(count: usize) -> Result<()> {
+    if count >= crate::JoinToken::MAX_TOKENS {
+        return Err(StoreError::Invalid(format!(
+            "at most {} join tokens are kept; delete some",
+            crate::JoinToken::MAX_TOKENS
+        )));
+    }
+    Ok(())
+}
+
 /// What both stores check of a new instance: its name, key, metadata, reservation id and zone.
 pub(crate) fn check_new_instance(new: &crate::NewInstance) -> Result<()> {
     check_name("instance", &new.name)?;

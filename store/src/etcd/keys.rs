@@ -281,6 +281,22 @@ impl Keys {
     pub(super) fn disabled_node(&self, node: Uuid) -> String {
         self.key(&[&"disabled", &node])
     }
+    /// A join token's record.
+    pub(super) fn join_token(&self, id: Uuid) -> String {
+        self.key(&[&"join-token", &id])
+    }
+    /// Every join token's record.
+    pub(super) fn join_tokens(&self) -> String {
+        self.key(&[&"join-token", &""])
+    }
+    /// A joined node's record.
+    pub(super) fn joined_node(&self, id: Uuid) -> String {
+        self.key(&[&"joined", &id])
+    }
+    /// Every joined node's record.
+    pub(super) fn joined_nodes(&self) -> String {
+        self.key(&[&"joined", &""])
+    }
     /// Every disabled node's record.
     pub(super) fn disabled_nodes(&self) -> String {
         self.key(&[&"disabled", &""])

@@ -398,6 +398,27 @@ ALTER TABLE instances ADD COLUMN reservation_id TEXT;
     r#"
 ALTER TABLE instances ADD COLUMN zone TEXT;
 "#,
+    // 25: join tokens (used once) and the hosts that joined with them (issue 28).
+    r#"
+CREATE TABLE join_tokens (
+    id TEXT PRIMARY KEY,
+    secret_hash BLOB NOT NULL,
+    roles INTEGER NOT NULL,
+    created INTEGER NOT NULL,
+    expires INTEGER NOT NULL,
+    used_at INTEGER,
+    used_by TEXT
+);
+CREATE TABLE joined_nodes (
+    id TEXT PRIMARY KEY,
+    hostname TEXT NOT NULL,
+    roles INTEGER NOT NULL,
+    serial BLOB NOT NULL,
+    not_after INTEGER NOT NULL,
+    joined INTEGER NOT NULL,
+    revoked INTEGER
+);
+"#,
 ];
 
 /// The newest schema version this code knows.

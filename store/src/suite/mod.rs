@@ -76,7 +76,8 @@ macro_rules! store_suite {
                 ports_keep_their_groups_until_the_instance_goes,
                 floating_ips_are_unique_per_pool_and_follow_their_port;
             events: events_are_scoped, recent_events_are_the_newest_in_order;
-            nodes: nodes_are_disabled_and_enabled_again;
+            nodes: nodes_are_disabled_and_enabled_again,
+                join_tokens_are_used_once_and_joined_nodes_revoked;
             server_groups: server_groups_hold_members_until_they_go;
             actions: actions_are_recorded_and_finished,
                 actions_are_bounded_and_outlive_the_instance,
