@@ -334,7 +334,7 @@ pub fn issue_leaf(
 /// `now`; it is cut to the CA's end as well.
 pub fn issue_leaf_until(
     profile: &LeafProfile,
-    key: &KeyPair,
+    key: &impl rcgen::PublicKeyData,
     anchor: &Anchor,
     now: SystemTime,
     not_after: Option<SystemTime>,

@@ -248,6 +248,11 @@ pub struct Args {
         env = "CUMULO_CONTROLLER_LAUNCHER_CA_KEY"
     )]
     pub launcher_ca_key: Option<PathBuf>,
+    /// With the CA key: where the revocation list of the certificates of the hosts removed with
+    /// `cumulo node remove` is written (give the scheduler the same file, `--crl`) [default:
+    /// crl.pem in the state directory].
+    #[arg(long, env = "CUMULO_CONTROLLER_CRL")]
+    pub crl: Option<PathBuf>,
     /// How long a CNCI's own certificate is valid. A CNCI whose certificate expired exits when
     /// its SSNTP session ends (it could not connect again) and is started again with a new one.
     #[arg(long, env = "CUMULO_CONTROLLER_CNCI_CERT_LIFETIME", default_value = "24h", value_parser = parse_positive_duration)]
@@ -320,7 +325,7 @@ impl Args {
         if self.api_cert.is_none() && !self.api_listen.ip().is_loopback() {
             return Err(ConfigError::PlainHttp(self.api_listen));
         }
-        let mut daemon = DaemonConfig::new(tls, self.scheduler, self.state_dir.clone());
+        let mut daemon = DaemonConfig::new(tls, self.scheduler.clone(), self.state_dir.clone());
         if let Some(store) = self.store {
             daemon.store = store;
         }
@@ -360,6 +365,18 @@ impl Args {
             )
             .map_err(|e| ConfigError::LauncherCa(e.to_string()))?;
             daemon.engine.cnci_creds = Some(std::sync::Arc::new(cncis));
+            let crl = self
+                .crl
+                .clone()
+                .unwrap_or_else(|| self.state_dir.join("crl.pem"));
+            let joins = crate::join::JoinIssuer::from_pem(
+                &ca_pem,
+                &ca_key_pem,
+                &crl,
+                self.scheduler.clone(),
+            )
+            .map_err(|e| ConfigError::LauncherCa(e.to_string()))?;
+            daemon.joins = Some(std::sync::Arc::new(joins));
         }
         let scheme = if self.api_cert.is_some() {
             "https"

@@ -43,6 +43,8 @@ pub struct DaemonConfig {
     pub backoff: Backoff,
     /// The issuer of off-host launchers' credentials (renewed periodically when set).
     pub launcher_creds: Option<Arc<crate::creds::CredsIssuer>>,
+    /// Join tokens and joined hosts' certificates (with the CA key).
+    pub joins: Option<Arc<crate::join::JoinIssuer>>,
 }
 
 impl DaemonConfig {
@@ -59,6 +61,7 @@ impl DaemonConfig {
             handshake: HandshakeConfig::default(),
             backoff: Backoff::default(),
             launcher_creds: None,
+            joins: None,
         }
     }
 }
@@ -104,6 +107,7 @@ pub struct Controller {
     api: Option<JoinHandle<()>>,
     images: Option<JoinHandle<()>>,
     launcher_creds: Option<Arc<crate::creds::CredsIssuer>>,
+    joins: Option<Arc<crate::join::JoinIssuer>>,
     _uuid_lock: Option<UuidLock>,
 }
 
@@ -193,6 +197,7 @@ impl Controller {
             api: None,
             images: None,
             launcher_creds: config.launcher_creds.clone(),
+            joins: config.joins.clone(),
             _uuid_lock: uuid_lock,
         })
     }
@@ -206,6 +211,9 @@ impl Controller {
         signer: TokenSigner,
         mut config: ApiConfig,
     ) {
+        if config.joins.is_none() {
+            config.joins = self.joins.clone();
+        }
         if config.launcher_creds.is_none() {
             config.launcher_creds = self.launcher_creds.clone();
         }

@@ -19,6 +19,7 @@ pub mod etcd_setup;
 pub mod fuzzing;
 pub mod history;
 pub mod images;
+pub mod join;
 pub mod launcher_key;
 pub mod otlp;
 pub mod resize;

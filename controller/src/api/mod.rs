@@ -70,6 +70,8 @@ pub struct ApiConfig {
     /// The issuer of off-host launchers' credentials, if the controller holds the CA key
     /// (`POST /cumulo/v1/nodes/{id}/credentials` renews them on demand).
     pub launcher_creds: Option<std::sync::Arc<crate::creds::CredsIssuer>>,
+    /// Join tokens and joined hosts' certificates (None without the CA key).
+    pub joins: Option<std::sync::Arc<crate::join::JoinIssuer>>,
     /// The limits of a tenant created through the API with none given (each limit the request
     /// leaves out); [`ApiConfig::DEFAULT_QUOTA`] unless `--default-quota` says otherwise.
     pub default_quota: store::Quota,
@@ -129,6 +131,7 @@ impl ApiConfig {
             body_limit: ApiConfig::DEFAULT_BODY_LIMIT,
             password_iterations: password::DEFAULT_ITERATIONS,
             launcher_creds: None,
+            joins: None,
             default_quota: ApiConfig::DEFAULT_QUOTA,
             floating_range: ApiConfig::DEFAULT_FLOATING_RANGE,
             login: LoginLimits::default(),

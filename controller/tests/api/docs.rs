@@ -154,6 +154,13 @@ const NATIVE_ROUTES: &[(&str, &str)] = &[
     ("get", "/traces"),
     ("get", "/instance-counts"),
     ("get", "/nodes/{id}/history"),
+    ("post", "/nodes/{id}/revoke"),
+    ("get", "/join-tokens"),
+    ("post", "/join-tokens"),
+    ("delete", "/join-tokens/{id}"),
+    ("post", "/join"),
+    ("get", "/join/ca"),
+    ("get", "/joined-nodes"),
 ];
 
 #[tokio::test]

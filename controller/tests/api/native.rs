@@ -13,6 +13,7 @@ use crate::support::{Client, World, login_body};
 
 mod catalog;
 mod cluster;
+mod joins;
 
 async fn ok(
     c: &Client,

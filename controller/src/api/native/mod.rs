@@ -12,6 +12,7 @@
 mod catalog;
 mod cluster;
 mod instances;
+mod joins;
 pub(crate) mod openapi;
 mod tenants;
 mod users;
@@ -106,6 +107,12 @@ pub fn routes() -> Router<ApiState> {
             get(cluster::node).delete(cluster::unregister),
         )
         .route("/nodes/{id}/credentials", post(cluster::renew_credentials))
+        .route("/nodes/{id}/revoke", post(joins::revoke))
+        .route("/join-tokens", get(joins::tokens).post(joins::create_token))
+        .route("/join-tokens/{id}", delete(joins::delete_token))
+        .route("/join", post(joins::join))
+        .route("/join/ca", get(joins::ca))
+        .route("/joined-nodes", get(joins::joined_nodes))
         .route("/nodes/{id}/history", get(cluster::history))
         .route("/nodes/{id}/evacuate", post(cluster::evacuate))
         .route("/nodes/{id}/restore", post(cluster::restore))

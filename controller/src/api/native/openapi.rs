@@ -12,7 +12,7 @@ use utoipa::openapi::security::{ApiKey, ApiKeyValue, SecurityRequirement, Securi
 use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder, ServerBuilder};
 use utoipa::{Modify, OpenApi, ToSchema};
 
-use super::{catalog, cluster, instances, tenants, users, views, workloads};
+use super::{catalog, cluster, instances, joins, tenants, users, views, workloads};
 use crate::api::ApiState;
 
 /// The native API's error body (`{"error": {...}}`, as `ApiError` writes it on native routes).
@@ -167,6 +167,13 @@ impl Modify for Common {
         cluster::history,
         cluster::unregister,
         cluster::renew_credentials,
+        joins::create_token,
+        joins::tokens,
+        joins::delete_token,
+        joins::ca,
+        joins::join,
+        joins::joined_nodes,
+        joins::revoke,
         cluster::evacuate,
         cluster::restore,
         cluster::cncis,
