@@ -49,6 +49,8 @@ pub enum Command {
     Up(UpArgs),
     /// Stop the local cluster (its state is kept unless --purge).
     Down(DownArgs),
+    /// Join this host to a running cluster with a join token, and start its agent.
+    Join(JoinArgs),
     /// Show what of the local cluster runs.
     Status(DirArg),
     /// Print the local cluster's exports for the cumulo and openstack CLIs (for
@@ -394,6 +396,17 @@ pub enum ImageCmd {
 pub enum NodeCmd {
     /// List nodes.
     List,
+    /// Join tokens: what lets a new host join (`cumulo join` on it).
+    #[command(subcommand)]
+    Token(TokenCmd),
+    /// List the hosts that joined with a token.
+    Joined,
+    /// Remove a joined host: evacuate it and revoke its certificate (the scheduler ends its
+    /// session and refuses it from then on).
+    Remove {
+        /// Its UUID.
+        id: String,
+    },
     /// Show one.
     Show {
         /// Its UUID.
@@ -409,6 +422,58 @@ pub enum NodeCmd {
         /// Its UUID.
         id: String,
     },
+}
+
+/// Join token commands.
+#[derive(Debug, Subcommand)]
+pub enum TokenCmd {
+    /// Make a token; it is shown once.
+    Create {
+        /// The roles of the joining host's certificate: agent, netagent, or agent,netagent.
+        #[arg(long, default_value = "agent,netagent")]
+        roles: String,
+        /// How long it is accepted (90s, 10m, 1h, at most 7d).
+        #[arg(long, default_value = "1h")]
+        ttl: String,
+    },
+    /// List tokens (without their secrets).
+    List,
+    /// Delete a token.
+    Delete {
+        /// Its id.
+        id: String,
+    },
+}
+
+/// `cumulo join`'s arguments.
+#[derive(Debug, Args)]
+pub struct JoinArgs {
+    /// The controller's API URL (https://HOST:8889).
+    #[arg(long = "to", value_name = "URL")]
+    pub to: String,
+    /// The join token (`cumulo node token create` prints it).
+    #[arg(long, env = "CUMULO_JOIN_TOKEN", hide_env_values = true)]
+    pub token: String,
+    /// Where this host's certificate, agent configuration, agent state and log go [default:
+    /// the `cumulo up` directory's `joined/`].
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// This host's name, as its certificate names it [default: the host name].
+    #[arg(long)]
+    pub hostname: Option<String>,
+    /// What runs the instances: libvirt or sim.
+    #[arg(long, default_value = "libvirt", value_parser = ["libvirt", "sim"])]
+    pub backend: String,
+    /// The scheduler(s) to dial, host:port, comma-separated [default: those the controller
+    /// names, a loopback one as the controller's host].
+    #[arg(long, value_delimiter = ',')]
+    pub scheduler: Option<Vec<String>>,
+    /// Another agent setting, NAME=VALUE (a `CUMULO_AGENT_*` variable); repeat for several.
+    #[arg(long = "set", value_name = "NAME=VALUE")]
+    pub set: Vec<String>,
+    /// Write the configuration but do not start the agent.
+    #[arg(long)]
+    pub no_start: bool,
 }
 
 /// Tenant commands.

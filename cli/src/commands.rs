@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::args::{
-    CnciCmd, EventsArgs, FlavorCmd, ImageCmd, InstanceCmd, Login, NodeCmd, TenantCmd, TraceCmd,
-    WorkloadCmd,
+    CnciCmd, EventsArgs, FlavorCmd, ImageCmd, InstanceCmd, Login, NodeCmd, TenantCmd, TokenCmd,
+    TraceCmd, WorkloadCmd,
 };
 use crate::client::{ClientError, Connection, Credentials};
 use crate::routes::{self, item, items};
@@ -641,6 +641,58 @@ pub fn node(conn: &Connection, cmd: NodeCmd, o: &mut Output<'_>) -> Result<(), C
     ];
     match cmd {
         NodeCmd::List => o.table(&conn.get(routes::NODES)?, columns),
+        NodeCmd::Token(TokenCmd::Create { roles, ttl }) => {
+            let made = conn.post(routes::JOIN_TOKENS, &json!({"roles": roles, "ttl": ttl}))?;
+            let token = made["token"].as_str().unwrap_or_default().to_string();
+            let text = format!(
+                "join token {} for {}, until {} (shown once):\n{token}\n\non the new host:\n  cumulo join --to {} --token {token}",
+                made["id"].as_str().unwrap_or_default(),
+                made["roles"].as_str().unwrap_or_default(),
+                made["expires"].as_str().unwrap_or_default(),
+                conn.base()
+            );
+            o.done(&text, made);
+        }
+        NodeCmd::Token(TokenCmd::List) => o.table(
+            &conn.get(routes::JOIN_TOKENS)?,
+            &[
+                ("ID", "id"),
+                ("ROLES", "roles"),
+                ("EXPIRES", "expires"),
+                ("USED", "used"),
+                ("USED BY", "used_by"),
+            ],
+        ),
+        NodeCmd::Token(TokenCmd::Delete { id }) => {
+            conn.delete(&format!("{}/{id}", routes::JOIN_TOKENS))?;
+            o.done(&format!("join token {id} deleted"), Value::Null);
+        }
+        NodeCmd::Joined => o.table(
+            &conn.get(routes::JOINED_NODES)?,
+            &[
+                ("ID", "id"),
+                ("HOSTNAME", "hostname"),
+                ("ROLES", "roles"),
+                ("JOINED", "joined"),
+                ("REVOKED", "revoked"),
+            ],
+        ),
+        NodeCmd::Remove { id } => {
+            // Its instances go elsewhere first (if it is connected), then its certificate is
+            // revoked: the scheduler ends its session and refuses it.
+            match conn.post(&format!("{}/{id}/evacuate", routes::NODES), &json!({})) {
+                Ok(_)
+                | Err(ClientError::Api {
+                    status: 404 | 409, ..
+                }) => {}
+                Err(e) => return Err(e.into()),
+            }
+            let answer = conn.post(&format!("{}/{id}/revoke", routes::NODES), &json!({}))?;
+            o.done(
+                &format!("node {id}: evacuation requested, certificate revoked"),
+                answer,
+            );
+        }
         NodeCmd::Show { id } => o.object(conn.get(&format!("{}/{id}", routes::NODES))?),
         NodeCmd::Evacuate { id } => {
             let answer = conn.post(&format!("{}/{id}/evacuate", routes::NODES), &json!({}))?;

@@ -6,5 +6,6 @@
 pub mod args;
 pub mod client;
 pub mod commands;
+pub mod join;
 pub mod routes;
 pub mod up;

@@ -47,6 +47,30 @@ fn run(cli: Cli, stdout: &mut dyn Write) -> Result<ExitCode, String> {
             up::down(&layout(args.dir.dir), args.purge, stdout).map_err(|e| text(&e))?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Join(args) => {
+            let dir = args
+                .dir
+                .unwrap_or_else(|| Layout::default_root().join("joined"));
+            let mut settings = Vec::new();
+            for pair in &args.set {
+                let (k, v) = pair
+                    .split_once('=')
+                    .ok_or_else(|| format!("--set {pair:?}: NAME=VALUE"))?;
+                settings.push((k.to_string(), v.to_string()));
+            }
+            let options = cumulo::join::JoinOptions {
+                controller: args.to,
+                token: args.token,
+                dir,
+                hostname: args.hostname.unwrap_or_else(up::default_host),
+                backend: args.backend,
+                schedulers: args.scheduler,
+                settings,
+                start: !args.no_start,
+            };
+            cumulo::join::join(&options, stdout).map_err(|e| text(&e))?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Env(dir) => {
             up::env(&layout(dir.dir), stdout).map_err(|e| text(&e))?;
             Ok(ExitCode::SUCCESS)
@@ -75,7 +99,11 @@ fn run(cli: Cli, stdout: &mut dyn Write) -> Result<ExitCode, String> {
                 Command::Cnci(c) => commands::cnci(&conn, c, &mut o),
                 Command::Events(a) => commands::events(&conn, a, &mut o),
                 Command::Trace { cmd } => commands::trace(&conn, cmd, &mut o),
-                Command::Up(_) | Command::Down(_) | Command::Status(_) | Command::Env(_) => Ok(()),
+                Command::Up(_)
+                | Command::Down(_)
+                | Command::Status(_)
+                | Command::Env(_)
+                | Command::Join(_) => Ok(()),
             };
             done.map_err(|e| text(&e))?;
             Ok(ExitCode::SUCCESS)

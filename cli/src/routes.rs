@@ -20,6 +20,10 @@ pub const WORKLOADS: &str = "/cumulo/v1/workloads";
 pub const INSTANCES: &str = "/cumulo/v1/instances";
 /// Nodes.
 pub const NODES: &str = "/cumulo/v1/nodes";
+/// Join tokens.
+pub const JOIN_TOKENS: &str = "/cumulo/v1/join-tokens";
+/// The hosts that joined with a token.
+pub const JOINED_NODES: &str = "/cumulo/v1/joined-nodes";
 /// CNCIs.
 pub const CNCIS: &str = "/cumulo/v1/cncis";
 /// Events.

@@ -52,10 +52,44 @@ pub fn certificates(layout: &Layout, host: &str) -> Result<bool, UpError> {
         force: false,
     };
     std::fs::create_dir_all(layout.certs()).map_err(io_err(&layout.certs()))?;
-    Ok(matches!(
+    let made = matches!(
         certtool::cluster::cluster(&spec, SystemTime::now())?,
         certtool::cluster::Outcome::Made(_)
-    ))
+    );
+    revocation_list(layout)?;
+    Ok(made)
+}
+
+/// The CA's revocation list, which the scheduler reads and the controller extends when a
+/// joined host is removed: an empty one when there is none, or when the one there is not this
+/// CA's (the set was made again).
+fn revocation_list(layout: &Layout) -> Result<(), UpError> {
+    use rustls::pki_types::CertificateRevocationListDer;
+    use rustls::pki_types::pem::PemObject;
+    let path = layout.crl();
+    let (ca, ca_key) = layout.cert(certtool::cluster::CA);
+    let read = |p: &Path| std::fs::read(p).map_err(io_err(p));
+    let anchor = certtool::build::Anchor::from_pem(&read(&ca)?, &read(&ca_key)?, SystemTime::now())
+        .map_err(|e| UpError::Other(format!("{}: {e}", ca.display())))?;
+    let ours = std::fs::read(&path).ok().is_some_and(|bytes| {
+        CertificateRevocationListDer::from_pem_slice(&bytes)
+            .ok()
+            .is_some_and(|der| certtool::crl::read(der.as_ref(), &anchor).is_ok())
+    });
+    if ours {
+        return Ok(());
+    }
+    let (_, pem) = certtool::crl::extend(
+        certtool::crl::List::default(),
+        &[],
+        &anchor,
+        SystemTime::now(),
+    )
+    .map_err(|e| UpError::Other(format!("{}: {e}", path.display())))?;
+    std::fs::write(&path, pem).map_err(io_err(&path))?;
+    // Public, as the certificates are; whatever the umask.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).map_err(io_err(&path))
 }
 
 /// Makes a random password file (mode 0600) if there is none; returns the password.
@@ -135,6 +169,8 @@ pub fn specs(
             &layout.scheduler,
             "--state-dir",
             &layout.state("scheduler").display().to_string(),
+            "--crl",
+            &layout.crl().display().to_string(),
         ]),
         env: plain_logs(),
     };
@@ -173,6 +209,9 @@ pub fn specs(
     // launchers theirs).
     let (_, ca_key) = cert(certtool::cluster::CA);
     controller_args.extend(s(&["--ca-key", &ca_key]));
+    // Hosts joined with `cumulo join` and removed go on the CA's revocation list, which the
+    // scheduler reads.
+    controller_args.extend(s(&["--crl", &layout.crl().display().to_string()]));
     let controller = Spec {
         name: "controller".into(),
         program: binary("cumulo-controller")?,

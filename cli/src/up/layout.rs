@@ -156,6 +156,11 @@ impl Layout {
         certtool::cluster::paths(&self.certs(), name)
     }
 
+    /// The CA's revocation list (the scheduler's `--crl`, the controller's too).
+    pub fn crl(&self) -> PathBuf {
+        self.certs().join("crl.pem")
+    }
+
     /// The CA certificate.
     pub fn ca(&self) -> PathBuf {
         self.cert("ca").0

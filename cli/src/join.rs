@@ -1,0 +1,380 @@
+//! `cumulo join`: this host joins a running cluster with a join token (`cumulo node token
+//! create` on the cluster, `docs/deploy.md`). It fetches the cluster CA and checks it against
+//! the SHA-256 the token names (so the token goes only to that cluster's controller), makes its
+//! own key (which never leaves the host) and a certificate signing request, proves the token
+//! (`POST /cumulo/v1/join`), writes its certificate, key and agent configuration under its
+//! directory, and starts its agent.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject;
+use serde_json::json;
+
+use crate::client::{ClientError, Connection};
+use crate::up::procs::{self, Spec};
+
+/// Why the host could not join.
+#[derive(Debug, thiserror::Error)]
+pub enum JoinError {
+    /// The token is not one.
+    #[error("not a join token (it is <id>.<secret>.<ca>: 32, 64 and 64 hex digits)")]
+    Token,
+    /// The controller's CA is not the one the token names.
+    #[error(
+        "the controller at {0} is not the cluster the token names (its CA's SHA-256 differs): the token was not sent"
+    )]
+    OtherCluster(String),
+    /// The controller refused or could not be reached.
+    #[error("{0}")]
+    Client(#[from] ClientError),
+    /// An answer lacks something.
+    #[error("the controller's answer: {0}")]
+    Answer(String),
+    /// Making the key or the request.
+    #[error("making this host's key: {0}")]
+    Key(String),
+    /// Files.
+    #[error("{path}: {why}")]
+    File {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        why: String,
+    },
+    /// The agent did not start.
+    #[error("the agent did not start: {0}")]
+    Agent(String),
+}
+
+/// What `cumulo join` was asked.
+#[derive(Debug, Clone)]
+pub struct JoinOptions {
+    /// The controller's API URL.
+    pub controller: String,
+    /// The join token.
+    pub token: String,
+    /// Where this host's certificate, configuration, agent state and logs go.
+    pub dir: PathBuf,
+    /// This host's name (its certificate names it).
+    pub hostname: String,
+    /// The agent's backend (`libvirt` or `sim`).
+    pub backend: String,
+    /// The schedulers to dial, instead of those the controller names.
+    pub schedulers: Option<Vec<String>>,
+    /// Extra `CUMULO_AGENT_*` settings for the agent's configuration.
+    pub settings: Vec<(String, String)>,
+    /// Start the agent.
+    pub start: bool,
+}
+
+/// What joining gave.
+#[derive(Debug, Clone)]
+pub struct Joined {
+    /// The node's UUID.
+    pub node_id: String,
+    /// The agent's configuration file.
+    pub config: PathBuf,
+    /// The agent's PID, when started.
+    pub pid: Option<i32>,
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    let d = ring::digest::digest(&ring::digest::SHA256, bytes);
+    d.as_ref().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The token's parts: (id, secret, CA hash), checked for form only.
+fn token_parts(token: &str) -> Result<(&str, &str, &str), JoinError> {
+    let mut parts = token.trim().split('.');
+    match (parts.next(), parts.next(), parts.next(), parts.next()) {
+        (Some(id), Some(secret), Some(ca), None)
+            if id.len() == 32
+                && secret.len() == 64
+                && ca.len() == 64
+                && [id, secret, ca]
+                    .iter()
+                    .all(|p| p.bytes().all(|b| b.is_ascii_hexdigit())) =>
+        {
+            Ok((id, secret, ca))
+        }
+        _ => Err(JoinError::Token),
+    }
+}
+
+fn write(path: &Path, text: &str, mode: u32) -> Result<(), JoinError> {
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let err = |e: std::io::Error| JoinError::File {
+        path: path.to_path_buf(),
+        why: e.to_string(),
+    };
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(err)?;
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .mode(mode)
+        .open(path)
+        .map_err(err)?;
+    f.set_permissions(std::fs::Permissions::from_mode(mode))
+        .map_err(err)?;
+    f.write_all(text.as_bytes()).map_err(err)
+}
+
+/// The host of a URL (`https://ctl.example:8889/x` → `ctl.example`).
+fn url_host(url: &str) -> Option<String> {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let authority = rest.split('/').next()?;
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => v6.split(']').next()?.to_string(),
+        None => authority
+            .rsplit_once(':')
+            .map_or(authority, |(h, _)| h)
+            .to_string(),
+    };
+    (!host.is_empty()).then_some(host)
+}
+
+/// A scheduler address as the controller names it, as this host should dial it: a loopback
+/// host (the controller's own) becomes the controller's host.
+fn reachable(scheduler: &str, controller_host: &str) -> String {
+    let (host, port) = scheduler.rsplit_once(':').unwrap_or((scheduler, "8888"));
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let loopback = host == "localhost"
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
+    if loopback {
+        if controller_host.contains(':') {
+            format!("[{controller_host}]:{port}")
+        } else {
+            format!("{controller_host}:{port}")
+        }
+    } else {
+        scheduler.to_string()
+    }
+}
+
+/// The agent's `--network` for the certificate's roles.
+fn network_for(roles: &str) -> &'static str {
+    let agent = roles.split(['|', ',']).any(|r| r.trim() == "agent");
+    let net = roles.split(['|', ',']).any(|r| r.trim() == "netagent");
+    match (agent, net) {
+        (true, true) => "dual",
+        (false, true) => "nn",
+        _ => "cn",
+    }
+}
+
+/// Joins this host: see the module documentation.
+pub fn join(options: &JoinOptions, out: &mut dyn std::io::Write) -> Result<Joined, JoinError> {
+    let (_, _, ca_hash) = token_parts(&options.token)?;
+    // 1. The cluster's CA, checked against the token before the token goes anywhere.
+    let ca_pem = Connection::unverified(&options.controller)?.get("/cumulo/v1/join/ca")?["ca"]
+        .as_str()
+        .ok_or_else(|| JoinError::Answer("no CA".into()))?
+        .to_string();
+    let ca_der = CertificateDer::pem_slice_iter(ca_pem.as_bytes())
+        .next()
+        .and_then(Result::ok)
+        .ok_or_else(|| JoinError::Answer("the CA is not a PEM certificate".into()))?;
+    if !sha256_hex(&ca_der).eq_ignore_ascii_case(ca_hash) {
+        return Err(JoinError::OtherCluster(options.controller.clone()));
+    }
+    let pki = options.dir.join("pki");
+    let ca_path = pki.join("ca.pem");
+    write(&ca_path, &ca_pem, 0o644)?;
+    // 2. This host's key and its request; the key stays here.
+    let key = rcgen::KeyPair::generate().map_err(|e| JoinError::Key(e.to_string()))?;
+    let csr = rcgen::CertificateParams::new(vec![options.hostname.clone()])
+        .and_then(|p| p.serialize_request(&key))
+        .and_then(|r| r.pem())
+        .map_err(|e| JoinError::Key(e.to_string()))?;
+    // 3. The join, over TLS verified against that CA (when the URL is https).
+    let conn = Connection::anonymous(&options.controller, Some(&ca_path))?;
+    let joined = conn.post(
+        "/cumulo/v1/join",
+        &json!({"token": options.token.trim(), "csr": csr, "hostname": options.hostname}),
+    )?;
+    let field = |name: &str| {
+        joined[name]
+            .as_str()
+            .map(str::to_string)
+            .ok_or_else(|| JoinError::Answer(format!("no {name}")))
+    };
+    let node_id = field("node_id")?;
+    let certificate = field("certificate")?;
+    let roles = ssntp_roles(&certificate)?;
+    let (cert_path, key_path) = (pki.join("agent.pem"), pki.join("agent.key"));
+    write(&key_path, &key.serialize_pem(), 0o600)?;
+    write(&cert_path, &certificate, 0o644)?;
+    // 4. The agent's configuration, in the unit's format (docs/deploy.md).
+    let controller_host = url_host(&options.controller).unwrap_or_else(|| "localhost".into());
+    let schedulers = match &options.schedulers {
+        Some(s) => s.clone(),
+        None => joined["schedulers"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|s| s.as_str())
+                    .map(|s| reachable(s, &controller_host))
+                    .collect()
+            })
+            .unwrap_or_default(),
+    };
+    if schedulers.is_empty() {
+        return Err(JoinError::Answer("no scheduler to dial".into()));
+    }
+    let state = options.dir.join("agent");
+    let mut settings: Vec<(String, String)> = vec![
+        ("CUMULO_AGENT_CA_CERT".into(), ca_path.display().to_string()),
+        ("CUMULO_AGENT_CERT".into(), cert_path.display().to_string()),
+        ("CUMULO_AGENT_KEY".into(), key_path.display().to_string()),
+        ("CUMULO_AGENT_SCHEDULER".into(), schedulers.join(",")),
+        ("CUMULO_AGENT_NETWORK".into(), network_for(&roles).into()),
+        ("CUMULO_AGENT_BACKEND".into(), options.backend.clone()),
+        ("CUMULO_AGENT_STATE_DIR".into(), state.display().to_string()),
+        ("CUMULO_AGENT_HOSTNAME".into(), options.hostname.clone()),
+    ];
+    for (k, v) in &options.settings {
+        settings.retain(|(name, _)| name != k);
+        settings.push((k.clone(), v.clone()));
+    }
+    let config = options.dir.join("agent.conf");
+    let text: String = std::iter::once(format!(
+        "# cumulo-agent's settings, written by `cumulo join` (node {node_id}); NAME=VALUE, the\n# variables of `cumulo-agent --help` (packaging/etc/agent.conf documents each).\n"
+    ))
+    .chain(settings.iter().map(|(k, v)| format!("{k}={v}\n")))
+    .collect();
+    write(&config, &text, 0o600)?;
+    writeln!(
+        out,
+        "joined as node {node_id} ({roles}); certificate {}, configuration {}",
+        cert_path.display(),
+        config.display()
+    )
+    .ok();
+    // 5. The agent.
+    let pid = if options.start {
+        Some(start_agent(&options.dir, settings, out)?)
+    } else {
+        None
+    };
+    Ok(Joined {
+        node_id,
+        config,
+        pid,
+    })
+}
+
+/// The roles of the certificate (PEM), as text.
+fn ssntp_roles(pem: &str) -> Result<String, JoinError> {
+    let der = CertificateDer::pem_slice_iter(pem.as_bytes())
+        .next()
+        .and_then(Result::ok)
+        .ok_or_else(|| JoinError::Answer("the certificate is not PEM".into()))?;
+    let info = ssntp::cert::CertInfo::parse(&der).map_err(|e| JoinError::Answer(e.to_string()))?;
+    Ok(info.roles.to_string())
+}
+
+/// Starts the agent detached with `settings` as its environment, and waits until it says it
+/// is connected or ends (its log's last lines are then the error).
+fn start_agent(
+    dir: &Path,
+    settings: Vec<(String, String)>,
+    out: &mut dyn std::io::Write,
+) -> Result<i32, JoinError> {
+    let program =
+        crate::up::error::binary("cumulo-agent").map_err(|e| JoinError::Agent(e.to_string()))?;
+    let mut env = settings;
+    env.push(("NO_COLOR".into(), "1".into()));
+    let spec = Spec {
+        name: "agent".into(),
+        program,
+        args: Vec::new(),
+        env,
+    };
+    let log = dir.join("agent.log");
+    let pid_file = dir.join("agent.pid");
+    if let Some(running) = procs::running(&pid_file) {
+        return Err(JoinError::Agent(format!(
+            "an agent already runs from {} (pid {})",
+            dir.display(),
+            running.pid
+        )));
+    }
+    let start_len = std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0);
+    let running =
+        procs::spawn(&spec, &log, &pid_file).map_err(|e| JoinError::Agent(e.to_string()))?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let new = text
+            .get(usize::try_from(start_len).unwrap_or(0)..)
+            .unwrap_or("");
+        if new.contains("agent::daemon: connected") {
+            writeln!(
+                out,
+                "agent started (pid {}), connected; log {}",
+                running.pid,
+                log.display()
+            )
+            .ok();
+            return Ok(running.pid);
+        }
+        if procs::ended(running.pid) {
+            let tail: Vec<&str> = new.lines().rev().take(10).collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            return Err(JoinError::Agent(format!(
+                "it exited; {}:\n{}",
+                log.display(),
+                tail.join("\n")
+            )));
+        }
+        if std::time::Instant::now() >= deadline {
+            return Err(JoinError::Agent(format!(
+                "not connected after 60 s (it runs, pid {}); see {}",
+                running.pid,
+                log.display()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_urls_and_schedulers_are_read() {
+        let good = format!("{}.{}.{}", "a".repeat(32), "b".repeat(64), "c".repeat(64));
+        assert!(token_parts(&good).is_ok());
+        for bad in [
+            "",
+            "a.b.c",
+            &good[1..],
+            &format!("{good}.x"),
+            &good.replace('a', "g"),
+        ] {
+            assert!(token_parts(bad).is_err(), "{bad}");
+        }
+        assert_eq!(
+            url_host("https://ctl.example:8889/x").as_deref(),
+            Some("ctl.example")
+        );
+        assert_eq!(url_host("http://[::1]:8889").as_deref(), Some("::1"));
+        assert_eq!(url_host("http://10.0.0.1").as_deref(), Some("10.0.0.1"));
+        assert_eq!(reachable("localhost:8888", "10.0.0.1"), "10.0.0.1:8888");
+        assert_eq!(reachable("127.0.0.1:9", "ctl"), "ctl:9");
+        assert_eq!(reachable("[::1]:9", "fd00::1"), "[fd00::1]:9");
+        assert_eq!(reachable("sched.example:8888", "ctl"), "sched.example:8888");
+        assert_eq!(network_for("agent|netagent"), "dual");
+        assert_eq!(network_for("netagent"), "nn");
+        assert_eq!(network_for("agent"), "cn");
+    }
+}
