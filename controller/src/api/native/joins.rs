@@ -250,7 +250,10 @@ fn refused(why: &str) -> ApiError {
     summary = "Join a host with a join token",
     tag = "nodes",
     request_body = JoinRequest,
-    responses((status = 201, description = "success", body = Joined)),
+    responses(
+        (status = 201, description = "success", body = Joined),
+        (status = 401, description = "the join token is not valid"),
+    ),
     security(()),
 )]
 pub async fn join(

@@ -58,7 +58,8 @@ const ERRORS: [(&str, &str, bool); 9] = [
 ];
 
 /// Adds [`ERRORS`] to every operation (401 and 403 only to those that need a token: those that
-/// do not set their own, empty, security) and the `token` security scheme.
+/// do not set their own, empty, security; or that list them themselves) and the `token`
+/// security scheme.
 struct Common;
 
 impl Modify for Common {
@@ -83,7 +84,10 @@ impl Modify for Common {
             for op in operations.into_iter().flatten() {
                 let authenticated = op.security.is_none();
                 for (status, description, needs_token) in ERRORS {
-                    if needs_token && !authenticated {
+                    // An operation without a token gives these only where it says so (the
+                    // join, whose token is in its body: 401).
+                    if needs_token && !authenticated && !op.responses.responses.contains_key(status)
+                    {
                         continue;
                     }
                     let body = ContentBuilder::new()
