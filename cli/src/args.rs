@@ -474,6 +474,10 @@ pub struct JoinArgs {
     /// Write the configuration but do not start the agent.
     #[arg(long)]
     pub no_start: bool,
+    /// A host with the cumulo-agent package: the certificate goes to ETC/pki, the settings
+    /// into ETC/agent.conf, and the agent starts with `systemctl enable --now cumulo-agent`.
+    #[arg(long, value_name = "ETC", num_args = 0..=1, default_missing_value = "/etc/cumulo", conflicts_with = "dir")]
+    pub system: Option<PathBuf>,
 }
 
 /// Tenant commands.

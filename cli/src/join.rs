@@ -67,6 +67,10 @@ pub struct JoinOptions {
     pub settings: Vec<(String, String)>,
     /// Start the agent.
     pub start: bool,
+    /// A packaged host's configuration directory (`/etc/cumulo`): the certificate goes to its
+    /// `pki/`, the settings into its `agent.conf` (the package's file, edited), and the agent
+    /// is started with `systemctl enable --now cumulo-agent`.
+    pub system: Option<PathBuf>,
 }
 
 /// What joining gave.
@@ -185,7 +189,23 @@ pub fn join(options: &JoinOptions, out: &mut dyn std::io::Write) -> Result<Joine
     if !sha256_hex(&ca_der).eq_ignore_ascii_case(ca_hash) {
         return Err(JoinError::OtherCluster(options.controller.clone()));
     }
-    let pki = options.dir.join("pki");
+    let pki = match &options.system {
+        Some(etc) => etc.join("pki"),
+        None => options.dir.join("pki"),
+    };
+    let config = match &options.system {
+        Some(etc) => {
+            let file = etc.join("agent.conf");
+            if !file.is_file() {
+                return Err(JoinError::File {
+                    path: file,
+                    why: "missing: install the cumulo-agent package first".into(),
+                });
+            }
+            file
+        }
+        None => options.dir.join("agent.conf"),
+    };
     let ca_path = pki.join("ca.pem");
     write(&ca_path, &ca_pem, 0o644)?;
     // 2. This host's key and its request; the key stays here.
@@ -237,20 +257,38 @@ pub fn join(options: &JoinOptions, out: &mut dyn std::io::Write) -> Result<Joine
         ("CUMULO_AGENT_SCHEDULER".into(), schedulers.join(",")),
         ("CUMULO_AGENT_NETWORK".into(), network_for(&roles).into()),
         ("CUMULO_AGENT_BACKEND".into(), options.backend.clone()),
-        ("CUMULO_AGENT_STATE_DIR".into(), state.display().to_string()),
         ("CUMULO_AGENT_HOSTNAME".into(), options.hostname.clone()),
     ];
+    if options.system.is_none() {
+        // A packaged agent keeps the package's (/var/lib/cumulo/agent).
+        settings.push(("CUMULO_AGENT_STATE_DIR".into(), state.display().to_string()));
+    }
     for (k, v) in &options.settings {
         settings.retain(|(name, _)| name != k);
         settings.push((k.clone(), v.clone()));
     }
-    let config = options.dir.join("agent.conf");
-    let text: String = std::iter::once(format!(
-        "# cumulo-agent's settings, written by `cumulo join` (node {node_id}); NAME=VALUE, the\n# variables of `cumulo-agent --help` (packaging/etc/agent.conf documents each).\n"
-    ))
-    .chain(settings.iter().map(|(k, v)| format!("{k}={v}\n")))
-    .collect();
-    write(&config, &text, 0o600)?;
+    let text = if options.system.is_some() {
+        let old = std::fs::read_to_string(&config).map_err(|e| JoinError::File {
+            path: config.clone(),
+            why: e.to_string(),
+        })?;
+        configure(&old, &settings)
+    } else {
+        std::iter::once(format!(
+            "# cumulo-agent's settings, written by `cumulo join` (node {node_id}); NAME=VALUE, the\n# variables of `cumulo-agent --help` (packaging/etc/agent.conf documents each).\n"
+        ))
+        .chain(settings.iter().map(|(k, v)| format!("{k}={v}\n")))
+        .collect()
+    };
+    write(
+        &config,
+        &text,
+        if options.system.is_some() {
+            0o640
+        } else {
+            0o600
+        },
+    )?;
     writeln!(
         out,
         "joined as node {node_id} ({roles}); certificate {}, configuration {}",
@@ -259,16 +297,59 @@ pub fn join(options: &JoinOptions, out: &mut dyn std::io::Write) -> Result<Joine
     )
     .ok();
     // 5. The agent.
-    let pid = if options.start {
-        Some(start_agent(&options.dir, settings, out)?)
-    } else {
-        None
+    let pid = match (options.start, &options.system) {
+        (false, _) => None,
+        (true, Some(_)) => {
+            systemctl_start(out)?;
+            None
+        }
+        (true, None) => Some(start_agent(&options.dir, settings, out)?),
     };
     Ok(Joined {
         node_id,
         config,
         pid,
     })
+}
+
+/// `text` (a configuration file) with each of `settings` set: its line (or its commented-out
+/// line, `#NAME=...`) replaced, or added at the end.
+pub fn configure(text: &str, settings: &[(String, String)]) -> String {
+    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+    for (name, value) in settings {
+        let line = format!("{name}={value}");
+        let at = lines.iter().position(|l| {
+            l.strip_prefix('#')
+                .unwrap_or(l)
+                .split_once('=')
+                .is_some_and(|(k, _)| k.trim() == name)
+        });
+        match at {
+            Some(i) => lines[i] = line,
+            None => lines.push(line),
+        }
+    }
+    lines.join("\n") + "\n"
+}
+
+/// `systemctl enable --now cumulo-agent.service`.
+fn systemctl_start(out: &mut dyn std::io::Write) -> Result<(), JoinError> {
+    let done = std::process::Command::new("systemctl")
+        .args(["enable", "--now", "cumulo-agent.service"])
+        .output()
+        .map_err(|e| JoinError::Agent(format!("systemctl: {e}")))?;
+    if !done.status.success() {
+        return Err(JoinError::Agent(format!(
+            "systemctl enable --now cumulo-agent: {}",
+            String::from_utf8_lossy(&done.stderr).trim()
+        )));
+    }
+    writeln!(
+        out,
+        "cumulo-agent.service enabled and started (journalctl -u cumulo-agent)"
+    )
+    .ok();
+    Ok(())
 }
 
 /// The roles of the certificate (PEM), as text.
@@ -376,5 +457,23 @@ mod tests {
         assert_eq!(network_for("agent|netagent"), "dual");
         assert_eq!(network_for("netagent"), "nn");
         assert_eq!(network_for("agent"), "cn");
+    }
+
+    #[test]
+    fn configure_sets_commented_and_present_lines_and_adds_the_rest() {
+        let text = "# help\n#CUMULO_AGENT_ZONE=\nCUMULO_AGENT_CERT=/old\n";
+        let set = |k: &str, v: &str| (k.to_string(), v.to_string());
+        let out = configure(
+            text,
+            &[
+                set("CUMULO_AGENT_ZONE", "z1"),
+                set("CUMULO_AGENT_CERT", "/new"),
+                set("CUMULO_AGENT_VCPUS", "4"),
+            ],
+        );
+        assert_eq!(
+            out,
+            "# help\nCUMULO_AGENT_ZONE=z1\nCUMULO_AGENT_CERT=/new\nCUMULO_AGENT_VCPUS=4\n"
+        );
     }
 }

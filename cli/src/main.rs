@@ -67,6 +67,7 @@ fn run(cli: Cli, stdout: &mut dyn Write) -> Result<ExitCode, String> {
                 schedulers: args.scheduler,
                 settings,
                 start: !args.no_start,
+                system: args.system,
             };
             cumulo::join::join(&options, stdout).map_err(|e| text(&e))?;
             Ok(ExitCode::SUCCESS)

@@ -151,6 +151,38 @@ fn a_host_joins_with_a_token_and_is_refused_once_removed() {
     let joined = json(first, &env, &["node", "joined"]);
     assert_eq!(joined["joined_nodes"][0]["id"], id.as_str());
 
+    // A packaged host: the package's files edited, nothing started here (no systemd).
+    let etc = tempfile::tempdir().unwrap();
+    let packaged = Path::new(env!("CARGO_MANIFEST_DIR")).join("../packaging/etc/agent.conf");
+    std::fs::copy(&packaged, etc.path().join("agent.conf")).unwrap();
+    let made = json(
+        first,
+        &env,
+        &["node", "token", "create", "--roles", "agent,netagent"],
+    );
+    let out = std::process::Command::new(CUMULO)
+        .args(["join", "--to", &controller, "--token"])
+        .arg(made["token"].as_str().unwrap())
+        .arg("--system")
+        .arg(etc.path())
+        .args(["--hostname", "host3", "--no-start"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "cumulo join --system: {}", text(&out));
+    let conf = std::fs::read_to_string(etc.path().join("agent.conf")).unwrap();
+    let cert = etc.path().join("pki/agent.pem");
+    for want in [
+        format!("\nCUMULO_AGENT_CERT={}\n", cert.display()),
+        "\nCUMULO_AGENT_NETWORK=dual\n".to_string(),
+        "\nCUMULO_AGENT_HOSTNAME=host3\n".to_string(),
+        "\nCUMULO_AGENT_STATE_DIR=/var/lib/cumulo/agent\n".to_string(),
+        "\n# --zone: ".to_string(),
+    ] {
+        assert!(conf.contains(&want), "{want:?} not in\n{conf}");
+    }
+    assert!(!conf.contains("\nCUMULO_AGENT_NETWORK=cn\n"), "{conf}");
+    assert!(etc.path().join("pki/agent.key").is_file() && cert.is_file());
+
     // Used once.
     let out = join(&token);
     assert!(!out.status.success());
