@@ -9,7 +9,6 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use clap::{Args, Parser, Subcommand};
-use rustls::pki_types::pem::PemObject;
 use ssntp::cert::{CertError, CertInfo};
 use ssntp::{Role, Uuid};
 
@@ -658,25 +657,6 @@ fn run_revoke(args: RevokeArgs, now: SystemTime, out: &mut dyn Write) -> Result<
         ));
     }
     let anchor = load_anchor(&args.anchor_cert, args.anchor_key.as_ref(), now)?;
-    let crl_error = |source: crl::CrlError| CliError::Crl {
-        path: args.crl.clone(),
-        source,
-    };
-    let list = match std::fs::read(&args.crl) {
-        Ok(bytes) => {
-            let der = rustls::pki_types::CertificateRevocationListDer::from_pem_slice(&bytes)
-                .map_err(|e| crl_error(crl::CrlError::Existing(e.to_string())))?;
-            crl::read(der.as_ref(), &anchor).map_err(crl_error)?
-        }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => crl::List::default(),
-        Err(source) => {
-            return Err(FileError::Read {
-                path: args.crl.clone(),
-                source,
-            }
-            .into());
-        }
-    };
     let mut serials = args.serial.clone();
     for path in &args.cert {
         let cert = files::read_certs(path)?.swap_remove(0);
@@ -687,15 +667,11 @@ fn run_revoke(args: RevokeArgs, now: SystemTime, out: &mut dyn Write) -> Result<
             })?,
         );
     }
-    let (list, pem) = crl::extend(list, &serials, &anchor, now).map_err(crl_error)?;
-    files::write_all(
-        &[OutFile {
+    let (list, _) =
+        crl::update(&args.crl, &anchor, now, |_| serials).map_err(|source| CliError::Crl {
             path: args.crl.clone(),
-            contents: pem.into_bytes(),
-            access: Access::Public,
-        }],
-        true,
-    )?;
+            source,
+        })?;
     writeln!(
         out,
         "wrote {} (revocation list number {}: {} certificates revoked)",

@@ -146,6 +146,63 @@ pub fn extend(
     Ok((list, pem))
 }
 
+/// Changes the list in the file `path` under a lock (`<path>.lock`, shared by `cumulo-cert
+/// revoke` and the controller, so that two writers never lose each other's revocations): reads
+/// it (none yet: an empty list; one that is not `anchor`'s: an error), lets `change` change it,
+/// signs it with a number one higher ([`extend`]) and replaces the file through a temporary file
+/// of this writer's own. Returns the new list and its PEM.
+pub fn update(
+    path: &std::path::Path,
+    anchor: &Anchor,
+    now: SystemTime,
+    change: impl FnOnce(&mut List) -> Vec<Vec<u8>>,
+) -> Result<(List, String), CrlError> {
+    use rustls::pki_types::CertificateRevocationListDer;
+    use rustls::pki_types::pem::PemObject;
+    let io = |what: &str, e: std::io::Error| {
+        CrlError::Existing(format!("{what} {}: {e}", path.display()))
+    };
+    let lock_path = path.with_extension("lock");
+    use std::os::unix::fs::OpenOptionsExt;
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .open(&lock_path)
+        .map_err(|e| io("locking", e))?;
+    lock.lock().map_err(|e| io("locking", e))?;
+    let mut list = match std::fs::read(path) {
+        Ok(bytes) => {
+            let der = CertificateRevocationListDer::from_pem_slice(&bytes)
+                .map_err(|e| CrlError::Existing(e.to_string()))?;
+            read(der.as_ref(), anchor)?
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => List::default(),
+        Err(e) => return Err(io("reading", e)),
+    };
+    let serials = change(&mut list);
+    let (list, pem) = extend(list, &serials, anchor, now)?;
+    let tmp = path.with_extension(format!(
+        "{}.{}.tmp",
+        std::process::id(),
+        now.duration_since(SystemTime::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0)
+    ));
+    let written = std::fs::write(&tmp, &pem).and_then(|()| {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o644))?;
+        std::fs::rename(&tmp, path)
+    });
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(io("writing", e));
+    }
+    drop(lock);
+    Ok((list, pem))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

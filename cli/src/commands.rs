@@ -645,7 +645,7 @@ pub fn node(conn: &Connection, cmd: NodeCmd, o: &mut Output<'_>) -> Result<(), C
             let made = conn.post(routes::JOIN_TOKENS, &json!({"roles": roles, "ttl": ttl}))?;
             let token = made["token"].as_str().unwrap_or_default().to_string();
             let text = format!(
-                "join token {} for {}, until {} (shown once):\n{token}\n\non the new host:\n  cumulo join --to {} --token {token}",
+                "join token {} for {}, until {} (shown once):\n{token}\n\non the new host (the token in the environment, not on the command line, which others can see):\n  CUMULO_JOIN_TOKEN={token} cumulo join --to {}",
                 made["id"].as_str().unwrap_or_default(),
                 made["roles"].as_str().unwrap_or_default(),
                 made["expires"].as_str().unwrap_or_default(),
@@ -678,8 +678,18 @@ pub fn node(conn: &Connection, cmd: NodeCmd, o: &mut Output<'_>) -> Result<(), C
             ],
         ),
         NodeCmd::Remove { id } => {
-            // Its instances go elsewhere first (if it is connected), then its certificate is
-            // revoked: the scheduler ends its session and refuses it.
+            // Only a host that joined with a token: its instances go elsewhere first (if it is
+            // connected), then its certificate is revoked: the scheduler ends its session and
+            // refuses it.
+            let joined = conn.get(routes::JOINED_NODES)?;
+            if !routes::items(&joined)
+                .iter()
+                .any(|n| n["id"] == id.as_str())
+            {
+                return Err(CommandError::Other(format!(
+                    "node {id} did not join with a token (cumulo node joined lists those): nothing done"
+                )));
+            }
             match conn.post(&format!("{}/{id}/evacuate", routes::NODES), &json!({})) {
                 Ok(_)
                 | Err(ClientError::Api {

@@ -178,17 +178,39 @@ fn network_for(roles: &str) -> &'static str {
 pub fn join(options: &JoinOptions, out: &mut dyn std::io::Write) -> Result<Joined, JoinError> {
     let (_, _, ca_hash) = token_parts(&options.token)?;
     // 1. The cluster's CA, checked against the token before the token goes anywhere.
-    let ca_pem = Connection::unverified(&options.controller)?.get("/cumulo/v1/join/ca")?["ca"]
+    // Over plain HTTP anyone on the way reads the token: only to this host itself.
+    if options.controller.starts_with("http://") {
+        let host = url_host(&options.controller).unwrap_or_default();
+        let loopback = host == "localhost"
+            || host
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback());
+        if !loopback {
+            return Err(JoinError::Answer(format!(
+                "{}: a join goes over https (plain http only to a loopback address)",
+                options.controller
+            )));
+        }
+    }
+    let answer = Connection::unverified(&options.controller)?.get("/cumulo/v1/join/ca")?;
+    let answered = answer["ca"]
         .as_str()
-        .ok_or_else(|| JoinError::Answer("no CA".into()))?
-        .to_string();
-    let ca_der = CertificateDer::pem_slice_iter(ca_pem.as_bytes())
-        .next()
-        .and_then(Result::ok)
-        .ok_or_else(|| JoinError::Answer("the CA is not a PEM certificate".into()))?;
+        .ok_or_else(|| JoinError::Answer("no CA".into()))?;
+    // Exactly one certificate, the one the token names; only that one is trusted from here on
+    // (another certificate beside it would be trusted too).
+    let certs: Vec<_> = CertificateDer::pem_slice_iter(answered.as_bytes()).collect();
+    let ca_der = match certs.as_slice() {
+        [Ok(der)] => der.clone(),
+        _ => {
+            return Err(JoinError::Answer(
+                "the CA answer is not exactly one PEM certificate".into(),
+            ));
+        }
+    };
     if !sha256_hex(&ca_der).eq_ignore_ascii_case(ca_hash) {
         return Err(JoinError::OtherCluster(options.controller.clone()));
     }
+    let ca_pem = certtool::build::pem_of(&ca_der);
     let pki = match &options.system {
         Some(etc) => etc.join("pki"),
         None => options.dir.join("pki"),

@@ -119,6 +119,21 @@ fn a_host_joins_with_a_token_and_is_refused_once_removed() {
             .output()
             .unwrap()
     };
+    // Plain http to another host: refused before anything is sent.
+    let out = std::process::Command::new(CUMULO)
+        .args([
+            "join",
+            "--to",
+            "http://192.0.2.1:8889",
+            "--token",
+            &token,
+            "--dir",
+        ])
+        .arg(second)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(text(&out).contains("over https"), "{}", text(&out));
     // Another cluster's token (another CA's hash) is not even sent.
     let foreign = format!("{}{}", &token[..98], "0".repeat(64));
     let out = join(&foreign);
@@ -188,6 +203,20 @@ fn a_host_joins_with_a_token_and_is_refused_once_removed() {
     assert!(!out.status.success());
     assert!(text(&out).contains("401"), "{}", text(&out));
 
+    // Only a joined host is removed: another node is left alone, nothing done.
+    let other = uuid::Uuid::new_v4().to_string();
+    let out = common::cumulo_as_admin(
+        first,
+        env.iter().map(|(k, v)| (k, v)),
+        &["node", "remove", &other],
+    );
+    assert!(!out.status.success());
+    assert!(
+        text(&out).contains("did not join with a token"),
+        "{}",
+        text(&out)
+    );
+
     // Removed: revoked, its session ended, and it stays out.
     let removed = json(first, &env, &["node", "remove", &id]);
     assert!(removed["revoked"].is_string(), "{removed}");
@@ -212,5 +241,11 @@ fn a_host_joins_with_a_token_and_is_refused_once_removed() {
         }
     });
     let joined = json(first, &env, &["node", "joined"]);
-    assert!(joined["joined_nodes"][0]["revoked"].is_string(), "{joined}");
+    let host2 = joined["joined_nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["hostname"] == "host2")
+        .unwrap();
+    assert!(host2["revoked"].is_string(), "{joined}");
 }

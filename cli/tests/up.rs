@@ -128,6 +128,7 @@ const MODES: &[(&str, u32)] = &[
     ("certs", 0o700),
     ("certs/*.pem", 0o644),
     ("certs/*.key", 0o600),
+    ("certs/crl.lock", 0o600),
     ("controller", 0o700),
     ("controller/controller.db", 0o600),
     ("controller/controller.db-wal", 0o600),

@@ -107,6 +107,7 @@ pub struct JoinIssuer {
     ca_fingerprint: [u8; 32],
     crl: PathBuf,
     schedulers: Vec<String>,
+    revocations: ssntp_net::Revocations,
 }
 
 impl std::fmt::Debug for JoinIssuer {
@@ -129,11 +130,29 @@ impl JoinIssuer {
         let anchor = Anchor::from_pem(ca_pem.as_bytes(), ca_key_pem.as_bytes(), SystemTime::now())
             .map_err(|e| JoinError::Ca(e.to_string()))?;
         let ca_fingerprint = sha256(anchor.der());
+        let crl_err = |why: String| JoinError::Crl {
+            path: crl.to_path_buf(),
+            why,
+        };
+        // The list, made empty if there is none yet, so that a scheduler given it starts.
+        if !crl.exists() {
+            if let Some(dir) = crl.parent() {
+                std::fs::create_dir_all(dir).map_err(|e| crl_err(e.to_string()))?;
+            }
+            certtool::crl::update(crl, &anchor, SystemTime::now(), |_| Vec::new())
+                .map_err(|e| crl_err(e.to_string()))?;
+        }
+        let bytes = std::fs::read(crl).map_err(|e| crl_err(e.to_string()))?;
+        let list = ssntp_net::RevocationList::parse(&bytes, anchor.der())
+            .map_err(|e| crl_err(e.to_string()))?;
+        let revocations = ssntp_net::Revocations::new();
+        revocations.set(list);
         Ok(JoinIssuer {
             anchor,
             ca_fingerprint,
             crl: crl.to_path_buf(),
             schedulers,
+            revocations,
         })
     }
 
@@ -209,14 +228,12 @@ impl JoinIssuer {
             .map_err(|e| JoinError::Csr(e.to_string()))?;
         let host = certtool::build::check_host(hostname)
             .map_err(|e| JoinError::Hostname(e.to_string()))?;
-        let names = Names::for_hosts(
-            &host,
-            Some("cumulo"),
-            std::slice::from_ref(&host),
-            &[],
-            None,
-        )
-        .map_err(|e| JoinError::Hostname(e.to_string()))?;
+        // The host name is the subject's common name only: no DNS or IP name, which a token
+        // holder could pick to pass as the controller or another host to a TLS client that
+        // checks names. The node is known by its bound UUID (the controller dials its console
+        // endpoint by UUID).
+        let names = Names::for_hosts(&host, Some("cumulo"), &[], &[], None)
+            .map_err(|e| JoinError::Hostname(e.to_string()))?;
         let profile = LeafProfile {
             names,
             roles,
@@ -251,44 +268,36 @@ impl JoinIssuer {
 
     /// Writes the revocation list: what the file revokes already (another list of this CA's,
     /// `cumulo-cert revoke`) and every revoked node of `nodes`, numbered above both the file's
-    /// and the time in milliseconds (so that lists written later are newer).
+    /// and the time in milliseconds (so that lists written later are newer), under the file's
+    /// lock; the new list is then in force for [`JoinIssuer::revocations`].
     pub fn write_crl(&self, nodes: &[JoinedNode], now: SystemTime) -> Result<(), JoinError> {
-        use rustls::pki_types::CertificateRevocationListDer;
-        use rustls::pki_types::pem::PemObject;
         let crl_err = |why: String| JoinError::Crl {
             path: self.crl.clone(),
             why,
-        };
-        let mut list = match std::fs::read(&self.crl) {
-            Ok(bytes) => {
-                let der = CertificateRevocationListDer::from_pem_slice(&bytes)
-                    .map_err(|e| crl_err(e.to_string()))?;
-                certtool::crl::read(der.as_ref(), &self.anchor)
-                    .map_err(|e| crl_err(e.to_string()))?
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => certtool::crl::List::default(),
-            Err(e) => return Err(crl_err(e.to_string())),
         };
         let millis = now
             .duration_since(SystemTime::UNIX_EPOCH)
             .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
             .unwrap_or(0);
-        list.number = list.number.max(millis);
-        for node in nodes {
-            let Some(at) = node.revoked else { continue };
-            if !list.revoked.iter().any(|r| r.serial == node.serial) {
-                list.revoked.push(certtool::crl::Revoked {
-                    serial: node.serial.clone(),
-                    at: certtool::build::unix(at),
-                });
-            }
-        }
-        let (_, pem) = certtool::crl::extend(list, &[], &self.anchor, now)
+        let (_, pem) = certtool::crl::update(&self.crl, &self.anchor, now, |list| {
+            list.number = list.number.max(millis);
+            nodes
+                .iter()
+                .filter(|n| n.revoked.is_some())
+                .map(|n| n.serial.clone())
+                .collect()
+        })
+        .map_err(|e| crl_err(e.to_string()))?;
+        let list = ssntp_net::RevocationList::parse(pem.as_bytes(), self.anchor.der())
             .map_err(|e| crl_err(e.to_string()))?;
-        let tmp = self.crl.with_extension("tmp");
-        std::fs::write(&tmp, pem)
-            .and_then(|()| std::fs::rename(&tmp, &self.crl))
-            .map_err(|e| crl_err(e.to_string()))
+        self.revocations.set(list);
+        Ok(())
+    }
+
+    /// The revocation list in force for this controller's own TLS servers (the node image
+    /// endpoint): the file's at start, then each list it writes.
+    pub fn revocations(&self) -> &ssntp_net::Revocations {
+        &self.revocations
     }
 }
 
@@ -324,7 +333,8 @@ mod tests {
         let parts = parse_token(&text).unwrap();
         assert_eq!((parts.id, parts.secret_hash), (token.id, token.secret_hash));
         issuer.check_ca(&parts).unwrap();
-        let other = self::issuer(dir.path());
+        let other_dir = tempfile::tempdir().unwrap();
+        let other = self::issuer(other_dir.path());
         assert!(matches!(other.check_ca(&parts), Err(JoinError::OtherCa)));
         for bad in [
             "",
@@ -366,7 +376,9 @@ mod tests {
         )
         .unwrap();
         assert!(!info.is_ca, "the request's extensions are not used");
-        assert_eq!(info.dns_names().collect::<Vec<_>>(), ["host2"]);
+        assert_eq!(info.dns_names().count(), 0, "no name a token holder picks");
+        assert_eq!(info.ip_addresses().count(), 0);
+        assert!(info.subject.contains("host2"), "{}", info.subject);
         assert!(issuer.issue(&csr, "bad name!", JOINABLE, id, now).is_err());
         assert!(issuer.issue("junk", "host2", JOINABLE, id, now).is_err());
         // Revoked: the scheduler's reader finds its serial on the list.

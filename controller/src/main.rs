@@ -66,7 +66,11 @@ async fn run(args: Args, shutdown: CancellationToken) -> Result<(), String> {
     // in the log, and the controller runs (a node's fetch then fails with the cause).
     let images_endpoint = match api.image_listen {
         Some(addr) => {
-            let tls = config.tls.server_config().map_err(|e| e.to_string())?;
+            // A removed host (its certificate revoked) fetches no more images.
+            let tls = config
+                .tls
+                .server_config_revoking(config.joins.as_ref().map(|j| j.revocations()))
+                .map_err(|e| e.to_string())?;
             match tokio::net::TcpListener::bind(addr).await {
                 Ok(listener) => Some((listener, tls)),
                 Err(e) => {

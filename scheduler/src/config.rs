@@ -70,10 +70,10 @@ pub struct Args {
     /// sending faster than its budget is read more slowly; nothing is dropped.
     #[arg(long, env = "CUMULO_SCHEDULER_READ_RATE", value_delimiter = ',', value_parser = parse_read_rate)]
     pub read_rate: Vec<String>,
-    /// The cluster CA's revocation list (PEM or DER; `cumulo-cert revoke` makes it): the
-    /// certificates it revokes are refused, and their live sessions ended. Read again when the
-    /// file changes (a list older than the one in force, or not the CA's, is refused and
-    /// logged).
+    /// The cluster CA's revocation list (PEM or DER; `cumulo-cert revoke` and the controller
+    /// make it): the certificates it revokes are refused, and their live sessions ended. Read
+    /// again when the file changes (a list older than the one in force, or not the CA's, is
+    /// refused and logged); a file not there yet is an empty list until it appears.
     #[arg(long, env = "CUMULO_SCHEDULER_CRL")]
     pub crl: Option<PathBuf>,
     /// How often the revocation list's file is looked at.
@@ -186,7 +186,14 @@ impl Args {
             None => None,
             Some(path) => {
                 let file = ssntp_net::revocation::CrlFile::new(path, &self.ca_cert)?;
-                let initial = file.load()?;
+                // A file not there yet (the controller makes it when it starts) is an empty
+                // list until it appears; a file that is there must be the CA's.
+                let initial = if path.exists() {
+                    file.load()?
+                } else {
+                    tracing::warn!(path = %path.display(), "no revocation list yet: nothing is revoked until it appears");
+                    ssntp_net::RevocationList::default()
+                };
                 Some(crate::CrlWatch {
                     file,
                     initial,
@@ -258,11 +265,9 @@ mod tests {
             .unwrap()
             .into_config()
         };
-        let e = parse(&crl).unwrap_err().to_string();
-        assert!(
-            e.starts_with("--crl: cannot read") && e.contains("crl.pem"),
-            "{e}"
-        );
+        // Not there yet: nothing revoked until it appears.
+        let (config, _lock) = parse(&crl).unwrap();
+        assert!(config.crl.unwrap().initial.is_empty());
         std::fs::write(&crl, "junk").unwrap();
         let e = parse(&crl).unwrap_err().to_string();
         assert!(e.contains("PEM"), "{e}");

@@ -241,7 +241,9 @@ pub async fn watch(
     every: std::time::Duration,
     stop: tokio_util::sync::CancellationToken,
 ) {
-    let mut seen = file.stamp().ok();
+    // Nothing seen yet: the first round reads the file again, so that a list written between
+    // the caller's first load and now is not missed.
+    let mut seen: Option<Stamp> = None;
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {

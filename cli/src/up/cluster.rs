@@ -64,32 +64,20 @@ pub fn certificates(layout: &Layout, host: &str) -> Result<bool, UpError> {
 /// joined host is removed: an empty one when there is none, or when the one there is not this
 /// CA's (the set was made again).
 fn revocation_list(layout: &Layout) -> Result<(), UpError> {
-    use rustls::pki_types::CertificateRevocationListDer;
-    use rustls::pki_types::pem::PemObject;
     let path = layout.crl();
     let (ca, ca_key) = layout.cert(certtool::cluster::CA);
     let read = |p: &Path| std::fs::read(p).map_err(io_err(p));
     let anchor = certtool::build::Anchor::from_pem(&read(&ca)?, &read(&ca_key)?, SystemTime::now())
         .map_err(|e| UpError::Other(format!("{}: {e}", ca.display())))?;
-    let ours = std::fs::read(&path).ok().is_some_and(|bytes| {
-        CertificateRevocationListDer::from_pem_slice(&bytes)
-            .ok()
-            .is_some_and(|der| certtool::crl::read(der.as_ref(), &anchor).is_ok())
-    });
-    if ours {
-        return Ok(());
-    }
-    let (_, pem) = certtool::crl::extend(
-        certtool::crl::List::default(),
-        &[],
-        &anchor,
-        SystemTime::now(),
-    )
-    .map_err(|e| UpError::Other(format!("{}: {e}", path.display())))?;
-    std::fs::write(&path, pem).map_err(io_err(&path))?;
-    // Public, as the certificates are; whatever the umask.
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).map_err(io_err(&path))
+    // Made when missing; one that is there is read (and so checked) but never replaced: that
+    // would lift its revocations.
+    certtool::crl::update(&path, &anchor, SystemTime::now(), |_| Vec::new()).map_err(|e| {
+        UpError::Other(format!(
+            "{}: {e} (a list of another CA: remove it if the certificates were made anew)",
+            path.display()
+        ))
+    })?;
+    Ok(())
 }
 
 /// Makes a random password file (mode 0600) if there is none; returns the password.

@@ -34,6 +34,8 @@ fn daemons() -> Vec<(&'static str, clap::Command, Settings)> {
                 ("CUMULO_SCHEDULER_CERT", "/etc/cumulo/pki/scheduler.pem"),
                 ("CUMULO_SCHEDULER_KEY", "/etc/cumulo/pki/scheduler.key"),
                 ("CUMULO_SCHEDULER_STATE_DIR", "/var/lib/cumulo/scheduler"),
+                // The controller's list (on the same host; copied to a scheduler elsewhere).
+                ("CUMULO_SCHEDULER_CRL", "/var/lib/cumulo/controller/crl.pem"),
             ],
         ),
         (
@@ -52,6 +54,10 @@ fn daemons() -> Vec<(&'static str, clap::Command, Settings)> {
                 (
                     "CUMULO_CONTROLLER_LAUNCHER_CA_KEY",
                     "/etc/cumulo/pki/ca.key",
+                ),
+                (
+                    "CUMULO_CONTROLLER_CRL",
+                    "/var/lib/cumulo/controller/crl.pem",
                 ),
             ],
         ),
@@ -374,6 +380,10 @@ fn the_packaged_daemons_started_as_their_units_say_make_a_cluster() {
             ("CUMULO_SCHEDULER_KEY", p("scheduler.key")),
             ("CUMULO_SCHEDULER_STATE_DIR", state("scheduler")),
             ("CUMULO_SCHEDULER_LISTEN", format!("127.0.0.1:{sched_port}")),
+            (
+                "CUMULO_SCHEDULER_CRL",
+                format!("{}/crl.pem", state("controller")),
+            ),
         ],
     );
     let password = tmp.path().join("state/controller/admin-password");
@@ -390,6 +400,10 @@ fn the_packaged_daemons_started_as_their_units_say_make_a_cluster() {
                 password.display().to_string(),
             ),
             ("CUMULO_CONTROLLER_LAUNCHER_CA_KEY", p("ca.key")),
+            (
+                "CUMULO_CONTROLLER_CRL",
+                format!("{}/crl.pem", state("controller")),
+            ),
             (
                 "CUMULO_CONTROLLER_API_LISTEN",
                 format!("127.0.0.1:{api_port}"),

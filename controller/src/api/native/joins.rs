@@ -276,6 +276,17 @@ pub async fn join(
                 .into_iter()
                 .find(|t| t.id == token.id)
                 .ok_or_else(|| refused("unknown token"))?;
+            // The secret, before anything is made for the caller (the store checks all of it
+            // again when the token is used, in one transaction).
+            let same = known
+                .secret_hash
+                .iter()
+                .zip(&token.secret_hash)
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                == 0;
+            if !same || known.used.is_some() || now >= known.expires {
+                return Err(refused("wrong secret, used or expired"));
+            }
             let roles = Role::from_bits_truncate(known.roles);
             let (cert, node) = issuer2
                 .issue(&body.csr, &body.hostname, roles, node_id, now)
