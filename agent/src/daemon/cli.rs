@@ -193,7 +193,7 @@ pub struct Args {
     /// The OCI runtime that runs containers (runc, or a path to it).
     #[arg(long, env = "CUMULO_AGENT_CONTAINER_RUNTIME", default_value = "runc")]
     pub container_runtime: PathBuf,
-    /// Tenant networking (with `--network cn|dual` and `--backend libvirt`).
+    /// Tenant networking (with `--network cn|dual`, and `--backend libvirt` or a `--node-ip`).
     #[command(flatten)]
     pub net: NetArgs,
     /// Network nodes (`--network nn|dual`): a certificate (PEM, the cnciagent role, no UUID
@@ -423,10 +423,11 @@ impl Args {
             l.image_source = source;
             l
         });
-        // Tenant networking plumbs VMs: with the sim backend (no NICs) and with --network none
-        // or nn (no VNICs of instances here) there is nothing to plumb.
+        // Tenant networking plumbs VMs, and simulated instances given a node address (their
+        // taps real, their guests not); with --network none or nn (no VNICs of instances here)
+        // there is nothing to plumb.
         let tenant_net = matches!(self.network, Network::Cn | Network::Dual)
-            && self.backend == BackendKind::Libvirt;
+            && (self.backend == BackendKind::Libvirt || self.net.node_ip.is_some());
         let runs_cncis = self.cnci_addresses.is_some() || self.cnci_cert.is_some();
         let cnci = match (runs_cncis, self.network) {
             (false, _) => None,

@@ -103,7 +103,8 @@ pub struct DaemonConfig {
     /// The libvirt backend's settings, when it runs the instances (`--backend libvirt`).
     pub libvirt: Option<LibvirtConfig>,
     /// Tenant networking's flags, when instances here get VNICs: `--network cn|dual` with the
-    /// libvirt backend. `None`: no bridges, tunnels or taps (a START's NIC is ignored).
+    /// libvirt backend, or with the sim backend and a node address. `None`: no bridges, tunnels
+    /// or taps (a START's NIC is ignored).
     pub net: Option<NetArgs>,
     /// How this node runs CNCIs (`--network nn|dual` with `--cnci-cert`): `None`, it runs
     /// none.
@@ -266,6 +267,20 @@ pub async fn run(config: DaemonConfig, shutdown: CancellationToken) -> Result<()
                 &config,
                 node,
                 with_cncis(ready(backend), cnci, vms),
+                shutdown,
+            )
+            .await
+        }
+        // Simulated guests on real tenant networks: with a node address, each instance's tap,
+        // bridge and tunnel are made as for a VM (something standing in for the guest may plug
+        // into its bridge).
+        (None, Some(net)) if net.node_ip.is_some() => {
+            let backend = WithContainers::new(SimBackend::new(config.sim.clone())?, containers);
+            let network = net.network(RtNetOps::new()?).await?;
+            run_with(
+                &config,
+                node,
+                with_cncis(networked(backend, network), cnci, None),
                 shutdown,
             )
             .await
