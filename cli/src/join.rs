@@ -143,15 +143,16 @@ fn url_host(url: &str) -> Option<String> {
     (!host.is_empty()).then_some(host)
 }
 
-/// A scheduler address as the controller names it, as this host should dial it: a loopback
-/// host (the controller's own) becomes the controller's host.
+/// An address (a scheduler's, the image endpoint's) as the controller names it, as this host
+/// should dial it: a loopback or unspecified host (the controller's own) becomes the
+/// controller's host.
 fn reachable(scheduler: &str, controller_host: &str) -> String {
     let (host, port) = scheduler.rsplit_once(':').unwrap_or((scheduler, "8888"));
     let host = host.trim_start_matches('[').trim_end_matches(']');
     let loopback = host == "localhost"
         || host
             .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback());
+            .is_ok_and(|ip| ip.is_loopback() || ip.is_unspecified());
     if loopback {
         if controller_host.contains(':') {
             format!("[{controller_host}]:{port}")
@@ -161,6 +162,30 @@ fn reachable(scheduler: &str, controller_host: &str) -> String {
     } else {
         scheduler.to_string()
     }
+}
+
+/// This host's address on the way to the controller at `url` (the source address the kernel
+/// picks for it; nothing is sent), unless that is a loopback address.
+fn address_towards(url: &str) -> Option<std::net::IpAddr> {
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, ToSocketAddrs, UdpSocket};
+    let host = url_host(url)?;
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let authority = rest.split('/').next()?;
+    // Only the route matters, not the port.
+    let port = authority
+        .rsplit_once(':')
+        .and_then(|(_, p)| p.parse::<u16>().ok())
+        .unwrap_or(443);
+    let to = (host.as_str(), port).to_socket_addrs().ok()?.next()?;
+    let local: IpAddr = if to.is_ipv4() {
+        Ipv4Addr::UNSPECIFIED.into()
+    } else {
+        Ipv6Addr::UNSPECIFIED.into()
+    };
+    let socket = UdpSocket::bind((local, 0)).ok()?;
+    socket.connect(to).ok()?;
+    let ip = socket.local_addr().ok()?.ip();
+    (!ip.is_loopback() && !ip.is_unspecified()).then_some(ip)
 }
 
 /// The agent's `--network` for the certificate's roles.
@@ -281,9 +306,23 @@ pub fn join(options: &JoinOptions, out: &mut dyn std::io::Write) -> Result<Joine
         ("CUMULO_AGENT_BACKEND".into(), options.backend.clone()),
         ("CUMULO_AGENT_HOSTNAME".into(), options.hostname.clone()),
     ];
+    // Uploaded images come from the controller's node image endpoint.
+    if let Some(at) = joined["image_server"].as_str() {
+        settings.push((
+            "CUMULO_AGENT_IMAGE_SERVER".into(),
+            reachable(at, &controller_host),
+        ));
+    }
+    // The end of this host's tenant tunnels: the address it reaches the controller from (a
+    // loopback one says nothing: the cluster is this host).
+    if let Some(ip) = address_towards(&options.controller) {
+        settings.push(("CUMULO_AGENT_NODE_IP".into(), ip.to_string()));
+    }
     if options.system.is_none() {
-        // A packaged agent keeps the package's (/var/lib/cumulo/agent).
+        // A packaged agent keeps the package's (/var/lib/cumulo/agent), and its tunnel kind.
         settings.push(("CUMULO_AGENT_STATE_DIR".into(), state.display().to_string()));
+        // `cumulo up`'s CNCIs speak VXLAN.
+        settings.push(("CUMULO_AGENT_TUNNEL".into(), "vxlan".into()));
     }
     for (k, v) in &options.settings {
         settings.retain(|(name, _)| name != k);
@@ -454,6 +493,13 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_tunnels_end_where_the_controller_is_reached_from() {
+        assert_eq!(address_towards("http://127.0.0.1:8889"), None);
+        assert_eq!(address_towards("https://localhost:8889/"), None);
+        assert_eq!(address_towards("not a url"), None);
+    }
+
+    #[test]
     fn tokens_urls_and_schedulers_are_read() {
         let good = format!("{}.{}.{}", "a".repeat(32), "b".repeat(64), "c".repeat(64));
         assert!(token_parts(&good).is_ok());
@@ -476,6 +522,7 @@ mod tests {
         assert_eq!(reachable("127.0.0.1:9", "ctl"), "ctl:9");
         assert_eq!(reachable("[::1]:9", "fd00::1"), "[fd00::1]:9");
         assert_eq!(reachable("sched.example:8888", "ctl"), "sched.example:8888");
+        assert_eq!(reachable("0.0.0.0:8891", "ctl"), "ctl:8891");
         assert_eq!(network_for("agent|netagent"), "dual");
         assert_eq!(network_for("netagent"), "nn");
         assert_eq!(network_for("agent"), "cn");

@@ -375,7 +375,8 @@ impl Args {
                 &crl,
                 self.scheduler.clone(),
             )
-            .map_err(|e| ConfigError::LauncherCa(e.to_string()))?;
+            .map_err(|e| ConfigError::LauncherCa(e.to_string()))?
+            .with_image_server(self.image_listen.map(|a| a.to_string()));
             daemon.joins = Some(std::sync::Arc::new(joins));
         }
         let scheme = if self.api_cert.is_some() {

@@ -107,6 +107,7 @@ pub struct JoinIssuer {
     ca_fingerprint: [u8; 32],
     crl: PathBuf,
     schedulers: Vec<String>,
+    image_server: Option<String>,
     revocations: ssntp_net::Revocations,
 }
 
@@ -152,8 +153,21 @@ impl JoinIssuer {
             ca_fingerprint,
             crl: crl.to_path_buf(),
             schedulers,
+            image_server: None,
             revocations,
         })
+    }
+
+    /// Joined hosts are told the node image endpoint (`host:port`, the controller's
+    /// `--image-listen`) too.
+    pub fn with_image_server(mut self, at: Option<String>) -> JoinIssuer {
+        self.image_server = at;
+        self
+    }
+
+    /// The node image endpoint a joined host is told, if it is on.
+    pub fn image_server(&self) -> Option<&str> {
+        self.image_server.as_deref()
     }
 
     /// The CA's certificate (PEM).

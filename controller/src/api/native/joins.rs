@@ -212,6 +212,10 @@ pub struct Joined {
     ca: String,
     /// The schedulers (`host:port`) as the controller reaches them.
     schedulers: Vec<String>,
+    /// The controller's node image endpoint (`host:port`, where it listens), where a node
+    /// fetches uploaded images; `null` when it is off.
+    #[schema(required)]
+    image_server: Option<String>,
 }
 
 /// The cluster CA, for a joining host to check against its token before it sends it.
@@ -305,6 +309,7 @@ pub async fn join(
         certificate: cert,
         ca: issuer.ca_pem().to_string(),
         schedulers: issuer.schedulers().to_vec(),
+        image_server: issuer.image_server().map(str::to_string),
     };
     Ok((StatusCode::CREATED, Json(joined)).into_response())
 }
