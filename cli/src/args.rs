@@ -126,6 +126,12 @@ pub struct UpArgs {
     /// Do not boot the first instance.
     #[arg(long)]
     pub no_instance: bool,
+    /// The address other hosts reach this one at (hosts that `cumulo join`): the scheduler,
+    /// the API (then over HTTPS, with the controller's certificate) and the image endpoint listen
+    /// there, and the certificates name it. Give it when the certificates are made (the first
+    /// `up`); the flags below still choose each address.
+    #[arg(long, value_name = "IP")]
+    pub address: Option<std::net::IpAddr>,
     /// Where the scheduler listens (default 127.0.0.1:8888, or what the last `up` used).
     #[arg(long)]
     pub scheduler_listen: Option<String>,
@@ -150,6 +156,11 @@ pub struct UpArgs {
     /// network's prefix length (put on cumulo0; the CNCIs take the upper half).
     #[arg(long, default_value = crate::up::cnci::DEFAULT_ADDRESS)]
     pub compute_address: ComputeNet,
+    /// With --tenant-network cnci: a link of this host's that already holds --compute-address
+    /// (its network interface on a compute network shared with other hosts), instead of the
+    /// link `up` makes; `down` leaves it. The CNCIs take the upper half of that network.
+    #[arg(long, value_name = "LINK")]
+    pub compute_link: Option<String>,
 }
 
 /// `cumulo down`.
@@ -401,11 +412,19 @@ pub enum NodeCmd {
     Token(TokenCmd),
     /// List the hosts that joined with a token.
     Joined,
-    /// Remove a joined host: evacuate it and revoke its certificate (the scheduler ends its
-    /// session and refuses it from then on).
+    /// Remove a joined host: drain it (an evacuation: its ephemeral instances start again
+    /// elsewhere) and revoke its certificate (the scheduler ends its session and refuses it from
+    /// then on). Refused while instances that live on the host (not ephemeral) are there.
     Remove {
         /// Its UUID.
         id: String,
+        /// Remove it even with instances that live on it: they are lost with the host.
+        #[arg(long)]
+        force: bool,
+        /// How long the drain may take, in seconds; the certificate is not revoked when it
+        /// does not end in time.
+        #[arg(long, default_value_t = 120)]
+        drain_timeout: u64,
     },
     /// Show one.
     Show {

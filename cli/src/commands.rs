@@ -677,10 +677,12 @@ pub fn node(conn: &Connection, cmd: NodeCmd, o: &mut Output<'_>) -> Result<(), C
                 ("REVOKED", "revoked"),
             ],
         ),
-        NodeCmd::Remove { id } => {
-            // Only a host that joined with a token: its instances go elsewhere first (if it is
-            // connected), then its certificate is revoked: the scheduler ends its session and
-            // refuses it.
+        NodeCmd::Remove {
+            id,
+            force,
+            drain_timeout,
+        } => {
+            // Only a host that joined with a token.
             let joined = conn.get(routes::JOINED_NODES)?;
             if !routes::items(&joined)
                 .iter()
@@ -690,6 +692,19 @@ pub fn node(conn: &Connection, cmd: NodeCmd, o: &mut Output<'_>) -> Result<(), C
                     "node {id} did not join with a token (cumulo node joined lists those): nothing done"
                 )));
             }
+            // Instances that live there (their disks are the host's) go with it: refused unless
+            // forced, before anything is done.
+            let staying = instances_that_stay(conn, &id)?;
+            if !staying.is_empty() && !force {
+                return Err(CommandError::Other(format!(
+                    "node {id} holds {} instance(s) that live on it (not ephemeral): {}; delete \
+                     them first, or --force to remove the host with them: nothing done",
+                    staying.len(),
+                    staying.join(", ")
+                )));
+            }
+            // The drain: an evacuation moves its ephemeral instances elsewhere (at once, or
+            // when it is no longer connected, as a lost node's).
             match conn.post(&format!("{}/{id}/evacuate", routes::NODES), &json!({})) {
                 Ok(_)
                 | Err(ClientError::Api {
@@ -697,11 +712,28 @@ pub fn node(conn: &Connection, cmd: NodeCmd, o: &mut Output<'_>) -> Result<(), C
                 }) => {}
                 Err(e) => return Err(e.into()),
             }
+            let deadline = std::time::Instant::now() + Duration::from_secs(drain_timeout);
+            loop {
+                let moving = instances_on(conn, &id)?
+                    .into_iter()
+                    .filter(|i| !staying.contains(&instance_label(i)))
+                    .map(|i| instance_label(&i))
+                    .collect::<Vec<_>>();
+                if moving.is_empty() {
+                    break;
+                }
+                if std::time::Instant::now() >= deadline {
+                    return Err(CommandError::Other(format!(
+                        "node {id} did not drain within {drain_timeout} s ({} still there: {}); \
+                         it stays in maintenance, its certificate is not revoked",
+                        moving.len(),
+                        moving.join(", ")
+                    )));
+                }
+                std::thread::sleep(Duration::from_millis(250));
+            }
             let answer = conn.post(&format!("{}/{id}/revoke", routes::NODES), &json!({}))?;
-            o.done(
-                &format!("node {id}: evacuation requested, certificate revoked"),
-                answer,
-            );
+            o.done(&format!("node {id}: drained, certificate revoked"), answer);
         }
         NodeCmd::Show { id } => o.object(conn.get(&format!("{}/{id}", routes::NODES))?),
         NodeCmd::Evacuate { id } => {
@@ -714,6 +746,67 @@ pub fn node(conn: &Connection, cmd: NodeCmd, o: &mut Output<'_>) -> Result<(), C
         }
     }
     Ok(())
+}
+
+/// The instances the store places on `node` (every tenant's: an admin's listing).
+fn instances_on(conn: &Connection, node: &str) -> Result<Vec<Value>, CommandError> {
+    let mut all = Vec::new();
+    let mut marker: Option<String> = None;
+    loop {
+        let path = match &marker {
+            Some(m) => format!("{}?node={node}&limit=1000&marker={m}", routes::INSTANCES),
+            None => format!("{}?node={node}&limit=1000", routes::INSTANCES),
+        };
+        let page = routes::items(&conn.get(&path)?);
+        let full = page.len() == 1000;
+        marker = page
+            .last()
+            .and_then(|i| i["id"].as_str())
+            .map(str::to_string);
+        all.extend(page);
+        if !full || marker.is_none() {
+            return Ok(all);
+        }
+    }
+}
+
+/// How an instance is named in messages: `name (id)`.
+fn instance_label(instance: &Value) -> String {
+    format!(
+        "{} ({})",
+        instance["name"].as_str().unwrap_or_default(),
+        instance["id"].as_str().unwrap_or_default()
+    )
+}
+
+/// The instances on `node` whose workload is not ephemeral: they live there (an evacuation
+/// leaves them, stopped).
+fn instances_that_stay(conn: &Connection, node: &str) -> Result<Vec<String>, CommandError> {
+    let mut ephemeral: std::collections::HashMap<String, bool> = Default::default();
+    let mut staying = Vec::new();
+    for instance in instances_on(conn, node)? {
+        let workload = instance["workload"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let is_ephemeral = match ephemeral.get(&workload) {
+            Some(e) => *e,
+            None => {
+                let e = match conn.get(&format!("{}/{workload}", routes::WORKLOADS)) {
+                    Ok(shown) => routes::item(shown)["ephemeral"].as_bool().unwrap_or(false),
+                    // A workload deleted since: its instances are not known to be ephemeral.
+                    Err(ClientError::Api { status: 404, .. }) => false,
+                    Err(e) => return Err(e.into()),
+                };
+                ephemeral.insert(workload, e);
+                e
+            }
+        };
+        if !is_ephemeral {
+            staying.push(instance_label(&instance));
+        }
+    }
+    Ok(staying)
 }
 
 /// `cumulo tenant ...`.

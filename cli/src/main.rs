@@ -19,6 +19,9 @@ fn run(cli: Cli, stdout: &mut dyn Write) -> Result<ExitCode, String> {
     match cli.command {
         Command::Up(args) => {
             let mut at = layout(args.dir.dir);
+            if let Some(ip) = args.address {
+                at.listen_on(ip);
+            }
             if let Some(addr) = args.scheduler_listen {
                 at.scheduler = addr;
             }
@@ -39,6 +42,7 @@ fn run(cli: Cli, stdout: &mut dyn Write) -> Result<ExitCode, String> {
                 first_instance: !args.no_instance,
                 tenant_network: args.tenant_network,
                 compute: args.compute_address,
+                compute_link: args.compute_link,
             };
             up::up(&options, stdout).map_err(|e| text(&e))?;
             Ok(ExitCode::SUCCESS)

@@ -33,8 +33,8 @@ pub struct Seeded {
 }
 
 /// Whether the API answers its health check.
-pub fn healthy(url: &str) -> bool {
-    Connection::anonymous(url, None)
+pub fn healthy(url: &str, ca: Option<&std::path::Path>) -> bool {
+    Connection::anonymous(url, ca)
         .and_then(|c| c.get(routes::HEALTHZ))
         .is_ok()
 }
@@ -47,7 +47,7 @@ pub fn admin_login(layout: &Layout) -> Result<Connection, UpError> {
         username: "admin".into(),
         password,
         project: "admin".into(),
-        ca_cert: None,
+        ca_cert: layout.api_ca(),
     })?)
 }
 
@@ -235,7 +235,7 @@ pub fn seed(layout: &Layout, admin: &Connection, _backend: Backend) -> Result<Se
         &json!({"tenant": tenant_id, "role": "member"}),
     )?;
     let url = layout.api_url();
-    let demo = demo_login(&url, &demo_password)?;
+    let demo = demo_login(&url, layout.api_ca(), &demo_password)?;
     let flavors = admin.get(routes::FLAVORS)?;
     let tiny = routes::items(&flavors)
         .into_iter()
@@ -259,13 +259,17 @@ pub fn seed(layout: &Layout, admin: &Connection, _backend: Backend) -> Result<Se
     })
 }
 
-fn demo_login(url: &str, password: &str) -> Result<Connection, UpError> {
+fn demo_login(
+    url: &str,
+    ca: Option<std::path::PathBuf>,
+    password: &str,
+) -> Result<Connection, UpError> {
     Ok(Connection::login(&Credentials {
         url: url.to_string(),
         username: DEMO.into(),
         password: password.to_string(),
         project: DEMO.into(),
-        ca_cert: None,
+        ca_cert: ca,
     })?)
 }
 
@@ -275,7 +279,7 @@ pub fn first_instance(
     seeded: &Seeded,
     backend: Backend,
 ) -> Result<String, UpError> {
-    let demo = demo_login(&seeded.url, &seeded.demo_password)?;
+    let demo = demo_login(&seeded.url, layout.api_ca(), &seeded.demo_password)?;
     let listing = demo.get(routes::INSTANCES)?;
     let existing = routes::items(&listing)
         .into_iter()
@@ -376,8 +380,14 @@ pub fn first_instance(
 
 /// The exports for `cumulo` and `openstack`.
 pub fn exports(layout: &Layout, seeded: &Seeded) -> String {
-    let _ = layout;
-    format!(
+    // Over HTTPS the clients trust the cluster's CA.
+    let ca = layout.api_ca().map_or_else(String::new, |ca| {
+        format!(
+            "export CUMULO_CA_CERT={ca}\nexport OS_CACERT={ca}\n",
+            ca = ca.display()
+        )
+    });
+    let exports = format!(
         "export CUMULO_CONTROLLER={url}\nexport CUMULO_USERNAME={DEMO}\nexport CUMULO_PASSWORD={pw}\n\
          export CUMULO_PROJECT={DEMO}\n\
          export OS_AUTH_URL={url}/v3\nexport OS_IDENTITY_API_VERSION=3\nexport OS_USERNAME={DEMO}\n\
@@ -385,5 +395,6 @@ pub fn exports(layout: &Layout, seeded: &Seeded) -> String {
          export OS_PROJECT_DOMAIN_NAME=Default\n",
         url = seeded.url,
         pw = seeded.demo_password,
-    )
+    );
+    exports + &ca
 }

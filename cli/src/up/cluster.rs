@@ -6,7 +6,7 @@ use std::net::TcpStream;
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime};
 
-use super::cnci::{CNCI_IMAGE, ComputeNet, TenantNetwork, UPLINK};
+use super::cnci::{CNCI_IMAGE, ComputeNet, TenantNetwork};
 use super::error::{UpError, binary, io_err};
 use super::layout::Layout;
 use super::procs::{self, Spec};
@@ -45,17 +45,27 @@ pub fn certificates(layout: &Layout, host: &str) -> Result<bool, UpError> {
                 }
                 v
             }),
-        ips: vec![],
+        ips: layout.public_ips(),
         organization: "cumulo".into(),
         key_type: certtool::key::KeyType::default(),
         days: 365,
         force: false,
     };
     std::fs::create_dir_all(layout.certs()).map_err(io_err(&layout.certs()))?;
-    let made = matches!(
-        certtool::cluster::cluster(&spec, SystemTime::now())?,
-        certtool::cluster::Outcome::Made(_)
-    );
+    let made = match certtool::cluster::cluster(&spec, SystemTime::now()) {
+        Ok(outcome) => matches!(outcome, certtool::cluster::Outcome::Made(_)),
+        // Made by an earlier `up` for other addresses (no --address then): say how to go on.
+        Err(certtool::cluster::ClusterError::Invalid { reason, .. })
+            if reason.contains("does not name") =>
+        {
+            return Err(UpError::Other(format!(
+                "the certificates in {} were made for other addresses ({reason}): `cumulo down \
+                 --purge`, then `cumulo up` with the addresses, makes them again",
+                layout.certs().display()
+            )));
+        }
+        Err(e) => return Err(e.into()),
+    };
     revocation_list(layout)?;
     Ok(made)
 }
@@ -132,7 +142,7 @@ pub fn specs(
     layout: &Layout,
     backend: Backend,
     host: &str,
-    cnci: Option<ComputeNet>,
+    cnci: Option<(ComputeNet, &str)>,
 ) -> Result<Vec<Spec>, UpError> {
     let cert = |name: &str| {
         let (c, k) = layout.cert(name);
@@ -162,7 +172,8 @@ pub fn specs(
         ]),
         env: plain_logs(),
     };
-    let scheduler_at = format!("localhost:{}", port(&layout.scheduler));
+    // Dialled where it listens: another host's agent is told this address too.
+    let scheduler_at = super::layout::dial(&layout.scheduler);
     let mut controller_args = s(&[
         "--ca-cert",
         &ca,
@@ -183,6 +194,12 @@ pub fn specs(
         "--image-listen",
         &layout.images,
     ]);
+    // Off loopback (`--address`) the API speaks HTTPS, with the controller's certificate (it
+    // names the address); its URL is the one clients are given.
+    if layout.api_ca().is_some() {
+        controller_args.extend(s(&["--api-cert", &ctl_cert, "--api-key", &ctl_key]));
+    }
+    controller_args.extend(s(&["--public-url", &layout.api_url()]));
     let tenant_network = if cnci.is_some() {
         TenantNetwork::Cnci
     } else {
@@ -229,8 +246,8 @@ pub fn specs(
     // One host plays the whole cloud: offer more vCPUs than it has (tiny guests mostly idle).
     agent_args.extend(s(&["--vcpus", "32"]));
     if backend == Backend::Libvirt {
-        // The controller's certificate names localhost (and 127.0.0.1).
-        let images_at = format!("localhost:{}", port(&layout.images));
+        // The controller's certificate names localhost (and 127.0.0.1), and --address.
+        let images_at = super::layout::dial(&layout.images);
         agent_args.extend(s(&[
             "--libvirt-uri",
             &layout.libvirt_uri(),
@@ -245,14 +262,14 @@ pub fn specs(
     if backend == Backend::Sim {
         agent_args.push("--no-mem-limit".into());
     }
-    if let Some(net) = cnci {
+    if let Some((net, uplink)) = cnci {
         agent_args.extend(s(&[
             "--node-ip",
             &net.address.to_string(),
             "--tunnel",
             "vxlan",
             "--cnci-uplink",
-            UPLINK,
+            uplink,
             "--cnci-addresses",
             &net.cnci_addresses(),
             "--cnci-prefix",

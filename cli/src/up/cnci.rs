@@ -205,7 +205,7 @@ fn link_exists(name: &str) -> bool {
 /// made) and brings it up. Returns the link's kind, for the progress line.
 pub fn make_uplink(layout: &Layout, net: ComputeNet) -> Result<String, UpError> {
     let path = record(layout);
-    let ours = uplink_recorded(layout);
+    let ours = uplink(layout).as_deref() == Some(UPLINK);
     let link_err = |e: String| UpError::Other(format!("the compute network link: {e}"));
     let kind = if link_exists(UPLINK) {
         if !ours {
@@ -239,17 +239,69 @@ pub fn make_uplink(layout: &Layout, net: ComputeNet) -> Result<String, UpError> 
     Ok(format!("{UPLINK} {address} ({kind})"))
 }
 
-/// Whether `up` made the compute network link (and `down` has not deleted it yet).
-pub fn uplink_recorded(layout: &Layout) -> bool {
-    std::fs::read_to_string(record(layout)).is_ok_and(|r| r.trim() == UPLINK)
+/// Uses `link`, a link of the host's that holds the compute-network address already (`up
+/// --compute-link`): checked, recorded (so that `down` knows the cluster has tenant networks)
+/// but never changed nor deleted. Returns the progress line's note.
+pub fn use_link(layout: &Layout, link: &str, net: ComputeNet) -> Result<String, UpError> {
+    let listing = Command::new("ip")
+        .args(["-o", "addr", "show", "dev", link])
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| UpError::Other(format!("ip: {e} (install iproute2)")))?;
+    if !listing.status.success() {
+        return Err(UpError::Other(format!(
+            "--compute-link {link}: {}",
+            String::from_utf8_lossy(&listing.stderr).trim()
+        )));
+    }
+    if !holds_address(&String::from_utf8_lossy(&listing.stdout), net) {
+        return Err(UpError::Other(format!(
+            "--compute-link {link} does not hold {net} (--compute-address): give the address \
+             and prefix it has on the compute network"
+        )));
+    }
+    let path = record(layout);
+    std::fs::write(&path, format!("{link}\n")).map_err(io_err(&path))?;
+    Ok(format!("{link} {net} (this host's)"))
 }
 
-/// Deletes the link `up` made (by the name it recorded); `Some(name)` when there was one.
+/// Whether `ip -o addr show` output holds the address with its prefix.
+fn holds_address(listing: &str, net: ComputeNet) -> bool {
+    let want = net.to_string();
+    listing.lines().any(|line| {
+        let mut words = line.split_whitespace();
+        while let Some(w) = words.next() {
+            if w == "inet" {
+                return words.next() == Some(want.as_str());
+            }
+        }
+        false
+    })
+}
+
+/// The link the CNCIs are reached through, as `up` recorded it ([`UPLINK`] or the host's own
+/// `--compute-link`), while the cluster has tenant networks.
+pub fn uplink(layout: &Layout) -> Option<String> {
+    let name = std::fs::read_to_string(record(layout))
+        .ok()?
+        .trim()
+        .to_string();
+    (!name.is_empty()).then_some(name)
+}
+
+/// Whether the cluster was brought up with tenant networks (a compute network link recorded).
+pub fn uplink_recorded(layout: &Layout) -> bool {
+    uplink(layout).is_some()
+}
+
+/// Deletes the link `up` made (by the name it recorded); `Some(name)` when there was one. A
+/// host's own link (`--compute-link`) is left as it is: only the record goes.
 pub fn remove_uplink(layout: &Layout) -> Option<String> {
     let path = record(layout);
     let name = std::fs::read_to_string(&path).ok()?.trim().to_string();
-    // Only the name `up` uses: a record edited to name another link is not obeyed.
+    // Only the name `up` uses is deleted: any other is the host's.
     if name != UPLINK {
+        let _ = std::fs::remove_file(&path);
         return None;
     }
     if !link_exists(&name) {
@@ -477,6 +529,17 @@ mod tests {
             metadata_namespaces(listing),
             ["cumulo-md-0badcafe0badcafe0badcafe0badcafe-0000a1b2"]
         );
+    }
+
+    #[test]
+    fn a_hosts_own_link_must_hold_the_compute_address() {
+        let net: ComputeNet = "10.77.0.1/24".parse().unwrap();
+        let listing = "2: eth0    inet 10.77.0.1/24 scope global eth0\\       valid_lft forever\n\
+                       2: eth0    inet6 fe80::1/64 scope link \\       valid_lft forever\n";
+        assert!(holds_address(listing, net));
+        assert!(!holds_address(listing, "10.77.0.2/24".parse().unwrap()));
+        assert!(!holds_address(listing, "10.77.0.1/25".parse().unwrap()));
+        assert!(!holds_address("", net));
     }
 
     #[test]

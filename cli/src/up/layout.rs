@@ -37,6 +37,37 @@ fn write_public(path: &Path, text: &str) -> std::io::Result<()> {
         .write_all(text.as_bytes())
 }
 
+/// The host part of `host:port` (`[v6]:port` too).
+fn host_of(addr: &str) -> Option<&str> {
+    let (host, _) = addr.rsplit_once(':')?;
+    Some(host.trim_start_matches('[').trim_end_matches(']'))
+}
+
+/// Whether a listening address is a loopback one (`localhost` too).
+pub fn is_loopback(addr: &str) -> bool {
+    host_of(addr).is_some_and(|h| {
+        h == "localhost"
+            || h.parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback())
+    })
+}
+
+/// How this host dials one of its own listening addresses: `localhost:PORT` for a loopback or
+/// unspecified one (the certificates name localhost), else the address itself.
+pub fn dial(addr: &str) -> String {
+    let port = addr.rsplit(':').next().unwrap_or_default();
+    let local = host_of(addr).is_none_or(|h| {
+        h == "localhost"
+            || h.parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback() || ip.is_unspecified())
+    });
+    if local {
+        format!("localhost:{port}")
+    } else {
+        addr.to_string()
+    }
+}
+
 /// The files of one local cluster, and where its services listen.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Layout {
@@ -84,9 +115,45 @@ impl Layout {
         )
     }
 
-    /// The API's URL.
+    /// The API's URL: plain HTTP on a loopback address; HTTPS with the controller's certificate
+    /// anywhere else (other hosts reach it), at `localhost` when it listens on every address.
     pub fn api_url(&self) -> String {
-        format!("http://{}", self.api)
+        if is_loopback(&self.api) {
+            format!("http://{}", self.api)
+        } else {
+            format!("https://{}", dial(&self.api))
+        }
+    }
+
+    /// The scheduler, the API and the image endpoint listen on `ip` (at their ports): the address
+    /// other hosts reach this one at (`cumulo up --address`).
+    pub fn listen_on(&mut self, ip: std::net::IpAddr) {
+        for addr in [&mut self.scheduler, &mut self.api, &mut self.images] {
+            let port = addr.rsplit(':').next().unwrap_or_default().to_string();
+            *addr = std::net::SocketAddr::new(ip, port.parse().unwrap_or(0)).to_string();
+        }
+    }
+
+    /// The CA that signed the API's HTTPS certificate, when the API speaks HTTPS.
+    pub fn api_ca(&self) -> Option<PathBuf> {
+        (!is_loopback(&self.api)).then(|| self.ca())
+    }
+
+    /// The addresses other hosts reach this one at: the IP addresses the scheduler, the API and
+    /// the image endpoint listen on, but loopback and unspecified ones (the certificates name
+    /// them).
+    pub fn public_ips(&self) -> Vec<std::net::IpAddr> {
+        let mut ips = Vec::new();
+        for addr in [&self.scheduler, &self.api, &self.images] {
+            if let Some(ip) = host_of(addr).and_then(|h| h.parse::<std::net::IpAddr>().ok())
+                && !ip.is_loopback()
+                && !ip.is_unspecified()
+                && !ips.contains(&ip)
+            {
+                ips.push(ip);
+            }
+        }
+        ips
     }
 
     /// The default directory: as root, `/var/lib/cumulo` (where system services keep their
@@ -214,5 +281,38 @@ impl Layout {
     /// Whether `path` is inside the cluster's directory.
     pub fn owns(&self, path: &Path) -> bool {
         path.starts_with(&self.root)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_api_is_https_off_loopback_and_hosts_dial_their_own_addresses() {
+        let mut layout = Layout::new("/nonexistent/cumulo");
+        assert_eq!(layout.api_url(), "http://127.0.0.1:8889");
+        assert_eq!(layout.api_ca(), None);
+        assert!(layout.public_ips().is_empty());
+        assert_eq!(dial(&layout.scheduler), "localhost:8888");
+        layout.listen_on("10.77.0.1".parse().unwrap());
+        assert_eq!(layout.scheduler, "10.77.0.1:8888");
+        assert_eq!(layout.images, "10.77.0.1:8891");
+        assert_eq!(layout.console, CONSOLE_ADDR);
+        assert_eq!(layout.api_url(), "https://10.77.0.1:8889");
+        assert_eq!(layout.api_ca(), Some(layout.ca()));
+        assert_eq!(
+            layout.public_ips(),
+            vec!["10.77.0.1".parse::<std::net::IpAddr>().unwrap()]
+        );
+        assert_eq!(dial(&layout.scheduler), "10.77.0.1:8888");
+        layout.api = "0.0.0.0:9000".into();
+        assert_eq!(layout.api_url(), "https://localhost:9000");
+        layout.listen_on("fd00::1".parse().unwrap());
+        assert_eq!(layout.scheduler, "[fd00::1]:8888");
+        assert_eq!(layout.api_url(), "https://[fd00::1]:9000");
+        assert!(
+            is_loopback("[::1]:1") && is_loopback("localhost:1") && !is_loopback("[fd00::1]:1")
+        );
     }
 }

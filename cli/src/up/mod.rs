@@ -40,6 +40,8 @@ pub struct UpOptions {
     pub tenant_network: TenantNetwork,
     /// With CNCIs: the host's address on its compute network (on the link `up` makes).
     pub compute: ComputeNet,
+    /// With CNCIs: the host's own link that holds `compute`, instead of the one `up` makes.
+    pub compute_link: Option<String>,
 }
 
 /// How long each service may take to come up.
@@ -162,12 +164,17 @@ pub fn up(options: &UpOptions, out: &mut dyn Write) -> Result<(), UpError> {
     }
     if with_cnci {
         progress.run("compute network link", || {
-            Ok(((), cnci::make_uplink(layout, options.compute)?))
+            let note = match &options.compute_link {
+                Some(link) => cnci::use_link(layout, link, options.compute)?,
+                None => cnci::make_uplink(layout, options.compute)?,
+            };
+            Ok(((), note))
         })?;
     }
     cluster::password_file(&layout.admin_password())?;
     let compute = with_cnci.then_some(options.compute);
-    let specs = cluster::specs(layout, backend, &options.host, compute)?;
+    let uplink = options.compute_link.as_deref().unwrap_or(cnci::UPLINK);
+    let specs = cluster::specs(layout, backend, &options.host, compute.map(|c| (c, uplink)))?;
     for spec in &specs {
         let name = spec.name.clone();
         progress.run(&format!("start {name}"), || {
@@ -175,7 +182,9 @@ pub fn up(options: &UpOptions, out: &mut dyn Write) -> Result<(), UpError> {
             let log = layout.log(&name);
             let ready: Box<dyn FnMut() -> bool> = match name.as_str() {
                 "scheduler" => Box::new(|| cluster::listening(&layout.scheduler)),
-                "controller" => Box::new(|| bootstrap::healthy(&layout.api_url())),
+                "controller" => {
+                    Box::new(|| bootstrap::healthy(&layout.api_url(), layout.api_ca().as_deref()))
+                }
                 _ => Box::new(|| true),
             };
             cluster::wait_for(&name, &log, READY_WITHIN, Some(&started), ready)?;
@@ -220,7 +229,7 @@ pub fn up(options: &UpOptions, out: &mut dyn Write) -> Result<(), UpError> {
             "Tenant networks: through CNCIs, one per tenant subnet (`cumulo cnci list`), on the \
              compute network {net} ({}; CNCIs take {}); floating IPs from {} are routed on this \
              host to the CNCIs that hold them\n",
-            cnci::UPLINK,
+            uplink,
             net.cnci_addresses(),
             cnci::ComputeNet::FLOATING_RANGE
         ),
@@ -321,7 +330,7 @@ pub fn status(layout: &Layout, out: &mut dyn Write) -> Result<bool, UpError> {
         }
     }
     let api = layout.api_url();
-    let healthy = bootstrap::healthy(&api);
+    let healthy = bootstrap::healthy(&api, layout.api_ca().as_deref());
     let _ = writeln!(
         out,
         "api         {api} {}",
