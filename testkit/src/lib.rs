@@ -20,6 +20,7 @@ pub mod browser;
 pub mod containers;
 pub mod etcd;
 pub mod libvirt;
+pub mod netns;
 mod pki;
 pub mod procfs;
 mod raw;

@@ -30,17 +30,8 @@ use crate::support::*;
 
 /// Why this test cannot run here, if it cannot.
 fn missing() -> Option<String> {
-    if !rustix::process::geteuid().is_root() {
-        return Some("not root".into());
-    }
-    for tool in ["ip", "ping", "nft", "busybox"] {
-        let found = Command::new("sh")
-            .args(["-c", &format!("command -v {tool}")])
-            .output()
-            .is_ok_and(|o| o.status.success());
-        if !found {
-            return Some(format!("`{tool}` is not installed (scripts/deps.sh)"));
-        }
+    if let Some(why) = testkit::netns::missing() {
+        return Some(why);
     }
     if !cnci_binary().is_file() {
         return Some("cumulo-cnci is not built (cargo build --bins)".into());
@@ -263,27 +254,6 @@ fn agent_config(
         max: Duration::from_millis(300),
     };
     config
-}
-
-/// The udhcpc script: configures the interface from the lease.
-fn dhcp_script(dir: &Path) -> PathBuf {
-    let path = dir.join("udhcpc.sh");
-    std::fs::write(
-        &path,
-        "#!/bin/sh\n\
-         case \"$1\" in\n\
-         bound|renew)\n\
-         \tip addr flush dev \"$interface\"\n\
-         \tip addr add \"$ip/$mask\" dev \"$interface\"\n\
-         \t[ -n \"$mtu\" ] && ip link set dev \"$interface\" mtu \"$mtu\"\n\
-         \t[ -n \"$router\" ] && ip route replace default via \"${router%% *}\" dev \"$interface\"\n\
-         \t;;\n\
-         esac\n",
-    )
-    .unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-    path
 }
 
 /// A guest for an instance: a namespace with a veth from `bridge` on `host`, the instance's
@@ -541,7 +511,7 @@ fn instances_of_a_tenant_reach_each_other_through_their_cnci() {
                 .filter(|n| n.kinds.compute)
                 .map(|n| n.id)
                 .collect();
-            let script = dhcp_script(&dir_path);
+            let script = testkit::netns::dhcp_script(&dir_path).unwrap();
             let host_ns: Vec<Netns> = host_names
                 .iter()
                 .map(|n| Netns { name: n.clone() })
