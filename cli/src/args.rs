@@ -130,7 +130,7 @@ pub struct UpArgs {
     /// the API (then over HTTPS, with the controller's certificate) and the image endpoint listen
     /// there, and the certificates name it. Give it when the certificates are made (the first
     /// `up`); the flags below still choose each address.
-    #[arg(long, value_name = "IP")]
+    #[arg(long, value_name = "IP", value_parser = public_address)]
     pub address: Option<std::net::IpAddr>,
     /// Where the scheduler listens (default 127.0.0.1:8888, or what the last `up` used).
     #[arg(long)]
@@ -161,6 +161,18 @@ pub struct UpArgs {
     /// link `up` makes; `down` leaves it. The CNCIs take the upper half of that network.
     #[arg(long, value_name = "LINK")]
     pub compute_link: Option<String>,
+}
+
+/// `--address`: an address other hosts can reach (not loopback, unspecified or multicast: the
+/// certificates must name the one they dial).
+fn public_address(s: &str) -> Result<std::net::IpAddr, String> {
+    let ip: std::net::IpAddr = s.parse().map_err(|e| format!("{s:?}: {e}"))?;
+    if ip.is_loopback() || ip.is_unspecified() || ip.is_multicast() {
+        return Err(format!(
+            "{ip}: an address other hosts reach this one at (not loopback, unspecified or multicast)"
+        ));
+    }
+    Ok(ip)
 }
 
 /// `cumulo down`.
@@ -561,4 +573,30 @@ pub struct EventsArgs {
     /// Delete the events (admins).
     #[arg(long)]
     pub clear: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn up_address_is_one_other_hosts_reach() {
+        assert_eq!(
+            public_address("10.77.0.1"),
+            Ok("10.77.0.1".parse().unwrap())
+        );
+        assert!(public_address("fd00::1").is_ok());
+        for bad in [
+            "127.0.0.1",
+            "0.0.0.0",
+            "::",
+            "::1",
+            "224.0.0.1",
+            "ctl.example",
+        ] {
+            assert!(public_address(bad).is_err(), "{bad}");
+        }
+        let cli = Cli::try_parse_from(["cumulo", "up", "--address", "0.0.0.0"]);
+        assert!(cli.is_err());
+    }
 }

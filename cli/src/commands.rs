@@ -703,31 +703,47 @@ pub fn node(conn: &Connection, cmd: NodeCmd, o: &mut Output<'_>) -> Result<(), C
                     staying.join(", ")
                 )));
             }
-            // The drain: an evacuation moves its ephemeral instances elsewhere (at once, or
-            // when it is no longer connected, as a lost node's).
+            // The drain: an evacuation moves its ephemeral instances elsewhere (a node no longer
+            // connected, 503, had them moved when it was lost). Each must be active on another
+            // node (or gone) before the host is revoked.
+            let moving: Vec<String> = instances_on(conn, &id)?
+                .iter()
+                .filter(|i| !staying.contains(&instance_label(i)))
+                .filter_map(|i| i["id"].as_str().map(str::to_string))
+                .collect();
             match conn.post(&format!("{}/{id}/evacuate", routes::NODES), &json!({})) {
                 Ok(_)
                 | Err(ClientError::Api {
-                    status: 404 | 409, ..
+                    status: 404 | 409 | 503,
+                    ..
                 }) => {}
                 Err(e) => return Err(e.into()),
             }
             let deadline = std::time::Instant::now() + Duration::from_secs(drain_timeout);
             loop {
-                let moving = instances_on(conn, &id)?
-                    .into_iter()
-                    .filter(|i| !staying.contains(&instance_label(i)))
-                    .map(|i| instance_label(&i))
-                    .collect::<Vec<_>>();
-                if moving.is_empty() {
+                let mut waiting = Vec::new();
+                for instance in &moving {
+                    match conn.get(&routes::instance(instance)) {
+                        Ok(shown) => {
+                            let shown = item(shown);
+                            let elsewhere = shown["node"].as_str().is_some_and(|n| n != id);
+                            if !(elsewhere && shown["state"] == "active") {
+                                waiting.push(instance_label(&shown));
+                            }
+                        }
+                        Err(ClientError::Api { status: 404, .. }) => {}
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+                if waiting.is_empty() {
                     break;
                 }
                 if std::time::Instant::now() >= deadline {
                     return Err(CommandError::Other(format!(
-                        "node {id} did not drain within {drain_timeout} s ({} still there: {}); \
-                         it stays in maintenance, its certificate is not revoked",
-                        moving.len(),
-                        moving.join(", ")
+                        "node {id} did not drain within {drain_timeout} s ({} not active \
+                         elsewhere yet: {}); it stays in maintenance, its certificate is not revoked",
+                        waiting.len(),
+                        waiting.join(", ")
                     )));
                 }
                 std::thread::sleep(Duration::from_millis(250));
@@ -748,7 +764,7 @@ pub fn node(conn: &Connection, cmd: NodeCmd, o: &mut Output<'_>) -> Result<(), C
     Ok(())
 }
 
-/// The instances the store places on `node` (every tenant's: an admin's listing).
+/// The instances the store places on `node` (every tenant's: an admin's listing), page by page.
 fn instances_on(conn: &Connection, node: &str) -> Result<Vec<Value>, CommandError> {
     let mut all = Vec::new();
     let mut marker: Option<String> = None;
@@ -757,14 +773,12 @@ fn instances_on(conn: &Connection, node: &str) -> Result<Vec<Value>, CommandErro
             Some(m) => format!("{}?node={node}&limit=1000&marker={m}", routes::INSTANCES),
             None => format!("{}?node={node}&limit=1000", routes::INSTANCES),
         };
-        let page = routes::items(&conn.get(&path)?);
-        let full = page.len() == 1000;
-        marker = page
-            .last()
-            .and_then(|i| i["id"].as_str())
-            .map(str::to_string);
-        all.extend(page);
-        if !full || marker.is_none() {
+        let page = conn
+            .get(&path)
+            .map_err(|e| CommandError::Other(format!("node {node}: listing its instances: {e}")))?;
+        all.extend(items(&page));
+        marker = page["next"].as_str().map(str::to_string);
+        if marker.is_none() {
             return Ok(all);
         }
     }

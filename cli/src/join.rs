@@ -164,6 +164,26 @@ fn reachable(scheduler: &str, controller_host: &str) -> String {
     }
 }
 
+/// Whether a host name or address is this host's own (`localhost`, a loopback or unspecified
+/// address).
+fn is_loopback_host(host: &str) -> bool {
+    host == "localhost"
+        || host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback() || ip.is_unspecified())
+}
+
+/// The host of `host:port`.
+fn addr_host(addr: &str) -> String {
+    addr.rsplit_once(':')
+        .map_or(addr, |(h, _)| h)
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_string()
+}
+
 /// This host's address on the way to the controller at `url` (the source address the kernel
 /// picks for it; nothing is sent), unless that is a loopback address.
 fn address_towards(url: &str) -> Option<std::net::IpAddr> {
@@ -306,17 +326,38 @@ pub fn join(options: &JoinOptions, out: &mut dyn std::io::Write) -> Result<Joine
         ("CUMULO_AGENT_BACKEND".into(), options.backend.clone()),
         ("CUMULO_AGENT_HOSTNAME".into(), options.hostname.clone()),
     ];
-    // Uploaded images come from the controller's node image endpoint.
-    if let Some(at) = joined["image_server"].as_str() {
-        settings.push((
+    let local = is_loopback_host(&controller_host);
+    // Uploaded images come from the controller's node image endpoint; one on loopback serves
+    // only the controller's own host.
+    match joined["image_server"].as_str() {
+        Some(at) if local || !is_loopback_host(&addr_host(at)) => settings.push((
             "CUMULO_AGENT_IMAGE_SERVER".into(),
             reachable(at, &controller_host),
-        ));
+        )),
+        Some(at) => {
+            writeln!(
+                out,
+                "warning: the controller's image endpoint listens on {at}, which this host cannot \
+                 reach (cumulo up --address on the controller's host): instances from uploaded \
+                 images will not start here"
+            )
+            .ok();
+        }
+        None => {}
     }
     // The end of this host's tenant tunnels: the address it reaches the controller from (a
     // loopback one says nothing: the cluster is this host).
-    if let Some(ip) = address_towards(&options.controller) {
-        settings.push(("CUMULO_AGENT_NODE_IP".into(), ip.to_string()));
+    match address_towards(&options.controller) {
+        Some(ip) => settings.push(("CUMULO_AGENT_NODE_IP".into(), ip.to_string())),
+        None if !local => {
+            writeln!(
+                out,
+                "warning: no address of this host towards {controller_host} was found: tenant \
+                 networks are off here until CUMULO_AGENT_NODE_IP is set (--set)"
+            )
+            .ok();
+        }
+        None => {}
     }
     if options.system.is_none() {
         // A packaged agent keeps the package's (/var/lib/cumulo/agent), and its tunnel kind.

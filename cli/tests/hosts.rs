@@ -98,6 +98,9 @@ struct Host {
 /// the first host's cluster (`cumulo down`), then the namespaces.
 struct Lan {
     hosts: Vec<Host>,
+    /// The cluster's nodes (simple UUIDs): what is left of their metadata responders'
+    /// namespaces (the machine's, named after the node) goes at the end.
+    nodes: std::cell::RefCell<Vec<String>>,
     _switch: Netns,
 }
 
@@ -126,6 +129,7 @@ impl Lan {
             .collect();
         Lan {
             hosts,
+            nodes: Default::default(),
             _switch: switch,
         }
     }
@@ -165,6 +169,21 @@ impl Drop for Lan {
             .ns
             .command(CUMULO, &["down", "--dir", &root], [])
             .output();
+        let left: Vec<String> = std::fs::read_dir("/run/netns")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|name| {
+                self.nodes
+                    .borrow()
+                    .iter()
+                    .any(|n| name.starts_with(&format!("cumulo-md-{n}-")))
+            })
+            .collect();
+        for name in left {
+            let _ = Command::new("ip").args(["netns", "del", &name]).output();
+        }
     }
 }
 
@@ -403,6 +422,8 @@ fn three_hosts_one_cluster_joined_with_tokens() {
         }
     });
 
+    *lan.nodes.borrow_mut() = nodes.keys().map(|id| id.replace('-', "")).collect();
+
     // Instances land on every host: of an ephemeral workload, so that a drain moves them.
     let cattle = [
         "workload",
@@ -431,12 +452,19 @@ fn three_hosts_one_cluster_joined_with_tokens() {
         guests.push(guest(host, instance, n, &script));
         reached.push(instance["ip"].as_str().unwrap().to_string());
     }
-    assert!(
-        (0..10).any(|_| guests[0].ping(&reached[1])),
-        "host2's guest does not reach host3's at {}",
-        reached[1]
-    );
-    assert!(guests[1].ping(&reached[0]), "and back");
+    for (from, to) in [(0, 1), (1, 0)] {
+        testkit::poll_for(WITHIN, || {
+            if guests[from].ping(&reached[to]) {
+                Ok(())
+            } else {
+                Err(format!(
+                    "host{}'s guest does not reach {}",
+                    from + 2,
+                    reached[to]
+                ))
+            }
+        });
+    }
 
     // Removing host2 drains it (its instances go elsewhere) and revokes it.
     let host2 = nodes.iter().find(|(_, h)| *h == "host2").unwrap().0.clone();
@@ -506,5 +534,21 @@ fn three_hosts_one_cluster_joined_with_tokens() {
             .iter()
             .any(|n| n["id"] == host2.as_str() && n["status"] == "ready"),
         "{listed}"
+    );
+
+    // `down` stops everything but leaves the host's own link (--compute-link) as it was.
+    let root = first.dir.path().to_str().unwrap();
+    let down = first
+        .ns
+        .command(CUMULO, &["down", "--dir", root], [])
+        .output()
+        .unwrap();
+    assert!(down.status.success(), "cumulo down: {}", text(&down));
+    assert!(
+        first
+            .ns
+            .ip(&["-o", "addr", "show", "dev", "eth0"])
+            .contains(&format!("inet {compute}")),
+        "eth0 and its address are kept"
     );
 }

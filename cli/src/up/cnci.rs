@@ -243,6 +243,14 @@ pub fn make_uplink(layout: &Layout, net: ComputeNet) -> Result<String, UpError> 
 /// --compute-link`): checked, recorded (so that `down` knows the cluster has tenant networks)
 /// but never changed nor deleted. Returns the progress line's note.
 pub fn use_link(layout: &Layout, link: &str, net: ComputeNet) -> Result<String, UpError> {
+    if link == UPLINK {
+        return Err(UpError::Other(format!(
+            "--compute-link {UPLINK}: that is the name of the link `up` makes; give the host's \
+             own interface, or no --compute-link"
+        )));
+    }
+    // A link an earlier `up` made goes first: the record names only one.
+    remove_uplink(layout);
     let listing = Command::new("ip")
         .args(["-o", "addr", "show", "dev", link])
         .stdin(Stdio::null())

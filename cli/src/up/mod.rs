@@ -122,7 +122,6 @@ pub fn up(options: &UpOptions, out: &mut dyn Write) -> Result<(), UpError> {
         cluster::stop_all(layout, GRACE)?;
     }
     layout.make_dirs().map_err(io_err(&layout.root))?;
-    layout.save_addresses().map_err(io_err(&layout.root))?;
     let mut progress = Progress {
         out,
         step: 0,
@@ -136,6 +135,8 @@ pub fn up(options: &UpOptions, out: &mut dyn Write) -> Result<(), UpError> {
         let made = cluster::certificates(layout, &options.host)?;
         Ok(((), if made { "made" } else { "kept" }.to_string()))
     })?;
+    // Kept for `status`, `down` and the next `up` once the certificates name them.
+    layout.save_addresses().map_err(io_err(&layout.root))?;
     let chosen = progress.run("backend", || {
         let chosen = bootstrap::choose_backend(options)?;
         let note = chosen.note.clone();
