@@ -326,7 +326,7 @@ impl Args {
             return Err(ConfigError::PlainHttp(self.api_listen));
         }
         let mut daemon = DaemonConfig::new(tls, self.scheduler.clone(), self.state_dir.clone());
-        if let Some(store) = self.store {
+        if let Some(store) = self.store.clone() {
             daemon.store = store;
         }
         daemon.etcd = self
@@ -376,7 +376,14 @@ impl Args {
                 self.scheduler.clone(),
             )
             .map_err(|e| ConfigError::LauncherCa(e.to_string()))?
-            .with_image_server(self.image_listen.map(|a| a.to_string()));
+            .with_image_server(self.image_listen.map(|a| a.to_string()))
+            .with_cluster(
+                self.store.as_deref().unwrap_or_default(),
+                match self.tenant_network {
+                    NetworkMode::None => "none",
+                    NetworkMode::Cnci => "cnci",
+                },
+            );
             daemon.joins = Some(std::sync::Arc::new(joins));
         }
         let scheme = if self.api_cert.is_some() {

@@ -108,6 +108,8 @@ pub struct JoinIssuer {
     crl: PathBuf,
     schedulers: Vec<String>,
     image_server: Option<String>,
+    store: Option<String>,
+    tenant_network: String,
     revocations: ssntp_net::Revocations,
 }
 
@@ -154,6 +156,8 @@ impl JoinIssuer {
             crl: crl.to_path_buf(),
             schedulers,
             image_server: None,
+            store: None,
+            tenant_network: "none".into(),
             revocations,
         })
     }
@@ -163,6 +167,24 @@ impl JoinIssuer {
     pub fn with_image_server(mut self, at: Option<String>) -> JoinIssuer {
         self.image_server = at;
         self
+    }
+
+    /// Joined controllers are told the cluster's shared store (an `etcd://` URL: a SQLite file
+    /// is this controller's alone, so no controller may join then) and its tenant network mode.
+    pub fn with_cluster(mut self, store: &str, tenant_network: &str) -> JoinIssuer {
+        self.store = store.starts_with("etcd://").then(|| store.to_string());
+        self.tenant_network = tenant_network.to_string();
+        self
+    }
+
+    /// The shared store a joined controller uses, if the cluster has one.
+    pub fn shared_store(&self) -> Option<&str> {
+        self.store.as_deref()
+    }
+
+    /// The tenant network mode (`none`, `cnci`) a joined controller runs with.
+    pub fn tenant_network(&self) -> &str {
+        &self.tenant_network
     }
 
     /// The node image endpoint a joined host is told, if it is on.

@@ -130,9 +130,18 @@ pub async fn create_token(
         .roles
         .parse()
         .map_err(|e| ApiError::BadRequest(format!("roles: {e}")))?;
-    if roles.is_empty() || !JOINABLE.contains(roles) {
+    if roles == Role::CONTROLLER {
+        // A second controller shares the cluster's state: only through etcd.
+        if issuer.shared_store().is_none() {
+            return Err(ApiError::Conflict(
+                "a controller joins a cluster whose store is etcd (shared by its controllers); \
+                 this controller's store is its own SQLite file"
+                    .into(),
+            ));
+        }
+    } else if roles.is_empty() || !JOINABLE.contains(roles) {
         return Err(ApiError::BadRequest(format!(
-            "roles: a joining host is agent, netagent or both, not {roles}"
+            "roles: a joining host is agent, netagent or both, or a controller, not {roles}"
         )));
     }
     let ttl = parse_ttl(body.ttl.as_deref().unwrap_or("1h"))?;
@@ -199,6 +208,11 @@ pub struct JoinRequest {
     csr: String,
     /// The host's name (a DNS name): its certificate names it.
     hostname: String,
+    /// What the host joins as: `agent` (the default; a token for agent, netagent or both) or
+    /// `controller` (a controller token). A token of the other kind is refused (400) and stays
+    /// unused.
+    #[serde(default)]
+    role: Option<String>,
 }
 
 /// What a joined host is given.
@@ -216,6 +230,14 @@ pub struct Joined {
     /// fetches uploaded images; `null` when it is off.
     #[schema(required)]
     image_server: Option<String>,
+    /// For a controller: the cluster's shared store (`etcd://...`, no credentials: the host
+    /// brings its own etcd client certificate); `null` for a node.
+    #[schema(required)]
+    store: Option<String>,
+    /// For a controller: the cluster's tenant network mode (`none` or `cnci`); `null` for a
+    /// node.
+    #[schema(required)]
+    tenant_network: Option<String>,
 }
 
 /// The cluster CA, for a joining host to check against its token before it sends it.
@@ -292,6 +314,22 @@ pub async fn join(
                 return Err(refused("wrong secret, used or expired"));
             }
             let roles = Role::from_bits_truncate(known.roles);
+            // The kind of host the caller means to set up, before anything is made.
+            let controller = roles.contains(Role::CONTROLLER);
+            match (body.role.as_deref().unwrap_or("agent"), controller) {
+                ("agent", false) | ("controller", true) => {}
+                (asked @ ("agent" | "controller"), _) => {
+                    return Err(ApiError::BadRequest(format!(
+                        "this token lets a host join as {}, not as {asked}: nothing was done",
+                        if controller { "controller" } else { "agent" }
+                    )));
+                }
+                (other, _) => {
+                    return Err(ApiError::BadRequest(format!(
+                        "role: agent or controller, not {other:?}"
+                    )));
+                }
+            }
             let (cert, node) = issuer2
                 .issue(&body.csr, &body.hostname, roles, node_id, now)
                 .map_err(|e| ApiError::BadRequest(e.to_string()))?;
@@ -304,12 +342,17 @@ pub async fn join(
         })
         .await?;
     tracing::info!(node = %node.id, hostname = %node.hostname, roles = %roles_text(node.roles), "a host joined");
+    let controller = Role::from_bits_truncate(node.roles).contains(Role::CONTROLLER);
     let joined = Joined {
         node_id: node.id,
         certificate: cert,
         ca: issuer.ca_pem().to_string(),
         schedulers: issuer.schedulers().to_vec(),
         image_server: issuer.image_server().map(str::to_string),
+        store: controller
+            .then(|| issuer.shared_store().map(str::to_string))
+            .flatten(),
+        tenant_network: controller.then(|| issuer.tenant_network().to_string()),
     };
     Ok((StatusCode::CREATED, Json(joined)).into_response())
 }

@@ -48,8 +48,19 @@ async fn a_token_lets_one_host_join_once_and_a_revoked_host_goes_on_the_list() {
         .send(Method::POST, path, Some(&tenant), Some(body.clone()))
         .await;
     assert_eq!(status, StatusCode::FORBIDDEN);
+    // A controller joins only a cluster on etcd: this one's store is SQLite.
+    let (status, _, b) = c
+        .send(
+            Method::POST,
+            path,
+            Some(&admin),
+            Some(json!({"roles": "controller"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{b}");
     for bad in [
-        json!({"roles": "controller"}),
+        json!({"roles": "controller,agent"}),
+        json!({"roles": "scheduler"}),
         json!({"roles": "agent", "ttl": "8d"}),
         json!({"roles": "agent", "ttl": "soon"}),
         json!({"roles": "agent", "extra": 1}),
