@@ -161,6 +161,20 @@ pub struct UpArgs {
     /// link `up` makes; `down` leaves it. The CNCIs take the upper half of that network.
     #[arg(long, value_name = "LINK")]
     pub compute_link: Option<String>,
+    /// The controller's store: `etcd://host:port[,host:port...][/prefix]`, an etcd cluster you
+    /// run, which a second controller can share (`cumulo join --role controller`); default:
+    /// SQLite in the cluster's directory. Kept for the next `up`.
+    #[arg(long, value_name = "URL", requires_all = ["etcd_ca", "etcd_cert", "etcd_key"])]
+    pub store: Option<String>,
+    /// With --store: the CA that issued etcd's server certificate.
+    #[arg(long, value_name = "FILE", requires = "store")]
+    pub etcd_ca: Option<PathBuf>,
+    /// With --store: the controller's etcd client certificate (its CN is its etcd user).
+    #[arg(long, value_name = "FILE", requires = "store")]
+    pub etcd_cert: Option<PathBuf>,
+    /// With --store: that certificate's key.
+    #[arg(long, value_name = "FILE", requires = "store")]
+    pub etcd_key: Option<PathBuf>,
 }
 
 /// `--address`: an address other hosts can reach (not loopback, unspecified or multicast: the
@@ -502,13 +516,23 @@ pub struct JoinArgs {
     /// Another agent setting, NAME=VALUE (a `CUMULO_AGENT_*` variable); repeat for several.
     #[arg(long = "set", value_name = "NAME=VALUE")]
     pub set: Vec<String>,
-    /// Write the configuration but do not start the agent.
+    /// Write the configuration but do not start the agent (or controller).
     #[arg(long)]
     pub no_start: bool,
     /// A host with the cumulo-agent package: the certificate goes to ETC/pki, the settings
     /// into ETC/agent.conf, and the agent starts with `systemctl enable --now cumulo-agent`.
     #[arg(long, value_name = "ETC", num_args = 0..=1, default_missing_value = "/etc/cumulo", conflicts_with = "dir")]
     pub system: Option<PathBuf>,
+    /// What this host joins as: agent (a node) or controller (a second controller on the
+    /// cluster's etcd store: its settings in controller.conf, `--set CUMULO_ETCD_*` for its
+    /// etcd client certificate). The token must be of that kind.
+    #[arg(long, value_enum, default_value = "agent")]
+    pub role: crate::join::JoinRole,
+    /// With --role controller: the cluster CA's key, copied from the first controller's host
+    /// (the controller issues CNCI and host certificates); checked against the cluster's CA,
+    /// never sent.
+    #[arg(long, value_name = "FILE")]
+    pub ca_key: Option<PathBuf>,
 }
 
 /// Tenant commands.

@@ -43,8 +43,8 @@ pub enum JoinError {
         /// Why.
         why: String,
     },
-    /// The agent did not start.
-    #[error("the agent did not start: {0}")]
+    /// The daemon (agent or controller) did not start.
+    #[error("{0}")]
     Agent(String),
 }
 
@@ -71,6 +71,39 @@ pub struct JoinOptions {
     /// `pki/`, the settings into its `agent.conf` (the package's file, edited), and the agent
     /// is started with `systemctl enable --now cumulo-agent`.
     pub system: Option<PathBuf>,
+    /// What the host joins as.
+    pub role: JoinRole,
+    /// A controller's copy of the cluster CA's key (a controller issues CNCI and host
+    /// certificates); never sent anywhere.
+    pub ca_key: Option<PathBuf>,
+}
+
+/// What a host joins as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum JoinRole {
+    /// A node: its agent (a token for agent, netagent or both).
+    #[default]
+    Agent,
+    /// A second controller on the cluster's etcd store (a controller token).
+    Controller,
+}
+
+impl JoinRole {
+    /// The daemon's name (`agent`, `controller`): its files' and its unit's.
+    pub fn daemon(self) -> &'static str {
+        match self {
+            JoinRole::Agent => "agent",
+            JoinRole::Controller => "controller",
+        }
+    }
+
+    /// Its settings' prefix.
+    fn prefix(self) -> &'static str {
+        match self {
+            JoinRole::Agent => "CUMULO_AGENT_",
+            JoinRole::Controller => "CUMULO_CONTROLLER_",
+        }
+    }
 }
 
 /// What joining gave.
@@ -256,22 +289,52 @@ pub fn join(options: &JoinOptions, out: &mut dyn std::io::Write) -> Result<Joine
         return Err(JoinError::OtherCluster(options.controller.clone()));
     }
     let ca_pem = certtool::build::pem_of(&ca_der);
+    // A controller brings the CA's key (copied by the admin): it must be this CA's, checked
+    // before the token is sent.
+    let ca_key = match (options.role, &options.ca_key) {
+        (JoinRole::Controller, None) => {
+            return Err(JoinError::Answer(
+                "a controller holds the cluster CA's key: --ca-key FILE, copied from the first \
+                 controller's host over a channel you trust (cumulo join never sends it)"
+                    .into(),
+            ));
+        }
+        (JoinRole::Controller, Some(path)) => {
+            let key = std::fs::read(path).map_err(|e| JoinError::File {
+                path: path.clone(),
+                why: e.to_string(),
+            })?;
+            certtool::build::Anchor::from_pem(
+                ca_pem.as_bytes(),
+                &key,
+                std::time::SystemTime::now(),
+            )
+            .map_err(|e| JoinError::File {
+                path: path.clone(),
+                why: format!("not the cluster CA's key: {e}"),
+            })?;
+            Some(String::from_utf8_lossy(&key).into_owned())
+        }
+        (JoinRole::Agent, _) => None,
+    };
+    let daemon = options.role.daemon();
+    let prefix = options.role.prefix();
     let pki = match &options.system {
         Some(etc) => etc.join("pki"),
         None => options.dir.join("pki"),
     };
     let config = match &options.system {
         Some(etc) => {
-            let file = etc.join("agent.conf");
+            let file = etc.join(format!("{daemon}.conf"));
             if !file.is_file() {
                 return Err(JoinError::File {
                     path: file,
-                    why: "missing: install the cumulo-agent package first".into(),
+                    why: format!("missing: install the cumulo-{daemon} package first"),
                 });
             }
             file
         }
-        None => options.dir.join("agent.conf"),
+        None => options.dir.join(format!("{daemon}.conf")),
     };
     let ca_path = pki.join("ca.pem");
     write(&ca_path, &ca_pem, 0o644)?;
@@ -285,7 +348,8 @@ pub fn join(options: &JoinOptions, out: &mut dyn std::io::Write) -> Result<Joine
     let conn = Connection::anonymous(&options.controller, Some(&ca_path))?;
     let joined = conn.post(
         "/cumulo/v1/join",
-        &json!({"token": options.token.trim(), "csr": csr, "hostname": options.hostname}),
+        &json!({"token": options.token.trim(), "csr": csr, "hostname": options.hostname,
+                "role": daemon}),
     )?;
     let field = |name: &str| {
         joined[name]
@@ -296,9 +360,22 @@ pub fn join(options: &JoinOptions, out: &mut dyn std::io::Write) -> Result<Joine
     let node_id = field("node_id")?;
     let certificate = field("certificate")?;
     let roles = ssntp_roles(&certificate)?;
-    let (cert_path, key_path) = (pki.join("agent.pem"), pki.join("agent.key"));
-    write(&key_path, &key.serialize_pem(), 0o600)?;
+    let (cert_path, key_path) = (
+        pki.join(format!("{daemon}.pem")),
+        pki.join(format!("{daemon}.key")),
+    );
+    // The packaged controller runs as the cumulo group's user: its keys are 0640 there.
+    let secret_mode = if options.system.is_some() && options.role == JoinRole::Controller {
+        0o640
+    } else {
+        0o600
+    };
+    write(&key_path, &key.serialize_pem(), secret_mode)?;
     write(&cert_path, &certificate, 0o644)?;
+    let ca_key_path = pki.join("ca.key");
+    if let Some(text) = &ca_key {
+        write(&ca_key_path, text, secret_mode)?;
+    }
     // 4. The agent's configuration, in the unit's format (docs/deploy.md).
     let controller_host = url_host(&options.controller).unwrap_or_else(|| "localhost".into());
     let schedulers = match &options.schedulers {
@@ -316,16 +393,41 @@ pub fn join(options: &JoinOptions, out: &mut dyn std::io::Write) -> Result<Joine
     if schedulers.is_empty() {
         return Err(JoinError::Answer("no scheduler to dial".into()));
     }
-    let state = options.dir.join("agent");
+    let state = options.dir.join(daemon);
+    let named = |name: &str, value: String| (format!("{prefix}{name}"), value);
     let mut settings: Vec<(String, String)> = vec![
-        ("CUMULO_AGENT_CA_CERT".into(), ca_path.display().to_string()),
-        ("CUMULO_AGENT_CERT".into(), cert_path.display().to_string()),
-        ("CUMULO_AGENT_KEY".into(), key_path.display().to_string()),
-        ("CUMULO_AGENT_SCHEDULER".into(), schedulers.join(",")),
+        named("CA_CERT", ca_path.display().to_string()),
+        named("CERT", cert_path.display().to_string()),
+        named("KEY", key_path.display().to_string()),
+        named("SCHEDULER", schedulers.join(",")),
+    ];
+    if options.role == JoinRole::Controller {
+        let store = joined["store"]
+            .as_str()
+            .ok_or_else(|| JoinError::Answer("no shared store for a controller".into()))?;
+        settings.extend([
+            named("STORE", store.to_string()),
+            named(
+                "TENANT_NETWORK",
+                joined["tenant_network"]
+                    .as_str()
+                    .unwrap_or("none")
+                    .to_string(),
+            ),
+            named("CA_KEY", ca_key_path.display().to_string()),
+        ]);
+        if options.system.is_none() {
+            settings.push(named("STATE_DIR", state.display().to_string()));
+        }
+        return finish(
+            options, &node_id, &roles, &cert_path, &config, settings, out,
+        );
+    }
+    settings.extend([
         ("CUMULO_AGENT_NETWORK".into(), network_for(&roles).into()),
         ("CUMULO_AGENT_BACKEND".into(), options.backend.clone()),
         ("CUMULO_AGENT_HOSTNAME".into(), options.hostname.clone()),
-    ];
+    ]);
     let local = is_loopback_host(&controller_host);
     // Uploaded images come from the controller's node image endpoint; one on loopback serves
     // only the controller's own host.
@@ -365,25 +467,41 @@ pub fn join(options: &JoinOptions, out: &mut dyn std::io::Write) -> Result<Joine
         // `cumulo up`'s CNCIs speak VXLAN.
         settings.push(("CUMULO_AGENT_TUNNEL".into(), "vxlan".into()));
     }
+    finish(
+        options, &node_id, &roles, &cert_path, &config, settings, out,
+    )
+}
+
+/// Writes the daemon's configuration (`settings`, then the user's `--set`s) and starts it.
+fn finish(
+    options: &JoinOptions,
+    node_id: &str,
+    roles: &str,
+    cert_path: &Path,
+    config: &Path,
+    mut settings: Vec<(String, String)>,
+    out: &mut dyn std::io::Write,
+) -> Result<Joined, JoinError> {
+    let daemon = options.role.daemon();
     for (k, v) in &options.settings {
         settings.retain(|(name, _)| name != k);
         settings.push((k.clone(), v.clone()));
     }
     let text = if options.system.is_some() {
-        let old = std::fs::read_to_string(&config).map_err(|e| JoinError::File {
-            path: config.clone(),
+        let old = std::fs::read_to_string(config).map_err(|e| JoinError::File {
+            path: config.to_path_buf(),
             why: e.to_string(),
         })?;
         configure(&old, &settings)
     } else {
         std::iter::once(format!(
-            "# cumulo-agent's settings, written by `cumulo join` (node {node_id}); NAME=VALUE, the\n# variables of `cumulo-agent --help` (packaging/etc/agent.conf documents each).\n"
+            "# cumulo-{daemon}'s settings, written by `cumulo join` (node {node_id}); NAME=VALUE, the\n# variables of `cumulo-{daemon} --help` (packaging/etc/{daemon}.conf documents each).\n"
         ))
         .chain(settings.iter().map(|(k, v)| format!("{k}={v}\n")))
         .collect()
     };
     write(
-        &config,
+        config,
         &text,
         if options.system.is_some() {
             0o640
@@ -398,18 +516,18 @@ pub fn join(options: &JoinOptions, out: &mut dyn std::io::Write) -> Result<Joine
         config.display()
     )
     .ok();
-    // 5. The agent.
+    // 5. The daemon.
     let pid = match (options.start, &options.system) {
         (false, _) => None,
         (true, Some(_)) => {
-            systemctl_start(out)?;
+            systemctl_start(daemon, out)?;
             None
         }
-        (true, None) => Some(start_agent(&options.dir, settings, out)?),
+        (true, None) => Some(start_daemon(options.role, &options.dir, settings, out)?),
     };
     Ok(Joined {
-        node_id,
-        config,
+        node_id: node_id.to_string(),
+        config: config.to_path_buf(),
         pid,
     })
 }
@@ -434,21 +552,22 @@ pub fn configure(text: &str, settings: &[(String, String)]) -> String {
     lines.join("\n") + "\n"
 }
 
-/// `systemctl enable --now cumulo-agent.service`.
-fn systemctl_start(out: &mut dyn std::io::Write) -> Result<(), JoinError> {
+/// `systemctl enable --now cumulo-<daemon>.service`.
+fn systemctl_start(daemon: &str, out: &mut dyn std::io::Write) -> Result<(), JoinError> {
+    let unit = format!("cumulo-{daemon}.service");
     let done = std::process::Command::new("systemctl")
-        .args(["enable", "--now", "cumulo-agent.service"])
+        .args(["enable", "--now", &unit])
         .output()
         .map_err(|e| JoinError::Agent(format!("systemctl: {e}")))?;
     if !done.status.success() {
         return Err(JoinError::Agent(format!(
-            "systemctl enable --now cumulo-agent: {}",
+            "systemctl enable --now {unit}: {}",
             String::from_utf8_lossy(&done.stderr).trim()
         )));
     }
     writeln!(
         out,
-        "cumulo-agent.service enabled and started (journalctl -u cumulo-agent)"
+        "{unit} enabled and started (journalctl -u cumulo-{daemon})"
     )
     .ok();
     Ok(())
@@ -464,28 +583,35 @@ fn ssntp_roles(pem: &str) -> Result<String, JoinError> {
     Ok(info.roles.to_string())
 }
 
-/// Starts the agent detached with `settings` as its environment, and waits until it says it
-/// is connected or ends (its log's last lines are then the error).
-fn start_agent(
+/// Starts the daemon detached with `settings` as its environment, and waits until it says it
+/// is ready (an agent: connected to a scheduler; a controller: its API listens and it is
+/// connected to a scheduler) or ends (its log's last lines are then the error).
+fn start_daemon(
+    role: JoinRole,
     dir: &Path,
     settings: Vec<(String, String)>,
     out: &mut dyn std::io::Write,
 ) -> Result<i32, JoinError> {
-    let program =
-        crate::up::error::binary("cumulo-agent").map_err(|e| JoinError::Agent(e.to_string()))?;
+    let daemon = role.daemon();
+    let program = crate::up::error::binary(&format!("cumulo-{daemon}"))
+        .map_err(|e| JoinError::Agent(e.to_string()))?;
     let mut env = settings;
     env.push(("NO_COLOR".into(), "1".into()));
     let spec = Spec {
-        name: "agent".into(),
+        name: daemon.into(),
         program,
         args: Vec::new(),
         env,
     };
-    let log = dir.join("agent.log");
-    let pid_file = dir.join("agent.pid");
+    let ready: &[&str] = match role {
+        JoinRole::Agent => &["agent::daemon: connected"],
+        JoinRole::Controller => &["API listening", "connected to the scheduler"],
+    };
+    let log = dir.join(format!("{daemon}.log"));
+    let pid_file = dir.join(format!("{daemon}.pid"));
     if let Some(running) = procs::running(&pid_file) {
         return Err(JoinError::Agent(format!(
-            "an agent already runs from {} (pid {})",
+            "the {daemon} did not start: one already runs from {} (pid {})",
             dir.display(),
             running.pid
         )));
@@ -499,10 +625,10 @@ fn start_agent(
         let new = text
             .get(usize::try_from(start_len).unwrap_or(0)..)
             .unwrap_or("");
-        if new.contains("agent::daemon: connected") {
+        if ready.iter().all(|line| new.contains(line)) {
             writeln!(
                 out,
-                "agent started (pid {}), connected; log {}",
+                "{daemon} started (pid {}), connected; log {}",
                 running.pid,
                 log.display()
             )
@@ -513,14 +639,14 @@ fn start_agent(
             let tail: Vec<&str> = new.lines().rev().take(10).collect();
             let tail: Vec<&str> = tail.into_iter().rev().collect();
             return Err(JoinError::Agent(format!(
-                "it exited; {}:\n{}",
+                "the {daemon} did not start: it exited; {}:\n{}",
                 log.display(),
                 tail.join("\n")
             )));
         }
         if std::time::Instant::now() >= deadline {
             return Err(JoinError::Agent(format!(
-                "not connected after 60 s (it runs, pid {}); see {}",
+                "the {daemon} is not ready after 60 s (it runs, pid {}); see {}",
                 running.pid,
                 log.display()
             )));

@@ -43,6 +43,21 @@ fn run(cli: Cli, stdout: &mut dyn Write) -> Result<ExitCode, String> {
                 tenant_network: args.tenant_network,
                 compute: args.compute_address,
                 compute_link: args.compute_link,
+                store: args.store.map(|url| {
+                    let mut flags = vec!["--store".to_string(), url];
+                    for (flag, file) in [
+                        ("--etcd-ca", &args.etcd_ca),
+                        ("--etcd-cert", &args.etcd_cert),
+                        ("--etcd-key", &args.etcd_key),
+                    ] {
+                        if let Some(file) = file {
+                            flags.push(flag.into());
+                            let file = std::path::absolute(file).unwrap_or_else(|_| file.clone());
+                            flags.push(file.display().to_string());
+                        }
+                    }
+                    flags
+                }),
             };
             up::up(&options, stdout).map_err(|e| text(&e))?;
             Ok(ExitCode::SUCCESS)
@@ -72,6 +87,8 @@ fn run(cli: Cli, stdout: &mut dyn Write) -> Result<ExitCode, String> {
                 settings,
                 start: !args.no_start,
                 system: args.system,
+                role: args.role,
+                ca_key: args.ca_key,
             };
             cumulo::join::join(&options, stdout).map_err(|e| text(&e))?;
             Ok(ExitCode::SUCCESS)

@@ -42,6 +42,9 @@ pub struct UpOptions {
     pub compute: ComputeNet,
     /// With CNCIs: the host's own link that holds `compute`, instead of the one `up` makes.
     pub compute_link: Option<String>,
+    /// The controller's store and how etcd is reached (`--store`, `--etcd-*`): its flags;
+    /// `None`: what the last `up` was given, else SQLite.
+    pub store: Option<Vec<String>>,
 }
 
 /// How long each service may take to come up.
@@ -175,7 +178,21 @@ pub fn up(options: &UpOptions, out: &mut dyn Write) -> Result<(), UpError> {
     cluster::password_file(&layout.admin_password())?;
     let compute = with_cnci.then_some(options.compute);
     let uplink = options.compute_link.as_deref().unwrap_or(cnci::UPLINK);
-    let specs = cluster::specs(layout, backend, &options.host, compute.map(|c| (c, uplink)))?;
+    let mut specs = cluster::specs(layout, backend, &options.host, compute.map(|c| (c, uplink)))?;
+    // The store: as given (kept for the next `up`), else as the last `up` had it.
+    let store_file = layout.root.join("store");
+    let store = match &options.store {
+        Some(flags) => {
+            cluster::write_private(&store_file, &(flags.join("\n") + "\n"))?;
+            flags.clone()
+        }
+        None => std::fs::read_to_string(&store_file)
+            .map(|t| t.lines().map(str::to_string).collect())
+            .unwrap_or_default(),
+    };
+    if let Some(controller) = specs.iter_mut().find(|s| s.name == "controller") {
+        controller.args.extend(store);
+    }
     for spec in &specs {
         let name = spec.name.clone();
         progress.run(&format!("start {name}"), || {
