@@ -474,7 +474,9 @@ pub enum NodeCmd {
 pub enum TokenCmd {
     /// Make a token; it is shown once.
     Create {
-        /// The roles of the joining host's certificate: agent, netagent, or agent,netagent.
+        /// The roles of the joining host's certificate: agent, netagent, or agent,netagent; or
+        /// controller, for a second controller (`cumulo join --role controller`; the cluster's
+        /// store must be etcd).
         #[arg(long, default_value = "agent,netagent")]
         roles: String,
         /// How long it is accepted (90s, 10m, 1h, at most 7d).
@@ -513,7 +515,8 @@ pub struct JoinArgs {
     /// names, a loopback one as the controller's host].
     #[arg(long, value_delimiter = ',')]
     pub scheduler: Option<Vec<String>>,
-    /// Another agent setting, NAME=VALUE (a `CUMULO_AGENT_*` variable); repeat for several.
+    /// Another setting of the daemon, NAME=VALUE (a `CUMULO_AGENT_*` variable; with --role
+    /// controller `CUMULO_CONTROLLER_*` or `CUMULO_ETCD_*`); repeat for several.
     #[arg(long = "set", value_name = "NAME=VALUE")]
     pub set: Vec<String>,
     /// Write the configuration but do not start the agent (or controller).

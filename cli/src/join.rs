@@ -46,6 +46,9 @@ pub enum JoinError {
     /// The daemon (agent or controller) did not start.
     #[error("{0}")]
     Agent(String),
+    /// Options that do not go together.
+    #[error("{0}")]
+    Usage(String),
 }
 
 /// What `cumulo join` was asked.
@@ -217,6 +220,19 @@ fn addr_host(addr: &str) -> String {
         .to_string()
 }
 
+/// The id of group `name` (from `/etc/group`).
+fn group_id(name: &str) -> Option<u32> {
+    std::fs::read_to_string("/etc/group")
+        .ok()?
+        .lines()
+        .find_map(|line| {
+            let mut fields = line.split(':');
+            (fields.next()? == name)
+                .then(|| fields.nth(1)?.parse().ok())
+                .flatten()
+        })
+}
+
 /// This host's address on the way to the controller at `url` (the source address the kernel
 /// picks for it; nothing is sent), unless that is a loopback address.
 fn address_towards(url: &str) -> Option<std::net::IpAddr> {
@@ -255,6 +271,13 @@ fn network_for(roles: &str) -> &'static str {
 /// Joins this host: see the module documentation.
 pub fn join(options: &JoinOptions, out: &mut dyn std::io::Write) -> Result<Joined, JoinError> {
     let (_, _, ca_hash) = token_parts(&options.token)?;
+    if options.role == JoinRole::Controller && options.ca_key.is_none() {
+        return Err(JoinError::Usage(
+            "a controller holds the cluster CA's key: --ca-key FILE, copied from the first \
+             controller's host over a channel you trust (cumulo join never sends it)"
+                .into(),
+        ));
+    }
     // 1. The cluster's CA, checked against the token before the token goes anywhere.
     // Over plain HTTP anyone on the way reads the token: only to this host itself.
     if options.controller.starts_with("http://") {
@@ -293,7 +316,7 @@ pub fn join(options: &JoinOptions, out: &mut dyn std::io::Write) -> Result<Joine
     // before the token is sent.
     let ca_key = match (options.role, &options.ca_key) {
         (JoinRole::Controller, None) => {
-            return Err(JoinError::Answer(
+            return Err(JoinError::Usage(
                 "a controller holds the cluster CA's key: --ca-key FILE, copied from the first \
                  controller's host over a channel you trust (cumulo join never sends it)"
                     .into(),
@@ -315,7 +338,13 @@ pub fn join(options: &JoinOptions, out: &mut dyn std::io::Write) -> Result<Joine
             })?;
             Some(String::from_utf8_lossy(&key).into_owned())
         }
-        (JoinRole::Agent, _) => None,
+        (JoinRole::Agent, None) => None,
+        (JoinRole::Agent, Some(_)) => {
+            return Err(JoinError::Usage(
+                "--ca-key is for a controller (--role controller): an agent never holds the CA key"
+                    .into(),
+            ));
+        }
     };
     let daemon = options.role.daemon();
     let prefix = options.role.prefix();
@@ -346,11 +375,13 @@ pub fn join(options: &JoinOptions, out: &mut dyn std::io::Write) -> Result<Joine
         .map_err(|e| JoinError::Key(e.to_string()))?;
     // 3. The join, over TLS verified against that CA (when the URL is https).
     let conn = Connection::anonymous(&options.controller, Some(&ca_path))?;
-    let joined = conn.post(
-        "/cumulo/v1/join",
-        &json!({"token": options.token.trim(), "csr": csr, "hostname": options.hostname,
-                "role": daemon}),
-    )?;
+    let mut request =
+        json!({"token": options.token.trim(), "csr": csr, "hostname": options.hostname});
+    // Named only for a controller: an agent's request stays what controllers before roles take.
+    if options.role == JoinRole::Controller {
+        request["role"] = json!(daemon);
+    }
+    let joined = conn.post("/cumulo/v1/join", &request)?;
     let field = |name: &str| {
         joined[name]
             .as_str()
@@ -375,6 +406,39 @@ pub fn join(options: &JoinOptions, out: &mut dyn std::io::Write) -> Result<Joine
     let ca_key_path = pki.join("ca.key");
     if let Some(text) = &ca_key {
         write(&ca_key_path, text, secret_mode)?;
+    }
+    if secret_mode == 0o640 {
+        // The packaged controller's user reads them through its group.
+        match group_id("cumulo") {
+            Some(gid) => {
+                for path in [&key_path, &ca_key_path] {
+                    std::os::unix::fs::chown(path, None, Some(gid)).map_err(|e| {
+                        JoinError::File {
+                            path: path.clone(),
+                            why: format!("giving it to the cumulo group: {e}"),
+                        }
+                    })?;
+                }
+            }
+            // It could not start: said before anything is started.
+            None if options.start => {
+                return Err(JoinError::File {
+                    path: "/etc/group".into(),
+                    why: "no cumulo group, whose user runs the packaged controller: install \
+                          the cumulo package first"
+                        .into(),
+                });
+            }
+            None => {
+                writeln!(
+                    out,
+                    "warning: no cumulo group yet: give it {} and {} before the controller starts",
+                    key_path.display(),
+                    ca_key_path.display()
+                )
+                .ok();
+            }
+        }
     }
     // 4. The agent's configuration, in the unit's format (docs/deploy.md).
     let controller_host = url_host(&options.controller).unwrap_or_else(|| "localhost".into());
@@ -405,6 +469,24 @@ pub fn join(options: &JoinOptions, out: &mut dyn std::io::Write) -> Result<Joine
         let store = joined["store"]
             .as_str()
             .ok_or_else(|| JoinError::Answer("no shared store for a controller".into()))?;
+        let endpoints = store
+            .trim_start_matches("etcd://")
+            .split('/')
+            .next()
+            .unwrap_or_default();
+        if !is_loopback_host(&controller_host)
+            && endpoints
+                .split(',')
+                .any(|e| is_loopback_host(&addr_host(e)))
+        {
+            writeln!(
+                out,
+                "warning: the cluster's store {store} names a loopback address, which is this \
+                 host's own here: --set CUMULO_CONTROLLER_STORE=etcd://... with the etcd \
+                 members' addresses"
+            )
+            .ok();
+        }
         settings.extend([
             named("STORE", store.to_string()),
             named(
@@ -414,7 +496,7 @@ pub fn join(options: &JoinOptions, out: &mut dyn std::io::Write) -> Result<Joine
                     .unwrap_or("none")
                     .to_string(),
             ),
-            named("CA_KEY", ca_key_path.display().to_string()),
+            named("LAUNCHER_CA_KEY", ca_key_path.display().to_string()),
         ]);
         if options.system.is_none() {
             settings.push(named("STATE_DIR", state.display().to_string()));
@@ -558,10 +640,10 @@ fn systemctl_start(daemon: &str, out: &mut dyn std::io::Write) -> Result<(), Joi
     let done = std::process::Command::new("systemctl")
         .args(["enable", "--now", &unit])
         .output()
-        .map_err(|e| JoinError::Agent(format!("systemctl: {e}")))?;
+        .map_err(|e| JoinError::Agent(format!("the {daemon} did not start: systemctl: {e}")))?;
     if !done.status.success() {
         return Err(JoinError::Agent(format!(
-            "systemctl enable --now {unit}: {}",
+            "the {daemon} did not start: systemctl enable --now {unit}: {}",
             String::from_utf8_lossy(&done.stderr).trim()
         )));
     }
@@ -594,7 +676,7 @@ fn start_daemon(
 ) -> Result<i32, JoinError> {
     let daemon = role.daemon();
     let program = crate::up::error::binary(&format!("cumulo-{daemon}"))
-        .map_err(|e| JoinError::Agent(e.to_string()))?;
+        .map_err(|e| JoinError::Agent(format!("the {daemon} did not start: {e}")))?;
     let mut env = settings;
     env.push(("NO_COLOR".into(), "1".into()));
     let spec = Spec {
@@ -605,7 +687,10 @@ fn start_daemon(
     };
     let ready: &[&str] = match role {
         JoinRole::Agent => &["agent::daemon: connected"],
-        JoinRole::Controller => &["API listening", "connected to the scheduler"],
+        JoinRole::Controller => &[
+            "cumulo_controller: API listening",
+            "controller::engine::run: connected to the scheduler",
+        ],
     };
     let log = dir.join(format!("{daemon}.log"));
     let pid_file = dir.join(format!("{daemon}.pid"));
@@ -617,8 +702,8 @@ fn start_daemon(
         )));
     }
     let start_len = std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0);
-    let running =
-        procs::spawn(&spec, &log, &pid_file).map_err(|e| JoinError::Agent(e.to_string()))?;
+    let running = procs::spawn(&spec, &log, &pid_file)
+        .map_err(|e| JoinError::Agent(format!("the {daemon} did not start: {e}")))?;
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     loop {
         let text = std::fs::read_to_string(&log).unwrap_or_default();

@@ -463,6 +463,14 @@ fn a_second_controller_joins_on_the_clusters_etcd() {
     // The first controller sees it too (one store).
     let shown = admin(first, &env, &url, &["instance", "show", id]);
     assert_eq!(shown["state"], "active", "{shown}");
+    // It holds the CA key: it makes join tokens too.
+    let through2 = admin(
+        first,
+        &env,
+        &second_url,
+        &["node", "token", "create", "--roles", "agent"],
+    );
+    assert!(through2["token"].is_string(), "{through2}");
     let joined = admin(first, &env, &url, &["node", "joined"]);
     assert!(
         cumulo::routes::items(&joined)
@@ -497,7 +505,7 @@ fn a_second_controller_joins_on_the_clusters_etcd() {
     for want in [
         format!("\nCUMULO_CONTROLLER_STORE={store}\n"),
         format!(
-            "\nCUMULO_CONTROLLER_CA_KEY={}\n",
+            "\nCUMULO_CONTROLLER_LAUNCHER_CA_KEY={}\n",
             etc.path().join("pki/ca.key").display()
         ),
         "\nCUMULO_CONTROLLER_TENANT_NETWORK=none\n".to_string(),

@@ -33,7 +33,8 @@ fn issuer(state: &ApiState) -> Result<std::sync::Arc<JoinIssuer>, ApiError> {
 #[serde(deny_unknown_fields)]
 #[schema(as = JoinTokenCreate)]
 pub struct NewJoinToken {
-    /// The roles of the joining host's certificate, comma-separated: agent, netagent or both.
+    /// The roles of the joining host's certificate, comma-separated: agent, netagent or both;
+    /// or controller (a second controller, when the store is etcd).
     roles: String,
     /// How long the token is accepted: `90s`, `10m`, `1h`, `7d` (default 1h, at most 7 days).
     #[serde(default)]
