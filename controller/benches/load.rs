@@ -28,7 +28,7 @@
 //! printed.
 //!
 //! Figures: docs/benchmarks.md and docs/reliability.md (## Load). Exit status 1 if anything was
-//! lost or a daemon died.
+//! lost or a daemon died; the daemons' logs are then kept (and always with `LOAD_KEEP_LOGS` set).
 // A bench binary prints its figures and fails loudly.
 #![allow(clippy::unwrap_used, clippy::print_stdout, clippy::print_stderr)]
 
@@ -726,7 +726,7 @@ fn run(o: &Opts) -> bool {
         println!("load: FAILED: API GETs answered other than 200");
         ok = false;
     }
-    if ok {
+    if ok && std::env::var_os("LOAD_KEEP_LOGS").is_none() {
         let _ = std::fs::remove_dir_all(&dir);
     } else {
         println!("load: logs kept in {}", dir.display());

@@ -134,6 +134,12 @@ impl EtcdStore {
     fn net<T>(&self, what: &str, mut f: impl FnMut(&mut dyn NetTx) -> Result<T>) -> Result<T> {
         self.atomically(what, |tx| f(&mut EtcdNet(tx)))
     }
+
+    /// A read: etcd's transactions commit nothing when nothing was written, so a read is
+    /// [`EtcdStore::net`] as it is.
+    fn net_read<T>(&self, what: &str, f: impl FnMut(&mut dyn NetTx) -> Result<T>) -> Result<T> {
+        self.net(what, f)
+    }
 }
 
 network_store!(EtcdStore);

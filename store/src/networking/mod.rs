@@ -75,6 +75,61 @@ pub(crate) trait NetTx {
     fn release_address(&mut self, address: u32) -> Result<()>;
 }
 
+/// A [`NetTx`] for a read transaction: reads go through, a write is refused and remembered
+/// ([`ReadOnly::wanted_write`]), so that the caller runs the whole again in a write transaction.
+/// Reads of a tenant's networking write only the first time (its `default` group made), so this
+/// lets them run without the store's write lock, beside a long write (a launch of 1,000).
+pub(crate) struct ReadOnly<'a> {
+    tx: &'a mut dyn NetTx,
+    wanted_write: bool,
+}
+
+impl<'a> ReadOnly<'a> {
+    pub(crate) fn new(tx: &'a mut dyn NetTx) -> ReadOnly<'a> {
+        ReadOnly {
+            tx,
+            wanted_write: false,
+        }
+    }
+
+    /// Whether a write was asked for (and refused).
+    pub(crate) fn wanted_write(&self) -> bool {
+        self.wanted_write
+    }
+
+    fn refuse(&mut self) -> StoreError {
+        self.wanted_write = true;
+        StoreError::Backend("a write inside a read transaction".into())
+    }
+}
+
+impl NetTx for ReadOnly<'_> {
+    fn load(&mut self, tenant: Uuid) -> Result<Option<TenantNet>> {
+        self.tx.load(tenant)
+    }
+    fn save(&mut self, _tenant: Uuid, _doc: &TenantNet) -> Result<()> {
+        Err(self.refuse())
+    }
+    fn instance_ip(&mut self, tenant: Uuid, instance: Uuid) -> Result<Option<Ipv4Addr>> {
+        self.tx.instance_ip(tenant, instance)
+    }
+    fn port_groups(&mut self, tenant: Uuid) -> Result<BTreeMap<Uuid, Vec<Uuid>>> {
+        self.tx.port_groups(tenant)
+    }
+    fn set_port_groups(&mut self, _tenant: Uuid, _instance: Uuid, _groups: &[Uuid]) -> Result<()> {
+        Err(self.refuse())
+    }
+    fn taken_addresses(&mut self, first: u32, last: u32) -> Result<Vec<u32>> {
+        self.tx.taken_addresses(first, last)
+    }
+    fn claim_address(&mut self, _tenant: Uuid, _address: u32) -> Result<()> {
+        Err(self.refuse())
+    }
+    fn release_address(&mut self, _address: u32) -> Result<()> {
+        Err(self.refuse())
+    }
+}
+
 fn text(what: &str, value: &str) -> Result<()> {
     if value.len() > MAX_NET_TEXT || value.contains('\0') {
         return Err(StoreError::Invalid(format!(
@@ -259,12 +314,14 @@ pub(crate) fn forget_port(tx: &mut dyn NetTx, tenant: Uuid, instance: Uuid) -> R
 
 /// Implements [`NetworkStore`](crate::NetworkStore) for a backend with an inherent
 /// `fn net<T>(&self, what: &str, f: impl FnMut(&mut dyn NetTx) -> Result<T>) -> Result<T>` that
-/// runs `f` in one write transaction (again, if the backend retries lost transactions).
+/// runs `f` in one write transaction (again, if the backend retries lost transactions), and a
+/// `net_read` of the same shape for the reads, which may run `f` in a read transaction first
+/// ([`ReadOnly`]) and again through `net` if it wanted to write.
 macro_rules! network_store {
     ($store:ty) => {
         impl $crate::NetworkStore for $store {
             fn security_groups(&self, tenant: Uuid) -> Result<Vec<SecurityGroup>> {
-                self.net("reading security groups", |tx| {
+                self.net_read("reading security groups", |tx| {
                     $crate::networking::security_groups(tx, tenant)
                 })
             }
@@ -303,7 +360,7 @@ macro_rules! network_store {
                 })
             }
             fn port_groups(&self, tenant: Uuid) -> Result<PortGroups> {
-                self.net("reading ports' security groups", |tx| {
+                self.net_read("reading ports' security groups", |tx| {
                     $crate::networking::port_groups(tx, tenant)
                 })
             }
@@ -318,7 +375,7 @@ macro_rules! network_store {
                 })
             }
             fn floating_ips(&self, tenant: Uuid) -> Result<Vec<FloatingIp>> {
-                self.net("reading floating IPs", |tx| {
+                self.net_read("reading floating IPs", |tx| {
                     $crate::networking::floating_ips(tx, tenant)
                 })
             }
@@ -343,7 +400,7 @@ macro_rules! network_store {
                 })
             }
             fn network_quota(&self, tenant: Uuid) -> Result<NetworkQuota> {
-                self.net("reading network quotas", |tx| {
+                self.net_read("reading network quotas", |tx| {
                     $crate::networking::network_quota(tx, tenant)
                 })
             }
@@ -353,7 +410,7 @@ macro_rules! network_store {
                 })
             }
             fn network_usage(&self, tenant: Uuid) -> Result<NetworkQuota> {
-                self.net("reading network usage", |tx| {
+                self.net_read("reading network usage", |tx| {
                     $crate::networking::network_usage(tx, tenant)
                 })
             }

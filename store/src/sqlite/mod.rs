@@ -445,6 +445,48 @@ mod tests {
         assert_eq!(count(&store), 4);
     }
 
+    /// A tenant's networking is read without the write lock: its reads go on, and see the last
+    /// commit, while a batch (a launch) holds the lock; only the first read, which makes the
+    /// `default` group, writes. (Were they to wait, they would fail after the busy timeout.)
+    #[test]
+    fn networking_reads_do_not_wait_for_a_batch() {
+        use crate::suite::Fixture as _;
+        let fx = Fixture::new();
+        let store = std::sync::Arc::new(fx.open());
+        let (t, w) = crate::suite::tenant_and_workload(&*store, "acme", Quota::default(), 24);
+        let groups = store.security_groups(t.id).unwrap();
+        assert_eq!(groups.len(), 1, "the first read makes the default group");
+        let made = store
+            .create_instance(crate::suite::new_instance(&t, &w, "vm"))
+            .unwrap();
+        let read = |store: &std::sync::Arc<SqliteStore>| {
+            let store = store.clone();
+            let tenant = t.id;
+            std::thread::spawn(move || {
+                let groups = store.security_groups(tenant).unwrap();
+                let ports = store.port_groups(tenant).unwrap();
+                let floating = store.floating_ips(tenant).unwrap();
+                store.network_quota(tenant).unwrap();
+                store.network_usage(tenant).unwrap();
+                (groups, ports.default, floating.len())
+            })
+            .join()
+            .unwrap()
+        };
+        store
+            .batch(&mut || {
+                store
+                    .set_port_groups(t.id, made.id, &[groups[0].id])
+                    .unwrap();
+                let (seen, default, floating) = read(&store);
+                assert_eq!(seen, groups);
+                assert_eq!(default, groups[0].id);
+                assert_eq!(floating, 0);
+            })
+            .unwrap();
+        assert_eq!(store.port_groups(t.id).unwrap().of(made.id), [groups[0].id]);
+    }
+
     /// The database, its WAL and its shared memory are the controller's alone: new (the
     /// test's umask would leave them readable), and left open by an earlier run.
     #[test]

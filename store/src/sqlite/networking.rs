@@ -10,7 +10,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use uuid::Uuid;
 
 use super::{SqliteStore, uuid_at};
-use crate::networking::{NetTx, TenantNet, network_store};
+use crate::networking::{NetTx, ReadOnly, TenantNet, network_store};
 use crate::*;
 
 /// [`NetTx`] over one SQLite transaction.
@@ -130,6 +130,23 @@ impl NetTx for SqliteNet<'_> {
 impl SqliteStore {
     fn net<T>(&self, _what: &str, mut f: impl FnMut(&mut dyn NetTx) -> Result<T>) -> Result<T> {
         self.write(|tx| f(&mut SqliteNet(tx)))
+    }
+
+    /// A read: in a read transaction, which does not wait for the write lock; again in a write
+    /// transaction only when it had to write (a tenant's first `default` group).
+    fn net_read<T>(&self, what: &str, mut f: impl FnMut(&mut dyn NetTx) -> Result<T>) -> Result<T> {
+        let mut wanted_write = false;
+        let out = self.read(|conn| {
+            let mut net = SqliteNet(conn);
+            let mut tx = ReadOnly::new(&mut net);
+            let out = f(&mut tx);
+            wanted_write = tx.wanted_write();
+            out
+        });
+        if wanted_write {
+            return self.net(what, f);
+        }
+        out
     }
 }
 
