@@ -643,7 +643,8 @@ fn down_after_the_agent_was_killed_leaves_no_cnci() {
     let mut cluster = Cluster::new("kill");
     let root = cluster.root();
     cluster.up();
-    let (_, cnci) = cluster.instance_and_cnci("net");
+    let (instance, cnci) = cluster.instance_and_cnci("net");
+    let node = instance["node"].as_str().unwrap().replace('-', "");
     let cnci_id = cnci["id"].as_str().unwrap().replace('-', "");
     let ns = format!("cumulo-cnci-{}", &cnci_id[..12]);
     let records = cluster.cnci_records();
@@ -676,6 +677,14 @@ fn down_after_the_agent_was_killed_leaves_no_cnci() {
     );
     assert!(!namespaces().contains(&ns));
     assert!(cluster.cnci_records().is_empty());
+    // The metadata responder's namespace goes too, even if the agent was killed before it
+    // moved its port there (down finds it by the node's name, not through the port).
+    let metadata = format!("cumulo-md-{node}-");
+    let left: Vec<String> = namespaces()
+        .into_iter()
+        .filter(|n| n.starts_with(&metadata))
+        .collect();
+    assert!(left.is_empty(), "left after down: {left:?}");
 }
 
 #[test]

@@ -370,10 +370,55 @@ pub fn metadata_namespaces(listing: &str) -> Vec<String> {
         .collect()
 }
 
+/// The start of the names of this cluster's agent's metadata responders' namespaces:
+/// `cumulo-md-`, the node's UUID, `-` (`net::metadata`). The node is the UUID the agent's
+/// certificate is bound to (`up` binds it), else the one the agent keeps in its state directory
+/// (`ssntp-<roles>.uuid`, one per role set it ran with).
+pub fn own_metadata_prefixes(layout: &Layout) -> Vec<String> {
+    let (cert, _) = layout.cert("agent");
+    let bound = certtool::files::read_certs(&cert)
+        .ok()
+        .and_then(|certs| ssntp::cert::CertInfo::parse(certs.first()?).ok())
+        .and_then(|info| match info.binding {
+            ssntp::UuidBinding::Bound(node) => Some(node),
+            _ => None,
+        });
+    let kept = std::fs::read_dir(layout.state("agent"))
+        .map(|dir| {
+            dir.flatten()
+                .filter(|e| {
+                    let name = e.file_name();
+                    let name = name.to_string_lossy();
+                    name.starts_with("ssntp-") && name.ends_with(".uuid")
+                })
+                .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+                .filter_map(|text| uuid::Uuid::parse_str(text.trim()).ok())
+                .collect::<Vec<_>>()
+        })
+        .unwrap_or_default();
+    bound
+        .into_iter()
+        .chain(kept)
+        .map(|node| format!("{METADATA_NETNS_PREFIX}{}-", node.simple()))
+        .collect()
+}
+
+/// The namespaces in `names` whose name starts with one of `prefixes`.
+pub fn namespaces_named(names: &[String], prefixes: &[String]) -> Vec<String> {
+    names
+        .iter()
+        .filter(|n| prefixes.iter().any(|p| n.starts_with(p.as_str())))
+        .cloned()
+        .collect()
+}
+
 /// Deletes what the (stopped) agent left of its tenant networks on this host: its links (taps
 /// and metadata ports first, then tunnels and bridges), its metadata responders' namespaces
-/// and its port filters' nftables tables. Returns the links and namespaces deleted.
-pub fn remove_tenant_links() -> Vec<String> {
+/// (those its metadata ports lead to, and those named after its node, `own_metadata`: a
+/// responder's namespace may be made before its port, and an agent killed in between leaves
+/// it portless) and its port filters' nftables tables. Returns the links and namespaces
+/// deleted.
+pub fn remove_tenant_links(own_metadata: &[String]) -> Vec<String> {
     let listing = Command::new("ip")
         .args(["-o", "link", "show"])
         .stdin(Stdio::null())
@@ -392,7 +437,20 @@ pub fn remove_tenant_links() -> Vec<String> {
     }
     // The metadata responders' namespaces: the peers of this host's metadata ports (those of
     // another cluster on the same machine are not ours).
-    for ns in metadata_namespaces(&listing) {
+    let mut spaces = metadata_namespaces(&listing);
+    let named: Vec<String> = std::fs::read_dir("/run/netns")
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    for ns in namespaces_named(&named, own_metadata) {
+        if !spaces.contains(&ns) {
+            spaces.push(ns);
+        }
+    }
+    for ns in spaces {
         match ip(&["netns", "del", &ns]) {
             Ok(()) => deleted.push(ns),
             Err(e) => warn(&format!("a metadata namespace is left: {e}")),
@@ -509,6 +567,42 @@ pub fn install_cnci_guest(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_agents_own_metadata_namespaces_are_named_after_its_uuid_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::new(dir.path());
+        assert!(
+            own_metadata_prefixes(&layout).is_empty(),
+            "no agent state yet"
+        );
+        let state = layout.state("agent");
+        std::fs::create_dir_all(&state).unwrap();
+        std::fs::write(
+            state.join("ssntp-agent-netagent.uuid"),
+            "4d4fb4ad-8a6e-40e6-9535-ac00c10ff804\n",
+        )
+        .unwrap();
+        std::fs::write(state.join("ssntp-agent.uuid"), "not a uuid\n").unwrap();
+        std::fs::write(
+            state.join("other.uuid"),
+            "0badcafe-0bad-cafe-0bad-cafe0badcafe",
+        )
+        .unwrap();
+        let prefixes = own_metadata_prefixes(&layout);
+        assert_eq!(prefixes, ["cumulo-md-4d4fb4ad8a6e40e69535ac00c10ff804-"]);
+        let names: Vec<String> = [
+            "cumulo-md-4d4fb4ad8a6e40e69535ac00c10ff804-00ac1000",
+            "cumulo-md-0badcafe0badcafe0badcafe0badcafe-00ac1000",
+            "cumulo-cnci-4d4fb4ad8a6e",
+        ]
+        .map(String::from)
+        .into();
+        assert_eq!(
+            namespaces_named(&names, &prefixes),
+            ["cumulo-md-4d4fb4ad8a6e40e69535ac00c10ff804-00ac1000"]
+        );
+    }
 
     #[test]
     fn the_agents_tenant_links_are_found_by_name_and_alias() {

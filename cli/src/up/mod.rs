@@ -288,7 +288,7 @@ pub fn down(layout: &Layout, purge: bool, out: &mut dyn Write) -> Result<(), UpE
     let namespaces = cnci::clean_up(layout);
     // With tenant networks, what the agent made of them on this host goes too.
     let tenant_links = if cnci::uplink_recorded(layout) {
-        cnci::remove_tenant_links()
+        cnci::remove_tenant_links(&cnci::own_metadata_prefixes(layout))
     } else {
         Vec::new()
     };
