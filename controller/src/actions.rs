@@ -26,7 +26,7 @@
 use uuid::Uuid;
 
 use crate::cluster::{Caller, ClusterError};
-use store::{ActionStore, ActionTarget, EventOutcome, NewInstanceAction};
+use store::{ActionEnd, ActionStore, ActionTarget, EventOutcome, NewInstanceAction};
 
 /// What a request asked of an instance: the action's name, as Nova names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -152,23 +152,72 @@ pub fn begin(
     kind: ActionKind,
     by: &Caller,
 ) -> ActionTicket {
+    let mut tickets = begin_many(store, request_id, &[instance], kind, by);
+    tickets.pop().unwrap_or_else(|| ActionTicket {
+        instance,
+        request_id: request_id.to_string(),
+        event: kind.controller_event(),
+        recorded: false,
+    })
+}
+
+/// [`begin`] for each of `instances` (one request, one kind), through
+/// [`store::ActionStore::add_instance_actions`]: a store may record them side by side.
+pub fn begin_many(
+    store: &dyn ActionStore,
+    request_id: &str,
+    instances: &[Uuid],
+    kind: ActionKind,
+    by: &Caller,
+) -> Vec<ActionTicket> {
     let event = kind.controller_event();
-    let recorded = store.add_instance_action(NewInstanceAction {
-        request_id: request_id.to_string(),
-        instance,
-        action: kind.as_str().to_string(),
-        user: by.user,
-        project: by.project,
-        events: vec![event.clone()],
-    });
-    if let Err(e) = &recorded {
-        tracing::warn!(%instance, request_id, "cannot record the {} action: {e}", kind.as_str());
-    }
-    ActionTicket {
-        instance,
-        request_id: request_id.to_string(),
-        event,
-        recorded: recorded.is_ok(),
+    let new: Vec<NewInstanceAction> = instances
+        .iter()
+        .map(|&instance| NewInstanceAction {
+            request_id: request_id.to_string(),
+            instance,
+            action: kind.as_str().to_string(),
+            user: by.user,
+            project: by.project,
+            events: vec![event.clone()],
+        })
+        .collect();
+    let recorded = store.add_instance_actions(&new);
+    instances
+        .iter()
+        .zip(recorded)
+        .map(|(&instance, recorded)| {
+            if let Err(e) = &recorded {
+                tracing::warn!(%instance, request_id, "cannot record the {} action: {e}", kind.as_str());
+            }
+            ActionTicket {
+                instance,
+                request_id: request_id.to_string(),
+                event: event.clone(),
+                recorded: recorded.is_ok(),
+            }
+        })
+        .collect()
+}
+
+/// [`finish`] for each ticket with its outcome, through
+/// [`store::ActionStore::finish_action_events`]: a store may write them side by side.
+pub fn finish_many(store: &dyn ActionStore, ends: &[(&ActionTicket, EventOutcome)]) {
+    let recorded: Vec<&(&ActionTicket, EventOutcome)> =
+        ends.iter().filter(|(t, _)| t.recorded).collect();
+    let asked: Vec<ActionEnd<'_>> = recorded
+        .iter()
+        .map(|(t, outcome)| ActionEnd {
+            instance: t.instance,
+            target: ActionTarget::Request(&t.request_id),
+            event: &t.event,
+            outcome: outcome.clone(),
+        })
+        .collect();
+    for ((ticket, _), done) in recorded.iter().zip(store.finish_action_events(&asked)) {
+        if let Err(e) = done {
+            tracing::warn!(instance = %ticket.instance, request_id = ticket.request_id, "cannot finish an action's event: {e}");
+        }
     }
 }
 

@@ -849,6 +849,23 @@ pub enum ActionTarget<'a> {
     Newest,
 }
 
+/// One event to finish, for [`ActionStore::finish_action_events`]: the arguments of
+/// [`ActionStore::finish_action_event`].
+///
+/// [`ActionStore::finish_action_event`]: crate::ActionStore::finish_action_event
+/// [`ActionStore::finish_action_events`]: crate::ActionStore::finish_action_events
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ActionEnd<'a> {
+    /// The instance.
+    pub instance: Uuid,
+    /// Which of its actions.
+    pub target: ActionTarget<'a>,
+    /// The event's name.
+    pub event: &'a str,
+    /// How it ended.
+    pub outcome: EventOutcome,
+}
+
 /// How an event ended: what [`ActionStore::finish_action_event`] writes.
 ///
 /// [`ActionStore::finish_action_event`]: crate::ActionStore::finish_action_event

@@ -71,17 +71,17 @@ impl Engine {
         // launch, not one per instance). The dispatches between them write on their own: the
         // records they make (a CNCI, an instance's CNCI) are committed before the answer to
         // their START can come back, and the store's write lock is not held while they read.
-        let mut tickets = Vec::with_capacity(created.len());
+        // (On etcd, which has no batch, the store keeps several of each in flight instead.)
+        let mut tickets = Vec::new();
+        let ids: Vec<uuid::Uuid> = created.iter().map(|i| i.id).collect();
         let begun = self.store.batch(&mut || {
-            tickets.extend(created.iter().map(|instance| {
-                actions::begin(
-                    self.store.as_ref(),
-                    &request_id,
-                    instance.id,
-                    ActionKind::Create,
-                    by,
-                )
-            }));
+            tickets = actions::begin_many(
+                self.store.as_ref(),
+                &request_id,
+                &ids,
+                ActionKind::Create,
+                by,
+            );
         });
         if let Err(e) = begun {
             tracing::warn!(
@@ -90,7 +90,6 @@ impl Engine {
             );
         }
         self.mark_traced(&created, by);
-        let ids: Vec<uuid::Uuid> = created.iter().map(|i| i.id).collect();
         let mut outcome = Ok(());
         let mut dispatched_all = Vec::with_capacity(created.len());
         for (instance, ticket) in created.into_iter().zip(&tickets) {
@@ -103,11 +102,13 @@ impl Engine {
         }
         // What was not sent (a dispatch that failed, or one deferred) goes untraced.
         self.unmark_traced(&ids);
-        let ended = self.store.batch(&mut || {
-            for (ticket, dispatched) in &dispatched_all {
-                self.finish_action(ticket, dispatched);
-            }
-        });
+        let ends: Vec<(&actions::ActionTicket, store::EventOutcome)> = dispatched_all
+            .iter()
+            .map(|(ticket, dispatched)| (*ticket, actions::outcome_of(dispatched)))
+            .collect();
+        let ended = self
+            .store
+            .batch(&mut || actions::finish_many(self.store.as_ref(), &ends));
         if let Err(e) = ended {
             tracing::warn!(
                 "the ends of launch \"{}\"'s actions were not recorded: {e}",

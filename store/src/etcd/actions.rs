@@ -40,6 +40,16 @@ impl ActionStore for EtcdStore {
         })
     }
 
+    fn add_instance_actions(&self, new: &[NewInstanceAction]) -> Vec<Result<InstanceAction>> {
+        self.side_by_side(new, |n| self.add_instance_action(n.clone()))
+    }
+
+    fn finish_action_events(&self, ends: &[ActionEnd<'_>]) -> Vec<Result<Option<InstanceAction>>> {
+        self.side_by_side(ends, |e| {
+            self.finish_action_event(e.instance, e.target, e.event, e.outcome.clone())
+        })
+    }
+
     fn start_action_event(
         &self,
         instance: Uuid,

@@ -230,3 +230,113 @@ pub(crate) fn gone_instances_keep_their_actions_for_a_while<F: Fixture>() {
     let newest = gone[gone.len() - 1];
     assert_eq!(store.instance_actions(Scope::All, newest).unwrap().len(), 1);
 }
+
+/// `add_instance_actions` and `finish_action_events` answer each in order, as the single calls
+/// would (a store may run them side by side): the errors stay with their own item.
+pub(crate) fn many_actions_are_recorded_and_finished_in_order<F: Fixture>() {
+    let fx = F::new();
+    let store = fx.open();
+    let (t, w) = tenant_and_workload(&store, "acme", Quota::default(), 24);
+    let ids: Vec<Uuid> = (0..40)
+        .map(|k| {
+            store
+                .create_instance(new_instance(&t, &w, &format!("vm-{k}")))
+                .unwrap()
+                .id
+        })
+        .collect();
+    // One of them twice (a duplicate request id), and one with no instance.
+    let mut new: Vec<NewInstanceAction> = ids
+        .iter()
+        .map(|&i| new_action(i, "req-many", "create", &["controller_create"]))
+        .collect();
+    new.insert(
+        7,
+        new_action(ids[3], "req-many", "create", &["controller_create"]),
+    );
+    new.push(new_action(
+        Uuid::from_u128(99),
+        "req-many",
+        "create",
+        &["controller_create"],
+    ));
+    let added = store.add_instance_actions(&new);
+    assert_eq!(added.len(), new.len());
+    for (k, (asked, got)) in new.iter().zip(&added).enumerate() {
+        match k {
+            // The two for ids[3]: side by side, either may be the one recorded (below).
+            3 | 7 => {}
+            41 => assert!(
+                matches!(
+                    got,
+                    Err(StoreError::NotFound {
+                        kind: "instance",
+                        ..
+                    })
+                ),
+                "{got:?}"
+            ),
+            _ => assert_eq!(got.as_ref().unwrap().instance, asked.instance),
+        }
+    }
+    let twice = [&added[3], &added[7]];
+    assert_eq!(
+        twice.iter().filter(|r| r.is_ok()).count(),
+        1,
+        "one of two identical actions is recorded: {twice:?}"
+    );
+    assert!(
+        twice
+            .iter()
+            .any(|r| matches!(r, Err(StoreError::Conflict(_)))),
+        "{twice:?}"
+    );
+
+    let ends: Vec<ActionEnd<'_>> = ids
+        .iter()
+        .enumerate()
+        .map(|(k, &instance)| ActionEnd {
+            instance,
+            target: ActionTarget::Request("req-many"),
+            event: "controller_create",
+            outcome: if k % 2 == 0 {
+                EventOutcome::success()
+            } else {
+                EventOutcome::error(format!("failed {k}"))
+            },
+        })
+        .chain([ActionEnd {
+            instance: Uuid::from_u128(99),
+            target: ActionTarget::Request("req-many"),
+            event: "controller_create",
+            outcome: EventOutcome::success(),
+        }])
+        .collect();
+    let finished = store.finish_action_events(&ends);
+    assert_eq!(finished.len(), ends.len());
+    for (k, got) in finished.iter().enumerate() {
+        if k == ids.len() {
+            assert!(
+                matches!(got, Ok(None)),
+                "no such instance's action: {got:?}"
+            );
+            continue;
+        }
+        let action = got.as_ref().unwrap().as_ref().unwrap();
+        assert_eq!(action.instance, ids[k]);
+        let event = &action.events[0];
+        if k % 2 == 0 {
+            assert_eq!(event.result, Some(ActionResult::Success));
+        } else {
+            assert_eq!(event.result, Some(ActionResult::Error));
+            assert_eq!(
+                event.detail.as_deref(),
+                Some(format!("failed {k}").as_str())
+            );
+        }
+        let stored = store
+            .instance_action(Scope::All, ids[k], "req-many")
+            .unwrap();
+        assert_eq!(&stored, action);
+    }
+}

@@ -3,7 +3,7 @@
 
 use uuid::Uuid;
 
-use crate::{EventOutcome, InstanceAction, NewInstanceAction, Result, Scope};
+use crate::{ActionEnd, EventOutcome, InstanceAction, NewInstanceAction, Result, Scope};
 
 /// The instance actions log. Every call is one transaction.
 ///
@@ -21,6 +21,15 @@ pub trait ActionStore: Send + Sync {
     /// instance has an action with this request identifier already; `Invalid` for an empty or
     /// over-long request identifier, action or event name.
     fn add_instance_action(&self, new: NewInstanceAction) -> Result<InstanceAction>;
+    /// [`ActionStore::add_instance_action`] for each of `new` (each its own transaction),
+    /// answered in order. The default records them one after the other; a store whose
+    /// transactions each wait for a round trip to a server (etcd) keeps several in flight, which
+    /// the server commits together.
+    fn add_instance_actions(&self, new: &[NewInstanceAction]) -> Vec<Result<InstanceAction>> {
+        new.iter()
+            .map(|n| self.add_instance_action(n.clone()))
+            .collect()
+    }
     /// Starts event `event` (now, unfinished) of the instance's `target` action, unless it has an
     /// unfinished event of that name already. `None` when the instance has no such action.
     fn start_action_event(
@@ -40,6 +49,14 @@ pub trait ActionStore: Send + Sync {
         event: &str,
         outcome: EventOutcome,
     ) -> Result<Option<InstanceAction>>;
+    /// [`ActionStore::finish_action_event`] for each of `ends` (each its own transaction),
+    /// answered in order; as [`ActionStore::add_instance_actions`], a store may keep several in
+    /// flight.
+    fn finish_action_events(&self, ends: &[ActionEnd<'_>]) -> Vec<Result<Option<InstanceAction>>> {
+        ends.iter()
+            .map(|e| self.finish_action_event(e.instance, e.target, e.event, e.outcome.clone()))
+            .collect()
+    }
     /// The instance's actions visible in `scope`, newest first. `NotFound` when the instance has
     /// neither a record nor an action visible in `scope`; an empty list for one that has a
     /// record and no action.
