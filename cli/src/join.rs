@@ -13,6 +13,7 @@ use rustls::pki_types::pem::PemObject;
 use serde_json::json;
 
 use crate::client::{ClientError, Connection};
+use crate::up::layout::{host_part, loopback_host, own_host};
 use crate::up::procs::{self, Spec};
 
 /// Why the host could not join.
@@ -183,13 +184,8 @@ fn url_host(url: &str) -> Option<String> {
 /// should dial it: a loopback or unspecified host (the controller's own) becomes the
 /// controller's host.
 fn reachable(scheduler: &str, controller_host: &str) -> String {
-    let (host, port) = scheduler.rsplit_once(':').unwrap_or((scheduler, "8888"));
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    let loopback = host == "localhost"
-        || host
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback() || ip.is_unspecified());
-    if loopback {
+    let port = scheduler.rsplit_once(':').map_or("8888", |(_, p)| p);
+    if own_host(host_part(scheduler)) {
         if controller_host.contains(':') {
             format!("[{controller_host}]:{port}")
         } else {
@@ -198,26 +194,6 @@ fn reachable(scheduler: &str, controller_host: &str) -> String {
     } else {
         scheduler.to_string()
     }
-}
-
-/// Whether a host name or address is this host's own (`localhost`, a loopback or unspecified
-/// address).
-fn is_loopback_host(host: &str) -> bool {
-    host == "localhost"
-        || host
-            .trim_start_matches('[')
-            .trim_end_matches(']')
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback() || ip.is_unspecified())
-}
-
-/// The host of `host:port`.
-fn addr_host(addr: &str) -> String {
-    addr.rsplit_once(':')
-        .map_or(addr, |(h, _)| h)
-        .trim_start_matches('[')
-        .trim_end_matches(']')
-        .to_string()
 }
 
 /// The id of group `name` (from `/etc/group`).
@@ -282,11 +258,7 @@ pub fn join(options: &JoinOptions, out: &mut dyn std::io::Write) -> Result<Joine
     // Over plain HTTP anyone on the way reads the token: only to this host itself.
     if options.controller.starts_with("http://") {
         let host = url_host(&options.controller).unwrap_or_default();
-        let loopback = host == "localhost"
-            || host
-                .parse::<std::net::IpAddr>()
-                .is_ok_and(|ip| ip.is_loopback());
-        if !loopback {
+        if !loopback_host(&host) {
             return Err(JoinError::Answer(format!(
                 "{}: a join goes over https (plain http only to a loopback address)",
                 options.controller
@@ -474,11 +446,7 @@ pub fn join(options: &JoinOptions, out: &mut dyn std::io::Write) -> Result<Joine
             .split('/')
             .next()
             .unwrap_or_default();
-        if !is_loopback_host(&controller_host)
-            && endpoints
-                .split(',')
-                .any(|e| is_loopback_host(&addr_host(e)))
-        {
+        if !own_host(&controller_host) && endpoints.split(',').any(|e| own_host(host_part(e))) {
             writeln!(
                 out,
                 "warning: the cluster's store {store} names a loopback address, which is this \
@@ -510,11 +478,11 @@ pub fn join(options: &JoinOptions, out: &mut dyn std::io::Write) -> Result<Joine
         ("CUMULO_AGENT_BACKEND".into(), options.backend.clone()),
         ("CUMULO_AGENT_HOSTNAME".into(), options.hostname.clone()),
     ]);
-    let local = is_loopback_host(&controller_host);
+    let local = own_host(&controller_host);
     // Uploaded images come from the controller's node image endpoint; one on loopback serves
     // only the controller's own host.
     match joined["image_server"].as_str() {
-        Some(at) if local || !is_loopback_host(&addr_host(at)) => settings.push((
+        Some(at) if local || !own_host(host_part(at)) => settings.push((
             "CUMULO_AGENT_IMAGE_SERVER".into(),
             reachable(at, &controller_host),
         )),

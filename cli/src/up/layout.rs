@@ -43,25 +43,41 @@ fn host_of(addr: &str) -> Option<&str> {
     Some(host.trim_start_matches('[').trim_end_matches(']'))
 }
 
+/// The host part of `host:port` (`[v6]:port` too), or the whole when it has no port.
+pub fn host_part(addr: &str) -> &str {
+    host_of(addr).unwrap_or(addr)
+}
+
+/// A host's address, if it is one (bracketed or not).
+fn host_ip(host: &str) -> Option<std::net::IpAddr> {
+    host.trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse()
+        .ok()
+}
+
+/// Whether a host (a name or an address, bracketed or not) is a loopback one: `localhost` or a
+/// loopback address.
+pub fn loopback_host(host: &str) -> bool {
+    host == "localhost" || host_ip(host).is_some_and(|ip| ip.is_loopback())
+}
+
+/// Whether a host is this host's own as a listening address names it: a loopback one, or the
+/// unspecified address (which listens on every address, loopback included).
+pub fn own_host(host: &str) -> bool {
+    loopback_host(host) || host_ip(host).is_some_and(|ip| ip.is_unspecified())
+}
+
 /// Whether a listening address is a loopback one (`localhost` too).
 pub fn is_loopback(addr: &str) -> bool {
-    host_of(addr).is_some_and(|h| {
-        h == "localhost"
-            || h.parse::<std::net::IpAddr>()
-                .is_ok_and(|ip| ip.is_loopback())
-    })
+    host_of(addr).is_some_and(loopback_host)
 }
 
 /// How this host dials one of its own listening addresses: `localhost:PORT` for a loopback or
 /// unspecified one (the certificates name localhost), else the address itself.
 pub fn dial(addr: &str) -> String {
     let port = addr.rsplit(':').next().unwrap_or_default();
-    let local = host_of(addr).is_none_or(|h| {
-        h == "localhost"
-            || h.parse::<std::net::IpAddr>()
-                .is_ok_and(|ip| ip.is_loopback() || ip.is_unspecified())
-    });
-    if local {
+    if host_of(addr).is_none_or(own_host) {
         format!("localhost:{port}")
     } else {
         addr.to_string()
@@ -314,5 +330,23 @@ mod tests {
         assert!(
             is_loopback("[::1]:1") && is_loopback("localhost:1") && !is_loopback("[fd00::1]:1")
         );
+    }
+
+    #[test]
+    fn hosts_are_told_loopback_own_or_other() {
+        for host in ["localhost", "127.0.0.1", "127.1.2.3", "::1", "[::1]"] {
+            assert!(loopback_host(host) && own_host(host), "{host}");
+        }
+        for host in ["0.0.0.0", "::", "[::]"] {
+            assert!(!loopback_host(host) && own_host(host), "{host}");
+        }
+        for host in ["10.0.0.1", "fd00::1", "[fd00::1]", "ctl.example", ""] {
+            assert!(!loopback_host(host) && !own_host(host), "{host}");
+        }
+        assert_eq!(host_part("[fd00::1]:8888"), "fd00::1");
+        assert_eq!(host_part("10.0.0.1:8888"), "10.0.0.1");
+        assert_eq!(host_part("ctl"), "ctl");
+        assert_eq!(dial("0.0.0.0:8888"), "localhost:8888");
+        assert_eq!(dial("[::]:8888"), "localhost:8888");
     }
 }
