@@ -289,9 +289,12 @@ impl EtcdStore {
 
     /// Runs `fut` on the store's runtime within the call timeout.
     ///
-    /// Called from inside another runtime's task (where blocking on ours is not allowed), the
-    /// call runs on a scoped thread of its own: correct, if slower; async callers should still
-    /// prefer `spawn_blocking`.
+    /// Where a caller is in another runtime, blocking on ours goes through that runtime's
+    /// `block_in_place`: in a `spawn_blocking` thread (where the controller calls the store) it
+    /// simply runs; in a multi-threaded runtime's task it first hands the worker's other tasks to
+    /// another thread. Only a single-threaded runtime's task (tests), which must not block, gets a
+    /// scoped thread of its own per call, as every caller in a runtime did until 2026-12-05 (a
+    /// thread spawned and joined per round trip, some 20 of them per instance launched).
     fn call<T: Send>(
         &self,
         fut: impl Future<Output = std::result::Result<T, etcd_client::Error>> + Send,
@@ -299,12 +302,12 @@ impl EtcdStore {
         let limit = self.options.call_timeout;
         let runtime = self.runtime()?;
         let run = move || runtime.block_on(async { tokio::time::timeout(limit, fut).await });
-        let out = if tokio::runtime::Handle::try_current().is_ok() {
-            std::thread::scope(|scope| scope.spawn(run).join()).map_err(|_| {
+        let out = match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+            Err(_) => run(),
+            Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(run),
+            Ok(_) => std::thread::scope(|scope| scope.spawn(run).join()).map_err(|_| {
                 StoreError::Backend(format!("etcd at {}: the call panicked", self.endpoints))
-            })?
-        } else {
-            run()
+            })?,
         };
         match out {
             Ok(Ok(v)) => Ok(v),

@@ -380,6 +380,40 @@ fn a_store_works_from_spawn_blocking() {
 }
 
 #[test]
+fn a_store_works_from_every_kind_of_caller_in_a_multi_threaded_runtime() {
+    let Some(fx) = fixture() else { return };
+    let store = Arc::new(fx.store_with(EtcdOptions::default()));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    // Outside any runtime, in the runtime's own block_on, in a blocking thread, and in tasks
+    // (several at once, so that a worker blocked in one leaves its other tasks to another).
+    assert_eq!(store.tenants().unwrap().len(), 0);
+    let counts = rt.block_on(async {
+        let mut counts = vec![store.tenants().unwrap().len()];
+        let inner = Arc::clone(&store);
+        counts.push(
+            tokio::task::spawn_blocking(move || inner.tenants().unwrap().len())
+                .await
+                .unwrap(),
+        );
+        let tasks: Vec<_> = (0..4)
+            .map(|_| {
+                let inner = Arc::clone(&store);
+                tokio::spawn(async move { inner.tenants().unwrap().len() })
+            })
+            .collect();
+        for task in tasks {
+            counts.push(task.await.unwrap());
+        }
+        counts
+    });
+    assert_eq!(counts, vec![0; 6]);
+}
+
+#[test]
 fn admin_pages_follow_creation_order_across_tenants() {
     let Some(fx) = fixture() else { return };
     let store = fx.store_with(EtcdOptions::default());
