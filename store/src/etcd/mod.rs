@@ -44,6 +44,8 @@ mod app_creds;
 #[cfg(feature = "cli")]
 mod args;
 pub mod auth;
+#[cfg(test)]
+mod call_tests;
 mod catalog;
 #[cfg(test)]
 mod cluster_tests;
