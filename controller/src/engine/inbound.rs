@@ -303,24 +303,45 @@ impl Engine {
             .into_iter()
             .map(|b| (b.id, b))
             .collect();
+        // The records to reconcile, read together (one round trip per many on etcd).
+        let wanted: Vec<Uuid> = stats
+            .instances
+            .iter()
+            .filter(|stat| {
+                !known.get(&stat.instance_uuid).is_some_and(|brief| {
+                    brief.node == Some(node) && unchanged(&brief.state, stat.state)
+                })
+            })
+            .map(|stat| stat.instance_uuid)
+            .collect();
+        let records: HashMap<Uuid, Instance> = self
+            .store
+            .instances_by_id(&wanted)?
+            .into_iter()
+            .flatten()
+            .map(|i| (i.id, i))
+            .collect();
+        let mut seen = std::collections::HashSet::with_capacity(stats.instances.len());
         for stat in &stats.instances {
+            // An instance listed twice in one report: the first listing is the report's.
+            if !seen.insert(stat.instance_uuid) {
+                continue;
+            }
             let record = match known.remove(&stat.instance_uuid) {
                 Some(brief) if brief.node == Some(node) && unchanged(&brief.state, stat.state) => {
                     continue;
                 }
-                Some(brief) => match self.store.instance(Scope::All, brief.id) {
-                    Ok(record) => record,
+                Some(brief) => match records.get(&brief.id) {
+                    Some(record) => record.clone(),
                     // Gone since the listing: as if it had not been listed.
-                    Err(StoreError::NotFound { .. }) => continue,
-                    Err(e) => return Err(e.into()),
+                    None => continue,
                 },
-                None => match self.store.instance(Scope::All, stat.instance_uuid) {
-                    Ok(record) => record,
-                    Err(StoreError::NotFound { .. }) => {
+                None => match records.get(&stat.instance_uuid) {
+                    Some(record) => record.clone(),
+                    None => {
                         self.unknown_instance(origin, node, stat.instance_uuid, stat.state)?;
                         continue;
                     }
-                    Err(e) => return Err(e.into()),
                 },
             };
             if self.stale_listed(node, record.id, record.node)
@@ -336,12 +357,9 @@ impl Engine {
         let listed: Vec<Uuid> = stats.instances.iter().map(|s| s.instance_uuid).collect();
         self.stale_gone(node, &listed);
         // Placed here by the store, absent from the node's report.
-        for brief in known.into_values() {
-            match self.store.instance(Scope::All, brief.id) {
-                Ok(record) => self.absent(node, &record)?,
-                Err(StoreError::NotFound { .. }) => {}
-                Err(e) => return Err(e.into()),
-            }
+        let absent: Vec<Uuid> = known.into_keys().collect();
+        for record in self.store.instances_by_id(&absent)?.into_iter().flatten() {
+            self.absent(node, &record)?;
         }
         Ok(())
     }

@@ -414,6 +414,34 @@ fn stats_make_pending_instances_active_on_their_node() {
     assert_eq!(node.status, NodeStatus::Ready);
 }
 
+/// A STATS's records are read together: each listed instance is reconciled once (one listed
+/// twice by its first listing), and one the store places on the node but the report leaves out
+/// is missing.
+#[test]
+fn a_stats_reconciles_each_listed_instance_once_and_the_unlisted_as_absent() {
+    let w = world();
+    w.node_connected(NODE, NodeType::ComputeNode);
+    let ids: Vec<Uuid> = w.launch(3).iter().map(|i| i.id).collect();
+    w.stats(
+        NODE,
+        &[
+            (ids[0], Reported::Active),
+            (ids[1], Reported::Active),
+            (ids[0], Reported::Exited),
+            (ids[2], Reported::Active),
+        ],
+    );
+    for id in &ids {
+        assert_eq!(w.placed(*id), (InstanceState::Active, Some(NODE)));
+    }
+    w.stats(
+        NODE,
+        &[(ids[0], Reported::Active), (ids[1], Reported::Active)],
+    );
+    assert_eq!(w.state(ids[0]), InstanceState::Active);
+    assert_eq!(w.state(ids[2]), InstanceState::Missing);
+}
+
 #[test]
 fn stop_keeps_the_instance_on_its_node_and_start_boots_it_there() {
     let w = world();

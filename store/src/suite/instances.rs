@@ -768,7 +768,8 @@ pub(crate) fn reservation_ids_are_kept_and_bounded<F: Fixture>() {
 
 /// `instance_briefs_on` gives each instance on the node (id, state with its reason, node,
 /// version) as the whole record has it, in creation order, and none of another node's;
-/// `instance_counts` counts every state that has instances.
+/// `instance_counts` counts every state that has instances; `instances_by_id` reads whole
+/// records in the order asked, `None` for an unknown or deleted one.
 pub(crate) fn briefs_and_counts_match_the_records<F: Fixture>() {
     let fx = F::new();
     let store = fx.open();
@@ -823,11 +824,28 @@ pub(crate) fn briefs_and_counts_match_the_records<F: Fixture>() {
             .into_iter()
             .collect();
     assert_eq!(counts, want);
+    let stranger = Uuid::new_v4();
+    let asked = [made[3].id, stranger, made[0].id, made[1].id];
+    let read = store.instances_by_id(&asked).unwrap();
+    assert_eq!(
+        read,
+        vec![
+            Some(made[3].clone()),
+            None,
+            Some(made[0].clone()),
+            Some(made[1].clone())
+        ]
+    );
+    assert!(store.instances_by_id(&[]).unwrap().is_empty());
     store.delete_instance(Scope::All, made[0].id).unwrap();
     assert_eq!(store.instance_counts().unwrap().get("active"), Some(&1));
     assert_eq!(
         store.instance_briefs_on(node).unwrap(),
         on_node[1..].to_vec()
+    );
+    assert_eq!(
+        store.instances_by_id(&[made[0].id, made[2].id]).unwrap(),
+        vec![None, Some(made[2].clone())]
     );
 }
 

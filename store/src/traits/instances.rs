@@ -20,6 +20,17 @@ pub trait InstanceStore: Send + Sync {
     fn create_instance(&self, new: NewInstance) -> Result<Instance>;
     /// One instance visible in `scope`.
     fn instance(&self, scope: Scope, id: Uuid) -> Result<Instance>;
+    /// The instances of `ids` (any tenant's), in their order: `None` for one there is none of.
+    /// The default reads them one by one; a store that can read them together does.
+    fn instances_by_id(&self, ids: &[Uuid]) -> Result<Vec<Option<Instance>>> {
+        ids.iter()
+            .map(|&id| match self.instance(Scope::All, id) {
+                Ok(instance) => Ok(Some(instance)),
+                Err(crate::StoreError::NotFound { .. }) => Ok(None),
+                Err(e) => Err(e),
+            })
+            .collect()
+    }
     /// A page of the instances visible in `scope`, in creation order.
     fn instances(
         &self,
