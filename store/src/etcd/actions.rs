@@ -18,11 +18,13 @@ impl ActionStore for EtcdStore {
         rules::check_new(&new)?;
         self.atomically("recording an instance action", |tx| {
             let keys = tx.keys();
-            let instance: InstanceRec = tx
-                .get_json(&keys.instance(new.instance))?
-                .ok_or_else(|| StoreError::not_found("instance", new.instance))?;
             let prefix = keys.actions(new.instance);
-            let found = of_instance(tx, new.instance)?;
+            // The instance and its actions in one round trip.
+            let (instance, found) = tx.get_and_range(&keys.instance(new.instance), &prefix)?;
+            let instance: InstanceRec = instance
+                .ok_or_else(|| StoreError::not_found("instance", new.instance))?
+                .decode()?;
+            let found = decode_actions(found)?;
             if found.iter().any(|(_, a)| a.request_id == new.request_id) {
                 return Err(rules::duplicate(&new));
             }
@@ -119,8 +121,12 @@ impl ActionStore for EtcdStore {
 /// The instance's actions with their keys, oldest first.
 fn of_instance(tx: &mut Tx<'_>, instance: Uuid) -> Result<Vec<(Kv, InstanceAction)>> {
     let prefix = tx.keys().actions(instance);
-    tx.range(&prefix)?
-        .into_iter()
+    decode_actions(tx.range(&prefix)?)
+}
+
+/// The actions of an instance's range, with their keys.
+fn decode_actions(kvs: Vec<Kv>) -> Result<Vec<(Kv, InstanceAction)>> {
+    kvs.into_iter()
         .map(|kv| {
             let action = kv.decode::<ActionRec>()?.model()?;
             Ok((kv, action))

@@ -367,6 +367,49 @@ impl EtcdStore {
         self.call(self.get_many_async(keys))
     }
 
+    /// Reads `key` and the keys in `[start, end)` in one round trip, at one revision: the
+    /// revision, the key, the range. The range is answered whole: only for small ones.
+    fn get_and_range(
+        &self,
+        key: &str,
+        start: &str,
+        end: &[u8],
+    ) -> Result<(i64, Option<Kv>, Vec<Kv>)> {
+        let mut kv = self.client.kv_client();
+        let txn = Txn::new().and_then(vec![
+            TxnOp::get(key, None),
+            TxnOp::get(start, Some(GetOptions::new().with_range(end.to_vec()))),
+        ]);
+        let resp = self.call(async move {
+            let mut tries = 0;
+            loop {
+                match kv.txn(txn.clone()).await {
+                    // etcd's users or roles changed while it was in flight: read again.
+                    Err(e) if auth_changed(&e) && tries < AUTH_RETRIES => tries += 1,
+                    other => break other,
+                }
+            }
+        })?;
+        let revision = resp
+            .header()
+            .map(|h| h.revision())
+            .ok_or_else(|| StoreError::Backend("etcd answered a read without a header".into()))?;
+        let mut gets = resp.op_responses().into_iter().map(|op| match op {
+            TxnOpResponse::Get(get) => get
+                .kvs()
+                .iter()
+                .map(Kv::from_etcd)
+                .collect::<Result<Vec<Kv>>>(),
+            _ => Err(StoreError::Backend("unexpected response to a read".into())),
+        });
+        let (Some(one), Some(range), None) = (gets.next(), gets.next(), gets.next()) else {
+            return Err(StoreError::Backend(
+                "etcd answered two reads with another number of answers".into(),
+            ));
+        };
+        Ok((revision, one?.into_iter().next(), range?))
+    }
+
     /// Reads the keys in `[start, end)` (at most `limit`, 0 for all) with `opts` applied, in
     /// batches of [`RANGE_BATCH`] at one revision (the current one unless `opts` pins another);
     /// returns the current revision and the keys.
@@ -705,6 +748,18 @@ impl<'s> Tx<'s> {
         self.compares
             .push(Compare::mod_revision(prefix, CompareOp::Less, revision + 1).with_range(end));
         Ok(found)
+    }
+
+    /// Reads `key` and every key under `prefix` in one round trip ([`EtcdStore::get_and_range`]:
+    /// a small range only); the commit requires the key unchanged (or still absent) and nothing
+    /// under `prefix` created or changed since.
+    fn get_and_range(&mut self, key: &str, prefix: &str) -> Result<(Option<Kv>, Vec<Kv>)> {
+        let end = prefix_end(prefix);
+        let (revision, found, under) = self.store.get_and_range(key, prefix, &end)?;
+        self.watch(key, found.as_ref());
+        self.compares
+            .push(Compare::mod_revision(prefix, CompareOp::Less, revision + 1).with_range(end));
+        Ok((found, under))
     }
 
     /// Reads whether any key is under `prefix`; the commit requires that none was created or
