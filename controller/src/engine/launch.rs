@@ -11,7 +11,7 @@
 //! what was launched before it, as for a launch from an image.
 
 use super::Engine;
-use super::start::Plan;
+use super::start::{Known, Plan};
 use crate::actions::{self, ActionKind};
 use crate::cluster::{BootVolume, Caller, ClusterError, Launch, NodeStatus};
 use crate::volumes as rules;
@@ -57,6 +57,7 @@ impl Engine {
 
     /// Sends the STARTs of the instances `created` for `launch` (each with its `create` action),
     /// then says how the launch went: `failure` (what stopped it part-way) once they are sent.
+    /// `from_image`: they boot from the image (no volume is attached to them).
     pub(super) fn dispatch_launched(
         &self,
         launch: &Launch,
@@ -64,7 +65,12 @@ impl Engine {
         created: Vec<Instance>,
         failure: Option<ClusterError>,
         by: &Caller,
+        from_image: bool,
     ) -> Result<Vec<Instance>, ClusterError> {
+        let known = Known {
+            no_boot_volume: from_image,
+            no_server_group: launch.server_group.is_none(),
+        };
         let mut launched = Vec::with_capacity(created.len());
         let request_id = actions::request_id_of(by);
         // Their actions begin in one store transaction and end in another (one commit each per
@@ -93,7 +99,7 @@ impl Engine {
         let mut outcome = Ok(());
         let mut dispatched_all = Vec::with_capacity(created.len());
         for (instance, ticket) in created.into_iter().zip(&tickets) {
-            let dispatched = self.dispatch(instance, plan, false);
+            let dispatched = self.dispatch_known(instance, plan, false, known);
             let failed = dispatched.is_err();
             dispatched_all.push((ticket, dispatched));
             if failed {
@@ -233,7 +239,7 @@ impl Engine {
                 }
             }
         }
-        self.dispatch_launched(&launch, &plan, created, failure, by)
+        self.dispatch_launched(&launch, &plan, created, failure, by, false)
     }
 
     /// `Conflict` when `volume`'s file is on a node that is not connected: a server booted from

@@ -39,14 +39,12 @@ pub(super) struct Step {
 
 impl Engine {
     /// The off-host host a start of `instance` goes to under the placement rule (module docs).
+    /// The hosts are read only when no node of cumulo's own is ready: a store read less for
+    /// every START while one is.
     pub(super) fn off_host_target(
         &self,
         instance: Uuid,
     ) -> Result<Option<RemoteHost>, ClusterError> {
-        let hosts = self.store.remote_hosts()?;
-        if hosts.is_empty() {
-            return Ok(None);
-        }
         let on_host_ready = self.out.connected()
             && self
                 .state()
@@ -54,6 +52,10 @@ impl Engine {
                 .values()
                 .any(|n| n.kinds.compute && n.status == NodeStatus::Ready);
         if on_host_ready {
+            return Ok(None);
+        }
+        let hosts = self.store.remote_hosts()?;
+        if hosts.is_empty() {
             return Ok(None);
         }
         let len = u128::try_from(hosts.len()).unwrap_or(1);

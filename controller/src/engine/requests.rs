@@ -30,7 +30,7 @@ impl Cluster for Engine {
             created.clear();
             failure = Some(e.into());
         }
-        self.dispatch_launched(&launch, &plan, created, failure, by)
+        self.dispatch_launched(&launch, &plan, created, failure, by, true)
     }
 
     fn launch_from_volume(

@@ -33,6 +33,17 @@ pub(super) struct Plan {
     pub(super) kernel: Result<Option<KernelPlan>, KernelError>,
 }
 
+/// What the caller of [`Engine::dispatch_known`] knows of the instance already, so that each
+/// instance of a launch does not read it again: a store read less per START for each.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Known {
+    /// It boots from no volume: a launch from an image made it (a volume is attached as the
+    /// root disk only by a launch from a volume).
+    pub(super) no_boot_volume: bool,
+    /// It is in no server group: its launch named none (only a launch puts an instance in one).
+    pub(super) no_server_group: bool,
+}
+
 /// A host name made of the instance's name: letters, digits and dashes, at most 63.
 fn hostname(name: &str) -> String {
     let cleaned: String = name
@@ -169,7 +180,21 @@ impl Engine {
         plan: &Plan,
         restart: bool,
     ) -> Result<Instance, ClusterError> {
-        let boot = rules::boot_volume(self.store.as_ref(), &instance)?;
+        self.dispatch_known(instance, plan, restart, Known::default())
+    }
+
+    /// [`Engine::dispatch`], with what the caller knows of the instance already.
+    pub(super) fn dispatch_known(
+        &self,
+        instance: Instance,
+        plan: &Plan,
+        restart: bool,
+        known: Known,
+    ) -> Result<Instance, ClusterError> {
+        let boot = match known.no_boot_volume {
+            true => None,
+            false => rules::boot_volume(self.store.as_ref(), &instance)?,
+        };
         // A restart boots the domain its node kept, kernel and all: only a new one needs the
         // kernel its image names now.
         if let Err(why) = &plan.kernel
@@ -210,7 +235,11 @@ impl Engine {
         // scheduler refuses such a START); a restart or a rebuild stays where its disks are.
         if !restart && instance.state != InstanceState::Rebuilding {
             start.requirements.avoid_nodes = self.avoided_nodes();
-            start.requirements.group = match self.group_requirement(&instance) {
+            let group = match known.no_server_group {
+                true => Ok(None),
+                false => self.group_requirement(&instance),
+            };
+            start.requirements.group = match group {
                 Ok(group) => group,
                 // Not left pending with no START: in error, with the cause.
                 Err(e) => {
