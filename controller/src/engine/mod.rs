@@ -49,6 +49,7 @@ mod requests;
 pub mod run;
 pub mod schedulers;
 mod start;
+mod stats;
 mod sweep;
 mod traces;
 mod volumes;
