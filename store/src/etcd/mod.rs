@@ -70,24 +70,23 @@ mod tests;
 #[cfg(test)]
 mod tls_tests;
 mod transport;
+mod tx;
 mod volumes;
 
 use std::future::Future;
 use std::time::Duration;
 
-use etcd_client::{
-    Client, Compare, CompareOp, GetOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
-};
-use serde::Serialize;
+use etcd_client::{Client, Compare, GetOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse};
 use serde::de::DeserializeOwned;
 use uuid::Uuid;
 
 #[cfg(feature = "cli")]
 pub use self::args::EtcdArgs;
-use self::keys::{Keys, prefix_end};
+use self::keys::Keys;
 use self::records::{SCHEMA_VERSION, SchemaRec};
 use self::transport::Dialer;
 pub use self::transport::EtcdTransport;
+use self::tx::Tx;
 use super::*;
 
 /// The most calls [`EtcdStore::side_by_side`] keeps in flight.
@@ -675,133 +674,6 @@ fn pause(attempt: u32) {
     let ceiling_us = 500u128 * u128::from(attempt.min(10) + 1);
     let jitter = Uuid::new_v4().as_u128() % ceiling_us;
     std::thread::sleep(Duration::from_micros(u64::try_from(jitter).unwrap_or(0)));
-}
-
-/// One optimistic transaction being built: what was read (as compares) and what to write.
-struct Tx<'s> {
-    store: &'s EtcdStore,
-    compares: Vec<Compare>,
-    ops: Vec<TxnOp>,
-    /// Keys read ahead ([`Tx::prefetch`]), as read: a later read of only such keys is answered
-    /// from here (their compares are in already). Writes of the transaction do not show here.
-    prefetched: std::collections::HashMap<String, Option<Kv>>,
-}
-
-impl<'s> Tx<'s> {
-    fn new(store: &'s EtcdStore) -> Tx<'s> {
-        Tx {
-            store,
-            compares: Vec::new(),
-            ops: Vec::new(),
-            prefetched: std::collections::HashMap::new(),
-        }
-    }
-
-    /// Reads `keys` in one round trip (the commit requires each unchanged), so that the reads of
-    /// them that follow cost none. Only for keys that the transaction does not write before it
-    /// reads them again: a read from here returns the value before the transaction.
-    fn prefetch(&mut self, keys: &[String]) -> Result<()> {
-        let found = self.get_many(keys)?;
-        self.prefetched.extend(keys.iter().cloned().zip(found));
-        Ok(())
-    }
-
-    fn keys(&self) -> &'s Keys {
-        &self.store.keys
-    }
-
-    fn watch(&mut self, key: &str, kv: Option<&Kv>) {
-        self.compares.push(match kv {
-            Some(kv) => Compare::mod_revision(key, CompareOp::Equal, kv.mod_rev),
-            None => Compare::create_revision(key, CompareOp::Equal, 0),
-        });
-    }
-
-    /// Reads one key; the commit requires it unchanged (or still absent).
-    fn get(&mut self, key: &str) -> Result<Option<Kv>> {
-        let mut found = self.get_many(&[key.to_string()])?;
-        Ok(found.pop().flatten())
-    }
-
-    /// Reads one key as a JSON record.
-    fn get_json<T: DeserializeOwned>(&mut self, key: &str) -> Result<Option<T>> {
-        self.get(key)?.map(|kv| kv.decode()).transpose()
-    }
-
-    /// Reads several keys in one round trip; the commit requires each unchanged.
-    fn get_many(&mut self, keys: &[String]) -> Result<Vec<Option<Kv>>> {
-        if !keys.is_empty() && keys.iter().all(|k| self.prefetched.contains_key(k)) {
-            return Ok(keys.iter().map(|k| self.prefetched[k].clone()).collect());
-        }
-        let found = self.store.get_many(keys)?;
-        for (key, kv) in keys.iter().zip(&found) {
-            self.watch(key, kv.as_ref());
-        }
-        Ok(found)
-    }
-
-    /// Reads every key under `prefix`; the commit requires that none was created or changed
-    /// since (a deletion in the range is not noticed).
-    fn range(&mut self, prefix: &str) -> Result<Vec<Kv>> {
-        let end = prefix_end(prefix);
-        let (revision, found) = self.store.range(prefix, &end, 0, |o| o)?;
-        self.compares
-            .push(Compare::mod_revision(prefix, CompareOp::Less, revision + 1).with_range(end));
-        Ok(found)
-    }
-
-    /// Reads `key` and every key under `prefix` in one round trip ([`EtcdStore::get_and_range`]:
-    /// a small range only); the commit requires the key unchanged (or still absent) and nothing
-    /// under `prefix` created or changed since.
-    fn get_and_range(&mut self, key: &str, prefix: &str) -> Result<(Option<Kv>, Vec<Kv>)> {
-        let end = prefix_end(prefix);
-        let (revision, found, under) = self.store.get_and_range(key, prefix, &end)?;
-        self.watch(key, found.as_ref());
-        self.compares
-            .push(Compare::mod_revision(prefix, CompareOp::Less, revision + 1).with_range(end));
-        Ok((found, under))
-    }
-
-    /// Reads whether any key is under `prefix`; the commit requires that none was created or
-    /// changed since.
-    fn any_under(&mut self, prefix: &str) -> Result<bool> {
-        let end = prefix_end(prefix);
-        let (revision, found) = self.store.range(prefix, &end, 1, |o| o.with_keys_only())?;
-        self.compares
-            .push(Compare::mod_revision(prefix, CompareOp::Less, revision + 1).with_range(end));
-        Ok(!found.is_empty())
-    }
-
-    /// Writes `value` as JSON at `key`.
-    fn put<T: Serialize>(&mut self, key: &str, value: &T) -> Result<()> {
-        let json = serde_json::to_vec(value)
-            .map_err(|e| StoreError::Backend(format!("encoding {key}: {e}")))?;
-        self.ops.push(TxnOp::put(key, json, None));
-        Ok(())
-    }
-
-    /// Writes `text` at `key`.
-    fn put_text(&mut self, key: &str, text: &str) {
-        self.ops.push(TxnOp::put(key, text, None));
-    }
-
-    /// Deletes `key`.
-    fn delete(&mut self, key: &str) {
-        self.ops.push(TxnOp::delete(key, None));
-    }
-
-    /// Deletes every key in `[start, end)`.
-    fn delete_range(&mut self, start: &str, end: Vec<u8>) {
-        self.ops.push(TxnOp::delete(
-            start,
-            Some(etcd_client::DeleteOptions::new().with_range(end)),
-        ));
-    }
-
-    /// Deletes every key under `prefix`.
-    fn delete_prefix(&mut self, prefix: &str) {
-        self.delete_range(prefix, prefix_end(prefix));
-    }
 }
 
 /// Decodes every record of `kvs`.

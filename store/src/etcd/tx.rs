@@ -1,0 +1,141 @@
+//! [`Tx`]: one optimistic etcd transaction being built, for [`EtcdStore::atomically`] and
+//! [`EtcdStore::read`]: its reads become the commit's compares.
+
+use etcd_client::{Compare, CompareOp, TxnOp};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::keys::{Keys, prefix_end};
+use super::{EtcdStore, Kv};
+use crate::{Result, StoreError};
+
+/// One optimistic transaction being built: what was read (as compares) and what to write.
+pub(super) struct Tx<'s> {
+    pub(super) store: &'s EtcdStore,
+    pub(super) compares: Vec<Compare>,
+    pub(super) ops: Vec<TxnOp>,
+    /// Keys read ahead ([`Tx::prefetch`]), as read: a later read of only such keys is answered
+    /// from here (their compares are in already). Writes of the transaction do not show here.
+    pub(super) prefetched: std::collections::HashMap<String, Option<Kv>>,
+}
+
+impl<'s> Tx<'s> {
+    pub(super) fn new(store: &'s EtcdStore) -> Tx<'s> {
+        Tx {
+            store,
+            compares: Vec::new(),
+            ops: Vec::new(),
+            prefetched: std::collections::HashMap::new(),
+        }
+    }
+
+    /// Reads `keys` in one round trip (the commit requires each unchanged), so that the reads of
+    /// them that follow cost none. Only for keys that the transaction does not write before it
+    /// reads them again: a read from here returns the value before the transaction.
+    pub(super) fn prefetch(&mut self, keys: &[String]) -> Result<()> {
+        let found = self.get_many(keys)?;
+        self.prefetched.extend(keys.iter().cloned().zip(found));
+        Ok(())
+    }
+
+    pub(super) fn keys(&self) -> &'s Keys {
+        &self.store.keys
+    }
+
+    pub(super) fn watch(&mut self, key: &str, kv: Option<&Kv>) {
+        self.compares.push(match kv {
+            Some(kv) => Compare::mod_revision(key, CompareOp::Equal, kv.mod_rev),
+            None => Compare::create_revision(key, CompareOp::Equal, 0),
+        });
+    }
+
+    /// Reads one key; the commit requires it unchanged (or still absent).
+    pub(super) fn get(&mut self, key: &str) -> Result<Option<Kv>> {
+        let mut found = self.get_many(&[key.to_string()])?;
+        Ok(found.pop().flatten())
+    }
+
+    /// Reads one key as a JSON record.
+    pub(super) fn get_json<T: DeserializeOwned>(&mut self, key: &str) -> Result<Option<T>> {
+        self.get(key)?.map(|kv| kv.decode()).transpose()
+    }
+
+    /// Reads several keys in one round trip; the commit requires each unchanged.
+    pub(super) fn get_many(&mut self, keys: &[String]) -> Result<Vec<Option<Kv>>> {
+        if !keys.is_empty() && keys.iter().all(|k| self.prefetched.contains_key(k)) {
+            return Ok(keys.iter().map(|k| self.prefetched[k].clone()).collect());
+        }
+        let found = self.store.get_many(keys)?;
+        for (key, kv) in keys.iter().zip(&found) {
+            self.watch(key, kv.as_ref());
+        }
+        Ok(found)
+    }
+
+    /// Reads every key under `prefix`; the commit requires that none was created or changed
+    /// since (a deletion in the range is not noticed).
+    pub(super) fn range(&mut self, prefix: &str) -> Result<Vec<Kv>> {
+        let end = prefix_end(prefix);
+        let (revision, found) = self.store.range(prefix, &end, 0, |o| o)?;
+        self.compares
+            .push(Compare::mod_revision(prefix, CompareOp::Less, revision + 1).with_range(end));
+        Ok(found)
+    }
+
+    /// Reads `key` and every key under `prefix` in one round trip ([`EtcdStore::get_and_range`]:
+    /// a small range only); the commit requires the key unchanged (or still absent) and nothing
+    /// under `prefix` created or changed since.
+    pub(super) fn get_and_range(
+        &mut self,
+        key: &str,
+        prefix: &str,
+    ) -> Result<(Option<Kv>, Vec<Kv>)> {
+        let end = prefix_end(prefix);
+        let (revision, found, under) = self.store.get_and_range(key, prefix, &end)?;
+        self.watch(key, found.as_ref());
+        self.compares
+            .push(Compare::mod_revision(prefix, CompareOp::Less, revision + 1).with_range(end));
+        Ok((found, under))
+    }
+
+    /// Reads whether any key is under `prefix`; the commit requires that none was created or
+    /// changed since.
+    pub(super) fn any_under(&mut self, prefix: &str) -> Result<bool> {
+        let end = prefix_end(prefix);
+        let (revision, found) = self.store.range(prefix, &end, 1, |o| o.with_keys_only())?;
+        self.compares
+            .push(Compare::mod_revision(prefix, CompareOp::Less, revision + 1).with_range(end));
+        Ok(!found.is_empty())
+    }
+
+    /// Writes `value` as JSON at `key`.
+    pub(super) fn put<T: Serialize>(&mut self, key: &str, value: &T) -> Result<()> {
+        let json = serde_json::to_vec(value)
+            .map_err(|e| StoreError::Backend(format!("encoding {key}: {e}")))?;
+        self.ops.push(TxnOp::put(key, json, None));
+        Ok(())
+    }
+
+    /// Writes `text` at `key`.
+    pub(super) fn put_text(&mut self, key: &str, text: &str) {
+        self.ops.push(TxnOp::put(key, text, None));
+    }
+
+    /// Deletes `key`.
+    pub(super) fn delete(&mut self, key: &str) {
+        self.ops.push(TxnOp::delete(key, None));
+    }
+
+    /// Deletes every key in `[start, end)`.
+    pub(super) fn delete_range(&mut self, start: &str, end: Vec<u8>) {
+        self.ops.push(TxnOp::delete(
+            start,
+            Some(etcd_client::DeleteOptions::new().with_range(end)),
+        ));
+    }
+
+    /// Deletes every key under `prefix`.
+    pub(super) fn delete_prefix(&mut self, prefix: &str) {
+        self.delete_range(prefix, prefix_end(prefix));
+    }
+}
