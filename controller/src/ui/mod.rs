@@ -22,6 +22,7 @@
 
 mod call;
 mod html;
+mod instance;
 mod instances;
 mod lists;
 mod nodes;
@@ -61,8 +62,8 @@ pub fn dashboard(api: Router, secure: bool) -> Router {
             get(instances::list).post(instances::create),
         )
         .route("/ui/instances/live", get(instances::table))
-        .route("/ui/instances/{id}", get(instances::show))
-        .route("/ui/instances/{id}/live", get(instances::detail))
+        .route("/ui/instances/{id}", get(instance::show))
+        .route("/ui/instances/{id}/live", get(instance::detail))
         .route("/ui/instances/{id}/{action}", post(instances::act))
         .route("/ui/nodes", get(nodes::list))
         .route("/ui/nodes/live", get(nodes::table))
