@@ -9,10 +9,12 @@
 //!   off-host operation queued in the store; a create left waiting for its subnet's CNCI):
 //!   `Success`, or `Error` with why it was not.
 //! - Every START sent to the scheduler (a create, a start, the start that follows a reboot's
-//!   stop) starts the event `node_start` on the instance's newest action. It is finished
-//!   `Success` when a node reports the instance running, and `Error` with the cause when the
-//!   START could not be sent, a node or the scheduler answered a fatal START_FAILURE, or no node
-//!   reported the instance in time (`start_lost`). Off-host starts have no `node_start`: the
+//!   stop) starts the event `node_start` on the instance's newest action (a launch whose STARTs
+//!   all go at once, with no CNCI to wait for and no off-host host, records it started with the
+//!   action itself, just before its STARTs are sent: a store write less per instance). It is
+//!   finished `Success` when a node reports the instance running, and `Error` with the cause
+//!   when the START could not be sent, a node or the scheduler answered a fatal START_FAILURE,
+//!   or no node reported the instance in time (`start_lost`). Off-host starts have no `node_start`: the
 //!   off-host launcher writes the outcome to the instance's record, not to the controller.
 //! - Recording never fails a request: a store error while recording is logged and the request
 //!   goes on.
@@ -170,7 +172,23 @@ pub fn begin_many(
     kind: ActionKind,
     by: &Caller,
 ) -> Vec<ActionTicket> {
+    begin_many_with(store, request_id, instances, kind, by, &[])
+}
+
+/// [`begin_many`], each action with the events `also` started beside the controller's (a
+/// launch whose STARTs go at once: [`NODE_START`]).
+pub fn begin_many_with(
+    store: &dyn ActionStore,
+    request_id: &str,
+    instances: &[Uuid],
+    kind: ActionKind,
+    by: &Caller,
+    also: &[&str],
+) -> Vec<ActionTicket> {
     let event = kind.controller_event();
+    let events: Vec<String> = std::iter::once(event.clone())
+        .chain(also.iter().map(|e| e.to_string()))
+        .collect();
     let new: Vec<NewInstanceAction> = instances
         .iter()
         .map(|&instance| NewInstanceAction {
@@ -179,7 +197,7 @@ pub fn begin_many(
             action: kind.as_str().to_string(),
             user: by.user,
             project: by.project,
-            events: vec![event.clone()],
+            events: events.clone(),
         })
         .collect();
     let recorded = store.add_instance_actions(&new);

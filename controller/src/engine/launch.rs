@@ -10,8 +10,8 @@
 //! refused launch leaves nothing behind; a quota reached part-way stops the launch and keeps
 //! what was launched before it, as for a launch from an image.
 
-use super::Engine;
 use super::start::{Known, Plan};
+use super::{Engine, TenantNetwork};
 use crate::actions::{self, ActionKind};
 use crate::cluster::{BootVolume, Caller, ClusterError, Launch, NodeStatus};
 use crate::volumes as rules;
@@ -67,10 +67,23 @@ impl Engine {
         by: &Caller,
         from_image: bool,
     ) -> Result<Vec<Instance>, ClusterError> {
+        // With no CNCI to wait for, an image a node can boot and no off-host host to go to (the
+        // same for every instance), each instance's START goes right after its action is
+        // recorded: `node_start` starts with the action.
+        let at_once = self.config.tenant_network == TenantNetwork::None
+            && plan.kernel.is_ok()
+            && created
+                .first()
+                .map(|i| self.off_host_target(i.id))
+                .transpose()?
+                .flatten()
+                .is_none();
         let known = Known {
             no_boot_volume: from_image,
             no_server_group: launch.server_group.is_none(),
+            node_start_begun: at_once,
         };
+        let also: &[&str] = if at_once { &[actions::NODE_START] } else { &[] };
         let mut launched = Vec::with_capacity(created.len());
         let request_id = actions::request_id_of(by);
         // Their actions begin in one store transaction and end in another (one commit each per
@@ -81,12 +94,13 @@ impl Engine {
         let mut tickets = Vec::new();
         let ids: Vec<uuid::Uuid> = created.iter().map(|i| i.id).collect();
         let begun = self.store.batch(&mut || {
-            tickets = actions::begin_many(
+            tickets = actions::begin_many_with(
                 self.store.as_ref(),
                 &request_id,
                 &ids,
                 ActionKind::Create,
                 by,
+                also,
             );
         });
         if let Err(e) = begun {

@@ -42,6 +42,8 @@ pub(super) struct Known {
     pub(super) no_boot_volume: bool,
     /// It is in no server group: its launch named none (only a launch puts an instance in one).
     pub(super) no_server_group: bool,
+    /// Its action's `node_start` is started already ([`actions::begin_many_with`]).
+    pub(super) node_start_begun: bool,
 }
 
 /// A host name made of the instance's name: letters, digits and dashes, at most 63.
@@ -251,7 +253,9 @@ impl Engine {
             };
             start.requirements.zone.clone_from(&instance.zone);
         }
-        actions::start_sent(self.store.as_ref(), instance.id);
+        if !known.node_start_begun {
+            actions::start_sent(self.store.as_ref(), instance.id);
+        }
         let label = self.state().traced.remove(&instance.id);
         let sent = self.send_maybe_traced(&Payload::Start(Box::new(start)), label);
         if sent.is_ok() {

@@ -87,6 +87,30 @@ fn a_launch_records_a_create_per_instance_and_how_each_start_went() {
     );
 }
 
+/// A launch waiting for its subnet's CNCI sends no START yet: its actions have no `node_start`
+/// until the CNCI is up and the STARTs go.
+#[test]
+fn a_launch_that_waits_for_its_cnci_starts_node_start_when_its_starts_go() {
+    let w = world_with(TenantNetwork::Cnci, Quota::default());
+    let made = w.launch(2);
+    assert_eq!(starts(&w.out.take()).len(), 1, "the CNCI's alone");
+    for i in &made {
+        assert_eq!(
+            events_of(&actions_of(&w, i.id)[0]),
+            [("controller_create", OK)]
+        );
+    }
+    let cnci = w.engine.store().cncis(Scope::All).unwrap().remove(0);
+    w.event(added(&cnci));
+    assert_eq!(starts(&w.out.take()).len(), 2);
+    for i in &made {
+        assert_eq!(
+            events_of(&actions_of(&w, i.id)[0]),
+            [("controller_create", OK), ("node_start", None)]
+        );
+    }
+}
+
 #[test]
 fn stop_start_reboot_and_delete_are_recorded_and_refusals_are_not() {
     let w = world();
