@@ -9,9 +9,11 @@
 //!   off-host operation queued in the store; a create left waiting for its subnet's CNCI):
 //!   `Success`, or `Error` with why it was not.
 //! - Every START sent to the scheduler (a create, a start, the start that follows a reboot's
-//!   stop) starts the event `node_start` on the instance's newest action (a launch whose STARTs
-//!   all go at once, with no CNCI to wait for and no off-host host, records it started with the
-//!   action itself, just before its STARTs are sent: a store write less per instance). It is
+//!   stop) starts the event `node_start` on the instance's newest action (a launch from an
+//!   image whose STARTs all go at once, with no CNCI to wait for, a kernel it can boot and no
+//!   off-host host, records it started with the action itself, just before its STARTs are sent:
+//!   a store write less per instance; one whose START then does not go has it ended `Error`,
+//!   `off_host` for one that went off-host after all). It is
 //!   finished `Success` when a node reports the instance running, and `Error` with the cause
 //!   when the START could not be sent, a node or the scheduler answered a fatal START_FAILURE,
 //!   or no node reported the instance in time (`start_lost`). Off-host starts have no `node_start`: the

@@ -67,17 +67,17 @@ impl Engine {
         by: &Caller,
         from_image: bool,
     ) -> Result<Vec<Instance>, ClusterError> {
-        // With no CNCI to wait for, an image a node can boot and no off-host host to go to (the
-        // same for every instance), each instance's START goes right after its action is
-        // recorded: `node_start` starts with the action.
-        let at_once = self.config.tenant_network == TenantNetwork::None
+        // From an image, with no CNCI to wait for, an image a node can boot and no off-host
+        // host to go to (the same for every instance, read from the first), each instance's
+        // START goes right after its action is recorded: `node_start` starts with the action.
+        // Whatever then keeps a START from going finishes it (below, and in `dispatch_known`).
+        let at_once = from_image
+            && self.config.tenant_network == TenantNetwork::None
             && plan.kernel.is_ok()
-            && created
-                .first()
-                .map(|i| self.off_host_target(i.id))
-                .transpose()?
-                .flatten()
-                .is_none();
+            && matches!(
+                created.first().map(|i| self.off_host_target(i.id)),
+                Some(Ok(None))
+            );
         let known = Known {
             no_boot_volume: from_image,
             no_server_group: launch.server_group.is_none(),
@@ -122,6 +122,9 @@ impl Engine {
         }
         // What was not sent (a dispatch that failed, or one deferred) goes untraced.
         self.unmark_traced(&ids);
+        if at_once {
+            self.unsent_starts_ended(&ids, &dispatched_all);
+        }
         let ends: Vec<(&actions::ActionTicket, store::EventOutcome)> = dispatched_all
             .iter()
             .map(|(ticket, dispatched)| (*ticket, actions::outcome_of(dispatched)))
@@ -161,6 +164,38 @@ impl Engine {
                 Err(e)
             }
             None => Ok(launched),
+        }
+    }
+
+    /// The `node_start` begun with the actions of a launch whose STARTs go at once, finished
+    /// `Error` for each instance whose START did not go: a dispatch that failed (unless it
+    /// finished it already), and every instance after it, which the launch did not dispatch.
+    fn unsent_starts_ended(
+        &self,
+        ids: &[uuid::Uuid],
+        dispatched: &[(&actions::ActionTicket, Result<Instance, ClusterError>)],
+    ) {
+        let mut why = None;
+        for (ticket, outcome) in dispatched {
+            if let Err(e) = outcome {
+                let text = format!("dispatch_failure: the START was not sent: {e}");
+                actions::start_ended(
+                    self.store.as_ref(),
+                    ticket.instance,
+                    store::EventOutcome::error(text),
+                );
+                why = Some(e.to_string());
+            }
+        }
+        let why = why.unwrap_or_else(|| "its action was not recorded".into());
+        for &id in ids.iter().skip(dispatched.len()) {
+            actions::start_ended(
+                self.store.as_ref(),
+                id,
+                store::EventOutcome::error(format!(
+                    "dispatch_failure: the launch stopped before this START was sent: {why}"
+                )),
+            );
         }
     }
 

@@ -215,6 +215,19 @@ impl Engine {
                     ),
                 );
             }
+            if known.node_start_begun {
+                // No node of cumulo's own was ready any more when its turn came: off-host starts
+                // have no `node_start`, so the one its launch began ends here.
+                actions::start_ended(
+                    self.store.as_ref(),
+                    instance.id,
+                    EventOutcome::error(format!(
+                        "off_host: no node of cumulo's own was ready; the START went to \
+                         off-host host {}",
+                        host.name
+                    )),
+                );
+            }
             return self.dispatch_off_host(instance, plan, restart, &host);
         }
         let networking = match self.config.tenant_network {

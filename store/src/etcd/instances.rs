@@ -196,9 +196,9 @@ impl InstanceStore for EtcdStore {
         paged(items, page.limit)
     }
 
-    /// One read of every instance record, in key order (none is sorted by etcd, and only the
-    /// state of each is decoded): the default pages in creation order, and etcd sorts the whole
-    /// range again for every page.
+    /// Every instance record read in key order, in batches at one revision (none sorted by
+    /// etcd, only the state of each decoded): the default pages in creation order, and etcd
+    /// sorts the whole range again for every page.
     fn instance_counts(&self) -> Result<std::collections::BTreeMap<&'static str, u64>> {
         /// What a count needs of an instance's record.
         #[derive(serde::Deserialize)]
