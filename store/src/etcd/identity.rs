@@ -97,7 +97,10 @@ impl IdentityStore for EtcdStore {
             tenant_in(tx, id)?;
             let keys = tx.keys();
             let net: NetRec = tx.get_json(&keys.net(id))?.unwrap_or_default();
-            if net.usage.instances > 0 || !net.subnets.is_empty() {
+            if net.usage.instances > 0
+                || !net.subnets.is_empty()
+                || tx.any_under(&keys.full_subnets(id))?
+            {
                 return Err(StoreError::Conflict(format!(
                     "tenant {id} still has instances, subnets or CNCIs"
                 )));
@@ -114,7 +117,10 @@ impl IdentityStore for EtcdStore {
             let t = tenant_in(tx, id)?;
             let keys = tx.keys();
             let net: NetRec = tx.get_json(&keys.net(id))?.unwrap_or_default();
-            if net.usage.instances > 0 || !net.subnets.is_empty() {
+            if net.usage.instances > 0
+                || !net.subnets.is_empty()
+                || tx.any_under(&keys.full_subnets(id))?
+            {
                 return Err(StoreError::Conflict(format!(
                     "tenant {id} still has instances, subnets or CNCIs"
                 )));

@@ -1,6 +1,7 @@
-//! Instances, subnets and CNCIs over etcd: [`InstanceStore`] for [`EtcdStore`]. A tenant's usage,
-//! subnets and address bitmaps are one record (`net/<tenant>`) rewritten in the same transaction as
-//! every instance or CNCI it counts.
+//! Instances, subnets and CNCIs over etcd: [`InstanceStore`] for [`EtcdStore`]. A tenant's usage
+//! and its subnets with a free address (with their address bitmaps) are one record (`net/<tenant>`)
+//! rewritten in the same transaction as every instance or CNCI it counts; a full subnet is a key
+//! of its own (`fullnet/<tenant>/<base>`) until an address in it is freed.
 
 use uuid::Uuid;
 
@@ -45,6 +46,7 @@ impl InstanceStore for EtcdStore {
             })?;
             subnet.mark(ip, true);
             let (subnet_id, base, prefix) = (subnet.id, subnet.base, subnet.prefix);
+            move_out_full(tx, t.id, &mut net)?;
             let seq = net.next_seq;
             net.next_seq += 1;
             net.usage.instances += 1;
@@ -240,7 +242,15 @@ impl InstanceStore for EtcdStore {
 
     fn subnets(&self, scope: Scope) -> Result<Vec<Subnet>> {
         self.read(|tx| match scope {
-            Scope::Tenant(t) => Ok(net_in(tx, t)?.subnets.iter().map(|s| s.model(t)).collect()),
+            Scope::Tenant(t) => {
+                let mut subnets = net_in(tx, t)?.subnets;
+                let full = tx.keys().full_subnets(t);
+                for kv in tx.range(&full)? {
+                    subnets.push(kv.decode()?);
+                }
+                subnets.sort_by_key(|s| s.base);
+                Ok(subnets.iter().map(|s| s.model(t)).collect())
+            }
             Scope::All => {
                 let keys = tx.keys();
                 // Block keys are in base order.
@@ -248,14 +258,7 @@ impl InstanceStore for EtcdStore {
                     .iter()
                     .map(|kv| {
                         let block: BlockRec = kv.decode()?;
-                        let base = kv
-                            .key
-                            .rsplit('/')
-                            .next()
-                            .and_then(|hex| u32::from_str_radix(hex, 16).ok())
-                            .ok_or_else(|| {
-                                StoreError::Backend(format!("bad block key {}", kv.key))
-                            })?;
+                        let base = block_base(kv)?;
                         Ok(Subnet {
                             id: block.subnet,
                             tenant: block.tenant,
@@ -275,17 +278,18 @@ impl InstanceStore for EtcdStore {
             for kv in tx.range(&keys.blocks())? {
                 let block: BlockRec = kv.decode()?;
                 if block.subnet == subnet_id {
-                    owner = Some(block.tenant);
+                    owner = Some((block.tenant, block_base(&kv)?));
                     break;
                 }
             }
-            let tenant = owner.ok_or_else(|| StoreError::not_found("subnet", subnet_id))?;
+            let (tenant, base) = owner.ok_or_else(|| StoreError::not_found("subnet", subnet_id))?;
             let mut net = net_in(tx, tenant)?;
-            let subnet = net
-                .subnets
-                .iter_mut()
-                .find(|s| s.id == subnet_id)
-                .ok_or_else(|| StoreError::not_found("subnet", subnet_id))?;
+            let mut full = None;
+            let subnet = match find_subnet(tx, tenant, &net, subnet_id, base)? {
+                Some(Found::InNet(at)) => &mut net.subnets[at],
+                Some(Found::Full(s)) => full.insert(s),
+                None => return Err(StoreError::not_found("subnet", subnet_id)),
+            };
             if subnet.cnci.is_some() {
                 return Err(StoreError::Conflict(format!(
                     "subnet {subnet_id} already has a CNCI"
@@ -306,7 +310,10 @@ impl InstanceStore for EtcdStore {
                 updated_ms: at,
                 version: 1,
             };
-            tx.put(&keys.net(tenant), &net)?;
+            match full {
+                Some(s) => tx.put(&keys.full_subnet(tenant, s.base), &s)?,
+                None => tx.put(&keys.net(tenant), &net)?,
+            }
             tx.put(&keys.cnci(id), &rec)?;
             Ok(rec.model())
         })
@@ -354,12 +361,19 @@ impl InstanceStore for EtcdStore {
         self.atomically("deleting a CNCI", |tx| {
             let c = cnci_in(tx, Scope::All, id)?;
             let mut net = net_in(tx, c.tenant)?;
-            if let Some(at) = net.subnets.iter().position(|s| s.id == c.subnet) {
-                net.subnets[at].cnci = None;
-                release_if_empty(tx, &mut net, at);
-            }
             let keys = tx.keys();
-            tx.put(&keys.net(c.tenant), &net)?;
+            match find_subnet(tx, c.tenant, &net, c.subnet, c.base)? {
+                Some(Found::InNet(at)) => {
+                    net.subnets[at].cnci = None;
+                    release_if_empty(tx, &mut net, at);
+                    tx.put(&keys.net(c.tenant), &net)?;
+                }
+                Some(Found::Full(mut s)) => {
+                    s.cnci = None;
+                    tx.put(&keys.full_subnet(c.tenant, s.base), &s)?;
+                }
+                None => {}
+            }
             tx.delete(&keys.cnci(id));
             Ok(())
         })
@@ -378,13 +392,7 @@ fn subnet_with_room(tx: &mut Tx<'_>, t: &TenantRec, net: &mut NetRec) -> Result<
         .iter()
         .map(|kv| {
             let block: BlockRec = kv.decode()?;
-            let base = kv
-                .key
-                .rsplit('/')
-                .next()
-                .and_then(|hex| u32::from_str_radix(hex, 16).ok())
-                .ok_or_else(|| StoreError::Backend(format!("bad block key {}", kv.key)))?;
-            Ok((base, block.prefix))
+            Ok((block_base(kv)?, block.prefix))
         })
         .collect::<Result<Vec<_>>>()?;
     let base = net::first_free_block(&taken, t.subnet_prefix)
@@ -401,6 +409,61 @@ fn subnet_with_room(tx: &mut Tx<'_>, t: &TenantRec, net: &mut NetRec) -> Result<
     let at = net.subnets.partition_point(|s| s.base < base);
     net.subnets.insert(at, subnet);
     Ok(at)
+}
+
+/// The base address a block key names.
+fn block_base(kv: &Kv) -> Result<u32> {
+    kv.key
+        .rsplit('/')
+        .next()
+        .and_then(|hex| u32::from_str_radix(hex, 16).ok())
+        .ok_or_else(|| StoreError::Backend(format!("bad block key {}", kv.key)))
+}
+
+/// Moves the subnets of `net` with no free address left to keys of their own: the one a creation
+/// just filled, and any a record written before those keys existed still holds.
+fn move_out_full(tx: &mut Tx<'_>, tenant: Uuid, net: &mut NetRec) -> Result<()> {
+    if net.subnets.iter().all(|s| s.used < s.capacity) {
+        return Ok(());
+    }
+    let keys = tx.keys();
+    let mut kept = Vec::with_capacity(net.subnets.len());
+    for s in std::mem::take(&mut net.subnets) {
+        if s.used < s.capacity {
+            kept.push(s);
+        } else {
+            tx.put(&keys.full_subnet(tenant, s.base), &s)?;
+        }
+    }
+    net.subnets = kept;
+    Ok(())
+}
+
+/// Where a subnet of a tenant is kept.
+enum Found {
+    /// In its networking record, at this index (it has a free address, or a record written before
+    /// full subnets had keys of their own holds it).
+    InNet(usize),
+    /// At a key of its own: full.
+    Full(SubnetRec),
+}
+
+/// Subnet `id` (at `base`) of `tenant`, whose networking record is `net`.
+fn find_subnet(
+    tx: &mut Tx<'_>,
+    tenant: Uuid,
+    net: &NetRec,
+    id: Uuid,
+    base: u32,
+) -> Result<Option<Found>> {
+    if let Some(at) = net.subnets.iter().position(|s| s.id == id) {
+        return Ok(Some(Found::InNet(at)));
+    }
+    let key = tx.keys().full_subnet(tenant, base);
+    Ok(tx
+        .get_json::<SubnetRec>(&key)?
+        .filter(|s| s.id == id)
+        .map(Found::Full))
 }
 
 /// The instance `id` if `scope` sees it, with its key as read.
@@ -537,9 +600,20 @@ pub(super) fn delete_in(tx: &mut Tx<'_>, scope: Scope, id: Uuid) -> Result<()> {
         let (i, _) = instance_in(tx, scope, id)?;
         let mut net = net_in(tx, i.tenant)?;
         let keys = tx.keys();
-        if let Some(at) = net.subnets.iter().position(|s| s.id == i.subnet) {
-            net.subnets[at].mark(i.ip, false);
-            release_if_empty(tx, &mut net, at);
+        match find_subnet(tx, i.tenant, &net, i.subnet, i.base)? {
+            Some(Found::InNet(at)) => {
+                net.subnets[at].mark(i.ip, false);
+                release_if_empty(tx, &mut net, at);
+            }
+            Some(Found::Full(mut s)) => {
+                // An address is free again: back among the subnets with room.
+                s.mark(i.ip, false);
+                tx.delete(&keys.full_subnet(i.tenant, s.base));
+                let at = net.subnets.partition_point(|n| n.base < s.base);
+                net.subnets.insert(at, s);
+                release_if_empty(tx, &mut net, at);
+            }
+            None => {}
         }
         net.usage.instances = net.usage.instances.saturating_sub(1);
         net.usage.vcpus = net.usage.vcpus.saturating_sub(i.vcpus);

@@ -4,7 +4,11 @@
 //! ```text
 //! <prefix>schema                                 {"version": n}
 //! <prefix>tenant/<id>                            tenant
-//! <prefix>net/<tenant>                           the tenant's usage, subnets and address bitmaps
+//! <prefix>net/<tenant>                           the tenant's usage, and its subnets with a free
+//!                                                address (with their address bitmaps)
+//! <prefix>fullnet/<tenant>/<base:08x>            one of its subnets with no free address (with its
+//!                                                bitmap): kept out of `net/<tenant>`, which every
+//!                                                creation rewrites
 //! <prefix>block/<base:08x>                       a carved subnet (global: no two overlap)
 //! <prefix>name/{tenant,user,flavor}/<name>       unique-name index -> id
 //! <prefix>user/<id>                              user
@@ -100,6 +104,14 @@ impl Keys {
     }
     pub(super) fn net(&self, tenant: Uuid) -> String {
         self.key(&[&"net", &tenant])
+    }
+    /// A full subnet of `tenant` (its base address).
+    pub(super) fn full_subnet(&self, tenant: Uuid, base: u32) -> String {
+        self.key(&[&"fullnet", &tenant, &format_args!("{base:08x}")])
+    }
+    /// Every full subnet of `tenant`, in base order.
+    pub(super) fn full_subnets(&self, tenant: Uuid) -> String {
+        self.key(&[&"fullnet", &tenant, &""])
     }
     pub(super) fn block(&self, base: u32) -> String {
         self.key(&[&"block", &format_args!("{base:08x}")])

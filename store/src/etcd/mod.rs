@@ -11,9 +11,12 @@
 //! number of processes may share one etcd:
 //! - unique names are name-index keys created under a `create_revision == 0` compare;
 //! - quota checks and address allocation read and rewrite one per-tenant record (`net/<tenant>`:
-//!   usage, subnets and their address bitmaps) in the instance's own transaction, and carving a
-//!   subnet compares the whole block index, so two controllers never exceed a quota nor hand out
-//!   one address or block twice;
+//!   usage, and the subnets with a free address with their address bitmaps) in the instance's own
+//!   transaction, and carving a subnet compares the whole block index, so two controllers never
+//!   exceed a quota nor hand out one address or block twice. A subnet that fills up moves to a key
+//!   of its own (`fullnet/<tenant>/<base>`) in the transaction that took its last address, and
+//!   back when an address in it is freed, so that the record a creation rewrites stays small
+//!   however many instances the tenant has;
 //! - compare-and-swap updates check the record's version, then commit against its mod revision;
 //! - "still in use" checks read reference keys (`ref/...`) whose range is compared at commit.
 //!

@@ -760,6 +760,62 @@ fn queue_entries_of_before_hold_the_id_alone_and_are_claimed_in_order() {
 }
 
 #[test]
+fn networking_records_of_before_hold_full_subnets_and_still_work() {
+    let Some(fx) = fixture() else { return };
+    let store = fx.store_with(EtcdOptions::default());
+    // A /30 holds one instance: each creation fills a subnet.
+    let (t, w) = crate::suite::tenant_and_workload(&store, "old", Quota::default(), 30);
+    let made: Vec<Instance> = (0..3)
+        .map(|n| {
+            store
+                .create_instance(crate::suite::new_instance(&t, &w, &format!("vm{n}")))
+                .unwrap()
+        })
+        .collect();
+    let full_keys = || {
+        let full = store.keys.full_subnets(t.id);
+        store
+            .range(&full, &super::keys::prefix_end(&full), 0, |o| o)
+            .unwrap()
+            .1
+    };
+    let full = full_keys();
+    assert_eq!(full.len(), 3, "a full subnet has a key of its own");
+    // Rewritten as the code of before kept them: every subnet in the tenant's record.
+    store
+        .atomically("test", |tx| {
+            let mut net = super::identity::net_in(tx, t.id)?;
+            assert!(net.subnets.is_empty());
+            for kv in &full {
+                net.subnets.push(kv.decode()?);
+                tx.delete(&kv.key);
+            }
+            let key = tx.keys().net(t.id);
+            tx.put(&key, &net)
+        })
+        .unwrap();
+    let listed = |n| {
+        let subnets = store.subnets(Scope::Tenant(t.id)).unwrap();
+        assert_eq!(subnets.len(), n, "{subnets:?}");
+        assert_eq!(store.subnets(Scope::All).unwrap(), subnets);
+    };
+    listed(3);
+    // An instance deleted from such a subnet empties it, and it goes.
+    store.delete_instance(Scope::All, made[0].id).unwrap();
+    listed(2);
+    assert!(full_keys().is_empty());
+    // The next creation carves the lowest free block again, and moves every full subnet out.
+    let next = store
+        .create_instance(crate::suite::new_instance(&t, &w, "next"))
+        .unwrap();
+    assert_eq!(next.subnet, made[0].subnet);
+    assert_eq!(full_keys().len(), 3);
+    let net = store.read(|tx| super::identity::net_in(tx, t.id)).unwrap();
+    assert!(net.subnets.is_empty());
+    listed(3);
+}
+
+#[test]
 fn reservations_behave_over_etcd() {
     let Some(fx) = fixture() else { return };
     crate::reservations::suite::reservations_behave(&fx.store_with(EtcdOptions::default()));

@@ -1,7 +1,8 @@
 //! The behaviour every [`Store`] must have, as test functions generic over a [`Fixture`], one
 //! module per concern (`identity`, `app_creds`, `keypairs`, `catalog`, `image_members`, `instances`,
-//! `volumes`, `events`, `actions`, `queue`, `server_groups`, and `guarantees` for what holds across them); an
-//! implementation runs them all with `crate::store_suite!(MyFixture);` in its test module.
+//! `subnets`, `volumes`, `events`, `actions`, `queue`, `server_groups`, and `guarantees` for what
+//! holds across them); an implementation runs them all with `crate::store_suite!(MyFixture);` in
+//! its test module.
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]
 
@@ -18,6 +19,7 @@ pub(crate) mod networking;
 pub(crate) mod nodes;
 pub(crate) mod queue;
 pub(crate) mod server_groups;
+pub(crate) mod subnets;
 pub(crate) mod volumes;
 
 use super::*;
@@ -58,11 +60,12 @@ macro_rules! store_suite {
             image_members: images_are_shared_with_their_members,
                 members_go_with_their_image_and_their_tenant;
             instances: instance_crud, parallel_creates_respect_the_quota, vcpu_and_memory_quotas,
-                addresses_are_allocated_and_reused, small_subnets_get_distinct_keys, subnets_run_out, cnci_lifecycle,
                 ten_thousand_instances_page_quickly, a_fault_is_kept_while_in_error,
                 an_instance_moves_to_a_workload_of_its_size, a_resize_changes_the_size_within_the_quota,
                 metadata_and_lock_are_kept_and_bounded, reservation_ids_are_kept_and_bounded,
                 briefs_and_counts_match_the_records, a_batch_keeps_each_write_on_its_own;
+            subnets: addresses_are_allocated_and_reused, small_subnets_get_distinct_keys,
+                subnets_run_out, cnci_lifecycle, full_subnets_are_listed_and_keep_their_cnci;
             keypairs: keypair_crud, parallel_keypair_creates_respect_the_limit,
                 an_instance_keeps_its_key;
             volumes: volume_crud, volume_quotas_count_volumes_and_gigabytes,
