@@ -268,9 +268,9 @@ impl Engine {
                 )
             }
             (InstanceState::Rebuilding, _) => return Ok(()),
+            // Its START done: the record and the START's `node_start` in one change.
             (InstanceState::Pending, Reported::Active) => {
-                actions::start_ended(self.store.as_ref(), record.id, EventOutcome::success());
-                (change(InstanceState::Active), None)
+                return self.started(record, change(InstanceState::Active));
             }
             (InstanceState::Pending, _) if record.node != here => (
                 InstanceChange {
@@ -423,6 +423,26 @@ impl Engine {
                 },
             ),
             _ => Ok(()),
+        }
+    }
+
+    /// A pending instance is active: `change` written as [`Engine::cas`] does, with its START's
+    /// `node_start` finished (that one whether or not the record moved meanwhile).
+    fn started(&self, record: &Instance, change: InstanceChange) -> Result<(), ClusterError> {
+        match self.store.update_instance_finishing_event(
+            record.id,
+            record.version,
+            change,
+            actions::NODE_START,
+            EventOutcome::success(),
+        ) {
+            Ok(_) => Ok(()),
+            // Neither written: the event on its own.
+            Err(StoreError::Conflict(_) | StoreError::NotFound { .. }) => {
+                actions::start_ended(self.store.as_ref(), record.id, EventOutcome::success());
+                Ok(())
+            }
+            Err(e) => Err(e.into()),
         }
     }
 

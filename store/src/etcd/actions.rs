@@ -83,15 +83,37 @@ impl ActionStore for EtcdStore {
     ) -> Result<Option<InstanceAction>> {
         rules::check_event(event)?;
         self.atomically("finishing an action event", |tx| {
-            let (kvs, mut actions): (Vec<Kv>, Vec<InstanceAction>) =
-                of_instance(tx, instance)?.into_iter().unzip();
-            match rules::finish_event(&mut actions, target, event, outcome.clone(), now()) {
-                Some(at) => {
-                    tx.put(&kvs[at].key, &ActionRec::from(&actions[at]))?;
-                    Ok(Some(actions.swap_remove(at)))
-                }
-                None => Ok(None),
-            }
+            let found = of_instance(tx, instance)?;
+            finish_in(tx, found, target, event, outcome.clone())
+        })
+    }
+
+    /// The record and the actions read in one round trip, both written in one commit.
+    fn update_instance_finishing_event(
+        &self,
+        instance: Uuid,
+        expected_version: u64,
+        change: InstanceChange,
+        event: &str,
+        outcome: EventOutcome,
+    ) -> Result<(Instance, Option<InstanceAction>)> {
+        rules::check_event(event)?;
+        self.atomically("updating an instance and finishing an action event", |tx| {
+            let keys = tx.keys();
+            let key = keys.instance(instance);
+            let (record, under) = tx.get_and_range(&key, &keys.actions(instance))?;
+            // The update reads the record from here (it writes it only after).
+            tx.prefetched.insert(key, record);
+            let updated = super::instances::update_in(
+                tx,
+                Scope::All,
+                instance,
+                Some(expected_version),
+                &change,
+            )?;
+            let found = decode_actions(under)?;
+            let finished = finish_in(tx, found, ActionTarget::Newest, event, outcome.clone())?;
+            Ok((updated, finished))
         })
     }
 
@@ -115,6 +137,25 @@ impl ActionStore for EtcdStore {
                 .find(|a| a.request_id == request_id)
                 .ok_or_else(|| StoreError::not_found("instance action", request_id))
         })
+    }
+}
+
+/// Finishes `event` of the `target` action among `found` (an instance's actions with their keys,
+/// oldest first) in `tx`: the action as written, `None` when there is no such action.
+fn finish_in(
+    tx: &mut Tx<'_>,
+    found: Vec<(Kv, InstanceAction)>,
+    target: ActionTarget<'_>,
+    event: &str,
+    outcome: EventOutcome,
+) -> Result<Option<InstanceAction>> {
+    let (kvs, mut actions): (Vec<Kv>, Vec<InstanceAction>) = found.into_iter().unzip();
+    match rules::finish_event(&mut actions, target, event, outcome, now()) {
+        Some(at) => {
+            tx.put(&kvs[at].key, &ActionRec::from(&actions[at]))?;
+            Ok(Some(actions.swap_remove(at)))
+        }
+        None => Ok(None),
     }
 }
 

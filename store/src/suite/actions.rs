@@ -340,3 +340,79 @@ pub(crate) fn many_actions_are_recorded_and_finished_in_order<F: Fixture>() {
         assert_eq!(&stored, action);
     }
 }
+
+pub(crate) fn a_record_and_its_event_change_together<F: Fixture>() {
+    let fx = F::new();
+    let store = fx.open();
+    let (t, w) = tenant_and_workload(&store, "acme", Quota::default(), 24);
+    let i = store.create_instance(new_instance(&t, &w, "vm")).unwrap();
+    store
+        .add_instance_action(new_action(i.id, "req-1", "create", &["node_start"]))
+        .unwrap();
+    let active = InstanceChange {
+        state: Some(InstanceState::Active),
+        ..InstanceChange::default()
+    };
+    // A stale version: neither the record nor the event changes.
+    let stale = store.update_instance_finishing_event(
+        i.id,
+        i.version + 1,
+        active.clone(),
+        "node_start",
+        EventOutcome::success(),
+    );
+    assert!(matches!(stale, Err(StoreError::Conflict(_))), "{stale:?}");
+    let actions = store.instance_actions(Scope::All, i.id).unwrap();
+    assert_eq!(actions[0].events[0].finish, None);
+    assert_eq!(
+        store.instance(Scope::All, i.id).unwrap().state,
+        InstanceState::Pending
+    );
+    // The right one: both.
+    let (updated, finished) = store
+        .update_instance_finishing_event(
+            i.id,
+            i.version,
+            active.clone(),
+            "node_start",
+            EventOutcome::success(),
+        )
+        .unwrap();
+    assert_eq!(
+        (updated.state.clone(), updated.version),
+        (InstanceState::Active, i.version + 1)
+    );
+    let finished = finished.unwrap();
+    assert_eq!(finished.events[0].result, Some(ActionResult::Success));
+    assert_eq!(store.instance(Scope::All, i.id).unwrap(), updated);
+    assert_eq!(
+        store.instance_actions(Scope::All, i.id).unwrap(),
+        vec![finished]
+    );
+    // No unfinished event of that name left: the record alone.
+    let paused = InstanceChange {
+        state: Some(InstanceState::Paused),
+        ..InstanceChange::default()
+    };
+    let (again, none) = store
+        .update_instance_finishing_event(
+            i.id,
+            updated.version,
+            paused,
+            "node_start",
+            EventOutcome::success(),
+        )
+        .unwrap();
+    assert_eq!(again.state, InstanceState::Paused);
+    assert_eq!(none, None);
+    assert_eq!(
+        kind_of(store.update_instance_finishing_event(
+            Uuid::new_v4(),
+            1,
+            active,
+            "node_start",
+            EventOutcome::success(),
+        )),
+        "instance"
+    );
+}

@@ -3,7 +3,10 @@
 
 use uuid::Uuid;
 
-use crate::{ActionEnd, EventOutcome, InstanceAction, NewInstanceAction, Result, Scope};
+use crate::{
+    ActionEnd, EventOutcome, Instance, InstanceAction, InstanceChange, InstanceStore,
+    NewInstanceAction, Result, Scope,
+};
 
 /// The instance actions log. Every call is one transaction.
 ///
@@ -15,7 +18,7 @@ use crate::{ActionEnd, EventOutcome, InstanceAction, NewInstanceAction, Result, 
 ///
 /// [`ACTIONS_PER_INSTANCE`]: crate::ACTIONS_PER_INSTANCE
 /// [`GONE_INSTANCES_KEPT`]: crate::GONE_INSTANCES_KEPT
-pub trait ActionStore: Send + Sync {
+pub trait ActionStore: InstanceStore + Send + Sync {
     /// Records an action on an instance that has a record (`NotFound` otherwise), for the
     /// instance's tenant, started now with `new.events` started (unfinished). `Conflict` if the
     /// instance has an action with this request identifier already; `Invalid` for an empty or
@@ -56,6 +59,26 @@ pub trait ActionStore: Send + Sync {
         ends.iter()
             .map(|e| self.finish_action_event(e.instance, e.target, e.event, e.outcome.clone()))
             .collect()
+    }
+    /// [`InstanceStore::update_instance`] of instance `instance` (in any tenant), then
+    /// [`ActionStore::finish_action_event`] of the newest unfinished `event` of its actions with
+    /// `outcome` (its [`ActionTarget::Newest`](crate::ActionTarget::Newest)): one change where
+    /// the store can make it one (etcd: one read and one commit, not two of each). An error of
+    /// the update (`Conflict`, `NotFound`, ...) means that neither was written. The default
+    /// writes one after the other: an error of the event's write then comes after the record was
+    /// changed.
+    fn update_instance_finishing_event(
+        &self,
+        instance: Uuid,
+        expected_version: u64,
+        change: InstanceChange,
+        event: &str,
+        outcome: EventOutcome,
+    ) -> Result<(Instance, Option<InstanceAction>)> {
+        let updated = self.update_instance(Scope::All, instance, expected_version, change)?;
+        let finished =
+            self.finish_action_event(instance, crate::ActionTarget::Newest, event, outcome)?;
+        Ok((updated, finished))
     }
     /// The instance's actions visible in `scope`, newest first. `NotFound` when the instance has
     /// neither a record nor an action visible in `scope`; an empty list for one that has a
