@@ -11,8 +11,10 @@
 //! - Every START sent to the scheduler (a create, a start, the start that follows a reboot's
 //!   stop) starts the event `node_start` on the instance's newest action (a launch from an
 //!   image whose STARTs all go at once, with no CNCI to wait for, a kernel it can boot and no
-//!   off-host host, records it started with the action itself, just before its STARTs are sent:
-//!   a store write less per instance; one whose START then does not go has it ended `Error`,
+//!   off-host host, records it started with the action itself, which such a launch records
+//!   with each instance's record, in its transaction where the store can, just before its
+//!   STARTs are sent: two store writes less per instance; one whose START then does not go has
+//!   it ended `Error`,
 //!   `off_host` for one that went off-host after all). It is
 //!   finished `Success` when a node reports the instance running, and `Error` with the cause
 //!   when the START could not be sent, a node or the scheduler answered a fatal START_FAILURE,
@@ -187,37 +189,56 @@ pub fn begin_many_with(
     by: &Caller,
     also: &[&str],
 ) -> Vec<ActionTicket> {
-    let event = kind.controller_event();
-    let events: Vec<String> = std::iter::once(event.clone())
-        .chain(also.iter().map(|e| e.to_string()))
-        .collect();
     let new: Vec<NewInstanceAction> = instances
         .iter()
-        .map(|&instance| NewInstanceAction {
-            request_id: request_id.to_string(),
-            instance,
-            action: kind.as_str().to_string(),
-            user: by.user,
-            project: by.project,
-            events: events.clone(),
-        })
+        .map(|&instance| new_action(request_id, instance, kind, by, also))
         .collect();
     let recorded = store.add_instance_actions(&new);
     instances
         .iter()
         .zip(recorded)
-        .map(|(&instance, recorded)| {
-            if let Err(e) = &recorded {
-                tracing::warn!(%instance, request_id, "cannot record the {} action: {e}", kind.as_str());
-            }
-            ActionTicket {
-                instance,
-                request_id: request_id.to_string(),
-                event: event.clone(),
-                recorded: recorded.is_ok(),
-            }
-        })
+        .map(|(&instance, recorded)| ticket(request_id, instance, kind, recorded.as_ref()))
         .collect()
+}
+
+/// The action `kind` of request `request_id` that `by` asked of `instance`, with the
+/// controller's event and the events `also` started.
+pub fn new_action(
+    request_id: &str,
+    instance: Uuid,
+    kind: ActionKind,
+    by: &Caller,
+    also: &[&str],
+) -> NewInstanceAction {
+    NewInstanceAction {
+        request_id: request_id.to_string(),
+        instance,
+        action: kind.as_str().to_string(),
+        user: by.user,
+        project: by.project,
+        events: std::iter::once(kind.controller_event())
+            .chain(also.iter().map(|e| e.to_string()))
+            .collect(),
+    }
+}
+
+/// The ticket of the action `kind` of request `request_id` on `instance`, as the store
+/// `recorded` it (an error is logged, and the ticket then finishes nothing).
+pub fn ticket<T>(
+    request_id: &str,
+    instance: Uuid,
+    kind: ActionKind,
+    recorded: Result<T, &store::StoreError>,
+) -> ActionTicket {
+    if let Err(e) = &recorded {
+        tracing::warn!(%instance, request_id, "cannot record the {} action: {e}", kind.as_str());
+    }
+    ActionTicket {
+        instance,
+        request_id: request_id.to_string(),
+        event: kind.controller_event(),
+        recorded: recorded.is_ok(),
+    }
 }
 
 /// [`finish`] for each ticket with its outcome, through

@@ -16,6 +16,9 @@ use store::{
     Flavor, Instance, InstanceKey, InstanceState, Scope, StoreError, Volume, VolumeLimits,
 };
 
+/// How the store took an instance's action: the action as recorded, or why not.
+pub type Recorded = Result<store::InstanceAction, StoreError>;
+
 /// What a launch asks for: `count` instances of a workload in a tenant.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Launch {
@@ -57,7 +60,30 @@ impl Launch {
     /// caller checked it, or full) is deleted again and the error returned; a security group
     /// deleted since leaves the port in `default`.
     pub fn make_instance(&self, store: &dyn store::Store) -> Result<Instance, store::StoreError> {
-        let instance = store.create_instance(store::NewInstance {
+        self.make(store, None).map(|(instance, _)| instance)
+    }
+
+    /// [`Launch::make_instance`], with its first action `action` recorded (its `instance` is
+    /// ignored): in the instance's own transaction where the store can, after it has joined
+    /// its server group when the launch names one. Second of the pair: how the action's record
+    /// went.
+    pub fn make_instance_with(
+        &self,
+        store: &dyn store::Store,
+        action: store::NewInstanceAction,
+    ) -> Result<(Instance, Recorded), StoreError> {
+        let (instance, recorded) = self.make(store, Some(action))?;
+        let recorded = recorded
+            .unwrap_or_else(|| Err(StoreError::Backend("the action was not recorded".into())));
+        Ok((instance, recorded))
+    }
+
+    fn make(
+        &self,
+        store: &dyn store::Store,
+        action: Option<store::NewInstanceAction>,
+    ) -> Result<(Instance, Option<Recorded>), StoreError> {
+        let new = store::NewInstance {
             tenant: self.tenant,
             workload: self.workload,
             name: self.name.clone(),
@@ -66,7 +92,15 @@ impl Launch {
             user: self.user,
             reservation: Some(self.reservation.clone()),
             zone: self.zone.clone(),
-        })?;
+        };
+        // An instance that must join a group is undone if it cannot: its action waits for that.
+        let (instance, mut recorded, later) = match action {
+            Some(action) if self.server_group.is_none() => {
+                let (instance, recorded) = store.create_instance_with_action(new, action)?;
+                (instance, Some(recorded), None)
+            }
+            later => (store.create_instance(new)?, None, later),
+        };
         if !self.groups.is_empty()
             && let Err(e) = store.set_port_groups(self.tenant, instance.id, &self.groups)
         {
@@ -83,7 +117,13 @@ impl Launch {
             }
             return Err(e);
         }
-        Ok(instance)
+        if let Some(action) = later {
+            recorded = Some(store.add_instance_action(store::NewInstanceAction {
+                instance: instance.id,
+                ..action
+            }));
+        }
+        Ok((instance, recorded))
     }
 }
 

@@ -17,6 +17,20 @@ use crate::cluster::{BootVolume, Caller, ClusterError, Launch, NodeStatus};
 use crate::volumes as rules;
 use store::{EventKind, Instance, NewVolume, Scope, StoreError, Volume};
 
+/// How a launch's `create` actions are recorded.
+pub(super) enum Begun {
+    /// With the instances (a launch from an image): in order, each instance's ticket;
+    /// `at_once` ([`Engine::starts_at_once`]): its `node_start` begun with it.
+    WithInstances {
+        /// Its STARTs go at once.
+        at_once: bool,
+        /// Each instance's action, in the order of the instances.
+        tickets: Vec<actions::ActionTicket>,
+    },
+    /// Not yet (a launch from a volume): when its STARTs are dispatched.
+    NotYet,
+}
+
 impl Engine {
     /// The checks every launch passes (its count, its name, its tenant, a scheduler to send to,
     /// room in the cluster) and what its instances are made from.
@@ -55,9 +69,18 @@ impl Engine {
         launch.make_instance(self.store.as_ref())
     }
 
-    /// Sends the STARTs of the instances `created` for `launch` (each with its `create` action),
-    /// then says how the launch went: `failure` (what stopped it part-way) once they are sent.
-    /// `from_image`: they boot from the image (no volume is attached to them).
+    /// Whether the STARTs of `launch`, from an image, go as soon as their instances are made:
+    /// no CNCI to wait for, an image a node can boot and no off-host host to go to (any id asks
+    /// the same).
+    pub(super) fn starts_at_once(&self, launch: &Launch, plan: &Plan) -> bool {
+        self.config.tenant_network == TenantNetwork::None
+            && plan.kernel.is_ok()
+            && matches!(self.off_host_target(launch.workload), Ok(None))
+    }
+
+    /// Sends the STARTs of the instances `created` for `launch` (each with its `create` action,
+    /// recorded already or now as `begun` says), then says how the launch went: `failure` (what
+    /// stopped it part-way) once they are sent.
     pub(super) fn dispatch_launched(
         &self,
         launch: &Launch,
@@ -65,50 +88,47 @@ impl Engine {
         created: Vec<Instance>,
         failure: Option<ClusterError>,
         by: &Caller,
-        from_image: bool,
+        begun: Begun,
     ) -> Result<Vec<Instance>, ClusterError> {
-        // From an image, with no CNCI to wait for, an image a node can boot and no off-host
-        // host to go to (the same for every instance, read from the first), each instance's
-        // START goes right after its action is recorded: `node_start` starts with the action.
-        // Whatever then keeps a START from going finishes it (below, and in `dispatch_known`).
-        let at_once = from_image
-            && self.config.tenant_network == TenantNetwork::None
-            && plan.kernel.is_ok()
-            && matches!(
-                created.first().map(|i| self.off_host_target(i.id)),
-                Some(Ok(None))
-            );
+        let from_image = matches!(begun, Begun::WithInstances { .. });
+        let ids: Vec<uuid::Uuid> = created.iter().map(|i| i.id).collect();
+        // A launch whose STARTs all go at once ([`Engine::starts_at_once`]) began each
+        // instance's `node_start` with its action. Whatever then keeps a START from going
+        // finishes it (below, and in `dispatch_known`).
+        let (at_once, tickets) = match begun {
+            Begun::WithInstances { at_once, tickets } => (at_once, tickets),
+            Begun::NotYet => {
+                // In one store transaction (one commit per launch, not one per instance).
+                let request_id = actions::request_id_of(by);
+                let mut tickets = Vec::new();
+                let recorded = self.store.batch(&mut || {
+                    tickets = actions::begin_many(
+                        self.store.as_ref(),
+                        &request_id,
+                        &ids,
+                        ActionKind::Create,
+                        by,
+                    );
+                });
+                if let Err(e) = recorded {
+                    tracing::warn!(
+                        "the actions of launch \"{}\" were not recorded: {e}",
+                        launch.name
+                    );
+                }
+                (false, tickets)
+            }
+        };
         let known = Known {
             no_boot_volume: from_image,
             no_server_group: launch.server_group.is_none(),
             node_start_begun: at_once,
         };
-        let also: &[&str] = if at_once { &[actions::NODE_START] } else { &[] };
         let mut launched = Vec::with_capacity(created.len());
-        let request_id = actions::request_id_of(by);
-        // Their actions begin in one store transaction and end in another (one commit each per
-        // launch, not one per instance). The dispatches between them write on their own: the
-        // records they make (a CNCI, an instance's CNCI) are committed before the answer to
+        // The actions end in one store transaction. The dispatches before write on their own:
+        // the records they make (a CNCI, an instance's CNCI) are committed before the answer to
         // their START can come back, and the store's write lock is not held while they read.
         // (On etcd, which has no batch, the store keeps several of each in flight instead.)
-        let mut tickets = Vec::new();
-        let ids: Vec<uuid::Uuid> = created.iter().map(|i| i.id).collect();
-        let begun = self.store.batch(&mut || {
-            tickets = actions::begin_many_with(
-                self.store.as_ref(),
-                &request_id,
-                &ids,
-                ActionKind::Create,
-                by,
-                also,
-            );
-        });
-        if let Err(e) = begun {
-            tracing::warn!(
-                "the actions of launch \"{}\" were not recorded: {e}",
-                launch.name
-            );
-        }
         self.mark_traced(&created, by);
         let mut outcome = Ok(());
         let mut dispatched_all = Vec::with_capacity(created.len());
@@ -288,7 +308,7 @@ impl Engine {
                 }
             }
         }
-        self.dispatch_launched(&launch, &plan, created, failure, by, false)
+        self.dispatch_launched(&launch, &plan, created, failure, by, Begun::NotYet)
     }
 
     /// `Conflict` when `volume`'s file is on a node that is not connected: a server booted from

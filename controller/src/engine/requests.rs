@@ -2,6 +2,7 @@
 //! deletes, actions, nodes, CNCIs, events and traces as the REST handlers see them).
 
 use super::*;
+use launch::Begun;
 
 impl Cluster for Engine {
     fn launch(
@@ -11,14 +12,29 @@ impl Cluster for Engine {
         by: &Caller,
     ) -> Result<Vec<Instance>, ClusterError> {
         let plan = self.launch_plan(scope, &launch)?;
+        // Each instance's `create` action is recorded with it (in its transaction where the
+        // store can), with `node_start` begun when the STARTs go at once.
+        let request_id = actions::request_id_of(by);
+        let at_once = self.starts_at_once(&launch, &plan);
+        let also: &[&str] = if at_once { &[actions::NODE_START] } else { &[] };
+        let action = actions::new_action(&request_id, Uuid::nil(), ActionKind::Create, by, also);
         let mut created = Vec::with_capacity(launch.count as usize);
+        let mut tickets = Vec::with_capacity(launch.count as usize);
         let mut failure = None;
         // The records in one store transaction (one commit for the launch), committed before
         // any START goes: an instance is never started without its record.
         let committed = self.store.batch(&mut || {
             for _ in 0..launch.count {
-                match self.new_instance(&launch) {
-                    Ok(instance) => created.push(instance),
+                match launch.make_instance_with(self.store.as_ref(), action.clone()) {
+                    Ok((instance, recorded)) => {
+                        tickets.push(actions::ticket(
+                            &request_id,
+                            instance.id,
+                            ActionKind::Create,
+                            recorded.as_ref(),
+                        ));
+                        created.push(instance);
+                    }
                     Err(e) => {
                         failure = Some(ClusterError::from(e));
                         break;
@@ -28,9 +44,11 @@ impl Cluster for Engine {
         });
         if let Err(e) = committed {
             created.clear();
+            tickets.clear();
             failure = Some(e.into());
         }
-        self.dispatch_launched(&launch, &plan, created, failure, by, true)
+        let begun = Begun::WithInstances { at_once, tickets };
+        self.dispatch_launched(&launch, &plan, created, failure, by, begun)
     }
 
     fn launch_from_volume(

@@ -42,6 +42,31 @@ impl ActionStore for EtcdStore {
         })
     }
 
+    /// The action is the instance's first: its key is the first of the instance's range, and
+    /// nothing of the range needs reading.
+    fn create_instance_with_action(
+        &self,
+        new: NewInstance,
+        action: NewInstanceAction,
+    ) -> Result<(Instance, Result<InstanceAction>)> {
+        crate::common::check_new_instance(&new)?;
+        let id = Uuid::new_v4();
+        let action = NewInstanceAction {
+            instance: id,
+            ..action
+        };
+        if let Err(e) = rules::check_new(&action) {
+            return Ok((self.create_instance(new)?, Err(e)));
+        }
+        self.atomically("creating an instance with its action", |tx| {
+            let rec = super::instances::create_in(tx, &new, id)?;
+            let recorded = rules::new_action(action.clone(), rec.tenant, now());
+            let key = tx.keys().action(id, 1);
+            tx.put(&key, &ActionRec::from(&recorded))?;
+            Ok((rec.model()?, Ok(recorded)))
+        })
+    }
+
     fn add_instance_actions(&self, new: &[NewInstanceAction]) -> Vec<Result<InstanceAction>> {
         self.side_by_side(new, |n| self.add_instance_action(n.clone()))
     }

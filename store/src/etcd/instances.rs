@@ -18,75 +18,7 @@ impl InstanceStore for EtcdStore {
         crate::common::check_new_instance(&new)?;
         let id = Uuid::new_v4();
         self.atomically("creating an instance", |tx| {
-            let keys = tx.keys();
-            let read = tx.get_many(&[
-                keys.tenant(new.tenant),
-                keys.workload(new.workload),
-                keys.net(new.tenant),
-            ])?;
-            let [t, w, n] = read.as_slice() else {
-                return Err(StoreError::Backend("short read".into()));
-            };
-            let t: TenantRec = t
-                .as_ref()
-                .ok_or_else(|| StoreError::not_found("tenant", new.tenant))?
-                .decode()?;
-            let w: WorkloadRec = w
-                .as_ref()
-                .map(Kv::decode::<WorkloadRec>)
-                .transpose()?
-                .filter(|w| Scope::Tenant(t.id).sees(w.owner))
-                .ok_or_else(|| StoreError::not_found("workload", new.workload))?;
-            let mut net: NetRec = n.as_ref().map(Kv::decode).transpose()?.unwrap_or_default();
-            Quota::from(t.quota).check(&Usage::from(net.usage), w.vcpus, w.memory_mb)?;
-            let at = subnet_with_room(tx, &t, &mut net)?;
-            let subnet = &mut net.subnets[at];
-            let ip = subnet.first_free().ok_or_else(|| {
-                StoreError::Backend(format!("subnet {} count is wrong", subnet.id))
-            })?;
-            subnet.mark(ip, true);
-            let (subnet_id, base, prefix) = (subnet.id, subnet.base, subnet.prefix);
-            move_out_full(tx, t.id, &mut net)?;
-            let seq = net.next_seq;
-            net.next_seq += 1;
-            net.usage.instances += 1;
-            net.usage.vcpus = net.usage.vcpus.saturating_add(w.vcpus);
-            net.usage.memory_mb = net.usage.memory_mb.saturating_add(w.memory_mb);
-            let at = millis(now());
-            let rec = InstanceRec {
-                id,
-                tenant: t.id,
-                workload: w.id,
-                name: new.name.clone(),
-                vcpus: w.vcpus,
-                memory_mb: w.memory_mb,
-                node: None,
-                state: "pending".into(),
-                reason: None,
-                subnet: subnet_id,
-                base,
-                prefix,
-                ip,
-                cnci: None,
-                created_ms: at,
-                updated_ms: at,
-                version: 1,
-                seq,
-                fault: None,
-                previous_workload: None,
-                key: new.key.as_ref().map(KeyRec::from),
-                metadata: new.metadata.clone(),
-                locked_by: None,
-                user: new.user,
-                server_group: None,
-                reservation: new.reservation.clone(),
-                zone: new.zone.clone(),
-            };
-            tx.put(&keys.instance(id), &rec)?;
-            tx.put_text(&keys.order(t.id, seq), &id.to_string());
-            tx.put_text(&keys.reference("workload", w.id, id), "");
-            tx.put(&keys.net(t.id), &net)?;
-            rec.model()
+            create_in(tx, &new, id)?.model()
         })
     }
 
@@ -378,6 +310,80 @@ impl InstanceStore for EtcdStore {
             Ok(())
         })
     }
+}
+
+/// Makes instance `id` of `new` in `tx`: its record, its order and reference keys, and its tenant's
+/// networking record with its address taken.
+pub(super) fn create_in(tx: &mut Tx<'_>, new: &NewInstance, id: Uuid) -> Result<InstanceRec> {
+    let keys = tx.keys();
+    let read = tx.get_many(&[
+        keys.tenant(new.tenant),
+        keys.workload(new.workload),
+        keys.net(new.tenant),
+    ])?;
+    let [t, w, n] = read.as_slice() else {
+        return Err(StoreError::Backend("short read".into()));
+    };
+    let t: TenantRec = t
+        .as_ref()
+        .ok_or_else(|| StoreError::not_found("tenant", new.tenant))?
+        .decode()?;
+    let w: WorkloadRec = w
+        .as_ref()
+        .map(Kv::decode::<WorkloadRec>)
+        .transpose()?
+        .filter(|w| Scope::Tenant(t.id).sees(w.owner))
+        .ok_or_else(|| StoreError::not_found("workload", new.workload))?;
+    let mut net: NetRec = n.as_ref().map(Kv::decode).transpose()?.unwrap_or_default();
+    Quota::from(t.quota).check(&Usage::from(net.usage), w.vcpus, w.memory_mb)?;
+    let at = subnet_with_room(tx, &t, &mut net)?;
+    let subnet = &mut net.subnets[at];
+    let ip = subnet
+        .first_free()
+        .ok_or_else(|| StoreError::Backend(format!("subnet {} count is wrong", subnet.id)))?;
+    subnet.mark(ip, true);
+    let (subnet_id, base, prefix) = (subnet.id, subnet.base, subnet.prefix);
+    move_out_full(tx, t.id, &mut net)?;
+    let seq = net.next_seq;
+    net.next_seq += 1;
+    net.usage.instances += 1;
+    net.usage.vcpus = net.usage.vcpus.saturating_add(w.vcpus);
+    net.usage.memory_mb = net.usage.memory_mb.saturating_add(w.memory_mb);
+    let at = millis(now());
+    let rec = InstanceRec {
+        id,
+        tenant: t.id,
+        workload: w.id,
+        name: new.name.clone(),
+        vcpus: w.vcpus,
+        memory_mb: w.memory_mb,
+        node: None,
+        state: "pending".into(),
+        reason: None,
+        subnet: subnet_id,
+        base,
+        prefix,
+        ip,
+        cnci: None,
+        created_ms: at,
+        updated_ms: at,
+        version: 1,
+        seq,
+        fault: None,
+        previous_workload: None,
+        key: new.key.as_ref().map(KeyRec::from),
+        metadata: new.metadata.clone(),
+        locked_by: None,
+        user: new.user,
+        server_group: None,
+        reservation: new.reservation.clone(),
+        zone: new.zone.clone(),
+    };
+    tx.put(&keys.instance(id), &rec)?;
+    tx.put_text(&keys.order(t.id, seq), &id.to_string());
+    tx.put_text(&keys.reference("workload", w.id, id), "");
+    tx.put(&keys.net(t.id), &net)?;
+    Ok(rec)
 }
 
 /// The index in `net.subnets` of a subnet with a free address, carving a new one (and writing

@@ -416,3 +416,76 @@ pub(crate) fn a_record_and_its_event_change_together<F: Fixture>() {
         "instance"
     );
 }
+
+pub(crate) fn an_instance_is_made_with_its_first_action<F: Fixture>() {
+    let fx = F::new();
+    let store = fx.open();
+    let (t, w) = tenant_and_workload(&store, "acme", Quota::default(), 24);
+    let asked = new_action(
+        Uuid::nil(),
+        "req-1",
+        "create",
+        &["controller_create", "node_start"],
+    );
+    let (i, recorded) = store
+        .create_instance_with_action(new_instance(&t, &w, "vm"), asked.clone())
+        .unwrap();
+    let recorded = recorded.unwrap();
+    assert_eq!(store.instance(Scope::All, i.id).unwrap(), i);
+    assert_eq!(
+        (
+            recorded.instance,
+            recorded.tenant,
+            recorded.request_id.as_str()
+        ),
+        (i.id, t.id, "req-1")
+    );
+    assert_eq!(recorded.events.len(), 2);
+    assert!(recorded.events.iter().all(|e| e.finish.is_none()));
+    assert_eq!(
+        store.instance_actions(Scope::Tenant(t.id), i.id).unwrap(),
+        vec![recorded]
+    );
+    // It is the instance's first: the next of its request is refused, another comes after it.
+    assert!(matches!(
+        store.add_instance_action(NewInstanceAction {
+            instance: i.id,
+            ..asked.clone()
+        }),
+        Err(StoreError::Conflict(_))
+    ));
+    store
+        .add_instance_action(new_action(i.id, "req-2", "stop", &["controller_stop"]))
+        .unwrap();
+    let listed = store.instance_actions(Scope::All, i.id).unwrap();
+    assert_eq!(
+        listed
+            .iter()
+            .map(|a| a.request_id.as_str())
+            .collect::<Vec<_>>(),
+        ["req-2", "req-1"]
+    );
+    // An action that cannot be recorded: the instance is made all the same.
+    let (j, refused) = store
+        .create_instance_with_action(
+            new_instance(&t, &w, "vm2"),
+            new_action(Uuid::nil(), "", "create", &[]),
+        )
+        .unwrap();
+    assert!(
+        matches!(refused, Err(StoreError::Invalid(_))),
+        "{refused:?}"
+    );
+    assert_eq!(store.instance(Scope::All, j.id).unwrap(), j);
+    assert_eq!(store.instance_actions(Scope::All, j.id).unwrap(), vec![]);
+    // An instance that cannot be made: neither.
+    let (other, _) = tenant_and_workload(&store, "other", Quota::default(), 24);
+    let before = store.usage(other.id).unwrap();
+    assert!(is_not_found(
+        store
+            .create_instance_with_action(new_instance(&other, &w, "x"), asked)
+            .map(|(i, _)| i)
+    ));
+    assert_eq!(store.usage(other.id).unwrap(), before);
+    assert_eq!(store.usage(t.id).unwrap().instances, 2);
+}

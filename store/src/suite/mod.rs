@@ -86,7 +86,8 @@ macro_rules! store_suite {
                 actions_are_bounded_and_outlive_the_instance,
                 gone_instances_keep_their_actions_for_a_while,
                 many_actions_are_recorded_and_finished_in_order,
-                a_record_and_its_event_change_together;
+                a_record_and_its_event_change_together,
+                an_instance_is_made_with_its_first_action;
             queue: remote_host_crud, operations_are_claimed_in_fifo_order,
                 parallel_claims_take_each_operation_once,
                 batch_claims_take_each_operation_once_in_instance_order,

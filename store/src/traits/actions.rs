@@ -4,7 +4,7 @@
 use uuid::Uuid;
 
 use crate::{
-    ActionEnd, EventOutcome, Instance, InstanceAction, InstanceChange, InstanceStore,
+    ActionEnd, EventOutcome, Instance, InstanceAction, InstanceChange, InstanceStore, NewInstance,
     NewInstanceAction, Result, Scope,
 };
 
@@ -32,6 +32,23 @@ pub trait ActionStore: InstanceStore + Send + Sync {
         new.iter()
             .map(|n| self.add_instance_action(n.clone()))
             .collect()
+    }
+    /// [`InstanceStore::create_instance`] of `new`, with its first action `action` recorded
+    /// (`action.instance` is ignored: the new instance's), in the instance's transaction where
+    /// the store can (etcd: one read and one commit fewer). The instance is made even when its
+    /// action cannot be recorded: that one's error is the second of the pair. The default
+    /// records it after the instance, in a transaction of its own.
+    fn create_instance_with_action(
+        &self,
+        new: NewInstance,
+        action: NewInstanceAction,
+    ) -> Result<(Instance, Result<InstanceAction>)> {
+        let instance = self.create_instance(new)?;
+        let recorded = self.add_instance_action(NewInstanceAction {
+            instance: instance.id,
+            ..action
+        });
+        Ok((instance, recorded))
     }
     /// Starts event `event` (now, unfinished) of the instance's `target` action, unless it has an
     /// unfinished event of that name already. `None` when the instance has no such action.
