@@ -194,6 +194,74 @@ fn two_clients_on_one_etcd_share_the_quota() {
 }
 
 #[test]
+fn a_creation_sees_what_another_client_changed() {
+    let Some(fx) = fixture() else { return };
+    let a = fx.store_with(EtcdOptions::default());
+    let b = fx.store_with(EtcdOptions::default());
+    let quota = Quota {
+        instances: Some(2),
+        vcpus: None,
+        memory_mb: None,
+    };
+    let (tenant, workload) = tenant_and_workload(&a, quota, 1);
+    let new = |name: &str| NewInstance {
+        tenant: tenant.id,
+        workload: workload.id,
+        name: name.into(),
+        key: None,
+        metadata: Default::default(),
+        user: None,
+        reservation: None,
+        zone: None,
+    };
+    // `b` changes the tenant's records between `a`'s creations.
+    let first = a.create_instance(new("a1")).unwrap();
+    let second = b.create_instance(new("b1")).unwrap();
+    assert_ne!(first.ip, second.ip);
+    // Two instances now: the quota is reached.
+    assert!(matches!(
+        a.create_instance(new("a2")),
+        Err(StoreError::QuotaExceeded { .. })
+    ));
+    // `b` deleted one: it is not.
+    b.delete_instance(Scope::All, second.id).unwrap();
+    let third = a.create_instance(new("a3")).unwrap();
+    assert_eq!(third.ip, second.ip, "the freed address");
+    // The quota raised by `b` holds for `a`.
+    b.update_tenant(
+        tenant.id,
+        tenant.version,
+        TenantChange {
+            quota: Some(Quota {
+                instances: Some(3),
+                ..quota
+            }),
+            ..TenantChange::default()
+        },
+    )
+    .unwrap();
+    a.create_instance(new("a4")).unwrap();
+    assert_eq!(b.usage(tenant.id).unwrap().instances, 3);
+    // A workload `b` deleted is not found by `a`.
+    let others = b
+        .instances(
+            Scope::Tenant(tenant.id),
+            InstanceFilter::default(),
+            Page::first(10),
+        )
+        .unwrap();
+    for i in others.items {
+        b.delete_instance(Scope::All, i.id).unwrap();
+    }
+    b.delete_workload(Scope::All, workload.id).unwrap();
+    assert!(matches!(
+        a.create_instance(new("gone")),
+        Err(StoreError::NotFound { .. })
+    ));
+    assert_eq!(a.usage(tenant.id).unwrap().instances, 0);
+}
+
+#[test]
 fn a_stale_version_from_one_client_is_refused_after_another_updated() {
     let Some(fx) = fixture() else { return };
     let a = fx.store_with(EtcdOptions::default());
