@@ -53,7 +53,8 @@ pub fn launcher_role(prefix: &str) -> String {
 /// version (read); the off-host hosts and their libvirt credentials (read); the operation queue,
 /// its operations, leases and per-host index (claims, renewals, finishes); the instances it
 /// reports on and what their records drag along in one transaction (per-node index, per-tenant
-/// usage and address bitmaps and carved blocks, which a deletion releases; creation order,
+/// usage and address bitmaps, full subnets and carved blocks, which a deletion releases;
+/// creation order,
 /// workload references, instance actions and the gone-instance list, which a deletion trims;
 /// the server group a deleted instance leaves, found by id); address reservations. Never users, tenants, roles, names, tokens and their revocations,
 /// flavors, images and their members, workloads, events, CNCIs, users' key pairs, volumes.
@@ -68,6 +69,7 @@ pub fn launcher_ranges(prefix: &str) -> Vec<(String, Access)> {
         "instance/",
         "node/",
         "net/",
+        "fullnet/",
         "block/",
         "order/",
         "ref/workload/",

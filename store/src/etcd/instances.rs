@@ -175,9 +175,14 @@ impl InstanceStore for EtcdStore {
     fn subnets(&self, scope: Scope) -> Result<Vec<Subnet>> {
         self.read(|tx| match scope {
             Scope::Tenant(t) => {
-                let mut subnets = net_in(tx, t)?.subnets;
-                let full = tx.keys().full_subnets(t);
-                for kv in tx.range(&full)? {
+                // The record and the full subnets at one revision.
+                let keys = tx.keys();
+                let (net, full) = tx.get_and_range(&keys.net(t), &keys.full_subnets(t))?;
+                let mut subnets = match net {
+                    Some(kv) => kv.decode::<NetRec>()?.subnets,
+                    None => Vec::new(),
+                };
+                for kv in full {
                     subnets.push(kv.decode()?);
                 }
                 subnets.sort_by_key(|s| s.base);
@@ -343,7 +348,7 @@ pub(super) fn create_in(tx: &mut Tx<'_>, new: &NewInstance, id: Uuid) -> Result<
         .ok_or_else(|| StoreError::Backend(format!("subnet {} count is wrong", subnet.id)))?;
     subnet.mark(ip, true);
     let (subnet_id, base, prefix) = (subnet.id, subnet.base, subnet.prefix);
-    move_out_full(tx, t.id, &mut net)?;
+    move_out_full(tx, t.id, &mut net, at)?;
     let seq = net.next_seq;
     net.next_seq += 1;
     net.usage.instances += 1;
@@ -426,22 +431,29 @@ fn block_base(kv: &Kv) -> Result<u32> {
         .ok_or_else(|| StoreError::Backend(format!("bad block key {}", kv.key)))
 }
 
-/// Moves the subnets of `net` with no free address left to keys of their own: the one a creation
-/// just filled, and any a record written before those keys existed still holds.
-fn move_out_full(tx: &mut Tx<'_>, tenant: Uuid, net: &mut NetRec) -> Result<()> {
-    if net.subnets.iter().all(|s| s.used < s.capacity) {
-        return Ok(());
+/// The most full subnets one creation moves out of a record written before they had keys of
+/// their own (the rest go with the next creations): a transaction holds at most 128 writes.
+const FULL_MOVED_AT_ONCE: usize = 32;
+
+/// Moves subnets of `net` with no free address left to keys of their own: the one at `filled`
+/// (which a creation just filled, if it did), and up to [`FULL_MOVED_AT_ONCE`] that a record
+/// written before those keys existed still holds.
+fn move_out_full(tx: &mut Tx<'_>, tenant: Uuid, net: &mut NetRec, filled: usize) -> Result<()> {
+    let full = |s: &SubnetRec| s.used >= s.capacity;
+    let mut moving: Vec<usize> = (0..net.subnets.len())
+        .filter(|&at| at != filled && full(&net.subnets[at]))
+        .take(FULL_MOVED_AT_ONCE)
+        .collect();
+    if net.subnets.get(filled).is_some_and(full) {
+        moving.push(filled);
     }
+    // From the last index down, so that each removal leaves the others' indices as they were.
+    moving.sort_unstable_by(|a, b| b.cmp(a));
     let keys = tx.keys();
-    let mut kept = Vec::with_capacity(net.subnets.len());
-    for s in std::mem::take(&mut net.subnets) {
-        if s.used < s.capacity {
-            kept.push(s);
-        } else {
-            tx.put(&keys.full_subnet(tenant, s.base), &s)?;
-        }
+    for at in moving {
+        let s = net.subnets.remove(at);
+        tx.put(&keys.full_subnet(tenant, s.base), &s)?;
     }
-    net.subnets = kept;
     Ok(())
 }
 

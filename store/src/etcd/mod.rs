@@ -267,6 +267,20 @@ impl EtcdStore {
                 if found > known {
                     return Err(StoreError::SchemaTooNew { found, known });
                 }
+                if found < known {
+                    // Raised, so that older code refuses it from now on (every version so far
+                    // reads what the one before wrote). A client that may not write the key (a
+                    // launcher) reads it as it is.
+                    let _ = self.atomically("raising the schema version", |tx| {
+                        let key = tx.keys().schema();
+                        if let Some(kv) = tx.get(&key)?
+                            && kv.decode::<SchemaRec>()?.version < known
+                        {
+                            tx.put(&key, &SchemaRec { version: known })?;
+                        }
+                        Ok(())
+                    });
+                }
                 Ok(())
             }
             None => self.atomically("writing the schema version", |tx| {

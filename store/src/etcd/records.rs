@@ -14,8 +14,11 @@ use crate::*;
 pub(super) use super::flavor_recs::{FlavorAccessRec, FlavorRec};
 pub(super) use super::instance_recs::{FaultRec, InstanceRec, KeyRec, state_text};
 
-/// The schema version this code writes and reads.
-pub(super) const SCHEMA_VERSION: u32 = 1;
+/// The schema version this code writes and reads. 2: a tenant's full subnets have keys of their
+/// own (`fullnet/`), which code of version 1 does not read (it would leak their addresses on a
+/// deletion); a store of version 1 is raised to 2 when this code opens it, so that code of
+/// version 1 refuses it from then on.
+pub(super) const SCHEMA_VERSION: u32 = 2;
 
 /// The value of the schema key.
 #[derive(Debug, Serialize, Deserialize)]
