@@ -436,7 +436,12 @@ impl Engine {
             actions::NODE_START,
             EventOutcome::success(),
         ) {
-            Ok(_) => Ok(()),
+            Ok((_, Ok(_))) => Ok(()),
+            // The record written, its event not: logged, as any action's write that fails.
+            Ok((_, Err(e))) => {
+                tracing::warn!(instance = %record.id, "cannot record a START's outcome in the instance's actions: {e}");
+                Ok(())
+            }
             // Neither written: the event on its own.
             Err(StoreError::Conflict(_) | StoreError::NotFound { .. }) => {
                 actions::start_ended(self.store.as_ref(), record.id, EventOutcome::success());

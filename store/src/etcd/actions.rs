@@ -121,7 +121,7 @@ impl ActionStore for EtcdStore {
         change: InstanceChange,
         event: &str,
         outcome: EventOutcome,
-    ) -> Result<(Instance, Option<InstanceAction>)> {
+    ) -> Result<(Instance, Result<Option<InstanceAction>>)> {
         rules::check_event(event)?;
         self.atomically("updating an instance and finishing an action event", |tx| {
             let keys = tx.keys();
@@ -138,7 +138,7 @@ impl ActionStore for EtcdStore {
             )?;
             let found = decode_actions(under)?;
             let finished = finish_in(tx, found, ActionTarget::Newest, event, outcome.clone())?;
-            Ok((updated, finished))
+            Ok((updated, Ok(finished)))
         })
     }
 

@@ -382,7 +382,7 @@ pub(crate) fn a_record_and_its_event_change_together<F: Fixture>() {
         (updated.state.clone(), updated.version),
         (InstanceState::Active, i.version + 1)
     );
-    let finished = finished.unwrap();
+    let finished = finished.unwrap().unwrap();
     assert_eq!(finished.events[0].result, Some(ActionResult::Success));
     assert_eq!(store.instance(Scope::All, i.id).unwrap(), updated);
     assert_eq!(
@@ -404,7 +404,7 @@ pub(crate) fn a_record_and_its_event_change_together<F: Fixture>() {
         )
         .unwrap();
     assert_eq!(again.state, InstanceState::Paused);
-    assert_eq!(none, None);
+    assert_eq!(none.unwrap(), None);
     assert_eq!(
         kind_of(store.update_instance_finishing_event(
             Uuid::new_v4(),

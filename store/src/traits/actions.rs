@@ -80,10 +80,10 @@ pub trait ActionStore: InstanceStore + Send + Sync {
     /// [`InstanceStore::update_instance`] of instance `instance` (in any tenant), then
     /// [`ActionStore::finish_action_event`] of the newest unfinished `event` of its actions with
     /// `outcome` (its [`ActionTarget::Newest`](crate::ActionTarget::Newest)): one change where
-    /// the store can make it one (etcd: one read and one commit, not two of each). An error of
-    /// the update (`Conflict`, `NotFound`, ...) means that neither was written. The default
-    /// writes one after the other: an error of the event's write then comes after the record was
-    /// changed.
+    /// the store can make it one (etcd: one read and one commit, not two of each). An error
+    /// (`Conflict`, `NotFound`, ...) means that neither was written. The second of the pair is
+    /// the event's: the default writes one after the other, and its event's write can then fail
+    /// after the record was changed.
     fn update_instance_finishing_event(
         &self,
         instance: Uuid,
@@ -91,10 +91,10 @@ pub trait ActionStore: InstanceStore + Send + Sync {
         change: InstanceChange,
         event: &str,
         outcome: EventOutcome,
-    ) -> Result<(Instance, Option<InstanceAction>)> {
+    ) -> Result<(Instance, Result<Option<InstanceAction>>)> {
         let updated = self.update_instance(Scope::All, instance, expected_version, change)?;
         let finished =
-            self.finish_action_event(instance, crate::ActionTarget::Newest, event, outcome)?;
+            self.finish_action_event(instance, crate::ActionTarget::Newest, event, outcome);
         Ok((updated, finished))
     }
     /// The instance's actions visible in `scope`, newest first. `NotFound` when the instance has
