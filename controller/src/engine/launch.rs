@@ -115,6 +115,15 @@ impl Engine {
                         "the actions of launch \"{}\" were not recorded: {e}",
                         launch.name
                     );
+                    // A batch that could not begin ran nothing: every START still goes.
+                    if tickets.len() < ids.len() {
+                        tickets = ids
+                            .iter()
+                            .map(|&id| {
+                                actions::ticket::<()>(&request_id, id, ActionKind::Create, Err(&e))
+                            })
+                            .collect();
+                    }
                 }
                 (false, tickets)
             }
