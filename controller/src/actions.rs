@@ -12,9 +12,9 @@
 //!   stop) starts the event `node_start` on the instance's newest action (a launch from an
 //!   image whose STARTs all go at once, with no CNCI to wait for, a kernel it can boot and no
 //!   off-host host, records it started with the action itself, which such a launch records
-//!   with each instance's record, in its transaction where the store can, just before its
-//!   STARTs are sent: two store writes less per instance; one whose START then does not go has
-//!   it ended `Error`,
+//!   with each instance's record, in its transaction where the store can: before the START
+//!   goes, by up to the launch's whole creation and dispatch; two store writes less per
+//!   instance; one whose START then does not go has it ended `Error`,
 //!   `off_host` for one that went off-host after all). It is
 //!   finished `Success` when a node reports the instance running, and `Error` with the cause
 //!   when the START could not be sent, a node or the scheduler answered a fatal START_FAILURE,
