@@ -176,22 +176,9 @@ pub fn begin_many(
     kind: ActionKind,
     by: &Caller,
 ) -> Vec<ActionTicket> {
-    begin_many_with(store, request_id, instances, kind, by, &[])
-}
-
-/// [`begin_many`], each action with the events `also` started beside the controller's (a
-/// launch whose STARTs go at once: [`NODE_START`]).
-pub fn begin_many_with(
-    store: &dyn ActionStore,
-    request_id: &str,
-    instances: &[Uuid],
-    kind: ActionKind,
-    by: &Caller,
-    also: &[&str],
-) -> Vec<ActionTicket> {
     let new: Vec<NewInstanceAction> = instances
         .iter()
-        .map(|&instance| new_action(request_id, instance, kind, by, also))
+        .map(|&instance| new_action(request_id, instance, kind, by, &[]))
         .collect();
     let recorded = store.add_instance_actions(&new);
     instances

@@ -42,7 +42,8 @@ pub(super) struct Known {
     pub(super) no_boot_volume: bool,
     /// It is in no server group: its launch named none (only a launch puts an instance in one).
     pub(super) no_server_group: bool,
-    /// Its action's `node_start` is started already ([`actions::begin_many_with`]).
+    /// Its action's `node_start` is started already (recorded with its instance:
+    /// [`Engine::starts_at_once`]).
     pub(super) node_start_begun: bool,
 }
 
