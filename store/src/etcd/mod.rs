@@ -62,6 +62,8 @@ mod instance_recs;
 mod instances;
 mod keypairs;
 mod keys;
+#[cfg(test)]
+mod layout_tests;
 mod networking;
 mod nodes;
 mod queue;

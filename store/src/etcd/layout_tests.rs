@@ -1,0 +1,159 @@
+//! What the store finds under a prefix that other versions of its code wrote: the schema
+//! version, and networking records that still hold their full subnets.
+#![allow(clippy::unwrap_used)]
+
+use uuid::Uuid;
+
+use super::tests::{Fixture, fixture};
+use super::*;
+
+/// The prefix's schema version rewritten as `version`.
+fn schema_written(fx: &Fixture, version: u32) {
+    fx.store_with(EtcdOptions::default())
+        .atomically("test", |tx| {
+            let key = tx.keys().schema();
+            tx.put(&key, &records::SchemaRec { version })
+        })
+        .unwrap();
+}
+
+#[test]
+fn an_older_schema_is_raised_and_then_refused_by_older_code() {
+    let Some(fx) = fixture() else { return };
+    schema_written(&fx, SCHEMA_VERSION - 1);
+    let again = fx.store_with(EtcdOptions::default());
+    assert_eq!(again.schema_version().unwrap(), SCHEMA_VERSION);
+    // This code still opens it (code that knows only the older version refuses it now).
+    assert!(EtcdStore::connect(&[fx.server.endpoint()], &fx.prefix, &fx.transport()).is_ok());
+}
+
+#[test]
+fn a_newer_schema_is_refused() {
+    let Some(fx) = fixture() else { return };
+    schema_written(&fx, SCHEMA_VERSION + 1);
+    let err = EtcdStore::connect(&[fx.server.endpoint()], &fx.prefix, &fx.transport()).unwrap_err();
+    assert_eq!(
+        err,
+        StoreError::SchemaTooNew {
+            found: SCHEMA_VERSION + 1,
+            known: SCHEMA_VERSION
+        }
+    );
+}
+
+/// The keys of `tenant`'s full subnets.
+fn full_subnet_keys(store: &EtcdStore, tenant: Uuid) -> Vec<Kv> {
+    let full = store.keys.full_subnets(tenant);
+    store
+        .range(&full, &super::keys::prefix_end(&full), 0, |o| o)
+        .unwrap()
+        .1
+}
+
+#[test]
+fn networking_records_of_before_hold_full_subnets_and_still_work() {
+    let Some(fx) = fixture() else { return };
+    let store = fx.store_with(EtcdOptions::default());
+    // A /30 holds one instance: each creation fills a subnet.
+    let (t, w) = crate::suite::tenant_and_workload(&store, "old", Quota::default(), 30);
+    let made: Vec<Instance> = (0..3)
+        .map(|n| {
+            store
+                .create_instance(crate::suite::new_instance(&t, &w, &format!("vm{n}")))
+                .unwrap()
+        })
+        .collect();
+    let full_keys = || full_subnet_keys(&store, t.id);
+    let full = full_keys();
+    assert_eq!(full.len(), 3, "a full subnet has a key of its own");
+    // Rewritten as the code of before kept them: every subnet in the tenant's record.
+    store
+        .atomically("test", |tx| {
+            let mut net = super::identity::net_in(tx, t.id)?;
+            assert!(net.subnets.is_empty());
+            for kv in &full {
+                net.subnets.push(kv.decode()?);
+                tx.delete(&kv.key);
+            }
+            let key = tx.keys().net(t.id);
+            tx.put(&key, &net)
+        })
+        .unwrap();
+    let listed = |n| {
+        let subnets = store.subnets(Scope::Tenant(t.id)).unwrap();
+        assert_eq!(subnets.len(), n, "{subnets:?}");
+        assert_eq!(store.subnets(Scope::All).unwrap(), subnets);
+    };
+    listed(3);
+    // An instance deleted from such a subnet empties it, and it goes.
+    store.delete_instance(Scope::All, made[0].id).unwrap();
+    listed(2);
+    assert!(full_keys().is_empty());
+    // The next creation carves the lowest free block again, and moves every full subnet out.
+    let next = store
+        .create_instance(crate::suite::new_instance(&t, &w, "next"))
+        .unwrap();
+    assert_eq!(next.subnet, made[0].subnet);
+    assert_eq!(full_keys().len(), 3);
+    let net = store.read(|tx| super::identity::net_in(tx, t.id)).unwrap();
+    assert!(net.subnets.is_empty());
+    listed(3);
+}
+
+#[test]
+fn a_record_of_before_with_many_full_subnets_is_moved_out_a_share_per_creation() {
+    let Some(fx) = fixture() else { return };
+    let store = fx.store_with(EtcdOptions::default());
+    // 130 /30s, one instance each: more full subnets than one transaction may write.
+    let (t, w) = crate::suite::tenant_and_workload(&store, "many", Quota::default(), 30);
+    for n in 0..130 {
+        store
+            .create_instance(crate::suite::new_instance(&t, &w, &format!("vm{n}")))
+            .unwrap();
+    }
+    let full_keys = || full_subnet_keys(&store, t.id);
+    let full = full_keys();
+    assert_eq!(full.len(), 130);
+    // Rewritten as the code of before kept them, in several transactions (test setup only).
+    store
+        .atomically("test", |tx| {
+            let mut net = super::identity::net_in(tx, t.id)?;
+            for kv in &full {
+                net.subnets.push(kv.decode()?);
+            }
+            let key = tx.keys().net(t.id);
+            tx.put(&key, &net)
+        })
+        .unwrap();
+    for share in full.chunks(100) {
+        store
+            .atomically("test", |tx| {
+                for kv in share {
+                    tx.delete(&kv.key);
+                }
+                Ok(())
+            })
+            .unwrap();
+    }
+    assert!(full_keys().is_empty());
+    let in_record = || {
+        store
+            .read(|tx| super::identity::net_in(tx, t.id))
+            .unwrap()
+            .subnets
+            .len()
+    };
+    // Each creation moves a share out, the subnet it fills too.
+    let mut made = 0;
+    while in_record() > 0 {
+        store
+            .create_instance(crate::suite::new_instance(&t, &w, "next"))
+            .unwrap();
+        made += 1;
+        assert!(made <= 5, "{} still in the record", in_record());
+    }
+    // 32 of before each time: 130 take five creations.
+    assert_eq!(made, 5);
+    assert_eq!(full_keys().len(), 135);
+    assert_eq!(store.subnets(Scope::Tenant(t.id)).unwrap().len(), 135);
+}
