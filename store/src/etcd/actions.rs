@@ -67,6 +67,41 @@ impl ActionStore for EtcdStore {
         })
     }
 
+    /// Up to [`CREATED_PER_TXN`] instances to a transaction, with their actions: one read of
+    /// the tenant, its workload and its networking record, and one commit, for all of them.
+    fn create_instances_with_action(
+        &self,
+        new: &NewInstance,
+        count: u32,
+        action: &NewInstanceAction,
+    ) -> (Vec<(Instance, Result<InstanceAction>)>, Option<StoreError>) {
+        if let Err(e) = crate::common::check_new_instance(new) {
+            return (Vec::new(), Some(e));
+        }
+        if rules::check_new(action).is_err() {
+            // Each instance made all the same, its action refused.
+            return crate::traits::actions::one_after_another(self, new, count, action);
+        }
+        let count = count as usize;
+        let mut made = Vec::with_capacity(count);
+        while made.len() < count {
+            let want = (count - made.len()).min(CREATED_PER_TXN);
+            let chunk = self.atomically("creating instances with their actions", |tx| {
+                creations_in(tx, new, want, action)
+            });
+            match chunk {
+                Ok((instances, stopped)) => {
+                    made.extend(instances.into_iter().map(|(i, a)| (i, Ok(a))));
+                    if stopped.is_some() {
+                        return (made, stopped);
+                    }
+                }
+                Err(e) => return (made, Some(e)),
+            }
+        }
+        (made, None)
+    }
+
     fn add_instance_actions(&self, new: &[NewInstanceAction]) -> Vec<Result<InstanceAction>> {
         self.side_by_side(new, |n| self.add_instance_action(n.clone()))
     }
@@ -219,4 +254,67 @@ fn seq_of(kv: &Kv, prefix: &str) -> Result<u64> {
     suffix(&kv.key, prefix)
         .and_then(|s| u64::from_str_radix(s, 16).ok())
         .ok_or_else(|| StoreError::Backend(format!("bad action key {}", kv.key)))
+}
+
+/// The most instances [`ActionStore::create_instances_with_action`] makes in one transaction
+/// (fewer when their writes would pass etcd's 128).
+const CREATED_PER_TXN: usize = 32;
+
+/// Up to `want` instances of `new` in `tx`, each with its first action `action`, in order: fewer
+/// when the transaction's writes would pass etcd's limit or a second new subnet would be needed
+/// (the next transaction goes on). An instance that cannot be made stops them: its error is
+/// the transaction's when it is the first, else the second of the pair (those before it made).
+#[allow(clippy::type_complexity)]
+fn creations_in(
+    tx: &mut Tx<'_>,
+    new: &NewInstance,
+    want: usize,
+    action: &NewInstanceAction,
+) -> Result<(Vec<(Instance, InstanceAction)>, Option<StoreError>)> {
+    use super::instances::{creation_reads, make_in, make_writes, needs_subnet};
+    let (t, w, mut net) = creation_reads(tx, new)?;
+    // Keys one transaction writes share its revision, and those are listed in key order: ids in
+    // ascending order list the instances in the order made.
+    let mut ids: Vec<Uuid> = (0..want).map(|_| Uuid::new_v4()).collect();
+    ids.sort_unstable();
+    let mut made: Vec<(InstanceRec, InstanceAction)> = Vec::with_capacity(want);
+    let mut stopped = None;
+    let mut carved = false;
+    for id in ids {
+        // Its writes, its action and the networking record must fit.
+        if tx.ops.len() + make_writes(&net) + 2 > super::MAX_TXN_OPS {
+            break;
+        }
+        let carves = needs_subnet(&net);
+        if carves && carved {
+            break;
+        }
+        let (before, ops) = (net.clone(), tx.ops.len());
+        match make_in(tx, new, &t, &w, &mut net, id) {
+            Ok(rec) => {
+                carved |= carves;
+                let first = NewInstanceAction {
+                    instance: id,
+                    ..action.clone()
+                };
+                let recorded = rules::new_action(first, rec.tenant, now());
+                tx.put(&tx.keys().action(id, 1), &ActionRec::from(&recorded))?;
+                made.push((rec, recorded));
+            }
+            Err(e) if made.is_empty() => return Err(e),
+            Err(e) => {
+                // Nothing of this one is written.
+                net = before;
+                tx.ops.truncate(ops);
+                stopped = Some(e);
+                break;
+            }
+        }
+    }
+    tx.put(&tx.keys().net(t.id), &net)?;
+    let made = made
+        .into_iter()
+        .map(|(rec, action)| Ok((rec.model()?, action)))
+        .collect::<Result<Vec<_>>>()?;
+    Ok((made, stopped))
 }

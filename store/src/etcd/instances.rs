@@ -78,15 +78,21 @@ impl InstanceStore for EtcdStore {
                         .map_err(|e| StoreError::Backend(format!("bad key {}: {e}", kv.key)))
                 })
                 .collect::<Result<Vec<_>>>()?;
-            let after = marker.as_ref().map_or(0, |(_, kv)| kv.create_rev);
-            let mut found: Vec<(i64, InstanceRec)> = Vec::new();
+            // Creation order: the revision, then the key (instances made together share one).
+            let after = marker
+                .as_ref()
+                .map_or((0, ""), |(_, kv)| (kv.create_rev, kv.key.as_str()));
+            let mut found: Vec<((i64, String), InstanceRec)> = Vec::new();
             for kv in self.get_many(&ids)?.into_iter().flatten() {
                 let rec: InstanceRec = kv.decode()?;
-                if kv.create_rev > after && rec.node == Some(node) && scope.sees(Some(rec.tenant)) {
-                    found.push((kv.create_rev, rec));
+                if (kv.create_rev, kv.key.as_str()) > after
+                    && rec.node == Some(node)
+                    && scope.sees(Some(rec.tenant))
+                {
+                    found.push(((kv.create_rev, kv.key), rec));
                 }
             }
-            found.sort_by_key(|(rev, _)| *rev);
+            found.sort_by(|(a, _), (b, _)| a.cmp(b));
             items.extend(found.into_iter().take(want).map(|(_, rec)| rec));
             return paged(items, page.limit);
         }
@@ -121,7 +127,9 @@ impl InstanceStore for EtcdStore {
             Scope::All => {
                 // Every instance key in creation (revision) order from after the marker.
                 let prefix = self.keys.instances();
-                let after = marker.as_ref().map_or(0, |(_, kv)| kv.create_rev);
+                let after = marker
+                    .as_ref()
+                    .map_or((0, ""), |(_, kv)| (kv.create_rev, kv.key.as_str()));
                 for kv in self.range_by_creation(&prefix, &prefix_end(&prefix), after, want)? {
                     items.push(kv.decode()?);
                 }
@@ -320,6 +328,18 @@ impl InstanceStore for EtcdStore {
 /// Makes instance `id` of `new` in `tx`: its record, its order and reference keys, and its tenant's
 /// networking record with its address taken.
 pub(super) fn create_in(tx: &mut Tx<'_>, new: &NewInstance, id: Uuid) -> Result<InstanceRec> {
+    let (t, w, mut net) = creation_reads(tx, new)?;
+    let rec = make_in(tx, new, &t, &w, &mut net, id)?;
+    tx.put(&tx.keys().net(t.id), &net)?;
+    Ok(rec)
+}
+
+/// What making an instance of `new` reads: its tenant, its workload (if the tenant sees it) and
+/// the tenant's networking record.
+pub(super) fn creation_reads(
+    tx: &mut Tx<'_>,
+    new: &NewInstance,
+) -> Result<(TenantRec, WorkloadRec, NetRec)> {
     let keys = tx.keys();
     let read = tx.get_many(&[
         keys.tenant(new.tenant),
@@ -339,16 +359,44 @@ pub(super) fn create_in(tx: &mut Tx<'_>, new: &NewInstance, id: Uuid) -> Result<
         .transpose()?
         .filter(|w| Scope::Tenant(t.id).sees(w.owner))
         .ok_or_else(|| StoreError::not_found("workload", new.workload))?;
-    let mut net: NetRec = n.as_ref().map(Kv::decode).transpose()?.unwrap_or_default();
+    let net: NetRec = n.as_ref().map(Kv::decode).transpose()?.unwrap_or_default();
+    Ok((t, w, net))
+}
+
+/// The most writes [`make_in`] adds to a transaction with `net` as it is: the record, its order
+/// and reference keys, the subnet it fills moved out, a new subnet's block key, and the full
+/// subnets that a record of before still holds moved out (up to [`FULL_MOVED_AT_ONCE`]).
+pub(super) fn make_writes(net: &NetRec) -> usize {
+    let full = net.subnets.iter().filter(|s| s.used >= s.capacity).count();
+    5 + full.min(FULL_MOVED_AT_ONCE)
+}
+
+/// Whether making one more instance in `tx` would carve a new subnet: none in `net` has room.
+pub(super) fn needs_subnet(net: &NetRec) -> bool {
+    !net.subnets.iter().any(|s| s.used < s.capacity)
+}
+
+/// One instance of `new`, `id`, in `tx`, its tenant `t` and workload `w` read: quota-checked
+/// against `net`'s usage and its address taken from `net`, which the caller writes back (once
+/// for all the instances it makes in `tx`). At most one per transaction may carve a new subnet
+/// ([`needs_subnet`]): a second would not see the block key of the first.
+pub(super) fn make_in(
+    tx: &mut Tx<'_>,
+    new: &NewInstance,
+    t: &TenantRec,
+    w: &WorkloadRec,
+    net: &mut NetRec,
+    id: Uuid,
+) -> Result<InstanceRec> {
     Quota::from(t.quota).check(&Usage::from(net.usage), w.vcpus, w.memory_mb)?;
-    let at = subnet_with_room(tx, &t, &mut net)?;
+    let at = subnet_with_room(tx, t, net)?;
     let subnet = &mut net.subnets[at];
     let ip = subnet
         .first_free()
         .ok_or_else(|| StoreError::Backend(format!("subnet {} count is wrong", subnet.id)))?;
     subnet.mark(ip, true);
     let (subnet_id, base, prefix) = (subnet.id, subnet.base, subnet.prefix);
-    move_out_full(tx, t.id, &mut net, at)?;
+    move_out_full(tx, t.id, net, at)?;
     let seq = net.next_seq;
     net.next_seq += 1;
     net.usage.instances += 1;
@@ -384,10 +432,10 @@ pub(super) fn create_in(tx: &mut Tx<'_>, new: &NewInstance, id: Uuid) -> Result<
         reservation: new.reservation.clone(),
         zone: new.zone.clone(),
     };
+    let keys = tx.keys();
     tx.put(&keys.instance(id), &rec)?;
     tx.put_text(&keys.order(t.id, seq), &id.to_string());
     tx.put_text(&keys.reference("workload", w.id, id), "");
-    tx.put(&keys.net(t.id), &net)?;
     Ok(rec)
 }
 

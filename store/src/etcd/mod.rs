@@ -486,18 +486,24 @@ impl EtcdStore {
         Ok(usize::try_from(resp.count()).unwrap_or(0))
     }
 
-    /// Reads keys in `[start, end)` in creation order, created after revision `after`: at most
-    /// `limit` (0 for all).
+    /// Reads keys in `[start, end)` in creation order, after `after` (a key's creation revision
+    /// and the key; `(0, "")` for the first): at most `limit` (0 for all). Keys that one
+    /// transaction made share its revision (a launch's instances are made several to a
+    /// transaction), so the order is the revision, then the key; a read that etcd cut short
+    /// leaves out its last revision, which may be incomplete, and reads it again with the next.
     fn range_by_creation(
         &self,
         start: &str,
         end: &[u8],
-        after: i64,
+        after: (i64, &str),
         limit: usize,
     ) -> Result<Vec<Kv>> {
         let mut out: Vec<Kv> = Vec::new();
-        let mut min_rev = after + 1;
+        let mut from = (after.0, after.1.to_string());
         let mut revision = 0;
+        // Room for a revision's keys beyond what is wanted; doubled when a read makes no
+        // progress (a revision with more keys than that).
+        let mut slack = 33;
         loop {
             let want = if limit == 0 {
                 RANGE_BATCH
@@ -507,8 +513,8 @@ impl EtcdStore {
             let options = GetOptions::new()
                 .with_range(end.to_vec())
                 .with_sort(SortTarget::Create, SortOrder::Ascend)
-                .with_min_create_revision(min_rev)
-                .with_limit(want)
+                .with_min_create_revision(from.0.max(1))
+                .with_limit(want.saturating_add(slack))
                 .with_revision(revision);
             let mut kv = self.client.kv_client();
             let key = start.to_string();
@@ -516,13 +522,32 @@ impl EtcdStore {
             if revision == 0 {
                 revision = resp.header().map_or(0, |h| h.revision());
             }
-            for item in resp.kvs() {
-                out.push(Kv::from_etcd(item)?);
+            let mut read = resp
+                .kvs()
+                .iter()
+                .map(Kv::from_etcd)
+                .collect::<Result<Vec<_>>>()?;
+            read.sort_by(|a, b| (a.create_rev, &a.key).cmp(&(b.create_rev, &b.key)));
+            let more = resp.more();
+            if more && let Some(last) = read.last().map(|kv| kv.create_rev) {
+                read.retain(|kv| kv.create_rev != last);
             }
-            if !resp.more() || resp.kvs().is_empty() || (limit > 0 && out.len() >= limit) {
+            let before = out.len();
+            for kv in read {
+                if (kv.create_rev, kv.key.as_str()) > (from.0, from.1.as_str()) {
+                    out.push(kv);
+                }
+            }
+            if limit > 0 {
+                out.truncate(limit);
+            }
+            if !more || (limit > 0 && out.len() >= limit) {
                 return Ok(out);
             }
-            min_rev = out.last().map_or(min_rev, |kv| kv.create_rev + 1);
+            match out.last() {
+                Some(last) if out.len() > before => from = (last.create_rev, last.key.clone()),
+                _ => slack = slack.saturating_mul(2),
+            }
         }
     }
 

@@ -1,8 +1,8 @@
 //! The behaviour every [`Store`] must have, as test functions generic over a [`Fixture`], one
-//! module per concern (`identity`, `app_creds`, `keypairs`, `catalog`, `image_members`, `instances`,
-//! `subnets`, `volumes`, `events`, `actions`, `queue`, `server_groups`, and `guarantees` for what
-//! holds across them); an implementation runs them all with `crate::store_suite!(MyFixture);` in
-//! its test module.
+//! module per concern (`identity`, `app_creds`, `keypairs`, `catalog`, `image_members`,
+//! `instances`, `launches`, `subnets`, `volumes`, `events`, `actions`, `queue`, `server_groups`,
+//! and `guarantees` for what holds across them); an implementation runs them all with
+//! `crate::store_suite!(MyFixture);` in its test module.
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]
 
@@ -15,6 +15,7 @@ pub(crate) mod identity;
 pub(crate) mod image_members;
 pub(crate) mod instances;
 pub(crate) mod keypairs;
+pub(crate) mod launches;
 pub(crate) mod networking;
 pub(crate) mod nodes;
 pub(crate) mod queue;
@@ -88,6 +89,7 @@ macro_rules! store_suite {
                 many_actions_are_recorded_and_finished_in_order,
                 a_record_and_its_event_change_together,
                 an_instance_is_made_with_its_first_action;
+            launches: a_launchs_instances_are_made_in_order_up_to_the_quota;
             queue: remote_host_crud, operations_are_claimed_in_fifo_order,
                 parallel_claims_take_each_operation_once,
                 batch_claims_take_each_operation_once_in_instance_order,

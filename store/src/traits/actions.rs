@@ -50,6 +50,23 @@ pub trait ActionStore: InstanceStore + Send + Sync {
         });
         Ok((instance, recorded))
     }
+    /// [`ActionStore::create_instance_with_action`] for `count` instances of `new`, in order,
+    /// stopping at the first that cannot be made (its tenant's quota reached, say): those made,
+    /// each with how its action's record went, and why it stopped (`None`: all were made). The
+    /// default makes them one after the other; etcd makes several in one transaction (the
+    /// tenant's networking record read and written once for them).
+    #[allow(clippy::type_complexity)]
+    fn create_instances_with_action(
+        &self,
+        new: &NewInstance,
+        count: u32,
+        action: &NewInstanceAction,
+    ) -> (
+        Vec<(Instance, Result<InstanceAction>)>,
+        Option<crate::StoreError>,
+    ) {
+        one_after_another(self, new, count, action)
+    }
     /// Starts event `event` (now, unfinished) of the instance's `target` action, unless it has an
     /// unfinished event of that name already. `None` when the instance has no such action.
     fn start_action_event(
@@ -110,4 +127,26 @@ pub trait ActionStore: InstanceStore + Send + Sync {
         instance: Uuid,
         request_id: &str,
     ) -> Result<InstanceAction>;
+}
+
+/// [`ActionStore::create_instances_with_action`] as the default makes them: one instance, with
+/// its action, after another.
+#[allow(clippy::type_complexity)]
+pub(crate) fn one_after_another<S: ActionStore + ?Sized>(
+    store: &S,
+    new: &NewInstance,
+    count: u32,
+    action: &NewInstanceAction,
+) -> (
+    Vec<(Instance, Result<InstanceAction>)>,
+    Option<crate::StoreError>,
+) {
+    let mut made = Vec::with_capacity(count as usize);
+    for _ in 0..count {
+        match store.create_instance_with_action(new.clone(), action.clone()) {
+            Ok(pair) => made.push(pair),
+            Err(e) => return (made, Some(e)),
+        }
+    }
+    (made, None)
 }

@@ -24,7 +24,7 @@
 //! `Arc<dyn OperationQueue>`). Calling a method on a concrete store needs its trait in scope:
 //! `use store::prelude::*`.
 
-mod actions;
+pub(crate) mod actions;
 mod catalog;
 mod events;
 mod identity;
