@@ -26,6 +26,11 @@ impl InstanceStore for EtcdStore {
         self.read(|tx| instance_in(tx, scope, id))?.0.model()
     }
 
+    /// As many as [`EtcdStore::side_by_side`] keeps in flight.
+    fn writers_at_once(&self) -> usize {
+        super::IN_FLIGHT
+    }
+
     /// One round trip per 128 instances (the most etcd takes in one transaction).
     fn instances_by_id(&self, ids: &[Uuid]) -> Result<Vec<Option<Instance>>> {
         let keys: Vec<String> = ids.iter().map(|&id| self.keys.instance(id)).collect();

@@ -38,6 +38,14 @@ pub trait InstanceStore: Send + Sync {
         filter: InstanceFilter,
         page: Page,
     ) -> Result<Paged<Instance>>;
+    /// How many writers, each on records of its own (one node's report and another's), the
+    /// store serves well at once: 1 where writers queue for one lock (SQLite: they would only
+    /// wait for each other), more where each transaction waits for a round trip to a server
+    /// that commits the ones arriving together as one (etcd). A caller with such independent
+    /// work may run this many at once.
+    fn writers_at_once(&self) -> usize {
+        1
+    }
     /// Runs `f`; its writes through this store on this thread commit together where the store
     /// can (SQLite: one transaction, so one commit for many writes). Each write inside still
     /// succeeds or fails on its own and answers as it would alone, and reads inside see the
