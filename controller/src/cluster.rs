@@ -78,12 +78,36 @@ impl Launch {
         Ok((instance, recorded))
     }
 
-    fn make(
+    /// Every instance of the launch (`count`), each as [`Launch::make_instance_with`] makes one,
+    /// in order, stopping at the first that cannot be made: those made, and why it stopped. A
+    /// launch that joins no server group has its instances made together where the store can
+    /// ([`store::ActionStore::create_instances_with_action`]: etcd, several to a transaction).
+    pub fn make_instances_with(
         &self,
         store: &dyn store::Store,
-        action: Option<store::NewInstanceAction>,
-    ) -> Result<(Instance, Option<Recorded>), StoreError> {
-        let new = store::NewInstance {
+        action: store::NewInstanceAction,
+    ) -> (Vec<(Instance, Recorded)>, Option<StoreError>) {
+        if self.server_group.is_some() {
+            let mut made = Vec::with_capacity(self.count as usize);
+            for _ in 0..self.count {
+                match self.make_instance_with(store, action.clone()) {
+                    Ok(pair) => made.push(pair),
+                    Err(e) => return (made, Some(e)),
+                }
+            }
+            return (made, None);
+        }
+        let (made, stopped) =
+            store.create_instances_with_action(&self.new_instance(), self.count, &action);
+        for (instance, _) in &made {
+            self.join_security_groups(store, instance);
+        }
+        (made, stopped)
+    }
+
+    /// What the store makes for each instance of the launch.
+    fn new_instance(&self) -> store::NewInstance {
+        store::NewInstance {
             tenant: self.tenant,
             workload: self.workload,
             name: self.name.clone(),
@@ -92,7 +116,26 @@ impl Launch {
             user: self.user,
             reservation: Some(self.reservation.clone()),
             zone: self.zone.clone(),
-        };
+        }
+    }
+
+    /// A new instance's port into the launch's security groups (none asked: `default`, as
+    /// made); one deleted since leaves the port in `default`.
+    fn join_security_groups(&self, store: &dyn store::Store, instance: &Instance) {
+        if !self.groups.is_empty()
+            && let Err(e) = store.set_port_groups(self.tenant, instance.id, &self.groups)
+        {
+            tracing::warn!(instance = %instance.id, error = %e,
+                "the instance's security groups could not be set");
+        }
+    }
+
+    fn make(
+        &self,
+        store: &dyn store::Store,
+        action: Option<store::NewInstanceAction>,
+    ) -> Result<(Instance, Option<Recorded>), StoreError> {
+        let new = self.new_instance();
         // An instance that must join a group is undone if it cannot: its action waits for that.
         let (instance, mut recorded, later) = match action {
             Some(action) if self.server_group.is_none() => {
@@ -101,12 +144,7 @@ impl Launch {
             }
             later => (store.create_instance(new)?, None, later),
         };
-        if !self.groups.is_empty()
-            && let Err(e) = store.set_port_groups(self.tenant, instance.id, &self.groups)
-        {
-            tracing::warn!(instance = %instance.id, error = %e,
-                "the instance's security groups could not be set");
-        }
+        self.join_security_groups(store, &instance);
         if let Some(group) = self.server_group
             && let Err(e) =
                 store.add_server_group_member(Scope::Tenant(self.tenant), group, instance.id)

@@ -24,23 +24,17 @@ impl Cluster for Engine {
         // The records in one store transaction (one commit for the launch), committed before
         // any START goes: an instance is never started without its record.
         let committed = self.store.batch(&mut || {
-            for _ in 0..launch.count {
-                match launch.make_instance_with(self.store.as_ref(), action.clone()) {
-                    Ok((instance, recorded)) => {
-                        tickets.push(actions::ticket(
-                            &request_id,
-                            instance.id,
-                            ActionKind::Create,
-                            recorded.as_ref(),
-                        ));
-                        created.push(instance);
-                    }
-                    Err(e) => {
-                        failure = Some(ClusterError::from(e));
-                        break;
-                    }
-                }
+            let (made, stopped) = launch.make_instances_with(self.store.as_ref(), action.clone());
+            for (instance, recorded) in made {
+                tickets.push(actions::ticket(
+                    &request_id,
+                    instance.id,
+                    ActionKind::Create,
+                    recorded.as_ref(),
+                ));
+                created.push(instance);
             }
+            failure = stopped.map(ClusterError::from);
         });
         if let Err(e) = committed {
             created.clear();
