@@ -4,9 +4,12 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use ssntp::Payload;
+use ssntp::session::Message;
 use ssntp_net::client::ClientEvent;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
 
 use super::{Engine, Schedulers, Verdict};
 
@@ -35,6 +38,8 @@ pub async fn run(
     }
     let mut sweep = tokio::time::interval(sweep_every);
     sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // An event read ahead while gathering frames (below), handled before the next one.
+    let mut held: Option<(usize, ClientEvent)> = None;
     loop {
         let retry_at = engine.next_cnci_retry();
         let retry_in = retry_at
@@ -62,7 +67,7 @@ pub async fn run(
                     Err(e) => tracing::error!("sweep task: {e}"),
                 }
             }
-            event = events.recv() => match event {
+            event = next_event(&mut held, &mut events) => match event {
                 None => {
                     engine.give_up("the SSNTP client's events ended".into());
                     shutdown.cancel();
@@ -99,21 +104,25 @@ pub async fn run(
                     shutdown.cancel();
                     return;
                 }
-                Some((link, ClientEvent::Frames(messages))) => {
+                Some((link, ClientEvent::Frames(mut messages))) => {
+                    // What the client has read from the same scheduler since: applied with
+                    // these, so that many nodes' STATS can go side by side.
+                    while messages.len() < FRAMES_AT_ONCE {
+                        match events.try_recv() {
+                            Ok((more_from, ClientEvent::Frames(more))) if more_from == link => {
+                                messages.extend(more);
+                            }
+                            Ok(other) => {
+                                held = Some(other);
+                                break;
+                            }
+                            Err(_) => break,
+                        }
+                    }
                     let (engine, schedulers) = (engine.clone(), schedulers.clone());
                     let handled = tokio::task::spawn_blocking(move || {
-                        for message in &messages {
-                            let (origin, payload) = (message.frame.origin, &message.payload);
-                            if schedulers.inbound(link, origin, payload) == Verdict::Skip {
-                                continue;
-                            }
-                            if let Err(e) = engine.handle_from(origin, payload, SystemTime::now()) {
-                                tracing::warn!(
-                                    "{} from the scheduler not applied: {e}",
-                                    message.payload.operand().name()
-                                );
-                            }
-                        }
+                        let at_once = engine.store.writers_at_once();
+                        apply_frames(&engine, &schedulers, link, &messages, at_once);
                     })
                     .await;
                     if let Err(e) = handled {
@@ -122,5 +131,89 @@ pub async fn run(
                 }
             }
         }
+    }
+}
+
+/// The most frames applied together: those the client had read when the first of them was taken
+/// up, to this many.
+const FRAMES_AT_ONCE: usize = 1024;
+
+/// The event read ahead, if one was, else the next.
+async fn next_event(
+    held: &mut Option<(usize, ClientEvent)>,
+    events: &mut mpsc::Receiver<(usize, ClientEvent)>,
+) -> Option<(usize, ClientEvent)> {
+    match held.take() {
+        Some(event) => Some(event),
+        None => events.recv().await,
+    }
+}
+
+/// Applies frames from scheduler `link`, in order; with `at_once` above 1 (the
+/// store's [`store::InstanceStore::writers_at_once`]), the STATS that come one after the other
+/// are applied side by side, up to `at_once` threads, each node's in order on one thread. A node's report
+/// touches that node's instances, whose records each take their own transactions; the order
+/// between two nodes' reports is the network's anyway. Any other frame waits for the STATS
+/// before it and is applied alone.
+pub(super) fn apply_frames(
+    engine: &Engine,
+    schedulers: &Schedulers,
+    link: usize,
+    messages: &[Message],
+    at_once: usize,
+) {
+    let mut reports: Vec<&Message> = Vec::new();
+    for message in messages {
+        let (origin, payload) = (message.frame.origin, &message.payload);
+        let report = at_once > 1 && matches!(payload, Payload::Stats(_));
+        if !report {
+            apply_side_by_side(engine, &reports, at_once);
+            reports.clear();
+        }
+        if schedulers.inbound(link, origin, payload) == Verdict::Skip {
+            continue;
+        }
+        if report {
+            reports.push(message);
+        } else {
+            apply_one(engine, message);
+        }
+    }
+    apply_side_by_side(engine, &reports, at_once);
+}
+
+/// Applies `messages` on up to `at_once` threads, those of one origin in order on one thread.
+fn apply_side_by_side(engine: &Engine, messages: &[&Message], at_once: usize) {
+    if messages.len() < 2 {
+        messages.iter().for_each(|m| apply_one(engine, m));
+        return;
+    }
+    let mut by_origin: std::collections::HashMap<Uuid, Vec<&Message>> = Default::default();
+    for &m in messages {
+        by_origin.entry(m.frame.origin).or_default().push(m);
+    }
+    let origins: Vec<Vec<&Message>> = by_origin.into_values().collect();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        for _ in 0..at_once.min(origins.len()) {
+            scope.spawn(|| {
+                while let Some(own) =
+                    origins.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+                {
+                    own.iter().for_each(|m| apply_one(engine, m));
+                }
+            });
+        }
+    });
+}
+
+/// Applies one frame, logging what could not be.
+fn apply_one(engine: &Engine, message: &Message) {
+    let (origin, payload) = (message.frame.origin, &message.payload);
+    if let Err(e) = engine.handle_from(origin, payload, SystemTime::now()) {
+        tracing::warn!(
+            "{} from the scheduler not applied: {e}",
+            payload.operand().name()
+        );
     }
 }

@@ -706,6 +706,7 @@ mod cnci;
 mod console;
 mod ephemeral;
 mod firewall;
+mod frames;
 mod launches;
 mod lost;
 mod nodes;

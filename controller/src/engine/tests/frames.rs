@@ -1,0 +1,70 @@
+//! One read's frames applied with the STATS side by side (`run::apply_frames`, as over etcd):
+//! each node's reports in order, every other frame in its place.
+
+use super::*;
+use crate::engine::run::apply_frames;
+use ssntp::payload::{NodeEvent, NodeState};
+
+fn message(origin: Uuid, payload: Payload) -> ssntp::session::Message {
+    ssntp::session::Message {
+        frame: ssntp::Frame::new(origin, &payload),
+        payload,
+    }
+}
+
+/// Four nodes' reports interleaved, three each, applied on four threads: what each node said
+/// last is what its records hold, as when applied one after the other; a node connected in the
+/// middle of the read is known to the reports that follow it.
+#[test]
+fn side_by_side_reports_keep_each_nodes_order() {
+    for at_once in [1, 4] {
+        let w = world();
+        let nodes: Vec<Uuid> = (1..=5u8).map(|n| Uuid::from_bytes([n; 16])).collect();
+        for &node in &nodes[..4] {
+            w.node_connected(node, NodeType::ComputeNode);
+        }
+        let ids: Vec<Uuid> = w.launch(10).iter().map(|i| i.id).collect();
+        let (a, b) = (|k: usize| ids[2 * k], |k: usize| ids[2 * k + 1]);
+        let report = |k: usize, states: [Reported; 2]| {
+            let stats = stats_payload(
+                nodes[k],
+                NodeState::Ready,
+                &[(a(k), states[0]), (b(k), states[1])],
+                vec![],
+            );
+            message(nodes[k], stats)
+        };
+        let mut messages = Vec::new();
+        for states in [
+            [Reported::Pending, Reported::Pending],
+            [Reported::Active, Reported::Active],
+            [Reported::Exited, Reported::Active],
+        ] {
+            for k in 0..4 {
+                messages.push(report(k, states));
+            }
+        }
+        // A node the engine learns of in the middle of the read, and its report after that.
+        let up = Payload::NodeConnected(NodeEvent {
+            node_uuid: nodes[4],
+            node_type: NodeType::ComputeNode,
+        });
+        messages.insert(6, message(SCHEDULER, up));
+        messages.push(report(4, [Reported::Active, Reported::Exited]));
+        let schedulers = Schedulers::new(vec![w.out.clone() as Arc<dyn Outbound>]);
+        schedulers.opened(0, SCHEDULER);
+        apply_frames(&w.engine, &schedulers, 0, &messages, at_once);
+        for (k, &node) in nodes[..4].iter().enumerate() {
+            assert_eq!(
+                w.placed(a(k)),
+                (InstanceState::Exited, Some(node)),
+                "{at_once}: node {k}'s last report"
+            );
+            assert_eq!(w.placed(b(k)), (InstanceState::Active, Some(node)));
+            assert_eq!(w.engine.node(node).unwrap().instances, 2);
+        }
+        assert_eq!(w.placed(a(4)), (InstanceState::Active, Some(nodes[4])));
+        assert_eq!(w.placed(b(4)).1, Some(nodes[4]));
+        assert_eq!(w.engine.node(nodes[4]).unwrap().status, NodeStatus::Ready);
+    }
+}
