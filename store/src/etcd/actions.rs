@@ -106,10 +106,26 @@ impl ActionStore for EtcdStore {
         self.side_by_side(new, |n| self.add_instance_action(n.clone()))
     }
 
+    /// Up to [`ENDS_PER_TXN`] to a transaction (one read of their instances' ranges, one
+    /// commit), several such transactions in flight. A share that cannot be written together
+    /// (a record that does not decode, say) is written one end after another, so that each
+    /// end answers as it would alone.
     fn finish_action_events(&self, ends: &[ActionEnd<'_>]) -> Vec<Result<Option<InstanceAction>>> {
-        self.side_by_side(ends, |e| {
-            self.finish_action_event(e.instance, e.target, e.event, e.outcome.clone())
+        let shares: Vec<&[ActionEnd<'_>]> = ends.chunks(ENDS_PER_TXN).collect();
+        self.side_by_side(&shares, |share| {
+            match self.atomically("finishing action events", |tx| finish_many_in(tx, share)) {
+                Ok(done) => done,
+                Err(_) => share
+                    .iter()
+                    .map(|e| {
+                        self.finish_action_event(e.instance, e.target, e.event, e.outcome.clone())
+                    })
+                    .collect(),
+            }
         })
+        .into_iter()
+        .flatten()
+        .collect()
     }
 
     fn start_action_event(
@@ -317,4 +333,51 @@ fn creations_in(
         .map(|(rec, action)| Ok((rec.model()?, action)))
         .collect::<Result<Vec<_>>>()?;
     Ok((made, stopped))
+}
+
+/// The most event ends [`ActionStore::finish_action_events`] writes in one transaction: a
+/// range compare and at most one write each, within etcd's 128.
+const ENDS_PER_TXN: usize = 64;
+
+/// Each of `ends` finished in `tx`, answered in order, as [`ActionStore::finish_action_event`]
+/// answers one: their instances' ranges read in one round trip, each changed action written
+/// once (two ends on one instance both apply, in order).
+fn finish_many_in(
+    tx: &mut Tx<'_>,
+    ends: &[ActionEnd<'_>],
+) -> Result<Vec<Result<Option<InstanceAction>>>> {
+    let mut instances: Vec<Uuid> = ends.iter().map(|e| e.instance).collect();
+    instances.sort_unstable();
+    instances.dedup();
+    let keys = tx.keys();
+    let prefixes: Vec<String> = instances.iter().map(|&i| keys.actions(i)).collect();
+    let mut found = Vec::with_capacity(instances.len());
+    for kvs in tx.ranges(&prefixes)? {
+        let (kvs, actions): (Vec<Kv>, Vec<InstanceAction>) =
+            decode_actions(kvs)?.into_iter().unzip();
+        found.push((kvs, actions, std::collections::BTreeSet::new()));
+    }
+    let at = now();
+    let answers = ends
+        .iter()
+        .map(|e| {
+            rules::check_event(e.event)?;
+            let Ok(i) = instances.binary_search(&e.instance) else {
+                return Ok(None);
+            };
+            let (_, actions, changed) = &mut found[i];
+            Ok(
+                rules::finish_event(actions, e.target, e.event, e.outcome.clone(), at).map(|n| {
+                    changed.insert(n);
+                    actions[n].clone()
+                }),
+            )
+        })
+        .collect();
+    for (kvs, actions, changed) in &found {
+        for &n in changed {
+            tx.put(&kvs[n].key, &ActionRec::from(&actions[n]))?;
+        }
+    }
+    Ok(answers)
 }

@@ -385,6 +385,50 @@ impl EtcdStore {
         self.call(self.get_many_async(keys))
     }
 
+    /// Reads every key under each of `prefixes` in one round trip, at one revision: the
+    /// revision, and each prefix's keys. Each range is answered whole: only for small ones,
+    /// and at most [`MAX_TXN_OPS`] of them.
+    fn ranges(&self, prefixes: &[String]) -> Result<(i64, Vec<Vec<Kv>>)> {
+        let mut kv = self.client.kv_client();
+        let reads: Vec<TxnOp> = prefixes
+            .iter()
+            .map(|p| TxnOp::get(p.as_str(), Some(GetOptions::new().with_prefix())))
+            .collect();
+        let txn = Txn::new().and_then(reads);
+        let resp = self.call(async move {
+            let mut tries = 0;
+            loop {
+                match kv.txn(txn.clone()).await {
+                    // etcd's users or roles changed while it was in flight: read again.
+                    Err(e) if auth_changed(&e) && tries < AUTH_RETRIES => tries += 1,
+                    other => break other,
+                }
+            }
+        })?;
+        let revision = resp
+            .header()
+            .map(|h| h.revision())
+            .ok_or_else(|| StoreError::Backend("etcd answered a read without a header".into()))?;
+        let found = resp
+            .op_responses()
+            .into_iter()
+            .map(|op| match op {
+                TxnOpResponse::Get(get) => get
+                    .kvs()
+                    .iter()
+                    .map(Kv::from_etcd)
+                    .collect::<Result<Vec<Kv>>>(),
+                _ => Err(StoreError::Backend("unexpected response to a read".into())),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        if found.len() != prefixes.len() {
+            return Err(StoreError::Backend(
+                "etcd answered reads with another number of answers".into(),
+            ));
+        }
+        Ok((revision, found))
+    }
+
     /// Reads `key` and the keys in `[start, end)` in one round trip, at one revision: the
     /// revision, the key, the range. The range is answered whole: only for small ones.
     fn get_and_range(

@@ -98,6 +98,20 @@ impl<'s> Tx<'s> {
         Ok((found, under))
     }
 
+    /// Reads every key under each of `prefixes` in one round trip ([`EtcdStore::ranges`]: small
+    /// ranges only); the commit requires that nothing under any of them was created or changed
+    /// since.
+    pub(super) fn ranges(&mut self, prefixes: &[String]) -> Result<Vec<Vec<Kv>>> {
+        let (revision, found) = self.store.ranges(prefixes)?;
+        for prefix in prefixes {
+            self.compares.push(
+                Compare::mod_revision(prefix.as_str(), CompareOp::Less, revision + 1)
+                    .with_range(prefix_end(prefix)),
+            );
+        }
+        Ok(found)
+    }
+
     /// Reads whether any key is under `prefix`; the commit requires that none was created or
     /// changed since.
     pub(super) fn any_under(&mut self, prefix: &str) -> Result<bool> {

@@ -339,6 +339,51 @@ pub(crate) fn many_actions_are_recorded_and_finished_in_order<F: Fixture>() {
             .unwrap();
         assert_eq!(&stored, action);
     }
+    // More than a hundred at once (etcd: in shares of a transaction each), three on each
+    // instance (all apply, in order, whether in one share or not), and one with no event name
+    // (refused on its own).
+    let mut more: Vec<ActionEnd<'_>> = ids
+        .iter()
+        .chain(&ids)
+        .chain(&ids)
+        .map(|&instance| ActionEnd {
+            instance,
+            target: ActionTarget::Request("req-many"),
+            event: "node_start",
+            outcome: EventOutcome::success(),
+        })
+        .collect();
+    more.insert(
+        50,
+        ActionEnd {
+            instance: ids[0],
+            target: ActionTarget::Request("req-many"),
+            event: "",
+            outcome: EventOutcome::success(),
+        },
+    );
+    let finished = store.finish_action_events(&more);
+    assert_eq!(finished.len(), more.len());
+    assert!(
+        matches!(finished[50], Err(StoreError::Invalid(_))),
+        "{:?}",
+        finished[50]
+    );
+    assert!(
+        finished
+            .iter()
+            .enumerate()
+            .all(|(k, got)| k == 50 || matches!(got, Ok(Some(_))))
+    );
+    for &id in &ids {
+        let stored = store.instance_action(Scope::All, id, "req-many").unwrap();
+        let starts = stored
+            .events
+            .iter()
+            .filter(|e| e.name == "node_start" && e.result == Some(ActionResult::Success))
+            .count();
+        assert_eq!(starts, 3, "{stored:?}");
+    }
 }
 
 pub(crate) fn a_record_and_its_event_change_together<F: Fixture>() {
