@@ -185,6 +185,14 @@ bench controller/dashboard "$LIMIT" -- --instances 200 --rounds 3
 # counts are fresh for the final check).
 bench controller/load "$LIMIT" -- --agents 20 --instances 200 --seconds 3 --sample 1 \
     --stats-interval 1
+# The same through the Compute API over an etcd store of its own (a launch's instances made
+# several to a transaction, the agents' STATS applied side by side).
+if etcd_ok; then
+    bench controller/load "$LIMIT" -- --agents 20 --instances 200 --seconds 3 --sample 1 \
+        --stats-interval 1 --api compute --store etcd
+else
+    etcd_missing controller/load
+fi
 
 # systest/api and systest/console have no count knob: api creates 1,000 servers through the API,
 # fills the store to 10,000 and GETs 200 pages of 1,000 and 200 of 100 (two minutes and more
