@@ -26,7 +26,7 @@ impl InstanceStore for EtcdStore {
         self.read(|tx| instance_in(tx, scope, id))?.0.model()
     }
 
-    /// As many as [`EtcdStore::side_by_side`] keeps in flight.
+    /// As many as the store keeps in flight in its side-by-side calls (16).
     fn writers_at_once(&self) -> usize {
         super::IN_FLIGHT
     }

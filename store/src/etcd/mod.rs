@@ -498,9 +498,7 @@ impl EtcdStore {
                     .with_limit(want)
                     .with_revision(revision),
             );
-            let mut kv = self.client.kv_client();
-            let key = from.clone();
-            let resp = self.call(async move { kv.get(key, Some(options)).await })?;
+            let resp = self.get(from.clone(), options)?;
             if revision == 0 {
                 revision = resp.header().map_or(0, |h| h.revision());
             }
@@ -521,12 +519,30 @@ impl EtcdStore {
         }
     }
 
+    /// One range read of `key` with `options`, sent again (up to [`AUTH_RETRIES`] times) when
+    /// etcd's users or roles changed while it was in flight.
+    fn get(
+        &self,
+        key: impl Into<Vec<u8>>,
+        options: GetOptions,
+    ) -> Result<etcd_client::GetResponse> {
+        let mut kv = self.client.kv_client();
+        let key: Vec<u8> = key.into();
+        self.call(async move {
+            let mut tries = 0;
+            loop {
+                match kv.get(key.clone(), Some(options.clone())).await {
+                    Err(e) if auth_changed(&e) && tries < AUTH_RETRIES => tries += 1,
+                    other => break other,
+                }
+            }
+        })
+    }
+
     /// How many keys are in `[start, end)` (etcd counts them; none is read).
     fn count(&self, start: &str, end: &[u8]) -> Result<usize> {
         let options = GetOptions::new().with_range(end.to_vec()).with_count_only();
-        let mut kv = self.client.kv_client();
-        let key = start.to_string();
-        let resp = self.call(async move { kv.get(key, Some(options)).await })?;
+        let resp = self.get(start.to_string(), options)?;
         Ok(usize::try_from(resp.count()).unwrap_or(0))
     }
 
@@ -560,9 +576,7 @@ impl EtcdStore {
                 .with_min_create_revision(from.0.max(1))
                 .with_limit(want.saturating_add(slack))
                 .with_revision(revision);
-            let mut kv = self.client.kv_client();
-            let key = start.to_string();
-            let resp = self.call(async move { kv.get(key, Some(options)).await })?;
+            let resp = self.get(start.to_string(), options)?;
             if revision == 0 {
                 revision = resp.header().map_or(0, |h| h.revision());
             }
