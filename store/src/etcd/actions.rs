@@ -4,6 +4,8 @@
 //! concurrent changes of one instance's actions run one after the other), applies the shared
 //! rules (`crate::actions`) and writes back the one action that changed.
 
+use std::collections::BTreeSet;
+
 use uuid::Uuid;
 
 use super::keys::suffix;
@@ -67,7 +69,7 @@ impl ActionStore for EtcdStore {
         })
     }
 
-    /// Up to [`CREATED_PER_TXN`] instances to a transaction, with their actions: one read of
+    /// Up to `CREATED_PER_TXN` instances to a transaction, with their actions: one read of
     /// the tenant, its workload and its networking record, and one commit, for all of them.
     fn create_instances_with_action(
         &self,
@@ -106,21 +108,23 @@ impl ActionStore for EtcdStore {
         self.side_by_side(new, |n| self.add_instance_action(n.clone()))
     }
 
-    /// Up to [`ENDS_PER_TXN`] to a transaction (one read of their instances' ranges, one
-    /// commit), several such transactions in flight. A share that cannot be written together
-    /// (a record that does not decode, say) is written one end after another, so that each
-    /// end answers as it would alone.
+    /// Up to `ENDS_PER_TXN` to a transaction (one read of their instances' ranges, one
+    /// commit), several such transactions in flight. An end whose instance's actions do not
+    /// decode answers that error alone. A share that kept losing to concurrent changes (so
+    /// nothing of it was written) is written one end after another; any other failure (the
+    /// commit's outcome unknown, say) is every end's answer, never written twice.
     fn finish_action_events(&self, ends: &[ActionEnd<'_>]) -> Vec<Result<Option<InstanceAction>>> {
         let shares: Vec<&[ActionEnd<'_>]> = ends.chunks(ENDS_PER_TXN).collect();
         self.side_by_side(&shares, |share| {
             match self.atomically("finishing action events", |tx| finish_many_in(tx, share)) {
                 Ok(done) => done,
-                Err(_) => share
+                Err(StoreError::Conflict(_)) => share
                     .iter()
                     .map(|e| {
                         self.finish_action_event(e.instance, e.target, e.event, e.outcome.clone())
                     })
                     .collect(),
+                Err(e) => share.iter().map(|_| Err(e.clone())).collect(),
             }
         })
         .into_iter()
@@ -272,13 +276,18 @@ fn seq_of(kv: &Kv, prefix: &str) -> Result<u64> {
         .ok_or_else(|| StoreError::Backend(format!("bad action key {}", kv.key)))
 }
 
-/// The most instances [`ActionStore::create_instances_with_action`] makes in one transaction
-/// (fewer when their writes would pass etcd's 128).
-const CREATED_PER_TXN: usize = 32;
+/// The most instances [`ActionStore::create_instances_with_action`] makes in one transaction:
+/// four writes each and the networking record's, within etcd's 128 (fewer when there are more:
+/// a new subnet's block key, full subnets moved out, or large records).
+const CREATED_PER_TXN: usize = 31;
+
+/// The most bytes of keys and values one creation transaction writes, well within etcd's default
+/// `--max-request-bytes` (1.5 MiB): instances with much metadata go fewer to a transaction.
+const CREATED_BYTES_PER_TXN: usize = 512 * 1024;
 
 /// Up to `want` instances of `new` in `tx`, each with its first action `action`, in order: fewer
-/// when the transaction's writes would pass etcd's limit or a second new subnet would be needed
-/// (the next transaction goes on). An instance that cannot be made stops them: its error is
+/// when the transaction's writes would pass etcd's limits (their number, their bytes) or a second
+/// new subnet would be needed (the next transaction goes on). An instance that cannot be made stops them: its error is
 /// the transaction's when it is the first, else the second of the pair (those before it made).
 #[allow(clippy::type_complexity)]
 fn creations_in(
@@ -296,16 +305,20 @@ fn creations_in(
     let mut made: Vec<(InstanceRec, InstanceAction)> = Vec::with_capacity(want);
     let mut stopped = None;
     let mut carved = false;
+    // The most bytes one instance of the launch wrote (they differ only in small fields).
+    let mut each = 0;
     for id in ids {
         // Its writes, its action and the networking record must fit.
-        if tx.ops.len() + make_writes(&net) + 2 > super::MAX_TXN_OPS {
+        if tx.ops.len() + make_writes(&net) + 2 > super::MAX_TXN_OPS
+            || tx.bytes + each > CREATED_BYTES_PER_TXN
+        {
             break;
         }
         let carves = needs_subnet(&net);
         if carves && carved {
             break;
         }
-        let (before, ops) = (net.clone(), tx.ops.len());
+        let (before, ops, bytes) = (net.clone(), tx.ops.len(), tx.bytes);
         match make_in(tx, new, &t, &w, &mut net, id) {
             Ok(rec) => {
                 carved |= carves;
@@ -315,6 +328,7 @@ fn creations_in(
                 };
                 let recorded = rules::new_action(first, rec.tenant, now());
                 tx.put(&tx.keys().action(id, 1), &ActionRec::from(&recorded))?;
+                each = each.max(tx.bytes - bytes);
                 made.push((rec, recorded));
             }
             Err(e) if made.is_empty() => return Err(e),
@@ -322,6 +336,7 @@ fn creations_in(
                 // Nothing of this one is written.
                 net = before;
                 tx.ops.truncate(ops);
+                tx.bytes = bytes;
                 stopped = Some(e);
                 break;
             }
@@ -341,7 +356,7 @@ const ENDS_PER_TXN: usize = 64;
 
 /// Each of `ends` finished in `tx`, answered in order, as [`ActionStore::finish_action_event`]
 /// answers one: their instances' ranges read in one round trip, each changed action written
-/// once (two ends on one instance both apply, in order).
+/// once (two ends on one instance both apply, in their order in `ends`).
 fn finish_many_in(
     tx: &mut Tx<'_>,
     ends: &[ActionEnd<'_>],
@@ -351,12 +366,16 @@ fn finish_many_in(
     instances.dedup();
     let keys = tx.keys();
     let prefixes: Vec<String> = instances.iter().map(|&i| keys.actions(i)).collect();
-    let mut found = Vec::with_capacity(instances.len());
-    for kvs in tx.ranges(&prefixes)? {
-        let (kvs, actions): (Vec<Kv>, Vec<InstanceAction>) =
-            decode_actions(kvs)?.into_iter().unzip();
-        found.push((kvs, actions, std::collections::BTreeSet::new()));
-    }
+    // Each instance's actions with their keys (or why they do not decode), and which changed.
+    type Found = (Result<(Vec<Kv>, Vec<InstanceAction>)>, BTreeSet<usize>);
+    let mut found: Vec<Found> = tx
+        .ranges(&prefixes)?
+        .into_iter()
+        .map(|kvs| {
+            let decoded = decode_actions(kvs).map(|found| found.into_iter().unzip());
+            (decoded, BTreeSet::new())
+        })
+        .collect();
     let at = now();
     let answers = ends
         .iter()
@@ -365,7 +384,8 @@ fn finish_many_in(
             let Ok(i) = instances.binary_search(&e.instance) else {
                 return Ok(None);
             };
-            let (_, actions, changed) = &mut found[i];
+            let (decoded, changed) = &mut found[i];
+            let (_, actions) = decoded.as_mut().map_err(|e| e.clone())?;
             Ok(
                 rules::finish_event(actions, e.target, e.event, e.outcome.clone(), at).map(|n| {
                     changed.insert(n);
@@ -374,9 +394,11 @@ fn finish_many_in(
             )
         })
         .collect();
-    for (kvs, actions, changed) in &found {
-        for &n in changed {
-            tx.put(&kvs[n].key, &ActionRec::from(&actions[n]))?;
+    for (decoded, changed) in &found {
+        if let Ok((kvs, actions)) = decoded {
+            for &n in changed {
+                tx.put(&kvs[n].key, &ActionRec::from(&actions[n]))?;
+            }
         }
     }
     Ok(answers)

@@ -14,6 +14,9 @@ pub(super) struct Tx<'s> {
     pub(super) store: &'s EtcdStore,
     pub(super) compares: Vec<Compare>,
     pub(super) ops: Vec<TxnOp>,
+    /// The bytes of the keys and values that `ops` write (etcd refuses a request past its
+    /// `--max-request-bytes`, 1.5 MiB by default).
+    pub(super) bytes: usize,
     /// Keys read ahead ([`Tx::prefetch`]), as read: a later read of only such keys is answered
     /// from here (their compares are in already). Writes of the transaction do not show here.
     pub(super) prefetched: std::collections::HashMap<String, Option<Kv>>,
@@ -25,6 +28,7 @@ impl<'s> Tx<'s> {
             store,
             compares: Vec::new(),
             ops: Vec::new(),
+            bytes: 0,
             prefetched: std::collections::HashMap::new(),
         }
     }
@@ -126,12 +130,14 @@ impl<'s> Tx<'s> {
     pub(super) fn put<T: Serialize>(&mut self, key: &str, value: &T) -> Result<()> {
         let json = serde_json::to_vec(value)
             .map_err(|e| StoreError::Backend(format!("encoding {key}: {e}")))?;
+        self.bytes += key.len() + json.len();
         self.ops.push(TxnOp::put(key, json, None));
         Ok(())
     }
 
     /// Writes `text` at `key`.
     pub(super) fn put_text(&mut self, key: &str, text: &str) {
+        self.bytes += key.len() + text.len();
         self.ops.push(TxnOp::put(key, text, None));
     }
 

@@ -339,8 +339,8 @@ pub(crate) fn many_actions_are_recorded_and_finished_in_order<F: Fixture>() {
             .unwrap();
         assert_eq!(&stored, action);
     }
-    // More than a hundred at once (etcd: in shares of a transaction each), three on each
-    // instance (all apply, in order, whether in one share or not), and one with no event name
+    // More than a hundred at once (etcd: in shares of a transaction each, side by side), three
+    // on each instance (all apply, whether in one share or not), and one with no event name
     // (refused on its own).
     let mut more: Vec<ActionEnd<'_>> = ids
         .iter()

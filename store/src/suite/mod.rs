@@ -89,7 +89,8 @@ macro_rules! store_suite {
                 many_actions_are_recorded_and_finished_in_order,
                 a_record_and_its_event_change_together,
                 an_instance_is_made_with_its_first_action;
-            launches: a_launchs_instances_are_made_in_order_up_to_the_quota;
+            launches: a_launchs_instances_are_made_in_order_up_to_the_quota,
+                a_launch_of_large_records_is_made_whole;
             queue: remote_host_crud, operations_are_claimed_in_fifo_order,
                 parallel_claims_take_each_operation_once,
                 batch_claims_take_each_operation_once_in_instance_order,
