@@ -163,7 +163,11 @@ impl Engine {
         // Placed here by the store, absent from the node's report.
         let absent: Vec<Uuid> = known.into_keys().collect();
         for record in self.store.instances_by_id(&absent)?.into_iter().flatten() {
-            self.absent(node, &record)?;
+            // Moved off it since the listing (another node's report, applied side by side):
+            // not this node's to settle.
+            if record.node == Some(node) {
+                self.absent(node, &record)?;
+            }
         }
         Ok(())
     }
@@ -183,17 +187,26 @@ impl Engine {
                     return Ok(());
                 }
                 if reported == Reported::Exited {
-                    return self.cnci_exited(&cnci);
+                    // Changed meanwhile: left to the next report, as below.
+                    return match self.cnci_exited(&cnci) {
+                        Err(ClusterError::Store(StoreError::Conflict(_))) => Ok(()),
+                        done => done,
+                    };
                 }
                 if cnci.node != Some(node) {
-                    self.store.update_cnci(
+                    // Changed meanwhile (another node's report, applied side by side): left to
+                    // the next report.
+                    match self.store.update_cnci(
                         cnci.id,
                         cnci.version,
                         CnciChange {
                             node: Some(Some(node)),
                             ..CnciChange::default()
                         },
-                    )?;
+                    ) {
+                        Ok(_) | Err(StoreError::Conflict(_)) => {}
+                        Err(e) => return Err(e.into()),
+                    }
                 }
                 return Ok(());
             }
