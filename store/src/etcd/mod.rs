@@ -385,21 +385,17 @@ impl EtcdStore {
         self.call(self.get_many_async(keys))
     }
 
-    /// Reads every key under each of `prefixes` in one round trip, at one revision: the
-    /// revision, and each prefix's keys. Each range is answered whole: only for small ones,
-    /// and at most [`MAX_TXN_OPS`] of them.
-    fn ranges(&self, prefixes: &[String]) -> Result<(i64, Vec<Vec<Kv>>)> {
+    /// Sends `reads` (gets) as one transaction, again (up to [`AUTH_RETRIES`] times) when
+    /// etcd's users or roles changed while it was in flight: the revision, and each read's keys,
+    /// in order.
+    fn read_together(&self, reads: Vec<TxnOp>) -> Result<(i64, Vec<Vec<Kv>>)> {
+        let asked = reads.len();
         let mut kv = self.client.kv_client();
-        let reads: Vec<TxnOp> = prefixes
-            .iter()
-            .map(|p| TxnOp::get(p.as_str(), Some(GetOptions::new().with_prefix())))
-            .collect();
         let txn = Txn::new().and_then(reads);
         let resp = self.call(async move {
             let mut tries = 0;
             loop {
                 match kv.txn(txn.clone()).await {
-                    // etcd's users or roles changed while it was in flight: read again.
                     Err(e) if auth_changed(&e) && tries < AUTH_RETRIES => tries += 1,
                     other => break other,
                 }
@@ -421,12 +417,24 @@ impl EtcdStore {
                 _ => Err(StoreError::Backend("unexpected response to a read".into())),
             })
             .collect::<Result<Vec<_>>>()?;
-        if found.len() != prefixes.len() {
+        if found.len() != asked {
             return Err(StoreError::Backend(
                 "etcd answered reads with another number of answers".into(),
             ));
         }
         Ok((revision, found))
+    }
+
+    /// Reads every key under each of `prefixes` in one round trip, at one revision: the
+    /// revision, and each prefix's keys. Each range is answered whole: only for small ones,
+    /// and at most [`MAX_TXN_OPS`] of them.
+    fn ranges(&self, prefixes: &[String]) -> Result<(i64, Vec<Vec<Kv>>)> {
+        self.read_together(
+            prefixes
+                .iter()
+                .map(|p| TxnOp::get(p.as_str(), Some(GetOptions::new().with_prefix())))
+                .collect(),
+        )
     }
 
     /// Reads `key` and the keys in `[start, end)` in one round trip, at one revision: the
@@ -437,39 +445,14 @@ impl EtcdStore {
         start: &str,
         end: &[u8],
     ) -> Result<(i64, Option<Kv>, Vec<Kv>)> {
-        let mut kv = self.client.kv_client();
-        let txn = Txn::new().and_then(vec![
+        let (revision, found) = self.read_together(vec![
             TxnOp::get(key, None),
             TxnOp::get(start, Some(GetOptions::new().with_range(end.to_vec()))),
-        ]);
-        let resp = self.call(async move {
-            let mut tries = 0;
-            loop {
-                match kv.txn(txn.clone()).await {
-                    // etcd's users or roles changed while it was in flight: read again.
-                    Err(e) if auth_changed(&e) && tries < AUTH_RETRIES => tries += 1,
-                    other => break other,
-                }
-            }
-        })?;
-        let revision = resp
-            .header()
-            .map(|h| h.revision())
-            .ok_or_else(|| StoreError::Backend("etcd answered a read without a header".into()))?;
-        let mut gets = resp.op_responses().into_iter().map(|op| match op {
-            TxnOpResponse::Get(get) => get
-                .kvs()
-                .iter()
-                .map(Kv::from_etcd)
-                .collect::<Result<Vec<Kv>>>(),
-            _ => Err(StoreError::Backend("unexpected response to a read".into())),
-        });
-        let (Some(one), Some(range), None) = (gets.next(), gets.next(), gets.next()) else {
-            return Err(StoreError::Backend(
-                "etcd answered two reads with another number of answers".into(),
-            ));
-        };
-        Ok((revision, one?.into_iter().next(), range?))
+        ])?;
+        let [one, range]: [Vec<Kv>; 2] = found
+            .try_into()
+            .map_err(|_| StoreError::Backend("etcd answered two reads with more".into()))?;
+        Ok((revision, one.into_iter().next(), range))
     }
 
     /// Reads the keys in `[start, end)` (at most `limit`, 0 for all) with `opts` applied, in
