@@ -3,4 +3,5 @@
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] functions
 
 mod hostile;
+mod identity;
 mod net;
