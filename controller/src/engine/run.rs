@@ -149,12 +149,12 @@ async fn next_event(
     }
 }
 
-/// Applies frames from scheduler `link`, in order; with `at_once` above 1 (the
-/// store's [`store::InstanceStore::writers_at_once`]), the STATS that come one after the other
-/// are applied side by side, up to `at_once` threads, each node's in order on one thread. A node's report
-/// touches that node's instances, whose records each take their own transactions; the order
-/// between two nodes' reports is the network's anyway. Any other frame waits for the STATS
-/// before it and is applied alone.
+/// Applies frames from scheduler `link`, in order; with `at_once` above 1 (the store's
+/// [`store::InstanceStore::writers_at_once`]), the STATS that come one after the other are
+/// applied side by side, on up to `at_once` threads, each node's in order on one thread. A
+/// node's report touches that node's instances, whose records each take their own
+/// transactions; the order between two nodes' reports is the network's anyway. Any other frame
+/// waits for the STATS before it and is applied alone.
 pub(super) fn apply_frames(
     engine: &Engine,
     schedulers: &Schedulers,
@@ -184,13 +184,13 @@ pub(super) fn apply_frames(
 
 /// Applies `messages` on up to `at_once` threads, those of one origin in order on one thread.
 fn apply_side_by_side(engine: &Engine, messages: &[&Message], at_once: usize) {
-    if messages.len() < 2 {
-        messages.iter().for_each(|m| apply_one(engine, m));
-        return;
-    }
     let mut by_origin: std::collections::HashMap<Uuid, Vec<&Message>> = Default::default();
     for &m in messages {
         by_origin.entry(m.frame.origin).or_default().push(m);
+    }
+    if by_origin.len() < 2 {
+        messages.iter().for_each(|m| apply_one(engine, m));
+        return;
     }
     let origins: Vec<Vec<&Message>> = by_origin.into_values().collect();
     let next = std::sync::atomic::AtomicUsize::new(0);
