@@ -289,12 +289,19 @@ fn print_tail(log: &Path, n: usize) {
     }
 }
 
-/// Waits until the serial console log `console` has the line `line`.
+/// Waits until the serial console log `console` has a line that starts with `line`: the kernel's
+/// own messages share the console, and one may follow the guest's text on its line before the
+/// guest's newline (seen: "CUMULO-DISK-WROTE <id> 6[    2.089439] tsc: ...").
 fn wait_console_line(console: &Path, line: &str) {
     testkit::poll_for(Duration::from_secs(120), || {
         let log = std::fs::read_to_string(console).unwrap_or_default();
         // (A serial console's lines end in CR LF.)
-        if log.lines().any(|l| l.trim_end() == line) {
+        // After the text: nothing, or a kernel message ("[ time] ...").
+        let ends = |rest: &str| rest.is_empty() || rest.starts_with('[');
+        if log.lines().any(|l| {
+            l.strip_prefix(line)
+                .is_some_and(|rest| ends(rest.trim_end()))
+        }) {
             Ok(())
         } else {
             Err(format!("no {line:?} on the guest's console:\n{log}"))
