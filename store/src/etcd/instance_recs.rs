@@ -61,6 +61,50 @@ pub(super) struct InstanceRec {
     pub(super) zone: Option<String>,
 }
 
+/// An instance in brief, kept in its node's index key (`node/<node>/<instance>`, schema 3) and
+/// written with every change of the record there: a node's report reads its instances' briefs
+/// in one range, not their records. An index key of schema 2 holds nothing: its brief is read
+/// from the record.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct BriefRec {
+    /// The record's creation revision (the listing's order, with the id).
+    pub(super) c: i64,
+    /// The record's version.
+    pub(super) v: u64,
+    /// Its state, and the state's reason.
+    pub(super) s: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) r: Option<String>,
+}
+
+impl BriefRec {
+    /// The brief of `rec`, whose record was created at revision `created`.
+    pub(super) fn of(rec: &InstanceRec, created: i64) -> BriefRec {
+        BriefRec {
+            c: created,
+            v: rec.version,
+            s: rec.state.clone(),
+            r: rec.reason.clone(),
+        }
+    }
+
+    /// The brief of instance `id` on `node`.
+    pub(super) fn model(&self, id: Uuid, node: Uuid) -> Result<InstanceBrief> {
+        Ok(InstanceBrief {
+            id,
+            state: parse_state(id, &self.s, self.r.clone())?,
+            node: Some(node),
+            version: self.v,
+        })
+    }
+}
+
+/// The state named `name` (with `reason`) of instance `id`.
+fn parse_state(id: Uuid, name: &str, reason: Option<String>) -> Result<InstanceState> {
+    InstanceState::from_name(name, reason)
+        .ok_or_else(|| StoreError::Backend(format!("instance {id}: unknown state {name:?}")))
+}
+
 /// An instance's key: its key pair's name and a copy of its public key.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(super) struct KeyRec {
@@ -113,13 +157,7 @@ pub(super) fn state_text(state: &InstanceState) -> (&'static str, Option<String>
 
 impl InstanceRec {
     pub(super) fn model(&self) -> Result<Instance> {
-        let state =
-            InstanceState::from_name(&self.state, self.reason.clone()).ok_or_else(|| {
-                StoreError::Backend(format!(
-                    "instance {}: unknown state {:?}",
-                    self.id, self.state
-                ))
-            })?;
+        let state = parse_state(self.id, &self.state, self.reason.clone())?;
         let ip = Ipv4Addr::from(self.ip);
         Ok(Instance {
             id: self.id,

@@ -43,6 +43,34 @@ impl InstanceStore for EtcdStore {
             .collect()
     }
 
+    /// One range: the node's index keys hold the briefs (schema 3). Keys written by code of
+    /// schema 2 hold none: their records are read (one more round trip).
+    fn instance_briefs_on(&self, node: Uuid) -> Result<Vec<InstanceBrief>> {
+        let prefix = self.keys.on_nodes(node);
+        let (_, index) = self.range(&prefix, &prefix_end(&prefix), 0, |o| o)?;
+        let mut briefs: Vec<((i64, Uuid), InstanceBrief)> = Vec::with_capacity(index.len());
+        let mut unbriefed = Vec::new();
+        for kv in index {
+            let id = indexed_id(&kv, &prefix)?;
+            if kv.value.is_empty() {
+                unbriefed.push(self.keys.instance(id));
+            } else {
+                let brief: BriefRec = kv.decode()?;
+                briefs.push(((brief.c, id), brief.model(id, node)?));
+            }
+        }
+        for kv in self.get_many(&unbriefed)?.into_iter().flatten() {
+            let rec: InstanceRec = kv.decode()?;
+            if rec.node == Some(node) {
+                let brief = InstanceBrief::from(&rec.model()?);
+                briefs.push(((kv.create_rev, rec.id), brief));
+            }
+        }
+        // Creation order: the record's revision, then its id (instances made together share one).
+        briefs.sort_unstable_by_key(|(order, _)| *order);
+        Ok(briefs.into_iter().map(|(_, brief)| brief).collect())
+    }
+
     fn instances(
         &self,
         scope: Scope,
@@ -76,12 +104,7 @@ impl InstanceStore for EtcdStore {
                 self.range(&prefix, &prefix_end(&prefix), 0, |o| o.with_keys_only())?;
             let ids = on_node
                 .iter()
-                .map(|kv| {
-                    let id = kv.key.strip_prefix(prefix.as_str()).unwrap_or_default();
-                    Uuid::parse_str(id)
-                        .map(|id| self.keys.instance(id))
-                        .map_err(|e| StoreError::Backend(format!("bad key {}: {e}", kv.key)))
-                })
+                .map(|kv| Ok(self.keys.instance(indexed_id(kv, &prefix)?)))
                 .collect::<Result<Vec<_>>>()?;
             // Creation order: the revision, then the key (instances made together share one).
             let after = marker
@@ -568,6 +591,12 @@ fn paged(mut items: Vec<InstanceRec>, limit: u32) -> Result<Paged<Instance>> {
     })
 }
 
+/// The instance of an index key under `prefix` (`node/<node>/<instance>`).
+fn indexed_id(kv: &Kv, prefix: &str) -> Result<Uuid> {
+    let id = kv.key.strip_prefix(prefix).unwrap_or_default();
+    Uuid::parse_str(id).map_err(|e| StoreError::Backend(format!("bad key {}: {e}", kv.key)))
+}
+
 fn parse_id(kv: &Kv) -> Result<Uuid> {
     Uuid::parse_str(kv.text()?)
         .map_err(|e| StoreError::Backend(format!("bad id at {}: {e}", kv.key)))
@@ -582,7 +611,7 @@ pub(super) fn update_in(
     change: &InstanceChange,
 ) -> Result<Instance> {
     {
-        let (mut i, _) = instance_in(tx, scope, id)?;
+        let (mut i, kv) = instance_in(tx, scope, id)?;
         if let Some(expected) = expected {
             check_version("instance", id, i.version, expected)?;
         }
@@ -607,11 +636,9 @@ pub(super) fn update_in(
         if let Some(node) = change.node
             && node != i.node
         {
+            // The new node's index key is written below, with the brief.
             if let Some(old) = i.node {
                 tx.delete(&keys.on_node(old, id));
-            }
-            if let Some(new) = node {
-                tx.put_text(&keys.on_node(new, id), "");
             }
             i.node = node;
         }
@@ -652,6 +679,9 @@ pub(super) fn update_in(
         i.updated_ms = millis(now());
         let key = keys.instance(id);
         tx.put(&key, &i)?;
+        if let Some(node) = i.node {
+            tx.put(&keys.on_node(node, id), &BriefRec::of(&i, kv.create_rev))?;
+        }
         i.model()
     }
 }

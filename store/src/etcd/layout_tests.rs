@@ -1,5 +1,6 @@
 //! What the store finds under a prefix that other versions of its code wrote: the schema
-//! version, and networking records that still hold their full subnets.
+//! version, networking records that still hold their full subnets, and node index keys that hold
+//! no brief.
 #![allow(clippy::unwrap_used)]
 
 use uuid::Uuid;
@@ -156,4 +157,107 @@ fn a_record_of_before_with_many_full_subnets_is_moved_out_a_share_per_creation()
     assert_eq!(made, 5);
     assert_eq!(full_keys().len(), 135);
     assert_eq!(store.subnets(Scope::Tenant(t.id)).unwrap().len(), 135);
+}
+
+/// The index keys of `node`, as read.
+fn index_keys(store: &EtcdStore, node: Uuid) -> Vec<Kv> {
+    let prefix = store.keys.on_nodes(node);
+    store
+        .range(&prefix, &super::keys::prefix_end(&prefix), 0, |o| o)
+        .unwrap()
+        .1
+}
+
+#[test]
+fn node_index_keys_of_schema_2_hold_no_brief_and_still_give_one() {
+    let Some(fx) = fixture() else { return };
+    let store = fx.store_with(EtcdOptions::default());
+    let (t, w) = crate::suite::tenant_and_workload(&store, "briefs", Quota::default(), 24);
+    let node = Uuid::new_v4();
+    let placed: Vec<Instance> = [InstanceState::Active, InstanceState::Pending]
+        .into_iter()
+        .chain([InstanceState::Error("no room".into())])
+        .enumerate()
+        .map(|(n, state)| {
+            let i = store
+                .create_instance(crate::suite::new_instance(&t, &w, &format!("vm{n}")))
+                .unwrap();
+            let change = InstanceChange {
+                state: Some(state),
+                node: Some(Some(node)),
+                ..InstanceChange::default()
+            };
+            store
+                .update_instance(Scope::All, i.id, i.version, change)
+                .unwrap()
+        })
+        .collect();
+    let briefs: Vec<InstanceBrief> = placed.iter().map(InstanceBrief::from).collect();
+    // Schema 3: each index key holds its brief, the error's reason too.
+    let index = index_keys(&store, node);
+    assert_eq!(index.len(), 3);
+    assert!(index.iter().all(|kv| !kv.value.is_empty()));
+    assert_eq!(store.instance_briefs_on(node).unwrap(), briefs);
+    // Rewritten as code of schema 2 wrote them: empty. The briefs come from the records.
+    store
+        .atomically("test", |tx| {
+            for kv in &index {
+                tx.put_text(&kv.key, "");
+            }
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(store.instance_briefs_on(node).unwrap(), briefs);
+    // The next change of a record writes its brief again; a move takes the key with it.
+    let other = Uuid::new_v4();
+    let moved = store
+        .update_instance(
+            Scope::All,
+            placed[0].id,
+            placed[0].version,
+            InstanceChange {
+                node: Some(Some(other)),
+                ..InstanceChange::default()
+            },
+        )
+        .unwrap();
+    let started = store
+        .update_instance(
+            Scope::All,
+            placed[1].id,
+            placed[1].version,
+            InstanceChange {
+                state: Some(InstanceState::Active),
+                ..InstanceChange::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(
+        store.instance_briefs_on(node).unwrap(),
+        vec![InstanceBrief::from(&started), briefs[2].clone()]
+    );
+    // The started one's brief written again, the other's key as schema 2 left it.
+    let mut held: Vec<(Uuid, bool)> = index_keys(&store, node)
+        .iter()
+        .map(|kv| {
+            let id = Uuid::parse_str(kv.key.rsplit('/').next().unwrap()).unwrap();
+            (id, kv.value.is_empty())
+        })
+        .collect();
+    held.sort_unstable();
+    let mut want = vec![(started.id, false), (placed[2].id, true)];
+    want.sort_unstable();
+    assert_eq!(held, want);
+    assert_eq!(
+        store.instance_briefs_on(other).unwrap(),
+        vec![InstanceBrief::from(&moved)]
+    );
+    // An index key left with no record (a layout gone wrong) is no instance.
+    store
+        .atomically("test", |tx| {
+            tx.put_text(&tx.keys().on_node(other, Uuid::new_v4()), "");
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(store.instance_briefs_on(other).unwrap().len(), 1);
 }

@@ -12,13 +12,16 @@ use crate::common::{from_millis, millis};
 use crate::*;
 
 pub(super) use super::flavor_recs::{FlavorAccessRec, FlavorRec};
-pub(super) use super::instance_recs::{FaultRec, InstanceRec, KeyRec, state_text};
+pub(super) use super::instance_recs::{BriefRec, FaultRec, InstanceRec, KeyRec, state_text};
 
 /// The schema version this code writes and reads. 2: a tenant's full subnets have keys of their
 /// own (`fullnet/`), which code of version 1 does not read (it would leak their addresses on a
 /// deletion); a store of version 1 is raised to 2 when this code opens it, so that code of
-/// version 1 refuses it from then on.
-pub(super) const SCHEMA_VERSION: u32 = 2;
+/// version 1 refuses it from then on. 3: a node's index keys (`node/<node>/<instance>`) hold
+/// their instance's brief ([`BriefRec`]), rewritten with every change of its record; code of
+/// version 2 writes the record alone and would leave the brief stale (an index key it wrote
+/// holds nothing, and is read from the record).
+pub(super) const SCHEMA_VERSION: u32 = 3;
 
 /// The value of the schema key.
 #[derive(Debug, Serialize, Deserialize)]
