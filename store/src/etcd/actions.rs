@@ -197,6 +197,42 @@ impl ActionStore for EtcdStore {
         })
     }
 
+    /// Up to 32 (`STARTS_PER_TXN`) to a transaction: their records and actions read in one round
+    /// trip, those started written in one commit. A share that kept losing to concurrent changes
+    /// is started one instance after another; any other failure is every instance's answer.
+    fn start_instances_on(
+        &self,
+        node: Uuid,
+        ids: &[Uuid],
+        event: &str,
+        outcome: EventOutcome,
+    ) -> Vec<Result<Starting>> {
+        if let Err(e) = rules::check_event(event) {
+            return ids.iter().map(|_| Err(e.clone())).collect();
+        }
+        let start = |share: &[Uuid]| {
+            self.atomically("starting instances", |tx| {
+                starts_in(tx, node, share, event, &outcome)
+            })
+        };
+        let mut answers = Vec::with_capacity(ids.len());
+        for share in ids.chunks(STARTS_PER_TXN) {
+            match start(share) {
+                Ok(done) => answers.extend(done),
+                Err(StoreError::Conflict(_)) if share.len() > 1 => {
+                    for &id in share {
+                        match start(&[id]) {
+                            Ok(done) => answers.extend(done),
+                            Err(e) => answers.push(Err(e)),
+                        }
+                    }
+                }
+                Err(e) => answers.extend(share.iter().map(|_| Err(e.clone()))),
+            }
+        }
+        answers
+    }
+
     fn instance_actions(&self, scope: Scope, instance: Uuid) -> Result<Vec<InstanceAction>> {
         self.read(|tx| {
             let mut visible = visible(tx, scope, instance)?;
@@ -400,6 +436,67 @@ fn finish_many_in(
                 tx.put(&kvs[n].key, &ActionRec::from(&actions[n]))?;
             }
         }
+    }
+    Ok(answers)
+}
+
+/// The most instances [`ActionStore::start_instances_on`] starts in one transaction: two reads
+/// (record, actions) and at most three writes (record, node index, action) each, within etcd's
+/// 128.
+const STARTS_PER_TXN: usize = 32;
+
+/// [`ActionStore::start_instances_on`] of `ids` in `tx`, answered in order: their records and
+/// actions read in one round trip, each that starts written (record and event), each other left.
+/// An instance whose record or actions do not decode answers that error alone.
+fn starts_in(
+    tx: &mut Tx<'_>,
+    node: Uuid,
+    ids: &[Uuid],
+    event: &str,
+    outcome: &EventOutcome,
+) -> Result<Vec<Result<Starting>>> {
+    let keys = tx.keys();
+    let pairs: Vec<(String, String)> = ids
+        .iter()
+        .map(|&id| (keys.instance(id), keys.actions(id)))
+        .collect();
+    let found = tx.gets_and_ranges(&pairs)?;
+    let mut seen = BTreeSet::new();
+    let mut answers = Vec::with_capacity(ids.len());
+    for ((&id, (key, _)), (record, under)) in ids.iter().zip(pairs).zip(found) {
+        if !seen.insert(id) {
+            answers.push(Err(StoreError::Invalid(format!(
+                "instance {id} is listed twice"
+            ))));
+            continue;
+        }
+        let Some(kv) = record else {
+            answers.push(Err(StoreError::not_found("instance", id)));
+            continue;
+        };
+        let read = kv.decode::<InstanceRec>().and_then(|rec| rec.model());
+        let answer = match read {
+            Ok(record) if Starting::starts_on(&record, node) => {
+                // The update reads the record from here (it writes it only after).
+                tx.prefetched.insert(key, Some(kv));
+                super::instances::update_in(
+                    tx,
+                    Scope::All,
+                    id,
+                    Some(record.version),
+                    &Starting::change(node),
+                )
+                .map(|started| {
+                    let finished = decode_actions(under).and_then(|found| {
+                        finish_in(tx, found, ActionTarget::Newest, event, outcome.clone())
+                    });
+                    Starting::Started(started, finished)
+                })
+            }
+            Ok(record) => Ok(Starting::Left(record)),
+            Err(e) => Err(e),
+        };
+        answers.push(answer);
     }
     Ok(answers)
 }

@@ -154,6 +154,9 @@ impl Drop for EtcdStore {
     }
 }
 
+/// A key as read (or absent), and the keys under a prefix.
+type KeyAndRange = (Option<Kv>, Vec<Kv>);
+
 /// One key as read.
 #[derive(Debug, Clone)]
 struct Kv {
@@ -437,22 +440,26 @@ impl EtcdStore {
         )
     }
 
-    /// Reads `key` and the keys in `[start, end)` in one round trip, at one revision: the
-    /// revision, the key, the range. The range is answered whole: only for small ones.
-    fn get_and_range(
-        &self,
-        key: &str,
-        start: &str,
-        end: &[u8],
-    ) -> Result<(i64, Option<Kv>, Vec<Kv>)> {
-        let (revision, found) = self.read_together(vec![
-            TxnOp::get(key, None),
-            TxnOp::get(start, Some(GetOptions::new().with_range(end.to_vec()))),
-        ])?;
-        let [one, range]: [Vec<Kv>; 2] = found
-            .try_into()
-            .map_err(|_| StoreError::Backend("etcd answered two reads with more".into()))?;
-        Ok((revision, one.into_iter().next(), range))
+    /// Reads each pair's key and every key under its prefix in one round trip, at one revision:
+    /// the revision, and each pair's key and range. Each range is answered whole: only for small
+    /// ones, and at most [`MAX_TXN_OPS`] reads (two per pair).
+    fn gets_and_ranges(&self, pairs: &[(String, String)]) -> Result<(i64, Vec<KeyAndRange>)> {
+        let reads = pairs
+            .iter()
+            .flat_map(|(key, prefix)| {
+                [
+                    TxnOp::get(key.as_str(), None),
+                    TxnOp::get(prefix.as_str(), Some(GetOptions::new().with_prefix())),
+                ]
+            })
+            .collect();
+        let (revision, found) = self.read_together(reads)?;
+        let mut found = found.into_iter();
+        let mut out = Vec::with_capacity(pairs.len());
+        while let (Some(one), Some(range)) = (found.next(), found.next()) {
+            out.push((one.into_iter().next(), range));
+        }
+        Ok((revision, out))
     }
 
     /// Reads the keys in `[start, end)` (at most `limit`, 0 for all) with `opts` applied, in

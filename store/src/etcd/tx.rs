@@ -6,7 +6,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::keys::{Keys, prefix_end};
-use super::{EtcdStore, Kv};
+use super::{EtcdStore, KeyAndRange, Kv};
 use crate::{Result, StoreError};
 
 /// One optimistic transaction being built: what was read (as compares) and what to write.
@@ -86,20 +86,40 @@ impl<'s> Tx<'s> {
         Ok(found)
     }
 
-    /// Reads `key` and every key under `prefix` in one round trip ([`EtcdStore::get_and_range`]:
-    /// a small range only); the commit requires the key unchanged (or still absent) and nothing
-    /// under `prefix` created or changed since.
+    /// Reads `key` and every key under `prefix` in one round trip ([`Tx::gets_and_ranges`] of
+    /// one pair).
     pub(super) fn get_and_range(
         &mut self,
         key: &str,
         prefix: &str,
     ) -> Result<(Option<Kv>, Vec<Kv>)> {
-        let end = prefix_end(prefix);
-        let (revision, found, under) = self.store.get_and_range(key, prefix, &end)?;
-        self.watch(key, found.as_ref());
-        self.compares
-            .push(Compare::mod_revision(prefix, CompareOp::Less, revision + 1).with_range(end));
-        Ok((found, under))
+        let pair = [(key.to_string(), prefix.to_string())];
+        self.gets_and_ranges(&pair)?
+            .pop()
+            .ok_or_else(|| StoreError::Backend("etcd answered a read with none".into()))
+    }
+
+    /// Reads each pair's key and every key under its prefix in one round trip
+    /// ([`EtcdStore::gets_and_ranges`]: small ranges only); the commit requires each key
+    /// unchanged (or still absent) and nothing under each prefix created or changed since.
+    pub(super) fn gets_and_ranges(
+        &mut self,
+        pairs: &[(String, String)],
+    ) -> Result<Vec<KeyAndRange>> {
+        let (revision, found) = self.store.gets_and_ranges(pairs)?;
+        if found.len() != pairs.len() {
+            return Err(StoreError::Backend(
+                "etcd answered reads with another number of answers".into(),
+            ));
+        }
+        for ((key, prefix), (kv, _)) in pairs.iter().zip(&found) {
+            self.watch(key, kv.as_ref());
+            self.compares.push(
+                Compare::mod_revision(prefix.as_str(), CompareOp::Less, revision + 1)
+                    .with_range(prefix_end(prefix)),
+            );
+        }
+        Ok(found)
     }
 
     /// Reads every key under each of `prefixes` in one round trip ([`EtcdStore::ranges`]: small

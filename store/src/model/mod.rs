@@ -583,6 +583,34 @@ impl From<&Instance> for InstanceBrief {
     }
 }
 
+/// What [`ActionStore::start_instances_on`](crate::ActionStore::start_instances_on) did with
+/// one instance.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Starting {
+    /// Written active on the node: the record as written, and the answer of its event's end.
+    Started(Instance, Result<Option<InstanceAction>, crate::StoreError>),
+    /// Not pending, or pending on another node: the record as read, left as it is.
+    Left(Instance),
+}
+
+impl Starting {
+    /// Whether `record`, reported running on `node`, is started there by
+    /// [`ActionStore::start_instances_on`](crate::ActionStore::start_instances_on): pending, and
+    /// placed on no node or on `node`.
+    pub fn starts_on(record: &Instance, node: Uuid) -> bool {
+        record.state == InstanceState::Pending && record.node.is_none_or(|n| n == node)
+    }
+
+    /// The change that starts an instance on `node`.
+    pub fn change(node: Uuid) -> InstanceChange {
+        InstanceChange {
+            state: Some(InstanceState::Active),
+            node: Some(Some(node)),
+            ..InstanceChange::default()
+        }
+    }
+}
+
 /// Which instances a listing returns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct InstanceFilter {

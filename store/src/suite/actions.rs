@@ -534,3 +534,104 @@ pub(crate) fn an_instance_is_made_with_its_first_action<F: Fixture>() {
     assert_eq!(store.usage(other.id).unwrap(), before);
     assert_eq!(store.usage(t.id).unwrap().instances, 2);
 }
+
+/// `start_instances_on` writes active on the node each pending instance placed on no node or on
+/// it, its `node_start` finished, and leaves every other as read; answers come in the order
+/// asked, across more than one transaction's share (etcd: 32), with `NotFound` for no record.
+pub(crate) fn reported_instances_start_together<F: Fixture>() {
+    let fx = F::new();
+    let store = fx.open();
+    let (t, w) = tenant_and_workload(&store, "acme", Quota::default(), 24);
+    let (node, other) = (Uuid::new_v4(), Uuid::new_v4());
+    let placed = |i: &Instance, state: InstanceState, on: Uuid| {
+        let change = InstanceChange {
+            state: Some(state),
+            node: Some(Some(on)),
+            ..InstanceChange::default()
+        };
+        store
+            .update_instance(Scope::All, i.id, i.version, change)
+            .unwrap()
+    };
+    // 70 instances: pending on no node, pending on the node, pending on another node, active
+    // on the node, in turn; each with its START's event unfinished.
+    let made: Vec<Instance> = (0..70)
+        .map(|k| {
+            let i = store
+                .create_instance(new_instance(&t, &w, &format!("vm-{k}")))
+                .unwrap();
+            store
+                .add_instance_action(new_action(i.id, "req-1", "create", &["node_start"]))
+                .unwrap();
+            match k % 4 {
+                0 => i,
+                1 => placed(&i, InstanceState::Pending, node),
+                2 => placed(&i, InstanceState::Pending, other),
+                _ => placed(&i, InstanceState::Active, node),
+            }
+        })
+        .collect();
+    let stranger = Uuid::new_v4();
+    let mut asked: Vec<Uuid> = made.iter().map(|i| i.id).collect();
+    asked.insert(33, stranger);
+    let answers = store.start_instances_on(node, &asked, "node_start", EventOutcome::success());
+    assert_eq!(answers.len(), asked.len());
+    for (id, answer) in asked.iter().zip(answers) {
+        let Some(k) = made.iter().position(|i| i.id == *id) else {
+            assert!(
+                matches!(
+                    answer,
+                    Err(StoreError::NotFound {
+                        kind: "instance",
+                        ..
+                    })
+                ),
+                "{answer:?}"
+            );
+            continue;
+        };
+        let now = store.instance(Scope::All, *id).unwrap();
+        let event = &store.instance_actions(Scope::All, *id).unwrap()[0].events[0];
+        match (k % 4, answer.unwrap()) {
+            (0 | 1, Starting::Started(started, finished)) => {
+                assert_eq!(started, now);
+                assert_eq!(
+                    (now.state, now.node, now.version),
+                    (InstanceState::Active, Some(node), made[k].version + 1)
+                );
+                let finished = finished.unwrap().unwrap();
+                assert_eq!(&finished.events[0], event);
+                assert_eq!(event.result, Some(ActionResult::Success));
+            }
+            (2 | 3, Starting::Left(left)) => {
+                assert_eq!(left, made[k]);
+                assert_eq!(now, made[k]);
+                assert_eq!(event.finish, None);
+            }
+            (_, answer) => panic!("instance {k}: {answer:?}"),
+        }
+    }
+    // Started ones are on the node now, in brief too; asked again, they are left.
+    let briefs = store.instance_briefs_on(node).unwrap();
+    assert_eq!(briefs.len(), 53, "{briefs:?}");
+    assert!(
+        briefs
+            .iter()
+            .all(|b| b.state == InstanceState::Active && b.node == Some(node))
+    );
+    let again = store.start_instances_on(node, &asked[..2], "node_start", EventOutcome::success());
+    assert!(
+        again.iter().all(|a| matches!(a, Ok(Starting::Left(_)))),
+        "{again:?}"
+    );
+    // A bad event name is every instance's answer, and nothing is written.
+    let fresh = store
+        .create_instance(new_instance(&t, &w, "fresh"))
+        .unwrap();
+    let refused = store.start_instances_on(node, &[fresh.id], "", EventOutcome::success());
+    assert!(
+        matches!(refused[..], [Err(StoreError::Invalid(_))]),
+        "{refused:?}"
+    );
+    assert_eq!(store.instance(Scope::All, fresh.id).unwrap(), fresh);
+}

@@ -88,6 +88,7 @@ macro_rules! store_suite {
                 gone_instances_keep_their_actions_for_a_while,
                 many_actions_are_recorded_and_finished_in_order,
                 a_record_and_its_event_change_together,
+                reported_instances_start_together,
                 an_instance_is_made_with_its_first_action;
             launches: a_launchs_instances_are_made_in_order_up_to_the_quota,
                 a_launch_of_large_records_is_made_whole;
