@@ -1,7 +1,7 @@
 //! A node's STATS ([`Engine::on_stats`]): its figures in the node table, and each instance it
 //! reports (or no longer reports) reconciled with the instance's record.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::SystemTime;
 
 use ssntp::Operand;
@@ -12,8 +12,8 @@ use super::Engine;
 use crate::actions;
 use crate::cluster::{ClusterError, NodeStatus};
 use store::{
-    CnciChange, EventKind, EventOutcome, Instance, InstanceBrief, InstanceChange, InstanceState,
-    Scope, StoreError,
+    CnciChange, EventKind, EventOutcome, Instance, InstanceAction, InstanceBrief, InstanceChange,
+    InstanceState, Scope, Starting, StoreError,
 };
 
 impl Engine {
@@ -107,43 +107,100 @@ impl Engine {
             .into_iter()
             .map(|b| (b.id, b))
             .collect();
-        // The records to reconcile, read together (one round trip per many on etcd).
-        let wanted: Vec<Uuid> = stats
+        // Each instance once: the first listing is the report's.
+        let mut seen = HashSet::with_capacity(stats.instances.len());
+        let listed: Vec<(Uuid, Reported)> = stats
             .instances
             .iter()
-            .filter(|stat| {
-                !known.get(&stat.instance_uuid).is_some_and(|brief| {
-                    brief.node == Some(node) && unchanged(&brief.state, stat.state)
+            .filter(|stat| seen.insert(stat.instance_uuid))
+            .map(|stat| (stat.instance_uuid, stat.state))
+            .collect();
+        // Reported running and pending in the store, on this node or on none yet (the first
+        // report after its START): started in one change with its START's `node_start`, many
+        // together (etcd: one read and one commit). The store checks that each is still pending
+        // there; any other it reads, for the reconciliation below. A copy that may be stale or
+        // second (an instance moved off this node, a START sent twice) is read whole first.
+        let starters: Vec<Uuid> = {
+            let state = self.state();
+            listed
+                .iter()
+                .filter(|&&(id, reported)| {
+                    reported == Reported::Active
+                        && match known.get(&id) {
+                            Some(brief) => {
+                                brief.node == Some(node) && brief.state == InstanceState::Pending
+                            }
+                            None => {
+                                state.relocated.get(&id) != Some(&node)
+                                    && !state.resent.contains(&id)
+                            }
+                        }
                 })
+                .map(|&(id, _)| id)
+                .collect()
+        };
+        let mut records: HashMap<Uuid, Instance> = HashMap::new();
+        let mut settled: HashSet<Uuid> = HashSet::with_capacity(starters.len());
+        let answers = self.store.start_instances_on(
+            node,
+            &starters,
+            actions::NODE_START,
+            EventOutcome::success(),
+        );
+        for (&id, answer) in starters.iter().zip(answers) {
+            match answer {
+                Ok(Starting::Left(record)) => {
+                    records.insert(id, record);
+                }
+                // Gone since the listing, or a stranger: as below.
+                Err(StoreError::NotFound { .. }) => {}
+                Ok(Starting::Started(_, finished)) => {
+                    self.start_written(id, Ok(finished))?;
+                    settled.insert(id);
+                }
+                Err(e) => {
+                    self.start_written(id, Err(e))?;
+                    settled.insert(id);
+                }
+            }
+        }
+        // The others to reconcile, read together (one round trip per many on etcd).
+        let starting: HashSet<Uuid> = starters.iter().copied().collect();
+        let wanted: Vec<Uuid> = listed
+            .iter()
+            .filter(|&&(id, reported)| {
+                !starting.contains(&id)
+                    && !known.get(&id).is_some_and(|brief| {
+                        brief.node == Some(node) && unchanged(&brief.state, reported)
+                    })
             })
-            .map(|stat| stat.instance_uuid)
+            .map(|&(id, _)| id)
             .collect();
-        let records: HashMap<Uuid, Instance> = self
-            .store
-            .instances_by_id(&wanted)?
-            .into_iter()
-            .flatten()
-            .map(|i| (i.id, i))
-            .collect();
-        let mut seen = std::collections::HashSet::with_capacity(stats.instances.len());
-        for stat in &stats.instances {
-            // An instance listed twice in one report: the first listing is the report's.
-            if !seen.insert(stat.instance_uuid) {
+        records.extend(
+            self.store
+                .instances_by_id(&wanted)?
+                .into_iter()
+                .flatten()
+                .map(|i| (i.id, i)),
+        );
+        for &(id, reported) in &listed {
+            let brief = known.remove(&id);
+            if settled.contains(&id) {
                 continue;
             }
-            let record = match known.remove(&stat.instance_uuid) {
-                Some(brief) if brief.node == Some(node) && unchanged(&brief.state, stat.state) => {
+            let record = match brief {
+                Some(brief) if brief.node == Some(node) && unchanged(&brief.state, reported) => {
                     continue;
                 }
-                Some(brief) => match records.get(&brief.id) {
+                Some(_) => match records.get(&id) {
                     Some(record) => record.clone(),
                     // Gone since the listing: as if it had not been listed.
                     None => continue,
                 },
-                None => match records.get(&stat.instance_uuid) {
+                None => match records.get(&id) {
                     Some(record) => record.clone(),
                     None => {
-                        self.unknown_instance(origin, node, stat.instance_uuid, stat.state)?;
+                        self.unknown_instance(origin, node, id, reported)?;
                         continue;
                     }
                 },
@@ -156,9 +213,9 @@ impl Engine {
             if origin.is_some() && self.foreign(Operand::Stats, node, &record) {
                 continue;
             }
-            self.reconcile(node, &record, stat.state)?;
+            self.reconcile(node, &record, reported)?;
         }
-        let listed: Vec<Uuid> = stats.instances.iter().map(|s| s.instance_uuid).collect();
+        let listed: Vec<Uuid> = listed.into_iter().map(|(id, _)| id).collect();
         self.stale_gone(node, &listed);
         // Placed here by the store, absent from the node's report.
         let absent: Vec<Uuid> = known.into_keys().collect();
@@ -283,7 +340,7 @@ impl Engine {
             (InstanceState::Rebuilding, _) => return Ok(()),
             // Its START done: the record and the START's `node_start` in one change.
             (InstanceState::Pending, Reported::Active) => {
-                return self.started(record, change(InstanceState::Active));
+                return self.started(record.id, record.version, node);
             }
             (InstanceState::Pending, _) if record.node != here => (
                 InstanceChange {
@@ -439,25 +496,40 @@ impl Engine {
         }
     }
 
-    /// A pending instance is active: `change` written as [`Engine::cas`] does, with its START's
-    /// `node_start` finished (that one whether or not the record moved meanwhile).
-    fn started(&self, record: &Instance, change: InstanceChange) -> Result<(), ClusterError> {
-        match self.store.update_instance_finishing_event(
-            record.id,
-            record.version,
-            change,
-            actions::NODE_START,
-            EventOutcome::success(),
-        ) {
-            Ok((_, Ok(_))) => Ok(()),
+    /// Pending instance `id` (its record at `version`) is active on `node`: written as
+    /// [`Engine::cas`] does, with its START's `node_start` finished (that one whether or not the
+    /// record moved meanwhile).
+    fn started(&self, id: Uuid, version: u64, node: Uuid) -> Result<(), ClusterError> {
+        let written = self
+            .store
+            .update_instance_finishing_event(
+                id,
+                version,
+                Starting::change(node),
+                actions::NODE_START,
+                EventOutcome::success(),
+            )
+            .map(|(_, finished)| finished);
+        self.start_written(id, written)
+    }
+
+    /// What the store answered to instance `id`'s start: the event's answer inside the
+    /// record's.
+    fn start_written(
+        &self,
+        id: Uuid,
+        written: Result<Result<Option<InstanceAction>, StoreError>, StoreError>,
+    ) -> Result<(), ClusterError> {
+        match written {
+            Ok(Ok(_)) => Ok(()),
             // The record written, its event not: logged, as any action's write that fails.
-            Ok((_, Err(e))) => {
-                tracing::warn!(instance = %record.id, "cannot record a START's outcome in the instance's actions: {e}");
+            Ok(Err(e)) => {
+                tracing::warn!(instance = %id, "cannot record a START's outcome in the instance's actions: {e}");
                 Ok(())
             }
             // Neither written: the event on its own.
             Err(StoreError::Conflict(_) | StoreError::NotFound { .. }) => {
-                actions::start_ended(self.store.as_ref(), record.id, EventOutcome::success());
+                actions::start_ended(self.store.as_ref(), id, EventOutcome::success());
                 Ok(())
             }
             Err(e) => Err(e.into()),
