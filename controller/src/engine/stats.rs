@@ -13,7 +13,7 @@ use crate::actions;
 use crate::cluster::{ClusterError, NodeStatus};
 use store::{
     CnciChange, EventKind, EventOutcome, Instance, InstanceAction, InstanceBrief, InstanceChange,
-    InstanceState, Scope, Starting, StoreError,
+    InstanceState, Scope, Starting, StoreError, ToStart,
 };
 
 impl Engine {
@@ -115,57 +115,63 @@ impl Engine {
             .filter(|stat| seen.insert(stat.instance_uuid))
             .map(|stat| (stat.instance_uuid, stat.state))
             .collect();
-        // Reported running and pending in the store, on this node or on none yet (the first
-        // report after its START): started in one change with its START's `node_start`, many
-        // together (etcd: one read and one commit). The store checks that each is still pending
-        // there; any other it reads, for the reconciliation below. A copy that may be stale or
-        // second (an instance moved off this node, a START sent twice) is read whole first.
-        let starters: Vec<Uuid> = {
+        // Reported running and pending in the store, on this node (its brief, whose version the
+        // store checks) or on none yet (the first report after its START): started in one
+        // change with its START's `node_start`, many together (etcd: one read and one commit).
+        // The store checks that each still starts there (`ToStart::starts`); any other it
+        // reads, for the reconciliation below. A copy that may be stale or second (an instance
+        // moved off this node, a START sent twice) is read whole first.
+        let starters: Vec<ToStart> = {
             let state = self.state();
             listed
                 .iter()
-                .filter(|&&(id, reported)| {
-                    reported == Reported::Active
-                        && match known.get(&id) {
-                            Some(brief) => {
-                                brief.node == Some(node) && brief.state == InstanceState::Pending
-                            }
-                            None => {
-                                state.relocated.get(&id) != Some(&node)
-                                    && !state.resent.contains(&id)
-                            }
-                        }
+                .filter(|&&(_, reported)| reported == Reported::Active)
+                .filter_map(|&(id, _)| match known.get(&id) {
+                    Some(brief)
+                        if brief.node == Some(node) && brief.state == InstanceState::Pending =>
+                    {
+                        Some(ToStart {
+                            id,
+                            version: Some(brief.version),
+                        })
+                    }
+                    Some(_) => None,
+                    None => (state.relocated.get(&id) != Some(&node)
+                        && !state.resent.contains(&id))
+                    .then_some(ToStart { id, version: None }),
                 })
-                .map(|&(id, _)| id)
                 .collect()
         };
         let mut records: HashMap<Uuid, Instance> = HashMap::new();
         let mut settled: HashSet<Uuid> = HashSet::with_capacity(starters.len());
+        let mut again: Vec<Uuid> = Vec::new();
         let answers = self.store.start_instances_on(
             node,
             &starters,
             actions::NODE_START,
             EventOutcome::success(),
         );
-        for (&id, answer) in starters.iter().zip(answers) {
+        for (one, answer) in starters.iter().zip(answers) {
             match answer {
                 Ok(Starting::Left(record)) => {
-                    records.insert(id, record);
+                    records.insert(one.id, record);
                 }
                 // Gone since the listing, or a stranger: as below.
                 Err(StoreError::NotFound { .. }) => {}
                 Ok(Starting::Started(_, finished)) => {
-                    self.start_written(id, Ok(finished))?;
-                    settled.insert(id);
+                    self.start_written(one.id, Ok(finished))?;
+                    settled.insert(one.id);
                 }
+                // Kept changing: not known to be this node's to start. Read whole below.
+                Err(StoreError::Conflict(_)) if one.version.is_none() => again.push(one.id),
                 Err(e) => {
-                    self.start_written(id, Err(e))?;
-                    settled.insert(id);
+                    self.start_written(one.id, Err(e))?;
+                    settled.insert(one.id);
                 }
             }
         }
         // The others to reconcile, read together (one round trip per many on etcd).
-        let starting: HashSet<Uuid> = starters.iter().copied().collect();
+        let starting: HashSet<Uuid> = starters.iter().map(|one| one.id).collect();
         let wanted: Vec<Uuid> = listed
             .iter()
             .filter(|&&(id, reported)| {
@@ -175,6 +181,7 @@ impl Engine {
                     })
             })
             .map(|&(id, _)| id)
+            .chain(again)
             .collect();
         records.extend(
             self.store

@@ -197,38 +197,42 @@ impl ActionStore for EtcdStore {
         })
     }
 
-    /// Up to 32 (`STARTS_PER_TXN`) to a transaction: their records and actions read in one round
-    /// trip, those started written in one commit. A share that kept losing to concurrent changes
-    /// is started one instance after another; any other failure is every instance's answer.
+    /// Up to 32 (`STARTS_PER_TXN`) to a transaction, fewer when their writes would pass
+    /// `STARTED_BYTES_PER_TXN`: their records and actions read in one round trip, those started
+    /// written in one commit. A share that kept losing to concurrent changes is started one
+    /// instance after another; any other failure is every instance's answer in the share.
     fn start_instances_on(
         &self,
         node: Uuid,
-        ids: &[Uuid],
+        asked: &[ToStart],
         event: &str,
         outcome: EventOutcome,
     ) -> Vec<Result<Starting>> {
         if let Err(e) = rules::check_event(event) {
-            return ids.iter().map(|_| Err(e.clone())).collect();
+            return asked.iter().map(|_| Err(e.clone())).collect();
         }
-        let start = |share: &[Uuid]| {
+        let start = |share: &[ToStart]| {
             self.atomically("starting instances", |tx| {
                 starts_in(tx, node, share, event, &outcome)
             })
         };
-        let mut answers = Vec::with_capacity(ids.len());
-        for share in ids.chunks(STARTS_PER_TXN) {
-            match start(share) {
-                Ok(done) => answers.extend(done),
-                Err(StoreError::Conflict(_)) if share.len() > 1 => {
-                    for &id in share {
-                        match start(&[id]) {
-                            Ok(done) => answers.extend(done),
-                            Err(e) => answers.push(Err(e)),
-                        }
-                    }
-                }
-                Err(e) => answers.extend(share.iter().map(|_| Err(e.clone()))),
-            }
+        let mut answers = Vec::with_capacity(asked.len());
+        let mut rest = asked;
+        while !rest.is_empty() {
+            let share = &rest[..rest.len().min(STARTS_PER_TXN)];
+            let answered = match start(share) {
+                Ok(done) => done,
+                Err(StoreError::Conflict(_)) if share.len() > 1 => share
+                    .iter()
+                    .flat_map(|one| {
+                        start(std::slice::from_ref(one)).unwrap_or_else(|e| vec![Err(e)])
+                    })
+                    .collect(),
+                Err(e) => share.iter().map(|_| Err(e.clone())).collect(),
+            };
+            // A share answers at least its first instance.
+            rest = &rest[answered.len().clamp(1, share.len())..];
+            answers.extend(answered);
         }
         answers
     }
@@ -445,25 +449,34 @@ fn finish_many_in(
 /// 128.
 const STARTS_PER_TXN: usize = 32;
 
-/// [`ActionStore::start_instances_on`] of `ids` in `tx`, answered in order: their records and
-/// actions read in one round trip, each that starts written (record and event), each other left.
-/// An instance whose record or actions do not decode answers that error alone.
+/// The most bytes [`ActionStore::start_instances_on`] writes in one transaction, as
+/// [`CREATED_BYTES_PER_TXN`]: each start rewrites its whole record (over 300 KB with the most
+/// metadata in its largest encoding), so a share of such instances goes in several
+/// transactions.
+const STARTED_BYTES_PER_TXN: usize = CREATED_BYTES_PER_TXN;
+
+/// [`ActionStore::start_instances_on`] of `asked` in `tx`, answered in order: their records and
+/// actions read in one round trip, each that starts written (record, brief and event), each
+/// other left. An instance whose record or actions do not decode answers that error alone, and
+/// nothing of it is written. Answers fewer than asked (at least one) when the next start's
+/// writes would pass [`STARTED_BYTES_PER_TXN`]: the rest go in the next transaction.
 fn starts_in(
     tx: &mut Tx<'_>,
     node: Uuid,
-    ids: &[Uuid],
+    asked: &[ToStart],
     event: &str,
     outcome: &EventOutcome,
 ) -> Result<Vec<Result<Starting>>> {
     let keys = tx.keys();
-    let pairs: Vec<(String, String)> = ids
+    let pairs: Vec<(String, String)> = asked
         .iter()
-        .map(|&id| (keys.instance(id), keys.actions(id)))
+        .map(|one| (keys.instance(one.id), keys.actions(one.id)))
         .collect();
     let found = tx.gets_and_ranges(&pairs)?;
     let mut seen = BTreeSet::new();
-    let mut answers = Vec::with_capacity(ids.len());
-    for ((&id, (key, _)), (record, under)) in ids.iter().zip(pairs).zip(found) {
+    let mut answers = Vec::with_capacity(asked.len());
+    for ((one, (key, _)), (record, under)) in asked.iter().zip(pairs).zip(found) {
+        let id = one.id;
         if !seen.insert(id) {
             answers.push(Err(StoreError::Invalid(format!(
                 "instance {id} is listed twice"
@@ -474,28 +487,42 @@ fn starts_in(
             answers.push(Err(StoreError::not_found("instance", id)));
             continue;
         };
-        let read = kv.decode::<InstanceRec>().and_then(|rec| rec.model());
-        let answer = match read {
-            Ok(record) if Starting::starts_on(&record, node) => {
-                // The update reads the record from here (it writes it only after).
-                tx.prefetched.insert(key, Some(kv));
-                super::instances::update_in(
-                    tx,
-                    Scope::All,
-                    id,
-                    Some(record.version),
-                    &Starting::change(node),
-                )
-                .map(|started| {
-                    let finished = decode_actions(under).and_then(|found| {
-                        finish_in(tx, found, ActionTarget::Newest, event, outcome.clone())
-                    });
-                    Starting::Started(started, finished)
-                })
+        let record = match kv.decode::<InstanceRec>().and_then(|rec| rec.model()) {
+            Ok(record) if one.starts(&record, node) => record,
+            Ok(record) => {
+                answers.push(Ok(Starting::Left(record)));
+                continue;
             }
-            Ok(record) => Ok(Starting::Left(record)),
-            Err(e) => Err(e),
+            Err(e) => {
+                answers.push(Err(e));
+                continue;
+            }
         };
+        // The record, its brief (small) and one of its actions, at most.
+        let writes = kv.value.len() + 256 + under.iter().map(|a| a.value.len()).max().unwrap_or(0);
+        if !answers.is_empty() && tx.bytes + writes > STARTED_BYTES_PER_TXN {
+            break;
+        }
+        let actions = match decode_actions(under) {
+            Ok(actions) => actions,
+            Err(e) => {
+                answers.push(Err(e));
+                continue;
+            }
+        };
+        // The update reads the record from here (it writes it only after).
+        tx.prefetched.insert(key, Some(kv));
+        let answer = super::instances::update_in(
+            tx,
+            Scope::All,
+            id,
+            Some(record.version),
+            &Starting::change(node),
+        )
+        .map(|started| {
+            let finished = finish_in(tx, actions, ActionTarget::Newest, event, outcome.clone());
+            Starting::Started(started, finished)
+        });
         answers.push(answer);
     }
     Ok(answers)

@@ -27,7 +27,8 @@
 //! <prefix>ref/workload/<id>/<instance>           "this instance uses it"
 //! <prefix>instance/<id>                          instance
 //! <prefix>order/<tenant>/<seq:016x>              instance id, in the tenant's creation order
-//! <prefix>node/<node>/<instance>                 "this instance is on this node"
+//! <prefix>node/<node>/<instance>                 "this instance is on this node": its brief
+//!                                                (schema 3; empty when schema 2 wrote it)
 //! <prefix>cnci/<id>                              CNCI
 //! <prefix>volume/<tenant>/<id>                   a tenant's volume
 //! <prefix>volid/<id>                             its tenant (to find a volume by id alone)

@@ -583,24 +583,38 @@ impl From<&Instance> for InstanceBrief {
     }
 }
 
+/// An instance a node reports running, for
+/// [`ActionStore::start_instances_on`](crate::ActionStore::start_instances_on).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ToStart {
+    /// Its id.
+    pub id: Uuid,
+    /// The version its record must still have (the one of a brief that placed it on the node),
+    /// or `None`: any version, on no node or on the node.
+    pub version: Option<u64>,
+}
+
+impl ToStart {
+    /// Whether `record` is started on `node`: pending, at the version asked if one was, and
+    /// placed on no node or on `node`.
+    pub fn starts(&self, record: &Instance, node: Uuid) -> bool {
+        record.state == InstanceState::Pending
+            && record.node.is_none_or(|n| n == node)
+            && self.version.is_none_or(|v| v == record.version)
+    }
+}
+
 /// What [`ActionStore::start_instances_on`](crate::ActionStore::start_instances_on) did with
 /// one instance.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Starting {
     /// Written active on the node: the record as written, and the answer of its event's end.
     Started(Instance, Result<Option<InstanceAction>, crate::StoreError>),
-    /// Not pending, or pending on another node: the record as read, left as it is.
+    /// Not to be started ([`ToStart::starts`]): the record as read, left as it is.
     Left(Instance),
 }
 
 impl Starting {
-    /// Whether `record`, reported running on `node`, is started there by
-    /// [`ActionStore::start_instances_on`](crate::ActionStore::start_instances_on): pending, and
-    /// placed on no node or on `node`.
-    pub fn starts_on(record: &Instance, node: Uuid) -> bool {
-        record.state == InstanceState::Pending && record.node.is_none_or(|n| n == node)
-    }
-
     /// The change that starts an instance on `node`.
     pub fn change(node: Uuid) -> InstanceChange {
         InstanceChange {

@@ -535,9 +535,20 @@ pub(crate) fn an_instance_is_made_with_its_first_action<F: Fixture>() {
     assert_eq!(store.usage(t.id).unwrap().instances, 2);
 }
 
+/// Every instance of `made` to start, at any version.
+fn any_version(made: &[Instance]) -> Vec<ToStart> {
+    made.iter()
+        .map(|i| ToStart {
+            id: i.id,
+            version: None,
+        })
+        .collect()
+}
+
 /// `start_instances_on` writes active on the node each pending instance placed on no node or on
-/// it, its `node_start` finished, and leaves every other as read; answers come in the order
-/// asked, across more than one transaction's share (etcd: 32), with `NotFound` for no record.
+/// it (at the version asked, if one was), its `node_start` finished, and leaves every other as
+/// read; answers come in the order asked, across more than one transaction's share (etcd: 32),
+/// with `NotFound` for no record.
 pub(crate) fn reported_instances_start_together<F: Fixture>() {
     let fx = F::new();
     let store = fx.open();
@@ -554,7 +565,8 @@ pub(crate) fn reported_instances_start_together<F: Fixture>() {
             .unwrap()
     };
     // 70 instances: pending on no node, pending on the node, pending on another node, active
-    // on the node, in turn; each with its START's event unfinished.
+    // on the node, pending on the node but asked at an older version, in turn; each with its
+    // START's event unfinished.
     let made: Vec<Instance> = (0..70)
         .map(|k| {
             let i = store
@@ -563,21 +575,34 @@ pub(crate) fn reported_instances_start_together<F: Fixture>() {
             store
                 .add_instance_action(new_action(i.id, "req-1", "create", &["node_start"]))
                 .unwrap();
-            match k % 4 {
+            match k % 5 {
                 0 => i,
-                1 => placed(&i, InstanceState::Pending, node),
+                1 | 4 => placed(&i, InstanceState::Pending, node),
                 2 => placed(&i, InstanceState::Pending, other),
                 _ => placed(&i, InstanceState::Active, node),
             }
         })
         .collect();
     let stranger = Uuid::new_v4();
-    let mut asked: Vec<Uuid> = made.iter().map(|i| i.id).collect();
-    asked.insert(33, stranger);
+    let mut asked = any_version(&made);
+    for (k, one) in asked.iter_mut().enumerate() {
+        match k % 5 {
+            1 => one.version = Some(made[k].version),
+            4 => one.version = Some(made[k].version - 1),
+            _ => {}
+        }
+    }
+    asked.insert(
+        33,
+        ToStart {
+            id: stranger,
+            version: None,
+        },
+    );
     let answers = store.start_instances_on(node, &asked, "node_start", EventOutcome::success());
     assert_eq!(answers.len(), asked.len());
-    for (id, answer) in asked.iter().zip(answers) {
-        let Some(k) = made.iter().position(|i| i.id == *id) else {
+    for (one, answer) in asked.iter().zip(answers) {
+        let Some(k) = made.iter().position(|i| i.id == one.id) else {
             assert!(
                 matches!(
                     answer,
@@ -590,9 +615,9 @@ pub(crate) fn reported_instances_start_together<F: Fixture>() {
             );
             continue;
         };
-        let now = store.instance(Scope::All, *id).unwrap();
-        let event = &store.instance_actions(Scope::All, *id).unwrap()[0].events[0];
-        match (k % 4, answer.unwrap()) {
+        let now = store.instance(Scope::All, one.id).unwrap();
+        let event = &store.instance_actions(Scope::All, one.id).unwrap()[0].events[0];
+        match (k % 5, answer.unwrap()) {
             (0 | 1, Starting::Started(started, finished)) => {
                 assert_eq!(started, now);
                 assert_eq!(
@@ -603,7 +628,7 @@ pub(crate) fn reported_instances_start_together<F: Fixture>() {
                 assert_eq!(&finished.events[0], event);
                 assert_eq!(event.result, Some(ActionResult::Success));
             }
-            (2 | 3, Starting::Left(left)) => {
+            (2..=4, Starting::Left(left)) => {
                 assert_eq!(left, made[k]);
                 assert_eq!(now, made[k]);
                 assert_eq!(event.finish, None);
@@ -613,11 +638,13 @@ pub(crate) fn reported_instances_start_together<F: Fixture>() {
     }
     // Started ones are on the node now, in brief too; asked again, they are left.
     let briefs = store.instance_briefs_on(node).unwrap();
-    assert_eq!(briefs.len(), 53, "{briefs:?}");
-    assert!(
+    assert_eq!(briefs.len(), 56, "{briefs:?}");
+    assert_eq!(
         briefs
             .iter()
-            .all(|b| b.state == InstanceState::Active && b.node == Some(node))
+            .filter(|b| b.state == InstanceState::Active && b.node == Some(node))
+            .count(),
+        42
     );
     let again = store.start_instances_on(node, &asked[..2], "node_start", EventOutcome::success());
     assert!(
@@ -628,10 +655,49 @@ pub(crate) fn reported_instances_start_together<F: Fixture>() {
     let fresh = store
         .create_instance(new_instance(&t, &w, "fresh"))
         .unwrap();
-    let refused = store.start_instances_on(node, &[fresh.id], "", EventOutcome::success());
+    let refused = store.start_instances_on(
+        node,
+        &any_version(std::slice::from_ref(&fresh)),
+        "",
+        EventOutcome::success(),
+    );
     assert!(
         matches!(refused[..], [Err(StoreError::Invalid(_))]),
         "{refused:?}"
     );
     assert_eq!(store.instance(Scope::All, fresh.id).unwrap(), fresh);
+}
+
+/// Instances with the most metadata an instance may hold, in its largest JSON encoding, start
+/// together whole (etcd: in as many transactions as their size needs).
+pub(crate) fn large_records_start_together<F: Fixture>() {
+    let fx = F::new();
+    let store = fx.open();
+    let (t, w) = tenant_and_workload(&store, "large", Quota::default(), 24);
+    let mut new = new_instance(&t, &w, "large");
+    new.metadata = largest_metadata();
+    let made: Vec<Instance> = (0..6)
+        .map(|_| {
+            let i = store.create_instance(new.clone()).unwrap();
+            store
+                .add_instance_action(new_action(i.id, "req-1", "create", &["node_start"]))
+                .unwrap();
+            i
+        })
+        .collect();
+    let node = Uuid::new_v4();
+    let answers = store.start_instances_on(
+        node,
+        &any_version(&made),
+        "node_start",
+        EventOutcome::success(),
+    );
+    for (i, answer) in made.iter().zip(answers) {
+        assert!(matches!(answer, Ok(Starting::Started(..))), "{answer:?}");
+        let now = store.instance(Scope::All, i.id).unwrap();
+        assert_eq!((now.state, now.node), (InstanceState::Active, Some(node)));
+        assert_eq!(now.metadata, new.metadata);
+        let event = &store.instance_actions(Scope::All, i.id).unwrap()[0].events[0];
+        assert_eq!(event.result, Some(ActionResult::Success));
+    }
 }

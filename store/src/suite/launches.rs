@@ -186,16 +186,7 @@ pub(crate) fn a_launch_of_large_records_is_made_whole<F: Fixture>() {
     let store = fx.open();
     let (t, w) = tenant_and_workload(&store, "large", Quota::default(), 24);
     let mut new = new_instance(&t, &w, "large");
-    // Keys of four-byte characters, values of control characters (six bytes each in JSON).
-    new.metadata = (0..Instance::MAX_METADATA)
-        .map(|k| {
-            let key = format!(
-                "{k:03}{}",
-                "\u{1d11e}".repeat(Instance::MAX_METADATA_TEXT - 3)
-            );
-            (key, "\u{1}".repeat(Instance::MAX_METADATA_TEXT))
-        })
-        .collect();
+    new.metadata = largest_metadata();
     let (made, stopped) = store.create_instances_with_action(&new, 6, &create("req-large"));
     assert!(stopped.is_none(), "{stopped:?}");
     assert_eq!(made.len(), 6);

@@ -89,6 +89,7 @@ macro_rules! store_suite {
                 many_actions_are_recorded_and_finished_in_order,
                 a_record_and_its_event_change_together,
                 reported_instances_start_together,
+                large_records_start_together,
                 an_instance_is_made_with_its_first_action;
             launches: a_launchs_instances_are_made_in_order_up_to_the_quota,
                 a_launch_of_large_records_is_made_whole;
@@ -169,6 +170,20 @@ pub(crate) fn tenant_and_workload(
         })
         .unwrap();
     (tenant, workload)
+}
+
+/// The most metadata an instance may hold, in its largest JSON encoding: keys of four-byte
+/// characters, values of control characters (six bytes each in JSON).
+pub(crate) fn largest_metadata() -> Metadata {
+    (0..Instance::MAX_METADATA)
+        .map(|k| {
+            let key = format!(
+                "{k:03}{}",
+                "\u{1d11e}".repeat(Instance::MAX_METADATA_TEXT - 3)
+            );
+            (key, "\u{1}".repeat(Instance::MAX_METADATA_TEXT))
+        })
+        .collect()
 }
 
 pub(crate) fn new_instance(tenant: &Tenant, workload: &Workload, name: &str) -> NewInstance {

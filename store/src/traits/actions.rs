@@ -5,7 +5,7 @@ use uuid::Uuid;
 
 use crate::{
     ActionEnd, EventOutcome, Instance, InstanceAction, InstanceChange, InstanceStore, NewInstance,
-    NewInstanceAction, Result, Scope, Starting,
+    NewInstanceAction, Result, Scope, Starting, ToStart,
 };
 
 /// The instance actions log. Every call is one transaction.
@@ -114,32 +114,32 @@ pub trait ActionStore: InstanceStore + Send + Sync {
             self.finish_action_event(instance, crate::ActionTarget::Newest, event, outcome);
         Ok((updated, finished))
     }
-    /// Instances `ids`, reported running on `node`: each that
-    /// [`Starting::starts_on`](Starting::starts_on) it is written active there with its
-    /// newest unfinished `event` finished with `outcome`, as
+    /// Instances `asked`, reported running on `node`: each that [`ToStart::starts`] is written
+    /// active there with its newest unfinished `event` finished with `outcome`, as
     /// [`ActionStore::update_instance_finishing_event`] writes one (the record's version checked
-    /// against the one just read); each other is read and left. Answered in order: `NotFound`
-    /// for one with no record; `Conflict` when the record changed between read and write (then
+    /// against the one just read); each other is read and left. Answered in order: `NotFound` for
+    /// one with no record; `Conflict` when the record kept changing between read and write (then
     /// neither was written). The default starts one after another; a store may read and write
     /// many in one change (etcd: one round trip to read them, one to commit).
     fn start_instances_on(
         &self,
         node: Uuid,
-        ids: &[Uuid],
+        asked: &[ToStart],
         event: &str,
         outcome: EventOutcome,
     ) -> Vec<Result<Starting>> {
         if let Err(e) = crate::actions::check_event(event) {
-            return ids.iter().map(|_| Err(e.clone())).collect();
+            return asked.iter().map(|_| Err(e.clone())).collect();
         }
-        ids.iter()
-            .map(|&id| {
-                let record = self.instance(Scope::All, id)?;
-                if !Starting::starts_on(&record, node) {
+        asked
+            .iter()
+            .map(|one| {
+                let record = self.instance(Scope::All, one.id)?;
+                if !one.starts(&record, node) {
                     return Ok(Starting::Left(record));
                 }
                 let (started, finished) = self.update_instance_finishing_event(
-                    id,
+                    one.id,
                     record.version,
                     Starting::change(node),
                     event,
