@@ -23,9 +23,10 @@ pub const MAX_CLAIM_BATCH: usize = 32;
 
 /// The most reports one etcd transaction of
 /// [`OperationQueue::fenced_writes`](crate::OperationQueue::fenced_writes) commits: each compares
-/// three keys and writes up to seven (its operation, lease and index keys, its instance and the
-/// instance's node index), and a transaction holds at most 128 of each.
-pub const MAX_FENCED_BATCH: usize = 16;
+/// three keys and writes up to nine (its operation, lease and index keys, its instance, the
+/// instance's node index and its two keys of the state index), and a transaction holds at most
+/// 128 of each.
+pub const MAX_FENCED_BATCH: usize = 14;
 
 /// One launcher's report for [`OperationQueue::fenced_writes`](crate::OperationQueue::fenced_writes).
 #[derive(Debug, Clone, PartialEq, Eq)]

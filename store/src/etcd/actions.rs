@@ -197,7 +197,7 @@ impl ActionStore for EtcdStore {
         })
     }
 
-    /// Up to 32 (`STARTS_PER_TXN`) to a transaction, fewer when their writes would pass
+    /// Up to 25 (`STARTS_PER_TXN`) to a transaction, fewer when their writes would pass
     /// `STARTED_BYTES_PER_TXN`: their records and actions read in one round trip, those started
     /// written in one commit. A share that kept losing to concurrent changes is started one
     /// instance after another; any other failure is every instance's answer in the share.
@@ -445,9 +445,9 @@ fn finish_many_in(
 }
 
 /// The most instances [`ActionStore::start_instances_on`] starts in one transaction: two reads
-/// (record, actions) and at most three writes (record, node index, action) each, within etcd's
-/// 128.
-const STARTS_PER_TXN: usize = 32;
+/// (record, actions) and at most five writes (record, node index, action, and the state index's
+/// two keys) each, within etcd's 128.
+const STARTS_PER_TXN: usize = 25;
 
 /// The most bytes [`ActionStore::start_instances_on`] writes in one transaction, as
 /// [`CREATED_BYTES_PER_TXN`]: each start rewrites its whole record (over 300 KB with the most

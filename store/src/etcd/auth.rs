@@ -68,6 +68,7 @@ pub fn launcher_ranges(prefix: &str) -> Vec<(String, Access)> {
         "ophost/",
         "instance/",
         "node/",
+        "bystate/",
         "net/",
         "fullnet/",
         "block/",

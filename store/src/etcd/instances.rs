@@ -13,6 +13,32 @@ use crate::common::{check_name, check_same_size, check_version, millis, now};
 use crate::net;
 use crate::*;
 
+impl EtcdStore {
+    /// [`InstanceStore::instance_counts`] from every instance's record.
+    fn counts_read_whole(&self) -> Result<std::collections::BTreeMap<&'static str, u64>> {
+        /// What a count needs of an instance's record.
+        #[derive(serde::Deserialize)]
+        struct StateOf {
+            id: Uuid,
+            state: String,
+        }
+        let prefix = self.keys.instances();
+        let (_, kvs) = self.range(&prefix, &prefix_end(&prefix), 0, |o| o)?;
+        let mut counts = std::collections::BTreeMap::new();
+        for kv in &kvs {
+            let rec: StateOf = kv.decode()?;
+            let state = InstanceState::from_name(&rec.state, None).ok_or_else(|| {
+                StoreError::Backend(format!(
+                    "instance {}: unknown state {:?}",
+                    rec.id, rec.state
+                ))
+            })?;
+            *counts.entry(state.name()).or_insert(0) += 1;
+        }
+        Ok(counts)
+    }
+}
+
 impl InstanceStore for EtcdStore {
     fn create_instance(&self, new: NewInstance) -> Result<Instance> {
         crate::common::check_new_instance(&new)?;
@@ -169,27 +195,24 @@ impl InstanceStore for EtcdStore {
     /// Every instance record read in key order, in batches at one revision (none sorted by
     /// etcd, only the state of each decoded): the default pages in creation order, and etcd
     /// sorts the whole range again for every page.
+    /// One round trip: a count of each state's keys in the state index, when every instance
+    /// has its key there; in a prefix raised from schema 2, every record read.
     fn instance_counts(&self) -> Result<std::collections::BTreeMap<&'static str, u64>> {
-        /// What a count needs of an instance's record.
-        #[derive(serde::Deserialize)]
-        struct StateOf {
-            id: Uuid,
-            state: String,
+        let marker = self.keys.state_index();
+        let states = InstanceState::NAMES;
+        let mut prefixes = vec![marker];
+        prefixes.extend(states.iter().map(|s| self.keys.in_states(s)));
+        let counted = self.counts(&prefixes)?;
+        let (indexed, counts) = counted.split_at(1);
+        if indexed[0] == 0 {
+            return self.counts_read_whole();
         }
-        let prefix = self.keys.instances();
-        let (_, kvs) = self.range(&prefix, &prefix_end(&prefix), 0, |o| o)?;
-        let mut counts = std::collections::BTreeMap::new();
-        for kv in &kvs {
-            let rec: StateOf = kv.decode()?;
-            let state = InstanceState::from_name(&rec.state, None).ok_or_else(|| {
-                StoreError::Backend(format!(
-                    "instance {}: unknown state {:?}",
-                    rec.id, rec.state
-                ))
-            })?;
-            *counts.entry(state.name()).or_insert(0) += 1;
-        }
-        Ok(counts)
+        Ok(states
+            .iter()
+            .zip(counts)
+            .filter(|&(_, &n)| n > 0)
+            .map(|(&state, &n)| (state, n))
+            .collect())
     }
 
     fn update_instance(
@@ -391,12 +414,12 @@ pub(super) fn creation_reads(
     Ok((t, w, net))
 }
 
-/// The most writes [`make_in`] adds to a transaction with `net` as it is: the record, its order
-/// and reference keys, the subnet it fills moved out, a new subnet's block key, and the full
+/// The most writes [`make_in`] adds to a transaction with `net` as it is: the record, its order,
+/// reference and state keys, the subnet it fills moved out, a new subnet's block key, and the full
 /// subnets that a record of before still holds moved out (up to [`FULL_MOVED_AT_ONCE`]).
 pub(super) fn make_writes(net: &NetRec) -> usize {
     let full = net.subnets.iter().filter(|s| s.used >= s.capacity).count();
-    5 + full.min(FULL_MOVED_AT_ONCE)
+    6 + full.min(FULL_MOVED_AT_ONCE)
 }
 
 /// Whether making one more instance in `tx` would carve a new subnet: none in `net` has room.
@@ -464,6 +487,7 @@ pub(super) fn make_in(
     tx.put(&keys.instance(id), &rec)?;
     tx.put_text(&keys.order(t.id, seq), &id.to_string());
     tx.put_text(&keys.reference("workload", w.id, id), "");
+    tx.put_text(&keys.in_state(&rec.state, id), "");
     Ok(rec)
 }
 
@@ -627,12 +651,16 @@ pub(super) fn update_in(
             .fault_after(i.fault.as_ref().map(FaultRec::model), in_error)
             .as_ref()
             .map(FaultRec::from);
+        let keys = tx.keys();
         if let Some(state) = &change.state {
             let (text, reason) = state_text(state);
+            if i.state != text {
+                tx.delete(&keys.in_state(&i.state, id));
+                tx.put_text(&keys.in_state(text, id), "");
+            }
             i.state = text.into();
             i.reason = reason;
         }
-        let keys = tx.keys();
         if let Some(node) = change.node
             && node != i.node
         {
@@ -721,6 +749,7 @@ pub(super) fn delete_in(tx: &mut Tx<'_>, scope: Scope, id: Uuid) -> Result<()> {
         net.usage.memory_mb = net.usage.memory_mb.saturating_sub(i.memory_mb);
         tx.put(&keys.net(i.tenant), &net)?;
         tx.delete(&keys.instance(id));
+        tx.delete(&keys.in_state(&i.state, id));
         instance_gone(tx, id)?;
         if let Some(group) = i.server_group {
             super::group_recs::forget_member(tx, group, id)?;

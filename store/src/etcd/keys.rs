@@ -27,6 +27,9 @@
 //! <prefix>ref/workload/<id>/<instance>           "this instance uses it"
 //! <prefix>instance/<id>                          instance
 //! <prefix>order/<tenant>/<seq:016x>              instance id, in the tenant's creation order
+//! <prefix>bystate/<state>/<instance>             "this instance is in this state" (counted)
+//! <prefix>stateindex                             every instance is in `bystate/` (schema 3,
+//!                                                made so; not in a prefix raised from 2)
 //! <prefix>node/<node>/<instance>                 "this instance is on this node": its brief
 //!                                                (schema 3; empty when schema 2 wrote it)
 //! <prefix>cnci/<id>                              CNCI
@@ -344,6 +347,19 @@ impl Keys {
     }
     pub(super) fn gone_counter(&self) -> String {
         self.key(&[&"counter", &"gone"])
+    }
+    /// Instance `id` in the state named `state`: the state index, which counts them.
+    pub(super) fn in_state(&self, state: &str, id: Uuid) -> String {
+        self.key(&[&"bystate", &state, &id])
+    }
+    /// The instances in the state named `state`.
+    pub(super) fn in_states(&self, state: &str) -> String {
+        self.key(&[&"bystate", &state, &""])
+    }
+    /// Present when every instance has its key in the state index: the prefix was made by code
+    /// that writes it (one raised from schema 2 has instances without).
+    pub(super) fn state_index(&self) -> String {
+        self.key(&[&"stateindex"])
     }
     pub(super) fn remote_host(&self, id: Uuid) -> String {
         self.key(&[&"rhost", &id])

@@ -261,3 +261,40 @@ fn node_index_keys_of_schema_2_hold_no_brief_and_still_give_one() {
         .unwrap();
     assert_eq!(store.instance_briefs_on(other).unwrap().len(), 1);
 }
+
+#[test]
+fn a_prefix_raised_from_schema_2_counts_states_from_the_records() {
+    let Some(fx) = fixture() else { return };
+    let store = fx.store_with(EtcdOptions::default());
+    let (t, w) = crate::suite::tenant_and_workload(&store, "counts", Quota::default(), 24);
+    let made: Vec<Instance> = (0..3)
+        .map(|n| {
+            store
+                .create_instance(crate::suite::new_instance(&t, &w, &format!("vm{n}")))
+                .unwrap()
+        })
+        .collect();
+    let active = InstanceChange {
+        state: Some(InstanceState::Active),
+        ..InstanceChange::default()
+    };
+    store
+        .update_instance(Scope::All, made[0].id, made[0].version, active)
+        .unwrap();
+    let want: std::collections::BTreeMap<&str, u64> =
+        [("active", 1), ("pending", 2)].into_iter().collect();
+    // A new prefix has the state index whole: counted from it.
+    let marker = store.keys.state_index();
+    assert!(store.get_many(std::slice::from_ref(&marker)).unwrap()[0].is_some());
+    assert_eq!(store.instance_counts().unwrap(), want);
+    // As a prefix raised from schema 2 has it: no marker, and an instance of before not in the
+    // index. The records are counted.
+    store
+        .atomically("test", |tx| {
+            tx.delete(&marker);
+            tx.delete(&tx.keys().in_state("pending", made[2].id));
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(store.instance_counts().unwrap(), want);
+}

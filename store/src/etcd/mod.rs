@@ -297,7 +297,13 @@ impl EtcdStore {
                             return Err(StoreError::SchemaTooNew { found, known });
                         }
                     }
-                    None => tx.put(&key, &SchemaRec { version: known })?,
+                    None => {
+                        tx.put(&key, &SchemaRec { version: known })?;
+                        // A new prefix: each instance will have its key in the state index.
+                        if !tx.any_under(&tx.keys().instances())? {
+                            tx.put_text(&tx.keys().state_index(), "");
+                        }
+                    }
                 }
                 Ok(())
             }),
@@ -392,6 +398,33 @@ impl EtcdStore {
     /// etcd's users or roles changed while it was in flight: the revision, and each read's keys,
     /// in order.
     fn read_together(&self, reads: Vec<TxnOp>) -> Result<(i64, Vec<Vec<Kv>>)> {
+        let (revision, found) = self.read_answers(reads)?;
+        let found = found
+            .iter()
+            .map(|get| get.kvs().iter().map(Kv::from_etcd).collect())
+            .collect::<Result<Vec<_>>>()?;
+        Ok((revision, found))
+    }
+
+    /// Counts the keys under each of `prefixes` in one round trip, at one revision (etcd
+    /// answers the counts, not the keys).
+    fn counts(&self, prefixes: &[String]) -> Result<Vec<u64>> {
+        let reads = prefixes
+            .iter()
+            .map(|p| {
+                let only = GetOptions::new().with_prefix().with_count_only();
+                TxnOp::get(p.as_str(), Some(only))
+            })
+            .collect();
+        let (_, found) = self.read_answers(reads)?;
+        Ok(found
+            .iter()
+            .map(|get| u64::try_from(get.count()).unwrap_or(0))
+            .collect())
+    }
+
+    /// [`EtcdStore::read_together`]'s transaction: the revision, and each read's answer.
+    fn read_answers(&self, reads: Vec<TxnOp>) -> Result<(i64, Vec<etcd_client::GetResponse>)> {
         let asked = reads.len();
         let mut kv = self.client.kv_client();
         let txn = Txn::new().and_then(reads);
@@ -412,11 +445,7 @@ impl EtcdStore {
             .op_responses()
             .into_iter()
             .map(|op| match op {
-                TxnOpResponse::Get(get) => get
-                    .kvs()
-                    .iter()
-                    .map(Kv::from_etcd)
-                    .collect::<Result<Vec<Kv>>>(),
+                TxnOpResponse::Get(get) => Ok(get),
                 _ => Err(StoreError::Backend("unexpected response to a read".into())),
             })
             .collect::<Result<Vec<_>>>()?;
