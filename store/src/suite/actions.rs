@@ -547,7 +547,7 @@ fn any_version(made: &[Instance]) -> Vec<ToStart> {
 
 /// `start_instances_on` writes active on the node each pending instance placed on no node or on
 /// it (at the version asked, if one was), its `node_start` finished, and leaves every other as
-/// read; answers come in the order asked, across more than one transaction's share (etcd: 32),
+/// read; answers come in the order asked, across more than one transaction's share (etcd: 25),
 /// with `NotFound` for no record.
 pub(crate) fn reported_instances_start_together<F: Fixture>() {
     let fx = F::new();
