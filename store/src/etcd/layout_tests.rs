@@ -42,13 +42,17 @@ fn a_newer_schema_is_refused() {
     );
 }
 
-/// The keys of `tenant`'s full subnets.
-fn full_subnet_keys(store: &EtcdStore, tenant: Uuid) -> Vec<Kv> {
-    let full = store.keys.full_subnets(tenant);
+/// Every key under `prefix`, as read.
+fn keys_under(store: &EtcdStore, prefix: &str) -> Vec<Kv> {
     store
-        .range(&full, &super::keys::prefix_end(&full), 0, |o| o)
+        .range(prefix, &super::keys::prefix_end(prefix), 0, |o| o)
         .unwrap()
         .1
+}
+
+/// The keys of `tenant`'s full subnets.
+fn full_subnet_keys(store: &EtcdStore, tenant: Uuid) -> Vec<Kv> {
+    keys_under(store, &store.keys.full_subnets(tenant))
 }
 
 #[test]
@@ -161,11 +165,7 @@ fn a_record_of_before_with_many_full_subnets_is_moved_out_a_share_per_creation()
 
 /// The index keys of `node`, as read.
 fn index_keys(store: &EtcdStore, node: Uuid) -> Vec<Kv> {
-    let prefix = store.keys.on_nodes(node);
-    store
-        .range(&prefix, &super::keys::prefix_end(&prefix), 0, |o| o)
-        .unwrap()
-        .1
+    keys_under(store, &store.keys.on_nodes(node))
 }
 
 #[test]
