@@ -53,7 +53,7 @@ pub use networking::{
     DEFAULT_GROUP, Direction, EtherType, FloatingIp, FloatingIpChange, MAX_NET_TEXT,
     MAX_PORT_GROUPS, NetworkQuota, NewFloatingIp, NewSecurityGroup, NewSecurityGroupRule,
     PortGroups, RULE_PROTOCOLS, RuleRemote, SecurityGroup, SecurityGroupChange, SecurityGroupRule,
-    check_rule, pool_hosts,
+    ServersNet, check_rule, pool_hosts,
 };
 #[cfg(feature = "etcd")]
 pub use open::open_shared;

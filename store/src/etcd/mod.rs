@@ -134,6 +134,8 @@ pub struct EtcdStore {
     keys: Keys,
     endpoints: String,
     options: EtcdOptions,
+    /// Calls made to etcd ([`EtcdStore::call`]), for tests that count a read's round trips.
+    calls: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for EtcdStore {
@@ -229,6 +231,7 @@ impl EtcdStore {
                 event_capacity: options.event_capacity.max(1),
                 ..options
             },
+            calls: std::sync::atomic::AtomicU64::new(0),
         };
         store.init_schema()?;
         Ok(store)
@@ -330,6 +333,8 @@ impl EtcdStore {
     ) -> Result<T> {
         let limit = self.options.call_timeout;
         let runtime = self.runtime()?;
+        self.calls
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let run = move || runtime.block_on(async { tokio::time::timeout(limit, fut).await });
         let out = match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
             Err(_) => run(),
@@ -346,6 +351,13 @@ impl EtcdStore {
                 self.endpoints
             ))),
         }
+    }
+
+    /// How many calls this store has made to etcd (each one round trip, or one per
+    /// [`MAX_TXN_OPS`] keys of a long read).
+    #[cfg(test)]
+    pub(super) fn calls(&self) -> u64 {
+        self.calls.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Reads `keys` in one round trip per [`MAX_TXN_OPS`] keys.

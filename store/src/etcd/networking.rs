@@ -41,14 +41,26 @@ impl NetTx for EtcdNet<'_, '_> {
         let mut doc: Option<TenantNet> = self.0.get_json(&key)?;
         // An instance's deletion does not touch this document (a launcher, which may delete
         // instance records, may not write it): an association with an instance that is gone
-        // reads as none.
+        // reads as none. The associated instances are read in one round trip.
         if let Some(doc) = doc.as_mut() {
-            for f in doc.floating_ips.iter_mut() {
-                if let Some(port) = f.port
-                    && self.instance_ip(tenant, port)?.is_none()
-                {
-                    f.port = None;
-                    f.fixed_ip = None;
+            let ports: Vec<Uuid> = doc.floating_ips.iter().filter_map(|f| f.port).collect();
+            if !ports.is_empty() {
+                let recs = self
+                    .0
+                    .get_many(&ports.iter().map(|p| keys.instance(*p)).collect::<Vec<_>>())?;
+                let mut live = std::collections::HashSet::new();
+                for (port, kv) in ports.iter().zip(recs) {
+                    if let Some(kv) = kv
+                        && kv.decode::<InstanceRec>()?.tenant == tenant
+                    {
+                        live.insert(*port);
+                    }
+                }
+                for f in doc.floating_ips.iter_mut() {
+                    if f.port.is_some_and(|p| !live.contains(&p)) {
+                        f.port = None;
+                        f.fixed_ip = None;
+                    }
                 }
             }
         }
@@ -79,6 +91,29 @@ impl NetTx for EtcdNet<'_, '_> {
             if self.instance_ip(tenant, r.instance)?.is_some() {
                 ports.insert(r.instance, r.groups);
             }
+        }
+        Ok(ports)
+    }
+
+    /// One round trip for these ports' records, the tenant's and its document (read ahead for
+    /// the [`NetTx::load`] that follows); the instances are the caller's, known to exist.
+    fn groups_of_ports(
+        &mut self,
+        tenant: Uuid,
+        instances: &[Uuid],
+    ) -> Result<BTreeMap<Uuid, Vec<Uuid>>> {
+        let keys = self.0.keys();
+        let mut wanted = vec![keys.tenant(tenant), keys.net_doc(tenant)];
+        wanted.extend(instances.iter().map(|i| keys.port_groups(tenant, *i)));
+        self.0.prefetch(&wanted)?;
+        if instances.is_empty() {
+            return Ok(BTreeMap::new());
+        }
+        let found = self.0.get_many(&wanted[2..])?;
+        let mut ports = BTreeMap::new();
+        for kv in found.into_iter().flatten() {
+            let rec: PortGroupsRec = kv.decode()?;
+            ports.insert(rec.instance, rec.groups);
         }
         Ok(ports)
     }

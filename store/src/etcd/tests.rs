@@ -416,6 +416,53 @@ fn admin_pages_follow_creation_order_across_tenants() {
     ));
 }
 
+/// What a page of servers shows of their networking is one round trip, whatever the tenant's
+/// ports number (the groups of a page of 100 ports, the tenant and its document, read
+/// together), and one more to check the instances of its associated floating IPs, all at once.
+#[test]
+fn a_page_of_servers_networking_is_one_round_trip() {
+    let Some(fx) = fixture() else { return };
+    let store = fx.store_with(EtcdOptions::default());
+    let (t, w) = tenant_and_workload(&store, Quota::default(), 1);
+    let made: Vec<Uuid> = (0..100)
+        .map(|n| {
+            let new = crate::suite::new_instance(&t, &w, &format!("vm{n}"));
+            store.create_instance(new).unwrap().id
+        })
+        .collect();
+    let web = store
+        .create_security_group(NewSecurityGroup {
+            tenant: t.id,
+            name: "web".into(),
+            description: String::new(),
+        })
+        .unwrap();
+    for id in made.iter().step_by(3) {
+        store.set_port_groups(t.id, *id, &[web.id]).unwrap();
+    }
+    let before = store.calls();
+    let page = store.servers_networking(t.id, &made).unwrap();
+    assert_eq!(store.calls() - before, 1);
+    assert_eq!(page.ports.set.len(), 34);
+    for id in &made[..3] {
+        let f = store
+            .create_floating_ip(NewFloatingIp {
+                tenant: t.id,
+                pool: "192.168.233.0/24".parse().unwrap(),
+                address: None,
+                description: String::new(),
+                port: Some(*id),
+                fixed_ip: None,
+            })
+            .unwrap();
+        assert_eq!(f.port, Some(*id));
+    }
+    let before = store.calls();
+    let page = store.servers_networking(t.id, &made).unwrap();
+    assert_eq!(store.calls() - before, 2);
+    assert_eq!(page.floating_ips.len(), 3);
+}
+
 /// The environment a child process of [`three_processes_share_one_quota`] reads.
 const CHILD_ENV: &str = "CUMULO_ETCD_TEST_CHILD";
 

@@ -65,6 +65,19 @@ pub(crate) trait NetTx {
     fn instance_ip(&mut self, tenant: Uuid, instance: Uuid) -> Result<Option<Ipv4Addr>>;
     /// The groups set on the tenant's ports.
     fn port_groups(&mut self, tenant: Uuid) -> Result<BTreeMap<Uuid, Vec<Uuid>>>;
+    /// The groups set on these ports of the tenant (instances of the tenant that exist), before
+    /// the tenant's document is loaded: a backend may read the tenant and its document in the
+    /// same round trip, for the [`NetTx::load`] that follows.
+    fn groups_of_ports(
+        &mut self,
+        tenant: Uuid,
+        instances: &[Uuid],
+    ) -> Result<BTreeMap<Uuid, Vec<Uuid>>> {
+        let mut set = self.port_groups(tenant)?;
+        let wanted: std::collections::HashSet<&Uuid> = instances.iter().collect();
+        set.retain(|port, _| wanted.contains(port));
+        Ok(set)
+    }
     /// Sets the groups of a port of the tenant (the instance exists).
     fn set_port_groups(&mut self, tenant: Uuid, instance: Uuid, groups: &[Uuid]) -> Result<()>;
     /// The floating addresses in use in `[first, last]`, sorted.
@@ -115,6 +128,13 @@ impl NetTx for ReadOnly<'_> {
     }
     fn port_groups(&mut self, tenant: Uuid) -> Result<BTreeMap<Uuid, Vec<Uuid>>> {
         self.tx.port_groups(tenant)
+    }
+    fn groups_of_ports(
+        &mut self,
+        tenant: Uuid,
+        instances: &[Uuid],
+    ) -> Result<BTreeMap<Uuid, Vec<Uuid>>> {
+        self.tx.groups_of_ports(tenant, instances)
     }
     fn set_port_groups(&mut self, _tenant: Uuid, _instance: Uuid, _groups: &[Uuid]) -> Result<()> {
         Err(self.refuse())
@@ -207,6 +227,37 @@ pub(crate) fn port_groups(tx: &mut dyn NetTx, tenant: Uuid) -> Result<PortGroups
     Ok(PortGroups {
         default,
         set: tx.port_groups(tenant)?,
+    })
+}
+
+/// What a page of the tenant's servers (`instances`) shows of their networking.
+pub(crate) fn servers_networking(
+    tx: &mut dyn NetTx,
+    tenant: Uuid,
+    instances: &[Uuid],
+) -> Result<ServersNet> {
+    let set = tx.groups_of_ports(tenant, instances)?;
+    let (doc, made) = open(tx, tenant)?;
+    if made {
+        tx.save(tenant, &doc)?;
+    }
+    let default = doc
+        .groups
+        .iter()
+        .find(|g| g.default)
+        .map(|g| g.id)
+        .ok_or_else(|| StoreError::Backend(format!("tenant {tenant} has no default group")))?;
+    let shown: std::collections::HashSet<&Uuid> = instances.iter().collect();
+    let mut floating_ips: Vec<FloatingIp> = doc
+        .floating_ips
+        .into_iter()
+        .filter(|f| f.port.is_some_and(|p| shown.contains(&p)))
+        .collect();
+    floating_ips.sort_by_key(|f| f.address);
+    Ok(ServersNet {
+        groups: doc.groups,
+        ports: PortGroups { default, set },
+        floating_ips,
     })
 }
 
@@ -372,6 +423,11 @@ macro_rules! network_store {
             ) -> Result<Vec<Uuid>> {
                 self.net("setting a port's security groups", |tx| {
                     $crate::networking::set_port_groups(tx, tenant, instance, groups)
+                })
+            }
+            fn servers_networking(&self, tenant: Uuid, instances: &[Uuid]) -> Result<ServersNet> {
+                self.net_read("reading servers' networking", |tx| {
+                    $crate::networking::servers_networking(tx, tenant, instances)
                 })
             }
             fn floating_ips(&self, tenant: Uuid) -> Result<Vec<FloatingIp>> {

@@ -282,6 +282,18 @@ pub struct FloatingIpChange {
     pub description: Option<String>,
 }
 
+/// What a page of a tenant's servers shows of their networking
+/// ([`NetworkStore::servers_networking`](crate::NetworkStore::servers_networking)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServersNet {
+    /// The tenant's groups, `default` first (for their names).
+    pub groups: Vec<SecurityGroup>,
+    /// The groups of the servers' ports; no other port is in `set`.
+    pub ports: PortGroups,
+    /// The floating IPs associated with the servers' ports, by address.
+    pub floating_ips: Vec<FloatingIp>,
+}
+
 /// The security groups of a tenant's ports: those set on a port, else the `default` group.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PortGroups {

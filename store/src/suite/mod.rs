@@ -78,6 +78,7 @@ macro_rules! store_suite {
                 parallel_volume_creates_respect_the_tenants_own_quota;
             networking: security_group_crud, network_quotas_bound_groups_rules_and_floating_ips,
                 ports_keep_their_groups_until_the_instance_goes,
+                a_page_of_servers_reads_its_own_networking,
                 floating_ips_are_unique_per_pool_and_follow_their_port;
             events: events_are_scoped, recent_events_are_the_newest_in_order;
             nodes: nodes_are_disabled_and_enabled_again,

@@ -298,6 +298,62 @@ pub(crate) fn ports_keep_their_groups_until_the_instance_goes<F: Fixture>() {
     store.delete_security_group(t.id, web.id).unwrap();
 }
 
+/// `servers_networking` answers for the servers asked about as the three reads of the whole
+/// tenant do, and for them only: another port's groups and another server's floating IP are
+/// not in it, nor a floating IP associated with a server that went.
+pub(crate) fn a_page_of_servers_reads_its_own_networking<F: Fixture>() {
+    let fx = F::new();
+    let store = fx.open();
+    let (t, w) = tenant_and_workload(&store, "acme", Quota::default(), 24);
+    // A tenant never touched: its `default` group is made by the read, as by the others.
+    let none = store.servers_networking(t.id, &[]).unwrap();
+    assert_eq!(none.groups.len(), 1);
+    assert_eq!(none.ports.default, none.groups[0].id);
+    assert!(none.ports.set.is_empty() && none.floating_ips.is_empty());
+    let [a, b, c, gone] = ["a", "b", "c", "gone"]
+        .map(|name| store.create_instance(new_instance(&t, &w, name)).unwrap());
+    let web = store.create_security_group(new_group(t.id, "web")).unwrap();
+    for i in [&a, &c, &gone] {
+        store.set_port_groups(t.id, i.id, &[web.id]).unwrap();
+    }
+    let on = |port| FloatingIpChange {
+        port: Some(Some(port)),
+        ..FloatingIpChange::default()
+    };
+    let mut fips = Vec::new();
+    for i in [&b, &c, &gone] {
+        let f = store.create_floating_ip(new_fip(t.id, None)).unwrap();
+        fips.push(store.update_floating_ip(t.id, f.id, on(i.id)).unwrap());
+    }
+    store.create_floating_ip(new_fip(t.id, None)).unwrap();
+    store.delete_instance(Scope::Tenant(t.id), gone.id).unwrap();
+
+    let page = store.servers_networking(t.id, &[a.id, b.id]).unwrap();
+    assert_eq!(page.groups, store.security_groups(t.id).unwrap());
+    let whole = store.port_groups(t.id).unwrap();
+    assert_eq!(page.ports.default, whole.default);
+    assert_eq!(page.ports.set.keys().collect::<Vec<_>>(), vec![&a.id]);
+    for i in [&a, &b] {
+        assert_eq!(page.ports.of(i.id), whole.of(i.id));
+    }
+    assert_eq!(page.ports.of(a.id), vec![web.id]);
+    assert_eq!(page.floating_ips, vec![fips[0].clone()]);
+    // Every server of the tenant that is left: as the whole tenant's reads answer for them.
+    let all = store.servers_networking(t.id, &[a.id, b.id, c.id]).unwrap();
+    assert_eq!(all.ports.set, whole.set);
+    let associated: Vec<FloatingIp> = store
+        .floating_ips(t.id)
+        .unwrap()
+        .into_iter()
+        .filter(|f| f.port.is_some())
+        .collect();
+    assert_eq!(all.floating_ips, associated);
+    assert_eq!(associated.len(), 2);
+    assert!(is_not_found(
+        store.servers_networking(Uuid::new_v4(), &[a.id])
+    ));
+}
+
 pub(crate) fn floating_ips_are_unique_per_pool_and_follow_their_port<F: Fixture>() {
     let fx = F::new();
     let store = fx.open();
