@@ -73,39 +73,86 @@ pub struct Related {
     pub zone: Option<String>,
 }
 
-/// The [`Related`] of each of `instances`, read per tenant.
+/// The [`Related`] of each of `instances`, read per tenant (the zones left out).
 pub fn related(
     store: &dyn store::Store,
     instances: &[Instance],
 ) -> Result<HashMap<Uuid, Related>, store::StoreError> {
+    let tenants = tenants_of(instances);
+    let nets = nets_of(store, instances, &tenants)?;
+    let volumes = volumes_of(store, &tenants)?;
+    Ok(assemble(instances, &nets, &volumes))
+}
+
+/// The tenants of `instances`, each once.
+fn tenants_of(instances: &[Instance]) -> Vec<Uuid> {
     let mut tenants: Vec<Uuid> = instances.iter().map(|i| i.tenant).collect();
     tenants.sort_unstable();
     tenants.dedup();
-    let mut nets: HashMap<Uuid, Related> = HashMap::new();
-    for tenant in tenants {
-        let groups: HashMap<Uuid, String> = store
-            .security_groups(tenant)?
-            .into_iter()
-            .map(|g| (g.id, g.name))
+    tenants
+}
+
+/// Each tenant's networking of its servers among `instances`.
+fn nets_of(
+    store: &dyn store::Store,
+    instances: &[Instance],
+    tenants: &[Uuid],
+) -> Result<HashMap<Uuid, store::ServersNet>, store::StoreError> {
+    let mut nets = HashMap::new();
+    for &tenant in tenants {
+        let ids: Vec<Uuid> = instances
+            .iter()
+            .filter(|i| i.tenant == tenant)
+            .map(|i| i.id)
             .collect();
-        let ports = store.port_groups(tenant)?;
-        let floating = store.floating_ips(tenant)?;
-        let mut volumes: Vec<(Uuid, store::VolumeAttachment)> = store
+        nets.insert(tenant, store.servers_networking(tenant, &ids)?);
+    }
+    Ok(nets)
+}
+
+/// An attached volume (or one being attached or detached): its id and its attachment.
+type Attached = (Uuid, store::VolumeAttachment);
+
+/// Each tenant's attached volumes, by device.
+fn volumes_of(
+    store: &dyn store::Store,
+    tenants: &[Uuid],
+) -> Result<HashMap<Uuid, Vec<Attached>>, store::StoreError> {
+    let mut all = HashMap::new();
+    for &tenant in tenants {
+        let mut volumes: Vec<Attached> = store
             .volumes(Scope::Tenant(tenant))?
             .into_iter()
             .filter_map(|v| v.attachment.map(|a| (v.id, a)))
             .collect();
         volumes.sort_by(|a, b| a.1.device.cmp(&b.1.device));
-        for i in instances.iter().filter(|i| i.tenant == tenant) {
+        all.insert(tenant, volumes);
+    }
+    Ok(all)
+}
+
+/// The [`Related`] of each of `instances` from its tenant's reads.
+fn assemble(
+    instances: &[Instance],
+    nets: &HashMap<Uuid, store::ServersNet>,
+    volumes: &HashMap<Uuid, Vec<Attached>>,
+) -> HashMap<Uuid, Related> {
+    let mut related: HashMap<Uuid, Related> = HashMap::new();
+    for (tenant, net) in nets {
+        let groups: HashMap<Uuid, &str> =
+            net.groups.iter().map(|g| (g.id, g.name.as_str())).collect();
+        let (ports, floating) = (&net.ports, &net.floating_ips);
+        let volumes = volumes.get(tenant).map_or(&[][..], Vec::as_slice);
+        for i in instances.iter().filter(|i| i.tenant == *tenant) {
             let attached: Vec<&(Uuid, store::VolumeAttachment)> =
                 volumes.iter().filter(|(_, a)| a.instance == i.id).collect();
             let mut names: Vec<String> = ports
                 .of(i.id)
                 .iter()
-                .filter_map(|g| groups.get(g).cloned())
+                .filter_map(|g| groups.get(g).map(|name| name.to_string()))
                 .collect();
             names.sort();
-            nets.insert(
+            related.insert(
                 i.id,
                 Related {
                     groups: names,
@@ -126,7 +173,7 @@ pub fn related(
             );
         }
     }
-    Ok(nets)
+    related
 }
 
 /// A server in Nova's detailed shape; `net` (its port's groups and floating IPs, its volumes)
@@ -241,23 +288,34 @@ async fn listing_nets(
     state: &ApiState,
     instances: Vec<Instance>,
 ) -> Result<HashMap<Uuid, Related>, ApiError> {
-    state
-        .cluster(move |store, cluster| {
-            let mut related = related(store, &instances)?;
+    // The networking and the volumes are read at once (on etcd, a round trip each).
+    let tenants = tenants_of(&instances);
+    let (nets, volumes, zones) = {
+        let (mine, tenants_too) = (instances.clone(), tenants.clone());
+        let nodes: Vec<Uuid> = instances.iter().filter_map(|i| i.node).collect();
+        tokio::try_join!(
+            state.store(move |store| Ok(nets_of(store, &mine, &tenants_too)?)),
+            state.store(move |store| Ok(volumes_of(store, &tenants)?)),
             // The zones of the page's nodes only (a cluster may have 10,000 nodes; a page has
             // at most as many as its servers).
-            let mut zones: HashMap<Uuid, Option<String>> = HashMap::new();
-            for i in &instances {
-                if let (Some(node), Some(r)) = (i.node, related.get_mut(&i.id)) {
-                    r.zone = zones
+            state.cluster(move |_, cluster| {
+                let mut zones: HashMap<Uuid, Option<String>> = HashMap::new();
+                for node in nodes {
+                    zones
                         .entry(node)
-                        .or_insert_with(|| cluster.node(node).ok().map(|n| n.zone))
-                        .clone();
+                        .or_insert_with(|| cluster.node(node).ok().map(|n| n.zone));
                 }
-            }
-            Ok(related)
-        })
-        .await
+                Ok(zones)
+            }),
+        )?
+    };
+    let mut related = assemble(&instances, &nets, &volumes);
+    for i in &instances {
+        if let (Some(node), Some(r)) = (i.node, related.get_mut(&i.id)) {
+            r.zone = zones.get(&node).cloned().flatten();
+        }
+    }
+    Ok(related)
 }
 
 async fn listing(
@@ -273,36 +331,51 @@ async fn listing(
             next: None,
         });
     }
-    state
-        .store(move |store| {
-            let scope = asked.scope;
-            let workloads: HashMap<Uuid, Workload> = store
-                .workloads(scope)?
-                .into_iter()
-                .map(|w| (w.id, w))
-                .collect();
-            let keeps = |i: &Instance| asked.keeps(i, workloads.get(&i.workload));
-            let (instances, next) = if asked.scans() {
-                // The scope's servers whole, filtered, sorted, then paged.
+    let scope = asked.scope;
+    let by_id = |all: Vec<Workload>| -> HashMap<Uuid, Workload> {
+        all.into_iter().map(|w| (w.id, w)).collect()
+    };
+    if asked.scans() {
+        // The scope's servers whole, filtered, sorted, then paged.
+        return state
+            .store(move |store| {
+                let workloads = by_id(store.workloads(scope)?);
+                let keeps = |i: &Instance| asked.keeps(i, workloads.get(&i.workload));
                 let mut all = server_query::scan(store, scope, asked.filter, keeps)?;
                 asked.sort(&mut all);
-                asked.page(all)?
-            } else {
-                let page = Page {
-                    marker: asked.marker,
-                    limit: asked.limit,
-                };
-                let read = store.instances(scope, asked.filter, page)?;
-                let kept = read.items.into_iter().filter(|i| keeps(i)).collect();
-                (kept, read.next)
-            };
-            Ok(Listing {
-                instances,
-                workloads,
-                next,
+                let (instances, next) = asked.page(all)?;
+                Ok(Listing {
+                    instances,
+                    workloads,
+                    next,
+                })
             })
-        })
-        .await
+            .await;
+    }
+    // One page, read beside the workloads (two reads at once: the page's round trips, on etcd,
+    // do not wait for the workloads').
+    let (filter, page) = (
+        asked.filter,
+        Page {
+            marker: asked.marker,
+            limit: asked.limit,
+        },
+    );
+    let (workloads, read) = tokio::try_join!(
+        state.store(move |store| Ok(store.workloads(scope)?)),
+        state.store(move |store| Ok(store.instances(scope, filter, page)?)),
+    )?;
+    let workloads = by_id(workloads);
+    let instances = read
+        .items
+        .into_iter()
+        .filter(|i| asked.keeps(i, workloads.get(&i.workload)))
+        .collect();
+    Ok(Listing {
+        instances,
+        workloads,
+        next: read.next,
+    })
 }
 
 fn next_link(base: &str, path: &str, query: &ServerQuery, next: Option<Uuid>) -> Option<Value> {
