@@ -69,6 +69,7 @@ pub fn launcher_ranges(prefix: &str) -> Vec<(String, Access)> {
         "instance/",
         "node/",
         "bystate/",
+        "created/",
         "net/",
         "fullnet/",
         "block/",

@@ -59,6 +59,10 @@ pub(super) struct InstanceRec {
     /// The availability zone it was asked for (added with issue 24).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) zone: Option<String>,
+    /// Its place in the creation index (`created/<stamp>/<id>`, schema 4): none for an instance
+    /// made before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) stamp: Option<u64>,
 }
 
 /// An instance in brief, kept in its node's index key (`node/<node>/<instance>`, schema 3) and

@@ -3,6 +3,7 @@
 //! rewritten in the same transaction as every instance or CNCI it counts; a full subnet is a key
 //! of its own (`fullnet/<tenant>/<base>`) until an address in it is freed.
 
+use etcd_client::{GetOptions, TxnOp};
 use uuid::Uuid;
 
 use super::identity::net_in;
@@ -179,7 +180,12 @@ impl InstanceStore for EtcdStore {
                 }
             }
             Scope::All => {
-                // Every instance key in creation (revision) order from after the marker.
+                // The creation index from after the marker, then its instances.
+                if let Some(found) = self.by_creation(marker.as_ref().map(|(m, _)| m), want)? {
+                    return paged(found, page.limit);
+                }
+                // A prefix raised from schema 3, or a marker made before: every instance key in
+                // creation (revision) order from after the marker (etcd sorts them all).
                 let prefix = self.keys.instances();
                 let after = marker
                     .as_ref()
@@ -376,6 +382,74 @@ impl InstanceStore for EtcdStore {
     }
 }
 
+impl EtcdStore {
+    /// Up to `want` instances of every tenant after `marker` in creation order, from the
+    /// creation index: a round trip for its keys (with its marker key), one for their records.
+    /// `None` where the index is not whole (a prefix raised from schema 3, with no
+    /// `createdindex`) or the marker is not in it (made before).
+    fn by_creation(
+        &self,
+        marker: Option<&InstanceRec>,
+        want: usize,
+    ) -> Result<Option<Vec<InstanceRec>>> {
+        let prefix = self.keys.creations();
+        let mut from = match marker {
+            None => prefix.clone(),
+            Some(m) => match m.stamp {
+                Some(stamp) => format!("{}\0", self.keys.created(stamp, m.id)),
+                None => return Ok(None),
+            },
+        };
+        let end = prefix_end(&prefix);
+        let mut items: Vec<InstanceRec> = Vec::new();
+        loop {
+            let room = want - items.len();
+            let page = GetOptions::new()
+                .with_range(end.clone())
+                .with_limit(i64::try_from(room).unwrap_or(i64::MAX))
+                .with_keys_only();
+            let reads = vec![
+                TxnOp::get(self.keys.created_index(), None),
+                TxnOp::get(from.as_str(), Some(page)),
+            ];
+            let (_, found) = self.read_answers(reads)?;
+            let [whole, index] = found.as_slice() else {
+                return Err(StoreError::Backend(
+                    "etcd answered reads with another number of answers".into(),
+                ));
+            };
+            if whole.kvs().is_empty() {
+                return Ok(None);
+            }
+            let index = index
+                .kvs()
+                .iter()
+                .map(Kv::from_etcd)
+                .collect::<Result<Vec<_>>>()?;
+            let ids = index
+                .iter()
+                .map(|kv| {
+                    let id = kv.key.rsplit('/').next().unwrap_or_default();
+                    Uuid::parse_str(id)
+                        .map(|id| self.keys.instance(id))
+                        .map_err(|e| StoreError::Backend(format!("bad key {}: {e}", kv.key)))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            for kv in self.get_many(&ids)?.into_iter().flatten() {
+                items.push(kv.decode()?);
+            }
+            match index.last() {
+                // A full batch, yet the page is short: an instance was deleted between the two
+                // reads. Read on.
+                Some(last) if index.len() == room && items.len() < want => {
+                    from = format!("{}\0", last.key);
+                }
+                _ => return Ok(Some(items)),
+            }
+        }
+    }
+}
+
 /// Makes instance `id` of `new` in `tx`: its record, its order and reference keys, and its tenant's
 /// networking record with its address taken.
 pub(super) fn create_in(tx: &mut Tx<'_>, new: &NewInstance, id: Uuid) -> Result<InstanceRec> {
@@ -415,11 +489,30 @@ pub(super) fn creation_reads(
 }
 
 /// The most writes [`make_in`] adds to a transaction with `net` as it is: the record, its order,
-/// reference and state keys, the subnet it fills moved out, a new subnet's block key, and the full
-/// subnets that a record of before still holds moved out (up to [`FULL_MOVED_AT_ONCE`]).
+/// reference, state and creation keys, the subnet it fills moved out, a new subnet's block key,
+/// and the full subnets that a record of before still holds moved out (up to
+/// [`FULL_MOVED_AT_ONCE`]).
 pub(super) fn make_writes(net: &NetRec) -> usize {
     let full = net.subnets.iter().filter(|s| s.used >= s.capacity).count();
-    6 + full.min(FULL_MOVED_AT_ONCE)
+    7 + full.min(FULL_MOVED_AT_ONCE)
+}
+
+/// The creation stamp of an instance made now: the time in milliseconds, shifted left 16 bits,
+/// or one more than the last stamp this process gave if that is later. Strictly increasing in a
+/// process (instances made one after another are listed in that order, those of one
+/// transaction too); across processes, ordered by their clocks.
+pub(super) fn creation_stamp() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    let now = u64::try_from(millis(now())).unwrap_or(0) << 16;
+    let mut last = LAST.load(Ordering::Relaxed);
+    loop {
+        let next = now.max(last + 1);
+        match LAST.compare_exchange_weak(last, next, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => return next,
+            Err(seen) => last = seen,
+        }
+    }
 }
 
 /// Whether making one more instance in `tx` would carve a new subnet: none in `net` has room.
@@ -482,10 +575,14 @@ pub(super) fn make_in(
         server_group: None,
         reservation: new.reservation.clone(),
         zone: new.zone.clone(),
+        stamp: Some(creation_stamp()),
     };
     let keys = tx.keys();
     tx.put(&keys.instance(id), &rec)?;
     tx.put_text(&keys.order(t.id, seq), &id.to_string());
+    if let Some(stamp) = rec.stamp {
+        tx.put_text(&keys.created(stamp, id), "");
+    }
     tx.put_text(&keys.reference("workload", w.id, id), "");
     tx.put_text(&keys.in_state(&rec.state, id), "");
     Ok(rec)
@@ -755,6 +852,9 @@ pub(super) fn delete_in(tx: &mut Tx<'_>, scope: Scope, id: Uuid) -> Result<()> {
             super::group_recs::forget_member(tx, group, id)?;
         }
         tx.delete(&keys.order(i.tenant, i.seq));
+        if let Some(stamp) = i.stamp {
+            tx.delete(&keys.created(stamp, id));
+        }
         tx.delete(&keys.reference("workload", i.workload, id));
         if let Some(node) = i.node {
             tx.delete(&keys.on_node(node, id));

@@ -30,6 +30,10 @@
 //! <prefix>bystate/<state>/<instance>             "this instance is in this state" (counted)
 //! <prefix>stateindex                             every instance is in `bystate/` (schema 3,
 //!                                                made so; not in a prefix raised from 2)
+//! <prefix>created/<stamp:016x>/<instance>         "this instance was made then": every
+//!                                                tenant's instances in creation order
+//! <prefix>createdindex                           every instance is in `created/` (schema 4,
+//!                                                made so; not in a prefix raised from 3)
 //! <prefix>node/<node>/<instance>                 "this instance is on this node": its brief
 //!                                                (schema 3; empty when schema 2 wrote it)
 //! <prefix>cnci/<id>                              CNCI
@@ -360,6 +364,19 @@ impl Keys {
     /// that writes it (one raised from schema 2 has instances without).
     pub(super) fn state_index(&self) -> String {
         self.key(&[&"stateindex"])
+    }
+    /// Instance `id` in the creation index, at its creation stamp.
+    pub(super) fn created(&self, stamp: u64, id: Uuid) -> String {
+        self.key(&[&"created", &format_args!("{stamp:016x}"), &id])
+    }
+    /// Every instance, in creation order.
+    pub(super) fn creations(&self) -> String {
+        self.key(&[&"created", &""])
+    }
+    /// Present when every instance has its key in the creation index: the prefix was made by
+    /// code that writes it (one raised from schema 3 has instances without).
+    pub(super) fn created_index(&self) -> String {
+        self.key(&[&"createdindex"])
     }
     pub(super) fn remote_host(&self, id: Uuid) -> String {
         self.key(&[&"rhost", &id])

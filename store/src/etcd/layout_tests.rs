@@ -5,7 +5,7 @@
 
 use uuid::Uuid;
 
-use super::tests::{Fixture, fixture};
+use super::tests::{Fixture, admin_listing, fixture};
 use super::*;
 
 /// The prefix's schema version rewritten as `version`.
@@ -297,4 +297,49 @@ fn a_prefix_raised_from_schema_2_counts_states_from_the_records() {
         })
         .unwrap();
     assert_eq!(store.instance_counts().unwrap(), want);
+}
+
+#[test]
+fn every_tenants_listing_pages_the_creation_index_and_a_prefix_raised_from_schema_3_the_records() {
+    let Some(fx) = fixture() else { return };
+    let store = fx.store_with(EtcdOptions::default());
+    let (a, wa) = crate::suite::tenant_and_workload(&store, "a", Quota::default(), 24);
+    let (b, wb) = crate::suite::tenant_and_workload(&store, "b", Quota::default(), 24);
+    let mut made: Vec<Uuid> = (0..9)
+        .map(|n| {
+            let (t, w) = if n % 3 == 0 { (&b, &wb) } else { (&a, &wa) };
+            let new = crate::suite::new_instance(t, w, &format!("vm{n}"));
+            store.create_instance(new).unwrap().id
+        })
+        .collect();
+    // A new prefix has the index whole: one key per instance, in creation order.
+    let marker = store.keys.created_index();
+    assert!(store.get_many(std::slice::from_ref(&marker)).unwrap()[0].is_some());
+    let indexed = |store: &EtcdStore| -> Vec<Uuid> {
+        keys_under(store, &store.keys.creations())
+            .iter()
+            .map(|kv| kv.key.rsplit('/').next().unwrap().parse().unwrap())
+            .collect()
+    };
+    assert_eq!(indexed(&store), made);
+    assert_eq!(admin_listing(&store, 4), made);
+    // An instance's key goes with it.
+    store.delete_instance(Scope::All, made[4]).unwrap();
+    made.remove(4);
+    assert_eq!(indexed(&store), made);
+    assert_eq!(admin_listing(&store, 3), made);
+    // As a prefix raised from schema 3 has it: no marker, and instances of before not in the
+    // index. The records are paged, in the same order.
+    store
+        .atomically("test", |tx| {
+            tx.delete(&marker);
+            for id in &made[..2] {
+                let rec: records::InstanceRec = tx.get_json(&tx.keys().instance(*id))?.unwrap();
+                tx.delete(&tx.keys().created(rec.stamp.unwrap(), *id));
+            }
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(admin_listing(&store, 3), made);
+    assert_eq!(admin_listing(&store, 100), made);
 }

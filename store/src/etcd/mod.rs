@@ -302,9 +302,11 @@ impl EtcdStore {
                     }
                     None => {
                         tx.put(&key, &SchemaRec { version: known })?;
-                        // A new prefix: each instance will have its key in the state index.
+                        // A new prefix: each instance will have its key in the state index
+                        // and in the creation index.
                         if !tx.any_under(&tx.keys().instances())? {
                             tx.put_text(&tx.keys().state_index(), "");
+                            tx.put_text(&tx.keys().created_index(), "");
                         }
                     }
                 }

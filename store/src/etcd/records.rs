@@ -20,8 +20,10 @@ pub(super) use super::instance_recs::{BriefRec, FaultRec, InstanceRec, KeyRec, s
 /// version 1 refuses it from then on. 3: a node's index keys (`node/<node>/<instance>`) hold
 /// their instance's brief ([`BriefRec`]), rewritten with every change of its record; code of
 /// version 2 writes the record alone and would leave the brief stale (an index key it wrote
-/// holds nothing, and is read from the record).
-pub(super) const SCHEMA_VERSION: u32 = 3;
+/// holds nothing, and is read from the record). 4: each instance has a key in the creation index
+/// (`created/<stamp>/<instance>`), which every tenant's listing pages through; code of version 3
+/// would make instances without one, which such a listing would not show.
+pub(super) const SCHEMA_VERSION: u32 = 4;
 
 /// The value of the schema key.
 #[derive(Debug, Serialize, Deserialize)]

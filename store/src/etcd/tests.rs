@@ -360,6 +360,22 @@ fn the_event_log_is_bounded() {
     assert_eq!(kept, ["e7", "e8", "e9", "e10", "e11"]);
 }
 
+/// Every instance's id in `store`'s admin listing, paged by `limit`.
+pub(super) fn admin_listing(store: &EtcdStore, limit: u32) -> Vec<Uuid> {
+    let mut seen = Vec::new();
+    let mut page = Page::first(limit);
+    loop {
+        let got = store
+            .instances(Scope::All, InstanceFilter::default(), page)
+            .unwrap();
+        seen.extend(got.items.iter().map(|i| i.id));
+        match got.next {
+            Some(m) => page.marker = Some(m),
+            None => return seen,
+        }
+    }
+}
+
 #[test]
 fn admin_pages_follow_creation_order_across_tenants() {
     let Some(fx) = fixture() else { return };
@@ -391,19 +407,7 @@ fn admin_pages_follow_creation_order_across_tenants() {
                 .id,
         );
     }
-    let mut seen = Vec::new();
-    let mut page = Page::first(3);
-    loop {
-        let got = store
-            .instances(Scope::All, InstanceFilter::default(), page)
-            .unwrap();
-        seen.extend(got.items.iter().map(|i| i.id));
-        match got.next {
-            Some(m) => page.marker = Some(m),
-            None => break,
-        }
-    }
-    assert_eq!(seen, made);
+    assert_eq!(admin_listing(&store, 3), made);
     // A deleted marker is unknown.
     store.delete_instance(Scope::All, made[2]).unwrap();
     let gone = Page {
