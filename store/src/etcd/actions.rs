@@ -316,9 +316,10 @@ fn seq_of(kv: &Kv, prefix: &str) -> Result<u64> {
         .ok_or_else(|| StoreError::Backend(format!("bad action key {}", kv.key)))
 }
 
-/// The most instances [`ActionStore::create_instances_with_action`] makes in one transaction:
-/// four writes each and the networking record's, within etcd's 128 (fewer when there are more:
-/// a new subnet's block key, full subnets moved out, or large records).
+/// The most instances [`ActionStore::create_instances_with_action`] makes in one transaction; the
+/// writes bound it first: five each (`make_in`'s) and its action, and the networking record's,
+/// within etcd's 128 (twenty; fewer when there are more: a new subnet's block key, full subnets
+/// moved out, or large records).
 const CREATED_PER_TXN: usize = 31;
 
 /// The most bytes of keys and values one creation transaction writes, well within etcd's default

@@ -355,8 +355,8 @@ impl EtcdStore {
         }
     }
 
-    /// How many calls this store has made to etcd (each one round trip, or one per
-    /// [`MAX_TXN_OPS`] keys of a long read).
+    /// How many calls this store has made to etcd: each is one round trip, but for a read of
+    /// more than [`MAX_TXN_OPS`] keys, which is one call of a round trip per [`MAX_TXN_OPS`].
     #[cfg(test)]
     pub(super) fn calls(&self) -> u64 {
         self.calls.load(std::sync::atomic::Ordering::Relaxed)

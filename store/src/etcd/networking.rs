@@ -96,20 +96,22 @@ impl NetTx for EtcdNet<'_, '_> {
     }
 
     /// One round trip for these ports' records, the tenant's and its document (read ahead for
-    /// the [`NetTx::load`] that follows); the instances are the caller's, known to exist.
+    /// the [`NetTx::load`] that follows; one more per 128 keys past the first 126 ports); the
+    /// instances are the caller's, known to exist. The ports' records are read for display
+    /// only: the commit does not compare them, so a read that writes the tenant's document
+    /// (its `default` group made) stays within etcd's compares, whatever the page's size.
     fn groups_of_ports(
         &mut self,
         tenant: Uuid,
         instances: &[Uuid],
     ) -> Result<BTreeMap<Uuid, Vec<Uuid>>> {
         let keys = self.0.keys();
-        let mut wanted = vec![keys.tenant(tenant), keys.net_doc(tenant)];
-        wanted.extend(instances.iter().map(|i| keys.port_groups(tenant, *i)));
-        self.0.prefetch(&wanted)?;
-        if instances.is_empty() {
-            return Ok(BTreeMap::new());
-        }
-        let found = self.0.get_many(&wanted[2..])?;
+        let watched = [keys.tenant(tenant), keys.net_doc(tenant)];
+        let ports: Vec<String> = instances
+            .iter()
+            .map(|i| keys.port_groups(tenant, *i))
+            .collect();
+        let found = self.0.prefetch_and_see(&watched, &ports)?;
         let mut ports = BTreeMap::new();
         for kv in found.into_iter().flatten() {
             let rec: PortGroupsRec = kv.decode()?;

@@ -42,6 +42,26 @@ impl<'s> Tx<'s> {
         Ok(())
     }
 
+    /// Reads `watched` and `seen` in one round trip (one per [`MAX_TXN_OPS`](super::MAX_TXN_OPS)
+    /// keys): `watched` as [`Tx::prefetch`] does (the commit requires each unchanged, and reads
+    /// of them that follow cost none), `seen` only for the caller to look at, with no compare, so
+    /// that a read of many keys for display does not fill the commit with compares (etcd takes
+    /// 128 at most). Returns `seen`'s values.
+    pub(super) fn prefetch_and_see(
+        &mut self,
+        watched: &[String],
+        seen: &[String],
+    ) -> Result<Vec<Option<Kv>>> {
+        let all: Vec<String> = watched.iter().chain(seen).cloned().collect();
+        let mut found = self.store.get_many(&all)?;
+        let seen = found.split_off(watched.len());
+        for (key, kv) in watched.iter().zip(found) {
+            self.watch(key, kv.as_ref());
+            self.prefetched.insert(key.clone(), kv);
+        }
+        Ok(seen)
+    }
+
     pub(super) fn keys(&self) -> &'s Keys {
         &self.store.keys
     }

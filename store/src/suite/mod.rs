@@ -79,6 +79,7 @@ macro_rules! store_suite {
             networking: security_group_crud, network_quotas_bound_groups_rules_and_floating_ips,
                 ports_keep_their_groups_until_the_instance_goes,
                 a_page_of_servers_reads_its_own_networking,
+                a_large_page_of_a_new_tenants_servers_makes_its_default_group,
                 floating_ips_are_unique_per_pool_and_follow_their_port;
             events: events_are_scoped, recent_events_are_the_newest_in_order;
             nodes: nodes_are_disabled_and_enabled_again,

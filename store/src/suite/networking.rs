@@ -354,6 +354,26 @@ pub(crate) fn a_page_of_servers_reads_its_own_networking<F: Fixture>() {
     ));
 }
 
+/// A tenant whose networking nothing touched yet gets its `default` group from the first read,
+/// a page of more servers than an etcd transaction takes compares (128) included: the ports
+/// are read for display, not compared at the commit that writes the group.
+pub(crate) fn a_large_page_of_a_new_tenants_servers_makes_its_default_group<F: Fixture>() {
+    let fx = F::new();
+    let store = fx.open();
+    let (t, w) = tenant_and_workload(&store, "acme", Quota::default(), 24);
+    let ids: Vec<Uuid> = (0..130)
+        .map(|n| {
+            let new = new_instance(&t, &w, &format!("vm{n}"));
+            store.create_instance(new).unwrap().id
+        })
+        .collect();
+    let page = store.servers_networking(t.id, &ids).unwrap();
+    assert_eq!(page.groups.len(), 1);
+    assert!(page.groups[0].default);
+    assert!(page.ports.set.is_empty() && page.floating_ips.is_empty());
+    assert_eq!(store.security_groups(t.id).unwrap(), page.groups);
+}
+
 pub(crate) fn floating_ips_are_unique_per_pool_and_follow_their_port<F: Fixture>() {
     let fx = F::new();
     let store = fx.open();

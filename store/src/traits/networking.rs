@@ -54,8 +54,8 @@ pub trait NetworkStore: Send + Sync {
     /// exist; the groups of no other port are read) and the floating IPs associated with them.
     /// As [`security_groups`](Self::security_groups), [`port_groups`](Self::port_groups) and
     /// [`floating_ips`](Self::floating_ips) would answer for them, in fewer round trips where the
-    /// backend has them (etcd: one, two when the tenant has associated floating IPs), and in
-    /// proportion to the page rather than to the tenant's ports.
+    /// backend has them (etcd: one per 126 servers, and one more when the tenant has associated
+    /// floating IPs), and in proportion to the page rather than to the tenant's ports.
     fn servers_networking(&self, tenant: Uuid, instances: &[Uuid]) -> Result<ServersNet>;
 
     // --- floating IPs ---
