@@ -428,11 +428,9 @@ fn a_page_of_servers_networking_is_one_round_trip() {
     let Some(fx) = fixture() else { return };
     let store = fx.store_with(EtcdOptions::default());
     let (t, w) = tenant_and_workload(&store, Quota::default(), 1);
-    let made: Vec<Uuid> = (0..100)
-        .map(|n| {
-            let new = crate::suite::new_instance(&t, &w, &format!("vm{n}"));
-            store.create_instance(new).unwrap().id
-        })
+    let made: Vec<Uuid> = crate::suite::instances_made(&store, &t, &w, 100)
+        .iter()
+        .map(|i| i.id)
         .collect();
     let web = store
         .create_security_group(NewSecurityGroup {

@@ -188,6 +188,22 @@ pub(crate) fn largest_metadata() -> Metadata {
         .collect()
 }
 
+/// `count` instances of `workload` made in `tenant` one after another, named `vm0`, `vm1`...
+pub(crate) fn instances_made(
+    store: &dyn Store,
+    tenant: &Tenant,
+    workload: &Workload,
+    count: usize,
+) -> Vec<Instance> {
+    (0..count)
+        .map(|n| {
+            store
+                .create_instance(new_instance(tenant, workload, &format!("vm{n}")))
+                .unwrap()
+        })
+        .collect()
+}
+
 pub(crate) fn new_instance(tenant: &Tenant, workload: &Workload, name: &str) -> NewInstance {
     NewInstance {
         tenant: tenant.id,

@@ -361,11 +361,9 @@ pub(crate) fn a_large_page_of_a_new_tenants_servers_makes_its_default_group<F: F
     let fx = F::new();
     let store = fx.open();
     let (t, w) = tenant_and_workload(&store, "acme", Quota::default(), 24);
-    let ids: Vec<Uuid> = (0..130)
-        .map(|n| {
-            let new = new_instance(&t, &w, &format!("vm{n}"));
-            store.create_instance(new).unwrap().id
-        })
+    let ids: Vec<Uuid> = instances_made(&store, &t, &w, 130)
+        .iter()
+        .map(|i| i.id)
         .collect();
     let page = store.servers_networking(t.id, &ids).unwrap();
     assert_eq!(page.groups.len(), 1);

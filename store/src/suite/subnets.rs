@@ -10,13 +10,7 @@ pub(crate) fn addresses_are_allocated_and_reused<F: Fixture>() {
     let store = fx.open();
     // A /29 holds 8 addresses: network, gateway, 5 instances, broadcast.
     let (t, w) = tenant_and_workload(&store, "small-net", Quota::default(), 29);
-    let made: Vec<Instance> = (0..7)
-        .map(|n| {
-            store
-                .create_instance(new_instance(&t, &w, &format!("vm{n}")))
-                .unwrap()
-        })
-        .collect();
+    let made = instances_made(&store, &t, &w, 7);
     let addrs: Vec<String> = made
         .iter()
         .map(|i| format!("{} {}", i.subnet, i.ip))
