@@ -71,8 +71,15 @@ impl InstanceStore for EtcdStore {
     }
 
     /// One range: the node's index keys hold the briefs (schema 3). Keys written by code of
-    /// schema 2 hold none: their records are read (one more round trip).
+    /// schema 2 hold none: their records are read (one more round trip). None while this store
+    /// has written nothing under the node's index since its last read, for at most
+    /// [`EtcdOptions::briefs_kept`](super::EtcdOptions::briefs_kept): that read is answered
+    /// again (`briefs.rs`).
     fn instance_briefs_on(&self, node: Uuid) -> Result<Vec<InstanceBrief>> {
+        let mark = match self.briefs.kept(node) {
+            Ok(briefs) => return Ok(briefs),
+            Err(mark) => mark,
+        };
         let prefix = self.keys.on_nodes(node);
         let (_, index) = self.range(&prefix, &prefix_end(&prefix), 0, |o| o)?;
         let mut briefs: Vec<((i64, Uuid), InstanceBrief)> = Vec::with_capacity(index.len());
@@ -86,7 +93,12 @@ impl InstanceStore for EtcdStore {
                 briefs.push(((brief.c, id), brief.model(id, node)?));
             }
         }
-        for kv in self.get_many(&unbriefed)?.into_iter().flatten() {
+        let records = if unbriefed.is_empty() {
+            Vec::new()
+        } else {
+            self.get_many(&unbriefed)?
+        };
+        for kv in records.into_iter().flatten() {
             let rec: InstanceRec = kv.decode()?;
             if rec.node == Some(node) {
                 let brief = InstanceBrief::from(&rec.model()?);
@@ -95,7 +107,12 @@ impl InstanceStore for EtcdStore {
         }
         // Creation order: the record's revision, then its id (instances made together share one).
         briefs.sort_unstable_by_key(|(order, _)| *order);
-        Ok(briefs.into_iter().map(|(_, brief)| brief).collect())
+        let briefs: Vec<InstanceBrief> = briefs.into_iter().map(|(_, brief)| brief).collect();
+        // Kept only when the index held them all: a record's write need not touch the index.
+        if unbriefed.is_empty() {
+            self.briefs.keep(mark, &briefs);
+        }
+        Ok(briefs)
     }
 
     fn instances(

@@ -182,14 +182,7 @@ fn node_index_keys_of_schema_2_hold_no_brief_and_still_give_one() {
             let i = store
                 .create_instance(crate::suite::new_instance(&t, &w, &format!("vm{n}")))
                 .unwrap();
-            let change = InstanceChange {
-                state: Some(state),
-                node: Some(Some(node)),
-                ..InstanceChange::default()
-            };
-            store
-                .update_instance(Scope::All, i.id, i.version, change)
-                .unwrap()
+            crate::suite::placed(&store, &i, node, state)
         })
         .collect();
     let briefs: Vec<InstanceBrief> = placed.iter().map(InstanceBrief::from).collect();

@@ -47,6 +47,7 @@ mod app_creds;
 #[cfg(feature = "cli")]
 mod args;
 pub mod auth;
+mod briefs;
 #[cfg(test)]
 mod call_tests;
 mod catalog;
@@ -114,6 +115,11 @@ pub struct EtcdOptions {
     pub call_timeout: Duration,
     /// Events kept (at least 1).
     pub event_capacity: u64,
+    /// How long a read of a node's instances in brief is used again for the node's next
+    /// reports while this store writes nothing under the node's index (another process's
+    /// writes are seen when it expires); `Duration::ZERO` reads every time. See
+    /// [`InstanceStore::instance_briefs_on`].
+    pub briefs_kept: Duration,
 }
 
 impl Default for EtcdOptions {
@@ -122,6 +128,7 @@ impl Default for EtcdOptions {
             connect_timeout: Duration::from_secs(5),
             call_timeout: Duration::from_secs(10),
             event_capacity: crate::common::DEFAULT_EVENT_CAPACITY,
+            briefs_kept: Duration::from_secs(30),
         }
     }
 }
@@ -136,6 +143,8 @@ pub struct EtcdStore {
     options: EtcdOptions,
     /// Calls made to etcd ([`EtcdStore::call`]), for tests that count a read's round trips.
     calls: std::sync::atomic::AtomicU64,
+    /// Each node's instances in brief as last read.
+    briefs: briefs::NodeBriefs,
 }
 
 impl std::fmt::Debug for EtcdStore {
@@ -226,6 +235,7 @@ impl EtcdStore {
             runtime: Some(runtime),
             client,
             keys: Keys::new(prefix),
+            briefs: briefs::NodeBriefs::new(Keys::new(prefix).root(), options.briefs_kept),
             endpoints: joined,
             options: EtcdOptions {
                 event_capacity: options.event_capacity.max(1),
@@ -691,7 +701,13 @@ impl EtcdStore {
             if tx.ops.is_empty() {
                 return Ok((out, None));
             }
-            if let Some(revision) = self.commit(tx.compares, tx.ops)? {
+            let (nodes, all_nodes) = (std::mem::take(&mut tx.nodes), tx.all_nodes);
+            let committed = self.commit(tx.compares, tx.ops);
+            // Written, or perhaps (an unknown outcome): the nodes' kept briefs are stale.
+            if !matches!(committed, Ok(None)) {
+                self.briefs.written(&nodes, all_nodes);
+            }
+            if let Some(revision) = committed? {
                 return Ok((out, Some(revision)));
             }
             pause(attempt);

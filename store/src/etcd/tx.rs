@@ -20,6 +20,10 @@ pub(super) struct Tx<'s> {
     /// Keys read ahead ([`Tx::prefetch`]), as read: a later read of only such keys is answered
     /// from here (their compares are in already). Writes of the transaction do not show here.
     pub(super) prefetched: std::collections::HashMap<String, Option<Kv>>,
+    /// The nodes under whose index `ops` write (a node once per key written), and whether a
+    /// range they delete may hold index keys of any node.
+    pub(super) nodes: Vec<uuid::Uuid>,
+    pub(super) all_nodes: bool,
 }
 
 impl<'s> Tx<'s> {
@@ -30,6 +34,8 @@ impl<'s> Tx<'s> {
             ops: Vec::new(),
             bytes: 0,
             prefetched: std::collections::HashMap::new(),
+            nodes: Vec::new(),
+            all_nodes: false,
         }
     }
 
@@ -171,6 +177,7 @@ impl<'s> Tx<'s> {
         let json = serde_json::to_vec(value)
             .map_err(|e| StoreError::Backend(format!("encoding {key}: {e}")))?;
         self.bytes += key.len() + json.len();
+        self.note(key);
         self.ops.push(TxnOp::put(key, json, None));
         Ok(())
     }
@@ -178,20 +185,30 @@ impl<'s> Tx<'s> {
     /// Writes `text` at `key`.
     pub(super) fn put_text(&mut self, key: &str, text: &str) {
         self.bytes += key.len() + text.len();
+        self.note(key);
         self.ops.push(TxnOp::put(key, text, None));
     }
 
     /// Deletes `key`.
     pub(super) fn delete(&mut self, key: &str) {
+        self.note(key);
         self.ops.push(TxnOp::delete(key, None));
     }
 
     /// Deletes every key in `[start, end)`.
     pub(super) fn delete_range(&mut self, start: &str, end: Vec<u8>) {
+        self.all_nodes |= self.store.briefs.overlaps(start, &end);
         self.ops.push(TxnOp::delete(
             start,
             Some(etcd_client::DeleteOptions::new().with_range(end)),
         ));
+    }
+
+    /// Notes the node whose index `key` is in, if it is.
+    fn note(&mut self, key: &str) {
+        if let Some(node) = self.store.briefs.node_of(key) {
+            self.nodes.push(node);
+        }
     }
 
     /// Deletes every key under `prefix`.

@@ -554,16 +554,7 @@ pub(crate) fn reported_instances_start_together<F: Fixture>() {
     let store = fx.open();
     let (t, w) = tenant_and_workload(&store, "acme", Quota::default(), 24);
     let (node, other) = (Uuid::new_v4(), Uuid::new_v4());
-    let placed = |i: &Instance, state: InstanceState, on: Uuid| {
-        let change = InstanceChange {
-            state: Some(state),
-            node: Some(Some(on)),
-            ..InstanceChange::default()
-        };
-        store
-            .update_instance(Scope::All, i.id, i.version, change)
-            .unwrap()
-    };
+    let placed = |i: &Instance, state: InstanceState, on: Uuid| placed(&store, i, on, state);
     // 70 instances: pending on no node, pending on the node, pending on another node, active
     // on the node, pending on the node but asked at an older version, in turn; each with its
     // START's event unfinished.

@@ -204,6 +204,23 @@ pub(crate) fn instances_made(
         .collect()
 }
 
+/// `i` placed on `node` in `state` (a change at its version, which must be current).
+pub(crate) fn placed(
+    store: &dyn Store,
+    i: &Instance,
+    node: Uuid,
+    state: InstanceState,
+) -> Instance {
+    let change = InstanceChange {
+        state: Some(state),
+        node: Some(Some(node)),
+        ..InstanceChange::default()
+    };
+    store
+        .update_instance(Scope::All, i.id, i.version, change)
+        .unwrap()
+}
+
 pub(crate) fn new_instance(tenant: &Tenant, workload: &Workload, name: &str) -> NewInstance {
     NewInstance {
         tenant: tenant.id,
