@@ -170,15 +170,22 @@ impl InstanceStore for EtcdStore {
         }
         match scope {
             Scope::Tenant(t) => {
-                // The tenant's order keys from after the marker, then their instances.
+                // The tenant's order keys from after the marker, then their instances. etcd
+                // 3.4 walks a range to its end whatever its limit (every later instance of the
+                // tenant, for each page), so the keys are read first from a window of sequence
+                // numbers twice the page (numbers are dense but for deleted instances), and
+                // from the rest only when the window held too few.
                 let prefix = self.keys.orders(t);
                 let end = prefix_end(&prefix);
-                let mut from = self
-                    .keys
-                    .order(t, marker.as_ref().map_or(0, |(m, _)| m.seq + 1));
+                let first = marker.as_ref().map_or(0, |(m, _)| m.seq + 1);
+                let mut from = self.keys.order(t, first);
+                let mut bound = u64::try_from(2 * want)
+                    .ok()
+                    .and_then(|w| first.checked_add(w));
                 loop {
                     let room = want - items.len();
-                    let (_, order) = self.range(&from, &end, room, |o| o)?;
+                    let stop = bound.map_or_else(|| end.clone(), |b| self.keys.order(t, b).into());
+                    let (_, order) = self.range(&from, &stop, room, |o| o)?;
                     let ids = order
                         .iter()
                         .map(|kv| Ok(self.keys.instance(parse_id(kv)?)))
@@ -186,11 +193,19 @@ impl InstanceStore for EtcdStore {
                     for kv in self.get_many(&ids)?.into_iter().flatten() {
                         items.push(kv.decode()?);
                     }
-                    match order.last() {
+                    if items.len() >= want {
+                        break;
+                    }
+                    match (order.last(), bound) {
                         // A full batch, yet the page is short: an instance was deleted between the
                         // two reads. Read on.
-                        Some(last) if order.len() == room && items.len() < want => {
+                        (Some(last), _) if order.len() == room => {
                             from = format!("{}\0", last.key);
+                        }
+                        // The window held too few: the rest.
+                        (_, Some(b)) => {
+                            from = self.keys.order(t, b);
+                            bound = None;
                         }
                         _ => break,
                     }

@@ -221,6 +221,43 @@ pub(crate) fn ten_thousand_instances_page_quickly<F: Fixture>() {
     );
 }
 
+/// Pages of every size go past a long run of deleted instances (and past a deleted marker's
+/// neighbours) to the end, each instance once, in creation order.
+pub(crate) fn pages_go_past_a_run_of_deleted_instances<F: Fixture>() {
+    let fx = F::new();
+    let store = fx.open();
+    let (t, w) = tenant_and_workload(&store, "gaps", Quota::default(), 24);
+    let made = crate::suite::instances_made(&store, &t, &w, 60);
+    // Kept: the first 5, then 1 of every 10 of the rest after a run of 30 deleted.
+    let kept: Vec<Uuid> = made
+        .iter()
+        .enumerate()
+        .filter(|&(n, _)| n < 5 || (n >= 35 && n % 10 == 0))
+        .map(|(_, i)| i.id)
+        .collect();
+    for i in &made {
+        if !kept.contains(&i.id) {
+            store.delete_instance(Scope::All, i.id).unwrap();
+        }
+    }
+    for limit in 1..=7 {
+        let mut page = Page::first(limit);
+        let mut seen = Vec::new();
+        loop {
+            let got = store
+                .instances(Scope::Tenant(t.id), InstanceFilter::default(), page)
+                .unwrap();
+            assert!(got.items.len() <= limit as usize);
+            seen.extend(got.items.iter().map(|i| i.id));
+            match got.next {
+                Some(marker) => page.marker = Some(marker),
+                None => break,
+            }
+        }
+        assert_eq!(seen, kept, "pages of {limit}");
+    }
+}
+
 pub(crate) fn a_fault_is_kept_while_in_error<F: Fixture>() {
     let fx = F::new();
     let store = fx.open();

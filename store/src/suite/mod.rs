@@ -64,7 +64,8 @@ macro_rules! store_suite {
                 ten_thousand_instances_page_quickly, a_fault_is_kept_while_in_error,
                 an_instance_moves_to_a_workload_of_its_size, a_resize_changes_the_size_within_the_quota,
                 metadata_and_lock_are_kept_and_bounded, reservation_ids_are_kept_and_bounded,
-                briefs_and_counts_match_the_records, a_batch_keeps_each_write_on_its_own;
+                briefs_and_counts_match_the_records, a_batch_keeps_each_write_on_its_own,
+                pages_go_past_a_run_of_deleted_instances;
             subnets: addresses_are_allocated_and_reused, small_subnets_get_distinct_keys,
                 subnets_run_out, cnci_lifecycle, full_subnets_are_listed_and_keep_their_cnci;
             keypairs: keypair_crud, parallel_keypair_creates_respect_the_limit,
