@@ -213,6 +213,43 @@ fn wait_for(what: &str, deadline: Duration, mut f: impl FnMut() -> bool) {
     }
 }
 
+/// When to count the active instances again, from how far the count is from what is awaited
+/// (`deficit`): half the time that takes at the rate the counts have shown (at least 100/s
+/// assumed), between 50 ms and 1 s. Each count is a scrape of the controller's `/metrics`, which
+/// counts every instance by state: over etcd 3.4 a walk of every instance's state key in etcd.
+/// Scraped every 100 ms, as until 2026-12-06, the count was about a quarter of etcd's CPU at
+/// 100,000 instances (a profile of etcd mid-run), a load of the bench's own that no deployment
+/// (a Prometheus scrape every 15 s or so) puts on it.
+struct Pace {
+    /// The last count and when it was read.
+    last: Option<(Instant, usize)>,
+    /// Instances that became active per second between the last two counts that moved.
+    rate: f64,
+}
+
+impl Pace {
+    fn new() -> Pace {
+        Pace {
+            last: None,
+            rate: 100.0,
+        }
+    }
+
+    /// The pause before the next count, given this one (`active`) and the `deficit` left.
+    fn after(&mut self, active: usize, deficit: usize) -> Duration {
+        let now = Instant::now();
+        if let Some((then, before)) = self.last {
+            let secs = now.duration_since(then).as_secs_f64();
+            if active > before && secs > 0.0 {
+                self.rate = (active - before) as f64 / secs;
+            }
+        }
+        self.last = Some((now, active));
+        let secs = deficit as f64 / self.rate.max(100.0) / 2.0;
+        Duration::from_secs_f64(secs.clamp(0.05, 1.0))
+    }
+}
+
 fn bin(name: &str) -> PathBuf {
     // target/debug/cumulo-controller is this package's; the scheduler's binary sits beside it.
     Path::new(env!("CARGO_BIN_EXE_cumulo-controller"))
@@ -486,11 +523,16 @@ fn run(o: &Opts) -> bool {
     let t = Instant::now();
     let mut left = o.instances;
     let mut n = 0;
+    let mut pace = Pace::new();
     while left > 0 {
         let created = o.instances - left;
         let t = Instant::now();
-        while active(&agent) + 1000 < created && t.elapsed() < Duration::from_secs(120) {
-            std::thread::sleep(Duration::from_millis(100));
+        loop {
+            let now = active(&agent);
+            if now + 1000 >= created || t.elapsed() >= Duration::from_secs(120) {
+                break;
+            }
+            std::thread::sleep(pace.after(now, created - 1000 - now));
         }
         let count = left.min(1000);
         let name = format!("load-{n}");
@@ -515,7 +557,7 @@ fn run(o: &Opts) -> bool {
     let posted = t.elapsed();
     // Progress every 5 s: how many are active, how many the agents run.
     let mut shown = Instant::now();
-    wait_for("every instance active", Duration::from_secs(900), || {
+    loop {
         let n = active(&agent);
         if shown.elapsed() >= Duration::from_secs(5) {
             shown = Instant::now();
@@ -525,8 +567,15 @@ fn run(o: &Opts) -> bool {
                 agent_count.load(Ordering::Relaxed)
             );
         }
-        n >= o.instances
-    });
+        if n >= o.instances {
+            break;
+        }
+        assert!(
+            t.elapsed() < posted + Duration::from_secs(900),
+            "timed out waiting for every instance active"
+        );
+        std::thread::sleep(pace.after(n, o.instances - n));
+    }
     let all_active = t.elapsed();
     let (run_pages, run_ones) = (take(&pages), take(&ones));
     println!(
