@@ -5,8 +5,10 @@
 //! A node reports every few seconds whether anything changed, and most reports change nothing:
 //! at 10,000 nodes the reads of their indexes were about 1,000 etcd ranges a second, however
 //! fast instances were being made. Every write of this store under the index (a commit whose
-//! writes include a key there, or whose outcome is unknown) makes the node's kept read stale at
-//! once, so a controller alone on its prefix always reconciles against what etcd holds. Another
+//! writes include a key there) makes the node's kept read stale at once, so a controller alone
+//! on its prefix reconciles against what etcd holds; a commit whose outcome is unknown (it
+//! timed out) drops every kept read, and none is kept for a call timeout after it, while etcd
+//! may still apply it (past that, the expiry below bounds what a very late apply leaves). Another
 //! process's writes (a second controller, an off-host launcher) are seen when the kept read
 //! expires; until then a report is checked against the older briefs, which costs a read of the
 //! records that look changed, or leaves a repeated report unapplied until the read expires: never
@@ -38,6 +40,9 @@ struct Kept {
     /// Raised when every kept read is dropped at once.
     epoch: u64,
     nodes: HashMap<Uuid, Entry>,
+    /// No read that began before this is kept: a commit whose outcome is unknown may still be
+    /// applied by etcd until then ([`NodeBriefs::unsure`]).
+    unsure_until: Option<Instant>,
 }
 
 /// A node whose index has been read.
@@ -132,7 +137,7 @@ impl NodeBriefs {
             return;
         }
         let mut kept = self.lock();
-        if kept.epoch != mark.epoch {
+        if kept.epoch != mark.epoch || kept.unsure_until.is_some_and(|until| mark.at < until) {
             return;
         }
         if let Some(entry) = kept.nodes.get_mut(&mark.node)
@@ -147,9 +152,19 @@ impl NodeBriefs {
         }
     }
 
-    /// This store committed writes under the indexes of `nodes` (or of any node, `all`), or
-    /// may have: their kept reads are stale. Called once the commit has been answered (or has
-    /// failed), so that a read that begins after this sees the writes.
+    /// A commit of this store that wrote under some node's index failed with an unknown
+    /// outcome: etcd may apply it later, until about `until` (the call's timeout after it
+    /// failed). Every kept read is dropped, and no read that begins before `until` is kept.
+    pub(super) fn unsure(&self, until: Instant) {
+        let mut kept = self.lock();
+        kept.nodes.clear();
+        kept.epoch += 1;
+        kept.unsure_until = Some(kept.unsure_until.map_or(until, |u| u.max(until)));
+    }
+
+    /// This store committed writes under the indexes of `nodes` (or of any node, `all`): their
+    /// kept reads are stale. Called once the commit has been answered, so that a read that
+    /// begins after this sees the writes.
     pub(super) fn written(&self, nodes: &[Uuid], all: bool) {
         if nodes.is_empty() && !all {
             return;
@@ -235,6 +250,26 @@ mod tests {
             .expect("the clock is past a minute");
         briefs.keep(mark, &[brief(node)]);
         assert!(briefs.kept(node).is_err());
+    }
+
+    #[test]
+    fn no_read_is_kept_while_a_commit_may_still_be_applied() {
+        let briefs = NodeBriefs::new("/c/", Duration::from_secs(60));
+        let node = Uuid::new_v4();
+        let mark = briefs.kept(node).unwrap_err();
+        briefs.keep(mark, &[brief(node)]);
+        assert!(briefs.kept(node).is_ok());
+        let until = Instant::now() + Duration::from_secs(10);
+        briefs.unsure(until);
+        // Dropped, and a read that begins before `until` is not kept.
+        let mark = briefs.kept(node).unwrap_err();
+        briefs.keep(mark, &[brief(node)]);
+        assert!(briefs.kept(node).is_err());
+        // One that begins after it is.
+        let mut mark = briefs.kept(node).unwrap_err();
+        mark.at = until;
+        briefs.keep(mark, &[brief(node)]);
+        assert!(briefs.kept(node).is_ok());
     }
 
     #[test]

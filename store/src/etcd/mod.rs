@@ -118,7 +118,8 @@ pub struct EtcdOptions {
     /// How long a read of a node's instances in brief is used again for the node's next
     /// reports while this store writes nothing under the node's index (another process's
     /// writes are seen when it expires); `Duration::ZERO` reads every time. See
-    /// [`InstanceStore::instance_briefs_on`].
+    /// [`InstanceStore::instance_briefs_on`]. The daemons use the default (30 s); a program
+    /// that opens the store itself may set it.
     pub briefs_kept: Duration,
 }
 
@@ -703,9 +704,15 @@ impl EtcdStore {
             }
             let (nodes, all_nodes) = (std::mem::take(&mut tx.nodes), tx.all_nodes);
             let committed = self.commit(tx.compares, tx.ops);
-            // Written, or perhaps (an unknown outcome): the nodes' kept briefs are stale.
-            if !matches!(committed, Ok(None)) {
-                self.briefs.written(&nodes, all_nodes);
+            // Written: the nodes' kept briefs are stale. Perhaps written, perhaps later (an
+            // unknown outcome): none is kept for a while.
+            match &committed {
+                Ok(Some(_)) => self.briefs.written(&nodes, all_nodes),
+                Ok(None) => {}
+                Err(_) if nodes.is_empty() && !all_nodes => {}
+                Err(_) => self
+                    .briefs
+                    .unsure(std::time::Instant::now() + self.options.call_timeout),
             }
             if let Some(revision) = committed? {
                 return Ok((out, Some(revision)));
