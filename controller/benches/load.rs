@@ -223,7 +223,8 @@ fn wait_for(what: &str, deadline: Duration, mut f: impl FnMut() -> bool) {
 struct Pace {
     /// The last count and when it was read.
     last: Option<(Instant, usize)>,
-    /// Instances that became active per second between the last two counts that moved.
+    /// Instances that became active per second over the last interval in which the count
+    /// rose.
     rate: f64,
 }
 
@@ -238,13 +239,18 @@ impl Pace {
     /// The pause before the next count, given this one (`active`) and the `deficit` left.
     fn after(&mut self, active: usize, deficit: usize) -> Duration {
         let now = Instant::now();
-        if let Some((then, before)) = self.last {
-            let secs = now.duration_since(then).as_secs_f64();
-            if active > before && secs > 0.0 {
-                self.rate = (active - before) as f64 / secs;
+        match self.last {
+            // A count below the last (a scrape that failed reads 0): not a count to go by.
+            Some((_, before)) if active < before => {}
+            Some((then, before)) => {
+                let secs = now.duration_since(then).as_secs_f64();
+                if active > before && secs > 0.0 {
+                    self.rate = (active - before) as f64 / secs;
+                }
+                self.last = Some((now, active));
             }
+            None => self.last = Some((now, active)),
         }
-        self.last = Some((now, active));
         let secs = deficit as f64 / self.rate.max(100.0) / 2.0;
         Duration::from_secs_f64(secs.clamp(0.05, 1.0))
     }
