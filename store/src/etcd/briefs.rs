@@ -53,11 +53,9 @@ struct Entry {
     read: Option<Read>,
 }
 
-/// One read of a node's index.
+/// One read of a node's index, kept while no write under it has been noted since it began (a
+/// write or a drop of every read takes it away).
 struct Read {
-    /// The node's `writes` and the `epoch` when the read began.
-    writes: u64,
-    epoch: u64,
     /// When the read began.
     at: Instant,
     briefs: Vec<InstanceBrief>,
@@ -116,8 +114,6 @@ impl NodeBriefs {
         let epoch = kept.epoch;
         let entry = kept.nodes.entry(node).or_default();
         if let Some(read) = &entry.read
-            && read.writes == entry.writes
-            && read.epoch == epoch
             && now.duration_since(read.at) < self.keep
         {
             return Ok(read.briefs.clone());
@@ -144,8 +140,6 @@ impl NodeBriefs {
             && entry.writes == mark.writes
         {
             entry.read = Some(Read {
-                writes: mark.writes,
-                epoch: mark.epoch,
                 at: mark.at,
                 briefs: briefs.to_vec(),
             });
@@ -198,22 +192,34 @@ mod tests {
         }
     }
 
+    /// Reads `node` (the read beginning `age` ago, `meanwhile` happening while it is in
+    /// flight): whether the node's next read is answered from it.
+    fn kept_after(
+        briefs: &NodeBriefs,
+        node: Uuid,
+        age: Duration,
+        meanwhile: impl FnOnce(),
+    ) -> bool {
+        let mut mark = briefs.kept(node).expect_err("a read to make");
+        mark.at = Instant::now()
+            .checked_sub(age)
+            .expect("the clock is past the age");
+        meanwhile();
+        briefs.keep(mark, &[brief(node)]);
+        briefs.kept(node).is_ok()
+    }
+
     #[test]
     fn a_read_is_kept_until_a_write_under_its_node() {
         let briefs = NodeBriefs::new("/c/", Duration::from_secs(60));
         let (node, other) = (Uuid::new_v4(), Uuid::new_v4());
-        let mark = briefs.kept(node).unwrap_err();
-        let read = vec![brief(node)];
-        briefs.keep(mark, &read);
-        assert_eq!(briefs.kept(node).ok(), Some(read.clone()));
+        assert!(kept_after(&briefs, node, Duration::ZERO, || {}));
         // Another node's write leaves it.
         briefs.written(&[other], false);
-        assert_eq!(briefs.kept(node).ok(), Some(read.clone()));
+        assert!(briefs.kept(node).is_ok());
         // Its own ends it.
         briefs.written(&[node], false);
-        let mark = briefs.kept(node).unwrap_err();
-        briefs.keep(mark, &read);
-        assert_eq!(briefs.kept(node).ok(), Some(read.clone()));
+        assert!(kept_after(&briefs, node, Duration::ZERO, || {}));
         // So does a write that may touch every node's index.
         briefs.written(&[], true);
         assert!(briefs.kept(node).is_err());
@@ -223,48 +229,36 @@ mod tests {
     fn a_read_overtaken_by_a_write_is_not_kept() {
         let briefs = NodeBriefs::new("/c/", Duration::from_secs(60));
         let node = Uuid::new_v4();
-        let mark = briefs.kept(node).unwrap_err();
         // A commit answered while the read was in flight: what was read may predate it.
-        briefs.written(&[node], false);
-        briefs.keep(mark, &[brief(node)]);
-        assert!(briefs.kept(node).is_err());
+        assert!(!kept_after(&briefs, node, Duration::ZERO, || {
+            briefs.written(&[node], false);
+        }));
         // Likewise when every read was dropped meanwhile.
-        let mark = briefs.kept(node).unwrap_err();
-        briefs.written(&[], true);
-        briefs.keep(mark, &[brief(node)]);
-        assert!(briefs.kept(node).is_err());
+        assert!(!kept_after(&briefs, node, Duration::ZERO, || {
+            briefs.written(&[], true);
+        }));
     }
 
     #[test]
     fn a_read_expires_and_none_is_kept_when_told_so() {
-        let briefs = NodeBriefs::new("/c/", Duration::ZERO);
         let node = Uuid::new_v4();
-        let mark = briefs.kept(node).unwrap_err();
-        briefs.keep(mark, &[brief(node)]);
-        assert!(briefs.kept(node).is_err());
+        let none = NodeBriefs::new("/c/", Duration::ZERO);
+        assert!(!kept_after(&none, node, Duration::ZERO, || {}));
         // A read older than the time kept is made again.
         let briefs = NodeBriefs::new("/c/", Duration::from_secs(60));
-        let mut mark = briefs.kept(node).unwrap_err();
-        mark.at = Instant::now()
-            .checked_sub(Duration::from_secs(61))
-            .expect("the clock is past a minute");
-        briefs.keep(mark, &[brief(node)]);
-        assert!(briefs.kept(node).is_err());
+        assert!(!kept_after(&briefs, node, Duration::from_secs(61), || {}));
+        assert!(kept_after(&briefs, node, Duration::from_secs(59), || {}));
     }
 
     #[test]
     fn no_read_is_kept_while_a_commit_may_still_be_applied() {
         let briefs = NodeBriefs::new("/c/", Duration::from_secs(60));
         let node = Uuid::new_v4();
-        let mark = briefs.kept(node).unwrap_err();
-        briefs.keep(mark, &[brief(node)]);
-        assert!(briefs.kept(node).is_ok());
+        assert!(kept_after(&briefs, node, Duration::ZERO, || {}));
         let until = Instant::now() + Duration::from_secs(10);
         briefs.unsure(until);
         // Dropped, and a read that begins before `until` is not kept.
-        let mark = briefs.kept(node).unwrap_err();
-        briefs.keep(mark, &[brief(node)]);
-        assert!(briefs.kept(node).is_err());
+        assert!(!kept_after(&briefs, node, Duration::ZERO, || {}));
         // One that begins after it is.
         let mut mark = briefs.kept(node).unwrap_err();
         mark.at = until;
