@@ -38,9 +38,8 @@
 //!
 //! This file holds the connection, the reads and the optimistic transactions (`Tx`); each
 //! concern's trait is implemented in the file of that concern (`identity.rs`, `catalog.rs` with
-//! `image_members.rs`,
-//! `instances.rs`, `volumes.rs`, `events.rs`, `actions.rs`, `queue.rs`; `reservations.rs` for
-//! the [`ReservationStore`]).
+//! `image_members.rs`, `instances.rs` with `listings.rs` and `briefs.rs`, `volumes.rs`,
+//! `events.rs`, `actions.rs`, `queue.rs`; `reservations.rs` for the [`ReservationStore`]).
 
 mod actions;
 mod app_creds;
@@ -65,6 +64,7 @@ mod keypairs;
 mod keys;
 #[cfg(test)]
 mod layout_tests;
+mod listings;
 mod networking;
 mod nodes;
 mod queue;
