@@ -255,6 +255,17 @@ impl Page {
             limit,
         }
     }
+
+    /// `Invalid` unless the limit is 1 to [`Page::MAX_LIMIT`].
+    pub fn check(&self) -> Result<()> {
+        if self.limit == 0 || self.limit > Page::MAX_LIMIT {
+            return Err(StoreError::Invalid(format!(
+                "page limit must be 1 to {}",
+                Page::MAX_LIMIT
+            )));
+        }
+        Ok(())
+    }
 }
 
 /// One page of a listing.

@@ -21,12 +21,7 @@ impl EtcdStore {
         filter: InstanceFilter,
         page: Page,
     ) -> Result<Paged<Instance>> {
-        if page.limit == 0 || page.limit > Page::MAX_LIMIT {
-            return Err(StoreError::Invalid(format!(
-                "page limit must be 1 to {}",
-                Page::MAX_LIMIT
-            )));
-        }
+        page.check()?;
         let want = page.limit as usize + 1;
         let marker = match page.marker {
             None => None,

@@ -307,12 +307,7 @@ pub(super) fn list(
     filter: InstanceFilter,
     page: Page,
 ) -> Result<Paged<Instance>> {
-    if page.limit == 0 || page.limit > Page::MAX_LIMIT {
-        return Err(StoreError::Invalid(format!(
-            "page limit must be 1 to {}",
-            Page::MAX_LIMIT
-        )));
-    }
+    page.check()?;
     let (cond, param) = scope_cond(scope);
     let after: i64 = match page.marker {
         None => 0,
