@@ -70,6 +70,8 @@ mod nodes;
 mod queue;
 mod records;
 mod reservations;
+#[cfg(test)]
+mod round_trip_tests;
 mod server_groups;
 #[cfg(test)]
 mod tests;

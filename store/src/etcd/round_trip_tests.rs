@@ -1,0 +1,111 @@
+//! What a read costs in round trips to etcd, counted by the store's call counter
+//! ([`EtcdStore::calls`]): a page's networking, a node's briefs kept between its reports.
+#![allow(clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use uuid::Uuid;
+
+use super::tests::{fixture, tenant_and_workload};
+use super::*;
+
+/// What a page of servers shows of their networking is one round trip, whatever the tenant's
+/// ports number (the groups of a page of 100 ports, the tenant and its document, read
+/// together), and one more to check the instances of its associated floating IPs, all at once.
+#[test]
+fn a_page_of_servers_networking_is_one_round_trip() {
+    let Some(fx) = fixture() else { return };
+    let store = fx.store_with(EtcdOptions::default());
+    let (t, w) = tenant_and_workload(&store, Quota::default(), 1);
+    let made: Vec<Uuid> = crate::suite::instances_made(&store, &t, &w, 100)
+        .iter()
+        .map(|i| i.id)
+        .collect();
+    let web = store
+        .create_security_group(NewSecurityGroup {
+            tenant: t.id,
+            name: "web".into(),
+            description: String::new(),
+        })
+        .unwrap();
+    for id in made.iter().step_by(3) {
+        store.set_port_groups(t.id, *id, &[web.id]).unwrap();
+    }
+    let before = store.calls();
+    let page = store.servers_networking(t.id, &made).unwrap();
+    assert_eq!(store.calls() - before, 1);
+    assert_eq!(page.ports.set.len(), 34);
+    for id in &made[..3] {
+        let f = store
+            .create_floating_ip(NewFloatingIp {
+                tenant: t.id,
+                pool: "192.168.233.0/24".parse().unwrap(),
+                address: None,
+                description: String::new(),
+                port: Some(*id),
+                fixed_ip: None,
+            })
+            .unwrap();
+        assert_eq!(f.port, Some(*id));
+    }
+    let before = store.calls();
+    let page = store.servers_networking(t.id, &made).unwrap();
+    assert_eq!(store.calls() - before, 2);
+    assert_eq!(page.floating_ips.len(), 3);
+}
+
+/// A node's briefs are read from etcd once, then answered again until this store writes under
+/// the node's index (a change of one of its instances, one placed there or taken away, a
+/// deletion); another node's writes leave them. Another process's writes are seen when the
+/// read expires (a store keeping none sees them at once).
+#[test]
+fn a_nodes_briefs_are_read_again_after_this_stores_writes_under_its_index() {
+    let Some(fx) = fixture() else { return };
+    let store = fx.store_with(EtcdOptions::default());
+    let other_process = fx.store_with(EtcdOptions {
+        briefs_kept: Duration::ZERO,
+        ..EtcdOptions::default()
+    });
+    let (t, w) = tenant_and_workload(&store, Quota::default(), 1);
+    let (node, elsewhere) = (Uuid::new_v4(), Uuid::new_v4());
+    let place = |store: &EtcdStore, i: &Instance, node: Uuid, state: InstanceState| {
+        crate::suite::placed(store, i, node, state)
+    };
+    let made = crate::suite::instances_made(&store, &t, &w, 4);
+    let mut on: Vec<Instance> = made[..3]
+        .iter()
+        .map(|i| place(&store, i, node, InstanceState::Active))
+        .collect();
+    let there = place(&store, &made[3], elsewhere, InstanceState::Active);
+    let briefs = |on: &[Instance]| on.iter().map(InstanceBrief::from).collect::<Vec<_>>();
+    // Read, then answered again with no call.
+    let reads = |store: &EtcdStore| {
+        let before = store.calls();
+        let got = store.instance_briefs_on(node).unwrap();
+        (got, store.calls() - before)
+    };
+    assert_eq!(reads(&store), (briefs(&on), 1));
+    assert_eq!(reads(&store), (briefs(&on), 0));
+    // Another node's change leaves it.
+    place(&store, &there, elsewhere, InstanceState::Exited);
+    assert_eq!(reads(&store), (briefs(&on), 0));
+    // A change of one of its instances is read.
+    on[0] = place(&store, &on[0], node, InstanceState::Exited);
+    assert_eq!(reads(&store), (briefs(&on), 1));
+    assert_eq!(reads(&store), (briefs(&on), 0));
+    // One moved away, one moved in, one deleted.
+    let moved = place(&store, &on.remove(1), elsewhere, InstanceState::Active);
+    assert_eq!(reads(&store), (briefs(&on), 1));
+    // Back in its place: briefs come in creation order.
+    on.insert(1, place(&store, &moved, node, InstanceState::Active));
+    assert_eq!(reads(&store), (briefs(&on), 1));
+    store.delete_instance(Scope::All, on.remove(0).id).unwrap();
+    assert_eq!(reads(&store), (briefs(&on), 1));
+    assert_eq!(reads(&store), (briefs(&on), 0));
+    // Another process's change: seen there at once, here when the read expires.
+    let before = on.clone();
+    on[0] = place(&other_process, &on[0], node, InstanceState::Exited);
+    assert_eq!(reads(&other_process), (briefs(&on), 1));
+    assert_eq!(reads(&other_process), (briefs(&on), 1));
+    assert_eq!(reads(&store), (briefs(&before), 0));
+}
