@@ -106,6 +106,8 @@ fn main() {
             "--no-mem-limit",
             "--vcpus",
             "100000",
+            "--console-listen",
+            "off",
         ];
         let agent_config = agent::daemon::cli::Args::try_parse_from(args)
             .unwrap()

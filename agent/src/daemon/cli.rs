@@ -243,7 +243,8 @@ pub struct Args {
     pub cnci_protect: Vec<crate::net::Cidr>,
     /// Where the console endpoint listens (HTTPS, for the controller only: see
     /// docs/protocol.md, "The console channel"); `off` or `0` for none. An address that cannot
-    /// be bound leaves the endpoint off (logged), not the agent.
+    /// be bound stops the agent at start, with the cause (the controller would reach whatever
+    /// holds it).
     #[arg(long, env = "CUMULO_AGENT_CONSOLE_LISTEN", default_value = "0.0.0.0:8890", value_parser = parse_console_listen)]
     pub console_listen: ConsoleListen,
     /// Log format.

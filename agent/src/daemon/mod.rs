@@ -22,8 +22,8 @@
 //!
 //! - The node endpoint ([`console`], `--console-listen`): HTTPS beside SSNTP, for the
 //!   controller only, once the core runs: it serves the backend's console logs and takes port
-//!   firewall updates (to the core, [`Core::set_firewall`]); off (logged) when its address
-//!   cannot be bound.
+//!   firewall updates (to the core, [`Core::set_firewall`]). Bound before the agent dials: an
+//!   address that cannot be bound stops the agent ([`DaemonError::Console`]).
 //!
 //! [`cli`] parses the command line into a [`DaemonConfig`].
 
@@ -188,6 +188,16 @@ pub enum DaemonError {
     /// The core could not start, or stopped.
     #[error("{0}")]
     Core(#[from] CoreError),
+    /// The node endpoint (`--console-listen`) cannot be set up: another process holds its port
+    /// (the controller would reach that process instead), or its TLS or disk-copy directory
+    /// cannot be made.
+    #[error("node endpoint (--console-listen {addr}; off turns it off): {why}")]
+    Console {
+        /// Where it was to listen.
+        addr: SocketAddr,
+        /// Why it cannot.
+        why: String,
+    },
 }
 
 /// Holds `<state-dir>/agent.lock` while the daemon runs: one agent per state directory, whether
@@ -231,6 +241,8 @@ fn check_reach(backend: &LibvirtBackend) {
 /// Runs the agent until `shutdown` is cancelled (`Ok`), or until it cannot go on (`Err`).
 pub async fn run(config: DaemonConfig, shutdown: CancellationToken) -> Result<(), DaemonError> {
     let (_locks, node) = claim(&config)?;
+    // Bound first: a port another process holds stops the agent before it registers anywhere.
+    let console = open_console(&config).await?;
     let cnci = config.cnci.clone();
     // The node's domains are marked as its own: other agents on the same libvirt leave them be.
     let libvirt = config.libvirt.clone().map(|l| LibvirtConfig {
@@ -253,7 +265,7 @@ pub async fn run(config: DaemonConfig, shutdown: CancellationToken) -> Result<()
             let network = net.network(RtNetOps::new()?).await?;
             let backend = WithContainers::new(backend, containers);
             let prepare = with_cncis(networked(backend, network), cnci, vms);
-            run_with(&config, node, prepare, shutdown).await
+            run_with(&config, node, prepare, console, shutdown).await
         }
         (Some(l), net) => {
             if net.is_some() {
@@ -267,6 +279,7 @@ pub async fn run(config: DaemonConfig, shutdown: CancellationToken) -> Result<()
                 &config,
                 node,
                 with_cncis(ready(backend), cnci, vms),
+                console,
                 shutdown,
             )
             .await
@@ -281,6 +294,7 @@ pub async fn run(config: DaemonConfig, shutdown: CancellationToken) -> Result<()
                 &config,
                 node,
                 with_cncis(networked(backend, network), cnci, None),
+                console,
                 shutdown,
             )
             .await
@@ -291,6 +305,7 @@ pub async fn run(config: DaemonConfig, shutdown: CancellationToken) -> Result<()
                 &config,
                 node,
                 with_cncis(ready(backend), cnci, None),
+                console,
                 shutdown,
             )
             .await
@@ -308,8 +323,9 @@ pub async fn run_networked<B: Backend, O: NetOps>(
     shutdown: CancellationToken,
 ) -> Result<(), DaemonError> {
     let (_locks, node) = claim(&config)?;
+    let console = open_console(&config).await?;
     let prepare = with_cncis(networked(backend, network), config.cnci.clone(), None);
-    run_with(&config, node, prepare, shutdown).await
+    run_with(&config, node, prepare, console, shutdown).await
 }
 
 /// The state directory's lock and the node's UUID (with its lock).
@@ -432,6 +448,7 @@ async fn run_with<B: Backend>(
     config: &DaemonConfig,
     node: Uuid,
     prepare: Prepare<B>,
+    console: Option<ConsoleSetup>,
     shutdown: CancellationToken,
 ) -> Result<(), DaemonError> {
     let outbound = Outbound::default();
@@ -465,7 +482,7 @@ async fn run_with<B: Backend>(
         }
     };
     let console_stop = shutdown.child_token();
-    let console = start_console(config, backend, core.clone(), console_stop.clone()).await;
+    let console = console.map(|c| c.serve(config, backend, core.clone(), console_stop.clone()));
     tracing::info!(
         %node,
         role = %config.claim,
@@ -494,45 +511,57 @@ async fn run_with<B: Backend>(
     ended
 }
 
-/// Starts the console endpoint when it is on and its address can be bound; logs why not
-/// otherwise (the agent runs on without it).
-async fn start_console<B: Backend>(
-    config: &DaemonConfig,
-    backend: Arc<B>,
-    core: Core,
-    stop: CancellationToken,
-) -> Option<tokio::task::JoinHandle<()>> {
-    let addr = config.console?;
-    let tls = match config.tls.server_config() {
-        Ok(tls) => tls,
-        Err(e) => {
-            tracing::error!(error = %e, "console endpoint off");
-            return None;
-        }
+/// The node endpoint, bound and ready to serve once the core runs.
+struct ConsoleSetup {
+    listener: tokio::net::TcpListener,
+    tls: Arc<rustls::ServerConfig>,
+    exports: Arc<export::Exports>,
+}
+
+/// Binds the node endpoint when it is on (`--console-listen`), with its TLS configuration and
+/// its directory for disk copies; any of them failing stops the agent with the cause.
+async fn open_console(config: &DaemonConfig) -> Result<Option<ConsoleSetup>, DaemonError> {
+    let Some(addr) = config.console else {
+        return Ok(None);
     };
-    let exports = match export::Exports::open(&config.state_dir.join("exports")) {
-        Ok(exports) => Arc::new(exports),
-        Err(e) => {
-            tracing::error!(error = %e, "console endpoint off: no directory for disk copies");
-            return None;
-        }
-    };
-    match tokio::net::TcpListener::bind(addr).await {
-        Ok(listener) => {
-            tracing::info!(%addr, reported = ?config.console_address, "console endpoint listening");
-            Some(tokio::spawn(console::serve(
-                listener,
-                tls,
-                backend,
-                Arc::new(core),
-                exports,
-                stop,
-            )))
-        }
-        Err(e) => {
-            tracing::error!(%addr, error = %e, "console endpoint off: cannot listen");
-            None
-        }
+    let failed = |why: String| DaemonError::Console { addr, why };
+    let tls = config
+        .tls
+        .server_config()
+        .map_err(|e| failed(e.to_string()))?;
+    let dir = config.state_dir.join("exports");
+    let exports = export::Exports::open(&dir)
+        .map_err(|e| failed(format!("directory for disk copies {}: {e}", dir.display())))?;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| failed(format!("cannot listen: {e}")))?;
+    Ok(Some(ConsoleSetup {
+        listener,
+        tls,
+        exports: Arc::new(exports),
+    }))
+}
+
+impl ConsoleSetup {
+    /// Serves the endpoint over `backend` and `core` until `stop`.
+    fn serve<B: Backend>(
+        self,
+        config: &DaemonConfig,
+        backend: Arc<B>,
+        core: Core,
+        stop: CancellationToken,
+    ) -> tokio::task::JoinHandle<()> {
+        let addr = self.listener.local_addr().map(|a| a.to_string());
+        let addr = addr.unwrap_or_default();
+        tracing::info!(%addr, reported = ?config.console_address, "console endpoint listening");
+        tokio::spawn(console::serve(
+            self.listener,
+            self.tls,
+            backend,
+            Arc::new(core),
+            self.exports,
+            stop,
+        ))
     }
 }
 

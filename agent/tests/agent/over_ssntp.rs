@@ -537,8 +537,8 @@ fn the_help_lists_the_subcommands_and_remote() {
 }
 
 /// A certificate without the role `--network` claims: the binary exits at once, status 1, with
-/// one line naming the missing role; so does `--backend libvirt` with no libvirt to ask. Usage
-/// errors exit 2.
+/// one line naming the missing role; so does `--backend libvirt` with no libvirt to ask, and a
+/// node endpoint whose port is taken. Usage errors exit 2.
 #[tokio::test]
 async fn a_certificate_without_the_claimed_role_is_refused_at_once() {
     let pki = TestPki::new();
@@ -575,21 +575,40 @@ async fn a_certificate_without_the_claimed_role_is_refused_at_once() {
     let mut args = argv(&files, nowhere, &state, "cn", &extra);
     let backend = args.iter().position(|a| a == "sim").unwrap();
     args[backend] = "libvirt".into();
-    let (code, stderr) = run_binary(&args);
+    let error = failed_with_one_line(&args);
+    assert!(
+        error.contains("libvirt") && error.contains("unreachable"),
+        "{error}"
+    );
+    // The node endpoint's port held by another process: the controller would reach that
+    // process, so the agent stops at once, before it dials, with one line naming the port.
+    let holder = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken = holder.local_addr().unwrap().to_string();
+    let mut args = argv(&files, nowhere, &state, "cn", &[]);
+    let at = args.iter().position(|a| a == "--console-listen").unwrap();
+    args[at + 1].clone_from(&taken);
+    let error = failed_with_one_line(&args);
+    assert!(
+        error.contains(&format!("--console-listen {taken}")) && error.contains("cannot listen"),
+        "{error}"
+    );
+    drop(holder);
+    let mut args = argv(&files, nowhere, &state, "cn", &[]);
+    args.push("--no-such-flag".into());
+    assert_eq!(run_binary(&args).0, Some(2));
+}
+
+/// Runs the binary with `args`, which must exit with status 1 and one line of error (logs may
+/// come before it); that line.
+fn failed_with_one_line(args: &[String]) -> String {
+    let (code, stderr) = run_binary(args);
     assert_eq!(code, Some(1), "{stderr}");
-    // Logs may come first; the error is one line of its own.
     let errors: Vec<&str> = stderr
         .lines()
         .filter(|l| l.starts_with("cumulo-agent:"))
         .collect();
     assert_eq!(errors.len(), 1, "one line: {stderr}");
-    assert!(
-        errors[0].contains("libvirt") && errors[0].contains("unreachable"),
-        "{stderr}"
-    );
-    let mut args = argv(&files, nowhere, &state, "cn", &[]);
-    args.push("--no-such-flag".into());
-    assert_eq!(run_binary(&args).0, Some(2));
+    errors[0].to_string()
 }
 
 /// The fake scheduler goes away and comes back on the same port: the agent reconnects and

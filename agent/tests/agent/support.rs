@@ -86,6 +86,10 @@ pub(crate) fn argv(
         "--no-mem-limit",
         "--vcpus",
         "64",
+        // The node endpoint is tested on its own (`daemon::console`); agents of these tests
+        // run in parallel and would all want its one port.
+        "--console-listen",
+        "off",
     ]
     .iter()
     .map(|s| s.to_string())

@@ -249,6 +249,9 @@ impl Cluster {
             format!("127.0.0.1:{}", cluster.scheduler_port)
         };
         let api = format!("127.0.0.1:{}", free_port());
+        // Never the default ports: the tests of this file run side by side, each its own cluster.
+        let console = format!("127.0.0.1:{}", free_port());
+        let images = format!("127.0.0.1:{}", free_port());
         let backend = if options.libvirt.is_some() {
             "libvirt"
         } else {
@@ -267,6 +270,10 @@ impl Cluster {
             &sched,
             "--api-listen",
             &api,
+            "--console-listen",
+            &console,
+            "--image-listen",
+            &images,
         ];
         if let Some(host) = &options.host {
             args.extend(["--host", host.as_str()]);
@@ -511,6 +518,10 @@ impl Cluster {
             name.into(),
             "--network".into(),
             "cn".into(),
+            // The first agent holds this host's node endpoint port (the controller dials every
+            // node on it): another agent here serves none.
+            "--console-listen".into(),
+            "off".into(),
         ];
         add.extend(overrides.iter().map(|s| s.to_string()));
         let add: Vec<&str> = add.iter().map(String::as_str).collect();

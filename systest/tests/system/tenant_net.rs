@@ -240,6 +240,8 @@ fn agent_config(
         "1s",
         "--tunnel",
         "vxlan",
+        "--console-listen",
+        "off",
     ]
     .iter()
     .map(|s| s.to_string())
