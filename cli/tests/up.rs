@@ -383,3 +383,36 @@ fn up_drive_and_down() {
     cluster.ok(&["down", "--dir", &root, "--purge"]);
     assert!(!cluster.dir.path().join("certs").exists());
 }
+
+/// The agent's node endpoint port held by another process: `up` fails at once, saying which
+/// address and why (the agent stops before it dials: the controller would otherwise fetch
+/// consoles from whatever holds the port), and `down` leaves nothing running.
+#[test]
+fn a_taken_node_endpoint_port_fails_up_naming_it() {
+    if !common::binaries_or_skip(&["cumulo-scheduler", "cumulo-controller", "cumulo-agent"]) {
+        return;
+    }
+    let cluster = Cluster {
+        dir: tempfile::tempdir().unwrap(),
+        env: HashMap::new(),
+    };
+    let root = cluster.dir.path().to_str().unwrap().to_string();
+    let holder = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken = holder.local_addr().unwrap().to_string();
+    let mut args = common::sim_up_args(&root);
+    let at = args.iter().position(|a| a == "--console-listen").unwrap();
+    args[at + 1].clone_from(&taken);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = cluster.cumulo(&args);
+    let said = common::output_text(&out);
+    assert!(!out.status.success(), "{said}");
+    // The agent's exit is seen, not waited out, with its cause from its log.
+    assert!(said.contains("agent exited while starting"), "{said}");
+    assert!(
+        said.contains(&format!("--console-listen {taken}")) && said.contains("cannot listen"),
+        "{said}"
+    );
+    let down = cluster.cumulo(&["down", "--dir", &root]);
+    assert!(down.status.success(), "{}", common::output_text(&down));
+    assert!(cluster.pids().is_empty(), "{:?}", cluster.pids());
+}

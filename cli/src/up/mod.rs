@@ -193,9 +193,12 @@ pub fn up(options: &UpOptions, out: &mut dyn Write) -> Result<(), UpError> {
     if let Some(controller) = specs.iter_mut().find(|s| s.name == "controller") {
         controller.args.extend(store);
     }
+    // The processes started, as spawned: one that has ended already is seen as ended (its PID
+    // file would only say it is not running).
+    let mut agent = None;
     for spec in &specs {
         let name = spec.name.clone();
-        progress.run(&format!("start {name}"), || {
+        let started = progress.run(&format!("start {name}"), || {
             let started = procs::spawn(spec, &layout.log(&name), &layout.pid_file(&name))?;
             let log = layout.log(&name);
             let ready: Box<dyn FnMut() -> bool> = match name.as_str() {
@@ -206,11 +209,14 @@ pub fn up(options: &UpOptions, out: &mut dyn Write) -> Result<(), UpError> {
                 _ => Box::new(|| true),
             };
             cluster::wait_for(&name, &log, READY_WITHIN, Some(&started), ready)?;
-            Ok(((), format!("pid {}", started.pid)))
+            let pid = started.pid;
+            Ok((started, format!("pid {pid}")))
         })?;
+        if name == "agent" {
+            agent = Some(started);
+        }
     }
     let admin = bootstrap::admin_login(layout)?;
-    let agent = procs::running(&layout.pid_file("agent"));
     progress.run("agent joins", || {
         let log = layout.log("agent");
         let waited = cluster::wait_for("agent", &log, READY_WITHIN, agent.as_ref(), || {
