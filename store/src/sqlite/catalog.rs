@@ -8,7 +8,7 @@ use uuid::Uuid;
 use super::flavors;
 use super::identity::tenant;
 use super::image_members;
-use super::{SqliteStore, bad_column, delete_row, int, opt_uuid_at, u64_at, uuid_at};
+use super::{Cached, SqliteStore, bad_column, delete_row, int, opt_uuid_at, u64_at, uuid_at};
 use crate::common::{check_name, check_version, from_millis, millis, now};
 use crate::*;
 
@@ -396,7 +396,7 @@ pub(super) fn create_workload(tx: &Connection, new: NewWorkload) -> Result<Workl
 
 pub(super) fn workload(tx: &Connection, scope: Scope, id: Uuid) -> Result<Workload> {
     let (cond, param) = visible(scope);
-    tx.query_row(
+    tx.query_row_cached(
         &format!("SELECT {WORKLOAD_COLS} FROM workloads WHERE {cond} AND id = ?2"),
         params![param, id.to_string()],
         workload_row,

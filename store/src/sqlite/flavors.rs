@@ -6,7 +6,7 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 use uuid::Uuid;
 
 use super::identity::tenant;
-use super::{bad_column, delete_row, duplicate, int, u32_at, u64_at, uuid_at};
+use super::{Cached, bad_column, delete_row, duplicate, int, u32_at, u64_at, uuid_at};
 use crate::*;
 
 const FLAVOR_COLS: &str = "id, name, vcpus, memory_mb, disk_gb, is_public, extra_specs";
@@ -57,7 +57,7 @@ pub(super) fn create(tx: &Connection, new: NewFlavor) -> Result<Flavor> {
 
 /// Flavor `id` if `scope` sees it.
 pub(super) fn flavor(tx: &Connection, scope: Scope, id: Uuid) -> Result<Flavor> {
-    tx.query_row(
+    tx.query_row_cached(
         &format!("SELECT {FLAVOR_COLS} FROM flavors WHERE id = ?2 AND {SEEN}"),
         params![tenant_of(scope), id.to_string()],
         flavor_row,

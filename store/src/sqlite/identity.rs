@@ -5,7 +5,8 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 use uuid::Uuid;
 
 use super::{
-    SqliteStore, app_creds, bad_column, delete_row, duplicate, instances, int, u64_at, uuid_at,
+    Cached, SqliteStore, app_creds, bad_column, delete_row, duplicate, instances, int, u64_at,
+    uuid_at,
 };
 use std::time::SystemTime;
 
@@ -196,7 +197,7 @@ pub(super) fn create_tenant(
 }
 
 pub(super) fn tenant(tx: &Connection, id: Uuid) -> Result<Tenant> {
-    tx.query_row(
+    tx.query_row_cached(
         &format!("SELECT {TENANT_COLS} FROM tenants WHERE id = ?1"),
         [id.to_string()],
         tenant_row,

@@ -11,7 +11,7 @@ use uuid::Uuid;
 use super::catalog::workload;
 use super::flavors::flavor;
 use super::identity::tenant;
-use super::{SqliteStore, bad_column, int, opt_uuid_at, u32_at, u64_at, uuid_at};
+use super::{Cached, SqliteStore, bad_column, int, opt_uuid_at, u32_at, u64_at, uuid_at};
 use crate::common::{check_name, check_same_size, check_version, from_millis, millis, now};
 use crate::net;
 use crate::*;
@@ -167,7 +167,7 @@ pub(super) fn usage(tx: &Connection, tenant_id: Uuid) -> Result<Usage> {
 /// prefix.
 fn subnet_with_room(tx: &Connection, t: &Tenant) -> Result<(Uuid, u32, u8)> {
     let found = tx
-        .query_row(
+        .query_row_cached(
             "SELECT id, base, prefix FROM subnets WHERE tenant_id = ?1 AND used < capacity
              ORDER BY base LIMIT 1",
             [t.id.to_string()],
@@ -265,7 +265,7 @@ pub(super) fn create(tx: &Connection, new: NewInstance) -> Result<Instance> {
         instance.reservation,
         instance.zone,
     ])?;
-    tx.execute(
+    tx.execute_cached(
         "UPDATE subnets SET used = used + 1 WHERE id = ?1",
         [subnet_id.to_string()],
     )?;

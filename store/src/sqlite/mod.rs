@@ -50,6 +50,12 @@ use super::*;
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 /// Idle connections kept in the pool.
 const POOL_KEEP: usize = 8;
+/// Prepared statements each connection keeps (`prepare_cached`): more than the distinct
+/// statements of an instance's launch and reports together, so that those are parsed once per
+/// connection rather than again each time the cache (rusqlite's default: 16) turns over.
+const STATEMENTS_KEPT: usize = 256;
+/// The page cache of each connection, in KiB.
+const PAGE_CACHE_KIB: i64 = 16 * 1024;
 /// The SQLite store. Cheap to share between threads (`Arc<SqliteStore>`).
 #[derive(Debug)]
 pub struct SqliteStore {
@@ -118,21 +124,18 @@ impl SqliteStore {
                     if conn.is_autocommit() {
                         return aborted_batch();
                     }
-                    conn.execute_batch("SAVEPOINT cumulo_write")?;
+                    run_cached(conn, "SAVEPOINT cumulo_write")?;
                     let out = f(conn);
                     if conn.is_autocommit() {
                         return out.and_then(|_| aborted_batch());
                     }
                     let closed = match &out {
-                        Ok(_) => conn.execute_batch("RELEASE cumulo_write"),
-                        Err(_) => {
-                            conn.execute_batch("ROLLBACK TO cumulo_write; RELEASE cumulo_write")
-                        }
+                        Ok(_) => run_cached(conn, "RELEASE cumulo_write"),
+                        Err(_) => undo_savepoint(conn),
                     };
                     if let Err(e) = closed {
                         // Not kept: undone, if the savepoint can still be undone.
-                        let _ =
-                            conn.execute_batch("ROLLBACK TO cumulo_write; RELEASE cumulo_write");
+                        let _ = undo_savepoint(conn);
                         return out.and(Err(e.into()));
                     }
                     out
@@ -294,11 +297,56 @@ fn make_private(path: &Path) -> Result<()> {
 
 fn connect(path: &Path) -> Result<Connection> {
     let conn = Connection::open(path)?;
+    conn.set_prepared_statement_cache_capacity(STATEMENTS_KEPT);
     conn.busy_timeout(BUSY_TIMEOUT)?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", "NORMAL")?;
     conn.pragma_update(None, "foreign_keys", "ON")?;
+    // A batch's savepoints journal the pages each write changes: in memory, not in a temporary
+    // file written and read back through the kernel (a batch's one write at a time).
+    conn.pragma_update(None, "temp_store", "MEMORY")?;
+    // Pages kept per connection (a negative size is KiB): the indexes a node's report and a
+    // launch walk, rather than reading them again from the file system (the default is 2 MiB).
+    conn.pragma_update(None, "cache_size", -PAGE_CACHE_KIB)?;
     Ok(conn)
+}
+
+/// `query_row` and `execute` with the statement prepared once per connection (its cache holds
+/// [`STATEMENTS_KEPT`]): for the statements of every launch and report, which SQLite would
+/// otherwise parse and plan again each time.
+pub(crate) trait Cached {
+    /// As [`Connection::query_row`].
+    fn query_row_cached<T, P, F>(&self, sql: &str, params: P, f: F) -> rusqlite::Result<T>
+    where
+        P: rusqlite::Params,
+        F: FnOnce(&rusqlite::Row<'_>) -> rusqlite::Result<T>;
+    /// As [`Connection::execute`].
+    fn execute_cached<P: rusqlite::Params>(&self, sql: &str, params: P) -> rusqlite::Result<usize>;
+}
+
+impl Cached for Connection {
+    fn query_row_cached<T, P, F>(&self, sql: &str, params: P, f: F) -> rusqlite::Result<T>
+    where
+        P: rusqlite::Params,
+        F: FnOnce(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+    {
+        self.prepare_cached(sql)?.query_row(params, f)
+    }
+
+    fn execute_cached<P: rusqlite::Params>(&self, sql: &str, params: P) -> rusqlite::Result<usize> {
+        self.prepare_cached(sql)?.execute(params)
+    }
+}
+
+/// Runs `sql`, one statement that returns no rows, prepared once per connection.
+fn run_cached(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(sql)?.execute([]).map(|_| ())
+}
+
+/// Undoes and closes a batch's write savepoint.
+fn undo_savepoint(conn: &Connection) -> rusqlite::Result<()> {
+    run_cached(conn, "ROLLBACK TO cumulo_write")?;
+    run_cached(conn, "RELEASE cumulo_write")
 }
 
 impl From<rusqlite::Error> for StoreError {
