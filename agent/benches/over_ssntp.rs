@@ -174,6 +174,9 @@ fn agent(pki: &TestPki, dir: &Path, scheduler: &str, extra: &[&str]) -> Child {
             "--no-mem-limit",
             "--vcpus",
             "100000",
+            // Consoles are not measured here; the default port may be another agent's.
+            "--console-listen",
+            "off",
         ])
         .args(extra)
         .env("RUST_LOG", "warn")

@@ -62,8 +62,9 @@ async fn run(args: Args, shutdown: CancellationToken) -> Result<(), String> {
     let listener = tokio::net::TcpListener::bind(api.listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", api.listen))?;
-    // As the agent's console endpoint: a port that cannot be had leaves the endpoint off, said
-    // in the log, and the controller runs (a node's fetch then fails with the cause).
+    // A port that cannot be had leaves the image endpoint off, said in the log, and the
+    // controller runs (a node's fetch then fails with the cause). (The agent's node endpoint
+    // differs: the controller would reach whatever holds its port, so the agent stops.)
     let images_endpoint = match api.image_listen {
         Some(addr) => {
             // A removed host (its certificate revoked) fetches no more images.

@@ -191,13 +191,32 @@ pub enum DaemonError {
     /// The node endpoint (`--console-listen`) cannot be set up: another process holds its port
     /// (the controller would reach that process instead), or its TLS or disk-copy directory
     /// cannot be made.
-    #[error("node endpoint (--console-listen {addr}; off turns it off): {why}")]
+    #[error("node endpoint (--console-listen {addr}; off turns it off): {source}")]
     Console {
         /// Where it was to listen.
         addr: SocketAddr,
         /// Why it cannot.
-        why: String,
+        source: ConsoleError,
     },
+}
+
+/// Why the node endpoint cannot be set up ([`DaemonError::Console`]).
+#[derive(Debug, thiserror::Error)]
+pub enum ConsoleError {
+    /// Its TLS configuration cannot be made from the agent's identity.
+    #[error("TLS: {0}")]
+    Tls(#[source] ssntp_net::TlsError),
+    /// Its directory for disk copies cannot be made.
+    #[error("directory for disk copies {path}: {source}")]
+    Exports {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Its address cannot be bound: most often, another process holds the port.
+    #[error("cannot listen: {0}")]
+    Listen(#[source] std::io::Error),
 }
 
 /// Holds `<state-dir>/agent.lock` while the daemon runs: one agent per state directory, whether
@@ -524,17 +543,19 @@ async fn open_console(config: &DaemonConfig) -> Result<Option<ConsoleSetup>, Dae
     let Some(addr) = config.console else {
         return Ok(None);
     };
-    let failed = |why: String| DaemonError::Console { addr, why };
+    let failed = |source| DaemonError::Console { addr, source };
     let tls = config
         .tls
         .server_config()
-        .map_err(|e| failed(e.to_string()))?;
-    let dir = config.state_dir.join("exports");
-    let exports = export::Exports::open(&dir)
-        .map_err(|e| failed(format!("directory for disk copies {}: {e}", dir.display())))?;
+        .map_err(|e| failed(ConsoleError::Tls(e)))?;
+    let path = config.state_dir.join("exports");
+    let exports = match export::Exports::open(&path) {
+        Ok(exports) => exports,
+        Err(source) => return Err(failed(ConsoleError::Exports { path, source })),
+    };
     let listener = tokio::net::TcpListener::bind(addr)
         .await
-        .map_err(|e| failed(format!("cannot listen: {e}")))?;
+        .map_err(|e| failed(ConsoleError::Listen(e)))?;
     Ok(Some(ConsoleSetup {
         listener,
         tls,
@@ -551,8 +572,8 @@ impl ConsoleSetup {
         core: Core,
         stop: CancellationToken,
     ) -> tokio::task::JoinHandle<()> {
-        let addr = self.listener.local_addr().map(|a| a.to_string());
-        let addr = addr.unwrap_or_default();
+        let addr = self.listener.local_addr().ok().or(config.console);
+        let addr = addr.map(|a| a.to_string()).unwrap_or_default();
         tracing::info!(%addr, reported = ?config.console_address, "console endpoint listening");
         tokio::spawn(console::serve(
             self.listener,
