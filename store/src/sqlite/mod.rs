@@ -303,10 +303,15 @@ fn connect(path: &Path) -> Result<Connection> {
     conn.pragma_update(None, "synchronous", "NORMAL")?;
     conn.pragma_update(None, "foreign_keys", "ON")?;
     // A batch's savepoints journal the pages each write changes: in memory, not in a temporary
-    // file written and read back through the kernel (a batch's one write at a time).
+    // file written and read back through the kernel (a batch's one write at a time). SQLite
+    // also keeps there what it sorts or groups without an index: the largest, the counts by
+    // state, is a few bytes per instance.
     conn.pragma_update(None, "temp_store", "MEMORY")?;
-    // Pages kept per connection (a negative size is KiB): the indexes a node's report and a
-    // launch walk, rather than reading them again from the file system (the default is 2 MiB).
+    // Pages kept per connection (a negative size is KiB), filled as pages are read: the
+    // indexes a node's report and a launch walk (the default is 2 MiB). SQLite drops a
+    // connection's cache when another has written since its last read, so it mostly serves
+    // the reads within one transaction; each connection of the pool, and each opened beyond it
+    // when all are busy, may hold this much.
     conn.pragma_update(None, "cache_size", -PAGE_CACHE_KIB)?;
     Ok(conn)
 }
