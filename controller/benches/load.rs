@@ -2,7 +2,8 @@
 //! binaries (SQLite store, plain HTTP API on loopback), a child process of simulated agents
 //! (in-process SSNTP clients that READY with room for everything, answer each START by running
 //! the instance and report their instances, active, in STATS every `--stats-interval` seconds,
-//! default 10, also the scheduler's setting), instances created
+//! default 10, also the scheduler's setting, and after a change as an agent reports one: at
+//! once, or 50 ms after its last report), instances created
 //! through the native REST API (`POST /cumulo/v1/instances`, 1,000 per request), then a steady
 //! state held for a while, sampled every `--sample` seconds:
 //!

@@ -13,6 +13,9 @@ use ssntp_net::{Client, ClientConfig, ClientEvent, TlsIdentity};
 /// Agents started at once (each batch connects before the next starts).
 const BATCH: usize = 100;
 
+/// The least time between two reports of a change: the agent's default `--change-report-gap`.
+const CHANGE_REPORT_GAP: Duration = Duration::from_millis(50);
+
 pub(crate) fn identity(dir: &Path, name: &str) -> TlsIdentity {
     TlsIdentity::load(
         &dir.join("ca.pem"),
@@ -72,16 +75,21 @@ pub(crate) async fn agents(dir: PathBuf, port: u16, n: usize, interval: u64) {
                 }
             }
             connected.fetch_add(1, Ordering::Relaxed);
-            // The full STATS spread over the interval; a change reported within a second, as
-            // a real agent does (its change-report gap is shorter still), whatever the agent's
-            // place in that spread.
+            // The full STATS spread over the interval; a change reported as a real agent
+            // reports it (`cumulo-agent --change-report-gap`): at once, or the gap after the
+            // last report, whatever the agent's place in that spread.
             let now = tokio::time::Instant::now();
             let spread = (i as u64 * 7919) % (interval * 1000);
             let first = now + Duration::from_millis(spread);
             let mut tick = tokio::time::interval_at(first, Duration::from_secs(interval));
-            let soon_at = now + Duration::from_millis(spread % 1000);
-            let mut soon = tokio::time::interval_at(soon_at, Duration::from_secs(1));
+            let mut last: Option<tokio::time::Instant> = None;
+            // When the change seen is reported.
+            let mut due: Option<tokio::time::Instant> = None;
             loop {
+                if dirty && due.is_none() {
+                    let now = tokio::time::Instant::now();
+                    due = Some(last.map_or(now, |l| (l + CHANGE_REPORT_GAP).max(now)));
+                }
                 let send = tokio::select! {
                     e = events.recv() => match e {
                         Some(ClientEvent::Connected { .. }) => {
@@ -117,9 +125,12 @@ pub(crate) async fn agents(dir: PathBuf, port: u16, n: usize, interval: u64) {
                         None => return,
                     },
                     _ = tick.tick() => true,
-                    _ = soon.tick() => std::mem::take(&mut dirty),
+                    _ = tokio::time::sleep_until(due.unwrap_or(now)), if due.is_some() => true,
                 };
                 if send {
+                    dirty = false;
+                    due = None;
+                    last = Some(tokio::time::Instant::now());
                     let stats = Payload::Stats(Box::new(Stats {
                         node: node_status(handle.uuid(), i),
                         status: NodeState::Ready,
