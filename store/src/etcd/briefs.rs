@@ -5,8 +5,11 @@
 //! A node reports every few seconds whether anything changed, and most reports change nothing:
 //! at 10,000 nodes the reads of their indexes were about 1,000 etcd ranges a second, however
 //! fast instances were being made. Every write of this store under the index (a commit whose
-//! writes include a key there) makes the node's kept read stale at once, so a controller alone
-//! on its prefix reconciles against what etcd holds; a commit whose outcome is unknown (it
+//! writes include a key there) is applied to the node's kept read once etcd has answered it (a
+//! brief written replaces the instance's, a key deleted drops it), so a controller alone on its
+//! prefix reconciles against what etcd holds without reading the index again after each of its
+//! own writes; a write that cannot be applied so (commits answered out of their order, a value
+//! that is not a brief) drops the read instead. A commit whose outcome is unknown (it
 //! timed out) drops every kept read, and none is kept for a call timeout after it, while etcd
 //! may still apply it (past that, the expiry below bounds what a very late apply leaves). Another
 //! process's writes (a second controller, an off-host launcher) are seen when the kept read
@@ -20,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use uuid::Uuid;
 
+use super::instance_recs::BriefRec;
 use crate::InstanceBrief;
 
 /// The most nodes whose reads are kept; past it every kept read is dropped and counting starts
@@ -54,14 +58,49 @@ struct Entry {
 }
 
 /// One read of a node's index, kept while no write under it has been noted since it began (a
-/// write or a drop of every read takes it away).
+/// drop of every read takes it away), with this store's writes since applied to it.
 struct Read {
     /// When the read began.
     at: Instant,
-    briefs: Vec<InstanceBrief>,
+    /// The briefs in the index's order: the record's creation revision, then its id.
+    briefs: Vec<(i64, InstanceBrief)>,
+    /// The revision etcd read the index at: a commit at or before it is in the briefs already.
+    revision: i64,
+    /// The revision of the last commit applied to the briefs since (`revision` before any).
+    applied: i64,
+}
+
+impl Read {
+    /// Applies one commit's writes under the node's index; `false` when one cannot be (the read
+    /// must then be dropped).
+    fn apply(&mut self, node: Uuid, writes: &[&IndexWrite]) -> bool {
+        for write in writes {
+            self.briefs.retain(|(_, b)| b.id != write.instance);
+            let Some(value) = &write.value else { continue };
+            let Ok(brief) = serde_json::from_slice::<BriefRec>(value) else {
+                return false;
+            };
+            let Ok(model) = brief.model(write.instance, node) else {
+                return false;
+            };
+            let order = (brief.c, write.instance);
+            let at = self.briefs.partition_point(|(c, b)| (*c, b.id) < order);
+            self.briefs.insert(at, (brief.c, model));
+        }
+        true
+    }
+}
+
+/// One write of a commit under a node's index: the instance's brief put (its JSON), or its key
+/// deleted (`None`).
+pub(super) struct IndexWrite {
+    pub(super) node: Uuid,
+    pub(super) instance: Uuid,
+    pub(super) value: Option<Vec<u8>>,
 }
 
 /// A read of a node's index about to begin: [`NodeBriefs::keep`] keeps its outcome.
+#[derive(Debug)]
 pub(super) struct Mark {
     node: Uuid,
     writes: u64,
@@ -87,11 +126,17 @@ impl NodeBriefs {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// The node whose index `key` is in, if it is.
-    pub(super) fn node_of(&self, key: &str) -> Option<Uuid> {
+    /// The node and the instance that index key `key` names (the instance `None` when the
+    /// key is under the node's index but names no instance).
+    pub(super) fn index_key(&self, key: &str) -> Option<(Uuid, Option<Uuid>)> {
         let rest = key.strip_prefix(&self.root)?;
-        let node = rest.split('/').next()?;
-        Uuid::parse_str(node).ok()
+        let mut parts = rest.split('/');
+        let node = Uuid::parse_str(parts.next()?).ok()?;
+        let instance = match (parts.next(), parts.next()) {
+            (Some(id), None) => Uuid::parse_str(id).ok(),
+            _ => None,
+        };
+        Some((node, instance))
     }
 
     /// Whether `[start, end)` may hold keys of the index (an empty `end`: every key from
@@ -116,7 +161,7 @@ impl NodeBriefs {
         if let Some(read) = &entry.read
             && now.duration_since(read.at) < self.keep
         {
-            return Ok(read.briefs.clone());
+            return Ok(read.briefs.iter().map(|(_, b)| b.clone()).collect());
         }
         Err(Mark {
             node,
@@ -126,9 +171,10 @@ impl NodeBriefs {
         })
     }
 
-    /// Keeps `briefs`, read after `mark` was taken, for the node's next reads; not if this
-    /// store wrote under the node's index meanwhile.
-    pub(super) fn keep(&self, mark: Mark, briefs: &[InstanceBrief]) {
+    /// Keeps `briefs` (in the index's order, each with its record's creation revision), read
+    /// at `revision` after `mark` was taken, for the node's next reads; not if this store wrote
+    /// under the node's index meanwhile.
+    pub(super) fn keep(&self, mark: Mark, briefs: &[(i64, InstanceBrief)], revision: i64) {
         if self.keep.is_zero() {
             return;
         }
@@ -142,6 +188,8 @@ impl NodeBriefs {
             entry.read = Some(Read {
                 at: mark.at,
                 briefs: briefs.to_vec(),
+                revision,
+                applied: revision,
             });
         }
     }
@@ -156,11 +204,12 @@ impl NodeBriefs {
         kept.unsure_until = Some(kept.unsure_until.map_or(until, |u| u.max(until)));
     }
 
-    /// This store committed writes under the indexes of `nodes` (or of any node, `all`): their
-    /// kept reads are stale. Called once the commit has been answered, so that a read that
-    /// begins after this sees the writes.
-    pub(super) fn written(&self, nodes: &[Uuid], all: bool) {
-        if nodes.is_empty() && !all {
+    /// This store committed `writes` under node indexes at `revision` (or writes that may touch
+    /// any node's index, `all`): they are applied to the nodes' kept reads, or those reads are
+    /// dropped where they cannot be (see the module docs). Called once the commit has been
+    /// answered, so that a read that begins after this sees the writes.
+    pub(super) fn written(&self, writes: &[IndexWrite], all: bool, revision: i64) {
+        if writes.is_empty() && !all {
             return;
         }
         let mut kept = self.lock();
@@ -169,11 +218,29 @@ impl NodeBriefs {
             kept.epoch += 1;
             return;
         }
+        let mut nodes: Vec<Uuid> = writes.iter().map(|w| w.node).collect();
+        nodes.sort_unstable();
+        nodes.dedup();
         for node in nodes {
-            if let Some(entry) = kept.nodes.get_mut(node) {
-                entry.writes += 1;
-                entry.read = None;
+            let Some(entry) = kept.nodes.get_mut(&node) else {
+                continue;
+            };
+            // A read in flight may predate the commit: it is not kept.
+            entry.writes += 1;
+            let Some(read) = &mut entry.read else {
+                continue;
+            };
+            if revision <= read.revision {
+                // Read after the commit: in the briefs already.
+                continue;
             }
+            let mine: Vec<&IndexWrite> = writes.iter().filter(|w| w.node == node).collect();
+            // A later commit applied already: this one came too late to apply in order.
+            if revision < read.applied || !read.apply(node, &mine) {
+                entry.read = None;
+                continue;
+            }
+            read.applied = revision;
         }
     }
 }
@@ -192,6 +259,73 @@ mod tests {
         }
     }
 
+    /// `b` written at `b.id`'s key under `node`'s index, created at revision `created`.
+    fn put(node: Uuid, b: &InstanceBrief, created: i64) -> IndexWrite {
+        let (s, _) = super::super::instance_recs::state_text(&b.state);
+        let rec = BriefRec {
+            c: created,
+            v: b.version,
+            s: s.into(),
+            r: None,
+        };
+        IndexWrite {
+            node,
+            instance: b.id,
+            value: Some(serde_json::to_vec(&rec).unwrap()),
+        }
+    }
+
+    fn delete(node: Uuid, instance: Uuid) -> IndexWrite {
+        IndexWrite {
+            node,
+            instance,
+            value: None,
+        }
+    }
+
+    /// Keeps a read of `node`'s index made at revision 10, holding `held` (created at
+    /// revisions 1, 2, ...).
+    fn read(briefs: &NodeBriefs, node: Uuid, held: &[InstanceBrief]) {
+        let mark = briefs.kept(node).expect_err("a read to make");
+        let ordered: Vec<(i64, InstanceBrief)> = (1..).zip(held.iter().cloned()).collect();
+        briefs.keep(mark, &ordered, 10);
+    }
+
+    #[test]
+    fn this_stores_writes_are_applied_to_the_kept_read_in_the_index_order() {
+        let briefs = NodeBriefs::new("/c/", Duration::from_secs(60));
+        let node = Uuid::new_v4();
+        let (a, b) = (brief(node), brief(node));
+        read(&briefs, node, &[a.clone(), b.clone()]);
+        // `a` turns exited; a new instance (created at 5) comes; `b` leaves the node.
+        let mut a2 = a.clone();
+        a2.state = InstanceState::Exited;
+        a2.version = 4;
+        let c = brief(node);
+        briefs.written(&[put(node, &a2, 1), put(node, &c, 5)], false, 11);
+        briefs.written(&[delete(node, b.id)], false, 12);
+        assert_eq!(briefs.kept(node).unwrap(), vec![a2.clone(), c.clone()]);
+        // One that sorts between them by its creation revision goes between them.
+        let d = brief(node);
+        briefs.written(&[put(node, &d, 3)], false, 13);
+        assert_eq!(briefs.kept(node).unwrap(), vec![a2.clone(), d, c]);
+        // A commit the read saw already (at or before its revision) changes nothing.
+        briefs.written(&[delete(node, a2.id)], false, 9);
+        assert_eq!(briefs.kept(node).unwrap().len(), 3);
+    }
+
+    #[test]
+    fn a_commit_answered_after_a_later_one_drops_the_read() {
+        let briefs = NodeBriefs::new("/c/", Duration::from_secs(60));
+        let node = Uuid::new_v4();
+        read(&briefs, node, &[brief(node)]);
+        briefs.written(&[put(node, &brief(node), 2)], false, 14);
+        assert_eq!(briefs.kept(node).unwrap().len(), 2);
+        // Committed at 12, answered after 14: what it wrote may have been overwritten at 14.
+        briefs.written(&[put(node, &brief(node), 3)], false, 12);
+        assert!(briefs.kept(node).is_err());
+    }
+
     /// Reads `node` (the read beginning `age` ago, `meanwhile` happening while it is in
     /// flight): whether the node's next read is answered from it.
     fn kept_after(
@@ -205,23 +339,28 @@ mod tests {
             .checked_sub(age)
             .expect("the clock is past the age");
         meanwhile();
-        briefs.keep(mark, &[brief(node)]);
+        briefs.keep(mark, &[(1, brief(node))], 10);
         briefs.kept(node).is_ok()
     }
 
     #[test]
-    fn a_read_is_kept_until_a_write_under_its_node() {
+    fn a_read_is_kept_until_a_write_it_cannot_apply() {
         let briefs = NodeBriefs::new("/c/", Duration::from_secs(60));
         let (node, other) = (Uuid::new_v4(), Uuid::new_v4());
         assert!(kept_after(&briefs, node, Duration::ZERO, || {}));
         // Another node's write leaves it.
-        briefs.written(&[other], false);
-        assert!(briefs.kept(node).is_ok());
-        // Its own ends it.
-        briefs.written(&[node], false);
+        briefs.written(&[put(other, &brief(other), 1)], false, 11);
+        assert_eq!(briefs.kept(node).unwrap().len(), 1);
+        // Its own that is not a brief ends it.
+        let junk = IndexWrite {
+            node,
+            instance: Uuid::new_v4(),
+            value: Some(b"{".to_vec()),
+        };
+        briefs.written(&[junk], false, 12);
         assert!(kept_after(&briefs, node, Duration::ZERO, || {}));
         // So does a write that may touch every node's index.
-        briefs.written(&[], true);
+        briefs.written(&[], true, 13);
         assert!(briefs.kept(node).is_err());
     }
 
@@ -231,11 +370,11 @@ mod tests {
         let node = Uuid::new_v4();
         // A commit answered while the read was in flight: what was read may predate it.
         assert!(!kept_after(&briefs, node, Duration::ZERO, || {
-            briefs.written(&[node], false);
+            briefs.written(&[delete(node, Uuid::new_v4())], false, 11);
         }));
         // Likewise when every read was dropped meanwhile.
         assert!(!kept_after(&briefs, node, Duration::ZERO, || {
-            briefs.written(&[], true);
+            briefs.written(&[], true, 12);
         }));
     }
 
@@ -262,18 +401,29 @@ mod tests {
         // One that begins after it is.
         let mut mark = briefs.kept(node).unwrap_err();
         mark.at = until;
-        briefs.keep(mark, &[brief(node)]);
+        briefs.keep(mark, &[(1, brief(node))], 10);
         assert!(briefs.kept(node).is_ok());
     }
 
     #[test]
-    fn the_index_keys_name_their_node() {
+    fn the_index_keys_name_their_node_and_instance() {
         let briefs = NodeBriefs::new("/c/", Duration::from_secs(60));
         let (node, id) = (Uuid::new_v4(), Uuid::new_v4());
-        assert_eq!(briefs.node_of(&format!("/c/node/{node}/{id}")), Some(node));
-        assert_eq!(briefs.node_of(&format!("/c/nodes/{node}/{id}")), None);
-        assert_eq!(briefs.node_of(&format!("/c/instance/{id}")), None);
-        assert_eq!(briefs.node_of("/c/node/junk/x"), None);
+        assert_eq!(
+            briefs.index_key(&format!("/c/node/{node}/{id}")),
+            Some((node, Some(id)))
+        );
+        assert_eq!(
+            briefs.index_key(&format!("/c/node/{node}/")),
+            Some((node, None))
+        );
+        assert_eq!(
+            briefs.index_key(&format!("/c/node/{node}/{id}/x")),
+            Some((node, None))
+        );
+        assert_eq!(briefs.index_key(&format!("/c/nodes/{node}/{id}")), None);
+        assert_eq!(briefs.index_key(&format!("/c/instance/{id}")), None);
+        assert_eq!(briefs.index_key("/c/node/junk/x"), None);
         assert!(briefs.overlaps("/c/", b"/c0"));
         assert!(briefs.overlaps("/c/node/", b""));
         assert!(!briefs.overlaps("/c/events/", b"/c/events0"));

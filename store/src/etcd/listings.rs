@@ -136,7 +136,7 @@ impl EtcdStore {
             Err(mark) => mark,
         };
         let prefix = self.keys.on_nodes(node);
-        let (_, index) = self.range(&prefix, &prefix_end(&prefix), 0, |o| o)?;
+        let (revision, index) = self.range(&prefix, &prefix_end(&prefix), 0, |o| o)?;
         let mut briefs: Vec<((i64, Uuid), InstanceBrief)> = Vec::with_capacity(index.len());
         let mut unbriefed = Vec::new();
         for kv in index {
@@ -162,12 +162,13 @@ impl EtcdStore {
         }
         // Creation order: the record's revision, then its id (instances made together share one).
         briefs.sort_unstable_by_key(|(order, _)| *order);
-        let briefs: Vec<InstanceBrief> = briefs.into_iter().map(|(_, brief)| brief).collect();
         // Kept only when the index held them all: a record's write need not touch the index.
         if unbriefed.is_empty() {
-            self.briefs.keep(mark, &briefs);
+            let ordered: Vec<(i64, InstanceBrief)> =
+                briefs.iter().map(|((c, _), b)| (*c, b.clone())).collect();
+            self.briefs.keep(mark, &ordered, revision);
         }
-        Ok(briefs)
+        Ok(briefs.into_iter().map(|(_, brief)| brief).collect())
     }
 
     /// One round trip: a count of each state's keys in the state index, when every instance

@@ -709,7 +709,7 @@ impl EtcdStore {
             // Written: the nodes' kept briefs are stale. Perhaps written, perhaps later (an
             // unknown outcome): none is kept for a while.
             match &committed {
-                Ok(Some(_)) => self.briefs.written(&nodes, all_nodes),
+                Ok(Some(revision)) => self.briefs.written(&nodes, all_nodes, *revision),
                 Ok(None) => {}
                 Err(_) if nodes.is_empty() && !all_nodes => {}
                 Err(_) => self

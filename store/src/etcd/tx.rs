@@ -5,6 +5,7 @@ use etcd_client::{Compare, CompareOp, TxnOp};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use super::briefs::IndexWrite;
 use super::keys::{Keys, prefix_end};
 use super::{EtcdStore, KeyAndRange, Kv};
 use crate::{Result, StoreError};
@@ -20,9 +21,9 @@ pub(super) struct Tx<'s> {
     /// Keys read ahead ([`Tx::prefetch`]), as read: a later read of only such keys is answered
     /// from here (their compares are in already). Writes of the transaction do not show here.
     pub(super) prefetched: std::collections::HashMap<String, Option<Kv>>,
-    /// The nodes under whose index `ops` write (a node once per key written), and whether a
-    /// range they delete may hold index keys of any node.
-    pub(super) nodes: Vec<uuid::Uuid>,
+    /// What `ops` write under node indexes, in order, and whether a range they delete (or a key
+    /// that names no instance) may touch index keys of any node.
+    pub(super) nodes: Vec<IndexWrite>,
     pub(super) all_nodes: bool,
 }
 
@@ -177,7 +178,7 @@ impl<'s> Tx<'s> {
         let json = serde_json::to_vec(value)
             .map_err(|e| StoreError::Backend(format!("encoding {key}: {e}")))?;
         self.bytes += key.len() + json.len();
-        self.note(key);
+        self.note(key, Some(&json));
         self.ops.push(TxnOp::put(key, json, None));
         Ok(())
     }
@@ -185,13 +186,13 @@ impl<'s> Tx<'s> {
     /// Writes `text` at `key`.
     pub(super) fn put_text(&mut self, key: &str, text: &str) {
         self.bytes += key.len() + text.len();
-        self.note(key);
+        self.note(key, Some(text.as_bytes()));
         self.ops.push(TxnOp::put(key, text, None));
     }
 
     /// Deletes `key`.
     pub(super) fn delete(&mut self, key: &str) {
-        self.note(key);
+        self.note(key, None);
         self.ops.push(TxnOp::delete(key, None));
     }
 
@@ -204,10 +205,16 @@ impl<'s> Tx<'s> {
         ));
     }
 
-    /// Notes the node whose index `key` is in, if it is.
-    fn note(&mut self, key: &str) {
-        if let Some(node) = self.store.briefs.node_of(key) {
-            self.nodes.push(node);
+    /// Notes a write of `value` at `key` (a deletion: `None`) if `key` is in a node's index.
+    fn note(&mut self, key: &str, value: Option<&[u8]>) {
+        match self.store.briefs.index_key(key) {
+            None => {}
+            Some((node, Some(instance))) => self.nodes.push(IndexWrite {
+                node,
+                instance,
+                value: value.map(<[u8]>::to_vec),
+            }),
+            Some((_, None)) => self.all_nodes = true,
         }
     }
 
