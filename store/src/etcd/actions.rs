@@ -211,30 +211,13 @@ impl ActionStore for EtcdStore {
         if let Err(e) = rules::check_event(event) {
             return asked.iter().map(|_| Err(e.clone())).collect();
         }
-        let start = |share: &[ToStart]| {
-            self.atomically("starting instances", |tx| {
-                starts_in(tx, node, share, event, &outcome)
-            })
-        };
-        let mut answers = Vec::with_capacity(asked.len());
-        let mut rest = asked;
-        while !rest.is_empty() {
-            let share = &rest[..rest.len().min(STARTS_PER_TXN)];
-            let answered = match start(share) {
-                Ok(done) => done,
-                Err(StoreError::Conflict(_)) if share.len() > 1 => share
-                    .iter()
-                    .flat_map(|one| {
-                        start(std::slice::from_ref(one)).unwrap_or_else(|e| vec![Err(e)])
-                    })
-                    .collect(),
-                Err(e) => share.iter().map(|_| Err(e.clone())).collect(),
-            };
-            // A share answers at least its first instance.
-            rest = &rest[answered.len().clamp(1, share.len())..];
-            answers.extend(answered);
+        if asked.is_empty() {
+            return Vec::new();
         }
-        answers
+        self.starts
+            .run(node, asked, event, &outcome, |all, event, outcome| {
+                self.start_together(all, event, outcome)
+            })
     }
 
     fn instance_actions(&self, scope: Scope, instance: Uuid) -> Result<Vec<InstanceAction>> {
@@ -445,6 +428,45 @@ fn finish_many_in(
     Ok(answers)
 }
 
+impl EtcdStore {
+    /// [`ActionStore::start_instances_on`] of starts on any nodes (each with its node), run
+    /// together by [`Combiner`](super::combine::Combiner): up to 25 (`STARTS_PER_TXN`) to a
+    /// transaction, fewer when their writes would pass `STARTED_BYTES_PER_TXN`. A share that
+    /// kept losing to concurrent changes is started one instance after another; any other
+    /// failure is every instance's answer in the share.
+    fn start_together(
+        &self,
+        asked: &[(Uuid, ToStart)],
+        event: &str,
+        outcome: &EventOutcome,
+    ) -> Vec<Result<Starting>> {
+        let start = |share: &[(Uuid, ToStart)]| {
+            self.atomically("starting instances", |tx| {
+                starts_in(tx, share, event, outcome)
+            })
+        };
+        let mut answers = Vec::with_capacity(asked.len());
+        let mut rest = asked;
+        while !rest.is_empty() {
+            let share = &rest[..rest.len().min(STARTS_PER_TXN)];
+            let answered = match start(share) {
+                Ok(done) => done,
+                Err(StoreError::Conflict(_)) if share.len() > 1 => share
+                    .iter()
+                    .flat_map(|one| {
+                        start(std::slice::from_ref(one)).unwrap_or_else(|e| vec![Err(e)])
+                    })
+                    .collect(),
+                Err(e) => share.iter().map(|_| Err(e.clone())).collect(),
+            };
+            // A share answers at least its first instance.
+            rest = &rest[answered.len().clamp(1, share.len())..];
+            answers.extend(answered);
+        }
+        answers
+    }
+}
+
 /// The most instances [`ActionStore::start_instances_on`] starts in one transaction: two reads
 /// (record, actions) and at most five writes (record, node index, action, and the state index's
 /// two keys) each, within etcd's 128.
@@ -456,27 +478,27 @@ const STARTS_PER_TXN: usize = 25;
 /// transactions.
 const STARTED_BYTES_PER_TXN: usize = CREATED_BYTES_PER_TXN;
 
-/// [`ActionStore::start_instances_on`] of `asked` in `tx`, answered in order: their records and
+/// [`ActionStore::start_instances_on`] of `asked` in `tx` (each on its node), answered in order:
+/// their records and
 /// actions read in one round trip, each that starts written (record, brief and event), each
 /// other left. An instance whose record or actions do not decode answers that error alone, and
 /// nothing of it is written. Answers fewer than asked (at least one) when the next start's
 /// writes would pass [`STARTED_BYTES_PER_TXN`]: the rest go in the next transaction.
 fn starts_in(
     tx: &mut Tx<'_>,
-    node: Uuid,
-    asked: &[ToStart],
+    asked: &[(Uuid, ToStart)],
     event: &str,
     outcome: &EventOutcome,
 ) -> Result<Vec<Result<Starting>>> {
     let keys = tx.keys();
     let pairs: Vec<(String, String)> = asked
         .iter()
-        .map(|one| (keys.instance(one.id), keys.actions(one.id)))
+        .map(|(_, one)| (keys.instance(one.id), keys.actions(one.id)))
         .collect();
     let found = tx.gets_and_ranges(&pairs)?;
     let mut seen = BTreeSet::new();
     let mut answers = Vec::with_capacity(asked.len());
-    for ((one, (key, _)), (record, under)) in asked.iter().zip(pairs).zip(found) {
+    for ((&(node, one), (key, _)), (record, under)) in asked.iter().zip(pairs).zip(found) {
         let id = one.id;
         if !seen.insert(id) {
             answers.push(Err(StoreError::Invalid(format!(

@@ -39,7 +39,8 @@
 //! This file holds the connection, the reads and the optimistic transactions (`Tx`); each
 //! concern's trait is implemented in the file of that concern (`identity.rs`, `catalog.rs` with
 //! `image_members.rs`, `instances.rs` with `listings.rs` and `briefs.rs`, `volumes.rs`,
-//! `events.rs`, `actions.rs`, `queue.rs`; `reservations.rs` for the [`ReservationStore`]).
+//! `events.rs`, `actions.rs` with `combine.rs` (concurrent starts made together), `queue.rs`;
+//! `reservations.rs` for the [`ReservationStore`]).
 
 mod actions;
 mod app_creds;
@@ -52,6 +53,7 @@ mod call_tests;
 mod catalog;
 #[cfg(test)]
 mod cluster_tests;
+mod combine;
 mod events;
 mod flavor_recs;
 mod flavors;
@@ -148,6 +150,8 @@ pub struct EtcdStore {
     calls: std::sync::atomic::AtomicU64,
     /// Each node's instances in brief as last read.
     briefs: briefs::NodeBriefs,
+    /// Starts asked for by concurrent callers, made together.
+    starts: combine::Combiner,
 }
 
 impl std::fmt::Debug for EtcdStore {
@@ -239,6 +243,7 @@ impl EtcdStore {
             client,
             keys: Keys::new(prefix),
             briefs: briefs::NodeBriefs::new(Keys::new(prefix).root(), options.briefs_kept),
+            starts: combine::Combiner::default(),
             endpoints: joined,
             options: EtcdOptions {
                 event_capacity: options.event_capacity.max(1),

@@ -659,6 +659,80 @@ pub(crate) fn reported_instances_start_together<F: Fixture>() {
     assert_eq!(store.instance(Scope::All, fresh.id).unwrap(), fresh);
 }
 
+/// Many nodes' reports started side by side, as the controller applies them (etcd makes them
+/// together: `combine.rs`): each caller's instances start on its own node, its answers in its
+/// order, and an instance pending on another node is left, whatever else shares its
+/// transaction.
+pub(crate) fn many_nodes_start_side_by_side<F: Fixture>() {
+    let fx = F::new();
+    let store = fx.open();
+    let (t, w) = tenant_and_workload(&store, "sides", Quota::default(), 24);
+    let elsewhere = Uuid::new_v4();
+    let nodes: Vec<Uuid> = (0..16).map(|_| Uuid::new_v4()).collect();
+    // Each node: three pending on no node, then one pending on another node.
+    let made: Vec<Vec<Instance>> = nodes
+        .iter()
+        .enumerate()
+        .map(|(n, _)| {
+            (0..4)
+                .map(|k| {
+                    let i = store
+                        .create_instance(new_instance(&t, &w, &format!("vm-{n}-{k}")))
+                        .unwrap();
+                    store
+                        .add_instance_action(new_action(i.id, "req-1", "create", &["node_start"]))
+                        .unwrap();
+                    match k {
+                        3 => placed(&store, &i, elsewhere, InstanceState::Pending),
+                        _ => i,
+                    }
+                })
+                .collect()
+        })
+        .collect();
+    let barrier = std::sync::Barrier::new(nodes.len());
+    std::thread::scope(|scope| {
+        for (&node, mine) in nodes.iter().zip(&made) {
+            let (store, barrier) = (&store, &barrier);
+            scope.spawn(move || {
+                barrier.wait();
+                let answers = store.start_instances_on(
+                    node,
+                    &any_version(mine),
+                    "node_start",
+                    EventOutcome::success(),
+                );
+                assert_eq!(answers.len(), mine.len());
+                for (k, (i, answer)) in mine.iter().zip(answers).enumerate() {
+                    match (k, answer) {
+                        (0..=2, Ok(Starting::Started(started, finished))) => {
+                            assert_eq!(started.id, i.id);
+                            assert_eq!(
+                                (started.state, started.node),
+                                (InstanceState::Active, Some(node))
+                            );
+                            let finished = finished.unwrap().unwrap();
+                            assert_eq!(finished.events[0].result, Some(ActionResult::Success));
+                        }
+                        (3, Ok(Starting::Left(left))) => assert_eq!(&left, i),
+                        (k, answer) => panic!("instance {k} of {node}: {answer:?}"),
+                    }
+                }
+            });
+        }
+    });
+    for (&node, mine) in nodes.iter().zip(&made) {
+        for (k, i) in mine.iter().enumerate() {
+            let now = store.instance(Scope::All, i.id).unwrap();
+            match k {
+                3 => assert_eq!(&now, i),
+                _ => assert_eq!((now.state, now.node), (InstanceState::Active, Some(node))),
+            }
+        }
+        assert_eq!(store.instance_briefs_on(node).unwrap().len(), 3);
+    }
+}
+
 /// Instances with the most metadata an instance may hold, in its largest JSON encoding, start
 /// together whole (etcd: in as many transactions as their size needs).
 pub(crate) fn large_records_start_together<F: Fixture>() {

@@ -92,6 +92,7 @@ macro_rules! store_suite {
                 many_actions_are_recorded_and_finished_in_order,
                 a_record_and_its_event_change_together,
                 reported_instances_start_together,
+                many_nodes_start_side_by_side,
                 large_records_start_together,
                 an_instance_is_made_with_its_first_action;
             launches: a_launchs_instances_are_made_in_order_up_to_the_quota,
