@@ -65,8 +65,8 @@ pub(crate) async fn agents(dir: PathBuf, port: u16, n: usize, interval: u64) {
             let connected = up;
             let mut running: Vec<Uuid> = Vec::new();
             let mut dirty = false;
-            // STATS every `interval` from the first connection (spread over the agents);
-            // within a second of a change.
+            // STATS every `interval` from the first connection (spread over the agents), and
+            // after a change (below).
             loop {
                 match events.recv().await {
                     Some(ClientEvent::Connected { .. }) => break,
@@ -125,7 +125,8 @@ pub(crate) async fn agents(dir: PathBuf, port: u16, n: usize, interval: u64) {
                         None => return,
                     },
                     _ = tick.tick() => true,
-                    _ = tokio::time::sleep_until(due.unwrap_or(now)), if due.is_some() => true,
+                    // (Without a report due the branch is off: the sleep is never polled.)
+                    _ = tokio::time::sleep_until(due.unwrap_or(first)), if due.is_some() => true,
                 };
                 if send {
                     dirty = false;

@@ -342,7 +342,7 @@ fn creations_in(
         if carves && carved {
             break;
         }
-        let (before, ops, bytes) = (net.clone(), tx.ops.len(), tx.bytes);
+        let (before, mark, bytes) = (net.clone(), tx.savepoint(), tx.bytes);
         match make_in(tx, new, &t, &w, &mut net, id) {
             Ok(rec) => {
                 carved |= carves;
@@ -359,8 +359,7 @@ fn creations_in(
             Err(e) => {
                 // Nothing of this one is written.
                 net = before;
-                tx.ops.truncate(ops);
-                tx.bytes = bytes;
+                tx.rollback(mark);
                 stopped = Some(e);
                 break;
             }
@@ -501,10 +500,9 @@ fn starts_in(
     for ((&(node, one), (key, _)), (record, under)) in asked.iter().zip(pairs).zip(found) {
         let id = one.id;
         if !seen.insert(id) {
-            answers.push(Err(StoreError::Invalid(format!(
-                "instance {id} is listed twice"
-            ))));
-            continue;
+            // Asked twice (two nodes' reports of one instance, made together): the second goes
+            // in the next transaction, which reads what the first wrote.
+            break;
         }
         let Some(kv) = record else {
             answers.push(Err(StoreError::not_found("instance", id)));
@@ -535,6 +533,7 @@ fn starts_in(
         };
         // The update reads the record from here (it writes it only after).
         tx.prefetched.insert(key, Some(kv));
+        let mark = tx.savepoint();
         let answer = super::instances::update_in(
             tx,
             Scope::All,
@@ -546,6 +545,10 @@ fn starts_in(
             let finished = finish_in(tx, actions, ActionTarget::Newest, event, outcome.clone());
             Starting::Started(started, finished)
         });
+        if answer.is_err() {
+            // Nothing of this one is written.
+            tx.rollback(mark);
+        }
         answers.push(answer);
     }
     Ok(answers)

@@ -5,8 +5,9 @@
 //! and a report that shows a new instance running starts it: one read and one commit of its own
 //! before, about one instance each, so etcd spent a raft round, an apply and a gRPC exchange per
 //! instance. Now a caller queues its starts; while fewer than [`LEADERS`] callers are running
-//! queued starts, it takes every start queued so far (its own among them) and runs them together
-//! ([`super::actions`]: up to 25 to a transaction), then hands each caller its answers. A
+//! queued starts, it takes the starts queued so far (its own among them, [`RUN_STARTS`] at most)
+//! and runs them together ([`super::actions`]: up to 25 to a transaction), then hands each
+//! caller its answers. A
 //! caller that finds the leaders all busy waits, and its starts go with the next leader's: the
 //! busier the store, the larger the share. A lone caller runs its own at once, as before.
 
@@ -20,6 +21,10 @@ use crate::{EventOutcome, Result, Starting, StoreError, ToStart};
 /// The most callers running queued starts at once: enough to keep a few transactions in
 /// flight, few enough that the others' starts queue and go together.
 pub(super) const LEADERS: usize = 4;
+
+/// The most starts one caller runs for the queue at a time (four transactions' worth): the
+/// callers whose starts it runs wait for all of them, and the rest go with the next run.
+pub(super) const RUN_STARTS: usize = 100;
 
 /// One caller's starts: on `node`, finishing `event` with `outcome`.
 struct Job {
@@ -80,12 +85,22 @@ impl Combiner {
             }
             if queue.leaders < LEADERS && !queue.waiting.is_empty() {
                 queue.leaders += 1;
-                // The first job's kind, and every other job of that kind.
+                // The first job's kind, and the other jobs of that kind, in order, up to
+                // RUN_STARTS starts (the first job whatever its size).
                 let first = &queue.waiting[0];
                 let (event, outcome) = (first.event.clone(), first.outcome.clone());
-                let (jobs, others): (Vec<Job>, Vec<Job>) = std::mem::take(&mut queue.waiting)
-                    .into_iter()
-                    .partition(|j| j.event == event && j.outcome == outcome);
+                let mut jobs = Vec::new();
+                let mut taken = 0;
+                let mut others = Vec::new();
+                for job in std::mem::take(&mut queue.waiting) {
+                    let fits = jobs.is_empty() || taken + job.asked.len() <= RUN_STARTS;
+                    if fits && job.event == event && job.outcome == outcome {
+                        taken += job.asked.len();
+                        jobs.push(job);
+                    } else {
+                        others.push(job);
+                    }
+                }
                 queue.waiting = others;
                 drop(queue);
                 let starts: Vec<(Uuid, ToStart)> = jobs
@@ -113,8 +128,10 @@ impl Combiner {
                 }
                 self.changed.notify_all();
                 if let Some(panic) = panicked {
-                    // This caller answers with the panic, not with its queued answers.
+                    // This caller answers with the panic, not with its queued answers, and its
+                    // job (if another kind's run left it queued) is not run for no one.
                     queue.done.remove(&id);
+                    queue.waiting.retain(|j| j.id != id);
                     drop(queue);
                     std::panic::resume_unwind(panic);
                 }

@@ -523,11 +523,11 @@ impl EtcdStore {
                     None => None,
                     Some(Err(e)) => Some(Err(e)),
                     Some(Ok((rec, lease))) => {
-                        let mark = tx.ops.len();
+                        let mark = tx.savepoint();
                         match apply(tx, r.id, r.token, rec, lease, &r.write, r.finish()) {
                             Ok((rec, lease)) => Some(Ok((rec, lease, r.token))),
                             Err(e) => {
-                                tx.ops.truncate(mark);
+                                tx.rollback(mark);
                                 Some(Err(e))
                             }
                         }

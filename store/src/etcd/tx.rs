@@ -27,7 +27,35 @@ pub(super) struct Tx<'s> {
     pub(super) all_nodes: bool,
 }
 
+/// How far a transaction's writes had gone ([`Tx::savepoint`]), to undo those after it.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Savepoint {
+    ops: usize,
+    bytes: usize,
+    nodes: usize,
+    all_nodes: bool,
+}
+
 impl<'s> Tx<'s> {
+    /// Where the writes stand now: [`Tx::rollback`] to it undoes every write after it (and what
+    /// was noted of them for the nodes' kept briefs).
+    pub(super) fn savepoint(&self) -> Savepoint {
+        Savepoint {
+            ops: self.ops.len(),
+            bytes: self.bytes,
+            nodes: self.nodes.len(),
+            all_nodes: self.all_nodes,
+        }
+    }
+
+    /// Undoes every write made since `at`.
+    pub(super) fn rollback(&mut self, at: Savepoint) {
+        self.ops.truncate(at.ops);
+        self.bytes = at.bytes;
+        self.nodes.truncate(at.nodes);
+        self.all_nodes = at.all_nodes;
+    }
+
     pub(super) fn new(store: &'s EtcdStore) -> Tx<'s> {
         Tx {
             store,

@@ -662,7 +662,7 @@ pub(crate) fn reported_instances_start_together<F: Fixture>() {
 /// Many nodes' reports started side by side, as the controller applies them (etcd makes them
 /// together: `combine.rs`): each caller's instances start on its own node, its answers in its
 /// order, and an instance pending on another node is left, whatever else shares its
-/// transaction.
+/// transaction; two nodes reporting one instance at once start it on one of them.
 pub(crate) fn many_nodes_start_side_by_side<F: Fixture>() {
     let fx = F::new();
     let store = fx.open();
@@ -730,6 +730,57 @@ pub(crate) fn many_nodes_start_side_by_side<F: Fixture>() {
             }
         }
         assert_eq!(store.instance_briefs_on(node).unwrap().len(), 3);
+    }
+    // Two nodes report one pending instance at once (a START sent twice): it starts on one of
+    // them, and the other's answer is the record as the first left it.
+    for round in 0..4 {
+        let one = store
+            .create_instance(new_instance(&t, &w, &format!("twice-{round}")))
+            .unwrap();
+        store
+            .add_instance_action(new_action(one.id, "req-1", "create", &["node_start"]))
+            .unwrap();
+        let pair = [nodes[0], nodes[1]];
+        let barrier = std::sync::Barrier::new(2);
+        let answers: Vec<Result<Starting>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = pair
+                .iter()
+                .map(|&node| {
+                    let (store, barrier, one) = (&store, &barrier, &one);
+                    scope.spawn(move || {
+                        barrier.wait();
+                        store
+                            .start_instances_on(
+                                node,
+                                &any_version(std::slice::from_ref(one)),
+                                "node_start",
+                                EventOutcome::success(),
+                            )
+                            .remove(0)
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let now = store.instance(Scope::All, one.id).unwrap();
+        assert_eq!(now.state, InstanceState::Active);
+        let started: Vec<usize> = answers
+            .iter()
+            .enumerate()
+            .filter_map(|(k, a)| match a {
+                Ok(Starting::Started(s, _)) => {
+                    assert_eq!(s, &now);
+                    Some(k)
+                }
+                Ok(Starting::Left(left)) => {
+                    assert_eq!(left, &now, "left as the other start wrote it");
+                    None
+                }
+                other => panic!("round {round}: {other:?}"),
+            })
+            .collect();
+        assert_eq!(started.len(), 1, "round {round}: {answers:?}");
+        assert_eq!(now.node, Some(pair[started[0]]));
     }
 }
 
