@@ -64,7 +64,6 @@ pub(crate) async fn agents(dir: PathBuf, port: u16, n: usize, interval: u64) {
         tokio::spawn(async move {
             let connected = up;
             let mut running: Vec<Uuid> = Vec::new();
-            let mut dirty = false;
             // STATS every `interval` from the first connection (spread over the agents), and
             // after a change (below).
             loop {
@@ -85,11 +84,11 @@ pub(crate) async fn agents(dir: PathBuf, port: u16, n: usize, interval: u64) {
             let mut last: Option<tokio::time::Instant> = None;
             // When the change seen is reported.
             let mut due: Option<tokio::time::Instant> = None;
+            let report_due = |last: Option<tokio::time::Instant>| {
+                let now = tokio::time::Instant::now();
+                last.map_or(now, |l| (l + CHANGE_REPORT_GAP).max(now))
+            };
             loop {
-                if dirty && due.is_none() {
-                    let now = tokio::time::Instant::now();
-                    due = Some(last.map_or(now, |l| (l + CHANGE_REPORT_GAP).max(now)));
-                }
                 let send = tokio::select! {
                     e = events.recv() => match e {
                         Some(ClientEvent::Connected { .. }) => {
@@ -107,13 +106,13 @@ pub(crate) async fn agents(dir: PathBuf, port: u16, n: usize, interval: u64) {
                                     Payload::Start(s) if !running.contains(&s.instance_uuid) => {
                                         running.push(s.instance_uuid);
                                         total.fetch_add(1, Ordering::Relaxed);
-                                        dirty = true;
+                                        due.get_or_insert_with(|| report_due(last));
                                     }
                                     Payload::Delete(d) => {
                                         if let Some(at) = running.iter().position(|u| *u == d.instance_uuid) {
                                             running.swap_remove(at);
                                             total.fetch_sub(1, Ordering::Relaxed);
-                                            dirty = true;
+                                            due.get_or_insert_with(|| report_due(last));
                                         }
                                     }
                                     _ => {}
@@ -129,7 +128,6 @@ pub(crate) async fn agents(dir: PathBuf, port: u16, n: usize, interval: u64) {
                     _ = tokio::time::sleep_until(due.unwrap_or(first)), if due.is_some() => true,
                 };
                 if send {
-                    dirty = false;
                     due = None;
                     last = Some(tokio::time::Instant::now());
                     let stats = Payload::Stats(Box::new(Stats {

@@ -7,9 +7,9 @@
 //! instance. Now a caller queues its starts; while fewer than [`LEADERS`] callers are running
 //! queued starts, it takes the starts queued so far (its own among them, [`RUN_STARTS`] at most)
 //! and runs them together ([`super::actions`]: up to 25 to a transaction), then hands each
-//! caller its answers. A
-//! caller that finds the leaders all busy waits, and its starts go with the next leader's: the
-//! busier the store, the larger the share. A lone caller runs its own at once, as before.
+//! caller its answers. A caller that finds the leaders all busy waits, and its starts go with
+//! the next leader's: the busier the store, the larger the share. A lone caller runs its own at
+//! once, as before.
 
 use std::collections::HashMap;
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
