@@ -119,7 +119,8 @@ pub trait ActionStore: InstanceStore + Send + Sync {
     /// [`ActionStore::update_instance_finishing_event`] writes one (the record's version checked
     /// against the one just read); each other is read and left. Answered in order: `NotFound` for
     /// one with no record; `Conflict` when the record kept changing between read and write (then
-    /// neither was written). The default starts one after another; a store may read and write
+    /// neither was written). The default starts one after another, reading a record again (up to
+    /// three times) when its write met a change made since its read; a store may read and write
     /// many in one change (etcd: one round trip to read them, one to commit).
     fn start_instances_on(
         &self,
@@ -134,18 +135,26 @@ pub trait ActionStore: InstanceStore + Send + Sync {
         asked
             .iter()
             .map(|one| {
-                let record = self.instance(Scope::All, one.id)?;
-                if !one.starts(&record, node) {
-                    return Ok(Starting::Left(record));
+                // A record changed between read and write (another node's report starting it)
+                // is read again: a few tries, then the conflict is the answer.
+                let mut tries = 0;
+                loop {
+                    let record = self.instance(Scope::All, one.id)?;
+                    if !one.starts(&record, node) {
+                        return Ok(Starting::Left(record));
+                    }
+                    match self.update_instance_finishing_event(
+                        one.id,
+                        record.version,
+                        Starting::change(node),
+                        event,
+                        outcome.clone(),
+                    ) {
+                        Ok((started, finished)) => return Ok(Starting::Started(started, finished)),
+                        Err(crate::StoreError::Conflict(_)) if tries < START_TRIES => tries += 1,
+                        Err(e) => return Err(e),
+                    }
                 }
-                let (started, finished) = self.update_instance_finishing_event(
-                    one.id,
-                    record.version,
-                    Starting::change(node),
-                    event,
-                    outcome.clone(),
-                )?;
-                Ok(Starting::Started(started, finished))
             })
             .collect()
     }
@@ -163,6 +172,10 @@ pub trait ActionStore: InstanceStore + Send + Sync {
         request_id: &str,
     ) -> Result<InstanceAction>;
 }
+
+/// How many more times the default [`ActionStore::start_instances_on`] reads a record again
+/// after its write met a change made since its read.
+const START_TRIES: u32 = 3;
 
 /// [`ActionStore::create_instances_with_action`] as the default makes them: one instance, with
 /// its action, after another.
