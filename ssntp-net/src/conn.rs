@@ -6,6 +6,7 @@ use bytes::{Bytes, BytesMut};
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::task::Poll;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{Notify, mpsc};
@@ -581,11 +582,37 @@ impl<D: Dispatch> ReadLoop<D> {
         let ended = self.drain_frames(decoder, buf, copy);
         // Every frame shows the peer alive, a HEARTBEAT included (which goes no further).
         self.received.record(self.session.last_received());
-        // A slow application holds this peer back (backpressure), but never past a close.
-        let delivered = tokio::select! {
-            d = self.dispatch.flush(&self.session) => d,
-            _ = self.close.cancelled() => false,
+        // A slow application holds this peer back (backpressure), but never past a close, and
+        // the session still heartbeats meanwhile (PROTOCOL.md §5 rule 5): the peer must not take
+        // a busy process for a dead one. Its silence is not timed here: its frames wait unread.
+        let mut beaten: Option<Instant> = None;
+        let delivered = {
+            let flush = self.dispatch.flush(&self.session);
+            tokio::pin!(flush);
+            // Most flushes are done at once: no timer for those.
+            let first = std::future::poll_fn(|cx| Poll::Ready(flush.as_mut().poll(cx))).await;
+            match first {
+                Poll::Ready(d) => d,
+                Poll::Pending => loop {
+                    // The writer's last write, or the last heartbeat queued here.
+                    let last = self.clock.last();
+                    let written = beaten.map_or(last, |b| b.max(last));
+                    let due = tokio::time::Instant::from_std(self.session.heartbeat_due(written));
+                    tokio::select! {
+                        biased;
+                        d = &mut flush => break d,
+                        _ = self.close.cancelled() => break false,
+                        _ = tokio::time::sleep_until(due) => {
+                            let _ = self.outbox.send(&self.session.heartbeat());
+                            beaten = Some(now().instant);
+                        }
+                    }
+                },
+            }
         };
+        if let Some(at) = beaten {
+            self.session.on_write(at);
+        }
         if !delivered {
             return Some(Ended::Local);
         }

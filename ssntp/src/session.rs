@@ -181,6 +181,18 @@ impl Session {
         (self.last_rx + self.config.idle_timeout).min(self.last_tx + self.heartbeat_interval())
     }
 
+    /// When a HEARTBEAT is due if nothing more is written after `written` (a write the session
+    /// has not recorded): for a caller that cannot [`Session::poll`] the session meanwhile (its
+    /// reader waiting for the application) and sends [`Session::heartbeat`] itself.
+    pub fn heartbeat_due(&self, written: Instant) -> Instant {
+        self.last_tx.max(written) + self.heartbeat_interval()
+    }
+
+    /// A HEARTBEAT from us.
+    pub fn heartbeat(&self) -> Frame {
+        self.frame(&Payload::Heartbeat)
+    }
+
     fn heartbeat_interval(&self) -> Duration {
         self.config.idle_timeout / 3
     }
@@ -194,7 +206,7 @@ impl Session {
         }
         if now >= self.last_tx + self.heartbeat_interval() {
             self.last_tx = now;
-            return Some(Tick::Heartbeat(self.frame(&Payload::Heartbeat)));
+            return Some(Tick::Heartbeat(self.heartbeat()));
         }
         None
     }

@@ -491,6 +491,53 @@ async fn idle_sessions_are_closed_and_busy_peers_get_busy() {
 }
 
 #[tokio::test]
+async fn a_session_whose_application_is_behind_still_heartbeats() {
+    // The client's application takes nothing: its reader waits to hand a frame on, for several
+    // idle timeouts. The client still heartbeats, so the server keeps it (PROTOCOL.md §5 rule 5);
+    // then the application catches up and gets every frame, in order, on the same session.
+    let pki = TestPki::new();
+    let idle = Duration::from_millis(600);
+    let mut s = server_with(&pki, u(0x5c), Routes::new(), |c| {
+        c.handshake.session.idle_timeout = idle;
+    })
+    .await;
+    let mut slow = client_with(&pki, Role::AGENT, Role::AGENT, u(1), &s.addr, |c| {
+        c.handshake.session.idle_timeout = idle;
+        c.event_queue = 1;
+    });
+    connected(&mut slow).await;
+    server_connected(&mut s).await;
+    // The first frame fills the application's queue; the second is read and waits behind it.
+    s.handle.send_payload(u(1), &instance_deleted(1)).unwrap();
+    let queue = &slow.events;
+    wait_until(
+        T,
+        "the first frame queued",
+        || async move { queue.len() == 1 },
+    )
+    .await;
+    s.handle.send_payload(u(1), &instance_deleted(2)).unwrap();
+    let start = tokio::time::Instant::now();
+    wait_until(T, "three idle timeouts", || async move {
+        start.elapsed() > idle * 3
+    })
+    .await;
+    assert!(
+        s.handle.client_role(u(1)).is_some(),
+        "the server dropped it"
+    );
+    assert!(s.events.try_recv().is_err(), "the server saw an event");
+    for n in 1..=3 {
+        if n == 3 {
+            s.handle.send_payload(u(1), &instance_deleted(3)).unwrap();
+        }
+        let m = client_frame(&mut slow).await;
+        assert_eq!(m.frame.decode_payload().unwrap(), instance_deleted(n));
+    }
+    assert!(slow.handle.is_connected());
+}
+
+#[tokio::test]
 async fn close_interrupts_a_dial_in_progress() {
     let pki = TestPki::new();
     // A server that accepts TCP and then says nothing: the TLS handshake hangs.
