@@ -589,12 +589,18 @@ impl<D: Dispatch> ReadLoop<D> {
         let delivered = {
             let flush = self.dispatch.flush(&self.session);
             tokio::pin!(flush);
-            // Most flushes are done at once: no timer for those.
+            // Most flushes are done at once: no timer for those. A session that is ending (an
+            // ERROR queued, the peer's close read) sends no heartbeat after it.
             let first = std::future::poll_fn(|cx| Poll::Ready(flush.as_mut().poll(cx))).await;
             match first {
                 Poll::Ready(d) => d,
+                Poll::Pending if ended.is_some() => tokio::select! {
+                    d = &mut flush => d,
+                    _ = self.close.cancelled() => false,
+                },
                 Poll::Pending => loop {
-                    // The writer's last write, or the last heartbeat queued here.
+                    // The writer's last write, or the last heartbeat tried here (queued or not,
+                    // it counts, as `Session::poll`'s does: none is tried again at once).
                     let last = self.clock.last();
                     let written = beaten.map_or(last, |b| b.max(last));
                     let due = tokio::time::Instant::from_std(self.session.heartbeat_due(written));

@@ -496,7 +496,7 @@ async fn a_session_whose_application_is_behind_still_heartbeats() {
     // idle timeouts. The client still heartbeats, so the server keeps it (PROTOCOL.md §5 rule 5);
     // then the application catches up and gets every frame, in order, on the same session.
     let pki = TestPki::new();
-    let idle = Duration::from_millis(600);
+    let idle = Duration::from_millis(900);
     let mut s = server_with(&pki, u(0x5c), Routes::new(), |c| {
         c.handshake.session.idle_timeout = idle;
     })
