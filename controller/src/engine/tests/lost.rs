@@ -284,3 +284,29 @@ fn a_fatal_start_failure_leaves_a_fault_with_its_cause_until_started_again() {
         ("no_cn", "there is no compute node in the cluster")
     );
 }
+
+/// A sweep declares at most `LOST_STARTS_PER_SWEEP` STARTs lost (the engine applies no frame
+/// while it runs); the others go in the next sweeps, none forgotten.
+#[test]
+fn lost_starts_go_a_bounded_share_per_sweep() {
+    use super::super::sweep::LOST_STARTS_PER_SWEEP;
+    let w = world();
+    let ids: Vec<Uuid> = w
+        .launch(LOST_STARTS_PER_SWEEP as u32 + 20)
+        .iter()
+        .map(|i| i.id)
+        .collect();
+    let lost = |w: &World| {
+        ids.iter()
+            .filter(|&&id| matches!(w.state(id), InstanceState::Error(ref r) if r.starts_with(START_LOST)))
+            .count()
+    };
+    let later = SystemTime::now() + Duration::from_secs(61);
+    w.engine.sweep(later).unwrap();
+    assert_eq!(lost(&w), LOST_STARTS_PER_SWEEP);
+    w.engine.sweep(later).unwrap();
+    assert_eq!(lost(&w), ids.len());
+    // Nothing is left to declare.
+    w.engine.sweep(later).unwrap();
+    assert_eq!(lost(&w), ids.len());
+}
