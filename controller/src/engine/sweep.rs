@@ -85,14 +85,21 @@ impl Engine {
     /// and write (about 12 ms over etcd): 39,979 in one sweep, as in a load run whose controller
     /// had fallen a minute behind its nodes' reports, held the frames for minutes, and the
     /// reports that would have found most of them active waited behind it.
+    ///
+    /// Only the time the engine's loop kept up counts (see [`Engine::note_backlog`]): none while
+    /// it is behind, and a START sent before it caught up waits the whole timeout from then.
     fn sweep_lost_starts(&self, now: SystemTime) -> Result<(), ClusterError> {
+        let Some(keeping_up) = self.keeping_up_since() else {
+            return Ok(());
+        };
         let overdue: Vec<Uuid> = {
             let mut state = self.state();
             let mut overdue: Vec<(SystemTime, Uuid)> = state
                 .dispatched
                 .iter()
                 .filter(|(_, since)| {
-                    now.duration_since(**since).unwrap_or_default() >= self.config.confirm_timeout
+                    let from = (**since).max(keeping_up);
+                    now.duration_since(from).unwrap_or_default() >= self.config.confirm_timeout
                 })
                 .map(|(id, since)| (*since, *id))
                 .collect();

@@ -310,3 +310,30 @@ fn lost_starts_go_a_bounded_share_per_sweep() {
     w.engine.sweep(later).unwrap();
     assert_eq!(lost(&w), ids.len());
 }
+
+/// A START is declared lost only once the confirmation timeout has passed with the engine's
+/// loop keeping up with its frames: while a backlog waits (the node's report may be in it, or
+/// dropped by the scheduler meanwhile), and for the whole timeout after the loop caught up,
+/// the instance stays pending.
+#[test]
+fn no_start_is_lost_while_the_engine_is_behind_its_frames() {
+    let w = world();
+    let a = w.launch(1)[0].id;
+    let t0 = SystemTime::now();
+    let timeout = w.engine.config.confirm_timeout;
+    w.engine.note_backlog(true, t0);
+    w.engine.sweep(t0 + timeout * 3).unwrap();
+    assert_eq!(w.state(a), InstanceState::Pending);
+    // Caught up at `t1`: the timeout counts from there.
+    let t1 = t0 + timeout * 3;
+    w.engine.note_backlog(false, t1);
+    w.engine.note_backlog(false, t1 + timeout / 2);
+    w.engine.sweep(t1 + timeout / 2).unwrap();
+    assert_eq!(w.state(a), InstanceState::Pending);
+    w.engine.sweep(t1 + timeout).unwrap();
+    assert!(
+        matches!(w.state(a), InstanceState::Error(ref r) if r.starts_with(START_LOST)),
+        "{:?}",
+        w.state(a)
+    );
+}
