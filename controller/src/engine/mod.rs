@@ -340,32 +340,9 @@ pub struct Engine {
     /// the store when the engine starts and at each sweep (another controller may change them),
     /// and changed at once by this engine's own disable and enable.
     disabled: Mutex<Vec<Uuid>>,
-    /// Since when the engine's loop has kept up with the frames it is sent; `None` while a
-    /// backlog of them waits (see [`Engine::note_backlog`]). A START is declared lost only once
-    /// the confirmation timeout has passed with the loop keeping up: a report that waits unread
-    /// in the backlog, or that the scheduler dropped while the controller did not read (its
-    /// queue to it full), is not a node's silence.
-    keeping_up: Mutex<Option<SystemTime>>,
 }
 
 impl Engine {
-    /// The engine's loop says, after frames it applied, whether a backlog of them still waits
-    /// (`behind`). Until a loop says so, the engine counts as keeping up all along (tests, and
-    /// an engine no loop drives).
-    pub fn note_backlog(&self, behind: bool, now: SystemTime) {
-        let mut keeping_up = self.keeping_up.lock().unwrap_or_else(|p| p.into_inner());
-        match (behind, *keeping_up) {
-            (true, _) => *keeping_up = None,
-            (false, None) => *keeping_up = Some(now),
-            (false, Some(_)) => {}
-        }
-    }
-
-    /// Since when the loop has kept up (`None`: it is behind).
-    fn keeping_up_since(&self) -> Option<SystemTime> {
-        *self.keeping_up.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     /// Exports the traces collected from now on with `exporter` too (set once).
     pub fn export_traces(&self, exporter: crate::otlp::Exporter) {
         let _ = self.otlp.set(exporter);
@@ -395,7 +372,6 @@ impl Engine {
             volume_lock: Mutex::new(()),
             otlp: std::sync::OnceLock::new(),
             disabled: Mutex::new(Vec::new()),
-            keeping_up: Mutex::new(Some(SystemTime::UNIX_EPOCH)),
         };
         engine.refresh_disabled()?;
         let now = SystemTime::now();

@@ -119,18 +119,15 @@ pub async fn run(
                             Err(_) => break,
                         }
                     }
-                    let (applier, schedulers) = (engine.clone(), schedulers.clone());
+                    let (engine, schedulers) = (engine.clone(), schedulers.clone());
                     let handled = tokio::task::spawn_blocking(move || {
-                        let at_once = applier.store.writers_at_once();
-                        apply_frames(&applier, &schedulers, link, &messages, at_once);
+                        let at_once = engine.store.writers_at_once();
+                        apply_frames(&engine, &schedulers, link, &messages, at_once);
                     })
                     .await;
                     if let Err(e) = handled {
                         tracing::error!("event task: {e}");
                     }
-                    // Half the queue of events or more still waiting: the loop is behind.
-                    let behind = events.len() * 2 >= events.max_capacity();
-                    engine.note_backlog(behind, SystemTime::now());
                 }
             }
         }

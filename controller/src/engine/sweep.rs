@@ -79,39 +79,21 @@ impl Engine {
     /// Pending instances whose START no node reported within the confirmation timeout: lost
     /// with a scheduler or an agent that died; `error` (`start_lost`), `active` again if a node
     /// reports them after all.
-    ///
-    /// At most [`LOST_STARTS_PER_SWEEP`] a sweep, the oldest first; the others wait for the next
-    /// sweep. The engine's loop applies no frame while a sweep runs, and each is a store read
-    /// and write (about 12 ms over etcd): 39,979 in one sweep, as in a load run whose controller
-    /// had fallen a minute behind its nodes' reports, held the frames for minutes, and the
-    /// reports that would have found most of them active waited behind it.
-    ///
-    /// Only the time the engine's loop kept up counts (see [`Engine::note_backlog`]): none while
-    /// it is behind, and a START sent before it caught up waits the whole timeout from then.
     fn sweep_lost_starts(&self, now: SystemTime) -> Result<(), ClusterError> {
-        let Some(keeping_up) = self.keeping_up_since() else {
-            return Ok(());
-        };
         let overdue: Vec<Uuid> = {
             let mut state = self.state();
-            let mut overdue: Vec<(SystemTime, Uuid)> = state
+            let overdue: Vec<Uuid> = state
                 .dispatched
                 .iter()
                 .filter(|(_, since)| {
-                    let from = (**since).max(keeping_up);
-                    now.duration_since(from).unwrap_or_default() >= self.config.confirm_timeout
+                    now.duration_since(**since).unwrap_or_default() >= self.config.confirm_timeout
                 })
-                .map(|(id, since)| (*since, *id))
+                .map(|(id, _)| *id)
                 .collect();
-            if overdue.len() > LOST_STARTS_PER_SWEEP {
-                overdue.select_nth_unstable(LOST_STARTS_PER_SWEEP);
-                overdue.truncate(LOST_STARTS_PER_SWEEP);
-            }
-            overdue.sort_unstable();
-            for (_, id) in &overdue {
+            for id in &overdue {
                 state.dispatched.remove(id);
             }
-            overdue.into_iter().map(|(_, id)| id).collect()
+            overdue
         };
         for id in overdue {
             let record = match self.store.instance(Scope::All, id) {
@@ -150,6 +132,3 @@ impl Engine {
         Ok(())
     }
 }
-
-/// The most STARTs one sweep declares lost (see `sweep_lost_starts`).
-pub(crate) const LOST_STARTS_PER_SWEEP: usize = 100;
