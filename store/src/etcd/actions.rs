@@ -479,10 +479,10 @@ const STARTED_BYTES_PER_TXN: usize = CREATED_BYTES_PER_TXN;
 
 /// [`ActionStore::start_instances_on`] of `asked` in `tx` (each on its node), answered in order:
 /// their records and actions read in one round trip, each that starts written (record, brief
-/// and event), each other left. An instance whose record or actions do not decode answers that error alone, and
-/// nothing of it is written. Answers fewer than asked (at least one) when the next start's
-/// writes would pass [`STARTED_BYTES_PER_TXN`], or at an instance asked twice: the rest go in
-/// the next transaction.
+/// and event), each other left. An instance whose record or actions do not decode answers that
+/// error alone, and nothing of it is written. Answers fewer than asked (at least one) when the
+/// next start's writes would pass [`STARTED_BYTES_PER_TXN`], or at an instance asked twice: the
+/// rest go in the next transaction.
 fn starts_in(
     tx: &mut Tx<'_>,
     asked: &[(Uuid, ToStart)],

@@ -18,6 +18,13 @@ fn new_action(
     }
 }
 
+/// An instance of `new` made with its create action, its `node_start` unfinished: pending, its
+/// START awaited.
+fn awaiting_start<S: ActionStore + ?Sized>(store: &S, new: NewInstance) -> Instance {
+    let action = new_action(Uuid::nil(), "req-1", "create", &["node_start"]);
+    store.create_instance_with_action(new, action).unwrap().0
+}
+
 fn kind_of<T: std::fmt::Debug>(r: Result<T>) -> &'static str {
     match r {
         Err(StoreError::NotFound { kind, .. }) => kind,
@@ -390,10 +397,7 @@ pub(crate) fn a_record_and_its_event_change_together<F: Fixture>() {
     let fx = F::new();
     let store = fx.open();
     let (t, w) = tenant_and_workload(&store, "acme", Quota::default(), 24);
-    let i = store.create_instance(new_instance(&t, &w, "vm")).unwrap();
-    store
-        .add_instance_action(new_action(i.id, "req-1", "create", &["node_start"]))
-        .unwrap();
+    let i = awaiting_start(&store, new_instance(&t, &w, "vm"));
     let active = InstanceChange {
         state: Some(InstanceState::Active),
         ..InstanceChange::default()
@@ -560,12 +564,7 @@ pub(crate) fn reported_instances_start_together<F: Fixture>() {
     // START's event unfinished.
     let made: Vec<Instance> = (0..70)
         .map(|k| {
-            let i = store
-                .create_instance(new_instance(&t, &w, &format!("vm-{k}")))
-                .unwrap();
-            store
-                .add_instance_action(new_action(i.id, "req-1", "create", &["node_start"]))
-                .unwrap();
+            let i = awaiting_start(&store, new_instance(&t, &w, &format!("vm-{k}")));
             match k % 5 {
                 0 => i,
                 1 | 4 => placed(&i, InstanceState::Pending, node),
@@ -676,12 +675,7 @@ pub(crate) fn many_nodes_start_side_by_side<F: Fixture>() {
         .map(|(n, _)| {
             (0..4)
                 .map(|k| {
-                    let i = store
-                        .create_instance(new_instance(&t, &w, &format!("vm-{n}-{k}")))
-                        .unwrap();
-                    store
-                        .add_instance_action(new_action(i.id, "req-1", "create", &["node_start"]))
-                        .unwrap();
+                    let i = awaiting_start(&store, new_instance(&t, &w, &format!("vm-{n}-{k}")));
                     match k {
                         3 => placed(&store, &i, elsewhere, InstanceState::Pending),
                         _ => i,
@@ -734,12 +728,7 @@ pub(crate) fn many_nodes_start_side_by_side<F: Fixture>() {
     // Two nodes report one pending instance at once (a START sent twice): it starts on one of
     // them, and the other's answer is the record as the first left it.
     for round in 0..4 {
-        let one = store
-            .create_instance(new_instance(&t, &w, &format!("twice-{round}")))
-            .unwrap();
-        store
-            .add_instance_action(new_action(one.id, "req-1", "create", &["node_start"]))
-            .unwrap();
+        let one = awaiting_start(&store, new_instance(&t, &w, &format!("twice-{round}")));
         let pair = [nodes[0], nodes[1]];
         let barrier = std::sync::Barrier::new(2);
         let answers: Vec<Result<Starting>> = std::thread::scope(|scope| {
@@ -793,13 +782,7 @@ pub(crate) fn large_records_start_together<F: Fixture>() {
     let mut new = new_instance(&t, &w, "large");
     new.metadata = largest_metadata();
     let made: Vec<Instance> = (0..6)
-        .map(|_| {
-            let i = store.create_instance(new.clone()).unwrap();
-            store
-                .add_instance_action(new_action(i.id, "req-1", "create", &["node_start"]))
-                .unwrap();
-            i
-        })
+        .map(|_| awaiting_start(&store, new.clone()))
         .collect();
     let node = Uuid::new_v4();
     let answers = store.start_instances_on(
