@@ -411,6 +411,12 @@ impl Engine {
         crate::capacity::capacity(&nodes, flavor)
     }
 
+    /// How many STARTs await a node's report (tests).
+    #[cfg(test)]
+    pub(crate) fn dispatched_count(&self) -> usize {
+        self.state().dispatched.len()
+    }
+
     fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }

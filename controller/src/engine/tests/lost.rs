@@ -284,3 +284,24 @@ fn a_fatal_start_failure_leaves_a_fault_with_its_cause_until_started_again() {
         ("no_cn", "there is no compute node in the cluster")
     );
 }
+
+/// A START its node reports is confirmed: it leaves the STARTs the sweep reads (each sweep read
+/// the record of every START older than the timeout, successful ones included); the others are
+/// still declared lost in time.
+#[test]
+fn a_reported_start_is_no_longer_awaited() {
+    let w = world();
+    w.node_connected(NODE, NodeType::ComputeNode);
+    let made = w.launch(3);
+    let (a, b) = (made[0].id, made[1].id);
+    assert_eq!(w.engine.dispatched_count(), 3);
+    w.stats(NODE, &[(a, Reported::Active)]);
+    assert_eq!(w.state(a), InstanceState::Active);
+    assert_eq!(w.engine.dispatched_count(), 2);
+    w.engine
+        .sweep(SystemTime::now() + Duration::from_secs(61))
+        .unwrap();
+    assert_eq!(w.engine.dispatched_count(), 0);
+    assert_eq!(w.state(a), InstanceState::Active);
+    assert!(matches!(w.state(b), InstanceState::Error(ref r) if r.starts_with(START_LOST)));
+}
