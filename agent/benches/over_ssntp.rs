@@ -116,7 +116,7 @@ impl Controller {
                 .await
                 .expect("a frame in time")
                 .expect("the controller's client runs");
-            let ClientEvent::Frames(messages) = event else {
+            let ClientEvent::Frames { messages, .. } = event else {
                 continue;
             };
             // Only the last STATS of a batch matters: it is the newest.

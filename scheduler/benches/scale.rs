@@ -141,7 +141,7 @@ async fn agents(dir: PathBuf, port: u16, n: usize, expect: u64, stats: bool) {
                 tokio::select! {
                     e = events.recv() => match e {
                         Some(ClientEvent::Connected { .. }) => { connected.fetch_add(1, Ordering::Relaxed); }
-                        Some(ClientEvent::Frames(ms)) => {
+                        Some(ClientEvent::Frames { messages: ms, .. }) => {
                             let now = unix_ns();
                             let mut lat = Vec::new();
                             for m in ms {

@@ -257,7 +257,7 @@ async fn rtt(n: usize) {
         let t = Instant::now();
         client.send(&frame).unwrap();
         loop {
-            if let Some(ClientEvent::Frames(_)) = ce.recv().await {
+            if let Some(ClientEvent::Frames { .. }) = ce.recv().await {
                 break;
             }
         }

@@ -6,7 +6,7 @@
 use bytes::BytesMut;
 use rustls::pki_types::ServerName;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
@@ -150,7 +150,13 @@ pub enum ClientEvent {
         reason: String,
     },
     /// Messages from the server, in order (those that arrived together come as one batch).
-    Frames(Vec<Message>),
+    Frames {
+        /// The messages.
+        messages: Vec<Message>,
+        /// When the client read them: how long they waited for the application is
+        /// `read_at.elapsed()` when it takes them up (a measure of how far behind it is).
+        read_at: Instant,
+    },
     /// The client gave up for good.
     Stopped(ClientError),
 }
@@ -550,8 +556,9 @@ impl Dispatch for ClientDispatch {
             return true;
         }
         let messages = self.pending.take();
+        let read_at = Instant::now();
         self.events
-            .send(ClientEvent::Frames(messages))
+            .send(ClientEvent::Frames { messages, read_at })
             .await
             .is_ok()
     }

@@ -278,7 +278,7 @@ pub async fn run_with<O: CnciOps, N: NatOps>(
                 }
                 tracing::warn!(scheduler = %servers[link], %reason, "disconnected; reconnecting")
             }
-            Some((link, ClientEvent::Frames(messages))) => {
+            Some((link, ClientEvent::Frames { messages, .. })) => {
                 // Answers go back the way the command came.
                 for m in messages {
                     handle(

@@ -630,7 +630,7 @@ async fn serve(
             Some(ClientEvent::Disconnected { reason }) => {
                 tracing::warn!(%reason, "disconnected; reconnecting");
             }
-            Some(ClientEvent::Frames(messages)) => {
+            Some(ClientEvent::Frames { messages, .. }) => {
                 let cnci_dir = config.cnci.as_ref().map(|c| c.dir.as_path());
                 for message in messages {
                     let traced = match &message.payload {

@@ -287,7 +287,7 @@ async fn libvirt_boot_figures() {
         while markers.iter().any(Option::is_none) && Instant::now() < deadline {
             if active.is_none() {
                 let got = tokio::time::timeout(Duration::from_millis(100), c.events.recv()).await;
-                if let Ok(Some(ClientEvent::Frames(ms))) = got
+                if let Ok(Some(ClientEvent::Frames { messages: ms, .. })) = got
                     && ms
                         .iter()
                         .any(|m| stats_from(m, node).is_some_and(|s| all_active(s, &ids)))

@@ -352,7 +352,7 @@ impl Controller {
                 return found;
             }
             match tokio::time::timeout_at(deadline, self.events.recv()).await {
-                Ok(Some(ClientEvent::Frames(ms))) => self.pending.extend(ms),
+                Ok(Some(ClientEvent::Frames { messages: ms, .. })) => self.pending.extend(ms),
                 Ok(Some(ClientEvent::Stopped(e))) => panic!("controller stopped: {e}"),
                 Ok(Some(_)) => {}
                 Ok(None) => panic!("the controller's client ended"),

@@ -100,7 +100,7 @@ pub(crate) async fn agents(dir: PathBuf, port: u16, n: usize, interval: u64) {
                             drops.fetch_add(1, Ordering::Relaxed);
                             false
                         }
-                        Some(ClientEvent::Frames(frames)) => {
+                        Some(ClientEvent::Frames { messages: frames, .. }) => {
                             for f in frames {
                                 match f.payload {
                                     Payload::Start(s) if !running.contains(&s.instance_uuid) => {

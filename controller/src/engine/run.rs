@@ -104,12 +104,12 @@ pub async fn run(
                     shutdown.cancel();
                     return;
                 }
-                Some((link, ClientEvent::Frames(mut messages))) => {
+                Some((link, ClientEvent::Frames { mut messages, .. })) => {
                     // What the client has read from the same scheduler since: applied with
                     // these, so that many nodes' STATS can go side by side.
                     while messages.len() < FRAMES_AT_ONCE {
                         match events.try_recv() {
-                            Ok((more_from, ClientEvent::Frames(more))) if more_from == link => {
+                            Ok((more_from, ClientEvent::Frames { messages: more, .. })) if more_from == link => {
                                 messages.extend(more);
                             }
                             Ok(other) => {

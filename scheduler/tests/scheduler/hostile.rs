@@ -557,7 +557,7 @@ async fn under_attack(n: u128, min: Duration, kinds: &[Kind]) {
         let tx = tx.clone();
         tokio::spawn(async move {
             while let Some(e) = a.events.recv().await {
-                if let ClientEvent::Frames(ms) = e {
+                if let ClientEvent::Frames { messages: ms, .. } = e {
                     for m in ms {
                         if let Payload::Start(st) = m.payload {
                             let _ = tx.send((st.instance_uuid, Instant::now()));
@@ -575,7 +575,7 @@ async fn under_attack(n: u128, min: Duration, kinds: &[Kind]) {
     let (failures, failed) = mpsc::unbounded_channel();
     let watch = tokio::spawn(async move {
         while let Some(e) = events.recv().await {
-            if let ClientEvent::Frames(ms) = e {
+            if let ClientEvent::Frames { messages: ms, .. } = e {
                 for m in &ms {
                     if let Payload::StartFailure(f) = &m.payload {
                         let _ = failures.send(f.clone());

@@ -78,7 +78,7 @@ impl Peer {
                 return m;
             }
             match recv_within(&mut self.events, T).await {
-                ClientEvent::Frames(ms) => self.pending.extend(ms),
+                ClientEvent::Frames { messages: ms, .. } => self.pending.extend(ms),
                 ClientEvent::Connected { .. } | ClientEvent::Disconnected { .. } => {}
                 ClientEvent::Stopped(e) => panic!("client stopped: {e}"),
             }
@@ -102,7 +102,7 @@ impl Peer {
         loop {
             match recv_within(&mut self.events, T).await {
                 ClientEvent::Connected { .. } => return,
-                ClientEvent::Frames(ms) => self.pending.extend(ms),
+                ClientEvent::Frames { messages: ms, .. } => self.pending.extend(ms),
                 ClientEvent::Disconnected { .. } => {}
                 ClientEvent::Stopped(e) => panic!("client stopped: {e}"),
             }
@@ -232,7 +232,7 @@ async fn place(
     let deadline = tokio::time::Instant::now() + T;
     loop {
         for (i, a) in agents.iter_mut().enumerate() {
-            if let Ok(Some(ClientEvent::Frames(ms))) =
+            if let Ok(Some(ClientEvent::Frames { messages: ms, .. })) =
                 tokio::time::timeout(Duration::from_millis(5), a.events.recv()).await
             {
                 a.pending.extend(ms);
@@ -248,7 +248,7 @@ async fn place(
                 return Ok(i);
             }
         }
-        if let Ok(Some(ClientEvent::Frames(ms))) =
+        if let Ok(Some(ClientEvent::Frames { messages: ms, .. })) =
             tokio::time::timeout(Duration::from_millis(5), c.events.recv()).await
         {
             c.pending.extend(ms);

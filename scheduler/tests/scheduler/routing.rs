@@ -219,7 +219,7 @@ async fn an_agent_that_stops_reading_does_not_hold_up_the_others() {
     let mut events = std::mem::replace(&mut fine.events, mpsc::channel(1).1);
     let drain = tokio::spawn(async move {
         while let Some(e) = events.recv().await {
-            if let ClientEvent::Frames(ms) = e {
+            if let ClientEvent::Frames { messages: ms, .. } = e {
                 let n = ms
                     .iter()
                     .filter(|m| m.frame.operand == Operand::Start)
@@ -254,7 +254,7 @@ async fn an_agent_that_stops_reading_does_not_hold_up_the_others() {
     while let Ok(Some(event)) =
         tokio::time::timeout(Duration::from_millis(200), c.events.recv()).await
     {
-        if let ClientEvent::Frames(ms) = event {
+        if let ClientEvent::Frames { messages: ms, .. } = event {
             assert!(
                 ms.iter().all(|m| !m.frame.operand.is_error()),
                 "{:?}",

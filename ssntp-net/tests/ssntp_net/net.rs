@@ -137,7 +137,7 @@ pub(crate) async fn client_frame(c: &mut TestClient) -> Box<ssntp::session::Mess
             return Box::new(m);
         }
         match recv_within(&mut c.events, T).await {
-            ClientEvent::Frames(messages) => c.pending.extend(messages),
+            ClientEvent::Frames { messages, .. } => c.pending.extend(messages),
             ClientEvent::Connected { .. } => continue,
             other => panic!("expected a frame, got {other:?}"),
         }

@@ -19,15 +19,16 @@ pub(super) fn connected(scheduler: Uuid) -> ClientEvent {
 
 /// The client's event: `payloads` arrived, each in a frame made by `origin`.
 pub(super) fn frames(origin: Uuid, payloads: Vec<Payload>) -> ClientEvent {
-    ClientEvent::Frames(
-        payloads
+    ClientEvent::Frames {
+        messages: payloads
             .into_iter()
             .map(|payload| ssntp::session::Message {
                 frame: ssntp::Frame::new(origin, &payload),
                 payload,
             })
             .collect(),
-    )
+        read_at: std::time::Instant::now(),
+    }
 }
 
 impl World {
