@@ -59,8 +59,15 @@ pub async fn run(
                 }
             }
             _ = sweep.tick() => {
+                // How far the cluster is heard: up to the oldest frame still waiting.
+                if held.is_none() {
+                    held = events.try_recv().ok();
+                }
+                let now = SystemTime::now();
+                let heard = heard_until(held.as_ref().map(|(_, event)| event), now);
                 let engine = engine.clone();
-                let swept = tokio::task::spawn_blocking(move || engine.sweep(SystemTime::now())).await;
+                let swept =
+                    tokio::task::spawn_blocking(move || engine.sweep_heard(now, heard)).await;
                 match swept {
                     Ok(Ok(())) => {}
                     Ok(Err(e)) => tracing::warn!("sweep: {e}"),
@@ -137,6 +144,17 @@ pub async fn run(
 /// The most frames applied together: those the client had read when the first of them was taken
 /// up, to this many.
 const FRAMES_AT_ONCE: usize = 1024;
+
+/// How far the cluster is heard at `now`, the next event being `next`: up to the read time of the
+/// frames waiting, if they are; everything, if none waits.
+pub(super) fn heard_until(next: Option<&ClientEvent>, now: SystemTime) -> SystemTime {
+    match next {
+        Some(ClientEvent::Frames { read_at, .. }) => {
+            now.checked_sub(read_at.elapsed()).unwrap_or(now)
+        }
+        _ => now,
+    }
+}
 
 /// The event read ahead, if one was, else the next.
 async fn next_event(

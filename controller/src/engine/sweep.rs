@@ -1,6 +1,6 @@
 //! The periodic sweep: confirmations that never came, and the CNCIs' timers.
 
-use std::time::SystemTime;
+use std::time::{Duration, Instant, SystemTime};
 
 use uuid::Uuid;
 
@@ -10,65 +10,32 @@ use crate::cluster::ClusterError;
 use store::{EventKind, EventOutcome, Instance, InstanceState, Scope, StoreError};
 
 impl Engine {
+    /// Applies the timers at `now`, everything the nodes sent having been applied: see
+    /// [`Engine::sweep_heard`].
+    pub fn sweep(&self, now: SystemTime) -> Result<(), ClusterError> {
+        self.sweep_heard(now, now)
+    }
+
     /// Applies the timers at `now`: a DELETE unconfirmed for [`confirm_timeout`] makes the
-    /// instance `hung`, a stop makes it `missing`; CNCI launches time out, exited CNCIs restart,
-    /// idle ones go.
+    /// instance `hung`, a stop makes it `missing`, a START no node reported makes it `error`
+    /// (`start_lost`); CNCI launches time out, exited CNCIs restart, idle ones go.
+    ///
+    /// `heard` is how far the controller has heard the cluster: what its schedulers sent before
+    /// it has been applied (the read time of the oldest frame still waiting, `now` when none
+    /// waits). A confirmation is overdue only when none was heard within the timeout: a
+    /// controller behind on its frames does not declare lost what waits among them, however
+    /// long it takes to catch up.
+    ///
+    /// The confirmations are checked for at most 250 ms of each sweep, the oldest first; those
+    /// left wait for the next sweep, the frames meanwhile go on being applied.
     ///
     /// [`confirm_timeout`]: super::EngineConfig::confirm_timeout
-    pub fn sweep(&self, now: SystemTime) -> Result<(), ClusterError> {
-        let overdue: Vec<Uuid> = {
-            let state = self.state();
-            state
-                .unconfirmed
-                .iter()
-                .filter(|(_, since)| {
-                    now.duration_since(**since).unwrap_or_default() >= self.config.confirm_timeout
-                })
-                .map(|(id, _)| *id)
-                .collect()
-        };
-        for id in overdue {
-            {
-                let mut state = self.state();
-                state.unconfirmed.remove(&id);
-            }
-            let record = match self.store.instance(Scope::All, id) {
-                Ok(record) => record,
-                Err(StoreError::NotFound { .. }) => continue,
-                Err(e) => return Err(e.into()),
-            };
-            let (state, what) = match record.state {
-                // Never placed anywhere this controller heard of (its START was lost): there
-                // is nothing to delete.
-                InstanceState::Deleted if record.node.is_none() => {
-                    self.event(
-                        Some(record.tenant),
-                        EventKind::Warning,
-                        format!(
-                            "instance {id}: deleted, and no node reported it within {:?}; forgotten",
-                            self.config.confirm_timeout
-                        ),
-                    );
-                    self.forget(&record)?;
-                    continue;
-                }
-                InstanceState::Deleted => (InstanceState::Hung, "delete"),
-                InstanceState::Stopping => (InstanceState::Missing, "stop"),
-                _ => continue,
-            };
-            self.event(
-                Some(record.tenant),
-                EventKind::Warning,
-                format!(
-                    "instance {id}: the {what} was not confirmed within {:?}",
-                    self.config.confirm_timeout
-                ),
-            );
-            let was = record.state.clone();
-            self.set_state_if(id, state, |i| i.state == was)?;
-        }
+    pub fn sweep_heard(&self, now: SystemTime, heard: SystemTime) -> Result<(), ClusterError> {
+        let heard = heard.min(now);
+        let until = Instant::now() + SWEEP_BUDGET;
+        self.sweep_unconfirmed(heard, until)?;
         self.refresh_disabled()?;
-        self.sweep_lost_starts(now)?;
+        self.sweep_lost_starts(heard, until)?;
         self.sweep_deferred(now)?;
         self.sweep_cncis(now)?;
         self.sweep_firewalls()?;
@@ -76,59 +43,174 @@ impl Engine {
         self.sweep_public_ips(now)
     }
 
-    /// Pending instances whose START no node reported within the confirmation timeout: lost
-    /// with a scheduler or an agent that died; `error` (`start_lost`), `active` again if a node
-    /// reports them after all.
-    fn sweep_lost_starts(&self, now: SystemTime) -> Result<(), ClusterError> {
-        let overdue: Vec<Uuid> = {
-            let mut state = self.state();
-            let overdue: Vec<Uuid> = state
-                .dispatched
-                .iter()
-                .filter(|(_, since)| {
-                    now.duration_since(**since).unwrap_or_default() >= self.config.confirm_timeout
-                })
-                .map(|(id, _)| *id)
-                .collect();
-            for id in &overdue {
-                state.dispatched.remove(id);
+    /// DELETEs and stops unconfirmed for the timeout, as far as `heard`, until `until`.
+    fn sweep_unconfirmed(&self, heard: SystemTime, until: Instant) -> Result<(), ClusterError> {
+        for (id, since) in self.overdue(Awaited::Confirmation, heard) {
+            if Instant::now() >= until {
+                break;
             }
-            overdue
-        };
-        for id in overdue {
-            let record = match self.store.instance(Scope::All, id) {
-                Ok(record) => record,
-                Err(StoreError::NotFound { .. }) => continue,
-                Err(e) => return Err(e.into()),
-            };
-            // Unplaced, or a rebuild whose pinned START went.
-            let rebuilding = self.rebuild_under_way(id);
-            let unplaced = |i: &Instance| {
-                (i.state == InstanceState::Pending && i.node.is_none())
-                    || (i.state == InstanceState::Rebuilding && rebuilding)
-            };
-            if !unplaced(&record) {
+            if !self.take_if_since(Awaited::Confirmation, id, since) {
                 continue;
             }
-            self.event(
-                Some(record.tenant),
-                EventKind::Error,
-                format!(
-                    "instance {id}: no node reported it within {:?} of its START; the START was lost",
-                    self.config.confirm_timeout
-                ),
-            );
-            let why = format!(
-                "{START_LOST}: no node reported it within {:?}",
-                self.config.confirm_timeout
-            );
-            if self
-                .set_state_if(id, InstanceState::Error(why.clone()), unplaced)?
-                .is_some()
-            {
-                actions::start_ended(self.store.as_ref(), id, EventOutcome::error(why));
+            let unconfirmed = match self.store.instance(Scope::All, id) {
+                Ok(record) => self.unconfirmed(record),
+                Err(StoreError::NotFound { .. }) => Ok(()),
+                Err(e) => Err(e.into()),
+            };
+            if let Err(e) = unconfirmed {
+                self.state().unconfirmed.insert(id, since);
+                return Err(e);
             }
         }
         Ok(())
     }
+
+    /// `record`'s DELETE or stop was not confirmed in time: `hung` or `missing` (forgotten, if
+    /// it was deleted before any node held it).
+    fn unconfirmed(&self, record: Instance) -> Result<(), ClusterError> {
+        let id = record.id;
+        let (state, what) = match record.state {
+            // Never placed anywhere this controller heard of (its START was lost): there is
+            // nothing to delete.
+            InstanceState::Deleted if record.node.is_none() => {
+                self.event(
+                    Some(record.tenant),
+                    EventKind::Warning,
+                    format!(
+                        "instance {id}: deleted, and no node reported it within {:?}; forgotten",
+                        self.config.confirm_timeout
+                    ),
+                );
+                return self.forget(&record);
+            }
+            InstanceState::Deleted => (InstanceState::Hung, "delete"),
+            InstanceState::Stopping => (InstanceState::Missing, "stop"),
+            _ => return Ok(()),
+        };
+        self.event(
+            Some(record.tenant),
+            EventKind::Warning,
+            format!(
+                "instance {id}: the {what} was not confirmed within {:?}",
+                self.config.confirm_timeout
+            ),
+        );
+        let was = record.state.clone();
+        self.set_state_if(id, state, |i| i.state == was)?;
+        Ok(())
+    }
+
+    /// Pending instances whose START no node reported within the confirmation timeout, as far
+    /// as `heard`: lost with a scheduler or an agent that died; `error` (`start_lost`), `active`
+    /// again if a node reports them after all. Their records are read [`LOST_READ`] at a time,
+    /// until `until`; the STARTs not checked stay awaited.
+    fn sweep_lost_starts(&self, heard: SystemTime, until: Instant) -> Result<(), ClusterError> {
+        let overdue = self.overdue(Awaited::Start, heard);
+        for chunk in overdue.chunks(LOST_READ) {
+            if Instant::now() >= until {
+                break;
+            }
+            let ids: Vec<Uuid> = chunk.iter().map(|&(id, _)| id).collect();
+            let records = self.store.instances_by_id(&ids)?;
+            for (&(id, since), record) in chunk.iter().zip(records) {
+                if Instant::now() >= until {
+                    return Ok(());
+                }
+                if !self.take_if_since(Awaited::Start, id, since) {
+                    // Reported, or dispatched again (its own timer runs), since the listing.
+                    continue;
+                }
+                let Some(record) = record else { continue };
+                if let Err(e) = self.start_lost(record) {
+                    self.state().dispatched.insert(id, since);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// What `what` awaits for the timeout as far as `heard`, the oldest first.
+    fn overdue(&self, what: Awaited, heard: SystemTime) -> Vec<(Uuid, SystemTime)> {
+        let mut overdue: Vec<(Uuid, SystemTime)> = {
+            let state = self.state();
+            let awaited = match what {
+                Awaited::Start => &state.dispatched,
+                Awaited::Confirmation => &state.unconfirmed,
+            };
+            awaited
+                .iter()
+                .filter(|(_, since)| {
+                    heard.duration_since(**since).unwrap_or_default() >= self.config.confirm_timeout
+                })
+                .map(|(id, since)| (*id, *since))
+                .collect()
+        };
+        overdue.sort_by_key(|&(_, since)| since);
+        overdue
+    }
+
+    /// Takes `id` from the STARTs or the confirmations awaited if it has awaited since `since`
+    /// (not awaited again since a sweep listed it); whether it did.
+    fn take_if_since(&self, what: Awaited, id: Uuid, since: SystemTime) -> bool {
+        let mut state = self.state();
+        let awaited = match what {
+            Awaited::Start => &mut state.dispatched,
+            Awaited::Confirmation => &mut state.unconfirmed,
+        };
+        if awaited.get(&id) != Some(&since) {
+            return false;
+        }
+        awaited.remove(&id);
+        true
+    }
+
+    /// `record`'s START was not reported in time: `error` (`start_lost`) if it is still unplaced.
+    fn start_lost(&self, record: Instance) -> Result<(), ClusterError> {
+        let id = record.id;
+        // Unplaced, or a rebuild whose pinned START went.
+        let rebuilding = self.rebuild_under_way(id);
+        let unplaced = |i: &Instance| {
+            (i.state == InstanceState::Pending && i.node.is_none())
+                || (i.state == InstanceState::Rebuilding && rebuilding)
+        };
+        if !unplaced(&record) {
+            return Ok(());
+        }
+        self.event(
+            Some(record.tenant),
+            EventKind::Error,
+            format!(
+                "instance {id}: no node reported it within {:?} of its START; the START was lost",
+                self.config.confirm_timeout
+            ),
+        );
+        let why = format!(
+            "{START_LOST}: no node reported it within {:?}",
+            self.config.confirm_timeout
+        );
+        if self
+            .set_state_if(id, InstanceState::Error(why.clone()), unplaced)?
+            .is_some()
+        {
+            actions::start_ended(self.store.as_ref(), id, EventOutcome::error(why));
+        }
+        Ok(())
+    }
+}
+
+/// The longest part of a sweep spent checking confirmations (the sweep runs between batches of
+/// frames, which wait meanwhile; a sweep comes each second by default).
+const SWEEP_BUDGET: Duration = Duration::from_millis(250);
+
+/// How many overdue STARTs' records one read takes.
+const LOST_READ: usize = 256;
+
+/// What a sweep times out.
+#[derive(Clone, Copy)]
+enum Awaited {
+    /// A START dispatched, awaiting its node's report.
+    Start,
+    /// A DELETE or a stop, awaiting its confirmation.
+    Confirmation,
 }

@@ -1,9 +1,11 @@
 //! One read's frames applied with the STATS side by side (`run::apply_frames`, as over etcd):
-//! each node's reports in order, every other frame in its place.
+//! each node's reports in order, every other frame in its place; how far the frames waiting
+//! leave the cluster heard (`run::heard_until`).
 
 use super::*;
-use crate::engine::run::apply_frames;
+use crate::engine::run::{apply_frames, heard_until};
 use ssntp::payload::{NodeEvent, NodeState};
+use ssntp_net::client::ClientEvent;
 
 fn message(origin: Uuid, payload: Payload) -> ssntp::session::Message {
     ssntp::session::Message {
@@ -67,4 +69,29 @@ fn side_by_side_reports_keep_each_nodes_order() {
         assert_eq!(w.placed(b(4)).1, Some(nodes[4]));
         assert_eq!(w.engine.node(nodes[4]).unwrap().status, NodeStatus::Ready);
     }
+}
+
+/// The sweep hears the cluster as far as the read time of the frames waiting for the engine;
+/// everything, when no frame waits.
+#[test]
+fn the_cluster_is_heard_as_far_as_the_frames_waiting() {
+    let now = SystemTime::now();
+    assert_eq!(heard_until(None, now), now);
+    assert_eq!(
+        heard_until(Some(&super::origin::connected(SCHEDULER)), now),
+        now
+    );
+    let mut waiting = super::origin::frames(NODE, Vec::new());
+    if let ClientEvent::Frames { read_at, .. } = &mut waiting {
+        *read_at = std::time::Instant::now()
+            .checked_sub(Duration::from_secs(30))
+            .expect("the machine has been up 30 s");
+    }
+    let behind = now
+        .duration_since(heard_until(Some(&waiting), now))
+        .unwrap();
+    assert!(
+        behind >= Duration::from_secs(30) && behind < Duration::from_secs(60),
+        "{behind:?}"
+    );
 }
