@@ -5,6 +5,7 @@
 
 use bytes::BytesMut;
 use rustls::pki_types::ServerName;
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::io::AsyncWriteExt;
@@ -576,11 +577,21 @@ pub fn first_server(uuid: Uuid, count: usize) -> usize {
 /// One stream of the events of several clients (one per server, for a peer that holds a session
 /// with each), each with its client's index; it ends when every client's has.
 pub fn merge(clients: Vec<mpsc::Receiver<ClientEvent>>) -> mpsc::Receiver<(usize, ClientEvent)> {
+    forward(clients, |_, _| {})
+}
+
+/// Forwards each client's events into one channel, with its index, `seen` told of each event
+/// before it goes.
+fn forward(
+    clients: Vec<mpsc::Receiver<ClientEvent>>,
+    seen: impl Fn(usize, &ClientEvent) + Clone + Send + 'static,
+) -> mpsc::Receiver<(usize, ClientEvent)> {
     let (tx, rx) = mpsc::channel(64);
     for (index, mut events) in clients.into_iter().enumerate() {
-        let tx = tx.clone();
+        let (tx, seen) = (tx.clone(), seen.clone());
         tokio::spawn(async move {
             while let Some(event) = events.recv().await {
+                seen(index, &event);
                 if tx.send((index, event)).await.is_err() {
                     return;
                 }
@@ -588,6 +599,69 @@ pub fn merge(clients: Vec<mpsc::Receiver<ClientEvent>>) -> mpsc::Receiver<(usize
         });
     }
     rx
+}
+
+/// [`merge`], also telling how long the frames it holds for the application have waited
+/// ([`Merged::oldest_waiting`]): how far behind the application is.
+pub fn merge_timed(clients: Vec<mpsc::Receiver<ClientEvent>>) -> Merged {
+    let waiting: Arc<Mutex<Vec<VecDeque<Option<Instant>>>>> =
+        Arc::new(Mutex::new(vec![VecDeque::new(); clients.len()]));
+    let held = waiting.clone();
+    let events = forward(clients, move |index, event| {
+        let read_at = match event {
+            ClientEvent::Frames { read_at, .. } => Some(*read_at),
+            _ => None,
+        };
+        if let Some(link) = lock(&held).get_mut(index) {
+            link.push_back(read_at);
+        }
+    });
+    Merged { events, waiting }
+}
+
+/// The events of several clients in one stream ([`merge_timed`]).
+pub struct Merged {
+    events: mpsc::Receiver<(usize, ClientEvent)>,
+    /// For each client, the read time of each of its events taken from it and not yet by the
+    /// application (`None` for an event other than frames), oldest first.
+    waiting: Arc<Mutex<Vec<VecDeque<Option<Instant>>>>>,
+}
+
+impl Merged {
+    /// The next event, with its client's index; `None` when every client's events ended.
+    pub async fn recv(&mut self) -> Option<(usize, ClientEvent)> {
+        let event = self.events.recv().await?;
+        self.taken(event.0);
+        Some(event)
+    }
+
+    /// The next event if one waits.
+    pub fn try_recv(&mut self) -> Result<(usize, ClientEvent), mpsc::error::TryRecvError> {
+        let event = self.events.try_recv()?;
+        self.taken(event.0);
+        Ok(event)
+    }
+
+    /// When the oldest frames taken from the clients and not yet by the application were read;
+    /// `None` when no frames wait. (Frames a client still holds were read after those: a client
+    /// hands them over in order, and one at a time is taken from each while the application is
+    /// behind.)
+    pub fn oldest_waiting(&self) -> Option<Instant> {
+        lock(&self.waiting)
+            .iter()
+            .filter_map(|link| link.iter().flatten().next().copied())
+            .min()
+    }
+
+    fn taken(&self, index: usize) {
+        if let Some(link) = lock(&self.waiting).get_mut(index) {
+            link.pop_front();
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 #[cfg(test)]
