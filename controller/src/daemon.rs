@@ -154,7 +154,7 @@ impl Controller {
             .map(|c| Arc::new(c.clone()) as Arc<dyn engine::Outbound>)
             .collect();
         let schedulers = Arc::new(engine::Schedulers::new(links));
-        let events = ssntp_net::client::merge(streams);
+        let events = ssntp_net::client::merge_timed(streams);
         let mut engine_config = config.engine.clone();
         engine_config.uuid = uuid;
         engine_config.console_tls = Some(config.tls.clone());

@@ -6,8 +6,7 @@ use std::time::{Duration, SystemTime};
 
 use ssntp::Payload;
 use ssntp::session::Message;
-use ssntp_net::client::ClientEvent;
-use tokio::sync::mpsc;
+use ssntp_net::client::{ClientEvent, Merged};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -25,7 +24,7 @@ use super::{Engine, Schedulers, Verdict};
 pub async fn run(
     engine: Arc<Engine>,
     schedulers: Arc<Schedulers>,
-    mut events: mpsc::Receiver<(usize, ClientEvent)>,
+    mut events: Merged,
     sweep_every: Duration,
     shutdown: CancellationToken,
 ) {
@@ -59,12 +58,9 @@ pub async fn run(
                 }
             }
             _ = sweep.tick() => {
-                // How far the cluster is heard: up to the oldest frame still waiting.
-                if held.is_none() {
-                    held = events.try_recv().ok();
-                }
+                // How far the cluster is heard: up to the oldest frames still waiting.
                 let now = SystemTime::now();
-                let heard = heard_until(held.as_ref().map(|(_, event)| event), now);
+                let heard = heard_until(held.as_ref().map(|(_, event)| event), &events, now);
                 let engine = engine.clone();
                 let swept =
                     tokio::task::spawn_blocking(move || engine.sweep_heard(now, heard)).await;
@@ -145,21 +141,28 @@ pub async fn run(
 /// up, to this many.
 const FRAMES_AT_ONCE: usize = 1024;
 
-/// How far the cluster is heard at `now`, the next event being `next`: up to the read time of the
-/// frames waiting, if they are; everything, if none waits.
-pub(super) fn heard_until(next: Option<&ClientEvent>, now: SystemTime) -> SystemTime {
-    match next {
-        Some(ClientEvent::Frames { read_at, .. }) => {
-            now.checked_sub(read_at.elapsed()).unwrap_or(now)
-        }
-        _ => now,
+/// How far the cluster is heard at `now`, the event read ahead being `held` and the others
+/// waiting in `events`: up to the read time of the oldest frames waiting; everything, if none
+/// waits.
+pub(super) fn heard_until(
+    held: Option<&ClientEvent>,
+    events: &Merged,
+    now: SystemTime,
+) -> SystemTime {
+    let held = match held {
+        Some(ClientEvent::Frames { read_at, .. }) => Some(*read_at),
+        _ => None,
+    };
+    match held.into_iter().chain(events.oldest_waiting()).min() {
+        Some(read_at) => now.checked_sub(read_at.elapsed()).unwrap_or(now),
+        None => now,
     }
 }
 
 /// The event read ahead, if one was, else the next.
 async fn next_event(
     held: &mut Option<(usize, ClientEvent)>,
-    events: &mut mpsc::Receiver<(usize, ClientEvent)>,
+    events: &mut Merged,
 ) -> Option<(usize, ClientEvent)> {
     match held.take() {
         Some(event) => Some(event),

@@ -26,27 +26,48 @@ impl Engine {
     /// controller behind on its frames does not declare lost what waits among them, however
     /// long it takes to catch up.
     ///
-    /// The confirmations are checked for at most 250 ms of each sweep, the oldest first; those
-    /// left wait for the next sweep, the frames meanwhile go on being applied.
+    /// The DELETEs and stops, then the STARTs, are each checked for about 200 ms of a sweep
+    /// (at least one each), the oldest first; those left wait for the next sweep, the frames
+    /// meanwhile go on being applied. Every part of the sweep runs whatever another met; the
+    /// answer is the first error.
     ///
     /// [`confirm_timeout`]: super::EngineConfig::confirm_timeout
     pub fn sweep_heard(&self, now: SystemTime, heard: SystemTime) -> Result<(), ClusterError> {
-        let heard = heard.min(now);
-        let until = Instant::now() + SWEEP_BUDGET;
-        self.sweep_unconfirmed(heard, until)?;
-        self.refresh_disabled()?;
-        self.sweep_lost_starts(heard, until)?;
-        self.sweep_deferred(now)?;
-        self.sweep_cncis(now)?;
-        self.sweep_firewalls()?;
-        self.sweep_volumes(now)?;
-        self.sweep_public_ips(now)
+        self.sweep_within(now, heard, SWEEP_BUDGET)
     }
 
-    /// DELETEs and stops unconfirmed for the timeout, as far as `heard`, until `until`.
+    /// [`Engine::sweep_heard`], with `budget` for each of the two checks of confirmations.
+    pub(super) fn sweep_within(
+        &self,
+        now: SystemTime,
+        heard: SystemTime,
+        budget: Duration,
+    ) -> Result<(), ClusterError> {
+        let heard = heard.min(now);
+        let parts = [
+            self.sweep_unconfirmed(heard, Instant::now() + budget),
+            self.refresh_disabled().map_err(ClusterError::from),
+            self.sweep_lost_starts(heard, Instant::now() + budget),
+            self.sweep_deferred(now),
+            self.sweep_cncis(now),
+            self.sweep_firewalls(),
+            self.sweep_volumes(now),
+            self.sweep_public_ips(now),
+        ];
+        parts.into_iter().collect()
+    }
+
+    /// DELETEs and stops unconfirmed for the timeout, as far as `heard`, until `until` (at
+    /// least one). One that could not be checked waits for the next sweep; the first error is
+    /// the answer.
     fn sweep_unconfirmed(&self, heard: SystemTime, until: Instant) -> Result<(), ClusterError> {
-        for (id, since) in self.overdue(Awaited::Confirmation, heard) {
-            if Instant::now() >= until {
+        let mut first_error = None;
+        for (n, (id, since)) in self
+            .overdue(Awaited::Confirmation, heard)
+            .into_iter()
+            .enumerate()
+        {
+            if n > 0 && Instant::now() >= until {
                 break;
             }
             if !self.take_if_since(Awaited::Confirmation, id, since) {
@@ -58,11 +79,11 @@ impl Engine {
                 Err(e) => Err(e.into()),
             };
             if let Err(e) = unconfirmed {
-                self.state().unconfirmed.insert(id, since);
-                return Err(e);
+                self.await_again(Awaited::Confirmation, id, since);
+                first_error.get_or_insert(e);
             }
         }
-        Ok(())
+        first_error.map_or(Ok(()), Err)
     }
 
     /// `record`'s DELETE or stop was not confirmed in time: `hung` or `missing` (forgotten, if
@@ -103,31 +124,42 @@ impl Engine {
     /// Pending instances whose START no node reported within the confirmation timeout, as far
     /// as `heard`: lost with a scheduler or an agent that died; `error` (`start_lost`), `active`
     /// again if a node reports them after all. Their records are read [`LOST_READ`] at a time,
-    /// until `until`; the STARTs not checked stay awaited.
+    /// until `until` (at least one checked); the STARTs not checked, or that could not be, stay
+    /// awaited. The first error is the answer.
     fn sweep_lost_starts(&self, heard: SystemTime, until: Instant) -> Result<(), ClusterError> {
         let overdue = self.overdue(Awaited::Start, heard);
-        for chunk in overdue.chunks(LOST_READ) {
-            if Instant::now() >= until {
+        let mut checked = 0usize;
+        let mut first_error = None;
+        let over = |checked: usize| checked > 0 && Instant::now() >= until;
+        'reads: for chunk in overdue.chunks(LOST_READ) {
+            if over(checked) {
                 break;
             }
             let ids: Vec<Uuid> = chunk.iter().map(|&(id, _)| id).collect();
-            let records = self.store.instances_by_id(&ids)?;
+            let records = match self.store.instances_by_id(&ids) {
+                Ok(records) => records,
+                Err(e) => {
+                    first_error.get_or_insert(e.into());
+                    continue;
+                }
+            };
             for (&(id, since), record) in chunk.iter().zip(records) {
-                if Instant::now() >= until {
-                    return Ok(());
+                if over(checked) {
+                    break 'reads;
                 }
                 if !self.take_if_since(Awaited::Start, id, since) {
                     // Reported, or dispatched again (its own timer runs), since the listing.
                     continue;
                 }
+                checked += 1;
                 let Some(record) = record else { continue };
                 if let Err(e) = self.start_lost(record) {
-                    self.state().dispatched.insert(id, since);
-                    return Err(e);
+                    self.await_again(Awaited::Start, id, since);
+                    first_error.get_or_insert(e);
                 }
             }
         }
-        Ok(())
+        first_error.map_or(Ok(()), Err)
     }
 
     /// What `what` awaits for the timeout as far as `heard`, the oldest first.
@@ -165,6 +197,16 @@ impl Engine {
         true
     }
 
+    /// `id` awaited again since `since` after a check that failed, unless it was awaited anew
+    /// meanwhile (its newer timer stands).
+    fn await_again(&self, what: Awaited, id: Uuid, since: SystemTime) {
+        let mut state = self.state();
+        match what {
+            Awaited::Start => state.dispatched.entry(id).or_insert(since),
+            Awaited::Confirmation => state.unconfirmed.entry(id).or_insert(since),
+        };
+    }
+
     /// `record`'s START was not reported in time: `error` (`start_lost`) if it is still unplaced.
     fn start_lost(&self, record: Instance) -> Result<(), ClusterError> {
         let id = record.id;
@@ -199,9 +241,9 @@ impl Engine {
     }
 }
 
-/// The longest part of a sweep spent checking confirmations (the sweep runs between batches of
-/// frames, which wait meanwhile; a sweep comes each second by default).
-const SWEEP_BUDGET: Duration = Duration::from_millis(250);
+/// About the longest part of a sweep spent checking each kind of confirmation (the sweep runs
+/// between batches of frames, which wait meanwhile; a sweep comes each second by default).
+const SWEEP_BUDGET: Duration = Duration::from_millis(200);
 
 /// How many overdue STARTs' records one read takes.
 const LOST_READ: usize = 256;

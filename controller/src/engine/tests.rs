@@ -675,7 +675,7 @@ fn drive(
     let driver = tokio::spawn(run(
         engine.clone(),
         Arc::new(Schedulers::new(vec![link])),
-        ssntp_net::client::merge(vec![rx]),
+        ssntp_net::client::merge_timed(vec![rx]),
         Duration::from_secs(3600),
         stop.clone(),
     ));

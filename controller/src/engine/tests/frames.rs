@@ -71,27 +71,66 @@ fn side_by_side_reports_keep_each_nodes_order() {
     }
 }
 
-/// The sweep hears the cluster as far as the read time of the frames waiting for the engine;
-/// everything, when no frame waits.
-#[test]
-fn the_cluster_is_heard_as_far_as_the_frames_waiting() {
-    let now = SystemTime::now();
-    assert_eq!(heard_until(None, now), now);
-    assert_eq!(
-        heard_until(Some(&super::origin::connected(SCHEDULER)), now),
-        now
-    );
-    let mut waiting = super::origin::frames(NODE, Vec::new());
-    if let ClientEvent::Frames { read_at, .. } = &mut waiting {
-        *read_at = std::time::Instant::now()
-            .checked_sub(Duration::from_secs(30))
-            .expect("the machine has been up 30 s");
-    }
-    let behind = now
-        .duration_since(heard_until(Some(&waiting), now))
+/// The sweep hears the cluster as far as the read time of the oldest frames waiting for the
+/// engine, on any scheduler's link and read ahead or not; everything, when no frame waits. (With
+/// only the next event looked at, a quiet link's fresh frame ahead of a busy one's old ones
+/// would have said everything was heard.)
+#[tokio::test]
+async fn the_cluster_is_heard_as_far_as_the_oldest_frames_waiting() {
+    let read = |ago: Duration| {
+        let mut event = super::origin::frames(NODE, Vec::new());
+        if let ClientEvent::Frames { read_at, .. } = &mut event {
+            *read_at = std::time::Instant::now()
+                .checked_sub(ago)
+                .unwrap_or_else(std::time::Instant::now);
+        }
+        event
+    };
+    let (quiet_tx, quiet) = tokio::sync::mpsc::channel(8);
+    let (busy_tx, busy) = tokio::sync::mpsc::channel(8);
+    let mut events = ssntp_net::client::merge_timed(vec![quiet, busy]);
+    let behind = |held: Option<&ClientEvent>, events: &ssntp_net::client::Merged| {
+        let now = SystemTime::now();
+        now.duration_since(heard_until(held, events, now)).unwrap()
+    };
+    assert_eq!(behind(None, &events), Duration::ZERO);
+    // A fresh frame on the quiet link, read ahead; 30 s old ones on the busy link; then a
+    // scheduler's event on the quiet link.
+    quiet_tx.send(read(Duration::ZERO)).await.unwrap();
+    let held = events.recv().await.unwrap();
+    busy_tx.send(read(Duration::from_secs(30))).await.unwrap();
+    busy_tx.send(read(Duration::from_secs(29))).await.unwrap();
+    quiet_tx
+        .send(super::origin::connected(SCHEDULER))
+        .await
         .unwrap();
-    assert!(
-        behind >= Duration::from_secs(30) && behind < Duration::from_secs(60),
-        "{behind:?}"
-    );
+    testkit::wait_for(Duration::from_secs(30), || async {
+        match behind(Some(&held.1), &events) {
+            b if b >= Duration::from_secs(30) => Ok(()),
+            b => Err(format!("heard as far as {b:?} ago")),
+        }
+    })
+    .await;
+    assert!(behind(Some(&held.1), &events) < Duration::from_secs(60));
+    // The busy link's first taken: its second is the oldest waiting.
+    let mut taken = Vec::new();
+    while taken.len() < 2 {
+        let (link, event) = events.recv().await.unwrap();
+        if link == 1 {
+            taken.push(event);
+        } else {
+            assert!(matches!(event, ClientEvent::Connected { .. }));
+        }
+        if taken.len() == 1 {
+            testkit::wait_for(Duration::from_secs(30), || async {
+                match behind(None, &events) {
+                    b if b >= Duration::from_secs(29) && b < Duration::from_secs(30) => Ok(()),
+                    b => Err(format!("heard as far as {b:?} ago")),
+                }
+            })
+            .await;
+        }
+    }
+    // Every frame taken (the scheduler's event too, or waiting: it holds no frame).
+    assert!(behind(None, &events) < Duration::from_secs(1));
 }
