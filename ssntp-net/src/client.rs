@@ -601,19 +601,21 @@ fn forward(
     rx
 }
 
-/// [`merge`], also telling how long the frames it holds for the application have waited
+/// [`merge`], also telling how long the events it holds for the application have waited
 /// ([`Merged::oldest_waiting`]): how far behind the application is.
 pub fn merge_timed(clients: Vec<mpsc::Receiver<ClientEvent>>) -> Merged {
-    let waiting: Arc<Mutex<Vec<VecDeque<Option<Instant>>>>> =
+    let waiting: Arc<Mutex<Vec<VecDeque<Instant>>>> =
         Arc::new(Mutex::new(vec![VecDeque::new(); clients.len()]));
     let held = waiting.clone();
     let events = forward(clients, move |index, event| {
-        let read_at = match event {
-            ClientEvent::Frames { read_at, .. } => Some(*read_at),
-            _ => None,
+        // Frames: when the client read them; another event: when it was taken from the client
+        // (the frames read after it wait behind it).
+        let since = match event {
+            ClientEvent::Frames { read_at, .. } => *read_at,
+            _ => Instant::now(),
         };
         if let Some(link) = lock(&held).get_mut(index) {
-            link.push_back(read_at);
+            link.push_back(since);
         }
     });
     Merged { events, waiting }
@@ -622,9 +624,9 @@ pub fn merge_timed(clients: Vec<mpsc::Receiver<ClientEvent>>) -> Merged {
 /// The events of several clients in one stream ([`merge_timed`]).
 pub struct Merged {
     events: mpsc::Receiver<(usize, ClientEvent)>,
-    /// For each client, the read time of each of its events taken from it and not yet by the
-    /// application (`None` for an event other than frames), oldest first.
-    waiting: Arc<Mutex<Vec<VecDeque<Option<Instant>>>>>,
+    /// For each client, since when each of its events taken from it and not yet by the
+    /// application has waited, oldest first.
+    waiting: Arc<Mutex<Vec<VecDeque<Instant>>>>,
 }
 
 impl Merged {
@@ -642,14 +644,14 @@ impl Merged {
         Ok(event)
     }
 
-    /// When the oldest frames taken from the clients and not yet by the application were read;
-    /// `None` when no frames wait. (Frames a client still holds were read after those: a client
-    /// hands them over in order, and one at a time is taken from each while the application is
-    /// behind.)
+    /// Since when the oldest event taken from the clients and not yet by the application has
+    /// waited (frames: when they were read); `None` when none waits. (The events a client still
+    /// holds came after those: a client hands them over in order, and one at a time is taken
+    /// from each while the application is behind.)
     pub fn oldest_waiting(&self) -> Option<Instant> {
         lock(&self.waiting)
             .iter()
-            .filter_map(|link| link.iter().flatten().next().copied())
+            .filter_map(|link| link.front().copied())
             .min()
     }
 

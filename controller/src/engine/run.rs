@@ -142,8 +142,8 @@ pub async fn run(
 const FRAMES_AT_ONCE: usize = 1024;
 
 /// How far the cluster is heard at `now`, the event read ahead being `held` and the others
-/// waiting in `events`: up to the read time of the oldest frames waiting; everything, if none
-/// waits.
+/// waiting in `events`: up to the read time of the oldest frames waiting (or the time another
+/// event, with frames behind it, was taken from its client); everything, if none waits.
 pub(super) fn heard_until(
     held: Option<&ClientEvent>,
     events: &Merged,

@@ -26,10 +26,11 @@ impl Engine {
     /// controller behind on its frames does not declare lost what waits among them, however
     /// long it takes to catch up.
     ///
-    /// The DELETEs and stops, then the STARTs, are each checked for about 200 ms of a sweep
+    /// The DELETEs and stops, then the STARTs, are each checked for about 125 ms of a sweep
     /// (at least one each), the oldest first; those left wait for the next sweep, the frames
-    /// meanwhile go on being applied. Every part of the sweep runs whatever another met; the
-    /// answer is the first error.
+    /// meanwhile go on being applied; one whose check failed goes to the back of the line. Every
+    /// part of the sweep runs whatever another met, unless the store failed (its backend down:
+    /// each part would wait for it in turn); the answer is the first error.
     ///
     /// [`confirm_timeout`]: super::EngineConfig::confirm_timeout
     pub fn sweep_heard(&self, now: SystemTime, heard: SystemTime) -> Result<(), ClusterError> {
@@ -44,17 +45,27 @@ impl Engine {
         budget: Duration,
     ) -> Result<(), ClusterError> {
         let heard = heard.min(now);
-        let parts = [
-            self.sweep_unconfirmed(heard, Instant::now() + budget),
-            self.refresh_disabled().map_err(ClusterError::from),
-            self.sweep_lost_starts(heard, Instant::now() + budget),
-            self.sweep_deferred(now),
-            self.sweep_cncis(now),
-            self.sweep_firewalls(),
-            self.sweep_volumes(now),
-            self.sweep_public_ips(now),
+        let parts: [&dyn Fn() -> Result<(), ClusterError>; 8] = [
+            &|| self.sweep_unconfirmed(heard, Instant::now() + budget),
+            &|| Ok(self.refresh_disabled()?),
+            &|| self.sweep_lost_starts(heard, Instant::now() + budget),
+            &|| self.sweep_deferred(now),
+            &|| self.sweep_cncis(now),
+            &|| self.sweep_firewalls(),
+            &|| self.sweep_volumes(now),
+            &|| self.sweep_public_ips(now),
         ];
-        parts.into_iter().collect()
+        let mut first_error = None;
+        for part in parts {
+            if let Err(e) = part() {
+                let down = store_down(&e);
+                first_error.get_or_insert(e);
+                if down {
+                    break;
+                }
+            }
+        }
+        first_error.map_or(Ok(()), Err)
     }
 
     /// DELETEs and stops unconfirmed for the timeout, as far as `heard`, until `until` (at
@@ -79,8 +90,12 @@ impl Engine {
                 Err(e) => Err(e.into()),
             };
             if let Err(e) = unconfirmed {
-                self.await_again(Awaited::Confirmation, id, since);
+                self.await_again(Awaited::Confirmation, id, since, heard);
+                let down = store_down(&e);
                 first_error.get_or_insert(e);
+                if down {
+                    break;
+                }
             }
         }
         first_error.map_or(Ok(()), Err)
@@ -124,38 +139,55 @@ impl Engine {
     /// Pending instances whose START no node reported within the confirmation timeout, as far
     /// as `heard`: lost with a scheduler or an agent that died; `error` (`start_lost`), `active`
     /// again if a node reports them after all. Their records are read [`LOST_READ`] at a time,
-    /// until `until` (at least one checked); the STARTs not checked, or that could not be, stay
-    /// awaited. The first error is the answer.
+    /// until `until` (at least one checked, or one read failed); the STARTs not checked stay
+    /// awaited, those that could not be go to the back of the line. The first error is the
+    /// answer; the store's backend failing ends the check.
     fn sweep_lost_starts(&self, heard: SystemTime, until: Instant) -> Result<(), ClusterError> {
         let overdue = self.overdue(Awaited::Start, heard);
-        let mut checked = 0usize;
+        // STARTs checked and reads failed: at least one before the time is up.
+        let mut tried = 0usize;
+        let over = |tried: usize| tried > 0 && Instant::now() >= until;
         let mut first_error = None;
-        let over = |checked: usize| checked > 0 && Instant::now() >= until;
         'reads: for chunk in overdue.chunks(LOST_READ) {
-            if over(checked) {
+            if over(tried) {
                 break;
             }
             let ids: Vec<Uuid> = chunk.iter().map(|&(id, _)| id).collect();
             let records = match self.store.instances_by_id(&ids) {
                 Ok(records) => records,
                 Err(e) => {
-                    first_error.get_or_insert(e.into());
+                    tried += 1;
+                    for &(id, since) in chunk {
+                        if self.take_if_since(Awaited::Start, id, since) {
+                            self.await_again(Awaited::Start, id, since, heard);
+                        }
+                    }
+                    let e = ClusterError::from(e);
+                    let down = store_down(&e);
+                    first_error.get_or_insert(e);
+                    if down {
+                        break;
+                    }
                     continue;
                 }
             };
             for (&(id, since), record) in chunk.iter().zip(records) {
-                if over(checked) {
+                if over(tried) {
                     break 'reads;
                 }
                 if !self.take_if_since(Awaited::Start, id, since) {
                     // Reported, or dispatched again (its own timer runs), since the listing.
                     continue;
                 }
-                checked += 1;
+                tried += 1;
                 let Some(record) = record else { continue };
                 if let Err(e) = self.start_lost(record) {
-                    self.await_again(Awaited::Start, id, since);
+                    self.await_again(Awaited::Start, id, since, heard);
+                    let down = store_down(&e);
                     first_error.get_or_insert(e);
+                    if down {
+                        break 'reads;
+                    }
                 }
             }
         }
@@ -197,13 +229,17 @@ impl Engine {
         true
     }
 
-    /// `id` awaited again since `since` after a check that failed, unless it was awaited anew
+    /// `id` awaited again after a check that failed, at the back of the line of those overdue
+    /// as far as `heard` (as if awaited since the timeout before it), unless it was awaited anew
     /// meanwhile (its newer timer stands).
-    fn await_again(&self, what: Awaited, id: Uuid, since: SystemTime) {
+    fn await_again(&self, what: Awaited, id: Uuid, since: SystemTime, heard: SystemTime) {
+        let back = heard
+            .checked_sub(self.config.confirm_timeout)
+            .map_or(since, |due| due.max(since));
         let mut state = self.state();
         match what {
-            Awaited::Start => state.dispatched.entry(id).or_insert(since),
-            Awaited::Confirmation => state.unconfirmed.entry(id).or_insert(since),
+            Awaited::Start => state.dispatched.entry(id).or_insert(back),
+            Awaited::Confirmation => state.unconfirmed.entry(id).or_insert(back),
         };
     }
 
@@ -243,7 +279,13 @@ impl Engine {
 
 /// About the longest part of a sweep spent checking each kind of confirmation (the sweep runs
 /// between batches of frames, which wait meanwhile; a sweep comes each second by default).
-const SWEEP_BUDGET: Duration = Duration::from_millis(200);
+const SWEEP_BUDGET: Duration = Duration::from_millis(125);
+
+/// Whether `e` says the store's backend failed (down, or too slow to answer): what comes next
+/// in a sweep would wait for it in turn.
+fn store_down(e: &ClusterError) -> bool {
+    matches!(e, ClusterError::Store(StoreError::Backend(_)))
+}
 
 /// How many overdue STARTs' records one read takes.
 const LOST_READ: usize = 256;

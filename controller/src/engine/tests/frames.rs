@@ -72,65 +72,74 @@ fn side_by_side_reports_keep_each_nodes_order() {
 }
 
 /// The sweep hears the cluster as far as the read time of the oldest frames waiting for the
-/// engine, on any scheduler's link and read ahead or not; everything, when no frame waits. (With
+/// engine, on any scheduler's link and read ahead or not; everything, when nothing waits. (With
 /// only the next event looked at, a quiet link's fresh frame ahead of a busy one's old ones
 /// would have said everything was heard.)
 #[tokio::test]
 async fn the_cluster_is_heard_as_far_as_the_oldest_frames_waiting() {
     let read = |ago: Duration| {
+        let at = std::time::Instant::now()
+            .checked_sub(ago)
+            .expect("the machine has been up for 30 s");
         let mut event = super::origin::frames(NODE, Vec::new());
         if let ClientEvent::Frames { read_at, .. } = &mut event {
-            *read_at = std::time::Instant::now()
-                .checked_sub(ago)
-                .unwrap_or_else(std::time::Instant::now);
+            *read_at = at;
         }
-        event
+        (event, at)
     };
     let (quiet_tx, quiet) = tokio::sync::mpsc::channel(8);
     let (busy_tx, busy) = tokio::sync::mpsc::channel(8);
     let mut events = ssntp_net::client::merge_timed(vec![quiet, busy]);
-    let behind = |held: Option<&ClientEvent>, events: &ssntp_net::client::Merged| {
-        let now = SystemTime::now();
-        now.duration_since(heard_until(held, events, now)).unwrap()
-    };
-    assert_eq!(behind(None, &events), Duration::ZERO);
-    // A fresh frame on the quiet link, read ahead; 30 s old ones on the busy link; then a
-    // scheduler's event on the quiet link.
-    quiet_tx.send(read(Duration::ZERO)).await.unwrap();
-    let held = events.recv().await.unwrap();
-    busy_tx.send(read(Duration::from_secs(30))).await.unwrap();
-    busy_tx.send(read(Duration::from_secs(29))).await.unwrap();
+    let now = SystemTime::now();
+    assert_eq!(heard_until(None, &events, now), now);
+    // A fresh frame on the quiet link, read ahead; then 30 and 29 s old ones on the busy link.
+    quiet_tx.send(read(Duration::ZERO).0).await.unwrap();
+    let (_, held) = events.recv().await.unwrap();
+    assert_eq!(events.oldest_waiting(), None);
+    let (first, first_at) = read(Duration::from_secs(30));
+    let (second, second_at) = read(Duration::from_secs(29));
+    busy_tx.send(first).await.unwrap();
+    busy_tx.send(second).await.unwrap();
+    oldest_waiting_is(&events, first_at).await;
+    let now = SystemTime::now();
+    let behind = now
+        .duration_since(heard_until(Some(&held), &events, now))
+        .unwrap();
+    assert!(
+        behind >= Duration::from_secs(30) && behind < Duration::from_secs(60),
+        "{behind:?}"
+    );
+    // The busy link's first taken: its second is the oldest waiting; then none.
+    assert_eq!(events.recv().await.unwrap().0, 1);
+    oldest_waiting_is(&events, second_at).await;
+    assert_eq!(events.recv().await.unwrap().0, 1);
+    assert_eq!(events.oldest_waiting(), None);
+    // Another event waits since it was taken from its client (frames read after it wait
+    // behind it).
+    let before = std::time::Instant::now();
     quiet_tx
         .send(super::origin::connected(SCHEDULER))
         .await
         .unwrap();
-    testkit::wait_for(Duration::from_secs(30), || async {
-        match behind(Some(&held.1), &events) {
-            b if b >= Duration::from_secs(30) => Ok(()),
-            b => Err(format!("heard as far as {b:?} ago")),
+    testkit::wait_for(Duration::from_secs(30), || {
+        let events = &events;
+        async move {
+            match events.oldest_waiting() {
+                Some(since) if since >= before => Ok(()),
+                other => Err(format!("the oldest waiting: {other:?}")),
+            }
         }
     })
     .await;
-    assert!(behind(Some(&held.1), &events) < Duration::from_secs(60));
-    // The busy link's first taken: its second is the oldest waiting.
-    let mut taken = Vec::new();
-    while taken.len() < 2 {
-        let (link, event) = events.recv().await.unwrap();
-        if link == 1 {
-            taken.push(event);
-        } else {
-            assert!(matches!(event, ClientEvent::Connected { .. }));
+}
+
+/// Waits until the oldest event waiting in `events` is the one since `at`.
+async fn oldest_waiting_is(events: &ssntp_net::client::Merged, at: std::time::Instant) {
+    testkit::wait_for(Duration::from_secs(30), || async {
+        match events.oldest_waiting() {
+            Some(oldest) if oldest == at => Ok(()),
+            other => Err(format!("the oldest waiting: {other:?}, not {at:?}")),
         }
-        if taken.len() == 1 {
-            testkit::wait_for(Duration::from_secs(30), || async {
-                match behind(None, &events) {
-                    b if b >= Duration::from_secs(29) && b < Duration::from_secs(30) => Ok(()),
-                    b => Err(format!("heard as far as {b:?} ago")),
-                }
-            })
-            .await;
-        }
-    }
-    // Every frame taken (the scheduler's event too, or waiting: it holds no frame).
-    assert!(behind(None, &events) < Duration::from_secs(1));
+    })
+    .await;
 }
