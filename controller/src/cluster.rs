@@ -652,6 +652,12 @@ pub trait Cluster: Send + Sync {
     fn reports_refused(&self) -> Vec<(&'static str, u64)> {
         Vec::new()
     }
+    /// How long the oldest frames from the schedulers waiting to be applied had waited when last
+    /// looked at (each second): how far behind the cluster the controller is; none for a
+    /// cluster without frames.
+    fn frames_behind(&self) -> Option<std::time::Duration> {
+        None
+    }
     /// The tenant's floating IPs changed in the store (allocated, associated, disassociated,
     /// released): the cluster brings its CNCIs' mappings in line, without waiting for them.
     /// Nothing happens where the cluster maps none (a fake).

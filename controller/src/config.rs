@@ -220,7 +220,9 @@ pub struct Args {
     /// (`http://host[:port]`, port 4318 unless given; docs/traces.md).
     #[arg(long, env = "CUMULO_CONTROLLER_OTLP_ENDPOINT", value_parser = crate::otlp::Endpoint::parse)]
     pub otlp_endpoint: Option<crate::otlp::Endpoint>,
-    /// How long a delete or stop may go unconfirmed (then the instance is hung or missing).
+    /// How long a start, delete or stop may go unconfirmed by its node (then the instance is in
+    /// error, hung or missing), counted on what the controller has applied of its schedulers'
+    /// frames.
     #[arg(long, env = "CUMULO_CONTROLLER_CONFIRM_TIMEOUT", default_value = "60s", value_parser = parse_positive_duration)]
     pub confirm_timeout: Duration,
     /// Close the scheduler session when nothing was received for this long; a heartbeat goes

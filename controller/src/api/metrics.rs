@@ -1,6 +1,7 @@
 //! Request metrics in Prometheus text: requests by route and status class, a latency histogram
-//! by route, instances by state (read from the store when scraped), and the reports from nodes
-//! and CNCIs the cluster refused (read from it when scraped). Kept and written by
+//! by route, instances by state (read from the store when scraped), the reports from nodes and
+//! CNCIs the cluster refused and how far behind the schedulers' frames it is (read from it when
+//! scraped). Kept and written by
 //! `prometheus-client`, in the Prometheus text format 0.0.4.
 
 use std::time::Instant;
@@ -148,6 +149,15 @@ pub async fn render(
     caller.require_admin()?;
     let mut registry = state.metrics.registry();
     register_refused(&mut registry, state.cluster.reports_refused());
+    if let Some(behind) = state.cluster.frames_behind() {
+        let gauge = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+        gauge.set(behind.as_secs_f64());
+        registry.register(
+            "cumulo_controller_frames_behind_seconds",
+            "How long the oldest frames from the schedulers waiting to be applied had waited at the last sweep (each second)",
+            gauge,
+        );
+    }
     if let Ok(by_state) = servers_by_state(&state).await {
         let instances = Family::<Label, Gauge>::default();
         for (name, n) in by_state {

@@ -169,7 +169,8 @@ pub struct EngineConfig {
     /// The image CNCIs boot from.
     pub cnci_image: String,
     /// How long a DELETE or a stop may go unconfirmed before the instance is `hung` (`missing`
-    /// for a stop).
+    /// for a stop), and a START before it is `error` (`start_lost`): counted on what the engine
+    /// has applied of its schedulers' frames ([`Engine::sweep_heard`]).
     pub confirm_timeout: Duration,
     /// How long a launched CNCI may take to announce itself before it counts as failed; until
     /// then a START refused for want of room (`full_cloud`, `no_net_cn`) is sent again.
@@ -290,6 +291,9 @@ struct State {
     resent: HashSet<Uuid>,
     /// Reports refused for claiming what is not their sender's, by frame (see [`origin`]).
     refused: HashMap<&'static str, u64>,
+    /// How long the oldest frames waiting for the engine had waited at the last sweep (see
+    /// [`Engine::sweep_heard`]).
+    behind: Duration,
     /// Floating IPs on their CNCIs (see [`public_ip`]).
     public_ips: public_ip::PublicIps,
     /// Volumes being attached or detached, by volume (see [`volumes`]).

@@ -376,6 +376,10 @@ impl Cluster for Engine {
         Engine::reports_refused(self)
     }
 
+    fn frames_behind(&self) -> Option<std::time::Duration> {
+        Some(Engine::frames_behind(self))
+    }
+
     fn floating_ips_changed(&self, tenant: Uuid) {
         if let Err(e) = self.reconcile_public_ips(tenant, SystemTime::now()) {
             // The next change, or the CNCI's next announcement, tries again.

@@ -34,7 +34,14 @@ impl Engine {
     ///
     /// [`confirm_timeout`]: super::EngineConfig::confirm_timeout
     pub fn sweep_heard(&self, now: SystemTime, heard: SystemTime) -> Result<(), ClusterError> {
+        self.state().behind = now.duration_since(heard).unwrap_or_default();
         self.sweep_within(now, heard, SWEEP_BUDGET)
+    }
+
+    /// How long the oldest frames from the schedulers waiting for the engine had waited at the
+    /// last sweep: how far behind the cluster the controller is (`/metrics`).
+    pub fn frames_behind(&self) -> Duration {
+        self.state().behind
     }
 
     /// [`Engine::sweep_heard`], with `budget` for each of the two checks of confirmations.

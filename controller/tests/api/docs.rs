@@ -300,6 +300,32 @@ async fn metrics_count_requests() {
     w.stop().await;
 }
 
+/// With the real engine, `/metrics` also says how far behind its schedulers' frames the
+/// controller was at its last sweep.
+#[tokio::test]
+async fn metrics_say_how_far_behind_the_frames_the_controller_is() {
+    let rig = crate::engine_rig::EngineRig::start().await;
+    let now = std::time::SystemTime::now();
+    rig.engine
+        .sweep_heard(now, now - std::time::Duration::from_secs(7))
+        .unwrap();
+    let admin = rig.admin_token().await;
+    let (status, _, text) = rig
+        .client()
+        .send(Method::GET, "/metrics", Some(&admin), None)
+        .await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    let text = text.as_str().unwrap();
+    let behind: f64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("cumulo_controller_frames_behind_seconds "))
+        .unwrap_or_else(|| panic!("no frames_behind gauge in {text}"))
+        .parse()
+        .unwrap();
+    assert_eq!(behind, 7.0);
+    rig.stop().await;
+}
+
 /// The route families' sections of docs/api.md: (heading, the prefix a path already holds when
 /// written whole, the base a shorter path is under).
 const FAMILIES: [(&str, &str, &str); 5] = [

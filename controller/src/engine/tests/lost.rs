@@ -330,6 +330,7 @@ fn a_controller_behind_its_frames_declares_nothing_lost_that_may_wait_among_them
     assert_eq!(w.state(lost), InstanceState::Pending);
     assert_eq!(w.state(deleted), InstanceState::Deleted);
     assert_eq!(w.engine.dispatched_count(), 2);
+    assert_eq!(w.engine.frames_behind(), Duration::from_secs(570));
     // Caught up: one START's report was among them; the other START's and the DELETE's were
     // not (the node still runs the deleted instance).
     w.stats(
@@ -337,6 +338,7 @@ fn a_controller_behind_its_frames_declares_nothing_lost_that_may_wait_among_them
         &[(reported, Reported::Active), (deleted, Reported::Active)],
     );
     w.engine.sweep_heard(later, later).unwrap();
+    assert_eq!(w.engine.frames_behind(), Duration::ZERO);
     assert_eq!(w.state(reported), InstanceState::Active);
     assert!(
         matches!(w.state(lost), InstanceState::Error(ref r) if r.starts_with(START_LOST)),
