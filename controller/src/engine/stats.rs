@@ -145,7 +145,6 @@ impl Engine {
         let mut records: HashMap<Uuid, Instance> = HashMap::new();
         let mut settled: HashSet<Uuid> = HashSet::with_capacity(starters.len());
         let mut again: Vec<Uuid> = Vec::new();
-        let mut confirmed: Vec<Uuid> = Vec::new();
         let answers = self.store.start_instances_on(
             node,
             &starters,
@@ -162,7 +161,8 @@ impl Engine {
                 Ok(Starting::Started(_, finished)) => {
                     self.start_written(one.id, Ok(finished))?;
                     settled.insert(one.id);
-                    confirmed.push(one.id);
+                    // Confirmed: the sweep need not read its record again.
+                    self.state().dispatched.remove(&one.id);
                 }
                 // Kept changing: not known to be this node's to start. Read whole below.
                 Err(StoreError::Conflict(_)) if one.version.is_none() => again.push(one.id),
@@ -170,13 +170,6 @@ impl Engine {
                     self.start_written(one.id, Err(e))?;
                     settled.insert(one.id);
                 }
-            }
-        }
-        // A START a node reported is confirmed: the sweep need not read its record again.
-        if !confirmed.is_empty() {
-            let mut state = self.state();
-            for id in &confirmed {
-                state.dispatched.remove(id);
             }
         }
         // The others to reconcile, read together (one round trip per many on etcd).

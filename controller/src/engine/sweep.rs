@@ -4,7 +4,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use uuid::Uuid;
 
-use super::{Engine, START_LOST};
+use std::collections::HashMap;
+
+use super::{Engine, START_LOST, State};
 use crate::actions;
 use crate::cluster::ClusterError;
 use store::{EventKind, EventOutcome, Instance, InstanceState, Scope, StoreError};
@@ -62,24 +64,22 @@ impl Engine {
             &|| self.sweep_volumes(now),
             &|| self.sweep_public_ips(now),
         ];
-        let mut first_error = None;
+        let mut errors = FirstError::default();
         for part in parts {
-            if let Err(e) = part() {
-                let down = store_down(&e);
-                first_error.get_or_insert(e);
-                if down {
-                    break;
-                }
+            if let Err(e) = part()
+                && errors.keep(e)
+            {
+                break;
             }
         }
-        first_error.map_or(Ok(()), Err)
+        errors.answer()
     }
 
     /// DELETEs and stops unconfirmed for the timeout, as far as `heard`, until `until` (at
     /// least one). One that could not be checked waits for the next sweep; the first error is
     /// the answer.
     fn sweep_unconfirmed(&self, heard: SystemTime, until: Instant) -> Result<(), ClusterError> {
-        let mut first_error = None;
+        let mut errors = FirstError::default();
         for (n, (id, since)) in self
             .overdue(Awaited::Confirmation, heard)
             .into_iter()
@@ -97,15 +97,13 @@ impl Engine {
                 Err(e) => Err(e.into()),
             };
             if let Err(e) = unconfirmed {
-                self.await_again(Awaited::Confirmation, id, since, heard);
-                let down = store_down(&e);
-                first_error.get_or_insert(e);
-                if down {
+                self.await_again(Awaited::Confirmation, id, heard);
+                if errors.keep(e) {
                     break;
                 }
             }
         }
-        first_error.map_or(Ok(()), Err)
+        errors.answer()
     }
 
     /// `record`'s DELETE or stop was not confirmed in time: `hung` or `missing` (forgotten, if
@@ -154,7 +152,7 @@ impl Engine {
         // STARTs checked and reads failed: at least one before the time is up.
         let mut tried = 0usize;
         let over = |tried: usize| tried > 0 && Instant::now() >= until;
-        let mut first_error = None;
+        let mut errors = FirstError::default();
         'reads: for chunk in overdue.chunks(LOST_READ) {
             if over(tried) {
                 break;
@@ -166,13 +164,10 @@ impl Engine {
                     tried += 1;
                     for &(id, since) in chunk {
                         if self.take_if_since(Awaited::Start, id, since) {
-                            self.await_again(Awaited::Start, id, since, heard);
+                            self.await_again(Awaited::Start, id, heard);
                         }
                     }
-                    let e = ClusterError::from(e);
-                    let down = store_down(&e);
-                    first_error.get_or_insert(e);
-                    if down {
+                    if errors.keep(e.into()) {
                         break;
                     }
                     continue;
@@ -189,27 +184,21 @@ impl Engine {
                 tried += 1;
                 let Some(record) = record else { continue };
                 if let Err(e) = self.start_lost(record) {
-                    self.await_again(Awaited::Start, id, since, heard);
-                    let down = store_down(&e);
-                    first_error.get_or_insert(e);
-                    if down {
+                    self.await_again(Awaited::Start, id, heard);
+                    if errors.keep(e) {
                         break 'reads;
                     }
                 }
             }
         }
-        first_error.map_or(Ok(()), Err)
+        errors.answer()
     }
 
     /// What `what` awaits for the timeout as far as `heard`, the oldest first.
     fn overdue(&self, what: Awaited, heard: SystemTime) -> Vec<(Uuid, SystemTime)> {
         let mut overdue: Vec<(Uuid, SystemTime)> = {
-            let state = self.state();
-            let awaited = match what {
-                Awaited::Start => &state.dispatched,
-                Awaited::Confirmation => &state.unconfirmed,
-            };
-            awaited
+            let mut state = self.state();
+            what.of(&mut state)
                 .iter()
                 .filter(|(_, since)| {
                     heard.duration_since(**since).unwrap_or_default() >= self.config.confirm_timeout
@@ -225,10 +214,7 @@ impl Engine {
     /// (not awaited again since a sweep listed it); whether it did.
     fn take_if_since(&self, what: Awaited, id: Uuid, since: SystemTime) -> bool {
         let mut state = self.state();
-        let awaited = match what {
-            Awaited::Start => &mut state.dispatched,
-            Awaited::Confirmation => &mut state.unconfirmed,
-        };
+        let awaited = what.of(&mut state);
         if awaited.get(&id) != Some(&since) {
             return false;
         }
@@ -237,17 +223,13 @@ impl Engine {
     }
 
     /// `id` awaited again after a check that failed, at the back of the line of those overdue
-    /// as far as `heard` (as if awaited since the timeout before it), unless it was awaited anew
-    /// meanwhile (its newer timer stands).
-    fn await_again(&self, what: Awaited, id: Uuid, since: SystemTime, heard: SystemTime) {
+    /// as far as `heard` (as if awaited since the timeout before it: every one overdue awaited
+    /// since then or before), unless it was awaited anew meanwhile (its newer timer stands).
+    fn await_again(&self, what: Awaited, id: Uuid, heard: SystemTime) {
         let back = heard
             .checked_sub(self.config.confirm_timeout)
-            .map_or(since, |due| due.max(since));
-        let mut state = self.state();
-        match what {
-            Awaited::Start => state.dispatched.entry(id).or_insert(back),
-            Awaited::Confirmation => state.unconfirmed.entry(id).or_insert(back),
-        };
+            .unwrap_or(SystemTime::UNIX_EPOCH);
+        what.of(&mut self.state()).entry(id).or_insert(back);
     }
 
     /// `record`'s START was not reported in time: `error` (`start_lost`) if it is still unplaced.
@@ -288,10 +270,22 @@ impl Engine {
 /// between batches of frames, which wait meanwhile; a sweep comes each second by default).
 const SWEEP_BUDGET: Duration = Duration::from_millis(125);
 
-/// Whether `e` says the store's backend failed (down, or too slow to answer): what comes next
-/// in a sweep would wait for it in turn.
-fn store_down(e: &ClusterError) -> bool {
-    matches!(e, ClusterError::Store(StoreError::Backend(_)))
+/// The first error a sweep met.
+#[derive(Default)]
+struct FirstError(Option<ClusterError>);
+
+impl FirstError {
+    /// Keeps `e` if it is the first; whether what comes next should stop: the store's backend
+    /// failed (down, or too slow to answer), and the rest would wait for it in turn.
+    fn keep(&mut self, e: ClusterError) -> bool {
+        let down = matches!(e, ClusterError::Store(StoreError::Backend(_)));
+        self.0.get_or_insert(e);
+        down
+    }
+
+    fn answer(self) -> Result<(), ClusterError> {
+        self.0.map_or(Ok(()), Err)
+    }
 }
 
 /// How many overdue STARTs' records one read takes.
@@ -304,4 +298,14 @@ enum Awaited {
     Start,
     /// A DELETE or a stop, awaiting its confirmation.
     Confirmation,
+}
+
+impl Awaited {
+    /// The engine's map of these, each with the time it has been awaited since.
+    fn of(self, state: &mut State) -> &mut HashMap<Uuid, SystemTime> {
+        match self {
+            Awaited::Start => &mut state.dispatched,
+            Awaited::Confirmation => &mut state.unconfirmed,
+        }
+    }
 }

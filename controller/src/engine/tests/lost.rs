@@ -4,6 +4,13 @@
 
 use super::*;
 
+impl World {
+    /// Whether `id` is in `error` because no node reported its START in time.
+    fn start_was_lost(&self, id: Uuid) -> bool {
+        matches!(self.state(id), InstanceState::Error(ref r) if r.starts_with(START_LOST))
+    }
+}
+
 /// A DELETE lost with a scheduler that was down (or died) is sent again when the node's STATS
 /// still shows the instance (found by the kill -9 fault test: the instance stayed deleted,
 /// then hung, and ran on).
@@ -67,11 +74,7 @@ fn a_start_no_node_reports_is_lost_and_its_delete_forgotten() {
     w.engine.delete(Scope::All, b, &Caller::default()).unwrap();
     let later = SystemTime::now() + Duration::from_secs(61);
     w.engine.sweep(later).unwrap();
-    assert!(
-        matches!(w.state(a), InstanceState::Error(ref r) if r.starts_with(START_LOST)),
-        "{:?}",
-        w.state(a)
-    );
+    assert!(w.start_was_lost(a), "{:?}", w.state(a));
     assert!(
         w.gone(b),
         "a deleted instance no node ever had is forgotten"
@@ -303,7 +306,7 @@ fn a_reported_start_is_no_longer_awaited() {
         .unwrap();
     assert_eq!(w.engine.dispatched_count(), 0);
     assert_eq!(w.state(a), InstanceState::Active);
-    assert!(matches!(w.state(b), InstanceState::Error(ref r) if r.starts_with(START_LOST)));
+    assert!(w.start_was_lost(b), "{:?}", w.state(b));
 }
 
 /// A controller behind on its frames declares nothing lost that may wait among them: a START or
@@ -340,11 +343,7 @@ fn a_controller_behind_its_frames_declares_nothing_lost_that_may_wait_among_them
     w.engine.sweep_heard(later, later).unwrap();
     assert_eq!(w.engine.frames_behind(), Duration::ZERO);
     assert_eq!(w.state(reported), InstanceState::Active);
-    assert!(
-        matches!(w.state(lost), InstanceState::Error(ref r) if r.starts_with(START_LOST)),
-        "{:?}",
-        w.state(lost)
-    );
+    assert!(w.start_was_lost(lost), "{:?}", w.state(lost));
     assert_eq!(w.state(deleted), InstanceState::Hung);
     assert_eq!(w.engine.dispatched_count(), 0);
 }
@@ -359,12 +358,11 @@ fn lost_starts_are_declared_oldest_first_over_bounded_sweeps() {
     let older: Vec<Uuid> = w.launch(300).iter().map(|i| i.id).collect();
     let newer: Vec<Uuid> = w.launch(2).iter().map(|i| i.id).collect();
     let later = SystemTime::now() + Duration::from_secs(61);
-    let lost = |id| matches!(w.state(id), InstanceState::Error(ref r) if r.starts_with(START_LOST));
     for left in (0..302).rev() {
         w.engine.sweep_within(later, later, Duration::ZERO).unwrap();
         assert_eq!(w.engine.dispatched_count(), left);
         if left == 2 {
-            assert!(older.iter().all(|&id| lost(id)));
+            assert!(older.iter().all(|&id| w.start_was_lost(id)));
             assert!(
                 newer
                     .iter()
@@ -372,5 +370,5 @@ fn lost_starts_are_declared_oldest_first_over_bounded_sweeps() {
             );
         }
     }
-    assert!(newer.iter().all(|&id| lost(id)));
+    assert!(newer.iter().all(|&id| w.start_was_lost(id)));
 }
