@@ -18,9 +18,11 @@ use uuid::Uuid;
 
 use crate::{EventOutcome, Result, Starting, StoreError, ToStart};
 
-/// The most callers running queued starts at once: enough to keep a few transactions in
-/// flight, few enough that the others' starts queue and go together.
-pub(super) const LEADERS: usize = 4;
+/// The most callers running queued starts at once: enough to keep a transaction in flight
+/// while another is built, few enough that the others' starts queue and go together. Two
+/// measured best at full size (docs/benchmarks.md: 87.5–89.4 s against four's 99.5–113.6 s;
+/// one gave 84.6 and 99.8 s, uneven).
+pub(super) const LEADERS: usize = 2;
 
 /// The most starts one caller runs for the queue at a time (four transactions' worth): the
 /// callers whose starts it runs wait for all of them, and the rest go with the next run.
