@@ -14,7 +14,10 @@
 //!   off-host host, records it started with the action itself, which such a launch records
 //!   with each instance's record, in its transaction where the store can: before the START
 //!   goes, by up to the launch's whole creation and dispatch; two store writes less per
-//!   instance; one whose START then does not go has it ended `Error`,
+//!   instance. Such a launch also records its `controller_create` finished `Success` with the
+//!   action ([`Part::Done`]), and finishes it again, `Error`, only for an instance whose START
+//!   then was not sent: one store write less per instance. One whose START then does not go
+//!   has its `node_start` ended `Error`,
 //!   `off_host` for one that went off-host after all). It is
 //!   finished `Success` when a node reports the instance running, and `Error` with the cause
 //!   when the START could not be sent, a node or the scheduler answered a fatal START_FAILURE,
@@ -178,7 +181,7 @@ pub fn begin_many(
 ) -> Vec<ActionTicket> {
     let new: Vec<NewInstanceAction> = instances
         .iter()
-        .map(|&instance| new_action(request_id, instance, kind, by, &[]))
+        .map(|&instance| new_action(request_id, instance, kind, by, Part::Open, &[]))
         .collect();
     let recorded = store.add_instance_actions(&new);
     instances
@@ -188,24 +191,42 @@ pub fn begin_many(
         .collect()
 }
 
+/// How the controller's event of a new action is recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    /// Started, for [`finish`] once the command is handed on.
+    Open,
+    /// Finished `Success` already: the command is handed on in the same request, soon after,
+    /// and [`finish`] is called only if it is not (an `Error` replaces the `Success`).
+    Done,
+}
+
 /// The action `kind` of request `request_id` that `by` asked of `instance`, with the
-/// controller's event and the events `also` started.
+/// controller's event as `part` says and the events `also` started.
 pub fn new_action(
     request_id: &str,
     instance: Uuid,
     kind: ActionKind,
     by: &Caller,
+    part: Part,
     also: &[&str],
 ) -> NewInstanceAction {
+    let controller = vec![kind.controller_event()];
+    let (open, done) = match part {
+        Part::Open => (controller, Vec::new()),
+        Part::Done => (Vec::new(), controller),
+    };
     NewInstanceAction {
         request_id: request_id.to_string(),
         instance,
         action: kind.as_str().to_string(),
         user: by.user,
         project: by.project,
-        events: std::iter::once(kind.controller_event())
+        events: open
+            .into_iter()
             .chain(also.iter().map(|e| e.to_string()))
             .collect(),
+        done,
     }
 }
 

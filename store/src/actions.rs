@@ -38,7 +38,10 @@ fn check_text(what: &str, text: &str) -> Result<()> {
 pub(crate) fn check_new(new: &NewInstanceAction) -> Result<()> {
     check_text("request id", &new.request_id)?;
     check_text("name", &new.action)?;
-    new.events.iter().try_for_each(|e| check_text("event", e))
+    new.done
+        .iter()
+        .chain(&new.events)
+        .try_for_each(|e| check_text("event", e))
 }
 
 /// Checks an event name.
@@ -62,7 +65,17 @@ pub(crate) fn new_action(
         start: now,
         updated: now,
         message: None,
-        events: new.events.into_iter().map(|n| open_event(n, now)).collect(),
+        events: (new.done.into_iter().map(|n| done_event(n, now)))
+            .chain(new.events.into_iter().map(|n| open_event(n, now)))
+            .collect(),
+    }
+}
+
+fn done_event(name: String, now: SystemTime) -> ActionEvent {
+    ActionEvent {
+        finish: Some(now),
+        result: Some(ActionResult::Success),
+        ..open_event(name, now)
     }
 }
 
@@ -114,7 +127,10 @@ pub(crate) fn start_event(
 }
 
 /// Finishes `event` at `now` with `outcome` on the `target` action of `actions` (oldest first):
-/// the index of the action that changed; `None` when there is no such action.
+/// the index of the action that changed; `None` when there is no such action. On an action
+/// found by its request id, an event with none of its name open is the newest of its name,
+/// finished again (a part recorded done with its action that then failed), or, when it has
+/// none, one started and finished now.
 pub(crate) fn finish_event(
     actions: &mut [InstanceAction],
     target: ActionTarget<'_>,
@@ -131,7 +147,8 @@ pub(crate) fn finish_event(
         .events
         .iter()
         .rposition(|e| e.name == event && e.finish.is_none());
-    let index = match open {
+    let named = || action.events.iter().rposition(|e| e.name == event);
+    let index = match open.or_else(named) {
         Some(index) => index,
         None => {
             action.events.push(open_event(event.to_string(), now));
@@ -225,6 +242,7 @@ mod tests {
                 user: None,
                 project: None,
                 events: events.iter().map(|e| e.to_string()).collect(),
+                done: Vec::new(),
             },
             Uuid::nil(),
             UNIX_EPOCH,
@@ -290,6 +308,65 @@ mod tests {
     }
 
     #[test]
+    fn a_part_done_with_its_action_takes_a_later_outcome() {
+        let later = UNIX_EPOCH + Duration::from_secs(5);
+        let made = new_action(
+            NewInstanceAction {
+                request_id: "a".into(),
+                instance: Uuid::nil(),
+                action: "create".into(),
+                user: None,
+                project: None,
+                events: vec!["node_start".into()],
+                done: vec!["controller_create".into()],
+            },
+            Uuid::nil(),
+            UNIX_EPOCH,
+        );
+        // Done first, finished at once; then the open one.
+        let names: Vec<(&str, Option<ActionResult>)> = made
+            .events
+            .iter()
+            .map(|e| (e.name.as_str(), e.result))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("controller_create", Some(ActionResult::Success)),
+                ("node_start", None)
+            ]
+        );
+        assert_eq!(made.events[0].finish, Some(UNIX_EPOCH));
+        assert_eq!(made.message, None);
+        let mut actions = vec![made];
+        // Finished again by its request id: the same event, the later outcome; no second one.
+        let at = finish_event(
+            &mut actions,
+            ActionTarget::Request("a"),
+            "controller_create",
+            EventOutcome::error("not sent"),
+            later,
+        );
+        assert_eq!(at, Some(0));
+        assert_eq!(actions[0].events.len(), 2);
+        assert_eq!(actions[0].events[0].result, Some(ActionResult::Error));
+        assert_eq!(actions[0].events[0].finish, Some(later));
+        assert_eq!(actions[0].events[0].detail.as_deref(), Some("not sent"));
+        assert_eq!(actions[0].message.as_deref(), Some("Error"));
+        // By "newest", only an open event is finished: a done one is not found that way.
+        assert_eq!(
+            finish_event(
+                &mut actions,
+                ActionTarget::Newest,
+                "controller_create",
+                EventOutcome::success(),
+                later
+            ),
+            None
+        );
+    }
+
+    #[test]
     fn texts_are_checked() {
         let mut new = NewInstanceAction {
             request_id: "req-1".into(),
@@ -298,11 +375,15 @@ mod tests {
             user: None,
             project: None,
             events: vec!["controller_stop".into()],
+            done: vec!["controller_create".into()],
         };
         assert!(check_new(&new).is_ok());
         new.events.push(" ".into());
         assert!(matches!(check_new(&new), Err(StoreError::Invalid(_))));
         new.events.pop();
+        new.done.push("".into());
+        assert!(matches!(check_new(&new), Err(StoreError::Invalid(_))));
+        new.done.pop();
         new.request_id = "r".repeat(256);
         assert!(matches!(check_new(&new), Err(StoreError::Invalid(_))));
     }

@@ -154,10 +154,7 @@ impl Engine {
         if at_once {
             self.unsent_starts_ended(&ids, &dispatched_all);
         }
-        let ends: Vec<(&actions::ActionTicket, store::EventOutcome)> = dispatched_all
-            .iter()
-            .map(|(ticket, dispatched)| (*ticket, actions::outcome_of(dispatched)))
-            .collect();
+        let ends = controller_ends(at_once, &tickets, &dispatched_all);
         let ended = self
             .store
             .batch(&mut || actions::finish_many(self.store.as_ref(), &ends));
@@ -388,4 +385,30 @@ impl Engine {
             tracing::warn!(volume = %volume.id, "a launch's new volume not removed: {e}");
         }
     }
+}
+
+/// How the controller's part of each action of a launch ended, to record: the outcome of each
+/// dispatch (only those that failed when the STARTs went at once: the others' part was
+/// recorded done with their actions), and `Error` for each instance after a failed dispatch,
+/// which the launch did not dispatch.
+pub(super) fn controller_ends<'t>(
+    at_once: bool,
+    tickets: &'t [actions::ActionTicket],
+    dispatched: &[(&'t actions::ActionTicket, Result<Instance, ClusterError>)],
+) -> Vec<(&'t actions::ActionTicket, store::EventOutcome)> {
+    let failed = dispatched.iter().find_map(|(_, d)| d.as_ref().err());
+    let not_sent = failed.map(|e| {
+        store::EventOutcome::error(format!(
+            "the launch stopped before this START was sent: {e}"
+        ))
+    });
+    let handed_on = dispatched
+        .iter()
+        .filter(|(_, d)| !at_once || d.is_err())
+        .map(|(ticket, d)| (*ticket, actions::outcome_of(d)));
+    let left = tickets
+        .iter()
+        .skip(dispatched.len())
+        .filter_map(|ticket| Some((ticket, not_sent.clone()?)));
+    handed_on.chain(left).collect()
 }

@@ -13,11 +13,17 @@ impl Cluster for Engine {
     ) -> Result<Vec<Instance>, ClusterError> {
         let plan = self.launch_plan(scope, &launch)?;
         // Each instance's `create` action is recorded with it (in its transaction where the
-        // store can), with `node_start` begun when the STARTs go at once.
+        // store can). When the STARTs go at once, `node_start` is begun with it and the
+        // controller's part recorded done: only a START that then does not go writes the
+        // action again (one store write per instance less).
         let request_id = actions::request_id_of(by);
         let at_once = self.starts_at_once(&launch, &plan);
-        let also: &[&str] = if at_once { &[actions::NODE_START] } else { &[] };
-        let action = actions::new_action(&request_id, Uuid::nil(), ActionKind::Create, by, also);
+        let (part, also): (_, &[&str]) = match at_once {
+            true => (actions::Part::Done, &[actions::NODE_START]),
+            false => (actions::Part::Open, &[]),
+        };
+        let action =
+            actions::new_action(&request_id, Uuid::nil(), ActionKind::Create, by, part, also);
         let mut created = Vec::with_capacity(launch.count as usize);
         let mut tickets = Vec::with_capacity(launch.count as usize);
         let mut failure = None;

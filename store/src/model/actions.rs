@@ -83,6 +83,10 @@ pub struct NewInstanceAction {
     pub project: Option<Uuid>,
     /// Events started with the action (now), unfinished.
     pub events: Vec<String>,
+    /// Events started and finished `Success` with the action (now), before `events`: a part
+    /// done already when the action is recorded. Finished again, such an event takes the later
+    /// outcome ([`ActionStore::finish_action_event`](crate::ActionStore::finish_action_event)).
+    pub done: Vec<String>,
 }
 
 /// Which action of an instance an event change is about.

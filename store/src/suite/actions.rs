@@ -15,6 +15,7 @@ fn new_action(
         user: Some(Uuid::from_u128(7)),
         project: Some(Uuid::from_u128(8)),
         events: events.iter().map(|e| e.to_string()).collect(),
+        done: Vec::new(),
     }
 }
 
@@ -347,17 +348,18 @@ pub(crate) fn many_actions_are_recorded_and_finished_in_order<F: Fixture>() {
         assert_eq!(&stored, action);
     }
     // More than a hundred at once (etcd: in shares of a transaction each, side by side), three
-    // on each instance (all apply, whether in one share or not), and one with no event name
-    // (refused on its own).
-    let mut more: Vec<ActionEnd<'_>> = ids
+    // on each instance, each a different event (all apply, whether in one share or not), and
+    // one with no event name (refused on its own).
+    const THREE: [&str; 3] = ["node_start", "node_stop", "node_reboot"];
+    let mut more: Vec<ActionEnd<'_>> = THREE
         .iter()
-        .chain(&ids)
-        .chain(&ids)
-        .map(|&instance| ActionEnd {
-            instance,
-            target: ActionTarget::Request("req-many"),
-            event: "node_start",
-            outcome: EventOutcome::success(),
+        .flat_map(|&event| {
+            ids.iter().map(move |&instance| ActionEnd {
+                instance,
+                target: ActionTarget::Request("req-many"),
+                event,
+                outcome: EventOutcome::success(),
+            })
         })
         .collect();
     more.insert(
@@ -384,12 +386,14 @@ pub(crate) fn many_actions_are_recorded_and_finished_in_order<F: Fixture>() {
     );
     for &id in &ids {
         let stored = store.instance_action(Scope::All, id, "req-many").unwrap();
-        let starts = stored
+        let ended: Vec<&str> = stored
             .events
             .iter()
-            .filter(|e| e.name == "node_start" && e.result == Some(ActionResult::Success))
-            .count();
-        assert_eq!(starts, 3, "{stored:?}");
+            .filter(|e| e.name.starts_with("node_") && e.result == Some(ActionResult::Success))
+            .map(|e| e.name.as_str())
+            .collect();
+        assert_eq!(ended.len(), 3, "{stored:?}");
+        assert!(THREE.iter().all(|e| ended.contains(e)), "{stored:?}");
     }
 }
 

@@ -13,7 +13,8 @@ fn create(request: &str) -> NewInstanceAction {
         action: "create".into(),
         user: Some(Uuid::from_u128(7)),
         project: Some(Uuid::from_u128(8)),
-        events: vec!["controller_create".into(), "node_start".into()],
+        events: vec!["node_start".into()],
+        done: vec!["controller_create".into()],
     }
 }
 
@@ -74,6 +75,20 @@ pub(crate) fn a_launchs_instances_are_made_in_order_up_to_the_quota<F: Fixture>(
             store.instance_actions(Scope::Tenant(t.id), i.id).unwrap(),
             vec![recorded.clone()]
         );
+        // The controller's part recorded done, the node's under way, as written.
+        let events: Vec<_> = recorded
+            .events
+            .iter()
+            .map(|e| (e.name.as_str(), e.result))
+            .collect();
+        assert_eq!(
+            events,
+            [
+                ("controller_create", Some(ActionResult::Success)),
+                ("node_start", None)
+            ]
+        );
+        assert_eq!(recorded.events[0].finish, Some(recorded.start));
         assert_eq!(
             (i.state.clone(), i.name.as_str(), i.version),
             (InstanceState::Pending, "vm", 1)

@@ -20,7 +20,8 @@ use crate::{
 /// [`GONE_INSTANCES_KEPT`]: crate::GONE_INSTANCES_KEPT
 pub trait ActionStore: InstanceStore + Send + Sync {
     /// Records an action on an instance that has a record (`NotFound` otherwise), for the
-    /// instance's tenant, started now with `new.events` started (unfinished). `Conflict` if the
+    /// instance's tenant, started now with `new.done` started and finished `Success` and `new.events` started
+    /// (unfinished). `Conflict` if the
     /// instance has an action with this request identifier already; `Invalid` for an empty or
     /// over-long request identifier, action or event name.
     fn add_instance_action(&self, new: NewInstanceAction) -> Result<InstanceAction>;

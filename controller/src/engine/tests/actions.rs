@@ -194,3 +194,54 @@ fn a_lost_start_is_an_error() {
         "{create:?}"
     );
 }
+
+/// A launch whose STARTs go at once records its controller's part done with its actions: what
+/// is left to record after the dispatches is the ones that failed, and the instances after a
+/// failed one, which were not dispatched. A launch that waits records every outcome.
+#[test]
+fn a_launch_records_again_only_the_controller_parts_that_did_not_go() {
+    let w = world();
+    w.node_connected(NODE, NodeType::ComputeNode);
+    let sent = w.launch(1).remove(0);
+    let ticket = |n: u128| {
+        crate::actions::ticket::<()>("req-1", Uuid::from_u128(n), ActionKind::Create, Ok(()))
+    };
+    let tickets = [ticket(1), ticket(2), ticket(3)];
+    let dispatched = [
+        (&tickets[0], Ok(sent)),
+        (&tickets[1], Err(ClusterError::Invalid("no".into()))),
+    ];
+    let outcomes = |at_once| -> Vec<(Uuid, ActionResult, Option<String>)> {
+        crate::engine::launch::controller_ends(at_once, &tickets, &dispatched)
+            .into_iter()
+            .map(|(t, o)| (t.instance, o.result, o.detail))
+            .collect()
+    };
+    let failed = (
+        Uuid::from_u128(2),
+        ActionResult::Error,
+        Some(ClusterError::Invalid("no".into()).to_string()),
+    );
+    let left = (
+        Uuid::from_u128(3),
+        ActionResult::Error,
+        Some(format!(
+            "the launch stopped before this START was sent: {}",
+            ClusterError::Invalid("no".into())
+        )),
+    );
+    assert_eq!(outcomes(true), [failed.clone(), left.clone()]);
+    assert_eq!(
+        outcomes(false),
+        [
+            (Uuid::from_u128(1), ActionResult::Success, None),
+            failed,
+            left
+        ]
+    );
+    // All sent: nothing to record again.
+    assert_eq!(
+        crate::engine::launch::controller_ends(true, &tickets[..1], &dispatched[..1]),
+        []
+    );
+}
