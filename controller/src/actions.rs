@@ -15,9 +15,9 @@
 //!   with each instance's record, in its transaction where the store can: before the START
 //!   goes, by up to the launch's whole creation and dispatch; two store writes less per
 //!   instance. Such a launch also records its `controller_create` finished `Success` with the
-//!   action ([`Part::Done`]), and finishes it again, `Error`, only for an instance whose START
-//!   then was not sent: one store write less per instance. One whose START then does not go
-//!   has its `node_start` ended `Error`,
+//!   action ([`Part::Done`]), and finishes it again, `Error`, only for an instance whose
+//!   dispatch failed or that the launch did not get to dispatch: one store write less per
+//!   instance. One whose START then does not go has its `node_start` ended `Error`,
 //!   `off_host` for one that went off-host after all). It is
 //!   finished `Success` when a node reports the instance running, and `Error` with the cause
 //!   when the START could not be sent, a node or the scheduler answered a fatal START_FAILURE,
@@ -197,7 +197,7 @@ pub enum Part {
     /// Started, for [`finish`] once the command is handed on.
     Open,
     /// Finished `Success` already: the command is handed on in the same request, soon after,
-    /// and [`finish`] is called only if it is not (an `Error` replaces the `Success`).
+    /// and [`finish`] is called only if its dispatch fails (an `Error` replaces the `Success`).
     Done,
 }
 

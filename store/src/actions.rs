@@ -89,6 +89,16 @@ fn open_event(name: String, now: SystemTime) -> ActionEvent {
     }
 }
 
+/// Each of `action`'s events by name, with its result, in order (what tests compare).
+#[cfg(test)]
+pub(crate) fn results(action: &InstanceAction) -> Vec<(&str, Option<ActionResult>)> {
+    action
+        .events
+        .iter()
+        .map(|e| (e.name.as_str(), e.result))
+        .collect()
+}
+
 /// The `Conflict` of a request identifier used twice on one instance.
 pub(crate) fn duplicate(new: &NewInstanceAction) -> StoreError {
     StoreError::Conflict(format!(
@@ -324,13 +334,8 @@ mod tests {
             UNIX_EPOCH,
         );
         // Done first, finished at once; then the open one.
-        let names: Vec<(&str, Option<ActionResult>)> = made
-            .events
-            .iter()
-            .map(|e| (e.name.as_str(), e.result))
-            .collect();
         assert_eq!(
-            names,
+            results(&made),
             [
                 ("controller_create", Some(ActionResult::Success)),
                 ("node_start", None)

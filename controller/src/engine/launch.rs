@@ -20,7 +20,8 @@ use store::{EventKind, Instance, NewVolume, Scope, StoreError, Volume};
 /// How a launch's `create` actions are recorded.
 pub(super) enum Begun {
     /// With the instances (a launch from an image): in order, each instance's ticket;
-    /// `at_once` ([`Engine::starts_at_once`]): its `node_start` begun with it.
+    /// `at_once` ([`Engine::starts_at_once`]): its `node_start` begun with it, and its
+    /// controller's event recorded done ([`actions::Part::Done`]).
     WithInstances {
         /// Its STARTs go at once.
         at_once: bool,

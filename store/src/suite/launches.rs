@@ -76,13 +76,8 @@ pub(crate) fn a_launchs_instances_are_made_in_order_up_to_the_quota<F: Fixture>(
             vec![recorded.clone()]
         );
         // The controller's part recorded done, the node's under way, as written.
-        let events: Vec<_> = recorded
-            .events
-            .iter()
-            .map(|e| (e.name.as_str(), e.result))
-            .collect();
         assert_eq!(
-            events,
+            crate::actions::results(recorded),
             [
                 ("controller_create", Some(ActionResult::Success)),
                 ("node_start", None)
