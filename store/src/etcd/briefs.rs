@@ -1,21 +1,32 @@
 //! [`NodeBriefs`]: each node's instances in brief as last read from its index
-//! (`node/<node>/<instance>`), used again for the node's next STATS while this store has written
-//! nothing under that index since, and for at most [`EtcdOptions::briefs_kept`](super::EtcdOptions::briefs_kept).
+//! (`node/<node>/<instance>`), with every write under the index since applied, used again for
+//! the node's next STATS.
 //!
 //! A node reports every few seconds whether anything changed, and most reports change nothing:
 //! at 10,000 nodes the reads of their indexes were about 1,000 etcd ranges a second, however
-//! fast instances were being made. Every write of this store under the index (a commit whose
-//! writes include a key there) is applied to the node's kept read once etcd has answered it (a
-//! brief written replaces the instance's, a key deleted drops it), so a controller alone on its
-//! prefix reconciles against what etcd holds without reading the index again after each of its
-//! own writes; a write that cannot be applied so (commits answered out of their order, a value
-//! that is not a brief) drops the read instead. A commit whose outcome is unknown (it
-//! timed out) drops every kept read, and none is kept for a call timeout after it, while etcd
-//! may still apply it (past that, the expiry below bounds what a very late apply leaves). Another
-//! process's writes (a second controller, an off-host launcher) are seen when the kept read
-//! expires; until then a report is checked against the older briefs, which costs a read of the
-//! records that look changed, or leaves a repeated report unapplied until the read expires: never
-//! a write, since every write the reconciliation makes compares the record's version.
+//! fast instances were being made, and some 330 a second when a read was kept 30 s. Two sources
+//! of writes are applied to the kept reads (a brief written replaces the instance's, in the
+//! index's order; a key deleted drops it), each write only if it is newer than what the read
+//! holds of that key (the read's revision, or the key's last write applied since), so that
+//! writes applied out of their order still leave each key as its newest write made it:
+//! - this store's own commits, once etcd has answered them, so that a read that begins after a
+//!   commit of this store sees it, with no round trip;
+//! - a watch on every node's index (`briefs_watch.rs`, made when the store first reads a
+//!   node's briefs), which delivers every process's writes (this store's too) in revision
+//!   order. While it is up a read is kept with no time limit: a read is kept only if it began
+//!   after the watch did, and only if no write under the node's index newer than the read was
+//!   noted while it was in flight (such a write is not in the read, and was applied to nothing).
+//!
+//! A write that cannot be applied (a value that is not a brief, a key under a node's index that
+//! names no instance, a range deletion that may cover the index) drops the read (or every read).
+//! While no watch is up (it could not be made, or it ended and is being made again, which drops
+//! every kept read), a read is used for at most
+//! [`EtcdOptions::briefs_kept`](super::EtcdOptions::briefs_kept), and another process's writes
+//! are seen when it expires; until then a report is checked against the older briefs, which
+//! costs a read of the records that look changed, or leaves a repeated report unapplied until
+//! the read expires: never a write, since every write the reconciliation makes compares the
+//! record's version. A commit of this store whose outcome is unknown (it timed out) drops every
+//! kept read, and none is kept for a call timeout after it, while etcd may still apply it.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -30,11 +41,16 @@ use crate::InstanceBrief;
 /// again (a cluster this size has its reads made again once, no more).
 const MAX_NODES: usize = 1 << 17;
 
+/// The most writes a read remembers by key while no watch is up (each key's last write since
+/// the read, so that commits answered out of their order apply in order); past it the read is
+/// dropped. With a watch up, the keys the watch has gone past are forgotten instead.
+const MAX_REMEMBERED: usize = 4096;
+
 /// The kept reads of each node's index (see the module docs).
 pub(super) struct NodeBriefs {
     /// `<prefix>node/`: the index's keys start with it.
     root: String,
-    /// How long a read is used.
+    /// How long a read is used while no watch is up.
     keep: Duration,
     kept: Mutex<Kept>,
 }
@@ -47,52 +63,87 @@ struct Kept {
     /// No read that began before this is kept: a commit whose outcome is unknown may still be
     /// applied by etcd until then ([`NodeBriefs::unsure`]).
     unsure_until: Option<Instant>,
+    /// The watch on the index, while it is up.
+    watch: Option<Watch>,
+}
+
+/// A watch on every node's index, up since revision `since`: every write after it reaches
+/// [`NodeBriefs::watched`] in revision order.
+#[derive(Clone, Copy)]
+struct Watch {
+    since: i64,
+    /// The revision of the last write the watch delivered: every write before it has been.
+    progress: i64,
 }
 
 /// A node whose index has been read.
 #[derive(Default)]
 struct Entry {
-    /// This store's commits under the node's index since the entry was made.
-    writes: u64,
+    /// The revision of the newest write under the node's index noted since the entry was made
+    /// (this store's commits and, with a watch up, the watch's): a read at an older revision
+    /// lacks it and is not kept.
+    newest: i64,
     read: Option<Read>,
 }
 
-/// One read of a node's index, kept while no write under it has been noted since it began (a
-/// drop of every read takes it away), with this store's writes since applied to it.
+/// One read of a node's index, with the writes under it since applied.
 struct Read {
     /// When the read began.
     at: Instant,
     /// The briefs in the index's order: the record's creation revision, then its id.
     briefs: Vec<(i64, InstanceBrief)>,
-    /// The revision etcd read the index at: a commit at or before it is in the briefs already.
+    /// The revision etcd read the index at: a write at or before it is in the briefs already.
     revision: i64,
-    /// The revision of the last commit applied to the briefs since (`revision` before any).
-    applied: i64,
+    /// The revision of each key's last write applied since the read (put or delete): a write
+    /// of the key at or before it is older than what the briefs hold.
+    since: HashMap<Uuid, i64>,
 }
 
 impl Read {
-    /// Applies one commit's writes under the node's index; `false` when one cannot be (the read
-    /// must then be dropped).
-    fn apply(&mut self, node: Uuid, writes: &[&IndexWrite]) -> bool {
-        for write in writes {
-            self.briefs.retain(|(_, b)| b.id != write.instance);
-            let Some(value) = &write.value else { continue };
-            let Ok(brief) = serde_json::from_slice::<BriefRec>(value) else {
-                return false;
-            };
-            let Ok(model) = brief.model(write.instance, node) else {
-                return false;
-            };
-            let order = (brief.c, write.instance);
-            let at = self.briefs.partition_point(|(c, b)| (*c, b.id) < order);
-            self.briefs.insert(at, (brief.c, model));
+    /// Applies one write under the node's index made at `revision` (unless the key holds a
+    /// later write already); `false` when it cannot be (the read must then be dropped).
+    fn apply(&mut self, node: Uuid, write: &IndexWrite, revision: i64) -> bool {
+        let last = self
+            .since
+            .get(&write.instance)
+            .copied()
+            .unwrap_or(self.revision);
+        if revision <= last {
+            return true;
         }
+        self.since.insert(write.instance, revision);
+        self.briefs.retain(|(_, b)| b.id != write.instance);
+        let Some(value) = &write.value else {
+            return true;
+        };
+        let Ok(brief) = serde_json::from_slice::<BriefRec>(value) else {
+            return false;
+        };
+        let Ok(model) = brief.model(write.instance, node) else {
+            return false;
+        };
+        let order = (brief.c, write.instance);
+        let at = self.briefs.partition_point(|(c, b)| (*c, b.id) < order);
+        self.briefs.insert(at, (brief.c, model));
         true
+    }
+
+    /// Forgets the keys' writes the watch has gone past (no write of theirs can come again
+    /// older than `progress`); `false` when, with no watch, too many are remembered.
+    fn bound(&mut self, watch: Option<Watch>) -> bool {
+        match watch {
+            Some(w) if self.since.len() > self.briefs.len() + 64 => {
+                self.since.retain(|_, rev| *rev >= w.progress);
+                true
+            }
+            Some(_) => true,
+            None => self.since.len() <= MAX_REMEMBERED,
+        }
     }
 }
 
-/// One write of a commit under a node's index: the instance's brief put (its JSON), or its key
-/// deleted (`None`).
+/// One write under a node's index: the instance's brief put (its JSON), or its key deleted
+/// (`None`).
 pub(super) struct IndexWrite {
     pub(super) node: Uuid,
     pub(super) instance: Uuid,
@@ -103,20 +154,40 @@ pub(super) struct IndexWrite {
 #[derive(Debug)]
 pub(super) struct Mark {
     node: Uuid,
-    writes: u64,
     epoch: u64,
     at: Instant,
 }
 
+/// A write the watch delivered under the index (`briefs_watch.rs`).
+pub(super) enum Watched {
+    /// A write of an instance's key under a node's index.
+    Write(IndexWrite, i64),
+    /// A write under a node's index of a key that names no instance: the node's read is
+    /// dropped.
+    Node(Uuid, i64),
+    /// A key under the index that names no node: every read is dropped.
+    Unknown,
+}
+
 impl NodeBriefs {
-    /// For keys under `root` (the store's prefix), each read used for at most `keep`
-    /// (`Duration::ZERO`: none kept).
+    /// For keys under `root` (the store's prefix), each read used for at most `keep` while no
+    /// watch is up (`Duration::ZERO`: none kept, and no watch).
     pub(super) fn new(root: &str, keep: Duration) -> NodeBriefs {
         NodeBriefs {
             root: format!("{root}node/"),
             keep,
             kept: Mutex::new(Kept::default()),
         }
+    }
+
+    /// `<prefix>node/`: every node's index is under it.
+    pub(super) fn root(&self) -> &str {
+        &self.root
+    }
+
+    /// Whether reads are kept at all.
+    pub(super) fn keeps(&self) -> bool {
+        !self.keep.is_zero()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Kept> {
@@ -156,24 +227,24 @@ impl NodeBriefs {
             kept.nodes.clear();
             kept.epoch += 1;
         }
-        let epoch = kept.epoch;
+        let (epoch, watching) = (kept.epoch, kept.watch.is_some());
         let entry = kept.nodes.entry(node).or_default();
         if let Some(read) = &entry.read
-            && now.duration_since(read.at) < self.keep
+            && (watching || now.duration_since(read.at) < self.keep)
         {
             return Ok(read.briefs.iter().map(|(_, b)| b.clone()).collect());
         }
         Err(Mark {
             node,
-            writes: entry.writes,
             epoch,
             at: now,
         })
     }
 
     /// Keeps `briefs` (in the index's order, each with its record's creation revision), read
-    /// at `revision` after `mark` was taken, for the node's next reads; not if this store wrote
-    /// under the node's index meanwhile.
+    /// at `revision` after `mark` was taken, for the node's next reads; not if a write under
+    /// the node's index after `revision` was noted meanwhile, nor, with a watch up, if the read
+    /// is older than the watch.
     pub(super) fn keep(&self, mark: Mark, briefs: &[(i64, InstanceBrief)], revision: i64) {
         if self.keep.is_zero() {
             return;
@@ -182,16 +253,25 @@ impl NodeBriefs {
         if kept.epoch != mark.epoch || kept.unsure_until.is_some_and(|until| mark.at < until) {
             return;
         }
+        if kept.watch.is_some_and(|w| revision < w.since) {
+            return;
+        }
         if let Some(entry) = kept.nodes.get_mut(&mark.node)
-            && entry.writes == mark.writes
+            && entry.newest <= revision
         {
             entry.read = Some(Read {
                 at: mark.at,
                 briefs: briefs.to_vec(),
                 revision,
-                applied: revision,
+                since: HashMap::new(),
             });
         }
+    }
+
+    /// Drops every kept read.
+    fn drop_all(kept: &mut Kept) {
+        kept.nodes.clear();
+        kept.epoch += 1;
     }
 
     /// A commit of this store that wrote under some node's index failed with an unknown
@@ -199,9 +279,26 @@ impl NodeBriefs {
     /// failed). Every kept read is dropped, and no read that begins before `until` is kept.
     pub(super) fn unsure(&self, until: Instant) {
         let mut kept = self.lock();
-        kept.nodes.clear();
-        kept.epoch += 1;
+        Self::drop_all(&mut kept);
         kept.unsure_until = Some(kept.unsure_until.map_or(until, |u| u.max(until)));
+    }
+
+    /// Applies the writes of one commit (this store's or, from the watch, any process's) made
+    /// at `revision` to the nodes' kept reads, dropping a read where one cannot be applied.
+    fn note(kept: &mut Kept, writes: &[&IndexWrite], revision: i64) {
+        let watch = kept.watch;
+        for write in writes {
+            let Some(entry) = kept.nodes.get_mut(&write.node) else {
+                continue;
+            };
+            entry.newest = entry.newest.max(revision);
+            let Some(read) = &mut entry.read else {
+                continue;
+            };
+            if !read.apply(write.node, write, revision) || !read.bound(watch) {
+                entry.read = None;
+            }
+        }
     }
 
     /// This store committed `writes` under node indexes at `revision` (or writes that may touch
@@ -214,33 +311,64 @@ impl NodeBriefs {
         }
         let mut kept = self.lock();
         if all {
-            kept.nodes.clear();
-            kept.epoch += 1;
+            Self::drop_all(&mut kept);
             return;
         }
-        let mut nodes: Vec<Uuid> = writes.iter().map(|w| w.node).collect();
-        nodes.sort_unstable();
-        nodes.dedup();
-        for node in nodes {
-            let Some(entry) = kept.nodes.get_mut(&node) else {
-                continue;
-            };
-            // A read in flight may predate the commit: it is not kept.
-            entry.writes += 1;
-            let Some(read) = &mut entry.read else {
-                continue;
-            };
-            if revision <= read.revision {
-                // Read after the commit: in the briefs already.
-                continue;
+        // The watch delivered it already (and may have forgotten the keys' revisions).
+        if kept.watch.is_some_and(|w| revision < w.progress) {
+            return;
+        }
+        let writes: Vec<&IndexWrite> = writes.iter().collect();
+        Self::note(&mut kept, &writes, revision);
+    }
+
+    /// The watch is up from `revision` on: every kept read is dropped (one older than the watch
+    /// may lack a write it will not deliver), and from now on reads are kept with no time
+    /// limit.
+    pub(super) fn watching(&self, revision: i64) {
+        let mut kept = self.lock();
+        Self::drop_all(&mut kept);
+        kept.watch = Some(Watch {
+            since: revision,
+            progress: revision,
+        });
+    }
+
+    /// The watch is down: every kept read is dropped, and reads are kept for their time again.
+    pub(super) fn unwatched(&self) {
+        let mut kept = self.lock();
+        Self::drop_all(&mut kept);
+        kept.watch = None;
+    }
+
+    /// Whether the watch is up.
+    #[cfg(test)]
+    pub(super) fn is_watched(&self) -> bool {
+        self.lock().watch.is_some()
+    }
+
+    /// The watch delivered `writes` (in revision order): applied to the nodes' kept reads.
+    pub(super) fn watched(&self, writes: &[Watched]) {
+        let mut kept = self.lock();
+        let Some(mut watch) = kept.watch else {
+            return;
+        };
+        for write in writes {
+            match write {
+                Watched::Write(write, revision) => {
+                    Self::note(&mut kept, &[write], *revision);
+                    watch.progress = watch.progress.max(*revision);
+                }
+                Watched::Node(node, revision) => {
+                    if let Some(entry) = kept.nodes.get_mut(node) {
+                        entry.newest = entry.newest.max(*revision);
+                        entry.read = None;
+                    }
+                    watch.progress = watch.progress.max(*revision);
+                }
+                Watched::Unknown => Self::drop_all(&mut kept),
             }
-            let mine: Vec<&IndexWrite> = writes.iter().filter(|w| w.node == node).collect();
-            // A later commit applied already: this one came too late to apply in order.
-            if revision < read.applied || !read.apply(node, &mine) {
-                entry.read = None;
-                continue;
-            }
-            read.applied = revision;
+            kept.watch = Some(watch);
         }
     }
 }
@@ -315,16 +443,24 @@ mod tests {
     }
 
     #[test]
-    fn a_commit_answered_after_a_later_one_drops_the_read() {
+    fn a_commit_answered_after_a_later_one_leaves_each_key_as_its_newest_write() {
         let briefs = NodeBriefs::new("/c/", Duration::from_secs(60));
         let node = Uuid::new_v4();
-        read(&briefs, node, &[brief(node)]);
-        briefs.written(&[put(node, &brief(node), 2)], false, 14);
-        assert_eq!(briefs.kept(node).unwrap().len(), 2);
-        // Committed at 12, answered after 14: what it wrote may have been overwritten at 14.
-        briefs.written(&[put(node, &brief(node), 3)], false, 12);
-        assert!(briefs.kept(node).is_err());
+        let a = brief(node);
+        read(&briefs, node, std::slice::from_ref(&a));
+        let b = brief(node);
+        let mut a2 = a.clone();
+        a2.version = 5;
+        // Committed at 14: `a` deleted, `b` made.
+        briefs.written(&[delete(node, a.id), put(node, &b, 14)], false, 14);
+        // Committed at 12, answered after: `a` changed (older than its deletion), `c` made.
+        let c = brief(node);
+        briefs.written(&[put(node, &a2, 1), put(node, &c, 12)], false, 12);
+        assert_eq!(briefs.kept(node).unwrap(), vec![c, b]);
     }
+
+    /// The revision [`kept_after`] reads at.
+    const READ_AT: i64 = 100;
 
     /// Reads `node` (the read beginning `age` ago, `meanwhile` happening while it is in
     /// flight): whether the node's next read is answered from it.
@@ -339,7 +475,7 @@ mod tests {
             .checked_sub(age)
             .expect("the clock is past the age");
         meanwhile();
-        briefs.keep(mark, &[(1, brief(node))], 10);
+        briefs.keep(mark, &[(1, brief(node))], READ_AT);
         briefs.kept(node).is_ok()
     }
 
@@ -349,7 +485,7 @@ mod tests {
         let (node, other) = (Uuid::new_v4(), Uuid::new_v4());
         assert!(kept_after(&briefs, node, Duration::ZERO, || {}));
         // Another node's write leaves it.
-        briefs.written(&[put(other, &brief(other), 1)], false, 11);
+        briefs.written(&[put(other, &brief(other), 1)], false, READ_AT + 1);
         assert_eq!(briefs.kept(node).unwrap().len(), 1);
         // Its own that is not a brief ends it.
         let junk = IndexWrite {
@@ -357,24 +493,32 @@ mod tests {
             instance: Uuid::new_v4(),
             value: Some(b"{".to_vec()),
         };
-        briefs.written(&[junk], false, 12);
-        assert!(kept_after(&briefs, node, Duration::ZERO, || {}));
+        briefs.written(&[junk], false, READ_AT + 2);
+        let mark = briefs.kept(node).expect_err("dropped");
+        briefs.keep(mark, &[(1, brief(node))], READ_AT + 3);
+        assert!(briefs.kept(node).is_ok());
         // So does a write that may touch every node's index.
-        briefs.written(&[], true, 13);
+        briefs.written(&[], true, READ_AT + 4);
         assert!(briefs.kept(node).is_err());
     }
 
     #[test]
     fn a_read_overtaken_by_a_write_is_not_kept() {
         let briefs = NodeBriefs::new("/c/", Duration::from_secs(60));
+        // A commit answered while the read was in flight, newer than the read: not in it.
         let node = Uuid::new_v4();
-        // A commit answered while the read was in flight: what was read may predate it.
         assert!(!kept_after(&briefs, node, Duration::ZERO, || {
-            briefs.written(&[delete(node, Uuid::new_v4())], false, 11);
+            briefs.written(&[delete(node, Uuid::new_v4())], false, READ_AT + 1);
         }));
-        // Likewise when every read was dropped meanwhile.
+        // One the read saw already leaves it.
+        let node = Uuid::new_v4();
+        assert!(kept_after(&briefs, node, Duration::ZERO, || {
+            briefs.written(&[delete(node, Uuid::new_v4())], false, READ_AT - 1);
+        }));
+        // Not when every read was dropped meanwhile.
+        let node = Uuid::new_v4();
         assert!(!kept_after(&briefs, node, Duration::ZERO, || {
-            briefs.written(&[], true, 12);
+            briefs.written(&[], true, READ_AT - 1);
         }));
     }
 
@@ -403,6 +547,116 @@ mod tests {
         mark.at = until;
         briefs.keep(mark, &[(1, brief(node))], 10);
         assert!(briefs.kept(node).is_ok());
+    }
+
+    fn watched_put(node: Uuid, b: &InstanceBrief, created: i64, revision: i64) -> Watched {
+        Watched::Write(put(node, b, created), revision)
+    }
+
+    #[test]
+    fn with_a_watch_up_every_processs_writes_are_applied_and_a_read_does_not_expire() {
+        let briefs = NodeBriefs::new("/c/", Duration::from_secs(60));
+        let node = Uuid::new_v4();
+        briefs.watching(5);
+        // A read an hour old, begun after the watch: still answered.
+        assert!(kept_after(&briefs, node, Duration::from_secs(3600), || {}));
+        briefs.written(&[], true, 6);
+        let a = brief(node);
+        read(&briefs, node, std::slice::from_ref(&a));
+        // Another process's write, delivered by the watch; one the read holds already.
+        let b = brief(node);
+        briefs.watched(&[
+            watched_put(node, &b, 11, 11),
+            Watched::Write(delete(node, a.id), 9),
+        ]);
+        assert_eq!(briefs.kept(node).unwrap(), vec![a.clone(), b.clone()]);
+        // This store's commit, applied once answered, then delivered by the watch again.
+        let c = brief(node);
+        briefs.written(&[put(node, &c, 12)], false, 12);
+        assert_eq!(
+            briefs.kept(node).unwrap(),
+            vec![a.clone(), b.clone(), c.clone()]
+        );
+        briefs.watched(&[watched_put(node, &c, 12, 12)]);
+        // A commit of this store older than what the watch has delivered is applied by the
+        // watch, not when answered: a deletion of `a` at 11 answered late changes nothing.
+        briefs.watched(&[Watched::Write(delete(node, b.id), 13)]);
+        briefs.written(&[delete(node, a.id)], false, 11);
+        assert_eq!(briefs.kept(node).unwrap(), vec![a, c]);
+        // A write under the node's index that names no instance drops the read.
+        briefs.watched(&[Watched::Node(node, 14)]);
+        assert!(briefs.kept(node).is_err());
+    }
+
+    #[test]
+    fn with_a_watch_up_a_read_older_than_it_or_than_a_write_it_delivered_is_not_kept() {
+        let briefs = NodeBriefs::new("/c/", Duration::from_secs(60));
+        let node = Uuid::new_v4();
+        briefs.watching(20);
+        // Read at 10, before the watch began: a write between may never be delivered.
+        let mark = briefs.kept(node).unwrap_err();
+        briefs.keep(mark, &[(1, brief(node))], 10);
+        assert!(briefs.kept(node).is_err());
+        // Read at 25 while the watch delivered a write at 26 under the node's index.
+        let mark = briefs.kept(node).unwrap_err();
+        briefs.watched(&[watched_put(node, &brief(node), 26, 26)]);
+        briefs.keep(mark, &[(1, brief(node))], 25);
+        assert!(briefs.kept(node).is_err());
+        // Read at 27: the write at 26 is in it.
+        let mark = briefs.kept(node).unwrap_err();
+        briefs.keep(mark, &[(1, brief(node))], 27);
+        assert_eq!(briefs.kept(node).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_watch_made_or_ended_drops_every_read_and_an_unknown_key_too() {
+        let briefs = NodeBriefs::new("/c/", Duration::from_secs(60));
+        let node = Uuid::new_v4();
+        // No watch: a read for its time.
+        assert!(kept_after(&briefs, node, Duration::ZERO, || {}));
+        assert!(!briefs.is_watched());
+        briefs.watching(5);
+        assert!(briefs.is_watched());
+        assert!(briefs.kept(node).is_err());
+        assert!(kept_after(&briefs, node, Duration::from_secs(120), || {}));
+        briefs.watched(&[Watched::Unknown]);
+        assert!(briefs.kept(node).is_err());
+        assert!(kept_after(&briefs, node, Duration::from_secs(120), || {}));
+        // Ended: dropped, and a read is kept for its time again.
+        briefs.unwatched();
+        assert!(!briefs.is_watched());
+        assert!(briefs.kept(node).is_err());
+        assert!(!kept_after(&briefs, node, Duration::from_secs(120), || {}));
+        // Writes delivered with no watch up (an ended watch's last) are not applied.
+        assert!(kept_after(&briefs, node, Duration::ZERO, || {}));
+        briefs.watched(&[watched_put(node, &brief(node), 200, 200)]);
+        assert_eq!(briefs.kept(node).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_read_remembers_its_keys_writes_within_bounds() {
+        let node = Uuid::new_v4();
+        // With no watch: past the bound, the read is dropped.
+        let briefs = NodeBriefs::new("/c/", Duration::from_secs(60));
+        read(&briefs, node, &[]);
+        for n in 0..MAX_REMEMBERED {
+            let gone = Uuid::new_v4();
+            briefs.written(&[delete(node, gone)], false, 11 + n as i64);
+        }
+        assert!(briefs.kept(node).is_ok());
+        briefs.written(&[delete(node, Uuid::new_v4())], false, 1_000_000);
+        assert!(briefs.kept(node).is_err());
+        // With a watch: the keys it has gone past are forgotten, and the read stays.
+        let briefs = NodeBriefs::new("/c/", Duration::from_secs(60));
+        briefs.watching(5);
+        read(&briefs, node, &[]);
+        for n in 0..2 * MAX_REMEMBERED {
+            let gone = Uuid::new_v4();
+            briefs.watched(&[Watched::Write(delete(node, gone), 11 + n as i64)]);
+        }
+        let kept = briefs.lock();
+        let read = kept.nodes[&node].read.as_ref().expect("kept");
+        assert!(read.since.len() <= 65, "{}", read.since.len());
     }
 
     #[test]

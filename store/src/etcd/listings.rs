@@ -131,6 +131,7 @@ impl EtcdStore {
     /// [`EtcdOptions::briefs_kept`](super::EtcdOptions::briefs_kept): that read is answered
     /// again (`briefs.rs`).
     pub(super) fn briefs_on(&self, node: Uuid) -> Result<Vec<InstanceBrief>> {
+        self.follow_briefs();
         let mark = match self.briefs.kept(node) {
             Ok(briefs) => return Ok(briefs),
             Err(mark) => mark,

@@ -48,6 +48,7 @@ mod app_creds;
 mod args;
 pub mod auth;
 mod briefs;
+mod briefs_watch;
 #[cfg(test)]
 mod call_tests;
 mod catalog;
@@ -120,10 +121,11 @@ pub struct EtcdOptions {
     /// Events kept (at least 1).
     pub event_capacity: u64,
     /// How long a read of a node's instances in brief is used again for the node's next
-    /// reports while this store writes nothing under the node's index (another process's
-    /// writes are seen when it expires); `Duration::ZERO` reads every time. See
-    /// [`InstanceStore::instance_briefs_on`]. The daemons use the default (30 s); a program
-    /// that opens the store itself may set it.
+    /// reports while the store's watch on the node indexes is not up (with it up, every
+    /// process's writes are applied to the kept reads and they do not expire; without it,
+    /// another process's writes are seen when a read expires); `Duration::ZERO` reads every
+    /// time and makes no watch. See [`InstanceStore::instance_briefs_on`] and `briefs.rs`. The
+    /// daemons use the default (30 s); a program that opens the store itself may set it.
     pub briefs_kept: Duration,
 }
 
@@ -149,7 +151,9 @@ pub struct EtcdStore {
     /// Calls made to etcd ([`EtcdStore::call`]), for tests that count a read's round trips.
     calls: std::sync::atomic::AtomicU64,
     /// Each node's instances in brief as last read.
-    briefs: briefs::NodeBriefs,
+    briefs: std::sync::Arc<briefs::NodeBriefs>,
+    /// Whether the watch that keeps `briefs` up to date was made (`briefs_watch.rs`).
+    briefs_followed: std::sync::atomic::AtomicBool,
     /// Starts asked for by concurrent callers, made together.
     starts: combine::Combiner,
 }
@@ -242,7 +246,11 @@ impl EtcdStore {
             runtime: Some(runtime),
             client,
             keys: Keys::new(prefix),
-            briefs: briefs::NodeBriefs::new(Keys::new(prefix).root(), options.briefs_kept),
+            briefs: std::sync::Arc::new(briefs::NodeBriefs::new(
+                Keys::new(prefix).root(),
+                options.briefs_kept,
+            )),
+            briefs_followed: std::sync::atomic::AtomicBool::new(false),
             starts: combine::Combiner::default(),
             endpoints: joined,
             options: EtcdOptions {
@@ -331,6 +339,41 @@ impl EtcdStore {
                 Ok(())
             }),
         }
+    }
+
+    /// Makes the watch on the node indexes that keeps [`briefs::NodeBriefs`] up to date, once,
+    /// when the store first reads a node's briefs (a round trip), and leaves it to run on the
+    /// store's runtime (`briefs_watch.rs`). A watch that cannot be made is tried again there;
+    /// meanwhile reads are kept for their time.
+    fn follow_briefs(&self) {
+        use std::sync::atomic::Ordering;
+        if !self.briefs.keeps() || self.briefs_followed.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        let Ok(runtime) = self.runtime() else { return };
+        let (briefs, timeout) = (self.briefs.clone(), self.options.call_timeout);
+        let mut client = self.client.watch_client();
+        let made = self.call(async move {
+            let made = briefs_watch::first(&briefs, &mut client, timeout).await;
+            Ok::<_, etcd_client::Error>((made, client))
+        });
+        let (stream, client) = match made {
+            Ok((Ok(stream), client)) => (Some(stream), client),
+            Ok((Err(why), client)) => {
+                tracing::warn!("the etcd store's watch on the node indexes: {why}; tried again");
+                (None, client)
+            }
+            Err(e) => {
+                tracing::warn!("the etcd store's watch on the node indexes: {e}; tried again");
+                (None, self.client.watch_client())
+            }
+        };
+        runtime.spawn(briefs_watch::follow(
+            self.briefs.clone(),
+            client,
+            stream,
+            timeout,
+        ));
     }
 
     fn runtime(&self) -> Result<&tokio::runtime::Runtime> {

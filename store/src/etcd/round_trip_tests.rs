@@ -54,11 +54,11 @@ fn a_page_of_servers_networking_is_one_round_trip() {
     assert_eq!(page.floating_ips.len(), 3);
 }
 
-/// A node's briefs are read from etcd once, then answered again with no call, with this store's
-/// own writes under the node's index applied to them (a change of one of its instances, one
-/// placed there or taken away, a deletion), in the index's order; another node's writes leave
-/// them. Another process's writes are seen when the read expires (a store keeping none sees
-/// them at once).
+/// A node's briefs are read from etcd once (with the watch on the node indexes made then), then
+/// answered again with no call, with this store's own writes under the node's index applied to
+/// them (a change of one of its instances, one placed there or taken away, a deletion), in the
+/// index's order; another node's writes leave them. Another process's writes are applied when
+/// the watch delivers them (a store keeping none makes no watch, and reads every time).
 #[test]
 fn a_nodes_briefs_follow_this_stores_writes_under_its_index_with_no_read() {
     let Some(fx) = fixture() else { return };
@@ -85,7 +85,8 @@ fn a_nodes_briefs_follow_this_stores_writes_under_its_index_with_no_read() {
         let got = store.instance_briefs_on(node).unwrap();
         (got, store.calls() - before)
     };
-    assert_eq!(reads(&store), (briefs(&on), 1));
+    assert_eq!(reads(&store), (briefs(&on), 2));
+    assert!(store.briefs.is_watched());
     assert_eq!(reads(&store), (briefs(&on), 0));
     // Another node's change leaves it.
     place(&store, &there, elsewhere, InstanceState::Exited);
@@ -103,10 +104,38 @@ fn a_nodes_briefs_follow_this_stores_writes_under_its_index_with_no_read() {
     assert_eq!(reads(&store), (briefs(&on), 0));
     // What etcd holds, read afresh by a store that keeps nothing, is the same.
     assert_eq!(other_process.instance_briefs_on(node).unwrap(), briefs(&on));
-    // Another process's change: seen there at once, here when the read expires.
-    let before = on.clone();
+    // Another process's change: seen there at once, here when the watch delivers it, still
+    // with no call.
     on[0] = place(&other_process, &on[0], node, InstanceState::Exited);
     assert_eq!(reads(&other_process), (briefs(&on), 1));
     assert_eq!(reads(&other_process), (briefs(&on), 1));
-    assert_eq!(reads(&store), (briefs(&before), 0));
+    assert!(!other_process.briefs.is_watched());
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (got, calls) = reads(&store);
+        assert_eq!(calls, 0);
+        if got == briefs(&on) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the watch did not deliver the other process's write: {got:?}"
+        );
+        std::thread::yield_now();
+    }
+    // Its deletion too, and one placed there.
+    store.delete_instance(Scope::All, on.remove(1).id).unwrap();
+    let made = crate::suite::instances_made(&other_process, &t, &w, 1);
+    on.push(place(&other_process, &made[0], node, InstanceState::Active));
+    other_process
+        .delete_instance(Scope::All, on.remove(0).id)
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while reads(&store) != (briefs(&on), 0) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the watch did not deliver the other process's writes"
+        );
+        std::thread::yield_now();
+    }
 }
