@@ -11,7 +11,7 @@
 //! writes applied out of their order still leave each key as its newest write made it:
 //! - this store's own commits, once etcd has answered them, so that a read that begins after a
 //!   commit of this store sees it, with no round trip;
-//! - a watch on every node's index (`briefs_watch.rs`, made when the store first reads a
+//! - a watch on every node's index (`watch.rs`, made when the store first reads a
 //!   node's briefs), which delivers every process's writes (this store's too) in revision
 //!   order. While it is up a read is kept with no time limit: a read is kept only if it began
 //!   after the watch did, and only if no write under the node's index newer than the read was
@@ -158,7 +158,7 @@ pub(super) struct Mark {
     at: Instant,
 }
 
-/// A write the watch delivered under the index (`briefs_watch.rs`).
+/// A write the watch delivered under the index.
 pub(super) enum Watched {
     /// A write of an instance's key under a node's index.
     Write(IndexWrite, i64),
@@ -178,11 +178,6 @@ impl NodeBriefs {
             keep,
             kept: Mutex::new(Kept::default()),
         }
-    }
-
-    /// `<prefix>node/`: every node's index is under it.
-    pub(super) fn root(&self) -> &str {
-        &self.root
     }
 
     /// Whether reads are kept at all.
@@ -370,6 +365,50 @@ impl NodeBriefs {
             }
             kept.watch = Some(watch);
         }
+    }
+}
+
+impl super::watch::Follower for NodeBriefs {
+    fn prefix(&self) -> &str {
+        &self.root
+    }
+
+    fn what(&self) -> &'static str {
+        "the node indexes (node briefs are kept for their time meanwhile)"
+    }
+
+    fn up(&self, revision: i64) {
+        self.watching(revision);
+    }
+
+    fn down(&self) {
+        self.unwatched();
+    }
+
+    fn events(&self, events: &[etcd_client::Event]) {
+        let writes: Vec<Watched> = events
+            .iter()
+            .filter_map(etcd_client::Event::kv)
+            .map(|kv| {
+                let Ok(key) = kv.key_str() else {
+                    return Watched::Unknown;
+                };
+                let revision = kv.mod_revision();
+                match self.index_key(key) {
+                    Some((node, Some(instance))) => Watched::Write(
+                        IndexWrite {
+                            node,
+                            instance,
+                            value: (!super::watch::deleted(kv)).then(|| kv.value().to_vec()),
+                        },
+                        revision,
+                    ),
+                    Some((node, None)) => Watched::Node(node, revision),
+                    None => Watched::Unknown,
+                }
+            })
+            .collect();
+        self.watched(&writes);
     }
 }
 

@@ -11,6 +11,12 @@ use super::records::*;
 use super::{EtcdStore, Kv};
 use crate::*;
 
+/// How long a count waits for the watch on the state index to deliver this store's own writes
+/// before it reads the counts from etcd instead (the watch is milliseconds behind; a write
+/// that made no event under the index, such as a deletion of a key that was not there, is
+/// never delivered).
+const TALLY_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
 impl EtcdStore {
     /// [`InstanceStore::instances`]: a node's listing from its index; a tenant's from its order
     /// keys; every tenant's from the creation index (or, in a prefix raised from schema 3, every
@@ -131,7 +137,9 @@ impl EtcdStore {
     /// [`EtcdOptions::briefs_kept`](super::EtcdOptions::briefs_kept): that read is answered
     /// again (`briefs.rs`).
     pub(super) fn briefs_on(&self, node: Uuid) -> Result<Vec<InstanceBrief>> {
-        self.follow_briefs();
+        if self.briefs.keeps() {
+            self.follow(&self.briefs, &self.briefs_followed);
+        }
         let mark = match self.briefs.kept(node) {
             Ok(briefs) => return Ok(briefs),
             Err(mark) => mark,
@@ -172,24 +180,57 @@ impl EtcdStore {
         Ok(briefs.into_iter().map(|(_, brief)| brief).collect())
     }
 
-    /// One round trip: a count of each state's keys in the state index, when every instance
-    /// has its key there; in a prefix raised from schema 2, every record read.
+    /// No round trip once the watch on the state index is up and has counted the states at
+    /// its first revision (`tally.rs`): the tally, when the watch has delivered this store's
+    /// own writes (waited for at most [`TALLY_WAIT`]). Else one round trip: a count of each
+    /// state's keys in the state index, when every instance has its key there; in a prefix
+    /// raised from schema 2, every record read.
     pub(super) fn counted(&self) -> Result<std::collections::BTreeMap<&'static str, u64>> {
+        use super::tally::Tallied;
+        self.follow(&self.tally, &self.tally_followed);
+        let wait = TALLY_WAIT.min(self.options.call_timeout);
+        match self.tally.counts(wait) {
+            Tallied::Counts(counts) => return Ok(counts),
+            Tallied::CountAt(revision) => {
+                // A count that fails (etcd compacted past the revision, say) leaves the tally
+                // unused: the counts are read below.
+                let counted = self.counted_at(revision).ok().flatten();
+                self.tally.based(revision, counted);
+                if let Tallied::Counts(counts) = self.tally.counts(wait) {
+                    return Ok(counts);
+                }
+            }
+            Tallied::Read => {}
+        }
+        match self.counted_at(0)? {
+            Some(counts) => Ok(counts),
+            None => self.counts_read_whole(),
+        }
+    }
+
+    /// One round trip: a count of each state's keys in the state index at `revision` (0: now),
+    /// `None` when not every instance has its key there (a prefix raised from schema 2).
+    pub(super) fn counted_at(
+        &self,
+        revision: i64,
+    ) -> Result<Option<std::collections::BTreeMap<&'static str, u64>>> {
         let marker = self.keys.state_index();
         let states = InstanceState::NAMES;
         let mut prefixes = vec![marker];
         prefixes.extend(states.iter().map(|s| self.keys.in_states(s)));
-        let counted = self.counts(&prefixes)?;
+        let counted = self.counts(&prefixes, revision)?;
         let (indexed, counts) = counted.split_at(1);
         if indexed[0] == 0 {
-            return self.counts_read_whole();
+            return Ok(None);
         }
-        Ok(states
-            .iter()
-            .zip(counts)
-            .filter(|&(_, &n)| n > 0)
-            .map(|(&state, &n)| (state, n))
-            .collect())
+        Ok(Some(
+            states
+                .iter()
+                .zip(counts)
+                .filter(|&(_, &n)| n > 0)
+                .map(|(&state, &n)| (state, n))
+                .collect(),
+        ))
     }
 
     /// [`InstanceStore::instance_counts`] from every instance's record.

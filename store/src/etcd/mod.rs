@@ -48,7 +48,6 @@ mod app_creds;
 mod args;
 pub mod auth;
 mod briefs;
-mod briefs_watch;
 #[cfg(test)]
 mod call_tests;
 mod catalog;
@@ -76,6 +75,7 @@ mod reservations;
 #[cfg(test)]
 mod round_trip_tests;
 mod server_groups;
+mod tally;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
@@ -83,6 +83,7 @@ mod tls_tests;
 mod transport;
 mod tx;
 mod volumes;
+mod watch;
 
 use std::future::Future;
 use std::time::Duration;
@@ -152,8 +153,12 @@ pub struct EtcdStore {
     calls: std::sync::atomic::AtomicU64,
     /// Each node's instances in brief as last read.
     briefs: std::sync::Arc<briefs::NodeBriefs>,
-    /// Whether the watch that keeps `briefs` up to date was made (`briefs_watch.rs`).
+    /// Whether the watch that keeps `briefs` up to date was made (`watch.rs`).
     briefs_followed: std::sync::atomic::AtomicBool,
+    /// How many instances are in each state, from a watch.
+    tally: std::sync::Arc<tally::StateTally>,
+    /// Whether the watch that keeps `tally` up to date was made.
+    tally_followed: std::sync::atomic::AtomicBool,
     /// Starts asked for by concurrent callers, made together.
     starts: combine::Combiner,
 }
@@ -251,6 +256,8 @@ impl EtcdStore {
                 options.briefs_kept,
             )),
             briefs_followed: std::sync::atomic::AtomicBool::new(false),
+            tally: std::sync::Arc::new(tally::StateTally::new(Keys::new(prefix).root())),
+            tally_followed: std::sync::atomic::AtomicBool::new(false),
             starts: combine::Combiner::default(),
             endpoints: joined,
             options: EtcdOptions {
@@ -341,39 +348,36 @@ impl EtcdStore {
         }
     }
 
-    /// Makes the watch on the node indexes that keeps [`briefs::NodeBriefs`] up to date, once,
-    /// when the store first reads a node's briefs (a round trip), and leaves it to run on the
-    /// store's runtime (`briefs_watch.rs`). A watch that cannot be made is tried again there;
-    /// meanwhile reads are kept for their time.
-    fn follow_briefs(&self) {
-        use std::sync::atomic::Ordering;
-        if !self.briefs.keeps() || self.briefs_followed.swap(true, Ordering::Relaxed) {
+    /// Makes the watch that keeps `follower` up to date, once (`made` says whether it was):
+    /// when the store first needs what it keeps (a round trip), and leaves it to run on the
+    /// store's runtime (`watch.rs`). A watch that cannot be made is tried again there.
+    fn follow<F: watch::Follower>(
+        &self,
+        follower: &std::sync::Arc<F>,
+        made: &std::sync::atomic::AtomicBool,
+    ) {
+        if made.swap(true, std::sync::atomic::Ordering::Relaxed) {
             return;
         }
         let Ok(runtime) = self.runtime() else { return };
-        let (briefs, timeout) = (self.briefs.clone(), self.options.call_timeout);
+        let (them, timeout) = (follower.clone(), self.options.call_timeout);
         let mut client = self.client.watch_client();
-        let made = self.call(async move {
-            let made = briefs_watch::first(&briefs, &mut client, timeout).await;
-            Ok::<_, etcd_client::Error>((made, client))
+        let first = self.call(async move {
+            let first = watch::first(&*them, &mut client, timeout).await;
+            Ok::<_, etcd_client::Error>((first, client))
         });
-        let (stream, client) = match made {
+        let (stream, client) = match first {
             Ok((Ok(stream), client)) => (Some(stream), client),
             Ok((Err(why), client)) => {
-                tracing::warn!("the etcd store's watch on the node indexes: {why}; tried again");
+                tracing::warn!("the etcd store's watch on {}: {why}", follower.what());
                 (None, client)
             }
             Err(e) => {
-                tracing::warn!("the etcd store's watch on the node indexes: {e}; tried again");
+                tracing::warn!("the etcd store's watch on {}: {e}", follower.what());
                 (None, self.client.watch_client())
             }
         };
-        runtime.spawn(briefs_watch::follow(
-            self.briefs.clone(),
-            client,
-            stream,
-            timeout,
-        ));
+        runtime.spawn(watch::follow(follower.clone(), client, stream, timeout));
     }
 
     fn runtime(&self) -> Result<&tokio::runtime::Runtime> {
@@ -481,13 +485,16 @@ impl EtcdStore {
         Ok((revision, found))
     }
 
-    /// Counts the keys under each of `prefixes` in one round trip, at one revision (etcd
-    /// answers the counts, not the keys).
-    fn counts(&self, prefixes: &[String]) -> Result<Vec<u64>> {
+    /// Counts the keys under each of `prefixes` in one round trip, at one revision (`revision`;
+    /// 0: the current one) (etcd answers the counts, not the keys).
+    fn counts(&self, prefixes: &[String], revision: i64) -> Result<Vec<u64>> {
         let reads = prefixes
             .iter()
             .map(|p| {
-                let only = GetOptions::new().with_prefix().with_count_only();
+                let only = GetOptions::new()
+                    .with_prefix()
+                    .with_count_only()
+                    .with_revision(revision);
                 TxnOp::get(p.as_str(), Some(only))
             })
             .collect();
@@ -752,8 +759,12 @@ impl EtcdStore {
             if tx.ops.is_empty() {
                 return Ok((out, None));
             }
-            let (nodes, all_nodes) = (std::mem::take(&mut tx.nodes), tx.all_nodes);
+            let (nodes, all_nodes, states) =
+                (std::mem::take(&mut tx.nodes), tx.all_nodes, tx.states);
             let committed = self.commit(tx.compares, tx.ops);
+            if let (Ok(Some(revision)), true) = (&committed, states) {
+                self.tally.written(*revision);
+            }
             // Written: the nodes' kept briefs are stale. Perhaps written, perhaps later (an
             // unknown outcome): none is kept for a while.
             match &committed {

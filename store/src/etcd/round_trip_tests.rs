@@ -139,3 +139,41 @@ fn a_nodes_briefs_follow_this_stores_writes_under_its_index_with_no_read() {
         std::thread::yield_now();
     }
 }
+
+/// Instance counts come from the watch on the state index: the watch made and the states
+/// counted at its first revision, then no round trip; this store's own writes count at once,
+/// another process's once the watch delivers them.
+#[test]
+fn instance_counts_follow_the_state_index_with_no_read() {
+    let Some(fx) = fixture() else { return };
+    let store = fx.store_with(EtcdOptions::default());
+    let other_process = fx.store_with(EtcdOptions::default());
+    let (t, w) = tenant_and_workload(&store, Quota::default(), 1);
+    let node = Uuid::new_v4();
+    let made = crate::suite::instances_made(&store, &t, &w, 3);
+    let counts = |store: &EtcdStore| {
+        let before = store.calls();
+        let got = store.instance_counts().unwrap();
+        (got.into_iter().collect::<Vec<_>>(), store.calls() - before)
+    };
+    assert_eq!(counts(&store), (vec![("pending", 3)], 2));
+    assert_eq!(counts(&store), (vec![("pending", 3)], 0));
+    // This store's start and deletion.
+    crate::suite::placed(&store, &made[0], node, InstanceState::Active);
+    assert_eq!(counts(&store), (vec![("active", 1), ("pending", 2)], 0));
+    store.delete_instance(Scope::All, made[1].id).unwrap();
+    assert_eq!(counts(&store), (vec![("active", 1), ("pending", 1)], 0));
+    // Another process's start.
+    crate::suite::placed(&other_process, &made[2], node, InstanceState::Active);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while counts(&store) != (vec![("active", 2)], 0) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the watch did not deliver the other process's start: {:?}",
+            counts(&store)
+        );
+        std::thread::yield_now();
+    }
+    // What etcd holds, counted afresh.
+    assert_eq!(other_process.counted_at(0).unwrap(), store.instance_counts().ok());
+}

@@ -25,6 +25,8 @@ pub(super) struct Tx<'s> {
     /// that names no instance) may touch index keys of any node.
     pub(super) nodes: Vec<IndexWrite>,
     pub(super) all_nodes: bool,
+    /// Whether `ops` write under the state index (for [`StateTally`](super::tally::StateTally)).
+    pub(super) states: bool,
 }
 
 /// How far a transaction's writes had gone ([`Tx::savepoint`]), to undo those after it.
@@ -34,6 +36,7 @@ pub(super) struct Savepoint {
     bytes: usize,
     nodes: usize,
     all_nodes: bool,
+    states: bool,
 }
 
 impl<'s> Tx<'s> {
@@ -45,6 +48,7 @@ impl<'s> Tx<'s> {
             bytes: self.bytes,
             nodes: self.nodes.len(),
             all_nodes: self.all_nodes,
+            states: self.states,
         }
     }
 
@@ -54,6 +58,7 @@ impl<'s> Tx<'s> {
         self.bytes = at.bytes;
         self.nodes.truncate(at.nodes);
         self.all_nodes = at.all_nodes;
+        self.states = at.states;
     }
 
     pub(super) fn new(store: &'s EtcdStore) -> Tx<'s> {
@@ -65,6 +70,7 @@ impl<'s> Tx<'s> {
             prefetched: std::collections::HashMap::new(),
             nodes: Vec::new(),
             all_nodes: false,
+            states: false,
         }
     }
 
@@ -227,6 +233,7 @@ impl<'s> Tx<'s> {
     /// Deletes every key in `[start, end)`.
     pub(super) fn delete_range(&mut self, start: &str, end: Vec<u8>) {
         self.all_nodes |= self.store.briefs.overlaps(start, &end);
+        self.states |= self.store.tally.overlaps(start, &end);
         self.ops.push(TxnOp::delete(
             start,
             Some(etcd_client::DeleteOptions::new().with_range(end)),
@@ -235,6 +242,7 @@ impl<'s> Tx<'s> {
 
     /// Notes a write of `value` at `key` (a deletion: `None`) if `key` is in a node's index.
     fn note(&mut self, key: &str, value: Option<&[u8]>) {
+        self.states |= self.store.tally.covers(key);
         match self.store.briefs.index_key(key) {
             None => {}
             Some((node, Some(instance))) => self.nodes.push(IndexWrite {

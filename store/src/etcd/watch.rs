@@ -1,37 +1,49 @@
-//! The watch on every node's index (`<prefix>node/`) that keeps [`NodeBriefs`] up to date with
-//! every process's writes, so that a kept read need not expire while the watch is up.
+//! The store's watches: each keeps something in memory up to date with every process's writes
+//! under a prefix ([`Follower`]): the node briefs (`briefs.rs`, under `node/`) and the count of
+//! instances in each state (`tally.rs`, under `bystate/`).
 //!
-//! The watch is made when the store first reads a node's briefs ([`first`]), so that a process
-//! that never does (a launcher, the CLI) has none; then [`follow`] runs on the store's runtime
-//! until the store is dropped. A watch that ends (etcd closed it, compacted past it, the
-//! connection failed, or it answered no progress request within the call timeout) drops every
-//! kept read and is made again, after a pause that doubles up to 30 s; meanwhile reads are kept
-//! for [`EtcdOptions::briefs_kept`](super::EtcdOptions::briefs_kept) as with no watch.
+//! A watch is made when the store first needs what it keeps ([`first`]), so that a process that
+//! never does (a launcher, the CLI) has none; then [`follow`] runs on the store's runtime until
+//! the store is dropped. A watch that ends (etcd closed it, compacted past it, the connection
+//! failed, or it answered no progress request within the call timeout) is told to its follower
+//! ([`Follower::down`]) and made again, after a pause that doubles up to 30 s.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_client::{WatchClient, WatchOptions, WatchResponse, WatchStream};
+use etcd_client::{Event, WatchClient, WatchOptions, WatchStream};
 
-use super::briefs::{IndexWrite, NodeBriefs, Watched};
+/// What a watch keeps up to date.
+pub(super) trait Follower: Send + Sync + 'static {
+    /// The prefix watched: every key under it.
+    fn prefix(&self) -> &str;
+    /// What it keeps, for log lines.
+    fn what(&self) -> &'static str;
+    /// The watch is up: every write after `revision` under the prefix will be delivered.
+    fn up(&self, revision: i64);
+    /// The watch ended: writes may go undelivered until it is up again.
+    fn down(&self);
+    /// Writes delivered, in revision order.
+    fn events(&self, events: &[Event]);
+}
 
 /// How often a quiet watch is asked for its progress (etcd answers at once): an answer that
 /// does not come within the call timeout ends the watch.
 const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 
-/// The longest pause between two attempts to make the watch.
+/// The longest pause between two attempts to make a watch.
 const MAX_PAUSE: Duration = Duration::from_secs(30);
 
-/// Makes the watch (within `timeout`) and tells `briefs` it is up.
-pub(super) async fn first(
-    briefs: &NodeBriefs,
+/// Makes the watch on `follower`'s prefix (within `timeout`) and tells it the watch is up.
+pub(super) async fn first<F: Follower>(
+    follower: &F,
     client: &mut WatchClient,
     timeout: Duration,
 ) -> Result<WatchStream, String> {
     let made = async {
         let options = WatchOptions::new().with_prefix();
         let mut stream = client
-            .watch(briefs.root(), Some(options))
+            .watch(follower.prefix(), Some(options))
             .await
             .map_err(|e| e.to_string())?;
         let created = stream
@@ -44,7 +56,7 @@ pub(super) async fn first(
             .map(etcd_client::ResponseHeader::revision)
             .filter(|_| created.created() && !created.canceled())
             .ok_or_else(|| format!("etcd refused the watch: {}", created.cancel_reason()))?;
-        briefs.watching(revision);
+        follower.up(revision);
         Ok(stream)
     };
     tokio::time::timeout(timeout, made)
@@ -54,8 +66,8 @@ pub(super) async fn first(
 
 /// Follows `stream` (made by [`first`], if it was), then makes the watch again whenever it
 /// ends, until the runtime stops.
-pub(super) async fn follow(
-    briefs: Arc<NodeBriefs>,
+pub(super) async fn follow<F: Follower>(
+    follower: Arc<F>,
     mut client: WatchClient,
     mut stream: Option<WatchStream>,
     timeout: Duration,
@@ -64,24 +76,27 @@ pub(super) async fn follow(
     loop {
         if let Some(stream) = stream.take() {
             pause = Duration::from_millis(500);
-            let why = run(&briefs, stream, timeout).await;
-            briefs.unwatched();
-            tracing::warn!("the etcd store's watch on the node indexes ended ({why}); made again");
+            let why = run(&*follower, stream, timeout).await;
+            follower.down();
+            tracing::warn!(
+                "the etcd store's watch on {} ended ({why}); made again",
+                follower.what()
+            );
         }
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(MAX_PAUSE);
-        match first(&briefs, &mut client, timeout).await {
+        match first(&*follower, &mut client, timeout).await {
             Ok(made) => stream = Some(made),
             Err(why) => tracing::warn!(
-                "the etcd store's watch on the node indexes: {why}; \
-                 node briefs are kept for their time meanwhile"
+                "the etcd store's watch on {}: {why}; read from etcd meanwhile",
+                follower.what()
             ),
         }
     }
 }
 
-/// Applies what the watch delivers until it ends; returns why it did.
-async fn run(briefs: &NodeBriefs, mut stream: WatchStream, timeout: Duration) -> String {
+/// Hands what the watch delivers to `follower` until it ends; returns why it did.
+async fn run<F: Follower>(follower: &F, mut stream: WatchStream, timeout: Duration) -> String {
     let mut ticks = tokio::time::interval(PROGRESS_EVERY);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // When a progress request went unanswered so far.
@@ -98,7 +113,7 @@ async fn run(briefs: &NodeBriefs, mut stream: WatchStream, timeout: Duration) ->
                             resp.compact_revision()
                         );
                     }
-                    Ok(Some(resp)) => briefs.watched(&writes(briefs, &resp)),
+                    Ok(Some(resp)) => follower.events(resp.events()),
                     Ok(None) => return "etcd closed it".into(),
                     Err(e) => return e.to_string(),
                 }
@@ -119,30 +134,8 @@ async fn run(briefs: &NodeBriefs, mut stream: WatchStream, timeout: Duration) ->
     }
 }
 
-/// The writes of one watch response. A deletion is told by its version (0: etcd gives a
-/// deleted key no version), not by the event's type, whose accessor panics on a type it does
-/// not know.
-fn writes(briefs: &NodeBriefs, resp: &WatchResponse) -> Vec<Watched> {
-    resp.events()
-        .iter()
-        .filter_map(|event| event.kv())
-        .map(|kv| {
-            let Ok(key) = kv.key_str() else {
-                return Watched::Unknown;
-            };
-            let revision = kv.mod_revision();
-            match briefs.index_key(key) {
-                Some((node, Some(instance))) => Watched::Write(
-                    IndexWrite {
-                        node,
-                        instance,
-                        value: (kv.version() != 0).then(|| kv.value().to_vec()),
-                    },
-                    revision,
-                ),
-                Some((node, None)) => Watched::Node(node, revision),
-                None => Watched::Unknown,
-            }
-        })
-        .collect()
+/// Whether an event's key was deleted: told by its version (0: etcd gives a deleted key no
+/// version), not by the event's type, whose accessor panics on a type it does not know.
+pub(super) fn deleted(kv: &etcd_client::KeyValue) -> bool {
+    kv.version() == 0
 }
