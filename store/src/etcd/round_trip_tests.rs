@@ -175,5 +175,8 @@ fn instance_counts_follow_the_state_index_with_no_read() {
         std::thread::yield_now();
     }
     // What etcd holds, counted afresh.
-    assert_eq!(other_process.counted_at(0).unwrap(), store.instance_counts().ok());
+    assert_eq!(
+        other_process.counted_at(0).unwrap(),
+        store.instance_counts().ok()
+    );
 }
