@@ -70,6 +70,12 @@ fn create_tenant_eventually(store: &EtcdStore, name: &str) -> Tenant {
 }
 
 /// The ids of `tenant`'s instances, in creation order.
+/// How many instances the store counts pending.
+fn pending(store: &EtcdStore) -> u64 {
+    let counts = store.instance_counts().unwrap();
+    counts.get("pending").copied().unwrap_or(0)
+}
+
 fn instance_ids(store: &EtcdStore, tenant: Uuid) -> Vec<Uuid> {
     let page = store
         .instances(
@@ -121,6 +127,9 @@ fn three_members_over_peer_tls_serve_the_store_through_the_loss_of_its_leader() 
     };
     let mut made: Vec<Uuid> = (0..3).map(|n| create(format!("before-{n}"))).collect();
     assert_eq!(instance_ids(&store, tenant.id), made);
+    // Counted from the watch on the state index, made on the leader.
+    assert_eq!(pending(&store), 3);
+    assert!(store.tally.is_tallying());
 
     cluster.kill(leader).unwrap();
     assert_eq!(cluster.pid(leader), None);
@@ -130,6 +139,17 @@ fn three_members_over_peer_tls_serve_the_store_through_the_loss_of_its_leader() 
     assert_eq!(instance_ids(&store, tenant.id), made, "nothing lost");
     let usage = store.usage(tenant.id).unwrap();
     assert_eq!(usage.instances, 6);
+    // The watch ended with its member, and is made again on another: counted afresh there,
+    // the counts are right again with no round trip.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !store.tally.is_tallying() {
+        assert_eq!(pending(&store), 6, "counted from etcd meanwhile");
+        assert!(std::time::Instant::now() < deadline, "no watch made again");
+        std::thread::yield_now();
+    }
+    let calls = store.calls();
+    assert_eq!(pending(&store), 6);
+    assert_eq!(store.calls(), calls);
     // The survivors hold the users and roles too: the launcher user may not list tenants.
     let launcher = EtcdStore::connect_with(
         &endpoints,

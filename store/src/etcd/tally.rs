@@ -89,6 +89,15 @@ impl StateTally {
         (end.is_empty() || end > root) && start.as_bytes() < root_end.as_slice()
     }
 
+    /// Whether the watch is up and the states were counted at its first revision.
+    #[cfg(test)]
+    pub(super) fn is_tallying(&self) -> bool {
+        self.lock()
+            .watch
+            .as_ref()
+            .is_some_and(|up| matches!(up.base, Some(Ok(_))))
+    }
+
     /// This store committed writes under the index at `revision`.
     pub(super) fn written(&self, revision: i64) {
         let mut inner = self.lock();
