@@ -602,11 +602,14 @@ mod tests {
         briefs.written(&[], true, 6);
         let a = brief(node);
         read(&briefs, node, std::slice::from_ref(&a));
-        // Another process's write, delivered by the watch; one the read holds already.
+        // Delivered late, a write the read holds already (`a` as written at 9): left.
+        let mut older = a.clone();
+        older.version = 2;
+        // Then another process's write.
         let b = brief(node);
         briefs.watched(&[
+            watched_put(node, &older, 1, 9),
             watched_put(node, &b, 11, 11),
-            Watched::Write(delete(node, a.id), 9),
         ]);
         assert_eq!(briefs.kept(node).unwrap(), vec![a.clone(), b.clone()]);
         // This store's commit, applied once answered, then delivered by the watch again.
@@ -617,14 +620,38 @@ mod tests {
             vec![a.clone(), b.clone(), c.clone()]
         );
         briefs.watched(&[watched_put(node, &c, 12, 12)]);
-        // A commit of this store older than what the watch has delivered is applied by the
-        // watch, not when answered: a deletion of `a` at 11 answered late changes nothing.
         briefs.watched(&[Watched::Write(delete(node, b.id), 13)]);
-        briefs.written(&[delete(node, a.id)], false, 11);
         assert_eq!(briefs.kept(node).unwrap(), vec![a, c]);
         // A write under the node's index that names no instance drops the read.
         briefs.watched(&[Watched::Node(node, 14)]);
         assert!(briefs.kept(node).is_err());
+    }
+
+    #[test]
+    fn a_late_answer_to_this_stores_commit_does_not_undo_a_newer_write() {
+        let briefs = NodeBriefs::new("/c/", Duration::from_secs(60));
+        let node = Uuid::new_v4();
+        briefs.watching(5);
+        let (a, c) = (brief(node), brief(node));
+        read(&briefs, node, &[a.clone(), c.clone()]);
+        // This store deletes `a` at 14: the watch delivers it before etcd's answer arrives;
+        // another process puts `a` back at 15.
+        let mut again = a.clone();
+        again.version = 9;
+        briefs.watched(&[Watched::Write(delete(node, a.id), 14)]);
+        briefs.watched(&[watched_put(node, &again, 1, 15)]);
+        // Enough other writes that the keys the watch has gone past are forgotten.
+        for n in 0..100 {
+            briefs.watched(&[Watched::Write(delete(node, Uuid::new_v4()), 16 + n)]);
+        }
+        {
+            let kept = briefs.lock();
+            let read = kept.nodes[&node].read.as_ref().expect("kept");
+            assert!(!read.since.contains_key(&a.id), "a's write at 15 forgotten");
+        }
+        // The answer to the deletion at 14 comes now: older than what the watch delivered.
+        briefs.written(&[delete(node, a.id)], false, 14);
+        assert_eq!(briefs.kept(node).unwrap(), vec![again, c]);
     }
 
     #[test]

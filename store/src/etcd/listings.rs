@@ -14,7 +14,7 @@ use crate::*;
 /// How long a count waits for the watch on the state index to deliver this store's own writes
 /// before it reads the counts from etcd instead (the watch is milliseconds behind; a write
 /// that made no event under the index, such as a deletion of a key that was not there, is
-/// never delivered).
+/// never delivered, and is not waited for again).
 const TALLY_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl EtcdStore {
@@ -186,15 +186,19 @@ impl EtcdStore {
     /// state's keys in the state index, when every instance has its key there; in a prefix
     /// raised from schema 2, every record read.
     pub(super) fn counted(&self) -> Result<std::collections::BTreeMap<&'static str, u64>> {
-        use super::tally::Tallied;
+        use super::tally::{Counted, Tallied};
         self.follow(&self.tally, &self.tally_followed);
         let wait = TALLY_WAIT.min(self.options.call_timeout);
         match self.tally.counts(wait) {
             Tallied::Counts(counts) => return Ok(counts),
             Tallied::CountAt(revision) => {
-                // A count that fails (etcd compacted past the revision, say) leaves the tally
-                // unused: the counts are read below.
-                let counted = self.counted_at(revision).ok().flatten();
+                // A count that fails (etcd compacted past the revision, say) has the watch made
+                // again: the counts are read below meanwhile.
+                let counted = match self.counted_at(revision) {
+                    Ok(Some(counts)) => Counted::At(counts),
+                    Ok(None) => Counted::NotIndexed,
+                    Err(_) => Counted::Failed,
+                };
                 self.tally.based(revision, counted);
                 if let Tallied::Counts(counts) = self.tally.counts(wait) {
                     return Ok(counts);

@@ -146,6 +146,9 @@ impl Default for EtcdOptions {
 pub struct EtcdStore {
     runtime: Option<tokio::runtime::Runtime>,
     client: Client,
+    /// The client of the store's watches (`watch.rs`): ended by etcd when its member has no
+    /// leader.
+    watcher: Client,
     keys: Keys,
     endpoints: String,
     options: EtcdOptions,
@@ -245,11 +248,12 @@ impl EtcdStore {
         if prefix.is_empty() {
             return Err(StoreError::Invalid("empty etcd key prefix".into()));
         }
-        let (runtime, client) = connect_client(endpoints, transport, &options)?;
+        let (runtime, client, watcher) = connect_clients(endpoints, transport, &options)?;
         let joined = endpoints.join(",");
         let store = EtcdStore {
             runtime: Some(runtime),
             client,
+            watcher,
             keys: Keys::new(prefix),
             briefs: std::sync::Arc::new(briefs::NodeBriefs::new(
                 Keys::new(prefix).root(),
@@ -361,7 +365,7 @@ impl EtcdStore {
         }
         let Ok(runtime) = self.runtime() else { return };
         let (them, timeout) = (follower.clone(), self.options.call_timeout);
-        let mut client = self.client.watch_client();
+        let mut client = self.watch_client();
         let first = self.call(async move {
             let first = watch::first(&*them, &mut client, timeout).await;
             Ok::<_, etcd_client::Error>((first, client))
@@ -374,10 +378,17 @@ impl EtcdStore {
             }
             Err(e) => {
                 tracing::warn!("the etcd store's watch on {}: {e}", follower.what());
-                (None, self.client.watch_client())
+                (None, self.watch_client())
             }
         };
         runtime.spawn(watch::follow(follower.clone(), client, stream, timeout));
+    }
+
+    /// A watch client, taking messages of up to [`watch::MAX_MESSAGE`].
+    fn watch_client(&self) -> etcd_client::WatchClient {
+        self.watcher
+            .watch_client()
+            .max_decoding_message_size(watch::MAX_MESSAGE)
     }
 
     fn runtime(&self) -> Result<&tokio::runtime::Runtime> {
@@ -826,6 +837,18 @@ fn connect_client(
     transport: &EtcdTransport,
     options: &EtcdOptions,
 ) -> Result<(tokio::runtime::Runtime, Client)> {
+    connect_clients(endpoints, transport, options).map(|(runtime, client, _)| (runtime, client))
+}
+
+/// As [`connect_client`], with a second client over the same channel for the store's watches:
+/// it asks etcd to end a watch when its member has no leader (a member cut off from its
+/// cluster would otherwise go on answering the watch's progress requests while the others
+/// move on).
+fn connect_clients(
+    endpoints: &[String],
+    transport: &EtcdTransport,
+    options: &EtcdOptions,
+) -> Result<(tokio::runtime::Runtime, Client, Client)> {
     if endpoints.is_empty() {
         return Err(StoreError::Invalid("no etcd endpoint given".into()));
     }
@@ -847,13 +870,18 @@ fn connect_client(
         .http2_keep_alive_interval(Duration::from_secs(10))
         .keep_alive_timeout(Duration::from_secs(5))
         .keep_alive_while_idle(true);
-    let client = runtime
+    let (client, watcher) = runtime
         .block_on(async {
             let channel = endpoint.connect_with_connector_lazy(dialer.connector());
-            Client::from_channel(etcd_client::Channel::Tonic(channel), None).await
+            let client =
+                Client::from_channel(etcd_client::Channel::Tonic(channel.clone()), None).await?;
+            let leader = etcd_client::ConnectOptions::new().with_require_leader(true);
+            let watcher =
+                Client::from_channel(etcd_client::Channel::Tonic(channel), Some(leader)).await?;
+            Ok::<_, etcd_client::Error>((client, watcher))
         })
         .map_err(|e| StoreError::Backend(format!("etcd at {joined}: {e}")))?;
-    Ok((runtime, client))
+    Ok((runtime, client, watcher))
 }
 
 /// How many times a read refused because etcd's users or roles changed meanwhile is tried again.

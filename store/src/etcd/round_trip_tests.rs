@@ -113,13 +113,12 @@ fn a_nodes_briefs_follow_this_stores_writes_under_its_index_with_no_read() {
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
         let (got, calls) = reads(&store);
-        assert_eq!(calls, 0);
-        if got == briefs(&on) {
+        if (&got, calls) == (&briefs(&on), 0) {
             break;
         }
         assert!(
             std::time::Instant::now() < deadline,
-            "the watch did not deliver the other process's write: {got:?}"
+            "the watch did not deliver the other process's write: {got:?} ({calls} calls)"
         );
         std::thread::yield_now();
     }
@@ -158,11 +157,22 @@ fn instance_counts_follow_the_state_index_with_no_read() {
     };
     assert_eq!(counts(&store), (vec![("pending", 3)], 2));
     assert_eq!(counts(&store), (vec![("pending", 3)], 0));
-    // This store's start and deletion.
+    // This store's start and deletion, counted at once: from the tally once the watch has
+    // delivered them (within 1 s, on a very busy machine perhaps not: then read from etcd).
+    let own = |store: &EtcdStore, want: Vec<(&str, u64)>| {
+        let (got, calls) = counts(store);
+        assert_eq!(got, want);
+        assert!(calls <= 1, "{calls} calls");
+    };
     crate::suite::placed(&store, &made[0], node, InstanceState::Active);
-    assert_eq!(counts(&store), (vec![("active", 1), ("pending", 2)], 0));
+    own(&store, vec![("active", 1), ("pending", 2)]);
     store.delete_instance(Scope::All, made[1].id).unwrap();
-    assert_eq!(counts(&store), (vec![("active", 1), ("pending", 1)], 0));
+    own(&store, vec![("active", 1), ("pending", 1)]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while counts(&store) != (vec![("active", 1), ("pending", 1)], 0) {
+        assert!(std::time::Instant::now() < deadline, "{:?}", counts(&store));
+        std::thread::yield_now();
+    }
     // Another process's start.
     crate::suite::placed(&other_process, &made[2], node, InstanceState::Active);
     let deadline = std::time::Instant::now() + Duration::from_secs(10);

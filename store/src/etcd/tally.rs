@@ -11,9 +11,13 @@
 //! A count is answered from the tally once the watch has delivered this store's newest commit
 //! that wrote under the index (waiting for it, at most the call timeout), so a store reads its
 //! own writes; another process's writes count once the watch delivers them (milliseconds).
-//! While no watch is up, or when the count at `W` could not be made (etcd compacted past it, or
-//! the prefix has no state index: it was written by schema 2 code), every count is read from
-//! etcd as before.
+//! A write of this store that the watch does not deliver within that wait (one that made no
+//! event, such as a deletion of a key that was not there) is not waited for again.
+//!
+//! While no watch is up, or in a prefix that has no state index (written by schema 2 code),
+//! every count is read from etcd as before. A count at `W` that fails (etcd compacted past it,
+//! a call failed), or a tally that goes below zero, has the watch made again (within 5 s), and
+//! counted at its new first revision; meanwhile counts are read from etcd.
 
 use std::collections::BTreeMap;
 use std::sync::{Condvar, Mutex, MutexGuard};
@@ -33,8 +37,14 @@ pub(super) struct StateTally {
 #[derive(Default)]
 struct Inner {
     watch: Option<Up>,
-    /// The revision of this store's newest commit that wrote under the index.
+    /// The revision of this store's newest commit that wrote under the index (one the watch
+    /// did not deliver in time is given up: see [`StateTally::counts`]).
     owed: i64,
+    /// The watch is to be made again: the count at its first revision failed, or the tally
+    /// went wrong.
+    stale: bool,
+    /// Counts waiting for the watch (for tests).
+    waiting: usize,
 }
 
 /// A watch that is up, and what it delivered.
@@ -47,6 +57,17 @@ struct Up {
     base: Option<Result<BTreeMap<&'static str, i64>, ()>>,
     /// Each state's change since `since`, by the writes delivered.
     moved: BTreeMap<&'static str, i64>,
+}
+
+/// The states counted at the watch's first revision ([`StateTally::based`]).
+pub(super) enum Counted {
+    /// Each state's count.
+    At(BTreeMap<&'static str, u64>),
+    /// The prefix has no state index (raised from schema 2): counts are read from the records.
+    NotIndexed,
+    /// The count failed (etcd compacted past the revision, a call failed): the watch is made
+    /// again, and counted at its new first revision.
+    Failed,
 }
 
 /// What [`StateTally::counts`] can answer.
@@ -120,42 +141,65 @@ impl StateTally {
                 Some(Ok(base)) => base,
             };
             if up.progress >= owed {
-                let counts = InstanceState::NAMES
-                    .iter()
-                    .filter_map(|&state| {
-                        let n = base.get(state).copied().unwrap_or(0)
-                            + up.moved.get(state).copied().unwrap_or(0);
-                        u64::try_from(n).ok().filter(|&n| n > 0).map(|n| (state, n))
-                    })
-                    .collect();
-                return Tallied::Counts(counts);
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
+                let mut counts = BTreeMap::new();
+                let mut below = None;
+                for state in InstanceState::NAMES.iter().copied() {
+                    let n = base.get(state).copied().unwrap_or(0)
+                        + up.moved.get(state).copied().unwrap_or(0);
+                    match u64::try_from(n) {
+                        Ok(0) => {}
+                        Ok(n) => {
+                            counts.insert(state, n);
+                        }
+                        Err(_) => below = Some((state, n)),
+                    }
+                }
+                let Some((state, n)) = below else {
+                    return Tallied::Counts(counts);
+                };
+                tracing::warn!(
+                    "the etcd store's count of {state} instances went below zero ({n}); \
+                     counted again"
+                );
+                inner.stale = true;
                 return Tallied::Read;
             }
+            let (progress, left) = (
+                up.progress,
+                deadline.saturating_duration_since(Instant::now()),
+            );
+            if left.is_zero() {
+                // Not delivered in time: perhaps it made no event (a deletion of a key that was
+                // not there). Later counts do not wait for it again.
+                inner.owed = progress;
+                return Tallied::Read;
+            }
+            inner.waiting += 1;
             inner = self
                 .moved
                 .wait_timeout(inner, left)
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .0;
+            inner.waiting -= 1;
         }
     }
 
-    /// The states counted at revision `since` (as [`Tallied::CountAt`] asked; `None`: they
-    /// could not be, and counts are read from etcd until the watch is made again).
-    pub(super) fn based(&self, since: i64, counts: Option<BTreeMap<&'static str, u64>>) {
+    /// The states counted at revision `since`, as [`Tallied::CountAt`] asked.
+    pub(super) fn based(&self, since: i64, counted: Counted) {
         let mut inner = self.lock();
-        if let Some(up) = &mut inner.watch
-            && up.since == since
-            && up.base.is_none()
-        {
-            up.base = Some(counts.ok_or(()).map(|counts| {
-                counts
+        let Some(up) = &mut inner.watch else { return };
+        if up.since != since || up.base.is_some() {
+            return;
+        }
+        match counted {
+            Counted::At(counts) => {
+                up.base = Some(Ok(counts
                     .into_iter()
                     .map(|(state, n)| (state, i64::try_from(n).unwrap_or(i64::MAX)))
-                    .collect()
-            }));
+                    .collect()));
+            }
+            Counted::NotIndexed => up.base = Some(Err(())),
+            Counted::Failed => inner.stale = true,
         }
     }
 
@@ -195,13 +239,20 @@ impl super::watch::Follower for StateTally {
     }
 
     fn up(&self, revision: i64) {
-        self.lock().watch = Some(Up {
+        let mut inner = self.lock();
+        inner.stale = false;
+        inner.watch = Some(Up {
             since: revision,
             progress: revision,
             base: None,
             moved: BTreeMap::new(),
         });
+        drop(inner);
         self.moved.notify_all();
+    }
+
+    fn stale(&self) -> bool {
+        self.lock().stale
     }
 
     fn down(&self) {
@@ -240,6 +291,10 @@ mod tests {
         }
     }
 
+    fn at(counts: &[(&'static str, u64)]) -> Counted {
+        Counted::At(counts.iter().copied().collect())
+    }
+
     #[test]
     fn the_tally_is_the_count_at_the_watch_moved_by_what_it_delivered() {
         let tally = StateTally::new("/c/");
@@ -249,7 +304,7 @@ mod tests {
         // Delivered before the count at 10 was given: counted on top of it all the same.
         let (p1, a1, a2) = (key("pending", 1), key("active", 1), key("active", 2));
         tally.delivered(&[(&p1, true, false, 11)]);
-        tally.based(10, Some(BTreeMap::from([("active", 2)])));
+        tally.based(10, at(&[("active", 2)]));
         assert_eq!(counts(&tally), vec![("active", 2), ("pending", 1)]);
         // Started: its pending key deleted, its active key made; one written again.
         tally.delivered(&[(&p1, false, true, 12), (&a1, true, false, 12)]);
@@ -265,21 +320,37 @@ mod tests {
         tally.up(20);
         assert!(matches!(tally.counts(Duration::ZERO), Tallied::CountAt(20)));
         // A count given for another watch's revision is not taken.
-        tally.based(10, Some(BTreeMap::from([("active", 9)])));
+        tally.based(10, at(&[("active", 9)]));
         assert!(matches!(tally.counts(Duration::ZERO), Tallied::CountAt(20)));
-        // One that could not be made: read from etcd.
-        tally.based(20, None);
+        // A prefix with no state index: read from etcd, with no new watch asked.
+        tally.based(20, Counted::NotIndexed);
         assert!(matches!(tally.counts(Duration::ZERO), Tallied::Read));
+        assert!(!tally.stale());
+    }
+
+    #[test]
+    fn a_failed_count_or_a_tally_below_zero_asks_for_the_watch_again() {
+        let tally = StateTally::new("/c/");
+        tally.up(10);
+        tally.based(10, Counted::Failed);
+        assert!(tally.stale());
+        // Still to be counted meanwhile; made again, no longer stale.
+        assert!(matches!(tally.counts(Duration::ZERO), Tallied::CountAt(10)));
+        tally.up(30);
+        assert!(!tally.stale());
+        tally.based(30, at(&[]));
+        let gone = key("active", 1);
+        tally.delivered(&[(&gone, false, true, 31)]);
+        assert!(matches!(tally.counts(Duration::ZERO), Tallied::Read));
+        assert!(tally.stale());
     }
 
     #[test]
     fn a_count_waits_for_the_watch_to_deliver_this_stores_own_writes() {
         let tally = std::sync::Arc::new(StateTally::new("/c/"));
         tally.up(10);
-        tally.based(10, Some(BTreeMap::new()));
+        tally.based(10, at(&[]));
         tally.written(12);
-        // Not delivered: within no wait, read from etcd.
-        assert!(matches!(tally.counts(Duration::ZERO), Tallied::Read));
         // Delivered while a count waits: that count answers it.
         let waiter = {
             let tally = tally.clone();
@@ -288,10 +359,26 @@ mod tests {
                 _ => panic!("no count"),
             })
         };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while tally.lock().waiting == 0 {
+            assert!(Instant::now() < deadline, "the count did not wait");
+            std::thread::yield_now();
+        }
         let k = key("active", 1);
         tally.delivered(&[(&k, true, false, 11)]);
         tally.delivered(&[(&k, false, false, 12)]);
         assert_eq!(waiter.join().unwrap(), BTreeMap::from([("active", 1)]));
+    }
+
+    #[test]
+    fn a_write_the_watch_does_not_deliver_in_time_is_waited_for_once() {
+        let tally = StateTally::new("/c/");
+        tally.up(10);
+        tally.based(10, at(&[("active", 1)]));
+        // A deletion of a key that was not there: no event.
+        tally.written(12);
+        assert!(matches!(tally.counts(Duration::ZERO), Tallied::Read));
+        assert_eq!(counts(&tally), vec![("active", 1)]);
     }
 
     #[test]

@@ -4,9 +4,11 @@
 //!
 //! A watch is made when the store first needs what it keeps ([`first`]), so that a process that
 //! never does (a launcher, the CLI) has none; then [`follow`] runs on the store's runtime until
-//! the store is dropped. A watch that ends (etcd closed it, compacted past it, the connection
-//! failed, or it answered no progress request within the call timeout) is told to its follower
-//! ([`Follower::down`]) and made again, after a pause that doubles up to 30 s.
+//! the store is dropped. A watch that ends (etcd closed it, compacted past it, or ended it as its
+//! member lost its leader; the connection failed; it answered no progress request, asked every
+//! 5 s, within the call timeout; or its follower asked for it again) is told to its follower
+//! ([`Follower::down`]) and made again, after a pause that doubles up to 30 s (from 0.5 s
+//! again once a watch has lived 30 s).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,14 +27,24 @@ pub(super) trait Follower: Send + Sync + 'static {
     fn down(&self);
     /// Writes delivered, in revision order.
     fn events(&self, events: &[Event]);
+    /// Whether the follower asks for the watch to be made again (checked every
+    /// [`PROGRESS_EVERY`]).
+    fn stale(&self) -> bool {
+        false
+    }
 }
 
 /// How often a quiet watch is asked for its progress (etcd answers at once): an answer that
 /// does not come within the call timeout ends the watch.
 const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 
-/// The longest pause between two attempts to make a watch.
+/// The longest pause between two attempts to make a watch; a watch that lived less than this
+/// does not start the pauses again from the shortest.
 const MAX_PAUSE: Duration = Duration::from_secs(30);
+
+/// The largest watch response taken (a watcher that fell behind gets up to 1,000 revisions'
+/// writes in one).
+pub(super) const MAX_MESSAGE: usize = 64 * 1024 * 1024;
 
 /// Makes the watch on `follower`'s prefix (within `timeout`) and tells it the watch is up.
 pub(super) async fn first<F: Follower>(
@@ -75,8 +87,11 @@ pub(super) async fn follow<F: Follower>(
     let mut pause = Duration::from_millis(500);
     loop {
         if let Some(stream) = stream.take() {
-            pause = Duration::from_millis(500);
+            let began = tokio::time::Instant::now();
             let why = run(&*follower, stream, timeout).await;
+            if began.elapsed() > MAX_PAUSE {
+                pause = Duration::from_millis(500);
+            }
             follower.down();
             tracing::warn!(
                 "the etcd store's watch on {} ended ({why}); made again",
@@ -119,6 +134,7 @@ async fn run<F: Follower>(follower: &F, mut stream: WatchStream, timeout: Durati
                 }
             }
             _ = ticks.tick() => match asked {
+                _ if follower.stale() => return "its follower asked for it again".into(),
                 Some(at) if at.elapsed() > timeout => {
                     return format!("no answer to a progress request within {timeout:?}");
                 }
