@@ -188,17 +188,18 @@ impl Schedulers {
     pub fn resend(&self, ids: &[Uuid]) -> Vec<Uuid> {
         let mut sent = Vec::new();
         for id in ids {
-            let Some((start, trace)) = self
-                .table()
+            // Sent and remembered under the table's lock, as in `route`.
+            let mut table = self.table();
+            let Some((start, trace)) = table
                 .starts
                 .get(id)
                 .map(|s| (s.start.clone(), s.trace.clone()))
             else {
                 continue;
             };
-            match self.send_start(&start, trace.as_deref(), &[]) {
+            match self.send_start(&table, &start, trace.as_deref(), &[]) {
                 Ok(link) => {
-                    if let Some(s) = self.table().starts.get_mut(id) {
+                    if let Some(s) = table.starts.get_mut(id) {
                         s.tried.insert(0, link);
                     }
                     sent.push(*id);
@@ -260,17 +261,17 @@ impl Schedulers {
                 else {
                     return Verdict::Apply;
                 };
-                drop(table);
-                match self.send_start(&start, trace.as_deref(), &tried) {
+                // Sent and remembered under the table's lock, as in `route`.
+                match self.send_start(&table, &start, trace.as_deref(), &tried) {
                     Ok(next) => {
                         tracing::info!(instance = %id, scheduler = link, next, "START refused ({:?}): sent to the next scheduler", f.reason);
-                        if let Some(s) = self.table().starts.get_mut(&id) {
+                        if let Some(s) = table.starts.get_mut(&id) {
                             s.tried.insert(0, next);
                         }
                         Verdict::Skip
                     }
                     Err(_) => {
-                        self.table().starts.remove(&id);
+                        table.starts.remove(&id);
                         Verdict::Apply
                     }
                 }
@@ -285,8 +286,7 @@ impl Schedulers {
 
     /// The connected schedulers not in `tried`, the one with the most room first (a START
     /// pinned to a node: its scheduler first).
-    fn candidates(&self, start: &Payload, tried: &[usize]) -> Vec<usize> {
-        let table = self.table();
+    fn candidates(&self, table: &Table, start: &Payload, tried: &[usize]) -> Vec<usize> {
         let pinned = match start {
             Payload::Start(s) => s.requirements.node_id.and_then(|n| table.holder.get(&n)),
             _ => None,
@@ -300,15 +300,18 @@ impl Schedulers {
         order.into_iter().map(|(_, _, l)| l).collect()
     }
 
-    /// Sends a START to the first candidate that takes it: that scheduler.
+    /// Sends a START to the first candidate that takes it: that scheduler. The caller holds
+    /// the table's lock, and remembers where the START went before it lets go (sending never
+    /// waits: a full outbox is a failure).
     fn send_start(
         &self,
+        table: &Table,
         start: &Payload,
         trace: Option<&str>,
         tried: &[usize],
     ) -> Result<usize, SendFailure> {
         let mut last = SendFailure::NotConnected;
-        for link in self.candidates(start, tried) {
+        for link in self.candidates(table, start, tried) {
             let out = &self.links[link];
             let sent = match trace {
                 Some(label) => out.send_traced(start, label),
@@ -324,7 +327,12 @@ impl Schedulers {
 
     fn route(&self, payload: &Payload, trace: Option<&str>) -> Result<(), SendFailure> {
         if let Payload::Start(s) = payload {
-            let link = self.send_start(payload, trace, &[])?;
+            // Chosen, sent and remembered under the table's lock: a scheduler's session that
+            // ends meanwhile either finds the START remembered (`disconnected`, whose caller
+            // sends it again) or ended before it was chosen (a link is marked disconnected
+            // before its end is told), so it was not sent there.
+            let mut table = self.table();
+            let link = self.send_start(&table, payload, trace, &[])?;
             if self.links.len() < 2 {
                 // Nowhere else to send it again.
                 return Ok(());
@@ -335,7 +343,7 @@ impl Schedulers {
                 tried: vec![link],
                 at: Instant::now(),
             };
-            self.table().remember(s.instance_uuid, sent);
+            table.remember(s.instance_uuid, sent);
             return Ok(());
         }
         let holder = match payload.addressee() {

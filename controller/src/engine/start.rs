@@ -271,11 +271,14 @@ impl Engine {
             actions::start_sent(self.store.as_ref(), instance.id);
         }
         let label = self.state().traced.remove(&instance.id);
+        // Awaited before it goes: a scheduler's session that ends as it is sent finds it
+        // awaited (`Engine::orphaned_starts`), and it is sent again.
+        self.state()
+            .dispatched
+            .insert(instance.id, std::time::SystemTime::now());
         let sent = self.send_maybe_traced(&Payload::Start(Box::new(start)), label);
-        if sent.is_ok() {
-            self.state()
-                .dispatched
-                .insert(instance.id, std::time::SystemTime::now());
+        if sent.is_err() {
+            self.state().dispatched.remove(&instance.id);
         }
         match sent {
             Ok(()) if cnci.is_none() => Ok(instance),

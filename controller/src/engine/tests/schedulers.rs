@@ -187,3 +187,84 @@ fn a_start_sent_twice_keeps_the_first_copy_reported_and_deletes_the_second() {
 }
 
 const OTHER_NODE: Uuid = Uuid::from_bytes([0xcc; 16]);
+
+/// A scheduler link whose session ends as a START is queued on it: the end is told (on another
+/// thread, as the engine's loop would) while the frame is being queued.
+struct DyingLink {
+    schedulers: std::sync::OnceLock<Arc<Schedulers>>,
+    down: AtomicBool,
+    /// What the told end found: the STARTs to send again.
+    found: Mutex<Option<std::sync::mpsc::Receiver<Vec<Uuid>>>>,
+}
+
+impl Outbound for DyingLink {
+    fn send(&self, payload: &Payload) -> Result<(), SendFailure> {
+        if self.down.swap(true, Ordering::SeqCst) {
+            return Err(SendFailure::NotConnected);
+        }
+        if matches!(payload, Payload::Start(_)) {
+            let schedulers = self.schedulers.get().expect("set").clone();
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                let _ = tx.send(schedulers.disconnected(0).1);
+            });
+            // Give the end a chance to be told before the send returns (with the table's
+            // lock held by the sender, it waits for the START to be remembered whatever this
+            // wait is).
+            if let Ok(early) = rx.recv_timeout(std::time::Duration::from_millis(100)) {
+                let (again, rx2) = std::sync::mpsc::channel();
+                let _ = again.send(early);
+                *self.found.lock().unwrap() = Some(rx2);
+                return Ok(());
+            }
+            *self.found.lock().unwrap() = Some(rx);
+        }
+        Ok(())
+    }
+
+    fn connected(&self) -> bool {
+        !self.down.load(Ordering::SeqCst)
+    }
+}
+
+#[test]
+fn a_start_queued_on_a_session_that_ends_meanwhile_is_among_those_sent_again() {
+    let dying = Arc::new(DyingLink {
+        schedulers: std::sync::OnceLock::new(),
+        down: AtomicBool::new(false),
+        found: Mutex::new(None),
+    });
+    let other = Arc::new(Recorder::default());
+    let s = Arc::new(Schedulers::new(vec![
+        dying.clone() as Arc<dyn Outbound>,
+        other.clone() as Arc<dyn Outbound>,
+    ]));
+    assert!(dying.schedulers.set(s.clone()).is_ok());
+    s.opened(0, A);
+    s.opened(1, B);
+    let (id, start) = a_start();
+    // The dying scheduler has the most room: the START goes there, and its session ends.
+    let up = |node| {
+        Payload::NodeConnected(NodeEvent {
+            node_uuid: node,
+            node_type: NodeType::ComputeNode,
+        })
+    };
+    s.inbound(0, A, &up(NODE_A));
+    s.inbound(0, NODE_A, &stats_free(NODE_A, 5000));
+    s.inbound(1, B, &up(NODE_B));
+    s.inbound(1, NODE_B, &stats_free(NODE_B, 100));
+    s.send(&start).unwrap();
+    let found = dying
+        .found
+        .lock()
+        .unwrap()
+        .take()
+        .expect("the end was told");
+    let again = found
+        .recv_timeout(std::time::Duration::from_secs(10))
+        .expect("the end's scan finished");
+    assert_eq!(again, vec![id]);
+    assert_eq!(s.resend(&again), vec![id]);
+    assert_eq!(starts_of(&other.take(), id), 1);
+}
