@@ -137,6 +137,12 @@ impl Schedulers {
         self.table.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Whether the table's lock is held (tests).
+    #[cfg(test)]
+    pub(super) fn table_busy(&self) -> bool {
+        self.table.try_lock().is_err()
+    }
+
     /// How many schedulers there are.
     pub fn len(&self) -> usize {
         self.links.len()

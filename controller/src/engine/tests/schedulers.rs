@@ -205,17 +205,16 @@ impl Outbound for DyingLink {
         if matches!(payload, Payload::Start(_)) {
             let schedulers = self.schedulers.get().expect("set").clone();
             let (tx, rx) = std::sync::mpsc::channel();
-            std::thread::spawn(move || {
+            if schedulers.table_busy() {
+                // The sender holds the table: the end, told now on the loop's thread, waits
+                // until the START is remembered.
+                std::thread::spawn(move || {
+                    let _ = tx.send(schedulers.disconnected(0).1);
+                });
+            } else {
+                // Nothing keeps the end from being handled before the sender remembers the
+                // START: it is, now.
                 let _ = tx.send(schedulers.disconnected(0).1);
-            });
-            // Give the end a chance to be told before the send returns (with the table's
-            // lock held by the sender, it waits for the START to be remembered whatever this
-            // wait is).
-            if let Ok(early) = rx.recv_timeout(std::time::Duration::from_millis(100)) {
-                let (again, rx2) = std::sync::mpsc::channel();
-                let _ = again.send(early);
-                *self.found.lock().unwrap() = Some(rx2);
-                return Ok(());
             }
             *self.found.lock().unwrap() = Some(rx);
         }
