@@ -237,6 +237,26 @@ impl EtcdStore {
         ))
     }
 
+    /// Counts the keys under each of `prefixes` in one round trip, at one revision (`revision`;
+    /// 0: the current one) (etcd answers the counts, not the keys).
+    fn counts(&self, prefixes: &[String], revision: i64) -> Result<Vec<u64>> {
+        let reads = prefixes
+            .iter()
+            .map(|p| {
+                let only = GetOptions::new()
+                    .with_prefix()
+                    .with_count_only()
+                    .with_revision(revision);
+                TxnOp::get(p.as_str(), Some(only))
+            })
+            .collect();
+        let (_, found) = self.read_answers(reads)?;
+        Ok(found
+            .iter()
+            .map(|get| u64::try_from(get.count()).unwrap_or(0))
+            .collect())
+    }
+
     /// [`InstanceStore::instance_counts`] from every instance's record.
     fn counts_read_whole(&self) -> Result<std::collections::BTreeMap<&'static str, u64>> {
         /// What a count needs of an instance's record.

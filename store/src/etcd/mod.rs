@@ -352,45 +352,6 @@ impl EtcdStore {
         }
     }
 
-    /// Makes the watch that keeps `follower` up to date, once (`made` says whether it was):
-    /// when the store first needs what it keeps (a round trip), and leaves it to run on the
-    /// store's runtime (`watch.rs`). A watch that cannot be made is tried again there.
-    fn follow<F: watch::Follower>(
-        &self,
-        follower: &std::sync::Arc<F>,
-        made: &std::sync::atomic::AtomicBool,
-    ) {
-        if made.swap(true, std::sync::atomic::Ordering::Relaxed) {
-            return;
-        }
-        let Ok(runtime) = self.runtime() else { return };
-        let (them, timeout) = (follower.clone(), self.options.call_timeout);
-        let mut client = self.watch_client();
-        let first = self.call(async move {
-            let first = watch::first(&*them, &mut client, timeout).await;
-            Ok::<_, etcd_client::Error>((first, client))
-        });
-        let (stream, client) = match first {
-            Ok((Ok(stream), client)) => (Some(stream), client),
-            Ok((Err(why), client)) => {
-                tracing::warn!("the etcd store's watch on {}: {why}", follower.what());
-                (None, client)
-            }
-            Err(e) => {
-                tracing::warn!("the etcd store's watch on {}: {e}", follower.what());
-                (None, self.watch_client())
-            }
-        };
-        runtime.spawn(watch::follow(follower.clone(), client, stream, timeout));
-    }
-
-    /// A watch client, taking messages of up to [`watch::MAX_MESSAGE`].
-    fn watch_client(&self) -> etcd_client::WatchClient {
-        self.watcher
-            .watch_client()
-            .max_decoding_message_size(watch::MAX_MESSAGE)
-    }
-
     fn runtime(&self) -> Result<&tokio::runtime::Runtime> {
         self.runtime
             .as_ref()
@@ -494,26 +455,6 @@ impl EtcdStore {
             .map(|get| get.kvs().iter().map(Kv::from_etcd).collect())
             .collect::<Result<Vec<_>>>()?;
         Ok((revision, found))
-    }
-
-    /// Counts the keys under each of `prefixes` in one round trip, at one revision (`revision`;
-    /// 0: the current one) (etcd answers the counts, not the keys).
-    fn counts(&self, prefixes: &[String], revision: i64) -> Result<Vec<u64>> {
-        let reads = prefixes
-            .iter()
-            .map(|p| {
-                let only = GetOptions::new()
-                    .with_prefix()
-                    .with_count_only()
-                    .with_revision(revision);
-                TxnOp::get(p.as_str(), Some(only))
-            })
-            .collect();
-        let (_, found) = self.read_answers(reads)?;
-        Ok(found
-            .iter()
-            .map(|get| u64::try_from(get.count()).unwrap_or(0))
-            .collect())
     }
 
     /// [`EtcdStore::read_together`]'s transaction: the revision, and each read's answer.

@@ -15,6 +15,8 @@ use std::time::Duration;
 
 use etcd_client::{Event, WatchClient, WatchOptions, WatchStream};
 
+use super::EtcdStore;
+
 /// What a watch keeps up to date.
 pub(super) trait Follower: Send + Sync + 'static {
     /// The prefix watched: every key under it.
@@ -44,10 +46,51 @@ const MAX_PAUSE: Duration = Duration::from_secs(30);
 
 /// The largest watch response taken (a watcher that fell behind gets up to 1,000 revisions'
 /// writes in one).
-pub(super) const MAX_MESSAGE: usize = 64 * 1024 * 1024;
+const MAX_MESSAGE: usize = 64 * 1024 * 1024;
+
+impl EtcdStore {
+    /// Makes the watch that keeps `follower` up to date, once (`made` says whether it was):
+    /// when the store first needs what it keeps (a round trip), and leaves it to run on the
+    /// store's runtime (`watch.rs`). A watch that cannot be made is tried again there.
+    pub(super) fn follow<F: Follower>(
+        &self,
+        follower: &std::sync::Arc<F>,
+        made: &std::sync::atomic::AtomicBool,
+    ) {
+        if made.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
+        let Ok(runtime) = self.runtime() else { return };
+        let (them, timeout) = (follower.clone(), self.options.call_timeout);
+        let mut client = self.watch_client();
+        let first = self.call(async move {
+            let first = first(&*them, &mut client, timeout).await;
+            Ok::<_, etcd_client::Error>((first, client))
+        });
+        let (stream, client) = match first {
+            Ok((Ok(stream), client)) => (Some(stream), client),
+            Ok((Err(why), client)) => {
+                tracing::warn!("the etcd store's watch on {}: {why}", follower.what());
+                (None, client)
+            }
+            Err(e) => {
+                tracing::warn!("the etcd store's watch on {}: {e}", follower.what());
+                (None, self.watch_client())
+            }
+        };
+        runtime.spawn(follow(follower.clone(), client, stream, timeout));
+    }
+
+    /// A watch client, taking messages of up to [`MAX_MESSAGE`].
+    fn watch_client(&self) -> etcd_client::WatchClient {
+        self.watcher
+            .watch_client()
+            .max_decoding_message_size(MAX_MESSAGE)
+    }
+}
 
 /// Makes the watch on `follower`'s prefix (within `timeout`) and tells it the watch is up.
-pub(super) async fn first<F: Follower>(
+async fn first<F: Follower>(
     follower: &F,
     client: &mut WatchClient,
     timeout: Duration,
@@ -78,7 +121,7 @@ pub(super) async fn first<F: Follower>(
 
 /// Follows `stream` (made by [`first`], if it was), then makes the watch again whenever it
 /// ends, until the runtime stops.
-pub(super) async fn follow<F: Follower>(
+async fn follow<F: Follower>(
     follower: Arc<F>,
     mut client: WatchClient,
     mut stream: Option<WatchStream>,
