@@ -5,11 +5,11 @@
 use bytes::{Bytes, BytesMut};
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::Poll;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use ssntp::codec::{Decoded, Decoder};
@@ -26,8 +26,11 @@ pub struct ConnConfig {
     /// Bytes queued for a peer before senders get [`SendError::Busy`] (default 8 MiB); a frame
     /// is always taken by an empty queue, whatever its size.
     pub queue_bytes: usize,
-    /// Bytes gathered into one write when several frames are queued (default 64 KiB).
-    pub coalesce_bytes: usize,
+    /// The write buffer a session keeps between writes (it has two, the queue's and the
+    /// writer's, which take turns); one that a burst grew past this is let go after its write
+    /// (default 64 KiB). Frames queued while a write is under way go out together in the next,
+    /// whatever their size (within `queue_bytes`).
+    pub write_buffer: usize,
     /// The read buffer's size while the peer sends much (default 16 KiB, a TLS record): room is
     /// made for this many bytes, counting the start of a frame already read, with at least
     /// half of them free. A quiet session's buffer is 4 KiB.
@@ -39,7 +42,7 @@ impl Default for ConnConfig {
         ConnConfig {
             queue_frames: 65_536,
             queue_bytes: 8 << 20,
-            coalesce_bytes: 64 << 10,
+            write_buffer: 64 << 10,
             read_buffer: 16 << 10,
         }
     }
@@ -59,32 +62,100 @@ pub enum SendError {
     Encode(#[from] EncodeError),
 }
 
-/// The bytes queued for one writer, bounded.
+/// What senders have queued for one writer, which it takes whole: their frames encoded one
+/// after another into one buffer, except large ones encoded already for many recipients (kept
+/// as they are, shared, between the parts of the buffer before and after them).
+#[derive(Debug, Default)]
+struct Queue {
+    /// The frames queued before the last shared one, in order.
+    parts: Vec<Bytes>,
+    /// The frames queued after them, encoded one after another.
+    buf: BytesMut,
+    /// The bytes `parts` and `buf` hold.
+    len: usize,
+    /// How many frames they hold.
+    frames: usize,
+    /// The bytes the writer took and is writing: they still count against the bound.
+    writing: usize,
+    /// The writer found nothing to take and waits: the next frame queued wakes it.
+    idle: bool,
+    /// The writer is gone, or closing: nothing more is taken.
+    closed: bool,
+}
+
+/// The queue between a session's senders and its writer, bounded in frames and in bytes.
 #[derive(Debug)]
-struct Budget {
-    queued: AtomicUsize,
-    max: usize,
+struct Pipe {
+    queue: std::sync::Mutex<Queue>,
+    max_frames: usize,
+    max_bytes: usize,
+    /// Wakes the writer (once per wait: see [`Queue::idle`]).
+    ready: Notify,
+    /// Wakes senders waiting for room.
     freed: Notify,
 }
 
-impl Budget {
-    /// Reserves `len` bytes if they fit (an empty queue takes any frame); never over-counts,
-    /// so a failed attempt cannot make another sender fail.
-    fn try_reserve(&self, len: usize) -> bool {
-        self.queued
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |queued| {
-                (queued == 0 || queued + len <= self.max).then_some(queued + len)
-            })
-            .is_ok()
+impl Pipe {
+    fn new(max_frames: usize, max_bytes: usize) -> Pipe {
+        Pipe {
+            queue: std::sync::Mutex::default(),
+            max_frames: max_frames.max(1),
+            max_bytes,
+            ready: Notify::new(),
+            freed: Notify::new(),
+        }
     }
 
-    fn release(&self, len: usize) {
-        self.queued.fetch_sub(len, Ordering::AcqRel);
-        self.freed.notify_waiters();
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Encodes `item` (`len` bytes on the wire) into the queue if it has room for it, in frames
+    /// and in bytes (an empty queue, with nothing being written, takes any frame); gives it
+    /// back with the reason when it has not. Wakes the writer if it waits.
+    fn try_queue(&self, item: Queued, len: usize) -> Result<(), (SendError, Queued)> {
+        let mut q = self.lock();
+        if q.closed {
+            return Err((SendError::NotConnected, item));
+        }
+        let empty = q.frames == 0 && q.writing == 0;
+        let fits = q.frames < self.max_frames && q.len + q.writing + len <= self.max_bytes;
+        if !empty && !fits {
+            return Err((SendError::Busy, item));
+        }
+        item.queue_into(&mut q);
+        q.len += len;
+        q.frames += 1;
+        let wake = std::mem::take(&mut q.idle);
+        drop(q);
+        if wake {
+            self.ready.notify_one();
+        }
+        Ok(())
+    }
+
+    fn is_closed(&self) -> bool {
+        self.lock().closed
     }
 }
 
-/// One item of a writer's queue.
+/// Closes the pipe when the writer ends, however it ends: senders get
+/// [`SendError::NotConnected`], and those waiting for room are woken to see it.
+struct Closer(Arc<Pipe>);
+
+impl Drop for Closer {
+    fn drop(&mut self) {
+        let mut q = self.0.lock();
+        *q = Queue {
+            closed: true,
+            ..Queue::default()
+        };
+        drop(q);
+        self.0.freed.notify_waiters();
+    }
+}
+
+/// A frame on its way into a writer's queue.
 #[derive(Debug)]
 enum Queued {
     /// Encoded already: once for many recipients (a forward, a broadcast), or a traced frame.
@@ -108,43 +179,51 @@ impl Queued {
         })
     }
 
-    /// Appends the item's bytes to the writer's buffer.
-    fn write_into(&self, buf: &mut BytesMut) {
+    /// Appends the item to the queue: into its buffer, or as a part of its own when it is a
+    /// large buffer encoded for many recipients (copied into each of their queues, it would
+    /// take their memory many times over).
+    fn queue_into(self, q: &mut Queue) {
         match self {
-            Queued::Encoded(bytes) => buf.extend_from_slice(bytes),
+            Queued::Encoded(bytes) if bytes.len() >= SHARED => {
+                if !q.buf.is_empty() {
+                    let before = q.buf.split().freeze();
+                    q.parts.push(before);
+                }
+                q.parts.push(bytes);
+            }
+            Queued::Encoded(bytes) => q.buf.extend_from_slice(&bytes),
             // Cannot fail: the length was checked against the session's largest body when the
             // frame was queued, and an untraced frame has no trace to encode.
             Queued::Frame(frame) => {
-                let _ = frame.encode(buf, u32::MAX);
+                let _ = frame.encode(&mut q.buf, u32::MAX);
             }
         }
     }
 }
 
+/// The size from which a frame encoded for many recipients is queued as it is, shared, rather
+/// than copied into each recipient's queue.
+const SHARED: usize = 4096;
+
 /// The sending side of one session: a queue to its writer, bounded in frames and in bytes.
 /// Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Outbox {
-    tx: mpsc::Sender<Queued>,
+    pipe: Arc<Pipe>,
     max_frame: u32,
     close: CancellationToken,
-    budget: Arc<Budget>,
 }
 
 impl Outbox {
-    /// An outbox no writer reads (unit tests of what holds outboxes).
+    /// An outbox whose writer is gone (unit tests of what holds outboxes).
     #[cfg(test)]
     pub(crate) fn detached() -> Outbox {
-        let (tx, _rx) = mpsc::channel(1);
+        let pipe = Pipe::new(1, 1024);
+        pipe.lock().closed = true;
         Outbox {
-            tx,
+            pipe: Arc::new(pipe),
             max_frame: 1024,
             close: CancellationToken::new(),
-            budget: Arc::new(Budget {
-                queued: AtomicUsize::new(0),
-                max: 1024,
-                freed: Notify::new(),
-            }),
         }
     }
 
@@ -167,65 +246,46 @@ impl Outbox {
             .map_err(|(e, _)| e)
     }
 
-    /// Queues `item` (`len` bytes on the wire) if the queue has room for it, in frames and in
-    /// bytes; gives it back with the reason when it has not.
     fn try_queue(&self, item: Queued, len: usize) -> Result<(), (SendError, Queued)> {
-        if !self.budget.try_reserve(len) {
-            let e = if self.tx.is_closed() {
-                SendError::NotConnected
-            } else {
-                SendError::Busy
-            };
-            return Err((e, item));
-        }
-        self.tx.try_send(item).map_err(|e| {
-            self.budget.release(len);
-            match e {
-                mpsc::error::TrySendError::Full(b) => (SendError::Busy, b),
-                mpsc::error::TrySendError::Closed(b) => (SendError::NotConnected, b),
-            }
-        })
+        self.pipe.try_queue(item, len)
     }
 
     /// Queues `frame`, waiting while the queue is full (backpressure).
     pub async fn send_wait(&self, frame: &Frame) -> Result<(), SendError> {
-        let (item, len) = Queued::frame(frame.clone(), self.max_frame)?;
-        // Room now (the common case): queued as `send` does, without the waiting machinery. The
-        // queue's permits go to waiting senders first, so this overtakes no one.
-        let item = match self.try_queue(item, len) {
-            Ok(()) => {
-                // As tokio's own channels do: a sender that never has to wait still yields now
-                // and then (its task's cooperative budget), so that a loop of sends cannot keep
-                // the other tasks of its thread (its own writer among them) from running.
-                tokio::task::consume_budget().await;
-                return Ok(());
-            }
-            Err((SendError::Busy, item)) => item,
-            Err((e, _)) => return Err(e),
-        };
-        // A slot in the queue first, then the bytes: cancelled at any await, nothing leaks (the
-        // permit returns its slot; the bytes are reserved only right before the send).
-        let permit = tokio::select! {
-            p = self.tx.reserve() => p.map_err(|_| SendError::NotConnected)?,
-            _ = self.close.cancelled() => return Err(SendError::NotConnected),
-        };
+        let (mut item, len) = Queued::frame(frame.clone(), self.max_frame)?;
+        // Room now (the common case): queued as `send` does, without the waiting machinery.
+        let mut waited = false;
         loop {
-            let freed = self.budget.freed.notified();
+            // Asked for before the attempt: room freed between the two is not missed.
+            let freed = self.pipe.freed.notified();
             tokio::pin!(freed);
-            freed.as_mut().enable();
-            if self.budget.try_reserve(len) {
-                break;
+            if waited {
+                freed.as_mut().enable();
             }
-            if self.is_closed() {
-                return Err(SendError::NotConnected);
+            match self.try_queue(item, len) {
+                Ok(()) => {
+                    if !waited {
+                        // As tokio's own channels do: a sender that never has to wait still
+                        // yields now and then (its task's cooperative budget), so that a loop
+                        // of sends cannot keep the other tasks of its thread (its own writer
+                        // among them) from running.
+                        tokio::task::consume_budget().await;
+                    }
+                    return Ok(());
+                }
+                Err((SendError::Busy, back)) => item = back,
+                Err((e, _)) => return Err(e),
+            }
+            if !waited {
+                // Full: try again with the wake-up asked for first.
+                waited = true;
+                continue;
             }
             tokio::select! {
                 _ = freed => {}
                 _ = self.close.cancelled() => return Err(SendError::NotConnected),
             }
         }
-        permit.send(item);
-        Ok(())
     }
 
     /// The largest body this session sends.
@@ -240,7 +300,7 @@ impl Outbox {
 
     /// Whether the session has been asked to close (or has closed).
     pub fn is_closed(&self) -> bool {
-        self.close.is_cancelled() || self.tx.is_closed()
+        self.close.is_cancelled() || self.pipe.is_closed()
     }
 }
 
@@ -345,63 +405,85 @@ pub(crate) fn now() -> Now {
     }
 }
 
-/// Writes queued frames, coalescing what is already queued into one write; on close, writes
-/// what is left and shuts the stream down.
+/// Writes queued frames, all that is queued at a time (senders encode their frames into the
+/// queue's buffer, which the writer takes whole, so frames queued while a write is under way go
+/// out together in the next); on close, writes what is left and shuts the stream down.
 async fn write_loop<W: AsyncWrite + Unpin>(
     mut w: W,
-    mut rx: mpsc::Receiver<Queued>,
+    pipe: Arc<Pipe>,
     close: CancellationToken,
     clock: Arc<Stamp>,
-    budget: Arc<Budget>,
-    coalesce: usize,
+    keep: usize,
 ) {
-    // Grown on demand: an idle session holds no write buffer to speak of.
+    let _closer = Closer(pipe.clone());
+    // Swapped with the queue's at each take: the two take turns, so a busy session allocates
+    // none. Grown on demand: an idle session holds little.
     let mut buf = BytesMut::new();
+    let mut parts = Vec::new();
     loop {
-        let first = tokio::select! {
-            biased;
-            b = rx.recv() => b,
-            _ = close.cancelled() => None,
+        let taken = {
+            let mut q = pipe.lock();
+            if q.len == 0 {
+                q.idle = true;
+                false
+            } else {
+                std::mem::swap(&mut q.buf, &mut buf);
+                std::mem::swap(&mut q.parts, &mut parts);
+                q.writing = std::mem::take(&mut q.len);
+                q.frames = 0;
+                true
+            }
         };
-        let Some(first) = first else { break };
-        first.write_into(&mut buf);
-        while buf.len() < coalesce {
-            match rx.try_recv() {
-                Ok(item) => item.write_into(&mut buf),
-                Err(_) => break,
+        if !taken {
+            tokio::select! {
+                biased;
+                _ = pipe.ready.notified() => continue,
+                _ = close.cancelled() => break,
             }
         }
         // A peer that stops reading blocks this write; a close must not wait for it.
         let written = tokio::select! {
             biased;
             r = async {
+                for part in parts.drain(..) {
+                    w.write_all(&part).await?;
+                }
                 w.write_all(&buf).await?;
                 w.flush().await
             } => r.is_ok(),
             _ = close.cancelled() => {
-                budget.release(buf.len());
                 let _ = tokio::time::timeout(CLOSE_GRACE, w.shutdown()).await;
                 return;
             }
         };
-        budget.release(buf.len());
         if !written {
             close.cancel();
             return;
         }
+        pipe.lock().writing = 0;
+        pipe.freed.notify_waiters();
         buf.clear();
+        if buf.capacity() > keep {
+            // A burst's buffer is not kept for good.
+            buf = BytesMut::new();
+        }
         clock.record(tokio::time::Instant::now().into_std());
     }
     // Closing: what was queued before the close still goes out, then close_notify and FIN,
     // within a grace period.
-    rx.close();
-    while let Ok(item) = rx.try_recv() {
-        item.write_into(&mut buf);
-    }
+    let rest = {
+        let mut q = pipe.lock();
+        let closed = Queue {
+            closed: true,
+            ..Queue::default()
+        };
+        std::mem::replace(&mut *q, closed)
+    };
     let _ = tokio::time::timeout(CLOSE_GRACE, async {
-        if !buf.is_empty() {
-            w.write_all(&buf).await?;
+        for part in &rest.parts {
+            w.write_all(part).await?;
         }
+        w.write_all(&rest.buf).await?;
         w.flush().await?;
         w.shutdown().await
     })
@@ -432,30 +514,23 @@ where
     S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
 {
     let (r, w) = tokio::io::split(stream);
-    let (tx, rx) = mpsc::channel(config.queue_frames.max(1));
+    let pipe = Arc::new(Pipe::new(config.queue_frames, config.queue_bytes));
     let close = CancellationToken::new();
     let opened_at = now().instant;
     let clock = Arc::new(Stamp::new(opened_at));
     // The handshake's frame was received just now.
     let received = Arc::new(Stamp::new(opened_at));
-    let budget = Arc::new(Budget {
-        queued: AtomicUsize::new(0),
-        max: config.queue_bytes,
-        freed: Notify::new(),
-    });
     let outbox = Outbox {
-        tx,
+        pipe: pipe.clone(),
         max_frame,
         close: close.clone(),
-        budget: budget.clone(),
     };
     tracker.spawn(write_loop(
         w,
-        rx,
+        pipe,
         close.clone(),
         clock.clone(),
-        budget,
-        config.coalesce_bytes,
+        config.write_buffer,
     ));
     Opened {
         reader: r,
@@ -763,6 +838,180 @@ mod tests {
             frame,
             payload: Payload::Heartbeat,
         }
+    }
+
+    fn frame_of(n: usize) -> Frame {
+        let payload = Payload::ProtocolViolation(ssntp::payload::Reason::new("x".repeat(n)));
+        Frame::new(Uuid::nil(), &payload)
+    }
+
+    /// A session's writer on one end of an in-memory stream of `room` bytes: its opened
+    /// session (whose reader is not started: the writer runs on its own) and the other end.
+    fn piped(
+        config: ConnConfig,
+        room: usize,
+    ) -> (
+        Opened<tokio::io::ReadHalf<tokio::io::DuplexStream>>,
+        tokio::io::DuplexStream,
+    ) {
+        let (ours, theirs) = tokio::io::duplex(room);
+        let tracker = tokio_util::task::TaskTracker::new();
+        (open(ours, 1 << 20, config, &tracker), theirs)
+    }
+
+    /// Reads `n` whole frames off `stream` and returns their payloads' lengths.
+    async fn read_frames(stream: &mut tokio::io::DuplexStream, n: usize) -> Vec<usize> {
+        let decoder = Decoder::default();
+        let mut buf = BytesMut::new();
+        let mut out = Vec::new();
+        while out.len() < n {
+            match decoder.decode(&mut buf).unwrap() {
+                Decoded::Frame(raw) => out.push(raw.body.len()),
+                Decoded::NeedMore(_) => {
+                    assert!(stream.read_buf(&mut buf).await.unwrap() > 0, "stream ended");
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn the_queue_is_bounded_in_frames_and_bytes_and_an_empty_one_takes_any_frame() {
+        let pipe = Pipe::new(3, 1000);
+        let item = |n| Queued::frame(frame_of(n), 1 << 20).unwrap();
+        // Whether a small frame is refused as Busy (taken if not).
+        let small_refused = || {
+            let (small, len) = item(10);
+            match pipe.try_queue(small, len) {
+                Ok(()) => false,
+                Err((e, _)) => e == SendError::Busy,
+            }
+        };
+        let (big, len) = item(5000);
+        // Over the byte bound, but the queue is empty: taken.
+        assert!(pipe.try_queue(big, len).is_ok());
+        assert!(small_refused());
+        // The writer takes the queue: its bytes still count until written.
+        {
+            let mut q = pipe.lock();
+            q.buf.clear();
+            q.writing = std::mem::take(&mut q.len);
+            q.frames = 0;
+        }
+        assert!(small_refused());
+        pipe.lock().writing = 0;
+        // Three frames at most.
+        for _ in 0..3 {
+            assert!(!small_refused());
+        }
+        assert!(small_refused());
+        assert_eq!(pipe.lock().frames, 3);
+        // Closed: refused as such.
+        let closed = Arc::new(Pipe::new(3, 1000));
+        drop(Closer(closed.clone()));
+        let (small, len) = item(10);
+        assert!(matches!(
+            closed.try_queue(small, len),
+            Err((SendError::NotConnected, _))
+        ));
+        assert!(Outbox::detached().send(&frame_of(1)).is_err());
+    }
+
+    #[test]
+    fn a_large_frame_encoded_for_many_is_queued_shared_between_the_others() {
+        let pipe = Pipe::new(10, 1 << 20);
+        let item = |n| Queued::frame(frame_of(n), 1 << 20).unwrap();
+        let big = frame_of(10_000).to_bytes(1 << 20).unwrap();
+        let (a, len_a) = item(10);
+        pipe.try_queue(a, len_a).unwrap();
+        pipe.try_queue(Queued::Encoded(big.clone()), big.len())
+            .unwrap();
+        let small = frame_of(10).to_bytes(1 << 20).unwrap();
+        pipe.try_queue(Queued::Encoded(small.clone()), small.len())
+            .unwrap();
+        let q = pipe.lock();
+        assert_eq!(q.parts.len(), 2);
+        assert_eq!(q.parts[0].len(), len_a);
+        // The very buffer, not a copy.
+        assert_eq!(q.parts[1].as_ptr(), big.as_ptr());
+        assert_eq!(&q.buf[..], &small[..]);
+        assert_eq!(q.len, len_a + big.len() + small.len());
+        assert_eq!(q.frames, 3);
+    }
+
+    #[tokio::test]
+    async fn frames_go_out_in_order_whole_and_the_writer_wakes_for_each_burst() {
+        let (opened, mut theirs) = piped(ConnConfig::default(), 1 << 20);
+        let outbox = opened.outbox().clone();
+        for round in 0..3 {
+            let sizes: Vec<usize> = (0..50).map(|i| 10 + (i * 37 + round) % 300).collect();
+            for (i, &n) in sizes.iter().enumerate() {
+                if i % 10 == 5 {
+                    // Now and then a large frame encoded for many, queued shared.
+                    let bytes = frame_of(n * 20).to_bytes(1 << 20).unwrap();
+                    outbox.send_encoded(bytes).unwrap();
+                } else {
+                    outbox.send_frame(frame_of(n)).unwrap();
+                }
+            }
+            let lens = read_frames(&mut theirs, sizes.len()).await;
+            let want: Vec<usize> = sizes
+                .iter()
+                .enumerate()
+                .map(|(i, &n)| frame_of(if i % 10 == 5 { n * 20 } else { n }).payload.len())
+                .collect();
+            assert_eq!(lens, want, "round {round}");
+        }
+        opened.close.cancel();
+        // Closed: the stream ends, and nothing more is taken.
+        let mut rest = Vec::new();
+        theirs.read_to_end(&mut rest).await.unwrap();
+        assert!(rest.is_empty());
+        assert!(outbox.is_closed());
+    }
+
+    #[tokio::test]
+    async fn a_sender_waits_for_room_and_goes_on_when_the_peer_reads() {
+        let config = ConnConfig {
+            queue_frames: 4,
+            queue_bytes: 4096,
+            ..ConnConfig::default()
+        };
+        // A stream of 1 KiB: the writer blocks while the peer does not read.
+        let (opened, mut theirs) = piped(config, 1024);
+        let outbox = opened.outbox().clone();
+        let sender = tokio::spawn(async move {
+            for _ in 0..200 {
+                outbox.send_wait(&frame_of(200)).await.unwrap();
+            }
+            outbox
+        });
+        // The queue fills and the sender waits; then the peer reads everything.
+        let lens = read_frames(&mut theirs, 200).await;
+        assert_eq!(lens.len(), 200);
+        let outbox = sender.await.unwrap();
+        // The queue never held more than its bounds.
+        let q = outbox.pipe.lock();
+        assert!(q.frames <= 4 && q.len <= 4096);
+    }
+
+    #[tokio::test]
+    async fn a_sender_waiting_for_room_hears_of_the_close() {
+        let config = ConnConfig {
+            queue_frames: 1,
+            ..ConnConfig::default()
+        };
+        let (opened, _theirs) = piped(config, 64);
+        let waiting = opened.outbox().clone();
+        let sender = tokio::spawn(async move {
+            loop {
+                if let Err(e) = waiting.send_wait(&frame_of(500)).await {
+                    return e;
+                }
+            }
+        });
+        opened.close.cancel();
+        assert_eq!(sender.await.unwrap(), SendError::NotConnected);
     }
 
     #[test]
