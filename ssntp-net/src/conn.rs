@@ -186,7 +186,9 @@ impl Queued {
         match self {
             Queued::Encoded(bytes) if bytes.len() >= SHARED => {
                 if !q.buf.is_empty() {
-                    let before = q.buf.split().freeze();
+                    // The buffer itself, not a split of it: what is left of a split would keep
+                    // the whole allocation, however large a burst made it.
+                    let before = std::mem::take(&mut q.buf).freeze();
                     q.parts.push(before);
                 }
                 q.parts.push(bytes);
@@ -250,7 +252,9 @@ impl Outbox {
         self.pipe.try_queue(item, len)
     }
 
-    /// Queues `frame`, waiting while the queue is full (backpressure).
+    /// Queues `frame`, waiting while the queue is full (backpressure). Senders waiting are all
+    /// woken when the writer frees room and take it in no set order; a frame sent without
+    /// waiting meanwhile may take it first.
     pub async fn send_wait(&self, frame: &Frame) -> Result<(), SendError> {
         let (mut item, len) = Queued::frame(frame.clone(), self.max_frame)?;
         // Room now (the common case): queued as `send` does, without the waiting machinery.
@@ -415,7 +419,7 @@ async fn write_loop<W: AsyncWrite + Unpin>(
     clock: Arc<Stamp>,
     keep: usize,
 ) {
-    let _closer = Closer(pipe.clone());
+    let closer = Closer(pipe.clone());
     // Swapped with the queue's at each take: the two take turns, so a busy session allocates
     // none. Grown on demand: an idle session holds little.
     let mut buf = BytesMut::new();
@@ -423,22 +427,27 @@ async fn write_loop<W: AsyncWrite + Unpin>(
     loop {
         let taken = {
             let mut q = pipe.lock();
-            if q.len == 0 {
+            if q.frames == 0 {
                 q.idle = true;
-                false
+                None
             } else {
                 std::mem::swap(&mut q.buf, &mut buf);
                 std::mem::swap(&mut q.parts, &mut parts);
                 q.writing = std::mem::take(&mut q.len);
-                q.frames = 0;
-                true
+                let frames = std::mem::take(&mut q.frames);
+                Some(frames >= pipe.max_frames)
             }
         };
-        if !taken {
-            tokio::select! {
-                biased;
-                _ = pipe.ready.notified() => continue,
-                _ = close.cancelled() => break,
+        match taken {
+            // The frames taken no longer count: senders waiting for a place go on at once.
+            Some(true) => pipe.freed.notify_waiters(),
+            Some(false) => {}
+            None => {
+                tokio::select! {
+                    biased;
+                    _ = pipe.ready.notified() => continue,
+                    _ = close.cancelled() => break,
+                }
             }
         }
         // A peer that stops reading blocks this write; a close must not wait for it.
@@ -452,6 +461,8 @@ async fn write_loop<W: AsyncWrite + Unpin>(
                 w.flush().await
             } => r.is_ok(),
             _ = close.cancelled() => {
+                // Senders hear of the close at once, not after the shutdown.
+                drop(closer);
                 let _ = tokio::time::timeout(CLOSE_GRACE, w.shutdown()).await;
                 return;
             }
@@ -466,6 +477,9 @@ async fn write_loop<W: AsyncWrite + Unpin>(
         if buf.capacity() > keep {
             // A burst's buffer is not kept for good.
             buf = BytesMut::new();
+        }
+        if parts.capacity() > KEPT_PARTS {
+            parts = Vec::new();
         }
         clock.record(tokio::time::Instant::now().into_std());
     }
@@ -489,6 +503,9 @@ async fn write_loop<W: AsyncWrite + Unpin>(
     })
     .await;
 }
+
+/// The most shared parts (see [`Queue::parts`]) a writer's list keeps room for between writes.
+const KEPT_PARTS: usize = 64;
 
 /// How long a closing session may take to write what it still has queued.
 const CLOSE_GRACE: Duration = Duration::from_secs(2);
@@ -919,47 +936,76 @@ mod tests {
 
     #[test]
     fn a_large_frame_encoded_for_many_is_queued_shared_between_the_others() {
-        let pipe = Pipe::new(10, 1 << 20);
+        let pipe = Pipe::new(10_000, 4 << 20);
         let item = |n| Queued::frame(frame_of(n), 1 << 20).unwrap();
+        // A burst grows the buffer well past what a session keeps.
+        let mut burst = 0;
+        for _ in 0..1000 {
+            let (a, len) = item(1000);
+            pipe.try_queue(a, len).unwrap();
+            burst += len;
+        }
         let big = frame_of(10_000).to_bytes(1 << 20).unwrap();
-        let (a, len_a) = item(10);
-        pipe.try_queue(a, len_a).unwrap();
         pipe.try_queue(Queued::Encoded(big.clone()), big.len())
             .unwrap();
+        // The burst's buffer went whole into the parts: the queue keeps nothing of it.
+        assert_eq!(pipe.lock().buf.capacity(), 0);
         let small = frame_of(10).to_bytes(1 << 20).unwrap();
         pipe.try_queue(Queued::Encoded(small.clone()), small.len())
             .unwrap();
         let q = pipe.lock();
         assert_eq!(q.parts.len(), 2);
-        assert_eq!(q.parts[0].len(), len_a);
+        assert_eq!(q.parts[0].len(), burst);
         // The very buffer, not a copy.
         assert_eq!(q.parts[1].as_ptr(), big.as_ptr());
         assert_eq!(&q.buf[..], &small[..]);
-        assert_eq!(q.len, len_a + big.len() + small.len());
-        assert_eq!(q.frames, 3);
+        assert!(q.buf.capacity() < 4096);
+        assert_eq!(q.len, burst + big.len() + small.len());
+        assert_eq!(q.frames, 1002);
+    }
+
+    /// Yields until `done` holds (the writer runs meanwhile); fails after 10 s.
+    async fn until(mut done: impl FnMut() -> bool) {
+        tokio::time::timeout(Duration::from_secs(10), async {
+            while !done() {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await
+        .expect("the condition held within 10 s");
+    }
+
+    /// Polls `fut` once.
+    async fn poll_once<F: Future + Unpin>(fut: &mut F) -> Poll<F::Output> {
+        std::future::poll_fn(|cx| Poll::Ready(std::pin::Pin::new(&mut *fut).poll(cx))).await
     }
 
     #[tokio::test]
     async fn frames_go_out_in_order_whole_and_the_writer_wakes_for_each_burst() {
         let (opened, mut theirs) = piped(ConnConfig::default(), 1 << 20);
         let outbox = opened.outbox().clone();
+        // Every tenth frame a large one encoded for many, queued shared; an empty one is taken
+        // too and writes nothing.
+        let size = |i: usize, round: usize| match i % 10 {
+            5 => 4096 + (i * 37 + round) % 3000,
+            _ => 10 + (i * 37 + round) % 300,
+        };
         for round in 0..3 {
-            let sizes: Vec<usize> = (0..50).map(|i| 10 + (i * 37 + round) % 300).collect();
+            let sizes: Vec<usize> = (0..50).map(|i| size(i, round)).collect();
             for (i, &n) in sizes.iter().enumerate() {
                 if i % 10 == 5 {
-                    // Now and then a large frame encoded for many, queued shared.
-                    let bytes = frame_of(n * 20).to_bytes(1 << 20).unwrap();
+                    let bytes = frame_of(n).to_bytes(1 << 20).unwrap();
+                    assert!(bytes.len() >= SHARED);
                     outbox.send_encoded(bytes).unwrap();
                 } else {
                     outbox.send_frame(frame_of(n)).unwrap();
                 }
+                if i == 20 {
+                    outbox.send_encoded(Bytes::new()).unwrap();
+                }
             }
             let lens = read_frames(&mut theirs, sizes.len()).await;
-            let want: Vec<usize> = sizes
-                .iter()
-                .enumerate()
-                .map(|(i, &n)| frame_of(if i % 10 == 5 { n * 20 } else { n }).payload.len())
-                .collect();
+            let want: Vec<usize> = sizes.iter().map(|&n| frame_of(n).payload.len()).collect();
             assert_eq!(lens, want, "round {round}");
         }
         opened.close.cancel();
@@ -967,7 +1013,43 @@ mod tests {
         let mut rest = Vec::new();
         theirs.read_to_end(&mut rest).await.unwrap();
         assert!(rest.is_empty());
-        assert!(outbox.is_closed());
+        until(|| outbox.pipe.is_closed()).await;
+        assert_eq!(outbox.send_frame(frame_of(1)), Err(SendError::NotConnected));
+    }
+
+    #[tokio::test]
+    async fn an_empty_item_does_not_jam_the_queue() {
+        let config = ConnConfig {
+            queue_frames: 1,
+            ..ConnConfig::default()
+        };
+        let (opened, mut theirs) = piped(config, 1 << 20);
+        let outbox = opened.outbox().clone();
+        outbox.send_encoded(Bytes::new()).unwrap();
+        // Taken by the writer like any other, though it writes nothing.
+        until(|| outbox.pipe.lock().frames == 0).await;
+        outbox.send_frame(frame_of(10)).unwrap();
+        assert_eq!(read_frames(&mut theirs, 1).await.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_sender_waiting_for_a_place_goes_on_when_the_writer_takes_the_queue() {
+        let config = ConnConfig {
+            queue_frames: 2,
+            ..ConnConfig::default()
+        };
+        // The peer does not read: the writer's first write blocks.
+        let (opened, _theirs) = piped(config, 64);
+        let outbox = opened.outbox().clone();
+        outbox.send_frame(frame_of(500)).unwrap();
+        outbox.send_frame(frame_of(500)).unwrap();
+        // Two frames queued: the third waits for a place.
+        let third = frame_of(500);
+        let mut waiting = Box::pin(outbox.send_wait(&third));
+        assert!(poll_once(&mut waiting).await.is_pending());
+        // The writer takes both (and blocks writing them): the place is free, the bytes fit.
+        until(|| outbox.pipe.lock().writing > 0).await;
+        assert!(matches!(poll_once(&mut waiting).await, Poll::Ready(Ok(()))));
     }
 
     #[tokio::test]
@@ -980,19 +1062,29 @@ mod tests {
         // A stream of 1 KiB: the writer blocks while the peer does not read.
         let (opened, mut theirs) = piped(config, 1024);
         let outbox = opened.outbox().clone();
+        let size = |i: usize| 100 + i * 7 % 200;
+        let sending = outbox.clone();
         let sender = tokio::spawn(async move {
-            for _ in 0..200 {
-                outbox.send_wait(&frame_of(200)).await.unwrap();
+            for i in 0..200 {
+                sending.send_wait(&frame_of(size(i))).await.unwrap();
             }
-            outbox
         });
-        // The queue fills and the sender waits; then the peer reads everything.
+        // The writer blocked on a write and the queue full: the sender waits.
+        until(|| {
+            let q = outbox.pipe.lock();
+            q.writing > 0 && (q.frames == 4 || q.len + q.writing + 300 > 4096)
+        })
+        .await;
+        {
+            let q = outbox.pipe.lock();
+            assert!(q.frames <= 4 && q.len + q.writing <= 4096);
+        }
+        assert!(!sender.is_finished());
+        // The peer reads: every frame arrives, in order.
         let lens = read_frames(&mut theirs, 200).await;
-        assert_eq!(lens.len(), 200);
-        let outbox = sender.await.unwrap();
-        // The queue never held more than its bounds.
-        let q = outbox.pipe.lock();
-        assert!(q.frames <= 4 && q.len <= 4096);
+        let want: Vec<usize> = (0..200).map(|i| frame_of(size(i)).payload.len()).collect();
+        assert_eq!(lens, want);
+        sender.await.unwrap();
     }
 
     #[tokio::test]
@@ -1002,16 +1094,19 @@ mod tests {
             ..ConnConfig::default()
         };
         let (opened, _theirs) = piped(config, 64);
-        let waiting = opened.outbox().clone();
-        let sender = tokio::spawn(async move {
-            loop {
-                if let Err(e) = waiting.send_wait(&frame_of(500)).await {
-                    return e;
-                }
-            }
-        });
+        let outbox = opened.outbox().clone();
+        outbox.send_frame(frame_of(500)).unwrap();
+        // The writer takes it and blocks on the write; one more fills the queue.
+        until(|| outbox.pipe.lock().writing > 0).await;
+        outbox.send_frame(frame_of(500)).unwrap();
+        let third = frame_of(500);
+        let mut waiting = Box::pin(outbox.send_wait(&third));
+        assert!(poll_once(&mut waiting).await.is_pending());
         opened.close.cancel();
-        assert_eq!(sender.await.unwrap(), SendError::NotConnected);
+        assert_eq!(waiting.await, Err(SendError::NotConnected));
+        // The writer gives up its blocked write; senders are refused as not connected.
+        until(|| outbox.pipe.is_closed()).await;
+        assert_eq!(outbox.send_frame(frame_of(1)), Err(SendError::NotConnected));
     }
 
     #[test]
