@@ -862,18 +862,27 @@ mod tests {
         Frame::new(Uuid::nil(), &payload)
     }
 
-    /// A session's writer on one end of an in-memory stream of `room` bytes: its opened
-    /// session (whose reader is not started: the writer runs on its own) and the other end.
-    fn piped(
-        config: ConnConfig,
-        room: usize,
-    ) -> (
-        Opened<tokio::io::ReadHalf<tokio::io::DuplexStream>>,
-        tokio::io::DuplexStream,
-    ) {
+    /// A session opened on an in-memory stream (its reader not started: the writer runs on its
+    /// own).
+    type Piped = Opened<tokio::io::ReadHalf<tokio::io::DuplexStream>>;
+
+    /// A session's writer on one end of an in-memory stream of `room` bytes: the session and
+    /// the other end.
+    fn piped(config: ConnConfig, room: usize) -> (Piped, tokio::io::DuplexStream) {
         let (ours, theirs) = tokio::io::duplex(room);
         let tracker = tokio_util::task::TaskTracker::new();
         (open(ours, 1 << 20, config, &tracker), theirs)
+    }
+
+    /// [`piped`] with a queue of `frames` frames at most, and the session's outbox.
+    fn queue_of(frames: usize, room: usize) -> (Piped, tokio::io::DuplexStream, Outbox) {
+        let config = ConnConfig {
+            queue_frames: frames,
+            ..ConnConfig::default()
+        };
+        let (opened, theirs) = piped(config, room);
+        let outbox = opened.outbox().clone();
+        (opened, theirs, outbox)
     }
 
     /// Reads `n` whole frames off `stream` and returns their payloads' lengths.
@@ -1019,12 +1028,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_empty_item_does_not_jam_the_queue() {
-        let config = ConnConfig {
-            queue_frames: 1,
-            ..ConnConfig::default()
-        };
-        let (opened, mut theirs) = piped(config, 1 << 20);
-        let outbox = opened.outbox().clone();
+        let (_opened, mut theirs, outbox) = queue_of(1, 1 << 20);
         outbox.send_encoded(Bytes::new()).unwrap();
         // Taken by the writer like any other, though it writes nothing.
         until(|| outbox.pipe.lock().frames == 0).await;
@@ -1034,13 +1038,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_sender_waiting_for_a_place_goes_on_when_the_writer_takes_the_queue() {
-        let config = ConnConfig {
-            queue_frames: 2,
-            ..ConnConfig::default()
-        };
         // The peer does not read: the writer's first write blocks.
-        let (opened, _theirs) = piped(config, 64);
-        let outbox = opened.outbox().clone();
+        let (_opened, _theirs, outbox) = queue_of(2, 64);
         outbox.send_frame(frame_of(500)).unwrap();
         outbox.send_frame(frame_of(500)).unwrap();
         // Two frames queued: the third waits for a place.
@@ -1089,12 +1088,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_sender_waiting_for_room_hears_of_the_close() {
-        let config = ConnConfig {
-            queue_frames: 1,
-            ..ConnConfig::default()
-        };
-        let (opened, _theirs) = piped(config, 64);
-        let outbox = opened.outbox().clone();
+        let (opened, _theirs, outbox) = queue_of(1, 64);
         outbox.send_frame(frame_of(500)).unwrap();
         // The writer takes it and blocks on the write; one more fills the queue.
         until(|| outbox.pipe.lock().writing > 0).await;
