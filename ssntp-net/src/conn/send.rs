@@ -87,7 +87,7 @@ impl Pipe {
     /// Encodes `item` (`len` bytes on the wire) into the queue if it has room for it, in frames
     /// and in bytes (an empty queue, with nothing being written, takes any frame); gives it
     /// back with the reason when it has not. Wakes the writer if it waits.
-    fn try_queue(&self, item: Queued, len: usize) -> Result<(), (SendError, Queued)> {
+    fn try_queue<'f>(&self, item: Queued<'f>, len: usize) -> Result<(), (SendError, Queued<'f>)> {
         let mut q = self.lock();
         if q.closed {
             return Err((SendError::NotConnected, item));
@@ -126,18 +126,18 @@ impl Drop for Closer {
 
 /// A frame on its way into a writer's queue.
 #[derive(Debug)]
-enum Queued {
+enum Queued<'f> {
     /// Encoded already: once for many recipients (a forward, a broadcast), or a traced frame.
     Encoded(Bytes),
-    /// An untraced frame, encoded by the writer straight into its write buffer: the sender
-    /// allocates no buffer of its own for it.
-    Frame(Frame),
+    /// An untraced frame, encoded by its sender straight into the queue's buffer: no buffer
+    /// of its own is allocated for it, nor is the frame copied or cloned.
+    Frame(&'f Frame),
 }
 
-impl Queued {
+impl<'f> Queued<'f> {
     /// Queues `frame`: as it is when untraced (its length known without encoding it), encoded
     /// now when traced.
-    fn frame(frame: Frame, max_frame: u32) -> Result<(Queued, usize), EncodeError> {
+    fn frame(frame: &'f Frame, max_frame: u32) -> Result<(Queued<'f>, usize), EncodeError> {
         Ok(match frame.untraced_len(max_frame)? {
             Some(len) => (Queued::Frame(frame), len),
             None => {
@@ -198,16 +198,15 @@ impl Outbox {
         }
     }
 
-    /// Queues `frame`; never waits. (The frame is cloned, which shares its payload: the
-    /// writer encodes it.)
+    /// Queues `frame`; never waits.
     pub fn send(&self, frame: &Frame) -> Result<(), SendError> {
-        self.send_frame(frame.clone())
+        let (item, len) = Queued::frame(frame, self.max_frame)?;
+        self.pipe.try_queue(item, len).map_err(|(e, _)| e)
     }
 
     /// Queues `frame`, taking it; never waits.
     pub fn send_frame(&self, frame: Frame) -> Result<(), SendError> {
-        let (item, len) = Queued::frame(frame, self.max_frame)?;
-        self.pipe.try_queue(item, len).map_err(|(e, _)| e)
+        self.send(&frame)
     }
 
     /// Queues an already encoded frame (one encoding shared by many recipients); never waits.
@@ -222,7 +221,7 @@ impl Outbox {
     /// woken when the writer frees room and take it in no set order; a frame sent without
     /// waiting meanwhile may take it first.
     pub async fn send_wait(&self, frame: &Frame) -> Result<(), SendError> {
-        let (mut item, len) = Queued::frame(frame.clone(), self.max_frame)?;
+        let (mut item, len) = Queued::frame(frame, self.max_frame)?;
         // Room now (the common case): queued as `send` does, without the waiting machinery.
         let mut waited = false;
         loop {
@@ -450,7 +449,7 @@ mod tests {
     #[test]
     fn the_queue_is_bounded_in_frames_and_bytes_and_an_empty_one_takes_any_frame() {
         let pipe = Pipe::new(3, 1000);
-        let item = |n| Queued::frame(frame_of(n), 1 << 20).unwrap();
+        let item = encoded;
         // Whether a small frame is refused as Busy (taken if not).
         let small_refused = || {
             let (small, len) = item(10);
@@ -467,6 +466,7 @@ mod tests {
         {
             let mut q = pipe.lock();
             q.buf.clear();
+            q.parts.clear();
             q.writing = std::mem::take(&mut q.len);
             q.frames = 0;
         }
@@ -492,7 +492,7 @@ mod tests {
     #[test]
     fn a_large_frame_encoded_for_many_is_queued_shared_between_the_others() {
         let pipe = Pipe::new(10_000, 4 << 20);
-        let item = |n| Queued::frame(frame_of(n), 1 << 20).unwrap();
+        let item = encoded;
         // A burst grows the buffer well past what a session keeps.
         let mut burst = 0;
         for _ in 0..1000 {
@@ -517,6 +517,13 @@ mod tests {
         assert!(q.buf.capacity() < 4096);
         assert_eq!(q.len, burst + big.len() + small.len());
         assert_eq!(q.frames, 1002);
+    }
+
+    /// A frame with an `n`-byte reason, queued encoded, and its length.
+    fn encoded(n: usize) -> (Queued<'static>, usize) {
+        let bytes = frame_of(n).to_bytes(1 << 20).unwrap();
+        let len = bytes.len();
+        (Queued::Encoded(bytes), len)
     }
 
     /// Yields until `done` holds (the writer runs meanwhile); fails after 10 s.
