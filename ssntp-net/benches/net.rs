@@ -2,8 +2,10 @@
 //!
 //! - `throughput [frames] [payload bytes]`: one controller sends frames (64-byte payloads by
 //!   default) to the server, which receives them as typed events; then one agent, within its
-//!   default read budget (its burst and two seconds more); beside them, in the same run, a bare
-//!   tokio-rustls stream moves the same bytes (read and discarded) as the baseline.
+//!   default read budget (its burst and two seconds more); then the frame path with nothing to
+//!   decode (an agent, its budget lifted, sends FULL without a payload); beside them, in the same
+//!   run, a bare tokio-rustls stream moves the typed run's bytes (read and discarded) as the
+//!   baseline.
 //! - `rtt [n]`: request/response round trips (client → server app → client), p50 and p99.
 //! - `handshakes [n] [concurrency]`: full TCP + mutual TLS + SSNTP handshakes per second.
 //! - `idle [sessions]`: that many idle sessions to one server process: its RSS, then a server
@@ -16,7 +18,8 @@ use ssntp::frame::{DEFAULT_MAX_FRAME, Frame};
 use ssntp::payload::{Connect, Reason};
 use ssntp::{Payload, Role, Uuid};
 use ssntp_net::{
-    Client, ClientConfig, ClientEvent, Routes, Server, ServerConfig, ServerEvent, TlsIdentity,
+    Client, ClientConfig, ClientEvent, ReadRates, Routes, Server, ServerConfig, ServerEvent,
+    TlsIdentity,
 };
 use std::time::{Duration, Instant};
 use testkit::TestPki;
@@ -82,21 +85,26 @@ async fn start_client(
     }
 }
 
-/// Typed events through the full stack: one client of `role` sends `frames` copies of `frame`
-/// to a server with the default read budgets; how many arrived as typed events, how long that
+/// Typed events through the full stack: one client of `role` sends `frames` frames of `payload`
+/// to a server with the read budgets `rates`; how many arrived as typed events, how long that
 /// took, and the CPU time the process used meanwhile (sender and receiver together).
 async fn typed_run(
     pki: &TestPki,
     role: Role,
+    rates: ReadRates,
     frames: usize,
     payload: &Payload,
 ) -> (usize, Duration, Duration) {
-    let (addr, mut events, _h, stop) =
-        start_server(pki, Routes::new(), |c| c.event_queue = 65_536).await;
+    let (addr, mut events, _h, stop) = start_server(pki, Routes::new(), |c| {
+        c.event_queue = 65_536;
+        c.read_rates = rates;
+    })
+    .await;
     let id = Uuid::from_bytes([1; 16]);
     let (client, _ce) = start_client(pki.identity(role, Some(id)), id, role, &addr).await;
     let _ = events.recv().await; // Connected
     let frame = Frame::new(client.uuid(), payload);
+    let operand = payload.operand();
     let start = Instant::now();
     let cpu = process_cpu();
     let sender = tokio::spawn(async move {
@@ -116,7 +124,7 @@ async fn typed_run(
             if let ServerEvent::Frames { messages, .. } = e {
                 got += messages
                     .iter()
-                    .filter(|m| matches!(m.payload, Payload::ProtocolViolation(_)))
+                    .filter(|m| m.payload.operand() == operand)
                     .count();
             }
         }
@@ -132,20 +140,30 @@ async fn throughput(frames: usize, size: usize) {
     let pki = TestPki::new();
     let payload = payload_of(size);
     // A controller's session has no read budget: the typed path as fast as it goes.
-    let (got, typed, typed_cpu) = typed_run(&pki, Role::CONTROLLER, frames, &payload).await;
+    let rates = ReadRates::default();
+    let (got, typed, typed_cpu) = typed_run(&pki, Role::CONTROLLER, rates, frames, &payload).await;
+    // The frame path with nothing to decode: an agent (its budget lifted) sends FULL without a
+    // payload (24 bytes on the wire), each still delivered as a message.
+    let (empty_got, empty_time, empty_cpu) = typed_run(
+        &pki,
+        Role::AGENT,
+        ReadRates::UNLIMITED,
+        frames,
+        &Payload::Full(None),
+    )
+    .await;
     // An agent's has the default one: its burst, then two seconds of its sustained rate.
     let wire = Frame::new(SERVER, &payload)
         .to_bytes(DEFAULT_MAX_FRAME)
         .unwrap()
         .len();
-    let budget = ssntp_net::ReadRates::default()
-        .for_role(Role::AGENT)
-        .unwrap();
+    let budget = rates.for_role(Role::AGENT).unwrap();
     let sustained = budget.frames_per_sec(wire as u64);
     let agent_frames = frames.min(
         (budget.burst as f64 / (wire as u64 + budget.frame_cost) as f64 + 2.0 * sustained) as usize,
     );
-    let (agent_got, agent_time, _) = typed_run(&pki, Role::AGENT, agent_frames, &payload).await;
+    let (agent_got, agent_time, _) =
+        typed_run(&pki, Role::AGENT, rates, agent_frames, &payload).await;
 
     // Baseline: the same bytes over a bare tokio-rustls stream, read and discarded.
     let bytes_per_frame = wire;
@@ -214,6 +232,14 @@ async fn throughput(frames: usize, size: usize) {
         agent_rate / 1e6,
         budget.burst as f64 / (bytes_per_frame as u64 + budget.frame_cost) as f64,
         sustained
+    );
+    let empty_rate = empty_got as f64 / empty_time.as_secs_f64();
+    println!(
+        "  ssntp, nothing to decode (FULL without payload, 24 bytes; agent session, no read budget): \
+         {:.3} M frames/s ({:.0} % of the bare stream's frames/s below), CPU per frame {:.0} ns both ends ({empty_time:?})",
+        empty_rate / 1e6,
+        100.0 * empty_rate / bare_rate,
+        empty_cpu.as_nanos() as f64 / empty_got.max(1) as f64
     );
     println!(
         "  bare tokio-rustls:   {:.3} M frames/s, {:.0} MB/s ({bare:?})",
