@@ -1,17 +1,24 @@
 //! Codec benchmarks: framing decode of 64-byte-payload frames from one buffer, typed
 //! decode/encode of a READY payload, and our payload decoder (`Payload::decode`, cbor4ii since
 //! issue 19) against ciborium's reader on the same bytes. Run: `cargo bench -p ssntp --bench codec`; the decoder
-//! comparison alone: `cargo bench -p ssntp --bench codec -- decoders`.
+//! comparison alone: `cargo bench -p ssntp --bench codec -- decoders`; the receiving path of a
+//! session (framing, the receiving rules, the typed decode, a batch of messages), on one thread,
+//! without TLS or tasks: `cargo bench -p ssntp --bench codec -- receive`.
 
 use bytes::BytesMut;
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use serde::de::DeserializeOwned;
 use ssntp::frame::{DEFAULT_MAX_FRAME, Frame};
+use ssntp::handshake::HandshakeConfig;
 use ssntp::payload::{
     Cidr, FwType, InstanceStat, InstanceState, MacAddr, Networking, NodeNetwork, NodeState,
     NodeStatus, Requirements, Start, Stats, Storage, VmType,
 };
-use ssntp::{Decoded, Decoder, Operand, Payload, Uuid};
+use ssntp::payload::{ClusterConfig, Connect, Reason};
+use ssntp::session::{Now, Received, Session};
+use ssntp::{
+    Decoded, Decoder, Operand, Payload, PeerCertificate, Role, ServerHandshake, Uuid, UuidBinding,
+};
 use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::net::{IpAddr, Ipv4Addr};
@@ -297,5 +304,70 @@ fn decoders(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, framing, ready_payload, decoders);
+/// A server session with a client of `role`, as the handshake establishes it.
+fn session(role: Role, client: Uuid) -> Session {
+    let start = Instant::now();
+    let peer = PeerCertificate {
+        roles: role,
+        binding: UuidBinding::Bound(client),
+    };
+    let server = (Uuid::from_bytes([0x5c; 16]), Role::SCHEDULER);
+    let config = HandshakeConfig::default();
+    let hs = ServerHandshake::new(server, ClusterConfig::default(), peer, config, start);
+    let connect = Frame::new(client, &Payload::Connect(Connect { role }));
+    let mut buf = BytesMut::new();
+    connect
+        .encode(&mut buf, DEFAULT_MAX_FRAME)
+        .expect("encodes");
+    let Ok(Decoded::Frame(raw)) = config.decoder().decode(&mut buf) else {
+        panic!("CONNECT does not decode");
+    };
+    hs.handle_frame(start, raw).expect("the handshake").session
+}
+
+/// The session reader's work per frame, as `ssntp-net` does it, on one thread: frames decoded
+/// from one buffer, the receiving rules applied, each message pushed into a batch. Two streams:
+/// 64-byte PROTOCOL_VIOLATION payloads from a controller (the typed decode: a map and a
+/// string), and FULL frames without a payload from an agent (nothing to decode).
+fn receive(c: &mut Criterion) {
+    let client = Uuid::from_bytes([1; 16]);
+    let violation = Payload::ProtocolViolation(Reason::new("x".repeat(56)));
+    let mut g = c.benchmark_group("receive");
+    g.throughput(Throughput::Elements(FRAMES as u64));
+    for (name, role, payload) in [
+        ("typed_64B_from_controller", Role::CONTROLLER, violation),
+        ("empty_full_from_agent", Role::AGENT, Payload::Full(None)),
+    ] {
+        let frame = Frame::new(client, &payload);
+        let mut buf = BytesMut::new();
+        for _ in 0..FRAMES {
+            frame.encode(&mut buf, DEFAULT_MAX_FRAME).expect("encodes");
+        }
+        let mut session = session(role, client);
+        let decoder = Decoder::default();
+        let now = Now {
+            instant: Instant::now(),
+            unix_ns: 0,
+        };
+        g.bench_function(name, |b| {
+            b.iter_batched(
+                || buf.clone(),
+                |mut buf| {
+                    let mut batch = Vec::with_capacity(FRAMES);
+                    while let Ok(Decoded::Frame(raw)) = decoder.decode(&mut buf) {
+                        if let Received::Message(m) = session.handle_raw(now, raw) {
+                            batch.push(m);
+                        }
+                    }
+                    assert_eq!(batch.len(), FRAMES);
+                    batch
+                },
+                BatchSize::LargeInput,
+            )
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, framing, ready_payload, decoders, receive);
 criterion_main!(benches);
