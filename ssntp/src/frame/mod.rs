@@ -58,20 +58,7 @@ impl RawFrame {
     /// Splits the body into the trace block and the payload bytes.
     pub fn into_frame(self) -> Result<Frame, BodyError> {
         let RawFrame { header, mut body } = self;
-        let trace = if header.traced {
-            if body.len() < 2 {
-                return Err(BodyError::TraceTruncated);
-            }
-            let len = usize::from(u16::from_be_bytes([body[0], body[1]]));
-            if body.len() < 2 + len {
-                return Err(BodyError::TraceTruncated);
-            }
-            let block = body.split_to(2 + len);
-            let trace: Trace = cbor::decode_one(&block[2..]).map_err(BodyError::TraceMalformed)?;
-            Some(Box::new(trace))
-        } else {
-            None
-        };
+        let trace = take_trace(header.traced, &mut body)?;
         Ok(Frame {
             operand: header.operand,
             minor: header.minor,
@@ -80,6 +67,25 @@ impl RawFrame {
             payload: body,
         })
     }
+}
+
+/// Takes the trace block off the front of a body that has one (`traced`), leaving the payload.
+/// Only the trace goes through the `Result`: a receiver builds its `Frame` once, in place, from
+/// the header and what is left of the body.
+pub(crate) fn take_trace(traced: bool, body: &mut Bytes) -> Result<Option<Box<Trace>>, BodyError> {
+    if !traced {
+        return Ok(None);
+    }
+    if body.len() < 2 {
+        return Err(BodyError::TraceTruncated);
+    }
+    let len = usize::from(u16::from_be_bytes([body[0], body[1]]));
+    if body.len() < 2 + len {
+        return Err(BodyError::TraceTruncated);
+    }
+    let block = body.split_to(2 + len);
+    let trace: Trace = cbor::decode_one(&block[2..]).map_err(BodyError::TraceMalformed)?;
+    Ok(Some(Box::new(trace)))
 }
 
 /// A frame with its trace block read and its payload kept as CBOR bytes.
