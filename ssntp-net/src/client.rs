@@ -215,22 +215,19 @@ impl ClientHandle {
 
     /// Queues a frame on the current session; never waits.
     pub fn send(&self, frame: &Frame) -> Result<(), SendError> {
-        self.send_frame(frame.clone())
-    }
-
-    /// Queues a frame on the current session, taking it; never waits.
-    pub fn send_frame(&self, frame: Frame) -> Result<(), SendError> {
-        // Queued under the lock without cloning the outbox (an untraced frame is not encoded
-        // here: the writer encodes it).
+        // Encoded into the session's queue under the lock, from the frame as it is: neither
+        // the outbox nor the frame is cloned.
         let current = self
             .shared
             .current
             .lock()
             .unwrap_or_else(|p| p.into_inner());
-        current
-            .as_ref()
-            .ok_or(SendError::NotConnected)?
-            .send_frame(frame)
+        current.as_ref().ok_or(SendError::NotConnected)?.send(frame)
+    }
+
+    /// Queues a frame on the current session, taking it; never waits.
+    pub fn send_frame(&self, frame: Frame) -> Result<(), SendError> {
+        self.send(&frame)
     }
 
     /// Queues a frame on the current session, waiting while its queue is full.
