@@ -5,7 +5,8 @@
 //!   default read budget (its burst and two seconds more); then the frame path with nothing to
 //!   decode (an agent, its budget lifted, sends FULL without a payload); beside them, in the same
 //!   run, a bare tokio-rustls stream moves the typed run's bytes (read and discarded) as the
-//!   baseline.
+//!   baseline. `THROUGHPUT_READ_BUFFER` sets the server's `ConnConfig::unbudgeted_read_buffer`
+//!   (bytes), the read buffer of the sessions without a read budget (all but the agent's run).
 //! - `rtt [n]`: request/response round trips (client → server app → client), p50 and p99.
 //! - `handshakes [n] [concurrency]`: full TCP + mutual TLS + SSNTP handshakes per second.
 //! - `idle [sessions]`: that many idle sessions to one server process: its RSS, then a server
@@ -98,6 +99,12 @@ async fn typed_run(
     let (addr, mut events, _h, stop) = start_server(pki, Routes::new(), |c| {
         c.event_queue = 65_536;
         c.read_rates = rates;
+        if let Some(bytes) = std::env::var("THROUGHPUT_READ_BUFFER")
+            .ok()
+            .and_then(|v| v.parse().ok())
+        {
+            c.conn.unbudgeted_read_buffer = bytes;
+        }
     })
     .await;
     let id = Uuid::from_bytes([1; 16]);

@@ -38,6 +38,12 @@ pub struct ConnConfig {
     /// made for this many bytes, counting the start of a frame already read, with at least
     /// half of them free. A quiet session's buffer is 4 KiB.
     pub read_buffer: usize,
+    /// On a server, the read buffer's size instead of [`ConnConfig::read_buffer`] for a session
+    /// with no read budget (a controller's, by default) while it sends much (default 64 KiB).
+    /// The frames of one read reach the application together, and each delivery may wake it:
+    /// fewer, larger reads cost a peer that sends at full speed less per frame. The larger
+    /// buffer is for the few sessions trusted to send that fast; every node keeps the smaller.
+    pub unbudgeted_read_buffer: usize,
 }
 
 impl Default for ConnConfig {
@@ -47,6 +53,7 @@ impl Default for ConnConfig {
             queue_bytes: 8 << 20,
             write_buffer: 64 << 10,
             read_buffer: 16 << 10,
+            unbudgeted_read_buffer: 64 << 10,
         }
     }
 }

@@ -247,11 +247,12 @@ impl Server {
             held: None,
         };
         let outbox = opened.outbox().clone();
+        let rate = self.config.read_rates.for_role(role);
         let mut done = opened.run(
             session,
             buf,
-            self.config.conn.read_buffer,
-            self.config.read_rates.for_role(role),
+            read_room(&self.config.conn, rate.as_ref()),
+            rate,
             dispatch,
             tracker,
         );
@@ -379,4 +380,39 @@ enum Slot {
     Now(tokio::sync::OwnedSemaphorePermit),
     /// A place among the connections waiting for one.
     Wait(tokio::sync::OwnedSemaphorePermit),
+}
+
+/// The read buffer of a session whose read budget is `rate`: the larger one for a session
+/// without a budget (see [`conn::ConnConfig::unbudgeted_read_buffer`]).
+fn read_room(config: &conn::ConnConfig, rate: Option<&crate::rate::ReadRate>) -> usize {
+    match rate {
+        Some(_) => config.read_buffer,
+        None => config.unbudgeted_read_buffer,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ReadRates;
+
+    #[test]
+    fn only_a_session_without_a_read_budget_reads_into_the_larger_buffer() {
+        let config = conn::ConnConfig::default();
+        let rates = ReadRates::default();
+        let controller = rates.for_role(Role::CONTROLLER);
+        let agent = rates.for_role(Role::AGENT);
+        assert_eq!(
+            read_room(&config, controller.as_ref()),
+            config.unbudgeted_read_buffer
+        );
+        assert_eq!(read_room(&config, agent.as_ref()), config.read_buffer);
+        assert!(config.unbudgeted_read_buffer > config.read_buffer);
+        // With budgets lifted, every session is read as a controller's.
+        let unlimited = ReadRates::UNLIMITED.for_role(Role::AGENT);
+        assert_eq!(
+            read_room(&config, unlimited.as_ref()),
+            config.unbudgeted_read_buffer
+        );
+    }
 }
