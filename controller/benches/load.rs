@@ -739,6 +739,15 @@ fn run(o: &Opts) -> bool {
         }
         marker = page.last().map(|i| i["id"].as_str().unwrap().to_string());
     }
+    // The agents' process prints what it holds once a second: a count read right after the
+    // last instances went active can be a second old (short of the last POST's). Polled until
+    // it is whole, for 10 s at most: a count still short then is a loss.
+    let counted = Instant::now();
+    while (agent_count.load(Ordering::Relaxed) as usize) < o.instances
+        && counted.elapsed() < Duration::from_secs(10)
+    {
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let held = agent_count.load(Ordering::Relaxed) as usize;
     let connected = agent_connected.load(Ordering::Relaxed) as usize;
     let drops = agent_drops.load(Ordering::Relaxed);
