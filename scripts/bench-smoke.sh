@@ -137,8 +137,8 @@ echo "running every bench once, small counts (limit $LIMIT s each unless noted)"
 bench ssntp/codec "$LIMIT" -- --test
 
 # ssntp-net: each case on its own, as `cargo bench -- <case>` runs it. throughput: 2,000 frames
-# through a controller session, then an agent session (within its read budget), then empty FULL
-# frames (nothing to decode), then the bare TLS baseline. rtt: 200 round trips. handshakes: 100, 8 at a time. idle (not in the default
+# through a controller session, then empty FULL frames (nothing to decode), then an agent session
+# (within its read budget), then the bare TLS baseline. rtt: 200 round trips. handshakes: 100, 8 at a time. idle (not in the default
 # run): 100 sessions to a server process (more than its client loop's batch of 64), the server
 # killed and restarted, all back.
 bench ssntp-net/net "$LIMIT" -- throughput 2000 64

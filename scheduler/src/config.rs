@@ -67,7 +67,8 @@ pub struct Args {
     /// A role's read budget, `ROLE=RATE[/BURST[/FRAME]]` in bytes (K, M, G: powers of 1,024)
     /// or `ROLE=off`, for agent, netagent, cnciagent or controller; repeat for several roles.
     /// Defaults: agent and netagent 16M/64M/512, cnciagent 1M/8M/512, controller off. A peer
-    /// sending faster than its budget is read more slowly; nothing is dropped.
+    /// sending faster than its budget is read more slowly; nothing is dropped. A session with
+    /// no budget is read up to 64 KiB at a time, one with a budget 16 KiB.
     #[arg(long, env = "CUMULO_SCHEDULER_READ_RATE", value_delimiter = ',', value_parser = parse_read_rate)]
     pub read_rate: Vec<String>,
     /// The cluster CA's revocation list (PEM or DER; `cumulo-cert revoke` and the controller

@@ -36,13 +36,16 @@ pub struct ConnConfig {
     pub write_buffer: usize,
     /// The read buffer's size while the peer sends much (default 16 KiB, a TLS record): room is
     /// made for this many bytes, counting the start of a frame already read, with at least
-    /// half of them free. A quiet session's buffer is 4 KiB.
+    /// half of them free. A quiet session's buffer is 4 KiB. A client's session, and on a
+    /// server a session with a read budget, use this one.
     pub read_buffer: usize,
     /// On a server, the read buffer's size instead of [`ConnConfig::read_buffer`] for a session
-    /// with no read budget (a controller's, by default) while it sends much (default 64 KiB).
-    /// The frames of one read reach the application together, and each delivery may wake it:
-    /// fewer, larger reads cost a peer that sends at full speed less per frame. The larger
-    /// buffer is for the few sessions trusted to send that fast; every node keeps the smaller.
+    /// with no read budget while it sends much (default 64 KiB): with the default budgets a
+    /// controller's (or a dual-role session's that includes the controller role), and any
+    /// role's whose budget is lifted (`ReadRates`). The frames of one read reach the
+    /// application together, and each delivery may wake it: fewer, larger reads cost a peer
+    /// that sends at full speed less per frame. With the default budgets only the few sessions
+    /// trusted to send that fast take it; nodes keep the smaller.
     pub unbudgeted_read_buffer: usize,
 }
 
