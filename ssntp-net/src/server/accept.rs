@@ -245,6 +245,7 @@ impl Server {
             pending: Batch::default(),
             barrier_seen: false,
             held: None,
+            uncounted: None,
         };
         let outbox = opened.outbox().clone();
         let rate = self.config.read_rates.for_role(role);

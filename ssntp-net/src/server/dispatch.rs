@@ -11,6 +11,7 @@ use super::registry::Registry;
 use super::shared::{Shared, Target};
 use crate::conn::{Batch, Dispatch};
 use crate::forward::{Route, Routes};
+use ssntp::frame::Operand;
 use ssntp::payload::DeliveryFailureReason;
 use ssntp::session::{Message, Session};
 
@@ -26,6 +27,10 @@ pub(super) struct ServerDispatch {
     /// From the barrier until the application has handled it: the messages read after it,
     /// routed at the flush (at most one read's worth).
     pub(super) held: Option<Vec<Message>>,
+    /// Frames received and not yet added to the server's counters: a run of one operand, added
+    /// when another comes and at each flush (before the application sees them), so that a
+    /// session's reader does not touch the counters, shared by every session, for each frame.
+    pub(super) uncounted: Option<(Operand, u64)>,
 }
 
 impl ServerDispatch {
@@ -84,7 +89,15 @@ impl ServerDispatch {
 
 impl Dispatch for ServerDispatch {
     fn dispatch(&mut self, session: &Session, message: Message) -> bool {
-        self.shared.counters.count_in(message.frame.operand);
+        let operand = message.frame.operand;
+        match &mut self.uncounted {
+            Some((run, n)) if *run == operand => *n += 1,
+            uncounted => {
+                if let Some((run, n)) = uncounted.replace((operand, 1)) {
+                    self.shared.counters.count_in(run, n);
+                }
+            }
+        }
         if let Some(held) = &mut self.held {
             held.push(message);
         } else if !self.barrier_seen && self.routes.is_barrier(message.frame.operand) {
@@ -98,6 +111,9 @@ impl Dispatch for ServerDispatch {
     }
 
     async fn flush(&mut self, session: &Session) -> bool {
+        if let Some((run, n)) = self.uncounted.take() {
+            self.shared.counters.count_in(run, n);
+        }
         if let Some(held) = self.held.take() {
             let (handled, done) = oneshot::channel();
             if !self.deliver(session, Some(Handled(handled))).await {

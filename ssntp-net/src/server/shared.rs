@@ -26,9 +26,9 @@ impl Counters {
         (operand.is_known() && op < 16).then(|| usize::from(ty) * 16 + usize::from(op))
     }
 
-    pub(super) fn count_in(&self, operand: ssntp::frame::Operand) {
+    pub(super) fn count_in(&self, operand: ssntp::frame::Operand, n: u64) {
         if let Some(i) = Counters::slot(operand) {
-            self.frames_in[i].fetch_add(1, Ordering::Relaxed);
+            self.frames_in[i].fetch_add(n, Ordering::Relaxed);
         }
     }
 

@@ -247,6 +247,50 @@ async fn ten_thousand_frames_arrive_in_order() {
 }
 
 #[tokio::test]
+async fn every_frame_received_is_counted_once_by_operand_when_the_application_sees_it() {
+    let pki = TestPki::new();
+    let mut s = server_with(&pki, u(0x5c), Routes::new(), |_| {}).await;
+    let mut agent = client(&pki, Role::AGENT, u(1), &s.addr);
+    connected(&mut agent).await;
+    server_connected(&mut s).await;
+    // Runs of one operand and single frames between them, as a session counts them in runs.
+    let stopped = Payload::InstanceStopped(InstanceEvent {
+        instance_uuid: u(2),
+    });
+    let report = Payload::TraceReport(TraceReport { frames: vec![] });
+    let pattern = [
+        &instance_deleted(3),
+        &instance_deleted(3),
+        &instance_deleted(3),
+        &stopped,
+        &report,
+        &report,
+        &instance_deleted(3),
+        &stopped,
+    ];
+    let rounds = 500;
+    for _ in 0..rounds {
+        for p in pattern {
+            agent.handle.send_payload(p).unwrap();
+        }
+    }
+    for _ in 0..rounds * pattern.len() {
+        server_frame(&mut s).await;
+    }
+    // Counted before the application was handed the frames: nothing left to wait for.
+    let counts = s.handle.frame_counts();
+    let received = |op: Operand| {
+        counts
+            .iter()
+            .find(|(o, _, _)| *o == op)
+            .map_or(0, |(_, fin, _)| *fin)
+    };
+    assert_eq!(received(Operand::InstanceDeleted), 4 * rounds as u64);
+    assert_eq!(received(Operand::InstanceStopped), 2 * rounds as u64);
+    assert_eq!(received(Operand::TraceReport), 2 * rounds as u64);
+}
+
+#[tokio::test]
 async fn forwarding_reaches_the_right_sessions_only() {
     let pki = TestPki::new();
     let routes = Routes::new()
