@@ -7,8 +7,12 @@
 //!   baseline, a bare tokio-rustls stream moves the controller run's bytes (read and
 //!   discarded). `THROUGHPUT_READ_BUFFER` sets the server's `ConnConfig::unbudgeted_read_buffer`
 //!   (bytes), the read buffer of the sessions without a read budget: the controller's and the
-//!   empty frames' runs (the budgeted agent's reads 16 KiB).
-//! - `rtt [n]`: request/response round trips (client → server app → client), p50 and p99.
+//!   empty frames' runs (the budgeted agent's reads 16 KiB). `THROUGHPUT_PAYLOAD=delete` makes
+//!   the controller send DELETE (75 bytes, two UUIDs and a flag: nothing to allocate when
+//!   decoded) instead of the 64-byte text payload (`text`, the default); the agent's run keeps
+//!   the text payload.
+//! - `rtt [n]`: request/response round trips (client → server app → client), p50 and p99; the
+//!   client an agent (`RTT_ROLE=controller` for a controller's session).
 //! - `handshakes [n] [concurrency]`: full TCP + mutual TLS + SSNTP handshakes per second.
 //! - `idle [sessions]`: that many idle sessions to one server process: its RSS, then a server
 //!   restart and the time until every client is back. The clients' process runs at nice 10, the
@@ -145,7 +149,18 @@ async fn typed_run(
 
 async fn throughput(frames: usize, size: usize) {
     let pki = TestPki::new();
-    let payload = payload_of(size);
+    let payload = match std::env::var("THROUGHPUT_PAYLOAD").as_deref() {
+        Ok("delete") => Payload::Delete(ssntp::payload::Delete {
+            instance_uuid: Uuid::from_bytes([0x1a; 16]),
+            workload_agent_uuid: Uuid::from_bytes([0xa6; 16]),
+            stop: false,
+        }),
+        Ok("text") | Err(_) => payload_of(size),
+        Ok(other) => panic!("THROUGHPUT_PAYLOAD: text or delete, not {other}"),
+    };
+    // What any role may send, for the agent's run: the text payload.
+    let agent_payload = payload_of(size);
+    let size = payload.encode().len();
     // A controller's session has no read budget: the typed path as fast as it goes.
     let rates = ReadRates::default();
     let (got, typed, typed_cpu) = typed_run(&pki, Role::CONTROLLER, rates, frames, &payload).await;
@@ -164,13 +179,18 @@ async fn throughput(frames: usize, size: usize) {
         .to_bytes(DEFAULT_MAX_FRAME)
         .unwrap()
         .len();
+    let agent_wire = Frame::new(SERVER, &agent_payload)
+        .to_bytes(DEFAULT_MAX_FRAME)
+        .unwrap()
+        .len();
     let budget = rates.for_role(Role::AGENT).unwrap();
-    let sustained = budget.frames_per_sec(wire as u64);
+    let sustained = budget.frames_per_sec(agent_wire as u64);
     let agent_frames = frames.min(
-        (budget.burst as f64 / (wire as u64 + budget.frame_cost) as f64 + 2.0 * sustained) as usize,
+        (budget.burst as f64 / (agent_wire as u64 + budget.frame_cost) as f64 + 2.0 * sustained)
+            as usize,
     );
     let (agent_got, agent_time, _) =
-        typed_run(&pki, Role::AGENT, rates, agent_frames, &payload).await;
+        typed_run(&pki, Role::AGENT, rates, agent_frames, &agent_payload).await;
 
     // Baseline: the same bytes over a bare tokio-rustls stream, read and discarded.
     let bytes_per_frame = wire;
@@ -226,7 +246,8 @@ async fn throughput(frames: usize, size: usize) {
     let agent_rate = agent_got as f64 / agent_time.as_secs_f64();
     let bare_rate = frames as f64 / bare.as_secs_f64();
     println!(
-        "throughput: {got} frames of {size}-byte payload ({bytes_per_frame} bytes on the wire)"
+        "throughput: {got} frames of a {size}-byte {:?} payload ({bytes_per_frame} bytes on the wire)",
+        payload.operand()
     );
     println!(
         "  ssntp, typed events, controller session (no read budget): {:.3} M frames/s, {:.0} MB/s ({typed:?})",
@@ -234,10 +255,10 @@ async fn throughput(frames: usize, size: usize) {
         typed_rate * bytes_per_frame as f64 / 1e6
     );
     println!(
-        "  ssntp, typed events, agent session (read budget {budget}): {agent_got} frames at {:.3} M frames/s ({agent_time:?}); \
+        "  ssntp, typed events, agent session (read budget {budget}; {agent_wire}-byte frames of the text payload): {agent_got} frames at {:.3} M frames/s ({agent_time:?}); \
          the budget: a burst of {:.0} frames, then {:.0} frames/s",
         agent_rate / 1e6,
-        budget.burst as f64 / (bytes_per_frame as u64 + budget.frame_cost) as f64,
+        budget.burst as f64 / (agent_wire as u64 + budget.frame_cost) as f64,
         sustained
     );
     let empty_rate = empty_got as f64 / empty_time.as_secs_f64();
@@ -283,8 +304,14 @@ async fn rtt(n: usize) {
         }
     });
     let id = Uuid::from_bytes([2; 16]);
-    let (client, mut ce) =
-        start_client(pki.identity(Role::AGENT, Some(id)), id, Role::AGENT, &addr).await;
+    // An agent's session by default (read budget, decoded by its reader); a controller's has
+    // no budget, and its payloads are decoded by a second task.
+    let role = match std::env::var("RTT_ROLE").as_deref() {
+        Ok("controller") => Role::CONTROLLER,
+        Ok("agent") | Err(_) => Role::AGENT,
+        Ok(other) => panic!("RTT_ROLE: agent or controller, not {other}"),
+    };
+    let (client, mut ce) = start_client(pki.identity(role, Some(id)), id, role, &addr).await;
     let frame = Frame::new(id, &payload_of(64));
     let mut samples = Vec::with_capacity(n);
     for _ in 0..n {
@@ -300,7 +327,7 @@ async fn rtt(n: usize) {
     samples.sort();
     let p = |q: f64| samples[((samples.len() as f64 * q) as usize).min(samples.len() - 1)];
     println!(
-        "rtt over {n} round trips: p50 {:?}, p99 {:?}, max {:?}",
+        "rtt over {n} round trips ({role} session): p50 {:?}, p99 {:?}, max {:?}",
         p(0.50),
         p(0.99),
         samples[n - 1]
