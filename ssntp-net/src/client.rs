@@ -503,6 +503,7 @@ impl Client {
             self.config.conn.read_buffer,
             None,
             dispatch,
+            false,
             &self.tracker,
         );
         let ended = done.await.unwrap_or(Ended::Local);

@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use ssntp::codec::{Decoded, Decoder};
 use ssntp::frame::Frame;
-use ssntp::session::{Message, Now, Received, Session, Tick};
+use ssntp::session::{Head, Message, Now, Received, Session, Tick};
 
 use crate::rate::{Bucket, ReadRate};
 
@@ -211,7 +211,9 @@ impl<R: AsyncRead + Unpin + Send + 'static> Opened<R> {
     }
 
     /// Starts the session loop; `leftover` holds bytes read past the handshake frame; `rate`,
-    /// when given, is the peer's read budget.
+    /// when given, is the peer's read budget. With `staged`, the payloads are decoded and the
+    /// messages dispatched by a second task, not by the reader (see [`Sink::Staged`]).
+    #[allow(clippy::too_many_arguments)]
     pub fn run<D: Dispatch>(
         self,
         session: Session,
@@ -219,19 +221,116 @@ impl<R: AsyncRead + Unpin + Send + 'static> Opened<R> {
         read_buffer: usize,
         rate: Option<ReadRate>,
         dispatch: D,
+        staged: bool,
         tracker: &tokio_util::task::TaskTracker,
     ) -> tokio::task::JoinHandle<Ended> {
+        let sink = if staged {
+            let (to, from) = tokio::sync::mpsc::channel(1);
+            let (spare_to, spare) = tokio::sync::mpsc::channel(2);
+            let stage = tracker.spawn(decode_loop(
+                session.clone(),
+                dispatch,
+                self.outbox.clone(),
+                self.close.clone(),
+                (from, spare_to),
+            ));
+            Sink::Staged {
+                frames: Vec::new(),
+                to,
+                spare,
+                stage,
+            }
+        } else {
+            Sink::Inline(dispatch)
+        };
         let reader = ReadLoop {
             session,
             outbox: self.outbox,
             close: self.close,
             clock: self.clock,
             received: self.received,
-            dispatch,
+            sink,
             bucket: rate.map(|r| Bucket::new(r, tokio::time::Instant::now())),
             frames: 0,
         };
         tracker.spawn(reader.run(self.reader, leftover, read_buffer))
+    }
+}
+
+/// Where a session's reader takes the frames that passed the rules needing no decoding.
+enum Sink<D> {
+    /// The reader decodes each payload and dispatches each message itself.
+    Inline(D),
+    /// The frames of each read go, all together, to a task of their own ([`decode_loop`]) that
+    /// decodes and dispatches them while the reader reads on: a session that sends at full
+    /// speed has its reading (TLS included) on one core and its decoding and routing on
+    /// another. Costs a task and a hand-over per read, and up to two more reads' frames held (one
+    /// waiting in the channel, one being decoded). Bounded: the reader waits for the channel
+    /// (one read's frames) as it waits for the application, heartbeating meanwhile.
+    Staged {
+        /// The frames of the read under way.
+        frames: Vec<Frame>,
+        to: tokio::sync::mpsc::Sender<Vec<Frame>>,
+        /// The vectors the second task has emptied, for the next reads: a read of small frames
+        /// fills one of over 128 KiB, which glibc would map and unmap each time.
+        spare: tokio::sync::mpsc::Receiver<Vec<Frame>>,
+        stage: tokio::task::JoinHandle<()>,
+    },
+}
+
+/// A staged session's second task: decodes the frames of each read and dispatches their
+/// messages in order, then flushes the dispatcher, as an inline reader does. A dispatcher that
+/// ends the session, or a refusal that closes it, cancels `close` (the reader then ends too).
+async fn decode_loop<D: Dispatch>(
+    session: Session,
+    mut dispatch: D,
+    outbox: Outbox,
+    close: CancellationToken,
+    (mut from, spare): (
+        tokio::sync::mpsc::Receiver<Vec<Frame>>,
+        tokio::sync::mpsc::Sender<Vec<Frame>>,
+    ),
+) {
+    while let Some(mut frames) = from.recv().await {
+        for frame in frames.drain(..) {
+            let ended = match session.decode(frame) {
+                Received::Message(m) => (!dispatch.dispatch(&session, m)).then_some(Ended::Local),
+                other => settle(&session, &outbox, other),
+            };
+            if ended.is_some() {
+                close.cancel();
+                return;
+            }
+        }
+        // Emptied, it goes back to the reader (or is dropped if two are there already).
+        let _ = spare.try_send(frames);
+        let delivered = tokio::select! {
+            d = dispatch.flush(&session) => d,
+            _ = close.cancelled() => false,
+        };
+        if !delivered {
+            close.cancel();
+            return;
+        }
+    }
+}
+
+/// What a received frame that is not a message does: nothing (a HEARTBEAT), its refusal's
+/// reply sent (and the session's end when the refusal closes it), or the server's close.
+fn settle(session: &Session, outbox: &Outbox, received: Received) -> Option<Ended> {
+    match received {
+        Received::Message(_) | Received::Heartbeat => None,
+        Received::Rejected { violation, reply } => {
+            tracing::debug!(peer = %session.peer_uuid(), %violation, "frame refused");
+            if let Some(reply) = reply {
+                // A peer that does not read its errors loses them, not our memory.
+                let _ = outbox.send(&reply);
+            }
+            violation
+                .closes_session()
+                .then(|| Ended::Violation(violation.to_string()))
+        }
+        Received::PeerClosed { aborted, reason } => Some(Ended::ServerClosed { aborted, reason }),
     }
 }
 
@@ -242,7 +341,7 @@ struct ReadLoop<D> {
     clock: Arc<Stamp>,
     /// The session's last receive, published for the application (the server's registry).
     received: Arc<Stamp>,
-    dispatch: D,
+    sink: Sink<D>,
     /// The peer's read budget, if it has one.
     bucket: Option<Bucket>,
     /// Frames handled since the budget was last charged.
@@ -298,6 +397,11 @@ impl<D: Dispatch> ReadLoop<D> {
                 }
             }
         };
+        // A staged session's last frames are dispatched before it is reported ended.
+        if let Sink::Staged { to, stage, .. } = self.sink {
+            drop(to);
+            let _ = stage.await;
+        }
         // Whatever the reason, the writer flushes what is queued and closes the stream.
         self.close.cancel();
         ended
@@ -319,7 +423,21 @@ impl<D: Dispatch> ReadLoop<D> {
         // a busy process for a dead one. Its silence is not timed here: its frames wait unread.
         let mut beaten: Option<Instant> = None;
         let delivered = {
-            let flush = self.dispatch.flush(&self.session);
+            let (sink, session) = (&mut self.sink, &self.session);
+            let flush = async move {
+                match sink {
+                    Sink::Inline(dispatch) => dispatch.flush(session).await,
+                    Sink::Staged { frames, .. } if frames.is_empty() => true,
+                    Sink::Staged {
+                        frames, to, spare, ..
+                    } => {
+                        let next = spare
+                            .try_recv()
+                            .unwrap_or_else(|_| Vec::with_capacity(frames.len()));
+                        to.send(std::mem::replace(frames, next)).await.is_ok()
+                    }
+                }
+            };
             tokio::pin!(flush);
             // Most flushes are done at once: no timer for those. A session that is ending (an
             // ERROR queued, the peer's close read) sends no heartbeat after it.
@@ -378,26 +496,28 @@ impl<D: Dispatch> ReadLoop<D> {
                 }
             };
             self.frames += 1;
-            match self.session.handle_raw(now, raw) {
-                Received::Message(m) => {
-                    if !self.dispatch.dispatch(&self.session, m) {
-                        return Some(Ended::Local);
+            let received = match self.session.handle_head(now, raw) {
+                Head::Done(received) => received,
+                Head::Undecoded(frame) => match &mut self.sink {
+                    Sink::Staged { frames, .. } => {
+                        frames.push(frame);
+                        continue;
                     }
-                }
-                Received::Heartbeat => {}
-                Received::Rejected { violation, reply } => {
-                    tracing::debug!(peer = %self.session.peer_uuid(), %violation, "frame refused");
-                    if let Some(reply) = reply {
-                        // A peer that does not read its errors loses them, not our memory.
-                        let _ = self.outbox.send(&reply);
+                    Sink::Inline(_) => self.session.decode(frame),
+                },
+            };
+            let ended = match received {
+                Received::Message(m) => match &mut self.sink {
+                    Sink::Inline(dispatch) => {
+                        (!dispatch.dispatch(&self.session, m)).then_some(Ended::Local)
                     }
-                    if violation.closes_session() {
-                        return Some(Ended::Violation(violation.to_string()));
-                    }
-                }
-                Received::PeerClosed { aborted, reason } => {
-                    return Some(Ended::ServerClosed { aborted, reason });
-                }
+                    // The rules without decoding never make a message.
+                    Sink::Staged { .. } => None,
+                },
+                other => settle(&self.session, &self.outbox, other),
+            };
+            if ended.is_some() {
+                return ended;
             }
         }
     }

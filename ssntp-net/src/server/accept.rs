@@ -249,12 +249,16 @@ impl Server {
         };
         let outbox = opened.outbox().clone();
         let rate = self.config.read_rates.for_role(role);
+        // A session without a read budget may send at full speed: its payloads are decoded
+        // beside its reader, not by it (`conn::Sink::Staged`).
+        let staged = rate.is_none();
         let mut done = opened.run(
             session,
             buf,
             read_room(&self.config.conn, rate.as_ref()),
             rate,
             dispatch,
+            staged,
             tracker,
         );
         let ended = tokio::select! {

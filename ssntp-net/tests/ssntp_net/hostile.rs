@@ -369,3 +369,86 @@ async fn a_connection_past_the_handshake_slots_waits_for_one() {
         "the waiting connection's TLS handshake failed"
     );
 }
+
+/// A controller's session (no read budget) has its payloads decoded by a second task beside its
+/// reader: the messages still reach the application in the order sent, a bad payload among them
+/// is answered with the operand's own failure (PROTOCOL.md §5 rule 4) and the session kept, a
+/// HEARTBEAT goes no further, and the frames read last reach the application before the
+/// session is reported ended.
+#[tokio::test]
+async fn a_controller_session_decoded_beside_its_reader_keeps_order_and_rule_4() {
+    let pki = TestPki::new();
+    let mut s = server_with(&pki, u(0x5c), Routes::new(), |_| {}).await;
+    let mut peer = RawPeer::connect(&s.addr, &pki.identity(Role::CONTROLLER, Some(u(1))))
+        .await
+        .unwrap();
+    peer.send(&connect_frame(u(1), Role::CONTROLLER))
+        .await
+        .unwrap();
+    assert_eq!(reply_operand(&mut peer).await, Operand::Connected);
+    server_connected(&mut s).await;
+
+    let delete = |n: u8| {
+        Payload::Delete(Delete {
+            instance_uuid: u(n),
+            workload_agent_uuid: u(0xa),
+            stop: false,
+        })
+    };
+    let wire = |p: &Payload| Frame::new(u(1), p).to_bytes(DEFAULT_MAX_FRAME).unwrap();
+    // Missing every key DELETE needs.
+    let mut bad = Frame::new(u(1), &delete(2));
+    bad.payload = bytes::Bytes::from_static(&[0xa0]);
+    let mut burst = Vec::new();
+    burst.extend_from_slice(&wire(&delete(1)));
+    burst.extend_from_slice(&bad.to_bytes(DEFAULT_MAX_FRAME).unwrap());
+    burst.extend_from_slice(&wire(&Payload::Heartbeat));
+    for n in 3..=40 {
+        burst.extend_from_slice(&wire(&delete(n)));
+    }
+    peer.send_bytes(&burst).await.unwrap();
+    let reply = peer.recv(T).await.expect("the bad DELETE answered");
+    assert_eq!(reply.operand, Operand::DeleteFailure);
+    match reply.decode_payload().unwrap() {
+        Payload::DeleteFailure(f) => {
+            assert_eq!(f.reason, DeleteFailureReason::InvalidPayload);
+        }
+        other => panic!("{other:?}"),
+    }
+
+    let mut got = Vec::new();
+    while got.len() < 39 {
+        match recv_within(&mut s.events, T).await {
+            ServerEvent::Frames { uuid, messages, .. } => {
+                assert_eq!(uuid, u(1));
+                got.extend(messages.into_iter().map(|m| m.payload));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    let sent: Vec<Payload> = std::iter::once(1).chain(3..=40).map(delete).collect();
+    assert_eq!(got, sent);
+    assert!(s.handle.client_role(u(1)).is_some());
+
+    // The last frames, then the close at once: delivered before the session's end.
+    let mut last = Vec::new();
+    for n in 41..=60 {
+        last.extend_from_slice(&wire(&delete(n)));
+    }
+    peer.send_bytes(&last).await.unwrap();
+    drop(peer);
+    let mut tail = Vec::new();
+    loop {
+        match recv_within(&mut s.events, T).await {
+            ServerEvent::Frames { messages, .. } => {
+                tail.extend(messages.into_iter().map(|m| m.payload));
+            }
+            ServerEvent::Disconnected { uuid, .. } => {
+                assert_eq!(uuid, u(1));
+                break;
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(tail, (41..=60).map(delete).collect::<Vec<_>>());
+}
