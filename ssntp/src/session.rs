@@ -231,7 +231,12 @@ impl Session {
     /// for [`Session::decode`] to finish (the payload's rules), on this task or another.
     pub fn handle_head(&mut self, now: Now, raw: RawFrame) -> Head {
         self.last_rx = self.last_rx.max(now.instant);
-        self.check_head(now, raw, Head::Done, Head::Undecoded)
+        self.check_head(
+            now,
+            raw,
+            |received| Head::Done(Box::new(received)),
+            Head::Undecoded,
+        )
     }
 
     /// The refusal of a frame: the violation, and the ERROR that answers it.
@@ -351,8 +356,9 @@ impl Session {
 /// A frame after the rules that need no decoding ([`Session::handle_head`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Head {
-    /// What the frame amounts to already: refused, or the server's close.
-    Done(Received),
+    /// What the frame amounts to already: refused, or the server's close (boxed: a `Head` per
+    /// frame may wait in a vector, and refusals are rare).
+    Done(Box<Received>),
     /// Passed so far: its trace split off and stamped, its payload still to decode
     /// ([`Session::decode`]).
     Undecoded(Frame),
@@ -487,47 +493,78 @@ mod tests {
     }
 
     /// The rules in two steps (`handle_head`, then `decode`, as a staged reader runs them) give
-    /// what `handle_raw` gives, frame for frame; only the payload's rules wait for `decode`.
+    /// what `handle_raw` gives, frame for frame, the trace stamped alike; only the payload's
+    /// rules wait for `decode`.
     #[test]
     fn the_rules_in_two_steps_agree_with_handle_raw() {
         let clock = Clock::new();
+        let agree = |role: Role, frames: Vec<(RawFrame, bool)>| {
+            let mut one = session(Side::Server, role, clock);
+            let mut two = session(Side::Server, role, clock);
+            for (n, (raw, decoded)) in frames.into_iter().enumerate() {
+                let whole = one.handle_raw(clock.now(n as u64), raw.clone());
+                let head = two.handle_head(clock.now(n as u64), raw);
+                assert_eq!(
+                    matches!(head, Head::Undecoded(_)),
+                    decoded,
+                    "{role}: frame {n}"
+                );
+                let stepped = match head {
+                    Head::Done(received) => *received,
+                    Head::Undecoded(frame) => two.decode(frame),
+                };
+                assert_eq!(stepped, whole, "{role}: frame {n}");
+            }
+            assert_eq!(one.last_received(), two.last_received());
+        };
         let delete = Payload::Delete(Delete {
             instance_uuid: INSTANCE,
             workload_agent_uuid: PEER,
             stop: false,
         });
+        let deleted = Payload::InstanceDeleted(InstanceEvent {
+            instance_uuid: INSTANCE,
+        });
         let mut unknown = raw_payload(PEER, &Payload::Heartbeat);
         unknown.header.operand = Operand::from_wire(3, 42);
-        let frames = [
-            raw_payload(PEER, &delete),
-            raw_with(1, 0, Operand::Delete, PEER, &[0xa0]),
-            raw_payload(PEER, &Payload::Heartbeat),
-            raw_payload(
-                PEER,
-                &Payload::InstanceDeleted(InstanceEvent {
-                    instance_uuid: INSTANCE,
-                }),
-            ),
-            raw_payload(Uuid::from_bytes([9; 16]), &delete),
-            unknown,
-        ];
-        let mut one = session(Side::Server, Role::CONTROLLER, clock);
-        let mut two = session(Side::Server, Role::CONTROLLER, clock);
-        for (n, raw) in frames.into_iter().enumerate() {
-            let whole = one.handle_raw(clock.now(n as u64), raw.clone());
-            let head = two.handle_head(clock.now(n as u64), raw);
-            let payload_rules = matches!(head, Head::Undecoded(_));
-            let stepped = match head {
-                Head::Done(received) => received,
-                Head::Undecoded(frame) => two.decode(frame),
-            };
-            assert_eq!(stepped, whole, "frame {n}");
-            // Only the DELETEs with the session's own origin and the HEARTBEAT reach `decode`
-            // (the bad one refused there); an agent's event, the foreign origin and the unknown
-            // operand are refused first.
-            assert_eq!(payload_rules, n <= 2, "frame {n}");
-        }
-        assert_eq!(one.last_received(), two.last_received());
+        // (the frame, whether it passes the rules without decoding)
+        agree(
+            Role::CONTROLLER,
+            vec![
+                (raw_payload(PEER, &delete), true),
+                (
+                    raw(&Frame::new(PEER, &delete).with_trace(Trace::new(
+                        "l",
+                        PEER,
+                        Role::CONTROLLER,
+                        7,
+                    ))),
+                    true,
+                ),
+                // Rule 4: refused by `decode`.
+                (raw_with(1, 0, Operand::Delete, PEER, &[0xa0]), true),
+                (raw_payload(PEER, &Payload::Heartbeat), true),
+                // Refused before: a node's event, a foreign origin, an unknown operand, a
+                // trace block that does not fit.
+                (raw_payload(PEER, &deleted), false),
+                (raw_payload(Uuid::from_bytes([9; 16]), &delete), false),
+                (unknown, false),
+                (
+                    raw_with(0x81, 0, Operand::Delete, PEER, &[0, 5, 0xa0]),
+                    false,
+                ),
+            ],
+        );
+        // A status naming another node: refused by `decode`.
+        let other = Uuid::from_bytes([0x99; 16]);
+        agree(
+            Role::AGENT,
+            vec![
+                (raw_payload(PEER, &ready(PEER)), true),
+                (raw_payload(PEER, &ready(other)), true),
+                (raw_payload(PEER, &deleted), true),
+            ],
+        );
     }
 
     #[test]

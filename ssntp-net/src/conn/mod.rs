@@ -235,7 +235,7 @@ impl<R: AsyncRead + Unpin + Send + 'static> Opened<R> {
                 (from, spare_to),
             ));
             Sink::Staged {
-                frames: Vec::new(),
+                heads: Vec::new(),
                 to,
                 spare,
                 stage,
@@ -261,54 +261,68 @@ impl<R: AsyncRead + Unpin + Send + 'static> Opened<R> {
 enum Sink<D> {
     /// The reader decodes each payload and dispatches each message itself.
     Inline(D),
-    /// The frames of each read go, all together, to a task of their own ([`decode_loop`]) that
-    /// decodes and dispatches them while the reader reads on: a session that sends at full
-    /// speed has its reading (TLS included) on one core and its decoding and routing on
+    /// What the rules without decoding made of each read's frames goes, all together, to a
+    /// task of the session's own ([`decode_loop`]) that decodes and dispatches them, and
+    /// answers the refused ones, in order, while the reader reads on: a session that sends at
+    /// full speed has its reading (TLS included) on one core and its decoding and routing on
     /// another. Costs a task and a hand-over per read, and up to two more reads' frames held (one
     /// waiting in the channel, one being decoded). Bounded: the reader waits for the channel
     /// (one read's frames) as it waits for the application, heartbeating meanwhile.
     Staged {
-        /// The frames of the read under way.
-        frames: Vec<Frame>,
-        to: tokio::sync::mpsc::Sender<Vec<Frame>>,
-        /// The vectors the second task has emptied, for the next reads: a read of small frames
-        /// fills one of over 128 KiB, which glibc would map and unmap each time.
-        spare: tokio::sync::mpsc::Receiver<Vec<Frame>>,
+        /// What the rules without decoding made of the frames of the read under way, in order:
+        /// the frames that passed them, and the refusals (answered by the second task, so that
+        /// every reply keeps the order of the frames it answers).
+        heads: Vec<Head>,
+        to: tokio::sync::mpsc::Sender<Vec<Head>>,
+        /// The vectors the second task has emptied, for the next reads of a busy session: a
+        /// read of small frames fills one of over 128 KiB, which glibc would map and unmap each
+        /// time. A quiet read lets them go.
+        spare: tokio::sync::mpsc::Receiver<Vec<Head>>,
         stage: tokio::task::JoinHandle<()>,
     },
 }
 
 /// A staged session's second task: decodes the frames of each read and dispatches their
-/// messages in order, then flushes the dispatcher, as an inline reader does. A dispatcher that
-/// ends the session, or a refusal that closes it, cancels `close` (the reader then ends too).
+/// messages in order, answering refusals in the same order, then flushes the dispatcher, as an
+/// inline reader does. Once `close` is cancelled it delivers nothing more. A dispatcher that
+/// ends the session, or a refusal that closes it, cancels `close` (the reader then ends too),
+/// after flushing what was dispatched before it.
 async fn decode_loop<D: Dispatch>(
     session: Session,
     mut dispatch: D,
     outbox: Outbox,
     close: CancellationToken,
     (mut from, spare): (
-        tokio::sync::mpsc::Receiver<Vec<Frame>>,
-        tokio::sync::mpsc::Sender<Vec<Frame>>,
+        tokio::sync::mpsc::Receiver<Vec<Head>>,
+        tokio::sync::mpsc::Sender<Vec<Head>>,
     ),
 ) {
-    while let Some(mut frames) = from.recv().await {
-        for frame in frames.drain(..) {
-            let ended = match session.decode(frame) {
+    while let Some(mut heads) = from.recv().await {
+        if close.is_cancelled() {
+            return;
+        }
+        let mut ended = None;
+        for head in heads.drain(..) {
+            let received = match head {
+                Head::Done(received) => *received,
+                Head::Undecoded(frame) => session.decode(frame),
+            };
+            ended = match received {
                 Received::Message(m) => (!dispatch.dispatch(&session, m)).then_some(Ended::Local),
                 other => settle(&session, &outbox, other),
             };
             if ended.is_some() {
-                close.cancel();
-                return;
+                break;
             }
         }
         // Emptied, it goes back to the reader (or is dropped if two are there already).
-        let _ = spare.try_send(frames);
+        let _ = spare.try_send(heads);
         let delivered = tokio::select! {
-            d = dispatch.flush(&session) => d,
+            biased;
             _ = close.cancelled() => false,
+            d = dispatch.flush(&session) => d,
         };
-        if !delivered {
+        if !delivered || ended.is_some() {
             close.cancel();
             return;
         }
@@ -427,14 +441,20 @@ impl<D: Dispatch> ReadLoop<D> {
             let flush = async move {
                 match sink {
                     Sink::Inline(dispatch) => dispatch.flush(session).await,
-                    Sink::Staged { frames, .. } if frames.is_empty() => true,
+                    Sink::Staged { heads, .. } if heads.is_empty() => true,
                     Sink::Staged {
-                        frames, to, spare, ..
+                        heads, to, spare, ..
                     } => {
-                        let next = spare
-                            .try_recv()
-                            .unwrap_or_else(|_| Vec::with_capacity(frames.len()));
-                        to.send(std::mem::replace(frames, next)).await.is_ok()
+                        let next = if heads.len() >= BUSY_HEADS {
+                            spare
+                                .try_recv()
+                                .unwrap_or_else(|_| Vec::with_capacity(heads.len()))
+                        } else {
+                            // A quiet session keeps no room.
+                            while spare.try_recv().is_ok() {}
+                            Vec::new()
+                        };
+                        to.send(std::mem::replace(heads, next)).await.is_ok()
                     }
                 }
             };
@@ -489,32 +509,38 @@ impl<D: Dispatch> ReadLoop<D> {
                 Ok(Decoded::NeedMore(_)) => return None,
                 Err(e) => {
                     let (violation, reply) = self.session.handle_framing_error(e);
-                    if let Some(reply) = reply {
-                        let _ = self.outbox.send(&reply);
+                    let ended = Some(Ended::Violation(violation.to_string()));
+                    match &mut self.sink {
+                        // Answered after the frames before it, by the task that answers those.
+                        Sink::Staged { heads, .. } => {
+                            heads.push(Head::Done(Box::new(Received::Rejected {
+                                violation,
+                                reply,
+                            })));
+                        }
+                        Sink::Inline(_) => {
+                            if let Some(reply) = reply {
+                                let _ = self.outbox.send(&reply);
+                            }
+                        }
                     }
-                    return Some(Ended::Violation(violation.to_string()));
+                    return ended;
                 }
             };
             self.frames += 1;
-            let received = match self.session.handle_head(now, raw) {
-                Head::Done(received) => received,
-                Head::Undecoded(frame) => match &mut self.sink {
-                    Sink::Staged { frames, .. } => {
-                        frames.push(frame);
-                        continue;
-                    }
-                    Sink::Inline(_) => self.session.decode(frame),
-                },
+            let received = match &mut self.sink {
+                // Refusals too, so that every reply goes out in the order of the frames.
+                Sink::Staged { heads, .. } => {
+                    heads.push(self.session.handle_head(now, raw));
+                    continue;
+                }
+                Sink::Inline(_) => self.session.handle_raw(now, raw),
             };
-            let ended = match received {
-                Received::Message(m) => match &mut self.sink {
-                    Sink::Inline(dispatch) => {
-                        (!dispatch.dispatch(&self.session, m)).then_some(Ended::Local)
-                    }
-                    // The rules without decoding never make a message.
-                    Sink::Staged { .. } => None,
-                },
-                other => settle(&self.session, &self.outbox, other),
+            let ended = match (received, &mut self.sink) {
+                (Received::Message(m), Sink::Inline(dispatch)) => {
+                    (!dispatch.dispatch(&self.session, m)).then_some(Ended::Local)
+                }
+                (other, _) => settle(&self.session, &self.outbox, other),
             };
             if ended.is_some() {
                 return ended;
@@ -522,6 +548,10 @@ impl<D: Dispatch> ReadLoop<D> {
         }
     }
 }
+
+/// The frames in a read from which a staged session counts as busy: it reuses the vectors
+/// its second task has emptied; a quieter read lets them go.
+const BUSY_HEADS: usize = 64;
 
 /// A quiet session's read buffer: the size of its room, and the read under half of which a
 /// session counts as quiet.

@@ -451,4 +451,25 @@ async fn a_controller_session_decoded_beside_its_reader_keeps_order_and_rule_4()
         }
     }
     assert_eq!(tail, (41..=60).map(delete).collect::<Vec<_>>());
+
+    // Replies keep the order of the frames they answer, the last a framing error's (rule 1:
+    // PROTOCOL_VIOLATION, then close), though the payload's rules run on the second task.
+    let mut peer = RawPeer::connect(&s.addr, &pki.identity(Role::CONTROLLER, Some(u(2))))
+        .await
+        .unwrap();
+    peer.send(&connect_frame(u(2), Role::CONTROLLER))
+        .await
+        .unwrap();
+    assert_eq!(reply_operand(&mut peer).await, Operand::Connected);
+    server_connected(&mut s).await;
+    let mut bad = Frame::new(u(2), &delete(2));
+    bad.payload = bytes::Bytes::from_static(&[0xa0]);
+    let mut burst = bad.to_bytes(DEFAULT_MAX_FRAME).unwrap().to_vec();
+    burst.extend_from_slice(&[1u8, 0, 3, 2]);
+    burst.extend_from_slice(&(DEFAULT_MAX_FRAME + 1).to_be_bytes());
+    burst.extend_from_slice(u(2).as_bytes());
+    peer.send_bytes(&burst).await.unwrap();
+    assert_eq!(reply_operand(&mut peer).await, Operand::DeleteFailure);
+    assert_eq!(reply_operand(&mut peer).await, Operand::ProtocolViolation);
+    assert!(peer.closed_within(T).await);
 }
