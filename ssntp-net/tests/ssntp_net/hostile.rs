@@ -90,10 +90,14 @@ async fn silence_before_connect_fails_at_the_handshake_timeout() {
 }
 
 async fn joined(pki: &TestPki, addr: &str, id: Uuid) -> RawPeer {
-    let mut peer = RawPeer::connect(addr, &pki.identity(Role::AGENT, Some(id)))
+    joined_as(pki, addr, id, Role::AGENT).await
+}
+
+async fn joined_as(pki: &TestPki, addr: &str, id: Uuid, role: Role) -> RawPeer {
+    let mut peer = RawPeer::connect(addr, &pki.identity(role, Some(id)))
         .await
         .unwrap();
-    peer.send(&connect_frame(id, Role::AGENT)).await.unwrap();
+    peer.send(&connect_frame(id, role)).await.unwrap();
     assert_eq!(reply_operand(&mut peer).await, Operand::Connected);
     peer
 }
@@ -379,13 +383,7 @@ async fn a_connection_past_the_handshake_slots_waits_for_one() {
 async fn a_controller_session_decoded_beside_its_reader_keeps_order_and_rule_4() {
     let pki = TestPki::new();
     let mut s = server_with(&pki, u(0x5c), Routes::new(), |_| {}).await;
-    let mut peer = RawPeer::connect(&s.addr, &pki.identity(Role::CONTROLLER, Some(u(1))))
-        .await
-        .unwrap();
-    peer.send(&connect_frame(u(1), Role::CONTROLLER))
-        .await
-        .unwrap();
-    assert_eq!(reply_operand(&mut peer).await, Operand::Connected);
+    let mut peer = joined_as(&pki, &s.addr, u(1), Role::CONTROLLER).await;
     server_connected(&mut s).await;
 
     let delete = |n: u8| {
@@ -454,13 +452,7 @@ async fn a_controller_session_decoded_beside_its_reader_keeps_order_and_rule_4()
 
     // Replies keep the order of the frames they answer, the last a framing error's (rule 1:
     // PROTOCOL_VIOLATION, then close), though the payload's rules run on the second task.
-    let mut peer = RawPeer::connect(&s.addr, &pki.identity(Role::CONTROLLER, Some(u(2))))
-        .await
-        .unwrap();
-    peer.send(&connect_frame(u(2), Role::CONTROLLER))
-        .await
-        .unwrap();
-    assert_eq!(reply_operand(&mut peer).await, Operand::Connected);
+    let mut peer = joined_as(&pki, &s.addr, u(2), Role::CONTROLLER).await;
     server_connected(&mut s).await;
     let mut bad = Frame::new(u(2), &delete(2));
     bad.payload = bytes::Bytes::from_static(&[0xa0]);
