@@ -288,6 +288,9 @@ struct Row {
 
 fn run(o: &Opts) -> bool {
     let dir = std::env::temp_dir().join(format!("cumulo-load-{}", std::process::id()));
+    // A run that failed keeps its directory (for its logs); a later process given the same PID
+    // must not start from that run's store.
+    let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let pki = TestPki::new();
     pki.leaf(Role::SCHEDULER, Some(SCHED))
