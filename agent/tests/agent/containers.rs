@@ -227,7 +227,7 @@ async fn a_tenant_nic_becomes_eth0_with_the_starts_address() {
     assert!(said.contains("link/ether 02:00:0a:00:00:05"), "{said}");
     assert!(said.contains("default via 10.7.0.1"), "{said}");
     b.delete(id).await.unwrap();
-    // The pair went with the namespace.
+    // The pair went with the delete.
     let left = Command::new("ip")
         .args(["link", "show", &host])
         .output()

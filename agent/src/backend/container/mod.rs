@@ -22,7 +22,7 @@
 //! - **start**: `runc run --detach`; its output appended to `console.log`.
 //! - **stop**: SIGTERM, SIGKILL after [`STOP_GRACE`], the runtime's state removed: the root
 //!   file system stays; a start runs it again from there.
-//! - **delete**: the container, its namespace (and so the NIC's veth pair) and its directory.
+//! - **delete**: the container, its NIC's veth pair, its namespace and its directory.
 //! - pause/unpause: the freezer; reboot: a stop and a start; suspend: not for containers.
 
 pub mod oci;
@@ -476,6 +476,10 @@ impl Backend for ContainerBackend {
         }
         let ns = netns_name(instance);
         if Path::new("/run/netns").join(&ns).exists() {
+            // The NIC's pair first, at once (a namespace's devices go after its deletion, in the
+            // kernel's own time: a START of the same instance right after could meet the host
+            // end still there). A container without a NIC has no `eth0`: nothing to delete.
+            let _ = ip(&["-n", &ns, "link", "delete", "eth0"]).await;
             ip(&["netns", "delete", &ns]).await.map_err(launch)?;
         }
         let dir = self.dir(instance);
