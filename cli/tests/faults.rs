@@ -227,7 +227,7 @@ fn consistent(cluster: &Cluster, ledger: &Ledger) -> Result<(usize, usize), Stri
             continue;
         }
         // Accepted when the agent died before its backend made anything of the instance: the
-        // restarted agent forgets it and reports it stopped; it is exited on no node. Nothing
+        // restarted agent forgets it and reports it deleted; it is exited on no node. Nothing
         // runs it (checked here); a `start` boots it anew.
         if state == "exited" && i["node"].is_null() {
             if let Some(agent) = reality.get(id) {

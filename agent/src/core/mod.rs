@@ -82,7 +82,7 @@ fn recover(desired: Desired, power: Option<&Power>) -> (InstanceState, Job, Opti
     let attach = |state| (state, Job::Attach(state), None);
     match (desired, power) {
         (Desired::Removing { stop }, _) => (S::Stopping, Job::Remove(stop), None),
-        // Nothing of it is left: say it stopped, and forget it.
+        // Nothing of it is left: say it is gone (INSTANCE_DELETED), and forget it.
         (_, None) => (S::Exited, Job::Remove(Some(StopCause::Lost)), None),
         (Desired::Running | Desired::Paused | Desired::Suspended, Some(Power::Running)) => {
             attach(S::Active)

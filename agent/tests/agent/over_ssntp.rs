@@ -391,8 +391,9 @@ async fn a_restarted_agent_reattaches_and_reports_what_was_lost() {
     drop(sim);
 
     let agent = start_agent(config(&files, &sched.addr, &state, &[]));
-    c.expect("INSTANCE_STOPPED of the lost one", |m| {
-        event_from(m, node, Operand::InstanceStopped, ids[2]).then_some(())
+    // Nothing of it is left on the node: INSTANCE_DELETED (not STOPPED: the node keeps nothing).
+    c.expect("INSTANCE_DELETED of the lost one", |m| {
+        event_from(m, node, Operand::InstanceDeleted, ids[2]).then_some(())
     })
     .await;
     let stats = c
@@ -483,19 +484,24 @@ async fn after_kill_9_a_new_process_reattaches_its_instances() {
     assert_eq!(second.exit_code().await, None, "killed by a signal");
 
     let mut third = agent_binary(&args, &dir.path().join("third.log"));
-    let mut stopped = Vec::new();
+    let (mut stopped, mut deleted) = (Vec::new(), Vec::new());
     let survivors = [ids[1], ids[2]];
     c.expect(
         "the third process's STATS: the survivors, nothing else",
         |m| {
-            if let Payload::InstanceStopped(e) = &m.payload {
-                stopped.push(e.instance_uuid);
+            match &m.payload {
+                Payload::InstanceStopped(e) => stopped.push(e.instance_uuid),
+                Payload::InstanceDeleted(e) => deleted.push(e.instance_uuid),
+                _ => {}
             }
             let s = stats_from(m, node)?;
-            // A burst instance was booting when killed: kept powered off, or, if the kill came
-            // before its backend made anything, forgotten; reported stopped either way.
-            let burst_off = burst.iter().all(|i| {
-                stopped.contains(i) && matches!(state_in(s, *i), None | Some(InstanceState::Exited))
+            // A burst instance was booting when killed: kept powered off and reported stopped,
+            // or, if the kill came before its backend made anything, forgotten and reported
+            // deleted.
+            let burst_off = burst.iter().all(|i| match state_in(s, *i) {
+                Some(InstanceState::Exited) => stopped.contains(i),
+                None => deleted.contains(i),
+                Some(_) => false,
             });
             (burst_off && all_active(s, &survivors) && state_in(s, ids[0]).is_none()).then_some(())
         },

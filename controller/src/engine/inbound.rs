@@ -239,8 +239,15 @@ impl Engine {
             // Deleted while it stopped: the stop removed it from its node.
             return self.forget(&record);
         }
-        // Powered off and kept on its node: it stays placed there for a start.
-        self.set_state(id, InstanceState::Exited, None).map(drop)
+        // Powered off and kept on its node: it stays placed there for a start. One on no node
+        // whose START was on its way (a node that made it, then died before the boot, reports
+        // it stopped after its restart, maybe before any STATS lists it) is placed on the node
+        // that says it keeps it.
+        let node = match (from, record.node) {
+            (Some(from), None) => Some(Some(from)),
+            _ => None,
+        };
+        self.set_state(id, InstanceState::Exited, node).map(drop)
     }
 
     fn on_deleted(&self, from: Option<Uuid>, id: Uuid) -> Result<(), ClusterError> {

@@ -568,7 +568,10 @@ impl<B: Backend> Task<B> {
         Some(after)
     }
 
-    /// Stop and delete it, then report it deleted (or, for records of older agents, stopped).
+    /// Stop and delete it, then report it deleted: INSTANCE_DELETED, whatever the removal was
+    /// for (a DELETE; an instance of which a restart found nothing; a record of an older agent
+    /// that stopped by removing), as nothing of it is left on the node. INSTANCE_STOPPED would
+    /// tell the controller that the node keeps it, powered off.
     async fn remove(&self, stop: Option<StopCause>) -> Now {
         let quiet = matches!(stop, Some(StopCause::Exited | StopCause::Lost));
         self.state(if quiet {
@@ -591,11 +594,7 @@ impl<B: Backend> Task<B> {
         }
         self.remove_record().await;
         let instance = self.instance;
-        self.event(match stop {
-            None => InstanceEvent::Deleted { instance },
-            Some(cause) => InstanceEvent::Stopped { instance, cause },
-        })
-        .await;
+        self.event(InstanceEvent::Deleted { instance }).await;
         self.send(Update::Forget(instance)).await;
         None
     }

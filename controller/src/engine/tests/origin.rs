@@ -115,6 +115,30 @@ fn an_unplaced_instance_is_placed_by_the_first_node_that_reports_it() {
     assert_eq!(w.refused("START_FAILURE"), 1);
 }
 
+/// A node that made an instance and died before booting it keeps it, powered off, and after its
+/// restart may say INSTANCE_STOPPED before any STATS lists it: the instance is that node's from
+/// then on (exited there, its STATS applied); a node that forgot it says INSTANCE_DELETED instead
+/// and leaves it on no node, for a start to place anew.
+#[test]
+fn an_unplaced_instance_reported_stopped_is_placed_on_the_node_that_keeps_it() {
+    let w = world();
+    w.node_connected(OTHER, NodeType::ComputeNode);
+    let [kept, forgotten] = [w.launch(1)[0].id, w.launch(1)[0].id];
+    w.report(OTHER, stopped_event(kept));
+    assert_eq!(w.placed(kept), (InstanceState::Exited, Some(OTHER)));
+    w.report(OTHER, stats_of(OTHER, &[(kept, Reported::Exited)]));
+    assert_eq!(w.placed(kept), (InstanceState::Exited, Some(OTHER)));
+    assert_eq!(w.refused("STATS"), 0);
+    // NODE may no longer claim it.
+    w.report(NODE, stopped_event(kept));
+    assert_eq!(w.refused("INSTANCE_STOPPED"), 1);
+
+    w.report(OTHER, deleted_event(forgotten));
+    assert_eq!(w.placed(forgotten), (InstanceState::Exited, None));
+    w.report(OTHER, stats_of(OTHER, &[(kept, Reported::Exited)]));
+    assert_eq!(w.refused("STATS"), 0);
+}
+
 #[test]
 fn a_start_failure_from_the_wrong_node_is_refused() {
     let w = world();
