@@ -468,9 +468,9 @@ pub fn begin_detach(
     change_volume(store, volume, change)
 }
 
-/// Releases every volume attached to `instance` (its record goes, or its node removed it): each
-/// `available` and detached, its `node` kept; one attached with `delete_on_termination` is
-/// `deleting` instead (for its caller to [`remove_volume`]). The volumes released.
+/// Releases every volume attached to `instance` (its record goes): each `available` and
+/// detached, its `node` kept; one attached with `delete_on_termination` is `deleting` instead
+/// (for its caller to [`remove_volume`]). The volumes released.
 pub fn release_instance(store: &dyn Store, instance: &Instance) -> Result<Vec<Volume>, StoreError> {
     let mut released = Vec::new();
     for volume in attached_to(store, instance)? {
@@ -481,10 +481,39 @@ pub fn release_instance(store: &dyn Store, instance: &Instance) -> Result<Vec<Vo
     Ok(released)
 }
 
+/// Releases the volumes of `instance` that its node removed while its record lives on (`exited`
+/// on no node): each data volume `available` and detached, its `node` kept, whatever its
+/// `delete_on_termination` (the server did not go: what was on the volume is the user's); the
+/// boot volume stays attached (a `start` boots the server from it again, on its node). The
+/// volumes released.
+pub fn release_removed(store: &dyn Store, instance: &Instance) -> Result<Vec<Volume>, StoreError> {
+    let mut released = Vec::new();
+    for volume in attached_to(store, instance)? {
+        if is_root(&volume) {
+            continue;
+        }
+        if let Some(v) = detach(store, volume.id, instance.id, false)? {
+            released.push(v);
+        }
+    }
+    Ok(released)
+}
+
 /// Detaches volume `id` from `instance` in the store, whatever its status: `available`, or
 /// `deleting` when it was attached with `delete_on_termination`; `None` if it is not attached to
 /// it (any more).
 pub fn release(store: &dyn Store, id: Uuid, instance: Uuid) -> Result<Option<Volume>, StoreError> {
+    detach(store, id, instance, true)
+}
+
+/// [`release`], with `delete_on_termination` applied (`terminate`) or not (`available` whatever
+/// it says).
+fn detach(
+    store: &dyn Store,
+    id: Uuid,
+    instance: Uuid,
+    terminate: bool,
+) -> Result<Option<Volume>, StoreError> {
     for _ in 0..RETRIES {
         let current = match store.volume(Scope::All, id) {
             Ok(v) => v,
@@ -500,7 +529,7 @@ pub fn release(store: &dyn Store, id: Uuid, instance: Uuid) -> Result<Option<Vol
         };
         let change = VolumeChange {
             expect: Some(current.status),
-            status: Some(if attachment.delete_on_termination {
+            status: Some(if terminate && attachment.delete_on_termination {
                 VolumeStatus::Deleting
             } else {
                 VolumeStatus::Available

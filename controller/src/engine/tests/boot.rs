@@ -153,3 +153,30 @@ fn volumes_going_with_their_instances_are_removed_by_the_sweep() {
     // (Both engines record their events in the one store.)
     assert!(w.events().iter().any(|e| e.contains("error_deleting")));
 }
+
+/// A server whose node removed it while it lived (its domain lost, the restarted agent said
+/// INSTANCE_DELETED) keeps its boot volume, even one to be deleted with the server: `exited`,
+/// the volume still in use, and a start boots it from the volume on the volume's node.
+#[test]
+fn a_server_its_node_removed_keeps_its_boot_volume() {
+    let w = world();
+    w.node_connected(NODE, NodeType::ComputeNode);
+    let (instance, v) = launch_booted(&w, true);
+    stats_listing(&w, NODE, instance.id, &[v.id]);
+    w.out.take();
+    w.event(Payload::InstanceDeleted(InstanceEvent {
+        instance_uuid: instance.id,
+    }));
+    assert_eq!(w.placed(instance.id), (InstanceState::Exited, None));
+    let kept = volume(&w, v.id);
+    assert_eq!(kept.status, VolumeStatus::InUse);
+    assert_eq!(kept.node, Some(NODE));
+    assert_eq!(kept.attachment.map(|a| a.instance), Some(instance.id));
+    w.engine
+        .start(Scope::All, instance.id, &Caller::default())
+        .unwrap();
+    let start = starts(&w);
+    assert_eq!(start.len(), 1, "{start:?}");
+    assert_eq!(start[0].requirements.node_id, Some(NODE));
+    assert_eq!(start[0].storage.as_ref().unwrap()[0].id, v.id);
+}
