@@ -83,7 +83,8 @@ pub enum Desired {
     /// It should stay saved to disk until a resume.
     Suspended,
     /// It is being removed (`stop: None`; records written by agents before stops kept
-    /// instances may also say `stop` with a cause: those are finished the old way).
+    /// instances may also say `stop` with a cause: those are removed too, and reported
+    /// deleted).
     Removing {
         /// Why it was being stopped, when it is not a plain delete.
         stop: Option<StopCause>,

@@ -351,7 +351,7 @@ async fn evacuate_and_restore_hold_across_a_restart() {
 }
 
 /// An agent stopped and started again over the same state directory re-attaches to the sim
-/// instances that still run and reports the one lost meanwhile (INSTANCE_STOPPED). Its
+/// instances that still run and reports the one lost meanwhile (INSTANCE_DELETED). Its
 /// certificate binds no UUID: the one kept in the state directory comes back.
 #[tokio::test]
 async fn a_restarted_agent_reattaches_and_reports_what_was_lost() {

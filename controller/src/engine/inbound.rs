@@ -243,11 +243,22 @@ impl Engine {
         // whose START was on its way (a node that made it, then died before the boot, reports
         // it stopped after its restart, maybe before any STATS lists it) is placed on the node
         // that says it keeps it.
-        let node = match (from, record.node) {
-            (Some(from), None) => Some(Some(from)),
-            _ => None,
-        };
-        self.set_state(id, InstanceState::Exited, node).map(drop)
+        // (The node is checked again in the change: another controller may have placed it.)
+        self.transition(Scope::All, id, |now| {
+            let node = match (from, now.node) {
+                (Some(from), None) => Some(Some(from)),
+                _ => None,
+            };
+            Ok(Some((
+                InstanceChange {
+                    state: Some(InstanceState::Exited),
+                    node,
+                    ..InstanceChange::default()
+                },
+                (),
+            )))
+        })
+        .map(drop)
     }
 
     fn on_deleted(&self, from: Option<Uuid>, id: Uuid) -> Result<(), ClusterError> {
@@ -293,8 +304,9 @@ impl Engine {
             ),
         );
         self.state().unconfirmed.remove(&id);
-        // Removed from its node, with whatever was attached to it there.
-        self.release_volumes(&record);
+        // Removed from its node, with the data volumes attached to it there; its boot volume
+        // stays its own (a start boots it from the volume again).
+        self.release_removed_volumes(&record);
         self.set_state(id, InstanceState::Exited, Some(None))
             .map(drop)
     }

@@ -33,8 +33,9 @@ pub(crate) enum InstanceCommand {
     Restore,
     /// Carry out an action.
     Act(Action),
-    /// Stop it and remove everything of it: deleted (`stop: None`), or, for records of older
-    /// agents, stopped for `cause` and gone.
+    /// Stop it and remove everything of it, then report it deleted: a delete (`stop: None`),
+    /// an instance a restart found nothing of, or a record of an older agent (stopped for
+    /// `cause`).
     Remove {
         /// Why it is stopped, when it is not a plain delete.
         stop: Option<StopCause>,

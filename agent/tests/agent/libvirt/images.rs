@@ -353,7 +353,7 @@ async fn wait_console(state: &Path, instance: Uuid, line: &str) {
 /// START recorded the instance (pending) before the fetch, and the endpoint has sent half the
 /// data, which is in a hidden part of the cache. The restarted agent removes the part as its
 /// cache opens (none is there from then on until a fetch is asked for, and nothing is kept under
-/// the hash), finds the instance never made (no domain), says so (INSTANCE_STOPPED) and forgets
+/// the hash), finds the instance never made (no domain), says so (INSTANCE_DELETED) and forgets
 /// it, leaving nothing in libvirt or in its files, and fetches nothing by itself. The START sent
 /// again fetches the data once, whole (the cache never holds anything else under the hash), and
 /// boots it: the guest of the disk comes up and counts its first boot on the disk.
@@ -434,8 +434,8 @@ async fn a_kill_9_mid_download_leaves_no_half_image_and_the_start_again_boots_it
         left.is_empty(),
         "nothing in the cache after the restart: {left:?}"
     );
-    c.expect("INSTANCE_STOPPED of the instance never made", |m| {
-        event_from(m, node, Operand::InstanceStopped, id).then_some(())
+    c.expect("INSTANCE_DELETED of the instance never made", |m| {
+        event_from(m, node, Operand::InstanceDeleted, id).then_some(())
     })
     .await;
     c.stats(node, "the instance forgotten", |s| {
