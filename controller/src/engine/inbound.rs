@@ -244,7 +244,7 @@ impl Engine {
         // it stopped after its restart, maybe before any STATS lists it) is placed on the node
         // that says it keeps it.
         // (The node is checked again in the change: another controller may have placed it.)
-        self.transition(Scope::All, id, |now| {
+        let stopped = self.transition(Scope::All, id, |now| {
             let node = match (from, now.node) {
                 (Some(from), None) => Some(Some(from)),
                 _ => None,
@@ -255,10 +255,20 @@ impl Engine {
                     node,
                     ..InstanceChange::default()
                 },
-                (),
+                now.state == InstanceState::Pending,
             )))
-        })
-        .map(drop)
+        })?;
+        if let Some((_, true)) = stopped {
+            // Its START ended with it powered off before it booted.
+            actions::start_ended(
+                self.store.as_ref(),
+                id,
+                EventOutcome::error(
+                    "its node lost it as it booted (the agent restarted); kept there, stopped",
+                ),
+            );
+        }
+        Ok(())
     }
 
     fn on_deleted(&self, from: Option<Uuid>, id: Uuid) -> Result<(), ClusterError> {
@@ -307,6 +317,13 @@ impl Engine {
         // Removed from its node, with the data volumes attached to it there; its boot volume
         // stays its own (a start boots it from the volume again).
         self.release_removed_volumes(&record);
+        if record.state == InstanceState::Pending {
+            actions::start_ended(
+                self.store.as_ref(),
+                id,
+                EventOutcome::error("its node lost it before it was made (the agent restarted)"),
+            );
+        }
         self.set_state(id, InstanceState::Exited, Some(None))
             .map(drop)
     }

@@ -87,6 +87,33 @@ fn a_launch_records_a_create_per_instance_and_how_each_start_went() {
     );
 }
 
+/// A START its node lost to an agent's restart ends in the actions too: the instance kept
+/// stopped (INSTANCE_STOPPED before any STATS) or forgotten (INSTANCE_DELETED) while pending.
+#[test]
+fn a_start_lost_to_an_agents_restart_ends_with_an_error() {
+    let w = world();
+    w.node_connected(NODE, NodeType::ComputeNode);
+    let [kept, forgotten] = [w.launch(1)[0].id, w.launch(1)[0].id];
+    w.engine
+        .handle_from(NODE, &stopped_event(kept), SystemTime::now())
+        .unwrap();
+    w.engine
+        .handle_from(NODE, &deleted_event(forgotten), SystemTime::now())
+        .unwrap();
+    for (id, why) in [
+        (kept, "its node lost it as it booted"),
+        (forgotten, "its node lost it before it was made"),
+    ] {
+        let action = &actions_of(&w, id)[0];
+        assert_eq!(
+            events_of(action),
+            [("controller_create", OK), ("node_start", FAILED)]
+        );
+        let detail = action.events[1].detail.as_deref().unwrap_or_default();
+        assert!(detail.starts_with(why), "{detail}");
+    }
+}
+
 /// A launch waiting for its subnet's CNCI sends no START yet: its actions have no `node_start`
 /// until the CNCI is up and the STARTs go.
 #[test]
