@@ -305,6 +305,17 @@ impl Engine {
         if record.state == InstanceState::Rebuilding {
             return self.rebuild_removed(&record);
         }
+        if record.state == InstanceState::Pending
+            && record.node.is_none()
+            && from.is_some()
+            && self.state().resent.contains(&id)
+        {
+            // Its START went twice (its scheduler was lost): one node's copy is gone, the other
+            // may run. Still pending: the other node's report places it, or the sweep gives the
+            // START up for lost.
+            tracing::info!(instance = %id, node = ?from, "INSTANCE_DELETED of one copy of a START sent twice; the other may run");
+            return Ok(());
+        }
         self.event(
             Some(record.tenant),
             EventKind::Warning,

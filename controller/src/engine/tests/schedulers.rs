@@ -186,6 +186,22 @@ fn a_start_sent_twice_keeps_the_first_copy_reported_and_deletes_the_second() {
     );
 }
 
+/// A START sent twice (its scheduler lost) of which one node's copy is gone (its agent restarted
+/// with nothing of it): still pending, and the other node's report places it.
+#[test]
+fn one_copy_gone_of_a_start_sent_twice_leaves_it_pending_for_the_other() {
+    let w = world();
+    w.node_connected(OTHER_NODE, NodeType::ComputeNode);
+    let id = w.launch(1)[0].id;
+    assert_eq!(w.engine.orphaned_starts(&[id]), vec![id]);
+    w.engine
+        .handle_from(NODE, &deleted_event(id), SystemTime::now())
+        .unwrap();
+    assert_eq!(w.placed(id), (InstanceState::Pending, None));
+    w.stats(OTHER_NODE, &[(id, Reported::Active)]);
+    assert_eq!(w.placed(id), (InstanceState::Active, Some(OTHER_NODE)));
+}
+
 const OTHER_NODE: Uuid = Uuid::from_bytes([0xcc; 16]);
 
 /// A scheduler link whose session ends as a START is queued on it: the end is told (on another
