@@ -468,31 +468,32 @@ pub fn begin_detach(
     change_volume(store, volume, change)
 }
 
-/// Releases every volume attached to `instance` (its record goes): each `available` and
-/// detached, its `node` kept; one attached with `delete_on_termination` is `deleting` instead
-/// (for its caller to [`remove_volume`]). The volumes released.
-pub fn release_instance(store: &dyn Store, instance: &Instance) -> Result<Vec<Volume>, StoreError> {
-    let mut released = Vec::new();
-    for volume in attached_to(store, instance)? {
-        if let Some(v) = release(store, volume.id, instance.id)? {
-            released.push(v);
-        }
-    }
-    Ok(released)
+/// Why an instance's volumes are released ([`release_instance`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Release {
+    /// Its record goes: every volume is released, `available`, or `deleting` when it was
+    /// attached with `delete_on_termination` (for its caller to [`remove_volume`]).
+    Gone,
+    /// Its node removed it while its record lives on (`exited` on no node): its data volumes are
+    /// released `available` whatever their `delete_on_termination` (the server did not go: what
+    /// is on them is the user's); its boot volume stays attached (a `start` boots the server
+    /// from it again, on its node).
+    Removed,
 }
 
-/// Releases the volumes of `instance` that its node removed while its record lives on (`exited`
-/// on no node): each data volume `available` and detached, its `node` kept, whatever its
-/// `delete_on_termination` (the server did not go: what was on the volume is the user's); the
-/// boot volume stays attached (a `start` boots the server from it again, on its node). The
-/// volumes released.
-pub fn release_removed(store: &dyn Store, instance: &Instance) -> Result<Vec<Volume>, StoreError> {
+/// Releases the volumes attached to `instance`, detached with their `node` kept, as `why` says.
+/// The volumes released.
+pub fn release_instance(
+    store: &dyn Store,
+    instance: &Instance,
+    why: Release,
+) -> Result<Vec<Volume>, StoreError> {
     let mut released = Vec::new();
     for volume in attached_to(store, instance)? {
-        if is_root(&volume) {
+        if why == Release::Removed && is_root(&volume) {
             continue;
         }
-        if let Some(v) = detach(store, volume.id, instance.id, false)? {
+        if let Some(v) = detach(store, volume.id, instance.id, why == Release::Gone)? {
             released.push(v);
         }
     }

@@ -327,7 +327,7 @@ impl Engine {
         self.state().unconfirmed.remove(&id);
         // Removed from its node, with the data volumes attached to it there; its boot volume
         // stays its own (a start boots it from the volume again).
-        self.release_removed_volumes(&record);
+        self.release_volumes(&record, crate::volumes::Release::Removed);
         if record.state == InstanceState::Pending {
             actions::start_ended(
                 self.store.as_ref(),

@@ -595,7 +595,7 @@ impl Engine {
             Err(e) => return Err(e.into()),
         }
         self.subnet_maybe_idle(instance);
-        self.release_volumes(instance);
+        self.release_volumes(instance, crate::volumes::Release::Gone);
         self.public_ips_instance_gone(instance.id, instance.tenant);
         self.firewalls_instance_gone(instance.id, instance.tenant);
         Ok(())

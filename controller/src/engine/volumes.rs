@@ -644,26 +644,10 @@ impl Engine {
         Ok(())
     }
 
-    /// `instance` is gone (its record removed): its volumes are released, `available` and
-    /// detached, or `deleting` (a store error is logged).
-    pub(super) fn release_volumes(&self, instance: &Instance) {
-        self.released(
-            instance,
-            rules::release_instance(self.store.as_ref(), instance),
-        );
-    }
-
-    /// Releases the volumes of `instance` that its node removed while its record lives on: its
-    /// data volumes (none of them deleted), not its boot volume ([`rules::release_removed`]).
-    pub(super) fn release_removed_volumes(&self, instance: &Instance) {
-        self.released(
-            instance,
-            rules::release_removed(self.store.as_ref(), instance),
-        );
-    }
-
-    fn released(&self, instance: &Instance, released: Result<Vec<Volume>, StoreError>) {
-        let released = match released {
+    /// Releases the volumes of `instance`, as `why` says ([`rules::release_instance`]; a store
+    /// error is logged).
+    pub(super) fn release_volumes(&self, instance: &Instance, why: rules::Release) {
+        let released = match rules::release_instance(self.store.as_ref(), instance, why) {
             Ok(released) => released,
             Err(e) => {
                 tracing::warn!(instance = %instance.id, "its volumes were not released: {e}");

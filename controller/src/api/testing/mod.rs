@@ -499,7 +499,11 @@ impl Cluster for FakeCluster {
     fn delete(&self, scope: Scope, id: Uuid, by: &Caller) -> Result<(), ClusterError> {
         self.check_connected()?;
         let instance = self.store.instance(scope, id)?;
-        let released = crate::volumes::release_instance(self.store.as_ref(), &instance)?;
+        let released = crate::volumes::release_instance(
+            self.store.as_ref(),
+            &instance,
+            crate::volumes::Release::Gone,
+        )?;
         let ticket = self.begin(id, ActionKind::Delete, by);
         let deleted = self
             .store

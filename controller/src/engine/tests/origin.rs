@@ -135,8 +135,6 @@ fn an_unplaced_instance_reported_stopped_is_placed_on_the_node_that_keeps_it() {
 
     w.report(OTHER, deleted_event(forgotten));
     assert_eq!(w.placed(forgotten), (InstanceState::Exited, None));
-    w.report(OTHER, stats_of(OTHER, &[(kept, Reported::Exited)]));
-    assert_eq!(w.refused("STATS"), 0);
 }
 
 #[test]

@@ -3,7 +3,7 @@
 
 use super::*;
 use ssntp::payload::{AttachVolumeFailure, AttachVolumeFailureReason};
-use store::{NewVolume, Volume, VolumeLimits, VolumeStatus};
+use store::{NewVolume, Volume, VolumeChange, VolumeLimits, VolumeStatus};
 
 /// A node that holds none of the world's instances.
 const OTHER: Uuid = Uuid::from_bytes([0xdd; 16]);
@@ -178,6 +178,17 @@ fn an_instance_its_node_removed_releases_its_volumes() {
     attach(&w, id, v);
     w.event(stats_with_volumes(NODE, &[(id, &[v])]));
     assert_eq!(volume(&w, v).status, VolumeStatus::InUse);
+    // Even one to go with the server: the server did not go, the volume is not deleted.
+    let mut attachment = volume(&w, v).attachment.unwrap();
+    attachment.delete_on_termination = true;
+    let change = VolumeChange {
+        attachment: Some(Some(attachment)),
+        ..VolumeChange::default()
+    };
+    w.engine
+        .store()
+        .change_volume(Scope::All, v, change, VolumeLimits::default())
+        .unwrap();
     w.event(deleted_event(id));
     assert_eq!(w.state(id), InstanceState::Exited);
     let v = volume(&w, v);
