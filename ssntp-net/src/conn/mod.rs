@@ -510,18 +510,12 @@ impl<D: Dispatch> ReadLoop<D> {
                 Err(e) => {
                     let (violation, reply) = self.session.handle_framing_error(e);
                     let ended = Some(Ended::Violation(violation.to_string()));
+                    let refused = Received::Rejected { violation, reply };
                     match &mut self.sink {
                         // Answered after the frames before it, by the task that answers those.
-                        Sink::Staged { heads, .. } => {
-                            heads.push(Head::Done(Box::new(Received::Rejected {
-                                violation,
-                                reply,
-                            })));
-                        }
+                        Sink::Staged { heads, .. } => heads.push(Head::Done(Box::new(refused))),
                         Sink::Inline(_) => {
-                            if let Some(reply) = reply {
-                                let _ = self.outbox.send(&reply);
-                            }
+                            settle(&self.session, &self.outbox, refused);
                         }
                     }
                     return ended;
