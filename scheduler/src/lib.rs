@@ -224,6 +224,12 @@ fn handle_event(cluster: &mut Cluster, handle: &ServerHandle, event: ServerEvent
             }
             return;
         }
+        // Not asked for (the scheduler's routes need messages), but taken as they come.
+        ServerEvent::Views { uuid, role, frames } => frames
+            .iter()
+            .filter_map(|frame| frame.to_message().ok())
+            .flat_map(|m| cluster.message(uuid, role, m, now, handle))
+            .collect(),
     };
     apply(handle, cluster, actions);
 }

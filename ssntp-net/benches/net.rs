@@ -1,7 +1,10 @@
 //! Benchmarks of SSNTP over loopback TLS 1.3 (run: `cargo bench -p ssntp-net --bench net -- <case>`):
 //!
 //! - `throughput [frames] [payload bytes]`: one controller sends frames (64-byte payloads by
-//!   default) to the server, which receives them as typed events; then the frame path with
+//!   default) to the server, which receives them as typed events (a message per frame); then
+//!   the same frames to a server run with `Delivery::Views`, taken as views of each read (each
+//!   payload checked by the session, and either left unread or decoded again by the bench's
+//!   application); then the frame path with
 //!   nothing to decode (an agent, its budget lifted, sends FULL without a payload); then one
 //!   agent within its default read budget (its burst and two seconds more); then, as the
 //!   baseline, a bare tokio-rustls stream moves the controller run's bytes (read and
@@ -24,8 +27,8 @@ use ssntp::frame::{DEFAULT_MAX_FRAME, Frame};
 use ssntp::payload::{Connect, Reason};
 use ssntp::{Payload, Role, Uuid};
 use ssntp_net::{
-    Client, ClientConfig, ClientEvent, ReadRates, Routes, Server, ServerConfig, ServerEvent,
-    TlsIdentity,
+    Client, ClientConfig, ClientEvent, Delivery, ReadRates, Routes, Server, ServerConfig,
+    ServerEvent, TlsIdentity,
 };
 use std::time::{Duration, Instant};
 use testkit::TestPki;
@@ -91,19 +94,35 @@ async fn start_client(
     }
 }
 
+/// How the bench's application takes the frames.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Take {
+    /// Messages (`Delivery::Messages`): each payload decoded by the session.
+    Messages,
+    /// Views (`Delivery::Views`), each payload checked by the session and left unread.
+    Views,
+    /// Views, each payload decoded again by the application as it reads it.
+    ViewsDecoded,
+}
+
 /// Typed events through the full stack: one client of `role` sends `frames` frames of `payload`
-/// to a server with the read budgets `rates`; how many arrived as typed events, how long that
-/// took, and the CPU time the process used meanwhile (sender and receiver together).
+/// to a server with the read budgets `rates`, taken as `take` says; how many arrived as typed
+/// events, how long that took, and the CPU time the process used meanwhile (sender and
+/// receiver together).
 async fn typed_run(
     pki: &TestPki,
     role: Role,
     rates: ReadRates,
     frames: usize,
     payload: &Payload,
+    take: Take,
 ) -> (usize, Duration, Duration) {
     let (addr, mut events, _h, stop) = start_server(pki, Routes::new(), |c| {
         c.event_queue = 65_536;
         c.read_rates = rates;
+        if take != Take::Messages {
+            c.delivery = Delivery::Views;
+        }
         if let Ok(bytes) = std::env::var("THROUGHPUT_READ_BUFFER") {
             c.conn.unbudgeted_read_buffer = bytes
                 .parse()
@@ -132,11 +151,23 @@ async fn typed_run(
             break;
         }
         for e in &batch {
-            if let ServerEvent::Frames { messages, .. } = e {
-                got += messages
-                    .iter()
-                    .filter(|m| m.payload.operand() == operand)
-                    .count();
+            match e {
+                ServerEvent::Frames { messages, .. } => {
+                    got += messages
+                        .iter()
+                        .filter(|m| m.payload.operand() == operand)
+                        .count();
+                }
+                ServerEvent::Views { frames, .. } if take == Take::ViewsDecoded => {
+                    got += frames
+                        .iter()
+                        .filter(|f| f.payload().is_ok_and(|p| p.operand() == operand))
+                        .count();
+                }
+                ServerEvent::Views { frames, .. } => {
+                    got += frames.iter().filter(|f| f.operand() == operand).count();
+                }
+                _ => {}
             }
         }
     }
@@ -163,7 +194,27 @@ async fn throughput(frames: usize, size: usize) {
     let size = payload.encode().len();
     // A controller's session has no read budget: the typed path as fast as it goes.
     let rates = ReadRates::default();
-    let (got, typed, typed_cpu) = typed_run(&pki, Role::CONTROLLER, rates, frames, &payload).await;
+    let (got, typed, typed_cpu) = typed_run(
+        &pki,
+        Role::CONTROLLER,
+        rates,
+        frames,
+        &payload,
+        Take::Messages,
+    )
+    .await;
+    // The same frames taken as views of each read: checked, and read or not.
+    let (views_got, views_time, views_cpu) =
+        typed_run(&pki, Role::CONTROLLER, rates, frames, &payload, Take::Views).await;
+    let (decoded_got, decoded_time, decoded_cpu) = typed_run(
+        &pki,
+        Role::CONTROLLER,
+        rates,
+        frames,
+        &payload,
+        Take::ViewsDecoded,
+    )
+    .await;
     // The frame path with nothing to decode: an agent (its budget lifted) sends FULL without a
     // payload (24 bytes on the wire), each still delivered as a message.
     let (empty_got, empty_time, empty_cpu) = typed_run(
@@ -172,6 +223,7 @@ async fn throughput(frames: usize, size: usize) {
         ReadRates::UNLIMITED,
         frames,
         &Payload::Full(None),
+        Take::Messages,
     )
     .await;
     // An agent's has the default one: its burst, then two seconds of its sustained rate.
@@ -189,8 +241,15 @@ async fn throughput(frames: usize, size: usize) {
         (budget.burst as f64 / (agent_wire as u64 + budget.frame_cost) as f64 + 2.0 * sustained)
             as usize,
     );
-    let (agent_got, agent_time, _) =
-        typed_run(&pki, Role::AGENT, rates, agent_frames, &agent_payload).await;
+    let (agent_got, agent_time, _) = typed_run(
+        &pki,
+        Role::AGENT,
+        rates,
+        agent_frames,
+        &agent_payload,
+        Take::Messages,
+    )
+    .await;
 
     // Baseline: the same bytes over a bare tokio-rustls stream, read and discarded.
     let bytes_per_frame = wire;
@@ -279,6 +338,29 @@ async fn throughput(frames: usize, size: usize) {
         "  ratio (controller session / bare): {:.0} %",
         100.0 * typed_rate / bare_rate
     );
+    for (what, got, time, cpu) in [
+        (
+            "views (Delivery::Views), payloads checked, unread",
+            views_got,
+            views_time,
+            views_cpu,
+        ),
+        (
+            "views, each payload decoded by the application",
+            decoded_got,
+            decoded_time,
+            decoded_cpu,
+        ),
+    ] {
+        let rate = got as f64 / time.as_secs_f64();
+        println!(
+            "  ssntp, typed {what}, controller session: {:.3} M frames/s, {:.0} % of bare, \
+             CPU per frame {:.0} ns both ends ({time:?})",
+            rate / 1e6,
+            100.0 * rate / bare_rate,
+            cpu.as_nanos() as f64 / got.max(1) as f64
+        );
+    }
     println!(
         "  reader time per frame {:.0} ns, per wire byte {:.3} ns (typed, controller session)",
         1e9 / typed_rate,

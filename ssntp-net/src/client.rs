@@ -503,7 +503,7 @@ impl Client {
             self.config.conn.read_buffer,
             None,
             dispatch,
-            false,
+            conn::Mode::Inline,
             &self.tracker,
         );
         let ended = done.await.unwrap_or(Ended::Local);

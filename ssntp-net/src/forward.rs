@@ -117,6 +117,11 @@ impl Routes {
         self.barriers.contains(&operand)
     }
 
+    /// Whether every frame goes to the application: no rule, no barrier.
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty() && self.barriers.is_empty()
+    }
+
     /// Whether `operand` has a rule (without one, messages go to the application).
     pub fn has_rule(&self, operand: Operand) -> bool {
         self.rules.contains_key(&operand)

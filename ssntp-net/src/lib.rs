@@ -25,7 +25,9 @@ pub use conn::{ConnConfig, Outbox, SendError};
 pub use forward::{Directory, Route, Routes};
 pub use rate::{RateParseError, ReadRate, ReadRates};
 pub use revocation::{CrlError, RevocationList, Revocations};
-pub use server::{Handled, Server, ServerConfig, ServerError, ServerEvent, ServerHandle, Target};
+pub use server::{
+    Delivery, Handled, Server, ServerConfig, ServerError, ServerEvent, ServerHandle, Target,
+};
 pub use tls::{TlsError, TlsIdentity};
 
 use std::time::Duration;

@@ -97,14 +97,25 @@ impl Decoder {
         self.check(&header)?;
         let total = HEADER_LEN + header.length as usize;
         if buf.len() < total {
-            // Room grows with what arrives (64 KiB at a time), so a peer that announces a large
-            // body and sends nothing more pins little memory.
-            buf.reserve((total - buf.len()).min(GROW));
+            reserve_body(buf, total);
             return Ok(Decoded::NeedMore(total - buf.len()));
         }
         buf.advance(HEADER_LEN);
         let body = buf.split_to(header.length as usize).freeze();
         Ok(Decoded::Frame(RawFrame { header, body }))
+    }
+
+    /// Makes room for the rest of a frame whose start `buf` holds, as [`Decoder::decode`] does
+    /// when it needs more bytes, for a reader that finds its frames with
+    /// [`Decoder::decode_slice`] (nothing for a buffer without a whole header, or whose header
+    /// the decoder refuses).
+    pub fn reserve_rest(&self, buf: &mut BytesMut) {
+        if let Some(head) = buf.first_chunk::<HEADER_LEN>() {
+            let header = Header::parse(head);
+            if self.check(&header).is_ok() {
+                reserve_body(buf, HEADER_LEN + header.length as usize);
+            }
+        }
     }
 
     /// Decodes one frame from the front of a slice without copying. `Ok(None)` when the slice
@@ -119,5 +130,13 @@ impl Decoder {
         Ok(buf
             .get(HEADER_LEN..used)
             .map(|body| SliceFrame { header, body, used }))
+    }
+}
+
+/// Room for a frame of `total` bytes whose start `buf` holds. It grows with what arrives (64 KiB
+/// at a time), so a peer that announces a large body and sends nothing more pins little memory.
+fn reserve_body(buf: &mut BytesMut, total: usize) {
+    if buf.len() < total {
+        buf.reserve((total - buf.len()).min(GROW));
     }
 }

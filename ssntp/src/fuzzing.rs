@@ -14,7 +14,8 @@ use crate::handshake::{
 };
 use crate::payload::{ClusterConfig, Payload, PayloadError};
 use crate::role::Role;
-use crate::session::{Now, Received, Session, SessionConfig, Tick};
+use crate::session::{Now, Received, Session, SessionConfig, Tick, Viewed};
+use crate::view::Frames;
 
 /// A small max_frame so that the fuzzer reaches the size cap.
 const FUZZ_MAX_FRAME: u32 = 4096;
@@ -177,13 +178,16 @@ fn config() -> HandshakeConfig {
     }
 }
 
-/// Feeds an established session the remaining frames, checking the receiving rules' promises.
+/// Feeds an established session the remaining frames, checking the receiving rules' promises,
+/// and that the rules applied in place ([`Session::handle_view`], on a copy of the session)
+/// agree with them: the same refusals, and views of the same messages.
 fn drive_session(
     mut session: Session,
     start: Instant,
     raws: Vec<RawFrame>,
     err: Option<FrameError>,
 ) {
+    let mut viewer = session.clone();
     for (i, raw) in raws.into_iter().enumerate() {
         let ms = 1_000 * (i as u64 + 1);
         let now = Now {
@@ -191,7 +195,24 @@ fn drive_session(
             unix_ns: ms * 1_000_000,
         };
         let was_error = raw.header.operand.is_error();
-        match session.handle_raw(now, raw) {
+        let body = raw.body.clone();
+        let viewed = viewer.handle_view(now, &raw.header, &body, 0);
+        let received = session.handle_raw(now, raw);
+        match (viewed, &received) {
+            (Viewed::Passed(entry), Received::Message(m)) => {
+                let frames = Frames::new(body, vec![entry]).expect("the entry lies in its body");
+                let view = frames.get(0).expect("one frame");
+                assert_eq!(
+                    view.to_message().as_ref(),
+                    Ok(m),
+                    "a view of another message"
+                );
+            }
+            (Viewed::Done(done), received) => assert_eq!(&done, received, "views disagree"),
+            (Viewed::Passed(_), other) => panic!("passed in place, not whole: {other:?}"),
+        }
+        assert_eq!(viewer.last_received(), session.last_received());
+        match received {
             Received::Message(m) => {
                 assert!(m.payload.operand().is_known());
                 check_round_trip(&m.frame);

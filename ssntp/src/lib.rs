@@ -21,6 +21,7 @@ mod operand;
 pub mod payload;
 mod role;
 pub mod session;
+pub mod view;
 
 #[cfg(any(test, fuzzing))]
 pub mod fuzzing;

@@ -13,10 +13,13 @@ use uuid::Uuid;
 use crate::authz;
 use crate::codec::FrameError;
 use crate::error::Violation;
-use crate::frame::{Frame, Operand, RawFrame, Trace, take_trace};
-use crate::payload::{Payload, Salvage};
+use bytes::Buf;
+
+use crate::frame::{Frame, Header, Operand, RawFrame, Trace, read_trace};
+use crate::payload::{Payload, PayloadError, Salvage};
 use crate::role::Role;
 pub use crate::role::Side;
+use crate::view::{Entry, FrameView};
 
 /// The time, as the driver reads it: a monotonic instant for timers, wall-clock ns for traces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -257,26 +260,50 @@ impl Session {
         passed: impl FnOnce(Frame) -> T,
     ) -> T {
         let RawFrame { header, mut body } = raw;
+        match self.head_rules(now, &header, &body) {
+            Err(received) => done(*received),
+            Ok((trace, payload_at)) => {
+                body.advance(payload_at);
+                passed(Frame {
+                    operand: header.operand,
+                    minor: header.minor,
+                    origin: header.origin,
+                    trace,
+                    payload: body,
+                })
+            }
+        }
+    }
+
+    /// The rules before the payload's on a frame's header and body, read in place: the trace
+    /// (stamped) and where the payload starts in `body`, or what the frame amounts to instead
+    /// (a refusal, or the server's close; boxed, as they are rare).
+    fn head_rules(
+        &self,
+        now: Now,
+        header: &Header,
+        body: &[u8],
+    ) -> Result<(Option<Box<Trace>>, usize), Box<Received>> {
         let operand = header.operand;
         if !operand.is_known() {
-            return done(self.refuse(Violation::UnknownOperand(operand)));
+            return Err(Box::new(self.refuse(Violation::UnknownOperand(operand))));
         }
         let allowed = match self.side {
             Side::Server => authz::client_may_send(self.peer_role, operand),
             Side::Client => authz::server_may_send(operand),
         };
         if !allowed {
-            return done(self.refuse(Violation::NotAllowed {
+            return Err(Box::new(self.refuse(Violation::NotAllowed {
                 role: self.peer_role,
                 operand,
-            }));
+            })));
         }
         if self.side == Side::Server && header.origin != self.peer_uuid {
-            return done(self.refuse(Violation::OriginMismatch {
+            return Err(Box::new(self.refuse(Violation::OriginMismatch {
                 operand,
                 origin: header.origin,
                 session: self.peer_uuid,
-            }));
+            })));
         }
         if self.side == Side::Client
             && matches!(
@@ -284,39 +311,30 @@ impl Session {
                 Operand::ConnectionAborted | Operand::ConnectionFailure
             )
         {
-            let reason = take_trace(header.traced, &mut body)
+            let reason = read_trace(header.traced, body)
                 .ok()
-                .and_then(|_| Payload::decode(operand, &body).ok())
+                .and_then(|(_, at)| Payload::decode(operand, &body[at..]).ok())
                 .and_then(|p| match p {
                     Payload::ConnectionAborted(r) | Payload::ConnectionFailure(r) => Some(r.reason),
                     _ => None,
                 })
                 .unwrap_or_default();
-            return done(Received::PeerClosed {
+            return Err(Box::new(Received::PeerClosed {
                 aborted: operand == Operand::ConnectionAborted,
                 reason,
-            });
+            }));
         }
-        let mut trace = match take_trace(header.traced, &mut body) {
-            Ok(trace) => trace,
-            Err(error) => {
-                return done(self.refuse(Violation::BadTrace {
-                    operand,
-                    error,
-                    salvage: Salvage::default(),
-                }));
-            }
-        };
+        let (mut trace, payload_at) = read_trace(header.traced, body).map_err(|error| {
+            Box::new(self.refuse(Violation::BadTrace {
+                operand,
+                error,
+                salvage: Salvage::default(),
+            }))
+        })?;
         if let Some(trace) = &mut trace {
             trace.stamp_rx(now.unix_ns);
         }
-        passed(Frame {
-            operand,
-            minor: header.minor,
-            origin: header.origin,
-            trace,
-            payload: body,
-        })
+        Ok((trace, payload_at))
     }
 
     /// The payload's rules (rule 4, and the node a status names) for a frame that passed
@@ -325,32 +343,82 @@ impl Session {
     /// copied each time, right after being written (a third of the rules' time, with nothing to
     /// decode).
     pub fn decode(&self, frame: Frame) -> Received {
-        let operand = frame.operand;
-        let payload = match Payload::decode(operand, &frame.payload) {
+        match self.payload_rules(frame.operand, &frame.payload, Err, Ok) {
+            Ok(payload) => Received::Message(Message { frame, payload }),
+            Err(received) => received,
+        }
+    }
+
+    /// Applies every receiving rule to one frame read in place: `body` is its body, found at
+    /// `at` in the read's bytes (where [`Frames`](crate::view::Frames) will find its payload). What passes is a
+    /// [`Viewed::Passed`] index entry; nothing is copied nor kept of the payload. The payload is
+    /// decoded once to check it (rule 4), and dropped: a consumer decodes it again, on its own
+    /// task, only if it reads it ([`FrameView::payload`](crate::view::FrameView::payload)).
+    pub fn handle_view(&mut self, now: Now, header: &Header, body: &[u8], at: usize) -> Viewed {
+        self.last_rx = self.last_rx.max(now.instant);
+        let (trace, payload_at) = match self.head_rules(now, header, body) {
+            Ok(passed) => passed,
+            Err(received) => return Viewed::Done(*received),
+        };
+        let operand = header.operand;
+        self.payload_rules(operand, &body[payload_at..], Viewed::Done, |_| {
+            Viewed::Passed(Entry::new(header, trace, at + payload_at..at + body.len()))
+        })
+    }
+
+    /// The payload's rules on its bytes: a refusal, or a HEARTBEAT, go to `done` (as what the
+    /// frame amounts to), a payload that passes to `passed`.
+    fn payload_rules<T>(
+        &self,
+        operand: Operand,
+        bytes: &[u8],
+        done: impl FnOnce(Received) -> T,
+        passed: impl FnOnce(Payload) -> T,
+    ) -> T {
+        let payload = match Payload::decode(operand, bytes) {
             Ok(payload) => payload,
             Err(error) => {
-                return self.refuse(Violation::BadPayload {
+                return done(self.refuse(Violation::BadPayload {
                     operand,
                     error,
-                    salvage: Salvage::read(&frame.payload),
-                });
+                    salvage: Salvage::read(bytes),
+                }));
             }
         };
         if self.side == Side::Server
             && let Some(named) = payload.node_uuid()
             && named != self.peer_uuid
         {
-            return self.refuse(Violation::NodeMismatch {
+            return done(self.refuse(Violation::NodeMismatch {
                 operand,
                 named,
                 session: self.peer_uuid,
-            });
+            }));
         }
         if matches!(payload, Payload::Heartbeat) {
-            return Received::Heartbeat;
+            return done(Received::Heartbeat);
         }
-        Received::Message(Message { frame, payload })
+        passed(payload)
     }
+}
+
+impl FrameView<'_> {
+    /// The frame and its payload decoded, as [`Session::decode`] would have made them.
+    pub fn to_message(&self) -> Result<Message, PayloadError> {
+        Ok(Message {
+            payload: self.payload()?,
+            frame: self.to_frame(),
+        })
+    }
+}
+
+/// What the receiving rules made of one frame read in place ([`Session::handle_view`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Viewed {
+    /// It passed every rule: where it lies in the read's bytes.
+    Passed(Entry),
+    /// What it amounts to otherwise: a HEARTBEAT, a refusal, or the server's close.
+    Done(Received),
 }
 
 /// A frame after the rules that need no decoding ([`Session::handle_head`]).
@@ -367,9 +435,11 @@ pub enum Head {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::frame::Hop;
+    use crate::frame::{HEADER_LEN, Hop};
     use crate::payload::*;
     use crate::testutil::{Clock, cbor, map, raw, raw_payload, raw_with};
+    use crate::view::Frames;
+    use bytes::Bytes;
     use ciborium::Value;
 
     const SERVER: Uuid = Uuid::from_bytes([0x5c; 16]);
@@ -496,13 +566,35 @@ mod tests {
     /// what `handle_raw` gives, frame for frame, the trace stamped alike; only the payload's
     /// rules wait for `decode`.
     #[test]
-    fn the_rules_in_two_steps_agree_with_handle_raw() {
+    fn the_rules_in_two_steps_and_in_place_agree_with_handle_raw() {
         let clock = Clock::new();
         let agree = |role: Role, frames: Vec<(RawFrame, bool)>| {
             let mut one = session(Side::Server, role, clock);
             let mut two = session(Side::Server, role, clock);
+            let mut three = session(Side::Server, role, clock);
             for (n, (raw, decoded)) in frames.into_iter().enumerate() {
                 let whole = one.handle_raw(clock.now(n as u64), raw.clone());
+                // In place, as one read of this frame after another of 100 bytes.
+                let mut read = vec![0; 100 + HEADER_LEN];
+                raw.header.write((&mut read[100..]).try_into().unwrap());
+                read.extend_from_slice(&raw.body);
+                let read = Bytes::from(read);
+                let body = &read[100 + HEADER_LEN..];
+                match three.handle_view(clock.now(n as u64), &raw.header, body, 100 + HEADER_LEN) {
+                    Viewed::Passed(entry) => {
+                        let frames = Frames::new(read.clone(), vec![entry]).unwrap();
+                        let Received::Message(m) = &whole else {
+                            panic!("{role}: frame {n} passed in place, not whole: {whole:?}");
+                        };
+                        let view = frames.get(0).unwrap();
+                        assert_eq!(view.to_message().as_ref(), Ok(m), "{role}: frame {n}");
+                        assert_eq!(view.operand(), m.frame.operand);
+                        assert_eq!(view.origin(), m.frame.origin);
+                        assert_eq!(view.trace(), m.frame.trace.as_deref());
+                        assert_eq!(view.payload_bytes(), &m.frame.payload[..]);
+                    }
+                    Viewed::Done(done) => assert_eq!(done, whole, "{role}: frame {n}"),
+                }
                 let head = two.handle_head(clock.now(n as u64), raw);
                 assert_eq!(
                     matches!(head, Head::Undecoded(_)),
@@ -516,6 +608,7 @@ mod tests {
                 assert_eq!(stepped, whole, "{role}: frame {n}");
             }
             assert_eq!(one.last_received(), two.last_received());
+            assert_eq!(one.last_received(), three.last_received());
         };
         let delete = Payload::Delete(Delete {
             instance_uuid: INSTANCE,

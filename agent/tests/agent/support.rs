@@ -462,6 +462,11 @@ impl Fake {
                 Ok(Some(ServerEvent::Frames { messages, .. })) => {
                     self.seen.extend(messages.into_iter().map(Seen::Message))
                 }
+                Ok(Some(ServerEvent::Views { frames, .. })) => self.seen.extend(
+                    frames
+                        .iter()
+                        .map(|f| Seen::Message(f.to_message().expect("a frame that passed"))),
+                ),
                 Ok(Some(ServerEvent::Disconnected { .. })) => {}
                 Ok(None) => panic!("the fake scheduler ended"),
                 Err(_) => panic!("timed out after {T:?} waiting for {what}"),

@@ -2,7 +2,7 @@
 //! together (`send.rs`), and the session loop that reads, applies the receiving rules, keeps the
 //! session alive and hands messages to a dispatcher. Shared by the client and the server.
 
-use bytes::{Bytes, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -13,7 +13,9 @@ use tokio_util::sync::CancellationToken;
 
 use ssntp::codec::{Decoded, Decoder};
 use ssntp::frame::Frame;
-use ssntp::session::{Head, Message, Now, Received, Session, Tick};
+use ssntp::frame::HEADER_LEN;
+use ssntp::session::{Head, Message, Now, Received, Session, Tick, Viewed};
+use ssntp::view::Frames;
 
 use crate::rate::{Bucket, ReadRate};
 
@@ -102,8 +104,31 @@ pub(crate) trait Dispatch: Send + 'static {
     /// Takes one message (it may hold it until [`Dispatch::flush`]); `false` ends the session.
     fn dispatch(&mut self, session: &Session, message: Message) -> bool;
 
+    /// Takes the frames of one read that passed every rule, as views of the read's bytes (a
+    /// session run with [`Mode::Views`]); `false` ends the session. By default each becomes a
+    /// message for [`Dispatch::dispatch`].
+    fn dispatch_views(&mut self, session: &Session, frames: Frames) -> bool {
+        // A frame that passed the rules decodes: `to_message` fails for none of these.
+        frames
+            .iter()
+            .filter_map(|frame| frame.to_message().ok())
+            .all(|message| self.dispatch(session, message))
+    }
+
     /// Delivers what [`Dispatch::dispatch`] held, once per read; `false` ends the session.
     fn flush(&mut self, session: &Session) -> impl Future<Output = bool> + Send;
+}
+
+/// How a session's reader hands on the frames it reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// The reader decodes each payload and dispatches each message itself.
+    Inline,
+    /// A second task decodes and dispatches (see [`Sink::Staged`]).
+    Staged,
+    /// The reader applies every rule to the frames in place and dispatches each read's frames
+    /// as one [`Frames`]: views of the read's bytes, no message per frame.
+    Views,
 }
 
 /// How a session ended.
@@ -211,8 +236,7 @@ impl<R: AsyncRead + Unpin + Send + 'static> Opened<R> {
     }
 
     /// Starts the session loop; `leftover` holds bytes read past the handshake frame; `rate`,
-    /// when given, is the peer's read budget. With `staged`, the payloads are decoded and the
-    /// messages dispatched by a second task, not by the reader (see [`Sink::Staged`]).
+    /// when given, is the peer's read budget; `mode` says how the frames read are handed on.
     #[allow(clippy::too_many_arguments)]
     pub fn run<D: Dispatch>(
         self,
@@ -221,10 +245,12 @@ impl<R: AsyncRead + Unpin + Send + 'static> Opened<R> {
         read_buffer: usize,
         rate: Option<ReadRate>,
         dispatch: D,
-        staged: bool,
+        mode: Mode,
         tracker: &tokio_util::task::TaskTracker,
     ) -> tokio::task::JoinHandle<Ended> {
-        let sink = if staged {
+        let sink = if mode == Mode::Views {
+            Sink::Views(dispatch)
+        } else if mode == Mode::Staged {
             let (to, from) = tokio::sync::mpsc::channel(1);
             let (spare_to, spare) = tokio::sync::mpsc::channel(2);
             let stage = tracker.spawn(decode_loop(
@@ -261,6 +287,8 @@ impl<R: AsyncRead + Unpin + Send + 'static> Opened<R> {
 enum Sink<D> {
     /// The reader decodes each payload and dispatches each message itself.
     Inline(D),
+    /// The reader applies every rule in place and dispatches each read's frames as views.
+    Views(D),
     /// What the rules without decoding made of each read's frames goes, all together, to a
     /// task of the session's own ([`decode_loop`]) that decodes and dispatches them, and
     /// answers the refused ones, in order, while the reader reads on: a session that sends at
@@ -429,7 +457,10 @@ impl<D: Dispatch> ReadLoop<D> {
     /// buffer (all the sessions that started together doing that together, leaving the heap full
     /// of holes). A busy session's frames share its buffer.
     async fn drain(&mut self, decoder: &Decoder, buf: &mut BytesMut, copy: bool) -> Option<Ended> {
-        let ended = self.drain_frames(decoder, buf, copy);
+        let ended = match self.sink {
+            Sink::Views(_) => self.drain_views(decoder, buf, copy),
+            _ => self.drain_frames(decoder, buf, copy),
+        };
         // Every frame shows the peer alive, a HEARTBEAT included (which goes no further).
         self.received.record(self.session.last_received());
         // A slow application holds this peer back (backpressure), but never past a close, and
@@ -440,7 +471,7 @@ impl<D: Dispatch> ReadLoop<D> {
             let (sink, session) = (&mut self.sink, &self.session);
             let flush = async move {
                 match sink {
-                    Sink::Inline(dispatch) => dispatch.flush(session).await,
+                    Sink::Inline(dispatch) | Sink::Views(dispatch) => dispatch.flush(session).await,
                     Sink::Staged { heads, .. } if heads.is_empty() => true,
                     Sink::Staged {
                         heads, to, spare, ..
@@ -514,7 +545,7 @@ impl<D: Dispatch> ReadLoop<D> {
                     match &mut self.sink {
                         // Answered after the frames before it, by the task that answers those.
                         Sink::Staged { heads, .. } => heads.push(Head::Done(Box::new(refused))),
-                        Sink::Inline(_) => {
+                        Sink::Inline(_) | Sink::Views(_) => {
                             settle(&self.session, &self.outbox, refused);
                         }
                     }
@@ -528,7 +559,7 @@ impl<D: Dispatch> ReadLoop<D> {
                     heads.push(self.session.handle_head(now, raw));
                     continue;
                 }
-                Sink::Inline(_) => self.session.handle_raw(now, raw),
+                Sink::Inline(_) | Sink::Views(_) => self.session.handle_raw(now, raw),
             };
             let ended = match (received, &mut self.sink) {
                 (Received::Message(m), Sink::Inline(dispatch)) => {
@@ -540,6 +571,82 @@ impl<D: Dispatch> ReadLoop<D> {
                 return ended;
             }
         }
+    }
+
+    /// Handles every whole frame in `buf` for a session run with [`Mode::Views`]: the bytes of
+    /// the whole frames read are taken off the buffer at once (copied, for a quiet session, as
+    /// [`ReadLoop::drain`] says), every rule is applied to each frame where it lies, refusals
+    /// are answered at once, and the frames that passed go to the dispatcher together, as one
+    /// [`Frames`]. A framing error after them is answered after they are dispatched.
+    fn drain_views(&mut self, decoder: &Decoder, buf: &mut BytesMut, copy: bool) -> Option<Ended> {
+        let now = now();
+        // The whole frames at the front of the buffer, and a framing error after them.
+        let (mut used, mut count, mut framing) = (0, 0, None);
+        loop {
+            match decoder.decode_slice(&buf[used..]) {
+                Ok(Some(frame)) => {
+                    used += frame.used;
+                    count += 1;
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    framing = Some(e);
+                    break;
+                }
+            }
+        }
+        let mut ended = None;
+        if count > 0 {
+            let read = if copy {
+                let read = Bytes::copy_from_slice(&buf[..used]);
+                buf.advance(used);
+                read
+            } else {
+                buf.split_to(used).freeze()
+            };
+            self.frames += count;
+            let mut entries = Vec::with_capacity(count as usize);
+            let mut at = 0;
+            // Found whole above: each decodes again.
+            while let Ok(Some(frame)) = decoder.decode_slice(&read[at..]) {
+                let body_at = at + HEADER_LEN;
+                at += frame.used;
+                match self
+                    .session
+                    .handle_view(now, &frame.header, frame.body, body_at)
+                {
+                    Viewed::Passed(entry) => entries.push(entry),
+                    Viewed::Done(received) => {
+                        ended = settle(&self.session, &self.outbox, received);
+                        if ended.is_some() {
+                            break;
+                        }
+                    }
+                }
+            }
+            if let (Sink::Views(dispatch), false) = (&mut self.sink, entries.is_empty()) {
+                // The entries lie in `read`: they were made from it.
+                let frames = Frames::new(read, entries).unwrap_or_default();
+                if !dispatch.dispatch_views(&self.session, frames) {
+                    return Some(Ended::Local);
+                }
+            }
+        }
+        if ended.is_some() {
+            return ended;
+        }
+        let Some(error) = framing else {
+            decoder.reserve_rest(buf);
+            return None;
+        };
+        let (violation, reply) = self.session.handle_framing_error(error);
+        let ended = Some(Ended::Violation(violation.to_string()));
+        settle(
+            &self.session,
+            &self.outbox,
+            Received::Rejected { violation, reply },
+        );
+        ended
     }
 }
 

@@ -11,14 +11,14 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
-use super::config::{ServerConfig, ServerError};
+use super::config::{Delivery, ServerConfig, ServerError};
 use super::dispatch::ServerDispatch;
 use super::event::ServerEvent;
 use super::handle::ServerHandle;
 use super::handshake::Handshakes;
 use super::registry::{Entry, Sessions};
 use super::shared::{Counters, Shared};
-use crate::conn::{self, Batch, Outbox};
+use crate::conn::{self, Batch, Mode, Outbox};
 use crate::handshaker::Handshaker;
 use ssntp::Role;
 use ssntp::frame::Frame;
@@ -41,6 +41,9 @@ impl Server {
         let own = config.tls.own();
         if !own.roles.intersects(Role::SERVER | Role::SCHEDULER) {
             return Err(ServerError::NotAServer(own.roles));
+        }
+        if config.delivery == Delivery::Views && !config.routes.is_empty() {
+            return Err(ServerError::ViewsWithRoutes);
         }
         if let UuidBinding::Bound(bound) = own.binding
             && bound != config.uuid
@@ -243,6 +246,7 @@ impl Server {
             routes: self.config.routes.clone(),
             events: self.events.clone(),
             pending: Batch::default(),
+            views: None,
             barrier_seen: false,
             held: None,
             uncounted: None,
@@ -250,15 +254,20 @@ impl Server {
         let outbox = opened.outbox().clone();
         let rate = self.config.read_rates.for_role(role);
         // A session without a read budget may send at full speed: its payloads are decoded
-        // beside its reader, not by it (`conn::Sink::Staged`).
-        let staged = rate.is_none();
+        // beside its reader, not by it (`conn::Sink::Staged`), unless the application takes
+        // views, which need no decoding beside the reader.
+        let mode = match (self.config.delivery, rate) {
+            (Delivery::Views, _) => Mode::Views,
+            (Delivery::Messages, None) => Mode::Staged,
+            (Delivery::Messages, Some(_)) => Mode::Inline,
+        };
         let mut done = opened.run(
             session,
             buf,
             read_room(&self.config.conn, rate.as_ref()),
             rate,
             dispatch,
-            staged,
+            mode,
             tracker,
         );
         let ended = tokio::select! {

@@ -52,6 +52,9 @@ pub struct ServerConfig {
     /// Where handshakes run: a thread of their own ([`crate::handshaker`], the default), or
     /// `None`: on the sessions' runtime.
     pub handshakes: Option<HandshakerConfig>,
+    /// How the application gets the frames sessions receive (default
+    /// [`Delivery::Messages`]).
+    pub delivery: Delivery,
     /// Revoked client certificates (default: none): refused at the TLS handshake; the list can
     /// be replaced while the server runs, and
     /// [`ServerHandle::disconnect_revoked`](crate::ServerHandle::disconnect_revoked) ends the
@@ -77,8 +80,28 @@ impl ServerConfig {
             read_rates: ReadRates::default(),
             handshakes: Some(HandshakerConfig::default()),
             revocations: None,
+            delivery: Delivery::Messages,
         }
     }
+}
+
+/// How a server hands the application the frames its sessions receive.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Delivery {
+    /// One message per frame, its payload decoded, in [`ServerEvent::Frames`] (the default).
+    ///
+    /// [`ServerEvent::Frames`]: crate::ServerEvent::Frames
+    #[default]
+    Messages,
+    /// Each read's frames together, as views of the read's bytes, in [`ServerEvent::Views`]:
+    /// every rule applied where the frames lie (a payload is decoded to be checked, and dropped),
+    /// nothing built per frame but a small index entry, each payload decoded again only when the
+    /// application reads it, on its own task. Every session's reader does it all itself, a
+    /// session without a read budget too. For an application that takes every frame itself:
+    /// the server refuses to start with routes that have a rule or a barrier.
+    ///
+    /// [`ServerEvent::Views`]: crate::ServerEvent::Views
+    Views,
 }
 
 /// Why a server cannot start or run.
@@ -90,6 +113,9 @@ pub enum ServerError {
     /// Our certificate does not carry a server role.
     #[error("the certificate's roles ({0}) include neither server nor scheduler")]
     NotAServer(Role),
+    /// [`Delivery::Views`] with forwarding rules or barriers, which need one message per frame.
+    #[error("views of the frames are delivered only with routes that have no rule nor barrier")]
+    ViewsWithRoutes,
     /// Our UUID is not the one our certificate binds.
     #[error("the certificate binds UUID {bound}, not {configured}")]
     Identity {

@@ -14,6 +14,7 @@ use crate::forward::{Route, Routes};
 use ssntp::frame::Operand;
 use ssntp::payload::DeliveryFailureReason;
 use ssntp::session::{Message, Session};
+use ssntp::view::Frames;
 
 /// A session's reader's routing state.
 pub(super) struct ServerDispatch {
@@ -22,6 +23,8 @@ pub(super) struct ServerDispatch {
     pub(super) events: mpsc::Sender<ServerEvent>,
     /// Messages for the application, delivered at the next flush.
     pub(super) pending: Batch,
+    /// A read's frames for the application, as views, delivered at the next flush.
+    pub(super) views: Option<Frames>,
     /// Whether this session's barrier ([`Routes::barrier_on_first`]) has come.
     pub(super) barrier_seen: bool,
     /// From the barrier until the application has handled it: the messages read after it,
@@ -85,11 +88,9 @@ impl ServerDispatch {
         };
         self.events.send(event).await.is_ok()
     }
-}
 
-impl Dispatch for ServerDispatch {
-    fn dispatch(&mut self, session: &Session, message: Message) -> bool {
-        let operand = message.frame.operand;
+    /// Counts a frame received with `operand` (see [`ServerDispatch::uncounted`]).
+    fn count(&mut self, operand: Operand) {
         match &mut self.uncounted {
             Some((run, n)) if *run == operand => *n += 1,
             uncounted => {
@@ -98,6 +99,12 @@ impl Dispatch for ServerDispatch {
                 }
             }
         }
+    }
+}
+
+impl Dispatch for ServerDispatch {
+    fn dispatch(&mut self, session: &Session, message: Message) -> bool {
+        self.count(message.frame.operand);
         if let Some(held) = &mut self.held {
             held.push(message);
         } else if !self.barrier_seen && self.routes.is_barrier(message.frame.operand) {
@@ -107,6 +114,15 @@ impl Dispatch for ServerDispatch {
         } else {
             self.route(session.peer_uuid(), message);
         }
+        true
+    }
+
+    fn dispatch_views(&mut self, _: &Session, frames: Frames) -> bool {
+        // Views are delivered only with routes that send every frame to the application.
+        for entry in frames.entries() {
+            self.count(entry.operand());
+        }
+        self.views = Some(frames);
         true
     }
 
@@ -123,6 +139,16 @@ impl Dispatch for ServerDispatch {
             let _ = done.await;
             for message in held {
                 self.route(session.peer_uuid(), message);
+            }
+        }
+        if let Some(frames) = self.views.take() {
+            let event = ServerEvent::Views {
+                uuid: session.peer_uuid(),
+                role: session.peer_role(),
+                frames,
+            };
+            if self.events.send(event).await.is_err() {
+                return false;
             }
         }
         self.deliver(session, None).await

@@ -6,6 +6,7 @@ use uuid::Uuid;
 
 use ssntp::Role;
 use ssntp::session::Message;
+use ssntp::view::Frames;
 
 /// What the application hears from the server.
 #[derive(Debug)]
@@ -43,6 +44,18 @@ pub enum ServerEvent {
         ///
         /// [`Routes::barrier_on_first`]: crate::forward::Routes::barrier_on_first
         handled: Option<Handled>,
+    },
+    /// The frames of one read of a session, as views of the read's bytes, in the order the
+    /// peer sent them ([`Delivery::Views`]): each payload is decoded when it is read.
+    ///
+    /// [`Delivery::Views`]: crate::Delivery::Views
+    Views {
+        /// The sender.
+        uuid: Uuid,
+        /// Its claimed role.
+        role: Role,
+        /// The frames.
+        frames: Frames,
     },
 }
 

@@ -19,7 +19,7 @@ mod registry;
 mod shared;
 
 pub use accept::Server;
-pub use config::{ServerConfig, ServerError};
+pub use config::{Delivery, ServerConfig, ServerError};
 pub use event::{Handled, ServerEvent};
 pub use handle::ServerHandle;
 pub use shared::Target;

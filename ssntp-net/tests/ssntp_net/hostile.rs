@@ -3,11 +3,11 @@
 use ssntp::frame::{DEFAULT_MAX_FRAME, Frame};
 use ssntp::payload::*;
 use ssntp::{Operand, Payload, Role, Uuid};
-use ssntp_net::{Routes, ServerEvent};
+use ssntp_net::{Delivery, Routes, ServerEvent};
 use std::time::Duration;
 use testkit::{RawPeer, TestPki, recv_within};
 
-use crate::net::{T, client, connected, server_connected, server_with, u};
+use crate::net::{T, client, connected, ready_of, server_connected, server_with, u};
 
 fn connect_frame(origin: Uuid, role: Role) -> Frame {
     Frame::new(origin, &Payload::Connect(Connect { role }))
@@ -374,6 +374,27 @@ async fn a_connection_past_the_handshake_slots_waits_for_one() {
     );
 }
 
+/// A DELETE of instance `n`.
+fn delete(n: u8) -> Payload {
+    Payload::Delete(Delete {
+        instance_uuid: u(n),
+        workload_agent_uuid: u(0xa),
+        stop: false,
+    })
+}
+
+/// DELETEs of the instances `numbers` from `origin`, encoded one after another.
+fn deletes(origin: Uuid, numbers: std::ops::RangeInclusive<u8>) -> Vec<u8> {
+    numbers.flat_map(|n| wire(origin, &delete(n))).collect()
+}
+
+/// A frame from `origin` carrying `payload`, encoded.
+fn wire(origin: Uuid, payload: &Payload) -> bytes::Bytes {
+    Frame::new(origin, payload)
+        .to_bytes(DEFAULT_MAX_FRAME)
+        .unwrap()
+}
+
 /// A controller's session (no read budget) has its payloads decoded by a second task beside its
 /// reader: the messages still reach the application in the order sent, a bad payload among them
 /// is answered with the operand's own failure (PROTOCOL.md §5 rule 4) and the session kept, a
@@ -386,24 +407,14 @@ async fn a_controller_session_decoded_beside_its_reader_keeps_order_and_rule_4()
     let mut peer = joined_as(&pki, &s.addr, u(1), Role::CONTROLLER).await;
     server_connected(&mut s).await;
 
-    let delete = |n: u8| {
-        Payload::Delete(Delete {
-            instance_uuid: u(n),
-            workload_agent_uuid: u(0xa),
-            stop: false,
-        })
-    };
-    let wire = |p: &Payload| Frame::new(u(1), p).to_bytes(DEFAULT_MAX_FRAME).unwrap();
     // Missing every key DELETE needs.
     let mut bad = Frame::new(u(1), &delete(2));
     bad.payload = bytes::Bytes::from_static(&[0xa0]);
     let mut burst = Vec::new();
-    burst.extend_from_slice(&wire(&delete(1)));
+    burst.extend_from_slice(&wire(u(1), &delete(1)));
     burst.extend_from_slice(&bad.to_bytes(DEFAULT_MAX_FRAME).unwrap());
-    burst.extend_from_slice(&wire(&Payload::Heartbeat));
-    for n in 3..=40 {
-        burst.extend_from_slice(&wire(&delete(n)));
-    }
+    burst.extend_from_slice(&wire(u(1), &Payload::Heartbeat));
+    burst.extend_from_slice(&deletes(u(1), 3..=40));
     peer.send_bytes(&burst).await.unwrap();
     let reply = peer.recv(T).await.expect("the bad DELETE answered");
     assert_eq!(reply.operand, Operand::DeleteFailure);
@@ -429,11 +440,7 @@ async fn a_controller_session_decoded_beside_its_reader_keeps_order_and_rule_4()
     assert!(s.handle.client_role(u(1)).is_some());
 
     // The last frames, then the close at once: delivered before the session's end.
-    let mut last = Vec::new();
-    for n in 41..=60 {
-        last.extend_from_slice(&wire(&delete(n)));
-    }
-    peer.send_bytes(&last).await.unwrap();
+    peer.send_bytes(&deletes(u(1), 41..=60)).await.unwrap();
     drop(peer);
     let mut tail = Vec::new();
     loop {
@@ -464,4 +471,139 @@ async fn a_controller_session_decoded_beside_its_reader_keeps_order_and_rule_4()
     assert_eq!(reply_operand(&mut peer).await, Operand::DeleteFailure);
     assert_eq!(reply_operand(&mut peer).await, Operand::ProtocolViolation);
     assert!(peer.closed_within(T).await);
+}
+
+/// The payloads of the views in the server's next events from `uuid` until `n` are taken
+/// (each decoded from its view), or until its session ends (`true` then).
+async fn viewed(s: &mut crate::net::TestServer, uuid: Uuid, n: usize) -> (Vec<Payload>, bool) {
+    let mut got = Vec::new();
+    while got.len() < n {
+        match recv_within(&mut s.events, T).await {
+            ServerEvent::Views {
+                uuid: from, frames, ..
+            } => {
+                assert_eq!(from, uuid);
+                for frame in frames.iter() {
+                    assert_eq!(frame.origin(), uuid);
+                    let payload = frame.payload().expect("a view that passed decodes");
+                    assert_eq!(payload.operand(), frame.operand());
+                    got.push(payload);
+                }
+            }
+            ServerEvent::Disconnected { uuid: from, .. } if from == uuid => return (got, true),
+            other => panic!("{other:?}"),
+        }
+    }
+    (got, false)
+}
+
+/// A server run with `Delivery::Views` applies every rule where the frames lie and hands the
+/// application each read's frames as views: they come in the order sent, a bad payload among
+/// them is answered with the operand's own failure (rule 4), a foreign origin with
+/// PROTOCOL_VIOLATION (both sessions kept), a HEARTBEAT goes no further, the frames read last
+/// reach the application before the session is reported ended, and a framing error is answered
+/// after the frames before it are delivered. A node's session, with its read budget, is served
+/// the same way. Forwarding rules need messages: such a server does not start.
+#[tokio::test]
+async fn a_server_delivering_views_keeps_order_and_every_rule() {
+    let pki = TestPki::new();
+    let mut s = server_with(&pki, u(0x5c), Routes::new(), |c| {
+        c.delivery = Delivery::Views;
+    })
+    .await;
+    let mut peer = joined_as(&pki, &s.addr, u(1), Role::CONTROLLER).await;
+    server_connected(&mut s).await;
+
+    let mut bad = Frame::new(u(1), &delete(2));
+    bad.payload = bytes::Bytes::from_static(&[0xa0]);
+    let foreign = wire(u(9), &delete(2));
+    let traced = Frame::new(u(1), &delete(3)).with_trace(ssntp::frame::Trace::new(
+        "views",
+        u(1),
+        Role::CONTROLLER,
+        7,
+    ));
+    let mut burst = Vec::new();
+    burst.extend_from_slice(&wire(u(1), &delete(1)));
+    burst.extend_from_slice(&bad.to_bytes(DEFAULT_MAX_FRAME).unwrap());
+    burst.extend_from_slice(&wire(u(1), &Payload::Heartbeat));
+    burst.extend_from_slice(&foreign);
+    burst.extend_from_slice(&traced.to_bytes(DEFAULT_MAX_FRAME).unwrap());
+    burst.extend_from_slice(&deletes(u(1), 4..=40));
+    peer.send_bytes(&burst).await.unwrap();
+    let reply = peer.recv(T).await.expect("the bad DELETE answered");
+    match reply.decode_payload().unwrap() {
+        Payload::DeleteFailure(f) => assert_eq!(f.reason, DeleteFailureReason::InvalidPayload),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(reply_operand(&mut peer).await, Operand::ProtocolViolation);
+    let (got, ended) = viewed(&mut s, u(1), 39).await;
+    assert!(!ended);
+    let sent: Vec<Payload> = std::iter::once(1).chain(3..=40).map(delete).collect();
+    assert_eq!(got, sent);
+    assert!(s.handle.client_role(u(1)).is_some());
+
+    // The last frames, then the close at once: delivered before the session's end.
+    peer.send_bytes(&deletes(u(1), 41..=60)).await.unwrap();
+    drop(peer);
+    let (tail, _) = viewed(&mut s, u(1), 20).await;
+    assert_eq!(tail, (41..=60).map(delete).collect::<Vec<_>>());
+    assert!(
+        viewed(&mut s, u(1), usize::MAX).await.1,
+        "the session's end"
+    );
+
+    // A frame, then a header announcing too large a body, in one write: the frame is
+    // delivered, then PROTOCOL_VIOLATION and the close. Before them, a frame of 300 KB, which
+    // takes many reads, between two small ones.
+    let mut peer = joined_as(&pki, &s.addr, u(2), Role::CONTROLLER).await;
+    server_connected(&mut s).await;
+    let large = Payload::ProtocolViolation(Reason::new("x".repeat(300 << 10)));
+    let mut burst = wire(u(2), &delete(1)).to_vec();
+    burst.extend_from_slice(&wire(u(2), &large));
+    burst.extend_from_slice(&wire(u(2), &delete(2)));
+    peer.send_bytes(&burst).await.unwrap();
+    assert_eq!(
+        viewed(&mut s, u(2), 3).await,
+        (vec![delete(1), large, delete(2)], false)
+    );
+    let mut burst = wire(u(2), &delete(5)).to_vec();
+    burst.extend_from_slice(&[1u8, 0, 3, 2]);
+    burst.extend_from_slice(&(DEFAULT_MAX_FRAME + 1).to_be_bytes());
+    burst.extend_from_slice(u(2).as_bytes());
+    peer.send_bytes(&burst).await.unwrap();
+    assert_eq!(reply_operand(&mut peer).await, Operand::ProtocolViolation);
+    assert!(peer.closed_within(T).await);
+    assert_eq!(
+        viewed(&mut s, u(2), usize::MAX).await,
+        (vec![delete(5)], true)
+    );
+
+    // A node, within its read budget: its events come as views too, a status naming another
+    // node refused (PROTOCOL_VIOLATION, session kept).
+    let mut node = joined(&pki, &s.addr, u(3)).await;
+    server_connected(&mut s).await;
+    let deleted = |n: u8| {
+        Payload::InstanceDeleted(InstanceEvent {
+            instance_uuid: u(n),
+        })
+    };
+    let mut burst = Vec::new();
+    for p in [deleted(1), ready_of(u(4)), deleted(2)] {
+        burst.extend_from_slice(&wire(u(3), &p));
+    }
+    node.send_bytes(&burst).await.unwrap();
+    assert_eq!(reply_operand(&mut node).await, Operand::ProtocolViolation);
+    assert_eq!(
+        viewed(&mut s, u(3), 2).await,
+        (vec![deleted(1), deleted(2)], false)
+    );
+
+    let mut config = ssntp_net::ServerConfig::new(pki.identity(Role::SCHEDULER, Some(u(7))), u(7));
+    config.delivery = Delivery::Views;
+    config.routes = Routes::new().to_role(Operand::Start, Role::AGENT);
+    assert!(matches!(
+        ssntp_net::Server::new(config),
+        Err(ssntp_net::ServerError::ViewsWithRoutes)
+    ));
 }

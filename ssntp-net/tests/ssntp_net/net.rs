@@ -126,6 +126,13 @@ pub(crate) async fn server_frame(s: &mut TestServer) -> (Uuid, Box<ssntp::sessio
             ServerEvent::Frames { uuid, messages, .. } => {
                 s.pending.extend(messages.into_iter().map(|m| (uuid, m)))
             }
+            // A server run with `Delivery::Views`: each frame becomes the message it would
+            // have been.
+            ServerEvent::Views { uuid, frames, .. } => s.pending.extend(
+                frames
+                    .iter()
+                    .map(|f| (uuid, f.to_message().expect("a frame that passed decodes"))),
+            ),
             ServerEvent::Connected { .. } | ServerEvent::Disconnected { .. } => continue,
         }
     }
@@ -142,6 +149,23 @@ pub(crate) async fn client_frame(c: &mut TestClient) -> Box<ssntp::session::Mess
             other => panic!("expected a frame, got {other:?}"),
         }
     }
+}
+
+/// A READY from `node`, with a little of everything.
+pub(crate) fn ready_of(node: Uuid) -> Payload {
+    Payload::Ready(NodeStatus {
+        node_uuid: node,
+        hostname: "a".into(),
+        mem_total_mb: 1,
+        mem_available_mb: 1,
+        disk_total_mb: 1,
+        disk_available_mb: 1,
+        vcpus_total: 1,
+        vcpus_available: 1,
+        load: 0,
+        networks: vec![],
+        zone: None,
+    })
 }
 
 pub(crate) fn u(n: u8) -> Uuid {
@@ -380,19 +404,7 @@ async fn frames_after_a_barrier_wait_until_the_application_has_handled_it() {
     connected(&mut a).await;
     server_connected(&mut s).await;
     server_connected(&mut s).await;
-    let ready = Payload::Ready(NodeStatus {
-        node_uuid: u(0xa1),
-        hostname: "a".into(),
-        mem_total_mb: 1,
-        mem_available_mb: 1,
-        disk_total_mb: 1,
-        disk_available_mb: 1,
-        vcpus_total: 1,
-        vcpus_available: 1,
-        load: 0,
-        networks: vec![],
-        zone: None,
-    });
+    let ready = ready_of(u(0xa1));
     let marker = Payload::NodeConnected(NodeEvent {
         node_uuid: u(0xa1),
         node_type: NodeType::ComputeNode,

@@ -13,7 +13,7 @@ pub use header::{
     DEFAULT_MAX_FRAME, HEADER_LEN, Header, MAJOR, MAX_FRAME_CEILING, MINOR, TRACE_FLAG,
 };
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 use uuid::Uuid;
 
 use crate::payload::{Payload, PayloadError, cbor};
@@ -73,19 +73,27 @@ impl RawFrame {
 /// Only the trace goes through the `Result`: a receiver builds its `Frame` once, in place, from
 /// the header and what is left of the body.
 pub(crate) fn take_trace(traced: bool, body: &mut Bytes) -> Result<Option<Box<Trace>>, BodyError> {
+    let (trace, payload_at) = read_trace(traced, body)?;
+    body.advance(payload_at);
+    Ok(trace)
+}
+
+/// Reads the trace block at the front of a body that has one (`traced`), in place: the trace,
+/// and where the payload starts in `body`.
+pub(crate) fn read_trace(
+    traced: bool,
+    body: &[u8],
+) -> Result<(Option<Box<Trace>>, usize), BodyError> {
     if !traced {
-        return Ok(None);
+        return Ok((None, 0));
     }
-    if body.len() < 2 {
+    let Some(&[hi, lo]) = body.first_chunk::<2>() else {
         return Err(BodyError::TraceTruncated);
-    }
-    let len = usize::from(u16::from_be_bytes([body[0], body[1]]));
-    if body.len() < 2 + len {
-        return Err(BodyError::TraceTruncated);
-    }
-    let block = body.split_to(2 + len);
-    let trace: Trace = cbor::decode_one(&block[2..]).map_err(BodyError::TraceMalformed)?;
-    Ok(Some(Box::new(trace)))
+    };
+    let end = 2 + usize::from(u16::from_be_bytes([hi, lo]));
+    let block = body.get(2..end).ok_or(BodyError::TraceTruncated)?;
+    let trace: Trace = cbor::decode_one(block).map_err(BodyError::TraceMalformed)?;
+    Ok((Some(Box::new(trace)), end))
 }
 
 /// A frame with its trace block read and its payload kept as CBOR bytes.
