@@ -8,14 +8,15 @@
 use bytes::BytesMut;
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use serde::de::DeserializeOwned;
-use ssntp::frame::{DEFAULT_MAX_FRAME, Frame};
+use ssntp::frame::{DEFAULT_MAX_FRAME, Frame, HEADER_LEN};
 use ssntp::handshake::HandshakeConfig;
 use ssntp::payload::{
     Cidr, FwType, InstanceStat, InstanceState, MacAddr, Networking, NodeNetwork, NodeState,
     NodeStatus, Requirements, Start, Stats, Storage, VmType,
 };
 use ssntp::payload::{ClusterConfig, Connect, Reason};
-use ssntp::session::{Now, Received, Session};
+use ssntp::session::{Now, Received, Session, Viewed};
+use ssntp::view::Frames;
 use ssntp::{
     Decoded, Decoder, Operand, Payload, PeerCertificate, Role, ServerHandshake, Uuid, UuidBinding,
 };
@@ -366,6 +367,27 @@ fn receive(c: &mut Criterion) {
                 },
                 BatchSize::LargeInput,
             )
+        });
+        // The same frames as a server delivering views takes them: every rule applied where
+        // each frame lies, one index entry per frame, the read's bytes shared once.
+        let read = buf.clone().freeze();
+        g.bench_function(format!("{name}_as_views"), |b| {
+            b.iter(|| {
+                let mut entries = Vec::with_capacity(FRAMES);
+                let mut at = 0;
+                while let Ok(Some(f)) = decoder.decode_slice(&read[at..]) {
+                    let body_at = at + HEADER_LEN;
+                    at += f.used;
+                    if let Viewed::Passed(entry) =
+                        session.handle_view(now, &f.header, f.body, body_at)
+                    {
+                        entries.push(entry);
+                    }
+                }
+                let frames = Frames::new(read.clone(), entries).expect("entries in the read");
+                assert_eq!(frames.len(), FRAMES);
+                frames
+            })
         });
     }
     g.finish();
