@@ -141,3 +141,62 @@ impl<'a> FrameView<'a> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frame::{HEADER_LEN, MINOR};
+    use crate::payload::{InstanceEvent, Reason};
+
+    /// Two frames one after the other, as one read, and their index.
+    fn read_of(payloads: &[Payload]) -> (Bytes, Vec<Entry>) {
+        let origin = Uuid::from_bytes([1; 16]);
+        let mut read = bytes::BytesMut::new();
+        let mut entries = Vec::new();
+        for p in payloads {
+            let frame = Frame::new(origin, p);
+            let start = read.len();
+            frame.encode(&mut read, u32::MAX).unwrap();
+            let header = Header::parse(read[start..start + HEADER_LEN].try_into().unwrap());
+            entries.push(Entry::new(&header, None, start + HEADER_LEN..read.len()));
+        }
+        (read.freeze(), entries)
+    }
+
+    #[test]
+    fn frames_are_read_in_place_in_order() {
+        let deleted = Payload::InstanceDeleted(InstanceEvent {
+            instance_uuid: Uuid::from_bytes([7; 16]),
+        });
+        let reason = Payload::ProtocolViolation(Reason::new("no"));
+        let (read, entries) = read_of(&[deleted.clone(), reason.clone()]);
+        let frames = Frames::new(read.clone(), entries).unwrap();
+        assert_eq!(frames.len(), 2);
+        let payloads: Vec<Payload> = frames.iter().map(|f| f.payload().unwrap()).collect();
+        assert_eq!(payloads, [deleted.clone(), reason]);
+        let first = frames.get(0).unwrap();
+        assert_eq!(first.operand(), Operand::InstanceDeleted);
+        assert_eq!(first.origin(), Uuid::from_bytes([1; 16]));
+        assert_eq!(first.minor(), MINOR);
+        assert!(first.trace().is_none());
+        // The frame taken out shares the read's bytes and is the frame that was sent.
+        let frame = first.to_frame();
+        assert_eq!(frame, Frame::new(Uuid::from_bytes([1; 16]), &deleted));
+        assert_eq!(frame.payload.as_ptr(), first.payload_bytes().as_ptr());
+        assert!(frames.get(2).is_none());
+    }
+
+    #[test]
+    fn an_index_outside_its_bytes_is_refused() {
+        let (read, mut entries) = read_of(&[Payload::ProtocolViolation(Reason::new("x"))]);
+        assert!(Frames::new(read.slice(..read.len() - 1), entries.clone()).is_none());
+        entries[0].payload = Range { start: 5, end: 4 };
+        assert!(Frames::new(read, entries).is_none());
+    }
+
+    #[test]
+    fn an_index_entry_is_small() {
+        // One per frame a session holds for its application: 48 bytes, not a 192-byte message.
+        assert!(std::mem::size_of::<Entry>() <= 48);
+    }
+}
