@@ -575,7 +575,7 @@ impl<D: Dispatch> ReadLoop<D> {
 
     /// Handles every whole frame in `buf` for a session run with [`Mode::Views`]: the bytes of
     /// the whole frames read are taken off the buffer at once (copied, for a quiet session, as
-    /// [`ReadLoop::drain`] says), every rule is applied to each frame where it lies, refusals
+    /// [`ReadLoop::drain`] says, when they fit its room), every rule is applied to each frame where it lies, refusals
     /// are answered at once, and the frames that passed go to the dispatcher together, as one
     /// [`Frames`]. A framing error after them is answered after they are dispatched.
     fn drain_views(&mut self, decoder: &Decoder, buf: &mut BytesMut, copy: bool) -> Option<Ended> {
@@ -597,7 +597,10 @@ impl<D: Dispatch> ReadLoop<D> {
         }
         let mut ended = None;
         if count > 0 {
-            let read = if copy {
+            // A quiet session's frames are copied out, unless their bytes are more than its
+            // whole room (a large frame, completed by a small read): shared, as a large body
+            // is on the path of messages.
+            let read = if copy && used <= QUIET {
                 let read = Bytes::copy_from_slice(&buf[..used]);
                 buf.advance(used);
                 read
