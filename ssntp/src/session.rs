@@ -359,10 +359,12 @@ impl Session {
     }
 
     /// Applies every receiving rule to one frame read in place: `body` is its body, found at
-    /// `at` in the read's bytes (where [`Frames`](crate::view::Frames) will find its payload). What passes is a
-    /// [`Viewed::Passed`] index entry; nothing is copied nor kept of the payload. The payload is
-    /// decoded once to check it (rule 4), and dropped: a consumer decodes it again, on its own
-    /// task, only if it reads it ([`FrameView::payload`](crate::view::FrameView::payload)).
+    /// `at` in the read's bytes (where [`Frames`](crate::view::Frames) will find its payload).
+    /// What passes is a [`Viewed::Passed`] index entry; nothing is copied nor kept of the
+    /// payload. The payload is decoded once to check it (rule 4), and dropped: a consumer decodes
+    /// it again, on its own task, only if it reads it
+    /// ([`FrameView::payload`](crate::view::FrameView::payload)). The payload's one exception to
+    /// being decoded once, where it is received: the price of building nothing per frame.
     pub fn handle_view(&mut self, now: Now, header: &Header, body: &[u8], at: usize) -> Viewed {
         self.last_rx = self.last_rx.max(now.instant);
         let (trace, payload_at) = match self.head_rules(now, header, body) {

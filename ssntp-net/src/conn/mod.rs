@@ -575,9 +575,10 @@ impl<D: Dispatch> ReadLoop<D> {
 
     /// Handles every whole frame in `buf` for a session run with [`Mode::Views`]: the bytes of
     /// the whole frames read are taken off the buffer at once (copied, for a quiet session, as
-    /// [`ReadLoop::drain`] says, when they fit its room), every rule is applied to each frame where it lies, refusals
-    /// are answered at once, and the frames that passed go to the dispatcher together, as one
-    /// [`Frames`]. A framing error after them is answered after they are dispatched.
+    /// [`ReadLoop::drain`] says, when they fit its room), every rule is applied to each frame
+    /// where it lies, refusals are answered at once, and the frames that passed go to the
+    /// dispatcher together, as one [`Frames`]. A framing error after them is answered after
+    /// they are dispatched.
     fn drain_views(&mut self, decoder: &Decoder, buf: &mut BytesMut, copy: bool) -> Option<Ended> {
         let now = now();
         // The whole frames at the front of the buffer, and a framing error after them.
@@ -629,7 +630,9 @@ impl<D: Dispatch> ReadLoop<D> {
             }
             if let (Sink::Views(dispatch), false) = (&mut self.sink, entries.is_empty()) {
                 // The entries lie in `read`: they were made from it.
-                let frames = Frames::new(read, entries).unwrap_or_default();
+                let frames = Frames::new(read, entries);
+                debug_assert!(frames.is_some(), "an index entry outside its read");
+                let frames = frames.unwrap_or_default();
                 if !dispatch.dispatch_views(&self.session, frames) {
                     return Some(Ended::Local);
                 }

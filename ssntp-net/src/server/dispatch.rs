@@ -122,6 +122,8 @@ impl Dispatch for ServerDispatch {
         for entry in frames.entries() {
             self.count(entry.operand());
         }
+        // One read's frames a flush (the reader flushes after each read).
+        debug_assert!(self.views.is_none(), "a read's views not flushed");
         self.views = Some(frames);
         true
     }
